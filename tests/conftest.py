@@ -1,0 +1,28 @@
+"""Test configuration: fixture modules per area, opt-in markers, hygiene."""
+
+from __future__ import annotations
+
+import pytest
+
+# Each area owns its session fixtures in its own module (real servers on loopback, tiny models).
+pytest_plugins = [
+    "tests.fixtures.s3",
+    "tests.fixtures.kube",
+    "tests.fixtures.models",
+    "tests.fixtures.servers",
+]
+
+OPT_IN = {"e2e": "--run-e2e", "gpu": "--run-gpu", "cluster": "--run-cluster"}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--run-e2e", action="store_true", help="run opt-in end-to-end checks (slow, big downloads)")
+    parser.addoption("--run-gpu", action="store_true", help="run checks that need a CUDA GPU")
+    parser.addoption("--run-cluster", action="store_true", help="run the operator suite against $KUBECONFIG")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        for marker, flag in OPT_IN.items():
+            if marker in item.keywords and not config.getoption(flag):
+                item.add_marker(pytest.mark.skip(reason=f"opt-in: pass {flag}"))

@@ -1,0 +1,4 @@
+"""WHALE command line."""
+
+def main() -> None:
+    raise SystemExit("not yet")

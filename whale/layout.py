@@ -1,0 +1,136 @@
+"""The object-store layout: the one contract between workloads and controllers.
+
+Every path a workload writes or a controller reads is built here, from the run name and the
+phase identity, so that the local runner, the operator and the three workloads can never disagree
+about where a file lives. Pure: no I/O. ``docs/storage.md`` documents the same tree.
+
+::
+
+    runs/<run>/
+      spec.json                          the manifest the run was started with (normalised)
+      status.json                        the run status (local runner; the operator keeps it on the object)
+      phases/<phase>/request.json        what the controller asked the workload to do (written before launch)
+      phases/<phase>/metrics.jsonl       one JSON line per weight step / harness iteration / eval item batch
+      phases/<phase>/result.json         written last and atomically: its presence means "phase done"
+      phases/<phase>/STOP                a stop request (adaptive patience fired); the workload ends cleanly
+      phases/<phase>/state/...           workload-private resume state (optimiser, data order, RNG)
+      phases/<phase>/logs/attempt-<n>.log   workload output (local runner)
+      checkpoints/step-<NNNNNN>/...      HF checkpoint (safetensors + config + tokenizer); COMPLETE written last
+      harnesses/<name>.py                harness programs (h0 and every accepted harness)
+      archive/c<KK>/...                  the Meta-Harness archive of cycle KK (see docs/storage.md)
+      evals/<phase>/per_item.jsonl       eval per-item scores (result.json of the eval phase holds the summary)
+      control/...                        controller bookkeeping
+"""
+
+from __future__ import annotations
+
+import re
+
+RUNS_ROOT = "runs"
+CHECKPOINT_COMPLETE_MARKER = "COMPLETE"
+_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_STEP_DIR_RE = re.compile(r"^step-(\d{6,})$")
+
+
+def check_run_name(name: str) -> str:
+    """Run names are Kubernetes object names (DNS-1123 labels), so the same name works everywhere."""
+    if not name or len(name) > 63 or not _NAME_RE.match(name):
+        raise ValueError(
+            f"run name {name!r} is not a DNS-1123 label: use at most 63 lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit"
+        )
+    return name
+
+
+def run_prefix(run: str) -> str:
+    return f"{RUNS_ROOT}/{check_run_name(run)}"
+
+
+# ----- phase identities -------------------------------------------------------------------------------
+
+
+def weight_phase_key(cycle: int) -> str:
+    return f"c{cycle:02d}-weight"
+
+
+def harness_phase_key(cycle: int) -> str:
+    return f"c{cycle:02d}-harness"
+
+
+def eval_phase_key(cycle: int, step: int, after: str) -> str:
+    """``after`` says which point it evaluates: start | weight | harness."""
+    return f"eval-c{cycle:02d}-s{step:06d}-{after}"
+
+
+# ----- per-run files ------------------------------------------------------------------------------------
+
+
+def spec_key(run: str) -> str:
+    return f"{run_prefix(run)}/spec.json"
+
+
+def status_key(run: str) -> str:
+    return f"{run_prefix(run)}/status.json"
+
+
+def phase_prefix(run: str, phase: str) -> str:
+    return f"{run_prefix(run)}/phases/{phase}"
+
+
+def request_key(run: str, phase: str) -> str:
+    return f"{phase_prefix(run, phase)}/request.json"
+
+
+def metrics_key(run: str, phase: str) -> str:
+    return f"{phase_prefix(run, phase)}/metrics.jsonl"
+
+
+def result_key(run: str, phase: str) -> str:
+    return f"{phase_prefix(run, phase)}/result.json"
+
+
+def stop_key(run: str, phase: str) -> str:
+    return f"{phase_prefix(run, phase)}/STOP"
+
+
+def state_prefix(run: str, phase: str) -> str:
+    return f"{phase_prefix(run, phase)}/state"
+
+
+def log_key(run: str, phase: str, attempt: int) -> str:
+    return f"{phase_prefix(run, phase)}/logs/attempt-{attempt}.log"
+
+
+def checkpoints_prefix(run: str) -> str:
+    return f"{run_prefix(run)}/checkpoints"
+
+
+def checkpoint_prefix(run: str, step: int) -> str:
+    return f"{checkpoints_prefix(run)}/step-{step:06d}"
+
+
+def checkpoint_complete_key(run: str, step: int) -> str:
+    return f"{checkpoint_prefix(run, step)}/{CHECKPOINT_COMPLETE_MARKER}"
+
+
+def parse_checkpoint_step(dirname: str) -> int | None:
+    """``step-000044`` -> 44; anything else -> None."""
+    match = _STEP_DIR_RE.match(dirname)
+    return int(match.group(1)) if match else None
+
+
+def harness_key(run: str, name: str) -> str:
+    return f"{run_prefix(run)}/harnesses/{name}.py"
+
+
+def archive_prefix(run: str, cycle: int) -> str:
+    return f"{run_prefix(run)}/archive/c{cycle:02d}"
+
+
+def eval_items_key(run: str, phase: str) -> str:
+    return f"{run_prefix(run)}/evals/{phase}/per_item.jsonl"
+
+
+def data_prefix(domain: str) -> str:
+    """Materialised splits of a domain, shared by every run in the store."""
+    return f"data/{domain}"

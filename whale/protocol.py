@@ -1,0 +1,178 @@
+"""The messages between controllers and workloads, as they sit in the store.
+
+A controller (local runner or operator) writes a :class:`PhaseRequest` to
+``layout.request_key(run, phase)`` and launches the workload ``python -m whale.workloads <kind>
+--store URI --run RUN --phase PHASE``. The workload appends metrics lines to
+``layout.metrics_key`` and, when it is done, writes its result to ``layout.result_key`` — last and
+atomically, so the result's presence means "phase done". Between steps/iterations the workload
+checks ``layout.stop_key``: a stop request (the adaptive rule fired) ends the phase cleanly, with
+a result, at the current step. Pure: models only.
+
+Every model here is camelCase on the wire, like the spec.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True)
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True)
+
+
+class PhaseKind(str, enum.Enum):
+    WEIGHT = "weight"
+    HARNESS = "harness"
+    EVAL = "eval"
+
+    @property
+    def workload(self) -> str:
+        """The workload entrypoint that runs this kind of phase."""
+        return {"weight": "train", "harness": "search", "eval": "eval"}[self.value]
+
+
+class WeightStopRule(_Wire):
+    """Adaptive weight patience, already converted to steps (phase-local)."""
+
+    window_steps: int
+    burn_in_steps: int
+    patience_steps: int
+
+
+class HarnessStopRule(_Wire):
+    min_iterations: int
+    patience: int
+    max_iterations: int
+
+
+class WeightPhaseArgs(_Wire):
+    """RSFT from ``fromStep`` (checkpoint ``fromCheckpoint``; None = the base model) up to ``targetStep``
+    under harness ``harness`` (a store key of a harness file; None = the domain's h0)."""
+
+    cycle: int
+    harness: str | None
+    from_checkpoint: str | None
+    from_step: int
+    target_step: int
+    save_steps: list[int] = Field(default_factory=list, description="also checkpoint at these global steps")
+    steps_per_epoch: int
+    stop_rule: WeightStopRule | None = None
+
+
+class HarnessPhaseArgs(_Wire):
+    """Meta-Harness search under fixed weights ``checkpoint`` (None = base model), starting from
+    ``incomingHarness`` (None = h0), for ``iterations`` iterations (incoming re-evaluation included),
+    or by ``stopRule`` (then ``iterations`` is the maximum)."""
+
+    cycle: int
+    incoming_harness: str | None
+    checkpoint: str | None
+    step: int
+    iterations: int
+    stop_rule: HarnessStopRule | None = None
+    archive: str = Field(..., description="store prefix of this phase's candidate archive")
+
+
+class EvalPhaseArgs(_Wire):
+    cycle: int
+    step: int
+    after: Literal["start", "weight", "harness"]
+    checkpoint: str | None
+    harness: str | None
+
+
+class PhaseRequest(_Wire):
+    run: str
+    phase: str
+    kind: PhaseKind
+    attempt: int
+    spec: dict[str, Any] = Field(..., description="the run's spec, wire form (camelCase)")
+    weight: WeightPhaseArgs | None = None
+    harness: HarnessPhaseArgs | None = None
+    eval: EvalPhaseArgs | None = None
+
+
+# ----- what workloads write -----------------------------------------------------------------------
+
+
+class WeightStepMetrics(_Wire):
+    """One line of a weight phase's metrics.jsonl, appended after every RSFT step."""
+
+    step: int
+    epoch: float
+    reward_mean: float
+    acceptance_rate: float
+    kept: int
+    loss: float | None
+    learning_rate: float
+    rollouts: int
+    tokens_trained: int = 0
+    seconds_sampling: float = 0.0
+    seconds_training: float = 0.0
+    seconds_syncing: float = 0.0
+    tokens_per_second: float = 0.0
+
+
+class CandidateScore(_Wire):
+    id: str
+    score: float | None = Field(None, description="success rate on D_harness; None when it never got scored")
+    mean_turns: float | None = None
+    error: str | None = None
+
+
+class HarnessIterationMetrics(_Wire):
+    """One line of a harness phase's metrics.jsonl, appended after every iteration."""
+
+    iteration: int
+    best_score: float = Field(..., description="the archive's best training score after this iteration")
+    best_candidate: str
+    candidates: list[CandidateScore] = Field(default_factory=list)
+    rollouts: int
+
+
+class EvalProgress(_Wire):
+    items_done: int
+    items_total: int
+
+
+StopReason = Literal["target", "patience", "stop-request", "iterations"]
+
+
+class WeightPhaseResult(_Wire):
+    final_step: int
+    checkpoint: str = Field(..., description="store prefix of the checkpoint at finalStep")
+    rollouts: int
+    stopped_by: StopReason = "target"
+
+
+class HarnessPhaseResult(_Wire):
+    accepted_harness: str = Field(..., description="store key of the accepted harness file")
+    accepted_candidate: str
+    accepted_score: float
+    iterations: int
+    rollouts: int
+    stopped_by: StopReason = "iterations"
+
+
+class EvalResult(_Wire):
+    mean_at_k: float
+    k: int
+    items: int
+    per_subset: dict[str, float] = Field(default_factory=dict)
+    checkpoint: str | None = None
+    harness: str | None = None
+    notes: list[str] = Field(default_factory=list, description="e.g. benchmarks missing from the data")
+
+
+RESULT_MODELS: dict[PhaseKind, type[_Wire]] = {
+    PhaseKind.WEIGHT: WeightPhaseResult,
+    PhaseKind.HARNESS: HarnessPhaseResult,
+    PhaseKind.EVAL: EvalResult,
+}

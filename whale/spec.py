@@ -1,0 +1,460 @@
+"""The WhaleRun resource: one typed model for the spec and the status.
+
+The same model validates a manifest for ``whale run`` and generates the CRD's OpenAPI schema
+(``whale.crd``), so the cluster and the laptop accept exactly the same documents. Field names are
+camelCase on the wire (Kubernetes style) and snake_case in Python. Defaults are the paper's.
+Pure: no I/O, no heavy imports.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.alias_generators import to_camel
+
+API_GROUP = "whale.dev"
+API_VERSION = "v1alpha1"
+KIND = "WhaleRun"
+PLURAL = "whaleruns"
+SINGULAR = "whalerun"
+SHORT_NAMES = ["wr"]
+
+
+class _Model(BaseModel):
+    """camelCase on the wire, unknown fields rejected (a typo must not be silently ignored)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        use_enum_values=False,
+    )
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+NonNegInt = Annotated[int, Field(ge=0)]
+PosInt = Annotated[int, Field(ge=1)]
+PosFloat = Annotated[float, Field(gt=0)]
+
+
+class Condition(str, enum.Enum):
+    """What alternates. ``whale``: fixed (E, I) per cycle; ``adaptive_whale``: phases end by patience."""
+
+    RSFT_ONLY = "rsft_only"
+    MH_ONLY = "mh_only"
+    WHALE = "whale"
+    ADAPTIVE_WHALE = "adaptive_whale"
+
+    @property
+    def trains_weights(self) -> bool:
+        return self is not Condition.MH_ONLY
+
+    @property
+    def searches_harness(self) -> bool:
+        return self is not Condition.RSFT_ONLY
+
+
+# ----- schedule -----------------------------------------------------------------------------------
+
+
+class AdaptiveWeight(_Model):
+    """Weight-phase patience on the sliding-window mean training reward (each 0.2 epoch in the paper).
+
+    Give each knob in epochs of D_weight or in steps, not both."""
+
+    window_epochs: PosFloat | None = None
+    window_steps: PosInt | None = None
+    burn_in_epochs: Annotated[float, Field(ge=0)] | None = None
+    burn_in_steps: NonNegInt | None = None
+    patience_epochs: PosFloat | None = None
+    patience_steps: PosInt | None = None
+
+    @model_validator(mode="after")
+    def _one_unit_each(self) -> AdaptiveWeight:
+        for knob in ("window", "burn_in", "patience"):
+            if getattr(self, f"{knob}_epochs") is not None and getattr(self, f"{knob}_steps") is not None:
+                camel = to_camel(knob)
+                raise ValueError(f"give {camel}Epochs or {camel}Steps, not both")
+        return self
+
+
+class AdaptiveHarness(_Model):
+    """Harness-phase patience on the archive's best training score (incoming evaluation counts)."""
+
+    min_iterations: PosInt = 6
+    patience: PosInt = 2
+    max_iterations: PosInt = 15
+
+    @model_validator(mode="after")
+    def _ordered(self) -> AdaptiveHarness:
+        if self.max_iterations < self.min_iterations:
+            raise ValueError(
+                f"maxIterations ({self.max_iterations}) must be >= minIterations ({self.min_iterations})"
+            )
+        return self
+
+
+class Adaptive(_Model):
+    weight: AdaptiveWeight = AdaptiveWeight()
+    harness: AdaptiveHarness = AdaptiveHarness()
+
+
+class Schedule(_Model):
+    """The weight budget and the per-cycle budgets, in epochs of D_weight or in RSFT steps.
+
+    steps-per-epoch = round(|D_weight| / promptsPerStep); a budget in epochs becomes
+    round(epochs x steps-per-epoch) steps (the paper: 74/70/64 steps per epoch, E=0.6 -> 44/42/38)."""
+
+    total_epochs: PosFloat | None = None
+    total_steps: PosInt | None = None
+    weight_epochs_per_cycle: PosFloat | None = None
+    weight_steps_per_cycle: PosInt | None = None
+    harness_iterations_per_cycle: PosInt = Field(
+        6, description="I: harness iterations per cycle, the incoming harness's re-evaluation included"
+    )
+    mh_only_iterations: PosInt = Field(40, description="iterations of the single harness phase of mh_only")
+    max_cycles: PosInt = 30
+    adaptive: Adaptive = Adaptive()
+
+    @model_validator(mode="after")
+    def _one_unit_each(self) -> Schedule:
+        if self.total_epochs is not None and self.total_steps is not None:
+            raise ValueError("give totalEpochs or totalSteps, not both")
+        if self.weight_epochs_per_cycle is not None and self.weight_steps_per_cycle is not None:
+            raise ValueError("give weightEpochsPerCycle or weightStepsPerCycle, not both")
+        return self
+
+
+# ----- workloads ----------------------------------------------------------------------------------
+
+
+class Sampling(_Model):
+    temperature: Annotated[float, Field(ge=0)] = 1.0
+    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
+    top_k: Annotated[int, Field(ge=-1)] = 20
+    max_response_tokens: PosInt = 8192
+
+
+class RSFT(_Model):
+    """Online rejection-sampling fine-tuning: one step = promptsPerStep x rolloutsPerPrompt rollouts,
+    keep reward > scoreThreshold, SFT on the kept trajectories."""
+
+    prompts_per_step: PosInt = 256
+    rollouts_per_prompt: PosInt = 8
+    score_threshold: float = 0.5
+    sft_epochs: PosInt = 1
+    mini_batch_size: PosInt = 64
+    micro_batch_size_per_gpu: PosInt = 2
+    learning_rate: PosFloat = 1e-7
+    lr_scheduler: Literal["constant", "cosine", "linear"] = "constant"
+    warmup_steps: NonNegInt = 0
+    weight_decay: Annotated[float, Field(ge=0)] = 0.0
+    max_grad_norm: PosFloat = 1.0
+    optimizer: Literal["adamw"] = "adamw"
+    precision: Literal["auto", "bf16", "fp32"] = Field(
+        "auto", description="auto = bf16 on a GPU, fp32 on the CPU"
+    )
+    gradient_checkpointing: bool = False
+    checkpoint_every_steps: NonNegInt = Field(
+        0, description="also checkpoint every N steps for resume (0 = only at evaluation points and phase end)"
+    )
+    seed: int = 0
+    sampling: Sampling = Sampling()
+
+    @model_validator(mode="after")
+    def _batches(self) -> RSFT:
+        if self.micro_batch_size_per_gpu > self.mini_batch_size:
+            raise ValueError(
+                f"microBatchSizePerGpu ({self.micro_batch_size_per_gpu}) must be <= miniBatchSize "
+                f"({self.mini_batch_size})"
+            )
+        return self
+
+
+class SecretKeyRef(_Model):
+    """A key of a Kubernetes Secret; locally the value is read from the environment variable ``env``."""
+
+    name: str
+    key: str
+    env: str | None = Field(None, description="environment variable holding the value for `whale run`")
+
+
+class Proposer(_Model):
+    """The coding agent that writes harness candidates."""
+
+    backend: Literal["openai", "cli", "replay"] = Field(
+        "openai",
+        description="openai: built-in agent loop over an OpenAI-compatible chat API with tool calls; "
+        "cli: an external agent command; replay: a recorded proposal script (tests/CI)",
+    )
+    model: str | None = None
+    base_url: str | None = None
+    api_key_secret: SecretKeyRef | None = None
+    command: list[str] | None = Field(None, description="cli backend: argv template; {scratch} {archive} {skill}")
+    script: str | None = Field(None, description="replay backend: path of the recorded proposal script")
+    timeout_seconds: PosInt = 2400
+    max_turns: PosInt = 40
+    max_tokens: PosInt = 200_000
+
+    @model_validator(mode="after")
+    def _backend_fields(self) -> Proposer:
+        if self.backend == "cli" and not self.command:
+            raise ValueError("backend 'cli' needs `command` (the agent CLI's argv)")
+        if self.backend == "replay" and not self.script:
+            raise ValueError("backend 'replay' needs `script`")
+        return self
+
+
+class HarnessSearch(_Model):
+    proposals_per_iteration: PosInt = 3
+    rollouts_per_item: PosInt = 1
+    prompt_only: bool = Field(False, description="FST baseline: only the two prompt constants may change")
+    smoke_test_items: PosInt = 4
+    candidate_timeout_seconds: PosInt = 3600
+    proposer: Proposer = Proposer()
+
+
+class Evaluation(_Model):
+    """Test mean@k at regular points of the weight budget, after every harness phase and at the end."""
+
+    samples_per_item: PosInt = 8
+    temperature: Annotated[float, Field(ge=0)] = 1.0
+    interval_epochs: PosFloat | None = None
+    interval_steps: PosInt | None = None
+    at_start: bool = Field(True, description="also evaluate (theta0, h0) before anything trains")
+    after_harness_phase: bool = True
+    max_items: PosInt | None = Field(None, description="cap the test items (smoke runs)")
+    split: Literal["test", "harness", "weight"] = "test"
+
+    @model_validator(mode="after")
+    def _one_unit(self) -> Evaluation:
+        if self.interval_epochs is not None and self.interval_steps is not None:
+            raise ValueError("give intervalEpochs or intervalSteps, not both")
+        return self
+
+
+class Model(_Model):
+    name: str = Field(..., description="HF model id, or a local path / store URI of a checkpoint")
+    revision: str | None = None
+    served_model_name: str | None = None
+    max_model_len: PosInt = 32768
+    trust_remote_code: bool = False
+    gguf_file: str | None = Field(None, description="load from this GGUF file inside `name` (CPU demo models)")
+
+
+class Data(_Model):
+    """Where the domain's raw files are, and optional caps on the split sizes."""
+
+    data_dir: str | None = Field(None, description="raw data root (default: $WHALE_DATA_DIR or ../shared/data)")
+    seed: int = 0
+    weight_size: PosInt | None = Field(None, description="cap |D_weight|")
+    harness_size: PosInt = 256
+    test_size: PosInt | None = Field(None, description="cap |D_test| (per benchmark where the domain has several)")
+
+
+class Storage(_Model):
+    uri: str | None = Field(
+        None, description="file:///path or s3://bucket/prefix; `whale run --store` overrides it"
+    )
+    endpoint: str | None = Field(None, description="S3 endpoint host:port (MinIO)")
+    secure: bool = False
+    region: str | None = None
+    credentials_secret: str | None = Field(
+        None, description="Secret with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (cluster)"
+    )
+
+
+class Inference(_Model):
+    """How rollouts are sampled: a vLLM server (cluster) or the in-process transformers backend (CPU)."""
+
+    backend: Literal["auto", "vllm", "transformers", "openai"] = Field(
+        "auto", description="auto: vllm on a cluster, transformers in `whale run`"
+    )
+    base_url: str | None = Field(None, description="openai backend: an existing OpenAI-compatible endpoint")
+    max_concurrency: PosInt = 64
+    request_timeout_seconds: PosInt = 600
+    tensor_parallel_size: PosInt = 1
+    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
+    tool_call_parser: str | None = "qwen3_coder"
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class Retry(_Model):
+    max_attempts: PosInt = Field(3, description="attempts per phase before the run fails")
+    active_deadline_seconds: PosInt | None = None
+
+
+# ----- cluster-only fields (ignored by `whale run`) -----------------------------------------------
+
+
+class Resources(_Model):
+    requests: dict[str, str] = Field(default_factory=dict)
+    limits: dict[str, str] = Field(default_factory=dict)
+
+
+class Toleration(_Model):
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: str | None = None
+    toleration_seconds: int | None = None
+
+
+class Images(_Model):
+    worker: str = "ghcr.io/whale-dev/whale-worker:0.1.0"
+    vllm: str = "vllm/vllm-openai:v0.11.0"
+    tools: str = "ghcr.io/whale-dev/whale-tools:0.1.0"
+    pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
+
+
+class Train(_Model):
+    """Train Job shape. numNodes > 1 makes the train Job an Indexed Job with torchrun rendezvous."""
+
+    num_nodes: PosInt = 1
+    gpus_per_node: NonNegInt = 1
+    deepspeed_config: str | None = Field(None, description="DeepSpeed config path in the worker image")
+    resources: Resources = Resources()
+
+
+class Cluster(_Model):
+    """Kubernetes placement for the children; `whale run` ignores all of it."""
+
+    images: Images = Images()
+    queue_name: str | None = Field(None, description="Kueue LocalQueue; labels every Job and the Deployment")
+    priority_class_name: str | None = None
+    node_selector: dict[str, str] = Field(default_factory=dict)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    service_account_name: str | None = None
+    worker_resources: Resources = Resources()
+    inference_resources: Resources = Resources()
+    model_cache_size: str = "100Gi"
+
+
+# ----- the spec -----------------------------------------------------------------------------------
+
+
+class WhaleRunSpec(_Model):
+    domain: str = Field(..., description="a registered domain (entry-point group whale.domains)")
+    condition: Condition
+    model: Model
+    schedule: Schedule = Schedule()
+    rsft: RSFT = RSFT()
+    harness_search: HarnessSearch = HarnessSearch()
+    evaluation: Evaluation = Evaluation()
+    data: Data = Data()
+    storage: Storage = Storage()
+    inference: Inference = Inference()
+    retry: Retry = Retry()
+    train: Train = Train()
+    cluster: Cluster = Cluster()
+    suspend: bool = False
+
+    @model_validator(mode="after")
+    def _condition_fields(self) -> WhaleRunSpec:
+        sched = self.schedule
+        has_budget = sched.total_epochs is not None or sched.total_steps is not None
+        has_cycle = sched.weight_epochs_per_cycle is not None or sched.weight_steps_per_cycle is not None
+        if self.condition.trains_weights and not has_budget:
+            raise ValueError(
+                f"schedule: condition {self.condition.value} trains weights and needs a weight budget: "
+                "set schedule.totalEpochs or schedule.totalSteps"
+            )
+        if self.condition is Condition.MH_ONLY and (has_budget or has_cycle):
+            raise ValueError(
+                "schedule: mh_only never trains weights, so totalEpochs/totalSteps/weightEpochsPerCycle/"
+                "weightStepsPerCycle can never apply; remove them (mhOnlyIterations sets its length)"
+            )
+        if self.condition is Condition.WHALE and not has_cycle:
+            raise ValueError(
+                "schedule: condition whale needs E: set schedule.weightEpochsPerCycle or "
+                "schedule.weightStepsPerCycle"
+            )
+        if self.condition in (Condition.RSFT_ONLY, Condition.ADAPTIVE_WHALE) and has_cycle:
+            raise ValueError(
+                f"schedule: weightEpochsPerCycle/weightStepsPerCycle never apply to {self.condition.value} "
+                "(rsft_only trains the whole budget in one phase; adaptive_whale ends phases by patience); "
+                "remove them"
+            )
+        return self
+
+
+# ----- status -------------------------------------------------------------------------------------
+
+
+class RunPhase(str, enum.Enum):
+    PENDING = "Pending"
+    RUNNING = "Running"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+    def is_terminal(self) -> bool:
+        return self in (RunPhase.SUCCEEDED, RunPhase.FAILED)
+
+
+class Stage(str, enum.Enum):
+    WEIGHT = "weight"
+    HARNESS = "harness"
+    EVAL = "eval"
+    DONE = "done"
+
+
+class BestEval(_Model):
+    """The best test mean@k seen so far and where it came from (the paper's headline figure)."""
+
+    mean_at_k: float
+    k: int
+    phase: str
+    cycle: int
+    step: int
+    harness: str | None = None
+    checkpoint: str | None = None
+    rollouts_at: int = Field(0, description="training rollouts spent when this point was reached")
+
+
+class Condition_(_Model):  # noqa: N801 - metav1.Condition, named apart from the run Condition enum
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str
+    message: str = ""
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
+MetaCondition = Condition_
+
+
+class WhaleRunStatus(_Model):
+    """What `kubectl get wr` shows. Written by one writer: the controller applying ``decide()``."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True
+    )
+
+    phase: RunPhase = RunPhase.PENDING
+    cycle: NonNegInt = 0
+    stage: Stage | None = None
+    step: NonNegInt = Field(0, description="global RSFT steps done (the step of currentCheckpoint)")
+    iteration: NonNegInt = Field(0, description="harness iterations done in the current harness phase")
+    steps_per_epoch: NonNegInt | None = None
+    total_steps: NonNegInt | None = None
+    current_checkpoint: str | None = Field(None, description="None: the base model theta0")
+    current_harness: str | None = Field(None, description="None: the domain's h0")
+    active_phase: str | None = None
+    attempts: dict[str, int] = Field(default_factory=dict)
+    preemptions: NonNegInt = 0
+    rollouts_spent: NonNegInt = 0
+    evals_done: list[str] = Field(default_factory=list)
+    best: BestEval | None = None
+    last_eval_mean: float | None = None
+    reason: str | None = None
+    message: str | None = None
+    start_time: str | None = None
+    completion_time: str | None = None
+    observed_generation: int | None = None
+    conditions: list[MetaCondition] = Field(default_factory=list)
