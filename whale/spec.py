@@ -429,8 +429,24 @@ class Condition_(_Model):  # noqa: N801 - metav1.Condition, named apart from the
 MetaCondition = Condition_
 
 
+class EvalPoint(_Model):
+    """One evaluation the run owes: (checkpoint, harness) at a point of the schedule."""
+
+    phase: str
+    cycle: int
+    step: int
+    after: Literal["start", "weight", "harness"]
+    checkpoint: str | None = None
+    harness: str | None = None
+    rollouts_at: int = 0
+    mean_at_k: float | None = Field(None, description="set when the evaluation finished")
+
+
 class WhaleRunStatus(_Model):
-    """What `kubectl get wr` shows. Written by one writer: the controller applying ``decide()``."""
+    """What `kubectl get wr` shows, and everything ``decide()`` needs to resume a run.
+
+    Written by one writer: the controller applying ``decide()``. Counters (attempts, failures,
+    preemptions, rollouts) are owned here and never recomputed from children."""
 
     model_config = ConfigDict(
         alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True
@@ -439,17 +455,22 @@ class WhaleRunStatus(_Model):
     phase: RunPhase = RunPhase.PENDING
     cycle: NonNegInt = 0
     stage: Stage | None = None
-    step: NonNegInt = Field(0, description="global RSFT steps done (the step of currentCheckpoint)")
+    step: NonNegInt = Field(0, description="global RSFT steps reached (latest logged step while training)")
     iteration: NonNegInt = Field(0, description="harness iterations done in the current harness phase")
     steps_per_epoch: NonNegInt | None = None
     total_steps: NonNegInt | None = None
-    current_checkpoint: str | None = Field(None, description="None: the base model theta0")
-    current_harness: str | None = Field(None, description="None: the domain's h0")
-    active_phase: str | None = None
-    attempts: dict[str, int] = Field(default_factory=dict)
+    current_checkpoint: str | None = Field(None, description="store key; None: the base model theta0")
+    current_harness: str | None = Field(None, description="store key; None: the domain's h0")
+    checkpoint_step: NonNegInt = Field(0, description="the step of currentCheckpoint")
+    active_phase: str | None = Field(None, description="the main (weight/harness) phase running now")
+    completed_phases: list[str] = Field(default_factory=list, description="main phases done, in order")
+    attempts: dict[str, int] = Field(default_factory=dict, description="current attempt number per phase")
+    failures: dict[str, int] = Field(default_factory=dict, description="failed attempts per phase")
     preemptions: NonNegInt = 0
-    rollouts_spent: NonNegInt = 0
-    evals_done: list[str] = Field(default_factory=list)
+    stop_requested: list[str] = Field(default_factory=list, description="phases asked to stop early")
+    rollouts_completed: NonNegInt = Field(0, description="training rollouts of finished phases")
+    rollouts_spent: NonNegInt = Field(0, description="training rollouts so far (finished + running phases)")
+    evals: list[EvalPoint] = Field(default_factory=list)
     best: BestEval | None = None
     last_eval_mean: float | None = None
     reason: str | None = None

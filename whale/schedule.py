@@ -1,0 +1,244 @@
+"""Turning a spec's budgets into steps and iterations, and the plan a run will follow.
+
+Epochs convert to steps with steps-per-epoch = round(|D_weight| / promptsPerStep) and a budget of
+``x`` epochs = round(x * steps-per-epoch) steps. Rounding is half-up (not Python's half-to-even),
+which reproduces the paper: 74/70/64 steps per epoch, E=0.6 -> 44/42/38 steps. Pure.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from whale.protocol import HarnessStopRule, WeightStopRule
+from whale.spec import Condition, WhaleRunSpec
+
+DEFAULT_EVAL_INTERVAL_EPOCHS = 0.1
+DEFAULT_ADAPTIVE_EPOCHS = 0.2
+
+
+class ScheduleError(ValueError):
+    """A schedule that cannot run; ``field`` is the spec path to fix."""
+
+    def __init__(self, field_path: str, message: str):
+        self.field = field_path
+        super().__init__(f"{field_path}: {message}")
+
+
+def round_half_up(x: float) -> int:
+    return int(math.floor(x + 0.5))
+
+
+def steps_per_epoch(weight_size: int, prompts_per_step: int) -> int:
+    """At least 1: a D_weight smaller than one batch still makes one step per epoch."""
+    return max(1, round_half_up(weight_size / prompts_per_step))
+
+
+def _steps(epochs: float | None, steps: int | None, spe: int, default_epochs: float | None) -> int | None:
+    if steps is not None:
+        return steps
+    if epochs is None:
+        epochs = default_epochs
+    if epochs is None:
+        return None
+    return round_half_up(epochs * spe)
+
+
+@dataclass(frozen=True)
+class ResolvedSchedule:
+    """Every budget of a run, in steps and iterations."""
+
+    condition: Condition
+    weight_size: int
+    harness_size: int
+    steps_per_epoch: int
+    total_steps: int  # 0 for mh_only
+    cycle_steps: int | None  # E in steps (whale only)
+    harness_iterations: int  # I (whale), N (mh_only), maxIterations (adaptive)
+    max_cycles: int
+    eval_interval_steps: int
+    weight_rule: WeightStopRule | None = None
+    harness_rule: HarnessStopRule | None = None
+    rollouts_per_step: int = 0
+    rollouts_per_harness_iteration: int = 0
+    rollouts_incoming_evaluation: int = 0
+    eval_points: tuple[int, ...] = field(default=())
+
+    def eval_points_between(self, lo: int, hi: int) -> list[int]:
+        """Evaluation steps in (lo, hi]."""
+        return [s for s in self.eval_points if lo < s <= hi]
+
+
+def resolve(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> ResolvedSchedule:
+    """Resolve epochs into steps for these split sizes; raise ScheduleError naming the field."""
+    weight_size = split_sizes.get("weight", 0)
+    harness_size = split_sizes.get("harness", spec.data.harness_size)
+    sched, rsft = spec.schedule, spec.rsft
+    cond = spec.condition
+    if cond.trains_weights and weight_size < 1:
+        raise ScheduleError("spec.domain", f"domain {spec.domain!r} has an empty D_weight; check spec.data")
+    spe = steps_per_epoch(max(weight_size, 1), rsft.prompts_per_step)
+
+    total = 0
+    if cond.trains_weights:
+        total = _steps(sched.total_epochs, sched.total_steps, spe, None) or 0
+        if total < 1:
+            raise ScheduleError(
+                "spec.schedule.totalEpochs",
+                f"{sched.total_epochs} epochs x {spe} steps/epoch rounds to 0 steps; raise it or give totalSteps",
+            )
+
+    cycle_steps = None
+    if cond is Condition.WHALE:
+        cycle_steps = _steps(sched.weight_epochs_per_cycle, sched.weight_steps_per_cycle, spe, None)
+        field_name = (
+            "spec.schedule.weightStepsPerCycle"
+            if sched.weight_steps_per_cycle is not None
+            else "spec.schedule.weightEpochsPerCycle"
+        )
+        if not cycle_steps or cycle_steps < 1:
+            raise ScheduleError(field_name, f"rounds to 0 steps at {spe} steps/epoch; raise it")
+        if cycle_steps > total:
+            raise ScheduleError(
+                field_name,
+                f"E = {cycle_steps} steps is larger than the total budget of {total} steps; "
+                "E must be <= the total",
+            )
+
+    weight_rule = harness_rule = None
+    if cond is Condition.ADAPTIVE_WHALE:
+        aw = sched.adaptive.weight
+        window = _steps(aw.window_epochs, aw.window_steps, spe, DEFAULT_ADAPTIVE_EPOCHS) or 1
+        burn_in = _steps(aw.burn_in_epochs, aw.burn_in_steps, spe, DEFAULT_ADAPTIVE_EPOCHS) or 0
+        patience = _steps(aw.patience_epochs, aw.patience_steps, spe, DEFAULT_ADAPTIVE_EPOCHS) or 1
+        weight_rule = WeightStopRule(
+            window_steps=max(1, window), burn_in_steps=max(0, burn_in), patience_steps=max(1, patience)
+        )
+        ah = sched.adaptive.harness
+        harness_rule = HarnessStopRule(
+            min_iterations=ah.min_iterations, patience=ah.patience, max_iterations=ah.max_iterations
+        )
+
+    if cond is Condition.MH_ONLY:
+        iterations = sched.mh_only_iterations
+    elif cond is Condition.ADAPTIVE_WHALE:
+        iterations = sched.adaptive.harness.max_iterations
+    else:
+        iterations = sched.harness_iterations_per_cycle
+
+    ev = spec.evaluation
+    interval = _steps(ev.interval_epochs, ev.interval_steps, spe, DEFAULT_EVAL_INTERVAL_EPOCHS) or 1
+    interval = max(1, interval)
+    points = tuple(range(interval, total + 1, interval)) if total else ()
+
+    hs = spec.harness_search
+    per_candidate = harness_size * hs.rollouts_per_item
+    return ResolvedSchedule(
+        condition=cond,
+        weight_size=weight_size,
+        harness_size=harness_size,
+        steps_per_epoch=spe,
+        total_steps=total,
+        cycle_steps=cycle_steps,
+        harness_iterations=iterations,
+        max_cycles=sched.max_cycles,
+        eval_interval_steps=interval,
+        weight_rule=weight_rule,
+        harness_rule=harness_rule,
+        rollouts_per_step=rsft.prompts_per_step * rsft.rollouts_per_prompt,
+        rollouts_per_harness_iteration=per_candidate * hs.proposals_per_iteration,
+        rollouts_incoming_evaluation=per_candidate,
+        eval_points=points,
+    )
+
+
+def min_adaptive_weight_steps(rule: WeightStopRule) -> int:
+    """The shortest weight phase the adaptive rule allows (see ``whale.adaptive``)."""
+    return max(rule.burn_in_steps, rule.patience_steps + 1)
+
+
+def harness_phase_rollouts(sched: ResolvedSchedule, iterations: int) -> int:
+    """Iteration 1 re-evaluates the incoming harness; each later one scores every proposal."""
+    if iterations < 1:
+        return 0
+    return sched.rollouts_incoming_evaluation + (iterations - 1) * sched.rollouts_per_harness_iteration
+
+
+def plan(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> dict[str, Any]:
+    """The schedule the run will follow, before it starts.
+
+    For ``adaptive_whale`` the phases are bounds: every weight phase may end early (never before
+    burn-in), every harness phase runs between minIterations and maxIterations; the listed phases
+    are the longest run the rules allow, and ``rollouts`` is an upper bound."""
+    sched = resolve(spec, split_sizes)
+    cond = spec.condition
+    ev = spec.evaluation
+    phases: list[dict[str, Any]] = []
+    rollouts = 0
+    adaptive = cond is Condition.ADAPTIVE_WHALE
+
+    def add_eval(cycle: int, step: int, after: str) -> None:
+        phases.append({"cycle": cycle, "kind": "eval", "step": step, "after": after})
+
+    if ev.at_start:
+        add_eval(0, 0, "start")
+
+    def add_weight(cycle: int, a: int, b: int, max_b: int | None = None) -> None:
+        nonlocal rollouts
+        entry: dict[str, Any] = {"cycle": cycle, "kind": "weight", "fromStep": a, "toStep": b}
+        if adaptive and sched.weight_rule is not None:
+            entry["minSteps"] = min(min_adaptive_weight_steps(sched.weight_rule), b - a)
+            entry["upperBound"] = True
+        phases.append(entry)
+        rollouts += (b - a) * sched.rollouts_per_step
+        for s in sched.eval_points_between(a, b):
+            add_eval(cycle, s, "weight")
+        if b not in sched.eval_points:
+            add_eval(cycle, b, "weight")
+
+    def add_harness(cycle: int, step: int) -> None:
+        nonlocal rollouts
+        entry: dict[str, Any] = {"cycle": cycle, "kind": "harness", "iterations": sched.harness_iterations}
+        if adaptive and sched.harness_rule is not None:
+            entry["minIterations"] = sched.harness_rule.min_iterations
+            entry["upperBound"] = True
+        phases.append(entry)
+        rollouts += harness_phase_rollouts(sched, sched.harness_iterations)
+        if ev.after_harness_phase:
+            add_eval(cycle, step, "harness")
+
+    if cond is Condition.MH_ONLY:
+        add_harness(1, 0)
+    elif cond is Condition.RSFT_ONLY:
+        add_weight(1, 0, sched.total_steps)
+    else:
+        # whale: E per cycle. adaptive: the longest run the rules allow ends every weight phase
+        # as early as possible (after max(burn-in, patience + 1) steps, since a new best needs a
+        # step) and runs every harness phase to maxIterations; that bounds the rollouts.
+        step_per_cycle = sched.cycle_steps or sched.total_steps
+        if adaptive and sched.weight_rule is not None:
+            step_per_cycle = min_adaptive_weight_steps(sched.weight_rule)
+        step, cycle = 0, 0
+        while cycle < sched.max_cycles:
+            cycle += 1
+            target = min(step + step_per_cycle, sched.total_steps)
+            if adaptive and cycle == sched.max_cycles:
+                target = sched.total_steps
+            add_weight(cycle, step, target)
+            step = target
+            if step >= sched.total_steps:
+                break
+            add_harness(cycle, step)
+    out: dict[str, Any] = {
+        "condition": cond.value,
+        "stepsPerEpoch": sched.steps_per_epoch,
+        "totalSteps": sched.total_steps,
+        "phases": phases,
+        "rollouts": rollouts,
+    }
+    if sched.cycle_steps:
+        out["weightStepsPerCycle"] = sched.cycle_steps
+    if adaptive:
+        out["rolloutsUpperBound"] = True
+    return out
