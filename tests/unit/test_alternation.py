@@ -1,0 +1,255 @@
+"""Table-driven tests of the pure alternation state machine (every condition and the edges)."""
+
+from __future__ import annotations
+
+import pytest
+
+from whale.adaptive import harness_stop_iteration, weight_stop_step, window_means
+from whale.alternation import Child, ChildState, Observations, StartPhase, StopPhase, decide
+from whale.protocol import HarnessStopRule, WeightStopRule
+from whale.schedule import resolve
+from whale.spec import RunPhase, Stage, WhaleRunSpec, WhaleRunStatus
+
+from .sim import RUN, World, drive, main_phases
+
+SIZES = {"weight": 256 * 10, "harness": 4, "test": 10}  # 10 steps per epoch at promptsPerStep 256
+
+
+def make_spec(condition: str, **schedule) -> WhaleRunSpec:
+    return WhaleRunSpec.model_validate(
+        {
+            "domain": "synthetic",
+            "condition": condition,
+            "model": {"name": "tiny"},
+            "schedule": schedule,
+            "evaluation": {"intervalSteps": 1000},  # keep the eval list short unless a test asks
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    ("condition", "schedule", "expected"),
+    [
+        # budget divisible by E: three cycles, no harness phase after the one that spends the budget
+        ("whale", {"totalSteps": 9, "weightStepsPerCycle": 3},
+         ["c01-weight", "c01-harness", "c02-weight", "c02-harness", "c03-weight"]),
+        # not divisible: the last target is clamped to the total
+        ("whale", {"totalSteps": 10, "weightStepsPerCycle": 4},
+         ["c01-weight", "c01-harness", "c02-weight", "c02-harness", "c03-weight"]),
+        # E == total: one weight phase, nothing else
+        ("whale", {"totalSteps": 5, "weightStepsPerCycle": 5}, ["c01-weight"]),
+        # maxCycles caps the run; the harness phase of the last cycle still runs
+        ("whale", {"totalSteps": 100, "weightStepsPerCycle": 10, "maxCycles": 2},
+         ["c01-weight", "c01-harness", "c02-weight", "c02-harness"]),
+        ("rsft_only", {"totalSteps": 7}, ["c01-weight"]),
+        ("mh_only", {"mhOnlyIterations": 5}, ["c01-harness"]),
+    ],
+)
+def test_main_sequence(condition, schedule, expected):
+    world = World(SIZES)
+    status = drive(make_spec(condition, **schedule), world)
+    assert status.phase is RunPhase.SUCCEEDED, status.message
+    assert main_phases(world) == expected
+
+
+def test_whale_targets_and_harness_inputs():
+    world = World(SIZES)
+    drive(make_spec("whale", totalSteps=10, weightStepsPerCycle=4), world)
+    w = {p: world.requests[p].weight for p in ("c01-weight", "c02-weight", "c03-weight")}
+    assert [(a.from_step, a.target_step) for a in w.values()] == [(0, 4), (4, 8), (8, 10)]
+    assert w["c01-weight"].harness is None and w["c01-weight"].from_checkpoint is None
+    # the accepted harness of cycle k is what cycle k+1 trains under, from the cycle-k checkpoint
+    assert w["c02-weight"].harness == f"runs/{RUN}/harnesses/c01-accepted.py"
+    assert w["c02-weight"].from_checkpoint == f"runs/{RUN}/checkpoints/step-000004"
+    h1 = world.requests["c01-harness"].harness
+    assert (h1.incoming_harness, h1.checkpoint, h1.iterations) == (None, f"runs/{RUN}/checkpoints/step-000004", 6)
+    h2 = world.requests["c02-harness"].harness
+    assert h2.incoming_harness == f"runs/{RUN}/harnesses/c01-accepted.py"
+
+
+def test_mh_only_runs_at_theta0_for_n_iterations():
+    world = World(SIZES)
+    status = drive(make_spec("mh_only", mhOnlyIterations=7), world)
+    h = world.requests["c01-harness"].harness
+    assert (h.checkpoint, h.incoming_harness, h.iterations, h.stop_rule) == (None, None, 7, None)
+    assert status.rollouts_spent == 4 * 7
+
+
+def test_rollouts_spent_counts_every_phase():
+    world = World(SIZES)
+    status = drive(make_spec("whale", totalSteps=6, weightStepsPerCycle=3), world)
+    # 6 weight steps x 16 rollouts (the simulated workload) + one harness phase of 6 iterations x 4
+    assert status.rollouts_spent == 6 * 16 + 6 * 4
+
+
+def test_e_larger_than_total_is_a_clear_error():
+    spec = make_spec("whale", totalSteps=3, weightStepsPerCycle=5)
+    d = decide(spec, WhaleRunStatus(), Observations(run=RUN, split_sizes=SIZES))
+    assert d.status.phase is RunPhase.FAILED
+    assert "weightStepsPerCycle" in d.status.message and "larger than the total" in d.status.message
+
+
+def test_paper_steps_per_epoch():
+    # |D_weight| of the paper's three domains -> 74 / 70 / 64 steps per epoch, E = 0.6 -> 44 / 42 / 38
+    for size, spe, e in [(74 * 256, 74, 44), (70 * 256, 70, 42), (64 * 256, 64, 38)]:
+        spec = make_spec("whale", totalEpochs=4, weightEpochsPerCycle=0.6)
+        s = resolve(spec, {"weight": size, "harness": 256})
+        assert (s.steps_per_epoch, s.cycle_steps, s.total_steps) == (spe, e, 4 * spe)
+
+
+# ----- adaptive rules, hand-worked ----------------------------------------------------------------
+
+
+def test_window_means():
+    assert window_means([0.1, 0.2, 0.3, 0.3], 2) == pytest.approx([0.1, 0.15, 0.25, 0.3])
+
+
+def test_weight_rule_hand_worked():
+    rule = WeightStopRule(window_steps=2, burn_in_steps=3, patience_steps=2)
+    # means 0.1 .15 .25 .30 .25 .15: new bests at steps 1-4; steps 5 and 6 are not -> fires after 6
+    rewards = [0.1, 0.2, 0.3, 0.3, 0.2, 0.1]
+    assert weight_stop_step(rewards, rule) == 6
+    assert weight_stop_step(rewards[:5], rule) is None
+    # burn-in holds it back: flat rewards never improve after step 1, but nothing stops before 3
+    assert weight_stop_step([0.5] * 10, WeightStopRule(window_steps=1, burn_in_steps=5, patience_steps=1)) == 5
+    assert weight_stop_step([0.5] * 10, WeightStopRule(window_steps=1, burn_in_steps=0, patience_steps=3)) == 4
+
+
+def test_harness_rule_hand_worked():
+    rule = HarnessStopRule(min_iterations=6, patience=2, max_iterations=15)
+    scores = [0.2, 0.2, 0.3, 0.3, 0.3, 0.3, 0.3]  # improvements at 1 and 3
+    assert harness_stop_iteration(scores[:5], rule) is None  # patience met at 5 but min is 6
+    assert harness_stop_iteration(scores, rule) == 6
+    rising = [i / 100 for i in range(1, 30)]
+    assert harness_stop_iteration(rising, rule) == 15  # never stalls: the max ends it
+
+
+def test_adaptive_run_stops_phases_by_patience():
+    spec = make_spec(
+        "adaptive_whale", totalSteps=40,
+        adaptive={"weight": {"windowSteps": 1, "burnInSteps": 2, "patienceSteps": 2},
+                  "harness": {"minIterations": 2, "patience": 1, "maxIterations": 5}},
+    )
+    # reward peaks at step 3 of each phase, then falls: every weight phase ends 2 steps after its peak
+    world = World(SIZES, reward=lambda s: [0.1, 0.5, 0.9, 0.3, 0.2, 0.1, 0.1][min((s - 1) % 5, 6)],
+                  best_score=lambda c, it: min(it, 3) / 10)
+    status = drive(spec, world)
+    assert status.phase is RunPhase.SUCCEEDED
+    first = world.results["c01-weight"]
+    assert first["stoppedBy"] == "patience" and first["finalStep"] == 5
+    assert world.requests["c01-weight"].weight.target_step == 40  # the budget still caps it
+    h = world.results["c01-harness"]
+    assert h["iterations"] == 4  # best rises until 3, then 1 iteration of patience
+    assert status.checkpoint_step == 40
+
+
+def test_decide_asks_a_running_phase_to_stop_once():
+    spec = make_spec(
+        "adaptive_whale", totalSteps=40,
+        adaptive={"weight": {"windowSteps": 1, "burnInSteps": 2, "patienceSteps": 2}},
+    )
+    status = decide(spec, WhaleRunStatus(), Observations(run=RUN, split_sizes=SIZES)).status
+    metrics = [{"step": i, "rewardMean": r, "rollouts": 1} for i, r in enumerate([0.9, 0.1, 0.1], start=1)]
+    obs = Observations(run=RUN, split_sizes=SIZES, children={"c01-weight": Child(ChildState.RUNNING)},
+                       metrics={"c01-weight": metrics})
+    d = decide(spec, status, obs)
+    stops = d.of_type(StopPhase)
+    assert [s.phase for s in stops] == ["c01-weight"] and "step 3" in stops[0].reason
+    assert d.status.step == 3
+    assert decide(spec, d.status, obs).of_type(StopPhase) == []  # asked once
+
+
+# ----- failures, preemption, idempotence, resume ---------------------------------------------------
+
+
+def test_failed_phase_is_retried_then_fails_the_run():
+    spec = make_spec("rsft_only", totalSteps=3)
+    world = World(SIZES, fail_times={"c01-weight": 2})
+    status = drive(spec, world)
+    assert status.phase is RunPhase.SUCCEEDED
+    assert [a for p, a in world.started if p == "c01-weight"] == [1, 2, 3]
+    assert status.failures == {"c01-weight": 2}
+
+    world = World(SIZES, fail_times={"c01-weight": 3})
+    status = drive(spec, world)
+    assert status.phase is RunPhase.FAILED and status.reason == "PhaseFailed"
+    assert "c01-weight failed 3 time(s)" in status.message and "boom" in status.message
+
+
+def test_preemption_is_not_a_failure():
+    world = World(SIZES, preempt_times={"c01-weight": 5})
+    status = drive(make_spec("rsft_only", totalSteps=2), world)
+    assert status.phase is RunPhase.SUCCEEDED
+    assert status.preemptions == 5 and status.failures == {}
+    assert status.attempts["c01-weight"] == 6
+
+
+def test_success_without_result_is_a_failed_attempt():
+    spec = make_spec("rsft_only", totalSteps=2)
+    status = decide(spec, WhaleRunStatus(), Observations(run=RUN, split_sizes=SIZES)).status
+    obs = Observations(run=RUN, split_sizes=SIZES, children={"c01-weight": Child(ChildState.SUCCEEDED)})
+    d = decide(spec, status, obs)
+    assert d.status.failures == {"c01-weight": 1}
+    assert "without writing result.json" in d.status.message
+    assert [a.attempt for a in d.of_type(StartPhase) if a.phase == "c01-weight"] == [2]
+
+
+def test_decide_is_idempotent():
+    spec = make_spec("whale", totalSteps=6, weightStepsPerCycle=3)
+    world = World(SIZES)
+    status = WhaleRunStatus()
+    for _ in range(6):
+        obs = world.observe(status)
+        first, second = decide(spec, status, obs), decide(spec, status, obs)
+        assert first == second
+        status = first.status
+        world.apply(first)
+        world.progress()
+
+
+def test_resume_from_any_status_reaches_the_same_end():
+    spec = WhaleRunSpec.model_validate({"domain": "synthetic", "condition": "whale", "model": {"name": "tiny"},
+                                 "schedule": {"totalSteps": 7, "weightStepsPerCycle": 3},
+                                 "evaluation": {"intervalSteps": 2}})
+    world = World(SIZES)
+    trace: list[WhaleRunStatus] = []
+    final = drive(spec, world, trace=trace)
+    assert final.phase is RunPhase.SUCCEEDED
+    for i, mid in enumerate(trace):
+        # a controller restarted with this status and the store as it is now: nothing re-runs
+        replay = World(SIZES, results=dict(world.results), metrics=dict(world.metrics),
+                       checkpoints=set(world.checkpoints))
+        end = drive(spec, replay, status=mid)
+        assert end.model_dump(exclude={"attempts"}) == final.model_dump(exclude={"attempts"}), f"resume from #{i}"
+        assert replay.started == [], f"resume from #{i} started {replay.started}"
+
+
+def test_evaluation_points_and_best():
+    spec = WhaleRunSpec.model_validate({
+        "domain": "synthetic", "condition": "whale", "model": {"name": "tiny"},
+        "schedule": {"totalSteps": 6, "weightStepsPerCycle": 3}, "evaluation": {"intervalSteps": 2},
+    })
+    means = {(0, "start"): 0.1, (2, "weight"): 0.2, (3, "weight"): 0.25, (3, "harness"): 0.4,
+             (4, "weight"): 0.3, (6, "weight"): 0.35}
+    world = World(SIZES, eval_mean=lambda step, after: means[(step, after)])
+    status = drive(spec, world)
+    points = [(e.step, e.after) for e in status.evals]
+    assert sorted(points) == sorted(means)
+    assert all(e.mean_at_k is not None for e in status.evals)
+    assert status.best.mean_at_k == 0.4 and status.best.step == 3 and status.best.cycle == 1
+    assert status.best.harness == f"runs/{RUN}/harnesses/c01-accepted.py"
+    assert status.best.rollouts_at == 3 * 16 + 6 * 4  # rollouts spent when that point was reached
+    assert status.stage is Stage.DONE
+
+
+def test_suspend_and_resume():
+    spec = make_spec("rsft_only", totalSteps=3)
+    status = decide(spec, WhaleRunStatus(), Observations(run=RUN, split_sizes=SIZES)).status
+    suspended = spec.model_copy(update={"suspend": True})
+    obs = Observations(run=RUN, split_sizes=SIZES, children={"c01-weight": Child(ChildState.RUNNING)})
+    d = decide(suspended, status, obs)
+    assert d.status.phase is RunPhase.SUSPENDED and d.of_type(StartPhase) == []
+    # resumed: the child is gone, so the same attempt is relaunched (not counted as a failure)
+    d2 = decide(spec, d.status, Observations(run=RUN, split_sizes=SIZES))
+    assert d2.status.phase is RunPhase.RUNNING
+    assert [(a.phase, a.attempt) for a in d2.of_type(StartPhase) if a.phase == "c01-weight"] == [("c01-weight", 1)]
