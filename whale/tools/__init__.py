@@ -1,0 +1,6 @@
+"""Tool services the domains call: a passage retriever (search QA) and a Python code interpreter (math).
+
+Each is usable in-process (``whale.tools.retrieval``, ``whale.tools.code``) and as a small HTTP service
+that a cluster deploys once and every harness process calls (``python -m whale.tools.retriever``,
+``python -m whale.tools.code_interpreter``); ``whale.tools.client`` speaks to both services.
+"""
