@@ -1,4 +1,268 @@
-"""WHALE command line."""
+"""`whale`: the command line. A shell over the library: validate, plan, run, status, replay, crd.
+
+Starts fast (no torch, kopf or vllm imports here); heavy modules load inside the commands that
+need them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from whale import domains, layout
+from whale.manifest import Manifest, ManifestError, load_manifest
+from whale.schedule import ScheduleError, plan as make_plan, resolve
+
+app = typer.Typer(
+    name="whale",
+    help="WHALE: alternate RSFT weight phases and Meta-Harness harness phases, locally or on Kubernetes.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+console = Console()
+err = Console(stderr=True)
+
+DEFAULT_STORE = ".whale/store"
+FileArg = Annotated[Path, typer.Argument(help="a WhaleRun manifest (YAML), the file `kubectl apply` takes")]
+OutputOpt = Annotated[str, typer.Option("--output", "-o", help="table | json")]
+
+
+def _fail(problems: list[str], source: str) -> None:
+    err.print(f"[bold red]{source}: {len(problems)} problem(s)[/]")
+    for p in problems:
+        err.print(f"  - {p}", markup=False, highlight=False)
+    raise typer.Exit(code=1)
+
+
+def _split_sizes(m: Manifest) -> dict[str, int]:
+    domain = domains.load(m.spec.domain)
+    return dict(domain.split_sizes(m.spec.data))
+
+
+def _load_checked(path: Path) -> tuple[Manifest, dict[str, int]]:
+    """Parse + validate the manifest and its schedule against the domain's data; exit 1 on problems."""
+    try:
+        m = load_manifest(path)
+    except ManifestError as exc:
+        _fail(exc.problems, exc.source)
+    try:
+        sizes = _split_sizes(m)
+        resolve(m.spec, sizes)
+    except ScheduleError as exc:
+        _fail([str(exc)], str(path))
+    except (domains.DomainLoadError, OSError, ValueError) as exc:
+        _fail([f"spec.data: cannot read the {m.spec.domain} data: {exc}"], str(path))
+    return m, sizes
+
+
+@app.command()
+def validate(file: FileArg) -> None:
+    """Check a manifest: exit 0 with a one-line summary, or exit 1 listing every problem."""
+    m, sizes = _load_checked(file)
+    p = make_plan(m.spec, sizes)
+    spec = m.spec
+    bits = [f"{p['stepsPerEpoch']} steps/epoch"]
+    if spec.condition.trains_weights:
+        bits.append(f"{p['totalSteps']} steps")
+    if "weightStepsPerCycle" in p:
+        bits.append(f"E={p['weightStepsPerCycle']}")
+    n_phases = sum(1 for ph in p["phases"] if ph["kind"] != "eval")
+    bound = "<= " if p.get("rolloutsUpperBound") else ""
+    console.print(
+        f"ok: WhaleRun {m.name} ({spec.domain}, {spec.condition.value}): {', '.join(bits)}; "
+        f"{n_phases} phases, {bound}{p['rollouts']} rollouts",
+        highlight=False,
+    )
+
+
+@app.command()
+def plan(file: FileArg, output: OutputOpt = "table") -> None:
+    """The schedule the run will follow: phases, step ranges, iteration bounds and rollouts."""
+    m, sizes = _load_checked(file)
+    p = make_plan(m.spec, sizes)
+    if output == "json":
+        typer.echo(json.dumps(p, indent=2))
+        return
+    table = Table(title=f"{m.name}: {m.spec.condition.value} on {m.spec.domain}")
+    for col in ("cycle", "kind", "range / iterations", "note"):
+        table.add_column(col)
+    for ph in p["phases"]:
+        if ph["kind"] == "weight":
+            what = f"steps {ph['fromStep']} -> {ph['toStep']}"
+            note = f"ends by patience, >= {ph['minSteps']} steps" if ph.get("upperBound") else ""
+        elif ph["kind"] == "harness":
+            what = f"{ph['iterations']} iterations"
+            note = f"ends by patience, >= {ph['minIterations']}" if ph.get("upperBound") else ""
+        else:
+            what, note = f"at step {ph['step']}", f"after {ph['after']}"
+        table.add_row(str(ph["cycle"]), ph["kind"], what, note)
+    console.print(table)
+    bound = "at most " if p.get("rolloutsUpperBound") else ""
+    console.print(f"steps/epoch {p['stepsPerEpoch']}, total steps {p['totalSteps']}, {bound}{p['rollouts']} rollouts")
+
+
+def _open_store(uri: str | None, m: Manifest | None = None) -> Any:
+    from whale.store import open_store
+
+    spec_storage = m.spec.storage if m else None
+    uri = uri or (spec_storage.uri if spec_storage and spec_storage.uri else None) or os.environ.get(
+        "WHALE_STORE", DEFAULT_STORE)
+    options: dict[str, Any] = {}
+    if uri.startswith("s3://") and spec_storage is not None:
+        if spec_storage.endpoint:
+            options["endpoint"] = spec_storage.endpoint
+        options["secure"] = spec_storage.secure
+        if spec_storage.region:
+            options["region"] = spec_storage.region
+    return open_store(uri, **options)
+
+
+@app.command()
+def run(
+    file: FileArg,
+    store: Annotated[Optional[str], typer.Option(help="DIR or s3://bucket/prefix (default: spec.storage.uri, "
+                                                     "$WHALE_STORE, or ./.whale/store)")] = None,
+    workdir: Annotated[Optional[Path], typer.Option(help="scratch folder for logs and caches")] = None,
+    timeout: Annotated[Optional[float], typer.Option(help="give up after this many seconds")] = None,
+) -> None:
+    """Run the manifest on this machine; Ctrl-C and run again to resume where it stopped."""
+    from whale.runner.local import LocalRunner, RunConflictError, status_summary
+    from whale.store import StoreError
+
+    m, sizes = _load_checked(file)
+    try:
+        st = _open_store(store, m)
+    except StoreError as exc:
+        _fail([f"--store: {exc}"], str(file))
+    work = workdir or Path(".whale") / "work" / m.name
+    env = {}
+    if m.spec.storage.endpoint:
+        env["WHALE_S3_ENDPOINT"] = m.spec.storage.endpoint
+    last: dict[str, Any] = {}
+
+    def show(status, previous, decision) -> None:
+        summary = status_summary(status)
+        keys = ("phase", "activePhase", "cycle", "step", "iteration", "best")
+        now = {k: summary[k] for k in keys}
+        if now != last:
+            last.update(now)
+            bits = [f"[bold]{summary['phase']}[/]", f"cycle {summary['cycle']}",
+                    f"stage {summary['stage'] or '-'}", f"step {summary['step']}/{summary['totalSteps']}"]
+            if status.stage and status.stage.value == "harness":
+                bits.append(f"iteration {summary['iteration']}")
+            bits.append(f"best {summary['best'] or '-'}")
+            bits.append(f"rollouts {summary['rolloutsSpent']}")
+            console.print(" | ".join(bits), highlight=False)
+
+    runner = LocalRunner(name=m.name, spec=m.spec, store=st, split_sizes=sizes, workdir=work, env=env,
+                         on_status=show)
+    console.print(f"run {m.name}: store {st.uri}", highlight=False)
+    try:
+        status = runner.run(max_seconds=timeout)
+    except RunConflictError as exc:
+        _fail([str(exc)], str(file))
+    except KeyboardInterrupt:
+        err.print("interrupted; run the same command again to resume")
+        raise typer.Exit(code=130) from None
+    except (StoreError, TimeoutError) as exc:
+        _fail([str(exc)], str(file))
+    console.print(json.dumps(status_summary(status), indent=2), highlight=False)
+    if status.phase.value == "Failed":
+        raise typer.Exit(code=1)
+
+
+@app.command()
+def status(
+    name: Annotated[str, typer.Argument(help="the run's metadata.name")],
+    store: Annotated[Optional[str], typer.Option(help="DIR or s3://bucket/prefix")] = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Show a run's status from the store."""
+    from whale.runner.local import status_summary
+    from whale.spec import WhaleRunStatus
+    from whale.store import StoreError
+
+    try:
+        layout.check_run_name(name)
+        raw = _open_store(store).read_json_or_none(layout.status_key(name))
+    except (ValueError, StoreError) as exc:
+        _fail([str(exc)], "status")
+    if raw is None:
+        _fail([f"no run named {name!r} in the store (did `whale run` start it with this --store?)"], "status")
+    st = WhaleRunStatus.model_validate(raw)
+    if output == "json":
+        typer.echo(json.dumps(st.to_wire(), indent=2))
+        return
+    table = Table(title=f"WhaleRun {name}", show_header=False)
+    for k, v in status_summary(st).items():
+        table.add_row(k, "-" if v is None else str(v))
+    console.print(table)
+    if st.evals:
+        evals = Table(title="evaluations")
+        for col in ("phase", "step", "harness", "mean@k", "rollouts at"):
+            evals.add_column(col)
+        for e in st.evals:
+            evals.add_row(e.phase, str(e.step), e.harness or "h0",
+                          "-" if e.mean_at_k is None else f"{e.mean_at_k:.4f}", str(e.rollouts_at))
+        console.print(evals)
+
+
+@app.command()
+def crd(
+    check: Annotated[Optional[Path], typer.Option(help="exit 1 when this file differs from the generated CRD")] = None,
+) -> None:
+    """Print the WhaleRun CRD generated from the spec model."""
+    from whale.crd import render
+
+    text = render()
+    if check is not None:
+        if not check.exists() or check.read_text() != text:
+            _fail([f"{check} is not what `whale crd` generates; run `whale crd > {check}`"], "crd")
+        console.print(f"ok: {check} is up to date")
+        return
+    typer.echo(text, nl=False)
+
+
+@app.command()
+def replay(
+    domain: Annotated[str, typer.Argument(help="a registered domain")],
+    item: Annotated[Path, typer.Option(help="one item in the domain's raw row format (JSON)")],
+    replies: Annotated[Optional[list[str]], typer.Argument(help="the model's replies, in order (after --)")] = None,
+    harness: Annotated[Optional[Path], typer.Option(help="a harness file (default: the domain's h0)")] = None,
+) -> None:
+    """Run one episode whose model replies are given; print it as JSON (reward, turns, trace)."""
+    try:
+        raw = json.loads(item.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        _fail([f"--item: cannot read {item} as JSON: {exc}"], "replay")
+    if domain not in domains.available():
+        _fail([f"unknown domain {domain!r}; registered: {', '.join(domains.available())}"], "replay")
+    from whale.replay import replay as run_replay
+
+    try:
+        episode = run_replay(domain, raw, list(replies or []), harness)
+    except (ValueError, KeyError, OSError) as exc:
+        _fail([str(exc)], "replay")
+    typer.echo(json.dumps(episode, indent=2, default=str))
+
+
+@app.command("domains")
+def list_domains() -> None:
+    """List the registered domains."""
+    for name in domains.available():
+        typer.echo(name)
+
 
 def main() -> None:
-    raise SystemExit("not yet")
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Controllers that drive decide(): the local runner (the operator lives in operator/)."""
