@@ -8,12 +8,14 @@ its environment and tools, its verifier, its base harness h0 and the proposer's 
 from __future__ import annotations
 
 import abc
+import dataclasses
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from whale.spec import Data
+    from whale.store import Store
 
 SPLITS = ("weight", "harness", "test")
 
@@ -34,12 +36,112 @@ def data_root(data: Data) -> Path:
     return Path(data.data_dir) if data.data_dir else default_data_root()
 
 
+#: the paper's allow list for chess harness files (no engine, no search library)
+DEFAULT_ALLOWED_IMPORTS = frozenset({"collections", "itertools", "math", "random", "re", "statistics"})
+
+
+class DomainError(ValueError):
+    """Bad domain input (an item, an action, a tool call); the message names the item/field and the fix."""
+
+
+class UnknownToolError(DomainError):
+    def __init__(self, name: str, known: list[str]):
+        super().__init__(f"unknown tool {name!r}; this domain offers: {', '.join(known) or '(no tools)'}")
+
+
+@dataclasses.dataclass
+class StepResult:
+    """What :meth:`Environment.step` returns. ``observation`` goes to the harness's ``observe`` hook."""
+
+    #: JSON dict shown to the harness (e.g. chess: fen, board, legal moves, last reply, an ``error``)
+    observation: dict[str, Any]
+    #: the episode is over (solved, failed, answered); the runtime stops and asks for the reward
+    done: bool = False
+    #: JSON extras recorded in the trace only (never shown to the harness)
+    info: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class Environment(abc.ABC):
+    """One episode's world: trusted domain code running in the runtime process.
+
+    Created by :meth:`Domain.make_env` for one item and one sample; never shared between episodes.
+    ``reset``/``step``/``reward`` run on the event loop, so they must be fast and do no blocking
+    I/O; ``call_tool`` runs in a worker thread and may block (HTTP to a retriever, a code sandbox).
+    An invalid action (malformed, illegal) is not an exception: return an observation that says so
+    (e.g. ``{"error": "illegal move e2e5", ...}``) with ``done=False`` and leave the state unchanged,
+    so the harness can decide to retry; raise only for bugs.
+    """
+
+    @abc.abstractmethod
+    def reset(self) -> dict[str, Any]:
+        """The task as a JSON dict: the fields the harness's ``USER_TEMPLATE`` may use."""
+
+    @abc.abstractmethod
+    def step(self, action: Any) -> StepResult:
+        """Apply one environment action (the ``action`` of ``{"kind": "env", "action": ...}``)."""
+
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        """Run one tool; the returned text becomes the tool result's ``content``. Raise
+        :class:`DomainError` for bad arguments (the harness sees the message as ``error``)."""
+        raise UnknownToolError(name, [])
+
+    @abc.abstractmethod
+    def reward(self) -> float:
+        """The verifier on the final state (called once, after the episode ends, also after a turn
+        budget or harness stop): 1.0 solved, 0.0 not; values in [0, 1]."""
+
+    def close(self) -> None:
+        """Free per-episode resources. Called once after :meth:`reward`."""
+
+
 class Domain(abc.ABC):
-    """A domain plugin. Subclasses set ``name`` and implement the split sizes; the harness runtime
-    adds the episode machinery."""
+    """A domain plugin: data, environment + tools, verifier, h0 harness and the proposer's skill text.
+
+    Subclasses set ``name`` and implement the abstract methods. Items are JSON dicts with a stable
+    ``"id"`` (str) and, where the domain has several benchmarks, a ``"subset"`` (str) used for
+    per-subset accuracy; everything else in an item is the domain's own business.
+    """
 
     name: ClassVar[str]
+
+    #: top-level modules a harness file of this domain may import (besides ``whale.harness.api``)
+    allowed_imports: ClassVar[frozenset[str]] = DEFAULT_ALLOWED_IMPORTS
+    #: hard cap on model calls per episode, whatever a harness's MAX_TURNS says (None = no cap)
+    max_turns_limit: ClassVar[int | None] = None
 
     @abc.abstractmethod
     def split_sizes(self, data: Data) -> dict[str, int]:
         """|D_weight|, |D_harness|, |D_test| for these data settings. Cheap: `whale plan` calls it."""
+
+    @abc.abstractmethod
+    def load_split(self, split: str, data: Data, store: Store | None = None) -> list[dict[str, Any]]:
+        """The items of ``split`` (one of :data:`SPLITS`), in a fixed order, honouring the caps in
+        ``data``. ``store`` is the run's store, where a domain may cache materialised splits
+        (``whale.layout.data_prefix``); None = local data only."""
+
+    @abc.abstractmethod
+    def make_env(self, item: dict[str, Any]) -> Environment:
+        """A fresh environment for one episode on ``item``."""
+
+    def item_from_raw(self, raw: dict[str, Any]) -> dict[str, Any]:
+        """An item from the domain's raw row format (chess: a Lichess CSV row as a dict); used by
+        ``whale replay``. Default: the raw dict is already an item. Raise :class:`DomainError`."""
+        return raw
+
+    @abc.abstractmethod
+    def h0_path(self) -> Path:
+        """The base harness file h0 (a Python file implementing ``whale.harness.api``)."""
+
+    @abc.abstractmethod
+    def skill_path(self) -> Path:
+        """The proposer's ``SKILL.md`` for this domain: what a harness may change, the allowed
+        imports, one mechanism per candidate."""
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        """OpenAI function schemas of the tools :meth:`Environment.call_tool` accepts (a harness's
+        ``TOOLS`` may list these). Default: no tools."""
+        return []
+
+    def subset(self, item: dict[str, Any]) -> str:
+        """The benchmark an item belongs to, for per-subset accuracy."""
+        return str(item.get("subset") or self.name)

@@ -1,0 +1,20 @@
+"""The harness runtime: load a harness file, run episodes concurrently, score them, record traces.
+
+Modules (import them directly; this package imports nothing heavy, because the sandboxed harness
+process imports ``whale.harness.api`` and must stay light):
+
+* ``api``      — the harness interface (:class:`~whale.harness.api.BaseHarness`, hooks, constants,
+  action/decision shapes). What a harness file imports.
+* ``validate`` — static + load-time checks of a harness file (imports, required names, signatures,
+  promptOnly diff against h0). Errors name the line and the rule.
+* ``sandbox``  — how the harness process is started (rlimits, no network, scrubbed environment).
+* ``worker``   — the program inside the sandboxed process: loads the harness, answers hook calls.
+* ``process``  — :class:`~whale.harness.process.HarnessProcess`, the runtime's handle on that
+  process (async, many concurrent episodes over one pipe).
+* ``runner``   — :class:`~whale.harness.runner.EpisodeRunner`: the episode loop, bounded
+  concurrency, verifier, token accounting; :func:`~whale.harness.runner.run_episodes` for one call.
+* ``trace``    — the :class:`~whale.harness.trace.Episode` record, JSON lines.
+
+Domain side: ``whale.domain`` (:class:`~whale.domain.Domain`, :class:`~whale.domain.Environment`).
+Inference side: ``whale.inference.base`` (:class:`~whale.inference.base.InferenceClient`).
+"""

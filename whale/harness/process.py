@@ -1,0 +1,254 @@
+"""The runtime's handle on one sandboxed harness process, shared by many concurrent episodes.
+
+Requests carry ids; one reader task matches answers to waiting futures, so hundreds of episodes
+can wait on the same process. A hook that overruns its wall timeout gets the process killed and
+restarted (its episode fails); other requests that were in flight at that moment are sent again
+to the new process once (hooks are functions of their arguments and ``state``, so re-sending is
+safe). Everything the harness answers is checked here before the runtime uses it: it is untrusted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import json
+import logging
+import shutil
+from pathlib import Path
+from typing import Any
+
+from whale.harness import sandbox
+
+log = logging.getLogger(__name__)
+
+_ROLES = frozenset({"system", "user", "assistant", "tool"})
+
+
+class HarnessError(RuntimeError):
+    """The harness failed: it would not load, a hook raised or timed out, or it answered nonsense."""
+
+
+class HarnessLoadError(HarnessError):
+    """The harness file did not load in the sandbox (the message names the cause and the line)."""
+
+
+class _Collateral(HarnessError):
+    """The process died because of another request; this one may be re-sent."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HarnessInfo:
+    """What the harness declared at load time."""
+
+    max_turns: int
+    tools: list[dict[str, Any]] | None
+    constants: dict[str, Any]
+
+
+class HarnessProcess:
+    """``async with HarnessProcess(path, allowed) as h: decision, state = await h.call(...)``."""
+
+    def __init__(
+        self,
+        path: Path,
+        allowed_imports: frozenset[str] | set[str],
+        limits: sandbox.SandboxLimits | None = None,
+        max_restarts: int = 5,
+    ):
+        self.path = Path(path).resolve()
+        self.allowed_imports = frozenset(allowed_imports)
+        self.limits = limits or sandbox.SandboxLimits()
+        self.max_restarts = max_restarts
+        self.restarts = 0
+        self.info: HarnessInfo | None = None
+        self._proc: asyncio.subprocess.Process | None = None
+        self._workdir: Path | None = None
+        self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self._ids = itertools.count(1)
+        self._reader: asyncio.Task[None] | None = None
+        self._stderr_task: asyncio.Task[None] | None = None
+        self._stderr_tail = bytearray()
+        self._start_lock = asyncio.Lock()
+        self._write_lock = asyncio.Lock()
+        self._closed = False
+
+    # ----- lifecycle ------------------------------------------------------------------------------
+
+    async def __aenter__(self) -> HarnessProcess:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def start(self) -> HarnessInfo:
+        async with self._start_lock:
+            if self._proc is not None and self._proc.returncode is None:
+                assert self.info is not None  # noqa: S101 - set together with _proc
+                return self.info
+            if self._closed:
+                raise HarnessError("harness process is closed")
+            self.info = await self._spawn()
+            return self.info
+
+    async def _spawn(self) -> HarnessInfo:
+        if not self.path.is_file():
+            raise HarnessLoadError(f"harness file {self.path} does not exist")
+        argv = sandbox.worker_argv(self.path, self.allowed_imports)
+        argv += ["--max-bytes", str(self.limits.max_response_bytes)]
+        self._stderr_tail.clear()
+        self._proc, self._workdir = await sandbox.spawn(argv, self.limits)
+        self._stderr_task = asyncio.create_task(self._drain_stderr(self._proc))
+        try:
+            line = await asyncio.wait_for(self._proc.stdout.readline(), self.limits.start_timeout_s)
+        except TimeoutError:
+            await self._kill()
+            raise HarnessLoadError(
+                f"{self.path.name}: did not load within {self.limits.start_timeout_s:.0f} s"
+            ) from None
+        try:
+            hello = json.loads(line) if line else None
+        except ValueError:
+            hello = None
+        if not isinstance(hello, dict) or not hello.get("ready"):
+            await self._kill()
+            reason = hello.get("error") if isinstance(hello, dict) else None
+            raise HarnessLoadError(f"{self.path.name}: {reason or 'failed to start: ' + self.stderr_tail()}")
+        info = hello["info"]
+        self._reader = asyncio.create_task(self._read_answers(self._proc))
+        return HarnessInfo(max_turns=int(info["max_turns"]), tools=info.get("tools"), constants=info["constants"])
+
+    async def aclose(self) -> None:
+        self._closed = True
+        await self._kill()
+
+    async def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+        for task in (self._reader, self._stderr_task):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        self._reader = self._stderr_task = None
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+
+    def stderr_tail(self) -> str:
+        return self._stderr_tail.decode("utf-8", "replace").strip()[-2000:]
+
+    async def _drain_stderr(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stderr is not None  # noqa: S101 - created with PIPE
+        while chunk := await proc.stderr.read(65536):
+            self._stderr_tail += chunk
+            del self._stderr_tail[: max(0, len(self._stderr_tail) - self.limits.stderr_tail_bytes)]
+
+    async def _read_answers(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None  # noqa: S101 - created with PIPE
+        reason = "harness process exited"
+        try:
+            while line := await proc.stdout.readline():
+                answer = json.loads(line)
+                future = self._pending.pop(answer.get("id"), None)
+                if future is not None and not future.done():
+                    future.set_result(answer)
+        except (ValueError, asyncio.LimitOverrunError) as exc:
+            reason = f"harness process sent an unreadable answer ({exc})"
+        await proc.wait()
+        tail = self.stderr_tail().splitlines()[-1:] or [""]
+        self._fail_pending(_Collateral(f"{reason} (exit code {proc.returncode}) {tail[0]}".strip()))
+
+    def _fail_pending(self, exc: HarnessError) -> None:
+        pending, self._pending = self._pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(exc)
+
+    # ----- calls ------------------------------------------------------------------------------------
+
+    async def call(self, hook: str, args: dict[str, Any], state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Run ``hook`` in the harness process; returns (checked decision, new state)."""
+        for attempt in (0, 1):
+            try:
+                return await self._call_once(hook, args, state)
+            except _Collateral:
+                if attempt == 1:
+                    raise
+                await self._restart()
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def _restart(self) -> None:
+        async with self._start_lock:
+            if self._proc is not None and self._proc.returncode is None:
+                return
+            if self.restarts >= self.max_restarts:
+                raise HarnessError(f"harness process died {self.restarts} times; giving up")
+            self.restarts += 1
+            await self._kill()
+            self.info = await self._spawn()
+
+    async def _call_once(self, hook: str, args: dict[str, Any], state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        if self._proc is None or self._proc.returncode is not None:
+            await self._restart()
+        proc = self._proc
+        assert proc is not None and proc.stdin is not None  # noqa: S101 - just (re)started
+        rid = next(self._ids)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = future
+        line = json.dumps({"id": rid, "hook": hook, "args": args, "state": state}) + "\n"
+        try:
+            async with self._write_lock:
+                proc.stdin.write(line.encode("utf-8"))
+                await proc.stdin.drain()
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            self._pending.pop(rid, None)
+            raise _Collateral(f"harness process gone: {exc}") from exc
+        try:
+            answer = await asyncio.wait_for(future, self.limits.hook_timeout_s)
+        except TimeoutError:
+            self._pending.pop(rid, None)
+            log.warning("harness hook %s exceeded %.1f s; restarting the process", hook, self.limits.hook_timeout_s)
+            if self._proc is proc:
+                await self._kill()
+            raise HarnessError(f"hook {hook} did not answer within {self.limits.hook_timeout_s:g} s") from None
+        if not answer.get("ok"):
+            raise HarnessError(f"hook {hook} failed: {answer.get('error')}")
+        return check_decision(answer.get("decision"), hook), _check_state(answer.get("state"), hook)
+
+
+def _check_state(state: Any, hook: str) -> dict[str, Any]:
+    if not isinstance(state, dict):
+        raise HarnessError(f"hook {hook} left state as {type(state).__name__}; it must stay a dict")
+    return state
+
+
+def check_decision(decision: Any, hook: str) -> dict[str, Any]:
+    """Validate a hook's answer (untrusted) and return it normalised; raise HarnessError naming the fault."""
+    if not isinstance(decision, dict):
+        raise HarnessError(f"hook {hook} returned {type(decision).__name__}; return Decision(...)")
+    messages = decision.get("messages") or []
+    actions = decision.get("actions") or []
+    if not isinstance(messages, list) or not isinstance(actions, list):
+        raise HarnessError(f"hook {hook}: Decision messages and actions must be lists")
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict) or message.get("role") not in _ROLES:
+            raise HarnessError(f"hook {hook}: message {i} needs a role in {sorted(_ROLES)}")
+        if not isinstance(message.get("content", ""), str | None):
+            raise HarnessError(f"hook {hook}: message {i} content must be a string")
+    for i, action in enumerate(actions):
+        kind = action.get("kind") if isinstance(action, dict) else None
+        if kind == "env":
+            if "action" not in action:
+                raise HarnessError(f"hook {hook}: env action {i} has no 'action'")
+        elif kind == "tool":
+            if not isinstance(action.get("name"), str) or not isinstance(action.get("arguments", {}), dict):
+                raise HarnessError(f"hook {hook}: tool action {i} needs a string name and dict arguments")
+        else:
+            raise HarnessError(f"hook {hook}: action {i} needs kind 'env' or 'tool', got {kind!r}")
+    return {"messages": messages, "actions": actions, "done": bool(decision.get("done", False))}

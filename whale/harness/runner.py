@@ -1,0 +1,263 @@
+"""The episode loop: harness hooks ↔ model ↔ environment, many episodes at once.
+
+One :class:`EpisodeRunner` = one domain + one harness process + one inference client. Episodes run
+as asyncio tasks under a semaphore (``max_concurrency`` in flight). Each episode follows the loop
+documented in ``whale.harness.api``; its outcome is an :class:`~whale.harness.trace.Episode`, never
+an exception: a failing harness hook, inference call or environment ends the episode with
+``end="error"``, reward 0 and a one-line ``error`` (the proposer reads these). Rewards come from the
+domain's verifier (``Environment.reward``) after the episode ends, however it ends, except on error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime as dt
+import json
+import logging
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from whale.domain import Domain, DomainError, Environment
+from whale.harness.process import HarnessError, HarnessProcess
+from whale.harness.sandbox import SandboxLimits
+from whale.harness.trace import EndReason, Episode
+from whale.inference.base import InferenceClient, InferenceError, SamplingParams
+
+log = logging.getLogger(__name__)
+
+
+class EpisodeError(RuntimeError):
+    """Ends one episode with ``end="error"``; carries the one-line reason."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RunnerConfig:
+    """Knobs of the episode loop."""
+
+    #: episodes in flight at once (each holds at most one inference request)
+    max_concurrency: int = 64
+    #: wall seconds one tool call may take
+    tool_timeout_s: float = 120.0
+    #: store generated token ids in the trace (RSFT wants them; eval does not)
+    record_token_ids: bool = False
+    #: label of the harness in traces (path or store key)
+    harness_label: str | None = None
+
+
+class EpisodeRunner:
+    """Runs episodes of ``domain`` with the harness behind ``harness`` and the model behind ``client``."""
+
+    def __init__(
+        self,
+        domain: Domain,
+        harness: HarnessProcess,
+        client: InferenceClient,
+        sampling: SamplingParams,
+        config: RunnerConfig | None = None,
+    ):
+        self.domain = domain
+        self.harness = harness
+        self.client = client
+        self.sampling = sampling
+        self.config = config or RunnerConfig()
+        self._slots = asyncio.Semaphore(self.config.max_concurrency)
+
+    async def run(
+        self,
+        items: Iterable[dict[str, Any]],
+        k: int = 1,
+        on_episode: Callable[[Episode], None] | None = None,
+    ) -> list[Episode]:
+        """``k`` episodes per item, all concurrently (bounded); results in (item, sample) order.
+        ``on_episode`` is called as each finishes (progress, streaming traces)."""
+        info = await self.harness.start()
+        del info
+
+        async def one(item: dict[str, Any], sample: int) -> Episode:
+            async with self._slots:
+                episode = await self.run_episode(item, sample)
+            if on_episode is not None:
+                on_episode(episode)
+            return episode
+
+        tasks = [one(item, s) for item in items for s in range(k)]
+        return list(await asyncio.gather(*tasks))
+
+    async def run_episode(self, item: dict[str, Any], sample: int = 0) -> Episode:
+        """One episode (no concurrency limit of its own; :meth:`run` applies it)."""
+        item_id = str(item.get("id", "?"))
+        episode = Episode(
+            episode_id=f"{item_id}#{sample}",
+            item_id=item_id,
+            sample=sample,
+            subset=self.domain.subset(item),
+            domain=getattr(self.domain, "name", None),
+            harness=self.config.harness_label or str(self.harness.path),
+            model=getattr(self.client, "model", None),
+            started_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        )
+        started = time.perf_counter()
+        env: Environment | None = None
+        try:
+            env = self.domain.make_env(item)
+            episode.end = await self._loop(env, episode)
+            episode.reward = float(env.reward())
+        except (EpisodeError, HarnessError, InferenceError, DomainError) as exc:
+            episode.end, episode.error, episode.reward = EndReason.ERROR, _one_line(exc), 0.0
+        except Exception as exc:  # noqa: BLE001 - a bug in domain code must not sink the other episodes
+            log.exception("episode %s failed", episode.episode_id)
+            episode.end, episode.error, episode.reward = EndReason.ERROR, f"internal: {_one_line(exc)}", 0.0
+        finally:
+            if env is not None:
+                try:
+                    env.close()
+                except Exception:  # noqa: BLE001 - closing must not hide the episode's outcome
+                    log.exception("closing the environment of %s failed", episode.episode_id)
+            episode.seconds = time.perf_counter() - started
+        return episode
+
+    async def _loop(self, env: Environment, ep: Episode) -> str:
+        info = await self.harness.start()
+        max_turns = info.max_turns
+        if self.domain.max_turns_limit is not None:
+            max_turns = min(max_turns, self.domain.max_turns_limit)
+        tools = info.tools or None
+        state: dict[str, Any] = {}
+
+        t0 = time.perf_counter()
+        task = env.reset()
+        ep.env_seconds += time.perf_counter() - t0
+        decision, state = await self._hook(ep, "start", {"task": task}, state)
+        while True:
+            while decision["actions"]:
+                results, env_done = await self._execute(env, ep, decision["actions"])
+                if env_done:
+                    return EndReason.ENV_DONE
+                if decision["done"]:
+                    return EndReason.HARNESS_DONE
+                decision, state = await self._hook(ep, "observe", {"results": results}, state)
+            if decision["done"]:
+                return EndReason.HARNESS_DONE
+            if ep.turns >= max_turns:
+                return EndReason.MAX_TURNS
+            reply = await self._model(ep, tools)
+            decision, state = await self._hook(ep, "parse", {"reply": reply}, state)
+
+    async def _hook(self, ep: Episode, hook: str, args: dict[str, Any], state: dict[str, Any]):
+        t0 = time.perf_counter()
+        decision, state = await self.harness.call(hook, args, state)
+        ep.harness_seconds += time.perf_counter() - t0
+        ep.messages.extend(decision["messages"])
+        ep.steps.append(
+            {"type": "decision", "hook": hook, "messages_added": len(decision["messages"]), "done": decision["done"]}
+        )
+        return decision, state
+
+    async def _model(self, ep: Episode, tools: list[dict[str, Any]] | None) -> dict[str, Any]:
+        if not ep.messages:
+            raise EpisodeError("the harness asked for a model turn with no messages")
+        result = await self.client.chat(ep.messages, self.sampling, n=1, tools=tools)
+        completion = result.completions[0]
+        ep.turns += 1
+        ep.prompt_tokens += result.prompt_tokens
+        ep.completion_tokens += result.completion_tokens
+        ep.inference_seconds += result.latency_s
+        message = dict(completion.message)
+        message["role"] = "assistant"
+        ep.messages.append(message)
+        step = {
+            "type": "model",
+            "turn": ep.turns,
+            "message_index": len(ep.messages) - 1,
+            "finish_reason": completion.finish_reason,
+            "prompt_tokens": result.prompt_tokens,
+            "completion_tokens": result.completion_tokens,
+            "latency_s": round(result.latency_s, 6),
+        }
+        if self.config.record_token_ids and completion.token_ids is not None:
+            step["token_ids"] = completion.token_ids
+        ep.steps.append(step)
+        return {**message, "finish_reason": completion.finish_reason}
+
+    async def _execute(self, env: Environment, ep: Episode, actions: list[dict[str, Any]]):
+        results: list[dict[str, Any]] = []
+        env_done = False
+        for action in actions:
+            t0 = time.perf_counter()
+            if action["kind"] == "env":
+                step = env.step(action["action"])
+                result = {"kind": "env", "observation": _jsonable(step.observation), "done": bool(step.done)}
+                info = _jsonable(step.info)
+                env_done = env_done or step.done
+            else:
+                result, info = await self._tool(env, action), {}
+            seconds = time.perf_counter() - t0
+            ep.env_seconds += seconds
+            record = {"type": "action", "action": action, "result": result, "seconds": round(seconds, 6)}
+            if info:
+                record["info"] = info
+            ep.steps.append(record)
+            results.append(result)
+            if env_done:
+                break
+        return results, env_done
+
+    async def _tool(self, env: Environment, action: dict[str, Any]) -> dict[str, Any]:
+        result: dict[str, Any] = {"kind": "tool", "name": action["name"], "id": action.get("id"), "content": "", "error": None}
+        try:
+            content = await asyncio.wait_for(
+                asyncio.to_thread(env.call_tool, action["name"], action.get("arguments") or {}),
+                self.config.tool_timeout_s,
+            )
+            result["content"] = content if isinstance(content, str) else json.dumps(content)
+        except DomainError as exc:
+            result["error"] = _one_line(exc)
+        except TimeoutError:
+            result["error"] = f"tool {action['name']} timed out after {self.config.tool_timeout_s:g} s"
+        return result
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).replace("\n", " ").strip() or type(exc).__name__
+    return text[:1000]
+
+
+def _jsonable(value: Any) -> Any:
+    """Domain values must survive JSON; fail loudly (a domain bug) if they do not."""
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError) as exc:
+        raise EpisodeError(f"the environment returned a value that is not JSON: {exc}") from exc
+
+
+async def run_episodes(
+    domain: Domain,
+    harness_path: Path,
+    client: InferenceClient,
+    items: Iterable[dict[str, Any]],
+    sampling: SamplingParams,
+    *,
+    k: int = 1,
+    config: RunnerConfig | None = None,
+    limits: SandboxLimits | None = None,
+    traces: Path | None = None,
+    on_episode: Callable[[Episode], None] | None = None,
+) -> list[Episode]:
+    """One call: start the harness process for ``harness_path``, run ``k`` episodes per item, stop it.
+    ``traces``: a JSON-lines file the episodes are appended to as they finish."""
+    config = config or RunnerConfig(harness_label=str(harness_path))
+
+    def sink(episode: Episode) -> None:
+        if traces is not None:
+            traces.parent.mkdir(parents=True, exist_ok=True)
+            with traces.open("a", encoding="utf-8") as fh:
+                fh.write(episode.to_json() + "\n")
+        if on_episode is not None:
+            on_episode(episode)
+
+    async with HarnessProcess(harness_path, domain.allowed_imports, limits) as harness:
+        runner = EpisodeRunner(domain, harness, client, sampling, config)
+        return await runner.run(items, k=k, on_episode=sink)

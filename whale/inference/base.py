@@ -1,0 +1,107 @@
+"""The inference client interface every backend implements (HTTP, in-process, scripted).
+
+The harness runtime, the RSFT sampler and the eval workload only see :class:`InferenceClient`:
+``await client.chat(messages, sampling, n=..., tools=...)`` → a :class:`ChatResult` with ``n``
+completions and the token usage. Backends:
+
+* ``whale.inference.openai_http.OpenAIClient`` — any OpenAI-compatible server (vLLM in production);
+* ``whale.inference.transformers_backend.TransformersClient`` — in-process, batched, on CPU or GPU;
+  can share the model object with a trainer;
+* ``whale.inference.scripted.ScriptedClient`` — replies given in advance (``whale replay``).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from typing import Any
+
+
+class InferenceError(RuntimeError):
+    """A request failed for good (after retries, or a 4xx); the message says what to check."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplingParams:
+    """Sampling knobs, named as in the OpenAI/vLLM API. ``top_k`` -1 = off."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = -1
+    max_tokens: int = 1024
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+
+    @classmethod
+    def from_spec(cls, sampling: Any, temperature: float | None = None) -> SamplingParams:
+        """From ``whale.spec.Sampling`` (``rsft.sampling``), optionally overriding the temperature."""
+        return cls(
+            temperature=sampling.temperature if temperature is None else temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            max_tokens=sampling.max_response_tokens,
+        )
+
+
+@dataclasses.dataclass
+class Completion:
+    """One sampled reply."""
+
+    #: the assistant message exactly as generated: ``{"role": "assistant", "content": str}`` plus
+    #: ``"tool_calls"`` (OpenAI shape) when the model called tools
+    message: dict[str, Any]
+    #: "stop" | "length" | "tool_calls"
+    finish_reason: str
+    #: generated tokens of this completion
+    completion_tokens: int
+    #: the generated token ids, when the backend knows them (in-process backend); None otherwise
+    token_ids: list[int] | None = None
+
+
+@dataclasses.dataclass
+class ChatResult:
+    """The answer to one ``chat`` call: ``n`` completions of one prompt."""
+
+    completions: list[Completion]
+    #: tokens of the prompt (counted once, as the OpenAI ``usage`` does)
+    prompt_tokens: int
+    #: generated tokens, all completions together
+    completion_tokens: int
+    #: wall seconds of the call, retries included
+    latency_s: float = 0.0
+
+
+class InferenceClient(abc.ABC):
+    """Chat completions. Safe to call concurrently from many asyncio tasks."""
+
+    #: the model name reported in traces
+    model: str = "unknown"
+
+    @abc.abstractmethod
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        sampling: SamplingParams,
+        n: int = 1,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> ChatResult:
+        """Sample ``n`` replies to ``messages`` (OpenAI chat format). ``tools``: OpenAI function
+        schemas the model may call; replies then may carry ``tool_calls``. Raises
+        :class:`InferenceError`."""
+
+    async def aclose(self) -> None:
+        """Release connections/threads. Idempotent."""
+
+    async def __aenter__(self) -> InferenceClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

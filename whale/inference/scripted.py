@@ -1,0 +1,50 @@
+"""A client whose replies are given in advance: ``whale replay`` and harness smoke tests.
+
+Replies are handed out in call order, one per completion; when they run out, replies are empty
+strings (the episode then goes on with empty answers until its harness or turn budget ends it).
+Token counts are whitespace word counts: there is no tokenizer behind this client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+from whale.inference.base import ChatResult, Completion, InferenceClient, SamplingParams
+
+
+class ScriptedClient(InferenceClient):
+    model = "scripted"
+
+    def __init__(self, replies: Iterable[str | dict[str, Any]]):
+        self._replies = list(replies)
+        self._next = 0
+        self._lock = asyncio.Lock()
+        #: every prompt this client was asked, in order (for inspection)
+        self.prompts: list[list[dict[str, Any]]] = []
+
+    @property
+    def used(self) -> int:
+        return min(self._next, len(self._replies))
+
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        sampling: SamplingParams,
+        n: int = 1,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> ChatResult:
+        async with self._lock:
+            self.prompts.append([dict(m) for m in messages])
+            completions = []
+            for _ in range(n):
+                reply = self._replies[self._next] if self._next < len(self._replies) else ""
+                self._next += 1
+                message = {"role": "assistant", "content": reply} if isinstance(reply, str) else dict(reply)
+                message.setdefault("role", "assistant")
+                finish = "tool_calls" if message.get("tool_calls") else "stop"
+                tokens = len(str(message.get("content") or "").split())
+                completions.append(Completion(message=message, finish_reason=finish, completion_tokens=tokens))
+        prompt_tokens = sum(len(str(m.get("content") or "").split()) for m in messages)
+        return ChatResult(completions, prompt_tokens, sum(c.completion_tokens for c in completions))

@@ -1,0 +1,9 @@
+"""The workloads the Jobs (and the local runner's child processes) run: train, search, eval.
+
+Each module ``whale.workloads.<name>`` exposes ``main(store, run, phase) -> None`` and follows the
+contract in ``whale.protocol``: read the PhaseRequest, append metrics, check STOP between steps,
+write the result last. ``python -m whale.workloads <name> --store URI --run RUN --phase PHASE``
+dispatches to it (``__main__``).
+"""
+
+WORKLOADS = ("train", "search", "eval")
