@@ -1,0 +1,194 @@
+"""The local-directory backend and the backend-independent pieces of the storage client.
+
+The behaviour both backends share (round trips, atomic replace, listings, upload/download, errors)
+is one parametrised suite in tests/component/test_store_s3.py; here is what only the local backend
+has (files on disk, symlinks, temp files) and the pure key rules.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from whale.store import ObjectNotFound, StoreError, open_store
+from whale.store.base import join_key, normalize_key
+from whale.store.local import TMP_PREFIX, LocalStore
+
+
+@pytest.mark.parametrize(
+    ("key", "expected"),
+    [
+        ("a/b", "a/b"),
+        ("/a//b/", "a/b"),
+        ("a/./b", "a/b"),
+        ("a/x/../b", "a/b"),
+        ("runs/r1/phases/c00-weight/result.json", "runs/r1/phases/c00-weight/result.json"),
+    ],
+)
+def test_normalize_key_gives_one_name_per_object(key: str, expected: str) -> None:
+    assert normalize_key(key) == expected
+
+
+@pytest.mark.parametrize("key", ["..", "../x", "a/../../x", "/../etc/passwd"])
+def test_normalize_key_refuses_to_leave_the_root(key: str) -> None:
+    with pytest.raises(StoreError, match="escapes the store root"):
+        normalize_key(key)
+
+
+@pytest.mark.parametrize("key", ["", "/", "a/.."])
+def test_the_root_is_not_an_object(key: str) -> None:
+    with pytest.raises(StoreError, match="names the store root"):
+        normalize_key(key)
+    assert normalize_key(key, allow_root=True) == ""
+
+
+def test_keys_with_backslash_or_nul_are_refused() -> None:
+    with pytest.raises(StoreError, match="backslash"):
+        normalize_key("a\\b")
+    with pytest.raises(StoreError, match="NUL"):
+        normalize_key("a\x00b")
+
+
+def test_join_key() -> None:
+    assert join_key("a/b/", "c") == "a/b/c"
+    assert join_key("", "c") == "c"
+
+
+def test_open_store_picks_the_backend(tmp_path: Path) -> None:
+    assert isinstance(open_store(str(tmp_path)), LocalStore)
+    store = open_store(f"file://{tmp_path}")
+    assert isinstance(store, LocalStore) and store.root == tmp_path.resolve()
+    assert store.uri == f"file://{tmp_path.resolve()}"
+
+
+@pytest.mark.parametrize(("uri", "match"), [("", "empty store URI"), ("gs://bucket/x", "unsupported scheme")])
+def test_open_store_rejects_unknown_uris(uri: str, match: str) -> None:
+    with pytest.raises(StoreError, match=match):
+        open_store(uri)
+
+
+def test_root_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(StoreError, match="f"):
+        LocalStore(tmp_path / "f")
+
+
+def test_symlink_out_of_the_root_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret").write_text("s")
+    store = LocalStore(tmp_path / "store")
+    (store.root / "link").symlink_to(outside)
+    with pytest.raises(StoreError, match="escapes the store root"):
+        store.read_bytes("link/secret")
+    with pytest.raises(StoreError, match="escapes the store root"):
+        store.write_bytes("link/new", b"x")
+    assert not (outside / "new").exists()
+
+
+def test_objects_are_plain_files(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    store.write_text("runs/r/spec.json", "{}")
+    assert (tmp_path / "runs/r/spec.json").read_text() == "{}"
+    assert store.local_path("runs/r/spec.json") == tmp_path.resolve() / "runs/r/spec.json"
+
+
+def test_leftover_temp_files_are_invisible(tmp_path: Path) -> None:
+    """A crash between write and rename leaves a temp file: it must not look like an object."""
+    store = LocalStore(tmp_path)
+    store.write_bytes("d/a", b"1")
+    (tmp_path / "d" / f"{TMP_PREFIX}a.xyz").write_bytes(b"half")
+    (tmp_path / f"{TMP_PREFIX}b.xyz").write_bytes(b"half")
+    assert store.list("") == ["d/a"]
+    assert store.list("", recursive=False) == ["d/"]
+    assert store.list("d", recursive=False) == ["d/a"]
+
+
+def test_a_successful_write_leaves_no_temp_file(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    for i in range(3):
+        store.write_bytes("x/y", str(i).encode())
+    assert sorted(os.listdir(tmp_path / "x")) == ["y"]
+
+
+def test_failed_write_leaves_the_old_object_and_no_temp_file(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    store.write_bytes("k", b"old")
+    with pytest.raises(TypeError):
+        store.write_bytes("k", object())  # type: ignore[arg-type]
+    assert store.read_bytes("k") == b"old"
+    assert os.listdir(tmp_path) == ["k"]
+
+
+def test_delete_prunes_emptied_folders_but_never_the_root(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    store.write_bytes("a/b/c/d", b"1")
+    store.write_bytes("a/keep", b"2")
+    store.delete("a/b/c/d")
+    assert not (tmp_path / "a/b").exists()
+    assert (tmp_path / "a/keep").exists()
+    store.delete("a/keep")
+    assert tmp_path.is_dir() and os.listdir(tmp_path) == []
+
+
+def test_empty_folders_are_not_listed(tmp_path: Path) -> None:
+    """S3 has no empty folders; a folder made by hand must not show up either."""
+    store = LocalStore(tmp_path)
+    (tmp_path / "empty/deeper").mkdir(parents=True)
+    store.write_bytes("full/x", b"1")
+    assert store.list("", recursive=False) == ["full/"]
+
+
+def test_a_key_cannot_be_both_object_and_folder(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    store.write_bytes("a/b", b"1")
+    with pytest.raises(StoreError, match="is a folder"):
+        store.write_bytes("a", b"2")
+    with pytest.raises(StoreError, match="parent of it is an object"):
+        store.write_bytes("a/b/c", b"3")
+    assert store.read_bytes("a/b") == b"1"
+
+
+def test_delete_of_a_folder_key_deletes_nothing(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    store.write_bytes("a/b", b"1")
+    store.delete("a")
+    assert store.read_bytes("a/b") == b"1"
+
+
+def test_corrupt_json_names_the_file(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    store.write_bytes("s.json", b"{not json")
+    with pytest.raises(StoreError, match=r"s\.json is not valid JSON"):
+        store.read_json("s.json")
+    store.write_bytes("m.jsonl", b'{"a": 1}\n{bad\n')
+    with pytest.raises(StoreError, match=r"m\.jsonl line 2"):
+        store.read_jsonl("m.jsonl")
+
+
+def test_check_fails_on_a_read_only_root(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "ro")
+    store.check()
+    store.root.chmod(0o500)
+    try:
+        if os.access(store.root, os.W_OK):  # root ignores permissions
+            pytest.skip("running as root: permissions are not enforced")
+        with pytest.raises(StoreError, match="not writable"):
+            store.check()
+    finally:
+        store.root.chmod(0o700)
+
+
+def test_download_file_replaces_the_target(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path / "s")
+    store.write_bytes("w", b"new")
+    target = tmp_path / "out" / "w"
+    target.parent.mkdir()
+    target.write_bytes(b"old-and-longer")
+    store.download_file("w", target)
+    assert target.read_bytes() == b"new"
+    with pytest.raises(ObjectNotFound):
+        store.download_file("missing", tmp_path / "out" / "m")
+    assert not (tmp_path / "out" / "m").exists()

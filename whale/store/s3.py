@@ -1,0 +1,510 @@
+"""The S3 backend (MinIO, SeaweedFS, AWS S3, ...) through the ``minio`` SDK; the only importer of it.
+
+``s3://bucket/prefix`` is the store root; a key ``k`` is the object ``prefix/k`` in ``bucket``.
+Configuration comes from arguments first, then the environment (documented in docs/storage.md):
+
+=============================  ====================================================================
+``WHALE_S3_ENDPOINT``          ``host:port`` or ``http(s)://host:port`` of the S3 server (required)
+``WHALE_S3_SECURE``            ``true``/``false``: HTTPS; default from the endpoint's scheme, else false
+``WHALE_S3_REGION``            region; also ``AWS_REGION`` / ``AWS_DEFAULT_REGION``; default: asked
+``AWS_ACCESS_KEY_ID``          access key (required)
+``AWS_SECRET_ACCESS_KEY``      secret key (required)
+``AWS_SESSION_TOKEN``          optional session token
+``WHALE_S3_RETRY_DEADLINE_S``  overall retry budget per operation in seconds (default 60)
+=============================  ====================================================================
+
+Why the shapes below:
+
+- Atomicity: one PUT (or a completed multipart upload) replaces an object atomically in S3, so
+  ``write_bytes`` is a single PUT and readers never see half an object.
+- Failure meaning lives in the exception type: connection errors, timeouts and 5xx answers are
+  retried with exponential backoff until an overall deadline, then :class:`StoreUnavailable`
+  names the endpoint; rejected credentials raise :class:`StoreAuthError` at once (retrying cannot
+  help); a missing key is :class:`ObjectNotFound`. The SDK's own urllib3 retries are switched off
+  so that this module alone owns the budget.
+- The bucket is created on the first write when it does not exist.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+import os
+import random
+import re
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import urllib3
+from minio import Minio
+from minio.deleteobjects import DeleteObject
+from minio.error import InvalidResponseError, S3Error, ServerError
+
+from whale.store.base import (
+    ObjectNotFound,
+    Store,
+    StoreAuthError,
+    StoreError,
+    StoreUnavailable,
+    normalize_key,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+ENV_ENDPOINT = "WHALE_S3_ENDPOINT"
+ENV_SECURE = "WHALE_S3_SECURE"
+ENV_REGION = "WHALE_S3_REGION"
+ENV_RETRY_DEADLINE = "WHALE_S3_RETRY_DEADLINE_S"
+ENV_ACCESS_KEY = "AWS_ACCESS_KEY_ID"
+ENV_SECRET_KEY = "AWS_SECRET_ACCESS_KEY"
+ENV_SESSION_TOKEN = "AWS_SESSION_TOKEN"
+
+CREDENTIALS_HINT = (
+    f"set {ENV_ACCESS_KEY} and {ENV_SECRET_KEY} to a valid key pair "
+    "(on a cluster: the Secret named by spec.storage.credentialsSecret)"
+)
+
+#: one PUT up to S3's single-request limit: in-memory writes are never split
+_SINGLE_PUT_MAX = 5 * 1024**3
+#: part size for streaming file uploads (multipart, completed atomically)
+_FILE_PART_SIZE = 64 * 1024**2
+
+_AUTH_CODES = frozenset({
+    "InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken",
+    "TokenRefreshRequired", "AuthorizationHeaderMalformed", "InvalidSecurity", "AccountProblem",
+    "AllAccessDisabled", "InvalidClientTokenId", "MissingSecurityHeader",
+})
+_TRANSIENT_CODES = frozenset({
+    "InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "RequestTimeTooSkewed",
+    "OperationAborted", "XMinioServerNotInitialized", "XMinioStorageFull", "ServerBusy",
+})
+_NOT_FOUND_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "NoSuchObject", "ResourceNotFound"})
+_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+
+
+# ----- pure pieces: configuration, URI parsing, error classification, retry policy ------------------
+
+
+@dataclass(frozen=True)
+class S3Config:
+    """Where and as whom to connect; built by :func:`resolve_config` from arguments and environment."""
+
+    endpoint: str  #: host:port, no scheme
+    secure: bool
+    access_key: str
+    secret_key: str
+    session_token: str | None = None
+    region: str | None = None
+
+    @property
+    def url(self) -> str:
+        return f"{'https' if self.secure else 'http'}://{self.endpoint}"
+
+    def __repr__(self) -> str:  # never print the secret
+        return f"S3Config(endpoint={self.url!r}, access_key={self.access_key!r}, region={self.region!r})"
+
+
+def _env_bool(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off", ""):
+        return False
+    raise StoreError(f"{name}={value!r}: use true or false")
+
+
+def resolve_config(
+    *,
+    endpoint: str | None = None,
+    access_key: str | None = None,
+    secret_key: str | None = None,
+    session_token: str | None = None,
+    secure: bool | None = None,
+    region: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> S3Config:
+    """Arguments win over the environment; missing required settings raise with the variable to set."""
+    env = os.environ if env is None else env
+    raw = endpoint or env.get(ENV_ENDPOINT, "").strip()
+    if not raw:
+        raise StoreError(
+            f"no S3 endpoint: set {ENV_ENDPOINT}=host:port (or spec.storage.endpoint / --s3-endpoint)"
+        )
+    scheme_secure: bool | None = None
+    if "://" in raw:
+        scheme, _, raw = raw.partition("://")
+        if scheme not in ("http", "https"):
+            raise StoreError(f"S3 endpoint {endpoint or env.get(ENV_ENDPOINT)!r}: scheme must be http or https")
+        scheme_secure = scheme == "https"
+    raw = raw.rstrip("/")
+    if not raw or "/" in raw:
+        raise StoreError(f"S3 endpoint {raw!r}: give host[:port] only (no path); the bucket goes in the s3:// URI")
+    if secure is None:
+        secure = _env_bool(ENV_SECURE, env[ENV_SECURE]) if env.get(ENV_SECURE) else bool(scheme_secure)
+    access_key = access_key or env.get(ENV_ACCESS_KEY) or None
+    secret_key = secret_key or env.get(ENV_SECRET_KEY) or None
+    if not access_key or not secret_key:
+        missing = " and ".join(n for n, v in ((ENV_ACCESS_KEY, access_key), (ENV_SECRET_KEY, secret_key)) if not v)
+        raise StoreAuthError(f"no S3 credentials for {raw}: {missing} not set; {CREDENTIALS_HINT}")
+    region = region or env.get(ENV_REGION) or env.get("AWS_REGION") or env.get("AWS_DEFAULT_REGION") or None
+    return S3Config(
+        endpoint=raw,
+        secure=secure,
+        access_key=access_key,
+        secret_key=secret_key,
+        session_token=session_token or env.get(ENV_SESSION_TOKEN) or None,
+        region=region,
+    )
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    """``s3://bucket/a/b/`` -> ``("bucket", "a/b")``, with the bucket name checked."""
+    if not uri.startswith("s3://"):
+        raise StoreError(f"{uri!r} is not an s3:// URI")
+    bucket, _, prefix = uri[len("s3://"):].partition("/")
+    if not _BUCKET_RE.match(bucket) or ".." in bucket:
+        raise StoreError(
+            f"S3 URI {uri!r}: bucket {bucket!r} is not a valid bucket name "
+            "(3-63 lowercase letters, digits, '.' and '-', starting and ending with a letter or digit)"
+        )
+    return bucket, normalize_key(prefix, allow_root=True)
+
+
+class ErrorKind:
+    """How an exception from the SDK/transport is to be treated."""
+
+    TRANSIENT = "transient"  #: retry with backoff
+    AUTH = "auth"  #: credentials rejected: raise StoreAuthError, never retry
+    NOT_FOUND = "not_found"
+    PERMANENT = "permanent"  #: any other answer from the server: raise StoreError
+
+
+def classify(exc: BaseException) -> str:
+    if isinstance(exc, S3Error):
+        if exc.code in _AUTH_CODES:
+            return ErrorKind.AUTH
+        if exc.code in _NOT_FOUND_CODES:
+            return ErrorKind.NOT_FOUND
+        status = getattr(exc.response, "status", 0) or 0
+        if exc.code in _TRANSIENT_CODES or status >= 500:
+            return ErrorKind.TRANSIENT
+        return ErrorKind.PERMANENT
+    if isinstance(exc, ServerError):
+        return ErrorKind.TRANSIENT if exc.status_code >= 500 else ErrorKind.PERMANENT
+    if isinstance(exc, InvalidResponseError):
+        # a proxy/load balancer answering HTML: 5xx is the server being away, 4xx a misconfiguration
+        code = getattr(exc, "_code", 0) or 0
+        if code in (401, 403):
+            return ErrorKind.AUTH
+        return ErrorKind.TRANSIENT if code >= 500 else ErrorKind.PERMANENT
+    if isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError):
+        return ErrorKind.TRANSIENT
+    return ErrorKind.PERMANENT
+
+
+def describe(exc: BaseException) -> str:
+    """A one-line, secret-free summary of an SDK/transport error."""
+    if isinstance(exc, S3Error):
+        return f"{exc.code}: {(exc.message or '').rstrip('.')}"
+    text = str(exc).splitlines()[0] if str(exc) else ""
+    return f"{type(exc).__name__}: {text}"[:300]
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential backoff with jitter under an overall deadline (per store operation)."""
+
+    initial_delay_s: float = 0.1
+    multiplier: float = 2.0
+    max_delay_s: float = 5.0
+    deadline_s: float = 60.0
+    jitter: float = 0.25  #: each delay is scaled by a factor in [1 - jitter, 1]
+
+    def delay_s(self, attempt: int, u: float = 1.0) -> float:
+        """Delay after the ``attempt``-th failure (1-based); ``u`` in [0, 1] draws the jitter."""
+        base = min(self.max_delay_s, self.initial_delay_s * self.multiplier ** (attempt - 1))
+        return base * (1.0 - self.jitter * (1.0 - u))
+
+
+def call_with_retry(
+    fn: Callable[[], T],
+    *,
+    policy: RetryPolicy,
+    what: str,
+    endpoint: str,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+    rand: Callable[[], float] = random.random,
+) -> T:
+    """Run ``fn``; retry transient failures until ``policy.deadline_s``, then raise StoreUnavailable.
+
+    Non-transient errors are re-raised untouched for the caller to translate. A retry is only
+    started if its delay still ends before the deadline, so the total time is bounded by the
+    deadline plus one attempt's own timeout."""
+    start = clock()
+    attempt = 0
+    while True:
+        attempt += 1
+        try:
+            return fn()
+        except Exception as exc:  # narrowed just below: only transient errors are retried
+            if classify(exc) != ErrorKind.TRANSIENT:
+                raise
+            elapsed = clock() - start
+            delay = policy.delay_s(attempt, rand())
+            if elapsed + delay > policy.deadline_s:
+                raise StoreUnavailable(
+                    f"S3 endpoint {endpoint} unavailable: {what} failed {attempt} time(s) over {elapsed:.1f}s "
+                    f"(last error: {describe(exc)}). Check that the server is running and that "
+                    f"{ENV_ENDPOINT} / spec.storage.endpoint points at it",
+                    endpoint=endpoint,
+                    attempts=attempt,
+                    elapsed_s=elapsed,
+                ) from exc
+            log.warning("S3 %s at %s failed (%s); retry %d in %.2fs", what, endpoint, describe(exc), attempt, delay)
+            sleep(delay)
+
+
+# ----- the backend ---------------------------------------------------------------------------------
+
+
+class S3Store(Store):
+    """A store rooted at ``s3://bucket/prefix``. Thread-safe (the SDK client is)."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint: str | None = None,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+        session_token: str | None = None,
+        secure: bool | None = None,
+        region: str | None = None,
+        retry: RetryPolicy | None = None,
+        retry_deadline_s: float | None = None,
+        connect_timeout_s: float = 10.0,
+        read_timeout_s: float = 120.0,
+        env: Mapping[str, str] | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
+        env = os.environ if env is None else env
+        self.bucket, self.prefix = parse_s3_uri(f"s3://{bucket}/{prefix}")
+        self.config = resolve_config(
+            endpoint=endpoint, access_key=access_key, secret_key=secret_key, session_token=session_token,
+            secure=secure, region=region, env=env,
+        )
+        if retry_deadline_s is None and env.get(ENV_RETRY_DEADLINE):
+            try:
+                retry_deadline_s = float(env[ENV_RETRY_DEADLINE])
+            except ValueError:
+                raise StoreError(f"{ENV_RETRY_DEADLINE}={env[ENV_RETRY_DEADLINE]!r}: give seconds, e.g. 60") from None
+        self.retry = retry or RetryPolicy()
+        if retry_deadline_s is not None:
+            self.retry = RetryPolicy(**{**self.retry.__dict__, "deadline_s": float(retry_deadline_s)})
+        self.uri = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
+        self._sleep = sleep
+        self._bucket_ready = False
+        self._bucket_lock = threading.Lock()
+        http = urllib3.PoolManager(
+            timeout=urllib3.Timeout(connect=connect_timeout_s, read=read_timeout_s),
+            retries=False,  # this module owns retries and their deadline
+            maxsize=16,
+        )
+        self._client = Minio(
+            self.config.endpoint,
+            access_key=self.config.access_key,
+            secret_key=self.config.secret_key,
+            session_token=self.config.session_token,
+            secure=self.config.secure,
+            region=self.config.region,
+            http_client=http,
+        )
+
+    @classmethod
+    def from_uri(cls, uri: str, **options: Any) -> S3Store:
+        bucket, prefix = parse_s3_uri(uri)
+        return cls(bucket, prefix, **options)
+
+    def __repr__(self) -> str:
+        return f"S3Store({self.uri!r}, endpoint={self.config.url!r})"
+
+    # --- plumbing ---
+    def _name(self, key: str) -> str:
+        key = normalize_key(key)
+        return f"{self.prefix}/{key}" if self.prefix else key
+
+    def _folder(self, prefix: str) -> str:
+        """The S3 listing prefix of a folder key ('' = this store's root)."""
+        key = normalize_key(prefix, allow_root=True)
+        full = f"{self.prefix}/{key}" if self.prefix and key else (self.prefix or key)
+        return full + "/" if full else ""
+
+    def _where(self, name: str) -> str:
+        return f"s3://{self.bucket}/{name}"
+
+    def _rel(self, name: str) -> str:
+        return name[len(self.prefix) + 1:] if self.prefix else name
+
+    def _call(self, what: str, fn: Callable[[], T], key: str | None = None) -> T:
+        """Run one SDK operation under the retry budget and translate its failure to our types."""
+        try:
+            return call_with_retry(fn, policy=self.retry, what=what, endpoint=self.config.url, sleep=self._sleep)
+        except StoreError:
+            raise
+        except Exception as exc:  # translated by kind; the original stays chained
+            kind = classify(exc)
+            if kind == ErrorKind.NOT_FOUND and key is not None:
+                raise ObjectNotFound(key, self.uri) from None
+            if kind == ErrorKind.AUTH:
+                raise StoreAuthError(
+                    f"S3 at {self.config.url} rejected the credentials (access key {self.config.access_key!r}) "
+                    f"for {what}: {describe(exc)}. Fix: {CREDENTIALS_HINT}; "
+                    "the key also needs read/write access to the bucket"
+                ) from None
+            if isinstance(exc, S3Error | ServerError | InvalidResponseError):
+                raise StoreError(f"S3 {what} in {self.uri} failed at {self.config.url}: {describe(exc)}") from exc
+            raise
+
+    def _ensure_bucket(self) -> None:
+        """Create the bucket before the first write if it does not exist (once per store object)."""
+        if self._bucket_ready:
+            return
+        with self._bucket_lock:
+            if self._bucket_ready:
+                return
+            if not self._call(f"bucket check of s3://{self.bucket}", lambda: self._client.bucket_exists(self.bucket)):
+                def make() -> None:
+                    try:
+                        self._client.make_bucket(self.bucket, location=self.config.region or "us-east-1")
+                    except S3Error as exc:
+                        if exc.code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                            raise
+                self._call(f"creation of bucket s3://{self.bucket}", make)
+                log.info("created bucket %s at %s", self.bucket, self.config.url)
+            self._bucket_ready = True
+
+    # --- the interface ---
+    def check(self) -> None:
+        self._call(f"bucket check of s3://{self.bucket}", lambda: self._client.bucket_exists(self.bucket))
+
+    def read_bytes(self, key: str) -> bytes:
+        name = self._name(key)
+
+        def get() -> bytes:
+            response = self._client.get_object(self.bucket, name)
+            try:
+                return response.read()  # urllib3 enforces Content-Length: a cut stream raises, never truncates
+            finally:
+                response.close()
+                response.release_conn()
+
+        return self._call(f"read of {self._where(name)}", get, key=normalize_key(key))
+
+    def write_bytes(self, key: str, data: bytes) -> None:
+        name = self._name(key)
+        data = bytes(data)
+        self._ensure_bucket()
+        self._call(
+            f"write of {self._where(name)}",
+            lambda: self._client.put_object(
+                self.bucket, name, io.BytesIO(data), len(data),
+                part_size=_SINGLE_PUT_MAX if len(data) <= _SINGLE_PUT_MAX else 0,
+            ),
+        )
+
+    def upload_file(self, path: Path, key: str) -> None:
+        name = self._name(key)
+        if not Path(path).is_file():
+            raise StoreError(f"upload_file: {path} is not a file")
+        self._ensure_bucket()
+        self._call(
+            f"upload of {self._where(name)}",
+            lambda: self._client.fput_object(self.bucket, name, str(path), part_size=_FILE_PART_SIZE),
+        )
+
+    def download_file(self, key: str, path: Path) -> Path:
+        name = self._name(key)
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # fget_object writes to a temporary part file and renames it: ``path`` is never half-written
+        self._call(
+            f"download of {self._where(name)}",
+            lambda: self._client.fget_object(self.bucket, name, str(path)),
+            key=normalize_key(key),
+        )
+        return path
+
+    def exists(self, key: str) -> bool:
+        name = self._name(key)
+
+        def stat() -> bool:
+            try:
+                info = self._client.stat_object(self.bucket, name)
+            except S3Error as exc:
+                if exc.code in _NOT_FOUND_CODES:
+                    return False
+                raise
+            return not info.is_dir
+
+        return self._call(f"stat of {self._where(name)}", stat)
+
+    def list(self, prefix: str, recursive: bool = True) -> list[str]:
+        folder = self._folder(prefix)
+
+        def names() -> list[str]:
+            # Always list recursively and group here: some servers (SeaweedFS) keep empty folders
+            # after their last object is deleted; deriving folders from objects hides them, as on disk.
+            try:
+                return [
+                    o.object_name for o in self._client.list_objects(self.bucket, prefix=folder, recursive=True)
+                    if o.object_name and not o.object_name.endswith("/")
+                ]
+            except S3Error as exc:
+                if exc.code == "NoSuchBucket":
+                    return []
+                raise
+
+        found = self._call(f"listing of {self._where(folder)}", names)
+        if recursive:
+            return sorted(self._rel(n) for n in found)
+        children = set()
+        for n in found:
+            head, sep, _ = n[len(folder):].partition("/")
+            children.add(self._rel(folder + head + sep))
+        return sorted(children)
+
+    def delete(self, key: str) -> None:
+        name = self._name(key)
+
+        def remove() -> None:
+            try:
+                self._client.remove_object(self.bucket, name)
+            except S3Error as exc:
+                if exc.code not in _NOT_FOUND_CODES:
+                    raise
+
+        self._call(f"delete of {self._where(name)}", remove)
+
+    def delete_prefix(self, prefix: str) -> None:
+        """One batched DeleteObjects request per 1000 keys instead of one request per key."""
+        keys = self.list(prefix)
+        for i in range(0, len(keys), 1000):
+            batch = [DeleteObject(self._name(k)) for k in keys[i:i + 1000]]
+
+            def remove() -> None:
+                errors = [e for e in self._client.remove_objects(self.bucket, batch) if e.code not in _NOT_FOUND_CODES]
+                if errors:
+                    first = errors[0]
+                    raise StoreError(
+                        f"S3 delete under {prefix!r} in {self.uri}: {len(errors)} object(s) not deleted, "
+                        f"first {first.name}: {first.code} {first.message}"
+                    )
+
+            self._call(f"delete under {self._where(self._folder(prefix))}", remove)
