@@ -232,20 +232,19 @@ def build_manifest(config: dict[str, Any], source: Path, rows: int, splits: Spli
     }
 
 
-@functools.lru_cache(maxsize=8)
-def _prepare_cached(path: str, mtime_ns: int, size: int, sizes: Sizes) -> tuple[str, int, Splits]:
+@functools.lru_cache(maxsize=4)
+def _read_cached(path: str, mtime_ns: int, size: int) -> tuple[str, tuple[Item, ...]]:
     raw = Path(path).read_bytes()
-    items = parse_csv(raw.decode("utf-8-sig"), where=path)
-    return sha256(raw), len(items), make_splits(items, sizes)
+    return sha256(raw), tuple(parse_csv(raw.decode("utf-8-sig"), where=path))
 
 
 def prepare(data: Data) -> tuple[dict[str, Any], int, Splits]:
-    """Read, validate and split in memory (cached per file state and settings). Returns (config, rows, splits)."""
+    """Read, validate (cached per file state) and split in memory. Returns (config, valid rows, splits)."""
     path = source_path(data)
     stat = path.stat()
     sizes = Sizes.from_data(data)
-    source_sha, rows, splits = _prepare_cached(str(path), stat.st_mtime_ns, stat.st_size, sizes)
-    return config_of(source_sha, sizes), rows, splits
+    source_sha, items = _read_cached(str(path), stat.st_mtime_ns, stat.st_size)
+    return config_of(source_sha, sizes), len(items), make_splits(items, sizes)
 
 
 def split_sizes(data: Data) -> dict[str, int]:
