@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
+
+TESTS = Path(__file__).resolve().parent
+ROOT = TESTS.parent
+PLUGINS = TESTS / "plugins"
 
 # Each area owns its session fixtures in its own module (real servers on loopback, tiny models).
 pytest_plugins = [
@@ -10,6 +17,7 @@ pytest_plugins = [
     "tests.fixtures.kube",
     "tests.fixtures.models",
     "tests.fixtures.servers",
+    "tests.fixtures.tools",
 ]
 
 OPT_IN = {"e2e": "--run-e2e", "gpu": "--run-gpu", "cluster": "--run-cluster"}
@@ -26,3 +34,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         for marker, flag in OPT_IN.items():
             if marker in item.keywords and not config.getoption(flag):
                 item.add_marker(pytest.mark.skip(reason=f"opt-in: pass {flag}"))
+
+
+@pytest.fixture
+def counting_domain(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Install the test plugin domain 'counting' (tests/plugins) for this process and its children."""
+    monkeypatch.syspath_prepend(str(PLUGINS))
+    existing = os.environ.get("PYTHONPATH", "")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(p for p in (str(PLUGINS), str(ROOT), existing) if p))
+    return "counting"

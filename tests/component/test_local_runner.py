@@ -1,0 +1,129 @@
+"""The local runner end to end: real subprocess workloads (the simulated double), a real store."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from whale import layout
+from whale.runner.local import LocalRunner, RunConflictError
+from whale.spec import RunPhase, WhaleRunSpec, WhaleRunStatus
+from whale.store import open_store
+
+SIM = (sys.executable, "-m", "tests.workloads.simulated")
+SIZES = {"weight": 2560, "harness": 4, "test": 10}
+
+
+def spec_of(condition: str = "whale", **schedule) -> WhaleRunSpec:
+    schedule = schedule or {"totalSteps": 6, "weightStepsPerCycle": 3, "harnessIterationsPerCycle": 2}
+    return WhaleRunSpec.model_validate({
+        "domain": "counting", "condition": condition, "model": {"name": "tiny"}, "schedule": schedule,
+        "evaluation": {"intervalSteps": 2}, "retry": {"maxAttempts": 2},
+    })
+
+
+def runner(tmp_path: Path, spec: WhaleRunSpec, store=None, sim: dict | None = None, name: str = "r1", **kw):
+    store = store or open_store(str(tmp_path / "store"))
+    env = {"WHALE_SIM": json.dumps(sim or {})}
+    return LocalRunner(name=name, spec=spec, store=store, split_sizes=SIZES, workdir=tmp_path / "work",
+                       workload_command=SIM, env=env, poll_interval_s=0.05, **kw)
+
+
+@pytest.fixture(autouse=True)
+def _plugin(counting_domain):
+    return counting_domain
+
+
+def test_whale_run_end_to_end(tmp_path):
+    r = runner(tmp_path, spec_of())
+    status = r.run(max_seconds=90)
+    assert status.phase is RunPhase.SUCCEEDED, status.message
+    assert status.completed_phases == ["c01-weight", "c01-harness", "c02-weight"]
+    assert status.checkpoint_step == 6 and status.current_checkpoint == "runs/r1/checkpoints/step-000006"
+    assert status.current_harness == "runs/r1/harnesses/c01-accepted.py"
+    # evaluations: start, steps 2 4 6 (interval), 3 (end of cycle 1) and after the harness phase
+    assert sorted((e.step, e.after) for e in status.evals) == [
+        (0, "start"), (2, "weight"), (3, "harness"), (3, "weight"), (4, "weight"), (6, "weight")]
+    # the simulated eval scores 0.01 per step, +0.05 with an accepted harness: the best is after cycle 1's search
+    assert (status.best.step, status.best.phase) == (3, "eval-c01-s000003-harness")
+    assert status.best.mean_at_k == pytest.approx(0.08) and status.best.rollouts_at == 3 * 16 + 2 * 4
+    assert status.rollouts_spent == 6 * 16 + 2 * 4
+    # the store holds what docs/storage.md promises
+    store = r.store
+    saved = WhaleRunStatus.model_validate(store.read_json(layout.status_key("r1")))
+    assert saved == status
+    assert store.read_json(layout.spec_key("r1"))["condition"] == "whale"
+    assert store.exists(layout.log_key("r1", "c01-weight", 1))
+    assert len(store.read_jsonl(layout.metrics_key("r1", "c02-weight"))) == 3
+
+
+def test_interrupted_run_resumes_without_repeating_finished_phases(tmp_path):
+    spec = spec_of()
+    store = open_store(str(tmp_path / "store"))
+
+    class Interrupt(KeyboardInterrupt):
+        pass
+
+    def ctrl_c_in_cycle_2(status, previous, decision):
+        if status.active_phase == "c02-weight" and status.step >= 4:
+            raise Interrupt()
+
+    first = runner(tmp_path, spec, store, sim={"hang": {"c02-weight": 4}}, on_status=ctrl_c_in_cycle_2)
+    with pytest.raises(Interrupt):
+        first.run(max_seconds=90)
+    assert all(p.popen.poll() is not None for p in first.procs.values()), "children must not outlive the runner"
+    mid = WhaleRunStatus.model_validate(store.read_json(layout.status_key("r1")))
+    assert mid.active_phase == "c02-weight" and mid.phase is RunPhase.RUNNING
+
+    second = runner(tmp_path, spec, store)
+    final = second.run(max_seconds=90)
+    assert final.phase is RunPhase.SUCCEEDED
+    relaunched = sorted(second.procs)
+    assert "c01-weight" not in relaunched and "c01-harness" not in relaunched
+    assert "c02-weight" in relaunched
+    # the resumed weight phase continued from its logged step: steps 4..6 are not duplicated
+    steps = [m["step"] for m in store.read_jsonl(layout.metrics_key("r1", "c02-weight"))]
+    assert steps == [4, 5, 6]
+
+
+def test_failed_phase_is_retried_then_fails_the_run(tmp_path):
+    r = runner(tmp_path, spec_of("rsft_only", totalSteps=2), sim={"fail": {"c01-weight": 1}})
+    status = r.run(max_seconds=60)
+    assert status.phase is RunPhase.SUCCEEDED and status.failures == {"c01-weight": 1}
+
+    r = runner(tmp_path / "b", spec_of("rsft_only", totalSteps=2), sim={"fail": {"c01-weight": 5}})
+    status = r.run(max_seconds=60)
+    assert status.phase is RunPhase.FAILED
+    assert "c01-weight failed 2 time(s)" in status.message
+    assert "simulated failure of c01-weight attempt 2" in status.message  # the workload's own last line
+
+
+def test_adaptive_run_ends_weight_phases_by_patience(tmp_path):
+    spec = spec_of("adaptive_whale", totalSteps=12,
+                   adaptive={"weight": {"windowSteps": 1, "burnInSteps": 2, "patienceSteps": 2},
+                             "harness": {"minIterations": 2, "patience": 1, "maxIterations": 4}})
+    rewards = [0.2, 0.9, 0.1, 0.1, 0.1, 0.1]  # each phase peaks early, then stalls
+    status = runner(tmp_path, spec, sim={"reward": rewards}).run(max_seconds=90)
+    assert status.phase is RunPhase.SUCCEEDED
+    first = status.completed_phases[0]
+    result = json.loads((tmp_path / "store" / layout.result_key("r1", first)).read_text())
+    assert result["stoppedBy"] == "patience" and result["finalStep"] == 4
+    assert status.checkpoint_step == 12
+    assert len(status.completed_phases) > 3  # several cycles within the budget
+
+
+def test_mh_only_and_rsft_only(tmp_path):
+    s = runner(tmp_path / "a", spec_of("mh_only", mhOnlyIterations=3)).run(max_seconds=60)
+    assert s.phase is RunPhase.SUCCEEDED and s.completed_phases == ["c01-harness"] and s.checkpoint_step == 0
+    s = runner(tmp_path / "b", spec_of("rsft_only", totalSteps=3)).run(max_seconds=60)
+    assert s.phase is RunPhase.SUCCEEDED and s.completed_phases == ["c01-weight"] and s.checkpoint_step == 3
+
+
+def test_same_name_with_another_spec_is_refused(tmp_path):
+    store = open_store(str(tmp_path / "store"))
+    runner(tmp_path, spec_of("rsft_only", totalSteps=1), store).run(max_seconds=60)
+    with pytest.raises(RunConflictError, match="different spec"):
+        runner(tmp_path, spec_of("rsft_only", totalSteps=2), store).run(max_seconds=60)
