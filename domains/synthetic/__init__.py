@@ -1,1 +1,80 @@
-"""x"""
+"""The synthetic domain: repeat a digit, answered in ``<answer></answer>``; a tiny model learns it on a CPU.
+
+Registered under the ``whale.domains`` entry-point group as ``synthetic = "synthetic:DOMAIN"``. It is
+the domain of the CPU demo runs and of the RSFT learning check: items are generated from the data
+seed (:mod:`synthetic.tasks`), an episode is one answer judged by exact match, and
+:mod:`synthetic.tiny_model` builds a matching tiny model that knows the format but not the task.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from synthetic import tasks
+from whale.domain import DEFAULT_ALLOWED_IMPORTS, Domain, DomainError, Environment, StepResult
+
+if TYPE_CHECKING:
+    from whale.spec import Data
+    from whale.store import Store
+
+HERE = Path(__file__).resolve().parent
+
+
+class SyntheticEnvironment(Environment):
+    """One question, one answer: the first answer ends the episode and is scored."""
+
+    def __init__(self, item: dict[str, Any]):
+        self.item = item
+        self.answer: str | None = None
+
+    def reset(self) -> dict[str, Any]:
+        return {"digit": self.item["digit"], "question": tasks.user_prompt(self.item)}
+
+    def step(self, action: Any) -> StepResult:
+        self.answer = action if isinstance(action, str) else ("" if action is None else str(action))
+        return StepResult(observation={"answered": True}, done=True, info={"expected": self.item["answer"]})
+
+    def reward(self) -> float:
+        return tasks.score(self.answer or "", self.item)
+
+
+class Synthetic(Domain):
+    name = "synthetic"
+    allowed_imports = DEFAULT_ALLOWED_IMPORTS
+    max_turns_limit = 3
+
+    def split_sizes(self, data: Data) -> dict[str, int]:
+        sizes = dict(tasks.SPLIT_SIZES)
+        sizes["harness"] = min(sizes["harness"], data.harness_size)
+        if data.weight_size is not None:
+            sizes["weight"] = min(sizes["weight"], data.weight_size)
+        if data.test_size is not None:
+            sizes["test"] = min(sizes["test"], data.test_size)
+        return sizes
+
+    def load_split(self, split: str, data: Data, store: Store | None = None) -> list[dict[str, Any]]:
+        if split not in tasks.SPLIT_SIZES:
+            raise DomainError(f"unknown split {split!r}; use one of {sorted(tasks.SPLIT_SIZES)}")
+        return tasks.make_split(split, self.split_sizes(data)[split], data.seed)
+
+    def item_from_raw(self, raw: dict[str, Any]) -> dict[str, Any]:
+        try:
+            digit = int(raw["digit"])
+        except (KeyError, TypeError, ValueError):
+            raise DomainError(f"synthetic item {raw!r}: needs an integer field 'digit' (0-9)") from None
+        if not 0 <= digit <= 9:
+            raise DomainError(f"synthetic item {raw!r}: 'digit' must be 0-9, got {digit}")
+        return {"id": str(raw.get("id", f"raw-{digit}")), "digit": digit, "answer": str(digit)}
+
+    def make_env(self, item: dict[str, Any]) -> SyntheticEnvironment:
+        return SyntheticEnvironment(item)
+
+    def h0_path(self) -> Path:
+        return HERE / "h0.py"
+
+    def skill_path(self) -> Path:
+        return HERE / "SKILL.md"
+
+
+DOMAIN = Synthetic()

@@ -1,0 +1,128 @@
+"""A tiny chat model for the synthetic domain, built offline in seconds (``python -m synthetic.tiny_model DIR``).
+
+A byte-level BPE tokenizer trained on the domain's own texts, a ChatML chat template, and a
+two-layer Qwen3-architecture model taught *only the answer format*: it answers
+``<answer>D</answer>`` with a digit D drawn at random, independent of the question. So it starts at
+the chance reward (about 0.1) and everything above that must come from RSFT. Deterministic for a
+given seed. The result is a normal HF checkpoint folder (safetensors + config + tokenizer) that
+``spec.model.name`` can point at.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+from pathlib import Path
+
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + (message['content'] or '') + '<|im_end|>' + '\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+
+
+def build_tokenizer(vocab_size: int = 320):
+    """Byte-level BPE over the domain's texts (any string still tokenises: bytes are the fallback)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    from synthetic import tasks
+
+    corpus = []
+    for d in range(10):
+        item = {"digit": d, "answer": str(d)}
+        corpus += [tasks.SYSTEM_PROMPT, tasks.user_prompt(item), f"<answer>{d}</answer>", "system\nuser\nassistant\n"]
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(corpus * 20, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def build_model(vocab_size: int, seed: int):
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    config = Qwen3Config(
+        vocab_size=vocab_size,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+    )
+    return Qwen3ForCausalLM(config)
+
+
+def format_conversations(n: int, seed: int) -> list[list[dict[str, str]]]:
+    """Conversations whose answer digit is random: the format, not the task."""
+    from synthetic import tasks
+
+    rng = random.Random(f"whale-synthetic-format:{seed}")
+    out = []
+    for _ in range(n):
+        item = {"digit": rng.randrange(10)}
+        out.append(
+            [
+                {"role": "system", "content": tasks.SYSTEM_PROMPT},
+                {"role": "user", "content": tasks.user_prompt(item)},
+                {"role": "assistant", "content": f"<answer>{rng.randrange(10)}</answer>"},
+            ]
+        )
+    return out
+
+
+def build(out_dir: Path, *, seed: int = 0, format_updates: int = 60) -> Path:
+    """Tokenizer + tiny model taught the answer format; saved as an HF checkpoint in ``out_dir``."""
+    import torch
+
+    from whale.rsft.collate import encode_trajectory
+    from whale.rsft.config import RSFTConfig
+    from whale.rsft.rejection import Trajectory
+    from whale.rsft.trainer import SFTTrainer
+
+    tokenizer = build_tokenizer()
+    model = build_model(len(tokenizer), seed)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    cfg = RSFTConfig(mini_batch_size=32, micro_batch_size_per_gpu=32, learning_rate=3e-3, precision="fp32")
+    trainer = SFTTrainer(model, cfg, device=torch.device("cpu"), pad_id=tokenizer.pad_token_id)
+    examples = []
+    for conv in format_conversations(32 * format_updates, seed):
+        examples += encode_trajectory(tokenizer, Trajectory(prompt_index=0, messages=tuple(conv), reward=1.0))
+    trainer.train(examples, lr=cfg.learning_rate, seed=seed)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out_dir)
+    tokenizer.save_pretrained(out_dir)
+    return out_dir
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("out_dir", type=Path)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    print(build(args.out_dir, seed=args.seed))
+
+
+if __name__ == "__main__":
+    main()

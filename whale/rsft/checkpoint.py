@@ -1,0 +1,122 @@
+"""Checkpoints (for serving and for the next phase) and resume state (for a killed phase).
+
+* HF checkpoint at ``layout.checkpoint_prefix(run, step)``: safetensors + config + tokenizer, the
+  ``COMPLETE`` marker uploaded last, so a reader that sees the marker sees the whole folder. The
+  weights are saved as trained (fp32 master weights), so a phase that resumes from a checkpoint
+  continues from exactly the weights the killed one had; vLLM casts them to bf16 when it loads.
+* Resume state at ``layout.state_prefix(run, phase)/step-NNNNNN/``: the optimiser state and a small
+  JSON (step, data-order cursor, seeds), marker last; ``state/latest.json`` then points at it. It is
+  written *after* the checkpoint of the same step, so a pointer never names a step without weights.
+  Only the newest state is kept. A new phase that starts at step S without state of its own takes
+  the optimiser state any earlier phase of the run saved at step S (the run's optimiser carries
+  across phases, as in one long training run).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from whale import layout
+from whale.store.base import Store
+
+log = logging.getLogger(__name__)
+
+STATE_MARKER = "COMPLETE"
+OPTIMIZER_FILE = "optimizer.pt"
+META_FILE = "state.json"
+
+
+def step_dirname(step: int) -> str:
+    return f"step-{step:06d}"
+
+
+def checkpoint_complete(store: Store, run: str, step: int) -> bool:
+    return store.exists(layout.checkpoint_complete_key(run, step))
+
+
+def save_checkpoint(store: Store, run: str, step: int, model: Any, tokenizer: Any) -> str:
+    """Upload an HF checkpoint of ``model`` at ``step``; returns its store prefix."""
+    prefix = layout.checkpoint_prefix(run, step)
+    with tempfile.TemporaryDirectory(prefix="whale-ckpt-") as tmp:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        store.upload_dir(Path(tmp), prefix, marker=layout.CHECKPOINT_COMPLETE_MARKER)
+    return prefix
+
+
+def _state_dir(run: str, phase: str, step: int) -> str:
+    return f"{layout.state_prefix(run, phase)}/{step_dirname(step)}"
+
+
+def _latest_key(run: str, phase: str) -> str:
+    return f"{layout.state_prefix(run, phase)}/latest.json"
+
+
+def save_state(store: Store, run: str, phase: str, step: int, optimizer_state: dict[str, Any], meta: dict[str, Any]) -> None:
+    """Resume state of ``phase`` after global step ``step`` (call after its checkpoint is complete)."""
+    base = _state_dir(run, phase, step)
+    buf = io.BytesIO()
+    torch.save(optimizer_state, buf)
+    store.write_bytes(f"{base}/{OPTIMIZER_FILE}", buf.getvalue())
+    store.write_json(f"{base}/{META_FILE}", {**meta, "step": step})
+    store.write_bytes(f"{base}/{STATE_MARKER}", b"")
+    previous = store.read_json_or_none(_latest_key(run, phase))
+    store.write_json(_latest_key(run, phase), {"step": step})
+    if previous and previous.get("step") != step:
+        store.delete_prefix(_state_dir(run, phase, int(previous["step"])) + "/")
+
+
+def load_state(store: Store, run: str, phase: str) -> tuple[int, dict[str, Any], dict[str, Any]] | None:
+    """(step, meta, optimizer state) of this phase's newest state, or None."""
+    latest = store.read_json_or_none(_latest_key(run, phase))
+    if not latest:
+        return None
+    step = int(latest["step"])
+    base = _state_dir(run, phase, step)
+    if not store.exists(f"{base}/{STATE_MARKER}") or not checkpoint_complete(store, run, step):
+        log.warning("resume state of %s at step %d is incomplete; ignoring it", phase, step)
+        return None
+    meta = store.read_json(f"{base}/{META_FILE}")
+    opt = torch.load(io.BytesIO(store.read_bytes(f"{base}/{OPTIMIZER_FILE}")), map_location="cpu", weights_only=True)
+    return step, meta, opt
+
+
+def find_carried_optimizer(store: Store, run: str, step: int, exclude_phase: str) -> dict[str, Any] | None:
+    """The optimiser state another phase of the run saved at ``step``, if any."""
+    phases_root = f"{layout.run_prefix(run)}/phases/"
+    for child in store.list(phases_root, recursive=False):
+        phase = child.rstrip("/").rsplit("/", 1)[-1]
+        if phase == exclude_phase:
+            continue
+        base = _state_dir(run, phase, step)
+        if store.exists(f"{base}/{STATE_MARKER}"):
+            log.info("carrying the optimiser state of phase %s at step %d", phase, step)
+            return torch.load(
+                io.BytesIO(store.read_bytes(f"{base}/{OPTIMIZER_FILE}")), map_location="cpu", weights_only=True
+            )
+    return None
+
+
+def materialise(store: Store, prefix: str, workdir: Path) -> Path:
+    """A local folder holding the checkpoint at store ``prefix`` (no copy for a local store)."""
+    marker = f"{prefix.rstrip('/')}/{layout.CHECKPOINT_COMPLETE_MARKER}"
+    if not store.exists(marker):
+        raise FileNotFoundError(
+            f"checkpoint {store.uri_for(prefix)} is missing or incomplete (no {layout.CHECKPOINT_COMPLETE_MARKER} "
+            "marker): the phase that wrote it did not finish; rerun it or point fromCheckpoint at a complete one"
+        )
+    local = store.local_path(prefix.rstrip("/"))
+    if local is not None and local.is_dir():
+        return local
+    return store.download_dir(prefix, workdir / prefix.rstrip("/").replace("/", "_"))
+
+
+def dump_json_line(record: dict[str, Any]) -> str:
+    return json.dumps(record, sort_keys=True)

@@ -1,0 +1,203 @@
+"""Trajectories -> token sequences with a loss mask, and sequences -> (micro-)batches.
+
+The loss falls on the tokens the model generated and nothing else. To know which tokens those are,
+each assistant turn is rendered the way generation saw it: the chat template applied to the
+messages before the turn with the generation prompt (``prefix``), and to the messages up to and
+including the turn (``full``). The turn's tokens are ``full[len(prefix):]``, cut after the end-of-turn
+token (the model stopped there; the template's trailing newline was never generated). That
+``prefix`` really is a prefix of ``full`` is *checked on the token ids*, not assumed.
+
+A multi-turn trace becomes one sequence when every turn's ``prefix + turn`` is a prefix of the
+rendering of the whole conversation (ChatML-style templates); then every assistant turn of that
+one sequence carries loss. Templates that rewrite history (Qwen3 drops earlier turns' thinking)
+fail that check, and each turn then becomes its own sequence with exactly the context generation
+saw. System, user and tool tokens never carry loss. Pure apart from the tokenizer it is given.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from whale.rsft.rejection import Trajectory
+
+IGNORE_INDEX = -100
+
+
+class ChatTokenizer(Protocol):
+    """The part of a transformers tokenizer this module uses."""
+
+    eos_token_id: int | None
+    pad_token_id: int | None
+
+    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any: ...
+
+    def __call__(self, text: str, **kwargs: Any) -> Any: ...
+
+
+class TemplateMismatchError(ValueError):
+    """The chat template renders a turn's context differently once the turn is added, and the turn
+    cannot be rebuilt from its raw text (it holds tool calls)."""
+
+
+@dataclass(frozen=True)
+class Example:
+    """One training sequence: ``labels[t]`` is ``input_ids[t]`` where the token carries loss, else -100."""
+
+    input_ids: tuple[int, ...]
+    labels: tuple[int, ...]
+
+    @property
+    def n_target(self) -> int:
+        """Tokens that carry loss (the first token never does: nothing predicts it)."""
+        return sum(1 for t in self.labels[1:] if t != IGNORE_INDEX)
+
+    def __len__(self) -> int:
+        return len(self.input_ids)
+
+
+def render_ids(
+    tokenizer: ChatTokenizer,
+    messages: Sequence[dict[str, Any]],
+    *,
+    tools: Sequence[dict[str, Any]] | None,
+    add_generation_prompt: bool,
+    template_kwargs: dict[str, Any],
+) -> list[int]:
+    """The chat template's text, tokenised the way an OpenAI-compatible server tokenises a rendered
+    prompt (no extra special tokens: the template already placed them)."""
+    text = tokenizer.apply_chat_template(
+        [dict(m) for m in messages],
+        tools=list(tools) if tools else None,
+        tokenize=False,
+        add_generation_prompt=add_generation_prompt,
+        **template_kwargs,
+    )
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _cut_after_stop(turn: list[int], stop_ids: frozenset[int]) -> list[int]:
+    for i in range(len(turn) - 1, -1, -1):
+        if turn[i] in stop_ids:
+            return turn[: i + 1]
+    return turn
+
+
+def stop_token_ids(tokenizer: ChatTokenizer, extra: Iterable[int] = ()) -> frozenset[int]:
+    """End-of-turn ids: the tokenizer's eos plus e.g. the generation config's eos list."""
+    ids = {int(i) for i in extra}
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    return frozenset(ids)
+
+
+def encode_trajectory(
+    tokenizer: ChatTokenizer,
+    trajectory: Trajectory,
+    *,
+    stop_ids: frozenset[int] | None = None,
+    max_length: int | None = None,
+) -> list[Example]:
+    """The training sequences of one trajectory (one, or one per assistant turn; see module doc)."""
+    messages = list(trajectory.messages)
+    stops = stop_ids if stop_ids is not None else stop_token_ids(tokenizer)
+    kw = dict(tools=trajectory.tools, template_kwargs=trajectory.template_kwargs)
+    turns: list[tuple[list[int], list[int]]] = []  # (context ids, generated ids) per assistant turn
+    for i, msg in enumerate(messages):
+        if msg.get("role") != "assistant":
+            continue
+        prefix = render_ids(tokenizer, messages[:i], add_generation_prompt=True, **kw)
+        full = render_ids(tokenizer, messages[: i + 1], add_generation_prompt=False, **kw)
+        if full[: len(prefix)] == prefix and len(full) > len(prefix):
+            generated = _cut_after_stop(full[len(prefix):], stops)
+        elif msg.get("tool_calls"):
+            raise TemplateMismatchError(
+                f"prompt {trajectory.prompt_index}, message {i}: the chat template renders the context of this "
+                "assistant turn differently once the turn is appended, and the turn holds tool calls, so its "
+                "generated text cannot be rebuilt; use a template whose generation prompt is a prefix of the "
+                "rendered turn"
+            )
+        else:
+            # Rebuild the turn from its raw text: exactly what the model emitted after ``prefix``.
+            content = msg.get("content") or ""
+            generated = list(tokenizer(content, add_special_tokens=False)["input_ids"])
+            if tokenizer.eos_token_id is not None:
+                generated.append(int(tokenizer.eos_token_id))
+        turns.append((prefix, generated))
+    if not turns:
+        return []
+
+    last = max(i for i, m in enumerate(messages) if m.get("role") == "assistant")
+    whole = render_ids(tokenizer, messages[: last + 1], add_generation_prompt=False, **kw)
+    merged = _merge(turns, whole)
+    examples = [merged] if merged is not None else [
+        Example(tuple(p + g), tuple([IGNORE_INDEX] * len(p) + g)) for p, g in turns
+    ]
+    return [_truncate(e, max_length) for e in examples]
+
+
+def _merge(turns: list[tuple[list[int], list[int]]], whole: list[int]) -> Example | None:
+    """One sequence with every turn labelled, if each ``context + turn`` is a prefix of ``whole``."""
+    labels = [IGNORE_INDEX] * len(whole)
+    end = 0
+    for prefix, generated in turns:
+        stop = len(prefix) + len(generated)
+        if len(prefix) < end or whole[: len(prefix)] != prefix or whole[len(prefix): stop] != generated:
+            return None
+        labels[len(prefix): stop] = generated
+        end = stop
+    ids = whole[:end]
+    return Example(tuple(ids), tuple(labels[:end]))
+
+
+def _truncate(example: Example, max_length: int | None) -> Example:
+    if max_length is None or len(example) <= max_length:
+        return example
+    return Example(example.input_ids[:max_length], example.labels[:max_length])
+
+
+# ----- batching -----------------------------------------------------------------------------------
+
+
+def minibatches(examples: Sequence[Example], size: int, rng: random.Random) -> list[list[Example]]:
+    """Shuffle (seeded) and cut into minibatches of ``size`` (the last one may be smaller)."""
+    order = list(range(len(examples)))
+    rng.shuffle(order)
+    return [[examples[i] for i in order[j: j + size]] for j in range(0, len(order), size)]
+
+
+def micro_batches(minibatch: Sequence[Example], size: int) -> list[list[Example]]:
+    """Cut a minibatch into micro-batches of ``size`` sequences, longest first (less padding)."""
+    ordered = sorted(minibatch, key=len, reverse=True)
+    return [list(ordered[j: j + size]) for j in range(0, len(ordered), size)]
+
+
+def pad_collate(batch: Sequence[Example], pad_id: int) -> dict[str, list[list[int]]]:
+    """Right-padded rectangle: input_ids, attention_mask, labels (padding carries no loss)."""
+    width = max(len(e) for e in batch)
+    ids, mask, labels = [], [], []
+    for e in batch:
+        pad = width - len(e)
+        ids.append(list(e.input_ids) + [pad_id] * pad)
+        mask.append([1] * len(e) + [0] * pad)
+        labels.append(list(e.labels) + [IGNORE_INDEX] * pad)
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def pack_collate(batch: Sequence[Example]) -> dict[str, list[list[int]]]:
+    """Sequences concatenated into one row with restarting position ids (no padding).
+
+    The model must treat a position-id reset as a document boundary (transformers does for
+    flash/sdpa/flex attention when no attention mask is passed). The first token of every
+    sequence gets no label, so no loss crosses a boundary."""
+    ids: list[int] = []
+    pos: list[int] = []
+    labels: list[int] = []
+    for e in batch:
+        ids.extend(e.input_ids)
+        pos.extend(range(len(e)))
+        labels.append(IGNORE_INDEX)
+        labels.extend(e.labels[1:])
+    return {"input_ids": [ids], "position_ids": [pos], "labels": [labels]}

@@ -1,0 +1,122 @@
+"""The weight phase's configuration, resolved once from the run spec and the phase request.
+
+Everything the RSFT loop needs is read here, at the edge, into one frozen :class:`RSFTConfig`; the
+loop never looks at the spec again. The learning-rate schedule is a pure function of the *global*
+step, so a run split into many phases (and many processes) follows one schedule. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from whale.protocol import PhaseRequest, WeightPhaseArgs
+from whale.spec import WhaleRunSpec
+
+
+@dataclass(frozen=True)
+class RSFTConfig:
+    """One weight phase. Defaults are the paper's; every field comes from ``spec.rsft`` or the request."""
+
+    #: prompts of D_weight per RSFT step
+    prompts_per_step: int = 256
+    #: rollouts sampled per prompt with the current weights
+    rollouts_per_prompt: int = 8
+    #: keep trajectories with reward strictly above this
+    score_threshold: float = 0.5
+    #: SFT epochs over the kept trajectories of one step
+    sft_epochs: int = 1
+    #: sequences per optimiser update
+    mini_batch_size: int = 64
+    #: sequences per forward/backward on one device (gradient accumulation fills the minibatch)
+    micro_batch_size_per_gpu: int = 2
+    learning_rate: float = 1e-7
+    lr_scheduler: Literal["constant", "cosine", "linear"] = "constant"
+    warmup_steps: int = 0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    #: "auto" = bf16 autocast over fp32 master weights on a GPU, fp32 on the CPU
+    precision: Literal["auto", "bf16", "fp32"] = "auto"
+    gradient_checkpointing: bool = False
+    #: concatenate a micro-batch's sequences into one row (no padding) instead of padding them
+    pack_sequences: bool = False
+    #: longest training sequence; longer ones are cut (None: the model's max length)
+    max_seq_len: int | None = None
+    seed: int = 0
+    #: sampling parameters of the rollouts
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 20
+    max_response_tokens: int = 8192
+    #: global step the LR schedule decays over (the run's weight budget)
+    total_steps: int = 1
+    #: also checkpoint every N global steps (0: only at saveSteps and the end)
+    checkpoint_every_steps: int = 0
+    #: steps per epoch of D_weight (controller's accounting; metrics' ``epoch`` = step / this)
+    steps_per_epoch: int = 1
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_request(cls, request: PhaseRequest) -> RSFTConfig:
+        if request.weight is None:
+            raise ValueError(f"phase {request.phase}: request.json has kind {request.kind.value!r} but no `weight` args")
+        spec = WhaleRunSpec.model_validate(request.spec)
+        return cls.from_spec(spec, request.weight)
+
+    @classmethod
+    def from_spec(cls, spec: WhaleRunSpec, args: WeightPhaseArgs) -> RSFTConfig:
+        r = spec.rsft
+        total = spec.schedule.total_steps
+        if total is None and spec.schedule.total_epochs is not None:
+            total = max(1, round(spec.schedule.total_epochs * args.steps_per_epoch))
+        return cls(
+            prompts_per_step=r.prompts_per_step,
+            rollouts_per_prompt=r.rollouts_per_prompt,
+            score_threshold=r.score_threshold,
+            sft_epochs=r.sft_epochs,
+            mini_batch_size=r.mini_batch_size,
+            micro_batch_size_per_gpu=r.micro_batch_size_per_gpu,
+            learning_rate=r.learning_rate,
+            lr_scheduler=r.lr_scheduler,
+            warmup_steps=r.warmup_steps,
+            weight_decay=r.weight_decay,
+            max_grad_norm=r.max_grad_norm,
+            precision=r.precision,
+            gradient_checkpointing=r.gradient_checkpointing,
+            max_seq_len=spec.model.max_model_len,
+            seed=r.seed,
+            temperature=r.sampling.temperature,
+            top_p=r.sampling.top_p,
+            top_k=r.sampling.top_k,
+            max_response_tokens=r.sampling.max_response_tokens,
+            total_steps=max(total or args.target_step, args.target_step, 1),
+            checkpoint_every_steps=r.checkpoint_every_steps,
+            steps_per_epoch=max(1, args.steps_per_epoch),
+        )
+
+    @property
+    def rollouts_per_step(self) -> int:
+        return self.prompts_per_step * self.rollouts_per_prompt
+
+
+def lr_at(step: int, cfg: RSFTConfig) -> float:
+    """Learning rate of global RSFT step ``step`` (0-based): linear warm-up, then the schedule.
+
+    One RSFT step uses one learning rate for all its optimiser updates."""
+    if cfg.warmup_steps and step < cfg.warmup_steps:
+        return cfg.learning_rate * (step + 1) / cfg.warmup_steps
+    if cfg.lr_scheduler == "constant":
+        return cfg.learning_rate
+    span = max(1, cfg.total_steps - cfg.warmup_steps)
+    progress = min(1.0, max(0.0, (step - cfg.warmup_steps) / span))
+    if cfg.lr_scheduler == "linear":
+        return cfg.learning_rate * (1.0 - progress)
+    return cfg.learning_rate * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def should_checkpoint(step: int, cfg: RSFTConfig, save_steps: set[int] | frozenset[int], target: int) -> bool:
+    """Whether global step ``step`` (just finished, 1-based count of steps done) gets a checkpoint."""
+    if step == target or step in save_steps:
+        return True
+    return bool(cfg.checkpoint_every_steps) and step % cfg.checkpoint_every_steps == 0

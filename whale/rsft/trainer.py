@@ -1,0 +1,183 @@
+"""SFT on the kept trajectories of one RSFT step: minibatches, micro-batches, token-mean loss.
+
+One call of :meth:`SFTTrainer.train` runs ``sftEpochs`` passes over the step's sequences, in
+seeded-shuffled minibatches of ``miniBatchSize`` sequences, each minibatch one optimiser update
+accumulated over micro-batches of ``microBatchSizePerGpu``. The loss of a minibatch is the sum of
+the per-token cross-entropies of its loss-carrying tokens divided by their count (token mean), so
+a long trajectory weighs by its tokens, not as one sample. Only those tokens are projected through
+the LM head (``logits`` of prompt tokens are never formed), which saves the vocabulary matmul on
+prompt tokens. Parameters stay fp32 (master weights: updates of 1e-7 vanish in bf16); on a GPU the
+forward/backward runs under bf16 autocast. Data-parallel: each rank takes every world-th sequence
+and the token count is all-reduced, so the normalisation is global.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from whale.rsft.collate import IGNORE_INDEX, Example, micro_batches, minibatches, pack_collate, pad_collate
+from whale.rsft.config import RSFTConfig
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SFTStats:
+    """What one step's SFT did."""
+
+    #: token-mean loss over every minibatch of the step (None: nothing trained)
+    loss: float | None
+    #: loss-carrying tokens trained on (all epochs, all ranks)
+    tokens: int
+    #: optimiser updates made
+    updates: int
+    seconds: float
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def resolve_precision(precision: str, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype (None: plain fp32). ``auto`` is bf16 on a GPU, fp32 on the CPU."""
+    if precision == "fp32" or (precision == "auto" and device.type != "cuda"):
+        return None
+    if precision in ("bf16", "auto"):
+        return torch.bfloat16
+    raise ValueError(f"rsft.precision: unknown value {precision!r}; use auto, bf16 or fp32")
+
+
+def _world() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def _all_reduce_sum(value: float, device: torch.device) -> float:
+    rank, world = _world()
+    if world == 1:
+        return value
+    t = torch.tensor([value], dtype=torch.float64, device=device)
+    torch.distributed.all_reduce(t)
+    return float(t.item())
+
+
+def token_loss_sum(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+    """Sum of next-token cross-entropies over the loss-carrying tokens of ``batch``, and their count.
+
+    ``batch['labels'][b, t]`` is the target for the prediction made at ``t - 1``; -100 = no loss.
+    Only the hidden states that predict a labelled token go through the LM head."""
+    labels = batch["labels"]
+    target = labels[:, 1:]
+    mask = target != IGNORE_INDEX
+    n = int(mask.sum())
+    inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
+    head = model.get_output_embeddings()
+    config = getattr(model, "config", None)
+    plain_head = head is not None and not getattr(config, "final_logit_softcapping", None) and not getattr(
+        config, "logit_scale", None
+    )
+    if plain_head:
+        decoder = getattr(model, model.base_model_prefix)
+        hidden = decoder(**inputs, use_cache=False).last_hidden_state
+        logits = head(hidden[:, :-1][mask])
+    else:  # models whose head does more than a matmul: take their logits as they are
+        logits = model(**inputs, use_cache=False).logits[:, :-1][mask]
+    loss = F.cross_entropy(logits.float(), target[mask], reduction="sum")
+    return loss, n
+
+
+class SFTTrainer:
+    """Owns the model's optimiser and runs the SFT of each RSFT step."""
+
+    def __init__(self, model: torch.nn.Module, cfg: RSFTConfig, *, device: torch.device, pad_id: int):
+        self.model = model
+        self.cfg = cfg
+        self.device = device
+        self.pad_id = pad_id
+        self.autocast_dtype = resolve_precision(cfg.precision, device)
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            params,
+            lr=cfg.learning_rate,
+            weight_decay=cfg.weight_decay,
+            fused=device.type == "cuda",
+        )
+
+    # ----- state for resume ----------------------------------------------------------------------
+
+    def optimizer_state(self) -> dict[str, Any]:
+        return self.optimizer.state_dict()
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        self.optimizer.load_state_dict(state)
+
+    # ----- training ------------------------------------------------------------------------------
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=self.autocast_dtype)
+
+    def _to_device(self, batch: dict[str, list[list[int]]]) -> dict[str, torch.Tensor]:
+        return {k: torch.tensor(v, dtype=torch.long, device=self.device) for k, v in batch.items()}
+
+    def collate(self, micro: Sequence[Example]) -> dict[str, torch.Tensor]:
+        raw = pack_collate(micro) if self.cfg.pack_sequences else pad_collate(micro, self.pad_id)
+        return self._to_device(raw)
+
+    def train(self, examples: Sequence[Example], *, lr: float, seed: str | int) -> SFTStats:
+        """SFT on ``examples`` for ``sftEpochs``; no examples (or no loss tokens) = no update at all."""
+        start = time.perf_counter()
+        rank, world = _world()
+        examples = [e for e in examples if e.n_target > 0]
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        loss_total, tokens_total, updates = 0.0, 0, 0
+        self.model.train()
+        for epoch in range(self.cfg.sft_epochs):
+            rng = random.Random(f"whale-rsft-minibatch:{seed}:{epoch}")
+            for minibatch in minibatches(examples, self.cfg.mini_batch_size, rng):
+                local = minibatch[rank::world]
+                n_tokens = int(_all_reduce_sum(sum(e.n_target for e in local), self.device))
+                if n_tokens == 0:
+                    continue
+                loss_sum = 0.0
+                for micro in micro_batches(local, self.cfg.micro_batch_size_per_gpu):
+                    batch = self.collate(micro)
+                    with self._autocast():
+                        loss, _ = token_loss_sum(self.model, batch)
+                    (loss / n_tokens).backward()
+                    loss_sum += float(loss.detach())
+                if world > 1:  # each rank's loss is already over the global token count: sum the grads
+                    for p in self.model.parameters():
+                        if p.requires_grad:
+                            if p.grad is None:  # a rank with no sequence in this minibatch
+                                p.grad = torch.zeros_like(p)
+                            torch.distributed.all_reduce(p.grad)
+                if self.cfg.max_grad_norm:
+                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                loss_total += _all_reduce_sum(loss_sum, self.device)
+                tokens_total += n_tokens
+                updates += 1
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return SFTStats(
+            loss=(loss_total / tokens_total) if tokens_total else None,
+            tokens=tokens_total,
+            updates=updates,
+            seconds=time.perf_counter() - start,
+        )
