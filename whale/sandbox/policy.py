@@ -1,0 +1,224 @@
+"""What a sandboxed run may do, and how its end is named. Pure: dataclasses and functions, no I/O.
+
+Untrusted Python (model-written code for the math tool, proposer-written harness files) runs in a
+separate process under :class:`Limits` (rlimits, a wall clock, bounded output) and :class:`Isolation`
+(network namespace, unprivileged uid, hidden world-writable and credential directories, an
+allow-listed environment). :func:`classify` turns the way a process ended into one :class:`Outcome`,
+so callers branch on a typed value instead of parsing stderr.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import re
+import signal
+from collections.abc import Mapping, Sequence
+from typing import Literal
+
+MiB = 1 << 20
+GiB = 1 << 30
+
+#: Environment names that look like credentials; never forwarded from the parent by name.
+SECRET_NAME_RE = re.compile(r"(KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|SESSION|COOKIE)", re.IGNORECASE)
+
+#: Directories replaced by an empty read-only tmpfs inside the sandbox's mount namespace: the
+#: world-writable ones (so the only writable place is the scratch directory) and the usual homes of
+#: credentials (root's home, Kubernetes service-account tokens).
+DEFAULT_HIDE_PATHS = ("/tmp", "/var/tmp", "/dev/shm", "/root", "/home", "/run/secrets", "/var/run/secrets")
+
+#: Fixed environment every sandbox gets; HOME/TMPDIR are pointed at the scratch directory at launch.
+BASE_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONIOENCODING": "utf-8",
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+    "MPLBACKEND": "Agg",
+}
+
+
+class Outcome(str, enum.Enum):
+    """How a sandboxed program (or one worker call) ended."""
+
+    OK = "ok"
+    ERROR = "error"  #: the program raised / exited non-zero on its own
+    TIMEOUT = "timeout"  #: wall clock ran out; the whole process tree was killed
+    CPU_LIMIT = "cpu_limit"  #: RLIMIT_CPU (SIGXCPU / SIGKILL at the hard limit)
+    MEMORY_LIMIT = "memory_limit"  #: RLIMIT_AS hit (MemoryError, or killed while allocating)
+    OUTPUT_LIMIT = "output_limit"  #: stdout/stderr grew past the cap; killed
+    FILE_SIZE_LIMIT = "file_size_limit"  #: RLIMIT_FSIZE (SIGXFSZ)
+    KILLED = "killed"  #: ended by another signal
+    SANDBOX_ERROR = "sandbox_error"  #: the sandbox itself could not be set up
+
+    @property
+    def ok(self) -> bool:
+        return self is Outcome.OK
+
+    @property
+    def is_limit(self) -> bool:
+        """True when the sandbox stopped the program (as opposed to the program failing by itself)."""
+        return self in _LIMITS
+
+
+_LIMITS = frozenset(
+    {Outcome.TIMEOUT, Outcome.CPU_LIMIT, Outcome.MEMORY_LIMIT, Outcome.OUTPUT_LIMIT, Outcome.FILE_SIZE_LIMIT}
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class Limits:
+    """Resource limits of one sandboxed process tree. ``None`` = unlimited (the wall clock of a
+    long-lived worker is per call instead)."""
+
+    #: wall-clock seconds for the whole run (run_python) or for one call (SandboxWorker)
+    wall_s: float = 60.0
+    #: RLIMIT_CPU seconds (soft; the hard limit is one second more)
+    cpu_s: int | None = 60
+    #: RLIMIT_AS bytes (virtual memory of each process)
+    memory_bytes: int | None = 1 * GiB
+    #: RLIMIT_FSIZE bytes (largest file a process may write)
+    file_size_bytes: int | None = 64 * MiB
+    #: RLIMIT_NPROC (processes + threads of the sandbox's uid; only enforced for a non-root uid)
+    processes: int | None = 64
+    #: RLIMIT_NOFILE
+    open_files: int | None = 256
+    #: bytes of stdout / stderr kept; more output kills the run with OUTPUT_LIMIT
+    stdout_bytes: int = 1 * MiB
+    stderr_bytes: int = 1 * MiB
+
+    def __post_init__(self) -> None:
+        if self.wall_s <= 0:
+            raise ValueError(f"Limits.wall_s must be > 0, got {self.wall_s}")
+        for name in ("cpu_s", "memory_bytes", "file_size_bytes", "processes", "open_files"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"Limits.{name} must be > 0 or None, got {value}")
+
+    def rlimits(self) -> dict[str, tuple[int, int]]:
+        """``resource`` module names -> (soft, hard), for the launcher."""
+        out: dict[str, tuple[int, int]] = {"RLIMIT_CORE": (0, 0)}
+        if self.cpu_s is not None:
+            out["RLIMIT_CPU"] = (self.cpu_s, self.cpu_s + 1)
+        if self.memory_bytes is not None:
+            out["RLIMIT_AS"] = (self.memory_bytes, self.memory_bytes)
+        if self.file_size_bytes is not None:
+            out["RLIMIT_FSIZE"] = (self.file_size_bytes, self.file_size_bytes)
+        if self.processes is not None:
+            out["RLIMIT_NPROC"] = (self.processes, self.processes)
+        if self.open_files is not None:
+            out["RLIMIT_NOFILE"] = (self.open_files, self.open_files)
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Isolation:
+    """How the sandboxed process is separated from the host."""
+
+    #: auto: a network namespace when the kernel allows it, else the socket-blocking audit hook
+    #: (with a warning); netns: fail when no namespace can be made; audit-hook: the hook only
+    network: Literal["auto", "netns", "audit-hook"] = "auto"
+    #: run as a fresh unprivileged uid (needs root); else as the caller's uid with a write-guard hook
+    drop_privileges: bool = True
+    #: a private mount namespace that hides ``hide_paths`` behind empty tmpfs (needs root)
+    mount_namespace: bool = True
+    hide_paths: tuple[str, ...] = DEFAULT_HIDE_PATHS
+    #: host paths the program must still read although they sit under a hidden path
+    #: (the interpreter's prefix is always added)
+    read_paths: tuple[str, ...] = ()
+    #: parent environment variables forwarded by name (never ones that look like credentials)
+    pass_env: tuple[str, ...] = ("TZ", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+
+    def __post_init__(self) -> None:
+        bad = [n for n in self.pass_env if SECRET_NAME_RE.search(n)]
+        if bad:
+            raise ValueError(
+                f"Isolation.pass_env would forward credential-like variables {bad}; "
+                "pass values explicitly through `env=` if the program really needs them"
+            )
+
+
+def build_env(
+    scratch: str,
+    parent_env: Mapping[str, str],
+    pass_env: Sequence[str],
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The sandbox's whole environment: :data:`BASE_ENV`, HOME/TMPDIR = scratch, allow-listed
+    parent names, then explicit ``extra`` values. Nothing else from the parent leaks in."""
+    env = dict(BASE_ENV)
+    env["HOME"] = scratch
+    env["TMPDIR"] = scratch
+    for name in pass_env:
+        if name in parent_env and not SECRET_NAME_RE.search(name):
+            env[name] = parent_env[name]
+    if extra:
+        env.update({str(k): str(v) for k, v in extra.items()})
+    return env
+
+
+_EXC_LINE_RE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning|Iteration)\w*)(?::\s?(.*))?$")
+
+
+def last_exception(stderr_tail: str) -> tuple[str | None, str | None]:
+    """(exception type, message) from the last traceback line of ``stderr``, if any."""
+    for line in reversed(stderr_tail.strip().splitlines()[-20:]):
+        match = _EXC_LINE_RE.match(line.strip())
+        if match:
+            return match.group(1).rsplit(".", 1)[-1], (match.group(2) or "").strip() or None
+    return None, None
+
+
+def classify(
+    returncode: int | None,
+    *,
+    timed_out: bool = False,
+    output_overflow: bool = False,
+    stderr_tail: str = "",
+    setup_error: str | None = None,
+) -> tuple[Outcome, str | None]:
+    """Name how a sandboxed process ended: (outcome, exception type or signal name or None).
+
+    Order matters: the sandbox's own kills (setup failure, output cap, wall clock) explain a death
+    better than the signal that delivered it.
+    """
+    if setup_error is not None:
+        return Outcome.SANDBOX_ERROR, None
+    if output_overflow:
+        return Outcome.OUTPUT_LIMIT, None
+    if timed_out:
+        return Outcome.TIMEOUT, None
+    exc_type, _ = last_exception(stderr_tail)
+    if exc_type == "MemoryError":
+        return Outcome.MEMORY_LIMIT, exc_type
+    if returncode is None:
+        return Outcome.KILLED, None
+    if returncode == 0:
+        return Outcome.OK, None
+    if returncode < 0:
+        sig = -returncode
+        name = _signal_name(sig)
+        if sig == signal.SIGXCPU:
+            return Outcome.CPU_LIMIT, name
+        if sig == signal.SIGXFSZ:
+            return Outcome.FILE_SIZE_LIMIT, name
+        return Outcome.KILLED, name
+    if exc_type is not None and exc_type in {"OSError"} and "File too large" in stderr_tail:
+        return Outcome.FILE_SIZE_LIMIT, exc_type
+    return Outcome.ERROR, exc_type
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def tail_text(data: bytes, limit: int = 4000) -> str:
+    """The last ``limit`` characters of captured bytes, decoded leniently (for error messages)."""
+    return data[-limit * 4 :].decode("utf-8", errors="replace")[-limit:]
