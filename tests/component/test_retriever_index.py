@@ -1,0 +1,65 @@
+"""The in-process retriever: BM25 and dense indexes built once, cached, and reloaded."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+
+from whale.tools import retrieval
+
+
+@pytest.fixture(scope="module")
+def small_corpus(tmp_path_factory, search_corpus):
+    """300 real passages (PopQA support paragraphs first, so questions have answers in it)."""
+    path = tmp_path_factory.mktemp("corpus") / "small.jsonl"
+    with search_corpus.open() as src:
+        rows = [json.loads(line) for line in itertools.islice(src, 300)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_bm25_is_built_once_then_loaded(tmp_path, small_corpus):
+    first = retrieval.build(small_corpus, "bm25", tmp_path)
+    dirs = [p for p in tmp_path.iterdir() if p.name.startswith("bm25-")]
+    assert len(dirs) == 1 and (dirs[0] / "done").is_file()
+    mtime = (dirs[0] / "done").stat().st_mtime_ns
+    second = retrieval.build(small_corpus, "bm25", tmp_path)
+    assert (dirs[0] / "done").stat().st_mtime_ns == mtime  # loaded, not rebuilt
+    q = [first.passages[5].title, first.passages[17].title]
+    a, b = first.search(q, 3), second.search(q, 3)
+    assert [[h.passage.id for h in row] for row in a] == [[h.passage.id for h in row] for row in b]
+    assert a[0][0].passage.id == first.passages[5].id
+
+
+def test_changed_corpus_gets_a_new_index(tmp_path, small_corpus):
+    retrieval.build(small_corpus, "bm25", tmp_path)
+    other = tmp_path / "other.jsonl"
+    other.write_text(small_corpus.read_text().replace("Teutberga", "Teutbergo"))
+    r = retrieval.build(other, "bm25", tmp_path)
+    assert len([p for p in tmp_path.iterdir() if p.name.startswith("bm25-")]) == 2
+    assert r.search(["Teutbergo"], 1)[0][0].passage.title == "Teutbergo"
+
+
+def test_bad_corpus_and_method_are_named(tmp_path):
+    with pytest.raises(retrieval.RetrieverError, match="not found"):
+        retrieval.build(tmp_path / "missing.jsonl")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": "1", "contents": "ok"}\n{"title": "no id"}\n')
+    with pytest.raises(retrieval.RetrieverError, match=r"bad.jsonl:2"):
+        retrieval.build(bad, "bm25", tmp_path)
+    with pytest.raises(retrieval.RetrieverError, match="unknown retrieval method 'tfidf'"):
+        retrieval.build(bad, "tfidf", tmp_path)
+
+
+@pytest.mark.slow
+def test_dense_minilm_faiss(tmp_path, small_corpus):
+    dense = retrieval.build(small_corpus, "dense", tmp_path)
+    p = dense.passages[42]
+    hits = dense.search([p.text[:200], "completely unrelated cooking recipe"], 5)
+    assert hits[0][0].passage.id == p.id
+    assert 0.5 < hits[0][0].score <= 1.0001  # cosine similarity of normalised embeddings
+    assert len(hits[1]) == 5
+    again = retrieval.build(small_corpus, "dense", tmp_path)  # cached FAISS index
+    assert again.search([p.text[:200]], 1)[0][0].passage.id == p.id

@@ -1,0 +1,102 @@
+"""HTTP clients of the tool services, with the same call shapes as the in-process tools.
+
+``RetrieverClient.search`` mirrors ``whale.tools.retrieval.Retriever.search``; ``CodeClient.run`` mirrors
+``whale.tools.code.LocalCodeRunner.run``. Environments pick one from the deployment's settings
+(:func:`retriever_from_env`, :func:`code_runner_from_env`). Transport failures and 5xx answers are
+retried briefly, then raised as :class:`ToolServiceError` naming the URL.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import httpx
+
+from whale.tools.code import CodeResult
+from whale.tools.retrieval import Hit
+
+#: environment variables naming the deployed services (set on the cluster's workload pods)
+RETRIEVER_URL_ENV = "WHALE_RETRIEVER_URL"
+CODE_URL_ENV = "WHALE_CODE_URL"
+RETRIES = 3
+RETRY_BACKOFF_S = 0.5
+
+
+class ToolServiceError(RuntimeError):
+    """A tool service could not be reached or refused the request."""
+
+
+def _post(client: httpx.Client, url: str, payload: dict) -> dict:
+    last: Exception | None = None
+    for attempt in range(RETRIES):
+        try:
+            resp = client.post(url, json=payload)
+        except httpx.TransportError as exc:
+            last = exc
+        else:
+            if resp.status_code < 400:
+                return resp.json()
+            detail = resp.text[:300]
+            if resp.status_code < 500:
+                raise ToolServiceError(f"{url} refused the request ({resp.status_code}): {detail}")
+            last = ToolServiceError(f"{url} failed ({resp.status_code}): {detail}")
+        time.sleep(RETRY_BACKOFF_S * (attempt + 1))
+    raise ToolServiceError(f"{url} unreachable after {RETRIES} attempts: {last}")
+
+
+class RetrieverClient:
+    """Client of ``python -m whale.tools.retriever``."""
+
+    def __init__(self, base_url: str, timeout_s: float = 30.0):
+        self.url = base_url.rstrip("/") + "/retrieve"
+        self._client = httpx.Client(timeout=timeout_s)
+
+    def search(self, queries: list[str], topk: int) -> list[list[Hit]]:
+        data = _post(self._client, self.url, {"queries": list(queries), "topk": int(topk), "return_scores": True})
+        return [[Hit.from_wire(h) for h in row] for row in data["result"]]
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class CodeClient:
+    """Client of ``python -m whale.tools.code_interpreter``."""
+
+    def __init__(self, base_url: str, timeout_s: float = 30.0):
+        self.url = base_url.rstrip("/") + "/run"
+        self.timeout_s = timeout_s
+        # the service may queue a run behind others: allow for the run itself plus waiting
+        self._client = httpx.Client(timeout=httpx.Timeout(timeout_s * 4 + 30, connect=10))
+
+    def run(self, code: str, timeout_s: float | None = None) -> CodeResult:
+        payload: dict = {"code": code}
+        if timeout_s is not None:
+            payload["timeout_s"] = timeout_s
+        try:
+            return CodeResult.from_dict(_post(self._client, self.url, payload))
+        except ToolServiceError as exc:
+            return CodeResult("service_error", "", f"The code interpreter service failed: {exc}", 0.0)
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def retriever_from_env(corpus, method: str = "bm25"):
+    """The deployed retriever when ``$WHALE_RETRIEVER_URL`` is set, else an in-process index."""
+    url = os.environ.get(RETRIEVER_URL_ENV)
+    if url:
+        return RetrieverClient(url)
+    from whale.tools import retrieval
+
+    return retrieval.shared(corpus, method)
+
+
+def code_runner_from_env():
+    """The deployed interpreter when ``$WHALE_CODE_URL`` is set, else local sandboxes."""
+    url = os.environ.get(CODE_URL_ENV)
+    if url:
+        return CodeClient(url)
+    from whale.tools.code import LocalCodeRunner
+
+    return LocalCodeRunner()
