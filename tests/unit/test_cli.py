@@ -1,0 +1,147 @@
+"""The CLI is a shell over the library: exit codes, messages and JSON shapes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from whale.cli import app
+
+cli = CliRunner()
+
+
+def write(tmp_path: Path, spec: dict, name: str = "tiny") -> Path:
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun",
+                                    "metadata": {"name": name}, "spec": spec}))
+    return path
+
+
+WHALE = {"domain": "counting", "condition": "whale", "model": {"name": "tiny"},
+         "schedule": {"totalEpochs": 1, "weightEpochsPerCycle": 0.4, "harnessIterationsPerCycle": 2},
+         "evaluation": {"intervalEpochs": 0.5}}
+
+
+@pytest.fixture(autouse=True)
+def _plugin(counting_domain):
+    return counting_domain
+
+
+def test_validate_ok_prints_one_line(tmp_path):
+    res = cli.invoke(app, ["validate", str(write(tmp_path, WHALE))])
+    assert res.exit_code == 0, res.output
+    assert res.output.strip().splitlines() == [
+        "ok: WhaleRun tiny (counting, whale): 10 steps/epoch, 10 steps, E=4; 5 phases, 20512 rollouts"]
+
+
+def test_validate_lists_every_problem(tmp_path):
+    bad = {**WHALE, "condition": "sometimes", "domain": "nochess", "rsft": {"rolloutsPerPrompt": 0}}
+    res = cli.invoke(app, ["validate", str(write(tmp_path, bad))])
+    assert res.exit_code == 1
+    out = res.output
+    assert "3 problem(s)" in out
+    assert "spec.condition: must be one of" in out and "spec.domain: unknown domain 'nochess'" in out
+    assert "spec.rsft.rolloutsPerPrompt" in out
+    assert "Traceback" not in out
+
+
+def test_validate_schedule_against_the_data(tmp_path):
+    spec = {**WHALE, "schedule": {"totalEpochs": 1, "weightEpochsPerCycle": 2}}
+    res = cli.invoke(app, ["validate", str(write(tmp_path, spec))])
+    assert res.exit_code == 1
+    assert "spec.schedule.weightEpochsPerCycle: E = 20 steps is larger than the total budget of 10 steps" in res.output
+
+
+def test_validate_missing_file_and_bad_yaml(tmp_path):
+    res = cli.invoke(app, ["validate", str(tmp_path / "nope.yaml")])
+    assert res.exit_code == 1 and "cannot read the file" in res.output
+    (tmp_path / "bad.yaml").write_text("spec: [unclosed")
+    res = cli.invoke(app, ["validate", str(tmp_path / "bad.yaml")])
+    assert res.exit_code == 1 and "not valid YAML" in res.output
+
+
+def test_plan_json_shape(tmp_path):
+    res = cli.invoke(app, ["plan", str(write(tmp_path, WHALE)), "-o", "json"])
+    assert res.exit_code == 0, res.output
+    p = json.loads(res.output)
+    assert (p["stepsPerEpoch"], p["totalSteps"]) == (10, 10)
+    main = [ph for ph in p["phases"] if ph["kind"] != "eval"]
+    assert main == [
+        {"cycle": 1, "kind": "weight", "fromStep": 0, "toStep": 4},
+        {"cycle": 1, "kind": "harness", "iterations": 2},
+        {"cycle": 2, "kind": "weight", "fromStep": 4, "toStep": 8},
+        {"cycle": 2, "kind": "harness", "iterations": 2},
+        {"cycle": 3, "kind": "weight", "fromStep": 8, "toStep": 10},
+    ]
+    # 10 steps x 256 x 8, plus per harness phase: incoming 4 items + 1 iteration x 3 proposals x 4 items
+    assert p["rollouts"] == 10 * 256 * 8 + 2 * (4 + 3 * 4)
+    evals = [(ph["step"], ph["after"]) for ph in p["phases"] if ph["kind"] == "eval"]
+    assert evals == [(0, "start"), (4, "weight"), (4, "harness"), (5, "weight"), (8, "weight"), (8, "harness"),
+                     (10, "weight")]
+
+
+def test_plan_adaptive_marks_bounds(tmp_path):
+    spec = {**WHALE, "condition": "adaptive_whale", "schedule": {"totalEpochs": 1}}
+    res = cli.invoke(app, ["plan", str(write(tmp_path, spec)), "-o", "json"])
+    p = json.loads(res.output)
+    assert p["rolloutsUpperBound"] is True
+    first = p["phases"][1]
+    assert first["kind"] == "weight" and first["upperBound"] and first["minSteps"] == 3  # 0.2 epoch = 2 steps
+    res = cli.invoke(app, ["plan", str(write(tmp_path, spec))])
+    assert res.exit_code == 0 and "ends by patience" in res.output
+
+
+def test_status_after_a_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    from whale.runner.local import LocalRunner
+    from whale.spec import WhaleRunSpec
+    from whale.store import open_store
+
+    spec = WhaleRunSpec.model_validate({**WHALE, "condition": "rsft_only", "schedule": {"totalSteps": 2}})
+    LocalRunner(name="tiny", spec=spec, store=open_store("st"), split_sizes={"weight": 2560, "harness": 4},
+                workdir=tmp_path / "w", workload_command=(sys.executable, "-m", "tests.workloads.simulated"),
+                poll_interval_s=0.05).run(max_seconds=60)
+    res = cli.invoke(app, ["status", "tiny", "--store", "st", "-o", "json"])
+    assert res.exit_code == 0, res.output
+    st = json.loads(res.output)
+    assert st["phase"] == "Succeeded" and st["checkpointStep"] == 2 and st["best"]["meanAtK"] == 0.02
+    res = cli.invoke(app, ["status", "tiny", "--store", "st"])
+    assert res.exit_code == 0 and "Succeeded" in res.output and "eval-c01-s000002-weight" in res.output
+    res = cli.invoke(app, ["status", "ghost", "--store", "st"])
+    assert res.exit_code == 1 and "no run named 'ghost'" in res.output
+
+
+def test_crd_check(tmp_path):
+    committed = Path(__file__).resolve().parents[2] / "manifests" / "crd" / "whaleruns.yaml"
+    assert cli.invoke(app, ["crd", "--check", str(committed)]).exit_code == 0
+    stale = tmp_path / "crd.yaml"
+    stale.write_text("old")
+    res = cli.invoke(app, ["crd", "--check", str(stale)])
+    assert res.exit_code == 1 and "whale crd >" in res.output
+
+
+def test_replay_rejects_unknown_domain(tmp_path):
+    item = tmp_path / "item.json"
+    item.write_text("{}")
+    res = cli.invoke(app, ["replay", "nodomain", "--item", str(item), "--", "hello"])
+    assert res.exit_code == 1 and "unknown domain 'nodomain'" in res.output
+
+
+def test_core_cli_imports_no_heavy_engines():
+    code = ("import sys, whale.cli, whale.alternation, whale.schedule, whale.runner.local, whale.crd;"
+            "print([m for m in ('torch', 'transformers', 'kopf', 'vllm', 'deepspeed') if m in sys.modules])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_help_runs_as_a_program():
+    out = subprocess.run([sys.executable, "-m", "whale.cli", "--help"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0
+    for command in ("validate", "plan", "run", "status", "replay", "crd"):
+        assert command in out.stdout

@@ -1,0 +1,54 @@
+"""The CRD is generated from the model; the committed file must be exactly what the generator makes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from whale.crd import crd, render
+
+COMMITTED = Path(__file__).resolve().parents[2] / "manifests" / "crd" / "whaleruns.yaml"
+
+
+def test_committed_crd_matches_the_generator():
+    assert COMMITTED.read_text() == render(), "run `whale crd > manifests/crd/whaleruns.yaml`"
+
+
+def _walk(node, path=""):
+    if isinstance(node, dict):
+        yield path, node
+        for k, v in node.items():
+            yield from _walk(v, f"{path}.{k}")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield from _walk(v, f"{path}[{i}]")
+
+
+def test_schema_is_structural():
+    schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    for path, node in _walk(schema):
+        assert "$ref" not in node and "anyOf" not in node and "title" not in node, path
+        if isinstance(node.get("exclusiveMinimum"), (int, float)) and not isinstance(node.get("exclusiveMinimum"), bool):
+            raise AssertionError(f"{path}: exclusiveMinimum must be a boolean in OpenAPI v3.0")
+
+
+def test_crd_identity_defaults_enums_and_columns():
+    c = yaml.safe_load(COMMITTED.read_text())
+    assert c["metadata"]["name"] == "whaleruns.whale.dev"
+    names = c["spec"]["names"]
+    assert (names["kind"], names["plural"], names["shortNames"]) == ("WhaleRun", "whaleruns", ["wr"])
+    assert c["spec"]["scope"] == "Namespaced"
+    version = c["spec"]["versions"][0]
+    assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
+    spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    assert spec["properties"]["condition"]["enum"] == ["rsft_only", "mh_only", "whale", "adaptive_whale"]
+    assert spec["properties"]["rsft"]["properties"]["promptsPerStep"]["default"] == 256
+    assert spec["properties"]["schedule"]["properties"]["maxCycles"]["default"] == 30
+    assert set(spec["required"]) == {"domain", "condition", "model"}
+    columns = {col["name"]: col["jsonPath"] for col in version["additionalPrinterColumns"]}
+    assert columns["Phase"] == ".status.phase" and columns["Cycle"] == ".status.cycle"
+    assert columns["Best"] == ".status.best.meanAtK" and columns["Rollouts"] == ".status.rolloutsSpent"
+    assert columns["Age"] == ".metadata.creationTimestamp"
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert status["phase"]["enum"] == ["Pending", "Running", "Suspended", "Succeeded", "Failed"]
