@@ -15,7 +15,6 @@ import dataclasses
 import itertools
 import json
 import logging
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -56,15 +55,17 @@ class HarnessProcess:
         allowed_imports: frozenset[str] | set[str],
         limits: sandbox.SandboxLimits | None = None,
         max_restarts: int = 5,
+        backend: str = "auto",
     ):
         self.path = Path(path).resolve()
         self.allowed_imports = frozenset(allowed_imports)
         self.limits = limits or sandbox.SandboxLimits()
         self.max_restarts = max_restarts
         self.restarts = 0
+        #: sandbox backend: auto (whale.sandbox when importable) | whale.sandbox | local
+        self.backend = backend
         self.info: HarnessInfo | None = None
-        self._proc: asyncio.subprocess.Process | None = None
-        self._workdir: Path | None = None
+        self._proc: sandbox.Spawned | None = None
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
         self._reader: asyncio.Task[None] | None = None
@@ -96,29 +97,40 @@ class HarnessProcess:
     async def _spawn(self) -> HarnessInfo:
         if not self.path.is_file():
             raise HarnessLoadError(f"harness file {self.path} does not exist")
-        argv = sandbox.worker_argv(self.path, self.allowed_imports)
-        argv += ["--max-bytes", str(self.limits.max_response_bytes)]
         self._stderr_tail.clear()
-        self._proc, self._workdir = await sandbox.spawn(argv, self.limits)
-        self._stderr_task = asyncio.create_task(self._drain_stderr(self._proc))
         try:
-            line = await asyncio.wait_for(self._proc.stdout.readline(), self.limits.start_timeout_s)
+            spawned = await sandbox.spawn_worker(self.path, self.allowed_imports, self.limits, self.backend)
+        except Exception as exc:  # noqa: BLE001 - the sandbox's own setup errors, re-raised typed
+            raise HarnessLoadError(f"{self.path.name}: the sandbox did not start: {exc}") from exc
+        self._proc = spawned
+        self._stderr_task = asyncio.create_task(self._drain_stderr(spawned))
+        try:
+            line = await asyncio.wait_for(spawned.stdout.readline(), self.limits.start_timeout_s)
+            hello = json.loads(line) if line else None
         except TimeoutError:
             await self._kill()
-            raise HarnessLoadError(
-                f"{self.path.name}: did not load within {self.limits.start_timeout_s:.0f} s"
-            ) from None
-        try:
-            hello = json.loads(line) if line else None
+            raise HarnessLoadError(f"{self.path.name}: did not load within {self.limits.start_timeout_s:.0f} s") from None
         except ValueError:
             hello = None
         if not isinstance(hello, dict) or not hello.get("ready"):
             await self._kill()
-            reason = hello.get("error") if isinstance(hello, dict) else None
+            reason = hello.get("message") if isinstance(hello, dict) else None
             raise HarnessLoadError(f"{self.path.name}: {reason or 'failed to start: ' + self.stderr_tail()}")
-        info = hello["info"]
-        self._reader = asyncio.create_task(self._read_answers(self._proc))
+        self._reader = asyncio.create_task(self._read_answers(spawned))
+        try:
+            info = await self._request("describe", {}, self.limits.start_timeout_s)
+        except HarnessError as exc:
+            await self._kill()
+            raise HarnessLoadError(f"{self.path.name}: {exc}") from exc
+        log.debug("harness %s started (%s, %s)", self.path.name, spawned.backend, spawned.isolation)
         return HarnessInfo(max_turns=int(info["max_turns"]), tools=info.get("tools"), constants=info["constants"])
+
+    @property
+    def isolation(self) -> dict[str, Any]:
+        """The backend and isolation of the running process (empty when not running)."""
+        if self._proc is None:
+            return {}
+        return {"backend": self._proc.backend, **self._proc.isolation}
 
     async def aclose(self) -> None:
         self._closed = True
@@ -126,31 +138,24 @@ class HarnessProcess:
 
     async def _kill(self) -> None:
         proc, self._proc = self._proc, None
-        if proc is not None and proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-            await proc.wait()
+        if proc is not None:
+            await proc.kill()
         for task in (self._reader, self._stderr_task):
             if task is not None and task is not asyncio.current_task():
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         self._reader = self._stderr_task = None
-        if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir = None
 
     def stderr_tail(self) -> str:
         return self._stderr_tail.decode("utf-8", "replace").strip()[-2000:]
 
-    async def _drain_stderr(self, proc: asyncio.subprocess.Process) -> None:
-        assert proc.stderr is not None  # noqa: S101 - created with PIPE
+    async def _drain_stderr(self, proc: sandbox.Spawned) -> None:
         while chunk := await proc.stderr.read(65536):
             self._stderr_tail += chunk
             del self._stderr_tail[: max(0, len(self._stderr_tail) - self.limits.stderr_tail_bytes)]
 
-    async def _read_answers(self, proc: asyncio.subprocess.Process) -> None:
-        assert proc.stdout is not None  # noqa: S101 - created with PIPE
+    async def _read_answers(self, proc: sandbox.Spawned) -> None:
         reason = "harness process exited"
         try:
             while line := await proc.stdout.readline():
@@ -160,7 +165,6 @@ class HarnessProcess:
                     future.set_result(answer)
         except (ValueError, asyncio.LimitOverrunError) as exc:
             reason = f"harness process sent an unreadable answer ({exc})"
-        await proc.wait()
         tail = self.stderr_tail().splitlines()[-1:] or [""]
         self._fail_pending(_Collateral(f"{reason} (exit code {proc.returncode}) {tail[0]}".strip()))
 
@@ -196,12 +200,20 @@ class HarnessProcess:
     async def _call_once(self, hook: str, args: dict[str, Any], state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
         if self._proc is None or self._proc.returncode is not None:
             await self._restart()
+        answer = await self._request(hook, {**args, "state": state}, self.limits.hook_timeout_s)
+        if not isinstance(answer, dict):
+            raise HarnessError(f"hook {hook}: malformed answer from the harness process")
+        return check_decision(answer.get("decision"), hook), _check_state(answer.get("state"), hook)
+
+    async def _request(self, fn: str, kwargs: dict[str, Any], timeout_s: float) -> Any:
+        """One call over the pipe; returns the function's result or raises HarnessError."""
         proc = self._proc
-        assert proc is not None and proc.stdin is not None  # noqa: S101 - just (re)started
+        if proc is None:
+            raise _Collateral("harness process is not running")
         rid = next(self._ids)
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
-        line = json.dumps({"id": rid, "hook": hook, "args": args, "state": state}) + "\n"
+        line = json.dumps({"id": rid, "fn": fn, "args": [], "kwargs": kwargs}) + "\n"
         try:
             async with self._write_lock:
                 proc.stdin.write(line.encode("utf-8"))
@@ -210,16 +222,16 @@ class HarnessProcess:
             self._pending.pop(rid, None)
             raise _Collateral(f"harness process gone: {exc}") from exc
         try:
-            answer = await asyncio.wait_for(future, self.limits.hook_timeout_s)
+            answer = await asyncio.wait_for(future, timeout_s)
         except TimeoutError:
             self._pending.pop(rid, None)
-            log.warning("harness hook %s exceeded %.1f s; restarting the process", hook, self.limits.hook_timeout_s)
+            log.warning("harness call %s exceeded %.1f s; restarting the process", fn, timeout_s)
             if self._proc is proc:
                 await self._kill()
-            raise HarnessError(f"hook {hook} did not answer within {self.limits.hook_timeout_s:g} s") from None
+            raise HarnessError(f"hook {fn} did not answer within {timeout_s:g} s") from None
         if not answer.get("ok"):
-            raise HarnessError(f"hook {hook} failed: {answer.get('error')}")
-        return check_decision(answer.get("decision"), hook), _check_state(answer.get("state"), hook)
+            raise HarnessError(f"hook {fn} failed: {answer.get('message') or answer.get('error_type')}")
+        return answer.get("result")
 
 
 def _check_state(state: Any, hook: str) -> dict[str, Any]:

@@ -1,33 +1,41 @@
 """How the harness process is started: the one place that sets its limits.
 
-A harness file is untrusted once a proposer writes it, so its process gets
-* no network: a fresh network namespace (``unshare --net``; as a non-root user ``unshare -rn``),
-  when the kernel allows it — otherwise only the in-process audit hook of ``whale.harness.worker``
-  stands between the harness and a socket (logged once as a warning);
-* rlimits: address space, CPU seconds, file size, core dumps off;
-* an environment without credentials (a fixed allow list: nothing from the parent leaks through);
-* a private empty working directory;
-* wall timeouts per hook call and at start (enforced by ``whale.harness.process``).
+A harness file is untrusted once a proposer writes it, so its process runs sandboxed:
+no network, rlimits (address space, CPU seconds, file size), an environment without credentials,
+a private scratch directory, and wall timeouts per hook call and at start (the per-call clock is
+enforced by ``whale.harness.process``, which kills and restarts the process on overrun).
 
-``whale.sandbox`` (the project's generic sandboxed-subprocess primitive) is used when it provides
-``spawn``; until then this module applies the same limits itself.
+Backends, chosen by :func:`spawn_worker`:
+
+* ``whale.sandbox`` (the project's sandboxed-subprocess primitive): network + mount namespaces, a
+  fresh unprivileged uid, hidden credential directories, rlimits, allow-listed environment. Used
+  whenever it is importable. Its launcher is synchronous; we adopt its pipes into asyncio so one
+  process serves many concurrent episodes.
+* ``local`` (fallback): ``unshare --net`` when the kernel allows it, rlimits in ``preexec_fn``, a
+  fixed environment, a temporary working directory.
+
+Both run the same worker code (``whale.harness.worker``) and speak the same JSON-lines protocol.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import functools
 import logging
 import os
 import resource
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+_REPO_ROOT = Path(__file__).resolve().parents[2]
 
 #: variables copied into the harness environment (values fixed here, never read from the parent)
 _SAFE_ENV = {
@@ -115,6 +123,114 @@ async def spawn(argv: list[str], limits: SandboxLimits) -> tuple[asyncio.subproc
         limit=limits.max_response_bytes,
     )
     return proc, workdir
+
+
+@dataclasses.dataclass
+class Spawned:
+    """A started harness process, adopted into asyncio."""
+
+    stdin: asyncio.StreamWriter
+    stdout: asyncio.StreamReader
+    stderr: asyncio.StreamReader
+    #: "whale.sandbox" or "local"
+    backend: str
+    #: what isolation was achieved (backend-specific, for logs and the report)
+    isolation: dict[str, object]
+    _kill: Callable[[], None]
+    _poll: Callable[[], int | None]
+
+    @property
+    def returncode(self) -> int | None:
+        return self._poll()
+
+    async def kill(self) -> None:
+        """Kill the process tree and remove its scratch directory."""
+        await asyncio.to_thread(self._kill)
+
+
+def _entry_code(allowed: frozenset[str], max_bytes: int) -> str:
+    return (
+        "from whale.harness.worker import harness_functions as _load\n"
+        f"globals().update(_load('harness.py', {sorted(allowed)!r}, {max_bytes}))\n"
+    )
+
+
+async def _adopt(proc: subprocess.Popen[bytes], limit: int) -> tuple[asyncio.StreamWriter, asyncio.StreamReader, asyncio.StreamReader]:
+    """asyncio streams over a Popen's pipes (the whale.sandbox launcher hands back a Popen)."""
+    loop = asyncio.get_running_loop()
+    readers = []
+    for pipe in (proc.stdout, proc.stderr):
+        reader = asyncio.StreamReader(limit=limit)
+        await loop.connect_read_pipe(lambda r=reader: asyncio.StreamReaderProtocol(r), pipe)
+        readers.append(reader)
+    transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, proc.stdin)
+    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+    return writer, readers[0], readers[1]
+
+
+async def spawn_worker(
+    harness_path: Path, allowed_imports: frozenset[str], limits: SandboxLimits, backend: str = "auto"
+) -> Spawned:
+    """Start a harness worker for ``harness_path``. ``backend``: auto | whale.sandbox | local."""
+    if backend in ("auto", "whale.sandbox"):
+        try:
+            from whale.sandbox import Isolation, Limits
+            from whale.sandbox.process import launch
+        except ImportError:
+            if backend == "whale.sandbox":
+                raise
+        else:
+            return await _spawn_whale_sandbox(harness_path, allowed_imports, limits, launch, Limits, Isolation)
+    return await _spawn_local(harness_path, allowed_imports, limits)
+
+
+async def _spawn_whale_sandbox(harness_path, allowed_imports, limits, launch, Limits, Isolation) -> Spawned:  # noqa: N803
+    sb_limits = Limits(
+        wall_s=limits.hook_timeout_s,
+        cpu_s=limits.cpu_seconds,
+        memory_bytes=limits.memory_bytes,
+        file_size_bytes=limits.file_size_bytes,
+        stdout_bytes=limits.max_response_bytes,
+        stderr_bytes=limits.stderr_tail_bytes,
+    )
+    files = {
+        "worker_entry.py": _entry_code(allowed_imports, limits.max_response_bytes),
+        "harness.py": Path(harness_path).read_text(encoding="utf-8"),
+    }
+    launched = await asyncio.to_thread(
+        launch,
+        mode="worker",
+        target="worker_entry.py",
+        args=[],
+        limits=sb_limits,
+        isolation=Isolation(network="auto" if limits.isolate_network else "audit-hook"),
+        scratch=None,
+        files=files,
+        env=None,
+        stdin=subprocess.PIPE,
+        sys_path=[str(_REPO_ROOT)],
+    )
+    try:
+        stdin, stdout, stderr = await _adopt(launched.proc, limits.max_response_bytes)
+    except BaseException:
+        await asyncio.to_thread(launched.cleanup)
+        raise
+    return Spawned(stdin, stdout, stderr, "whale.sandbox", launched.isolation, launched.cleanup, launched.proc.poll)
+
+
+async def _spawn_local(harness_path: Path, allowed_imports: frozenset[str], limits: SandboxLimits) -> Spawned:
+    argv = worker_argv(harness_path, allowed_imports) + ["--max-bytes", str(limits.max_response_bytes)]
+    proc, workdir = await spawn(argv, limits)
+    assert proc.stdin and proc.stdout and proc.stderr  # noqa: S101 - created with PIPE
+
+    def kill() -> None:
+        if proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+    isolation = {"network": "netns" if (limits.isolate_network and network_isolated()) else "audit-hook"}
+    return Spawned(proc.stdin, proc.stdout, proc.stderr, "local", isolation, kill, lambda: proc.returncode)
 
 
 def worker_argv(harness_path: Path, allowed_imports: frozenset[str] | set[str]) -> list[str]:

@@ -1,17 +1,20 @@
-"""The program inside the sandboxed harness process: load one harness file, answer hook calls.
+"""The code inside the sandboxed harness process: load one harness file, answer hook calls.
 
-Protocol (JSON lines; stdin = requests, the original stdout = answers; the harness's own prints go
-to stderr so they cannot corrupt the protocol):
+The process is started by ``whale.harness.sandbox``: normally through ``whale.sandbox`` (its guard
+runs an entry file that calls :func:`harness_functions` and serves the returned functions), or, where
+that primitive is unavailable, as ``python -I -m whale.harness.worker FILE`` (:func:`main`), which
+speaks the same protocol. Protocol (JSON lines; stdin = requests, the original stdout = answers;
+whatever the harness prints goes to stderr):
 
-* first line out: ``{"ready": true, "info": {"constants": {...}, "max_turns": int, "tools": [...]}}``
-  or ``{"ready": false, "error": "<one line>"}`` (then the process exits 2);
-* request: ``{"id": int, "hook": "start"|"parse"|"observe", "args": {...}, "state": {...}}``;
-* answer: ``{"id": int, "ok": true, "decision": {...}, "state": {...}}`` or
-  ``{"id": int, "ok": false, "error": "<ExcType: message> (harness.py line N)"}``.
+* first line out: ``{"ready": true, "functions": [...]}`` or ``{"ready": false, "message": ...}``;
+* request ``{"id": int, "fn": "describe"|"start"|"parse"|"observe", "args": [...], "kwargs": {...}}``;
+* answer ``{"id": int, "ok": true, "result": ...}`` or ``{"id": int, "ok": false, "error_type",
+  "message", "traceback"}``. A hook's result is ``{"decision": {...}, "state": {...}}``.
 
 Requests are answered one at a time in arrival order; concurrency lives in the runtime. Before the
-harness code runs, an audit hook blocks sockets, subprocesses, writes to files and imports outside
-the allow list (defence in depth behind the process sandbox and the static validator).
+harness code runs, an audit hook blocks sockets, subprocesses, file writes, reads outside Python
+sources and imports outside the allow list (defence in depth behind the process sandbox and the
+static validator).
 """
 
 from __future__ import annotations
@@ -141,6 +144,41 @@ def describe(harness: api.BaseHarness) -> dict[str, Any]:
     return {"constants": constants, "max_turns": harness.MAX_TURNS, "tools": harness.TOOLS}
 
 
+class HookError(RuntimeError):
+    """A hook raised or returned something unserialisable; the message is one line with the harness line."""
+
+
+def harness_functions(path: str, allowed: list[str] | frozenset[str], max_bytes: int = 8 << 20) -> dict[str, Any]:
+    """Load the harness and return the functions the worker serves: ``describe`` and one per hook.
+
+    Each hook function takes the hook's keyword arguments plus ``state`` and returns
+    ``{"decision": ..., "state": ...}`` (JSON-checked, at most ``max_bytes``)."""
+    path = os.path.abspath(path)
+    try:
+        harness = load_harness(path, frozenset(allowed))
+    except Exception as exc:
+        raise HookError(f"the harness failed to load: {_one_line(exc, path)}") from None
+
+    def make(hook: str) -> Any:
+        def call(state: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
+            state = state if isinstance(state, dict) else {}
+            try:
+                decision = getattr(harness, hook)(**kwargs, state=state)
+                size = len(json.dumps({"decision": decision, "state": state}))
+            except Exception as exc:
+                raise HookError(f"{hook}: {_one_line(exc, path)}") from None
+            if size > max_bytes:
+                raise HookError(f"{hook}: answer of {size} bytes exceeds the limit of {max_bytes}")
+            return {"decision": decision, "state": state}
+
+        call.__name__ = hook
+        return call
+
+    functions: dict[str, Any] = {hook: make(hook) for hook in api.HOOKS}
+    functions["describe"] = lambda: describe(harness)
+    return functions
+
+
 def _where(exc: BaseException, path: str) -> str:
     lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if f.filename == path]
     return f" (harness line {lines[-1]})" if lines else ""
@@ -151,24 +189,22 @@ def _one_line(exc: BaseException, path: str) -> str:
     return text[:500] + _where(exc, path)
 
 
-def serve(harness: api.BaseHarness, path: str, inp: Any, out: Any, max_bytes: int) -> None:
+
+def serve(functions: dict[str, Any], inp: Any, out: Any) -> None:
+    """The fallback server loop (same wire as ``whale.sandbox``'s guard)."""
     for line in inp:
         if not line.strip():
             continue
-        request = json.loads(line)
-        rid = request.get("id")
+        rid = None
         try:
-            hook = request["hook"]
-            if hook not in api.HOOKS:
-                raise ValueError(f"unknown hook {hook!r}")
-            state = request.get("state") or {}
-            decision = getattr(harness, hook)(**request.get("args", {}), state=state)
-            answer = json.dumps({"id": rid, "ok": True, "decision": decision, "state": state})
-            if len(answer) > max_bytes:
-                raise ValueError(f"answer of {len(answer)} bytes exceeds the limit of {max_bytes}")
+            request = json.loads(line)
+            rid = request.get("id")
+            fn = functions.get(request.get("fn"))
+            if fn is None:
+                raise NameError(f"no function {request.get('fn')!r}")
+            answer = json.dumps({"id": rid, "ok": True, "result": fn(*request.get("args", ()), **request.get("kwargs", {}))})
         except Exception as exc:  # noqa: BLE001 - reported to the runtime, the process lives on
-            traceback.print_exc(file=sys.stderr)
-            answer = json.dumps({"id": rid, "ok": False, "error": _one_line(exc, path)})
+            answer = json.dumps({"id": rid, "ok": False, "error_type": type(exc).__name__, "message": str(exc)[:4000]})
         out.write(answer + "\n")
         out.flush()
 
@@ -179,23 +215,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--allow", default="")
     parser.add_argument("--max-bytes", type=int, default=8 << 20)
     args = parser.parse_args(argv)
-    allowed = frozenset(filter(None, args.allow.split(",")))
     # the protocol owns the real stdout; anything the harness prints lands on stderr
     proto_out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
     sys.stdout = sys.stderr
-    path = os.path.abspath(args.path)
     try:
-        harness = load_harness(path, allowed)
-        hello = {"ready": True, "info": describe(harness)}
-        proto_out.write(json.dumps(hello) + "\n")
+        functions = harness_functions(args.path, list(filter(None, args.allow.split(","))), args.max_bytes)
     except Exception as exc:  # noqa: BLE001 - one line to the runtime, then exit
-        traceback.print_exc(file=sys.stderr)
-        proto_out.write(json.dumps({"ready": False, "error": _one_line(exc, path)}) + "\n")
+        proto_out.write(json.dumps({"ready": False, "error_type": type(exc).__name__, "message": str(exc)}) + "\n")
         proto_out.flush()
         return 2
+    proto_out.write(json.dumps({"ready": True, "functions": sorted(functions)}) + "\n")
     proto_out.flush()
-    serve(harness, path, sys.stdin, proto_out, args.max_bytes)
+    serve(functions, sys.stdin, proto_out)
     return 0
 
 
