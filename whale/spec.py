@@ -67,12 +67,14 @@ class AdaptiveWeight(_Model):
 
     Give each knob in epochs of D_weight or in steps, not both."""
 
-    window_epochs: PosFloat | None = None
-    window_steps: PosInt | None = None
-    burn_in_epochs: Annotated[float, Field(ge=0)] | None = None
-    burn_in_steps: NonNegInt | None = None
-    patience_epochs: PosFloat | None = None
-    patience_steps: PosInt | None = None
+    window_epochs: PosFloat | None = Field(None, description="sliding window of the mean reward (default 0.2 epoch)")
+    window_steps: PosInt | None = Field(None, description="the window in steps")
+    burn_in_epochs: Annotated[float, Field(ge=0)] | None = Field(
+        None, description="never stop a weight phase before this (default 0.2 epoch)")
+    burn_in_steps: NonNegInt | None = Field(None, description="burn-in in steps")
+    patience_epochs: PosFloat | None = Field(
+        None, description="stop after this long without a new best window mean (default 0.2 epoch)")
+    patience_steps: PosInt | None = Field(None, description="patience in steps")
 
     @model_validator(mode="after")
     def _one_unit_each(self) -> AdaptiveWeight:
@@ -86,9 +88,9 @@ class AdaptiveWeight(_Model):
 class AdaptiveHarness(_Model):
     """Harness-phase patience on the archive's best training score (incoming evaluation counts)."""
 
-    min_iterations: PosInt = 6
-    patience: PosInt = 2
-    max_iterations: PosInt = 15
+    min_iterations: PosInt = Field(6, description="never stop before this many iterations (incoming included)")
+    patience: PosInt = Field(2, description="stop after this many iterations without a better archive best")
+    max_iterations: PosInt = Field(15, description="stop after this many iterations in any case")
 
     @model_validator(mode="after")
     def _ordered(self) -> AdaptiveHarness:
@@ -110,16 +112,16 @@ class Schedule(_Model):
     steps-per-epoch = round(|D_weight| / promptsPerStep); a budget in epochs becomes
     round(epochs x steps-per-epoch) steps (the paper: 74/70/64 steps per epoch, E=0.6 -> 44/42/38)."""
 
-    total_epochs: PosFloat | None = None
-    total_steps: PosInt | None = None
-    weight_epochs_per_cycle: PosFloat | None = None
-    weight_steps_per_cycle: PosInt | None = None
+    total_epochs: PosFloat | None = Field(None, description="the weight budget in epochs of D_weight")
+    total_steps: PosInt | None = Field(None, description="the weight budget in RSFT steps")
+    weight_epochs_per_cycle: PosFloat | None = Field(None, description="E: weight budget per cycle (whale), epochs")
+    weight_steps_per_cycle: PosInt | None = Field(None, description="E in steps")
     harness_iterations_per_cycle: PosInt = Field(
         6, description="I: harness iterations per cycle, the incoming harness's re-evaluation included"
     )
     mh_only_iterations: PosInt = Field(40, description="iterations of the single harness phase of mh_only")
-    max_cycles: PosInt = 30
-    adaptive: Adaptive = Adaptive()
+    max_cycles: PosInt = Field(30, description="cap on cycles; the harness phase of the last cycle still runs")
+    adaptive: Adaptive = Field(Adaptive(), description="patience rules of adaptive_whale")
 
     @model_validator(mode="after")
     def _one_unit_each(self) -> Schedule:
@@ -136,21 +138,21 @@ class Schedule(_Model):
 class Sampling(_Model):
     temperature: Annotated[float, Field(ge=0)] = 1.0
     top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
-    top_k: Annotated[int, Field(ge=-1)] = 20
-    max_response_tokens: PosInt = 8192
+    top_k: Annotated[int, Field(ge=-1, description="-1: no top-k")] = 20
+    max_response_tokens: PosInt = Field(8192, description="per model reply (16384 for chess in the paper)")
 
 
 class RSFT(_Model):
     """Online rejection-sampling fine-tuning: one step = promptsPerStep x rolloutsPerPrompt rollouts,
     keep reward > scoreThreshold, SFT on the kept trajectories."""
 
-    prompts_per_step: PosInt = 256
-    rollouts_per_prompt: PosInt = 8
-    score_threshold: float = 0.5
-    sft_epochs: PosInt = 1
-    mini_batch_size: PosInt = 64
-    micro_batch_size_per_gpu: PosInt = 2
-    learning_rate: PosFloat = 1e-7
+    prompts_per_step: PosInt = Field(256, description="D_weight prompts per RSFT step")
+    rollouts_per_prompt: PosInt = Field(8, description="rollouts sampled per prompt with the current weights")
+    score_threshold: float = Field(0.5, description="keep trajectories with reward > this")
+    sft_epochs: PosInt = Field(1, description="SFT epochs over each step's kept trajectories")
+    mini_batch_size: PosInt = Field(64, description="trajectories per optimiser step")
+    micro_batch_size_per_gpu: PosInt = Field(2, description="trajectories per forward pass (1 for chess in the paper)")
+    learning_rate: PosFloat = Field(1e-7, description="1e-7 for math and chess in the paper, 1e-6 for search QA")
     lr_scheduler: Literal["constant", "cosine", "linear"] = "constant"
     warmup_steps: NonNegInt = 0
     weight_decay: Annotated[float, Field(ge=0)] = 0.0
@@ -211,21 +213,21 @@ class Proposer(_Model):
 
 
 class HarnessSearch(_Model):
-    proposals_per_iteration: PosInt = 3
-    rollouts_per_item: PosInt = 1
+    proposals_per_iteration: PosInt = Field(3, description="candidate harnesses the proposer writes per iteration")
+    rollouts_per_item: PosInt = Field(1, description="rollouts per D_harness item when scoring a candidate")
     prompt_only: bool = Field(False, description="FST baseline: only the two prompt constants may change")
-    smoke_test_items: PosInt = 4
-    candidate_timeout_seconds: PosInt = 3600
+    smoke_test_items: PosInt = Field(4, description="D_harness items a candidate must survive before full scoring")
+    candidate_timeout_seconds: PosInt = Field(3600, description="wall time to score one candidate")
     proposer: Proposer = Proposer()
 
 
 class Evaluation(_Model):
     """Test mean@k at regular points of the weight budget, after every harness phase and at the end."""
 
-    samples_per_item: PosInt = 8
+    samples_per_item: PosInt = Field(8, description="k of mean@k")
     temperature: Annotated[float, Field(ge=0)] = 1.0
-    interval_epochs: PosFloat | None = None
-    interval_steps: PosInt | None = None
+    interval_epochs: PosFloat | None = Field(None, description="evaluate every this many epochs (default 0.1)")
+    interval_steps: PosInt | None = Field(None, description="the interval in steps")
     at_start: bool = Field(True, description="also evaluate (theta0, h0) before anything trains")
     after_harness_phase: bool = True
     max_items: PosInt | None = Field(None, description="cap the test items (smoke runs)")
@@ -240,9 +242,9 @@ class Evaluation(_Model):
 
 class Model(_Model):
     name: str = Field(..., description="HF model id, or a local path / store URI of a checkpoint")
-    revision: str | None = None
-    served_model_name: str | None = None
-    max_model_len: PosInt = 32768
+    revision: str | None = Field(None, description="HF revision (branch, tag or commit)")
+    served_model_name: str | None = Field(None, description="the name vLLM serves the model under")
+    max_model_len: PosInt = Field(32768, description="vLLM --max-model-len")
     trust_remote_code: bool = False
     gguf_file: str | None = Field(None, description="load from this GGUF file inside `name` (CPU demo models)")
 
@@ -251,9 +253,9 @@ class Data(_Model):
     """Where the domain's raw files are, and optional caps on the split sizes."""
 
     data_dir: str | None = Field(None, description="raw data root (default: $WHALE_DATA_DIR or ../shared/data)")
-    seed: int = 0
+    seed: int = Field(0, description="seed of the split shuffle")
     weight_size: PosInt | None = Field(None, description="cap |D_weight|")
-    harness_size: PosInt = 256
+    harness_size: PosInt = Field(256, description="|D_harness|")
     test_size: PosInt | None = Field(None, description="cap |D_test| (per benchmark where the domain has several)")
 
 
@@ -262,7 +264,7 @@ class Storage(_Model):
         None, description="file:///path or s3://bucket/prefix; `whale run --store` overrides it"
     )
     endpoint: str | None = Field(None, description="S3 endpoint host:port (MinIO)")
-    secure: bool = False
+    secure: bool = Field(False, description="HTTPS to the S3 endpoint")
     region: str | None = None
     credentials_secret: str | None = Field(
         None, description="Secret with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (cluster)"
@@ -276,12 +278,12 @@ class Inference(_Model):
         "auto", description="auto: vllm on a cluster, transformers in `whale run`"
     )
     base_url: str | None = Field(None, description="openai backend: an existing OpenAI-compatible endpoint")
-    max_concurrency: PosInt = 64
+    max_concurrency: PosInt = Field(64, description="episodes in flight against the server")
     request_timeout_seconds: PosInt = 600
-    tensor_parallel_size: PosInt = 1
+    tensor_parallel_size: PosInt = Field(1, description="vLLM --tensor-parallel-size")
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
-    tool_call_parser: str | None = "qwen3_coder"
-    extra_args: list[str] = Field(default_factory=list)
+    tool_call_parser: str | None = Field("qwen3_coder", description="vLLM --tool-call-parser")
+    extra_args: list[str] = Field(default_factory=list, description="more `vllm serve` arguments")
 
 
 class Retry(_Model):
@@ -340,19 +342,19 @@ class Cluster(_Model):
 
 class WhaleRunSpec(_Model):
     domain: str = Field(..., description="a registered domain (entry-point group whale.domains)")
-    condition: Condition
-    model: Model
-    schedule: Schedule = Schedule()
-    rsft: RSFT = RSFT()
-    harness_search: HarnessSearch = HarnessSearch()
-    evaluation: Evaluation = Evaluation()
-    data: Data = Data()
-    storage: Storage = Storage()
-    inference: Inference = Inference()
-    retry: Retry = Retry()
-    train: Train = Train()
-    cluster: Cluster = Cluster()
-    suspend: bool = False
+    condition: Condition = Field(..., description="rsft_only | mh_only | whale | adaptive_whale")
+    model: Model = Field(..., description="the base model theta0")
+    schedule: Schedule = Field(Schedule(), description="budgets: weight steps, E, I, patience")
+    rsft: RSFT = Field(RSFT(), description="the weight phase")
+    harness_search: HarnessSearch = Field(HarnessSearch(), description="the harness phase")
+    evaluation: Evaluation = Field(Evaluation(), description="test mean@k")
+    data: Data = Field(Data(), description="the domain's raw data and split sizes")
+    storage: Storage = Field(Storage(), description="the object store every phase writes to")
+    inference: Inference = Field(Inference(), description="how rollouts are sampled")
+    retry: Retry = Field(Retry(), description="failure handling per phase")
+    train: Train = Field(Train(), description="train Job shape (cluster)")
+    cluster: Cluster = Field(Cluster(), description="Kubernetes placement (ignored by `whale run`)")
+    suspend: bool = Field(False, description="true: stop every child cleanly; false again resumes")
 
     @model_validator(mode="after")
     def _condition_fields(self) -> WhaleRunSpec:

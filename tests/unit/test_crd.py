@@ -52,3 +52,10 @@ def test_crd_identity_defaults_enums_and_columns():
     assert columns["Age"] == ".metadata.creationTimestamp"
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     assert status["phase"]["enum"] == ["Pending", "Running", "Suspended", "Succeeded", "Failed"]
+
+
+def test_committed_reference_doc_matches_the_model():
+    from whale.docgen import render as render_reference
+
+    committed = COMMITTED.parents[2] / "docs" / "reference.md"
+    assert committed.read_text() == render_reference(), "run `python -m whale.docgen > docs/reference.md`"

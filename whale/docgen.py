@@ -1,0 +1,104 @@
+"""Render docs/reference.md (every spec and status field) from the model, like the CRD.
+
+``python -m whale.docgen > docs/reference.md``; a test fails when the committed file drifts.
+"""
+
+from __future__ import annotations
+
+import enum
+import types
+import typing
+from typing import Any
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUndefined
+
+from whale.spec import WhaleRunSpec, WhaleRunStatus
+
+
+def _type_name(annotation: Any) -> str:
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _type_name(args[0])
+    if origin in (typing.Union, types.UnionType):
+        names = [_type_name(a) for a in args if a is not type(None)]
+        return " \\| ".join(names) + (" \\| null" if type(None) in args else "")
+    if origin is typing.Literal:
+        return " \\| ".join(f"`{a}`" for a in args)
+    if origin in (list, tuple):
+        return f"list of {_type_name(args[0])}" if args else "list"
+    if origin is dict:
+        return f"map of {_type_name(args[1])}" if args else "map"
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return " \\| ".join(f"`{m.value}`" for m in annotation)
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return "object"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _default(info: FieldInfo) -> str:
+    if info.is_required():
+        return "**required**"
+    if info.default_factory is not None:
+        value = info.default_factory()
+    else:
+        value = info.default
+    if value is PydanticUndefined or value is None:
+        return ""
+    if isinstance(value, BaseModel):
+        return ""
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if value in ([], {}):
+        return ""
+    return f"`{value}`"
+
+
+def _model_of(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str, str]]:
+    rows = []
+    for name, info in model.model_fields.items():
+        wire = info.alias or name
+        path = f"{prefix}.{wire}"
+        nested = _model_of(info.annotation)
+        doc = (info.description or "").replace("|", "\\|").replace("\n", " ")
+        if nested is not None and typing.get_origin(info.annotation) not in (list, dict):
+            sub_doc = (nested.__doc__ or "").strip().split("\n\n")[0].replace("\n", " ")
+            rows.append((path, "object", "", doc or sub_doc))
+            rows.extend(_rows(nested, path))
+        else:
+            rows.append((path, _type_name(info.annotation), _default(info), doc))
+    return rows
+
+
+def render() -> str:
+    out = [
+        "# WhaleRun reference",
+        "",
+        "Generated from `whale/spec.py` by `python -m whale.docgen` -- do not edit by hand.",
+        "Defaults are the paper's. Field names are as written in a manifest (camelCase).",
+        "",
+        "## spec",
+        "",
+        "| field | type | default | meaning |",
+        "|---|---|---|---|",
+    ]
+    out += [f"| `{p}` | {t} | {d} | {m} |" for p, t, d, m in _rows(WhaleRunSpec, "spec")]
+    out += ["", "## status", "", "| field | type | meaning |", "|---|---|---|"]
+    out += [f"| `{p}` | {t} | {m} |" for p, t, _, m in _rows(WhaleRunStatus, "status")]
+    return "\n".join(out) + "\n"
+
+
+if __name__ == "__main__":
+    print(render(), end="")
