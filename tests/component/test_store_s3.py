@@ -8,9 +8,10 @@ server that goes away, and the pure configuration/retry pieces of ``whale.store.
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -379,6 +380,132 @@ def test_server_back_within_the_budget_means_success(s3_private_server: SeaweedS
     assert store.read_bytes("before") == b"1"
 
 
+class FaultyProxy:
+    """A real TCP proxy on loopback in front of the S3 server that injects faults per connection.
+
+    ``plan`` holds one action per accepted connection (then "pass"): ``"503"`` answers the request
+    with an S3 ``SlowDown`` error and closes; ``("cut", n)`` forwards ``n`` request bytes upstream,
+    then drops both sides (a network failure in the middle of an upload)."""
+
+    SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+                 b"<Message>Please reduce your request rate.</Message></Error>")
+
+    def __init__(self, upstream_port: int):
+        self.upstream_port = upstream_port
+        self.plan: list[object] = []
+        self.connections = 0
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.port = self.server.getsockname()[1]
+        self._closing = False
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self._closing = True
+        self.server.close()
+
+    def _accept(self) -> None:
+        while not self._closing:
+            try:
+                conn, _ = self.server.accept()
+            except OSError:
+                return
+            self.connections += 1
+            action = self.plan.pop(0) if self.plan else "pass"
+            threading.Thread(target=self._serve, args=(conn, action), daemon=True).start()
+
+    def _serve(self, client: socket.socket, action: object) -> None:
+        with client:
+            if action == "503":
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += client.recv(65536)
+                head, _, body = head.partition(b"\r\n\r\n")
+                length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                while len(body) < length:
+                    body += client.recv(65536)
+                client.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n"
+                               b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
+                               % (len(self.SLOW_DOWN), self.SLOW_DOWN))
+                return
+            budget = action[1] if isinstance(action, tuple) else None
+            with socket.create_connection(("127.0.0.1", self.upstream_port)) as upstream:
+                back = threading.Thread(target=self._pipe, args=(upstream, client, None), daemon=True)
+                back.start()
+                self._pipe(client, upstream, budget)
+                for sock in (client, upstream):  # a cut drops both sides at once
+                    try:
+                        sock.shutdown(socket.SHUT_RDWR)
+                    except OSError:
+                        pass
+                back.join(timeout=10)
+
+    @staticmethod
+    def _pipe(src: socket.socket, dst: socket.socket, budget: int | None) -> None:
+        sent = 0
+        try:
+            while budget is None or sent < budget:
+                data = src.recv(65536 if budget is None else min(65536, budget - sent))
+                if not data:
+                    break
+                dst.sendall(data)
+                sent += len(data)
+        except OSError:
+            pass
+        finally:
+            try:
+                dst.shutdown(socket.SHUT_WR)
+            except OSError:
+                pass
+
+
+@pytest.fixture
+def faulty_proxy(s3_server: S3ServerInfo) -> Iterator[FaultyProxy]:
+    proxy = FaultyProxy(int(s3_server.endpoint.rsplit(":", 1)[1]))
+    yield proxy
+    proxy.close()
+
+
+def test_5xx_answers_are_retried(s3_server: S3ServerInfo, s3_store: S3Store, faulty_proxy: FaultyProxy) -> None:
+    s3_store.write_bytes("k", b"value")
+    sleeps: list[float] = []
+    via_proxy = s3_server.store(s3_store.uri, endpoint=faulty_proxy.url, region="us-east-1", sleep=sleeps.append)
+    faulty_proxy.plan = ["503", "503"]
+    assert via_proxy.read_bytes("k") == b"value"
+    assert len(sleeps) == 2 and sleeps[1] > sleeps[0], "two SlowDown answers, two growing backoffs"
+    assert faulty_proxy.connections == 3
+
+
+def test_5xx_until_the_deadline_is_unavailable(s3_server: S3ServerInfo, s3_store: S3Store,
+                                               faulty_proxy: FaultyProxy) -> None:
+    via_proxy = s3_server.store(s3_store.uri, endpoint=faulty_proxy.url, region="us-east-1", retry_deadline_s=0.5)
+    faulty_proxy.plan = ["503"] * 100
+    with pytest.raises(StoreUnavailable, match="SlowDown"):
+        via_proxy.read_bytes("k")
+
+
+def test_upload_cut_midway_is_retried_and_never_half_visible(
+    s3_server: S3ServerInfo, s3_store: S3Store, faulty_proxy: FaultyProxy,
+) -> None:
+    size = 8 * 1024 * 1024
+    s3_store.write_bytes("ckpt.bin", b"\x01" * size)
+    seen_between_attempts: list[bytes] = []
+
+    def sleep(_delay: float) -> None:  # runs between the cut attempt and its retry
+        seen_between_attempts.append(s3_store.read_bytes("ckpt.bin"))
+
+    via_proxy = s3_server.store(s3_store.uri, endpoint=faulty_proxy.url, region="us-east-1", sleep=sleep)
+    faulty_proxy.plan = [("cut", 2 * 1024 * 1024)]  # the connection dies a quarter into the PUT
+    via_proxy.write_bytes("ckpt.bin", b"\x02" * size)
+    assert len(seen_between_attempts) == 1, "the cut upload must be retried once"
+    assert seen_between_attempts[0] == b"\x01" * size, "after a cut upload the old object is intact"
+    assert s3_store.read_bytes("ckpt.bin") == b"\x02" * size
+
+
 # ----- pure pieces of whale.store.s3 ---------------------------------------------------------------------
 
 
@@ -396,12 +523,17 @@ def test_resolve_config_arguments_win_over_environment() -> None:
            "AWS_REGION": "eu-west-1"}
     cfg = resolve_config(env=env)
     assert (cfg.endpoint, cfg.secure, cfg.access_key, cfg.region) == ("s3.example:9000", True, "env-a", "eu-west-1")
-    cfg = resolve_config(endpoint="minio:9000", access_key="arg-a", secret_key="arg-s", secure=False, env=env)
-    assert (cfg.endpoint, cfg.secure, cfg.access_key, cfg.secret_key) == ("minio:9000", False, "arg-a", "arg-s")
+    cfg = resolve_config(endpoint="minio:9000", access_key="arg-a", secret_key="arg-s", secure=True, env=env)
+    assert (cfg.endpoint, cfg.secure, cfg.access_key, cfg.secret_key) == ("minio:9000", True, "arg-a", "arg-s")
     assert "arg-s" not in repr(cfg)
-    assert resolve_config(env={**env, "WHALE_S3_SECURE": "false"}).secure is False
+    # a scheme in the endpoint says what the server speaks, whatever `secure` says
+    assert resolve_config(endpoint="http://minio:9000", secure=True, env=env).secure is False
+    bare = {**env, ENV_ENDPOINT: "minio:9000"}
+    assert resolve_config(env=bare).secure is False
+    assert resolve_config(env={**bare, "WHALE_S3_SECURE": "true"}).secure is True
+    assert resolve_config(secure=False, env={**bare, "WHALE_S3_SECURE": "true"}).secure is False
     with pytest.raises(StoreError, match="WHALE_S3_SECURE"):
-        resolve_config(env={**env, "WHALE_S3_SECURE": "maybe"})
+        resolve_config(env={**bare, "WHALE_S3_SECURE": "maybe"})
     with pytest.raises(StoreError, match="no path"):
         resolve_config(endpoint="http://minio:9000/bucket", env=env)
     with pytest.raises(StoreError, match="scheme"):

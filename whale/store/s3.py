@@ -5,7 +5,7 @@ Configuration comes from arguments first, then the environment (documented in do
 
 =============================  ====================================================================
 ``WHALE_S3_ENDPOINT``          ``host:port`` or ``http(s)://host:port`` of the S3 server (required)
-``WHALE_S3_SECURE``            ``true``/``false``: HTTPS; default from the endpoint's scheme, else false
+``WHALE_S3_SECURE``            ``true``/``false``: HTTPS for a bare host:port (a scheme in the endpoint wins)
 ``WHALE_S3_REGION``            region; also ``AWS_REGION`` / ``AWS_DEFAULT_REGION``; default: asked
 ``AWS_ACCESS_KEY_ID``          access key (required)
 ``AWS_SECRET_ACCESS_KEY``      secret key (required)
@@ -144,8 +144,10 @@ def resolve_config(
     raw = raw.rstrip("/")
     if not raw or "/" in raw:
         raise StoreError(f"S3 endpoint {raw!r}: give host[:port] only (no path); the bucket goes in the s3:// URI")
-    if secure is None:
-        secure = _env_bool(ENV_SECURE, env[ENV_SECURE]) if env.get(ENV_SECURE) else bool(scheme_secure)
+    if scheme_secure is not None:  # an explicit scheme says what the server speaks; it wins
+        secure = scheme_secure
+    elif secure is None:
+        secure = _env_bool(ENV_SECURE, env[ENV_SECURE]) if env.get(ENV_SECURE) else False
     access_key = access_key or env.get(ENV_ACCESS_KEY) or None
     secret_key = secret_key or env.get(ENV_SECRET_KEY) or None
     if not access_key or not secret_key:
