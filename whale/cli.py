@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -154,15 +155,19 @@ def run(
         if now != last:
             last.update(now)
             bits = [f"[bold]{summary['phase']}[/]", f"cycle {summary['cycle']}",
-                    f"stage {summary['stage'] or '-'}", f"step {summary['step']}/{summary['totalSteps']}"]
+                    f"{summary['activePhase'] or summary['stage'] or '-'}",
+                    f"step {summary['step']}/{summary['totalSteps']}"]
             if status.stage and status.stage.value == "harness":
                 bits.append(f"iteration {summary['iteration']}")
             bits.append(f"best {summary['best'] or '-'}")
             bits.append(f"rollouts {summary['rolloutsSpent']}")
             console.print(" | ".join(bits), highlight=False)
 
+    extra: dict[str, Any] = {}
+    if os.environ.get("WHALE_WORKLOAD_COMMAND"):  # e.g. wrap workloads in a profiler, or a test double
+        extra["workload_command"] = tuple(shlex.split(os.environ["WHALE_WORKLOAD_COMMAND"]))
     runner = LocalRunner(name=m.name, spec=m.spec, store=st, split_sizes=sizes, workdir=work, env=env,
-                         on_status=show)
+                         on_status=show, **extra)
     console.print(f"run {m.name}: store {st.uri}", highlight=False)
     try:
         status = runner.run(max_seconds=timeout)

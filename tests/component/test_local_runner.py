@@ -127,3 +127,15 @@ def test_same_name_with_another_spec_is_refused(tmp_path):
     runner(tmp_path, spec_of("rsft_only", totalSteps=1), store).run(max_seconds=60)
     with pytest.raises(RunConflictError, match="different spec"):
         runner(tmp_path, spec_of("rsft_only", totalSteps=2), store).run(max_seconds=60)
+
+
+def test_whale_run_on_s3(tmp_path, s3_server, s3_store):
+    """The same run with the store on a real S3 server: the workloads reach it through the env."""
+    r = LocalRunner(name="s3run", spec=spec_of(), store=s3_store, split_sizes=SIZES, workdir=tmp_path / "work",
+                    workload_command=SIM, env=s3_server.env(), poll_interval_s=0.05)
+    status = r.run(max_seconds=120)
+    assert status.phase is RunPhase.SUCCEEDED, status.message
+    assert status.completed_phases == ["c01-weight", "c01-harness", "c02-weight"]
+    saved = WhaleRunStatus.model_validate(s3_store.read_json(layout.status_key("s3run")))
+    assert saved == status
+    assert s3_store.exists(layout.checkpoint_complete_key("s3run", 6))

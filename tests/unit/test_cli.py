@@ -145,3 +145,17 @@ def test_help_runs_as_a_program():
     assert out.returncode == 0
     for command in ("validate", "plan", "run", "status", "replay", "crd"):
         assert command in out.stdout
+
+
+def test_run_command_end_to_end(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WHALE_WORKLOAD_COMMAND", f"{sys.executable} -m tests.workloads.simulated")
+    manifest = write(tmp_path, {**WHALE, "schedule": {"totalSteps": 4, "weightStepsPerCycle": 2,
+                                                       "harnessIterationsPerCycle": 2}})
+    res = cli.invoke(app, ["run", str(manifest), "--store", "st", "--timeout", "90"])
+    assert res.exit_code == 0, res.output
+    assert "Succeeded" in res.output and "c02-weight" in res.output
+    assert (tmp_path / "st" / "runs" / "tiny" / "status.json").exists()
+    # running it again is a no-op on a finished run
+    res = cli.invoke(app, ["run", str(manifest), "--store", "st", "--timeout", "30"])
+    assert res.exit_code == 0 and '"phase": "Succeeded"' in res.output
