@@ -48,3 +48,29 @@ class ScriptedClient(InferenceClient):
                 completions.append(Completion(message=message, finish_reason=finish, completion_tokens=tokens))
         prompt_tokens = sum(len(str(m.get("content") or "").split()) for m in messages)
         return ChatResult(completions, prompt_tokens, sum(c.completion_tokens for c in completions))
+
+
+class FixedLatencyClient(InferenceClient):
+    """Answers every request with ``reply`` after ``latency_s``: a stand-in model with a known
+    service time, for throughput benchmarks and tests of the runtime (it does not model anything)."""
+
+    model = "fixed-latency"
+
+    def __init__(self, reply: str, latency_s: float, prompt_tokens: int = 10, completion_tokens: int = 5):
+        self.reply, self.latency_s = reply, latency_s
+        self.prompt_tokens, self.completion_tokens_each = prompt_tokens, completion_tokens
+        self.requests = 0
+
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        sampling: SamplingParams,
+        n: int = 1,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> ChatResult:
+        self.requests += 1
+        await asyncio.sleep(self.latency_s)
+        completions = [
+            Completion({"role": "assistant", "content": self.reply}, "stop", self.completion_tokens_each) for _ in range(n)
+        ]
+        return ChatResult(completions, self.prompt_tokens, self.completion_tokens_each * n, self.latency_s)

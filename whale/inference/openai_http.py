@@ -1,0 +1,201 @@
+"""OpenAI-compatible chat-completions client over httpx (vLLM in production).
+
+The only module that speaks HTTP to an inference server. Retries with exponential backoff (and
+jitter) on connection errors, timeouts, 429 and 5xx; a 4xx other than 429 is permanent (bad request,
+unknown model) and raised at once with the server's message. ``top_k`` is sent as a top-level body
+field, as vLLM accepts it (other servers ignore unknown fields or reject them: set ``send_top_k``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import time
+from typing import Any
+
+import httpx
+
+from whale.inference.base import ChatResult, Completion, InferenceClient, InferenceError, SamplingParams
+
+log = logging.getLogger(__name__)
+
+RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+
+
+class OpenAIClient(InferenceClient):
+    """``OpenAIClient("http://host:8000/v1", model="Qwen/Qwen3-4B")``.
+
+    Args:
+        base_url: up to and including ``/v1``.
+        model: the served model name (``/v1/models``); None = ask the server once.
+        timeout_s: per-request read timeout (a long generation is one request).
+        connect_timeout_s: TCP connect timeout.
+        max_retries: retries after the first attempt, on retryable failures only.
+        backoff_s: first backoff; doubles each retry, capped at ``max_backoff_s``, with jitter.
+        max_connections: HTTP connection pool size (≥ the runtime's concurrency).
+        api_key: sent as a Bearer token when given (never logged).
+        send_top_k: include ``top_k`` in requests (vLLM: yes; strict OpenAI servers: no).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        model: str | None = None,
+        *,
+        timeout_s: float = 600.0,
+        connect_timeout_s: float = 10.0,
+        max_retries: int = 4,
+        backoff_s: float = 0.5,
+        max_backoff_s: float = 20.0,
+        max_connections: int = 256,
+        api_key: str | None = None,
+        send_top_k: bool = True,
+    ):
+        self.base_url = base_url.rstrip("/")
+        self._model = model
+        self.max_retries = max_retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.send_top_k = send_top_k
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
+            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+        )
+        self._model_lock = asyncio.Lock()
+
+    @property
+    def model(self) -> str:  # type: ignore[override]
+        return self._model or "unknown"
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def resolve_model(self) -> str:
+        """The served model name: the one given, else the first of ``/v1/models``."""
+        async with self._model_lock:
+            if self._model is None:
+                body = await self._request("GET", "/models", None)
+                try:
+                    self._model = body["data"][0]["id"]
+                except (KeyError, IndexError, TypeError) as exc:
+                    raise InferenceError(f"{self.base_url}/models lists no model; pass the model name") from exc
+            return self._model
+
+    async def wait_ready(self, timeout_s: float = 120.0, poll_s: float = 0.5) -> None:
+        """Poll ``/models`` until the server answers or ``timeout_s`` passes (a server still loading)."""
+        deadline = time.monotonic() + timeout_s
+        last: Exception | None = None
+        while time.monotonic() < deadline:
+            try:
+                response = await self._http.get("/models", timeout=poll_s * 4)
+                if response.status_code == 200:
+                    return
+                last = InferenceError(f"HTTP {response.status_code}")
+            except httpx.HTTPError as exc:
+                last = exc
+            await asyncio.sleep(poll_s)
+        raise InferenceError(f"inference server {self.base_url} not ready after {timeout_s:g} s: {last}")
+
+    def request_body(
+        self, messages: list[dict[str, Any]], sampling: SamplingParams, n: int, tools: list[dict[str, Any]] | None
+    ) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": self._model,
+            "messages": messages,
+            "n": n,
+            "temperature": sampling.temperature,
+            "top_p": sampling.top_p,
+            "max_tokens": sampling.max_tokens,
+        }
+        if self.send_top_k and sampling.top_k > 0:
+            body["top_k"] = sampling.top_k
+        if sampling.seed is not None:
+            body["seed"] = sampling.seed
+        if sampling.stop:
+            body["stop"] = list(sampling.stop)
+        if tools:
+            body["tools"] = tools
+        return body
+
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        sampling: SamplingParams,
+        n: int = 1,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> ChatResult:
+        if self._model is None:
+            await self.resolve_model()
+        started = time.perf_counter()
+        body = await self._request("POST", "/chat/completions", self.request_body(messages, sampling, n, tools))
+        return parse_response(body, time.perf_counter() - started)
+
+    async def _request(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
+        attempt = 0
+        while True:
+            try:
+                response = await self._http.request(method, path, json=body)
+            except (httpx.TransportError, httpx.TimeoutException) as exc:
+                problem = f"{type(exc).__name__}: {exc}"
+            else:
+                if response.status_code < 400:
+                    try:
+                        return response.json()
+                    except json.JSONDecodeError as exc:
+                        raise InferenceError(f"{self.base_url}{path}: the answer is not JSON ({exc})") from exc
+                if response.status_code not in RETRY_STATUSES:
+                    raise InferenceError(
+                        f"{self.base_url}{path}: HTTP {response.status_code}: {_server_message(response)}"
+                    )
+                problem = f"HTTP {response.status_code}: {_server_message(response)}"
+            if attempt >= self.max_retries:
+                raise InferenceError(f"{self.base_url}{path}: gave up after {attempt + 1} attempts; last: {problem}")
+            delay = min(self.max_backoff_s, self.backoff_s * 2**attempt) * (0.5 + random.random() / 2)  # noqa: S311
+            log.warning("inference %s%s failed (%s); retry %d in %.2f s", self.base_url, path, problem, attempt + 1, delay)
+            attempt += 1
+            await asyncio.sleep(delay)
+
+
+def _server_message(response: httpx.Response) -> str:
+    try:
+        body = response.json()
+        error = body.get("error") if isinstance(body, dict) else None
+        if isinstance(error, dict):
+            return str(error.get("message", error))[:500]
+        if isinstance(body, dict) and "detail" in body:
+            return str(body["detail"])[:500]
+    except ValueError:
+        pass
+    return response.text[:500]
+
+
+def parse_response(body: dict[str, Any], latency_s: float) -> ChatResult:
+    """An OpenAI chat-completions response → :class:`ChatResult`. Usage comes from ``usage``."""
+    try:
+        choices = sorted(body["choices"], key=lambda c: c.get("index", 0))
+    except (KeyError, TypeError) as exc:
+        raise InferenceError(f"malformed chat-completions answer (no choices): {str(body)[:300]}") from exc
+    usage = body.get("usage") or {}
+    completions = []
+    for choice in choices:
+        raw = choice.get("message") or {}
+        message: dict[str, Any] = {"role": "assistant", "content": raw.get("content") or ""}
+        if raw.get("tool_calls"):
+            message["tool_calls"] = raw["tool_calls"]
+        if raw.get("reasoning_content"):
+            message["reasoning_content"] = raw["reasoning_content"]
+        completions.append(
+            Completion(message=message, finish_reason=choice.get("finish_reason") or "stop", completion_tokens=0,
+                       token_ids=choice.get("token_ids"))
+        )
+    completion_tokens = int(usage.get("completion_tokens") or 0)
+    # usage is per request; spread it over the completions (exact for n=1)
+    for i, completion in enumerate(completions):
+        share = completion_tokens // len(completions)
+        completion.completion_tokens = share + (1 if i < completion_tokens % len(completions) else 0)
+    return ChatResult(completions, int(usage.get("prompt_tokens") or 0), completion_tokens, latency_s)

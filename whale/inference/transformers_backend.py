@@ -1,0 +1,297 @@
+"""In-process inference with transformers: batched generation with the chat template.
+
+For machines without a GPU (and for RSFT on the CPU): concurrent ``chat`` calls are queued and
+batched (requests with equal sampling parameters share one ``generate`` call, left-padded), and
+generation runs in a worker thread so the event loop keeps serving harness hooks meanwhile.
+
+Sharing weights with a trainer: pass the trainer's ``model`` object in. Every ``generate`` reads
+the model's current parameters, so after an optimizer step the next rollout samples from the new
+weights (no copy, no reload). Hold :attr:`TransformersClient.lock` while stepping the optimizer
+(generation takes it too), so a batch never sees half-updated weights. Generation switches the model
+to eval mode and restores its previous mode afterwards.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import re
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from whale.inference.base import ChatResult, Completion, InferenceClient, InferenceError, SamplingParams
+
+log = logging.getLogger(__name__)
+
+_TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
+
+
+@dataclasses.dataclass
+class _Request:
+    messages: list[dict[str, Any]]
+    sampling: SamplingParams
+    n: int
+    tools: list[dict[str, Any]] | None
+    future: asyncio.Future[ChatResult]
+    enqueued: float
+
+
+def load_model(name: str, *, gguf_file: str | None = None, revision: str | None = None,
+               trust_remote_code: bool = False, dtype: str = "auto", device: str | None = None) -> tuple[Any, Any]:
+    """(model, tokenizer) from an HF id or a local folder; ``gguf_file`` loads a GGUF inside it
+    (dequantised by transformers; CPU demo models)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    kwargs: dict[str, Any] = {"revision": revision, "trust_remote_code": trust_remote_code}
+    if gguf_file:
+        kwargs["gguf_file"] = gguf_file
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name, **kwargs)
+        torch_dtype = "auto" if dtype == "auto" else getattr(torch, dtype)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, **kwargs)
+    except (OSError, ValueError) as exc:
+        raise InferenceError(f"cannot load model {name!r}{' / ' + gguf_file if gguf_file else ''}: {exc}") from exc
+    if device:
+        model.to(device)
+    elif torch.cuda.is_available():
+        model.to("cuda")
+    return model, tokenizer
+
+
+class TransformersClient(InferenceClient):
+    """In-process chat completions over a transformers causal LM.
+
+    Args:
+        model, tokenizer: loaded objects (share them with a trainer), or use :meth:`from_pretrained`.
+        max_batch_size: prompt rows per ``generate`` call (n samples count as n rows).
+        batch_wait_s: how long the batcher waits for more requests before generating.
+        model_name: the name reported in traces and by the server.
+        chat_template_kwargs: extra chat-template variables (e.g. ``{"enable_thinking": False}``).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, *, max_batch_size: int = 16, batch_wait_s: float = 0.01,
+                 model_name: str | None = None, chat_template_kwargs: dict[str, Any] | None = None):
+        self.hf_model = model
+        self.tokenizer = tokenizer
+        self.max_batch_size = max_batch_size
+        self.batch_wait_s = batch_wait_s
+        self.model = model_name or getattr(getattr(model, "config", None), "_name_or_path", None) or "in-process"
+        self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        #: held during generation; a trainer holds it while it changes the weights
+        self.lock = threading.Lock()
+        self._queue: asyncio.Queue[_Request] | None = None
+        self._worker: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self._eos_ids = _eos_ids(model, tokenizer)
+
+    @classmethod
+    def from_pretrained(cls, name: str, *, gguf_file: str | None = None, revision: str | None = None,
+                        trust_remote_code: bool = False, **kwargs: Any) -> TransformersClient:
+        model, tokenizer = load_model(name, gguf_file=gguf_file, revision=revision, trust_remote_code=trust_remote_code)
+        return cls(model, tokenizer, model_name=kwargs.pop("model_name", None) or Path(name).name, **kwargs)
+
+    # ----- client interface ------------------------------------------------------------------------
+
+    async def chat(self, messages: list[dict[str, Any]], sampling: SamplingParams, n: int = 1,
+                   tools: list[dict[str, Any]] | None = None) -> ChatResult:
+        if n < 1:
+            raise InferenceError(f"n must be >= 1, got {n}")
+        loop = asyncio.get_running_loop()
+        if self._queue is None or self._loop is not loop or self._worker is None or self._worker.done():
+            self._loop, self._queue = loop, asyncio.Queue()
+            self._worker = loop.create_task(self._batcher())
+        future: asyncio.Future[ChatResult] = loop.create_future()
+        await self._queue.put(_Request(messages, sampling, n, tools, future, time.perf_counter()))
+        return await future
+
+    async def aclose(self) -> None:
+        if self._worker is not None:
+            self._worker.cancel()
+            try:
+                await self._worker
+            except asyncio.CancelledError:
+                pass
+            self._worker = None
+
+    # ----- batching ---------------------------------------------------------------------------------
+
+    async def _batcher(self) -> None:
+        assert self._queue is not None  # noqa: S101 - set before the task starts
+        queue = self._queue
+        held: list[_Request] = []
+        while True:
+            first = held.pop(0) if held else await queue.get()
+            batch, rows = [first], first.n
+            deadline = time.perf_counter() + self.batch_wait_s
+            while rows < self.max_batch_size:
+                candidates = [r for r in held if _key(r) == _key(first)]
+                if candidates:
+                    request = candidates[0]
+                    held.remove(request)
+                else:
+                    left = deadline - time.perf_counter()
+                    if left <= 0:
+                        break
+                    try:
+                        request = await asyncio.wait_for(queue.get(), left)
+                    except TimeoutError:
+                        break
+                    if _key(request) != _key(first):
+                        held.append(request)
+                        continue
+                if rows + request.n > self.max_batch_size:
+                    held.insert(0, request)
+                    break
+                batch.append(request)
+                rows += request.n
+            try:
+                results = await asyncio.to_thread(self._generate, batch)
+            except Exception as exc:  # noqa: BLE001 - every waiting caller gets the typed error
+                log.exception("generation failed")
+                for request in batch:
+                    if not request.future.done():
+                        request.future.set_exception(InferenceError(f"in-process generation failed: {exc}"))
+                continue
+            for request, result in zip(batch, results, strict=True):
+                if not request.future.done():
+                    request.future.set_result(result)
+
+    # ----- generation (worker thread) ---------------------------------------------------------------
+
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
+        """The prompt text: the tokenizer's chat template with the generation prompt."""
+        try:
+            return self.tokenizer.apply_chat_template(
+                _template_messages(messages), tools=tools, add_generation_prompt=True, tokenize=False,
+                **self.chat_template_kwargs,
+            )
+        except Exception as exc:  # noqa: BLE001 - jinja errors come in many types
+            raise InferenceError(f"the chat template failed on these messages: {exc}") from exc
+
+    def _generate(self, batch: list[_Request]) -> list[ChatResult]:
+        import torch
+
+        started = time.perf_counter()
+        sampling = batch[0].sampling
+        texts = [self.render(r.messages, r.tools) for r in batch]
+        tok = self.tokenizer
+        tok.padding_side = "left"
+        rows = [t for t, r in zip(texts, batch, strict=True) for _ in range(r.n)]
+        encoded = tok(rows, return_tensors="pt", padding=True, add_special_tokens=False)
+        prompt_lens = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
+        kwargs: dict[str, Any] = {"max_new_tokens": sampling.max_tokens, "pad_token_id": tok.pad_token_id,
+                                  "eos_token_id": sorted(self._eos_ids)}
+        if sampling.temperature > 0:
+            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
+                          top_k=sampling.top_k if sampling.top_k > 0 else 0)
+        else:
+            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        with self.lock:
+            model = self.hf_model
+            device = next(model.parameters()).device
+            was_training = model.training
+            model.eval()
+            try:
+                if sampling.seed is not None:
+                    torch.manual_seed(sampling.seed)
+                with torch.inference_mode():
+                    out = model.generate(input_ids=encoded["input_ids"].to(device),
+                                         attention_mask=encoded["attention_mask"].to(device), **kwargs)
+            finally:
+                model.train(was_training)
+        generated = out[:, encoded["input_ids"].shape[1]:].tolist()
+        log.debug("generated %d rows in %.3f s", len(rows), time.perf_counter() - started)
+        results, row = [], 0
+        for request, prompt_len in zip(batch, prompt_lens, strict=True):
+            completions = []
+            for _ in range(request.n):
+                completions.append(self._completion(generated[row], request.tools is not None))
+                row += 1
+            total = sum(c.completion_tokens for c in completions)
+            results.append(ChatResult(completions, prompt_len, total, time.perf_counter() - request.enqueued))
+        return results
+
+    def _completion(self, ids: list[int], tools_enabled: bool) -> Completion:
+        cut = next((i for i, t in enumerate(ids) if t in self._eos_ids), None)
+        kept = ids if cut is None else ids[:cut]
+        finish = "length" if cut is None else "stop"
+        text = self.tokenizer.decode(kept, skip_special_tokens=False)
+        message: dict[str, Any] = {"role": "assistant", "content": text}
+        if tools_enabled:
+            calls = parse_tool_calls(text)
+            if calls:
+                message["content"] = text[: text.find("<tool_call>")].strip()
+                message["tool_calls"] = calls
+                finish = "tool_calls" if finish == "stop" else finish
+        # the ids of what was generated, the stop token included (what RSFT trains on)
+        token_ids = kept if cut is None else ids[: cut + 1]
+        return Completion(message=message, finish_reason=finish, completion_tokens=len(token_ids), token_ids=token_ids)
+
+
+def parse_tool_calls(text: str) -> list[dict[str, Any]]:
+    """Hermes-style ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks → OpenAI tool_calls."""
+    calls = []
+    for raw in _TOOL_CALL_RE.findall(text):
+        try:
+            payload = json.loads(raw)
+        except ValueError:
+            continue
+        if not isinstance(payload, dict) or "name" not in payload:
+            continue
+        arguments = payload.get("arguments", {})
+        calls.append({
+            "id": f"call_{uuid.uuid4().hex[:12]}",
+            "type": "function",
+            "function": {"name": str(payload["name"]),
+                         "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)},
+        })
+    return calls
+
+
+def _template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat templates expect tool-call arguments as dicts; OpenAI messages carry JSON strings."""
+    out = []
+    for message in messages:
+        message = {k: v for k, v in message.items() if k != "finish_reason"}
+        if message.get("tool_calls"):
+            calls = []
+            for call in message["tool_calls"]:
+                function = dict(call.get("function") or {})
+                if isinstance(function.get("arguments"), str):
+                    try:
+                        function["arguments"] = json.loads(function["arguments"])
+                    except ValueError:
+                        pass
+                calls.append({**call, "function": function})
+            message["tool_calls"] = calls
+        out.append(message)
+    return out
+
+
+def _key(request: _Request) -> SamplingParams:
+    return request.sampling
+
+
+def _eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids: set[int] = set()
+    config = getattr(model, "generation_config", None)
+    eos = getattr(config, "eos_token_id", None) if config is not None else None
+    if isinstance(eos, int):
+        ids.add(eos)
+    elif isinstance(eos, list | tuple):
+        ids.update(int(e) for e in eos)
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    for token in ("<|im_end|>", "<|eot_id|>", "<|endoftext|>"):
+        tid = tokenizer.convert_tokens_to_ids(token) if token in tokenizer.get_vocab() else None
+        if isinstance(tid, int) and tid != tokenizer.unk_token_id:
+            ids.add(tid)
+    return ids
