@@ -1,0 +1,87 @@
+"""The math_reasoning domain: competition math with a Python code interpreter (docs/data.md#math_reasoning).
+
+Registered under ``whale.domains`` as ``math_reasoning = "math_reasoning:DOMAIN"``. Items are the raw row
+format ``{"id", "problem", "answer"}``; D_test is AIME 2024 + 2025, D_weight / D_harness come from the MATH
+train problems with numeric answers (``math_reasoning.data``). The verifier is the strict ``\\boxed{}``
+match of the final reply (``math_reasoning.verifier``); the tool is ``code_interpreter`` (``math_reasoning.env``),
+served by ``$WHALE_CODE_URL`` when set (the cluster's ``/run`` service), else by local sandboxes.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from whale.domain import DEFAULT_ALLOWED_IMPORTS, Domain, DomainError, data_root
+
+if TYPE_CHECKING:
+    from math_reasoning.env import MathEnvironment
+    from whale.tools.code import CodeRunner
+    from whale.spec import Data
+    from whale.store import Store
+
+HERE = Path(__file__).resolve().parent
+
+
+class MathReasoning(Domain):
+    name = "math_reasoning"
+    #: the paper's list plus text helpers; no sympy/numpy in the harness (the model's code has them)
+    allowed_imports = DEFAULT_ALLOWED_IMPORTS | {"json", "string", "textwrap"}
+    #: h0 uses 2; a candidate may use more turns, never more than this
+    max_turns_limit = 8
+
+    def __init__(self, runner: CodeRunner | None = None) -> None:
+        """``runner``: the code runner to use (tests, benchmarks); default resolved from the environment."""
+        self._runner = runner
+        self._lock = threading.Lock()
+
+    def _splits(self, data: Data) -> dict[str, list[dict[str, Any]]]:
+        from math_reasoning.data import load_splits
+
+        return load_splits(data_root(data), seed=data.seed, harness_size=data.harness_size,
+                           weight_size=data.weight_size, test_size=data.test_size)
+
+    def split_sizes(self, data: Data) -> dict[str, int]:
+        return {name: len(rows) for name, rows in self._splits(data).items()}
+
+    def load_split(self, split: str, data: Data, store: Store | None = None) -> list[dict[str, Any]]:
+        splits = self._splits(data)
+        if split not in splits:
+            raise DomainError(f"unknown split {split!r}; use one of {', '.join(splits)}")
+        return splits[split]
+
+    def item_from_raw(self, raw: dict[str, Any]) -> dict[str, Any]:
+        from math_reasoning.data import to_item
+
+        if "id" not in raw:
+            raise DomainError('a math item needs "id", "problem" and "answer"')
+        return to_item(raw, "raw")
+
+    def runner(self):
+        """The code runner every episode of this process shares (resolved once, from the environment)."""
+        with self._lock:
+            if self._runner is None:
+                from whale.tools.client import code_runner_from_env
+
+                self._runner = code_runner_from_env()
+            return self._runner
+
+    def make_env(self, item: dict[str, Any]) -> MathEnvironment:
+        from math_reasoning.env import MathEnvironment
+
+        return MathEnvironment(item, self.runner())
+
+    def tool_specs(self) -> list[dict[str, Any]]:
+        from math_reasoning.env import TOOL_SPEC
+
+        return [TOOL_SPEC]
+
+    def h0_path(self) -> Path:
+        return HERE / "h0.py"
+
+    def skill_path(self) -> Path:
+        return HERE / "SKILL.md"
+
+
+DOMAIN = MathReasoning()

@@ -14,6 +14,8 @@ import random
 from pathlib import Path
 from typing import Any
 
+from whale.domain import DomainError
+
 SUBDIR = "math_reasoning"
 TEST_FILES = ("aime_2024.jsonl", "aime_2025.jsonl")
 POOL_FILE = "math_train_numeric.jsonl"
@@ -22,7 +24,7 @@ GSM8K_FILE = "gsm8k_train.jsonl"
 Row = dict[str, Any]
 
 
-class DataError(ValueError):
+class DataError(DomainError):
     """A raw data file is missing or malformed; the message names the file and the fix."""
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from search_qa.verifier import normalize
+from whale.domain import DomainError
 
 SUBDIR = "search_qa"
 #: benchmark -> file under eval/ (None: not available on this machine)
@@ -38,7 +39,7 @@ DEFAULT_TEST_PER_BENCHMARK = 100
 Row = dict[str, Any]
 
 
-class DataError(ValueError):
+class DataError(DomainError):
     """A raw data file is missing or malformed; the message names the file and the fix."""
 
 

@@ -123,8 +123,11 @@ def _message(outcome: Outcome, limits: CodeLimits, wall: float, error_type: str 
         return f"The code was killed ({error_type or 'signal'})."
     if outcome is Outcome.SANDBOX_ERROR:
         return "The code interpreter is unavailable right now (sandbox setup failed)."
-    lines = stderr.strip().splitlines()
-    return _clip("\n".join(lines[-12:]), 2000) if lines else f"The code failed ({error_type or 'non-zero exit'})."
+    lines = [line for line in stderr.strip().splitlines() if line.strip()]
+    if not lines:
+        return f"The code failed ({error_type or 'non-zero exit'})."
+    # the exception line first: callers may keep only the head of the message
+    return _clip(lines[-1] + "\n" + "\n".join(lines[-10:-1]), 2000)
 
 
 def execute(code: str, limits: CodeLimits = CodeLimits(), timeout_s: float | None = None,

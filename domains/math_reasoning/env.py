@@ -1,0 +1,74 @@
+"""One math episode: the problem, a Python code-interpreter tool, and the strict ``\\boxed{}`` verifier.
+
+The environment action is the model's final reply (text); the episode ends there and the reward is the
+verifier on that reply. The ``code_interpreter`` tool runs model code in a sandbox (``whale.tools.code``,
+locally or through the deployed ``/run`` service); any run that did not end cleanly — an exception, a
+timeout, a memory bomb, too much output — is a tool error the model sees.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from math_reasoning.verifier import last_boxed, score
+from whale.domain import DomainError, Environment, StepResult, UnknownToolError
+from whale.tools.code import CodeRunner
+
+TOOL_NAME = "code_interpreter"
+TOOL_SPEC: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": TOOL_NAME,
+        "description": (
+            "Run Python 3 code in a fresh sandbox (30 s, 1 GiB, no network, no files kept between calls) "
+            "and return what it prints. The value of a final bare expression is printed too. "
+            "numpy and sympy are available."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "description": "the Python source to run"}},
+            "required": ["code"],
+        },
+    },
+}
+EMPTY_OUTPUT = "(no output: print() the values you need)"
+
+
+class ToolError(DomainError):
+    """A tool call that failed; the runtime shows the message to the model as the tool error."""
+
+
+class MathEnvironment(Environment):
+    def __init__(self, item: dict[str, Any], runner: CodeRunner):
+        self.item = item
+        self.runner = runner
+        self.final_reply: str | None = None
+
+    def reset(self) -> dict[str, Any]:
+        return {"id": self.item["id"], "problem": self.item["problem"], "question": self.item["problem"]}
+
+    def step(self, action: Any) -> StepResult:
+        """The final reply: text, or ``{"answer": text}``. Ends the episode."""
+        text = action.get("answer") if isinstance(action, dict) else action
+        self.final_reply = "" if text is None else str(text)
+        boxed = last_boxed(self.final_reply)
+        return StepResult(
+            observation={"answer": self.final_reply, "boxed": boxed},
+            done=True,
+            info={"boxed": boxed, "gold": self.item["answer"]},
+        )
+
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        if name != TOOL_NAME:
+            raise UnknownToolError(name, [TOOL_NAME])
+        code = arguments.get("code")
+        if not isinstance(code, str):
+            raise ToolError("code_interpreter needs a string argument `code` with the Python source")
+        result = self.runner.run(code)
+        if result.error is not None:
+            before = f" Output before the error: {result.output[:300]}" if result.output.strip() else ""
+            raise ToolError(result.error + before)
+        return result.output if result.output.strip() else EMPTY_OUTPUT
+
+    def reward(self) -> float:
+        return score(self.final_reply, self.item["answer"])

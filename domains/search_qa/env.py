@@ -1,0 +1,125 @@
+"""One search-QA episode: the question, a ``search`` tool over the local Wikipedia corpus, and the
+normalised exact-match verifier.
+
+The environment action is the model's final reply (text); the reward is the verifier on its last
+``<answer>``. ``search(query_list, topk, max_doc_tokens)`` returns the top passages for each query,
+each cut to ``max_doc_tokens`` whitespace tokens (words: the environment does not know the policy's
+tokenizer). Retrieval runs through ``$WHALE_RETRIEVER_URL`` when set (the cluster's ``/retrieve``
+service), else an in-process BM25 index. Bad arguments and retriever failures are tool errors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from search_qa.verifier import last_answer, score
+from whale.domain import DomainError, Environment, StepResult, UnknownToolError
+from whale.tools.retrieval import Hit, Retriever
+
+TOOL_NAME = "search"
+MAX_QUERIES = 8
+MAX_QUERY_CHARS = 500
+MAX_TOPK = 10
+DEFAULT_TOPK = 3
+DEFAULT_DOC_TOKENS = 200
+MAX_DOC_TOKENS = 2000
+TOOL_SPEC: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": TOOL_NAME,
+        "description": "Search Wikipedia. Returns the top passages for each query.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query_list": {"type": "array", "items": {"type": "string"}, "description": "search queries"},
+                "topk": {"type": "integer", "description": f"passages per query (1-{MAX_TOPK})"},
+                "max_doc_tokens": {"type": "integer", "description": "cut each passage to this many words"},
+            },
+            "required": ["query_list"],
+        },
+    },
+}
+
+
+class ToolError(DomainError):
+    """A tool call that failed; the runtime shows the message to the model as the tool error."""
+
+
+def cut(text: str, max_tokens: int) -> str:
+    words = text.split()
+    return text if len(words) <= max_tokens else " ".join(words[:max_tokens]) + " ..."
+
+
+def format_hits(hits: list[Hit], max_tokens: int) -> str:
+    """Search-R1's passage rendering: ``Doc i(Title: t) text``, one per line."""
+    if not hits:
+        return "No results found."
+    return "\n".join(
+        f"Doc {i}(Title: {h.passage.title}) {cut(h.passage.text, max_tokens)}" for i, h in enumerate(hits, 1)
+    )
+
+
+def _int_arg(arguments: dict[str, Any], name: str, default: int, high: int) -> int:
+    value = arguments.get(name, default)
+    try:
+        value = int(value)
+    except (TypeError, ValueError):
+        raise ToolError(f"search: `{name}` must be an integer from 1 to {high}, got {value!r}") from None
+    if not 1 <= value <= high:
+        raise ToolError(f"search: `{name}` must be from 1 to {high}, got {value}")
+    return value
+
+
+def parse_arguments(arguments: dict[str, Any]) -> tuple[list[str], int, int]:
+    queries = arguments.get("query_list", arguments.get("query"))
+    if isinstance(queries, str):
+        queries = [queries]
+    if not isinstance(queries, list) or not queries:
+        raise ToolError("search: `query_list` must be a non-empty list of strings")
+    cleaned = [str(q).strip() for q in queries if str(q).strip()]
+    if not cleaned:
+        raise ToolError("search: every query in `query_list` is empty")
+    if len(cleaned) > MAX_QUERIES:
+        raise ToolError(f"search: at most {MAX_QUERIES} queries per call, got {len(cleaned)}")
+    if any(len(q) > MAX_QUERY_CHARS for q in cleaned):
+        raise ToolError(f"search: a query may have at most {MAX_QUERY_CHARS} characters")
+    topk = _int_arg(arguments, "topk", DEFAULT_TOPK, MAX_TOPK)
+    doc_tokens = _int_arg(arguments, "max_doc_tokens", DEFAULT_DOC_TOKENS, MAX_DOC_TOKENS)
+    return cleaned, topk, doc_tokens
+
+
+class SearchEnvironment(Environment):
+    def __init__(self, item: dict[str, Any], retriever: Retriever):
+        self.item = item
+        self.retriever = retriever
+        self.final_reply: str | None = None
+
+    def reset(self) -> dict[str, Any]:
+        return {"id": self.item["id"], "question": self.item["question"]}
+
+    def step(self, action: Any) -> StepResult:
+        """The final reply: text, or ``{"answer": text}``. Ends the episode."""
+        text = action.get("answer") if isinstance(action, dict) else action
+        self.final_reply = "" if text is None else str(text)
+        answer = last_answer(self.final_reply)
+        return StepResult(
+            observation={"answer": answer},
+            done=True,
+            info={"answer": answer, "golden_answers": list(self.item["golden_answers"])},
+        )
+
+    def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
+        if name != TOOL_NAME:
+            raise UnknownToolError(name, [TOOL_NAME])
+        queries, topk, doc_tokens = parse_arguments(arguments)
+        try:
+            results = self.retriever.search(queries, topk)
+        except Exception as exc:  # noqa: BLE001 - any retriever failure is the model's tool error
+            raise ToolError(f"search failed: {exc}") from exc
+        blocks = [format_hits(hits, doc_tokens) for hits in results]
+        if len(queries) == 1:
+            return blocks[0]
+        return "\n---\n".join(f"Query: {q}\n{b}" for q, b in zip(queries, blocks))
+
+    def reward(self) -> float:
+        return score(self.final_reply, self.item["golden_answers"])
