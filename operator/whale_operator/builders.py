@@ -1,0 +1,556 @@
+"""Pure builders: (run, spec, decision) -> Kubernetes manifest dicts.
+
+No API calls, no clock, no environment reads: every input is an argument, so tests compare whole
+dicts and the handlers stay thin. The children of a WhaleRun:
+
+* one Job per phase attempt (train = RSFT weight phase, search = Meta-Harness phase, eval = mean@k),
+  Indexed with a headless rendezvous Service when ``spec.train.numNodes`` > 1;
+* the vLLM Deployment + Service serving the run's current weights (weights are swapped in place by the
+  ``weight-sync`` sidecar, never by recreating the pod);
+* the tool services the domain needs (retriever, code sandbox) and a NetworkPolicy that lets sandbox
+  pods reach nothing.
+
+Every child carries an owner reference to the WhaleRun (garbage-collected with it) and the labels of
+:mod:`whale_operator.names`.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+from whale import layout
+from whale.protocol import PhaseKind, PhaseRequest
+from whale.spec import API_GROUP, API_VERSION, KIND, Resources, WhaleRunSpec
+from whale_operator import names
+
+Manifest = dict[str, Any]
+
+WORKER_CONTAINER = "worker"
+VLLM_PORT = 8000
+TOOL_PORT = 8080
+RENDEZVOUS_PORT = 29500
+GPU_RESOURCE = "nvidia.com/gpu"
+MODELS_DIR = "/models"
+#: Default tool services per domain; a domain not listed needs none.
+DEFAULT_DOMAIN_TOOLS: dict[str, tuple[str, ...]] = {
+    "search_qa": ("retriever",),
+    "math_reasoning": ("sandbox",),
+}
+#: Tool service entrypoints (whale.tools, in the tools image).
+TOOL_MODULES = {
+    "retriever": "whale.tools.retriever_service",
+    "sandbox": "whale.tools.code_service",
+}
+#: Startup can take many minutes (weights download + load); probes give it 30 min.
+VLLM_STARTUP_PERIOD_S = 10
+VLLM_STARTUP_FAILURES = 180
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """The identity of the WhaleRun that owns the children."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    def owner_reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": f"{API_GROUP}/{API_VERSION}",
+            "kind": KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+    def metadata(self, name: str, labels: dict[str, str], annotations: dict[str, str] | None = None) -> dict:
+        meta: dict[str, Any] = {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": labels,
+            "ownerReferences": [self.owner_reference()],
+        }
+        if annotations:
+            meta["annotations"] = annotations
+        return meta
+
+
+# ----- shared pieces ------------------------------------------------------------------------------
+
+
+def storage_env(spec: WhaleRunSpec) -> list[dict[str, Any]]:
+    """How a workload finds the object store: ``--store`` carries the URI; endpoint and TLS here,
+    credentials from the Secret (``envFrom``) named by ``spec.storage.credentialsSecret``."""
+    env: list[dict[str, Any]] = []
+    st = spec.storage
+    if st.endpoint:
+        env.append({"name": "WHALE_S3_ENDPOINT", "value": st.endpoint})
+    env.append({"name": "WHALE_S3_SECURE", "value": "true" if st.secure else "false"})
+    if st.region:
+        env.append({"name": "WHALE_S3_REGION", "value": st.region})
+    return env
+
+
+def storage_env_from(spec: WhaleRunSpec) -> list[dict[str, Any]]:
+    if spec.storage.credentials_secret:
+        return [{"secretRef": {"name": spec.storage.credentials_secret}}]
+    return []
+
+
+def resources_dict(res: Resources, gpus: int = 0) -> dict[str, Any]:
+    """Requests/limits from the spec; ``gpus`` > 0 sets nvidia.com/gpu in both (GPUs cannot overcommit)."""
+    requests = dict(res.requests)
+    limits = dict(res.limits)
+    if gpus > 0:
+        requests[GPU_RESOURCE] = str(gpus)
+        limits[GPU_RESOURCE] = str(gpus)
+    out: dict[str, Any] = {}
+    if requests:
+        out["requests"] = requests
+    if limits:
+        out["limits"] = limits
+    return out
+
+
+def pod_placement(spec: WhaleRunSpec) -> dict[str, Any]:
+    """Scheduling fields shared by every pod of the run."""
+    cl = spec.cluster
+    out: dict[str, Any] = {}
+    if cl.service_account_name:
+        out["serviceAccountName"] = cl.service_account_name
+    if cl.priority_class_name:
+        out["priorityClassName"] = cl.priority_class_name
+    if cl.node_selector:
+        out["nodeSelector"] = dict(cl.node_selector)
+    if cl.tolerations:
+        out["tolerations"] = [t.to_wire() for t in cl.tolerations]
+    return out
+
+
+def with_queue(labels: dict[str, str], spec: WhaleRunSpec) -> dict[str, str]:
+    """Kueue admits Jobs and Deployments that carry its queue label."""
+    if spec.cluster.queue_name:
+        return {**labels, names.LABEL_QUEUE: spec.cluster.queue_name}
+    return labels
+
+
+def uses_vllm(spec: WhaleRunSpec) -> bool:
+    """``auto`` means vLLM on a cluster; ``transformers`` runs in the worker; ``openai`` is external."""
+    return spec.inference.backend in ("auto", "vllm")
+
+
+def inference_url(run: RunRef, spec: WhaleRunSpec) -> str | None:
+    if uses_vllm(spec):
+        return f"http://{names.inference_name(run.name)}.{run.namespace}.svc:{VLLM_PORT}/v1"
+    return spec.inference.base_url
+
+
+def served_model_name(spec: WhaleRunSpec) -> str:
+    return spec.model.served_model_name or spec.model.name
+
+
+def domain_tools(spec: WhaleRunSpec, domain_tools_map: dict[str, tuple[str, ...]] | None = None) -> tuple[str, ...]:
+    table = DEFAULT_DOMAIN_TOOLS if domain_tools_map is None else domain_tools_map
+    return tuple(table.get(spec.domain, ()))
+
+
+def tool_url(run: RunRef, tool: str) -> str:
+    return f"http://{names.tool_name(run.name, tool)}.{run.namespace}.svc:{TOOL_PORT}"
+
+
+def workload_env(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest,
+                 tools: tuple[str, ...]) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [
+        {"name": "WHALE_RUN", "value": run.name},
+        {"name": "WHALE_PHASE", "value": request.phase},
+        {"name": "WHALE_ATTEMPT", "value": str(request.attempt)},
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        *storage_env(spec),
+    ]
+    url = inference_url(run, spec)
+    if url:
+        env.append({"name": "WHALE_INFERENCE_BASE_URL", "value": url})
+        env.append({"name": "WHALE_SERVED_MODEL_NAME", "value": served_model_name(spec)})
+    for tool in tools:
+        env.append({"name": f"WHALE_{tool.upper()}_URL", "value": tool_url(run, tool)})
+    key = spec.harness_search.proposer.api_key_secret
+    if request.kind is PhaseKind.HARNESS and key is not None:
+        env.append({
+            "name": key.env or "WHALE_PROPOSER_API_KEY",
+            "valueFrom": {"secretKeyRef": {"name": key.name, "key": key.key}},
+        })
+    return env
+
+
+# ----- Jobs ---------------------------------------------------------------------------------------
+
+
+def pod_failure_policy() -> dict[str, Any]:
+    """Preemption/eviction (DisruptionTarget) does not count as a failure: the pod is recreated and
+    the workload resumes from its state. A program error (non-zero exit) fails the attempt at once."""
+    return {
+        "rules": [
+            {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+            {
+                "action": "FailJob",
+                "onExitCodes": {"containerName": WORKER_CONTAINER, "operator": "NotIn", "values": [0]},
+            },
+        ]
+    }
+
+
+def workload_command(spec: WhaleRunSpec, request: PhaseRequest, store_uri: str) -> list[str]:
+    """``python -m whale.workloads <kind> ...``; torchrun in front of a multi-GPU / multi-node train."""
+    tail = ["-m", "whale.workloads", request.kind.workload, "--store", store_uri,
+            "--run", request.run, "--phase", request.phase]
+    tr = spec.train
+    if request.kind is PhaseKind.WEIGHT and (tr.num_nodes > 1 or tr.gpus_per_node > 1):
+        return [
+            "torchrun",
+            f"--nnodes={tr.num_nodes}",
+            f"--nproc-per-node={max(tr.gpus_per_node, 1)}",
+            "--node-rank=$(NODE_RANK)",
+            "--master-addr=$(MASTER_ADDR)",
+            f"--master-port={RENDEZVOUS_PORT}",
+            *tail,
+        ]
+    return ["python", *tail]
+
+
+def job(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, *, store_uri: str,
+        tools: tuple[str, ...] = ()) -> Manifest:
+    """The Job of one phase attempt: train (weight), search (harness) or eval."""
+    name = names.job_name(run.name, request.phase, request.attempt)
+    kind = request.kind
+    cycle = _request_cycle(request)
+    labels = with_queue(
+        {**names.child_labels(run.name, kind.workload, cycle=cycle, phase=request.phase, attempt=request.attempt),
+         names.LABEL_KIND: kind.value},
+        spec,
+    )
+    multi_node = kind is PhaseKind.WEIGHT and spec.train.num_nodes > 1
+    if kind is PhaseKind.WEIGHT:
+        gpus = spec.train.gpus_per_node
+        resources = resources_dict(spec.train.resources, gpus)
+    else:
+        resources = resources_dict(spec.cluster.worker_resources)
+
+    env = workload_env(run, spec, request, tools)
+    if multi_node:
+        env += [
+            {"name": "WHALE_NUM_NODES", "value": str(spec.train.num_nodes)},
+            {"name": "NODE_RANK", "valueFrom": {"fieldRef": {
+                "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
+            {"name": "MASTER_ADDR",
+             "value": f"{name}-0.{names.rendezvous_service_name(name)}.{run.namespace}.svc"},
+            {"name": "MASTER_PORT", "value": str(RENDEZVOUS_PORT)},
+        ]
+    elif kind is PhaseKind.WEIGHT and spec.train.gpus_per_node > 1:
+        env += [{"name": "NODE_RANK", "value": "0"}, {"name": "MASTER_ADDR", "value": "127.0.0.1"}]
+
+    container: dict[str, Any] = {
+        "name": WORKER_CONTAINER,
+        "image": spec.cluster.images.worker,
+        "imagePullPolicy": spec.cluster.images.pull_policy,
+        "command": workload_command(spec, request, store_uri),
+        "env": env,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+    }
+    env_from = storage_env_from(spec)
+    if env_from:
+        container["envFrom"] = env_from
+    if resources:
+        container["resources"] = resources
+    if multi_node:
+        container["ports"] = [{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}]
+
+    pod_spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        **pod_placement(spec),
+        "containers": [container],
+        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+    }
+    if multi_node:
+        pod_spec["subdomain"] = names.rendezvous_service_name(name)
+
+    job_spec: dict[str, Any] = {
+        # all-or-nothing: a failed pod fails the attempt; the next attempt resumes from the checkpoint
+        "backoffLimit": 0,
+        "podFailurePolicy": pod_failure_policy(),
+        "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+    }
+    if multi_node:
+        job_spec.update(completionMode="Indexed", completions=spec.train.num_nodes,
+                        parallelism=spec.train.num_nodes)
+    if spec.retry.active_deadline_seconds:
+        job_spec["activeDeadlineSeconds"] = spec.retry.active_deadline_seconds
+
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": run.metadata(name, labels, {names.ANNOTATION_REQUEST: layout.request_key(run.name, request.phase)}),
+        "spec": job_spec,
+    }
+
+
+def rendezvous_service(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest) -> Manifest | None:
+    """Headless Service for an Indexed train Job: pod ``<job>-<i>`` resolves as
+    ``<job>-<i>.<job>-rdzv``; torchrun's master is index 0. None when the Job is single-node."""
+    if request.kind is not PhaseKind.WEIGHT or spec.train.num_nodes <= 1:
+        return None
+    job_name = names.job_name(run.name, request.phase, request.attempt)
+    labels = names.child_labels(run.name, "rendezvous", cycle=_request_cycle(request), phase=request.phase,
+                                attempt=request.attempt)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": run.metadata(names.rendezvous_service_name(job_name), labels),
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {"batch.kubernetes.io/job-name": job_name},
+            "ports": [{"name": "rendezvous", "port": RENDEZVOUS_PORT, "targetPort": RENDEZVOUS_PORT}],
+        },
+    }
+
+
+def _request_cycle(request: PhaseRequest) -> int:
+    args = request.weight or request.harness or request.eval
+    return args.cycle if args is not None else 0
+
+
+# ----- inference ----------------------------------------------------------------------------------
+
+
+def vllm_args(spec: WhaleRunSpec) -> list[str]:
+    """``vllm serve`` arguments. The model path is fixed (``/models/current``, kept by the weight-sync
+    sidecar), so swapping checkpoints never changes the pod template."""
+    inf, model = spec.inference, spec.model
+    args = [
+        f"{MODELS_DIR}/current",
+        "--served-model-name", served_model_name(spec),
+        "--host", "0.0.0.0",
+        "--port", str(VLLM_PORT),
+        "--tensor-parallel-size", str(inf.tensor_parallel_size),
+        "--max-model-len", str(model.max_model_len),
+        "--gpu-memory-utilization", str(inf.gpu_memory_utilization),
+        "--max-num-seqs", str(inf.max_concurrency),
+    ]
+    if inf.tool_call_parser:
+        args += ["--enable-auto-tool-choice", "--tool-call-parser", inf.tool_call_parser]
+    if model.trust_remote_code:
+        args.append("--trust-remote-code")
+    return args + list(inf.extra_args)
+
+
+def _weight_sync_command(run: RunRef, spec: WhaleRunSpec, store_uri: str, once: bool) -> list[str]:
+    cmd = ["python", "-m", "whale.inference.weight_sync", "--store", store_uri, "--run", run.name,
+           "--model", spec.model.name, "--dest", f"{MODELS_DIR}/current"]
+    if spec.model.revision:
+        cmd += ["--revision", spec.model.revision]
+    if once:
+        return cmd + ["--once"]
+    return cmd + ["--server", f"http://127.0.0.1:{VLLM_PORT}"]
+
+
+def inference_deployment(run: RunRef, spec: WhaleRunSpec, *, store_uri: str, checkpoint: str | None,
+                         replicas: int = 1) -> Manifest:
+    """vLLM serving the run's current weights. ``checkpoint`` is recorded as an annotation on the
+    Deployment (not the pod template: changing it must not restart the pod); the weight-sync
+    sidecar reads the serving target from the store (``control/serving.json``) and reloads vLLM."""
+    name = names.inference_name(run.name)
+    selector = {names.LABEL_RUN: run.name, "app.kubernetes.io/component": "inference"}
+    labels = with_queue(names.child_labels(run.name, "inference"), spec)
+    img = spec.cluster.images
+    shared_env = [
+        {"name": "HF_HOME", "value": f"{MODELS_DIR}/hf"},
+        {"name": "WHALE_RUN", "value": run.name},
+        *storage_env(spec),
+    ]
+    env_from = storage_env_from(spec)
+    mounts = [{"name": "models", "mountPath": MODELS_DIR}]
+
+    def helper(name_: str, once: bool) -> dict[str, Any]:
+        c: dict[str, Any] = {
+            "name": name_,
+            "image": img.worker,
+            "imagePullPolicy": img.pull_policy,
+            "command": _weight_sync_command(run, spec, store_uri, once),
+            "env": shared_env,
+            "volumeMounts": mounts,
+            "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
+        }
+        if env_from:
+            c["envFrom"] = env_from
+        return c
+
+    vllm = {
+        "name": "vllm",
+        "image": img.vllm,
+        "imagePullPolicy": img.pull_policy,
+        "command": ["vllm", "serve"],
+        "args": vllm_args(spec),
+        # dev mode exposes the weight reload / cache reset endpoints the sidecar calls
+        "env": [{"name": "HF_HOME", "value": f"{MODELS_DIR}/hf"}, {"name": "VLLM_SERVER_DEV_MODE", "value": "1"}],
+        "ports": [{"name": "http", "containerPort": VLLM_PORT}],
+        "volumeMounts": [*mounts, {"name": "dshm", "mountPath": "/dev/shm"}],
+        "startupProbe": {"httpGet": {"path": "/health", "port": VLLM_PORT},
+                         "periodSeconds": VLLM_STARTUP_PERIOD_S, "failureThreshold": VLLM_STARTUP_FAILURES},
+        "readinessProbe": {"httpGet": {"path": "/health", "port": VLLM_PORT}, "periodSeconds": 5,
+                           "failureThreshold": 3},
+        "livenessProbe": {"httpGet": {"path": "/health", "port": VLLM_PORT}, "periodSeconds": 15,
+                          "failureThreshold": 4},
+    }
+    res = resources_dict(spec.cluster.inference_resources, spec.inference.tensor_parallel_size)
+    if res:
+        vllm["resources"] = res
+
+    annotations = {names.ANNOTATION_CHECKPOINT: checkpoint or "base"}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": run.metadata(name, labels, annotations),
+        "spec": {
+            "replicas": replicas,
+            "strategy": {"type": "Recreate"},  # one GPU set: never two servers at once
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": {**labels, **selector}},
+                "spec": {
+                    **pod_placement(spec),
+                    "initContainers": [helper("fetch-weights", once=True)],
+                    "containers": [vllm, helper("weight-sync", once=False)],
+                    "volumes": [
+                        {"name": "models", "emptyDir": {"sizeLimit": spec.cluster.model_cache_size}},
+                        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
+                    ],
+                },
+            },
+        },
+    }
+
+
+def inference_service(run: RunRef, spec: WhaleRunSpec) -> Manifest:
+    name = names.inference_name(run.name)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": run.metadata(name, names.child_labels(run.name, "inference")),
+        "spec": {
+            "selector": {names.LABEL_RUN: run.name, "app.kubernetes.io/component": "inference"},
+            "ports": [{"name": "http", "port": VLLM_PORT, "targetPort": VLLM_PORT}],
+        },
+    }
+
+
+# ----- tool services ------------------------------------------------------------------------------
+
+
+def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: str, *, store_uri: str, replicas: int = 1) -> Manifest:
+    """A tool service of the run. The retriever loads its index from the store; the sandbox runs
+    untrusted model-written code, so it gets no credentials, no service-account token, no
+    privileges, and (see :func:`sandbox_network_policy`) no network."""
+    if tool not in TOOL_MODULES:
+        raise ValueError(f"unknown tool service {tool!r}; known: {', '.join(sorted(TOOL_MODULES))}")
+    name = names.tool_name(run.name, tool)
+    selector = {names.LABEL_RUN: run.name, "app.kubernetes.io/component": tool}
+    labels = names.child_labels(run.name, tool)
+    cmd = ["python", "-m", TOOL_MODULES[tool], "--host", "0.0.0.0", "--port", str(TOOL_PORT)]
+    container: dict[str, Any] = {
+        "name": tool,
+        "image": spec.cluster.images.tools,
+        "imagePullPolicy": spec.cluster.images.pull_policy,
+        "ports": [{"name": "http", "containerPort": TOOL_PORT}],
+        "readinessProbe": {"httpGet": {"path": "/health", "port": TOOL_PORT}, "periodSeconds": 5},
+        "livenessProbe": {"httpGet": {"path": "/health", "port": TOOL_PORT}, "periodSeconds": 20,
+                          "failureThreshold": 3},
+    }
+    pod: dict[str, Any] = {**pod_placement(spec)}
+    pod.pop("serviceAccountName", None)
+    if tool == "sandbox":
+        container["command"] = cmd
+        container["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}}
+        container["securityContext"] = {
+            "runAsNonRoot": True,
+            "runAsUser": 65534,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+        container["volumeMounts"] = [{"name": "scratch", "mountPath": "/tmp"}]
+        pod["automountServiceAccountToken"] = False
+        pod["enableServiceLinks"] = False
+        pod["volumes"] = [{"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}]
+    else:
+        container["command"] = [*cmd, "--store", store_uri, "--domain", spec.domain]
+        container["env"] = storage_env(spec)
+        env_from = storage_env_from(spec)
+        if env_from:
+            container["envFrom"] = env_from
+        container["resources"] = {"requests": {"cpu": "2", "memory": "8Gi"}}
+    pod["containers"] = [container]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": run.metadata(name, labels),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector},
+            "template": {"metadata": {"labels": {**labels, **selector}}, "spec": pod},
+        },
+    }
+
+
+def tool_service(run: RunRef, tool: str) -> Manifest:
+    name = names.tool_name(run.name, tool)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": run.metadata(name, names.child_labels(run.name, tool)),
+        "spec": {
+            "selector": {names.LABEL_RUN: run.name, "app.kubernetes.io/component": tool},
+            "ports": [{"name": "http", "port": TOOL_PORT, "targetPort": TOOL_PORT}],
+        },
+    }
+
+
+def sandbox_network_policy(run: RunRef) -> Manifest:
+    """Sandbox pods reach nothing (no egress at all, DNS included); only the run's own workload pods
+    may call them, on the service port."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": run.metadata(names.sandbox_policy_name(run.name), names.child_labels(run.name, "sandbox")),
+        "spec": {
+            "podSelector": {"matchLabels": {names.LABEL_RUN: run.name, "app.kubernetes.io/component": "sandbox"}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{
+                "from": [{"podSelector": {"matchLabels": {names.LABEL_RUN: run.name}}}],
+                "ports": [{"protocol": "TCP", "port": TOOL_PORT}],
+            }],
+            "egress": [],
+        },
+    }
+
+
+def tool_children(run: RunRef, spec: WhaleRunSpec, tools: tuple[str, ...], *, store_uri: str,
+                  replicas: int = 1) -> list[Manifest]:
+    out: list[Manifest] = []
+    for tool in tools:
+        out.append(tool_deployment(run, spec, tool, store_uri=store_uri, replicas=replicas))
+        out.append(tool_service(run, tool))
+        if tool == "sandbox":
+            out.append(sandbox_network_policy(run))
+    return out
+
+
+def scaled(manifest: Manifest, replicas: int) -> Manifest:
+    """A copy of a Deployment manifest with another replica count."""
+    out = copy.deepcopy(manifest)
+    out["spec"]["replicas"] = replicas
+    return out

@@ -1,0 +1,141 @@
+"""kopf handlers: observe, decide, act — nothing else lives here.
+
+* one daemon per WhaleRun runs :meth:`Reconciler.reconcile` in a worker thread, then sleeps until
+  woken by a change of one of its children (Job / Deployment watch events) or of its spec, with a
+  timer only as a safety net (``WHALE_OPERATOR_RESYNC_S``);
+* the watch handlers only wake the owning run's daemon, so a finished Job leads to the next child
+  within a watch round-trip plus one reconcile.
+
+Run: ``kopf run -m whale_operator.handlers --all-namespaces`` (see docs/operator.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import time
+from typing import Any
+
+import kopf
+
+from whale.spec import API_GROUP, API_VERSION, PLURAL
+from whale_operator import names
+from whale_operator.kube import KubeClient
+from whale_operator.metrics import OperatorMetrics
+from whale_operator.reconcile import OperatorConfig, Reconciler
+
+log = logging.getLogger(__name__)
+
+#: safety-net resync of each run when nothing woke it (``WHALE_OPERATOR_RESYNC_S``)
+DEFAULT_RESYNC_S = 30.0
+#: back-off after a reconcile raised (``WHALE_OPERATOR_ERROR_BACKOFF_S``)
+DEFAULT_ERROR_BACKOFF_S = 5.0
+MANAGED = {"app.kubernetes.io/managed-by": names.MANAGED_BY}
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+    """Clients, metrics and settings of this operator process (resolved once, here)."""
+    settings.persistence.finalizer = f"{API_GROUP}/operator"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=API_GROUP)
+    settings.posting.level = logging.INFO
+    settings.watching.server_timeout = int(os.environ.get("WHALE_OPERATOR_WATCH_TIMEOUT_S", "300"))
+    settings.batching.batch_window = 0.05
+    metrics = OperatorMetrics()
+    port = int(os.environ.get("WHALE_OPERATOR_METRICS_PORT", "8080"))
+    memo.metrics_server = None
+    if port:
+        memo.metrics_server = metrics.serve(port)
+        logger.info("metrics on :%d/metrics", port)
+    memo.resync_s = float(os.environ.get("WHALE_OPERATOR_RESYNC_S", DEFAULT_RESYNC_S))
+    memo.error_backoff_s = float(os.environ.get("WHALE_OPERATOR_ERROR_BACKOFF_S", DEFAULT_ERROR_BACKOFF_S))
+    kube = KubeClient.from_environment()
+    kube.api.configuration.connection_pool_maxsize = 32
+    memo.metrics = metrics
+    memo.kube = kube
+    memo.reconciler = Reconciler(kube, metrics, OperatorConfig.from_env())
+    memo.wakeups = {}
+
+
+@kopf.on.cleanup()
+def shutdown(memo: kopf.Memo, **_: Any) -> None:
+    kube = getattr(memo, "kube", None)
+    if kube is not None:
+        kube.close()
+    server = getattr(memo, "metrics_server", None)
+    if server is not None:
+        server.shutdown()
+        server.server_close()
+
+
+def _wakeup(memo: kopf.Memo, uid: str) -> asyncio.Event:
+    wakeups: dict[str, asyncio.Event] = memo.wakeups
+    if uid not in wakeups:
+        wakeups[uid] = asyncio.Event()
+    return wakeups[uid]
+
+
+@kopf.daemon(API_GROUP, API_VERSION, PLURAL)
+async def whalerun_daemon(name: str, namespace: str, uid: str, body: kopf.Body, memo: kopf.Memo,
+                          stopped: kopf.DaemonStopped, logger: logging.Logger, **_: Any) -> None:
+    """Reconcile the run whenever something it depends on changed; never crash-loops."""
+    reconciler: Reconciler = memo.reconciler
+    metrics: OperatorMetrics = memo.metrics
+    wake = _wakeup(memo, uid)
+    try:
+        while not stopped:
+            wake.clear()
+            started = time.perf_counter()
+            delay = memo.resync_s
+            try:
+                outcome = await asyncio.to_thread(reconciler.reconcile, namespace, name)
+            except Exception as exc:  # noqa: BLE001 - logged with traceback, counted, retried
+                metrics.reconcile_errors.labels(error=type(exc).__name__).inc()
+                delay = memo.error_backoff_s
+                logger.exception("reconcile of %s/%s failed; retrying in %.0f s", namespace, name, delay)
+            else:
+                for ev in outcome.events if outcome is not None else []:
+                    kopf.event(body, type=ev.type, reason=ev.reason, message=ev.message[:1000])
+                if outcome is not None and outcome.decision is not None and outcome.decision.actions:
+                    delay = min(delay, 1.0)  # something just started/stopped: look again soon
+            finally:
+                metrics.handler_duration.labels(handler="reconcile").observe(time.perf_counter() - started)
+            try:
+                await asyncio.wait_for(wake.wait(), timeout=delay)
+            except TimeoutError:
+                pass
+    finally:
+        memo.wakeups.pop(uid, None)
+        metrics.set_run_phase(uid, None)
+
+
+def _wake_owner(body: kopf.Body, memo: kopf.Memo) -> None:
+    for ref in body.get("metadata", {}).get("ownerReferences") or []:
+        if ref.get("kind") == "WhaleRun" and ref.get("uid") in memo.wakeups:
+            memo.wakeups[ref["uid"]].set()
+
+
+@kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
+def job_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A child Job changed: wake its run (fast reaction; no polling)."""
+    started = time.perf_counter()
+    _wake_owner(body, memo)
+    memo.metrics.handler_duration.labels(handler="job_event").observe(time.perf_counter() - started)
+
+
+@kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
+def deployment_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """The inference server became (un)ready: wake the run to update InferenceReady."""
+    _wake_owner(body, memo)
+
+
+@kopf.on.event(API_GROUP, API_VERSION, PLURAL)
+def whalerun_event(body: kopf.Body, uid: str, memo: kopf.Memo, **_: Any) -> None:
+    """The spec changed (e.g. suspend flipped): wake the run's daemon. Status-only updates (our own
+    writes) are skipped: observedGeneration already matches."""
+    generation = body.get("metadata", {}).get("generation")
+    observed = (body.get("status") or {}).get("observedGeneration")
+    if generation != observed and uid in memo.wakeups:
+        memo.wakeups[uid].set()

@@ -1,0 +1,147 @@
+"""The operator's one Kubernetes client: plain dicts in, plain dicts out.
+
+The only module that imports the ``kubernetes`` SDK. It speaks the REST API directly (generic
+paths per kind) so builders' dicts go to the server unchanged and come back as dicts; typed errors
+carry retry meaning (:class:`Conflict` when a name is taken by an object being deleted: try again
+soon).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+from kubernetes import client as k8s_client
+from kubernetes import config as k8s_config
+
+from whale.spec import API_GROUP, API_VERSION, PLURAL
+
+log = logging.getLogger(__name__)
+
+#: (apiVersion, kind) -> plural; all namespaced
+PLURALS: dict[tuple[str, str], str] = {
+    ("batch/v1", "Job"): "jobs",
+    ("apps/v1", "Deployment"): "deployments",
+    ("v1", "Service"): "services",
+    ("v1", "Pod"): "pods",
+    ("v1", "Event"): "events",
+    ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
+    (f"{API_GROUP}/{API_VERSION}", "WhaleRun"): PLURAL,
+}
+REQUEST_TIMEOUT_S = 30
+
+
+class KubeError(RuntimeError):
+    def __init__(self, status: int, message: str):
+        self.status = status
+        super().__init__(f"HTTP {status}: {message}")
+
+
+class NotFound(KubeError):
+    pass
+
+
+class Conflict(KubeError):
+    """The name is taken by an object that is being deleted: temporary."""
+
+
+def collection_path(api_version: str, kind: str, namespace: str) -> str:
+    plural = PLURALS[(api_version, kind)]
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    return f"{base}/namespaces/{quote(namespace)}/{plural}"
+
+
+def object_path(api_version: str, kind: str, namespace: str, name: str) -> str:
+    return f"{collection_path(api_version, kind, namespace)}/{quote(name)}"
+
+
+@dataclass
+class KubeClient:
+    """A thin synchronous client (kopf runs it in worker threads)."""
+
+    api: k8s_client.ApiClient
+
+    @classmethod
+    def from_environment(cls) -> KubeClient:
+        """In-cluster service account, else $KUBECONFIG / ~/.kube/config."""
+        cfg = k8s_client.Configuration()
+        try:
+            k8s_config.load_incluster_config(client_configuration=cfg)
+        except k8s_config.ConfigException:
+            k8s_config.load_kube_config(client_configuration=cfg)
+        return cls(k8s_client.ApiClient(cfg))
+
+    def close(self) -> None:
+        self.api.close()
+
+    # --- transport ---
+    def request(self, method: str, path: str, *, body: Any = None, query: dict[str, str] | None = None,
+                content_type: str = "application/json") -> dict[str, Any]:
+        headers = {"Accept": "application/json", "Content-Type": content_type}
+        req = self.api.param_serialize(
+            method=method, resource_path=path, query_params=list((query or {}).items()),
+            header_params=headers, body=body, auth_settings=["BearerToken"],
+        )
+        resp = self.api.call_api(*req, _request_timeout=REQUEST_TIMEOUT_S)
+        resp.read()
+        data = resp.data or b"{}"
+        status = resp.status
+        if 200 <= status < 300:
+            return json.loads(data)
+        try:
+            message = json.loads(data).get("message", "")
+        except ValueError:
+            message = data[:200].decode("utf-8", "replace")
+        if status == 404:
+            raise NotFound(status, message)
+        if status == 409:
+            raise Conflict(status, message)
+        raise KubeError(status, message)
+
+    # --- objects ---
+    def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:
+        try:
+            return self.request("GET", object_path(api_version, kind, namespace, name))
+        except NotFound:
+            return None
+
+    def list(self, api_version: str, kind: str, namespace: str, selector: str | None = None) -> list[dict[str, Any]]:
+        query = {"labelSelector": selector} if selector else None
+        return list(self.request("GET", collection_path(api_version, kind, namespace), query=query).get("items", []))
+
+    def ensure(self, manifest: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Create unless it exists (deterministic names make this idempotent); (object, created)."""
+        meta = manifest["metadata"]
+        path = collection_path(manifest["apiVersion"], manifest["kind"], meta["namespace"])
+        try:
+            return self.request("POST", path, body=manifest), True
+        except Conflict:
+            existing = self.get(manifest["apiVersion"], manifest["kind"], meta["namespace"], meta["name"])
+            if existing is None or existing.get("metadata", {}).get("deletionTimestamp"):
+                raise Conflict(409, f"{manifest['kind']} {meta['name']} is being deleted; will retry") from None
+            return existing, False
+
+    def merge_patch(self, api_version: str, kind: str, namespace: str, name: str, patch: dict[str, Any],
+                    subresource: str | None = None) -> dict[str, Any]:
+        path = object_path(api_version, kind, namespace, name) + (f"/{subresource}" if subresource else "")
+        return self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
+
+    def delete(self, api_version: str, kind: str, namespace: str, name: str) -> bool:
+        """Delete with background propagation (the garbage collector removes the pods); False if absent."""
+        body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
+        try:
+            self.request("DELETE", object_path(api_version, kind, namespace, name), body=body)
+        except NotFound:
+            return False
+        return True
+
+    # --- WhaleRun ---
+    def get_run(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.get(f"{API_GROUP}/{API_VERSION}", "WhaleRun", namespace, name)
+
+    def patch_run_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
+        return self.merge_patch(f"{API_GROUP}/{API_VERSION}", "WhaleRun", namespace, name, {"status": status},
+                                subresource="status")

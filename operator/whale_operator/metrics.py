@@ -1,0 +1,52 @@
+"""Prometheus metrics of the operator (``whale_operator_*``), on their own registry.
+
+One :class:`OperatorMetrics` per operator process (held in kopf's memo), never module globals, so
+tests that start several operators do not share counters.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+from whale.spec import RunPhase
+
+HANDLER_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+PHASE_BUCKETS_S = (60, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400)
+
+
+class OperatorMetrics:
+    def __init__(self, registry: CollectorRegistry | None = None):
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.handler_duration = Histogram(
+            "whale_operator_handler_duration_seconds", "Time spent in one reconcile / handler call",
+            ["handler"], buckets=HANDLER_BUCKETS_S, registry=r)
+        self.reconcile_errors = Counter(
+            "whale_operator_reconcile_errors", "Reconciles that raised, by error type", ["error"], registry=r)
+        self.runs = Gauge("whale_operator_runs", "WhaleRuns seen by this operator, by phase", ["phase"], registry=r)
+        self.phase_duration = Histogram(
+            "whale_operator_phase_duration_seconds", "Wall time of finished phase attempts (Job start to end)",
+            ["kind", "outcome"], buckets=PHASE_BUCKETS_S, registry=r)
+        self.rollouts = Gauge("whale_operator_rollouts_spent", "Training rollouts spent per run",
+                              ["namespace", "run"], registry=r)
+        self.children_created = Counter("whale_operator_children_created", "Child objects created, by kind",
+                                        ["kind"], registry=r)
+        self.actions = Counter("whale_operator_actions", "Actions applied from decide(), by type", ["action"],
+                               registry=r)
+        self._phases: dict[str, str] = {}
+
+    def set_run_phase(self, uid: str, phase: RunPhase | None) -> None:
+        """Track each run's phase; the gauge is recomputed from the map (a run counts once)."""
+        if phase is None:
+            self._phases.pop(uid, None)
+        else:
+            self._phases[uid] = phase.value
+        for p in RunPhase:
+            self.runs.labels(phase=p.value).set(sum(1 for v in self._phases.values() if v == p.value))
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> Any:
+        """Start the /metrics endpoint; returns the HTTP server (``shutdown()`` stops it)."""
+        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        return server

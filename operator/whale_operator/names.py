@@ -1,0 +1,112 @@
+"""Deterministic names and labels of a WhaleRun's children.
+
+Every child's name is a function of (run, phase, attempt) only, so that running a handler twice,
+or restarting the operator between "create" and "observe", finds the child it made instead of
+making a second one. Names obey the DNS limits (63 characters minus the suffixes Kubernetes adds:
+an Indexed Job's pods are ``<job>-<index>``), shortened with a hash when a run name is long.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from whale.spec import API_GROUP
+
+#: label keys (``whale.dev/...``) and the standard app labels
+LABEL_RUN = f"{API_GROUP}/run"
+LABEL_CYCLE = f"{API_GROUP}/cycle"
+LABEL_PHASE = f"{API_GROUP}/phase"
+LABEL_ATTEMPT = f"{API_GROUP}/attempt"
+LABEL_KIND = f"{API_GROUP}/kind"
+LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
+APP_NAME = "whale"
+MANAGED_BY = "whale-operator"
+
+#: annotations the operator writes on children
+ANNOTATION_CHECKPOINT = f"{API_GROUP}/checkpoint"
+ANNOTATION_REQUEST = f"{API_GROUP}/request"
+
+#: Jobs leave room for ``-<index>`` (Indexed pods' hostnames) and ``-rdzv`` (the headless Service)
+MAX_JOB_NAME = 56
+MAX_NAME = 63
+_HASH_LEN = 8
+_SERVICE_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+class RunNameError(ValueError):
+    """The WhaleRun's name cannot name its Services."""
+
+
+def check_run_name(run: str) -> str:
+    """Service names are DNS-1035 labels: a run name must start with a letter."""
+    if not _SERVICE_NAME_RE.match(run) or len(run) > MAX_NAME:
+        raise RunNameError(
+            f"metadata.name {run!r}: a WhaleRun name must be at most 63 lowercase letters, digits and '-', "
+            "starting with a letter (it names the run's Services); rename the WhaleRun"
+        )
+    return run
+
+
+def _fit(head: str, tail: str, limit: int) -> str:
+    """``head-tail`` within ``limit`` characters; a long head is cut and a hash of the full name
+    keeps distinct inputs distinct."""
+    full = f"{head}-{tail}" if tail else head
+    if len(full) <= limit:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:_HASH_LEN]
+    room = limit - len(tail) - _HASH_LEN - (2 if tail else 1)
+    cut = head[: max(room, 1)].rstrip("-")
+    return f"{cut}-{digest}-{tail}" if tail else f"{cut}-{digest}"
+
+
+def job_name(run: str, phase: str, attempt: int) -> str:
+    """``<run>-<phase>-<attempt>``, e.g. ``demo-c01-weight-1``."""
+    return _fit(run, f"{phase}-{attempt}", MAX_JOB_NAME)
+
+
+def rendezvous_service_name(job: str) -> str:
+    """Headless Service giving an Indexed train Job's pods stable DNS names."""
+    return f"{job}-rdzv"
+
+
+def inference_name(run: str) -> str:
+    """The vLLM Deployment and its Service."""
+    return _fit(run, "vllm", MAX_NAME)
+
+
+def tool_name(run: str, tool: str) -> str:
+    """A tool service of the run (``retriever``, ``sandbox``): Deployment + Service."""
+    return _fit(run, tool, MAX_NAME)
+
+
+def sandbox_policy_name(run: str) -> str:
+    return _fit(run, "sandbox-isolation", MAX_NAME)
+
+
+def run_labels(run: str) -> dict[str, str]:
+    """Labels every child of the run carries; the operator selects its children by these."""
+    return {
+        "app.kubernetes.io/name": APP_NAME,
+        "app.kubernetes.io/instance": run,
+        "app.kubernetes.io/managed-by": MANAGED_BY,
+        LABEL_RUN: run,
+    }
+
+
+def child_labels(run: str, component: str, *, cycle: int | None = None, phase: str | None = None,
+                 attempt: int | None = None) -> dict[str, str]:
+    labels = run_labels(run)
+    labels["app.kubernetes.io/component"] = component
+    if cycle is not None:
+        labels[LABEL_CYCLE] = str(cycle)
+    if phase is not None:
+        labels[LABEL_PHASE] = phase
+    if attempt is not None:
+        labels[LABEL_ATTEMPT] = str(attempt)
+    return labels
+
+
+def run_selector(run: str) -> str:
+    """Label selector of every child of a run."""
+    return f"{LABEL_RUN}={run},app.kubernetes.io/managed-by={MANAGED_BY}"

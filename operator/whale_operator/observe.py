@@ -1,0 +1,105 @@
+"""Pure: what the operator sees of Kubernetes children, as ``decide()`` observations.
+
+A Job's conditions become a :class:`whale.alternation.Child`:
+
+=========================================================  ===========
+Job                                                        ChildState
+=========================================================  ===========
+``Complete`` / ``SuccessCriteriaMet`` True                 SUCCEEDED
+``Failed`` / ``FailureTarget`` True                        FAILED (PREEMPTED if the cause was a disruption)
+suspended after it had started (Kueue eviction/preemption) PREEMPTED
+anything else, including suspended-before-start (queued)   RUNNING
+being deleted                                              RUNNING (it is gone once the delete finishes)
+=========================================================  ===========
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from whale.alternation import Child, ChildState
+from whale_operator import names
+
+DISRUPTION = "DisruptionTarget"
+
+
+def _true(job: dict[str, Any], *types: str) -> dict[str, Any] | None:
+    for cond in job.get("status", {}).get("conditions") or []:
+        if cond.get("type") in types and cond.get("status") == "True":
+            return cond
+    return None
+
+
+def job_child(job: dict[str, Any], pod_message: str = "") -> Child:
+    """The ChildState of one Job; ``pod_message`` is the failed container's termination message."""
+    if job.get("metadata", {}).get("deletionTimestamp"):
+        return Child(ChildState.RUNNING, "terminating")
+    if _true(job, "Complete", "SuccessCriteriaMet"):
+        return Child(ChildState.SUCCEEDED)
+    failed = _true(job, "Failed", "FailureTarget")
+    if failed:
+        text = f"{failed.get('reason', 'Failed')}: {failed.get('message', '')}".strip(": ")
+        if DISRUPTION in text:
+            return Child(ChildState.PREEMPTED, text)
+        detail = pod_message.strip().splitlines()[-1] if pod_message.strip() else ""
+        return Child(ChildState.FAILED, f"{text}; {detail}" if detail else text)
+    suspended = _true(job, "Suspended")
+    if suspended and job.get("status", {}).get("startTime"):
+        why = suspended.get("message") or suspended.get("reason") or "suspended"
+        return Child(ChildState.PREEMPTED, f"suspended after it started ({why})")
+    if suspended or job.get("spec", {}).get("suspend"):
+        return Child(ChildState.RUNNING, "queued: waiting for admission")
+    return Child(ChildState.RUNNING)
+
+
+def job_phase(job: dict[str, Any]) -> tuple[str, int] | None:
+    """(phase, attempt) from a Job's labels; None for a Job that is not a phase attempt."""
+    labels = job.get("metadata", {}).get("labels") or {}
+    phase, attempt = labels.get(names.LABEL_PHASE), labels.get(names.LABEL_ATTEMPT)
+    if not phase or not attempt or not attempt.isdigit():
+        return None
+    return phase, int(attempt)
+
+
+def current_jobs(jobs: Iterable[dict[str, Any]], attempts: dict[str, int]) -> dict[str, dict[str, Any]]:
+    """The Job of each phase's current attempt (``status.attempts``; attempt 1 when not yet counted)."""
+    out: dict[str, dict[str, Any]] = {}
+    for job in jobs:
+        key = job_phase(job)
+        if key is None:
+            continue
+        phase, attempt = key
+        if attempt == attempts.get(phase, 1):
+            out[phase] = job
+    return out
+
+
+def stale_jobs(jobs: Iterable[dict[str, Any]], attempts: dict[str, int]) -> list[dict[str, Any]]:
+    """Jobs of superseded attempts that still run (a preempted attempt left suspended): delete them."""
+    out = []
+    for job in jobs:
+        key = job_phase(job)
+        if key is None or job.get("metadata", {}).get("deletionTimestamp"):
+            continue
+        phase, attempt = key
+        if attempt < attempts.get(phase, 1) and job_child(job).state in (ChildState.RUNNING, ChildState.PREEMPTED):
+            out.append(job)
+    return out
+
+
+def failed_pod_message(pods: Iterable[dict[str, Any]], container: str) -> str:
+    """The termination message (last log lines) of the failed worker container, if any."""
+    for pod in pods:
+        for cs in pod.get("status", {}).get("containerStatuses") or []:
+            term = (cs.get("state") or {}).get("terminated") or {}
+            if cs.get("name") == container and term.get("exitCode", 0) != 0:
+                return term.get("message") or term.get("reason") or f"exit code {term.get('exitCode')}"
+    return ""
+
+
+def deployment_ready(dep: dict[str, Any] | None) -> bool:
+    if not dep:
+        return False
+    want = dep.get("spec", {}).get("replicas", 1)
+    return want > 0 and int(dep.get("status", {}).get("readyReplicas") or 0) >= want

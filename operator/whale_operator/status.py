@@ -1,0 +1,158 @@
+"""Pure: conditions, events and the status patch of a WhaleRun.
+
+``decide()`` owns phase, stage, counters and reason; this module derives the metav1 conditions
+from them (``lastTransitionTime`` changes only when a condition's status flips) and the Kubernetes
+Events that describe what changed between two statuses. No clock: ``now`` is passed in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from whale.alternation import Action, Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun
+from whale.spec import MetaCondition, RunPhase, Stage, WhaleRunStatus
+
+#: condition types, in the order they are listed
+INFERENCE_READY = "InferenceReady"
+PROGRESSING = "Progressing"
+SUSPENDED = "Suspended"
+SUCCEEDED = "Succeeded"
+FAILED = "Failed"
+CONDITION_TYPES = (INFERENCE_READY, PROGRESSING, SUSPENDED, SUCCEEDED, FAILED)
+
+NORMAL = "Normal"
+WARNING = "Warning"
+
+
+@dataclass(frozen=True)
+class Event:
+    """A Kubernetes Event about the WhaleRun: CamelCase reason, Normal or Warning."""
+
+    type: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class InferenceView:
+    """What the operator sees of the inference server."""
+
+    managed: bool  # False: no vLLM Deployment (transformers in the worker, or an external endpoint)
+    ready: bool = False
+
+
+def _cond(type_: str, ok: bool, reason: str, message: str = "") -> tuple[str, str, str, str]:
+    return type_, "True" if ok else "False", reason, message
+
+
+def desired_conditions(status: WhaleRunStatus, inference: InferenceView) -> list[tuple[str, str, str, str]]:
+    """(type, status, reason, message) for every condition type."""
+    phase = status.phase
+    running = phase is RunPhase.RUNNING
+    if not inference.managed:
+        inf = _cond(INFERENCE_READY, True, "NotManaged", "no vLLM Deployment for this inference backend")
+    elif phase.is_terminal() or phase is RunPhase.SUSPENDED:
+        inf = _cond(INFERENCE_READY, False, "ScaledDown", "the run does not need inference now")
+    elif inference.ready:
+        inf = _cond(INFERENCE_READY, True, "Serving", f"serving {status.current_checkpoint or 'the base model'}")
+    else:
+        inf = _cond(INFERENCE_READY, False, "Starting", "vLLM is not ready yet")
+
+    if running:
+        stage = status.stage.value if status.stage else "starting"
+        where = status.active_phase or stage
+        prog = _cond(PROGRESSING, True, {Stage.WEIGHT: "WeightPhase", Stage.HARNESS: "HarnessPhase",
+                                          Stage.EVAL: "Evaluating"}.get(status.stage, "Starting"),
+                     f"cycle {status.cycle}, {where}")
+    elif phase is RunPhase.PENDING:
+        prog = _cond(PROGRESSING, False, "Pending", "not started yet")
+    else:
+        prog = _cond(PROGRESSING, False, phase.value, status.message or "")
+    return [
+        inf,
+        prog,
+        _cond(SUSPENDED, phase is RunPhase.SUSPENDED, "Suspended" if phase is RunPhase.SUSPENDED else "NotSuspended",
+              "spec.suspend is true" if phase is RunPhase.SUSPENDED else ""),
+        _cond(SUCCEEDED, phase is RunPhase.SUCCEEDED, status.reason or "Completed" if phase is RunPhase.SUCCEEDED
+              else "NotSucceeded", status.message or "" if phase is RunPhase.SUCCEEDED else ""),
+        _cond(FAILED, phase is RunPhase.FAILED, (status.reason or "Failed") if phase is RunPhase.FAILED
+              else "NotFailed", (status.message or "") if phase is RunPhase.FAILED else ""),
+    ]
+
+
+def with_conditions(status: WhaleRunStatus, previous: list[MetaCondition], inference: InferenceView,
+                    generation: int | None, now: str) -> WhaleRunStatus:
+    """``status`` with its conditions recomputed; a condition keeps its lastTransitionTime unless its
+    status flipped."""
+    before = {c.type: c for c in previous}
+    out: list[MetaCondition] = []
+    for type_, st, reason, message in desired_conditions(status, inference):
+        old = before.get(type_)
+        since = old.last_transition_time if old is not None and old.status == st and old.last_transition_time else now
+        out.append(MetaCondition(type=type_, status=st, reason=reason, message=message,
+                                 last_transition_time=since, observed_generation=generation))
+    return status.model_copy(update={"conditions": out})
+
+
+def events(before: WhaleRunStatus, after: WhaleRunStatus, actions: tuple[Action, ...]) -> list[Event]:
+    """The Events describing one reconcile's transition."""
+    out: list[Event] = []
+    if before.phase is not after.phase:
+        if after.phase is RunPhase.RUNNING and before.phase is RunPhase.PENDING:
+            out.append(Event(NORMAL, "Started", "run started"))
+        elif after.phase is RunPhase.RUNNING and before.phase is RunPhase.SUSPENDED:
+            out.append(Event(NORMAL, "Resumed", "spec.suspend is false; resuming from the store"))
+        elif after.phase is RunPhase.SUSPENDED:
+            out.append(Event(NORMAL, "Suspended", "spec.suspend is true; children stopped"))
+        elif after.phase is RunPhase.SUCCEEDED:
+            out.append(Event(NORMAL, "Succeeded", after.message or "run complete"))
+        elif after.phase is RunPhase.FAILED:
+            out.append(Event(WARNING, "Failed", f"{after.reason}: {after.message}"))
+    if after.preemptions > before.preemptions:
+        out.append(Event(WARNING, "Preempted", f"a child was preempted ({after.preemptions} so far); retrying"))
+    if after.best is not None and (before.best is None or after.best.mean_at_k > before.best.mean_at_k):
+        out.append(Event(NORMAL, "NewBest",
+                         f"best mean@{after.best.k} {after.best.mean_at_k:.4f} at {after.best.phase}"))
+    for action in actions:
+        if isinstance(action, StartPhase):
+            if action.attempt > 1:
+                out.append(Event(WARNING, "PhaseRetried", f"{action.phase}: starting attempt {action.attempt}"))
+            else:
+                out.append(Event(NORMAL, "PhaseStarted", f"{action.phase} ({action.kind.value})"))
+        elif isinstance(action, StopPhase):
+            out.append(Event(NORMAL, "StopRequested", f"{action.phase}: {action.reason}"))
+        elif isinstance(action, ServeCheckpoint):
+            out.append(Event(NORMAL, "ServingCheckpoint", action.checkpoint or "base model"))
+        elif isinstance(action, (Finish, Fail, SuspendRun)):
+            pass  # covered by the phase transition above
+    return out
+
+
+def merge_patch(old: Any, new: Any) -> Any:
+    """The RFC 7386 merge patch turning ``old`` into ``new`` (null deletes a key)."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    patch: dict[str, Any] = {}
+    for key in old.keys() - new.keys():
+        patch[key] = None
+    for key, value in new.items():
+        if key not in old:
+            patch[key] = value
+        elif old[key] != value:
+            patch[key] = merge_patch(old[key], value)
+    return patch
+
+
+def status_wire(status: WhaleRunStatus) -> dict[str, Any]:
+    return status.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+def invalid_spec_status(previous: WhaleRunStatus, field: str, message: str, generation: int | None,
+                        now: str) -> WhaleRunStatus:
+    """A spec that fails validation: Failed, with a condition that names the field — never a crash loop."""
+    bad = previous.model_copy(update={
+        "phase": RunPhase.FAILED, "reason": "InvalidSpec", "message": f"{field}: {message}",
+        "observed_generation": generation, "completion_time": previous.completion_time or now,
+    })
+    return with_conditions(bad, previous.conditions, InferenceView(managed=False), generation, now)
