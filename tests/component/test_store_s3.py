@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import urllib3
+from minio import Minio
 from minio.error import InvalidResponseError, S3Error, ServerError
 
 from tests.fixtures.s3 import S3ServerInfo, SeaweedServer
@@ -297,6 +298,22 @@ def test_bucket_is_created_on_first_write(s3_server: S3ServerInfo) -> None:
         store.read_bytes("k")
     store.write_json("k", {"v": 1})
     assert s3_server.store(f"s3://{bucket}").read_json("p/k") == {"v": 1}
+
+
+def test_bucket_deleted_behind_our_back_is_recreated(s3_server: S3ServerInfo) -> None:
+    bucket = f"vanishing-{time.monotonic_ns() % 10**12}"
+    store = s3_server.store(f"s3://{bucket}")
+    store.write_bytes("a", b"1")
+    admin = Minio(s3_server.endpoint, access_key=s3_server.access_key, secret_key=s3_server.secret_key, secure=False)
+    admin.remove_object(bucket, "a")
+    admin.remove_bucket(bucket)
+    store.write_bytes("b", b"2")
+    assert store.list("") == ["b"]
+
+
+def test_unknown_options_are_refused(s3_server: S3ServerInfo) -> None:
+    with pytest.raises(StoreError, match="unknown S3 store option.*timeout"):
+        s3_server.store("s3://whale-test/x", timeout=3)
 
 
 def test_stores_with_different_prefixes_do_not_see_each_other(s3_server: S3ServerInfo) -> None:

@@ -35,7 +35,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -309,7 +309,9 @@ class S3Store(Store):
                 raise StoreError(f"{ENV_RETRY_DEADLINE}={env[ENV_RETRY_DEADLINE]!r}: give seconds, e.g. 60") from None
         self.retry = retry or RetryPolicy()
         if retry_deadline_s is not None:
-            self.retry = RetryPolicy(**{**self.retry.__dict__, "deadline_s": float(retry_deadline_s)})
+            if retry_deadline_s < 0:
+                raise StoreError(f"retry_deadline_s={retry_deadline_s}: give seconds >= 0")
+            self.retry = replace(self.retry, deadline_s=float(retry_deadline_s))
         self.uri = f"s3://{self.bucket}/{self.prefix}".rstrip("/")
         self._sleep = sleep
         self._bucket_ready = False
@@ -329,8 +331,17 @@ class S3Store(Store):
             http_client=http,
         )
 
+    #: keyword options ``open_store("s3://...", **options)`` accepts
+    OPTIONS = frozenset({
+        "endpoint", "access_key", "secret_key", "session_token", "secure", "region", "retry",
+        "retry_deadline_s", "connect_timeout_s", "read_timeout_s", "env", "sleep",
+    })
+
     @classmethod
     def from_uri(cls, uri: str, **options: Any) -> S3Store:
+        unknown = sorted(set(options) - cls.OPTIONS)
+        if unknown:
+            raise StoreError(f"unknown S3 store option(s) {', '.join(unknown)}; known: {', '.join(sorted(cls.OPTIONS))}")
         bucket, prefix = parse_s3_uri(uri)
         return cls(bucket, prefix, **options)
 
@@ -409,11 +420,22 @@ class S3Store(Store):
 
         return self._call(f"read of {self._where(name)}", get, key=normalize_key(key))
 
+    def _put(self, what: str, fn: Callable[[], object]) -> None:
+        """A write: make sure the bucket exists; if it vanished since (deleted by hand), recreate it once."""
+        self._ensure_bucket()
+        try:
+            self._call(what, fn)
+        except StoreError as exc:
+            if not isinstance(exc.__cause__, S3Error) or exc.__cause__.code != "NoSuchBucket":
+                raise
+            self._bucket_ready = False
+            self._ensure_bucket()
+            self._call(what, fn)
+
     def write_bytes(self, key: str, data: bytes) -> None:
         name = self._name(key)
         data = bytes(data)
-        self._ensure_bucket()
-        self._call(
+        self._put(
             f"write of {self._where(name)}",
             lambda: self._client.put_object(
                 self.bucket, name, io.BytesIO(data), len(data),
@@ -425,8 +447,7 @@ class S3Store(Store):
         name = self._name(key)
         if not Path(path).is_file():
             raise StoreError(f"upload_file: {path} is not a file")
-        self._ensure_bucket()
-        self._call(
+        self._put(
             f"upload of {self._where(name)}",
             lambda: self._client.fput_object(self.bucket, name, str(path), part_size=_FILE_PART_SIZE),
         )
