@@ -86,7 +86,7 @@ class SearchQA(Domain):
     def make_env(self, item: dict[str, Any]) -> SearchEnvironment:
         from search_qa.env import SearchEnvironment
 
-        return SearchEnvironment(item, self.retriever())
+        return SearchEnvironment(item, self.retriever)
 
     def tool_specs(self) -> list[dict[str, Any]]:
         from search_qa.env import TOOL_SPEC

@@ -10,6 +10,7 @@ service), else an in-process BM25 index. Bad arguments and retriever failures ar
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from search_qa.verifier import last_answer, score
@@ -89,9 +90,11 @@ def parse_arguments(arguments: dict[str, Any]) -> tuple[list[str], int, int]:
 
 
 class SearchEnvironment(Environment):
-    def __init__(self, item: dict[str, Any], retriever: Retriever):
+    def __init__(self, item: dict[str, Any], retriever: Retriever | Callable[[], Retriever]):
+        """``retriever``: the retriever, or a function giving it (an index is built on the first search
+        only, so episodes that never search cost nothing)."""
         self.item = item
-        self.retriever = retriever
+        self._retriever = retriever
         self.final_reply: str | None = None
 
     def reset(self) -> dict[str, Any]:
@@ -113,7 +116,8 @@ class SearchEnvironment(Environment):
             raise UnknownToolError(name, [TOOL_NAME])
         queries, topk, doc_tokens = parse_arguments(arguments)
         try:
-            results = self.retriever.search(queries, topk)
+            retriever = self._retriever if hasattr(self._retriever, "search") else self._retriever()
+            results = retriever.search(queries, topk)
         except Exception as exc:  # noqa: BLE001 - any retriever failure is the model's tool error
             raise ToolError(f"search failed: {exc}") from exc
         blocks = [format_hits(hits, doc_tokens) for hits in results]

@@ -82,3 +82,29 @@ def test_hostile_tool_code_is_a_tool_error_and_the_episode_goes_on(domain, raw_r
     tool_msg = next(m for m in client.prompts[1] if m["role"] == "tool")
     assert tool_msg["content"].startswith("Error:") and expected in tool_msg["content"]
     assert ep.reward == 1.0 and ep.error is None
+
+
+def test_whale_replay_with_raw_rows(raw_row):
+    """``whale.replay`` through the registry, the item as a raw row, replies as plain strings."""
+    from whale.replay import replay
+
+    gold = raw_row["answer"]
+    ep = replay("math_reasoning", raw_row, ["I will not use tools.", f"Final: \\boxed{{{gold}}}"])
+    assert ep["reward"] == 1.0 and ep["turns"] == 2 and ep["replies_used"] == 2
+    ep = replay("math_reasoning", raw_row, [f"\\boxed{{{int(gold) + 1}}}", f"\\boxed{{{int(gold) + 1}}}"])
+    assert ep["reward"] == 0.0
+    with pytest.raises(ValueError, match="problem"):
+        replay("math_reasoning", {"id": "x", "answer": "1"}, [])
+
+
+def test_whale_replay_cli(tmp_path, raw_row):
+    from typer.testing import CliRunner
+
+    from whale.cli import app
+
+    item = tmp_path / "item.json"
+    item.write_text(json.dumps(raw_row))
+    gold = raw_row["answer"]
+    result = CliRunner().invoke(app, ["replay", "math_reasoning", "--item", str(item), "--", "hmm", f"\\boxed{{{gold}}}"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["reward"] == 1.0

@@ -101,3 +101,17 @@ def test_argument_bounds(args, match):
 
 def test_a_single_string_query_is_accepted():
     assert parse_arguments({"query_list": "Paris", "topk": "2"}) == (["Paris"], 2, 200)
+
+
+def test_whale_replay_with_raw_rows():
+    """``whale.replay`` through the registry, the item as a raw row, replies as plain strings."""
+    from whale.replay import replay
+
+    row = raw("hotpotqa_dev_r1searcher500.jsonl")
+    gold = row["golden_answers"][0]
+    ep = replay("search_qa", row, [f"It is <answer>{gold}</answer>"])
+    assert ep["reward"] == 1.0 and ep["turns"] == 1
+    ep = replay("search_qa", row, ["<answer>certainly not this</answer>"])
+    assert ep["reward"] == 0.0
+    with pytest.raises(ValueError, match="golden_answers"):
+        replay("search_qa", {"id": "x", "question": "q"}, [])
