@@ -85,6 +85,11 @@ class HarnessProcess:
         await self.aclose()
 
     async def start(self) -> HarnessInfo:
+        """Start the process (idempotent); a process that died or was killed is restarted (counted)."""
+        if self.info is not None and (self._proc is None or self._proc.returncode is not None):
+            await self._restart()
+            assert self.info is not None  # noqa: S101 - set by _restart
+            return self.info
         async with self._start_lock:
             if self._proc is not None and self._proc.returncode is None:
                 assert self.info is not None  # noqa: S101 - set together with _proc
@@ -138,22 +143,25 @@ class HarnessProcess:
 
     async def _kill(self) -> None:
         proc, self._proc = self._proc, None
+        tasks = [t for t in (self._reader, self._stderr_task) if t is not None and t is not asyncio.current_task()]
+        self._reader = self._stderr_task = None
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, OSError):
+                await task
         if proc is not None:
             await proc.kill()
-        for task in (self._reader, self._stderr_task):
-            if task is not None and task is not asyncio.current_task():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        self._reader = self._stderr_task = None
+        self._fail_pending(_Collateral("the harness process was stopped"))
 
     def stderr_tail(self) -> str:
         return self._stderr_tail.decode("utf-8", "replace").strip()[-2000:]
 
     async def _drain_stderr(self, proc: sandbox.Spawned) -> None:
-        while chunk := await proc.stderr.read(65536):
-            self._stderr_tail += chunk
-            del self._stderr_tail[: max(0, len(self._stderr_tail) - self.limits.stderr_tail_bytes)]
+        with contextlib.suppress(OSError):
+            while chunk := await proc.stderr.read(65536):
+                self._stderr_tail += chunk
+                del self._stderr_tail[: max(0, len(self._stderr_tail) - self.limits.stderr_tail_bytes)]
 
     async def _read_answers(self, proc: sandbox.Spawned) -> None:
         reason = "harness process exited"
@@ -163,7 +171,7 @@ class HarnessProcess:
                 future = self._pending.pop(answer.get("id"), None)
                 if future is not None and not future.done():
                     future.set_result(answer)
-        except (ValueError, asyncio.LimitOverrunError) as exc:
+        except (ValueError, asyncio.LimitOverrunError, OSError) as exc:
             reason = f"harness process sent an unreadable answer ({exc})"
         tail = self.stderr_tail().splitlines()[-1:] or [""]
         self._fail_pending(_Collateral(f"{reason} (exit code {proc.returncode}) {tail[0]}".strip()))
@@ -191,6 +199,8 @@ class HarnessProcess:
         async with self._start_lock:
             if self._proc is not None and self._proc.returncode is None:
                 return
+            if self._closed:
+                raise HarnessError("harness process is closed")
             if self.restarts >= self.max_restarts:
                 raise HarnessError(f"harness process died {self.restarts} times; giving up")
             self.restarts += 1

@@ -138,14 +138,21 @@ class Spawned:
     isolation: dict[str, object]
     _kill: Callable[[], None]
     _poll: Callable[[], int | None]
+    #: asyncio transports over the pipes, closed before the pipes themselves
+    _transports: list[asyncio.BaseTransport] = dataclasses.field(default_factory=list)
+    _cleanup: Callable[[], None] | None = None
 
     @property
     def returncode(self) -> int | None:
         return self._poll()
 
     async def kill(self) -> None:
-        """Kill the process tree and remove its scratch directory."""
+        """Kill the process tree, close the pipes, remove its scratch directory."""
         await asyncio.to_thread(self._kill)
+        for transport in self._transports:
+            transport.close()
+        if self._cleanup is not None:
+            await asyncio.to_thread(self._cleanup)
 
 
 def _entry_code(allowed: frozenset[str], max_bytes: int) -> str:
@@ -155,17 +162,19 @@ def _entry_code(allowed: frozenset[str], max_bytes: int) -> str:
     )
 
 
-async def _adopt(proc: subprocess.Popen[bytes], limit: int) -> tuple[asyncio.StreamWriter, asyncio.StreamReader, asyncio.StreamReader]:
+async def _adopt(proc: subprocess.Popen[bytes], limit: int) -> tuple[asyncio.StreamWriter, asyncio.StreamReader, asyncio.StreamReader, list[asyncio.BaseTransport]]:
     """asyncio streams over a Popen's pipes (the whale.sandbox launcher hands back a Popen)."""
     loop = asyncio.get_running_loop()
-    readers = []
+    readers, transports = [], []
     for pipe in (proc.stdout, proc.stderr):
         reader = asyncio.StreamReader(limit=limit)
-        await loop.connect_read_pipe(lambda r=reader: asyncio.StreamReaderProtocol(r), pipe)
+        transport, _ = await loop.connect_read_pipe(lambda r=reader: asyncio.StreamReaderProtocol(r), pipe)
         readers.append(reader)
+        transports.append(transport)
     transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, proc.stdin)
+    transports.append(transport)
     writer = asyncio.StreamWriter(transport, protocol, None, loop)
-    return writer, readers[0], readers[1]
+    return writer, readers[0], readers[1], transports
 
 
 async def spawn_worker(
@@ -211,11 +220,12 @@ async def _spawn_whale_sandbox(harness_path, allowed_imports, limits, launch, Li
         sys_path=[str(_REPO_ROOT)],
     )
     try:
-        stdin, stdout, stderr = await _adopt(launched.proc, limits.max_response_bytes)
+        stdin, stdout, stderr, transports = await _adopt(launched.proc, limits.max_response_bytes)
     except BaseException:
         await asyncio.to_thread(launched.cleanup)
         raise
-    return Spawned(stdin, stdout, stderr, "whale.sandbox", launched.isolation, launched.cleanup, launched.proc.poll)
+    return Spawned(stdin, stdout, stderr, "whale.sandbox", launched.isolation, launched.kill_tree, launched.proc.poll,
+                   transports, launched.cleanup)
 
 
 async def _spawn_local(harness_path: Path, allowed_imports: frozenset[str], limits: SandboxLimits) -> Spawned:

@@ -166,7 +166,7 @@ def harness_functions(path: str, allowed: list[str] | frozenset[str], max_bytes:
                 decision = getattr(harness, hook)(**kwargs, state=state)
                 size = len(json.dumps({"decision": decision, "state": state}))
             except Exception as exc:
-                raise HookError(f"{hook}: {_one_line(exc, path)}") from None
+                raise HookError(_one_line(exc, path)) from None
             if size > max_bytes:
                 raise HookError(f"{hook}: answer of {size} bytes exceeds the limit of {max_bytes}")
             return {"decision": decision, "state": state}

@@ -1,0 +1,76 @@
+"""Request building and response parsing of the inference clients (pure), and backend choice."""
+
+from __future__ import annotations
+
+import pytest
+
+from whale.inference.base import InferenceError, SamplingParams
+from whale.inference.factory import backend_kind, inference_url
+from whale.inference.openai_http import OpenAIClient, parse_response
+from whale.inference.transformers_backend import parse_tool_calls
+from whale.spec import WhaleRunSpec
+
+
+def test_sampling_params_reject_bad_values() -> None:
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingParams(top_p=0)
+    with pytest.raises(ValueError, match="temperature"):
+        SamplingParams(temperature=-1)
+
+
+async def test_request_body_carries_sampling_n_tools_and_top_k() -> None:
+    client = OpenAIClient("http://127.0.0.1:9/v1", model="m")
+    tools = [{"type": "function", "function": {"name": "search"}}]
+    body = client.request_body([{"role": "user", "content": "q"}], SamplingParams(0.7, 0.9, 20, 64, seed=3, stop=("</a>",)), 4, tools)
+    assert body == {"model": "m", "messages": [{"role": "user", "content": "q"}], "n": 4, "temperature": 0.7, "top_p": 0.9,
+                    "max_tokens": 64, "top_k": 20, "seed": 3, "stop": ["</a>"], "tools": tools}
+    assert "top_k" not in client.request_body([], SamplingParams(top_k=-1), 1, None)
+    await client.aclose()
+
+
+def test_parse_response_orders_choices_and_splits_usage() -> None:
+    body = {"choices": [
+        {"index": 1, "message": {"content": "b"}, "finish_reason": "length"},
+        {"index": 0, "message": {"content": None, "tool_calls": [{"id": "x"}]}, "finish_reason": "tool_calls"},
+    ], "usage": {"prompt_tokens": 11, "completion_tokens": 7}}
+    result = parse_response(body, 0.5)
+    assert [c.message for c in result.completions] == [{"role": "assistant", "content": "", "tool_calls": [{"id": "x"}]},
+                                                       {"role": "assistant", "content": "b"}]
+    assert (result.prompt_tokens, result.completion_tokens) == (11, 7)
+    assert [c.completion_tokens for c in result.completions] == [4, 3]
+
+
+def test_parse_response_without_choices_is_an_inference_error() -> None:
+    with pytest.raises(InferenceError, match="no choices"):
+        parse_response({"error": "x"}, 0.0)
+
+
+def test_parse_hermes_tool_calls() -> None:
+    text = 'Let me look.<tool_call>\n{"name": "search", "arguments": {"query": "whale"}}\n</tool_call><tool_call>garbage</tool_call>'
+    calls = parse_tool_calls(text)
+    assert len(calls) == 1 and calls[0]["function"] == {"name": "search", "arguments": '{"query": "whale"}'}
+
+
+def _spec(**inference: object) -> WhaleRunSpec:
+    return WhaleRunSpec.model_validate({"domain": "chess_puzzles", "condition": "mh_only", "model": {"name": "m"},
+                                        "inference": inference})
+
+
+@pytest.mark.parametrize(
+    ("inference", "env", "kind"),
+    [
+        ({"backend": "transformers"}, {"WHALE_INFERENCE_URL": "http://x/v1"}, "in-process"),
+        ({"backend": "vllm"}, {}, "http"),
+        ({"backend": "openai", "baseUrl": "http://x/v1"}, {}, "http"),
+        ({"backend": "auto"}, {}, "in-process"),
+        ({"backend": "auto"}, {"WHALE_INFERENCE_URL": "http://x/v1"}, "http"),
+    ],
+)
+def test_backend_choice(inference: dict[str, object], env: dict[str, str], kind: str) -> None:
+    assert backend_kind(_spec(**inference), env) == kind
+
+
+def test_http_backend_without_url_says_what_to_set() -> None:
+    with pytest.raises(InferenceError, match="baseUrl or \\$WHALE_INFERENCE_URL"):
+        inference_url(_spec(backend="vllm"), {})
+    assert inference_url(_spec(backend="vllm"), {"WHALE_INFERENCE_URL": "http://h/v1"}) == "http://h/v1"

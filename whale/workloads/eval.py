@@ -1,0 +1,176 @@
+"""Evaluation workload: mean@k of (checkpoint, harness) on a split.
+
+Reads the PhaseRequest (kind ``eval``): ``checkpoint`` = a store prefix of an HF checkpoint (None =
+``spec.model``), ``harness`` = a store key of a harness file (None = the domain's h0). Loads the
+domain (``whale.domains.load(spec.domain)``), the split ``spec.evaluation.split`` (test by default)
+capped at ``spec.evaluation.maxItems``, and runs k = ``spec.evaluation.samplesPerItem`` episodes per
+item at ``spec.evaluation.temperature`` (top_p/top_k/max tokens from ``spec.rsft.sampling``), at most
+``spec.inference.maxConcurrency`` at once.
+
+Inference backend (``whale.inference.factory``): ``inference.backend`` ``transformers`` → in-process
+(loading the checkpoint, else ``spec.model``: name/path and optional ``ggufFile``); ``openai``/``vllm``
+→ HTTP at ``spec.inference.baseUrl`` or ``$WHALE_INFERENCE_URL`` (the controller has pointed that
+server at the checkpoint); ``auto`` → HTTP when ``$WHALE_INFERENCE_URL`` is set, else in-process.
+
+Writes, per the layout: per-item results (JSON lines) to ``layout.eval_items_key``, the episode
+traces next to them (``traces.jsonl``), one ``EvalProgress`` line per chunk of items to
+``layout.metrics_key``, and the ``EvalResult`` to ``layout.result_key`` last. Items already in
+the per-item file (an earlier attempt) are not run again. A STOP request ends the phase after the
+current chunk, with a result over the items done and a note. If every episode of the first chunk
+fails (inference server down, harness broken), the workload fails instead of reporting 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import statistics
+import tempfile
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from whale import layout
+from whale.domain import Domain
+from whale.harness.process import HarnessProcess
+from whale.harness.runner import EpisodeRunner, RunnerConfig
+from whale.harness.trace import EndReason, Episode
+from whale.harness.validate import validate_file
+from whale.inference.base import InferenceClient
+from whale.protocol import EvalProgress, EvalResult, PhaseKind, PhaseRequest
+from whale.spec import WhaleRunSpec
+from whale.store import Store
+
+log = logging.getLogger(__name__)
+
+
+class EvalError(RuntimeError):
+    """The evaluation cannot produce a meaningful result; the message says why."""
+
+
+def traces_key(run: str, phase: str) -> str:
+    """Episode traces of an eval phase, beside its per-item file."""
+    return layout.eval_items_key(run, phase).rsplit("/", 1)[0] + "/traces.jsonl"
+
+
+# ----- pure aggregation -----------------------------------------------------------------------------
+
+
+def item_record(item_id: str, subset: str, episodes: Sequence[Episode]) -> dict[str, Any]:
+    """One line of per_item.jsonl."""
+    rewards = [e.reward for e in episodes]
+    return {
+        "item_id": item_id,
+        "subset": subset,
+        "k": len(episodes),
+        "rewards": rewards,
+        "mean": statistics.fmean(rewards) if rewards else 0.0,
+        "turns": [e.turns for e in episodes],
+        "errors": [e.error for e in episodes if e.end == EndReason.ERROR],
+        "completion_tokens": sum(e.completion_tokens for e in episodes),
+    }
+
+
+def summarise(records: Sequence[dict[str, Any]], k: int) -> tuple[float, dict[str, float]]:
+    """(mean@k over items, per-subset mean@k). An item's score is the mean of its k rewards."""
+    if not records:
+        return 0.0, {}
+    by_subset: dict[str, list[float]] = defaultdict(list)
+    for record in records:
+        by_subset[record["subset"]].append(record["mean"])
+    overall = statistics.fmean(r["mean"] for r in records)
+    return overall, {name: statistics.fmean(values) for name, values in sorted(by_subset.items())}
+
+
+# ----- the workload ---------------------------------------------------------------------------------
+
+
+def main(store: Store, run: str, phase: str) -> None:
+    run_eval(store, run, phase)
+
+
+def run_eval(store: Store, run: str, phase: str, *, domain: Domain | None = None,
+             client: InferenceClient | None = None, chunk_items: int | None = None) -> EvalResult:
+    """The workload; ``domain`` and ``client`` may be injected (tests, in-process callers)."""
+    request = PhaseRequest.model_validate(store.read_json(layout.request_key(run, phase)))
+    if request.kind is not PhaseKind.EVAL or request.eval is None:
+        raise EvalError(f"{layout.request_key(run, phase)}: kind is {request.kind.value}, expected eval with `eval` args")
+    spec = WhaleRunSpec.model_validate(request.spec)
+    if domain is None:
+        from whale import domains
+
+        domain = domains.load(spec.domain)
+    evaluation = spec.evaluation
+    items = domain.load_split(evaluation.split, spec.data, store)
+    if evaluation.max_items is not None:
+        items = items[: evaluation.max_items]
+    if not items:
+        raise EvalError(f"split {evaluation.split!r} of domain {spec.domain!r} has no items")
+
+    with tempfile.TemporaryDirectory(prefix="whale-eval-") as tmp:
+        harness_path = _harness_file(store, request.eval.harness, domain, Path(tmp))
+        validate_file(harness_path, domain.allowed_imports)
+        owns_client = client is None
+        if client is None:
+            from whale.inference.factory import make_client
+
+            client = make_client(spec, store, request.eval.checkpoint)
+        try:
+            return asyncio.run(_evaluate(store, run, phase, request, spec, domain, items, harness_path, client, chunk_items))
+        finally:
+            if owns_client:
+                asyncio.run(client.aclose())
+
+
+def _harness_file(store: Store, key: str | None, domain: Domain, tmp: Path) -> Path:
+    if key is None:
+        return domain.h0_path()
+    local = store.local_path(key)
+    if local is not None and Path(local).is_file():
+        return Path(local)
+    path = tmp / "harness.py"
+    path.write_bytes(store.read_bytes(key))
+    return path
+
+
+async def _evaluate(store: Store, run: str, phase: str, request: PhaseRequest, spec: WhaleRunSpec, domain: Domain,
+                    items: list[dict[str, Any]], harness_path: Path, client: InferenceClient,
+                    chunk_items: int | None) -> EvalResult:
+    from whale.inference.factory import sampling_for
+
+    k = spec.evaluation.samples_per_item
+    items_key, metrics_key = layout.eval_items_key(run, phase), layout.metrics_key(run, phase)
+    records = store.read_jsonl(items_key)  # an earlier attempt's items are kept
+    done = {r["item_id"] for r in records}
+    todo = [item for item in items if str(item.get("id")) not in done]
+    chunk = chunk_items or max(1, spec.inference.max_concurrency // k)
+    notes: list[str] = []
+    errors = sum(len(r.get("errors", [])) for r in records)
+    config = RunnerConfig(max_concurrency=spec.inference.max_concurrency, harness_label=request.eval.harness or "h0")
+    async with HarnessProcess(harness_path, domain.allowed_imports) as harness:
+        runner = EpisodeRunner(domain, harness, client, sampling_for(spec, spec.evaluation.temperature), config)
+        for start in range(0, len(todo), chunk):
+            if store.exists(layout.stop_key(run, phase)):
+                notes.append(f"stopped by request after {len(records)} of {len(items)} items")
+                break
+            batch = todo[start:start + chunk]
+            episodes = await runner.run(batch, k=k)
+            failed = [e for e in episodes if e.end == EndReason.ERROR]
+            if failed and len(failed) == len(episodes) and not records:
+                raise EvalError(f"every episode of the first {len(batch)} items failed; first error: {failed[0].error}")
+            errors += len(failed)
+            new = [item_record(str(item.get("id")), domain.subset(item), episodes[i * k:(i + 1) * k])
+                   for i, item in enumerate(batch)]
+            store.append_jsonl(traces_key(run, phase), [e.to_dict() for e in episodes])
+            store.append_jsonl(items_key, new)
+            records.extend(new)
+            store.append_jsonl(metrics_key, EvalProgress(items_done=len(records), items_total=len(items)).to_wire())
+            log.info("eval %s: %d/%d items", phase, len(records), len(items))
+    if errors:
+        notes.append(f"{errors} episodes ended in an error (scored 0); see {traces_key(run, phase)}")
+    mean, per_subset = summarise(records, k)
+    result = EvalResult(mean_at_k=mean, k=k, items=len(records), per_subset=per_subset,
+                        checkpoint=request.eval.checkpoint, harness=request.eval.harness, notes=notes)
+    store.write_json(layout.result_key(run, phase), result.to_wire())
+    return result
