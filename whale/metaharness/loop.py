@@ -1,0 +1,275 @@
+"""The Meta-Harness search loop of one harness phase.
+
+Iteration 1 re-evaluates the incoming harness (scored in full, no smoke gate: it is the harness
+the phase must be able to fall back to). Every later iteration asks the proposer for
+``proposals_per_iteration`` candidates and puts each through: duplicate check (same code as an
+earlier candidate = a revert, shares its score, costs nothing) → validation (size, syntax, the
+runtime's validator, promptOnly) → smoke test → full score. After each iteration one
+:class:`~whale.protocol.HarnessIterationMetrics` line is emitted; the stop rule
+(:func:`whale.adaptive.harness_should_stop`) and a stop request are checked between iterations.
+
+Resume: everything lives in the archive. Candidates with a final status are never run again;
+iterations already in the metrics file are not repeated; an iteration whose proposer already ran
+evaluates its stored candidates instead of asking again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import shutil
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from whale.adaptive import harness_should_stop
+from whale.metaharness.archive import Archive
+from whale.metaharness.evaluate import CandidateEvaluator
+from whale.metaharness.proposer.base import ProposalRequest, Proposer, ProposerError, ProposerReport
+from whale.metaharness.records import INCOMING_ID, Candidate, Status, candidate_id, code_hash, pick_best
+from whale.metaharness.validate import candidate_problems
+from whale.protocol import CandidateScore, HarnessIterationMetrics, HarnessStopRule
+
+log = logging.getLogger(__name__)
+
+
+class SearchError(RuntimeError):
+    """The phase cannot go on (e.g. the incoming harness itself does not run)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchConfig:
+    """Knobs of one harness phase (from the PhaseRequest and spec.harnessSearch)."""
+
+    #: iterations including the incoming re-evaluation (the maximum when ``stop_rule`` is set)
+    iterations: int
+    proposals_per_iteration: int = 3
+    #: FST baseline: only the two prompt constants may change
+    prompt_only: bool = False
+    stop_rule: HarnessStopRule | None = None
+    proposer_timeout_s: float = 2400.0
+    proposer_max_turns: int = 40
+    proposer_max_tokens: int = 200_000
+
+    def __post_init__(self) -> None:
+        if self.iterations < 1:
+            raise ValueError(f"iterations must be >= 1 (the incoming re-evaluation counts), got {self.iterations}")
+
+
+@dataclasses.dataclass(frozen=True)
+class SearchResult:
+    accepted: Candidate
+    accepted_code: str
+    iterations: int
+    rollouts: int
+    #: iterations | patience | stop-request
+    stopped_by: str
+    best_scores: list[float]
+
+
+class HarnessSearch:
+    """One phase's search over ``archive``; I/O through the archive, the evaluator and the proposer."""
+
+    def __init__(
+        self,
+        *,
+        archive: Archive,
+        evaluator: CandidateEvaluator,
+        proposer: Proposer,
+        incoming_code: str,
+        skill: str,
+        allowed_imports: Sequence[str],
+        config: SearchConfig,
+        workdir: Path,
+        logged: Sequence[HarnessIterationMetrics] = (),
+        emit: Callable[[HarnessIterationMetrics], None] | None = None,
+        stop_requested: Callable[[], bool] | None = None,
+    ):
+        self.archive = archive
+        self.evaluator = evaluator
+        self.proposer = proposer
+        self.incoming_code = incoming_code
+        self.skill = skill
+        self.allowed_imports = tuple(sorted(allowed_imports))
+        self.config = config
+        self.workdir = Path(workdir)
+        self.logged = {m.iteration: m for m in logged}
+        self.emit = emit or (lambda m: None)
+        self.stop_requested = stop_requested or (lambda: False)
+
+    # ----- the loop ----------------------------------------------------------------------------------
+
+    async def run(self) -> SearchResult:
+        self.archive.init()
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        best_scores: list[float] = []
+        rollouts = 0
+        stopped_by = "iterations"
+        rule = self.config.stop_rule
+        done = 0
+        for it in range(1, self.config.iterations + 1):
+            if it > 1 and self.stop_requested():
+                stopped_by = "stop-request"
+                break
+            metrics = self.logged.get(it)
+            if metrics is None:
+                if it == 1:
+                    await self._incoming()
+                else:
+                    await self._iteration(it)
+                metrics = self._metrics(it)
+                self.emit(metrics)
+                record = self.archive.iteration(it) or {"iteration": it}
+                self.archive.put_iteration(it, {**record, "complete": True})
+            done = it
+            rollouts += metrics.rollouts
+            best_scores.append(metrics.best_score)
+            if rule is not None and harness_should_stop(best_scores, rule):
+                stopped_by = "iterations" if it >= rule.max_iterations else "patience"
+                break
+        candidates = self.archive.candidates()
+        best = pick_best(candidates)
+        if best is None:
+            raise SearchError("no candidate of this phase was scored, not even the incoming harness")
+        return SearchResult(best, self.archive.code(best.id), done, rollouts, stopped_by, best_scores)
+
+    def _metrics(self, it: int) -> HarnessIterationMetrics:
+        candidates = self.archive.candidates()
+        best = pick_best(c for c in candidates if c.iteration <= it)
+        mine = [c for c in candidates if c.iteration == it]
+        return HarnessIterationMetrics(
+            iteration=it,
+            best_score=float(best.score) if best and best.score is not None else 0.0,
+            best_candidate=best.id if best else "",
+            candidates=[CandidateScore(id=c.id, score=c.score, mean_turns=c.mean_turns, error=c.error) for c in mine],
+            rollouts=sum(c.rollouts for c in mine),
+        )
+
+    # ----- iteration 1: the incoming harness -------------------------------------------------------
+
+    async def _incoming(self) -> None:
+        existing = {c.id: c for c in self.archive.candidates()}
+        cand = existing.get(INCOMING_ID)
+        if cand is None:
+            cand = Candidate(
+                id=INCOMING_ID, iteration=1, sha=code_hash(self.incoming_code), name="incoming",
+                rationale="The harness this phase started from (re-evaluated under the current weights).",
+            )
+            self.archive.add(cand, self.incoming_code)
+        if cand.status.final:
+            return
+        path = self._local_file(cand.id, self.incoming_code)
+        full = await self.evaluator.score(path, self._label(cand.id))
+        self.archive.write_traces(cand.id, (e.to_dict() for e in full.episodes))
+        self.archive.write_scores(cand.id, full.per_item())
+        if full.error is not None:
+            self.archive.write_error(cand.id, full.error)
+            self.archive.put(cand.with_(status=Status.FAILED, error=full.error, rollouts=full.rollouts))
+            self.archive.write_summary()
+            raise SearchError(f"the incoming harness does not run: {full.error}")
+        self.archive.put(cand.with_(status=Status.SCORED, score=full.score, mean_turns=full.mean_turns,
+                                    rollouts=full.rollouts))
+        self.archive.write_summary()
+
+    # ----- later iterations ------------------------------------------------------------------------
+
+    async def _iteration(self, it: int) -> None:
+        record = self.archive.iteration(it)
+        if record is None or not record.get("proposed"):
+            await self._propose(it)
+        for cand in [c for c in self.archive.candidates() if c.iteration == it]:
+            if not cand.status.final:
+                await self._evaluate(cand)
+                self.archive.write_summary()
+
+    async def _propose(self, it: int) -> None:
+        base = self.workdir / f"iter{it:02d}"
+        shutil.rmtree(base, ignore_errors=True)
+        archive_dir = self.archive.materialise(base / "archive")
+        scratch = base / "scratch"
+        scratch.mkdir(parents=True)
+        request = ProposalRequest(
+            iteration=it,
+            count=self.config.proposals_per_iteration,
+            archive_dir=archive_dir,
+            scratch_dir=scratch,
+            skill=self.skill,
+            incoming_code=self.incoming_code,
+            incoming_id=INCOMING_ID,
+            prompt_only=self.config.prompt_only,
+            allowed_imports=self.allowed_imports,
+            timeout_s=self.config.proposer_timeout_s,
+            max_turns=self.config.proposer_max_turns,
+            max_tokens=self.config.proposer_max_tokens,
+        )
+        try:
+            # the backend enforces its own budget; this outer bound only catches a backend that hangs
+            report = await asyncio.wait_for(self.proposer.propose(request), self.config.proposer_timeout_s + 60)
+        except TimeoutError:
+            report = ProposerReport(stopped_by="timeout", notes=["the proposer did not return within its timeout"])
+        except ProposerError as exc:
+            report = ProposerReport(stopped_by="error", notes=[str(exc)])
+        except Exception as exc:  # noqa: BLE001 - a proposer bug must not end the phase; recorded in the archive
+            log.exception("proposer failed in iteration %d", it)
+            report = ProposerReport(stopped_by="error", notes=[f"proposer crashed: {type(exc).__name__}: {exc}"])
+        ids = []
+        for index, proposal in enumerate(report.proposals, start=1):
+            cid = candidate_id(it, index)
+            ids.append(cid)
+            self.archive.add(
+                Candidate(id=cid, iteration=it, sha=code_hash(proposal.code), name=proposal.name,
+                          rationale=proposal.rationale.strip() or None),
+                proposal.code,
+            )
+        self.archive.write_transcript(it, report.transcript)
+        self.archive.put_iteration(it, {
+            "iteration": it, "backend": self.proposer.backend, "proposed": True, "complete": False,
+            "candidates": ids, **report.to_record(),
+        })
+        for note in report.notes:
+            log.info("iteration %d proposer: %s", it, note)
+
+    async def _evaluate(self, cand: Candidate) -> None:
+        code = self.archive.code(cand.id)
+        earlier = [c for c in self.archive.candidates()
+                   if c.id != cand.id and c.status.final and c.sha == cand.sha and c.status is not Status.DUPLICATE]
+        if earlier:
+            orig = earlier[0]
+            self.archive.put(cand.with_(status=Status.DUPLICATE, same_as=orig.id, score=orig.score,
+                                        mean_turns=orig.mean_turns, error=orig.error))
+            return
+        problems = candidate_problems(code, incoming=self.incoming_code, allowed_imports=self.allowed_imports,
+                                      prompt_only=self.config.prompt_only)
+        if problems:
+            self.archive.write_error(cand.id, "\n".join(problems))
+            self.archive.put(cand.with_(status=Status.INVALID, error=problems[0][:500]))
+            return
+        path = self._local_file(cand.id, code)
+        smoke = await self.evaluator.smoke(path, self._label(cand.id))
+        self.archive.write_traces(cand.id, (e.to_dict() for e in smoke.episodes), smoke=True)
+        if smoke.error is not None:
+            self.archive.write_error(cand.id, f"smoke test failed: {smoke.error}")
+            self.archive.put(cand.with_(status=Status.SMOKE_FAILED, error=f"smoke: {smoke.error}"[:500],
+                                        rollouts=smoke.rollouts))
+            return
+        full = await self.evaluator.score(path, self._label(cand.id))
+        self.archive.write_traces(cand.id, (e.to_dict() for e in full.episodes))
+        self.archive.write_scores(cand.id, full.per_item())
+        rollouts = smoke.rollouts + full.rollouts
+        if full.error is not None:
+            self.archive.write_error(cand.id, f"full evaluation failed: {full.error}")
+            self.archive.put(cand.with_(status=Status.FAILED, error=full.error[:500], rollouts=rollouts))
+            return
+        self.archive.put(cand.with_(status=Status.SCORED, score=full.score, mean_turns=full.mean_turns,
+                                    rollouts=rollouts))
+
+    # ----- helpers -----------------------------------------------------------------------------------
+
+    def _local_file(self, cid: str, code: str) -> Path:
+        path = self.workdir / "candidates" / f"{cid}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(code, encoding="utf-8")
+        return path
+
+    def _label(self, cid: str) -> str:
+        return self.archive.candidate_key(cid, "harness.py")

@@ -1,0 +1,163 @@
+"""The proposer interface: a coding agent that reads the archive and writes new harness files.
+
+Every backend gets a :class:`ProposalRequest` (a read-only local copy of the archive, a scratch
+directory, the domain's SKILL.md, the incoming harness, the budgets) and returns a
+:class:`ProposerReport`. Whatever a backend produces is untrusted: files are collected from
+``<scratch>/candidates/`` with size caps (:func:`collect_candidates`), and the search loop validates
+each one. A backend never raises for the agent's own failures (budget exhausted, a bad tool call,
+a crashed CLI): those become ``notes`` in the report, and the iteration goes on with whatever valid
+candidates exist. It raises :class:`ProposerError` only for setup mistakes (no endpoint, no key).
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+#: where candidates go inside the scratch directory
+CANDIDATES_DIR = "candidates"
+#: the largest candidate / rationale file collected
+MAX_CANDIDATE_BYTES = 200_000
+MAX_RATIONALE_BYTES = 8_000
+
+
+class ProposerError(RuntimeError):
+    """The proposer cannot run at all (misconfiguration); the message says what to fix."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ProposalRequest:
+    """What one proposer call gets."""
+
+    iteration: int
+    #: how many candidates to write (proposalsPerIteration)
+    count: int
+    #: local, read-only copy of the archive (the proposer's filesystem)
+    archive_dir: Path
+    #: where the candidates go (``candidates/<name>.py`` + optional ``candidates/<name>.md`` rationale)
+    scratch_dir: Path
+    #: the domain's SKILL.md text
+    skill: str
+    #: the harness this phase started from, and its archive id
+    incoming_code: str
+    incoming_id: str
+    #: FST baseline: only the two prompt constants may change
+    prompt_only: bool
+    allowed_imports: tuple[str, ...]
+    #: budgets
+    timeout_s: float
+    max_turns: int
+    max_tokens: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Proposal:
+    """One candidate file as the proposer wrote it (still untrusted)."""
+
+    name: str
+    code: str
+    rationale: str = ""
+
+
+@dataclasses.dataclass
+class ProposerReport:
+    """What came back from one proposer call, and what it cost."""
+
+    proposals: list[Proposal] = dataclasses.field(default_factory=list)
+    #: problems worth recording: budget exhaustion, refused writes, a crashed CLI, ...
+    notes: list[str] = dataclasses.field(default_factory=list)
+    turns: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    #: finish | max_turns | max_tokens | timeout | no_tool_calls | exit | error
+    stopped_by: str = "finish"
+    #: conversation / output lines, stored in the archive
+    transcript: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def to_record(self) -> dict[str, Any]:
+        return {
+            "proposals": [p.name for p in self.proposals],
+            "notes": self.notes,
+            "turns": self.turns,
+            "tokens": self.tokens,
+            "seconds": round(self.seconds, 3),
+            "stopped_by": self.stopped_by,
+        }
+
+
+class Proposer(abc.ABC):
+    """A coding agent behind one interface."""
+
+    #: backend name recorded in the archive
+    backend: str = "?"
+
+    @abc.abstractmethod
+    async def propose(self, request: ProposalRequest) -> ProposerReport:
+        """Write up to ``request.count`` candidates; never raises for the agent's own failures."""
+
+    async def aclose(self) -> None:
+        """Release connections. Idempotent."""
+
+
+def task_prompt(request: ProposalRequest) -> str:
+    """The task statement every backend gives its agent (the CLI gets it as PROMPT.md)."""
+    rules = [
+        f"Write exactly {request.count} new harness candidate file(s), each one complete Python file "
+        "defining `class Harness(BaseHarness)` (from whale.harness.api).",
+        "One mechanism per candidate; no parameter-only tweaks; no branches on specific questions or items.",
+        f"Allowed imports: whale.harness.api, {', '.join(sorted(request.allowed_imports)) or '(nothing else)'}.",
+        "Read the archive first: summary.md, the best candidates' harness.py, and their traces.jsonl "
+        "(failed episodes show what to fix).",
+        "You may re-propose an earlier candidate's code unchanged (a revert): it is not evaluated again.",
+    ]
+    if request.prompt_only:
+        rules.append(
+            "PROMPT-ONLY MODE: outside the values of SYSTEM_PROMPT and USER_TEMPLATE your file must be "
+            f"identical to the incoming harness ({request.incoming_id}); both values must be plain string literals."
+        )
+    return (
+        f"# Harness search, iteration {request.iteration}\n\n"
+        "You improve the harness of an LLM agent: the Python file that builds its prompts and parses its "
+        "replies. Candidates are scored by success rate on a fixed training split; ties go to fewer turns.\n\n"
+        "## Rules\n" + "".join(f"- {r}\n" for r in rules) + "\n"
+        "## The archive\n"
+        "`summary.md` lists every candidate with its status and score; `candidates/<id>/` holds each one's "
+        "`harness.py`, `rationale.md`, `scores.json`, `traces.jsonl` and `error.txt`.\n\n"
+        f"## The incoming harness ({request.incoming_id})\n```python\n{request.incoming_code.strip()}\n```\n\n"
+        "## Domain skill\n" + request.skill.strip() + "\n"
+    )
+
+
+def collect_candidates(
+    scratch_dir: Path, count: int, order: list[str] | None = None
+) -> tuple[list[Proposal], list[str]]:
+    """Candidate files under ``<scratch>/candidates/`` (``NAME.py`` + optional ``NAME.md``), at most
+    ``count``, each within the size caps; in ``order`` (names as written) when given, else by name.
+    Returns (proposals, notes)."""
+    root = Path(scratch_dir) / CANDIDATES_DIR
+    notes: list[str] = []
+    if not root.is_dir():
+        return [], [f"no {CANDIDATES_DIR}/ directory was written"]
+    rank = {name: i for i, name in enumerate(order or [])}
+    files = sorted(
+        (p for p in root.iterdir() if p.suffix == ".py" and p.is_file() and not p.is_symlink()),
+        key=lambda p: (rank.get(p.stem, len(rank)), p.name),
+    )
+    proposals = []
+    for path in files:
+        if len(proposals) == count:
+            notes.append(f"ignored {path.name}: more than {count} candidates")
+            continue
+        size = path.stat().st_size
+        if size > MAX_CANDIDATE_BYTES:
+            notes.append(f"ignored {path.name}: {size} bytes > {MAX_CANDIDATE_BYTES}")
+            continue
+        code = path.read_bytes().decode("utf-8", errors="replace")
+        rationale_path = path.with_suffix(".md")
+        rationale = ""
+        if rationale_path.is_file() and not rationale_path.is_symlink():
+            rationale = rationale_path.read_bytes()[:MAX_RATIONALE_BYTES].decode("utf-8", errors="replace")
+        proposals.append(Proposal(name=path.stem, code=code, rationale=rationale))
+    return proposals, notes

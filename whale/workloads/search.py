@@ -1,0 +1,145 @@
+"""Search workload: one harness phase (Meta-Harness search under fixed weights).
+
+Reads the PhaseRequest (kind ``harness``): ``incomingHarness`` (a store key; None = the domain's
+h0), ``checkpoint`` (a store prefix; None = ``spec.model``), ``iterations`` (incoming
+re-evaluation included; the maximum when ``stopRule`` is set), ``stopRule`` and ``archive`` (the
+store prefix of this phase's archive, ``layout.archive_prefix(run, cycle)``). Runs
+:class:`whale.metaharness.loop.HarnessSearch` with the proposer of ``spec.harnessSearch.proposer``
+and the inference client of ``whale.inference.factory``; appends one HarnessIterationMetrics line
+per iteration to ``layout.metrics_key``; checks ``layout.stop_key`` between iterations; writes the
+accepted harness to ``layout.harness_key(run, "cKK-accepted")`` and then the HarnessPhaseResult to
+``layout.result_key`` last. A killed attempt resumes from the archive (``docs/metaharness.md``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+from pathlib import Path
+
+from whale import layout
+from whale.domain import Domain
+from whale.inference.base import InferenceClient
+from whale.metaharness.archive import Archive
+from whale.metaharness.evaluate import CandidateEvaluator, EvalSettings
+from whale.metaharness.loop import HarnessSearch, SearchConfig, SearchError
+from whale.metaharness.proposer import Proposer
+from whale.metaharness.proposer import from_spec as proposer_from_spec
+from whale.protocol import HarnessIterationMetrics, HarnessPhaseResult, PhaseKind, PhaseRequest
+from whale.spec import WhaleRunSpec
+from whale.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def main(store: Store, run: str, phase: str) -> None:
+    run_search(store, run, phase)
+
+
+def load_request(store: Store, run: str, phase: str) -> PhaseRequest:
+    key = layout.request_key(run, phase)
+    request = PhaseRequest.model_validate(store.read_json(key))
+    if request.kind is not PhaseKind.HARNESS or request.harness is None:
+        raise SearchError(f"{key}: kind is {request.kind.value}, expected harness with `harness` args")
+    return request
+
+
+def run_search(
+    store: Store,
+    run: str,
+    phase: str,
+    *,
+    domain: Domain | None = None,
+    client: InferenceClient | None = None,
+    proposer: Proposer | None = None,
+    settings: EvalSettings | None = None,
+) -> HarnessPhaseResult:
+    """The workload; ``domain``, ``client``, ``proposer`` and ``settings`` may be injected (tests)."""
+    request = load_request(store, run, phase)
+    done = store.read_json_or_none(layout.result_key(run, phase))
+    if done is not None:
+        log.info("phase %s already has a result; nothing to do", phase)
+        return HarnessPhaseResult.model_validate(done)
+    args = request.harness
+    assert args is not None  # noqa: S101 - checked by load_request
+    spec = WhaleRunSpec.model_validate(request.spec)
+    if domain is None:
+        from whale import domains
+
+        domain = domains.load(spec.domain)
+    hs = spec.harness_search
+    incoming = store.read_text(args.incoming_harness) if args.incoming_harness else domain.h0_path().read_text("utf-8")
+    skill_path = domain.skill_path()
+    skill = skill_path.read_text("utf-8") if skill_path and Path(skill_path).is_file() else ""
+    items = domain.load_split("harness", spec.data, store)[: spec.data.harness_size]
+    if not items:
+        raise SearchError(f"the harness split of domain {spec.domain!r} is empty")
+    config = SearchConfig(
+        iterations=args.iterations,
+        proposals_per_iteration=hs.proposals_per_iteration,
+        prompt_only=hs.prompt_only,
+        stop_rule=args.stop_rule,
+        proposer_timeout_s=float(hs.proposer.timeout_seconds),
+        proposer_max_turns=hs.proposer.max_turns,
+        proposer_max_tokens=hs.proposer.max_tokens,
+    )
+    if settings is None:
+        from whale.inference.factory import sampling_for
+
+        settings = EvalSettings(
+            rollouts_per_item=hs.rollouts_per_item,
+            smoke_items=hs.smoke_test_items,
+            candidate_timeout_s=float(hs.candidate_timeout_seconds),
+            sampling=sampling_for(spec),
+            max_concurrency=spec.inference.max_concurrency,
+        )
+    owns_proposer = proposer is None
+    if proposer is None:
+        proposer = proposer_from_spec(hs.proposer)  # a missing key / endpoint fails here, before any work
+    owns_client = client is None
+    if client is None:
+        from whale.inference.factory import make_client
+
+        client = make_client(spec, store, args.checkpoint)
+    metrics_key = layout.metrics_key(run, phase)
+    logged = [HarnessIterationMetrics.model_validate(m) for m in store.read_jsonl(metrics_key)]
+
+    async def go(workdir: Path) -> HarnessPhaseResult:
+        try:
+            search = HarnessSearch(
+                archive=Archive(store, args.archive),
+                evaluator=CandidateEvaluator(domain, client, items, settings),
+                proposer=proposer,
+                incoming_code=incoming,
+                skill=skill,
+                allowed_imports=domain.allowed_imports,
+                config=config,
+                workdir=workdir,
+                logged=logged,
+                emit=lambda m: store.append_jsonl(metrics_key, m.to_wire()),
+                stop_requested=lambda: store.exists(layout.stop_key(run, phase)),
+            )
+            found = await search.run()
+        finally:
+            if owns_proposer:
+                await proposer.aclose()
+            if owns_client:
+                await client.aclose()
+        accepted_key = layout.harness_key(run, f"c{args.cycle:02d}-accepted")
+        store.write_text(accepted_key, found.accepted_code)
+        return HarnessPhaseResult(
+            accepted_harness=accepted_key,
+            accepted_candidate=found.accepted.id,
+            accepted_score=float(found.accepted.score or 0.0),
+            iterations=found.iterations,
+            rollouts=found.rollouts,
+            stopped_by=found.stopped_by,  # type: ignore[arg-type]
+        )
+
+    with tempfile.TemporaryDirectory(prefix="whale-search-") as tmp:
+        result = asyncio.run(go(Path(tmp)))
+    store.write_json(layout.result_key(run, phase), result.to_wire())
+    log.info("harness phase %s accepted %s (score %.4f) after %d iterations, %d rollouts (%s)", phase,
+             result.accepted_candidate, result.accepted_score, result.iterations, result.rollouts, result.stopped_by)
+    return result
