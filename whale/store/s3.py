@@ -341,7 +341,9 @@ class S3Store(Store):
     def from_uri(cls, uri: str, **options: Any) -> S3Store:
         unknown = sorted(set(options) - cls.OPTIONS)
         if unknown:
-            raise StoreError(f"unknown S3 store option(s) {', '.join(unknown)}; known: {', '.join(sorted(cls.OPTIONS))}")
+            raise StoreError(
+                f"unknown S3 store option(s) {', '.join(unknown)}; known: {', '.join(sorted(cls.OPTIONS))}"
+            )
         bucket, prefix = parse_s3_uri(uri)
         return cls(bucket, prefix, **options)
 
