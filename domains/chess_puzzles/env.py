@@ -133,8 +133,8 @@ class PuzzleEpisode:
                 text,
                 Verdict.MALFORMED,
                 self.malformed > MALFORMED_RETRIES,
-                f"No move found in your answer{f' ({text[:40]!r})' if text else ''}; answer with one move in UCI, "
-                "e.g. <move>e2e4</move>.",
+                (f"{text[:40]!r} is not a move in UCI notation" if text else "No move was found in the answer")
+                + " (UCI looks like e2e4, or e7e8q for a promotion).",
             )
         if not self.board.is_legal(move):
             self.illegal += 1
