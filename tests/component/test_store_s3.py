@@ -8,7 +8,10 @@ server that goes away, and the pure configuration/retry pieces of ``whale.store.
 from __future__ import annotations
 
 import logging
+import os
 import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -287,6 +290,17 @@ def test_configuration_from_the_environment(s3_server: S3ServerInfo) -> None:
     store = S3Store.from_uri("s3://whale-test/env-config", env=env)
     store.write_bytes("k", b"v")
     assert s3_server.store("s3://whale-test/env-config").read_bytes("k") == b"v"
+
+
+def test_a_subprocess_reaches_the_server_from_the_environment(s3_server: S3ServerInfo, s3_store: S3Store) -> None:
+    """What a workload does: ``open_store(uri)`` with only the environment the controller passes."""
+    code = ("import sys; from whale.store import open_store; s = open_store(sys.argv[1]); "
+            "s.append_jsonl('m.jsonl', {'step': 1}); print(s.read_jsonl('m.jsonl'))")
+    env = {"PATH": os.environ.get("PATH", ""), **s3_server.env()}
+    done = subprocess.run([sys.executable, "-c", code, s3_store.uri], env=env, capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    assert s3_store.read_jsonl("m.jsonl") == [{"step": 1}]
 
 
 def test_bucket_is_created_on_first_write(s3_server: S3ServerInfo) -> None:
