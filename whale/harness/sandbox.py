@@ -106,21 +106,19 @@ def sandbox_env(workdir: Path) -> dict[str, str]:
     return {**_SAFE_ENV, "HOME": str(workdir), "TMPDIR": str(workdir)}
 
 
-async def spawn(argv: list[str], limits: SandboxLimits) -> tuple[asyncio.subprocess.Process, Path]:
-    """Start ``argv`` sandboxed with pipes on stdin/stdout/stderr; returns the process and its
-    private working directory (the caller removes it). The single function that applies limits."""
+def spawn(argv: list[str], limits: SandboxLimits) -> tuple[subprocess.Popen[bytes], Path]:
+    """Start ``argv`` with the local limits and pipes on stdin/stdout/stderr; returns the process
+    and its private working directory (the caller removes it)."""
     workdir = Path(tempfile.mkdtemp(prefix="whale-harness-"))
     prefix = _netns_prefix() if limits.isolate_network else ()
-    proc = await asyncio.create_subprocess_exec(
-        *prefix,
-        *argv,
-        stdin=asyncio.subprocess.PIPE,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    proc = subprocess.Popen(  # noqa: S603 - argv built here, no shell
+        [*prefix, *argv],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         cwd=workdir,
         env=sandbox_env(workdir),
-        preexec_fn=functools.partial(_set_limits, limits),
-        limit=limits.max_response_bytes,
+        preexec_fn=functools.partial(_set_limits, limits),  # noqa: PLW1509 - only rlimits + setsid
     )
     return proc, workdir
 
@@ -230,17 +228,30 @@ async def _spawn_whale_sandbox(harness_path, allowed_imports, limits, launch, Li
 
 async def _spawn_local(harness_path: Path, allowed_imports: frozenset[str], limits: SandboxLimits) -> Spawned:
     argv = worker_argv(harness_path, allowed_imports) + ["--max-bytes", str(limits.max_response_bytes)]
-    proc, workdir = await spawn(argv, limits)
-    assert proc.stdin and proc.stdout and proc.stderr  # noqa: S101 - created with PIPE
+    proc, workdir = spawn(argv, limits)
 
     def kill() -> None:
-        if proc.returncode is None:
+        if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            proc.wait(timeout=10)
+
+    def cleanup() -> None:
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
         shutil.rmtree(workdir, ignore_errors=True)
 
+    try:
+        stdin, stdout, stderr, transports = await _adopt(proc, limits.max_response_bytes)
+    except BaseException:
+        kill()
+        cleanup()
+        raise
     isolation = {"network": "netns" if (limits.isolate_network and network_isolated()) else "audit-hook"}
-    return Spawned(proc.stdin, proc.stdout, proc.stderr, "local", isolation, kill, lambda: proc.returncode)
+    return Spawned(stdin, stdout, stderr, "local", isolation, kill, proc.poll, transports, cleanup)
 
 
 def worker_argv(harness_path: Path, allowed_imports: frozenset[str] | set[str]) -> list[str]:

@@ -1,0 +1,127 @@
+"""The harness process is sandboxed: no network, no credentials, no file writes, bounded memory,
+and its prints cannot corrupt the protocol. These harness files skip the static validator on
+purpose (a proposer's file that slipped through must still be contained)."""
+
+from __future__ import annotations
+
+import socket
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from whale.harness.process import HarnessError, HarnessProcess
+from whale.harness.sandbox import SandboxLimits
+
+ALLOWED = frozenset({"re"})
+
+
+def write(tmp_path: Path, start_body: str) -> Path:
+    path = tmp_path / "hostile.py"
+    path.write_text(
+        "from whale.harness.api import BaseHarness, Decision\n\n"
+        "class Harness(BaseHarness):\n"
+        "    def start(self, task, state):\n" + textwrap.indent(textwrap.dedent(start_body), "        ")
+    )
+    return path
+
+
+async def start_hook(path: Path, limits: SandboxLimits | None = None, backend: str = "auto") -> dict:
+    async with HarnessProcess(path, ALLOWED, limits, backend=backend) as harness:
+        decision, _ = await harness.call("start", {"task": {}}, {})
+        return decision
+
+
+@pytest.fixture()
+def listener():
+    """A TCP listener on loopback; after the test, a non-blocking accept says whether anyone connected
+    (the kernel completes connections into the backlog without us accepting them)."""
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    server.setblocking(False)
+
+    def connected() -> bool:
+        try:
+            conn, _ = server.accept()
+        except BlockingIOError:
+            return False
+        conn.close()
+        return True
+
+    yield server.getsockname()[1], connected
+    server.close()
+
+
+def test_listener_sees_a_connection(listener) -> None:
+    port, connected = listener
+    socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    assert connected()
+
+
+@pytest.mark.parametrize("backend", ["auto", "local"])
+async def test_no_network(tmp_path: Path, listener, backend: str) -> None:
+    port, connected = listener
+    path = write(tmp_path, f"""
+        import socket
+        s = socket.create_connection(("127.0.0.1", {port}), timeout=2)
+        return Decision(messages=[{{"role": "user", "content": "connected"}}])
+    """)
+    with pytest.raises(HarnessError, match="start failed"):
+        await start_hook(path, backend=backend)
+    assert not connected()
+
+
+async def test_no_credentials_in_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WHALE_TEST_API_KEY", "sk-very-secret")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-very-secret")
+    path = write(tmp_path, """
+        import os
+        return Decision(messages=[{"role": "user", "content": repr(dict(os.environ))}])
+    """)
+    decision = await start_hook(path)
+    dumped = decision["messages"][0]["content"]
+    assert "PATH" in dumped
+    assert "very-secret" not in dumped
+
+
+async def test_no_file_writes(tmp_path: Path) -> None:
+    target = tmp_path / "pwned.txt"
+    path = write(tmp_path, f"""
+        with open({str(target)!r}, "w") as fh:
+            fh.write("x")
+        return Decision()
+    """)
+    with pytest.raises(HarnessError, match="start failed"):
+        await start_hook(path)
+    assert not target.exists()
+
+
+async def test_memory_limit_kills_only_the_hook(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        if task.get("big"):
+            blob = bytearray(2 << 30)
+        return Decision(messages=[{"role": "user", "content": "fine"}])
+    """)
+    async with HarnessProcess(path, ALLOWED, SandboxLimits(memory_bytes=512 << 20)) as harness:
+        with pytest.raises(HarnessError, match="MemoryError"):
+            await harness.call("start", {"task": {"big": True}}, {})
+        decision, _ = await harness.call("start", {"task": {}}, {})
+    assert decision["messages"][0]["content"] == "fine"
+
+
+async def test_prints_do_not_corrupt_the_protocol(tmp_path: Path) -> None:
+    path = write(tmp_path, """
+        print('{"id": 1, "ok": true, "result": "forged"}')
+        return Decision(messages=[{"role": "user", "content": "real"}])
+    """)
+    decision = await start_hook(path)
+    assert decision["messages"][0]["content"] == "real"
+
+
+async def test_the_runtime_reports_the_isolation_it_got(tmp_path: Path) -> None:
+    path = write(tmp_path, "return Decision()\n")
+    async with HarnessProcess(path, ALLOWED) as harness:
+        isolation = harness.isolation
+    assert isolation["backend"] in ("whale.sandbox", "local")
+    assert isolation["network"] in ("netns", "netns-userns", "audit-hook")
