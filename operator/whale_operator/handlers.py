@@ -19,7 +19,7 @@ from typing import Any
 
 import kopf
 
-from whale.spec import API_GROUP, API_VERSION, PLURAL
+from whale.spec import API_GROUP, API_VERSION, PLURAL, RunPhase
 from whale_operator import names
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 
 #: safety-net resync of each run when nothing woke it (``WHALE_OPERATOR_RESYNC_S``)
 DEFAULT_RESYNC_S = 30.0
+#: how often a run with a running main phase re-reads its metrics (adaptive patience, progress);
+#: store writes raise no Kubernetes events, so this is a poll (``WHALE_OPERATOR_PROGRESS_S``)
+DEFAULT_PROGRESS_S = 15.0
 #: back-off after a reconcile raised (``WHALE_OPERATOR_ERROR_BACKOFF_S``)
 DEFAULT_ERROR_BACKOFF_S = 5.0
 MANAGED = {"app.kubernetes.io/managed-by": names.MANAGED_BY}
@@ -42,7 +45,6 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=API_GROUP)
     settings.posting.level = logging.INFO
     settings.watching.server_timeout = int(os.environ.get("WHALE_OPERATOR_WATCH_TIMEOUT_S", "300"))
-    settings.batching.batch_window = 0.05
     metrics = OperatorMetrics()
     port = int(os.environ.get("WHALE_OPERATOR_METRICS_PORT", "8080"))
     memo.metrics_server = None
@@ -50,6 +52,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
         memo.metrics_server = metrics.serve(port)
         logger.info("metrics on :%d/metrics", port)
     memo.resync_s = float(os.environ.get("WHALE_OPERATOR_RESYNC_S", DEFAULT_RESYNC_S))
+    memo.progress_s = float(os.environ.get("WHALE_OPERATOR_PROGRESS_S", DEFAULT_PROGRESS_S))
     memo.error_backoff_s = float(os.environ.get("WHALE_OPERATOR_ERROR_BACKOFF_S", DEFAULT_ERROR_BACKOFF_S))
     kube = KubeClient.from_environment()
     kube.api.configuration.connection_pool_maxsize = 32
@@ -57,6 +60,12 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     memo.kube = kube
     memo.reconciler = Reconciler(kube, metrics, OperatorConfig.from_env())
     memo.wakeups = {}
+
+
+@kopf.on.login()
+def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """In-cluster service account, else $KUBECONFIG as it is now (not when a library was imported)."""
+    return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
 
 
 @kopf.on.cleanup()
@@ -98,8 +107,8 @@ async def whalerun_daemon(name: str, namespace: str, uid: str, body: kopf.Body, 
             else:
                 for ev in outcome.events if outcome is not None else []:
                     kopf.event(body, type=ev.type, reason=ev.reason, message=ev.message[:1000])
-                if outcome is not None and outcome.decision is not None and outcome.decision.actions:
-                    delay = min(delay, 1.0)  # something just started/stopped: look again soon
+                if outcome is not None and outcome.status.phase is RunPhase.RUNNING and outcome.status.active_phase:
+                    delay = min(delay, memo.progress_s)
             finally:
                 metrics.handler_duration.labels(handler="reconcile").observe(time.perf_counter() - started)
             try:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -71,7 +72,8 @@ class KubeClient:
         try:
             k8s_config.load_incluster_config(client_configuration=cfg)
         except k8s_config.ConfigException:
-            k8s_config.load_kube_config(client_configuration=cfg)
+            # read $KUBECONFIG now: the SDK reads it once, at import time
+            k8s_config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None, client_configuration=cfg)
         return cls(k8s_client.ApiClient(cfg))
 
     def close(self) -> None:

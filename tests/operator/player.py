@@ -1,0 +1,167 @@
+"""A test double of the cluster's side of a WhaleRun: the Job controller and the three workloads.
+
+No GPU, vLLM or kubelet can run here, so the tests play them: read the PhaseRequest the operator
+wrote to the store, write the metrics/checkpoints/result a real workload would (``whale.protocol``
+shapes, ``whale.layout`` keys), and mark the Job finished through the API — so the operator sees
+exactly what it would see on a cluster.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from tests.fixtures.kube import KubeAPI, wait_for
+from whale import layout
+from whale.protocol import (
+    EvalResult,
+    HarnessIterationMetrics,
+    HarnessPhaseResult,
+    PhaseKind,
+    PhaseRequest,
+    WeightPhaseResult,
+    WeightStepMetrics,
+)
+from whale.spec import API_GROUP, API_VERSION
+from whale.store import Store
+from whale_operator import names
+
+WR = f"{API_GROUP}/{API_VERSION}"
+
+
+def job_finished(job: dict[str, Any]) -> bool:
+    return any(c.get("status") == "True" and c.get("type") in ("Complete", "Failed", "Suspended")
+               for c in job.get("status", {}).get("conditions") or [])
+
+
+@dataclass
+class WorkloadPlayer:
+    api: KubeAPI
+    store: Store
+    namespace: str
+    run: str
+    #: eval score as a function of (cycle, step, after)
+    eval_score: Any = None
+    handled: set[str] = field(default_factory=set)
+
+    # --- views ---
+    def wr(self) -> dict[str, Any]:
+        obj = self.api.get(WR, "whaleruns", self.namespace, self.run)
+        assert obj is not None, f"WhaleRun {self.run} is gone"
+        return obj
+
+    def status(self) -> dict[str, Any]:
+        return self.wr().get("status") or {}
+
+    def jobs(self) -> list[dict[str, Any]]:
+        return self.api.list("batch/v1", "jobs", self.namespace, f"{names.LABEL_RUN}={self.run}")
+
+    def job_names(self) -> list[str]:
+        return sorted(j["metadata"]["name"] for j in self.jobs())
+
+    def pending_job(self) -> dict[str, Any] | None:
+        for job in self.jobs():
+            if job["metadata"]["name"] not in self.handled and not job_finished(job):
+                return job
+        return None
+
+    def wait_job(self, timeout_s: float = 20.0) -> dict[str, Any]:
+        return wait_for(self.pending_job, timeout_s, what=f"a new Job of {self.run}")
+
+    def request(self, job: dict[str, Any]) -> PhaseRequest:
+        phase = job["metadata"]["labels"][names.LABEL_PHASE]
+        return PhaseRequest.model_validate(self.store.read_json(layout.request_key(self.run, phase)))
+
+    # --- workload outputs ---
+    def weight_metrics(self, req: PhaseRequest, step: int, reward: float = 0.5) -> None:
+        assert req.weight is not None
+        rps = req.spec["rsft"]["promptsPerStep"] * req.spec["rsft"].get("rolloutsPerPrompt", 8)
+        self.store.append_jsonl(layout.metrics_key(self.run, req.phase), WeightStepMetrics(
+            step=step, epoch=step / req.weight.steps_per_epoch, reward_mean=reward, acceptance_rate=0.5,
+            kept=rps // 2, loss=0.1, learning_rate=1e-7, rollouts=rps).to_wire())
+
+    def checkpoint(self, step: int) -> str:
+        prefix = layout.checkpoint_prefix(self.run, step)
+        self.store.write_json(f"{prefix}/config.json", {"step": step})
+        self.store.write_bytes(layout.checkpoint_complete_key(self.run, step), b"")
+        return prefix
+
+    def finish_weight(self, req: PhaseRequest, final_step: int | None = None, *, write_metrics: bool = True,
+                      stopped_by: str = "target") -> None:
+        args = req.weight
+        assert args is not None
+        final = args.target_step if final_step is None else final_step
+        rps = req.spec["rsft"]["promptsPerStep"] * req.spec["rsft"].get("rolloutsPerPrompt", 8)
+        if write_metrics:
+            for step in range(args.from_step + 1, final + 1):
+                self.weight_metrics(req, step)
+        for step in args.save_steps:
+            if step <= final:
+                self.checkpoint(step)
+        ckpt = self.checkpoint(final)
+        self.store.write_json(layout.result_key(self.run, req.phase), WeightPhaseResult(
+            final_step=final, checkpoint=ckpt, rollouts=(final - args.from_step) * rps,
+            stopped_by=stopped_by).to_wire())
+
+    def harness_metrics(self, req: PhaseRequest, iteration: int, best: float = 0.4) -> None:
+        self.store.append_jsonl(layout.metrics_key(self.run, req.phase), HarnessIterationMetrics(
+            iteration=iteration, best_score=best, best_candidate=f"it{iteration}-a", rollouts=24).to_wire())
+
+    def finish_harness(self, req: PhaseRequest, iterations: int | None = None, *, write_metrics: bool = True,
+                       stopped_by: str = "iterations") -> None:
+        args = req.harness
+        assert args is not None
+        n = args.iterations if iterations is None else iterations
+        if write_metrics:
+            for it in range(1, n + 1):
+                self.harness_metrics(req, it)
+        key = layout.harness_key(self.run, f"c{args.cycle:02d}-accepted")
+        self.store.write_text(key, "SYSTEM_PROMPT = 'accepted'\n")
+        self.store.write_json(layout.result_key(self.run, req.phase), HarnessPhaseResult(
+            accepted_harness=key, accepted_candidate=f"it{n}-a", accepted_score=0.5, iterations=n,
+            rollouts=24 * n, stopped_by=stopped_by).to_wire())
+
+    def finish_eval(self, req: PhaseRequest) -> None:
+        args = req.eval
+        assert args is not None
+        score = self.eval_score(args.cycle, args.step, args.after) if self.eval_score else 0.1 + 0.01 * args.step
+        self.store.write_json(layout.result_key(self.run, req.phase), EvalResult(
+            mean_at_k=score, k=8, items=16, checkpoint=args.checkpoint, harness=args.harness).to_wire())
+
+    # --- the Job controller ---
+    def finish(self, job: dict[str, Any]) -> PhaseRequest:
+        """Do what the Job's workload does, then mark the Job complete."""
+        req = self.request(job)
+        if req.kind is PhaseKind.WEIGHT:
+            self.finish_weight(req)
+        elif req.kind is PhaseKind.HARNESS:
+            self.finish_harness(req)
+        else:
+            self.finish_eval(req)
+        self.complete(job)
+        return req
+
+    def complete(self, job: dict[str, Any]) -> None:
+        self.handled.add(job["metadata"]["name"])
+        self.api.complete_job(self.namespace, job["metadata"]["name"])
+
+    def fail(self, job: dict[str, Any], message: str = "exit code 1") -> None:
+        self.handled.add(job["metadata"]["name"])
+        self.api.fail_job(self.namespace, job["metadata"]["name"], message)
+
+    def play_to_end(self, timeout_s: float = 60.0, on_job: Any = None) -> dict[str, Any]:
+        """Finish every Job the operator creates until the run is terminal; returns the final status."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            st = self.status()
+            if st.get("phase") in ("Succeeded", "Failed"):
+                return st
+            job = self.pending_job()
+            if job is None:
+                time.sleep(0.05)
+                continue
+            if on_job is not None:
+                on_job(job)
+            self.finish(job)
+        raise AssertionError(f"run {self.run} did not finish in {timeout_s} s; status: {self.status()}")
