@@ -161,6 +161,7 @@ class EpisodeRunner:
             raise EpisodeError("the harness asked for a model turn with no messages")
         result = await self.client.chat(ep.messages, self.sampling, n=1, tools=tools)
         completion = result.completions[0]
+        ep.model = getattr(self.client, "model", ep.model)
         ep.turns += 1
         ep.prompt_tokens += result.prompt_tokens
         ep.completion_tokens += result.completion_tokens

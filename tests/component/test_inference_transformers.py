@@ -1,0 +1,109 @@
+"""The in-process transformers backend: batching, n samples, token accounting, sharing weights with
+a trainer (sampling follows in-place weight updates), training mode preserved."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.fixtures.models import load_tiny
+from whale.inference.base import InferenceError, SamplingParams
+from whale.inference.transformers_backend import TransformersClient
+
+MESSAGES = [{"role": "system", "content": "You play."}, {"role": "user", "content": "Guess a number"}]
+
+
+@pytest.fixture()
+def fresh(tiny_qwen3_dir: Path) -> tuple[Any, Any]:
+    """A private copy of the tiny model (these tests change weights or wrap generate)."""
+    return load_tiny(tiny_qwen3_dir)
+
+
+async def test_concurrent_requests_share_one_generate_call(fresh: tuple[Any, Any]) -> None:
+    model, tokenizer = fresh
+    calls: list[int] = []
+    original = model.generate
+
+    def counting_generate(**kwargs: Any) -> Any:
+        calls.append(kwargs["input_ids"].shape[0])
+        return original(**kwargs)
+
+    model.generate = counting_generate
+    client = TransformersClient(model, tokenizer, max_batch_size=8, batch_wait_s=0.2)
+    sampling = SamplingParams(max_tokens=5)
+    try:
+        results = await asyncio.gather(*[client.chat(MESSAGES, sampling, n=2) for _ in range(4)])
+    finally:
+        await client.aclose()
+    assert calls == [8]
+    for result in results:
+        assert len(result.completions) == 2
+        assert result.prompt_tokens > 0
+        assert result.completion_tokens == sum(len(c.token_ids) for c in result.completions)
+        assert all(c.completion_tokens <= 5 for c in result.completions)
+
+
+async def test_different_sampling_params_are_not_mixed_in_a_batch(fresh: tuple[Any, Any]) -> None:
+    model, tokenizer = fresh
+    seen: list[tuple[int, bool]] = []
+    original = model.generate
+
+    def spy(**kwargs: Any) -> Any:
+        seen.append((kwargs["input_ids"].shape[0], kwargs["do_sample"]))
+        return original(**kwargs)
+
+    model.generate = spy
+    client = TransformersClient(model, tokenizer, max_batch_size=8, batch_wait_s=0.2)
+    try:
+        await asyncio.gather(client.chat(MESSAGES, SamplingParams(temperature=0.0, max_tokens=3)),
+                             client.chat(MESSAGES, SamplingParams(temperature=1.0, max_tokens=3)),
+                             client.chat(MESSAGES, SamplingParams(temperature=0.0, max_tokens=3)))
+    finally:
+        await client.aclose()
+    assert sorted(seen) == [(1, True), (2, False)]
+
+
+async def test_sampling_follows_weights_changed_in_place_by_a_trainer(fresh: tuple[Any, Any]) -> None:
+    import torch
+
+    model, tokenizer = fresh
+    model.train()  # a trainer's model
+    client = TransformersClient(model, tokenizer, max_batch_size=4)
+    greedy = SamplingParams(temperature=0.0, max_tokens=4)
+    try:
+        before = (await client.chat(MESSAGES, greedy)).completions[0]
+        target = tokenizer.convert_tokens_to_ids("<|im_end|>")
+        with client.lock, torch.no_grad():  # an "optimizer step" that makes the stop token win
+            model.lm_head.weight[target] += 50.0 * model.model.norm.weight.sign()
+        after = (await client.chat(MESSAGES, greedy)).completions[0]
+    finally:
+        await client.aclose()
+    assert model.training is True
+    assert before.finish_reason == "length" and before.completion_tokens == 4
+    assert (after.finish_reason, after.message["content"], after.token_ids) == ("stop", "", [target])
+
+
+async def test_tool_calls_are_parsed_when_tools_are_offered(fresh: tuple[Any, Any]) -> None:
+    model, tokenizer = fresh
+    client = TransformersClient(model, tokenizer)
+    text = 'ok<tool_call>{"name": "hint", "arguments": {}}</tool_call>'
+    ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    completion = client._completion(ids, tools_enabled=True)
+    assert completion.finish_reason == "tool_calls"
+    assert completion.message["content"] == "ok"
+    assert completion.message["tool_calls"][0]["function"] == {"name": "hint", "arguments": "{}"}
+    assert "tool_calls" not in client._completion(ids, tools_enabled=False).message
+
+
+async def test_a_broken_chat_template_is_an_inference_error(fresh: tuple[Any, Any]) -> None:
+    model, tokenizer = fresh
+    tokenizer.chat_template = "{{ raise_exception('no') }}"
+    client = TransformersClient(model, tokenizer)
+    try:
+        with pytest.raises(InferenceError, match="chat template failed"):
+            await client.chat(MESSAGES, SamplingParams(max_tokens=2))
+    finally:
+        await client.aclose()
