@@ -125,6 +125,18 @@ def _open_store(uri: str | None, m: Manifest | None = None) -> Any:
     return open_store(uri, **options)
 
 
+def storage_env(m: Manifest) -> dict[str, str]:
+    """What a workload subprocess needs to open the same S3 store (credentials come from our env)."""
+    s = m.spec.storage
+    env = {}
+    if s.endpoint:
+        env["WHALE_S3_ENDPOINT"] = s.endpoint
+        env["WHALE_S3_SECURE"] = "true" if s.secure else "false"
+    if s.region:
+        env["WHALE_S3_REGION"] = s.region
+    return env
+
+
 @app.command()
 def run(
     file: FileArg,
@@ -140,12 +152,11 @@ def run(
     m, sizes = _load_checked(file)
     try:
         st = _open_store(store, m)
+        st.check()  # a wrong endpoint or key fails here, before any work is done
     except StoreError as exc:
         _fail([f"--store: {exc}"], str(file))
     work = workdir or Path(".whale") / "work" / m.name
-    env = {}
-    if m.spec.storage.endpoint:
-        env["WHALE_S3_ENDPOINT"] = m.spec.storage.endpoint
+    env = storage_env(m)
     last: dict[str, Any] = {}
 
     def show(status, previous, decision) -> None:
