@@ -283,7 +283,8 @@ class _Machine:
                           d["rollouts_completed"])
         else:
             hres = HarnessPhaseResult.model_validate(raw)
-            d.update(current_harness=hres.accepted_harness, iteration=hres.iterations)
+            d.update(current_harness=hres.accepted_harness, iteration=hres.iterations,
+                     harness_score=hres.accepted_score)
             d["rollouts_completed"] += hres.rollouts
             if self.spec.evaluation.after_harness_phase:
                 self.owe_eval(phase_cycle(phase), d["checkpoint_step"], "harness", d["current_checkpoint"],
@@ -341,12 +342,14 @@ class _Machine:
             steps = sorted(lines, key=lambda m: m["step"])
             if steps:
                 self.d["step"] = max(self.d["step"], int(steps[-1]["step"]))
+                self.d["training_reward"] = float(steps[-1]["rewardMean"])
             if self.sched.weight_rule is not None:
                 fired = weight_stop_step([float(m["rewardMean"]) for m in steps], self.sched.weight_rule)
         else:
             its = sorted(lines, key=lambda m: m["iteration"])
             if its:
                 self.d["iteration"] = int(its[-1]["iteration"])
+                self.d["harness_score"] = float(its[-1]["bestScore"])
             if self.sched.harness_rule is not None:
                 fired = harness_stop_iteration([float(m["bestScore"]) for m in its], self.sched.harness_rule)
         if fired is not None and phase not in self.d["stop_requested"]:

@@ -161,7 +161,7 @@ def run(
 
     def show(status, previous, decision) -> None:
         summary = status_summary(status)
-        keys = ("phase", "activePhase", "cycle", "step", "iteration", "best")
+        keys = ("phase", "activePhase", "cycle", "step", "iteration", "best", "reward", "harnessScore")
         now = {k: summary[k] for k in keys}
         if now != last:
             last.update(now)
@@ -170,6 +170,10 @@ def run(
                     f"step {summary['step']}/{summary['totalSteps']}"]
             if status.stage and status.stage.value == "harness":
                 bits.append(f"iteration {summary['iteration']}")
+                if summary["harnessScore"] is not None:
+                    bits.append(f"harness score {summary['harnessScore']:.3f}")
+            elif summary["reward"] is not None:
+                bits.append(f"reward {summary['reward']:.3f}")
             bits.append(f"best {summary['best'] or '-'}")
             bits.append(f"rollouts {summary['rolloutsSpent']}")
             console.print(" | ".join(bits), highlight=False)

@@ -459,6 +459,8 @@ class WhaleRunStatus(_Model):
     stage: Stage | None = None
     step: NonNegInt = Field(0, description="global RSFT steps reached (latest logged step while training)")
     iteration: NonNegInt = Field(0, description="harness iterations done in the current harness phase")
+    training_reward: float | None = Field(None, description="mean training reward of the latest RSFT step")
+    harness_score: float | None = Field(None, description="best D_harness score in the current harness phase")
     steps_per_epoch: NonNegInt | None = None
     total_steps: NonNegInt | None = None
     current_checkpoint: str | None = Field(None, description="store key; None: the base model theta0")

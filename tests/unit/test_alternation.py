@@ -155,7 +155,7 @@ def test_decide_asks_a_running_phase_to_stop_once():
     d = decide(spec, status, obs)
     stops = d.of_type(StopPhase)
     assert [s.phase for s in stops] == ["c01-weight"] and "step 3" in stops[0].reason
-    assert d.status.step == 3
+    assert d.status.step == 3 and d.status.training_reward == 0.1
     assert decide(spec, d.status, obs).of_type(StopPhase) == []  # asked once
 
 

@@ -280,6 +280,8 @@ def status_summary(status: WhaleRunStatus) -> dict[str, Any]:
         "step": status.step,
         "totalSteps": status.total_steps,
         "iteration": status.iteration,
+        "reward": status.training_reward,
+        "harnessScore": status.harness_score,
         "activePhase": status.active_phase,
         "best": f"{best.mean_at_k:.4f} (mean@{best.k}, {best.phase})" if best else None,
         "rolloutsSpent": status.rollouts_spent,
