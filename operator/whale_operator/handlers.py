@@ -111,13 +111,21 @@ async def whalerun_daemon(name: str, namespace: str, uid: str, body: kopf.Body, 
                     delay = min(delay, memo.progress_s)
             finally:
                 metrics.handler_duration.labels(handler="reconcile").observe(time.perf_counter() - started)
-            try:
-                await asyncio.wait_for(wake.wait(), timeout=delay)
-            except TimeoutError:
-                pass
+            await _sleep(wake, stopped, delay)
     finally:
         memo.wakeups.pop(uid, None)
         metrics.set_run_phase(uid, None)
+
+
+async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float) -> None:
+    """Until woken, stopped (the run is being deleted / the operator exits) or ``delay`` passes."""
+    woken = asyncio.ensure_future(wake.wait())
+    halted = asyncio.ensure_future(stopped.wait(delay))
+    try:
+        await asyncio.wait([woken, halted], return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        woken.cancel()
+        halted.cancel()
 
 
 def _wake_owner(body: kopf.Body, memo: kopf.Memo) -> None:

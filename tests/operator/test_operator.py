@@ -63,3 +63,193 @@ def test_whale_run_two_cycles(start_operator, make_run, kube_cluster: EmulatedCl
     # the finished run gives its GPUs back
     dep = api.get("apps/v1", "deployments", kube_namespace, "two-cycles-vllm")
     assert dep["spec"]["replicas"] == 0
+
+
+def test_adaptive_run_stops_phases_by_patience(start_operator, make_run, store):
+    """Flat training signals: the operator asks each phase to stop when the patience rule fires."""
+    spec = {
+        "condition": "adaptive_whale",
+        "schedule": {"totalSteps": 8, "weightStepsPerCycle": None, "maxCycles": 2,
+                     "adaptive": {"weight": {"windowSteps": 1, "burnInSteps": 2, "patienceSteps": 1},
+                                  "harness": {"minIterations": 2, "patience": 1, "maxIterations": 4}}},
+    }
+    with start_operator():
+        run = make_run("adaptive", spec)
+        stops: dict[str, str] = {}
+        while True:
+            st = run.status()
+            if st.get("phase") in ("Succeeded", "Failed"):
+                break
+            job = run.pending_job()
+            if job is None:
+                continue
+            req = run.request(job)
+            if req.kind.value == "eval":
+                run.finish(job)
+                continue
+            # a slow workload that relies on the controller's stop request: one step at a time
+            stop = layout.stop_key("adaptive", req.phase)
+            limit = req.weight.target_step - req.weight.from_step if req.weight else req.harness.iterations
+            done = 0
+            for i in range(1, limit + 1):
+                if req.weight:
+                    run.weight_metrics(req, req.weight.from_step + i)
+                else:
+                    run.harness_metrics(req, i)
+                done = i
+                try:
+                    wait_for(lambda: store.exists(stop), timeout_s=1.0, what="STOP")
+                    break
+                except AssertionError:
+                    continue
+            stops[req.phase] = store.read_text(stop) if store.exists(stop) else ""
+            if req.weight:
+                run.finish_weight(req, req.weight.from_step + done, write_metrics=False, stopped_by="stop-request")
+            else:
+                run.finish_harness(req, done, write_metrics=False, stopped_by="stop-request")
+            run.complete(job)
+    final = run.status()
+    assert final["phase"] == "Succeeded", final
+    assert final["completedPhases"] == ["c01-weight", "c01-harness", "c02-weight", "c02-harness"]
+    assert sorted(final["stopRequested"]) == sorted(final["completedPhases"])
+    assert "patience fired after step 2" in stops["c01-weight"]
+    assert "patience fired after iteration 2" in stops["c01-harness"]
+    assert final["step"] == 4  # two weight phases of 2 steps each, out of a budget of 8
+
+
+def test_failed_train_job_is_retried_then_fails_the_run(start_operator, make_run, kube_cluster, kube_namespace):
+    api = kube_cluster.api
+    with start_operator():
+        run = make_run("flaky", {"retry": {"maxAttempts": 2}})
+        run.finish(run.wait_job())  # the start evaluation
+        for attempt in (1, 2):
+            job = run.wait_job()
+            assert job["metadata"]["name"] == f"flaky-c01-weight-{attempt}"
+            # the kubelet's view of the failed worker: its last log line is the termination message
+            api.create("v1", "pods", kube_namespace, {"metadata": {
+                "name": f"{job['metadata']['name']}-abcde",
+                "labels": {"batch.kubernetes.io/job-name": job["metadata"]["name"]}},
+                "status": {"containerStatuses": [{"name": "worker", "state": {"terminated": {
+                    "exitCode": 1, "message": "Traceback ...\nRuntimeError: CUDA out of memory"}}}]}})
+            run.fail(job, "Container worker for pod failed with exit code 1 matching FailJob rule at index 1")
+        final = wait_for(lambda: run.status() if run.status().get("phase") == "Failed" else None,
+                         what="the run to fail")
+        seen = events(api, kube_namespace, "flaky")
+    assert final["reason"] == "PhaseFailed"
+    assert final["failures"] == {"c01-weight": 2} and final["attempts"]["c01-weight"] == 2
+    assert "RuntimeError: CUDA out of memory" in final["message"]
+    cond = conditions(final)
+    assert cond["Failed"]["status"] == "True" and cond["Failed"]["reason"] == "PhaseFailed"
+    assert "c01-weight" in cond["Failed"]["message"]
+    assert ("Warning", "PhaseRetried") in seen and ("Warning", "Failed") in seen
+    assert "flaky-c01-weight-3" not in run.job_names()
+
+
+def test_preempted_job_is_restarted_without_counting_a_failure(start_operator, make_run, kube_cluster,
+                                                               kube_namespace):
+    api = kube_cluster.api
+    with start_operator():
+        run = make_run("preempt")
+        run.finish(run.wait_job())
+        first = run.wait_job()
+        assert first["metadata"]["name"] == "preempt-c01-weight-1"
+        api.preempt_job(kube_namespace, "preempt-c01-weight-1")
+        second = run.wait_job()
+        assert second["metadata"]["name"] == "preempt-c01-weight-2"
+        # the superseded attempt is deleted: it must not come back when the queue re-admits it
+        wait_for(lambda: "preempt-c01-weight-1" not in run.job_names(), what="the preempted Job to go")
+        st = wait_for(lambda: run.status() if run.status().get("preemptions") == 1 else None, what="preemptions=1")
+        assert st["failures"] == {} and st["attempts"]["c01-weight"] == 2
+        assert ("Warning", "Preempted") in events(api, kube_namespace, "preempt")
+        # the retried attempt resumes and the run goes on
+        final = run.play_to_end()
+    assert final["phase"] == "Succeeded"
+
+
+def test_suspend_and_resume(start_operator, make_run, kube_cluster, kube_namespace):
+    api = kube_cluster.api
+    with start_operator():
+        run = make_run("pause")
+        run.finish(run.wait_job())
+        running = run.wait_job()
+        assert running["metadata"]["name"] == "pause-c01-weight-1"
+        api.patch(WR, "whaleruns", kube_namespace, "pause", {"spec": {"suspend": True}})
+        st = wait_for(lambda: run.status() if run.status().get("phase") == "Suspended" else None,
+                      what="phase Suspended")
+        assert conditions(st)["Suspended"]["status"] == "True"
+        assert conditions(st)["Progressing"]["status"] == "False"
+        wait_for(lambda: "pause-c01-weight-1" not in run.job_names(), what="the running Job to be deleted")
+        wait_for(lambda: api.get("apps/v1", "deployments", kube_namespace, "pause-vllm")["spec"]["replicas"] == 0,
+                 what="inference scaled to zero")
+        run.handled.discard("pause-c01-weight-1")
+
+        api.patch(WR, "whaleruns", kube_namespace, "pause", {"spec": {"suspend": False}})
+        again = run.wait_job()
+        assert again["metadata"]["name"] == "pause-c01-weight-1"  # same attempt: resumes from its state
+        st = run.status()
+        assert st["phase"] == "Running" and st["failures"] == {} and st["attempts"]["c01-weight"] == 1
+        assert api.get("apps/v1", "deployments", kube_namespace, "pause-vllm")["spec"]["replicas"] == 1
+        assert ("Normal", "Suspended") in events(api, kube_namespace, "pause")
+        final = run.play_to_end()
+        assert ("Normal", "Resumed") in events(api, kube_namespace, "pause")
+    assert final["phase"] == "Succeeded"
+
+
+@pytest.mark.slow
+def test_operator_restart_in_every_stage(start_operator, make_run):
+    """Stop the operator while each child runs and finish the child while it is down: the restarted
+    operator creates no duplicate, loses no result and repeats no finished phase."""
+    run = make_run("restart")  # Pending: created while no operator runs
+    assert run.status() == {}
+    stages = []
+    while run.status().get("phase") != "Succeeded":
+        with start_operator():
+            job = run.pending_job() or wait_for(
+                lambda: run.pending_job() or (run.status().get("phase") == "Succeeded" and "done"),
+                what="the next Job or the end")
+            if job == "done":
+                break
+            stages.append(run.status().get("stage"))
+        with start_operator():  # restarted while the child is still running: nothing new appears
+            wait_for(lambda: run.status().get("observedGeneration") == 1, what="a reconcile")
+            assert run.pending_job()["metadata"]["name"] == job["metadata"]["name"]
+        run.finish(job)  # the child finishes while no operator runs
+    final = run.status()
+    assert final["phase"] == "Succeeded", final
+    assert {"weight", "harness"} <= set(stages)
+    assert final["completedPhases"] == ["c01-weight", "c01-harness", "c02-weight"]
+    assert all(name.endswith("-1") for name in run.job_names()), run.job_names()
+    assert len(run.job_names()) == 7 and final["attempts"] == {k: 1 for k in final["attempts"]}
+
+
+def test_deleted_whalerun_takes_its_children(start_operator, make_run, kube_cluster, kube_namespace):
+    api = kube_cluster.api
+    with start_operator():
+        run = make_run("doomed", {"domain": "math_reasoning"})
+        run.wait_job()
+        wait_for(lambda: api.get("apps/v1", "deployments", kube_namespace, "doomed-sandbox"), what="the sandbox")
+        assert api.get("networking.k8s.io/v1", "networkpolicies", kube_namespace, "doomed-sandbox-isolation")
+        api.delete(WR, "whaleruns", kube_namespace, "doomed")
+        wait_for(lambda: api.get(WR, "whaleruns", kube_namespace, "doomed") is None, what="the WhaleRun to go")
+        for api_version, plural in (("batch/v1", "jobs"), ("apps/v1", "deployments"), ("v1", "services"),
+                                    ("networking.k8s.io/v1", "networkpolicies")):
+            assert api.list(api_version, plural, kube_namespace, f"{names.LABEL_RUN}=doomed") == [], plural
+
+
+def test_bad_spec_is_marked_failed_naming_the_field(start_operator, make_run, kube_cluster, kube_namespace, store):
+    api = kube_cluster.api
+    with start_operator():
+        run = make_run("broken", raw_spec={"domain": "synthetic", "condition": "whale",
+                                           "schedule": {"totalSteps": 4, "weightStepsPerCycle": 2},
+                                           "storage": {"uri": store.uri}})
+        st = wait_for(lambda: run.status() if run.status().get("phase") == "Failed" else None, what="Failed")
+        assert st["reason"] == "InvalidSpec" and st["message"].startswith("spec.model")
+        failed = conditions(st)["Failed"]
+        assert failed["status"] == "True" and failed["reason"] == "InvalidSpec" and "spec.model" in failed["message"]
+        assert ("Warning", "InvalidSpec") in events(api, kube_namespace, "broken")
+        assert run.jobs() == []
+        # fixing the spec (a new generation) starts the run from scratch
+        api.patch(WR, "whaleruns", kube_namespace, "broken", {"spec": {"model": {"name": "Qwen/Qwen3.5-2B"}}})
+        assert run.wait_job()["metadata"]["name"] == "broken-eval-c00-s000000-start-1"
+        st = run.status()
+        assert st["phase"] == "Running" and st["observedGeneration"] == 2
