@@ -171,7 +171,7 @@ class PuzzleEpisode:
 
     def _record(self, answer: str, verdict: Verdict, done: bool, feedback: str, **extra: Any) -> Judgement:
         self.done = done
-        self.history.append({"answer": answer, "verdict": verdict.value, "done": done, **extra})
+        self.history.append({"answer": answer[:200], "verdict": verdict.value, "done": done, **extra})
         return Judgement(verdict=verdict, done=done, feedback=feedback, **extra)
 
 
