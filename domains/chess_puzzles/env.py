@@ -107,10 +107,10 @@ class PuzzleEpisode:
             "accepted_moves_san": list(self.accepted_san),
             "last_reply": self.replies[-1] if self.replies else None,
             "last_reply_san": self.last_reply_san or None,
-            "legal_moves": [
-                {"uci": move.uci(), "san": board.san(move)}
-                for move in sorted(board.legal_moves, key=lambda m: m.uci())
-            ],
+            # SAN for every legal move is most of the cost of a step; nobody reads it once the episode is over
+            "legal_moves": []
+            if self.done
+            else [{"uci": move.uci(), "san": board.san(move)} for move in sorted(board.legal_moves, key=lambda m: m.uci())],
             "in_check": board.is_check(),
             "malformed_retries_left": max(0, MALFORMED_RETRIES - self.malformed),
             "illegal_retries_left": max(0, ILLEGAL_RETRIES - self.illegal),

@@ -165,3 +165,4 @@ def test_environment_adapter_shows_the_position_but_never_the_solution():
     assert ok.observation["accepted_moves_san"] == ["Rd8"] and ok.observation["last_reply"] == "d6d8"
     done = env.step("f6d8")
     assert done.done and done.observation["solved"] and env.reward() == 1.0
+    assert done.observation["legal_moves"] == []  # not computed once the episode is over
