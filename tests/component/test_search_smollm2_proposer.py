@@ -5,7 +5,6 @@ phase ends with a result."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import pytest
@@ -34,7 +33,6 @@ def test_smollm2_proposer_runs_one_iteration_end_to_end(tmp_path: Path, smollm2)
         _request(store, spec, iterations=2)
         proposer = OpenAIAgentProposer(ProposerClient(url, "smollm2-135m", request_timeout_s=400), reply_tokens=48)
         result = run_search(store, RUN, PHASE, client=DigitSayerPolicyDouble(), proposer=proposer, settings=SETTINGS)
-        asyncio.run(proposer.aclose())
 
     assert result.iterations == 2
     assert store.exists(layout.result_key(RUN, PHASE))

@@ -19,6 +19,7 @@ import asyncio
 import dataclasses
 import logging
 import shutil
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -159,16 +160,18 @@ class HarnessSearch:
         if cand.status.final:
             return
         path = self._local_file(cand.id, self.incoming_code)
+        t0 = time.monotonic()
         full = await self.evaluator.score(path, self._label(cand.id))
+        seconds = time.monotonic() - t0
         self.archive.write_traces(cand.id, (e.to_dict() for e in full.episodes))
         self.archive.write_scores(cand.id, full.per_item())
         if full.error is not None:
             self.archive.write_error(cand.id, full.error)
-            self.archive.put(cand.with_(status=Status.FAILED, error=full.error, rollouts=full.rollouts))
+            self.archive.put(cand.with_(status=Status.FAILED, error=full.error, rollouts=full.rollouts, seconds=seconds))
             self.archive.write_summary()
             raise SearchError(f"the incoming harness does not run: {full.error}")
         self.archive.put(cand.with_(status=Status.SCORED, score=full.score, mean_turns=full.mean_turns,
-                                    rollouts=full.rollouts))
+                                    rollouts=full.rollouts, seconds=seconds))
         self.archive.write_summary()
 
     # ----- later iterations ------------------------------------------------------------------------
@@ -230,38 +233,38 @@ class HarnessSearch:
             log.info("iteration %d proposer: %s", it, note)
 
     async def _evaluate(self, cand: Candidate) -> None:
+        t0 = time.monotonic()
+        final = await self._judge(cand)
+        self.archive.put(final.with_(seconds=round(time.monotonic() - t0, 3)))
+
+    async def _judge(self, cand: Candidate) -> Candidate:
+        """Duplicate check → validation → smoke → full score; returns the final record."""
         code = self.archive.code(cand.id)
         earlier = [c for c in self.archive.candidates()
                    if c.id != cand.id and c.status.final and c.sha == cand.sha and c.status is not Status.DUPLICATE]
         if earlier:
             orig = earlier[0]
-            self.archive.put(cand.with_(status=Status.DUPLICATE, same_as=orig.id, score=orig.score,
-                                        mean_turns=orig.mean_turns, error=orig.error))
-            return
+            return cand.with_(status=Status.DUPLICATE, same_as=orig.id, score=orig.score,
+                              mean_turns=orig.mean_turns, error=orig.error)
         problems = candidate_problems(code, incoming=self.incoming_code, allowed_imports=self.allowed_imports,
                                       prompt_only=self.config.prompt_only)
         if problems:
             self.archive.write_error(cand.id, "\n".join(problems))
-            self.archive.put(cand.with_(status=Status.INVALID, error=problems[0][:500]))
-            return
+            return cand.with_(status=Status.INVALID, error=problems[0][:500])
         path = self._local_file(cand.id, code)
         smoke = await self.evaluator.smoke(path, self._label(cand.id))
         self.archive.write_traces(cand.id, (e.to_dict() for e in smoke.episodes), smoke=True)
         if smoke.error is not None:
             self.archive.write_error(cand.id, f"smoke test failed: {smoke.error}")
-            self.archive.put(cand.with_(status=Status.SMOKE_FAILED, error=f"smoke: {smoke.error}"[:500],
-                                        rollouts=smoke.rollouts))
-            return
+            return cand.with_(status=Status.SMOKE_FAILED, error=f"smoke: {smoke.error}"[:500], rollouts=smoke.rollouts)
         full = await self.evaluator.score(path, self._label(cand.id))
         self.archive.write_traces(cand.id, (e.to_dict() for e in full.episodes))
         self.archive.write_scores(cand.id, full.per_item())
         rollouts = smoke.rollouts + full.rollouts
         if full.error is not None:
             self.archive.write_error(cand.id, f"full evaluation failed: {full.error}")
-            self.archive.put(cand.with_(status=Status.FAILED, error=full.error[:500], rollouts=rollouts))
-            return
-        self.archive.put(cand.with_(status=Status.SCORED, score=full.score, mean_turns=full.mean_turns,
-                                    rollouts=rollouts))
+            return cand.with_(status=Status.FAILED, error=full.error[:500], rollouts=rollouts)
+        return cand.with_(status=Status.SCORED, score=full.score, mean_turns=full.mean_turns, rollouts=rollouts)
 
     # ----- helpers -----------------------------------------------------------------------------------
 

@@ -55,7 +55,9 @@ def run_search(
     proposer: Proposer | None = None,
     settings: EvalSettings | None = None,
 ) -> HarnessPhaseResult:
-    """The workload; ``domain``, ``client``, ``proposer`` and ``settings`` may be injected (tests)."""
+    """The workload; ``domain``, ``client``, ``proposer`` and ``settings`` may be injected (tests).
+    The proposer is closed when the phase ends (its connections live in this call's event loop); an
+    injected client is left open."""
     request = load_request(store, run, phase)
     done = store.read_json_or_none(layout.result_key(run, phase))
     if done is not None:
@@ -94,7 +96,6 @@ def run_search(
             sampling=sampling_for(spec),
             max_concurrency=spec.inference.max_concurrency,
         )
-    owns_proposer = proposer is None
     if proposer is None:
         proposer = proposer_from_spec(hs.proposer)  # a missing key / endpoint fails here, before any work
     owns_client = client is None
@@ -122,8 +123,7 @@ def run_search(
             )
             found = await search.run()
         finally:
-            if owns_proposer:
-                await proposer.aclose()
+            await proposer.aclose()  # its connections belong to this event loop, so always closed here
             if owns_client:
                 await client.aclose()
         accepted_key = layout.harness_key(run, f"c{args.cycle:02d}-accepted")
