@@ -187,8 +187,22 @@ async def spawn_worker(
             if backend == "whale.sandbox":
                 raise
         else:
-            return await _spawn_whale_sandbox(harness_path, allowed_imports, limits, launch, Limits, Isolation)
+            try:
+                return await _spawn_whale_sandbox(harness_path, allowed_imports, limits, launch, Limits, Isolation)
+            except RuntimeError as exc:  # whale.sandbox.SandboxSetupError: this host cannot isolate that way
+                if backend == "whale.sandbox":
+                    raise
+                _warn_fallback(exc)
     return await _spawn_local(harness_path, allowed_imports, limits)
+
+
+_fallback_warned: list[str] = []  # warn once per process
+
+
+def _warn_fallback(exc: Exception) -> None:
+    if not _fallback_warned:
+        _fallback_warned.append(str(exc))
+        log.warning("harness sandbox: whale.sandbox could not start here (%s); using the local sandbox", exc)
 
 
 async def _spawn_whale_sandbox(harness_path, allowed_imports, limits, launch, Limits, Isolation) -> Spawned:  # noqa: N803
@@ -255,13 +269,8 @@ async def _spawn_local(harness_path: Path, allowed_imports: frozenset[str], limi
 
 
 def worker_argv(harness_path: Path, allowed_imports: frozenset[str] | set[str]) -> list[str]:
-    """``python -I -m whale.harness.worker FILE --allow a,b,c`` (-I: no PYTHON* variables, no cwd on the path)."""
-    return [
-        sys.executable,
-        "-I",
-        "-m",
-        "whale.harness.worker",
-        str(harness_path),
-        "--allow",
-        ",".join(sorted(allowed_imports)),
-    ]
+    """``python -I -c <run whale.harness.worker> FILE --allow a,b,c``: -I ignores PYTHON* variables and
+    the working directory; the checkout holding ``whale`` is put on the path explicitly."""
+    boot = (f"import sys; sys.path.insert(0, {str(_REPO_ROOT)!r}); "
+            "from whale.harness.worker import main; sys.exit(main())")
+    return [sys.executable, "-I", "-c", boot, str(harness_path), "--allow", ",".join(sorted(allowed_imports))]

@@ -116,11 +116,8 @@ def run_eval(store: Store, run: str, phase: str, *, domain: Domain | None = None
             from whale.inference.factory import make_client
 
             client = make_client(spec, store, request.eval.checkpoint)
-        try:
-            return asyncio.run(_evaluate(store, run, phase, request, spec, domain, items, harness_path, client, chunk_items))
-        finally:
-            if owns_client:
-                asyncio.run(client.aclose())
+        evaluation = _evaluate(store, run, phase, request, spec, domain, items, harness_path, client, chunk_items)
+        return asyncio.run(_evaluate_and_close(client, owns_client, evaluation))
 
 
 def _harness_file(store: Store, key: str | None, domain: Domain, tmp: Path) -> Path:
@@ -132,6 +129,15 @@ def _harness_file(store: Store, key: str | None, domain: Domain, tmp: Path) -> P
     path = tmp / "harness.py"
     path.write_bytes(store.read_bytes(key))
     return path
+
+
+async def _evaluate_and_close(client: InferenceClient, owns_client: bool, evaluation: Any) -> EvalResult:
+    """One event loop for the evaluation and the client's shutdown (HTTP pools are loop-bound)."""
+    try:
+        return await evaluation
+    finally:
+        if owns_client:
+            await client.aclose()
 
 
 async def _evaluate(store: Store, run: str, phase: str, request: PhaseRequest, spec: WhaleRunSpec, domain: Domain,

@@ -1,0 +1,205 @@
+"""Harness-runtime throughput next to the inference server's own ceiling.
+
+A loopback OpenAI-compatible server (``whale.inference.server`` over a fixed-latency backend, in its
+own process, as vLLM would be) answers every request after ``--latency-ms``. For each concurrency
+level we measure
+
+* the server's ceiling: requests/s of raw HTTP chat-completion calls at that concurrency (httpx);
+* the runtime: episodes/s of ``EpisodeRunner`` (sandboxed harness process, env steps, traces) at
+  that concurrency, over the same server with ``OpenAIClient``; each episode makes ``--turns``
+  requests, so its request rate is episodes/s x turns;
+
+and print them side by side with the ratio runtime requests/s ÷ ceiling (target ≥ 0.9 at high
+concurrency).
+
+    .venv/bin/python benchmarks/runtime_throughput.py [--latency-ms 50] [--levels 1 8 64] [--seconds 6]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from whale.domain import Domain, Environment, StepResult
+from whale.harness.runner import RunnerConfig, run_episodes
+from whale.inference.base import SamplingParams
+from whale.inference.openai_http import OpenAIClient
+from whale.inference.server import free_port
+
+HARNESS = '''
+import re
+from whale.harness.api import BaseHarness, env_action
+
+
+class Harness(BaseHarness):
+    SYSTEM_PROMPT = "Count."
+    USER_TEMPLATE = "Round {round}: answer <n>NUMBER</n>."
+    MAX_TURNS = 8
+
+    def parse_action(self, text, state):
+        match = re.search(r"<n>(\\d+)</n>", text)
+        return env_action(match.group(1)) if match else None
+'''
+
+
+class CountEnv(Environment):
+    """Ends after ``turns`` answers; reward 1."""
+
+    def __init__(self, turns: int):
+        self.turns, self.answers = turns, 0
+
+    def reset(self) -> dict[str, Any]:
+        return {"round": 0}
+
+    def step(self, action: Any) -> StepResult:
+        self.answers += 1
+        return StepResult({"round": self.answers}, done=self.answers >= self.turns)
+
+    def reward(self) -> float:
+        return 1.0 if self.answers >= self.turns else 0.0
+
+
+class CountDomain(Domain):
+    """A benchmark domain: every episode takes exactly ``turns`` model calls."""
+
+    name = "bench-count"
+    allowed_imports = frozenset({"re"})
+
+    def __init__(self, turns: int, harness_path: Path):
+        self.turns, self.harness_path = turns, harness_path
+
+    def split_sizes(self, data: Any) -> dict[str, int]:
+        return {}
+
+    def load_split(self, split: str, data: Any, store: Any = None) -> list[dict[str, Any]]:
+        return []
+
+    def make_env(self, item: dict[str, Any]) -> Environment:
+        return CountEnv(self.turns)
+
+    def h0_path(self) -> Path:
+        return self.harness_path
+
+    def skill_path(self) -> Path:
+        return self.harness_path
+
+
+def serve(port: int, latency_ms: float) -> None:
+    """The server process: fixed-latency backend behind the OpenAI-compatible app."""
+    import uvicorn
+
+    from whale.inference.scripted import FixedLatencyClient
+    from whale.inference.server import create_app
+
+    app = create_app(FixedLatencyClient("<n>1</n>", latency_ms / 1000.0), "fixed-latency")
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+def wait_ready(url: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"{url}/models", timeout=1.0).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise TimeoutError(f"benchmark server at {url} not ready after {timeout_s} s")
+
+
+async def ceiling(url: str, concurrency: int, seconds: float) -> float:
+    """Requests/s of raw chat-completion calls with ``concurrency`` callers for ``seconds``."""
+    body = {"model": "fixed-latency", "messages": [{"role": "user", "content": "Round 0: answer <n>NUMBER</n>."}],
+            "max_tokens": 16}
+    done = 0
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as http:
+        deadline = time.perf_counter() + seconds
+
+        async def caller() -> None:
+            nonlocal done
+            while time.perf_counter() < deadline:
+                response = await http.post("/chat/completions", json=body)
+                response.raise_for_status()
+                done += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*[caller() for _ in range(concurrency)])
+        return done / (time.perf_counter() - started)
+
+
+async def runtime(url: str, domain: CountDomain, concurrency: int, episodes: int) -> tuple[float, int]:
+    """(episodes/s, episodes that ended with an error) for ``episodes`` episodes at ``concurrency``."""
+    items = [{"id": f"e{i}"} for i in range(episodes)]
+    traces = Path(tempfile.mkdtemp(prefix="bench-traces-")) / "traces.jsonl"
+    async with OpenAIClient(url, model="fixed-latency", max_connections=max(16, concurrency)) as client:
+        started = time.perf_counter()
+        result = await run_episodes(domain, domain.h0_path(), client, items, SamplingParams(max_tokens=16),
+                                    config=RunnerConfig(max_concurrency=concurrency), traces=traces)
+        elapsed = time.perf_counter() - started
+    errors = sum(1 for e in result if e.end == "error")
+    return episodes / elapsed, errors
+
+
+async def measure(url: str, domain: CountDomain, levels: list[int], seconds: float, latency_ms: float) -> list[dict[str, Any]]:
+    rows = []
+    for concurrency in levels:
+        cap = await ceiling(url, concurrency, seconds)
+        # size the episode count so the run lasts about `seconds` at the ceiling
+        episodes = max(concurrency * 2, int(cap * seconds / domain.turns))
+        eps, errors = await runtime(url, domain, concurrency, episodes)
+        rows.append({"concurrency": concurrency, "ceiling_rps": cap, "episodes_per_s": eps,
+                     "runtime_rps": eps * domain.turns, "ratio": eps * domain.turns / cap, "episodes": episodes,
+                     "errors": errors, "latency_ms": latency_ms, "turns": domain.turns})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--latency-ms", type=float, default=50.0)
+    parser.add_argument("--levels", type=int, nargs="+", default=[1, 8, 64])
+    parser.add_argument("--seconds", type=float, default=6.0, help="measuring time per level and side")
+    parser.add_argument("--turns", type=int, default=2, help="model calls per episode")
+    parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
+    parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve is not None:
+        serve(args.serve, args.latency_ms)
+        return 0
+
+    port = free_port()
+    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--latency-ms", str(args.latency_ms)],
+                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    try:
+        url = f"http://127.0.0.1:{port}/v1"
+        wait_ready(url)
+        with tempfile.TemporaryDirectory() as tmp:
+            harness = Path(tmp) / "count_harness.py"
+            harness.write_text(HARNESS)
+            rows = asyncio.run(measure(url, CountDomain(args.turns, harness), args.levels, args.seconds, args.latency_ms))
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    print(f"runtime throughput vs server ceiling (latency {args.latency_ms:g} ms/request, {args.turns} requests/episode, "
+          f"{os.cpu_count()} CPUs)")
+    print(f"{'concurrency':>11} {'ceiling req/s':>14} {'episodes/s':>11} {'runtime req/s':>14} {'ratio':>6} {'errors':>6}")
+    for row in rows:
+        print(f"{row['concurrency']:>11} {row['ceiling_rps']:>14.1f} {row['episodes_per_s']:>11.1f} "
+              f"{row['runtime_rps']:>14.1f} {row['ratio']:>6.0%} {row['errors']:>6}")
+    if args.json:
+        print(json.dumps(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
