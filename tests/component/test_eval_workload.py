@@ -18,7 +18,7 @@ from whale.inference.base import ChatResult, InferenceClient, InferenceError
 from whale.inference.scripted import FixedLatencyClient
 from whale.protocol import EvalPhaseArgs, EvalProgress, EvalResult, PhaseKind, PhaseRequest
 from whale.store import open_store
-from whale.workloads.eval import EvalError, item_record, run_eval, summarise, traces_key
+from whale.workloads.eval import EvalError, item_record, read_traces, run_eval, summarise
 
 RUN, PHASE = "ev", "eval-c00-s000000-start"
 
@@ -57,7 +57,7 @@ def test_eval_writes_items_progress_traces_and_result(store) -> None:
     assert items[1]["turns"] == [1, 1] and items[0]["turns"] == [6, 6]
     progress = [EvalProgress.model_validate(line) for line in store.read_jsonl(layout.metrics_key(RUN, PHASE))]
     assert [(p.items_done, p.items_total) for p in progress] == [(2, 4), (4, 4)]
-    traces = store.read_jsonl(traces_key(RUN, PHASE))
+    traces = read_traces(store, RUN, PHASE)
     assert len(traces) == 8 and {t["item_id"] for t in traces} == {"g0", "g1", "g2", "g3"}
     assert all(sum(m["role"] == "assistant" for m in t["messages"]) == t["turns"] for t in traces)
 
@@ -78,7 +78,7 @@ def test_eval_resumes_items_done_by_an_earlier_attempt(store) -> None:
     client = FixedLatencyClient("<guess>42</guess>", 0.0)
     result = run_eval(store, RUN, PHASE, domain=GuessNumberDomainDouble(), client=client)
     assert result.items == 4 and result.mean_at_k == 0.5
-    assert {t["item_id"] for t in store.read_jsonl(traces_key(RUN, PHASE))} == {"g1", "g2", "g3"}
+    assert {t["item_id"] for t in read_traces(store, RUN, PHASE)} == {"g1", "g2", "g3"}
 
 
 def test_stop_request_ends_with_a_result_and_a_note(store) -> None:
@@ -139,7 +139,7 @@ def test_chess_with_smollm2_end_to_end(store, smollm2_gguf) -> None:
     eval_workload.main(store, RUN, PHASE)
     result = EvalResult.model_validate(store.read_json(layout.result_key(RUN, PHASE)))
     assert result.items == 1 and result.k == 1 and 0.0 <= result.mean_at_k <= 1.0
-    traces = store.read_jsonl(traces_key(RUN, PHASE))
+    traces = read_traces(store, RUN, PHASE)
     assert len(traces) == 1
     for trace in traces:
         assert trace["error"] is None and trace["turns"] >= 1 and trace["completion_tokens"] > 0
