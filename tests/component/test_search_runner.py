@@ -1,0 +1,54 @@
+"""The search workload as the local runner launches it: a real ``python -m whale.workloads search`` child
+process in an ``mh_only`` run of the synthetic domain with a tiny in-process model and a replay
+proposer. The run succeeds, the phase's result and metrics are where the runner looks, and the
+run's current harness is the accepted one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.component.test_search_phase import GOOD, SYNTAX_ERROR
+from whale import layout
+from whale.metaharness.archive import Archive
+from whale.runner.local import LocalRunner
+from whale.spec import RunPhase, WhaleRunSpec
+from whale.store import open_store
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_mh_only_run_through_the_local_runner(tmp_path: Path, tiny_qwen3_dir: Path):
+    script = tmp_path / "proposals.json"
+    script.write_text(json.dumps({"iterations": {"2": [
+        {"name": "extract", "code": GOOD, "rationale": "wrap the digit"},
+        {"name": "broken", "code": SYNTAX_ERROR},
+    ]}}))
+    spec = WhaleRunSpec.model_validate({
+        "domain": "synthetic", "condition": "mh_only",
+        "model": {"name": str(tiny_qwen3_dir)},
+        "schedule": {"mhOnlyIterations": 2},
+        "rsft": {"sampling": {"maxResponseTokens": 8}},
+        "data": {"harnessSize": 6},
+        "evaluation": {"atStart": False, "afterHarnessPhase": False},
+        "inference": {"backend": "transformers", "maxConcurrency": 8},
+        "harnessSearch": {"proposalsPerIteration": 2, "smokeTestItems": 2,
+                          "proposer": {"backend": "replay", "script": str(script)}},
+    })
+    store = open_store(str(tmp_path / "store"))
+    runner = LocalRunner(name="mh", spec=spec, store=store, split_sizes={"weight": 10, "harness": 6, "test": 4},
+                         workdir=tmp_path / "work", poll_interval_s=0.1)
+    status = runner.run(max_seconds=240)
+    log = store.read_text(layout.log_key("mh", "c01-harness", 1)) if store.exists(layout.log_key("mh", "c01-harness", 1)) else ""
+    assert status.phase is RunPhase.SUCCEEDED, f"{status.message}\n{log[-3000:]}"
+    assert status.completed_phases == ["c01-harness"]
+    assert status.current_harness == layout.harness_key("mh", "c01-accepted")
+    result = store.read_json(layout.result_key("mh", "c01-harness"))
+    assert result["iterations"] == 2 and result["rollouts"] > 0
+    assert store.read_text(result["acceptedHarness"]) == Archive(store, layout.archive_prefix("mh", 1)).code(
+        result["acceptedCandidate"])
+    cands = {c.id: c for c in Archive(store, layout.archive_prefix("mh", 1)).candidates()}
+    assert cands["i02-c2"].status.value == "invalid"
+    assert len(store.read_jsonl(layout.metrics_key("mh", "c01-harness"))) == 2
