@@ -249,3 +249,17 @@ def test_worker_memory_bomb_is_a_typed_death():
 def test_worker_entry_that_fails_to_load():
     with pytest.raises(SandboxCallError, match="failed to load: SyntaxError"):
         SandboxWorker(entry_code="def broken(:\n").start()
+
+
+@needs_root
+def test_concurrent_sandboxes_get_distinct_uids_and_one_cleanup_spares_the_others():
+    from whale.sandbox.process import _live_uids
+
+    with SandboxWorker(entry_code=WORKER_ENTRY, limits=Limits(wall_s=5, cpu_s=None)) as long_lived:
+        uid = long_lived.isolation_report["uid"]
+        for _ in range(5):  # many short runs while the worker lives
+            r = run_python("import os\nprint(os.getuid())")
+            assert r.outcome is Outcome.OK and int(r.stdout) != uid
+        assert long_lived.alive and long_lived.call("add", 1, 1)["sum"] == 2
+        assert uid in _live_uids
+    assert uid not in _live_uids

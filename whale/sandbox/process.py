@@ -19,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,9 +37,14 @@ BOOT_STATUS_TIMEOUT_S = 20.0
 KILL_DEADLINE_S = 5.0
 
 #: Sandbox uids start here (far above regular accounts); each live sandbox gets its own uid so
-#: sandboxes cannot touch each other's scratch and RLIMIT_NPROC counts one sandbox only.
+#: sandboxes cannot touch each other's scratch, RLIMIT_NPROC counts one sandbox only, and the
+#: kill-by-uid sweep at the end can only hit that sandbox. A process owns the block of
+#: ``UID_SLOTS`` uids at ``UID_BASE + (pid % 100000) * UID_SLOTS``.
 UID_BASE = 200_000
+UID_SLOTS = 1024
 _uid_counter = itertools.count()
+_live_uids: set[int] = set()
+_uid_lock = threading.Lock()
 _warned: set[str] = set()
 
 
@@ -47,7 +53,21 @@ class SandboxSetupError(RuntimeError):
 
 
 def _allocate_uid() -> int:
-    return UID_BASE + (os.getpid() % 400_000) * 64 + next(_uid_counter) % 64
+    """A uid no live sandbox of this process holds and no running process uses."""
+    block = UID_BASE + (os.getpid() % 100_000) * UID_SLOTS
+    with _uid_lock:
+        start = next(_uid_counter)
+        for i in range(UID_SLOTS):
+            uid = block + (start + i) % UID_SLOTS
+            if uid not in _live_uids and not _pids_of_uid(uid):
+                _live_uids.add(uid)
+                return uid
+    raise SandboxSetupError(f"all {UID_SLOTS} sandbox uids of this process are in use")
+
+
+def _release_uid(uid: int | None) -> None:
+    with _uid_lock:
+        _live_uids.discard(uid)  # type: ignore[arg-type]
 
 
 def _warn_once(key: str, message: str) -> None:
@@ -101,6 +121,7 @@ class Launched:
                 stream.close()
         if self.own_scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
+        _release_uid(self.uid)
 
 
 def _pids_of_uid(uid: int) -> list[int]:
@@ -169,7 +190,11 @@ def launch(
     if isolation.drop_privileges and not root:
         _warn_once("uid", "sandbox: not root, so the program runs as this uid; writes outside scratch are "
                    "refused only by an audit hook (best effort)")
-    scratch_path, own = prepare_scratch(scratch, files, uid)
+    try:
+        scratch_path, own = prepare_scratch(scratch, files, uid)
+    except BaseException:
+        _release_uid(uid)
+        raise
     target_abs = str((scratch_path / target).resolve()) if not os.path.isabs(target) else target
     expose = {
         os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), str(_HERE),
@@ -207,6 +232,7 @@ def launch(
         os.close(status_w)
         if own:
             shutil.rmtree(scratch_path, ignore_errors=True)
+        _release_uid(uid)
         raise SandboxSetupError(f"cannot start the sandbox launcher: {exc}") from exc
     os.close(status_w)
     started = time.monotonic()
