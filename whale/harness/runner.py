@@ -73,8 +73,7 @@ class EpisodeRunner:
     ) -> list[Episode]:
         """``k`` episodes per item, all concurrently (bounded); results in (item, sample) order.
         ``on_episode`` is called as each finishes (progress, streaming traces)."""
-        info = await self.harness.start()
-        del info
+        await self.harness.start()
 
         async def one(item: dict[str, Any], sample: int) -> Episode:
             async with self._slots:
