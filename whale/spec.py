@@ -256,7 +256,8 @@ class Data(_Model):
     seed: int = Field(0, description="seed of the split shuffle")
     weight_size: PosInt | None = Field(None, description="cap |D_weight|")
     harness_size: PosInt = Field(256, description="|D_harness|")
-    test_size: PosInt | None = Field(None, description="cap |D_test| (per benchmark where the domain has several)")
+    test_size: PosInt | None = Field(
+        None, description="|D_test| (per benchmark where the domain has several); unset: the domain's default")
 
 
 class Storage(_Model):

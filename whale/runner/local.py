@@ -186,7 +186,7 @@ class LocalRunner:
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
         with open(log_path, "ab") as log_fh:
             popen = subprocess.Popen(argv, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=env, cwd=self.workdir, start_new_session=True)
+                                     env=env, start_new_session=True)  # cwd inherited: relative paths in the spec work
         deadline_s = self.spec.retry.active_deadline_seconds
         self.procs[req.phase] = _Proc(req.phase, req.attempt, popen, log_path, time.monotonic(),
                                       time.monotonic() + deadline_s if deadline_s else None)
