@@ -38,11 +38,20 @@ DEFAULT_DOMAIN_TOOLS: dict[str, tuple[str, ...]] = {
     "search_qa": ("retriever",),
     "math_reasoning": ("sandbox",),
 }
-#: Tool service entrypoints (whale.tools, in the tools image).
+#: Tool services: the whale.tools entrypoint, the variable that tells workloads where it is
+#: (``whale.tools.client``), and extra arguments.
 TOOL_MODULES = {
-    "retriever": "whale.tools.retriever_service",
-    "sandbox": "whale.tools.code_service",
+    "retriever": "whale.tools.retriever",
+    "sandbox": "whale.tools.code_interpreter",
 }
+TOOL_URL_ENV = {
+    "retriever": "WHALE_RETRIEVER_URL",
+    "sandbox": "WHALE_CODE_URL",
+}
+#: the retriever's corpus, relative to the domain's data prefix in the store
+RETRIEVER_CORPUS = "corpus/wiki_passages.jsonl"
+SANDBOX_TIMEOUT_S = 30
+SANDBOX_MEMORY_MB = 1024
 #: Startup can take many minutes (weights download + load); probes give it 30 min.
 VLLM_STARTUP_PERIOD_S = 10
 VLLM_STARTUP_FAILURES = 180
@@ -175,7 +184,7 @@ def workload_env(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest,
         env.append({"name": "WHALE_INFERENCE_BASE_URL", "value": url})
         env.append({"name": "WHALE_SERVED_MODEL_NAME", "value": served_model_name(spec)})
     for tool in tools:
-        env.append({"name": f"WHALE_{tool.upper()}_URL", "value": tool_url(run, tool)})
+        env.append({"name": TOOL_URL_ENV[tool], "value": tool_url(run, tool)})
     key = spec.harness_search.proposer.api_key_secret
     if request.kind is PhaseKind.HARNESS and key is not None:
         env.append({
@@ -465,15 +474,15 @@ def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: str, *, store_uri: st
         "image": spec.cluster.images.tools,
         "imagePullPolicy": spec.cluster.images.pull_policy,
         "ports": [{"name": "http", "containerPort": TOOL_PORT}],
-        "readinessProbe": {"httpGet": {"path": "/health", "port": TOOL_PORT}, "periodSeconds": 5},
-        "livenessProbe": {"httpGet": {"path": "/health", "port": TOOL_PORT}, "periodSeconds": 20,
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": TOOL_PORT}, "periodSeconds": 5},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": TOOL_PORT}, "periodSeconds": 20,
                           "failureThreshold": 3},
     }
     pod: dict[str, Any] = {**pod_placement(spec)}
     pod.pop("serviceAccountName", None)
     if tool == "sandbox":
-        container["command"] = cmd
-        container["resources"] = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "2Gi"}}
+        container["command"] = [*cmd, "--timeout-s", str(SANDBOX_TIMEOUT_S), "--memory-mb", str(SANDBOX_MEMORY_MB)]
+        container["resources"] = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "4", "memory": "4Gi"}}
         container["securityContext"] = {
             "runAsNonRoot": True,
             "runAsUser": 65534,
@@ -485,14 +494,29 @@ def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: str, *, store_uri: st
         container["volumeMounts"] = [{"name": "scratch", "mountPath": "/tmp"}]
         pod["automountServiceAccountToken"] = False
         pod["enableServiceLinks"] = False
-        pod["volumes"] = [{"name": "scratch", "emptyDir": {"sizeLimit": "1Gi"}}]
+        pod["volumes"] = [{"name": "scratch", "emptyDir": {"sizeLimit": "2Gi"}}]
     else:
-        container["command"] = [*cmd, "--store", store_uri, "--domain", spec.domain]
-        container["env"] = storage_env(spec)
+        corpus_key = f"{layout.data_prefix(spec.domain)}/{RETRIEVER_CORPUS}"
+        fetch: dict[str, Any] = {
+            "name": "fetch-corpus",
+            "image": spec.cluster.images.tools,
+            "imagePullPolicy": spec.cluster.images.pull_policy,
+            "command": ["python", "-c",
+                        "import sys; from whale.store import open_store; "
+                        "open('/data/corpus.jsonl', 'wb').write(open_store(sys.argv[1]).read_bytes(sys.argv[2]))",
+                        store_uri, corpus_key],
+            "env": storage_env(spec),
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+        }
+        container["command"] = [*cmd, "--corpus", "/data/corpus.jsonl", "--method", "bm25"]
+        container["env"] = [{"name": "WHALE_CACHE_DIR", "value": "/data/cache"}]
+        container["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+        container["resources"] = {"requests": {"cpu": "2", "memory": "8Gi"}}
         env_from = storage_env_from(spec)
         if env_from:
-            container["envFrom"] = env_from
-        container["resources"] = {"requests": {"cpu": "2", "memory": "8Gi"}}
+            fetch["envFrom"] = env_from
+        pod["initContainers"] = [fetch]
+        pod["volumes"] = [{"name": "data", "emptyDir": {}}]
     pod["containers"] = [container]
     return {
         "apiVersion": "apps/v1",

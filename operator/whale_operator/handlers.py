@@ -86,7 +86,7 @@ def _wakeup(memo: kopf.Memo, uid: str) -> asyncio.Event:
     return wakeups[uid]
 
 
-@kopf.daemon(API_GROUP, API_VERSION, PLURAL)
+@kopf.daemon(API_GROUP, API_VERSION, PLURAL, cancellation_polling=0.5)
 async def whalerun_daemon(name: str, namespace: str, uid: str, body: kopf.Body, memo: kopf.Memo,
                           stopped: kopf.DaemonStopped, logger: logging.Logger, **_: Any) -> None:
     """Reconcile the run whenever something it depends on changed; never crash-loops."""

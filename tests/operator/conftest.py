@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import copy
 from collections.abc import Iterator
 from pathlib import Path
@@ -61,9 +62,11 @@ def start_operator(operator_env: None, kube_namespace: str) -> Any:
             with runner:
                 yield runner
         finally:
+            if runner.future.done() and runner.future.exception() is None and os.environ.get("WHALE_TEST_KOPF_LOG"):
+                Path(os.environ["WHALE_TEST_KOPF_LOG"]).write_text(runner.output)
             if runner.future.done() and runner.future.exception() is None:
                 print("---- operator output ----\n" + "\n".join(
-                    line for line in runner.output.splitlines() if "aiohttp.access" not in line and "httpx" not in line)[-8000:])
+                    line for line in runner.output.splitlines() if "aiohttp.access" not in line and "httpx" not in line and "urllib3" not in line)[-30000:])
         assert runner.exception is None, runner.output[-4000:]
         assert runner.exit_code == 0, runner.output[-4000:]
 

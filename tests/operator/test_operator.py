@@ -126,11 +126,12 @@ def test_failed_train_job_is_retried_then_fails_the_run(start_operator, make_run
             job = run.wait_job()
             assert job["metadata"]["name"] == f"flaky-c01-weight-{attempt}"
             # the kubelet's view of the failed worker: its last log line is the termination message
+            pod = f"{job['metadata']['name']}-abcde"
             api.create("v1", "pods", kube_namespace, {"metadata": {
-                "name": f"{job['metadata']['name']}-abcde",
-                "labels": {"batch.kubernetes.io/job-name": job["metadata"]["name"]}},
-                "status": {"containerStatuses": [{"name": "worker", "state": {"terminated": {
-                    "exitCode": 1, "message": "Traceback ...\nRuntimeError: CUDA out of memory"}}}]}})
+                "name": pod, "labels": {"batch.kubernetes.io/job-name": job["metadata"]["name"]}}})
+            api.patch("v1", "pods", kube_namespace, pod, {"status": {"containerStatuses": [{
+                "name": "worker", "state": {"terminated": {
+                    "exitCode": 1, "message": "Traceback ...\nRuntimeError: CUDA out of memory"}}}]}}, sub="status")
             run.fail(job, "Container worker for pod failed with exit code 1 matching FailJob rule at index 1")
         final = wait_for(lambda: run.status() if run.status().get("phase") == "Failed" else None,
                          what="the run to fail")
@@ -186,8 +187,8 @@ def test_suspend_and_resume(start_operator, make_run, kube_cluster, kube_namespa
         api.patch(WR, "whaleruns", kube_namespace, "pause", {"spec": {"suspend": False}})
         again = run.wait_job()
         assert again["metadata"]["name"] == "pause-c01-weight-1"  # same attempt: resumes from its state
-        st = run.status()
-        assert st["phase"] == "Running" and st["failures"] == {} and st["attempts"]["c01-weight"] == 1
+        st = wait_for(lambda: run.status() if run.status().get("phase") == "Running" else None, what="Running")
+        assert st["failures"] == {} and st["attempts"]["c01-weight"] == 1
         assert api.get("apps/v1", "deployments", kube_namespace, "pause-vllm")["spec"]["replicas"] == 1
         assert ("Normal", "Suspended") in events(api, kube_namespace, "pause")
         final = run.play_to_end()

@@ -1,0 +1,224 @@
+"""Pure builders, compared as whole manifest dicts (no API, no cluster)."""
+
+from __future__ import annotations
+
+import pytest
+
+from whale.protocol import EvalPhaseArgs, HarnessPhaseArgs, PhaseKind, PhaseRequest, WeightPhaseArgs
+from whale.spec import WhaleRunSpec
+from whale_operator import builders, names
+
+RUN = builders.RunRef("demo", "team-a", "uid-1")
+OWNER = [{"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "name": "demo", "uid": "uid-1",
+          "controller": True, "blockOwnerDeletion": True}]
+STORE = "s3://whale"
+
+
+def make_spec(**over) -> WhaleRunSpec:
+    doc = {
+        "domain": "math_reasoning", "condition": "whale", "model": {"name": "Qwen/Qwen3.5-2B"},
+        "schedule": {"totalEpochs": 6, "weightEpochsPerCycle": 0.6},
+        "storage": {"uri": STORE, "endpoint": "minio.whale.svc:9000", "credentialsSecret": "whale-s3"},
+        "cluster": {"queueName": "gpu-queue", "priorityClassName": "research", "nodeSelector": {"gpu": "h200"},
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
+        "harnessSearch": {"proposer": {"apiKeySecret": {"name": "proposer", "key": "api-key",
+                                                        "env": "ANTHROPIC_API_KEY"}}},
+        "retry": {"activeDeadlineSeconds": 86400},
+    }
+    for k, v in over.items():
+        doc[k] = {**doc.get(k, {}), **v} if isinstance(v, dict) else v
+    return WhaleRunSpec.model_validate(doc)
+
+
+def weight_request(spec: WhaleRunSpec, attempt: int = 1) -> PhaseRequest:
+    return PhaseRequest(run="demo", phase="c01-weight", kind=PhaseKind.WEIGHT, attempt=attempt, spec=spec.to_wire(),
+                        weight=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0,
+                                               target_step=42, steps_per_epoch=70))
+
+
+PLACEMENT = {
+    "priorityClassName": "research",
+    "nodeSelector": {"gpu": "h200"},
+    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+}
+STORAGE_ENV = [{"name": "WHALE_S3_ENDPOINT", "value": "minio.whale.svc:9000"},
+               {"name": "WHALE_S3_SECURE", "value": "false"}]
+
+
+def test_train_job_whole_manifest():
+    spec = make_spec(train={"gpusPerNode": 1, "resources": {"requests": {"cpu": "8", "memory": "64Gi"}}})
+    labels = {
+        "app.kubernetes.io/name": "whale", "app.kubernetes.io/instance": "demo",
+        "app.kubernetes.io/managed-by": "whale-operator", "whale.dev/run": "demo",
+        "app.kubernetes.io/component": "train", "whale.dev/cycle": "1", "whale.dev/phase": "c01-weight",
+        "whale.dev/attempt": "1", "whale.dev/kind": "weight", "kueue.x-k8s.io/queue-name": "gpu-queue",
+    }
+    assert builders.job(RUN, spec, weight_request(spec), store_uri=STORE, tools=("sandbox",)) == {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "demo-c01-weight-1", "namespace": "team-a", "labels": labels, "ownerReferences": OWNER,
+                     "annotations": {"whale.dev/request": "runs/demo/phases/c01-weight/request.json"}},
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": 86400,
+            "podFailurePolicy": {"rules": [
+                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                {"action": "FailJob", "onExitCodes": {"containerName": "worker", "operator": "NotIn", "values": [0]}},
+            ]},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    **PLACEMENT,
+                    "containers": [{
+                        "name": "worker",
+                        "image": "ghcr.io/whale-dev/whale-worker:0.1.0",
+                        "imagePullPolicy": "IfNotPresent",
+                        "command": ["python", "-m", "whale.workloads", "train", "--store", STORE, "--run", "demo",
+                                    "--phase", "c01-weight"],
+                        "env": [
+                            {"name": "WHALE_RUN", "value": "demo"},
+                            {"name": "WHALE_PHASE", "value": "c01-weight"},
+                            {"name": "WHALE_ATTEMPT", "value": "1"},
+                            {"name": "PYTHONUNBUFFERED", "value": "1"},
+                            *STORAGE_ENV,
+                            {"name": "WHALE_INFERENCE_BASE_URL", "value": "http://demo-vllm.team-a.svc:8000/v1"},
+                            {"name": "WHALE_SERVED_MODEL_NAME", "value": "Qwen/Qwen3.5-2B"},
+                            {"name": "WHALE_CODE_URL", "value": "http://demo-sandbox.team-a.svc:8080"},
+                        ],
+                        "envFrom": [{"secretRef": {"name": "whale-s3"}}],
+                        "resources": {"requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1"},
+                                      "limits": {"nvidia.com/gpu": "1"}},
+                        "terminationMessagePolicy": "FallbackToLogsOnError",
+                        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+                    }],
+                    "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+                },
+            },
+        },
+    }
+
+
+def test_multi_node_train_is_an_indexed_job_with_a_headless_service():
+    spec = make_spec(train={"numNodes": 2, "gpusPerNode": 8})
+    req = weight_request(spec, attempt=3)
+    job = builders.job(RUN, spec, req, store_uri=STORE)
+    assert {k: job["spec"][k] for k in ("completionMode", "completions", "parallelism", "backoffLimit")} == {
+        "completionMode": "Indexed", "completions": 2, "parallelism": 2, "backoffLimit": 0}
+    pod = job["spec"]["template"]["spec"]
+    assert pod["subdomain"] == "demo-c01-weight-3-rdzv"
+    worker = pod["containers"][0]
+    assert worker["command"] == [
+        "torchrun", "--nnodes=2", "--nproc-per-node=8", "--node-rank=$(NODE_RANK)", "--master-addr=$(MASTER_ADDR)",
+        "--master-port=29500", "-m", "whale.workloads", "train", "--store", STORE, "--run", "demo",
+        "--phase", "c01-weight"]
+    env = {e["name"]: e for e in worker["env"]}
+    assert env["NODE_RANK"]["valueFrom"] == {"fieldRef": {
+        "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
+    assert env["MASTER_ADDR"]["value"] == "demo-c01-weight-3-0.demo-c01-weight-3-rdzv.team-a.svc"
+    assert worker["resources"] == {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}
+    assert builders.rendezvous_service(RUN, spec, req) == {
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "demo-c01-weight-3-rdzv", "namespace": "team-a", "ownerReferences": OWNER, "labels": {
+            "app.kubernetes.io/name": "whale", "app.kubernetes.io/instance": "demo",
+            "app.kubernetes.io/managed-by": "whale-operator", "whale.dev/run": "demo",
+            "app.kubernetes.io/component": "rendezvous", "whale.dev/cycle": "1", "whale.dev/phase": "c01-weight",
+            "whale.dev/attempt": "3"}},
+        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
+                 "selector": {"batch.kubernetes.io/job-name": "demo-c01-weight-3"},
+                 "ports": [{"name": "rendezvous", "port": 29500, "targetPort": 29500}]},
+    }
+    single = make_spec()
+    assert builders.rendezvous_service(RUN, single, weight_request(single)) is None
+
+
+def test_search_job_gets_the_proposer_key_and_eval_job_does_not():
+    spec = make_spec()
+    search = PhaseRequest(run="demo", phase="c01-harness", kind=PhaseKind.HARNESS, attempt=1, spec=spec.to_wire(),
+                          harness=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint="ck", step=42,
+                                                   iterations=6, archive="runs/demo/archive/c01"))
+    ev = PhaseRequest(run="demo", phase="eval-c01-s000042-weight", kind=PhaseKind.EVAL, attempt=1,
+                      spec=spec.to_wire(), eval=EvalPhaseArgs(cycle=1, step=42, after="weight", checkpoint="ck",
+                                                              harness=None))
+    s_env = builders.job(RUN, spec, search, store_uri=STORE)["spec"]["template"]["spec"]["containers"][0]["env"]
+    e_job = builders.job(RUN, spec, ev, store_uri=STORE)
+    e_env = e_job["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "ANTHROPIC_API_KEY", "valueFrom": {"secretKeyRef": {"name": "proposer", "key": "api-key"}}} in s_env
+    assert not any(e["name"] == "ANTHROPIC_API_KEY" for e in e_env)
+    assert e_job["metadata"]["name"] == "demo-eval-c01-s000042-weight-1"
+    assert e_job["spec"]["template"]["spec"]["containers"][0]["command"][3] == "eval"
+    assert "nvidia.com/gpu" not in str(e_job["spec"]["template"]["spec"]["containers"][0].get("resources", {}))
+
+
+def test_vllm_deployment():
+    spec = make_spec(inference={"tensorParallelSize": 2, "gpuMemoryUtilization": 0.85, "extraArgs": ["--seed", "1"]},
+                     model={"name": "Qwen/Qwen3.5-2B", "servedModelName": "policy", "maxModelLen": 32768})
+    dep = builders.inference_deployment(RUN, spec, store_uri=STORE, checkpoint="runs/demo/checkpoints/step-000042")
+    assert dep["metadata"]["annotations"] == {"whale.dev/checkpoint": "runs/demo/checkpoints/step-000042"}
+    assert dep["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
+    assert dep["spec"]["strategy"] == {"type": "Recreate"} and dep["spec"]["replicas"] == 1
+    pod = dep["spec"]["template"]["spec"]
+    vllm, sync = pod["containers"]
+    assert vllm["image"] == "vllm/vllm-openai:v0.11.0" and vllm["command"] == ["vllm", "serve"]
+    assert vllm["args"] == [
+        "/models/current", "--served-model-name", "policy", "--host", "0.0.0.0", "--port", "8000",
+        "--tensor-parallel-size", "2", "--max-model-len", "32768", "--gpu-memory-utilization", "0.85",
+        "--max-num-seqs", "64", "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_coder", "--seed", "1"]
+    assert vllm["resources"] == {"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}}
+    assert vllm["startupProbe"] == {"httpGet": {"path": "/health", "port": 8000}, "periodSeconds": 10,
+                                    "failureThreshold": 180}
+    assert vllm["readinessProbe"]["httpGet"] == vllm["livenessProbe"]["httpGet"] == {"path": "/health", "port": 8000}
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
+    assert {"name": "models", "emptyDir": {"sizeLimit": "100Gi"}} in pod["volumes"]
+    assert sync["command"][:3] == ["python", "-m", "whale.inference.weight_sync"]
+    assert pod["initContainers"][0]["command"][-1] == "--once"
+    assert dep["spec"]["selector"]["matchLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
+    # the checkpoint lives outside the pod template: swapping weights never restarts the pod
+    other = builders.inference_deployment(RUN, spec, store_uri=STORE, checkpoint=None)
+    assert other["spec"]["template"] == dep["spec"]["template"]
+
+
+def test_sandbox_reaches_nothing():
+    assert builders.sandbox_network_policy(RUN) == {
+        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+        "metadata": {"name": "demo-sandbox-isolation", "namespace": "team-a", "ownerReferences": OWNER,
+                     "labels": {"app.kubernetes.io/name": "whale", "app.kubernetes.io/instance": "demo",
+                                "app.kubernetes.io/managed-by": "whale-operator", "whale.dev/run": "demo",
+                                "app.kubernetes.io/component": "sandbox"}},
+        "spec": {
+            "podSelector": {"matchLabels": {"whale.dev/run": "demo", "app.kubernetes.io/component": "sandbox"}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": {"whale.dev/run": "demo"}}}],
+                         "ports": [{"protocol": "TCP", "port": 8080}]}],
+            "egress": [],
+        },
+    }
+    dep = builders.tool_deployment(RUN, make_spec(), "sandbox", store_uri=STORE)
+    pod = dep["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    c = pod["containers"][0]
+    assert "env" not in c and "envFrom" not in c  # no credentials in the sandbox
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    assert c["command"][:3] == ["python", "-m", "whale.tools.code_interpreter"]
+
+
+def test_tools_per_domain():
+    assert builders.domain_tools(make_spec(domain="search_qa")) == ("retriever",)
+    assert builders.domain_tools(make_spec(domain="math_reasoning")) == ("sandbox",)
+    assert builders.domain_tools(make_spec(domain="chess_puzzles")) == ()
+    kinds = [m["kind"] for m in builders.tool_children(RUN, make_spec(), ("sandbox",), store_uri=STORE)]
+    assert kinds == ["Deployment", "Service", "NetworkPolicy"]
+    with pytest.raises(ValueError, match="unknown tool service 'grep'"):
+        builders.tool_deployment(RUN, make_spec(), "grep", store_uri=STORE)
+
+
+def test_names_are_deterministic_and_fit_dns_limits():
+    assert names.job_name("demo", "c01-weight", 2) == "demo-c01-weight-2"
+    long_run = "r" + "x" * 60
+    a = names.job_name(long_run, "eval-c12-s000420-harness", 1)
+    b = names.job_name(long_run, "eval-c12-s000420-harness", 2)
+    assert len(a) <= names.MAX_JOB_NAME and a.endswith("-eval-c12-s000420-harness-1")
+    assert a == names.job_name(long_run, "eval-c12-s000420-harness", 1) and a != b
+    assert len(names.rendezvous_service_name(a)) <= 63 and len(names.inference_name(long_run)) <= 63
+    with pytest.raises(names.RunNameError, match="starting with a letter"):
+        names.check_run_name("1run")

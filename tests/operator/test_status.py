@@ -1,0 +1,92 @@
+"""Pure status logic: Job -> ChildState, conditions (transition times), events, the status patch."""
+
+from __future__ import annotations
+
+import pytest
+
+from whale.alternation import ChildState, StartPhase, StopPhase
+from whale.protocol import EvalPhaseArgs, PhaseKind, PhaseRequest
+from whale.spec import BestEval, RunPhase, Stage, WhaleRunStatus
+from whale_operator import observe
+from whale_operator import status as st
+
+
+def job(conditions=(), suspend=False, started=False, deleting=False, phase="c01-weight", attempt=1):
+    meta = {"name": f"r-{phase}-{attempt}", "labels": {"whale.dev/phase": phase, "whale.dev/attempt": str(attempt)}}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    status = {"conditions": [{"type": t, "status": "True", "reason": r, "message": m} for t, r, m in conditions]}
+    if started:
+        status["startTime"] = "2026-01-01T00:00:00Z"
+    return {"metadata": meta, "spec": {"suspend": suspend}, "status": status}
+
+
+@pytest.mark.parametrize("j, state", [
+    (job(), ChildState.RUNNING),
+    (job([("Complete", "", "")]), ChildState.SUCCEEDED),
+    (job([("SuccessCriteriaMet", "", "")]), ChildState.SUCCEEDED),
+    (job([("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")]), ChildState.FAILED),
+    (job([("Failed", "DeadlineExceeded", "Job was active longer than specified deadline")]), ChildState.FAILED),
+    (job([("Failed", "PodFailurePolicy", "Pod default/p has condition DisruptionTarget matching FailJob rule")]),
+     ChildState.PREEMPTED),
+    (job([("Suspended", "JobSuspended", "Job suspended")], suspend=True), ChildState.RUNNING),  # queued
+    (job([("Suspended", "JobSuspended", "Job suspended")], suspend=True, started=True), ChildState.PREEMPTED),
+    (job([("Complete", "", "")], deleting=True), ChildState.RUNNING),
+])
+def test_job_child_state(j, state):
+    assert observe.job_child(j).state is state
+
+
+def test_failed_child_carries_the_worker_message():
+    pods = [{"status": {"containerStatuses": [
+        {"name": "sidecar", "state": {"terminated": {"exitCode": 2, "message": "not this"}}},
+        {"name": "worker", "state": {"terminated": {"exitCode": 1, "message": "trace\nValueError: bad data"}}}]}}]
+    child = observe.job_child(job([("Failed", "PodFailurePolicy", "exit code 1")]),
+                              observe.failed_pod_message(pods, "worker"))
+    assert child.message == "PodFailurePolicy: exit code 1; ValueError: bad data"
+
+
+def test_current_and_stale_jobs():
+    jobs = [job(phase="c01-weight", attempt=1), job(phase="c01-weight", attempt=2),
+            job([("Complete", "", "")], phase="eval-c00-s000000-start", attempt=1)]
+    attempts = {"c01-weight": 2}
+    assert {p: j["metadata"]["name"] for p, j in observe.current_jobs(jobs, attempts).items()} == {
+        "c01-weight": "r-c01-weight-2", "eval-c00-s000000-start": "r-eval-c00-s000000-start-1"}
+    assert [j["metadata"]["name"] for j in observe.stale_jobs(jobs, attempts)] == ["r-c01-weight-1"]
+
+
+def test_conditions_keep_transition_time_unless_they_flip():
+    running = WhaleRunStatus(phase=RunPhase.RUNNING, stage=Stage.WEIGHT, cycle=1, active_phase="c01-weight")
+    view = st.InferenceView(managed=True, ready=False)
+    first = st.with_conditions(running, [], view, 1, "T1")
+    same = st.with_conditions(running.model_copy(update={"step": 3}), first.conditions, view, 2, "T2")
+    ready = st.with_conditions(running, same.conditions, st.InferenceView(managed=True, ready=True), 2, "T3")
+    by = lambda s: {c.type: c for c in s.conditions}  # noqa: E731
+    assert [c.type for c in first.conditions] == list(st.CONDITION_TYPES)
+    assert by(same)["Progressing"].last_transition_time == "T1"
+    assert by(same)["Progressing"].observed_generation == 2
+    assert by(ready)["InferenceReady"].status == "True" and by(ready)["InferenceReady"].last_transition_time == "T3"
+    assert by(ready)["Progressing"].last_transition_time == "T1"
+    done = running.model_copy(update={"phase": RunPhase.SUCCEEDED, "reason": "Completed", "message": "ok"})
+    fin = st.with_conditions(done, ready.conditions, view, 2, "T4")
+    assert by(fin)["Succeeded"].status == "True" and by(fin)["Succeeded"].last_transition_time == "T4"
+    assert by(fin)["Progressing"].status == "False" and by(fin)["InferenceReady"].reason == "ScaledDown"
+
+
+def test_events_describe_transitions():
+    before = WhaleRunStatus(phase=RunPhase.PENDING)
+    after = WhaleRunStatus(phase=RunPhase.RUNNING, preemptions=1,
+                           best=BestEval(mean_at_k=0.3, k=8, phase="eval-c00-s000000-start", cycle=0, step=0))
+    req = PhaseRequest(run="r", phase="eval-c00-s000000-start", kind=PhaseKind.EVAL, attempt=2, spec={},
+                       eval=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None))
+    evs = st.events(before, after, (StartPhase(req), StopPhase("c01-weight", "patience")))
+    assert [(e.type, e.reason) for e in evs] == [
+        ("Normal", "Started"), ("Warning", "Preempted"), ("Normal", "NewBest"), ("Warning", "PhaseRetried"),
+        ("Normal", "StopRequested")]
+
+
+def test_status_merge_patch_clears_removed_fields():
+    old = {"phase": "Running", "activePhase": "c01-weight", "attempts": {"a": 1}, "best": {"k": 8, "harness": "h"}}
+    new = {"phase": "Running", "attempts": {"a": 2}, "best": {"k": 8}}
+    assert st.merge_patch(old, new) == {"activePhase": None, "attempts": {"a": 2}, "best": {"harness": None}}
+    assert st.merge_patch(new, new) == {}
