@@ -34,6 +34,9 @@ from whale.store.base import ObjectNotFound, Store, join_key
 
 log = logging.getLogger(__name__)
 
+#: archive files that are rewritten during a phase (everything else is written once)
+_MUTABLE = ("meta.json", "summary.json", "summary.md", "README.md", "error.txt")
+
 README = __doc__.split("::", 1)[1].split("Only D_harness", 1)[0]
 README_TEXT = (
     "# Meta-Harness archive of this harness phase\n\n"
@@ -123,11 +126,21 @@ class Archive:
     # ----- the proposer's view ---------------------------------------------------------------------
 
     def materialise(self, local_dir: Path) -> Path:
-        """Copy the archive to ``local_dir`` (the proposer's read-only view)."""
+        """Bring ``local_dir`` (the proposer's view) up to date with the archive.
+
+        Incremental: code, rationales, scores and traces are written once per candidate, so only
+        new ones are fetched; the few files that change (metas, summaries, iteration records) are
+        fetched every time. A phase of many candidates x 256 traces stays cheap on S3."""
         local_dir = Path(local_dir)
         local_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            self.store.download_dir(self.prefix, local_dir)
-        except ObjectNotFound:
-            log.info("archive %s is empty", self.prefix)
+        strip = len(self.prefix) + 1
+        for key in self.store.list(self.prefix):
+            rel = key[strip:]
+            dest = local_dir / rel
+            if dest.exists() and not (rel.endswith(_MUTABLE) or rel.startswith("iterations/")):
+                continue
+            try:
+                self.store.download_file(key, dest)
+            except ObjectNotFound:  # deleted between list and read
+                continue
         return local_dir

@@ -186,10 +186,9 @@ class HarnessSearch:
                 self.archive.write_summary()
 
     async def _propose(self, it: int) -> None:
-        base = self.workdir / f"iter{it:02d}"
-        shutil.rmtree(base, ignore_errors=True)
-        archive_dir = self.archive.materialise(base / "archive")
-        scratch = base / "scratch"
+        archive_dir = self.archive.materialise(self.workdir / "archive")  # kept across iterations
+        scratch = self.workdir / f"iter{it:02d}" / "scratch"
+        shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir(parents=True)
         request = ProposalRequest(
             iteration=it,
