@@ -207,3 +207,27 @@ def test_stop_request_ends_the_phase_cleanly(tmp_path: Path):
         assert srv.requests == []
     assert result.stopped_by == "stop-request" and result.iterations == 1
     assert store.exists(layout.result_key(RUN, PHASE))
+
+
+class DeadInferenceDouble(DigitSayerPolicyDouble):
+    """Every request fails, as when the model server is down."""
+
+    async def chat(self, *args, **kwargs):
+        from whale.inference.base import InferenceError
+
+        raise InferenceError("connection refused by the inference server double")
+
+
+@pytest.mark.timeout(120)
+def test_dead_inference_fails_the_phase_and_a_retry_recovers(tmp_path: Path):
+    from whale.metaharness.loop import SearchError
+
+    store = open_store(str(tmp_path / "store"))
+    with ScriptedProposerServerDouble([]) as srv:
+        _request(store, _spec(srv.base_url), iterations=1)
+        with pytest.raises(SearchError, match="every episode of the incoming harness failed"):
+            run_search(store, RUN, PHASE, client=DeadInferenceDouble(), settings=SETTINGS)
+        assert not store.exists(layout.result_key(RUN, PHASE))
+        assert store.read_jsonl(layout.metrics_key(RUN, PHASE)) == []
+        result = run_search(store, RUN, PHASE, client=DigitSayerPolicyDouble(), settings=SETTINGS)
+    assert result.accepted_candidate == "i01-incoming" and result.accepted_score == 0.0

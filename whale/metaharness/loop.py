@@ -157,8 +157,8 @@ class HarnessSearch:
                 rationale="The harness this phase started from (re-evaluated under the current weights).",
             )
             self.archive.add(cand, self.incoming_code)
-        if cand.status.final:
-            return
+        if cand.status is Status.SCORED:
+            return  # a FAILED incoming (infrastructure down last attempt) is evaluated again
         path = self._local_file(cand.id, self.incoming_code)
         t0 = time.monotonic()
         full = await self.evaluator.score(path, self._label(cand.id))
@@ -170,6 +170,14 @@ class HarnessSearch:
             self.archive.put(cand.with_(status=Status.FAILED, error=full.error, rollouts=full.rollouts, seconds=seconds))
             self.archive.write_summary()
             raise SearchError(f"the incoming harness does not run: {full.error}")
+        failed = [e for e in full.episodes if e.error]
+        if full.episodes and len(failed) == len(full.episodes):
+            # not a score of 0: the model server or the harness is down; fail (and be retried) instead
+            self.archive.put(cand.with_(status=Status.FAILED, error=failed[0].error, rollouts=full.rollouts,
+                                        seconds=seconds))
+            self.archive.write_summary()
+            raise SearchError(f"every episode of the incoming harness failed, e.g. {failed[0].error}; "
+                              "check the inference server and the harness")
         self.archive.put(cand.with_(status=Status.SCORED, score=full.score, mean_turns=full.mean_turns,
                                     rollouts=full.rollouts, seconds=seconds))
         self.archive.write_summary()
