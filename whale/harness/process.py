@@ -72,7 +72,8 @@ class HarnessProcess:
         self._stderr_task: asyncio.Task[None] | None = None
         self._stderr_tail = bytearray()
         self._start_lock = asyncio.Lock()
-        self._write_lock = asyncio.Lock()
+        self._outbox: list[tuple[sandbox.Spawned, bytes]] = []
+        self._flush_scheduled = False
         self._closed = False
 
     # ----- lifecycle ------------------------------------------------------------------------------
@@ -215,6 +216,18 @@ class HarnessProcess:
             raise HarnessError(f"hook {hook}: malformed answer from the harness process")
         return check_decision(answer.get("decision"), hook), _check_state(answer.get("state"), hook)
 
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        entries, self._outbox = self._outbox, []
+        proc = self._proc
+        data = b"".join(line for owner, line in entries if owner is proc)
+        if proc is None or not data or proc.stdin.is_closing():
+            return  # lines for a process that is gone: its requests were failed when it went
+        try:
+            proc.stdin.write(data)
+        except (BrokenPipeError, ConnectionResetError, RuntimeError):
+            log.warning("harness process pipe closed while writing")
+
     async def _request(self, fn: str, kwargs: dict[str, Any], timeout_s: float) -> Any:
         """One call over the pipe; returns the function's result or raises HarnessError."""
         proc = self._proc
@@ -224,13 +237,10 @@ class HarnessProcess:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
         line = json.dumps({"id": rid, "fn": fn, "args": [], "kwargs": kwargs}) + "\n"
-        try:
-            async with self._write_lock:
-                proc.stdin.write(line.encode("utf-8"))
-                await proc.stdin.drain()
-        except (BrokenPipeError, ConnectionResetError) as exc:
-            self._pending.pop(rid, None)
-            raise _Collateral(f"harness process gone: {exc}") from exc
+        self._outbox.append((proc, line.encode("utf-8")))
+        if not self._flush_scheduled:  # one write per event-loop iteration, however many episodes asked
+            self._flush_scheduled = True
+            asyncio.get_running_loop().call_soon(self._flush)
         try:
             answer = await asyncio.wait_for(future, timeout_s)
         except TimeoutError:

@@ -91,7 +91,8 @@ class Episode:
     # ----- (de)serialisation ------------------------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """A shallow dict (the fields themselves are JSON values already; ``asdict`` would deep-copy them)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Episode:
