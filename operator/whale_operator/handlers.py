@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import random
 import time
 from typing import Any
 
@@ -44,6 +45,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=API_GROUP)
     settings.posting.level = logging.INFO
+    # peering (a second replica): a random priority makes exactly one replica active, the other standby
+    settings.peering.priority = int(os.environ.get("WHALE_OPERATOR_PEERING_PRIORITY", random.randint(1, 32767)))
     settings.watching.server_timeout = int(os.environ.get("WHALE_OPERATOR_WATCH_TIMEOUT_S", "300"))
     metrics = OperatorMetrics()
     port = int(os.environ.get("WHALE_OPERATOR_METRICS_PORT", "8080"))

@@ -1,0 +1,159 @@
+"""Every manifest under manifests/ validates; examples are valid WhaleRuns; every image is ours or pinned."""
+
+from __future__ import annotations
+
+import functools
+import re
+import tomllib
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+from kubernetes_validate.utils import latest_version
+
+from whale.protocol import EvalPhaseArgs, HarnessPhaseArgs, PhaseKind, PhaseRequest, WeightPhaseArgs
+from whale.spec import Images, WhaleRunSpec
+from whale_operator import builders
+
+ROOT = Path(__file__).resolve().parents[2]
+MANIFESTS = ROOT / "manifests"
+EXAMPLES = sorted((MANIFESTS / "examples").glob("*.yaml"))
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+OUR_REGISTRY = "ghcr.io/whale-dev/whale-"
+VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+
+
+@functools.cache
+def docs(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.load_all(path.read_text(), Loader=_LOADER) if d]
+
+
+def all_docs() -> list[tuple[Path, dict[str, Any]]]:
+    return [(p, d) for p in sorted(MANIFESTS.rglob("*.yaml")) if p.name != "kustomization.yaml" for d in docs(p)]
+
+
+@functools.cache
+def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
+    out = {}
+    for _, d in all_docs():
+        if d["kind"] == "CustomResourceDefinition":
+            for v in d["spec"]["versions"]:
+                out[(f"{d['spec']['group']}/{v['name']}", d["spec"]["names"]["kind"])] = v["schema"]["openAPIV3Schema"]
+    return out
+
+
+@functools.cache
+def validator(api_version: str, kind: str) -> jsonschema.Draft4Validator:
+    return jsonschema.Draft4Validator(crd_schemas()[(api_version, kind)])
+
+
+@pytest.mark.parametrize("path, doc", all_docs(), ids=lambda x: x.name if isinstance(x, Path) else x["kind"])
+def test_manifest_validates(path: Path, doc: dict[str, Any]):
+    """Built-in kinds against the Kubernetes schemas (strict); custom kinds against our CRDs."""
+    custom = crd_schemas().get((doc["apiVersion"], doc["kind"]))
+    if custom is not None:
+        validator(doc["apiVersion"], doc["kind"]).validate(doc)  # OpenAPI 3.0 = draft 4 bounds
+    else:
+        kubernetes_validate.validate(doc, latest_version(), strict=True)
+
+
+def test_kustomization_installs_everything_but_the_examples():
+    listed = set(yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())["resources"])
+    present = {p.relative_to(MANIFESTS).as_posix() for p in MANIFESTS.rglob("*.yaml")
+               if p.name != "kustomization.yaml" and "examples" not in p.parts}
+    assert listed == present
+
+
+def test_examples_are_the_papers_twelve_runs_plus_a_tiny_cpu_run():
+    specs = {p.stem: WhaleRunSpec.model_validate(docs(p)[0]["spec"]) for p in EXAMPLES}
+    grid = Counter((s.domain, s.condition.value) for n, s in specs.items() if n != "tiny-cpu")
+    assert grid == Counter({(d, c): 1 for d in ("search_qa", "math_reasoning", "chess_puzzles")
+                            for c in ("rsft_only", "mh_only", "whale", "adaptive_whale")})
+    assert specs["chess-whale"].model.name == "Qwen/Qwen3.5-4B" and specs["math-whale"].model.name == "Qwen/Qwen3.5-2B"
+    assert specs["math-whale"].schedule.total_epochs == 6 and specs["searchqa-rsft"].schedule.total_epochs == 4
+    assert specs["searchqa-whale"].schedule.weight_epochs_per_cycle == 0.6
+    assert specs["searchqa-whale"].schedule.harness_iterations_per_cycle == 6
+    assert specs["math-mh"].schedule.mh_only_iterations == 60
+    assert specs["chess-rsft"].rsft.sampling.max_response_tokens == 16384
+    assert specs["tiny-cpu"].inference.backend == "transformers" and specs["tiny-cpu"].train.gpus_per_node == 0
+    for name, s in specs.items():
+        assert docs(MANIFESTS / "examples" / f"{name}.yaml")[0]["metadata"]["name"] == name
+
+
+def children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
+    run = builders.RunRef("example", "whale", "uid")
+    store = spec.storage.uri or "s3://whale"
+    wire = spec.to_wire()
+    reqs = [
+        PhaseRequest(run="example", phase="c01-weight", kind=PhaseKind.WEIGHT, attempt=1, spec=wire,
+                     weight=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=2,
+                                            steps_per_epoch=4)),
+        PhaseRequest(run="example", phase="c01-harness", kind=PhaseKind.HARNESS, attempt=1, spec=wire,
+                     harness=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=None, step=0, iterations=2,
+                                              archive="runs/example/archive/c01")),
+        PhaseRequest(run="example", phase="eval-c00-s000000-start", kind=PhaseKind.EVAL, attempt=1, spec=wire,
+                     eval=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None)),
+    ]
+    tools = builders.domain_tools(spec)
+    out = [builders.job(run, spec, r, store_uri=store, tools=tools) for r in reqs]
+    out += builders.tool_children(run, spec, tools, store_uri=store)
+    out += [builders.inference_deployment(run, spec, store_uri=store, checkpoint=None),
+            builders.inference_service(run, spec)]
+    multi = spec.model_copy(update={"train": spec.train.model_copy(update={"num_nodes": 2})})
+    out += [builders.job(run, multi, reqs[0], store_uri=store), builders.rendezvous_service(run, multi, reqs[0])]
+    return out
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_children_built_from_each_example_validate(path: Path):
+    spec = WhaleRunSpec.model_validate(docs(path)[0]["spec"])
+    for child in children_of(spec):
+        kubernetes_validate.validate(child, latest_version(), strict=True)
+
+
+def images_named() -> set[str]:
+    found: set[str] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                if k == "image" and isinstance(v, str):
+                    found.add(v)
+                walk(v)
+        elif isinstance(node, list):
+            for v in node:
+                walk(v)
+
+    for _, d in all_docs():
+        walk(d)
+    for p in EXAMPLES:
+        walk([c for c in children_of(WhaleRunSpec.model_validate(docs(p)[0]["spec"]))])
+    defaults = Images()
+    found |= {defaults.worker, defaults.vllm, defaults.tools}
+    return found
+
+
+def test_every_image_is_built_here_or_pinned_upstream():
+    images = images_named()
+    assert {"ghcr.io/whale-dev/whale-operator:" + VERSION, "vllm/vllm-openai:v0.11.0"} <= images
+    for image in sorted(images):
+        name, _, tag = image.rpartition(":")
+        if image.startswith(OUR_REGISTRY):
+            component = name[len(OUR_REGISTRY):]
+            assert (ROOT / "images" / component / "Dockerfile").is_file(), f"{image}: no images/{component}/Dockerfile"
+            assert tag == VERSION, f"{image}: our images are tagged with the package version {VERSION}"
+        else:
+            assert "@sha256:" in image or (tag and tag != "latest" and re.search(r"\d", tag)), \
+                f"{image}: upstream images must be pinned to a version tag or digest"
+
+
+def test_dockerfiles_pin_their_base_images():
+    for dockerfile in sorted((ROOT / "images").glob("*/Dockerfile")):
+        bases = re.findall(r"^FROM\s+(\S+)", dockerfile.read_text(), flags=re.M)
+        assert bases, dockerfile
+        for base in bases:
+            assert ":" in base and not base.endswith(":latest") and re.search(r":\S*\d", base), f"{dockerfile}: {base}"
