@@ -52,3 +52,59 @@ def test_mh_only_run_through_the_local_runner(tmp_path: Path, tiny_qwen3_dir: Pa
     cands = {c.id: c for c in Archive(store, layout.archive_prefix("mh", 1)).candidates()}
     assert cands["i02-c2"].status.value == "invalid"
     assert len(store.read_jsonl(layout.metrics_key("mh", "c01-harness"))) == 2
+
+
+#: a plumbing device, not a real harness: it answers from the task, so it scores 1.0 with any model
+ORACLE = '''from whale.harness.api import BaseHarness, env_action
+
+
+class Harness(BaseHarness):
+    SYSTEM_PROMPT = "Answer inside <answer></answer>."
+    USER_TEMPLATE = "{question}"
+    MAX_TURNS = 1
+    MAX_FORMAT_RETRIES = 0
+
+    def build_messages(self, task, state):
+        state["digit"] = task["digit"]
+        return super().build_messages(task, state)
+
+    def parse_action(self, text, state):
+        return env_action("<answer>" + str(state["digit"]) + "</answer>")
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_whale_run_trains_the_next_weight_phase_under_the_accepted_harness(tmp_path: Path, tiny_qwen3_dir: Path):
+    script = tmp_path / "proposals.json"
+    script.write_text(json.dumps({"iterations": {"2": [{"name": "oracle", "code": ORACLE}]}}))
+    spec = WhaleRunSpec.model_validate({
+        "domain": "synthetic", "condition": "whale",
+        "model": {"name": str(tiny_qwen3_dir)},
+        "schedule": {"totalSteps": 2, "weightStepsPerCycle": 1, "harnessIterationsPerCycle": 2},
+        "rsft": {"promptsPerStep": 4, "rolloutsPerPrompt": 2, "miniBatchSize": 4, "microBatchSizePerGpu": 2,
+                 "learningRate": 1e-4, "sampling": {"maxResponseTokens": 8}},
+        "data": {"harnessSize": 4, "weightSize": 16, "testSize": 2},
+        "evaluation": {"atStart": False, "afterHarnessPhase": False, "samplesPerItem": 1, "maxItems": 2},
+        "inference": {"backend": "transformers", "maxConcurrency": 8},
+        "harnessSearch": {"proposalsPerIteration": 1, "smokeTestItems": 2,
+                          "proposer": {"backend": "replay", "script": str(script)}},
+    })
+    store = open_store(str(tmp_path / "store"))
+    runner = LocalRunner(name="wh", spec=spec, store=store, split_sizes={"weight": 16, "harness": 4, "test": 2},
+                         workdir=tmp_path / "work", poll_interval_s=0.1)
+    status = runner.run(max_seconds=360)
+    logs = {p: store.read_text(layout.log_key("wh", p, 1))[-2000:] for p in ("c01-weight", "c01-harness", "c02-weight")
+            if store.exists(layout.log_key("wh", p, 1))}
+    assert status.phase is RunPhase.SUCCEEDED, f"{status.message}\n{logs}"
+    assert status.completed_phases[:3] == ["c01-weight", "c01-harness", "c02-weight"]
+    accepted = layout.harness_key("wh", "c01-accepted")
+    assert store.read_json(layout.result_key("wh", "c01-harness"))["acceptedCandidate"] == "i02-c1"
+    assert store.read_text(accepted) == ORACLE
+    # the next weight phase was asked to train under the accepted harness, and did: its training
+    # reward is the oracle's 1.0, where the first phase under h0 with a random model got ~0
+    request = store.read_json(layout.request_key("wh", "c02-weight"))
+    assert request["weight"]["harness"] == accepted
+    first = store.read_jsonl(layout.metrics_key("wh", "c01-weight"))
+    second = store.read_jsonl(layout.metrics_key("wh", "c02-weight"))
+    assert second[-1]["rewardMean"] == 1.0 and first[-1]["rewardMean"] < 1.0
