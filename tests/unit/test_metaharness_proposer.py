@@ -99,3 +99,14 @@ def test_from_spec_backends_and_key_errors(tmp_path):
     script.write_text("{")
     with pytest.raises(ProposerError, match="not valid JSON"):
         from_spec(ProposerSpec(backend="replay", script=str(script)), environ={})
+
+
+def test_old_tool_results_are_elided_over_the_context_budget():
+    from whale.metaharness.proposer.openai_agent import ELIDED, _elide_old_tool_results
+
+    messages = [{"role": "user", "content": "task"}] + [
+        {"role": "tool", "content": "x" * 100, "tool_call_id": str(i)} for i in range(5)
+    ]
+    _elide_old_tool_results(messages, budget=400)
+    assert [m["content"] == ELIDED for m in messages[1:]] == [True, True, True, False, False]
+    assert messages[0]["content"] == "task"

@@ -45,6 +45,9 @@ NUDGE = (
 _CODE_BLOCK_RE = re.compile(r"```(?:python|py)?\s*\n(.*?)```", re.DOTALL)
 #: longest tool result put back into the conversation
 TOOL_RESULT_CHARS = 20_000
+#: above this many characters of conversation, the oldest tool results are elided (re-readable)
+CONTEXT_CHARS = 400_000
+ELIDED = "[elided to save context; call the tool again if you need it]"
 
 
 class ProposerClient:
@@ -177,6 +180,7 @@ class OpenAIAgentProposer(Proposer):
             if workspace.finished:
                 report.stopped_by = "finish"
                 break
+            _elide_old_tool_results(messages, CONTEXT_CHARS)
         if report.stopped_by in ("max_turns", "max_tokens", "timeout"):
             report.notes.append(f"proposer stopped by its {report.stopped_by} budget")
         report.seconds = time.monotonic() - started
@@ -184,6 +188,17 @@ class OpenAIAgentProposer(Proposer):
         report.proposals = proposals
         report.notes.extend(notes)
         return report
+
+
+def _elide_old_tool_results(messages: list[dict[str, Any]], budget: int) -> None:
+    """Keep the conversation under ``budget`` characters by blanking the oldest tool results."""
+    total = sum(len(str(m.get("content") or "")) for m in messages)
+    for m in messages:
+        if total <= budget:
+            return
+        if m.get("role") == "tool" and m.get("content") != ELIDED:
+            total -= len(str(m["content"])) - len(ELIDED)
+            m["content"] = ELIDED
 
 
 def _assistant_message(data: dict[str, Any]) -> dict[str, Any]:
