@@ -83,6 +83,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--transitions", type=int, default=12)
+    ap.add_argument("--steady", type=int, default=40, help="children finished one by one with all runs present")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
 
@@ -140,11 +141,31 @@ def main() -> None:
         t1 = time.perf_counter()
         for p in players:  # every run's first child finishes at once: 200 runs react together
             p.finish(firsts[p.run])
-        wait_all_first(api, len(players), exclude={j["metadata"]["name"] for j in firsts.values()})
+        seconds = wait_all_first(api, len(players), exclude={j["metadata"]["name"] for j in firsts.values()})
         results["scale_second_child_all_s"] = time.perf_counter() - t1
         time.sleep(2.0)
         steady = delta(histogram(metrics), mid)
         steady_work = delta(histogram(metrics, "reconcile_work"), mid_work)
+
+        # steady state: 200 runs exist, their children finish one after another (as on a real cluster,
+        # where phases last minutes to hours); reaction time and reconcile latency under that load
+        time.sleep(5.0)
+        calm, calm_work = histogram(metrics), histogram(metrics, "reconcile_work")
+        loaded = []
+        for p in players[: args.steady]:
+            job = seconds[p.run]
+            p.finish(job)
+            t0 = time.perf_counter()
+            wait_for(p.pending_job, 30, 0.005, "the next Job")
+            loaded.append(time.perf_counter() - t0)
+        busy = delta(histogram(metrics), calm)
+        busy_work = delta(histogram(metrics, "reconcile_work"), calm_work)
+        results["reaction_with_200_runs_s"] = {"n": len(loaded), "median": statistics.median(loaded),
+                                               "p95": sorted(loaded)[int(0.95 * (len(loaded) - 1))],
+                                               "max": max(loaded)}
+        results["steady"] = {"reconciles": busy[-1][1], "p50_le_s": quantile(busy, 0.5),
+                             "p99_le_s": quantile(busy, 0.99), "work_p50_le_s": quantile(busy_work, 0.5),
+                             "work_p99_le_s": quantile(busy_work, 0.99)}
         cur, peak = rss_mb(proc.pid)
         results["scale"] = {
             "runs": args.runs, "create_s": created_s,
@@ -181,6 +202,10 @@ def main() -> None:
                   f"{int(b['reconciles'])} reconciles; latency incl. thread wait p50 <= {b['p50_le_s']} s, "
                   f"p99 <= {b['p99_le_s']} s; reconcile work p50 <= {b['work_p50_le_s']} s, "
                   f"p99 <= {b['work_p99_le_s']} s")
+        r, b = results["reaction_with_200_runs_s"], results["steady"]
+        print(f"with {s['runs']} runs present, children finishing one by one: reaction median {r['median']:.3f} s, "
+              f"p95 {r['p95']:.3f} s, max {r['max']:.3f} s; {int(b['reconciles'])} reconciles, latency p50 <= "
+              f"{b['p50_le_s']} s, p99 <= {b['p99_le_s']} s (work p99 <= {b['work_p99_le_s']} s)")
         print(f"operator RSS {s['operator_rss_mb']} MB (peak {s['operator_peak_rss_mb']} MB)")
 
 

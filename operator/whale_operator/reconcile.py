@@ -226,7 +226,7 @@ class Reconciler:
         store = self.store_for(spec)
         inference_managed = builders.uses_vllm(spec)
         if prev.phase.is_terminal():
-            self._scale_infra(run, spec, 0)
+            self._scale_infra(run, 0)
             return Outcome(prev, [])
 
         try:
@@ -257,13 +257,16 @@ class Reconciler:
         )
         decision = decide(spec, prev, obs)
         running = {p for p, c in children.items() if c.state is ChildState.RUNNING}
-        self._apply(run, spec, store, decision, running)
+        # one list serves the readiness view, the ensure and the scaling of the run's Deployments
+        deps = self._deployments(run) if inference_managed or builders.domain_tools(spec, self.config.domain_tools) \
+            else {}
+        self._apply(run, spec, store, decision, running, deps)
 
         new = decision.status
         # superseded attempts (a preempted Job left suspended by the queue) must not hold resources
         for job in observe.stale_jobs(jobs, new.attempts):
             self.kube.delete("batch/v1", "Job", namespace, job["metadata"]["name"])
-        dep = self.kube.get("apps/v1", "Deployment", namespace, names.inference_name(name)) if inference_managed else None
+        dep = deps.get(names.inference_name(name))
         view = st.InferenceView(managed=inference_managed, ready=observe.deployment_ready(dep))
         new = st.with_conditions(new, prev.conditions, view, generation, now)
         self._write_status(namespace, name, raw_status, new)
@@ -272,8 +275,12 @@ class Reconciler:
         return Outcome(new, st.events(prev, new, decision.actions), decision)
 
     # --- acting ---
+    def _deployments(self, run: builders.RunRef) -> dict[str, dict[str, Any]]:
+        return {d["metadata"]["name"]: d for d in
+                self.kube.list("apps/v1", "Deployment", run.namespace, names.run_selector(run.name))}
+
     def _apply(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, decision: Decision,
-               running: set[str]) -> None:
+               running: set[str], deps: dict[str, dict[str, Any]]) -> None:
         """Apply actions. Like the local runner, one phase child runs at a time (they share the
         inference server), owed evaluations first."""
         status = decision.status
@@ -284,21 +291,17 @@ class Reconciler:
                 store.write_text(layout.stop_key(run.name, action.phase), action.reason + "\n")
             elif isinstance(action, ServeCheckpoint):
                 self._serve(run, spec, store, action.checkpoint)
-            elif isinstance(action, SuspendRun):
+            elif isinstance(action, (SuspendRun, Finish, Fail)):
                 self._stop_children(run)
-                self._scale_infra(run, spec, 0)
-            elif isinstance(action, (Finish, Fail)):
-                self._stop_children(run)
-                self._scale_infra(run, spec, 0)
+                self._scale_infra(run, 0, deps)
         if status.phase is not RunPhase.RUNNING:
             return
-        if starts:
-            self._ensure_infra(run, spec, store, status.current_checkpoint)
-        for action in starts:
-            if running - {action.phase}:
-                break  # another phase's child is running; this one starts when it is done
+        # one phase child at a time: start the first one only when nothing else runs
+        startable = [a for a in starts if not running - {a.phase}][:1]
+        if startable:
+            self._ensure_infra(run, spec, status.current_checkpoint, deps)
+        for action in startable:
             self._start(run, spec, store, action)
-            running.add(action.phase)
 
     def _start(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, action: StartPhase) -> None:
         req = action.request
@@ -336,10 +339,9 @@ class Reconciler:
         out += builders.tool_children(run, spec, tools, store_uri=spec.storage.uri, replicas=replicas)
         return out
 
-    def _ensure_infra(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, checkpoint: str | None) -> None:
+    def _ensure_infra(self, run: builders.RunRef, spec: WhaleRunSpec, checkpoint: str | None,
+                      existing: dict[str, dict[str, Any]]) -> None:
         """The inference server and tool services exist and are scaled up while phases run."""
-        existing = {d["metadata"]["name"]: d for d in
-                    self.kube.list("apps/v1", "Deployment", run.namespace, names.run_selector(run.name))}
         for manifest in self._infra(run, spec, checkpoint, 1):
             name = manifest["metadata"]["name"]
             if manifest["kind"] == "Deployment" and name in existing:
@@ -350,8 +352,8 @@ class Reconciler:
                 continue
             self._ensure(manifest)
 
-    def _scale_infra(self, run: builders.RunRef, spec: WhaleRunSpec, replicas: int) -> None:
-        for dep in self.kube.list("apps/v1", "Deployment", run.namespace, names.run_selector(run.name)):
+    def _scale_infra(self, run: builders.RunRef, replicas: int, deps: dict[str, dict[str, Any]] | None = None) -> None:
+        for dep in (self._deployments(run) if deps is None else deps).values():
             if dep.get("spec", {}).get("replicas") != replicas:
                 self.kube.merge_patch("apps/v1", "Deployment", run.namespace, dep["metadata"]["name"],
                                       {"spec": {"replicas": replicas}})
