@@ -161,8 +161,8 @@ class Reconciler:
                 sizes = dict(domains.load(spec.domain).split_sizes(spec.data))
             except Exception as exc:  # noqa: BLE001 - any plugin failure means "not known here"
                 raise WaitingForData(
-                    f"split sizes of domain {spec.domain!r} are unknown: {exc}. Prepare the data (whale data "
-                    f"prepare) or write {store.uri_for(key)} with {{\"weight\": N, \"harness\": N, \"test\": N}}"
+                    f"split sizes of domain {spec.domain!r} are unknown here ({exc}); write {store.uri_for(key)} "
+                    f"with {{\"weight\": N, \"harness\": N, \"test\": N}} (`whale plan` prints them)"
                 ) from None
             store.write_json(key, sizes)
             return sizes
