@@ -51,11 +51,11 @@ def test_infinite_loop_times_out_fast():
     t0 = time.monotonic()
     r = run_python("while True:\n    pass\n", limits=Limits(wall_s=1.5))
     assert r.outcome is Outcome.TIMEOUT
-    assert time.monotonic() - t0 < 6
+    assert time.monotonic() - t0 < 15  # generous: CI machines are loaded
 
 
 def test_cpu_limit():
-    r = run_python("while True:\n    pass\n", limits=Limits(wall_s=20, cpu_s=1))
+    r = run_python("while True:\n    pass\n", limits=Limits(wall_s=60, cpu_s=1))
     assert r.outcome is Outcome.CPU_LIMIT, r.describe()
 
 

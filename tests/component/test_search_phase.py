@@ -80,7 +80,7 @@ def _request(store, spec: dict, iterations: int, stop_rule: HarnessStopRule | No
     store.write_json(layout.request_key(RUN, PHASE), request.to_wire())
 
 
-SETTINGS = EvalSettings(smoke_items=2, smoke_hook_timeout_s=1.0, smoke_timeout_s=30, candidate_timeout_s=60,
+SETTINGS = EvalSettings(smoke_items=2, smoke_hook_timeout_s=3.0, smoke_timeout_s=30, candidate_timeout_s=60,
                         max_concurrency=8)
 
 
