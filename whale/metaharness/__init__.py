@@ -1,0 +1,13 @@
+"""Meta-Harness search: the harness phase of WHALE (see ``docs/metaharness.md``).
+
+Modules (import them directly):
+
+* ``records``  — the candidate record, statuses, acceptance (best score, fewer turns, earlier), summaries. Pure.
+* ``archive``  — the phase's archive in the object store (layout in its docstring), and the proposer's local view.
+* ``validate`` — which of the harness runtime's rules a proposed candidate must pass (plus promptOnly).
+* ``evaluate`` — smoke test and full score of a candidate through the harness runtime.
+* ``proposer`` — the proposer interface and its backends (openai agent loop, external CLI, replay).
+* ``loop``     — :class:`~whale.metaharness.loop.HarnessSearch`, the iteration loop with resume.
+
+The workload entry point is ``whale.workloads.search``.
+"""
