@@ -305,6 +305,13 @@ class Reconciler:
 
     def _start(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, action: StartPhase) -> None:
         req = action.request
+        # the shared inference server serves the weights this child samples from (an evaluation of an
+        # earlier checkpoint included); one child runs at a time, so the target is unambiguous
+        target = (req.eval.checkpoint if req.eval else req.weight.from_checkpoint if req.weight
+                  else req.harness.checkpoint if req.harness else None)
+        serving = store.read_json_or_none(serving_key(run.name))
+        if serving is None or serving.get("checkpoint") != target:
+            self._serve(run, spec, store, target)
         key = layout.request_key(run.name, req.phase)
         wire = req.to_wire()
         if store.read_json_or_none(key) != wire:

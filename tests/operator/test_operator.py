@@ -254,3 +254,20 @@ def test_bad_spec_is_marked_failed_naming_the_field(start_operator, make_run, ku
         assert run.wait_job()["metadata"]["name"] == "broken-eval-c00-s000000-start-1"
         st = run.status()
         assert st["phase"] == "Running" and st["observedGeneration"] == 2
+
+
+def test_serving_target_follows_the_running_child(start_operator, make_run, store, kube_cluster, kube_namespace):
+    """An evaluation of a checkpoint is served that checkpoint; the next phase gets the current weights."""
+    from whale_operator.reconcile import serving_key
+
+    with start_operator():
+        run = make_run("serve")
+        run.finish(run.wait_job())                       # start eval: base model
+        assert store.read_json(serving_key("serve")) == {"checkpoint": None}
+        run.finish(run.wait_job())                       # c01-weight -> checkpoint step 2
+        ev = run.wait_job()
+        assert ev["metadata"]["name"] == "serve-eval-c01-s000002-weight-1"
+        ckpt = layout.checkpoint_prefix("serve", 2)
+        assert store.read_json(serving_key("serve")) == {"checkpoint": ckpt}
+        dep = kube_cluster.api.get("apps/v1", "deployments", kube_namespace, "serve-vllm")
+        assert dep["metadata"]["annotations"]["whale.dev/checkpoint"] == ckpt
