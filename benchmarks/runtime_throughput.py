@@ -117,32 +117,47 @@ def wait_ready(url: str, timeout_s: float = 60.0) -> None:
     raise TimeoutError(f"benchmark server at {url} not ready after {timeout_s} s")
 
 
+async def _raw_call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> None:
+    writer.write(request)
+    head = await reader.readuntil(b"\r\n\r\n")
+    status = int(head.split(b" ", 2)[1])
+    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+    await reader.readexactly(length)
+    if status != 200:
+        raise RuntimeError(f"benchmark server answered HTTP {status}")
+
+
 async def ceiling(url: str, concurrency: int, seconds: float) -> float:
-    """Requests/s of raw chat-completion calls with ``concurrency`` callers for ``seconds``."""
-    body = {"model": "fixed-latency", "messages": [{"role": "user", "content": "Round 0: answer <n>NUMBER</n>."}],
-            "max_tokens": 16}
+    """Requests/s the server serves to ``concurrency`` keep-alive connections for ``seconds``, measured
+    with a minimal raw HTTP/1.1 client (so the client's own overhead does not lower the ceiling)."""
+    host, port = url.split("//", 1)[1].split("/", 1)[0].split(":")
+    body = json.dumps({"model": "fixed-latency", "messages": [{"role": "user", "content": "Round 0: answer <n>NUMBER</n>."}],
+                       "max_tokens": 16}).encode()
+    request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n").encode() + body
     done = 0
-    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
-    async with httpx.AsyncClient(base_url=url, limits=limits, timeout=60) as http:
-        deadline = time.perf_counter() + seconds
+    deadline = time.perf_counter() + seconds
 
-        async def caller() -> None:
-            nonlocal done
+    async def caller() -> None:
+        nonlocal done
+        reader, writer = await asyncio.open_connection(host, int(port))
+        try:
             while time.perf_counter() < deadline:
-                response = await http.post("/chat/completions", json=body)
-                response.raise_for_status()
+                await _raw_call(reader, writer, request)
                 done += 1
+        finally:
+            writer.close()
 
-        started = time.perf_counter()
-        await asyncio.gather(*[caller() for _ in range(concurrency)])
-        return done / (time.perf_counter() - started)
+    started = time.perf_counter()
+    await asyncio.gather(*[caller() for _ in range(concurrency)])
+    return done / (time.perf_counter() - started)
 
 
-async def runtime(url: str, domain: CountDomain, concurrency: int, episodes: int) -> tuple[float, int]:
+async def runtime(url: str, domain: CountDomain, concurrency: int, episodes: int, transport: str) -> tuple[float, int]:
     """(episodes/s, episodes that ended with an error) for ``episodes`` episodes at ``concurrency``."""
     items = [{"id": f"e{i}"} for i in range(episodes)]
     traces = Path(tempfile.mkdtemp(prefix="bench-traces-")) / "traces.jsonl"
-    async with OpenAIClient(url, model="fixed-latency", max_connections=max(16, concurrency)) as client:
+    async with OpenAIClient(url, model="fixed-latency", max_connections=max(16, concurrency), transport=transport) as client:
         started = time.perf_counter()
         result = await run_episodes(domain, domain.h0_path(), client, items, SamplingParams(max_tokens=16),
                                     config=RunnerConfig(max_concurrency=concurrency), traces=traces)
@@ -151,13 +166,14 @@ async def runtime(url: str, domain: CountDomain, concurrency: int, episodes: int
     return episodes / elapsed, errors
 
 
-async def measure(url: str, domain: CountDomain, levels: list[int], seconds: float, latency_ms: float) -> list[dict[str, Any]]:
+async def measure(url: str, domain: CountDomain, levels: list[int], seconds: float, latency_ms: float,
+                  transport: str) -> list[dict[str, Any]]:
     rows = []
     for concurrency in levels:
         cap = await ceiling(url, concurrency, seconds)
         # size the episode count so the run lasts about `seconds` at the ceiling
         episodes = max(concurrency * 2, int(cap * seconds / domain.turns))
-        eps, errors = await runtime(url, domain, concurrency, episodes)
+        eps, errors = await runtime(url, domain, concurrency, episodes, transport)
         rows.append({"concurrency": concurrency, "ceiling_rps": cap, "episodes_per_s": eps,
                      "runtime_rps": eps * domain.turns, "ratio": eps * domain.turns / cap, "episodes": episodes,
                      "errors": errors, "latency_ms": latency_ms, "turns": domain.turns})
@@ -171,6 +187,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=6.0, help="measuring time per level and side")
     parser.add_argument("--turns", type=int, default=2, help="model calls per episode")
     parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
+    parser.add_argument("--transport", choices=["lean", "httpx"], default="lean",
+                        help="OpenAIClient transport (lean: whale.inference.transport; httpx: httpx's default pool)")
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve is not None:
@@ -179,19 +197,21 @@ def main(argv: list[str] | None = None) -> int:
 
     port = free_port()
     server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--latency-ms", str(args.latency_ms)],
-                              env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+                              env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                  filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))})
     try:
         url = f"http://127.0.0.1:{port}/v1"
         wait_ready(url)
         with tempfile.TemporaryDirectory() as tmp:
             harness = Path(tmp) / "count_harness.py"
             harness.write_text(HARNESS)
-            rows = asyncio.run(measure(url, CountDomain(args.turns, harness), args.levels, args.seconds, args.latency_ms))
+            rows = asyncio.run(measure(url, CountDomain(args.turns, harness), args.levels, args.seconds, args.latency_ms,
+                                       args.transport))
     finally:
         server.terminate()
         server.wait(timeout=10)
     print(f"runtime throughput vs server ceiling (latency {args.latency_ms:g} ms/request, {args.turns} requests/episode, "
-          f"{os.cpu_count()} CPUs)")
+          f"{os.cpu_count()} CPUs, {args.transport} transport)")
     print(f"{'concurrency':>11} {'ceiling req/s':>14} {'episodes/s':>11} {'runtime req/s':>14} {'ratio':>6} {'errors':>6}")
     for row in rows:
         print(f"{row['concurrency']:>11} {row['ceiling_rps']:>14.1f} {row['episodes_per_s']:>11.1f} "

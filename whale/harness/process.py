@@ -15,6 +15,7 @@ import dataclasses
 import itertools
 import json
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,10 @@ class HarnessError(RuntimeError):
 
 class HarnessLoadError(HarnessError):
     """The harness file did not load in the sandbox (the message names the cause and the line)."""
+
+
+class _HookTimeout(Exception):
+    """Internal: a call's timer fired before its answer came."""
 
 
 class _Collateral(HarnessError):
@@ -216,6 +221,11 @@ class HarnessProcess:
             raise HarnessError(f"hook {hook}: malformed answer from the harness process")
         return check_decision(answer.get("decision"), hook), _check_state(answer.get("state"), hook)
 
+    def _expire(self, rid: int) -> None:
+        future = self._pending.pop(rid, None)
+        if future is not None and not future.done():
+            future.set_exception(_HookTimeout())
+
     def _flush(self) -> None:
         self._flush_scheduled = False
         entries, self._outbox = self._outbox, []
@@ -241,14 +251,17 @@ class HarnessProcess:
         if not self._flush_scheduled:  # one write per event-loop iteration, however many episodes asked
             self._flush_scheduled = True
             asyncio.get_running_loop().call_soon(self._flush)
+        # one timer per call (cheaper than wait_for's extra task; thousands of hooks per second)
+        timer = asyncio.get_running_loop().call_later(timeout_s, self._expire, rid)
         try:
-            answer = await asyncio.wait_for(future, timeout_s)
-        except TimeoutError:
-            self._pending.pop(rid, None)
+            answer = await future
+        except _HookTimeout:
             log.warning("harness call %s exceeded %.1f s; restarting the process", fn, timeout_s)
             if self._proc is proc:
                 await self._kill()
             raise HarnessError(f"hook {fn} did not answer within {timeout_s:g} s") from None
+        finally:
+            timer.cancel()
         if not answer.get("ok"):
             raise HarnessError(f"hook {fn} failed: {answer.get('message') or answer.get('error_type')}")
         return answer.get("result")
@@ -284,3 +297,63 @@ def check_decision(decision: Any, hook: str) -> dict[str, Any]:
         else:
             raise HarnessError(f"hook {hook}: action {i} needs kind 'env' or 'tool', got {kind!r}")
     return {"messages": messages, "actions": actions, "done": bool(decision.get("done", False))}
+
+
+def default_processes() -> int:
+    """Harness processes per pool: hooks of many episodes arrive in bursts, one process serves them
+    one by one; a few processes (not more than the CPUs) take the queueing out of every turn."""
+    return max(1, min(4, (os.cpu_count() or 1)))
+
+
+class HarnessPool:
+    """Several :class:`HarnessProcess` workers of one harness file behind the same interface.
+
+    Hooks are functions of their arguments and ``state``, so any worker can answer any call; each
+    call goes to the worker with the fewest calls in flight."""
+
+    def __init__(
+        self,
+        path: Path,
+        allowed_imports: frozenset[str] | set[str],
+        limits: sandbox.SandboxLimits | None = None,
+        processes: int | None = None,
+        backend: str = "auto",
+    ):
+        count = processes or default_processes()
+        self.workers = [HarnessProcess(path, allowed_imports, limits, backend=backend) for _ in range(count)]
+        self.path = self.workers[0].path
+        self._in_flight = [0] * count
+
+    async def __aenter__(self) -> HarnessPool:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def start(self) -> HarnessInfo:
+        infos = await asyncio.gather(*(w.start() for w in self.workers))
+        return infos[0]
+
+    @property
+    def info(self) -> HarnessInfo | None:
+        return self.workers[0].info
+
+    @property
+    def isolation(self) -> dict[str, Any]:
+        return {**self.workers[0].isolation, "processes": len(self.workers)}
+
+    @property
+    def restarts(self) -> int:
+        return sum(w.restarts for w in self.workers)
+
+    async def call(self, hook: str, args: dict[str, Any], state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+        index = min(range(len(self.workers)), key=self._in_flight.__getitem__)
+        self._in_flight[index] += 1
+        try:
+            return await self.workers[index].call(hook, args, state)
+        finally:
+            self._in_flight[index] -= 1
+
+    async def aclose(self) -> None:
+        await asyncio.gather(*(w.aclose() for w in self.workers))

@@ -11,6 +11,7 @@ domain's verifier (``Environment.reward``) after the episode ends, however it en
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.domain import Domain, DomainError, Environment
-from whale.harness.process import HarnessError, HarnessProcess
+from whale.harness.process import HarnessError, HarnessPool, HarnessProcess
 from whale.harness.sandbox import SandboxLimits
 from whale.harness.trace import EndReason, Episode
 from whale.inference.base import InferenceClient, InferenceError, SamplingParams
@@ -53,7 +54,7 @@ class EpisodeRunner:
     def __init__(
         self,
         domain: Domain,
-        harness: HarnessProcess,
+        harness: HarnessProcess | HarnessPool,
         client: InferenceClient,
         sampling: SamplingParams,
         config: RunnerConfig | None = None,
@@ -245,19 +246,25 @@ async def run_episodes(
     limits: SandboxLimits | None = None,
     traces: Path | None = None,
     on_episode: Callable[[Episode], None] | None = None,
+    processes: int | None = None,
 ) -> list[Episode]:
-    """One call: start the harness process for ``harness_path``, run ``k`` episodes per item, stop it.
-    ``traces``: a JSON-lines file the episodes are appended to as they finish."""
+    """One call: start the harness processes for ``harness_path``, run ``k`` episodes per item, stop them.
+    ``traces``: a JSON-lines file the episodes are appended to as they finish. ``processes``: harness
+    processes in the pool (default ``whale.harness.process.default_processes()``)."""
     config = config or RunnerConfig(harness_label=str(harness_path))
-
-    def sink(episode: Episode) -> None:
+    with contextlib.ExitStack() as stack:
+        out = None
         if traces is not None:
             traces.parent.mkdir(parents=True, exist_ok=True)
-            with traces.open("a", encoding="utf-8") as fh:
-                fh.write(episode.to_json() + "\n")
-        if on_episode is not None:
-            on_episode(episode)
+            out = stack.enter_context(traces.open("a", encoding="utf-8"))
 
-    async with HarnessProcess(harness_path, domain.allowed_imports, limits) as harness:
-        runner = EpisodeRunner(domain, harness, client, sampling, config)
-        return await runner.run(items, k=k, on_episode=sink)
+        def sink(episode: Episode) -> None:
+            if out is not None:
+                out.write(episode.to_json() + "\n")
+                out.flush()
+            if on_episode is not None:
+                on_episode(episode)
+
+        async with HarnessPool(harness_path, domain.allowed_imports, limits, processes) as harness:
+            runner = EpisodeRunner(domain, harness, client, sampling, config)
+            return await runner.run(items, k=k, on_episode=sink)

@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from whale.inference.base import ChatResult, Completion, InferenceClient, InferenceError, SamplingParams
+from whale.inference.transport import LeanHTTPTransport
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +38,8 @@ class OpenAIClient(InferenceClient):
         max_connections: HTTP connection pool size (≥ the runtime's concurrency).
         api_key: sent as a Bearer token when given (never logged).
         send_top_k: include ``top_k`` in requests (vLLM: yes; strict OpenAI servers: no).
+        transport: ``lean`` (``whale.inference.transport``: O(1) connection reuse, plain http only),
+            ``httpx`` (httpx's default pool; TLS) or ``auto`` (lean for http://, httpx for https://).
     """
 
     def __init__(
@@ -52,6 +55,7 @@ class OpenAIClient(InferenceClient):
         max_connections: int = 256,
         api_key: str | None = None,
         send_top_k: bool = True,
+        transport: str = "auto",
     ):
         self.base_url = base_url.rstrip("/")
         self._model = model
@@ -60,13 +64,18 @@ class OpenAIClient(InferenceClient):
         self.max_backoff_s = max_backoff_s
         self.send_top_k = send_top_k
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        lean = transport == "lean" or (transport == "auto" and self.base_url.startswith("http://"))
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
             headers=headers,
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
             limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
+            transport=LeanHTTPTransport(max_connections) if lean else None,
         )
         self._model_lock = asyncio.Lock()
+        # absolute URLs parsed once: httpx re-parses and merges a relative URL on every request
+        self._urls = {path: httpx.URL(self.base_url + path) for path in ("/models", "/chat/completions")}
+        self._json_headers = {"Content-Type": "application/json"}
 
     @property
     def model(self) -> str:  # type: ignore[override]
@@ -139,13 +148,15 @@ class OpenAIClient(InferenceClient):
         attempt = 0
         while True:
             try:
-                response = await self._http.request(method, path, json=body)
+                content = None if body is None else json.dumps(body).encode("utf-8")
+                response = await self._http.request(method, self._urls.get(path) or path, content=content,
+                                                    headers=self._json_headers if content is not None else None)
             except (httpx.TransportError, httpx.TimeoutException) as exc:
                 problem = f"{type(exc).__name__}: {exc}"
             else:
                 if response.status_code < 400:
                     try:
-                        return response.json()
+                        return json.loads(response.content)
                     except json.JSONDecodeError as exc:
                         raise InferenceError(f"{self.base_url}{path}: the answer is not JSON ({exc})") from exc
                 if response.status_code not in RETRY_STATUSES:

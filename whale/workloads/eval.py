@@ -33,7 +33,7 @@ from typing import Any
 
 from whale import layout
 from whale.domain import Domain
-from whale.harness.process import HarnessProcess
+from whale.harness.process import HarnessPool
 from whale.harness.runner import EpisodeRunner, RunnerConfig
 from whale.harness.trace import EndReason, Episode
 from whale.harness.validate import validate_file
@@ -160,7 +160,7 @@ async def _evaluate(store: Store, run: str, phase: str, request: PhaseRequest, s
     notes: list[str] = []
     errors = sum(len(r.get("errors", [])) for r in records)
     config = RunnerConfig(max_concurrency=spec.inference.max_concurrency, harness_label=request.eval.harness or "h0")
-    async with HarnessProcess(harness_path, domain.allowed_imports) as harness:
+    async with HarnessPool(harness_path, domain.allowed_imports) as harness:
         runner = EpisodeRunner(domain, harness, client, sampling_for(spec, spec.evaluation.temperature), config)
         for start in range(0, len(todo), chunk):
             if store.exists(layout.stop_key(run, phase)):
