@@ -41,7 +41,9 @@ def test_whale_run_two_cycles(start_operator, make_run, kube_cluster: EmulatedCl
         wait_for(lambda: conditions(run.status()).get("InferenceReady", {}).get("status") == "True",
                  what="InferenceReady=True")
         final = run.play_to_end()
-        events_seen = events(api, kube_namespace, "two-cycles")
+        # Events are posted after the status write: wait for the last one
+        events_seen = wait_for(lambda: (ev := events(api, kube_namespace, "two-cycles"))
+                               and ("Normal", "Succeeded") in ev and ev, what="the Succeeded event")
 
     assert final["phase"] == "Succeeded", final
     assert final["completedPhases"] == ["c01-weight", "c01-harness", "c02-weight"]
@@ -135,7 +137,8 @@ def test_failed_train_job_is_retried_then_fails_the_run(start_operator, make_run
             run.fail(job, "Container worker for pod failed with exit code 1 matching FailJob rule at index 1")
         final = wait_for(lambda: run.status() if run.status().get("phase") == "Failed" else None,
                          what="the run to fail")
-        seen = events(api, kube_namespace, "flaky")
+        seen = wait_for(lambda: (ev := events(api, kube_namespace, "flaky")) and ("Warning", "Failed") in ev and ev,
+                        what="the Failed event")
     assert final["reason"] == "PhaseFailed"
     assert final["failures"] == {"c01-weight": 2} and final["attempts"]["c01-weight"] == 2
     assert "RuntimeError: CUDA out of memory" in final["message"]
@@ -161,7 +164,7 @@ def test_preempted_job_is_restarted_without_counting_a_failure(start_operator, m
         wait_for(lambda: "preempt-c01-weight-1" not in run.job_names(), what="the preempted Job to go")
         st = wait_for(lambda: run.status() if run.status().get("preemptions") == 1 else None, what="preemptions=1")
         assert st["failures"] == {} and st["attempts"]["c01-weight"] == 2
-        assert ("Warning", "Preempted") in events(api, kube_namespace, "preempt")
+        wait_for(lambda: ("Warning", "Preempted") in events(api, kube_namespace, "preempt"), what="Preempted")
         # the retried attempt resumes and the run goes on
         final = run.play_to_end()
     assert final["phase"] == "Succeeded"
@@ -190,9 +193,9 @@ def test_suspend_and_resume(start_operator, make_run, kube_cluster, kube_namespa
         st = wait_for(lambda: run.status() if run.status().get("phase") == "Running" else None, what="Running")
         assert st["failures"] == {} and st["attempts"]["c01-weight"] == 1
         assert api.get("apps/v1", "deployments", kube_namespace, "pause-vllm")["spec"]["replicas"] == 1
-        assert ("Normal", "Suspended") in events(api, kube_namespace, "pause")
+        wait_for(lambda: ("Normal", "Suspended") in events(api, kube_namespace, "pause"), what="Suspended")
         final = run.play_to_end()
-        assert ("Normal", "Resumed") in events(api, kube_namespace, "pause")
+        wait_for(lambda: ("Normal", "Resumed") in events(api, kube_namespace, "pause"), what="the Resumed event")
     assert final["phase"] == "Succeeded"
 
 
@@ -247,7 +250,7 @@ def test_bad_spec_is_marked_failed_naming_the_field(start_operator, make_run, ku
         assert st["reason"] == "InvalidSpec" and st["message"].startswith("spec.model")
         failed = conditions(st)["Failed"]
         assert failed["status"] == "True" and failed["reason"] == "InvalidSpec" and "spec.model" in failed["message"]
-        assert ("Warning", "InvalidSpec") in events(api, kube_namespace, "broken")
+        wait_for(lambda: ("Warning", "InvalidSpec") in events(api, kube_namespace, "broken"), what="InvalidSpec")
         assert run.jobs() == []
         # fixing the spec (a new generation) starts the run from scratch
         api.patch(WR, "whaleruns", kube_namespace, "broken", {"spec": {"model": {"name": "Qwen/Qwen3.5-2B"}}})
