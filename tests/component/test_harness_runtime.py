@@ -205,3 +205,21 @@ async def test_load_errors_name_the_cause(tmp_path: Path, source: str, needle: s
     with pytest.raises(HarnessLoadError, match=needle):
         async with HarnessProcess(harness_file(tmp_path, source), ALLOWED):
             pass
+
+
+async def test_a_pool_spreads_concurrent_hooks_over_its_processes(tmp_path: Path) -> None:
+    from whale.harness.process import HarnessPool
+
+    path = harness_file(tmp_path, '''
+        import os
+        class Harness(BaseHarness):
+            def start(self, task, state):
+                total = 0
+                for i in range(20000):
+                    total += i
+                return Decision(messages=[{"role": "user", "content": str(os.getpid())}])
+    ''')
+    async with HarnessPool(path, ALLOWED, processes=2) as pool:
+        answers = await asyncio.gather(*[pool.call("start", {"task": {}}, {}) for _ in range(20)])
+        assert pool.isolation["processes"] == 2
+    assert len({decision["messages"][0]["content"] for decision, _ in answers}) == 2

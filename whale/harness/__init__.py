@@ -10,7 +10,8 @@ process imports ``whale.harness.api`` and must stay light):
 * ``sandbox``  — how the harness process is started (rlimits, no network, scrubbed environment).
 * ``worker``   — the program inside the sandboxed process: loads the harness, answers hook calls.
 * ``process``  — :class:`~whale.harness.process.HarnessProcess`, the runtime's handle on that
-  process (async, many concurrent episodes over one pipe).
+  process (async, many concurrent episodes over one pipe), and
+  :class:`~whale.harness.process.HarnessPool` (a few of them, calls to the least busy).
 * ``runner``   — :class:`~whale.harness.runner.EpisodeRunner`: the episode loop, bounded
   concurrency, verifier, token accounting; :func:`~whale.harness.runner.run_episodes` for one call.
 * ``trace``    — the :class:`~whale.harness.trace.Episode` record, JSON lines.
