@@ -98,7 +98,7 @@ class DownClient(InferenceClient):
 
 def test_eval_fails_instead_of_reporting_zero_when_inference_is_down(store) -> None:
     store.write_json(layout.request_key(RUN, PHASE), request())
-    with pytest.raises(EvalError, match="every episode of the first 2 items failed; first error: connection refused"):
+    with pytest.raises(EvalError, match="every episode of the first 4 items failed; first error: connection refused"):
         run_eval(store, RUN, PHASE, domain=GuessNumberDomainDouble(), client=DownClient())
     assert not store.exists(layout.result_key(RUN, PHASE))
 

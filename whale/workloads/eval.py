@@ -156,7 +156,8 @@ async def _evaluate(store: Store, run: str, phase: str, request: PhaseRequest, s
     records = store.read_jsonl(items_key)  # an earlier attempt's items are kept
     done = {r["item_id"] for r in records}
     todo = [item for item in items if str(item.get("id")) not in done]
-    chunk = chunk_items or max(1, spec.inference.max_concurrency // k)
+    # chunks of ~4x the concurrency in episodes: few stragglers idle the slots, STOP is still seen often
+    chunk = chunk_items or max(1, 4 * spec.inference.max_concurrency // k)
     notes: list[str] = []
     errors = sum(len(r.get("errors", [])) for r in records)
     config = RunnerConfig(max_concurrency=spec.inference.max_concurrency, harness_label=request.eval.harness or "h0")
