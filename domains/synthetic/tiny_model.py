@@ -1,10 +1,10 @@
 """A tiny chat model for the synthetic domain, built offline in seconds (``python -m synthetic.tiny_model DIR``).
 
 A byte-level BPE tokenizer trained on the domain's own texts, a ChatML chat template, and a
-two-layer Qwen3-architecture model taught *only the answer format*: it answers
-``<answer>D</answer>`` with a digit D drawn at random, independent of the question. So it starts at
-the chance reward (about 0.1) and everything above that must come from RSFT. Deterministic for a
-given seed. The result is a normal HF checkpoint folder (safetensors + config + tokenizer) that
+two-layer Qwen3-architecture model given a short supervised warm-up (50 updates): enough to answer
+``<answer>D</answer>`` reliably, too little to copy the asked digit D most of the time (it does in
+roughly a fifth of sampled replies). So it starts well below perfect and everything above that
+start must come from RSFT. Deterministic for a given seed. The result is a normal HF checkpoint folder (safetensors + config + tokenizer) that
 ``spec.model.name`` can point at.
 """
 
@@ -60,8 +60,8 @@ def build_model(vocab_size: int, seed: int):
     torch.manual_seed(seed)
     config = Qwen3Config(
         vocab_size=vocab_size,
-        hidden_size=64,
-        intermediate_size=128,
+        hidden_size=128,
+        intermediate_size=256,
         num_hidden_layers=2,
         num_attention_heads=4,
         num_key_value_heads=2,
@@ -72,26 +72,29 @@ def build_model(vocab_size: int, seed: int):
     return Qwen3ForCausalLM(config)
 
 
-def format_conversations(n: int, seed: int) -> list[list[dict[str, str]]]:
-    """Conversations whose answer digit is random: the format, not the task."""
+def format_conversations(n: int, seed: int, copy_prob: float = 0.0) -> list[list[dict[str, str]]]:
+    """Conversations in the answer format whose digit is the asked one with probability
+    ``copy_prob`` and a random one otherwise: the format, and a weak prior for the task."""
     from synthetic import tasks
 
     rng = random.Random(f"whale-synthetic-format:{seed}")
     out = []
     for _ in range(n):
         item = {"digit": rng.randrange(10)}
+        answer = item["digit"] if rng.random() < copy_prob else rng.randrange(10)
         out.append(
             [
                 {"role": "system", "content": tasks.SYSTEM_PROMPT},
                 {"role": "user", "content": tasks.user_prompt(item)},
-                {"role": "assistant", "content": f"<answer>{rng.randrange(10)}</answer>"},
+                {"role": "assistant", "content": f"<answer>{answer}</answer>"},
             ]
         )
     return out
 
 
-def build(out_dir: Path, *, seed: int = 0, format_updates: int = 60) -> Path:
-    """Tokenizer + tiny model taught the answer format; saved as an HF checkpoint in ``out_dir``."""
+def build(out_dir: Path, *, seed: int = 0, format_updates: int = 50, copy_prob: float = 1.0) -> Path:
+    """Tokenizer + tiny model taught the answer format (and, with ``copy_prob``, a weak prior for the
+    task: it starts near ``copy_prob + (1 - copy_prob) / 10`` reward); saved as an HF checkpoint."""
     import torch
 
     from whale.rsft.collate import encode_trajectory
@@ -106,7 +109,7 @@ def build(out_dir: Path, *, seed: int = 0, format_updates: int = 60) -> Path:
     cfg = RSFTConfig(mini_batch_size=32, micro_batch_size_per_gpu=32, learning_rate=3e-3, precision="fp32")
     trainer = SFTTrainer(model, cfg, device=torch.device("cpu"), pad_id=tokenizer.pad_token_id)
     examples = []
-    for conv in format_conversations(32 * format_updates, seed):
+    for conv in format_conversations(32 * format_updates, seed, copy_prob):
         examples += encode_trajectory(tokenizer, Trajectory(prompt_index=0, messages=tuple(conv), reward=1.0))
     trainer.train(examples, lr=cfg.learning_rate, seed=seed)
     out_dir = Path(out_dir)
@@ -120,8 +123,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--copy-prob", type=float, default=1.0, help="share of correct answers in the warm-up data (0: format only)")
     args = parser.parse_args(argv)
-    print(build(args.out_dir, seed=args.seed))
+    print(build(args.out_dir, seed=args.seed, copy_prob=args.copy_prob))
 
 
 if __name__ == "__main__":

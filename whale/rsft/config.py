@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-from whale.protocol import PhaseRequest, WeightPhaseArgs
-from whale.spec import WhaleRunSpec
+if TYPE_CHECKING:  # pydantic models; imported lazily so the trainer runs where pydantic is absent
+    from whale.protocol import PhaseRequest, WeightPhaseArgs
+    from whale.spec import WhaleRunSpec
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,8 @@ class RSFTConfig:
     #: "auto" = bf16 autocast over fp32 master weights on a GPU, fp32 on the CPU
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     gradient_checkpointing: bool = False
+    #: torch.compile each decoder layer (regional compilation: one graph, reused by every layer)
+    compile_layers: bool = False
     #: concatenate a micro-batch's sequences into one row (no padding) instead of padding them
     pack_sequences: bool = False
     #: longest training sequence; longer ones are cut (None: the model's max length)
@@ -61,6 +64,8 @@ class RSFTConfig:
     def from_request(cls, request: PhaseRequest) -> RSFTConfig:
         if request.weight is None:
             raise ValueError(f"phase {request.phase}: request.json has kind {request.kind.value!r} but no `weight` args")
+        from whale.spec import WhaleRunSpec
+
         spec = WhaleRunSpec.model_validate(request.spec)
         return cls.from_spec(spec, request.weight)
 

@@ -1,0 +1,224 @@
+"""SFT throughput (tokens/s) and MFU of the RSFT trainer (``whale.rsft.trainer.SFTTrainer``).
+
+Runs the trainer's real code path (collation, selective LM head, token-mean loss, fp32 master
+weights + bf16 autocast, fused AdamW, gradient accumulation) on a randomly initialised model built
+from a config, on random token sequences, and reports per variant: trained tokens per second and
+model FLOPs utilisation against a given peak (default 790 TFLOP/s, the measured dense bf16 ceiling
+of an H200).
+
+Model FLOPs per trained token = 3 x forward, forward = 2 x (matmul parameters, LM head included)
++ causal attention 2 x 2 x layers x (heads x head_dim) x mean context. Recomputation under gradient
+checkpointing is *not* counted (MFU, not hardware FLOPs utilisation).
+
+Variants (``--variants``):
+  fixed       every sequence --seq tokens, micro-batches padded (no padding occurs)
+  fixed-gc    the same with gradient checkpointing and a larger micro-batch
+  var-pad     lengths uniform in [seq/8, seq], micro-batches right-padded
+  var-pack    the same sequences packed into one row per micro-batch (position ids restart)
+  var-mb1     variable lengths, one sequence per micro-batch (no padding, no mask: flash path)
+  *-compile   the same with every decoder layer torch.compile'd (rsft.compile_layers)
+  var-pack-flex  packed, with transformers' flex_attention (block-sparse document mask)
+
+GPU (one H200)::
+
+    python benchmarks/sft_throughput.py --model qwen3-1.7b --seq 4096 --out sft.json
+
+CPU smoke test of the script itself::
+
+    python benchmarks/sft_throughput.py --model tiny --seq 128 --minibatch 4 --updates 1 --warmup 0
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+from whale.rsft.collate import IGNORE_INDEX, Example
+from whale.rsft.config import RSFTConfig
+from whale.rsft.trainer import SFTTrainer
+
+MODELS = {
+    # Qwen3-1.7B's shape (config.json of Qwen/Qwen3-1.7B)
+    "qwen3-1.7b": dict(
+        vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+        num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
+        rope_theta=1000000.0, tie_word_embeddings=True, rms_norm_eps=1e-6,
+    ),
+    "tiny": dict(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
+        tie_word_embeddings=True,
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    variable: bool
+    pack: bool
+    grad_ckpt: bool
+    micro: int
+    compile: bool = False
+    attn: str | None = None
+
+
+def variants(micro: int, micro_gc: int) -> dict[str, Variant]:
+    return {
+        "fixed": Variant("fixed", False, False, False, micro),
+        "fixed-gc": Variant("fixed-gc", False, False, True, micro_gc),
+        "var-pad": Variant("var-pad", True, False, False, micro),
+        "var-pack": Variant("var-pack", True, True, False, micro),
+        "var-pack-gc": Variant("var-pack-gc", True, True, True, micro_gc),
+        "fixed-compile": Variant("fixed-compile", False, False, False, micro, compile=True),
+        "fixed-gc-compile": Variant("fixed-gc-compile", False, False, True, micro_gc, compile=True),
+        "var-pad-compile": Variant("var-pad-compile", True, False, False, micro, compile=True),
+        "var-pack-compile": Variant("var-pack-compile", True, True, False, micro, compile=True),
+        "var-mb1": Variant("var-mb1", True, False, False, 1),
+        "var-mb1-compile": Variant("var-mb1-compile", True, False, False, 1, compile=True),
+        "var-pack-flex": Variant("var-pack-flex", True, True, False, micro, attn="flex_attention"),
+    }
+
+
+def model_flops_per_token(cfg: dict, mean_ctx: float) -> float:
+    h, inter, layers = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+    q = cfg["num_attention_heads"] * cfg["head_dim"]
+    kv = cfg["num_key_value_heads"] * cfg["head_dim"]
+    per_layer = h * q + 2 * h * kv + q * h + 3 * h * inter
+    matmul_params = layers * per_layer + h * cfg["vocab_size"]
+    forward = 2 * matmul_params + 4 * layers * q * mean_ctx
+    return 3 * forward
+
+
+def make_examples(n: int, seq: int, variable: bool, vocab: int, seed: int) -> list[Example]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        length = rng.randint(max(2, seq // 8), seq) if variable else seq
+        ids = tuple(rng.randrange(vocab) for _ in range(length))
+        labels = (IGNORE_INDEX,) + ids[1:]
+        out.append(Example(ids, labels))
+    return out
+
+
+def mean_context(examples: list[Example]) -> float:
+    """Mean attended context per token under causal attention: (L + 1) / 2 per sequence, token-weighted."""
+    tokens = sum(len(e) for e in examples)
+    return sum(len(e) * (len(e) + 1) / 2 for e in examples) / tokens
+
+
+def run_variant(args: argparse.Namespace, v: Variant, device: torch.device) -> dict:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    mcfg = MODELS[args.model]
+    torch.manual_seed(0)
+    config = Qwen3Config(**mcfg)
+    with torch.device(device):
+        model = Qwen3ForCausalLM._from_config(config, attn_implementation=v.attn or args.attn, dtype=torch.float32)
+    cfg = RSFTConfig(
+        mini_batch_size=args.minibatch,
+        micro_batch_size_per_gpu=v.micro,
+        learning_rate=1e-6,
+        precision=args.precision,
+        gradient_checkpointing=v.grad_ckpt,
+        pack_sequences=v.pack,
+        compile_layers=v.compile,
+    )
+    trainer = SFTTrainer(model, cfg, device=device, pad_id=0)
+    batches = [
+        make_examples(args.minibatch, args.seq, v.variable, mcfg["vocab_size"], seed=i)
+        for i in range(args.warmup + args.updates)
+    ]
+    for i in range(args.warmup):
+        trainer.train(batches[i], lr=1e-6, seed=i)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    rates, mfus, losses = [], [], []
+    for i in range(args.warmup, args.warmup + args.updates):
+        examples = batches[i]
+        stats = trainer.train(examples, lr=1e-6, seed=i)
+        tokens = sum(len(e) for e in examples)  # every token is forwarded; all but the first carry loss
+        flops = model_flops_per_token(mcfg, mean_context(examples)) * tokens
+        rates.append(tokens / stats.seconds)
+        mfus.append(flops / stats.seconds / (args.peak_tflops * 1e12))
+        losses.append(stats.loss)
+    peak_mem = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0
+    result = {
+        "variant": v.name,
+        "micro_batch": v.micro,
+        "grad_ckpt": v.grad_ckpt,
+        "packed": v.pack,
+        "compiled": v.compile,
+        "attn": v.attn or args.attn,
+        "variable_lengths": v.variable,
+        "tokens_per_s": statistics.median(rates),
+        "mfu": statistics.median(mfus),
+        "mfu_all": mfus,
+        "peak_mem_gib": peak_mem,
+        "loss": losses[-1],
+    }
+    if args.save_check and v.name == "fixed":
+        result["save_pretrained_s"] = time_save(model)
+    del trainer, model
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return result
+
+
+def time_save(model: torch.nn.Module) -> float:
+    """Seconds to write the model as safetensors (what a reload-style weight sync writes per step)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        start = time.perf_counter()
+        model.save_pretrained(Path(tmp), safe_serialization=True)
+        return time.perf_counter() - start
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", choices=sorted(MODELS), default="qwen3-1.7b")
+    parser.add_argument("--seq", type=int, default=4096)
+    parser.add_argument("--minibatch", type=int, default=16, help="sequences per optimiser update")
+    parser.add_argument("--micro", type=int, default=2, help="micro-batch without gradient checkpointing")
+    parser.add_argument("--micro-gc", type=int, default=8, help="micro-batch with gradient checkpointing")
+    parser.add_argument("--updates", type=int, default=3, help="timed optimiser updates per variant")
+    parser.add_argument("--warmup", type=int, default=1)
+    parser.add_argument("--variants", default="fixed,fixed-gc,var-pad,var-pack")
+    parser.add_argument("--precision", default="auto", choices=["auto", "bf16", "fp32"])
+    parser.add_argument("--attn", default="sdpa")
+    parser.add_argument("--peak-tflops", type=float, default=790.0)
+    parser.add_argument("--save-check", action="store_true", help="also time save_pretrained (weight sync cost)")
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    table = variants(args.micro, args.micro_gc)
+    results = []
+    for name in args.variants.split(","):
+        res = run_variant(args, table[name.strip()], device)
+        results.append(res)
+        print(json.dumps(res), flush=True)
+    meta = {
+        "model": args.model, "seq": args.seq, "minibatch": args.minibatch, "device": str(device),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__, "attn": args.attn, "precision": args.precision, "peak_tflops": args.peak_tflops,
+    }
+    if args.out:
+        args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    print(f"\n{'variant':<17} {'micro':>5} {'gc':>3} {'tokens/s':>10} {'MFU':>6} {'mem GiB':>8}")
+    for r in results:
+        print(
+            f"{r['variant']:<17} {r['micro_batch']:>5} {('y' if r['grad_ckpt'] else 'n'):>3} "
+            f"{r['tokens_per_s']:>10.0f} {100 * r['mfu']:>5.1f}% {r['peak_mem_gib']:>8.1f}"
+        )
+    print(json.dumps(meta))
+
+
+if __name__ == "__main__":
+    main()

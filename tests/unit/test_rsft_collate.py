@@ -1,0 +1,140 @@
+"""Chat-template masking: loss on the model's own tokens only, verified on token ids."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from whale.rsft.collate import (
+    IGNORE_INDEX,
+    Example,
+    TemplateMismatchError,
+    encode_trajectory,
+    micro_batches,
+    minibatches,
+    pack_collate,
+    pad_collate,
+)
+from whale.rsft.rejection import Trajectory
+
+pytest.importorskip("tokenizers")
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from synthetic.tiny_model import build_tokenizer
+
+    return build_tokenizer()
+
+
+def labelled_text(tok, example: Example) -> list[str]:
+    """The labelled spans of an example, decoded, one string per contiguous span."""
+    spans, current = [], []
+    for tid, lab in zip(example.input_ids, example.labels, strict=True):
+        if lab != IGNORE_INDEX:
+            assert lab == tid
+            current.append(tid)
+        elif current:
+            spans.append(tok.decode(current)); current = []
+    if current:
+        spans.append(tok.decode(current))
+    return spans
+
+
+def conversation(*turns: tuple[str, str]) -> tuple[dict[str, str], ...]:
+    return tuple({"role": r, "content": c} for r, c in turns)
+
+
+def test_only_the_assistant_reply_and_its_end_token_carry_loss(tok):
+    msgs = conversation(("system", "Answer inside <answer></answer>."), ("user", "Repeat the digit 7."),
+                        ("assistant", "<answer>7</answer>"))
+    [ex] = encode_trajectory(tok, Trajectory(0, msgs, 1.0))
+    assert labelled_text(tok, ex) == ["<answer>7</answer><|im_end|>"]
+    # the newline the template adds after <|im_end|> was never generated: not trained
+    assert tok.decode(list(ex.input_ids)).endswith("<answer>7</answer><|im_end|>")
+    prompt = tok.apply_chat_template(list(msgs[:2]), tokenize=False, add_generation_prompt=True)
+    n_prompt = len(tok(prompt, add_special_tokens=False)["input_ids"])
+    assert all(lab == IGNORE_INDEX for lab in ex.labels[:n_prompt])
+    assert ex.n_target == len(ex) - n_prompt
+
+
+def test_multi_turn_keeps_every_assistant_turn_and_masks_tool_and_user_turns(tok):
+    msgs = conversation(("user", "q1"), ("assistant", "first"), ("tool", "tool says 42"),
+                        ("assistant", "second"), ("user", "trailing user text"))
+    [ex] = encode_trajectory(tok, Trajectory(0, msgs, 1.0))
+    assert labelled_text(tok, ex) == ["first<|im_end|>", "second<|im_end|>"]
+    assert "tool says 42" in tok.decode(list(ex.input_ids)) and "trailing" not in tok.decode(list(ex.input_ids))
+
+
+HISTORY_REWRITING = (
+    "{%- for m in messages %}{%- if m['role'] == 'assistant' and not loop.last %}"
+    "{{- '<|im_start|>assistant\\n(earlier)<|im_end|>\\n' }}"
+    "{%- else %}{{- '<|im_start|>' + m['role'] + '\\n' + m['content'] + '<|im_end|>\\n' }}{%- endif %}{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+
+def test_a_template_that_rewrites_history_gives_one_sequence_per_turn_with_the_context_generation_saw(tok):
+    original = tok.chat_template
+    tok.chat_template = HISTORY_REWRITING
+    try:
+        msgs = conversation(("user", "q1"), ("assistant", "first"), ("user", "q2"), ("assistant", "second"))
+        examples = encode_trajectory(tok, Trajectory(0, msgs, 1.0))
+    finally:
+        tok.chat_template = original
+    assert [labelled_text(tok, e) for e in examples] == [["first<|im_end|>"], ["second<|im_end|>"]]
+    assert "(earlier)" in tok.decode(list(examples[1].input_ids))  # turn 2 saw the rewritten history
+
+
+# the generation prompt opens a block the rendered turn does not have (like an empty think block)
+PROMPT_NOT_A_PREFIX = HISTORY_REWRITING.replace(
+    "{{- '<|im_start|>assistant\\n' }}{%- endif %}", "{{- '<|im_start|>assistant\\nPLAN: ' }}{%- endif %}"
+)
+
+
+def test_when_the_prompt_is_not_a_prefix_the_turn_is_rebuilt_from_what_was_generated(tok):
+    original = tok.chat_template
+    tok.chat_template = PROMPT_NOT_A_PREFIX
+    try:
+        [ex] = encode_trajectory(tok, Trajectory(0, conversation(("user", "q"), ("assistant", "<answer>3</answer>")), 1.0))
+        assert tok.decode(list(ex.input_ids)).endswith("assistant\nPLAN: <answer>3</answer><|im_end|>")
+        assert labelled_text(tok, ex) == ["<answer>3</answer><|im_end|>"]
+        msgs = ({"role": "user", "content": "q"},
+                {"role": "assistant", "content": "x", "tool_calls": [{"function": {"name": "f", "arguments": {}}}]})
+        with pytest.raises(TemplateMismatchError, match="message 1"):
+            encode_trajectory(tok, Trajectory(3, msgs, 1.0))
+    finally:
+        tok.chat_template = original
+
+
+def test_no_assistant_message_means_nothing_to_train(tok):
+    assert encode_trajectory(tok, Trajectory(0, conversation(("user", "q")), 1.0)) == []
+
+
+def test_truncation_keeps_the_start():
+    ex = Example(tuple(range(10)), (IGNORE_INDEX,) * 5 + tuple(range(5, 10)))
+    from whale.rsft.collate import _truncate
+
+    assert _truncate(ex, 7).input_ids == tuple(range(7)) and _truncate(ex, 7).n_target == 2
+
+
+def test_padding_and_packing_carry_no_loss_on_padding_or_across_boundaries():
+    a = Example((1, 2, 3), (IGNORE_INDEX, 2, 3))
+    b = Example((4, 5), (4, 5))  # a first token labelled: packing must still drop it
+    padded = pad_collate([a, b], pad_id=0)
+    assert padded["input_ids"] == [[1, 2, 3], [4, 5, 0]]
+    assert padded["labels"][1] == [4, 5, IGNORE_INDEX] and padded["attention_mask"][1] == [1, 1, 0]
+    packed = pack_collate([a, b])
+    assert packed["input_ids"] == [[1, 2, 3, 4, 5]] and packed["position_ids"] == [[0, 1, 2, 0, 1]]
+    assert packed["labels"] == [[IGNORE_INDEX, 2, 3, IGNORE_INDEX, 5]]
+
+
+def test_minibatches_are_a_seeded_partition_and_micro_batches_split_them():
+    examples = [Example((i,) * (i + 1), (i,) * (i + 1)) for i in range(10)]
+    mbs = minibatches(examples, 4, random.Random(1))
+    assert [len(m) for m in mbs] == [4, 4, 2]
+    assert sorted(e.input_ids[0] for m in mbs for e in m) == list(range(10))
+    assert mbs == minibatches(examples, 4, random.Random(1))
+    micro = micro_batches(mbs[0], 3)
+    assert [len(m) for m in micro] == [3, 1] and len(micro[0][0]) >= len(micro[0][-1])

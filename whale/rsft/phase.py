@@ -1,0 +1,233 @@
+"""The RSFT loop of one weight phase: from the start step up to the target step, resumable.
+
+Each global step ``s`` (0-based; the metrics line says ``step = s + 1``, the number of steps done):
+
+1. the prompts of ``PromptOrder.indices(s)``;
+2. ``rolloutsPerPrompt`` rollouts each through the sampler (current weights, current harness);
+3. keep reward > ``scoreThreshold``; none kept = no SFT (the weights stay exactly as they were);
+4. SFT on the kept trajectories (``SFTTrainer``);
+5. weight sync, so step ``s + 1`` samples from the new weights;
+6. one metrics line; a checkpoint at saveSteps / every N steps / the end, then the resume state.
+
+Between steps the loop checks the STOP object (-> ``stopped_by="stop-request"``) and the adaptive
+patience rule on this phase's training rewards (-> ``"patience"``); either way the phase ends with
+a checkpoint of the current step and a result. The sampler, trainer and sync are injected, so the
+loop is tested with real components or named doubles alike.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+
+from whale import layout
+from whale.adaptive import weight_should_stop
+from whale.protocol import StopReason, WeightPhaseArgs, WeightPhaseResult, WeightStepMetrics
+from whale.rsft import checkpoint as ckpt
+from whale.rsft.collate import Example, encode_trajectory, stop_token_ids
+from whale.rsft.config import RSFTConfig, lr_at, should_checkpoint
+from whale.rsft.order import PromptOrder
+from whale.rsft.rejection import Trajectory, select
+from whale.rsft.sync import WeightSync
+from whale.rsft.trainer import SFTTrainer
+from whale.store.base import Store
+
+log = logging.getLogger(__name__)
+
+
+class WeightPhaseError(RuntimeError):
+    """The phase cannot go on; the message says why and what to fix."""
+
+
+class Sampler(Protocol):
+    def sample(self, items: Sequence[dict[str, Any]], prompt_indices: Sequence[int], rollouts: int,
+               seed: int) -> list[Trajectory]:
+        """``rollouts`` finished episodes per item, as trajectories (``prompt_index`` from ``prompt_indices``)."""
+
+
+@dataclass(frozen=True)
+class StartPoint:
+    """Where a (possibly restarted) phase begins."""
+
+    #: global steps already done
+    step: int
+    #: store prefix of the checkpoint to load (None: the base model of the spec)
+    model_prefix: str | None
+    optimizer_state: dict[str, Any] | None
+    #: True when this phase's own resume state was found (an earlier attempt was killed)
+    resumed: bool
+
+
+def find_start(store: Store, run: str, phase: str, args: WeightPhaseArgs) -> StartPoint:
+    """This phase's newest resume state, else the request's start (plus any carried optimiser state)."""
+    if args.target_step < args.from_step:
+        raise WeightPhaseError(
+            f"phase {phase}: targetStep ({args.target_step}) is before fromStep ({args.from_step}); "
+            "the controller must ask for a target at or after the start"
+        )
+    state = ckpt.load_state(store, run, phase)
+    if state is not None:
+        step, meta, optimizer = state
+        if args.from_step <= step <= args.target_step:
+            log.info("resuming phase %s at step %d (cursor %s)", phase, step, meta.get("cursor"))
+            return StartPoint(step, layout.checkpoint_prefix(run, step), optimizer, True)
+        log.warning("ignoring resume state at step %d: outside this request's steps", step)
+    carried = ckpt.find_carried_optimizer(store, run, args.from_step, exclude_phase=phase) if args.from_step else None
+    return StartPoint(args.from_step, args.from_checkpoint, carried, False)
+
+
+def phase_rollouts(store: Store, run: str, phase: str) -> int:
+    return sum(int(line.get("rollouts", 0)) for line in store.read_jsonl(layout.metrics_key(run, phase)))
+
+
+def finish(store: Store, run: str, phase: str, step: int, stopped_by: StopReason) -> WeightPhaseResult:
+    """Write the result (last): the checkpoint at ``step`` must already be complete."""
+    result = WeightPhaseResult(
+        final_step=step,
+        checkpoint=layout.checkpoint_prefix(run, step),
+        rollouts=phase_rollouts(store, run, phase),
+        stopped_by=stopped_by,
+    )
+    store.write_json(layout.result_key(run, phase), result.to_wire())
+    return result
+
+
+def _keep_metrics_up_to(store: Store, run: str, phase: str, step: int) -> list[dict[str, Any]]:
+    """Drop metrics lines of steps after ``step`` (an attempt killed after its last checkpoint
+    logged steps that are now trained again), so every step has exactly one line."""
+    key = layout.metrics_key(run, phase)
+    lines = store.read_jsonl(key)
+    kept = [line for line in lines if int(line["step"]) <= step]
+    if len(kept) != len(lines):
+        store.write_bytes(key, "".join(ckpt.dump_json_line(line) + "\n" for line in kept).encode("utf-8"))
+    return kept
+
+
+@dataclass
+class WeightPhase:
+    """One weight phase's loop with its components (see the module doc)."""
+
+    store: Store
+    run: str
+    phase: str
+    args: WeightPhaseArgs
+    cfg: RSFTConfig
+    items: Sequence[dict[str, Any]]
+    model: Any
+    tokenizer: Any
+    trainer: SFTTrainer
+    sampler: Sampler
+    sync: WeightSync
+    #: held while the optimiser changes the weights (an in-process sampler shares the model)
+    weights_lock: Any = None
+    clock: Callable[[], float] = time.perf_counter
+
+    def __post_init__(self) -> None:
+        self.order = PromptOrder(len(self.items), self.cfg.prompts_per_step, self.cfg.seed)
+        extra = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
+        extra_ids = [extra] if isinstance(extra, int) else list(extra or [])
+        self.stop_ids = stop_token_ids(self.tokenizer, extra_ids)
+        self.save_steps = frozenset(self.args.save_steps)
+
+    # ----- one step -------------------------------------------------------------------------------
+
+    def encode(self, kept: Sequence[Trajectory]) -> list[Example]:
+        out: list[Example] = []
+        for trajectory in kept:
+            out.extend(encode_trajectory(self.tokenizer, trajectory, stop_ids=self.stop_ids,
+                                         max_length=self.cfg.max_seq_len))
+        return out
+
+    def step(self, s: int) -> dict[str, Any]:
+        """Global step ``s`` (0-based); returns its metrics line."""
+        indices = self.order.indices(s)
+        seed = _step_seed(self.cfg.seed, s)
+        torch.manual_seed(seed)
+        t0 = self.clock()
+        trajectories = self.sampler.sample([self.items[i] for i in indices], indices, self.cfg.rollouts_per_prompt, seed)
+        t1 = self.clock()
+        if not trajectories:
+            raise WeightPhaseError(f"step {s + 1}: the sampler returned no rollouts for {len(indices)} prompts")
+        selection = select(trajectories, self.cfg.score_threshold)
+        lr = lr_at(s, self.cfg)
+        loss, tokens, t_train = None, 0, 0.0
+        if selection.kept:
+            examples = self.encode(selection.kept)
+            lock = self.weights_lock
+            if lock is not None:
+                lock.acquire()
+            try:
+                stats = self.trainer.train(examples, lr=lr, seed=seed)
+            finally:
+                if lock is not None:
+                    lock.release()
+            loss, tokens, t_train = stats.loss, stats.tokens, stats.seconds
+        t2 = self.clock()
+        t_sync = self.sync.sync(self.model, self.tokenizer, s + 1) if selection.kept else 0.0
+        metrics = WeightStepMetrics(
+            step=s + 1,
+            epoch=(s + 1) / self.cfg.steps_per_epoch,
+            reward_mean=selection.reward_mean,
+            acceptance_rate=selection.acceptance_rate,
+            kept=len(selection.kept),
+            loss=loss,
+            learning_rate=lr,
+            rollouts=selection.rollouts,
+            tokens_trained=tokens,
+            seconds_sampling=t1 - t0,
+            seconds_training=t_train or (t2 - t1 if selection.kept else 0.0),
+            seconds_syncing=t_sync,
+            tokens_per_second=(tokens / t_train) if t_train else 0.0,
+        ).to_wire()
+        # Extra keys (readers ignore unknown fields): the data order, for audits and resume checks.
+        metrics["prompts"] = indices
+        metrics["dataEpoch"] = self.order.slots(s)[0].epoch
+        return metrics
+
+    # ----- the phase ------------------------------------------------------------------------------
+
+    def save(self, step: int) -> None:
+        """Checkpoint (marker last), then the resume state that points at it."""
+        if not ckpt.checkpoint_complete(self.store, self.run, step):
+            ckpt.save_checkpoint(self.store, self.run, step, self.model, self.tokenizer)
+        ckpt.save_state(self.store, self.run, self.phase, step, self.trainer.optimizer_state(),
+                        {"cursor": self.order.cursor(step), "seed": self.cfg.seed,
+                         "promptsPerStep": self.cfg.prompts_per_step, "datasetSize": len(self.items)})
+
+    def run_from(self, start: StartPoint) -> WeightPhaseResult:
+        lines = _keep_metrics_up_to(self.store, self.run, self.phase, start.step)
+        rewards = [float(line["rewardMean"]) for line in lines]
+        target = self.args.target_step
+        stopped_by: StopReason = "target"
+        step = start.step
+        rule = self.args.stop_rule
+        if rule is not None and rewards and weight_should_stop(rewards, rule):
+            stopped_by = "patience"  # the killed attempt had already reached the stop
+        while step < target and stopped_by == "target":
+            if self.store.exists(layout.stop_key(self.run, self.phase)):
+                stopped_by = "stop-request"
+                break
+            line = self.step(step)
+            step += 1
+            self.store.append_jsonl(layout.metrics_key(self.run, self.phase), line)
+            rewards.append(float(line["rewardMean"]))
+            log.info("step %d/%d reward %.3f kept %d loss %s", step, target, line["rewardMean"], line["kept"], line["loss"])
+            if rule is not None and weight_should_stop(rewards, rule):
+                stopped_by = "patience"
+            if should_checkpoint(step, self.cfg, self.save_steps, target) or stopped_by != "target":
+                self.save(step)
+        if stopped_by == "stop-request" and self.store.exists(layout.stop_key(self.run, self.phase)):
+            log.info("stop requested; ending phase %s at step %d", self.phase, step)
+        if not ckpt.checkpoint_complete(self.store, self.run, step):
+            self.save(step)
+        return finish(self.store, self.run, self.phase, step, stopped_by)
+
+
+def _step_seed(seed: int, step: int) -> int:
+    """A per-step seed from the run seed (sampling RNG, minibatch shuffles)."""
+    return (seed * 1_000_003 + step * 7919 + 12345) % (2**31 - 1)

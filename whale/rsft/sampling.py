@@ -1,0 +1,98 @@
+"""Rollouts for RSFT through the harness runtime: episodes under the current harness -> trajectories.
+
+One :class:`HarnessSampler` lives for the whole phase: it owns an event loop, one sandboxed harness
+process and the inference client (in-process sharing the trainer's model, or HTTP to vLLM), and
+runs each step's ``prompts x rollouts`` episodes concurrently with ``whale.harness.runner``. The
+episodes' messages are the exact conversations (assistant messages as generated); the tools and
+chat-template variables generation used are carried along so SFT renders the same template.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from whale.domain import Domain
+from whale.harness.process import HarnessProcess
+from whale.harness.runner import EpisodeRunner, RunnerConfig
+from whale.harness.trace import EndReason, Episode
+from whale.inference.base import InferenceClient, SamplingParams
+from whale.rsft.rejection import Trajectory
+
+log = logging.getLogger(__name__)
+
+
+class SamplingError(RuntimeError):
+    """Every rollout of a step failed (harness or inference broken); training on nothing would hide it."""
+
+
+def template_messages(messages: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """Messages as the chat template saw them during generation (tool-call arguments as dicts)."""
+    from whale.inference.transformers_backend import _template_messages  # the backend's own conversion
+
+    return tuple(_template_messages([dict(m) for m in messages]))
+
+
+def episode_to_trajectory(episode: Episode, prompt_index: int, tools: list[dict[str, Any]] | None,
+                          template_kwargs: dict[str, Any]) -> Trajectory:
+    return Trajectory(
+        prompt_index=prompt_index,
+        messages=template_messages(episode.messages),
+        reward=float(episode.reward),
+        tools=tuple(tools) if tools else None,
+        template_kwargs=dict(template_kwargs),
+        rollout=episode.sample,
+    )
+
+
+class HarnessSampler:
+    """See the module doc. Use as a context manager (starts/stops the harness process)."""
+
+    def __init__(self, domain: Domain, harness_path: Path, client: InferenceClient, sampling: SamplingParams,
+                 *, max_concurrency: int = 64, harness_label: str | None = None,
+                 template_kwargs: dict[str, Any] | None = None):
+        self.domain = domain
+        self.harness_path = Path(harness_path)
+        self.client = client
+        self.sampling = sampling
+        self.config = RunnerConfig(max_concurrency=max_concurrency, harness_label=harness_label or str(harness_path))
+        self.template_kwargs = dict(template_kwargs or getattr(client, "chat_template_kwargs", {}) or {})
+        self._loop = asyncio.new_event_loop()
+        self._process: HarnessProcess | None = None
+        self._tools: list[dict[str, Any]] | None = None
+
+    def __enter__(self) -> HarnessSampler:
+        self._process = HarnessProcess(self.harness_path, self.domain.allowed_imports)
+        self._loop.run_until_complete(self._process.__aenter__())
+        info = self._loop.run_until_complete(self._process.start())
+        self._tools = info.tools or None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            if self._process is not None:
+                self._loop.run_until_complete(self._process.__aexit__(None, None, None))
+            self._loop.run_until_complete(self.client.aclose())
+        finally:
+            self._loop.close()
+
+    def sample(self, items: Sequence[dict[str, Any]], prompt_indices: Sequence[int], rollouts: int,
+               seed: int) -> list[Trajectory]:
+        if self._process is None:
+            raise RuntimeError("HarnessSampler must be entered (with ...) before sampling")
+        runner = EpisodeRunner(self.domain, self._process, self.client, self.sampling, self.config)
+        episodes = self._loop.run_until_complete(runner.run(list(items), k=rollouts))
+        errors = [e for e in episodes if e.end == EndReason.ERROR]
+        if episodes and len(errors) == len(episodes):
+            raise SamplingError(f"all {len(episodes)} rollouts of the step failed; first error: {errors[0].error}")
+        if errors:
+            log.warning("%d of %d rollouts ended in an error (reward 0); first: %s", len(errors), len(episodes),
+                        errors[0].error)
+        # runner.run returns episodes in (item, sample) order
+        return [
+            episode_to_trajectory(ep, prompt_indices[i // rollouts], self._tools, self.template_kwargs)
+            for i, ep in enumerate(episodes)
+        ]
