@@ -107,3 +107,16 @@ async def test_a_broken_chat_template_is_an_inference_error(fresh: tuple[Any, An
             await client.chat(MESSAGES, SamplingParams(max_tokens=2))
     finally:
         await client.aclose()
+
+
+async def test_one_bad_prompt_fails_only_its_own_request(fresh: tuple[Any, Any]) -> None:
+    model, tokenizer = fresh
+    client = TransformersClient(model, tokenizer, max_batch_size=8, batch_wait_s=0.2)
+    bad = [{"role": "user", "content": "x " * 5000}]  # longer than the tiny model's 4096 positions
+    try:
+        good, failed = await asyncio.gather(client.chat(MESSAGES, SamplingParams(max_tokens=2)),
+                                            client.chat(bad, SamplingParams(max_tokens=2)), return_exceptions=True)
+    finally:
+        await client.aclose()
+    assert len(good.completions) == 1
+    assert isinstance(failed, InferenceError)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -240,7 +241,5 @@ async def check_loads(path: Path, allowed_imports: Iterable[str], limits: object
 
 
 def _line_of(message: str) -> int:
-    import re
-
     match = re.search(r"harness line (\d+)", message)
     return int(match.group(1)) if match else 1

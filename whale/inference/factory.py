@@ -74,11 +74,12 @@ def make_client(spec: WhaleRunSpec, store: Store | None = None, checkpoint: str 
         if store is None:
             raise ValueError("a checkpoint prefix needs the store it lives in")
         path = checkpoint_dir(store, checkpoint)
-        return TransformersClient.from_pretrained(str(path), model_name=checkpoint, **kwargs)
+        return TransformersClient.from_pretrained(str(path), model_name=checkpoint,
+                                                  max_model_len=spec.model.max_model_len, **kwargs)
     return TransformersClient.from_pretrained(
         spec.model.name, gguf_file=spec.model.gguf_file, revision=spec.model.revision,
         trust_remote_code=spec.model.trust_remote_code, model_name=spec.model.served_model_name or spec.model.name,
-        **kwargs,
+        max_model_len=spec.model.max_model_len, **kwargs,
     )
 
 

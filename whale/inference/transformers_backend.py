@@ -69,6 +69,7 @@ class TransformersClient(InferenceClient):
 
     Args:
         model, tokenizer: loaded objects (share them with a trainer), or use :meth:`from_pretrained`.
+        max_model_len: prompt + max_tokens limit (capped by the model's ``max_position_embeddings``).
         max_batch_size: prompt rows per ``generate`` call (n samples count as n rows).
         batch_wait_s: how long the batcher waits for more requests before generating.
         model_name: the name reported in traces and by the server.
@@ -76,13 +77,18 @@ class TransformersClient(InferenceClient):
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, max_batch_size: int = 16, batch_wait_s: float = 0.01,
-                 model_name: str | None = None, chat_template_kwargs: dict[str, Any] | None = None):
+                 model_name: str | None = None, chat_template_kwargs: dict[str, Any] | None = None,
+                 max_model_len: int | None = None):
         self.hf_model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
         self.model = model_name or getattr(getattr(model, "config", None), "_name_or_path", None) or "in-process"
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        #: prompt + max_tokens may not exceed this (like vLLM's --max-model-len)
+        positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        limits = [n for n in (max_model_len, positions) if isinstance(n, int) and n > 0]
+        self.max_model_len = min(limits) if limits else None
         #: held during generation; a trainer holds it while it changes the weights
         self.lock = threading.Lock()
         self._queue: asyncio.Queue[_Request] | None = None
@@ -152,17 +158,26 @@ class TransformersClient(InferenceClient):
                     break
                 batch.append(request)
                 rows += request.n
-            try:
-                results = await asyncio.to_thread(self._generate, batch)
-            except Exception as exc:  # noqa: BLE001 - every waiting caller gets the typed error
-                log.exception("generation failed")
+            await self._run_batch(batch)
+
+    async def _run_batch(self, batch: list[_Request]) -> None:
+        """Generate for a batch; when it fails, retry its requests one by one so that one bad prompt
+        (too long, a template error) fails only its own caller."""
+        try:
+            results = await asyncio.to_thread(self._generate, batch)
+        except Exception as exc:  # noqa: BLE001 - every waiting caller gets a typed error
+            if len(batch) > 1:
                 for request in batch:
-                    if not request.future.done():
-                        request.future.set_exception(InferenceError(f"in-process generation failed: {exc}"))
-                continue
-            for request, result in zip(batch, results, strict=True):
-                if not request.future.done():
-                    request.future.set_result(result)
+                    await self._run_batch([request])
+                return
+            log.warning("in-process generation failed: %s", exc)
+            error = exc if isinstance(exc, InferenceError) else InferenceError(f"in-process generation failed: {exc}")
+            if not batch[0].future.done():
+                batch[0].future.set_exception(error)
+            return
+        for request, result in zip(batch, results, strict=True):
+            if not request.future.done():
+                request.future.set_result(result)
 
     # ----- generation (worker thread) ---------------------------------------------------------------
 
@@ -187,6 +202,12 @@ class TransformersClient(InferenceClient):
         rows = [t for t, r in zip(texts, batch, strict=True) for _ in range(r.n)]
         encoded = tok(rows, return_tensors="pt", padding=True, add_special_tokens=False)
         prompt_lens = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
+        if self.max_model_len is not None:
+            for length in prompt_lens:
+                if length + sampling.max_tokens > self.max_model_len:
+                    raise InferenceError(
+                        f"prompt of {length} tokens + max_tokens {sampling.max_tokens} exceeds max_model_len "
+                        f"{self.max_model_len}")
         kwargs: dict[str, Any] = {"max_new_tokens": sampling.max_tokens, "pad_token_id": tok.pad_token_id,
                                   "eos_token_id": sorted(self._eos_ids)}
         if sampling.temperature > 0:
