@@ -31,9 +31,10 @@ The episode loop the runtime drives (``whale.harness.runner``)::
     decision = start(task, state)                     # task = Environment.reset()
     loop:
         append decision.messages
-        while decision.actions and not env_done:      # tools / environment steps, trusted code
-            results = runtime executes decision.actions
+        while decision.actions:                       # tools / environment steps, trusted code
+            results = runtime executes decision.actions   # in order; stops at an env result that is done
             if an env result is done: stop            # verifier scores the final state
+            if decision.done: stop                    # actions first, then the harness's own stop
             decision = observe(results, state); append decision.messages
         if decision.done: stop
         if turns == MAX_TURNS (capped by the domain's max_turns_limit): stop
