@@ -181,7 +181,7 @@ def workload_env(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest,
     ]
     url = inference_url(run, spec)
     if url:
-        env.append({"name": "WHALE_INFERENCE_BASE_URL", "value": url})
+        env.append({"name": "WHALE_INFERENCE_URL", "value": url})
         env.append({"name": "WHALE_SERVED_MODEL_NAME", "value": served_model_name(spec)})
     for tool in tools:
         env.append({"name": TOOL_URL_ENV[tool], "value": tool_url(run, tool)})

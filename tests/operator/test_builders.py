@@ -82,7 +82,7 @@ def test_train_job_whole_manifest():
                             {"name": "WHALE_ATTEMPT", "value": "1"},
                             {"name": "PYTHONUNBUFFERED", "value": "1"},
                             *STORAGE_ENV,
-                            {"name": "WHALE_INFERENCE_BASE_URL", "value": "http://demo-vllm.team-a.svc:8000/v1"},
+                            {"name": "WHALE_INFERENCE_URL", "value": "http://demo-vllm.team-a.svc:8000/v1"},
                             {"name": "WHALE_SERVED_MODEL_NAME", "value": "Qwen/Qwen3.5-2B"},
                             {"name": "WHALE_CODE_URL", "value": "http://demo-sandbox.team-a.svc:8080"},
                         ],
