@@ -19,7 +19,9 @@ about where a file lives. Pure: no I/O. ``docs/storage.md`` documents the same t
       harnesses/<name>.py                harness programs (h0 and every accepted harness)
       archive/c<KK>/...                  the Meta-Harness archive of cycle KK (see docs/storage.md)
       evals/<phase>/per_item.jsonl       eval per-item scores (result.json of the eval phase holds the summary)
-      control/...                        controller bookkeeping
+      evals/<phase>/traces/attempt-<n>-<chunk>.jsonl   eval episode traces, one object per chunk of items
+      control/split_sizes.json           |D_weight|, |D_harness|, |D_test| the schedule was resolved with
+      control/serving.json               {"checkpoint": key | null}: what the inference server should serve
 """
 
 from __future__ import annotations
@@ -129,6 +131,22 @@ def archive_prefix(run: str, cycle: int) -> str:
 
 def eval_items_key(run: str, phase: str) -> str:
     return f"{run_prefix(run)}/evals/{phase}/per_item.jsonl"
+
+
+def eval_traces_prefix(run: str, phase: str) -> str:
+    """Folder (with the trailing '/') of an eval phase's trace chunks."""
+    return f"{run_prefix(run)}/evals/{phase}/traces/"
+
+
+def split_sizes_key(run: str) -> str:
+    """The split sizes the run's schedule is resolved with: written once by whoever can read the data
+    (the local runner, or the prepare workload on a cluster), read by the operator, which has no data."""
+    return f"{run_prefix(run)}/control/split_sizes.json"
+
+
+def serving_key(run: str) -> str:
+    """The checkpoint the inference server should serve (read by the weight-sync sidecar)."""
+    return f"{run_prefix(run)}/control/serving.json"
 
 
 def data_prefix(domain: str) -> str:

@@ -57,16 +57,6 @@ class WaitingForData(RuntimeError):
     """The split sizes of the run's domain are unknown yet (temporary)."""
 
 
-def split_sizes_key(run: str) -> str:
-    """Controller bookkeeping: the split sizes the run's schedule was resolved with."""
-    return f"{layout.run_prefix(run)}/control/split_sizes.json"
-
-
-def serving_key(run: str) -> str:
-    """The checkpoint the inference server should serve (read by the weight-sync sidecar)."""
-    return f"{layout.run_prefix(run)}/control/serving.json"
-
-
 def utc_now() -> str:
     """RFC 3339, second precision (what Kubernetes timestamps look like)."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -150,7 +140,7 @@ class Reconciler:
             return self._stores[key]
 
     def split_sizes(self, store: Store, run: str, spec: WhaleRunSpec) -> dict[str, int]:
-        key = split_sizes_key(run)
+        key = layout.split_sizes_key(run)
         sizes = store.read_json_or_none(key)
         if sizes:
             return {k: int(v) for k, v in sizes.items()}
@@ -309,7 +299,7 @@ class Reconciler:
         # earlier checkpoint included); one child runs at a time, so the target is unambiguous
         target = (req.eval.checkpoint if req.eval else req.weight.from_checkpoint if req.weight
                   else req.harness.checkpoint if req.harness else None)
-        serving = store.read_json_or_none(serving_key(run.name))
+        serving = store.read_json_or_none(layout.serving_key(run.name))
         if serving is None or serving.get("checkpoint") != target:
             self._serve(run, spec, store, target)
         key = layout.request_key(run.name, req.phase)
@@ -372,7 +362,7 @@ class Reconciler:
                 self.kube.delete("batch/v1", "Job", run.namespace, job["metadata"]["name"])
 
     def _serve(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, checkpoint: str | None) -> None:
-        store.write_json(serving_key(run.name), {"checkpoint": checkpoint})
+        store.write_json(layout.serving_key(run.name), {"checkpoint": checkpoint})
         if builders.uses_vllm(spec):
             name = names.inference_name(run.name)
             if self.kube.get("apps/v1", "Deployment", run.namespace, name) is not None:

@@ -261,7 +261,7 @@ def test_bad_spec_is_marked_failed_naming_the_field(start_operator, make_run, ku
 
 def test_serving_target_follows_the_running_child(start_operator, make_run, store, kube_cluster, kube_namespace):
     """An evaluation of a checkpoint is served that checkpoint; the next phase gets the current weights."""
-    from whale_operator.reconcile import serving_key
+    from whale.layout import serving_key
 
     with start_operator():
         run = make_run("serve")

@@ -49,15 +49,9 @@ class EvalError(RuntimeError):
     """The evaluation cannot produce a meaningful result; the message says why."""
 
 
-def traces_prefix(run: str, phase: str) -> str:
-    """Episode traces of an eval phase, beside its per-item file: one JSON-lines object per chunk of
-    items (``attempt-<n>-<chunk>.jsonl``), so nothing large is ever rewritten."""
-    return layout.eval_items_key(run, phase).rsplit("/", 1)[0] + "/traces/"
-
-
 def read_traces(store: Store, run: str, phase: str) -> list[dict[str, Any]]:
     """Every trace of an eval phase, in write order."""
-    return [t for key in store.list(traces_prefix(run, phase)) for t in store.read_jsonl(key)]
+    return [t for key in store.list(layout.eval_traces_prefix(run, phase)) for t in store.read_jsonl(key)]
 
 
 # ----- pure aggregation -----------------------------------------------------------------------------
@@ -175,14 +169,14 @@ async def _evaluate(store: Store, run: str, phase: str, request: PhaseRequest, s
             errors += len(failed)
             new = [item_record(str(item.get("id")), domain.subset(item), episodes[i * k:(i + 1) * k])
                    for i, item in enumerate(batch)]
-            trace_key = f"{traces_prefix(run, phase)}attempt-{request.attempt}-{start // chunk:05d}.jsonl"
+            trace_key = f"{layout.eval_traces_prefix(run, phase)}attempt-{request.attempt}-{start // chunk:05d}.jsonl"
             store.write_bytes(trace_key, "".join(e.to_json() + "\n" for e in episodes).encode("utf-8"))
             store.append_jsonl(items_key, new)
             records.extend(new)
             store.append_jsonl(metrics_key, EvalProgress(items_done=len(records), items_total=len(items)).to_wire())
             log.info("eval %s: %d/%d items", phase, len(records), len(items))
     if errors:
-        notes.append(f"{errors} episodes ended in an error (scored 0); see {traces_prefix(run, phase)}")
+        notes.append(f"{errors} episodes ended in an error (scored 0); see {layout.eval_traces_prefix(run, phase)}")
     mean, per_subset = summarise(records, k)
     result = EvalResult(mean_at_k=mean, k=k, items=len(records), per_subset=per_subset,
                         checkpoint=request.eval.checkpoint, harness=request.eval.harness, notes=notes)
