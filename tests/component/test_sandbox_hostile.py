@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -263,3 +265,49 @@ def test_concurrent_sandboxes_get_distinct_uids_and_one_cleanup_spares_the_other
         assert long_lived.alive and long_lived.call("add", 1, 1)["sum"] == 2
         assert uid in _live_uids
     assert uid not in _live_uids
+
+
+NOBODY_PYTHON = "/usr/bin/python3"  # readable by an unprivileged user (the venv's interpreter may not be)
+
+
+@pytest.mark.skipif(not ROOT or not shutil.which("setpriv") or not Path(NOBODY_PYTHON).exists(),
+                    reason="needs root (to become nobody), setpriv and a system python3")
+def test_unprivileged_caller_falls_back_and_still_contains():
+    """The sandbox used by a non-root process: user+network namespace (or the socket hook), and the
+    write-guard hook instead of a uid drop."""
+    import tempfile
+
+    tmp_path = Path(tempfile.mkdtemp(prefix="whale-nobody-"))  # pytest's tmp dirs are root-only
+    try:
+        _unprivileged_check(tmp_path)
+    finally:
+        shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+def _unprivileged_check(tmp_path: Path) -> None:
+    repo = Path(__file__).resolve().parents[2]
+    victim = tmp_path / "victim.txt"
+    tmp_path.chmod(0o777)
+    program = tmp_path / "hostile.py"
+    program.write_text(
+        "import socket\n"
+        f"try:\n    open({str(victim)!r}, 'w')\nexcept OSError as e:\n    print('write', type(e).__name__)\n"
+        "try:\n    socket.create_connection(('127.0.0.1', 9), timeout=2)\nexcept OSError as e:\n"
+        "    print('net', type(e).__name__)\n"
+    )
+    caller = (
+        f"import sys, json\nsys.path.insert(0, {str(repo)!r})\n"
+        "from whale.sandbox import run_python\n"
+        f"r = run_python(path={str(program)!r})\n"
+        "print(json.dumps({'outcome': r.outcome.value, 'stdout': r.stdout, 'isolation': r.isolation}))\n"
+    )
+    out = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", NOBODY_PYTHON, "-c", caller],
+                         capture_output=True, text=True, timeout=60, cwd=str(tmp_path), env={"HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["outcome"] == "ok"
+    assert result["isolation"]["uid_dropped"] is False and result["isolation"]["guard"]["fs_hook"] is True
+    assert result["isolation"]["network"] in ("netns-userns", "audit-hook")
+    assert "write PermissionError" in result["stdout"] and "net " in result["stdout"]
+    assert not victim.exists()
+    assert "not root" in out.stderr  # the fallback is announced
