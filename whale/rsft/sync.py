@@ -74,6 +74,9 @@ class VLLMReloadSync:
         self.timeout_s = timeout_s
         self.client = client or httpx.Client(timeout=timeout_s)
 
+    def close(self) -> None:
+        self.client.close()
+
     def _slot(self, step: int) -> str:
         return f"slot-{step % 2}"
 
