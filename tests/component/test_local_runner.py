@@ -56,6 +56,7 @@ def test_whale_run_end_to_end(tmp_path):
     saved = WhaleRunStatus.model_validate(store.read_json(layout.status_key("r1")))
     assert saved == status
     assert store.read_json(layout.spec_key("r1"))["condition"] == "whale"
+    assert store.read_json(layout.split_sizes_key("r1")) == SIZES
     assert store.exists(layout.log_key("r1", "c01-weight", 1))
     assert len(store.read_jsonl(layout.metrics_key("r1", "c02-weight"))) == 3
 

@@ -143,6 +143,7 @@ class LocalRunner:
             )
         if existing is None:
             self.store.write_json(key, wire)
+        self.store.write_json(layout.split_sizes_key(self.name), dict(self.split_sizes))
 
     # --- observing ---
     def observe(self, status: WhaleRunStatus) -> Observations:
