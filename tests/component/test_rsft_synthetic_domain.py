@@ -48,9 +48,13 @@ def test_raw_items_are_checked_with_a_clear_error(domain):
 
 def test_h0_runs_through_the_harness_runtime(domain):
     validate_file(domain.h0_path(), domain.allowed_imports)
-    items = [domain.item_from_raw({"id": "a", "digit": 3}), domain.item_from_raw({"id": "b", "digit": 5})]
+    items = [domain.item_from_raw({"id": "a", "digit": 3}), domain.item_from_raw({"id": "b", "digit": 3})]
     client = ScriptedClient(["<answer>3</answer>", "<answer>6</answer>"])
     episodes = asyncio.run(run_episodes(domain, domain.h0_path(), client, items, SamplingParams(max_tokens=8)))
-    assert [e.reward for e in episodes] == [1.0, 0.0]
-    assert [m["role"] for m in episodes[0].messages] == ["system", "user", "assistant"]
-    assert episodes[0].messages[1]["content"] == "Repeat the digit 3."
+    # replies go out in call order, which concurrency may interleave: judge each episode by its own reply
+    for episode, item in zip(episodes, items, strict=True):
+        assert [m["role"] for m in episode.messages] == ["system", "user", "assistant"]
+        assert episode.messages[1]["content"] == f"Repeat the digit {item['digit']}."
+        right = episode.messages[2]["content"] == f"<answer>{item['digit']}</answer>"
+        assert episode.reward == (1.0 if right else 0.0)
+    assert sorted(e.reward for e in episodes) == [0.0, 1.0]
