@@ -71,10 +71,12 @@ class RSFTConfig:
 
     @classmethod
     def from_spec(cls, spec: WhaleRunSpec, args: WeightPhaseArgs) -> RSFTConfig:
+        from whale.schedule import round_half_up  # the schedule's own epochs -> steps rounding
+
         r = spec.rsft
         total = spec.schedule.total_steps
         if total is None and spec.schedule.total_epochs is not None:
-            total = max(1, round(spec.schedule.total_epochs * args.steps_per_epoch))
+            total = max(1, round_half_up(spec.schedule.total_epochs * args.steps_per_epoch))
         return cls(
             prompts_per_step=r.prompts_per_step,
             rollouts_per_prompt=r.rollouts_per_prompt,
@@ -89,6 +91,8 @@ class RSFTConfig:
             max_grad_norm=r.max_grad_norm,
             precision=r.precision,
             gradient_checkpointing=r.gradient_checkpointing,
+            compile_layers=r.compile_layers,
+            pack_sequences=r.pack_sequences,
             max_seq_len=spec.model.max_model_len,
             seed=r.seed,
             temperature=r.sampling.temperature,
