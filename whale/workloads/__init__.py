@@ -1,4 +1,5 @@
-"""The workloads the Jobs (and the local runner's child processes) run: train, search, eval.
+"""The workloads the Jobs (and the local runner's child processes) run: train, search, eval
+(and prepare: the operator's data preparation, see ``whale.workloads.prepare``).
 
 Each module ``whale.workloads.<name>`` exposes ``main(store, run, phase) -> None`` and follows the
 contract in ``whale.protocol``: read the PhaseRequest, append metrics, check STOP between steps,
@@ -6,4 +7,4 @@ write the result last. ``python -m whale.workloads <name> --store URI --run RUN 
 dispatches to it (``__main__``).
 """
 
-WORKLOADS = ("train", "search", "eval")
+WORKLOADS = ("train", "search", "eval", "prepare")

@@ -1,4 +1,4 @@
-"""``python -m whale.workloads <train|search|eval> --store URI --run RUN --phase PHASE``.
+"""``python -m whale.workloads <train|search|eval|prepare> --store URI --run RUN --phase PHASE``.
 
 Imports ``whale.workloads.<kind>`` and calls its ``main(store, run, phase)``. Any failure exits
 non-zero with one line on stderr (the controller shows it); the traceback goes to the log first.
