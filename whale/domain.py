@@ -94,6 +94,29 @@ class Environment(abc.ABC):
         """Free per-episode resources. Called once after :meth:`reward`."""
 
 
+@dataclasses.dataclass(frozen=True)
+class ToolService:
+    """A long-lived service a domain's environments call on a cluster (one Deployment + Service per
+    run, built by the operator from this description; locally the domain runs the tool in-process).
+
+    ``fetch`` lists store files the service needs before it starts, as (key relative to the domain's
+    ``whale.layout.data_prefix``, command-line flag): each is downloaded into the pod and its local
+    path passed after the flag (the retriever's corpus)."""
+
+    #: names the Deployment/Service (``<run>-<name>``) and the pod's container
+    name: str
+    #: ``python -m <module> --host 0.0.0.0 --port <port> ...``
+    module: str
+    #: the variable the workloads read for the service's base URL (``whale.tools.client``)
+    url_env: str
+    port: int = 8080
+    #: runs untrusted model-written code: hardened pod, no credentials, deny-all NetworkPolicy
+    sandboxed: bool = False
+    #: extra arguments after ``--host``/``--port``
+    args: tuple[str, ...] = ()
+    fetch: tuple[tuple[str, str], ...] = ()
+
+
 class Domain(abc.ABC):
     """A domain plugin: data, environment + tools, verifier, h0 harness and the proposer's skill text.
 
@@ -108,6 +131,8 @@ class Domain(abc.ABC):
     allowed_imports: ClassVar[frozenset[str]] = DEFAULT_ALLOWED_IMPORTS
     #: hard cap on model calls per episode, whatever a harness's MAX_TURNS says (None = no cap)
     max_turns_limit: ClassVar[int | None] = None
+    #: services the environments call on a cluster (the operator deploys one of each per run)
+    tool_services: ClassVar[tuple[ToolService, ...]] = ()
 
     @abc.abstractmethod
     def split_sizes(self, data: Data) -> dict[str, int]:

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whale.domain import DEFAULT_ALLOWED_IMPORTS, Domain, DomainError, data_root
+from whale.domain import DEFAULT_ALLOWED_IMPORTS, Domain, DomainError, ToolService, data_root
 
 if TYPE_CHECKING:
     from math_reasoning.env import MathEnvironment
@@ -30,6 +30,9 @@ class MathReasoning(Domain):
     allowed_imports = DEFAULT_ALLOWED_IMPORTS | {"json", "string", "textwrap"}
     #: h0 uses 2; a candidate may use more turns, never more than this
     max_turns_limit = 8
+    #: on a cluster the model's code runs in the run's code-interpreter service ($WHALE_CODE_URL)
+    tool_services = (ToolService(name="sandbox", module="whale.tools.code_interpreter", url_env="WHALE_CODE_URL",
+                                 sandboxed=True, args=("--timeout-s", "30", "--memory-mb", "1024")),)
 
     def __init__(self, runner: CodeRunner | None = None) -> None:
         """``runner``: the code runner to use (tests, benchmarks); default resolved from the environment."""

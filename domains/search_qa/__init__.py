@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whale.domain import DEFAULT_ALLOWED_IMPORTS, Domain, DomainError, data_root, default_data_root
+from whale.domain import DEFAULT_ALLOWED_IMPORTS, Domain, DomainError, ToolService, data_root, default_data_root
 
 if TYPE_CHECKING:
     from search_qa.env import SearchEnvironment
@@ -34,6 +34,10 @@ class SearchQA(Domain):
     allowed_imports = DEFAULT_ALLOWED_IMPORTS | {"json", "string", "textwrap"}
     #: h0 uses 2; a candidate may search more often, never more than this many model calls
     max_turns_limit = 8
+    #: on a cluster retrieval goes to the run's BM25 retriever service ($WHALE_RETRIEVER_URL) over the
+    #: corpus materialised in the store
+    tool_services = (ToolService(name="retriever", module="whale.tools.retriever", url_env="WHALE_RETRIEVER_URL",
+                                 args=("--method", "bm25"), fetch=(("corpus/wiki_passages.jsonl", "--corpus"),)),)
 
     def __init__(self, retriever: Retriever | None = None) -> None:
         """``retriever``: the retriever to use (tests, benchmarks); default resolved from the environment."""

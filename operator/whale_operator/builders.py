@@ -7,8 +7,9 @@ dicts and the handlers stay thin. The children of a WhaleRun:
   Indexed with a headless rendezvous Service when ``spec.train.numNodes`` > 1;
 * the vLLM Deployment + Service serving the run's current weights (weights are swapped in place by the
   ``weight-sync`` sidecar, never by recreating the pod);
-* the tool services the domain needs (retriever, code sandbox) and a NetworkPolicy that lets sandbox
-  pods reach nothing.
+* the tool services the domain declares (``Domain.tool_services``: retriever, code sandbox) and a
+  NetworkPolicy that lets sandboxed pods reach nothing;
+* a prepare Job before anything else when the store has no split sizes for the run.
 
 Every child carries an owner reference to the WhaleRun (garbage-collected with it) and the labels of
 :mod:`whale_operator.names`.
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from whale import layout
+from whale.domain import ToolService
 from whale.protocol import PhaseKind, PhaseRequest
 from whale.spec import API_GROUP, API_VERSION, KIND, Resources, WhaleRunSpec
 from whale_operator import names
@@ -29,29 +31,9 @@ Manifest = dict[str, Any]
 
 WORKER_CONTAINER = "worker"
 VLLM_PORT = 8000
-TOOL_PORT = 8080
 RENDEZVOUS_PORT = 29500
 GPU_RESOURCE = "nvidia.com/gpu"
 MODELS_DIR = "/models"
-#: Default tool services per domain; a domain not listed needs none.
-DEFAULT_DOMAIN_TOOLS: dict[str, tuple[str, ...]] = {
-    "search_qa": ("retriever",),
-    "math_reasoning": ("sandbox",),
-}
-#: Tool services: the whale.tools entrypoint, the variable that tells workloads where it is
-#: (``whale.tools.client``), and extra arguments.
-TOOL_MODULES = {
-    "retriever": "whale.tools.retriever",
-    "sandbox": "whale.tools.code_interpreter",
-}
-TOOL_URL_ENV = {
-    "retriever": "WHALE_RETRIEVER_URL",
-    "sandbox": "WHALE_CODE_URL",
-}
-#: the retriever's corpus, relative to the domain's data prefix in the store
-RETRIEVER_CORPUS = "corpus/wiki_passages.jsonl"
-SANDBOX_TIMEOUT_S = 30
-SANDBOX_MEMORY_MB = 1024
 #: Startup can take many minutes (weights download + load); probes give it 30 min.
 VLLM_STARTUP_PERIOD_S = 10
 VLLM_STARTUP_FAILURES = 180
@@ -161,17 +143,12 @@ def served_model_name(spec: WhaleRunSpec) -> str:
     return spec.model.served_model_name or spec.model.name
 
 
-def domain_tools(spec: WhaleRunSpec, domain_tools_map: dict[str, tuple[str, ...]] | None = None) -> tuple[str, ...]:
-    table = DEFAULT_DOMAIN_TOOLS if domain_tools_map is None else domain_tools_map
-    return tuple(table.get(spec.domain, ()))
-
-
-def tool_url(run: RunRef, tool: str) -> str:
-    return f"http://{names.tool_name(run.name, tool)}.{run.namespace}.svc:{TOOL_PORT}"
+def tool_url(run: RunRef, tool: ToolService) -> str:
+    return f"http://{names.tool_name(run.name, tool.name)}.{run.namespace}.svc:{tool.port}"
 
 
 def workload_env(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest,
-                 tools: tuple[str, ...]) -> list[dict[str, Any]]:
+                 tools: tuple[ToolService, ...]) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "WHALE_RUN", "value": run.name},
         {"name": "WHALE_PHASE", "value": request.phase},
@@ -184,7 +161,7 @@ def workload_env(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest,
         env.append({"name": "WHALE_INFERENCE_URL", "value": url})
         env.append({"name": "WHALE_SERVED_MODEL_NAME", "value": served_model_name(spec)})
     for tool in tools:
-        env.append({"name": TOOL_URL_ENV[tool], "value": tool_url(run, tool)})
+        env.append({"name": tool.url_env, "value": tool_url(run, tool)})
     key = spec.harness_search.proposer.api_key_secret
     if request.kind is PhaseKind.HARNESS and key is not None:
         env.append({
@@ -230,7 +207,7 @@ def workload_command(spec: WhaleRunSpec, request: PhaseRequest, store_uri: str) 
 
 
 def job(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, *, store_uri: str,
-        tools: tuple[str, ...] = ()) -> Manifest:
+        tools: tuple[ToolService, ...] = ()) -> Manifest:
     """The Job of one phase attempt: train (weight), search (harness) or eval."""
     name = names.job_name(run.name, request.phase, request.attempt)
     kind = request.kind
@@ -302,6 +279,46 @@ def job(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, *, store_uri: st
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": run.metadata(name, labels, {names.ANNOTATION_REQUEST: layout.request_key(run.name, request.phase)}),
+        "spec": job_spec,
+    }
+
+
+def prepare_job(run: RunRef, spec: WhaleRunSpec, attempt: int, *, store_uri: str) -> Manifest:
+    """The Job that materialises the run's data splits and writes their sizes
+    (``python -m whale.workloads prepare``; reads ``layout.spec_key``, writes
+    ``layout.split_sizes_key`` last). No phase label: it is not a ``decide()`` child; the operator
+    counts its attempts from the Jobs themselves (``whale.dev/attempt``)."""
+    name = names.prepare_job_name(run.name, attempt)
+    labels = with_queue({**names.child_labels(run.name, names.PREPARE, attempt=attempt),
+                         names.LABEL_KIND: names.PREPARE}, spec)
+    container: dict[str, Any] = {
+        "name": WORKER_CONTAINER,
+        "image": spec.cluster.images.worker,
+        "imagePullPolicy": spec.cluster.images.pull_policy,
+        "command": ["python", "-m", "whale.workloads", names.PREPARE, "--store", store_uri,
+                    "--run", run.name, "--phase", names.PREPARE],
+        "env": [{"name": "WHALE_RUN", "value": run.name}, {"name": "WHALE_ATTEMPT", "value": str(attempt)},
+                {"name": "PYTHONUNBUFFERED", "value": "1"}, *storage_env(spec)],
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    env_from = storage_env_from(spec)
+    if env_from:
+        container["envFrom"] = env_from
+    resources = resources_dict(spec.cluster.worker_resources)
+    if resources:
+        container["resources"] = resources
+    job_spec: dict[str, Any] = {
+        "backoffLimit": 0,
+        "podFailurePolicy": pod_failure_policy(),
+        "template": {"metadata": {"labels": labels},
+                     "spec": {"restartPolicy": "Never", **pod_placement(spec), "containers": [container]}},
+    }
+    if spec.retry.active_deadline_seconds:
+        job_spec["activeDeadlineSeconds"] = spec.retry.active_deadline_seconds
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": run.metadata(name, labels, {names.ANNOTATION_REQUEST: layout.spec_key(run.name)}),
         "spec": job_spec,
     }
 
@@ -459,29 +476,50 @@ def inference_service(run: RunRef, spec: WhaleRunSpec) -> Manifest:
 # ----- tool services ------------------------------------------------------------------------------
 
 
-def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: str, *, store_uri: str, replicas: int = 1) -> Manifest:
-    """A tool service of the run. The retriever loads its index from the store; the sandbox runs
-    untrusted model-written code, so it gets no credentials, no service-account token, no
-    privileges, and (see :func:`sandbox_network_policy`) no network."""
-    if tool not in TOOL_MODULES:
-        raise ValueError(f"unknown tool service {tool!r}; known: {', '.join(sorted(TOOL_MODULES))}")
-    name = names.tool_name(run.name, tool)
-    selector = {names.LABEL_RUN: run.name, "app.kubernetes.io/component": tool}
-    labels = names.child_labels(run.name, tool)
-    cmd = ["python", "-m", TOOL_MODULES[tool], "--host", "0.0.0.0", "--port", str(TOOL_PORT)]
+def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store_uri: str,
+                    replicas: int = 1) -> Manifest:
+    """A tool service of the run, as the domain describes it (``Domain.tool_services``). Files it
+    needs (a retriever's corpus) are fetched from the store by an init container; a sandboxed
+    service runs untrusted model-written code, so it gets no credentials, no service-account
+    token, no privileges, and (see :func:`sandbox_network_policy`) no network."""
+    name = names.tool_name(run.name, tool.name)
+    selector = {names.LABEL_RUN: run.name, "app.kubernetes.io/component": tool.name}
+    labels = names.child_labels(run.name, tool.name)
+    cmd = ["python", "-m", tool.module, "--host", "0.0.0.0", "--port", str(tool.port), *tool.args]
     container: dict[str, Any] = {
-        "name": tool,
+        "name": tool.name,
         "image": spec.cluster.images.tools,
         "imagePullPolicy": spec.cluster.images.pull_policy,
-        "ports": [{"name": "http", "containerPort": TOOL_PORT}],
-        "readinessProbe": {"httpGet": {"path": "/healthz", "port": TOOL_PORT}, "periodSeconds": 5},
-        "livenessProbe": {"httpGet": {"path": "/healthz", "port": TOOL_PORT}, "periodSeconds": 20,
+        "ports": [{"name": "http", "containerPort": tool.port}],
+        "readinessProbe": {"httpGet": {"path": "/healthz", "port": tool.port}, "periodSeconds": 5},
+        "livenessProbe": {"httpGet": {"path": "/healthz", "port": tool.port}, "periodSeconds": 20,
                           "failureThreshold": 3},
     }
     pod: dict[str, Any] = {**pod_placement(spec)}
     pod.pop("serviceAccountName", None)
-    if tool == "sandbox":
-        container["command"] = [*cmd, "--timeout-s", str(SANDBOX_TIMEOUT_S), "--memory-mb", str(SANDBOX_MEMORY_MB)]
+    volumes: list[dict[str, Any]] = []
+    if tool.fetch:
+        keys = [f"{layout.data_prefix(spec.domain)}/{rel}" for rel, _ in tool.fetch]
+        local = [f"/data/{rel.rsplit('/', 1)[-1]}" for rel, _ in tool.fetch]
+        fetch: dict[str, Any] = {
+            "name": "fetch-data",
+            "image": spec.cluster.images.tools,
+            "imagePullPolicy": spec.cluster.images.pull_policy,
+            "command": ["python", "-c",
+                        "import sys; from whale.store import open_store; s = open_store(sys.argv[1]); "
+                        "[open(p, 'wb').write(s.read_bytes(k)) for k, p in zip(sys.argv[2::2], sys.argv[3::2])]",
+                        store_uri, *[x for pair in zip(keys, local) for x in pair]],
+            "env": storage_env(spec),
+            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+        }
+        env_from = storage_env_from(spec)
+        if env_from:
+            fetch["envFrom"] = env_from
+        pod["initContainers"] = [fetch]
+        cmd += [x for (_, flag), path in zip(tool.fetch, local) for x in (flag, path)]
+        volumes.append({"name": "data", "emptyDir": {}})
+    container["command"] = cmd
+    if tool.sandboxed:
         container["resources"] = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "4", "memory": "4Gi"}}
         container["securityContext"] = {
             "runAsNonRoot": True,
@@ -494,29 +532,14 @@ def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: str, *, store_uri: st
         container["volumeMounts"] = [{"name": "scratch", "mountPath": "/tmp"}]
         pod["automountServiceAccountToken"] = False
         pod["enableServiceLinks"] = False
-        pod["volumes"] = [{"name": "scratch", "emptyDir": {"sizeLimit": "2Gi"}}]
+        volumes.append({"name": "scratch", "emptyDir": {"sizeLimit": "2Gi"}})
     else:
-        corpus_key = f"{layout.data_prefix(spec.domain)}/{RETRIEVER_CORPUS}"
-        fetch: dict[str, Any] = {
-            "name": "fetch-corpus",
-            "image": spec.cluster.images.tools,
-            "imagePullPolicy": spec.cluster.images.pull_policy,
-            "command": ["python", "-c",
-                        "import sys; from whale.store import open_store; "
-                        "open('/data/corpus.jsonl', 'wb').write(open_store(sys.argv[1]).read_bytes(sys.argv[2]))",
-                        store_uri, corpus_key],
-            "env": storage_env(spec),
-            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-        }
-        container["command"] = [*cmd, "--corpus", "/data/corpus.jsonl", "--method", "bm25"]
         container["env"] = [{"name": "WHALE_CACHE_DIR", "value": "/data/cache"}]
         container["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
         container["resources"] = {"requests": {"cpu": "2", "memory": "8Gi"}}
-        env_from = storage_env_from(spec)
-        if env_from:
-            fetch["envFrom"] = env_from
-        pod["initContainers"] = [fetch]
-        pod["volumes"] = [{"name": "data", "emptyDir": {}}]
+        if not tool.fetch:
+            volumes.append({"name": "data", "emptyDir": {}})
+    pod["volumes"] = volumes
     pod["containers"] = [container]
     return {
         "apiVersion": "apps/v1",
@@ -530,46 +553,48 @@ def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: str, *, store_uri: st
     }
 
 
-def tool_service(run: RunRef, tool: str) -> Manifest:
-    name = names.tool_name(run.name, tool)
+def tool_service(run: RunRef, tool: ToolService) -> Manifest:
+    name = names.tool_name(run.name, tool.name)
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": run.metadata(name, names.child_labels(run.name, tool)),
+        "metadata": run.metadata(name, names.child_labels(run.name, tool.name)),
         "spec": {
-            "selector": {names.LABEL_RUN: run.name, "app.kubernetes.io/component": tool},
-            "ports": [{"name": "http", "port": TOOL_PORT, "targetPort": TOOL_PORT}],
+            "selector": {names.LABEL_RUN: run.name, "app.kubernetes.io/component": tool.name},
+            "ports": [{"name": "http", "port": tool.port, "targetPort": tool.port}],
         },
     }
 
 
-def sandbox_network_policy(run: RunRef) -> Manifest:
+def sandbox_network_policy(run: RunRef, tool: ToolService) -> Manifest:
     """Sandbox pods reach nothing (no egress at all, DNS included); only the run's own workload pods
     may call them, on the service port."""
+    name = names.sandbox_policy_name(run.name) if tool.name == "sandbox" else \
+        names.tool_name(run.name, f"{tool.name}-isolation")
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": run.metadata(names.sandbox_policy_name(run.name), names.child_labels(run.name, "sandbox")),
+        "metadata": run.metadata(name, names.child_labels(run.name, tool.name)),
         "spec": {
-            "podSelector": {"matchLabels": {names.LABEL_RUN: run.name, "app.kubernetes.io/component": "sandbox"}},
+            "podSelector": {"matchLabels": {names.LABEL_RUN: run.name, "app.kubernetes.io/component": tool.name}},
             "policyTypes": ["Ingress", "Egress"],
             "ingress": [{
                 "from": [{"podSelector": {"matchLabels": {names.LABEL_RUN: run.name}}}],
-                "ports": [{"protocol": "TCP", "port": TOOL_PORT}],
+                "ports": [{"protocol": "TCP", "port": tool.port}],
             }],
             "egress": [],
         },
     }
 
 
-def tool_children(run: RunRef, spec: WhaleRunSpec, tools: tuple[str, ...], *, store_uri: str,
+def tool_children(run: RunRef, spec: WhaleRunSpec, tools: tuple[ToolService, ...], *, store_uri: str,
                   replicas: int = 1) -> list[Manifest]:
     out: list[Manifest] = []
     for tool in tools:
         out.append(tool_deployment(run, spec, tool, store_uri=store_uri, replicas=replicas))
         out.append(tool_service(run, tool))
-        if tool == "sandbox":
-            out.append(sandbox_network_policy(run))
+        if tool.sandboxed:
+            out.append(sandbox_network_policy(run, tool))
     return out
 
 

@@ -65,6 +65,14 @@ def job_name(run: str, phase: str, attempt: int) -> str:
     return _fit(run, f"{phase}-{attempt}", MAX_JOB_NAME)
 
 
+PREPARE = "prepare"
+
+
+def prepare_job_name(run: str, attempt: int) -> str:
+    """``<run>-prepare-<attempt>``: the data preparation Job (split sizes), before any phase."""
+    return job_name(run, PREPARE, attempt)
+
+
 def rendezvous_service_name(job: str) -> str:
     """Headless Service giving an Indexed train Job's pods stable DNS names."""
     return f"{job}-rdzv"

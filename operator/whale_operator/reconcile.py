@@ -34,6 +34,7 @@ from whale.alternation import (
     SuspendRun,
     decide,
 )
+from whale.domain import ToolService
 from whale.protocol import PhaseKind
 from whale.spec import RunPhase, WhaleRunSpec, WhaleRunStatus
 from whale.store import Store, open_store
@@ -55,6 +56,11 @@ class SpecError(ValueError):
 
 class WaitingForData(RuntimeError):
     """The split sizes of the run's domain are unknown yet (temporary)."""
+
+
+#: status reasons of the data preparation step
+PREPARING = "PreparingData"
+PREPARE_FAILED = "PrepareFailed"
 
 
 def utc_now() -> str:
@@ -87,10 +93,9 @@ class OperatorConfig:
 
     #: extra options for ``open_store`` (credentials of the operator itself)
     store_options: dict[str, Any] = field(default_factory=dict)
-    #: domain -> tool services it needs
-    domain_tools: dict[str, tuple[str, ...]] = field(default_factory=lambda: dict(builders.DEFAULT_DOMAIN_TOOLS))
-    #: resolve split sizes with the domain plugin when the store has none (needs the data locally)
-    domain_split_sizes: bool = True
+    #: resolve split sizes with the domain plugin in the operator when the store has none, instead of
+    #: a prepare Job (needs the data in the operator's reach; ``WHALE_OPERATOR_DOMAIN_SPLIT_SIZES=1``)
+    domain_split_sizes: bool = False
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorConfig:
@@ -100,7 +105,8 @@ class OperatorConfig:
             opts["access_key"] = env["AWS_ACCESS_KEY_ID"]
         if env.get("AWS_SECRET_ACCESS_KEY"):
             opts["secret_key"] = env["AWS_SECRET_ACCESS_KEY"]
-        return cls(store_options=opts)
+        return cls(store_options=opts,
+                   domain_split_sizes=env.get("WHALE_OPERATOR_DOMAIN_SPLIT_SIZES", "").lower() in ("1", "true"))
 
 
 @dataclass(frozen=True)
@@ -122,6 +128,7 @@ class Reconciler:
         self._stores: dict[tuple[str, str | None, bool], Store] = {}
         self._complete: dict[str, set[int]] = {}
         self._timed: set[str] = set()
+        self._tools: dict[str, tuple[ToolService, ...]] = {}
         self._lock = threading.Lock()
 
     # --- store ---
@@ -139,24 +146,38 @@ class Reconciler:
                 self._stores[key] = open_store(s.uri, **opts)
             return self._stores[key]
 
-    def split_sizes(self, store: Store, run: str, spec: WhaleRunSpec) -> dict[str, int]:
+    def tools_for(self, spec: WhaleRunSpec) -> tuple[ToolService, ...]:
+        """The tool services the run's domain declares (``Domain.tool_services``); cached per domain."""
+        with self._lock:
+            if spec.domain not in self._tools:
+                from whale import domains
+
+                try:
+                    self._tools[spec.domain] = tuple(type(domains.load(spec.domain)).tool_services)
+                except Exception as exc:  # noqa: BLE001 - an unknown/broken plugin is a spec problem
+                    raise SpecError("spec.domain", f"cannot load domain {spec.domain!r} in the operator ({exc}); "
+                                    "use an installed domain (`whale domains` lists them)") from None
+            return self._tools[spec.domain]
+
+    def split_sizes(self, store: Store, run: str, spec: WhaleRunSpec) -> dict[str, int] | None:
+        """The run's split sizes from the store; None when a prepare Job must write them."""
         key = layout.split_sizes_key(run)
         sizes = store.read_json_or_none(key)
         if sizes:
             return {k: int(v) for k, v in sizes.items()}
-        if self.config.domain_split_sizes:
-            from whale import domains
+        if not self.config.domain_split_sizes:
+            return None
+        from whale import domains
 
-            try:
-                sizes = dict(domains.load(spec.domain).split_sizes(spec.data))
-            except Exception as exc:  # noqa: BLE001 - any plugin failure means "not known here"
-                raise WaitingForData(
-                    f"split sizes of domain {spec.domain!r} are unknown here ({exc}); write {store.uri_for(key)} "
-                    f"with {{\"weight\": N, \"harness\": N, \"test\": N}} (`whale plan` prints them)"
-                ) from None
-            store.write_json(key, sizes)
-            return sizes
-        raise WaitingForData(f"write {store.uri_for(key)} with the split sizes of domain {spec.domain!r}")
+        try:
+            sizes = dict(domains.load(spec.domain).split_sizes(spec.data))
+        except Exception as exc:  # noqa: BLE001 - any plugin failure means "not known here"
+            raise WaitingForData(
+                f"split sizes of domain {spec.domain!r} are unknown here ({exc}); write {store.uri_for(key)} "
+                f"with {{\"weight\": N, \"harness\": N, \"test\": N}} (`whale plan` prints them)"
+            ) from None
+        store.write_json(key, sizes)
+        return sizes
 
     def checkpoints(self, store: Store, run: str) -> frozenset[int]:
         """Steps with a COMPLETE checkpoint; complete checkpoints never change, so they are cached."""
@@ -201,6 +222,7 @@ class Reconciler:
         try:
             names.check_run_name(name)
             spec = parse_spec(obj.get("spec"))
+            tools = self.tools_for(spec)
         except (SpecError, names.RunNameError) as exc:
             field_ = exc.field if isinstance(exc, SpecError) else "metadata.name"
             text = str(exc).split(": ", 1)[-1] if isinstance(exc, SpecError) else str(exc)
@@ -227,6 +249,8 @@ class Reconciler:
             waiting = st.with_conditions(waiting, prev.conditions, st.InferenceView(inference_managed), generation, now)
             self._write_status(namespace, name, raw_status, waiting)
             return Outcome(waiting, [])
+        if sizes is None:
+            return self._prepare(run, spec, store, prev, raw_status, generation, now)
 
         jobs = self.kube.list("batch/v1", "Job", namespace, names.run_selector(name))
         current = observe.current_jobs(jobs, prev.attempts)
@@ -248,9 +272,8 @@ class Reconciler:
         decision = decide(spec, prev, obs)
         running = {p for p, c in children.items() if c.state is ChildState.RUNNING}
         # one list serves the readiness view, the ensure and the scaling of the run's Deployments
-        deps = self._deployments(run) if inference_managed or builders.domain_tools(spec, self.config.domain_tools) \
-            else {}
-        self._apply(run, spec, store, decision, running, deps)
+        deps = self._deployments(run) if inference_managed or tools else {}
+        self._apply(run, spec, store, decision, running, deps, tools)
 
         new = decision.status
         # superseded attempts (a preempted Job left suspended by the queue) must not hold resources
@@ -264,13 +287,68 @@ class Reconciler:
         self.metrics.rollouts.labels(namespace=namespace, run=name).set(new.rollouts_spent)
         return Outcome(new, st.events(prev, new, decision.actions), decision)
 
+    # --- data preparation ---
+    def _prepare(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, prev: WhaleRunStatus,
+                 raw_status: dict[str, Any], generation: int | None, now: str) -> Outcome:
+        """No split sizes yet: run the prepare Job (``<run>-prepare-<attempt>``), retried up to
+        ``spec.retry.maxAttempts``; its attempts are counted from the Jobs themselves. A Job that
+        succeeded without writing the sizes counts as failed."""
+        selector = f"{names.run_selector(run.name)},{names.LABEL_KIND}={names.PREPARE}"
+        jobs: dict[int, dict[str, Any]] = {}
+        for job in self.kube.list("batch/v1", "Job", run.namespace, selector):
+            attempt = (job["metadata"].get("labels") or {}).get(names.LABEL_ATTEMPT, "")
+            if attempt.isdigit():
+                jobs[int(attempt)] = job
+        failed, last_error, running = 0, "", None
+        for attempt in sorted(jobs):
+            child = observe.job_child(jobs[attempt])
+            if child.state is ChildState.FAILED:
+                pods = self.kube.list("v1", "Pod", run.namespace,
+                                      f"batch.kubernetes.io/job-name={jobs[attempt]['metadata']['name']}")
+                child = observe.job_child(jobs[attempt], observe.failed_pod_message(pods, builders.WORKER_CONTAINER))
+            if child.state is ChildState.FAILED or child.state is ChildState.SUCCEEDED:
+                failed += 1
+                last_error = child.message if child.state is ChildState.FAILED else (
+                    f"it succeeded without writing {store.uri_for(layout.split_sizes_key(run.name))}")
+            elif child.state is ChildState.RUNNING:
+                running = attempt
+        events: list[st.Event] = []
+        attempt = max(jobs, default=0)
+        if failed >= spec.retry.max_attempts:
+            job_name = names.prepare_job_name(run.name, attempt)
+            new = prev.model_copy(update={
+                "phase": RunPhase.FAILED, "reason": PREPARE_FAILED, "observed_generation": generation,
+                "message": f"data preparation failed {failed} times (spec.retry.maxAttempts); Job {job_name}: "
+                           f"{last_error}", "completion_time": prev.completion_time or now})
+            events = st.events(prev, new, ())
+        else:
+            if running is None:
+                wire = spec.to_wire()
+                if store.read_json_or_none(layout.spec_key(run.name)) != wire:
+                    store.write_json(layout.spec_key(run.name), wire)  # before the Job: it reads it first thing
+                assert spec.storage.uri is not None
+                attempt += 1
+                if self._ensure(builders.prepare_job(run, spec, attempt, store_uri=spec.storage.uri)):
+                    events.append(st.Event(st.WARNING, "PrepareRetried", f"attempt {attempt}: {last_error}")
+                                  if failed else st.Event(st.NORMAL, "Preparing", "materialising the data splits"))
+            else:
+                attempt = running
+            new = prev.model_copy(update={
+                "reason": PREPARING, "observed_generation": generation,
+                "message": f"Job {names.prepare_job_name(run.name, attempt)} is materialising the splits of domain "
+                           f"{spec.domain!r} and writing their sizes (attempt {attempt})"})
+        new = st.with_conditions(new, prev.conditions, st.InferenceView(builders.uses_vllm(spec)), generation, now)
+        self._write_status(run.namespace, run.name, raw_status, new)
+        self.metrics.set_run_phase(run.uid, new.phase)
+        return Outcome(new, events)
+
     # --- acting ---
     def _deployments(self, run: builders.RunRef) -> dict[str, dict[str, Any]]:
         return {d["metadata"]["name"]: d for d in
                 self.kube.list("apps/v1", "Deployment", run.namespace, names.run_selector(run.name))}
 
     def _apply(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, decision: Decision,
-               running: set[str], deps: dict[str, dict[str, Any]]) -> None:
+               running: set[str], deps: dict[str, dict[str, Any]], tools: tuple[ToolService, ...]) -> None:
         """Apply actions. Like the local runner, one phase child runs at a time (they share the
         inference server), owed evaluations first."""
         status = decision.status
@@ -289,11 +367,12 @@ class Reconciler:
         # one phase child at a time: start the first one only when nothing else runs
         startable = [a for a in starts if not running - {a.phase}][:1]
         if startable:
-            self._ensure_infra(run, spec, status.current_checkpoint, deps)
+            self._ensure_infra(run, spec, status.current_checkpoint, deps, tools)
         for action in startable:
-            self._start(run, spec, store, action)
+            self._start(run, spec, store, action, tools)
 
-    def _start(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, action: StartPhase) -> None:
+    def _start(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, action: StartPhase,
+               tools: tuple[ToolService, ...]) -> None:
         req = action.request
         # the shared inference server serves the weights this child samples from (an evaluation of an
         # earlier checkpoint included); one child runs at a time, so the target is unambiguous
@@ -307,7 +386,6 @@ class Reconciler:
         if store.read_json_or_none(key) != wire:
             store.write_json(key, wire)  # before the Job: the workload reads it first thing
         assert spec.storage.uri is not None
-        tools = builders.domain_tools(spec, self.config.domain_tools)
         svc = builders.rendezvous_service(run, spec, req)
         if svc is not None:
             self._ensure(svc)
@@ -325,21 +403,20 @@ class Reconciler:
         return created
 
     def _infra(self, run: builders.RunRef, spec: WhaleRunSpec, checkpoint: str | None,
-               replicas: int) -> list[dict[str, Any]]:
+               replicas: int, tools: tuple[ToolService, ...]) -> list[dict[str, Any]]:
         assert spec.storage.uri is not None
         out: list[dict[str, Any]] = []
         if builders.uses_vllm(spec):
             out.append(builders.inference_deployment(run, spec, store_uri=spec.storage.uri, checkpoint=checkpoint,
                                                      replicas=replicas))
             out.append(builders.inference_service(run, spec))
-        tools = builders.domain_tools(spec, self.config.domain_tools)
         out += builders.tool_children(run, spec, tools, store_uri=spec.storage.uri, replicas=replicas)
         return out
 
     def _ensure_infra(self, run: builders.RunRef, spec: WhaleRunSpec, checkpoint: str | None,
-                      existing: dict[str, dict[str, Any]]) -> None:
+                      existing: dict[str, dict[str, Any]], tools: tuple[ToolService, ...]) -> None:
         """The inference server and tool services exist and are scaled up while phases run."""
-        for manifest in self._infra(run, spec, checkpoint, 1):
+        for manifest in self._infra(run, spec, checkpoint, 1, tools):
             name = manifest["metadata"]["name"]
             if manifest["kind"] == "Deployment" and name in existing:
                 if existing[name].get("spec", {}).get("replicas") != 1:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from whale import domains
 from whale.protocol import EvalPhaseArgs, HarnessPhaseArgs, PhaseKind, PhaseRequest, WeightPhaseArgs
 from whale.spec import WhaleRunSpec
 from whale_operator import builders, names
@@ -41,6 +42,10 @@ PLACEMENT = {
     "nodeSelector": {"gpu": "h200"},
     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
 }
+def tools_of(domain: str):
+    return domains.load(domain).tool_services
+
+
 STORAGE_ENV = [{"name": "WHALE_S3_ENDPOINT", "value": "minio.whale.svc:9000"},
                {"name": "WHALE_S3_SECURE", "value": "false"}]
 
@@ -53,7 +58,7 @@ def test_train_job_whole_manifest():
         "app.kubernetes.io/component": "train", "whale.dev/cycle": "1", "whale.dev/phase": "c01-weight",
         "whale.dev/attempt": "1", "whale.dev/kind": "weight", "kueue.x-k8s.io/queue-name": "gpu-queue",
     }
-    assert builders.job(RUN, spec, weight_request(spec), store_uri=STORE, tools=("sandbox",)) == {
+    assert builders.job(RUN, spec, weight_request(spec), store_uri=STORE, tools=tools_of("math_reasoning")) == {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {"name": "demo-c01-weight-1", "namespace": "team-a", "labels": labels, "ownerReferences": OWNER,
@@ -179,7 +184,7 @@ def test_vllm_deployment():
 
 
 def test_sandbox_reaches_nothing():
-    assert builders.sandbox_network_policy(RUN) == {
+    assert builders.sandbox_network_policy(RUN, tools_of("math_reasoning")[0]) == {
         "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
         "metadata": {"name": "demo-sandbox-isolation", "namespace": "team-a", "ownerReferences": OWNER,
                      "labels": {"app.kubernetes.io/name": "whale", "app.kubernetes.io/instance": "demo",
@@ -193,7 +198,7 @@ def test_sandbox_reaches_nothing():
             "egress": [],
         },
     }
-    dep = builders.tool_deployment(RUN, make_spec(), "sandbox", store_uri=STORE)
+    dep = builders.tool_deployment(RUN, make_spec(), tools_of("math_reasoning")[0], store_uri=STORE)
     pod = dep["spec"]["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False
     c = pod["containers"][0]
@@ -203,13 +208,40 @@ def test_sandbox_reaches_nothing():
 
 
 def test_tools_per_domain():
-    assert builders.domain_tools(make_spec(domain="search_qa")) == ("retriever",)
-    assert builders.domain_tools(make_spec(domain="math_reasoning")) == ("sandbox",)
-    assert builders.domain_tools(make_spec(domain="chess_puzzles")) == ()
-    kinds = [m["kind"] for m in builders.tool_children(RUN, make_spec(), ("sandbox",), store_uri=STORE)]
+    """The domain plugin declares its services; the operator builds them from that description."""
+    assert [t.name for t in tools_of("search_qa")] == ["retriever"]
+    assert [t.name for t in tools_of("math_reasoning")] == ["sandbox"]
+    assert tools_of("chess_puzzles") == () and tools_of("synthetic") == ()
+    kinds = [m["kind"] for m in builders.tool_children(RUN, make_spec(), tools_of("math_reasoning"), store_uri=STORE)]
     assert kinds == ["Deployment", "Service", "NetworkPolicy"]
-    with pytest.raises(ValueError, match="unknown tool service 'grep'"):
-        builders.tool_deployment(RUN, make_spec(), "grep", store_uri=STORE)
+    retriever = builders.tool_children(RUN, make_spec(domain="search_qa"), tools_of("search_qa"), store_uri=STORE)
+    assert [m["kind"] for m in retriever] == ["Deployment", "Service"]  # not sandboxed: no deny-all policy
+    pod = retriever[0]["spec"]["template"]["spec"]
+    assert pod["containers"][0]["command"] == [
+        "python", "-m", "whale.tools.retriever", "--host", "0.0.0.0", "--port", "8080", "--method", "bm25",
+        "--corpus", "/data/wiki_passages.jsonl"]
+    fetch = pod["initContainers"][0]
+    assert fetch["command"][-3:] == [STORE, "data/search_qa/corpus/wiki_passages.jsonl", "/data/wiki_passages.jsonl"]
+    assert fetch["envFrom"] == [{"secretRef": {"name": "whale-s3"}}]
+    job = builders.job(RUN, make_spec(domain="search_qa"), weight_request(make_spec()), store_uri=STORE,
+                       tools=tools_of("search_qa"))
+    assert {"name": "WHALE_RETRIEVER_URL", "value": "http://demo-retriever.team-a.svc:8080"} in \
+        job["spec"]["template"]["spec"]["containers"][0]["env"]
+
+
+def test_prepare_job_runs_the_prepare_workload_under_the_job_conventions():
+    spec = make_spec()
+    job = builders.prepare_job(RUN, spec, 2, store_uri=STORE)
+    assert job["metadata"]["name"] == "demo-prepare-2"
+    assert job["metadata"]["ownerReferences"] == OWNER
+    labels = job["metadata"]["labels"]
+    assert labels["whale.dev/kind"] == "prepare" and labels["whale.dev/attempt"] == "2"
+    assert "whale.dev/phase" not in labels  # not a decide() child
+    assert job["spec"]["backoffLimit"] == 0 and job["spec"]["podFailurePolicy"] == builders.pod_failure_policy()
+    c = job["spec"]["template"]["spec"]["containers"][0]
+    assert c["command"] == ["python", "-m", "whale.workloads", "prepare", "--store", STORE, "--run", "demo",
+                            "--phase", "prepare"]
+    assert all(e in c["env"] for e in STORAGE_ENV) and c["envFrom"] == [{"secretRef": {"name": "whale-s3"}}]
 
 
 def test_names_are_deterministic_and_fit_dns_limits():

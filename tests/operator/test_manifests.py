@@ -15,6 +15,7 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
+from whale import domains
 from whale.protocol import EvalPhaseArgs, HarnessPhaseArgs, PhaseKind, PhaseRequest, WeightPhaseArgs
 from whale.spec import Images, WhaleRunSpec
 from whale_operator import builders
@@ -98,9 +99,10 @@ def children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
         PhaseRequest(run="example", phase="eval-c00-s000000-start", kind=PhaseKind.EVAL, attempt=1, spec=wire,
                      eval=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None)),
     ]
-    tools = builders.domain_tools(spec)
+    tools = domains.load(spec.domain).tool_services
     out = [builders.job(run, spec, r, store_uri=store, tools=tools) for r in reqs]
     out += builders.tool_children(run, spec, tools, store_uri=store)
+    out.append(builders.prepare_job(run, spec, 1, store_uri=store))
     out += [builders.inference_deployment(run, spec, store_uri=store, checkpoint=None),
             builders.inference_service(run, spec)]
     multi = spec.model_copy(update={"train": spec.train.model_copy(update={"num_nodes": 2})})
