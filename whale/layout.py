@@ -152,3 +152,20 @@ def serving_key(run: str) -> str:
 def data_prefix(domain: str) -> str:
     """Materialised splits of a domain, shared by every run in the store."""
     return f"data/{domain}"
+
+
+def served_key(run: str) -> str:
+    """The inference server's acknowledgement ``{"checkpoint": key | null, "version": v, "at": time}``:
+    written by the weight-sync sidecar once vLLM serves what ``serving_key`` asked for."""
+    return f"{run_prefix(run)}/control/served.json"
+
+
+def sync_prefix(run: str) -> str:
+    """Folder of the per-step weights a weight phase publishes for the inference server to reload
+    (a cluster's store-based sync; only the last two are kept)."""
+    return f"{run_prefix(run)}/sync"
+
+
+def sync_step_prefix(run: str, step: int) -> str:
+    """``sync/step-<NNNNNN>``: the weights after global step ``step``; COMPLETE written last."""
+    return f"{sync_prefix(run)}/step-{step:06d}"

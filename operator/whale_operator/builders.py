@@ -353,8 +353,9 @@ def _request_cycle(request: PhaseRequest) -> int:
 
 
 def vllm_args(spec: WhaleRunSpec) -> list[str]:
-    """``vllm serve`` arguments. The model path is fixed (``/models/current``, kept by the weight-sync
-    sidecar), so swapping checkpoints never changes the pod template."""
+    """``vllm serve`` arguments. The model path is fixed (``/models/current``: a link the weight-sync
+    init container and sidecar keep pointing at the served weights, see
+    ``whale.inference.weight_sync``), so swapping checkpoints never changes the pod template."""
     inf, model = spec.inference, spec.model
     args = [
         f"{MODELS_DIR}/current",
@@ -375,7 +376,7 @@ def vllm_args(spec: WhaleRunSpec) -> list[str]:
 
 def _weight_sync_command(run: RunRef, spec: WhaleRunSpec, store_uri: str, once: bool) -> list[str]:
     cmd = ["python", "-m", "whale.inference.weight_sync", "--store", store_uri, "--run", run.name,
-           "--model", spec.model.name, "--dest", f"{MODELS_DIR}/current"]
+           "--model", spec.model.name, "--dest", MODELS_DIR]
     if spec.model.revision:
         cmd += ["--revision", spec.model.revision]
     if once:

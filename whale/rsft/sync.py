@@ -1,43 +1,49 @@
 """Weight sync: make the weights SFT just produced the ones the next step samples from.
 
-Two implementations behind one interface:
+Three implementations behind one interface:
 
 * :class:`SharedModelSync` — the in-process transformers backend samples from the very model
   object the trainer updates, so there is nothing to move (CPU runs, tests).
-* :class:`VLLMReloadSync` — a vLLM OpenAI-compatible server that stays up across steps. The new
-  weights are written as an HF checkpoint to a folder the server can read (a volume shared by the
-  train Job and the vLLM pod), then the server is told, through its dev-mode control endpoints
-  (``VLLM_SERVER_DEV_MODE=1``), to point its load config at that folder and reload in place::
+* :class:`StoreSync` — a cluster: the vLLM pod runs beside, not with, the train Job. Each step's
+  weights are uploaded to the object store (``layout.sync_step_prefix``, the last two kept), the
+  serving target ``control/serving.json`` is pointed at them, and the trainer waits, with a
+  deadline, for the vLLM pod's weight-sync sidecar (``whale.inference.weight_sync``) to download
+  them, reload vLLM in place and acknowledge in ``control/served.json``. No shared volume, no
+  process group between the pods; the same transport the operator uses between phases.
+* :class:`VLLMReloadSync` — a vLLM server that can read a folder this process writes (a volume
+  shared by the trainer and the server, or one machine): write the checkpoint, then reload.
 
-      POST /collective_rpc {"method": "update_config", "args": [{"model_config": {"model": DIR}}]}
-      POST /collective_rpc {"method": "reload_weights"}
-      POST /reset_prefix_cache          (cached KV blocks were computed with the old weights)
-
-  Why this path and not vLLM's NCCL/IPC weight-transfer engine (``/init_weight_transfer_engine`` +
-  ``/update_weights``): it needs no process group between the train Job and the inference pod
-  (different pods, possibly different nodes and GPU counts, and a preempted train pod would leave
-  a dangling communicator), it works with the vLLM image the spec pins (v0.11: ``update_config``
-  and ``reload_weights`` are worker methods there; the transfer engine is newer), and its cost is
-  one safetensors write plus one read of the model per RSFT step, a few seconds for a 2-4B model
-  (benchmarks/sft_throughput.py measures the save), against minutes of sampling per step. Two
-  folders are used alternately, so the server never reads a folder being written.
+Both vLLM paths reload through the dev-mode control endpoints (:mod:`whale.inference.vllm_control`).
+Why reload-from-folder and not vLLM's NCCL/IPC weight-transfer engine (``/update_weights``): it needs
+no process group between the train Job and the inference pod (different pods, possibly different
+nodes and GPU counts, and a preempted train pod would leave a dangling communicator), it works with
+the vLLM image the spec pins (v0.11: ``update_config`` and ``reload_weights`` are worker methods
+there), and its cost is one safetensors write plus one read of the model per RSFT step, a few seconds
+for a 2-4B model, against minutes of sampling per step. Two folders are used alternately, so the
+server never reads a folder being written.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+import tempfile
 import time
+import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
 import httpx
 
+from whale import layout
+from whale.inference.vllm_control import VLLMControl, WeightSyncError
+
+__all__ = ["SharedModelSync", "StoreSync", "VLLMReloadSync", "WeightSync", "WeightSyncError"]
+
 log = logging.getLogger(__name__)
 
-
-class WeightSyncError(RuntimeError):
-    """The inference server did not take the new weights; the message says what to check."""
+#: the marker written last under each sync folder
+SYNC_MARKER = layout.CHECKPOINT_COMPLETE_MARKER
 
 
 class WeightSync(Protocol):
@@ -53,7 +59,7 @@ class SharedModelSync:
 
 
 class VLLMReloadSync:
-    """Reload-from-folder weight sync for a long-lived vLLM server (see the module doc).
+    """Reload-from-folder weight sync for a long-lived vLLM server that sees this process's disk.
 
     ``local_dir`` is where this process writes; ``server_dir`` is the same folder as the server
     sees it (a shared volume may be mounted at different paths)."""
@@ -67,47 +73,89 @@ class VLLMReloadSync:
         timeout_s: float = 600.0,
         client: httpx.Client | None = None,
     ):
-        root = base_url.rstrip("/")
-        self.base_url = root[: -len("/v1")] if root.endswith("/v1") else root
+        self.control = VLLMControl(base_url, timeout_s=timeout_s, client=client)
+        self.base_url = self.control.base_url
         self.local_dir = Path(local_dir)
         self.server_dir = server_dir or str(self.local_dir)
-        self.timeout_s = timeout_s
-        self.client = client or httpx.Client(timeout=timeout_s)
 
     def close(self) -> None:
-        self.client.close()
-
-    def _slot(self, step: int) -> str:
-        return f"slot-{step % 2}"
-
-    def _post(self, path: str, body: dict[str, Any] | None = None) -> Any:
-        url = f"{self.base_url}{path}"
-        try:
-            response = self.client.post(url, json=body) if body is not None else self.client.post(url)
-        except httpx.HTTPError as exc:
-            raise WeightSyncError(f"weight sync: cannot reach the inference server at {url}: {exc}") from exc
-        if response.status_code == 404:
-            raise WeightSyncError(
-                f"weight sync: {url} answered 404; start vLLM with VLLM_SERVER_DEV_MODE=1 so its "
-                "/collective_rpc and /reset_prefix_cache endpoints exist"
-            )
-        if response.status_code >= 400:
-            raise WeightSyncError(f"weight sync: {url} answered {response.status_code}: {response.text[:500]}")
-        return response.json() if response.content else None
+        self.control.close()
 
     def sync(self, model: Any, tokenizer: Any, step: int) -> float:
         start = time.perf_counter()
-        slot = self._slot(step)
+        slot = f"slot-{step % 2}"
         folder = self.local_dir / slot
         if folder.exists():
             shutil.rmtree(folder)
         folder.mkdir(parents=True)
         model.save_pretrained(folder, safe_serialization=True)
         tokenizer.save_pretrained(folder)
-        server_path = f"{self.server_dir.rstrip('/')}/{slot}"
-        self._post("/collective_rpc", {"method": "update_config", "args": [{"model_config": {"model": server_path}}]})
-        self._post("/collective_rpc", {"method": "reload_weights", "timeout": self.timeout_s})
-        self._post("/reset_prefix_cache")
+        self.control.reload_from(f"{self.server_dir.rstrip('/')}/{slot}")
+        return time.perf_counter() - start
+
+
+class StoreSync:
+    """Store-transported weight sync for a vLLM pod with the weight-sync sidecar (see the module doc).
+
+    ``ack_timeout_s`` bounds the wait for the sidecar's acknowledgement of each step (download +
+    reload: seconds to minutes for a few-GB model)."""
+
+    def __init__(self, store: Any, run: str, *, ack_timeout_s: float = 900.0, poll_s: float = 0.5, keep: int = 2):
+        self.store = store
+        self.run = run
+        self.ack_timeout_s = ack_timeout_s
+        self.poll_s = poll_s
+        self.keep = max(keep, 1)
+
+    def serve(self, checkpoint: str | None) -> float:
+        """Ask the inference server to serve ``checkpoint`` (a store prefix; None = the base model)
+        and wait for its acknowledgement; returns the seconds waited."""
+        start = time.perf_counter()
+        version = uuid.uuid4().hex[:12]
+        self.store.write_json(layout.serving_key(self.run), {"checkpoint": checkpoint, "version": version})
+        self.wait_served(checkpoint, version)
+        return time.perf_counter() - start
+
+    def wait_served(self, checkpoint: str | None, version: str | None = None) -> dict[str, Any]:
+        key = layout.served_key(self.run)
+        deadline = time.monotonic() + self.ack_timeout_s
+        last: Any = None
+        while True:
+            last = self.store.read_json_or_none(key)
+            if isinstance(last, dict) and last.get("checkpoint") == checkpoint and (
+                    version is None or last.get("version") == version):
+                return last
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(self.poll_s)
+        raise WeightSyncError(
+            f"weight sync: the inference server did not acknowledge {checkpoint or 'the base model'} within "
+            f"{self.ack_timeout_s:.0f} s ({self.store.uri_for(key)} says {last!r}); check that the vLLM pod "
+            f"runs and read its weight-sync sidecar's log (kubectl logs deploy/{self.run}-vllm -c weight-sync)"
+        )
+
+    def sync(self, model: Any, tokenizer: Any, step: int) -> float:
+        start = time.perf_counter()
+        prefix = layout.sync_step_prefix(self.run, step)
+        with tempfile.TemporaryDirectory(prefix="whale-sync-") as tmp:
+            model.save_pretrained(tmp, safe_serialization=True)
+            tokenizer.save_pretrained(tmp)
+            Path(tmp, SYNC_MARKER).write_text(f"step {step}\n")
+            self.store.upload_dir(Path(tmp), prefix, marker=SYNC_MARKER)
+        self.serve(prefix)
+        self.prune(keep_step=step)
         seconds = time.perf_counter() - start
-        log.info("weights of step %d reloaded by %s from %s in %.1f s", step, self.base_url, server_path, seconds)
+        log.info("weights of step %d served from %s after %.1f s", step, self.store.uri_for(prefix), seconds)
         return seconds
+
+    def prune(self, keep_step: int) -> None:
+        """Delete all sync folders but the newest ``keep`` (the one just served included)."""
+        steps = []
+        for entry in self.store.list(layout.sync_prefix(self.run) + "/", recursive=False):
+            step = layout.parse_checkpoint_step(entry.rstrip("/").rsplit("/", 1)[-1])
+            if step is not None:
+                steps.append(step)
+        newest = sorted(s for s in steps if s <= keep_step)[-self.keep:]
+        for step in steps:
+            if step not in newest:
+                self.store.delete_prefix(layout.sync_step_prefix(self.run, step))
