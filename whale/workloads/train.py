@@ -9,8 +9,9 @@ state; honours STOP and the adaptive ``stopRule``; writes ``WeightPhaseResult`` 
 
 Sampling: in-process (the transformers backend shares the trained model object: no sync needed)
 or a vLLM server (``inference.backend`` openai/vllm, or auto with ``$WHALE_INFERENCE_URL``); then
-each step's weights are published with :class:`whale.rsft.sync.VLLMReloadSync`, writing to
-``$WHALE_SYNC_DIR`` (a volume the server reads, seen there as ``$WHALE_SYNC_SERVER_DIR``).
+each step's weights are published through the store to the vLLM pod's weight-sync sidecar
+(:class:`whale.rsft.sync.StoreSync`, a cluster), or with :class:`whale.rsft.sync.VLLMReloadSync`
+when ``$WHALE_SYNC_DIR`` names a folder the server reads (seen there as ``$WHALE_SYNC_SERVER_DIR``).
 Loop and components: ``whale.rsft``.
 """
 
@@ -26,6 +27,7 @@ from whale import layout
 from whale.protocol import PhaseKind, PhaseRequest, WeightPhaseResult
 from whale.rsft import checkpoint as ckpt
 from whale.rsft.config import RSFTConfig
+from whale.rsft.dist import World, world_from_env
 from whale.rsft.phase import WeightPhase, WeightPhaseError, find_start, finish
 from whale.spec import WhaleRunSpec
 from whale.store import Store
@@ -49,8 +51,12 @@ def read_request(store: Store, run: str, phase: str) -> PhaseRequest:
     return request
 
 
-def run_train(store: Store, run: str, phase: str, *, domain: Any = None) -> WeightPhaseResult:
-    """The workload; ``domain`` may be injected (tests)."""
+def run_train(store: Store, run: str, phase: str, *, domain: Any = None) -> WeightPhaseResult | None:
+    """The workload; ``domain`` may be injected (tests). Under torchrun (``WORLD_SIZE`` > 1) rank 0
+    leads and returns the result; the other ranks follow it and return None (see the module doc)."""
+    world = world_from_env()
+    if world.distributed:
+        return run_distributed(store, run, phase, world, domain=domain)
     request = read_request(store, run, phase)
     args = request.weight
     assert args is not None  # noqa: S101 - read_request checked it
@@ -89,7 +95,7 @@ def run_train(store: Store, run: str, phase: str, *, domain: Any = None) -> Weig
         from whale.harness.validate import validate_file
 
         validate_file(harness_path, domain.allowed_imports)
-        client, sync, lock = make_sampling_backend(spec, model, tokenizer)
+        client, sync, lock = make_sampling_backend(spec, model, tokenizer, store, run, start.model_prefix)
         from whale.inference.factory import sampling_for
         from whale.rsft.sampling import HarnessSampler
 
@@ -142,22 +148,164 @@ def harness_file(store: Store, key: str | None, domain: Any, tmp: Path) -> Path:
     return path
 
 
-def make_sampling_backend(spec: WhaleRunSpec, model: Any, tokenizer: Any):
-    """(client, weight sync, weights lock): in-process sharing ``model``, or vLLM + reload sync."""
+def make_sampling_backend(spec: WhaleRunSpec, model: Any, tokenizer: Any, store: Store | None = None,
+                          run: str | None = None, start_prefix: str | None = None):
+    """(client, weight sync, weights lock): in-process sharing ``model``, or a vLLM server with
+    ``$WHALE_SYNC_DIR`` (a folder the server reads: reload sync), else the store-based sync of a
+    cluster (the vLLM pod's weight-sync sidecar), which first makes the server serve
+    ``start_prefix``, the weights this attempt starts from (None = the base model)."""
     from whale.inference.factory import backend_kind, inference_url, make_client
-    from whale.rsft.sync import SharedModelSync, VLLMReloadSync
+    from whale.rsft.sync import SharedModelSync, StoreSync, VLLMReloadSync
 
     if backend_kind(spec) == "http":
         sync_dir = os.environ.get(SYNC_DIR_ENV)
-        if not sync_dir:
+        if sync_dir:
+            sync: Any = VLLMReloadSync(inference_url(spec), Path(sync_dir), os.environ.get(SYNC_SERVER_DIR_ENV))
+        elif store is not None and run is not None:
+            sync = StoreSync(store, run)
+            sync.serve(start_prefix)
+        else:
             raise WeightPhaseError(
-                f"sampling goes to a vLLM server, so the new weights must reach it: set ${SYNC_DIR_ENV} to a "
-                f"folder the server can read (and ${SYNC_SERVER_DIR_ENV} to its path there, if different)"
+                f"sampling goes to a vLLM server, so the new weights must reach it: run the vLLM pod with the "
+                f"weight-sync sidecar (the operator does), or set ${SYNC_DIR_ENV} to a folder the server can read"
             )
-        sync = VLLMReloadSync(inference_url(spec), Path(sync_dir), os.environ.get(SYNC_SERVER_DIR_ENV))
         return make_client(spec), sync, None
     from whale.inference.transformers_backend import TransformersClient
 
     client = TransformersClient(model, tokenizer, max_batch_size=spec.inference.max_concurrency,
                                 model_name=spec.model.served_model_name or spec.model.name)
     return client, SharedModelSync(), client.lock
+
+
+# ----- several processes (torchrun) -----------------------------------------------------------------
+
+
+def run_distributed(store: Store, run: str, phase: str, world: World, *, domain: Any = None) -> WeightPhaseResult | None:
+    """One rank of a torchrun launch: rank 0 leads (store, sampling), the others follow (SFT only)."""
+    from whale.rsft import dist
+
+    device = dist.device_for(world)
+    dist.init_process_group(world, device)
+    try:
+        if world.is_leader:
+            return _lead(store, run, phase, world, device, domain)
+        _follow(world, device)
+        return None
+    finally:
+        dist.shutdown()
+
+
+def make_trainer(model: Any, cfg: RSFTConfig, spec: WhaleRunSpec, device: Any, pad_id: int, world: World):
+    """Plain data-parallel SFT, or a DeepSpeed engine when ``spec.train.deepspeedConfig`` is set."""
+    if spec.train.deepspeed_config:
+        from whale.rsft.deepspeed_trainer import DeepSpeedTrainer
+
+        return DeepSpeedTrainer(model, cfg, device=device, pad_id=pad_id, config_path=spec.train.deepspeed_config,
+                                world_size=world.size)
+    from whale.rsft.trainer import SFTTrainer
+
+    return SFTTrainer(model, cfg, device=device, pad_id=pad_id)
+
+
+def _lead(store: Store, run: str, phase: str, world: World, device: Any, domain: Any) -> WeightPhaseResult:
+    from whale.rsft import dist
+
+    leader = dist.LeaderTrainer(None)
+    try:
+        request = read_request(store, run, phase)
+        args = request.weight
+        assert args is not None  # noqa: S101 - read_request checked it
+        done = store.read_json_or_none(layout.result_key(run, phase))
+        if done is not None or (ckpt.checkpoint_complete(store, run, args.target_step)
+                                and args.target_step > args.from_step):
+            result = (WeightPhaseResult.model_validate(done) if done is not None
+                      else finish(store, run, phase, args.target_step, "target"))
+            dist.broadcast_object(("done",))
+            return result
+        spec = WhaleRunSpec.model_validate(request.spec)
+        cfg = RSFTConfig.from_spec(spec, args)
+        if domain is None:
+            from whale import domains
+
+            domain = domains.load(spec.domain)
+        items = domain.load_split("weight", spec.data, store)
+        if not items:
+            raise WeightPhaseError(f"domain {spec.domain!r} has an empty weight split (D_weight); check spec.data")
+        start = find_start(store, run, phase, args)
+
+        import torch
+
+        torch.manual_seed(cfg.seed)
+        with tempfile.TemporaryDirectory(prefix="whale-train-") as tmp:
+            model, tokenizer = load_for_training(store, spec, start.model_prefix, Path(tmp), device)
+            pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
+            leader.in_collective = True
+            dist.broadcast_object(("start", request.to_wire(), model.config.to_json_string(), pad_id))
+            dist.broadcast_module(model)
+            trainer = make_trainer(model, cfg, spec, device, pad_id, world)
+            optimizer_state = dist.broadcast_tree(start.optimizer_state, device)
+            if optimizer_state is not None:
+                trainer.load_optimizer_state(optimizer_state)
+            leader.trainer = trainer
+            leader.in_collective = False
+            harness_path = harness_file(store, args.harness, domain, Path(tmp))
+            from whale.harness.validate import validate_file
+
+            validate_file(harness_path, domain.allowed_imports)
+            client, sync, lock = make_sampling_backend(spec, model, tokenizer, store, run, start.model_prefix)
+            from whale.inference.factory import sampling_for
+            from whale.rsft.sampling import HarnessSampler
+
+            sampling = sampling_for(spec, temperature=spec.rsft.sampling.temperature)
+            saved_model = dist.GatheringModel(model, leader)
+            with HarnessSampler(domain, harness_path, client, sampling, max_concurrency=spec.inference.max_concurrency,
+                                harness_label=args.harness or "h0") as sampler:
+                loop = WeightPhase(store=store, run=run, phase=phase, args=args, cfg=cfg, items=items,
+                                   model=saved_model, tokenizer=tokenizer, trainer=leader, sampler=sampler, sync=sync,
+                                   weights_lock=lock)
+                result = loop.run_from(start)
+        leader.end()
+    except BaseException as exc:
+        leader.abort(f"{type(exc).__name__}: {exc}")
+        raise
+    log.info("phase %s done on %d ranks: step %d, stopped by %s", phase, world.size, result.final_step,
+             result.stopped_by)
+    return result
+
+
+def _follow(world: World, device: Any) -> None:
+    """A follower never touches the store: everything comes from rank 0 over the process group."""
+    from whale.rsft import dist
+
+    message = dist.broadcast_object(None)
+    if message[0] == "done":
+        return
+    if message[0] == "abort":
+        raise dist.FollowerAbort(f"rank 0 failed: {message[1]}")
+    _, request_wire, config_json, pad_id = message
+    request = PhaseRequest.model_validate(request_wire)
+    assert request.weight is not None  # noqa: S101 - the leader validated it
+    spec = WhaleRunSpec.model_validate(request.spec)
+    cfg = RSFTConfig.from_spec(spec, request.weight)
+    model = model_from_config(config_json, spec, device)
+    dist.broadcast_module(model)
+    trainer = make_trainer(model, cfg, spec, device, int(pad_id), world)
+    optimizer_state = dist.broadcast_tree(None, device)
+    if optimizer_state is not None:
+        trainer.load_optimizer_state(optimizer_state)
+    calls = dist.follow(trainer)
+    log.info("rank %d done: %d SFT steps", world.rank, calls)
+
+
+def model_from_config(config_json: str, spec: WhaleRunSpec, device: Any):
+    """An fp32 model of the leader's architecture (its weights arrive by broadcast afterwards)."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    with tempfile.TemporaryDirectory(prefix="whale-config-") as tmp:
+        Path(tmp, "config.json").write_text(config_json, encoding="utf-8")
+        config = AutoConfig.from_pretrained(tmp, trust_remote_code=spec.model.trust_remote_code)
+    config.use_cache = False
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32,
+                                             trust_remote_code=spec.model.trust_remote_code)
+    return model.to(device)
