@@ -120,7 +120,8 @@ async def whalerun_daemon(name: str, namespace: str, uid: str, body: kopf.Body, 
             else:
                 for ev in outcome.events if outcome is not None else []:
                     kopf.event(body, type=ev.type, reason=ev.reason, message=ev.message[:1000])
-                if outcome is not None and outcome.status.phase is RunPhase.RUNNING and outcome.status.active_phase:
+                if outcome is not None and (outcome.poll or (
+                        outcome.status.phase is RunPhase.RUNNING and outcome.status.active_phase)):
                     delay = min(delay, memo.progress_s)
             finally:
                 metrics.handler_duration.labels(handler="reconcile").observe(time.perf_counter() - started)

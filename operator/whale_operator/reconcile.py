@@ -114,6 +114,9 @@ class Outcome:
     status: WhaleRunStatus
     events: list[st.Event]
     decision: Decision | None = None
+    #: something the operator waits for raises no Kubernetes event (the inference server's
+    #: acknowledgement in the store): reconcile again at the progress interval
+    poll: bool = False
 
 
 class Reconciler:
@@ -273,7 +276,7 @@ class Reconciler:
         running = {p for p, c in children.items() if c.state is ChildState.RUNNING}
         # one list serves the readiness view, the ensure and the scaling of the run's Deployments
         deps = self._deployments(run) if inference_managed or tools else {}
-        self._apply(run, spec, store, decision, running, deps, tools)
+        gated = self._apply(run, spec, store, decision, running, deps, tools)
 
         new = decision.status
         # superseded attempts (a preempted Job left suspended by the queue) must not hold resources
@@ -285,7 +288,7 @@ class Reconciler:
         self._write_status(namespace, name, raw_status, new)
         self.metrics.set_run_phase(uid, new.phase)
         self.metrics.rollouts.labels(namespace=namespace, run=name).set(new.rollouts_spent)
-        return Outcome(new, st.events(prev, new, decision.actions), decision)
+        return Outcome(new, st.events(prev, new, decision.actions), decision, poll=gated)
 
     # --- data preparation ---
     def _prepare(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, prev: WhaleRunStatus,
@@ -348,9 +351,10 @@ class Reconciler:
                 self.kube.list("apps/v1", "Deployment", run.namespace, names.run_selector(run.name))}
 
     def _apply(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, decision: Decision,
-               running: set[str], deps: dict[str, dict[str, Any]], tools: tuple[ToolService, ...]) -> None:
+               running: set[str], deps: dict[str, dict[str, Any]], tools: tuple[ToolService, ...]) -> bool:
         """Apply actions. Like the local runner, one phase child runs at a time (they share the
-        inference server), owed evaluations first."""
+        inference server), owed evaluations first. True when a start waits for the inference server
+        to acknowledge the weights it must serve."""
         status = decision.status
         starts = sorted(decision.of_type(StartPhase), key=lambda a: a.kind is not PhaseKind.EVAL)
         for action in decision.actions:
@@ -363,16 +367,18 @@ class Reconciler:
                 self._stop_children(run)
                 self._scale_infra(run, 0, deps)
         if status.phase is not RunPhase.RUNNING:
-            return
+            return False
         # one phase child at a time: start the first one only when nothing else runs
         startable = [a for a in starts if not running - {a.phase}][:1]
         if startable:
             self._ensure_infra(run, spec, status.current_checkpoint, deps, tools)
-        for action in startable:
-            self._start(run, spec, store, action, tools)
+        return not all([self._start(run, spec, store, action, tools) for action in startable])
 
     def _start(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, action: StartPhase,
-               tools: tuple[ToolService, ...]) -> None:
+               tools: tuple[ToolService, ...]) -> bool:
+        """Create the child's Job; False (nothing created) while the vLLM pod's weight-sync sidecar
+        has not acknowledged the weights the child samples from (``control/served.json``), so no
+        child ever samples from stale weights; decide() asks again on the next reconcile."""
         req = action.request
         # the shared inference server serves the weights this child samples from (an evaluation of an
         # earlier checkpoint included); one child runs at a time, so the target is unambiguous
@@ -381,6 +387,15 @@ class Reconciler:
         serving = store.read_json_or_none(layout.serving_key(run.name))
         if serving is None or serving.get("checkpoint") != target:
             self._serve(run, spec, store, target)
+        if builders.uses_vllm(spec):
+            served = store.read_json_or_none(layout.served_key(run.name))
+            if not isinstance(served, dict) or served.get("checkpoint") != target:
+                log.info("%s/%s: %s waits for the inference server to serve %s", run.namespace, run.name,
+                         req.phase, target or "the base model")
+                return False
+        spec_wire = spec.to_wire()
+        if store.read_json_or_none(layout.spec_key(run.name)) != spec_wire:
+            store.write_json(layout.spec_key(run.name), spec_wire)
         key = layout.request_key(run.name, req.phase)
         wire = req.to_wire()
         if store.read_json_or_none(key) != wire:
@@ -390,6 +405,7 @@ class Reconciler:
         if svc is not None:
             self._ensure(svc)
         self._ensure(builders.job(run, spec, req, store_uri=spec.storage.uri, tools=tools))
+        return True
 
     def _ensure(self, manifest: dict[str, Any]) -> bool:
         try:

@@ -44,6 +44,8 @@ class WorkloadPlayer:
     #: eval score as a function of (cycle, step, after)
     eval_score: Any = None
     handled: set[str] = field(default_factory=set)
+    #: acknowledge serving targets like the weight-sync sidecar (False: the test plays it itself)
+    play_sidecar: bool = True
 
     # --- views ---
     def wr(self) -> dict[str, Any]:
@@ -60,7 +62,15 @@ class WorkloadPlayer:
     def job_names(self) -> list[str]:
         return sorted(j["metadata"]["name"] for j in self.jobs())
 
+    def ack_serving(self) -> None:
+        """Play the vLLM pod's weight-sync sidecar: acknowledge the serving target (served.json)."""
+        target = self.store.read_json_or_none(layout.serving_key(self.run))
+        if target is not None and self.store.read_json_or_none(layout.served_key(self.run)) != target:
+            self.store.write_json(layout.served_key(self.run), target)
+
     def pending_job(self) -> dict[str, Any] | None:
+        if self.play_sidecar:
+            self.ack_serving()
         for job in self.jobs():
             if job["metadata"]["name"] not in self.handled and not job_finished(job):
                 return job
