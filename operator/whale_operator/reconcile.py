@@ -324,6 +324,9 @@ class Reconciler:
                 "message": f"data preparation failed {failed} times (spec.retry.maxAttempts); Job {job_name}: "
                            f"{last_error}", "completion_time": prev.completion_time or now})
             events = st.events(prev, new, ())
+        elif spec.suspend and running is None:
+            new = prev.model_copy(update={"reason": PREPARING, "observed_generation": generation,
+                                          "message": "spec.suspend is true: data preparation waits"})
         else:
             if running is None:
                 wire = spec.to_wire()

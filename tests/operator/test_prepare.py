@@ -70,3 +70,14 @@ def test_prepare_is_retried_then_fails_the_run_with_the_jobs_reason(start_operat
     assert sorted(j["metadata"]["name"] for j in run.jobs()) == ["noprep-prepare-1", "noprep-prepare-2"]
     cond = {c["type"]: c for c in final["conditions"]}
     assert cond["Failed"]["status"] == "True" and cond["Failed"]["reason"] == "PrepareFailed"
+
+
+def test_a_suspended_run_is_not_prepared_until_resumed(start_operator, kube_cluster: EmulatedCluster,
+                                                       kube_namespace: str, store):
+    api = kube_cluster.api
+    with start_operator():
+        run = create_unprepared(api, kube_namespace, store, "later", {"suspend": True})
+        wait_for(lambda: "suspend" in (run.status().get("message") or ""), what="the suspended message")
+        assert run.jobs() == []
+        api.patch(WR, "whaleruns", kube_namespace, "later", {"spec": {"suspend": False}})
+        wait_for(lambda: api.get("batch/v1", "jobs", kube_namespace, "later-prepare-1"), what="the prepare Job")
