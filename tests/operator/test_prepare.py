@@ -81,3 +81,14 @@ def test_a_suspended_run_is_not_prepared_until_resumed(start_operator, kube_clus
         assert run.jobs() == []
         api.patch(WR, "whaleruns", kube_namespace, "later", {"spec": {"suspend": False}})
         wait_for(lambda: api.get("batch/v1", "jobs", kube_namespace, "later-prepare-1"), what="the prepare Job")
+
+
+def test_a_domain_the_operator_cannot_load_is_an_invalid_spec(start_operator, kube_cluster: EmulatedCluster,
+                                                              kube_namespace: str, store):
+    """The operator asks the domain plugin for its tool services: an unknown domain names spec.domain."""
+    api = kube_cluster.api
+    with start_operator():
+        run = create_unprepared(api, kube_namespace, store, "nodomain", {"domain": "no_such_domain"})
+        st = wait_for(lambda: run.status().get("phase") == "Failed" and run.status(), what="Failed")
+        assert st["reason"] == "InvalidSpec" and st["message"].startswith("spec.domain: cannot load domain")
+        assert run.jobs() == []
