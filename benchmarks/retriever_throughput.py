@@ -53,6 +53,7 @@ def main() -> None:
     p.add_argument("--topk", type=int, default=3)
     p.add_argument("--clients", type=int, default=8)
     p.add_argument("--cache-dir", type=Path, default=None, help="index cache (default: the user cache)")
+    p.add_argument("--threads", type=int, default=1, help="torch/FAISS threads (service and in-process; 0 = default)")
     p.add_argument("--json", action="store_true")
     args = p.parse_args()
     from tests.fixtures.tools import run_service
@@ -60,6 +61,8 @@ def main() -> None:
     root = default_data_root()
     corpus = corpus_path(root)
     queries = [i["question"] for i in load_splits(root, seed=0)["test"]][: args.queries]
+    if args.threads > 0 and "dense" in args.methods:
+        retrieval.set_threads(args.threads)
     rows = []
     for method in args.methods:
         row: dict[str, float | str] = {"method": method}
@@ -76,6 +79,7 @@ def main() -> None:
         row["qps_batch64"] = qps_inprocess(r, queries, 64, args.topk)
         with tempfile.TemporaryDirectory() as d:
             extra = ["--cache-dir", str(args.cache_dir)] if args.cache_dir else []
+            extra += ["--threads", str(args.threads)]
             with run_service("whale.tools.retriever", ["--corpus", str(corpus), "--method", method, *extra],
                              Path(d) / "log.txt") as svc:
                 row[f"qps_http_{args.clients}clients"] = qps_service(svc.url, queries, args.clients, args.topk)

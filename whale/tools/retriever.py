@@ -95,8 +95,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-queries", type=int, default=Limits.max_queries)
     p.add_argument("--max-query-chars", type=int, default=Limits.max_query_chars)
     p.add_argument("--max-topk", type=int, default=Limits.max_topk)
+    p.add_argument("--threads", type=int, default=1, help="torch/FAISS threads for dense retrieval (0 = library default)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.method == "dense" and args.threads > 0:
+        retrieval.set_threads(args.threads)
     try:
         retriever = retrieval.build(args.corpus, args.method, args.cache_dir)
     except retrieval.RetrieverError as exc:
