@@ -21,7 +21,9 @@ about where a file lives. Pure: no I/O. ``docs/storage.md`` documents the same t
       evals/<phase>/per_item.jsonl       eval per-item scores (result.json of the eval phase holds the summary)
       evals/<phase>/traces/attempt-<n>-<chunk>.jsonl   eval episode traces, one object per chunk of items
       control/split_sizes.json           |D_weight|, |D_harness|, |D_test| the schedule was resolved with
-      control/serving.json               {"checkpoint": key | null}: what the inference server should serve
+      control/serving.json               {"checkpoint": key | null, "version"?}: what the inference server should serve
+      control/served.json                {"checkpoint", "version", "at"}: what the weight-sync sidecar made vLLM serve
+      sync/step-<NNNNNN>/...             per-step weights pushed to the inference server (the last two kept)
 """
 
 from __future__ import annotations
