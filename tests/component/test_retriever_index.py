@@ -53,13 +53,26 @@ def test_bad_corpus_and_method_are_named(tmp_path):
         retrieval.build(bad, "tfidf", tmp_path)
 
 
+@pytest.fixture
+def one_torch_thread():
+    """NOTE: 2 torch threads on the loaded 2-core machine ran MiniLM ~5x slower than 1; restore after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.mark.slow
-def test_dense_minilm_faiss(tmp_path, small_corpus):
-    dense = retrieval.build(small_corpus, "dense", tmp_path)
+def test_dense_minilm_faiss(tmp_path, small_corpus, one_torch_thread):
+    corpus = tmp_path / "tiny.jsonl"
+    corpus.write_text("".join(small_corpus.read_text().splitlines(keepends=True)[:100]))
+    dense = retrieval.build(corpus, "dense", tmp_path)
     p = dense.passages[42]
     hits = dense.search([p.text[:200], "completely unrelated cooking recipe"], 5)
     assert hits[0][0].passage.id == p.id
     assert 0.5 < hits[0][0].score <= 1.0001  # cosine similarity of normalised embeddings
     assert len(hits[1]) == 5
-    again = retrieval.build(small_corpus, "dense", tmp_path)  # cached FAISS index
+    again = retrieval.build(corpus, "dense", tmp_path)  # cached FAISS index
     assert again.search([p.text[:200]], 1)[0][0].passage.id == p.id
