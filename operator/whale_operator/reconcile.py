@@ -276,7 +276,7 @@ class Reconciler:
         running = {p for p, c in children.items() if c.state is ChildState.RUNNING}
         # one list serves the readiness view, the ensure and the scaling of the run's Deployments
         deps = self._deployments(run) if inference_managed or tools else {}
-        gated = self._apply(run, spec, store, decision, running, deps, tools)
+        gated, created = self._apply(run, spec, store, decision, running, deps, tools)
 
         new = decision.status
         # superseded attempts (a preempted Job left suspended by the queue) must not hold resources
@@ -288,7 +288,9 @@ class Reconciler:
         self._write_status(namespace, name, raw_status, new)
         self.metrics.set_run_phase(uid, new.phase)
         self.metrics.rollouts.labels(namespace=namespace, run=name).set(new.rollouts_spent)
-        return Outcome(new, st.events(prev, new, decision.actions), decision, poll=gated)
+        # a start that found its child already there (or was deferred) is not news
+        reported = tuple(a for a in decision.actions if not isinstance(a, StartPhase) or a.phase in created)
+        return Outcome(new, st.events(prev, new, reported), decision, poll=gated)
 
     # --- data preparation ---
     def _prepare(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, prev: WhaleRunStatus,
@@ -354,10 +356,12 @@ class Reconciler:
                 self.kube.list("apps/v1", "Deployment", run.namespace, names.run_selector(run.name))}
 
     def _apply(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, decision: Decision,
-               running: set[str], deps: dict[str, dict[str, Any]], tools: tuple[ToolService, ...]) -> bool:
+               running: set[str], deps: dict[str, dict[str, Any]],
+               tools: tuple[ToolService, ...]) -> tuple[bool, set[str]]:
         """Apply actions. Like the local runner, one phase child runs at a time (they share the
-        inference server), owed evaluations first. True when a start waits for the inference server
-        to acknowledge the weights it must serve."""
+        inference server), owed evaluations first. Returns (gated, created): gated is True when a
+        start waits for the inference server to acknowledge the weights it must serve; created names
+        the phases whose child this call really created (the only starts worth an Event)."""
         status = decision.status
         starts = sorted(decision.of_type(StartPhase), key=lambda a: a.kind is not PhaseKind.EVAL)
         for action in decision.actions:
@@ -370,18 +374,20 @@ class Reconciler:
                 self._stop_children(run)
                 self._scale_infra(run, 0, deps)
         if status.phase is not RunPhase.RUNNING:
-            return False
+            return False, set()
         # one phase child at a time: start the first one only when nothing else runs
         startable = [a for a in starts if not running - {a.phase}][:1]
         if startable:
             self._ensure_infra(run, spec, status.current_checkpoint, deps, tools)
-        return not all([self._start(run, spec, store, action, tools) for action in startable])
+        outcomes = {a.phase: self._start(run, spec, store, a, tools) for a in startable}
+        return None in outcomes.values(), {phase for phase, made in outcomes.items() if made}
 
     def _start(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, action: StartPhase,
-               tools: tuple[ToolService, ...]) -> bool:
-        """Create the child's Job; False (nothing created) while the vLLM pod's weight-sync sidecar
-        has not acknowledged the weights the child samples from (``control/served.json``), so no
-        child ever samples from stale weights; decide() asks again on the next reconcile."""
+               tools: tuple[ToolService, ...]) -> bool | None:
+        """Ensure the child's Job: True when this call created it, False when it already existed,
+        None (nothing created) while the vLLM pod's weight-sync sidecar has not acknowledged the
+        weights the child samples from (``control/served.json``), so no child ever samples from
+        stale weights; decide() asks again on the next reconcile."""
         req = action.request
         # the shared inference server serves the weights this child samples from (an evaluation of an
         # earlier checkpoint included); one child runs at a time, so the target is unambiguous
@@ -395,7 +401,7 @@ class Reconciler:
             if not isinstance(served, dict) or served.get("checkpoint") != target:
                 log.info("%s/%s: %s waits for the inference server to serve %s", run.namespace, run.name,
                          req.phase, target or "the base model")
-                return False
+                return None
         spec_wire = spec.to_wire()
         if store.read_json_or_none(layout.spec_key(run.name)) != spec_wire:
             store.write_json(layout.spec_key(run.name), spec_wire)
@@ -407,8 +413,7 @@ class Reconciler:
         svc = builders.rendezvous_service(run, spec, req)
         if svc is not None:
             self._ensure(svc)
-        self._ensure(builders.job(run, spec, req, store_uri=spec.storage.uri, tools=tools))
-        return True
+        return self._ensure(builders.job(run, spec, req, store_uri=spec.storage.uri, tools=tools))
 
     def _ensure(self, manifest: dict[str, Any]) -> bool:
         try:
