@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import json
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -42,6 +43,26 @@ DEFAULT_ALLOWED_IMPORTS = frozenset({"collections", "itertools", "math", "random
 
 class DomainError(ValueError):
     """Bad domain input (an item, an action, a tool call); the message names the item/field and the fix."""
+
+
+def read_raw_jsonl(path: Path, subdir: str, error: type[DomainError] = DomainError) -> list[dict[str, Any]]:
+    """The rows of a raw JSON-lines data file under the data root's ``subdir``; a missing or broken
+    file raises ``error`` (a :class:`DomainError`) naming the file, the line and the fix."""
+    if not path.is_file():
+        raise error(
+            f"{path}: missing. Point spec.data.dataDir (or $WHALE_DATA_DIR) at the shared data root "
+            f"that holds {subdir}/ (see ../shared/data/README.md)"
+        )
+    rows = []
+    with path.open(encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as exc:
+                raise error(f"{path}:{n}: not valid JSON ({exc.msg})") from exc
+    return rows
 
 
 class UnknownToolError(DomainError):
@@ -170,3 +191,26 @@ class Domain(abc.ABC):
     def subset(self, item: dict[str, Any]) -> str:
         """The benchmark an item belongs to, for per-subset accuracy."""
         return str(item.get("subset") or self.name)
+
+    def notes(self) -> list[str]:
+        """What every evaluation result should say about this domain's data (e.g. a benchmark
+        missing from it); the eval workload copies these into ``EvalResult.notes``."""
+        return []
+
+
+class SplitsInMemoryDomain(Domain):
+    """A domain whose three splits are built in memory from the raw files in one pass
+    (:meth:`build_splits`); sizes and items both come from it."""
+
+    @abc.abstractmethod
+    def build_splits(self, data: Data) -> dict[str, list[dict[str, Any]]]:
+        """{"weight": [...], "harness": [...], "test": [...]} for these data settings."""
+
+    def split_sizes(self, data: Data) -> dict[str, int]:
+        return {name: len(rows) for name, rows in self.build_splits(data).items()}
+
+    def load_split(self, split: str, data: Data, store: Store | None = None) -> list[dict[str, Any]]:
+        splits = self.build_splits(data)
+        if split not in splits:
+            raise DomainError(f"unknown split {split!r}; use one of {', '.join(splits)}")
+        return splits[split]

@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whale.domain import DEFAULT_ALLOWED_IMPORTS, Domain, DomainError, ToolService, data_root
+from whale.domain import DEFAULT_ALLOWED_IMPORTS, SplitsInMemoryDomain, DomainError, ToolService, data_root
 
 if TYPE_CHECKING:
     from math_reasoning.env import MathEnvironment
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 HERE = Path(__file__).resolve().parent
 
 
-class MathReasoning(Domain):
+class MathReasoning(SplitsInMemoryDomain):
     name = "math_reasoning"
     #: the paper's list plus text helpers; no sympy/numpy in the harness (the model's code has them)
     allowed_imports = DEFAULT_ALLOWED_IMPORTS | {"json", "string", "textwrap"}
@@ -39,20 +39,11 @@ class MathReasoning(Domain):
         self._runner = runner
         self._lock = threading.Lock()
 
-    def _splits(self, data: Data) -> dict[str, list[dict[str, Any]]]:
+    def build_splits(self, data: Data) -> dict[str, list[dict[str, Any]]]:
         from math_reasoning.data import load_splits
 
         return load_splits(data_root(data), seed=data.seed, harness_size=data.harness_size,
                            weight_size=data.weight_size, test_size=data.test_size)
-
-    def split_sizes(self, data: Data) -> dict[str, int]:
-        return {name: len(rows) for name, rows in self._splits(data).items()}
-
-    def load_split(self, split: str, data: Data, store: Store | None = None) -> list[dict[str, Any]]:
-        splits = self._splits(data)
-        if split not in splits:
-            raise DomainError(f"unknown split {split!r}; use one of {', '.join(splits)}")
-        return splits[split]
 
     def item_from_raw(self, raw: dict[str, Any]) -> dict[str, Any]:
         from math_reasoning.data import to_item

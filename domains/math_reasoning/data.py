@@ -14,7 +14,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from whale.domain import DomainError
+from whale.domain import DomainError, read_raw_jsonl
 
 SUBDIR = "math_reasoning"
 TEST_FILES = ("aime_2024.jsonl", "aime_2025.jsonl")
@@ -29,21 +29,7 @@ class DataError(DomainError):
 
 
 def read_jsonl(path: Path) -> list[Row]:
-    if not path.is_file():
-        raise DataError(
-            f"{path}: missing. Point spec.data.dataDir (or $WHALE_DATA_DIR) at the shared data root "
-            f"that holds {SUBDIR}/ (see ../shared/data/README.md)"
-        )
-    rows = []
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{n}: not valid JSON ({exc.msg})") from exc
-    return rows
+    return read_raw_jsonl(path, SUBDIR, DataError)
 
 
 def to_item(row: Row, source: str) -> Row:

@@ -16,7 +16,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whale.domain import DEFAULT_ALLOWED_IMPORTS, Domain, DomainError, ToolService, data_root, default_data_root
+from whale.domain import DEFAULT_ALLOWED_IMPORTS, SplitsInMemoryDomain, DomainError, ToolService, data_root, default_data_root
 
 if TYPE_CHECKING:
     from search_qa.env import SearchEnvironment
@@ -29,7 +29,7 @@ CORPUS_ENV = "WHALE_SEARCH_CORPUS"
 METHOD_ENV = "WHALE_RETRIEVER_METHOD"
 
 
-class SearchQA(Domain):
+class SearchQA(SplitsInMemoryDomain):
     name = "search_qa"
     allowed_imports = DEFAULT_ALLOWED_IMPORTS | {"json", "string", "textwrap"}
     #: h0 uses 2; a candidate may search more often, never more than this many model calls
@@ -44,20 +44,11 @@ class SearchQA(Domain):
         self._retriever = retriever
         self._lock = threading.Lock()
 
-    def _splits(self, data: Data) -> dict[str, list[dict[str, Any]]]:
+    def build_splits(self, data: Data) -> dict[str, list[dict[str, Any]]]:
         from search_qa.data import load_splits
 
         return load_splits(data_root(data), seed=data.seed, harness_size=data.harness_size,
                            weight_size=data.weight_size, test_size=data.test_size)
-
-    def split_sizes(self, data: Data) -> dict[str, int]:
-        return {name: len(rows) for name, rows in self._splits(data).items()}
-
-    def load_split(self, split: str, data: Data, store: Store | None = None) -> list[dict[str, Any]]:
-        splits = self._splits(data)
-        if split not in splits:
-            raise DomainError(f"unknown split {split!r}; use one of {', '.join(splits)}")
-        return splits[split]
 
     def notes(self) -> list[str]:
         """What the eval result should say about the test split (benchmarks missing from the data)."""

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from search_qa.verifier import normalize
-from whale.domain import DomainError
+from whale.domain import DomainError, read_raw_jsonl
 
 SUBDIR = "search_qa"
 #: benchmark -> file under eval/ (None: not available on this machine)
@@ -44,20 +44,7 @@ class DataError(DomainError):
 
 
 def read_jsonl(path: Path) -> list[Row]:
-    if not path.is_file():
-        raise DataError(
-            f"{path}: missing. Point spec.data.dataDir (or $WHALE_DATA_DIR) at the shared data root "
-            f"that holds {SUBDIR}/ (see ../shared/data/README.md)"
-        )
-    rows = []
-    with path.open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if line.strip():
-                try:
-                    rows.append(json.loads(line))
-                except json.JSONDecodeError as exc:
-                    raise DataError(f"{path}:{n}: not valid JSON ({exc.msg})") from exc
-    return rows
+    return read_raw_jsonl(path, SUBDIR, DataError)
 
 
 def to_item(row: Row, source: str, subset: str | None = None) -> Row:

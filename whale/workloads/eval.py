@@ -152,7 +152,7 @@ async def _evaluate(store: Store, run: str, phase: str, request: PhaseRequest, s
     todo = [item for item in items if str(item.get("id")) not in done]
     # chunks of ~4x the concurrency in episodes: few stragglers idle the slots, STOP is still seen often
     chunk = chunk_items or max(1, 4 * spec.inference.max_concurrency // k)
-    notes: list[str] = []
+    notes: list[str] = list(domain.notes())
     errors = sum(len(r.get("errors", [])) for r in records)
     config = RunnerConfig(max_concurrency=spec.inference.max_concurrency, harness_label=request.eval.harness or "h0")
     async with HarnessPool(harness_path, domain.allowed_imports) as harness:
