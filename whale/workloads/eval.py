@@ -41,6 +41,7 @@ from whale.inference.base import InferenceClient
 from whale.protocol import EvalProgress, EvalResult, PhaseKind, PhaseRequest
 from whale.spec import WhaleRunSpec
 from whale.store import Store
+from whale.workloads.common import harness_file, read_request
 
 log = logging.getLogger(__name__)
 
@@ -93,9 +94,7 @@ def main(store: Store, run: str, phase: str) -> None:
 def run_eval(store: Store, run: str, phase: str, *, domain: Domain | None = None,
              client: InferenceClient | None = None, chunk_items: int | None = None) -> EvalResult:
     """The workload; ``domain`` and ``client`` may be injected (tests, in-process callers)."""
-    request = PhaseRequest.model_validate(store.read_json(layout.request_key(run, phase)))
-    if request.kind is not PhaseKind.EVAL or request.eval is None:
-        raise EvalError(f"{layout.request_key(run, phase)}: kind is {request.kind.value}, expected eval with `eval` args")
+    request = read_request(store, run, phase, PhaseKind.EVAL, EvalError)
     spec = WhaleRunSpec.model_validate(request.spec)
     if domain is None:
         from whale import domains
@@ -109,7 +108,7 @@ def run_eval(store: Store, run: str, phase: str, *, domain: Domain | None = None
         raise EvalError(f"split {evaluation.split!r} of domain {spec.domain!r} has no items")
 
     with tempfile.TemporaryDirectory(prefix="whale-eval-") as tmp:
-        harness_path = _harness_file(store, request.eval.harness, domain, Path(tmp))
+        harness_path = harness_file(store, request.eval.harness, domain, Path(tmp))
         validate_file(harness_path, domain.allowed_imports)
         owns_client = client is None
         if client is None:
@@ -118,17 +117,6 @@ def run_eval(store: Store, run: str, phase: str, *, domain: Domain | None = None
             client = make_client(spec, store, request.eval.checkpoint)
         evaluation = _evaluate(store, run, phase, request, spec, domain, items, harness_path, client, chunk_items)
         return asyncio.run(_evaluate_and_close(client, owns_client, evaluation))
-
-
-def _harness_file(store: Store, key: str | None, domain: Domain, tmp: Path) -> Path:
-    if key is None:
-        return domain.h0_path()
-    local = store.local_path(key)
-    if local is not None and Path(local).is_file():
-        return Path(local)
-    path = tmp / "harness.py"
-    path.write_bytes(store.read_bytes(key))
-    return path
 
 
 async def _evaluate_and_close(client: InferenceClient, owns_client: bool, evaluation: Any) -> EvalResult:

@@ -29,6 +29,7 @@ from whale.metaharness.proposer import from_spec as proposer_from_spec
 from whale.protocol import HarnessIterationMetrics, HarnessPhaseResult, PhaseKind, PhaseRequest
 from whale.spec import WhaleRunSpec
 from whale.store import Store
+from whale.workloads.common import read_request
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +39,7 @@ def main(store: Store, run: str, phase: str) -> None:
 
 
 def load_request(store: Store, run: str, phase: str) -> PhaseRequest:
-    key = layout.request_key(run, phase)
-    request = PhaseRequest.model_validate(store.read_json(key))
-    if request.kind is not PhaseKind.HARNESS or request.harness is None:
-        raise SearchError(f"{key}: kind is {request.kind.value}, expected harness with `harness` args")
-    return request
+    return read_request(store, run, phase, PhaseKind.HARNESS, SearchError)
 
 
 def run_search(

@@ -1,0 +1,33 @@
+"""What every workload does first: read its request, and find the harness file it runs under."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from whale import layout
+from whale.protocol import PhaseKind, PhaseRequest
+from whale.store import Store
+
+
+def read_request(store: Store, run: str, phase: str, kind: PhaseKind,
+                 error: type[Exception] = ValueError) -> PhaseRequest:
+    """The controller's request for this phase; ``error`` (the workload's own type) when it is not
+    a request of ``kind`` with its arguments."""
+    key = layout.request_key(run, phase)
+    request = PhaseRequest.model_validate(store.read_json(key))
+    if request.kind is not kind or getattr(request, kind.value) is None:
+        raise error(f"{key}: kind is {request.kind.value}, expected {kind.value} with `{kind.value}` args")
+    return request
+
+
+def harness_file(store: Store, key: str | None, domain: Any, tmp: Path) -> Path:
+    """The harness to run under: a store key (read in place on a local store), or the domain's h0."""
+    if key is None:
+        return domain.h0_path()
+    local = store.local_path(key)
+    if local is not None and Path(local).is_file():
+        return Path(local)
+    path = tmp / "harness.py"
+    path.write_bytes(store.read_bytes(key))
+    return path
