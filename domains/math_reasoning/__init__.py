@@ -19,7 +19,6 @@ if TYPE_CHECKING:
     from math_reasoning.env import MathEnvironment
     from whale.tools.code import CodeRunner
     from whale.spec import Data
-    from whale.store import Store
 
 HERE = Path(__file__).resolve().parent
 

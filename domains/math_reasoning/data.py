@@ -9,7 +9,6 @@ Splitting is pure (rows in, rows out); only :func:`read_jsonl` and :func:`load_s
 from __future__ import annotations
 
 import functools
-import json
 import random
 from pathlib import Path
 from typing import Any

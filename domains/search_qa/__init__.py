@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from search_qa.env import SearchEnvironment
     from whale.tools.retrieval import Retriever
     from whale.spec import Data
-    from whale.store import Store
 
 HERE = Path(__file__).resolve().parent
 CORPUS_ENV = "WHALE_SEARCH_CORPUS"

@@ -12,7 +12,6 @@ them (seeded), disjoint from D_weight. Splitting is pure; only the loaders read 
 from __future__ import annotations
 
 import functools
-import json
 import random
 from pathlib import Path
 from typing import Any

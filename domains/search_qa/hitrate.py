@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 
 from search_qa.data import MISSING_BENCHMARKS, corpus_path, load_splits
