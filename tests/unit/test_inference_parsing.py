@@ -7,7 +7,7 @@ import pytest
 from whale.inference.base import InferenceError, SamplingParams
 from whale.inference.factory import backend_kind, inference_url
 from whale.inference.openai_http import OpenAIClient, parse_response
-from whale.inference.transformers_backend import parse_tool_calls
+from whale.inference.toolcalls import parse_tool_calls
 from whale.spec import WhaleRunSpec
 
 

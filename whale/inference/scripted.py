@@ -2,6 +2,8 @@
 
 Replies are handed out in call order, one per completion; when they run out, replies are empty
 strings (the episode then goes on with empty answers until its harness or turn budget ends it).
+A string reply is read the way a server with a tool-call parser reads generated text: hermes-style
+``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks become the message's tool calls.
 Token counts are whitespace word counts: there is no tokenizer behind this client.
 """
 
@@ -12,6 +14,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from whale.inference.base import ChatResult, Completion, InferenceClient, SamplingParams
+from whale.inference.toolcalls import assistant_message
 
 
 class ScriptedClient(InferenceClient):
@@ -41,7 +44,8 @@ class ScriptedClient(InferenceClient):
             for _ in range(n):
                 reply = self._replies[self._next] if self._next < len(self._replies) else ""
                 self._next += 1
-                message = {"role": "assistant", "content": reply} if isinstance(reply, str) else dict(reply)
+                # a string reply is read like generated text: <tool_call> blocks become tool calls
+                message = assistant_message(reply) if isinstance(reply, str) else dict(reply)
                 message.setdefault("role", "assistant")
                 finish = "tool_calls" if message.get("tool_calls") else "stop"
                 tokens = len(str(message.get("content") or "").split())

@@ -17,18 +17,16 @@ import asyncio
 import dataclasses
 import json
 import logging
-import re
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from whale.inference.base import ChatResult, Completion, InferenceClient, InferenceError, SamplingParams
+from whale.inference.toolcalls import assistant_message
 
 log = logging.getLogger(__name__)
 
-_TOOL_CALL_RE = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.DOTALL)
 
 
 @dataclasses.dataclass
@@ -245,36 +243,12 @@ class TransformersClient(InferenceClient):
         kept = ids if cut is None else ids[:cut]
         finish = "length" if cut is None else "stop"
         text = self.tokenizer.decode(kept, skip_special_tokens=False)
-        message: dict[str, Any] = {"role": "assistant", "content": text}
-        if tools_enabled:
-            calls = parse_tool_calls(text)
-            if calls:
-                message["content"] = text[: text.find("<tool_call>")].strip()
-                message["tool_calls"] = calls
-                finish = "tool_calls" if finish == "stop" else finish
+        message: dict[str, Any] = assistant_message(text) if tools_enabled else {"role": "assistant", "content": text}
+        if message.get("tool_calls") and finish == "stop":
+            finish = "tool_calls"
         # the ids of what was generated, the stop token included (what RSFT trains on)
         token_ids = kept if cut is None else ids[: cut + 1]
         return Completion(message=message, finish_reason=finish, completion_tokens=len(token_ids), token_ids=token_ids)
-
-
-def parse_tool_calls(text: str) -> list[dict[str, Any]]:
-    """Hermes-style ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks → OpenAI tool_calls."""
-    calls = []
-    for raw in _TOOL_CALL_RE.findall(text):
-        try:
-            payload = json.loads(raw)
-        except ValueError:
-            continue
-        if not isinstance(payload, dict) or "name" not in payload:
-            continue
-        arguments = payload.get("arguments", {})
-        calls.append({
-            "id": f"call_{uuid.uuid4().hex[:12]}",
-            "type": "function",
-            "function": {"name": str(payload["name"]),
-                         "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)},
-        })
-    return calls
 
 
 def _template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
