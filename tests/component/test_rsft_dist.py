@@ -47,7 +47,9 @@ def _greedy_spec(model_dir: Path, **rsft):
     knobs = {"promptsPerStep": 8, "rolloutsPerPrompt": 2, "miniBatchSize": 4, "microBatchSizePerGpu": 2,
              "learningRate": 1e-3, "scoreThreshold": -1.0, "sampling": {"temperature": 0.0, "maxResponseTokens": 12}}
     knobs.update(rsft)
-    return spec(model_dir, **knobs)
+    wire = spec(model_dir, **knobs)
+    wire["inference"]["maxConcurrency"] = 1  # one sequence per generate call: batch padding cannot flip a token
+    return wire
 
 
 class ForbiddenStore:
@@ -84,8 +86,8 @@ def _checkpoint_weights(root: Path, step: int) -> dict[str, torch.Tensor]:
     return load_file(folder / "model.safetensors")
 
 
-def _data_of(root: Path) -> list[tuple]:
-    lines = open_store(str(root)).read_jsonl(layout.metrics_key(RUN, PHASE))
+def _data_of(root: Path, phase: str = PHASE) -> list[tuple]:
+    lines = open_store(str(root)).read_jsonl(layout.metrics_key(RUN, phase))
     return [(ln["step"], ln["prompts"], ln["kept"], ln["tokensTrained"], round(ln["rewardMean"], 6)) for ln in lines]
 
 

@@ -70,6 +70,9 @@ def run_train(store: Store, run: str, phase: str, *, domain: Any = None) -> Weig
 
     spec = WhaleRunSpec.model_validate(request.spec)
     cfg = RSFTConfig.from_spec(spec, args)
+    if spec.train.deepspeed_config:
+        log.warning("spec.train.deepspeedConfig applies to torchrun launches (WORLD_SIZE > 1); one process trains "
+                    "without DeepSpeed")
     if domain is None:
         from whale import domains
 
@@ -224,6 +227,7 @@ def _lead(store: Store, run: str, phase: str, world: World, device: Any, domain:
             return result
         spec = WhaleRunSpec.model_validate(request.spec)
         cfg = RSFTConfig.from_spec(spec, args)
+        check_deepspeed(spec)
         if domain is None:
             from whale import domains
 
@@ -271,6 +275,21 @@ def _lead(store: Store, run: str, phase: str, world: World, device: Any, domain:
     log.info("phase %s done on %d ranks: step %d, stopped by %s", phase, world.size, result.final_step,
              result.stopped_by)
     return result
+
+
+def check_deepspeed(spec: WhaleRunSpec) -> None:
+    """ZeRO-3 shards the weights over the ranks, so rank 0 cannot generate from them by itself."""
+    if not spec.train.deepspeed_config:
+        return
+    from whale.inference.factory import backend_kind
+    from whale.rsft.deepspeed_trainer import read_config, zero_stage
+
+    if zero_stage(read_config(spec.train.deepspeed_config)) >= 3 and backend_kind(spec) != "http":
+        raise WeightPhaseError(
+            f"spec.train.deepspeedConfig {spec.train.deepspeed_config} is ZeRO-3, which shards the weights over the "
+            "ranks, so rank 0 cannot sample from them in process: sample through the run's vLLM server "
+            "(inference.backend vllm/openai) or use a ZeRO-2 config (images/worker/ds_zero2.json)"
+        )
 
 
 def _follow(world: World, device: Any) -> None:

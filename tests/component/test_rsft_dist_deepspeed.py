@@ -1,0 +1,126 @@
+"""DeepSpeed (``spec.train.deepspeedConfig``) on two gloo ranks on the CPU, against one plain process.
+
+Opt-in (``e2e``): DeepSpeed compiles its shared-memory comm op on first use (over a minute on two
+cores), and each rank initialises an engine. Needs ``pip install -e .[deepspeed]``.
+
+* ZeRO-2 through the workload: two phases (the second starts from the first's checkpoint and
+  carries its optimiser state, gathered from both ranks' ZeRO partitions) give the weights a
+  single plain process gives on the same data.
+* ZeRO-3 trainer: one SFT call on fixed sequences equals the single-process update, and the
+  weights gathered to rank 0 for the HF checkpoint are the full ones.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.component.rsft_support import RUN, tiny_model_dir, write_request
+from tests.component.test_rsft_data_parallel import _examples
+from tests.component.test_rsft_dist import PHASE, _data_of, _free_port, _greedy_spec, _rank_main
+from whale import layout
+from whale.store import open_store
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("deepspeed")
+import torch.multiprocessing as mp  # noqa: E402
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory) -> Path:
+    return tiny_model_dir(tmp_path_factory.getbasetemp())
+
+
+def _weights(root: Path, step: int) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    folder = Path(open_store(str(root)).local_path(layout.checkpoint_prefix(RUN, step)))
+    return load_file(folder / "model.safetensors")
+
+
+def _two_phases(root: Path, wire: dict, run_phase) -> None:
+    store = open_store(str(root))
+    write_request(store, PHASE, wire, target=1)
+    run_phase()
+    second = "c02-weight"
+    write_request(store, second, wire, target=2, from_step=1, from_checkpoint=layout.checkpoint_prefix(RUN, 1))
+    run_phase(second)
+
+
+def test_zero2_workload_with_carried_optimiser_matches_one_process(tmp_path, model_dir):
+    from whale.workloads.train import run_train
+
+    wire = _greedy_spec(model_dir)
+    single, multi = tmp_path / "single", tmp_path / "multi"
+    _two_phases(single, wire, lambda phase=PHASE: run_train(open_store(str(single)), RUN, phase))
+
+    ds_wire = {**wire, "train": {"deepspeedConfig": str(REPO / "images/worker/ds_zero2.json"), "gpusPerNode": 2}}
+
+    def spawn(phase=PHASE):
+        mp.spawn(_rank_main_phase, args=(2, _free_port(), str(multi), str(tmp_path), phase), nprocs=2, join=True)
+
+    _two_phases(multi, ds_wire, spawn)
+    state = open_store(str(multi)).read_json(f"{layout.state_prefix(RUN, PHASE)}/latest.json")
+    assert state["step"] == 1
+    for phase in (PHASE, "c02-weight"):
+        assert _data_of(multi, phase) == _data_of(single, phase), f"{phase}: the runs trained on different data"
+    reference, got = _weights(single, 2), _weights(multi, 2)
+    assert max(float((reference[k] - _weights(single, 1)[k]).abs().max()) for k in reference) > 1e-4
+    for name, value in got.items():
+        torch.testing.assert_close(value.float(), reference[name], rtol=1e-4, atol=1e-5, msg=name)
+
+
+def _rank_main_phase(rank: int, world: int, port: int, store_root: str, out_dir: str, phase: str) -> None:
+    import tests.component.test_rsft_dist as base
+
+    base.PHASE = phase
+    _rank_main(rank, world, port, store_root, out_dir)
+
+
+def _zero3_rank(rank: int, world: int, port: int, out_dir: str) -> None:
+    from synthetic.tiny_model import build_model, build_tokenizer
+
+    from whale.rsft.config import RSFTConfig
+    from whale.rsft.trainer import SFTTrainer
+
+    cfg = RSFTConfig(mini_batch_size=8, micro_batch_size_per_gpu=2, precision="fp32", max_grad_norm=0.0)
+    tok = build_tokenizer()
+    model = build_model(len(tok), seed=0)
+    if world == 1:
+        trainer = SFTTrainer(model, cfg, device=torch.device("cpu"), pad_id=tok.pad_token_id)
+        stats = trainer.train(_examples(tok), lr=1e-3, seed=0)
+        torch.save({"weights": model.state_dict(), "loss": stats.loss}, f"{out_dir}/single.pt")
+        return
+    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
+                      MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
+    try:
+        from whale.rsft.deepspeed_trainer import DeepSpeedTrainer
+
+        trainer = DeepSpeedTrainer(model, cfg, device=torch.device("cpu"), pad_id=tok.pad_token_id,
+                                   config_path=REPO / "images/worker/ds_zero3.json", world_size=world)
+        stats = trainer.train(_examples(tok), lr=1e-3, seed=0)
+        weights = trainer.gathered_state_dict()
+        optimizer = trainer.optimizer_state()
+        if rank == 0:
+            torch.save({"weights": weights, "loss": stats.loss, "shards": len(optimizer["shards"])},
+                       f"{out_dir}/zero3.pt")
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_zero3_update_equals_one_process_and_gathers_full_weights(tmp_path):
+    _zero3_rank(0, 1, 0, str(tmp_path))
+    mp.spawn(_zero3_rank, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    single = torch.load(tmp_path / "single.pt")
+    zero3 = torch.load(tmp_path / "zero3.pt")
+    assert zero3["shards"] == 2
+    assert zero3["loss"] == pytest.approx(single["loss"], rel=1e-5)
+    for name, value in single["weights"].items():
+        torch.testing.assert_close(zero3["weights"][name].float(), value, rtol=1e-4, atol=1e-6, msg=name)

@@ -1,0 +1,188 @@
+"""SFT through a DeepSpeed engine (ZeRO-2/3), for weight phases launched with torchrun on several GPUs.
+
+Used only when ``spec.train.deepspeedConfig`` names a DeepSpeed JSON (``images/worker/ds_zero2.json``,
+``ds_zero3.json``); ``deepspeed`` is imported here and nowhere else. Same contract as
+:class:`whale.rsft.trainer.SFTTrainer`, same maths:
+
+* the JSON's batch keys are overwritten from the spec: ``train_micro_batch_size_per_gpu`` =
+  ``microBatchSizePerGpu``, ``gradient_accumulation_steps`` = ceil(``miniBatchSize`` /
+  (micro × world)), ``train_batch_size`` = their product, ``gradient_clipping`` = ``maxGradNorm``,
+  ``bf16.enabled`` from ``rsft.precision``; an ``optimizer``/``scheduler`` section is dropped (the
+  trainer's AdamW and the RSFT LR schedule rule);
+* one optimiser update per minibatch, token-mean over the minibatch's loss tokens on all ranks:
+  each micro-batch's summed loss is scaled by ``world / global tokens`` (DeepSpeed averages the
+  gradients over ranks) and the accumulation boundary is set explicitly, so a short last minibatch
+  is still exactly one update. Every rank runs the same number of micro-batches (a rank with fewer
+  sequences runs a zero-weighted one): ZeRO's collectives need it.
+
+State: ``optimizer_state`` gathers every rank's ZeRO partition to rank 0 (``{"format":
+"deepspeed-zero", "world": N, "shards": [bytes, ...]}``, each shard ``torch.save``-d), saved by the leader as the usual ``optimizer.pt``);
+``load_optimizer_state`` gives each rank its shard back and restores the fp32 master weights
+from it (same world size only; otherwise the optimiser starts fresh, with a warning). HF weights
+of a ZeRO-3 model are gathered to rank 0 before saving (``gathered_state_dict``); they are the
+engine's bf16 weights (the fp32 masters live in the optimiser state).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import math
+import random
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from whale.rsft.collate import Example, micro_batches, minibatches, pack_collate, pad_collate
+from whale.rsft.config import RSFTConfig
+from whale.rsft.trainer import SFTStats, _all_reduce_sum, _world, resolve_precision, token_loss_sum
+
+log = logging.getLogger(__name__)
+
+STATE_FORMAT = "deepspeed-zero"
+
+
+class DeepSpeedConfigError(ValueError):
+    """The DeepSpeed JSON cannot be used; the message names the file and the fix."""
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        raw = json.loads(p.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise DeepSpeedConfigError(
+            f"spec.train.deepspeedConfig: {p} does not exist in this image; use images/worker/ds_zero2.json or "
+            "ds_zero3.json (or a path that exists in spec.cluster.images.worker)"
+        ) from exc
+    except json.JSONDecodeError as exc:
+        raise DeepSpeedConfigError(f"spec.train.deepspeedConfig: {p} is not valid JSON: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise DeepSpeedConfigError(f"spec.train.deepspeedConfig: {p} must hold a JSON object")
+    return raw
+
+
+def zero_stage(raw: dict[str, Any]) -> int:
+    return int((raw.get("zero_optimization") or {}).get("stage", 0))
+
+
+def engine_config(raw: dict[str, Any], cfg: RSFTConfig, world_size: int, bf16: bool) -> dict[str, Any]:
+    """The DeepSpeed config the engine gets: the JSON with the batch/precision keys from the spec. Pure."""
+    micro = cfg.micro_batch_size_per_gpu
+    gas = max(1, math.ceil(cfg.mini_batch_size / (micro * world_size)))
+    out = {k: v for k, v in raw.items() if k not in ("optimizer", "scheduler", "fp16", "train_batch_size")}
+    out.update(
+        train_micro_batch_size_per_gpu=micro,
+        gradient_accumulation_steps=gas,
+        train_batch_size=micro * gas * world_size,
+        gradient_clipping=float(cfg.max_grad_norm or 0.0),
+        zero_allow_untested_optimizer=True,
+    )
+    out["bf16"] = {**(raw.get("bf16") or {}), "enabled": bf16}
+    return out
+
+
+class DeepSpeedTrainer:
+    """:class:`SFTTrainer`'s interface over a DeepSpeed engine (see the module doc)."""
+
+    #: optimizer_state / gathered_state_dict are collectives: the leader tells the followers first
+    collective_state = True
+
+    def __init__(self, model: torch.nn.Module, cfg: RSFTConfig, *, device: torch.device, pad_id: int,
+                 config_path: str | Path, world_size: int):
+        import deepspeed  # lazily: only this path needs it
+
+        self.cfg = cfg
+        self.device = device
+        self.pad_id = pad_id
+        raw = read_config(config_path)
+        self.stage = zero_stage(raw)
+        bf16 = resolve_precision(cfg.precision, device) is torch.bfloat16
+        self.ds_config = engine_config(raw, cfg, world_size, bf16)
+        if cfg.gradient_checkpointing:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        params = [p for p in model.parameters() if p.requires_grad]
+        optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
+                                                                 config=self.ds_config)
+        self.model = self.engine.module
+        log.info("DeepSpeed ZeRO-%d engine: micro %d x accumulation %d x world %d, bf16 %s", self.stage,
+                 self.ds_config["train_micro_batch_size_per_gpu"], self.ds_config["gradient_accumulation_steps"],
+                 world_size, bf16)
+
+    # ----- state ---------------------------------------------------------------------------------
+
+    def optimizer_state(self) -> dict[str, Any]:
+        """Every rank's ZeRO partition, on rank 0 (collective; other ranks get ``{}``)."""
+        rank, world = _world()
+        buf = io.BytesIO()  # DeepSpeed objects (loss scaler, enums) inside: kept as bytes, see load
+        torch.save(self.optimizer.state_dict(), buf)
+        shard = buf.getvalue()
+        shards: list[Any] | None = [None] * world if rank == 0 else None
+        torch.distributed.gather_object(shard, shards, dst=0)
+        if rank != 0:
+            return {}
+        return {"format": STATE_FORMAT, "stage": self.stage, "world": world, "shards": shards}
+
+    def load_optimizer_state(self, state: dict[str, Any]) -> None:
+        rank, world = _world()
+        if state.get("format") != STATE_FORMAT or int(state.get("world", -1)) != world:
+            log.warning("optimiser state is not a %d-rank DeepSpeed state (format %s, world %s); starting a fresh "
+                        "optimiser from the checkpoint's weights", world, state.get("format"), state.get("world"))
+            return
+        # Unpickled in full (not weights_only): the shards hold DeepSpeed classes, and they come from this
+        # run's own resume state, written by optimizer_state above.
+        shards = [torch.load(io.BytesIO(b), map_location="cpu", weights_only=False) for b in state["shards"]]
+        self.optimizer.load_state_dict(shards, load_optimizer_states=True, load_from_fp32_weights=True)
+
+    def gathered_state_dict(self) -> dict[str, torch.Tensor] | None:
+        """ZeRO-3: the full weights on rank 0 (collective). ZeRO-1/2: None (every rank holds them)."""
+        if self.stage < 3:
+            return None
+        return self.engine._zero3_consolidated_16bit_state_dict()
+
+    # ----- training ------------------------------------------------------------------------------
+
+    def collate(self, micro: Sequence[Example]) -> dict[str, torch.Tensor]:
+        raw = pack_collate(micro) if self.cfg.pack_sequences else pad_collate(micro, self.pad_id)
+        return {k: torch.tensor(v, dtype=torch.long, device=self.device) for k, v in raw.items()}
+
+    def train(self, examples: Sequence[Example], *, lr: float, seed: str | int) -> SFTStats:
+        start = time.perf_counter()
+        rank, world = _world()
+        examples = [e for e in examples if e.n_target > 0]
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        micro_size = self.cfg.micro_batch_size_per_gpu
+        loss_total, tokens_total, updates = 0.0, 0, 0
+        self.engine.train()
+        for epoch in range(self.cfg.sft_epochs):
+            rng = random.Random(f"whale-rsft-minibatch:{seed}:{epoch}")
+            for minibatch in minibatches(examples, self.cfg.mini_batch_size, rng):
+                local = minibatch[rank::world]
+                n_tokens = int(_all_reduce_sum(sum(e.n_target for e in local), self.device))
+                if n_tokens == 0:
+                    continue
+                micros = micro_batches(local, micro_size)
+                n_micro = math.ceil(math.ceil(len(minibatch) / world) / micro_size)  # the same on every rank
+                loss_sum = 0.0
+                for i in range(n_micro):
+                    real = i < len(micros)
+                    batch = self.collate(micros[i] if real else minibatch[:1])
+                    self.engine.set_gradient_accumulation_boundary(i == n_micro - 1)
+                    loss, _ = token_loss_sum(self.engine.module, batch)
+                    self.engine.backward(loss * (world / n_tokens if real else 0.0), scale_wrt_gas=False)
+                    if real:
+                        loss_sum += float(loss.detach())
+                self.engine.step()
+                loss_total += _all_reduce_sum(loss_sum, self.device)
+                tokens_total += n_tokens
+                updates += 1
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        return SFTStats(loss=(loss_total / tokens_total) if tokens_total else None, tokens=tokens_total,
+                        updates=updates, seconds=time.perf_counter() - start)
