@@ -13,6 +13,16 @@ each step's weights are published through the store to the vLLM pod's weight-syn
 (:class:`whale.rsft.sync.StoreSync`, a cluster), or with :class:`whale.rsft.sync.VLLMReloadSync`
 when ``$WHALE_SYNC_DIR`` names a folder the server reads (seen there as ``$WHALE_SYNC_SERVER_DIR``).
 Loop and components: ``whale.rsft``.
+
+Several GPUs / nodes: the operator launches this module under torchrun (``torchrun --nnodes=N
+--nproc-per-node=G --node-rank=$(NODE_RANK) --master-addr=$(MASTER_ADDR) --master-port=P -m --
+whale.workloads train ...``; an Indexed Job with a headless rendezvous Service when N > 1). With
+``WORLD_SIZE`` > 1, rank 0 alone reads the request, samples, and talks to the store (metrics,
+checkpoints, resume state, STOP, result, weight sync); it sends the start weights, then each step's
+tokenised kept trajectories, to the other ranks, and all ranks run data-parallel SFT with a global
+token mean (:mod:`whale.rsft.dist`). ``spec.train.deepspeedConfig`` wraps the SFT in a DeepSpeed
+ZeRO-2/3 engine (:mod:`whale.rsft.deepspeed_trainer`). Any rank failing fails the attempt (torchrun
+stops the rest); the retry resumes from the last checkpoint. One process (no torchrun) is unchanged.
 """
 
 from __future__ import annotations
