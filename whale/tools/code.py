@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import math
 import re
 from typing import Any, Protocol
 
@@ -33,7 +34,9 @@ class CodeLimits:
         wall = min(timeout_s or self.timeout_s, self.timeout_s)
         return Limits(
             wall_s=wall,
-            cpu_s=max(1, int(wall)),
+            # the wall clock is the limit the model is told about; CPU time is a backstop one second
+            # later, so a busy loop on an idle machine still ends as a timeout, not a CPU kill
+            cpu_s=int(math.ceil(wall)) + 1,
             memory_bytes=self.memory_mb * MiB,
             file_size_bytes=64 * MiB,
             processes=self.processes,
