@@ -12,6 +12,7 @@ cores), and each rank initialises an engine. Needs ``pip install -e .[deepspeed]
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -44,6 +45,16 @@ def _weights(root: Path, step: int) -> dict[str, torch.Tensor]:
     return load_file(folder / "model.safetensors")
 
 
+def _cpu_config(stage: int, tmp: Path) -> str:
+    """The shipped config less overlap_comm: the CPU accelerator has no side stream to overlap on,
+    and with it on, an update now and then differed from the plain one on the CPU."""
+    ds_json = json.loads((REPO / f"images/worker/ds_zero{stage}.json").read_text())
+    ds_json["zero_optimization"]["overlap_comm"] = False
+    path = tmp / f"ds_zero{stage}_cpu.json"
+    path.write_text(json.dumps(ds_json))
+    return str(path)
+
+
 def _two_phases(root: Path, wire: dict, run_phase) -> None:
     store = open_store(str(root))
     write_request(store, PHASE, wire, target=1)
@@ -60,7 +71,7 @@ def test_zero2_workload_with_carried_optimiser_matches_one_process(tmp_path, mod
     single, multi = tmp_path / "single", tmp_path / "multi"
     _two_phases(single, wire, lambda phase=PHASE: run_train(open_store(str(single)), RUN, phase))
 
-    ds_wire = {**wire, "train": {"deepspeedConfig": str(REPO / "images/worker/ds_zero2.json"), "gpusPerNode": 2}}
+    ds_wire = {**wire, "train": {"deepspeedConfig": _cpu_config(2, tmp_path), "gpusPerNode": 2}}
 
     def spawn(phase=PHASE):
         mp.spawn(_rank_main_phase, args=(2, _free_port(), str(multi), str(tmp_path), phase), nprocs=2, join=True)
@@ -73,7 +84,7 @@ def test_zero2_workload_with_carried_optimiser_matches_one_process(tmp_path, mod
     reference, got = _weights(single, 2), _weights(multi, 2)
     assert max(float((reference[k] - _weights(single, 1)[k]).abs().max()) for k in reference) > 1e-4
     for name, value in got.items():
-        torch.testing.assert_close(value.float(), reference[name], rtol=1e-4, atol=1e-5, msg=name)
+        torch.testing.assert_close(value.float(), reference[name], rtol=1e-4, atol=1e-5)
 
 
 def _rank_main_phase(rank: int, world: int, port: int, store_root: str, out_dir: str, phase: str) -> None:
@@ -104,7 +115,7 @@ def _zero3_rank(rank: int, world: int, port: int, out_dir: str) -> None:
         from whale.rsft.deepspeed_trainer import DeepSpeedTrainer
 
         trainer = DeepSpeedTrainer(model, cfg, device=torch.device("cpu"), pad_id=tok.pad_token_id,
-                                   config_path=REPO / "images/worker/ds_zero3.json", world_size=world)
+                                   config_path=Path(out_dir) / "ds_zero3_cpu.json", world_size=world)
         stats = trainer.train(_examples(tok), lr=1e-3, seed=0)
         weights = trainer.gathered_state_dict()
         optimizer = trainer.optimizer_state()
@@ -116,11 +127,21 @@ def _zero3_rank(rank: int, world: int, port: int, out_dir: str) -> None:
 
 
 def test_zero3_update_equals_one_process_and_gathers_full_weights(tmp_path):
+    _cpu_config(3, tmp_path)
     _zero3_rank(0, 1, 0, str(tmp_path))
     mp.spawn(_zero3_rank, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
     single = torch.load(tmp_path / "single.pt")
     zero3 = torch.load(tmp_path / "zero3.pt")
     assert zero3["shards"] == 2
     assert zero3["loss"] == pytest.approx(single["loss"], rel=1e-5)
+    from synthetic.tiny_model import build_model, build_tokenizer
+
+    start = build_model(len(build_tokenizer()), seed=0).state_dict()
+    assert sorted(zero3["weights"]) == sorted(single["weights"])
     for name, value in single["weights"].items():
-        torch.testing.assert_close(zero3["weights"][name].float(), value, rtol=1e-4, atol=1e-6, msg=name)
+        got = zero3["weights"][name].float()
+        assert got.shape == value.shape, f"{name}: not gathered in full"
+        # AdamW's first update is about lr * sign(grad): where a gradient is ~0, rounding noise flips
+        # the sign, so compare the update as a whole, not element by element.
+        update = (value - start[name]).abs().mean()
+        assert float((got - value).abs().mean()) <= 0.02 * float(update) + 1e-9, name

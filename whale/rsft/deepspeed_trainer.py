@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 
-from whale.rsft.collate import Example, micro_batches, minibatches, pack_collate, pad_collate
+from whale.rsft.collate import IGNORE_INDEX, Example, micro_batches, minibatches, pack_collate, pad_collate
 from whale.rsft.config import RSFTConfig
 from whale.rsft.trainer import SFTStats, _all_reduce_sum, _world, resolve_precision, token_loss_sum
 
@@ -151,6 +151,19 @@ class DeepSpeedTrainer:
         raw = pack_collate(micro) if self.cfg.pack_sequences else pad_collate(micro, self.pad_id)
         return {k: torch.tensor(v, dtype=torch.long, device=self.device) for k, v in raw.items()}
 
+    def _loss_sum(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """ZeRO-1/2: the LM head on loss positions only (as SFTTrainer). ZeRO-3: through the engine's
+        full forward, so a weight tied between embedding and head gets both gradients (calling the
+        decoder and the head separately lost the embedding's share under ZeRO-3's partitioning)."""
+        if self.stage < 3:
+            return token_loss_sum(self.engine.module, batch)[0]
+        labels = batch["labels"]
+        target = labels[:, 1:]
+        mask = target != IGNORE_INDEX
+        inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
+        logits = self.engine(**inputs, use_cache=False).logits[:, :-1][mask]
+        return torch.nn.functional.cross_entropy(logits.float(), target[mask], reduction="sum")
+
     def train(self, examples: Sequence[Example], *, lr: float, seed: str | int) -> SFTStats:
         start = time.perf_counter()
         rank, world = _world()
@@ -174,7 +187,7 @@ class DeepSpeedTrainer:
                     real = i < len(micros)
                     batch = self.collate(micros[i] if real else minibatch[:1])
                     self.engine.set_gradient_accumulation_boundary(i == n_micro - 1)
-                    loss, _ = token_loss_sum(self.engine.module, batch)
+                    loss = self._loss_sum(batch)
                     self.engine.backward(loss * (world / n_tokens if real else 0.0), scale_wrt_gas=False)
                     if real:
                         loss_sum += float(loss.detach())
