@@ -190,8 +190,8 @@ def pod_failure_policy() -> dict[str, Any]:
 
 def workload_command(spec: WhaleRunSpec, request: PhaseRequest, store_uri: str) -> list[str]:
     """``python -m whale.workloads <kind> ...``; torchrun in front of a multi-GPU / multi-node train."""
-    tail = ["-m", "whale.workloads", request.kind.workload, "--store", store_uri,
-            "--run", request.run, "--phase", request.phase]
+    module = ["whale.workloads", request.kind.workload, "--store", store_uri,
+              "--run", request.run, "--phase", request.phase]
     tr = spec.train
     if request.kind is PhaseKind.WEIGHT and (tr.num_nodes > 1 or tr.gpus_per_node > 1):
         return [
@@ -201,9 +201,11 @@ def workload_command(spec: WhaleRunSpec, request: PhaseRequest, store_uri: str) 
             "--node-rank=$(NODE_RANK)",
             "--master-addr=$(MASTER_ADDR)",
             f"--master-port={RENDEZVOUS_PORT}",
-            *tail,
+            # NOTE: "--" ends torchrun's options; without it torchrun reads the workload's --run as
+            # an abbreviation of its own --run-path and refuses to start
+            "-m", "--", *module,
         ]
-    return ["python", *tail]
+    return ["python", "-m", *module]
 
 
 def job(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, *, store_uri: str,

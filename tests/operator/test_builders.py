@@ -115,7 +115,7 @@ def test_multi_node_train_is_an_indexed_job_with_a_headless_service():
     worker = pod["containers"][0]
     assert worker["command"] == [
         "torchrun", "--nnodes=2", "--nproc-per-node=8", "--node-rank=$(NODE_RANK)", "--master-addr=$(MASTER_ADDR)",
-        "--master-port=29500", "-m", "whale.workloads", "train", "--store", STORE, "--run", "demo",
+        "--master-port=29500", "-m", "--", "whale.workloads", "train", "--store", STORE, "--run", "demo",
         "--phase", "c01-weight"]
     env = {e["name"]: e for e in worker["env"]}
     assert env["NODE_RANK"]["valueFrom"] == {"fieldRef": {
