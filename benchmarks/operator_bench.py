@@ -133,7 +133,7 @@ def main() -> None:
         t0 = time.perf_counter()
         players = [create(f"scale-{i:03d}") for i in range(args.runs)]
         created_s = time.perf_counter() - t0
-        firsts = wait_all_first(api, len(players))
+        firsts = wait_all_first(api, players)
         results["scale_first_child_all_s"] = time.perf_counter() - t0
         burst = delta(histogram(metrics), before)
         burst_work = delta(histogram(metrics, "reconcile_work"), before_work)
@@ -141,7 +141,7 @@ def main() -> None:
         t1 = time.perf_counter()
         for p in players:  # every run's first child finishes at once: 200 runs react together
             p.finish(firsts[p.run])
-        seconds = wait_all_first(api, len(players), exclude={j["metadata"]["name"] for j in firsts.values()})
+        seconds = wait_all_first(api, players, exclude={j["metadata"]["name"] for j in firsts.values()})
         results["scale_second_child_all_s"] = time.perf_counter() - t1
         time.sleep(2.0)
         steady = delta(histogram(metrics), mid)
@@ -209,9 +209,16 @@ def main() -> None:
         print(f"operator RSS {s['operator_rss_mb']} MB (peak {s['operator_peak_rss_mb']} MB)")
 
 
-def wait_all_first(api, n: int, exclude: set[str] = frozenset(), timeout_s: float = 300) -> dict[str, dict]:
-    """One unfinished Job per scale run (one list call per poll, not one per run)."""
+def wait_all_first(api, players: list[WorkloadPlayer], exclude: set[str] = frozenset(),
+                   timeout_s: float = 300) -> dict[str, dict]:
+    """One unfinished Job per scale run (one list call per poll, not one per run). Each poll also
+    plays every run's weight-sync sidecar, as the operator creates a child only once the inference
+    server serves that child's weights."""
+    n = len(players)
+
     def poll() -> dict[str, dict] | None:
+        for p in players:
+            p.ack_serving()
         jobs = {}
         for j in api.list("batch/v1", "jobs", NS, "whale.dev/run"):
             run = j["metadata"]["labels"]["whale.dev/run"]
