@@ -41,6 +41,7 @@ from whale.rsft.dist import World, world_from_env
 from whale.rsft.phase import WeightPhase, WeightPhaseError, find_start, finish
 from whale.spec import WhaleRunSpec
 from whale.store import Store
+from whale.workloads.common import harness_file, read_request
 
 log = logging.getLogger(__name__)
 
@@ -52,22 +53,13 @@ def main(store: Store, run: str, phase: str) -> None:
     run_train(store, run, phase)
 
 
-def read_request(store: Store, run: str, phase: str) -> PhaseRequest:
-    request = PhaseRequest.model_validate(store.read_json(layout.request_key(run, phase)))
-    if request.kind is not PhaseKind.WEIGHT or request.weight is None:
-        raise WeightPhaseError(
-            f"{layout.request_key(run, phase)}: kind is {request.kind.value}, expected weight with `weight` args"
-        )
-    return request
-
-
 def run_train(store: Store, run: str, phase: str, *, domain: Any = None) -> WeightPhaseResult | None:
     """The workload; ``domain`` may be injected (tests). Under torchrun (``WORLD_SIZE`` > 1) rank 0
     leads and returns the result; the other ranks follow it and return None (see the module doc)."""
     world = world_from_env()
     if world.distributed:
         return run_distributed(store, run, phase, world, domain=domain)
-    request = read_request(store, run, phase)
+    request = read_request(store, run, phase, PhaseKind.WEIGHT, WeightPhaseError)
     args = request.weight
     assert args is not None  # noqa: S101 - read_request checked it
     done = store.read_json_or_none(layout.result_key(run, phase))
@@ -149,18 +141,6 @@ def load_for_training(store: Store, spec: WhaleRunSpec, prefix: str | None, work
     return model.to(device), tokenizer
 
 
-def harness_file(store: Store, key: str | None, domain: Any, tmp: Path) -> Path:
-    """The harness to sample under: a store key, or the domain's h0."""
-    if key is None:
-        return domain.h0_path()
-    local = store.local_path(key)
-    if local is not None and Path(local).is_file():
-        return Path(local)
-    path = tmp / "harness.py"
-    path.write_bytes(store.read_bytes(key))
-    return path
-
-
 def make_sampling_backend(spec: WhaleRunSpec, model: Any, tokenizer: Any, store: Store | None = None,
                           run: str | None = None, start_prefix: str | None = None):
     """(client, weight sync, weights lock): in-process sharing ``model``, or a vLLM server with
@@ -225,7 +205,7 @@ def _lead(store: Store, run: str, phase: str, world: World, device: Any, domain:
 
     leader = dist.LeaderTrainer(None)
     try:
-        request = read_request(store, run, phase)
+        request = read_request(store, run, phase, PhaseKind.WEIGHT, WeightPhaseError)
         args = request.weight
         assert args is not None  # noqa: S101 - read_request checked it
         done = store.read_json_or_none(layout.result_key(run, phase))
