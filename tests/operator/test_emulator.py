@@ -75,8 +75,10 @@ def test_watch_resumes_from_resource_version_and_gc_cascades(kube_cluster: Emula
     assert api.list("v1", "configmaps", kube_namespace) == []
 
 
-def test_kubectl_shows_printer_columns(start_operator, make_run, kube_cluster: EmulatedCluster, kube_namespace: str):
-    env = {**os.environ, "KUBECONFIG": str(kube_cluster.kubeconfig)}
+def test_kubectl_shows_printer_columns(start_operator, make_run, kube_cluster: EmulatedCluster, kube_namespace: str,
+                                      tmp_path):
+    # HOME: kubectl keeps a discovery cache under ~/.kube; keep it out of the user's (and the checkout's)
+    env = {**os.environ, "KUBECONFIG": str(kube_cluster.kubeconfig), "HOME": str(tmp_path)}
     with start_operator():
         run = make_run("shown")
         run.finish(run.wait_job())
