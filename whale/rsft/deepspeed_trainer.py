@@ -29,17 +29,15 @@ import io
 import json
 import logging
 import math
-import random
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from whale.rsft.collate import IGNORE_INDEX, Example, micro_batches, minibatches, pack_collate, pad_collate
+from whale.rsft.collate import IGNORE_INDEX, Example, micro_batches, pack_collate, pad_collate
 from whale.rsft.config import RSFTConfig
-from whale.rsft.trainer import SFTStats, _all_reduce_sum, _world, resolve_precision, token_loss_sum
+from whale.rsft.trainer import SFTStats, _world, resolve_precision, sft_epochs, token_loss_sum
 
 log = logging.getLogger(__name__)
 
@@ -165,37 +163,24 @@ class DeepSpeedTrainer:
         return torch.nn.functional.cross_entropy(logits.float(), target[mask], reduction="sum")
 
     def train(self, examples: Sequence[Example], *, lr: float, seed: str | int) -> SFTStats:
-        start = time.perf_counter()
-        rank, world = _world()
-        examples = [e for e in examples if e.n_target > 0]
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        micro_size = self.cfg.micro_batch_size_per_gpu
-        loss_total, tokens_total, updates = 0.0, 0, 0
         self.engine.train()
-        for epoch in range(self.cfg.sft_epochs):
-            rng = random.Random(f"whale-rsft-minibatch:{seed}:{epoch}")
-            for minibatch in minibatches(examples, self.cfg.mini_batch_size, rng):
-                local = minibatch[rank::world]
-                n_tokens = int(_all_reduce_sum(sum(e.n_target for e in local), self.device))
-                if n_tokens == 0:
-                    continue
-                micros = micro_batches(local, micro_size)
-                n_micro = math.ceil(math.ceil(len(minibatch) / world) / micro_size)  # the same on every rank
-                loss_sum = 0.0
-                for i in range(n_micro):
-                    real = i < len(micros)
-                    batch = self.collate(micros[i] if real else minibatch[:1])
-                    self.engine.set_gradient_accumulation_boundary(i == n_micro - 1)
-                    loss = self._loss_sum(batch)
-                    self.engine.backward(loss * (world / n_tokens if real else 0.0), scale_wrt_gas=False)
-                    if real:
-                        loss_sum += float(loss.detach())
-                self.engine.step()
-                loss_total += _all_reduce_sum(loss_sum, self.device)
-                tokens_total += n_tokens
-                updates += 1
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return SFTStats(loss=(loss_total / tokens_total) if tokens_total else None, tokens=tokens_total,
-                        updates=updates, seconds=time.perf_counter() - start)
+        return sft_epochs(examples, self.cfg, self.optimizer, self.device, lr=lr, seed=seed, update=self._update)
+
+    def _update(self, minibatch: Sequence[Example], local: Sequence[Example], n_tokens: int) -> float:
+        """One engine step. Every rank runs the same number of micro-batches (a rank short of
+        sequences backs a zero-weighted one), so the accumulation boundary is collective."""
+        world = _world()[1]
+        micro_size = self.cfg.micro_batch_size_per_gpu
+        micros = micro_batches(local, micro_size)
+        n_micro = math.ceil(math.ceil(len(minibatch) / world) / micro_size)  # the same on every rank
+        loss_sum = 0.0
+        for i in range(n_micro):
+            real = i < len(micros)
+            batch = self.collate(micros[i] if real else minibatch[:1])
+            self.engine.set_gradient_accumulation_boundary(i == n_micro - 1)
+            loss = self._loss_sum(batch)
+            self.engine.backward(loss * (world / n_tokens if real else 0.0), scale_wrt_gas=False)
+            if real:
+                loss_sum += float(loss.detach())
+        self.engine.step()
+        return loss_sum

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,6 +108,35 @@ def compile_decoder_layers(model: torch.nn.Module) -> int:
     return count
 
 
+def sft_epochs(examples: Sequence[Example], cfg: RSFTConfig, optimizer: Any, device: torch.device, *,
+               lr: float, seed: str | int,
+               update: Callable[[Sequence[Example], Sequence[Example], int], float]) -> SFTStats:
+    """The SFT loop every trainer shares: ``sftEpochs`` passes over seeded minibatches of
+    ``miniBatchSize``; each rank takes its share (``minibatch[rank::world]``), the token count is
+    global, and ``update(minibatch, local, n_tokens)`` makes one optimiser update returning this
+    rank's summed token loss (the engines differ only there). Token-mean loss over all ranks."""
+    start = time.perf_counter()
+    rank, world = _world()
+    examples = [e for e in examples if e.n_target > 0]
+    for group in optimizer.param_groups:
+        group["lr"] = lr
+    loss_total, tokens_total, updates = 0.0, 0, 0
+    for epoch in range(cfg.sft_epochs):
+        rng = random.Random(f"whale-rsft-minibatch:{seed}:{epoch}")
+        for minibatch in minibatches(examples, cfg.mini_batch_size, rng):
+            local = minibatch[rank::world]
+            n_tokens = int(_all_reduce_sum(sum(e.n_target for e in local), device))
+            if n_tokens == 0:
+                continue
+            loss_total += _all_reduce_sum(update(minibatch, local, n_tokens), device)
+            tokens_total += n_tokens
+            updates += 1
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return SFTStats(loss=(loss_total / tokens_total) if tokens_total else None, tokens=tokens_total,
+                    updates=updates, seconds=time.perf_counter() - start)
+
+
 class SFTTrainer:
     """Owns the model's optimiser and runs the SFT of each RSFT step."""
 
@@ -153,45 +182,27 @@ class SFTTrainer:
 
     def train(self, examples: Sequence[Example], *, lr: float, seed: str | int) -> SFTStats:
         """SFT on ``examples`` for ``sftEpochs``; no examples (or no loss tokens) = no update at all."""
-        start = time.perf_counter()
-        rank, world = _world()
-        examples = [e for e in examples if e.n_target > 0]
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
-        loss_total, tokens_total, updates = 0.0, 0, 0
         self.model.train()
-        for epoch in range(self.cfg.sft_epochs):
-            rng = random.Random(f"whale-rsft-minibatch:{seed}:{epoch}")
-            for minibatch in minibatches(examples, self.cfg.mini_batch_size, rng):
-                local = minibatch[rank::world]
-                n_tokens = int(_all_reduce_sum(sum(e.n_target for e in local), self.device))
-                if n_tokens == 0:
-                    continue
-                loss_sum = 0.0
-                for micro in micro_batches(local, self.cfg.micro_batch_size_per_gpu):
-                    batch = self.collate(micro)
-                    with self._autocast():
-                        loss, _ = token_loss_sum(self.model, batch)
-                    (loss / n_tokens).backward()
-                    loss_sum += float(loss.detach())
-                if world > 1:  # each rank's loss is already over the global token count: sum the grads
-                    for p in self.model.parameters():
-                        if p.requires_grad:
-                            if p.grad is None:  # a rank with no sequence in this minibatch
-                                p.grad = torch.zeros_like(p)
-                            torch.distributed.all_reduce(p.grad)
-                if self.cfg.max_grad_norm:
-                    torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
-                loss_total += _all_reduce_sum(loss_sum, self.device)
-                tokens_total += n_tokens
-                updates += 1
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        return SFTStats(
-            loss=(loss_total / tokens_total) if tokens_total else None,
-            tokens=tokens_total,
-            updates=updates,
-            seconds=time.perf_counter() - start,
-        )
+        return sft_epochs(examples, self.cfg, self.optimizer, self.device, lr=lr, seed=seed, update=self._update)
+
+    def _update(self, minibatch: Sequence[Example], local: Sequence[Example], n_tokens: int) -> float:
+        """One optimiser update on this rank's share of a minibatch; returns its summed token loss."""
+        world = _world()[1]
+        loss_sum = 0.0
+        for micro in micro_batches(local, self.cfg.micro_batch_size_per_gpu):
+            batch = self.collate(micro)
+            with self._autocast():
+                loss, _ = token_loss_sum(self.model, batch)
+            (loss / n_tokens).backward()
+            loss_sum += float(loss.detach())
+        if world > 1:  # each rank's loss is already over the global token count: sum the grads
+            for p in self.model.parameters():
+                if p.requires_grad:
+                    if p.grad is None:  # a rank with no sequence in this minibatch
+                        p.grad = torch.zeros_like(p)
+                    torch.distributed.all_reduce(p.grad)
+        if self.cfg.max_grad_norm:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return loss_sum
