@@ -92,6 +92,11 @@ def init_process_group(world: World, device: torch.device) -> None:
     log.info("rank %d/%d joined the %s process group", world.rank, world.size, backend)
 
 
+def barrier() -> None:
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+
+
 def shutdown() -> None:
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()

@@ -180,10 +180,10 @@ def run_distributed(store: Store, run: str, phase: str, world: World, *, domain:
     device = dist.device_for(world)
     dist.init_process_group(world, device)
     try:
-        if world.is_leader:
-            return _lead(store, run, phase, world, device, domain)
-        _follow(world, device)
-        return None
+        result = _lead(store, run, phase, world, device, domain) if world.is_leader else _follow(world, device)
+        # every rank leaves together: a peer that tears down first can abort gloo's teardown in the other
+        dist.barrier()
+        return result
     finally:
         dist.shutdown()
 
