@@ -165,6 +165,12 @@ class RSFT(_Model):
     compile_layers: bool = Field(
         False, description="torch.compile each decoder layer: 60 % MFU at fixed lengths, slower at variable ones")
     pack_sequences: bool = Field(False, description="pack trajectories into full rows instead of padding")
+    padding: Literal["auto", "bucket", "longest", "masked"] = Field(
+        "auto",
+        description="padded micro-batches: bucket = right-pad to a few fixed widths (compiled layers reuse their "
+        "graphs), longest = to the longest sequence; both without attention mask (exact for causal attention, "
+        "keeps the flash kernel); masked = with a padding mask; auto = bucket with compileLayers, else longest",
+    )
     checkpoint_every_steps: NonNegInt = Field(
         0, description="also checkpoint every N steps for resume (0 = only at evaluation points and phase end)"
     )

@@ -10,6 +10,8 @@ from whale.rsft.collate import (
     IGNORE_INDEX,
     Example,
     TemplateMismatchError,
+    bucket_length,
+    collate_micro,
     encode_trajectory,
     micro_batches,
     minibatches,
@@ -138,3 +140,27 @@ def test_minibatches_are_a_seeded_partition_and_micro_batches_split_them():
     assert mbs == minibatches(examples, 4, random.Random(1))
     micro = micro_batches(mbs[0], 3)
     assert [len(m) for m in micro] == [3, 1] and len(micro[0][0]) >= len(micro[0][-1])
+
+
+def test_bucket_widths_cover_every_length_with_few_shapes_and_bounded_padding():
+    widths = {n: bucket_length(n) for n in range(1, 4097)}
+    assert all(w >= n for n, w in widths.items())
+    # 256..4096 is four doublings: floor plus two rungs each = 9 shapes, not one per length
+    assert sorted(set(widths.values())) == [256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096]
+    assert all(w < 1.5 * n + 1 for n, w in widths.items() if n > 256)  # padding under half a rung
+    assert len({bucket_length(n, per_octave=4) for n in range(1, 4097)}) == 17
+    assert bucket_length(4000, cap=3900) == 4096 and bucket_length(3100, cap=3500) == 3500  # cap = longest allowed
+
+
+def test_micro_batch_collation_modes():
+    a, b = Example((1, 2, 3), (IGNORE_INDEX, 2, 3)), Example((4, 5), (4, 5))
+    masked = collate_micro([a, b], 0, padding="masked")
+    assert masked == pad_collate([a, b], 0) and "attention_mask" in masked
+    longest = collate_micro([a, b], 0, padding="longest")
+    assert "attention_mask" not in longest and longest["input_ids"] == masked["input_ids"]
+    bucket = collate_micro([a, b], 0, padding="bucket")
+    assert "attention_mask" not in bucket and [len(r) for r in bucket["input_ids"]] == [256, 256]
+    assert bucket["labels"][1] == [4, 5] + [IGNORE_INDEX] * 254
+    assert collate_micro([a, b], 0, padding="bucket", pack=True) == pack_collate([a, b])
+    with pytest.raises(ValueError, match="shorter than the longest"):
+        pad_collate([a], 0, width=2)

@@ -1,5 +1,5 @@
 """The SFT step on a tiny real model: masked tokens carry no loss, token-mean normalisation,
-no accepted trajectory = no change at all, packing = padding."""
+no accepted trajectory = no change at all, packing = padding = maskless/bucketed padding."""
 
 from __future__ import annotations
 
@@ -96,13 +96,18 @@ def test_the_update_is_a_token_mean_whatever_the_micro_batch(tok):
 
     exs = examples(tok)
     results = []
-    for micro, pack in [(8, False), (1, False), (3, True)]:
+    # masked padding is the reference; dropping the mask (right padding, causal attention) or padding
+    # to a bucket width must not change the loss or a gradient of the update
+    for micro, pack, padding in [(8, False, "masked"), (1, False, "masked"), (3, True, "masked"),
+                                 (3, False, "longest"), (3, False, "bucket"), (8, False, "bucket")]:
         m = build_model(len(tok), seed=0)
-        tr = trainer(m, tok, micro_batch_size_per_gpu=micro, pack_sequences=pack, max_grad_norm=0.0)
+        tr = trainer(m, tok, micro_batch_size_per_gpu=micro, pack_sequences=pack, padding=padding,
+                     max_grad_norm=0.0)
         grads = []
         tr.optimizer.step = lambda *a, _m=m, _g=grads, **k: _g.append([p.grad.clone() for p in _m.parameters()])
         stats = tr.train(exs, lr=1e-3, seed=0)
         results.append((stats.loss, grads[0]))
+    assert len({len(e) for e in exs}) > 1  # the micro-batches really are padded
     for loss, params in results[1:]:
         assert loss == pytest.approx(results[0][0], rel=1e-5)
         for a, b in zip(params, results[0][1], strict=True):

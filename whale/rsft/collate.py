@@ -19,7 +19,7 @@ from __future__ import annotations
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from whale.rsft.rejection import Trajectory
 
@@ -169,21 +169,61 @@ def minibatches(examples: Sequence[Example], size: int, rng: random.Random) -> l
 
 
 def micro_batches(minibatch: Sequence[Example], size: int) -> list[list[Example]]:
-    """Cut a minibatch into micro-batches of ``size`` sequences, longest first (less padding)."""
+    """Cut a minibatch into micro-batches of ``size`` sequences, longest first, so each micro-batch
+    pads little. The minibatch is one token-mean update, so the order inside it changes nothing."""
     ordered = sorted(minibatch, key=len, reverse=True)
     return [list(ordered[j: j + size]) for j in range(0, len(ordered), size)]
 
 
-def pad_collate(batch: Sequence[Example], pad_id: int) -> dict[str, list[list[int]]]:
-    """Right-padded rectangle: input_ids, attention_mask, labels (padding carries no loss)."""
-    width = max(len(e) for e in batch)
+#: how a padded micro-batch is shaped; "masked" is the pre-bucketing behaviour, kept as an opt-out
+Padding = Literal["bucket", "longest", "masked"]
+
+
+def bucket_length(n: int, *, per_octave: int = 2, floor: int = 256, cap: int | None = None) -> int:
+    """The smallest width >= ``n`` on a fixed ladder: ``floor``, then ``per_octave`` even steps per
+    doubling (256, 384, 512, 768, 1024, ...), at most ``cap`` when ``n`` fits in it. A compiled layer
+    sees one shape per rung instead of one per micro-batch, at a bounded padding cost (< 1/per_octave)."""
+    width = floor
+    while width < n:
+        octave = 1 << (width.bit_length() - 1)  # the power of two at or below width
+        width += max(1, octave // per_octave)
+    return min(width, cap) if cap is not None and n <= cap else width
+
+
+def pad_collate(batch: Sequence[Example], pad_id: int, *, width: int | None = None,
+                attention_mask: bool = True) -> dict[str, list[list[int]]]:
+    """Right-padded rectangle of ``width`` (default: the longest sequence): input_ids, labels
+    (padding carries no loss) and, if asked, attention_mask.
+
+    Without the mask the model attends causally over the padding; that is exact for every real
+    token (right padding comes after all of them) and keeps SDPA on its flash kernel."""
+    longest = max(len(e) for e in batch)
+    width = longest if width is None else width
+    if width < longest:
+        raise ValueError(f"pad width {width} is shorter than the longest sequence ({longest})")
     ids, mask, labels = [], [], []
     for e in batch:
         pad = width - len(e)
         ids.append(list(e.input_ids) + [pad_id] * pad)
         mask.append([1] * len(e) + [0] * pad)
         labels.append(list(e.labels) + [IGNORE_INDEX] * pad)
-    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+    out = {"input_ids": ids, "labels": labels}
+    if attention_mask:
+        out["attention_mask"] = mask
+    return out
+
+
+def collate_micro(batch: Sequence[Example], pad_id: int, *, padding: Padding, pack: bool = False,
+                  max_len: int | None = None, per_octave: int = 2) -> dict[str, list[list[int]]]:
+    """One micro-batch as the trainers feed it: packed, or right-padded per ``padding``
+    ("bucket": to :func:`bucket_length`, no mask; "longest": no mask; "masked": with the mask)."""
+    if pack:
+        return pack_collate(batch)
+    if padding == "masked":
+        return pad_collate(batch, pad_id)
+    longest = max(len(e) for e in batch)
+    width = bucket_length(longest, per_octave=per_octave, cap=max_len) if padding == "bucket" else None
+    return pad_collate(batch, pad_id, width=width, attention_mask=False)
 
 
 def pack_collate(batch: Sequence[Example]) -> dict[str, list[list[int]]]:

@@ -44,6 +44,11 @@ class RSFTConfig:
     compile_layers: bool = False
     #: concatenate a micro-batch's sequences into one row (no padding) instead of padding them
     pack_sequences: bool = False
+    #: how padded micro-batches are shaped (see :func:`whale.rsft.collate.collate_micro`); "auto" =
+    #: "bucket" with compiled layers (few shapes, graphs reused), else "longest"; "masked" = the old path
+    padding: Literal["auto", "bucket", "longest", "masked"] = "auto"
+    #: rungs per doubling of the bucket ladder (more: less padding, more compiled shapes)
+    buckets_per_octave: int = 2
     #: longest training sequence; longer ones are cut (None: the model's max length)
     max_seq_len: int | None = None
     seed: int = 0
@@ -93,6 +98,7 @@ class RSFTConfig:
             gradient_checkpointing=r.gradient_checkpointing,
             compile_layers=r.compile_layers,
             pack_sequences=r.pack_sequences,
+            padding=r.padding,
             max_seq_len=spec.model.max_model_len,
             seed=r.seed,
             temperature=r.sampling.temperature,
@@ -107,6 +113,13 @@ class RSFTConfig:
     @property
     def rollouts_per_step(self) -> int:
         return self.prompts_per_step * self.rollouts_per_prompt
+
+    @property
+    def micro_padding(self) -> Literal["bucket", "longest", "masked"]:
+        """``padding`` with "auto" resolved."""
+        if self.padding == "auto":
+            return "bucket" if self.compile_layers else "longest"
+        return self.padding
 
 
 def lr_at(step: int, cfg: RSFTConfig) -> float:

@@ -35,9 +35,9 @@ from typing import Any
 
 import torch
 
-from whale.rsft.collate import IGNORE_INDEX, Example, micro_batches, pack_collate, pad_collate
+from whale.rsft.collate import IGNORE_INDEX, Example, micro_batches
 from whale.rsft.config import RSFTConfig
-from whale.rsft.trainer import SFTStats, _world, resolve_precision, sft_epochs, token_loss_sum
+from whale.rsft.trainer import SFTStats, _world, collate_tensors, resolve_precision, sft_epochs, token_loss_sum
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +146,7 @@ class DeepSpeedTrainer:
     # ----- training ------------------------------------------------------------------------------
 
     def collate(self, micro: Sequence[Example]) -> dict[str, torch.Tensor]:
-        raw = pack_collate(micro) if self.cfg.pack_sequences else pad_collate(micro, self.pad_id)
-        return {k: torch.tensor(v, dtype=torch.long, device=self.device) for k, v in raw.items()}
+        return collate_tensors(micro, self.cfg, self.pad_id, self.device)
 
     def _loss_sum(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
         """ZeRO-1/2: the LM head on loss positions only (as SFTTrainer). ZeRO-3: through the engine's

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from whale.rsft.collate import IGNORE_INDEX, Example, micro_batches, minibatches, pack_collate, pad_collate
+from whale.rsft.collate import IGNORE_INDEX, Example, collate_micro, micro_batches, minibatches
 from whale.rsft.config import RSFTConfig
 
 log = logging.getLogger(__name__)
@@ -96,16 +96,37 @@ def token_loss_sum(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tu
     return loss, n
 
 
-def compile_decoder_layers(model: torch.nn.Module) -> int:
+#: compiled graphs a decoder layer may hold (one per bucket width x micro-batch rows) before torch
+#: falls back to eager; torch's default (8) is fewer than the bucket ladder has rungs
+RECOMPILE_LIMIT = 64
+
+
+def compile_decoder_layers(model: torch.nn.Module, *, dynamic: bool | None = None) -> int:
     """``torch.compile`` every decoder layer in place (the classes HF lists in ``_no_split_modules``);
-    fuses the norms, rotary and activation kernels that dominate a small model's step in eager mode."""
+    fuses the norms, rotary and activation kernels that dominate a small model's step in eager mode.
+    ``dynamic=False`` with bucketed widths: one static graph per bucket, each reused by every layer."""
+    import torch._dynamo
+
+    conf = torch._dynamo.config
+    for key in ("recompile_limit", "cache_size_limit"):  # the name changed across torch versions
+        if hasattr(conf, key):
+            setattr(conf, key, max(getattr(conf, key), RECOMPILE_LIMIT))
+            break
     names = set(getattr(model, "_no_split_modules", None) or [])
     count = 0
     for module in model.modules():
         if type(module).__name__ in names:
-            module.compile()
+            module.compile(dynamic=dynamic)
             count += 1
     return count
+
+
+def collate_tensors(micro: Sequence[Example], cfg: RSFTConfig, pad_id: int,
+                    device: torch.device) -> dict[str, torch.Tensor]:
+    """A micro-batch on ``device`` shaped the way ``cfg`` says (every trainer's collation)."""
+    raw = collate_micro(micro, pad_id, padding=cfg.micro_padding, pack=cfg.pack_sequences,
+                        max_len=cfg.max_seq_len, per_octave=cfg.buckets_per_octave)
+    return {k: torch.tensor(v, dtype=torch.long, device=device) for k, v in raw.items()}
 
 
 def sft_epochs(examples: Sequence[Example], cfg: RSFTConfig, optimizer: Any, device: torch.device, *,
@@ -148,8 +169,8 @@ class SFTTrainer:
         self.autocast_dtype = resolve_precision(cfg.precision, device)
         if cfg.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if cfg.compile_layers:
-            compile_decoder_layers(model)
+        if cfg.compile_layers:  # bucketed widths: static graphs; otherwise let torch go dynamic
+            compile_decoder_layers(model, dynamic=False if cfg.micro_padding == "bucket" else None)
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             params,
@@ -173,12 +194,8 @@ class SFTTrainer:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
-    def _to_device(self, batch: dict[str, list[list[int]]]) -> dict[str, torch.Tensor]:
-        return {k: torch.tensor(v, dtype=torch.long, device=self.device) for k, v in batch.items()}
-
     def collate(self, micro: Sequence[Example]) -> dict[str, torch.Tensor]:
-        raw = pack_collate(micro) if self.cfg.pack_sequences else pad_collate(micro, self.pad_id)
-        return self._to_device(raw)
+        return collate_tensors(micro, self.cfg, self.pad_id, self.device)
 
     def train(self, examples: Sequence[Example], *, lr: float, seed: str | int) -> SFTStats:
         """SFT on ``examples`` for ``sftEpochs``; no examples (or no loss tokens) = no update at all."""
