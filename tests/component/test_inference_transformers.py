@@ -89,13 +89,31 @@ async def test_sampling_follows_weights_changed_in_place_by_a_trainer(fresh: tup
 async def test_tool_calls_are_parsed_when_tools_are_offered(fresh: tuple[Any, Any]) -> None:
     model, tokenizer = fresh
     client = TransformersClient(model, tokenizer)
+    assert client.tool_parser == "hermes"  # the tiny Qwen3 template writes hermes blocks
     text = 'ok<tool_call>{"name": "hint", "arguments": {}}</tool_call>'
     ids = tokenizer(text, add_special_tokens=False)["input_ids"] + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
-    completion = client._completion(ids, tools_enabled=True)
+    completion = client._completion(ids, tools=[])
     assert completion.finish_reason == "tool_calls"
     assert completion.message["content"] == "ok"
     assert completion.message["tool_calls"][0]["function"] == {"name": "hint", "arguments": "{}"}
-    assert "tool_calls" not in client._completion(ids, tools_enabled=False).message
+    assert "tool_calls" not in client._completion(ids, tools=None).message
+
+
+async def test_qwen3_coder_tool_calls_with_the_parser_named(fresh: tuple[Any, Any]) -> None:
+    model, tokenizer = fresh
+    client = TransformersClient(model, tokenizer, tool_parser="qwen3_coder")
+    tools = [{"type": "function", "function": {"name": "guess", "parameters": {
+        "type": "object", "properties": {"n": {"type": "integer"}}}}}]
+    end = [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    text = "try\n<tool_call>\n<function=guess>\n<parameter=n>\n7\n</parameter>\n</function>\n</tool_call>"
+    completion = client._completion(tokenizer(text, add_special_tokens=False)["input_ids"] + end, tools=tools)
+    assert completion.finish_reason == "tool_calls" and completion.message["content"] == "try"
+    assert completion.message["tool_calls"][0]["function"] == {"name": "guess", "arguments": '{"n": 7}'}
+    broken = "<tool_call>\n<function=>\n</function>\n</tool_call>"
+    plain = client._completion(tokenizer(broken, add_special_tokens=False)["input_ids"] + end, tools=tools)
+    assert (plain.finish_reason, plain.message) == ("stop", {"role": "assistant", "content": broken})
+    with pytest.raises(ValueError, match="unknown tool-call parser"):
+        TransformersClient(model, tokenizer, tool_parser="mistral")
 
 
 async def test_a_broken_chat_template_is_an_inference_error(fresh: tuple[Any, Any]) -> None:

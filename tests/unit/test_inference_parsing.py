@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from whale.inference.base import InferenceError, SamplingParams
 from whale.inference.factory import backend_kind, inference_url
 from whale.inference.openai_http import OpenAIClient, parse_response
-from whale.inference.toolcalls import parse_tool_calls
+from whale.inference.toolcalls import assistant_message, parse_tool_calls, parser_for_template
 from whale.spec import WhaleRunSpec
 
 
@@ -49,6 +51,60 @@ def test_parse_hermes_tool_calls() -> None:
     text = 'Let me look.<tool_call>\n{"name": "search", "arguments": {"query": "whale"}}\n</tool_call><tool_call>garbage</tool_call>'
     calls = parse_tool_calls(text)
     assert len(calls) == 1 and calls[0]["function"] == {"name": "search", "arguments": '{"query": "whale"}'}
+
+
+GUESS_TOOLS = [{"type": "function", "function": {"name": "guess", "parameters": {"type": "object", "properties": {
+    "n": {"type": "integer"}, "p": {"type": "number"}, "sure": {"type": "boolean"}, "tags": {"type": "array"},
+    "note": {"type": "string"}}}}}]
+CODER_CALL = ("I will guess.\n<tool_call>\n<function=guess>\n<parameter=n>\n7\n</parameter>\n<parameter=p>\n0.5\n"
+              "</parameter>\n<parameter=sure>\nTrue\n</parameter>\n<parameter=tags>\n[\"a\", \"b\"]\n</parameter>\n"
+              "<parameter=note>\n  two\nlines\n</parameter>\n</function>\n</tool_call>")
+
+
+def test_parse_qwen3_coder_tool_calls_typed_by_the_tool_schema() -> None:
+    message = assistant_message(CODER_CALL, "qwen3_coder", GUESS_TOOLS)
+    assert message["content"] == "I will guess."
+    [call] = message["tool_calls"]
+    assert call["function"]["name"] == "guess"
+    assert json.loads(call["function"]["arguments"]) == {"n": 7, "p": 0.5, "sure": True, "tags": ["a", "b"],
+                                                         "note": "  two\nlines"}
+    # without schemas every value stays text (as vLLM does); auto reads the block the same way
+    untyped = parse_tool_calls(CODER_CALL)
+    assert json.loads(untyped[0]["function"]["arguments"])["n"] == "7"
+
+
+def test_qwen3_coder_several_calls_and_a_missing_close_tag() -> None:
+    text = ("<tool_call>\n<function=a>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>"
+            "<tool_call>\n<function=b>\n</function>\n</tool_call>"
+            "<tool_call>\n<function=c>\n<parameter=y>\nz\n</tool_call>")
+    calls = [c["function"] for c in parse_tool_calls(text, "qwen3_coder")]
+    assert calls == [{"name": "a", "arguments": '{"x": "1"}'}, {"name": "b", "arguments": "{}"},
+                     {"name": "c", "arguments": '{"y": "z"}'}]
+
+
+@pytest.mark.parametrize("text", [
+    "<tool_call>\n<function=>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>",  # no name
+    "<tool_call>\nnot a call\n</tool_call>",
+    "<tool_call>\n<function=guess>\n<parameter=n>\n7",  # cut off: no </tool_call>
+    "<function=guess>\n<parameter=n>\n7\n</parameter>\n</function>",  # no <tool_call> around it
+])
+def test_malformed_qwen3_coder_replies_stay_plain_text(text: str) -> None:
+    for parser in ("auto", "qwen3_coder", "hermes"):
+        assert assistant_message(text, parser, GUESS_TOOLS) == {"role": "assistant", "content": text}
+
+
+def test_a_named_parser_reads_only_its_own_format() -> None:
+    hermes = '<tool_call>{"name": "guess", "arguments": {"n": 7}}</tool_call>'
+    assert parse_tool_calls(CODER_CALL, "hermes") == [] and parse_tool_calls(hermes, "qwen3_coder") == []
+    assert [c["function"]["name"] for c in parse_tool_calls(hermes + CODER_CALL)] == ["guess", "guess"]
+    with pytest.raises(ValueError, match="unknown tool-call parser"):
+        parse_tool_calls(hermes, "mistral")
+
+
+def test_parser_follows_the_chat_template() -> None:
+    assert parser_for_template("{{- '<tool_call>\\n<function=' + tool_call.name + '>\\n' }}") == "qwen3_coder"
+    assert parser_for_template('<tool_call>\n{"name": {{ tool_call.name | tojson }}}') == "hermes"
+    assert parser_for_template(None) == "hermes"
 
 
 def _spec(**inference: object) -> WhaleRunSpec:

@@ -1,5 +1,5 @@
 """`whale replay` on each domain from the command line, tool calls included (written as the model
-would generate them: hermes-style <tool_call> blocks)."""
+would generate them: hermes-style or qwen3_coder <tool_call> blocks)."""
 
 from __future__ import annotations
 
@@ -35,6 +35,17 @@ def test_math_replay_with_a_tool_call(tmp_path):
     assert episode["reward"] == 1.0 and episode["turns"] == 2
     tool_messages = [m for m in episode["messages"] if m["role"] == "tool"]
     assert tool_messages and tool_messages[0]["content"].strip() == "42"
+
+
+def test_math_replay_with_a_qwen3_coder_tool_call(tmp_path):
+    item = tmp_path / "item.json"
+    item.write_text(json.dumps({"id": "t1", "problem": "What is 6 times 7?", "answer": "42"}))
+    call = "<tool_call>\n<function=code_interpreter>\n<parameter=code>\nprint(6*7)\n</parameter>\n</function>\n</tool_call>"
+    res = cli.invoke(app, ["replay", "math_reasoning", "--item", str(item), "--", call, r"So \boxed{42}"])
+    assert res.exit_code == 0, res.output
+    episode = json.loads(res.output)
+    assert episode["reward"] == 1.0 and episode["turns"] == 2
+    assert [m["content"].strip() for m in episode["messages"] if m["role"] == "tool"] == ["42"]
 
 
 def test_search_replay_answers_from_a_raw_row(tmp_path):

@@ -2,8 +2,9 @@
 
 Replies are handed out in call order, one per completion; when they run out, replies are empty
 strings (the episode then goes on with empty answers until its harness or turn budget ends it).
-A string reply is read the way a server with a tool-call parser reads generated text: hermes-style
-``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks become the message's tool calls.
+A string reply is read the way a server with a tool-call parser reads generated text: ``<tool_call>``
+blocks, hermes-style JSON or qwen3_coder ``<function=...>`` (``whale.inference.toolcalls``), become
+the message's tool calls.
 Token counts are whitespace word counts: there is no tokenizer behind this client.
 """
 
@@ -45,7 +46,7 @@ class ScriptedClient(InferenceClient):
                 reply = self._replies[self._next] if self._next < len(self._replies) else ""
                 self._next += 1
                 # a string reply is read like generated text: <tool_call> blocks become tool calls
-                message = assistant_message(reply) if isinstance(reply, str) else dict(reply)
+                message = assistant_message(reply, tools=tools) if isinstance(reply, str) else dict(reply)
                 message.setdefault("role", "assistant")
                 finish = "tool_calls" if message.get("tool_calls") else "stop"
                 tokens = len(str(message.get("content") or "").split())

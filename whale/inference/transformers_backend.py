@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.inference.base import ChatResult, Completion, InferenceClient, InferenceError, SamplingParams
-from whale.inference.toolcalls import assistant_message
+from whale.inference.toolcalls import PARSERS, assistant_message, parser_for_template
 
 log = logging.getLogger(__name__)
 
@@ -72,17 +72,23 @@ class TransformersClient(InferenceClient):
         batch_wait_s: how long the batcher waits for more requests before generating.
         model_name: the name reported in traces and by the server.
         chat_template_kwargs: extra chat-template variables (e.g. ``{"enable_thinking": False}``).
+        tool_parser: how generated tool calls are written (``whale.inference.toolcalls.PARSERS``, vLLM's
+            names); None = the one the tokenizer's chat template writes (``qwen3_coder`` or ``hermes``).
     """
 
     def __init__(self, model: Any, tokenizer: Any, *, max_batch_size: int = 16, batch_wait_s: float = 0.01,
                  model_name: str | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-                 max_model_len: int | None = None):
+                 max_model_len: int | None = None, tool_parser: str | None = None):
         self.hf_model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
         self.model = model_name or getattr(getattr(model, "config", None), "_name_or_path", None) or "in-process"
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
+        template = getattr(tokenizer, "chat_template", None)
+        self.tool_parser = tool_parser or parser_for_template(template if isinstance(template, str) else None)
+        if self.tool_parser not in PARSERS:
+            raise ValueError(f"unknown tool-call parser {self.tool_parser!r}; known: {', '.join(PARSERS)}")
         #: prompt + max_tokens may not exceed this (like vLLM's --max-model-len)
         positions = getattr(getattr(model, "config", None), "max_position_embeddings", None)
         limits = [n for n in (max_model_len, positions) if isinstance(n, int) and n > 0]
@@ -232,18 +238,19 @@ class TransformersClient(InferenceClient):
         for request, prompt_len in zip(batch, prompt_lens, strict=True):
             completions = []
             for _ in range(request.n):
-                completions.append(self._completion(generated[row], request.tools is not None))
+                completions.append(self._completion(generated[row], request.tools))
                 row += 1
             total = sum(c.completion_tokens for c in completions)
             results.append(ChatResult(completions, prompt_len, total, time.perf_counter() - request.enqueued))
         return results
 
-    def _completion(self, ids: list[int], tools_enabled: bool) -> Completion:
+    def _completion(self, ids: list[int], tools: list[dict[str, Any]] | None) -> Completion:
         cut = next((i for i, t in enumerate(ids) if t in self._eos_ids), None)
         kept = ids if cut is None else ids[:cut]
         finish = "length" if cut is None else "stop"
         text = self.tokenizer.decode(kept, skip_special_tokens=False)
-        message: dict[str, Any] = assistant_message(text) if tools_enabled else {"role": "assistant", "content": text}
+        message: dict[str, Any] = (assistant_message(text, self.tool_parser, tools) if tools is not None
+                                   else {"role": "assistant", "content": text})
         if message.get("tool_calls") and finish == "stop":
             finish = "tool_calls"
         # the ids of what was generated, the stop token included (what RSFT trains on)
