@@ -1,18 +1,21 @@
-"""Harness-runtime throughput next to the inference server's own ceiling.
+"""Harness-runtime throughput next to the inference server's own ceiling, in one run.
 
 A loopback OpenAI-compatible server (``whale.inference.server`` over a fixed-latency backend, in its
 own process, as vLLM would be) answers every request after ``--latency-ms``. For each concurrency
 level we measure
 
-* the server's ceiling: requests/s of raw HTTP chat-completion calls at that concurrency (httpx);
-* the runtime: episodes/s of ``EpisodeRunner`` (sandboxed harness process, env steps, traces) at
-  that concurrency, over the same server with ``OpenAIClient``; each episode makes ``--turns``
-  requests, so its request rate is episodes/s x turns;
+* the ceiling: requests/s of plain chat-completion calls at that concurrency with the HTTP library
+  the runtime's client uses (aiohttp), the same connection pool size and a prebuilt body — the most
+  any client of that library gets from this server;
+* the raw ceiling: the same with a minimal raw-socket HTTP/1.1 client (what the server itself serves);
+* the runtime: episodes/s of ``run_episodes`` (sandboxed harness process pool, env steps, traces
+  written) at that concurrency through ``OpenAIClient``; each episode makes ``--turns`` requests,
+  so its request rate is episodes/s x turns;
 
-and print them side by side with the ratio runtime requests/s ÷ ceiling (target ≥ 0.9 at high
-concurrency).
+and print them side by side with the ratios runtime ÷ ceiling (target ≥ 0.9 at concurrency 64) and
+runtime ÷ raw ceiling.
 
-    .venv/bin/python benchmarks/runtime_throughput.py [--latency-ms 50] [--levels 1 8 64] [--seconds 6]
+    .venv/bin/python benchmarks/runtime_throughput.py [--latency-ms 50] [--levels 1 8 64] [--seconds 6] [--json OUT]
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import httpx
 
 from whale.domain import Domain, Environment, StepResult
@@ -127,37 +131,73 @@ async def _raw_call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
         raise RuntimeError(f"benchmark server answered HTTP {status}")
 
 
-async def ceiling(url: str, concurrency: int, seconds: float) -> float:
-    """Requests/s the server serves to ``concurrency`` keep-alive connections for ``seconds``, measured
-    with a minimal raw HTTP/1.1 client (so the client's own overhead does not lower the ceiling)."""
-    host, port = url.split("//", 1)[1].split("/", 1)[0].split(":")
-    body = json.dumps({"model": "fixed-latency", "messages": [{"role": "user", "content": "Round 0: answer <n>NUMBER</n>."}],
+def pool_size(concurrency: int) -> int:
+    """The runtime's connection pool at this concurrency (as ``whale.inference.factory`` sizes it)."""
+    return max(16, concurrency)
+
+
+def _chat_body() -> bytes:
+    return json.dumps({"model": "fixed-latency", "messages": [{"role": "user", "content": "Round 0: answer <n>NUMBER</n>."}],
                        "max_tokens": 16}).encode()
-    request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-               f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+async def _closed_loop(concurrency: int, seconds: float, call) -> float:  # noqa: ANN001 - an async callable
+    """Requests/s of ``concurrency`` callers each calling ``call()`` back to back for ``seconds``."""
     done = 0
     deadline = time.perf_counter() + seconds
 
     async def caller() -> None:
         nonlocal done
-        reader, writer = await asyncio.open_connection(host, int(port))
-        try:
-            while time.perf_counter() < deadline:
-                await _raw_call(reader, writer, request)
-                done += 1
-        finally:
-            writer.close()
+        while time.perf_counter() < deadline:
+            await call()
+            done += 1
 
     started = time.perf_counter()
     await asyncio.gather(*[caller() for _ in range(concurrency)])
     return done / (time.perf_counter() - started)
 
 
-async def runtime(url: str, domain: CountDomain, concurrency: int, episodes: int, transport: str) -> tuple[float, int]:
+async def ceiling(url: str, concurrency: int, seconds: float) -> float:
+    """Requests/s through aiohttp (the runtime client's library) with the runtime's pool size."""
+    body, target = _chat_body(), f"{url}/chat/completions"
+    connector = aiohttp.TCPConnector(limit=pool_size(concurrency), limit_per_host=0)
+    async with aiohttp.ClientSession(connector=connector, headers={"Content-Type": "application/json"}) as session:
+        async def call() -> None:
+            async with session.post(target, data=body) as response:
+                json.loads(await response.read())
+                if response.status != 200:
+                    raise RuntimeError(f"benchmark server answered HTTP {response.status}")
+
+        return await _closed_loop(concurrency, seconds, call)
+
+
+async def raw_ceiling(url: str, concurrency: int, seconds: float) -> float:
+    """Requests/s to ``concurrency`` keep-alive connections of a minimal raw HTTP/1.1 client."""
+    host, port = url.split("//", 1)[1].split("/", 1)[0].split(":")
+    body = _chat_body()
+    request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    connections = [await asyncio.open_connection(host, int(port)) for _ in range(concurrency)]
+
+    async def call() -> None:
+        reader, writer = connections.pop()
+        try:
+            await _raw_call(reader, writer, request)
+        finally:
+            connections.append((reader, writer))
+
+    try:
+        return await _closed_loop(concurrency, seconds, call)
+    finally:
+        for _, writer in connections:
+            writer.close()
+
+
+async def runtime(url: str, domain: CountDomain, concurrency: int, episodes: int) -> tuple[float, int]:
     """(episodes/s, episodes that ended with an error) for ``episodes`` episodes at ``concurrency``."""
     items = [{"id": f"e{i}"} for i in range(episodes)]
     traces = Path(tempfile.mkdtemp(prefix="bench-traces-")) / "traces.jsonl"
-    async with OpenAIClient(url, model="fixed-latency", max_connections=max(16, concurrency), transport=transport) as client:
+    async with OpenAIClient(url, model="fixed-latency", max_connections=pool_size(concurrency)) as client:
         started = time.perf_counter()
         result = await run_episodes(domain, domain.h0_path(), client, items, SamplingParams(max_tokens=16),
                                     config=RunnerConfig(max_concurrency=concurrency), traces=traces)
@@ -166,17 +206,19 @@ async def runtime(url: str, domain: CountDomain, concurrency: int, episodes: int
     return episodes / elapsed, errors
 
 
-async def measure(url: str, domain: CountDomain, levels: list[int], seconds: float, latency_ms: float,
-                  transport: str) -> list[dict[str, Any]]:
+async def measure(url: str, domain: CountDomain, levels: list[int], seconds: float, latency_ms: float) -> list[dict[str, Any]]:
     rows = []
     for concurrency in levels:
+        raw = await raw_ceiling(url, concurrency, seconds)
         cap = await ceiling(url, concurrency, seconds)
         # size the episode count so the run lasts about `seconds` at the ceiling
         episodes = max(concurrency * 2, int(cap * seconds / domain.turns))
-        eps, errors = await runtime(url, domain, concurrency, episodes, transport)
-        rows.append({"concurrency": concurrency, "ceiling_rps": cap, "episodes_per_s": eps,
-                     "runtime_rps": eps * domain.turns, "ratio": eps * domain.turns / cap, "episodes": episodes,
-                     "errors": errors, "latency_ms": latency_ms, "turns": domain.turns})
+        eps, errors = await runtime(url, domain, concurrency, episodes)
+        rows.append({"concurrency": concurrency, "raw_ceiling_rps": raw, "ceiling_rps": cap, "episodes_per_s": eps,
+                     "runtime_rps": eps * domain.turns, "ratio": eps * domain.turns / cap,
+                     "ratio_raw": eps * domain.turns / raw, "episodes": episodes, "errors": errors,
+                     "latency_ms": latency_ms, "turns": domain.turns, "pool": pool_size(concurrency),
+                     "cpus": os.cpu_count()})
     return rows
 
 
@@ -186,9 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--levels", type=int, nargs="+", default=[1, 8, 64])
     parser.add_argument("--seconds", type=float, default=6.0, help="measuring time per level and side")
     parser.add_argument("--turns", type=int, default=2, help="model calls per episode")
-    parser.add_argument("--json", action="store_true", help="print the rows as JSON too")
-    parser.add_argument("--transport", choices=["lean", "httpx"], default="lean",
-                        help="OpenAIClient transport (lean: whale.inference.transport; httpx: httpx's default pool)")
+    parser.add_argument("--json", type=Path, default=None, metavar="OUT", help="also write the rows as JSON to OUT")
     parser.add_argument("--serve", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve is not None:
@@ -205,19 +245,21 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             harness = Path(tmp) / "count_harness.py"
             harness.write_text(HARNESS)
-            rows = asyncio.run(measure(url, CountDomain(args.turns, harness), args.levels, args.seconds, args.latency_ms,
-                                       args.transport))
+            rows = asyncio.run(measure(url, CountDomain(args.turns, harness), args.levels, args.seconds, args.latency_ms))
     finally:
         server.terminate()
         server.wait(timeout=10)
     print(f"runtime throughput vs server ceiling (latency {args.latency_ms:g} ms/request, {args.turns} requests/episode, "
-          f"{os.cpu_count()} CPUs, {args.transport} transport)")
-    print(f"{'concurrency':>11} {'ceiling req/s':>14} {'episodes/s':>11} {'runtime req/s':>14} {'ratio':>6} {'errors':>6}")
+          f"{os.cpu_count()} CPUs; ceiling = aiohttp at the runtime's pool size, raw = raw sockets)")
+    print(f"{'concurrency':>11} {'raw req/s':>10} {'ceiling req/s':>14} {'episodes/s':>11} {'runtime req/s':>14} "
+          f"{'ratio':>6} {'vs raw':>6} {'errors':>6}")
     for row in rows:
-        print(f"{row['concurrency']:>11} {row['ceiling_rps']:>14.1f} {row['episodes_per_s']:>11.1f} "
-              f"{row['runtime_rps']:>14.1f} {row['ratio']:>6.0%} {row['errors']:>6}")
-    if args.json:
-        print(json.dumps(rows))
+        print(f"{row['concurrency']:>11} {row['raw_ceiling_rps']:>10.1f} {row['ceiling_rps']:>14.1f} "
+              f"{row['episodes_per_s']:>11.1f} {row['runtime_rps']:>14.1f} {row['ratio']:>6.0%} "
+              f"{row['ratio_raw']:>6.0%} {row['errors']:>6}")
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(rows, indent=1) + "\n")
     return 0
 
 

@@ -29,6 +29,9 @@ from whale.inference.base import InferenceClient, InferenceError, SamplingParams
 
 log = logging.getLogger(__name__)
 
+#: seconds between flushes of the traces file of :func:`run_episodes`
+TRACE_FLUSH_S = 1.0
+
 
 class EpisodeError(RuntimeError):
     """Ends one episode with ``end="error"``; carries the one-line reason."""
@@ -249,19 +252,24 @@ async def run_episodes(
     processes: int | None = None,
 ) -> list[Episode]:
     """One call: start the harness processes for ``harness_path``, run ``k`` episodes per item, stop them.
-    ``traces``: a JSON-lines file the episodes are appended to as they finish. ``processes``: harness
-    processes in the pool (default ``whale.harness.process.default_processes()``)."""
+    ``traces``: a JSON-lines file the episodes are appended to as they finish (buffered, flushed at
+    most every ``TRACE_FLUSH_S``: a flush per episode is a syscall on the event loop per episode).
+    ``processes``: harness processes in the pool (default ``whale.harness.process.default_processes()``)."""
     config = config or RunnerConfig(harness_label=str(harness_path))
     with contextlib.ExitStack() as stack:
         out = None
         if traces is not None:
             traces.parent.mkdir(parents=True, exist_ok=True)
-            out = stack.enter_context(traces.open("a", encoding="utf-8"))
+            out = stack.enter_context(traces.open("a", encoding="utf-8", buffering=1 << 20))
+        flushed = time.monotonic()
 
         def sink(episode: Episode) -> None:
+            nonlocal flushed
             if out is not None:
                 out.write(episode.to_json() + "\n")
-                out.flush()
+                if time.monotonic() - flushed >= TRACE_FLUSH_S:
+                    out.flush()
+                    flushed = time.monotonic()
             if on_episode is not None:
                 on_episode(episode)
 

@@ -1,9 +1,15 @@
-"""OpenAI-compatible chat-completions client over httpx (vLLM in production).
+"""OpenAI-compatible chat-completions client over aiohttp (vLLM in production).
 
 The only module that speaks HTTP to an inference server. Retries with exponential backoff (and
 jitter) on connection errors, timeouts, 429 and 5xx; a 4xx other than 429 is permanent (bad request,
 unknown model) and raised at once with the server's message. ``top_k`` is sent as a top-level body
 field, as vLLM accepts it (other servers ignore unknown fields or reject them: set ``send_top_k``).
+
+Why aiohttp: the harness runtime keeps 64+ requests in flight to one server, so the client's CPU per
+request sets how close the runtime gets to the server's ceiling. Measured on loopback at concurrency
+64 (``benchmarks/runtime_throughput.py``'s server): httpx's default pool ~70 requests/s (its pool
+scans every connection per request), httpx over a hand-written keep-alive transport ~310 µs CPU per
+request, aiohttp (C HTTP parser, O(1) keep-alive pool, TLS) ~215 µs.
 """
 
 from __future__ import annotations
@@ -15,14 +21,16 @@ import random
 import time
 from typing import Any
 
-import httpx
+import aiohttp
 
 from whale.inference.base import ChatResult, Completion, InferenceClient, InferenceError, SamplingParams
-from whale.inference.transport import LeanHTTPTransport
 
 log = logging.getLogger(__name__)
 
 RETRY_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+#: idle keep-alive seconds on our side: below uvicorn's (vLLM's) 5 s, so we drop an idle connection
+#: before the server does (a request racing the server's close would cost a retry)
+KEEPALIVE_S = 4.0
 
 
 class OpenAIClient(InferenceClient):
@@ -38,8 +46,8 @@ class OpenAIClient(InferenceClient):
         max_connections: HTTP connection pool size (≥ the runtime's concurrency).
         api_key: sent as a Bearer token when given (never logged).
         send_top_k: include ``top_k`` in requests (vLLM: yes; strict OpenAI servers: no).
-        transport: ``lean`` (``whale.inference.transport``: O(1) connection reuse, plain http only),
-            ``httpx`` (httpx's default pool; TLS) or ``auto`` (lean for http://, httpx for https://).
+
+    The connection pool belongs to the event loop of the first request (as every asyncio pool does).
     """
 
     def __init__(
@@ -55,7 +63,6 @@ class OpenAIClient(InferenceClient):
         max_connections: int = 256,
         api_key: str | None = None,
         send_top_k: bool = True,
-        transport: str = "auto",
     ):
         self.base_url = base_url.rstrip("/")
         self._model = model
@@ -63,29 +70,33 @@ class OpenAIClient(InferenceClient):
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
         self.send_top_k = send_top_k
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        lean = transport == "lean" or (transport == "auto" and self.base_url.startswith("http://"))
-        self._http = httpx.AsyncClient(
-            base_url=self.base_url,
-            headers=headers,
-            timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-            transport=LeanHTTPTransport(max_connections) if lean else None,
-        )
-        self._model_lock = asyncio.Lock()
-        # absolute URLs parsed once: httpx re-parses and merges a relative URL on every request
-        self._urls = {path: httpx.URL(self.base_url + path) for path in ("/models", "/chat/completions")}
-        self._json_headers = {"Content-Type": "application/json"}
+        self.max_connections = max_connections
+        self._headers = {"Content-Type": "application/json"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        self._timeout = aiohttp.ClientTimeout(total=None, sock_connect=connect_timeout_s, sock_read=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+        self._model_lock: asyncio.Lock | None = None
+
+    def _http(self) -> aiohttp.ClientSession:
+        """The session, created on first use inside the running loop (aiohttp binds it there)."""
+        if self._session is None or self._session.closed:
+            connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, keepalive_timeout=KEEPALIVE_S)
+            self._session = aiohttp.ClientSession(connector=connector, headers=self._headers, timeout=self._timeout)
+        return self._session
 
     @property
     def model(self) -> str:  # type: ignore[override]
         return self._model or "unknown"
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
 
     async def resolve_model(self) -> str:
         """The served model name: the one given, else the first of ``/v1/models``."""
+        self._model_lock = self._model_lock or asyncio.Lock()
         async with self._model_lock:
             if self._model is None:
                 body = await self._request("GET", "/models", None)
@@ -101,11 +112,12 @@ class OpenAIClient(InferenceClient):
         last: Exception | None = None
         while time.monotonic() < deadline:
             try:
-                response = await self._http.get("/models", timeout=poll_s * 4)
-                if response.status_code == 200:
-                    return
-                last = InferenceError(f"HTTP {response.status_code}")
-            except httpx.HTTPError as exc:
+                async with self._http().get(self.base_url + "/models",
+                                            timeout=aiohttp.ClientTimeout(total=poll_s * 4)) as response:
+                    if response.status == 200:
+                        return
+                    last = InferenceError(f"HTTP {response.status}")
+            except (aiohttp.ClientError, TimeoutError) as exc:
                 last = exc
             await asyncio.sleep(poll_s)
         raise InferenceError(f"inference server {self.base_url} not ready after {timeout_s:g} s: {last}")
@@ -145,36 +157,48 @@ class OpenAIClient(InferenceClient):
         return parse_response(body, time.perf_counter() - started)
 
     async def _request(self, method: str, path: str, body: dict[str, Any] | None) -> Any:
+        url = self.base_url + path
+        content = None if body is None else json.dumps(body).encode("utf-8")
         attempt = 0
         while True:
             try:
-                content = None if body is None else json.dumps(body).encode("utf-8")
-                response = await self._http.request(method, self._urls.get(path) or path, content=content,
-                                                    headers=self._json_headers if content is not None else None)
-            except (httpx.TransportError, httpx.TimeoutException) as exc:
-                problem = f"{type(exc).__name__}: {exc}"
+                async with self._http().request(method, url, data=content) as response:
+                    status, raw = response.status, await response.read()
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                problem = _problem(exc)
             else:
-                if response.status_code < 400:
+                if status < 400:
                     try:
-                        return json.loads(response.content)
+                        return json.loads(raw)
                     except json.JSONDecodeError as exc:
-                        raise InferenceError(f"{self.base_url}{path}: the answer is not JSON ({exc})") from exc
-                if response.status_code not in RETRY_STATUSES:
-                    raise InferenceError(
-                        f"{self.base_url}{path}: HTTP {response.status_code}: {_server_message(response)}"
-                    )
-                problem = f"HTTP {response.status_code}: {_server_message(response)}"
+                        raise InferenceError(f"{url}: the answer is not JSON ({exc})") from exc
+                if status not in RETRY_STATUSES:
+                    raise InferenceError(f"{url}: HTTP {status}: {_server_message(raw)}")
+                problem = f"HTTP {status}: {_server_message(raw)}"
             if attempt >= self.max_retries:
-                raise InferenceError(f"{self.base_url}{path}: gave up after {attempt + 1} attempts; last: {problem}")
+                raise InferenceError(f"{url}: gave up after {attempt + 1} attempts; last: {problem}")
             delay = min(self.max_backoff_s, self.backoff_s * 2**attempt) * (0.5 + random.random() / 2)  # noqa: S311
-            log.warning("inference %s%s failed (%s); retry %d in %.2f s", self.base_url, path, problem, attempt + 1, delay)
+            log.warning("inference %s failed (%s); retry %d in %.2f s", url, problem, attempt + 1, delay)
             attempt += 1
             await asyncio.sleep(delay)
 
 
-def _server_message(response: httpx.Response) -> str:
+def _problem(exc: BaseException) -> str:
+    """A transport failure in one line, its kind named the same whatever the HTTP library calls it."""
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        kind = "ConnectError"
+    elif isinstance(exc, TimeoutError):
+        kind = "ConnectTimeout" if isinstance(exc, aiohttp.ConnectionTimeoutError) else "ReadTimeout"
+    elif isinstance(exc, aiohttp.ServerDisconnectedError):
+        kind = "ServerDisconnected"
+    else:
+        kind = type(exc).__name__
+    return f"{kind}: {exc}"
+
+
+def _server_message(raw: bytes) -> str:
     try:
-        body = response.json()
+        body = json.loads(raw)
         error = body.get("error") if isinstance(body, dict) else None
         if isinstance(error, dict):
             return str(error.get("message", error))[:500]
@@ -182,7 +206,7 @@ def _server_message(response: httpx.Response) -> str:
             return str(body["detail"])[:500]
     except ValueError:
         pass
-    return response.text[:500]
+    return raw.decode("utf-8", "replace")[:500]
 
 
 def parse_response(body: dict[str, Any], latency_s: float) -> ChatResult:
