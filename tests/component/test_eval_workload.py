@@ -60,6 +60,8 @@ def test_eval_writes_items_progress_traces_and_result(store) -> None:
     traces = read_traces(store, RUN, PHASE)
     assert len(traces) == 8 and {t["item_id"] for t in traces} == {"g0", "g1", "g2", "g3"}
     assert all(sum(m["role"] == "assistant" for m in t["messages"]) == t["turns"] for t in traces)
+    # each item's k=2 first turns were one n=2 request; later turns one request per episode
+    assert client.requests == 4 + sum(t["turns"] - 1 for t in traces) == 34
 
 
 def test_eval_caps_items_and_uses_the_requested_harness(store, tmp_path: Path) -> None:

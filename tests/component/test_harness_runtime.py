@@ -223,3 +223,58 @@ async def test_a_pool_spreads_concurrent_hooks_over_its_processes(tmp_path: Path
         answers = await asyncio.gather(*[pool.call("start", {"task": {}}, {}) for _ in range(20)])
         assert pool.isolation["processes"] == 2
     assert len({decision["messages"][0]["content"] for decision, _ in answers}) == 2
+
+
+class RecordingClient(ScriptedClient):
+    """Scripted replies; records the n of every request."""
+
+    def __init__(self, replies: list[Any]):
+        super().__init__(replies)
+        self.ns: list[int] = []
+
+    async def chat(self, messages, sampling, n=1, tools=None):  # noqa: ANN001, ANN201 - the interface's
+        self.ns.append(n)
+        return await super().chat(messages, sampling, n, tools)
+
+
+async def test_an_items_k_first_turns_are_one_request_with_n_k() -> None:
+    items = [DOMAIN.items[0], {"id": "g9", "secret": 9}]
+    client = RecordingClient([f"<guess>{i}</guess>" for i in range(1, 40)])
+    async with HarnessProcess(DOMAIN.h0_path(), ALLOWED) as harness:
+        runner = EpisodeRunner(DOMAIN, harness, client, SamplingParams(), RunnerConfig(max_concurrency=4, share_first_turn=True))
+        episodes = await runner.run(items, k=3)
+    # one n=3 request per item for the first turns; one n=1 request per later turn
+    assert client.ns.count(3) == 2 and client.ns.count(1) == sum(e.turns - 1 for e in episodes) > 0
+    for i in range(2):
+        firsts = {e.messages[e.assistant_indices[0]]["content"] for e in episodes[3 * i:3 * i + 3]}
+        assert len(firsts) == 3  # each of the 3 completions went to its own episode
+    assert all(e.end != "error" and e.turns >= 1 for e in episodes)
+    first_steps = [next(s for s in e.steps if s["type"] == "model") for e in episodes]
+    assert [s["shared_n"] for s in first_steps] == [3] * 6 and all(s["completion_tokens"] == 1 for s in first_steps)
+    assert all("shared_n" not in s for e in episodes for s in e.steps[1:] if s["type"] == "model" and s["turn"] > 1)
+
+
+async def test_samples_with_different_first_prompts_make_their_own_requests(tmp_path: Path) -> None:
+    path = harness_file(tmp_path, """
+        class Harness(BaseHarness):
+            USER_TEMPLATE = "Guess."
+            MAX_TURNS = 1
+
+            def start(self, task, state):
+                self.calls = getattr(self, "calls", 0) + 1   # differs per episode (one process, in order)
+                return Decision(messages=[{"role": "user", "content": f"Guess #{self.calls}"}])
+    """)
+    client = RecordingClient(["5"] * 10)
+    async with HarnessProcess(path, ALLOWED) as harness:
+        runner = EpisodeRunner(DOMAIN, harness, client, SamplingParams(), RunnerConfig(share_first_turn=True))
+        episodes = await runner.run([SECRET_7], k=3)
+    assert sorted(client.ns) == [1, 1, 3]
+    assert [e.turns for e in episodes] == [1, 1, 1] and all(e.end != "error" for e in episodes)
+    assert ["shared_n" in next(s for s in e.steps if s["type"] == "model") for e in episodes].count(True) == 1
+
+
+async def test_without_sharing_every_episode_asks_for_one_sample() -> None:
+    client = RecordingClient(["<guess>7</guess>"] * 3)
+    async with HarnessProcess(DOMAIN.h0_path(), ALLOWED) as harness:
+        await EpisodeRunner(DOMAIN, harness, client, SamplingParams()).run([SECRET_7], k=3)
+    assert client.ns == [1, 1, 1]

@@ -25,7 +25,7 @@ from whale.domain import Domain, DomainError, Environment
 from whale.harness.process import HarnessError, HarnessPool, HarnessProcess
 from whale.harness.sandbox import SandboxLimits
 from whale.harness.trace import EndReason, Episode
-from whale.inference.base import InferenceClient, InferenceError, SamplingParams
+from whale.inference.base import ChatResult, Completion, InferenceClient, InferenceError, SamplingParams
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +49,9 @@ class RunnerConfig:
     record_token_ids: bool = False
     #: label of the harness in traces (path or store key)
     harness_label: str | None = None
+    #: the first model call of an item's k episodes is one request with n=k when their prompts are
+    #: equal (the usual case: ``start`` is a function of the task): the server prefills the prompt once
+    share_first_turn: bool = False
 
 
 class EpisodeRunner:
@@ -79,18 +82,23 @@ class EpisodeRunner:
         ``on_episode`` is called as each finishes (progress, streaming traces)."""
         await self.harness.start()
 
-        async def one(item: dict[str, Any], sample: int) -> Episode:
+        async def one(item: dict[str, Any], sample: int, first: SharedFirstTurn | None) -> Episode:
             async with self._slots:
-                episode = await self.run_episode(item, sample)
+                episode = await self.run_episode(item, sample, first)
             if on_episode is not None:
                 on_episode(episode)
             return episode
 
-        tasks = [one(item, s) for item in items for s in range(k)]
+        share = self.config.share_first_turn and k > 1
+        tasks = []
+        for item in items:
+            first = SharedFirstTurn(k) if share else None
+            tasks.extend(one(item, s, first) for s in range(k))
         return list(await asyncio.gather(*tasks))
 
-    async def run_episode(self, item: dict[str, Any], sample: int = 0) -> Episode:
-        """One episode (no concurrency limit of its own; :meth:`run` applies it)."""
+    async def run_episode(self, item: dict[str, Any], sample: int = 0, first: SharedFirstTurn | None = None) -> Episode:
+        """One episode (no concurrency limit of its own; :meth:`run` applies it). ``first``: the
+        first model call shared with the item's other samples."""
         item_id = str(item.get("id", "?"))
         episode = Episode(
             episode_id=f"{item_id}#{sample}",
@@ -106,7 +114,7 @@ class EpisodeRunner:
         env: Environment | None = None
         try:
             env = self.domain.make_env(item)
-            episode.end = await self._loop(env, episode)
+            episode.end = await self._loop(env, episode, first)
             episode.reward = float(env.reward())
         except (EpisodeError, HarnessError, InferenceError, DomainError) as exc:
             episode.end, episode.error, episode.reward = EndReason.ERROR, _one_line(exc), 0.0
@@ -122,7 +130,7 @@ class EpisodeRunner:
             episode.seconds = time.perf_counter() - started
         return episode
 
-    async def _loop(self, env: Environment, ep: Episode) -> str:
+    async def _loop(self, env: Environment, ep: Episode, first: SharedFirstTurn | None) -> str:
         info = await self.harness.start()
         max_turns = info.max_turns
         if self.domain.max_turns_limit is not None:
@@ -146,7 +154,7 @@ class EpisodeRunner:
                 return EndReason.HARNESS_DONE
             if ep.turns >= max_turns:
                 return EndReason.MAX_TURNS
-            reply = await self._model(ep, tools)
+            reply = await self._model(ep, tools, first if ep.turns == 0 else None)
             decision, state = await self._hook(ep, "parse", {"reply": reply}, state)
 
     async def _hook(self, ep: Episode, hook: str, args: dict[str, Any], state: dict[str, Any]):
@@ -159,15 +167,20 @@ class EpisodeRunner:
         )
         return decision, state
 
-    async def _model(self, ep: Episode, tools: list[dict[str, Any]] | None) -> dict[str, Any]:
+    async def _model(self, ep: Episode, tools: list[dict[str, Any]] | None,
+                     first: SharedFirstTurn | None = None) -> dict[str, Any]:
         if not ep.messages:
             raise EpisodeError("the harness asked for a model turn with no messages")
-        result = await self.client.chat(ep.messages, self.sampling, n=1, tools=tools)
-        completion = result.completions[0]
+        shared = await first.take(self.client, ep.messages, tools, self.sampling) if first is not None else None
+        if shared is None:
+            result = await self.client.chat(ep.messages, self.sampling, n=1, tools=tools)
+            completion = result.completions[0]
+        else:
+            result, completion = shared
         ep.model = getattr(self.client, "model", ep.model)
         ep.turns += 1
         ep.prompt_tokens += result.prompt_tokens
-        ep.completion_tokens += result.completion_tokens
+        ep.completion_tokens += completion.completion_tokens
         ep.inference_seconds += result.latency_s
         message = dict(completion.message)
         message["role"] = "assistant"
@@ -178,9 +191,11 @@ class EpisodeRunner:
             "message_index": len(ep.messages) - 1,
             "finish_reason": completion.finish_reason,
             "prompt_tokens": result.prompt_tokens,
-            "completion_tokens": result.completion_tokens,
+            "completion_tokens": completion.completion_tokens,
             "latency_s": round(result.latency_s, 6),
         }
+        if shared is not None:
+            step["shared_n"] = len(result.completions)  # one request (one prefill) for this many episodes
         if self.config.record_token_ids and completion.token_ids is not None:
             step["token_ids"] = completion.token_ids
         ep.steps.append(step)
@@ -222,6 +237,35 @@ class EpisodeRunner:
         except TimeoutError:
             result["error"] = f"tool {action['name']} timed out after {self.config.tool_timeout_s:g} s"
         return result
+
+
+class SharedFirstTurn:
+    """The first model call of one item's ``n`` episodes as one ``chat(n=n)`` request.
+
+    The first episode to get there sends its prompt with ``n``; every episode whose first prompt (and
+    tools) equals it takes the next completion. An episode with a different first prompt (a harness
+    whose ``start`` is random) gets None and makes its own request; the completion it would have
+    taken goes unused."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self._prompt: tuple[list[dict[str, Any]], list[dict[str, Any]] | None] | None = None
+        self._request: asyncio.Task[ChatResult] | None = None
+        self._taken = 0
+
+    async def take(self, client: InferenceClient, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                   sampling: SamplingParams) -> tuple[ChatResult, Completion] | None:
+        if self._request is None:
+            self._prompt = (list(messages), tools)
+            # a task of its own: the episode that sent it may end (cancelled) while others still wait on it
+            self._request = asyncio.ensure_future(client.chat(self._prompt[0], sampling, n=self.n, tools=tools))
+        elif self._taken >= self.n or self._prompt != (messages, tools):
+            return None
+        index, self._taken = self._taken, self._taken + 1
+        result = await asyncio.shield(self._request)
+        if len(result.completions) <= index:
+            raise InferenceError(f"asked for {self.n} completions, the backend answered {len(result.completions)}")
+        return result, result.completions[index]
 
 
 def _one_line(exc: BaseException) -> str:

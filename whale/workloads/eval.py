@@ -142,7 +142,9 @@ async def _evaluate(store: Store, run: str, phase: str, request: PhaseRequest, s
     chunk = chunk_items or max(1, 4 * spec.inference.max_concurrency // k)
     notes: list[str] = list(domain.notes())
     errors = sum(len(r.get("errors", [])) for r in records)
-    config = RunnerConfig(max_concurrency=spec.inference.max_concurrency, harness_label=request.eval.harness or "h0")
+    # an item's k first turns share one n=k request (one prefill) when their prompts are equal
+    config = RunnerConfig(max_concurrency=spec.inference.max_concurrency, harness_label=request.eval.harness or "h0",
+                          share_first_turn=True)
     async with HarnessPool(harness_path, domain.allowed_imports) as harness:
         runner = EpisodeRunner(domain, harness, client, sampling_for(spec, spec.evaluation.temperature), config)
         for start in range(0, len(todo), chunk):
