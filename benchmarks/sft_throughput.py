@@ -13,15 +13,21 @@ checkpointing is *not* counted (MFU, not hardware FLOPs utilisation).
 Variants (``--variants``):
   fixed       every sequence --seq tokens, micro-batches padded (no padding occurs)
   fixed-gc    the same with gradient checkpointing and a larger micro-batch
-  var-pad     lengths uniform in [seq/8, seq], micro-batches right-padded
+  var-pad     lengths uniform in [seq/8, seq], micro-batches right-padded with a padding mask
+              (rsft.padding=masked, the path before bucketing)
+  var-longest the same lengths, right-padded to the micro-batch's longest, no mask (flash kernel)
+  var-bucket  the same, padded to the bucket ladder (256, 384, 512, 768, ...; --buckets-per-octave)
   var-pack    the same sequences packed into one row per micro-batch (position ids restart)
   var-mb1     variable lengths, one sequence per micro-batch (no padding, no mask: flash path)
-  *-compile   the same with every decoder layer torch.compile'd (rsft.compile_layers)
+  *-compile   the same with every decoder layer torch.compile'd (rsft.compile_layers); the bucket
+              variant compiles one static graph per width, each width the timed minibatches
+              use during warm-up (as a long run would have them already); the others
+              let torch go dynamic after the second shape
   var-pack-flex  packed, with transformers' flex_attention (block-sparse document mask)
 
 GPU (one H200)::
 
-    python benchmarks/sft_throughput.py --model qwen3-1.7b --seq 4096 --out sft.json
+    python benchmarks/sft_throughput.py --model qwen3-1.7b --seq 4096 --json sft.json
 
 CPU smoke test of the script itself::
 
@@ -41,7 +47,7 @@ from pathlib import Path
 
 import torch
 
-from whale.rsft.collate import IGNORE_INDEX, Example
+from whale.rsft.collate import IGNORE_INDEX, Example, collate_micro, micro_batches
 from whale.rsft.config import RSFTConfig
 from whale.rsft.trainer import SFTTrainer
 
@@ -69,6 +75,8 @@ class Variant:
     micro: int
     compile: bool = False
     attn: str | None = None
+    #: rsft.padding of the run (the pre-bucketing variants keep the masked path they measured)
+    padding: str = "masked"
 
 
 def variants(micro: int, micro_gc: int) -> dict[str, Variant]:
@@ -85,6 +93,12 @@ def variants(micro: int, micro_gc: int) -> dict[str, Variant]:
         "var-mb1": Variant("var-mb1", True, False, False, 1),
         "var-mb1-compile": Variant("var-mb1-compile", True, False, False, 1, compile=True),
         "var-pack-flex": Variant("var-pack-flex", True, True, False, micro, attn="flex_attention"),
+        "var-longest": Variant("var-longest", True, False, False, micro, padding="longest"),
+        "var-bucket": Variant("var-bucket", True, False, False, micro, padding="bucket"),
+        "var-longest-compile": Variant("var-longest-compile", True, False, False, micro, compile=True,
+                                       padding="longest"),
+        "var-bucket-compile": Variant("var-bucket-compile", True, False, False, micro, compile=True,
+                                      padding="bucket"),
     }
 
 
@@ -115,6 +129,41 @@ def mean_context(examples: list[Example]) -> float:
     return sum(len(e) * (len(e) + 1) / 2 for e in examples) / tokens
 
 
+def forwarded_tokens(examples: list[Example], cfg: RSFTConfig) -> int:
+    """Token positions the model runs on for one minibatch (real tokens + padding), as the trainer
+    collates them."""
+    return sum(
+        len(row) for micro in micro_batches(examples, cfg.micro_batch_size_per_gpu)
+        for row in collate_micro(micro, 0, padding=cfg.micro_padding, pack=cfg.pack_sequences,
+                                 per_octave=cfg.buckets_per_octave)["input_ids"]
+    )
+
+
+def shape_warmup(cfg: RSFTConfig, batches: list[list[Example]], vocab: int) -> list[list[Example]]:
+    """One micro-batch (trained as its own minibatch) per (rows, width) the given minibatches collate
+    to, so compiling happens before the clock starts (a run pays it once per shape and phase)."""
+    if not (cfg.compile_layers and cfg.micro_padding == "bucket"):
+        return []
+    shapes = sorted({
+        (len(micro), len(collate_micro(micro, 0, padding="bucket", per_octave=cfg.buckets_per_octave)["input_ids"][0]))
+        for b in batches for micro in micro_batches(b, cfg.micro_batch_size_per_gpu)
+    })
+    rng = random.Random(-1)
+    out = []
+    for rows, width in shapes:
+        ids = tuple(rng.randrange(vocab) for _ in range(width))
+        out.append([Example(ids, (IGNORE_INDEX,) + ids[1:])] * rows)
+    return out
+
+
+def compiled_graphs() -> int:
+    try:
+        from torch._dynamo.utils import counters
+    except ImportError:
+        return 0
+    return int(counters["stats"]["unique_graphs"])
+
+
 def run_variant(args: argparse.Namespace, v: Variant, device: torch.device) -> dict:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -131,14 +180,22 @@ def run_variant(args: argparse.Namespace, v: Variant, device: torch.device) -> d
         gradient_checkpointing=v.grad_ckpt,
         pack_sequences=v.pack,
         compile_layers=v.compile,
+        padding=v.padding,
+        buckets_per_octave=args.buckets_per_octave,
     )
     trainer = SFTTrainer(model, cfg, device=device, pad_id=0)
     batches = [
         make_examples(args.minibatch, args.seq, v.variable, mcfg["vocab_size"], seed=i)
         for i in range(args.warmup + args.updates)
     ]
+    graphs_before = compiled_graphs()
+    warm_start = time.perf_counter()
+    for shapes in shape_warmup(cfg, batches, mcfg["vocab_size"]):
+        trainer.train(shapes, lr=0.0, seed="shapes")
     for i in range(args.warmup):
         trainer.train(batches[i], lr=1e-6, seed=i)
+    warmup_s = time.perf_counter() - warm_start
+    graphs_warm = compiled_graphs()
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
     rates, mfus, losses = [], [], []
@@ -151,8 +208,11 @@ def run_variant(args: argparse.Namespace, v: Variant, device: torch.device) -> d
         mfus.append(flops / stats.seconds / (args.peak_tflops * 1e12))
         losses.append(stats.loss)
     peak_mem = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0
+    timed = batches[args.warmup:]
+    real = sum(len(e) for b in timed for e in b)
     result = {
         "variant": v.name,
+        "padding": "packed" if v.pack else cfg.micro_padding,
         "micro_batch": v.micro,
         "grad_ckpt": v.grad_ckpt,
         "packed": v.pack,
@@ -164,6 +224,12 @@ def run_variant(args: argparse.Namespace, v: Variant, device: torch.device) -> d
         "mfu_all": mfus,
         "peak_mem_gib": peak_mem,
         "loss": losses[-1],
+        # real tokens / positions forwarded in the timed updates (1.0: no padding)
+        "token_efficiency": real / sum(forwarded_tokens(b, cfg) for b in timed),
+        "warmup_s": warmup_s,
+        # dynamo graphs compiled in warm-up, and during the timed updates (should be 0)
+        "graphs_warmup": graphs_warm - graphs_before,
+        "graphs_timed": compiled_graphs() - graphs_warm,
     }
     if args.save_check and v.name == "fixed":
         result["save_pretrained_s"] = time_save(model)
@@ -195,7 +261,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--attn", default="sdpa")
     parser.add_argument("--peak-tflops", type=float, default=790.0)
     parser.add_argument("--save-check", action="store_true", help="also time save_pretrained (weight sync cost)")
-    parser.add_argument("--out", type=Path)
+    parser.add_argument("--buckets-per-octave", type=int, default=2, help="bucket ladder rungs per doubling")
+    parser.add_argument("--json", "--out", dest="out", type=Path, help="write meta + results here")
     args = parser.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     table = variants(args.micro, args.micro_gc)
@@ -208,14 +275,17 @@ def main(argv: list[str] | None = None) -> None:
         "model": args.model, "seq": args.seq, "minibatch": args.minibatch, "device": str(device),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "torch": torch.__version__, "attn": args.attn, "precision": args.precision, "peak_tflops": args.peak_tflops,
+        "buckets_per_octave": args.buckets_per_octave, "updates": args.updates, "warmup": args.warmup,
     }
     if args.out:
         args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=2))
-    print(f"\n{'variant':<17} {'micro':>5} {'gc':>3} {'tokens/s':>10} {'MFU':>6} {'mem GiB':>8}")
+    print(f"\n{'variant':<20} {'micro':>5} {'gc':>3} {'tokens/s':>10} {'MFU':>6} {'mem GiB':>8} {'real/fwd':>8} "
+          f"{'graphs':>7} {'warm s':>7}")
     for r in results:
         print(
-            f"{r['variant']:<17} {r['micro_batch']:>5} {('y' if r['grad_ckpt'] else 'n'):>3} "
-            f"{r['tokens_per_s']:>10.0f} {100 * r['mfu']:>5.1f}% {r['peak_mem_gib']:>8.1f}"
+            f"{r['variant']:<20} {r['micro_batch']:>5} {('y' if r['grad_ckpt'] else 'n'):>3} "
+            f"{r['tokens_per_s']:>10.0f} {100 * r['mfu']:>5.1f}% {r['peak_mem_gib']:>8.1f} "
+            f"{r['token_efficiency']:>8.2f} {r['graphs_warmup']:>3}+{r['graphs_timed']:<3} {r['warmup_s']:>7.0f}"
         )
     print(json.dumps(meta))
 

@@ -149,6 +149,8 @@ def test_bucket_widths_cover_every_length_with_few_shapes_and_bounded_padding():
     assert sorted(set(widths.values())) == [256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096]
     assert all(w < 1.5 * n + 1 for n, w in widths.items() if n > 256)  # padding under half a rung
     assert len({bucket_length(n, per_octave=4) for n in range(1, 4097)}) == 17
+    with pytest.raises(ValueError, match="power of two"):
+        bucket_length(300, per_octave=3)
     assert bucket_length(4000, cap=3900) == 4096 and bucket_length(3100, cap=3500) == 3500  # cap = longest allowed
 
 

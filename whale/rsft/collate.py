@@ -182,7 +182,10 @@ Padding = Literal["bucket", "longest", "masked"]
 def bucket_length(n: int, *, per_octave: int = 2, floor: int = 256, cap: int | None = None) -> int:
     """The smallest width >= ``n`` on a fixed ladder: ``floor``, then ``per_octave`` even steps per
     doubling (256, 384, 512, 768, 1024, ...), at most ``cap`` when ``n`` fits in it. A compiled layer
-    sees one shape per rung instead of one per micro-batch, at a bounded padding cost (< 1/per_octave)."""
+    sees one shape per rung instead of one per micro-batch, at a bounded padding cost (< 1/per_octave).
+    ``per_octave`` is a power of two, so every rung is a multiple of ``floor / per_octave``."""
+    if per_octave < 1 or per_octave & (per_octave - 1):
+        raise ValueError(f"buckets per octave must be a power of two, not {per_octave}")
     width = floor
     while width < n:
         octave = 1 << (width.bit_length() - 1)  # the power of two at or below width

@@ -47,7 +47,7 @@ class RSFTConfig:
     #: how padded micro-batches are shaped (see :func:`whale.rsft.collate.collate_micro`); "auto" =
     #: "bucket" with compiled layers (few shapes, graphs reused), else "longest"; "masked" = the old path
     padding: Literal["auto", "bucket", "longest", "masked"] = "auto"
-    #: rungs per doubling of the bucket ladder (more: less padding, more compiled shapes)
+    #: rungs per doubling of the bucket ladder, a power of two (more: less padding, more compiled shapes)
     buckets_per_octave: int = 2
     #: longest training sequence; longer ones are cut (None: the model's max length)
     max_seq_len: int | None = None
