@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -193,17 +194,25 @@ async def raw_ceiling(url: str, concurrency: int, seconds: float) -> float:
             writer.close()
 
 
-async def runtime(url: str, domain: CountDomain, concurrency: int, episodes: int) -> tuple[float, int]:
-    """(episodes/s, episodes that ended with an error) for ``episodes`` episodes at ``concurrency``."""
+async def runtime(url: str, domain: CountDomain, concurrency: int, episodes: int) -> tuple[float, int, float, float]:
+    """(episodes/s, episodes that ended with an error, runtime-process CPU ms per episode, harness-process
+    CPU ms per episode) for ``episodes`` episodes at ``concurrency``. CPU per episode is the headroom
+    figure: it says at what rate the runtime would saturate a core, whatever this server's ceiling."""
     items = [{"id": f"e{i}"} for i in range(episodes)]
     traces = Path(tempfile.mkdtemp(prefix="bench-traces-")) / "traces.jsonl"
     async with OpenAIClient(url, model="fixed-latency", max_connections=pool_size(concurrency)) as client:
-        started = time.perf_counter()
+        started, cpu, children = time.perf_counter(), time.process_time(), _children_cpu()
         result = await run_episodes(domain, domain.h0_path(), client, items, SamplingParams(max_tokens=16),
                                     config=RunnerConfig(max_concurrency=concurrency), traces=traces)
-        elapsed = time.perf_counter() - started
+        elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    children = _children_cpu() - children  # the harness processes, reaped when run_episodes returns
     errors = sum(1 for e in result if e.end == "error")
-    return episodes / elapsed, errors
+    return episodes / elapsed, errors, cpu * 1000 / episodes, children * 1000 / episodes
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 async def measure(url: str, domain: CountDomain, levels: list[int], seconds: float, latency_ms: float) -> list[dict[str, Any]]:
@@ -213,10 +222,11 @@ async def measure(url: str, domain: CountDomain, levels: list[int], seconds: flo
         cap = await ceiling(url, concurrency, seconds)
         # size the episode count so the run lasts about `seconds` at the ceiling
         episodes = max(concurrency * 2, int(cap * seconds / domain.turns))
-        eps, errors = await runtime(url, domain, concurrency, episodes)
+        eps, errors, cpu_ms, harness_cpu_ms = await runtime(url, domain, concurrency, episodes)
         rows.append({"concurrency": concurrency, "raw_ceiling_rps": raw, "ceiling_rps": cap, "episodes_per_s": eps,
                      "runtime_rps": eps * domain.turns, "ratio": eps * domain.turns / cap,
                      "ratio_raw": eps * domain.turns / raw, "episodes": episodes, "errors": errors,
+                     "runtime_cpu_ms_per_episode": cpu_ms, "harness_cpu_ms_per_episode": harness_cpu_ms,
                      "latency_ms": latency_ms, "turns": domain.turns, "pool": pool_size(concurrency),
                      "cpus": os.cpu_count()})
     return rows
@@ -252,11 +262,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"runtime throughput vs server ceiling (latency {args.latency_ms:g} ms/request, {args.turns} requests/episode, "
           f"{os.cpu_count()} CPUs; ceiling = aiohttp at the runtime's pool size, raw = raw sockets)")
     print(f"{'concurrency':>11} {'raw req/s':>10} {'ceiling req/s':>14} {'episodes/s':>11} {'runtime req/s':>14} "
-          f"{'ratio':>6} {'vs raw':>6} {'errors':>6}")
+          f"{'ratio':>6} {'vs raw':>6} {'errors':>6} {'cpu ms/ep':>9} {'harness ms/ep':>13}")
     for row in rows:
         print(f"{row['concurrency']:>11} {row['raw_ceiling_rps']:>10.1f} {row['ceiling_rps']:>14.1f} "
               f"{row['episodes_per_s']:>11.1f} {row['runtime_rps']:>14.1f} {row['ratio']:>6.0%} "
-              f"{row['ratio_raw']:>6.0%} {row['errors']:>6}")
+              f"{row['ratio_raw']:>6.0%} {row['errors']:>6} {row['runtime_cpu_ms_per_episode']:>9.2f} "
+              f"{row['harness_cpu_ms_per_episode']:>13.2f}")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(rows, indent=1) + "\n")
