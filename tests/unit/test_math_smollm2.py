@@ -20,18 +20,6 @@ from whale.tools.code import CodeLimits, LocalCodeRunner
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 
-@pytest.fixture
-def one_torch_thread():
-    """NOTE: on the shared 2-core machine torch's default 2 threads ran generation 3-5x slower than 1
-    (oversubscription under load); restore the setting for the rest of the session."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_smollm2_h0_eval_on_aime_items(smollm2, tmp_path, one_torch_thread):
     model, tokenizer = smollm2
     domain = MathReasoning(runner=LocalCodeRunner(CodeLimits(timeout_s=5)))
