@@ -3,7 +3,7 @@ and waits for the vLLM pod's weight-sync sidecar to reload vLLM and acknowledge.
 
 Real stores (a local folder and S3 on loopback), real HF checkpoints of the tiny synthetic model, the
 real sidecar loop and CLI; vLLM itself is the loopback *test double* of its dev-mode control
-endpoints from the RSFT sync tests (no vLLM here), which checks that each folder it is told to reload
+endpoints (``tests/fixtures/vllm_double.py``; no vLLM here), which checks that each folder it is told to reload
 holds a complete checkpoint."""
 
 from __future__ import annotations
@@ -12,13 +12,12 @@ import os
 import subprocess
 import sys
 import threading
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from tests.component.test_rsft_sync import VLLMControlDouble, _Handler
 from tests.fixtures.kube import wait_for
+from tests.fixtures.vllm_double import running_vllm_double
 from whale import layout
 from whale.inference.vllm_control import VLLMControl
 from whale.inference.weight_sync import WeightSyncer
@@ -30,28 +29,10 @@ pytest.importorskip("transformers")
 RUN = "sync"
 
 
-class _HealthHandler(_Handler):
-    def do_GET(self):  # noqa: N802 - http.server's naming
-        return self._reply(200) if self.path == "/health" else self._reply(404)
-
-
-class VLLMDouble(VLLMControlDouble):
-    """The control double plus ``GET /health`` (the sidecar waits for it before acknowledging)."""
-
-    def __init__(self, dev_mode: bool = True):
-        self.calls, self.dev_mode, self.model_path, self.loaded = [], dev_mode, None, []
-        ThreadingHTTPServer.__init__(self, ("127.0.0.1", 0), _HealthHandler)
-
-
 @pytest.fixture()
 def vllm():
-    server = VLLMDouble()
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield server
-    server.shutdown()
-    server.server_close()
-    thread.join(timeout=10)
+    with running_vllm_double() as server:
+        yield server
 
 
 @pytest.fixture(scope="module")
@@ -146,10 +127,7 @@ def test_without_a_sidecar_the_trainer_fails_with_an_actionable_error(tmp_path, 
 
 def test_a_server_without_dev_mode_stops_the_sidecar_with_the_fix(tmp_path, tiny):
     _, _, base = tiny
-    server = VLLMDouble(dev_mode=False)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with running_vllm_double(dev_mode=False) as server:
         store = open_store(str(tmp_path / "store"))
         ckpt = layout.checkpoint_prefix(RUN, 1)
         store.upload_dir(base, ckpt, marker="COMPLETE")
@@ -159,10 +137,6 @@ def test_a_server_without_dev_mode_stops_the_sidecar_with_the_fix(tmp_path, tiny
         with pytest.raises(WeightSyncError, match="VLLM_SERVER_DEV_MODE=1"):
             syncer.follow(poll_s=0.05, stop=threading.Event())
         assert not store.exists(layout.served_key(RUN))
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(timeout=10)
 
 
 def test_the_init_container_cli_materialises_the_served_checkpoint(tmp_path, tiny):

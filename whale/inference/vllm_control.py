@@ -2,11 +2,15 @@
 weights of a running server from a folder, in place, without restarting it.
 
 Used by both weight-sync paths: the RSFT trainer's shared-volume sync (``whale.rsft.sync``) and the
-vLLM pod's weight-sync sidecar (``whale.inference.weight_sync``). The sequence::
+vLLM pod's weight-sync sidecar (``whale.inference.weight_sync``). The sequence (measured against
+vLLM 0.24.0 on an H200: docs/performance.md)::
 
-    POST /collective_rpc {"method": "update_config", "args": [{"model_config": {"model": DIR}}]}
-    POST /collective_rpc {"method": "reload_weights"}
+    POST /collective_rpc {"method": "reload_weights", "kwargs": {"weights_path": DIR}}
     POST /reset_prefix_cache          (cached KV blocks were computed with the old weights)
+
+Older servers, whose ``reload_weights`` takes no folder, are pointed at it first with
+``{"method": "update_config", "args": [{"model_config": {"model": DIR}}]}`` (the call vLLM 0.24
+rejects); the client falls back to that once and remembers it.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ class VLLMControl:
         self.base_url = control_root(base_url)
         self.timeout_s = timeout_s
         self.client = client or httpx.Client(timeout=timeout_s)
+        self.legacy: bool | None = None  # None: not known yet; True: update_config + bare reload_weights
 
     def close(self) -> None:
         self.client.close()
@@ -64,11 +69,31 @@ class VLLMControl:
             return False
 
     def reload_from(self, folder: str) -> float:
-        """Point the server at ``folder`` (a path the SERVER sees) and reload; returns the seconds taken."""
+        """Reload the server's weights from ``folder`` (a path the SERVER sees); returns the seconds taken."""
         start = time.perf_counter()
-        self._post("/collective_rpc", {"method": "update_config", "args": [{"model_config": {"model": folder}}]})
-        self._post("/collective_rpc", {"method": "reload_weights", "timeout": self.timeout_s})
+        if self.legacy:
+            self._legacy_reload(folder)
+        else:
+            try:
+                self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": folder},
+                                               "timeout": self.timeout_s})
+                self.legacy = False
+            except WeightSyncError as first:
+                if self.legacy is False or "answered 500" not in str(first):
+                    raise
+                try:  # an older server? (a 500 tells no more: its reload_weights takes no folder)
+                    self._legacy_reload(folder)
+                except WeightSyncError as second:
+                    raise WeightSyncError(f"{first}; the older protocol (update_config, then reload_weights) "
+                                          f"failed too: {second}") from None
+                log.info("%s: reload_weights takes no weights_path; pointing the server with update_config",
+                         self.base_url)
+                self.legacy = True
         self._post("/reset_prefix_cache")
         seconds = time.perf_counter() - start
         log.info("%s reloaded its weights from %s in %.1f s", self.base_url, folder, seconds)
         return seconds
+
+    def _legacy_reload(self, folder: str) -> None:
+        self._post("/collective_rpc", {"method": "update_config", "args": [{"model_config": {"model": folder}}]})
+        self._post("/collective_rpc", {"method": "reload_weights", "timeout": self.timeout_s})
