@@ -261,7 +261,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--attn", default="sdpa")
     parser.add_argument("--peak-tflops", type=float, default=790.0)
     parser.add_argument("--save-check", action="store_true", help="also time save_pretrained (weight sync cost)")
-    parser.add_argument("--buckets-per-octave", type=int, default=2, help="bucket ladder rungs per doubling")
+    parser.add_argument("--buckets-per-octave", type=int, default=RSFTConfig.buckets_per_octave,
+                        help="bucket ladder rungs per doubling")
     parser.add_argument("--json", "--out", dest="out", type=Path, help="write meta + results here")
     args = parser.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

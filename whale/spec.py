@@ -163,7 +163,8 @@ class RSFT(_Model):
     )
     gradient_checkpointing: bool = Field(False, description="recompute activations (measured not to pay on an H200)")
     compile_layers: bool = Field(
-        False, description="torch.compile each decoder layer: 60 % MFU at fixed lengths, slower at variable ones")
+        False, description="torch.compile each decoder layer (GPU): 60 % MFU at fixed lengths, 47 % at variable "
+        "ones with bucket padding, against 24-39 % eager (H200, docs/performance.md)")
     pack_sequences: bool = Field(False, description="pack trajectories into full rows instead of padding")
     padding: Literal["auto", "bucket", "longest", "masked"] = Field(
         "auto",
@@ -319,7 +320,7 @@ class Toleration(_Model):
 
 class Images(_Model):
     worker: str = "ghcr.io/whale-dev/whale-worker:0.1.0"
-    vllm: str = "vllm/vllm-openai:v0.11.0"
+    vllm: str = "vllm/vllm-openai:v0.24.0"
     tools: str = "ghcr.io/whale-dev/whale-tools:0.1.0"
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
 

@@ -53,17 +53,6 @@ def test_bad_corpus_and_method_are_named(tmp_path):
         retrieval.build(bad, "tfidf", tmp_path)
 
 
-@pytest.fixture
-def one_torch_thread():
-    """NOTE: 2 torch threads on the loaded 2-core machine ran MiniLM ~5x slower than 1; restore after."""
-    import torch
-
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.mark.slow
 def test_dense_minilm_faiss(tmp_path, small_corpus, one_torch_thread):
     corpus = tmp_path / "tiny.jsonl"

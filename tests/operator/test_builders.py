@@ -164,7 +164,7 @@ def test_vllm_deployment():
     assert dep["spec"]["strategy"] == {"type": "Recreate"} and dep["spec"]["replicas"] == 1
     pod = dep["spec"]["template"]["spec"]
     vllm, sync = pod["containers"]
-    assert vllm["image"] == "vllm/vllm-openai:v0.11.0" and vllm["command"] == ["vllm", "serve"]
+    assert vllm["image"] == "vllm/vllm-openai:v0.24.0" and vllm["command"] == ["vllm", "serve"]
     assert vllm["args"] == [
         "/models/current", "--served-model-name", "policy", "--host", "0.0.0.0", "--port", "8000",
         "--tensor-parallel-size", "2", "--max-model-len", "32768", "--gpu-memory-utilization", "0.85",

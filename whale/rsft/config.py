@@ -47,8 +47,9 @@ class RSFTConfig:
     #: how padded micro-batches are shaped (see :func:`whale.rsft.collate.collate_micro`); "auto" =
     #: "bucket" with compiled layers (few shapes, graphs reused), else "longest"; "masked" = the old path
     padding: Literal["auto", "bucket", "longest", "masked"] = "auto"
-    #: rungs per doubling of the bucket ladder, a power of two (more: less padding, more compiled shapes)
-    buckets_per_octave: int = 2
+    #: rungs per doubling of the bucket ladder, a power of two (more: less padding, more compiled shapes);
+    #: 4 measured best on an H200 (46.9 % MFU, 8 graphs at 512-4096, against 45.6 % and 5 graphs with 2)
+    buckets_per_octave: int = 4
     #: longest training sequence; longer ones are cut (None: the model's max length)
     max_seq_len: int | None = None
     seed: int = 0
