@@ -37,6 +37,7 @@ CPU smoke test of the script itself::
 from __future__ import annotations
 
 import argparse
+import os
 import json
 import random
 import statistics
@@ -183,7 +184,13 @@ def run_variant(args: argparse.Namespace, v: Variant, device: torch.device) -> d
         padding=v.padding,
         buckets_per_octave=args.buckets_per_octave,
     )
-    trainer = SFTTrainer(model, cfg, device=device, pad_id=0)
+    if args.deepspeed:
+        from whale.rsft.deepspeed_trainer import DeepSpeedTrainer
+
+        trainer = DeepSpeedTrainer(model, cfg, device=device, pad_id=0, config_path=args.deepspeed,
+                                   world_size=torch.distributed.get_world_size())
+    else:
+        trainer = SFTTrainer(model, cfg, device=device, pad_id=0)
     batches = [
         make_examples(args.minibatch, args.seq, v.variable, mcfg["vocab_size"], seed=i)
         for i in range(args.warmup + args.updates)
@@ -211,7 +218,7 @@ def run_variant(args: argparse.Namespace, v: Variant, device: torch.device) -> d
     timed = batches[args.warmup:]
     real = sum(len(e) for b in timed for e in b)
     result = {
-        "variant": v.name,
+        "variant": v.name + ("+deepspeed" if args.deepspeed else ""),
         "padding": "packed" if v.pack else cfg.micro_padding,
         "micro_batch": v.micro,
         "grad_ckpt": v.grad_ckpt,
@@ -264,8 +271,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--buckets-per-octave", type=int, default=RSFTConfig.buckets_per_octave,
                         help="bucket ladder rungs per doubling")
     parser.add_argument("--json", "--out", dest="out", type=Path, help="write meta + results here")
+    parser.add_argument("--deepspeed", type=Path, help="train through the DeepSpeed engine with this ZeRO config "
+                        "(e.g. images/worker/ds_zero2.json); one process, or under torchrun")
     args = parser.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if args.deepspeed:  # the engine needs a process group, even of one
+        from whale.rsft.dist import init_process_group, world_from_env
+
+        for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
+                           "MASTER_PORT": "29533"}.items():
+            os.environ.setdefault(key, value)
+        init_process_group(world_from_env(), device)
     table = variants(args.micro, args.micro_gc)
     results = []
     for name in args.variants.split(","):

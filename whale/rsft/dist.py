@@ -87,6 +87,8 @@ def init_process_group(world: World, device: torch.device) -> None:
         return
     timeout = datetime.timedelta(seconds=float(os.environ.get(TIMEOUT_ENV, "1800")))
     backend = "nccl" if device.type == "cuda" else "gloo"
+    if device.type == "cuda" and device.index is None:  # NCCL binds to one numbered device
+        device = torch.device("cuda", torch.cuda.current_device())
     kwargs: dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
     torch.distributed.init_process_group(backend, rank=world.rank, world_size=world.size, timeout=timeout, **kwargs)
     log.info("rank %d/%d joined the %s process group", world.rank, world.size, backend)
