@@ -145,3 +145,49 @@ def test_zero3_update_equals_one_process_and_gathers_full_weights(tmp_path):
         # the sign, so compare the update as a whole, not element by element.
         update = (value - start[name]).abs().mean()
         assert float((got - value).abs().mean()) <= 0.02 * float(update) + 1e-9, name
+
+
+def _compiled_layers_rank(rank: int, port: int, out_dir: str) -> None:
+    from synthetic.tiny_model import build_model, build_tokenizer
+
+    from whale.rsft.config import RSFTConfig
+    from whale.rsft.deepspeed_trainer import DeepSpeedTrainer
+
+    os.environ.update(RANK="0", LOCAL_RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.distributed.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        tok = build_tokenizer()
+        out = {}
+        for stage, compile_layers in ((2, False), (2, True), (3, True)):
+            cfg = RSFTConfig(mini_batch_size=8, micro_batch_size_per_gpu=2, precision="fp32", max_grad_norm=0.0,
+                             compile_layers=compile_layers)
+            model = build_model(len(tok), seed=0)
+            trainer = DeepSpeedTrainer(model, cfg, device=torch.device("cpu"), pad_id=tok.pad_token_id,
+                                       config_path=Path(out_dir) / f"ds_zero{stage}_cpu.json", world_size=1)
+            kinds = set(model._no_split_modules)
+            layers = [m for m in model.modules() if type(m).__name__ in kinds]
+            stats = trainer.train(_examples(tok), lr=1e-3, seed=0)
+            out[(stage, compile_layers)] = {
+                "layers": len(layers), "compiled": sum(m._compiled_call_impl is not None for m in layers),
+                "loss": stats.loss, "weights": trainer.gathered_state_dict() or model.state_dict(),
+            }
+        torch.save(out, f"{out_dir}/compiled.pt")
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_zero2_compiles_the_layers_to_the_same_update_and_zero3_leaves_them_eager(tmp_path):
+    _cpu_config(2, tmp_path)
+    _cpu_config(3, tmp_path)
+    mp.spawn(_compiled_layers_rank, args=(_free_port(), str(tmp_path)), nprocs=1, join=True)
+    out = torch.load(tmp_path / "compiled.pt")
+    eager, compiled, zero3 = out[(2, False)], out[(2, True)], out[(3, True)]
+    assert compiled["layers"] > 0 and compiled["compiled"] == compiled["layers"]
+    assert eager["compiled"] == 0 and zero3["compiled"] == 0  # ZeRO-3: compileLayers ignored, with a warning
+    assert compiled["loss"] == pytest.approx(eager["loss"], rel=1e-4)
+    from synthetic.tiny_model import build_model, build_tokenizer
+
+    start = build_model(len(build_tokenizer()), seed=0).state_dict()
+    for name, value in eager["weights"].items():  # the update as a whole (see the ZeRO-3 test)
+        update = (value - start[name]).abs().mean()
+        assert float((compiled["weights"][name] - value).abs().mean()) <= 0.02 * float(update) + 1e-9, name

@@ -37,7 +37,15 @@ import torch
 
 from whale.rsft.collate import IGNORE_INDEX, Example, micro_batches
 from whale.rsft.config import RSFTConfig
-from whale.rsft.trainer import SFTStats, _world, collate_tensors, resolve_precision, sft_epochs, token_loss_sum
+from whale.rsft.trainer import (
+    SFTStats,
+    _world,
+    collate_tensors,
+    prepare_model,
+    resolve_precision,
+    sft_epochs,
+    token_loss_sum,
+)
 
 log = logging.getLogger(__name__)
 
@@ -101,8 +109,12 @@ class DeepSpeedTrainer:
         self.stage = zero_stage(raw)
         bf16 = resolve_precision(cfg.precision, device) is torch.bfloat16
         self.ds_config = engine_config(raw, cfg, world_size, bf16)
-        if cfg.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # ZeRO-3 swaps parameters in and out around each layer through hooks: compiled layers would
+        # trace that machinery, so only ZeRO-1/2 (whole parameters on every rank) compile them
+        compile_layers = cfg.compile_layers and self.stage < 3
+        if cfg.compile_layers and not compile_layers:
+            log.warning("rsft.compileLayers is ignored under ZeRO-3; the layers run eagerly")
+        prepare_model(model, cfg, compile_layers=compile_layers)
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
         self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,

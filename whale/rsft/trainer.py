@@ -121,6 +121,16 @@ def compile_decoder_layers(model: torch.nn.Module, *, dynamic: bool | None = Non
     return count
 
 
+def prepare_model(model: torch.nn.Module, cfg: RSFTConfig, *, compile_layers: bool | None = None) -> None:
+    """What every trainer does to the model before its optimiser sees it: gradient checkpointing and
+    regional compilation as ``cfg`` asks (``compile_layers`` overrides ``cfg.compile_layers``)."""
+    if cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if cfg.compile_layers if compile_layers is None else compile_layers:
+        # bucketed widths: static graphs; otherwise let torch go dynamic
+        compile_decoder_layers(model, dynamic=False if cfg.micro_padding == "bucket" else None)
+
+
 def collate_tensors(micro: Sequence[Example], cfg: RSFTConfig, pad_id: int,
                     device: torch.device) -> dict[str, torch.Tensor]:
     """A micro-batch on ``device`` shaped the way ``cfg`` says (every trainer's collation)."""
@@ -167,10 +177,7 @@ class SFTTrainer:
         self.device = device
         self.pad_id = pad_id
         self.autocast_dtype = resolve_precision(cfg.precision, device)
-        if cfg.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        if cfg.compile_layers:  # bucketed widths: static graphs; otherwise let torch go dynamic
-            compile_decoder_layers(model, dynamic=False if cfg.micro_padding == "bucket" else None)
+        prepare_model(model, cfg)
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             params,
