@@ -1,4 +1,5 @@
-"""What every workload does first: read its request, and find the harness file it runs under."""
+"""What every workload does first: read its request, load its domain, and find the harness file it
+runs under."""
 
 from __future__ import annotations
 
@@ -19,6 +20,15 @@ def read_request(store: Store, run: str, phase: str, kind: PhaseKind,
     if request.kind is not kind or getattr(request, kind.value) is None:
         raise error(f"{key}: kind is {request.kind.value}, expected {kind.value} with `{kind.value}` args")
     return request
+
+
+def load_domain(spec: Any, domain: Any = None) -> Any:
+    """``domain`` when a caller (a test) passes one in, else the plugin ``spec.domain`` names."""
+    if domain is not None:
+        return domain
+    from whale import domains  # lazily: the registry imports the installed domain plugins
+
+    return domains.load(spec.domain)
 
 
 def harness_file(store: Store, key: str | None, domain: Any, tmp: Path) -> Path:

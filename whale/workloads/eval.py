@@ -41,7 +41,7 @@ from whale.inference.base import InferenceClient
 from whale.protocol import EvalProgress, EvalResult, PhaseKind, PhaseRequest
 from whale.spec import WhaleRunSpec
 from whale.store import Store
-from whale.workloads.common import harness_file, read_request
+from whale.workloads.common import harness_file, load_domain, read_request
 
 log = logging.getLogger(__name__)
 
@@ -96,10 +96,7 @@ def run_eval(store: Store, run: str, phase: str, *, domain: Domain | None = None
     """The workload; ``domain`` and ``client`` may be injected (tests, in-process callers)."""
     request = read_request(store, run, phase, PhaseKind.EVAL, EvalError)
     spec = WhaleRunSpec.model_validate(request.spec)
-    if domain is None:
-        from whale import domains
-
-        domain = domains.load(spec.domain)
+    domain = load_domain(spec, domain)
     evaluation = spec.evaluation
     items = domain.load_split(evaluation.split, spec.data, store)
     if evaluation.max_items is not None:

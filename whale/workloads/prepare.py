@@ -20,6 +20,7 @@ from whale import layout
 from whale.domain import SPLITS
 from whale.spec import WhaleRunSpec
 from whale.store import Store
+from whale.workloads.common import load_domain
 
 log = logging.getLogger(__name__)
 
@@ -59,10 +60,7 @@ def split_sizes(domain: Any, spec: WhaleRunSpec, store: Store) -> dict[str, int]
 def main(store: Store, run: str, phase: str = "prepare", *, domain: Any = None) -> dict[str, int]:
     """The workload; ``phase`` is unused (one prepare per run); ``domain`` may be injected (tests)."""
     spec = read_spec(store, run)
-    if domain is None:
-        from whale import domains
-
-        domain = domains.load(spec.domain)
+    domain = load_domain(spec, domain)
     sizes = split_sizes(domain, spec, store)
     store.write_json(layout.split_sizes_key(run), sizes)  # last: presence = prepared
     log.info("run %s: domain %s prepared, split sizes %s", run, spec.domain, sizes)

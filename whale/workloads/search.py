@@ -29,7 +29,7 @@ from whale.metaharness.proposer import from_spec as proposer_from_spec
 from whale.protocol import HarnessIterationMetrics, HarnessPhaseResult, PhaseKind, PhaseRequest
 from whale.spec import WhaleRunSpec
 from whale.store import Store
-from whale.workloads.common import read_request
+from whale.workloads.common import load_domain, read_request
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +63,7 @@ def run_search(
     args = request.harness
     assert args is not None  # noqa: S101 - checked by load_request
     spec = WhaleRunSpec.model_validate(request.spec)
-    if domain is None:
-        from whale import domains
-
-        domain = domains.load(spec.domain)
+    domain = load_domain(spec, domain)
     hs = spec.harness_search
     incoming = store.read_text(args.incoming_harness) if args.incoming_harness else domain.h0_path().read_text("utf-8")
     skill_path = domain.skill_path()

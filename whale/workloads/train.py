@@ -41,7 +41,7 @@ from whale.rsft.dist import World, world_from_env
 from whale.rsft.phase import WeightPhase, WeightPhaseError, find_start, finish
 from whale.spec import WhaleRunSpec
 from whale.store import Store
-from whale.workloads.common import harness_file, read_request
+from whale.workloads.common import harness_file, load_domain, read_request
 
 log = logging.getLogger(__name__)
 
@@ -75,13 +75,8 @@ def run_train(store: Store, run: str, phase: str, *, domain: Any = None) -> Weig
     if spec.train.deepspeed_config:
         log.warning("spec.train.deepspeedConfig applies to torchrun launches (WORLD_SIZE > 1); one process trains "
                     "without DeepSpeed")
-    if domain is None:
-        from whale import domains
-
-        domain = domains.load(spec.domain)
-    items = domain.load_split("weight", spec.data, store)
-    if not items:
-        raise WeightPhaseError(f"domain {spec.domain!r} has an empty weight split (D_weight); check spec.data")
+    domain = load_domain(spec, domain)
+    items = weight_items(domain, spec, store)
     start = find_start(store, run, phase, args)
 
     import torch
@@ -112,6 +107,14 @@ def run_train(store: Store, run: str, phase: str, *, domain: Any = None) -> Weig
             result = loop.run_from(start)
     log.info("phase %s done: step %d, stopped by %s", phase, result.final_step, result.stopped_by)
     return result
+
+
+def weight_items(domain: Any, spec: WhaleRunSpec, store: Store) -> list[Any]:
+    """D_weight; an empty one is a spec error, not a phase that trains on nothing."""
+    items = domain.load_split("weight", spec.data, store)
+    if not items:
+        raise WeightPhaseError(f"domain {spec.domain!r} has an empty weight split (D_weight); check spec.data")
+    return items
 
 
 def load_for_training(store: Store, spec: WhaleRunSpec, prefix: str | None, workdir: Path, device: Any):
@@ -218,13 +221,8 @@ def _lead(store: Store, run: str, phase: str, world: World, device: Any, domain:
         spec = WhaleRunSpec.model_validate(request.spec)
         cfg = RSFTConfig.from_spec(spec, args)
         check_deepspeed(spec)
-        if domain is None:
-            from whale import domains
-
-            domain = domains.load(spec.domain)
-        items = domain.load_split("weight", spec.data, store)
-        if not items:
-            raise WeightPhaseError(f"domain {spec.domain!r} has an empty weight split (D_weight); check spec.data")
+        domain = load_domain(spec, domain)
+        items = weight_items(domain, spec, store)
         start = find_start(store, run, phase, args)
 
         import torch
