@@ -112,7 +112,8 @@ class Server:
         raise RuntimeError(f"vLLM not healthy after {timeout_s:.0f} s:\n{self.tail()}")
 
     def tail(self, n: int = 60) -> str:
-        self.log.flush()
+        if not self.log.closed:
+            self.log.flush()
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
 
     def stop(self) -> None:
@@ -123,6 +124,8 @@ class Server:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, 9)
                 self.proc.wait(timeout=30)
+        if self.proc is not None:
+            self.log.close()  # each start opens it again
         self.proc = None
 
 
