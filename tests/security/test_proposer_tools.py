@@ -53,6 +53,16 @@ def test_catastrophic_backtracking_pattern_returns(archive: Path):
 
 
 @pytest.mark.timeout(20)
+def test_grep_past_its_wall_budget_is_a_clear_error(archive: Path, monkeypatch: pytest.MonkeyPatch):
+    from whale.metaharness.proposer import workspace
+
+    monkeypatch.setattr(workspace, "GREP_TIMEOUT_S", 0.0)  # every budget is spent before the first line
+    out = ws(archive).call("grep", {"pattern": "a"})
+    assert out == ("error: grep ran out of its 0 s budget in candidates/i01-incoming/traces.jsonl after 0 matches; "
+                   "grep one file or use a simpler pattern")
+
+
+@pytest.mark.timeout(20)
 def test_bad_and_oversized_patterns_are_clear_errors(archive: Path):
     w = ws(archive)
     assert w.call("grep", {"pattern": "("}).startswith("error: bad pattern '(': missing )")

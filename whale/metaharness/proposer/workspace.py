@@ -221,7 +221,7 @@ class Workspace:
         deadline = time.monotonic() + GREP_TIMEOUT_S
         budget = GREP_MAX_BYTES
         hits: list[str] = []
-        stopped = f"\n[stopped after scanning {LIST_SCAN_LIMIT} files; grep a subdirectory]" if truncated else ""
+        stopped = f"\n[stopped after walking {LIST_SCAN_LIMIT} entries; grep a subdirectory]" if truncated else ""
         for path in files:
             if budget <= 0:
                 stopped = f"\n[stopped after scanning {GREP_MAX_BYTES} bytes; grep a subdirectory or one file]"
@@ -233,7 +233,7 @@ class Workspace:
                 continue
             name = path.relative_to(self.archive_dir).as_posix()
             for lineno, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
-                if time.monotonic() > deadline:
+                if time.monotonic() >= deadline:
                     raise ToolError(f"grep ran out of its {GREP_TIMEOUT_S:g} s budget in {name} after "
                                     f"{len(hits)} matches; grep one file or use a simpler pattern")
                 if regex.search(line[:GREP_MAX_LINE_CHARS]):
