@@ -42,6 +42,7 @@ from whale.protocol import (
 )
 from whale.schedule import ResolvedSchedule, ScheduleError, resolve
 from whale.spec import BestEval, Condition, EvalPoint, RunPhase, Stage, WhaleRunSpec, WhaleRunStatus
+from whale.spec import IntegrityFlagStatus
 
 # ----- observations -------------------------------------------------------------------------------
 
@@ -285,6 +286,7 @@ class _Machine:
             hres = HarnessPhaseResult.model_validate(raw)
             d.update(current_harness=hres.accepted_harness, iteration=hres.iterations,
                      harness_score=hres.accepted_score)
+            d["integrity_flags"] += integrity_status(phase, hres)
             d["rollouts_completed"] += hres.rollouts
             if self.spec.evaluation.after_harness_phase:
                 self.owe_eval(phase_cycle(phase), d["checkpoint_step"], "harness", d["current_checkpoint"],
@@ -455,6 +457,18 @@ class _Machine:
         if self.d["current_checkpoint"] != self.before.current_checkpoint and not RunPhase(self.d["phase"]).is_terminal():
             self.actions.insert(0, ServeCheckpoint(self.d["current_checkpoint"]))
         return Decision(self.status(), tuple(self.actions))
+
+
+#: flagged candidates one harness phase may put in the status (its result.json keeps them all)
+MAX_STATUS_FLAGS_PER_PHASE = 20
+
+
+def integrity_status(phase: str, result: HarnessPhaseResult) -> list[dict[str, Any]]:
+    """A harness phase's reward-integrity flags as status entries: the accepted one first, at most
+    ``MAX_STATUS_FLAGS_PER_PHASE`` (a status must stay small)."""
+    flags = sorted(result.integrity_flags, key=lambda f: not f.accepted)[:MAX_STATUS_FLAGS_PER_PHASE]
+    return [IntegrityFlagStatus(phase=phase, candidate=f.candidate, accepted=f.accepted, reasons=f.reasons).model_dump()
+            for f in flags]
 
 
 def decide(spec: WhaleRunSpec, status: WhaleRunStatus, obs: Observations) -> Decision:

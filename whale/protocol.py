@@ -125,6 +125,7 @@ class CandidateScore(_Wire):
     score: float | None = Field(None, description="success rate on D_harness; None when it never got scored")
     mean_turns: float | None = None
     error: str | None = None
+    integrity_flags: list[str] = Field(default_factory=list, description="reward-integrity flags, `[rule] message`")
 
 
 class HarnessIterationMetrics(_Wire):
@@ -152,6 +153,18 @@ class WeightPhaseResult(_Wire):
     stopped_by: StopReason = "target"
 
 
+class IntegrityFlag(_Wire):
+    """A candidate whose reward did not come through the model (``whale.metaharness.integrity``)."""
+
+    candidate: str
+    reasons: list[str] = Field(..., description="one `[rule] message with the numbers` each")
+    score: float | None = None
+    completion_tokens_per_episode: float | None = None
+    episodes_without_model: int | None = None
+    accepted: bool = Field(False, description="accepted all the same (integrity action `flag`, or the incoming "
+                                              "harness as the phase's fallback)")
+
+
 class HarnessPhaseResult(_Wire):
     accepted_harness: str = Field(..., description="store key of the accepted harness file")
     accepted_candidate: str
@@ -159,6 +172,21 @@ class HarnessPhaseResult(_Wire):
     iterations: int
     rollouts: int
     stopped_by: StopReason = "iterations"
+    integrity_flags: list[IntegrityFlag] = Field(
+        default_factory=list, description="every candidate of the phase flagged for reward integrity")
+
+
+class EvalModelUsage(_Wire):
+    """How the evaluated harness used the model, over every episode of the evaluation (per item in
+    the eval's per_item.jsonl). A harness that answers without the model shows here."""
+
+    episodes: int = 0
+    episodes_without_model: int = Field(0, description="episodes that made no model call")
+    rewarded_without_model: int = Field(0, description="rewarded episodes that made no model call")
+    items_answered_without_model: int = Field(
+        0, description="items with at least one rewarded episode that made no model call")
+    mean_completion_tokens: float = Field(0.0, description="model completion tokens per episode")
+    mean_turns: float = Field(0.0, description="model calls per episode")
 
 
 class EvalResult(_Wire):
@@ -169,6 +197,7 @@ class EvalResult(_Wire):
     checkpoint: str | None = None
     harness: str | None = None
     notes: list[str] = Field(default_factory=list, description="e.g. benchmarks missing from the data")
+    model_usage: EvalModelUsage | None = Field(None, description="model usage over the evaluation's episodes")
 
 
 RESULT_MODELS: dict[PhaseKind, type[_Wire]] = {

@@ -222,6 +222,23 @@ class Proposer(_Model):
         return self
 
 
+class RewardIntegrity(_Model):
+    """Reward-integrity checks of the harness search: a candidate whose reward does not come through the
+    model (rewarded episodes with no model call; a better score while the model's completion tokens per
+    episode fall below ``minTokenRatio`` x the incoming harness's) is flagged, and refused unless
+    ``action`` says otherwise. docs/metaharness.md explains the rules and the default."""
+
+    action: Literal["reject", "flag", "off"] = Field(
+        "reject",
+        description="reject: flagged candidates are never accepted; flag: accepted by score but flagged in "
+        "the phase result and the status; off: no checks (model usage is still recorded)",
+    )
+    min_token_ratio: Annotated[float, Field(ge=0, le=1)] = Field(
+        0.25, description="flag a candidate that beats the incoming harness's score with fewer completion "
+        "tokens per episode than this fraction of the incoming's (0 disables this rule)",
+    )
+
+
 class HarnessSearch(_Model):
     proposals_per_iteration: PosInt = Field(3, description="candidate harnesses the proposer writes per iteration")
     rollouts_per_item: PosInt = Field(1, description="rollouts per D_harness item when scoring a candidate")
@@ -229,6 +246,7 @@ class HarnessSearch(_Model):
     smoke_test_items: PosInt = Field(4, description="D_harness items a candidate must survive before full scoring")
     candidate_timeout_seconds: PosInt = Field(3600, description="wall time to score one candidate")
     proposer: Proposer = Proposer()
+    integrity: RewardIntegrity = Field(RewardIntegrity(), description="flag/refuse candidates that score without the model")
 
 
 class Evaluation(_Model):
@@ -455,6 +473,15 @@ class EvalPoint(_Model):
     mean_at_k: float | None = Field(None, description="set when the evaluation finished")
 
 
+class IntegrityFlagStatus(_Model):
+    """A harness candidate whose reward did not come through the model (from its phase's result)."""
+
+    phase: str
+    candidate: str
+    accepted: bool = Field(False, description="true: the run went on with this harness (integrity action flag)")
+    reasons: list[str] = Field(default_factory=list, description="`[rule] message with the numbers`")
+
+
 class WhaleRunStatus(_Model):
     """What `kubectl get wr` shows, and everything ``decide()`` needs to resume a run.
 
@@ -487,6 +514,9 @@ class WhaleRunStatus(_Model):
     rollouts_spent: NonNegInt = Field(0, description="training rollouts so far (finished + running phases)")
     evals: list[EvalPoint] = Field(default_factory=list)
     best: BestEval | None = None
+    integrity_flags: list[IntegrityFlagStatus] = Field(
+        default_factory=list, description="harness candidates flagged for reward integrity (at most 20 per phase, "
+        "the accepted one first; the phase's result.json lists them all)")
     last_eval_mean: float | None = None
     reason: str | None = None
     message: str | None = None

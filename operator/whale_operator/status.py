@@ -19,7 +19,9 @@ PROGRESSING = "Progressing"
 SUSPENDED = "Suspended"
 SUCCEEDED = "Succeeded"
 FAILED = "Failed"
-CONDITION_TYPES = (INFERENCE_READY, PROGRESSING, SUSPENDED, SUCCEEDED, FAILED)
+#: False when the run went on with a harness flagged for reward integrity (it scored without the model)
+REWARD_INTEGRITY = "RewardIntegrity"
+CONDITION_TYPES = (INFERENCE_READY, PROGRESSING, SUSPENDED, SUCCEEDED, FAILED, REWARD_INTEGRITY)
 
 NORMAL = "Normal"
 WARNING = "Warning"
@@ -78,7 +80,25 @@ def desired_conditions(status: WhaleRunStatus, inference: InferenceView) -> list
               else "NotSucceeded", status.message or "" if phase is RunPhase.SUCCEEDED else ""),
         _cond(FAILED, phase is RunPhase.FAILED, (status.reason or "Failed") if phase is RunPhase.FAILED
               else "NotFailed", (status.message or "") if phase is RunPhase.FAILED else ""),
+        integrity_condition(status),
     ]
+
+
+def integrity_condition(status: WhaleRunStatus) -> tuple[str, str, str, str]:
+    """RewardIntegrity from ``status.integrityFlags``: True while no accepted harness is flagged (flagged
+    candidates that were not accepted only show in the message), False once the run went on with one."""
+    flags = status.integrity_flags
+    accepted = [f for f in flags if f.accepted]
+    if accepted:
+        names = ", ".join(f"{f.candidate} ({f.phase})" for f in accepted)
+        why = "; ".join(accepted[-1].reasons[:1])
+        return _cond(REWARD_INTEGRITY, False, "FlaggedHarnessAccepted",
+                     f"accepted although it scored without the model: {names}; {why}")
+    if flags:
+        return _cond(REWARD_INTEGRITY, True, "FlaggedNotAccepted",
+                     f"{len(flags)} harness candidate(s) scored without the model; none was accepted: "
+                     + ", ".join(f.candidate for f in flags[:10]))
+    return _cond(REWARD_INTEGRITY, True, "NoFlags", "")
 
 
 def with_conditions(status: WhaleRunStatus, previous: list[MetaCondition], inference: InferenceView,
@@ -109,6 +129,11 @@ def events(before: WhaleRunStatus, after: WhaleRunStatus, actions: tuple[Action,
             out.append(Event(NORMAL, "Succeeded", after.message or "run complete"))
         elif after.phase is RunPhase.FAILED:
             out.append(Event(WARNING, "Failed", f"{after.reason}: {after.message}"))
+    if len(after.integrity_flags) > len(before.integrity_flags):
+        new = after.integrity_flags[len(before.integrity_flags):]
+        out.append(Event(WARNING, REWARD_INTEGRITY,
+                         "; ".join(f"{f.phase}/{f.candidate} {'ACCEPTED' if f.accepted else 'not accepted'}: "
+                                   f"{f.reasons[0] if f.reasons else 'flagged'}" for f in new)[:1000]))
     if after.preemptions > before.preemptions:
         out.append(Event(WARNING, "Preempted", f"a child was preempted ({after.preemptions} so far); retrying"))
     if after.best is not None and (before.best is None or after.best.mean_at_k > before.best.mean_at_k):

@@ -16,7 +16,7 @@ from tests.fixtures.guess_domain import GuessNumberDomainDouble
 from whale import layout
 from whale.inference.base import ChatResult, InferenceClient, InferenceError
 from whale.inference.scripted import FixedLatencyClient
-from whale.protocol import EvalPhaseArgs, EvalProgress, EvalResult, PhaseKind, PhaseRequest
+from whale.protocol import EvalModelUsage, EvalPhaseArgs, EvalProgress, EvalResult, PhaseKind, PhaseRequest
 from whale.store import open_store
 from whale.workloads.eval import EvalError, item_record, read_traces, run_eval, summarise
 
@@ -49,12 +49,16 @@ def test_eval_writes_items_progress_traces_and_result(store) -> None:
     client = FixedLatencyClient("<guess>42</guess>", 0.0)
     result = run_eval(store, RUN, PHASE, domain=GuessNumberDomainDouble(), client=client, chunk_items=2)
     # items: secrets 7, 42, 50, 99 -> only 42 is guessed; subsets by parity
-    assert result == EvalResult(mean_at_k=0.25, k=2, items=4, per_subset={"even": 0.5, "odd": 0.0})
+    # every turn is a model call of 5 completion tokens; turns 6 (three items) and 1 (the guessed one)
+    usage = EvalModelUsage(episodes=8, mean_completion_tokens=23.75, mean_turns=4.75)
+    assert result == EvalResult(mean_at_k=0.25, k=2, items=4, per_subset={"even": 0.5, "odd": 0.0}, model_usage=usage)
     assert EvalResult.model_validate(store.read_json(layout.result_key(RUN, PHASE))) == result
     items = store.read_jsonl(layout.eval_items_key(RUN, PHASE))
     assert [(r["item_id"], r["rewards"], r["k"]) for r in items] == [
         ("g0", [0.0, 0.0], 2), ("g1", [1.0, 1.0], 2), ("g2", [0.0, 0.0], 2), ("g3", [0.0, 0.0], 2)]
     assert items[1]["turns"] == [1, 1] and items[0]["turns"] == [6, 6]
+    assert (items[1]["mean_turns"], items[1]["mean_completion_tokens"], items[1]["episodes_without_model"]) == (1.0, 5.0, 0)
+    assert items[0]["mean_completion_tokens"] == 30.0 and items[0]["rewarded_without_model"] == 0
     progress = [EvalProgress.model_validate(line) for line in store.read_jsonl(layout.metrics_key(RUN, PHASE))]
     assert [(p.items_done, p.items_total) for p in progress] == [(2, 4), (4, 4)]
     traces = read_traces(store, RUN, PHASE)

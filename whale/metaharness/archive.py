@@ -3,10 +3,12 @@
 Under ``layout.archive_prefix(run, cycle)`` (``runs/<run>/archive/cKK/``)::
 
     README.md                         this layout, for the proposer
-    summary.json                      every candidate: status, score, mean turns, rollouts, error; the best
+    summary.json                      every candidate: status, score, mean turns, completion tokens per
+                                      episode, rollouts, error, integrity flags; the best; the flagged
     summary.md                        the same as a table
     candidates/<id>/harness.py        the candidate's code (ids: i01-incoming, i02-c1, i02-c2, ...)
-    candidates/<id>/meta.json         the Candidate record (status, score, error, rationale, ...)
+    candidates/<id>/meta.json         the Candidate record (status, score, error, rationale, model usage,
+                                      integrity flags, ...)
     candidates/<id>/rationale.md      the proposer's short rationale
     candidates/<id>/scores.json       per-item rewards and turns of the full evaluation
     candidates/<id>/traces.jsonl      one episode per line (whale.harness.trace), full evaluation
@@ -43,7 +45,11 @@ README_TEXT = (
     "Read-only for the proposer. Layout:\n\n```\n" + README.strip("\n") + "\n```\n\n"
     "Scores are success rates on the D_harness items (mean reward). Traces are JSON lines: each has "
     "`messages` (the whole conversation), `steps` (model calls, parsed actions with results, harness "
-    "decisions), `reward`, `turns`, `end` and `error`.\n"
+    "decisions), `reward`, `turns`, `end` and `error`.\n\n"
+    "Reward integrity: a harness must earn its reward through the model's replies. A candidate whose rewarded "
+    "episodes never called the model, or whose score rises while the model's completion tokens per episode "
+    "collapse against the incoming harness's, is flagged (`integrity_flags` in meta.json and summary.json, "
+    "`REFUSED` in summary.md) and, by default, never accepted.\n"
 )
 
 
@@ -103,10 +109,11 @@ class Archive:
     def write_scores(self, cid: str, scores: dict[str, Any]) -> None:
         self.store.write_json(self.candidate_key(cid, "scores.json"), scores)
 
-    def write_summary(self, candidates: list[Candidate] | None = None) -> None:
+    def write_summary(self, candidates: list[Candidate] | None = None, refuse_flagged: bool = False) -> None:
+        """``refuse_flagged``: the phase's integrity policy refuses flagged candidates (the best excludes them)."""
         cands = self.candidates() if candidates is None else candidates
-        self.store.write_json(self.key("summary.json"), summary(cands))
-        self.store.write_text(self.key("summary.md"), summary_markdown(cands))
+        self.store.write_json(self.key("summary.json"), summary(cands, refuse_flagged))
+        self.store.write_text(self.key("summary.md"), summary_markdown(cands, refuse_flagged))
 
     # ----- iterations ------------------------------------------------------------------------------
 

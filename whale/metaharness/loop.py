@@ -4,7 +4,9 @@ Iteration 1 re-evaluates the incoming harness (scored in full, no smoke gate: it
 the phase must be able to fall back to). Every later iteration asks the proposer for
 ``proposals_per_iteration`` candidates and puts each through: duplicate check (same code as an
 earlier candidate = a revert, shares its score, costs nothing) → validation (size, syntax, the
-runtime's validator, promptOnly) → smoke test → full score. After each iteration one
+runtime's validator, promptOnly) → smoke test → full score → reward-integrity check
+(:mod:`whale.metaharness.integrity`: model usage against the incoming harness's; a flagged candidate
+is recorded as such and, under the default policy, never accepted). After each iteration one
 :class:`~whale.protocol.HarnessIterationMetrics` line is emitted; the stop rule
 (:func:`whale.adaptive.harness_should_stop`) and a stop request are checked between iterations.
 
@@ -25,7 +27,8 @@ from pathlib import Path
 
 from whale.adaptive import harness_should_stop
 from whale.metaharness.archive import Archive
-from whale.metaharness.evaluate import CandidateEvaluator
+from whale.metaharness.evaluate import CandidateEvaluator, RunOutcome
+from whale.metaharness.integrity import IntegrityPolicy, integrity_flags, model_usage
 from whale.metaharness.proposer.base import ProposalRequest, Proposer, ProposerError, ProposerReport
 from whale.metaharness.records import INCOMING_ID, Candidate, Status, candidate_id, code_hash, pick_best
 from whale.metaharness.validate import candidate_problems
@@ -51,6 +54,8 @@ class SearchConfig:
     proposer_timeout_s: float = 2400.0
     proposer_max_turns: int = 40
     proposer_max_tokens: int = 200_000
+    #: spec.harnessSearch.integrity: flag candidates that score without the model; refuse them by default
+    integrity: IntegrityPolicy = IntegrityPolicy()
 
     def __post_init__(self) -> None:
         if self.iterations < 1:
@@ -66,6 +71,8 @@ class SearchResult:
     #: iterations | patience | stop-request
     stopped_by: str
     best_scores: list[float]
+    #: every candidate of the phase with integrity flags (the accepted one among them only under ``flag``)
+    flagged: list[Candidate] = dataclasses.field(default_factory=list)
 
 
 class HarnessSearch:
@@ -129,20 +136,29 @@ class HarnessSearch:
                 stopped_by = "iterations" if it >= rule.max_iterations else "patience"
                 break
         candidates = self.archive.candidates()
-        best = pick_best(candidates)
+        best = pick_best(candidates, self._refuse_flagged)
         if best is None:
             raise SearchError("no candidate of this phase was scored, not even the incoming harness")
-        return SearchResult(best, self.archive.code(best.id), done, rollouts, stopped_by, best_scores)
+        flagged = [c for c in candidates if c.flagged and c.status is not Status.DUPLICATE]
+        return SearchResult(best, self.archive.code(best.id), done, rollouts, stopped_by, best_scores, flagged)
+
+    @property
+    def _refuse_flagged(self) -> bool:
+        return self.config.integrity.refuses_flagged
+
+    def _write_summary(self) -> None:
+        self.archive.write_summary(refuse_flagged=self._refuse_flagged)
 
     def _metrics(self, it: int) -> HarnessIterationMetrics:
         candidates = self.archive.candidates()
-        best = pick_best(c for c in candidates if c.iteration <= it)
+        best = pick_best((c for c in candidates if c.iteration <= it), self._refuse_flagged)
         mine = [c for c in candidates if c.iteration == it]
         return HarnessIterationMetrics(
             iteration=it,
             best_score=float(best.score) if best and best.score is not None else 0.0,
             best_candidate=best.id if best else "",
-            candidates=[CandidateScore(id=c.id, score=c.score, mean_turns=c.mean_turns, error=c.error) for c in mine],
+            candidates=[CandidateScore(id=c.id, score=c.score, mean_turns=c.mean_turns, error=c.error,
+                                       integrity_flags=list(c.integrity_flags)) for c in mine],
             rollouts=sum(c.rollouts for c in mine),
         )
 
@@ -168,19 +184,20 @@ class HarnessSearch:
         if full.error is not None:
             self.archive.write_error(cand.id, full.error)
             self.archive.put(cand.with_(status=Status.FAILED, error=full.error, rollouts=full.rollouts, seconds=seconds))
-            self.archive.write_summary()
+            self._write_summary()
             raise SearchError(f"the incoming harness does not run: {full.error}")
         failed = [e for e in full.episodes if e.error]
         if full.episodes and len(failed) == len(full.episodes):
             # not a score of 0: the model server or the harness is down; fail (and be retried) instead
             self.archive.put(cand.with_(status=Status.FAILED, error=failed[0].error, rollouts=full.rollouts,
                                         seconds=seconds))
-            self.archive.write_summary()
+            self._write_summary()
             raise SearchError(f"every episode of the incoming harness failed, e.g. {failed[0].error}; "
                               "check the inference server and the harness")
-        self.archive.put(cand.with_(status=Status.SCORED, score=full.score, mean_turns=full.mean_turns,
-                                    rollouts=full.rollouts, seconds=seconds))
-        self.archive.write_summary()
+        scored = self._checked(cand.with_(status=Status.SCORED, score=full.score, mean_turns=full.mean_turns,
+                                          rollouts=full.rollouts, seconds=seconds), full, incoming=None)
+        self.archive.put(scored)
+        self._write_summary()
 
     # ----- later iterations ------------------------------------------------------------------------
 
@@ -191,7 +208,7 @@ class HarnessSearch:
         for cand in [c for c in self.archive.candidates() if c.iteration == it]:
             if not cand.status.final:
                 await self._evaluate(cand)
-                self.archive.write_summary()
+                self._write_summary()
 
     async def _propose(self, it: int) -> None:
         archive_dir = self.archive.materialise(self.workdir / "archive")  # kept across iterations
@@ -252,7 +269,8 @@ class HarnessSearch:
         if earlier:
             orig = earlier[0]
             return cand.with_(status=Status.DUPLICATE, same_as=orig.id, score=orig.score,
-                              mean_turns=orig.mean_turns, error=orig.error)
+                              mean_turns=orig.mean_turns, error=orig.error, usage=orig.usage,
+                              integrity_flags=orig.integrity_flags)
         problems = candidate_problems(code, incoming=self.incoming_code, allowed_imports=self.allowed_imports,
                                       prompt_only=self.config.prompt_only)
         if problems:
@@ -271,7 +289,23 @@ class HarnessSearch:
         if full.error is not None:
             self.archive.write_error(cand.id, f"full evaluation failed: {full.error}")
             return cand.with_(status=Status.FAILED, error=full.error[:500], rollouts=rollouts)
-        return cand.with_(status=Status.SCORED, score=full.score, mean_turns=full.mean_turns, rollouts=rollouts)
+        incoming = next((c for c in self.archive.candidates() if c.id == INCOMING_ID), None)
+        return self._checked(cand.with_(status=Status.SCORED, score=full.score, mean_turns=full.mean_turns,
+                                        rollouts=rollouts), full, incoming)
+
+    def _checked(self, cand: Candidate, full: RunOutcome, incoming: Candidate | None) -> Candidate:
+        """``cand`` (scored) with its model usage and reward-integrity flags against the incoming harness."""
+        usage = model_usage(full.episodes)
+        flags = integrity_flags(
+            usage, full.score,
+            baseline=incoming.usage if incoming is not None else None,
+            baseline_score=incoming.score if incoming is not None else None,
+            policy=self.config.integrity,
+        )
+        if flags:
+            log.warning("candidate %s flagged for reward integrity (%s): %s", cand.id,
+                        self.config.integrity.action.value, "; ".join(flags))
+        return cand.with_(usage=usage, integrity_flags=flags)
 
     # ----- helpers -----------------------------------------------------------------------------------
 

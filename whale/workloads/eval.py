@@ -12,7 +12,9 @@ Inference backend (``whale.inference.factory``): ``inference.backend`` ``transfo
 → HTTP at ``spec.inference.baseUrl`` or ``$WHALE_INFERENCE_URL`` (the controller has pointed that
 server at the checkpoint); ``auto`` → HTTP when ``$WHALE_INFERENCE_URL`` is set, else in-process.
 
-Writes, per the layout: per-item results (JSON lines) to ``layout.eval_items_key``, the episode
+Writes, per the layout: per-item results (JSON lines) to ``layout.eval_items_key`` — rewards, turns and
+the model's usage (mean completion tokens, episodes with no model call, rewarded ones among them), so a
+harness that answers without the model shows per item, summed up in ``EvalResult.modelUsage`` — the episode
 traces next to them (``traces/*.jsonl``, one object per chunk), one ``EvalProgress`` line per chunk of items to
 ``layout.metrics_key``, and the ``EvalResult`` to ``layout.result_key`` last. Items already in
 the per-item file (an earlier attempt) are not run again. A STOP request ends the phase after the
@@ -38,7 +40,8 @@ from whale.harness.runner import EpisodeRunner, RunnerConfig
 from whale.harness.trace import EndReason, Episode
 from whale.harness.validate import validate_file
 from whale.inference.base import InferenceClient
-from whale.protocol import EvalProgress, EvalResult, PhaseKind, PhaseRequest
+from whale.metaharness.integrity import model_usage
+from whale.protocol import EvalModelUsage, EvalProgress, EvalResult, PhaseKind, PhaseRequest
 from whale.spec import WhaleRunSpec
 from whale.store import Store
 from whale.workloads.common import harness_file, load_domain, read_request
@@ -61,6 +64,7 @@ def read_traces(store: Store, run: str, phase: str) -> list[dict[str, Any]]:
 def item_record(item_id: str, subset: str, episodes: Sequence[Episode]) -> dict[str, Any]:
     """One line of per_item.jsonl."""
     rewards = [e.reward for e in episodes]
+    usage = model_usage(episodes)
     return {
         "item_id": item_id,
         "subset": subset,
@@ -69,8 +73,28 @@ def item_record(item_id: str, subset: str, episodes: Sequence[Episode]) -> dict[
         "mean": statistics.fmean(rewards) if rewards else 0.0,
         "turns": [e.turns for e in episodes],
         "errors": [e.error for e in episodes if e.end == EndReason.ERROR],
-        "completion_tokens": sum(e.completion_tokens for e in episodes),
+        "completion_tokens": usage.completion_tokens,
+        "mean_completion_tokens": round(usage.mean_completion_tokens, 3),
+        "mean_turns": round(usage.mean_turns, 3),
+        "episodes_without_model": usage.without_model,
+        "rewarded_without_model": usage.rewarded_without_model,
     }
+
+
+def usage_summary(records: Sequence[dict[str, Any]]) -> EvalModelUsage:
+    """The model usage of a whole evaluation from its per-item records (an earlier attempt's included)."""
+    episodes = sum(int(r.get("k", len(r.get("rewards", [])))) for r in records)
+    tokens = sum(int(r.get("completion_tokens", 0)) for r in records)
+    turns = sum(sum(r.get("turns", [])) for r in records)
+    rewarded_without = [int(r.get("rewarded_without_model", 0)) for r in records]
+    return EvalModelUsage(
+        episodes=episodes,
+        episodes_without_model=sum(int(r.get("episodes_without_model", 0)) for r in records),
+        rewarded_without_model=sum(rewarded_without),
+        items_answered_without_model=sum(1 for n in rewarded_without if n > 0),
+        mean_completion_tokens=round(tokens / episodes, 3) if episodes else 0.0,
+        mean_turns=round(turns / episodes, 3) if episodes else 0.0,
+    )
 
 
 def summarise(records: Sequence[dict[str, Any]], k: int) -> tuple[float, dict[str, float]]:
@@ -165,7 +189,14 @@ async def _evaluate(store: Store, run: str, phase: str, request: PhaseRequest, s
     if errors:
         notes.append(f"{errors} episodes ended in an error (scored 0); see {layout.eval_traces_prefix(run, phase)}")
     mean, per_subset = summarise(records, k)
+    usage = usage_summary(records)
+    if usage.items_answered_without_model:
+        notes.append(f"reward integrity: {usage.items_answered_without_model} of {len(records)} items were answered "
+                     f"without calling the model ({usage.rewarded_without_model} rewarded episodes made no model "
+                     f"call); see rewarded_without_model in {items_key}")
+        log.warning("eval %s: %s", phase, notes[-1])
     result = EvalResult(mean_at_k=mean, k=k, items=len(records), per_subset=per_subset,
-                        checkpoint=request.eval.checkpoint, harness=request.eval.harness, notes=notes)
+                        checkpoint=request.eval.checkpoint, harness=request.eval.harness, notes=notes,
+                        model_usage=usage)
     store.write_json(layout.result_key(run, phase), result.to_wire())
     return result

@@ -7,7 +7,8 @@ store prefix of this phase's archive, ``layout.archive_prefix(run, cycle)``). Ru
 :class:`whale.metaharness.loop.HarnessSearch` with the proposer of ``spec.harnessSearch.proposer``
 and the inference client of ``whale.inference.factory``; appends one HarnessIterationMetrics line
 per iteration to ``layout.metrics_key``; checks ``layout.stop_key`` between iterations; writes the
-accepted harness to ``layout.harness_key(run, "cKK-accepted")`` and then the HarnessPhaseResult to
+accepted harness to ``layout.harness_key(run, "cKK-accepted")`` and then the HarnessPhaseResult (with
+the candidates flagged by the reward-integrity checks, ``spec.harnessSearch.integrity``) to
 ``layout.result_key`` last. A killed attempt resumes from the archive (``docs/metaharness.md``).
 """
 
@@ -23,10 +24,11 @@ from whale.domain import Domain
 from whale.inference.base import InferenceClient
 from whale.metaharness.archive import Archive
 from whale.metaharness.evaluate import CandidateEvaluator, EvalSettings
-from whale.metaharness.loop import HarnessSearch, SearchConfig, SearchError
+from whale.metaharness.integrity import IntegrityAction, IntegrityPolicy
+from whale.metaharness.loop import HarnessSearch, SearchConfig, SearchError, SearchResult
 from whale.metaharness.proposer import Proposer
 from whale.metaharness.proposer import from_spec as proposer_from_spec
-from whale.protocol import HarnessIterationMetrics, HarnessPhaseResult, PhaseKind, PhaseRequest
+from whale.protocol import HarnessIterationMetrics, HarnessPhaseResult, IntegrityFlag, PhaseKind, PhaseRequest
 from whale.spec import WhaleRunSpec
 from whale.store import Store
 from whale.workloads.common import load_domain, read_request
@@ -79,6 +81,7 @@ def run_search(
         proposer_timeout_s=float(hs.proposer.timeout_seconds),
         proposer_max_turns=hs.proposer.max_turns,
         proposer_max_tokens=hs.proposer.max_tokens,
+        integrity=IntegrityPolicy(IntegrityAction(hs.integrity.action), hs.integrity.min_token_ratio),
     )
     if settings is None:
         from whale.inference.factory import sampling_for
@@ -129,6 +132,7 @@ def run_search(
             iterations=found.iterations,
             rollouts=found.rollouts,
             stopped_by=found.stopped_by,  # type: ignore[arg-type]
+            integrity_flags=integrity_flags(found),
         )
 
     with tempfile.TemporaryDirectory(prefix="whale-search-") as tmp:
@@ -136,4 +140,22 @@ def run_search(
     store.write_json(layout.result_key(run, phase), result.to_wire())
     log.info("harness phase %s accepted %s (score %.4f) after %d iterations, %d rollouts (%s)", phase,
              result.accepted_candidate, result.accepted_score, result.iterations, result.rollouts, result.stopped_by)
+    for flag in result.integrity_flags:
+        log.warning("reward integrity: candidate %s %s: %s", flag.candidate,
+                    "ACCEPTED although flagged" if flag.accepted else "flagged, not accepted", "; ".join(flag.reasons))
     return result
+
+
+def integrity_flags(found: SearchResult) -> list[IntegrityFlag]:
+    """The phase's flagged candidates as the result lists them."""
+    return [
+        IntegrityFlag(
+            candidate=c.id,
+            reasons=list(c.integrity_flags),
+            score=c.score,
+            completion_tokens_per_episode=round(c.usage.mean_completion_tokens, 3) if c.usage else None,
+            episodes_without_model=c.usage.without_model if c.usage else None,
+            accepted=c.id == found.accepted.id,
+        )
+        for c in found.flagged
+    ]

@@ -111,6 +111,9 @@ def task_prompt(request: ProposalRequest) -> str:
         "Read the archive first: summary.md, the best candidates' harness.py, and their traces.jsonl "
         "(failed episodes show what to fix).",
         "You may re-propose an earlier candidate's code unchanged (a revert): it is not evaluated again.",
+        "The reward must come through the model's replies: a candidate whose rewarded episodes never call the "
+        "model, or that scores higher while the model's output collapses, is flagged for reward integrity "
+        "(see `integrity_flags` in summary.json) and, by default, never accepted.",
     ]
     if request.prompt_only:
         rules.append(

@@ -173,7 +173,11 @@ class OpenAIAgentProposer(Proposer):
                 messages.append({"role": "user", "content": NUDGE})
                 continue
             for call in calls:
-                result = _run_call(workspace, call)
+                # each tool call is bounded (workspace.py); many of them in one reply must not outlast the budget
+                if time.monotonic() >= deadline:
+                    result = "error: the proposer's time budget is spent; this tool call was not run"
+                else:
+                    result = _run_call(workspace, call)
                 tool_msg = {"role": "tool", "tool_call_id": call.get("id") or "", "content": result[:TOOL_RESULT_CHARS]}
                 messages.append(tool_msg)
                 report.transcript.append({"turn": report.turns, "name": (call.get("function") or {}).get("name"), **tool_msg})
