@@ -17,6 +17,7 @@ console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
 DEFAULT_OUT = Path("whale-report")
+DASH = "–"
 
 
 def _fail(message: str) -> None:
@@ -90,16 +91,16 @@ def _backends(names: list[str]) -> list[str]:
 
 
 def _print_summary(series: list) -> None:
-    from whale.report.page import SUMMARY_COLUMNS, summary_row
+    from whale.report.page import summary_row, where_short
 
     table = Table(title="best test mean@k per run")
-    shown = ("run", "condition", "schedule", "status", "best", "paper", "where", "rolloutsAtBest", "rolloutsSpent")
-    for key, head in SUMMARY_COLUMNS:
-        if key in shown:
-            table.add_column(head)
+    for head in ("run", "condition", "best %", "paper %", "where", "rollouts at best", "rollouts spent"):
+        table.add_column(head)
     for s in series:
         row = summary_row(s)
-        table.add_row(*(row[key] for key, _ in SUMMARY_COLUMNS if key in shown))
+        paper = DASH if s.paper is None else f"{s.paper.mean_at_8_percent:.2f}"
+        table.add_row(row["run"], row["condition"], row["best"], paper, where_short(s), row["rolloutsAtBest"],
+                      row["rolloutsSpent"])
     console.print(table)
 
 

@@ -11,8 +11,7 @@ into SVG or PNG bytes:
 
 Every drawn series carries a ``gid`` (``mean-rollouts-<label>``, ``best-steps-<label>``,
 ``reward-<label>``, ``phase-rollouts-<label>-<phase>``, ...): SVG output names its groups by them, so a
-figure can be checked after it is written. SVG text stays text (searchable, small) and the output is
-deterministic (no date, fixed id salt).
+figure can be checked after it is written. SVG text stays text (searchable, small); no date is written.
 """
 
 from __future__ import annotations
@@ -36,7 +35,6 @@ WEIGHT_COLOUR = "#9ecae1"
 HARNESS_COLOUR = "#fdae6b"
 RC: dict[str, Any] = {
     "svg.fonttype": "none",  # text stays text: searchable, and a tenth of the size
-    "svg.hashsalt": "whale-report",  # stable element ids: the same report twice is the same file
     "font.size": 9,
     "axes.titlesize": 10,
 }
@@ -183,7 +181,7 @@ def figures(runs: Sequence[RunSeries]) -> dict[str, Any]:
 
 
 def render(fig: Any, fmt: FigureFormat) -> bytes:
-    """The figure as SVG or PNG bytes (Agg canvas; no date in the file, so reports are reproducible)."""
+    """The figure as SVG or PNG bytes (Agg canvas; no date in the file)."""
     mpl = _mpl()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 

@@ -49,6 +49,14 @@ def where(run: RunSeries) -> str:
     return f"cycle {b.cycle}, step {b.step}{after} ({b.phase})"
 
 
+def where_short(run: RunSeries) -> str:
+    """The same, short: ``c01 s3 after harness``."""
+    b = run.best
+    if b is None:
+        return DASH
+    return f"c{b.cycle:02d} s{b.step}" + (f" after {b.after}" if b.after else "")
+
+
 def summary_row(run: RunSeries) -> dict[str, str]:
     """One row of the summary table, formatted (the HTML page and the terminal table print these)."""
     best = run.best
