@@ -186,8 +186,10 @@ class WandbTracker(Tracker):
     def __init__(self, identity: RunIdentity, project: str, config: Mapping[str, Any]):
         wandb = _needs("wandb", "wandb")
         self.wandb = wandb
+        # WANDB_DIR read here, per run: W&B caches its settings per process at the first init
         self.run = wandb.init(project=project, name=identity.name, id=identity.run_id, resume="allow",
-                              config=dict(config), settings=wandb.Settings(console="off"))
+                              config=dict(config), dir=os.environ.get("WANDB_DIR") or None,
+                              settings=wandb.Settings(console="off"))
         for namespace, axis in AXES.items():
             self.run.define_metric(f"{namespace}/{axis}", hidden=True)
             self.run.define_metric(f"{namespace}/*", step_metric=f"{namespace}/{axis}")
@@ -205,6 +207,8 @@ class WandbTracker(Tracker):
 
     def close(self) -> None:
         self.run.finish()
+        # finish() returns before W&B's service has written everything (seen offline); teardown waits for it
+        self.wandb.teardown()
 
 
 class MlflowTracker(Tracker):
