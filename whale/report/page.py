@@ -23,6 +23,7 @@ SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
     ("schedule", "(E, I)"),
     ("status", "status"),
     ("best", "best mean@k (%)"),
+    ("k", "k"),
     ("paper", "paper, Table 1 (%)"),
     ("where", "where"),
     ("rolloutsAtBest", "rollouts at best"),
@@ -69,7 +70,8 @@ def summary_row(run: RunSeries) -> dict[str, str]:
         "condition": run.condition,
         "schedule": run.schedule or DASH,
         "status": run.run_phase or "(status not in the store)",
-        "best": percent(best.mean_at_k if best else None) + (f" (mean@{best.k})" if best and best.k != 8 else ""),
+        "best": percent(best.mean_at_k if best else None),
+        "k": str(best.k if best else run.k),
         "paper": paper,
         "where": where(run),
         "rolloutsAtBest": DASH if best is None else f"{best.rollouts:,}",
@@ -106,7 +108,7 @@ figcaption { font-size: 0.85rem; color: #555; } .notes { font-size: 0.8rem; colo
 """
 
 _NUM = ' class="num"'
-_NUMERIC = {"best", "rolloutsAtBest", "rolloutsSpent", "steps", "weightHours", "gpuHours"}
+_NUMERIC = {"best", "k", "rolloutsAtBest", "rolloutsSpent", "steps", "weightHours", "gpuHours"}
 
 
 def _esc(value: Any) -> str:
