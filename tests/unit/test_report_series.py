@@ -148,8 +148,15 @@ def test_mh_only_lays_its_iterations_at_step_zero():
     assert s.schedule is None and s.condition == "mh_only"
 
 
-def test_to_dict_is_camel_case_json():
-    d = build_series(whale_records()).to_dict()
+def test_to_dict_is_camel_case_json_without_nan():
+    import json
+
+    records = whale_records()
+    diverged = steps(0, 2)[0].model_copy(update={"loss": float("nan")})
+    first = dataclasses.replace(records.phases[1], weight_metrics=(diverged, *records.phases[1].weight_metrics[1:]))
+    d = build_series(dataclasses.replace(records, phases=(records.phases[0], first, records.phases[2]))).to_dict()
+    json.dumps(d, allow_nan=False)
+    assert d["weightSteps"][0]["loss"] is None
     assert d["statusSource"] == "store" and d["rolloutsSpent"] == 46
     assert d["phases"][1]["kind"] == "harness" and d["phases"][1]["acceptedScore"] == 0.2
     assert d["best"]["meanAtK"] == 0.4 and d["weightSteps"][0]["keptFraction"] == 0.25

@@ -28,7 +28,7 @@ class OutputFormat(str, enum.Enum):
 def json_text(runs: Sequence[RunSeries]) -> str:
     from whale.report.page import report_json
 
-    return json.dumps(report_json(runs), indent=2, sort_keys=False) + "\n"
+    return json.dumps(report_json(runs), indent=2, allow_nan=False) + "\n"
 
 
 def write_atomic(path: Path, data: bytes) -> None:

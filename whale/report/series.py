@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import math
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -237,6 +238,8 @@ def _camel(value: Any) -> Any:
         return [_camel(v) for v in value]
     if isinstance(value, enum.Enum):
         return value.value
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # a diverged loss: JSON has no NaN
     return value
 
 

@@ -75,7 +75,11 @@ def list_runs(store: Store) -> list[str]:
     out = []
     for child in store.list(layout.RUNS_ROOT, recursive=False):
         name = child.rstrip("/").rsplit("/", 1)[-1]
-        if child.endswith("/") and store.exists(f"{layout.RUNS_ROOT}/{name}/spec.json"):
+        try:
+            layout.check_run_name(name)
+        except ValueError:
+            continue  # not a run's folder (runs are named as Kubernetes objects)
+        if child.endswith("/") and store.exists(layout.spec_key(name)):
             out.append(name)
     return out
 

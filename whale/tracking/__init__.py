@@ -304,17 +304,19 @@ def export_phase(store: Any, run: str, phase: str) -> int:
 
     if parse_main_phase(phase) is None and parse_eval_phase(phase) is None:
         return 0  # e.g. the prepare workload
-    request = store.read_json_or_none(layout.request_key(run, phase))
-    if not isinstance(request, dict) or "spec" not in request:
-        return 0
-    spec = WhaleRunSpec.model_validate(request["spec"])
-    if not spec.tracking.report_to:
-        return 0
+    backends = "the trackers"
     try:
+        request = store.read_json_or_none(layout.request_key(run, phase))
+        if not isinstance(request, dict) or "spec" not in request:
+            return 0
+        spec = WhaleRunSpec.model_validate(request["spec"])
+        if not spec.tracking.report_to:
+            return 0
+        backends = ", ".join(spec.tracking.report_to)
         return _export_phase(store, run, phase, spec)
     except Exception:  # noqa: BLE001 - a mirror must not fail a finished phase; the traceback is logged
         log.warning("tracking %s of %s to %s failed; the store keeps every metric (`whale report --export` "
-                    "replays them)", phase, run, ", ".join(spec.tracking.report_to), exc_info=True)
+                    "replays them)", phase, run, backends, exc_info=True)
         return 0
 
 
