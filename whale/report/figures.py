@@ -87,6 +87,9 @@ def mean_at_k_figure(runs: Sequence[RunSeries]) -> Any:
             strip.set_ylim(-0.6, max(0, len(runs) - 1) + 0.6)
             strip.invert_yaxis()
             strip.set_xlabel("training rollouts spent" if axis == "rollouts" else "global RSFT step")
+            from matplotlib.ticker import MaxNLocator
+
+            strip.xaxis.set_major_locator(MaxNLocator(integer=True))
             strip.tick_params(axis="y", labelsize=8)
             ax.tick_params(labelbottom=False)
             from matplotlib.patches import Patch
