@@ -1,4 +1,4 @@
-"""`whale`: the command line. A shell over the library: validate, plan, run, status, replay, crd.
+"""`whale`: the command line. A shell over the library: validate, plan, run, status, report, replay, crd.
 
 Starts fast (no torch, kopf or vllm imports here); heavy modules load inside the commands that
 need them.
@@ -18,6 +18,7 @@ from rich.table import Table
 
 from whale import domains, layout
 from whale.manifest import Manifest, ManifestError, load_manifest
+from whale.report.cli import report as report_command
 from whale.schedule import ScheduleError, plan as make_plan, resolve
 
 app = typer.Typer(
@@ -278,6 +279,9 @@ def list_domains() -> None:
     """List the registered domains."""
     for name in domains.available():
         typer.echo(name)
+
+
+app.command("report")(report_command)  # whale/report/cli.py
 
 
 def main() -> None:

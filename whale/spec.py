@@ -366,6 +366,20 @@ class Cluster(_Model):
     model_cache_size: str = "100Gi"
 
 
+class Tracking(_Model):
+    """Also log the run's metrics to TensorBoard / Weights & Biases / MLflow (like TRL's ``report_to``).
+
+    Off by default; the store keeps every metric either way. Each workload logs its phase when the phase
+    ends (docs/report.md); ``whale report --export`` replays a whole run from the store."""
+
+    report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
+        default_factory=list, description="tracking backends (extras whale-k8s[tensorboard|wandb|mlflow])")
+    project: str | None = Field(None, description="W&B project / MLflow experiment (default: whale)")
+    tensorboard_dir: str = Field(
+        ".whale/tensorboard", description="event files go to {tensorboardDir}/{run name}; relative to the working directory "
+        "of `whale run` (on a cluster: a path on a mounted volume)")
+
+
 # ----- the spec -----------------------------------------------------------------------------------
 
 
@@ -384,6 +398,7 @@ class WhaleRunSpec(_Model):
     train: Train = Field(Train(), description="train Job shape (cluster)")
     cluster: Cluster = Field(Cluster(), description="Kubernetes placement (ignored by `whale run`)")
     suspend: bool = Field(False, description="true: stop every child cleanly; false again resumes")
+    tracking: Tracking = Field(Tracking(), description="metrics also to TensorBoard / W&B / MLflow (off by default)")
 
     @model_validator(mode="after")
     def _condition_fields(self) -> WhaleRunSpec:

@@ -30,6 +30,9 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(f"whale.workloads.{args.kind}")
         store = open_store(args.store)
         module.main(store, args.run, args.phase)
+        from whale.tracking import export_phase  # spec.tracking.reportTo (off by default); never raises
+
+        export_phase(store, args.run, args.phase)
     except KeyboardInterrupt:
         print(f"{args.kind} workload interrupted", file=sys.stderr)
         return 130
