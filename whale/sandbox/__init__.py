@@ -15,7 +15,7 @@ tmpfs (the scratch directory stays writable), rlimits (CPU, address space, file 
 open files), a wall clock that kills the whole process tree, and an allow-listed environment.
 """
 
-from whale.sandbox.policy import GiB, Isolation, Limits, MiB, Outcome, build_env, classify
+from whale.sandbox.policy import GiB, Isolation, IsolationLevel, Limits, MiB, Outcome, build_env, classify
 from whale.sandbox.process import SandboxSetupError
 from whale.sandbox.run import SandboxResult, run_python
 from whale.sandbox.worker import SandboxCallError, SandboxWorker
@@ -23,6 +23,7 @@ from whale.sandbox.worker import SandboxCallError, SandboxWorker
 __all__ = [
     "GiB",
     "Isolation",
+    "IsolationLevel",
     "Limits",
     "MiB",
     "Outcome",
