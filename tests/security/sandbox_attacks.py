@@ -27,29 +27,30 @@ def attempt(name, fn):
 def report():
     sys.stdout.flush()
     print("\\n" + json.dumps(_out), flush=True)
-import ctypes
-_libc = ctypes.CDLL(None, use_errno=True)
+def _libc():
+    import ctypes  # only when used: an attack that needs no C call must run where ctypes is refused
+    return ctypes, ctypes.CDLL(None, use_errno=True)
+def _c_check(ret):
+    ctypes, _ = _libc()
+    if ret < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return ret
 def c_read(path):
     """open(2) + read(2) through libc: no audit hook sees this, only the kernel's walls stop it."""
-    fd = _libc.open(os.fsencode(path), os.O_RDONLY)
-    if fd < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return os.read(fd, 50)
+    return os.read(_c_check(_libc()[1].open(os.fsencode(path), os.O_RDONLY)), 50)
 def c_write(path):
-    fd = _libc.open(os.fsencode(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-    if fd < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return os.write(fd, b"pwned")
+    return os.write(_c_check(_libc()[1].open(os.fsencode(path), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)), b"pwned")
+def c_umount(path):
+    return _c_check(_libc()[1].umount2(os.fsencode(path), 2))
+def c_remount_rw(path):
+    return _c_check(_libc()[1].mount(None, os.fsencode(path), None, 32 | 4096, None))  # MS_REMOUNT|MS_BIND
+def c_mount_tmpfs(path):
+    return _c_check(_libc()[1].mount(b"tmpfs", os.fsencode(path), b"tmpfs", 0, None))
 def c_socket(family):
     """A socket made through libc (the audit hook never sees its family), wrapped for Python."""
     import socket
-    fd = _libc.socket(family, socket.SOCK_STREAM, 0)
-    if fd < 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-    return socket.socket(fileno=fd)
+    return socket.socket(fileno=_c_check(_libc()[1].socket(family, socket.SOCK_STREAM, 0)))
 def cat(path):
     import subprocess
     done = subprocess.run(["/bin/cat", path], capture_output=True)

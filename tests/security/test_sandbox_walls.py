@@ -298,17 +298,11 @@ def test_non_utf8_stderr_of_a_dying_worker_is_replaced():
 
 def test_program_holds_no_capabilities_and_cannot_move_its_walls():
     code = attacks.PRELUDE + '''
-import ctypes
-libc = ctypes.CDLL(None, use_errno=True)
-def call(ret):
-    if ret != 0:
-        raise OSError(ctypes.get_errno(), os.strerror(ctypes.get_errno()))
-    return ret
 status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
 print(json.dumps({k: status[k].strip() for k in ("CapEff", "CapPrm", "CapBnd", "NoNewPrivs", "Uid")}))
-attempt("umount /usr", lambda: call(libc.umount2(b"/usr", 2)))
-attempt("remount / rw", lambda: call(libc.mount(None, b"/", None, 32 | 4096, None)))
-attempt("mount tmpfs", lambda: call(libc.mount(b"tmpfs", b"/scratch", b"tmpfs", 0, None)))
+attempt("umount /usr", lambda: c_umount("/usr"))
+attempt("remount / rw", lambda: c_remount_rw("/"))
+attempt("mount tmpfs", lambda: c_mount_tmpfs("/scratch"))
 report()
 '''
     r = run_python(code)

@@ -339,6 +339,9 @@ def _drop_bounding_set():
 def _program(cfg, status, status_fd):
     """The program's process: drop everything, exec the guard. Never returns."""
     try:
+        # the init made itself non-dumpable (so the program cannot ptrace it); its child must be
+        # dumpable again to own its /proc/self files (uid_map) — exec would reset it anyway
+        _check(_libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(DUMPABLE)")
         if cfg["sandboxed"]:
             os.setsid()  # kill(0, ...) inside reaches only its own group
             if cfg["root"]:
