@@ -108,7 +108,7 @@ class _Walls:
         if resolved is None:
             return
         if flags & _WRITE_FLAGS:
-            if not _under(resolved, self.write_roots) and not _under(resolved, f"/proc/{os.getpid()}/fd"):
+            if not _under(resolved, [*self.write_roots, f"/proc/{os.getpid()}/fd"]):
                 raise PermissionError(f"sandbox: writing outside the scratch directory is not allowed: {resolved}")
         elif not self.readable(resolved):
             raise PermissionError(f"sandbox: reading {resolved} is not allowed")
@@ -118,7 +118,8 @@ class _Walls:
             path, _mode, flags = args
             if path is None:
                 return
-            if getattr(self.local, "checked", None) == (path, flags):
+            checked = getattr(self.local, "checked", None)
+            if checked is not None and checked is path:
                 self.local.checked = None  # os.open with dir_fd: checked by the wrapper
                 return
             self.check_open(path, flags or 0)
@@ -145,10 +146,14 @@ class _Walls:
         original = os.open
 
         def sandboxed_open(path, flags, mode=0o777, *, dir_fd=None):
-            if dir_fd is not None and not isinstance(path, int):
-                self.check_open(path, flags, dir_fd)
-                self.local.checked = (path, flags)
-            return original(path, flags, mode, dir_fd=dir_fd)
+            if dir_fd is None or isinstance(path, int):
+                return original(path, flags, mode, dir_fd=dir_fd)
+            self.check_open(path, flags, dir_fd)
+            self.local.checked = path  # the audit event of this very call is already checked
+            try:
+                return original(path, flags, mode, dir_fd=dir_fd)
+            finally:
+                self.local.checked = None
 
         sandboxed_open.__doc__ = original.__doc__
         os.open = posix.open = sandboxed_open
