@@ -84,6 +84,15 @@ _libc.syscall.restype = ctypes.c_long
 class SetupError(Exception):
     """One isolation step failed; the message says which and why."""
 
+    #: whether weaker isolation is the only way around it (else the caller's input is at fault)
+    isolation_step = True
+
+
+class ScratchFilesError(SetupError):
+    """The caller's files do not fit in the scratch directory."""
+
+    isolation_step = False
+
 
 class _MountAttr(ctypes.Structure):
     _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
@@ -271,7 +280,7 @@ def _write_files(cfg):
             with os.fdopen(fd, "wb") as f:
                 f.write(base64.b64decode(encoded))
         except OSError as exc:
-            raise SetupError(f"cannot place {name!r} in the scratch directory ({exc.strerror}); "
+            raise ScratchFilesError(f"cannot place {name!r} in the scratch directory ({exc.strerror}); "
                              "raise Limits.scratch_bytes if the files are larger than the scratch") from exc
         os.chown(dest, owner, owner)
 
@@ -441,7 +450,7 @@ def _init(cfg, status, status_fd, alive_r, report_w, result_fd):
 
 def _report_error(status_fd, status, exc):
     status["error"] = str(exc) if isinstance(exc, SetupError) else f"{type(exc).__name__}: {exc}"
-    if status.get("level") == "sandbox":
+    if status.get("level") == "sandbox" and getattr(exc, "isolation_step", True):
         status["error"] += "; " + _NO_FALLBACK
     try:
         os.write(status_fd, json.dumps(status).encode())
