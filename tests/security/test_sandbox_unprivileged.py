@@ -73,12 +73,14 @@ print(json.dumps(results))
 
 @pytest.fixture(scope="module")
 def nobody_results() -> dict:
-    files = sorted((default_data_root() / "math_reasoning").glob("*.jsonl"))
-    if not files:
-        pytest.skip(f"no math_reasoning data under {default_data_root()} (set WHALE_DATA_DIR)")
     work = Path(tempfile.mkdtemp(prefix="whale-nobody-"))  # pytest's tmp dirs are root-only
     try:
         work.chmod(0o755)
+        files = sorted((default_data_root() / "math_reasoning").glob("*.jsonl"))
+        if not files:  # this checkout has no data root: a planted stand-in the unused uid could read
+            files = [work / "aime_2024.jsonl"]
+            files[0].write_text('{"id": "planted", "answer": "204"}\n')
+            files[0].chmod(0o644)
         home = work / "home"
         (home / ".ssh").mkdir(parents=True)
         key = home / ".ssh" / "id_rsa"

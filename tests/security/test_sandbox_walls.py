@@ -28,11 +28,15 @@ SECRET = "whale-fake-secret-5e1f0c"
 
 
 @pytest.fixture(scope="module")
-def data_file() -> str:
+def data_file(tmp_path_factory) -> str:
+    """A gold-answer file of the data root; where this checkout has none, a planted stand-in."""
     files = sorted((default_data_root() / "math_reasoning").glob("*.jsonl"))
-    if not files:
-        pytest.skip(f"no math_reasoning data under {default_data_root()} (set WHALE_DATA_DIR)")
-    return str(files[0])
+    if files:
+        return str(files[0])
+    planted = tmp_path_factory.mktemp("data") / "math_reasoning" / "aime_2024.jsonl"
+    planted.parent.mkdir()
+    planted.write_text('{"id": "planted", "answer": "204"}\n')
+    return str(planted)
 
 
 def probe(code: str, **kwargs) -> dict[str, str]:
