@@ -9,12 +9,17 @@ from __future__ import annotations
 import os
 import socket
 import threading
+from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.fixtures.tools import PLANTED_SECRET
+from whale.domain import default_data_root
 from whale.tools.client import CodeClient
+from whale.tools.code import CODE_PACKAGES, code_isolation
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def run(svc, code: str, **extra) -> dict:
@@ -147,6 +152,27 @@ def test_writes_outside_scratch_fail(code_service, tmp_path):
     assert "wrote" not in out["output"] and out["output"].count("refused") == 3
     assert out["output"].rstrip().endswith("fine")  # its own scratch directory is writable
     assert not target.exists() and not os.path.exists(here)
+
+
+def test_math_packages_import_and_nothing_of_the_host_does(code_service):
+    installed = code_isolation().packages
+    assert set(installed) <= set(CODE_PACKAGES)
+    for name in installed:
+        out = run(code_service, f"import {name}\nprint({name}.__name__)", timeout_s=5)
+        assert out["error"] is None and out["output"] == f"{name}\n", out
+    if "sympy" in installed:
+        out = run(code_service, "import sympy\nprint(sympy.factorint(360))", timeout_s=5)
+        assert out["output"] == "{2: 3, 3: 2, 5: 1}\n", out
+    for module in ("whale", "math_reasoning", "httpx", "torch"):  # the service's own packages stay out
+        out = run(code_service, f"import {module}")
+        assert out["outcome"] == "error" and out["error"].startswith("ModuleNotFoundError"), (module, out)
+    data = sorted((default_data_root() / "math_reasoning").glob("*.jsonl"))
+    for path in [*data[:1], REPO / "pyproject.toml"]:
+        code = ("import ctypes, os\nfd = ctypes.CDLL(None, use_errno=True).open(%r.encode(), 0)\n"
+                "print('fd', fd, 'errno', ctypes.get_errno())\nprint(open(%r).read(80))\n") % (str(path), str(path))
+        out = run(code_service, code)
+        assert out["output"].startswith("fd -1 errno 2\n"), out  # not there at all (below the audit hook)
+        assert out["error"] is not None and "PermissionError" in out["error"]  # and refused by the hook
 
 
 @pytest.mark.parametrize(

@@ -212,12 +212,13 @@ async def test_a_pool_spreads_concurrent_hooks_over_its_processes(tmp_path: Path
 
     path = harness_file(tmp_path, '''
         import os
+        PROCESS = os.urandom(8).hex()  # pids do not tell sandboxes apart: each has its own PID namespace
         class Harness(BaseHarness):
             def start(self, task, state):
                 total = 0
                 for i in range(20000):
                     total += i
-                return Decision(messages=[{"role": "user", "content": str(os.getpid())}])
+                return Decision(messages=[{"role": "user", "content": PROCESS}])
     ''')
     async with HarnessPool(path, ALLOWED, processes=2) as pool:
         answers = await asyncio.gather(*[pool.call("start", {"task": {}}, {}) for _ in range(20)])

@@ -224,7 +224,7 @@ async def _spawn_whale_sandbox(harness_path, allowed_imports, limits, launch, Li
         target="worker_entry.py",
         args=[],
         limits=sb_limits,
-        isolation=Isolation(network="auto" if limits.isolate_network else "audit-hook"),
+        isolation=Isolation(),  # always its own network namespace (no audit-hook fallback any more)
         scratch=None,
         files=files,
         env=None,

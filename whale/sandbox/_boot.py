@@ -1,176 +1,553 @@
-"""Sandbox launcher: isolates itself, then execs the interpreter on the guarded program.
+"""Sandbox launcher: builds the walls, then execs the interpreter on the guarded program.
 
-Run by the parent as ``python -I -S _boot.py CONFIG_JSON`` in a fresh session. Stdlib only (it runs
-before any site-packages exist for it). Steps, each recorded in a status JSON written to the
-``status_fd`` pipe before exec (so the parent learns what isolation was really achieved):
+Run by the parent as ``python -I -S _boot.py CFG_FD STATUS_FD LIFE_FD RESULT_FD`` in a fresh session;
+the configuration (JSON) arrives on ``CFG_FD``, never on the command line. Stdlib only. Three
+processes, each with one job:
 
-1. new network (+ mount) namespace via ``unshare(2)`` — Python 3.11 has no ``os.unshare``, so ctypes;
-   as a non-root user it tries a user namespace instead; if neither works, the guard's socket hook;
-2. in the mount namespace: everything private, ``hide`` paths covered by empty read-only tmpfs,
-   the scratch directory and ``expose`` paths bound back in place;
-3. drop to the sandbox uid/gid (no supplementary groups), set no_new_privs;
-4. rlimits, chdir scratch, execve the interpreter with the allow-listed environment.
+* **boot** (this process, in the host's PID namespace): unshares new mount, PID, network, IPC and UTS
+  namespaces (as a non-root caller inside a new user namespace that maps the caller to root), forks
+  the init, and then only supervises: when the parent closes (or loses, by dying) the ``LIFE_FD``
+  pipe it SIGKILLs the init, whose death makes the kernel kill every process of the namespace; when
+  the init reports the program's end it exits the way the program did (same code or signal).
+* **init** (PID 1 of the new PID namespace, non-dumpable, SIGKILLed if the boot dies): builds the
+  new root — a tmpfs holding only the system runtime, the interpreter's prefix, the allow-listed
+  read-only paths and packages, a minimal /dev and /etc, a fresh /proc and a size-bounded scratch
+  tmpfs — pivots into it and detaches the host's root; forks the program; reaps; when the program
+  ends, kills everything else in the namespace, hands back the requested scratch files, reports.
+* **program**: own session; as root's child a fresh unprivileged uid, as a non-root caller's child a
+  second user namespace with an unprivileged uid (so it holds no capability over its mounts);
+  bounding set emptied, no_new_privs, rlimits; execs ``python -I -u /sandbox/guard.py``.
 
-Doing this after exec (instead of in a ``preexec_fn``) keeps the fork in the parent async-signal safe
-even when the parent has threads.
+Every failure before the exec is written to ``STATUS_FD`` as ``{"error": ...}`` (the parent raises
+``SandboxSetupError``); the guard writes the success status once it checked it holds no capability.
+With ``level == "none"`` the same processes run without namespaces, mounts or uid change.
 """
 
+import base64
 import ctypes
 import ctypes.util
 import json
 import os
+import platform
 import resource
+import select
+import signal
+import stat
 import sys
 
 CLONE_NEWNS = 0x00020000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_RDONLY = 1
 MS_NOSUID = 2
 MS_NODEV = 4
+MS_NOEXEC = 8
 MS_REMOUNT = 32
 MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
+MOUNT_ATTR_RDONLY = 0x1
+MOUNT_ATTR_NOSUID = 0x2
+MOUNT_ATTR_NODEV = 0x4
+MOUNT_ATTR_NOEXEC = 0x8
+AT_FDCWD = -100
+AT_RECURSIVE = 0x8000
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 SETUP_FAILED_EXIT = 121
+#: syscall numbers glibc has no wrapper for
+_SYSCALLS = {
+    "x86_64": {"pivot_root": 155, "mount_setattr": 442},
+    "aarch64": {"pivot_root": 41, "mount_setattr": 442},
+}
+#: where the new root is assembled (a tmpfs is mounted over it, in our own mount namespace only)
+_STAGING_DIRS = ("/tmp", "/mnt", "/media", "/srv")
+#: files the sandbox's /dev holds (bind mounts of the host's nodes)
+_DEV_NODES = ("null", "zero", "full", "random", "urandom")
+#: parts of the fresh /proc made read-only on top of the kernel's own permissions
+_PROC_READONLY = ("sys", "sysrq-trigger", "irq", "bus")
+_NO_FALLBACK = ("the only alternative is no isolation at all, which must be asked for by name: "
+                "Isolation(level='none') / the spec's `isolation: none`, for trusted local use only")
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+_libc.syscall.restype = ctypes.c_long
+
+
+class SetupError(Exception):
+    """One isolation step failed; the message says which and why."""
+
+    #: whether weaker isolation is the only way around it (else the caller's input is at fault)
+    isolation_step = True
+
+
+class ScratchFilesError(SetupError):
+    """The caller's files do not fit in the scratch directory."""
+
+    isolation_step = False
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
 
 
 def _check(ret, what):
     if ret != 0:
         err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
+        raise SetupError(f"{what} failed: {os.strerror(err)} (errno {err})")
 
 
-def _unshare(flags):
-    _check(_libc.unshare(flags), f"unshare({flags:#x})")
+def _enc(value):
+    return None if value is None else os.fsencode(value)
 
 
-def _mount(source, target, fstype, flags, data):
-    enc = lambda s: None if s is None else s.encode()  # noqa: E731
-    _check(_libc.mount(enc(source), enc(target), enc(fstype), flags, enc(data)), f"mount {target}")
+def _mount(source, target, fstype, flags, data, what=None):
+    _check(_libc.mount(_enc(source), _enc(target), _enc(fstype), flags, _enc(data)), what or f"mount {target}")
 
 
-def _under(path, root):
-    return path == root or path.startswith(root.rstrip("/") + "/")
+def _syscall(name, *args):
+    number = _SYSCALLS.get(platform.machine(), {}).get(name)
+    if number is None:
+        raise SetupError(f"{name} is not known on {platform.machine()}")
+    return _libc.syscall(number, *args)
 
 
-def _make_mounts(cfg, status):
-    """Hide ``hide`` dirs behind tmpfs; bind scratch and ``expose`` paths back at the same place."""
-    _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-    hide = [h for h in cfg["hide"] if os.path.isdir(h) and not os.path.islink(h)]
-    keep = [cfg["scratch"]] + [p for p in cfg["expose"] if os.path.exists(p)]
-    keep = [p for p in keep if any(_under(p, h) for h in hide)]
-    fds = {p: os.open(p, os.O_PATH) for p in keep}
-    for h in hide:
-        _mount("tmpfs", h, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
-    for p, fd in fds.items():
-        if os.path.isdir(f"/proc/self/fd/{fd}"):
-            os.makedirs(p, exist_ok=True)
-        else:
-            os.makedirs(os.path.dirname(p), exist_ok=True)
-            open(p, "a").close()
-        _mount(f"/proc/self/fd/{fd}", p, None, MS_BIND | MS_REC, None)
-        os.close(fd)
-    for h in hide:  # read-only once the bind targets exist
-        _mount(None, h, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
-    status["hidden"] = hide
+def _write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
 
 
-def _isolate_network(cfg, status):
-    """New network (and mount) namespace; ``network='audit-hook'`` skips only the network part."""
-    want_net = cfg["network"] != "audit-hook"
-    errors = []
-    if os.geteuid() == 0:
-        flags = (CLONE_NEWNET if want_net else 0) | (CLONE_NEWNS if cfg["mount"] else 0)
-        if flags:
-            try:
-                _unshare(flags)
-            except OSError as exc:
-                errors.append(str(exc))
-                flags = CLONE_NEWNET if want_net else 0
-                try:
-                    if flags:
-                        _unshare(flags)
-                except OSError as exc2:
-                    errors.append(str(exc2))
-                    flags = 0
-            if flags & CLONE_NEWNS:
-                _make_mounts(cfg, status)
-                status["mounts"] = True
-            if flags & CLONE_NEWNET:
-                status["network"] = "netns"
-                return
-    elif want_net:
-        uid, gid = os.getuid(), os.getgid()
-        try:
-            _unshare(CLONE_NEWUSER | CLONE_NEWNET)
-            # map our own ids to themselves so file access is unchanged
-            with open("/proc/self/setgroups", "w") as f:
-                f.write("deny")
-            with open("/proc/self/uid_map", "w") as f:
-                f.write(f"{uid} {uid} 1")
-            with open("/proc/self/gid_map", "w") as f:
-                f.write(f"{gid} {gid} 1")
-            status["network"] = "netns-userns"
-            return
-        except OSError as exc:
-            errors.append(str(exc))
-    if want_net and cfg["network"] == "netns":
-        raise OSError(f"no network namespace could be created ({'; '.join(errors)}) and network='netns'")
-    status["network"] = "audit-hook"
-    if errors:
-        status["network_warning"] = "; ".join(errors)
+# ----- boot: namespaces -------------------------------------------------------------------------------
 
 
-def _drop_privileges(cfg, status):
-    uid = cfg.get("uid")
-    if uid is None or os.geteuid() != 0:
-        status["uid"] = os.getuid()
-        status["uid_dropped"] = False
+def _enter_namespaces(cfg, status):
+    """New mount/PID/net/IPC/UTS namespaces (inside a user namespace mapping us to root if not root)."""
+    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+    if cfg["root"]:
+        _check(_libc.unshare(flags), "unshare(mount, pid, net, ipc, uts namespaces)")
+        status["user_namespace"] = False
         return
-    os.setgroups([])
-    os.setgid(uid)
-    os.setuid(uid)
-    status["uid"] = uid
-    status["uid_dropped"] = True
-
-
-def main():
-    cfg = json.loads(sys.argv[1])
-    status = {"network": None, "mounts": False, "uid_dropped": False}
-    status_fd = cfg["status_fd"]
+    uid, gid = os.geteuid(), os.getegid()
+    _check(_libc.unshare(CLONE_NEWUSER | flags), "unshare(user, mount, pid, net, ipc, uts namespaces)")
     try:
-        _isolate_network(cfg, status)
-        _drop_privileges(cfg, status)
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"0 {uid} 1")
+        _write("/proc/self/gid_map", f"0 {gid} 1")
+    except OSError as exc:
+        raise SetupError(f"mapping the caller to root in the new user namespace failed: {exc}") from exc
+    status["user_namespace"] = True
+
+
+# ----- init: the new root -------------------------------------------------------------------------------
+
+
+def _opath(path):
+    try:
+        return os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError as exc:
+        raise SetupError(f"cannot open {path} to mount it into the sandbox: {exc.strerror}") from exc
+
+
+def _mountpoint(target, is_dir):
+    if is_dir:
+        os.makedirs(target, mode=0o755, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+        if not os.path.lexists(target):
+            os.close(os.open(target, os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC, 0o644))
+
+
+def _set_attrs(target, attrs, what):
+    """Add mount attributes to ``target`` and every mount below it (mount_setattr, Linux 5.12+)."""
+    attr = _MountAttr(attr_set=attrs)
+    ret = _syscall("mount_setattr", AT_FDCWD, _enc(target), AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr))
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise SetupError(f"making {what} read-only (mount_setattr) failed: {os.strerror(err)} (errno {err}); "
+                         "the sandbox needs Linux 5.12 or newer")
+
+
+def _bind(fd, target, *, attrs, what):
+    """Bind the object behind ``fd`` (with its submounts) at ``target``, then add ``attrs`` to all."""
+    _mountpoint(target, stat.S_ISDIR(os.fstat(fd).st_mode))
+    _mount(f"/proc/self/fd/{fd}", target, None, MS_BIND | MS_REC, None, f"bind-mounting {what}")
+    _set_attrs(target, attrs, what)
+
+
+def _build_root(cfg, status):
+    """Assemble the new root on a tmpfs, pivot into it, detach the host's root."""
+    _mount(None, "/", None, MS_REC | MS_PRIVATE, None, "making the mount namespace private")
+    ro = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
+    # open every source before the staging tmpfs can cover it
+    binds = []
+    for source, target in cfg["binds"]:
+        binds.append((_opath(source), target, source))
+    devs = [(_opath(f"/dev/{name}"), name) for name in _DEV_NODES]
+    system = []
+    for path in cfg["system"]:
+        if os.path.islink(path):
+            system.append((None, path, os.readlink(path)))
+        elif os.path.isdir(path):
+            system.append((_opath(path), path, None))
+    ld_cache = _opath("/etc/ld.so.cache") if os.path.isfile("/etc/ld.so.cache") else None
+    staging = next((d for d in _STAGING_DIRS if os.path.isdir(d) and not os.path.islink(d)), None)
+    if staging is None:
+        raise SetupError(f"no directory to assemble the new root on (tried {', '.join(_STAGING_DIRS)})")
+    _mount("tmpfs", staging, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,nr_inodes=4096,mode=0755", "mounting the root tmpfs")
+    root = staging
+
+    def at(path):
+        return root + path
+
+    for fd, path, link in system:
+        if link is not None:
+            os.symlink(link, at(path))
+        else:
+            _bind(fd, at(path), attrs=ro, what=path)
+    for fd, target, source in sorted(binds, key=lambda b: b[1].count("/")):
+        _bind(fd, at(target), attrs=ro, what=f"{source} (read-only path)")
+    for path in cfg["hide"]:  # the interpreter's own site-packages: only allow-listed packages exist
+        if os.path.isdir(at(path)):
+            _mount("tmpfs", at(path), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                   "size=4k,nr_inodes=4,mode=0555", f"hiding {path}")
+    os.makedirs(at("/dev"), mode=0o755)
+    for fd, name in devs:
+        _bind(fd, at(f"/dev/{name}"), attrs=MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, what=f"/dev/{name}")
+    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
+                         ("stderr", "/proc/self/fd/2")):
+        os.symlink(target, at(f"/dev/{name}"))
+    os.makedirs(at("/etc"), mode=0o755)
+    for name, text in cfg["etc"].items():
+        _write(at(f"/etc/{name}"), text)
+    if ld_cache is not None:
+        _bind(ld_cache, at("/etc/ld.so.cache"), attrs=ro, what="/etc/ld.so.cache")
+    os.makedirs(at(os.path.dirname(cfg["guard_path"])), mode=0o755, exist_ok=True)
+    _write(at(cfg["guard_path"]), cfg["guard_source"])
+    # the scratch directory: its own bounded tmpfs owned by the program's uid
+    scratch = at(cfg["scratch"])
+    os.makedirs(scratch, mode=0o755, exist_ok=True)
+    owner = cfg["owner_in_ns"]
+    _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+           f"size={cfg['scratch_bytes']},nr_inodes={cfg['scratch_files']},mode=0700,uid={owner},gid={owner}",
+           "mounting the scratch tmpfs")
+    # a fresh /proc of the new PID namespace (while the host's /proc is still visible: the kernel
+    # refuses a new proc mount in a user namespace that has no fully visible one)
+    os.makedirs(at("/proc"), mode=0o555)
+    _mount("proc", at("/proc"), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None, "mounting /proc")
+    for name in _PROC_READONLY:
+        path = at(f"/proc/{name}")
+        if os.path.exists(path):
+            fd = _opath(path)
+            _bind(fd, path, attrs=ro | MOUNT_ATTR_NOEXEC, what=f"/proc/{name}")
+            os.close(fd)
+    for fd in [b[0] for b in binds] + [d[0] for d in devs] + [s[0] for s in system if s[0] is not None]:
+        os.close(fd)
+    if ld_cache is not None:
+        os.close(ld_cache)
+    # pivot: the tmpfs becomes /, the host's root is stacked on it and then detached
+    os.chdir(root)
+    _check(_syscall("pivot_root", b".", b"."), "pivot_root into the new root")
+    _check(_libc.umount2(b".", MNT_DETACH), "detaching the host's root")
+    os.chdir("/")
+    _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None,
+           "making the new root read-only")
+    status["root"] = "pivot_root"
+
+
+def _write_files(cfg):
+    """Place the caller's files in the scratch directory, owned by the program's uid."""
+    scratch = cfg["scratch"]
+    owner = cfg["owner_in_ns"]
+    for name, encoded in cfg["files"].items():
+        dest = os.path.join(scratch, name)
+        parent = os.path.dirname(dest)
+        if not os.path.isdir(parent):
+            os.makedirs(parent, mode=0o700)
+            walk = parent
+            while walk != scratch:
+                os.chown(walk, owner, owner)
+                walk = os.path.dirname(walk)
+        try:
+            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            with os.fdopen(fd, "wb") as f:
+                f.write(base64.b64decode(encoded))
+        except OSError as exc:
+            raise ScratchFilesError(f"cannot place {name!r} in the scratch directory ({exc.strerror}); "
+                             "raise Limits.scratch_bytes if the files are larger than the scratch") from exc
+        os.chown(dest, owner, owner)
+
+
+def _collect(cfg):
+    """The requested scratch files (regular files only, never through a symlink), within the budget."""
+    out, missing = {}, {}
+    budget = cfg["collect_bytes"]
+    for name in cfg["collect"]:
+        parts = [p for p in name.split("/") if p]
+        fd = None
+        try:
+            fd = os.open(cfg["scratch"], os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            for part in parts[:-1]:
+                nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                os.close(fd)
+                fd = nxt
+            leaf = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+        except OSError as exc:
+            missing[name] = "not a regular file" if exc.errno in (40, 20) else f"not found ({exc.strerror})"
+            continue
+        finally:
+            if fd is not None:
+                os.close(fd)
+        with os.fdopen(leaf, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                missing[name] = "not a regular file"
+            elif info.st_size > budget:
+                missing[name] = f"{info.st_size} bytes is over what is left of Limits.collect_bytes ({budget})"
+            else:
+                data = f.read(budget + 1)
+                if len(data) > budget:
+                    missing[name] = f"over what is left of Limits.collect_bytes ({budget})"
+                else:
+                    budget -= len(data)
+                    out[name] = base64.b64encode(data).decode()
+    return {"files": out, "missing": missing}
+
+
+# ----- program: the last steps before exec ----------------------------------------------------------------
+
+
+def _enter_inner_user_namespace(inner):
+    """A second user namespace: the program's uid there is unprivileged and it has no capability in
+    the namespace that owns its mounts, so it cannot unmount or remount its walls."""
+    _check(_libc.unshare(CLONE_NEWUSER), "unshare(user namespace) for the program")
+    try:
+        _write("/proc/self/setgroups", "deny")
+        _write("/proc/self/uid_map", f"{inner} 0 1")
+        _write("/proc/self/gid_map", f"{inner} 0 1")
+    except OSError as exc:
+        raise SetupError(f"mapping the program's uid failed: {exc}") from exc
+    os.setresgid(inner, inner, inner)
+    os.setresuid(inner, inner, inner)
+
+
+def _drop_bounding_set():
+    with open("/proc/sys/kernel/cap_last_cap") as f:
+        last = int(f.read())
+    for cap in range(last + 1):
+        _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"dropping capability {cap} from the bounding set")
+
+
+def _program(cfg, status, status_fd):
+    """The program's process: drop everything, exec the guard. Never returns."""
+    try:
+        # the init made itself non-dumpable (so the program cannot ptrace it); its child must be
+        # dumpable again to own its /proc/self files (uid_map) — exec would reset it anyway
+        _check(_libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(DUMPABLE)")
+        if cfg["sandboxed"]:
+            os.setsid()  # kill(0, ...) inside reaches only its own group
+            if cfg["root"]:
+                _drop_bounding_set()
+                os.setgroups([])
+                os.setresgid(cfg["uid"], cfg["uid"], cfg["uid"])
+                os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
+            else:
+                _enter_inner_user_namespace(cfg["uid"])
+                _drop_bounding_set()
+        else:
+            os.setpgid(0, 0)  # its own group, so the end of the run can kill what it started
         _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
         for name, (soft, hard) in cfg["rlimits"].items():
             resource.setrlimit(getattr(resource, name), (soft, hard))
         os.chdir(cfg["scratch"])
-        if not os.access(cfg["python"], os.X_OK) or not os.access(cfg["guard_path"], os.R_OK):
-            raise PermissionError(
-                f"the sandbox uid cannot run {cfg['python']} / read {cfg['guard_path']}; "
-                "install the interpreter world-readable or enable the mount namespace"
-            )
-        guard = dict(cfg["guard"])
-        guard["net_hook"] = status["network"] == "audit-hook"
-        # still the caller's uid: only the (best-effort) write-guard hook keeps writes in scratch
-        guard["fs_hook"] = None if status["uid_dropped"] else cfg["scratch"]
-        status["guard"] = {"net_hook": guard["net_hook"], "fs_hook": bool(guard["fs_hook"])}
-        argv = [cfg["python"], "-I", "-u", cfg["guard_path"], json.dumps(guard)]
-        os.write(status_fd, json.dumps(status).encode())
+        for sig in range(1, signal.NSIG):
+            if sig not in (signal.SIGKILL, signal.SIGSTOP):
+                try:
+                    signal.signal(sig, signal.SIG_DFL)
+                except (OSError, ValueError):
+                    pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        status["uid"] = os.getuid()
+        guard = dict(cfg["guard"], status=status, status_fd=status_fd)
+        os.execve(cfg["python"], [cfg["python"], "-I", "-u", cfg["guard_path"], json.dumps(guard)], cfg["env"])
+    except BaseException as exc:  # noqa: BLE001 - every failure is reported, then a distinctive exit
+        _report_error(status_fd, status, exc)
+    os._exit(SETUP_FAILED_EXIT)
+
+
+# ----- init ---------------------------------------------------------------------------------------------------
+
+
+def _init(cfg, status, status_fd, alive_r, report_w, result_fd):
+    """PID 1 of the sandbox (or, with level none, the supervisor of the program). Never returns."""
+    try:
+        _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+        if select.select([alive_r], [], [], 0)[0]:  # the boot died before PDEATHSIG was armed
+            os._exit(SETUP_FAILED_EXIT)
+        _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(DUMPABLE)")  # no ptrace, no /proc/1/*
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
+            signal.signal(sig, signal.SIG_IGN)
+        if cfg["sandboxed"]:
+            _check(_libc.sethostname(b"sandbox", 7), "sethostname")
+            _build_root(cfg, status)
+        _write_files(cfg)
+        pid = os.fork()
+        if pid == 0:
+            os.close(report_w)
+            os.close(alive_r)
+            if result_fd is not None:
+                os.close(result_fd)
+            _program(cfg, status, status_fd)
         os.close(status_fd)
-        os.execve(cfg["python"], argv, cfg["env"])
-    except BaseException as exc:  # report every setup failure to the parent, then exit distinctively
-        status["error"] = f"{type(exc).__name__}: {exc}"
+    except BaseException as exc:  # noqa: BLE001
+        _report_error(status_fd, status, exc)
+        os._exit(SETUP_FAILED_EXIT)
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):  # only the program holds the caller's pipes
+        os.dup2(null, fd)
+    os.write(report_w, (json.dumps({"program_pid": pid}) + "\n").encode())
+    wait_status = None
+    while wait_status is None:
         try:
-            os.write(status_fd, json.dumps(status).encode())
+            done, ws = os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+        if done == pid:
+            wait_status = ws
+    # the program is gone: nothing it started may outlive it
+    try:
+        if cfg["sandboxed"]:
+            os.kill(-1, signal.SIGKILL)  # from PID 1: every other process of the namespace
+        else:
+            os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+    if result_fd is not None:
+        try:
+            payload = _collect(cfg) if wait_status is not None and os.WIFEXITED(wait_status) else {}
+            with os.fdopen(result_fd, "w") as f:
+                json.dump(payload, f)
         except OSError:
             pass
+    os.write(report_w, (json.dumps({"wait_status": wait_status}) + "\n").encode())
+    os._exit(0)
+
+
+# ----- boot ---------------------------------------------------------------------------------------------------
+
+
+def _report_error(status_fd, status, exc):
+    status["error"] = str(exc) if isinstance(exc, SetupError) else f"{type(exc).__name__}: {exc}"
+    if status.get("level") == "sandbox" and getattr(exc, "isolation_step", True):
+        status["error"] += "; " + _NO_FALLBACK
+    try:
+        os.write(status_fd, json.dumps(status).encode())
+    except OSError:
+        pass
+
+
+def _read_fd(fd):
+    chunks = []
+    while chunk := os.read(fd, 1 << 16):
+        chunks.append(chunk)
+    os.close(fd)
+    return b"".join(chunks)
+
+
+def _die_like(wait_status):
+    """Exit the way the program did: same exit code, or the same signal."""
+    if os.WIFEXITED(wait_status):
+        os._exit(os.WEXITSTATUS(wait_status))
+    sig = os.WTERMSIG(wait_status) if os.WIFSIGNALED(wait_status) else signal.SIGKILL
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    try:
+        signal.signal(sig, signal.SIG_DFL)
+    except (OSError, ValueError):
+        pass
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+    os.kill(os.getpid(), sig)
+    os._exit(128 + sig)  # a signal whose default is to be ignored
+
+
+def _supervise(cfg, init_pid, life_fd, report_r):
+    """Wait for the init's report, or for the parent to close the lifeline (then kill everything)."""
+    buf = b""
+    program_pid = None
+    open_fds = [life_fd, report_r]
+    while report_r in open_fds:
+        ready, _, _ = select.select(open_fds, [], [])
+        if life_fd in ready:
+            os.kill(init_pid, signal.SIGKILL)
+            if not cfg["sandboxed"] and program_pid:
+                try:
+                    os.killpg(program_pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            os.waitpid(init_pid, 0)  # the namespace is empty once its init is reaped
+            _die_like(int(signal.SIGKILL))  # the wait status of "killed by SIGKILL" is the signal number
+        if report_r in ready:
+            chunk = os.read(report_r, 1 << 16)
+            if not chunk:
+                open_fds.remove(report_r)
+            buf += chunk
+            for line in buf.split(b"\n")[:-1]:  # complete lines only
+                if line.startswith(b'{"program_pid"'):
+                    program_pid = json.loads(line)["program_pid"]
+    _, init_status = os.waitpid(init_pid, 0)
+    for line in reversed(buf.split(b"\n")):
+        if line.startswith(b'{"wait_status"'):
+            wait_status = json.loads(line)["wait_status"]
+            if wait_status is not None:
+                _die_like(wait_status)
+    if os.WIFEXITED(init_status):
+        os._exit(os.WEXITSTATUS(init_status) or SETUP_FAILED_EXIT)
+    _die_like(init_status)
+
+
+def main():
+    cfg_fd, status_fd, life_fd, result_fd = (int(a) for a in sys.argv[1:5])
+    result_fd = None if result_fd < 0 else result_fd
+    status = {}
+    for fd in (life_fd, result_fd):
+        if fd is not None:
+            os.set_inheritable(fd, False)  # the init inherits them by fork; the program never does
+    try:
+        cfg = json.loads(_read_fd(cfg_fd))
+        status.update(cfg["status"])
+        if cfg["sandboxed"]:
+            _enter_namespaces(cfg, status)
+        alive_r, alive_w = os.pipe()
+        report_r, report_w = os.pipe()
+        init_pid = os.fork()
+        if init_pid == 0:
+            os.close(alive_w)
+            os.close(report_r)
+            os.close(life_fd)
+            _init(cfg, status, status_fd, alive_r, report_w, result_fd)
+        os.close(alive_r)
+        os.close(report_w)
+        os.close(status_fd)
+        if result_fd is not None:
+            os.close(result_fd)
+    except BaseException as exc:  # noqa: BLE001 - report every setup failure to the parent
+        _report_error(status_fd, status, exc)
         os._exit(SETUP_FAILED_EXIT)
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    _supervise(cfg, init_pid, life_fd, report_r)
 
 
 if __name__ == "__main__":

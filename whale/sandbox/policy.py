@@ -1,10 +1,10 @@
 """What a sandboxed run may do, and how its end is named. Pure: dataclasses and functions, no I/O.
 
 Untrusted Python (model-written code for the math tool, proposer-written harness files) runs in a
-separate process under :class:`Limits` (rlimits, a wall clock, bounded output) and :class:`Isolation`
-(network namespace, unprivileged uid, hidden world-writable and credential directories, an
-allow-listed environment). :func:`classify` turns the way a process ended into one :class:`Outcome`,
-so callers branch on a typed value instead of parsing stderr.
+separate process under :class:`Limits` (rlimits, a wall clock, a bounded in-memory scratch directory,
+bounded output) and :class:`Isolation` (what the program may see: an allow-list of read-only paths and
+third-party packages, and of environment variable names). :func:`classify` turns the way a process
+ended into one :class:`Outcome`, so callers branch on a typed value instead of parsing stderr.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import enum
 import re
 import signal
 from collections.abc import Mapping, Sequence
-from typing import Literal
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -22,10 +21,10 @@ GiB = 1 << 30
 #: Environment names that look like credentials; never forwarded from the parent by name.
 SECRET_NAME_RE = re.compile(r"(KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|SESSION|COOKIE)", re.IGNORECASE)
 
-#: Directories replaced by an empty read-only tmpfs inside the sandbox's mount namespace: the
-#: world-writable ones (so the only writable place is the scratch directory) and the usual homes of
-#: credentials (root's home, Kubernetes service-account tokens).
-DEFAULT_HIDE_PATHS = ("/tmp", "/var/tmp", "/dev/shm", "/root", "/home", "/run/secrets", "/var/run/secrets")
+#: Where the scratch directory (HOME, TMPDIR, cwd) is inside the sandbox.
+SANDBOX_SCRATCH = "/scratch"
+#: Where allow-listed third-party packages (:attr:`Isolation.packages`) are mounted inside the sandbox.
+SANDBOX_SITE = "/sandbox/site"
 
 #: Fixed environment every sandbox gets; HOME/TMPDIR are pointed at the scratch directory at launch.
 BASE_ENV = {
@@ -90,10 +89,20 @@ class Limits:
     #: bytes of stdout / stderr kept; more output kills the run with OUTPUT_LIMIT
     stdout_bytes: int = 1 * MiB
     stderr_bytes: int = 1 * MiB
+    #: size of the scratch directory (an in-memory tmpfs: HOME, TMPDIR and cwd); writing more
+    #: fails with ENOSPC inside the program, the host's disk is never touched
+    scratch_bytes: int = 64 * MiB
+    #: files (and directories) the scratch directory can hold
+    scratch_files: int = 4096
+    #: total bytes of the files a run hands back (``run_python(collect=...)``)
+    collect_bytes: int = 16 * MiB
 
     def __post_init__(self) -> None:
         if self.wall_s <= 0:
             raise ValueError(f"Limits.wall_s must be > 0, got {self.wall_s}")
+        for name in ("stdout_bytes", "stderr_bytes", "scratch_bytes", "scratch_files", "collect_bytes"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"Limits.{name} must be > 0, got {getattr(self, name)}")
         for name in ("cpu_s", "memory_bytes", "file_size_bytes", "processes", "open_files"):
             value = getattr(self, name)
             if value is not None and value <= 0:
@@ -115,31 +124,69 @@ class Limits:
         return out
 
 
+class IsolationLevel(str, enum.Enum):
+    """How strongly a program is walled off. There is no automatic downgrade between levels."""
+
+    #: the allow-list wall: own mount (fresh root), PID, network, IPC and UTS namespaces, an
+    #: unprivileged uid without capabilities, rlimits; setup failure raises SandboxSetupError
+    SANDBOX = "sandbox"
+    #: NOT isolated — for trusted local use only: a plain subprocess with rlimits, an allow-listed
+    #: environment and its own session; it reads and writes what the caller can and has the network
+    NONE = "none"
+
+
 @dataclasses.dataclass(frozen=True)
 class Isolation:
-    """How the sandboxed process is separated from the host."""
+    """What a sandboxed program may see besides the system runtime, its interpreter and its scratch.
 
-    #: auto: a network namespace when the kernel allows it, else the socket-blocking audit hook
-    #: (with a warning); netns: fail when no namespace can be made; audit-hook: the hook only
-    network: Literal["auto", "netns", "audit-hook"] = "auto"
-    #: run as a fresh unprivileged uid (needs root); else as the caller's uid with a write-guard hook
-    drop_privileges: bool = True
-    #: a private mount namespace that hides ``hide_paths`` behind empty tmpfs (needs root)
-    mount_namespace: bool = True
-    hide_paths: tuple[str, ...] = DEFAULT_HIDE_PATHS
-    #: host paths the program must still read although they sit under a hidden path
-    #: (the interpreter's prefix is always added)
+    Everything is an allow-list: paths not named here do not exist inside the sandbox.
+    """
+
+    #: ``sandbox`` (the default) or ``none`` (trusted local use only; must be asked for by name)
+    level: IsolationLevel = IsolationLevel.SANDBOX
+    #: host paths (files or directories) mounted read-only at the same path; ``sys_path`` entries of
+    #: a worker are added to these
     read_paths: tuple[str, ...] = ()
+    #: third-party top-level packages the program may import: each one's directory (or module file)
+    #: and its sibling ``<name>.libs`` are mounted read-only into :data:`SANDBOX_SITE`
+    packages: tuple[str, ...] = ()
     #: parent environment variables forwarded by name (never ones that look like credentials)
     pass_env: tuple[str, ...] = ("TZ", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 
     def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "level", IsolationLevel(self.level))
+        except ValueError:
+            choices = ", ".join(repr(level.value) for level in IsolationLevel)
+            raise ValueError(f"Isolation.level must be one of {choices}, got {self.level!r}") from None
+        for name in ("read_paths", "packages", "pass_env"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                raise ValueError(f"Isolation.{name} must be a sequence of strings, got the string {value!r}")
+            object.__setattr__(self, name, tuple(value))
         bad = [n for n in self.pass_env if SECRET_NAME_RE.search(n)]
         if bad:
             raise ValueError(
                 f"Isolation.pass_env would forward credential-like variables {bad}; "
                 "pass values explicitly through `env=` if the program really needs them"
             )
+        for path in self.read_paths:
+            if not path.startswith("/"):
+                raise ValueError(f"Isolation.read_paths entries must be absolute paths, got {path!r}")
+            if path.rstrip("/") == "":
+                raise ValueError("Isolation.read_paths must not contain '/': that would show the whole host")
+        for name in self.packages:
+            if not name.isidentifier():
+                raise ValueError(f"Isolation.packages entries must be top-level package names, got {name!r}")
+
+    @classmethod
+    def none(cls, pass_env: tuple[str, ...] = ("TZ", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")) -> Isolation:
+        """No isolation (trusted local use only): see :attr:`IsolationLevel.NONE`."""
+        return cls(level=IsolationLevel.NONE, pass_env=pass_env)
+
+    @property
+    def sandboxed(self) -> bool:
+        return self.level is IsolationLevel.SANDBOX
 
 
 def build_env(

@@ -1,14 +1,24 @@
-"""Launching and killing one sandboxed process tree (shared by :func:`run_python` and the worker).
+"""Launching and killing one sandboxed process tree (shared by :func:`run_python`, the worker and the
+harness runtime).
 
-The parent prepares a scratch directory owned by a fresh uid, starts ``_boot.py`` in a new session
-with an empty environment, and reads the boot's status JSON (what isolation it really got). Killing
-is thorough: the process group, and — because a hostile program can ``setsid()`` out of its group —
-every process still running under the sandbox's unique uid.
+The parent decides everything here — what the new root contains (the system runtime, the
+interpreter's prefix without its site-packages, :attr:`Isolation.read_paths`, the worker's
+``sys_path``, :attr:`Isolation.packages`), the environment, the rlimits, the uid — and hands it to
+``_boot.py`` as JSON over a pipe. It then reads the status the guard writes from inside once it has
+checked it runs unprivileged; any failure on the way raises :class:`SandboxSetupError` (there is no
+degraded fallback). Killing is closing the *lifeline* pipe: the boot then SIGKILLs the namespace's
+init, the kernel kills every other process of the namespace (a ``setsid()`` or double-forked child
+too), and the boot exits only after that, so "the launcher has exited" means "nothing of the sandbox
+is left". If the caller dies, the lifeline closes by itself.
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import functools
+import glob
+import importlib.util
 import itertools
 import json
 import logging
@@ -21,35 +31,41 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from whale.sandbox.policy import Isolation, Limits, build_env
+from whale.sandbox.policy import SANDBOX_SCRATCH, SANDBOX_SITE, Isolation, Limits, build_env
 
 log = logging.getLogger(__name__)
 
 _HERE = Path(__file__).resolve().parent
 BOOT_PATH = str(_HERE / "_boot.py")
 GUARD_PATH = str(_HERE / "_guard.py")
+#: where the guard is placed inside the sandbox's read-only root
+SANDBOX_GUARD = "/sandbox/guard.py"
 SETUP_FAILED_EXIT = 121
-BOOT_STATUS_TIMEOUT_S = 20.0
+BOOT_STATUS_TIMEOUT_S = 30.0
 KILL_DEADLINE_S = 5.0
+#: the system runtime, mounted read-only (symlinks, as on merged-/usr hosts, are recreated as links)
+SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+#: the program's uid inside the sandbox when the caller is not root (the second user namespace maps
+#: it to the caller's uid on the host; it has no capability anywhere)
+INNER_UID = 1000
 
-#: Sandbox uids start here (far above regular accounts); each live sandbox gets its own uid so
-#: sandboxes cannot touch each other's scratch, RLIMIT_NPROC counts one sandbox only, and the
-#: kill-by-uid sweep at the end can only hit that sandbox. A process owns the block of
-#: ``UID_SLOTS`` uids at ``UID_BASE + (pid % 100000) * UID_SLOTS``.
+#: Sandbox uids (root callers) start here (far above regular accounts); each live sandbox gets its
+#: own uid, so RLIMIT_NPROC counts one sandbox only. A process owns the block of ``UID_SLOTS`` uids
+#: at ``UID_BASE + (pid % 100000) * UID_SLOTS``.
 UID_BASE = 200_000
 UID_SLOTS = 1024
 _uid_counter = itertools.count()
 _live_uids: set[int] = set()
 _uid_lock = threading.Lock()
-_warned: set[str] = set()
 
 
 class SandboxSetupError(RuntimeError):
-    """The sandbox itself could not be started (not the program's fault)."""
+    """The sandbox itself could not be started (not the program's fault). The message names the step
+    that failed; there is no automatic fallback to weaker isolation."""
 
 
 def _allocate_uid() -> int:
@@ -68,60 +84,6 @@ def _allocate_uid() -> int:
 def _release_uid(uid: int | None) -> None:
     with _uid_lock:
         _live_uids.discard(uid)  # type: ignore[arg-type]
-
-
-def _warn_once(key: str, message: str) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        log.warning(message)
-
-
-@dataclasses.dataclass
-class Launched:
-    """A started sandbox process and what it needs for cleanup."""
-
-    proc: subprocess.Popen[bytes]
-    scratch: Path
-    uid: int | None
-    status: dict[str, Any]
-    own_scratch: bool
-    started: float
-
-    @property
-    def isolation(self) -> dict[str, Any]:
-        return dict(self.status)
-
-    def kill_tree(self) -> None:
-        """SIGKILL the group and every process of the sandbox uid, until none is left (bounded)."""
-        deadline = time.monotonic() + KILL_DEADLINE_S
-        while True:
-            try:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            left = _pids_of_uid(self.uid) if self.uid is not None and self.status.get("uid_dropped") else []
-            for pid in left:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except (ProcessLookupError, PermissionError):
-                    pass
-            self.proc.poll()  # reap the main process so it does not linger as a zombie
-            if not left or time.monotonic() > deadline:
-                break
-            time.sleep(0.005)
-        try:
-            self.proc.wait(timeout=KILL_DEADLINE_S)
-        except subprocess.TimeoutExpired:
-            log.error("sandbox pid %s did not die after SIGKILL", self.proc.pid)
-
-    def cleanup(self) -> None:
-        self.kill_tree()
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
-            if stream is not None:
-                stream.close()
-        if self.own_scratch:
-            shutil.rmtree(self.scratch, ignore_errors=True)
-        _release_uid(self.uid)
 
 
 def _pids_of_uid(uid: int) -> list[int]:
@@ -145,30 +107,160 @@ def _pids_of_uid(uid: int) -> list[int]:
     return out
 
 
-def prepare_scratch(
-    scratch: str | os.PathLike[str] | None, files: Mapping[str, str | bytes] | None, uid: int | None
-) -> tuple[Path, bool]:
-    """Create (or adopt) the scratch directory, place ``files`` in it, hand it to ``uid``."""
-    own = scratch is None
-    path = Path(tempfile.mkdtemp(prefix="whale-sbx-")) if scratch is None else Path(scratch)
-    path.mkdir(parents=True, exist_ok=True)
-    path = path.resolve()
-    for name, content in (files or {}).items():
-        dest = (path / name).resolve()
-        if dest != path and path not in dest.parents:
-            raise ValueError(f"sandbox file name {name!r} escapes the scratch directory")
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, str):
-            dest.write_text(content, encoding="utf-8")
-        else:
-            dest.write_bytes(content)
-    if uid is not None:
-        for root, dirs, names in os.walk(path):
-            for n in [*dirs, *names]:
-                os.lchown(os.path.join(root, n), uid, uid)
-        os.chown(path, uid, uid)
-    path.chmod(0o700)
-    return path, own
+@dataclasses.dataclass
+class Launched:
+    """A started sandbox: the boot process (``proc``; its pipes are the program's) and its cleanup."""
+
+    proc: subprocess.Popen[bytes]
+    #: the scratch directory as the program sees it (HOME, TMPDIR, cwd)
+    scratch: str
+    uid: int | None
+    status: dict[str, Any]
+    #: a host directory to remove afterwards (only with ``level == "none"``)
+    host_scratch: str | None
+    started: float
+    #: closing it kills the sandbox
+    lifeline: int | None = None
+    #: the collected files arrive here (``collect=``), else None
+    result_fd: int | None = None
+
+    @property
+    def isolation(self) -> dict[str, Any]:
+        return dict(self.status)
+
+    def wait_exit(self, timeout_s: float) -> bool:
+        """Wait (bounded) for the sandbox to end by itself — after its program exited, the boot
+        still reports how; killing first would turn an exit code into SIGKILL."""
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
+    def kill_tree(self) -> None:
+        """Kill every process of the sandbox and wait until the boot reports them gone (bounded)."""
+        if self.lifeline is not None:
+            os.close(self.lifeline)
+            self.lifeline = None
+        try:
+            self.proc.wait(timeout=KILL_DEADLINE_S)
+        except subprocess.TimeoutExpired:
+            log.error("sandbox launcher pid %s did not exit after its lifeline closed; killing its group",
+                      self.proc.pid)
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)  # the boot and the init: the kernel does the rest
+            except (ProcessLookupError, PermissionError):
+                pass
+            try:
+                self.proc.wait(timeout=KILL_DEADLINE_S)
+            except subprocess.TimeoutExpired:
+                log.error("sandbox launcher pid %s did not die after SIGKILL", self.proc.pid)
+
+    def cleanup(self) -> None:
+        self.kill_tree()
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                try:
+                    stream.close()
+                except OSError:
+                    pass
+        if self.result_fd is not None:
+            os.close(self.result_fd)
+            self.result_fd = None
+        if self.host_scratch is not None:
+            shutil.rmtree(self.host_scratch, ignore_errors=True)
+        _release_uid(self.uid)
+
+
+def _under(path: str, root: str) -> bool:
+    return path == root or path.startswith(root.rstrip("/") + "/")
+
+
+def base_python() -> str:
+    """The interpreter outside any virtual environment (the sandbox has no venv, only its prefix)."""
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+
+@functools.cache
+def _interpreter_mounts() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(read-only trees the interpreter needs besides the system paths, its site-packages to hide)."""
+    prefixes = {os.path.realpath(sys.base_prefix), os.path.realpath(sys.base_exec_prefix)}
+    python_dir = os.path.dirname(base_python())
+    trees = {p for p in prefixes if not any(_under(p, s) for s in SYSTEM_PATHS)}
+    if not any(_under(python_dir, t) for t in trees | set(SYSTEM_PATHS)):
+        trees.add(python_dir)
+    hide = set()
+    for prefix in prefixes | {"/usr", "/usr/local"}:
+        for pattern in ("lib/python3*/site-packages", "lib/python3*/dist-packages", "lib/python3/dist-packages",
+                        "lib64/python3*/site-packages", "local/lib/python3*/dist-packages"):
+            hide.update(os.path.realpath(p) for p in glob.glob(os.path.join(prefix, pattern)) if os.path.isdir(p))
+    return tuple(sorted(trees)), tuple(sorted(hide))
+
+
+@functools.lru_cache(maxsize=128)
+def package_mounts(name: str) -> tuple[tuple[str, str], ...]:
+    """(host path, path inside) of an allow-listed package: its directory or module file, and its
+    sibling ``<name>.libs`` (bundled shared libraries of manylinux wheels)."""
+    spec = importlib.util.find_spec(name)
+    if spec is None:
+        raise SandboxSetupError(f"Isolation.packages: {name!r} is not installed for {sys.executable}; "
+                                "install it or remove it from the allow-list")
+    if spec.submodule_search_locations is not None:
+        locations = list(spec.submodule_search_locations)
+        if len(locations) != 1:
+            raise SandboxSetupError(f"Isolation.packages: {name!r} is a namespace package spread over "
+                                    f"{locations}; allow-list a regular package instead")
+        source = locations[0]
+    elif spec.origin and os.path.isabs(spec.origin):
+        source = spec.origin
+    else:
+        raise SandboxSetupError(f"Isolation.packages: {name!r} is built into the interpreter; it needs no entry")
+    source = os.path.realpath(source)
+    mounts = [(source, f"{SANDBOX_SITE}/{os.path.basename(source)}")]
+    libs = os.path.join(os.path.dirname(source), f"{name}.libs")
+    if os.path.isdir(libs):
+        mounts.append((os.path.realpath(libs), f"{SANDBOX_SITE}/{name}.libs"))
+    return tuple(mounts)
+
+
+def _read_binds(paths: Sequence[str], field: str) -> list[tuple[str, str]]:
+    """(host source, target) for allow-listed read-only paths: at their path and, when that is a
+    symlink, also at the resolved one."""
+    out = []
+    for path in paths:
+        path = os.path.abspath(path)
+        if not os.path.exists(path):
+            raise SandboxSetupError(f"{field}: {path} does not exist; remove it or create it before the run")
+        real = os.path.realpath(path)
+        if real == "/":
+            raise SandboxSetupError(f"{field}: {path} is the host's root; name the directories the program needs")
+        for target in dict.fromkeys((path, real)):
+            if not any(_under(target, s) for s in SYSTEM_PATHS):
+                out.append((real, target))
+    return out
+
+
+def _etc(uid: int) -> dict[str, str]:
+    return {
+        "passwd": (f"root:x:0:0:root:/:/usr/sbin/nologin\nsandbox:x:{uid}:{uid}:sandbox:{SANDBOX_SCRATCH}:"
+                   "/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"),
+        "group": f"root:x:0:\nsandbox:x:{uid}:\nnogroup:x:65534:\n",
+        "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+    }
+
+
+def _check_file_names(files: Mapping[str, str | bytes] | None, collect: Sequence[str]) -> None:
+    for field, names in (("files", list(files or {})), ("collect", list(collect))):
+        for name in names:
+            parts = name.split("/")
+            if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts):
+                raise ValueError(f"sandbox {field} name {name!r} escapes the scratch directory; "
+                                 "use a relative path without '.' or '..' components")
+
+
+def _encode_files(files: Mapping[str, str | bytes] | None) -> dict[str, str]:
+    return {name: base64.b64encode(content.encode("utf-8") if isinstance(content, str) else content).decode()
+            for name, content in (files or {}).items()}
 
 
 def launch(
@@ -178,88 +270,198 @@ def launch(
     args: list[str],
     limits: Limits,
     isolation: Isolation,
-    scratch: str | os.PathLike[str] | None,
     files: Mapping[str, str | bytes] | None,
     env: Mapping[str, str] | None,
     stdin: int | None,
     sys_path: list[str] | None = None,
+    collect: Sequence[str] = (),
+    scratch: None = None,
 ) -> Launched:
-    """Start the sandboxed process; returns once the boot reported its isolation."""
+    """Start the sandboxed process; returns once the guard inside reported its isolation.
+
+    Args:
+        mode: ``run`` (run ``target`` as ``__main__``) or ``worker`` (serve calls, see the guard).
+        target: file name in the scratch directory (put it in ``files``).
+        sys_path: directories put on the program's ``sys.path``; mounted read-only like
+            :attr:`Isolation.read_paths`.
+        collect: scratch file names handed back at the end of a run (``Launched.result_fd``).
+        scratch: no longer supported (the scratch is an in-memory tmpfs); kept so old callers get a
+            clear error instead of a TypeError.
+
+    Raises:
+        SandboxSetupError: an isolation step failed (the message names it); nothing runs.
+    """
+    if scratch is not None:
+        raise ValueError("launch(scratch=...) is gone: the scratch directory is an in-memory tmpfs inside the "
+                         "sandbox; pass files in with `files=` and get them back with `collect=`")
+    if mode not in ("run", "worker"):
+        raise ValueError(f"launch mode must be 'run' or 'worker', got {mode!r}")
+    _check_file_names(files, [target, *collect])
     root = os.geteuid() == 0
-    uid = _allocate_uid() if isolation.drop_privileges and root else None
-    if isolation.drop_privileges and not root:
-        _warn_once("uid", "sandbox: not root, so the program runs as this uid; writes outside scratch are "
-                   "refused only by an audit hook (best effort)")
+    sandboxed = isolation.sandboxed
+    uid = _allocate_uid() if sandboxed and root else None
+    host_scratch = None
     try:
-        scratch_path, own = prepare_scratch(scratch, files, uid)
+        if sandboxed:
+            scratch_path = SANDBOX_SCRATCH
+            trees, hide = _interpreter_mounts()
+            binds = [(t, t) for t in trees]
+            binds += _read_binds(isolation.read_paths, "Isolation.read_paths")
+            binds += _read_binds(sys_path or [], "sys_path")
+            for name in isolation.packages:
+                binds += package_mounts(name)
+            binds = list(dict.fromkeys(binds))
+            targets = [t for _, t in binds]
+            if len(set(targets)) != len(targets):
+                raise SandboxSetupError(f"two read-only mounts want the same place: {sorted(targets)}")
+            hide = tuple(h for h in hide if not any(_under(t, h) for t in targets))
+            program_uid = uid if root else INNER_UID
+        else:
+            host_scratch = tempfile.mkdtemp(prefix="whale-sbx-")
+            scratch_path = host_scratch
+            binds, hide, targets, program_uid = [], (), [], os.getuid()
+        guard_path = SANDBOX_GUARD if sandboxed else GUARD_PATH
+        site = [SANDBOX_SITE] if sandboxed and isolation.packages else []
+        status_seed = {
+            "level": isolation.level.value,
+            "network": "netns" if sandboxed else "host",
+            "pid_namespace": sandboxed,
+            "scratch": scratch_path,
+            "scratch_bytes": limits.scratch_bytes if sandboxed else None,
+            "read_paths": sorted(set(targets) - set(_interpreter_mounts()[0])) if sandboxed else [],
+            "packages": list(isolation.packages) if sandboxed else [],
+        }
+        cfg = {
+            "sandboxed": sandboxed,
+            "root": root,
+            "uid": program_uid,
+            "owner_in_ns": (uid if root else 0) if sandboxed else os.getuid(),
+            "status": status_seed,
+            "system": list(SYSTEM_PATHS),
+            "binds": binds,
+            "hide": list(hide),
+            "etc": _etc(program_uid),
+            "scratch": scratch_path,
+            "scratch_bytes": limits.scratch_bytes,
+            "scratch_files": limits.scratch_files,
+            "files": _encode_files(files),
+            "collect": list(collect),
+            "collect_bytes": limits.collect_bytes,
+            "rlimits": limits.rlimits(),
+            "python": base_python(),
+            "guard_path": guard_path,
+            "guard_source": Path(GUARD_PATH).read_text(encoding="utf-8") if sandboxed else "",
+            "guard": {
+                "mode": mode,
+                "sandboxed": sandboxed,
+                "target": os.path.join(scratch_path, target),
+                "args": list(args),
+                "sys_path": [*site, *(os.path.abspath(p) for p in sys_path or [])],
+                "scratch": scratch_path,
+                "read_roots": [*SYSTEM_PATHS, *targets, "/sandbox", "/dev", "/etc", "/proc"],
+            },
+            "env": build_env(scratch_path, os.environ, isolation.pass_env, env),
+        }
+        payload = json.dumps(cfg).encode()
     except BaseException:
         _release_uid(uid)
+        if host_scratch is not None:
+            shutil.rmtree(host_scratch, ignore_errors=True)
         raise
-    target_abs = str((scratch_path / target).resolve()) if not os.path.isabs(target) else target
-    expose = {
-        os.path.realpath(sys.base_prefix), os.path.realpath(sys.prefix), str(_HERE),
-        os.path.dirname(os.path.realpath(sys.executable)), os.path.dirname(os.path.realpath(target_abs)),
-        *(os.path.realpath(p) for p in isolation.read_paths), *(os.path.realpath(p) for p in (sys_path or [])),
-    }
+    return _start(payload, stdin, uid, scratch_path, host_scratch, bool(collect))
+
+
+def _start(payload: bytes, stdin: int | None, uid: int | None, scratch: str, host_scratch: str | None,
+           want_result: bool) -> Launched:
+    cfg_r, cfg_w = os.pipe()
     status_r, status_w = os.pipe()
-    cfg = {
-        "uid": uid,
-        "scratch": str(scratch_path),
-        "network": isolation.network,
-        "mount": bool(isolation.mount_namespace and root),
-        "hide": list(isolation.hide_paths),
-        "expose": sorted(expose),
-        "rlimits": limits.rlimits(),
-        "python": sys.executable,
-        "guard_path": GUARD_PATH,
-        "guard": {"mode": mode, "target": target_abs, "args": args, "sys_path": sys_path or []},
-        "env": build_env(str(scratch_path), os.environ, isolation.pass_env, env),
-        "status_fd": status_w,
-    }
+    life_r, life_w = os.pipe()
+    result_r, result_w = os.pipe() if want_result else (None, None)
+    child_fds = [fd for fd in (cfg_r, status_w, life_r, result_w) if fd is not None]
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-I", "-S", BOOT_PATH, json.dumps(cfg)],
+            [base_python(), "-I", "-S", BOOT_PATH, str(cfg_r), str(status_w), str(life_r),
+             str(result_w if result_w is not None else -1)],
             stdin=stdin if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             start_new_session=True,
-            pass_fds=(status_w,),
+            pass_fds=child_fds,
             env={"LANG": "C.UTF-8"},
-            cwd=str(scratch_path),
+            cwd="/",
         )
     except OSError as exc:
-        os.close(status_r)
-        os.close(status_w)
-        if own:
-            shutil.rmtree(scratch_path, ignore_errors=True)
+        for fd in (cfg_w, status_r, life_w, result_r):
+            if fd is not None:
+                os.close(fd)
         _release_uid(uid)
+        if host_scratch is not None:
+            shutil.rmtree(host_scratch, ignore_errors=True)
         raise SandboxSetupError(f"cannot start the sandbox launcher: {exc}") from exc
-    os.close(status_w)
-    started = time.monotonic()
-    try:
-        raw = _read_all(status_r, BOOT_STATUS_TIMEOUT_S)
     finally:
-        os.close(status_r)
-    launched = Launched(proc, scratch_path, uid, {}, own, started)
+        for fd in child_fds:
+            os.close(fd)
+    launched = Launched(proc, scratch, uid, {}, host_scratch, time.monotonic(), life_w, result_r)
     try:
-        status = json.loads(raw) if raw else {"error": "the sandbox launcher died before reporting"}
-    except ValueError:
-        status = {"error": f"unreadable launcher status {raw[:200]!r}"}
-    launched.status = status
-    if status.get("network") == "audit-hook" and isolation.network == "auto":
-        _warn_once("net", "sandbox: no network namespace available "
-                   f"({status.get('network_warning', 'unknown reason')}); falling back to a socket-blocking "
-                   "audit hook, which is not a security boundary")
-    if "error" in status:
-        stderr = b""
         try:
-            proc.wait(timeout=KILL_DEADLINE_S)
-            stderr = proc.stderr.read() if proc.stderr else b""
-        except subprocess.TimeoutExpired:
-            pass
+            _send(cfg_w, payload, BOOT_STATUS_TIMEOUT_S)
+            raw = _read_all(status_r, BOOT_STATUS_TIMEOUT_S)
+        finally:
+            os.close(status_r)
+        try:
+            status = json.loads(raw) if raw else {"error": "the sandbox launcher died before reporting"}
+        except ValueError:
+            status = {"error": f"unreadable launcher status {raw[:200]!r}"}
+        if not isinstance(status, dict):
+            status = {"error": f"unreadable launcher status {raw[:200]!r}"}
+        if "error" in status:
+            raise SandboxSetupError(f"sandbox setup failed: {status['error']}{_stderr_tail(proc)}")
+    except BaseException:
         launched.cleanup()
-        raise SandboxSetupError(f"sandbox setup failed: {status['error']} {stderr.decode(errors='replace')[-500:]}")
+        raise
+    launched.status = status
+    launched.started = time.monotonic()
     return launched
+
+
+def _stderr_tail(proc: subprocess.Popen[bytes]) -> str:
+    """What the launcher printed before dying (a Python traceback of the boot), if it died."""
+    try:
+        proc.wait(timeout=KILL_DEADLINE_S)
+    except subprocess.TimeoutExpired:
+        return ""
+    if proc.stderr is None:
+        return ""
+    os.set_blocking(proc.stderr.fileno(), False)
+    try:
+        data = proc.stderr.read() or b""
+    except OSError:
+        return ""
+    text = data.decode("utf-8", errors="replace").strip()
+    return f" (launcher stderr: {text[-500:]})" if text else ""
+
+
+def _send(fd: int, data: bytes, timeout_s: float) -> None:
+    """Write ``data`` to ``fd`` and close it, within a deadline."""
+    deadline = time.monotonic() + timeout_s
+    os.set_blocking(fd, False)
+    view = memoryview(data)
+    try:
+        while view:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise SandboxSetupError(f"the sandbox launcher did not read its configuration within {timeout_s} s")
+            _, ready, _ = select.select([], [fd], [], left)
+            if not ready:
+                continue
+            try:
+                view = view[os.write(fd, view):]
+            except BlockingIOError:
+                continue
+            except BrokenPipeError:
+                raise SandboxSetupError("the sandbox launcher died before reading its configuration") from None
+    finally:
+        os.close(fd)
 
 
 def _read_all(fd: int, timeout_s: float) -> bytes:

@@ -26,6 +26,9 @@ from whale.sandbox.process import Launched, launch
 
 ENTRY_FILE = "worker_entry.py"
 
+#: how long a worker that died by itself gets to report how (its launcher exits right after)
+_EXIT_REPORT_S = 2.0
+
 #: A worker lives for many calls: no total CPU cap by default, 30 s per call.
 WORKER_LIMITS = Limits(wall_s=30.0, cpu_s=None)
 
@@ -146,7 +149,7 @@ class SandboxWorker:
         self._started_once = True
         launched = launch(
             mode="worker", target=ENTRY_FILE, args=[], limits=self.limits, isolation=self.isolation,
-            scratch=None, files=self._files, env=self._env, stdin=subprocess.PIPE, sys_path=self._sys_path,
+            files=self._files, env=self._env, stdin=subprocess.PIPE, sys_path=self._sys_path,
         )
         stderr = bytearray()
         thread = threading.Thread(target=_drain, args=(launched, stderr, self.limits.stderr_bytes), daemon=True)
@@ -229,6 +232,8 @@ class SandboxWorker:
 
     def _death(self, proc: _Proc, *, timed_out: bool, what: str, overflow: bool = False) -> SandboxCallError:
         """Kill the worker and describe why it is gone."""
+        if not timed_out and not overflow:  # it died by itself: let the launcher report how
+            proc.launched.wait_exit(_EXIT_REPORT_S)
         proc.launched.kill_tree()
         proc.stderr_thread.join(timeout=2)
         stderr = tail_text(bytes(proc.stderr))

@@ -1,21 +1,36 @@
 """The math domain's Python code interpreter: model-written code run in ``whale.sandbox``.
 
-Model code is hostile by assumption. Each call is one sandboxed process (no network, a fresh uid and
-scratch directory, no inherited environment, CPU / memory / wall-clock / output limits). Whatever
-the sandbox had to stop — a timeout, a memory bomb, a flood of output — comes back as a
-:class:`CodeResult` whose ``error`` is the message the model sees as the tool error; the caller's
-process is never at risk. The same function backs the in-process tool and the ``/run`` service.
+Model code is hostile by assumption. Each call is one sandboxed process behind the allow-list wall
+(a fresh root with only the system runtime, the interpreter and a bounded in-memory scratch; its own
+PID and network namespaces; an unprivileged uid; no inherited environment; CPU / memory /
+wall-clock / output limits). It may import the standard library and the math packages of
+:data:`CODE_PACKAGES` that are installed — never ``whale``, a domain package or a data file, which do
+not exist inside. Whatever the sandbox had to stop — a timeout, a memory bomb, a flood of output —
+comes back as a :class:`CodeResult` whose ``error`` is the message the model sees as the tool error;
+the caller's process is never at risk. The same function backs the in-process tool and the ``/run``
+service.
 """
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
+import importlib.util
 import math
 import re
 from typing import Any, Protocol
 
 from whale.sandbox import Isolation, Limits, MiB, Outcome, SandboxSetupError, run_python
+
+#: third-party packages model code may import (each mounted read-only if installed here)
+CODE_PACKAGES = ("numpy", "sympy", "mpmath")
+
+
+@functools.cache
+def code_isolation(packages: tuple[str, ...] = CODE_PACKAGES) -> Isolation:
+    """The code tool's sandbox: the standard library plus those of ``packages`` that are installed."""
+    return Isolation(packages=tuple(p for p in packages if importlib.util.find_spec(p) is not None))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -29,6 +44,8 @@ class CodeLimits:
     kill_output_bytes: int = 1 * MiB
     max_code_chars: int = 64_000
     processes: int = 64
+    #: size of the in-memory scratch directory (files the code writes)
+    scratch_mb: int = 64
 
     def sandbox_limits(self, timeout_s: float | None = None) -> Limits:
         wall = min(timeout_s or self.timeout_s, self.timeout_s)
@@ -43,6 +60,7 @@ class CodeLimits:
             open_files=256,
             stdout_bytes=self.kill_output_bytes,
             stderr_bytes=self.kill_output_bytes,
+            scratch_bytes=self.scratch_mb * MiB,
         )
 
 
@@ -142,7 +160,7 @@ def execute(code: str, limits: CodeLimits = CodeLimits(), timeout_s: float | Non
         return CodeResult("rejected", "", f"The code is {len(code)} characters; the limit is {limits.max_code_chars}.", 0.0)
     sb_limits = limits.sandbox_limits(timeout_s)
     try:
-        res = run_python(prepare(code), limits=sb_limits, isolation=isolation or Isolation())
+        res = run_python(prepare(code), limits=sb_limits, isolation=isolation or code_isolation())
     except SandboxSetupError as exc:
         return CodeResult(Outcome.SANDBOX_ERROR.value, "", f"The code interpreter is unavailable right now ({exc}).", 0.0)
     output = res.stdout
