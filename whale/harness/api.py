@@ -63,6 +63,12 @@ from __future__ import annotations
 import json
 from typing import Any
 
+#: what a harness file may import from here (``whale.harness.validate`` refuses any other name)
+__all__ = [
+    "API_MODULE", "CONSTANTS", "HELPERS", "HOOKS", "PROMPT_CONSTANTS", "REQUIRED_CLASS",
+    "BaseHarness", "Decision", "env_action", "fill", "tool_action",
+]
+
 #: the module a harness file may always import, whatever its domain's allow list
 API_MODULE = "whale.harness.api"
 #: the class a harness file must define
