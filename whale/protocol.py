@@ -143,6 +143,10 @@ class EvalProgress(_Wire):
 
 
 StopReason = Literal["target", "patience", "stop-request", "iterations"]
+#: spec.sandbox.isolation a phase's untrusted code ran under ("namespaces" fails closed, so it was achieved)
+SandboxIsolation = Literal["namespaces", "none"]
+_ISOLATION_HELP = ("spec.sandbox.isolation the phase's harness processes and code tools ran under; "
+                   "none = NOT isolated (trusted local use only); None = not recorded")
 
 
 class WeightPhaseResult(_Wire):
@@ -150,6 +154,7 @@ class WeightPhaseResult(_Wire):
     checkpoint: str = Field(..., description="store prefix of the checkpoint at finalStep")
     rollouts: int
     stopped_by: StopReason = "target"
+    sandbox_isolation: SandboxIsolation | None = Field(None, description=_ISOLATION_HELP)
 
 
 class HarnessPhaseResult(_Wire):
@@ -159,6 +164,7 @@ class HarnessPhaseResult(_Wire):
     iterations: int
     rollouts: int
     stopped_by: StopReason = "iterations"
+    sandbox_isolation: SandboxIsolation | None = Field(None, description=_ISOLATION_HELP)
 
 
 class EvalResult(_Wire):
@@ -169,6 +175,7 @@ class EvalResult(_Wire):
     checkpoint: str | None = None
     harness: str | None = None
     notes: list[str] = Field(default_factory=list, description="e.g. benchmarks missing from the data")
+    sandbox_isolation: SandboxIsolation | None = Field(None, description=_ISOLATION_HELP)
 
 
 RESULT_MODELS: dict[PhaseKind, type[_Wire]] = {

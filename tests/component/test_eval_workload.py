@@ -49,7 +49,8 @@ def test_eval_writes_items_progress_traces_and_result(store) -> None:
     client = FixedLatencyClient("<guess>42</guess>", 0.0)
     result = run_eval(store, RUN, PHASE, domain=GuessNumberDomainDouble(), client=client, chunk_items=2)
     # items: secrets 7, 42, 50, 99 -> only 42 is guessed; subsets by parity
-    assert result == EvalResult(mean_at_k=0.25, k=2, items=4, per_subset={"even": 0.5, "odd": 0.0})
+    assert result == EvalResult(mean_at_k=0.25, k=2, items=4, per_subset={"even": 0.5, "odd": 0.0},
+                                sandbox_isolation="namespaces")
     assert EvalResult.model_validate(store.read_json(layout.result_key(RUN, PHASE))) == result
     items = store.read_jsonl(layout.eval_items_key(RUN, PHASE))
     assert [(r["item_id"], r["rewards"], r["k"]) for r in items] == [

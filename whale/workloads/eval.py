@@ -41,7 +41,7 @@ from whale.inference.base import InferenceClient
 from whale.protocol import EvalProgress, EvalResult, PhaseKind, PhaseRequest
 from whale.spec import WhaleRunSpec
 from whale.store import Store
-from whale.workloads.common import harness_file, load_domain, read_request
+from whale.workloads.common import harness_file, harness_limits, load_domain, read_request
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,10 @@ async def _evaluate(store: Store, run: str, phase: str, request: PhaseRequest, s
     # an item's k first turns share one n=k request (one prefill) when their prompts are equal
     config = RunnerConfig(max_concurrency=spec.inference.max_concurrency, harness_label=request.eval.harness or "h0",
                           share_first_turn=True)
-    async with HarnessPool(harness_path, domain.allowed_imports) as harness:
+    isolation = spec.sandbox.isolation
+    if isolation == "none":
+        notes.append("spec.sandbox.isolation was none: harness processes and code tools ran WITHOUT isolation")
+    async with HarnessPool(harness_path, domain.allowed_imports, harness_limits(spec)) as harness:
         runner = EpisodeRunner(domain, harness, client, sampling_for(spec, spec.evaluation.temperature), config)
         for start in range(0, len(todo), chunk):
             if store.exists(layout.stop_key(run, phase)):
@@ -166,6 +169,7 @@ async def _evaluate(store: Store, run: str, phase: str, request: PhaseRequest, s
         notes.append(f"{errors} episodes ended in an error (scored 0); see {layout.eval_traces_prefix(run, phase)}")
     mean, per_subset = summarise(records, k)
     result = EvalResult(mean_at_k=mean, k=k, items=len(records), per_subset=per_subset,
-                        checkpoint=request.eval.checkpoint, harness=request.eval.harness, notes=notes)
+                        checkpoint=request.eval.checkpoint, harness=request.eval.harness, notes=notes,
+                        sandbox_isolation=isolation)
     store.write_json(layout.result_key(run, phase), result.to_wire())
     return result

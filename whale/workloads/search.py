@@ -29,7 +29,7 @@ from whale.metaharness.proposer import from_spec as proposer_from_spec
 from whale.protocol import HarnessIterationMetrics, HarnessPhaseResult, PhaseKind, PhaseRequest
 from whale.spec import WhaleRunSpec
 from whale.store import Store
-from whale.workloads.common import load_domain, read_request
+from whale.workloads.common import harness_limits, load_domain, read_request
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +89,7 @@ def run_search(
             candidate_timeout_s=float(hs.candidate_timeout_seconds),
             sampling=sampling_for(spec),
             max_concurrency=spec.inference.max_concurrency,
+            limits=harness_limits(spec),
         )
     if proposer is None:
         proposer = proposer_from_spec(hs.proposer)  # a missing key / endpoint fails here, before any work
@@ -129,6 +130,7 @@ def run_search(
             iterations=found.iterations,
             rollouts=found.rollouts,
             stopped_by=found.stopped_by,  # type: ignore[arg-type]
+            sandbox_isolation=settings.limits.isolation,
         )
 
     with tempfile.TemporaryDirectory(prefix="whale-search-") as tmp:
