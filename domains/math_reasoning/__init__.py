@@ -67,10 +67,10 @@ class MathReasoning(SplitsInMemoryDomain):
         """The code runner every episode of this process shares (resolved once, from the environment)."""
         with self._lock:
             if self._runner is None:
-                from whale.harness.sandbox import sandbox_isolation
+                from whale.harness.sandbox import tool_isolation
                 from whale.tools.client import code_runner_from_env
 
-                self._runner = code_runner_from_env(sandbox_isolation(self._isolation))  # type: ignore[arg-type]
+                self._runner = code_runner_from_env(tool_isolation(self._isolation))  # type: ignore[arg-type]
             return self._runner
 
     def make_env(self, item: dict[str, Any]) -> MathEnvironment:

@@ -99,18 +99,27 @@ class SandboxLimits:
 
 def sandbox_isolation(level: IsolationLevel) -> Any:
     """The ``whale.sandbox.Isolation`` for a level: every namespace the launcher offers with no
-    fallback for ``namespaces``; nothing for ``none``. Also used by tools that run model code (the math
-    domain's code interpreter), so one spec field sets both."""
+    fallback for ``namespaces``; nothing for ``none``."""
     from whale.sandbox import Isolation
 
     if level not in ISOLATION_LEVELS:
         raise ValueError(f"isolation must be one of {list(ISOLATION_LEVELS)}, got {level!r}")
-    fields = {f.name for f in dataclasses.fields(Isolation)}
-    if "level" in fields:  # the allow-list launcher: fail-closed unless "none" is asked for by name
-        return Isolation(level=level)
+    if _fails_closed(Isolation):  # the allow-list launcher: its default level is the wall, "none" is by name
+        return Isolation.none() if level == "none" else Isolation()
     if level == "none":
         return Isolation(network="audit-hook", drop_privileges=False, mount_namespace=False)
     return Isolation(network="netns")
+
+
+def tool_isolation(level: IsolationLevel) -> Any:
+    """The isolation for a tool that runs model-written code with its own default (the math domain's
+    code interpreter, which adds its allowed packages): None = keep the tool's default when that is
+    already the fail-closed wall; otherwise :func:`sandbox_isolation`. One spec field sets both."""
+    from whale.sandbox import Isolation
+
+    if level == "namespaces" and _fails_closed(Isolation):
+        return None
+    return sandbox_isolation(level)
 
 
 _warned_none: list[bool] = []  # warn once per process
@@ -124,8 +133,18 @@ def warn_if_unisolated(level: IsolationLevel) -> None:
                     "isolation, as this process's user (trusted local use only)")
 
 
+def _fails_closed(isolation_type: type) -> bool:
+    """Whether the launcher has isolation levels (and raises SandboxSetupError instead of degrading)."""
+    return "level" in {f.name for f in dataclasses.fields(isolation_type)}
+
+
 def _isolation_shortfall(status: dict[str, Any]) -> str | None:
-    """Why the launcher's report falls short of the ``namespaces`` level, or None."""
+    """Why a degrading launcher's report falls short of the ``namespaces`` level, or None (a launcher
+    with levels fails closed by itself)."""
+    from whale.sandbox import Isolation
+
+    if _fails_closed(Isolation):
+        return None
     network = str(status.get("network") or "")
     if network and not network.startswith("netns"):
         return f"no network namespace (the launcher fell back to {network!r})"
