@@ -51,8 +51,8 @@ Wire shapes (all plain JSON):
 * action: ``{"kind": "env", "action": <JSON>}`` → ``Environment.step(action)``, or
   ``{"kind": "tool", "name": str, "arguments": {...}, "id": str | None}`` → ``Environment.call_tool``.
 * result (what ``observe`` gets, one per action, same order): ``{"kind": "env", "observation": {...},
-  "done": bool, "info": {...}}`` or ``{"kind": "tool", "name": str, "id": str | None,
-  "content": str, "error": str | None}``.
+  "done": bool}`` or ``{"kind": "tool", "name": str, "id": str | None, "content": str, "error": str | None}``.
+  The environment's ``info`` (where verifiers keep gold answers) goes to the trace only, never here.
 
 Per-episode data belongs in ``state``: one harness process serves many concurrent episodes, so
 instance attributes are shared between them (treat ``self`` as read-only).
