@@ -192,6 +192,11 @@ class Domain(abc.ABC):
         """The benchmark an item belongs to, for per-subset accuracy."""
         return str(item.get("subset") or self.name)
 
+    def configure_sandbox(self, isolation: str) -> None:
+        """``spec.sandbox.isolation`` ("namespaces" | "none") for this domain's tools that run untrusted
+        code (math_reasoning's code interpreter); workloads call it once after loading the domain.
+        Default: the domain has no such tool."""
+
     def notes(self) -> list[str]:
         """What every evaluation result should say about this domain's data (e.g. a benchmark
         missing from it); the eval workload copies these into ``EvalResult.notes``."""

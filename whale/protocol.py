@@ -144,6 +144,10 @@ class EvalProgress(_Wire):
 
 
 StopReason = Literal["target", "patience", "stop-request", "iterations"]
+#: spec.sandbox.isolation a phase's untrusted code ran under ("namespaces" fails closed, so it was achieved)
+SandboxIsolation = Literal["namespaces", "none"]
+_ISOLATION_HELP = ("spec.sandbox.isolation the phase's harness processes and code tools ran under; "
+                   "none = NOT isolated (trusted local use only); None = not recorded")
 
 
 class WeightPhaseResult(_Wire):
@@ -151,6 +155,7 @@ class WeightPhaseResult(_Wire):
     checkpoint: str = Field(..., description="store prefix of the checkpoint at finalStep")
     rollouts: int
     stopped_by: StopReason = "target"
+    sandbox_isolation: SandboxIsolation | None = Field(None, description=_ISOLATION_HELP)
 
 
 class IntegrityFlag(_Wire):
@@ -174,6 +179,7 @@ class HarnessPhaseResult(_Wire):
     stopped_by: StopReason = "iterations"
     integrity_flags: list[IntegrityFlag] = Field(
         default_factory=list, description="every candidate of the phase flagged for reward integrity")
+    sandbox_isolation: SandboxIsolation | None = Field(None, description=_ISOLATION_HELP)
 
 
 class EvalModelUsage(_Wire):
@@ -198,6 +204,7 @@ class EvalResult(_Wire):
     harness: str | None = None
     notes: list[str] = Field(default_factory=list, description="e.g. benchmarks missing from the data")
     model_usage: EvalModelUsage | None = Field(None, description="model usage over the evaluation's episodes")
+    sandbox_isolation: SandboxIsolation | None = Field(None, description=_ISOLATION_HELP)
 
 
 RESULT_MODELS: dict[PhaseKind, type[_Wire]] = {

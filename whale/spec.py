@@ -380,6 +380,18 @@ class Tracking(_Model):
         "of `whale run` (on a cluster: a path on a mounted volume)")
 
 
+class Sandbox(_Model):
+    """How untrusted code runs: proposer-written harness files and the model's code (math's code tool)."""
+
+    isolation: Literal["namespaces", "none"] = Field(
+        "namespaces",
+        description="namespaces: kernel isolation (own network and mount namespaces, a fresh unprivileged uid, "
+        "only the standard library and the harness visible); a phase fails when the host cannot provide it. "
+        "none: NO isolation - harness processes and the code tool run as the workload's user and can read "
+        "what it can (its files, the data, the checkout); for trusted local use only",
+    )
+
+
 # ----- the spec -----------------------------------------------------------------------------------
 
 
@@ -397,6 +409,7 @@ class WhaleRunSpec(_Model):
     retry: Retry = Field(Retry(), description="failure handling per phase")
     train: Train = Field(Train(), description="train Job shape (cluster)")
     cluster: Cluster = Field(Cluster(), description="Kubernetes placement (ignored by `whale run`)")
+    sandbox: Sandbox = Field(Sandbox(), description="isolation of untrusted code (harness files, model-written code)")
     suspend: bool = Field(False, description="true: stop every child cleanly; false again resumes")
     tracking: Tracking = Field(Tracking(), description="metrics also to TensorBoard / W&B / MLflow (off by default)")
 

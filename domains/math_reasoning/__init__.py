@@ -36,7 +36,19 @@ class MathReasoning(SplitsInMemoryDomain):
     def __init__(self, runner: CodeRunner | None = None) -> None:
         """``runner``: the code runner to use (tests, benchmarks); default resolved from the environment."""
         self._runner = runner
+        self._injected = runner is not None
+        #: spec.sandbox.isolation of the local code sandboxes
+        self._isolation = "namespaces"
         self._lock = threading.Lock()
+
+    def configure_sandbox(self, isolation: str) -> None:
+        """Local code sandboxes run under ``spec.sandbox.isolation`` (an injected runner is kept as is;
+        the deployed service's pod is its own wall)."""
+        with self._lock:
+            if isolation != self._isolation:
+                self._isolation = isolation
+                if not self._injected:
+                    self._runner = None  # resolved again, with the new isolation
 
     def build_splits(self, data: Data) -> dict[str, list[dict[str, Any]]]:
         from math_reasoning.data import load_splits
@@ -55,9 +67,10 @@ class MathReasoning(SplitsInMemoryDomain):
         """The code runner every episode of this process shares (resolved once, from the environment)."""
         with self._lock:
             if self._runner is None:
+                from whale.harness.sandbox import tool_isolation
                 from whale.tools.client import code_runner_from_env
 
-                self._runner = code_runner_from_env()
+                self._runner = code_runner_from_env(tool_isolation(self._isolation))  # type: ignore[arg-type]
             return self._runner
 
     def make_env(self, item: dict[str, Any]) -> MathEnvironment:

@@ -51,7 +51,8 @@ def test_eval_writes_items_progress_traces_and_result(store) -> None:
     # items: secrets 7, 42, 50, 99 -> only 42 is guessed; subsets by parity
     # every turn is a model call of 5 completion tokens; turns 6 (three items) and 1 (the guessed one)
     usage = EvalModelUsage(episodes=8, mean_completion_tokens=23.75, mean_turns=4.75)
-    assert result == EvalResult(mean_at_k=0.25, k=2, items=4, per_subset={"even": 0.5, "odd": 0.0}, model_usage=usage)
+    assert result == EvalResult(mean_at_k=0.25, k=2, items=4, per_subset={"even": 0.5, "odd": 0.0}, model_usage=usage,
+                                sandbox_isolation="namespaces")
     assert EvalResult.model_validate(store.read_json(layout.result_key(RUN, PHASE))) == result
     items = store.read_jsonl(layout.eval_items_key(RUN, PHASE))
     assert [(r["item_id"], r["rewards"], r["k"]) for r in items] == [

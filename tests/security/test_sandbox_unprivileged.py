@@ -118,7 +118,7 @@ def verdicts(results: dict, name: str) -> dict[str, str]:
 
 def test_the_user_namespace_path_is_taken(nobody_results):
     iso = nobody_results["read"]["isolation"]
-    assert iso["level"] == "sandbox" and iso["user_namespace"] is True
+    assert iso["level"] == "namespaces" and iso["user_namespace"] is True
     assert iso["pid_namespace"] is True and iso["network"] == "netns" and iso["root"] == "pivot_root"
     assert iso["capabilities"] == "none" and iso["uid"] == 1000
 

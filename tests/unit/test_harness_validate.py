@@ -48,11 +48,73 @@ def test_good_harness_passes() -> None:
         ("x = (1).__class__.__subclasses__()", "dunder-attribute", 1),
         ("x = getattr(len, '__self__')", "dunder-attribute", 1),
         ("def f(\n", "syntax", 1),
+        # the attack report's way in: non-dunder module internals
+        ("import random\nx = random._os", "private-attribute", 2),
+        ("import collections\nx = collections._sys", "private-attribute", 2),
+        ("import re\nx = re._compiler", "private-attribute", 2),
+        ("import re._parser", "forbidden-import", 1),
+        ("import statistics\nx = statistics.sys", "module-attribute", 2),
+        ("import re\nx = re.enum.sys", "module-attribute", 2),
+        ("from statistics import sys", "module-attribute", 1),
+        ("from whale.harness.api import json", "module-attribute", 1),
+        ("import whale.harness.api\nx = whale.harness.sandbox", "module-attribute", 2),
+        ("from math import *", "star-import", 1),
+        ("import random\nm = random", "module-value", 2),
+        ("import random\nx = [random]", "module-value", 2),
+        ("import random\nx = getattr(random.Random(), '_randbelow')", "private-attribute", 2),
+        ("name = 'x'\nx = getattr(1, name)", "dynamic-attribute", 2),
+        ("g = getattr", "dynamic-attribute", 1),
+        ("x = list(map(getattr, [1], ['real']))", "dynamic-attribute", 1),
+        ("x = '{0._os}'.format(1)", "format-attribute", 1),
+        ("x = '{0.__class__}'.format(1)", "format-attribute", 1),
+        ("x = '{0:{1._os}}'.format(1, 2)", "format-attribute", 1),
+        ("x = '{0.gi_frame}'.format(1)", "format-attribute", 1),
+        ("from string import Formatter", "module-attribute", 1),
+        ("x = (i for i in [1]).gi_frame", "introspection-attribute", 1),
+        ("x = (1).f_back", "introspection-attribute", 1),
+        ("x = vars()", "forbidden-name", 1),
+        ("x = dir()", "forbidden-name", 1),
+        ("x = __build_class__", "forbidden-name", 1),
+        ("def f(self):\n    return self._x", "private-attribute", 2),
+        ("f = lambda self: self._x", "private-attribute", 1),
+        ("class C:\n    def m(self):\n        self = 1", "self-rebind", 3),
+        ("class C:\n    def m(self):\n        return [(self := 2)]", "self-rebind", 3),
+        ("class C:\n    def m(self):\n        for self in []:\n            pass", "self-rebind", 3),
+        ("try:\n    pass\nexcept Exception as self:\n    pass", "self-rebind", 3),
     ],
 )
 def test_rule_fires(snippet: str, rule: str, line: int) -> None:
-    violations = check_source(snippet + "\n" + GOOD, CHESS_ALLOWED)
+    violations = check_source(snippet + "\n" + GOOD, CHESS_ALLOWED | {"string"} if "string" in snippet else CHESS_ALLOWED)
     assert any(v.rule == rule and v.line == line for v in violations), violations
+
+
+@pytest.mark.parametrize(
+    "snippet",
+    [
+        "class C:\n    def m(self):\n        return self._cache",
+        "class C:\n    @classmethod\n    def m(cls):\n        return cls._registry",
+        "class C:\n    def m(self):\n        return super()._helper()",
+        "class C:\n    def m(self):\n        def inner():\n            return self._cache\n        return inner",
+        "import collections.abc\nx = collections.abc.Mapping",
+        "from json import decoder\nx = decoder.JSONDecoder",
+        "import re\nx = re.compile('a', re.IGNORECASE | re.DOTALL)",
+        "x = getattr(1, 'real', None)",
+        "x = '{fen} {a[0]} {b.real}'.format(fen=1, a=[1], b=2)",
+        "import whale.harness.api\nx = whale.harness.api.BaseHarness",
+        "import string\nx = string.Template('$a').substitute(a=1) + string.ascii_letters",
+    ],
+)
+def test_legitimate_code_passes(snippet: str) -> None:
+    assert check_source(snippet + "\n" + GOOD, CHESS_ALLOWED | {"json", "string"}) == []
+
+
+def test_every_h0_and_fixture_harness_passes() -> None:
+    from tests.fixtures.guess_domain import GuessNumberDomainDouble
+    from whale import domains
+
+    harnesses = [domains.load(name) for name in ("chess_puzzles", "math_reasoning", "search_qa", "synthetic")]
+    for domain in [*harnesses, GuessNumberDomainDouble()]:
+        assert check_source(domain.h0_path().read_text(encoding="utf-8"), domain.allowed_imports) == [], domain.name
 
 
 def test_missing_class() -> None:

@@ -7,8 +7,11 @@ process imports ``whale.harness.api`` and must stay light):
   action/decision shapes). What a harness file imports.
 * ``validate`` — static + load-time checks of a harness file (imports, required names, signatures,
   promptOnly diff against h0). Errors name the line and the rule.
-* ``sandbox``  — how the harness process is started (rlimits, no network, scrubbed environment).
-* ``worker``   — the program inside the sandboxed process: loads the harness, answers hook calls.
+* ``sandbox``  — how the harness process is started: always through ``whale.sandbox`` (namespaces or,
+  asked for by name, ``spec.sandbox.isolation: none``), with a staged stdlib-only package as its
+  only import path; no fallback.
+* ``worker``   — the program inside the sandboxed process (standard library only): confines imports,
+  puts up the audit hook, loads the harness, answers hook calls.
 * ``process``  — :class:`~whale.harness.process.HarnessProcess`, the runtime's handle on that
   process (async, many concurrent episodes over one pipe), and
   :class:`~whale.harness.process.HarnessPool` (a few of them, calls to the least busy).

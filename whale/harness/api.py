@@ -51,8 +51,8 @@ Wire shapes (all plain JSON):
 * action: ``{"kind": "env", "action": <JSON>}`` → ``Environment.step(action)``, or
   ``{"kind": "tool", "name": str, "arguments": {...}, "id": str | None}`` → ``Environment.call_tool``.
 * result (what ``observe`` gets, one per action, same order): ``{"kind": "env", "observation": {...},
-  "done": bool, "info": {...}}`` or ``{"kind": "tool", "name": str, "id": str | None,
-  "content": str, "error": str | None}``.
+  "done": bool}`` or ``{"kind": "tool", "name": str, "id": str | None, "content": str, "error": str | None}``.
+  The environment's ``info`` (where verifiers keep gold answers) goes to the trace only, never here.
 
 Per-episode data belongs in ``state``: one harness process serves many concurrent episodes, so
 instance attributes are shared between them (treat ``self`` as read-only).
@@ -62,6 +62,12 @@ from __future__ import annotations
 
 import json
 from typing import Any
+
+#: what a harness file may import from here (``whale.harness.validate`` refuses any other name)
+__all__ = [
+    "API_MODULE", "CONSTANTS", "HELPERS", "HOOKS", "PROMPT_CONSTANTS", "REQUIRED_CLASS",
+    "BaseHarness", "Decision", "env_action", "fill", "tool_action",
+]
 
 #: the module a harness file may always import, whatever its domain's allow list
 API_MODULE = "whale.harness.api"

@@ -60,15 +60,13 @@ class HarnessProcess:
         allowed_imports: frozenset[str] | set[str],
         limits: sandbox.SandboxLimits | None = None,
         max_restarts: int = 5,
-        backend: str = "auto",
     ):
         self.path = Path(path).resolve()
         self.allowed_imports = frozenset(allowed_imports)
+        #: resource limits and ``isolation`` level (``spec.sandbox.isolation``) of the process
         self.limits = limits or sandbox.SandboxLimits()
         self.max_restarts = max_restarts
         self.restarts = 0
-        #: sandbox backend: auto (whale.sandbox when importable) | whale.sandbox | local
-        self.backend = backend
         self.info: HarnessInfo | None = None
         self._proc: sandbox.Spawned | None = None
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
@@ -110,7 +108,9 @@ class HarnessProcess:
             raise HarnessLoadError(f"harness file {self.path} does not exist")
         self._stderr_tail.clear()
         try:
-            spawned = await sandbox.spawn_worker(self.path, self.allowed_imports, self.limits, self.backend)
+            spawned = await sandbox.spawn_worker(self.path, self.allowed_imports, self.limits)
+        except sandbox.IsolationUnavailableError:
+            raise  # the host's fault, not the harness's: the phase fails (the message names the spec field)
         except Exception as exc:  # noqa: BLE001 - the sandbox's own setup errors, re-raised typed
             raise HarnessLoadError(f"{self.path.name}: the sandbox did not start: {exc}") from exc
         self._proc = spawned
@@ -129,19 +129,20 @@ class HarnessProcess:
             raise HarnessLoadError(f"{self.path.name}: {reason or 'failed to start: ' + self.stderr_tail()}")
         self._reader = asyncio.create_task(self._read_answers(spawned))
         try:
-            info = await self._request("describe", {}, self.limits.start_timeout_s)
+            info = _check_info(await self._request("describe", {}, self.limits.start_timeout_s))
         except HarnessError as exc:
             await self._kill()
             raise HarnessLoadError(f"{self.path.name}: {exc}") from exc
-        log.debug("harness %s started (%s, %s)", self.path.name, spawned.backend, spawned.isolation)
-        return HarnessInfo(max_turns=int(info["max_turns"]), tools=info.get("tools"), constants=info["constants"])
+        log.debug("harness %s started (%s)", self.path.name, spawned.isolation)
+        return info
 
     @property
     def isolation(self) -> dict[str, Any]:
-        """The backend and isolation of the running process (empty when not running)."""
+        """The isolation of the running process: ``level`` (spec.sandbox.isolation) and what the
+        launcher achieved (empty when not running)."""
         if self._proc is None:
             return {}
-        return {"backend": self._proc.backend, **self._proc.isolation}
+        return dict(self._proc.isolation)
 
     async def aclose(self) -> None:
         self._closed = True
@@ -217,7 +218,7 @@ class HarnessProcess:
         if self._proc is None or self._proc.returncode is not None:
             await self._restart()
         answer = await self._request(hook, {**args, "state": state}, self.limits.hook_timeout_s)
-        if not isinstance(answer, dict):
+        if not isinstance(answer, dict) or "decision" not in answer:
             raise HarnessError(f"hook {hook}: malformed answer from the harness process")
         return check_decision(answer.get("decision"), hook), _check_state(answer.get("state"), hook)
 
@@ -263,8 +264,28 @@ class HarnessProcess:
         finally:
             timer.cancel()
         if not answer.get("ok"):
-            raise HarnessError(f"hook {fn} failed: {answer.get('message') or answer.get('error_type')}")
-        return answer.get("result")
+            raise HarnessError(f"hook {fn} failed: {_text(answer.get('message') or answer.get('error_type'))}")
+        result = answer.get("result")
+        if isinstance(result, dict) and "error" in result:  # the worker reports harness failures as values
+            raise HarnessError(f"hook {fn} failed: {_text(result['error'])}")
+        return result
+
+
+def _text(value: Any, limit: int = 1000) -> str:
+    """An untrusted message as one bounded line."""
+    return str(value).replace("\n", " ")[:limit]
+
+
+def _check_info(info: Any) -> HarnessInfo:
+    """What ``describe`` answered (untrusted), checked."""
+    if not isinstance(info, dict) or not isinstance(info.get("constants"), dict):
+        raise HarnessError("describe: malformed answer from the harness process")
+    max_turns, tools = info.get("max_turns"), info.get("tools")
+    if not isinstance(max_turns, int) or isinstance(max_turns, bool) or max_turns < 1:
+        raise HarnessError(f"describe: MAX_TURNS must be an int >= 1, got {max_turns!r:.100}")
+    if tools is not None and not (isinstance(tools, list) and all(isinstance(t, dict) for t in tools)):
+        raise HarnessError("describe: TOOLS must be a list of OpenAI function schemas (dicts) or None")
+    return HarnessInfo(max_turns=max_turns, tools=tools, constants=info["constants"])
 
 
 def _check_state(state: Any, hook: str) -> dict[str, Any]:
@@ -317,10 +338,9 @@ class HarnessPool:
         allowed_imports: frozenset[str] | set[str],
         limits: sandbox.SandboxLimits | None = None,
         processes: int | None = None,
-        backend: str = "auto",
     ):
         count = processes or default_processes()
-        self.workers = [HarnessProcess(path, allowed_imports, limits, backend=backend) for _ in range(count)]
+        self.workers = [HarnessProcess(path, allowed_imports, limits) for _ in range(count)]
         self.path = self.workers[0].path
         self._in_flight = [0] * count
 
@@ -332,6 +352,9 @@ class HarnessPool:
         await self.aclose()
 
     async def start(self) -> HarnessInfo:
+        """Start every worker. Raises :class:`~whale.harness.sandbox.IsolationUnavailableError` when
+        the host cannot isolate them (see ``spec.sandbox.isolation``), HarnessLoadError when the
+        harness does not load."""
         infos = await asyncio.gather(*(w.start() for w in self.workers))
         return infos[0]
 

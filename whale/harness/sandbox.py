@@ -1,62 +1,85 @@
-"""How the harness process is started: the one place that sets its limits.
+"""How the harness process is started: the one place that sets its limits and its isolation.
 
-A harness file is untrusted once a proposer writes it, so its process runs sandboxed:
-no network, rlimits (address space, CPU seconds, file size), an environment without credentials,
-a private scratch directory, and wall timeouts per hook call and at start (the per-call clock is
-enforced by ``whale.harness.process``, which kills and restarts the process on overrun).
+A harness file is untrusted once a proposer writes it, so its process always starts through
+``whale.sandbox`` (``launch``): its own namespaces (network, mounts, ...) and a fresh unprivileged uid,
+rlimits (address space, CPU seconds, file size), an allow-listed environment without credentials, a
+private scratch directory, and wall timeouts per hook call and at start (the per-call clock is enforced
+by ``whale.harness.process``, which kills and restarts the process on overrun).
 
-Backends, chosen by :func:`spawn_worker`:
+The process sees only what it is given (allow list, not deny list):
 
-* ``whale.sandbox`` (the project's sandboxed-subprocess primitive): network + mount namespaces, a
-  fresh unprivileged uid, hidden credential directories, rlimits, allow-listed environment. Used
-  whenever it is importable. Its launcher is synchronous; we adopt its pipes into asyncio so one
-  process serves many concurrent episodes.
-* ``local`` (fallback): ``unshare --net`` when the kernel allows it, rlimits in ``preexec_fn``, a
-  fixed environment, a temporary working directory.
+* the harness file, copied into its scratch directory;
+* a staged read-only package directory (:func:`stage_worker_package`) holding nothing but
+  ``whale/__init__.py`` and ``whale/harness/__init__.py`` (both empty), ``whale/harness/api.py`` and
+  ``whale/harness/worker.py`` (both standard library only) — passed as its only ``sys_path`` entry;
+* the standard library. The worker drops every other import path and finder before the harness runs
+  (``whale.harness.worker.confine_imports``), so the checkout, the installed domain packages and the
+  data root are neither importable nor readable (the sandbox's filesystem wall hides them as well).
 
-Both run the same worker code (``whale.harness.worker``) and speak the same JSON-lines protocol.
+Isolation levels (``spec.sandbox.isolation``, :data:`IsolationLevel`):
+
+* ``namespaces`` (default): kernel isolation or nothing. When the sandbox cannot isolate on this host,
+  starting fails with :class:`IsolationUnavailableError` — never a silent fallback.
+* ``none``: trusted local use only, asked for by name. The process still starts through
+  ``whale.sandbox`` (rlimits, allow-listed environment, its own session, the worker's audit hook) but
+  runs as the caller, in the caller's namespaces: it can read whatever the caller can. A warning is
+  logged once per process and the level is recorded in the phase results.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import functools
 import logging
 import os
-import resource
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any, Literal, get_args
 
 log = logging.getLogger(__name__)
-_REPO_ROOT = Path(__file__).resolve().parents[2]
 
-#: variables copied into the harness environment (values fixed here, never read from the parent)
-_SAFE_ENV = {
-    "PATH": "/usr/local/bin:/usr/bin:/bin",
-    "LANG": "C.UTF-8",
-    "LC_ALL": "C.UTF-8",
-    "PYTHONHASHSEED": "0",
-    "PYTHONDONTWRITEBYTECODE": "1",
-    "PYTHONUNBUFFERED": "1",
+_HERE = Path(__file__).resolve().parent
+
+#: ``spec.sandbox.isolation``: kernel namespaces (fail closed) or none at all (trusted local use)
+IsolationLevel = Literal["namespaces", "none"]
+ISOLATION_LEVELS: tuple[str, ...] = get_args(IsolationLevel)
+
+#: the files of the staged package, relative to its root, and where their text comes from (None: empty)
+_PACKAGE_FILES: dict[str, Path | None] = {
+    "whale/__init__.py": None,
+    "whale/harness/__init__.py": None,
+    "whale/harness/api.py": _HERE / "api.py",
+    "whale/harness/worker.py": _HERE / "worker.py",
 }
+#: the largest harness file the runtime copies into a sandbox (proposer files are capped far lower)
+MAX_HARNESS_BYTES = 1 << 20
+
+
+class IsolationUnavailableError(RuntimeError):
+    """The sandbox cannot isolate the harness process on this host and the spec did not opt out.
+
+    Not a :class:`~whale.harness.process.HarnessError`: it is not the harness's fault, so it fails
+    the phase instead of scoring a candidate 0."""
+
+
+def unavailable_message(why: str) -> str:
+    return (f"kernel isolation is unavailable here: {why}; set spec.sandbox.isolation: none only for "
+            "trusted local use")
 
 
 @dataclasses.dataclass(frozen=True)
 class SandboxLimits:
-    """Resource limits of one harness process (which serves many episodes)."""
+    """Resource limits and isolation level of one harness process (which serves many episodes)."""
 
     #: address-space limit (RLIMIT_AS)
     memory_bytes: int = 1 << 30
     #: CPU seconds over the process's whole life (RLIMIT_CPU); hooks are cheap string work
     cpu_seconds: int = 3600
-    #: largest file the process may write (RLIMIT_FSIZE)
+    #: largest file the process may write (RLIMIT_FSIZE; the worker refuses every write anyway)
     file_size_bytes: int = 1 << 20
     #: wall seconds one hook call may take before the process is killed and restarted
     hook_timeout_s: float = 30.0
@@ -66,61 +89,77 @@ class SandboxLimits:
     max_response_bytes: int = 8 << 20
     #: tail of the process's stderr kept for error messages
     stderr_tail_bytes: int = 16 << 10
-    #: isolate the network (a new network namespace) when the kernel allows it
-    isolate_network: bool = True
+    #: ``spec.sandbox.isolation``: "namespaces" (fail closed) or "none" (trusted local use only)
+    isolation: IsolationLevel = "namespaces"
+
+    def __post_init__(self) -> None:
+        if self.isolation not in ISOLATION_LEVELS:
+            raise ValueError(f"SandboxLimits.isolation must be one of {list(ISOLATION_LEVELS)}, got {self.isolation!r}")
 
 
-@functools.cache
-def _netns_prefix() -> tuple[str, ...]:
-    """The argv prefix that gives a child its own (empty) network namespace here, or () if none works."""
-    unshare = shutil.which("unshare")
-    if not unshare:
-        log.warning("harness sandbox: `unshare` not found; no network namespace (audit hook only)")
-        return ()
-    for prefix in ((unshare, "--net"), (unshare, "-rn")):
-        try:
-            done = subprocess.run([*prefix, "true"], capture_output=True, timeout=10, check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            continue
-        if done.returncode == 0:
-            return prefix
-    log.warning("harness sandbox: cannot create a network namespace here; relying on the audit hook")
-    return ()
+def sandbox_isolation(level: IsolationLevel) -> Any:
+    """The ``whale.sandbox.Isolation`` for a level: every namespace the launcher offers with no
+    fallback for ``namespaces``; nothing for ``none``."""
+    from whale.sandbox import Isolation
+
+    if level not in ISOLATION_LEVELS:
+        raise ValueError(f"isolation must be one of {list(ISOLATION_LEVELS)}, got {level!r}")
+    return Isolation.none() if level == "none" else Isolation()
 
 
-def network_isolated() -> bool:
-    """Whether harness processes get their own network namespace on this machine."""
-    return bool(_netns_prefix())
+def tool_isolation(level: IsolationLevel) -> Any:
+    """The isolation for a tool that runs model-written code with its own default (the math domain's
+    code interpreter, which adds its allowed packages): None = keep the tool's default when that is
+    already the fail-closed wall; otherwise :func:`sandbox_isolation`. One spec field sets both."""
+    if level == "namespaces":
+        return None
+    return sandbox_isolation(level)
 
 
-def _set_limits(limits: SandboxLimits) -> None:  # runs in the child between fork and exec
-    resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
-    resource.setrlimit(resource.RLIMIT_CPU, (limits.cpu_seconds, limits.cpu_seconds + 5))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_bytes, limits.file_size_bytes))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    os.setsid()
+_warned_none: list[bool] = []  # warn once per process
 
 
-def sandbox_env(workdir: Path) -> dict[str, str]:
-    """The whole environment of a harness process: fixed values only, no credentials."""
-    return {**_SAFE_ENV, "HOME": str(workdir), "TMPDIR": str(workdir)}
+def warn_if_unisolated(level: IsolationLevel) -> None:
+    """Log, once per process, that untrusted code runs without isolation."""
+    if level == "none" and not _warned_none:
+        _warned_none.append(True)
+        log.warning("spec.sandbox.isolation is none: harness files and model-written code run WITHOUT kernel "
+                    "isolation, as this process's user (trusted local use only)")
 
 
-def spawn(argv: list[str], limits: SandboxLimits) -> tuple[subprocess.Popen[bytes], Path]:
-    """Start ``argv`` with the local limits and pipes on stdin/stdout/stderr; returns the process
-    and its private working directory (the caller removes it)."""
-    workdir = Path(tempfile.mkdtemp(prefix="whale-harness-"))
-    prefix = _netns_prefix() if limits.isolate_network else ()
-    proc = subprocess.Popen(  # noqa: S603 - argv built here, no shell
-        [*prefix, *argv],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        cwd=workdir,
-        env=sandbox_env(workdir),
-        preexec_fn=functools.partial(_set_limits, limits),  # noqa: PLW1509 - only rlimits + setsid
-    )
-    return proc, workdir
+def stdlib_dirs() -> list[str]:
+    """The interpreter's standard library directories (what ``python -I -S`` puts on sys.path): the
+    import path entries under its base prefix, without installed packages."""
+    bases = [os.path.realpath(p) for p in (sys.base_prefix, sys.base_exec_prefix)]
+    out = []
+    for entry in (os.path.dirname(os.__file__), *sys.path):
+        real = os.path.realpath(entry) if entry else ""
+        parts = real.split(os.sep)
+        if (real and any(real == b or real.startswith(b.rstrip("/") + "/") for b in bases)
+                and "site-packages" not in parts and "dist-packages" not in parts):
+            out.append(real)
+    return list(dict.fromkeys(out))
+
+
+def stage_worker_package(dest: Path) -> Path:
+    """Write the worker's package (4 files, see the module doc) under ``dest``, read-only, and return
+    ``dest``: the one ``sys_path`` entry of the harness process."""
+    for rel, source in _PACKAGE_FILES.items():
+        path = dest / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("" if source is None else source.read_text(encoding="utf-8"), encoding="utf-8")
+        path.chmod(0o444)
+    for directory in (dest / "whale" / "harness", dest / "whale", dest):
+        directory.chmod(0o555)
+    return dest
+
+
+def _remove_tree(path: Path) -> None:
+    for root, dirs, _ in os.walk(path):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), 0o755)
+    os.chmod(path, 0o755)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @dataclasses.dataclass
@@ -130,9 +169,7 @@ class Spawned:
     stdin: asyncio.StreamWriter
     stdout: asyncio.StreamReader
     stderr: asyncio.StreamReader
-    #: "whale.sandbox" or "local"
-    backend: str
-    #: what isolation was achieved (backend-specific, for logs and the report)
+    #: what isolation was achieved: the level asked for plus the launcher's report
     isolation: dict[str, object]
     _kill: Callable[[], None]
     _poll: Callable[[], int | None]
@@ -145,7 +182,7 @@ class Spawned:
         return self._poll()
 
     async def kill(self) -> None:
-        """Kill the process tree, close the pipes, remove its scratch directory."""
+        """Kill the process tree, close the pipes, remove its scratch and package directories."""
         await asyncio.to_thread(self._kill)
         for transport in self._transports:
             transport.close()
@@ -153,11 +190,12 @@ class Spawned:
             await asyncio.to_thread(self._cleanup)
 
 
-def _entry_code(allowed: frozenset[str], max_bytes: int) -> str:
-    return (
-        "from whale.harness.worker import harness_functions as _load\n"
-        f"globals().update(_load('harness.py', {sorted(allowed)!r}, {max_bytes}))\n"
-    )
+def entry_code(harness: str, allowed_imports: frozenset[str], package_dir: str) -> str:
+    """The sandbox's entry file: load the harness through the staged worker (nothing else is importable)."""
+    config = {"harness": harness, "allowed": sorted(allowed_imports), "package_dir": package_dir,
+              "stdlib_dirs": stdlib_dirs()}
+    return ("from whale.harness.worker import serve_entry as _serve_entry\n"
+            f"globals().update(_serve_entry({config!r}))\n")
 
 
 async def _adopt(proc: subprocess.Popen[bytes], limit: int) -> tuple[asyncio.StreamWriter, asyncio.StreamReader, asyncio.StreamReader, list[asyncio.BaseTransport]]:
@@ -175,37 +213,24 @@ async def _adopt(proc: subprocess.Popen[bytes], limit: int) -> tuple[asyncio.Str
     return writer, readers[0], readers[1], transports
 
 
-async def spawn_worker(
-    harness_path: Path, allowed_imports: frozenset[str], limits: SandboxLimits, backend: str = "auto"
-) -> Spawned:
-    """Start a harness worker for ``harness_path``. ``backend``: auto | whale.sandbox | local."""
-    if backend in ("auto", "whale.sandbox"):
-        try:
-            from whale.sandbox import Isolation, Limits
-            from whale.sandbox.process import launch
-        except ImportError:
-            if backend == "whale.sandbox":
-                raise
-        else:
-            try:
-                return await _spawn_whale_sandbox(harness_path, allowed_imports, limits, launch, Limits, Isolation)
-            except RuntimeError as exc:  # whale.sandbox.SandboxSetupError: this host cannot isolate that way
-                if backend == "whale.sandbox":
-                    raise
-                _warn_fallback(exc)
-    return await _spawn_local(harness_path, allowed_imports, limits)
+def _read_harness(path: Path) -> str:
+    size = path.stat().st_size
+    if size > MAX_HARNESS_BYTES:
+        raise ValueError(f"harness file {path.name} is {size} bytes; the limit is {MAX_HARNESS_BYTES}")
+    return path.read_text(encoding="utf-8")
 
 
-_fallback_warned: list[str] = []  # warn once per process
+async def spawn_worker(harness_path: Path, allowed_imports: frozenset[str], limits: SandboxLimits) -> Spawned:
+    """Start a harness worker for ``harness_path`` through ``whale.sandbox``.
 
+    Raises :class:`IsolationUnavailableError` when ``limits.isolation`` is ``namespaces`` and the host
+    cannot provide them (the message names ``spec.sandbox.isolation``)."""
+    from whale.sandbox import Limits, SandboxSetupError
+    from whale.sandbox.process import launch
 
-def _warn_fallback(exc: Exception) -> None:
-    if not _fallback_warned:
-        _fallback_warned.append(str(exc))
-        log.warning("harness sandbox: whale.sandbox could not start here (%s); using the local sandbox", exc)
-
-
-async def _spawn_whale_sandbox(harness_path, allowed_imports, limits, launch, Limits, Isolation) -> Spawned:  # noqa: N803
+    warn_if_unisolated(limits.isolation)
+    source = _read_harness(Path(harness_path))
+    package = stage_worker_package(Path(tempfile.mkdtemp(prefix="whale-harness-pkg-")))
     sb_limits = Limits(
         wall_s=limits.hook_timeout_s,
         cpu_s=limits.cpu_seconds,
@@ -214,63 +239,40 @@ async def _spawn_whale_sandbox(harness_path, allowed_imports, limits, launch, Li
         stdout_bytes=limits.max_response_bytes,
         stderr_bytes=limits.stderr_tail_bytes,
     )
-    files = {
-        "worker_entry.py": _entry_code(allowed_imports, limits.max_response_bytes),
-        "harness.py": Path(harness_path).read_text(encoding="utf-8"),
-    }
-    launched = await asyncio.to_thread(
-        launch,
-        mode="worker",
-        target="worker_entry.py",
-        args=[],
-        limits=sb_limits,
-        isolation=Isolation(),  # always its own network namespace (no audit-hook fallback any more)
-        scratch=None,
-        files=files,
-        env=None,
-        stdin=subprocess.PIPE,
-        sys_path=[str(_REPO_ROOT)],
-    )
+    files = {"worker_entry.py": entry_code("harness.py", allowed_imports, str(package)), "harness.py": source}
+    try:
+        launched = await asyncio.to_thread(
+            launch,
+            mode="worker",
+            target="worker_entry.py",
+            args=[],
+            limits=sb_limits,
+            isolation=sandbox_isolation(limits.isolation),
+            scratch=None,
+            files=files,
+            env=None,
+            stdin=subprocess.PIPE,
+            sys_path=[str(package)],
+        )
+    except SandboxSetupError as exc:
+        _remove_tree(package)
+        if limits.isolation == "none":
+            raise
+        raise IsolationUnavailableError(unavailable_message(str(exc).strip())) from exc
+    except BaseException:
+        _remove_tree(package)
+        raise
+
+    def cleanup() -> None:
+        try:
+            launched.cleanup()
+        finally:
+            _remove_tree(package)
+
     try:
         stdin, stdout, stderr, transports = await _adopt(launched.proc, limits.max_response_bytes)
     except BaseException:
-        await asyncio.to_thread(launched.cleanup)
+        await asyncio.to_thread(cleanup)
         raise
-    return Spawned(stdin, stdout, stderr, "whale.sandbox", launched.isolation, launched.kill_tree, launched.proc.poll,
-                   transports, launched.cleanup)
-
-
-async def _spawn_local(harness_path: Path, allowed_imports: frozenset[str], limits: SandboxLimits) -> Spawned:
-    argv = worker_argv(harness_path, allowed_imports) + ["--max-bytes", str(limits.max_response_bytes)]
-    proc, workdir = spawn(argv, limits)
-
-    def kill() -> None:
-        if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)
-
-    def cleanup() -> None:
-        for stream in (proc.stdin, proc.stdout, proc.stderr):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
-        shutil.rmtree(workdir, ignore_errors=True)
-
-    try:
-        stdin, stdout, stderr, transports = await _adopt(proc, limits.max_response_bytes)
-    except BaseException:
-        kill()
-        cleanup()
-        raise
-    isolation = {"network": "netns" if (limits.isolate_network and network_isolated()) else "audit-hook"}
-    return Spawned(stdin, stdout, stderr, "local", isolation, kill, proc.poll, transports, cleanup)
-
-
-def worker_argv(harness_path: Path, allowed_imports: frozenset[str] | set[str]) -> list[str]:
-    """``python -I -c <run whale.harness.worker> FILE --allow a,b,c``: -I ignores PYTHON* variables and
-    the working directory; the checkout holding ``whale`` is put on the path explicitly."""
-    boot = (f"import sys; sys.path.insert(0, {str(_REPO_ROOT)!r}); "
-            "from whale.harness.worker import main; sys.exit(main())")
-    return [sys.executable, "-I", "-c", boot, str(harness_path), "--allow", ",".join(sorted(allowed_imports))]
+    isolation = {**launched.isolation, "level": limits.isolation}
+    return Spawned(stdin, stdout, stderr, isolation, launched.kill_tree, launched.proc.poll, transports, cleanup)

@@ -1,35 +1,37 @@
-"""The code inside the sandboxed harness process: load one harness file, answer hook calls.
+"""The code inside the sandboxed harness process: load one harness file, answer hook calls. Standard library only.
 
-The process is started by ``whale.harness.sandbox``: normally through ``whale.sandbox`` (its guard
-runs an entry file that calls :func:`harness_functions` and serves the returned functions), or, where
-that primitive is unavailable, as ``python -I -m whale.harness.worker FILE`` (:func:`main`), which
-speaks the same protocol. Protocol (JSON lines; stdin = requests, the original stdout = answers;
-whatever the harness prints goes to stderr):
+The process is started by ``whale.harness.sandbox`` through ``whale.sandbox`` (whose guard runs an entry
+file that calls :func:`serve_entry` and serves the returned functions as JSON lines). It sees only what
+it is given: a staged, read-only package directory holding this file, ``api.py`` and two empty
+``__init__.py`` files, the standard library, and the harness file in its scratch directory. Before the
+harness runs, :func:`confine_imports` drops every other import path and finder (what ``python -S``
+would leave out), and an audit hook (:func:`install_audit_hook`) refuses, from then on: sockets,
+subprocesses, writes of any kind, reads other than the harness file and Python sources of the standard
+library and of this package, directory listings elsewhere, opening descriptors by number, frame
+introspection, and imports outside the domain's allow list. The hook is defence in depth; the wall is
+the process sandbox (namespaces, a fresh uid, rlimits), and the static gate (``whale.harness.validate``)
+comes before both.
 
-* first line out: ``{"ready": true, "functions": [...]}`` or ``{"ready": false, "message": ...}``;
-* request ``{"id": int, "fn": "describe"|"start"|"parse"|"observe", "args": [...], "kwargs": {...}}``;
-* answer ``{"id": int, "ok": true, "result": ...}`` or ``{"id": int, "ok": false, "error_type",
-  "message", "traceback"}``. A hook's result is ``{"decision": {...}, "state": {...}}``.
-
-Requests are answered one at a time in arrival order; concurrency lives in the runtime. Before the
-harness code runs, an audit hook blocks sockets, subprocesses, file writes, reads outside Python
-sources and imports outside the allow list (defence in depth behind the process sandbox and the
-static validator).
+Protocol (served by the guard): request ``{"id", "fn": "describe"|"start"|"parse"|"observe", "kwargs"}``;
+each function returns a plain JSON value, never raises: ``{"decision": {...}, "state": {...}}`` for a
+hook, the declared constants for ``describe``, or ``{"error": "one line"}`` when the harness failed
+(to load, or in this call). Returning errors instead of raising keeps tracebacks (and the frame
+objects they need) out of the guard's reply path.
 """
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import json
 import os
 import sys
-import traceback
 import types
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from whale.harness import api
 
+#: audit events refused outright once the harness code may run (prefix match)
 _BLOCKED_EVENT_PREFIXES = (
     "socket.",
     "subprocess.",
@@ -38,41 +40,137 @@ _BLOCKED_EVENT_PREFIXES = (
     "os.posix_spawn",
     "os.spawn",
     "os.fork",
+    "os.forkpty",
     "os.kill",
     "os.remove",
     "os.rename",
     "os.rmdir",
     "os.mkdir",
+    "os.chdir",
     "os.chmod",
     "os.chown",
+    "os.chflags",
+    "os.lchflags",
     "os.symlink",
     "os.link",
     "os.truncate",
+    "os.utime",
+    "os.mkfifo",
+    "os.mknod",
     "os.putenv",
     "os.unsetenv",
+    "os.setxattr",
+    "os.getxattr",
+    "os.listxattr",
+    "os.removexattr",
+    "os.startfile",
+    "os.add_dll_directory",
     "shutil.",
     "ctypes.",
+    "mmap.",
+    "fcntl.",
+    "resource.",
+    "signal.",
+    "glob.",
     "urllib.",
     "http.",
     "ftplib.",
     "smtplib.",
+    "poplib.",
+    "imaplib.",
+    "nntplib.",
+    "telnetlib.",
+    "webbrowser.",
+    "sqlite3.",
     "sys._getframe",
+    "sys._current_frames",
     "sys.settrace",
     "sys.setprofile",
+    "sys.addaudithook",
+    "sys.monitoring",
+    "gc.",
     "code.__new__",
+    "function.__new__",
     "marshal.",
     "pickle.",
-    "webbrowser.",
+    "builtins.input",
+    "cpython.",
+    "_posixsubprocess.",
+    "pty.",
+    "_thread.",
+    "threading.",
 )
+#: ``os.open``/``open`` flags that mean writing (the ``open`` event's third argument)
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+#: file kinds the import system reads from the allowed directories
+_SOURCE_SUFFIXES = (".py", ".pyc")
+#: never readable, even under an allowed directory (a system Python keeps installed packages, domain
+#: code among them, under its standard library directory)
+_EXCLUDED_PARTS = ("site-packages", "dist-packages")
 
 
 class _Blocked(PermissionError):
     pass
 
 
-def _install_audit_hook(allowed: frozenset[str], harness_file: str) -> None:
-    """Block dangerous operations from here on (audit hooks cannot be removed once added)."""
+def confine_imports(package_dir: str, stdlib_dirs: Iterable[str], scratch: str) -> None:
+    """Import only from the standard library and the staged package, as ``python -I -S`` would.
+
+    Drops every other ``sys.path`` entry (site-packages, the scratch directory), every meta-path finder
+    that is not the interpreter's own (an editable install's finder maps the whole checkout), and the
+    modules ``site`` loaded from outside those directories (not ``__main__`` nor the entry file in
+    ``scratch``, which are running)."""
+    roots = [os.path.realpath(p) for p in (package_dir, *stdlib_dirs)]
+    sys.path[:] = [package_dir, *(p for p in sys.path if os.path.realpath(p) in roots[1:])]
+    sys.meta_path[:] = [f for f in sys.meta_path if _module_of(f).startswith("_frozen_importlib")]
+    sys.path_importer_cache.clear()
+    running = [os.path.realpath(scratch)]
+    for name, module in list(sys.modules.items()):
+        path = getattr(module, "__file__", None)
+        if name == "__main__" or not isinstance(path, str):
+            continue
+        real = os.path.realpath(path)
+        if not _under_any(real, roots) and not _under_any(real, running):
+            del sys.modules[name]
+
+
+def _module_of(finder: object) -> str:
+    kind = finder if isinstance(finder, type) else type(finder)
+    return str(getattr(kind, "__module__", ""))
+
+
+def _under_any(path: str, roots: Iterable[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+class _Trust:
+    """Whether the worker's own code (not the harness) is running: only then may frames be read
+    (walking a traceback for the harness's line number)."""
+
+    def __init__(self) -> None:
+        self.depth = 0
+
+    def __enter__(self) -> None:
+        self.depth += 1
+
+    def __exit__(self, *exc: object) -> None:
+        self.depth -= 1
+
+
+def install_audit_hook(allowed: frozenset[str], harness_file: str, read_roots: Iterable[str], trust: _Trust) -> None:
+    """Refuse dangerous operations from here on (an audit hook cannot be removed once added).
+
+    ``read_roots``: directories whose Python sources (and listings) may be read, besides ``harness_file``."""
     preloaded = frozenset(sys.modules)
+    roots = tuple(os.path.realpath(r) for r in read_roots)
+    harness_real = os.path.realpath(harness_file)
+
+    def inside(real: str) -> bool:
+        return _under_any(real, roots) and not any(part in _EXCLUDED_PARTS for part in real.split(os.sep))
+
+    def readable(path: str) -> bool:
+        real = os.path.realpath(path)
+        return real == harness_real or (inside(real) and real.endswith(_SOURCE_SUFFIXES))
 
     def hook(event: str, args: tuple[Any, ...]) -> None:
         if event.startswith(_BLOCKED_EVENT_PREFIXES):
@@ -82,14 +180,23 @@ def _install_audit_hook(allowed: frozenset[str], harness_file: str) -> None:
             if name not in preloaded and name.split(".")[0] not in allowed:
                 raise _Blocked(f"harness sandbox: import of {name!r} is not allowed")
         elif event == "open":
-            path, mode = args[0], args[1]
-            writing = isinstance(mode, str) and any(c in mode for c in "wax+")
-            if isinstance(mode, int):  # os.open flags
-                writing = bool(mode & (os.O_WRONLY | os.O_RDWR | os.O_CREAT))
-            if writing:
-                raise _Blocked(f"harness sandbox: opening {path!r} for writing is not allowed")
-            if isinstance(path, str) and not (path.endswith(".py") or path == harness_file):
-                raise _Blocked(f"harness sandbox: reading {path!r} is not allowed")
+            path, flags = args[0], args[2] if len(args) > 2 else 0
+            if isinstance(path, int):
+                raise _Blocked(f"harness sandbox: opening file descriptor {path} is not allowed")
+            if path is None:
+                raise _Blocked("harness sandbox: opening a file without a path is not allowed")
+            text = os.fsdecode(path)
+            if isinstance(flags, int) and flags & _WRITE_FLAGS or isinstance(args[1], str) and set(args[1]) & set("wax+"):
+                raise _Blocked(f"harness sandbox: opening {text!r} for writing is not allowed")
+            # relative paths may be relative to a dir_fd the event does not show: refuse them
+            if not os.path.isabs(text) or not readable(text):
+                raise _Blocked(f"harness sandbox: reading {text!r} is not allowed")
+        elif event in ("os.listdir", "os.scandir"):
+            path = args[0] if args else None
+            if not isinstance(path, str | bytes) or not inside(os.path.realpath(os.fsdecode(path))):
+                raise _Blocked(f"harness sandbox: listing {path!r} is not allowed")
+        elif event == "object.__getattr__" and not trust.depth:
+            raise _Blocked(f"harness sandbox: reading {args[1]!r} (frame introspection) is not allowed")
 
     sys.addaudithook(hook)
 
@@ -101,27 +208,23 @@ def _preload(allowed: frozenset[str]) -> None:
             importlib.import_module(name)
         except ImportError:
             continue
-    for name in ("random", "statistics"):  # their lazy imports (hashlib, fractions, decimal)
-        if name in allowed:
-            mod = sys.modules.get(name)
-            if name == "random" and mod is not None:
-                mod.Random(0).random()
+    if "random" in allowed and "random" in sys.modules:
+        sys.modules["random"].Random(0).random()  # its lazy imports (hashlib)
+    import encodings.idna  # noqa: F401 - str.encode('idna') must not import later
     import linecache  # noqa: F401 - tracebacks need it
 
-    import encodings.idna  # noqa: F401 - str.encode('idna') must not import later
 
-
-def load_harness(path: str, allowed: frozenset[str]) -> api.BaseHarness:
-    """Execute the harness file as module ``harness`` and instantiate its ``Harness`` class."""
+def load_harness(path: str, allowed: frozenset[str], read_roots: Iterable[str], trust: _Trust) -> api.BaseHarness:
+    """Execute the harness file as module ``harness`` (audit hook up first) and instantiate ``Harness``."""
     with open(path, encoding="utf-8") as fh:
         source = fh.read()
     module = types.ModuleType("harness")
     module.__file__ = path
     sys.modules["harness"] = module
     _preload(allowed)
-    _install_audit_hook(allowed, path)
+    install_audit_hook(allowed, path, read_roots, trust)
     exec(compile(source, path, "exec"), module.__dict__)  # noqa: S102 - the sandbox's whole job
-    cls = getattr(module, api.REQUIRED_CLASS, None)
+    cls = module.__dict__.get(api.REQUIRED_CLASS)
     if not isinstance(cls, type) or not issubclass(cls, api.BaseHarness):
         raise TypeError(f"the file must define class {api.REQUIRED_CLASS}(BaseHarness)")
     harness = cls()
@@ -144,90 +247,75 @@ def describe(harness: api.BaseHarness) -> dict[str, Any]:
     return {"constants": constants, "max_turns": harness.MAX_TURNS, "tools": harness.TOOLS}
 
 
-class HookError(RuntimeError):
-    """A hook raised or returned something unserialisable; the message is one line with the harness line."""
+def _plain(value: Any) -> Any:
+    """A JSON round trip: plain dicts/lists/strings only leave the worker (a dict subclass's methods
+    are harness code and must not run in the guard's encoder)."""
+    return json.loads(json.dumps(value))
 
 
-def harness_functions(path: str, allowed: list[str] | frozenset[str], max_bytes: int = 8 << 20) -> dict[str, Any]:
-    """Load the harness and return the functions the worker serves: ``describe`` and one per hook.
-
-    Each hook function takes the hook's keyword arguments plus ``state`` and returns
-    ``{"decision": ..., "state": ...}`` (JSON-checked, at most ``max_bytes``)."""
-    path = os.path.abspath(path)
+def _error(exc: BaseException, path: str, trust: _Trust, prefix: str = "") -> dict[str, str]:
     try:
-        harness = load_harness(path, frozenset(allowed))
-    except Exception as exc:
-        raise HookError(f"the harness failed to load: {_one_line(exc, path)}") from None
+        text = f"{type(exc).__name__}: {exc}"
+    except BaseException:  # noqa: BLE001 - a harness exception whose __str__ raises
+        text = type(exc).__name__
+    return {"error": (prefix + text.replace("\n", " "))[:500] + _where(exc, path, trust)}
 
-    def make(hook: str) -> Any:
+
+def _where(exc: BaseException, path: str, trust: _Trust) -> str:
+    """`` (harness line N)``: the deepest traceback entry in the harness file (frames read under trust;
+    no harness code runs while walking them)."""
+    line = None
+    with trust:
+        tb = exc.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == path:
+                line = tb.tb_lineno
+            tb = tb.tb_next
+    return f" (harness line {line})" if line is not None else ""
+
+
+def harness_functions(path: str, allowed: Iterable[str], read_roots: Iterable[str]) -> dict[str, Callable[..., Any]]:
+    """Load the harness; return the functions the worker serves: ``describe`` and one per hook.
+
+    A hook function takes the hook's keyword arguments plus ``state`` and returns ``{"decision": ...,
+    "state": ...}`` or ``{"error": ...}``. When the harness does not load, every function returns that
+    load error (the runtime asks ``describe`` first)."""
+    path = os.path.abspath(path)
+    trust = _Trust()
+    try:
+        harness = load_harness(path, frozenset(allowed), read_roots, trust)
+    except BaseException as exc:  # noqa: BLE001 - reported to the runtime as the load error
+        failed = _error(exc, path, trust, "the harness failed to load: ")
+        return {name: (lambda failed=failed, **_: failed) for name in (*api.HOOKS, "describe")}
+
+    def make(hook: str) -> Callable[..., Any]:
         def call(state: dict[str, Any] | None = None, **kwargs: Any) -> dict[str, Any]:
             state = state if isinstance(state, dict) else {}
-            # the answer's size is bounded by the runtime's pipe reader (max_bytes there), not re-encoded here
             try:
-                decision = getattr(harness, hook)(**kwargs, state=state)
-            except Exception as exc:
-                raise HookError(_one_line(exc, path)) from None
-            return {"decision": decision, "state": state}
+                return _plain({"decision": getattr(harness, hook)(**kwargs, state=state), "state": state})
+            except BaseException as exc:  # noqa: BLE001 - one hook's failure is an answer, not the process's death
+                return _error(exc, path, trust)
 
         call.__name__ = hook
         return call
 
-    functions: dict[str, Any] = {hook: make(hook) for hook in api.HOOKS}
-    functions["describe"] = lambda: describe(harness)
+    def describe_call() -> dict[str, Any]:
+        try:
+            return _plain(describe(harness))
+        except BaseException as exc:  # noqa: BLE001
+            return _error(exc, path, trust)
+
+    functions: dict[str, Callable[..., Any]] = {hook: make(hook) for hook in api.HOOKS}
+    functions["describe"] = describe_call
     return functions
 
 
-def _where(exc: BaseException, path: str) -> str:
-    lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if f.filename == path]
-    return f" (harness line {lines[-1]})" if lines else ""
+def serve_entry(config: dict[str, Any]) -> dict[str, Callable[..., Any]]:
+    """What the sandbox's entry file calls: confine imports, then load the harness.
 
-
-def _one_line(exc: BaseException, path: str) -> str:
-    text = f"{type(exc).__name__}: {exc}".replace("\n", " ")
-    return text[:500] + _where(exc, path)
-
-
-
-def serve(functions: dict[str, Any], inp: Any, out: Any) -> None:
-    """The fallback server loop (same wire as ``whale.sandbox``'s guard)."""
-    for line in inp:
-        if not line.strip():
-            continue
-        rid = None
-        try:
-            request = json.loads(line)
-            rid = request.get("id")
-            fn = functions.get(request.get("fn"))
-            if fn is None:
-                raise NameError(f"no function {request.get('fn')!r}")
-            answer = json.dumps({"id": rid, "ok": True, "result": fn(*request.get("args", ()), **request.get("kwargs", {}))})
-        except Exception as exc:  # noqa: BLE001 - reported to the runtime, the process lives on
-            answer = json.dumps({"id": rid, "ok": False, "error_type": type(exc).__name__, "message": str(exc)[:4000]})
-        out.write(answer + "\n")
-        out.flush()
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="whale.harness.worker")
-    parser.add_argument("path")
-    parser.add_argument("--allow", default="")
-    parser.add_argument("--max-bytes", type=int, default=8 << 20)
-    args = parser.parse_args(argv)
-    # the protocol owns the real stdout; anything the harness prints lands on stderr
-    proto_out = os.fdopen(os.dup(sys.stdout.fileno()), "w", encoding="utf-8")
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    sys.stdout = sys.stderr
-    try:
-        functions = harness_functions(args.path, list(filter(None, args.allow.split(","))), args.max_bytes)
-    except Exception as exc:  # noqa: BLE001 - one line to the runtime, then exit
-        proto_out.write(json.dumps({"ready": False, "error_type": type(exc).__name__, "message": str(exc)}) + "\n")
-        proto_out.flush()
-        return 2
-    proto_out.write(json.dumps({"ready": True, "functions": sorted(functions)}) + "\n")
-    proto_out.flush()
-    serve(functions, sys.stdin, proto_out)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    ``config``: ``harness`` (path), ``allowed`` (import allow list), ``package_dir`` (the staged
+    package), ``stdlib_dirs`` (the interpreter's standard library directories)."""
+    package_dir, stdlib_dirs = str(config["package_dir"]), [str(p) for p in config["stdlib_dirs"]]
+    harness = os.path.abspath(str(config["harness"]))
+    confine_imports(package_dir, stdlib_dirs, os.path.dirname(harness))
+    return harness_functions(harness, config["allowed"], [package_dir, *stdlib_dirs])

@@ -85,13 +85,16 @@ def phase_rollouts(store: Store, run: str, phase: str) -> int:
     return sum(int(line.get("rollouts", 0)) for line in store.read_jsonl(layout.metrics_key(run, phase)))
 
 
-def finish(store: Store, run: str, phase: str, step: int, stopped_by: StopReason) -> WeightPhaseResult:
-    """Write the result (last): the checkpoint at ``step`` must already be complete."""
+def finish(store: Store, run: str, phase: str, step: int, stopped_by: StopReason,
+           sandbox_isolation: str | None = None) -> WeightPhaseResult:
+    """Write the result (last): the checkpoint at ``step`` must already be complete.
+    ``sandbox_isolation``: what the rollouts' harness process ran under (None: no rollouts this attempt)."""
     result = WeightPhaseResult(
         final_step=step,
         checkpoint=layout.checkpoint_prefix(run, step),
         rollouts=phase_rollouts(store, run, phase),
         stopped_by=stopped_by,
+        sandbox_isolation=sandbox_isolation,  # type: ignore[arg-type]
     )
     store.write_json(layout.result_key(run, phase), result.to_wire())
     return result
@@ -225,7 +228,8 @@ class WeightPhase:
             log.info("stop requested; ending phase %s at step %d", self.phase, step)
         if not ckpt.checkpoint_complete(self.store, self.run, step):
             self.save(step)
-        return finish(self.store, self.run, self.phase, step, stopped_by)
+        return finish(self.store, self.run, self.phase, step, stopped_by,
+                      getattr(getattr(self.sampler, "limits", None), "isolation", None))
 
 
 def _step_seed(seed: int, step: int) -> int:

@@ -18,6 +18,7 @@ from typing import Any
 from whale.domain import Domain
 from whale.harness.process import HarnessProcess
 from whale.harness.runner import EpisodeRunner, RunnerConfig
+from whale.harness.sandbox import SandboxLimits
 from whale.harness.trace import EndReason, Episode
 from whale.inference.base import InferenceClient, SamplingParams
 from whale.rsft.rejection import Trajectory
@@ -53,19 +54,21 @@ class HarnessSampler:
 
     def __init__(self, domain: Domain, harness_path: Path, client: InferenceClient, sampling: SamplingParams,
                  *, max_concurrency: int = 64, harness_label: str | None = None,
-                 template_kwargs: dict[str, Any] | None = None):
+                 template_kwargs: dict[str, Any] | None = None, limits: SandboxLimits | None = None):
         self.domain = domain
         self.harness_path = Path(harness_path)
         self.client = client
         self.sampling = sampling
         self.config = RunnerConfig(max_concurrency=max_concurrency, harness_label=harness_label or str(harness_path))
         self.template_kwargs = dict(template_kwargs or getattr(client, "chat_template_kwargs", {}) or {})
+        #: the harness process's limits and isolation level (spec.sandbox.isolation)
+        self.limits = limits or SandboxLimits()
         self._loop = asyncio.new_event_loop()
         self._process: HarnessProcess | None = None
         self._tools: list[dict[str, Any]] | None = None
 
     def __enter__(self) -> HarnessSampler:
-        self._process = HarnessProcess(self.harness_path, self.domain.allowed_imports)
+        self._process = HarnessProcess(self.harness_path, self.domain.allowed_imports, self.limits)
         self._loop.run_until_complete(self._process.__aenter__())
         info = self._loop.run_until_complete(self._process.start())
         self._tools = info.tools or None

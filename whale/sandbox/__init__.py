@@ -19,7 +19,7 @@ Three entry points:
   ``files`` live in the scratch directory, ``/scratch`` inside. It raises :class:`SandboxSetupError`
   (naming the step that failed) when any isolation step fails, and ``ValueError`` for bad names.
 
-What the program sees (``Isolation(level="sandbox")``, the default): a fresh root (``pivot_root``
+What the program sees (``Isolation(level="namespaces")``, the default): a fresh root (``pivot_root``
 into a tmpfs, the host's root detached) holding only the system runtime (/usr and the /bin, /lib,
 /lib64, /sbin links) and the interpreter's prefix read-only — its site-packages hidden —,
 :attr:`Isolation.read_paths` and ``sys_path`` read-only at their own paths, the packages of

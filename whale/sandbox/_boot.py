@@ -450,7 +450,7 @@ def _init(cfg, status, status_fd, alive_r, report_w, result_fd):
 
 def _report_error(status_fd, status, exc):
     status["error"] = str(exc) if isinstance(exc, SetupError) else f"{type(exc).__name__}: {exc}"
-    if status.get("level") == "sandbox" and getattr(exc, "isolation_step", True):
+    if status.get("level") == "namespaces" and getattr(exc, "isolation_step", True):
         status["error"] += "; " + _NO_FALLBACK
     try:
         os.write(status_fd, json.dumps(status).encode())

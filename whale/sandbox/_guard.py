@@ -3,7 +3,7 @@
 Exec'd by ``_boot.py`` as ``python -I -u /sandbox/guard.py CONFIG_JSON`` (copied into the sandbox's
 read-only root, so nothing of the checkout needs to be visible). Stdlib only.
 
-Before any untrusted code runs it reads ``/proc/self/status``: with ``level == "sandbox"`` the
+Before any untrusted code runs it reads ``/proc/self/status``: with ``level == "namespaces"`` the
 process must hold no capability (effective, permitted, ambient), run with no_new_privs and a non-zero
 uid — otherwise it reports a setup error and exits, so a wall that silently failed to drop privileges
 is never mistaken for a sandbox. Then it writes the launcher's status to the parent and closes that

@@ -129,7 +129,7 @@ class IsolationLevel(str, enum.Enum):
 
     #: the allow-list wall: own mount (fresh root), PID, network, IPC and UTS namespaces, an
     #: unprivileged uid without capabilities, rlimits; setup failure raises SandboxSetupError
-    SANDBOX = "sandbox"
+    NAMESPACES = "namespaces"
     #: NOT isolated — for trusted local use only: a plain subprocess with rlimits, an allow-listed
     #: environment and its own session; it reads and writes what the caller can and has the network
     NONE = "none"
@@ -143,7 +143,7 @@ class Isolation:
     """
 
     #: ``sandbox`` (the default) or ``none`` (trusted local use only; must be asked for by name)
-    level: IsolationLevel = IsolationLevel.SANDBOX
+    level: IsolationLevel = IsolationLevel.NAMESPACES
     #: host paths (files or directories) mounted read-only at the same path; ``sys_path`` entries of
     #: a worker are added to these
     read_paths: tuple[str, ...] = ()
@@ -186,7 +186,7 @@ class Isolation:
 
     @property
     def sandboxed(self) -> bool:
-        return self.level is IsolationLevel.SANDBOX
+        return self.level is IsolationLevel.NAMESPACES
 
 
 def build_env(

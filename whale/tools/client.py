@@ -92,11 +92,12 @@ def retriever_from_env(corpus, method: str = "bm25"):
     return retrieval.shared(corpus, method)
 
 
-def code_runner_from_env():
-    """The deployed interpreter when ``$WHALE_CODE_URL`` is set, else local sandboxes."""
+def code_runner_from_env(isolation=None):
+    """The deployed interpreter when ``$WHALE_CODE_URL`` is set (its pod is the wall), else local
+    sandboxes with ``isolation`` (a ``whale.sandbox.Isolation``; None = the sandbox's default)."""
     url = os.environ.get(CODE_URL_ENV)
     if url:
         return CodeClient(url)
     from whale.tools.code import LocalCodeRunner
 
-    return LocalCodeRunner()
+    return LocalCodeRunner(isolation=isolation)

@@ -23,12 +23,22 @@ def read_request(store: Store, run: str, phase: str, kind: PhaseKind,
 
 
 def load_domain(spec: Any, domain: Any = None) -> Any:
-    """``domain`` when a caller (a test) passes one in, else the plugin ``spec.domain`` names."""
-    if domain is not None:
-        return domain
-    from whale import domains  # lazily: the registry imports the installed domain plugins
+    """``domain`` when a caller (a test) passes one in, else the plugin ``spec.domain`` names; either
+    way configured with ``spec.sandbox.isolation`` for its tools that run model-written code."""
+    if domain is None:
+        from whale import domains  # lazily: the registry imports the installed domain plugins
 
-    return domains.load(spec.domain)
+        domain = domains.load(spec.domain)
+    domain.configure_sandbox(spec.sandbox.isolation)
+    return domain
+
+
+def harness_limits(spec: Any) -> Any:
+    """The harness processes' limits, with ``spec.sandbox.isolation`` (warned about once when none)."""
+    from whale.harness.sandbox import SandboxLimits, warn_if_unisolated
+
+    warn_if_unisolated(spec.sandbox.isolation)
+    return SandboxLimits(isolation=spec.sandbox.isolation)
 
 
 def harness_file(store: Store, key: str | None, domain: Any, tmp: Path) -> Path:

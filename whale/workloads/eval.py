@@ -44,7 +44,7 @@ from whale.metaharness.integrity import model_usage
 from whale.protocol import EvalModelUsage, EvalProgress, EvalResult, PhaseKind, PhaseRequest
 from whale.spec import WhaleRunSpec
 from whale.store import Store
-from whale.workloads.common import harness_file, load_domain, read_request
+from whale.workloads.common import harness_file, harness_limits, load_domain, read_request
 
 log = logging.getLogger(__name__)
 
@@ -166,7 +166,10 @@ async def _evaluate(store: Store, run: str, phase: str, request: PhaseRequest, s
     # an item's k first turns share one n=k request (one prefill) when their prompts are equal
     config = RunnerConfig(max_concurrency=spec.inference.max_concurrency, harness_label=request.eval.harness or "h0",
                           share_first_turn=True)
-    async with HarnessPool(harness_path, domain.allowed_imports) as harness:
+    isolation = spec.sandbox.isolation
+    if isolation == "none":
+        notes.append("spec.sandbox.isolation was none: harness processes and code tools ran WITHOUT isolation")
+    async with HarnessPool(harness_path, domain.allowed_imports, harness_limits(spec)) as harness:
         runner = EpisodeRunner(domain, harness, client, sampling_for(spec, spec.evaluation.temperature), config)
         for start in range(0, len(todo), chunk):
             if store.exists(layout.stop_key(run, phase)):
@@ -197,6 +200,6 @@ async def _evaluate(store: Store, run: str, phase: str, request: PhaseRequest, s
         log.warning("eval %s: %s", phase, notes[-1])
     result = EvalResult(mean_at_k=mean, k=k, items=len(records), per_subset=per_subset,
                         checkpoint=request.eval.checkpoint, harness=request.eval.harness, notes=notes,
-                        model_usage=usage)
+                        model_usage=usage, sandbox_isolation=isolation)
     store.write_json(layout.result_key(run, phase), result.to_wire())
     return result

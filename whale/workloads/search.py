@@ -31,7 +31,7 @@ from whale.metaharness.proposer import from_spec as proposer_from_spec
 from whale.protocol import HarnessIterationMetrics, HarnessPhaseResult, IntegrityFlag, PhaseKind, PhaseRequest
 from whale.spec import WhaleRunSpec
 from whale.store import Store
-from whale.workloads.common import load_domain, read_request
+from whale.workloads.common import harness_limits, load_domain, read_request
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +92,7 @@ def run_search(
             candidate_timeout_s=float(hs.candidate_timeout_seconds),
             sampling=sampling_for(spec),
             max_concurrency=spec.inference.max_concurrency,
+            limits=harness_limits(spec),
         )
     if proposer is None:
         proposer = proposer_from_spec(hs.proposer)  # a missing key / endpoint fails here, before any work
@@ -133,6 +134,7 @@ def run_search(
             rollouts=found.rollouts,
             stopped_by=found.stopped_by,  # type: ignore[arg-type]
             integrity_flags=integrity_flags(found),
+            sandbox_isolation=settings.limits.isolation,
         )
 
     with tempfile.TemporaryDirectory(prefix="whale-search-") as tmp:

@@ -41,7 +41,7 @@ from whale.rsft.dist import World, world_from_env
 from whale.rsft.phase import WeightPhase, WeightPhaseError, find_start, finish
 from whale.spec import WhaleRunSpec
 from whale.store import Store
-from whale.workloads.common import harness_file, load_domain, read_request
+from whale.workloads.common import harness_file, harness_limits, load_domain, read_request
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def run_train(store: Store, run: str, phase: str, *, domain: Any = None) -> Weig
 
         sampling = sampling_for(spec, temperature=spec.rsft.sampling.temperature)
         with HarnessSampler(domain, harness_path, client, sampling, max_concurrency=spec.inference.max_concurrency,
-                            harness_label=args.harness or "h0") as sampler:
+                            harness_label=args.harness or "h0", limits=harness_limits(spec)) as sampler:
             loop = WeightPhase(store=store, run=run, phase=phase, args=args, cfg=cfg, items=items, model=model,
                                tokenizer=tokenizer, trainer=trainer, sampler=sampler, sync=sync, weights_lock=lock)
             result = loop.run_from(start)
@@ -251,7 +251,7 @@ def _lead(store: Store, run: str, phase: str, world: World, device: Any, domain:
             sampling = sampling_for(spec, temperature=spec.rsft.sampling.temperature)
             saved_model = dist.GatheringModel(model, leader)
             with HarnessSampler(domain, harness_path, client, sampling, max_concurrency=spec.inference.max_concurrency,
-                                harness_label=args.harness or "h0") as sampler:
+                                harness_label=args.harness or "h0", limits=harness_limits(spec)) as sampler:
                 loop = WeightPhase(store=store, run=run, phase=phase, args=args, cfg=cfg, items=items,
                                    model=saved_model, tokenizer=tokenizer, trainer=leader, sampler=sampler, sync=sync,
                                    weights_lock=lock)
