@@ -199,8 +199,8 @@ def read_text(path: Path) -> str:
             f"the file is not UTF-8{hint}: byte 0x{data[exc.start]:02x} at line {line}, column {column}; "
             "save it as UTF-8"]) from None
     if "\x00" in text:
-        raise ManifestError(source, ["the file contains NUL characters (is it UTF-16 or binary?); save it as "
-                                     "UTF-8 text"])
+        raise ManifestError(source, ["the file contains NUL bytes: it looks like UTF-16 without a byte-order "
+                                     "mark, or binary; save it as UTF-8 text"])
     return text
 
 
