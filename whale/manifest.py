@@ -18,6 +18,7 @@ objects (``apiVersion`` and ``kind``), which `whale run` ignores (``Manifest.ign
 from __future__ import annotations
 
 import codecs
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,7 +179,11 @@ def read_text(path: Path) -> str:
     """The file as text: at most ``MAX_MANIFEST_BYTES``, strictly UTF-8 (a UTF-8 BOM is allowed)."""
     source = str(path)
     try:
-        with open(path, "rb") as fh:
+        # NOTE: O_NONBLOCK only for the open: a FIFO nobody writes to would block open() for ever;
+        # reading it then finds no writer and ends at once
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as fh:
             data = fh.read(MAX_MANIFEST_BYTES + 1)
     except OSError as exc:
         raise ManifestError(source, [f"cannot read the file: {exc.strerror or exc}"]) from None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 import subprocess
 import sys
@@ -291,6 +292,18 @@ def test_dev_zero_is_read_only_up_to_the_cap():
     """An endless file (a device, a FIFO someone points us at) is cut at the cap, not read to the end."""
     with pytest.raises(ManifestError, match="larger than 1024 KiB"):
         load_manifest(Path("/dev/zero"))
+
+
+def test_a_fifo_without_a_writer_does_not_hang(tmp_path):
+    fifo = tmp_path / "run.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(ManifestError, match="the file is empty"):
+        load_manifest(fifo)
+
+
+def test_a_directory_is_named(tmp_path):
+    res = cli.invoke(app, ["validate", str(tmp_path)])
+    assert res.exit_code == 1 and "cannot read the file: Is a directory" in res.output
 
 
 def test_ignored_documents_are_named(tmp_path):
