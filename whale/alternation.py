@@ -179,6 +179,9 @@ class _Machine:
         self.d: dict[str, Any] = status.model_dump()
         self.actions: list[Action] = []
         self.run = obs.run
+        self.owed: set[str] = {e["phase"] for e in self.d["evals"]}
+        #: the complete checkpoints in the store, in step order (what mid-phase evaluations come from)
+        self.checkpoint_steps: list[int] = sorted(obs.checkpoints)
 
     # --- helpers ---
     def status(self) -> WhaleRunStatus:
@@ -225,19 +228,22 @@ class _Machine:
             return None
         return layout.weight_phase_key(cycle + 1)
 
-    def weight_args(self, phase: str) -> WeightPhaseArgs:
+    def weight_range(self) -> tuple[int, int]:
+        """(from step, target step) of the weight phase that starts at the current checkpoint."""
         step, total = self.d["checkpoint_step"], self.sched.total_steps
         if self.spec.condition is Condition.WHALE and self.sched.cycle_steps:
-            target = min(step + self.sched.cycle_steps, total)
-        else:
-            target = total
+            return step, min(step + self.sched.cycle_steps, total)
+        return step, total
+
+    def weight_args(self, phase: str) -> WeightPhaseArgs:
+        step, target = self.weight_range()
         return WeightPhaseArgs(
             cycle=phase_cycle(phase),
             harness=self.d["current_harness"],
             from_checkpoint=self.d["current_checkpoint"],
             from_step=step,
             target_step=target,
-            save_steps=self.sched.eval_points_between(step, target),
+            save_steps=list(self.sched.eval_points_between(step, target)),
             steps_per_epoch=self.sched.steps_per_epoch,
             stop_rule=self.sched.weight_rule,
         )
@@ -276,8 +282,8 @@ class _Machine:
             from_step = d["checkpoint_step"]
             d.update(step=res.final_step, checkpoint_step=res.final_step, current_checkpoint=res.checkpoint)
             d["rollouts_completed"] += res.rollouts
-            for s in self.sched.eval_points_between(from_step, res.final_step):
-                if s in self.obs.checkpoints and s != res.final_step:
+            for s in self.checkpoint_steps:
+                if from_step < s < res.final_step and self.sched.is_eval_point(s):
                     self.owe_eval(phase_cycle(phase), s, "weight", layout.checkpoint_prefix(self.run, s),
                                   d["current_harness"], self.rollouts_at(from_step, s, res))
             self.owe_eval(phase_cycle(phase), res.final_step, "weight", res.checkpoint, d["current_harness"],
@@ -363,8 +369,9 @@ class _Machine:
     def owe_eval(self, cycle: int, step: int, after: str, checkpoint: str | None, harness: str | None,
                  rollouts_at: int) -> None:
         key = layout.eval_phase_key(cycle, step, after)
-        if any(e["phase"] == key for e in self.d["evals"]):
+        if key in self.owed:
             return
+        self.owed.add(key)
         self.d["evals"].append(
             EvalPoint(phase=key, cycle=cycle, step=step, after=after, checkpoint=checkpoint, harness=harness,
                       rollouts_at=rollouts_at).model_dump()
@@ -374,11 +381,11 @@ class _Machine:
         """Evaluate checkpoints of the running weight phase as soon as they are complete."""
         if phase_kind(phase) is not PhaseKind.WEIGHT:
             return
-        args = self.weight_args(phase)
-        for s in args.save_steps:
-            if s in self.obs.checkpoints and s < args.target_step:
-                rollouts = self.d["rollouts_completed"] + (s - args.from_step) * self.sched.rollouts_per_step
-                self.owe_eval(args.cycle, s, "weight", layout.checkpoint_prefix(self.run, s),
+        from_step, target = self.weight_range()
+        for s in self.checkpoint_steps:
+            if from_step < s < target and self.sched.is_eval_point(s):
+                rollouts = self.d["rollouts_completed"] + (s - from_step) * self.sched.rollouts_per_step
+                self.owe_eval(phase_cycle(phase), s, "weight", layout.checkpoint_prefix(self.run, s),
                               self.d["current_harness"], rollouts)
 
     def drive_evals(self) -> bool:

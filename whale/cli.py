@@ -14,6 +14,7 @@ from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from whale import domains, layout
@@ -37,7 +38,7 @@ OutputOpt = Annotated[str, typer.Option("--output", "-o", help="table | json")]
 
 
 def _fail(problems: list[str], source: str) -> None:
-    err.print(f"[bold red]{source}: {len(problems)} problem(s)[/]")
+    err.print(f"[bold red]{escape(source)}: {len(problems)} problem(s)[/]")
     for p in problems:
         err.print(f"  - {p}", markup=False, highlight=False)
     raise typer.Exit(code=1)
@@ -75,13 +76,16 @@ def validate(file: FileArg) -> None:
         bits.append(f"{p['totalSteps']} steps")
     if "weightStepsPerCycle" in p:
         bits.append(f"E={p['weightStepsPerCycle']}")
-    n_phases = sum(1 for ph in p["phases"] if ph["kind"] != "eval")
+    n_phases = p["counts"]["weight"] + p["counts"]["harness"]
     bound = "<= " if p.get("rolloutsUpperBound") else ""
     console.print(
         f"ok: WhaleRun {m.name} ({spec.domain}, {spec.condition.value}): {', '.join(bits)}; "
         f"{n_phases} phases, {bound}{p['rollouts']} rollouts",
         highlight=False,
     )
+    for ignored in m.ignored:
+        console.print(f"note: {ignored} ignored by `whale run` (kubectl apply applies it)", markup=False,
+                      highlight=False)
 
 
 @app.command()
@@ -95,7 +99,10 @@ def plan(file: FileArg, output: OutputOpt = "table") -> None:
     table = Table(title=f"{m.name}: {m.spec.condition.value} on {m.spec.domain}")
     for col in ("cycle", "kind", "range / iterations", "note"):
         table.add_column(col)
-    for ph in p["phases"]:
+    omitted = p.get("phasesOmitted", 0)
+    for row, ph in enumerate(p["phases"]):
+        if omitted and row == len(p["phases"]) // 2:
+            table.add_row("...", f"{omitted} more", "", "")
         if ph["kind"] == "weight":
             what = f"steps {ph['fromStep']} -> {ph['toStep']}"
             note = f"ends by patience, >= {ph['minSteps']} steps" if ph.get("upperBound") else ""
@@ -107,7 +114,10 @@ def plan(file: FileArg, output: OutputOpt = "table") -> None:
         table.add_row(str(ph["cycle"]), ph["kind"], what, note)
     console.print(table)
     bound = "at most " if p.get("rolloutsUpperBound") else ""
-    console.print(f"steps/epoch {p['stepsPerEpoch']}, total steps {p['totalSteps']}, {bound}{p['rollouts']} rollouts")
+    counts = p["counts"]
+    console.print(f"steps/epoch {p['stepsPerEpoch']}, total steps {p['totalSteps']}, {bound}{p['rollouts']} rollouts; "
+                  f"{counts['weight']} weight, {counts['harness']} harness and {counts['eval']} eval phases",
+                  highlight=False)
 
 
 def _open_store(uri: str | None, m: Manifest | None = None) -> Any:

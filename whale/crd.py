@@ -4,6 +4,9 @@ The CRD under ``manifests/crd/`` is never edited by hand: ``whale crd > manifest
 writes it, and a test fails when the committed file differs. Pydantic's JSON Schema is turned into
 a Kubernetes *structural* OpenAPI v3 schema: references inlined, ``anyOf [X, null]`` -> nullable
 X, 2020-12 exclusive bounds -> OpenAPI 3.0 booleans, titles dropped, cross-field rules as CEL.
+The spec's bounds come along as they are (minimum/maximum, maxLength, pattern, maxItems); a map
+whose keys have a pattern (``patternProperties``, which Kubernetes does not take) becomes
+``additionalProperties`` plus a CEL rule on its keys.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from whale.spec import (
     API_GROUP,
     API_VERSION,
     KIND,
+    PATTERN_HINTS,
     PLURAL,
     SHORT_NAMES,
     SINGULAR,
@@ -84,6 +88,8 @@ def _structural(node: Any, defs: dict[str, Any], keep_defaults: bool = True) -> 
             if merged.get("default", 0) is None:
                 merged.pop("default")
         return merged
+    if "patternProperties" in node:
+        return _structural(_keys_by_cel(node), defs, keep_defaults)
     out: dict[str, Any] = {}
     for key, value in node.items():
         if key in _DROP:
@@ -105,6 +111,21 @@ def _structural(node: Any, defs: dict[str, Any], keep_defaults: bool = True) -> 
     if out.get("type") == "object" and "properties" not in out and "additionalProperties" not in out:
         out["x-kubernetes-preserve-unknown-fields"] = True
     return out
+
+
+def _keys_by_cel(node: dict[str, Any]) -> dict[str, Any]:
+    """``{patternProperties: {P: X}, propertyNames: {maxLength: N}}`` -> ``additionalProperties: X``
+    and a CEL rule that every key matches P (RE2, as the pattern) and is at most N long."""
+    ((pattern, values),) = node["patternProperties"].items()
+    names = node.get("propertyNames", {})
+    rule = f"self.all(k, k.matches(r'{pattern}')"
+    if "maxLength" in names:
+        rule += f" && size(k) <= {names['maxLength']}"
+    rule += ")"
+    hint = PATTERN_HINTS.get(pattern, f"must match {pattern}")
+    rest = {k: v for k, v in node.items() if k not in ("patternProperties", "propertyNames")}
+    rules = [*rest.pop("x-kubernetes-validations", []), {"rule": rule, "message": f"every key {hint}"}]
+    return {**rest, "additionalProperties": values, "x-kubernetes-validations": rules}
 
 
 def _schema(model: type, keep_defaults: bool) -> dict[str, Any]:

@@ -17,11 +17,29 @@ from pydantic_core import PydanticUndefined
 from whale.spec import WhaleRunSpec, WhaleRunStatus
 
 
-def _type_name(annotation: Any) -> str:
+def _range(constraints: list[Any]) -> str:
+    """`` in [1, 1000000]`` from the numeric bounds among pydantic's constraints (empty if none)."""
+    found: dict[str, Any] = {}
+    for c in constraints:
+        for item in [c, *getattr(c, "metadata", [])]:  # a FieldInfo inside Annotated carries its own
+            for attr in ("ge", "gt", "le", "lt"):
+                if getattr(item, attr, None) is not None:
+                    found[attr] = getattr(item, attr)
+    if not found or not ({"ge", "gt"} & found.keys() and {"le", "lt"} & found.keys()):
+        return ""
+    names = {2**63 - 1: "2^63-1", -(2**63): "-2^63"}
+    low = f"[{names.get(found['ge'], found['ge'])}" if "ge" in found else f"({found['gt']}"
+    high = f"{names.get(found['le'], found['le'])}]" if "le" in found else f"{found['lt']})"
+    return f" in {low}, {high}"
+
+
+def _type_name(annotation: Any, constraints: list[Any] | None = None) -> str:
     origin = typing.get_origin(annotation)
     args = typing.get_args(annotation)
     if origin is typing.Annotated:
-        return _type_name(args[0])
+        return _type_name(args[0]) + _range(list(args[1:]))
+    if constraints and origin not in (list, tuple, dict):
+        return _type_name(annotation) + _range(constraints)
     if origin in (typing.Union, types.UnionType):
         names = [_type_name(a) for a in args if a is not type(None)]
         return " \\| ".join(names) + (" \\| null" if type(None) in args else "")
@@ -78,7 +96,7 @@ def _rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str, str]
             rows.append((path, "object", "", doc or sub_doc))
             rows.extend(_rows(nested, path))
         else:
-            rows.append((path, _type_name(info.annotation), _default(info), doc))
+            rows.append((path, _type_name(info.annotation, info.metadata), _default(info), doc))
     return rows
 
 
@@ -88,6 +106,8 @@ def render() -> str:
         "",
         "Generated from `whale/spec.py` by `python -m whale.docgen` -- do not edit by hand.",
         "Defaults are the paper's. Field names are as written in a manifest (camelCase).",
+        "Numbers are strict (a count is never `true` or `1.5`, a float never `.inf` or `.nan`) and lie in the ranges",
+        "shown; Kubernetes names and quantities follow the API server's own rules. The CRD carries the same bounds.",
         "",
         "## spec",
         "",

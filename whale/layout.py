@@ -32,16 +32,34 @@ import re
 
 RUNS_ROOT = "runs"
 CHECKPOINT_COMPLETE_MARKER = "COMPLETE"
-_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _STEP_DIR_RE = re.compile(r"^step-(\d{6,})$")
+
+# ----- the run name: one rule for `whale validate`, the local runner and the operator ----------------
+
+#: a Service name (DNS-1035 label) is at most this long
+DNS_LABEL_MAX_LEN = 63
+#: the longest suffix the operator appends to a run's name for a child it names ``<run>-<suffix>``:
+#: the code sandbox's NetworkPolicy (``operator/whale_operator/names.py`` builds its fixed suffixes
+#: within this; Jobs, whose suffix carries phase and attempt, are shortened with a hash instead)
+LONGEST_CHILD_SUFFIX = "-sandbox-isolation"
+#: so every such child keeps the whole run name: ``kubectl get svc <run>-vllm`` finds it
+RUN_NAME_MAX_LEN = DNS_LABEL_MAX_LEN - len(LONGEST_CHILD_SUFFIX)
+#: a DNS-1035 label: the run's name also names its Services, which must start with a letter
+_RUN_NAME_RE = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 
 
 def check_run_name(name: str) -> str:
-    """Run names are Kubernetes object names (DNS-1123 labels), so the same name works everywhere."""
-    if not name or len(name) > 63 or not _NAME_RE.match(name):
+    """The run's name (``metadata.name``) is a DNS-1035 label of at most ``RUN_NAME_MAX_LEN`` characters.
+
+    The operator names the run's Services after it (so it must start with a letter) and appends
+    suffixes to it; the store keys are under it. ``fullmatch``: ``re``'s ``$`` would also accept a
+    trailing newline."""
+    if not isinstance(name, str) or len(name) > RUN_NAME_MAX_LEN or not _RUN_NAME_RE.fullmatch(name):
+        shown = repr(name) if len(repr(name)) <= 80 else repr(name)[:77] + "..."
         raise ValueError(
-            f"run name {name!r} is not a DNS-1123 label: use at most 63 lowercase letters, digits and '-', "
-            "starting and ending with a letter or digit"
+            f"run name {shown} is not valid: use 1 to {RUN_NAME_MAX_LEN} lowercase letters, digits and '-', "
+            "starting with a letter and ending with a letter or digit (a DNS-1035 label, with room for the "
+            f"'{LONGEST_CHILD_SUFFIX}' suffix of the run's children)"
         )
     return name
 

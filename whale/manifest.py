@@ -2,10 +2,24 @@
 
 Every problem is collected and reported with the field path in the manifest's own camelCase
 spelling, so one `whale validate` lists everything to fix.
+
+A manifest is input from a person, not a program, so reading it is bounded before anything is
+parsed: the file is at most ``MAX_MANIFEST_BYTES``; it must be UTF-8 (a UTF-16/32 file is named as
+such); its YAML is scanned event by event (iteratively: no recursion) for nesting deeper than
+``MAX_DEPTH`` and for more than ``MAX_NODES`` nodes once aliases are expanded (a "billion laughs"
+file), before a loader that refuses duplicate keys builds it. Every failure is a ``ManifestError``
+naming where it is; nothing here lets a traceback out.
+
+A file may hold several documents (a Namespace or a Secret next to the run, for `kubectl apply`):
+every document is checked, exactly one must be a WhaleRun, and the others must be Kubernetes
+objects (``apiVersion`` and ``kind``), which `whale run` ignores (``Manifest.ignored`` names them).
 """
 
 from __future__ import annotations
 
+import codecs
+import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,8 +28,23 @@ import yaml
 from pydantic import ValidationError
 
 from whale import domains
-from whale.layout import check_run_name
-from whale.spec import API_GROUP, API_VERSION, KIND, WhaleRunSpec
+from whale.layout import RUN_NAME_MAX_LEN, check_run_name
+from whale.spec import API_GROUP, API_VERSION, DNS1123_LABEL, KIND, PATTERN_HINTS, WhaleRunSpec
+
+#: a WhaleRun manifest is a few kilobytes; this leaves room for comments and neighbouring documents
+MAX_MANIFEST_BYTES = 1024 * 1024
+#: mappings and lists nested deeper than this are refused (the spec itself is 5 levels deep)
+MAX_DEPTH = 64
+#: YAML nodes in the file, counting every node an alias stands for (a manifest has a few hundred)
+MAX_NODES = 20_000
+#: problems listed for one document; the rest are counted
+MAX_PROBLEMS = 50
+
+_PARSER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: fast, iterative
+_BOMS = (  # longest first: UTF-32-LE's mark starts with UTF-16-LE's
+    (codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16"),
+)
 
 
 class ManifestError(ValueError):
@@ -32,12 +61,26 @@ class Manifest:
     namespace: str | None
     spec: WhaleRunSpec
     raw: dict[str, Any] = field(repr=False)
+    #: the file's other documents, which `whale run` does not use: "document 2 (v1 Secret)"
+    ignored: tuple[str, ...] = ()
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    """``repr`` cut to ``limit`` characters: an error message never echoes a megabyte."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _loc(loc: tuple[Any, ...]) -> str:
     parts = ["spec"]
     for p in loc:
-        parts.append(f"[{p}]" if isinstance(p, int) else str(p))
+        if p == "[key]":  # pydantic marks a problem with a mapping's key itself
+            parts[-1] += " (the key)"
+        elif isinstance(p, int):
+            parts.append(f"[{p}]")
+        else:
+            text = str(p)
+            parts.append(text if len(text) <= 60 else text[:57] + "...")
     return ".".join(parts).replace(".[", "[")
 
 
@@ -49,8 +92,22 @@ def format_validation_error(exc: ValidationError) -> list[str]:
             msg = "unknown field (check the spelling; fields are camelCase)"
         elif err["type"] == "enum" or err["type"] == "literal_error":
             msg = msg.replace("Input should be", "must be one of:") if "Input should be" in msg else msg
+        elif err["type"] == "string_pattern_mismatch":
+            msg = PATTERN_HINTS.get(str((err.get("ctx") or {}).get("pattern")), msg)
+        elif err["type"] == "finite_number":
+            msg = "must be a finite number (not .inf or .nan)"
+        elif err["type"] in ("int_type", "int_from_float", "int_parsing"):
+            msg = f"must be an integer (got {_short(err.get('input'), 30)})"
+        elif err["type"] in ("bool_type", "bool_parsing"):
+            msg = f"must be true or false (got {_short(err.get('input'), 30)})"
         out.append(f"{_loc(err['loc'])}: {msg}")
     return out
+
+
+def _bounded(problems: list[str]) -> list[str]:
+    if len(problems) <= MAX_PROBLEMS:
+        return problems
+    return [*problems[:MAX_PROBLEMS], f"... and {len(problems) - MAX_PROBLEMS} more problems"]
 
 
 def parse_document(doc: Any, source: str = "manifest", check_domain: bool = True) -> Manifest:
@@ -59,18 +116,32 @@ def parse_document(doc: Any, source: str = "manifest", check_domain: bool = True
         raise ManifestError(source, ["the document is not a mapping; expected a WhaleRun object"])
     api = doc.get("apiVersion")
     if api != f"{API_GROUP}/{API_VERSION}":
-        problems.append(f"apiVersion: must be {API_GROUP}/{API_VERSION}, got {api!r}")
+        problems.append(f"apiVersion: must be {API_GROUP}/{API_VERSION}, got {_short(api)}")
     if doc.get("kind") != KIND:
-        problems.append(f"kind: must be {KIND}, got {doc.get('kind')!r}")
-    meta = doc.get("metadata") or {}
-    name = meta.get("name") if isinstance(meta, dict) else None
-    if not name:
-        problems.append("metadata.name: required (the run's name, a DNS-1123 label)")
+        problems.append(f"kind: must be {KIND}, got {_short(doc.get('kind'))}")
+    meta = doc.get("metadata")
+    if meta is None:
+        meta = {}
+    if not isinstance(meta, dict):
+        problems.append("metadata: must be a mapping with the run's name")
+        meta = {}
+    name = meta.get("name")
+    if name is None or name == "":
+        problems.append(f"metadata.name: required (the run's name: a DNS-1035 label of at most "
+                        f"{RUN_NAME_MAX_LEN} characters)")
+    elif not isinstance(name, str):
+        problems.append(f"metadata.name: must be a string, got {_short(name)}")
     else:
         try:
-            check_run_name(str(name))
+            check_run_name(name)
         except ValueError as exc:
             problems.append(f"metadata.name: {exc}")
+    namespace = meta.get("namespace")
+    if namespace is not None:
+        try:
+            _check_namespace(namespace)
+        except ValueError as exc:
+            problems.append(f"metadata.namespace: {exc}")
     raw_spec = doc.get("spec")
     spec = None
     if not isinstance(raw_spec, dict):
@@ -84,27 +155,168 @@ def parse_document(doc: Any, source: str = "manifest", check_domain: bool = True
             known = domains.available()
             if raw_spec["domain"] not in known:
                 problems.append(
-                    f"spec.domain: unknown domain {raw_spec['domain']!r}; registered: {', '.join(known) or '(none)'}"
+                    f"spec.domain: unknown domain {_short(raw_spec['domain'])}; registered: "
+                    f"{', '.join(known) or '(none)'}"
                 )
     if problems or spec is None:
-        raise ManifestError(source, problems)
-    return Manifest(name=str(name), namespace=meta.get("namespace"), spec=spec, raw=doc)
+        raise ManifestError(source, _bounded(problems))
+    return Manifest(name=name, namespace=namespace, spec=spec, raw=doc)
+
+
+_NAMESPACE_RE = re.compile(DNS1123_LABEL.removeprefix("^").removesuffix("$"))
+
+
+def _check_namespace(namespace: Any) -> None:
+    if not isinstance(namespace, str) or len(namespace) > 63 or not _NAMESPACE_RE.fullmatch(namespace):
+        raise ValueError(f"{_short(namespace)} is not a namespace name: "
+                         f"{PATTERN_HINTS[DNS1123_LABEL].removeprefix('must be ')}, at most 63 characters")
+
+
+# ----- reading the file ---------------------------------------------------------------------------
+
+
+def read_text(path: Path) -> str:
+    """The file as text: at most ``MAX_MANIFEST_BYTES``, strictly UTF-8 (a UTF-8 BOM is allowed)."""
+    source = str(path)
+    try:
+        # NOTE: O_NONBLOCK only for the open: a FIFO nobody writes to would block open() for ever;
+        # reading it then finds no writer and ends at once
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as fh:
+            data = fh.read(MAX_MANIFEST_BYTES + 1)
+    except OSError as exc:
+        raise ManifestError(source, [f"cannot read the file: {exc.strerror or exc}"]) from None
+    if len(data) > MAX_MANIFEST_BYTES:
+        raise ManifestError(source, [
+            f"the file is larger than {MAX_MANIFEST_BYTES // 1024} KiB; a WhaleRun manifest is a few kilobytes"])
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            raise ManifestError(source, [f"the file is {encoding} (it starts with a {encoding} byte-order mark); "
+                                         "save it as UTF-8"])
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        hint = " (UTF-16 without a byte-order mark?)" if b"\x00" in data else ""
+        raise ManifestError(source, [
+            f"the file is not UTF-8{hint}: byte 0x{data[exc.start]:02x} at line {line}, column {column}; "
+            "save it as UTF-8"]) from None
+    if "\x00" in text:
+        raise ManifestError(source, ["the file contains NUL bytes: it looks like UTF-16 without a byte-order "
+                                     "mark, or binary; save it as UTF-8 text"])
+    return text
+
+
+def _where(mark: Any) -> str:
+    return f"line {mark.line + 1}, column {mark.column + 1}" if mark is not None else "somewhere"
+
+
+def check_structure(text: str) -> None:
+    """Refuse nesting deeper than ``MAX_DEPTH`` and more than ``MAX_NODES`` nodes (aliases expanded)
+    by walking the parser's events: a flat loop, so no depth can exhaust the stack.
+
+    Raises ``ValueError`` naming the line; ``yaml.YAMLError`` for text that is not YAML."""
+    depth = 0
+    expanded = 0  # every node so far, an alias counting as the whole node it stands for
+    anchors: dict[str, int] = {}
+    open_at: list[tuple[str | None, int]] = []  # per open collection: (anchor, `expanded` at its start)
+    for event in yaml.parse(text, Loader=_PARSER):
+        kind = type(event)
+        if kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent:
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise ValueError(f"nested more than {MAX_DEPTH} levels deep at {_where(event.start_mark)}")
+            open_at.append((event.anchor, expanded))
+            expanded += 1
+        elif kind is yaml.MappingEndEvent or kind is yaml.SequenceEndEvent:
+            depth -= 1
+            anchor, start = open_at.pop()
+            if anchor is not None:
+                anchors[anchor] = expanded - start
+        elif kind is yaml.ScalarEvent:
+            expanded += 1
+            if event.anchor is not None:
+                anchors[event.anchor] = 1
+        elif kind is yaml.AliasEvent:
+            expanded += anchors.get(event.anchor, 1)
+        else:
+            continue
+        if expanded > MAX_NODES:
+            raise ValueError(f"more than {MAX_NODES} YAML nodes (aliases counted as what they stand for) by "
+                             f"{_where(event.start_mark)}; a WhaleRun manifest has a few hundred")
+
+
+class _StrictLoader(_PARSER):  # type: ignore[misc, valid-type]
+    """Safe YAML, except that a key given twice in one mapping is an error, not "the last one wins"."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, Any] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            try:
+                first = seen.setdefault(key, key_node)
+            except TypeError:
+                continue  # an unhashable key: the base constructor reports it
+            if first is not key_node:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {_short(key)} (first at {_where(first.start_mark)})",
+                    key_node.start_mark)
+        return super().construct_mapping(node, deep=deep)
+
+
+def load_documents(text: str, source: str) -> list[tuple[int, Any]]:
+    """``(1-based document number, value)`` of every non-empty document."""
+    try:
+        check_structure(text)
+        docs = list(yaml.load_all(text, Loader=_StrictLoader))
+    except yaml.YAMLError as exc:
+        raise ManifestError(source, [f"not valid YAML: {exc}"]) from None
+    except (ValueError, RecursionError) as exc:
+        raise ManifestError(source, [f"refused: {exc}"]) from None
+    return [(i, d) for i, d in enumerate(docs, start=1) if d is not None]
+
+
+_NOT_AN_OBJECT = "not a Kubernetes object"
+
+
+def _describe(doc: Any) -> str:
+    if isinstance(doc, dict) and isinstance(doc.get("kind"), str) and isinstance(doc.get("apiVersion"), str):
+        return f"{doc['apiVersion'][:40]} {doc['kind'][:40]}"
+    return _NOT_AN_OBJECT
+
+
+def _is_ours(doc: Any) -> bool:
+    """A WhaleRun, or meant to be one (our API group with a misspelt kind)."""
+    if not isinstance(doc, dict):
+        return False
+    api = doc.get("apiVersion")
+    return doc.get("kind") == KIND or (isinstance(api, str) and api.startswith(f"{API_GROUP}/"))
 
 
 def load_manifest(path: Path, check_domain: bool = True) -> Manifest:
-    """Load the WhaleRun in ``path`` (the first WhaleRun of a multi-document file)."""
+    """Load the one WhaleRun in ``path``, checking every document of the file."""
     source = str(path)
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ManifestError(source, [f"cannot read the file: {exc.strerror}"]) from None
-    try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        raise ManifestError(source, [f"not valid YAML: {exc}"]) from None
-    runs = [d for d in docs if isinstance(d, dict) and d.get("kind") == KIND]
-    if not runs:
-        if len(docs) == 1:
-            return parse_document(docs[0], source, check_domain)
-        raise ManifestError(source, [f"no {KIND} document in the file"])
-    return parse_document(runs[0], source, check_domain)
+    docs = load_documents(read_text(Path(path)), source)
+    if not docs:
+        raise ManifestError(source, [f"the file is empty; expected a {KIND} object"])
+    if len(docs) == 1:
+        return parse_document(docs[0][1], source, check_domain)
+    runs = [(i, d) for i, d in docs if _is_ours(d)]
+    problems = [f"document {i}: not a Kubernetes object (a mapping with apiVersion and kind)"
+                for i, d in docs if not _is_ours(d) and _describe(d) == _NOT_AN_OBJECT]
+    if len(runs) > 1:
+        numbers = ", ".join(str(i) for i, _ in runs)
+        problems.append(f"documents {numbers} are all {KIND}s (or {API_GROUP} objects); a file holds one run: "
+                        "put each in its own file")
+    elif not runs:
+        problems.append(f"no {KIND} document in the file ({len(docs)} documents)")
+    if problems:
+        raise ManifestError(source, problems)
+    (number, run), = runs
+    manifest = parse_document(run, f"{source} (document {number})", check_domain)
+    ignored = tuple(f"document {i} ({_describe(d)})" for i, d in docs if i != number)
+    return Manifest(manifest.name, manifest.namespace, manifest.spec, manifest.raw, ignored)

@@ -3,19 +3,29 @@
 Epochs convert to steps with steps-per-epoch = round(|D_weight| / promptsPerStep) and a budget of
 ``x`` epochs = round(x * steps-per-epoch) steps. Rounding is half-up (not Python's half-to-even),
 which reproduces the paper: 74/70/64 steps per epoch, E=0.6 -> 44/42/38 steps. Pure.
+
+Nothing here grows with the number of steps: evaluation points are a ``range`` (arithmetic, never a
+list of every step), a run's budget is at most ``spec.MAX_STEPS`` steps with at most
+``spec.MAX_EVALUATION_POINTS`` evaluation points, and ``plan`` walks the phases once, keeping only
+the first and last ``PLAN_MAX_LISTED`` // 2 entries of a long plan.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from collections import Counter, deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from itertools import chain, islice
 from typing import Any
 
 from whale.protocol import HarnessStopRule, WeightStopRule
-from whale.spec import Condition, WhaleRunSpec
+from whale.spec import MAX_EVALUATION_POINTS, MAX_STEPS, Condition, WhaleRunSpec
 
 DEFAULT_EVAL_INTERVAL_EPOCHS = 0.1
 DEFAULT_ADAPTIVE_EPOCHS = 0.2
+#: ``plan`` lists at most this many entries: the first and the last half of a longer plan
+PLAN_MAX_LISTED = 200
 
 
 class ScheduleError(ValueError):
@@ -63,11 +73,20 @@ class ResolvedSchedule:
     rollouts_per_step: int = 0
     rollouts_per_harness_iteration: int = 0
     rollouts_incoming_evaluation: int = 0
-    eval_points: tuple[int, ...] = field(default=())
 
-    def eval_points_between(self, lo: int, hi: int) -> list[int]:
-        """Evaluation steps in (lo, hi]."""
-        return [s for s in self.eval_points if lo < s <= hi]
+    @property
+    def eval_points(self) -> range:
+        """Every evaluation step of the weight budget: the multiples of the interval up to the total."""
+        return range(self.eval_interval_steps, self.total_steps + 1, self.eval_interval_steps)
+
+    def is_eval_point(self, step: int) -> bool:
+        return 0 < step <= self.total_steps and step % self.eval_interval_steps == 0
+
+    def eval_points_between(self, lo: int, hi: int) -> range:
+        """Evaluation steps in (lo, hi], computed, not listed."""
+        interval = self.eval_interval_steps
+        first = max(interval, (lo // interval + 1) * interval)
+        return range(first, min(hi, self.total_steps) + 1, interval)
 
 
 def resolve(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> ResolvedSchedule:
@@ -87,6 +106,12 @@ def resolve(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> ResolvedSchedule
             raise ScheduleError(
                 "spec.schedule.totalEpochs",
                 f"{sched.total_epochs} epochs x {spe} steps/epoch rounds to 0 steps; raise it or give totalSteps",
+            )
+        if total > MAX_STEPS:
+            raise ScheduleError(
+                "spec.schedule.totalEpochs",
+                f"{sched.total_epochs} epochs x {spe} steps/epoch = {total} steps, more than the maximum of "
+                f"{MAX_STEPS} steps; lower it",
             )
 
     cycle_steps = None
@@ -130,7 +155,13 @@ def resolve(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> ResolvedSchedule
     ev = spec.evaluation
     interval = _steps(ev.interval_epochs, ev.interval_steps, spe, DEFAULT_EVAL_INTERVAL_EPOCHS) or 1
     interval = max(1, interval)
-    points = tuple(range(interval, total + 1, interval)) if total else ()
+    if total // interval > MAX_EVALUATION_POINTS:
+        raise ScheduleError(
+            "spec.evaluation.intervalSteps" if ev.interval_steps is not None else "spec.evaluation.intervalEpochs",
+            f"an evaluation every {interval} step(s) over {total} steps makes {total // interval} evaluation "
+            f"points; at most {MAX_EVALUATION_POINTS} are allowed (each is a full mean@k pass over the test set "
+            f"and an entry of the run's status): evaluate every {-(-total // MAX_EVALUATION_POINTS)} steps or more",
+        )
 
     hs = spec.harness_search
     per_candidate = harness_size * hs.rollouts_per_item
@@ -149,7 +180,6 @@ def resolve(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> ResolvedSchedule
         rollouts_per_step=rsft.prompts_per_step * rsft.rollouts_per_prompt,
         rollouts_per_harness_iteration=per_candidate * hs.proposals_per_iteration,
         rollouts_incoming_evaluation=per_candidate,
-        eval_points=points,
     )
 
 
@@ -170,75 +200,104 @@ def plan(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> dict[str, Any]:
 
     For ``adaptive_whale`` the phases are bounds: every weight phase may end early (never before
     burn-in), every harness phase runs between minIterations and maxIterations; the listed phases
-    are the longest run the rules allow, and ``rollouts`` is an upper bound."""
+    are the longest run the rules allow, and ``rollouts`` is an upper bound.
+
+    ``phases`` lists every weight, harness and eval entry in order; a plan longer than
+    ``PLAN_MAX_LISTED`` lists its first and last half and says how many it left out
+    (``phasesOmitted``). ``counts`` always counts them all."""
     sched = resolve(spec, split_sizes)
     cond = spec.condition
-    ev = spec.evaluation
-    phases: list[dict[str, Any]] = []
-    rollouts = 0
     adaptive = cond is Condition.ADAPTIVE_WHALE
-
-    def add_eval(cycle: int, step: int, after: str) -> None:
-        phases.append({"cycle": cycle, "kind": "eval", "step": step, "after": after})
-
-    if ev.at_start:
-        add_eval(0, 0, "start")
-
-    def add_weight(cycle: int, a: int, b: int, max_b: int | None = None) -> None:
-        nonlocal rollouts
-        entry: dict[str, Any] = {"cycle": cycle, "kind": "weight", "fromStep": a, "toStep": b}
-        if adaptive and sched.weight_rule is not None:
-            entry["minSteps"] = min(min_adaptive_weight_steps(sched.weight_rule), b - a)
-            entry["upperBound"] = True
-        phases.append(entry)
-        rollouts += (b - a) * sched.rollouts_per_step
-        for s in sched.eval_points_between(a, b):
-            add_eval(cycle, s, "weight")
-        if b not in sched.eval_points:
-            add_eval(cycle, b, "weight")
-
-    def add_harness(cycle: int, step: int) -> None:
-        nonlocal rollouts
-        entry: dict[str, Any] = {"cycle": cycle, "kind": "harness", "iterations": sched.harness_iterations}
-        if adaptive and sched.harness_rule is not None:
-            entry["minIterations"] = sched.harness_rule.min_iterations
-            entry["upperBound"] = True
-        phases.append(entry)
-        rollouts += harness_phase_rollouts(sched, sched.harness_iterations)
-        if ev.after_harness_phase:
-            add_eval(cycle, step, "harness")
-
-    if cond is Condition.MH_ONLY:
-        add_harness(1, 0)
-    elif cond is Condition.RSFT_ONLY:
-        add_weight(1, 0, sched.total_steps)
-    else:
-        # whale: E per cycle. adaptive: the longest run the rules allow ends every weight phase
-        # as early as possible (after max(burn-in, patience + 1) steps, since a new best needs a
-        # step) and runs every harness phase to maxIterations; that bounds the rollouts.
-        step_per_cycle = sched.cycle_steps or sched.total_steps
-        if adaptive and sched.weight_rule is not None:
-            step_per_cycle = min_adaptive_weight_steps(sched.weight_rule)
-        step, cycle = 0, 0
-        while cycle < sched.max_cycles:
-            cycle += 1
-            target = min(step + step_per_cycle, sched.total_steps)
-            if adaptive and cycle == sched.max_cycles:
-                target = sched.total_steps
-            add_weight(cycle, step, target)
-            step = target
-            if step >= sched.total_steps:
-                break
-            add_harness(cycle, step)
+    half = PLAN_MAX_LISTED // 2
+    head: list[dict[str, Any]] = []
+    tail: deque[dict[str, Any]] = deque(maxlen=half)
+    counts: Counter[str] = Counter()
+    rollouts = 0
+    entries = _plan_entries(spec, sched)
+    head.extend(islice(entries, half))
+    for entry in chain(head, _count_rest(entries, tail)):
+        counts[entry["kind"]] += 1
+        if entry["kind"] == "weight":
+            rollouts += (entry["toStep"] - entry["fromStep"]) * sched.rollouts_per_step
+        elif entry["kind"] == "harness":
+            rollouts += harness_phase_rollouts(sched, entry["iterations"])
+    total_entries = sum(counts.values())
+    listed = head + list(tail)
     out: dict[str, Any] = {
         "condition": cond.value,
         "stepsPerEpoch": sched.steps_per_epoch,
         "totalSteps": sched.total_steps,
-        "phases": phases,
+        "phases": listed,
+        "counts": {kind: counts[kind] for kind in ("weight", "harness", "eval")},
         "rollouts": rollouts,
     }
+    if total_entries > len(listed):
+        out["phasesOmitted"] = total_entries - len(listed)
     if sched.cycle_steps:
         out["weightStepsPerCycle"] = sched.cycle_steps
     if adaptive:
         out["rolloutsUpperBound"] = True
     return out
+
+
+def _count_rest(entries: Iterator[dict[str, Any]], tail: deque[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """Pass every remaining entry through, keeping the last ``tail.maxlen`` of them in ``tail``."""
+    for entry in entries:
+        tail.append(entry)
+        yield entry
+
+
+def _plan_entries(spec: WhaleRunSpec, sched: ResolvedSchedule) -> Iterator[dict[str, Any]]:
+    """The plan's entries in order, one at a time (a weight phase's evaluations come from a range)."""
+    cond = spec.condition
+    ev = spec.evaluation
+    adaptive = cond is Condition.ADAPTIVE_WHALE
+
+    def evaluation(cycle: int, step: int, after: str) -> dict[str, Any]:
+        return {"cycle": cycle, "kind": "eval", "step": step, "after": after}
+
+    def weight(cycle: int, a: int, b: int) -> Iterator[dict[str, Any]]:
+        entry: dict[str, Any] = {"cycle": cycle, "kind": "weight", "fromStep": a, "toStep": b}
+        if adaptive and sched.weight_rule is not None:
+            entry["minSteps"] = min(min_adaptive_weight_steps(sched.weight_rule), b - a)
+            entry["upperBound"] = True
+        yield entry
+        for s in sched.eval_points_between(a, b):
+            yield evaluation(cycle, s, "weight")
+        if not sched.is_eval_point(b):
+            yield evaluation(cycle, b, "weight")
+
+    def harness(cycle: int, step: int) -> Iterator[dict[str, Any]]:
+        entry: dict[str, Any] = {"cycle": cycle, "kind": "harness", "iterations": sched.harness_iterations}
+        if adaptive and sched.harness_rule is not None:
+            entry["minIterations"] = sched.harness_rule.min_iterations
+            entry["upperBound"] = True
+        yield entry
+        if ev.after_harness_phase:
+            yield evaluation(cycle, step, "harness")
+
+    if ev.at_start:
+        yield evaluation(0, 0, "start")
+    if cond is Condition.MH_ONLY:
+        yield from harness(1, 0)
+        return
+    if cond is Condition.RSFT_ONLY:
+        yield from weight(1, 0, sched.total_steps)
+        return
+    # whale: E per cycle. adaptive: the longest run the rules allow ends every weight phase
+    # as early as possible (after max(burn-in, patience + 1) steps, since a new best needs a
+    # step) and runs every harness phase to maxIterations; that bounds the rollouts.
+    step_per_cycle = sched.cycle_steps or sched.total_steps
+    if adaptive and sched.weight_rule is not None:
+        step_per_cycle = min_adaptive_weight_steps(sched.weight_rule)
+    step, cycle = 0, 0
+    while cycle < sched.max_cycles:
+        cycle += 1
+        target = min(step + step_per_cycle, sched.total_steps)
+        if adaptive and cycle == sched.max_cycles:
+            target = sched.total_steps
+        yield from weight(cycle, step, target)
+        step = target
+        if step >= sched.total_steps:
+            break
+        yield from harness(cycle, step)

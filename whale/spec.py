@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, model_validator
 from pydantic.alias_generators import to_camel
 
 API_GROUP = "whale.dev"
@@ -23,7 +23,8 @@ SHORT_NAMES = ["wr"]
 
 
 class _Model(BaseModel):
-    """camelCase on the wire, unknown fields rejected (a typo must not be silently ignored)."""
+    """camelCase on the wire, unknown fields rejected (a typo must not be silently ignored), every
+    float finite (``.inf`` and ``.nan`` parse as YAML floats but mean nothing as a budget or a rate)."""
 
     model_config = ConfigDict(
         alias_generator=to_camel,
@@ -31,15 +32,142 @@ class _Model(BaseModel):
         extra="forbid",
         frozen=True,
         use_enum_values=False,
+        allow_inf_nan=False,
     )
 
     def to_wire(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-NonNegInt = Annotated[int, Field(ge=0)]
-PosInt = Annotated[int, Field(ge=1)]
+# ----- bounds -------------------------------------------------------------------------------------
+# Every number a manifest gives is bounded: generous limits, far above the paper's values (in
+# brackets), so that a typo or a hostile manifest fails validation instead of asking a controller
+# for unbounded time or memory. The CRD carries the same bounds as minimum/maximum. Integers are
+# strict: YAML's `true` or `1.5e3` is not a count. docs/reference.md lists them.
+
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+#: total weight budget, E, warm-up, checkpoint cadence, eval interval [paper: ~300 steps]
+MAX_STEPS = 1_000_000
+#: any budget in epochs of D_weight [paper: 4-6]
+MAX_EPOCHS = 10_000.0
+#: harness iterations of one phase (I, mh_only's N, the adaptive bounds) [paper: 6 / 15 / 40]
+MAX_ITERATIONS = 1_000
+#: cycles of a run [paper: 30]
+MAX_CYCLES = 500
+#: test-set evaluation points inside the weight budget (each is a full mean@k pass and an entry of
+#: the run's status, which the Kubernetes API keeps under ~1.5 MiB) [paper: 40-60]
+MAX_EVALUATION_POINTS = 1_000
+#: split sizes and item caps [the largest raw split here: ~4M Lichess puzzles]
+MAX_ITEMS = 100_000_000
+#: prompts per step and batch sizes [paper: 256 / 64 / 2]
+MAX_BATCH = 1_000_000
+#: rollouts per prompt, per harness item, samples per test item [paper: 8 / 1 / 8]
+MAX_SAMPLES = 1_024
+#: tokens of a reply or a context [paper: 8192 / 16384 / 32768]
+MAX_TOKENS = 16_777_216
+#: the proposer's token budget [paper: 200000]
+MAX_PROPOSER_TOKENS = 1_000_000_000
+#: a timeout of one call, candidate or agent session: 7 days [paper: 2400 s]
+MAX_TIMEOUT_S = 7 * 24 * 3600
+#: a Job's active deadline: a year
+MAX_DEADLINE_S = 366 * 24 * 3600
+#: sampling temperature [paper: 1.0]
+MAX_TEMPERATURE = 10.0
+#: learning rate [paper: 1e-7 / 1e-6]
+MAX_LEARNING_RATE = 1.0
+
+#: lax (the status also reads these from what controllers wrote); spec fields use the strict ones below
+NonNegInt = Annotated[int, Field(ge=0, le=INT64_MAX)]
+PosInt = Annotated[int, Field(ge=1, le=INT64_MAX)]
 PosFloat = Annotated[float, Field(gt=0)]
+Int64 = Annotated[int, Strict(), Field(ge=INT64_MIN, le=INT64_MAX)]
+StrictBool = Annotated[bool, Strict()]
+Steps = Annotated[int, Strict(), Field(ge=1, le=MAX_STEPS)]
+StepsOrZero = Annotated[int, Strict(), Field(ge=0, le=MAX_STEPS)]
+Epochs = Annotated[float, Strict(), Field(gt=0, le=MAX_EPOCHS)]
+EpochsOrZero = Annotated[float, Strict(), Field(ge=0, le=MAX_EPOCHS)]
+Iterations = Annotated[int, Strict(), Field(ge=1, le=MAX_ITERATIONS)]
+Items = Annotated[int, Strict(), Field(ge=1, le=MAX_ITEMS)]
+Batch = Annotated[int, Strict(), Field(ge=1, le=MAX_BATCH)]
+Samples = Annotated[int, Strict(), Field(ge=1, le=MAX_SAMPLES)]
+Tokens = Annotated[int, Strict(), Field(ge=1, le=MAX_TOKENS)]
+Seconds = Annotated[int, Strict(), Field(ge=1, le=MAX_TIMEOUT_S)]
+Temperature = Annotated[float, Strict(), Field(ge=0, le=MAX_TEMPERATURE)]
+Fraction = Annotated[float, Strict(), Field(gt=0, le=1)]
+
+# ----- Kubernetes names and values (the API server's own rules, as patterns the CRD repeats) --------
+
+DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+#: label keys and resource names: an optional DNS subdomain prefix and '/', then a name
+QUALIFIED_NAME = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+                  r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
+SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
+#: apimachinery's resource.Quantity, without a sign: '8', '500m', '32Gi', '1.5', '2e3'
+QUANTITY = (r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+            r"(([KMGTPE]i)|[numkMGTPE]|([eE][-+]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+#: what each pattern means, for error messages (``whale.manifest`` turns a pattern mismatch into this)
+PATTERN_HINTS: dict[str, str] = {
+    DNS1123_LABEL: "must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a "
+                   "letter or digit",
+    DNS1123_SUBDOMAIN: "must be a Kubernetes object name (DNS-1123 subdomain): lowercase letters, digits, '-' "
+                       "and '.', starting and ending with a letter or digit",
+    QUALIFIED_NAME: "must be a qualified name like 'memory', 'nvidia.com/gpu' or 'kubernetes.io/os': an optional DNS prefix "
+                    "and '/', then letters, digits, '-', '_' and '.', starting and ending with a letter or digit",
+    LABEL_VALUE: "must be a label value: letters, digits, '-', '_' and '.', starting and ending with a letter "
+                 "or digit (or empty)",
+    SECRET_KEY: "must be a Secret key: letters, digits, '-', '_' and '.'",
+    QUANTITY: "must be a Kubernetes quantity like '8', '500m', '32Gi' or '1.5' (quote it in YAML)",
+    ENV_NAME: "must be an environment variable name: letters, digits and '_', not starting with a digit",
+}
+
+#: variables that change how a program loads, runs, finds files or reaches the network, or that the
+#: workloads read themselves: a Secret's value must never land in one of them (case-insensitive)
+DANGEROUS_ENV_PREFIXES = ("LD_", "DYLD_", "PYTHON", "BASH_", "GCONV_", "GLIBC_", "MALLOC_", "NODE_", "PERL",
+                          "RUBY", "JAVA_", "_JAVA_", "LC_", "SSL_", "AWS_", "KUBERNETES_", "WHALE_")
+DANGEROUS_ENV_NAMES = ("PATH", "HOME", "USER", "SHELL", "ENV", "IFS", "PS4", "CDPATH", "TMPDIR", "TMP", "TEMP",
+                       "LANG", "LANGUAGE", "TZ", "PWD", "HOSTNAME", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+                       "NO_PROXY", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+#: the one WHALE_ variable meant for a Secret (the proposer's key; ``whale.metaharness.proposer``)
+PROPOSER_KEY_ENV = "WHALE_PROPOSER_API_KEY"
+
+
+def _safe_env_name(name: str) -> str:
+    upper = name.upper()
+    if upper != PROPOSER_KEY_ENV and (upper in DANGEROUS_ENV_NAMES or upper.startswith(DANGEROUS_ENV_PREFIXES)):
+        raise ValueError(
+            f"{name[:64]!r} would put the Secret's value where it changes how the worker's programs load or run "
+            f"(names like {', '.join(DANGEROUS_ENV_NAMES[:3])} and prefixes like "
+            f"{', '.join(DANGEROUS_ENV_PREFIXES[:4])} are refused): use a plain name such as {PROPOSER_KEY_ENV} "
+            "or OPENAI_API_KEY"
+        )
+    return name
+
+
+def _env_deny_schema() -> dict[str, Any]:
+    """The same refusal for the CRD: a ``not pattern`` (RE2) plus one CEL rule for the WHALE_ exception."""
+    prefixes = "|".join(p for p in DANGEROUS_ENV_PREFIXES if p != "WHALE_")
+    names = "|".join(DANGEROUS_ENV_NAMES)
+    return {
+        "not": {"pattern": f"(?i)^(({prefixes}).*|({names}))$"},
+        "x-kubernetes-validations": [{
+            "rule": f"!self.upperAscii().startsWith('WHALE_') || self.upperAscii() == '{PROPOSER_KEY_ENV}'",
+            "message": f"WHALE_ variables are the workloads' own; only {PROPOSER_KEY_ENV} may hold a Secret",
+        }],
+    }
+
+
+K8sName = Annotated[str, Strict(), Field(min_length=1, max_length=253, pattern=DNS1123_SUBDOMAIN)]
+#: a Kueue LocalQueue: an object name that is also a label value (63 characters at most)
+QueueName = Annotated[str, Strict(), Field(min_length=1, max_length=63, pattern=DNS1123_SUBDOMAIN)]
+QualifiedName = Annotated[str, Strict(), Field(min_length=1, max_length=317, pattern=QUALIFIED_NAME)]
+LabelValue = Annotated[str, Strict(), Field(max_length=63, pattern=LABEL_VALUE)]
+Quantity = Annotated[str, Strict(), Field(min_length=1, max_length=64, pattern=QUANTITY)]
+EnvName = Annotated[str, Strict(), Field(min_length=1, max_length=128, pattern=ENV_NAME,
+                                         json_schema_extra=_env_deny_schema()), AfterValidator(_safe_env_name)]
 
 
 class Condition(str, enum.Enum):
@@ -67,14 +195,14 @@ class AdaptiveWeight(_Model):
 
     Give each knob in epochs of D_weight or in steps, not both."""
 
-    window_epochs: PosFloat | None = Field(None, description="sliding window of the mean reward (default 0.2 epoch)")
-    window_steps: PosInt | None = Field(None, description="the window in steps")
-    burn_in_epochs: Annotated[float, Field(ge=0)] | None = Field(
+    window_epochs: Epochs | None = Field(None, description="sliding window of the mean reward (default 0.2 epoch)")
+    window_steps: Steps | None = Field(None, description="the window in steps")
+    burn_in_epochs: EpochsOrZero | None = Field(
         None, description="never stop a weight phase before this (default 0.2 epoch)")
-    burn_in_steps: NonNegInt | None = Field(None, description="burn-in in steps")
-    patience_epochs: PosFloat | None = Field(
+    burn_in_steps: StepsOrZero | None = Field(None, description="burn-in in steps")
+    patience_epochs: Epochs | None = Field(
         None, description="stop after this long without a new best window mean (default 0.2 epoch)")
-    patience_steps: PosInt | None = Field(None, description="patience in steps")
+    patience_steps: Steps | None = Field(None, description="patience in steps")
 
     @model_validator(mode="after")
     def _one_unit_each(self) -> AdaptiveWeight:
@@ -88,9 +216,9 @@ class AdaptiveWeight(_Model):
 class AdaptiveHarness(_Model):
     """Harness-phase patience on the archive's best training score (incoming evaluation counts)."""
 
-    min_iterations: PosInt = Field(6, description="never stop before this many iterations (incoming included)")
-    patience: PosInt = Field(2, description="stop after this many iterations without a better archive best")
-    max_iterations: PosInt = Field(15, description="stop after this many iterations in any case")
+    min_iterations: Iterations = Field(6, description="never stop before this many iterations (incoming included)")
+    patience: Iterations = Field(2, description="stop after this many iterations without a better archive best")
+    max_iterations: Iterations = Field(15, description="stop after this many iterations in any case")
 
     @model_validator(mode="after")
     def _ordered(self) -> AdaptiveHarness:
@@ -112,15 +240,17 @@ class Schedule(_Model):
     steps-per-epoch = round(|D_weight| / promptsPerStep); a budget in epochs becomes
     round(epochs x steps-per-epoch) steps (the paper: 74/70/64 steps per epoch, E=0.6 -> 44/42/38)."""
 
-    total_epochs: PosFloat | None = Field(None, description="the weight budget in epochs of D_weight")
-    total_steps: PosInt | None = Field(None, description="the weight budget in RSFT steps")
-    weight_epochs_per_cycle: PosFloat | None = Field(None, description="E: weight budget per cycle (whale), epochs")
-    weight_steps_per_cycle: PosInt | None = Field(None, description="E in steps")
-    harness_iterations_per_cycle: PosInt = Field(
+    total_epochs: Epochs | None = Field(
+        None, description=f"the weight budget in epochs of D_weight (at most {MAX_STEPS} steps once converted)")
+    total_steps: Steps | None = Field(None, description="the weight budget in RSFT steps")
+    weight_epochs_per_cycle: Epochs | None = Field(None, description="E: weight budget per cycle (whale), epochs")
+    weight_steps_per_cycle: Steps | None = Field(None, description="E in steps")
+    harness_iterations_per_cycle: Iterations = Field(
         6, description="I: harness iterations per cycle, the incoming harness's re-evaluation included"
     )
-    mh_only_iterations: PosInt = Field(40, description="iterations of the single harness phase of mh_only")
-    max_cycles: PosInt = Field(30, description="cap on cycles; the harness phase of the last cycle still runs")
+    mh_only_iterations: Iterations = Field(40, description="iterations of the single harness phase of mh_only")
+    max_cycles: Annotated[int, Strict(), Field(ge=1, le=MAX_CYCLES)] = Field(
+        30, description="cap on cycles; the harness phase of the last cycle still runs")
     adaptive: Adaptive = Field(Adaptive(), description="patience rules of adaptive_whale")
 
     @model_validator(mode="after")
@@ -136,46 +266,51 @@ class Schedule(_Model):
 
 
 class Sampling(_Model):
-    temperature: Annotated[float, Field(ge=0)] = 1.0
-    top_p: Annotated[float, Field(gt=0, le=1)] = 1.0
-    top_k: Annotated[int, Field(ge=-1, description="-1: no top-k")] = 20
-    max_response_tokens: PosInt = Field(8192, description="per model reply (16384 for chess in the paper)")
+    temperature: Temperature = 1.0
+    top_p: Fraction = 1.0
+    top_k: Annotated[int, Strict(), Field(ge=-1, le=MAX_TOKENS, description="-1: no top-k")] = 20
+    max_response_tokens: Tokens = Field(8192, description="per model reply (16384 for chess in the paper)")
 
 
 class RSFT(_Model):
     """Online rejection-sampling fine-tuning: one step = promptsPerStep x rolloutsPerPrompt rollouts,
     keep reward > scoreThreshold, SFT on the kept trajectories."""
 
-    prompts_per_step: PosInt = Field(256, description="D_weight prompts per RSFT step")
-    rollouts_per_prompt: PosInt = Field(8, description="rollouts sampled per prompt with the current weights")
-    score_threshold: float = Field(0.5, description="keep trajectories with reward > this")
-    sft_epochs: PosInt = Field(1, description="SFT epochs over each step's kept trajectories")
-    mini_batch_size: PosInt = Field(64, description="trajectories per optimiser step")
-    micro_batch_size_per_gpu: PosInt = Field(2, description="trajectories per forward pass (1 for chess in the paper)")
-    learning_rate: PosFloat = Field(1e-7, description="1e-7 for math and chess in the paper, 1e-6 for search QA")
+    prompts_per_step: Batch = Field(256, description="D_weight prompts per RSFT step")
+    rollouts_per_prompt: Samples = Field(8, description="rollouts sampled per prompt with the current weights")
+    score_threshold: Annotated[float, Strict(), Field(ge=0, lt=1)] = Field(
+        0.5, description="keep trajectories with reward > this; rewards are in [0, 1], so it lies in [0, 1): "
+        "1 or more keeps nothing (no step would train), below 0 keeps everything, failed episodes included")
+    sft_epochs: Annotated[int, Strict(), Field(ge=1, le=100)] = Field(
+        1, description="SFT epochs over each step's kept trajectories")
+    mini_batch_size: Batch = Field(64, description="trajectories per optimiser step")
+    micro_batch_size_per_gpu: Batch = Field(2, description="trajectories per forward pass (1 for chess in the paper)")
+    learning_rate: Annotated[float, Strict(), Field(gt=0, le=MAX_LEARNING_RATE)] = Field(
+        1e-7, description="1e-7 for math and chess in the paper, 1e-6 for search QA")
     lr_scheduler: Literal["constant", "cosine", "linear"] = "constant"
-    warmup_steps: NonNegInt = 0
-    weight_decay: Annotated[float, Field(ge=0)] = 0.0
-    max_grad_norm: PosFloat = 1.0
+    warmup_steps: StepsOrZero = 0
+    weight_decay: Annotated[float, Strict(), Field(ge=0, le=10)] = 0.0
+    max_grad_norm: Annotated[float, Strict(), Field(gt=0, le=1e6)] = 1.0
     optimizer: Literal["adamw"] = "adamw"
     precision: Literal["auto", "bf16", "fp32"] = Field(
         "auto", description="auto = bf16 on a GPU, fp32 on the CPU"
     )
-    gradient_checkpointing: bool = Field(False, description="recompute activations (measured not to pay on an H200)")
-    compile_layers: bool = Field(
+    gradient_checkpointing: StrictBool = Field(
+        False, description="recompute activations (measured not to pay on an H200)")
+    compile_layers: StrictBool = Field(
         False, description="torch.compile each decoder layer (GPU): 60 % MFU at fixed lengths, 47 % at variable "
         "ones with bucket padding, against 24-39 % eager (H200, docs/performance.md)")
-    pack_sequences: bool = Field(False, description="pack trajectories into full rows instead of padding")
+    pack_sequences: StrictBool = Field(False, description="pack trajectories into full rows instead of padding")
     padding: Literal["auto", "bucket", "longest", "masked"] = Field(
         "auto",
         description="padded micro-batches: bucket = right-pad to a few fixed widths (compiled layers reuse their "
         "graphs), longest = to the longest sequence; both without attention mask (exact for causal attention, "
         "keeps the flash kernel); masked = with a padding mask; auto = bucket with compileLayers, else longest",
     )
-    checkpoint_every_steps: NonNegInt = Field(
+    checkpoint_every_steps: StepsOrZero = Field(
         0, description="also checkpoint every N steps for resume (0 = only at evaluation points and phase end)"
     )
-    seed: int = 0
+    seed: Int64 = 0
     sampling: Sampling = Sampling()
 
     @model_validator(mode="after")
@@ -191,9 +326,13 @@ class RSFT(_Model):
 class SecretKeyRef(_Model):
     """A key of a Kubernetes Secret; locally the value is read from the environment variable ``env``."""
 
-    name: str
-    key: str
-    env: str | None = Field(None, description="environment variable holding the value for `whale run`")
+    name: K8sName = Field(..., description="the Secret (a Kubernetes object name)")
+    key: Annotated[str, Strict(), Field(min_length=1, max_length=253, pattern=SECRET_KEY)] = Field(
+        ..., description="the key inside the Secret")
+    env: EnvName | None = Field(
+        None, description="environment variable holding the value (locally for `whale run`; on a cluster the "
+        f"Secret is injected under it; default {PROPOSER_KEY_ENV}); loader, interpreter, shell, proxy, "
+        "TLS and WHALE_ variables are refused")
 
 
 class Proposer(_Model):
@@ -207,11 +346,12 @@ class Proposer(_Model):
     model: str | None = None
     base_url: str | None = None
     api_key_secret: SecretKeyRef | None = None
-    command: list[str] | None = Field(None, description="cli backend: argv template; {scratch} {archive} {skill}")
+    command: list[str] | None = Field(
+        None, max_length=256, description="cli backend: argv template; {scratch} {archive} {skill}")
     script: str | None = Field(None, description="replay backend: path of the recorded proposal script")
-    timeout_seconds: PosInt = 2400
-    max_turns: PosInt = 40
-    max_tokens: PosInt = 200_000
+    timeout_seconds: Seconds = 2400
+    max_turns: Annotated[int, Strict(), Field(ge=1, le=10_000)] = 40
+    max_tokens: Annotated[int, Strict(), Field(ge=1, le=MAX_PROPOSER_TOKENS)] = 200_000
 
     @model_validator(mode="after")
     def _backend_fields(self) -> Proposer:
@@ -233,18 +373,19 @@ class RewardIntegrity(_Model):
         description="reject: flagged candidates are never accepted; flag: accepted by score but flagged in "
         "the phase result and the status; off: no checks (model usage is still recorded)",
     )
-    min_token_ratio: Annotated[float, Field(ge=0, le=1)] = Field(
+    min_token_ratio: Annotated[float, Strict(), Field(ge=0, le=1)] = Field(
         0.25, description="flag a candidate that beats the incoming harness's score with fewer completion "
         "tokens per episode than this fraction of the incoming's (0 disables this rule)",
     )
 
 
 class HarnessSearch(_Model):
-    proposals_per_iteration: PosInt = Field(3, description="candidate harnesses the proposer writes per iteration")
-    rollouts_per_item: PosInt = Field(1, description="rollouts per D_harness item when scoring a candidate")
-    prompt_only: bool = Field(False, description="FST baseline: only the two prompt constants may change")
-    smoke_test_items: PosInt = Field(4, description="D_harness items a candidate must survive before full scoring")
-    candidate_timeout_seconds: PosInt = Field(3600, description="wall time to score one candidate")
+    proposals_per_iteration: Annotated[int, Strict(), Field(ge=1, le=100)] = Field(
+        3, description="candidate harnesses the proposer writes per iteration")
+    rollouts_per_item: Samples = Field(1, description="rollouts per D_harness item when scoring a candidate")
+    prompt_only: StrictBool = Field(False, description="FST baseline: only the two prompt constants may change")
+    smoke_test_items: Items = Field(4, description="D_harness items a candidate must survive before full scoring")
+    candidate_timeout_seconds: Seconds = Field(3600, description="wall time to score one candidate")
     proposer: Proposer = Proposer()
     integrity: RewardIntegrity = Field(RewardIntegrity(), description="flag/refuse candidates that score without the model")
 
@@ -252,13 +393,15 @@ class HarnessSearch(_Model):
 class Evaluation(_Model):
     """Test mean@k at regular points of the weight budget, after every harness phase and at the end."""
 
-    samples_per_item: PosInt = Field(8, description="k of mean@k")
-    temperature: Annotated[float, Field(ge=0)] = 1.0
-    interval_epochs: PosFloat | None = Field(None, description="evaluate every this many epochs (default 0.1)")
-    interval_steps: PosInt | None = Field(None, description="the interval in steps")
-    at_start: bool = Field(True, description="also evaluate (theta0, h0) before anything trains")
-    after_harness_phase: bool = True
-    max_items: PosInt | None = Field(None, description="cap the test items (smoke runs)")
+    samples_per_item: Samples = Field(8, description="k of mean@k")
+    temperature: Temperature = 1.0
+    interval_epochs: Epochs | None = Field(
+        None, description=f"evaluate every this many epochs (default 0.1; at most {MAX_EVALUATION_POINTS} "
+        "points over the weight budget)")
+    interval_steps: Steps | None = Field(None, description="the interval in steps")
+    at_start: StrictBool = Field(True, description="also evaluate (theta0, h0) before anything trains")
+    after_harness_phase: StrictBool = True
+    max_items: Items | None = Field(None, description="cap the test items (smoke runs)")
     split: Literal["test", "harness", "weight"] = "test"
 
     @model_validator(mode="after")
@@ -269,11 +412,12 @@ class Evaluation(_Model):
 
 
 class Model(_Model):
-    name: str = Field(..., description="HF model id, or a local path / store URI of a checkpoint")
+    name: Annotated[str, Strict(), Field(min_length=1)] = Field(
+        ..., description="HF model id, or a local path / store URI of a checkpoint")
     revision: str | None = Field(None, description="HF revision (branch, tag or commit)")
     served_model_name: str | None = Field(None, description="the name vLLM serves the model under")
-    max_model_len: PosInt = Field(32768, description="vLLM --max-model-len")
-    trust_remote_code: bool = False
+    max_model_len: Tokens = Field(32768, description="vLLM --max-model-len")
+    trust_remote_code: StrictBool = False
     gguf_file: str | None = Field(None, description="load from this GGUF file inside `name` (CPU demo models)")
 
 
@@ -281,10 +425,10 @@ class Data(_Model):
     """Where the domain's raw files are, and optional caps on the split sizes."""
 
     data_dir: str | None = Field(None, description="raw data root (default: $WHALE_DATA_DIR or ../shared/data)")
-    seed: int = Field(0, description="seed of the split shuffle")
-    weight_size: PosInt | None = Field(None, description="cap |D_weight|")
-    harness_size: PosInt = Field(256, description="|D_harness|")
-    test_size: PosInt | None = Field(
+    seed: Int64 = Field(0, description="seed of the split shuffle")
+    weight_size: Items | None = Field(None, description="cap |D_weight|")
+    harness_size: Items = Field(256, description="|D_harness|")
+    test_size: Items | None = Field(
         None, description="|D_test| (per benchmark where the domain has several); unset: the domain's default")
 
 
@@ -293,9 +437,9 @@ class Storage(_Model):
         None, description="file:///path or s3://bucket/prefix; `whale run --store` overrides it"
     )
     endpoint: str | None = Field(None, description="S3 endpoint host:port (MinIO)")
-    secure: bool = Field(False, description="HTTPS to the S3 endpoint")
+    secure: StrictBool = Field(False, description="HTTPS to the S3 endpoint")
     region: str | None = None
-    credentials_secret: str | None = Field(
+    credentials_secret: K8sName | None = Field(
         None, description="Secret with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (cluster)"
     )
 
@@ -307,33 +451,59 @@ class Inference(_Model):
         "auto", description="auto: vllm on a cluster, transformers in `whale run`"
     )
     base_url: str | None = Field(None, description="openai backend: an existing OpenAI-compatible endpoint")
-    max_concurrency: PosInt = Field(64, description="episodes in flight against the server")
-    request_timeout_seconds: PosInt = 600
-    tensor_parallel_size: PosInt = Field(1, description="vLLM --tensor-parallel-size")
-    gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = 0.9
+    max_concurrency: Annotated[int, Strict(), Field(ge=1, le=100_000)] = Field(
+        64, description="episodes in flight against the server")
+    request_timeout_seconds: Seconds = 600
+    tensor_parallel_size: Annotated[int, Strict(), Field(ge=1, le=1_024)] = Field(
+        1, description="vLLM --tensor-parallel-size")
+    gpu_memory_utilization: Fraction = 0.9
     tool_call_parser: str | None = Field("qwen3_coder", description="vLLM --tool-call-parser")
-    extra_args: list[str] = Field(default_factory=list, description="more `vllm serve` arguments")
+    extra_args: list[str] = Field(default_factory=list, max_length=256, description="more `vllm serve` arguments")
 
 
 class Retry(_Model):
-    max_attempts: PosInt = Field(3, description="attempts per phase before the run fails")
-    active_deadline_seconds: PosInt | None = None
+    max_attempts: Annotated[int, Strict(), Field(ge=1, le=100)] = Field(
+        3, description="attempts per phase before the run fails")
+    active_deadline_seconds: Annotated[int, Strict(), Field(ge=1, le=MAX_DEADLINE_S)] | None = Field(
+        None, description="wall time of one attempt's Job (cluster)")
 
 
 # ----- cluster-only fields (ignored by `whale run`) -----------------------------------------------
 
 
 class Resources(_Model):
-    requests: dict[str, str] = Field(default_factory=dict)
-    limits: dict[str, str] = Field(default_factory=dict)
+    requests: dict[QualifiedName, Quantity] = Field(
+        default_factory=dict, max_length=32, description="e.g. cpu: '8', memory: 32Gi, nvidia.com/gpu: '1'")
+    limits: dict[QualifiedName, Quantity] = Field(default_factory=dict, max_length=32)
 
 
 class Toleration(_Model):
-    key: str | None = None
+    """A Kubernetes toleration, with the API server's own consistency rules checked up front."""
+
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "!has(self.value) || self.value == '' || !has(self.operator) || self.operator != 'Exists'",
+         "message": "value must be empty when operator is Exists"},
+        {"rule": "!has(self.tolerationSeconds) || has(self.effect) && self.effect == 'NoExecute'",
+         "message": "tolerationSeconds applies only to effect NoExecute"},
+        {"rule": "has(self.key) && self.key != '' || has(self.operator) && self.operator == 'Exists'",
+         "message": "a toleration without a key must have operator Exists"},
+    ]})
+
+    key: QualifiedName | None = None
     operator: Literal["Exists", "Equal"] | None = None
-    value: str | None = None
-    effect: str | None = None
-    toleration_seconds: int | None = None
+    value: LabelValue | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: Int64 | None = Field(None, description="only with effect NoExecute")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Toleration:
+        if self.operator == "Exists" and self.value:
+            raise ValueError("value must be empty when operator is Exists")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds applies only to effect NoExecute")
+        if not self.key and self.operator != "Exists":
+            raise ValueError("a toleration without a key must have operator Exists")
+        return self
 
 
 class Images(_Model):
@@ -346,8 +516,8 @@ class Images(_Model):
 class Train(_Model):
     """Train Job shape. numNodes > 1 makes the train Job an Indexed Job with torchrun rendezvous."""
 
-    num_nodes: PosInt = 1
-    gpus_per_node: NonNegInt = 1
+    num_nodes: Annotated[int, Strict(), Field(ge=1, le=1_024)] = 1
+    gpus_per_node: Annotated[int, Strict(), Field(ge=0, le=64)] = 1
     deepspeed_config: str | None = Field(None, description="DeepSpeed config path in the worker image")
     resources: Resources = Resources()
 
@@ -356,14 +526,14 @@ class Cluster(_Model):
     """Kubernetes placement for the children; `whale run` ignores all of it."""
 
     images: Images = Images()
-    queue_name: str | None = Field(None, description="Kueue LocalQueue; labels every Job and the Deployment")
-    priority_class_name: str | None = None
-    node_selector: dict[str, str] = Field(default_factory=dict)
-    tolerations: list[Toleration] = Field(default_factory=list)
-    service_account_name: str | None = None
+    queue_name: QueueName | None = Field(None, description="Kueue LocalQueue; labels every Job and the Deployment")
+    priority_class_name: K8sName | None = None
+    node_selector: dict[QualifiedName, LabelValue] = Field(default_factory=dict, max_length=64)
+    tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
+    service_account_name: K8sName | None = None
     worker_resources: Resources = Resources()
     inference_resources: Resources = Resources()
-    model_cache_size: str = "100Gi"
+    model_cache_size: Quantity = "100Gi"
 
 
 class Tracking(_Model):
@@ -373,10 +543,10 @@ class Tracking(_Model):
     ends (docs/report.md); ``whale report --export`` replays a whole run from the store."""
 
     report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
-        default_factory=list, description="tracking backends (extras whale-k8s[tensorboard|wandb|mlflow])")
-    project: str | None = Field(None, description="W&B project / MLflow experiment (default: whale)")
+        default_factory=list, max_length=3, description="tracking backends (extras whale-k8s[tensorboard|wandb|mlflow])")
+    project: str | None = Field(None, max_length=128, description="W&B project / MLflow experiment (default: whale)")
     tensorboard_dir: str = Field(
-        ".whale/tensorboard", description="event files go to {tensorboardDir}/{run name}; relative to the working directory "
+        ".whale/tensorboard", max_length=4096, description="event files go to {tensorboardDir}/{run name}; relative to the working directory "
         "of `whale run` (on a cluster: a path on a mounted volume)")
 
 
@@ -410,7 +580,7 @@ class WhaleRunSpec(_Model):
     train: Train = Field(Train(), description="train Job shape (cluster)")
     cluster: Cluster = Field(Cluster(), description="Kubernetes placement (ignored by `whale run`)")
     sandbox: Sandbox = Field(Sandbox(), description="isolation of untrusted code (harness files, model-written code)")
-    suspend: bool = Field(False, description="true: stop every child cleanly; false again resumes")
+    suspend: StrictBool = Field(False, description="true: stop every child cleanly; false again resumes")
     tracking: Tracking = Field(Tracking(), description="metrics also to TensorBoard / W&B / MLflow (off by default)")
 
     @model_validator(mode="after")
@@ -466,6 +636,8 @@ class Stage(str, enum.Enum):
 class BestEval(_Model):
     """The best test mean@k seen so far and where it came from (the paper's headline figure)."""
 
+    model_config = ConfigDict(allow_inf_nan=True)  # status reports what was observed
+
     mean_at_k: float
     k: int
     phase: str
@@ -477,6 +649,8 @@ class BestEval(_Model):
 
 
 class Condition_(_Model):  # noqa: N801 - metav1.Condition, named apart from the run Condition enum
+    model_config = ConfigDict(allow_inf_nan=True)
+
     type: str
     status: Literal["True", "False", "Unknown"]
     reason: str
@@ -490,6 +664,8 @@ MetaCondition = Condition_
 
 class EvalPoint(_Model):
     """One evaluation the run owes: (checkpoint, harness) at a point of the schedule."""
+
+    model_config = ConfigDict(allow_inf_nan=True)
 
     phase: str
     cycle: int
@@ -517,7 +693,7 @@ class WhaleRunStatus(_Model):
     preemptions, rollouts) are owned here and never recomputed from children."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True
+        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True, allow_inf_nan=True
     )
 
     phase: RunPhase = RunPhase.PENDING

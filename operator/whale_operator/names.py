@@ -9,8 +9,8 @@ an Indexed Job's pods are ``<job>-<index>``), shortened with a hash when a run n
 from __future__ import annotations
 
 import hashlib
-import re
 
+from whale import layout
 from whale.spec import API_GROUP
 
 #: label keys (``whale.dev/...``) and the standard app labels
@@ -29,23 +29,24 @@ ANNOTATION_REQUEST = f"{API_GROUP}/request"
 
 #: Jobs leave room for ``-<index>`` (Indexed pods' hostnames) and ``-rdzv`` (the headless Service)
 MAX_JOB_NAME = 56
-MAX_NAME = 63
+MAX_NAME = layout.DNS_LABEL_MAX_LEN
 _HASH_LEN = 8
-_SERVICE_NAME_RE = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+#: the suffixes of the children named ``<run>-<suffix>``; each fits ``layout.LONGEST_CHILD_SUFFIX``,
+#: so a valid run name is never cut in them (tests/security/test_manifests.py checks it)
+INFERENCE_SUFFIX = "vllm"
+SANDBOX_POLICY_SUFFIX = layout.LONGEST_CHILD_SUFFIX.removeprefix("-")
 
 
 class RunNameError(ValueError):
-    """The WhaleRun's name cannot name its Services."""
+    """The WhaleRun's name cannot name its children."""
 
 
 def check_run_name(run: str) -> str:
-    """Service names are DNS-1035 labels: a run name must start with a letter."""
-    if not _SERVICE_NAME_RE.match(run) or len(run) > MAX_NAME:
-        raise RunNameError(
-            f"metadata.name {run!r}: a WhaleRun name must be at most 63 lowercase letters, digits and '-', "
-            "starting with a letter (it names the run's Services); rename the WhaleRun"
-        )
-    return run
+    """The one rule of ``whale.layout.check_run_name`` (what `whale validate` checks), as a RunNameError."""
+    try:
+        return layout.check_run_name(run)
+    except ValueError as exc:
+        raise RunNameError(f"{exc}; rename the WhaleRun") from None
 
 
 def _fit(head: str, tail: str, limit: int) -> str:
@@ -80,7 +81,7 @@ def rendezvous_service_name(job: str) -> str:
 
 def inference_name(run: str) -> str:
     """The vLLM Deployment and its Service."""
-    return _fit(run, "vllm", MAX_NAME)
+    return _fit(run, INFERENCE_SUFFIX, MAX_NAME)
 
 
 def tool_name(run: str, tool: str) -> str:
@@ -89,7 +90,7 @@ def tool_name(run: str, tool: str) -> str:
 
 
 def sandbox_policy_name(run: str) -> str:
-    return _fit(run, "sandbox-isolation", MAX_NAME)
+    return _fit(run, SANDBOX_POLICY_SUFFIX, MAX_NAME)
 
 
 def run_labels(run: str) -> dict[str, str]:

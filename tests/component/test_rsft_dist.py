@@ -45,7 +45,7 @@ def _free_port() -> int:
 
 def _greedy_spec(model_dir: Path, **rsft):
     knobs = {"promptsPerStep": 8, "rolloutsPerPrompt": 2, "miniBatchSize": 4, "microBatchSizePerGpu": 2,
-             "learningRate": 1e-3, "scoreThreshold": -1.0, "sampling": {"temperature": 0.0, "maxResponseTokens": 12}}
+             "learningRate": 1e-3, "scoreThreshold": 0.0, "sampling": {"temperature": 0.0, "maxResponseTokens": 12}}
     knobs.update(rsft)
     wire = spec(model_dir, **knobs)
     wire["inference"]["maxConcurrency"] = 1  # one sequence per generate call: batch padding cannot flip a token

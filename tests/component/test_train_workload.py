@@ -111,8 +111,9 @@ def test_a_step_with_no_accepted_trajectory_leaves_the_weights_untouched(tmp_pat
     from safetensors.torch import load_file
 
     store = open_store(str(tmp_path))
-    # rewards are 0 or 1: nothing is ever strictly above 1.0
-    write_request(store, "c01-weight", spec(model_dir, scoreThreshold=1.0, weightDecay=0.1), target=2)
+    # a one-token reply cannot hold `<answer>digit</answer>` (digits are tokens of their own): every reward
+    # is 0, and nothing is above the threshold (which lies in [0, 1): 1.0 is refused by the spec)
+    write_request(store, "c01-weight", spec(model_dir, weightDecay=0.1, sampling={"maxResponseTokens": 1}), target=2)
     run_to_end(tmp_path, "c01-weight")
     lines = metrics(store, "c01-weight")
     assert [(line["kept"], line["loss"], line["tokensTrained"]) for line in lines] == [(0, None, 0)] * 2

@@ -127,7 +127,7 @@ def test_the_none_level_is_not_isolated(tmp_path):
 def test_no_isolation_only_by_name():
     assert Isolation().level is IsolationLevel.NAMESPACES
     assert Isolation(level="none").level is IsolationLevel.NONE is Isolation.none().level
-    with pytest.raises(ValueError, match="Isolation.level must be one of 'sandbox', 'none'"):
+    with pytest.raises(ValueError, match="Isolation.level must be one of 'namespaces', 'none'"):
         Isolation(level="off")
     with pytest.raises(TypeError):  # the old automatic network fallback knob is gone
         Isolation(network="auto")  # type: ignore[call-arg]

@@ -97,6 +97,47 @@ def test_plan_adaptive_marks_bounds(tmp_path):
     assert res.exit_code == 0 and "ends by patience" in res.output
 
 
+def test_plan_summarises_a_long_run(tmp_path):
+    """A run with more entries than the plan lists: the first and last ones, a marker, and the counts."""
+    spec = {**WHALE, "condition": "rsft_only", "schedule": {"totalSteps": 10_000},
+            "evaluation": {"intervalSteps": 10}}
+    res = cli.invoke(app, ["plan", str(write(tmp_path, spec)), "-o", "json"])
+    assert res.exit_code == 0, res.output
+    p = json.loads(res.output)
+    assert len(p["phases"]) == 200 and p["phasesOmitted"] == 802
+    assert p["counts"] == {"weight": 1, "harness": 0, "eval": 1001}
+    res = cli.invoke(app, ["plan", str(write(tmp_path, spec))])
+    assert res.exit_code == 0, res.output
+    assert "802 more" in res.output and "1 weight, 0 harness and 1001 eval phases" in res.output
+    assert "at step 10000" in res.output and "at step 5000" not in res.output
+
+
+def test_validate_and_plan_at_the_largest_budget(tmp_path):
+    spec = {**WHALE, "condition": "rsft_only", "schedule": {"totalSteps": 1_000_000},
+            "evaluation": {"intervalSteps": 1000}}
+    res = cli.invoke(app, ["validate", str(write(tmp_path, spec))])
+    assert res.exit_code == 0, res.output
+    assert "1000000 steps; 1 phases" in res.output
+    res = cli.invoke(app, ["plan", str(write(tmp_path, spec)), "-o", "json"])
+    assert res.exit_code == 0 and len(res.output) < 64 * 1024
+
+
+def test_validate_refuses_evaluating_every_step_of_a_large_budget(tmp_path):
+    spec = {**WHALE, "condition": "rsft_only", "schedule": {"totalSteps": 1_000_000},
+            "evaluation": {"intervalSteps": 1}}
+    for command in ("validate", "plan"):
+        res = cli.invoke(app, [command, str(write(tmp_path, spec))])
+        assert res.exit_code == 1 and isinstance(res.exception, SystemExit)
+        assert "spec.evaluation.intervalSteps: an evaluation every 1 step(s) over 1000000 steps" in res.output
+
+
+def test_validate_prints_a_file_name_with_brackets_as_it_is(tmp_path):
+    bad = tmp_path / "[red]run[bold].yaml"
+    bad.write_text("spec: [unclosed")
+    res = cli.invoke(app, ["validate", str(bad)])
+    assert res.exit_code == 1 and "[red]run[bold].yaml: 1 problem(s)" in res.output
+
+
 def test_status_after_a_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     from whale.runner.local import LocalRunner

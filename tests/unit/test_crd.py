@@ -59,3 +59,41 @@ def test_committed_reference_doc_matches_the_model():
 
     committed = COMMITTED.parents[2] / "docs" / "reference.md"
     assert committed.read_text() == render_reference(), "run `python -m whale.docgen > docs/reference.md`"
+
+
+def _spec_schema():
+    return crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+
+
+def test_every_number_in_the_spec_is_bounded():
+    """The API server refuses what pydantic refuses: every integer and number has both bounds."""
+    for path, node in _walk(_spec_schema()):
+        if node.get("type") in ("integer", "number"):
+            assert "minimum" in node and "maximum" in node, path
+            assert -(2**63) <= node["minimum"] and node["maximum"] <= 2**63 - 1, path
+
+
+def test_collections_are_bounded_and_kubernetes_can_take_the_schema():
+    """Kubernetes has no patternProperties or propertyNames; CEL rules need bounded inputs to pass its
+    cost estimate, so every list and map has a maximum size and every string under a rule a maximum length."""
+    for path, node in _walk(_spec_schema()):
+        assert "patternProperties" not in node and "propertyNames" not in node, path
+        if node.get("type") == "array":
+            assert "maxItems" in node, path
+        if node.get("type") == "object" and "additionalProperties" in node:
+            assert "maxProperties" in node, path
+        if node.get("type") == "string" and ("x-kubernetes-validations" in node or "pattern" in node):
+            assert "maxLength" in node, path
+
+
+def test_the_schema_carries_the_names_and_quantities():
+    spec = _spec_schema()["properties"]
+    cluster = spec["cluster"]["properties"]
+    quantity = cluster["workerResources"]["properties"]["requests"]["additionalProperties"]
+    assert quantity["pattern"].startswith("^") and quantity["maxLength"] == 64
+    assert cluster["tolerations"]["items"]["properties"]["effect"]["enum"] == ["NoSchedule", "PreferNoSchedule",
+                                                                                 "NoExecute"]
+    env = spec["harnessSearch"]["properties"]["proposer"]["properties"]["apiKeySecret"]["properties"]["env"]
+    assert "LD_" in env["not"]["pattern"] and env["x-kubernetes-validations"]
+    threshold = spec["rsft"]["properties"]["scoreThreshold"]
+    assert (threshold["minimum"], threshold["maximum"], threshold["exclusiveMaximum"]) == (0, 1, True)

@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from whale.manifest import ManifestError, format_validation_error, parse_document
-from whale.spec import Condition, WhaleRunSpec
+from whale.spec import Condition, Resources, SecretKeyRef, Toleration, WhaleRunSpec
 
 
 def doc(spec: dict, name: str = "run-1") -> dict:
@@ -92,3 +92,87 @@ def test_validation_error_paths_use_wire_names():
         WhaleRunSpec.model_validate({**BASE, "evaluation": {"samplesPerItem": 0}})
     assert format_validation_error(info.value) == [
         "spec.evaluation.samplesPerItem: Input should be greater than or equal to 1"]
+
+
+@pytest.mark.parametrize(
+    ("patch", "expected"),
+    [
+        ({"schedule": {"totalSteps": True, "weightStepsPerCycle": 1}}, "spec.schedule.totalSteps: must be an integer"),
+        ({"schedule": {"totalSteps": 10.0, "weightStepsPerCycle": 1}}, "spec.schedule.totalSteps: must be an integer"),
+        ({"schedule": {"totalEpochs": float("inf"), "weightEpochsPerCycle": 0.6}},
+         "spec.schedule.totalEpochs: must be a finite number"),
+        ({"schedule": {"totalSteps": 10**6 + 1, "weightStepsPerCycle": 1}},
+         "spec.schedule.totalSteps: Input should be less than or equal to 1000000"),
+        ({"rsft": {"scoreThreshold": 1}}, "spec.rsft.scoreThreshold: Input should be less than 1"),
+        ({"rsft": {"scoreThreshold": -0.01}}, "spec.rsft.scoreThreshold: Input should be greater than or equal to 0"),
+        ({"rsft": {"scoreThreshold": float("nan")}}, "spec.rsft.scoreThreshold: must be a finite number"),
+        ({"rsft": {"sampling": {"temperature": 11}}}, "spec.rsft.sampling.temperature"),
+        ({"rsft": {"seed": 2**63}}, "spec.rsft.seed: Input should be less than or equal to 9223372036854775807"),
+        ({"suspend": 1}, "spec.suspend: must be true or false (got 1)"),
+        ({"cluster": {"tolerations": [{"operator": "Equal", "value": "x"}]}},
+         "spec.cluster.tolerations[0]: a toleration without a key must have operator Exists"),
+        ({"cluster": {"tolerations": [{"key": "k", "operator": "Exists", "value": "x"}]}},
+         "spec.cluster.tolerations[0]: value must be empty when operator is Exists"),
+        ({"cluster": {"queueName": "Team A"}}, "spec.cluster.queueName: must be a Kubernetes object name"),
+        ({"cluster": {"nodeSelector": {"gpu type": "h200"}}}, "spec.cluster.nodeSelector.gpu type (the key)"),
+        ({"model": {"name": ""}}, "spec.model.name: String should have at least 1 character"),
+    ],
+)
+def test_bounds_and_strict_types_name_the_field(patch, expected):
+    found = problems_of({**BASE, **patch})
+    assert any(expected in p for p in found), found
+
+
+def test_floats_take_integers_and_defaults_are_in_bounds():
+    s = WhaleRunSpec.model_validate({**BASE, "schedule": {"totalEpochs": 4, "weightEpochsPerCycle": 1},
+                                     "evaluation": {"temperature": 1}, "rsft": {"scoreThreshold": 0}})
+    assert s.schedule.total_epochs == 4.0 and s.evaluation.temperature == 1.0 and s.rsft.score_threshold == 0.0
+
+
+@pytest.mark.parametrize("quantity", ["8", "500m", "32Gi", "1.5", "2e3", "+1", ".5", "100Mi", "1E"])
+def test_kubernetes_quantities_are_accepted(quantity):
+    assert Resources(requests={"cpu": quantity}).requests["cpu"] == quantity
+
+
+@pytest.mark.parametrize("quantity", ["-1", "lots", "1.5.5", "Gi", "", "1 Gi", "1Gi\n", "1e", "0x10", "1Gb"])
+def test_garbage_quantities_are_refused(quantity):
+    with pytest.raises(ValidationError, match="pattern|at least 1 character"):
+        Resources(limits={"memory": quantity})
+
+
+@pytest.mark.parametrize("env", ["WHALE_PROPOSER_API_KEY", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "_KEY", "key2"])
+def test_plain_variable_names_hold_a_secret(env):
+    assert SecretKeyRef(name="s", key="k", env=env).env == env
+
+
+@pytest.mark.parametrize("env", ["LD_PRELOAD", "ld_library_path", "DYLD_INSERT_LIBRARIES", "PYTHONPATH",
+                                 "PYTHONSTARTUP", "PATH", "HOME", "BASH_ENV", "ENV", "http_proxy", "NO_PROXY",
+                                 "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "AWS_SECRET_ACCESS_KEY", "WHALE_RUN",
+                                 "NODE_OPTIONS", "JAVA_TOOL_OPTIONS", "KUBERNETES_SERVICE_HOST",
+                                 "1KEY", "KEY-1", "KEY\n", ""])
+def test_dangerous_or_malformed_variable_names_are_refused(env):
+    with pytest.raises(ValidationError):
+        SecretKeyRef(name="s", key="k", env=env)
+
+
+def test_toleration_rules_are_the_api_servers():
+    assert Toleration(operator="Exists").operator == "Exists"
+    assert Toleration(key="k", operator="Equal", value="v", effect="NoExecute", toleration_seconds=30).value == "v"
+    with pytest.raises(ValidationError, match="only to effect NoExecute"):
+        Toleration(key="k", operator="Exists", effect="NoSchedule", toleration_seconds=30)
+
+
+@pytest.mark.parametrize("name", ["1run", "run-1\n", "r" * 46, "Run", "run_1"])
+def test_run_names_follow_the_operators_rule(name):
+    assert any(p.startswith("metadata.name:") for p in problems_of(BASE, name=name))
+
+
+def test_a_run_name_that_is_not_a_string_is_named():
+    assert "metadata.name: must be a string, got 123" in problems_of(BASE, name=123)
+
+
+def test_namespace_is_checked():
+    bad = {**doc(BASE), "metadata": {"name": "run-1", "namespace": "Team A"}}
+    with pytest.raises(ManifestError) as info:
+        parse_document(bad, check_domain=False)
+    assert any(p.startswith("metadata.namespace: 'Team A' is not a namespace name") for p in info.value.problems)
