@@ -200,7 +200,7 @@ def test_parse_source(arg, store, run):
 
 
 def test_parse_source_refuses_bad_names():
-    with pytest.raises(ReportError, match="DNS-1123"):
+    with pytest.raises(ReportError, match="DNS-1035"):
         parse_source("st/runs/Not_A_Name")
     with pytest.raises(ReportError, match="empty"):
         parse_source("  ")
