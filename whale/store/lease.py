@@ -40,8 +40,10 @@ DEFAULT_TTL_S = 60.0
 RUN_OWNER_ENV = "WHALE_RUN_OWNER"
 
 
-def iso(t: float) -> str:
-    return datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+def iso(t: float, *, ms: bool = False) -> str:
+    """UTC ISO 8601; ``ms`` keeps milliseconds (an expiry rounded down to the second would end early)."""
+    text = datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f" if ms else "%Y-%m-%dT%H:%M:%S")
+    return (text[:-3] if ms else text) + "Z"
 
 
 def parse_iso(text: str) -> float:
@@ -96,7 +98,7 @@ class LeaseHolder:
                    expires_at=raw.get("expiresAt"), ttl_s=raw.get("ttlSeconds"))
 
     def renewed(self, now: float, ttl_s: float) -> LeaseHolder:
-        return replace(self, expires_at=iso(now + ttl_s), ttl_s=ttl_s)
+        return replace(self, expires_at=iso(now + ttl_s, ms=True), ttl_s=ttl_s)
 
     def expired(self, now: float) -> bool:
         return self.expires_at is not None and parse_iso(self.expires_at) <= now
