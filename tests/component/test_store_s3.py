@@ -825,3 +825,8 @@ def test_a_full_store_or_quota_is_permanent_and_names_the_object(s3_store: S3Sto
         s3_store._call(f"write of {where}", full, writing=where)
     assert calls == [1], "a full store is not retried"
     assert refused.value.uri == where and code in str(refused.value) and "Fix: free space" in str(refused.value)
+
+
+def test_a_connection_the_server_saw_cut_is_retried() -> None:
+    """SeaweedFS may answer an upload whose connection died mid-body with ClientDisconnected (HTTP 400)."""
+    assert classify(_s3_error(400, "ClientDisconnected")) == ErrorKind.TRANSIENT

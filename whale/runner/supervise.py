@@ -52,7 +52,11 @@ def _tree(root):
     """(live descendants, zombie descendants) of ``root``, from /proc."""
     children = {}
     state = {}
-    for entry in os.listdir("/proc"):
+    try:
+        entries = os.listdir("/proc")
+    except OSError:  # no procfs (not Linux): only the direct child is known, and it is waited for
+        return [], []
+    for entry in entries:
         if not entry.isdigit():
             continue
         try:

@@ -92,6 +92,9 @@ _AUTH_CODES = frozenset({
 _TRANSIENT_CODES = frozenset({
     "InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "RequestTimeTooSkewed",
     "OperationAborted", "XMinioServerNotInitialized", "ServerBusy",
+    # the server saw our connection die mid-body (SeaweedFS answers a cut upload with it, when the answer
+    # still gets through): the request never took effect, so it is retried like a reset connection
+    "ClientDisconnected",
 })
 #: the store (or the bucket's quota) is full: permanent until someone frees space
 _FULL_CODES = frozenset({
