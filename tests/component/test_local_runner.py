@@ -183,7 +183,7 @@ def test_spec_changes_lists_leaves_by_camel_case_path():
     store_wire = {**wire, "model": {"name": "other", **{f"x{i}": i for i in range(30)}}}
     fixed = [c for c in spec_changes(store_wire, wire) if not c.mutable]
     text = conflict_message("r1", "file:///s/spec.json", fixed)
-    listed = [line for line in text.splitlines() if line.startswith("  spec.")]
+    listed = [line for line in text.splitlines() if line.startswith("    spec.")]
     assert len(listed) == MAX_LISTED_CHANGES and f"... and {len(fixed) - MAX_LISTED_CHANGES} more" in text
 
 

@@ -195,9 +195,9 @@ def spec_changes(before: Any, after: Any, path: str = "spec") -> list[SpecChange
 
 
 def conflict_message(run: str, uri: str, fixed: list[SpecChange]) -> str:
-    listed = [f"  {c}" for c in fixed[:MAX_LISTED_CHANGES]]
+    listed = [f"    {c}" for c in fixed[:MAX_LISTED_CHANGES]]
     if len(fixed) > MAX_LISTED_CHANGES:
-        listed.append(f"  ... and {len(fixed) - MAX_LISTED_CHANGES} more")
+        listed.append(f"    ... and {len(fixed) - MAX_LISTED_CHANGES} more")
     may = ", ".join(p + (".*" if p in ("spec.retry", "spec.storage", "spec.cluster", "spec.train") else "")
                     for p in MUTABLE_ON_RESUME)
     return (
