@@ -220,3 +220,73 @@ def test_on_s3_a_second_runner_is_refused_and_a_killed_ones_lease_is_taken_over(
     status = WhaleRunStatus.model_validate(s3_store.read_json(layout.status_key("sig")))
     assert status.phase is RunPhase.SUCCEEDED
     assert s3_store.read_lease(layout.lock_key("sig")) is None  # released on exit
+
+
+def descendants(root: int) -> dict[int, tuple[int, int]]:
+    """{pid: (start time, depth below root)} of every live descendant of ``root`` (from /proc; no zombies)."""
+    parent, start = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_bytes()
+        except OSError:
+            continue
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if fields[0] in (b"Z", b"X"):
+            continue
+        parent[int(entry)], start[int(entry)] = int(fields[1]), int(fields[19])
+    children: dict[int, list[int]] = {}
+    for pid, ppid in parent.items():
+        children.setdefault(ppid, []).append(pid)
+    found, todo = {}, [(root, 0)]
+    while todo:
+        pid, depth = todo.pop()
+        for child in children.get(pid, []):
+            found[child] = (start[child], depth + 1)
+            todo.append((child, depth + 1))
+    return found
+
+
+def alive(pid: int, started: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_bytes()
+    except OSError:
+        return False
+    fields = stat[stat.rfind(b")") + 2:].split()
+    return fields[0] not in (b"Z", b"X") and int(fields[19]) == started
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_sigkill_during_the_real_demo_kills_its_harness_sandboxes(tmp_path, no_leftovers):
+    """The README demo with the real workloads: SIGKILL `whale run` while an evaluation runs the harness in its
+    sandboxes (own PID namespaces, other uids); every process below it must end."""
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    subprocess.run([sys.executable, "-m", "synthetic.tiny_model", str(tmp_path / ".whale/models/synthetic-tiny")],
+                   cwd=tmp_path, env=env, check=True, capture_output=True, timeout=300)
+    (tmp_path / "manifests").symlink_to(root / "manifests")
+    out = open(tmp_path / "whale-run.out", "ab")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([sys.executable, "-m", "whale.cli", "run", "manifests/examples/local/tiny-synthetic-whale.yaml",
+                             "--store", "st"], cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+    out.close()
+    try:
+        def sandboxes_running() -> bool:
+            assert proc.poll() is None, (tmp_path / "whale-run.out").read_text()[-3000:]
+            # runner -> supervisor (1) -> workload (2) -> sandbox launcher (3) -> what it starts (4+)
+            return max((depth for _, depth in descendants(proc.pid).values()), default=0) >= 3
+
+        wait_for(sandboxes_running, 300, "the first evaluation's harness sandboxes")
+        tree = {p: started for p, (started, _) in descendants(proc.pid).items()}  # just before the kill
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        try:
+            wait_for(lambda: not [p for p, s in tree.items() if alive(p, s)], 30, "every process below `whale run`")
+        except AssertionError:
+            left = {p: Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ") for p, s in tree.items()
+                    if alive(p, s)}
+            raise AssertionError(f"{len(left)} of {len(tree)} processes outlived `whale run`: {left}") from None
+    finally:
+        if proc.poll() is None:
+            proc.kill()
