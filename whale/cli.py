@@ -154,16 +154,24 @@ def run(
     store: Annotated[Optional[str], typer.Option(help="DIR or s3://bucket/prefix (default: spec.storage.uri, "
                                                      "$WHALE_STORE, or ./.whale/store)")] = None,
     workdir: Annotated[Optional[Path], typer.Option(help="scratch folder for logs and caches")] = None,
-    timeout: Annotated[Optional[float], typer.Option(help="give up after this many seconds")] = None,
+    timeout: Annotated[Optional[float], typer.Option(help="give up after this many seconds (resumable)")] = None,
+    retry: Annotated[bool, typer.Option("--retry", help="resume a Failed run from its last good state: completed "
+                                                       "phases kept, the failed phase started afresh")] = False,
 ) -> None:
-    """Run the manifest on this machine; Ctrl-C and run again to resume where it stopped."""
-    from whale.runner.local import LocalRunner, RunConflictError, status_summary
+    """Run the manifest on this machine; Ctrl-C (or SIGTERM) and run again to resume where it stopped."""
+    from whale.runner.local import (
+        LocalRunner,
+        RunConflictError,
+        RunInterrupted,
+        interrupt_on_signals,
+        status_summary,
+    )
     from whale.store import StoreError
 
     m, sizes = _load_checked(file)
     try:
         st = _open_store(store, m)
-        st.check()  # a wrong endpoint or key fails here, before any work is done
+        st.check()  # a wrong endpoint or key, or a read-only folder, fails here, before any work is done
     except StoreError as exc:
         _fail([f"--store: {exc}"], str(file))
     work = workdir or Path(".whale") / "work" / m.name
@@ -192,21 +200,44 @@ def run(
     extra: dict[str, Any] = {}
     if os.environ.get("WHALE_WORKLOAD_COMMAND"):  # e.g. wrap workloads in a profiler, or a test double
         extra["workload_command"] = tuple(shlex.split(os.environ["WHALE_WORKLOAD_COMMAND"]))
+    hint = " ".join(["whale", "run", shlex.quote(str(file)), *(["--store", shlex.quote(store)] if store else [])])
     runner = LocalRunner(name=m.name, spec=m.spec, store=st, split_sizes=sizes, workdir=work, env=env,
-                         on_status=show, **extra)
+                         on_status=show, resume_hint=hint, **extra)
     console.print(f"run {m.name}: store {st.uri}", highlight=False)
     try:
-        status = runner.run(max_seconds=timeout)
+        with interrupt_on_signals():
+            status = runner.run(max_seconds=timeout, retry=retry)
     except RunConflictError as exc:
         _fail([str(exc)], str(file))
+    except RunInterrupted as exc:
+        err.print(f"stopped by {exc}; the status is saved: run `{hint}` to resume", highlight=False)
+        raise typer.Exit(code=128 + exc.signum) from None
     except KeyboardInterrupt:
-        err.print("interrupted; run the same command again to resume")
+        err.print(f"interrupted; the status is saved: run `{hint}` to resume", highlight=False)
         raise typer.Exit(code=130) from None
     except (StoreError, TimeoutError) as exc:
         _fail([str(exc)], str(file))
     console.print(json.dumps(status_summary(status), indent=2), highlight=False)
     if status.phase.value == "Failed":
+        if not retry:
+            err.print(f"run {m.name} failed; fix the cause, then `{hint} --retry` resumes it from its last good state",
+                      highlight=False)
         raise typer.Exit(code=1)
+
+
+def _runner_line(st: Any, name: str, phase: str) -> str:
+    """Who runs the run now, from its lock: what `whale status` shows beside the status."""
+    from whale.store import StoreError
+
+    try:
+        info = st.read_lease(layout.lock_key(name))
+    except StoreError as exc:
+        return f"unknown (cannot read the run lock: {exc})"
+    if info is not None and info.live:
+        return info.describe()
+    if phase in ("Pending", "Running"):
+        return "none: the run is not running now; `whale run FILE` resumes it"
+    return "none"
 
 
 @app.command()
@@ -215,31 +246,33 @@ def status(
     store: Annotated[Optional[str], typer.Option(help="DIR or s3://bucket/prefix")] = None,
     output: OutputOpt = "table",
 ) -> None:
-    """Show a run's status from the store."""
+    """Show a run's status from the store, and which process runs it now."""
     from whale.runner.local import status_summary
     from whale.spec import WhaleRunStatus
     from whale.store import StoreError
 
     try:
         layout.check_run_name(name)
-        raw = _open_store(store).read_json_or_none(layout.status_key(name))
+        st = _open_store(store)
+        raw = st.read_json_or_none(layout.status_key(name))
     except (ValueError, StoreError) as exc:
         _fail([str(exc)], "status")
     if raw is None:
         _fail([f"no run named {name!r} in the store (did `whale run` start it with this --store?)"], "status")
-    st = WhaleRunStatus.model_validate(raw)
+    run_status = WhaleRunStatus.model_validate(raw)
     if output == "json":
-        typer.echo(json.dumps(st.to_wire(), indent=2))
+        typer.echo(json.dumps(run_status.to_wire(), indent=2))
         return
     table = Table(title=f"WhaleRun {name}", show_header=False)
-    for k, v in status_summary(st).items():
+    for k, v in status_summary(run_status).items():
         table.add_row(k, "-" if v is None else str(v))
+    table.add_row("runner", _runner_line(st, name, run_status.phase.value))
     console.print(table)
-    if st.evals:
+    if run_status.evals:
         evals = Table(title="evaluations")
         for col in ("phase", "step", "harness", "mean@k", "rollouts at"):
             evals.add_column(col)
-        for e in st.evals:
+        for e in run_status.evals:
             evals.add_row(e.phase, str(e.step), e.harness or "h0",
                           "-" if e.mean_at_k is None else f"{e.mean_at_k:.4f}", str(e.rollouts_at))
         console.print(evals)

@@ -23,6 +23,7 @@ about where a file lives. Pure: no I/O. ``docs/storage.md`` documents the same t
       control/split_sizes.json           |D_weight|, |D_harness|, |D_test| the schedule was resolved with
       control/serving.json               {"checkpoint": key | null, "version"?}: what the inference server should serve
       control/served.json                {"checkpoint", "version", "at"}: what the weight-sync sidecar made vLLM serve
+      control/lock.json                  the run lock: who runs it now (`whale run`; docs/storage.md "The run lock")
       sync/step-<NNNNNN>/...             per-step weights pushed to the inference server (the last two kept)
 """
 
@@ -162,6 +163,12 @@ def split_sizes_key(run: str) -> str:
     """The split sizes the run's schedule is resolved with: written once by whoever can read the data
     (the local runner, or the prepare workload on a cluster), read by the operator, which has no data."""
     return f"{run_prefix(run)}/control/split_sizes.json"
+
+
+def lock_key(run: str) -> str:
+    """The run lock of the local runner: held for the life of one `whale run` (an flock on a folder store,
+    a renewed lease object on S3), so a run never has two controllers writing it."""
+    return f"{run_prefix(run)}/control/lock.json"
 
 
 def serving_key(run: str) -> str:

@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
 import pytest
 
 from whale import layout
-from whale.runner.local import LocalRunner, RunConflictError
+from whale.runner.local import (
+    MAX_LISTED_CHANGES,
+    LocalRunner,
+    RunConflictError,
+    RunLockedError,
+    RunTimeout,
+    conflict_message,
+    spec_changes,
+)
 from whale.spec import RunPhase, WhaleRunSpec, WhaleRunStatus
 from whale.store import open_store
+from whale.store.lease import this_process
 
 SIM = (sys.executable, "-m", "tests.workloads.simulated")
 SIZES = {"weight": 2560, "harness": 4, "test": 10}
@@ -78,6 +88,9 @@ def test_interrupted_run_resumes_without_repeating_finished_phases(tmp_path):
     assert all(p.popen.poll() is not None for p in first.procs.values()), "children must not outlive the runner"
     mid = WhaleRunStatus.model_validate(store.read_json(layout.status_key("r1")))
     assert mid.active_phase == "c02-weight" and mid.phase is RunPhase.RUNNING
+    # the saved status says the runner stopped (the phase stays Running, for decide() to resume)
+    assert [(c.type, c.reason) for c in mid.conditions] == [("Interrupted", "Signal")]
+    assert mid.reason == "Interrupted" and "Ctrl-C" in mid.message and "to resume" in mid.message
 
     second = runner(tmp_path, spec, store)
     final = second.run(max_seconds=90)
@@ -88,6 +101,7 @@ def test_interrupted_run_resumes_without_repeating_finished_phases(tmp_path):
     # the resumed weight phase continued from its logged step: steps 4..6 are not duplicated
     steps = [m["step"] for m in store.read_jsonl(layout.metrics_key("r1", "c02-weight"))]
     assert steps == [4, 5, 6]
+    assert final.conditions == [] and final.reason == "Completed"
 
 
 def test_failed_phase_is_retried_then_fails_the_run(tmp_path):
@@ -128,6 +142,94 @@ def test_same_name_with_another_spec_is_refused(tmp_path):
     runner(tmp_path, spec_of("rsft_only", totalSteps=1), store).run(max_seconds=60)
     with pytest.raises(RunConflictError, match="different spec"):
         runner(tmp_path, spec_of("rsft_only", totalSteps=2), store).run(max_seconds=60)
+
+
+def test_a_changed_manifest_names_every_field_that_differs(tmp_path):
+    store = open_store(str(tmp_path / "store"))
+    spec = spec_of("rsft_only", totalSteps=2)
+    store.write_json(layout.spec_key("r1"), spec.to_wire())
+    changed = WhaleRunSpec.model_validate({**spec.to_wire(), "schedule": {"totalSteps": 4},
+                                           "rsft": {**spec.to_wire()["rsft"], "learningRate": 1e-6}})
+    with pytest.raises(RunConflictError) as refused:
+        runner(tmp_path, changed, store).run(max_seconds=60)
+    message = str(refused.value)
+    assert "spec.schedule.totalSteps: 2 -> 4" in message
+    assert "spec.rsft.learningRate: 1e-07 -> 1e-06" in message
+    assert "2 field(s) differ" in message and "spec.retry.*" in message and "spec.suspend" in message
+    assert store.read_json(layout.spec_key("r1")) == spec.to_wire()  # the stored spec is untouched
+
+
+def test_fields_that_may_change_on_resume_are_taken_and_recorded(tmp_path):
+    store = open_store(str(tmp_path / "store"))
+    spec = spec_of("rsft_only", totalSteps=2)
+    store.write_json(layout.spec_key("r1"), spec.to_wire())
+    looser = WhaleRunSpec.model_validate({**spec.to_wire(), "retry": {"maxAttempts": 5},
+                                          "inference": {"maxConcurrency": 3}})
+    r = runner(tmp_path, looser, store)
+    assert r.run(max_seconds=60).phase is RunPhase.SUCCEEDED
+    assert sorted(map(str, r.changes)) == ["spec.inference.maxConcurrency: 64 -> 3", "spec.retry.maxAttempts: 2 -> 5"]
+    assert store.read_json(layout.spec_key("r1")) == looser.to_wire()
+
+
+def test_spec_changes_lists_leaves_by_camel_case_path():
+    before = {"a": {"b": 1, "c": [1, 2]}, "gone": True, "same": "x"}
+    after = {"a": {"b": 2, "c": [1, 3]}, "new": None, "same": "x"}
+    assert [str(c) for c in spec_changes(before, after)] == [
+        "spec.a.b: 1 -> 2", "spec.a.c[1]: 2 -> 3", "spec.gone: true -> (unset)", "spec.new: (unset) -> null"]
+    many = spec_changes({f"k{i:02d}": i for i in range(30)}, {f"k{i:02d}": -i for i in range(1, 31)})
+    assert len(many) == 31
+    spec = spec_of("rsft_only", totalSteps=2)
+    wire = spec.to_wire()
+    store_wire = {**wire, "model": {"name": "other", **{f"x{i}": i for i in range(30)}}}
+    fixed = [c for c in spec_changes(store_wire, wire) if not c.mutable]
+    text = conflict_message("r1", "file:///s/spec.json", fixed)
+    listed = [line for line in text.splitlines() if line.startswith("    spec.")]
+    assert len(listed) == MAX_LISTED_CHANGES and f"... and {len(fixed) - MAX_LISTED_CHANGES} more" in text
+
+
+def test_a_run_held_by_another_process_is_refused_naming_it(tmp_path):
+    store = open_store(str(tmp_path / "store"))
+    held = store.acquire_lease(layout.lock_key("r1"), this_process("whale run r1"), ttl_s=60)
+    with pytest.raises(RunLockedError) as refused:
+        runner(tmp_path, spec_of("rsft_only", totalSteps=1), store).run(max_seconds=60)
+    assert f"already being run by pid {os.getpid()}" in str(refused.value)
+    assert not store.exists(layout.status_key("r1")), "a refused runner writes nothing"
+    held.release()
+    assert runner(tmp_path, spec_of("rsft_only", totalSteps=1), store).run(max_seconds=60).phase is RunPhase.SUCCEEDED
+    assert store.read_lease(layout.lock_key("r1")).live is False  # released on exit
+
+
+def test_timeout_saves_an_interrupted_status_and_leaves_no_child(tmp_path):
+    store = open_store(str(tmp_path / "store"))
+    r = runner(tmp_path, spec_of("rsft_only", totalSteps=3), store, sim={"hang": {"c01-weight": 1}},
+               resume_hint="whale run x.yaml")
+    with pytest.raises(RunTimeout, match="did not finish within 3 s"):
+        r.run(max_seconds=3)
+    assert all(p.popen.poll() is not None for p in r.procs.values())
+    saved = WhaleRunStatus.model_validate(store.read_json(layout.status_key("r1")))
+    assert saved.phase is RunPhase.RUNNING and saved.conditions[0].reason == "Timeout"
+    assert "--timeout of 3 s" in saved.message and "run `whale run x.yaml` to resume" in saved.message
+
+
+def test_a_failed_run_is_retried_from_its_last_good_state(tmp_path):
+    store = open_store(str(tmp_path / "store"))
+    spec = spec_of()
+    failed = runner(tmp_path, spec, store, sim={"fail": {"c01-harness": 9}}).run(max_seconds=90)
+    assert failed.phase is RunPhase.FAILED and failed.failures == {"c01-harness": 2}
+    assert failed.completed_phases == ["c01-weight"]
+    weight_metrics = store.read_jsonl(layout.metrics_key("r1", "c01-weight"))
+
+    again = runner(tmp_path, spec, store).run(max_seconds=60)  # without --retry a failed run stays failed
+    assert again.phase is RunPhase.FAILED
+
+    fixed = runner(tmp_path, spec, store)  # the cause is fixed (the workload no longer fails)
+    status = fixed.run(max_seconds=90, retry=True)
+    assert status.phase is RunPhase.SUCCEEDED, status.message
+    assert status.completed_phases == ["c01-weight", "c01-harness", "c02-weight"]
+    assert "c01-weight" not in fixed.procs, "a completed phase must not run again"
+    assert fixed.procs["c01-harness"].attempt == 3 and "c01-harness" not in status.failures
+    assert store.read_jsonl(layout.metrics_key("r1", "c01-weight")) == weight_metrics
+    assert store.exists(layout.log_key("r1", "c01-harness", 3))
 
 
 def test_whale_run_on_s3(tmp_path, s3_server, s3_store):

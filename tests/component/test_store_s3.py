@@ -7,6 +7,7 @@ server that goes away, and the pure configuration/retry pieces of ``whale.store.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -15,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,8 @@ from minio.error import InvalidResponseError, S3Error, ServerError
 
 from tests.fixtures.s3 import S3ServerInfo, SeaweedServer
 from whale.store import ObjectNotFound, Store, StoreAuthError, StoreError, StoreUnavailable
+from whale.store.base import StoreFull, StoreReadOnly, StoreWriteDenied
+from whale.store.lease import LeaseHeld, LeaseLost, machine_id, this_process
 from whale.store.local import LocalStore
 from whale.store.s3 import (
     ENV_ACCESS_KEY,
@@ -666,3 +670,163 @@ def _s3_error(status: int, code: str) -> S3Error:
 )
 def test_classify_server_answers(exc: Exception, kind: str) -> None:
     assert classify(exc) == kind
+
+
+# ----- the run lock: one live holder (both backends), expiry and take-over (S3) --------------------------
+
+LOCK = "runs/r1/control/lock.json"
+
+
+def test_the_run_lock_admits_one_holder_and_names_it(store: Store) -> None:
+    first = store.acquire_lease(LOCK, this_process("whale run r1"), ttl_s=60)
+    info = store.read_lease(LOCK)
+    assert info is not None and info.live and info.holder.owner == first.holder.owner
+    with pytest.raises(LeaseHeld) as refused:
+        store.acquire_lease(LOCK, this_process("whale run r1"), ttl_s=60)
+    assert f"pid {os.getpid()} on host {socket.gethostname()} (whale run r1)" in str(refused.value)
+    assert store.uri_for(LOCK) in str(refused.value)
+    first.renew()
+    first.check()
+    first.release()
+    first.release()
+    after = store.read_lease(LOCK)
+    assert after is None or not after.live
+    second = store.acquire_lease(LOCK, this_process("whale run r1"), ttl_s=60)
+    assert store.read_lease(LOCK).holder.owner == second.holder.owner
+    second.release()
+
+
+def test_an_s3_lease_not_renewed_expires_and_is_taken_over(s3_store: S3Store) -> None:
+    stale = s3_store.acquire_lease(LOCK, this_process("whale run r1"), ttl_s=1.5)
+    with pytest.raises(LeaseHeld):
+        s3_store.acquire_lease(LOCK, this_process("whale run r1"), ttl_s=60)  # live: refused, no waiting
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            taker = s3_store.acquire_lease(LOCK, this_process("whale run r1"), ttl_s=60)
+            break
+        except LeaseHeld as exc:
+            assert time.monotonic() < deadline, f"the stale lease never expired: {exc}"
+            time.sleep(0.1)
+    with pytest.raises(LeaseLost, match="could not renew"):
+        stale.renew()  # its holder knows it is past its lifetime without asking the server
+    stale.release()  # a lost lease is left to its new holder
+    assert s3_store.read_lease(LOCK).holder.owner == taker.holder.owner
+    taker.release()
+    assert s3_store.read_lease(LOCK) is None
+
+
+def test_an_s3_lease_taken_over_under_its_holder_is_lost_at_the_next_renewal(s3_store: S3Store) -> None:
+    """A holder whose clock lags sees its lease taken over while it still thinks it valid: the conditional
+    renewal fails, and it must not write over the new holder."""
+    mine = s3_store.acquire_lease(LOCK, this_process("whale run r1"), ttl_s=60)
+    other = this_process("whale run r1").renewed(time.time(), 60)
+    s3_store.write_json(LOCK, other.to_wire())  # what another runner's take-over leaves
+    with pytest.raises(LeaseLost, match=f"taken over by pid {os.getpid()}"):
+        mine.renew()
+    with pytest.raises(LeaseLost):
+        mine.check()
+    mine.release()
+    assert s3_store.read_lease(LOCK).holder.owner == other.owner
+
+
+def test_an_s3_lease_kept_alive_outlives_its_ttl(s3_store: S3Store) -> None:
+    ttl = 1.5
+    with s3_store.acquire_lease(LOCK, this_process("whale run r1"), ttl_s=ttl).keep_alive() as lease:
+        end = time.monotonic() + 3 * ttl
+        while time.monotonic() < end:  # across several lifetimes, every attempt to take it is refused
+            with pytest.raises(LeaseHeld):
+                s3_store.acquire_lease(LOCK, this_process("whale run r1"), ttl_s=60)
+            lease.check()
+            time.sleep(0.2)
+    assert s3_store.read_lease(LOCK) is None  # keep_alive released it
+
+
+def test_an_s3_lease_that_cannot_be_renewed_is_given_up_before_it_expires(s3_store: S3Store) -> None:
+    lease = s3_store.acquire_lease(LOCK, this_process("whale run r1"), ttl_s=1.2)
+    deadline = time.monotonic() + 10
+    while True:  # nobody renews it: its holder must notice before another runner may take it
+        try:
+            lease.check()
+        except LeaseLost as exc:
+            assert "could not renew" in str(exc)
+            break
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert s3_store.read_lease(LOCK).holder.expired(time.time() + 0.5)
+
+
+def test_an_s3_lease_of_a_dead_process_here_is_taken_over_at_once_elsewhere_it_is_not(s3_store: S3Store) -> None:
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          timeout=30, check=True)
+    dead = replace(this_process("whale run r1"), pid=int(gone.stdout), pid_start=None)
+    s3_store.acquire_lease(LOCK, dead, ttl_s=600)  # never released: its runner was SIGKILLed
+    assert s3_store.read_lease(LOCK).live is False
+    s3_store.acquire_lease(LOCK, this_process("whale run r1"), ttl_s=60).release()
+
+    elsewhere = replace(this_process("whale run r1"), pid=1, machine="another-machine/pid:[1]")
+    s3_store.acquire_lease(LOCK, elsewhere, ttl_s=600)
+    assert machine_id() != elsewhere.machine
+    with pytest.raises(LeaseHeld, match="lease expires"):
+        s3_store.acquire_lease(LOCK, this_process("whale run r1"), ttl_s=60)
+
+
+# ----- writes the store refuses name the object, the cause and the fix ----------------------------------
+
+
+class _ReadOnlyKeyServer(SeaweedServer):
+    """A server with a second identity that may read and list but not write."""
+
+    READER = ("whale-reader", "reader-secret-0123456789")
+
+    def command(self) -> list[str]:
+        config = self.data_dir / "s3-identities.json"
+        config.write_text(json.dumps({"identities": [
+            {"name": "admin", "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
+             "actions": ["Admin", "Read", "List", "Write", "Tagging"]},
+            {"name": "reader", "credentials": [{"accessKey": self.READER[0], "secretKey": self.READER[1]}],
+             "actions": ["Read", "List"]},
+        ]}))
+        return [*super().command(), f"-s3.config={config}"]
+
+
+def test_a_write_the_server_denies_names_the_object_and_the_fix(tmp_path: Path) -> None:
+    server = _ReadOnlyKeyServer(tmp_path / "seaweedfs")
+    server.start()
+    try:
+        server.info.store("s3://whale-test/ro").write_bytes("runs/r/status.json", b"{}")
+        reader = S3Store.from_uri("s3://whale-test/ro", endpoint=server.info.url, access_key=server.READER[0],
+                                  secret_key=server.READER[1], retry_deadline_s=5.0)
+        assert reader.read_bytes("runs/r/status.json") == b"{}"
+        for write in (lambda: reader.write_bytes("runs/r/status.json", b"[]"), lambda: reader.delete("runs/r/status.json")):
+            with pytest.raises(StoreWriteDenied) as denied:
+                write()
+            assert isinstance(denied.value, StoreReadOnly) and isinstance(denied.value, StoreAuthError)
+            message = str(denied.value)
+            assert "s3://whale-test/ro/runs/r/status.json" in message and "AccessDenied" in message
+            assert "'whale-reader'" in message and "Fix: give that key write access" in message
+            assert server.READER[1] not in message
+    finally:
+        server.kill()
+
+
+@pytest.mark.parametrize("code", ["XMinioStorageFull", "QuotaExceeded", "InsufficientStorage"])
+def test_a_full_store_or_quota_is_permanent_and_names_the_object(s3_store: S3Store, code: str) -> None:
+    assert classify(_s3_error(507 if code == "InsufficientStorage" else 403, code)) == ErrorKind.FULL
+    assert classify(ServerError("server failed with HTTP status code 507", 507)) == ErrorKind.FULL
+    calls = []
+
+    def full() -> None:
+        calls.append(1)
+        raise _s3_error(507, code)
+
+    where = s3_store.uri_for("runs/r/checkpoints/step-000001/model.safetensors")
+    with pytest.raises(StoreFull) as refused:
+        s3_store._call(f"write of {where}", full, writing=where)
+    assert calls == [1], "a full store is not retried"
+    assert refused.value.uri == where and code in str(refused.value) and "Fix: free space" in str(refused.value)
+
+
+def test_a_connection_the_server_saw_cut_is_retried() -> None:
+    """SeaweedFS may answer an upload whose connection died mid-body with ClientDisconnected (HTTP 400)."""
+    assert classify(_s3_error(400, "ClientDisconnected")) == ErrorKind.TRANSIENT

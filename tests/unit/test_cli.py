@@ -200,3 +200,23 @@ def test_run_command_end_to_end(tmp_path, monkeypatch):
     # running it again is a no-op on a finished run
     res = cli.invoke(app, ["run", str(manifest), "--store", "st", "--timeout", "30"])
     assert res.exit_code == 0 and '"phase": "Succeeded"' in res.output
+
+
+def test_run_retry_resumes_a_failed_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WHALE_WORKLOAD_COMMAND", f"{sys.executable} -m tests.workloads.simulated")
+    monkeypatch.setenv("WHALE_SIM", json.dumps({"fail": {"c01-weight": 9}}))
+    manifest = write(tmp_path, {**WHALE, "condition": "rsft_only", "schedule": {"totalSteps": 2},
+                                "retry": {"maxAttempts": 1}})
+    res = cli.invoke(app, ["run", str(manifest), "--store", "st", "--timeout", "60"])
+    assert res.exit_code == 1 and '"phase": "Failed"' in res.output
+    assert f"`whale run {manifest} --store st --retry` resumes it" in res.output
+    res = cli.invoke(app, ["status", "tiny", "--store", "st"])
+    assert res.exit_code == 0 and "runner" in res.output and "none" in res.output
+
+    monkeypatch.setenv("WHALE_SIM", "{}")  # the cause is fixed
+    res = cli.invoke(app, ["run", str(manifest), "--store", "st", "--timeout", "60", "--retry"])
+    assert res.exit_code == 0, res.output
+    assert '"phase": "Succeeded"' in res.output
+    status = json.loads(cli.invoke(app, ["status", "tiny", "--store", "st", "-o", "json"]).output)
+    assert status["attempts"]["c01-weight"] == 2 and "c01-weight" not in status["failures"]

@@ -8,12 +8,16 @@ has (files on disk, symlinks, temp files) and the pure key rules.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from whale.store import ObjectNotFound, StoreError, open_store
 from whale.store.base import join_key, normalize_key
+from whale.store.lease import LeaseHeld, LeaseLost, this_process
 from whale.store.local import TMP_PREFIX, LocalStore
 
 
@@ -192,3 +196,71 @@ def test_download_file_replaces_the_target(tmp_path: Path) -> None:
     with pytest.raises(ObjectNotFound):
         store.download_file("missing", tmp_path / "out" / "m")
     assert not (tmp_path / "out" / "m").exists()
+
+
+# ----- the run lock: an flock ----------------------------------------------------------------------------
+
+LOCK = "runs/r1/control/lock.json"
+
+
+def test_the_lock_admits_one_holder_and_names_it(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    first = store.acquire_lease(LOCK, this_process("whale run r1"), ttl_s=60)
+    info = store.read_lease(LOCK)
+    assert info is not None and info.live and info.holder == first.holder
+    with pytest.raises(LeaseHeld) as refused:
+        LocalStore(tmp_path).acquire_lease(LOCK, this_process("whale run r1"), ttl_s=60)
+    message = str(refused.value)
+    assert f"pid {os.getpid()}" in message and "(whale run r1)" in message and str(tmp_path) in message
+    first.check()
+    first.release()
+    first.release()  # idempotent
+    assert store.read_lease(LOCK).live is False and store.read_lease(LOCK).holder is None
+    second = store.acquire_lease(LOCK, this_process("whale run r1"), ttl_s=60)
+    assert store.read_lease(LOCK).holder.owner == second.holder.owner != first.holder.owner
+    second.release()
+
+
+def test_no_lock_file_means_no_holder(tmp_path: Path) -> None:
+    assert LocalStore(tmp_path).read_lease(LOCK) is None
+
+
+def test_a_deleted_lock_file_is_a_lost_lock(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    lease = store.acquire_lease(LOCK, this_process("whale run r1"), ttl_s=60)
+    (tmp_path / LOCK).unlink()
+    with pytest.raises(LeaseLost, match="deleted or replaced"):
+        lease.check()
+    other = store.acquire_lease(LOCK, this_process("whale run r1"), ttl_s=60)  # a new file, a new lock
+    lease.release()  # does not touch the new holder's file
+    assert store.read_lease(LOCK).holder == other.holder
+    other.release()
+
+
+HOLD_AND_LEAVE_A_CHILD = """
+import subprocess, sys
+from whale.store.local import LocalStore
+from whale.store.lease import this_process
+lease = LocalStore(sys.argv[1]).acquire_lease(sys.argv[2], this_process("whale run r1"), 60)
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], pass_fds=lease.inherit_fds,
+                         start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+print(child.pid, flush=True)
+"""
+
+
+def test_a_process_that_inherited_the_lock_keeps_the_run_locked_after_its_parent_died(tmp_path: Path) -> None:
+    """A workload left behind by a dead runner still holds the lock: no new runner may start beside it."""
+    out = subprocess.run([sys.executable, "-c", HOLD_AND_LEAVE_A_CHILD, str(tmp_path), LOCK],
+                         capture_output=True, text=True, timeout=60, check=True)
+    leftover = int(out.stdout.strip())
+    try:
+        with pytest.raises(LeaseHeld, match="is gone, but a process it started") as refused:
+            LocalStore(tmp_path).acquire_lease(LOCK, this_process("whale run r1"), ttl_s=60)
+        assert refused.value.info.live
+    finally:
+        os.kill(leftover, 9)
+    deadline = time.monotonic() + 30
+    while LocalStore(tmp_path).read_lease(LOCK).live:  # the leftover is reaped by init: poll for it
+        assert time.monotonic() < deadline, "the lock outlived its last holder"
+        time.sleep(0.05)
+    LocalStore(tmp_path).acquire_lease(LOCK, this_process("whale run r1"), ttl_s=60).release()

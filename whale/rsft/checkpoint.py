@@ -10,6 +10,10 @@
   Only the newest state is kept. A new phase that starts at step S without state of its own takes
   the optimiser state any earlier phase of the run saved at step S (the run's optimiser carries
   across phases, as in one long training run).
+
+Every phase that loads a checkpoint (train, search, eval) calls :func:`require_complete` first, so
+one pointed at a half-written checkpoint fails naming it, before any weights are read. torch is
+imported only where optimiser state is (de)serialised: search and eval load this module without it.
 """
 
 from __future__ import annotations
@@ -20,8 +24,6 @@ import logging
 import tempfile
 from pathlib import Path
 from typing import Any
-
-import torch
 
 from whale import layout
 from whale.store.base import Store
@@ -37,8 +39,22 @@ def step_dirname(step: int) -> str:
     return f"step-{step:06d}"
 
 
+class CheckpointIncomplete(FileNotFoundError):
+    """A checkpoint without its COMPLETE marker: missing, or its writer did not finish."""
+
+
 def checkpoint_complete(store: Store, run: str, step: int) -> bool:
     return store.exists(layout.checkpoint_complete_key(run, step))
+
+
+def require_complete(store: Store, prefix: str) -> None:
+    """Raise :class:`CheckpointIncomplete` naming the checkpoint unless its COMPLETE marker exists."""
+    marker = f"{prefix.rstrip('/')}/{layout.CHECKPOINT_COMPLETE_MARKER}"
+    if not store.exists(marker):
+        raise CheckpointIncomplete(
+            f"checkpoint {store.uri_for(prefix)} is missing or incomplete (no {layout.CHECKPOINT_COMPLETE_MARKER} "
+            "marker): the phase that wrote it did not finish; rerun it, or point the phase at a complete checkpoint"
+        )
 
 
 def save_checkpoint(store: Store, run: str, step: int, model: Any, tokenizer: Any) -> str:
@@ -61,6 +77,8 @@ def _latest_key(run: str, phase: str) -> str:
 
 def save_state(store: Store, run: str, phase: str, step: int, optimizer_state: dict[str, Any], meta: dict[str, Any]) -> None:
     """Resume state of ``phase`` after global step ``step`` (call after its checkpoint is complete)."""
+    import torch
+
     base = _state_dir(run, phase, step)
     buf = io.BytesIO()
     torch.save(optimizer_state, buf)
@@ -75,6 +93,8 @@ def save_state(store: Store, run: str, phase: str, step: int, optimizer_state: d
 
 def load_state(store: Store, run: str, phase: str) -> tuple[int, dict[str, Any], dict[str, Any]] | None:
     """(step, meta, optimizer state) of this phase's newest state, or None."""
+    import torch
+
     latest = store.read_json_or_none(_latest_key(run, phase))
     if not latest:
         return None
@@ -90,6 +110,8 @@ def load_state(store: Store, run: str, phase: str) -> tuple[int, dict[str, Any],
 
 def find_carried_optimizer(store: Store, run: str, step: int, exclude_phase: str) -> dict[str, Any] | None:
     """The optimiser state another phase of the run saved at ``step``, if any."""
+    import torch
+
     phases_root = f"{layout.run_prefix(run)}/phases/"
     for child in store.list(phases_root, recursive=False):
         phase = child.rstrip("/").rsplit("/", 1)[-1]
@@ -106,12 +128,7 @@ def find_carried_optimizer(store: Store, run: str, step: int, exclude_phase: str
 
 def materialise(store: Store, prefix: str, workdir: Path) -> Path:
     """A local folder holding the checkpoint at store ``prefix`` (no copy for a local store)."""
-    marker = f"{prefix.rstrip('/')}/{layout.CHECKPOINT_COMPLETE_MARKER}"
-    if not store.exists(marker):
-        raise FileNotFoundError(
-            f"checkpoint {store.uri_for(prefix)} is missing or incomplete (no {layout.CHECKPOINT_COMPLETE_MARKER} "
-            "marker): the phase that wrote it did not finish; rerun it or point fromCheckpoint at a complete one"
-        )
+    require_complete(store, prefix)
     local = store.local_path(prefix.rstrip("/"))
     if local is not None and local.is_dir():
         return local

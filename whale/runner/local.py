@@ -8,17 +8,37 @@ that was running is relaunched and resumes from its own state in the store.
 
 One child runs at a time (a laptop or CI machine has no spare cores); the actions that ``decide``
 asks for while a child runs are asked for again after it ends (``decide`` is level-based).
+
+What keeps a run consistent however the runner ends:
+
+* one runner per run: the run lock (``layout.lock_key``, ``whale.store.lease``) is held for the
+  runner's whole life; a second runner of the same run is refused with the holder's pid, host and
+  start time; the workloads get the lock's owner id (``WHALE_RUN_OWNER``) and refuse to write a run
+  that another live process holds;
+* no orphans: every workload runs under ``whale/runner/supervise.py``, which kills the workload and
+  everything it started when the runner dies, even by SIGKILL;
+* an honest status: Ctrl-C, SIGTERM (see :func:`interrupt_on_signals`), ``--timeout``, a store error
+  or a crash stop the children, then save the status with the ``Interrupted`` condition and a message
+  saying how to resume. The run phase stays Running (``decide`` resumes it level-based; the next
+  runner clears the condition);
+* ``retry=True`` (``whale run --retry``) puts a Failed run back to Running from its last good state
+  (:func:`retry_status`);
+* a manifest may change between runs only in the fields :data:`MUTABLE_ON_RESUME` lists; any other
+  difference is refused, naming each differing field (:func:`spec_changes`).
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,32 +59,230 @@ from whale.alternation import (
     decide,
 )
 from whale.protocol import PhaseKind
-from whale.spec import WhaleRunSpec, WhaleRunStatus
-from whale.store import Store
+from whale.spec import MetaCondition, RunPhase, WhaleRunSpec, WhaleRunStatus
+from whale.store import Store, StoreError
+from whale.store.lease import DEFAULT_TTL_S, RUN_OWNER_ENV, Lease, LeaseHeld, LeaseLost, this_process
 
 log = logging.getLogger(__name__)
 
 POLL_INTERVAL_S = 0.5
+#: a stopped workload gets this long to exit after SIGTERM before it is killed
 TERMINATE_GRACE_S = 10.0
+#: how long the runner waits for the supervisor to finish killing, at each escalation
+KILL_WAIT_S = 5.0
 DEFAULT_WORKLOAD_COMMAND = (sys.executable, "-m", "whale.workloads")
+SUPERVISOR_PATH = str(Path(__file__).resolve().with_name("supervise.py"))
+#: the status condition that says the last runner stopped before the run ended
+INTERRUPTED = "Interrupted"
+#: field paths (camelCase, under ``spec``) a resumed run may change: how the run is carried out, not what
+#: it computes. Everything else names the experiment, so a difference there is refused.
+MUTABLE_ON_RESUME = (
+    "spec.suspend",
+    "spec.retry",
+    "spec.storage",
+    "spec.cluster",
+    "spec.train",
+    "spec.inference.maxConcurrency",
+    "spec.inference.requestTimeoutSeconds",
+    "spec.inference.baseUrl",
+    "spec.data.dataDir",
+)
+#: at most this many differing fields are listed in a refusal
+MAX_LISTED_CHANGES = 20
 
 
 class RunConflictError(RuntimeError):
-    """The store already holds a run of this name started from a different spec."""
+    """The store already holds a run of this name started from a spec that differs in fields that may not change."""
+
+
+class RunLockedError(LeaseHeld):
+    """Another live process runs this run (the run lock is held)."""
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """SIGTERM / SIGHUP, raised in the main thread like Ctrl-C's KeyboardInterrupt."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+class RunTimeout(TimeoutError):
+    """``max_seconds`` (``whale run --timeout``) passed before the run ended."""
 
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@contextlib.contextmanager
+def interrupt_on_signals(signums: tuple[int, ...] = (signal.SIGTERM, signal.SIGHUP)) -> Iterator[None]:
+    """Inside the block, SIGTERM and SIGHUP raise :class:`RunInterrupted` in the main thread, so the runner
+    stops its children and saves the status as it does on Ctrl-C. Outside the main thread it does nothing
+    (Python delivers signals to the main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in signums}
+
+    def handler(signum: int, _frame: Any) -> None:
+        raise RunInterrupted(signum)
+
+    for s in signums:
+        signal.signal(s, handler)
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def _shielded() -> Iterator[None]:
+    """Ignore SIGINT/SIGTERM/SIGHUP while the runner cleans up, so a second Ctrl-C cannot leave it half done
+    (the supervisors still clean up if the runner is SIGKILLed)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signums = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {s: signal.signal(s, signal.SIG_IGN) for s in signums}
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+# ----- the manifest on resume -----------------------------------------------------------------------
+
+
+_ABSENT: Any = object()
+
+
+@dataclass(frozen=True)
+class SpecChange:
+    """One field that differs between the stored spec and the manifest, by its camelCase path."""
+
+    path: str
+    before: Any
+    after: Any
+
+    @property
+    def mutable(self) -> bool:
+        return any(self.path == p or self.path.startswith((p + ".", p + "[")) for p in MUTABLE_ON_RESUME)
+
+    def __str__(self) -> str:
+        return f"{self.path}: {_show(self.before)} -> {_show(self.after)}"
+
+
+def _show(value: Any) -> str:
+    if value is _ABSENT:
+        return "(unset)"
+    text = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def spec_changes(before: Any, after: Any, path: str = "spec") -> list[SpecChange]:
+    """The fields that differ between two wire specs (camelCase dicts), leaves only, in path order."""
+    if isinstance(before, dict) and isinstance(after, dict):
+        out: list[SpecChange] = []
+        for key in sorted(set(before) | set(after)):
+            out += spec_changes(before.get(key, _ABSENT), after.get(key, _ABSENT), f"{path}.{key}")
+        return out
+    if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+        return [c for i, (b, a) in enumerate(zip(before, after, strict=True)) for c in spec_changes(b, a, f"{path}[{i}]")]
+    return [] if before == after else [SpecChange(path, before, after)]
+
+
+def conflict_message(run: str, uri: str, fixed: list[SpecChange]) -> str:
+    listed = [f"    {c}" for c in fixed[:MAX_LISTED_CHANGES]]
+    if len(fixed) > MAX_LISTED_CHANGES:
+        listed.append(f"    ... and {len(fixed) - MAX_LISTED_CHANGES} more")
+    may = ", ".join(p + (".*" if p in ("spec.retry", "spec.storage", "spec.cluster", "spec.train") else "")
+                    for p in MUTABLE_ON_RESUME)
+    return (
+        f"the store already has a run named {run!r} with a different spec ({uri}); "
+        f"{len(fixed)} field(s) differ that a resumed run may not change:\n" + "\n".join(listed) + "\n"
+        f"Only {may} may change on resume. Restore those fields, or give the manifest another metadata.name "
+        "or use another store to start a new run"
+    )
+
+
+# ----- the status on interrupt and retry ----------------------------------------------------------
+
+
+def interruption(exc: BaseException, max_seconds: float | None = None) -> tuple[str, str]:
+    """(condition reason, what stopped the runner) for the exception that ended the loop."""
+    if isinstance(exc, RunInterrupted):
+        return "Signal", f"the runner got {signal.Signals(exc.signum).name}"
+    if isinstance(exc, KeyboardInterrupt):
+        return "Signal", "the runner got Ctrl-C (SIGINT)"
+    if isinstance(exc, RunTimeout):
+        return "Timeout", f"the runner stopped at its --timeout of {max_seconds:g} s" if max_seconds else "timeout"
+    if isinstance(exc, StoreError):
+        return "StoreError", f"the store failed: {exc}"
+    return "RunnerError", f"the runner crashed: {type(exc).__name__}: {exc}"
+
+
+def mark_interrupted(status: WhaleRunStatus, reason: str, what: str, hint: str, now: str) -> WhaleRunStatus:
+    """The status of a run whose runner stopped before the run ended: the phase stays as it was (Running:
+    ``decide`` resumes from it), the ``Interrupted`` condition and the message say what happened and how to
+    resume. Terminal and suspended runs are returned unchanged."""
+    if status.phase.is_terminal() or status.phase is RunPhase.SUSPENDED:
+        return status
+    message = f"interrupted at {now}: {what}; run `{hint}` to resume"
+    cond = MetaCondition(type=INTERRUPTED, status="True", reason=reason, message=message, last_transition_time=now)
+    conditions = [c for c in status.conditions if c.type != INTERRUPTED] + [cond]
+    return status.model_copy(update={"reason": INTERRUPTED, "message": message, "conditions": conditions})
+
+
+def interrupted(status: WhaleRunStatus) -> MetaCondition | None:
+    return next((c for c in status.conditions if c.type == INTERRUPTED and c.status == "True"), None)
+
+
+def clear_interrupted(status: WhaleRunStatus) -> WhaleRunStatus:
+    """The status as a new runner takes the run over: no longer interrupted."""
+    if interrupted(status) is None and status.reason != INTERRUPTED:
+        return status
+    return status.model_copy(update={
+        "reason": "Resumed", "message": None, "conditions": [c for c in status.conditions if c.type != INTERRUPTED],
+    })
+
+
+def retry_status(status: WhaleRunStatus) -> WhaleRunStatus:
+    """A Failed run back to Running from its last good state: completed phases, evaluations and checkpoints
+    stay; each phase that is not done has its failure counter reset and gets a new attempt number, so it
+    starts again (and resumes from its own state in the store). Other statuses are returned unchanged."""
+    if status.phase is not RunPhase.FAILED:
+        return status
+    done = set(status.completed_phases) | {e.phase for e in status.evals if e.mean_at_k is not None}
+    reset = sorted(p for p in status.failures if p not in done)
+    attempts = dict(status.attempts)
+    for phase in reset:
+        attempts[phase] = attempts.get(phase, 1) + 1
+    message = f"retrying ({', '.join(reset) or 'no failed phase'}) after: {status.message or status.reason}"
+    return status.model_copy(update={
+        "phase": RunPhase.RUNNING, "reason": "Retried", "message": message, "completion_time": None,
+        "failures": {p: n for p, n in status.failures.items() if p in done}, "attempts": attempts,
+    })
+
+
+# ----- children -----------------------------------------------------------------------------------
+
+
 @dataclass
 class _Proc:
+    """One workload under its supervisor. ``watch_w`` is the runner's end of the supervisor's watch pipe:
+    closing it (or the runner dying) makes the supervisor kill the workload's whole tree."""
+
     phase: str
     attempt: int
     popen: subprocess.Popen[bytes]
     log_path: Path
     started: float
     deadline: float | None
+    watch_w: int | None = None
+    grace_s: float = TERMINATE_GRACE_S
     stop_reason: str | None = None
 
     def state(self) -> Child:
@@ -82,18 +300,34 @@ class _Proc:
         tail = last_line(self.log_path)
         return Child(ChildState.FAILED, f"{why}: {tail}" if tail else why)
 
-    def terminate(self, reason: str) -> None:
-        self.stop_reason = reason
-        if self.popen.poll() is not None:
-            return
+    def _wait(self, timeout_s: float) -> bool:
         try:
-            os.killpg(self.popen.pid, signal.SIGTERM)
-            self.popen.wait(timeout=TERMINATE_GRACE_S)
+            self.popen.wait(timeout=timeout_s)
+            return True
         except subprocess.TimeoutExpired:
-            os.killpg(self.popen.pid, signal.SIGKILL)
-            self.popen.wait(timeout=TERMINATE_GRACE_S)
-        except ProcessLookupError:
-            pass
+            return False
+
+    def terminate(self, reason: str) -> None:
+        """SIGTERM to the supervisor (it forwards it and kills the workload after its grace); then close
+        the watch pipe (it kills the tree at once); then SIGKILL the process group as a last resort."""
+        self.stop_reason = reason
+        if self.popen.poll() is None:
+            try:
+                os.kill(self.popen.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+            if not self._wait(self.grace_s + KILL_WAIT_S):
+                self.close_watch()
+                if not self._wait(KILL_WAIT_S):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(self.popen.pid, signal.SIGKILL)
+                    self._wait(KILL_WAIT_S)
+        self.close_watch()
+
+    def close_watch(self) -> None:
+        if self.watch_w is not None:
+            os.close(self.watch_w)
+            self.watch_w = None
 
 
 def last_line(path: Path, limit: int = 400) -> str:
@@ -122,6 +356,15 @@ class LocalRunner:
     poll_interval_s: float = POLL_INTERVAL_S
     on_status: Callable[[WhaleRunStatus, WhaleRunStatus | None, Decision], None] | None = None
     procs: dict[str, _Proc] = field(default_factory=dict)
+    #: the command a person runs to resume; the interrupted status names it
+    resume_hint: str = "whale run FILE"
+    #: the run lock's lifetime without renewal (S3; a folder store's flock needs none)
+    lease_ttl_s: float = DEFAULT_TTL_S
+    terminate_grace_s: float = TERMINATE_GRACE_S
+    #: the run lock while :meth:`run` holds it
+    lease: Lease | None = None
+    #: manifest fields that changed since the run was started (all of them in MUTABLE_ON_RESUME)
+    changes: list[SpecChange] = field(default_factory=list)
 
     # --- persistence ---
     def load_status(self) -> WhaleRunStatus:
@@ -132,16 +375,19 @@ class LocalRunner:
         self.store.write_json(layout.status_key(self.name), status.to_wire())
 
     def claim(self) -> None:
-        """Record the spec; refuse to resume a run of the same name with a different spec."""
+        """Record the spec; refuse to resume a run of the same name whose spec differs in a field that may
+        not change (naming each one); record the new spec when only fields that may change differ."""
         key = layout.spec_key(self.name)
         wire = self.spec.to_wire()
         existing = self.store.read_json_or_none(key)
         if existing is not None and existing != wire:
-            raise RunConflictError(
-                f"the store already has a run named {self.name!r} with a different spec "
-                f"({self.store.uri_for(key)}); give the manifest another metadata.name or use another store"
-            )
-        if existing is None:
+            changes = spec_changes(existing, wire)
+            fixed = [c for c in changes if not c.mutable]
+            if fixed:
+                raise RunConflictError(conflict_message(self.name, self.store.uri_for(key), fixed))
+            self.changes = changes
+            log.warning("run %s resumes with a changed manifest: %s", self.name, "; ".join(map(str, changes)))
+        if existing != wire:
             self.store.write_json(key, wire)
         self.store.write_json(layout.split_sizes_key(self.name), dict(self.split_sizes))
 
@@ -178,19 +424,34 @@ class LocalRunner:
         return None
 
     def launch(self, action: StartPhase) -> None:
+        """Start the workload under its supervisor (``supervise.py``), in a session of its own so a Ctrl-C
+        in the terminal reaches only the runner, which then stops it in order."""
+        if self.lease is None:
+            raise RuntimeError("launch() outside run(): the run lock is not held")
         req = action.request
         self.store.write_json(layout.request_key(self.name, req.phase), req.to_wire())
         log_path = self.workdir / "logs" / f"{req.phase}.attempt-{req.attempt}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        argv = [*self.workload_command, req.kind.workload, "--store", self.store.uri, "--run", self.name,
-                "--phase", req.phase]
-        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1"}
-        with open(log_path, "ab") as log_fh:
-            popen = subprocess.Popen(argv, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     env=env, start_new_session=True)  # cwd inherited: relative paths in the spec work
+        workload = [*self.workload_command, req.kind.workload, "--store", self.store.uri, "--run", self.name,
+                    "--phase", req.phase]
+        env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1", RUN_OWNER_ENV: self.lease.holder.owner}
+        watch_r, watch_w = os.pipe()
+        argv = [sys.executable, "-I", "-S", SUPERVISOR_PATH, "--watch-fd", str(watch_r),
+                "--grace", str(self.terminate_grace_s), "--", *workload]
+        try:
+            with open(log_path, "ab") as log_fh:
+                popen = subprocess.Popen(argv, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env=env, start_new_session=True,  # cwd inherited: relative spec paths work
+                                         pass_fds=(watch_r, *self.lease.inherit_fds))
+        except BaseException:
+            os.close(watch_w)
+            raise
+        finally:
+            os.close(watch_r)
         deadline_s = self.spec.retry.active_deadline_seconds
         self.procs[req.phase] = _Proc(req.phase, req.attempt, popen, log_path, time.monotonic(),
-                                      time.monotonic() + deadline_s if deadline_s else None)
+                                      time.monotonic() + deadline_s if deadline_s else None, watch_w,
+                                      self.terminate_grace_s)
         log.info("started %s attempt %d (pid %d)", req.phase, req.attempt, popen.pid)
 
     def collect_log(self, proc: _Proc) -> None:
@@ -228,19 +489,52 @@ class LocalRunner:
         for proc in self.procs.values():
             if proc.popen.poll() is None:
                 proc.terminate(reason)
-                self.collect_log(proc)
+                try:
+                    self.collect_log(proc)
+                except StoreError as exc:
+                    log.warning("could not store the log of %s: %s", proc.phase, exc)
 
     # --- the loop ---
-    def run(self, max_seconds: float | None = None) -> WhaleRunStatus:
+    def run(self, max_seconds: float | None = None, *, retry: bool = False) -> WhaleRunStatus:
+        """Hold the run lock, then drive the run until it ends, fails or is suspended (or ``max_seconds``
+        pass). ``retry``: a Failed run is put back to Running first (:func:`retry_status`)."""
         self.workdir.mkdir(parents=True, exist_ok=True)
+        holder = this_process(f"whale run {self.name}")
+        try:
+            lease = self.store.acquire_lease(layout.lock_key(self.name), holder, self.lease_ttl_s)
+        except LeaseHeld as exc:
+            raise RunLockedError(
+                f"run {self.name!r} is already being run by {exc.info.describe()} (lock {exc.info.uri}); "
+                "stop that runner (or let it finish) before starting another", exc.info,
+            ) from None
+        with lease.keep_alive():
+            self.lease = lease
+            try:
+                return self._run_locked(lease, max_seconds, retry)
+            finally:
+                self.stop_all("runner exiting")  # nothing is left running on a normal return; a safety net
+                for proc in self.procs.values():
+                    proc.close_watch()
+                self.lease = None
+
+    def _run_locked(self, lease: Lease, max_seconds: float | None, retry: bool) -> WhaleRunStatus:
         self.claim()
         status = self.load_status()
+        if retry and status.phase is RunPhase.FAILED:
+            status = retry_status(status)
+            self.save_status(status)
+            log.warning("run %s: %s", self.name, status.message)
         if status.phase.is_terminal():
             return status
+        resumed = clear_interrupted(status)
+        if resumed != status:
+            status = resumed
+            self.save_status(status)
         deadline = time.monotonic() + max_seconds if max_seconds else None
         finished_logs: set[tuple[str, int]] = set()
         try:
             while True:
+                lease.check()
                 decision = decide(self.spec, status, self.observe(status))
                 previous, status = status, decision.status
                 if status != previous:
@@ -251,11 +545,13 @@ class LocalRunner:
                 for proc in self.procs.values():
                     if proc.popen.poll() is not None and (proc.phase, proc.attempt) not in finished_logs:
                         finished_logs.add((proc.phase, proc.attempt))
+                        proc.close_watch()
                         self.collect_log(proc)
                 if outcome is not None or status.phase.is_terminal():
                     return status
                 if deadline is not None and time.monotonic() > deadline:
-                    raise TimeoutError(f"run {self.name} did not finish within {max_seconds} s")
+                    raise RunTimeout(f"run {self.name} did not finish within {max_seconds:g} s; its status is saved, "
+                                     f"run `{self.resume_hint}` to resume")
                 proc = self.running()
                 if proc is not None:
                     try:
@@ -265,9 +561,18 @@ class LocalRunner:
                 elif not decision.of_type(StartPhase):
                     # Nothing running and nothing to start: only a store that changes under us moves on.
                     time.sleep(self.poll_interval_s)
-        except BaseException:
-            self.stop_all("runner interrupted")
-            self.save_status(status)
+        except BaseException as exc:
+            with _shielded():
+                self.stop_all("runner interrupted")
+                if isinstance(exc, LeaseLost):
+                    log.error("run %s: %s; the status is left to the runner that holds the lock now", self.name, exc)
+                else:
+                    reason, what = interruption(exc, max_seconds)
+                    status = mark_interrupted(status, reason, what, self.resume_hint, utc_now())
+                    try:
+                        self.save_status(status)
+                    except StoreError as save_exc:
+                        log.error("run %s: could not save the interrupted status: %s", self.name, save_exc)
             raise
 
 
@@ -286,5 +591,6 @@ def status_summary(status: WhaleRunStatus) -> dict[str, Any]:
         "activePhase": status.active_phase,
         "best": f"{best.mean_at_k:.4f} (mean@{best.k}, {best.phase})" if best else None,
         "rolloutsSpent": status.rollouts_spent,
+        "interrupted": interrupted(status) is not None,
         "message": status.message,
     }

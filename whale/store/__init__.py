@@ -9,8 +9,13 @@ from whale.store.base import (
     Store,
     StoreAuthError,
     StoreError,
+    StoreFull,
+    StoreReadOnly,
     StoreUnavailable,
+    StoreWriteDenied,
+    StoreWriteError,
     open_store,
 )
 
-__all__ = ["ObjectNotFound", "Store", "StoreAuthError", "StoreError", "StoreUnavailable", "open_store"]
+__all__ = ["ObjectNotFound", "Store", "StoreAuthError", "StoreError", "StoreFull", "StoreReadOnly",
+           "StoreUnavailable", "StoreWriteDenied", "StoreWriteError", "open_store"]

@@ -7,7 +7,11 @@ guarantees every backend keeps, and that ``docs/storage.md`` documents:
 - a folder written with ``upload_dir(..., marker=M)`` is complete once ``M`` exists;
 - failures are typed: :class:`ObjectNotFound` (missing key), :class:`StoreAuthError` (credentials
   rejected, permanent), :class:`StoreUnavailable` (server unreachable after the retry budget,
-  temporary), :class:`StoreError` (anything else); the message says what to fix.
+  temporary), :class:`StoreFull` / :class:`StoreReadOnly` (a write the store refused: no space or
+  quota left, a read-only mount, no write permission; permanent until someone fixes the store),
+  :class:`StoreError` (anything else); the message names the object's URI, the cause and the fix;
+- one key can be held as a lease (:meth:`Store.acquire_lease`, ``whale.store.lease``): the local
+  runner's run lock.
 """
 
 from __future__ import annotations
@@ -17,7 +21,10 @@ import json
 import posixpath
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from whale.store.lease import Lease, LeaseHolder, LeaseInfo
 
 
 class StoreError(RuntimeError):
@@ -47,6 +54,28 @@ class StoreUnavailable(StoreError):
         self.attempts = attempts
         self.elapsed_s = elapsed_s
         super().__init__(message)
+
+
+class StoreWriteError(StoreError):
+    """The store refused a write; retrying will not help until someone fixes the store.
+
+    ``uri`` is the object (or folder) that could not be written, ``cause`` what the store said."""
+
+    def __init__(self, uri: str, cause: str, fix: str):
+        self.uri, self.cause, self.fix = uri, cause, fix
+        super().__init__(f"cannot write {uri}: {cause}. Fix: {fix}")
+
+
+class StoreFull(StoreWriteError):
+    """No space (or quota) left where the object goes."""
+
+
+class StoreReadOnly(StoreWriteError):
+    """The store is read-only here: a read-only mount, no write permission, or an S3 key without write access."""
+
+
+class StoreWriteDenied(StoreReadOnly, StoreAuthError):
+    """S3 answered AccessDenied to a write: the key is valid (or not) but may not write there."""
 
 
 def normalize_key(key: str, *, allow_root: bool = False) -> str:
@@ -226,6 +255,16 @@ class Store(abc.ABC):
     def local_path(self, key: str) -> Path | None:
         """A filesystem path for ``key`` when the backend has one (local store), else None."""
         return None
+
+    # --- leases (the run lock) ---
+    def acquire_lease(self, key: str, holder: LeaseHolder, ttl_s: float) -> Lease:
+        """Hold ``key`` exclusively for ``holder`` until :meth:`Lease.release` (or, on S3, until ``ttl_s``
+        passes without a renewal); :class:`LeaseHeld` naming the holder when another live one has it."""
+        raise StoreError(f"{type(self).__name__} cannot hold leases")
+
+    def read_lease(self, key: str) -> LeaseInfo | None:
+        """Who holds the lease at ``key`` and whether it is live; None when nobody ever took it."""
+        raise StoreError(f"{type(self).__name__} cannot hold leases")
 
 
 def open_store(uri: str, **options: Any) -> Store:

@@ -4,19 +4,50 @@ Objects are plain files under the root, so a run can be inspected with ``ls`` an
 to a hidden temporary file beside the target, are fsynced, then renamed over it (rename is atomic on
 POSIX filesystems). Temporary files and empty folders are invisible to ``list``, and ``delete``
 prunes the folders it empties, so listings match the S3 backend's.
+
+A write the filesystem refuses raises a typed error naming the file: :class:`StoreFull` (ENOSPC,
+EDQUOT), :class:`StoreReadOnly` (EROFS, EACCES, EPERM), with the fix. The run lock is an ``flock``
+on its file (``whale.store.lease``): the only file here written in place, and read only for messages.
 """
 
 from __future__ import annotations
 
+import errno
+import fcntl
+import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO
 
-from whale.store.base import ObjectNotFound, Store, StoreError, normalize_key
+from whale.store.base import ObjectNotFound, Store, StoreError, StoreFull, StoreReadOnly, normalize_key
+from whale.store.lease import Lease, LeaseHeld, LeaseHolder, LeaseInfo, LeaseLost
+
+#: how long ``acquire_lease`` retries a lock that is busy (a `whale status` probe holds it for microseconds)
+LOCK_BUSY_WAIT_S = 1.0
+LOCK_BUSY_POLL_S = 0.02
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+_READ_ONLY = (errno.EROFS, errno.EACCES, errno.EPERM)
+
+
+def write_error(path: Path, exc: OSError) -> StoreError:
+    """The typed error for a failed write of ``path``: what the filesystem said, and what to do."""
+    uri = f"file://{path}"
+    cause = f"{exc.strerror or exc} (errno {errno.errorcode.get(exc.errno or 0, exc.errno)})"
+    if exc.errno in _FULL:
+        return StoreFull(uri, cause, "free space on that filesystem (or raise the quota), or pass --store a "
+                                     "folder with room; then run the same command again to resume")
+    if exc.errno == errno.EROFS:
+        return StoreReadOnly(uri, cause, "the store folder is on a read-only mount: remount it read-write or "
+                                         "pass --store a writable folder")
+    if exc.errno in _READ_ONLY:
+        return StoreReadOnly(uri, cause, "give this user write permission on the store folder, or pass --store "
+                                         "a writable folder")
+    return StoreError(f"cannot write {uri}: {cause}")
 
 #: temporary files carry this prefix; ``list`` skips them (a crash can leave one behind)
 TMP_PREFIX = ".whale-tmp-"
@@ -28,7 +59,7 @@ class LocalStore(Store):
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise StoreError(f"cannot create store directory {self.root}: {exc.strerror}") from exc
+            raise write_error(self.root, exc) from exc
         if not self.root.is_dir():
             raise StoreError(f"store root {self.root} exists and is not a directory")
         self.uri = f"file://{self.root}"
@@ -47,8 +78,12 @@ class LocalStore(Store):
         return self._path(key)
 
     def check(self) -> None:
+        """A store we cannot write fails here, before any work (root is not stopped by file modes: ask the
+        filesystem too)."""
+        if os.statvfs(self.root).f_flag & os.ST_RDONLY:
+            raise write_error(self.root, OSError(errno.EROFS, os.strerror(errno.EROFS)))
         if not os.access(self.root, os.W_OK | os.X_OK):
-            raise StoreError(f"store directory {self.root} is not writable by this user")
+            raise write_error(self.root, OSError(errno.EACCES, os.strerror(errno.EACCES)))
 
     # --- reads ---
     def read_bytes(self, key: str) -> bytes:
@@ -104,15 +139,17 @@ class LocalStore(Store):
                 f"cannot write {key!r}: a parent of it is an object in {self.uri} (a key cannot be both)"
             ) from None
         except OSError as exc:
-            raise StoreError(f"cannot write {path}: {exc.strerror}") from exc
+            raise write_error(path, exc) from exc
         try:
             with os.fdopen(fd, "wb") as fh:
                 yield fh
                 fh.flush()
                 os.fsync(fh.fileno())
             os.replace(tmp, path)
-        except BaseException:
+        except BaseException as exc:
             Path(tmp).unlink(missing_ok=True)
+            if isinstance(exc, OSError) and exc.errno in (*_FULL, *_READ_ONLY):
+                raise write_error(path, exc) from exc
             raise
 
     def write_bytes(self, key: str, data: bytes) -> None:
@@ -138,7 +175,10 @@ class LocalStore(Store):
         path = self._path(key)
         if path.is_dir():
             return  # a folder is not an object; nothing to delete (S3 behaves the same)
-        path.unlink(missing_ok=True)
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            raise write_error(path, exc) from exc
         self._prune(path.parent)
 
     def delete_prefix(self, prefix: str) -> None:
@@ -146,7 +186,10 @@ class LocalStore(Store):
         if not base.is_dir():
             return
         for p in list(_files_under(base)):
-            p.unlink(missing_ok=True)
+            try:
+                p.unlink(missing_ok=True)
+            except OSError as exc:
+                raise write_error(p, exc) from exc
         for d in sorted((p for p in base.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
             _rmdir_if_empty(d)
         self._prune(base)
@@ -155,6 +198,108 @@ class LocalStore(Store):
         """Remove ``folder`` and its parents while they are empty, never the root."""
         while folder != self.root and self.root in folder.parents and _rmdir_if_empty(folder):
             folder = folder.parent
+
+
+    # --- the run lock: an flock ---
+    def acquire_lease(self, key: str, holder: LeaseHolder, ttl_s: float) -> Lease:
+        """An exclusive flock on the file at ``key``; ``ttl_s`` is not needed (the kernel drops the lock
+        with its last holder). Retries a busy lock for LOCK_BUSY_WAIT_S (a reader's probe), then refuses."""
+        path = self._path(key)
+        deadline = time.monotonic() + LOCK_BUSY_WAIT_S
+        while True:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+            except OSError as exc:
+                raise write_error(path, exc) from exc
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                if time.monotonic() < deadline:
+                    time.sleep(LOCK_BUSY_POLL_S)
+                    continue
+                info = self.read_lease(key) or LeaseInfo(self.uri_for(key), None, True)
+                raise LeaseHeld(f"{info.uri} is held by {info.describe()}", info) from None
+            if not _same_file(fd, path):  # unlinked or replaced while we waited: lock the file that is there now
+                os.close(fd)
+                continue
+            try:
+                data = (json.dumps(holder.to_wire(), sort_keys=True) + "\n").encode("utf-8")
+                os.ftruncate(fd, 0)
+                os.pwrite(fd, data, 0)
+                os.fsync(fd)
+            except OSError as exc:
+                os.close(fd)
+                raise write_error(path, exc) from exc
+            return _FlockLease(normalize_key(key), self.uri_for(key), holder, fd, path)
+
+    def read_lease(self, key: str) -> LeaseInfo | None:
+        path = self._path(key)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError(f"cannot read {path}: {exc.strerror}") from exc
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                live = False
+            except BlockingIOError:
+                live = True
+            raw = os.pread(fd, 1 << 16, 0)
+        finally:
+            os.close(fd)
+        holder = None
+        if raw.strip():
+            try:
+                holder = LeaseHolder.from_wire(json.loads(raw))
+            except (ValueError, KeyError, TypeError):
+                holder = None  # being written this very moment, or damaged: the flock alone decides
+        note = ""
+        if live and holder is not None and holder.process_alive() is False:
+            note = f"process {holder.pid} is gone, but a process it started (a workload?) still holds the lock"
+        if not live:
+            holder = None  # a released lock file keeps its last holder's text; nobody holds it
+        return LeaseInfo(self.uri_for(key), holder, live, note)
+
+
+class _FlockLease(Lease):
+    def __init__(self, key: str, uri: str, holder: LeaseHolder, fd: int, path: Path):
+        self.key, self.uri, self.holder, self.fd, self.path = key, uri, holder, fd, path
+        self.inherit_fds = (fd,)
+        self.released = False
+
+    def check(self) -> None:
+        if self.released:
+            raise LeaseLost(f"{self.uri}: this lease was released")
+        if not _same_file(self.fd, self.path):
+            raise LeaseLost(f"{self.uri} was deleted or replaced while this process held it")
+
+    def renew(self) -> None:
+        self.check()
+
+    def release(self) -> None:
+        if self.released:
+            return
+        self.released = True
+        try:
+            if _same_file(self.fd, self.path):
+                os.ftruncate(self.fd, 0)  # readers see no holder; the empty file stays for the next one
+        except OSError:
+            pass  # a full or read-only store: closing the descriptor below releases the lock all the same
+        finally:
+            os.close(self.fd)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    try:
+        mine, there = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (mine.st_dev, mine.st_ino) == (there.st_dev, there.st_ino)
 
 
 def _files_under(base: Path) -> Iterator[Path]:

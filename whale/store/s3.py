@@ -22,12 +22,19 @@ Why the shapes below:
   names the endpoint; rejected credentials raise :class:`StoreAuthError` at once (retrying cannot
   help); a missing key is :class:`ObjectNotFound`. The SDK's own urllib3 retries are switched off
   so that this module alone owns the budget.
+- A write the server refuses for good names the object: a full store or exhausted quota
+  (``XMinioStorageFull``, ``QuotaExceeded``, HTTP 507, ...) is :class:`StoreFull`, AccessDenied to a
+  write is :class:`StoreWriteDenied` (a :class:`StoreAuthError` too); neither is retried.
 - The bucket is created on the first write when it does not exist.
+- The run lock (``whale.store.lease``) is an object taken and renewed with conditional writes
+  (``If-None-Match: *`` / ``If-Match: <etag>``; SeaweedFS, MinIO and AWS S3 honour both) and read back
+  after each write, so a server that ignored the condition is caught.
 """
 
 from __future__ import annotations
 
 import io
+import json
 import logging
 import os
 import random
@@ -49,9 +56,12 @@ from whale.store.base import (
     Store,
     StoreAuthError,
     StoreError,
+    StoreFull,
     StoreUnavailable,
+    StoreWriteDenied,
     normalize_key,
 )
+from whale.store.lease import Lease, LeaseHeld, LeaseHolder, LeaseInfo, LeaseLost
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -81,8 +91,17 @@ _AUTH_CODES = frozenset({
 })
 _TRANSIENT_CODES = frozenset({
     "InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "RequestTimeTooSkewed",
-    "OperationAborted", "XMinioServerNotInitialized", "XMinioStorageFull", "ServerBusy",
+    "OperationAborted", "XMinioServerNotInitialized", "ServerBusy",
+    # the server saw our connection die mid-body (SeaweedFS answers a cut upload with it, when the answer
+    # still gets through): the request never took effect, so it is retried like a reset connection
+    "ClientDisconnected",
 })
+#: the store (or the bucket's quota) is full: permanent until someone frees space
+_FULL_CODES = frozenset({
+    "XMinioStorageFull", "QuotaExceeded", "XMinioAdminBucketQuotaExceeded", "InsufficientStorage", "StorageFull",
+})
+#: a conditional write or delete whose condition did not hold
+_PRECONDITION_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "NoSuchObject", "ResourceNotFound"})
 _BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
@@ -183,6 +202,7 @@ class ErrorKind:
     TRANSIENT = "transient"  #: retry with backoff
     AUTH = "auth"  #: credentials rejected: raise StoreAuthError, never retry
     NOT_FOUND = "not_found"
+    FULL = "full"  #: no space or quota left: raise StoreFull, never retry
     PERMANENT = "permanent"  #: any other answer from the server: raise StoreError
 
 
@@ -193,16 +213,22 @@ def classify(exc: BaseException) -> str:
         if exc.code in _NOT_FOUND_CODES:
             return ErrorKind.NOT_FOUND
         status = getattr(exc.response, "status", 0) or 0
+        if exc.code in _FULL_CODES or status == 507:
+            return ErrorKind.FULL
         if exc.code in _TRANSIENT_CODES or status >= 500:
             return ErrorKind.TRANSIENT
         return ErrorKind.PERMANENT
     if isinstance(exc, ServerError):
+        if exc.status_code == 507:
+            return ErrorKind.FULL
         return ErrorKind.TRANSIENT if exc.status_code >= 500 else ErrorKind.PERMANENT
     if isinstance(exc, InvalidResponseError):
         # a proxy/load balancer answering HTML: 5xx is the server being away, 4xx a misconfiguration
         code = getattr(exc, "_code", 0) or 0
         if code in (401, 403):
             return ErrorKind.AUTH
+        if code == 507:
+            return ErrorKind.FULL
         return ErrorKind.TRANSIENT if code >= 500 else ErrorKind.PERMANENT
     if isinstance(exc, urllib3.exceptions.HTTPError | ConnectionError | TimeoutError):
         return ErrorKind.TRANSIENT
@@ -367,8 +393,9 @@ class S3Store(Store):
     def _rel(self, name: str) -> str:
         return name[len(self.prefix) + 1:] if self.prefix else name
 
-    def _call(self, what: str, fn: Callable[[], T], key: str | None = None) -> T:
-        """Run one SDK operation under the retry budget and translate its failure to our types."""
+    def _call(self, what: str, fn: Callable[[], T], key: str | None = None, writing: str | None = None) -> T:
+        """Run one SDK operation under the retry budget and translate its failure to our types.
+        ``writing``: the URI the operation writes (or deletes), named by a refused write's error."""
         try:
             return call_with_retry(fn, policy=self.retry, what=what, endpoint=self.config.url, sleep=self._sleep)
         except StoreError:
@@ -377,6 +404,19 @@ class S3Store(Store):
             kind = classify(exc)
             if kind == ErrorKind.NOT_FOUND and key is not None:
                 raise ObjectNotFound(key, self.uri) from None
+            if kind == ErrorKind.FULL:
+                raise StoreFull(
+                    writing or self.uri, f"S3 at {self.config.url} refused it: {describe(exc)}",
+                    "free space on the S3 server or raise the bucket's quota; then run the same command again "
+                    "to resume",
+                ) from exc
+            if kind == ErrorKind.AUTH and writing is not None and getattr(exc, "code", "") == "AccessDenied":
+                raise StoreWriteDenied(
+                    writing, f"S3 at {self.config.url} denied the write to access key {self.config.access_key!r} "
+                    f"({describe(exc)})",
+                    f"give that key write access (s3:PutObject, s3:DeleteObject) to s3://{self.bucket}/"
+                    f"{self.prefix + '/' if self.prefix else ''}*, or use a store it may write; {CREDENTIALS_HINT}",
+                ) from None
             if kind == ErrorKind.AUTH:
                 raise StoreAuthError(
                     f"S3 at {self.config.url} rejected the credentials (access key {self.config.access_key!r}) "
@@ -401,7 +441,7 @@ class S3Store(Store):
                     except S3Error as exc:
                         if exc.code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
                             raise
-                self._call(f"creation of bucket s3://{self.bucket}", make)
+                self._call(f"creation of bucket s3://{self.bucket}", make, writing=f"s3://{self.bucket}")
                 log.info("created bucket %s at %s", self.bucket, self.config.url)
             self._bucket_ready = True
 
@@ -422,17 +462,17 @@ class S3Store(Store):
 
         return self._call(f"read of {self._where(name)}", get, key=normalize_key(key))
 
-    def _put(self, what: str, fn: Callable[[], object]) -> None:
+    def _put(self, what: str, fn: Callable[[], T], writing: str) -> T:
         """A write: make sure the bucket exists; if it vanished since (deleted by hand), recreate it once."""
         self._ensure_bucket()
         try:
-            self._call(what, fn)
+            return self._call(what, fn, writing=writing)
         except StoreError as exc:
             if not isinstance(exc.__cause__, S3Error) or exc.__cause__.code != "NoSuchBucket":
                 raise
             self._bucket_ready = False
             self._ensure_bucket()
-            self._call(what, fn)
+            return self._call(what, fn, writing=writing)
 
     def write_bytes(self, key: str, data: bytes) -> None:
         name = self._name(key)
@@ -443,6 +483,7 @@ class S3Store(Store):
                 self.bucket, name, io.BytesIO(data), len(data),
                 part_size=_SINGLE_PUT_MAX if len(data) <= _SINGLE_PUT_MAX else 0,
             ),
+            self._where(name),
         )
 
     def upload_file(self, path: Path, key: str) -> None:
@@ -452,6 +493,7 @@ class S3Store(Store):
         self._put(
             f"upload of {self._where(name)}",
             lambda: self._client.fput_object(self.bucket, name, str(path), part_size=_FILE_PART_SIZE),
+            self._where(name),
         )
 
     def download_file(self, key: str, path: Path) -> Path:
@@ -515,7 +557,7 @@ class S3Store(Store):
                 if exc.code not in _NOT_FOUND_CODES:
                     raise
 
-        self._call(f"delete of {self._where(name)}", remove)
+        self._call(f"delete of {self._where(name)}", remove, writing=self._where(name))
 
     def delete_prefix(self, prefix: str) -> None:
         """One batched DeleteObjects request per 1000 keys instead of one request per key."""
@@ -532,4 +574,156 @@ class S3Store(Store):
                         f"first {first.name}: {first.code} {first.message}"
                     )
 
-            self._call(f"delete under {self._where(self._folder(prefix))}", remove)
+            self._call(f"delete under {self._where(self._folder(prefix))}", remove,
+                       writing=self._where(self._folder(prefix)))
+
+    # --- the run lock: a lease object written with conditions ---
+    def _conditional_put(self, name: str, data: bytes, condition: dict[str, str]) -> str | None:
+        """PUT with an ``If-None-Match`` / ``If-Match`` header: the new ETag, or None when the condition failed."""
+
+        def put() -> str | None:
+            try:
+                # NOTE: the public put_object turns unknown headers into user metadata (x-amz-meta-if-match);
+                # the SDK's own PutObject call sends them as they are.
+                result = self._client._put_object(  # noqa: SLF001
+                    self.bucket, name, data, headers={"Content-Type": "application/json", **condition})
+            except S3Error as exc:
+                if exc.code in _PRECONDITION_CODES or (exc.code in _NOT_FOUND_CODES and "If-Match" in condition):
+                    return None
+                raise
+            return result.etag
+
+        return self._put(f"conditional write of {self._where(name)}", put, self._where(name))
+
+    def _read_lease_raw(self, name: str) -> tuple[LeaseHolder | None, str] | None:
+        """(holder, ETag) of the lease object; holder None when unreadable; None when there is none."""
+
+        def get() -> tuple[bytes, str] | None:
+            try:
+                response = self._client.get_object(self.bucket, name)
+            except S3Error as exc:
+                if exc.code in _NOT_FOUND_CODES:
+                    return None
+                raise
+            try:
+                return response.read(), (response.headers.get("etag") or "").strip('"')
+            finally:
+                response.close()
+                response.release_conn()
+
+        got = self._call(f"read of {self._where(name)}", get)
+        if got is None:
+            return None
+        try:
+            return LeaseHolder.from_wire(json.loads(got[0])), got[1]
+        except (ValueError, KeyError, TypeError):
+            return None if not got[0].strip() else (None, got[1])
+
+    def _lease_info(self, uri: str, holder: LeaseHolder | None, now: float) -> LeaseInfo:
+        if holder is None:
+            return LeaseInfo(uri, None, True, "the lock object is unreadable: delete it by hand if no runner runs")
+        if holder.expired(now):
+            return LeaseInfo(uri, holder, False, f"expired (not renewed since {holder.expires_at})")
+        if holder.process_alive() is False:
+            return LeaseInfo(uri, holder, False, f"process {holder.pid} is gone (same machine)")
+        return LeaseInfo(uri, holder, True)
+
+    def read_lease(self, key: str) -> LeaseInfo | None:
+        got = self._read_lease_raw(self._name(key))
+        return None if got is None else self._lease_info(self.uri_for(key), got[0], time.time())
+
+    def acquire_lease(self, key: str, holder: LeaseHolder, ttl_s: float) -> Lease:
+        """Take the lease object with If-None-Match; take over an expired (or provably dead) one with
+        If-Match on the ETag read; read it back either way. A lost race is a refusal, never a wait."""
+        name, uri = self._name(key), self.uri_for(key)
+        for _ in range(5):  # bounded: each pass either wins, refuses, or saw the object change under it
+            started = time.monotonic()
+            mine = holder.renewed(time.time(), ttl_s)
+            data = json.dumps(mine.to_wire(), sort_keys=True).encode("utf-8")
+            etag = self._conditional_put(name, data, {"If-None-Match": "*"})
+            if etag is None:
+                current = self._read_lease_raw(name)
+                if current is None:
+                    continue  # released just now: try again
+                other, other_etag = current
+                if other is None or other.owner != holder.owner:  # (equal: our own retried PUT had landed)
+                    info = self._lease_info(uri, other, time.time())
+                    if info.live:
+                        raise LeaseHeld(f"{uri} is held by {info.describe()}", info)
+                    log.warning("taking over the lease %s from %s", uri, info.describe())
+                    if self._conditional_put(name, data, {"If-Match": f'"{other_etag}"'}) is None:
+                        continue  # renewed or taken by someone else meanwhile: look again
+            back = self._read_lease_raw(name)
+            if back is None or back[0] is None or back[0].owner != holder.owner:
+                info = self.read_lease(key) or LeaseInfo(uri, None, False, "released again at once")
+                raise LeaseHeld(f"{uri} was taken by {info.describe()} at the same moment", info)
+            return _S3Lease(self, normalize_key(key), uri, name, back[0], back[1], ttl_s, started)
+        info = self.read_lease(key) or LeaseInfo(uri, None, False)
+        raise LeaseHeld(f"{uri} keeps changing hands ({info.describe()}); try again", info)
+
+    def _conditional_delete(self, name: str, etag: str) -> None:
+        """Delete the object only while its ETag is ``etag`` (else another holder has it: leave it)."""
+
+        def remove() -> None:
+            try:
+                self._client._execute("DELETE", self.bucket, name, headers={"If-Match": f'"{etag}"'})  # noqa: SLF001
+            except S3Error as exc:
+                if exc.code in _PRECONDITION_CODES or exc.code in _NOT_FOUND_CODES:
+                    return
+                if exc.code != "NotImplemented":
+                    raise
+                current = self._read_lease_raw(name)  # a server without conditional deletes: best effort
+                if current is not None and current[1] == etag:
+                    self._client.remove_object(self.bucket, name)
+
+        self._call(f"release of {self._where(name)}", remove, writing=self._where(name))
+
+
+class _S3Lease(Lease):
+    """A held lease object. Renewed with If-Match; lost when that fails, or when renewals kept failing
+    for long enough that another runner may already have taken it over."""
+
+    def __init__(self, store: S3Store, key: str, uri: str, name: str, holder: LeaseHolder, etag: str, ttl_s: float,
+                 renewed_at: float):
+        self.store, self.key, self.uri, self.name, self.holder, self.etag = store, key, uri, name, holder, etag
+        self.ttl_s = ttl_s
+        self.renew_interval_s = ttl_s / 3
+        self._valid_until = renewed_at + ttl_s
+        self._lock = threading.Lock()
+        self.lost: str | None = None
+        self.released = False
+
+    def check(self) -> None:
+        if self.lost:
+            raise LeaseLost(self.lost)
+        # give up a sixth of the ttl early: another machine's clock may run a little ahead of ours
+        if time.monotonic() > self._valid_until - self.ttl_s / 6:
+            self.lost = (f"{self.uri}: could not renew the lease for {self.ttl_s:.0f} s (store unreachable?); another "
+                         "runner may take the run over, so this one stops")
+            raise LeaseLost(self.lost)
+
+    def renew(self) -> None:
+        with self._lock:
+            if self.released:
+                return
+            self.check()
+            started = time.monotonic()
+            mine = self.holder.renewed(time.time(), self.ttl_s)
+            data = json.dumps(mine.to_wire(), sort_keys=True).encode("utf-8")
+            etag = self.store._conditional_put(self.name, data, {"If-Match": f'"{self.etag}"'})  # noqa: SLF001
+            if etag is None:
+                current = self.store._read_lease_raw(self.name)  # noqa: SLF001
+                if current is None or current[0] is None or current[0].owner != self.holder.owner:
+                    who = current[0].describe() if current and current[0] else "nobody (deleted)"
+                    self.lost = f"{self.uri} was taken over by {who} after this runner's lease expired"
+                    raise LeaseLost(self.lost)
+                etag = current[1]  # our own retried PUT had landed
+            self.holder, self.etag, self._valid_until = mine, etag, started + self.ttl_s
+
+    def release(self) -> None:
+        with self._lock:
+            if self.released:
+                return
+            self.released = True
+            if self.lost is None:
+                self.store._conditional_delete(self.name, self.etag)  # noqa: SLF001

@@ -42,6 +42,7 @@ from whale.harness.validate import validate_file
 from whale.inference.base import InferenceClient
 from whale.metaharness.integrity import model_usage
 from whale.protocol import EvalModelUsage, EvalProgress, EvalResult, PhaseKind, PhaseRequest
+from whale.rsft.checkpoint import require_complete
 from whale.spec import WhaleRunSpec
 from whale.store import Store
 from whale.workloads.common import harness_file, harness_limits, load_domain, read_request
@@ -119,6 +120,8 @@ def run_eval(store: Store, run: str, phase: str, *, domain: Domain | None = None
              client: InferenceClient | None = None, chunk_items: int | None = None) -> EvalResult:
     """The workload; ``domain`` and ``client`` may be injected (tests, in-process callers)."""
     request = read_request(store, run, phase, PhaseKind.EVAL, EvalError)
+    if request.eval.checkpoint is not None:  # like train: never evaluate a half-written checkpoint
+        require_complete(store, request.eval.checkpoint)
     spec = WhaleRunSpec.model_validate(request.spec)
     domain = load_domain(spec, domain)
     evaluation = spec.evaluation

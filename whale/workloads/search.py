@@ -29,6 +29,7 @@ from whale.metaharness.loop import HarnessSearch, SearchConfig, SearchError, Sea
 from whale.metaharness.proposer import Proposer
 from whale.metaharness.proposer import from_spec as proposer_from_spec
 from whale.protocol import HarnessIterationMetrics, HarnessPhaseResult, IntegrityFlag, PhaseKind, PhaseRequest
+from whale.rsft.checkpoint import require_complete
 from whale.spec import WhaleRunSpec
 from whale.store import Store
 from whale.workloads.common import harness_limits, load_domain, read_request
@@ -64,6 +65,8 @@ def run_search(
         return HarnessPhaseResult.model_validate(done)
     args = request.harness
     assert args is not None  # noqa: S101 - checked by load_request
+    if args.checkpoint is not None:  # like train: never search under a half-written checkpoint
+        require_complete(store, args.checkpoint)
     spec = WhaleRunSpec.model_validate(request.spec)
     domain = load_domain(spec, domain)
     hs = spec.harness_search
