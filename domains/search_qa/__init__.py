@@ -17,7 +17,6 @@ and every training question. Retrieval goes to ``$WHALE_RETRIEVER_URL`` when set
 
 from __future__ import annotations
 
-import logging
 import os
 import shutil
 import threading
@@ -32,8 +31,6 @@ if TYPE_CHECKING:
     from whale.spec import Data
     from whale.store import Store
     from whale.tools.retrieval import Retriever
-
-log = logging.getLogger(__name__)
 
 HERE = Path(__file__).resolve().parent
 CORPUS_ENV = "WHALE_SEARCH_CORPUS"

@@ -252,6 +252,25 @@ def test_published_index_is_fetched_whole_and_served_from_the_copy(tmp_path, bui
     assert not (tmp_path / "unused").exists()  # published already: nothing downloaded
 
 
+def test_cli_builds_or_adopts_and_publishes_only_self_contained_folders(tmp_path, corpus, encoder, tiny_e5, capsys):
+    store = f"file://{tmp_path / 'store'}"
+    out = tmp_path / "built"
+    out.mkdir()
+    shutil.copy(corpus, out / "wiki-18.jsonl")
+    shutil.copytree(tiny_e5, out / "model")
+    assert prepare_index.main(["build", "--corpus", str(out / "wiki-18.jsonl"), "--out", str(out), "--encoder", "e5",
+                               "--model", str(out / "model"), "--chunk-rows", "60", "--store", store,
+                               "--key", "data/search_qa/retriever/mine"]) == 0
+    assert "built index: 120 passages x 32" in capsys.readouterr().out
+    assert prepare_index.published(open_store(store), "data/search_qa/retriever/mine")
+    d = search_r1_pair(tmp_path / "sr1", corpus, encoder)  # the model stays outside the folder
+    assert prepare_index.main(["adopt", "--dir", str(d), "--model", str(tiny_e5), "--store", store,
+                               "--key", "data/search_qa/retriever/wiki18-e5"]) == 2
+    err = capsys.readouterr().err
+    assert "the model" in err and "outside the folder" in err
+    assert not prepare_index.published(open_store(store), "data/search_qa/retriever/wiki18-e5")
+
+
 def test_client_gives_up_on_a_service_that_never_answers():
     now = [0.0]
     client = RetrieverClient("http://127.0.0.1:9")  # discard port: nothing listens

@@ -3,6 +3,7 @@
     python -m whale.tools.prepare_index build --corpus C.jsonl --out DIR [--encoder e5|minilm] [--model M]
         [--device cuda] [--fp16] [--batch-size 512] [--chunk-rows 50000]
     python -m whale.tools.prepare_index adopt --dir DIR [--index e5_Flat.index] [--corpus wiki-18.jsonl] [--model M]
+        [--store URI --key PREFIX]      # e.g. an index you have: the cluster's prepare Job then downloads nothing
     python -m whale.tools.prepare_index download-model --dest DIR [--model intfloat/e5-base-v2]
     python -m whale.tools.prepare_index wiki18 --dir DIR [--source search-r1|build] [--store URI --key PREFIX]
 
@@ -25,6 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from whale.store import StoreError
 from whale.tools import retrieval
 from whale.tools.fetch import COMPLETE
 from whale.tools.retrieval import E5_MODEL_ID, PRESETS, RetrieverError
@@ -124,8 +126,15 @@ def prepare_wiki18(index_dir: Path, *, source: str = "search-r1", device: str = 
 
 
 def publish(store: Any, index_dir: Path, key: str) -> None:
-    """Upload a complete index directory under ``key``; the ``COMPLETE`` marker goes last."""
-    retrieval.IndexManifest.read(index_dir)  # refuses an incomplete directory
+    """Upload a complete, self-contained index directory under ``key``; the ``COMPLETE`` marker goes last.
+    A pod fetches the folder elsewhere, so the corpus and the model must be inside it."""
+    m = retrieval.IndexManifest.read(index_dir)  # refuses an incomplete directory
+    for what, rel in (("corpus", m.corpus_path), ("model", m.model_path)):
+        if rel is not None and (Path(rel).is_absolute() or rel.startswith("..")):
+            raise RetrieverError(f"{index_dir}: the {what} ({rel}) is outside the folder; copy it in and prepare "
+                                 "again before publishing")
+    if m.model_path is None:
+        log.warning("%s: no model folder in the index; the service will need %s from the hub", index_dir, m.model_id)
     store.upload_dir(index_dir, key, marker=COMPLETE)
 
 
@@ -163,6 +172,10 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--index", default=INDEX_NAME)
     a.add_argument("--corpus", default=CORPUS_NAME)
     a.add_argument("--model", type=Path, default=None, help="local copy of e5-base-v2 served with the index")
+    for sp in (b, a):
+        sp.add_argument("--store", default=None, help="then publish the folder to this store (file:// or s3://) ...")
+        sp.add_argument("--key", default=None, help="... under this prefix (a cluster's search_qa run fetches "
+                                                    "data/search_qa/retriever/wiki18-e5)")
 
     d = sub.add_parser("download-model", help="an encoder's weights from the Hugging Face hub")
     d.add_argument("--dest", type=Path, required=True)
@@ -196,10 +209,16 @@ def main(argv: list[str] | None = None) -> int:
         elif args.command == "adopt":
             m = retrieval.adopt_search_r1(args.dir, index_file=args.index, corpus_file=args.corpus,
                                           model_path=args.model)
-        elif args.command == "download-model":
+        if args.command in ("build", "adopt") and args.store:
+            from whale.store import open_store
+
+            if not args.key:
+                raise RetrieverError("--store and --key go together")
+            publish(open_store(args.store), args.out if args.command == "build" else args.dir, args.key)
+        if args.command == "download-model":
             print(download_model(args.dest, args.model))
             return 0
-        else:
+        if args.command == "wiki18":
             if bool(args.store) != bool(args.key):
                 raise RetrieverError("--store and --key go together")
             kwargs = {"source": args.source, "device": args.device, "fp16": args.fp16, "batch_size": args.batch_size,
@@ -210,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                 ensure_published_wiki18(open_store(args.store), args.key, args.dir, **kwargs)
                 return 0
             m = prepare_wiki18(args.dir, **kwargs)
-    except RetrieverError as exc:
+    except (RetrieverError, StoreError) as exc:
         print(f"prepare_index: {exc}", file=sys.stderr)
         return 2
     print(f"{m.origin} index: {m.ntotal} passages x {m.dim} ({m.model_id}, {m.conventions.name}), "
