@@ -1,6 +1,6 @@
 """spec.data.corpus end to end on the shipped data: the prepare workload puts the local corpus where the
-cluster's retriever pod fetches it, the operator resolves ``auto`` to the paper's corpus, and workloads
-wait for the deployed retriever before their first episode."""
+cluster's retriever pod fetches it, and workloads wait for the deployed retriever before their first
+episode (the operator's side: tests/operator/test_retriever_corpus.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from whale.store import open_store
 from whale.tools.client import RetrieverClient
 from whale.tools.retrieval import RetrieverError
 from whale.workloads import prepare
-from whale_operator import reconcile
 
 from tests.component.test_prepare_workload import write_spec
 
@@ -29,16 +28,6 @@ def test_prepare_puts_the_local_corpus_in_the_store_once(tmp_path, search_corpus
     mtime = store.local_path(key).stat().st_mtime_ns
     prepare.main(store, "sq", "prepare")
     assert store.local_path(key).stat().st_mtime_ns == mtime  # there already: not written again
-
-
-def test_operator_makes_auto_the_papers_corpus_and_keeps_an_explicit_one():
-    body = {"domain": "search_qa", "condition": "whale", "model": {"name": "m"},
-            "schedule": {"totalEpochs": 1, "weightEpochsPerCycle": 0.5}, "storage": {"uri": "s3://whale",
-                                                                                   "endpoint": "minio:9000"}}
-    assert reconcile.parse_spec(body).data.corpus == "wiki18"
-    assert reconcile.parse_spec({**body, "data": {"corpus": "local"}}).data.corpus == "local"
-    paper = search_qa.DOMAIN.tool_services_for(reconcile.parse_spec(body).data)
-    assert paper[0].fetch == ((search_qa.WIKI18_INDEX_KEY, "--index-dir"),)
 
 
 def test_workload_waits_for_the_deployed_retriever_then_searches_through_it(retriever_service, monkeypatch):
