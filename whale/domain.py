@@ -122,7 +122,9 @@ class ToolService:
 
     ``fetch`` lists store files the service needs before it starts, as (key relative to the domain's
     ``whale.layout.data_prefix``, command-line flag): each is downloaded into the pod and its local
-    path passed after the flag (the retriever's corpus)."""
+    path passed after the flag (the retriever's corpus). A key ending in ``/`` is a folder, fetched
+    whole once its ``COMPLETE`` marker exists (a prepared index); the domain's :meth:`Domain.prepare_store`
+    puts these objects in the store during the run's preparation."""
 
     #: names the Deployment/Service (``<run>-<name>``) and the pod's container
     name: str
@@ -136,6 +138,8 @@ class ToolService:
     #: extra arguments after ``--host``/``--port``
     args: tuple[str, ...] = ()
     fetch: tuple[tuple[str, str], ...] = ()
+    #: container resource requests, e.g. (("memory", "96Gi"),); empty: the operator's default for the kind
+    requests: tuple[tuple[str, str], ...] = ()
 
 
 class Domain(abc.ABC):
@@ -154,6 +158,17 @@ class Domain(abc.ABC):
     max_turns_limit: ClassVar[int | None] = None
     #: services the environments call on a cluster (the operator deploys one of each per run)
     tool_services: ClassVar[tuple[ToolService, ...]] = ()
+
+    def tool_services_for(self, data: Data) -> tuple[ToolService, ...]:
+        """The services a run with these data settings needs (search_qa: the retriever of
+        ``data.corpus``). Default: :attr:`tool_services`."""
+        return type(self).tool_services
+
+    def prepare_store(self, data: Data, store: Store) -> None:
+        """Put into the run's store what :meth:`tool_services_for`'s services fetch (a retriever's corpus
+        or index), under ``whale.layout.data_prefix``. The prepare workload calls it once per run, before
+        the split sizes; it must be idempotent (a store that has them already is left alone). Default:
+        nothing."""
 
     @abc.abstractmethod
     def split_sizes(self, data: Data) -> dict[str, int]:

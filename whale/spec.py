@@ -430,6 +430,11 @@ class Data(_Model):
     harness_size: Items = Field(256, description="|D_harness|")
     test_size: Items | None = Field(
         None, description="|D_test| (per benchmark where the domain has several); unset: the domain's default")
+    corpus: Literal["auto", "local", "wiki18"] = Field(
+        "auto", description="search_qa's retrieval corpus, and with it the training questions: local = BM25 over the "
+        "shipped passages, D_weight/D_harness only the questions whose answer BM25 retrieves in the top 5; "
+        "wiki18 = the paper's e5-base-v2 over wiki-18 (21 M passages, prepared on the cluster), every training "
+        "question; auto = wiki18 on a cluster (the operator), local in `whale run`")
 
 
 class Storage(_Model):

@@ -4,28 +4,51 @@ Registered under ``whale.domains`` as ``search_qa = "search_qa:DOMAIN"``. Items 
 ``{"id", "question", "golden_answers"}`` plus ``"subset"`` (the benchmark) for test items. D_test is 100
 questions from each available benchmark (TriviaQA is missing from the shared data: reported in
 :data:`search_qa.data.MISSING_BENCHMARKS` and in the eval notes). The tool is ``search``
-(``search_qa.env``), served by ``$WHALE_RETRIEVER_URL`` when set (the cluster's ``/retrieve`` service),
-else by an in-process index over the shared corpus (``$WHALE_SEARCH_CORPUS`` overrides the file,
-``$WHALE_RETRIEVER_METHOD`` picks ``bm25`` or ``dense``).
+(``search_qa.env``).
+
+``spec.data.corpus`` picks the retrieval corpus and, with it, the training questions
+(:mod:`search_qa.data`): ``local`` (``whale run``'s default) = BM25 over the shipped passages and the
+training questions it can answer; ``wiki18`` (a cluster's default, the paper's) = e5-base-v2 over wiki-18
+and every training question. Retrieval goes to ``$WHALE_RETRIEVER_URL`` when set (the cluster's
+``/retrieve`` service, waited for before the first episode), else to a prepared dense index named by
+``$WHALE_SEARCH_INDEX``, else (local corpus only) to an in-process index over the shared corpus
+(``$WHALE_SEARCH_CORPUS`` overrides the file, ``$WHALE_RETRIEVER_METHOD`` picks ``bm25`` or ``dense``).
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from whale import layout
 from whale.domain import DEFAULT_ALLOWED_IMPORTS, SplitsInMemoryDomain, DomainError, ToolService, data_root, default_data_root
 
 if TYPE_CHECKING:
     from search_qa.env import SearchEnvironment
-    from whale.tools.retrieval import Retriever
     from whale.spec import Data
+    from whale.store import Store
+    from whale.tools.retrieval import Retriever
 
 HERE = Path(__file__).resolve().parent
 CORPUS_ENV = "WHALE_SEARCH_CORPUS"
 METHOD_ENV = "WHALE_RETRIEVER_METHOD"
+RETRIEVER_URL_ENV = "WHALE_RETRIEVER_URL"
+#: store keys under ``data/search_qa/`` the retriever services fetch
+LOCAL_CORPUS_KEY = "corpus/wiki_passages.jsonl"
+WIKI18_INDEX_KEY = "retriever/wiki18-e5/"
+
+#: BM25 over the shipped corpus, which the prepare workload copies into the store
+LOCAL_RETRIEVER = ToolService(name="retriever", module="whale.tools.retriever", url_env=RETRIEVER_URL_ENV,
+                              args=("--method", "bm25"), fetch=((LOCAL_CORPUS_KEY, "--corpus"),))
+#: the paper's: e5-base-v2 over wiki-18's 21 M passages, an index the prepare workload downloads (Search-R1's
+#: release) and publishes in the store; the pod holds the 14 GB corpus + 65 GB index on its volume and maps
+#: the index (memory for the page cache, CPUs for exact search)
+WIKI18_RETRIEVER = ToolService(name="retriever", module="whale.tools.retriever", url_env=RETRIEVER_URL_ENV,
+                               args=("--threads", "0"), fetch=((WIKI18_INDEX_KEY, "--index-dir"),),
+                               requests=(("cpu", "8"), ("memory", "96Gi"), ("ephemeral-storage", "120Gi")))
 
 
 class SearchQA(SplitsInMemoryDomain):
@@ -33,21 +56,60 @@ class SearchQA(SplitsInMemoryDomain):
     allowed_imports = DEFAULT_ALLOWED_IMPORTS | {"json", "string", "textwrap"}
     #: h0 uses 2; a candidate may search more often, never more than this many model calls
     max_turns_limit = 8
-    #: on a cluster retrieval goes to the run's BM25 retriever service ($WHALE_RETRIEVER_URL) over the
-    #: corpus materialised in the store
-    tool_services = (ToolService(name="retriever", module="whale.tools.retriever", url_env="WHALE_RETRIEVER_URL",
-                                 args=("--method", "bm25"), fetch=(("corpus/wiki_passages.jsonl", "--corpus"),)),)
+    #: the local corpus's retriever; :meth:`tool_services_for` picks the one of ``spec.data.corpus``
+    tool_services = (LOCAL_RETRIEVER,)
 
     def __init__(self, retriever: Retriever | None = None) -> None:
         """``retriever``: the retriever to use (tests, benchmarks); default resolved from the environment."""
         self._retriever = retriever
+        self._corpus = "local"
         self._lock = threading.Lock()
 
+    def tool_services_for(self, data: Data) -> tuple[ToolService, ...]:
+        from search_qa.data import resolve_corpus
+
+        return (WIKI18_RETRIEVER,) if resolve_corpus(data.corpus) == "wiki18" else (LOCAL_RETRIEVER,)
+
+    def prepare_store(self, data: Data, store: Store) -> None:
+        """Local corpus: copy the shipped passages into the store (the BM25 service indexes them).
+        wiki18: download e5-base-v2 and Search-R1's wiki-18 corpus + flat e5 index, check the pair and
+        publish the index folder (``COMPLETE`` last); skipped when the store has it."""
+        from search_qa.data import corpus_path, resolve_corpus
+
+        prefix = layout.data_prefix(self.name)
+        if resolve_corpus(data.corpus) == "local":
+            key = f"{prefix}/{LOCAL_CORPUS_KEY}"
+            if not store.exists(key):
+                source = corpus_path(data_root(data))
+                if not source.is_file():
+                    raise DomainError(f"{source}: missing; the local corpus is copied from there into the store")
+                store.upload_file(source, key)
+            return
+        from whale.tools.prepare_index import ensure_published_wiki18
+        from whale.tools.retrieval import default_cache_dir
+
+        work = default_cache_dir() / "wiki18-e5"  # a retry in the same pod resumes the downloads
+        if ensure_published_wiki18(store, f"{prefix}/{WIKI18_INDEX_KEY.rstrip('/')}", work):
+            shutil.rmtree(work, ignore_errors=True)
+
     def build_splits(self, data: Data) -> dict[str, list[dict[str, Any]]]:
-        from search_qa.data import load_splits
+        from search_qa.data import load_splits, train_filter_for
 
         return load_splits(data_root(data), seed=data.seed, harness_size=data.harness_size,
-                           weight_size=data.weight_size, test_size=data.test_size)
+                           weight_size=data.weight_size, test_size=data.test_size,
+                           train=train_filter_for(data.corpus))
+
+    def load_split(self, split: str, data: Data, store: Store | None = None) -> list[dict[str, Any]]:
+        """The split; also fixes the corpus this process's searches use, and, where a retriever service
+        serves them (``$WHALE_RETRIEVER_URL``, a cluster's workloads), waits until it answers, so no
+        episode starts against a retriever still loading its index."""
+        from search_qa.data import resolve_corpus
+
+        items = super().load_split(split, data, store)
+        self._corpus = resolve_corpus(data.corpus)
+        if os.environ.get(RETRIEVER_URL_ENV):
+            self.retriever()
+        return items
 
     def notes(self) -> list[str]:
         """What the eval result should say about the test split (benchmarks missing from the data)."""
@@ -73,8 +135,10 @@ class SearchQA(SplitsInMemoryDomain):
                 from search_qa.data import corpus_path
                 from whale.tools.client import retriever_from_env
 
-                corpus = os.environ.get(CORPUS_ENV) or corpus_path(default_data_root())
-                self._retriever = retriever_from_env(Path(corpus), os.environ.get(METHOD_ENV, "bm25"))
+                corpus = None
+                if self._corpus == "local":
+                    corpus = Path(os.environ.get(CORPUS_ENV) or corpus_path(default_data_root()))
+                self._retriever = retriever_from_env(corpus, os.environ.get(METHOD_ENV, "bm25"))
             return self._retriever
 
     def make_env(self, item: dict[str, Any]) -> SearchEnvironment:

@@ -7,17 +7,35 @@ R1-Searcher 500-question dev samples, whose passages the local corpus holds.
 D_weight = the training questions (NQ-open train via AmbigQA + the HotpotQA/2Wiki train mix, as in the
 paper's NQ + HotpotQA), de-duplicated and with test questions removed; D_harness = ``harnessSize`` of
 them (seeded), disjoint from D_weight. Splitting is pure; only the loaders read files.
+
+Which training questions depends on the retrieval corpus (``spec.data.corpus``, :func:`resolve_corpus`):
+
+* ``local`` (``whale run``'s default): the shipped corpus holds passages for the test questions only, so
+  BM25 finds the answer of just 8 % of the training questions in its top 5. The train pool keeps the
+  questions whose gold answer BM25 retrieves in the top :data:`ANSWERABLE_TOPK` passages for the question
+  itself (``train="answerable"``; 1,450 of 18,314), so RSFT and the harness search train where retrieval
+  can help. The set is computed once per (corpus, train files) and cached on disk.
+* ``wiki18`` (a cluster's default, the paper's): e5 over the 21 M passages of wiki-18 covers the train
+  questions, so every one is kept (``train="all"``).
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
+import logging
+import os
 import random
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from search_qa.verifier import normalize
 from whale.domain import DomainError, read_raw_jsonl
+
+log = logging.getLogger(__name__)
 
 SUBDIR = "search_qa"
 #: benchmark -> file under eval/ (None: not available on this machine)
@@ -34,6 +52,15 @@ MISSING_BENCHMARKS = tuple(b for b, f in BENCHMARKS.items() if f is None)
 TRAIN_FILES = ("ambigqa_train_nq_open_proxy.jsonl", "hotpotqa_2wiki_train_r1searcher.jsonl")
 CORPUS_FILE = "corpus/wiki_passages.jsonl"
 DEFAULT_TEST_PER_BENCHMARK = 100
+#: spec.data.corpus values; ``auto`` is resolved before the domain sees it on a cluster (the operator
+#: makes it wiki18) and means ``local`` everywhere else
+CORPORA = ("local", "wiki18")
+TrainFilter = Literal["answerable", "all"]
+#: a local-corpus training question is kept when BM25 retrieves its answer in this many passages
+ANSWERABLE_TOPK = 5
+ANSWERABLE_VERSION = "1"
+#: gold answers a passage cannot meaningfully contain
+NON_SPAN = {"yes", "no"}
 
 Row = dict[str, Any]
 
@@ -60,6 +87,31 @@ def to_item(row: Row, source: str, subset: str | None = None) -> Row:
     return item
 
 
+def resolve_corpus(corpus: str | None) -> str:
+    """``spec.data.corpus`` as the domain uses it: ``auto`` (or unset) is ``local`` here."""
+    value = corpus or "auto"
+    if value == "auto":
+        return "local"
+    if value not in CORPORA:
+        raise DataError(f"spec.data.corpus={value!r}: use auto, {' or '.join(CORPORA)}")
+    return value
+
+
+def train_filter_for(corpus: str) -> TrainFilter:
+    """The local corpus keeps the answerable training questions; wiki-18 keeps them all (the paper)."""
+    return "answerable" if resolve_corpus(corpus) == "local" else "all"
+
+
+def answer_in(text_norm: str, golds: list[str]) -> bool:
+    """A normalised gold answer appears as whole words in the normalised ``text_norm`` (yes/no never do)."""
+    padded = f" {text_norm} "
+    for g in golds:
+        n = normalize(g)
+        if n and n not in NON_SPAN and f" {n} " in padded:
+            return True
+    return False
+
+
 def make_splits(
     tests: dict[str, list[Row]],
     train: list[Row],
@@ -68,16 +120,18 @@ def make_splits(
     harness_size: int,
     weight_size: int | None = None,
     test_size: int | None = None,
+    keep: Callable[[Row], bool] | None = None,
 ) -> dict[str, list[Row]]:
     """Pure split. Test: ``test_size`` per benchmark (seeded, source order kept); train de-duplicated by
-    normalised question with every test question removed, shuffled, head = D_harness, rest = D_weight."""
+    normalised question with every test question removed, restricted to ``keep`` (None: every question),
+    shuffled, head = D_harness, rest = D_weight."""
     per = test_size or DEFAULT_TEST_PER_BENCHMARK
     test: list[Row] = []
     for name in sorted(tests):
         rows = tests[name]
         if per < len(rows):
-            keep = set(random.Random(f"{seed}:{name}").sample(range(len(rows)), per))
-            rows = [r for i, r in enumerate(rows) if i in keep]
+            chosen = set(random.Random(f"{seed}:{name}").sample(range(len(rows)), per))
+            rows = [r for i, r in enumerate(rows) if i in chosen]
         test.extend(rows)
     seen = {normalize(r["question"]) for rows in tests.values() for r in rows}
     pool = []
@@ -85,9 +139,11 @@ def make_splits(
         k = normalize(row["question"])
         if k not in seen:
             seen.add(k)
-            pool.append(row)
+            if keep is None or keep(row):
+                pool.append(row)
     if harness_size >= len(pool):
-        raise DataError(f"spec.data.harnessSize={harness_size} leaves nothing for D_weight ({len(pool)} questions)")
+        raise DataError(f"spec.data.harnessSize={harness_size} leaves nothing for D_weight ({len(pool)} training "
+                        "questions); lower it, or use spec.data.corpus wiki18 (every training question)")
     random.Random(seed).shuffle(pool)
     weight = pool[harness_size:]
     if weight_size is not None:
@@ -95,26 +151,84 @@ def make_splits(
     return {"weight": weight, "harness": pool[:harness_size], "test": test}
 
 
+def train_rows(root: Path) -> list[Row]:
+    base = Path(root) / SUBDIR
+    return [to_item(r, f) for f in TRAIN_FILES for r in read_jsonl(base / "train" / f)]
+
+
 @functools.lru_cache(maxsize=8)
 def _load(root: str, seed: int, harness_size: int, weight_size: int | None,
-          test_size: int | None) -> dict[str, list[Row]]:
+          test_size: int | None, train_filter: TrainFilter) -> dict[str, list[Row]]:
     base = Path(root) / SUBDIR
     tests = {
         name: [to_item(r, f, name) for r in read_jsonl(base / "eval" / f)]
         for name, f in BENCHMARKS.items()
         if f is not None
     }
-    train = [to_item(r, f) for f in TRAIN_FILES for r in read_jsonl(base / "train" / f)]
-    return make_splits(tests, train, seed=seed, harness_size=harness_size, weight_size=weight_size,
-                       test_size=test_size)
+    keep = None
+    if train_filter == "answerable":
+        ids = answerable_ids(Path(root))
+        keep = lambda row: row["id"] in ids  # noqa: E731
+    return make_splits(tests, train_rows(Path(root)), seed=seed, harness_size=harness_size,
+                       weight_size=weight_size, test_size=test_size, keep=keep)
 
 
 def load_splits(root: Path, *, seed: int = 0, harness_size: int = 256, weight_size: int | None = None,
-                test_size: int | None = None) -> dict[str, list[Row]]:
-    """All three splits (cached per settings, so ``split_sizes`` and the workloads share one parse)."""
-    splits = _load(str(Path(root).resolve()), seed, harness_size, weight_size, test_size)
+                test_size: int | None = None, train: TrainFilter = "answerable") -> dict[str, list[Row]]:
+    """All three splits (cached per settings, so ``split_sizes`` and the workloads share one parse).
+    ``train``: ``answerable`` (the local corpus's default) or ``all`` training questions."""
+    if train not in ("answerable", "all"):
+        raise DataError(f"train={train!r}: use answerable or all")
+    splits = _load(str(Path(root).resolve()), seed, harness_size, weight_size, test_size, train)
     return {name: list(rows) for name, rows in splits.items()}
 
 
 def corpus_path(root: Path) -> Path:
     return Path(root) / SUBDIR / CORPUS_FILE
+
+
+def _answerable_cache_dir() -> Path:
+    from whale.tools.retrieval import default_cache_dir
+
+    return default_cache_dir().parent / SUBDIR
+
+
+def answerable_ids(root: Path, *, topk: int = ANSWERABLE_TOPK, cache_dir: Path | None = None) -> frozenset[str]:
+    """Ids of the training questions whose gold answer BM25 retrieves in the top ``topk`` passages of the
+    local corpus for the question itself. ~12 s of BM25 for 18 k questions the first time; then read
+    from ``$WHALE_CACHE_DIR/search_qa`` (keyed by the SHA-256 of the corpus and the train files)."""
+    from whale.tools import retrieval
+
+    corpus = corpus_path(root)
+    files = [corpus] + [Path(root) / SUBDIR / "train" / f for f in TRAIN_FILES]
+    for f in files:
+        if not f.is_file():
+            raise DataError(f"{f}: missing. Point spec.data.dataDir (or $WHALE_DATA_DIR) at the shared data root, "
+                            "or use spec.data.corpus wiki18")
+    parts = [ANSWERABLE_VERSION, str(topk), f"k1={retrieval.BM25_K1},b={retrieval.BM25_B}",
+             *(retrieval.file_digest(f) for f in files)]
+    key = hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+    cache = cache_dir or _answerable_cache_dir()
+    path = cache / f"answerable-{key}.json"
+    if path.is_file():
+        return frozenset(json.loads(path.read_text())["ids"])
+    rows = train_rows(root)
+    retriever = retrieval.build(corpus, "bm25", retrieval.default_cache_dir() if cache_dir is None else cache_dir)
+    ids = sorted(r["id"] for r, hit in zip(rows, answer_hits(rows, retriever, topk)) if hit)
+    log.info("%d of %d training questions have their answer in BM25's top %d", len(ids), len(rows), topk)
+    cache.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=cache, prefix=".answerable-")
+    with os.fdopen(fd, "w") as fh:
+        json.dump({"topk": topk, "questions": len(rows), "ids": ids}, fh)
+    os.replace(tmp, path)
+    return frozenset(ids)
+
+
+def answer_hits(items: list[Row], retriever: Any, topk: int, batch: int = 256) -> list[bool]:
+    """Per item: is a gold answer in the top ``topk`` passages retrieved for its question?"""
+    out: list[bool] = []
+    for start in range(0, len(items), batch):
+        chunk = items[start:start + batch]
+        for item, hits in zip(chunk, retriever.search([i["question"] for i in chunk], topk)):
+            out.append(any(answer_in(normalize(h.passage.contents), item["golden_answers"]) for h in hits[:topk]))
+    return out

@@ -37,6 +37,10 @@ MODELS_DIR = "/models"
 #: Startup can take many minutes (weights download + load); probes give it 30 min.
 VLLM_STARTUP_PERIOD_S = 10
 VLLM_STARTUP_FAILURES = 180
+#: a tool service may load for this long (a retriever verifying and mapping wiki-18's 80 GB) before
+#: its liveness probe counts
+TOOL_STARTUP_PERIOD_S = 10
+TOOL_STARTUP_TIMEOUT_S = 3600
 
 
 @dataclass(frozen=True)
@@ -481,10 +485,13 @@ def inference_service(run: RunRef, spec: WhaleRunSpec) -> Manifest:
 
 def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store_uri: str,
                     replicas: int = 1) -> Manifest:
-    """A tool service of the run, as the domain describes it (``Domain.tool_services``). Files it
-    needs (a retriever's corpus) are fetched from the store by an init container; a sandboxed
-    service runs untrusted model-written code, so it gets no credentials, no service-account
-    token, no privileges, and (see :func:`sandbox_network_policy`) no network."""
+    """A tool service of the run, as the domain describes it (``Domain.tool_services_for``). Files and
+    folders it needs (a retriever's corpus, a prepared index) are streamed from the store by an init
+    container (``python -m whale.tools.fetch``) into the pod's ``/data`` volume, after the run's prepare
+    Job put them there; a startup probe gives a service that loads a large index up to
+    :data:`TOOL_STARTUP_TIMEOUT_S` before the liveness probe counts. A sandboxed service runs untrusted
+    model-written code, so it gets no credentials, no service-account token, no privileges, and (see
+    :func:`sandbox_network_policy`) no network."""
     name = names.tool_name(run.name, tool.name)
     selector = {names.LABEL_RUN: run.name, "app.kubernetes.io/component": tool.name}
     labels = names.child_labels(run.name, tool.name)
@@ -503,15 +510,12 @@ def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store
     volumes: list[dict[str, Any]] = []
     if tool.fetch:
         keys = [f"{layout.data_prefix(spec.domain)}/{rel}" for rel, _ in tool.fetch]
-        local = [f"/data/{rel.rsplit('/', 1)[-1]}" for rel, _ in tool.fetch]
+        local = [f"/data/{rel.rstrip('/').rsplit('/', 1)[-1]}" for rel, _ in tool.fetch]
         fetch: dict[str, Any] = {
             "name": "fetch-data",
             "image": spec.cluster.images.tools,
             "imagePullPolicy": spec.cluster.images.pull_policy,
-            "command": ["python", "-c",
-                        "import sys; from whale.store import open_store; s = open_store(sys.argv[1]); "
-                        "[open(p, 'wb').write(s.read_bytes(k)) for k, p in zip(sys.argv[2::2], sys.argv[3::2])]",
-                        store_uri, *[x for pair in zip(keys, local) for x in pair]],
+            "command": ["python", "-m", "whale.tools.fetch", store_uri, *[x for pair in zip(keys, local) for x in pair]],
             "env": storage_env(spec),
             "volumeMounts": [{"name": "data", "mountPath": "/data"}],
         }
@@ -539,7 +543,10 @@ def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store
     else:
         container["env"] = [{"name": "WHALE_CACHE_DIR", "value": "/data/cache"}]
         container["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
-        container["resources"] = {"requests": {"cpu": "2", "memory": "8Gi"}}
+        container["resources"] = {"requests": dict(tool.requests) or {"cpu": "2", "memory": "8Gi"}}
+        container["startupProbe"] = {"httpGet": {"path": "/healthz", "port": tool.port},
+                                     "periodSeconds": TOOL_STARTUP_PERIOD_S,
+                                     "failureThreshold": TOOL_STARTUP_TIMEOUT_S // TOOL_STARTUP_PERIOD_S}
         if not tool.fetch:
             volumes.append({"name": "data", "emptyDir": {}})
     pod["volumes"] = volumes

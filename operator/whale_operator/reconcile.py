@@ -84,6 +84,8 @@ def parse_spec(body_spec: dict[str, Any] | None) -> WhaleRunSpec:
         raise SpecError("spec.storage.uri", "the operator needs an object store: set it to s3://bucket[/prefix]")
     if spec.storage.uri.startswith("s3://") and not spec.storage.endpoint:
         raise SpecError("spec.storage.endpoint", "an s3:// store needs the S3 endpoint (host:port of MinIO/S3)")
+    if spec.data.corpus == "auto":  # a cluster's default corpus is the paper's (docs/data.md#search_qa)
+        spec = spec.model_copy(update={"data": spec.data.model_copy(update={"corpus": "wiki18"})})
     return spec
 
 
@@ -131,7 +133,7 @@ class Reconciler:
         self._stores: dict[tuple[str, str | None, bool], Store] = {}
         self._complete: dict[str, set[int]] = {}
         self._timed: set[str] = set()
-        self._tools: dict[str, tuple[ToolService, ...]] = {}
+        self._tools: dict[str, Any] = {}  # domain name -> its loaded plugin
         self._lock = threading.Lock()
 
     # --- store ---
@@ -150,17 +152,22 @@ class Reconciler:
             return self._stores[key]
 
     def tools_for(self, spec: WhaleRunSpec) -> tuple[ToolService, ...]:
-        """The tool services the run's domain declares (``Domain.tool_services``); cached per domain."""
+        """The tool services the run's domain declares for its data settings
+        (``Domain.tool_services_for``); the plugin is loaded once per domain."""
         with self._lock:
             if spec.domain not in self._tools:
                 from whale import domains
 
                 try:
-                    self._tools[spec.domain] = tuple(type(domains.load(spec.domain)).tool_services)
+                    self._tools[spec.domain] = domains.load(spec.domain)
                 except Exception as exc:  # noqa: BLE001 - an unknown/broken plugin is a spec problem
                     raise SpecError("spec.domain", f"cannot load domain {spec.domain!r} in the operator ({exc}); "
                                     "use an installed domain (`whale domains` lists them)") from None
-            return self._tools[spec.domain]
+            domain = self._tools[spec.domain]
+        try:
+            return tuple(domain.tool_services_for(spec.data))
+        except Exception as exc:  # noqa: BLE001 - the plugin refused the data settings
+            raise SpecError("spec.data", f"domain {spec.domain!r}: {exc}") from None
 
     def split_sizes(self, store: Store, run: str, spec: WhaleRunSpec) -> dict[str, int] | None:
         """The run's split sizes from the store; None when a prepare Job must write them."""

@@ -221,12 +221,62 @@ def test_tools_per_domain():
         "python", "-m", "whale.tools.retriever", "--host", "0.0.0.0", "--port", "8080", "--method", "bm25",
         "--corpus", "/data/wiki_passages.jsonl"]
     fetch = pod["initContainers"][0]
-    assert fetch["command"][-3:] == [STORE, "data/search_qa/corpus/wiki_passages.jsonl", "/data/wiki_passages.jsonl"]
+    assert fetch["command"] == ["python", "-m", "whale.tools.fetch", STORE, "data/search_qa/corpus/wiki_passages.jsonl",
+                                "/data/wiki_passages.jsonl"]
     assert fetch["envFrom"] == [{"secretRef": {"name": "whale-s3"}}]
     job = builders.job(RUN, make_spec(domain="search_qa"), weight_request(make_spec()), store_uri=STORE,
                        tools=tools_of("search_qa"))
     assert {"name": "WHALE_RETRIEVER_URL", "value": "http://demo-retriever.team-a.svc:8080"} in \
         job["spec"]["template"]["spec"]["containers"][0]["env"]
+
+
+def test_paper_retriever_serves_the_prepared_wiki18_index_whole_manifest():
+    """spec.data.corpus wiki18 (a cluster's default): the prepare Job published the e5 index folder in
+    the store; the pod streams it whole (marker-gated) onto its volume and serves it."""
+    spec = make_spec(domain="search_qa", data={"corpus": "wiki18"})
+    [tool] = domains.load("search_qa").tool_services_for(spec.data)
+    labels = {"app.kubernetes.io/name": "whale", "app.kubernetes.io/instance": "demo",
+              "app.kubernetes.io/managed-by": "whale-operator", "whale.dev/run": "demo",
+              "app.kubernetes.io/component": "retriever"}
+    selector = {"whale.dev/run": "demo", "app.kubernetes.io/component": "retriever"}
+    probe = {"httpGet": {"path": "/healthz", "port": 8080}}
+    assert builders.tool_deployment(RUN, spec, tool, store_uri=STORE) == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "demo-retriever", "namespace": "team-a", "labels": labels, "ownerReferences": OWNER},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": selector},
+            "template": {"metadata": {"labels": {**labels, **selector}}, "spec": {
+                **PLACEMENT,
+                "initContainers": [{
+                    "name": "fetch-data",
+                    "image": "ghcr.io/whale-dev/whale-tools:0.1.0",
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["python", "-m", "whale.tools.fetch", STORE, "data/search_qa/retriever/wiki18-e5/",
+                                "/data/wiki18-e5"],
+                    "env": STORAGE_ENV,
+                    "envFrom": [{"secretRef": {"name": "whale-s3"}}],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                }],
+                "containers": [{
+                    "name": "retriever",
+                    "image": "ghcr.io/whale-dev/whale-tools:0.1.0",
+                    "imagePullPolicy": "IfNotPresent",
+                    "command": ["python", "-m", "whale.tools.retriever", "--host", "0.0.0.0", "--port", "8080",
+                                "--threads", "0", "--index-dir", "/data/wiki18-e5"],
+                    "ports": [{"name": "http", "containerPort": 8080}],
+                    "readinessProbe": {**probe, "periodSeconds": 5},
+                    "livenessProbe": {**probe, "periodSeconds": 20, "failureThreshold": 3},
+                    "startupProbe": {**probe, "periodSeconds": 10, "failureThreshold": 360},
+                    "env": [{"name": "WHALE_CACHE_DIR", "value": "/data/cache"}],
+                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                    "resources": {"requests": {"cpu": "8", "memory": "96Gi", "ephemeral-storage": "120Gi"}},
+                }],
+                "volumes": [{"name": "data", "emptyDir": {}}],
+            }},
+        },
+    }
 
 
 def test_prepare_job_runs_the_prepare_workload_under_the_job_conventions():

@@ -1,4 +1,5 @@
-"""Search-QA splits: 100 per available benchmark (TriviaQA reported missing), disjoint train splits."""
+"""Search-QA splits: 100 per available benchmark (TriviaQA reported missing), disjoint train splits; the
+local corpus's default keeps the training questions it can answer (spec.data.corpus)."""
 
 from __future__ import annotations
 
@@ -6,15 +7,19 @@ import collections
 
 import pytest
 
-from search_qa.data import BENCHMARKS, MISSING_BENCHMARKS, DataError, load_splits, make_splits, to_item
+import search_qa
+from search_qa.data import (BENCHMARKS, MISSING_BENCHMARKS, DataError, answer_hits, load_splits, make_splits,
+                            resolve_corpus, to_item, train_filter_for)
+from search_qa.hitrate import sample
 from search_qa.verifier import normalize
 from whale.domain import default_data_root
+from whale.spec import Data
 
 ROOT = default_data_root()
 
 
 def test_real_splits():
-    s = load_splits(ROOT, seed=0)
+    s = load_splits(ROOT, seed=0, train="all")
     per = collections.Counter(r["subset"] for r in s["test"])
     assert MISSING_BENCHMARKS == ("triviaqa",)
     assert set(per) == {b for b, f in BENCHMARKS.items() if f}
@@ -27,6 +32,54 @@ def test_real_splits():
     assert not test_q & {normalize(r["question"]) for r in s["weight"] + s["harness"]}
     row = s["test"][0]
     assert row["id"].startswith(row["subset"] + "/") and row["golden_answers"]
+
+
+#: the floor the issue asks of the local default D_weight / D_harness (answer in BM25's top 5)
+COVERAGE_FLOOR = 0.30
+
+
+def test_local_default_weight_and_harness_are_answerable(bm25_retriever):
+    """The shipped corpus holds passages for the test questions only: over every training question BM25
+    finds an answer in its top 5 for 8 %. The local default keeps the answerable ones; measured again
+    here, on a sample, with a retriever built apart from the filter's cache."""
+    s = load_splits(ROOT, seed=0)
+    full = load_splits(ROOT, seed=0, train="all")
+    assert len(s["harness"]) == 256 and len(s["weight"]) >= 1000
+    assert [r["id"] for r in s["test"]] == [r["id"] for r in full["test"]]  # D_test does not depend on it
+    pool = {r["id"] for r in full["weight"] + full["harness"]}
+    assert {r["id"] for r in s["weight"] + s["harness"]} < pool
+    for split in ("weight", "harness"):
+        items = sample(s[split], 100, seed=0)
+        rate = sum(answer_hits(items, bm25_retriever, 5)) / len(items)
+        assert rate >= COVERAGE_FLOOR, f"D_{split}: answer in top-5 for {rate:.0%}"
+    unfiltered = sample(full["weight"], 200, seed=0)
+    assert sum(answer_hits(unfiltered, bm25_retriever, 5)) / len(unfiltered) < COVERAGE_FLOOR  # what it fixes
+
+
+def test_corpus_option_picks_retriever_and_training_questions():
+    assert resolve_corpus("auto") == resolve_corpus(None) == "local" and resolve_corpus("wiki18") == "wiki18"
+    assert train_filter_for("auto") == "answerable" and train_filter_for("wiki18") == "all"
+    with pytest.raises(DataError, match="spec.data.corpus='bing'"):
+        resolve_corpus("bing")
+    domain = search_qa.SearchQA()
+    local, paper = Data(), Data(corpus="wiki18")
+    assert domain.split_sizes(local)["weight"] == len(load_splits(ROOT, seed=0)["weight"])
+    assert domain.split_sizes(paper)["weight"] == len(load_splits(ROOT, seed=0, train="all")["weight"])
+    [local_tool] = domain.tool_services_for(local)
+    [paper_tool] = domain.tool_services_for(paper)
+    assert local_tool.args == ("--method", "bm25") and local_tool.fetch == (("corpus/wiki_passages.jsonl", "--corpus"),)
+    assert paper_tool.fetch == (("retriever/wiki18-e5/", "--index-dir"),)
+    assert dict(paper_tool.requests)["memory"] == "96Gi"
+    assert type(domain).tool_services == (local_tool,)  # what a domain-only caller sees
+
+
+def test_keep_restricts_the_train_pool_before_the_shuffle():
+    tests = {"b": [to_item({"id": "t", "question": "test q", "golden_answers": ["a"]}, "f", "b")]}
+    train = [to_item({"id": f"{i:02d}", "question": f"q{i}", "golden_answers": ["a"]}, "f") for i in range(20)]
+    s = make_splits(tests, train, seed=3, harness_size=2, keep=lambda r: int(r["id"]) % 2 == 0)
+    assert {r["id"] for r in s["weight"] + s["harness"]} == {f"{i:02d}" for i in range(0, 20, 2)}
+    with pytest.raises(DataError, match="harnessSize=10 leaves nothing.*corpus wiki18"):
+        make_splits(tests, train, seed=3, harness_size=10, keep=lambda r: int(r["id"]) % 2 == 0)
 
 
 def test_test_size_is_per_benchmark_and_seeded():

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable
+from pathlib import Path
 
 import httpx
 
@@ -19,6 +21,11 @@ from whale.tools.retrieval import Hit
 #: environment variables naming the deployed services (set on the cluster's workload pods)
 RETRIEVER_URL_ENV = "WHALE_RETRIEVER_URL"
 CODE_URL_ENV = "WHALE_CODE_URL"
+#: a prepared dense index to serve in-process (no service): ``whale.tools.prepare_index`` output
+SEARCH_INDEX_ENV = "WHALE_SEARCH_INDEX"
+#: how long an environment waits for the deployed retriever to answer its first health check
+READY_WAIT_ENV = "WHALE_RETRIEVER_WAIT_S"
+READY_WAIT_S = 1800.0
 RETRIES = 3
 RETRY_BACKOFF_S = 0.5
 
@@ -46,11 +53,31 @@ def _post(client: httpx.Client, url: str, payload: dict) -> dict:
 
 
 class RetrieverClient:
-    """Client of ``python -m whale.tools.retriever``."""
+    """Client of ``python -m whale.tools.retriever`` (or of Search-R1's ``retrieval_server.py``)."""
 
     def __init__(self, base_url: str, timeout_s: float = 30.0):
-        self.url = base_url.rstrip("/") + "/retrieve"
+        self.base_url = base_url.rstrip("/")
+        self.url = self.base_url + "/retrieve"
         self._client = httpx.Client(timeout=timeout_s)
+
+    def wait_ready(self, deadline_s: float = READY_WAIT_S, poll_s: float = 2.0,
+                   clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> dict:
+        """Poll ``/healthz`` until the service answers (a cluster's retriever loads a large index first);
+        :class:`ToolServiceError` naming the URL when it does not within ``deadline_s``."""
+        end = clock() + deadline_s
+        last = "no answer"
+        while True:
+            try:
+                resp = self._client.get(self.base_url + "/healthz")
+                if resp.status_code == 200:
+                    return resp.json()
+                last = f"{resp.status_code}: {resp.text[:200]}"
+            except httpx.TransportError as exc:
+                last = str(exc) or type(exc).__name__
+            if clock() >= end:
+                raise ToolServiceError(f"{self.base_url} not ready within {deadline_s:.0f} s ({last}); "
+                                       f"is the retriever service running?")
+            sleep(poll_s)
 
     def search(self, queries: list[str], topk: int) -> list[list[Hit]]:
         data = _post(self._client, self.url, {"queries": list(queries), "topk": int(topk), "return_scores": True})
@@ -82,13 +109,24 @@ class CodeClient:
         self._client.close()
 
 
-def retriever_from_env(corpus, method: str = "bm25"):
-    """The deployed retriever when ``$WHALE_RETRIEVER_URL`` is set, else an in-process index."""
+def retriever_from_env(corpus: Path | None, method: str = "bm25"):
+    """The deployed retriever when ``$WHALE_RETRIEVER_URL`` is set (after its first health check answers,
+    within ``$WHALE_RETRIEVER_WAIT_S``); else a prepared dense index named by ``$WHALE_SEARCH_INDEX``;
+    else an in-process ``method`` index over ``corpus``."""
     url = os.environ.get(RETRIEVER_URL_ENV)
     if url:
-        return RetrieverClient(url)
+        client = RetrieverClient(url)
+        client.wait_ready(float(os.environ.get(READY_WAIT_ENV, READY_WAIT_S)))
+        return client
     from whale.tools import retrieval
 
+    index = os.environ.get(SEARCH_INDEX_ENV)
+    if index:
+        return retrieval.shared_index(Path(index))
+    if corpus is None:
+        raise retrieval.RetrieverError(f"no retriever for this corpus (spec.data.corpus wiki18 has no in-process "
+                                       f"index): set ${RETRIEVER_URL_ENV} (a retriever service) or "
+                                       f"${SEARCH_INDEX_ENV} (a prepared index)")
     return retrieval.shared(corpus, method)
 
 

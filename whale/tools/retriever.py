@@ -1,12 +1,18 @@
-"""The retriever as an HTTP service: ``POST /retrieve`` (Search-R1's request/response shape), bounded.
+"""The retriever as an HTTP service: ``POST /retrieve``, Search-R1's request/response shape, bounded.
 
-Run ``python -m whale.tools.retriever --corpus wiki_passages.jsonl [--method bm25|dense]``; a cluster
-deploys one and every harness process calls it (``whale.tools.client.RetrieverClient``).
+    python -m whale.tools.retriever --corpus wiki_passages.jsonl [--method bm25|dense|e5 [--model DIR]]
+    python -m whale.tools.retriever --index-dir DIR [--model DIR] [--device cuda]   # a prepared dense index
 
-Request: ``{"queries": [str, ...], "topk": int, "return_scores": bool}``;
-response: ``{"result": [[{"document": {"id", "title", "text", "contents"}, "score": float}, ...], ...]}``.
-Bad requests (too many queries, a query too long, topk out of range, a body too large, not JSON)
-get a 4xx with the field named; the service keeps serving.
+``--index-dir`` serves an index prepared by ``whale.tools.prepare_index`` (built here, or Search-R1's
+``e5_Flat.index`` + ``wiki-18.jsonl`` adopted), encoding queries with the conventions its manifest records.
+A cluster deploys one service per run and every harness process calls it
+(``whale.tools.client.RetrieverClient``); Search-R1's own clients work against it unchanged.
+
+Request: ``{"queries": [str, ...], "topk": int (default --topk), "return_scores": bool (default false)}``;
+response: ``{"result": [[{"document": {"id", "title", "text", "contents"}, "score": float}, ...], ...]}``
+with ``return_scores``, else ``{"result": [[{"id", "title", "text", "contents"}, ...], ...]}`` (documents
+only), as Search-R1's ``retrieval_server.py`` answers. Bad requests (too many queries, a query too long,
+topk out of range, a body too large, not JSON) get a 4xx with the field named; the service keeps serving.
 """
 
 from __future__ import annotations
@@ -34,14 +40,16 @@ class Limits:
     max_query_chars: int = 1000
     max_topk: int = 50
     max_body_bytes: int = 256 * 1024
+    #: topk of a request that names none (Search-R1's server: its --topk, 3)
+    default_topk: int = 3
 
 
 def _request_model(limits: Limits) -> type[BaseModel]:
     class RetrieveRequest(BaseModel):
         model_config = ConfigDict(extra="ignore")
         queries: list[str] = Field(..., min_length=1, max_length=limits.max_queries)
-        topk: int = Field(3, ge=1, le=limits.max_topk)
-        return_scores: bool = True
+        topk: int | None = Field(None, ge=1, le=limits.max_topk)
+        return_scores: bool = False
 
     return RetrieveRequest
 
@@ -56,8 +64,9 @@ def create_app(retriever: retrieval.Retriever, limits: Limits = Limits()) -> Fas
 
     @app.get("/healthz")
     def healthz() -> dict:
-        return {"ok": True, "method": getattr(retriever, "method", "?"),
-                "passages": len(getattr(retriever, "passages", ()))}
+        describe = getattr(retriever, "describe", None)
+        about = describe() if describe else {"method": getattr(retriever, "method", "?")}
+        return {"ok": True, **about}
 
     @app.post("/retrieve")
     async def retrieve(request: Request):
@@ -73,23 +82,27 @@ def create_app(retriever: retrieval.Retriever, limits: Limits = Limits()) -> Fas
         for i, q in enumerate(req.queries):
             if len(q) > limits.max_query_chars:
                 return bad(422, f"queries.{i}: {len(q)} characters; the limit is {limits.max_query_chars}")
-        hits = await run_in_threadpool(retriever.search, req.queries, req.topk)
-        result = []
-        for row in hits:
-            items = [h.to_wire() for h in row]
-            if not req.return_scores:
-                items = [{"document": it["document"]} for it in items]
-            result.append(items)
-        return {"result": result}
+        hits = await run_in_threadpool(retriever.search, req.queries, req.topk or limits.default_topk)
+        if req.return_scores:
+            return {"result": [[h.to_wire() for h in row] for row in hits]}
+        return {"result": [[h.passage.to_dict() for h in row] for row in hits]}
 
     return app
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m whale.tools.retriever", description=__doc__.split("\n\n")[0])
-    p.add_argument("--corpus", type=Path, required=True, help="JSON-lines corpus (id, contents)")
-    p.add_argument("--method", choices=retrieval.METHODS, default="bm25")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--corpus", type=Path, help="JSON-lines corpus (id, contents), indexed here by --method")
+    src.add_argument("--index-dir", type=Path, help="a prepared dense index (python -m whale.tools.prepare_index)")
+    p.add_argument("--method", choices=retrieval.METHODS, default="bm25", help="with --corpus")
+    p.add_argument("--model", default=None, help="encoder weights (local folder): e5 with --corpus; with --index-dir "
+                                                  "overrides the manifest's model")
+    p.add_argument("--device", default="cpu", help="where the dense encoder runs (cpu, cuda)")
+    p.add_argument("--fp16", action="store_true", help="encode queries in half precision (GPU)")
+    p.add_argument("--no-verify", action="store_true", help="skip the corpus checksum at start (size still checked)")
     p.add_argument("--cache-dir", type=Path, default=None, help="index cache (default $WHALE_CACHE_DIR/retriever)")
+    p.add_argument("--topk", type=int, default=Limits.default_topk, help="topk of a request that names none")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--max-queries", type=int, default=Limits.max_queries)
@@ -98,15 +111,22 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, default=1, help="torch/FAISS threads for dense retrieval (0 = library default)")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.method == "dense" and args.threads > 0:
+    if not 1 <= args.topk <= args.max_topk:
+        raise SystemExit(f"retriever: --topk {args.topk} must be from 1 to --max-topk ({args.max_topk})")
+    dense = args.index_dir is not None or args.method != "bm25"
+    if dense and args.threads > 0:
         retrieval.set_threads(args.threads)
     try:
-        retriever = retrieval.build(args.corpus, args.method, args.cache_dir)
+        if args.index_dir is not None:
+            retriever: retrieval.Retriever = retrieval.open_dense(
+                args.index_dir, model=args.model, device=args.device, fp16=args.fp16, verify=not args.no_verify)
+        else:
+            retriever = retrieval.build(args.corpus, args.method, args.cache_dir, model=args.model)
     except retrieval.RetrieverError as exc:
         raise SystemExit(f"retriever: {exc}") from None
     import uvicorn
 
-    limits = Limits(args.max_queries, args.max_query_chars, args.max_topk)
+    limits = Limits(args.max_queries, args.max_query_chars, args.max_topk, default_topk=args.topk)
     uvicorn.run(create_app(retriever, limits), host=args.host, port=args.port, log_level="warning")
 
 

@@ -3,7 +3,8 @@
 
 The operator has no data, yet ``decide()`` needs |D_weight|, |D_harness|, |D_test| to resolve the
 schedule. Before anything else it writes the run's spec to ``layout.spec_key`` and launches this
-workload, which loads the domain, loads each split through ``Domain.load_split(split, data, store)``
+workload, which loads the domain, lets it put what its tool services fetch into the store
+(``Domain.prepare_store``: the search_qa retriever's corpus or e5 index), loads each split through ``Domain.load_split(split, data, store)``
 (domains that cache materialised splits in the store, like chess_puzzles, write them there now, so
 later Jobs re-use them) and writes ``layout.split_sizes_key`` LAST: its presence means "prepared".
 The local runner writes the same file itself. Idempotent: a second run rewrites identical sizes.
@@ -61,6 +62,7 @@ def main(store: Store, run: str, phase: str = "prepare", *, domain: Any = None) 
     """The workload; ``phase`` is unused (one prepare per run); ``domain`` may be injected (tests)."""
     spec = read_spec(store, run)
     domain = load_domain(spec, domain)
+    domain.prepare_store(spec.data, store)  # what the run's tool services fetch (a retriever's index)
     sizes = split_sizes(domain, spec, store)
     store.write_json(layout.split_sizes_key(run), sizes)  # last: presence = prepared
     log.info("run %s: domain %s prepared, split sizes %s", run, spec.domain, sizes)
