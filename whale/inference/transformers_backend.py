@@ -98,6 +98,9 @@ class TransformersClient(InferenceClient):
         self.max_model_len = min(limits) if limits else None
         #: held during generation; a trainer holds it while it changes the weights
         self.lock = threading.Lock()
+        #: held while the tokenizer encodes: a batch encode with padding reconfigures the (Rust) tokenizer,
+        #: which another thread's encode must not see half done
+        self._tokenizer_lock = threading.Lock()
         self._queue: asyncio.Queue[_Request] | None = None
         self._worker: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -202,9 +205,15 @@ class TransformersClient(InferenceClient):
 
     async def count_prompt_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
                                   sampling: SamplingParams) -> int | None:
-        """The exact prompt length ``chat`` would generate from (rendered and tokenised the same way)."""
-        text = self.render(messages, tools, sampling.template_kwargs)
-        return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+        """The exact prompt length ``chat`` would generate from (rendered and tokenised the same way), in
+        a worker thread: the event loop keeps serving while a long conversation is rendered."""
+        return await asyncio.to_thread(self._count_prompt_tokens, messages, tools, sampling.template_kwargs)
+
+    def _count_prompt_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                             template_kwargs: dict[str, Any]) -> int:
+        text = self.render(messages, tools, template_kwargs)
+        with self._tokenizer_lock:
+            return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _generate(self, batch: list[_Request]) -> list[ChatResult]:
         import torch
@@ -214,10 +223,11 @@ class TransformersClient(InferenceClient):
         max_new = max(r.sampling.max_tokens for r in batch)
         texts = [self.render(r.messages, r.tools, r.sampling.template_kwargs) for r in batch]
         tok = self.tokenizer
-        tok.padding_side = "left"
         rows = [t for t, r in zip(texts, batch, strict=True) for _ in range(r.n)]
-        encoded = tok(rows, return_tensors="pt", padding=True, add_special_tokens=False)
-        prompt_lens = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
+        with self._tokenizer_lock:
+            tok.padding_side = "left"
+            encoded = tok(rows, return_tensors="pt", padding=True, add_special_tokens=False)
+            prompt_lens = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
         if self.max_model_len is not None:
             for length, request in zip(prompt_lens, batch, strict=True):
                 if length + request.sampling.max_tokens > self.max_model_len:
