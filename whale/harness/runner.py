@@ -219,30 +219,31 @@ class EpisodeRunner:
         )
         return decision, state
 
-    async def _max_tokens(self, ep: Episode, tools: list[dict[str, Any]] | None, used: EpisodeTokens) -> int:
-        """The next call's ``max_tokens`` under the episode's budget (see the module doc); < 1 = spent."""
+    async def _max_tokens(self, ep: Episode, tools: list[dict[str, Any]] | None,
+                          used: EpisodeTokens) -> tuple[int, int | None]:
+        """The next call's ``max_tokens`` under the episode's budget (see the module doc; < 1 = spent)
+        and the prompt tokens it assumed (None: no limit needed them)."""
         sampling = self.sampling
         max_model_len = getattr(self.client, "max_model_len", None)
         if sampling.episode_tokens is None and sampling.episode_window is None and max_model_len is None:
-            return sampling.max_tokens
+            return sampling.max_tokens, None
         prompt = await self.client.count_prompt_tokens(ep.messages, tools, sampling)
         if prompt is None:
-            if used.first_prompt is None:  # nothing known yet: the whole first prompt, bounded from above
-                prompt = message_tokens_upper_bound(ep.messages) + len(json.dumps(tools or []).encode("utf-8"))
-            else:
+            if used.last_prompt > 0:  # the server counted the last prompt: add what came since, bounded
                 prompt = (used.last_prompt + used.last_completion + MESSAGE_FRAMING_TOKENS
                           + message_tokens_upper_bound(ep.messages[used.covered_messages:]))
+            else:  # nothing counted yet: the whole prompt, bounded from above
+                prompt = message_tokens_upper_bound(ep.messages) + len(json.dumps(tools or []).encode("utf-8"))
         limit, _ = call_max_tokens(sampling, generated=ep.completion_tokens, prompt_tokens=prompt,
-                                   first_prompt=used.first_prompt if used.first_prompt is not None else prompt,
-                                   max_model_len=max_model_len)
-        return limit
+                                   first_prompt=used.first_prompt, max_model_len=max_model_len)
+        return limit, prompt
 
     async def _model(self, ep: Episode, tools: list[dict[str, Any]] | None, used: EpisodeTokens,
                      first: SharedFirstTurn | None = None) -> dict[str, Any] | None:
         """One model call; None when the episode's token budget leaves nothing for it."""
         if not ep.messages:
             raise EpisodeError("the harness asked for a model turn with no messages")
-        max_tokens = await self._max_tokens(ep, tools, used)
+        max_tokens, assumed_prompt = await self._max_tokens(ep, tools, used)
         if max_tokens < 1:
             return None
         sampling = self.sampling
@@ -262,8 +263,8 @@ class EpisodeRunner:
         message = dict(completion.message)
         message["role"] = "assistant"
         ep.messages.append(message)
-        if used.first_prompt is None:
-            used.first_prompt = result.prompt_tokens
+        if used.first_prompt is None:  # the window counts from here (a server without usage: the estimate)
+            used.first_prompt = result.prompt_tokens or assumed_prompt
         used.last_prompt, used.last_completion = result.prompt_tokens, completion.completion_tokens
         used.covered_messages = len(ep.messages)
         step = {
