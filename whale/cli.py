@@ -118,6 +118,12 @@ def plan(file: FileArg, output: OutputOpt = "table") -> None:
     console.print(f"steps/epoch {p['stepsPerEpoch']}, total steps {p['totalSteps']}, {bound}{p['rollouts']} rollouts; "
                   f"{counts['weight']} weight, {counts['harness']} harness and {counts['eval']} eval phases",
                   highlight=False)
+    updates = p.get("optimizerUpdatesPerStep")
+    if updates:
+        typical = ", ".join(f"{u['updates']} at {u['kept']} kept" for u in updates["byKept"])
+        console.print(f"optimizer updates per RSFT step ({updates['miniBatchScope']} mini-batch, "
+                      f"{updates['dataParallelRanks']} data-parallel ranks): {updates['formula']}; "
+                      f"at most {updates['upperBound']} (every rollout kept); {typical}", highlight=False)
 
 
 def _open_store(uri: str | None, m: Manifest | None = None) -> Any:

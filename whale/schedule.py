@@ -20,6 +20,7 @@ from itertools import chain, islice
 from typing import Any
 
 from whale.protocol import HarnessStopRule, WeightStopRule
+from whale.rsft.config import optimizer_updates
 from whale.spec import MAX_EVALUATION_POINTS, MAX_STEPS, Condition, WhaleRunSpec
 
 DEFAULT_EVAL_INTERVAL_EPOCHS = 0.1
@@ -237,6 +238,9 @@ def plan(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> dict[str, Any]:
         out["weightStepsPerCycle"] = sched.cycle_steps
     if adaptive:
         out["rolloutsUpperBound"] = True
+    updates = optimizer_updates_per_step(spec)
+    if updates is not None:
+        out["optimizerUpdatesPerStep"] = updates
     return out
 
 
@@ -301,3 +305,40 @@ def _plan_entries(spec: WhaleRunSpec, sched: ResolvedSchedule) -> Iterator[dict[
         if step >= sched.total_steps:
             break
         yield from harness(cycle, step)
+
+
+#: kept fractions of a step's rollouts ``whale plan`` shows the optimiser updates for
+PLAN_KEPT_FRACTIONS = (0.25, 0.5, 1.0)
+
+
+def optimizer_updates_per_step(spec: WhaleRunSpec) -> dict[str, Any] | None:
+    """How many optimiser (AdamW) updates one RSFT step makes, for ``whale plan``; None for mh_only.
+
+    It depends on how many trajectories the step keeps (reward > scoreThreshold), so the plan gives the
+    formula, the upper bound (every rollout kept) and the figure at a few kept fractions. Data-parallel
+    ranks = train.numNodes x train.gpusPerNode (the torchrun launch of the cluster; `whale run` trains
+    in one process, where both scopes give the global figure)."""
+    if not spec.condition.trains_weights:
+        return None
+    r, train = spec.rsft, spec.train
+    ranks = train.num_nodes * max(train.gpus_per_node, 1)
+    rollouts = r.prompts_per_step * r.rollouts_per_prompt
+
+    def at(kept: int) -> int:
+        return optimizer_updates(kept, ranks=ranks, mini_batch_size=r.mini_batch_size, sft_epochs=r.sft_epochs,
+                                 scope=r.mini_batch_scope)
+
+    if r.mini_batch_scope == "perRank":
+        formula = f"{r.sft_epochs} x ceil(ceil(kept / {ranks}) / {r.mini_batch_size})"
+        per_update = ranks * r.mini_batch_size
+    else:
+        formula = f"{r.sft_epochs} x ceil(kept / {r.mini_batch_size})"
+        per_update = r.mini_batch_size
+    return {
+        "miniBatchScope": r.mini_batch_scope,
+        "dataParallelRanks": ranks,
+        "sequencesPerUpdate": per_update,
+        "formula": formula,
+        "upperBound": at(rollouts),
+        "byKept": [{"kept": round(f * rollouts), "updates": at(round(f * rollouts))} for f in PLAN_KEPT_FRACTIONS],
+    }

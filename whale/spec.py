@@ -269,7 +269,16 @@ class Sampling(_Model):
     temperature: Temperature = 1.0
     top_p: Fraction = 1.0
     top_k: Annotated[int, Strict(), Field(ge=-1, le=MAX_TOKENS, description="-1: no top-k")] = 20
-    max_response_tokens: Tokens = Field(8192, description="per model reply (16384 for chess in the paper)")
+    max_response_tokens: Tokens = Field(8192, description="per model call: max_tokens of one reply (the episode's "
+                                        "budget, episodeTokenBudget, clamps it further)")
+    episode_token_budget: Tokens | None = Field(
+        8192, description="cumulative assistant (generated) tokens one episode may spend over all its model calls; "
+        "each call's max_tokens is clamped to what is left, and the episode ends (end 'token_budget') when nothing "
+        "is left. The paper: 8192 search QA and math, 8129 chess. null: no episode budget")
+    episode_window_tokens: Tokens | None = Field(
+        None, description="cap on the episode's length after its first prompt, assistant and tool/environment tokens "
+        "together (verl's response_length; the paper: chess 16384, math 8192, search QA 8192 + 1024 x max turns). "
+        "null: only model.maxModelLen caps it")
 
 
 class RSFT(_Model):
@@ -312,6 +321,14 @@ class RSFT(_Model):
     )
     seed: Int64 = 0
     sampling: Sampling = Sampling()
+    mini_batch_scope: Literal["perRank", "global"] = Field(
+        "perRank",
+        description="what miniBatchSize counts. perRank (the paper's verl): the kept trajectories are first shared "
+        "out over the data-parallel ranks (train.numNodes x train.gpusPerNode), then each rank cuts its share into "
+        "miniBatchSize sequences, so one optimiser update covers ranks x miniBatchSize sequences and a step makes "
+        "sftEpochs x ceil(ceil(kept / ranks) / miniBatchSize) updates; global: miniBatchSize sequences per update "
+        "over all ranks, sftEpochs x ceil(kept / miniBatchSize) updates (ranks times more at the same learning "
+        "rate). `whale plan` prints the figure")
 
     @model_validator(mode="after")
     def _batches(self) -> RSFT:
@@ -419,6 +436,10 @@ class Model(_Model):
     max_model_len: Tokens = Field(32768, description="vLLM --max-model-len")
     trust_remote_code: StrictBool = False
     gguf_file: str | None = Field(None, description="load from this GGUF file inside `name` (CPU demo models)")
+    enable_thinking: StrictBool = Field(
+        True, description="the chat template's enable_thinking: sent as chat_template_kwargs on every request "
+        "(training rollouts, evaluation, harness search) and used when RSFT re-renders a trajectory; the model's "
+        "thinking stays in the reply's content and carries loss like any generated token (the paper: true)")
 
 
 class Data(_Model):
@@ -464,6 +485,11 @@ class Inference(_Model):
     gpu_memory_utilization: Fraction = 0.9
     tool_call_parser: str | None = Field("qwen3_coder", description="vLLM --tool-call-parser")
     extra_args: list[str] = Field(default_factory=list, max_length=256, description="more `vllm serve` arguments")
+    reasoning_parser: str | None = Field(
+        None, max_length=64, description="vLLM --reasoning-parser (e.g. qwen3), passed when model.enableThinking is true: the "
+        "server then moves the thinking out of content into reasoning_content, so harnesses and verifiers see only "
+        "the answer. null (the paper's setting): the thinking stays inline in content, as the in-process backend "
+        "gives it")
 
 
 class Retry(_Model):

@@ -375,6 +375,8 @@ def vllm_args(spec: WhaleRunSpec) -> list[str]:
     ]
     if inf.tool_call_parser:
         args += ["--enable-auto-tool-choice", "--tool-call-parser", inf.tool_call_parser]
+    if inf.reasoning_parser and model.enable_thinking:  # thinking off: nothing to parse out
+        args += ["--reasoning-parser", inf.reasoning_parser]
     if model.trust_remote_code:
         args.append("--trust-remote-code")
     return args + list(inf.extra_args)

@@ -52,6 +52,12 @@ def _greedy_spec(model_dir: Path, **rsft):
     return wire
 
 
+def _single_process_twin(wire: dict, ranks: int) -> dict:
+    """The one-process spec that makes the same updates as ``wire`` (miniBatchScope perRank) on ``ranks``."""
+    rsft = wire["rsft"]
+    return {**wire, "rsft": {**rsft, "miniBatchScope": "global", "miniBatchSize": rsft["miniBatchSize"] * ranks}}
+
+
 class ForbiddenStore:
     """Test double for a follower's store: any use is a failure of the rank-0-only rule."""
 
@@ -96,9 +102,10 @@ def _data_of(root: Path, phase: str = PHASE) -> list[tuple]:
 def test_two_ranks_train_like_one_process_and_only_rank0_uses_the_store(tmp_path, model_dir):
     from whale.workloads.train import run_train
 
-    wire = _greedy_spec(model_dir)
+    wire = _greedy_spec(model_dir)  # miniBatchSize 4 per rank (perRank, the paper's scope)
     single, multi = tmp_path / "single", tmp_path / "multi"
-    write_request(open_store(str(single)), PHASE, wire, target=TARGET)
+    # per rank on 2 ranks = global with 2 x miniBatchSize: the same minibatches, the same token-mean update
+    write_request(open_store(str(single)), PHASE, _single_process_twin(wire, ranks=2), target=TARGET)
     write_request(open_store(str(multi)), PHASE, wire, target=TARGET)
 
     run_train(open_store(str(single)), RUN, PHASE)

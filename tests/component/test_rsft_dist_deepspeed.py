@@ -20,7 +20,14 @@ import pytest
 
 from tests.component.rsft_support import RUN, tiny_model_dir, write_request
 from tests.component.test_rsft_data_parallel import _examples
-from tests.component.test_rsft_dist import PHASE, _data_of, _free_port, _greedy_spec, _rank_main
+from tests.component.test_rsft_dist import (
+    PHASE,
+    _data_of,
+    _free_port,
+    _greedy_spec,
+    _rank_main,
+    _single_process_twin,
+)
 from whale import layout
 from whale.store import open_store
 
@@ -69,7 +76,9 @@ def test_zero2_workload_with_carried_optimiser_matches_one_process(tmp_path, mod
 
     wire = _greedy_spec(model_dir)
     single, multi = tmp_path / "single", tmp_path / "multi"
-    _two_phases(single, wire, lambda phase=PHASE: run_train(open_store(str(single)), RUN, phase))
+    # one process makes the 2-rank per-rank updates with a global minibatch twice the size
+    _two_phases(single, _single_process_twin(wire, ranks=2),
+                lambda phase=PHASE: run_train(open_store(str(single)), RUN, phase))
 
     ds_wire = {**wire, "train": {"deepspeedConfig": _cpu_config(2, tmp_path), "gpusPerNode": 2}}
 

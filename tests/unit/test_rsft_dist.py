@@ -47,16 +47,19 @@ def test_engine_config_takes_batches_clipping_and_precision_from_the_spec(tmp_pa
                                 "optimizer": {"type": "Adam"}, "zero_optimization": {"stage": 3},
                                 "bf16": {"enabled": False}}))
     raw = read_config(path)
-    cfg = RSFTConfig(mini_batch_size=64, micro_batch_size_per_gpu=2, max_grad_norm=0.5)
+    cfg = RSFTConfig(mini_batch_size=64, micro_batch_size_per_gpu=2, max_grad_norm=0.5, mini_batch_scope="global")
     out = engine_config(raw, cfg, world_size=8, bf16=True)
     assert out["train_micro_batch_size_per_gpu"] == 2
     assert out["gradient_accumulation_steps"] == 4  # 64 / (2 x 8)
     assert out["train_batch_size"] == 64
     assert out["gradient_clipping"] == 0.5 and out["bf16"]["enabled"] is True
     assert "optimizer" not in out and zero_stage(out) == 3
+    # per rank (the paper's): 64 sequences on each of the 8 ranks per update
+    per_rank = engine_config(raw, RSFTConfig(mini_batch_size=64, micro_batch_size_per_gpu=2), 8, True)
+    assert (per_rank["gradient_accumulation_steps"], per_rank["train_batch_size"]) == (32, 512)
     # a minibatch that does not divide: accumulation rounds up, never below one
-    assert engine_config(raw, RSFTConfig(mini_batch_size=5, micro_batch_size_per_gpu=2), 4, False)[
-        "gradient_accumulation_steps"] == 1
+    assert engine_config(raw, RSFTConfig(mini_batch_size=5, micro_batch_size_per_gpu=2, mini_batch_scope="global"),
+                         4, False)["gradient_accumulation_steps"] == 1
 
 
 def test_shipped_deepspeed_configs_are_zero2_and_zero3():

@@ -6,6 +6,16 @@ documented in ``whale.harness.api``; its outcome is an :class:`~whale.harness.tr
 an exception: a failing harness hook, inference call or environment ends the episode with
 ``end="error"``, reward 0 and a one-line ``error`` (the proposer reads these). Rewards come from the
 domain's verifier (``Environment.reward``) after the episode ends, however it ends, except on error.
+
+Token budget of an episode (the paper's, ``SamplingParams.episode_*``): every model call's
+``max_tokens`` is the least of the per-call cap (``max_tokens``), the episode's generated tokens
+left (``episode_tokens`` minus what its calls generated), the window left (``episode_window`` minus
+the growth of the prompt since the first call: assistant and tool/environment tokens) and the
+server's context left (``max_model_len`` minus the prompt). When that is < 1 the episode ends with
+``end="token_budget"`` before calling the model (the verifier still scores it). The prompt is counted
+when the client can (in process), else estimated from the previous call's prompt + completion tokens
+plus an upper bound of the messages added since (their UTF-8 bytes plus a framing allowance: a
+byte-level BPE token is at least one byte), so a clamp never lets a request run past the context.
 """
 
 from __future__ import annotations
@@ -31,6 +41,45 @@ log = logging.getLogger(__name__)
 
 #: seconds between flushes of the traces file of :func:`run_episodes`
 TRACE_FLUSH_S = 1.0
+#: tokens a chat template may add around one message (role header, end-of-turn, newlines) on top of
+#: its content, for the prompt estimate of a client that cannot count tokens
+MESSAGE_FRAMING_TOKENS = 8
+
+
+@dataclasses.dataclass
+class EpisodeTokens:
+    """What an episode's model calls have used so far, for the per-call ``max_tokens`` clamp."""
+
+    #: prompt tokens of the episode's first call (the window counts from there); None before it
+    first_prompt: int | None = None
+    #: prompt and completion tokens of the latest call
+    last_prompt: int = 0
+    last_completion: int = 0
+    #: messages the latest call's prompt and reply cover (later ones were added by the harness since)
+    covered_messages: int = 0
+
+
+def message_tokens_upper_bound(messages: list[dict[str, Any]]) -> int:
+    """At least as many tokens as these messages take in a prompt: every token of a byte-level BPE
+    is one byte or more, plus :data:`MESSAGE_FRAMING_TOKENS` per message for the template's framing."""
+    return sum(len(json.dumps(m, ensure_ascii=False).encode("utf-8")) + MESSAGE_FRAMING_TOKENS for m in messages)
+
+
+def call_max_tokens(sampling: SamplingParams, *, generated: int, prompt_tokens: int, first_prompt: int | None,
+                    max_model_len: int | None) -> tuple[int, str]:
+    """``max_tokens`` of the next model call and the limit that sets it (see the module doc). Pure.
+
+    ``generated``: tokens the episode's calls generated so far; ``prompt_tokens``: of the next prompt
+    (counted or estimated); ``first_prompt``: of the episode's first prompt (None: this is the first)."""
+    limits = {"maxResponseTokens": sampling.max_tokens}
+    if sampling.episode_tokens is not None:
+        limits["episodeTokenBudget"] = sampling.episode_tokens - generated
+    if sampling.episode_window is not None:
+        limits["episodeWindowTokens"] = sampling.episode_window - (prompt_tokens - (first_prompt or prompt_tokens))
+    if max_model_len is not None:
+        limits["maxModelLen"] = max_model_len - prompt_tokens
+    name = min(limits, key=lambda k: limits[k])
+    return limits[name], name
 
 
 class EpisodeError(RuntimeError):
@@ -137,6 +186,7 @@ class EpisodeRunner:
             max_turns = min(max_turns, self.domain.max_turns_limit)
         tools = info.tools or None
         state: dict[str, Any] = {}
+        used = EpisodeTokens()
 
         t0 = time.perf_counter()
         task = env.reset()
@@ -154,7 +204,9 @@ class EpisodeRunner:
                 return EndReason.HARNESS_DONE
             if ep.turns >= max_turns:
                 return EndReason.MAX_TURNS
-            reply = await self._model(ep, tools, first if ep.turns == 0 else None)
+            reply = await self._model(ep, tools, used, first if ep.turns == 0 else None)
+            if reply is None:
+                return EndReason.TOKEN_BUDGET
             decision, state = await self._hook(ep, "parse", {"reply": reply}, state)
 
     async def _hook(self, ep: Episode, hook: str, args: dict[str, Any], state: dict[str, Any]):
@@ -167,13 +219,39 @@ class EpisodeRunner:
         )
         return decision, state
 
-    async def _model(self, ep: Episode, tools: list[dict[str, Any]] | None,
-                     first: SharedFirstTurn | None = None) -> dict[str, Any]:
+    async def _max_tokens(self, ep: Episode, tools: list[dict[str, Any]] | None,
+                          used: EpisodeTokens) -> tuple[int, int | None]:
+        """The next call's ``max_tokens`` under the episode's budget (see the module doc; < 1 = spent)
+        and the prompt tokens it assumed (None: no limit needed them)."""
+        sampling = self.sampling
+        max_model_len = getattr(self.client, "max_model_len", None)
+        if sampling.episode_tokens is None and sampling.episode_window is None and max_model_len is None:
+            return sampling.max_tokens, None
+        prompt = await self.client.count_prompt_tokens(ep.messages, tools, sampling)
+        if prompt is None:
+            if used.last_prompt > 0:  # the server counted the last prompt: add what came since, bounded
+                prompt = (used.last_prompt + used.last_completion + MESSAGE_FRAMING_TOKENS
+                          + message_tokens_upper_bound(ep.messages[used.covered_messages:]))
+            else:  # nothing counted yet: the whole prompt, bounded from above
+                prompt = message_tokens_upper_bound(ep.messages) + len(json.dumps(tools or []).encode("utf-8"))
+        limit, _ = call_max_tokens(sampling, generated=ep.completion_tokens, prompt_tokens=prompt,
+                                   first_prompt=used.first_prompt, max_model_len=max_model_len)
+        return limit, prompt
+
+    async def _model(self, ep: Episode, tools: list[dict[str, Any]] | None, used: EpisodeTokens,
+                     first: SharedFirstTurn | None = None) -> dict[str, Any] | None:
+        """One model call; None when the episode's token budget leaves nothing for it."""
         if not ep.messages:
             raise EpisodeError("the harness asked for a model turn with no messages")
-        shared = await first.take(self.client, ep.messages, tools, self.sampling) if first is not None else None
+        max_tokens, assumed_prompt = await self._max_tokens(ep, tools, used)
+        if max_tokens < 1:
+            return None
+        sampling = self.sampling
+        if max_tokens != sampling.max_tokens:
+            sampling = dataclasses.replace(sampling, max_tokens=max_tokens)
+        shared = await first.take(self.client, ep.messages, tools, sampling) if first is not None else None
         if shared is None:
-            result = await self.client.chat(ep.messages, self.sampling, n=1, tools=tools)
+            result = await self.client.chat(ep.messages, sampling, n=1, tools=tools)
             completion = result.completions[0]
         else:
             result, completion = shared
@@ -185,6 +263,10 @@ class EpisodeRunner:
         message = dict(completion.message)
         message["role"] = "assistant"
         ep.messages.append(message)
+        if used.first_prompt is None:  # the window counts from here (a server without usage: the estimate)
+            used.first_prompt = result.prompt_tokens or assumed_prompt
+        used.last_prompt, used.last_completion = result.prompt_tokens, completion.completion_tokens
+        used.covered_messages = len(ep.messages)
         step = {
             "type": "model",
             "turn": ep.turns,
@@ -192,6 +274,7 @@ class EpisodeRunner:
             "finish_reason": completion.finish_reason,
             "prompt_tokens": result.prompt_tokens,
             "completion_tokens": completion.completion_tokens,
+            "max_tokens": max_tokens,
             "latency_s": round(result.latency_s, 6),
         }
         if shared is not None:

@@ -6,14 +6,15 @@ Field names are snake_case (internal data files, not Kubernetes wire objects). L
     {"episode_id", "item_id", "subset", "sample", "domain", "harness", "model",
      "messages": [...],        # the whole conversation, in order; assistant messages exactly as generated
      "steps": [...],           # everything that happened, in order (below)
-     "reward", "turns", "end": "env_done"|"harness_done"|"max_turns"|"error", "error",
+     "reward", "turns", "end": "env_done"|"harness_done"|"max_turns"|"token_budget"|"error", "error",
      "prompt_tokens", "completion_tokens", "seconds", "inference_seconds", "harness_seconds",
      "env_seconds", "started_at"}
 
 ``steps`` entries (``"type"`` says which):
 
 * ``{"type": "model", "turn", "message_index", "finish_reason", "prompt_tokens", "completion_tokens",
-  "latency_s", ["token_ids"]}`` — one model call; ``messages[message_index]`` is its reply;
+  "max_tokens", "latency_s", ["token_ids"]}`` — one model call (``max_tokens``: what it was allowed,
+  after the episode's token budget); ``messages[message_index]`` is its reply;
 * ``{"type": "action", "action": {...}, "result": {...}, "seconds"}`` — one parsed action (env step or
   tool call) with the result the harness saw; tool calls are the actions with ``kind == "tool"``;
 * ``{"type": "decision", "hook", "messages_added", "done"}`` — a harness hook's answer.
@@ -37,6 +38,9 @@ class EndReason:
     ENV_DONE = "env_done"
     HARNESS_DONE = "harness_done"
     MAX_TURNS = "max_turns"
+    #: the episode's token budget (``rsft.sampling.episodeTokenBudget`` / ``episodeWindowTokens``, or
+    #: the model's context) left nothing for the next model call
+    TOKEN_BUDGET = "token_budget"
     ERROR = "error"
 
 

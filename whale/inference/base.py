@@ -23,14 +23,26 @@ class InferenceError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class SamplingParams:
-    """Sampling knobs, named as in the OpenAI/vLLM API. ``top_k`` -1 = off."""
+    """Sampling knobs, named as in the OpenAI/vLLM API. ``top_k`` -1 = off.
+
+    ``chat_template_kwargs`` travel with every request (vLLM's field of that name; the in-process
+    backend renders with them), as ``(name, value)`` pairs so the value stays hashable. The ``episode_*``
+    budgets are never sent: the episode runner reads them and clamps each call's ``max_tokens``
+    (``whale.harness.runner``)."""
 
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = -1
+    #: generated tokens of one call at most
     max_tokens: int = 1024
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    #: extra chat-template variables, e.g. ``(("enable_thinking", True),)``
+    chat_template_kwargs: tuple[tuple[str, Any], ...] = ()
+    #: generated tokens one episode may spend over all its calls (None: no budget)
+    episode_tokens: int | None = None
+    #: tokens after an episode's first prompt, generated and tool/environment alike (None: no cap)
+    episode_window: int | None = None
 
     def __post_init__(self) -> None:
         if self.temperature < 0:
@@ -39,15 +51,30 @@ class SamplingParams:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        for name in ("episode_tokens", "episode_window"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {value}")
+        if isinstance(self.chat_template_kwargs, dict):  # accept a dict, keep the hashable form
+            object.__setattr__(self, "chat_template_kwargs", tuple(sorted(self.chat_template_kwargs.items())))
+
+    @property
+    def template_kwargs(self) -> dict[str, Any]:
+        """``chat_template_kwargs`` as a dict."""
+        return dict(self.chat_template_kwargs)
 
     @classmethod
-    def from_spec(cls, sampling: Any, temperature: float | None = None) -> SamplingParams:
+    def from_spec(cls, sampling: Any, temperature: float | None = None,
+                  chat_template_kwargs: dict[str, Any] | None = None) -> SamplingParams:
         """From ``whale.spec.Sampling`` (``rsft.sampling``), optionally overriding the temperature."""
         return cls(
             temperature=sampling.temperature if temperature is None else temperature,
             top_p=sampling.top_p,
             top_k=sampling.top_k,
             max_tokens=sampling.max_response_tokens,
+            chat_template_kwargs=tuple(sorted((chat_template_kwargs or {}).items())),
+            episode_tokens=getattr(sampling, "episode_token_budget", None),
+            episode_window=getattr(sampling, "episode_window_tokens", None),
         )
 
 
@@ -84,6 +111,8 @@ class InferenceClient(abc.ABC):
 
     #: the model name reported in traces
     model: str = "unknown"
+    #: prompt + max_tokens of one request may not exceed this (the server's context); None: unknown
+    max_model_len: int | None = None
 
     @abc.abstractmethod
     async def chat(
@@ -96,6 +125,12 @@ class InferenceClient(abc.ABC):
         """Sample ``n`` replies to ``messages`` (OpenAI chat format). ``tools``: OpenAI function
         schemas the model may call; replies then may carry ``tool_calls``. Raises
         :class:`InferenceError`."""
+
+    async def count_prompt_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                                  sampling: SamplingParams) -> int | None:
+        """Tokens of the prompt ``chat`` would send for these messages (the rendered chat template with
+        the generation prompt), or None when this backend cannot count them without a model call."""
+        return None
 
     async def aclose(self) -> None:
         """Release connections/threads. Idempotent."""

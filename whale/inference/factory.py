@@ -67,6 +67,7 @@ def make_client(spec: WhaleRunSpec, store: Store | None = None, checkpoint: str 
             model=spec.model.served_model_name,
             timeout_s=float(spec.inference.request_timeout_seconds),
             max_connections=max(16, spec.inference.max_concurrency),
+            max_model_len=spec.model.max_model_len,
         )
     from whale.inference.transformers_backend import TransformersClient
 
@@ -83,6 +84,13 @@ def make_client(spec: WhaleRunSpec, store: Store | None = None, checkpoint: str 
     )
 
 
+def chat_template_kwargs(spec: WhaleRunSpec) -> dict[str, Any]:
+    """The chat-template variables every request of this run carries (``model.enableThinking``)."""
+    return {"enable_thinking": spec.model.enable_thinking}
+
+
 def sampling_for(spec: WhaleRunSpec, temperature: float | None = None) -> SamplingParams:
-    """``spec.rsft.sampling`` (top_p, top_k, max tokens), at ``temperature`` when given."""
-    return SamplingParams.from_spec(spec.rsft.sampling, temperature=temperature)
+    """``spec.rsft.sampling`` (top_p, top_k, max tokens per call, the episode's token budget and
+    window) with the run's chat-template variables, at ``temperature`` when given."""
+    return SamplingParams.from_spec(spec.rsft.sampling, temperature=temperature,
+                                    chat_template_kwargs=chat_template_kwargs(spec))

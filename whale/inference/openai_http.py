@@ -46,6 +46,13 @@ class OpenAIClient(InferenceClient):
         max_connections: HTTP connection pool size (≥ the runtime's concurrency).
         api_key: sent as a Bearer token when given (never logged).
         send_top_k: include ``top_k`` in requests (vLLM: yes; strict OpenAI servers: no).
+        max_model_len: the server's context length (vLLM ``--max-model-len``), for the episode runner's
+            clamp of ``max_tokens``; None: unknown.
+
+    ``sampling.chat_template_kwargs`` go out as the request's ``chat_template_kwargs`` (vLLM renders
+    its chat template with them: ``enable_thinking``). A server with a reasoning parser answers the
+    thinking apart (``reasoning_content``, or ``reasoning`` in newer vLLM); it is kept on the message as
+    ``reasoning_content``, the name chat templates read when the conversation is sent back.
 
     The connection pool belongs to the event loop of the first request (as every asyncio pool does).
     """
@@ -63,8 +70,10 @@ class OpenAIClient(InferenceClient):
         max_connections: int = 256,
         api_key: str | None = None,
         send_top_k: bool = True,
+        max_model_len: int | None = None,
     ):
         self.base_url = base_url.rstrip("/")
+        self.max_model_len = max_model_len
         self._model = model
         self.max_retries = max_retries
         self.backoff_s = backoff_s
@@ -141,6 +150,8 @@ class OpenAIClient(InferenceClient):
             body["stop"] = list(sampling.stop)
         if tools:
             body["tools"] = tools
+        if sampling.chat_template_kwargs:
+            body["chat_template_kwargs"] = sampling.template_kwargs
         return body
 
     async def chat(
@@ -222,8 +233,9 @@ def parse_response(body: dict[str, Any], latency_s: float) -> ChatResult:
         message: dict[str, Any] = {"role": "assistant", "content": raw.get("content") or ""}
         if raw.get("tool_calls"):
             message["tool_calls"] = raw["tool_calls"]
-        if raw.get("reasoning_content"):
-            message["reasoning_content"] = raw["reasoning_content"]
+        reasoning = raw.get("reasoning_content") or raw.get("reasoning")
+        if reasoning:
+            message["reasoning_content"] = reasoning
         completions.append(
             Completion(message=message, finish_reason=choice.get("finish_reason") or "stop", completion_tokens=0,
                        token_ids=choice.get("token_ids"))

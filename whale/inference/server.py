@@ -3,7 +3,8 @@
 Exposes the in-process transformers backend over HTTP, so the runtime's HTTP client, the local
 runner and tests can use the same path production uses with vLLM. Endpoints: ``GET /v1/models``,
 ``POST /v1/chat/completions`` (non-streaming; ``n``, temperature/top_p/top_k, max_tokens or
-max_completion_tokens, seed, stop, tools), ``GET /health``. Errors use the OpenAI error shape.
+max_completion_tokens, seed, stop, tools, and vLLM's ``chat_template_kwargs``, which reach the chat
+template), ``GET /health``. Errors use the OpenAI error shape.
 
 ``python -m whale.inference.server --model NAME_OR_DIR [--gguf-file F] [--host H] [--port P]``.
 """
@@ -42,6 +43,7 @@ class ChatRequest(BaseModel):
     stop: str | list[str] | None = None
     tools: list[dict[str, Any]] | None = None
     stream: bool = False
+    chat_template_kwargs: dict[str, Any] | None = None
 
 
 def create_app(client: InferenceClient, model_name: str | None = None, default_max_tokens: int = 1024) -> Any:
@@ -78,6 +80,7 @@ def create_app(client: InferenceClient, model_name: str | None = None, default_m
                 temperature=request.temperature, top_p=request.top_p, top_k=request.top_k,
                 max_tokens=request.max_completion_tokens or request.max_tokens or default_max_tokens,
                 seed=request.seed, stop=stop,
+                chat_template_kwargs=tuple(sorted((request.chat_template_kwargs or {}).items())),
             )
             result = await client.chat(request.messages, sampling, n=request.n, tools=request.tools)
         except ValueError as exc:

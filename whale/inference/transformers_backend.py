@@ -1,8 +1,10 @@
 """In-process inference with transformers: batched generation with the chat template.
 
 For machines without a GPU (and for RSFT on the CPU): concurrent ``chat`` calls are queued and
-batched (requests with equal sampling parameters share one ``generate`` call, left-padded), and
-generation runs in a worker thread so the event loop keeps serving harness hooks meanwhile.
+batched (requests with equal sampling parameters, ``max_tokens`` aside, share one ``generate`` call,
+left-padded, each row cut at its own ``max_tokens``), and generation runs in a worker thread so the
+event loop keeps serving harness hooks meanwhile. The generated text is decoded whole: a thinking
+model's ``<think>...</think>`` stays in ``content``, as vLLM gives it without a reasoning parser.
 
 Sharing weights with a trainer: pass the trainer's ``model`` object in. Every ``generate`` reads
 the model's current parameters, so after an optimizer step the next rollout samples from the new
@@ -71,7 +73,8 @@ class TransformersClient(InferenceClient):
         max_batch_size: prompt rows per ``generate`` call (n samples count as n rows).
         batch_wait_s: how long the batcher waits for more requests before generating.
         model_name: the name reported in traces and by the server.
-        chat_template_kwargs: extra chat-template variables (e.g. ``{"enable_thinking": False}``).
+        chat_template_kwargs: extra chat-template variables (e.g. ``{"enable_thinking": False}``); a
+            request's own (``SamplingParams.chat_template_kwargs``) take precedence.
         tool_parser: how generated tool calls are written (``whale.inference.toolcalls.PARSERS``, vLLM's
             names); None = the one the tokenizer's chat template writes (``qwen3_coder`` or ``hermes``).
     """
@@ -95,6 +98,9 @@ class TransformersClient(InferenceClient):
         self.max_model_len = min(limits) if limits else None
         #: held during generation; a trainer holds it while it changes the weights
         self.lock = threading.Lock()
+        #: held while the tokenizer encodes: a batch encode with padding reconfigures the (Rust) tokenizer,
+        #: which another thread's encode must not see half done
+        self._tokenizer_lock = threading.Lock()
         self._queue: asyncio.Queue[_Request] | None = None
         self._worker: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -185,34 +191,50 @@ class TransformersClient(InferenceClient):
 
     # ----- generation (worker thread) ---------------------------------------------------------------
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
-        """The prompt text: the tokenizer's chat template with the generation prompt."""
+    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+               template_kwargs: dict[str, Any] | None = None) -> str:
+        """The prompt text: the tokenizer's chat template with the generation prompt, rendered with this
+        client's ``chat_template_kwargs`` and then the request's (``SamplingParams.chat_template_kwargs``)."""
         try:
             return self.tokenizer.apply_chat_template(
                 _template_messages(messages), tools=tools, add_generation_prompt=True, tokenize=False,
-                **self.chat_template_kwargs,
+                **{**self.chat_template_kwargs, **(template_kwargs or {})},
             )
         except Exception as exc:  # noqa: BLE001 - jinja errors come in many types
             raise InferenceError(f"the chat template failed on these messages: {exc}") from exc
+
+    async def count_prompt_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                                  sampling: SamplingParams) -> int | None:
+        """The exact prompt length ``chat`` would generate from (rendered and tokenised the same way), in
+        a worker thread: the event loop keeps serving while a long conversation is rendered."""
+        return await asyncio.to_thread(self._count_prompt_tokens, messages, tools, sampling.template_kwargs)
+
+    def _count_prompt_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
+                             template_kwargs: dict[str, Any]) -> int:
+        text = self.render(messages, tools, template_kwargs)
+        with self._tokenizer_lock:
+            return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def _generate(self, batch: list[_Request]) -> list[ChatResult]:
         import torch
 
         started = time.perf_counter()
-        sampling = batch[0].sampling
-        texts = [self.render(r.messages, r.tools) for r in batch]
+        sampling = batch[0].sampling  # the batch shares it but for max_tokens (see _key)
+        max_new = max(r.sampling.max_tokens for r in batch)
+        texts = [self.render(r.messages, r.tools, r.sampling.template_kwargs) for r in batch]
         tok = self.tokenizer
-        tok.padding_side = "left"
         rows = [t for t, r in zip(texts, batch, strict=True) for _ in range(r.n)]
-        encoded = tok(rows, return_tensors="pt", padding=True, add_special_tokens=False)
-        prompt_lens = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
+        with self._tokenizer_lock:
+            tok.padding_side = "left"
+            encoded = tok(rows, return_tensors="pt", padding=True, add_special_tokens=False)
+            prompt_lens = [len(tok(t, add_special_tokens=False)["input_ids"]) for t in texts]
         if self.max_model_len is not None:
-            for length in prompt_lens:
-                if length + sampling.max_tokens > self.max_model_len:
+            for length, request in zip(prompt_lens, batch, strict=True):
+                if length + request.sampling.max_tokens > self.max_model_len:
                     raise InferenceError(
-                        f"prompt of {length} tokens + max_tokens {sampling.max_tokens} exceeds max_model_len "
+                        f"prompt of {length} tokens + max_tokens {request.sampling.max_tokens} exceeds max_model_len "
                         f"{self.max_model_len}")
-        kwargs: dict[str, Any] = {"max_new_tokens": sampling.max_tokens, "pad_token_id": tok.pad_token_id,
+        kwargs: dict[str, Any] = {"max_new_tokens": max_new, "pad_token_id": tok.pad_token_id,
                                   "eos_token_id": sorted(self._eos_ids)}
         if sampling.temperature > 0:
             kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
@@ -238,7 +260,8 @@ class TransformersClient(InferenceClient):
         for request, prompt_len in zip(batch, prompt_lens, strict=True):
             completions = []
             for _ in range(request.n):
-                completions.append(self._completion(generated[row], request.tools))
+                # rows of a batch generate up to the batch's longest max_tokens: each keeps its own
+                completions.append(self._completion(generated[row][: request.sampling.max_tokens], request.tools))
                 row += 1
             total = sum(c.completion_tokens for c in completions)
             results.append(ChatResult(completions, prompt_len, total, time.perf_counter() - request.enqueued))
@@ -279,7 +302,11 @@ def _template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _key(request: _Request) -> SamplingParams:
-    return request.sampling
+    """Requests that may share one ``generate`` call: equal sampling but for ``max_tokens`` (the episode
+    runner clamps it per call, so it differs between episodes; each row is cut at its own) and the
+    chat-template variables (each prompt is rendered on its own)."""
+    return dataclasses.replace(request.sampling, max_tokens=1, chat_template_kwargs=(), episode_tokens=None,
+                               episode_window=None)
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:

@@ -168,6 +168,29 @@ def minibatches(examples: Sequence[Example], size: int, rng: random.Random) -> l
     return [[examples[i] for i in order[j: j + size]] for j in range(0, len(order), size)]
 
 
+def update_groups(examples: Sequence[Example], mini_batch_size: int, ranks: int, scope: str,
+                  rng: random.Random) -> list[tuple[list[Example], ...]]:
+    """One SFT epoch's optimiser updates: for each update, every rank's share of it (``shares[rank]``).
+
+    The sequences are shuffled (seeded) once. ``perRank`` (the paper's verl): rank r takes every
+    ranks-th sequence, then cuts its share into minibatches of ``mini_batch_size``; update j is every
+    rank's j-th minibatch. ``global``: minibatches of ``mini_batch_size`` over all sequences, each shared
+    out over the ranks. How many updates: :func:`whale.rsft.config.optimizer_updates` (an empty share
+    means a rank sits that update out with no sequence, as verl's padding rows carry no loss)."""
+    from whale.rsft.config import optimizer_updates
+
+    order = list(range(len(examples)))
+    rng.shuffle(order)
+    ordered = [examples[i] for i in order]
+    n = optimizer_updates(len(ordered), ranks=ranks, mini_batch_size=mini_batch_size, sft_epochs=1,
+                          scope=scope)  # type: ignore[arg-type]
+    size = mini_batch_size
+    if scope == "perRank":
+        shares = [ordered[r::ranks] for r in range(ranks)]
+        return [tuple(share[j * size:(j + 1) * size] for share in shares) for j in range(n)]
+    return [tuple(ordered[j * size:(j + 1) * size][r::ranks] for r in range(ranks)) for j in range(n)]
+
+
 def micro_batches(minibatch: Sequence[Example], size: int) -> list[list[Example]]:
     """Cut a minibatch into micro-batches of ``size`` sequences, longest first, so each micro-batch
     pads little. The minibatch is one token-mean update, so the order inside it changes nothing."""

@@ -15,6 +15,9 @@ if TYPE_CHECKING:  # pydantic models; imported lazily so the trainer runs where 
     from whale.protocol import PhaseRequest, WeightPhaseArgs
     from whale.spec import WhaleRunSpec
 
+#: what ``miniBatchSize`` counts (see :func:`optimizer_updates`)
+MiniBatchScope = Literal["perRank", "global"]
+
 
 @dataclass(frozen=True)
 class RSFTConfig:
@@ -28,7 +31,7 @@ class RSFTConfig:
     score_threshold: float = 0.5
     #: SFT epochs over the kept trajectories of one step
     sft_epochs: int = 1
-    #: sequences per optimiser update
+    #: sequences per optimiser update, per data-parallel rank or over all ranks (``mini_batch_scope``)
     mini_batch_size: int = 64
     #: sequences per forward/backward on one device (gradient accumulation fills the minibatch)
     micro_batch_size_per_gpu: int = 2
@@ -64,6 +67,9 @@ class RSFTConfig:
     checkpoint_every_steps: int = 0
     #: steps per epoch of D_weight (controller's accounting; metrics' ``epoch`` = step / this)
     steps_per_epoch: int = 1
+    #: "perRank" (the paper's verl: shard the kept sequences over the ranks, then cut each share into
+    #: minibatches) or "global" (cut all sequences into minibatches, then share each over the ranks)
+    mini_batch_scope: MiniBatchScope = "perRank"
     extra: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -109,6 +115,7 @@ class RSFTConfig:
             total_steps=max(total or args.target_step, args.target_step, 1),
             checkpoint_every_steps=r.checkpoint_every_steps,
             steps_per_epoch=max(1, args.steps_per_epoch),
+            mini_batch_scope=r.mini_batch_scope,
         )
 
     @property
@@ -121,6 +128,30 @@ class RSFTConfig:
         if self.padding == "auto":
             return "bucket" if self.compile_layers else "longest"
         return self.padding
+
+
+def optimizer_updates(sequences: int, *, ranks: int, mini_batch_size: int, sft_epochs: int,
+                      scope: MiniBatchScope) -> int:
+    """Optimiser updates one RSFT step makes on ``sequences`` kept training sequences (one per kept
+    trajectory, unless the chat template splits a trajectory's turns) with ``ranks`` data-parallel ranks.
+
+    ``perRank`` (the paper's verl, which shards the batch over the ranks before the minibatch split):
+    each rank holds ceil(sequences / ranks) of them and cuts them into minibatches of ``mini_batch_size``;
+    the ranks step together, so one update covers up to ranks x mini_batch_size sequences:
+    ``sft_epochs x ceil(ceil(sequences / ranks) / mini_batch_size)``.
+    ``global``: minibatches of ``mini_batch_size`` over all ranks: ``sft_epochs x ceil(sequences / mini_batch_size)``.
+    No sequence, no update. The one formula both trainers follow (:func:`update_groups`) and ``whale plan`` prints."""
+    if sequences <= 0:
+        return 0
+    if ranks < 1 or mini_batch_size < 1 or sft_epochs < 0:
+        raise ValueError(f"ranks ({ranks}) and miniBatchSize ({mini_batch_size}) must be >= 1, sftEpochs "
+                         f"({sft_epochs}) >= 0")
+    if scope == "perRank":
+        per_rank = -(-sequences // ranks)
+        return sft_epochs * -(-per_rank // mini_batch_size)
+    if scope == "global":
+        return sft_epochs * -(-sequences // mini_batch_size)
+    raise ValueError(f"rsft.miniBatchScope: unknown value {scope!r}; use perRank or global")
 
 
 def lr_at(step: int, cfg: RSFTConfig) -> float:

@@ -5,8 +5,9 @@ Used only when ``spec.train.deepspeedConfig`` names a DeepSpeed JSON (``images/w
 :class:`whale.rsft.trainer.SFTTrainer`, same maths:
 
 * the JSON's batch keys are overwritten from the spec: ``train_micro_batch_size_per_gpu`` =
-  ``microBatchSizePerGpu``, ``gradient_accumulation_steps`` = ceil(``miniBatchSize`` /
-  (micro × world)), ``train_batch_size`` = their product, ``gradient_clipping`` = ``maxGradNorm``,
+  ``microBatchSizePerGpu``, ``gradient_accumulation_steps`` = ceil(``miniBatchSize`` / micro) when
+  ``miniBatchScope`` is perRank (the paper's), ceil(``miniBatchSize`` / (micro × world)) when global,
+  ``train_batch_size`` = their product (DeepSpeed's bookkeeping: the boundary is set explicitly), ``gradient_clipping`` = ``maxGradNorm``,
   ``bf16.enabled`` from ``rsft.precision``; an ``optimizer``/``scheduler`` section is dropped (the
   trainer's AdamW and the RSFT LR schedule rule);
 * one optimiser update per minibatch, token-mean over the minibatch's loss tokens on all ranks:
@@ -79,7 +80,8 @@ def zero_stage(raw: dict[str, Any]) -> int:
 def engine_config(raw: dict[str, Any], cfg: RSFTConfig, world_size: int, bf16: bool) -> dict[str, Any]:
     """The DeepSpeed config the engine gets: the JSON with the batch/precision keys from the spec. Pure."""
     micro = cfg.micro_batch_size_per_gpu
-    gas = max(1, math.ceil(cfg.mini_batch_size / (micro * world_size)))
+    per_rank = cfg.mini_batch_size if cfg.mini_batch_scope == "perRank" else cfg.mini_batch_size / world_size
+    gas = max(1, math.ceil(per_rank / micro))
     out = {k: v for k, v in raw.items() if k not in ("optimizer", "scheduler", "fp16", "train_batch_size")}
     out.update(
         train_micro_batch_size_per_gpu=micro,
@@ -177,17 +179,18 @@ class DeepSpeedTrainer:
         self.engine.train()
         return sft_epochs(examples, self.cfg, self.optimizer, self.device, lr=lr, seed=seed, update=self._update)
 
-    def _update(self, minibatch: Sequence[Example], local: Sequence[Example], n_tokens: int) -> float:
+    def _update(self, shares: Sequence[Sequence[Example]], local: Sequence[Example], n_tokens: int) -> float:
         """One engine step. Every rank runs the same number of micro-batches (a rank short of
         sequences backs a zero-weighted one), so the accumulation boundary is collective."""
         world = _world()[1]
         micro_size = self.cfg.micro_batch_size_per_gpu
         micros = micro_batches(local, micro_size)
-        n_micro = math.ceil(math.ceil(len(minibatch) / world) / micro_size)  # the same on every rank
+        n_micro = max(math.ceil(len(share) / micro_size) for share in shares)  # the same on every rank
+        filler = next(e for share in shares for e in share)
         loss_sum = 0.0
         for i in range(n_micro):
             real = i < len(micros)
-            batch = self.collate(micros[i] if real else minibatch[:1])
+            batch = self.collate(micros[i] if real else [filler])
             self.engine.set_gradient_accumulation_boundary(i == n_micro - 1)
             loss = self._loss_sum(batch)
             self.engine.backward(loss * (world / n_tokens if real else 0.0), scale_wrt_gas=False)

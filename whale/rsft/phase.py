@@ -158,7 +158,7 @@ class WeightPhase:
             raise WeightPhaseError(f"step {s + 1}: the sampler returned no rollouts for {len(indices)} prompts")
         selection = select(trajectories, self.cfg.score_threshold)
         lr = lr_at(s, self.cfg)
-        loss, tokens, t_train = None, 0, 0.0
+        loss, tokens, t_train, updates = None, 0, 0.0, 0
         if selection.kept:
             examples = self.encode(selection.kept)
             lock = self.weights_lock
@@ -169,7 +169,7 @@ class WeightPhase:
             finally:
                 if lock is not None:
                     lock.release()
-            loss, tokens, t_train = stats.loss, stats.tokens, stats.seconds
+            loss, tokens, t_train, updates = stats.loss, stats.tokens, stats.seconds, stats.updates
         t2 = self.clock()
         t_sync = self.sync.sync(self.model, self.tokenizer, s + 1) if selection.kept else 0.0
         metrics = WeightStepMetrics(
@@ -187,8 +187,10 @@ class WeightPhase:
             seconds_syncing=t_sync,
             tokens_per_second=(tokens / t_train) if t_train else 0.0,
         ).to_wire()
-        # Extra keys (readers ignore unknown fields): the data order, for audits and resume checks.
+        # Extra keys (readers ignore unknown fields): the data order, for audits and resume checks, and the
+        # optimiser updates made.
         metrics["prompts"] = indices
+        metrics["optimizerUpdates"] = updates
         metrics["dataEpoch"] = self.order.slots(s)[0].epoch
         return metrics
 

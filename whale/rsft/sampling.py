@@ -60,7 +60,10 @@ class HarnessSampler:
         self.client = client
         self.sampling = sampling
         self.config = RunnerConfig(max_concurrency=max_concurrency, harness_label=harness_label or str(harness_path))
-        self.template_kwargs = dict(template_kwargs or getattr(client, "chat_template_kwargs", {}) or {})
+        # the chat-template variables generation used (the client's, then every request's), so SFT
+        # renders the trajectory the way generation saw it (enable_thinking)
+        self.template_kwargs = dict(template_kwargs if template_kwargs is not None else
+                                    {**(getattr(client, "chat_template_kwargs", None) or {}), **sampling.template_kwargs})
         #: the harness process's limits and isolation level (spec.sandbox.isolation)
         self.limits = limits or SandboxLimits()
         self._loop = asyncio.new_event_loop()

@@ -1,14 +1,15 @@
 """SFT on the kept trajectories of one RSFT step: minibatches, micro-batches, token-mean loss.
 
 One call of :meth:`SFTTrainer.train` runs ``sftEpochs`` passes over the step's sequences, in
-seeded-shuffled minibatches of ``miniBatchSize`` sequences, each minibatch one optimiser update
-accumulated over micro-batches of ``microBatchSizePerGpu``. The loss of a minibatch is the sum of
+seeded-shuffled minibatches of ``miniBatchSize`` sequences (per data-parallel rank, as the paper's
+verl, or over all ranks: ``miniBatchScope``), each one optimiser update accumulated over
+micro-batches of ``microBatchSizePerGpu``. The loss of a minibatch is the sum of
 the per-token cross-entropies of its loss-carrying tokens divided by their count (token mean), so
 a long trajectory weighs by its tokens, not as one sample. Only those tokens are projected through
 the LM head (``logits`` of prompt tokens are never formed), which saves the vocabulary matmul on
 prompt tokens. Parameters stay fp32 (master weights: updates of 1e-7 vanish in bf16); on a GPU the
-forward/backward runs under bf16 autocast. Data-parallel: each rank takes every world-th sequence
-and the token count is all-reduced, so the normalisation is global.
+forward/backward runs under bf16 autocast. Data-parallel: each rank trains on its share of every
+update and the token count is all-reduced, so the normalisation is global.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from whale.rsft.collate import IGNORE_INDEX, Example, collate_micro, micro_batches, minibatches
+from whale.rsft.collate import IGNORE_INDEX, Example, collate_micro, micro_batches, update_groups
 from whale.rsft.config import RSFTConfig
 
 log = logging.getLogger(__name__)
@@ -141,11 +142,16 @@ def collate_tensors(micro: Sequence[Example], cfg: RSFTConfig, pad_id: int,
 
 def sft_epochs(examples: Sequence[Example], cfg: RSFTConfig, optimizer: Any, device: torch.device, *,
                lr: float, seed: str | int,
-               update: Callable[[Sequence[Example], Sequence[Example], int], float]) -> SFTStats:
-    """The SFT loop every trainer shares: ``sftEpochs`` passes over seeded minibatches of
-    ``miniBatchSize``; each rank takes its share (``minibatch[rank::world]``), the token count is
-    global, and ``update(minibatch, local, n_tokens)`` makes one optimiser update returning this
-    rank's summed token loss (the engines differ only there). Token-mean loss over all ranks."""
+               update: Callable[[Sequence[Sequence[Example]], Sequence[Example], int], float]) -> SFTStats:
+    """The SFT loop every trainer shares: ``sftEpochs`` passes, each a seeded shuffle cut into optimiser
+    updates as ``miniBatchScope`` says (:func:`whale.rsft.collate.update_groups`; their number is
+    :func:`whale.rsft.config.optimizer_updates`). Each rank trains on its share of an update, the token
+    count is global, and ``update(shares, local, n_tokens)`` makes one optimiser update returning this
+    rank's summed token loss (the engines differ only there). Token-mean loss over all ranks' shares.
+
+    NOTE: verl normalises each rank's minibatch by its own token count and averages the ranks'
+    gradients; here one update is the token mean over every rank's share (the same when the ranks hold
+    equally many loss tokens, and independent of how the sequences fall on the ranks)."""
     start = time.perf_counter()
     rank, world = _world()
     examples = [e for e in examples if e.n_target > 0]
@@ -154,12 +160,12 @@ def sft_epochs(examples: Sequence[Example], cfg: RSFTConfig, optimizer: Any, dev
     loss_total, tokens_total, updates = 0.0, 0, 0
     for epoch in range(cfg.sft_epochs):
         rng = random.Random(f"whale-rsft-minibatch:{seed}:{epoch}")
-        for minibatch in minibatches(examples, cfg.mini_batch_size, rng):
-            local = minibatch[rank::world]
+        for shares in update_groups(examples, cfg.mini_batch_size, world, cfg.mini_batch_scope, rng):
+            local = shares[rank]
             n_tokens = int(_all_reduce_sum(sum(e.n_target for e in local), device))
             if n_tokens == 0:
                 continue
-            loss_total += _all_reduce_sum(update(minibatch, local, n_tokens), device)
+            loss_total += _all_reduce_sum(update(shares, local, n_tokens), device)
             tokens_total += n_tokens
             updates += 1
     if device.type == "cuda":
@@ -209,8 +215,8 @@ class SFTTrainer:
         self.model.train()
         return sft_epochs(examples, self.cfg, self.optimizer, self.device, lr=lr, seed=seed, update=self._update)
 
-    def _update(self, minibatch: Sequence[Example], local: Sequence[Example], n_tokens: int) -> float:
-        """One optimiser update on this rank's share of a minibatch; returns its summed token loss."""
+    def _update(self, shares: Sequence[Sequence[Example]], local: Sequence[Example], n_tokens: int) -> float:
+        """One optimiser update on this rank's share of it; returns its summed token loss."""
         world = _world()[1]
         loss_sum = 0.0
         for micro in micro_batches(local, self.cfg.micro_batch_size_per_gpu):

@@ -169,7 +169,8 @@ def make_sampling_backend(spec: WhaleRunSpec, model: Any, tokenizer: Any, store:
     from whale.inference.transformers_backend import TransformersClient
 
     client = TransformersClient(model, tokenizer, max_batch_size=spec.inference.max_concurrency,
-                                model_name=spec.model.served_model_name or spec.model.name)
+                                model_name=spec.model.served_model_name or spec.model.name,
+                                max_model_len=spec.model.max_model_len)
     return client, SharedModelSync(), client.lock
 
 
