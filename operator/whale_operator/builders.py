@@ -175,6 +175,29 @@ def workload_env(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest,
     return env
 
 
+#: capabilities whale.sandbox's launcher needs as root in a container (measured with setpriv's bounding set:
+#: without any one of them a sandbox cannot be set up): namespaces, mounts and pivot_root (SYS_ADMIN), a fresh uid
+#: per sandbox (SETUID, SETGID), an empty bounding set for the program (SETPCAP), its scratch files handed to that
+#: uid (CHOWN, DAC_OVERRIDE), and killing what is left of it (KILL)
+SANDBOX_HOST_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "KILL", "SETGID", "SETPCAP", "SETUID", "SYS_ADMIN")
+
+
+def sandbox_host_security_context() -> dict[str, Any]:
+    """The securityContext of a container that starts ``whale.sandbox`` sandboxes (harness processes, the code
+    tool): root with only :data:`SANDBOX_HOST_CAPABILITIES`, so the launcher can build each sandbox's own
+    namespaces and fresh root; the untrusted program inside has no capability at all (docs/security.md).
+    AppArmor's default container profile refuses every mount, so it is unconfined here; seccomp stays at the
+    runtime's default, which allows the namespace calls to a holder of SYS_ADMIN. Without these the sandbox
+    fails closed (the phase fails, naming spec.sandbox.isolation), it never runs untrusted code unwalled."""
+    return {
+        "runAsUser": 0,
+        "runAsNonRoot": False,
+        "capabilities": {"drop": ["ALL"], "add": list(SANDBOX_HOST_CAPABILITIES)},
+        "seccompProfile": {"type": "RuntimeDefault"},
+        "appArmorProfile": {"type": "Unconfined"},
+    }
+
+
 # ----- Jobs ---------------------------------------------------------------------------------------
 
 
@@ -252,6 +275,8 @@ def job(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, *, store_uri: st
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
+    if spec.sandbox.isolation == "namespaces":  # every workload runs harness files (and the code tool) in sandboxes
+        container["securityContext"] = sandbox_host_security_context()
     env_from = storage_env_from(spec)
     if env_from:
         container["envFrom"] = env_from
@@ -530,14 +555,9 @@ def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store
     container["command"] = cmd
     if tool.sandboxed:
         container["resources"] = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "4", "memory": "4Gi"}}
-        container["securityContext"] = {
-            "runAsNonRoot": True,
-            "runAsUser": 65534,
-            "allowPrivilegeEscalation": False,
-            "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"]},
-            "seccompProfile": {"type": "RuntimeDefault"},
-        }
+        # each run of model-written code gets its own sandbox (namespaces, fresh root, unprivileged uid);
+        # the pod holds no credentials, no token and (NetworkPolicy) no network
+        container["securityContext"] = {**sandbox_host_security_context(), "readOnlyRootFilesystem": True}
         container["volumeMounts"] = [{"name": "scratch", "mountPath": "/tmp"}]
         pod["automountServiceAccountToken"] = False
         pod["enableServiceLinks"] = False

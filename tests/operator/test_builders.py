@@ -96,12 +96,38 @@ def test_train_job_whole_manifest():
                                       "limits": {"nvidia.com/gpu": "1"}},
                         "terminationMessagePolicy": "FallbackToLogsOnError",
                         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+                        # the harness processes it starts are sandboxes: root with only the launcher's capabilities
+                        "securityContext": {
+                            "runAsUser": 0, "runAsNonRoot": False,
+                            "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "DAC_OVERRIDE", "KILL", "SETGID",
+                                                                      "SETPCAP", "SETUID", "SYS_ADMIN"]},
+                            "seccompProfile": {"type": "RuntimeDefault"},
+                            "appArmorProfile": {"type": "Unconfined"},
+                        },
                     }],
                     "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
                 },
             },
         },
     }
+
+
+def test_workers_without_isolation_get_no_sandbox_capabilities():
+    """spec.sandbox.isolation: none starts no sandbox, so the worker keeps the image's plain user."""
+    spec = make_spec(sandbox={"isolation": "none"})
+    for request in (weight_request(spec),):
+        container = builders.job(RUN, spec, request, store_uri=STORE)["spec"]["template"]["spec"]["containers"][0]
+        assert "securityContext" not in container
+
+
+def test_sandbox_host_capabilities_are_exactly_what_the_launcher_needs():
+    """Every capability the launcher needs, measured by dropping each from the bounding set (docs/security.md);
+    nothing that would let the untrusted program out (the program itself runs with none)."""
+    ctx = builders.sandbox_host_security_context()
+    assert ctx["capabilities"]["drop"] == ["ALL"]
+    assert set(ctx["capabilities"]["add"]) == {"CHOWN", "DAC_OVERRIDE", "KILL", "SETGID", "SETPCAP", "SETUID",
+                                               "SYS_ADMIN"}
+    assert "privileged" not in ctx and ctx["seccompProfile"] == {"type": "RuntimeDefault"}
 
 
 def test_multi_node_train_is_an_indexed_job_with_a_headless_service():
