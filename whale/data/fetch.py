@@ -145,7 +145,7 @@ def _fetch_into(http: httpx.Client, url: str, part: Path, *, max_bytes: int, dea
                              "for this source; is it the right file?")
         with part.open("ab" if append else "wb") as fh:
             written = have
-            for chunk in resp.iter_bytes(CHUNK_BYTES):
+            for chunk in resp.iter_bytes():  # as the data arrives: a cut connection keeps what came
                 written += len(chunk)
                 if written > max_bytes:
                     fh.close()
