@@ -123,7 +123,10 @@ def source_key(domain: str, src: Source) -> str:
 
 
 def default_cache_dir() -> Path:
-    """$WHALE_CACHE_DIR/downloads, else ~/.cache/whale/downloads."""
+    """$WHALE_DOWNLOADS_DIR (the prepare Job's scratch volume), else $WHALE_CACHE_DIR/downloads, else
+    ~/.cache/whale/downloads."""
+    if os.environ.get("WHALE_DOWNLOADS_DIR"):
+        return Path(os.environ["WHALE_DOWNLOADS_DIR"])
     base = os.environ.get("WHALE_CACHE_DIR")
     return (Path(base) if base else Path.home() / ".cache" / "whale") / "downloads"
 
