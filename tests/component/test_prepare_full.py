@@ -229,10 +229,23 @@ def test_math_full_sizes_are_the_papers_without_any_data():
 def test_a_file_that_gives_other_sizes_than_the_papers_fails_the_preparation(files_server, tmp_path):
     blob = dapo_parquet(distinct=300, repeats=2)  # 300 distinct problems, not the 17,917 of the pinned file
     files_server.files["/dapo.parquet"] = blob
-    data = {"harnessSize": 16, "sources": [{"name": "dapo-math-17k", "url": files_server.url("dapo.parquet")}]}
+    data = {"harnessSize": 16, "sources": [{"name": "dapo-math-17k", "url": files_server.url("dapo.parquet"),
+                                            "sha256": sha(blob)}]}  # another file than the paper's, pinned
     res = run_prepare(manifest(tmp_path, "math_reasoning", data), tmp_path / "st", tmp_path / "cache")
     assert res.exit_code == 1
     assert "the paper's preparation {'weight': 17917" in " ".join(res.output.split())
+
+
+def test_a_mirror_serving_another_file_than_the_pinned_one_is_refused(files_server, tmp_path):
+    from math_reasoning.full import DAPO
+
+    blob = dapo_parquet(distinct=10, repeats=2)
+    files_server.files["/dapo.parquet"] = blob
+    data = {"sources": [{"name": "dapo-math-17k", "url": files_server.url("dapo.parquet")}]}
+    res = run_prepare(manifest(tmp_path, "math_reasoning", data), tmp_path / "st", tmp_path / "cache")
+    assert res.exit_code == 1
+    text = "".join(res.output.split())
+    assert DAPO.sha256 in text and sha(blob) in text and files_server.url("dapo.parquet") in text
 
 
 # ----- search QA: FlashRAG-shaped JSON lines ------------------------------------------------------

@@ -107,9 +107,8 @@ def resolve_sources(full: FullData, data: Data) -> tuple[Source, ...]:
         if pin is None:
             out.append(src)
             continue
-        url = pin.url or src.url
-        sha = pin.sha256 or (src.sha256 if url == src.url else None)
-        out.append(Source(src.name, url, src.filename, sha, src.revision if url == src.url else None,
+        # a mirror serves the same file: the domain's pinned digest still applies unless the pin names another
+        out.append(Source(src.name, pin.url or src.url, src.filename, pin.sha256 or src.sha256, src.revision,
                           src.max_bytes, src.description))
     return tuple(out)
 
