@@ -56,6 +56,8 @@ DEFAULT_TEST = 256
 OVERSAMPLE = 2
 #: bad rows quoted in the manifest (all are counted)
 MAX_REPORTED = 20
+#: rows read at most: the database has ~5 M; a file that decompresses to far more is refused
+MAX_ROWS = 50_000_000
 VERSION = 1
 
 
@@ -120,18 +122,28 @@ def select(rows: list[dict[str, str]], need: dict[str, int]) -> tuple[dict[str, 
     return {"weight": out["weight"], "harness": out["harness"], "test": out["test"]}, stats
 
 
-def read_zst_csv(path: Path) -> Iterator[dict[str, str]]:
+def read_zst_csv(path: Path, max_rows: int = MAX_ROWS) -> Iterator[dict[str, str]]:
+    """The rows of a zstd-compressed Lichess CSV, streamed; a broken file, an over-long field or more than
+    ``max_rows`` rows (a decompression bomb) is a FullDataError naming the file and the line."""
     import zstandard
 
     with Path(path).open("rb") as raw:
         reader = zstandard.ZstdDecompressor().stream_reader(raw)
         text = io.TextIOWrapper(reader, encoding="utf-8-sig", newline="")
         rows = csv.DictReader(text)
-        missing = [c for c in REQUIRED_COLUMNS if c not in (rows.fieldnames or [])]
-        if missing:
-            raise FullDataError(f"{path}: header lacks {', '.join(missing)}; expected the Lichess columns "
-                                f"{','.join(LICHESS_COLUMNS)}")
-        yield from rows
+        try:
+            missing = [c for c in REQUIRED_COLUMNS if c not in (rows.fieldnames or [])]
+            if missing:
+                raise FullDataError(f"{path}: header lacks {', '.join(missing)}; expected the Lichess columns "
+                                    f"{','.join(LICHESS_COLUMNS)}")
+            for n, row in enumerate(rows, 1):
+                if n > max_rows:
+                    raise FullDataError(f"{path}: more than {max_rows:,} rows; the Lichess database has ~5 M; is it "
+                                        "the right file?")
+                yield row
+        except (zstandard.ZstdError, csv.Error, UnicodeDecodeError) as exc:
+            raise FullDataError(f"{path}: not a readable zstd-compressed Lichess CSV near line {rows.line_num} "
+                                f"({type(exc).__name__}: {exc})") from None
 
 
 def build(paths: Mapping[str, Path], data: Data) -> tuple[dict[str, list[dict[str, str]]], dict[str, Any]]:

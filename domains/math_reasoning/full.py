@@ -75,11 +75,18 @@ def dedup_rows(rows: Iterator[dict[str, Any]]) -> tuple[list[dict[str, Any]], in
 
 
 def read_parquet_rows(path: Path) -> Iterator[dict[str, Any]]:
+    """The rows' ``prompt`` and ``reward_model``, a batch at a time; a file that is not such a parquet is a
+    FullDataError naming it."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    handle = pq.ParquetFile(path)
-    for batch in handle.iter_batches(batch_size=BATCH_ROWS, columns=["prompt", "reward_model"]):
-        yield from batch.to_pylist()
+    try:
+        handle = pq.ParquetFile(path)
+        for batch in handle.iter_batches(batch_size=BATCH_ROWS, columns=["prompt", "reward_model"]):
+            yield from batch.to_pylist()
+    except (pa.ArrowException, KeyError, ValueError) as exc:
+        raise FullDataError(f"{path}: not the DAPO-Math-17k parquet (columns prompt, reward_model): "
+                            f"{type(exc).__name__}: {exc}") from None
 
 
 def make_splits(pool: list[dict[str, Any]], test: list[dict[str, Any]], data: Data) -> dict[str, list[dict[str, Any]]]:

@@ -67,13 +67,15 @@ def sizes(data: Data) -> dict[str, int]:
 
 
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    with Path(path).open(encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if line.strip():
-                try:
+    n = 0
+    try:
+        with Path(path).open(encoding="utf-8") as fh:
+            for n, line in enumerate(fh, 1):
+                if line.strip():
                     yield json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise FullDataError(f"{path}:{n}: not valid JSON ({exc.msg}); is it the FlashRAG file?") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise FullDataError(f"{path}:{n + 1 if isinstance(exc, UnicodeDecodeError) else n}: not JSON lines "
+                            f"({type(exc).__name__}); is it the FlashRAG file?") from None
 
 
 def make_splits(tests: dict[str, list[dict[str, Any]]], train: dict[str, list[dict[str, Any]]],

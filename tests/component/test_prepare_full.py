@@ -281,3 +281,32 @@ def test_search_full_data_merges_nq_and_hotpotqa_and_samples_seven_benchmarks(fi
     assert all(r["id"].startswith("nq/") for r in harness) and {r["id"] for r in harness} <= {r["id"] for r in weight}
     assert sorted({r["subset"] for r in test}) == sorted(TEST_SETS) and len(test) == 21
     assert domain.notes() == []  # all seven benchmarks are there
+
+
+def test_a_file_that_is_not_a_zstd_csv_fails_with_the_file_named(files_server, tmp_path):
+    blob = b"<html>not the database</html>" * 100
+    path = manifest(tmp_path, "chess_puzzles", chess_data(files_server, blob))
+    res = run_prepare(path, tmp_path / "st", tmp_path / "cache")
+    assert res.exit_code == 1
+    assert "not a readable zstd-compressed Lichess CSV" in " ".join(res.output.split())
+
+
+def test_a_decompression_bomb_is_cut_at_the_row_limit(tmp_path):
+    from chess_puzzles.full import read_zst_csv
+
+    header = SAMPLE_CSV.read_text().splitlines()[0]
+    row = SAMPLE_CSV.read_text().splitlines()[1]
+    path = tmp_path / "bomb.csv.zst"
+    path.write_bytes(zstd(("\n".join([header] + [row] * 5000) + "\n").encode()))
+    with pytest.raises(full.FullDataError, match="more than 1,000 rows"):
+        list(read_zst_csv(path, max_rows=1000))
+
+
+def test_a_file_that_is_not_the_dapo_parquet_fails_with_the_file_named(files_server, tmp_path):
+    blob = b"not a parquet file" * 50
+    files_server.files["/dapo.parquet"] = blob
+    data = {"harnessSize": 16, "sources": [{"name": "dapo-math-17k", "url": files_server.url("dapo.parquet"),
+                                            "sha256": sha(blob)}]}
+    res = run_prepare(manifest(tmp_path, "math_reasoning", data), tmp_path / "st", tmp_path / "cache")
+    assert res.exit_code == 1
+    assert "not the DAPO-Math-17k parquet" in " ".join(res.output.split())
