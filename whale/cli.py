@@ -1,4 +1,4 @@
-"""`whale`: the command line. A shell over the library: validate, plan, run, status, report, replay, crd.
+"""`whale`: the command line. A shell over the library: validate, plan, prepare, run, status, report, replay, crd.
 
 Starts fast (no torch, kopf or vllm imports here); heavy modules load inside the commands that
 need them.
@@ -328,6 +328,54 @@ def list_domains() -> None:
     """List the registered domains."""
     for name in domains.available():
         typer.echo(name)
+
+
+@app.command()
+def prepare(
+    file: FileArg,
+    store: Annotated[Optional[str], typer.Option(help="DIR or s3://bucket/prefix (default: spec.storage.uri, "
+                                                     "$WHALE_STORE, or ./.whale/store)")] = None,
+    cache_dir: Annotated[Optional[Path], typer.Option(help="where downloads go, resumed from there "
+                                                           "(default: $WHALE_CACHE_DIR/downloads)")] = None,
+    splits_only: Annotated[bool, typer.Option("--splits-only", help="skip the tool services' data (search_qa's "
+                                                                   "wiki-18 index: ~80 GB)")] = False,
+    output: OutputOpt = "table",
+) -> None:
+    """Fetch, verify and split the manifest's data into the store, before `whale run` or `kubectl apply`.
+
+    spec.data.source full: the paper's datasets are downloaded (resumable), checked against their SHA-256 and
+    recorded in the store's manifest, then split to the paper's sizes. A re-run with everything in place
+    downloads and writes nothing."""
+    from whale.data.fetch import FetchError
+    from whale.data.full import FullDataError
+    from whale.domain import DomainError
+    from whale.store import StoreError
+    from whale.workloads.common import load_domain
+    from whale.workloads.prepare import PrepareError, prepare_data
+
+    m, _ = _load_checked(file)
+    try:
+        st = _open_store(store, m)
+        st.check()
+        result = prepare_data(load_domain(m.spec), m.spec, st, tool_data=not splits_only, cache_dir=cache_dir)
+    except (FullDataError, FetchError, PrepareError, StoreError, DomainError, OSError) as exc:
+        _fail([str(exc)], str(file))
+    sources = [{"name": r.name, "action": r.action, "bytes": r.bytes, "sha256": r.sha256, "url": r.url}
+               for r in result.sources]
+    if output == "json":
+        typer.echo(json.dumps({"store": st.uri, "source": m.spec.data.source, "sizes": result.sizes,
+                               "sources": sources}, indent=2))
+        return
+    if sources:
+        table = Table(title=f"{m.spec.domain}: full data in {st.uri}")
+        for col in ("source", "done", "bytes", "sha256", "url"):
+            table.add_column(col)
+        for r in sources:
+            table.add_row(r["name"], r["action"], f"{r['bytes']:,}", r["sha256"][:16], r["url"])
+        console.print(table)
+    sizes = result.sizes
+    console.print(f"ok: {m.spec.domain} ({m.spec.data.source} data) prepared in {st.uri}: D_weight {sizes['weight']:,}, "
+                  f"D_harness {sizes['harness']:,}, D_test {sizes['test']:,}", highlight=False)
 
 
 app.command("report")(report_command)  # whale/report/cli.py

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    from whale.data.full import FullData
     from whale.spec import Data
     from whale.store import Store
 
@@ -170,9 +171,24 @@ class Domain(abc.ABC):
         the split sizes; it must be idempotent (a store that has them already is left alone). Default:
         nothing."""
 
+    def full_data(self) -> FullData | None:
+        """The paper's full datasets of this domain (``spec.data.source: full``): their sources, split sizes
+        and split builder (``whale.data.full``). Default: None, the domain has only its sample files."""
+        return None
+
+    def require_full_data(self) -> FullData:
+        full = self.full_data()
+        if full is None:
+            from whale.data.full import FullDataError
+
+            raise FullDataError(f"spec.data.source: domain {self.name!r} has no full data to fetch; use source: sample")
+        return full
+
     @abc.abstractmethod
     def split_sizes(self, data: Data) -> dict[str, int]:
-        """|D_weight|, |D_harness|, |D_test| for these data settings. Cheap: `whale plan` calls it."""
+        """|D_weight|, |D_harness|, |D_test| for these data settings. Cheap: `whale plan` calls it.
+        For ``source: full`` these are the sizes the preparation produces (``FullData.sizes``), known
+        before anything is fetched."""
 
     @abc.abstractmethod
     def load_split(self, split: str, data: Data, store: Store | None = None) -> list[dict[str, Any]]:
@@ -227,9 +243,15 @@ class SplitsInMemoryDomain(Domain):
         """{"weight": [...], "harness": [...], "test": [...]} for these data settings."""
 
     def split_sizes(self, data: Data) -> dict[str, int]:
+        if data.source == "full":
+            return self.require_full_data().sizes(data)
         return {name: len(rows) for name, rows in self.build_splits(data).items()}
 
     def load_split(self, split: str, data: Data, store: Store | None = None) -> list[dict[str, Any]]:
+        if data.source == "full":  # prepared into the run's store (whale.data.full), never built here
+            from whale.data import full
+
+            return full.load_split(store, self.require_full_data(), data, split)
         splits = self.build_splits(data)
         if split not in splits:
             raise DomainError(f"unknown split {split!r}; use one of {', '.join(splits)}")

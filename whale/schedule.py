@@ -236,8 +236,21 @@ def plan(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> dict[str, Any]:
         out["phasesOmitted"] = total_entries - len(listed)
     if sched.cycle_steps:
         out["weightStepsPerCycle"] = sched.cycle_steps
+    if cond.trains_weights:
+        out["rolloutsPerStep"] = sched.rollouts_per_step  # promptsPerStep x rolloutsPerPrompt
+        out["evalIntervalSteps"] = sched.eval_interval_steps
+    if cond.searches_harness:
+        out["harnessIterationsPerPhase"] = sched.harness_iterations  # I, mh_only's N, adaptive's maximum
     if adaptive:
         out["rolloutsUpperBound"] = True
+        if sched.weight_rule is not None and sched.harness_rule is not None:
+            w, h = sched.weight_rule, sched.harness_rule
+            out["adaptive"] = {
+                "weight": {"windowSteps": w.window_steps, "burnInSteps": w.burn_in_steps,
+                           "patienceSteps": w.patience_steps},
+                "harness": {"minIterations": h.min_iterations, "patience": h.patience,
+                            "maxIterations": h.max_iterations},
+            }
     updates = optimizer_updates_per_step(spec)
     if updates is not None:
         out["optimizerUpdatesPerStep"] = updates

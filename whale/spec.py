@@ -108,6 +108,9 @@ SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
 QUANTITY = (r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
             r"(([KMGTPE]i)|[numkMGTPE]|([eE][-+]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+#: a download address of a data source: http(s) only, no whitespace
+SOURCE_URL = r"^https?://[^\s]+$"
+SHA256_HEX = r"^[0-9a-f]{64}$"
 
 #: what each pattern means, for error messages (``whale.manifest`` turns a pattern mismatch into this)
 PATTERN_HINTS: dict[str, str] = {
@@ -122,6 +125,8 @@ PATTERN_HINTS: dict[str, str] = {
     SECRET_KEY: "must be a Secret key: letters, digits, '-', '_' and '.'",
     QUANTITY: "must be a Kubernetes quantity like '8', '500m', '32Gi' or '1.5' (quote it in YAML)",
     ENV_NAME: "must be an environment variable name: letters, digits and '_', not starting with a digit",
+    SOURCE_URL: "must be an http:// or https:// URL without spaces",
+    SHA256_HEX: "must be a SHA-256 digest: 64 lowercase hexadecimal digits",
 }
 
 #: variables that change how a program loads, runs, finds files or reaches the network, or that the
@@ -442,10 +447,32 @@ class Model(_Model):
         "thinking stays in the reply's content and carries loss like any generated token (the paper: true)")
 
 
+class DataSourcePin(_Model):
+    """Where one named source of the full data comes from, overriding the domain's default: a mirror
+    (``url``) and/or the digest the download must have (``sha256``). ``whale prepare`` lists a
+    domain's source names."""
+
+    name: Annotated[str, Strict(), Field(min_length=1, max_length=64, pattern=DNS1123_LABEL)] = Field(
+        ..., description="the source, e.g. lichess-puzzles, dapo-math-17k, nq-train")
+    url: Annotated[str, Strict(), Field(min_length=8, max_length=2048, pattern=SOURCE_URL)] | None = Field(
+        None, description="download it from here instead (a mirror); http or https")
+    sha256: Annotated[str, Strict(), Field(min_length=64, max_length=64, pattern=SHA256_HEX)] | None = Field(
+        None, description="refuse a download whose SHA-256 differs (the Lichess file changes monthly: pin the "
+        "one you mean)")
+
+
 class Data(_Model):
     """Where the domain's raw files are, and optional caps on the split sizes."""
 
-    data_dir: str | None = Field(None, description="raw data root (default: $WHALE_DATA_DIR or ../shared/data)")
+    source: Literal["sample", "full"] = Field(
+        "sample", description="sample: the small files under dataDir (../shared/data), what `whale run` and CI use; "
+        "full: the paper's datasets, fetched, checksummed and split by the prepare phase (`whale prepare` locally, "
+        "the prepare Job on a cluster) into the run's store, with the paper's split sizes (docs/data.md)")
+    sources: list[DataSourcePin] = Field(
+        default_factory=list, max_length=32, description="source: full only: mirrors and pinned digests of "
+        "named sources")
+    data_dir: str | None = Field(None, max_length=4096,
+                                 description="raw data root (default: $WHALE_DATA_DIR or ../shared/data)")
     seed: Int64 = Field(0, description="seed of the split shuffle")
     weight_size: Items | None = Field(None, description="cap |D_weight|")
     harness_size: Items = Field(256, description="|D_harness|")
@@ -456,6 +483,16 @@ class Data(_Model):
         "shipped passages, D_weight/D_harness only the questions whose answer BM25 retrieves in the top 5; "
         "wiki18 = the paper's e5-base-v2 over wiki-18 (21 M passages, prepared on the cluster), every training "
         "question; auto = wiki18 on a cluster (the operator), local in `whale run`")
+
+    @model_validator(mode="after")
+    def _sources(self) -> Data:
+        names = [pin.name for pin in self.sources]
+        if len(set(names)) != len(names):
+            dup = next(n for n in names if names.count(n) > 1)
+            raise ValueError(f"sources: {dup!r} is listed twice; give each source once")
+        if self.sources and self.source != "full":
+            raise ValueError("sources: only the full data is fetched; set source: full or remove sources")
+        return self
 
 
 class Storage(_Model):

@@ -17,6 +17,7 @@ from whale.domain import DEFAULT_ALLOWED_IMPORTS, Domain
 
 if TYPE_CHECKING:
     from chess_puzzles.env import ChessEnvironment
+    from whale.data.full import FullData
     from whale.spec import Data
     from whale.store import Store
 
@@ -36,12 +37,23 @@ class ChessPuzzles(Domain):
     #: h0 uses 9; a candidate may spend more turns on retries, never more than this
     max_turns_limit = 2 * MAX_SOLVER_PLIES + 2
 
+    def full_data(self) -> FullData:
+        from chess_puzzles.full import FULL
+
+        return FULL
+
     def split_sizes(self, data: Data) -> dict[str, int]:
+        if data.source == "full":
+            return self.full_data().sizes(data)
         from chess_puzzles.prep import split_sizes
 
         return split_sizes(data)
 
     def load_split(self, split: str, data: Data, store: Store | None = None) -> list[dict[str, Any]]:
+        if data.source == "full":  # the Lichess database, prepared into the run's store (chess_puzzles.full)
+            from whale.data import full
+
+            return [to_item(row) for row in full.load_split(store, self.full_data(), data, split)]
         from chess_puzzles import prep
 
         rows = prep.load_split(store, data, split) if store is not None else prep.rows_in_memory(data, split)

@@ -17,6 +17,7 @@ from whale.domain import DEFAULT_ALLOWED_IMPORTS, SplitsInMemoryDomain, DomainEr
 
 if TYPE_CHECKING:
     from math_reasoning.env import MathEnvironment
+    from whale.data.full import FullData
     from whale.tools.code import CodeRunner
     from whale.spec import Data
 
@@ -49,6 +50,11 @@ class MathReasoning(SplitsInMemoryDomain):
                 self._isolation = isolation
                 if not self._injected:
                     self._runner = None  # resolved again, with the new isolation
+
+    def full_data(self) -> FullData:
+        from math_reasoning.full import FULL
+
+        return FULL
 
     def build_splits(self, data: Data) -> dict[str, list[dict[str, Any]]]:
         from math_reasoning.data import load_splits

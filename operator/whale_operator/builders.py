@@ -41,6 +41,10 @@ VLLM_STARTUP_FAILURES = 180
 #: its liveness probe counts
 TOOL_STARTUP_PERIOD_S = 10
 TOOL_STARTUP_TIMEOUT_S = 3600
+#: where the prepare Job downloads spec.data.source full (~1 GB in all: the Lichess .zst, DAPO's parquet,
+#: the FlashRAG QA files), and the cap on that scratch volume
+PREPARE_DOWNLOADS_DIR = "/downloads"
+PREPARE_DOWNLOADS_SIZE = "16Gi"
 
 
 @dataclass(frozen=True)
@@ -338,11 +342,17 @@ def prepare_job(run: RunRef, spec: WhaleRunSpec, attempt: int, *, store_uri: str
     resources = resources_dict(spec.cluster.worker_resources)
     if resources:
         container["resources"] = resources
+    pod: dict[str, Any] = {"restartPolicy": "Never", **pod_placement(spec), "containers": [container]}
+    if spec.data.source == "full":
+        # the full datasets are downloaded here before they go to the store (whale.data.full): scratch
+        # disk for them, not the container's writable layer
+        container["volumeMounts"] = [{"name": "downloads", "mountPath": PREPARE_DOWNLOADS_DIR}]
+        container["env"].append({"name": "WHALE_DOWNLOADS_DIR", "value": PREPARE_DOWNLOADS_DIR})
+        pod["volumes"] = [{"name": "downloads", "emptyDir": {"sizeLimit": PREPARE_DOWNLOADS_SIZE}}]
     job_spec: dict[str, Any] = {
         "backoffLimit": 0,
         "podFailurePolicy": pod_failure_policy(),
-        "template": {"metadata": {"labels": labels},
-                     "spec": {"restartPolicy": "Never", **pod_placement(spec), "containers": [container]}},
+        "template": {"metadata": {"labels": labels}, "spec": pod},
     }
     if spec.retry.active_deadline_seconds:
         job_spec["activeDeadlineSeconds"] = spec.retry.active_deadline_seconds

@@ -175,8 +175,8 @@ class Reconciler:
         sizes = store.read_json_or_none(key)
         if sizes:
             return {k: int(v) for k, v in sizes.items()}
-        if not self.config.domain_split_sizes:
-            return None
+        if not self.config.domain_split_sizes or spec.data.source == "full":
+            return None  # the prepare Job writes them (full data: after fetching it into the store)
         from whale import domains
 
         try:

@@ -330,3 +330,15 @@ def test_names_are_deterministic_and_fit_dns_limits():
     assert len(names.rendezvous_service_name(a)) <= 63 and len(names.inference_name(long_run)) <= 63
     with pytest.raises(names.RunNameError, match="starting with a letter"):
         names.check_run_name("1run")
+
+
+def test_prepare_job_of_full_data_gets_a_bounded_scratch_volume_for_the_downloads():
+    spec = make_spec()
+    full = spec.model_copy(update={"data": spec.data.model_copy(update={"source": "full"})})
+    pod = builders.prepare_job(RUN, full, 1, store_uri=STORE)["spec"]["template"]["spec"]
+    c = pod["containers"][0]
+    assert c["volumeMounts"] == [{"name": "downloads", "mountPath": builders.PREPARE_DOWNLOADS_DIR}]
+    assert {"name": "WHALE_DOWNLOADS_DIR", "value": builders.PREPARE_DOWNLOADS_DIR} in c["env"]
+    assert pod["volumes"] == [{"name": "downloads", "emptyDir": {"sizeLimit": builders.PREPARE_DOWNLOADS_SIZE}}]
+    sample = builders.prepare_job(RUN, spec, 1, store_uri=STORE)["spec"]["template"]["spec"]
+    assert "volumes" not in sample and "volumeMounts" not in sample["containers"][0]

@@ -75,8 +75,9 @@ def test_examples_are_the_papers_twelve_runs_plus_a_tiny_cpu_run():
     assert grid == Counter({(d, c): 1 for d in ("search_qa", "math_reasoning", "chess_puzzles")
                             for c in ("rsft_only", "mh_only", "whale", "adaptive_whale")})
     assert specs["chess-whale"].model.name == "Qwen/Qwen3.5-4B" and specs["math-whale"].model.name == "Qwen/Qwen3.5-2B"
-    assert specs["math-whale"].schedule.total_epochs == 6 and specs["searchqa-rsft"].schedule.total_epochs == 4
-    assert specs["searchqa-whale"].schedule.weight_epochs_per_cycle == 0.6
+    # budgets in steps (6 x 70, 4 x 74, 0.6 x 74): tests/unit/test_examples_budgets.py pins every one
+    assert specs["math-whale"].schedule.total_steps == 420 and specs["searchqa-rsft"].schedule.total_steps == 296
+    assert specs["searchqa-whale"].schedule.weight_steps_per_cycle == 44
     assert specs["searchqa-whale"].schedule.harness_iterations_per_cycle == 6
     assert specs["math-mh"].schedule.mh_only_iterations == 60
     chess = specs["chess-rsft"].rsft.sampling  # the paper's 8129 assistant tokens inside a 16384 window

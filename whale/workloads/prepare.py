@@ -8,11 +8,18 @@ workload, which loads the domain, lets it put what its tool services fetch into 
 (domains that cache materialised splits in the store, like chess_puzzles, write them there now, so
 later Jobs re-use them) and writes ``layout.split_sizes_key`` LAST: its presence means "prepared".
 The local runner writes the same file itself. Idempotent: a second run rewrites identical sizes.
+
+With ``spec.data.source: full`` it first fetches the domain's full datasets (resumable, SHA-256 checked)
+into the store and writes the paper-sized splits there (``whale.data.full``); the workloads then read
+those. :func:`prepare_data` is the same preparation without a run, for ``whale prepare``.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
@@ -58,12 +65,39 @@ def split_sizes(domain: Any, spec: WhaleRunSpec, store: Store) -> dict[str, int]
     return loaded
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """What one preparation produced."""
+
+    sizes: dict[str, int]
+    #: per source of the full data: what was fetched, resumed or re-used (empty for source: sample)
+    sources: list[Any] = field(default_factory=list)
+    #: the full splits' manifest (None for source: sample)
+    manifest: dict[str, Any] | None = None
+
+
+def prepare_data(domain: Any, spec: WhaleRunSpec, store: Store, *, tool_data: bool = True,
+                 cache_dir: Path | None = None, fetch: Callable[..., Any] | None = None) -> Prepared:
+    """Everything a run of ``spec`` reads from the store, with no run: the tool services' data
+    (``Domain.prepare_store``, unless ``tool_data`` is False), the full datasets and their splits
+    (``source: full``), then every split loaded once and its size checked against the plugin's."""
+    if tool_data:
+        domain.prepare_store(spec.data, store)  # what the run's tool services fetch (a retriever's index)
+    reports: list[Any] = []
+    manifest = None
+    if spec.data.source == "full":
+        from whale.data import full
+
+        extra = {"fetch": fetch} if fetch is not None else {}
+        manifest, reports = full.materialise(store, domain.require_full_data(), spec.data, cache_dir, **extra)
+    return Prepared(split_sizes(domain, spec, store), reports, manifest)
+
+
 def main(store: Store, run: str, phase: str = "prepare", *, domain: Any = None) -> dict[str, int]:
     """The workload; ``phase`` is unused (one prepare per run); ``domain`` may be injected (tests)."""
     spec = read_spec(store, run)
     domain = load_domain(spec, domain)
-    domain.prepare_store(spec.data, store)  # what the run's tool services fetch (a retriever's index)
-    sizes = split_sizes(domain, spec, store)
+    sizes = prepare_data(domain, spec, store).sizes
     store.write_json(layout.split_sizes_key(run), sizes)  # last: presence = prepared
     log.info("run %s: domain %s prepared, split sizes %s", run, spec.domain, sizes)
     return sizes

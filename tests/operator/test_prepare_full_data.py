@@ -1,0 +1,22 @@
+"""An operator that may compute split sizes itself still leaves full data to the prepare Job: the data
+must be fetched into the store before any workload reads it."""
+
+from __future__ import annotations
+
+from whale.spec import WhaleRunSpec
+from whale.store import open_store
+from whale_operator.metrics import OperatorMetrics
+from whale_operator.reconcile import OperatorConfig, Reconciler
+
+
+def spec(source: str) -> WhaleRunSpec:
+    return WhaleRunSpec.model_validate({"domain": "synthetic" if source == "sample" else "chess_puzzles",
+                                        "condition": "rsft_only", "model": {"name": "m"},
+                                        "schedule": {"totalSteps": 4}, "data": {"source": source}})
+
+
+def test_full_data_is_never_sized_by_the_operator(tmp_path):
+    reconciler = Reconciler(kube=None, metrics=OperatorMetrics(), config=OperatorConfig(domain_split_sizes=True))
+    store = open_store(str(tmp_path / "st"))
+    assert reconciler.split_sizes(store, "full-run", spec("full")) is None  # -> the prepare Job runs
+    assert reconciler.split_sizes(store, "sample-run", spec("sample"))["harness"] > 0  # sized in the operator
