@@ -124,6 +124,16 @@ class Limits:
         return out
 
 
+class NetworkAccess(str, enum.Enum):
+    """Whether a sandboxed program has a network. Only one sandbox asks for one (the ``cli`` proposer's
+    agent, which must reach its model's API); everything else runs with none."""
+
+    #: its own network namespace with no interface: no connection leaves the sandbox (the default)
+    NONE = "none"
+    #: the host's network namespace (and its DNS and CA files, read-only): must be asked for by name
+    HOST = "host"
+
+
 class IsolationLevel(str, enum.Enum):
     """How strongly a program is walled off. There is no automatic downgrade between levels."""
 
@@ -152,6 +162,9 @@ class Isolation:
     packages: tuple[str, ...] = ()
     #: parent environment variables forwarded by name (never ones that look like credentials)
     pass_env: tuple[str, ...] = ("TZ", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    #: ``none`` (the default: a network namespace with no interface) or ``host`` (the host's network,
+    #: asked for by name: every other wall stays; see :class:`NetworkAccess`)
+    network: NetworkAccess = NetworkAccess.NONE
 
     def __post_init__(self) -> None:
         try:
@@ -159,6 +172,11 @@ class Isolation:
         except ValueError:
             choices = ", ".join(repr(level.value) for level in IsolationLevel)
             raise ValueError(f"Isolation.level must be one of {choices}, got {self.level!r}") from None
+        try:
+            object.__setattr__(self, "network", NetworkAccess(self.network))
+        except ValueError:
+            choices = ", ".join(repr(n.value) for n in NetworkAccess)
+            raise ValueError(f"Isolation.network must be one of {choices}, got {self.network!r}") from None
         for name in ("read_paths", "packages", "pass_env"):
             value = getattr(self, name)
             if isinstance(value, str):
@@ -187,6 +205,11 @@ class Isolation:
     @property
     def sandboxed(self) -> bool:
         return self.level is IsolationLevel.NAMESPACES
+
+    @property
+    def shares_network(self) -> bool:
+        """The program reaches the host's network (asked for by name, or no isolation at all)."""
+        return self.network is NetworkAccess.HOST or not self.sandboxed
 
 
 def build_env(
