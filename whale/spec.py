@@ -389,8 +389,9 @@ class Proposer(_Model):
         "API; the only sandbox with a network); none = no network")
     script: Annotated[str, Strict(), Field(min_length=1, max_length=4096)] | None = Field(
         None, description="replay backend: path of the recorded proposal script")
-    timeout_seconds: Seconds = 2400
-    max_turns: Annotated[int, Strict(), Field(ge=1, le=10_000)] = 40
+    timeout_seconds: Seconds = Field(2400, description="per iteration: wall time of the proposer's session")
+    max_turns: Annotated[int, Strict(), Field(ge=1, le=10_000)] = Field(
+        40, description="per iteration: model calls (cli: the {max_turns} template field)")
     max_tokens: Annotated[int, Strict(), Field(ge=1, le=MAX_PROPOSER_TOKENS)] = Field(
         200_000, description="per iteration: tokens the model generated plus tokens it read for the first time "
         "(not the same context re-counted per call)")
