@@ -242,3 +242,15 @@ def test_from_spec_builds_the_anthropic_and_sandboxed_cli_backends():
     assert (cli.read_paths, cli.network, cli.extra_env) == (("/opt/claude",), "none", {"ANTHROPIC_API_KEY": "sk-ant"})
     with pytest.raises(ValueError, match="readPaths|read_paths"):
         ProposerSpec(backend="cli", command=["x"], read_paths=["relative/path"])
+
+
+def test_what_a_cli_agent_hands_back_lands_only_as_plain_candidate_files(tmp_path):
+    from whale.metaharness.proposer.cli_agent import _write_back
+
+    _write_back(tmp_path, {"good.py": "x = 1\n", "good.md": "why", "../escape.py": "x", ".hidden.py": "x",
+                           "bad\x00.py": "x", "notes.txt": "x", "big.md": "m" * 100_000, "n.py": 5})
+    assert sorted(p.name for p in (tmp_path / "candidates").iterdir()) == ["big.md", "good.md", "good.py"]
+    assert not (tmp_path / "escape.py").exists()
+    assert len((tmp_path / "candidates" / "big.md").read_text()) == 8_000  # a rationale's cap
+    _write_back(tmp_path / "other", ["not", "a", "mapping"])
+    assert list((tmp_path / "other" / "candidates").iterdir()) == []

@@ -4,9 +4,9 @@ Iteration 1 re-evaluates the incoming harness (scored in full, no smoke gate: it
 the phase must be able to fall back to). Every later iteration asks the proposer for
 ``proposals_per_iteration`` candidates — giving it, besides the archive copy, the sandboxed tools of
 :mod:`whale.metaharness.proposer.tools`: ``run_candidate`` (through this phase's evaluator, on D_harness
-items only; its rollouts are added to the iteration's) and ``run_shell`` — and puts each through: duplicate check (same code as an
-earlier candidate = a revert, shares its score, costs nothing) → validation (size, syntax, the
-runtime's validator, promptOnly) → smoke test → full score → reward-integrity check
+items only; its rollouts are added to the iteration's) and ``run_shell`` — and puts each through:
+duplicate check (same code as an earlier candidate = a revert, shares its score, costs nothing) →
+validation (size, syntax, the runtime's validator, promptOnly) → smoke test → full score → reward-integrity check
 (:mod:`whale.metaharness.integrity`: model usage against the incoming harness's; a flagged candidate
 is recorded as such and, under the default policy, never accepted). After each iteration one
 :class:`~whale.protocol.HarnessIterationMetrics` line is emitted; the stop rule

@@ -44,6 +44,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -78,6 +79,8 @@ MAX_BUNDLED_FILES = 64
 #: stands for the workspace's path in the rendered argv until the driver knows it (its cwd)
 _SCRATCH_MARK = "@@WHALE_SCRATCH@@"
 _CONFIG = "whale-agent.json"
+#: the candidate files taken back: a plain name (no path, no hidden file), .py or .md
+_FILE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.(py|md)")
 _RESULT = "whale-result.json"
 
 #: the sandbox's program: run the agent, keep its output's tail, end everything, bundle candidates/
@@ -291,9 +294,7 @@ def _write_back(scratch: Path, files: Any) -> None:
     if not isinstance(files, dict):
         return
     for name, text in list(files.items())[:MAX_BUNDLED_FILES]:
-        if not isinstance(name, str) or not isinstance(text, str) or "/" in name or name.startswith("."):
-            continue
-        if not (name.endswith(".py") or name.endswith(".md")):
+        if not isinstance(name, str) or not isinstance(text, str) or not _FILE_NAME_RE.fullmatch(name):
             continue
         limit = MAX_CANDIDATE_BYTES + 1 if name.endswith(".py") else MAX_RATIONALE_BYTES
         (out / name).write_text(text[:limit], encoding="utf-8")
