@@ -10,9 +10,9 @@ is never mistaken for a sandbox. Then it writes the launcher's status to the par
 descriptor.
 
 The audit hooks (PEP 578) are **defence in depth only** — the walls are the namespaces, the new root
-and the uid. They refuse internet sockets, opens (any mode, by str, bytes or descriptor path, also
-``os.open(..., dir_fd=)``) outside the allow-listed read roots, and writes or file-system changes
-outside the scratch directory. C code (ctypes, extension modules, other binaries) is not seen by
+and the uid. They refuse internet sockets (unless ``Isolation(network="host")`` was asked for), opens
+(any mode, by str, bytes or descriptor path, also ``os.open(..., dir_fd=)``) outside the
+allow-listed read roots, and writes or file-system changes outside the scratch directory. C code (ctypes, extension modules, other binaries) is not seen by
 them, which is why they are never the only wall; with ``level == "none"`` none is installed.
 
 Worker mode speaks JSON lines: the real stdout is kept as the protocol channel and fd 1 is pointed
