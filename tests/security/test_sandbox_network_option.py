@@ -1,4 +1,4 @@
-"""``Isolation(network="host")``: the one sandbox with a network (the ``cli`` proposer's agent must reach
+"""``Isolation(host_network=True)``: the one sandbox with a network (the ``cli`` proposer's agent must reach
 its model's API). It must be asked for by name; it opens the network and nothing else — the filesystem,
 uid, PID namespace and environment walls stay; the host's DNS and CA files come read-only."""
 
@@ -9,7 +9,7 @@ import socket
 import pytest
 
 from tests.security.harness_probes import CHECKOUT
-from whale.sandbox import Isolation, NetworkAccess, Outcome, run_python
+from whale.sandbox import Isolation, Outcome, run_python
 
 PROBE = '''
 import os, socket, sys
@@ -40,10 +40,10 @@ def listener():
 
 
 def test_the_default_has_no_network_and_host_must_be_named():
-    assert Isolation().network is NetworkAccess.NONE and not Isolation().shares_network
-    assert Isolation(network="host").shares_network
-    with pytest.raises(ValueError, match="Isolation.network must be one of 'none', 'host'"):
-        Isolation(network="bridge")
+    assert Isolation().host_network is False and not Isolation().shares_network
+    assert Isolation(host_network=True).shares_network and Isolation.none().shares_network
+    with pytest.raises(ValueError, match="Isolation.host_network must be True or False, got 'yes'"):
+        Isolation(host_network="yes")  # type: ignore[arg-type]
 
 
 @pytest.mark.timeout(60)
@@ -53,7 +53,7 @@ def test_host_network_opens_the_network_and_nothing_else(listener: int):
     assert walled.outcome is Outcome.OK, walled.stderr[-2000:]
     assert "refused" in walled.stdout and walled.isolation["network"] == "netns"
 
-    opened = run_python(PROBE, args=args, isolation=Isolation(network="host"))
+    opened = run_python(PROBE, args=args, isolation=Isolation(host_network=True))
     assert opened.outcome is Outcome.OK, opened.stderr[-2000:]
     lines = dict(line.split(" ", 1) for line in opened.stdout.splitlines())
     assert lines["connected"] == "yes" and opened.isolation["network"] == "host"

@@ -37,7 +37,7 @@ rlimits (CPU, address space, file size, processes, open files, no core), a wall 
 an allow-listed environment. The guard's audit hooks (network, reads outside the allow-list, writes
 outside scratch) are defence in depth only.
 
-``Isolation(network="host")`` (:class:`NetworkAccess`) keeps every wall but the network: the program
+``Isolation(host_network=True)`` keeps every wall but the network: the program
 stays in the host's network namespace, and the host's DNS and CA files (/etc/resolv.conf, /etc/hosts,
 /etc/ssl, ...) are mounted read-only so it can resolve and verify a remote API. It is asked for by
 name, and one sandbox does: the ``cli`` proposer's agent, which must reach its model's API.
@@ -53,7 +53,6 @@ from whale.sandbox.policy import (
     IsolationLevel,
     Limits,
     MiB,
-    NetworkAccess,
     Outcome,
     build_env,
     classify,
@@ -68,7 +67,6 @@ __all__ = [
     "IsolationLevel",
     "Limits",
     "MiB",
-    "NetworkAccess",
     "Outcome",
     "SandboxCallError",
     "SandboxResult",

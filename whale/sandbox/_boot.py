@@ -131,7 +131,7 @@ def _write(path, text):
 def _enter_namespaces(cfg, status):
     """New mount/PID/net/IPC/UTS namespaces (inside a user namespace mapping us to root if not root)."""
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
-    if not cfg.get("share_network"):  # Isolation(network="host") was asked for by name
+    if not cfg.get("share_network"):  # Isolation(host_network=True) was asked for by name
         flags |= CLONE_NEWNET
     if cfg["root"]:
         _check(_libc.unshare(flags), "unshare(mount, pid, net, ipc, uts namespaces)")

@@ -10,7 +10,7 @@ is never mistaken for a sandbox. Then it writes the launcher's status to the par
 descriptor.
 
 The audit hooks (PEP 578) are **defence in depth only** — the walls are the namespaces, the new root
-and the uid. They refuse internet sockets (unless ``Isolation(network="host")`` was asked for), opens
+and the uid. They refuse internet sockets (unless ``Isolation(host_network=True)`` was asked for), opens
 (any mode, by str, bytes or descriptor path, also ``os.open(..., dir_fd=)``) outside the
 allow-listed read roots, and writes or file-system changes outside the scratch directory. C code (ctypes, extension modules, other binaries) is not seen by
 them, which is why they are never the only wall; with ``level == "none"`` none is installed.
@@ -70,7 +70,7 @@ class _Walls:
     """The hooks' allow-lists and checks."""
 
     def __init__(self, scratch, read_roots, network=False):
-        #: the host's network was asked for by name (Isolation(network="host")): sockets are allowed
+        #: the host's network was asked for by name (Isolation(host_network=True)): sockets are allowed
         self.network = network
         self.write_roots = [scratch, "/dev/null"]
         self.read_roots = sorted(set(read_roots) | {scratch})

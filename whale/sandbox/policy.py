@@ -124,16 +124,6 @@ class Limits:
         return out
 
 
-class NetworkAccess(str, enum.Enum):
-    """Whether a sandboxed program has a network. Only one sandbox asks for one (the ``cli`` proposer's
-    agent, which must reach its model's API); everything else runs with none."""
-
-    #: its own network namespace with no interface: no connection leaves the sandbox (the default)
-    NONE = "none"
-    #: the host's network namespace (and its DNS and CA files, read-only): must be asked for by name
-    HOST = "host"
-
-
 class IsolationLevel(str, enum.Enum):
     """How strongly a program is walled off. There is no automatic downgrade between levels."""
 
@@ -162,9 +152,10 @@ class Isolation:
     packages: tuple[str, ...] = ()
     #: parent environment variables forwarded by name (never ones that look like credentials)
     pass_env: tuple[str, ...] = ("TZ", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
-    #: ``none`` (the default: a network namespace with no interface) or ``host`` (the host's network,
-    #: asked for by name: every other wall stays; see :class:`NetworkAccess`)
-    network: NetworkAccess = NetworkAccess.NONE
+    #: the host's network namespace (and its DNS and CA files, read-only) instead of one with no
+    #: interface. Every other wall stays. Asked for by name, by one sandbox only: the ``cli`` proposer's
+    #: agent, which must reach its model's API
+    host_network: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -172,11 +163,8 @@ class Isolation:
         except ValueError:
             choices = ", ".join(repr(level.value) for level in IsolationLevel)
             raise ValueError(f"Isolation.level must be one of {choices}, got {self.level!r}") from None
-        try:
-            object.__setattr__(self, "network", NetworkAccess(self.network))
-        except ValueError:
-            choices = ", ".join(repr(n.value) for n in NetworkAccess)
-            raise ValueError(f"Isolation.network must be one of {choices}, got {self.network!r}") from None
+        if not isinstance(self.host_network, bool):
+            raise ValueError(f"Isolation.host_network must be True or False, got {self.host_network!r}")
         for name in ("read_paths", "packages", "pass_env"):
             value = getattr(self, name)
             if isinstance(value, str):
@@ -209,7 +197,7 @@ class Isolation:
     @property
     def shares_network(self) -> bool:
         """The program reaches the host's network (asked for by name, or no isolation at all)."""
-        return self.network is NetworkAccess.HOST or not self.sandboxed
+        return self.host_network or not self.sandboxed
 
 
 def build_env(

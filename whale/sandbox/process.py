@@ -49,7 +49,7 @@ BOOT_STATUS_TIMEOUT_S = 30.0
 KILL_DEADLINE_S = 5.0
 #: the system runtime, mounted read-only (symlinks, as on merged-/usr hosts, are recreated as links)
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
-#: what a program with the host's network (``Isolation(network="host")``) needs to resolve names and
+#: what a program with the host's network (``Isolation(host_network=True)``) needs to resolve names and
 #: verify TLS: mounted read-only where the host has them
 NETWORK_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/host.conf", "/etc/gai.conf", "/etc/ssl",
                  "/etc/ca-certificates", "/etc/pki", "/etc/crypto-policies")

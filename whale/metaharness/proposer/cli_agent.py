@@ -23,7 +23,7 @@ The agent is untrusted (issue #12's threat model), so it runs in a ``whale.sandb
 * **environment**: only the sandbox's fixed variables plus the API key, under the name
   ``apiKeySecret.env`` — nothing of the parent's environment;
 * **network**: this is the one sandbox with a network (``spec.harnessSearch.proposer.network: host``,
-  ``Isolation(network="host")``, asked for by name), because the agent must reach its model's API;
+  ``Isolation(host_network=True)``, asked for by name), because the agent must reach its model's API;
   ``none`` gives it none (an agent that talks to a model some other way, or a test);
 * **limits**: ``timeout`` for the whole session, enforced twice — the driver inside kills every process
   of the sandbox at the deadline and hands back what was written, and the sandbox's own wall clock
@@ -206,7 +206,7 @@ class CLIAgentProposer(Proposer):
         if request.isolation == "none":
             return Isolation.none()
         return Isolation(read_paths=(str(Path(request.archive_dir).resolve()), *self.read_paths),
-                         network=self.network)
+                         host_network=self.network == "host")
 
     async def propose(self, request: ProposalRequest) -> ProposerReport:
         report = ProposerReport(stopped_by="exit")
