@@ -175,6 +175,10 @@ def run(
     from whale.store import StoreError
 
     m, sizes = _load_checked(file)
+    from whale.metaharness.proposer import environment_problems
+
+    if missing := [str(p) for p in environment_problems(m.spec)]:  # the proposer's key, before any phase starts
+        _fail(missing, str(file))
     try:
         st = _open_store(store, m)
         st.check()  # a wrong endpoint or key, or a read-only folder, fails here, before any work is done

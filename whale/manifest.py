@@ -29,6 +29,7 @@ from pydantic import ValidationError
 
 from whale import domains
 from whale.layout import RUN_NAME_MAX_LEN, check_run_name
+from whale.metaharness import proposer
 from whale.spec import API_GROUP, API_VERSION, DNS1123_LABEL, KIND, PATTERN_HINTS, WhaleRunSpec
 
 #: a WhaleRun manifest is a few kilobytes; this leaves room for comments and neighbouring documents
@@ -151,6 +152,8 @@ def parse_document(doc: Any, source: str = "manifest", check_domain: bool = True
             spec = WhaleRunSpec.model_validate(raw_spec)
         except ValidationError as exc:
             problems.extend(format_validation_error(exc))
+        else:  # a proposer without its endpoint, model or key fails here, not when its phase starts
+            problems.extend(str(p) for p in proposer.spec_problems(spec))
         if check_domain and isinstance(raw_spec.get("domain"), str):
             known = domains.available()
             if raw_spec["domain"] not in known:

@@ -111,6 +111,8 @@ ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 #: a download address of a data source: http(s) only, no whitespace
 SOURCE_URL = r"^https?://[^\s]+$"
 SHA256_HEX = r"^[0-9a-f]{64}$"
+#: an absolute path other than "/" itself, without a trailing "/"
+ABSOLUTE_PATH = r"^/[^\x00]*[^/\x00]$"
 
 #: what each pattern means, for error messages (``whale.manifest`` turns a pattern mismatch into this)
 PATTERN_HINTS: dict[str, str] = {
@@ -127,6 +129,7 @@ PATTERN_HINTS: dict[str, str] = {
     ENV_NAME: "must be an environment variable name: letters, digits and '_', not starting with a digit",
     SOURCE_URL: "must be an http:// or https:// URL without spaces",
     SHA256_HEX: "must be a SHA-256 digest: 64 lowercase hexadecimal digits",
+    ABSOLUTE_PATH: "must be an absolute path like /opt/agent (not '/' itself, no trailing '/')",
 }
 
 #: variables that change how a program loads, runs, finds files or reaches the network, or that the
@@ -357,23 +360,52 @@ class SecretKeyRef(_Model):
         "TLS and WHALE_ variables are refused")
 
 
-class Proposer(_Model):
-    """The coding agent that writes harness candidates."""
+#: an absolute host path (a cli proposer's install, mounted read-only into its sandbox)
+AbsolutePath = Annotated[str, Strict(), Field(min_length=2, max_length=4096, pattern=ABSOLUTE_PATH)]
+#: D_harness rollouts the proposer's run_candidate tool may spend per iteration [paper: the proposer's own runs]
+MAX_TRIAL_ROLLOUTS = 100_000
 
-    backend: Literal["openai", "cli", "replay"] = Field(
+
+class Proposer(_Model):
+    """The coding agent that writes harness candidates (docs/metaharness.md#the-proposer)."""
+
+    backend: Literal["openai", "anthropic", "cli", "replay"] = Field(
         "openai",
         description="openai: built-in agent loop over an OpenAI-compatible chat API with tool calls; "
-        "cli: an external agent command; replay: a recorded proposal script (tests/CI)",
+        "anthropic: the same loop over the Anthropic Messages API; cli: an external agent command, run in the "
+        "sandbox; replay: a recorded proposal script (tests/CI)",
     )
-    model: str | None = None
-    base_url: str | None = None
-    api_key_secret: SecretKeyRef | None = None
-    command: list[str] | None = Field(
-        None, max_length=256, description="cli backend: argv template; {scratch} {archive} {skill}")
-    script: str | None = Field(None, description="replay backend: path of the recorded proposal script")
-    timeout_seconds: Seconds = 2400
-    max_turns: Annotated[int, Strict(), Field(ge=1, le=10_000)] = 40
-    max_tokens: Annotated[int, Strict(), Field(ge=1, le=MAX_PROPOSER_TOKENS)] = 200_000
+    model: Annotated[str, Strict(), Field(min_length=1, max_length=256)] | None = Field(
+        None, description="openai/anthropic: the model to ask (e.g. claude-opus-4-1)")
+    base_url: Annotated[str, Strict(), Field(min_length=1, max_length=2048)] | None = Field(
+        None, description="openai: the OpenAI-compatible endpoint (.../v1); anthropic: the Messages API root "
+        "(default https://api.anthropic.com)")
+    api_key_secret: SecretKeyRef | None = Field(
+        None, description="the API key (openai, anthropic; cli: handed to the agent under `env`); required for "
+        "openai/anthropic, except an openai baseUrl on loopback")
+    command: list[Annotated[str, Strict(), Field(max_length=65_536)]] | None = Field(
+        None, max_length=256, description="cli backend: argv template; {scratch} {archive} {skill} {prompt} {n} "
+        "{iteration} {max_turns} {timeout}")
+    read_paths: list[AbsolutePath] = Field(
+        default_factory=list, max_length=32, description="cli backend: absolute host paths of the agent's own "
+        "install, mounted read-only in its sandbox (the system runtime under /usr is always there)")
+    network: Literal["host", "none"] = Field(
+        "host", description="cli backend: host = its sandbox shares the host's network (the agent must reach its "
+        "API; the only sandbox with a network); none = no network")
+    script: Annotated[str, Strict(), Field(min_length=1, max_length=4096)] | None = Field(
+        None, description="replay backend: path of the recorded proposal script")
+    timeout_seconds: Seconds = Field(2400, description="per iteration: wall time of the proposer's session")
+    max_turns: Annotated[int, Strict(), Field(ge=1, le=10_000)] = Field(
+        40, description="per iteration: model calls (cli: the {max_turns} template field)")
+    max_tokens: Annotated[int, Strict(), Field(ge=1, le=MAX_PROPOSER_TOKENS)] = Field(
+        200_000, description="per iteration: tokens the model generated plus tokens it read for the first time "
+        "(not the same context re-counted per call)")
+    max_reply_tokens: Tokens = Field(8192, description="openai/anthropic: the longest reply of one model call")
+    run_candidate_rollouts: Annotated[int, Strict(), Field(ge=0, le=MAX_TRIAL_ROLLOUTS)] = Field(
+        64, description="openai/anthropic: D_harness rollouts the run_candidate tool may spend per iteration "
+        "(counted in the phase's rollouts; at most 16 per call); 0 removes the tool")
+    shell: StrictBool = Field(True, description="openai/anthropic: offer the sandboxed run_shell tool over the "
+                              "read-only archive copy")
 
     @model_validator(mode="after")
     def _backend_fields(self) -> Proposer:

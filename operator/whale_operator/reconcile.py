@@ -35,6 +35,7 @@ from whale.alternation import (
     decide,
 )
 from whale.domain import ToolService
+from whale.metaharness import proposer
 from whale.protocol import PhaseKind
 from whale.spec import RunPhase, WhaleRunSpec, WhaleRunStatus
 from whale.store import Store, open_store
@@ -80,6 +81,8 @@ def parse_spec(body_spec: dict[str, Any] | None) -> WhaleRunSpec:
         spec = WhaleRunSpec.model_validate(body_spec or {})
     except ValidationError as exc:
         raise SpecError(*describe_validation_error(exc)) from None
+    for problem in proposer.spec_problems(spec):  # no endpoint, model or key: refused before any Job or GPU
+        raise SpecError(problem.field, problem.message)
     if not spec.storage.uri:
         raise SpecError("spec.storage.uri", "the operator needs an object store: set it to s3://bucket[/prefix]")
     if spec.storage.uri.startswith("s3://") and not spec.storage.endpoint:

@@ -1,20 +1,27 @@
-"""The other proposer paths through the real search workload: an external agent CLI (a real
-subprocess that reads the archive and writes a candidate), a CLI that hangs past its timeout, and
-an unreachable chat endpoint. Failures are recorded and the phase still ends with a result."""
+"""The other proposer paths through the real search workload: the Anthropic Messages backend against a
+loopback double of the API that speaks its wire format (testing a candidate with ``run_candidate`` and
+looking at the archive with ``run_shell`` before proposing it), the paper's token count and its budget,
+an external agent CLI run inside the sandbox (a real program that reads the archive and writes a
+candidate), a CLI that hangs past its timeout, and an unreachable chat endpoint. Failures are recorded
+and the phase still ends with a result."""
 
 from __future__ import annotations
 
+import json
 import socket
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.component.test_search_phase import GOOD, PHASE, RUN, SETTINGS, _request, _spec
-from tests.fixtures.proposer_double import DigitSayerPolicyDouble
+from tests.fixtures.messages_api_double import MessagesAPIDouble, paper_count, text, tool_use
+from tests.fixtures.proposer_double import DigitSayerPolicyDouble, ScriptedProposerServerDouble, assistant, tool_call
 from whale import layout
 from whale.metaharness.archive import Archive
+from whale.metaharness.proposer.base import ProposalRequest
+from whale.metaharness.proposer.openai_agent import OpenAIAgentProposer, ProposerClient
+from whale.sandbox.process import base_python
 from whale.store import open_store
 from whale.workloads.search import run_search
 
@@ -23,50 +30,71 @@ import pathlib, sys
 scratch, archive, n = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), int(sys.argv[3])
 prompt = sys.stdin.read()
 assert "Harness search, iteration" in prompt, prompt[:200]
+assert "run_candidate" not in prompt  # the built-in agents' tool; a cli agent has its own
 traces = (archive / "candidates" / "i01-incoming" / "traces.jsonl").read_text()
 assert "The digit is" in traces
 out = scratch / "candidates"
-out.mkdir()
-(out / "extract.py").write_text(pathlib.Path(sys.argv[4]).read_text())
+(out / "extract.py").write_text((pathlib.Path(sys.argv[0]).parent / "good.py").read_text())
 (out / "extract.md").write_text("Traces show the digit without the tag; wrap it.")
-print("wrote 1 candidate of", n)
+print("wrote 1 candidate of", n, "in", scratch)
+'''
+
+HANGING_CLI = '''
+import pathlib, subprocess, sys, time
+out = pathlib.Path(sys.argv[1]) / "candidates"
+(out / "early.py").write_text((pathlib.Path(sys.argv[0]).parent / "good.py").read_text())
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)  # left behind
+print("written; now hanging", flush=True)
+time.sleep(600)
 '''
 
 
-def _cli_spec(command: list[str], timeout_s: int = 60) -> dict:
+def _cli_spec(command: list[str], read_paths: list[str], timeout_s: int = 60) -> dict:
     spec = _spec("http://unused/v1")
-    spec["harnessSearch"]["proposer"] = {"backend": "cli", "command": command, "timeoutSeconds": timeout_s}
+    spec["harnessSearch"]["proposer"] = {"backend": "cli", "command": command, "timeoutSeconds": timeout_s,
+                                         "readPaths": read_paths, "network": "none"}
     return spec
 
 
-@pytest.mark.timeout(120)
-def test_cli_agent_writes_a_candidate_that_is_accepted(tmp_path: Path):
-    agent = tmp_path / "agent.py"
-    agent.write_text(AGENT_CLI)
-    good = tmp_path / "good.py"
-    good.write_text(GOOD)
+def _agent_dir(tmp_path: Path, source: str) -> Path:
+    """The agent's "install": its program and the file it proposes, mounted read-only in its sandbox."""
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    (agent / "agent.py").write_text(source)
+    (agent / "good.py").write_text(GOOD)
+    return agent
+
+
+@pytest.mark.timeout(180)
+def test_cli_agent_in_its_sandbox_writes_a_candidate_that_is_accepted(tmp_path: Path):
+    agent = _agent_dir(tmp_path, AGENT_CLI)
     store = open_store(str(tmp_path / "store"))
-    _request(store, _cli_spec([sys.executable, str(agent), "{scratch}", "{archive}", "{n}", str(good)]), iterations=2)
+    command = [base_python(), str(agent / "agent.py"), "{scratch}", "{archive}", "{n}"]
+    _request(store, _cli_spec(command, [str(agent)]), iterations=2)
     result = run_search(store, RUN, PHASE, client=DigitSayerPolicyDouble(), settings=SETTINGS)
     assert result.accepted_candidate == "i02-c1" and result.accepted_score == 1.0
     archive = Archive(store, layout.archive_prefix(RUN, 1))
     record = store.read_json(archive.iteration_key(2))
     assert record["backend"] == "cli" and record["proposals"] == ["extract"] and record["notes"] == []
-    assert "wrote 1 candidate of 3" in store.read_text(archive.key("iterations", "02-transcript.jsonl"))
+    transcript = [json.loads(line) for line in store.read_text(archive.key("iterations", "02-transcript.jsonl")).splitlines()]
+    assert "wrote 1 candidate of 3 in /scratch" in transcript[0]["output_tail"]  # its workspace is the sandbox's
+    assert transcript[0]["isolation"]["network"] == "netns" and transcript[0]["isolation"]["root"] == "pivot_root"
     assert store.read_text(archive.candidate_key("i02-c1", "rationale.md")).startswith("Traces show")
 
 
-@pytest.mark.timeout(120)
-def test_hanging_cli_is_killed_at_its_timeout_and_the_phase_goes_on(tmp_path: Path):
+@pytest.mark.timeout(180)
+def test_hanging_cli_is_killed_at_its_timeout_and_what_it_wrote_comes_back(tmp_path: Path):
+    agent = _agent_dir(tmp_path, HANGING_CLI)
     store = open_store(str(tmp_path / "store"))
-    _request(store, _cli_spec([sys.executable, "-c", "import time; time.sleep(600)"], timeout_s=2), iterations=2)
+    command = [base_python(), str(agent / "agent.py"), "{scratch}"]
+    _request(store, _cli_spec(command, [str(agent)], timeout_s=3), iterations=2)
     t0 = time.monotonic()
     result = run_search(store, RUN, PHASE, client=DigitSayerPolicyDouble(), settings=SETTINGS)
-    assert time.monotonic() - t0 < 60
-    assert result.accepted_candidate == "i01-incoming" and result.iterations == 2
+    assert time.monotonic() - t0 < 90
     record = store.read_json(Archive(store, layout.archive_prefix(RUN, 1)).iteration_key(2))
     assert record["stopped_by"] == "timeout" and any("timeout" in n for n in record["notes"])
-    assert record["candidates"] == []
+    assert record["proposals"] == ["early"]  # written before the deadline: handed back, then judged
+    assert result.accepted_candidate == "i02-c1" and result.iterations == 2
 
 
 @pytest.mark.timeout(120)
@@ -80,3 +108,91 @@ def test_unreachable_chat_endpoint_is_recorded_not_fatal(tmp_path: Path):
     assert result.iterations == 2 and result.accepted_candidate == "i01-incoming"
     record = store.read_json(Archive(store, layout.archive_prefix(RUN, 1)).iteration_key(2))
     assert record["stopped_by"] == "error" and "cannot reach" in record["notes"][0]
+
+
+def _anthropic_script() -> list:
+    return [
+        # look: the summary through the file tools, the traces through the sandboxed shell
+        [text("Let me look at the archive."), tool_use("read_file", "toolu_01", path="summary.md"),
+         tool_use("run_shell", "toolu_02", command="grep -c 'The digit is' candidates/i01-incoming/traces.jsonl")],
+        # test an idea on three training items before proposing it
+        [tool_use("run_candidate", "toolu_03", code=GOOD, k=3)],
+        # propose it, and check it once more on two chosen items
+        [tool_use("write_candidate", "toolu_04", name="extract", code=GOOD,
+                  rationale="Replies name the digit without the tag; extract it and wrap it."),
+         tool_use("run_candidate", "toolu_05", name="extract", items=["harness-00004", "harness-00005"])],
+        [tool_use("finish", "toolu_06", summary="one candidate, tested")],
+    ]
+
+
+@pytest.mark.timeout(240)
+def test_anthropic_backend_tests_a_candidate_then_proposes_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    store = open_store(str(tmp_path / "store"))
+    with MessagesAPIDouble(_anthropic_script(), key="sk-ant-double", fail_first=1) as api:  # 529 first: retried
+        monkeypatch.setenv("TEST_ANTHROPIC_API_KEY", "sk-ant-double")
+        spec = _spec("unused")
+        spec["harnessSearch"]["proposer"] = {
+            "backend": "anthropic", "baseUrl": api.base_url, "model": "claude-double", "timeoutSeconds": 120,
+            "apiKeySecret": {"name": "proposer", "key": "api-key", "env": "TEST_ANTHROPIC_API_KEY"},
+        }
+        _request(store, spec, iterations=2)
+        result = run_search(store, RUN, PHASE, client=DigitSayerPolicyDouble(), settings=SETTINGS)
+
+    assert api.refusals == []  # every request was well-formed for the real API
+    assert result.accepted_candidate == "i02-c1" and result.accepted_score == 1.0
+    request = api.requests[0]
+    assert request["model"] == "claude-double" and "improving an LLM agent's harness" in request["system"]
+    assert {t["name"] for t in request["tools"]} >= {"read_file", "write_candidate", "run_candidate", "run_shell"}
+    results = api.tool_results()
+    assert any("Best so far: i01-incoming" in r for r in results)
+    assert "exit: 0\n6\n" in results  # the shell counted the six failing episodes of the incoming harness
+    trials = [json.loads(r) for r in results if r.startswith('{"candidate"')]
+    assert [t["score"] for t in trials] == [1.0, 1.0] and [t["rollouts_spent"] for t in trials] == [3, 2]
+    assert trials[1]["rollouts_left"] == 64 - 5
+    assert all(e["item_id"].startswith("harness-") for t in trials for e in t["episodes"])
+
+    archive = Archive(store, layout.archive_prefix(RUN, 1))
+    record = store.read_json(archive.iteration_key(2))
+    assert record["backend"] == "anthropic" and record["stopped_by"] == "finish"
+    assert record["trial_rollouts"] == 5
+    assert [t["items"] for t in record["trials"]] == [["harness-00000", "harness-00001", "harness-00002"],
+                                                      ["harness-00004", "harness-00005"]]
+    # the budget as the paper counts it: generated + read for the first time, not the context per call
+    assert record["tokens"] == paper_count(api.usage) == record["generated_tokens"] + record["read_tokens"]
+    assert record["tokens"] < sum(p + o for p, o in api.usage)
+    # run_candidate's rollouts are the iteration's: 2 smoke + 6 full for the candidate, 5 for the trials
+    lines = store.read_jsonl(layout.metrics_key(RUN, PHASE))
+    assert [m["rollouts"] for m in lines] == [6, 2 + 6 + 5] and result.rollouts == 19
+
+
+def _request_for(tmp_path: Path, max_tokens: int) -> ProposalRequest:
+    archive = tmp_path / "archive"
+    archive.mkdir(exist_ok=True)
+    (archive / "summary.md").write_text("# summary\nBest so far: i01-incoming (0.0)\n")
+    return ProposalRequest(iteration=2, count=1, archive_dir=archive, scratch_dir=tmp_path / f"scratch{max_tokens}",
+                           skill="Repeat the digit.", incoming_code="class Harness: pass", incoming_id="i01-incoming",
+                           prompt_only=False, allowed_imports=("re",), timeout_s=60, max_turns=20,
+                           max_tokens=max_tokens)
+
+
+async def test_the_budget_counts_each_context_token_once_and_max_tokens_applies_to_that(tmp_path: Path):
+    reads = [assistant(tool_call("read_file", f"r{i}", path="summary.md")) for i in range(6)]
+    with ScriptedProposerServerDouble(reads, counted_usage=True) as srv:
+        free = OpenAIAgentProposer(ProposerClient(srv.base_url, "double"))
+        report = await free.propose(_request_for(tmp_path, 1_000_000))
+        await free.aclose()
+    usage = srv.usage
+    assert report.turns == 7 and report.stopped_by == "finish"
+    assert report.tokens == paper_count(usage) == report.generated_tokens + report.read_tokens
+    assert report.generated_tokens == sum(c for _, c in usage)
+    # each call's prompt repeats the whole conversation: counting it per call would charge far more
+    assert sum(p + c for p, c in usage) > 3 * report.tokens
+
+    budget = paper_count(usage[:3])
+    assert sum(p + c for p, c in usage[:2]) >= budget  # the old per-call count would have stopped after 2 calls
+    with ScriptedProposerServerDouble(reads, counted_usage=True) as srv2:
+        capped = OpenAIAgentProposer(ProposerClient(srv2.base_url, "double"))
+        report2 = await capped.propose(_request_for(tmp_path, budget))
+        await capped.aclose()
+    assert report2.turns == 3 and report2.stopped_by == "max_tokens" and report2.tokens == budget
+    assert "proposer stopped by its max_tokens budget" in report2.notes

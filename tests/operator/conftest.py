@@ -24,6 +24,8 @@ BASE_SPEC: dict[str, Any] = {
     "schedule": {"totalSteps": 4, "weightStepsPerCycle": 2, "harnessIterationsPerCycle": 2},
     "rsft": {"promptsPerStep": 4, "rolloutsPerPrompt": 2},
     "evaluation": {"intervalSteps": 2},
+    "harnessSearch": {"proposer": {"backend": "anthropic", "model": "claude-opus-4-1",
+                                   "apiKeySecret": {"name": "whale-proposer", "key": "api-key"}}},
 }
 SPLITS = {"weight": 16, "harness": 8, "test": 8}
 

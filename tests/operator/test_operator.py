@@ -245,7 +245,8 @@ def test_bad_spec_is_marked_failed_naming_the_field(start_operator, make_run, ku
     with start_operator():
         run = make_run("broken", raw_spec={"domain": "synthetic", "condition": "whale",
                                            "schedule": {"totalSteps": 4, "weightStepsPerCycle": 2},
-                                           "storage": {"uri": store.uri}})
+                                           "storage": {"uri": store.uri},
+                                           "harnessSearch": {"proposer": {"backend": "replay", "script": "p.json"}}})
         st = wait_for(lambda: run.status() if run.status().get("phase") == "Failed" else None, what="Failed")
         assert st["reason"] == "InvalidSpec" and st["message"].startswith("spec.model")
         failed = conditions(st)["Failed"]

@@ -37,6 +37,7 @@ cli = CliRunner()
 BASE_SPEC: dict[str, Any] = {
     "domain": "counting", "condition": "whale", "model": {"name": "tiny"},
     "schedule": {"totalSteps": 10, "weightStepsPerCycle": 4, "harnessIterationsPerCycle": 2},
+    "harnessSearch": {"proposer": {"baseUrl": "http://127.0.0.1:8000/v1", "model": "local-proposer"}},
 }
 
 

@@ -25,7 +25,8 @@ def write(tmp_path: Path, spec: dict, name: str = "tiny") -> Path:
 
 WHALE = {"domain": "counting", "condition": "whale", "model": {"name": "tiny"},
          "schedule": {"totalEpochs": 1, "weightEpochsPerCycle": 0.4, "harnessIterationsPerCycle": 2},
-         "evaluation": {"intervalEpochs": 0.5}}
+         "evaluation": {"intervalEpochs": 0.5},
+         "harnessSearch": {"proposer": {"baseUrl": "http://127.0.0.1:8000/v1", "model": "local-proposer"}}}
 
 
 @pytest.fixture(autouse=True)

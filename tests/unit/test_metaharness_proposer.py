@@ -110,3 +110,147 @@ def test_old_tool_results_are_elided_over_the_context_budget():
     _elide_old_tool_results(messages, budget=400)
     assert [m["content"] == ELIDED for m in messages[1:]] == [True, True, True, False, False]
     assert messages[0]["content"] == "task"
+
+
+# ----- the paper's token count ------------------------------------------------------------------------------
+
+
+def test_token_meter_charges_generated_plus_newly_read_tokens():
+    from whale.metaharness.proposer.base import TokenMeter
+
+    meter = TokenMeter()
+    assert meter.charge(1000, 100) == 1100  # the first call reads its whole prompt
+    assert meter.charge(1300, 50) == 200 + 50  # 1100 of its prompt were the last call's prompt and reply
+    assert meter.charge(900, 40) == 40  # older tool results elided: nothing new was read
+    assert meter.charge(1000, 10) == (1000 - 940) + 10
+    assert (meter.generated, meter.read, meter.total) == (200, 1260, 1460)
+    assert meter.charge(-5, -1) == 0  # nonsense usage is charged nothing, never negative
+
+
+# ----- the Anthropic wire format --------------------------------------------------------------------------
+
+
+def test_anthropic_tools_and_conversation_speak_the_messages_format(tmp_path):
+    from whale.metaharness.proposer.agent import ELIDED, ToolCall
+    from whale.metaharness.proposer.anthropic_agent import AnthropicClient, AnthropicConversation, anthropic_tools
+    from whale.metaharness.proposer.workspace import TOOL_SPECS
+
+    tools = anthropic_tools(TOOL_SPECS)
+    assert tools[1] == {"name": "read_file", "description": TOOL_SPECS[1]["function"]["description"],
+                        "input_schema": TOOL_SPECS[1]["function"]["parameters"]}
+    client = AnthropicClient("https://api.anthropic.com/v1/", "claude-x", "sk-test")
+    assert client.base_url == "https://api.anthropic.com"  # the /v1 of an OpenAI-style URL is not doubled
+    assert client._http.headers["x-api-key"] == "sk-test" and client._http.headers["anthropic-version"]
+    conv = AnthropicConversation(client, "system", "task")
+    conv.messages.append({"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "grep", "input": {}}]})
+    conv.add_tool_results([(ToolCall("t1", "grep", {}), "x" * 500), ])
+    conv.add_user("nudge")  # joins the user turn: roles alternate
+    assert [m["role"] for m in conv.messages] == ["user", "assistant", "user"]
+    assert conv.messages[-1]["content"][0] == {"type": "tool_result", "tool_use_id": "t1", "content": "x" * 500}
+    assert conv.messages[-1]["content"][1] == {"type": "text", "text": "nudge"}
+    sent = conv._with_cache_breakpoint()
+    assert sent[-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert "cache_control" not in conv.messages[-1]["content"][-1]  # only what is sent carries it
+    conv.elide(conv.chars() - 100)
+    assert conv.messages[-1]["content"][0]["content"] == ELIDED
+    conv.add_tool_results([(ToolCall("t2", "grep", {}), "error: bad pattern")])
+    assert conv.messages[-1]["content"][-1]["is_error"] is True
+    with pytest.raises(ProposerError, match="needs an API key"):
+        AnthropicClient(None, "claude-x", "")
+
+
+def test_cli_usage_of_a_claude_code_json_result_is_counted_like_the_paper():
+    from whale.metaharness.proposer.base import ProposerReport
+    from whale.metaharness.proposer.cli_agent import _usage
+
+    report = ProposerReport()
+    _usage('working...\n{"type": "result", "num_turns": 7, "is_error": false, "result": "done", "usage": '
+           '{"input_tokens": 12, "cache_creation_input_tokens": 3000, "cache_read_input_tokens": 90000, '
+           '"output_tokens": 800}}\n', report)
+    assert (report.tokens, report.generated_tokens, report.read_tokens, report.turns) == (3812, 800, 3012, 7)
+    quiet = ProposerReport()
+    _usage("no json here {not json}", quiet)
+    assert quiet.tokens == 0 and quiet.notes == []
+
+
+def test_render_command_knows_the_budget_fields():
+    argv = render_command(["agent", "--max-turns", "{max_turns}", "--timeout", "{timeout}"],
+                          {"max_turns": "40", "timeout": "2400"})
+    assert argv == ["agent", "--max-turns", "40", "--timeout", "2400"]
+
+
+# ----- refusing a proposer that cannot run ---------------------------------------------------------------
+
+
+def _spec(proposer: dict, condition: str = "mh_only"):
+    from whale.spec import WhaleRunSpec
+
+    raw = {"domain": "synthetic", "condition": condition, "model": {"name": "m"},
+           "harnessSearch": {"proposer": proposer}}
+    if condition == "rsft_only":
+        raw["schedule"] = {"totalSteps": 4}
+    return WhaleRunSpec.model_validate(raw)
+
+
+@pytest.mark.parametrize(("proposer", "fields"), [
+    ({}, ["model", "baseUrl", "apiKeySecret"]),
+    ({"backend": "openai", "model": "m", "baseUrl": "https://api.openai.com/v1"}, ["apiKeySecret"]),
+    ({"backend": "openai", "model": "m", "baseUrl": "http://127.0.0.1:8000/v1"}, []),  # a local server: no key
+    ({"backend": "openai", "model": "m", "baseUrl": "http://localhost:8000/v1"}, []),
+    ({"backend": "openai", "model": "m", "baseUrl": "http://vllm:8000/v1", "apiKeySecret": {"name": "s", "key": "k"}}, []),
+    ({"backend": "anthropic"}, ["model", "apiKeySecret"]),
+    ({"backend": "anthropic", "model": "claude-opus-4-1", "apiKeySecret": {"name": "s", "key": "k"}}, []),
+    ({"backend": "cli", "command": ["agent"]}, []),
+    ({"backend": "replay", "script": "s.json"}, []),
+])
+def test_spec_problems_name_each_missing_field(proposer, fields):
+    from whale.metaharness.proposer import spec_problems
+
+    problems = spec_problems(_spec(proposer))
+    assert [p.field for p in problems] == [f"spec.harnessSearch.proposer.{f}" for f in fields]
+    assert all(str(p).startswith(p.field + ": ") for p in problems)
+    assert spec_problems(_spec(proposer, "rsft_only")) == []  # no harness phase, no proposer needed
+
+
+def test_environment_problems_name_the_unset_key_and_missing_install(tmp_path):
+    from whale.metaharness.proposer import environment_problems
+
+    secret = {"name": "proposer", "key": "api-key", "env": "ANTHROPIC_API_KEY"}
+    spec = _spec({"backend": "anthropic", "model": "claude-opus-4-1", "apiKeySecret": secret})
+    (problem,) = environment_problems(spec, environ={})
+    assert problem.field == "spec.harnessSearch.proposer.apiKeySecret.env"
+    assert "ANTHROPIC_API_KEY is not set" in problem.message and "proposer/api-key" in problem.message
+    assert environment_problems(spec, environ={"ANTHROPIC_API_KEY": ""})  # empty is unset
+    assert environment_problems(spec, environ={"ANTHROPIC_API_KEY": "sk"}) == []
+    cli = _spec({"backend": "cli", "command": ["claude"], "readPaths": [str(tmp_path), "/nonexistent/agent"]})
+    assert [p.field for p in environment_problems(cli, environ={})] == ["spec.harnessSearch.proposer.readPaths[1]"]
+    assert environment_problems(_spec({"backend": "replay", "script": "x"}), environ={}) == []
+
+
+def test_from_spec_builds_the_anthropic_and_sandboxed_cli_backends():
+    p = from_spec(ProposerSpec(backend="anthropic", model="claude-opus-4-1",
+                               api_key_secret={"name": "s", "key": "k", "env": "ANTHROPIC_API_KEY"}),
+                  environ={"ANTHROPIC_API_KEY": "sk-ant"})
+    assert p.backend == "anthropic" and p.client.base_url == "https://api.anthropic.com"
+    assert p.client._http.headers["x-api-key"] == "sk-ant"
+    with pytest.raises(ProposerError, match="ANTHROPIC_API_KEY"):
+        from_spec(ProposerSpec(backend="anthropic", model="m",
+                               api_key_secret={"name": "s", "key": "k", "env": "ANTHROPIC_API_KEY"}), environ={})
+    cli = from_spec(ProposerSpec(backend="cli", command=["claude"], read_paths=["/opt/claude"], network="none",
+                                 api_key_secret={"name": "s", "key": "k", "env": "ANTHROPIC_API_KEY"}),
+                    environ={"ANTHROPIC_API_KEY": "sk-ant", "OTHER": "x"})
+    assert (cli.read_paths, cli.network, cli.extra_env) == (("/opt/claude",), "none", {"ANTHROPIC_API_KEY": "sk-ant"})
+    with pytest.raises(ValueError, match="readPaths|read_paths"):
+        ProposerSpec(backend="cli", command=["x"], read_paths=["relative/path"])
+
+
+def test_what_a_cli_agent_hands_back_lands_only_as_plain_candidate_files(tmp_path):
+    from whale.metaharness.proposer.cli_agent import _write_back
+
+    _write_back(tmp_path, {"good.py": "x = 1\n", "good.md": "why", "../escape.py": "x", ".hidden.py": "x",
+                           "bad\x00.py": "x", "notes.txt": "x", "big.md": "m" * 100_000, "n.py": 5})
+    assert sorted(p.name for p in (tmp_path / "candidates").iterdir()) == ["big.md", "good.md", "good.py"]
+    assert not (tmp_path / "escape.py").exists()
+    assert len((tmp_path / "candidates" / "big.md").read_text()) == 8_000  # a rationale's cap
+    _write_back(tmp_path / "other", ["not", "a", "mapping"])
+    assert list((tmp_path / "other" / "candidates").iterdir()) == []

@@ -9,7 +9,9 @@ Modules (import them directly):
   harness (rewarded without a model call; a better score on a fraction of the tokens). Pure.
 * ``validate`` — which of the harness runtime's rules a proposed candidate must pass (plus promptOnly).
 * ``evaluate`` — smoke test and full score of a candidate through the harness runtime.
-* ``proposer`` — the proposer interface and its backends (openai agent loop, external CLI, replay).
+* ``proposer`` — the proposer interface and its backends (the built-in agent loop over the OpenAI-compatible
+  and Anthropic Messages APIs, with the sandboxed ``run_candidate`` and ``run_shell`` tools; an external
+  agent CLI run in the sandbox; replay), and the checks that refuse a proposer that cannot run.
 * ``loop``     — :class:`~whale.metaharness.loop.HarnessSearch`, the iteration loop with resume.
 
 The workload entry point is ``whale.workloads.search``.

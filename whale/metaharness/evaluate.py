@@ -5,7 +5,8 @@ hook timeout and a wall limit. A candidate fails it when it does not load, when 
 ends in an error (a hook raised, looped past its timeout, answered nonsense), or when the smoke
 run exceeds its wall limit. Only candidates that pass are scored in full: ``rollouts_per_item``
 episodes on every D_harness item, bounded by ``candidate_timeout_s``. Score = mean reward (the
-success rate for 0/1 verifiers); ties are broken by mean turns.
+success rate for 0/1 verifiers); ties are broken by mean turns. The proposer's ``run_candidate`` tool
+runs its drafts through :meth:`CandidateEvaluator.trial` (a few D_harness items, the smoke limits).
 """
 
 from __future__ import annotations
@@ -102,6 +103,14 @@ class CandidateEvaluator:
             if errors:
                 outcome.error = f"smoke episode {errors[0].episode_id} failed: {errors[0].error}"
         return outcome
+
+    async def trial(self, harness_path: Path, label: str, items: Sequence[dict[str, Any]], timeout_s: float) -> RunOutcome:
+        """The proposer's ``run_candidate``: one episode on each of ``items`` (a few D_harness items, picked
+        by :class:`~whale.metaharness.proposer.tools.CandidateTrials` from :attr:`items`), under the smoke
+        test's short hook limit and ``timeout_s``; the same sandboxed pool and episode runner as scoring."""
+        s = self.settings
+        limits = dataclasses.replace(s.limits, hook_timeout_s=min(s.limits.hook_timeout_s, s.smoke_hook_timeout_s))
+        return await self._run(harness_path, label, list(items), 1, limits, timeout_s)
 
     async def score(self, harness_path: Path, label: str) -> RunOutcome:
         s = self.settings

@@ -2,9 +2,11 @@
 
 Iteration 1 re-evaluates the incoming harness (scored in full, no smoke gate: it is the harness
 the phase must be able to fall back to). Every later iteration asks the proposer for
-``proposals_per_iteration`` candidates and puts each through: duplicate check (same code as an
-earlier candidate = a revert, shares its score, costs nothing) → validation (size, syntax, the
-runtime's validator, promptOnly) → smoke test → full score → reward-integrity check
+``proposals_per_iteration`` candidates — giving it, besides the archive copy, the sandboxed tools of
+:mod:`whale.metaharness.proposer.tools`: ``run_candidate`` (through this phase's evaluator, on D_harness
+items only; its rollouts are added to the iteration's) and ``run_shell`` — and puts each through:
+duplicate check (same code as an earlier candidate = a revert, shares its score, costs nothing) →
+validation (size, syntax, the runtime's validator, promptOnly) → smoke test → full score → reward-integrity check
 (:mod:`whale.metaharness.integrity`: model usage against the incoming harness's; a flagged candidate
 is recorded as such and, under the default policy, never accepted). After each iteration one
 :class:`~whale.protocol.HarnessIterationMetrics` line is emitted; the stop rule
@@ -29,7 +31,8 @@ from whale.adaptive import harness_should_stop
 from whale.metaharness.archive import Archive
 from whale.metaharness.evaluate import CandidateEvaluator, RunOutcome
 from whale.metaharness.integrity import IntegrityPolicy, integrity_flags, model_usage
-from whale.metaharness.proposer.base import ProposalRequest, Proposer, ProposerError, ProposerReport
+from whale.metaharness.proposer.base import CANDIDATES_DIR, ProposalRequest, Proposer, ProposerError, ProposerReport
+from whale.metaharness.proposer.tools import CandidateTrials, ProposerTools, SandboxShell
 from whale.metaharness.records import INCOMING_ID, Candidate, Status, candidate_id, code_hash, pick_best
 from whale.metaharness.validate import candidate_problems
 from whale.protocol import CandidateScore, HarnessIterationMetrics, HarnessStopRule
@@ -54,6 +57,10 @@ class SearchConfig:
     proposer_timeout_s: float = 2400.0
     proposer_max_turns: int = 40
     proposer_max_tokens: int = 200_000
+    #: D_harness rollouts the proposer's run_candidate tool may spend per iteration (0: no such tool)
+    proposer_trial_rollouts: int = 64
+    #: offer the proposer the sandboxed run_shell tool
+    proposer_shell: bool = True
     #: spec.harnessSearch.integrity: flag candidates that score without the model; refuse them by default
     integrity: IntegrityPolicy = IntegrityPolicy()
 
@@ -159,7 +166,8 @@ class HarnessSearch:
             best_candidate=best.id if best else "",
             candidates=[CandidateScore(id=c.id, score=c.score, mean_turns=c.mean_turns, error=c.error,
                                        integrity_flags=list(c.integrity_flags)) for c in mine],
-            rollouts=sum(c.rollouts for c in mine),
+            # the proposer's run_candidate rollouts are this iteration's too (never the test split's)
+            rollouts=sum(c.rollouts for c in mine) + int((self.archive.iteration(it) or {}).get("trial_rollouts", 0)),
         )
 
     # ----- iteration 1: the incoming harness -------------------------------------------------------
@@ -215,6 +223,7 @@ class HarnessSearch:
         scratch = self.workdir / f"iter{it:02d}" / "scratch"
         shutil.rmtree(scratch, ignore_errors=True)
         scratch.mkdir(parents=True)
+        tools = self._tools(archive_dir, scratch)
         request = ProposalRequest(
             iteration=it,
             count=self.config.proposals_per_iteration,
@@ -228,6 +237,8 @@ class HarnessSearch:
             timeout_s=self.config.proposer_timeout_s,
             max_turns=self.config.proposer_max_turns,
             max_tokens=self.config.proposer_max_tokens,
+            tools=tools,
+            isolation=self.evaluator.settings.limits.isolation,
         )
         try:
             # the backend enforces its own budget; this outer bound only catches a backend that hangs
@@ -249,12 +260,35 @@ class HarnessSearch:
                 proposal.code,
             )
         self.archive.write_transcript(it, report.transcript)
+        trials = tools.trials
+        # counted from the tool itself, whatever the backend reported (or if it crashed)
+        report.trial_rollouts = trials.rollouts if trials is not None else 0
         self.archive.put_iteration(it, {
             "iteration": it, "backend": self.proposer.backend, "proposed": True, "complete": False,
-            "candidates": ids, **report.to_record(),
+            "candidates": ids, **report.to_record(), "trials": trials.log if trials is not None else [],
         })
         for note in report.notes:
             log.info("iteration %d proposer: %s", it, note)
+
+    def _tools(self, archive_dir: Path, scratch: Path) -> ProposerTools:
+        """The sandboxed tools of one proposer call: run_candidate over this phase's evaluator (its
+        D_harness items, the static gate of :meth:`_judge`), run_shell over the archive copy."""
+        trials = None
+        if self.config.proposer_trial_rollouts > 0:
+            trials = CandidateTrials(
+                self.evaluator,
+                check=lambda code: candidate_problems(code, incoming=self.incoming_code,
+                                                      allowed_imports=self.allowed_imports,
+                                                      prompt_only=self.config.prompt_only),
+                budget=self.config.proposer_trial_rollouts,
+                call_timeout_s=self.evaluator.settings.candidate_timeout_s,
+                workdir=self.workdir,
+            )
+        shell = None
+        if self.config.proposer_shell:
+            shell = SandboxShell(archive_dir, scratch / CANDIDATES_DIR,
+                                 isolation=self.evaluator.settings.limits.isolation)
+        return ProposerTools(trials=trials, shell=shell)
 
     async def _evaluate(self, cand: Candidate) -> None:
         t0 = time.monotonic()

@@ -37,12 +37,26 @@ rlimits (CPU, address space, file size, processes, open files, no core), a wall 
 an allow-listed environment. The guard's audit hooks (network, reads outside the allow-list, writes
 outside scratch) are defence in depth only.
 
+``Isolation(host_network=True)`` keeps every wall but the network: the program
+stays in the host's network namespace, and the host's DNS and CA files (/etc/resolv.conf, /etc/hosts,
+/etc/ssl, ...) are mounted read-only so it can resolve and verify a remote API. It is asked for by
+name, and one sandbox does: the ``cli`` proposer's agent, which must reach its model's API.
+
 ``Isolation(level="none")`` (``Isolation.none()``) is for trusted local use and must be asked for
 by name: the same launcher without namespaces, mounts or uid change — the program reads and writes
 what the caller can and has the network. Nothing ever falls back to it.
 """
 
-from whale.sandbox.policy import GiB, Isolation, IsolationLevel, Limits, MiB, Outcome, build_env, classify
+from whale.sandbox.policy import (
+    GiB,
+    Isolation,
+    IsolationLevel,
+    Limits,
+    MiB,
+    Outcome,
+    build_env,
+    classify,
+)
 from whale.sandbox.process import SandboxSetupError
 from whale.sandbox.run import SandboxResult, run_python
 from whale.sandbox.worker import SandboxCallError, SandboxWorker

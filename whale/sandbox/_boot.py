@@ -4,8 +4,8 @@ Run by the parent as ``python -I -S _boot.py CFG_FD STATUS_FD LIFE_FD RESULT_FD`
 the configuration (JSON) arrives on ``CFG_FD``, never on the command line. Stdlib only. Three
 processes, each with one job:
 
-* **boot** (this process, in the host's PID namespace): unshares new mount, PID, network, IPC and UTS
-  namespaces (as a non-root caller inside a new user namespace that maps the caller to root), forks
+* **boot** (this process, in the host's PID namespace): unshares new mount, PID, network (unless the
+  caller asked for the host's by name), IPC and UTS namespaces (as a non-root caller inside a new user namespace that maps the caller to root), forks
   the init, and then only supervises: when the parent closes (or loses, by dying) the ``LIFE_FD``
   pipe it SIGKILLs the init, whose death makes the kernel kill every process of the namespace; when
   the init reports the program's end it exits the way the program did (same code or signal).
@@ -130,7 +130,9 @@ def _write(path, text):
 
 def _enter_namespaces(cfg, status):
     """New mount/PID/net/IPC/UTS namespaces (inside a user namespace mapping us to root if not root)."""
-    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS
+    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
+    if not cfg.get("share_network"):  # Isolation(host_network=True) was asked for by name
+        flags |= CLONE_NEWNET
     if cfg["root"]:
         _check(_libc.unshare(flags), "unshare(mount, pid, net, ipc, uts namespaces)")
         status["user_namespace"] = False
@@ -224,7 +226,7 @@ def _build_root(cfg, status):
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
                          ("stderr", "/proc/self/fd/2")):
         os.symlink(target, at(f"/dev/{name}"))
-    os.makedirs(at("/etc"), mode=0o755)
+    os.makedirs(at("/etc"), mode=0o755, exist_ok=True)  # the network files may be mounted under it already
     for name, text in cfg["etc"].items():
         _write(at(f"/etc/{name}"), text)
     if ld_cache is not None:

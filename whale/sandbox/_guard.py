@@ -10,9 +10,9 @@ is never mistaken for a sandbox. Then it writes the launcher's status to the par
 descriptor.
 
 The audit hooks (PEP 578) are **defence in depth only** — the walls are the namespaces, the new root
-and the uid. They refuse internet sockets, opens (any mode, by str, bytes or descriptor path, also
-``os.open(..., dir_fd=)``) outside the allow-listed read roots, and writes or file-system changes
-outside the scratch directory. C code (ctypes, extension modules, other binaries) is not seen by
+and the uid. They refuse internet sockets (unless ``Isolation(host_network=True)`` was asked for), opens
+(any mode, by str, bytes or descriptor path, also ``os.open(..., dir_fd=)``) outside the
+allow-listed read roots, and writes or file-system changes outside the scratch directory. C code (ctypes, extension modules, other binaries) is not seen by
 them, which is why they are never the only wall; with ``level == "none"`` none is installed.
 
 Worker mode speaks JSON lines: the real stdout is kept as the protocol channel and fd 1 is pointed
@@ -69,7 +69,9 @@ def _under(path, roots):
 class _Walls:
     """The hooks' allow-lists and checks."""
 
-    def __init__(self, scratch, read_roots):
+    def __init__(self, scratch, read_roots, network=False):
+        #: the host's network was asked for by name (Isolation(host_network=True)): sockets are allowed
+        self.network = network
         self.write_roots = [scratch, "/dev/null"]
         self.read_roots = sorted(set(read_roots) | {scratch})
         #: the directories leading to the read roots ("/", "/root", ...): listing them is harmless
@@ -138,7 +140,7 @@ class _Walls:
                 resolved = self.resolve(path)
                 if resolved is not None and not self.readable(resolved):
                     raise PermissionError(f"sandbox: reading {resolved} is not allowed")
-        elif event == "socket.__new__" and len(args) > 1 and args[1] in _NET_FAMILIES:
+        elif event == "socket.__new__" and not self.network and len(args) > 1 and args[1] in _NET_FAMILIES:
             raise PermissionError("sandbox: network access is disabled")
 
     def wrap_os_open(self):
@@ -159,8 +161,8 @@ class _Walls:
         os.open = posix.open = sandboxed_open
 
 
-def install_hooks(scratch, read_roots):
-    walls = _Walls(os.path.realpath(scratch), [os.path.realpath(r) for r in read_roots])
+def install_hooks(scratch, read_roots, network=False):
+    walls = _Walls(os.path.realpath(scratch), [os.path.realpath(r) for r in read_roots], network)
     walls.wrap_os_open()
     sys.addaudithook(walls.hook)
     return walls
@@ -223,7 +225,7 @@ def main():
     sys.argv = [target, *cfg.get("args", [])]
     sys.path[:0] = [os.path.dirname(os.path.abspath(target)), *cfg.get("sys_path", [])]
     if cfg["sandboxed"]:
-        install_hooks(cfg["scratch"], cfg["read_roots"])
+        install_hooks(cfg["scratch"], cfg["read_roots"], cfg.get("network", False))
     if cfg["mode"] == "run":
         runpy.run_path(target, run_name="__main__")
         return

@@ -152,6 +152,10 @@ class Isolation:
     packages: tuple[str, ...] = ()
     #: parent environment variables forwarded by name (never ones that look like credentials)
     pass_env: tuple[str, ...] = ("TZ", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+    #: the host's network namespace (and its DNS and CA files, read-only) instead of one with no
+    #: interface. Every other wall stays. Asked for by name, by one sandbox only: the ``cli`` proposer's
+    #: agent, which must reach its model's API
+    host_network: bool = False
 
     def __post_init__(self) -> None:
         try:
@@ -159,6 +163,8 @@ class Isolation:
         except ValueError:
             choices = ", ".join(repr(level.value) for level in IsolationLevel)
             raise ValueError(f"Isolation.level must be one of {choices}, got {self.level!r}") from None
+        if not isinstance(self.host_network, bool):
+            raise ValueError(f"Isolation.host_network must be True or False, got {self.host_network!r}")
         for name in ("read_paths", "packages", "pass_env"):
             value = getattr(self, name)
             if isinstance(value, str):
@@ -187,6 +193,11 @@ class Isolation:
     @property
     def sandboxed(self) -> bool:
         return self.level is IsolationLevel.NAMESPACES
+
+    @property
+    def shares_network(self) -> bool:
+        """The program reaches the host's network (asked for by name, or no isolation at all)."""
+        return self.host_network or not self.sandboxed
 
 
 def build_env(

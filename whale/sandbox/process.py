@@ -49,6 +49,10 @@ BOOT_STATUS_TIMEOUT_S = 30.0
 KILL_DEADLINE_S = 5.0
 #: the system runtime, mounted read-only (symlinks, as on merged-/usr hosts, are recreated as links)
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
+#: what a program with the host's network (``Isolation(host_network=True)``) needs to resolve names and
+#: verify TLS: mounted read-only where the host has them
+NETWORK_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/host.conf", "/etc/gai.conf", "/etc/ssl",
+                 "/etc/ca-certificates", "/etc/pki", "/etc/crypto-policies")
 #: the program's uid inside the sandbox when the caller is not root (the second user namespace maps
 #: it to the caller's uid on the host; it has no capability anywhere)
 INNER_UID = 1000
@@ -240,13 +244,19 @@ def _read_binds(paths: Sequence[str], field: str) -> list[tuple[str, str]]:
     return out
 
 
-def _etc(uid: int) -> dict[str, str]:
+def _etc(uid: int, network: bool = False) -> dict[str, str]:
     return {
         "passwd": (f"root:x:0:0:root:/:/usr/sbin/nologin\nsandbox:x:{uid}:{uid}:sandbox:{SANDBOX_SCRATCH}:"
                    "/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"),
         "group": f"root:x:0:\nsandbox:x:{uid}:\nnogroup:x:65534:\n",
-        "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+        "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files" + (" dns" if network else "") + "\n",
     }
+
+
+def _network_binds() -> list[tuple[str, str]]:
+    """The host's DNS and CA files that exist, for a sandbox with the host's network."""
+    present = [p for p in NETWORK_FILES if os.path.exists(p)]
+    return _read_binds(present, "the network files")
 
 
 def _check_file_names(files: Mapping[str, str | bytes] | None, collect: Sequence[str]) -> None:
@@ -308,6 +318,8 @@ def launch(
             binds = [(t, t) for t in trees]
             binds += _read_binds(isolation.read_paths, "Isolation.read_paths")
             binds += _read_binds(sys_path or [], "sys_path")
+            if isolation.shares_network:
+                binds += _network_binds()
             for name in isolation.packages:
                 binds += package_mounts(name)
             binds = list(dict.fromkeys(binds))
@@ -324,7 +336,7 @@ def launch(
         site = [SANDBOX_SITE] if sandboxed and isolation.packages else []
         status_seed = {
             "level": isolation.level.value,
-            "network": "netns" if sandboxed else "host",
+            "network": "host" if isolation.shares_network else "netns",
             "pid_namespace": sandboxed,
             "scratch": scratch_path,
             "scratch_bytes": limits.scratch_bytes if sandboxed else None,
@@ -336,11 +348,12 @@ def launch(
             "root": root,
             "uid": program_uid,
             "owner_in_ns": (uid if root else 0) if sandboxed else os.getuid(),
+            "share_network": isolation.shares_network,
             "status": status_seed,
             "system": list(SYSTEM_PATHS),
             "binds": binds,
             "hide": list(hide),
-            "etc": _etc(program_uid),
+            "etc": _etc(program_uid, isolation.shares_network),
             "scratch": scratch_path,
             "scratch_bytes": limits.scratch_bytes,
             "scratch_files": limits.scratch_files,
@@ -358,6 +371,7 @@ def launch(
                 "args": list(args),
                 "sys_path": [*site, *(os.path.abspath(p) for p in sys_path or [])],
                 "scratch": scratch_path,
+                "network": isolation.shares_network,
                 "read_roots": [*SYSTEM_PATHS, *targets, "/sandbox", "/dev", "/etc", "/proc"],
             },
             "env": build_env(scratch_path, os.environ, isolation.pass_env, env),

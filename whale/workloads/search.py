@@ -84,6 +84,8 @@ def run_search(
         proposer_timeout_s=float(hs.proposer.timeout_seconds),
         proposer_max_turns=hs.proposer.max_turns,
         proposer_max_tokens=hs.proposer.max_tokens,
+        proposer_trial_rollouts=hs.proposer.run_candidate_rollouts,
+        proposer_shell=hs.proposer.shell,
         integrity=IntegrityPolicy(IntegrityAction(hs.integrity.action), hs.integrity.min_token_ratio),
     )
     if settings is None:

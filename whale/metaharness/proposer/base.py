@@ -1,7 +1,8 @@
 """The proposer interface: a coding agent that reads the archive and writes new harness files.
 
 Every backend gets a :class:`ProposalRequest` (a read-only local copy of the archive, a scratch
-directory, the domain's SKILL.md, the incoming harness, the budgets) and returns a
+directory, the domain's SKILL.md, the incoming harness, the budgets, and the sandboxed tools of
+:mod:`whale.metaharness.proposer.tools`: ``run_candidate`` and ``run_shell``) and returns a
 :class:`ProposerReport`. Whatever a backend produces is untrusted: files are collected from
 ``<scratch>/candidates/`` with size caps (:func:`collect_candidates`), and the search loop validates
 each one. A backend never raises for the agent's own failures (budget exhausted, a bad tool call,
@@ -14,7 +15,10 @@ from __future__ import annotations
 import abc
 import dataclasses
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from whale.metaharness.proposer.tools import ProposerTools
 
 #: where candidates go inside the scratch directory
 CANDIDATES_DIR = "candidates"
@@ -49,7 +53,13 @@ class ProposalRequest:
     #: budgets
     timeout_s: float
     max_turns: int
+    #: the paper's count (:class:`TokenMeter`): tokens generated plus tokens read for the first time
     max_tokens: int
+    #: the sandboxed tools beside the file tools (``run_candidate`` on D_harness items, ``run_shell``
+    #: over the archive copy); None: file tools only
+    tools: ProposerTools | None = None
+    #: ``spec.sandbox.isolation``: how the ``cli`` backend's agent process is walled off
+    isolation: str = "namespaces"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -61,6 +71,39 @@ class Proposal:
     rationale: str = ""
 
 
+class TokenMeter:
+    """The proposer's token budget as the paper counts it: per iteration, the tokens the model
+    generated plus the tokens it read **for the first time** — not the whole context again on every call.
+
+    A chat API is stateless: call ``i`` sends the whole conversation, so its prompt is the previous
+    call's prompt and reply plus what was added since (tool results, a nudge). Call ``i`` is charged
+    ``completion_i + max(0, prompt_i - (prompt_{i-1} + completion_{i-1}))``; the first call pays its
+    whole prompt (system prompt, task, skill). ``prompt`` is the whole prompt as the API counted it —
+    for the Anthropic API ``input_tokens + cache_creation_input_tokens + cache_read_input_tokens``
+    (its ``input_tokens`` leaves the cached part out). When older tool results are elided to save
+    context the prompt shrinks and nothing is charged for it. A backend that reports no usage is
+    charged the same way on estimates (``len(text) // 4``).
+    """
+
+    def __init__(self) -> None:
+        self.generated = 0
+        self.read = 0
+        self._context = 0
+
+    @property
+    def total(self) -> int:
+        return self.generated + self.read
+
+    def charge(self, prompt_tokens: int, completion_tokens: int) -> int:
+        """Account one model call; returns what it cost."""
+        prompt_tokens, completion_tokens = max(int(prompt_tokens), 0), max(int(completion_tokens), 0)
+        new = max(0, prompt_tokens - self._context)
+        self.read += new
+        self.generated += completion_tokens
+        self._context = prompt_tokens + completion_tokens
+        return new + completion_tokens
+
+
 @dataclasses.dataclass
 class ProposerReport:
     """What came back from one proposer call, and what it cost."""
@@ -69,7 +112,14 @@ class ProposerReport:
     #: problems worth recording: budget exhaustion, refused writes, a crashed CLI, ...
     notes: list[str] = dataclasses.field(default_factory=list)
     turns: int = 0
+    #: the budgeted count (:class:`TokenMeter`): ``generated_tokens + read_tokens``
     tokens: int = 0
+    #: tokens the model generated
+    generated_tokens: int = 0
+    #: context tokens it read for the first time
+    read_tokens: int = 0
+    #: D_harness rollouts its ``run_candidate`` calls spent (the search loop counts them from the tool)
+    trial_rollouts: int = 0
     seconds: float = 0.0
     #: finish | max_turns | max_tokens | timeout | no_tool_calls | exit | error
     stopped_by: str = "finish"
@@ -82,6 +132,9 @@ class ProposerReport:
             "notes": self.notes,
             "turns": self.turns,
             "tokens": self.tokens,
+            "generated_tokens": self.generated_tokens,
+            "read_tokens": self.read_tokens,
+            "trial_rollouts": self.trial_rollouts,
             "seconds": round(self.seconds, 3),
             "stopped_by": self.stopped_by,
         }
@@ -115,6 +168,18 @@ def task_prompt(request: ProposalRequest) -> str:
         "model, or that scores higher while the model's output collapses, is flagged for reward integrity "
         "(see `integrity_flags` in summary.json) and, by default, never accepted.",
     ]
+    tools = request.tools
+    if tools is not None and tools.trials is not None:
+        rules.append(
+            f"`run_candidate` runs a candidate you wrote on up to {tools.trials.max_items} training (D_harness) items "
+            f"with the real model and returns its score, errors and short traces; it spends rollouts from a budget of "
+            f"{tools.trials.budget} for this iteration. Test before you propose."
+        )
+    if tools is not None and tools.shell is not None:
+        rules.append(
+            "`run_shell` runs one bash command in a fresh sandbox whose working directory is the read-only archive "
+            "(ls, grep, head, wc, python3 with the standard library; no network; a scratch home)."
+        )
     if request.prompt_only:
         rules.append(
             "PROMPT-ONLY MODE: outside the values of SYSTEM_PROMPT and USER_TEMPLATE your file must be "

@@ -1,35 +1,165 @@
-"""External agent CLI proposer: a command template run in the scratch area with a timeout.
+"""External agent CLI proposer (backend ``cli``): a coding-agent command run inside the sandbox.
 
 ``spec.harnessSearch.proposer.command`` is an argv template; these fields are filled in:
-``{scratch}`` (the working directory; candidates go to ``{scratch}/candidates/NAME.py`` with an
-optional ``NAME.md`` rationale), ``{archive}`` (read-only copy of the archive), ``{skill}`` (the
-domain's SKILL.md path), ``{prompt}`` (PROMPT.md: the task statement, also fed on stdin),
-``{n}`` (how many candidates) and ``{iteration}``. Example, a coding-agent CLI in the search image::
+``{scratch}`` (the agent's workspace and working directory; candidates go to
+``{scratch}/candidates/NAME.py`` with an optional ``NAME.md`` rationale), ``{archive}`` (the read-only
+copy of the archive), ``{skill}`` (the domain's SKILL.md), ``{prompt}`` (PROMPT.md: the task statement,
+also fed on stdin), ``{n}`` (how many candidates), ``{iteration}``, ``{max_turns}`` and ``{timeout}``
+(the proposer's budgets, for agents that take them as flags). A Claude Code style agent
+(docs/metaharness.md has the manifest)::
 
-    command: ["claude", "-p", "--dangerously-skip-permissions", "--add-dir", "{archive}",
-              "Read {prompt} and do what it says."]
+    command: ["claude", "-p", "--output-format", "json", "--max-turns", "{max_turns}",
+              "--permission-mode", "bypassPermissions", "--add-dir", "{archive}",
+              "Read {prompt} and {skill}, then do what they say: write {n} candidates into {scratch}/candidates/."]
 
-The agent is trusted software but its output is not: files are collected with size caps, every
-failure (non-zero exit, timeout) is a note, and the iteration goes on. The process runs in its own
-session and the whole group is killed at the deadline. Its environment is the parent's minus
-anything that looks like a credential, plus ``extra_env`` (e.g. the agent's API key).
+The agent is untrusted (issue #12's threat model), so it runs in a ``whale.sandbox`` run
+(:data:`spec.sandbox.isolation`), never as a plain subprocess:
+
+* **filesystem** (allow-list): its workspace — the sandbox's bounded in-memory scratch (HOME, TMPDIR,
+  cwd) holding PROMPT.md, SKILL.md and ``candidates/`` — read-write; the archive copy read-only; the
+  agent's own install read-only (``spec.harnessSearch.proposer.readPaths``, besides the system runtime
+  under /usr that every sandbox has); nothing else: no data root (no test split), no checkout, no
+  /proc of the host, no /tmp, no home;
+* **environment**: only the sandbox's fixed variables plus the API key, under the name
+  ``apiKeySecret.env`` — nothing of the parent's environment;
+* **network**: this is the one sandbox with a network (``spec.harnessSearch.proposer.network: host``,
+  ``Isolation(host_network=True)``, asked for by name), because the agent must reach its model's API;
+  ``none`` gives it none (an agent that talks to a model some other way, or a test);
+* **limits**: ``timeout`` for the whole session, enforced twice — the driver inside kills every process
+  of the sandbox at the deadline and hands back what was written, and the sandbox's own wall clock
+  (``CLI_GRACE_S`` later) kills everything regardless; per-process memory, CPU, file-size and process
+  limits; the output's tail only.
+
+A small driver (``_DRIVER``, run as the sandbox's program) starts the agent, keeps the tail of its
+output, kills what is left when it ends, and bundles ``candidates/*.py|*.md`` (regular files, capped)
+into one file the sandbox hands back. Whatever comes back is untrusted: files are collected with size
+caps and the search loop validates each one. Every failure (non-zero exit, timeout, a sandbox that
+cannot start) is a note, and the iteration goes on. When the agent prints a Claude Code style JSON
+result (``--output-format json``), its ``usage`` and ``num_turns`` are recorded with the paper's count:
+generated plus newly read tokens (``input_tokens + cache_creation_input_tokens + output_tokens``).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import os
-import signal
+import dataclasses
+import json
+import re
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from whale.metaharness.proposer.base import ProposalRequest, Proposer, ProposerError, ProposerReport, collect_candidates, task_prompt
-from whale.sandbox.policy import SECRET_NAME_RE
+from whale.metaharness.proposer.base import (
+    CANDIDATES_DIR,
+    MAX_CANDIDATE_BYTES,
+    MAX_RATIONALE_BYTES,
+    ProposalRequest,
+    Proposer,
+    ProposerError,
+    ProposerReport,
+    collect_candidates,
+    task_prompt,
+)
 
 OUTPUT_TAIL_BYTES = 64_000
-FIELDS = ("scratch", "archive", "skill", "prompt", "n", "iteration")
+FIELDS = ("scratch", "archive", "skill", "prompt", "n", "iteration", "max_turns", "timeout")
+#: how long after its deadline the sandbox's own wall clock kills everything (the driver's hand-back)
+CLI_GRACE_S = 30.0
+#: the agent's sandbox: address space per process (a Node.js agent reserves a lot), processes and
+#: threads, open files, largest file, the in-memory workspace, what comes back
+CLI_MEMORY_BYTES = 8 << 30
+CLI_PROCESSES = 512
+CLI_OPEN_FILES = 4096
+CLI_FILE_SIZE_BYTES = 256 << 20
+CLI_SCRATCH_BYTES = 512 << 20
+CLI_COLLECT_BYTES = 32 << 20
+#: files of candidates/ handed back at most
+MAX_BUNDLED_FILES = 64
+#: stands for the workspace's path in the rendered argv until the driver knows it (its cwd)
+_SCRATCH_MARK = "@@WHALE_SCRATCH@@"
+_CONFIG = "whale-agent.json"
+#: the candidate files taken back: a plain name (no path, no hidden file), .py or .md
+_FILE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.(py|md)")
+_RESULT = "whale-result.json"
+
+#: the sandbox's program: run the agent, keep its output's tail, end everything, bundle candidates/
+_DRIVER = r'''
+import json, os, select, signal, subprocess, time
+cfg = json.load(open("whale-agent.json"))
+here = os.getcwd()
+argv = [a.replace(cfg["mark"], here) for a in cfg["argv"]]
+os.makedirs("candidates", exist_ok=True)
+deadline = time.monotonic() + cfg["timeout_s"]
+tail, keep = bytearray(), cfg["tail_bytes"]
+timed_out, returncode, error = False, None, None
+
+
+def end_all(pid):
+    # every other process of the sandbox (its own PID namespace); without one, the agent's group only
+    try:
+        if cfg["sandboxed"]:
+            os.kill(-1, signal.SIGKILL)
+        elif pid:
+            os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+proc = None
+try:
+    with open("PROMPT.md", "rb") as prompt:
+        proc = subprocess.Popen(argv, cwd=here, stdin=prompt, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=not cfg["sandboxed"])
+    fd = proc.stdout.fileno()
+    exited = None
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            timed_out = proc.poll() is None
+            break
+        if exited is None and proc.poll() is not None:
+            exited = time.monotonic()
+        if exited is not None and time.monotonic() - exited > 2:
+            break  # the agent is done; something it left behind still holds the pipe
+        ready, _, _ = select.select([fd], [], [], min(left, 0.5))
+        if ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                break
+            tail += chunk
+            del tail[:-keep]
+    if timed_out:
+        end_all(proc.pid)
+    try:
+        returncode = proc.wait(timeout=max(deadline - time.monotonic(), 0) + 5)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        end_all(proc.pid)
+        returncode = proc.wait()
+except OSError as exc:
+    error = f"cannot start the agent command {argv[0]!r}: {exc}"
+end_all(proc.pid if proc else None)  # nothing the agent started may change candidates/ from here on
+files, skipped = {}, []
+for entry in sorted(os.scandir("candidates"), key=lambda e: e.name):
+    if not (entry.name.endswith(".py") or entry.name.endswith(".md")):
+        continue
+    if not entry.is_file(follow_symlinks=False):
+        skipped.append(f"{entry.name}: not a regular file")
+        continue
+    if len(files) >= cfg["max_files"]:
+        skipped.append(f"{entry.name}: more than {cfg['max_files']} files")
+        continue
+    size = entry.stat(follow_symlinks=False).st_size
+    if size > cfg["max_file_bytes"]:
+        skipped.append(f"{entry.name}: {size} bytes > {cfg['max_file_bytes']}")
+        continue
+    with open(entry.path, "rb") as f:
+        files[entry.name] = f.read(cfg["max_file_bytes"]).decode("utf-8", "replace")
+with open("whale-result.json", "w") as out:
+    json.dump({"files": files, "skipped": skipped, "returncode": returncode, "timed_out": timed_out,
+               "error": error, "output_tail": bytes(tail).decode("utf-8", "replace")}, out)
+'''
 
 
 def render_command(template: list[str], values: Mapping[str, str]) -> list[str]:
@@ -48,70 +178,152 @@ def render_command(template: list[str], values: Mapping[str, str]) -> list[str]:
 
 
 class CLIAgentProposer(Proposer):
-    """Backend ``cli``."""
+    """Backend ``cli``: the agent command, sandboxed.
+
+    Args:
+        command: the argv template (``spec.harnessSearch.proposer.command``).
+        extra_env: the only variables the agent gets besides the sandbox's fixed ones (its API key).
+        read_paths: the agent's own install, mounted read-only (``readPaths``).
+        network: ``host`` (the agent must reach its API; the default) or ``none``.
+    """
 
     backend = "cli"
 
-    def __init__(self, command: list[str], extra_env: Mapping[str, str] | None = None):
+    def __init__(self, command: list[str], extra_env: Mapping[str, str] | None = None, *,
+                 read_paths: Sequence[str] = (), network: str = "host"):
         if not command:
             raise ProposerError("proposer backend 'cli' needs `command` (the agent CLI's argv template)")
+        if network not in ("host", "none"):
+            raise ProposerError(f"proposer network must be 'host' or 'none', got {network!r}")
         self.command = list(command)
         self.extra_env = dict(extra_env or {})
+        self.read_paths = tuple(read_paths)
+        self.network = network
+
+    def _isolation(self, request: ProposalRequest) -> Any:
+        from whale.sandbox import Isolation
+
+        if request.isolation == "none":
+            return Isolation.none()
+        return Isolation(read_paths=(str(Path(request.archive_dir).resolve()), *self.read_paths),
+                         host_network=self.network == "host")
 
     async def propose(self, request: ProposalRequest) -> ProposerReport:
         report = ProposerReport(stopped_by="exit")
         scratch = Path(request.scratch_dir)
         scratch.mkdir(parents=True, exist_ok=True)
-        prompt_path = scratch / "PROMPT.md"
-        prompt = task_prompt(request)
-        prompt_path.write_text(prompt, encoding="utf-8")
-        skill_path = scratch / "SKILL.md"
-        skill_path.write_text(request.skill, encoding="utf-8")
-        argv = render_command(self.command, {
-            "scratch": str(scratch), "archive": str(request.archive_dir), "skill": str(skill_path),
-            "prompt": str(prompt_path), "n": str(request.count), "iteration": str(request.iteration),
-        })
-        env = {k: v for k, v in os.environ.items() if not SECRET_NAME_RE.search(k)}
-        env.update(self.extra_env)
+        prompt = task_prompt(dataclasses.replace(request, tools=None))  # its tools are its own
+        inside = {
+            "scratch": _SCRATCH_MARK, "archive": str(Path(request.archive_dir).resolve()),
+            "skill": f"{_SCRATCH_MARK}/SKILL.md", "prompt": f"{_SCRATCH_MARK}/PROMPT.md", "n": str(request.count),
+            "iteration": str(request.iteration), "max_turns": str(request.max_turns),
+            "timeout": str(int(request.timeout_s)),
+        }
+        argv = render_command(self.command, inside)
+        config = {
+            "argv": argv, "mark": _SCRATCH_MARK, "timeout_s": float(request.timeout_s),
+            "tail_bytes": OUTPUT_TAIL_BYTES, "sandboxed": request.isolation != "none",
+            "max_files": MAX_BUNDLED_FILES, "max_file_bytes": MAX_CANDIDATE_BYTES,
+        }
+        files = {"PROMPT.md": prompt, "SKILL.md": request.skill, _CONFIG: json.dumps(config)}
         started = time.monotonic()
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv, cwd=scratch, env=env, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.STDOUT, start_new_session=True,
-            )
-        except OSError as exc:
+            result = await asyncio.to_thread(self._run, request, files)
+        except ProposerError as exc:
             report.stopped_by = "error"
-            report.notes.append(f"cannot start the proposer command {argv[0]!r}: {exc}")
+            report.notes.append(str(exc))
+            report.seconds = time.monotonic() - started
             return report
-        output = bytearray()
-
-        async def pump() -> None:
-            assert proc.stdin is not None and proc.stdout is not None  # noqa: S101 - created with PIPE
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                proc.stdin.write(prompt.encode())
-                await proc.stdin.drain()
-                proc.stdin.close()
-            while chunk := await proc.stdout.read(65536):
-                output.extend(chunk)
-                if len(output) > 2 * OUTPUT_TAIL_BYTES:
-                    del output[: len(output) - OUTPUT_TAIL_BYTES]
-            await proc.wait()
-
+        report.seconds = time.monotonic() - started
+        shown = [a.replace(_SCRATCH_MARK, "{scratch}") for a in argv]
+        raw = result.files.get(_RESULT)
+        if raw is None:
+            report.stopped_by = "timeout" if result.outcome.value == "timeout" else "error"
+            why = result.files_not_collected.get(_RESULT, result.describe())
+            report.notes.append(f"the agent's sandbox ended without handing anything back ({result.describe()}): {why}")
+            report.transcript.append({"argv": shown, "returncode": result.returncode, "isolation": result.isolation,
+                                      "stderr_tail": result.stderr[-4000:]})
+            return report
         try:
-            await asyncio.wait_for(pump(), timeout=request.timeout_s)
-        except TimeoutError:
+            bundle = json.loads(raw)
+        except ValueError:
+            bundle = {}
+        if not isinstance(bundle, dict):
+            bundle = {}
+        if bundle.get("error"):
+            report.stopped_by = "error"
+            report.notes.append(str(bundle["error"])[:500])
+        elif bundle.get("timed_out"):
             report.stopped_by = "timeout"
             report.notes.append(f"the proposer command ran past its {request.timeout_s:.0f} s timeout and was killed")
-        finally:
-            if proc.returncode is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                await proc.wait()
-        if report.stopped_by == "exit" and proc.returncode != 0:
-            report.notes.append(f"the proposer command exited with status {proc.returncode}")
-        report.seconds = time.monotonic() - started
-        tail = bytes(output[-OUTPUT_TAIL_BYTES:]).decode("utf-8", errors="replace")
-        report.transcript.append({"argv": argv, "returncode": proc.returncode, "output_tail": tail})
+        elif bundle.get("returncode") not in (0, None):
+            report.notes.append(f"the proposer command exited with status {bundle.get('returncode')}")
+        for skipped in list(bundle.get("skipped") or [])[:20]:
+            report.notes.append(f"ignored candidates/{str(skipped)[:200]}")
+        tail = str(bundle.get("output_tail") or "")[-OUTPUT_TAIL_BYTES:]
+        _usage(tail, report)
+        report.transcript.append({"argv": shown, "returncode": bundle.get("returncode"), "output_tail": tail,
+                                  "isolation": result.isolation})
+        _write_back(scratch, bundle.get("files"))
         report.proposals, notes = collect_candidates(scratch, request.count)
         report.notes.extend(notes)
         return report
+
+    def _run(self, request: ProposalRequest, files: dict[str, str]) -> Any:
+        from whale.sandbox import Limits, SandboxSetupError, run_python
+
+        limits = Limits(
+            wall_s=float(request.timeout_s) + CLI_GRACE_S, cpu_s=int(request.timeout_s) + int(CLI_GRACE_S),
+            memory_bytes=CLI_MEMORY_BYTES, file_size_bytes=CLI_FILE_SIZE_BYTES, processes=CLI_PROCESSES,
+            open_files=CLI_OPEN_FILES, stdout_bytes=OUTPUT_TAIL_BYTES, stderr_bytes=OUTPUT_TAIL_BYTES,
+            scratch_bytes=CLI_SCRATCH_BYTES, collect_bytes=CLI_COLLECT_BYTES,
+        )
+        try:
+            return run_python(_DRIVER, files=files, env=self.extra_env, limits=limits,
+                              isolation=self._isolation(request), collect=[_RESULT])
+        except SandboxSetupError as exc:
+            raise ProposerError(f"the cli agent's sandbox cannot start: {exc}") from None
+        except ValueError as exc:  # a bad read path named in the spec
+            raise ProposerError(f"the cli agent's sandbox: {exc}") from None
+
+
+def _write_back(scratch: Path, files: Any) -> None:
+    """The agent's candidates onto the host scratch, where :func:`collect_candidates` reads them."""
+    out = scratch / CANDIDATES_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    if not isinstance(files, dict):
+        return
+    for name, text in list(files.items())[:MAX_BUNDLED_FILES]:
+        if not isinstance(name, str) or not isinstance(text, str) or not _FILE_NAME_RE.fullmatch(name):
+            continue
+        limit = MAX_CANDIDATE_BYTES + 1 if name.endswith(".py") else MAX_RATIONALE_BYTES
+        (out / name).write_text(text[:limit], encoding="utf-8")
+
+
+def _usage(tail: str, report: ProposerReport) -> None:
+    """A Claude Code style JSON result in the output: its usage (the paper's count) and turns."""
+    candidates = [tail.strip()] + [line.strip() for line in reversed(tail.splitlines()[-50:])]
+    for text in candidates:
+        if not text.startswith("{"):
+            continue
+        try:
+            data = json.loads(text)
+        except ValueError:
+            continue
+        if not isinstance(data, dict) or not isinstance(data.get("usage"), dict):
+            continue
+        usage = data["usage"]
+
+        def count(key: str) -> int:
+            value = usage.get(key)
+            return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+        report.generated_tokens = count("output_tokens")
+        report.read_tokens = count("input_tokens") + count("cache_creation_input_tokens")
+        report.tokens = report.generated_tokens + report.read_tokens
+        turns = data.get("num_turns")
+        if isinstance(turns, int) and not isinstance(turns, bool) and turns >= 0:
+            report.turns = turns
+        if data.get("is_error"):
+            report.notes.append(f"the agent reported an error: {str(data.get('result', ''))[:300]}")
+        return

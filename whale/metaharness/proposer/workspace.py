@@ -243,7 +243,7 @@ class Workspace:
         return ("\n".join(hits) or "(no matches)") + stopped
 
     def write_candidate(self, name: str, code: str, rationale: str = "") -> str:
-        safe = _NAME_RE.sub("_", name[:200]).strip("_")[:60] or f"candidate{len(self.written) + 1}"
+        safe = safe_name(name) or f"candidate{len(self.written) + 1}"
         if safe not in self.written and len(self.written) >= self.max_candidates:
             raise ToolError(f"already wrote {self.max_candidates} candidates ({', '.join(self.written)}); call finish")
         if len(code.encode("utf-8")) > MAX_CANDIDATE_BYTES:
@@ -256,6 +256,11 @@ class Workspace:
         if safe not in self.written:
             self.written.append(safe)
         return json.dumps({"written": f"{CANDIDATES_DIR}/{safe}.py", "candidates": self.written})
+
+
+def safe_name(name: str) -> str:
+    """A candidate name as a file stem: letters, digits, ``_`` and ``-`` only, at most 60 characters."""
+    return _NAME_RE.sub("_", name[:200]).strip("_")[:60]
 
 
 def _scan(root: Path) -> Iterator[tuple[Path, bool]]:

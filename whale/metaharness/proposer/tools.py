@@ -1,0 +1,401 @@
+"""The built-in agents' sandboxed tools beside the file tools: ``run_candidate`` and ``run_shell``.
+
+The paper's proposer is a coding agent with a shell that runs and tests candidate harnesses before
+proposing them. Both tools give the built-in agents (``openai``, ``anthropic``) that power without
+giving them anything the threat model forbids (the proposer and every harness it writes are untrusted):
+
+* ``run_candidate`` (:class:`CandidateTrials`) puts a candidate through the **same static gate** as the
+  search loop (``whale.metaharness.validate.candidate_problems``), then runs it on at most
+  ``MAX_TRIAL_ITEMS`` items through the **same evaluator** the scoring uses
+  (:meth:`whale.metaharness.evaluate.CandidateEvaluator.trial`: the HarnessPool sandbox, the episode
+  runner, the phase's model, the smoke test's short hook limit) and returns its score, errors and
+  compact traces, at most ``TRIAL_RESULT_CHARS`` characters. It is built from the evaluator's item
+  list — the D_harness split and nothing else: an item id outside it is refused, so a test item can
+  never be requested or returned. Every rollout it runs is counted (``CandidateTrials.rollouts``)
+  against a per-iteration budget (``spec.harnessSearch.proposer.runCandidateRollouts``); the search
+  loop adds them to the iteration's rollouts and the archive's iteration record.
+* ``run_shell`` (:class:`SandboxShell`) runs one bash command per call in a fresh ``whale.sandbox``
+  run: its working directory is the archive copy, mounted read-only (``Isolation.read_paths``), with
+  the candidates the agent wrote (read-only too) and a bounded in-memory scratch as HOME; the system
+  runtime (``/usr``: bash, coreutils, grep, python3 with its standard library) comes with the
+  sandbox. No network, no data root, no checkout, no credentials; ``SHELL_TIMEOUT_S`` per call (at
+  most ``SHELL_MAX_TIMEOUT_S``), ``SHELL_OUTPUT_BYTES`` of output. Where the sandbox cannot isolate,
+  the call fails with the sandbox's message (fail closed).
+
+Every failure comes back to the agent as ``error: ...`` text, never as an exception.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+import json
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from whale.metaharness.proposer.base import CANDIDATES_DIR
+from whale.metaharness.proposer.workspace import TOOL_SPECS, ToolError, Workspace, safe_name
+
+if TYPE_CHECKING:
+    from whale.metaharness.evaluate import CandidateEvaluator
+
+log = logging.getLogger(__name__)
+
+#: items one run_candidate call may run on (one rollout each)
+MAX_TRIAL_ITEMS = 16
+#: the longest run_candidate answer
+TRIAL_RESULT_CHARS = 16_000
+#: of each episode's conversation: the last this many messages, each cut to this many characters
+TRIAL_MESSAGES = 6
+TRIAL_MESSAGE_CHARS = 600
+#: run_shell: default and largest wall clock of one command, the output kept, the command's length
+SHELL_TIMEOUT_S = 30.0
+SHELL_MAX_TIMEOUT_S = 120.0
+SHELL_OUTPUT_BYTES = 32_000
+SHELL_COMMAND_CHARS = 8_000
+#: run_shell's process limits: address space per process, processes, its scratch (HOME, TMPDIR)
+SHELL_MEMORY_BYTES = 2 << 30
+SHELL_PROCESSES = 64
+SHELL_SCRATCH_BYTES = 64 << 20
+
+#: the program run_shell starts in its sandbox: bash in the archive copy (the walls are the sandbox's)
+_SHELL_DRIVER = """import os, sys
+os.chdir(sys.argv[2])
+os.execv("/bin/bash", ["bash", "-c", sys.argv[1]])
+"""
+
+RUN_CANDIDATE_SPEC: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "run_candidate",
+        "description": (
+            f"Run a harness candidate on up to {MAX_TRIAL_ITEMS} training (D_harness) items with the real model, "
+            "one rollout each, and get its score, errors and short traces back. Give `name` (a candidate you "
+            "wrote with write_candidate) or `code` (a draft). It goes through the same checks as a proposal "
+            "first. Each rollout is spent from this iteration's budget."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": "a candidate written with write_candidate"},
+                "code": {"type": "string", "description": "or: a whole harness file to try"},
+                "k": {"type": "integer", "description": f"items to run on, 1..{MAX_TRIAL_ITEMS} (default 4)"},
+                "items": {"type": "array", "items": {"type": "string"},
+                          "description": "optional: these D_harness item ids (e.g. failing ones from the traces)"},
+            },
+            "required": [],
+        },
+    },
+}
+
+RUN_SHELL_SPEC: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "run_shell",
+        "description": (
+            "Run one bash command in a fresh sandbox. The working directory is the archive (read-only); your "
+            f"candidates are readable at $CANDIDATES; HOME is a small writable scratch. bash, ls, grep, head, wc, "
+            f"python3 (standard library) are there; no network. {SHELL_TIMEOUT_S:g} s by default, at most "
+            f"{SHELL_MAX_TIMEOUT_S:g} s (`timeout_s`); output cut at {SHELL_OUTPUT_BYTES} bytes."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "string"}, "timeout_s": {"type": "number"}},
+            "required": ["command"],
+        },
+    },
+}
+
+
+# ----- run_candidate --------------------------------------------------------------------------------
+
+
+class CandidateTrials:
+    """``run_candidate``: a candidate on a few D_harness items, through the scoring's own path.
+
+    Args:
+        evaluator: the phase's evaluator; its ``items`` (the D_harness split) are the only items a
+            trial can touch.
+        check: the static gate (``code -> problems``; empty = valid), the search loop's own.
+        budget: rollouts all trials of one iteration may spend.
+        max_items: items one call may ask for.
+        call_timeout_s: wall limit of one call (further bounded by the proposer's time left).
+    """
+
+    def __init__(
+        self,
+        evaluator: CandidateEvaluator,
+        *,
+        check: Callable[[str], list[str]],
+        budget: int,
+        max_items: int = MAX_TRIAL_ITEMS,
+        call_timeout_s: float = 600.0,
+        workdir: Path | None = None,
+    ):
+        if budget < 0 or max_items < 1:
+            raise ValueError(f"CandidateTrials needs budget >= 0 and max_items >= 1, got {budget}, {max_items}")
+        self.evaluator = evaluator
+        self.check = check
+        self.budget = budget
+        self.max_items = max_items
+        self.call_timeout_s = call_timeout_s
+        self.workdir = Path(workdir) if workdir is not None else None
+        #: the D_harness items by id, in split order: the only items a trial may run on
+        self._items: dict[str, dict[str, Any]] = {}
+        for item in evaluator.items:
+            self._items.setdefault(str(item.get("id", "?")), item)
+        #: rollouts spent so far (the search loop adds them to the iteration's rollouts)
+        self.rollouts = 0
+        #: one entry per call that ran: what, where, how it scored (kept in the iteration record)
+        self.log: list[dict[str, Any]] = []
+
+    @property
+    def item_ids(self) -> list[str]:
+        return list(self._items)
+
+    @property
+    def left(self) -> int:
+        return max(self.budget - self.rollouts, 0)
+
+    def pick(self, k: int | None, item_ids: Sequence[str] | None) -> list[dict[str, Any]]:
+        """The items of one call: the ids asked for (each must be a D_harness item) or the first ``k``."""
+        if item_ids:
+            if isinstance(item_ids, str) or not all(isinstance(i, str) for i in item_ids):
+                raise ToolError("`items` must be a list of item id strings")
+            wanted = list(dict.fromkeys(item_ids))
+            if len(wanted) > self.max_items:
+                raise ToolError(f"{len(wanted)} items asked for; at most {self.max_items} per call")
+            unknown = [i for i in wanted if i not in self._items]
+            if unknown:
+                some = ", ".join(list(self._items)[:5])
+                raise ToolError(f"not training (D_harness) items: {', '.join(repr(u[:80]) for u in unknown[:5])}; "
+                                f"run_candidate runs only on the harness split (ids like {some})")
+            return [self._items[i] for i in wanted]
+        k = 4 if k is None else k
+        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.max_items:
+            raise ToolError(f"k must be an integer from 1 to {self.max_items}, got {k!r}")
+        return list(self._items.values())[:k]
+
+    async def run(self, code: str, *, name: str, k: int | None = None, item_ids: Sequence[str] | None = None,
+                  timeout_s: float | None = None) -> str:
+        """One call; the answer (JSON text, bounded) for the agent. Raises ToolError for a bad call."""
+        items = self.pick(k, item_ids)
+        problems = self.check(code)
+        if problems:
+            return _fit({"candidate": name, "valid": False, "problems": problems[:20], "rollouts_spent": 0,
+                         "rollouts_left": self.left,
+                         "note": "not run: a proposal with these problems is refused without running"})
+        if len(items) > self.left:
+            raise ToolError(f"{len(items)} rollouts asked for but only {self.left} of this iteration's "
+                            f"{self.budget} are left; ask for fewer items, or propose")
+        limit = self.call_timeout_s if timeout_s is None else min(self.call_timeout_s, timeout_s)
+        if limit <= 0:
+            raise ToolError("the proposer's time budget is spent; this candidate was not run")
+        with tempfile.TemporaryDirectory(prefix="whale-trial-", dir=self.workdir) as tmp:
+            path = Path(tmp) / "harness.py"
+            path.write_text(code, encoding="utf-8")
+            sha = hashlib.sha256(code.strip().encode("utf-8")).hexdigest()[:12]
+            outcome = await self.evaluator.trial(path, f"trial:{name}:{sha}", items, limit)
+        spent = outcome.rollouts
+        self.rollouts += spent
+        errors = [e for e in outcome.episodes if e.error]
+        self.log.append({"candidate": name, "sha": sha, "items": [str(i.get("id")) for i in items],
+                         "rollouts": spent, "score": round(outcome.score, 6), "errors": len(errors),
+                         "error": outcome.error})
+        episodes = sorted(outcome.episodes, key=lambda e: e.reward)  # failures first: they show what to fix
+        return _fit({
+            "candidate": name, "valid": True, "items": len(items), "score": round(outcome.score, 6),
+            "mean_turns": round(outcome.mean_turns, 3), "episode_errors": len(errors), "error": outcome.error,
+            "rollouts_spent": spent, "rollouts_left": self.left,
+            "episodes": [_compact(e.to_dict()) for e in episodes],
+        })
+
+
+def _clip(text: Any, limit: int) -> str:
+    text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False)
+    if len(text) <= limit:
+        return text
+    half = max(limit // 2 - 10, 1)
+    return f"{text[:half]} [... {len(text) - 2 * half} chars ...] {text[-half:]}"
+
+
+def _compact(episode: dict[str, Any], messages: int = TRIAL_MESSAGES, chars: int = TRIAL_MESSAGE_CHARS) -> dict[str, Any]:
+    """What the agent needs of one episode: outcome, error, and the end of the conversation."""
+    out = {k: episode.get(k) for k in ("item_id", "reward", "turns", "end", "error")}
+    if messages > 0:
+        tail = (episode.get("messages") or [])[-messages:]
+        out["messages"] = [{"role": m.get("role"), "content": _clip(m.get("content") or "", chars)}
+                           for m in tail if isinstance(m, dict)]
+    return out
+
+
+def _fit(result: dict[str, Any], limit: int = TRIAL_RESULT_CHARS) -> str:
+    """``result`` as JSON within ``limit`` characters: shorter messages, then fewer, then fewer episodes."""
+    text = json.dumps(result, ensure_ascii=False)
+    if len(text) <= limit or "episodes" not in result:
+        return text if len(text) <= limit else text[:limit]
+    for messages, chars in ((TRIAL_MESSAGES, 200), (2, 200), (0, 0)):
+        episodes = [_compact(e, messages, chars) if messages else {k: e.get(k) for k in
+                    ("item_id", "reward", "turns", "end", "error")} for e in result["episodes"]]
+        for e in episodes:
+            if e.get("error"):
+                e["error"] = _clip(e["error"], 300)
+        text = json.dumps({**result, "episodes": episodes}, ensure_ascii=False)
+        if len(text) <= limit:
+            return text
+    kept = list(episodes)
+    while kept and len(text) > limit:
+        kept.pop()
+        text = json.dumps({**result, "episodes": kept, "episodes_cut": len(episodes) - len(kept)}, ensure_ascii=False)
+    return text[:limit]
+
+
+# ----- run_shell --------------------------------------------------------------------------------------
+
+
+class SandboxShell:
+    """``run_shell``: one bash command per call in a fresh sandbox over the read-only archive copy.
+
+    Args:
+        archive_dir: the archive copy (the working directory, read-only).
+        candidates_dir: the agent's candidates (read-only, at ``$CANDIDATES``); mounted when it exists.
+        isolation: ``spec.sandbox.isolation`` (``namespaces``: the wall, fail closed; ``none``: trusted
+            local use only, like the harness processes).
+    """
+
+    def __init__(self, archive_dir: Path, candidates_dir: Path | None = None, *, isolation: str = "namespaces"):
+        self.archive_dir = Path(archive_dir).resolve()
+        self.candidates_dir = Path(candidates_dir).resolve() if candidates_dir is not None else None
+        self.isolation = isolation
+        self.calls = 0
+
+    def _isolation(self) -> Any:
+        from whale.sandbox import Isolation
+
+        read = [str(self.archive_dir)]
+        if self.candidates_dir is not None and self.candidates_dir.is_dir():
+            read.append(str(self.candidates_dir))
+        if self.isolation == "none":
+            return Isolation.none()
+        return Isolation(read_paths=tuple(read))
+
+    def run_sync(self, command: str, timeout_s: float = SHELL_TIMEOUT_S) -> str:
+        from whale.sandbox import Limits, Outcome, SandboxSetupError, run_python
+
+        if not isinstance(command, str) or not command.strip():
+            raise ToolError("`command` must be a non-empty string")
+        if len(command) > SHELL_COMMAND_CHARS:
+            raise ToolError(f"the command is {len(command)} characters; at most {SHELL_COMMAND_CHARS}")
+        if "\0" in command:
+            raise ToolError("the command contains a NUL byte")
+        wall = min(max(float(timeout_s), 1.0), SHELL_MAX_TIMEOUT_S)
+        limits = Limits(wall_s=wall, cpu_s=int(wall) + 1, memory_bytes=SHELL_MEMORY_BYTES,
+                        processes=SHELL_PROCESSES, stdout_bytes=SHELL_OUTPUT_BYTES, stderr_bytes=SHELL_OUTPUT_BYTES // 4,
+                        scratch_bytes=SHELL_SCRATCH_BYTES)
+        env = {"CANDIDATES": str(self.candidates_dir or "")}
+        self.calls += 1
+        try:
+            result = run_python(_SHELL_DRIVER, args=[command, str(self.archive_dir)], limits=limits,
+                                isolation=self._isolation(), env=env)
+        except SandboxSetupError as exc:
+            raise ToolError(f"the sandboxed shell cannot start here: {exc}") from None
+        parts = [f"exit: {result.returncode if result.returncode is not None else result.outcome.value}"]
+        if result.outcome is Outcome.TIMEOUT:
+            parts[0] = f"exit: stopped after {wall:g} s (timeout_s)"
+        elif result.outcome is Outcome.OUTPUT_LIMIT:
+            parts[0] = f"exit: stopped: the output passed {SHELL_OUTPUT_BYTES} bytes (use head, grep or wc)"
+        elif result.outcome.is_limit:
+            parts[0] = f"exit: stopped by the sandbox's {result.outcome.value}"
+        if result.stdout:
+            parts.append(result.stdout)
+        if result.stderr.strip():
+            parts.append("[stderr]\n" + result.stderr[-(SHELL_OUTPUT_BYTES // 4):])
+        return "\n".join(parts)
+
+    async def run(self, command: str, timeout_s: float = SHELL_TIMEOUT_S) -> str:
+        # the sandbox's own wall clock bounds the thread (at most SHELL_MAX_TIMEOUT_S plus its teardown)
+        return await asyncio.to_thread(self.run_sync, command, timeout_s)
+
+
+# ----- the toolbox ------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class ProposerTools:
+    """The sandboxed tools one proposer call may use (built per iteration by the search loop)."""
+
+    trials: CandidateTrials | None = None
+    shell: SandboxShell | None = None
+
+
+class Toolbox:
+    """Every tool of a built-in agent: the file tools (:class:`Workspace`) and the sandboxed ones."""
+
+    def __init__(self, workspace: Workspace, tools: ProposerTools | None, deadline: float | None = None):
+        self.workspace = workspace
+        self.tools = tools or ProposerTools()
+        self.deadline = deadline
+
+    @property
+    def finished(self) -> bool:
+        return self.workspace.finished
+
+    @property
+    def specs(self) -> list[dict[str, Any]]:
+        """OpenAI-format tool declarations (the Anthropic backend converts them)."""
+        specs = list(TOOL_SPECS)
+        if self.tools.trials is not None and self.tools.trials.budget > 0:
+            specs.insert(-1, RUN_CANDIDATE_SPEC)
+        if self.tools.shell is not None:
+            specs.insert(-1, RUN_SHELL_SPEC)
+        return specs
+
+    def _left_s(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    async def call(self, name: str, arguments: dict[str, Any]) -> str:
+        """Run one tool call; every failure comes back as ``error: ...`` text."""
+        left = self._left_s()
+        if left is not None and left <= 0:
+            return "error: the proposer's time budget is spent; this tool call was not run"
+        try:
+            if name == "run_candidate" and self.tools.trials is not None and self.tools.trials.budget > 0:
+                return await self._run_candidate(arguments, left)
+            if name == "run_shell" and self.tools.shell is not None:
+                timeout = arguments.get("timeout_s", SHELL_TIMEOUT_S)
+                if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+                    raise ToolError("timeout_s must be a number of seconds")
+                if left is not None:
+                    timeout = min(float(timeout), left)
+                return await self.tools.shell.run(arguments.get("command"), float(timeout))  # type: ignore[arg-type]
+        except ToolError as exc:
+            return f"error: {exc}"
+        if name in ("run_candidate", "run_shell"):
+            return f"error: {name} is not available in this run"
+        return self.workspace.call(name, arguments)
+
+    async def _run_candidate(self, arguments: dict[str, Any], left_s: float | None) -> str:
+        trials = self.tools.trials
+        assert trials is not None  # noqa: S101 - checked by the caller
+        name, code = arguments.get("name"), arguments.get("code")
+        if (name is None) == (code is None):
+            raise ToolError("give exactly one of `name` (a candidate you wrote) or `code` (a draft)")
+        if code is not None:
+            if not isinstance(code, str):
+                raise ToolError("`code` must be the whole harness file as a string")
+            label = "draft"
+        else:
+            label = safe_name(str(name))
+            path = self.workspace.scratch_dir / CANDIDATES_DIR / f"{label}.py"
+            if not label or not path.is_file() or path.is_symlink():
+                raise ToolError(f"no candidate named {str(name)[:80]!r}; written so far: "
+                                f"{', '.join(self.workspace.written) or '(none)'}")
+            code = path.read_bytes()[: 4 * 1024 * 1024].decode("utf-8", errors="replace")
+        k = arguments.get("k")
+        items = arguments.get("items")
+        return await trials.run(code, name=label, k=k, item_ids=items, timeout_s=left_s)
