@@ -301,15 +301,16 @@ def _child_events(old: ChildFrame | None, cur: Frame, paces: dict[str, Pace]) ->
     of = f"/{counts.total}" if counts.total is not None else ""
     eta = _eta_words(cur, child, counts, paces)
     if child.kind is PhaseKind.WEIGHT:
-        sampled = sampled_step(child)
-        if sampled is not None and (old is None or sampled_step(old) is None or sampled_step(old).step != sampled.step):
-            out.append(f"{child.phase} step {sampled.step} sampled: {reward_words(latest_reward(child, cur.status))}")
         for m in sorted(child.metrics[seen:], key=lambda m: int(m.get("step", 0))):
             seconds = sum(float(m.get(k, 0.0)) for k in ("secondsSampling", "secondsTraining", "secondsSyncing"))
             r = Reward(int(m["step"]), float(m["rewardMean"]), m.get("kept"), m.get("rollouts"),
                        m.get("acceptanceRate"), m.get("loss"), m.get("learningRate"))
             out.append(f"{child.phase} step {r.step} done ({int(m['step']) - _from_step(child)}{of}): "
                        f"{reward_words(r)}, {duration(seconds)}/step{eta}")
+        sampled = sampled_step(child)
+        earlier = sampled_step(old) if old is not None else None
+        if sampled is not None and (earlier is None or earlier.step != sampled.step):
+            out.append(f"{child.phase} step {sampled.step} sampled: {reward_words(latest_reward(child, cur.status))}")
     elif child.kind is PhaseKind.HARNESS:
         p, q = child.progress, old.progress if old else None
         if p is not None and p.stage in (ProgressStage.PROPOSING, ProgressStage.SCORING) and p != q:
