@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -240,7 +241,8 @@ def _open_existing_store(uri: str | None, command: str) -> tuple[Any, str]:
                   command)
     try:
         st = _open_store(text)
-        st.check()
+        if text.startswith("s3://"):
+            st.check()  # reachable, with these credentials (a folder is only read: it need not be writable)
     except StoreError as exc:
         _fail([f"--store: {exc}"], command)
     return st, text
@@ -269,7 +271,8 @@ def run(
                                                        "phases kept, the failed phase started afresh")] = False,
     output: Annotated[Output, typer.Option(
         "--output", "-o", help="table: live progress, then the evaluation table and the next commands; json: "
-                               "timestamped progress lines, then the status summary as JSON")] = Output.table,
+                               "timestamped progress lines on stderr, the status summary as JSON on stdout")
+    ] = Output.table,
 ) -> None:
     """Run the manifest on this machine, with live progress; run it again to resume.
 
@@ -305,10 +308,11 @@ def run(
         extra["workload_command"] = tuple(shlex.split(os.environ["WHALE_WORKLOAD_COMMAND"]))
     hint = " ".join(["whale", "run", shlex.quote(str(file)), *(["--store", shlex.quote(store)] if store else [])])
     started = time.monotonic()
-    display = RunDisplay(m.name, console, live=None if output is Output.table else False)
+    # -o json: the progress lines go to stderr, so stdout is the JSON alone
+    display = RunDisplay(m.name, console, live=None) if output is Output.table else RunDisplay(m.name, err, live=False)
     runner = LocalRunner(name=m.name, spec=m.spec, store=st, split_sizes=sizes, workdir=work, env=env,
                          on_view=display, resume_hint=hint, **extra)
-    console.print(f"run {m.name}: store {st.uri}", highlight=False, markup=False)
+    display.console.print(f"run {m.name}: store {st.uri}", highlight=False, markup=False)
     try:
         with interrupt_on_signals(), display:
             status = runner.run(max_seconds=timeout, retry=retry)
@@ -383,8 +387,8 @@ def status(
     from whale.store import StoreError
 
     st, _ = _open_existing_store(store, "status")
-    _require_run(st, name, "status")
     try:
+        _require_run(st, name, "status")
         raw = st.read_json_or_none(layout.status_key(name))
     except StoreError as exc:
         _fail([str(exc)], "status")
@@ -420,9 +424,10 @@ def list_runs(store: StoreOpt = None, output: OutputOpt = Output.table) -> None:
     if not rows:
         console.print(f"no runs in {st.uri}", highlight=False, markup=False)
         return
-    table = Table(title=f"runs in {st.uri}")
+    table = Table(title=f"runs in {st.uri}", box=box.SIMPLE_HEAD, title_justify="left")
     for col in ("name", "phase", "now", "best", "rollouts", "age", "runner"):
-        table.add_column(col, justify="right" if col in ("rollouts", "age") else "left")
+        table.add_column(col, justify="right" if col in ("rollouts", "age") else "left",
+                         no_wrap=col in ("name", "phase", "best", "rollouts", "age"), min_width=6)
     for r in rows:
         table.add_row(r.name, r.phase, r.now, r.best, "-" if r.rollouts is None else f"{r.rollouts:,}", r.age,
                       r.runner)
@@ -450,8 +455,8 @@ def logs(
     from whale.store import StoreError
 
     st, _ = _open_existing_store(store, "logs")
-    _require_run(st, name, "logs")
     try:
+        _require_run(st, name, "logs")
         target = find_target(st, name, phase, attempt)
         if follow and phase is None:
             typer.echo(target.header(), nl=False)
@@ -481,8 +486,8 @@ def stop(
     from whale.store import StoreError
 
     st, _ = _open_existing_store(store, "stop")
-    _require_run(st, name, "stop")
     try:
+        _require_run(st, name, "stop")
         info = request_stop(st, name, _now())
     except StoreError as exc:
         _fail([str(exc)], "stop")
@@ -494,15 +499,18 @@ def stop(
     if not wait:
         return
     deadline = time.monotonic() + timeout
-    while True:
-        lock = st.read_lease(layout.lock_key(name))
-        if lock is None or not lock.live:
-            break
-        if time.monotonic() > deadline:
-            _fail([f"the runner still holds {name} after {timeout:g} s (it stops its workloads first, each within its "
-                   "grace period); check `whale status` again, or signal the runner's pid"], "stop")
-        time.sleep(0.2)
-    raw = st.read_json_or_none(layout.status_key(name))
+    try:
+        while True:
+            lock = st.read_lease(layout.lock_key(name))
+            if lock is None or not lock.live:
+                break
+            if time.monotonic() > deadline:
+                _fail([f"the runner still holds {name} after {timeout:g} s (it stops its workloads first, each "
+                       "within its grace period); check `whale status` again, or signal the runner's pid"], "stop")
+            time.sleep(0.2)
+        raw = st.read_json_or_none(layout.status_key(name))
+    except StoreError as exc:
+        _fail([str(exc)], "stop")
     saved = WhaleRunStatus.model_validate(raw or {})
     console.print(f"stopped: run {name} is {saved.phase.value}; {saved.message or ''}".rstrip("; "), highlight=False,
                   markup=False)

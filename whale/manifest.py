@@ -432,4 +432,5 @@ def local_problems(manifest: Manifest, cwd: Path | None = None,
     problems = model_problems(spec, cwd, env)
     problems += replay_script_problems(spec, cwd)
     problems += data_dir_problems(spec, cwd, env)
+    # NOTE: the proposer's own checks (its key and endpoint, spec.harnessSearch.proposer) are added here
     return problems

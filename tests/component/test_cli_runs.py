@@ -284,7 +284,7 @@ def test_list_logs_and_stop_a_real_whale_run_then_resume_it(tmp_path, no_leftove
     assert run.wait(timeout=120) == 0, (tmp_path / "run2.out").read_text()
     res = cli.invoke(app, ["list", "--store", store_dir, "-o", "json"])
     (row,) = json.loads(res.output)["runs"]
-    assert (row["phase"], row["runner"], row["best"]) == ("Succeeded", "-", "0.0300 (mean@8)")
+    assert (row["phase"], row["runner"], row["best"]) == ("Succeeded", "-", "0.0300 @8")
     res = cli.invoke(app, ["logs", "sig", "--store", store_dir, "--phase", "c01-weight", "--tail", "1"])
     assert res.exit_code == 0 and res.output.count("\n") == 1, res.output
     res = cli.invoke(app, ["logs", "sig", "--store", store_dir, "--phase", "c09-weight"])
@@ -308,3 +308,29 @@ def test_status_logs_and_stop_of_an_unknown_run_name_the_store_and_its_runs(tmp_
     empty.mkdir()
     res = cli.invoke(app, ["list", "--store", str(empty)])
     assert res.exit_code == 0 and "no runs in" in res.output
+
+
+@pytest.mark.parametrize("backend", ["folder", "s3"])
+def test_ranged_reads_of_both_backends(tmp_path, backend, request):
+    """What `whale logs` relies on: a piece from an offset, fewer bytes at the end, nothing past it."""
+    from whale.store import ObjectNotFound, StoreError
+
+    store = open_store(str(tmp_path / "store")) if backend == "folder" else request.getfixturevalue("s3_store")
+    store.write_bytes("runs/x/log", b"0123456789")
+    assert store.read_range("runs/x/log", 2, 3) == b"234"
+    assert store.read_range("runs/x/log", 8, 100) == b"89"
+    assert store.read_range("runs/x/log", 10, 5) == b"" and store.read_range("runs/x/log", 50, 5) == b""
+    assert store.read_range("runs/x/log", 0, 0) == b""
+    with pytest.raises(ObjectNotFound):
+        store.read_range("runs/x/missing", 0, 5)
+    with pytest.raises(StoreError, match="must be >= 0"):
+        store.read_range("runs/x/log", -1, 5)
+
+
+def test_a_broken_display_does_not_stop_the_run(tmp_path, caplog):
+    def broken(view: RunnerView) -> None:
+        raise ValueError("a display bug")
+
+    r = runner(tmp_path, open_store(str(tmp_path / "store")), on_view=broken)
+    assert r.run(max_seconds=60).phase is RunPhase.SUCCEEDED
+    assert r.on_view is None and "the progress display failed; the run goes on without it" in caplog.text

@@ -221,7 +221,7 @@ def test_run_command_end_to_end(tmp_path, monkeypatch):
     assert (tmp_path / "st" / "runs" / "tiny" / "status.json").exists()
     # running it again is a no-op on a finished run; -o json prints the summary for scripts
     res = cli.invoke(app, ["run", str(manifest), "--store", "st", "--timeout", "30", "-o", "json"])
-    assert res.exit_code == 0 and '"phase": "Succeeded"' in res.output
+    assert res.exit_code == 0 and json.loads(res.stdout)["phase"] == "Succeeded"
 
 
 def test_run_retry_resumes_a_failed_run(tmp_path, monkeypatch):

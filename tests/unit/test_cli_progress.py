@@ -161,8 +161,8 @@ def test_a_harness_phase_says_what_it_does_within_an_iteration():
     assert lines[1:] == [
         "c01-harness started (attempt 1): 3 iterations from harness h0, weights at step 4",
         "c01-harness iteration 1: scoring incoming (0/1 candidates)",
+        "c01-harness iteration 1/3 done: best 0.250 (incoming), 4 rollouts; phase ETA 10s",  # first what ended
         "c01-harness iteration 2: proposing",
-        "c01-harness iteration 1/3 done: best 0.250 (incoming), 4 rollouts; phase ETA 10s",
         "c01-harness iteration 2: scoring c01-i2-p1 (0/3 candidates)",
     ]
 
@@ -193,6 +193,15 @@ def test_run_level_events_phases_done_evaluations_failures_and_the_end_last():
     lines = [line[21:] for line in events(frame(0, before, None), frame(1, after, None))]
     assert lines == ["c01-weight done: step 4", "eval-c01-s000004-weight done: mean@8 0.3125 (new best)",
                      "run r: Succeeded (schedule complete)"]
+    # the child's last lines come before its phase's end
+    req = eval_request()
+    child = ChildFrame(req, 1000.0, progress=PhaseProgress(stage=ProgressStage.EVALUATING, done=0, total=10))
+    ended = ChildFrame(req, 1000.0, metrics=({"itemsDone": 10, "itemsTotal": 10},), progress=child.progress)
+    done = status(evals=[EvalPoint(phase=req.phase, cycle=0, step=0, after="start", mean_at_k=0.5)],
+                  best=BestEval(mean_at_k=0.5, k=8, phase=req.phase, cycle=0, step=0))
+    waiting = status(evals=[EvalPoint(phase=req.phase, cycle=0, step=0, after="start")])
+    lines = [line[21:] for line in events(frame(0, waiting, child), frame(1, done, ended))]
+    assert lines == [f"{req.phase}: 10/10 items", f"{req.phase} done: mean@8 0.5000 (new best)"]
     failing = status(failures={"c01-weight": 1}, message="phase c01-weight attempt 1 failed (exit code 3); retrying")
     lines = events(frame(0, status(), None), frame(1, failing, None))
     assert lines[0].endswith("c01-weight attempt 1 failed: phase c01-weight attempt 1 failed (exit code 3); retrying")

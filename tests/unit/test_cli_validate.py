@@ -134,3 +134,17 @@ def test_short_help_and_version():
     assert res.exit_code == 0 and res.output.strip() == f"whale {metadata.version('whale-k8s')}"
     out = subprocess.run([sys.executable, "-m", "whale.cli", "--version"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0 and out.stdout.startswith("whale ")
+
+
+def test_the_demo_manifest_needs_its_model_built_first(tmp_path):
+    """`make demo` builds the model, then validates: in a fresh checkout validate names the missing folder."""
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "manifests").symlink_to(root / "manifests")
+    demo = "manifests/examples/local/tiny-synthetic-whale.yaml"
+    res = cli.invoke(app, ["validate", demo])
+    assert res.exit_code == 1 and "spec.model.name: .whale/models/synthetic-tiny does not exist" in res.output
+    model = tmp_path / ".whale" / "models" / "synthetic-tiny"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    res = cli.invoke(app, ["validate", demo])
+    assert res.exit_code == 0 and res.output.startswith("ok: WhaleRun tiny-synthetic-whale"), res.output

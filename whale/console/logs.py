@@ -70,7 +70,9 @@ def find_target(store: Store, run: str, phase: str | None = None, attempt: int |
     host = socket.gethostname() if host is None else host
     if phase is None:
         if child is None:
-            raise LogsError(f"run {run!r} has no workload log yet (no child started)")
+            there = phases_with_logs(store, run)
+            raise LogsError(f"run {run!r}: no runner has recorded a child; " + (
+                f"give --phase: phases with logs: {', '.join(there)}" if there else "it has no workload log yet"))
         phase = child.phase
         attempt = attempt or child.attempt
     elif attempt is None:

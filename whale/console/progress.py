@@ -261,6 +261,7 @@ def events(prev: Frame | None, cur: Frame, paces: dict[str, Pace] | None = None)
             f" ({s.message})" if s.message and s.phase is not RunPhase.RUNNING else "")
     if run_line and not s.phase.is_terminal():
         out.append(run_line)
+    out += _child_events(prev.child if prev else None, cur, paces)  # the child's last lines before its end
     for phase in s.completed_phases[len(p.completed_phases) if p else len(s.completed_phases):]:
         out.append(f"{phase} done" + _completion_words(phase, s))
     before = {e.phase: e.mean_at_k for e in (p.evals if p else s.evals)}
@@ -272,7 +273,6 @@ def events(prev: Frame | None, cur: Frame, paces: dict[str, Pace] | None = None)
     for phase, n in s.failures.items():
         if n > (p.failures.get(phase, 0) if p else n):
             out.append(f"{phase} attempt {n} failed: {s.message or s.reason or 'see its log'}")
-    out += _child_events(prev.child if prev else None, cur, paces)
     if run_line and s.phase.is_terminal():
         out.append(run_line)
     return [f"{stamp(cur.at)} {line}" for line in out]
@@ -312,12 +312,12 @@ def _child_events(old: ChildFrame | None, cur: Frame, paces: dict[str, Pace]) ->
         if sampled is not None and (earlier is None or earlier.step != sampled.step):
             out.append(f"{child.phase} step {sampled.step} sampled: {reward_words(latest_reward(child, cur.status))}")
     elif child.kind is PhaseKind.HARNESS:
-        p, q = child.progress, old.progress if old else None
-        if p is not None and p.stage in (ProgressStage.PROPOSING, ProgressStage.SCORING) and p != q:
-            out.append(f"{child.phase} iteration {p.iteration}: {stage_words(child)}")
         for m in child.metrics[seen:]:
             out.append(f"{child.phase} iteration {m.get('iteration')}{of} done: best {_num(m.get('bestScore'))} "
                        f"({m.get('bestCandidate') or '-'}), {m.get('rollouts', 0)} rollouts{eta}")
+        p, q = child.progress, old.progress if old else None
+        if p is not None and p.stage in (ProgressStage.PROPOSING, ProgressStage.SCORING) and p != q:
+            out.append(f"{child.phase} iteration {p.iteration}: {stage_words(child)}")
     else:
         before = phase_counts(old) if old is not None else None
         known = counts.total is not None or counts.done > 0

@@ -30,6 +30,7 @@ class RunRow:
     phase: str
     #: what runs now ("c02-weight step 5/8"), or why nothing does
     now: str
+    #: best mean@k and its k: "0.5391 @4"
     best: str
     rollouts: int | None
     started_at: str | None
@@ -58,7 +59,7 @@ def run_row(store: Store, name: str, now: datetime) -> RunRow:
     runner = f"pid {lock.holder.pid} on {lock.holder.host}" if live and lock.holder else "-"
     if status is None:
         return RunRow(name, "Pending" if raw is None else "unreadable", "-", "-", None, None, "-", runner)
-    best = f"{status.best.mean_at_k:.4f} (mean@{status.best.k})" if status.best else "-"
+    best = f"{status.best.mean_at_k:.4f} @{status.best.k}" if status.best else "-"
     age = "-"
     if status.start_time:
         try:

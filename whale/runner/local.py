@@ -80,6 +80,8 @@ POLL_INTERVAL_S = 0.5
 TERMINATE_GRACE_S = 10.0
 #: how long the runner waits for the supervisor to finish killing, at each escalation
 KILL_WAIT_S = 5.0
+#: when the run is done, a child that wrote its result gets this long to exit by itself before it is stopped
+EXIT_WAIT_S = 10.0
 DEFAULT_WORKLOAD_COMMAND = (sys.executable, "-m", "whale.workloads")
 SUPERVISOR_PATH = str(Path(__file__).resolve().with_name("supervise.py"))
 #: the status condition that says the last runner stopped before the run ended
@@ -551,6 +553,14 @@ class LocalRunner:
             if latest is proc:
                 write_child(self.store, self.name, proc.record)
 
+    def let_children_exit(self, finished_logs: set[tuple[str, int]]) -> None:
+        """The run is done, so a child still running has written its result and is shutting down: let it
+        end by itself (its log then ends as it should, not with a SIGTERM) before :meth:`stop_all`."""
+        for proc in self.procs.values():
+            if proc.popen.poll() is None and proc._wait(EXIT_WAIT_S) and (proc.phase, proc.attempt) not in finished_logs:
+                finished_logs.add((proc.phase, proc.attempt))
+                self.child_ended(proc)
+
     def check_stop_request(self, lease: Lease) -> None:
         """Raise :class:`RunStopped` when `whale stop` asked this runner (by its lock owner id) to stop."""
         request = read_stop(self.store, self.name)
@@ -582,7 +592,11 @@ class LocalRunner:
                 log.warning("ignoring an unreadable progress object of %s", proc.phase)
                 progress = None
             child = ChildView(proc.request, proc.started, tuple(metrics), progress)
-        self.on_view(RunnerView(status, child))
+        try:
+            self.on_view(RunnerView(status, child))
+        except Exception:  # noqa: BLE001 - a display bug must not stop the run; logged with its traceback
+            log.exception("the progress display failed; the run goes on without it")
+            self.on_view = None
 
     def apply(self, decision: Decision) -> str | None:
         """Apply the actions; returns 'finished' / 'failed' / 'suspended' when the loop should end."""
@@ -678,6 +692,8 @@ class LocalRunner:
                         self.sync_log(proc)
                 self.view(status)
                 if outcome is not None or status.phase.is_terminal():
+                    if outcome == "finished":
+                        self.let_children_exit(finished_logs)
                     return status
                 if deadline is not None and time.monotonic() > deadline:
                     raise RunTimeout(f"run {self.name} did not finish within {max_seconds:g} s; its status is saved, "
