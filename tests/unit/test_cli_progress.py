@@ -245,3 +245,27 @@ def test_next_commands_after_a_failure_and_an_interruption():
                                failures={"c01-weight": 3}))
     assert "run r Failed after 3m02s: phase c01-weight failed 3 time(s)" in text
     assert "accepted harness: h0 (the domain's base harness)" in text and "evaluations" not in text
+
+
+def test_the_terminal_display_draws_live_and_prints_the_events_above_it():
+    """RunDisplay on a terminal: a rich Live region with the bars, the events printed above it, gone at the end."""
+    from io import StringIO
+
+    from whale.console.display import RunDisplay
+    from whale.runner.local import ChildView, RunnerView
+
+    out = StringIO()
+    console = Console(file=out, force_terminal=True, width=120, color_system=None)
+    clock = iter(float(t) for t in range(100, 200))
+    display = RunDisplay("r", console, clock=lambda: next(clock), wall=lambda: T0)
+    assert display.live_mode
+    req = weight_request()
+    sampling = PhaseProgress(stage=ProgressStage.SAMPLING, step=1, done=8, total=16, unit="rollouts")
+    with display:
+        display(RunnerView(status(), ChildView(req, 100.0, (), sampling)))
+        display(RunnerView(status(step=1), ChildView(req, 100.0, (step_line(1, 0.5),), sampling)))
+    text = out.getvalue()
+    assert "2025-03-01T12:00:00Z c01-weight started (attempt 1): steps 0 -> 4, harness h0" in text
+    assert "c01-weight step 1 done (1/4): reward 0.500" in text
+    assert "sampling step 1 (8/16 rollouts)" in text and "━" in text  # the live region with its bars
+    assert display._live is None
