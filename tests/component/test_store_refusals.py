@@ -146,4 +146,4 @@ def test_whale_run_on_a_store_that_fills_up_reports_it_and_resumes_once_freed(tm
     assert f"cannot write file://{root}/store/" in first["output"]
     assert "No space left on device" in first["output"] and "Fix: free space" in first["output"]
     second = seen["second"]
-    assert second["code"] == 0 and '"phase": "Succeeded"' in second["output"], second["output"]
+    assert second["code"] == 0 and "run full Succeeded" in second["output"], second["output"]

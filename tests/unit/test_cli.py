@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -73,18 +74,28 @@ def test_plan_json_shape(tmp_path):
     p = json.loads(res.output)
     assert (p["stepsPerEpoch"], p["totalSteps"]) == (10, 10)
     main = [ph for ph in p["phases"] if ph["kind"] != "eval"]
+    # each phase's rollouts: steps x 256 prompts x 8; a harness phase: incoming 4 items + 1 iteration x 3 x 4 items
     assert main == [
-        {"cycle": 1, "kind": "weight", "fromStep": 0, "toStep": 4},
-        {"cycle": 1, "kind": "harness", "iterations": 2},
-        {"cycle": 2, "kind": "weight", "fromStep": 4, "toStep": 8},
-        {"cycle": 2, "kind": "harness", "iterations": 2},
-        {"cycle": 3, "kind": "weight", "fromStep": 8, "toStep": 10},
+        {"cycle": 1, "kind": "weight", "fromStep": 0, "toStep": 4, "rollouts": 4 * 256 * 8},
+        {"cycle": 1, "kind": "harness", "iterations": 2, "rollouts": 4 + 3 * 4},
+        {"cycle": 2, "kind": "weight", "fromStep": 4, "toStep": 8, "rollouts": 4 * 256 * 8},
+        {"cycle": 2, "kind": "harness", "iterations": 2, "rollouts": 4 + 3 * 4},
+        {"cycle": 3, "kind": "weight", "fromStep": 8, "toStep": 10, "rollouts": 2 * 256 * 8},
     ]
-    # 10 steps x 256 x 8, plus per harness phase: incoming 4 items + 1 iteration x 3 proposals x 4 items
-    assert p["rollouts"] == 10 * 256 * 8 + 2 * (4 + 3 * 4)
-    evals = [(ph["step"], ph["after"]) for ph in p["phases"] if ph["kind"] == "eval"]
-    assert evals == [(0, "start"), (4, "weight"), (4, "harness"), (5, "weight"), (8, "weight"), (8, "harness"),
-                     (10, "weight")]
+    assert p["rollouts"] == 10 * 256 * 8 + 2 * (4 + 3 * 4) == sum(ph["rollouts"] for ph in main)
+    evals = [(ph["step"], ph["after"], ph["rollouts"]) for ph in p["phases"] if ph["kind"] == "eval"]
+    # every evaluation: the 10 test items x 8 samples
+    assert evals == [(0, "start", 80), (4, "weight", 80), (4, "harness", 80), (5, "weight", 80), (8, "weight", 80),
+                     (8, "harness", 80), (10, "weight", 80)]
+    assert p["evaluation"] == {"count": 7, "items": 10, "samplesPerItem": 8, "rolloutsEach": 80, "rollouts": 560}
+
+
+def test_plan_table_shows_each_phase_rollouts_and_the_evaluation_cost(tmp_path):
+    spec = {**WHALE, "evaluation": {"intervalEpochs": 0.5, "maxItems": 4, "samplesPerItem": 2}}
+    res = cli.invoke(app, ["plan", str(write(tmp_path, spec))], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "8,192" in res.output and "4,096" in res.output  # the weight phases of 4 and 2 steps
+    assert "evaluation: 7 point(s) x 4 items x 2 samples = 8 rollouts each, 56 in all" in res.output
 
 
 def test_plan_adaptive_marks_bounds(tmp_path):
@@ -194,13 +205,24 @@ def test_run_command_end_to_end(tmp_path, monkeypatch):
     monkeypatch.setenv("WHALE_WORKLOAD_COMMAND", f"{sys.executable} -m tests.workloads.simulated")
     manifest = write(tmp_path, {**WHALE, "schedule": {"totalSteps": 4, "weightStepsPerCycle": 2,
                                                        "harnessIterationsPerCycle": 2}})
-    res = cli.invoke(app, ["run", str(manifest), "--store", "st", "--timeout", "90"])
+    res = cli.invoke(app, ["run", str(manifest), "--store", "st", "--timeout", "90"], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
-    assert "Succeeded" in res.output and "c02-weight" in res.output
+    out = res.output
+    # not a terminal: one timestamped line per event
+    stamped = [line for line in out.splitlines() if re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ", line)]
+    assert any(line.endswith("c02-weight started (attempt 1): steps 2 -> 4, harness c01-accepted") for line in stamped)
+    assert any("c01-harness done: accepted c01-accepted, score 0.200" in line for line in stamped)
+    assert stamped[-1].endswith("run tiny: Succeeded (schedule complete; best mean@8 0.0700 at eval-c01-s000002-harness)")
+    # the end of the run: the evaluation table, the best point, the accepted harness's URI, the next commands
+    assert "run tiny Succeeded after" in out and "evaluations" in out
+    assert re.search(r"eval-c01-s000002-harness\s.*\s2\s.*c01-accepted\s.*\s40\s.*0\.0700 \*", out), out
+    assert "best: mean@8 0.0700 at eval-c01-s000002-harness (step 2, harness c01-accepted, 40 training rollouts)" in out
+    assert f"accepted harness: file://{tmp_path}/st/runs/tiny/harnesses/c01-accepted.py" in out
+    assert "whale status tiny --store st" in out and "whale report st/runs/tiny" in out
     assert (tmp_path / "st" / "runs" / "tiny" / "status.json").exists()
-    # running it again is a no-op on a finished run
-    res = cli.invoke(app, ["run", str(manifest), "--store", "st", "--timeout", "30"])
-    assert res.exit_code == 0 and '"phase": "Succeeded"' in res.output
+    # running it again is a no-op on a finished run; -o json prints the summary for scripts
+    res = cli.invoke(app, ["run", str(manifest), "--store", "st", "--timeout", "30", "-o", "json"])
+    assert res.exit_code == 0 and json.loads(res.stdout)["phase"] == "Succeeded"
 
 
 def test_run_retry_resumes_a_failed_run(tmp_path, monkeypatch):
@@ -210,7 +232,9 @@ def test_run_retry_resumes_a_failed_run(tmp_path, monkeypatch):
     manifest = write(tmp_path, {**WHALE, "condition": "rsft_only", "schedule": {"totalSteps": 2},
                                 "retry": {"maxAttempts": 1}})
     res = cli.invoke(app, ["run", str(manifest), "--store", "st", "--timeout", "60"])
-    assert res.exit_code == 1 and '"phase": "Failed"' in res.output
+    assert res.exit_code == 1 and "run tiny Failed after" in res.output
+    assert "c01-weight attempt 1 failed: phase c01-weight failed 1 time(s)" in res.output
+    assert f"whale logs tiny --store st --phase c01-weight" in res.output  # the next commands
     assert f"`whale run {manifest} --store st --retry` resumes it" in res.output
     res = cli.invoke(app, ["status", "tiny", "--store", "st"])
     assert res.exit_code == 0 and "runner" in res.output and "none" in res.output
@@ -218,6 +242,6 @@ def test_run_retry_resumes_a_failed_run(tmp_path, monkeypatch):
     monkeypatch.setenv("WHALE_SIM", "{}")  # the cause is fixed
     res = cli.invoke(app, ["run", str(manifest), "--store", "st", "--timeout", "60", "--retry"])
     assert res.exit_code == 0, res.output
-    assert '"phase": "Succeeded"' in res.output
+    assert "run tiny Succeeded" in res.output
     status = json.loads(cli.invoke(app, ["status", "tiny", "--store", "st", "-o", "json"]).output)
     assert status["attempts"]["c01-weight"] == 2 and "c01-weight" not in status["failures"]

@@ -7,6 +7,8 @@ local runner can be tested on every path in seconds. Behaviour is scripted throu
 
 * ``fail``: {phase: n} — the first n attempts exit 3 with a one-line reason;
 * ``hang``: {phase: step_or_iteration} — block there until killed (a crash mid-phase);
+* ``hang_training``: {phase: step} — block after sampling that (1-based) step: its progress object
+  (stage ``training``, with its reward) is written, its metrics line is not;
 * ``reward``: a list of training rewards indexed by global step (cycled), default rising.
 
 Run as ``python -m tests.workloads.simulated <train|search|eval> --store URI --run R --phase P``.
@@ -23,10 +25,13 @@ import threading
 from whale import layout
 from whale.adaptive import harness_should_stop, weight_should_stop
 from whale.protocol import (
+    EvalProgress,
     EvalResult,
     HarnessIterationMetrics,
     HarnessPhaseResult,
+    PhaseProgress,
     PhaseRequest,
+    ProgressStage,
     WeightPhaseResult,
     WeightStepMetrics,
 )
@@ -63,6 +68,11 @@ def train(store, req: PhaseRequest, sim: dict) -> None:
             hang_forever()
         step += 1
         r = rewards[(step - 1) % len(rewards)]
+        store.write_json(layout.progress_key(run, phase), PhaseProgress(
+            stage=ProgressStage.TRAINING, step=step, reward_mean=r, acceptance_rate=r, kept=1,
+            rollouts=ROLLOUTS_PER_STEP).to_wire())
+        if sim.get("hang_training", {}).get(phase) == step:
+            hang_forever()
         done_rewards.append(r)
         store.append_jsonl(layout.metrics_key(run, phase), WeightStepMetrics(
             step=step, epoch=step / a.steps_per_epoch, reward_mean=r, acceptance_rate=r, kept=1, loss=1.0 / step,
@@ -109,6 +119,9 @@ def search(store, req: PhaseRequest, sim: dict) -> None:
 
 def evaluate(store, req: PhaseRequest, sim: dict) -> None:
     a = req.eval
+    store.write_json(layout.progress_key(req.run, req.phase), PhaseProgress(
+        stage=ProgressStage.EVALUATING, done=0, total=10, unit="items").to_wire())
+    store.append_jsonl(layout.metrics_key(req.run, req.phase), EvalProgress(items_done=10, items_total=10).to_wire())
     mean = round(0.01 * a.step + (0.05 if a.after == "harness" else 0.0), 6)
     store.write_json(layout.result_key(req.run, req.phase), EvalResult(
         mean_at_k=mean, k=8, items=10, checkpoint=a.checkpoint, harness=a.harness).to_wire())

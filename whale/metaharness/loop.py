@@ -35,7 +35,7 @@ from whale.metaharness.proposer.base import CANDIDATES_DIR, ProposalRequest, Pro
 from whale.metaharness.proposer.tools import CandidateTrials, ProposerTools, SandboxShell
 from whale.metaharness.records import INCOMING_ID, Candidate, Status, candidate_id, code_hash, pick_best
 from whale.metaharness.validate import candidate_problems
-from whale.protocol import CandidateScore, HarnessIterationMetrics, HarnessStopRule
+from whale.protocol import CandidateScore, HarnessIterationMetrics, HarnessStopRule, PhaseProgress, ProgressStage
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +99,7 @@ class HarnessSearch:
         logged: Sequence[HarnessIterationMetrics] = (),
         emit: Callable[[HarnessIterationMetrics], None] | None = None,
         stop_requested: Callable[[], bool] | None = None,
+        progress: Callable[[PhaseProgress], None] | None = None,
     ):
         self.archive = archive
         self.evaluator = evaluator
@@ -111,6 +112,8 @@ class HarnessSearch:
         self.logged = {m.iteration: m for m in logged}
         self.emit = emit or (lambda m: None)
         self.stop_requested = stop_requested or (lambda: False)
+        #: hears where the phase is (proposing, scoring candidate i of n): for people watching
+        self.progress = progress or (lambda p: None)
 
     # ----- the loop ----------------------------------------------------------------------------------
 
@@ -184,6 +187,8 @@ class HarnessSearch:
         if cand.status is Status.SCORED:
             return  # a FAILED incoming (infrastructure down last attempt) is evaluated again
         path = self._local_file(cand.id, self.incoming_code)
+        self.progress(PhaseProgress(stage=ProgressStage.SCORING, iteration=1, candidate=cand.id, done=0, total=1,
+                                    unit="candidates"))
         t0 = time.monotonic()
         full = await self.evaluator.score(path, self._label(cand.id))
         seconds = time.monotonic() - t0
@@ -212,9 +217,13 @@ class HarnessSearch:
     async def _iteration(self, it: int) -> None:
         record = self.archive.iteration(it)
         if record is None or not record.get("proposed"):
+            self.progress(PhaseProgress(stage=ProgressStage.PROPOSING, iteration=it))
             await self._propose(it)
-        for cand in [c for c in self.archive.candidates() if c.iteration == it]:
+        mine = [c for c in self.archive.candidates() if c.iteration == it]
+        for index, cand in enumerate(mine):
             if not cand.status.final:
+                self.progress(PhaseProgress(stage=ProgressStage.SCORING, iteration=it, candidate=cand.id, done=index,
+                                            total=len(mine), unit="candidates"))
                 await self._evaluate(cand)
                 self._write_summary()
 

@@ -9,6 +9,10 @@ Each global step ``s`` (0-based; the metrics line says ``step = s + 1``, the num
 5. weight sync, so step ``s + 1`` samples from the new weights;
 6. one metrics line; a checkpoint at saveSteps / every N steps / the end, then the resume state.
 
+``progress`` (optional) hears where the step is (``PhaseProgress``: sampling, then training with the
+reward of the rollouts just sampled, syncing, checkpointing), so a display shows a step's reward as soon
+as its sampling ends, not after its SFT update and metrics line.
+
 Between steps the loop checks the STOP object (-> ``stopped_by="stop-request"``) and the adaptive
 patience rule on this phase's training rewards (-> ``"patience"``); either way the phase ends with
 a checkpoint of the current step and a result. The sampler, trainer and sync are injected, so the
@@ -27,7 +31,14 @@ import torch
 
 from whale import layout
 from whale.adaptive import weight_should_stop
-from whale.protocol import StopReason, WeightPhaseArgs, WeightPhaseResult, WeightStepMetrics
+from whale.protocol import (
+    PhaseProgress,
+    ProgressStage,
+    StopReason,
+    WeightPhaseArgs,
+    WeightPhaseResult,
+    WeightStepMetrics,
+)
 from whale.rsft import checkpoint as ckpt
 from whale.rsft.collate import Example, encode_trajectory, stop_token_ids
 from whale.rsft.config import RSFTConfig, lr_at, should_checkpoint
@@ -129,6 +140,8 @@ class WeightPhase:
     #: held while the optimiser changes the weights (an in-process sampler shares the model)
     weights_lock: Any = None
     clock: Callable[[], float] = time.perf_counter
+    #: hears where the phase is (see the module doc); None: nobody listens
+    progress: Callable[[PhaseProgress], None] | None = None
 
     def __post_init__(self) -> None:
         self.order = PromptOrder(len(self.items), self.cfg.prompts_per_step, self.cfg.seed)
@@ -146,17 +159,26 @@ class WeightPhase:
                                          max_length=self.cfg.max_seq_len))
         return out
 
+    def report(self, stage: ProgressStage, step: int, **fields: Any) -> None:
+        if self.progress is not None:
+            self.progress(PhaseProgress(stage=stage, step=step, **fields))
+
     def step(self, s: int) -> dict[str, Any]:
         """Global step ``s`` (0-based); returns its metrics line."""
         indices = self.order.indices(s)
         seed = _step_seed(self.cfg.seed, s)
         torch.manual_seed(seed)
+        self.report(ProgressStage.SAMPLING, s + 1, done=0, total=len(indices) * self.cfg.rollouts_per_prompt,
+                    unit="rollouts")
         t0 = self.clock()
         trajectories = self.sampler.sample([self.items[i] for i in indices], indices, self.cfg.rollouts_per_prompt, seed)
         t1 = self.clock()
         if not trajectories:
             raise WeightPhaseError(f"step {s + 1}: the sampler returned no rollouts for {len(indices)} prompts")
         selection = select(trajectories, self.cfg.score_threshold)
+        # the step's reward is known now: report it before the SFT update (the metrics line comes after it)
+        self.report(ProgressStage.TRAINING, s + 1, reward_mean=selection.reward_mean,
+                    acceptance_rate=selection.acceptance_rate, kept=len(selection.kept), rollouts=selection.rollouts)
         lr = lr_at(s, self.cfg)
         loss, tokens, t_train, updates = None, 0, 0.0, 0
         if selection.kept:
@@ -171,6 +193,10 @@ class WeightPhase:
                     lock.release()
             loss, tokens, t_train, updates = stats.loss, stats.tokens, stats.seconds, stats.updates
         t2 = self.clock()
+        if selection.kept:
+            self.report(ProgressStage.SYNCING, s + 1, reward_mean=selection.reward_mean,
+                        acceptance_rate=selection.acceptance_rate, kept=len(selection.kept),
+                        rollouts=selection.rollouts)
         t_sync = self.sync.sync(self.model, self.tokenizer, s + 1) if selection.kept else 0.0
         metrics = WeightStepMetrics(
             step=s + 1,
@@ -198,6 +224,7 @@ class WeightPhase:
 
     def save(self, step: int) -> None:
         """Checkpoint (marker last), then the resume state that points at it."""
+        self.report(ProgressStage.CHECKPOINTING, step)
         if not ckpt.checkpoint_complete(self.store, self.run, step):
             ckpt.save_checkpoint(self.store, self.run, step, self.model, self.tokenizer)
         ckpt.save_state(self.store, self.run, self.phase, step, self.trainer.optimizer_state(),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,8 @@ class HarnessSampler:
                                     {**(getattr(client, "chat_template_kwargs", None) or {}), **sampling.template_kwargs})
         #: the harness process's limits and isolation level (spec.sandbox.isolation)
         self.limits = limits or SandboxLimits()
+        #: called as each rollout finishes (progress: ``whale.workloads.common.ProgressWriter.advance``)
+        self.on_episode: Callable[[Episode], None] | None = None
         self._loop = asyncio.new_event_loop()
         self._process: HarnessProcess | None = None
         self._tools: list[dict[str, Any]] | None = None
@@ -90,7 +92,7 @@ class HarnessSampler:
         if self._process is None:
             raise RuntimeError("HarnessSampler must be entered (with ...) before sampling")
         runner = EpisodeRunner(self.domain, self._process, self.client, self.sampling, self.config)
-        episodes = self._loop.run_until_complete(runner.run(list(items), k=rollouts))
+        episodes = self._loop.run_until_complete(runner.run(list(items), k=rollouts, on_episode=self.on_episode))
         errors = [e for e in episodes if e.end == EndReason.ERROR]
         if episodes and len(errors) == len(episodes):
             raise SamplingError(f"all {len(episodes)} rollouts of the step failed; first error: {errors[0].error}")

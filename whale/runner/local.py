@@ -24,7 +24,14 @@ What keeps a run consistent however the runner ends:
 * ``retry=True`` (``whale run --retry``) puts a Failed run back to Running from its last good state
   (:func:`retry_status`);
 * a manifest may change between runs only in the fields :data:`MUTABLE_ON_RESUME` lists; any other
-  difference is refused, naming each differing field (:func:`spec_changes`).
+  difference is refused, naming each differing field (:func:`spec_changes`);
+* `whale stop NAME` (``whale.runner.control``): a stop request addressed to this runner's lock is polled
+  between decisions and ends the run like a signal, with the reason ``StopRequested``.
+
+For people watching: each launch records the child (``control/child.json``: phase, attempt, log file),
+its log is copied to the store every :data:`LOG_SYNC_INTERVAL_S` while it runs (and in full when it ends),
+so `whale logs` follows it from anywhere; ``on_view`` hears the status with the running child's metrics
+lines and progress object (:class:`RunnerView`) at most every :data:`VIEW_INTERVAL_S`.
 """
 
 from __future__ import annotations
@@ -44,6 +51,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from whale import layout
 from whale.alternation import (
     Child,
@@ -58,7 +67,8 @@ from whale.alternation import (
     SuspendRun,
     decide,
 )
-from whale.protocol import PhaseKind
+from whale.protocol import PhaseKind, PhaseProgress, PhaseRequest
+from whale.runner.control import ChildRecord, StopRequest, read_stop, write_child
 from whale.spec import MetaCondition, RunPhase, WhaleRunSpec, WhaleRunStatus
 from whale.store import Store, StoreError
 from whale.store.lease import DEFAULT_TTL_S, RUN_OWNER_ENV, Lease, LeaseHeld, LeaseLost, this_process
@@ -70,6 +80,8 @@ POLL_INTERVAL_S = 0.5
 TERMINATE_GRACE_S = 10.0
 #: how long the runner waits for the supervisor to finish killing, at each escalation
 KILL_WAIT_S = 5.0
+#: when the run is done, a child that wrote its result gets this long to exit by itself before it is stopped
+EXIT_WAIT_S = 10.0
 DEFAULT_WORKLOAD_COMMAND = (sys.executable, "-m", "whale.workloads")
 SUPERVISOR_PATH = str(Path(__file__).resolve().with_name("supervise.py"))
 #: the status condition that says the last runner stopped before the run ended
@@ -89,6 +101,12 @@ MUTABLE_ON_RESUME = (
 )
 #: at most this many differing fields are listed in a refusal
 MAX_LISTED_CHANGES = 20
+#: the running child's log is copied to the store at most this often (and in full when it ends)
+LOG_SYNC_INTERVAL_S = 3.0
+#: ``on_view`` hears the running child's metrics and progress at most this often (and at every change of child)
+VIEW_INTERVAL_S = 1.0
+#: the condition reason of a run stopped by `whale stop`
+STOP_REQUESTED = "StopRequested"
 
 
 class RunConflictError(RuntimeError):
@@ -109,6 +127,14 @@ class RunInterrupted(KeyboardInterrupt):
 
 class RunTimeout(TimeoutError):
     """``max_seconds`` (``whale run --timeout``) passed before the run ended."""
+
+
+class RunStopped(Exception):
+    """`whale stop` asked this runner to stop (``request``); the run is resumable."""
+
+    def __init__(self, request: StopRequest):
+        self.request = request
+        super().__init__(f"stopped by {request.describe()}")
 
 
 def utc_now() -> str:
@@ -217,6 +243,8 @@ def interruption(exc: BaseException, max_seconds: float | None = None) -> tuple[
         return "Signal", f"the runner got {signal.Signals(exc.signum).name}"
     if isinstance(exc, KeyboardInterrupt):
         return "Signal", "the runner got Ctrl-C (SIGINT)"
+    if isinstance(exc, RunStopped):
+        return STOP_REQUESTED, str(exc)
     if isinstance(exc, RunTimeout):
         return "Timeout", f"the runner stopped at its --timeout of {max_seconds:g} s" if max_seconds else "timeout"
     if isinstance(exc, StoreError):
@@ -284,6 +312,12 @@ class _Proc:
     watch_w: int | None = None
     grace_s: float = TERMINATE_GRACE_S
     stop_reason: str | None = None
+    request: PhaseRequest | None = None
+    #: the child record (``control/child.json``) of this launch
+    record: ChildRecord | None = None
+    #: bytes of the log last copied to the store, and when (monotonic)
+    log_synced: int = -1
+    log_synced_at: float = float("-inf")
 
     def state(self) -> Child:
         code = self.popen.poll()
@@ -342,6 +376,27 @@ def last_line(path: Path, limit: int = 400) -> str:
     return lines[-1][:limit] if lines else ""
 
 
+@dataclass(frozen=True)
+class ChildView:
+    """The running child as a display sees it."""
+
+    request: PhaseRequest
+    #: when it was launched (``time.monotonic``)
+    started_s: float
+    #: its phase's metrics lines so far (an earlier attempt's included)
+    metrics: tuple[dict[str, Any], ...]
+    #: where it is now, from its progress object (None: not written yet)
+    progress: PhaseProgress | None
+
+
+@dataclass(frozen=True)
+class RunnerView:
+    """What ``on_view`` hears: the status and the child running now (None between children)."""
+
+    status: WhaleRunStatus
+    child: ChildView | None
+
+
 @dataclass
 class LocalRunner:
     """Drives one run to a terminal (or suspended) status on this machine."""
@@ -365,6 +420,12 @@ class LocalRunner:
     lease: Lease | None = None
     #: manifest fields that changed since the run was started (all of them in MUTABLE_ON_RESUME)
     changes: list[SpecChange] = field(default_factory=list)
+    #: hears the status and the running child's metrics and progress (see :class:`RunnerView`)
+    on_view: Callable[[RunnerView], None] | None = None
+    log_sync_interval_s: float = LOG_SYNC_INTERVAL_S
+    view_interval_s: float = VIEW_INTERVAL_S
+    _last_obs: Observations | None = field(default=None, repr=False)
+    _last_view: tuple[float, str | None, WhaleRunStatus | None] = field(default=(float("-inf"), None, None), repr=False)
 
     # --- persistence ---
     def load_status(self) -> WhaleRunStatus:
@@ -411,10 +472,11 @@ class LocalRunner:
             step = layout.parse_checkpoint_step(entry.rstrip("/").rsplit("/", 1)[-1])
             if step is not None and self.store.exists(layout.checkpoint_complete_key(self.name, step)):
                 checkpoints.add(step)
-        return Observations(
+        self._last_obs = Observations(
             run=self.name, children=children, results=results, metrics=metrics,
             checkpoints=frozenset(checkpoints), split_sizes=self.split_sizes, now=utc_now(),
         )
+        return self._last_obs
 
     # --- acting ---
     def running(self) -> _Proc | None:
@@ -430,6 +492,7 @@ class LocalRunner:
             raise RuntimeError("launch() outside run(): the run lock is not held")
         req = action.request
         self.store.write_json(layout.request_key(self.name, req.phase), req.to_wire())
+        self.store.delete(layout.progress_key(self.name, req.phase))  # an earlier attempt's; this one writes anew
         log_path = self.workdir / "logs" / f"{req.phase}.attempt-{req.attempt}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
         workload = [*self.workload_command, req.kind.workload, "--store", self.store.uri, "--run", self.name,
@@ -449,16 +512,91 @@ class LocalRunner:
         finally:
             os.close(watch_r)
         deadline_s = self.spec.retry.active_deadline_seconds
+        record = ChildRecord(phase=req.phase, kind=req.kind, attempt=req.attempt, host=self.lease.holder.host,
+                             log=str(log_path.resolve()), started_at=utc_now())
         self.procs[req.phase] = _Proc(req.phase, req.attempt, popen, log_path, time.monotonic(),
                                       time.monotonic() + deadline_s if deadline_s else None, watch_w,
-                                      self.terminate_grace_s)
+                                      self.terminate_grace_s, request=req, record=record)
         log.info("started %s attempt %d (pid %d)", req.phase, req.attempt, popen.pid)
+        write_child(self.store, self.name, record)
 
     def collect_log(self, proc: _Proc) -> None:
         try:
-            self.store.write_bytes(layout.log_key(self.name, proc.phase, proc.attempt), proc.log_path.read_bytes())
+            data = proc.log_path.read_bytes()
         except OSError:
             log.warning("could not read the log of %s", proc.phase)
+            return
+        self.store.write_bytes(layout.log_key(self.name, proc.phase, proc.attempt), data)
+        proc.log_synced, proc.log_synced_at = len(data), time.monotonic()
+
+    def sync_log(self, proc: _Proc) -> None:
+        """Copy a running child's log to the store when it grew and the last copy is old enough: so
+        `whale logs` follows a run from another machine (on this one it reads the file itself)."""
+        if time.monotonic() - proc.log_synced_at < self.log_sync_interval_s:
+            return
+        try:
+            size = proc.log_path.stat().st_size
+        except OSError:
+            return
+        if size != proc.log_synced:
+            self.collect_log(proc)
+        else:
+            proc.log_synced_at = time.monotonic()
+
+    def child_ended(self, proc: _Proc) -> None:
+        """Its log in full to the store, and its end in the child record (when it is still the latest)."""
+        proc.close_watch()
+        self.collect_log(proc)
+        if proc.record is not None and proc.record.ended_at is None:
+            proc.record = proc.record.model_copy(update={"ended_at": utc_now()})
+            latest = max(self.procs.values(), key=lambda p: p.started)
+            if latest is proc:
+                write_child(self.store, self.name, proc.record)
+
+    def let_children_exit(self, finished_logs: set[tuple[str, int]]) -> None:
+        """The run is done, so a child still running has written its result and is shutting down: let it
+        end by itself (its log then ends as it should, not with a SIGTERM) before :meth:`stop_all`."""
+        for proc in self.procs.values():
+            if proc.popen.poll() is None and proc._wait(EXIT_WAIT_S) and (proc.phase, proc.attempt) not in finished_logs:
+                finished_logs.add((proc.phase, proc.attempt))
+                self.child_ended(proc)
+
+    def check_stop_request(self, lease: Lease) -> None:
+        """Raise :class:`RunStopped` when `whale stop` asked this runner (by its lock owner id) to stop."""
+        request = read_stop(self.store, self.name)
+        if request is not None and request.owner == lease.holder.owner:
+            raise RunStopped(request)
+
+    def view(self, status: WhaleRunStatus) -> None:
+        """Tell ``on_view`` the status and the running child's metrics and progress (throttled)."""
+        if self.on_view is None:
+            return
+        proc = self.running()
+        phase = proc.phase if proc is not None else None
+        last_at, last_phase, last_status = self._last_view
+        now = time.monotonic()
+        if now - last_at < self.view_interval_s and phase == last_phase and status == last_status:
+            return
+        self._last_view = (now, phase, status)
+        child = None
+        if proc is not None and proc.request is not None:
+            obs = self._last_obs
+            if obs is not None and phase in obs.metrics:
+                metrics = obs.metrics[phase]
+            else:
+                metrics = self.store.read_jsonl(layout.metrics_key(self.name, proc.phase))
+            raw = self.store.read_json_or_none(layout.progress_key(self.name, proc.phase))
+            try:
+                progress = PhaseProgress.model_validate(raw) if raw is not None else None
+            except ValidationError:
+                log.warning("ignoring an unreadable progress object of %s", proc.phase)
+                progress = None
+            child = ChildView(proc.request, proc.started, tuple(metrics), progress)
+        try:
+            self.on_view(RunnerView(status, child))
+        except Exception:  # noqa: BLE001 - a display bug must not stop the run; logged with its traceback
+            log.exception("the progress display failed; the run goes on without it")
+            self.on_view = None
 
     def apply(self, decision: Decision) -> str | None:
         """Apply the actions; returns 'finished' / 'failed' / 'suspended' when the loop should end."""
@@ -490,7 +628,7 @@ class LocalRunner:
             if proc.popen.poll() is None:
                 proc.terminate(reason)
                 try:
-                    self.collect_log(proc)
+                    self.child_ended(proc)
                 except StoreError as exc:
                     log.warning("could not store the log of %s: %s", proc.phase, exc)
 
@@ -524,6 +662,9 @@ class LocalRunner:
             status = retry_status(status)
             self.save_status(status)
             log.warning("run %s: %s", self.name, status.message)
+        stale = read_stop(self.store, self.name)
+        if stale is not None and stale.owner != lease.holder.owner:  # addressed to an earlier runner
+            self.store.delete(layout.stop_request_key(self.name))
         if status.phase.is_terminal():
             return status
         resumed = clear_interrupted(status)
@@ -535,6 +676,7 @@ class LocalRunner:
         try:
             while True:
                 lease.check()
+                self.check_stop_request(lease)
                 decision = decide(self.spec, status, self.observe(status))
                 previous, status = status, decision.status
                 if status != previous:
@@ -545,9 +687,13 @@ class LocalRunner:
                 for proc in self.procs.values():
                     if proc.popen.poll() is not None and (proc.phase, proc.attempt) not in finished_logs:
                         finished_logs.add((proc.phase, proc.attempt))
-                        proc.close_watch()
-                        self.collect_log(proc)
+                        self.child_ended(proc)
+                    elif proc.popen.poll() is None:
+                        self.sync_log(proc)
+                self.view(status)
                 if outcome is not None or status.phase.is_terminal():
+                    if outcome == "finished":
+                        self.let_children_exit(finished_logs)
                     return status
                 if deadline is not None and time.monotonic() > deadline:
                     raise RunTimeout(f"run {self.name} did not finish within {max_seconds:g} s; its status is saved, "
@@ -571,6 +717,8 @@ class LocalRunner:
                     status = mark_interrupted(status, reason, what, self.resume_hint, utc_now())
                     try:
                         self.save_status(status)
+                        if isinstance(exc, RunStopped):  # done: the next runner must not see it
+                            self.store.delete(layout.stop_request_key(self.name))
                     except StoreError as save_exc:
                         log.error("run %s: could not save the interrupted status: %s", self.name, save_exc)
             raise

@@ -140,6 +140,14 @@ class Store(abc.ABC):
     def delete(self, key: str) -> None:
         """Delete one object; missing is fine."""
 
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        """At most ``length`` bytes of the object from ``offset`` (fewer at its end, b"" past it);
+        :class:`ObjectNotFound` when missing. Backends override it to read only that part (a log followed
+        by `whale logs` is read in bounded pieces)."""
+        if offset < 0 or length < 0:
+            raise StoreError(f"read_range({key!r}): offset and length must be >= 0, got {offset}, {length}")
+        return self.read_bytes(key)[offset:offset + length]
+
     def check(self) -> None:
         """Fail fast, with the typed error, when the store is unreachable or the credentials are wrong.
         Controllers call it once at start so a typo surfaces before any work is done."""

@@ -94,6 +94,18 @@ class LocalStore(Store):
         except OSError as exc:
             raise StoreError(f"cannot read {self._path(key)}: {exc.strerror}") from exc
 
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise StoreError(f"read_range({key!r}): offset and length must be >= 0, got {offset}, {length}")
+        try:
+            with open(self._path(key), "rb") as fh:
+                fh.seek(offset)
+                return fh.read(length)
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
+            raise ObjectNotFound(normalize_key(key), self.uri) from None
+        except OSError as exc:
+            raise StoreError(f"cannot read {self._path(key)}: {exc.strerror}") from exc
+
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
 

@@ -152,7 +152,7 @@ def resolve_config(
     raw = endpoint or env.get(ENV_ENDPOINT, "").strip()
     if not raw:
         raise StoreError(
-            f"no S3 endpoint: set {ENV_ENDPOINT}=host:port (or spec.storage.endpoint / --s3-endpoint)"
+            f"no S3 endpoint: set {ENV_ENDPOINT}=host:port (or spec.storage.endpoint in the manifest)"
         )
     scheme_secure: bool | None = None
     if "://" in raw:
@@ -456,6 +456,28 @@ class S3Store(Store):
             response = self._client.get_object(self.bucket, name)
             try:
                 return response.read()  # urllib3 enforces Content-Length: a cut stream raises, never truncates
+            finally:
+                response.close()
+                response.release_conn()
+
+        return self._call(f"read of {self._where(name)}", get, key=normalize_key(key))
+
+    def read_range(self, key: str, offset: int, length: int) -> bytes:
+        if offset < 0 or length < 0:
+            raise StoreError(f"read_range({key!r}): offset and length must be >= 0, got {offset}, {length}")
+        if length == 0:
+            return b""
+        name = self._name(key)
+
+        def get() -> bytes:
+            try:
+                response = self._client.get_object(self.bucket, name, offset=offset, length=length)
+            except S3Error as exc:
+                if exc.code == "InvalidRange":  # at or past the end of the object
+                    return b""
+                raise
+            try:
+                return response.read()
             finally:
                 response.close()
                 response.release_conn()

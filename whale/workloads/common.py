@@ -3,12 +3,20 @@ runs under."""
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from whale import layout
-from whale.protocol import PhaseKind, PhaseRequest
-from whale.store import Store
+from whale.protocol import PhaseKind, PhaseProgress, PhaseRequest
+from whale.store import Store, StoreError
+
+log = logging.getLogger(__name__)
+
+#: within one stage, the progress object is replaced at most this often (a new stage is written at once)
+PROGRESS_INTERVAL_S = 2.0
 
 
 def read_request(store: Store, run: str, phase: str, kind: PhaseKind,
@@ -51,3 +59,42 @@ def harness_file(store: Store, key: str | None, domain: Any, tmp: Path) -> Path:
     path = tmp / "harness.py"
     path.write_bytes(store.read_bytes(key))
     return path
+
+
+class ProgressWriter:
+    """Replaces the phase's progress object (``layout.progress_key``, :class:`PhaseProgress`): at once when
+    the stage, step, iteration or candidate changes, else at most every ``interval_s`` (``advance`` counts
+    one more of ``done``). Progress is for people watching: a store error writing it is logged, never
+    raised, so it cannot end a phase (the next metrics line or result write reports a broken store)."""
+
+    def __init__(self, store: Store, run: str, phase: str, interval_s: float = PROGRESS_INTERVAL_S,
+                 clock: Callable[[], float] = time.monotonic):
+        self.store, self.key, self.interval_s, self.clock = store, layout.progress_key(run, phase), interval_s, clock
+        self.current: PhaseProgress | None = None
+        self._written: PhaseProgress | None = None
+        self._written_at = float("-inf")
+
+    def __call__(self, progress: PhaseProgress) -> None:
+        self.current = progress
+        self._write(force=not _same_place(progress, self._written))
+
+    def advance(self, *_: object) -> None:
+        """One more of ``done`` (a finished rollout); usable as an ``on_episode`` callback."""
+        if self.current is not None and self.current.done is not None:
+            self.current = self.current.model_copy(update={"done": self.current.done + 1})
+            self._write(force=self.current.done == self.current.total)
+
+    def _write(self, force: bool) -> None:
+        now = self.clock()
+        if self.current is None or (not force and now - self._written_at < self.interval_s):
+            return
+        try:
+            self.store.write_json(self.key, self.current.to_wire())
+        except StoreError as exc:
+            log.warning("could not write the progress of %s: %s", self.key, exc)
+            return
+        self._written, self._written_at = self.current, now
+
+
+def _same_place(a: PhaseProgress, b: PhaseProgress | None) -> bool:
+    return b is not None and (a.stage, a.step, a.iteration, a.candidate) == (b.stage, b.step, b.iteration, b.candidate)

@@ -15,7 +15,8 @@ server at the checkpoint); ``auto`` → HTTP when ``$WHALE_INFERENCE_URL`` is se
 Writes, per the layout: per-item results (JSON lines) to ``layout.eval_items_key`` — rewards, turns and
 the model's usage (mean completion tokens, episodes with no model call, rewarded ones among them), so a
 harness that answers without the model shows per item, summed up in ``EvalResult.modelUsage`` — the episode
-traces next to them (``traces/*.jsonl``, one object per chunk), one ``EvalProgress`` line per chunk of items to
+traces next to them (``traces/*.jsonl``, one object per chunk), items done/total to ``layout.progress_key`` at the
+start, one ``EvalProgress`` line per chunk of items to
 ``layout.metrics_key``, and the ``EvalResult`` to ``layout.result_key`` last. Items already in
 the per-item file (an earlier attempt) are not run again. A STOP request ends the phase after the
 current chunk, with a result over the items done and a note. If every episode of the first chunk
@@ -41,11 +42,11 @@ from whale.harness.trace import EndReason, Episode
 from whale.harness.validate import validate_file
 from whale.inference.base import InferenceClient
 from whale.metaharness.integrity import model_usage
-from whale.protocol import EvalModelUsage, EvalProgress, EvalResult, PhaseKind, PhaseRequest
+from whale.protocol import EvalModelUsage, EvalProgress, EvalResult, PhaseKind, PhaseProgress, PhaseRequest, ProgressStage
 from whale.rsft.checkpoint import require_complete
 from whale.spec import WhaleRunSpec
 from whale.store import Store
-from whale.workloads.common import harness_file, harness_limits, load_domain, read_request
+from whale.workloads.common import ProgressWriter, harness_file, harness_limits, load_domain, read_request
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +173,9 @@ async def _evaluate(store: Store, run: str, phase: str, request: PhaseRequest, s
     isolation = spec.sandbox.isolation
     if isolation == "none":
         notes.append("spec.sandbox.isolation was none: harness processes and code tools ran WITHOUT isolation")
+    # items done/total at once, for a display (the metrics lines come after each chunk)
+    ProgressWriter(store, run, phase)(PhaseProgress(stage=ProgressStage.EVALUATING, done=len(records),
+                                                    total=len(items), unit="items"))
     async with HarnessPool(harness_path, domain.allowed_imports, harness_limits(spec)) as harness:
         runner = EpisodeRunner(domain, harness, client, sampling_for(spec, spec.evaluation.temperature), config)
         for start in range(0, len(todo), chunk):

@@ -6,7 +6,8 @@ re-evaluation included; the maximum when ``stopRule`` is set), ``stopRule`` and 
 store prefix of this phase's archive, ``layout.archive_prefix(run, cycle)``). Runs
 :class:`whale.metaharness.loop.HarnessSearch` with the proposer of ``spec.harnessSearch.proposer``
 and the inference client of ``whale.inference.factory``; appends one HarnessIterationMetrics line
-per iteration to ``layout.metrics_key``; checks ``layout.stop_key`` between iterations; writes the
+per iteration to ``layout.metrics_key`` (and where it is within one to ``layout.progress_key``); checks
+``layout.stop_key`` between iterations; writes the
 accepted harness to ``layout.harness_key(run, "cKK-accepted")`` and then the HarnessPhaseResult (with
 the candidates flagged by the reward-integrity checks, ``spec.harnessSearch.integrity``) to
 ``layout.result_key`` last. A killed attempt resumes from the archive (``docs/metaharness.md``).
@@ -32,7 +33,7 @@ from whale.protocol import HarnessIterationMetrics, HarnessPhaseResult, Integrit
 from whale.rsft.checkpoint import require_complete
 from whale.spec import WhaleRunSpec
 from whale.store import Store
-from whale.workloads.common import harness_limits, load_domain, read_request
+from whale.workloads.common import ProgressWriter, harness_limits, load_domain, read_request
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +124,7 @@ def run_search(
                 logged=logged,
                 emit=lambda m: store.append_jsonl(metrics_key, m.to_wire()),
                 stop_requested=lambda: store.exists(layout.stop_key(run, phase)),
+                progress=ProgressWriter(store, run, phase),
             )
             found = await search.run()
         finally:

@@ -3,7 +3,8 @@
 Reads the PhaseRequest (kind ``weight``) from ``layout.request_key``; trains from ``fromStep``
 (checkpoint ``fromCheckpoint``, None = ``spec.model``) up to ``targetStep`` under the harness
 ``harness`` (a store key, None = the domain's h0); appends one ``WeightStepMetrics`` line per step;
-checkpoints at ``saveSteps``, every ``rsft.checkpointEverySteps`` and at the end; keeps resume state
+replaces ``layout.progress_key`` as each step samples, trains, syncs (``ProgressWriter``); checkpoints at
+``saveSteps``, every ``rsft.checkpointEverySteps`` and at the end; keeps resume state
 so a killed attempt continues from its last checkpoint with the same data order and optimiser
 state; honours STOP and the adaptive ``stopRule``; writes ``WeightPhaseResult`` last.
 
@@ -41,7 +42,7 @@ from whale.rsft.dist import World, world_from_env
 from whale.rsft.phase import WeightPhase, WeightPhaseError, find_start, finish
 from whale.spec import WhaleRunSpec
 from whale.store import Store
-from whale.workloads.common import harness_file, harness_limits, load_domain, read_request
+from whale.workloads.common import ProgressWriter, harness_file, harness_limits, load_domain, read_request
 
 log = logging.getLogger(__name__)
 
@@ -102,8 +103,11 @@ def run_train(store: Store, run: str, phase: str, *, domain: Any = None) -> Weig
         sampling = sampling_for(spec, temperature=spec.rsft.sampling.temperature)
         with HarnessSampler(domain, harness_path, client, sampling, max_concurrency=spec.inference.max_concurrency,
                             harness_label=args.harness or "h0", limits=harness_limits(spec)) as sampler:
+            progress = ProgressWriter(store, run, phase)
+            sampler.on_episode = progress.advance
             loop = WeightPhase(store=store, run=run, phase=phase, args=args, cfg=cfg, items=items, model=model,
-                               tokenizer=tokenizer, trainer=trainer, sampler=sampler, sync=sync, weights_lock=lock)
+                               tokenizer=tokenizer, trainer=trainer, sampler=sampler, sync=sync, weights_lock=lock,
+                               progress=progress)
             result = loop.run_from(start)
     log.info("phase %s done: step %d, stopped by %s", phase, result.final_step, result.stopped_by)
     return result
@@ -253,9 +257,11 @@ def _lead(store: Store, run: str, phase: str, world: World, device: Any, domain:
             saved_model = dist.GatheringModel(model, leader)
             with HarnessSampler(domain, harness_path, client, sampling, max_concurrency=spec.inference.max_concurrency,
                                 harness_label=args.harness or "h0", limits=harness_limits(spec)) as sampler:
+                progress = ProgressWriter(store, run, phase)
+                sampler.on_episode = progress.advance
                 loop = WeightPhase(store=store, run=run, phase=phase, args=args, cfg=cfg, items=items,
                                    model=saved_model, tokenizer=tokenizer, trainer=leader, sampler=sampler, sync=sync,
-                                   weights_lock=lock)
+                                   weights_lock=lock, progress=progress)
                 result = loop.run_from(start)
         leader.end()
     except BaseException as exc:

@@ -1,0 +1,152 @@
+"""`whale validate` catches what used to fail an hour into a run — a missing local model folder, replay script
+or data root — naming the field; `whale run` refuses on the same checks before any phase starts. Also the
+command line's own manners: `whale -h`, `whale --version`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from importlib import metadata
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from whale.cli import app
+
+cli = CliRunner()
+BASE = {"domain": "counting", "condition": "whale", "model": {"name": "tiny"},
+        "schedule": {"totalSteps": 4, "weightStepsPerCycle": 2, "harnessIterationsPerCycle": 2},
+        # a proposer that can run (a keyless local endpoint), so only the problems under test are reported
+        "harnessSearch": {"proposer": {"model": "m", "baseUrl": "http://127.0.0.1:8000/v1"}}}
+
+
+@pytest.fixture(autouse=True)
+def _plugin(counting_domain, monkeypatch, tmp_path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("WHALE_DATA_DIR", raising=False)
+    monkeypatch.delenv("WHALE_INFERENCE_URL", raising=False)
+    return counting_domain
+
+
+def write(tmp_path: Path, namespace: str | None = None, **spec) -> Path:
+    meta = {"name": "tiny", **({"namespace": namespace} if namespace else {})}
+    path = tmp_path / "tiny.yaml"
+    path.write_text(yaml.safe_dump({"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": meta,
+                                    "spec": {**BASE, **spec}}))
+    return path
+
+
+def validate(path: Path, *extra: str):
+    return cli.invoke(app, ["validate", str(path), *extra])
+
+
+def test_a_missing_local_model_folder_is_named_before_anything_runs(tmp_path):
+    res = validate(write(tmp_path, model={"name": "./models/tiny"}))
+    assert res.exit_code == 1
+    assert f"spec.model.name: ./models/tiny does not exist (relative paths are from the current folder, {tmp_path})" \
+        in res.output
+    # the same check stops `whale run` before it writes anything
+    res = cli.invoke(app, ["run", str(tmp_path / "tiny.yaml"), "--store", "st"])
+    assert res.exit_code == 1 and "spec.model.name: ./models/tiny does not exist" in res.output
+    assert not (tmp_path / "st").exists()
+
+    (tmp_path / "models" / "tiny").mkdir(parents=True)
+    res = validate(tmp_path / "tiny.yaml")
+    assert res.exit_code == 1 and "is not a model folder (no config.json in it)" in res.output
+    (tmp_path / "models" / "tiny" / "config.json").write_text("{}")
+    assert validate(tmp_path / "tiny.yaml").exit_code == 0
+
+    res = validate(write(tmp_path, model={"name": "./models/tiny", "ggufFile": "m.gguf"}))
+    assert res.exit_code == 1 and f"spec.model.ggufFile: {tmp_path}/models/tiny/m.gguf does not exist" in res.output
+
+
+def test_model_ids_and_models_only_a_server_loads_are_not_checked_here(tmp_path):
+    assert validate(write(tmp_path, model={"name": "Qwen/Qwen3-0.6B"})).exit_code == 0  # a Hugging Face id
+    served = write(tmp_path, condition="mh_only", model={"name": "/models/on/the/server"},
+                   inference={"backend": "openai", "baseUrl": "http://127.0.0.1:9/v1"},
+                   schedule={"mhOnlyIterations": 2})
+    assert validate(served).exit_code == 0, "an OpenAI-compatible server loads it, not this machine"
+    res = validate(write(tmp_path, model={"name": "/models/on/the/server"}))
+    assert res.exit_code == 1 and "spec.model.name: /models/on/the/server does not exist" in res.output
+
+
+def test_the_replay_script_and_the_files_it_names_must_be_there(tmp_path):
+    proposer = {"backend": "replay", "script": "replay/proposals.json"}
+    res = validate(write(tmp_path, harnessSearch={"proposer": proposer}))
+    assert res.exit_code == 1
+    assert "spec.harnessSearch.proposer.script: replay/proposals.json does not exist" in res.output
+    assert validate(write(tmp_path, condition="rsft_only", schedule={"totalSteps": 4},
+                          harnessSearch={"proposer": proposer})).exit_code == 0, \
+        "a run without harness phases never reads it"
+    (tmp_path / "replay").mkdir()
+    script = tmp_path / "replay" / "proposals.json"
+    script.write_text("{not json")
+    res = validate(write(tmp_path, harnessSearch={"proposer": proposer}))
+    assert res.exit_code == 1 and "spec.harnessSearch.proposer.script: cannot read" in res.output
+    script.write_text(json.dumps({"iterations": {"2": [{"name": "a", "file": "a.py"}, {"name": "b", "code": "x"}]}}))
+    res = validate(tmp_path / "tiny.yaml")
+    assert res.exit_code == 1
+    assert "iteration 2 candidate 1 names file a.py, which does not exist" in res.output
+    (tmp_path / "replay" / "a.py").write_text("# a candidate\n")
+    assert validate(tmp_path / "tiny.yaml").exit_code == 0
+
+
+def test_a_data_root_that_is_named_must_be_a_readable_folder(tmp_path, monkeypatch):
+    res = validate(write(tmp_path, data={"dataDir": "/nonexistent/data"}))
+    assert res.exit_code == 1
+    assert "spec.data.dataDir: /nonexistent/data is not a folder on this machine" in res.output
+    monkeypatch.setenv("WHALE_DATA_DIR", str(tmp_path / "nodata"))
+    res = validate(write(tmp_path))
+    assert res.exit_code == 1 and "spec.data.dataDir (unset; $WHALE_DATA_DIR)" in res.output
+    (tmp_path / "nodata").mkdir()
+    assert validate(tmp_path / "tiny.yaml").exit_code == 0
+
+
+def test_a_manifest_for_a_cluster_gets_the_local_checks_as_notes(tmp_path):
+    """Paths in a manifest meant for `kubectl apply` are the image's: noted, not refused, unless asked to."""
+    path = write(tmp_path, namespace="whale", model={"name": "/opt/whale/models/tiny"})
+    res = validate(path)
+    assert res.exit_code == 0, res.output
+    assert res.output.startswith("ok: WhaleRun tiny")
+    assert "note: not on this machine, so `whale run` would refuse it here: spec.model.name: /opt/whale/models/tiny" \
+        in res.output
+    assert validate(path, "--target", "local").exit_code == 1
+    res = validate(write(tmp_path, model={"name": "/opt/whale/models/tiny"}), "--target", "cluster")
+    assert res.exit_code == 0 and "note: not on this machine" in res.output
+
+
+def test_every_problem_is_listed_at_once(tmp_path):
+    res = validate(write(tmp_path, model={"name": "./nomodel"}, data={"dataDir": "./nodata"},
+                         harnessSearch={"proposer": {"backend": "replay", "script": "noscript.json"}}))
+    assert res.exit_code == 1 and "3 problem(s)" in res.output
+    assert "Traceback" not in res.output
+
+
+def test_short_help_and_version():
+    res = cli.invoke(app, ["-h"])
+    assert res.exit_code == 0
+    for command in ("validate", "plan", "run", "list", "status", "logs", "stop", "report", "domains"):
+        assert command in res.output
+    res = cli.invoke(app, ["run", "-h"])
+    assert res.exit_code == 0 and "--retry" in res.output
+    res = cli.invoke(app, ["--version"])
+    assert res.exit_code == 0 and res.output.strip() == f"whale {metadata.version('whale-k8s')}"
+    out = subprocess.run([sys.executable, "-m", "whale.cli", "--version"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.startswith("whale ")
+
+
+def test_the_demo_manifest_needs_its_model_built_first(tmp_path):
+    """`make demo` builds the model, then validates: in a fresh checkout validate names the missing folder."""
+    root = Path(__file__).resolve().parents[2]
+    (tmp_path / "manifests").symlink_to(root / "manifests")
+    demo = "manifests/examples/local/tiny-synthetic-whale.yaml"
+    res = cli.invoke(app, ["validate", demo])
+    assert res.exit_code == 1 and "spec.model.name: .whale/models/synthetic-tiny does not exist" in res.output
+    model = tmp_path / ".whale" / "models" / "synthetic-tiny"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text("{}")
+    res = cli.invoke(app, ["validate", demo])
+    assert res.exit_code == 0 and res.output.startswith("ok: WhaleRun tiny-synthetic-whale"), res.output
