@@ -107,16 +107,20 @@ def plan(file: FileArg, output: OutputOpt = "table") -> None:
             what = f"steps {ph['fromStep']} -> {ph['toStep']}"
             note = f"ends by patience, >= {ph['minSteps']} steps" if ph.get("upperBound") else ""
         elif ph["kind"] == "harness":
-            what = f"{ph['iterations']} iterations"
+            what = f"{ph['iterations']} iterations: the incoming evaluation + {ph['proposerIterations']} proposer"
             note = f"ends by patience, >= {ph['minIterations']}" if ph.get("upperBound") else ""
+        elif ph.get("iteration") is not None:
+            what = f"at step {ph['step']}"
+            note = f"harness accepted at iteration {ph['iteration']}, if it changed there"
         else:
             what, note = f"at step {ph['step']}", f"after {ph['after']}"
         table.add_row(str(ph["cycle"]), ph["kind"], what, note)
     console.print(table)
     bound = "at most " if p.get("rolloutsUpperBound") else ""
+    eval_bound = "at most " if p.get("evaluationsUpperBound") else ""
     counts = p["counts"]
     console.print(f"steps/epoch {p['stepsPerEpoch']}, total steps {p['totalSteps']}, {bound}{p['rollouts']} rollouts; "
-                  f"{counts['weight']} weight, {counts['harness']} harness and {counts['eval']} eval phases",
+                  f"{counts['weight']} weight, {counts['harness']} harness and {eval_bound}{counts['eval']} eval phases",
                   highlight=False)
     updates = p.get("optimizerUpdatesPerStep")
     if updates:
