@@ -74,9 +74,9 @@ def test_plan_json_shape(tmp_path):
     main = [ph for ph in p["phases"] if ph["kind"] != "eval"]
     assert main == [
         {"cycle": 1, "kind": "weight", "fromStep": 0, "toStep": 4},
-        {"cycle": 1, "kind": "harness", "iterations": 2},
+        {"cycle": 1, "kind": "harness", "iterations": 2, "proposerIterations": 1},
         {"cycle": 2, "kind": "weight", "fromStep": 4, "toStep": 8},
-        {"cycle": 2, "kind": "harness", "iterations": 2},
+        {"cycle": 2, "kind": "harness", "iterations": 2, "proposerIterations": 1},
         {"cycle": 3, "kind": "weight", "fromStep": 8, "toStep": 10},
     ]
     # 10 steps x 256 x 8, plus per harness phase: incoming 4 items + 1 iteration x 3 proposals x 4 items
