@@ -310,7 +310,8 @@ class _Machine:
                 # the accepted harness is already evaluated: as its iteration's point, or (never replaced)
                 # as the start point, the same (theta0, h0)
                 covered = last.candidate == hres.accepted_candidate and (
-                    last.iteration >= 2 or self.spec.evaluation.at_start)
+                    (last.iteration >= 2 and self.in_archive(phase, last.harness))
+                    or (last.iteration == 1 and self.spec.evaluation.at_start))
             if self.spec.evaluation.after_harness_phase and not covered:
                 self.owe_eval(phase_cycle(phase), d["checkpoint_step"], "harness", d["current_checkpoint"],
                               hres.accepted_harness, d["rollouts_completed"])
@@ -328,7 +329,7 @@ class _Machine:
         for iteration, candidate, harness, rollouts in sorted(history, key=lambda h: h[0]):
             changed = candidate != previous
             previous = candidate
-            if not changed or iteration < 2 or harness is None:
+            if not changed or iteration < 2 or not self.in_archive(phase, harness):
                 continue
             self.owe_eval(phase_cycle(phase), self.d["checkpoint_step"], "harness", self.d["current_checkpoint"],
                           harness, rollouts_before + rollouts, iteration=iteration)
@@ -409,6 +410,13 @@ class _Machine:
             EvalPoint(phase=key, cycle=cycle, step=step, after=after, checkpoint=checkpoint, harness=harness,
                       rollouts_at=rollouts_at, iteration=iteration).model_dump()
         )
+
+    def in_archive(self, phase: str, harness: str | None) -> bool:
+        """Only a file of the phase's own archive is evaluated as its accepted harness: whatever else a
+        metrics line or a result names (another run's file, a path that climbs out) is never run."""
+        prefix = layout.archive_candidates_prefix(self.run, phase_cycle(phase))
+        return (isinstance(harness, str) and harness.startswith(prefix) and harness.endswith("/harness.py")
+                and ".." not in harness.split("/"))
 
     def observe_mid_phase_acceptance(self, phase: str) -> None:
         """mh_only: evaluate each newly accepted harness of the running search as soon as its iteration is

@@ -152,6 +152,11 @@ def archive_prefix(run: str, cycle: int) -> str:
     return f"{run_prefix(run)}/archive/c{cycle:02d}"
 
 
+def archive_candidates_prefix(run: str, cycle: int) -> str:
+    """Folder (with the trailing '/') of the archive's candidates: ``<id>/harness.py`` is each one's code."""
+    return f"{archive_prefix(run, cycle)}/candidates/"
+
+
 def eval_items_key(run: str, phase: str) -> str:
     return f"{run_prefix(run)}/evals/{phase}/per_item.jsonl"
 

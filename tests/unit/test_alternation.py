@@ -418,3 +418,33 @@ def test_mh_only_resume_from_any_status_reaches_the_same_end():
         end = drive(spec, replay, status=mid)
         assert end.model_dump(exclude={"attempts"}) == final.model_dump(exclude={"attempts"}), f"resume from #{i}"
         assert replay.started == [], f"resume from #{i} started {replay.started}"
+
+
+@pytest.mark.parametrize("harness", [
+    "runs/other-run/archive/c01/candidates/i03-c1/harness.py",  # another run's file
+    f"runs/{RUN}/archive/c01/candidates/../../../../other/harness.py",  # climbs out of the archive
+    f"runs/{RUN}/harnesses/c01-accepted.py",
+    None,
+])
+def test_only_a_file_of_the_phases_archive_is_evaluated_as_an_accepted_harness(harness):
+    """The harness an mh_only evaluation runs comes from the search's metrics and result; a key outside the
+    phase's own archive is never evaluated (the phase's accepted harness is, at the end, instead)."""
+    spec = make_spec("mh_only", mhOnlyIterations=2)
+    status = decide(spec, WhaleRunStatus(), Observations(run=RUN, split_sizes=SIZES)).status
+    lines = [{"iteration": 1, "bestScore": 0.1, "bestCandidate": "i01-incoming", "rollouts": 4,
+              "bestHarness": f"runs/{RUN}/archive/c01/candidates/i01-incoming/harness.py"},
+             {"iteration": 2, "bestScore": 0.3, "bestCandidate": "i02-c1", "rollouts": 4, "bestHarness": harness}]
+    running = Observations(run=RUN, split_sizes=SIZES, children={"c01-harness": Child(ChildState.RUNNING)},
+                           metrics={"c01-harness": lines})
+    status = decide(spec, status, running).status
+    assert [e.phase for e in status.evals] == ["eval-c00-s000000-start"]
+    result = {"acceptedHarness": f"runs/{RUN}/harnesses/c01-accepted.py", "acceptedCandidate": "i02-c1",
+              "acceptedScore": 0.3, "iterations": 2, "rollouts": 8,
+              "acceptedByIteration": [
+                  {"iteration": 1, "candidate": "i01-incoming", "score": 0.1, "rollouts": 4,
+                   "harness": f"runs/{RUN}/archive/c01/candidates/i01-incoming/harness.py"},
+                  {"iteration": 2, "candidate": "i02-c1", "score": 0.3, "rollouts": 8, "harness": harness or ""}]}
+    done = Observations(run=RUN, split_sizes=SIZES, results={"c01-harness": result})
+    status = decide(spec, status, done).status
+    assert [(e.phase, e.harness) for e in status.evals] == [
+        ("eval-c00-s000000-start", None), ("eval-c01-s000000-harness", f"runs/{RUN}/harnesses/c01-accepted.py")]
