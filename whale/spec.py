@@ -660,10 +660,10 @@ class Verifier(_Model):
     The defaults are the paper's; the alternatives are there to measure what the stricter rule costs."""
 
     math_answer: Literal["dapo", "mathVerify"] = Field(
-        "dapo", description="math_reasoning: dapo (the paper's) = the strict DAPO match of verl's math_dapo: the "
-        "last \\boxed{...} in the final reply's last 300 characters, both it and the gold answer normalised "
-        "(units, \\text, spaces, thousands commas removed), then compared as strings, so 0.5 is not 1/2; "
-        "mathVerify = math-verify's symbolic equivalence of the boxed answer and the gold one")
+        "dapo", description="math_reasoning: dapo (the paper's) = the reference code's strict DAPO match (verl's "
+        "math_dapo with strict_box_verify): the last \\boxed{...} in the final reply's last 100 characters must be "
+        "exactly the gold answer's string (no normalisation: 0.5 is not \\frac{1}{2}, ' 204' is not '204'); "
+        "mathVerify = the last box anywhere in the final reply, math-verify's symbolic equivalence with the gold one")
     chess_move: Literal["stored", "anyMate"] = Field(
         "stored", description="chess_puzzles: stored (the paper's) = only the puzzle's stored move counts at each "
         "step; anyMate = also accept any move that checkmates on the spot and count the puzzle solved (Lichess's "

@@ -1,17 +1,15 @@
 """Scoring the final reply of a math episode against the gold answer, two ways (``spec.verifier.mathAnswer``).
 
-* ``dapo`` (the paper's, the default): the strict DAPO string match of verl's ``math_dapo`` reward — the
-  last 300 characters of the final reply, the content of their last ``\\boxed{`` (braces counted from
-  there; an unclosed last box is no answer), both it and the gold answer normalised the Minerva way
-  (``normalize_final_answer``: the part after the last ``=``, spaces, ``\\text{}``/units/``\\$``
-  removed, thousands commas dropped, ``\\fracab`` -> ``\\frac{a}{b}``), then compared as strings:
-  ``\\frac{1}{2}`` is not ``0.5``.
-* ``mathVerify``: the last complete ``\\boxed{}``/``\\fbox{}`` (escaped braces skipped, an unclosed box
-  passed over) compared by math-verify's symbolic equivalence (``\\frac{1}{2}`` == ``0.5``,
-  ``1,000`` == ``1000``).
+* ``dapo`` (the paper's, the default): the reference code's reward, verl's ``math_dapo.compute_score`` with
+  ``strict_box_verify=True`` made binary — of the final reply's **last 100 characters**, the content of the
+  last ``\\boxed{`` (braces counted from there, no escapes; an unclosed last box is no answer), compared
+  with the gold answer **as strings, exactly**: ``\\boxed{204}`` matches ``204``; ``\\boxed{ 204 }``,
+  ``\\boxed{204.}``, ``\\boxed{0.5}`` for ``\\frac{1}{2}`` do not.
+* ``mathVerify``: the last complete ``\\boxed{}``/``\\fbox{}`` anywhere in the final reply (escaped braces
+  skipped, an unclosed box passed over) compared by math-verify's symbolic equivalence (``\\frac{1}{2}`` ==
+  ``0.5``, ``1,000`` == ``1000``); boxed answers longer than ``MAX_ANSWER_CHARS`` score 0.
 
-Either way: no box in the final reply scores 0, whatever the rest of the reply says (h0 asks for the box),
-and a boxed answer longer than ``MAX_ANSWER_CHARS`` (300) scores 0 (``dapo``: it cannot fit in the tail).
+Either way: no box in the final reply scores 0, whatever the rest of the reply says (h0 asks for the box).
 """
 
 from __future__ import annotations
@@ -86,34 +84,12 @@ def math_verify_score(final_reply: str | None, gold: str) -> float:
     return 1.0 if is_equivalent(boxed, str(gold)) else 0.0
 
 
-# ----- the strict DAPO match (verl's math_dapo; the paper's) -------------------------------------------
+# ----- the strict DAPO match (verl's math_dapo with strict_box_verify; the paper's) ----------------------
 
-#: verl's compute_score scores only the end of a solution ("the longest answer in MATH-500 has 159 characters")
-DAPO_TAIL_CHARS = 300
+#: verl's compute_score keeps the solution's last 300 characters and is_correct_strict_box the last 100 of
+#: those: only a box in the last 100 characters of the final reply counts
+DAPO_TAIL_CHARS = 100
 _DAPO_BOX = "\\boxed{"
-#: normalize_final_answer's plain replacements, in its order (after these, every space is gone)
-DAPO_SUBSTITUTIONS: tuple[tuple[str, str], ...] = (
-    ("an ", ""), ("a ", ""), (".$", "$"), ("\\$", ""), ("\\ ", ""), (" ", ""), ("mbox", "text"),
-    (",\\text{and}", ","), ("\\text{and}", ","), ("\\text{m}", "\\text{}"),
-)
-#: ... then the words and marks it deletes, in its order
-DAPO_REMOVED: tuple[str, ...] = (
-    "square", "ways", "integers", "dollars", "mph", "inches", "hours", "km", "units", "\\ldots", "sue",
-    "points", "feet", "minutes", "digits", "cents", "degrees", "cm", "gm", "pounds", "meters", "meals", "edges",
-    "students", "childrentickets", "multiples", "\\text{s}", "\\text{.}", "\\text{\ns}", "\\text{}^2",
-    "\\text{}^3", "\\text{\n}", "\\text{}", "\\mathrm{th}", "^\\circ", "^{\\circ}", "\\;", ",\\!", "{,}",
-    '"', "\\dots",
-)
-#: ... then these rewrites, in its order
-_DAPO_REWRITES: tuple[tuple[re.Pattern[str], str], ...] = tuple((re.compile(p), r) for p, r in (
-    (r"(.*?)(\$)(.*?)(\$)(.*)", r"$\3$"),  # keep what is inside the first $...$
-    (r"(\\text\{)(.*?)(\})", r"\2"),
-    (r"(\\textbf\{)(.*?)(\})", r"\2"),
-    (r"(\\overline\{)(.*?)(\})", r"\2"),
-    (r"(\\boxed\{)(.*)(\})", r"\2"),
-    (r"(frac)([^{])(.)", r"frac{\2}{\3}"),  # \fracab -> \frac{a}{b}
-    (r"(sqrt)([^{])", r"sqrt{\2}"),  # \sqrta -> \sqrt{a}
-))
 
 
 def dapo_last_boxed(text: str) -> str | None:
@@ -133,27 +109,11 @@ def dapo_last_boxed(text: str) -> str | None:
     return None
 
 
-def dapo_normalize(answer: str) -> str:
-    """DAPO's (Minerva's) ``normalize_final_answer``: the canonical string two answers are compared by."""
-    answer = answer.split("=")[-1]
-    for before, after in DAPO_SUBSTITUTIONS:
-        answer = answer.replace(before, after)
-    for mark in DAPO_REMOVED:
-        answer = answer.replace(mark, "")
-    for pattern, repl in _DAPO_REWRITES:
-        answer = pattern.sub(repl, answer)
-    answer = answer.replace("$", "")
-    if answer.replace(",", "").isdigit():
-        answer = answer.replace(",", "")
-    return answer.strip()
-
-
 def dapo_score(final_reply: str | None, gold: str) -> float:
-    """1.0 when the normalised last box of the reply's last 300 characters equals the normalised gold."""
-    boxed = dapo_last_boxed((final_reply or "")[-DAPO_TAIL_CHARS:])  # shorter than 300 characters, then
-    if boxed is None:
-        return 0.0
-    return 1.0 if dapo_normalize(boxed) == dapo_normalize(str(gold)) else 0.0
+    """1.0 when the last box of the reply's last 100 characters is exactly the gold answer's string
+    (no normalisation at all: ``\\boxed{ 204 }`` is not ``204``), else 0.0."""
+    boxed = dapo_last_boxed((final_reply or "")[-DAPO_TAIL_CHARS:])
+    return 1.0 if boxed is not None and boxed == str(gold) else 0.0
 
 
 def extracted_answer(final_reply: str | None, match: AnswerMatch = "dapo") -> str | None:
