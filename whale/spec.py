@@ -498,7 +498,8 @@ class Data(_Model):
         "named sources")
     data_dir: str | None = Field(None, max_length=4096,
                                  description="raw data root (default: $WHALE_DATA_DIR or ../shared/data)")
-    seed: Int64 = Field(0, description="seed of the split shuffle")
+    seed: Int64 = Field(42, description="seed of the split draws: D_harness, D_weight order, sampled test items (the "
+                        "paper's reference code: 42)")
     weight_size: Items | None = Field(None, description="cap |D_weight|")
     harness_size: Items = Field(256, description="|D_harness|")
     test_size: Items | None = Field(
