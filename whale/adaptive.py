@@ -13,7 +13,9 @@ when ``m_i`` is strictly larger than every earlier ``m_j``. The phase stops afte
 Harness phase: ``b_i`` is the archive's best training score after iteration ``i`` (iteration 1 is
 the incoming harness's re-evaluation). Iteration ``i`` improves when ``b_i > b_{i-1}``. The phase
 stops after iteration ``i`` when ``i >= min_iterations`` and the last improvement is at least
-``patience`` iterations back, or when ``i >= max_iterations``.
+``patience`` iterations back, or when ``i >= max_iterations``. Both bounds here count archive
+iterations, the incoming one included; the spec's ``maxIterations`` counts proposer iterations as the
+paper does (15), and ``whale.schedule`` passes ``maxIterations + 1`` (16) as the rule's maximum.
 """
 
 from __future__ import annotations

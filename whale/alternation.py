@@ -13,10 +13,17 @@ Semantics (REFERENCE.md, "the seed's alternation loop"):
   harness phase; otherwise a harness phase starts from the incoming harness (its re-evaluation is
   iteration 1) under the new checkpoint, and its accepted harness is the next cycle's harness.
   The harness phase of cycle ``maxCycles`` still runs; no weight phase follows it.
-* ``rsft_only``: one weight phase of T steps at h0. ``mh_only``: one harness phase at theta0.
+* ``rsft_only``: one weight phase of T steps at h0. ``mh_only``: one harness phase at theta0 of
+  ``mhOnlyIterations`` proposer iterations after the incoming (h0) evaluation.
+* Iterations: a harness phase's archive iterations count the incoming re-evaluation (I = 6 is the
+  incoming + 5 proposer iterations); ``mhOnlyIterations`` and the adaptive ``maxIterations`` count
+  proposer iterations, as the paper does, and ``whale.schedule`` adds the incoming one.
 * Evaluations: (theta0, h0) at the start, every ``interval`` steps, at the end of every weight
-  phase, and after every harness phase; the run succeeds when the schedule is done and every owed
-  evaluation has a result. ``best`` keeps the best mean@k and where it came from.
+  phase, and after every harness phase; ``mh_only`` (``evaluation.everyAcceptedHarness``) also at
+  every iteration whose accepted (best-so-far) harness changes — read from the phase's metrics while
+  it runs and from its result (``acceptedByIteration``) when it is done, so it is owed either way.
+  The run succeeds when the schedule is done and every owed evaluation has a result. ``best`` keeps
+  the best mean@k and where it came from; ``final`` the last evaluation point in schedule order.
 * A failed attempt is retried with a new attempt number until ``retry.maxAttempts`` failures;
   a preempted attempt is retried without counting as a failure.
 """
@@ -293,12 +300,39 @@ class _Machine:
             d.update(current_harness=hres.accepted_harness, iteration=hres.iterations,
                      harness_score=hres.accepted_score)
             d["integrity_flags"] += integrity_status(phase, hres)
+            before = d["rollouts_completed"]
             d["rollouts_completed"] += hres.rollouts
-            if self.spec.evaluation.after_harness_phase:
+            covered = False
+            if self.sched.evaluates_every_accepted_harness and hres.accepted_by_iteration:
+                history = [(a.iteration, a.candidate, a.harness, a.rollouts) for a in hres.accepted_by_iteration]
+                self.owe_acceptance_evals(phase, history, before)
+                last = hres.accepted_by_iteration[-1]
+                # the accepted harness is already evaluated: as its iteration's point, or (never replaced)
+                # as the start point, the same (theta0, h0)
+                covered = last.candidate == hres.accepted_candidate and (
+                    (last.iteration >= 2 and self.in_archive(phase, last.harness))
+                    or (last.iteration == 1 and self.spec.evaluation.at_start))
+            if self.spec.evaluation.after_harness_phase and not covered:
                 self.owe_eval(phase_cycle(phase), d["checkpoint_step"], "harness", d["current_checkpoint"],
                               hres.accepted_harness, d["rollouts_completed"])
         d["completed_phases"].append(phase)
         d["active_phase"] = None
+
+    def owe_acceptance_evals(self, phase: str, history: list[tuple[int, str, str | None, int]],
+                             rollouts_before: int) -> None:
+        """mh_only: an evaluation for every iteration (after the incoming one) whose accepted harness is new.
+
+        ``history``: (iteration, accepted candidate, its harness key, the phase's rollouts by then) for
+        every iteration known so far (or only the changes), in order; ``rollouts_before``: the run's
+        rollouts when the phase started."""
+        previous: str | None = None
+        for iteration, candidate, harness, rollouts in sorted(history, key=lambda h: h[0]):
+            changed = candidate != previous
+            previous = candidate
+            if not changed or iteration < 2 or not self.in_archive(phase, harness):
+                continue
+            self.owe_eval(phase_cycle(phase), self.d["checkpoint_step"], "harness", self.d["current_checkpoint"],
+                          harness, rollouts_before + rollouts, iteration=iteration)
 
     def rollouts_at(self, from_step: int, step: int, res: WeightPhaseResult) -> int:
         before = self.d["rollouts_completed"] - res.rollouts
@@ -367,15 +401,41 @@ class _Machine:
 
     # --- evaluations ---
     def owe_eval(self, cycle: int, step: int, after: str, checkpoint: str | None, harness: str | None,
-                 rollouts_at: int) -> None:
-        key = layout.eval_phase_key(cycle, step, after)
+                 rollouts_at: int, iteration: int | None = None) -> None:
+        key = layout.eval_phase_key(cycle, step, after, iteration)
         if key in self.owed:
             return
         self.owed.add(key)
         self.d["evals"].append(
             EvalPoint(phase=key, cycle=cycle, step=step, after=after, checkpoint=checkpoint, harness=harness,
-                      rollouts_at=rollouts_at).model_dump()
+                      rollouts_at=rollouts_at, iteration=iteration).model_dump()
         )
+
+    def in_archive(self, phase: str, harness: str | None) -> bool:
+        """Only a file of the phase's own archive is evaluated as its accepted harness: whatever else a
+        metrics line or a result names (another run's file, a path that climbs out) is never run."""
+        prefix = layout.archive_candidates_prefix(self.run, phase_cycle(phase))
+        return (isinstance(harness, str) and harness.startswith(prefix) and harness.endswith("/harness.py")
+                and ".." not in harness.split("/"))
+
+    def observe_mid_phase_acceptance(self, phase: str) -> None:
+        """mh_only: evaluate each newly accepted harness of the running search as soon as its iteration is
+        logged (the metrics line names the candidate and its harness file in the archive)."""
+        if phase_kind(phase) is not PhaseKind.HARNESS or not self.sched.evaluates_every_accepted_harness:
+            return
+        history = []
+        spent = 0
+        seen: set[int] = set()
+        for line in sorted(self.obs.metrics.get(phase, []), key=lambda m: int(m["iteration"])):
+            iteration = int(line["iteration"])
+            if iteration in seen:
+                continue
+            seen.add(iteration)
+            spent += int(line.get("rollouts", 0))
+            history.append((iteration, str(line.get("bestCandidate", "")), line.get("bestHarness"), spent))
+        if seen != set(range(1, len(seen) + 1)):
+            return  # a gap: the rollouts up to an iteration are not known yet; the result will say
+        self.owe_acceptance_evals(phase, history, self.d["rollouts_completed"])
 
     def observe_mid_phase_checkpoints(self, phase: str) -> None:
         """Evaluate checkpoints of the running weight phase as soon as they are complete."""
@@ -396,17 +456,15 @@ class _Machine:
             if key in self.obs.results:
                 res = EvalResult.model_validate(self.obs.results[key])
                 ev["mean_at_k"] = res.mean_at_k
+                ev["k"] = res.k
                 self.d["last_eval_mean"] = res.mean_at_k
                 best = self.d["best"]
                 if best is None or res.mean_at_k > best["mean_at_k"]:
-                    self.d["best"] = BestEval(
-                        mean_at_k=res.mean_at_k, k=res.k, phase=key, cycle=ev["cycle"], step=ev["step"],
-                        harness=ev["harness"], checkpoint=ev["checkpoint"], rollouts_at=ev["rollouts_at"],
-                    ).model_dump()
+                    self.d["best"] = best_eval(ev, res).model_dump()
                 continue
             point = EvalPoint.model_validate(ev)
             args = EvalPhaseArgs(cycle=point.cycle, step=point.step, after=point.after,
-                                 checkpoint=point.checkpoint, harness=point.harness)
+                                 checkpoint=point.checkpoint, harness=point.harness, iteration=point.iteration)
             if not self.drive_child(key, lambda k=key, a=args: self.request(k, eval=a)):
                 return False
         return True
@@ -426,6 +484,7 @@ class _Machine:
         active = d["active_phase"]
         if active is not None:
             self.observe_mid_phase_checkpoints(active)
+            self.observe_mid_phase_acceptance(active)
 
         if self.spec.suspend:
             if d["phase"] != RunPhase.SUSPENDED:
@@ -449,9 +508,13 @@ class _Machine:
                 d["stage"] = Stage.EVAL
             else:
                 best = d["best"]
+                final = final_eval(d["evals"], self.spec.evaluation.samples_per_item)
+                d["final"] = final.model_dump() if final is not None else None
                 summary = (
                     f"best mean@{best['k']} {best['mean_at_k']:.4f} at {best['phase']}" if best else "no evaluation"
                 )
+                if final is not None:
+                    summary += f"; final mean@{final.k} {final.mean_at_k:.4f} at {final.phase}"
                 d.update(phase=RunPhase.SUCCEEDED, stage=Stage.DONE, reason="Completed",
                          message=f"schedule complete; {summary}", completion_time=obs.now)
                 self.actions.append(Finish(f"schedule complete; {summary}"))
@@ -464,6 +527,36 @@ class _Machine:
         if self.d["current_checkpoint"] != self.before.current_checkpoint and not RunPhase(self.d["phase"]).is_terminal():
             self.actions.insert(0, ServeCheckpoint(self.d["current_checkpoint"]))
         return Decision(self.status(), tuple(self.actions))
+
+
+#: where each kind of point lies among the points of one step (the harness phase follows the weight phase)
+_AFTER_ORDER = {"start": 0, "weight": 1, "harness": 2}
+
+
+def schedule_order(point: Mapping[str, Any]) -> tuple[int, int, int, int]:
+    """Sort key of evaluation points (status entries, snake_case) in the order the run reaches them:
+    by the training rollouts spent, then step, then weight before harness, then search iteration."""
+    return (int(point["rollouts_at"]), int(point["step"]), _AFTER_ORDER[point["after"]],
+            int(point.get("iteration") or 0))
+
+
+def best_eval(point: Mapping[str, Any], res: EvalResult) -> BestEval:
+    return BestEval(mean_at_k=res.mean_at_k, k=res.k, phase=point["phase"], cycle=point["cycle"],
+                    step=point["step"], harness=point["harness"], checkpoint=point["checkpoint"],
+                    rollouts_at=point["rollouts_at"], iteration=point.get("iteration"))
+
+
+def final_eval(evals: list[dict[str, Any]], default_k: int) -> BestEval | None:
+    """The last finished evaluation point in schedule order (the agent the run ends with).
+
+    Reported beside ``best``: the best over evaluation points favours a condition evaluated more often;
+    every condition has exactly one final point. ``default_k``: for points recorded without their k."""
+    done = [e for e in evals if e["mean_at_k"] is not None]
+    if not done:
+        return None
+    last = max(done, key=schedule_order)
+    k = last.get("k") or default_k
+    return best_eval(last, EvalResult(mean_at_k=last["mean_at_k"], k=k, items=0))
 
 
 #: flagged candidates one harness phase may put in the status (its result.json keeps them all)

@@ -183,18 +183,22 @@ def plan(file: FileArg, output: OutputOpt = Output.table) -> None:
             what = f"steps {ph['fromStep']} -> {ph['toStep']}"
             note = f"ends by patience, >= {ph['minSteps']} steps" if ph.get("upperBound") else ""
         elif ph["kind"] == "harness":
-            what = f"{ph['iterations']} iterations"
+            what = f"{ph['iterations']} iterations: the incoming evaluation + {ph['proposerIterations']} proposer"
             note = f"ends by patience, >= {ph['minIterations']}" if ph.get("upperBound") else ""
+        elif ph.get("iteration") is not None:
+            what = f"at step {ph['step']}"
+            note = f"harness accepted at iteration {ph['iteration']}, if it changed there"
         else:
             what, note = f"at step {ph['step']}", f"after {ph['after']}"
         bound = "<= " if ph.get("upperBound") else ""
         table.add_row(str(ph["cycle"]), ph["kind"], what, f"{bound}{ph['rollouts']:,}", note)
     console.print(table)
     bound = "at most " if p.get("rolloutsUpperBound") else ""
+    eval_bound = "at most " if p.get("evaluationsUpperBound") else ""
     counts = p["counts"]
     console.print(f"steps/epoch {p['stepsPerEpoch']}, total steps {p['totalSteps']}, {bound}{p['rollouts']:,} "
                   f"training rollouts (weight steps and harness search); {counts['weight']} weight, "
-                  f"{counts['harness']} harness and {counts['eval']} eval phases", highlight=False)
+                  f"{counts['harness']} harness and {eval_bound}{counts['eval']} eval phases", highlight=False)
     ev = p["evaluation"]
     console.print(f"evaluation: {ev['count']} point(s) x {ev['items']} items x {ev['samplesPerItem']} samples = "
                   f"{ev['rolloutsEach']:,} rollouts each, {ev['rollouts']:,} in all (not in the training budget)",

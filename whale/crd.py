@@ -53,6 +53,8 @@ PRINTER_COLUMNS = [
     {"name": "Stage", "type": "string", "jsonPath": ".status.stage"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.step"},
     {"name": "Best", "type": "number", "jsonPath": ".status.best.meanAtK", "description": "best test mean@k"},
+    {"name": "Final", "type": "number", "jsonPath": ".status.final.meanAtK",
+     "description": "test mean@k of the run's final evaluation point"},
     {"name": "Rollouts", "type": "integer", "jsonPath": ".status.rolloutsSpent"},
     {"name": "Domain", "type": "string", "jsonPath": ".spec.domain", "priority": 1},
     {"name": "Condition", "type": "string", "jsonPath": ".spec.condition", "priority": 1},

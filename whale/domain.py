@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from whale.data.full import FullData
-    from whale.spec import Data
+    from whale.spec import Data, Verifier
     from whale.store import Store
 
 SPLITS = ("weight", "harness", "test")
@@ -227,6 +227,11 @@ class Domain(abc.ABC):
         """``spec.sandbox.isolation`` ("namespaces" | "none") for this domain's tools that run untrusted
         code (math_reasoning's code interpreter); workloads call it once after loading the domain.
         Default: the domain has no such tool."""
+
+    def configure_verifier(self, verifier: Verifier) -> None:
+        """``spec.verifier``: the scoring rule where the paper's and a lenient one differ (math_reasoning's
+        answer match, chess_puzzles' mates); workloads call it once after loading the domain. Default: the
+        domain has no such choice."""
 
     def notes(self) -> list[str]:
         """What every evaluation result should say about this domain's data (e.g. a benchmark

@@ -83,9 +83,11 @@ def harness_phase_key(cycle: int) -> str:
     return f"c{cycle:02d}-harness"
 
 
-def eval_phase_key(cycle: int, step: int, after: str) -> str:
-    """``after`` says which point it evaluates: start | weight | harness."""
-    return f"eval-c{cycle:02d}-s{step:06d}-{after}"
+def eval_phase_key(cycle: int, step: int, after: str, iteration: int | None = None) -> str:
+    """``after`` says which point it evaluates: start | weight | harness; ``iteration`` (mh_only) the
+    harness-search iteration whose accepted harness it evaluates (``eval-c01-s000000-harness-i0007``)."""
+    key = f"eval-c{cycle:02d}-s{step:06d}-{after}"
+    return key if iteration is None else f"{key}-i{iteration:04d}"
 
 
 # ----- per-run files ------------------------------------------------------------------------------------
@@ -157,6 +159,11 @@ def harness_key(run: str, name: str) -> str:
 
 def archive_prefix(run: str, cycle: int) -> str:
     return f"{run_prefix(run)}/archive/c{cycle:02d}"
+
+
+def archive_candidates_prefix(run: str, cycle: int) -> str:
+    """Folder (with the trailing '/') of the archive's candidates: ``<id>/harness.py`` is each one's code."""
+    return f"{archive_prefix(run, cycle)}/candidates/"
 
 
 def eval_items_key(run: str, phase: str) -> str:

@@ -47,6 +47,9 @@ class WeightStopRule(_Wire):
 
 
 class HarnessStopRule(_Wire):
+    """Adaptive harness patience in ARCHIVE iterations: iteration 1 is the incoming harness's re-evaluation
+    (``whale.schedule`` converts the spec's proposer-iteration maximum: maxIterations 15 -> 16 here)."""
+
     min_iterations: int
     patience: int
     max_iterations: int
@@ -68,8 +71,9 @@ class WeightPhaseArgs(_Wire):
 
 class HarnessPhaseArgs(_Wire):
     """Meta-Harness search under fixed weights ``checkpoint`` (None = base model), starting from
-    ``incomingHarness`` (None = h0), for ``iterations`` iterations (incoming re-evaluation included),
-    or by ``stopRule`` (then ``iterations`` is the maximum)."""
+    ``incomingHarness`` (None = h0), for ``iterations`` archive iterations (the incoming re-evaluation is
+    iteration 1, so ``iterations - 1`` proposer iterations), or by ``stopRule`` (then ``iterations`` is the
+    maximum)."""
 
     cycle: int
     incoming_harness: str | None
@@ -86,6 +90,8 @@ class EvalPhaseArgs(_Wire):
     after: Literal["start", "weight", "harness"]
     checkpoint: str | None
     harness: str | None
+    iteration: int | None = Field(
+        None, description="mh_only: the harness-search iteration whose accepted harness is evaluated")
 
 
 class PhaseRequest(_Wire):
@@ -133,7 +139,10 @@ class HarnessIterationMetrics(_Wire):
 
     iteration: int
     best_score: float = Field(..., description="the archive's best training score after this iteration")
-    best_candidate: str
+    best_candidate: str = Field(..., description="the accepted (best-so-far) candidate after this iteration")
+    best_harness: str | None = Field(
+        None, description="store key of bestCandidate's harness file (in the phase's archive); None when no "
+        "candidate is scored yet")
     candidates: list[CandidateScore] = Field(default_factory=list)
     rollouts: int
 
@@ -208,12 +217,25 @@ class IntegrityFlag(_Wire):
                                               "harness as the phase's fallback)")
 
 
+class AcceptedHarness(_Wire):
+    """An iteration after which the phase's accepted (best-so-far) harness was a new one."""
+
+    iteration: int
+    candidate: str
+    harness: str = Field(..., description="store key of the candidate's harness file (in the phase's archive)")
+    score: float
+    rollouts: int = Field(..., description="rollouts the phase had spent by the end of this iteration")
+
+
 class HarnessPhaseResult(_Wire):
     accepted_harness: str = Field(..., description="store key of the accepted harness file")
     accepted_candidate: str
     accepted_score: float
-    iterations: int
+    iterations: int = Field(..., description="archive iterations run, the incoming re-evaluation included")
     rollouts: int
+    accepted_by_iteration: list[AcceptedHarness] = Field(
+        default_factory=list, description="every iteration whose accepted harness was new, in order (iteration 1: "
+        "the incoming harness); the last is acceptedCandidate. mh_only evaluates each of them")
     stopped_by: StopReason = "iterations"
     integrity_flags: list[IntegrityFlag] = Field(
         default_factory=list, description="every candidate of the phase flagged for reward integrity")

@@ -66,7 +66,9 @@ class ResolvedSchedule:
     steps_per_epoch: int
     total_steps: int  # 0 for mh_only
     cycle_steps: int | None  # E in steps (whale only)
-    harness_iterations: int  # I (whale), N (mh_only), maxIterations (adaptive)
+    #: archive iterations of a harness phase, the incoming re-evaluation included (the maximum for adaptive):
+    #: I (whale), mhOnlyIterations + 1 (mh_only), adaptive maxIterations + 1 (adaptive_whale)
+    harness_iterations: int
     max_cycles: int
     eval_interval_steps: int
     weight_rule: WeightStopRule | None = None
@@ -74,6 +76,17 @@ class ResolvedSchedule:
     rollouts_per_step: int = 0
     rollouts_per_harness_iteration: int = 0
     rollouts_incoming_evaluation: int = 0
+    every_accepted_harness: bool = False
+
+    @property
+    def proposer_iterations(self) -> int:
+        """Proposer iterations of a harness phase (the archive's iterations minus the incoming evaluation)."""
+        return self.harness_iterations - 1
+
+    @property
+    def evaluates_every_accepted_harness(self) -> bool:
+        """mh_only with evaluation.everyAcceptedHarness: a test evaluation per change of the accepted harness."""
+        return self.condition is Condition.MH_ONLY and self.every_accepted_harness
 
     @property
     def eval_points(self) -> range:
@@ -142,14 +155,17 @@ def resolve(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> ResolvedSchedule
             window_steps=max(1, window), burn_in_steps=max(0, burn_in), patience_steps=max(1, patience)
         )
         ah = sched.adaptive.harness
+        # the spec counts the maximum in proposer iterations (the paper's 15), the rule in archive iterations
         harness_rule = HarnessStopRule(
-            min_iterations=ah.min_iterations, patience=ah.patience, max_iterations=ah.max_iterations
+            min_iterations=ah.min_iterations, patience=ah.patience, max_iterations=ah.max_archive_iterations
         )
 
+    # Every count below is in archive iterations (iteration 1 = the incoming re-evaluation), as the
+    # workload runs them; the spec's mhOnlyIterations and adaptive maxIterations count proposer iterations.
     if cond is Condition.MH_ONLY:
-        iterations = sched.mh_only_iterations
+        iterations = sched.mh_only_iterations + 1
     elif cond is Condition.ADAPTIVE_WHALE:
-        iterations = sched.adaptive.harness.max_iterations
+        iterations = sched.adaptive.harness.max_archive_iterations
     else:
         iterations = sched.harness_iterations_per_cycle
 
@@ -181,6 +197,7 @@ def resolve(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> ResolvedSchedule
         rollouts_per_step=rsft.prompts_per_step * rsft.rollouts_per_prompt,
         rollouts_per_harness_iteration=per_candidate * hs.proposals_per_iteration,
         rollouts_incoming_evaluation=per_candidate,
+        every_accepted_harness=ev.every_accepted_harness,
     )
 
 
@@ -200,8 +217,12 @@ def plan(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> dict[str, Any]:
     """The schedule the run will follow, before it starts.
 
     For ``adaptive_whale`` the phases are bounds: every weight phase may end early (never before
-    burn-in), every harness phase runs between minIterations and maxIterations; the listed phases
-    are the longest run the rules allow, and ``rollouts`` is an upper bound.
+    burn-in), every harness phase runs between minIterations and maxIterations + 1 archive iterations;
+    the listed phases are the longest run the rules allow, and ``rollouts`` is an upper bound. A harness
+    entry's ``iterations`` counts the phase's archive iterations, the incoming re-evaluation included;
+    ``proposerIterations`` the rest. For ``mh_only`` with ``evaluation.everyAcceptedHarness`` the plan
+    lists an evaluation for every proposer iteration (``upperBound``): one runs only where the accepted
+    harness changes (``evaluationsUpperBound``).
 
     ``phases`` lists every weight, harness and eval entry in order; a plan longer than
     ``PLAN_MAX_LISTED`` lists its first and last half and says how many it left out
@@ -240,17 +261,22 @@ def plan(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> dict[str, Any]:
         out["rolloutsPerStep"] = sched.rollouts_per_step  # promptsPerStep x rolloutsPerPrompt
         out["evalIntervalSteps"] = sched.eval_interval_steps
     if cond.searches_harness:
-        out["harnessIterationsPerPhase"] = sched.harness_iterations  # I, mh_only's N, adaptive's maximum
+        # archive iterations, the incoming evaluation included: I, mh_only's N + 1, adaptive's maximum + 1
+        out["harnessIterationsPerPhase"] = sched.harness_iterations
     if adaptive:
         out["rolloutsUpperBound"] = True
         if sched.weight_rule is not None and sched.harness_rule is not None:
-            w, h = sched.weight_rule, sched.harness_rule
+            w, ah = sched.weight_rule, spec.schedule.adaptive.harness
+            # the harness knobs as the spec (and the paper) count them: maxIterations in proposer iterations
             out["adaptive"] = {
                 "weight": {"windowSteps": w.window_steps, "burnInSteps": w.burn_in_steps,
                            "patienceSteps": w.patience_steps},
-                "harness": {"minIterations": h.min_iterations, "patience": h.patience,
-                            "maxIterations": h.max_iterations},
+                "harness": {"minIterations": ah.min_iterations, "patience": ah.patience,
+                            "maxIterations": ah.max_iterations},
             }
+    if sched.evaluates_every_accepted_harness:
+        # each listed evaluation happens only if the accepted harness changes at that iteration
+        out["evaluationsUpperBound"] = True
     updates = optimizer_updates_per_step(spec)
     if updates is not None:
         out["optimizerUpdatesPerStep"] = updates
@@ -285,12 +311,19 @@ def _plan_entries(spec: WhaleRunSpec, sched: ResolvedSchedule) -> Iterator[dict[
             yield evaluation(cycle, b, "weight")
 
     def harness(cycle: int, step: int) -> Iterator[dict[str, Any]]:
-        entry: dict[str, Any] = {"cycle": cycle, "kind": "harness", "iterations": sched.harness_iterations}
+        # iterations: the archive's, the incoming re-evaluation included; proposerIterations: the rest
+        entry: dict[str, Any] = {"cycle": cycle, "kind": "harness", "iterations": sched.harness_iterations,
+                                 "proposerIterations": sched.proposer_iterations}
         if adaptive and sched.harness_rule is not None:
             entry["minIterations"] = sched.harness_rule.min_iterations
             entry["upperBound"] = True
         yield entry
-        if ev.after_harness_phase:
+        if sched.evaluates_every_accepted_harness:
+            # one evaluation per iteration whose accepted harness changes: at most one per proposer
+            # iteration (the incoming harness is the start point); the last one is the phase's accepted harness
+            for it in range(2, sched.harness_iterations + 1):
+                yield {**evaluation(cycle, step, "harness"), "iteration": it, "upperBound": True}
+        elif ev.after_harness_phase:
             yield evaluation(cycle, step, "harness")
 
     if ev.at_start:

@@ -50,7 +50,7 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_STEPS = 1_000_000
 #: any budget in epochs of D_weight [paper: 4-6]
 MAX_EPOCHS = 10_000.0
-#: harness iterations of one phase (I, mh_only's N, the adaptive bounds) [paper: 6 / 15 / 40]
+#: harness iterations of one phase (I, mh_only's N, the adaptive bounds) [paper: 6 / 40-60 / 15]
 MAX_ITERATIONS = 1_000
 #: cycles of a run [paper: 30]
 MAX_CYCLES = 500
@@ -222,17 +222,29 @@ class AdaptiveWeight(_Model):
 
 
 class AdaptiveHarness(_Model):
-    """Harness-phase patience on the archive's best training score (incoming evaluation counts)."""
+    """Harness-phase patience on the archive's best training score (counted as the paper: see each field)."""
 
-    min_iterations: Iterations = Field(6, description="never stop before this many iterations (incoming included)")
-    patience: Iterations = Field(2, description="stop after this many iterations without a better archive best")
-    max_iterations: Iterations = Field(15, description="stop after this many iterations in any case")
+    min_iterations: Iterations = Field(
+        6, description="never stop before this many iterations, the incoming harness's re-evaluation included "
+        "(the paper: 6 = the incoming evaluation + 5 proposer iterations)")
+    patience: Iterations = Field(
+        2, description="stop after this many iterations in a row without a better archive best")
+    max_iterations: Iterations = Field(
+        15, description="stop after this many PROPOSER iterations in any case; the incoming harness's "
+        "re-evaluation comes on top (the paper: 15, so at most 16 iterations in the phase's archive)")
+
+    @property
+    def max_archive_iterations(self) -> int:
+        """The most iterations a phase's archive holds: the proposer iterations plus the incoming evaluation."""
+        return self.max_iterations + 1
 
     @model_validator(mode="after")
     def _ordered(self) -> AdaptiveHarness:
-        if self.max_iterations < self.min_iterations:
+        if self.max_archive_iterations < self.min_iterations:
             raise ValueError(
-                f"maxIterations ({self.max_iterations}) must be >= minIterations ({self.min_iterations})"
+                f"maxIterations ({self.max_iterations} proposer iterations, {self.max_archive_iterations} with the "
+                f"incoming evaluation) must allow minIterations ({self.min_iterations}, the incoming evaluation "
+                f"included): raise maxIterations to at least {self.min_iterations - 1}"
             )
         return self
 
@@ -254,9 +266,13 @@ class Schedule(_Model):
     weight_epochs_per_cycle: Epochs | None = Field(None, description="E: weight budget per cycle (whale), epochs")
     weight_steps_per_cycle: Steps | None = Field(None, description="E in steps")
     harness_iterations_per_cycle: Iterations = Field(
-        6, description="I: harness iterations per cycle, the incoming harness's re-evaluation included"
+        6, description="I (whale): iterations of each harness phase, the incoming harness's re-evaluation included "
+        "(the paper's I = 6 = the incoming evaluation + 5 proposer iterations)"
     )
-    mh_only_iterations: Iterations = Field(40, description="iterations of the single harness phase of mh_only")
+    mh_only_iterations: Iterations = Field(
+        40, description="mh_only: PROPOSER iterations of its single harness phase; the incoming (h0) evaluation "
+        "comes on top, so the archive holds mhOnlyIterations + 1 iterations (the paper: 40 search QA, 60 math, "
+        "40 chess)")
     max_cycles: Annotated[int, Strict(), Field(ge=1, le=MAX_CYCLES)] = Field(
         30, description="cap on cycles; the harness phase of the last cycle still runs")
     adaptive: Adaptive = Field(Adaptive(), description="patience rules of adaptive_whale")
@@ -306,7 +322,8 @@ class RSFT(_Model):
         1e-7, description="1e-7 for math and chess in the paper, 1e-6 for search QA")
     lr_scheduler: Literal["constant", "cosine", "linear"] = "constant"
     warmup_steps: StepsOrZero = 0
-    weight_decay: Annotated[float, Strict(), Field(ge=0, le=10)] = 0.0
+    weight_decay: Annotated[float, Strict(), Field(ge=0, le=10)] = Field(
+        0.01, description="AdamW weight decay (the paper: 0.01, verl's default)")
     max_grad_norm: Annotated[float, Strict(), Field(gt=0, le=1e6)] = 1.0
     optimizer: Literal["adamw"] = "adamw"
     precision: Literal["auto", "bf16", "fp32"] = Field(
@@ -327,7 +344,9 @@ class RSFT(_Model):
     checkpoint_every_steps: StepsOrZero = Field(
         0, description="also checkpoint every N steps for resume (0 = only at evaluation points and phase end)"
     )
-    seed: Int64 = 0
+    seed: Int64 = Field(
+        42, description="seed of the RSFT prompt order and of each step's sampling and minibatch shuffles (the "
+        "paper's launchers: 42, verl's data.seed)")
     sampling: Sampling = Sampling()
     mini_batch_scope: Literal["perRank", "global"] = Field(
         "perRank",
@@ -454,7 +473,13 @@ class Evaluation(_Model):
         "points over the weight budget)")
     interval_steps: Steps | None = Field(None, description="the interval in steps")
     at_start: StrictBool = Field(True, description="also evaluate (theta0, h0) before anything trains")
-    after_harness_phase: StrictBool = True
+    after_harness_phase: StrictBool = Field(
+        True, description="evaluate the accepted harness after every harness phase")
+    every_accepted_harness: StrictBool = Field(
+        True, description="mh_only: evaluate every harness its search accepts - each iteration whose accepted "
+        "(best-so-far) harness changes - not only the start and the end, so that its best over evaluation points "
+        "is measured like the other conditions'. One mean@k pass per change: at most mhOnlyIterations of them "
+        "(`whale plan` lists the bound); false: the start and the accepted harness at the end only")
     max_items: Items | None = Field(None, description="cap the test items (smoke runs)")
     split: Literal["test", "harness", "weight"] = "test"
 
@@ -505,7 +530,8 @@ class Data(_Model):
         "named sources")
     data_dir: str | None = Field(None, max_length=4096,
                                  description="raw data root (default: $WHALE_DATA_DIR or ../shared/data)")
-    seed: Int64 = Field(0, description="seed of the split shuffle")
+    seed: Int64 = Field(42, description="seed of the split draws: D_harness, D_weight order, sampled test items (the "
+                        "paper's reference code: 42)")
     weight_size: Items | None = Field(None, description="cap |D_weight|")
     harness_size: Items = Field(256, description="|D_harness|")
     test_size: Items | None = Field(
@@ -662,6 +688,21 @@ class Sandbox(_Model):
     )
 
 
+class Verifier(_Model):
+    """How the domains score an episode where the paper's rule and a common, more lenient one differ.
+    The defaults are the paper's; the alternatives are there to measure what the stricter rule costs."""
+
+    math_answer: Literal["dapo", "mathVerify"] = Field(
+        "dapo", description="math_reasoning: dapo (the paper's) = the reference code's strict DAPO match (verl's "
+        "math_dapo with strict_box_verify): the last \\boxed{...} in the final reply's last 100 characters must be "
+        "exactly the gold answer's string (no normalisation: 0.5 is not \\frac{1}{2}, ' 204' is not '204'); "
+        "mathVerify = the last box anywhere in the final reply, math-verify's symbolic equivalence with the gold one")
+    chess_move: Literal["stored", "anyMate"] = Field(
+        "stored", description="chess_puzzles: stored (the paper's) = only the puzzle's stored move counts at each "
+        "step; anyMate = also accept any move that checkmates on the spot and count the puzzle solved (Lichess's "
+        "own rule)")
+
+
 # ----- the spec -----------------------------------------------------------------------------------
 
 
@@ -680,6 +721,7 @@ class WhaleRunSpec(_Model):
     train: Train = Field(Train(), description="train Job shape (cluster)")
     cluster: Cluster = Field(Cluster(), description="Kubernetes placement (ignored by `whale run`)")
     sandbox: Sandbox = Field(Sandbox(), description="isolation of untrusted code (harness files, model-written code)")
+    verifier: Verifier = Field(Verifier(), description="scoring rules where the paper's and a lenient one differ")
     suspend: StrictBool = Field(False, description="true: stop every child cleanly; false again resumes")
     tracking: Tracking = Field(Tracking(), description="metrics also to TensorBoard / W&B / MLflow (off by default)")
 
@@ -746,6 +788,8 @@ class BestEval(_Model):
     harness: str | None = None
     checkpoint: str | None = None
     rollouts_at: int = Field(0, description="training rollouts spent when this point was reached")
+    iteration: int | None = Field(
+        None, description="mh_only: the harness-search iteration whose accepted harness this point evaluates")
 
 
 class Condition_(_Model):  # noqa: N801 - metav1.Condition, named apart from the run Condition enum
@@ -774,7 +818,10 @@ class EvalPoint(_Model):
     checkpoint: str | None = None
     harness: str | None = None
     rollouts_at: int = 0
+    iteration: int | None = Field(
+        None, description="mh_only: the harness-search iteration whose accepted harness this evaluates")
     mean_at_k: float | None = Field(None, description="set when the evaluation finished")
+    k: int | None = Field(None, description="k of meanAtK, set with it")
 
 
 class IntegrityFlagStatus(_Model):
@@ -817,7 +864,10 @@ class WhaleRunStatus(_Model):
     rollouts_completed: NonNegInt = Field(0, description="training rollouts of finished phases")
     rollouts_spent: NonNegInt = Field(0, description="training rollouts so far (finished + running phases)")
     evals: list[EvalPoint] = Field(default_factory=list)
-    best: BestEval | None = None
+    best: BestEval | None = Field(None, description="the best test mean@k over every evaluation point")
+    final: BestEval | None = Field(
+        None, description="the test mean@k of the run's last evaluation point in schedule order - the agent it "
+        "ends with; set when the run succeeds. Beside best: a condition evaluated more often is not favoured here")
     integrity_flags: list[IntegrityFlagStatus] = Field(
         default_factory=list, description="harness candidates flagged for reward integrity (at most 20 per phase, "
         "the accepted one first; the phase's result.json lists them all)")

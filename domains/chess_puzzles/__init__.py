@@ -18,7 +18,7 @@ from whale.domain import DEFAULT_ALLOWED_IMPORTS, Domain
 if TYPE_CHECKING:
     from chess_puzzles.env import ChessEnvironment
     from whale.data.full import FullData
-    from whale.spec import Data
+    from whale.spec import Data, Verifier
     from whale.store import Store
 
 HERE = Path(__file__).resolve().parent
@@ -36,6 +36,14 @@ class ChessPuzzles(Domain):
     allowed_imports = DEFAULT_ALLOWED_IMPORTS
     #: h0 uses 9; a candidate may spend more turns on retries, never more than this
     max_turns_limit = 2 * MAX_SOLVER_PLIES + 2
+
+    def __init__(self) -> None:
+        #: spec.verifier.chessMove == "anyMate": a mate that is not the stored move also solves the puzzle
+        self.accept_any_mate = False
+
+    def configure_verifier(self, verifier: Verifier) -> None:
+        """Judge moves by ``spec.verifier.chessMove``: stored (the paper's) or anyMate (Lichess's)."""
+        self.accept_any_mate = verifier.chess_move == "anyMate"
 
     def full_data(self) -> FullData:
         from chess_puzzles.full import FULL
@@ -66,7 +74,7 @@ class ChessPuzzles(Domain):
     def make_env(self, item: dict[str, Any]) -> ChessEnvironment:
         from chess_puzzles.env import ChessEnvironment
 
-        return ChessEnvironment(parse_puzzle(item))
+        return ChessEnvironment(parse_puzzle(item), self.accept_any_mate)
 
     def h0_path(self) -> Path:
         return HERE / "h0.py"

@@ -1,10 +1,12 @@
 """The puzzle environment and verifier: one episode as a small state machine over python-chess. Pure.
 
-Rules (Lichess's, as the paper's chess domain uses them):
+Rules (the paper's chess domain):
 
 * the environment plays the opponent's first move ``Moves[0]``; the solver must play ``Moves[1::2]`` and the
   environment answers each correct move with the next stored reply;
-* a move that checkmates on the spot is accepted even when it is not the stored one, and the puzzle is solved;
+* only the stored move counts (the paper): any other legal move, even one that checkmates, ends the puzzle
+  unsolved. With ``accept_any_mate`` (``spec.verifier.chessMove: anyMate``, Lichess's own rule) a move that
+  checkmates on the spot is accepted even when it is not the stored one, and the puzzle is solved;
 * a legal wrong move ends the puzzle unsolved;
 * one malformed answer (no move, or text that is not a UCI move) and one illegal move are forgiven per
   episode: the solver is asked again; the second of either kind ends the puzzle unsolved;
@@ -37,7 +39,7 @@ class Verdict(str, enum.Enum):
     """What happened to one answer."""
 
     CORRECT = "correct"  # the stored move; the opponent replied and the puzzle goes on
-    SOLVED = "solved"  # the last stored move, or any move that checkmates
+    SOLVED = "solved"  # the last stored move (or, with accept_any_mate, any move that checkmates)
     WRONG = "wrong"  # legal but not the solution: the puzzle is lost
     MALFORMED = "malformed"  # no move / not UCI
     ILLEGAL = "illegal"  # UCI but not legal here
@@ -62,6 +64,8 @@ class PuzzleEpisode:
     """One attempt at one puzzle. Build it with :meth:`from_row`; drive it with :meth:`play`."""
 
     puzzle: Puzzle
+    #: also accept a move that checkmates on the spot when it is not the stored one (Lichess; not the paper)
+    accept_any_mate: bool = False
     board: chess.Board = field(init=False)
     #: the solver's accepted moves, UCI
     accepted: list[str] = field(default_factory=list, init=False)
@@ -82,9 +86,9 @@ class PuzzleEpisode:
         self._push_reply(self.puzzle.moves[0])
 
     @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> PuzzleEpisode:
+    def from_row(cls, row: Mapping[str, Any], accept_any_mate: bool = False) -> PuzzleEpisode:
         """From a raw Lichess row; a bad row raises PuzzleError (splits are validated before any episode)."""
-        return cls(parse_puzzle(row))
+        return cls(parse_puzzle(row), accept_any_mate)
 
     @property
     def reward(self) -> float:
@@ -147,12 +151,13 @@ class PuzzleEpisode:
         san = self.board.san(move)
         expected = self.puzzle.moves[self._ply]
         self.board.push(move)
-        if self.board.is_checkmate() or (move.uci() == expected and self._ply == len(self.puzzle.moves) - 1):
+        stored = move.uci() == expected
+        if (stored and self._ply == len(self.puzzle.moves) - 1) or (self.accept_any_mate and self.board.is_checkmate()):
             self.accepted.append(move.uci())
             self.accepted_san.append(san)
             self.solved = True
             return self._record(move.uci(), Verdict.SOLVED, True, f"{san} is correct: puzzle solved.")
-        if move.uci() != expected:
+        if not stored:
             self.board.pop()
             return self._record(move.uci(), Verdict.WRONG, True, f"{san} is not the solution: puzzle failed.")
         self.accepted.append(move.uci())
@@ -178,8 +183,8 @@ class PuzzleEpisode:
 class ChessEnvironment(Environment):
     """The runtime's view of a :class:`PuzzleEpisode`: ``step(action)`` takes the move (UCI text)."""
 
-    def __init__(self, puzzle: Puzzle):
-        self.episode = PuzzleEpisode(puzzle)
+    def __init__(self, puzzle: Puzzle, accept_any_mate: bool = False):
+        self.episode = PuzzleEpisode(puzzle, accept_any_mate)
 
     def reset(self) -> dict[str, Any]:
         return self.episode.observation()
@@ -198,9 +203,9 @@ class ChessEnvironment(Environment):
         return self.episode.reward
 
 
-def score_line(row: Mapping[str, Any], answers: list[str | None]) -> float:
+def score_line(row: Mapping[str, Any], answers: list[str | None], accept_any_mate: bool = False) -> float:
     """Reward of an episode whose answers are ``answers`` in order (unused ones ignored; too few = unsolved)."""
-    episode = PuzzleEpisode.from_row(row)
+    episode = PuzzleEpisode.from_row(row, accept_any_mate)
     for answer in answers:
         if episode.done:
             break

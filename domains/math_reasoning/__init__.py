@@ -3,7 +3,8 @@
 Registered under ``whale.domains`` as ``math_reasoning = "math_reasoning:DOMAIN"``. Items are the raw row
 format ``{"id", "problem", "answer"}``; D_test is AIME 2024 + 2025, D_weight / D_harness come from the MATH
 train problems with numeric answers (``math_reasoning.data``). The verifier is the strict ``\\boxed{}``
-match of the final reply (``math_reasoning.verifier``); the tool is ``code_interpreter`` (``math_reasoning.env``),
+match of the final reply (``math_reasoning.verifier``; DAPO's string match by default, math-verify with
+``spec.verifier.mathAnswer: mathVerify``); the tool is ``code_interpreter`` (``math_reasoning.env``),
 served by ``$WHALE_CODE_URL`` when set (the cluster's ``/run`` service), else by local sandboxes.
 """
 
@@ -19,7 +20,7 @@ if TYPE_CHECKING:
     from math_reasoning.env import MathEnvironment
     from whale.data.full import FullData
     from whale.tools.code import CodeRunner
-    from whale.spec import Data
+    from whale.spec import Data, Verifier
 
 HERE = Path(__file__).resolve().parent
 
@@ -40,7 +41,13 @@ class MathReasoning(SplitsInMemoryDomain):
         self._injected = runner is not None
         #: spec.sandbox.isolation of the local code sandboxes
         self._isolation = "namespaces"
+        #: spec.verifier.mathAnswer: how final replies are scored (the paper's strict DAPO match by default)
+        self.answer_match = "dapo"
         self._lock = threading.Lock()
+
+    def configure_verifier(self, verifier: Verifier) -> None:
+        """Score final replies with ``spec.verifier.mathAnswer`` (dapo | mathVerify)."""
+        self.answer_match = verifier.math_answer
 
     def configure_sandbox(self, isolation: str) -> None:
         """Local code sandboxes run under ``spec.sandbox.isolation`` (an injected runner is kept as is;
@@ -82,7 +89,7 @@ class MathReasoning(SplitsInMemoryDomain):
     def make_env(self, item: dict[str, Any]) -> MathEnvironment:
         from math_reasoning.env import MathEnvironment
 
-        return MathEnvironment(item, self.runner())
+        return MathEnvironment(item, self.runner(), self.answer_match)  # type: ignore[arg-type]
 
     def tool_specs(self) -> list[dict[str, Any]]:
         from math_reasoning.env import TOOL_SPEC

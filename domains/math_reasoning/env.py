@@ -1,16 +1,17 @@
 """One math episode: the problem, a Python code-interpreter tool, and the strict ``\\boxed{}`` verifier.
 
 The environment action is the model's final reply (text); the episode ends there and the reward is the
-verifier on that reply. The ``code_interpreter`` tool runs model code in a sandbox (``whale.tools.code``,
-locally or through the deployed ``/run`` service); any run that did not end cleanly — an exception, a
-timeout, a memory bomb, too much output — is a tool error the model sees.
+verifier on that reply, under ``spec.verifier.mathAnswer`` (``dapo``, the paper's, by default). The
+``code_interpreter`` tool runs model code in a sandbox (``whale.tools.code``, locally or through the
+deployed ``/run`` service); any run that did not end cleanly — an exception, a timeout, a memory bomb,
+too much output — is a tool error the model sees.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from math_reasoning.verifier import last_boxed, score
+from math_reasoning.verifier import AnswerMatch, extracted_answer, score
 from whale.domain import DomainError, Environment, StepResult, UnknownToolError
 from whale.tools.code import CodeRunner
 
@@ -39,9 +40,11 @@ class ToolError(DomainError):
 
 
 class MathEnvironment(Environment):
-    def __init__(self, item: dict[str, Any], runner: CodeRunner):
+    def __init__(self, item: dict[str, Any], runner: CodeRunner, match: AnswerMatch = "dapo"):
         self.item = item
         self.runner = runner
+        #: how the final reply is scored (spec.verifier.mathAnswer)
+        self.match: AnswerMatch = match
         self.final_reply: str | None = None
 
     def reset(self) -> dict[str, Any]:
@@ -51,11 +54,11 @@ class MathEnvironment(Environment):
         """The final reply: text, or ``{"answer": text}``. Ends the episode."""
         text = action.get("answer") if isinstance(action, dict) else action
         self.final_reply = "" if text is None else str(text)
-        boxed = last_boxed(self.final_reply)
+        boxed = extracted_answer(self.final_reply, self.match)
         return StepResult(
             observation={"answer": self.final_reply, "boxed": boxed},
             done=True,
-            info={"boxed": boxed, "gold": self.item["answer"]},
+            info={"boxed": boxed, "gold": self.item["answer"], "match": self.match},
         )
 
     def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
@@ -71,4 +74,4 @@ class MathEnvironment(Environment):
         return result.output if result.output.strip() else EMPTY_OUTPUT
 
     def reward(self) -> float:
-        return score(self.final_reply, self.item["answer"])
+        return score(self.final_reply, self.item["answer"], self.match)

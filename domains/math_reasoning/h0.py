@@ -1,8 +1,9 @@
 """h0 for math_reasoning: the paper's deliberately plain base harness.
 
 No system prompt; the problem followed by the answer-format line; the ``code_interpreter`` tool; at most
-2 model calls. A first reply that calls no tool gets a nudge to use it; the final reply is submitted as
-the answer and scored by its last ``\\boxed{}``.
+2 model calls. A reply that calls the tool gets the tool's result and one more model call; a reply that
+calls no tool is the answer and ends the episode (h0 has no nudge: a candidate may add one). The
+submitted reply is scored by its last ``\\boxed{}``.
 """
 
 from whale.harness.api import BaseHarness, Decision, env_action
@@ -14,10 +15,6 @@ class Harness(BaseHarness):
     MAX_TURNS = 2
     MAX_FORMAT_RETRIES = 0
     FORMAT_RETRY_MESSAGE = "Provide the final answer in \\boxed{}."
-    NUDGE = (
-        "Use the code_interpreter tool for useful calculations or verification, "
-        "then provide the final answer in \\boxed{}."
-    )
     TOOLS = [
         {
             "type": "function",
@@ -35,11 +32,7 @@ class Harness(BaseHarness):
 
     def parse(self, reply, state):
         state["turn"] = state.get("turn", 0) + 1
-        last_turn = state["turn"] >= self.MAX_TURNS
-        if not last_turn:
-            if reply.get("tool_calls"):
-                state["tool_used"] = True
-                return super().parse(reply, state)  # the model's tool calls become tool actions
-            if not state.get("tool_used"):
-                return Decision(messages=[{"role": "user", "content": self.NUDGE}])
+        if reply.get("tool_calls") and state["turn"] < self.MAX_TURNS:
+            return super().parse(reply, state)  # the model's tool calls become tool actions
+        # no tool call (or the last turn): this reply is the answer, and the episode ends here
         return Decision(actions=[env_action(reply.get("content") or "")])

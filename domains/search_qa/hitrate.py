@@ -18,7 +18,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from search_qa.data import (MISSING_BENCHMARKS, answer_in, corpus_path, load_splits, resolve_corpus,
+from search_qa.data import (answer_in, corpus_path, load_splits, missing_benchmarks, resolve_corpus,
                             train_filter_for)
 from search_qa.verifier import normalize
 from whale.domain import default_data_root
@@ -113,14 +113,14 @@ def main(argv: list[str] | None = None) -> None:
     label = args.retriever_url or (str(args.index_dir) if args.index_dir else args.method)
     if args.json:
         print(json.dumps({"retriever": label, "corpus": args.corpus, "train": train, "rows": rows,
-                          "missing": list(MISSING_BENCHMARKS)}))
+                          "missing": list(missing_benchmarks(root))}))
         return
     print(f"| split ({label}, corpus {args.corpus}, train {train}) | questions | "
           + " | ".join(f"top-{k}" for k in args.k) + " |")
     print("|---|---|" + "---|" * len(args.k))
     for name, row in rows.items():
         print(f"| {name} | {row['n']} | " + " | ".join(f"{100 * row['rates'][k]:.1f} %" for k in args.k) + " |")
-    for b in MISSING_BENCHMARKS:
+    for b in missing_benchmarks(root):
         print(f"| test/{b} | 0 | " + " | ".join("missing" for _ in args.k) + " |")
 
 

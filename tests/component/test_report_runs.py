@@ -79,6 +79,8 @@ def test_report_of_the_three_conditions_draws_each_run_and_tables_its_status(sto
         assert cells["rolloutsSpent"] == f"{status.rollouts_spent:,}"
         assert cells["status"] == "Succeeded" and cells["condition"] == CONDITIONS[name]["condition"]
         assert status.best.phase in cells["where"]
+        # the headline both ways: the final point of every run, beside its best
+        assert cells["final"] == percent(status.final.mean_at_k) and status.final.phase in cells["finalWhere"]
 
     doc = json.loads((out / "report.json").read_text())
     by_name = {r["name"]: r for r in doc["runs"]}
@@ -88,6 +90,21 @@ def test_report_of_the_three_conditions_draws_each_run_and_tables_its_status(sto
         assert [(e["phase"], e["rollouts"], e["meanAtK"]) for e in r["evals"]] == sorted(
             [(e.phase, e.rollouts_at, e.mean_at_k) for e in status.evals], key=lambda t: (t[1], t[0]))
         assert r["rolloutsSpent"] == status.rollouts_spent and r["statusSource"] == "status"
+
+
+def test_harness_only_is_evaluated_at_every_accepted_harness(stores):
+    """mh_only's 3 proposer iterations after the incoming: the simulated search accepts a new candidate at
+    iterations 2 and 3 (its best score rises until 3), so the run evaluates both, each from its archive
+    file, and ends at the last one; iteration 4 changes nothing and costs no evaluation."""
+    _, status = stores["sim-mh-only"]
+    assert [(e.phase, e.iteration) for e in status.evals] == [
+        ("eval-c00-s000000-start", None), ("eval-c01-s000000-harness-i0002", 2), ("eval-c01-s000000-harness-i0003", 3)]
+    archive = layout.archive_prefix("sim-mh-only", 1)
+    assert [e.harness for e in status.evals[1:]] == [f"{archive}/candidates/i02-c1/harness.py",
+                                                     f"{archive}/candidates/i03-c1/harness.py"]
+    assert [e.rollouts_at for e in status.evals] == [0, 8, 12]  # 4 rollouts per simulated iteration
+    assert status.final.phase == "eval-c01-s000000-harness-i0003" and status.final.iteration == 3
+    assert "final mean@8" in status.message
 
 
 def test_json_alone_goes_to_stdout_and_run_selection(stores):
@@ -152,3 +169,19 @@ def test_bad_input_is_one_clear_line_not_a_traceback(stores, tmp_path, args, mes
     assert res.exit_code == 1
     assert message in res.output and "Traceback" not in res.output
     assert not (tmp_path / "missing").exists()  # reading never creates a store
+
+
+def test_harness_only_without_status_json_is_reconstructed_to_the_same_values(stores, tmp_path):
+    """The iteration points of a cluster mh_only run: rollouts from the end of their iteration, the final
+    point the last of them."""
+    src, status = stores["sim-mh-only"]
+    copy = tmp_path / "cluster-mh-store"
+    shutil.copytree(src, copy)
+    (copy / layout.status_key("sim-mh-only")).unlink()
+    res = invoke(str(copy), "-o", "json")
+    assert res.exit_code == 0, res.output
+    run = json.loads(res.stdout)["runs"][0]
+    assert [(e["phase"], e["rollouts"], e["iteration"]) for e in run["evals"]] == [
+        (e.phase, e.rollouts_at, e.iteration) for e in status.evals]
+    assert (run["final"]["phase"], run["final"]["meanAtK"]) == (status.final.phase, status.final.mean_at_k)
+    assert (run["best"]["phase"], run["best"]["meanAtK"]) == (status.best.phase, status.best.mean_at_k)

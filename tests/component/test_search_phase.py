@@ -152,6 +152,13 @@ def test_search_accepts_the_better_candidate_and_rejects_broken_ones(tmp_path: P
     assert [m["bestCandidate"] for m in lines] == ["i01-incoming", "i02-c1", "i02-c1", "i02-c1"]
     assert sum(m["rollouts"] for m in lines) == result.rollouts
     assert lines[0]["rollouts"] == 6
+    # the accepted harness per iteration (mh_only evaluates each new one): its file in the archive
+    assert [m["bestHarness"] for m in lines] == [archive.candidate_key(cid, "harness.py") for cid in
+                                                 ("i01-incoming", "i02-c1", "i02-c1", "i02-c1")]
+    assert [(a.iteration, a.candidate, a.score, a.rollouts) for a in result.accepted_by_iteration] == [
+        (1, "i01-incoming", 0.0, 6), (2, "i02-c1", 1.0, lines[0]["rollouts"] + lines[1]["rollouts"])]
+    assert store.read_text(result.accepted_by_iteration[-1].harness) == GOOD
+    assert store.read_json(layout.result_key(RUN, PHASE))["acceptedByIteration"][1]["candidate"] == "i02-c1"
     summary = store.read_json(archive.key("summary.json"))
     assert summary["best"] == "i02-c1" and len(summary["candidates"]) == 8
     assert store.read_json(archive.iteration_key(2))["proposals"] == ["extract_digit", "broken_syntax", "shell_out"]
@@ -171,6 +178,7 @@ def test_search_accepts_the_better_candidate_and_rejects_broken_ones(tmp_path: P
         assert idle_srv.requests == []
     assert policy2.calls == 0
     assert again.accepted_candidate == "i02-c1" and again.rollouts == result.rollouts
+    assert again.accepted_by_iteration == result.accepted_by_iteration
     assert [m["iteration"] for m in store.read_jsonl(layout.metrics_key(RUN, PHASE))] == [1, 2, 3, 4]
 
 
@@ -207,6 +215,29 @@ def test_stop_request_ends_the_phase_cleanly(tmp_path: Path):
         assert srv.requests == []
     assert result.stopped_by == "stop-request" and result.iterations == 1
     assert store.exists(layout.result_key(RUN, PHASE))
+
+
+@pytest.mark.timeout(180)
+def test_a_stop_on_resume_accepts_only_from_finished_iterations(tmp_path: Path):
+    """Killed after iteration 2's candidates were scored but before its metrics line, then stopped on
+    resume: the phase ends after iteration 1, so its result must not accept an iteration-2 candidate that
+    no metrics line (and no mh_only evaluation) ever named."""
+    store = open_store(str(tmp_path / "store"))
+    script = [assistant(tool_call("write_candidate", "a", name="extract_digit", code=GOOD), tool_call("finish", "b"))]
+    with ScriptedProposerServerDouble(script) as srv:
+        _request(store, _spec(srv.base_url), iterations=2)
+        first = run_search(store, RUN, PHASE, client=DigitSayerPolicyDouble(), settings=SETTINGS)
+    assert first.accepted_candidate == "i02-c1"
+    lines = store.read_jsonl(layout.metrics_key(RUN, PHASE))
+    store.delete(layout.result_key(RUN, PHASE))
+    store.write_text(layout.metrics_key(RUN, PHASE), __import__("json").dumps(lines[0]) + "\n")
+    store.write_text(layout.stop_key(RUN, PHASE), "adaptive patience fired\n")
+    with ScriptedProposerServerDouble([]) as idle:
+        _request(store, _spec(idle.base_url), iterations=2)
+        again = run_search(store, RUN, PHASE, client=DigitSayerPolicyDouble(), settings=SETTINGS)
+    assert (again.stopped_by, again.iterations) == ("stop-request", 1)
+    assert again.accepted_candidate == "i01-incoming"
+    assert [a.candidate for a in again.accepted_by_iteration] == ["i01-incoming"]
 
 
 class DeadInferenceDouble(DigitSayerPolicyDouble):

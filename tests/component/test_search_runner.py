@@ -46,12 +46,13 @@ def test_mh_only_run_through_the_local_runner(tmp_path: Path, tiny_qwen3_dir: Pa
     assert status.completed_phases == ["c01-harness"]
     assert status.current_harness == layout.harness_key("mh", "c01-accepted")
     result = store.read_json(layout.result_key("mh", "c01-harness"))
-    assert result["iterations"] == 2 and result["rollouts"] > 0
+    # mhOnlyIterations counts proposer iterations (the paper's): 2 of them after the incoming evaluation
+    assert result["iterations"] == 3 and result["rollouts"] > 0
     assert store.read_text(result["acceptedHarness"]) == Archive(store, layout.archive_prefix("mh", 1)).code(
         result["acceptedCandidate"])
     cands = {c.id: c for c in Archive(store, layout.archive_prefix("mh", 1)).candidates()}
     assert cands["i02-c2"].status.value == "invalid"
-    assert len(store.read_jsonl(layout.metrics_key("mh", "c01-harness"))) == 2
+    assert len(store.read_jsonl(layout.metrics_key("mh", "c01-harness"))) == 3
 
 
 #: a plumbing device, not a real harness: it answers from the task, so it scores 1.0 with any model

@@ -90,8 +90,9 @@ def test_kubectl_shows_printer_columns(start_operator, make_run, kube_cluster: E
         waited = subprocess.run(["kubectl", "wait", "-n", kube_namespace, "wr/shown", "--for=jsonpath={.status.phase}=Running",
                                  "--timeout=10s"], capture_output=True, text=True, env=env, timeout=30)
     header, row = out.splitlines()[:2]
-    assert header.split() == ["NAME", "PHASE", "CYCLE", "STAGE", "STEP", "BEST", "ROLLOUTS", "AGE"]
+    assert header.split() == ["NAME", "PHASE", "CYCLE", "STAGE", "STEP", "BEST", "FINAL", "ROLLOUTS", "AGE"]
     assert row.split()[:6] == ["shown", "Running", "1", "weight", "0", "0.1"]
+    assert row[header.index("FINAL"):header.index("ROLLOUTS")].strip() == ""  # final: once the run succeeds
     assert wide.splitlines()[0].split()[-3:] == ["DOMAIN", "CONDITION", "AGE"]
     assert "synthetic" in wide and "whale" in wide.splitlines()[1]
     assert waited.returncode == 0, waited.stderr

@@ -35,9 +35,12 @@ class World:
     reward: Callable[[int], float] = lambda step: 0.5  # training reward of a global step
     best_score: Callable[[int, int], float] = lambda cycle, it: 0.1 * it  # archive best after iteration
     eval_mean: Callable[[int, str], float] = lambda step, after: step / 100
+    #: mh_only's evaluations of the harness accepted at an iteration (None: ``eval_mean``)
+    iteration_mean: Callable[[int], float] | None = None
     fail_times: dict[str, int] = field(default_factory=dict)  # phase -> attempts that fail first
     preempt_times: dict[str, int] = field(default_factory=dict)
     stop_at_step: dict[str, int] = field(default_factory=dict)  # phase -> global step where it halts (still running)
+    stop_at_iteration: dict[str, int] = field(default_factory=dict)  # phase -> iteration where it halts (running)
     children: dict[str, Child] = field(default_factory=dict)
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     metrics: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
@@ -87,10 +90,13 @@ class World:
                 if not self._run_weight(phase, req):
                     continue
             elif req.kind is PhaseKind.HARNESS:
-                self._run_harness(phase, req)
+                if not self._run_harness(phase, req):
+                    continue
             else:
                 a = req.eval
-                self.results[phase] = {"meanAtK": self.eval_mean(a.step, a.after), "k": 8, "items": 10}
+                mean = (self.iteration_mean(a.iteration) if a.iteration is not None and self.iteration_mean
+                        else self.eval_mean(a.step, a.after))
+                self.results[phase] = {"meanAtK": mean, "k": 8, "items": 10}
             self.children[phase] = Child(ChildState.SUCCEEDED)
             self.running.discard(phase)
 
@@ -122,23 +128,41 @@ class World:
         }
         return True
 
-    def _run_harness(self, phase: str, req: Any) -> None:
+    def _run_harness(self, phase: str, req: Any) -> bool:
+        """Like the search workload: iteration 1 is the incoming harness; the accepted (best-so-far)
+        candidate changes only when the archive's best score rises; every metrics line names it and its
+        harness file. False: halted at ``stop_at_iteration`` (still running)."""
         a = req.harness
         lines = self.metrics.setdefault(phase, [])
-        it = 0
+        it = lines[-1]["iteration"] if lines else 0
+        halt = self.stop_at_iteration.get(phase)
         while it < a.iterations:
             if a.stop_rule and harness_stop_iteration([m["bestScore"] for m in lines], a.stop_rule) is not None:
                 break
+            if halt is not None and it >= halt:
+                return False
             it += 1
-            lines.append({"iteration": it, "bestScore": self.best_score(a.cycle, it), "bestCandidate": f"i{it}",
+            score = self.best_score(a.cycle, it)
+            best = "i01-incoming" if it == 1 else lines[-1]["bestCandidate"]
+            if it > 1 and score > lines[-1]["bestScore"]:
+                best = f"i{it:02d}-c1"
+            lines.append({"iteration": it, "bestScore": score, "bestCandidate": best,
+                          "bestHarness": f"{layout.archive_prefix(RUN, a.cycle)}/candidates/{best}/harness.py",
                           "rollouts": 4})
+        history = [
+            {"iteration": m["iteration"], "candidate": m["bestCandidate"], "harness": m["bestHarness"],
+             "score": m["bestScore"], "rollouts": 4 * m["iteration"]}
+            for n, m in enumerate(lines) if n == 0 or m["bestCandidate"] != lines[n - 1]["bestCandidate"]
+        ]
         self.results[phase] = {
             "acceptedHarness": layout.harness_key(RUN, f"c{a.cycle:02d}-accepted"),
-            "acceptedCandidate": f"i{it}",
+            "acceptedCandidate": lines[-1]["bestCandidate"],
             "acceptedScore": lines[-1]["bestScore"],
             "iterations": it,
             "rollouts": 4 * it,
+            "acceptedByIteration": history,
         }
+        return True
 
 
 def drive(spec: WhaleRunSpec, world: World, status: WhaleRunStatus | None = None, max_calls: int = 500,

@@ -67,12 +67,55 @@ def test_whale_targets_and_harness_inputs():
     assert h2.incoming_harness == f"runs/{RUN}/harnesses/c01-accepted.py"
 
 
-def test_mh_only_runs_at_theta0_for_n_iterations():
+def test_mh_only_runs_n_proposer_iterations_after_the_incoming_evaluation():
     world = World(SIZES)
     status = drive(make_spec("mh_only", mhOnlyIterations=7), world)
     h = world.requests["c01-harness"].harness
-    assert (h.checkpoint, h.incoming_harness, h.iterations, h.stop_rule) == (None, None, 7, None)
-    assert status.rollouts_spent == 4 * 7
+    # the paper's count: 7 proposer iterations, plus iteration 1 = the incoming (h0) evaluation
+    assert (h.checkpoint, h.incoming_harness, h.iterations, h.stop_rule) == (None, None, 8, None)
+    assert world.results["c01-harness"]["iterations"] == 8
+    assert [m["iteration"] for m in world.metrics["c01-harness"]] == list(range(1, 9))
+    assert status.rollouts_spent == 4 * 8
+
+
+@pytest.mark.parametrize(("n", "archive"), [(40, 41), (60, 61), (1, 2)])
+def test_mh_only_archive_iterations_are_the_papers_count_plus_the_incoming(n, archive):
+    spec = make_spec("mh_only", mhOnlyIterations=n)
+    assert resolve(spec, SIZES).harness_iterations == archive
+    request = decide(spec, WhaleRunStatus(), Observations(run=RUN, split_sizes=SIZES)).of_type(StartPhase)
+    assert [a.request.harness.iterations for a in request if a.phase == "c01-harness"] == [archive]
+
+
+def test_whale_i_counts_the_incoming_evaluation():
+    # I = 6 = the incoming evaluation + 5 proposer iterations (unchanged by the mh_only / adaptive counts)
+    world = World(SIZES)
+    drive(make_spec("whale", totalSteps=6, weightStepsPerCycle=3, harnessIterationsPerCycle=6), world)
+    assert world.requests["c01-harness"].harness.iterations == 6
+    assert len(world.metrics["c01-harness"]) == 6
+
+
+def test_adaptive_max_iterations_counts_proposer_iterations():
+    # the paper: min 6 (incoming included), patience 2, max 15 proposer iterations + the incoming = 16
+    spec = make_spec("adaptive_whale", totalSteps=40,
+                     adaptive={"weight": {"windowSteps": 1, "burnInSteps": 1, "patienceSteps": 1},
+                               "harness": {"minIterations": 6, "patience": 2, "maxIterations": 15}})
+    rule = resolve(spec, SIZES).harness_rule
+    assert (rule.min_iterations, rule.patience, rule.max_iterations) == (6, 2, 16)
+    world = World(SIZES, reward=lambda s: 0.5, best_score=lambda c, it: it / 100)  # never stalls
+    drive(spec, world)
+    assert world.requests["c01-harness"].harness.iterations == 16
+    assert world.results["c01-harness"]["iterations"] == 16  # 15 proposer iterations after the incoming
+    # stalled from the start: patience 2 fires, but never before minIterations = 6 (incoming included)
+    flat = World(SIZES, reward=lambda s: 0.5, best_score=lambda c, it: 0.2)
+    drive(spec, flat)
+    assert flat.results["c01-harness"]["iterations"] == 6
+
+
+def test_adaptive_bounds_must_allow_the_minimum():
+    # maxIterations 5 proposer iterations = 6 archive iterations: enough for minIterations 6, not for 7
+    make_spec("adaptive_whale", totalSteps=4, adaptive={"harness": {"minIterations": 6, "maxIterations": 5}})
+    with pytest.raises(ValueError, match=r"maxIterations \(4 proposer iterations, 5 with the incoming evaluation\)"):
+        make_spec("adaptive_whale", totalSteps=4, adaptive={"harness": {"minIterations": 6, "maxIterations": 4}})
 
 
 def test_rollouts_spent_counts_every_phase():
@@ -253,3 +296,155 @@ def test_suspend_and_resume():
     d2 = decide(spec, d.status, Observations(run=RUN, split_sizes=SIZES))
     assert d2.status.phase is RunPhase.RUNNING
     assert [(a.phase, a.attempt) for a in d2.of_type(StartPhase) if a.phase == "c01-weight"] == [("c01-weight", 1)]
+
+
+# ----- mh_only evaluates every accepted harness; best and final -------------------------------------
+
+
+def archive_harness(candidate: str) -> str:
+    return f"runs/{RUN}/archive/c01/candidates/{candidate}/harness.py"
+
+
+#: archive best after iterations 1..8: the accepted harness changes at iterations 3, 5 and 8
+RISING = [0.1, 0.1, 0.3, 0.3, 0.5, 0.5, 0.5, 0.6]
+
+
+def test_mh_only_evaluates_every_accepted_harness():
+    world = World(SIZES, best_score=lambda c, it: RISING[it - 1],
+                  iteration_mean=lambda it: {3: 0.30, 5: 0.42, 8: 0.40}[it], eval_mean=lambda s, a: 0.05)
+    status = drive(make_spec("mh_only", mhOnlyIterations=7), world)
+    assert status.phase is RunPhase.SUCCEEDED
+    points = [(e.phase, e.iteration, e.harness, e.rollouts_at) for e in status.evals]
+    assert points == [
+        ("eval-c00-s000000-start", None, None, 0),
+        ("eval-c01-s000000-harness-i0003", 3, archive_harness("i03-c1"), 4 * 3),
+        ("eval-c01-s000000-harness-i0005", 5, archive_harness("i05-c1"), 4 * 5),
+        ("eval-c01-s000000-harness-i0008", 8, archive_harness("i08-c1"), 4 * 8),
+    ]  # no separate end evaluation: the last change IS the accepted harness
+    assert world.results["c01-harness"]["acceptedCandidate"] == "i08-c1"
+    eval_requests = [world.requests[p].eval for p, _ in world.started if p.endswith("i0005")]
+    assert [(a.iteration, a.harness, a.checkpoint) for a in eval_requests] == [(5, archive_harness("i05-c1"), None)]
+    # best over every point vs the final point (the accepted harness at the end)
+    assert (status.best.phase, status.best.mean_at_k, status.best.iteration) == (
+        "eval-c01-s000000-harness-i0005", 0.42, 5)
+    assert (status.final.phase, status.final.mean_at_k, status.final.k) == ("eval-c01-s000000-harness-i0008", 0.40, 8)
+    assert "best mean@8 0.4200" in status.message and "final mean@8 0.4000" in status.message
+
+
+def test_mh_only_evaluates_changes_while_the_search_runs():
+    """Level-based: an accepted harness logged in the metrics is owed before the phase ends, and the
+    phase's result owes nothing twice."""
+    spec = make_spec("mh_only", mhOnlyIterations=7)
+    world = World(SIZES, best_score=lambda c, it: RISING[it - 1], stop_at_iteration={"c01-harness": 4})
+    status = WhaleRunStatus()
+    for _ in range(6):
+        decision = decide(spec, status, world.observe(status))
+        status = decision.status
+        world.apply(decision)
+        world.progress()
+    assert world.children["c01-harness"].state is ChildState.RUNNING
+    assert "c01-harness" not in world.results
+    assert [e.phase for e in status.evals] == ["eval-c00-s000000-start", "eval-c01-s000000-harness-i0003"]
+    assert any(p == "eval-c01-s000000-harness-i0003" for p, _ in world.started)  # evaluated already
+    del world.stop_at_iteration["c01-harness"]
+    final = drive(spec, world, status=status)
+    assert final.phase is RunPhase.SUCCEEDED
+    assert [e.iteration for e in final.evals] == [None, 3, 5, 8]
+    assert [p for p, _ in world.started].count("eval-c01-s000000-harness-i0003") == 1
+
+
+def test_mh_only_whose_accepted_harness_never_changes():
+    flat = lambda c, it: 0.2  # noqa: E731 - the incoming harness stays the best
+    world = World(SIZES, best_score=flat)
+    status = drive(make_spec("mh_only", mhOnlyIterations=3), world)
+    # the accepted harness is h0 at theta0: the start point already measured it
+    assert [e.phase for e in status.evals] == ["eval-c00-s000000-start"]
+    assert status.final.phase == status.best.phase == "eval-c00-s000000-start"
+    # without the start point, the accepted harness is evaluated at the end
+    spec = WhaleRunSpec.model_validate({"domain": "synthetic", "condition": "mh_only", "model": {"name": "tiny"},
+                                        "schedule": {"mhOnlyIterations": 3}, "evaluation": {"atStart": False}})
+    status = drive(spec, World(SIZES, best_score=flat))
+    assert [(e.phase, e.harness) for e in status.evals] == [
+        ("eval-c01-s000000-harness", f"runs/{RUN}/harnesses/c01-accepted.py")]
+
+
+def test_mh_only_every_accepted_harness_can_be_turned_off():
+    spec = WhaleRunSpec.model_validate({"domain": "synthetic", "condition": "mh_only", "model": {"name": "tiny"},
+                                        "schedule": {"mhOnlyIterations": 7},
+                                        "evaluation": {"everyAcceptedHarness": False}})
+    status = drive(spec, World(SIZES, best_score=lambda c, it: RISING[it - 1]))
+    assert [e.phase for e in status.evals] == ["eval-c00-s000000-start", "eval-c01-s000000-harness"]
+    assert status.final.phase == "eval-c01-s000000-harness"
+
+
+def test_whale_evaluates_only_the_harness_each_phase_accepts():
+    # mid-phase changes of the accepted harness are mh_only's evaluation points, not whale's
+    world = World(SIZES, best_score=lambda c, it: RISING[it - 1])
+    status = drive(make_spec("whale", totalSteps=6, weightStepsPerCycle=3), world)
+    assert all(e.iteration is None for e in status.evals)
+    assert [e.phase for e in status.evals if e.after == "harness"] == ["eval-c01-s000003-harness"]
+
+
+@pytest.mark.parametrize(("condition", "schedule", "final"), [
+    ("rsft_only", {"totalSteps": 7}, "eval-c01-s000007-weight"),
+    ("whale", {"totalSteps": 10, "weightStepsPerCycle": 4}, "eval-c03-s000010-weight"),
+    ("whale", {"totalSteps": 100, "weightStepsPerCycle": 10, "maxCycles": 2}, "eval-c02-s000020-harness"),
+])
+def test_final_is_the_last_point_of_the_schedule(condition, schedule, final):
+    # eval means fall with the step, so the best point is the start and the final one is the last
+    world = World(SIZES, eval_mean=lambda step, after: 0.5 - step / 1000 - (0.0001 if after == "harness" else 0))
+    status = drive(make_spec(condition, **schedule), world)
+    assert status.best.phase == "eval-c00-s000000-start"
+    assert status.final.phase == final
+    assert status.final.mean_at_k == world.results[final]["meanAtK"] and status.final.k == 8
+
+
+def test_mh_only_resume_from_any_status_reaches_the_same_end():
+    spec = make_spec("mh_only", mhOnlyIterations=7)
+    world = World(SIZES, best_score=lambda c, it: RISING[it - 1], stop_at_iteration={"c01-harness": 4})
+    status = WhaleRunStatus()
+    trace: list[WhaleRunStatus] = []
+    for _ in range(4):  # the search halts mid-way for a few calls, evaluations run meanwhile
+        decision = decide(spec, status, world.observe(status))
+        status = decision.status
+        trace.append(status)
+        world.apply(decision)
+        world.progress()
+    del world.stop_at_iteration["c01-harness"]
+    final = drive(spec, world, status=status, trace=trace)
+    for i, mid in enumerate(trace):
+        replay = World(SIZES, results=dict(world.results), metrics=dict(world.metrics),
+                       checkpoints=set(world.checkpoints))
+        end = drive(spec, replay, status=mid)
+        assert end.model_dump(exclude={"attempts"}) == final.model_dump(exclude={"attempts"}), f"resume from #{i}"
+        assert replay.started == [], f"resume from #{i} started {replay.started}"
+
+
+@pytest.mark.parametrize("harness", [
+    "runs/other-run/archive/c01/candidates/i03-c1/harness.py",  # another run's file
+    f"runs/{RUN}/archive/c01/candidates/../../../../other/harness.py",  # climbs out of the archive
+    f"runs/{RUN}/harnesses/c01-accepted.py",
+    None,
+])
+def test_only_a_file_of_the_phases_archive_is_evaluated_as_an_accepted_harness(harness):
+    """The harness an mh_only evaluation runs comes from the search's metrics and result; a key outside the
+    phase's own archive is never evaluated (the phase's accepted harness is, at the end, instead)."""
+    spec = make_spec("mh_only", mhOnlyIterations=2)
+    status = decide(spec, WhaleRunStatus(), Observations(run=RUN, split_sizes=SIZES)).status
+    lines = [{"iteration": 1, "bestScore": 0.1, "bestCandidate": "i01-incoming", "rollouts": 4,
+              "bestHarness": f"runs/{RUN}/archive/c01/candidates/i01-incoming/harness.py"},
+             {"iteration": 2, "bestScore": 0.3, "bestCandidate": "i02-c1", "rollouts": 4, "bestHarness": harness}]
+    running = Observations(run=RUN, split_sizes=SIZES, children={"c01-harness": Child(ChildState.RUNNING)},
+                           metrics={"c01-harness": lines})
+    status = decide(spec, status, running).status
+    assert [e.phase for e in status.evals] == ["eval-c00-s000000-start"]
+    result = {"acceptedHarness": f"runs/{RUN}/harnesses/c01-accepted.py", "acceptedCandidate": "i02-c1",
+              "acceptedScore": 0.3, "iterations": 2, "rollouts": 8,
+              "acceptedByIteration": [
+                  {"iteration": 1, "candidate": "i01-incoming", "score": 0.1, "rollouts": 4,
+                   "harness": f"runs/{RUN}/archive/c01/candidates/i01-incoming/harness.py"},
+                  {"iteration": 2, "candidate": "i02-c1", "score": 0.3, "rollouts": 8, "harness": harness or ""}]}
+    done = Observations(run=RUN, split_sizes=SIZES, results={"c01-harness": result})
+    status = decide(spec, status, done).status
+    assert [(e.phase, e.harness) for e in status.evals] == [
+        ("eval-c00-s000000-start", None), ("eval-c01-s000000-harness", f"runs/{RUN}/harnesses/c01-accepted.py")]

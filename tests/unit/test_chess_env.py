@@ -48,7 +48,7 @@ def test_stored_line_scores_one_on_every_real_puzzle():
 
 
 @pytest.mark.parametrize("puzzle_id", ["00008", "0000D", "0009B", "000Vc", "001KR", "00LRq"])
-def test_every_wrong_legal_first_move_scores_zero_unless_it_mates(puzzle_id):
+def test_every_wrong_legal_first_move_scores_zero_unless_mates_are_accepted_and_it_mates(puzzle_id):
     row = real_rows()[puzzle_id]
     episode = PuzzleEpisode.from_row(row)
     stored = solver_line(row)[0]
@@ -56,7 +56,8 @@ def test_every_wrong_legal_first_move_scores_zero_unless_it_mates(puzzle_id):
     assert others
     mating = set(mates_after(row, 0))
     for move in others:
-        assert score_line(row, [move]) == (1.0 if move in mating else 0.0), move
+        assert score_line(row, [move]) == 0.0, move  # the paper: only the stored move counts
+        assert score_line(row, [move], accept_any_mate=True) == (1.0 if move in mating else 0.0), move
     # the losing verdict ends the episode at once
     loser = next(m for m in others if m not in mating)
     episode = PuzzleEpisode.from_row(row)
@@ -64,26 +65,55 @@ def test_every_wrong_legal_first_move_scores_zero_unless_it_mates(puzzle_id):
     assert (result.verdict, result.done, episode.reward) == (Verdict.WRONG, True, 0.0)
 
 
-@pytest.mark.parametrize(("puzzle_id", "alternative"), [("001KR", "d1d8"), ("004kB", "f8f1"), ("00Lvv", "e8d8")])
-def test_alternative_mate_on_the_last_move_scores_one(puzzle_id, alternative):
-    """Real puzzles where the stored last move mates and another move mates too (Lichess accepts both)."""
+#: real puzzles where the stored last move mates and another move mates too
+ALTERNATIVE_MATES = [("001KR", "d1d8"), ("004kB", "f8f1"), ("00Lvv", "e8d8"), ("00LRq", "a7b8r")]
+
+
+@pytest.mark.parametrize(("puzzle_id", "alternative"), ALTERNATIVE_MATES)
+def test_alternative_mate_is_wrong_by_default_and_solves_with_any_mate(puzzle_id, alternative):
+    """The paper counts only the stored move; Lichess (``spec.verifier.chessMove: anyMate``) accepts both."""
     row = real_rows()[puzzle_id]
     line = solver_line(row)
     assert alternative != line[-1]
     assert alternative in mates_after(row, len(line) - 1)
-    episode = PuzzleEpisode.from_row(row)
-    for move in line[:-1]:
-        assert episode.play(move).verdict is Verdict.CORRECT
-    result = episode.play(alternative)
-    assert (result.verdict, result.done, episode.reward) == (Verdict.SOLVED, True, 1.0)
+    for any_mate, verdict, reward in [(False, Verdict.WRONG, 0.0), (True, Verdict.SOLVED, 1.0)]:
+        episode = PuzzleEpisode.from_row(row, accept_any_mate=any_mate)
+        for move in line[:-1]:
+            assert episode.play(move).verdict is Verdict.CORRECT
+        result = episode.play(alternative)
+        assert (result.verdict, result.done, episode.reward) == (verdict, True, reward)
+        # the stored move still solves it either way
+        assert score_line(row, line, accept_any_mate=any_mate) == 1.0
 
 
-def test_an_underpromotion_that_mates_is_accepted():
+def test_an_underpromotion_that_mates_is_accepted_only_with_any_mate():
     """00LRq ends with a7b8q; the rook promotion mates too."""
     row = real_rows()["00LRq"]
     line = solver_line(row)
     assert line[-1] == "a7b8q"
-    assert score_line(row, [*line[:-1], "a7b8r"]) == 1.0
+    assert score_line(row, [*line[:-1], "a7b8r"]) == 0.0
+    assert score_line(row, [*line[:-1], "a7b8r"], accept_any_mate=True) == 1.0
+
+
+def test_the_spec_picks_the_move_rule():
+    """spec.verifier.chessMove reaches every environment the domain makes (training, search and eval)."""
+    from chess_puzzles import ChessPuzzles, to_item
+    from whale.spec import Verifier
+
+    row = real_rows()["001KR"]
+    line = solver_line(row)
+    domain = ChessPuzzles()
+    assert domain.accept_any_mate is False  # the paper's rule unless the spec says otherwise
+    rewards = {}
+    for rule in ("stored", "anyMate"):
+        domain.configure_verifier(Verifier(chess_move=rule))
+        env = domain.make_env(to_item(row))
+        for move in line[:-1]:
+            env.step(move)
+        result = env.step("d1d8")
+        assert result.done
+        rewards[rule] = env.reward()
+    assert rewards == {"stored": 0.0, "anyMate": 1.0}
 
 
 def test_environment_replies_with_the_stored_line():

@@ -77,9 +77,9 @@ def test_plan_json_shape(tmp_path):
     # each phase's rollouts: steps x 256 prompts x 8; a harness phase: incoming 4 items + 1 iteration x 3 x 4 items
     assert main == [
         {"cycle": 1, "kind": "weight", "fromStep": 0, "toStep": 4, "rollouts": 4 * 256 * 8},
-        {"cycle": 1, "kind": "harness", "iterations": 2, "rollouts": 4 + 3 * 4},
+        {"cycle": 1, "kind": "harness", "iterations": 2, "proposerIterations": 1, "rollouts": 4 + 3 * 4},
         {"cycle": 2, "kind": "weight", "fromStep": 4, "toStep": 8, "rollouts": 4 * 256 * 8},
-        {"cycle": 2, "kind": "harness", "iterations": 2, "rollouts": 4 + 3 * 4},
+        {"cycle": 2, "kind": "harness", "iterations": 2, "proposerIterations": 1, "rollouts": 4 + 3 * 4},
         {"cycle": 3, "kind": "weight", "fromStep": 8, "toStep": 10, "rollouts": 2 * 256 * 8},
     ]
     assert p["rollouts"] == 10 * 256 * 8 + 2 * (4 + 3 * 4) == sum(ph["rollouts"] for ph in main)
@@ -212,7 +212,8 @@ def test_run_command_end_to_end(tmp_path, monkeypatch):
     stamped = [line for line in out.splitlines() if re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ", line)]
     assert any(line.endswith("c02-weight started (attempt 1): steps 2 -> 4, harness c01-accepted") for line in stamped)
     assert any("c01-harness done: accepted c01-accepted, score 0.200" in line for line in stamped)
-    assert stamped[-1].endswith("run tiny: Succeeded (schedule complete; best mean@8 0.0700 at eval-c01-s000002-harness)")
+    assert stamped[-1].endswith("run tiny: Succeeded (schedule complete; best mean@8 0.0700 at eval-c01-s000002-harness; "
+                                  "final mean@8 0.0400 at eval-c02-s000004-weight)")
     # the end of the run: the evaluation table, the best point, the accepted harness's URI, the next commands
     assert "run tiny Succeeded after" in out and "evaluations" in out
     assert re.search(r"eval-c01-s000002-harness\s.*\s2\s.*c01-accepted\s.*\s40\s.*0\.0700 \*", out), out

@@ -49,6 +49,7 @@ def test_crd_identity_defaults_enums_and_columns():
     columns = {col["name"]: col["jsonPath"] for col in version["additionalPrinterColumns"]}
     assert columns["Phase"] == ".status.phase" and columns["Cycle"] == ".status.cycle"
     assert columns["Best"] == ".status.best.meanAtK" and columns["Rollouts"] == ".status.rolloutsSpent"
+    assert columns["Final"] == ".status.final.meanAtK"
     assert columns["Age"] == ".metadata.creationTimestamp"
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
     assert status["phase"]["enum"] == ["Pending", "Running", "Suspended", "Succeeded", "Failed"]

@@ -52,13 +52,24 @@ def test_tool_then_boxed_answer_scores_one(domain, raw_row):
     assert tool_msgs and tool_msgs[0]["content"] == f"{gold}\n"
 
 
-def test_no_tool_call_gets_a_nudge_and_only_the_final_reply_counts(domain, raw_row):
+def test_math_h0_stops_after_a_tool_less_first_reply(domain, raw_row):
+    """The paper's h0: a first reply that calls no tool IS the answer; the episode ends, no nudge, no
+    second model call (a candidate may add a nudge)."""
     gold = raw_row["answer"]
     ep, client = play(domain, raw_row, [f"\\boxed{{{gold}}}", "I am not sure."])
-    assert ep.turns == 2 and ep.reward == 0.0  # strict: the final reply has no box
-    assert "code_interpreter" in client.prompts[1][-1]["content"]  # the nudge
-    ep, _ = play(domain, raw_row, ["Let me think.", f"\\boxed{{{gold}}}"])
-    assert ep.reward == 1.0
+    assert ep.turns == 1 and ep.reward == 1.0 and ep.error is None
+    assert len(client.prompts) == 1  # the second scripted reply was never asked for
+    assert [m["role"] for m in ep.messages] == ["user", "assistant"]
+    ep, client = play(domain, raw_row, ["Let me think.", f"\\boxed{{{gold}}}"])
+    assert ep.turns == 1 and ep.reward == 0.0 and len(client.prompts) == 1  # strict: that reply has no box
+
+
+def test_only_the_final_reply_counts(domain, raw_row):
+    gold = raw_row["answer"]
+    ep, _ = play(domain, raw_row, [tool_call(f"print({gold})"), "I am not sure."])
+    assert ep.turns == 2 and ep.reward == 0.0
+    ep, _ = play(domain, raw_row, [tool_call("print(1)"), tool_call("print(2)")])  # the last turn is the answer
+    assert ep.turns == 2 and ep.reward == 0.0 and ep.error is None
 
 
 def test_wrong_answer_and_too_few_replies(domain, raw_row):
@@ -89,8 +100,8 @@ def test_whale_replay_with_raw_rows(raw_row):
     from whale.replay import replay
 
     gold = raw_row["answer"]
-    ep = replay("math_reasoning", raw_row, ["I will not use tools.", f"Final: \\boxed{{{gold}}}"])
-    assert ep["reward"] == 1.0 and ep["turns"] == 2 and ep["replies_used"] == 2
+    ep = replay("math_reasoning", raw_row, [f"I will not use tools. Final: \\boxed{{{gold}}}", "unused"])
+    assert ep["reward"] == 1.0 and ep["turns"] == 1 and ep["replies_used"] == 1
     ep = replay("math_reasoning", raw_row, [f"\\boxed{{{int(gold) + 1}}}", f"\\boxed{{{int(gold) + 1}}}"])
     assert ep["reward"] == 0.0
     with pytest.raises(ValueError, match="problem"):
@@ -105,6 +116,6 @@ def test_whale_replay_cli(tmp_path, raw_row):
     item = tmp_path / "item.json"
     item.write_text(json.dumps(raw_row))
     gold = raw_row["answer"]
-    result = CliRunner().invoke(app, ["replay", "math_reasoning", "--item", str(item), "--", "hmm", f"\\boxed{{{gold}}}"])
+    result = CliRunner().invoke(app, ["replay", "math_reasoning", "--item", str(item), "--", f"hmm \\boxed{{{gold}}}"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["reward"] == 1.0

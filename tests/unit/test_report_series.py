@@ -21,6 +21,7 @@ from whale.report.series import (
     RunRecords,
     StatusSource,
     build_series,
+    eval_iteration,
     parse_eval_phase,
     parse_main_phase,
     run_order,
@@ -208,3 +209,72 @@ def test_parse_source_refuses_bad_names():
 
 def test_unique_labels_only_qualify_repeated_names():
     assert unique_labels([("a", "s1"), ("b", "s1"), ("a", "s2")]) == ["a@s1", "b", "a@s2"]
+
+
+# ----- the headline both ways: best over the evaluation points, and the final point -------------------
+
+
+def test_final_is_the_last_point_and_best_the_highest_from_the_store():
+    s = build_series(whale_records())
+    # best: the first highest (after the c01 harness phase); final: the last point of the schedule
+    assert (s.best.phase, s.best.mean_at_k) == ("eval-c01-s000002-harness", 0.4)
+    assert (s.final.phase, s.final.mean_at_k, s.final.rollouts, s.final.k) == ("eval-c02-s000004-weight", 0.4, 46, 8)
+    assert s.final_is_end is False  # the store alone cannot say the run ended
+    d = s.to_dict()
+    assert d["final"]["phase"] == "eval-c02-s000004-weight" and d["finalIsEnd"] is False
+
+
+def test_final_comes_from_the_status_once_the_run_succeeded():
+    final = BestEval(mean_at_k=0.3, k=8, phase="eval-c02-s000004-weight", cycle=2, step=4, rollouts_at=46)
+    status = WhaleRunStatus(
+        phase=RunPhase.SUCCEEDED, completed_phases=["c01-weight", "c01-harness", "c02-weight"],
+        evals=[EvalPoint(phase="eval-c00-s000000-start", cycle=0, step=0, after="start", mean_at_k=0.5, k=8),
+               EvalPoint(phase="eval-c02-s000004-weight", cycle=2, step=4, after="weight", rollouts_at=46,
+                         mean_at_k=0.3, k=8)],
+        best=BestEval(mean_at_k=0.5, k=8, phase="eval-c00-s000000-start", cycle=0, step=0), final=final)
+    s = build_series(whale_records(status))
+    assert (s.best.mean_at_k, s.final.mean_at_k, s.final.phase, s.final_is_end) == (
+        0.5, 0.3, "eval-c02-s000004-weight", True)
+    from whale.report.page import summary_row
+
+    row = summary_row(s)
+    assert (row["best"], row["final"]) == ("50.00", "30.00")
+    assert row["finalWhere"] == "cycle 2, step 4, after weight (eval-c02-s000004-weight)"
+
+
+def test_a_running_run_shows_its_latest_point_as_such():
+    status = WhaleRunStatus(
+        phase=RunPhase.RUNNING, active_phase="c02-weight", completed_phases=["c01-weight", "c01-harness"],
+        evals=[EvalPoint(phase="eval-c00-s000000-start", cycle=0, step=0, after="start", mean_at_k=0.1, k=8),
+               EvalPoint(phase="eval-c01-s000002-weight", cycle=1, step=2, after="weight", rollouts_at=20,
+                         mean_at_k=0.2, k=8),
+               EvalPoint(phase="eval-c02-s000004-weight", cycle=2, step=4, after="weight", rollouts_at=46)],
+        best=BestEval(mean_at_k=0.2, k=8, phase="eval-c01-s000002-weight", cycle=1, step=2, rollouts_at=20))
+    s = build_series(whale_records(status))
+    assert (s.final.phase, s.final_is_end) == ("eval-c01-s000002-weight", False)  # the unfinished one is not it
+    from whale.report.page import summary_row
+
+    assert summary_row(s)["final"] == "20.00 (latest)"
+
+
+def test_mh_only_points_at_every_accepted_harness_from_the_store():
+    """mh_only evaluates the harness accepted at iterations 2 and 3: each point lies where its iteration ended."""
+    records = RunRecords(
+        name="m", source="s", spec=spec("mh_only"), status=None,
+        phases=(PhaseRecords("c01-harness", PhaseKind.HARNESS, harness_metrics=iterations(3),
+                             result=HarnessPhaseResult(accepted_harness="h", accepted_candidate="i03-c1",
+                                                       accepted_score=0.3, iterations=3, rollouts=9)),),
+        evals={"eval-c00-s000000-start": EvalResult(mean_at_k=0.1, k=8, items=1),
+               "eval-c01-s000000-harness-i0002": EvalResult(mean_at_k=0.5, k=8, items=1),
+               "eval-c01-s000000-harness-i0003": EvalResult(mean_at_k=0.4, k=8, items=1)})
+    s = build_series(records)
+    assert parse_eval_phase("eval-c01-s000000-harness-i0002") == (1, 0, "harness")
+    assert eval_iteration("eval-c01-s000000-harness-i0002") == 2 and eval_iteration("eval-c01-s000000-harness") is None
+    assert [(e.phase, e.rollouts, e.iteration) for e in s.evals] == [
+        ("eval-c00-s000000-start", 0, None), ("eval-c01-s000000-harness-i0002", 6, 2),
+        ("eval-c01-s000000-harness-i0003", 9, 3)]
+    assert (s.best.iteration, s.best.mean_at_k, s.final.iteration, s.final.mean_at_k) == (2, 0.5, 3, 0.4)
+    from whale.report.page import describe_short, where
+
+    assert where(s) == "cycle 1, step 0, after harness, iteration 2 (eval-c01-s000000-harness-i0002)"
+    assert describe_short(s.final) == "c01 s0 after harness i3"

@@ -4,12 +4,13 @@ local corpus's default keeps the training questions it can answer (spec.data.cor
 from __future__ import annotations
 
 import collections
+import json
 
 import pytest
 
 import search_qa
-from search_qa.data import (BENCHMARKS, MISSING_BENCHMARKS, DataError, answer_hits, load_splits, make_splits,
-                            resolve_corpus, to_item, train_filter_for)
+from search_qa.data import (BENCHMARKS, OPTIONAL_BENCHMARKS, DataError, answer_hits, load_splits, make_splits,
+                            missing_benchmarks, resolve_corpus, to_item, train_filter_for)
 from search_qa.hitrate import sample
 from search_qa.verifier import normalize
 from whale.domain import default_data_root
@@ -21,8 +22,8 @@ ROOT = default_data_root()
 def test_real_splits():
     s = load_splits(ROOT, seed=0, train="all")
     per = collections.Counter(r["subset"] for r in s["test"])
-    assert MISSING_BENCHMARKS == ("triviaqa",)
-    assert set(per) == {b for b, f in BENCHMARKS.items() if f}
+    assert missing_benchmarks(ROOT) == ("triviaqa",)
+    assert set(per) == set(BENCHMARKS) - {"triviaqa"}
     assert set(per.values()) == {100}
     assert len(s["harness"]) == 256
     w = {r["id"] for r in s["weight"]}
@@ -102,3 +103,33 @@ def test_small_benchmark_is_taken_whole():
 def test_bad_rows_are_named():
     with pytest.raises(DataError, match="row 'x'.*golden_answers"):
         to_item({"id": "x", "question": "q", "golden_answers": []}, "f.jsonl")
+
+
+def test_the_seven_benchmarks_and_triviaqa_when_the_data_has_it(tmp_path):
+    """The paper's seven benchmarks; TriviaQA is optional: missing here (reported), used where a full-data
+    preparation supplies its file. The other six must exist."""
+    assert list(BENCHMARKS) == ["nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle"]
+    assert OPTIONAL_BENCHMARKS == {"triviaqa"}
+    src = ROOT / "search_qa"
+    root = tmp_path / "data"
+    (root / "search_qa" / "eval").mkdir(parents=True)
+    (root / "search_qa" / "train").symlink_to(src / "train")
+    for f in BENCHMARKS.values():
+        if (src / "eval" / f).is_file():
+            (root / "search_qa" / "eval" / f).symlink_to(src / "eval" / f)
+    rows = [{"id": f"tq{i}", "question": f"Which trivia question number {i} is this?", "golden_answers": [str(i)]}
+            for i in range(150)]
+    (root / "search_qa" / "eval" / "triviaqa_test.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
+    assert missing_benchmarks(root) == ()
+    s = load_splits(root, seed=0, train="all", harness_size=8, weight_size=50)
+    per = collections.Counter(r["subset"] for r in s["test"])
+    assert set(per) == set(BENCHMARKS) and per["triviaqa"] == 100
+    domain = search_qa.SearchQA()
+    domain.load_split("test", Data(data_dir=str(root), corpus="wiki18", harness_size=8, weight_size=50))
+    assert domain.notes() == []
+    domain.load_split("test", Data(corpus="wiki18", harness_size=8, weight_size=50))  # the shared data
+    assert domain.notes() == ["benchmark triviaqa is missing from the data; D_test uses the other 6 of the paper's 7"]
+    # a required benchmark's file is not optional
+    (root / "search_qa" / "eval" / BENCHMARKS["bamboogle"]).unlink()
+    with pytest.raises(DataError, match="bamboogle_test.jsonl: missing"):
+        load_splits(root, seed=1, train="all", harness_size=8)

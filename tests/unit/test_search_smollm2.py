@@ -10,7 +10,8 @@ import json
 import pytest
 
 from search_qa import SearchQA
-from search_qa.data import MISSING_BENCHMARKS
+from search_qa.data import missing_benchmarks
+from whale.domain import default_data_root
 from whale.harness.runner import run_episodes
 from whale.inference.base import SamplingParams
 from whale.inference.transformers_backend import TransformersClient
@@ -24,7 +25,7 @@ def test_smollm2_h0_eval_one_item_per_benchmark(smollm2, bm25_retriever, tmp_pat
     model, tokenizer = smollm2
     domain = SearchQA(retriever=bm25_retriever)
     test = domain.load_split("test", Data(testSize=1))
-    assert len(test) == 6 and "triviaqa" in MISSING_BENCHMARKS
+    assert len(test) == 6 and "triviaqa" in missing_benchmarks(default_data_root())
     traces = tmp_path / "traces.jsonl"
     client = TransformersClient(model, tokenizer, model_name="smollm2-135m")
     episodes = asyncio.run(run_episodes(domain, domain.h0_path(), client, test,

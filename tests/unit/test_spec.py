@@ -59,7 +59,7 @@ def test_round_trip_wire_names():
         ({"rsft": {"promptsPerStep": 0}}, "spec.rsft.promptsPerStep: Input should be greater than or equal to 1"),
         ({"rsft": {"miniBatchSize": 2, "microBatchSizePerGpu": 4}}, "microBatchSizePerGpu (4) must be <= miniBatchSize (2)"),
         ({"schedule": {"totalSteps": 9, "weightStepsPerCycle": 3, "adaptive": {"harness": {"minIterations": 9, "maxIterations": 3}}}},
-         "maxIterations (3) must be >= minIterations (9)"),
+         "maxIterations (3 proposer iterations, 4 with the incoming evaluation) must allow minIterations (9"),
         ({"rsft": {"promptsPerStepp": 3}}, "spec.rsft.promptsPerStepp: unknown field"),
         ({"harnessSearch": {"proposer": {"backend": "cli"}}}, "backend 'cli' needs `command`"),
     ],

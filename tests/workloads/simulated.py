@@ -25,6 +25,7 @@ import threading
 from whale import layout
 from whale.adaptive import harness_should_stop, weight_should_stop
 from whale.protocol import (
+    AcceptedHarness,
     EvalProgress,
     EvalResult,
     HarnessIterationMetrics,
@@ -108,13 +109,29 @@ def search(store, req: PhaseRequest, sim: dict) -> None:
             hang_forever()
         it += 1
         best.append(min(it, 3) / 10)
-        store.append_jsonl(layout.metrics_key(run, phase), HarnessIterationMetrics(
-            iteration=it, best_score=best[-1], best_candidate=f"i{it}", rollouts=ROLLOUTS_PER_ITERATION).to_wire())
+        # like the real search: a candidate per iteration in the archive; the accepted (best-so-far) one
+        # changes only when the best score rises
+        candidate = "i01-incoming" if it == 1 else f"i{it:02d}-c1"
+        store.write_text(_candidate_file(a, candidate), f"# simulated candidate {candidate}\n")
+        accepted_now = candidate if it == 1 or best[-1] > best[-2] else lines[-1]["bestCandidate"]
+        line = HarnessIterationMetrics(iteration=it, best_score=best[-1], best_candidate=accepted_now,
+                                       best_harness=_candidate_file(a, accepted_now),
+                                       rollouts=ROLLOUTS_PER_ITERATION).to_wire()
+        store.append_jsonl(layout.metrics_key(run, phase), line)
+        lines.append(line)
+    history = [AcceptedHarness(iteration=m["iteration"], candidate=m["bestCandidate"], harness=m["bestHarness"],
+                               score=m["bestScore"], rollouts=ROLLOUTS_PER_ITERATION * m["iteration"])
+               for n, m in enumerate(lines) if n == 0 or m["bestCandidate"] != lines[n - 1]["bestCandidate"]]
     accepted = layout.harness_key(run, f"c{a.cycle:02d}-accepted")
     store.write_text(accepted, f"# simulated harness accepted in cycle {a.cycle}\n")
     store.write_json(layout.result_key(run, phase), HarnessPhaseResult(
-        accepted_harness=accepted, accepted_candidate=f"i{it}", accepted_score=best[-1], iterations=it,
-        rollouts=ROLLOUTS_PER_ITERATION * it, stopped_by=stopped_by).to_wire())
+        accepted_harness=accepted, accepted_candidate=lines[-1]["bestCandidate"], accepted_score=best[-1],
+        iterations=it, rollouts=ROLLOUTS_PER_ITERATION * it, stopped_by=stopped_by,
+        accepted_by_iteration=history).to_wire())
+
+
+def _candidate_file(args, candidate: str) -> str:
+    return f"{args.archive}/candidates/{candidate}/harness.py"
 
 
 def evaluate(store, req: PhaseRequest, sim: dict) -> None:

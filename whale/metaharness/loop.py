@@ -9,8 +9,11 @@ duplicate check (same code as an earlier candidate = a revert, shares its score,
 validation (size, syntax, the runtime's validator, promptOnly) → smoke test → full score → reward-integrity check
 (:mod:`whale.metaharness.integrity`: model usage against the incoming harness's; a flagged candidate
 is recorded as such and, under the default policy, never accepted). After each iteration one
-:class:`~whale.protocol.HarnessIterationMetrics` line is emitted; the stop rule
+:class:`~whale.protocol.HarnessIterationMetrics` line is emitted, naming the accepted (best-so-far)
+candidate and its harness file (mh_only evaluates each new one on the test split); the stop rule
 (:func:`whale.adaptive.harness_should_stop`) and a stop request are checked between iterations.
+Iterations here are archive iterations: the incoming re-evaluation is iteration 1, so
+``SearchConfig.iterations`` is the proposer iterations + 1.
 
 Resume: everything lives in the archive. Candidates with a final status are never run again;
 iterations already in the metrics file are not repeated; an iteration whose proposer already ran
@@ -70,6 +73,19 @@ class SearchConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class Acceptance:
+    """An iteration after which the accepted (best-so-far) candidate was a new one."""
+
+    iteration: int
+    candidate: str
+    #: store key of the candidate's harness file in the archive
+    harness: str
+    score: float
+    #: rollouts the phase had spent by the end of this iteration
+    rollouts: int
+
+
+@dataclasses.dataclass(frozen=True)
 class SearchResult:
     accepted: Candidate
     accepted_code: str
@@ -80,6 +96,8 @@ class SearchResult:
     best_scores: list[float]
     #: every candidate of the phase with integrity flags (the accepted one among them only under ``flag``)
     flagged: list[Candidate] = dataclasses.field(default_factory=list)
+    #: each iteration whose accepted candidate was new, in order; the last one is ``accepted``
+    accepted_by_iteration: list[Acceptance] = dataclasses.field(default_factory=list)
 
 
 class HarnessSearch:
@@ -125,6 +143,7 @@ class HarnessSearch:
         stopped_by = "iterations"
         rule = self.config.stop_rule
         done = 0
+        history: list[Acceptance] = []
         for it in range(1, self.config.iterations + 1):
             if it > 1 and self.stop_requested():
                 stopped_by = "stop-request"
@@ -142,15 +161,21 @@ class HarnessSearch:
             done = it
             rollouts += metrics.rollouts
             best_scores.append(metrics.best_score)
+            if metrics.best_candidate and (not history or history[-1].candidate != metrics.best_candidate):
+                history.append(Acceptance(it, metrics.best_candidate, self._label(metrics.best_candidate),
+                                          metrics.best_score, rollouts))
             if rule is not None and harness_should_stop(best_scores, rule):
                 stopped_by = "iterations" if it >= rule.max_iterations else "patience"
                 break
         candidates = self.archive.candidates()
-        best = pick_best(candidates, self._refuse_flagged)
+        # only finished iterations count: a later iteration's candidates (proposed before a stop request
+        # ended the phase on resume) were never part of an iteration's metrics
+        best = pick_best((c for c in candidates if c.iteration <= done), self._refuse_flagged)
         if best is None:
             raise SearchError("no candidate of this phase was scored, not even the incoming harness")
         flagged = [c for c in candidates if c.flagged and c.status is not Status.DUPLICATE]
-        return SearchResult(best, self.archive.code(best.id), done, rollouts, stopped_by, best_scores, flagged)
+        return SearchResult(best, self.archive.code(best.id), done, rollouts, stopped_by, best_scores, flagged,
+                            history)
 
     @property
     def _refuse_flagged(self) -> bool:
@@ -167,6 +192,7 @@ class HarnessSearch:
             iteration=it,
             best_score=float(best.score) if best and best.score is not None else 0.0,
             best_candidate=best.id if best else "",
+            best_harness=self._label(best.id) if best else None,
             candidates=[CandidateScore(id=c.id, score=c.score, mean_turns=c.mean_turns, error=c.error,
                                        integrity_flags=list(c.integrity_flags)) for c in mine],
             # the proposer's run_candidate rollouts are this iteration's too (never the test split's)

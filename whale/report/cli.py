@@ -91,16 +91,17 @@ def _backends(names: list[str]) -> list[str]:
 
 
 def _print_summary(series: list) -> None:
-    from whale.report.page import summary_row, where_short
+    from whale.report.page import describe_short, summary_row, where_short
 
-    table = Table(title="best test mean@k per run")
-    for head in ("run", "condition", "best %", "paper %", "where", "rollouts at best", "rollouts spent"):
+    table = Table(title="test mean@k per run: best over the evaluation points, and the final point")
+    for head in ("run", "condition", "best %", "final %", "paper %", "where (best)", "where (final)",
+                 "rollouts at best", "rollouts spent"):
         table.add_column(head)
     for s in series:
         row = summary_row(s)
         paper = DASH if s.paper is None else f"{s.paper.mean_at_8_percent:.2f}"
-        table.add_row(row["run"], row["condition"], row["best"], paper, where_short(s), row["rolloutsAtBest"],
-                      row["rolloutsSpent"])
+        table.add_row(row["run"], row["condition"], row["best"], row["final"], paper, where_short(s),
+                      describe_short(s.final), row["rolloutsAtBest"], row["rolloutsSpent"])
     console.print(table)
 
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from whale.report.paper import DOMAIN_COLUMNS, METHOD_NAMES, TABLE_1
-from whale.report.series import RunSeries
+from whale.report.series import BestPoint, RunSeries
 
 #: the summary table's columns: (key, heading)
 SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
@@ -23,9 +23,11 @@ SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
     ("schedule", "(E, I)"),
     ("status", "status"),
     ("best", "best mean@k (%)"),
+    ("final", "final mean@k (%)"),
     ("k", "k"),
     ("paper", "paper, Table 1 (%)"),
-    ("where", "where"),
+    ("where", "where (best)"),
+    ("finalWhere", "where (final)"),
     ("rolloutsAtBest", "rollouts at best"),
     ("rolloutsSpent", "rollouts spent"),
     ("steps", "RSFT steps"),
@@ -41,21 +43,40 @@ def percent(x: float | None) -> str:
     return DASH if x is None else f"{100.0 * x:.2f}"
 
 
-def where(run: RunSeries) -> str:
-    """Where the best point is: ``cycle 1, step 3, after harness (eval-c01-s000003-harness)``."""
-    b = run.best
+def describe(b: BestPoint | None) -> str:
+    """Where a point is: ``cycle 1, step 3, after harness (eval-c01-s000003-harness)``; mh_only's points
+    name their search iteration (``..., after harness, iteration 7 (...)``)."""
     if b is None:
         return DASH
     after = f", after {b.after}" if b.after else ""
-    return f"cycle {b.cycle}, step {b.step}{after} ({b.phase})"
+    iteration = f", iteration {b.iteration}" if b.iteration is not None else ""
+    return f"cycle {b.cycle}, step {b.step}{after}{iteration} ({b.phase})"
+
+
+def describe_short(b: BestPoint | None) -> str:
+    """The same, short: ``c01 s3 after harness`` (``... i7`` for mh_only's iteration points)."""
+    if b is None:
+        return DASH
+    return (f"c{b.cycle:02d} s{b.step}" + (f" after {b.after}" if b.after else "")
+            + (f" i{b.iteration}" if b.iteration is not None else ""))
+
+
+def where(run: RunSeries) -> str:
+    """Where the best point is."""
+    return describe(run.best)
 
 
 def where_short(run: RunSeries) -> str:
-    """The same, short: ``c01 s3 after harness``."""
-    b = run.best
-    if b is None:
+    """Where the best point is, short."""
+    return describe_short(run.best)
+
+
+def final_text(run: RunSeries) -> str:
+    """The final point's mean@k; ``(latest)`` while the run has not ended (its status says so)."""
+    if run.final is None:
         return DASH
-    return f"c{b.cycle:02d} s{b.step}" + (f" after {b.after}" if b.after else "")
+    pending = not run.final_is_end and run.run_phase is not None
+    return percent(run.final.mean_at_k) + (" (latest)" if pending else "")
 
 
 def summary_row(run: RunSeries) -> dict[str, str]:
@@ -71,9 +92,11 @@ def summary_row(run: RunSeries) -> dict[str, str]:
         "schedule": run.schedule or DASH,
         "status": run.run_phase or "(status not in the store)",
         "best": percent(best.mean_at_k if best else None),
+        "final": final_text(run),
         "k": str(best.k if best else run.k),
         "paper": paper,
         "where": where(run),
+        "finalWhere": describe(run.final),
         "rolloutsAtBest": DASH if best is None else f"{best.rollouts:,}",
         "rolloutsSpent": f"{run.rollouts_spent:,}",
         "steps": steps,
@@ -108,7 +131,7 @@ figcaption { font-size: 0.85rem; color: #555; } .notes { font-size: 0.8rem; colo
 """
 
 _NUM = ' class="num"'
-_NUMERIC = {"best", "k", "rolloutsAtBest", "rolloutsSpent", "steps", "weightHours", "gpuHours"}
+_NUMERIC = {"best", "final", "k", "rolloutsAtBest", "rolloutsSpent", "steps", "weightHours", "gpuHours"}
 
 
 def _esc(value: Any) -> str:
@@ -141,7 +164,10 @@ def html_page(runs: Sequence[RunSeries], svgs: Mapping[str, str], captions: Mapp
             for key, _ in SUMMARY_COLUMNS)
         out.append(f'<tr data-run="{_esc(run.label)}">{cells}</tr>')
     out.append("</tbody></table>")
-    out.append('<p class="notes">best mean@k: the highest test mean@k over the run\'s evaluation points; '
+    out.append('<p class="notes">best mean@k: the highest test mean@k over the run\'s evaluation points (the '
+               "paper's headline); final mean@k: the test mean@k of the run's last evaluation point, the agent it "
+               "ends with (&quot;latest&quot; while it runs). A condition evaluated more often has more chances at a "
+               "high best; each has one final point, so compare both. "
                "rollouts: training rollouts spent (weight and harness phases; evaluations not counted). "
                "The paper's number is shown when the run has the domain and condition of one of its 12 runs "
                "(and, for WHALE, its (E, I) = (0.6, 6)).</p>")
@@ -167,7 +193,9 @@ def html_page(runs: Sequence[RunSeries], svgs: Mapping[str, str], captions: Mapp
         out.append('<table class="evals"><thead><tr><th>evaluation</th><th>step</th><th>rollouts</th>'
                    f"<th>mean@{run.k} (%)</th><th>harness</th></tr></thead><tbody>")
         for e in run.evals:
-            out.append(f'<tr><td>{_esc(e.phase)}</td><td class="num">{e.step}</td>'
+            mark = " (best)" if run.best and e.phase == run.best.phase else ""
+            mark += " (final)" if run.final and e.phase == run.final.phase and run.final_is_end else ""
+            out.append(f'<tr><td>{_esc(e.phase)}{mark}</td><td class="num">{e.step}</td>'
                        f'<td class="num">{e.rollouts:,}</td><td class="num">{percent(e.mean_at_k)}</td>'
                        f"<td>{_esc(e.harness or 'h0')}</td></tr>")
         out.append("</tbody></table>")

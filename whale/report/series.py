@@ -10,7 +10,12 @@ points, their rollouts and the best point are taken from it as they are, so a re
 ``whale status`` shows. A cluster run keeps its status on the WhaleRun object, not in the store; then the
 same values are reconstructed from the store alone, the way ``decide()`` computes them: phases in run
 order (cycle, weight before harness), each phase's rollouts from its result (or its metrics lines while it
-runs), an evaluation's rollouts from the phase it follows, and the best point is the first highest mean@k.
+runs), an evaluation's rollouts from the phase it follows (mh_only's evaluation of the harness accepted at
+iteration i: the rollouts by the end of that iteration), and the best point is the first highest mean@k.
+
+The headline both ways: ``best`` is the best mean@k over every evaluation point (the paper's figure),
+``final`` the mean@k of the last evaluation point in schedule order — the agent the run ends with. A
+condition evaluated more often has more chances at a high ``best``; every condition has one ``final``.
 """
 
 from __future__ import annotations
@@ -34,7 +39,7 @@ from whale.report.paper import PaperNumber, paper_number
 from whale.spec import WhaleRunSpec, WhaleRunStatus
 
 _MAIN_PHASE_RE = re.compile(r"^c(\d{2,})-(weight|harness)$")
-_EVAL_PHASE_RE = re.compile(r"^eval-c(\d{2,})-s(\d{6,})-(start|weight|harness)$")
+_EVAL_PHASE_RE = re.compile(r"^eval-c(\d{2,})-s(\d{6,})-(start|weight|harness)(?:-i(\d{4,}))?$")
 _AFTER_ORDER = {"start": 0, "weight": 1, "harness": 2}
 
 
@@ -59,6 +64,12 @@ def parse_eval_phase(phase: str) -> tuple[int, int, str] | None:
     if not match:
         return None
     return int(match.group(1)), int(match.group(2)), match.group(3)
+
+
+def eval_iteration(phase: str) -> int | None:
+    """``eval-c01-s000000-harness-i0007`` -> 7 (mh_only's harness accepted at iteration 7); else None."""
+    match = _EVAL_PHASE_RE.match(phase)
+    return int(match.group(4)) if match and match.group(4) else None
 
 
 def run_order(phase: str) -> tuple[int, int]:
@@ -118,6 +129,8 @@ class EvalSample:
     mean_at_k: float | None
     harness: str | None = None
     checkpoint: str | None = None
+    #: mh_only: the search iteration whose accepted harness this evaluates
+    iteration: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -180,7 +193,7 @@ class PhaseSpan:
 
 @dataclasses.dataclass(frozen=True)
 class BestPoint:
-    """The best test mean@k of a run and where it was reached (the paper's headline number)."""
+    """One headline point of a run: its best test mean@k (the paper's number) or its final one, and where."""
 
     mean_at_k: float
     k: int
@@ -191,6 +204,7 @@ class BestPoint:
     after: str | None = None
     harness: str | None = None
     checkpoint: str | None = None
+    iteration: int | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,7 +228,12 @@ class RunSeries:
     weight_steps: tuple[WeightStep, ...]
     harness_iterations: tuple[HarnessIteration, ...]
     phases: tuple[PhaseSpan, ...]
+    #: the best test mean@k over every evaluation point
     best: BestPoint | None
+    #: the last finished evaluation point in schedule order: the agent the run ends with (once it ended)
+    final: BestPoint | None
+    #: True when ``final`` is the end of the run (it succeeded); False: the latest point so far
+    final_is_end: bool
     rollouts_spent: int
     #: global RSFT steps reached
     steps: int
@@ -304,7 +323,7 @@ def build_series(records: RunRecords, label: str | None = None) -> RunSeries:
             if isinstance(p.result, WeightPhaseResult):
                 step = max(step, p.result.final_step)
         else:
-            for m in p.harness_metrics:
+            for m in sorted(p.harness_metrics, key=lambda m: m.iteration):
                 rollouts += m.rollouts
                 iterations.append(HarnessIteration(
                     phase=p.phase, cycle=cycle, iteration=m.iteration, index=len(iterations) + 1,
@@ -325,24 +344,20 @@ def build_series(records: RunRecords, label: str | None = None) -> RunSeries:
 
     k = spec.evaluation.samples_per_item
     notes: list[str] = []
+    final: BestPoint | None = None
     if status is not None:
         evals = [EvalSample(phase=e.phase, cycle=e.cycle, step=e.step, after=e.after, rollouts=e.rollouts_at,
-                            mean_at_k=e.mean_at_k, harness=e.harness, checkpoint=e.checkpoint)
+                            mean_at_k=e.mean_at_k, harness=e.harness, checkpoint=e.checkpoint, iteration=e.iteration)
                  for e in status.evals]
-        best = None
-        if status.best is not None:
-            b = status.best
-            after = parse_eval_phase(b.phase)
-            best = BestPoint(mean_at_k=b.mean_at_k, k=b.k, phase=b.phase, cycle=b.cycle, step=b.step,
-                             rollouts=b.rollouts_at, after=after[2] if after else None, harness=b.harness,
-                             checkpoint=b.checkpoint)
+        best = _point(status.best)
+        final = _point(status.final)
         run_phase: str | None = status.phase.value
         rollouts_spent = status.rollouts_spent
         total_steps = status.total_steps
         steps_reached = status.step
         source = StatusSource.STATUS
     else:
-        evals = _evals_from_store(records, spans, steps)
+        evals = _evals_from_store(records, spans, steps, iterations)
         best = _first_best(evals, records.evals)
         run_phase = None
         rollouts_spent = rollouts
@@ -351,6 +366,8 @@ def build_series(records: RunRecords, label: str | None = None) -> RunSeries:
         source = StatusSource.STORE
         notes.append("no status.json in the store (a cluster run keeps its status on the WhaleRun object): "
                      "evaluation points and the best point are reconstructed from the phase results")
+    if final is None:  # a run still going (or one whose status predates status.final): the latest point
+        final = _last_point(evals, records.evals, k)
     if best is not None:
         k = best.k
     elif records.evals:
@@ -361,36 +378,69 @@ def build_series(records: RunRecords, label: str | None = None) -> RunSeries:
         name=records.name, label=label or records.name, source=records.source, domain=spec.domain,
         condition=spec.condition.value, schedule=schedule_label(spec), k=k, run_phase=run_phase,
         status_source=source, evals=tuple(sorted(evals, key=_eval_order)), weight_steps=tuple(steps),
-        harness_iterations=tuple(iterations), phases=tuple(spans), best=best, rollouts_spent=rollouts_spent,
+        harness_iterations=tuple(iterations), phases=tuple(spans), best=best, final=final,
+        final_is_end=run_phase == "Succeeded", rollouts_spent=rollouts_spent,
         steps=steps_reached, total_steps=total_steps,
         weight_hours=sum(s.seconds for s in steps) / 3600.0, gpu_hours=None, paper=paper_number(spec),
         notes=tuple(notes),
     )
 
 
-def _eval_order(e: EvalSample) -> tuple[int, int, int]:
-    return e.rollouts, e.step, _AFTER_ORDER[e.after]
+def _eval_order(e: EvalSample) -> tuple[int, int, int, int]:
+    """Schedule order, as ``whale.alternation.schedule_order`` sorts the status's points."""
+    return e.rollouts, e.step, _AFTER_ORDER[e.after], e.iteration or 0
+
+
+def _point(b: Any) -> BestPoint | None:
+    """A status ``BestEval`` as a :class:`BestPoint`."""
+    if b is None:
+        return None
+    after = parse_eval_phase(b.phase)
+    return BestPoint(mean_at_k=b.mean_at_k, k=b.k, phase=b.phase, cycle=b.cycle, step=b.step, rollouts=b.rollouts_at,
+                     after=after[2] if after else None, harness=b.harness, checkpoint=b.checkpoint,
+                     iteration=b.iteration)
+
+
+def _sample_point(e: EvalSample, k: int) -> BestPoint:
+    return BestPoint(mean_at_k=e.mean_at_k or 0.0, k=k, phase=e.phase, cycle=e.cycle, step=e.step,
+                     rollouts=e.rollouts, after=e.after, harness=e.harness, checkpoint=e.checkpoint,
+                     iteration=e.iteration)
+
+
+def _last_point(evals: Sequence[EvalSample], results: Mapping[str, EvalResult], k: int) -> BestPoint | None:
+    """The last evaluated point in schedule order (the run's final one once it has ended)."""
+    done = [e for e in evals if e.mean_at_k is not None]
+    if not done:
+        return None
+    last = max(done, key=_eval_order)
+    return _sample_point(last, results[last.phase].k if last.phase in results else k)
 
 
 def _evals_from_store(records: RunRecords, spans: Sequence[PhaseSpan],
-                      steps: Sequence[WeightStep]) -> list[EvalSample]:
+                      steps: Sequence[WeightStep], iterations: Sequence[HarnessIteration] = ()) -> list[EvalSample]:
     out = []
     for key, res in records.evals.items():
         parsed = parse_eval_phase(key)
         if parsed is None:
             continue
         cycle, step, after = parsed
+        it = eval_iteration(key)
         out.append(EvalSample(phase=key, cycle=cycle, step=step, after=after,
-                              rollouts=_rollouts_at(cycle, step, after, spans, steps), mean_at_k=res.mean_at_k,
-                              harness=res.harness, checkpoint=res.checkpoint))
+                              rollouts=_rollouts_at(cycle, step, after, spans, steps, it, iterations),
+                              mean_at_k=res.mean_at_k, harness=res.harness, checkpoint=res.checkpoint, iteration=it))
     return out
 
 
 def _rollouts_at(cycle: int, step: int, after: str, spans: Sequence[PhaseSpan],
-                 steps: Sequence[WeightStep]) -> int:
+                 steps: Sequence[WeightStep], iteration: int | None = None,
+                 iterations: Sequence[HarnessIteration] = ()) -> int:
     """Training rollouts spent when the point an evaluation looks at was reached (as ``decide()`` counts)."""
     if after == "start":
         return 0
+    if after == "harness" and iteration is not None:  # mh_only: the end of that search iteration
+        for h in iterations:
+            if h.cycle == cycle and h.iteration == iteration:
+                return h.rollouts
     if after == "harness":
         for span in spans:
             if span.kind is PhaseKind.HARNESS and span.cycle == cycle:
@@ -410,9 +460,7 @@ def _first_best(evals: Sequence[EvalSample], results: Mapping[str, EvalResult]) 
             best = e
     if best is None or best.mean_at_k is None:
         return None
-    return BestPoint(mean_at_k=best.mean_at_k, k=results[best.phase].k, phase=best.phase, cycle=best.cycle,
-                     step=best.step, rollouts=best.rollouts, after=best.after, harness=best.harness,
-                     checkpoint=best.checkpoint)
+    return _sample_point(best, results[best.phase].k)
 
 
 def unique_labels(names: Sequence[tuple[str, str]]) -> list[str]:

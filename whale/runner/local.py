@@ -738,6 +738,7 @@ def status_summary(status: WhaleRunStatus) -> dict[str, Any]:
         "harnessScore": status.harness_score,
         "activePhase": status.active_phase,
         "best": f"{best.mean_at_k:.4f} (mean@{best.k}, {best.phase})" if best else None,
+        "final": f"{status.final.mean_at_k:.4f} (mean@{status.final.k}, {status.final.phase})" if status.final else None,
         "rolloutsSpent": status.rollouts_spent,
         "interrupted": interrupted(status) is not None,
         "message": status.message,

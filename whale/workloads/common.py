@@ -32,12 +32,14 @@ def read_request(store: Store, run: str, phase: str, kind: PhaseKind,
 
 def load_domain(spec: Any, domain: Any = None) -> Any:
     """``domain`` when a caller (a test) passes one in, else the plugin ``spec.domain`` names; either
-    way configured with ``spec.sandbox.isolation`` for its tools that run model-written code."""
+    way configured with ``spec.sandbox.isolation`` for its tools that run model-written code and with
+    ``spec.verifier`` for how it scores."""
     if domain is None:
         from whale import domains  # lazily: the registry imports the installed domain plugins
 
         domain = domains.load(spec.domain)
     domain.configure_sandbox(spec.sandbox.isolation)
+    domain.configure_verifier(spec.verifier)
     return domain
 
 

@@ -1,16 +1,16 @@
 """Search workload: one harness phase (Meta-Harness search under fixed weights).
 
 Reads the PhaseRequest (kind ``harness``): ``incomingHarness`` (a store key; None = the domain's
-h0), ``checkpoint`` (a store prefix; None = ``spec.model``), ``iterations`` (incoming
-re-evaluation included; the maximum when ``stopRule`` is set), ``stopRule`` and ``archive`` (the
+h0), ``checkpoint`` (a store prefix; None = ``spec.model``), ``iterations`` (archive iterations, the
+incoming re-evaluation included; the maximum when ``stopRule`` is set), ``stopRule`` and ``archive`` (the
 store prefix of this phase's archive, ``layout.archive_prefix(run, cycle)``). Runs
 :class:`whale.metaharness.loop.HarnessSearch` with the proposer of ``spec.harnessSearch.proposer``
 and the inference client of ``whale.inference.factory``; appends one HarnessIterationMetrics line
 per iteration to ``layout.metrics_key`` (and where it is within one to ``layout.progress_key``); checks
 ``layout.stop_key`` between iterations; writes the
 accepted harness to ``layout.harness_key(run, "cKK-accepted")`` and then the HarnessPhaseResult (with
-the candidates flagged by the reward-integrity checks, ``spec.harnessSearch.integrity``) to
-``layout.result_key`` last. A killed attempt resumes from the archive (``docs/metaharness.md``).
+the candidates flagged by the reward-integrity checks, ``spec.harnessSearch.integrity``, and every
+iteration whose accepted harness was new, ``acceptedByIteration``) to ``layout.result_key`` last. A killed attempt resumes from the archive (``docs/metaharness.md``).
 """
 
 from __future__ import annotations
@@ -29,7 +29,14 @@ from whale.metaharness.integrity import IntegrityAction, IntegrityPolicy
 from whale.metaharness.loop import HarnessSearch, SearchConfig, SearchError, SearchResult
 from whale.metaharness.proposer import Proposer
 from whale.metaharness.proposer import from_spec as proposer_from_spec
-from whale.protocol import HarnessIterationMetrics, HarnessPhaseResult, IntegrityFlag, PhaseKind, PhaseRequest
+from whale.protocol import (
+    AcceptedHarness,
+    HarnessIterationMetrics,
+    HarnessPhaseResult,
+    IntegrityFlag,
+    PhaseKind,
+    PhaseRequest,
+)
 from whale.rsft.checkpoint import require_complete
 from whale.spec import WhaleRunSpec
 from whale.store import Store
@@ -142,6 +149,9 @@ def run_search(
             stopped_by=found.stopped_by,  # type: ignore[arg-type]
             integrity_flags=integrity_flags(found),
             sandbox_isolation=settings.limits.isolation,
+            accepted_by_iteration=[AcceptedHarness(iteration=a.iteration, candidate=a.candidate, harness=a.harness,
+                                                   score=a.score, rollouts=a.rollouts)
+                                   for a in found.accepted_by_iteration],
         )
 
     with tempfile.TemporaryDirectory(prefix="whale-search-") as tmp:
