@@ -472,6 +472,8 @@ class _Machine:
     # --- one call ---
     def decide(self) -> Decision:
         d, obs = self.d, self.obs
+        if d["phase"] == RunPhase.INTERRUPTED:  # a controller runs it again: it resumes where it stopped
+            d.update(phase=RunPhase.RUNNING, reason="Resumed", message=None)
         if d["phase"] == RunPhase.PENDING:
             d.update(phase=RunPhase.RUNNING, start_time=obs.now, reason="Started", message=None)
             if self.spec.evaluation.at_start:

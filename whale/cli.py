@@ -360,7 +360,7 @@ def _runner_line(st: Any, name: str, phase: str) -> str:
         return f"unknown (cannot read the run lock: {exc})"
     if info is not None and info.live:
         return info.describe()
-    if phase in ("Pending", "Running"):
+    if phase in ("Pending", "Running", "Interrupted"):
         return "none: the run is not running now; `whale run FILE` resumes it"
     return "none"
 

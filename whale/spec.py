@@ -761,6 +761,10 @@ class RunPhase(str, enum.Enum):
     PENDING = "Pending"
     RUNNING = "Running"
     SUSPENDED = "Suspended"
+    #: `whale run` stopped mid-run (Ctrl-C, SIGTERM, --timeout, `whale stop`, a store error): nothing runs; the
+    #: next `whale run` resumes it (back to Running). Written by the local runner only; ``decide`` reads it as
+    #: Running, so a status saved this way resumes exactly
+    INTERRUPTED = "Interrupted"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 

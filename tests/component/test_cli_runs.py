@@ -121,7 +121,7 @@ def test_a_stop_request_in_the_store_stops_the_runner_holding_the_lock(tmp_path,
         r.run(max_seconds=60)
     assert all(p.popen.poll() is not None for p in r.procs.values()), "no workload outlives a stop"
     saved = WhaleRunStatus.model_validate(store.read_json(layout.status_key("r1")))
-    assert saved.phase is RunPhase.RUNNING and saved.reason == "Interrupted"
+    assert saved.phase is RunPhase.INTERRUPTED and saved.reason == "Interrupted"
     assert [(c.type, c.reason) for c in saved.conditions] == [("Interrupted", "StopRequested")]
     assert "stopped by `whale stop` (pid" in saved.message and "run `whale run r1.yaml` to resume" in saved.message
     assert read_stop(store, "r1") is None, "a handled request is removed"
@@ -263,7 +263,7 @@ def test_list_logs_and_stop_a_real_whale_run_then_resume_it(tmp_path, no_leftove
     res = cli.invoke(app, ["stop", "sig", "--store", store_dir, "--timeout", "60"])
     assert res.exit_code == 0, res.output
     assert f"asked the runner of sig to stop: pid {run.pid}" in res.output
-    assert "stopped: run sig is Running; interrupted at" in res.output and "whale stop" in res.output
+    assert "stopped: run sig is Interrupted; interrupted at" in res.output and "whale stop" in res.output
     assert run.wait(timeout=30) == 3
     out = (tmp_path / "run.out").read_text()
     assert "stopped by `whale stop`" in out and f"run `whale run {manifest(tmp_path)} --store {store_dir}` to resume" \

@@ -87,7 +87,7 @@ def test_interrupted_run_resumes_without_repeating_finished_phases(tmp_path):
         first.run(max_seconds=90)
     assert all(p.popen.poll() is not None for p in first.procs.values()), "children must not outlive the runner"
     mid = WhaleRunStatus.model_validate(store.read_json(layout.status_key("r1")))
-    assert mid.active_phase == "c02-weight" and mid.phase is RunPhase.RUNNING
+    assert mid.active_phase == "c02-weight" and mid.phase is RunPhase.INTERRUPTED
     # the saved status says the runner stopped (the phase stays Running, for decide() to resume)
     assert [(c.type, c.reason) for c in mid.conditions] == [("Interrupted", "Signal")]
     assert mid.reason == "Interrupted" and "Ctrl-C" in mid.message and "to resume" in mid.message
@@ -207,7 +207,7 @@ def test_timeout_saves_an_interrupted_status_and_leaves_no_child(tmp_path):
         r.run(max_seconds=3)
     assert all(p.popen.poll() is not None for p in r.procs.values())
     saved = WhaleRunStatus.model_validate(store.read_json(layout.status_key("r1")))
-    assert saved.phase is RunPhase.RUNNING and saved.conditions[0].reason == "Timeout"
+    assert saved.phase is RunPhase.INTERRUPTED and saved.conditions[0].reason == "Timeout"
     assert "--timeout of 3 s" in saved.message and "run `whale run x.yaml` to resume" in saved.message
 
 

@@ -149,7 +149,7 @@ def test_sigterm_stops_the_workloads_and_saves_an_interrupted_status(tmp_path, n
 
     store = open_store(str(tmp_path / "store"))
     status = WhaleRunStatus.model_validate(store.read_json(layout.status_key("sig")))
-    assert status.phase is RunPhase.RUNNING and status.active_phase == "c01-weight"
+    assert status.phase is RunPhase.INTERRUPTED and status.active_phase == "c01-weight"
     cond = next(c for c in status.conditions if c.type == "Interrupted")
     assert cond.status == "True" and cond.reason == "Signal"
     assert status.reason == "Interrupted" and "SIGTERM" in status.message and "to resume" in status.message

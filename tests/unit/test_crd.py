@@ -52,7 +52,7 @@ def test_crd_identity_defaults_enums_and_columns():
     assert columns["Final"] == ".status.final.meanAtK"
     assert columns["Age"] == ".metadata.creationTimestamp"
     status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
-    assert status["phase"]["enum"] == ["Pending", "Running", "Suspended", "Succeeded", "Failed"]
+    assert status["phase"]["enum"] == ["Pending", "Running", "Suspended", "Interrupted", "Succeeded", "Failed"]
 
 
 def test_committed_reference_doc_matches_the_model():

@@ -19,8 +19,8 @@ What keeps a run consistent however the runner ends:
   everything it started when the runner dies, even by SIGKILL;
 * an honest status: Ctrl-C, SIGTERM (see :func:`interrupt_on_signals`), ``--timeout``, a store error
   or a crash stop the children, then save the status with the ``Interrupted`` condition and a message
-  saying how to resume. The run phase stays Running (``decide`` resumes it level-based; the next
-  runner clears the condition);
+  saying how to resume; a Running run becomes Interrupted (``decide`` reads it as Running, so the
+  next runner resumes it level-based and clears the condition);
 * ``retry=True`` (``whale run --retry``) puts a Failed run back to Running from its last good state
   (:func:`retry_status`);
 * a manifest may change between runs only in the fields :data:`MUTABLE_ON_RESUME` lists; any other
@@ -253,15 +253,18 @@ def interruption(exc: BaseException, max_seconds: float | None = None) -> tuple[
 
 
 def mark_interrupted(status: WhaleRunStatus, reason: str, what: str, hint: str, now: str) -> WhaleRunStatus:
-    """The status of a run whose runner stopped before the run ended: the phase stays as it was (Running:
-    ``decide`` resumes from it), the ``Interrupted`` condition and the message say what happened and how to
-    resume. Terminal and suspended runs are returned unchanged."""
+    """The status of a run whose runner stopped before the run ended: a Running run becomes Interrupted
+    (``decide`` reads that as Running and resumes from it), the ``Interrupted`` condition and the message say
+    what happened and how to resume. Terminal and suspended runs are returned unchanged."""
     if status.phase.is_terminal() or status.phase is RunPhase.SUSPENDED:
         return status
     message = f"interrupted at {now}: {what}; run `{hint}` to resume"
     cond = MetaCondition(type=INTERRUPTED, status="True", reason=reason, message=message, last_transition_time=now)
     conditions = [c for c in status.conditions if c.type != INTERRUPTED] + [cond]
-    return status.model_copy(update={"reason": INTERRUPTED, "message": message, "conditions": conditions})
+    update: dict[str, Any] = {"reason": INTERRUPTED, "message": message, "conditions": conditions}
+    if status.phase is RunPhase.RUNNING:  # nothing runs now: the status must not say Running
+        update["phase"] = RunPhase.INTERRUPTED
+    return status.model_copy(update=update)
 
 
 def interrupted(status: WhaleRunStatus) -> MetaCondition | None:
@@ -270,11 +273,14 @@ def interrupted(status: WhaleRunStatus) -> MetaCondition | None:
 
 def clear_interrupted(status: WhaleRunStatus) -> WhaleRunStatus:
     """The status as a new runner takes the run over: no longer interrupted."""
-    if interrupted(status) is None and status.reason != INTERRUPTED:
+    if interrupted(status) is None and status.reason != INTERRUPTED and status.phase is not RunPhase.INTERRUPTED:
         return status
-    return status.model_copy(update={
+    update: dict[str, Any] = {
         "reason": "Resumed", "message": None, "conditions": [c for c in status.conditions if c.type != INTERRUPTED],
-    })
+    }
+    if status.phase is RunPhase.INTERRUPTED:
+        update["phase"] = RunPhase.RUNNING
+    return status.model_copy(update=update)
 
 
 def retry_status(status: WhaleRunStatus) -> WhaleRunStatus:
