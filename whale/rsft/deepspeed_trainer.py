@@ -159,10 +159,10 @@ class DeepSpeedTrainer:
 
     # ----- training ------------------------------------------------------------------------------
 
-    def collate(self, micro: Sequence[Example]) -> dict[str, torch.Tensor]:
+    def collate(self, micro: Sequence[Example]) -> dict[str, Any]:
         return collate_tensors(micro, self.cfg, self.pad_id, self.device)
 
-    def _loss_sum(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def _loss_sum(self, batch: dict[str, Any]) -> torch.Tensor:
         """ZeRO-1/2: the LM head on loss positions only (as SFTTrainer). ZeRO-3: through the engine's
         full forward, so a weight tied between embedding and head gets both gradients (calling the
         decoder and the head separately lost the embedding's share under ZeRO-3's partitioning)."""
