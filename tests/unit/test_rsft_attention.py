@@ -213,3 +213,27 @@ def test_compiled_flex_layers_match_eager_on_the_gpu():
         losses.append(loss.item())
     ref = loss_and_grads(RSFTConfig(precision="fp32", padding="masked"), exs)[0]
     assert losses[0] == pytest.approx(ref, rel=2e-2) and losses[1] == pytest.approx(losses[0], rel=2e-2)
+
+
+def test_the_spec_field_is_strict_and_reaches_the_config():
+    from whale.manifest import parse_document
+    from whale.protocol import WeightPhaseArgs
+    from whale.spec import WhaleRunSpec
+
+    base = {"domain": "synthetic", "condition": "rsft_only", "model": {"name": "m"}, "schedule": {"totalSteps": 4}}
+    spec = WhaleRunSpec.model_validate({**base, "rsft": {"packSequences": True, "attention": "flex"}})
+    args = WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=1, steps_per_epoch=4)
+    cfg = RSFTConfig.from_spec(spec, args)
+    assert (cfg.attention, cfg.attention_kernel, cfg.pack_sequences) == ("flex", "flex", True)
+    assert RSFTConfig.from_spec(WhaleRunSpec.model_validate(base), args).attention_kernel == "sdpa"
+    doc = {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": "r"},
+           "spec": {**base, "rsft": {"attention": "flex"}}}
+    from whale.manifest import ManifestError
+
+    with pytest.raises(ManifestError) as info:
+        parse_document(doc)
+    assert any("rsft" in p and "packSequences: true" in p for p in info.value.problems)
+    doc["spec"]["rsft"] = {"packSequences": True, "attention": "xformers"}
+    with pytest.raises(ManifestError) as info:
+        parse_document(doc)
+    assert any("rsft.attention" in p for p in info.value.problems)
