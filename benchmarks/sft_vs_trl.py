@@ -343,6 +343,9 @@ def summarise(name: str, raw: dict[str, Any], args: argparse.Namespace, batches:
 
 def compare(results: list[dict[str, Any]]) -> dict[str, Any]:
     """Ratios of whale's tokens/s to each peer's, and each trainer's largest loss gap to whale's."""
+    results = [r for r in results if "error" not in r]
+    if not results:
+        return {}
     by = {r["trainer"]: r for r in results}
     out: dict[str, Any] = {}
     for mine in ("whale", "whale-pack"):
@@ -401,10 +404,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name in trainers:
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
-            raw = (run_whale(args, batches, device, pack=name == "whale-pack") if name.startswith("whale")
-                   else run_peer(name, args, batches, device, variable))
-            result = summarise(name, raw, args, batches, held_out, device)
-            del raw
+            try:
+                raw = (run_whale(args, batches, device, pack=name == "whale-pack") if name.startswith("whale")
+                       else run_peer(name, args, batches, device, variable))
+                result = summarise(name, raw, args, batches, held_out, device)
+                del raw
+            except torch.OutOfMemoryError as exc:  # one trainer too big for the batch: the others still run
+                result = {"trainer": name, "error": f"CUDA out of memory at --micro {args.micro}: "
+                          f"{str(exc).splitlines()[0]}"}
             gc.collect()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -439,6 +446,9 @@ def print_table(run: dict[str, Any]) -> None:
     print(f"{'trainer':<11} {'tokens/s':>10} {'MFU':>6} {'mem GiB':>8} {'first loss':>11} {'last loss':>11} "
           f"{'held-out':>10} {'attention':>15}")
     for r in run["results"]:
+        if "error" in r:
+            print(f"{r['trainer']:<11} {r['error']}")
+            continue
         print(f"{r['trainer']:<11} {r['tokens_per_s']:>10.0f} {100 * r['mfu']:>5.1f}% {r['peak_mem_gib']:>8.1f} "
               f"{r['losses'][0]:>11.5f} {r['losses'][-1]:>11.5f} {r['held_out_loss']:>10.5f} {r['attention']:>15}")
     print(json.dumps(run["compare"]))

@@ -29,6 +29,8 @@ import warnings
 from typing import Any, Literal
 
 import torch
+from torch.nn.attention.flex_attention import BlockMask, create_mask, flex_attention
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +68,6 @@ def document_block_mask(position_ids: torch.Tensor, block_size: int = FLEX_BLOCK
     kv <= q. Built from per-block document ranges (no L x L tensor): a kv block before a query block is
     *full* when both hold one and the same sequence, *partial* when the kv block's last sequence is the
     query block's first, and the diagonal block is always partial."""
-    from torch.nn.attention.flex_attention import BlockMask
-
     if position_ids.dim() != 2:
         raise ValueError(f"position_ids must be [batch, length], got shape {tuple(position_ids.shape)}")
     batch, length = position_ids.shape
@@ -104,8 +104,6 @@ def _flex_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     """Flex attention: traced into the surrounding graph inside a compiled layer, compiled on its own
     otherwise (the eager kernel materialises every score)."""
     global _compiled_flex
-    from torch.nn.attention.flex_attention import flex_attention
-
     if torch.compiler.is_compiling():
         return flex_attention(query, key, value, **kwargs)
     if _compiled_flex is None:
@@ -117,8 +115,6 @@ def _dense_document_attention(query: torch.Tensor, key: torch.Tensor, value: tor
                               scale: float | None, enable_gqa: bool) -> torch.Tensor:
     """The CPU stand-in of flex attention (torch has no flex backward on the CPU): the block mask's own
     mask function evaluated densely, then SDPA."""
-    from torch.nn.attention.flex_attention import create_mask
-
     q_len, kv_len = query.shape[-2], key.shape[-2]
     with warnings.catch_warnings():  # create_mask's vmap warns about its own internals on some versions
         warnings.simplefilter("ignore")
@@ -133,12 +129,9 @@ def whale_flex_attention(module: torch.nn.Module, query: torch.Tensor, key: torc
                          attention_mask: Any, dropout: float = 0.0, scaling: float | None = None,
                          **kwargs: Any) -> tuple[torch.Tensor, None]:
     """transformers' attention-function contract ([B, H, L, D] in, [B, L, H, D] out): flex attention
-    for a ``BlockMask`` (packed rows from the trainer), transformers' SDPA for anything else."""
-    from torch.nn.attention.flex_attention import BlockMask
-
+    for a ``BlockMask`` (packed rows from the trainer), transformers' SDPA for anything else. Imports
+    are at module level: inside a compiled decoder layer this function is traced."""
     if not isinstance(attention_mask, BlockMask):
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     if dropout:
