@@ -261,8 +261,8 @@ def probe_accuracy(model: Any, tokenizer: Any, device: torch.device, n: int = 16
     model.eval()
     with torch.inference_mode(), (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
                                   else contextlib.nullcontext()):
-        out = model.generate(**enc, max_new_tokens=12, do_sample=False, pad_token_id=tokenizer.pad_token_id,
-                             eos_token_id=tokenizer.eos_token_id)
+        out = model.generate(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], max_new_tokens=12,
+                             do_sample=False, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
     model.train()
     replies = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
     return statistics.fmean(tasks.score(r, it) for r, it in zip(replies, items, strict=True))
@@ -431,21 +431,28 @@ def _busy_in(gpu: GpuBusy, intervals: list[Interval]) -> float | None:
 # ----- the ceilings ------------------------------------------------------------------------------------
 
 
-def hf_ceiling(model: Any, tokenizer: Any, calls: list[dict[str, Any]], rows: int, max_model_len: int) -> dict[str, Any]:
+def hf_ceiling(model: Any, tokenizer: Any, calls: list[dict[str, Any]], rows: int,
+               max_model_len: int) -> dict[str, Any]:
     """The in-process backend's own batched generation over the same calls, ``rows`` rows per batch as
     the runtime's batcher forms them, without the harness runtime around it."""
-    from whale.inference.transformers_backend import TransformersClient, _Request
+    from whale.inference.transformers_backend import TransformersClient, _key, _Request
 
     client = TransformersClient(model, tokenizer, max_batch_size=rows, max_model_len=max_model_len)
-    batches: list[list[Any]] = [[]]
-    for call in calls:
-        if batches[-1] and sum(r.n for r in batches[-1]) + call["n"] > rows:
-            batches.append([])
-        batches[-1].append(_Request(call["messages"], call["sampling"], call["n"], call["tools"], None,  # type: ignore[arg-type]
-                                    time.perf_counter()))
+    # no future: the requests go straight to the backend's generate, not through its batcher; a batch
+    # holds requests the backend could batch together (equal sampling but for max_tokens), <= rows rows
+    now = time.perf_counter()
+    requests = [_Request(c["messages"], c["sampling"], c["n"], c["tools"], None, now)  # type: ignore[arg-type]
+                for c in calls]
+    batches: list[list[Any]] = []
+    for request in requests:
+        fits = [b for b in batches if _key(b[0]) == _key(request) and sum(r.n for r in b) + request.n <= rows]
+        if fits:
+            fits[0].append(request)
+        else:
+            batches.append([request])
     _cuda_sync()
     start = time.perf_counter()
-    tokens = sum(r.completion_tokens for batch in batches if batch for r in client._generate(batch))
+    tokens = sum(r.completion_tokens for batch in batches for r in client._generate(batch))
     _cuda_sync()
     seconds = time.perf_counter() - start
     return {"backend": "transformers generate (batched, no runtime)", "tokens": tokens, "seconds": seconds,
@@ -614,8 +621,9 @@ def print_report(report: dict[str, Any]) -> None:
               f"non-generation overhead {100 * step['overhead_share']:.1f} % (target <= 5 %)")
     c = report["ceiling"]
     ratio = report["generation_vs_ceiling"]
-    print(f"\nceiling ({c['backend']}): {c['tokens_per_s']:.0f} tokens/s ({c['tokens']} tokens in {c['seconds']:.2f} s); "
-          f"rollouts at {'n/a' if ratio is None else f'{100 * ratio:.1f} %'} of it (target >= 90 %)")
+    share = "n/a" if ratio is None else f"{100 * ratio:.1f} %"
+    print(f"\nceiling ({c['backend']}): {c['tokens_per_s']:.0f} tokens/s ({c['tokens']} tokens in "
+          f"{c['seconds']:.2f} s); rollouts at {share} of it (target >= 90 %)")
     print(json.dumps({"eval": report["eval"], "meta": {k: v for k, v in report["meta"].items() if k != "args"}}))
 
 

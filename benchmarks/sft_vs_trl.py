@@ -73,7 +73,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sft_throughput import MODELS, make_examples, mean_context, model_flops_per_token  # noqa: E402
 
-from whale.rsft.collate import IGNORE_INDEX, Example, micro_batches, pad_collate  # noqa: E402
+from whale.rsft.collate import Example, micro_batches, pad_collate  # noqa: E402
 from whale.rsft.config import RSFTConfig  # noqa: E402
 from whale.rsft.trainer import SFTTrainer, collate_tensors, token_loss_sum  # noqa: E402
 
