@@ -190,14 +190,16 @@ class GpuBusy:
         self._thread: threading.Thread | None = None
         self._handle: Any = None
         try:
-            import pynvml
-
+            import pynvml  # nvidia-ml-py
+        except ImportError:
+            return
+        try:
             pynvml.nvmlInit()
-            index = int((os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0] or 0)
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            self._nvml = pynvml
-        except Exception:  # noqa: BLE001 - no NVML (CPU, no driver): report no figure
+            visible = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else 0)
+        except pynvml.NVMLError:  # no driver here: no figure
             self._handle = None
+        self._nvml = pynvml
 
     @property
     def available(self) -> bool:
@@ -333,6 +335,7 @@ def run_spec(args: argparse.Namespace, model_dir: Path, base_url: str | None) ->
         "rsft": rsft,
         "inference": inference,
         "evaluation": {"samplesPerItem": args.eval_samples, "maxItems": args.eval_items, "temperature": 1.0},
+        "sandbox": {"isolation": args.isolation},
     }
 
 
@@ -521,6 +524,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--vllm", action="store_true", help="sample through a vLLM server (needs vllm importable)")
     p.add_argument("--vllm-memory", type=float, default=0.35, help="server's --gpu-memory-utilization")
     p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--isolation", choices=["namespaces", "none"], default="namespaces",
+                   help="spec.sandbox.isolation of the harness processes; none only on a machine without "
+                   "namespaces (the harness is the domain's own h0, the model a random one)")
     p.add_argument("--workdir", type=Path, help="keep the model, store and logs here (default: a temp dir)")
     p.add_argument("--json", "--out", dest="out", type=Path, help="write the report here")
     args = p.parse_args(argv)

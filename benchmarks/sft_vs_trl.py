@@ -274,7 +274,7 @@ def run_peer(kind: str, args: argparse.Namespace, batches: list[list[Example]], 
         gradient_accumulation_steps=args.minibatch // args.micro, max_steps=len(batches), learning_rate=args.lr,
         lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
         adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, bf16=device.type == "cuda",
-        use_cpu=device.type != "cuda", logging_steps=1, save_strategy="no", report_to="none", seed=0,
+        use_cpu=device.type != "cuda", logging_steps=len(batches), save_strategy="no", report_to="none", seed=0,
         dataloader_num_workers=0, dataloader_drop_last=False, remove_unused_columns=False, disable_tqdm=True,
         torch_compile=args.peer_compile,
     )
