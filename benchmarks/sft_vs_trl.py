@@ -70,7 +70,9 @@ os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
 import torch  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+for _path in (Path(__file__).resolve().parents[1], Path(__file__).resolve().parent):  # an uninstalled checkout
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
 from sft_throughput import MODELS, make_examples, mean_context, model_flops_per_token  # noqa: E402
 
 from whale.rsft.collate import Example, micro_batches, pad_collate  # noqa: E402

@@ -9,7 +9,10 @@ a long trajectory weighs by its tokens, not as one sample. Only those tokens are
 the LM head (``logits`` of prompt tokens are never formed), which saves the vocabulary matmul on
 prompt tokens. Parameters stay fp32 (master weights: updates of 1e-7 vanish in bf16); on a GPU the
 forward/backward runs under bf16 autocast. Data-parallel: each rank trains on its share of every
-update and the token count is all-reduced, so the normalisation is global.
+update and the token count is all-reduced, so the normalisation is global. Micro-batches are padded
+(``rsft.padding``) or packed into one row (``rsft.packSequences``), whose sequences are kept apart by
+the attention kernel ``rsft.attention`` picks (:mod:`whale.rsft.attention`: a flex-attention document
+mask by default).
 """
 
 from __future__ import annotations
