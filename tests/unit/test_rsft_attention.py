@@ -99,6 +99,28 @@ def test_the_flex_kernel_with_the_block_mask_is_dense_document_attention():
     torch.testing.assert_close(stand_in, expected, rtol=1e-5, atol=1e-5)
 
 
+def test_mixed_dtypes_under_autocast_meet_in_the_autocast_dtype():
+    """Qwen3's q/k come out of an fp32 RMSNorm while v is bf16 under autocast: SDPA casts them itself (an
+    autocast op); flex attention does not (older torch refuses the mix, newer computes in the query's
+    fp32, off the bf16 tensor cores), so the flex path casts to the autocast dtype first."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    pos = packed_positions((100, 28), 128)
+    q = torch.randn(1, 4, 128, 8)
+    k, v = torch.randn(1, 2, 128, 8), torch.randn(1, 2, 128, 8).bfloat16()
+    mask = attn.document_block_mask(pos)
+    with warnings.catch_warnings(), torch.autocast("cpu", dtype=torch.bfloat16):
+        warnings.simplefilter("ignore")
+        same = attn.one_dtype(q, k, v)
+        assert {t.dtype for t in same} == {torch.bfloat16}
+        out = flex_attention(*same, block_mask=mask, enable_gqa=True)
+        layer_out, _ = attn.whale_flex_attention(torch.nn.Module(), q, k, v, mask, scaling=None)
+    assert layer_out.dtype == torch.bfloat16 and layer_out.shape == (1, 128, 4, 8)
+    torch.testing.assert_close(layer_out, out.transpose(1, 2), rtol=2e-2, atol=2e-2)
+    assert {t.dtype for t in attn.one_dtype(q, k, v)} == {torch.bfloat16}  # no autocast: v's dtype
+    assert {t.dtype for t in attn.one_dtype(q, k, v.float())} == {torch.float32}
+
+
 def test_packed_collation_pads_to_the_flex_block_and_the_bucket_ladder():
     exs = make_examples()
     total = sum(len(e) for e in exs)  # 1008

@@ -125,6 +125,15 @@ def _dense_document_attention(query: torch.Tensor, key: torch.Tensor, value: tor
     return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale)
 
 
+def one_dtype(query: torch.Tensor, key: torch.Tensor,
+              value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k, v in one dtype: under autocast, Qwen3's q and k leave their RMSNorm in fp32 while v is bf16;
+    SDPA casts them itself (an autocast op), flex attention refuses mixed dtypes."""
+    device_type = query.device.type
+    dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else value.dtype
+    return query.to(dtype), key.to(dtype), value.to(dtype)
+
+
 def whale_flex_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                          attention_mask: Any, dropout: float = 0.0, scaling: float | None = None,
                          **kwargs: Any) -> tuple[torch.Tensor, None]:
@@ -140,6 +149,7 @@ def whale_flex_attention(module: torch.nn.Module, query: torch.Tensor, key: torc
     if kwargs.get("s_aux") is not None or kwargs.get("softcap") is not None:
         raise AttentionConfigError("rsft.attention flex: attention sinks and logit soft-capping are not supported; "
                                    "use attention: sdpa")
+    query, key, value = one_dtype(query, key, value)
     enable_gqa = query.shape[1] != key.shape[1]
     if query.device.type == "cpu":
         out = _dense_document_attention(query, key, value, attention_mask, scaling, enable_gqa)
