@@ -17,13 +17,17 @@ Variants (``--variants``):
               (rsft.padding=masked, the path before bucketing)
   var-longest the same lengths, right-padded to the micro-batch's longest, no mask (flash kernel)
   var-bucket  the same, padded to the bucket ladder (256, 384, 512, 768, ...; --buckets-per-octave)
-  var-pack    the same sequences packed into one row per micro-batch (position ids restart)
+  var-pack    the same sequences packed into one row per micro-batch (position ids restart), SDPA
+              with transformers' dense document mask (rsft.attention=sdpa)
   var-mb1     variable lengths, one sequence per micro-batch (no padding, no mask: flash path)
   *-compile   the same with every decoder layer torch.compile'd (rsft.compile_layers); the bucket
               variant compiles one static graph per width, each width the timed minibatches
               use during warm-up (as a long run would have them already); the others
               let torch go dynamic after the second shape
-  var-pack-flex  packed, with transformers' flex_attention (block-sparse document mask)
+  var-pack-flex  packed, flex attention with whale's block-sparse document mask (rsft.attention=flex,
+              whale.rsft.attention); var-pack-flex-compile: with compiled layers, each packed row
+              padded to the bucket ladder (and a multiple of 128), one static graph per width
+  var-pack-flash packed, flash-attn's varlen kernel (rsft.attention=flash; needs flash-attn)
 
 GPU (one H200)::
 
@@ -48,6 +52,7 @@ from pathlib import Path
 
 import torch
 
+from whale.rsft.attention import FLEX_BLOCK
 from whale.rsft.collate import IGNORE_INDEX, Example, collate_micro, micro_batches
 from whale.rsft.config import RSFTConfig
 from whale.rsft.trainer import SFTTrainer
@@ -78,6 +83,8 @@ class Variant:
     attn: str | None = None
     #: rsft.padding of the run (the pre-bucketing variants keep the masked path they measured)
     padding: str = "masked"
+    #: rsft.attention of packed variants (the first packed variants measured SDPA's dense document mask)
+    attention: str = "sdpa"
 
 
 def variants(micro: int, micro_gc: int) -> dict[str, Variant]:
@@ -93,7 +100,12 @@ def variants(micro: int, micro_gc: int) -> dict[str, Variant]:
         "var-pack-compile": Variant("var-pack-compile", True, True, False, micro, compile=True),
         "var-mb1": Variant("var-mb1", True, False, False, 1),
         "var-mb1-compile": Variant("var-mb1-compile", True, False, False, 1, compile=True),
-        "var-pack-flex": Variant("var-pack-flex", True, True, False, micro, attn="flex_attention"),
+        "var-pack-flex": Variant("var-pack-flex", True, True, False, micro, attention="flex"),
+        "var-pack-flex-compile": Variant("var-pack-flex-compile", True, True, False, micro, compile=True,
+                                         padding="bucket", attention="flex"),
+        "var-pack-flash": Variant("var-pack-flash", True, True, False, micro, attention="flash"),
+        "var-pack-flash-compile": Variant("var-pack-flash-compile", True, True, False, micro, compile=True,
+                                          padding="bucket", attention="flash"),
         "var-longest": Variant("var-longest", True, False, False, micro, padding="longest"),
         "var-bucket": Variant("var-bucket", True, False, False, micro, padding="bucket"),
         "var-longest-compile": Variant("var-longest-compile", True, False, False, micro, compile=True,
@@ -130,14 +142,18 @@ def mean_context(examples: list[Example]) -> float:
     return sum(len(e) * (len(e) + 1) / 2 for e in examples) / tokens
 
 
+def collated_rows(micro: list[Example], cfg: RSFTConfig) -> list[list[int]]:
+    """The input rows the trainer forwards for ``micro`` (``whale.rsft.trainer.collate_tensors``'s shapes)."""
+    flex = cfg.pack_sequences and cfg.attention_kernel == "flex"
+    return collate_micro(micro, 0, padding=cfg.micro_padding, pack=cfg.pack_sequences, max_len=cfg.max_seq_len,
+                         per_octave=cfg.buckets_per_octave, multiple_of=FLEX_BLOCK if flex else 1)["input_ids"]
+
+
 def forwarded_tokens(examples: list[Example], cfg: RSFTConfig) -> int:
     """Token positions the model runs on for one minibatch (real tokens + padding), as the trainer
     collates them."""
-    return sum(
-        len(row) for micro in micro_batches(examples, cfg.micro_batch_size_per_gpu)
-        for row in collate_micro(micro, 0, padding=cfg.micro_padding, pack=cfg.pack_sequences,
-                                 per_octave=cfg.buckets_per_octave)["input_ids"]
-    )
+    return sum(len(row) for micro in micro_batches(examples, cfg.micro_batch_size_per_gpu)
+               for row in collated_rows(micro, cfg))
 
 
 def shape_warmup(cfg: RSFTConfig, batches: list[list[Example]], vocab: int) -> list[list[Example]]:
@@ -146,14 +162,16 @@ def shape_warmup(cfg: RSFTConfig, batches: list[list[Example]], vocab: int) -> l
     if not (cfg.compile_layers and cfg.micro_padding == "bucket"):
         return []
     shapes = sorted({
-        (len(micro), len(collate_micro(micro, 0, padding="bucket", per_octave=cfg.buckets_per_octave)["input_ids"][0]))
+        (len(rows), len(rows[0]))
         for b in batches for micro in micro_batches(b, cfg.micro_batch_size_per_gpu)
+        for rows in [collated_rows(micro, cfg)]
     })
     rng = random.Random(-1)
     out = []
     for rows, width in shapes:
         ids = tuple(rng.randrange(vocab) for _ in range(width))
-        out.append([Example(ids, (IGNORE_INDEX,) + ids[1:])] * rows)
+        # a packed row of this width: one sequence of it (every packed width is a rung of the ladder)
+        out.append([Example(ids, (IGNORE_INDEX,) + ids[1:])] * (1 if cfg.pack_sequences else rows))
     return out
 
 
@@ -183,6 +201,7 @@ def run_variant(args: argparse.Namespace, v: Variant, device: torch.device) -> d
         compile_layers=v.compile,
         padding=v.padding,
         buckets_per_octave=args.buckets_per_octave,
+        attention=v.attention if v.pack else "auto",
     )
     if args.deepspeed:
         from whale.rsft.deepspeed_trainer import DeepSpeedTrainer
@@ -225,6 +244,7 @@ def run_variant(args: argparse.Namespace, v: Variant, device: torch.device) -> d
         "packed": v.pack,
         "compiled": v.compile,
         "attn": v.attn or args.attn,
+        "attention": cfg.attention_kernel if v.pack else "sdpa",
         "variable_lengths": v.variable,
         "tokens_per_s": statistics.median(rates),
         "mfu": statistics.median(mfus),
@@ -296,13 +316,14 @@ def main(argv: list[str] | None = None) -> None:
     }
     if args.out:
         args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=2))
-    print(f"\n{'variant':<20} {'micro':>5} {'gc':>3} {'tokens/s':>10} {'MFU':>6} {'mem GiB':>8} {'real/fwd':>8} "
-          f"{'graphs':>7} {'warm s':>7}")
+    print(f"\n{'variant':<24} {'micro':>5} {'gc':>3} {'tokens/s':>10} {'MFU':>6} {'mem GiB':>8} {'real/fwd':>8} "
+          f"{'graphs':>7} {'warm s':>7} {'loss':>10}")
     for r in results:
         print(
-            f"{r['variant']:<20} {r['micro_batch']:>5} {('y' if r['grad_ckpt'] else 'n'):>3} "
+            f"{r['variant']:<24} {r['micro_batch']:>5} {('y' if r['grad_ckpt'] else 'n'):>3} "
             f"{r['tokens_per_s']:>10.0f} {100 * r['mfu']:>5.1f}% {r['peak_mem_gib']:>8.1f} "
-            f"{r['token_efficiency']:>8.2f} {r['graphs_warmup']:>3}+{r['graphs_timed']:<3} {r['warmup_s']:>7.0f}"
+            f"{r['token_efficiency']:>8.2f} {r['graphs_warmup']:>3}+{r['graphs_timed']:<3} {r['warmup_s']:>7.0f} "
+            f"{r['loss']:>10.5f}"
         )
     print(json.dumps(meta))
 

@@ -356,6 +356,14 @@ class RSFT(_Model):
         "sftEpochs x ceil(ceil(kept / ranks) / miniBatchSize) updates; global: miniBatchSize sequences per update "
         "over all ranks, sftEpochs x ceil(kept / miniBatchSize) updates (ranks times more at the same learning "
         "rate). `whale plan` prints the figure")
+    attention: Literal["auto", "sdpa", "flex", "flash"] = Field(
+        "auto",
+        description="attention kernel of packed micro-batches (packSequences: true), where several trajectories "
+        "share a row and none may attend to another: flex = flex attention with a block-sparse document mask "
+        "(compiled with the layers on a GPU); sdpa = transformers' dense document mask (exact, but off the flash "
+        "kernel); flash = flash-attn's varlen kernel (needs the flash-attn package in the worker image); auto = "
+        "flex when packing. flex and flash need packSequences: true (padded micro-batches already run SDPA's "
+        "flash kernel)")
 
     @model_validator(mode="after")
     def _batches(self) -> RSFT:
@@ -363,6 +371,11 @@ class RSFT(_Model):
             raise ValueError(
                 f"microBatchSizePerGpu ({self.micro_batch_size_per_gpu}) must be <= miniBatchSize "
                 f"({self.mini_batch_size})"
+            )
+        if self.attention in ("flex", "flash") and not self.pack_sequences:
+            raise ValueError(
+                f"attention: {self.attention} is the kernel of packed micro-batches; set packSequences: true, or "
+                "leave attention at auto (padded micro-batches run SDPA's flash kernel)"
             )
         return self
 

@@ -163,6 +163,8 @@ def test_micro_batch_collation_modes():
     bucket = collate_micro([a, b], 0, padding="bucket")
     assert "attention_mask" not in bucket and [len(r) for r in bucket["input_ids"]] == [256, 256]
     assert bucket["labels"][1] == [4, 5] + [IGNORE_INDEX] * 254
-    assert collate_micro([a, b], 0, padding="bucket", pack=True) == pack_collate([a, b])
+    assert collate_micro([a, b], 0, padding="longest", pack=True) == pack_collate([a, b])
+    # packed + bucket: the one row is padded to the bucket of its total (a sequence of its own)
+    assert collate_micro([a, b], 0, padding="bucket", pack=True) == pack_collate([a, b], 0, width=256)
     with pytest.raises(ValueError, match="shorter than the longest"):
         pad_collate([a], 0, width=2)

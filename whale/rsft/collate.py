@@ -240,11 +240,16 @@ def pad_collate(batch: Sequence[Example], pad_id: int, *, width: int | None = No
 
 
 def collate_micro(batch: Sequence[Example], pad_id: int, *, padding: Padding, pack: bool = False,
-                  max_len: int | None = None, per_octave: int = 2) -> dict[str, list[list[int]]]:
+                  max_len: int | None = None, per_octave: int = 2, multiple_of: int = 1) -> dict[str, list[list[int]]]:
     """One micro-batch as the trainers feed it: packed, or right-padded per ``padding``
-    ("bucket": to :func:`bucket_length`, no mask; "longest": no mask; "masked": with the mask)."""
+    ("bucket": to :func:`bucket_length`, no mask; "longest": no mask; "masked": with the mask).
+
+    Packed: one row of every sequence; with "bucket" its width is the bucket of the total (a compiled
+    layer sees few shapes), and it is rounded up to ``multiple_of`` (flex attention's block edge)."""
     if pack:
-        return pack_collate(batch)
+        total = sum(len(e) for e in batch)
+        width = bucket_length(total, per_octave=per_octave) if padding == "bucket" else total
+        return pack_collate(batch, pad_id, width=-(-width // multiple_of) * multiple_of)
     if padding == "masked":
         return pad_collate(batch, pad_id)
     longest = max(len(e) for e in batch)
@@ -252,12 +257,13 @@ def collate_micro(batch: Sequence[Example], pad_id: int, *, padding: Padding, pa
     return pad_collate(batch, pad_id, width=width, attention_mask=False)
 
 
-def pack_collate(batch: Sequence[Example]) -> dict[str, list[list[int]]]:
-    """Sequences concatenated into one row with restarting position ids (no padding).
+def pack_collate(batch: Sequence[Example], pad_id: int = 0, *, width: int | None = None) -> dict[str, list[list[int]]]:
+    """Sequences concatenated into one row with restarting position ids, right-padded to ``width``.
 
-    The model must treat a position-id reset as a document boundary (transformers does for
-    flash/sdpa/flex attention when no attention mask is passed). The first token of every
-    sequence gets no label, so no loss crosses a boundary."""
+    The model must treat a position-id reset as a document boundary: :mod:`whale.rsft.attention`'s
+    document mask (flex), transformers' own detection of restarted position ids (sdpa: a dense mask;
+    flash: varlen). The first token of every sequence gets no label, so no loss crosses a boundary. The
+    padding is one more sequence (positions from 0, no labels), so no real token attends to it."""
     ids: list[int] = []
     pos: list[int] = []
     labels: list[int] = []
@@ -266,4 +272,10 @@ def pack_collate(batch: Sequence[Example]) -> dict[str, list[list[int]]]:
         pos.extend(range(len(e)))
         labels.append(IGNORE_INDEX)
         labels.extend(e.labels[1:])
+    pad = (len(ids) if width is None else width) - len(ids)
+    if pad < 0:
+        raise ValueError(f"pack width {width} is shorter than the packed sequences ({len(ids)} tokens)")
+    ids.extend([pad_id] * pad)
+    pos.extend(range(pad))
+    labels.extend([IGNORE_INDEX] * pad)
     return {"input_ids": [ids], "position_ids": [pos], "labels": [labels]}

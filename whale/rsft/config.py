@@ -71,6 +71,10 @@ class RSFTConfig:
     #: minibatches) or "global" (cut all sequences into minibatches, then share each over the ranks)
     mini_batch_scope: MiniBatchScope = "perRank"
     extra: dict[str, Any] = field(default_factory=dict)
+    #: attention kernel of packed micro-batches (``pack_sequences``): "auto" = "flex", a block-sparse
+    #: document mask; "sdpa" = transformers' dense document mask; "flash" = flash-attn varlen
+    #: (:mod:`whale.rsft.attention`)
+    attention: Literal["auto", "sdpa", "flex", "flash"] = "auto"
 
     @classmethod
     def from_request(cls, request: PhaseRequest) -> RSFTConfig:
@@ -116,11 +120,19 @@ class RSFTConfig:
             checkpoint_every_steps=r.checkpoint_every_steps,
             steps_per_epoch=max(1, args.steps_per_epoch),
             mini_batch_scope=r.mini_batch_scope,
+            attention=r.attention,
         )
 
     @property
     def rollouts_per_step(self) -> int:
         return self.prompts_per_step * self.rollouts_per_prompt
+
+    @property
+    def attention_kernel(self) -> Literal["sdpa", "flex", "flash"]:
+        """``attention`` with "auto" resolved: flex for packed micro-batches, else SDPA."""
+        if self.attention == "auto":
+            return "flex" if self.pack_sequences else "sdpa"
+        return self.attention
 
     @property
     def micro_padding(self) -> Literal["bucket", "longest", "masked"]:

@@ -10,6 +10,8 @@ Used only when ``spec.train.deepspeedConfig`` names a DeepSpeed JSON (``images/w
   ``train_batch_size`` = their product (DeepSpeed's bookkeeping: the boundary is set explicitly), ``gradient_clipping`` = ``maxGradNorm``,
   ``bf16.enabled`` from ``rsft.precision``; an ``optimizer``/``scheduler`` section is dropped (the
   trainer's AdamW and the RSFT LR schedule rule);
+* collation and the model's preparation are :class:`SFTTrainer`'s (``collate_tensors``,
+  ``prepare_model``): packed micro-batches get the same attention path (:mod:`whale.rsft.attention`);
 * one optimiser update per minibatch, token-mean over the minibatch's loss tokens on all ranks:
   each micro-batch's summed loss is scaled by ``world / global tokens`` (DeepSpeed averages the
   gradients over ranks) and the accumulation boundary is set explicitly, so a short last minibatch
@@ -159,10 +161,10 @@ class DeepSpeedTrainer:
 
     # ----- training ------------------------------------------------------------------------------
 
-    def collate(self, micro: Sequence[Example]) -> dict[str, torch.Tensor]:
+    def collate(self, micro: Sequence[Example]) -> dict[str, Any]:
         return collate_tensors(micro, self.cfg, self.pad_id, self.device)
 
-    def _loss_sum(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    def _loss_sum(self, batch: dict[str, Any]) -> torch.Tensor:
         """ZeRO-1/2: the LM head on loss positions only (as SFTTrainer). ZeRO-3: through the engine's
         full forward, so a weight tied between embedding and head gets both gradients (calling the
         decoder and the head separately lost the embedding's share under ZeRO-3's partitioning)."""

@@ -9,7 +9,10 @@ a long trajectory weighs by its tokens, not as one sample. Only those tokens are
 the LM head (``logits`` of prompt tokens are never formed), which saves the vocabulary matmul on
 prompt tokens. Parameters stay fp32 (master weights: updates of 1e-7 vanish in bf16); on a GPU the
 forward/backward runs under bf16 autocast. Data-parallel: each rank trains on its share of every
-update and the token count is all-reduced, so the normalisation is global.
+update and the token count is all-reduced, so the normalisation is global. Micro-batches are padded
+(``rsft.padding``) or packed into one row (``rsft.packSequences``), whose sequences are kept apart by
+the attention kernel ``rsft.attention`` picks (:mod:`whale.rsft.attention`: a flex-attention document
+mask by default).
 """
 
 from __future__ import annotations
@@ -72,7 +75,7 @@ def _all_reduce_sum(value: float, device: torch.device) -> float:
     return float(t.item())
 
 
-def token_loss_sum(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+def token_loss_sum(model: torch.nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, int]:
     """Sum of next-token cross-entropies over the loss-carrying tokens of ``batch``, and their count.
 
     ``batch['labels'][b, t]`` is the target for the prediction made at ``t - 1``; -100 = no loss.
@@ -123,8 +126,13 @@ def compile_decoder_layers(model: torch.nn.Module, *, dynamic: bool | None = Non
 
 
 def prepare_model(model: torch.nn.Module, cfg: RSFTConfig, *, compile_layers: bool | None = None) -> None:
-    """What every trainer does to the model before its optimiser sees it: gradient checkpointing and
-    regional compilation as ``cfg`` asks (``compile_layers`` overrides ``cfg.compile_layers``)."""
+    """What every trainer does to the model before its optimiser sees it: the attention kernel of packed
+    micro-batches, gradient checkpointing and regional compilation as ``cfg`` asks (``compile_layers``
+    overrides ``cfg.compile_layers``)."""
+    if cfg.pack_sequences:
+        from whale.rsft.attention import set_training_attention
+
+        set_training_attention(model, cfg.attention_kernel)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.compile_layers if compile_layers is None else compile_layers:
@@ -133,11 +141,19 @@ def prepare_model(model: torch.nn.Module, cfg: RSFTConfig, *, compile_layers: bo
 
 
 def collate_tensors(micro: Sequence[Example], cfg: RSFTConfig, pad_id: int,
-                    device: torch.device) -> dict[str, torch.Tensor]:
-    """A micro-batch on ``device`` shaped the way ``cfg`` says (every trainer's collation)."""
+                    device: torch.device) -> dict[str, Any]:
+    """A micro-batch on ``device`` shaped the way ``cfg`` says (every trainer's collation): tensors, and
+    for packed rows under flex attention the document mask (a ``BlockMask``) as ``attention_mask``."""
+    flex = cfg.pack_sequences and cfg.attention_kernel == "flex"
+    if flex:
+        from whale.rsft.attention import FLEX_BLOCK, document_block_mask
     raw = collate_micro(micro, pad_id, padding=cfg.micro_padding, pack=cfg.pack_sequences,
-                        max_len=cfg.max_seq_len, per_octave=cfg.buckets_per_octave)
-    return {k: torch.tensor(v, dtype=torch.long, device=device) for k, v in raw.items()}
+                        max_len=cfg.max_seq_len, per_octave=cfg.buckets_per_octave,
+                        multiple_of=FLEX_BLOCK if flex else 1)
+    batch: dict[str, Any] = {k: torch.tensor(v, dtype=torch.long, device=device) for k, v in raw.items()}
+    if flex:  # the packed row's document-causal block mask, built once and shared by every layer
+        batch["attention_mask"] = document_block_mask(batch["position_ids"])
+    return batch
 
 
 def sft_epochs(examples: Sequence[Example], cfg: RSFTConfig, optimizer: Any, device: torch.device, *,
@@ -207,7 +223,7 @@ class SFTTrainer:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
-    def collate(self, micro: Sequence[Example]) -> dict[str, torch.Tensor]:
+    def collate(self, micro: Sequence[Example]) -> dict[str, Any]:
         return collate_tensors(micro, self.cfg, self.pad_id, self.device)
 
     def train(self, examples: Sequence[Example], *, lr: float, seed: str | int) -> SFTStats:

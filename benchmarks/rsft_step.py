@@ -1,0 +1,649 @@
+"""A whole RSFT step, end to end, through the train workload's own code (issue #17 item 1).
+
+Runs ``whale.workloads.train.run_train`` (the ``python -m whale.workloads train`` entrypoint) on the
+synthetic domain for ``--steps`` steps (the phase's end checkpoints, as at an evaluation point), then
+``whale.workloads.eval.run_eval`` on that checkpoint, and splits the wall time of every step into
+
+  generation      model calls during the rollouts (the union of the calls' in-flight intervals)
+  reward          the rest of the rollouts: the sandboxed harness process, environment steps and the
+                  verifier's rewards, episode bookkeeping (sampling wall minus generation)
+  collation       trajectories -> token sequences (``WeightPhase.encode``) and micro-batches -> tensors
+                  (``collate_tensors``, CUDA-synchronised)
+  sft             ``SFTTrainer.train`` minus its collation: forward, backward, optimiser
+  sync            weight sync to the sampler (in-process: none; vLLM: bf16 write + reload)
+  checkpoint      the checkpoint and the resume state (optimiser moments)
+  evaluation      ``run_eval`` of the checkpoint: its model calls, loading (in-process) and the rest
+  other           the loop's own bookkeeping (rejection, metrics line, STOP check)
+
+by wrapping those very functions with timers (nothing else changes). The last step is a step at an
+evaluation point (checkpoint + evaluation), the one before it an ordinary step, and the first pays
+torch.compile's warm-up when layers are compiled. Each step reports the GPU busy
+fraction (NVML utilisation sampled every 50 ms in a thread), generated tokens/s of its rollouts and the
+non-generation overhead: the step's wall time minus generation, SFT and evaluation's generation, as a
+share of it (target <= 5 %); the last step's rollouts are replayed for the backend's own ceiling in the
+same run (target: the runtime at >= 0.9 of it).
+
+The model: Qwen3-1.7B's shape with random weights (``--model qwen3-1.7b``; vocabulary 151 936: the
+synthetic domain's tokenizer padded with tokens that only decode), given a short supervised warm-up
+on the domain's answer format until greedy answers are right on a probe (the synthetic tasks' rewards
+then keep some rollouts, so SFT has sequences). ``--model tiny`` is the domain's own tiny model.
+
+Backends: the in-process transformers backend (default; the ceiling is the backend's batched
+``generate`` over the same calls, without the harness runtime), or ``--vllm`` when vLLM is importable:
+``vllm serve`` (dev mode, as benchmarks/weight_sync_vllm.py) with ``VLLMReloadSync``, and for the
+ceiling vLLM's offline ``LLM.chat`` over the same calls after the server is stopped.
+
+GPU (one H200)::
+
+    PYTHONPATH=. python benchmarks/rsft_step.py --json step.json                # in-process generation
+    PYTHONPATH=. python benchmarks/rsft_step.py --vllm --json step_vllm.json    # vLLM carried as wheels
+
+CPU smoke test (tiny model, 2 prompts x 2 rollouts, two steps)::
+
+    PYTHONPATH=. python benchmarks/rsft_step.py --smoke
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+# a checkout where the project is not installed (the GPU machine): the core, the synthetic domain and
+# the sibling benchmarks from their folders (the domain is then handed to the workloads directly: no
+# entry points without an install)
+for _path in (HERE.parent / "domains", HERE.parent, HERE):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+from sft_throughput import MODELS  # noqa: E402
+
+from whale import layout  # noqa: E402
+from whale.protocol import EvalPhaseArgs, PhaseKind, PhaseRequest, WeightPhaseArgs  # noqa: E402
+from whale.store import open_store  # noqa: E402
+
+RUN = "bench"
+PHASE = "c01-weight"
+SERVED_NAME = "bench"
+#: the tiny model's warm-up: 50 (the domain's default) copies the digit in ~1/5 of replies, 100 in most
+TINY_FORMAT_UPDATES = 100
+
+
+# ----- timers around the workload's own functions ----------------------------------------------------
+
+
+@dataclass
+class Interval:
+    name: str
+    start: float
+    end: float
+    data: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def seconds(self) -> float:
+        return self.end - self.start
+
+
+class Timeline:
+    """Named wall-clock intervals, from any thread."""
+
+    def __init__(self) -> None:
+        self.intervals: list[Interval] = []
+        self._lock = threading.Lock()
+
+    def add(self, name: str, start: float, end: float, **data: Any) -> None:
+        with self._lock:
+            self.intervals.append(Interval(name, start, end, data))
+
+    def named(self, name: str, window: tuple[float, float] | None = None) -> list[Interval]:
+        lo, hi = window or (float("-inf"), float("inf"))
+        return [i for i in self.intervals if i.name == name and lo <= i.start < hi]
+
+    def total(self, name: str, window: tuple[float, float] | None = None) -> float:
+        return sum(i.seconds for i in self.named(name, window))
+
+    def union(self, name: str, window: tuple[float, float] | None = None) -> float:
+        """Seconds covered by at least one interval ``name`` (concurrent model calls count once)."""
+        covered, end = 0.0, float("-inf")
+        for i in sorted(self.named(name, window), key=lambda i: i.start):
+            if i.end > end:
+                covered += i.end - max(i.start, end)
+                end = i.end
+        return covered
+
+
+def _cuda_sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+class Timers:
+    """Wraps attributes (functions or methods) so each call is recorded; :meth:`restore` undoes it."""
+
+    def __init__(self, timeline: Timeline):
+        self.timeline = timeline
+        self._undo: list[Callable[[], None]] = []
+
+    def wrap(self, owner: Any, attr: str, name: str, *, cuda_sync: bool = False,
+             keep: Callable[[Any], None] | None = None) -> None:
+        """``owner.attr`` (a module's function, a class's method or classmethod) records ``name`` per call;
+        ``cuda_sync`` times the GPU work it queued too; ``keep`` sees each result."""
+        raw = vars(owner).get(attr)  # the descriptor itself (a classmethod stays one on restore)
+        original = getattr(owner, attr)
+        timeline = self.timeline
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            if cuda_sync:
+                _cuda_sync()
+            start = time.perf_counter()
+            try:
+                result = original(*args, **kwargs)
+                if cuda_sync:
+                    _cuda_sync()
+            finally:
+                timeline.add(name, start, time.perf_counter())
+            if keep is not None:
+                keep(result)
+            return result
+
+        setattr(owner, attr, timed)
+        self._undo.append(lambda: setattr(owner, attr, raw if raw is not None else original))
+
+    def wrap_chat(self, cls: type, calls: list[dict[str, Any]]) -> None:
+        """Every ``chat`` call: its in-flight interval, completion tokens, and the call itself (replayed
+        for the ceiling)."""
+        original = cls.chat
+        timeline = self.timeline
+
+        async def chat(client: Any, messages: Any, sampling: Any, *args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            result = await original(client, messages, sampling, *args, **kwargs)
+            end = time.perf_counter()
+            n = kwargs.get("n", args[0] if args else 1)
+            tools = kwargs.get("tools", args[1] if len(args) > 1 else None)
+            timeline.add("chat", start, end, tokens=result.completion_tokens)
+            calls.append({"start": start, "messages": messages, "sampling": sampling, "n": n, "tools": tools})
+            return result
+
+        cls.chat = chat  # type: ignore[method-assign]
+        self._undo.append(lambda: setattr(cls, "chat", original))
+
+    def restore(self) -> None:
+        while self._undo:
+            self._undo.pop()()
+
+
+class GpuBusy:
+    """NVML utilisation (the share of time a kernel ran) sampled in a thread; None where NVML is absent."""
+
+    def __init__(self, interval_s: float = 0.05):
+        self.interval_s = interval_s
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._handle: Any = None
+        try:
+            import pynvml  # nvidia-ml-py
+        except ImportError:
+            return
+        try:
+            pynvml.nvmlInit()
+            visible = (os.environ.get("CUDA_VISIBLE_DEVICES") or "0").split(",")[0]
+            self._handle = pynvml.nvmlDeviceGetHandleByIndex(int(visible) if visible.isdigit() else 0)
+        except pynvml.NVMLError:  # no driver here: no figure
+            self._handle = None
+        self._nvml = pynvml
+
+    @property
+    def available(self) -> bool:
+        return self._handle is not None
+
+    def __enter__(self) -> GpuBusy:
+        if self.available:
+            self._thread = threading.Thread(target=self._run, name="gpu-busy", daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            util = self._nvml.nvmlDeviceGetUtilizationRates(self._handle).gpu
+            self.samples.append((time.perf_counter(), util / 100.0))
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+
+    def mean(self, lo: float, hi: float) -> float | None:
+        values = [u for t, u in self.samples if lo <= t <= hi]
+        return statistics.fmean(values) if values else None
+
+
+# ----- the model -------------------------------------------------------------------------------------
+
+
+def padded_tokenizer(vocab_size: int) -> Any:
+    """The synthetic domain's tokenizer with tokens appended up to ``vocab_size``: they decode to text
+    (``<|x123|>``) but no text encodes to them, so every id a random model samples can be detokenised."""
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    from synthetic.tiny_model import CHAT_TEMPLATE, build_tokenizer
+
+    base = build_tokenizer()
+    spec = json.loads(base.backend_tokenizer.to_str())
+    vocab = spec["model"]["vocab"]
+    for i in range(len(vocab), vocab_size):
+        vocab[f"<|x{i}|>"] = i
+    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)), eos_token=base.eos_token,
+                                  pad_token=base.pad_token, bos_token=None)
+    tok.chat_template = CHAT_TEMPLATE
+    if len(tok) != vocab_size:
+        raise RuntimeError(f"padded tokenizer has {len(tok)} tokens, expected {vocab_size}")
+    return tok
+
+
+def probe_accuracy(model: Any, tokenizer: Any, device: torch.device, n: int = 16) -> float:
+    """Greedy answers right on ``n`` test items of the synthetic task."""
+    from synthetic import tasks
+
+    items = tasks.make_split("test", n, 0)
+    texts = [tokenizer.apply_chat_template([{"role": "system", "content": tasks.SYSTEM_PROMPT},
+                                            {"role": "user", "content": tasks.user_prompt(it)}],
+                                           tokenize=False, add_generation_prompt=True) for it in items]
+    tokenizer.padding_side = "left"
+    enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
+    model.eval()
+    with torch.inference_mode(), (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
+                                  else contextlib.nullcontext()):
+        out = model.generate(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], max_new_tokens=12,
+                             do_sample=False, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    model.train()
+    replies = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    return statistics.fmean(tasks.score(r, it) for r, it in zip(replies, items, strict=True))
+
+
+def build_bench_model(name: str, out: Path, device: torch.device, *, max_updates: int, lr: float) -> dict[str, Any]:
+    """The model folder the run starts from (see the module doc); returns what the warm-up did."""
+    if name == "tiny":  # the domain's own model, taught a little longer: it then copies the digit (rewards)
+        from synthetic.tiny_model import build
+
+        build(out, format_updates=TINY_FORMAT_UPDATES)
+        return {"format_updates": TINY_FORMAT_UPDATES, "probe_accuracy": None}
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from synthetic.tiny_model import format_conversations
+    from whale.rsft.collate import encode_trajectory
+    from whale.rsft.config import RSFTConfig
+    from whale.rsft.rejection import Trajectory
+    from whale.rsft.trainer import SFTTrainer
+
+    shape = MODELS[name]
+    tokenizer = padded_tokenizer(shape["vocab_size"])
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = Qwen3ForCausalLM(Qwen3Config(**shape))
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    trainer = SFTTrainer(model, RSFTConfig(mini_batch_size=32, micro_batch_size_per_gpu=32, learning_rate=lr),
+                         device=device, pad_id=tokenizer.pad_token_id)
+    examples = [e for conv in format_conversations(32 * max_updates, 0, copy_prob=1.0)
+                for e in encode_trajectory(tokenizer, Trajectory(prompt_index=0, messages=tuple(conv), reward=1.0))]
+    updates, accuracy, chunk = 0, 0.0, 10
+    while updates < max_updates and accuracy < 0.5:
+        trainer.train(examples[32 * updates: 32 * (updates + chunk)], lr=lr, seed=updates)
+        updates += chunk
+        accuracy = probe_accuracy(model, tokenizer, device)
+    del trainer
+    out.mkdir(parents=True, exist_ok=True)
+    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    del model
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return {"format_updates": updates, "probe_accuracy": accuracy}
+
+
+# ----- the run -----------------------------------------------------------------------------------------
+
+
+def run_spec(args: argparse.Namespace, model_dir: Path, base_url: str | None) -> dict[str, Any]:
+    inference: dict[str, Any] = {"backend": "vllm" if base_url else "transformers",
+                                 "maxConcurrency": args.concurrency}
+    if base_url:
+        inference["baseUrl"] = base_url
+    rsft: dict[str, Any] = {
+        "promptsPerStep": args.prompts, "rolloutsPerPrompt": args.rollouts, "miniBatchSize": args.minibatch,
+        "microBatchSizePerGpu": args.micro, "learningRate": args.lr, "compileLayers": args.compile_layers,
+        "packSequences": args.pack, "sampling": {"maxResponseTokens": args.max_tokens},
+    }
+    if args.pack:
+        rsft["attention"] = args.attention
+    return {
+        "domain": "synthetic", "condition": "rsft_only",
+        "model": {"name": str(model_dir), "maxModelLen": args.max_model_len,
+                  **({"servedModelName": SERVED_NAME} if base_url else {})},
+        "schedule": {"totalSteps": args.steps},
+        "rsft": rsft,
+        "inference": inference,
+        "evaluation": {"samplesPerItem": args.eval_samples, "maxItems": args.eval_items, "temperature": 1.0},
+        "sandbox": {"isolation": args.isolation},
+    }
+
+
+def write_requests(store: Any, spec: dict[str, Any], steps: int) -> str:
+    weight = PhaseRequest(run=RUN, phase=PHASE, kind=PhaseKind.WEIGHT, attempt=1, spec=spec,
+                          weight=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0,
+                                                 target_step=steps, save_steps=[],
+                                                 steps_per_epoch=1000))
+    store.write_json(layout.request_key(RUN, PHASE), weight.to_wire())
+    eval_phase = f"eval-c01-s{steps:06d}-weight"
+    evaluation = PhaseRequest(run=RUN, phase=eval_phase, kind=PhaseKind.EVAL, attempt=1, spec=spec,
+                              eval=EvalPhaseArgs(cycle=1, step=steps, after="weight",
+                                                 checkpoint=layout.checkpoint_prefix(RUN, steps), harness=None))
+    store.write_json(layout.request_key(RUN, eval_phase), evaluation.to_wire())
+    return eval_phase
+
+
+def instrument(timers: Timers, calls: list[dict[str, Any]], held: dict[str, Any]) -> None:
+    import whale.rsft.trainer as trainer_module
+    import whale.workloads.train as train_module
+    from whale.inference.openai_http import OpenAIClient
+    from whale.inference.transformers_backend import TransformersClient
+    from whale.rsft.phase import WeightPhase
+    from whale.rsft.sampling import HarnessSampler
+    from whale.rsft.sync import SharedModelSync, StoreSync, VLLMReloadSync
+    from whale.rsft.trainer import SFTTrainer
+
+    timers.wrap(train_module, "load_for_training", "startup", keep=lambda r: held.update(model=r[0], tokenizer=r[1]))
+    timers.wrap(HarnessSampler, "__enter__", "startup")
+    timers.wrap(WeightPhase, "run_from", "phase")
+    timers.wrap(WeightPhase, "step", "step")
+    timers.wrap(HarnessSampler, "sample", "sample")
+    timers.wrap(WeightPhase, "encode", "encode")
+    timers.wrap(trainer_module, "collate_tensors", "collate", cuda_sync=True)
+    timers.wrap(SFTTrainer, "train", "train")
+    for cls in (SharedModelSync, VLLMReloadSync, StoreSync):
+        timers.wrap(cls, "sync", "sync")
+    timers.wrap(WeightPhase, "save", "checkpoint")
+    timers.wrap(TransformersClient, "from_pretrained", "eval_load")
+    for cls in (TransformersClient, OpenAIClient):
+        timers.wrap_chat(cls, calls)
+
+
+def breakdown(timeline: Timeline, gpu: GpuBusy, eval_window: tuple[float, float]) -> list[dict[str, Any]]:
+    """Per step (its window runs from its start to the next step's, the last one to the phase's end and
+    on through the evaluation): seconds per component, shares, GPU busy, generated tokens/s."""
+    steps = sorted(timeline.named("step"), key=lambda i: i.start)
+    phase_end = max(i.end for i in timeline.named("phase"))
+    out = []
+    for k, step in enumerate(steps):
+        last = k == len(steps) - 1
+        window = (step.start, steps[k + 1].start if not last else phase_end)
+        sample = timeline.total("sample", window)
+        generation = timeline.union("chat", window)
+        collate = timeline.total("collate", window)
+        train = timeline.total("train", window)
+        parts = {
+            "generation": generation,
+            "reward": sample - generation,
+            "collation": timeline.total("encode", window) + collate,
+            "sft": train - collate,
+            "sync": timeline.total("sync", window),
+            "checkpoint": timeline.total("checkpoint", window),
+        }
+        wall = window[1] - window[0]
+        parts["other"] = wall - sum(parts.values())
+        busy_window = window
+        eval_generation = 0.0
+        if last:
+            eval_wall = eval_window[1] - eval_window[0]
+            eval_generation = timeline.union("chat", eval_window)
+            eval_load = timeline.total("eval_load", eval_window)
+            parts.update(evaluation=eval_wall, eval_generation=eval_generation, eval_load=eval_load,
+                         eval_other=eval_wall - eval_generation - eval_load)
+            wall += eval_wall
+            busy_window = (window[0], eval_window[1])
+        tokens = sum(i.data.get("tokens", 0) for i in timeline.named("chat", window))
+        overhead = wall - generation - parts["sft"] - eval_generation
+        out.append({
+            "step": k + 1, "wall_s": wall, "seconds": parts,
+            "shares": {name: value / wall for name, value in parts.items() if name not in ("eval_generation",
+                                                                                        "eval_load", "eval_other")},
+            "generated_tokens": tokens, "generated_tokens_per_s": tokens / generation if generation else 0.0,
+            "overhead_s": overhead, "overhead_share": overhead / wall if wall else 0.0,
+            "gpu_busy": gpu.mean(*busy_window), "gpu_busy_generation": gpu.mean(window[0], window[0] + sample),
+            "gpu_busy_sft": _busy_in(gpu, timeline.named("train", window)),
+        })
+    return out
+
+
+def _busy_in(gpu: GpuBusy, intervals: list[Interval]) -> float | None:
+    values = [u for t, u in gpu.samples if any(i.start <= t <= i.end for i in intervals)]
+    return statistics.fmean(values) if values else None
+
+
+# ----- the ceilings ------------------------------------------------------------------------------------
+
+
+def hf_ceiling(model: Any, tokenizer: Any, calls: list[dict[str, Any]], rows: int,
+               max_model_len: int) -> dict[str, Any]:
+    """The in-process backend's own batched generation over the same calls, ``rows`` rows per batch as
+    the runtime's batcher forms them, without the harness runtime around it."""
+    from whale.inference.transformers_backend import TransformersClient, _key, _Request
+
+    client = TransformersClient(model, tokenizer, max_batch_size=rows, max_model_len=max_model_len)
+    # no future: the requests go straight to the backend's generate, not through its batcher; a batch
+    # holds requests the backend could batch together (equal sampling but for max_tokens), <= rows rows
+    now = time.perf_counter()
+    requests = [_Request(c["messages"], c["sampling"], c["n"], c["tools"], None, now)  # type: ignore[arg-type]
+                for c in calls]
+    batches: list[list[Any]] = []
+    for request in requests:
+        fits = [b for b in batches if _key(b[0]) == _key(request) and sum(r.n for r in b) + request.n <= rows]
+        if fits:
+            fits[0].append(request)
+        else:
+            batches.append([request])
+    _cuda_sync()
+    start = time.perf_counter()
+    tokens = sum(r.completion_tokens for batch in batches for r in client._generate(batch))
+    _cuda_sync()
+    seconds = time.perf_counter() - start
+    return {"backend": "transformers generate (batched, no runtime)", "tokens": tokens, "seconds": seconds,
+            "tokens_per_s": tokens / seconds if seconds else 0.0, "batches": len(batches)}
+
+
+def vllm_ceiling(model_dir: Path, calls: list[dict[str, Any]], max_model_len: int, memory: float) -> dict[str, Any]:
+    """vLLM's offline engine over the same calls (same messages, n and sampling), started after the
+    server is gone; its start-up is not timed."""
+    from vllm import LLM
+    from vllm import SamplingParams as VLLMSampling
+
+    llm = LLM(model=str(model_dir), dtype="bfloat16", max_model_len=max_model_len, gpu_memory_utilization=memory,
+              seed=0)
+    params = [VLLMSampling(n=c["n"], temperature=c["sampling"].temperature, top_p=c["sampling"].top_p,
+                           top_k=c["sampling"].top_k if c["sampling"].top_k > 0 else -1,
+                           max_tokens=c["sampling"].max_tokens) for c in calls]
+    start = time.perf_counter()
+    outputs = llm.chat([c["messages"] for c in calls], sampling_params=params, use_tqdm=False)
+    seconds = time.perf_counter() - start
+    tokens = sum(len(o.token_ids) for out in outputs for o in out.outputs)
+    return {"backend": "vllm LLM.chat (offline)", "tokens": tokens, "seconds": seconds,
+            "tokens_per_s": tokens / seconds if seconds else 0.0}
+
+
+@contextlib.contextmanager
+def vllm_server(model_dir: Path, workdir: Path, port: int, memory: float, max_model_len: int) -> Iterator[Any]:
+    from weight_sync_vllm import Server
+
+    server = Server(model_dir, port, workdir / "vllm.log", ["--gpu-memory-utilization", str(memory),
+                                                            "--max-model-len", str(max_model_len)])
+    try:
+        started_s = server.start()
+        server.started_s = started_s
+        yield server
+    finally:
+        server.stop()
+
+
+# ----- main ------------------------------------------------------------------------------------------
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--smoke", action="store_true", help="CPU smoke test: tiny model, 2 prompts x 2 rollouts, two steps")
+    p.add_argument("--model", choices=["qwen3-1.7b", "tiny"], default="qwen3-1.7b")
+    p.add_argument("--steps", type=int, default=3, help="RSFT steps: the first compiles, the last is at an "
+                   "evaluation point (checkpoint + eval), the ones between are ordinary")
+    p.add_argument("--prompts", type=int, default=64, help="rsft.promptsPerStep")
+    p.add_argument("--rollouts", type=int, default=8, help="rsft.rolloutsPerPrompt")
+    p.add_argument("--max-tokens", type=int, default=64, help="rsft.sampling.maxResponseTokens")
+    p.add_argument("--minibatch", type=int, default=64, help="rsft.miniBatchSize")
+    p.add_argument("--micro", type=int, default=16, help="rsft.microBatchSizePerGpu")
+    p.add_argument("--lr", type=float, default=1e-6, help="rsft.learningRate")
+    p.add_argument("--concurrency", type=int, default=256, help="inference.maxConcurrency (in-process: rows a batch)")
+    p.add_argument("--max-model-len", type=int, default=1024)
+    p.add_argument("--compile-layers", choices=["auto", "on", "off"], default="auto",
+                   help="rsft.compileLayers; auto = on with --vllm on a GPU (in-process generation would go "
+                   "through the compiled layers at every decode shape)")
+    p.add_argument("--pack", action="store_true", help="rsft.packSequences (the varlen path)")
+    p.add_argument("--attention", default="auto", choices=["auto", "sdpa", "flex", "flash"], help="rsft.attention")
+    p.add_argument("--eval-items", type=int, default=64, help="evaluation.maxItems")
+    p.add_argument("--eval-samples", type=int, default=4, help="evaluation.samplesPerItem")
+    p.add_argument("--format-updates", type=int, default=200, help="most warm-up updates on the answer format")
+    p.add_argument("--format-lr", type=float, default=1e-4)
+    p.add_argument("--vllm", action="store_true", help="sample through a vLLM server (needs vllm importable)")
+    p.add_argument("--vllm-memory", type=float, default=0.35, help="server's --gpu-memory-utilization")
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--isolation", choices=["namespaces", "none"], default="namespaces",
+                   help="spec.sandbox.isolation of the harness processes; none only on a machine without "
+                   "namespaces (the harness is the domain's own h0, the model a random one)")
+    p.add_argument("--workdir", type=Path, help="keep the model, store and logs here (default: a temp dir)")
+    p.add_argument("--json", "--out", dest="out", type=Path, help="write the report here")
+    args = p.parse_args(argv)
+    if args.smoke:
+        args.model, args.steps, args.prompts, args.rollouts, args.max_tokens = "tiny", 2, 2, 2, 12
+        args.minibatch, args.micro, args.lr, args.concurrency = 4, 4, 3e-4, 8
+        args.eval_items, args.eval_samples, args.max_model_len = 2, 1, 256
+    if args.micro > args.minibatch:
+        p.error(f"--micro ({args.micro}) must be <= --minibatch ({args.minibatch})")
+    if args.vllm:
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
+            p.error("--vllm: vllm is not importable here; carry its wheels (docs/performance.md) or drop --vllm")
+    gpu = torch.cuda.is_available()
+    args.compile_layers = {"on": True, "off": False}.get(args.compile_layers, bool(args.vllm and gpu))
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse(argv)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    with contextlib.ExitStack() as stack:
+        workdir = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rsft-step-")))
+        workdir.mkdir(parents=True, exist_ok=True)
+        model_dir = workdir / "model"
+        setup_start = time.perf_counter()
+        warm = build_bench_model(args.model, model_dir, device, max_updates=args.format_updates, lr=args.format_lr)
+        setup_s = time.perf_counter() - setup_start
+        server = None
+        if args.vllm:
+            server = stack.enter_context(vllm_server(model_dir, workdir, args.port, args.vllm_memory,
+                                                     args.max_model_len))
+            os.environ["WHALE_SYNC_DIR"] = str(workdir / "sync")
+        store = open_store(str(workdir / "store"))
+        spec = run_spec(args, model_dir, f"{server.url}/v1" if server else None)
+        eval_phase = write_requests(store, spec, args.steps)
+        timeline, calls, held = Timeline(), [], {}
+        timers = Timers(timeline)
+        instrument(timers, calls, held)
+        from whale.workloads.eval import run_eval
+        from whale.workloads.train import run_train
+
+        try:
+            import synthetic
+
+            with GpuBusy() as gpu:
+                run_train(store, RUN, PHASE, domain=synthetic.DOMAIN)
+                eval_start = time.perf_counter()
+                result = run_eval(store, RUN, eval_phase, domain=synthetic.DOMAIN)
+                eval_window = (eval_start, time.perf_counter())
+        finally:
+            timers.restore()
+        steps = breakdown(timeline, gpu, eval_window)
+        last = steps[-1]
+        last_start = max(i.start for i in timeline.named("step"))
+        step_calls = [c for c in calls if last_start <= c["start"] < eval_window[0]]  # the reported step's
+        if args.vllm:
+            held.clear()  # the trainer's model: the offline engine needs the memory
+            gc.collect()
+            torch.cuda.empty_cache()
+            server.stop()
+            ceiling = vllm_ceiling(Path(store.local_path(layout.checkpoint_prefix(RUN, args.steps))), step_calls,
+                                   args.max_model_len, 0.5)
+        else:
+            ceiling = hf_ceiling(held["model"], held["tokenizer"], step_calls, args.concurrency, args.max_model_len)
+        metrics = store.read_jsonl(layout.metrics_key(RUN, PHASE))
+        report = {
+            "meta": {"model": args.model, "device": str(device),
+                     "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                     "torch": torch.__version__, "backend": "vllm" if args.vllm else "transformers",
+                     "nvml": gpu.available, "setup_s": setup_s, **warm,
+                     "startup_s": timeline.total("startup"),
+                     "server_start_s": getattr(server, "started_s", None),
+                     "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}},
+            "steps": steps,
+            "metrics": metrics,
+            "eval": {"mean_at_k": result.mean_at_k, "items": result.items, "k": result.k},
+            "ceiling": ceiling,
+            "generation_vs_ceiling": (last["generated_tokens_per_s"] / ceiling["tokens_per_s"]
+                                      if ceiling["tokens_per_s"] else None),
+        }
+    print_report(report)
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=2))
+    return report
+
+
+def print_report(report: dict[str, Any]) -> None:
+    for step in report["steps"]:
+        line = metrics_line(report, step["step"])
+        print(f"\nstep {step['step']}: {step['wall_s']:.2f} s (kept {line.get('kept')}, loss {line.get('loss')}, "
+              f"reward {line.get('rewardMean')})")
+        for name, seconds in step["seconds"].items():
+            share = step["shares"].get(name)
+            print(f"  {name:<16} {seconds:>9.3f} s" + (f"  {100 * share:5.1f} %" if share is not None else ""))
+        busy = step["gpu_busy"]
+        print(f"  generated tokens/s {step['generated_tokens_per_s']:.0f} ({step['generated_tokens']} tokens); "
+              f"GPU busy {'n/a' if busy is None else f'{100 * busy:.1f} %'}; "
+              f"non-generation overhead {100 * step['overhead_share']:.1f} % (target <= 5 %)")
+    c = report["ceiling"]
+    ratio = report["generation_vs_ceiling"]
+    share = "n/a" if ratio is None else f"{100 * ratio:.1f} %"
+    print(f"\nceiling ({c['backend']}): {c['tokens_per_s']:.0f} tokens/s ({c['tokens']} tokens in "
+          f"{c['seconds']:.2f} s); rollouts at {share} of it (target >= 90 %)")
+    print(json.dumps({"eval": report["eval"], "meta": {k: v for k, v in report["meta"].items() if k != "args"}}))
+
+
+def metrics_line(report: dict[str, Any], step: int) -> dict[str, Any]:
+    return next((m for m in report["metrics"] if int(m["step"]) == step), {})
+
+
+if __name__ == "__main__":
+    main()
