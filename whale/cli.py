@@ -186,7 +186,7 @@ def run(
 
     def show(status, previous, decision) -> None:
         summary = status_summary(status)
-        keys = ("phase", "activePhase", "cycle", "step", "iteration", "best", "reward", "harnessScore")
+        keys = ("phase", "activePhase", "cycle", "step", "iteration", "best", "reward", "harnessScore", "emptySteps")
         now = {k: summary[k] for k in keys}
         if now != last:
             last.update(now)
@@ -201,6 +201,9 @@ def run(
                 bits.append(f"reward {summary['reward']:.3f}")
             bits.append(f"best {summary['best'] or '-'}")
             bits.append(f"rollouts {summary['rolloutsSpent']}")
+            if status.empty_steps:  # RSFT steps that trained nothing: the run may be wasting its budget
+                bits.append(f"[yellow]warning: {status.empty_steps} step(s) kept no trajectory "
+                            f"(last: step {status.last_empty_step})[/]")
             console.print(" | ".join(bits), highlight=False)
 
     extra: dict[str, Any] = {}

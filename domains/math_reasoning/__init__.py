@@ -54,7 +54,7 @@ class MathReasoning(SplitsInMemoryDomain):
         from math_reasoning.data import load_splits
 
         return load_splits(data_root(data), seed=data.seed, harness_size=data.harness_size,
-                           weight_size=data.weight_size, test_size=data.test_size)
+                           weight_size=data.weight_size, test_size=data.test_size, math_set=data.math_set)
 
     def item_from_raw(self, raw: dict[str, Any]) -> dict[str, Any]:
         from math_reasoning.data import to_item
