@@ -89,7 +89,7 @@ def phase_rollouts(store: Store, run: str, phase: str) -> int:
 
 def empty_steps(lines: Sequence[dict[str, Any]]) -> list[int]:
     """The steps of these metrics lines that kept no trajectory (SFT skipped). Pure."""
-    return sorted(int(line["step"]) for line in lines if int(line.get("kept", 0)) == 0)
+    return sorted(int(line["step"]) for line in lines if int(line.get("kept", 1)) == 0)
 
 
 def finish(store: Store, run: str, phase: str, step: int, stopped_by: StopReason,
