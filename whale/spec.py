@@ -459,8 +459,8 @@ class Data(_Model):
     math_set: Literal["aime", "gsm8k"] = Field(
         "aime", description="math_reasoning's problem set: aime = the paper's (D_test AIME 2024 + 2025, D_weight and "
         "D_harness from the MATH train pool); gsm8k = grade-school word problems (D_weight and D_harness from GSM8K "
-        "train, D_test from GSM8K test, 1,319 problems), for small models whose AIME score can only be 0 (the CPU "
-        "example manifests/examples/local/smollm2-*.yaml); other domains ignore it")
+        "train, D_test from GSM8K test, 1,319 problems), for models whose AIME score can only be 0; other domains "
+        "ignore it")
     corpus: Literal["auto", "local", "wiki18"] = Field(
         "auto", description="search_qa's retrieval corpus, and with it the training questions: local = BM25 over the "
         "shipped passages, D_weight/D_harness only the questions whose answer BM25 retrieves in the top 5; "

@@ -2,7 +2,8 @@
 
 Registered under ``whale.domains`` as ``math_reasoning = "math_reasoning:DOMAIN"``. Items are the raw row
 format ``{"id", "problem", "answer"}``; D_test is AIME 2024 + 2025, D_weight / D_harness come from the MATH
-train problems with numeric answers (``math_reasoning.data``). The verifier is the strict ``\\boxed{}``
+train problems with numeric answers (``math_reasoning.data``); ``spec.data.mathSet: gsm8k`` takes all three
+from GSM8K instead. The verifier is the strict ``\\boxed{}``
 match of the final reply (``math_reasoning.verifier``); the tool is ``code_interpreter`` (``math_reasoning.env``),
 served by ``$WHALE_CODE_URL`` when set (the cluster's ``/run`` service), else by local sandboxes.
 """
