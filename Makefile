@@ -10,7 +10,7 @@ STORE  ?= .whale/store
 PYTEST_ARGS ?=
 # `make compare`: the three conditions of the CPU SmolLM2 example, one store, one report
 COMPARE_DIR   ?= manifests/examples/local
-COMPARE_RUNS  ?= smollm2-gsm8k-rsft smollm2-gsm8k-mh smollm2-gsm8k-whale
+COMPARE_RUNS  ?= smollm2-rsft-only smollm2-mh-only smollm2-whale
 COMPARE_STORE ?= .whale/compare
 COMPARE_OUT   ?= .whale/compare-report
 SMOLLM2       := .whale/models/smollm2-135m
