@@ -5,8 +5,9 @@ batched (requests with equal sampling parameters, ``max_tokens`` and the seed as
 call, left-padded, each row cut at its own ``max_tokens``), and generation runs in a worker thread so the
 event loop keeps serving harness hooks meanwhile. A seeded request (``SamplingParams.seed``) samples each
 of its rows from a generator of its own (``seed + j`` for completion ``j``, as vLLM does), so its replies do
-not depend on what else shares the batch; unseeded requests sample from torch's global generator. The generated text is decoded whole: a thinking
-model's ``<think>...</think>`` stays in ``content``, as vLLM gives it without a reasoning parser.
+not depend on what else shares the batch; unseeded requests sample from torch's global generator. The
+generated text is decoded whole: a thinking model's ``<think>...</think>`` stays in ``content``, as vLLM
+gives it without a reasoning parser.
 
 Sharing weights with a trainer: pass the trainer's ``model`` object in. Every ``generate`` reads
 the model's current parameters, so after an optimizer step the next rollout samples from the new
