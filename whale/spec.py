@@ -495,6 +495,11 @@ class Evaluation(_Model):
         "(`whale plan` lists the bound); false: the start and the accepted harness at the end only")
     max_items: Items | None = Field(None, description="cap the test items (smoke runs)")
     split: Literal["test", "harness", "weight"] = "test"
+    seed: Int64 | None = Field(
+        0, description="sampling seed of every evaluation: each model call's seed is derived from (seed, item id, "
+        "sample index, turn), so the same checkpoint and harness give the same mean@k whatever the concurrency or "
+        "batching (sent as the request's `seed` to an OpenAI-compatible server, which vLLM honours; reproducible "
+        "up to the server's floating-point nondeterminism). null: unseeded sampling")
 
     @model_validator(mode="after")
     def _one_unit(self) -> Evaluation:
@@ -549,6 +554,11 @@ class Data(_Model):
     harness_size: Items = Field(256, description="|D_harness|")
     test_size: Items | None = Field(
         None, description="|D_test| (per benchmark where the domain has several); unset: the domain's default")
+    math_set: Literal["aime", "gsm8k"] = Field(
+        "aime", description="math_reasoning's problem set: aime = the paper's (D_test AIME 2024 + 2025, D_weight and "
+        "D_harness from the MATH train pool); gsm8k = grade-school word problems (D_weight and D_harness from GSM8K "
+        "train, D_test from GSM8K test, 1,319 problems), for models whose AIME score can only be 0; other domains "
+        "ignore it")
     corpus: Literal["auto", "local", "wiki18"] = Field(
         "auto", description="search_qa's retrieval corpus, and with it the training questions: local = BM25 over the "
         "shipped passages, D_weight/D_harness only the questions whose answer BM25 retrieves in the top 5; "
@@ -880,6 +890,11 @@ class WhaleRunStatus(_Model):
     stop_requested: list[str] = Field(default_factory=list, description="phases asked to stop early")
     rollouts_completed: NonNegInt = Field(0, description="training rollouts of finished phases")
     rollouts_spent: NonNegInt = Field(0, description="training rollouts so far (finished + running phases)")
+    empty_steps: NonNegInt = Field(
+        0, description="RSFT steps so far that kept no trajectory (no reward above rsft.scoreThreshold: SFT skipped, "
+        "the weights did not move), finished + running weight phases; a warning when it grows")
+    empty_steps_completed: NonNegInt = Field(0, description="emptySteps of the finished weight phases")
+    last_empty_step: NonNegInt | None = Field(None, description="the latest global step that kept no trajectory")
     evals: list[EvalPoint] = Field(default_factory=list)
     best: BestEval | None = Field(None, description="the best test mean@k over every evaluation point")
     final: BestEval | None = Field(

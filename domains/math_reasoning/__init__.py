@@ -2,7 +2,8 @@
 
 Registered under ``whale.domains`` as ``math_reasoning = "math_reasoning:DOMAIN"``. Items are the raw row
 format ``{"id", "problem", "answer"}``; D_test is AIME 2024 + 2025, D_weight / D_harness come from the MATH
-train problems with numeric answers (``math_reasoning.data``). The verifier is the strict ``\\boxed{}``
+train problems with numeric answers (``math_reasoning.data``); ``spec.data.mathSet: gsm8k`` takes all three
+from GSM8K instead. The verifier is the strict ``\\boxed{}``
 match of the final reply (``math_reasoning.verifier``; DAPO's string match by default, math-verify with
 ``spec.verifier.mathAnswer: mathVerify``); the tool is ``code_interpreter`` (``math_reasoning.env``),
 served by ``$WHALE_CODE_URL`` when set (the cluster's ``/run`` service), else by local sandboxes.
@@ -67,7 +68,7 @@ class MathReasoning(SplitsInMemoryDomain):
         from math_reasoning.data import load_splits
 
         return load_splits(data_root(data), seed=data.seed, harness_size=data.harness_size,
-                           weight_size=data.weight_size, test_size=data.test_size)
+                           weight_size=data.weight_size, test_size=data.test_size, math_set=data.math_set)
 
     def item_from_raw(self, raw: dict[str, Any]) -> dict[str, Any]:
         from math_reasoning.data import to_item

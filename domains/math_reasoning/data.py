@@ -1,8 +1,15 @@
 """Raw files -> the three math splits.
 
-D_test is AIME 2024 + AIME 2025 (60 problems, their ids kept). D_harness (256 by default) and D_weight
-come from one shuffled pool, the MATH train problems with numeric answers (``math_train_numeric.jsonl``),
-so they are disjoint by construction; GSM8K can be added to the pool as an easier curriculum.
+Two problem sets (``spec.data.mathSet``):
+
+* ``aime`` (the paper's): D_test is AIME 2024 + AIME 2025 (60 problems, their ids kept). D_harness (256 by
+  default) and D_weight come from one shuffled pool, the MATH train problems with numeric answers
+  (``math_train_numeric.jsonl``), so they are disjoint by construction; GSM8K train can be added to the pool
+  as an easier curriculum (``gsm8k=True``, library only).
+* ``gsm8k`` (grade-school word problems, for small models on a CPU): D_harness and D_weight come from the
+  GSM8K train problems, D_test from the GSM8K test problems (1,319), so a model whose AIME score can only be
+  0 has a task whose score can move. The same caps apply (``harnessSize``, ``weightSize``, ``testSize``).
+
 Splitting is pure (rows in, rows out); only :func:`read_jsonl` and :func:`load_splits` touch files.
 """
 
@@ -19,6 +26,12 @@ SUBDIR = "math_reasoning"
 TEST_FILES = ("aime_2024.jsonl", "aime_2025.jsonl")
 POOL_FILE = "math_train_numeric.jsonl"
 GSM8K_FILE = "gsm8k_train.jsonl"
+GSM8K_TEST_FILE = "gsm8k_test.jsonl"
+#: the problem sets ``spec.data.mathSet`` names: (D_test files, pool files)
+MATH_SETS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "aime": (TEST_FILES, (POOL_FILE,)),
+    "gsm8k": ((GSM8K_TEST_FILE,), (GSM8K_FILE,)),
+}
 
 Row = dict[str, Any]
 
@@ -85,18 +98,24 @@ def make_splits(
 
 @functools.lru_cache(maxsize=8)
 def _load(root: str, seed: int, harness_size: int, weight_size: int | None, test_size: int | None,
-          gsm8k: bool) -> dict[str, list[Row]]:
+          gsm8k: bool, math_set: str) -> dict[str, list[Row]]:
     base = Path(root) / SUBDIR
-    test = [to_item(r, name) for name in TEST_FILES for r in read_jsonl(base / name)]
-    pool = [to_item(r, POOL_FILE) for r in read_jsonl(base / POOL_FILE)]
-    if gsm8k:
+    test_files, pool_files = MATH_SETS[math_set]
+    test = [to_item(r, name) for name in test_files for r in read_jsonl(base / name)]
+    pool = [to_item(r, name) for name in pool_files for r in read_jsonl(base / name)]
+    if gsm8k and GSM8K_FILE not in pool_files:
         pool += [to_item(r, GSM8K_FILE) for r in read_jsonl(base / GSM8K_FILE)]
     return make_splits(test, pool, seed=seed, harness_size=harness_size, weight_size=weight_size,
                        test_size=test_size)
 
 
 def load_splits(root: Path, *, seed: int = 0, harness_size: int = 256, weight_size: int | None = None,
-                test_size: int | None = None, gsm8k: bool = False) -> dict[str, list[Row]]:
-    """All three splits (cached per settings: ``split_sizes`` and the workloads share one parse)."""
-    splits = _load(str(Path(root).resolve()), seed, harness_size, weight_size, test_size, gsm8k)
+                test_size: int | None = None, gsm8k: bool = False, math_set: str = "aime") -> dict[str, list[Row]]:
+    """All three splits (cached per settings: ``split_sizes`` and the workloads share one parse).
+
+    ``math_set``: ``aime`` (the paper's: AIME test, MATH pool) or ``gsm8k`` (GSM8K test, GSM8K train pool);
+    ``gsm8k``: also add GSM8K train to the ``aime`` pool (a curriculum)."""
+    if math_set not in MATH_SETS:
+        raise DataError(f"spec.data.mathSet={math_set!r} is not a math problem set; use one of {', '.join(MATH_SETS)}")
+    splits = _load(str(Path(root).resolve()), seed, harness_size, weight_size, test_size, gsm8k, math_set)
     return {name: list(rows) for name, rows in splits.items()}

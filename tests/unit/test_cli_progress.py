@@ -269,3 +269,18 @@ def test_the_terminal_display_draws_live_and_prints_the_events_above_it():
     assert "c01-weight step 1 done (1/4): reward 0.500" in text
     assert "sampling step 1 (8/16 rollouts)" in text and "━" in text  # the live region with its bars
     assert display._live is None
+
+
+def test_rsft_steps_that_kept_nothing_are_a_warning_in_both_views():
+    """A step that keeps no trajectory trains nothing: the plain log warns once when the count grows, and the
+    live view keeps the warning on screen."""
+    run = WhaleRunStatus(phase=RunPhase.RUNNING, cycle=1, stage=Stage.WEIGHT, active_phase="c01-weight")
+    empty = run.model_copy(update={"empty_steps": 2, "last_empty_step": 3})
+    assert not [line for line in events(frame(0, run, None), frame(1, run, None)) if "warning" in line]
+    lines = events(frame(0, run, None), frame(1, empty, None))
+    assert [line[21:] for line in lines if "warning" in line] == [
+        "warning: 2 RSFT step(s) kept no trajectory (last: step 3); SFT was skipped there, the weights did not move"]
+    assert not [line for line in events(frame(1, empty, None), frame(2, empty, None)) if "warning" in line]
+    console = Console(width=160, record=True)
+    console.print(render(frame(2, empty, None)))
+    assert "warning: 2 RSFT step(s) kept no trajectory (last: step 3)" in console.export_text()

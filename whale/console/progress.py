@@ -270,12 +270,19 @@ def events(prev: Frame | None, cur: Frame, paces: dict[str, Pace] | None = None)
             best = s.best
             mark = " (new best)" if best is not None and best.phase == e.phase else ""
             out.append(f"{e.phase} done: mean@{best.k if best else 'k'} {e.mean_at_k:.4f}{mark}")
+    if s.empty_steps > (p.empty_steps if p else 0):  # RSFT steps that trained nothing: budget spent for nothing
+        out.append(f"warning: {empty_steps_words(s)}")
     for phase, n in s.failures.items():
         if n > (p.failures.get(phase, 0) if p else n):
             out.append(f"{phase} attempt {n} failed: {s.message or s.reason or 'see its log'}")
     if run_line and s.phase.is_terminal():
         out.append(run_line)
     return [f"{stamp(cur.at)} {line}" for line in out]
+
+
+def empty_steps_words(s: WhaleRunStatus) -> str:
+    return (f"{s.empty_steps} RSFT step(s) kept no trajectory (last: step {s.last_empty_step}); "
+            "SFT was skipped there, the weights did not move")
 
 
 def _completion_words(phase: str, s: WhaleRunStatus) -> str:
@@ -411,4 +418,6 @@ def render(frame: Frame, paces: dict[str, Pace] | None = None) -> RenderableType
         rows.append(Text(f"step {reward.step} ({when}): {reward_words(reward)}"))
     elif child is not None and child.kind is PhaseKind.HARNESS and s.harness_score is not None:
         rows.append(Text(f"iteration {s.iteration}: best harness score {s.harness_score:.3f}"))
+    if s.empty_steps:
+        rows.append(Text(f"warning: {empty_steps_words(s)}", style="yellow"))
     return Group(*rows)

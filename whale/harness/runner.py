@@ -35,7 +35,7 @@ from whale.domain import Domain, DomainError, Environment
 from whale.harness.process import HarnessError, HarnessPool, HarnessProcess
 from whale.harness.sandbox import SandboxLimits
 from whale.harness.trace import EndReason, Episode
-from whale.inference.base import ChatResult, Completion, InferenceClient, InferenceError, SamplingParams
+from whale.inference.base import ChatResult, Completion, InferenceClient, InferenceError, SamplingParams, call_seed
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,9 @@ class RunnerConfig:
     #: the first model call of an item's k episodes is one request with n=k when their prompts are
     #: equal (the usual case: ``start`` is a function of the task): the server prefills the prompt once
     share_first_turn: bool = False
+    #: seed every model call from (seed, item id, sample, turn) (:func:`whale.inference.base.call_seed`),
+    #: so the same model and harness sample the same episodes whatever the concurrency; None: unseeded
+    seed: int | None = None
 
 
 class EpisodeRunner:
@@ -141,7 +144,7 @@ class EpisodeRunner:
         share = self.config.share_first_turn and k > 1
         tasks = []
         for item in items:
-            first = SharedFirstTurn(k) if share else None
+            first = SharedFirstTurn(k, self._seed(str(item.get("id", "?")), None, 0)) if share else None
             tasks.extend(one(item, s, first) for s in range(k))
         return list(await asyncio.gather(*tasks))
 
@@ -249,8 +252,11 @@ class EpisodeRunner:
         sampling = self.sampling
         if max_tokens != sampling.max_tokens:
             sampling = dataclasses.replace(sampling, max_tokens=max_tokens)
-        shared = await first.take(self.client, ep.messages, tools, sampling) if first is not None else None
+        shared = await first.take(self.client, ep.messages, tools, sampling, ep.sample) if first is not None else None
         if shared is None:
+            seed = self._seed(ep.item_id, ep.sample, ep.turns)
+            if seed is not None:
+                sampling = dataclasses.replace(sampling, seed=seed)
             result = await self.client.chat(ep.messages, sampling, n=1, tools=tools)
             completion = result.completions[0]
         else:
@@ -283,6 +289,13 @@ class EpisodeRunner:
             step["token_ids"] = completion.token_ids
         ep.steps.append(step)
         return {**message, "finish_reason": completion.finish_reason}
+
+    def _seed(self, item_id: str, sample: int | None, turn: int) -> int | None:
+        """The seed of one model call (None when the runner is unseeded); ``sample`` None: the shared
+        first turn of all the item's samples (its completion ``j`` is sample ``j``'s)."""
+        if self.config.seed is None:
+            return None
+        return call_seed(self.config.seed, item_id, "shared" if sample is None else sample, turn)
 
     async def _execute(self, env: Environment, ep: Episode, actions: list[dict[str, Any]]):
         results: list[dict[str, Any]] = []
@@ -326,25 +339,31 @@ class SharedFirstTurn:
     """The first model call of one item's ``n`` episodes as one ``chat(n=n)`` request.
 
     The first episode to get there sends its prompt with ``n``; every episode whose first prompt (and
-    tools) equals it takes the next completion. An episode with a different first prompt (a harness
-    whose ``start`` is random) gets None and makes its own request; the completion it would have
-    taken goes unused."""
+    tools) equals it takes the completion of its own sample index (so which episode gets which
+    completion does not depend on the order they arrive in). An episode with a different first prompt
+    (a harness whose ``start`` is random) gets None and makes its own request; the completion it would
+    have taken goes unused. ``seed``: the request's seed (None: unseeded)."""
 
-    def __init__(self, n: int):
+    def __init__(self, n: int, seed: int | None = None):
         self.n = n
+        self.seed = seed
         self._prompt: tuple[list[dict[str, Any]], list[dict[str, Any]] | None] | None = None
         self._request: asyncio.Task[ChatResult] | None = None
-        self._taken = 0
+        self._taken: set[int] = set()
 
     async def take(self, client: InferenceClient, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                   sampling: SamplingParams) -> tuple[ChatResult, Completion] | None:
+                   sampling: SamplingParams, index: int) -> tuple[ChatResult, Completion] | None:
         if self._request is None:
             self._prompt = (list(messages), tools)
+            if self.seed is not None:
+                sampling = dataclasses.replace(sampling, seed=self.seed)
             # a task of its own: the episode that sent it may end (cancelled) while others still wait on it
             self._request = asyncio.ensure_future(client.chat(self._prompt[0], sampling, n=self.n, tools=tools))
-        elif self._taken >= self.n or self._prompt != (messages, tools):
+        elif self._prompt != (messages, tools):
             return None
-        index, self._taken = self._taken, self._taken + 1
+        if not 0 <= index < self.n or index in self._taken:
+            return None
+        self._taken.add(index)
         result = await asyncio.shield(self._request)
         if len(result.completions) <= index:
             raise InferenceError(f"asked for {self.n} completions, the backend answered {len(result.completions)}")

@@ -14,7 +14,18 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import hashlib
 from typing import Any
+
+#: call seeds stay below this (a signed 32-bit seed field takes them, with room for ``seed + j``)
+MAX_CALL_SEED = 2**31 - 2**16
+
+
+def call_seed(seed: int, *parts: object) -> int:
+    """A model call's seed from a run's seed and what identifies the call (item id, sample, turn):
+    a stable hash, the same in every process and Python version (unlike ``hash()``). Pure."""
+    key = "\x1f".join(map(str, (seed, *parts))).encode("utf-8")
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") % MAX_CALL_SEED
 
 
 class InferenceError(RuntimeError):
@@ -35,6 +46,8 @@ class SamplingParams:
     top_k: int = -1
     #: generated tokens of one call at most
     max_tokens: int = 1024
+    #: the call's sampling seed (None: unseeded): completion ``j`` of an ``n``-sample call samples from a
+    #: generator seeded with ``seed + j`` (in process; vLLM seeds its ``j``-th child request the same way)
     seed: int | None = None
     stop: tuple[str, ...] = ()
     #: extra chat-template variables, e.g. ``(("enable_thinking", True),)``

@@ -1,10 +1,13 @@
 """In-process inference with transformers: batched generation with the chat template.
 
 For machines without a GPU (and for RSFT on the CPU): concurrent ``chat`` calls are queued and
-batched (requests with equal sampling parameters, ``max_tokens`` aside, share one ``generate`` call,
-left-padded, each row cut at its own ``max_tokens``), and generation runs in a worker thread so the
-event loop keeps serving harness hooks meanwhile. The generated text is decoded whole: a thinking
-model's ``<think>...</think>`` stays in ``content``, as vLLM gives it without a reasoning parser.
+batched (requests with equal sampling parameters, ``max_tokens`` and the seed aside, share one ``generate``
+call, left-padded, each row cut at its own ``max_tokens``), and generation runs in a worker thread so the
+event loop keeps serving harness hooks meanwhile. A seeded request (``SamplingParams.seed``) samples each
+of its rows from a generator of its own (``seed + j`` for completion ``j``, as vLLM does), so its replies do
+not depend on what else shares the batch; unseeded requests sample from torch's global generator. The
+generated text is decoded whole: a thinking model's ``<think>...</think>`` stays in ``content``, as vLLM
+gives it without a reasoning parser.
 
 Sharing weights with a trainer: pass the trainer's ``model`` object in. Every ``generate`` reads
 the model's current parameters, so after an optimizer step the next rollout samples from the new
@@ -236,7 +239,8 @@ class TransformersClient(InferenceClient):
                         f"{self.max_model_len}")
         kwargs: dict[str, Any] = {"max_new_tokens": max_new, "pad_token_id": tok.pad_token_id,
                                   "eos_token_id": sorted(self._eos_ids)}
-        if sampling.temperature > 0:
+        seeded = sampling.temperature > 0 and any(r.sampling.seed is not None for r in batch)
+        if sampling.temperature > 0 and not seeded:
             kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
                           top_k=sampling.top_k if sampling.top_k > 0 else 0)
         else:
@@ -247,8 +251,8 @@ class TransformersClient(InferenceClient):
             was_training = model.training
             model.eval()
             try:
-                if sampling.seed is not None:
-                    torch.manual_seed(sampling.seed)
+                if seeded:  # each row samples from its own generator; greedy decoding takes its pick
+                    kwargs["logits_processor"] = seeded_sampling(sampling, row_seeds(batch), device)
                 with torch.inference_mode():
                     out = model.generate(input_ids=encoded["input_ids"].to(device),
                                          attention_mask=encoded["attention_mask"].to(device), **kwargs)
@@ -303,10 +307,68 @@ def _template_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _key(request: _Request) -> SamplingParams:
     """Requests that may share one ``generate`` call: equal sampling but for ``max_tokens`` (the episode
-    runner clamps it per call, so it differs between episodes; each row is cut at its own) and the
-    chat-template variables (each prompt is rendered on its own)."""
+    runner clamps it per call, so it differs between episodes; each row is cut at its own), the
+    chat-template variables (each prompt is rendered on its own) and the seed (each row samples from its
+    own generator, :func:`seeded_sampling`)."""
     return dataclasses.replace(request.sampling, max_tokens=1, chat_template_kwargs=(), episode_tokens=None,
-                               episode_window=None)
+                               episode_window=None, seed=None)
+
+
+def row_seeds(batch: list[_Request]) -> list[int]:
+    """One seed per generated row: ``seed + j`` for completion ``j`` of a seeded request (as vLLM seeds
+    the ``j``-th sample of an ``n``-sample request); a row of an unseeded request in the same batch
+    draws its seed from torch's global generator (random, as unseeded sampling is)."""
+    import torch
+
+    seeds = []
+    for request in batch:
+        base = request.sampling.seed
+        if base is None:
+            seeds.extend(int(torch.randint(0, 2**31 - 1, ())) for _ in range(request.n))
+        else:
+            seeds.extend(base + j for j in range(request.n))
+    return seeds
+
+
+class RowSeededSampler:
+    """A logits processor that samples each row's next token from the row's own ``torch.Generator``
+    (inverse CDF of the warped distribution) and leaves only that token possible, so greedy decoding
+    emits it. A row's tokens then depend on its seed and its own logits only, not on which other rows
+    share the batch or on the global RNG."""
+
+    def __init__(self, seeds: list[int], device: Any):
+        import torch
+
+        self.generators = [torch.Generator(device=device).manual_seed(int(s)) for s in seeds]
+
+    def __call__(self, input_ids: Any, scores: Any) -> Any:
+        import torch
+
+        probs = torch.softmax(scores.float(), dim=-1)
+        cdf = probs.cumsum(dim=-1)
+        picks = []
+        for row, generator in enumerate(self.generators):
+            u = torch.rand((), generator=generator, device=scores.device) * cdf[row, -1]
+            picks.append(torch.searchsorted(cdf[row], u.reshape(1)).clamp(max=scores.shape[-1] - 1))
+        chosen = torch.cat(picks).unsqueeze(1)
+        out = torch.full_like(scores, float("-inf"))
+        return out.scatter(1, chosen, 0.0)
+
+
+def seeded_sampling(sampling: SamplingParams, seeds: list[int], device: Any) -> Any:
+    """Temperature, top-k and top-p (transformers' warpers, in generate's order), then
+    :class:`RowSeededSampler`: the processors of a seeded batch, decoded greedily."""
+    from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
+
+    processors: list[Any] = []
+    if sampling.temperature != 1.0:
+        processors.append(TemperatureLogitsWarper(sampling.temperature))
+    if sampling.top_k > 0:
+        processors.append(TopKLogitsWarper(sampling.top_k))
+    if sampling.top_p < 1.0:
+        processors.append(TopPLogitsWarper(sampling.top_p))
+    processors.append(RowSeededSampler(seeds, device))
+    return LogitsProcessorList(processors)
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> set[int]:

@@ -4,7 +4,9 @@ Each global step ``s`` (0-based; the metrics line says ``step = s + 1``, the num
 
 1. the prompts of ``PromptOrder.indices(s)``;
 2. ``rolloutsPerPrompt`` rollouts each through the sampler (current weights, current harness);
-3. keep reward > ``scoreThreshold``; none kept = no SFT (the weights stay exactly as they were);
+3. keep reward > ``scoreThreshold``; none kept = no SFT (the weights stay exactly as they were): a
+   warning in the log, ``kept: 0`` in the metrics line, the step in the result's ``emptySteps`` and the
+   run's status (``emptySteps``, ``lastEmptyStep``);
 4. SFT on the kept trajectories (``SFTTrainer``);
 5. weight sync, so step ``s + 1`` samples from the new weights;
 6. one metrics line; a checkpoint at saveSteps / every N steps / the end, then the resume state.
@@ -96,15 +98,22 @@ def phase_rollouts(store: Store, run: str, phase: str) -> int:
     return sum(int(line.get("rollouts", 0)) for line in store.read_jsonl(layout.metrics_key(run, phase)))
 
 
+def empty_steps(lines: Sequence[dict[str, Any]]) -> list[int]:
+    """The steps of these metrics lines that kept no trajectory (SFT skipped). Pure."""
+    return sorted(int(line["step"]) for line in lines if int(line.get("kept", 1)) == 0)
+
+
 def finish(store: Store, run: str, phase: str, step: int, stopped_by: StopReason,
            sandbox_isolation: str | None = None) -> WeightPhaseResult:
     """Write the result (last): the checkpoint at ``step`` must already be complete.
     ``sandbox_isolation``: what the rollouts' harness process ran under (None: no rollouts this attempt)."""
+    lines = store.read_jsonl(layout.metrics_key(run, phase))
     result = WeightPhaseResult(
         final_step=step,
         checkpoint=layout.checkpoint_prefix(run, step),
-        rollouts=phase_rollouts(store, run, phase),
+        rollouts=sum(int(line.get("rollouts", 0)) for line in lines),
         stopped_by=stopped_by,
+        empty_steps=empty_steps(lines),
         sandbox_isolation=sandbox_isolation,  # type: ignore[arg-type]
     )
     store.write_json(layout.result_key(run, phase), result.to_wire())
@@ -192,6 +201,10 @@ class WeightPhase:
                 if lock is not None:
                     lock.release()
             loss, tokens, t_train, updates = stats.loss, stats.tokens, stats.seconds, stats.updates
+        else:
+            log.warning("step %d kept no trajectory: no reward of its %d rollouts is above scoreThreshold %g (reward "
+                        "mean %.3f); SFT skipped, the weights did not move", s + 1, selection.rollouts,
+                        self.cfg.score_threshold, selection.reward_mean)
         t2 = self.clock()
         if selection.kept:
             self.report(ProgressStage.SYNCING, s + 1, reward_mean=selection.reward_mean,

@@ -746,6 +746,8 @@ def status_summary(status: WhaleRunStatus) -> dict[str, Any]:
         "best": f"{best.mean_at_k:.4f} (mean@{best.k}, {best.phase})" if best else None,
         "final": f"{status.final.mean_at_k:.4f} (mean@{status.final.k}, {status.final.phase})" if status.final else None,
         "rolloutsSpent": status.rollouts_spent,
+        "emptySteps": (f"{status.empty_steps} RSFT step(s) kept no trajectory (last: step {status.last_empty_step}); "
+                       "SFT skipped, the weights did not move" if status.empty_steps else None),
         "interrupted": interrupted(status) is not None,
         "message": status.message,
     }

@@ -5,7 +5,10 @@ Reads the PhaseRequest (kind ``eval``): ``checkpoint`` = a store prefix of an HF
 domain (``whale.domains.load(spec.domain)``), the split ``spec.evaluation.split`` (test by default)
 capped at ``spec.evaluation.maxItems``, and runs k = ``spec.evaluation.samplesPerItem`` episodes per
 item at ``spec.evaluation.temperature`` (top_p/top_k/max tokens from ``spec.rsft.sampling``), at most
-``spec.inference.maxConcurrency`` at once.
+``spec.inference.maxConcurrency`` at once. Every model call is seeded from ``spec.evaluation.seed``, the
+item id, the sample index and the turn (``whale.harness.runner.RunnerConfig.seed``), so the same
+checkpoint and harness give the same per-item rewards and mean@k in every evaluation, whatever the
+concurrency and batching; ``seed: null`` samples unseeded.
 
 Inference backend (``whale.inference.factory``): ``inference.backend`` ``transformers`` → in-process
 (loading the checkpoint, else ``spec.model``: name/path and optional ``ggufFile``); ``openai``/``vllm``
@@ -168,8 +171,9 @@ async def _evaluate(store: Store, run: str, phase: str, request: PhaseRequest, s
     notes: list[str] = list(domain.notes())
     errors = sum(len(r.get("errors", [])) for r in records)
     # an item's k first turns share one n=k request (one prefill) when their prompts are equal
+    # seeded per (evaluation seed, item, sample, turn): the same checkpoint and harness give the same mean@k
     config = RunnerConfig(max_concurrency=spec.inference.max_concurrency, harness_label=request.eval.harness or "h0",
-                          share_first_turn=True)
+                          share_first_turn=True, seed=spec.evaluation.seed)
     isolation = spec.sandbox.isolation
     if isolation == "none":
         notes.append("spec.sandbox.isolation was none: harness processes and code tools ran WITHOUT isolation")
