@@ -133,3 +133,15 @@ def test_separate_and_in_process_placements_are_left_alone(monkeypatch):
 def test_the_spec_refuses_colocated_without_a_vllm_server():
     with pytest.raises(ValueError, match="placement colocated .* backend 'transformers'"):
         spec(backend="transformers", placement="colocated")
+
+
+@pytest.mark.skipif(__import__("importlib.util").util.find_spec("vllm") is not None, reason="vLLM is here: run it")
+def test_the_benchmark_says_it_needs_vllm():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "colocated_step.py"), "--steps", "2"],
+                          capture_output=True, text=True, timeout=60, check=False, cwd=root)
+    assert proc.returncode == 1 and "needs vLLM importable" in proc.stderr
