@@ -30,9 +30,9 @@ def cost_lines(est: CostEstimate) -> list[str]:
     lines = [
         f"cost ({est.figures.gpu} figures): {bound}{fmt_hours(est.total_gpu_hours)} GPU-hours, "
         f"{fmt_hours(est.total_wall_hours)} hours of phases",
-        f"  weight phases: {fmt_hours(est.weight.gpu_hours)} GPU-h ({fmt_hours(est.weight.wall_hours)} h x {gpus} GPUs); "
-        f"one RSFT step {s['wall']:,.1f} s = generation {s['generation']:,.1f} + sync {s['sync']:,.1f} + "
-        f"SFT {s['sft']:,.1f}; {est.checkpoints} checkpoints",
+        (f"  weight phases: {fmt_hours(est.weight.gpu_hours)} GPU-h ({fmt_hours(est.weight.wall_hours)} h x {gpus} GPUs); "
+         f"one RSFT step {s['wall']:,.1f} s = generation {s['generation']:,.1f} + sync {s['sync']:,.1f} + "
+         f"SFT {s['sft']:,.1f}; {est.checkpoints} checkpoints") if s["wall"] else "  weight phases: none",
         f"  harness phases: {fmt_hours(est.harness.gpu_hours)} GPU-h ({fmt_hours(est.harness.wall_hours)} h x "
         f"{est.harness.gpus} GPUs)",
         f"  evaluations: {fmt_hours(est.evaluation.gpu_hours)} GPU-h ({fmt_hours(est.evaluation.wall_hours)} h x "
