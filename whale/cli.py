@@ -160,13 +160,47 @@ def validate(
                       highlight=False)
 
 
-@app.command()
-def plan(file: FileArg, output: OutputOpt = Output.table) -> None:
-    """The schedule the run will follow: phases, rollouts, evaluation cost."""
+def plan_with_cost(m: Manifest, sizes: dict[str, int], assumptions: Any = None) -> tuple[dict[str, Any], Any]:
+    """`whale plan`'s JSON (the schedule, rollouts, and ``cost``) and the cost estimate (None when the
+    model's size is unknown: ``cost`` then holds the reason)."""
     from whale.console.plan import with_costs
+    from whale.cost import Assumptions, CostError, estimate
+
+    p = with_costs(make_plan(m.spec, sizes), m.spec, sizes)
+    try:
+        est = estimate(p, m.spec, assumptions or Assumptions())
+    except CostError as exc:
+        p["cost"] = {"error": str(exc)}
+        return p, None
+    p["cost"] = est.to_wire()
+    return p, est
+
+
+@app.command()
+def plan(
+    file: FileArg,
+    output: OutputOpt = Output.table,
+    parameters: Annotated[Optional[float], typer.Option(
+        min=1e5, max=1e13, help="model parameters for the cost (default: what spec.model.name states, e.g. 2B)")] = None,
+    tokens_per_episode: Annotated[Optional[int], typer.Option(
+        min=1, max=10_000_000, help="typical generated tokens per episode (default: the spec's cap, an upper bound)")
+    ] = None,
+    prompt_tokens: Annotated[int, typer.Option(min=0, max=10_000_000, help="prompt tokens trained per kept rollout")
+                             ] = 512,
+    acceptance: Annotated[float, typer.Option(
+        min=0.001, max=1.0, help="fraction of rollouts kept for SFT (default 1: an upper bound)")] = 1.0,
+    proposer_seconds: Annotated[Optional[float], typer.Option(
+        min=0, max=1e7, help="wall seconds of one proposer iteration (default: its timeoutSeconds, an upper bound)")
+    ] = None,
+) -> None:
+    """The schedule the run will follow: phases, rollouts, evaluation cost, GPU-hours (docs/performance.md)."""
+    from whale.console.cost_table import cost_lines
+    from whale.cost import Assumptions
 
     m, sizes = _load_checked(file)
-    p = with_costs(make_plan(m.spec, sizes), m.spec, sizes)
+    p, est = plan_with_cost(m, sizes, Assumptions(
+        parameters=parameters, tokens_per_episode=tokens_per_episode, prompt_tokens=prompt_tokens,
+        acceptance=acceptance, proposer_seconds=proposer_seconds))
     if output is Output.json:
         typer.echo(json.dumps(p, indent=2))
         return
@@ -209,6 +243,11 @@ def plan(file: FileArg, output: OutputOpt = Output.table) -> None:
         console.print(f"optimizer updates per RSFT step ({updates['miniBatchScope']} mini-batch, "
                       f"{updates['dataParallelRanks']} data-parallel ranks): {updates['formula']}; "
                       f"at most {updates['upperBound']} (every rollout kept); {typical}", highlight=False)
+    if est is None:
+        console.print(f"cost: not estimated: {p['cost']['error']}", markup=False, highlight=False)
+    else:
+        for line in cost_lines(est):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 def _store_uri(uri: str | None, m: Manifest | None = None) -> str:

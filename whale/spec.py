@@ -608,6 +608,24 @@ class Inference(_Model):
         "server then moves the thinking out of content into reasoning_content, so harnesses and verifiers see only "
         "the answer. null (the paper's setting): the thinking stays inline in content, as the in-process backend "
         "gives it")
+    placement: Literal["separate", "colocated"] = Field(
+        "separate", description="vllm: separate (the paper's launchers): the server on GPUs of its own, idle while "
+        "the trainer works; colocated: one train pod, the server a second container on the trainer's GPUs, put to "
+        "sleep during each SFT update and woken before generation (verl's hybrid engine). The in-process "
+        "transformers backend is always colocated")
+    colocated_gpu_memory_utilization: Annotated[float, Strict(), Field(gt=0, le=0.9)] = Field(
+        0.35, description="colocated: vLLM --gpu-memory-utilization, its share of each trainer GPU while awake (the "
+        "trainer's weights and optimiser state stay on the GPU: leave them the rest)")
+    sleep_level: Annotated[int, Strict(), Field(ge=1, le=2)] = Field(
+        1, description="colocated: vLLM /sleep level during SFT: 1 offloads the weights to host memory and drops the "
+        "KV cache; 2 drops both (the weight sync after SFT reloads the weights anyway)")
+
+    @model_validator(mode="after")
+    def _placement_fields(self) -> Inference:
+        if self.placement == "colocated" and self.backend not in ("auto", "vllm"):
+            raise ValueError(f"placement colocated puts a vLLM server on the trainer's GPUs; backend {self.backend!r} "
+                             "has none: set backend vllm (or auto), or placement separate")
+        return self
 
 
 class Retry(_Model):

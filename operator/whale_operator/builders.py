@@ -645,3 +645,139 @@ def scaled(manifest: Manifest, replicas: int) -> Manifest:
     out = copy.deepcopy(manifest)
     out["spec"]["replicas"] = replicas
     return out
+
+
+# ----- colocated placement (inference.placement: colocated) ---------------------------------------------
+
+#: the DRA DeviceClass of NVIDIA's DRA driver: one claim of the pod's GPUs, shared by trainer and server
+DRA_GPU_DEVICE_CLASS = "gpu.nvidia.com"
+GPU_CLAIM = "gpus"
+#: the folder the trainer writes each step's bf16 weights to and the server reloads from
+#: (``whale.rsft.sync.VLLMReloadSync``; ``$WHALE_SYNC_DIR`` / ``$WHALE_SYNC_SERVER_DIR`` of whale.workloads.train)
+COLOCATED_SYNC_DIR = "/sync"
+
+
+class ColocatedPlacementError(ValueError):
+    """A spec the colocated train pod cannot be rendered for; the message names the field and the fix."""
+
+
+def colocated_claim_name(run: RunRef, request: PhaseRequest) -> str:
+    return f"{names.job_name(run.name, request.phase, request.attempt)}-gpus"
+
+
+def colocated_vllm_args(spec: WhaleRunSpec) -> list[str]:
+    """``vllm serve`` arguments of the colocated server: its share of the GPUs, and sleep mode."""
+    args = vllm_args(spec)
+    at = args.index("--gpu-memory-utilization")
+    args[at + 1] = str(spec.inference.colocated_gpu_memory_utilization)
+    return [*args, "--enable-sleep-mode"]
+
+
+def _check_colocated(spec: WhaleRunSpec, request: PhaseRequest) -> None:
+    inf, train = spec.inference, spec.train
+    problems = []
+    if request.kind is not PhaseKind.WEIGHT:
+        problems.append(f"phase {request.phase} is a {request.kind.value} phase; only a weight phase trains")
+    if inf.placement != "colocated":
+        problems.append("spec.inference.placement is not colocated: use job() and inference_deployment()")
+    if train.num_nodes != 1:
+        problems.append(f"spec.train.numNodes is {train.num_nodes}: a colocated train pod is one pod; set 1, or "
+                        "inference.placement separate")
+    if train.gpus_per_node < 1:
+        problems.append("spec.train.gpusPerNode is 0: colocated shares GPUs; set it to 1 or more")
+    elif inf.tensor_parallel_size > train.gpus_per_node:
+        problems.append(f"spec.inference.tensorParallelSize ({inf.tensor_parallel_size}) is more than the pod's "
+                        f"GPUs (train.gpusPerNode {train.gpus_per_node}); lower it")
+    if problems:
+        raise ColocatedPlacementError("; ".join(problems))
+
+
+def colocated_gpu_claim_template(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest) -> Manifest:
+    """The ResourceClaimTemplate of the colocated train pod's GPUs (``resource.k8s.io/v1``, DRA).
+
+    Two containers cannot share devices through the device plugin (``nvidia.com/gpu`` gives each
+    container its own); a DRA claim referenced by both can. Needs Kubernetes >= 1.34 and NVIDIA's DRA
+    driver (DeviceClass ``gpu.nvidia.com``)."""
+    _check_colocated(spec, request)
+    labels = with_queue({**names.child_labels(run.name, request.kind.workload, cycle=_request_cycle(request),
+                                              phase=request.phase, attempt=request.attempt),
+                         names.LABEL_KIND: request.kind.value}, spec)
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": run.metadata(colocated_claim_name(run, request), labels),
+        "spec": {"spec": {"devices": {"requests": [{
+            "name": GPU_CLAIM,
+            "exactly": {"deviceClassName": DRA_GPU_DEVICE_CLASS, "allocationMode": "ExactCount",
+                        "count": spec.train.gpus_per_node},
+        }]}}},
+    }
+
+
+def _without_gpus(resources: dict[str, Any]) -> dict[str, Any]:
+    out = {key: {k: v for k, v in values.items() if k != GPU_RESOURCE}
+           for key, values in resources.items() if key in ("requests", "limits")}
+    return {key: values for key, values in out.items() if values}
+
+
+def colocated_train_job(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, *, store_uri: str,
+                        tools: tuple[ToolService, ...] = ()) -> Manifest:
+    """The train Job of a weight phase with ``inference.placement: colocated``: one pod, the trainer and a
+    vLLM server on the same GPUs (verl's hybrid engine). The server is a native sidecar (an init
+    container with ``restartPolicy: Always``: it is up, healthy and serving the phase's start weights,
+    fetched by ``fetch-weights`` from the serving target, before the trainer starts, and the Job completes
+    when the trainer exits). It runs with ``--enable-sleep-mode`` and ``colocatedGpuMemoryUtilization``;
+    the trainer (``whale.rsft.colocated``) puts it to sleep during each SFT update and wakes it before the
+    next generation, and syncs weights through a shared folder (``VLLMReloadSync``), not the store. Both
+    containers take the GPUs through one DRA claim (:func:`colocated_gpu_claim_template`, created with
+    the Job). Pure, like every builder here; raises :class:`ColocatedPlacementError` naming the field."""
+    _check_colocated(spec, request)
+    manifest = job(run, spec, request, store_uri=store_uri, tools=tools)
+    pod = manifest["spec"]["template"]["spec"]
+    worker = pod["containers"][0]
+    local_url = f"http://127.0.0.1:{VLLM_PORT}/v1"
+    worker["env"] = [e for e in worker["env"] if e["name"] != "WHALE_INFERENCE_URL"] + [
+        {"name": "WHALE_INFERENCE_URL", "value": local_url},
+        {"name": "WHALE_SYNC_DIR", "value": COLOCATED_SYNC_DIR},
+        {"name": "WHALE_SYNC_SERVER_DIR", "value": COLOCATED_SYNC_DIR},
+    ]
+    worker["resources"] = {**_without_gpus(worker.get("resources", {})), "claims": [{"name": GPU_CLAIM}]}
+    worker["volumeMounts"] = [*worker["volumeMounts"], {"name": "sync", "mountPath": COLOCATED_SYNC_DIR}]
+
+    img = spec.cluster.images
+    mounts = [{"name": "models", "mountPath": MODELS_DIR}]
+    fetch: dict[str, Any] = {
+        "name": "fetch-weights",
+        "image": img.worker,
+        "imagePullPolicy": img.pull_policy,
+        "command": _weight_sync_command(run, spec, store_uri, once=True),
+        "env": [{"name": "HF_HOME", "value": f"{MODELS_DIR}/hf"}, {"name": "WHALE_RUN", "value": run.name},
+                *storage_env(spec)],
+        "volumeMounts": mounts,
+        "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
+    }
+    env_from = storage_env_from(spec)
+    if env_from:
+        fetch["envFrom"] = env_from
+    server_resources = _without_gpus(resources_dict(spec.cluster.inference_resources))
+    vllm: dict[str, Any] = {
+        "name": "vllm",
+        "image": img.vllm,
+        "imagePullPolicy": img.pull_policy,
+        "restartPolicy": "Always",  # a native sidecar: started first, stopped after the trainer exits
+        "command": ["vllm", "serve"],
+        "args": colocated_vllm_args(spec),
+        # dev mode: /sleep, /wake_up, /collective_rpc reload_weights, /reset_prefix_cache
+        "env": [{"name": "HF_HOME", "value": f"{MODELS_DIR}/hf"}, {"name": "VLLM_SERVER_DEV_MODE", "value": "1"}],
+        "ports": [{"name": "http", "containerPort": VLLM_PORT}],
+        "volumeMounts": [*mounts, {"name": "sync", "mountPath": COLOCATED_SYNC_DIR},
+                         {"name": "dshm", "mountPath": "/dev/shm"}],
+        "startupProbe": {"httpGet": {"path": "/health", "port": VLLM_PORT},
+                         "periodSeconds": VLLM_STARTUP_PERIOD_S, "failureThreshold": VLLM_STARTUP_FAILURES},
+        "resources": {**server_resources, "claims": [{"name": GPU_CLAIM}]},
+    }
+    pod["initContainers"] = [fetch, vllm]
+    pod["resourceClaims"] = [{"name": GPU_CLAIM, "resourceClaimTemplateName": colocated_claim_name(run, request)}]
+    pod["volumes"] = [*pod["volumes"], {"name": "models", "emptyDir": {"sizeLimit": spec.cluster.model_cache_size}},
+                      {"name": "sync", "emptyDir": {}}]
+    return manifest

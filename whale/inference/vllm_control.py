@@ -11,12 +11,21 @@ vLLM 0.24.0 on an H200: docs/performance.md)::
 Older servers, whose ``reload_weights`` takes no folder, are pointed at it first with
 ``{"method": "update_config", "args": [{"model_config": {"model": DIR}}]}`` (the call vLLM 0.24
 rejects); the client falls back to that once and remembers it.
+
+A server colocated with the trainer (``inference.placement: colocated``, started with
+``--enable-sleep-mode``) is also put to sleep during each SFT update and woken before the next
+generation, through the dev-mode sleep endpoints (vLLM docs, "Sleep Mode")::
+
+    POST /sleep?level=1|2             (1: weights to host memory, KV cache dropped; 2: both dropped)
+    POST /wake_up[?tags=weights|kv_cache]
+    GET  /is_sleeping                 -> {"is_sleeping": bool}
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -46,17 +55,18 @@ class VLLMControl:
     def close(self) -> None:
         self.client.close()
 
-    def _post(self, path: str, body: dict[str, Any] | None = None) -> Any:
+    def _post(self, path: str, body: dict[str, Any] | None = None, params: dict[str, Any] | None = None) -> Any:
         url = f"{self.base_url}{path}"
         try:
-            response = self.client.post(url, json=body) if body is not None else self.client.post(url)
+            response = (self.client.post(url, json=body, params=params) if body is not None
+                        else self.client.post(url, params=params))
         except httpx.HTTPError as exc:
             raise WeightSyncError(f"weight sync: cannot reach the inference server at {url}: {exc}") from exc
         if response.status_code == 404:
-            raise WeightSyncError(
-                f"weight sync: {url} answered 404; start vLLM with VLLM_SERVER_DEV_MODE=1 so its "
-                "/collective_rpc and /reset_prefix_cache endpoints exist"
-            )
+            needs = ("--enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 so its /sleep and /wake_up"
+                     if path in ("/sleep", "/wake_up") else
+                     "VLLM_SERVER_DEV_MODE=1 so its /collective_rpc and /reset_prefix_cache")
+            raise WeightSyncError(f"weight sync: {url} answered 404; start vLLM with {needs} endpoints exist")
         if response.status_code >= 400:
             raise WeightSyncError(f"weight sync: {url} answered {response.status_code}: {response.text[:500]}")
         return response.json() if response.content else None
@@ -67,6 +77,31 @@ class VLLMControl:
             return self.client.get(f"{self.base_url}/health", timeout=5.0).status_code == 200
         except httpx.HTTPError:
             return False
+
+    def sleep(self, level: int) -> float:
+        """Free the server's GPU memory for training (``--enable-sleep-mode``); returns the seconds taken."""
+        if level not in (1, 2):
+            raise ValueError(f"sleep level must be 1 or 2, got {level!r}")
+        start = time.perf_counter()
+        self._post("/sleep", params={"level": level})
+        return time.perf_counter() - start
+
+    def wake_up(self, tags: Sequence[str] = ()) -> float:
+        """Give the server its GPU memory back: everything, or only ``tags`` (``weights``, ``kv_cache``)."""
+        start = time.perf_counter()
+        self._post("/wake_up", params={"tags": list(tags)} if tags else None)
+        return time.perf_counter() - start
+
+    def is_sleeping(self) -> bool:
+        url = f"{self.base_url}/is_sleeping"
+        try:
+            response = self.client.get(url, timeout=10.0)
+        except httpx.HTTPError as exc:
+            raise WeightSyncError(f"cannot reach the inference server at {url}: {exc}") from exc
+        if response.status_code != 200:
+            raise WeightSyncError(f"{url} answered {response.status_code}; start vLLM with --enable-sleep-mode and "
+                                  "VLLM_SERVER_DEV_MODE=1")
+        return bool(response.json().get("is_sleeping"))
 
     def reload_from(self, folder: str) -> float:
         """Reload the server's weights from ``folder`` (a path the SERVER sees); returns the seconds taken."""

@@ -98,8 +98,10 @@ def run_train(store: Store, run: str, phase: str, *, domain: Any = None) -> Weig
         validate_file(harness_path, domain.allowed_imports)
         client, sync, lock = make_sampling_backend(spec, model, tokenizer, store, run, start.model_prefix)
         from whale.inference.factory import sampling_for
+        from whale.rsft.colocated import colocate
         from whale.rsft.sampling import HarnessSampler
 
+        trainer, sync = colocate(spec, trainer, sync)  # inference.placement colocated: vLLM sleeps during SFT
         sampling = sampling_for(spec, temperature=spec.rsft.sampling.temperature)
         with HarnessSampler(domain, harness_path, client, sampling, max_concurrency=spec.inference.max_concurrency,
                             harness_label=args.harness or "h0", limits=harness_limits(spec)) as sampler:
@@ -251,7 +253,10 @@ def _lead(store: Store, run: str, phase: str, world: World, device: Any, domain:
             validate_file(harness_path, domain.allowed_imports)
             client, sync, lock = make_sampling_backend(spec, model, tokenizer, store, run, start.model_prefix)
             from whale.inference.factory import sampling_for
+            from whale.rsft.colocated import colocate
             from whale.rsft.sampling import HarnessSampler
+
+            coordinator, sync = colocate(spec, leader, sync)  # colocated: vLLM sleeps during SFT
 
             sampling = sampling_for(spec, temperature=spec.rsft.sampling.temperature)
             saved_model = dist.GatheringModel(model, leader)
@@ -260,7 +265,7 @@ def _lead(store: Store, run: str, phase: str, world: World, device: Any, domain:
                 progress = ProgressWriter(store, run, phase)
                 sampler.on_episode = progress.advance
                 loop = WeightPhase(store=store, run=run, phase=phase, args=args, cfg=cfg, items=items,
-                                   model=saved_model, tokenizer=tokenizer, trainer=leader, sampler=sampler, sync=sync,
+                                   model=saved_model, tokenizer=tokenizer, trainer=coordinator, sampler=sampler, sync=sync,
                                    weights_lock=lock, progress=progress)
                 result = loop.run_from(start)
         leader.end()

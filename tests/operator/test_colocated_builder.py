@@ -1,0 +1,80 @@
+"""The colocated train pod (``inference.placement: colocated``): a pure builder, compared as dicts.
+One pod: the trainer and a vLLM server (a native sidecar, sleep mode on) on the same GPUs through one
+DRA claim; weights synced through a shared folder."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.operator.test_builders import RUN, STORE, make_spec, tools_of, weight_request
+from whale.protocol import EvalPhaseArgs, PhaseKind, PhaseRequest
+from whale_operator import builders
+
+
+def colocated(**inference):
+    return make_spec(train={"gpusPerNode": 4}, inference={"backend": "vllm", "placement": "colocated", **inference})
+
+
+def test_the_colocated_train_pod():
+    spec = colocated(sleepLevel=2, colocatedGpuMemoryUtilization=0.3)
+    request = weight_request(spec)
+    job = builders.colocated_train_job(RUN, spec, request, store_uri=STORE, tools=tools_of("math_reasoning"))
+    plain = builders.job(RUN, spec, request, store_uri=STORE, tools=tools_of("math_reasoning"))
+    assert job["metadata"] == plain["metadata"] and job["kind"] == "Job"
+    pod = job["spec"]["template"]["spec"]
+    worker = pod["containers"][0]
+    fetch, vllm = pod["initContainers"]
+    # the server: a native sidecar, started (and healthy) before the trainer, on its share of the same GPUs
+    assert vllm["restartPolicy"] == "Always" and vllm["startupProbe"]["httpGet"]["path"] == "/health"
+    args = vllm["args"]
+    assert args[-1] == "--enable-sleep-mode"
+    assert args[args.index("--gpu-memory-utilization") + 1] == "0.3"
+    assert {"name": "VLLM_SERVER_DEV_MODE", "value": "1"} in vllm["env"]
+    assert fetch["command"][-1] == "--once"  # the serving target's weights, before the server starts
+    # one DRA claim of the pod's GPUs, taken by both containers; no device-plugin GPUs anywhere
+    assert pod["resourceClaims"] == [{"name": "gpus", "resourceClaimTemplateName": "demo-c01-weight-1-gpus"}]
+    assert worker["resources"]["claims"] == vllm["resources"]["claims"] == [{"name": "gpus"}]
+    for container in (*pod["initContainers"], *pod["containers"]):
+        assert builders.GPU_RESOURCE not in str(container.get("resources", {})), container["name"]
+    # the trainer samples from the server beside it and syncs through the shared folder
+    env = {e["name"]: e.get("value") for e in worker["env"]}
+    assert env["WHALE_INFERENCE_URL"] == "http://127.0.0.1:8000/v1"
+    assert env["WHALE_SYNC_DIR"] == env["WHALE_SYNC_SERVER_DIR"] == "/sync"
+    assert [e["name"] for e in worker["env"]].count("WHALE_INFERENCE_URL") == 1
+    sync_mount = {"name": "sync", "mountPath": "/sync"}
+    assert sync_mount in worker["volumeMounts"] and sync_mount in vllm["volumeMounts"]
+    assert {"name": "sync", "emptyDir": {}} in pod["volumes"]
+    # the rest is the plain train Job's
+    assert job["spec"]["backoffLimit"] == 0 and pod["restartPolicy"] == "Never"
+    assert worker["command"] == plain["spec"]["template"]["spec"]["containers"][0]["command"]
+
+
+def test_the_gpu_claim_template():
+    spec = colocated()
+    claim = builders.colocated_gpu_claim_template(RUN, spec, weight_request(spec))
+    assert claim["apiVersion"] == "resource.k8s.io/v1" and claim["kind"] == "ResourceClaimTemplate"
+    assert claim["metadata"]["name"] == "demo-c01-weight-1-gpus"
+    assert claim["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+    assert claim["spec"]["spec"]["devices"]["requests"] == [{"name": "gpus", "exactly": {
+        "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 4}}]
+
+
+@pytest.mark.parametrize(("over", "field"), [
+    ({"train": {"numNodes": 2, "gpusPerNode": 4}}, "spec.train.numNodes is 2"),
+    ({"train": {"gpusPerNode": 0}}, "spec.train.gpusPerNode is 0"),
+    ({"train": {"gpusPerNode": 2}, "inference": {"backend": "vllm", "placement": "colocated", "tensorParallelSize": 4}},
+     "spec.inference.tensorParallelSize (4)"),
+    ({"inference": {"backend": "vllm", "placement": "separate"}}, "spec.inference.placement is not colocated"),
+])
+def test_specs_it_cannot_render_are_refused_naming_the_field(over, field):
+    spec = make_spec(**{"inference": {"backend": "vllm", "placement": "colocated"}, **over})
+    with pytest.raises(builders.ColocatedPlacementError, match=field.replace("(", r"\(").replace(")", r"\)")):
+        builders.colocated_train_job(RUN, spec, weight_request(spec), store_uri=STORE)
+
+
+def test_only_a_weight_phase_is_colocated():
+    spec = colocated()
+    request = PhaseRequest(run="demo", phase="c00-eval-base", kind=PhaseKind.EVAL, attempt=1, spec=spec.to_wire(),
+                           eval=EvalPhaseArgs(checkpoint=None, harness=None, step=0, cycle=0, after="start"))
+    with pytest.raises(builders.ColocatedPlacementError, match="only a weight phase trains"):
+        builders.colocated_train_job(RUN, spec, request, store_uri=STORE)
