@@ -26,9 +26,9 @@ def tiny_model(seed: int = 0, **config):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
-    return Qwen3ForCausalLM(Qwen3Config(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                                        max_position_embeddings=1024, **config))
+    shape = {"vocab_size": 97, "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+             "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "max_position_embeddings": 1024}
+    return Qwen3ForCausalLM(Qwen3Config(**{**shape, **config}))
 
 
 def make_examples(lengths=LENGTHS, seed: int = 0) -> list[Example]:
@@ -78,7 +78,8 @@ def test_the_block_mask_lists_exactly_the_blocks_a_sequence_reaches(lengths):
     # and the mask function is the document-causal mask, token by token
     from torch.nn.attention.flex_attention import create_mask
 
-    assert torch.equal(create_mask(mask.mask_mod, 1, None, width, width)[0, 0], dense)
+    # (create_mask's device defaults to cuda: the mask function's tensors live on the CPU here)
+    assert torch.equal(create_mask(mask.mask_mod, 1, None, width, width, device="cpu")[0, 0], dense)
 
 
 def test_the_flex_kernel_with_the_block_mask_is_dense_document_attention():
@@ -228,12 +229,12 @@ def test_compiled_flex_layers_match_eager_on_the_gpu():
     losses = []
     for compile_layers in (False, True):
         cfg = RSFTConfig(precision="bf16", pack_sequences=True, compile_layers=compile_layers)
-        model = tiny_model().to(gpu)
+        model = tiny_model(head_dim=16).to(gpu)  # the compiled flex kernel needs a head dimension of 16 or more
         prepare_model(model, cfg)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss, _ = token_loss_sum(model, collate_tensors(exs, cfg, 0, gpu))
         losses.append(loss.item())
-    ref = loss_and_grads(RSFTConfig(precision="fp32", padding="masked"), exs)[0]
+    ref = loss_and_grads(RSFTConfig(precision="fp32", padding="masked"), exs, head_dim=16)[0]
     assert losses[0] == pytest.approx(ref, rel=2e-2) and losses[1] == pytest.approx(losses[0], rel=2e-2)
 
 
