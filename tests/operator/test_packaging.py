@@ -289,3 +289,73 @@ def test_the_fallback_renderer_refuses_what_it_does_not_implement(tmp_path):
     with pytest.raises(NotImplementedError, match="namePrefix"):
         packaging.render_kustomization(tmp_path)
 
+
+
+# ----- the Helm chart -------------------------------------------------------------------------------
+
+CHART_CASES = {
+    # values -> what kustomize renders for the same install (the release namespace aside, unless createNamespace)
+    "defaults": ({}, ("cluster",), False),
+    "namespace-created": ({"createNamespace": True}, ("cluster",), True),
+    "namespaced": ({"mode": "namespaced"}, ("namespaced",), False),
+    "monitoring": ({"monitoring": {"serviceMonitor": True, "prometheusRule": True, "dashboard": True}},
+                   ("cluster", "monitoring"), False),
+}
+
+
+def without_release_namespace(docs: Any) -> dict[tuple[str, str, str, str], dict[str, Any]]:
+    return {key(d): d for d in docs if not (d["kind"] == "Namespace" and d["metadata"]["name"] == "whale-system")}
+
+
+@pytest.mark.parametrize("case", CHART_CASES, ids=list(CHART_CASES))
+def test_the_chart_renders_what_kustomize_renders(case: str):
+    """Helm's own renderer (helm-python-sdk: Helm's Go SDK) against kubectl kustomize, object by object."""
+    values, overlays, with_namespace = CHART_CASES[case]
+    crds, templates = packaging.helm_render(values)
+    ours = {key(d): d for d in templates} if with_namespace else without_release_namespace(templates)
+    expected_docs = [d for name in overlays for d in rendered(name)]
+    theirs = {key(d): d for d in expected_docs} if with_namespace else without_release_namespace(expected_docs)
+    assert set(ours) == set(theirs)
+    for k in ours:
+        assert ours[k] == theirs[k], k
+    assert crds == list(rendered("crd"))
+
+
+def test_the_chart_files_are_the_manifests_files():
+    """Helm reads only files inside the chart: its copies must be byte-for-byte the ones kustomize applies
+    (after `whale crd > manifests/crd/whaleruns.yaml`, copy it: cp manifests/crd/*.yaml chart/crds/)."""
+    chart = packaging.CHART
+    for rel, src in [("crds/whaleruns.yaml", "crd/whaleruns.yaml"), ("crds/kopfpeerings.yaml", "crd/kopfpeerings.yaml"),
+                     ("files/prometheusrule.yaml", "monitoring/prometheusrule.yaml"),
+                     ("files/whale-operator-dashboard.json", "monitoring/whale-operator-dashboard.json")]:
+        assert (chart / rel).read_bytes() == (MANIFESTS / src).read_bytes(), f"cp manifests/{src} chart/{rel}"
+
+
+def test_the_chart_moves_with_its_values():
+    _, templates = packaging.helm_render({
+        "mode": "namespaced", "watchNamespace": "team-a", "replicas": 2, "peering": {"name": "whale-a"},
+        "image": {"repository": "registry.example.com/whale-operator", "tag": "0.1.0-rc1", "pullPolicy": "Always"},
+        "imagePullSecrets": [{"name": "pull"}], "resources": {"requests": {"cpu": "1"}}}, namespace="ops")
+    by_key = {key(d): d for d in templates}
+    dep = by_key[("apps/v1", "Deployment", "ops", "whale-operator")]
+    pod = dep["spec"]["template"]["spec"]
+    assert dep["spec"]["replicas"] == 2 and pod["imagePullSecrets"] == [{"name": "pull"}]
+    assert pod["containers"][0]["image"] == "registry.example.com/whale-operator:0.1.0-rc1"
+    # Helm merges values into the defaults, key by key
+    assert pod["containers"][0]["resources"] == {"requests": {"cpu": "1", "memory": "256Mi"},
+                                                 "limits": {"memory": "512Mi"}}
+    assert "--namespace=team-a" in pod["containers"][0]["command"]
+    assert "--peering=whale-a" in pod["containers"][0]["command"]
+    assert ("kopf.dev/v1", "KopfPeering", "team-a", "whale-a") in by_key
+    assert ("rbac.authorization.k8s.io/v1", "Role", "team-a", "whale-operator") in by_key
+    assert by_key[("rbac.authorization.k8s.io/v1", "RoleBinding", "team-a", "whale-operator")]["subjects"][0][
+        "namespace"] == "ops"
+    for doc in templates:
+        assert violations(doc) == []
+        if doc["apiVersion"] not in (MONITORING_GROUP, "kopf.dev/v1"):
+            kubernetes_validate.validate(doc, K8S_VERSIONS[-1], strict=True)
+
+
+def test_the_chart_refuses_an_unknown_mode():
+    with pytest.raises(Exception, match="mode"):
+        packaging.helm_render({"mode": "both"})
