@@ -361,3 +361,20 @@ def test_the_chart_moves_with_its_values():
 def test_the_chart_refuses_an_unknown_mode():
     with pytest.raises(Exception, match="mode"):
         packaging.helm_render({"mode": "both"})
+
+
+def test_the_crd_fits_client_side_apply():
+    """`kubectl apply` (client-side) keeps the whole object in an annotation, at most 256 KiB: the doc's
+    `kubectl apply -k manifests/crd` works only while the CRD's JSON stays under it."""
+    (whaleruns,) = [d for d in rendered("crd") if d["metadata"]["name"] == "whaleruns.whale.dev"]
+    size = len(json.dumps(whaleruns, separators=(",", ":")))
+    assert size < 200 * 1024, f"{size} bytes: shrink the schema or document `kubectl apply --server-side`"
+
+
+def test_helm_lint_passes():
+    import helm_python as helm
+
+    findings = helm.lint(str(packaging.CHART))
+    assert findings["total_charts_linted"] == 1 and findings["errors"] == [], findings
+    # severities: 1 info (e.g. "icon is recommended"), 2 warning, 4 error
+    assert all(m["severity"] <= 1 for m in findings["messages"]), findings["messages"]
