@@ -237,7 +237,8 @@ def openapi_schema() -> dict[str, Any]:
     for path, keys in LIST_MAP_KEYS.items():
         top, _, rest = path.partition(".")
         node = _at(spec if top == "spec" else status, rest)
-        assert node["type"] == "array" and set(keys) <= set(node["items"].get("required", [])), path
+        if node.get("type") != "array" or not set(keys) <= set(node["items"].get("required", [])):
+            raise ValueError(f"{path}: a map list needs its keys {keys} required in every item")
         node["x-kubernetes-list-type"] = "map"
         node["x-kubernetes-list-map-keys"] = keys
     return {

@@ -325,7 +325,7 @@ def test_the_chart_renders_what_kustomize_renders(case: str):
 
 def test_the_chart_files_are_the_manifests_files():
     """Helm reads only files inside the chart: its copies must be byte-for-byte the ones kustomize applies
-    (after `whale crd > manifests/crd/whaleruns.yaml`, copy it: cp manifests/crd/*.yaml chart/crds/)."""
+    (`make crd` writes both)."""
     chart = packaging.CHART
     for rel, src in [("crds/whaleruns.yaml", "crd/whaleruns.yaml"), ("crds/kopfpeerings.yaml", "crd/kopfpeerings.yaml"),
                      ("files/prometheusrule.yaml", "monitoring/prometheusrule.yaml"),
