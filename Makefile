@@ -65,6 +65,7 @@ lint: install
 
 crd: install
 	$(BIN)/whale crd > manifests/crd/whaleruns.yaml
+	cp manifests/crd/whaleruns.yaml chart/crds/whaleruns.yaml
 
 clean:
 	rm -rf .whale

@@ -17,35 +17,124 @@ from typing import Any
 import yaml
 
 from whale.spec import (
+    RSFT,
     API_GROUP,
     API_VERSION,
     KIND,
     PATTERN_HINTS,
     PLURAL,
     SHORT_NAMES,
+    AdaptiveHarness,
+    Proposer,
     SINGULAR,
     WhaleRunSpec,
     WhaleRunStatus,
 )
 
-#: CEL rules the API server checks before anything reaches the operator (pydantic checks them too).
+def _default(model: type, field: str) -> Any:
+    return model.model_fields[field].default
+
+
+def _or_default(path: str, model: type, field: str) -> str:
+    """``self.<path>`` or the model's default where the field is absent (a rule must not lean on defaulting)."""
+    return f"(has(self.{path}) ? self.{path} : {_default(model, field)!r})"
+
+
+#: ``spec.harnessSearch.proposer`` as CEL: present?, and its backend (the model's default when absent)
+_PROPOSER = "self.harnessSearch.proposer"
+_HAS_PROPOSER = "has(self.harnessSearch) && has(self.harnessSearch.proposer)"
+_BACKEND = f"({_HAS_PROPOSER} && has({_PROPOSER}.backend) ? {_PROPOSER}.backend : '{_default(Proposer, 'backend')}')"
+#: whale.metaharness.proposer._loopback: localhost or a loopback address (127.0.0.0/8, ::1)
+_LOOPBACK_URL = r"^[A-Za-z][A-Za-z0-9+.-]*://([^/?#@]*@)?((?i:localhost)|127(\.[0-9]{1,3}){3}|\[::1\])(:[0-9]*)?([/?#].*)?$"
+_SEARCHES = "self.condition != 'rsft_only'"
+_BUDGET = "has(self.schedule) && (has(self.schedule.totalEpochs) || has(self.schedule.totalSteps))"
+_E = "has(self.schedule) && (has(self.schedule.weightEpochsPerCycle) || has(self.schedule.weightStepsPerCycle))"
+
+
+def _one_unit(knob: str) -> dict[str, str]:
+    return {"rule": f"!(has(self.{knob}Epochs) && has(self.{knob}Steps))",
+            "message": f"give {knob}Epochs or {knob}Steps, not both"}
+
+
+def _immutable(path: str) -> dict[str, str]:
+    """A transition rule (checked on update only): ``path`` keeps its value. On spec itself, not on the field,
+    so the field's own schema stays as the model has it."""
+    return {"rule": f"self.{path} == oldSelf.{path}", "message": f"{path} is immutable: it names what the run is "
+            "(create a new WhaleRun for another one)"}
+
+
+#: CEL rules the API server checks before anything reaches the operator: every cross-field rule of the model's
+#: validators (whale.spec), the operator's own refusals (whale_operator.reconcile.parse_spec, the proposer's
+#: spec_problems) and the run's identity (transition rules, checked on update). Keyed by the schema path under
+#: ``spec`` ("" is spec itself). tests/unit/test_crd_cel.py evaluates them against the same bad manifests
+#: `whale validate` refuses.
 CEL_RULES: dict[str, list[dict[str, str]]] = {
+    "": [
+        {"rule": f"self.condition == 'mh_only' || {_BUDGET}",
+         "message": "conditions that train weights need schedule.totalEpochs or schedule.totalSteps"},
+        {"rule": f"self.condition != 'mh_only' || !({_BUDGET}) && !({_E})",
+         "message": "mh_only never trains weights: remove schedule.totalEpochs/totalSteps/weightEpochsPerCycle/"
+                    "weightStepsPerCycle (mhOnlyIterations sets its length)"},
+        {"rule": f"self.condition != 'whale' || {_E}",
+         "message": "condition whale needs E: set schedule.weightEpochsPerCycle or schedule.weightStepsPerCycle"},
+        {"rule": f"!(self.condition in ['rsft_only', 'adaptive_whale']) || !({_E})",
+         "message": "weightEpochsPerCycle/weightStepsPerCycle never apply to rsft_only or adaptive_whale: remove them"},
+        {"rule": f"!({_SEARCHES}) || !({_BACKEND} in ['openai', 'anthropic']) || {_HAS_PROPOSER} && "
+                 f"has({_PROPOSER}.model)",
+         "message": "harnessSearch.proposer.model: backends openai and anthropic need the model to ask"},
+        {"rule": f"!({_SEARCHES}) || {_BACKEND} != 'openai' || {_HAS_PROPOSER} && has({_PROPOSER}.baseUrl)",
+         "message": "harnessSearch.proposer.baseUrl: backend openai needs the endpoint (an OpenAI-compatible URL)"},
+        {"rule": f"!({_SEARCHES}) || !({_BACKEND} in ['openai', 'anthropic']) || {_HAS_PROPOSER} && "
+                 f"(has({_PROPOSER}.apiKeySecret) || {_BACKEND} == 'openai' && has({_PROPOSER}.baseUrl) && "
+                 f"{_PROPOSER}.baseUrl.matches(r'{_LOOPBACK_URL}'))",
+         "message": "harnessSearch.proposer.apiKeySecret: backends openai and anthropic need the API key Secret "
+                    "(an openai baseUrl on loopback needs none)"},
+        {"rule": "has(self.storage) && has(self.storage.uri)",
+         "message": "storage.uri: the operator needs an object store: set it to s3://bucket[/prefix]"},
+        _immutable("domain"),
+        _immutable("condition"),
+        _immutable("model.name"),
+    ],
+    "storage": [
+        {"rule": "!has(self.uri) || !self.uri.startsWith('s3://') || has(self.endpoint)",
+         "message": "storage.endpoint: an s3:// store needs the S3 endpoint (host:port of MinIO/S3)"},
+        {"rule": "has(self.uri) == has(oldSelf.uri) && (!has(self.uri) || self.uri == oldSelf.uri)",
+         "message": "storage.uri is immutable: the run's phases, checkpoints and status live there"},
+    ],
     "schedule": [
-        {"rule": "!(has(self.totalEpochs) && has(self.totalSteps))",
-         "message": "give totalEpochs or totalSteps, not both"},
+        _one_unit("total"),
         {"rule": "!(has(self.weightEpochsPerCycle) && has(self.weightStepsPerCycle))",
          "message": "give weightEpochsPerCycle or weightStepsPerCycle, not both"},
     ],
-    "evaluation": [
-        {"rule": "!(has(self.intervalEpochs) && has(self.intervalSteps))",
-         "message": "give intervalEpochs or intervalSteps, not both"},
+    "schedule.adaptive.weight": [_one_unit("window"), _one_unit("burnIn"), _one_unit("patience")],
+    "schedule.adaptive.harness": [
+        {"rule": f"{_or_default('maxIterations', AdaptiveHarness, 'max_iterations')} + 1 >= "
+                 f"{_or_default('minIterations', AdaptiveHarness, 'min_iterations')}",
+         "message": "maxIterations (proposer iterations) + 1 (the incoming evaluation) must allow minIterations"},
     ],
-    "spec": [
-        {"rule": "self.condition == 'mh_only' || has(self.schedule) && "
-                 "(has(self.schedule.totalEpochs) || has(self.schedule.totalSteps))",
-         "message": "conditions that train weights need schedule.totalEpochs or schedule.totalSteps"},
+    "rsft": [
+        {"rule": f"{_or_default('microBatchSizePerGpu', RSFT, 'micro_batch_size_per_gpu')} <= "
+                 f"{_or_default('miniBatchSize', RSFT, 'mini_batch_size')}",
+         "message": "microBatchSizePerGpu must be <= miniBatchSize"},
+        {"rule": "!has(self.attention) || !(self.attention in ['flex', 'flash']) || "
+                 "has(self.packSequences) && self.packSequences",
+         "message": "attention flex and flash are the kernels of packed micro-batches: set packSequences: true"},
+    ],
+    "harnessSearch.proposer": [
+        {"rule": "!has(self.backend) || self.backend != 'cli' || has(self.command) && size(self.command) > 0",
+         "message": "backend 'cli' needs `command` (the agent CLI's argv)"},
+        {"rule": "!has(self.backend) || self.backend != 'replay' || has(self.script)",
+         "message": "backend 'replay' needs `script`"},
+    ],
+    "evaluation": [_one_unit("interval")],
+    "data": [
+        {"rule": "!has(self.sources) || size(self.sources) == 0 || has(self.source) && self.source == 'full'",
+         "message": "sources: only the full data is fetched; set source: full or remove sources"},
     ],
 }
+
+#: lists whose items are keyed (the API server refuses a duplicate key; server-side apply merges by it)
+LIST_MAP_KEYS: dict[str, list[str]] = {"spec.data.sources": ["name"], "status.conditions": ["type"]}
 
 PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
@@ -138,14 +227,20 @@ def _schema(model: type, keep_defaults: bool) -> dict[str, Any]:
 def openapi_schema() -> dict[str, Any]:
     spec = _schema(WhaleRunSpec, keep_defaults=True)
     spec.pop("additionalProperties", None)
-    spec["x-kubernetes-validations"] = CEL_RULES["spec"]
-    for prop, rules in CEL_RULES.items():
-        if prop in spec["properties"]:
-            spec["properties"][prop]["x-kubernetes-validations"] = rules
+    for path, rules in CEL_RULES.items():
+        node = _at(spec, path)
+        node["x-kubernetes-validations"] = [*node.get("x-kubernetes-validations", []), *rules]
     _strip_additional(spec)
     status = _schema(WhaleRunStatus, keep_defaults=False)
     _strip_additional(status)
     status.pop("required", None)
+    for path, keys in LIST_MAP_KEYS.items():
+        top, _, rest = path.partition(".")
+        node = _at(spec if top == "spec" else status, rest)
+        if node.get("type") != "array" or not set(keys) <= set(node["items"].get("required", [])):
+            raise ValueError(f"{path}: a map list needs its keys {keys} required in every item")
+        node["x-kubernetes-list-type"] = "map"
+        node["x-kubernetes-list-map-keys"] = keys
     return {
         "type": "object",
         "required": ["spec"],
@@ -157,6 +252,14 @@ def openapi_schema() -> dict[str, Any]:
             "status": status,
         },
     }
+
+
+def _at(schema: dict[str, Any], path: str) -> dict[str, Any]:
+    """The schema node at a dotted property path ("" is ``schema`` itself)."""
+    node = schema
+    for prop in filter(None, path.split(".")):
+        node = node["properties"][prop]
+    return node
 
 
 def _strip_additional(node: Any) -> None:

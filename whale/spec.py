@@ -689,6 +689,158 @@ class Train(_Model):
     resources: Resources = Resources()
 
 
+# ----- per-component pod templates (cluster only) ------------------------------------------------------
+# The scheduling parts of a pod template a platform team sets per component, typed as the Kubernetes API has
+# them (the subset of Affinity and TopologySpreadConstraint a workload needs; every list and map bounded).
+
+MAX_TERMS = 32
+MAX_VALUES = 64
+LabelKey = Annotated[str, Strict(), Field(min_length=1, max_length=317, pattern=QUALIFIED_NAME)]
+NamespaceName = Annotated[str, Strict(), Field(min_length=1, max_length=63, pattern=DNS1123_LABEL)]
+AnnotationValue = Annotated[str, Strict(), Field(max_length=4096)]
+#: a non-root uid/gid (the restricted Pod Security Standard refuses 0)
+NonRootId = Annotated[int, Strict(), Field(ge=1, le=2_147_483_647)]
+
+
+class NodeSelectorRequirement(_Model):
+    key: LabelKey
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: list[LabelValue] = Field(default_factory=list, max_length=MAX_VALUES)
+
+
+class NodeSelectorTerm(_Model):
+    match_expressions: list[NodeSelectorRequirement] = Field(default_factory=list, max_length=MAX_TERMS)
+    match_fields: list[NodeSelectorRequirement] = Field(default_factory=list, max_length=MAX_TERMS)
+
+
+class NodeSelector(_Model):
+    node_selector_terms: list[NodeSelectorTerm] = Field(..., min_length=1, max_length=MAX_TERMS)
+
+
+class PreferredSchedulingTerm(_Model):
+    weight: Annotated[int, Strict(), Field(ge=1, le=100)]
+    preference: NodeSelectorTerm
+
+
+class NodeAffinity(_Model):
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = None
+    preferred_during_scheduling_ignored_during_execution: list[PreferredSchedulingTerm] = Field(
+        default_factory=list, max_length=MAX_TERMS)
+
+
+class LabelSelectorRequirement(_Model):
+    key: LabelKey
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[LabelValue] = Field(default_factory=list, max_length=MAX_VALUES)
+
+
+class LabelSelector(_Model):
+    match_labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=MAX_VALUES)
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list, max_length=MAX_TERMS)
+
+
+class PodAffinityTerm(_Model):
+    label_selector: LabelSelector | None = None
+    topology_key: LabelKey
+    namespaces: list[NamespaceName] = Field(default_factory=list, max_length=MAX_VALUES)
+    namespace_selector: LabelSelector | None = None
+    match_label_keys: list[LabelKey] = Field(default_factory=list, max_length=MAX_VALUES)
+    mismatch_label_keys: list[LabelKey] = Field(default_factory=list, max_length=MAX_VALUES)
+
+
+class WeightedPodAffinityTerm(_Model):
+    weight: Annotated[int, Strict(), Field(ge=1, le=100)]
+    pod_affinity_term: PodAffinityTerm
+
+
+class PodAffinity(_Model):
+    required_during_scheduling_ignored_during_execution: list[PodAffinityTerm] = Field(
+        default_factory=list, max_length=MAX_TERMS)
+    preferred_during_scheduling_ignored_during_execution: list[WeightedPodAffinityTerm] = Field(
+        default_factory=list, max_length=MAX_TERMS)
+
+
+class Affinity(_Model):
+    node_affinity: NodeAffinity | None = None
+    pod_affinity: PodAffinity | None = None
+    pod_anti_affinity: PodAffinity | None = None
+
+
+class TopologySpreadConstraint(_Model):
+    max_skew: Annotated[int, Strict(), Field(ge=1, le=1_000_000)]
+    topology_key: LabelKey
+    when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"]
+    label_selector: LabelSelector | None = None
+    min_domains: Annotated[int, Strict(), Field(ge=1, le=1_000_000)] | None = None
+    match_label_keys: list[LabelKey] = Field(default_factory=list, max_length=MAX_VALUES)
+    node_affinity_policy: Literal["Honor", "Ignore"] | None = None
+    node_taints_policy: Literal["Honor", "Ignore"] | None = None
+
+
+class LocalObjectReference(_Model):
+    name: K8sName
+
+
+class PodSecurity(_Model):
+    """The non-root identity of a component's pods (the image's user by default: worker 10001, tools 65534).
+    Everything else of the security context is fixed: restricted, or the sandbox host's where a pod starts
+    harness sandboxes (docs/operator.md#pod-security)."""
+
+    run_as_user: NonRootId | None = None
+    run_as_group: NonRootId | None = None
+    fs_group: NonRootId | None = None
+
+
+class PodPlacement(_Model):
+    """One component's pod template. Maps (nodeSelector, labels, annotations) are merged over the run-wide ones
+    (spec.cluster.nodeSelector); lists and scalars given here replace the run-wide value."""
+
+    node_selector: dict[QualifiedName, LabelValue] = Field(default_factory=dict, max_length=64)
+    tolerations: list[Toleration] | None = Field(
+        None, max_length=64, description="replaces the run-wide tolerations for this component (GPU ones included)")
+    affinity: Affinity | None = None
+    topology_spread_constraints: list[TopologySpreadConstraint] = Field(default_factory=list, max_length=16)
+    runtime_class_name: K8sName | None = Field(None, description="e.g. gvisor or kata (a RuntimeClass of the cluster)")
+    priority_class_name: K8sName | None = None
+    image_pull_secrets: list[LocalObjectReference] = Field(default_factory=list, max_length=16)
+    labels: dict[QualifiedName, LabelValue] = Field(
+        default_factory=dict, max_length=64, description="pod labels (the operator's own labels win a clash)")
+    annotations: dict[QualifiedName, AnnotationValue] = Field(default_factory=dict, max_length=64)
+    resources: Resources | None = Field(
+        None, description="replaces the component's resources (train.resources, cluster.workerResources, "
+        "cluster.inferenceResources, a tool's own requests); GPUs still come from train.gpusPerNode and "
+        "inference.tensorParallelSize")
+    pod_security: PodSecurity = PodSecurity()
+
+
+class Placement(_Model):
+    """Per-component pod templates: each inherits the run-wide placement (spec.cluster.nodeSelector,
+    tolerations, priorityClassName) and overrides it. Run-wide tolerations of GPU taints (a key naming a GPU,
+    e.g. nvidia.com/gpu) reach only pods that request a GPU."""
+
+    train: PodPlacement = Field(PodPlacement(), description="the weight phase's Job (RSFT)")
+    inference: PodPlacement = Field(PodPlacement(), description="the vLLM Deployment")
+    workers: PodPlacement = Field(PodPlacement(), description="harness-search, evaluation and prepare Jobs")
+    tools: PodPlacement = Field(PodPlacement(), description="the domain's tool services (retriever, code sandbox)")
+
+
+#: a Job's default wall time when spec.retry.activeDeadlineSeconds is unset: 7 days
+DEFAULT_ACTIVE_DEADLINE_S = 7 * 24 * 3600
+#: how long a finished child Job stays for `kubectl logs` before the TTL controller deletes it: 7 days
+DEFAULT_FINISHED_TTL_S = 7 * 24 * 3600
+
+
+class Lifecycle(_Model):
+    """How long children live."""
+
+    active_deadline_seconds: Annotated[int, Strict(), Field(ge=1, le=MAX_DEADLINE_S)] = Field(
+        DEFAULT_ACTIVE_DEADLINE_S, description="a Job's wall time when spec.retry.activeDeadlineSeconds is unset "
+        "(7 days); a weight phase longer than that needs retry.activeDeadlineSeconds")
+    ttl_seconds_after_finished: Annotated[int, Strict(), Field(ge=0, le=MAX_DEADLINE_S)] | None = Field(
+        DEFAULT_FINISHED_TTL_S, description="finished Jobs (and their pods, logs) are deleted this long after they "
+        "end (7 days); the store keeps every result. null: kept until the run is deleted")
+
+
 class Cluster(_Model):
     """Kubernetes placement for the children; `whale run` ignores all of it."""
 
@@ -701,6 +853,11 @@ class Cluster(_Model):
     worker_resources: Resources = Resources()
     inference_resources: Resources = Resources()
     model_cache_size: Quantity = "100Gi"
+    placement: Placement = Field(Placement(), description="per-component pod templates (train, inference, workers, tools)")
+    lifecycle: Lifecycle = Field(Lifecycle(), description="Job deadlines and how long finished Jobs stay")
+    model_cache_claim_name: K8sName | None = Field(
+        None, description="a PersistentVolumeClaim for vLLM's model cache (/models) instead of an emptyDir of "
+        "modelCacheSize; with more than one inference replica it must be ReadWriteMany")
 
 
 class Tracking(_Model):

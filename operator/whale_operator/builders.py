@@ -12,7 +12,10 @@ dicts and the handlers stay thin. The children of a WhaleRun:
 * a prepare Job before anything else when the store has no split sizes for the run.
 
 Every child carries an owner reference to the WhaleRun (garbage-collected with it) and the labels of
-:mod:`whale_operator.names`.
+:mod:`whale_operator.names`. Every pod meets the restricted Pod Security Standard, except the containers that
+start harness sandboxes (:func:`sandbox_host_security_context`: the workload Jobs when
+``spec.sandbox.isolation`` is ``namespaces``, and the code-sandbox tool). Each component (train, inference,
+workers, tools) takes its pod template from ``spec.cluster.placement.<component>`` over the run-wide placement.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from typing import Any
 from whale import layout
 from whale.domain import ToolService
 from whale.protocol import PhaseKind, PhaseRequest
-from whale.spec import API_GROUP, API_VERSION, KIND, Resources, WhaleRunSpec
+from whale.spec import API_GROUP, API_VERSION, KIND, PodPlacement, Resources, Toleration, WhaleRunSpec
 from whale_operator import names
 
 Manifest = dict[str, Any]
@@ -45,6 +48,12 @@ TOOL_STARTUP_TIMEOUT_S = 3600
 #: the FlashRAG QA files), and the cap on that scratch volume
 PREPARE_DOWNLOADS_DIR = "/downloads"
 PREPARE_DOWNLOADS_SIZE = "16Gi"
+#: the components of a run, each with its pod template (``spec.cluster.placement.<component>``)
+TRAIN, INFERENCE, WORKERS, TOOLS = "train", "inference", "workers", "tools"
+#: the non-root users of the images (images/*/Dockerfile); vLLM's upstream image runs as root, so its pod
+#: gets the worker's uid (it writes only to its volumes and HOME=/tmp)
+WORKER_UID = 10001
+TOOLS_UID = 65534
 
 
 @dataclass(frozen=True)
@@ -115,7 +124,7 @@ def resources_dict(res: Resources, gpus: int = 0) -> dict[str, Any]:
 
 
 def pod_placement(spec: WhaleRunSpec) -> dict[str, Any]:
-    """Scheduling fields shared by every pod of the run."""
+    """Scheduling fields shared by every pod of the run (the run-wide defaults of every component)."""
     cl = spec.cluster
     out: dict[str, Any] = {}
     if cl.service_account_name:
@@ -126,6 +135,112 @@ def pod_placement(spec: WhaleRunSpec) -> dict[str, Any]:
         out["nodeSelector"] = dict(cl.node_selector)
     if cl.tolerations:
         out["tolerations"] = [t.to_wire() for t in cl.tolerations]
+    return out
+
+
+def is_gpu_toleration(toleration: Toleration) -> bool:
+    """A toleration of a GPU taint (nvidia.com/gpu, amd.com/gpu, gpu, ...): a key that names a GPU."""
+    return "gpu" in (toleration.key or "").lower()
+
+
+def requests_gpu(resources: dict[str, Any]) -> bool:
+    return any("gpu" in name.lower() for part in resources.values() for name in part)
+
+
+def _compact(node: Any) -> Any:
+    """Drop empty lists and maps (the spec's defaults) from a wire dict."""
+    if isinstance(node, dict):
+        return {k: _compact(v) for k, v in node.items() if v not in ([], {}, None)}
+    if isinstance(node, list):
+        return [_compact(v) for v in node]
+    return node
+
+
+def component_placement(spec: WhaleRunSpec, component: str) -> PodPlacement:
+    placement: PodPlacement = getattr(spec.cluster.placement, component)
+    return placement
+
+
+def pod_template_fields(spec: WhaleRunSpec, component: str, *, gpu: bool) -> dict[str, Any]:
+    """A component's scheduling fields: the run-wide ones (:func:`pod_placement`) with the component's pod
+    template over them. Maps merge, lists and scalars replace. Run-wide GPU tolerations reach only a pod that
+    requests a GPU (``gpu``); a component's own tolerations are taken as given."""
+    pl = component_placement(spec, component)
+    out = pod_placement(spec)
+    if not gpu and spec.cluster.tolerations:
+        kept = [t.to_wire() for t in spec.cluster.tolerations if not is_gpu_toleration(t)]
+        if kept:
+            out["tolerations"] = kept
+        else:
+            out.pop("tolerations")
+    if pl.tolerations is not None:
+        out["tolerations"] = [t.to_wire() for t in pl.tolerations]
+        if not out["tolerations"]:
+            out.pop("tolerations")
+    if pl.node_selector:
+        out["nodeSelector"] = {**out.get("nodeSelector", {}), **pl.node_selector}
+    if pl.priority_class_name:
+        out["priorityClassName"] = pl.priority_class_name
+    if pl.affinity is not None:
+        out["affinity"] = _compact(pl.affinity.to_wire())
+    if pl.topology_spread_constraints:
+        out["topologySpreadConstraints"] = [_compact(c.to_wire()) for c in pl.topology_spread_constraints]
+    if pl.runtime_class_name:
+        out["runtimeClassName"] = pl.runtime_class_name
+    if pl.image_pull_secrets:
+        out["imagePullSecrets"] = [r.to_wire() for r in pl.image_pull_secrets]
+    return out
+
+
+def pod_metadata(spec: WhaleRunSpec, component: str, labels: dict[str, str]) -> dict[str, Any]:
+    """A pod template's metadata: the component's labels and annotations, the operator's labels winning."""
+    pl = component_placement(spec, component)
+    meta: dict[str, Any] = {"labels": {**pl.labels, **labels}}
+    if pl.annotations:
+        meta["annotations"] = dict(pl.annotations)
+    return meta
+
+
+def component_resources(spec: WhaleRunSpec, component: str, default: Resources) -> Resources:
+    override = component_placement(spec, component).resources
+    return override if override is not None else default
+
+
+def restricted_container_security_context() -> dict[str, Any]:
+    """A container of the restricted Pod Security Standard (with :func:`restricted_pod_security_context`)."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def restricted_pod_security_context(spec: WhaleRunSpec, component: str, uid: int) -> dict[str, Any]:
+    """Non-root (the image's user unless the component's podSecurity says otherwise), seccomp RuntimeDefault;
+    fsGroup makes the pod's volumes writable for that user."""
+    ps = component_placement(spec, component).pod_security
+    user = ps.run_as_user or uid
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": user,
+        "runAsGroup": ps.run_as_group or user,
+        "fsGroup": ps.fs_group or ps.run_as_group or user,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def shm_volume(resources: dict[str, Any]) -> dict[str, Any]:
+    """``/dev/shm`` in memory, at most the container's memory limit (its pages count against that limit)."""
+    empty_dir: dict[str, Any] = {"medium": "Memory"}
+    memory = resources.get("limits", {}).get("memory")
+    if memory:
+        empty_dir["sizeLimit"] = memory
+    return {"name": "dshm", "emptyDir": empty_dir}
+
+
+def job_lifecycle(spec: WhaleRunSpec) -> dict[str, Any]:
+    """A child Job's deadline (spec.retry.activeDeadlineSeconds, else spec.cluster.lifecycle's default) and how
+    long it stays once finished."""
+    lc = spec.cluster.lifecycle
+    out: dict[str, Any] = {"activeDeadlineSeconds": spec.retry.active_deadline_seconds or lc.active_deadline_seconds}
+    if lc.ttl_seconds_after_finished is not None:
+        out["ttlSecondsAfterFinished"] = lc.ttl_seconds_after_finished
     return out
 
 
@@ -252,10 +367,11 @@ def job(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, *, store_uri: st
     )
     multi_node = kind is PhaseKind.WEIGHT and spec.train.num_nodes > 1
     if kind is PhaseKind.WEIGHT:
-        gpus = spec.train.gpus_per_node
-        resources = resources_dict(spec.train.resources, gpus)
+        component = TRAIN
+        resources = resources_dict(component_resources(spec, TRAIN, spec.train.resources), spec.train.gpus_per_node)
     else:
-        resources = resources_dict(spec.cluster.worker_resources)
+        component = WORKERS
+        resources = resources_dict(component_resources(spec, WORKERS, spec.cluster.worker_resources))
 
     env = workload_env(run, spec, request, tools)
     if multi_node:
@@ -279,8 +395,13 @@ def job(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, *, store_uri: st
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
-    if spec.sandbox.isolation == "namespaces":  # every workload runs harness files (and the code tool) in sandboxes
+    sandbox_host = spec.sandbox.isolation == "namespaces"
+    if sandbox_host:  # every workload runs harness files (and the code tool) in sandboxes: the exception
         container["securityContext"] = sandbox_host_security_context()
+        pod_security: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    else:
+        container["securityContext"] = restricted_container_security_context()
+        pod_security = restricted_pod_security_context(spec, component, WORKER_UID)
     env_from = storage_env_from(spec)
     if env_from:
         container["envFrom"] = env_from
@@ -291,9 +412,10 @@ def job(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, *, store_uri: st
 
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
-        **pod_placement(spec),
+        **pod_template_fields(spec, component, gpu=requests_gpu(resources)),
+        "securityContext": pod_security,
         "containers": [container],
-        "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+        "volumes": [shm_volume(resources)],
     }
     if multi_node:
         pod_spec["subdomain"] = names.rendezvous_service_name(name)
@@ -302,13 +424,12 @@ def job(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, *, store_uri: st
         # all-or-nothing: a failed pod fails the attempt; the next attempt resumes from the checkpoint
         "backoffLimit": 0,
         "podFailurePolicy": pod_failure_policy(),
-        "template": {"metadata": {"labels": labels}, "spec": pod_spec},
+        "template": {"metadata": pod_metadata(spec, component, labels), "spec": pod_spec},
+        **job_lifecycle(spec),
     }
     if multi_node:
         job_spec.update(completionMode="Indexed", completions=spec.train.num_nodes,
                         parallelism=spec.train.num_nodes)
-    if spec.retry.active_deadline_seconds:
-        job_spec["activeDeadlineSeconds"] = spec.retry.active_deadline_seconds
 
     return {
         "apiVersion": "batch/v1",
@@ -335,14 +456,18 @@ def prepare_job(run: RunRef, spec: WhaleRunSpec, attempt: int, *, store_uri: str
         "env": [{"name": "WHALE_RUN", "value": run.name}, {"name": "WHALE_ATTEMPT", "value": str(attempt)},
                 {"name": "PYTHONUNBUFFERED", "value": "1"}, *storage_env(spec)],
         "terminationMessagePolicy": "FallbackToLogsOnError",
+        # it fetches and splits data, it runs no harness: restricted whatever spec.sandbox says
+        "securityContext": restricted_container_security_context(),
     }
     env_from = storage_env_from(spec)
     if env_from:
         container["envFrom"] = env_from
-    resources = resources_dict(spec.cluster.worker_resources)
+    resources = resources_dict(component_resources(spec, WORKERS, spec.cluster.worker_resources))
     if resources:
         container["resources"] = resources
-    pod: dict[str, Any] = {"restartPolicy": "Never", **pod_placement(spec), "containers": [container]}
+    pod: dict[str, Any] = {"restartPolicy": "Never", **pod_template_fields(spec, WORKERS, gpu=requests_gpu(resources)),
+                           "securityContext": restricted_pod_security_context(spec, WORKERS, WORKER_UID),
+                           "containers": [container]}
     if spec.data.source == "full":
         # the full datasets are downloaded here before they go to the store (whale.data.full): scratch
         # disk for them, not the container's writable layer
@@ -352,10 +477,9 @@ def prepare_job(run: RunRef, spec: WhaleRunSpec, attempt: int, *, store_uri: str
     job_spec: dict[str, Any] = {
         "backoffLimit": 0,
         "podFailurePolicy": pod_failure_policy(),
-        "template": {"metadata": {"labels": labels}, "spec": pod},
+        "template": {"metadata": pod_metadata(spec, WORKERS, labels), "spec": pod},
+        **job_lifecycle(spec),
     }
-    if spec.retry.active_deadline_seconds:
-        job_spec["activeDeadlineSeconds"] = spec.retry.active_deadline_seconds
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
@@ -438,6 +562,7 @@ def inference_deployment(run: RunRef, spec: WhaleRunSpec, *, store_uri: str, che
     img = spec.cluster.images
     shared_env = [
         {"name": "HF_HOME", "value": f"{MODELS_DIR}/hf"},
+        {"name": "HOME", "value": "/tmp"},
         {"name": "WHALE_RUN", "value": run.name},
         *storage_env(spec),
     ]
@@ -453,6 +578,7 @@ def inference_deployment(run: RunRef, spec: WhaleRunSpec, *, store_uri: str, che
             "env": shared_env,
             "volumeMounts": mounts,
             "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
+            "securityContext": restricted_container_security_context(),
         }
         if env_from:
             c["envFrom"] = env_from
@@ -465,9 +591,12 @@ def inference_deployment(run: RunRef, spec: WhaleRunSpec, *, store_uri: str, che
         "command": ["vllm", "serve"],
         "args": vllm_args(spec),
         # dev mode exposes the weight reload / cache reset endpoints the sidecar calls
-        "env": [{"name": "HF_HOME", "value": f"{MODELS_DIR}/hf"}, {"name": "VLLM_SERVER_DEV_MODE", "value": "1"}],
+        "env": [{"name": "HF_HOME", "value": f"{MODELS_DIR}/hf"}, {"name": "VLLM_SERVER_DEV_MODE", "value": "1"},
+                # a non-root user without a home in the image: caches (torch compile, triton) go to /tmp
+                {"name": "HOME", "value": "/tmp"}],
         "ports": [{"name": "http", "containerPort": VLLM_PORT}],
-        "volumeMounts": [*mounts, {"name": "dshm", "mountPath": "/dev/shm"}],
+        "volumeMounts": [*mounts, {"name": "dshm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}],
+        "securityContext": restricted_container_security_context(),
         "startupProbe": {"httpGet": {"path": "/health", "port": VLLM_PORT},
                          "periodSeconds": VLLM_STARTUP_PERIOD_S, "failureThreshold": VLLM_STARTUP_FAILURES},
         "readinessProbe": {"httpGet": {"path": "/health", "port": VLLM_PORT}, "periodSeconds": 5,
@@ -475,9 +604,15 @@ def inference_deployment(run: RunRef, spec: WhaleRunSpec, *, store_uri: str, che
         "livenessProbe": {"httpGet": {"path": "/health", "port": VLLM_PORT}, "periodSeconds": 15,
                           "failureThreshold": 4},
     }
-    res = resources_dict(spec.cluster.inference_resources, spec.inference.tensor_parallel_size)
+    res = resources_dict(component_resources(spec, INFERENCE, spec.cluster.inference_resources),
+                         spec.inference.tensor_parallel_size)
     if res:
         vllm["resources"] = res
+    if spec.cluster.model_cache_claim_name:
+        models: dict[str, Any] = {"name": "models",
+                                  "persistentVolumeClaim": {"claimName": spec.cluster.model_cache_claim_name}}
+    else:
+        models = {"name": "models", "emptyDir": {"sizeLimit": spec.cluster.model_cache_size}}
 
     annotations = {names.ANNOTATION_CHECKPOINT: checkpoint or "base"}
     return {
@@ -489,15 +624,13 @@ def inference_deployment(run: RunRef, spec: WhaleRunSpec, *, store_uri: str, che
             "strategy": {"type": "Recreate"},  # one GPU set: never two servers at once
             "selector": {"matchLabels": selector},
             "template": {
-                "metadata": {"labels": {**labels, **selector}},
+                "metadata": pod_metadata(spec, INFERENCE, {**labels, **selector}),
                 "spec": {
-                    **pod_placement(spec),
+                    **pod_template_fields(spec, INFERENCE, gpu=requests_gpu(res)),
+                    "securityContext": restricted_pod_security_context(spec, INFERENCE, WORKER_UID),
                     "initContainers": [helper("fetch-weights", once=True)],
                     "containers": [vllm, helper("weight-sync", once=False)],
-                    "volumes": [
-                        {"name": "models", "emptyDir": {"sizeLimit": spec.cluster.model_cache_size}},
-                        {"name": "dshm", "emptyDir": {"medium": "Memory"}},
-                    ],
+                    "volumes": [models, shm_volume(res), {"name": "tmp", "emptyDir": {}}],
                 },
             },
         },
@@ -542,7 +675,7 @@ def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": tool.port}, "periodSeconds": 20,
                           "failureThreshold": 3},
     }
-    pod: dict[str, Any] = {**pod_placement(spec)}
+    pod: dict[str, Any] = {**pod_template_fields(spec, TOOLS, gpu=False)}
     pod.pop("serviceAccountName", None)
     volumes: list[dict[str, Any]] = []
     if tool.fetch:
@@ -555,6 +688,7 @@ def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store
             "command": ["python", "-m", "whale.tools.fetch", store_uri, *[x for pair in zip(keys, local) for x in pair]],
             "env": storage_env(spec),
             "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            "securityContext": restricted_container_security_context(),
         }
         env_from = storage_env_from(spec)
         if env_from:
@@ -563,11 +697,14 @@ def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store
         cmd += [x for (_, flag), path in zip(tool.fetch, local) for x in (flag, path)]
         volumes.append({"name": "data", "emptyDir": {}})
     container["command"] = cmd
+    pl = component_placement(spec, TOOLS)
     if tool.sandboxed:
-        container["resources"] = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "4", "memory": "4Gi"}}
+        container["resources"] = pl.resources.to_wire() if pl.resources is not None else {
+            "requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "4", "memory": "4Gi"}}
         # each run of model-written code gets its own sandbox (namespaces, fresh root, unprivileged uid);
-        # the pod holds no credentials, no token and (NetworkPolicy) no network
+        # the pod holds no credentials, no token and (NetworkPolicy) no network: the exception to restricted
         container["securityContext"] = {**sandbox_host_security_context(), "readOnlyRootFilesystem": True}
+        pod["securityContext"] = {"seccompProfile": {"type": "RuntimeDefault"}}
         container["volumeMounts"] = [{"name": "scratch", "mountPath": "/tmp"}]
         pod["automountServiceAccountToken"] = False
         pod["enableServiceLinks"] = False
@@ -575,7 +712,10 @@ def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store
     else:
         container["env"] = [{"name": "WHALE_CACHE_DIR", "value": "/data/cache"}]
         container["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
-        container["resources"] = {"requests": dict(tool.requests) or {"cpu": "2", "memory": "8Gi"}}
+        container["resources"] = pl.resources.to_wire() if pl.resources is not None else {
+            "requests": dict(tool.requests) or {"cpu": "2", "memory": "8Gi"}}
+        container["securityContext"] = restricted_container_security_context()
+        pod["securityContext"] = restricted_pod_security_context(spec, TOOLS, TOOLS_UID)
         container["startupProbe"] = {"httpGet": {"path": "/healthz", "port": tool.port},
                                      "periodSeconds": TOOL_STARTUP_PERIOD_S,
                                      "failureThreshold": TOOL_STARTUP_TIMEOUT_S // TOOL_STARTUP_PERIOD_S}
@@ -590,7 +730,7 @@ def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": selector},
-            "template": {"metadata": {"labels": {**labels, **selector}}, "spec": pod},
+            "template": {"metadata": pod_metadata(spec, TOOLS, {**labels, **selector}), "spec": pod},
         },
     }
 
@@ -625,6 +765,26 @@ def sandbox_network_policy(run: RunRef, tool: ToolService) -> Manifest:
                 "ports": [{"protocol": "TCP", "port": tool.port}],
             }],
             "egress": [],
+        },
+    }
+
+
+def inference_network_policy(run: RunRef) -> Manifest:
+    """vLLM's port (its OpenAI API and, in dev mode, the weight-reload and cache-reset admin endpoints the
+    weight-sync sidecar calls over localhost) is reachable only from the run's own pods. The sidecar shares the
+    pod's network namespace, so it needs no rule. Egress is left open: vLLM may download weights."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": run.metadata(names.tool_name(run.name, "inference-ingress"),
+                                 names.child_labels(run.name, "inference")),
+        "spec": {
+            "podSelector": {"matchLabels": {names.LABEL_RUN: run.name, "app.kubernetes.io/component": "inference"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [{
+                "from": [{"podSelector": {"matchLabels": {names.LABEL_RUN: run.name}}}],
+                "ports": [{"protocol": "TCP", "port": VLLM_PORT}],
+            }],
         },
     }
 

@@ -42,6 +42,10 @@ PLACEMENT = {
     "nodeSelector": {"gpu": "h200"},
     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
 }
+#: a pod that requests no GPU: the run-wide GPU toleration stays away
+CPU_PLACEMENT = {k: v for k, v in PLACEMENT.items() if k != "tolerations"}
+RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+SEVEN_DAYS = 7 * 24 * 3600
 def tools_of(domain: str):
     return domains.load(domain).tool_services
 
@@ -66,6 +70,7 @@ def test_train_job_whole_manifest():
         "spec": {
             "backoffLimit": 0,
             "activeDeadlineSeconds": 86400,
+            "ttlSecondsAfterFinished": SEVEN_DAYS,
             "podFailurePolicy": {"rules": [
                 {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
                 {"action": "FailJob", "onExitCodes": {"containerName": "worker", "operator": "NotIn", "values": [0]}},
@@ -75,6 +80,7 @@ def test_train_job_whole_manifest():
                 "spec": {
                     "restartPolicy": "Never",
                     **PLACEMENT,
+                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
                     "containers": [{
                         "name": "worker",
                         "image": "ghcr.io/whale-dev/whale-worker:0.1.0",
@@ -113,11 +119,13 @@ def test_train_job_whole_manifest():
 
 
 def test_workers_without_isolation_get_no_sandbox_capabilities():
-    """spec.sandbox.isolation: none starts no sandbox, so the worker keeps the image's plain user."""
+    """spec.sandbox.isolation: none starts no sandbox, so the worker is restricted, as the image's plain user."""
     spec = make_spec(sandbox={"isolation": "none"})
     for request in (weight_request(spec),):
-        container = builders.job(RUN, spec, request, store_uri=STORE)["spec"]["template"]["spec"]["containers"][0]
-        assert "securityContext" not in container
+        pod = builders.job(RUN, spec, request, store_uri=STORE)["spec"]["template"]["spec"]
+        assert pod["containers"][0]["securityContext"] == RESTRICTED
+        assert pod["securityContext"] == {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001,
+                                          "fsGroup": 10001, "seccompProfile": {"type": "RuntimeDefault"}}
 
 
 def test_sandbox_host_capabilities_are_exactly_what_the_launcher_needs():
@@ -274,7 +282,7 @@ def test_paper_retriever_serves_the_prepared_wiki18_index_whole_manifest():
             "replicas": 1,
             "selector": {"matchLabels": selector},
             "template": {"metadata": {"labels": {**labels, **selector}}, "spec": {
-                **PLACEMENT,
+                **CPU_PLACEMENT,
                 "initContainers": [{
                     "name": "fetch-data",
                     "image": "ghcr.io/whale-dev/whale-tools:0.1.0",
@@ -284,6 +292,7 @@ def test_paper_retriever_serves_the_prepared_wiki18_index_whole_manifest():
                     "env": STORAGE_ENV,
                     "envFrom": [{"secretRef": {"name": "whale-s3"}}],
                     "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                    "securityContext": RESTRICTED,
                 }],
                 "containers": [{
                     "name": "retriever",
@@ -298,7 +307,10 @@ def test_paper_retriever_serves_the_prepared_wiki18_index_whole_manifest():
                     "env": [{"name": "WHALE_CACHE_DIR", "value": "/data/cache"}],
                     "volumeMounts": [{"name": "data", "mountPath": "/data"}],
                     "resources": {"requests": {"cpu": "8", "memory": "96Gi", "ephemeral-storage": "120Gi"}},
+                    "securityContext": RESTRICTED,
                 }],
+                "securityContext": {"runAsNonRoot": True, "runAsUser": 65534, "runAsGroup": 65534, "fsGroup": 65534,
+                                    "seccompProfile": {"type": "RuntimeDefault"}},
                 "volumes": [{"name": "data", "emptyDir": {}}],
             }},
         },

@@ -1,6 +1,7 @@
 """Opt-in: the operator on a real cluster ($KUBECONFIG), run with ``pytest --run-cluster``.
 
-Expects ``kubectl apply -k manifests/`` done (CRD, RBAC, operator, dev MinIO) and the images loaded
+Expects ``kubectl apply -k manifests/crd`` then ``kubectl apply -k manifests/overlays/dev`` done (CRDs, RBAC, operator,
+dev MinIO) and the images loaded
 (``images/build.sh`` then ``kind load docker-image ...``). Applies the tiny CPU example, waits for it to
 succeed with the real Job controller and workloads, checks what kubectl shows, then deletes it and
 checks the garbage collector took every child.
@@ -28,7 +29,7 @@ def kubectl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 @pytest.fixture()
 def cluster_run():
     if not os.environ.get("KUBECONFIG"):
-        pytest.skip("set $KUBECONFIG to a cluster with the operator installed (kubectl apply -k manifests/)")
+        pytest.skip("set $KUBECONFIG to a cluster with the operator installed (docs/operator.md: manifests/crd, then manifests/overlays/dev)")
     kubectl("-n", NS, "delete", "wr", "tiny-cpu", "--ignore-not-found", "--wait=true")
     kubectl("-n", NS, "apply", "-f", str(EXAMPLE))
     yield "tiny-cpu"

@@ -1,0 +1,41 @@
+{{- define "whale.labels" -}}
+app.kubernetes.io/name: whale-operator
+app.kubernetes.io/part-of: whale
+{{- end -}}
+
+{{/* the operator's rights on runs and children: the same rules in cluster mode (ClusterRole) and namespaced
+mode (Role); manifests/overlays/{cluster,namespaced}/rbac.yaml hold the same */}}
+{{- define "whale.runRules" -}}
+# the WhaleRuns: watched by kopf (finalizer/annotations patched), read and status-patched by the reconciler
+- apiGroups: [whale.dev]
+  resources: [whaleruns]
+  verbs: [get, list, watch, patch]
+- apiGroups: [whale.dev]
+  resources: [whaleruns/status]
+  verbs: [patch]
+# children carry an ownerReference with blockOwnerDeletion (OwnerReferencesPermissionEnforcement)
+- apiGroups: [whale.dev]
+  resources: [whaleruns/finalizers]
+  verbs: [update]
+# children: created, watched, read after a name clash, deleted on suspend/retry
+- apiGroups: [batch]
+  resources: [jobs]
+  verbs: [get, list, watch, create, delete]
+- apiGroups: [apps]
+  resources: [deployments]
+  verbs: [get, list, watch, create, patch]
+- apiGroups: [""]
+  resources: [services]
+  verbs: [get, create]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, create]
+# the failed worker's termination message
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list]
+# Kubernetes Events about the WhaleRuns
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end -}}

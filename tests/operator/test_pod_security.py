@@ -1,0 +1,257 @@
+"""Every pod a WhaleRun gets is restricted-compliant, but for one listed exception; every child validates for
+Kubernetes 1.29-1.37; per-component pod templates land where they should (and GPU tolerations do not land on
+CPU pods); the lifecycle defaults; the vLLM NetworkPolicy builder.
+
+THE EXCEPTION (docs/operator.md#pod-security, docs/security.md#on-a-cluster): with
+``spec.sandbox.isolation: namespaces`` the containers that start harness sandboxes run as root with exactly
+:data:`builders.SANDBOX_HOST_CAPABILITIES` and AppArmor unconfined, so that the launcher can build each
+sandbox's namespaces; the untrusted program inside has no capability. Those containers are:
+the ``worker`` container of the train, search and eval Jobs (every workload runs harness code), and the
+``sandbox`` code tool's container. Nothing else.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+from pydantic import ValidationError
+
+from tests.operator.pod_security import pod_spec, violations
+from tests.operator.test_manifests import EXAMPLES, children_of, docs
+from tests.operator.test_packaging import K8S_VERSIONS
+from whale import domains
+from whale.protocol import PhaseKind, PhaseRequest, WeightPhaseArgs
+from whale.spec import WhaleRunSpec
+from whale_operator import builders
+
+RUN = builders.RunRef("demo", "team-a", "uid-1")
+STORE = "s3://whale"
+#: (kind of object, component label, container) allowed to be the sandbox host when isolation is namespaces
+EXCEPTIONS = {("Job", "train", "worker"), ("Job", "search", "worker"), ("Job", "eval", "worker"),
+              ("Deployment", "sandbox", "sandbox")}
+
+
+def spec_of(path: Path, **cluster: Any) -> WhaleRunSpec:
+    wire = docs(path)[0]["spec"]
+    if cluster:
+        wire = {**wire, **cluster}
+    return WhaleRunSpec.model_validate(wire)
+
+
+def with_isolation(spec: WhaleRunSpec, isolation: str) -> WhaleRunSpec:
+    return spec.model_copy(update={"sandbox": spec.sandbox.model_copy(update={"isolation": isolation})})
+
+
+def everything(spec: WhaleRunSpec) -> list[dict[str, Any]]:
+    return [*children_of(spec), builders.inference_network_policy(RUN)]
+
+
+def component(obj: dict[str, Any]) -> str:
+    return obj["metadata"]["labels"].get("app.kubernetes.io/component", "")
+
+
+@pytest.mark.parametrize("isolation", ["namespaces", "none"])
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_every_pod_is_restricted_but_the_listed_sandbox_hosts(path: Path, isolation: str):
+    spec = with_isolation(spec_of(path), isolation)
+    hosts_seen = set()
+    for obj in everything(spec):
+        pod = pod_spec(obj)
+        if pod is None:
+            continue
+        hosts = {c["name"] for c in pod["containers"]
+                 if c.get("securityContext", {}).get("capabilities", {}).get("add")}
+        for name in hosts:
+            where = (obj["kind"], component(obj), name)
+            assert where in EXCEPTIONS, f"{where} is not a listed sandbox host"
+            assert isolation == "namespaces" or where[1] == "sandbox", f"{where}: isolation none starts no sandbox"
+            ctx = next(c for c in pod["containers"] if c["name"] == name)["securityContext"]
+            assert set(ctx["capabilities"]["add"]) == set(builders.SANDBOX_HOST_CAPABILITIES)
+            assert ctx["capabilities"]["drop"] == ["ALL"] and not ctx.get("privileged")
+            assert ctx["seccompProfile"] == {"type": "RuntimeDefault"}
+            hosts_seen.add(where)
+        others = {**obj, "spec": {**obj["spec"]}}
+        if hosts:  # check the rest of the pod as restricted: drop the excepted containers, keep the pod's fields
+            stripped = {**pod, "containers": [c for c in pod["containers"] if c["name"] not in hosts]}
+            if not stripped["containers"] and not stripped.get("initContainers"):
+                continue
+            others = {"kind": "Pod", "spec": stripped}
+        assert violations(others) == [], (obj["kind"], obj["metadata"]["name"])
+    if isolation == "namespaces":
+        assert {("Job", "train", "worker"), ("Job", "search", "worker"), ("Job", "eval", "worker")} <= hosts_seen
+
+
+#: one run of each domain and the CPU one (the others differ in numbers, not in shape)
+SHAPES = [p for p in EXAMPLES if p.stem in ("chess-whale", "math-whale", "searchqa-whale", "tiny-cpu")]
+
+
+@pytest.mark.parametrize("path", SHAPES, ids=lambda p: p.stem)
+def test_every_child_validates_for_every_supported_kubernetes(path: Path):
+    spec = spec_of(path, cluster={"placement": FULL_PLACEMENT, "lifecycle": {"ttlSecondsAfterFinished": 600}})
+    for obj in everything(spec):
+        for version in K8S_VERSIONS:
+            kubernetes_validate.validate(obj, version, strict=True)
+
+
+# ----- per-component pod templates ------------------------------------------------------------------
+
+AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+    {"matchExpressions": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["h200"]}]}]}},
+    "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 50, "podAffinityTerm": {
+        "labelSelector": {"matchLabels": {"whale.dev/run": "demo"}}, "topologyKey": "kubernetes.io/hostname"}}]}}
+SPREAD = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
+           "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "search"}}}]
+FULL_PLACEMENT = {
+    "train": {"affinity": AFFINITY, "runtimeClassName": "nvidia", "annotations": {"example.com/team": "a"},
+              "labels": {"team": "a", "whale.dev/run": "not-mine"}, "imagePullSecrets": [{"name": "pull"}]},
+    "inference": {"nodeSelector": {"pool": "serve"}, "priorityClassName": "serving"},
+    "workers": {"topologySpreadConstraints": SPREAD, "runtimeClassName": "gvisor",
+                "resources": {"requests": {"cpu": "3", "memory": "6Gi"}, "limits": {"memory": "6Gi"}},
+                "podSecurity": {"runAsUser": 2000}},
+    "tools": {"tolerations": [{"key": "cpu-only", "operator": "Exists", "effect": "NoSchedule"}]},
+}
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+SPOT_TOLERATION = {"key": "spot", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def placed(**placement: Any) -> WhaleRunSpec:
+    return WhaleRunSpec.model_validate({
+        "domain": "math_reasoning", "condition": "whale", "model": {"name": "Qwen/Qwen3.5-2B"},
+        "schedule": {"totalEpochs": 6, "weightEpochsPerCycle": 0.6},
+        "storage": {"uri": STORE, "endpoint": "minio:9000"},
+        "harnessSearch": {"proposer": {"baseUrl": "http://127.0.0.1:1/v1", "model": "m"}},
+        "cluster": {"nodeSelector": {"pool": "ml"}, "priorityClassName": "research",
+                    "tolerations": [GPU_TOLERATION, SPOT_TOLERATION], "placement": placement},
+    })
+
+
+def pods_by_component(spec: WhaleRunSpec) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    for obj in children_of(spec):
+        pod = pod_spec(obj)
+        if pod is not None:
+            meta = obj["spec"]["template"]["metadata"]
+            out.setdefault(component(obj), []).append({"meta": meta, "pod": pod, "obj": obj})
+    return out
+
+
+def test_gpu_tolerations_reach_only_pods_that_request_a_gpu():
+    pods = pods_by_component(placed())
+    for comp in ("train", "inference"):
+        for p in pods[comp]:
+            assert GPU_TOLERATION in p["pod"]["tolerations"], comp
+    for comp in ("search", "eval", "prepare", "code", "sandbox"):
+        for p in pods.get(comp, []):
+            assert GPU_TOLERATION not in p["pod"].get("tolerations", []), comp
+            assert SPOT_TOLERATION in p["pod"]["tolerations"], f"{comp}: the other run-wide tolerations stay"
+    assert pods["search"] and pods["eval"] and pods["prepare"]
+
+
+def test_a_cpu_train_job_gets_no_gpu_toleration():
+    spec = placed()
+    spec = spec.model_copy(update={"train": spec.train.model_copy(update={"gpus_per_node": 0})})
+    req = PhaseRequest(run="demo", phase="c01-weight", kind=PhaseKind.WEIGHT, attempt=1, spec=spec.to_wire(),
+                       weight=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0,
+                                              target_step=2, steps_per_epoch=4))
+    pod = builders.job(RUN, spec, req, store_uri=STORE)["spec"]["template"]["spec"]
+    assert pod["tolerations"] == [SPOT_TOLERATION]
+
+
+def test_each_component_takes_its_own_template():
+    pods = pods_by_component(placed(**FULL_PLACEMENT))
+    (train,) = [p for p in pods["train"] if "subdomain" not in p["pod"]]
+    assert train["pod"]["affinity"] == AFFINITY and train["pod"]["runtimeClassName"] == "nvidia"
+    assert train["pod"]["imagePullSecrets"] == [{"name": "pull"}]
+    assert train["meta"]["annotations"] == {"example.com/team": "a"}
+    assert train["meta"]["labels"]["team"] == "a"
+    assert train["meta"]["labels"]["whale.dev/run"] == "example", "the operator's labels win a clash"
+    assert train["pod"]["nodeSelector"] == {"pool": "ml"} and train["pod"]["priorityClassName"] == "research"
+
+    (vllm,) = pods["inference"]
+    assert vllm["pod"]["nodeSelector"] == {"pool": "serve"}, "maps merge, the component's key wins"
+    assert vllm["pod"]["priorityClassName"] == "serving"
+    assert "affinity" not in vllm["pod"] and "runtimeClassName" not in vllm["pod"]
+
+    for comp in ("search", "eval", "prepare"):
+        for p in pods[comp]:
+            assert p["pod"]["topologySpreadConstraints"] == SPREAD and p["pod"]["runtimeClassName"] == "gvisor"
+            (c,) = p["pod"]["containers"]
+            assert c["resources"] == {"requests": {"cpu": "3", "memory": "6Gi"}, "limits": {"memory": "6Gi"}}
+            assert "annotations" not in p["meta"]
+    (prepare,) = pods["prepare"]
+    assert prepare["pod"]["securityContext"]["runAsUser"] == 2000
+
+    for p in pods.get("code", []) + pods.get("sandbox", []):
+        assert p["pod"]["tolerations"] == [{"key": "cpu-only", "operator": "Exists", "effect": "NoSchedule"}], \
+            "a component's tolerations replace the run-wide ones"
+
+
+@pytest.mark.parametrize("bad", [
+    {"workers": {"podSecurity": {"runAsUser": 0}}},
+    {"train": {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+        {"weight": 101, "preference": {}}]}}}},
+    {"tools": {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "Maybe"}]}},
+    {"inference": {"runtimeClassName": "Not A Name"}},
+    {"gpu": {}},
+], ids=["root-uid", "weight-101", "when-unsatisfiable", "runtime-class", "unknown-component"])
+def test_bad_templates_are_refused_by_the_spec(bad):
+    with pytest.raises(ValidationError):
+        placed(**bad)
+
+
+# ----- lifecycle ------------------------------------------------------------------------------------
+
+
+def test_jobs_have_a_deadline_and_a_ttl_by_default():
+    spec = placed()
+    for p in pods_by_component(spec)["search"] + pods_by_component(spec)["prepare"]:
+        job = p["obj"]["spec"]
+        assert job["activeDeadlineSeconds"] == 7 * 24 * 3600 and job["ttlSecondsAfterFinished"] == 7 * 24 * 3600
+    spec = WhaleRunSpec.model_validate({**spec.to_wire(), "retry": {"activeDeadlineSeconds": 3600},
+                                        "cluster": {"lifecycle": {"ttlSecondsAfterFinished": None}}})
+    for p in pods_by_component(spec)["search"]:
+        assert p["obj"]["spec"]["activeDeadlineSeconds"] == 3600 and "ttlSecondsAfterFinished" not in p["obj"]["spec"]
+
+
+def test_dev_shm_is_sized_to_the_memory_limit_and_the_model_cache_can_be_a_claim():
+    spec = WhaleRunSpec.model_validate({**placed().to_wire(), "train": {"resources": {"limits": {"memory": "64Gi"}}},
+                                        "cluster": {"inferenceResources": {"limits": {"memory": "120Gi"}},
+                                                    "modelCacheClaimName": "models"}})
+    pods = pods_by_component(spec)
+    for p in pods["train"]:
+        assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}} in p["pod"]["volumes"]
+    (vllm,) = pods["inference"]
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "120Gi"}} in vllm["pod"]["volumes"]
+    assert {"name": "models", "persistentVolumeClaim": {"claimName": "models"}} in vllm["pod"]["volumes"]
+    for p in pods["search"]:  # no memory limit: no size (the node's memory bounds it)
+        assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in p["pod"]["volumes"]
+
+
+# ----- vLLM reachable only from the run's own pods --------------------------------------------------
+
+
+def test_inference_network_policy_admits_only_the_runs_pods():
+    spec = placed()
+    policy = builders.inference_network_policy(builders.RunRef("example", "whale", "uid"))  # children_of's run
+    kubernetes_validate.validate(policy, K8S_VERSIONS[-1], strict=True)
+    (vllm,) = pods_by_component(spec)["inference"]
+    selected = policy["spec"]["podSelector"]["matchLabels"]
+    assert selected.items() <= vllm["meta"]["labels"].items(), "it selects the vLLM pods"
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    assert rule["ports"] == [{"protocol": "TCP", "port": builders.VLLM_PORT}]
+    (peer,) = rule["from"]
+    assert peer == {"podSelector": {"matchLabels": {"whale.dev/run": "example"}}}, \
+        "no namespaceSelector: this namespace only"
+    for p in pods_by_component(spec)["search"] + pods_by_component(spec)["train"]:
+        assert peer["podSelector"]["matchLabels"].items() <= p["meta"]["labels"].items(), "the run's workers may call"
+    other = builders.inference_network_policy(builders.RunRef("other", "team-a", "u2"))
+    assert other["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"] == {"whale.dev/run": "other"}
+
+
+def test_the_examples_exercise_the_code_sandbox_exception():
+    """The sandbox tool (the exception's second member) is among the children checked above."""
+    assert any(t.sandboxed for p in EXAMPLES for t in domains.load(spec_of(p).domain).tool_services)
