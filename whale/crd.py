@@ -94,6 +94,9 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
         _immutable("domain"),
         _immutable("condition"),
         _immutable("model.name"),
+        {"rule": "has(self.resumeFrom) == has(oldSelf.resumeFrom) && "
+                 "(!has(self.resumeFrom) || self.resumeFrom == oldSelf.resumeFrom)",
+         "message": "resumeFrom is immutable: it chose the store the run lives in"},
     ],
     "storage": [
         {"rule": "!has(self.uri) || !self.uri.startsWith('s3://') || has(self.endpoint)",

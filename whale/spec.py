@@ -394,6 +394,9 @@ class SecretKeyRef(_Model):
 
 #: an absolute host path (a cli proposer's install, mounted read-only into its sandbox)
 AbsolutePath = Annotated[str, Strict(), Field(min_length=2, max_length=4096, pattern=ABSOLUTE_PATH)]
+#: a Kubernetes object UID (RFC 4122 text form, what metadata.uid holds)
+ObjectUID = Annotated[str, Strict(), Field(min_length=36, max_length=36,
+                                           pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
 #: D_harness rollouts the proposer's run_candidate tool may spend per iteration [paper: the proposer's own runs]
 MAX_TRIAL_ROLLOUTS = 100_000
 
@@ -922,6 +925,10 @@ class WhaleRunSpec(_Model):
     verifier: Verifier = Field(Verifier(), description="scoring rules where the paper's and a lenient one differ")
     suspend: StrictBool = Field(False, description="true: stop every child cleanly; false again resumes")
     tracking: Tracking = Field(Tracking(), description="metrics also to TensorBoard / W&B / MLflow (off by default)")
+    resume_from: ObjectUID | None = Field(
+        None, description="cluster: adopt the store of an earlier WhaleRun of this name in this namespace (the UID "
+        "in its status.storeUri) instead of starting clean; a run's store is <storage.uri>/<namespace>/<name>.<uid>. "
+        "`whale run` ignores it (a local store is keyed by the run name)")
 
     @model_validator(mode="after")
     def _condition_fields(self) -> WhaleRunSpec:

@@ -235,12 +235,16 @@ def shm_volume(resources: dict[str, Any]) -> dict[str, Any]:
 
 
 def job_lifecycle(spec: WhaleRunSpec) -> dict[str, Any]:
-    """A child Job's deadline (spec.retry.activeDeadlineSeconds, else spec.cluster.lifecycle's default) and how
-    long it stays once finished."""
+    """A child Job's deadline (spec.retry.activeDeadlineSeconds, else spec.cluster.lifecycle's default), how
+    long it stays once finished, and, under a Kueue queue, ``suspend: true``: the Job is created suspended
+    and runs when Kueue admits it (unsuspends it), never before (Kueue's documented way; a Job created
+    running could start pods in the moment before Kueue's webhook or controller sees it)."""
     lc = spec.cluster.lifecycle
     out: dict[str, Any] = {"activeDeadlineSeconds": spec.retry.active_deadline_seconds or lc.active_deadline_seconds}
     if lc.ttl_seconds_after_finished is not None:
         out["ttlSecondsAfterFinished"] = lc.ttl_seconds_after_finished
+    if spec.cluster.queue_name:
+        out["suspend"] = True
     return out
 
 

@@ -71,6 +71,7 @@ def test_train_job_whole_manifest():
             "backoffLimit": 0,
             "activeDeadlineSeconds": 86400,
             "ttlSecondsAfterFinished": SEVEN_DAYS,
+            "suspend": True,  # queued: Kueue admits it by unsuspending
             "podFailurePolicy": {"rules": [
                 {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
                 {"action": "FailJob", "onExitCodes": {"containerName": "worker", "operator": "NotIn", "values": [0]}},

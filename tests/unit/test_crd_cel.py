@@ -275,7 +275,8 @@ def test_hostile_manifests_of_the_security_suite_are_refused_with_cel_evaluated(
 
 
 @pytest.mark.parametrize("path, value", [("domain", "other"), ("condition", "rsft_only"), ("model.name", "other"),
-                                         ("storage.uri", "s3://elsewhere/runs")])
+                                         ("storage.uri", "s3://elsewhere/runs"),
+                                         ("resumeFrom", "0b6f1c9e-3d4a-4f5b-8c7d-2e1f0a9b8c7d")])
 def test_the_runs_identity_is_immutable(path, value):
     old = document(BASE_SPEC)
     new = document(patched({path: value}))

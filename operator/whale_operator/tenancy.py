@@ -1,0 +1,66 @@
+"""Where a WhaleRun's data lives on a shared cluster, and which stores the operator may touch at all.
+
+A run's store is ``<spec.storage.uri>/<namespace>/<name>.<uid>``: the namespace keeps tenants apart (two
+namespaces with the same run name never share a phase, checkpoint or best score), the UID keeps a deleted
+and re-created run from inheriting its predecessor's completed phases. ``spec.resumeFrom: <uid>`` adopts the
+store of an earlier WhaleRun of the same name in the same namespace (the UID its status showed in
+``status.storeUri``); another namespace's data cannot be named at all.
+
+The operator writes with credentials, so it only opens stores a platform team allowed:
+``WHALE_ALLOWED_STORES`` (comma-separated ``s3://bucket[/prefix]`` or ``file:///path`` prefixes) and
+``WHALE_ALLOWED_S3_ENDPOINTS`` (``host:port``). Unset means "no restriction" (a single-tenant install);
+set, a WhaleRun outside the list is refused with the field named before anything is created. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+ALLOWED_STORES_ENV = "WHALE_ALLOWED_STORES"
+ALLOWED_ENDPOINTS_ENV = "WHALE_ALLOWED_S3_ENDPOINTS"
+
+
+def run_store_uri(base_uri: str, namespace: str, name: str, uid: str, resume_from: str | None = None) -> str:
+    """The store root of one WhaleRun object: ``<base>/<namespace>/<name>.<uid>``.
+
+    ``resume_from`` (an earlier run's UID) replaces the UID: that run's store is adopted. Namespace and
+    name come from the object, never from the spec, so a tenant can only name its own namespace's data."""
+    if not namespace or not name or not uid:
+        raise ValueError("a run's store needs its namespace, name and uid")
+    return f"{base_uri.rstrip('/')}/{namespace}/{name}.{resume_from or uid}"
+
+
+def _split_list(value: str | None) -> tuple[str, ...]:
+    return tuple(part.strip() for part in (value or "").split(",") if part.strip())
+
+
+def _under(uri: str, prefix: str) -> bool:
+    """``uri`` is ``prefix`` or below it, on a path boundary (``s3://a`` does not allow ``s3://ab``)."""
+    uri, prefix = uri.rstrip("/"), prefix.rstrip("/")
+    return uri == prefix or uri.startswith(prefix + "/")
+
+
+@dataclass(frozen=True)
+class StorePolicy:
+    """The stores and S3 endpoints this operator may open on behalf of a WhaleRun (empty: any)."""
+
+    stores: tuple[str, ...] = ()
+    endpoints: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> StorePolicy:
+        env = os.environ if env is None else env
+        return cls(_split_list(env.get(ALLOWED_STORES_ENV)), _split_list(env.get(ALLOWED_ENDPOINTS_ENV)))
+
+    def problems(self, uri: str | None, endpoint: str | None) -> list[tuple[str, str]]:
+        """(field, message) for each way ``spec.storage`` leaves what the platform team allowed."""
+        out: list[tuple[str, str]] = []
+        if self.stores and uri is not None and not any(_under(uri, allowed) for allowed in self.stores):
+            out.append(("spec.storage.uri", f"{uri} is not a store this operator may use; allowed: "
+                        f"{', '.join(self.stores)} (the operator's {ALLOWED_STORES_ENV}; ask the cluster's admins)"))
+        if self.endpoints and endpoint is not None and endpoint not in self.endpoints:
+            out.append(("spec.storage.endpoint", f"{endpoint} is not an S3 endpoint this operator may use; allowed: "
+                        f"{', '.join(self.endpoints)} (the operator's {ALLOWED_ENDPOINTS_ENV})"))
+        return out
