@@ -46,6 +46,14 @@ class OperatorMetrics:
         for p in RunPhase:
             self.runs.labels(phase=p.value).set(sum(1 for v in self._phases.values() if v == p.value))
 
+    def forget_run(self, uid: str, namespace: str, name: str) -> None:
+        """A deleted run leaves no series behind (per-run labels would otherwise grow without bound)."""
+        self.set_run_phase(uid, None)
+        try:
+            self.rollouts.remove(namespace, name)
+        except KeyError:
+            pass  # never reconciled far enough to have spent rollouts
+
     def serve(self, port: int, addr: str = "0.0.0.0") -> Any:
         """Start the /metrics endpoint; returns the HTTP server (``shutdown()`` stops it)."""
         server, _thread = start_http_server(port, addr=addr, registry=self.registry)
