@@ -71,8 +71,8 @@ for _path in (HERE.parent / "domains", HERE.parent, HERE):
         sys.path.insert(0, str(_path))
 from sft_throughput import MODELS  # noqa: E402
 
-from whale import layout  # noqa: E402
-from whale.protocol import EvalPhaseArgs, PhaseKind, PhaseRequest, WeightPhaseArgs  # noqa: E402
+from whale.core import layout  # noqa: E402
+from whale.core.protocol import EvalPhaseArgs, PhaseKind, PhaseRequest, WeightPhaseArgs  # noqa: E402
 from whale.store import open_store  # noqa: E402
 
 RUN = "bench"

@@ -24,12 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from whale import layout  # noqa: E402
+from whale.core import layout  # noqa: E402
 from whale.inference.base import SamplingParams  # noqa: E402
 from whale.metaharness.archive import Archive  # noqa: E402
 from whale.metaharness.evaluate import EvalSettings  # noqa: E402
 from whale.metaharness.records import Status  # noqa: E402
-from whale.protocol import HarnessPhaseArgs, PhaseKind, PhaseRequest  # noqa: E402
+from whale.core.protocol import HarnessPhaseArgs, PhaseKind, PhaseRequest  # noqa: E402
 from whale.store import open_store  # noqa: E402
 from whale.workloads.search import run_search  # noqa: E402
 

@@ -27,10 +27,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from whale import domains, layout
+from whale import domains
+
+from whale.core import layout
 from whale.manifest import Manifest, ManifestError, load_manifest, local_problems
 from whale.report.cli import report as report_command
-from whale.schedule import ScheduleError, plan as make_plan, resolve
+from whale.core.schedule import ScheduleError, plan as make_plan, resolve
 
 app = typer.Typer(
     name="whale",
@@ -390,7 +392,7 @@ def status(
 ) -> None:
     """Show a run's status from the store, and which process runs it now."""
     from whale.runner.local import status_summary
-    from whale.spec import WhaleRunStatus
+    from whale.core.spec import WhaleRunStatus
     from whale.store import StoreError
 
     st, _ = _open_existing_store(store, "status")
@@ -489,7 +491,7 @@ def stop(
     Its workloads end, the status is saved as interrupted, and `whale run FILE` resumes it. The request
     goes through the store, so it works from any machine that reaches the store."""
     from whale.runner.control import request_stop
-    from whale.spec import WhaleRunStatus
+    from whale.core.spec import WhaleRunStatus
     from whale.store import StoreError
 
     st, _ = _open_existing_store(store, "stop")

@@ -34,9 +34,9 @@ import yaml
 from pydantic import ValidationError
 
 from whale import domains
-from whale.layout import RUN_NAME_MAX_LEN, check_run_name
+from whale.core.layout import RUN_NAME_MAX_LEN, check_run_name
 from whale.metaharness import proposer
-from whale.spec import API_GROUP, API_VERSION, DNS1123_LABEL, KIND, PATTERN_HINTS, WhaleRunSpec
+from whale.core.spec import API_GROUP, API_VERSION, DNS1123_LABEL, KIND, PATTERN_HINTS, WhaleRunSpec
 
 #: a WhaleRun manifest is a few kilobytes; this leaves room for comments and neighbouring documents
 MAX_MANIFEST_BYTES = 1024 * 1024

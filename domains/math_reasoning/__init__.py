@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from math_reasoning.env import MathEnvironment
     from whale.data.full import FullData
     from whale.tools.code import CodeRunner
-    from whale.spec import Data, Verifier
+    from whale.core.spec import Data, Verifier
 
 HERE = Path(__file__).resolve().parent
 

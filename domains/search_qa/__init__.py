@@ -23,13 +23,13 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whale import layout
+from whale.core import layout
 from whale.domain import DEFAULT_ALLOWED_IMPORTS, SplitsInMemoryDomain, DomainError, ToolService, data_root, default_data_root
 
 if TYPE_CHECKING:
     from search_qa.env import SearchEnvironment
     from whale.data.full import FullData
-    from whale.spec import Data
+    from whale.core.spec import Data
     from whale.store import Store
     from whale.tools.retrieval import Retriever
 

@@ -21,10 +21,10 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from whale import layout
+from whale.core import layout
 from whale.domain import ToolService
-from whale.protocol import PhaseKind, PhaseRequest
-from whale.spec import API_GROUP, API_VERSION, KIND, Resources, WhaleRunSpec
+from whale.core.protocol import PhaseKind, PhaseRequest
+from whale.core.spec import API_GROUP, API_VERSION, KIND, Resources, WhaleRunSpec
 from whale_operator import names
 
 Manifest = dict[str, Any]

@@ -21,7 +21,7 @@ from typing import Any
 
 import kopf
 
-from whale.spec import API_GROUP, API_VERSION, PLURAL, RunPhase
+from whale.core.spec import API_GROUP, API_VERSION, PLURAL, RunPhase
 from whale_operator import names
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics

@@ -20,8 +20,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from whale import layout
-from whale.alternation import (
+from whale.core import layout
+from whale.core.alternation import (
     Child,
     ChildState,
     Decision,
@@ -36,8 +36,8 @@ from whale.alternation import (
 )
 from whale.domain import ToolService
 from whale.metaharness import proposer
-from whale.protocol import PhaseKind
-from whale.spec import RunPhase, WhaleRunSpec, WhaleRunStatus
+from whale.core.protocol import PhaseKind
+from whale.core.spec import RunPhase, WhaleRunSpec, WhaleRunStatus
 from whale.store import Store, open_store
 from whale_operator import builders, names, observe
 from whale_operator import status as st

@@ -10,8 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from whale.alternation import Action, Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun
-from whale.spec import MetaCondition, RunPhase, Stage, WhaleRunStatus
+from whale.core.alternation import Action, Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun
+from whale.core.spec import MetaCondition, RunPhase, Stage, WhaleRunStatus
 
 #: condition types, in the order they are listed
 INFERENCE_READY = "InferenceReady"

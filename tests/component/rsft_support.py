@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from whale import layout
-from whale.protocol import PhaseKind, PhaseRequest, WeightPhaseArgs, WeightStopRule
+from whale.core import layout
+from whale.core.protocol import PhaseKind, PhaseRequest, WeightPhaseArgs, WeightStopRule
 
 RUN = "rsft-test"
 

@@ -16,7 +16,7 @@ from whale import domains
 from whale.harness.runner import run_episodes
 from whale.inference.base import SamplingParams
 from whale.inference.transformers_backend import TransformersClient
-from whale.spec import Data
+from whale.core.spec import Data
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

@@ -8,8 +8,9 @@ import hashlib
 import pytest
 
 from chess_puzzles import prep
-from whale import domains, layout
-from whale.spec import Data
+from whale import domains
+from whale.core import layout
+from whale.core.spec import Data
 from whale.store import open_store
 
 

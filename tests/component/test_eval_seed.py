@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from tests.component.rsft_support import tiny_model_dir
-from whale import layout
+from whale.core import layout
 from whale.harness.runner import SharedFirstTurn
 from whale.inference.base import ChatResult, Completion, InferenceClient, SamplingParams
 from whale.inference.transformers_backend import TransformersClient, load_model
-from whale.protocol import EvalPhaseArgs, PhaseKind, PhaseRequest
+from whale.core.protocol import EvalPhaseArgs, PhaseKind, PhaseRequest
 from whale.store import open_store
 from whale.workloads.eval import read_traces, run_eval
 

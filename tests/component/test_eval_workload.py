@@ -13,10 +13,10 @@ from typing import Any
 import pytest
 
 from tests.fixtures.guess_domain import GuessNumberDomainDouble
-from whale import layout
+from whale.core import layout
 from whale.inference.base import ChatResult, InferenceClient, InferenceError
 from whale.inference.scripted import FixedLatencyClient
-from whale.protocol import EvalModelUsage, EvalPhaseArgs, EvalProgress, EvalResult, PhaseKind, PhaseRequest
+from whale.core.protocol import EvalModelUsage, EvalPhaseArgs, EvalProgress, EvalResult, PhaseKind, PhaseRequest
 from whale.store import open_store
 from whale.workloads.eval import EvalError, item_record, read_traces, run_eval, summarise
 

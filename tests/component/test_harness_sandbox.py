@@ -131,9 +131,9 @@ def test_the_eval_workload_records_the_isolation_it_ran_under(tmp_path: Path) ->
     """spec.sandbox.isolation reaches the eval workload's harness pool and its result: `none` is recorded
     (field and note), so a reader of the result sees the run was not isolated."""
     from tests.fixtures.guess_domain import GuessNumberDomainDouble
-    from whale import layout
+    from whale.core import layout
     from whale.inference.scripted import FixedLatencyClient
-    from whale.protocol import EvalPhaseArgs, EvalResult, PhaseKind, PhaseRequest
+    from whale.core.protocol import EvalPhaseArgs, EvalResult, PhaseKind, PhaseRequest
     from whale.store import open_store
     from whale.workloads.eval import run_eval
 

@@ -13,9 +13,9 @@ import pytest
 
 from tests.fixtures.guess_domain import GuessNumberDomainDouble
 from tests.fixtures.proposer_double import DigitSayerPolicyDouble
-from whale import layout
+from whale.core import layout
 from whale.inference.scripted import FixedLatencyClient
-from whale.protocol import EvalPhaseArgs, HarnessPhaseArgs, PhaseKind, PhaseRequest
+from whale.core.protocol import EvalPhaseArgs, HarnessPhaseArgs, PhaseKind, PhaseRequest
 from whale.rsft.checkpoint import CheckpointIncomplete
 from whale.store import open_store
 from whale.workloads.eval import run_eval

@@ -15,12 +15,13 @@ import yaml
 from typer.testing import CliRunner
 
 from tests.fixtures.files_server import _files_server, files_server  # noqa: F401 - fixtures
-from whale import domains, layout
+from whale import domains
+from whale.core import layout
 from whale.cli import app
 from whale.data import full
 from whale.data.fetch import part_path
 from whale.domain import default_data_root
-from whale.spec import WhaleRunSpec
+from whale.core.spec import WhaleRunSpec
 from whale.store import open_store
 from whale.workloads import prepare
 

@@ -7,8 +7,10 @@ import sys
 
 import pytest
 
-from whale import domains, layout
-from whale.spec import WhaleRunSpec
+from whale import domains
+
+from whale.core import layout
+from whale.core.spec import WhaleRunSpec
 from whale.store import open_store
 from whale.workloads import prepare
 

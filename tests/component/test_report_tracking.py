@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from tests.component.report_support import simulated_run
 from tests.conftest import PLUGINS, ROOT
 from tests.unit.test_report_series import whale_records
-from whale import layout
+from whale.core import layout
 from whale.cli import app
 from whale.report.series import build_series
 from whale.report.source import read_run

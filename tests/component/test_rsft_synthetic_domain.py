@@ -12,7 +12,7 @@ from whale.harness.runner import run_episodes
 from whale.harness.validate import validate_file
 from whale.inference.base import SamplingParams
 from whale.inference.scripted import ScriptedClient
-from whale.spec import Data
+from whale.core.spec import Data
 
 
 @pytest.fixture(scope="module")

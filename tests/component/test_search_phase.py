@@ -14,11 +14,11 @@ from tests.fixtures.proposer_double import (
     assistant,
     tool_call,
 )
-from whale import layout
+from whale.core import layout
 from whale.metaharness.archive import Archive
 from whale.metaharness.evaluate import EvalSettings
 from whale.metaharness.records import Status
-from whale.protocol import HarnessPhaseArgs, HarnessStopRule, PhaseKind, PhaseRequest
+from whale.core.protocol import HarnessPhaseArgs, HarnessStopRule, PhaseKind, PhaseRequest
 from whale.store import open_store
 from whale.workloads.search import run_search
 

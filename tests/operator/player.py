@@ -1,8 +1,8 @@
 """A test double of the cluster's side of a WhaleRun: the Job controller and the three workloads.
 
 No GPU, vLLM or kubelet can run here, so the tests play them: read the PhaseRequest the operator
-wrote to the store, write the metrics/checkpoints/result a real workload would (``whale.protocol``
-shapes, ``whale.layout`` keys), and mark the Job finished through the API — so the operator sees
+wrote to the store, write the metrics/checkpoints/result a real workload would (``whale.core.protocol``
+shapes, ``whale.core.layout`` keys), and mark the Job finished through the API — so the operator sees
 exactly what it would see on a cluster.
 """
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.fixtures.kube import KubeAPI, wait_for
-from whale import layout
-from whale.protocol import (
+from whale.core import layout
+from whale.core.protocol import (
     EvalResult,
     HarnessIterationMetrics,
     HarnessPhaseResult,
@@ -23,7 +23,7 @@ from whale.protocol import (
     WeightPhaseResult,
     WeightStepMetrics,
 )
-from whale.spec import API_GROUP, API_VERSION
+from whale.core.spec import API_GROUP, API_VERSION
 from whale.store import Store
 from whale_operator import names
 

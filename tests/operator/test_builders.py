@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from whale import domains
-from whale.protocol import EvalPhaseArgs, HarnessPhaseArgs, PhaseKind, PhaseRequest, WeightPhaseArgs
-from whale.spec import WhaleRunSpec
+from whale.core.protocol import EvalPhaseArgs, HarnessPhaseArgs, PhaseKind, PhaseRequest, WeightPhaseArgs
+from whale.core.spec import WhaleRunSpec
 from whale_operator import builders, names
 
 RUN = builders.RunRef("demo", "team-a", "uid-1")

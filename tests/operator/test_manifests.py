@@ -16,8 +16,8 @@ import yaml
 from kubernetes_validate.utils import latest_version
 
 from whale import domains
-from whale.protocol import EvalPhaseArgs, HarnessPhaseArgs, PhaseKind, PhaseRequest, WeightPhaseArgs
-from whale.spec import Images, WhaleRunSpec
+from whale.core.protocol import EvalPhaseArgs, HarnessPhaseArgs, PhaseKind, PhaseRequest, WeightPhaseArgs
+from whale.core.spec import Images, WhaleRunSpec
 from whale_operator import builders
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import pytest
 
 from tests.fixtures.kube import EmulatedCluster, wait_for
 from tests.operator.player import WR, WorkloadPlayer
-from whale import layout
+from whale.core import layout
 from whale_operator import names
 
 pytestmark = pytest.mark.timeout(120)
@@ -262,7 +262,7 @@ def test_bad_spec_is_marked_failed_naming_the_field(start_operator, make_run, ku
 
 def test_serving_target_follows_the_running_child(start_operator, make_run, store, kube_cluster, kube_namespace):
     """An evaluation of a checkpoint is served that checkpoint; the next phase gets the current weights."""
-    from whale.layout import serving_key
+    from whale.core.layout import serving_key
 
     with start_operator():
         run = make_run("serve")

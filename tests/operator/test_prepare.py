@@ -9,8 +9,9 @@ import pytest
 from tests.fixtures.kube import EmulatedCluster, wait_for
 from tests.operator.conftest import BASE_SPEC, deep_merge
 from tests.operator.player import WR, WorkloadPlayer
-from whale import domains, layout
-from whale.spec import WhaleRunSpec
+from whale import domains
+from whale.core import layout
+from whale.core.spec import WhaleRunSpec
 from whale.workloads import prepare
 
 pytestmark = pytest.mark.timeout(120)

@@ -3,7 +3,7 @@ must be fetched into the store before any workload reads it."""
 
 from __future__ import annotations
 
-from whale.spec import WhaleRunSpec
+from whale.core.spec import WhaleRunSpec
 from whale.store import open_store
 from whale_operator.metrics import OperatorMetrics
 from whale_operator.reconcile import OperatorConfig, Reconciler

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from whale.alternation import ChildState, StartPhase, StopPhase
-from whale.protocol import EvalPhaseArgs, PhaseKind, PhaseRequest
-from whale.spec import BestEval, RunPhase, Stage, WhaleRunStatus
+from whale.core.alternation import ChildState, StartPhase, StopPhase
+from whale.core.protocol import EvalPhaseArgs, PhaseKind, PhaseRequest
+from whale.core.spec import BestEval, RunPhase, Stage, WhaleRunStatus
 from whale_operator import observe
 from whale_operator import status as st
 

@@ -19,15 +19,15 @@ import pytest
 
 from tests.component.test_search_phase import GOOD
 from tests.fixtures.proposer_double import DigitSayerPolicyDouble
-from whale import layout
-from whale.alternation import Observations, decide
+from whale.core import layout
+from whale.core.alternation import Observations, decide
 from whale.inference.base import ChatResult, Completion, SamplingParams
 from whale.metaharness.archive import Archive
 from whale.metaharness.evaluate import EvalSettings
 from whale.metaharness.integrity import REWARDED_WITHOUT_MODEL, SCORE_UP_TOKENS_DOWN
 from whale.metaharness.records import INCOMING_ID, Candidate, Status
-from whale.protocol import EvalPhaseArgs, HarnessPhaseArgs, HarnessPhaseResult, PhaseKind, PhaseRequest
-from whale.spec import WhaleRunSpec, WhaleRunStatus
+from whale.core.protocol import EvalPhaseArgs, HarnessPhaseArgs, HarnessPhaseResult, PhaseKind, PhaseRequest
+from whale.core.spec import WhaleRunSpec, WhaleRunStatus
 from whale.store import Store, open_store
 from whale.workloads.eval import run_eval
 from whale.workloads.search import run_search

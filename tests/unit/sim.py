@@ -10,9 +10,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from whale import layout
-from whale.adaptive import harness_stop_iteration, weight_stop_step
-from whale.alternation import (
+from whale.core import layout
+from whale.core.adaptive import harness_stop_iteration, weight_stop_step
+from whale.core.alternation import (
     Child,
     ChildState,
     Decision,
@@ -23,8 +23,8 @@ from whale.alternation import (
     StopPhase,
     decide,
 )
-from whale.protocol import PhaseKind
-from whale.spec import WhaleRunSpec, WhaleRunStatus
+from whale.core.protocol import PhaseKind
+from whale.core.spec import WhaleRunSpec, WhaleRunStatus
 
 RUN = "sim"
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from whale.adaptive import harness_stop_iteration, weight_stop_step, window_means
-from whale.alternation import Child, ChildState, Observations, StartPhase, StopPhase, decide
-from whale.protocol import HarnessStopRule, WeightStopRule
-from whale.schedule import resolve
-from whale.spec import RunPhase, Stage, WhaleRunSpec, WhaleRunStatus
+from whale.core.adaptive import harness_stop_iteration, weight_stop_step, window_means
+from whale.core.alternation import Child, ChildState, Observations, StartPhase, StopPhase, decide
+from whale.core.protocol import HarnessStopRule, WeightStopRule
+from whale.core.schedule import resolve
+from whale.core.spec import RunPhase, Stage, WhaleRunSpec, WhaleRunStatus
 
 from .sim import RUN, World, drive, main_phases
 

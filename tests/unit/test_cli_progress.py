@@ -24,7 +24,7 @@ from whale.console.progress import (
     update_paces,
 )
 from whale.console.summary import final_summary, next_commands
-from whale.protocol import (
+from whale.core.protocol import (
     EvalPhaseArgs,
     HarnessPhaseArgs,
     PhaseKind,
@@ -34,7 +34,7 @@ from whale.protocol import (
     WeightPhaseArgs,
     WeightStepMetrics,
 )
-from whale.spec import BestEval, EvalPoint, RunPhase, Stage, WhaleRunStatus
+from whale.core.spec import BestEval, EvalPoint, RunPhase, Stage, WhaleRunStatus
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ")

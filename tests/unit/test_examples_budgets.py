@@ -80,7 +80,7 @@ def test_plan_gives_the_papers_budgets(path):
 def test_the_full_data_sizes_give_the_papers_steps_per_epoch(domain):
     """|D_weight| of the full data, as `whale plan` sees it before anything is fetched."""
     from whale import domains
-    from whale.spec import Data
+    from whale.core.spec import Data
 
     name = {"searchqa": "search_qa", "math": "math_reasoning", "chess": "chess_puzzles"}[domain]
     sizes = domains.load(name).split_sizes(Data(source="full", seed=42))

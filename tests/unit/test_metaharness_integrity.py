@@ -7,7 +7,7 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from whale.alternation import MAX_STATUS_FLAGS_PER_PHASE, integrity_status
+from whale.core.alternation import MAX_STATUS_FLAGS_PER_PHASE, integrity_status
 from whale.harness.trace import Episode
 from whale.metaharness.integrity import (
     REWARDED_WITHOUT_MODEL,
@@ -27,8 +27,8 @@ from whale.metaharness.records import (
     summary,
     summary_markdown,
 )
-from whale.protocol import HarnessPhaseResult, IntegrityFlag
-from whale.spec import HarnessSearch, WhaleRunStatus
+from whale.core.protocol import HarnessPhaseResult, IntegrityFlag
+from whale.core.spec import HarnessSearch, WhaleRunStatus
 
 REJECT = IntegrityPolicy()
 FLAG = IntegrityPolicy(IntegrityAction.FLAG)

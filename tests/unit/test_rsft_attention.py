@@ -239,8 +239,8 @@ def test_compiled_flex_layers_match_eager_on_the_gpu():
 
 def test_the_spec_field_is_strict_and_reaches_the_config():
     from whale.manifest import parse_document
-    from whale.protocol import WeightPhaseArgs
-    from whale.spec import WhaleRunSpec
+    from whale.core.protocol import WeightPhaseArgs
+    from whale.core.spec import WhaleRunSpec
 
     base = {"domain": "synthetic", "condition": "rsft_only", "model": {"name": "m"}, "schedule": {"totalSteps": 4}}
     spec = WhaleRunSpec.model_validate({**base, "rsft": {"packSequences": True, "attention": "flex"}})

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from whale.protocol import WeightPhaseArgs
+from whale.core.protocol import WeightPhaseArgs
 from whale.rsft.config import RSFTConfig, lr_at, should_checkpoint
-from whale.spec import WhaleRunSpec
+from whale.core.spec import WhaleRunSpec
 
 
 def test_from_spec_reads_rsft_and_derives_the_schedule_horizon():

@@ -22,9 +22,9 @@ import os
 import sys
 import threading
 
-from whale import layout
-from whale.adaptive import harness_should_stop, weight_should_stop
-from whale.protocol import (
+from whale.core import layout
+from whale.core.adaptive import harness_should_stop, weight_should_stop
+from whale.core.protocol import (
     AcceptedHarness,
     EvalProgress,
     EvalResult,

@@ -23,8 +23,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from whale.protocol import PhaseKind, PhaseProgress, PhaseRequest, ProgressStage
-from whale.spec import RunPhase, WhaleRunStatus
+from whale.core.protocol import PhaseKind, PhaseProgress, PhaseRequest, ProgressStage
+from whale.core.spec import RunPhase, WhaleRunStatus
 
 
 @dataclasses.dataclass(frozen=True)

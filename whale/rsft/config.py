@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # pydantic models; imported lazily so the trainer runs where pydantic is absent
-    from whale.protocol import PhaseRequest, WeightPhaseArgs
-    from whale.spec import WhaleRunSpec
+    from whale.core.protocol import PhaseRequest, WeightPhaseArgs
+    from whale.core.spec import WhaleRunSpec
 
 #: what ``miniBatchSize`` counts (see :func:`optimizer_updates`)
 MiniBatchScope = Literal["perRank", "global"]
@@ -80,14 +80,14 @@ class RSFTConfig:
     def from_request(cls, request: PhaseRequest) -> RSFTConfig:
         if request.weight is None:
             raise ValueError(f"phase {request.phase}: request.json has kind {request.kind.value!r} but no `weight` args")
-        from whale.spec import WhaleRunSpec
+        from whale.core.spec import WhaleRunSpec
 
         spec = WhaleRunSpec.model_validate(request.spec)
         return cls.from_spec(spec, request.weight)
 
     @classmethod
     def from_spec(cls, spec: WhaleRunSpec, args: WeightPhaseArgs) -> RSFTConfig:
-        from whale.schedule import round_half_up  # the schedule's own epochs -> steps rounding
+        from whale.core.schedule import round_half_up  # the schedule's own epochs -> steps rounding
 
         r = spec.rsft
         total = spec.schedule.total_steps

@@ -53,8 +53,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from whale import layout
-from whale.alternation import (
+from whale.core import layout
+from whale.core.alternation import (
     Child,
     ChildState,
     Decision,
@@ -67,9 +67,9 @@ from whale.alternation import (
     SuspendRun,
     decide,
 )
-from whale.protocol import PhaseKind, PhaseProgress, PhaseRequest
+from whale.core.protocol import PhaseKind, PhaseProgress, PhaseRequest
 from whale.runner.control import ChildRecord, StopRequest, read_stop, write_child
-from whale.spec import MetaCondition, RunPhase, WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import MetaCondition, RunPhase, WhaleRunSpec, WhaleRunStatus
 from whale.store import Store, StoreError
 from whale.store.lease import DEFAULT_TTL_S, RUN_OWNER_ENV, Lease, LeaseHeld, LeaseLost, this_process
 

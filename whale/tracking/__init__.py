@@ -298,9 +298,9 @@ def export_phase(store: Any, run: str, phase: str) -> int:
     the phase is done and the store holds its metrics."""
     if os.environ.get("RANK", "0") != "0":
         return 0
-    from whale import layout
+    from whale.core import layout
     from whale.report.series import parse_eval_phase, parse_main_phase
-    from whale.spec import WhaleRunSpec
+    from whale.core.spec import WhaleRunSpec
 
     if parse_main_phase(phase) is None and parse_eval_phase(phase) is None:
         return 0  # e.g. the prepare workload

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from whale import layout
-from whale.protocol import PhaseKind, PhaseProgress, PhaseRequest
+from whale.core import layout
+from whale.core.protocol import PhaseKind, PhaseProgress, PhaseRequest
 from whale.store import Store, StoreError
 
 log = logging.getLogger(__name__)

@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from whale import layout
+from whale.core import layout
 from whale.domain import Domain
 from whale.harness.process import HarnessPool
 from whale.harness.runner import EpisodeRunner, RunnerConfig
@@ -45,9 +45,9 @@ from whale.harness.trace import EndReason, Episode
 from whale.harness.validate import validate_file
 from whale.inference.base import InferenceClient
 from whale.metaharness.integrity import model_usage
-from whale.protocol import EvalModelUsage, EvalProgress, EvalResult, PhaseKind, PhaseProgress, PhaseRequest, ProgressStage
+from whale.core.protocol import EvalModelUsage, EvalProgress, EvalResult, PhaseKind, PhaseProgress, PhaseRequest, ProgressStage
 from whale.rsft.checkpoint import require_complete
-from whale.spec import WhaleRunSpec
+from whale.core.spec import WhaleRunSpec
 from whale.store import Store
 from whale.workloads.common import ProgressWriter, harness_file, harness_limits, load_domain, read_request
 

@@ -24,9 +24,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from whale import layout
+from whale.core import layout
 from whale.domain import SPLITS
-from whale.spec import WhaleRunSpec
+from whale.core.spec import WhaleRunSpec
 from whale.store import Store
 from whale.workloads.common import load_domain
 

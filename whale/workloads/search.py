@@ -20,7 +20,7 @@ import logging
 import tempfile
 from pathlib import Path
 
-from whale import layout
+from whale.core import layout
 from whale.domain import Domain
 from whale.inference.base import InferenceClient
 from whale.metaharness.archive import Archive
@@ -29,7 +29,7 @@ from whale.metaharness.integrity import IntegrityAction, IntegrityPolicy
 from whale.metaharness.loop import HarnessSearch, SearchConfig, SearchError, SearchResult
 from whale.metaharness.proposer import Proposer
 from whale.metaharness.proposer import from_spec as proposer_from_spec
-from whale.protocol import (
+from whale.core.protocol import (
     AcceptedHarness,
     HarnessIterationMetrics,
     HarnessPhaseResult,
@@ -38,7 +38,7 @@ from whale.protocol import (
     PhaseRequest,
 )
 from whale.rsft.checkpoint import require_complete
-from whale.spec import WhaleRunSpec
+from whale.core.spec import WhaleRunSpec
 from whale.store import Store
 from whale.workloads.common import ProgressWriter, harness_limits, load_domain, read_request
 

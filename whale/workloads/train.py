@@ -34,13 +34,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from whale import layout
-from whale.protocol import PhaseKind, PhaseRequest, WeightPhaseResult
+from whale.core import layout
+from whale.core.protocol import PhaseKind, PhaseRequest, WeightPhaseResult
 from whale.rsft import checkpoint as ckpt
 from whale.rsft.config import RSFTConfig
 from whale.rsft.dist import World, world_from_env
 from whale.rsft.phase import WeightPhase, WeightPhaseError, find_start, finish
-from whale.spec import WhaleRunSpec
+from whale.core.spec import WhaleRunSpec
 from whale.store import Store
 from whale.workloads.common import ProgressWriter, harness_file, harness_limits, load_domain, read_request
 

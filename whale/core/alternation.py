@@ -17,7 +17,7 @@ Semantics (REFERENCE.md, "the seed's alternation loop"):
   ``mhOnlyIterations`` proposer iterations after the incoming (h0) evaluation.
 * Iterations: a harness phase's archive iterations count the incoming re-evaluation (I = 6 is the
   incoming + 5 proposer iterations); ``mhOnlyIterations`` and the adaptive ``maxIterations`` count
-  proposer iterations, as the paper does, and ``whale.schedule`` adds the incoming one.
+  proposer iterations, as the paper does, and ``whale.core.schedule`` adds the incoming one.
 * Evaluations: (theta0, h0) at the start, every ``interval`` steps, at the end of every weight
   phase, and after every harness phase; ``mh_only`` (``evaluation.everyAcceptedHarness``) also at
   every iteration whose accepted (best-so-far) harness changes — read from the phase's metrics while
@@ -37,9 +37,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from whale import layout
-from whale.adaptive import harness_stop_iteration, weight_stop_step
-from whale.protocol import (
+from whale.core import layout
+from whale.core.adaptive import harness_stop_iteration, weight_stop_step
+from whale.core.protocol import (
     EvalPhaseArgs,
     EvalResult,
     HarnessPhaseArgs,
@@ -49,9 +49,9 @@ from whale.protocol import (
     WeightPhaseArgs,
     WeightPhaseResult,
 )
-from whale.schedule import ResolvedSchedule, ScheduleError, resolve
-from whale.spec import BestEval, Condition, EvalPoint, RunPhase, Stage, WhaleRunSpec, WhaleRunStatus
-from whale.spec import IntegrityFlagStatus
+from whale.core.schedule import ResolvedSchedule, ScheduleError, resolve
+from whale.core.spec import BestEval, Condition, EvalPoint, RunPhase, Stage, WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import IntegrityFlagStatus
 
 # ----- observations -------------------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ class WeightStopRule(_Wire):
 
 class HarnessStopRule(_Wire):
     """Adaptive harness patience in ARCHIVE iterations: iteration 1 is the incoming harness's re-evaluation
-    (``whale.schedule`` converts the spec's proposer-iteration maximum: maxIterations 15 -> 16 here)."""
+    (``whale.core.schedule`` converts the spec's proposer-iteration maximum: maxIterations 15 -> 16 here)."""
 
     min_iterations: int
     patience: int
