@@ -11,16 +11,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from whale.core.alternation import Action, Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun
-from whale.core.spec import MetaCondition, RunPhase, Stage, WhaleRunStatus
+from whale.core.spec import ConditionType, MetaCondition, Reason, RunPhase, Stage, WhaleRunStatus
 
-#: condition types, in the order they are listed
-INFERENCE_READY = "InferenceReady"
-PROGRESSING = "Progressing"
-SUSPENDED = "Suspended"
-SUCCEEDED = "Succeeded"
-FAILED = "Failed"
-#: False when the run went on with a harness flagged for reward integrity (it scored without the model)
-REWARD_INTEGRITY = "RewardIntegrity"
+#: condition types, in the order they are listed (Interrupted belongs to the local runner)
+INFERENCE_READY = ConditionType.INFERENCE_READY.value
+PROGRESSING = ConditionType.PROGRESSING.value
+SUSPENDED = ConditionType.SUSPENDED.value
+SUCCEEDED = ConditionType.SUCCEEDED.value
+FAILED = ConditionType.FAILED.value
+REWARD_INTEGRITY = ConditionType.REWARD_INTEGRITY.value
 CONDITION_TYPES = (INFERENCE_READY, PROGRESSING, SUSPENDED, SUCCEEDED, FAILED, REWARD_INTEGRITY)
 
 NORMAL = "Normal"
@@ -177,7 +176,7 @@ def invalid_spec_status(previous: WhaleRunStatus, field: str, message: str, gene
                         now: str) -> WhaleRunStatus:
     """A spec that fails validation: Failed, with a condition that names the field — never a crash loop."""
     bad = previous.model_copy(update={
-        "phase": RunPhase.FAILED, "reason": "InvalidSpec", "message": f"{field}: {message}",
+        "phase": RunPhase.FAILED, "reason": Reason.INVALID_SPEC.value, "message": f"{field}: {message}",
         "observed_generation": generation, "completion_time": previous.completion_time or now,
     })
     return with_conditions(bad, previous.conditions, InferenceView(managed=False), generation, now)
