@@ -220,18 +220,10 @@ def _store_uri(uri: str | None, m: Manifest | None = None) -> str:
 
 
 def _open_store(uri: str | None, m: Manifest | None = None) -> Any:
-    from whale.store import open_store
+    from whale.control.storage import open_spec_store
+    from whale.core.spec import Storage
 
-    spec_storage = m.spec.storage if m else None
-    uri = _store_uri(uri, m)
-    options: dict[str, Any] = {}
-    if uri.startswith("s3://") and spec_storage is not None:
-        if spec_storage.endpoint:
-            options["endpoint"] = spec_storage.endpoint
-        options["secure"] = spec_storage.secure
-        if spec_storage.region:
-            options["region"] = spec_storage.region
-    return open_store(uri, **options)
+    return open_spec_store(m.spec.storage if m else Storage(), _store_uri(uri, m))
 
 
 def _open_existing_store(uri: str | None, command: str) -> tuple[Any, str]:

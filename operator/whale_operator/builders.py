@@ -21,6 +21,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
+from whale.control.storage import connection_env
 from whale.core import layout
 from whale.domain import ToolService
 from whale.core.protocol import PhaseKind, PhaseRequest
@@ -81,16 +82,10 @@ class RunRef:
 
 
 def storage_env(spec: WhaleRunSpec) -> list[dict[str, Any]]:
-    """How a workload finds the object store: ``--store`` carries the URI; endpoint and TLS here,
-    credentials from the Secret (``envFrom``) named by ``spec.storage.credentialsSecret``."""
-    env: list[dict[str, Any]] = []
-    st = spec.storage
-    if st.endpoint:
-        env.append({"name": "WHALE_S3_ENDPOINT", "value": st.endpoint})
-    env.append({"name": "WHALE_S3_SECURE", "value": "true" if st.secure else "false"})
-    if st.region:
-        env.append({"name": "WHALE_S3_REGION", "value": st.region})
-    return env
+    """How a workload finds the object store: ``--store`` carries the URI; endpoint and TLS here
+    (:func:`whale.control.storage.connection_env`), credentials from the Secret (``envFrom``) named by
+    ``spec.storage.credentialsSecret``."""
+    return [{"name": k, "value": v} for k, v in connection_env(spec.storage).items()]
 
 
 def storage_env_from(spec: WhaleRunSpec) -> list[dict[str, Any]]:

@@ -25,7 +25,8 @@ from whale.core.spec import API_GROUP, API_VERSION, PLURAL, RunPhase
 from whale_operator import names
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
-from whale_operator.reconcile import OperatorConfig, Reconciler
+from whale_operator.config import OperatorConfig
+from whale_operator.reconcile import Reconciler
 
 log = logging.getLogger(__name__)
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from whale.core.spec import WhaleRunSpec
 from whale.store import open_store
 from whale_operator.metrics import OperatorMetrics
-from whale_operator.reconcile import OperatorConfig, Reconciler
+from whale_operator.config import OperatorConfig
+from whale_operator.reconcile import Reconciler
 
 
 def spec(source: str) -> WhaleRunSpec:
