@@ -220,10 +220,12 @@ def _store_uri(uri: str | None, m: Manifest | None = None) -> str:
 
 
 def _open_store(uri: str | None, m: Manifest | None = None) -> Any:
+    """The store, with the manifest's connection settings when there is one (else the environment's)."""
     from whale.control.storage import open_spec_store
-    from whale.core.spec import Storage
+    from whale.store import open_store
 
-    return open_spec_store(m.spec.storage if m else Storage(), _store_uri(uri, m))
+    target = _store_uri(uri, m)
+    return open_spec_store(m.spec.storage, target) if m else open_store(target)
 
 
 def _open_existing_store(uri: str | None, command: str) -> tuple[Any, str]:
