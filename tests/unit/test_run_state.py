@@ -103,3 +103,27 @@ def test_an_eval_result_updates_best_only_when_better() -> None:
     assert better.pending_evals == () and state.pending_evals == (points[0], points[2])
     with pytest.raises(ValueError, match="no result"):
         best_eval(points[0])
+
+
+def test_an_interrupted_run_resumes_and_a_failed_one_retries() -> None:
+    running = RunState().started("t0")
+    stopped = running.interrupted(Reason.SIGNAL, "interrupted at t1: SIGTERM", "t1")
+    assert (stopped.phase, stopped.reason) == (RunPhase.INTERRUPTED, Reason.INTERRUPTED)
+    cond = stopped.interruption()
+    assert cond is not None and (cond.reason, cond.last_transition_time) == ("Signal", "t1")
+    again = stopped.interrupted(Reason.TIMEOUT, "second", "t2")
+    assert [c.reason for c in again.conditions] == ["Timeout"]  # one condition, the latest
+    resumed = stopped.taken_over()
+    assert (resumed.phase, resumed.reason, resumed.conditions) == (RunPhase.RUNNING, Reason.RESUMED, ())
+    assert running.taken_over() is running and resumed.taken_over() is resumed
+    done = RunState(phase=RunPhase.SUCCEEDED)
+    assert done.interrupted(Reason.SIGNAL, "x", "t") is done
+
+    failed = RunState(phase=RunPhase.FAILED, reason="PhaseFailed", completed_phases=("c01-weight",),
+                      failures={"c01-weight": 1, "c01-harness": 3}, attempts={"c01-harness": 3},
+                      completion_time="t9")
+    retried = failed.retried()
+    assert (retried.phase, retried.reason, retried.completion_time) == (RunPhase.RUNNING, Reason.RETRIED, None)
+    assert retried.failures == {"c01-weight": 1} and retried.attempts == {"c01-harness": 4}
+    assert retried.message == "retrying (c01-harness) after: PhaseFailed"
+    assert running.retried() is running

@@ -16,6 +16,7 @@ from whale.core.layout import PhaseId
 from whale.core.protocol import PhaseKind
 from whale.core.spec import (
     BestEval,
+    ConditionType,
     EvalPoint,
     IntegrityFlagStatus,
     MetaCondition,
@@ -126,6 +127,50 @@ class RunState:
 
     def with_generation(self, generation: int | None) -> RunState:
         return self if generation is None else replace(self, observed_generation=generation)
+
+    # --- a controller that stops before the run ends (the local runner) ---
+    def interrupted(self, why: Reason, message: str, now: str) -> RunState:
+        """Nothing runs now: a Running run becomes Interrupted (``decide`` reads that as Running and resumes
+        from it), with the Interrupted condition saying why. Terminal and suspended runs are unchanged."""
+        if self.phase.is_terminal() or self.phase is RunPhase.SUSPENDED:
+            return self
+        cond = MetaCondition(type=ConditionType.INTERRUPTED.value, status="True", reason=why.value, message=message,
+                             last_transition_time=now)
+        phase = RunPhase.INTERRUPTED if self.phase is RunPhase.RUNNING else self.phase
+        return replace(self, phase=phase, reason=Reason.INTERRUPTED.value, message=message,
+                       conditions=(*self._without(ConditionType.INTERRUPTED), cond))
+
+    def interruption(self) -> MetaCondition | None:
+        """The Interrupted condition, while it is True."""
+        return next((c for c in self.conditions if c.type == ConditionType.INTERRUPTED and c.status == "True"), None)
+
+    def taken_over(self) -> RunState:
+        """The run as a new controller takes it over: no longer interrupted."""
+        if (self.interruption() is None and self.reason != Reason.INTERRUPTED
+                and self.phase is not RunPhase.INTERRUPTED):
+            return self
+        phase = RunPhase.RUNNING if self.phase is RunPhase.INTERRUPTED else self.phase
+        return replace(self, phase=phase, reason=Reason.RESUMED.value, message=None,
+                       conditions=self._without(ConditionType.INTERRUPTED))
+
+    def retried(self) -> RunState:
+        """A Failed run back to Running from its last good state: completed phases, evaluations and checkpoints
+        stay; each phase that is not done has its failure counter reset and gets a new attempt number, so it
+        starts again (and resumes from its own state in the store). Other phases are unchanged."""
+        if self.phase is not RunPhase.FAILED:
+            return self
+        done = set(self.completed_phases) | {e.phase for e in self.evals if e.mean_at_k is not None}
+        reset = sorted(p for p in self.failures if p not in done)
+        attempts = dict(self.attempts)
+        for phase in reset:
+            attempts[phase] = attempts.get(phase, 1) + 1
+        message = f"retrying ({', '.join(reset) or 'no failed phase'}) after: {self.message or self.reason}"
+        return replace(self, phase=RunPhase.RUNNING, reason=Reason.RETRIED.value, message=message,
+                       completion_time=None, failures={p: n for p, n in self.failures.items() if p in done},
+                       attempts=attempts)
+
+    def _without(self, kind: ConditionType) -> tuple[MetaCondition, ...]:
+        return tuple(c for c in self.conditions if c.type != kind)
 
     # --- attempts of a phase's child ---
     def with_first_attempt(self, phase: str) -> RunState:

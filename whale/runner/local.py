@@ -67,6 +67,7 @@ from whale.control.observer import StoreObserver
 from whale.control.planner import RunEnd, plan, write_request, write_stop
 from whale.runner.control import ChildRecord, StopRequest, read_stop, write_child
 from whale.core.spec import ConditionType, MetaCondition, Reason, RunPhase, WhaleRunSpec, WhaleRunStatus
+from whale.core.state import RunState
 from whale.store import Store, StoreError
 from whale.store.lease import DEFAULT_TTL_S, RUN_OWNER_ENV, Lease, LeaseHeld, LeaseLost, this_process
 
@@ -250,52 +251,31 @@ def interruption(exc: BaseException, max_seconds: float | None = None) -> tuple[
 
 
 def mark_interrupted(status: WhaleRunStatus, reason: Reason, what: str, hint: str, now: str) -> WhaleRunStatus:
-    """The status of a run whose runner stopped before the run ended: a Running run becomes Interrupted
-    (``decide`` reads that as Running and resumes from it), the ``Interrupted`` condition and the message say
-    what happened and how to resume. Terminal and suspended runs are returned unchanged."""
-    if status.phase.is_terminal() or status.phase is RunPhase.SUSPENDED:
-        return status
+    """The status of a run whose runner stopped before the run ended (:meth:`RunState.interrupted`): the
+    message says what happened and how to resume."""
     message = f"interrupted at {now}: {what}; run `{hint}` to resume"
-    cond = MetaCondition(type=INTERRUPTED, status="True", reason=reason, message=message, last_transition_time=now)
-    conditions = [c for c in status.conditions if c.type != INTERRUPTED] + [cond]
-    update: dict[str, Any] = {"reason": Reason.INTERRUPTED.value, "message": message, "conditions": conditions}
-    if status.phase is RunPhase.RUNNING:  # nothing runs now: the status must not say Running
-        update["phase"] = RunPhase.INTERRUPTED
-    return status.model_copy(update=update)
+    return _transition(status, lambda s: s.interrupted(reason, message, now))
 
 
 def interrupted(status: WhaleRunStatus) -> MetaCondition | None:
-    return next((c for c in status.conditions if c.type == INTERRUPTED and c.status == "True"), None)
+    return RunState.from_status(status).interruption()
 
 
 def clear_interrupted(status: WhaleRunStatus) -> WhaleRunStatus:
     """The status as a new runner takes the run over: no longer interrupted."""
-    if interrupted(status) is None and status.reason != Reason.INTERRUPTED and status.phase is not RunPhase.INTERRUPTED:
-        return status
-    update: dict[str, Any] = {
-        "reason": Reason.RESUMED.value, "message": None, "conditions": [c for c in status.conditions if c.type != INTERRUPTED],
-    }
-    if status.phase is RunPhase.INTERRUPTED:
-        update["phase"] = RunPhase.RUNNING
-    return status.model_copy(update=update)
+    return _transition(status, RunState.taken_over)
 
 
 def retry_status(status: WhaleRunStatus) -> WhaleRunStatus:
-    """A Failed run back to Running from its last good state: completed phases, evaluations and checkpoints
-    stay; each phase that is not done has its failure counter reset and gets a new attempt number, so it
-    starts again (and resumes from its own state in the store). Other statuses are returned unchanged."""
-    if status.phase is not RunPhase.FAILED:
-        return status
-    done = set(status.completed_phases) | {e.phase for e in status.evals if e.mean_at_k is not None}
-    reset = sorted(p for p in status.failures if p not in done)
-    attempts = dict(status.attempts)
-    for phase in reset:
-        attempts[phase] = attempts.get(phase, 1) + 1
-    message = f"retrying ({', '.join(reset) or 'no failed phase'}) after: {status.message or status.reason}"
-    return status.model_copy(update={
-        "phase": RunPhase.RUNNING, "reason": Reason.RETRIED.value, "message": message, "completion_time": None,
-        "failures": {p: n for p, n in status.failures.items() if p in done}, "attempts": attempts,
-    })
+    """A Failed run back to Running from its last good state (:meth:`RunState.retried`)."""
+    return _transition(status, RunState.retried)
+
+
+def _transition(status: WhaleRunStatus, step: Callable[[RunState], RunState]) -> WhaleRunStatus:
+    """``status`` itself when ``step`` changes nothing, so an unchanged status is not saved again."""
+    before = RunState.from_status(status)
+    after = step(before)
+    return status if after == before else after.to_status()
 
 
 # ----- children -----------------------------------------------------------------------------------
