@@ -215,8 +215,9 @@ class Domain(abc.ABC):
         imports, one mechanism per candidate."""
 
     def tool_specs(self) -> list[dict[str, Any]]:
-        """OpenAI function schemas of the tools :meth:`Environment.call_tool` accepts (a harness's
-        ``TOOLS`` may list these). Default: no tools."""
+        """OpenAI function schemas of the tools :meth:`Environment.call_tool` accepts: a harness's ``TOOLS``
+        may list only these, by name, with any description (refused when it loads otherwise:
+        ``whale.harness.runner.check_tools``). Default: no tools."""
         return []
 
     def subset(self, item: dict[str, Any]) -> str:

@@ -17,12 +17,12 @@ Every child carries an owner reference to the WhaleRun (garbage-collected with i
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
 from whale.control.storage import connection_env
 from whale.core import layout
+from whale.core.layout import PhaseId
 from whale.domain import ToolService
 from whale.core.protocol import PhaseKind, PhaseRequest
 from whale.core.spec import API_GROUP, API_VERSION, KIND, Resources, WhaleRunSpec
@@ -381,8 +381,7 @@ def rendezvous_service(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest) -
 
 
 def _request_cycle(request: PhaseRequest) -> int:
-    args = request.weight or request.harness or request.eval
-    return args.cycle if args is not None else 0
+    return PhaseId.parse(request.phase).cycle
 
 
 # ----- inference ----------------------------------------------------------------------------------
@@ -634,9 +633,3 @@ def tool_children(run: RunRef, spec: WhaleRunSpec, tools: tuple[ToolService, ...
             out.append(sandbox_network_policy(run, tool))
     return out
 
-
-def scaled(manifest: Manifest, replicas: int) -> Manifest:
-    """A copy of a Deployment manifest with another replica count."""
-    out = copy.deepcopy(manifest)
-    out["spec"]["replicas"] = replicas
-    return out

@@ -22,8 +22,9 @@ from whale.control.observer import StoreObserver
 from whale.control.planner import KEEP_SERVING, plan, write_stop
 from whale.control.storage import open_spec_store
 from whale.core import layout
-from whale.core.alternation import Child, ChildState, Decision, StartPhase, decide
-from whale.core.spec import Reason, RunPhase, WhaleRunSpec, WhaleRunStatus
+from whale.core.alternation import Child, ChildState, Transition, StartPhase, decide
+from whale.core.spec import Reason, WhaleRunSpec, WhaleRunStatus
+from whale.core.state import RunState
 from whale.domain import ToolService
 from whale.store import Store
 from whale_operator import builders, names, observe
@@ -40,10 +41,6 @@ class WaitingForData(RuntimeError):
     """The split sizes of the run's domain are unknown yet (temporary)."""
 
 
-#: status reasons of the data preparation step
-PREPARING = Reason.PREPARING_DATA.value
-PREPARE_FAILED = Reason.PREPARE_FAILED.value
-
 
 def utc_now() -> str:
     """RFC 3339, second precision (what Kubernetes timestamps look like)."""
@@ -51,10 +48,10 @@ def utc_now() -> str:
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ReconcileResult:
     status: WhaleRunStatus
     events: list[st.Event]
-    decision: Decision | None = None
+    decision: Transition | None = None
     #: something the operator waits for raises no Kubernetes event (the inference server's
     #: acknowledgement in the store): reconcile again at the progress interval
     poll: bool = False
@@ -131,7 +128,7 @@ class Reconciler:
             return self._observers[key]
 
     # --- the reconcile ---
-    def reconcile(self, namespace: str, name: str) -> Outcome | None:
+    def reconcile(self, namespace: str, name: str) -> ReconcileResult | None:
         """One reconcile; the status is written once, at the end, when it changed."""
         obj = self.kube.get_run(namespace, name)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
@@ -151,7 +148,7 @@ class Reconciler:
         return outcome
 
     def _step(self, run: builders.RunRef, body_spec: dict[str, Any] | None, prev: WhaleRunStatus,
-              generation: int | None, now: str) -> Outcome:
+              generation: int | None, now: str) -> ReconcileResult:
         """Everything but the status write: returns ``prev`` itself when nothing is to be written."""
         try:
             names.check_run_name(run.name)
@@ -161,9 +158,9 @@ class Reconciler:
             field_ = exc.field if isinstance(exc, SpecError) else "metadata.name"
             text = str(exc).split(": ", 1)[-1] if isinstance(exc, SpecError) else str(exc)
             if prev.reason == Reason.INVALID_SPEC and prev.observed_generation == generation:
-                return Outcome(prev, [])
+                return ReconcileResult(prev, [])
             bad = st.invalid_spec_status(prev, field_, text, generation, now)
-            return Outcome(bad, [st.Event(st.WARNING, Reason.INVALID_SPEC.value, f"{field_}: {text}")])
+            return ReconcileResult(bad, [st.Event(st.WARNING, Reason.INVALID_SPEC.value, f"{field_}: {text}")])
         if prev.reason == Reason.INVALID_SPEC:
             prev = WhaleRunStatus()  # the spec was fixed: start over
 
@@ -171,15 +168,14 @@ class Reconciler:
         inference_managed = builders.uses_vllm(spec)
         if prev.phase.is_terminal():
             self.jobs.scale_infra(run, 0)
-            return Outcome(prev, [])
+            return ReconcileResult(prev, [])
 
         try:
             sizes = self.split_sizes(store, run.name, spec)
         except WaitingForData as exc:
-            waiting = prev.model_copy(update={"reason": Reason.WAITING_FOR_DATA.value, "message": str(exc),
-                                              "observed_generation": generation})
+            waiting = RunState.from_status(prev).waiting(Reason.WAITING_FOR_DATA, str(exc), generation).to_status()
             waiting = st.with_conditions(waiting, prev.conditions, st.InferenceView(inference_managed), generation, now)
-            return Outcome(waiting, [])
+            return ReconcileResult(waiting, [])
         if sizes is None:
             return self._prepare(run, spec, store, prev, generation, now)
 
@@ -202,7 +198,7 @@ class Reconciler:
         self.metrics.rollouts.labels(namespace=run.namespace, run=run.name).set(new.rollouts_spent)
         # a start that found its child already there (or was deferred) is not news
         reported = tuple(a for a in decision.actions if not isinstance(a, StartPhase) or a.phase in created)
-        return Outcome(new, st.events(prev, new, reported), decision, poll=gated)
+        return ReconcileResult(new, st.events(prev, new, reported), decision, poll=gated)
 
     def _children(self, run: builders.RunRef, current: dict[str, dict[str, Any]]) -> dict[str, Child]:
         """What ``decide`` sees of each phase's current Job (a failed one with its pod's last words)."""
@@ -219,7 +215,7 @@ class Reconciler:
 
     # --- data preparation ---
     def _prepare(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, prev: WhaleRunStatus,
-                 generation: int | None, now: str) -> Outcome:
+                 generation: int | None, now: str) -> ReconcileResult:
         """No split sizes yet: run the prepare Job (``<run>-prepare-<attempt>``), retried up to
         ``spec.retry.maxAttempts``; its attempts are counted from the Jobs themselves. A Job that
         succeeded without writing the sizes counts as failed."""
@@ -244,16 +240,15 @@ class Reconciler:
                 running = attempt
         events: list[st.Event] = []
         attempt = max(jobs, default=0)
+        state = RunState.from_status(prev)
         if failed >= spec.retry.max_attempts:
             job_name = names.prepare_job_name(run.name, attempt)
-            new = prev.model_copy(update={
-                "phase": RunPhase.FAILED, "reason": PREPARE_FAILED, "observed_generation": generation,
-                "message": f"data preparation failed {failed} times (spec.retry.maxAttempts); Job {job_name}: "
-                           f"{last_error}", "completion_time": prev.completion_time or now})
+            new = state.refused(Reason.PREPARE_FAILED, f"data preparation failed {failed} times "
+                                f"(spec.retry.maxAttempts); Job {job_name}: {last_error}", generation, now).to_status()
             events = st.events(prev, new, ())
         elif spec.suspend and running is None:
-            new = prev.model_copy(update={"reason": PREPARING, "observed_generation": generation,
-                                          "message": "spec.suspend is true: data preparation waits"})
+            new = state.waiting(Reason.PREPARING_DATA, "spec.suspend is true: data preparation waits",
+                                generation).to_status()
         else:
             if running is None:
                 wire = spec.to_wire()
@@ -266,15 +261,14 @@ class Reconciler:
                                   if failed else st.Event(st.NORMAL, "Preparing", "materialising the data splits"))
             else:
                 attempt = running
-            new = prev.model_copy(update={
-                "reason": PREPARING, "observed_generation": generation,
-                "message": f"Job {names.prepare_job_name(run.name, attempt)} is materialising the splits of domain "
-                           f"{spec.domain!r} and writing their sizes (attempt {attempt})"})
+            new = state.waiting(Reason.PREPARING_DATA, f"Job {names.prepare_job_name(run.name, attempt)} is "
+                                f"materialising the splits of domain {spec.domain!r} and writing their sizes "
+                                f"(attempt {attempt})", generation).to_status()
         new = st.with_conditions(new, prev.conditions, st.InferenceView(builders.uses_vllm(spec)), generation, now)
-        return Outcome(new, events)
+        return ReconcileResult(new, events)
 
     # --- acting ---
-    def _apply(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, decision: Decision,
+    def _apply(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, decision: Transition,
                running: set[str], deps: dict[str, dict[str, Any]],
                tools: tuple[ToolService, ...]) -> tuple[bool, set[str]]:
         """Carry out the shared plan (:func:`whale.control.planner.plan`): one phase child at a time,

@@ -12,6 +12,7 @@ from typing import Any
 
 from whale.core.alternation import Action, Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun
 from whale.core.spec import ConditionType, MetaCondition, Reason, RunPhase, Stage, WhaleRunStatus
+from whale.core.state import RunState
 
 #: condition types, in the order they are listed (Interrupted belongs to the local runner)
 INFERENCE_READY = ConditionType.INFERENCE_READY.value
@@ -111,7 +112,7 @@ def with_conditions(status: WhaleRunStatus, previous: list[MetaCondition], infer
         since = old.last_transition_time if old is not None and old.status == st and old.last_transition_time else now
         out.append(MetaCondition(type=type_, status=st, reason=reason, message=message,
                                  last_transition_time=since, observed_generation=generation))
-    return status.model_copy(update={"conditions": out})
+    return RunState.from_status(status).with_conditions(tuple(out)).to_status()
 
 
 def events(before: WhaleRunStatus, after: WhaleRunStatus, actions: tuple[Action, ...]) -> list[Event]:
@@ -175,8 +176,5 @@ def status_wire(status: WhaleRunStatus) -> dict[str, Any]:
 def invalid_spec_status(previous: WhaleRunStatus, field: str, message: str, generation: int | None,
                         now: str) -> WhaleRunStatus:
     """A spec that fails validation: Failed, with a condition that names the field — never a crash loop."""
-    bad = previous.model_copy(update={
-        "phase": RunPhase.FAILED, "reason": Reason.INVALID_SPEC.value, "message": f"{field}: {message}",
-        "observed_generation": generation, "completion_time": previous.completion_time or now,
-    })
-    return with_conditions(bad, previous.conditions, InferenceView(managed=False), generation, now)
+    bad = RunState.from_status(previous).refused(Reason.INVALID_SPEC, f"{field}: {message}", generation, now)
+    return with_conditions(bad.to_status(), previous.conditions, InferenceView(managed=False), generation, now)

@@ -22,6 +22,7 @@ from whale.core.protocol import (
     PhaseRequest,
     WeightPhaseResult,
     WeightStepMetrics,
+    parse_request,
 )
 from whale.core.spec import API_GROUP, API_VERSION
 from whale.store import Store
@@ -81,12 +82,17 @@ class WorkloadPlayer:
 
     def request(self, job: dict[str, Any]) -> PhaseRequest:
         phase = job["metadata"]["labels"][names.LABEL_PHASE]
-        return PhaseRequest.model_validate(self.store.read_json(layout.request_key(self.run, phase)))
+        return parse_request(self.store.read_json(layout.request_key(self.run, phase)))
 
     # --- workload outputs ---
+    def rollouts_per_step(self) -> int:
+        """From the run's spec.json, as a real train workload reads it."""
+        rsft = self.store.read_json(layout.spec_key(self.run)).get("rsft", {})
+        return rsft["promptsPerStep"] * rsft.get("rolloutsPerPrompt", 8)
+
     def weight_metrics(self, req: PhaseRequest, step: int, reward: float = 0.5) -> None:
         assert req.weight is not None
-        rps = req.spec["rsft"]["promptsPerStep"] * req.spec["rsft"].get("rolloutsPerPrompt", 8)
+        rps = self.rollouts_per_step()
         self.store.append_jsonl(layout.metrics_key(self.run, req.phase), WeightStepMetrics(
             step=step, epoch=step / req.weight.steps_per_epoch, reward_mean=reward, acceptance_rate=0.5,
             kept=rps // 2, loss=0.1, learning_rate=1e-7, rollouts=rps).to_wire())
@@ -102,7 +108,7 @@ class WorkloadPlayer:
         args = req.weight
         assert args is not None
         final = args.target_step if final_step is None else final_step
-        rps = req.spec["rsft"]["promptsPerStep"] * req.spec["rsft"].get("rolloutsPerPrompt", 8)
+        rps = self.rollouts_per_step()
         if write_metrics:
             for step in range(args.from_step + 1, final + 1):
                 self.weight_metrics(req, step)

@@ -5,7 +5,13 @@ from __future__ import annotations
 import pytest
 
 from whale import domains
-from whale.core.protocol import EvalPhaseArgs, HarnessPhaseArgs, PhaseKind, PhaseRequest, WeightPhaseArgs
+from whale.core.protocol import (
+    EvalPhaseArgs,
+    HarnessPhaseArgs,
+    PhaseRequest,
+    WeightPhaseArgs,
+    phase_request,
+)
 from whale.core.spec import WhaleRunSpec
 from whale_operator import builders, names
 
@@ -32,9 +38,9 @@ def make_spec(**over) -> WhaleRunSpec:
 
 
 def weight_request(spec: WhaleRunSpec, attempt: int = 1) -> PhaseRequest:
-    return PhaseRequest(run="demo", phase="c01-weight", kind=PhaseKind.WEIGHT, attempt=attempt, spec=spec.to_wire(),
-                        weight=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0,
-                                               target_step=42, steps_per_epoch=70))
+    return phase_request(spec.to_wire(), run="demo", phase="c01-weight", attempt=attempt,
+        args=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=42,
+                             steps_per_epoch=70, total_steps=42))
 
 
 PLACEMENT = {
@@ -165,12 +171,11 @@ def test_multi_node_train_is_an_indexed_job_with_a_headless_service():
 
 def test_search_job_gets_the_proposer_key_and_eval_job_does_not():
     spec = make_spec()
-    search = PhaseRequest(run="demo", phase="c01-harness", kind=PhaseKind.HARNESS, attempt=1, spec=spec.to_wire(),
-                          harness=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint="ck", step=42,
-                                                   iterations=6, archive="runs/demo/archive/c01"))
-    ev = PhaseRequest(run="demo", phase="eval-c01-s000042-weight", kind=PhaseKind.EVAL, attempt=1,
-                      spec=spec.to_wire(), eval=EvalPhaseArgs(cycle=1, step=42, after="weight", checkpoint="ck",
-                                                              harness=None))
+    search = phase_request(spec.to_wire(), run="demo", phase="c01-harness", attempt=1,
+        args=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint="ck", step=42, iterations=6,
+                              archive="runs/demo/archive/c01"))
+    ev = phase_request(spec.to_wire(), run="demo", phase="eval-c01-s000042-weight", attempt=1,
+        args=EvalPhaseArgs(cycle=1, step=42, after="weight", checkpoint="ck", harness=None))
     s_env = builders.job(RUN, spec, search, store_uri=STORE)["spec"]["template"]["spec"]["containers"][0]["env"]
     e_job = builders.job(RUN, spec, ev, store_uri=STORE)
     e_env = e_job["spec"]["template"]["spec"]["containers"][0]["env"]

@@ -15,7 +15,7 @@ from whale.core.adaptive import harness_stop_iteration, weight_stop_step
 from whale.core.alternation import (
     Child,
     ChildState,
-    Decision,
+    Transition,
     Fail,
     Finish,
     Observations,
@@ -61,7 +61,7 @@ class World:
             now="2026-01-01T00:00:00Z",
         )
 
-    def apply(self, decision: Decision) -> None:
+    def apply(self, decision: Transition) -> None:
         for action in decision.actions:
             if isinstance(action, StartPhase):
                 req = action.request

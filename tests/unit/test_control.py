@@ -8,11 +8,15 @@ from whale.control.observer import StoreObserver
 from whale.control.planner import KEEP_SERVING, RunEnd, plan, write_request
 from whale.control.serving import UNSET, serve, serving
 from whale.core import layout
-from whale.core.alternation import Decision, Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun
-from whale.core.protocol import EvalPhaseArgs, HarnessPhaseArgs, PhaseKind, PhaseRequest
+from whale.core.alternation import Transition, Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun
+from whale.core.protocol import EvalPhaseArgs, HarnessPhaseArgs, parse_request, phase_request
 from whale.core.spec import EvalPoint, Reason, RunPhase, Storage, WhaleRunStatus
 from whale.store import open_store
 from whale.store import s3
+
+#: the least spec a request can be made from
+MIN_SPEC = {"domain": "synthetic", "condition": "rsft_only", "model": {"name": "m"}, "schedule": {"totalSteps": 4}}
+
 
 RUN = "ctl"
 RUNNING = WhaleRunStatus(phase=RunPhase.RUNNING)
@@ -21,23 +25,23 @@ RUNNING = WhaleRunStatus(phase=RunPhase.RUNNING)
 def harness_start(checkpoint: str | None = "ck/4") -> StartPhase:
     args = HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=checkpoint, step=4, iterations=3,
                             archive="a")
-    return StartPhase(PhaseRequest(run=RUN, phase="c01-harness", kind=PhaseKind.HARNESS, attempt=1, spec={},
-                                   harness=args))
+    return StartPhase(phase_request(MIN_SPEC, run=RUN, phase="c01-harness", attempt=1,
+                                    args=args))
 
 
 def eval_start(checkpoint: str | None = "ck/2") -> StartPhase:
     args = EvalPhaseArgs(cycle=1, step=2, after="weight", checkpoint=checkpoint, harness=None)
-    return StartPhase(PhaseRequest(run=RUN, phase="eval-c01-s000002-weight", kind=PhaseKind.EVAL, attempt=1,
-                                   spec={}, eval=args))
+    return StartPhase(phase_request(MIN_SPEC, run=RUN, phase="eval-c01-s000002-weight", attempt=1,
+                                    args=args))
 
 
 def test_owed_evaluations_start_first_and_serve_what_they_sample() -> None:
-    step = plan(Decision(RUNNING, (harness_start(), eval_start())), running=())
+    step = plan(Transition(RUNNING, (harness_start(), eval_start())), running=())
     assert step.start == eval_start() and step.serve == "ck/2" and step.end is None
 
 
 def test_one_child_at_a_time() -> None:
-    decision = Decision(RUNNING, (harness_start(), eval_start()))
+    decision = Transition(RUNNING, (harness_start(), eval_start()))
     assert plan(decision, running={"c01-weight"}).start is None
     # the phase that runs is asked for again (level-based): it is the plan's start, the controller sees it runs
     assert plan(decision, running={"c01-harness"}).start == harness_start()
@@ -45,13 +49,14 @@ def test_one_child_at_a_time() -> None:
 
 def test_no_start_unless_running_and_the_end_is_named() -> None:
     failed = WhaleRunStatus(phase=RunPhase.FAILED)
-    step = plan(Decision(failed, (Fail(Reason.PHASE_FAILED, "boom"), eval_start())), running=())
+    step = plan(Transition(failed, (Fail(Reason.PHASE_FAILED, "boom"), eval_start())), running=())
     assert (step.start, step.end, step.end_reason, step.serve) == (None, RunEnd.FAILED, "boom", KEEP_SERVING)
-    assert plan(Decision(RUNNING, (Finish("done"),)), ()).end is RunEnd.FINISHED
-    suspended = plan(Decision(WhaleRunStatus(phase=RunPhase.SUSPENDED), (ServeCheckpoint("ck/9"), SuspendRun("s"))), ())
+    assert plan(Transition(RUNNING, (Finish("done"),)), ()).end is RunEnd.FINISHED
+    paused = WhaleRunStatus(phase=RunPhase.SUSPENDED)
+    suspended = plan(Transition(paused, (ServeCheckpoint("ck/9"), SuspendRun("s"))), ())
     assert (suspended.end, suspended.serve) == (RunEnd.SUSPENDED, "ck/9")
     stop = StopPhase("c01-weight", "patience")
-    assert plan(Decision(RUNNING, (stop,)), {"c01-weight"}).stops == (stop,)
+    assert plan(Transition(RUNNING, (stop,)), {"c01-weight"}).stops == (stop,)
 
 
 def test_the_observer_reads_only_what_can_change_the_status(tmp_path) -> None:
@@ -84,7 +89,7 @@ def test_a_request_is_written_before_launch_and_only_when_it_changed(tmp_path) -
     store = open_store(str(tmp_path / "store"))
     req = eval_start().request
     write_request(store, RUN, req)
-    assert PhaseRequest.model_validate(store.read_json(layout.request_key(RUN, req.phase))) == req
+    assert parse_request(store.read_json(layout.request_key(RUN, req.phase))) == req
 
 
 def test_one_storage_connection_for_processes_and_children() -> None:

@@ -127,3 +127,13 @@ def test_an_interrupted_run_resumes_and_a_failed_one_retries() -> None:
     assert retried.failures == {"c01-weight": 1} and retried.attempts == {"c01-harness": 4}
     assert retried.message == "retrying (c01-harness) after: PhaseFailed"
     assert running.retried() is running
+
+
+def test_the_operator_refuses_or_waits_before_any_phase() -> None:
+    first = RunState(completion_time="t0").refused(Reason.INVALID_SPEC, "spec.x: bad", 3, "t1")
+    assert (first.phase, first.reason, first.observed_generation, first.completion_time) == (
+        RunPhase.FAILED, Reason.INVALID_SPEC, 3, "t0")  # the first failure's time stays
+    assert RunState().refused(Reason.PREPARE_FAILED, "m", None, "t1").completion_time == "t1"
+    waiting = RunState().waiting(Reason.PREPARING_DATA, "Job x is preparing", 2)
+    assert (waiting.phase, waiting.reason, waiting.message, waiting.observed_generation) == (
+        RunPhase.PENDING, Reason.PREPARING_DATA, "Job x is preparing", 2)

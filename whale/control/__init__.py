@@ -7,7 +7,7 @@ is seen (``Child``). Everything else is here, once:
 
 * :class:`~whale.control.observer.StoreObserver` reads what the workloads wrote (results of phases
   not yet absorbed, the running phase's metrics, complete checkpoints) into ``Observations``;
-* :func:`~whale.control.planner.plan` turns a ``Decision`` into what to do now: the one child to
+* :func:`~whale.control.planner.plan` turns a ``Transition`` (what ``decide`` answered) into what to do now: the one child to
   start (owed evaluations first, one child at a time), the stop requests, what inference should
   serve, and whether the loop ends;
 * :func:`~whale.control.planner.write_request` and :func:`~whale.control.serving.serve` are the

@@ -13,7 +13,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from whale.core import layout
-from whale.core.alternation import Decision, Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun
+from whale.core.alternation import Transition, Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun
 from whale.core.protocol import PhaseKind, PhaseRequest
 from whale.core.spec import RunPhase
 from whale.store import Store
@@ -46,18 +46,7 @@ class Plan:
     end_reason: str = ""
 
 
-def _served_by(request: PhaseRequest) -> str | None:
-    """The weights the child of ``request`` samples from."""
-    if request.eval is not None:
-        return request.eval.checkpoint
-    if request.weight is not None:
-        return request.weight.from_checkpoint
-    if request.harness is not None:
-        return request.harness.checkpoint
-    return None
-
-
-def plan(decision: Decision, running: Collection[str]) -> Plan:
+def plan(decision: Transition, running: Collection[str]) -> Plan:
     """The plan for ``decision`` when the phases ``running`` have a child that runs now.
 
     A start is chosen only while the run is Running, and only when no other phase's child runs; among
@@ -80,7 +69,7 @@ def plan(decision: Decision, running: Collection[str]) -> Plan:
         starts = sorted(decision.of_type(StartPhase), key=lambda a: a.kind is not PhaseKind.EVAL)
         start = next((a for a in starts if not set(running) - {a.phase}), None)
     if start is not None:
-        serve = _served_by(start.request)
+        serve = start.request.samples_from
     return Plan(start=start, stops=tuple(decision.of_type(StopPhase)), serve=serve, end=end, end_reason=end_reason)
 
 

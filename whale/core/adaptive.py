@@ -50,16 +50,6 @@ def window_means(rewards: Sequence[float], window: int) -> list[float]:
     return out
 
 
-def last_improvement(values: Sequence[float]) -> int:
-    """1-based index of the last value strictly above all before it (0 if empty)."""
-    best = float("-inf")
-    last = 0
-    for i, v in enumerate(values, start=1):
-        if v > best:
-            best, last = v, i
-    return last
-
-
 def weight_stop_step(rewards: Sequence[float], rule: WeightRule) -> int | None:
     """The first phase-local step (1-based) after which the weight rule fires, or None."""
     means = window_means(rewards, rule.window_steps)

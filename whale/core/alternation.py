@@ -1,4 +1,4 @@
-"""The alternation state machine: ``decide(spec, status, observations) -> Decision``.
+"""The alternation state machine: ``decide(spec, status, observations) -> Transition``.
 
 Pure: no I/O, no clock (the controller passes ``now``), no randomness. Both the local runner and
 the Kubernetes operator call it with what they observe — the children of the current attempt of
@@ -49,6 +49,7 @@ from whale.core.protocol import (
     PhaseRequest,
     WeightPhaseArgs,
     WeightPhaseResult,
+    phase_request,
 )
 from whale.core.schedule import ResolvedSchedule, ScheduleError, resolve
 from whale.core.spec import (
@@ -164,7 +165,10 @@ Action = Union[StartPhase, StopPhase, ServeCheckpoint, SuspendRun, Finish, Fail]
 
 
 @dataclass(frozen=True)
-class Decision:
+class Transition:
+    """What ``decide`` answers: the run's next status and the actions that take it there (named apart from
+    the harness API's ``Decision``, a hook's answer)."""
+
     status: WhaleRunStatus
     actions: tuple[Action, ...] = ()
 
@@ -196,16 +200,11 @@ class _Machine:
         self.state = self.state.failed(reason, message, self.obs.now)
         self.actions.append(Fail(reason, message))
 
-    def request(self, phase: PhaseId, **args: Any) -> PhaseRequest:
+    def request(self, phase: PhaseId, args: WeightPhaseArgs | HarnessPhaseArgs | EvalPhaseArgs) -> PhaseRequest:
+        """The request of ``phase``'s current attempt."""
         self.state = self.state.with_first_attempt(phase.key)
-        return PhaseRequest(
-            run=self.run,
-            phase=phase.key,
-            kind=phase.kind,
-            attempt=self.state.attempt_of(phase.key),
-            spec=self.spec.to_wire(),
-            **{phase.kind.value: args[phase.kind.value]},
-        )
+        return phase_request(self.spec, run=self.run, phase=phase.key, attempt=self.state.attempt_of(phase.key),
+                             args=args)
 
     # --- the main sequence ---
     def next_main(self) -> PhaseId | None:
@@ -243,6 +242,7 @@ class _Machine:
             target_step=target,
             save_steps=list(self.sched.eval_points_between(step, target)),
             steps_per_epoch=self.sched.steps_per_epoch,
+            total_steps=self.sched.total_steps,
             stop_rule=self.sched.weight_rule,
         )
 
@@ -259,8 +259,8 @@ class _Machine:
 
     def main_request(self, phase: PhaseId) -> PhaseRequest:
         if phase.kind is PhaseKind.WEIGHT:
-            return self.request(phase, weight=self.weight_args(phase))
-        return self.request(phase, harness=self.harness_args(phase))
+            return self.request(phase, self.weight_args(phase))
+        return self.request(phase, self.harness_args(phase))
 
     def complete_main(self, phase: PhaseId, raw: dict[str, Any]) -> None:
         if phase.kind is PhaseKind.WEIGHT:
@@ -430,12 +430,12 @@ class _Machine:
             args = EvalPhaseArgs(cycle=point.cycle, step=point.step, after=point.after,
                                  checkpoint=point.checkpoint, harness=point.harness, iteration=point.iteration)
             phase = PhaseId.parse(key)
-            if not self.drive_child(phase, lambda p=phase, a=args: self.request(p, eval=a)):
+            if not self.drive_child(phase, lambda p=phase, a=args: self.request(p, a)):
                 return False
         return True
 
     # --- one call ---
-    def decide(self) -> Decision:
+    def decide(self) -> Transition:
         obs = self.obs
         if self.state.phase is RunPhase.INTERRUPTED:  # a controller runs it again: it resumes where it stopped
             self.state = self.state.resumed()
@@ -481,7 +481,7 @@ class _Machine:
                 self.actions.append(Finish(f"schedule complete; {summary}"))
         return self.finish_call()
 
-    def finish_call(self) -> Decision:
+    def finish_call(self) -> Transition:
         active = self.state.active_phase
         lines = self.obs.metrics.get(active, []) if active else []
         running = sum(int(m.get("rollouts", 0)) for m in lines)
@@ -491,7 +491,7 @@ class _Machine:
         checkpoint = self.state.current_checkpoint
         if checkpoint != self.before.current_checkpoint and not self.state.phase.is_terminal():
             self.actions.insert(0, ServeCheckpoint(checkpoint))
-        return Decision(self.state.to_status(), tuple(self.actions))
+        return Transition(self.state.to_status(), tuple(self.actions))
 
 
 #: where each kind of point lies among the points of one step (the harness phase follows the weight phase)
@@ -527,13 +527,13 @@ def integrity_status(phase: str, result: HarnessPhaseResult) -> tuple[IntegrityF
                  for f in flags)
 
 
-def decide(spec: WhaleRunSpec, status: WhaleRunStatus, obs: Observations) -> Decision:
+def decide(spec: WhaleRunSpec, status: WhaleRunStatus, obs: Observations) -> Transition:
     """Advance the run one level-triggered step. See the module docstring for the semantics."""
     if status.phase.is_terminal():
-        return Decision(status, ())
+        return Transition(status, ())
     try:
         sched = resolve(spec, dict(obs.split_sizes))
     except ScheduleError as exc:
         failed = RunState.from_status(status).failed(Reason.INVALID_SCHEDULE, str(exc), obs.now)
-        return Decision(failed.to_status(), (Fail(Reason.INVALID_SCHEDULE, str(exc)),))
+        return Transition(failed.to_status(), (Fail(Reason.INVALID_SCHEDULE, str(exc)),))
     return _Machine(spec, status, obs, sched).decide()

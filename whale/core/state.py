@@ -116,6 +116,19 @@ class RunState:
         return replace(self, phase=RunPhase.SUCCEEDED, stage=Stage.DONE, reason=Reason.COMPLETED.value,
                        message=message, completion_time=now, final=final)
 
+    def refused(self, reason: Reason, message: str, generation: int | None, now: str) -> RunState:
+        """Failed before any phase could run (the operator: an invalid spec, data preparation that kept
+        failing); the first failure's time stays."""
+        return replace(self, phase=RunPhase.FAILED, reason=reason.value, message=message,
+                       observed_generation=generation, completion_time=self.completion_time or now)
+
+    def waiting(self, reason: Reason, message: str, generation: int | None) -> RunState:
+        """Not started yet, and why (the operator: the data is being prepared, or cannot be)."""
+        return replace(self, reason=reason.value, message=message, observed_generation=generation)
+
+    def with_conditions(self, conditions: tuple[MetaCondition, ...]) -> RunState:
+        return replace(self, conditions=conditions)
+
     def with_message(self, message: str | None) -> RunState:
         return replace(self, message=message)
 

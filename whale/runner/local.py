@@ -57,7 +57,7 @@ from whale.core import layout
 from whale.core.alternation import (
     Child,
     ChildState,
-    Decision,
+    Transition,
     Observations,
     StartPhase,
     decide,
@@ -392,7 +392,7 @@ class LocalRunner:
     workload_command: tuple[str, ...] = DEFAULT_WORKLOAD_COMMAND
     env: dict[str, str] = field(default_factory=dict)
     poll_interval_s: float = POLL_INTERVAL_S
-    on_status: Callable[[WhaleRunStatus, WhaleRunStatus | None, Decision], None] | None = None
+    on_status: Callable[[WhaleRunStatus, WhaleRunStatus | None, Transition], None] | None = None
     procs: dict[str, _Proc] = field(default_factory=dict)
     #: the command a person runs to resume; the interrupted status names it
     resume_hint: str = "whale run FILE"
@@ -569,7 +569,7 @@ class LocalRunner:
             log.exception("the progress display failed; the run goes on without it")
             self.on_view = None
 
-    def apply(self, decision: Decision) -> RunEnd | None:
+    def apply(self, decision: Transition) -> RunEnd | None:
         """Carry out the shared plan (:func:`whale.control.planner.plan`); returns why the loop should end.
         The serving target is not written: in-process inference loads the checkpoint each phase is given."""
         running = {proc.phase for proc in self.procs.values() if proc.popen.poll() is None}
