@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from whale import domains
+from whale import plugins
 
 from whale.core import layout
 from whale.manifest import Manifest, ManifestError, load_manifest, local_problems
@@ -100,7 +100,7 @@ def _now() -> str:
 
 
 def _split_sizes(m: Manifest) -> dict[str, int]:
-    domain = domains.load(m.spec.domain)
+    domain = plugins.load(m.spec.domain)
     return dict(domain.split_sizes(m.spec.data))
 
 
@@ -115,7 +115,7 @@ def _load_checked(path: Path) -> tuple[Manifest, dict[str, int]]:
         resolve(m.spec, sizes)
     except ScheduleError as exc:
         _fail([str(exc)], str(path))
-    except (domains.DomainLoadError, OSError, ValueError) as exc:
+    except (plugins.DomainLoadError, OSError, ValueError) as exc:
         where = "spec.data.dataDir" if m.spec.data.data_dir or os.environ.get("WHALE_DATA_DIR") else "spec.data"
         _fail([f"{where}: cannot read the {m.spec.domain} data: {exc}"], str(path))
     return m, sizes
@@ -547,8 +547,8 @@ def replay(
         raw = json.loads(item.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         _fail([f"--item: cannot read {item} as JSON: {exc}"], "replay")
-    if domain not in domains.available():
-        _fail([f"unknown domain {domain!r}; registered: {', '.join(domains.available())}"], "replay")
+    if domain not in plugins.available():
+        _fail([f"unknown domain {domain!r}; registered: {', '.join(plugins.available())}"], "replay")
     from whale.replay import replay as run_replay
 
     try:
@@ -561,7 +561,7 @@ def replay(
 @app.command("domains")
 def list_domains() -> None:
     """List the registered domains."""
-    for name in domains.available():
+    for name in plugins.available():
         typer.echo(name)
 
 

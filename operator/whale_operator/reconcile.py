@@ -86,10 +86,10 @@ class Reconciler:
         (``Domain.tool_services_for``); the plugin is loaded once per domain."""
         with self._lock:
             if spec.domain not in self._tools:
-                from whale import domains
+                from whale import plugins
 
                 try:
-                    self._tools[spec.domain] = domains.load(spec.domain)
+                    self._tools[spec.domain] = plugins.load(spec.domain)
                 except Exception as exc:  # noqa: BLE001 - an unknown/broken plugin is a spec problem
                     raise SpecError("spec.domain", f"cannot load domain {spec.domain!r} in the operator ({exc}); "
                                     "use an installed domain (`whale domains` lists them)") from None
@@ -107,10 +107,10 @@ class Reconciler:
             return {k: int(v) for k, v in sizes.items()}
         if not self.config.domain_split_sizes or spec.data.source == "full":
             return None  # the prepare Job writes them (full data: after fetching it into the store)
-        from whale import domains
+        from whale import plugins
 
         try:
-            sizes = dict(domains.load(spec.domain).split_sizes(spec.data))
+            sizes = dict(plugins.load(spec.domain).split_sizes(spec.data))
         except Exception as exc:  # noqa: BLE001 - any plugin failure means "not known here"
             raise WaitingForData(
                 f"split sizes of domain {spec.domain!r} are unknown here ({exc}); write {store.uri_for(key)} "

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from whale.harness.process import HarnessError, HarnessProcess
-from whale.harness.sandbox import SandboxLimits
+from whale.harness.launch import SandboxLimits
 
 ALLOWED = frozenset({"re"})
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from whale import domains
+from whale import plugins
 from whale.core.protocol import (
     EvalPhaseArgs,
     HarnessPhaseArgs,
@@ -49,7 +49,7 @@ PLACEMENT = {
     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
 }
 def tools_of(domain: str):
-    return domains.load(domain).tool_services
+    return plugins.load(domain).tool_services
 
 
 STORAGE_ENV = [{"name": "WHALE_S3_ENDPOINT", "value": "minio.whale.svc:9000"},
@@ -249,7 +249,7 @@ def test_tools_per_domain():
     assert [m["kind"] for m in retriever] == ["Deployment", "Service"]  # not sandboxed: no deny-all policy
     pod = retriever[0]["spec"]["template"]["spec"]
     assert pod["containers"][0]["command"] == [
-        "python", "-m", "whale.tools.retriever", "--host", "0.0.0.0", "--port", "8080", "--method", "bm25",
+        "python", "-m", "whale.tools.retriever_service", "--host", "0.0.0.0", "--port", "8080", "--method", "bm25",
         "--corpus", "/data/wiki_passages.jsonl"]
     fetch = pod["initContainers"][0]
     assert fetch["command"] == ["python", "-m", "whale.tools.fetch", STORE, "data/search_qa/corpus/wiki_passages.jsonl",
@@ -265,7 +265,7 @@ def test_paper_retriever_serves_the_prepared_wiki18_index_whole_manifest():
     """spec.data.corpus wiki18 (a cluster's default): the prepare Job published the e5 index folder in
     the store; the pod streams it whole (marker-gated) onto its volume and serves it."""
     spec = make_spec(domain="search_qa", data={"corpus": "wiki18"})
-    [tool] = domains.load("search_qa").tool_services_for(spec.data)
+    [tool] = plugins.load("search_qa").tool_services_for(spec.data)
     labels = {"app.kubernetes.io/name": "whale", "app.kubernetes.io/instance": "demo",
               "app.kubernetes.io/managed-by": "whale-operator", "whale.dev/run": "demo",
               "app.kubernetes.io/component": "retriever"}
@@ -294,7 +294,7 @@ def test_paper_retriever_serves_the_prepared_wiki18_index_whole_manifest():
                     "name": "retriever",
                     "image": "ghcr.io/whale-dev/whale-tools:0.1.0",
                     "imagePullPolicy": "IfNotPresent",
-                    "command": ["python", "-m", "whale.tools.retriever", "--host", "0.0.0.0", "--port", "8080",
+                    "command": ["python", "-m", "whale.tools.retriever_service", "--host", "0.0.0.0", "--port", "8080",
                                 "--threads", "0", "--index-dir", "/data/wiki18-e5"],
                     "ports": [{"name": "http", "containerPort": 8080}],
                     "readinessProbe": {**probe, "periodSeconds": 5},

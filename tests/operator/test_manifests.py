@@ -15,7 +15,7 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
-from whale import domains
+from whale import plugins
 from whale.core.protocol import EvalPhaseArgs, HarnessPhaseArgs, WeightPhaseArgs, phase_request
 from whale.core.spec import Images, WhaleRunSpec
 from whale_operator import builders
@@ -101,7 +101,7 @@ def children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
         phase_request(wire, run="example", phase="eval-c00-s000000-start", attempt=1,
             args=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None)),
     ]
-    tools = domains.load(spec.domain).tool_services
+    tools = plugins.load(spec.domain).tool_services
     out = [builders.job(run, spec, r, store_uri=store, tools=tools) for r in reqs]
     out += builders.tool_children(run, spec, tools, store_uri=store)
     out.append(builders.prepare_job(run, spec, 1, store_uri=store))

@@ -376,13 +376,13 @@ def test_validate_and_the_operator_accept_the_same_names(name):
 def test_the_longest_run_name_keeps_its_fixed_children_unhashed():
     """The bound is derived from the operator's suffixes: at the longest allowed name, the children
     named ``<run>-<suffix>`` (vLLM, each registered domain's tools and their policies) keep the whole name."""
-    from whale import domains
+    from whale import plugins
     from whale_operator import names
 
     run = "r" * layout.RUN_NAME_MAX_LEN
     assert names.inference_name(run) == f"{run}-{names.INFERENCE_SUFFIX}"
     assert names.sandbox_policy_name(run) == f"{run}{layout.LONGEST_CHILD_SUFFIX}"
-    tools = [t for d in SHIPPED_DOMAINS for t in domains.load(d).tool_services]
+    tools = [t for d in SHIPPED_DOMAINS for t in plugins.load(d).tool_services]
     assert {t.name for t in tools} == {"sandbox", "retriever"}
     for tool in tools:
         assert names.tool_name(run, tool.name) == f"{run}-{tool.name}", tool.name

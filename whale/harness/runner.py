@@ -33,7 +33,7 @@ from typing import Any
 
 from whale.domain import Domain, DomainError, Environment
 from whale.harness.process import HarnessError, HarnessPool, HarnessProcess
-from whale.harness.sandbox import SandboxLimits
+from whale.harness.launch import SandboxLimits
 from whale.harness.trace import EndReason, Episode
 from whale.inference.base import ChatResult, Completion, InferenceClient, InferenceError, SamplingParams, call_seed
 

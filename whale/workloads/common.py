@@ -67,9 +67,9 @@ def load_domain(spec: Any, domain: Any = None) -> Any:
     way configured with ``spec.sandbox.isolation`` for its tools that run model-written code and with
     ``spec.verifier`` for how it scores."""
     if domain is None:
-        from whale import domains  # lazily: the registry imports the installed domain plugins
+        from whale import plugins  # lazily: the registry imports the installed domain plugins
 
-        domain = domains.load(spec.domain)
+        domain = plugins.load(spec.domain)
     domain.configure_sandbox(spec.sandbox.isolation)
     domain.configure_verifier(spec.verifier)
     return domain
@@ -77,7 +77,7 @@ def load_domain(spec: Any, domain: Any = None) -> Any:
 
 def harness_limits(spec: Any) -> Any:
     """The harness processes' limits, with ``spec.sandbox.isolation`` (warned about once when none)."""
-    from whale.harness.sandbox import SandboxLimits, warn_if_unisolated
+    from whale.harness.launch import SandboxLimits, warn_if_unisolated
 
     warn_if_unisolated(spec.sandbox.isolation)
     return SandboxLimits(isolation=spec.sandbox.isolation)

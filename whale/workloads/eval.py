@@ -2,7 +2,7 @@
 
 Reads the PhaseRequest (kind ``eval``): ``checkpoint`` = a store prefix of an HF checkpoint (None =
 ``spec.model``), ``harness`` = a store key of a harness file (None = the domain's h0). Loads the
-domain (``whale.domains.load(spec.domain)``), the split ``spec.evaluation.split`` (test by default)
+domain (``whale.plugins.load(spec.domain)``), the split ``spec.evaluation.split`` (test by default)
 capped at ``spec.evaluation.maxItems``, and runs k = ``spec.evaluation.samplesPerItem`` episodes per
 item at ``spec.evaluation.temperature`` (top_p/top_k/max tokens from ``spec.rsft.sampling``), at most
 ``spec.inference.maxConcurrency`` at once. Every model call is seeded from ``spec.evaluation.seed``, the
