@@ -79,7 +79,7 @@ def build_state(hidden: int, layers: int, vocab: int) -> tuple[int, dict[str, An
 
 
 def worker(variant: str, hidden: int, layers: int, vocab: int, repeats: int) -> dict[str, Any]:
-    from whale import layout
+    from whale.core import layout
     from whale.rsft import checkpoint as ckpt
     from whale.store.local import LocalStore
 

@@ -1,4 +1,4 @@
-"""Passage encoding throughput of the dense retriever's encoder (``whale.tools.retrieval.Encoder``) at
+"""Passage encoding throughput of the dense retriever's encoder (``whale.tools.retrieval_index.Encoder``) at
 e5-base-v2's size, to size the ``--source build`` preparation of wiki-18 (21,015,324 passages).
 
 e5-base-v2's weights cannot be downloaded here, so the model is a randomly initialised BERT-base
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from whale.tools.retrieval import PRESETS, Encoder  # noqa: E402
+from whale.tools.retrieval_index import PRESETS, Encoder  # noqa: E402
 
 WIKI18_ROWS = 21_015_324
 

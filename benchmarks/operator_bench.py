@@ -36,7 +36,7 @@ from tests.operator.conftest import BASE_SPEC, SPLITS, deep_merge  # noqa: E402
 from tests.operator.player import WR, WorkloadPlayer  # noqa: E402
 from whale.crd import crd  # noqa: E402
 from whale.store import open_store  # noqa: E402
-from whale.layout import split_sizes_key  # noqa: E402
+from whale.core.layout import split_sizes_key  # noqa: E402
 
 NS = "bench"
 

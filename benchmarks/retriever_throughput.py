@@ -23,10 +23,10 @@ import httpx  # noqa: E402
 
 from search_qa.data import corpus_path, load_splits  # noqa: E402
 from whale.domain import default_data_root  # noqa: E402
-from whale.tools import retrieval  # noqa: E402
+from whale.tools import retrieval_index  # noqa: E402
 
 
-def qps_inprocess(r: retrieval.Retriever, queries: list[str], batch: int, topk: int) -> float:
+def qps_inprocess(r: retrieval_index.Retriever, queries: list[str], batch: int, topk: int) -> float:
     start = time.perf_counter()
     for i in range(0, len(queries), batch):
         r.search(queries[i:i + batch], topk)
@@ -48,7 +48,7 @@ def qps_service(url: str, queries: list[str], clients: int, topk: int) -> float:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--methods", nargs="+", default=["bm25", "dense"], choices=retrieval.METHODS)
+    p.add_argument("--methods", nargs="+", default=["bm25", "dense"], choices=retrieval_index.METHODS)
     p.add_argument("--queries", type=int, default=600)
     p.add_argument("--topk", type=int, default=3)
     p.add_argument("--clients", type=int, default=8)
@@ -62,17 +62,17 @@ def main() -> None:
     corpus = corpus_path(root)
     queries = [i["question"] for i in load_splits(root, seed=0)["test"]][: args.queries]
     if args.threads > 0 and "dense" in args.methods:
-        retrieval.set_threads(args.threads)
+        retrieval_index.set_threads(args.threads)
     rows = []
     for method in args.methods:
         row: dict[str, float | str] = {"method": method}
         if method == "bm25":  # cold build is cheap enough to measure every time
             with tempfile.TemporaryDirectory() as d:
                 t = time.perf_counter()
-                retrieval.build(corpus, method, Path(d))
+                retrieval_index.build(corpus, method, Path(d))
                 row["build_cold_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        r = retrieval.build(corpus, method, args.cache_dir)
+        r = retrieval_index.build(corpus, method, args.cache_dir)
         row["load_s"] = time.perf_counter() - t
         r.search(queries[:4], args.topk)  # warm-up
         row["qps_batch1"] = qps_inprocess(r, queries, 1, args.topk)
@@ -80,7 +80,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             extra = ["--cache-dir", str(args.cache_dir)] if args.cache_dir else []
             extra += ["--threads", str(args.threads)]
-            with run_service("whale.tools.retriever", ["--corpus", str(corpus), "--method", method, *extra],
+            with run_service("whale.tools.retriever_service", ["--corpus", str(corpus), "--method", method, *extra],
                              Path(d) / "log.txt") as svc:
                 row[f"qps_http_{args.clients}clients"] = qps_service(svc.url, queries, args.clients, args.topk)
         rows.append(row)

@@ -71,8 +71,8 @@ for _path in (HERE.parent / "domains", HERE.parent, HERE):
         sys.path.insert(0, str(_path))
 from sft_throughput import MODELS  # noqa: E402
 
-from whale import layout  # noqa: E402
-from whale.protocol import EvalPhaseArgs, PhaseKind, PhaseRequest, WeightPhaseArgs  # noqa: E402
+from whale.core import layout  # noqa: E402
+from whale.core.protocol import EvalPhaseArgs, WeightPhaseArgs, phase_request  # noqa: E402
 from whale.store import open_store  # noqa: E402
 
 RUN = "bench"
@@ -346,15 +346,15 @@ def run_spec(args: argparse.Namespace, model_dir: Path, base_url: str | None) ->
 
 
 def write_requests(store: Any, spec: dict[str, Any], steps: int) -> str:
-    weight = PhaseRequest(run=RUN, phase=PHASE, kind=PhaseKind.WEIGHT, attempt=1, spec=spec,
-                          weight=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0,
-                                                 target_step=steps, save_steps=[],
-                                                 steps_per_epoch=1000))
+    weight = phase_request(spec, run=RUN, phase=PHASE, attempt=1,
+        args=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=steps,
+                             save_steps=[], total_steps=steps, steps_per_epoch=1000))
+    store.write_json(layout.spec_key(RUN), spec)
     store.write_json(layout.request_key(RUN, PHASE), weight.to_wire())
     eval_phase = f"eval-c01-s{steps:06d}-weight"
-    evaluation = PhaseRequest(run=RUN, phase=eval_phase, kind=PhaseKind.EVAL, attempt=1, spec=spec,
-                              eval=EvalPhaseArgs(cycle=1, step=steps, after="weight",
-                                                 checkpoint=layout.checkpoint_prefix(RUN, steps), harness=None))
+    evaluation = phase_request(spec, run=RUN, phase=eval_phase, attempt=1,
+        args=EvalPhaseArgs(cycle=1, step=steps, after="weight", checkpoint=layout.checkpoint_prefix(RUN, steps),
+                           harness=None))
     store.write_json(layout.request_key(RUN, eval_phase), evaluation.to_wire())
     return eval_phase
 

@@ -24,12 +24,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from whale import layout  # noqa: E402
+from whale.core import layout  # noqa: E402
 from whale.inference.base import SamplingParams  # noqa: E402
 from whale.metaharness.archive import Archive  # noqa: E402
 from whale.metaharness.evaluate import EvalSettings  # noqa: E402
 from whale.metaharness.records import Status  # noqa: E402
-from whale.protocol import HarnessPhaseArgs, PhaseKind, PhaseRequest  # noqa: E402
+from whale.core.protocol import HarnessPhaseArgs, phase_request  # noqa: E402
 from whale.store import open_store  # noqa: E402
 from whale.workloads.search import run_search  # noqa: E402
 
@@ -101,9 +101,10 @@ def main() -> None:
                               "smokeTestItems": args.smoke_items,
                               "proposer": {"backend": "replay", "script": str(replay_script(tmp_path / "script.json"))}},
         }
-        request = PhaseRequest(run=RUN, phase=PHASE, kind=PhaseKind.HARNESS, attempt=1, spec=spec,
-                               harness=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=None, step=0,
-                                                        iterations=3, archive=layout.archive_prefix(RUN, 1)))
+        request = phase_request(spec, run=RUN, phase=PHASE, attempt=1,
+            args=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=None, step=0, iterations=3,
+                                  archive=layout.archive_prefix(RUN, 1)))
+        store.write_json(layout.spec_key(RUN), spec)
         store.write_json(layout.request_key(RUN, PHASE), request.to_wire())
         settings = EvalSettings(
             rollouts_per_item=args.rollouts_per_item, smoke_items=args.smoke_items, smoke_hook_timeout_s=2.0,

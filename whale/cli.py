@@ -27,10 +27,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from whale import domains, layout
+from whale import plugins
+
+from whale.core import layout
 from whale.manifest import Manifest, ManifestError, load_manifest, local_problems
 from whale.report.cli import report as report_command
-from whale.schedule import ScheduleError, plan as make_plan, resolve
+from whale.core.schedule import ScheduleError, plan as make_plan, resolve
 
 app = typer.Typer(
     name="whale",
@@ -98,7 +100,7 @@ def _now() -> str:
 
 
 def _split_sizes(m: Manifest) -> dict[str, int]:
-    domain = domains.load(m.spec.domain)
+    domain = plugins.load(m.spec.domain)
     return dict(domain.split_sizes(m.spec.data))
 
 
@@ -113,7 +115,7 @@ def _load_checked(path: Path) -> tuple[Manifest, dict[str, int]]:
         resolve(m.spec, sizes)
     except ScheduleError as exc:
         _fail([str(exc)], str(path))
-    except (domains.DomainLoadError, OSError, ValueError) as exc:
+    except (plugins.DomainLoadError, OSError, ValueError) as exc:
         where = "spec.data.dataDir" if m.spec.data.data_dir or os.environ.get("WHALE_DATA_DIR") else "spec.data"
         _fail([f"{where}: cannot read the {m.spec.domain} data: {exc}"], str(path))
     return m, sizes
@@ -257,18 +259,12 @@ def _store_uri(uri: str | None, m: Manifest | None = None) -> str:
 
 
 def _open_store(uri: str | None, m: Manifest | None = None) -> Any:
+    """The store, with the manifest's connection settings when there is one (else the environment's)."""
+    from whale.control.storage import open_spec_store
     from whale.store import open_store
 
-    spec_storage = m.spec.storage if m else None
-    uri = _store_uri(uri, m)
-    options: dict[str, Any] = {}
-    if uri.startswith("s3://") and spec_storage is not None:
-        if spec_storage.endpoint:
-            options["endpoint"] = spec_storage.endpoint
-        options["secure"] = spec_storage.secure
-        if spec_storage.region:
-            options["region"] = spec_storage.region
-    return open_store(uri, **options)
+    target = _store_uri(uri, m)
+    return open_spec_store(m.spec.storage, target) if m else open_store(target)
 
 
 def _open_existing_store(uri: str | None, command: str) -> tuple[Any, str]:
@@ -429,7 +425,7 @@ def status(
 ) -> None:
     """Show a run's status from the store, and which process runs it now."""
     from whale.runner.local import status_summary
-    from whale.spec import WhaleRunStatus
+    from whale.core.spec import WhaleRunStatus
     from whale.store import StoreError
 
     st, _ = _open_existing_store(store, "status")
@@ -528,7 +524,7 @@ def stop(
     Its workloads end, the status is saved as interrupted, and `whale run FILE` resumes it. The request
     goes through the store, so it works from any machine that reaches the store."""
     from whale.runner.control import request_stop
-    from whale.spec import WhaleRunStatus
+    from whale.core.spec import WhaleRunStatus
     from whale.store import StoreError
 
     st, _ = _open_existing_store(store, "stop")
@@ -590,8 +586,8 @@ def replay(
         raw = json.loads(item.read_text())
     except (OSError, json.JSONDecodeError) as exc:
         _fail([f"--item: cannot read {item} as JSON: {exc}"], "replay")
-    if domain not in domains.available():
-        _fail([f"unknown domain {domain!r}; registered: {', '.join(domains.available())}"], "replay")
+    if domain not in plugins.available():
+        _fail([f"unknown domain {domain!r}; registered: {', '.join(plugins.available())}"], "replay")
     from whale.replay import replay as run_replay
 
     try:
@@ -604,7 +600,7 @@ def replay(
 @app.command("domains")
 def list_domains() -> None:
     """List the registered domains."""
-    for name in domains.available():
+    for name in plugins.available():
         typer.echo(name)
 
 

@@ -38,7 +38,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from whale.spec import WhaleRunSpec
+from whale.core.spec import WhaleRunSpec
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from whale.spec import WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import WhaleRunSpec, WhaleRunStatus
 
 
 def _range(constraints: list[Any]) -> str:
@@ -104,7 +104,7 @@ def render() -> str:
     out = [
         "# WhaleRun reference",
         "",
-        "Generated from `whale/spec.py` by `python -m whale.docgen` -- do not edit by hand.",
+        "Generated from `whale/core/spec.py` by `python -m whale.docgen` -- do not edit by hand.",
         "Defaults are the paper's. Field names are as written in a manifest (camelCase).",
         "Numbers are strict (a count is never `true` or `1.5`, a float never `.inf` or `.nan`) and lie in the ranges",
         "shown; Kubernetes names and quantities follow the API server's own rules. The CRD carries the same bounds.",

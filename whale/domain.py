@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from whale.data.full import FullData
-    from whale.spec import Data, Verifier
+    from whale.core.spec import Data, Verifier
     from whale.store import Store
 
 SPLITS = ("weight", "harness", "test")
@@ -122,7 +122,7 @@ class ToolService:
     run, built by the operator from this description; locally the domain runs the tool in-process).
 
     ``fetch`` lists store files the service needs before it starts, as (key relative to the domain's
-    ``whale.layout.data_prefix``, command-line flag): each is downloaded into the pod and its local
+    ``whale.core.layout.data_prefix``, command-line flag): each is downloaded into the pod and its local
     path passed after the flag (the retriever's corpus). A key ending in ``/`` is a folder, fetched
     whole once its ``COMPLETE`` marker exists (a prepared index); the domain's :meth:`Domain.prepare_store`
     puts these objects in the store during the run's preparation."""
@@ -167,7 +167,7 @@ class Domain(abc.ABC):
 
     def prepare_store(self, data: Data, store: Store) -> None:
         """Put into the run's store what :meth:`tool_services_for`'s services fetch (a retriever's corpus
-        or index), under ``whale.layout.data_prefix``. The prepare workload calls it once per run, before
+        or index), under ``whale.core.layout.data_prefix``. The prepare workload calls it once per run, before
         the split sizes; it must be idempotent (a store that has them already is left alone). Default:
         nothing."""
 
@@ -194,7 +194,7 @@ class Domain(abc.ABC):
     def load_split(self, split: str, data: Data, store: Store | None = None) -> list[dict[str, Any]]:
         """The items of ``split`` (one of :data:`SPLITS`), in a fixed order, honouring the caps in
         ``data``. ``store`` is the run's store, where a domain may cache materialised splits
-        (``whale.layout.data_prefix``); None = local data only."""
+        (``whale.core.layout.data_prefix``); None = local data only."""
 
     @abc.abstractmethod
     def make_env(self, item: dict[str, Any]) -> Environment:
@@ -215,8 +215,9 @@ class Domain(abc.ABC):
         imports, one mechanism per candidate."""
 
     def tool_specs(self) -> list[dict[str, Any]]:
-        """OpenAI function schemas of the tools :meth:`Environment.call_tool` accepts (a harness's
-        ``TOOLS`` may list these). Default: no tools."""
+        """OpenAI function schemas of the tools :meth:`Environment.call_tool` accepts: a harness's ``TOOLS``
+        may list only these, by name, with any description (refused when it loads otherwise:
+        ``whale.harness.runner.check_tools``). Default: no tools."""
         return []
 
     def subset(self, item: dict[str, Any]) -> str:

@@ -33,10 +33,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from whale import domains
-from whale.layout import RUN_NAME_MAX_LEN, check_run_name
+from whale import plugins
+from whale.core.layout import RUN_NAME_MAX_LEN, check_run_name
 from whale.metaharness import proposer
-from whale.spec import API_GROUP, API_VERSION, DNS1123_LABEL, KIND, PATTERN_HINTS, WhaleRunSpec
+from whale.core.spec import API_GROUP, API_VERSION, DNS1123_LABEL, KIND, PATTERN_HINTS, WhaleRunSpec
 
 #: a WhaleRun manifest is a few kilobytes; this leaves room for comments and neighbouring documents
 MAX_MANIFEST_BYTES = 1024 * 1024
@@ -161,7 +161,7 @@ def parse_document(doc: Any, source: str = "manifest", check_domain: bool = True
         else:  # a proposer without its endpoint, model or key fails here, not when its phase starts
             problems.extend(str(p) for p in proposer.spec_problems(spec))
         if check_domain and isinstance(raw_spec.get("domain"), str):
-            known = domains.available()
+            known = plugins.available()
             if raw_spec["domain"] not in known:
                 problems.append(
                     f"spec.domain: unknown domain {_short(raw_spec['domain'])}; registered: "

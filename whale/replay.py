@@ -24,9 +24,9 @@ def replay(domain_name: str, item: dict[str, Any], replies: list[str], harness_p
     """The episode as JSON: the trace fields (``reward``, ``turns``, ``end``, ``messages``, ``steps``, ...)
     plus ``replies_used``. Raises ``whale.domain.DomainError`` for a bad item and
     ``whale.harness.validate.HarnessValidationError`` for a bad harness file."""
-    from whale import domains
+    from whale import plugins
 
-    return replay_domain(domains.load(domain_name), item, replies, harness_path)
+    return replay_domain(plugins.load(domain_name), item, replies, harness_path)
 
 
 def replay_domain(domain: Domain, item: dict[str, Any], replies: list[str], harness_path: Path | None = None) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from whale.domain import DEFAULT_ALLOWED_IMPORTS, Domain
 if TYPE_CHECKING:
     from chess_puzzles.env import ChessEnvironment
     from whale.data.full import FullData
-    from whale.spec import Data, Verifier
+    from whale.core.spec import Data, Verifier
     from whale.store import Store
 
 HERE = Path(__file__).resolve().parent

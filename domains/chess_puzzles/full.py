@@ -41,7 +41,7 @@ from chess_puzzles.puzzle import (
 from whale.data.full import FullData, FullDataError, Source
 
 if TYPE_CHECKING:
-    from whale.spec import Data
+    from whale.core.spec import Data
 
 LICHESS = Source(
     name="lichess-puzzles",

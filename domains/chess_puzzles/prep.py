@@ -12,7 +12,7 @@ Choices (docs/data.md says the same):
   (default 256, the paper's size) are D_test, the next ``harnessSize`` (256) D_harness, the rest D_weight
   (capped at ``weightSize``). Caps on D_weight never move an item between test and harness.
 
-Splits live in the store under ``data/chess_puzzles/<tag>/`` (``whale.layout.data_prefix``), where the tag
+Splits live in the store under ``data/chess_puzzles/<tag>/`` (``whale.core.layout.data_prefix``), where the tag
 hashes the source file and the split settings; ``manifest.json`` is written last and holds counts and
 SHA-256 hashes. A later call re-uses the files when the manifest matches and the hashes check out.
 """
@@ -41,11 +41,11 @@ from chess_puzzles.puzzle import (
     parse_puzzle,
     raw_row,
 )
-from whale import layout
+from whale.core import layout
 from whale.domain import SPLITS, data_root
 
 if TYPE_CHECKING:
-    from whale.spec import Data
+    from whale.core.spec import Data
     from whale.store import Store
 
 DOMAIN = "chess_puzzles"

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from whale.data.full import FullData, FullDataError, Source
 
 if TYPE_CHECKING:
-    from whale.spec import Data
+    from whale.core.spec import Data
 
 DAPO_REVISION = "65877096c24ffa7abc4e4fa5edb95cf3413a5674"
 DAPO = Source(

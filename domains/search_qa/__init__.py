@@ -23,15 +23,15 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whale import layout
+from whale.core import layout
 from whale.domain import DEFAULT_ALLOWED_IMPORTS, SplitsInMemoryDomain, DomainError, ToolService, data_root, default_data_root
 
 if TYPE_CHECKING:
     from search_qa.env import SearchEnvironment
     from whale.data.full import FullData
-    from whale.spec import Data
+    from whale.core.spec import Data
     from whale.store import Store
-    from whale.tools.retrieval import Retriever
+    from whale.tools.retrieval_index import Retriever
 
 HERE = Path(__file__).resolve().parent
 CORPUS_ENV = "WHALE_SEARCH_CORPUS"
@@ -42,12 +42,12 @@ LOCAL_CORPUS_KEY = "corpus/wiki_passages.jsonl"
 WIKI18_INDEX_KEY = "retriever/wiki18-e5/"
 
 #: BM25 over the shipped corpus, which the prepare workload copies into the store
-LOCAL_RETRIEVER = ToolService(name="retriever", module="whale.tools.retriever", url_env=RETRIEVER_URL_ENV,
+LOCAL_RETRIEVER = ToolService(name="retriever", module="whale.tools.retriever_service", url_env=RETRIEVER_URL_ENV,
                               args=("--method", "bm25"), fetch=((LOCAL_CORPUS_KEY, "--corpus"),))
 #: the paper's: e5-base-v2 over wiki-18's 21 M passages, an index the prepare workload downloads (Search-R1's
 #: release) and publishes in the store; the pod holds the 14 GB corpus + 65 GB index on its volume and maps
 #: the index (memory for the page cache, CPUs for exact search)
-WIKI18_RETRIEVER = ToolService(name="retriever", module="whale.tools.retriever", url_env=RETRIEVER_URL_ENV,
+WIKI18_RETRIEVER = ToolService(name="retriever", module="whale.tools.retriever_service", url_env=RETRIEVER_URL_ENV,
                                args=("--threads", "0"), fetch=((WIKI18_INDEX_KEY, "--index-dir"),),
                                requests=(("cpu", "8"), ("memory", "96Gi"), ("ephemeral-storage", "120Gi")))
 
@@ -90,7 +90,7 @@ class SearchQA(SplitsInMemoryDomain):
                 store.upload_file(source, key)
             return
         from whale.tools.prepare_index import ensure_published_wiki18
-        from whale.tools.retrieval import default_cache_dir
+        from whale.tools.retrieval_index import default_cache_dir
 
         work = default_cache_dir() / "wiki18-e5"  # a retry in the same pod resumes the downloads
         if ensure_published_wiki18(store, f"{prefix}/{WIKI18_INDEX_KEY.rstrip('/')}", work):

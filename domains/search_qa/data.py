@@ -199,7 +199,7 @@ def corpus_path(root: Path) -> Path:
 
 
 def _answerable_cache_dir() -> Path:
-    from whale.tools.retrieval import default_cache_dir
+    from whale.tools.retrieval_index import default_cache_dir
 
     return default_cache_dir().parent / SUBDIR
 
@@ -208,7 +208,7 @@ def answerable_ids(root: Path, *, topk: int = ANSWERABLE_TOPK, cache_dir: Path |
     """Ids of the training questions whose gold answer BM25 retrieves in the top ``topk`` passages of the
     local corpus for the question itself. ~12 s of BM25 for 18 k questions the first time; then read
     from ``$WHALE_CACHE_DIR/search_qa`` (keyed by the SHA-256 of the corpus and the train files)."""
-    from whale.tools import retrieval
+    from whale.tools import retrieval_index
 
     corpus = corpus_path(root)
     files = [corpus] + [Path(root) / SUBDIR / "train" / f for f in TRAIN_FILES]
@@ -216,15 +216,15 @@ def answerable_ids(root: Path, *, topk: int = ANSWERABLE_TOPK, cache_dir: Path |
         if not f.is_file():
             raise DataError(f"{f}: missing. Point spec.data.dataDir (or $WHALE_DATA_DIR) at the shared data root, "
                             "or use spec.data.corpus wiki18")
-    parts = [ANSWERABLE_VERSION, str(topk), f"k1={retrieval.BM25_K1},b={retrieval.BM25_B}",
-             *(retrieval.file_digest(f) for f in files)]
+    parts = [ANSWERABLE_VERSION, str(topk), f"k1={retrieval_index.BM25_K1},b={retrieval_index.BM25_B}",
+             *(retrieval_index.file_digest(f) for f in files)]
     key = hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
     cache = cache_dir or _answerable_cache_dir()
     path = cache / f"answerable-{key}.json"
     if path.is_file():
         return frozenset(json.loads(path.read_text())["ids"])
     rows = train_rows(root)
-    retriever = retrieval.build(corpus, "bm25", retrieval.default_cache_dir() if cache_dir is None else cache_dir)
+    retriever = retrieval_index.build(corpus, "bm25", retrieval_index.default_cache_dir() if cache_dir is None else cache_dir)
     ids = sorted(r["id"] for r, hit in zip(rows, answer_hits(rows, retriever, topk)) if hit)
     log.info("%d of %d training questions have their answer in BM25's top %d", len(ids), len(rows), topk)
     cache.mkdir(parents=True, exist_ok=True)

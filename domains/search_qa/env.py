@@ -15,7 +15,7 @@ from typing import Any
 
 from search_qa.verifier import last_answer, score
 from whale.domain import DomainError, Environment, StepResult, UnknownToolError
-from whale.tools.retrieval import Hit, Retriever
+from whale.tools.retrieval_index import Hit, Retriever
 
 TOOL_NAME = "search"
 MAX_QUERIES = 8

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from whale.data.full import FullData, FullDataError, Source
 
 if TYPE_CHECKING:
-    from whale.spec import Data
+    from whale.core.spec import Data
 
 HUB = "https://huggingface.co/datasets/RUC-NLPIR/FlashRAG_datasets/resolve/main"
 #: benchmark -> (source name, file in the FlashRAG release, its rows)

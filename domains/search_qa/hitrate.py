@@ -22,12 +22,12 @@ from search_qa.data import (answer_in, corpus_path, load_splits, missing_benchma
                             train_filter_for)
 from search_qa.verifier import normalize
 from whale.domain import default_data_root
-from whale.tools import retrieval
+from whale.tools import retrieval_index
 
 __all__ = ["answer_in", "hit_rates", "split_rates", "main"]
 
 
-def hit_rates(items: list[dict], retriever: retrieval.Retriever, ks: list[int], batch: int = 64) -> dict[str, dict[int, float]]:
+def hit_rates(items: list[dict], retriever: retrieval_index.Retriever, ks: list[int], batch: int = 64) -> dict[str, dict[int, float]]:
     """{subset: {k: hit rate}} (pure given the retriever); items without a subset count as "all"."""
     kmax = max(ks)
     hits: dict[str, dict[int, int]] = {}
@@ -54,7 +54,7 @@ def sample(items: list[dict], n: int | None, seed: int) -> list[dict]:
     return [it for i, it in enumerate(items) if i in keep]
 
 
-def split_rates(splits: dict[str, list[dict]], retriever: retrieval.Retriever, ks: list[int], *,
+def split_rates(splits: dict[str, list[dict]], retriever: retrieval_index.Retriever, ks: list[int], *,
                 sample_size: int | None = None, seed: int = 0) -> dict[str, dict[str, Any]]:
     """{row: {"n": questions measured, "rates": {k: rate}}} for ``weight``, ``harness`` and
     ``test/<benchmark>`` (+ ``test mean``, the unweighted mean over benchmarks)."""
@@ -83,15 +83,15 @@ def _retriever(args: argparse.Namespace, root: Path) -> Any:
         client.wait_ready(60)
         return client
     if args.index_dir:
-        return retrieval.open_dense(args.index_dir)
+        return retrieval_index.open_dense(args.index_dir)
     if resolve_corpus(args.corpus) == "wiki18":
         raise SystemExit("hitrate: --corpus wiki18 needs its retriever: --retriever-url or --index-dir")
-    return retrieval.shared(corpus_path(root), args.method)
+    return retrieval_index.shared(corpus_path(root), args.method)
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m search_qa.hitrate", description=__doc__.split("\n\n")[0])
-    p.add_argument("--method", choices=retrieval.METHODS, default="bm25", help="in-process retriever of the local corpus")
+    p.add_argument("--method", choices=retrieval_index.METHODS, default="bm25", help="in-process retriever of the local corpus")
     p.add_argument("--corpus", choices=("local", "wiki18"), default="local",
                    help="the spec.data.corpus whose splits are measured")
     p.add_argument("--train", choices=("answerable", "all"), default=None,

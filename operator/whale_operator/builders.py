@@ -20,14 +20,15 @@ workers, tools) takes its pod template from ``spec.cluster.placement.<component>
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
-from whale import layout
+from whale.control.storage import connection_env
+from whale.core import layout
+from whale.core.layout import PhaseId
 from whale.domain import ToolService
-from whale.protocol import PhaseKind, PhaseRequest
-from whale.spec import API_GROUP, API_VERSION, KIND, PodPlacement, Resources, Toleration, WhaleRunSpec
+from whale.core.protocol import PhaseKind, PhaseRequest
+from whale.core.spec import API_GROUP, API_VERSION, KIND, PodPlacement, Resources, Toleration, WhaleRunSpec
 from whale_operator import names
 
 Manifest = dict[str, Any]
@@ -90,16 +91,10 @@ class RunRef:
 
 
 def storage_env(spec: WhaleRunSpec) -> list[dict[str, Any]]:
-    """How a workload finds the object store: ``--store`` carries the URI; endpoint and TLS here,
-    credentials from the Secret (``envFrom``) named by ``spec.storage.credentialsSecret``."""
-    env: list[dict[str, Any]] = []
-    st = spec.storage
-    if st.endpoint:
-        env.append({"name": "WHALE_S3_ENDPOINT", "value": st.endpoint})
-    env.append({"name": "WHALE_S3_SECURE", "value": "true" if st.secure else "false"})
-    if st.region:
-        env.append({"name": "WHALE_S3_REGION", "value": st.region})
-    return env
+    """How a workload finds the object store: ``--store`` carries the URI; endpoint and TLS here
+    (:func:`whale.control.storage.connection_env`), credentials from the Secret (``envFrom``) named by
+    ``spec.storage.credentialsSecret``."""
+    return [{"name": k, "value": v} for k, v in connection_env(spec.storage).items()]
 
 
 def storage_env_from(spec: WhaleRunSpec) -> list[dict[str, Any]]:
@@ -514,8 +509,7 @@ def rendezvous_service(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest) -
 
 
 def _request_cycle(request: PhaseRequest) -> int:
-    args = request.weight or request.harness or request.eval
-    return args.cycle if args is not None else 0
+    return PhaseId.parse(request.phase).cycle
 
 
 # ----- inference ----------------------------------------------------------------------------------
@@ -801,13 +795,6 @@ def tool_children(run: RunRef, spec: WhaleRunSpec, tools: tuple[ToolService, ...
         out.append(tool_service(run, tool))
         if tool.sandboxed:
             out.append(sandbox_network_policy(run, tool))
-    return out
-
-
-def scaled(manifest: Manifest, replicas: int) -> Manifest:
-    """A copy of a Deployment manifest with another replica count."""
-    out = copy.deepcopy(manifest)
-    out["spec"]["replicas"] = replicas
     return out
 
 

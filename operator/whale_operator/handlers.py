@@ -21,11 +21,12 @@ from typing import Any
 
 import kopf
 
-from whale.spec import API_GROUP, API_VERSION, PLURAL, RunPhase
+from whale.core.spec import API_GROUP, API_VERSION, PLURAL, RunPhase
 from whale_operator import names
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
-from whale_operator.reconcile import OperatorConfig, Reconciler
+from whale_operator.config import OperatorConfig
+from whale_operator.reconcile import Reconciler
 
 log = logging.getLogger(__name__)
 

@@ -18,7 +18,7 @@ from urllib.parse import quote
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
-from whale.spec import API_GROUP, API_VERSION, PLURAL
+from whale.core.spec import API_GROUP, API_VERSION, PLURAL
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import hashlib
 
-from whale import layout
-from whale.spec import API_GROUP
+from whale.core import layout
+from whale.core.spec import API_GROUP
 
 #: label keys (``whale.dev/...``) and the standard app labels
 LABEL_RUN = f"{API_GROUP}/run"
@@ -42,7 +42,7 @@ class RunNameError(ValueError):
 
 
 def check_run_name(run: str) -> str:
-    """The one rule of ``whale.layout.check_run_name`` (what `whale validate` checks), as a RunNameError."""
+    """The one rule of ``whale.core.layout.check_run_name`` (what `whale validate` checks), as a RunNameError."""
     try:
         return layout.check_run_name(run)
     except ValueError as exc:

@@ -1,6 +1,6 @@
 """Pure: what the operator sees of Kubernetes children, as ``decide()`` observations.
 
-A Job's conditions become a :class:`whale.alternation.Child`:
+A Job's conditions become a :class:`whale.core.alternation.Child`:
 
 =========================================================  ===========
 Job                                                        ChildState
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from whale.alternation import Child, ChildState
+from whale.core.alternation import Child, ChildState
 from whale_operator import names
 
 DISRUPTION = "DisruptionTarget"

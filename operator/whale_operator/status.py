@@ -10,17 +10,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from whale.alternation import Action, Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun
-from whale.spec import MetaCondition, RunPhase, Stage, WhaleRunStatus
+from whale.core.alternation import Action, Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun
+from whale.core.spec import ConditionType, MetaCondition, Reason, RunPhase, Stage, WhaleRunStatus
+from whale.core.state import RunState
 
-#: condition types, in the order they are listed
-INFERENCE_READY = "InferenceReady"
-PROGRESSING = "Progressing"
-SUSPENDED = "Suspended"
-SUCCEEDED = "Succeeded"
-FAILED = "Failed"
-#: False when the run went on with a harness flagged for reward integrity (it scored without the model)
-REWARD_INTEGRITY = "RewardIntegrity"
+#: condition types, in the order they are listed (Interrupted belongs to the local runner)
+INFERENCE_READY = ConditionType.INFERENCE_READY.value
+PROGRESSING = ConditionType.PROGRESSING.value
+SUSPENDED = ConditionType.SUSPENDED.value
+SUCCEEDED = ConditionType.SUCCEEDED.value
+FAILED = ConditionType.FAILED.value
+REWARD_INTEGRITY = ConditionType.REWARD_INTEGRITY.value
 CONDITION_TYPES = (INFERENCE_READY, PROGRESSING, SUSPENDED, SUCCEEDED, FAILED, REWARD_INTEGRITY)
 
 NORMAL = "Normal"
@@ -112,7 +112,7 @@ def with_conditions(status: WhaleRunStatus, previous: list[MetaCondition], infer
         since = old.last_transition_time if old is not None and old.status == st and old.last_transition_time else now
         out.append(MetaCondition(type=type_, status=st, reason=reason, message=message,
                                  last_transition_time=since, observed_generation=generation))
-    return status.model_copy(update={"conditions": out})
+    return RunState.from_status(status).with_conditions(tuple(out)).to_status()
 
 
 def events(before: WhaleRunStatus, after: WhaleRunStatus, actions: tuple[Action, ...]) -> list[Event]:
@@ -176,8 +176,5 @@ def status_wire(status: WhaleRunStatus) -> dict[str, Any]:
 def invalid_spec_status(previous: WhaleRunStatus, field: str, message: str, generation: int | None,
                         now: str) -> WhaleRunStatus:
     """A spec that fails validation: Failed, with a condition that names the field — never a crash loop."""
-    bad = previous.model_copy(update={
-        "phase": RunPhase.FAILED, "reason": "InvalidSpec", "message": f"{field}: {message}",
-        "observed_generation": generation, "completion_time": previous.completion_time or now,
-    })
-    return with_conditions(bad, previous.conditions, InferenceView(managed=False), generation, now)
+    bad = RunState.from_status(previous).refused(Reason.INVALID_SPEC, f"{field}: {message}", generation, now)
+    return with_conditions(bad.to_status(), previous.conditions, InferenceView(managed=False), generation, now)

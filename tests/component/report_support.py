@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from whale.runner.local import LocalRunner
-from whale.spec import RunPhase, WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import RunPhase, WhaleRunSpec, WhaleRunStatus
 from whale.store import open_store
 
 SIM = (sys.executable, "-m", "tests.workloads.simulated")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from whale import layout
+from whale.core import layout
 from whale.rsft import checkpoint as ckpt
 from whale.store import Store
 from whale.store.local import LocalStore

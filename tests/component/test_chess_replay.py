@@ -10,7 +10,7 @@ import json
 import pytest
 
 from chess_puzzles.prep import SOURCE_FILE
-from whale import domains
+from whale import plugins
 from whale.domain import DomainError, default_data_root
 from whale.harness.validate import validate_file
 from whale.replay import replay
@@ -39,7 +39,7 @@ def verdicts(episode):
 
 
 def test_h0_passes_the_interface_check():
-    domain = domains.load("chess_puzzles")
+    domain = plugins.load("chess_puzzles")
     validate_file(domain.h0_path(), domain.allowed_imports)
     assert domain.skill_path().read_text().startswith("# Skill: improving the chess_puzzles harness")
 

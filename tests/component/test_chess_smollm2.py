@@ -12,11 +12,11 @@ import chess
 import pytest
 
 from chess_puzzles.puzzle import parse_puzzle
-from whale import domains
+from whale import plugins
 from whale.harness.runner import run_episodes
 from whale.inference.base import SamplingParams
 from whale.inference.transformers_backend import TransformersClient
-from whale.spec import Data
+from whale.core.spec import Data
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -29,7 +29,7 @@ def legal_move_count(item) -> int:
 
 def test_smollm2_h0_eval_on_test_puzzles(smollm2, tmp_path):
     model, tokenizer = smollm2
-    domain = domains.load("chess_puzzles")
+    domain = plugins.load("chess_puzzles")
     # the two test puzzles with the fewest legal moves: the shortest h0 prompts, so the CPU run stays short
     items = sorted(domain.load_split("test", Data()), key=lambda item: (legal_move_count(item), item["id"]))[:2]
     traces = tmp_path / "traces.jsonl"

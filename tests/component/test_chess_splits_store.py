@@ -8,8 +8,9 @@ import hashlib
 import pytest
 
 from chess_puzzles import prep
-from whale import domains, layout
-from whale.spec import Data
+from whale import plugins
+from whale.core import layout
+from whale.core.spec import Data
 from whale.store import open_store
 
 
@@ -21,7 +22,7 @@ def store(request, tmp_path):
 
 
 def test_splits_are_materialised_once_with_a_manifest(store, monkeypatch):
-    domain = domains.load("chess_puzzles")
+    domain = plugins.load("chess_puzzles")
     data = Data()
     items = domain.load_split("test", data, store)
     assert items == domain.load_split("test", data, None)  # store and memory agree

@@ -21,15 +21,15 @@ import yaml
 from rich.console import Console
 from typer.testing import CliRunner
 
-from whale import layout
+from whale.core import layout
 from whale.cli import app
 from whale.console.display import RunDisplay
 from whale.console.logs import CHUNK_BYTES, LogReader, LogTarget, find_target, show
 from whale.console.progress import latest_reward
-from whale.protocol import ProgressStage
+from whale.core.protocol import ProgressStage
 from whale.runner.control import StopRequest, read_stop, request_stop
 from whale.runner.local import LocalRunner, RunnerView, RunStopped
-from whale.spec import RunPhase, WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import RunPhase, WhaleRunSpec, WhaleRunStatus
 from whale.store import open_store
 from whale.store.local import LocalStore
 

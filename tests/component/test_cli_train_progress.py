@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.component.rsft_support import RUN, spec, tiny_model_dir, write_request
-from whale import layout
-from whale.protocol import PhaseProgress, ProgressStage
+from whale.core import layout
+from whale.core.protocol import PhaseProgress, ProgressStage
 from whale.store.local import LocalStore
 
 pytest.importorskip("transformers")

@@ -15,7 +15,7 @@ import pytest
 from tests.fixtures.vllm_double import running_vllm_double
 from whale.inference.vllm_control import VLLMControl, WeightSyncError
 from whale.rsft.colocated import SleepDuringTraining, colocate
-from whale.spec import WhaleRunSpec
+from whale.core.spec import WhaleRunSpec
 
 pytest.importorskip("torch")
 

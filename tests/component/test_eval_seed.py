@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from tests.component.rsft_support import tiny_model_dir
-from whale import layout
+from whale.core import layout
 from whale.harness.runner import SharedFirstTurn
 from whale.inference.base import ChatResult, Completion, InferenceClient, SamplingParams
 from whale.inference.transformers_backend import TransformersClient, load_model
-from whale.protocol import EvalPhaseArgs, PhaseKind, PhaseRequest
+from whale.core.protocol import EvalPhaseArgs, phase_request
 from whale.store import open_store
 from whale.workloads.eval import read_traces, run_eval
 
@@ -98,19 +98,20 @@ def test_shared_first_turn_gives_each_sample_its_own_completion_whatever_the_arr
     assert asyncio.run(take([2, 0, 1])) == asyncio.run(take([0, 1, 2])) == ({0: "0", 1: "1", 2: "2"}, [(7, 3)])
 
 
-def _request(spec_extra: dict[str, Any]) -> dict[str, Any]:
+def _write_request(store: Any, spec_extra: dict[str, Any]) -> None:
     spec: dict[str, Any] = {"domain": "synthetic", "condition": "mh_only", "model": {"name": "unused", "maxModelLen": 256},
                             "evaluation": {"samplesPerItem": 4, "temperature": 1.0, "maxItems": 12},
                             "rsft": {"sampling": {"maxResponseTokens": 12, "topK": -1}}}
     for key, value in spec_extra.items():
         spec[key] = {**spec.get(key, {}), **value}
-    return PhaseRequest(run=RUN, phase=PHASE, kind=PhaseKind.EVAL, attempt=1, spec=spec,
-                        eval=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None)).to_wire()
+    store.write_json(layout.spec_key(RUN), spec)
+    store.write_json(layout.request_key(RUN, PHASE), phase_request(spec, run=RUN, phase=PHASE, attempt=1,
+        args=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None)).to_wire())
 
 
 def _evaluate(tmp_path: Path, name: str, **spec_extra: Any) -> tuple[float, dict[str, list[float]], dict[str, str]]:
     store = open_store(str(tmp_path / name))
-    store.write_json(layout.request_key(RUN, PHASE), _request(spec_extra))
+    _write_request(store, spec_extra)
     result = run_eval(store, RUN, PHASE)
     rewards = {r["item_id"]: r["rewards"] for r in store.read_jsonl(layout.eval_items_key(RUN, PHASE))}
     replies = {t["episode_id"]: t["messages"][-1]["content"] for t in read_traces(store, RUN, PHASE)}

@@ -13,24 +13,41 @@ from typing import Any
 import pytest
 
 from tests.fixtures.guess_domain import GuessNumberDomainDouble
-from whale import layout
+from whale.core import layout
 from whale.inference.base import ChatResult, InferenceClient, InferenceError
 from whale.inference.scripted import FixedLatencyClient
-from whale.protocol import EvalModelUsage, EvalPhaseArgs, EvalProgress, EvalResult, PhaseKind, PhaseRequest
+from whale.core.protocol import (
+    EvalModelUsage,
+    EvalPhaseArgs,
+    EvalProgress,
+    EvalResult,
+    phase_request,
+)
 from whale.store import open_store
 from whale.workloads.eval import EvalError, item_record, read_traces, run_eval, summarise
 
 RUN, PHASE = "ev", "eval-c00-s000000-start"
 
 
-def request(spec_extra: dict[str, Any] | None = None, harness: str | None = None, checkpoint: str | None = None,
-            domain: str = "chess_puzzles") -> dict[str, Any]:
-    spec = {"domain": domain, "condition": "mh_only", "model": {"name": "unused"},
-            "evaluation": {"samplesPerItem": 2, "temperature": 1.0}, "inference": {"maxConcurrency": 4}}
+def spec_for(spec_extra: dict[str, Any] | None = None, domain: str = "chess_puzzles") -> dict[str, Any]:
+    spec: dict[str, Any] = {"domain": domain, "condition": "mh_only", "model": {"name": "unused"},
+                            "evaluation": {"samplesPerItem": 2, "temperature": 1.0}, "inference": {"maxConcurrency": 4}}
     for key, value in (spec_extra or {}).items():
         spec[key] = {**spec.get(key, {}), **value}
-    return PhaseRequest(run=RUN, phase=PHASE, kind=PhaseKind.EVAL, attempt=1, spec=spec,
-                        eval=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=checkpoint, harness=harness)).to_wire()
+    return spec
+
+
+def request(spec_extra: dict[str, Any] | None = None, harness: str | None = None, checkpoint: str | None = None,
+            domain: str = "chess_puzzles") -> dict[str, Any]:
+    return phase_request(spec_for(spec_extra, domain), run=RUN, phase=PHASE, attempt=1,
+        args=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=checkpoint, harness=harness)).to_wire()
+
+
+def write_request(store: Any, spec_extra: dict[str, Any] | None = None, harness: str | None = None,
+                  checkpoint: str | None = None, domain: str = "chess_puzzles") -> None:
+    """The run's spec.json and the phase's request.json, as a controller writes them before a launch."""
+    store.write_json(layout.spec_key(RUN), spec_for(spec_extra, domain))
+    store.write_json(layout.request_key(RUN, PHASE), request(spec_extra, harness, checkpoint, domain))
 
 
 @pytest.fixture()
@@ -45,7 +62,7 @@ def test_mean_at_k_and_subsets_pure() -> None:
 
 
 def test_eval_writes_items_progress_traces_and_result(store) -> None:
-    store.write_json(layout.request_key(RUN, PHASE), request())
+    write_request(store)
     client = FixedLatencyClient("<guess>42</guess>", 0.0)
     result = run_eval(store, RUN, PHASE, domain=GuessNumberDomainDouble(), client=client, chunk_items=2)
     # items: secrets 7, 42, 50, 99 -> only 42 is guessed; subsets by parity
@@ -73,14 +90,14 @@ def test_eval_caps_items_and_uses_the_requested_harness(store, tmp_path: Path) -
     domain = GuessNumberDomainDouble()
     source = domain.h0_path().read_text().replace("MAX_TURNS = 6", "MAX_TURNS = 2")
     store.write_text("runs/ev/harnesses/short.py", source)
-    store.write_json(layout.request_key(RUN, PHASE), request({"evaluation": {"maxItems": 1}}, harness="runs/ev/harnesses/short.py"))
+    write_request(store, {"evaluation": {"maxItems": 1}}, harness="runs/ev/harnesses/short.py")
     result = run_eval(store, RUN, PHASE, domain=domain, client=FixedLatencyClient("<guess>1</guess>", 0.0))
     assert result.items == 1 and result.harness == "runs/ev/harnesses/short.py"
     assert store.read_jsonl(layout.eval_items_key(RUN, PHASE))[0]["turns"] == [2, 2]
 
 
 def test_eval_resumes_items_done_by_an_earlier_attempt(store) -> None:
-    store.write_json(layout.request_key(RUN, PHASE), request())
+    write_request(store)
     store.append_jsonl(layout.eval_items_key(RUN, PHASE), item_record("g0", "odd", []) | {"mean": 1.0, "rewards": [1.0, 1.0]})
     client = FixedLatencyClient("<guess>42</guess>", 0.0)
     result = run_eval(store, RUN, PHASE, domain=GuessNumberDomainDouble(), client=client)
@@ -89,7 +106,7 @@ def test_eval_resumes_items_done_by_an_earlier_attempt(store) -> None:
 
 
 def test_stop_request_ends_with_a_result_and_a_note(store) -> None:
-    store.write_json(layout.request_key(RUN, PHASE), request())
+    write_request(store)
     store.write_text(layout.stop_key(RUN, PHASE), "patience\n")
     result = run_eval(store, RUN, PHASE, domain=GuessNumberDomainDouble(), client=FixedLatencyClient("x", 0.0))
     assert result.items == 0 and result.notes == ["stopped by request after 0 of 4 items"]
@@ -104,7 +121,7 @@ class DownClient(InferenceClient):
 
 
 def test_eval_fails_instead_of_reporting_zero_when_inference_is_down(store) -> None:
-    store.write_json(layout.request_key(RUN, PHASE), request())
+    write_request(store)
     with pytest.raises(EvalError, match="every episode of the first 4 items failed; first error: connection refused"):
         run_eval(store, RUN, PHASE, domain=GuessNumberDomainDouble(), client=DownClient())
     assert not store.exists(layout.result_key(RUN, PHASE))
@@ -113,8 +130,8 @@ def test_eval_fails_instead_of_reporting_zero_when_inference_is_down(store) -> N
 def test_workload_process_exits_nonzero_with_one_line(store, failures) -> None:
     """`python -m whale.workloads eval` on the real chess domain, against a server answering 400."""
     failures.reset([400] * 100)
-    store.write_json(layout.request_key(RUN, PHASE), request(
-        {"inference": {"backend": "openai", "baseUrl": failures.url}, "evaluation": {"maxItems": 2, "samplesPerItem": 1}}))
+    write_request(store,
+        {"inference": {"backend": "openai", "baseUrl": failures.url}, "evaluation": {"maxItems": 2, "samplesPerItem": 1}})
     done = subprocess.run([sys.executable, "-m", "whale.workloads", "eval", "--store", store.uri, "--run", RUN, "--phase", PHASE],
                           capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 1
@@ -137,12 +154,12 @@ def test_chess_with_smollm2_end_to_end(store, smollm2_gguf) -> None:
     from whale.workloads import eval as eval_workload
 
     folder, gguf = smollm2_gguf
-    store.write_json(layout.request_key(RUN, PHASE), request({
+    write_request(store, {
         "model": {"name": str(folder), "ggufFile": gguf},
         "inference": {"backend": "transformers"},
         "evaluation": {"maxItems": 1, "samplesPerItem": 1},
         "rsft": {"sampling": {"maxResponseTokens": 8}},
-    }))
+    })
     eval_workload.main(store, RUN, PHASE)
     result = EvalResult.model_validate(store.read_json(layout.result_key(RUN, PHASE)))
     assert result.items == 1 and result.k == 1 and 0.0 <= result.mean_at_k <= 1.0

@@ -12,7 +12,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from whale import layout
+from whale.core import layout
 from whale.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]

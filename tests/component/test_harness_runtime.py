@@ -15,7 +15,7 @@ import pytest
 from tests.fixtures.guess_domain import GuessNumberDomainDouble
 from whale.harness.process import HarnessProcess
 from whale.harness.runner import EpisodeRunner, RunnerConfig, run_episodes
-from whale.harness.sandbox import SandboxLimits
+from whale.harness.launch import SandboxLimits
 from whale.harness.trace import read_jsonl
 from whale.inference.base import ChatResult, Completion, InferenceClient, SamplingParams
 from whale.inference.scripted import FixedLatencyClient, ScriptedClient

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from whale.harness.process import HarnessError, HarnessProcess
-from whale.harness.sandbox import SandboxLimits
+from whale.harness.launch import SandboxLimits
 
 ALLOWED = frozenset({"re"})
 
@@ -131,9 +131,9 @@ def test_the_eval_workload_records_the_isolation_it_ran_under(tmp_path: Path) ->
     """spec.sandbox.isolation reaches the eval workload's harness pool and its result: `none` is recorded
     (field and note), so a reader of the result sees the run was not isolated."""
     from tests.fixtures.guess_domain import GuessNumberDomainDouble
-    from whale import layout
+    from whale.core import layout
     from whale.inference.scripted import FixedLatencyClient
-    from whale.protocol import EvalPhaseArgs, EvalResult, PhaseKind, PhaseRequest
+    from whale.core.protocol import EvalPhaseArgs, EvalResult, phase_request
     from whale.store import open_store
     from whale.workloads.eval import run_eval
 
@@ -142,8 +142,9 @@ def test_the_eval_workload_records_the_isolation_it_ran_under(tmp_path: Path) ->
         store = open_store(str(tmp_path / isolation))
         spec = {"domain": "chess_puzzles", "condition": "mh_only", "model": {"name": "unused"},
                 "evaluation": {"samplesPerItem": 1}, "sandbox": {"isolation": isolation}}
-        request = PhaseRequest(run="r", phase="p", kind=PhaseKind.EVAL, attempt=1, spec=spec,
-                               eval=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None))
+        request = phase_request(spec, run="r", phase="p", attempt=1,
+            args=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None))
+        store.write_json(layout.spec_key("r"), spec)
         store.write_json(layout.request_key("r", "p"), request.to_wire())
         run_eval(store, "r", "p", domain=GuessNumberDomainDouble(), client=FixedLatencyClient("<guess>42</guess>", 0.0))
         results[isolation] = EvalResult.model_validate(store.read_json(layout.result_key("r", "p")))

@@ -13,9 +13,9 @@ import pytest
 
 from tests.fixtures.guess_domain import GuessNumberDomainDouble
 from tests.fixtures.proposer_double import DigitSayerPolicyDouble
-from whale import layout
+from whale.core import layout
 from whale.inference.scripted import FixedLatencyClient
-from whale.protocol import EvalPhaseArgs, HarnessPhaseArgs, PhaseKind, PhaseRequest
+from whale.core.protocol import EvalPhaseArgs, HarnessPhaseArgs, phase_request
 from whale.rsft.checkpoint import CheckpointIncomplete
 from whale.store import open_store
 from whale.workloads.eval import run_eval
@@ -39,11 +39,11 @@ def store(tmp_path: Path):
 
 
 def eval_request(store, domain: str = "guess") -> None:
-    store.write_json(layout.request_key(RUN, EVAL_PHASE), PhaseRequest(
-        run=RUN, phase=EVAL_PHASE, kind=PhaseKind.EVAL, attempt=1, spec={**SPEC, "domain": domain},
-        eval=EvalPhaseArgs(cycle=1, step=STEP, after="weight", checkpoint=layout.checkpoint_prefix(RUN, STEP),
-                           harness=None),
-    ).to_wire())
+    spec = {**SPEC, "domain": domain}
+    store.write_json(layout.spec_key(RUN), spec)
+    store.write_json(layout.request_key(RUN, EVAL_PHASE), phase_request(spec, run=RUN, phase=EVAL_PHASE, attempt=1,
+        args=EvalPhaseArgs(cycle=1, step=STEP, after="weight", checkpoint=layout.checkpoint_prefix(RUN, STEP),
+                           harness=None)).to_wire())
 
 
 def test_eval_refuses_an_incomplete_checkpoint_naming_it(store) -> None:
@@ -76,11 +76,10 @@ def test_the_eval_workload_process_fails_with_one_line_naming_the_checkpoint(sto
 def test_search_refuses_an_incomplete_checkpoint_naming_it(store) -> None:
     spec = {**SPEC, "domain": "synthetic", "harnessSearch": {"proposer": {
         "backend": "openai", "baseUrl": "http://127.0.0.1:9/v1", "model": "never-reached"}}}
-    store.write_json(layout.request_key(RUN, SEARCH_PHASE), PhaseRequest(
-        run=RUN, phase=SEARCH_PHASE, kind=PhaseKind.HARNESS, attempt=1, spec=spec,
-        harness=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=layout.checkpoint_prefix(RUN, STEP),
-                                 step=STEP, iterations=2, archive=layout.archive_prefix(RUN, 1)),
-    ).to_wire())
+    store.write_json(layout.spec_key(RUN), spec)
+    store.write_json(layout.request_key(RUN, SEARCH_PHASE), phase_request(spec, run=RUN, phase=SEARCH_PHASE, attempt=1,
+        args=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=layout.checkpoint_prefix(RUN, STEP),
+                              step=STEP, iterations=2, archive=layout.archive_prefix(RUN, 1))).to_wire())
     uri = store.uri_for(layout.checkpoint_prefix(RUN, STEP))
     with pytest.raises(CheckpointIncomplete, match=f"checkpoint {uri} is missing or incomplete"):
         run_search(store, RUN, SEARCH_PHASE, client=DigitSayerPolicyDouble())

@@ -16,7 +16,7 @@ from whale.inference.factory import make_client, sampling_for
 from whale.inference.openai_http import OpenAIClient
 from whale.inference.server import create_app, serve_in_thread
 from whale.inference.transformers_backend import TransformersClient
-from whale.spec import WhaleRunSpec
+from whale.core.spec import WhaleRunSpec
 
 MESSAGES = [{"role": "user", "content": "Guess a number between 1 and 100."}]
 

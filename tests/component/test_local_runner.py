@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from whale import layout
+from whale.core import layout
 from whale.runner.local import (
     MAX_LISTED_CHANGES,
     LocalRunner,
@@ -19,7 +19,7 @@ from whale.runner.local import (
     conflict_message,
     spec_changes,
 )
-from whale.spec import RunPhase, WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import RunPhase, WhaleRunSpec, WhaleRunStatus
 from whale.store import open_store
 from whale.store.lease import this_process
 

@@ -15,12 +15,13 @@ import yaml
 from typer.testing import CliRunner
 
 from tests.fixtures.files_server import _files_server, files_server  # noqa: F401 - fixtures
-from whale import domains, layout
+from whale import plugins
+from whale.core import layout
 from whale.cli import app
 from whale.data import full
 from whale.data.fetch import part_path
 from whale.domain import default_data_root
-from whale.spec import WhaleRunSpec
+from whale.core.spec import WhaleRunSpec
 from whale.store import open_store
 from whale.workloads import prepare
 
@@ -79,7 +80,7 @@ def test_whale_prepare_fetches_verifies_and_writes_the_papers_splits(files_serve
     assert store.read_bytes(recorded["key"]) == lichess_zst  # the exact file the splits came from is kept
     # the workloads read the prepared splits from the store: disjoint by position, the sizes asked for
     spec = WhaleRunSpec.model_validate(yaml.safe_load(path.read_text())["spec"])
-    domain = domains.load("chess_puzzles")
+    domain = plugins.load("chess_puzzles")
     splits = {name: domain.load_split(name, spec.data, store) for name in ("weight", "harness", "test")}
     assert {k: len(v) for k, v in splits.items()} == out["sizes"]
     ids = [item["id"] for rows in splits.values() for item in rows]
@@ -157,7 +158,7 @@ def test_an_unknown_source_name_is_refused_naming_the_field(files_server, tmp_pa
 def test_workloads_refuse_an_unprepared_store_and_say_how_to_prepare(tmp_path):
     spec = WhaleRunSpec.model_validate({"domain": "chess_puzzles", "condition": "rsft_only", "model": {"name": "m"},
                                         "schedule": {"totalSteps": 4}, "data": {"source": "full"}})
-    domain = domains.load("chess_puzzles")
+    domain = plugins.load("chess_puzzles")
     with pytest.raises(full.FullDataError, match="whale prepare"):
         domain.load_split("weight", spec.data, open_store(str(tmp_path / "st")))
     with pytest.raises(full.FullDataError, match="whale prepare"):
@@ -204,7 +205,7 @@ def test_math_full_data_dedups_dapo_and_draws_d_harness_from_the_pool(files_serv
             "sources": [{"name": "dapo-math-17k", "url": files_server.url("dapo.parquet"), "sha256": sha(blob)}]}
     spec = WhaleRunSpec.model_validate(yaml.safe_load(manifest(tmp_path, "math_reasoning", data).read_text())["spec"])
     store = open_store(str(tmp_path / "st"))
-    domain = domains.load("math_reasoning")
+    domain = plugins.load("math_reasoning")
     result = prepare.prepare_data(domain, spec, store, cache_dir=tmp_path / "cache")
     assert result.sizes == {"weight": 250, "harness": 16, "test": 60}
     assert result.manifest["stats"]["dapoRows"] == 900 and result.manifest["stats"]["dapoDistinct"] == 300
@@ -223,7 +224,7 @@ def dapo_rows_all(n: int) -> list[dict]:
 def test_math_full_sizes_are_the_papers_without_any_data():
     spec = WhaleRunSpec.model_validate({"domain": "math_reasoning", "condition": "rsft_only", "model": {"name": "m"},
                                         "schedule": {"totalSteps": 4}, "data": {"source": "full"}})
-    assert domains.load("math_reasoning").split_sizes(spec.data) == {"weight": 17_917, "harness": 256, "test": 60}
+    assert plugins.load("math_reasoning").split_sizes(spec.data) == {"weight": 17_917, "harness": 256, "test": 60}
 
 
 def test_a_file_that_gives_other_sizes_than_the_papers_fails_the_preparation(files_server, tmp_path):
@@ -271,7 +272,7 @@ def test_search_full_data_merges_nq_and_hotpotqa_and_samples_seven_benchmarks(fi
     data = {"seed": 42, "weightSize": 80, "harnessSize": 10, "testSize": 3, "corpus": "local", "sources": pins}
     spec = WhaleRunSpec.model_validate(yaml.safe_load(manifest(tmp_path, "search_qa", data).read_text())["spec"])
     store = open_store(str(tmp_path / "st"))
-    domain = domains.load("search_qa")
+    domain = plugins.load("search_qa")
     result = prepare.prepare_data(domain, spec, store, tool_data=False, cache_dir=tmp_path / "cache")
     assert result.sizes == {"weight": 80, "harness": 10, "test": 21}
     assert result.manifest["stats"]["trainDistinct"] == 120

@@ -7,8 +7,10 @@ import sys
 
 import pytest
 
-from whale import domains, layout
-from whale.spec import WhaleRunSpec
+from whale import plugins
+
+from whale.core import layout
+from whale.core.spec import WhaleRunSpec
 from whale.store import open_store
 from whale.workloads import prepare
 
@@ -28,7 +30,7 @@ def test_the_workload_process_writes_the_synthetic_split_sizes(tmp_path):
                            "--run", "syn", "--phase", "prepare"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     sizes = store.read_json(layout.split_sizes_key("syn"))
-    assert sizes == domains.load("synthetic").split_sizes(spec.data)
+    assert sizes == plugins.load("synthetic").split_sizes(spec.data)
     assert sizes["harness"] == 6
 
 
@@ -55,7 +57,7 @@ def test_a_missing_spec_is_a_one_line_error_naming_the_key(tmp_path):
 def test_sizes_that_disagree_with_the_plugin_fail_before_anything_is_written(tmp_path):
     store = open_store(str(tmp_path / "store"))
     write_spec(store, "bad", "synthetic")
-    real = domains.load("synthetic")
+    real = plugins.load("synthetic")
 
     class Liar(type(real)):
         def load_split(self, split, data, store=None):

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 
 from tests.component.report_support import CONDITIONS, simulated_run
 from tests.conftest import PLUGINS, ROOT
-from whale import layout
+from whale.core import layout
 from whale.cli import app
 from whale.report.page import percent
 from whale.store import open_store

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from whale import layout
+from whale.core import layout
 from whale.report.page import percent
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 from tests.component.report_support import simulated_run
 from tests.conftest import PLUGINS, ROOT
 from tests.unit.test_report_series import whale_records
-from whale import layout
+from whale.core import layout
 from whale.cli import app
 from whale.report.series import build_series
 from whale.report.source import read_run
@@ -183,16 +183,15 @@ def test_export_phase_logs_each_finished_phase_as_the_workloads_call_it(tracked_
 
 def test_export_phase_is_off_by_default_and_never_fails_a_phase(tracked_store, caplog, monkeypatch):
     store, status, _ = tracked_store
-    request_key = layout.request_key("sim-whale", "c01-weight")
-    request = store.read_json(request_key)
-    off = {**request, "spec": {k: v for k, v in request["spec"].items() if k != "tracking"}}
-    store.write_json(request_key, off)
+    spec_key = layout.spec_key("sim-whale")
+    spec = store.read_json(spec_key)
+    store.write_json(spec_key, {k: v for k, v in spec.items() if k != "tracking"})
     assert export_phase(store, "sim-whale", "c01-weight") == 0
     # a tracker that cannot start (MLflow's file store refused) is logged, with the way out, and skipped
     pytest.importorskip("mlflow")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file://{store.local_path('mlruns')}")
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
-    store.write_json(request_key, {**request, "spec": {**request["spec"], "tracking": {"reportTo": ["mlflow"]}}})
+    store.write_json(spec_key, {**spec, "tracking": {"reportTo": ["mlflow"]}})
     with caplog.at_level(logging.WARNING, logger="whale.tracking"):
         assert export_phase(store, "sim-whale", "c01-weight") == 0
     assert "whale report --export" in caplog.text and "Traceback" in caplog.text

@@ -8,11 +8,11 @@ import pytest
 
 import search_qa
 from search_qa.env import SearchEnvironment
-from whale import layout
-from whale.spec import Data
+from whale.core import layout
+from whale.core.spec import Data
 from whale.store import open_store
 from whale.tools.client import RetrieverClient
-from whale.tools.retrieval import RetrieverError
+from whale.tools.retrieval_index import RetrieverError
 from whale.workloads import prepare
 
 from tests.component.test_prepare_workload import write_spec

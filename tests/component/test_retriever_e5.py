@@ -20,9 +20,9 @@ import pytest
 
 from tests.fixtures.tools import run_service
 from whale.store import open_store
-from whale.tools import fetch, prepare_index, retrieval
+from whale.tools import fetch, prepare_index, retrieval_index
 from whale.tools.client import RetrieverClient, ToolServiceError
-from whale.tools.retrieval import PRESETS, Encoder, RetrieverError
+from whale.tools.retrieval_index import PRESETS, Encoder, RetrieverError
 
 ROWS = 120
 
@@ -75,7 +75,7 @@ def built(tmp_path_factory, corpus, tiny_e5, encoder) -> Path:
     out = tmp_path_factory.mktemp("e5-index")
     shutil.copy(corpus, out / "wiki-18.jsonl")
     shutil.copytree(tiny_e5, out / "model")
-    retrieval.prepare_dense_index(out / "wiki-18.jsonl", out, encoder, model_path=out / "model", chunk_rows=50)
+    retrieval_index.prepare_dense_index(out / "wiki-18.jsonl", out, encoder, model_path=out / "model", chunk_rows=50)
     return out
 
 
@@ -94,23 +94,23 @@ def test_encoder_prefixes_pools_over_the_mask_and_normalises(encoder):
     # mean pooling ignores padding: a text encodes the same alone and beside a longer one
     alone = encoder.encode(["Teutberga"], "query")[0]
     assert np.allclose(alone, q[0], atol=1e-5)
-    cls = Encoder(encoder.model, encoder.tokenizer, retrieval.EncoderConventions("cls", pooling="cls", normalize=False))
+    cls = Encoder(encoder.model, encoder.tokenizer, retrieval_index.EncoderConventions("cls", pooling="cls", normalize=False))
     raw = cls.encode(["Teutberga"], "query")[0]
     assert not np.isclose(np.linalg.norm(raw), 1.0)
 
 
 def test_prepared_index_manifest_and_files(built, corpus):
-    m = retrieval.IndexManifest.read(built)
+    m = retrieval_index.IndexManifest.read(built)
     assert (m.origin, m.index_file, m.index_type, m.ntotal, m.dim) == ("built", "e5_Flat.index", "IndexFlatIP", ROWS, 32)
     assert (m.corpus_path, m.corpus_rows, m.model_path) == ("wiki-18.jsonl", ROWS, "model")
-    assert m.corpus_sha256 == retrieval.file_digest(corpus) and m.conventions == PRESETS["e5"]
+    assert m.corpus_sha256 == retrieval_index.file_digest(corpus) and m.conventions == PRESETS["e5"]
     assert not (built / ".work").exists()  # shards are removed once the index is written
-    assert retrieval.IndexManifest.from_dict(m.to_dict()) == m
+    assert retrieval_index.IndexManifest.from_dict(m.to_dict()) == m
 
 
 def test_service_serves_the_e5_index_in_search_r1_shape(tmp_path, built, corpus):
     texts = [json.loads(line)["contents"] for line in corpus.read_text().splitlines()]
-    with run_service("whale.tools.retriever", ["--index-dir", str(built), "--max-topk", "10"], tmp_path / "log") as svc:
+    with run_service("whale.tools.retriever_service", ["--index-dir", str(built), "--max-topk", "10"], tmp_path / "log") as svc:
         about = httpx.get(svc.url + "/healthz", timeout=10).json()
         assert about["method"] == "dense:e5" and about["passages"] == ROWS and about["origin"] == "built"
         picks = [0, 17, 63, 119]
@@ -154,11 +154,11 @@ def test_interrupted_build_resumes_from_its_shards(tmp_path, corpus, encoder, bu
 
     out = tmp_path / "index"
     with pytest.raises(Crash):
-        retrieval.prepare_dense_index(corpus, out, Flaky(3), chunk_rows=25)
+        retrieval_index.prepare_dense_index(corpus, out, Flaky(3), chunk_rows=25)
     assert sorted(p.name for p in (out / ".work").glob("emb-*.npy")) == ["emb-000000.npy", "emb-000001.npy"]
-    assert not (out / retrieval.MANIFEST).exists()
+    assert not (out / retrieval_index.MANIFEST).exists()
     again = Flaky(None)
-    m = retrieval.prepare_dense_index(corpus, out, again, chunk_rows=25)
+    m = retrieval_index.prepare_dense_index(corpus, out, again, chunk_rows=25)
     assert again.calls == 3  # rows 50..119 only
     assert m.ntotal == ROWS
     import faiss
@@ -166,9 +166,9 @@ def test_interrupted_build_resumes_from_its_shards(tmp_path, corpus, encoder, bu
     a = faiss.read_index(str(out / "e5_Flat.index")).reconstruct_n(0, ROWS)
     b = faiss.read_index(str(built / "e5_Flat.index")).reconstruct_n(0, ROWS)
     assert np.allclose(a, b, atol=1e-5)  # the same vectors as an uninterrupted build
-    assert retrieval.prepare_dense_index(corpus, out, again, chunk_rows=25) == m and again.calls == 3  # done: no work
+    assert retrieval_index.prepare_dense_index(corpus, out, again, chunk_rows=25) == m and again.calls == 3  # done: no work
     with pytest.raises(RetrieverError, match="another corpus/model"):
-        retrieval.prepare_dense_index(corpus, out, load_other(encoder), chunk_rows=25)
+        retrieval_index.prepare_dense_index(corpus, out, load_other(encoder), chunk_rows=25)
 
 
 def load_other(encoder: Encoder) -> Encoder:
@@ -191,10 +191,10 @@ def search_r1_pair(where: Path, corpus: Path, encoder: Encoder, *, rows: int = R
 
 def test_adopted_search_r1_index_is_served(tmp_path, corpus, encoder, tiny_e5):
     d = search_r1_pair(tmp_path / "sr1", corpus, encoder)
-    m = retrieval.adopt_search_r1(d, model_path=tiny_e5)
+    m = retrieval_index.adopt_search_r1(d, model_path=tiny_e5)
     assert (m.origin, m.ntotal, m.corpus_rows, m.corpus_path, m.conventions) == \
         ("search-r1", ROWS, ROWS, "wiki-18.jsonl", PRESETS["e5"])
-    r = retrieval.open_dense(d)  # the model from the manifest's model_path
+    r = retrieval_index.open_dense(d)  # the model from the manifest's model_path
     texts = [json.loads(line)["contents"] for line in corpus.read_text().splitlines()]
     hits = r.search([texts[5], texts[99]], 3)
     assert [row[0].passage.id for row in hits] == ["6", "100"]
@@ -206,34 +206,34 @@ def test_adoption_refuses_what_is_not_the_pair(tmp_path, corpus, encoder, tiny_e
 
     short = search_r1_pair(tmp_path / "short", corpus, encoder, rows=ROWS - 1)
     with pytest.raises(RetrieverError, match=f"{ROWS - 1} vectors but .* has {ROWS} rows: not the pair"):
-        retrieval.adopt_search_r1(short)
+        retrieval_index.adopt_search_r1(short)
     l2 = search_r1_pair(tmp_path / "l2", corpus, encoder, metric=faiss.METRIC_L2)
     with pytest.raises(RetrieverError, match="not inner product"):
-        retrieval.adopt_search_r1(l2)
+        retrieval_index.adopt_search_r1(l2)
     with pytest.raises(RetrieverError, match="e5_Flat.index: the FAISS index is missing"):
-        retrieval.adopt_search_r1(tmp_path / "empty")
+        retrieval_index.adopt_search_r1(tmp_path / "empty")
     other_width = tmp_path / "wide-model"
     shutil.copytree(tiny_e5, other_width)
     cfg = json.loads((other_width / "config.json").read_text())
     (other_width / "config.json").write_text(json.dumps({**cfg, "hidden_size": 768}))
     with pytest.raises(RetrieverError, match="32-dimensional vectors but .* encodes 768"):
-        retrieval.adopt_search_r1(search_r1_pair(tmp_path / "ok", corpus, encoder), model_path=other_width)
+        retrieval_index.adopt_search_r1(search_r1_pair(tmp_path / "ok", corpus, encoder), model_path=other_width)
 
 
 def test_a_changed_corpus_or_other_conventions_are_refused(tmp_path, corpus, encoder, tiny_e5):
     d = search_r1_pair(tmp_path / "sr1", corpus, encoder)
-    retrieval.adopt_search_r1(d, model_path=tiny_e5)
+    retrieval_index.adopt_search_r1(d, model_path=tiny_e5)
     with pytest.raises(RetrieverError, match="built with conventions"):
-        retrieval.open_dense(d, encoder=load_other(encoder))
+        retrieval_index.open_dense(d, encoder=load_other(encoder))
     text = (d / "wiki-18.jsonl").read_text()
     (d / "wiki-18.jsonl").write_text(text.replace("Teutberga", "Teutbergo"))  # same size, other content
     with pytest.raises(RetrieverError, match="SHA-256 differs"):
-        retrieval.open_dense(d)
-    (d / retrieval.MANIFEST).write_text("{}")
+        retrieval_index.open_dense(d)
+    (d / retrieval_index.MANIFEST).write_text("{}")
     with pytest.raises(RetrieverError, match="format None"):
-        retrieval.open_dense(d)
+        retrieval_index.open_dense(d)
     with pytest.raises(RetrieverError, match="not a prepared index"):
-        retrieval.open_dense(tmp_path)
+        retrieval_index.open_dense(tmp_path)
 
 
 def test_published_index_is_fetched_whole_and_served_from_the_copy(tmp_path, built, corpus):
@@ -245,7 +245,7 @@ def test_published_index_is_fetched_whole_and_served_from_the_copy(tmp_path, bui
     prepare_index.publish(store, built, key)
     assert prepare_index.published(store, key)
     assert fetch.main([store.uri, key + "/", str(tmp_path / "pod" / "wiki18-e5")]) == 0
-    r = retrieval.open_dense(tmp_path / "pod" / "wiki18-e5")  # relative corpus and model paths
+    r = retrieval_index.open_dense(tmp_path / "pod" / "wiki18-e5")  # relative corpus and model paths
     text = json.loads(corpus.read_text().splitlines()[42])["contents"]
     assert r.search([text], 1)[0][0].passage.id == "43"
     assert not prepare_index.ensure_published_wiki18(store, key, tmp_path / "unused")
@@ -289,7 +289,7 @@ def test_full_wiki18_preparation(tmp_path):
     (~80 GB), adopted and checked (21,015,324 rows = vectors, 768 dimensions), then served."""
     d = tmp_path / "wiki18"
     m = prepare_index.prepare_wiki18(d)
-    assert (m.corpus_rows, m.ntotal, m.dim, m.model_id) == (prepare_index.WIKI18_ROWS,) * 2 + (768, retrieval.E5_MODEL_ID)
-    r = retrieval.open_dense(d)
+    assert (m.corpus_rows, m.ntotal, m.dim, m.model_id) == (prepare_index.WIKI18_ROWS,) * 2 + (768, retrieval_index.E5_MODEL_ID)
+    r = retrieval_index.open_dense(d)
     top = r.search(["who wrote the play hamlet"], 5)[0]
     assert any("shakespeare" in h.passage.contents.lower() for h in top)

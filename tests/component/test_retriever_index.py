@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from whale.tools import retrieval
+from whale.tools import retrieval_index
 
 
 @pytest.fixture(scope="module")
@@ -21,11 +21,11 @@ def small_corpus(tmp_path_factory, search_corpus):
 
 
 def test_bm25_is_built_once_then_loaded(tmp_path, small_corpus):
-    first = retrieval.build(small_corpus, "bm25", tmp_path)
+    first = retrieval_index.build(small_corpus, "bm25", tmp_path)
     dirs = [p for p in tmp_path.iterdir() if p.name.startswith("bm25-")]
     assert len(dirs) == 1 and (dirs[0] / "done").is_file()
     mtime = (dirs[0] / "done").stat().st_mtime_ns
-    second = retrieval.build(small_corpus, "bm25", tmp_path)
+    second = retrieval_index.build(small_corpus, "bm25", tmp_path)
     assert (dirs[0] / "done").stat().st_mtime_ns == mtime  # loaded, not rebuilt
     q = [first.passages[5].title, first.passages[17].title]
     a, b = first.search(q, 3), second.search(q, 3)
@@ -34,34 +34,34 @@ def test_bm25_is_built_once_then_loaded(tmp_path, small_corpus):
 
 
 def test_changed_corpus_gets_a_new_index(tmp_path, small_corpus):
-    retrieval.build(small_corpus, "bm25", tmp_path)
+    retrieval_index.build(small_corpus, "bm25", tmp_path)
     other = tmp_path / "other.jsonl"
     other.write_text(small_corpus.read_text().replace("Teutberga", "Teutbergo"))
-    r = retrieval.build(other, "bm25", tmp_path)
+    r = retrieval_index.build(other, "bm25", tmp_path)
     assert len([p for p in tmp_path.iterdir() if p.name.startswith("bm25-")]) == 2
     assert r.search(["Teutbergo"], 1)[0][0].passage.title == "Teutbergo"
 
 
 def test_bad_corpus_and_method_are_named(tmp_path):
-    with pytest.raises(retrieval.RetrieverError, match="not found"):
-        retrieval.build(tmp_path / "missing.jsonl")
+    with pytest.raises(retrieval_index.RetrieverError, match="not found"):
+        retrieval_index.build(tmp_path / "missing.jsonl")
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"id": "1", "contents": "ok"}\n{"title": "no id"}\n')
-    with pytest.raises(retrieval.RetrieverError, match=r"bad.jsonl:2"):
-        retrieval.build(bad, "bm25", tmp_path)
-    with pytest.raises(retrieval.RetrieverError, match="unknown retrieval method 'tfidf'"):
-        retrieval.build(bad, "tfidf", tmp_path)
+    with pytest.raises(retrieval_index.RetrieverError, match=r"bad.jsonl:2"):
+        retrieval_index.build(bad, "bm25", tmp_path)
+    with pytest.raises(retrieval_index.RetrieverError, match="unknown retrieval method 'tfidf'"):
+        retrieval_index.build(bad, "tfidf", tmp_path)
 
 
 @pytest.mark.slow
 def test_dense_minilm_faiss(tmp_path, small_corpus, one_torch_thread):
     corpus = tmp_path / "tiny.jsonl"
     corpus.write_text("".join(small_corpus.read_text().splitlines(keepends=True)[:100]))
-    dense = retrieval.build(corpus, "dense", tmp_path)
+    dense = retrieval_index.build(corpus, "dense", tmp_path)
     p = dense.passages[42]
     hits = dense.search([p.text[:200], "completely unrelated cooking recipe"], 5)
     assert hits[0][0].passage.id == p.id
     assert 0.5 < hits[0][0].score <= 1.0001  # cosine similarity of normalised embeddings
     assert len(hits[1]) == 5
-    again = retrieval.build(corpus, "dense", tmp_path)  # cached FAISS index
+    again = retrieval_index.build(corpus, "dense", tmp_path)  # cached FAISS index
     assert again.search([p.text[:200]], 1)[0][0].passage.id == p.id

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.component.rsft_support import RUN, spec, tiny_model_dir, write_request
-from whale import layout
+from whale.core import layout
 from whale.store import open_store
 
 torch = pytest.importorskip("torch")

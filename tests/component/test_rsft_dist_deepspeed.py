@@ -28,7 +28,7 @@ from tests.component.test_rsft_dist import (
     _rank_main,
     _single_process_twin,
 )
-from whale import layout
+from whale.core import layout
 from whale.store import open_store
 
 torch = pytest.importorskip("torch")

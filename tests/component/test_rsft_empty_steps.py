@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.component.rsft_support import RUN, spec, tiny_model_dir, write_request
-from whale import layout
-from whale.protocol import WeightPhaseResult
+from whale.core import layout
+from whale.core.protocol import WeightPhaseResult
 from whale.store import open_store
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]

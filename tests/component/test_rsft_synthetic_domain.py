@@ -6,22 +6,22 @@ import asyncio
 
 import pytest
 
-from whale import domains
+from whale import plugins
 from whale.domain import DomainError
 from whale.harness.runner import run_episodes
 from whale.harness.validate import validate_file
 from whale.inference.base import SamplingParams
 from whale.inference.scripted import ScriptedClient
-from whale.spec import Data
+from whale.core.spec import Data
 
 
 @pytest.fixture(scope="module")
 def domain():
-    return domains.load("synthetic")
+    return plugins.load("synthetic")
 
 
 def test_registered_with_deterministic_capped_splits(domain):
-    assert "synthetic" in domains.available()
+    assert "synthetic" in plugins.available()
     data = Data(seed=3, weight_size=50, harness_size=16)
     weight = domain.load_split("weight", data)
     assert len(weight) == 50 and weight == domain.load_split("weight", data)

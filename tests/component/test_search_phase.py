@@ -14,11 +14,11 @@ from tests.fixtures.proposer_double import (
     assistant,
     tool_call,
 )
-from whale import layout
+from whale.core import layout
 from whale.metaharness.archive import Archive
 from whale.metaharness.evaluate import EvalSettings
 from whale.metaharness.records import Status
-from whale.protocol import HarnessPhaseArgs, HarnessStopRule, PhaseKind, PhaseRequest
+from whale.core.protocol import HarnessPhaseArgs, HarnessStopRule, phase_request
 from whale.store import open_store
 from whale.workloads.search import run_search
 
@@ -72,11 +72,10 @@ def _spec(base_url: str, *, prompt_only: bool = False) -> dict:
 
 
 def _request(store, spec: dict, iterations: int, stop_rule: HarnessStopRule | None = None) -> None:
-    request = PhaseRequest(
-        run=RUN, phase=PHASE, kind=PhaseKind.HARNESS, attempt=1, spec=spec,
-        harness=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=None, step=0, iterations=iterations,
-                                 stop_rule=stop_rule, archive=layout.archive_prefix(RUN, 1)),
-    )
+    request = phase_request(spec, run=RUN, phase=PHASE, attempt=1,
+        args=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=None, step=0, iterations=iterations,
+                              stop_rule=stop_rule, archive=layout.archive_prefix(RUN, 1)))
+    store.write_json(layout.spec_key(RUN), spec)
     store.write_json(layout.request_key(RUN, PHASE), request.to_wire())
 
 

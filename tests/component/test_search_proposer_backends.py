@@ -17,7 +17,7 @@ import pytest
 from tests.component.test_search_phase import GOOD, PHASE, RUN, SETTINGS, _request, _spec
 from tests.fixtures.messages_api_double import MessagesAPIDouble, paper_count, text, tool_use
 from tests.fixtures.proposer_double import DigitSayerPolicyDouble, ScriptedProposerServerDouble, assistant, tool_call
-from whale import layout
+from whale.core import layout
 from whale.metaharness.archive import Archive
 from whale.metaharness.proposer.base import ProposalRequest
 from whale.metaharness.proposer.openai_agent import OpenAIAgentProposer, ProposerClient

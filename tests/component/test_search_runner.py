@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from tests.component.test_search_phase import GOOD, SYNTAX_ERROR
-from whale import layout
+from whale.core import layout
 from whale.metaharness.archive import Archive
 from whale.runner.local import LocalRunner
-from whale.spec import RunPhase, WhaleRunSpec
+from whale.core.spec import RunPhase, WhaleRunSpec
 from whale.store import open_store
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from tests.component.test_search_phase import PHASE, RUN, SETTINGS, _request, _spec
 from tests.fixtures.proposer_double import DigitSayerPolicyDouble
-from whale import layout
+from whale.core import layout
 from whale.metaharness.archive import Archive
 from whale.metaharness.proposer.openai_agent import OpenAIAgentProposer, ProposerClient
 from whale.store import open_store

@@ -20,9 +20,9 @@ import pytest
 
 from tests.component.rsft_support import RUN, write_request
 from tests.fixtures.models import smollm2_location
-from whale import layout
+from whale.core import layout
 from whale.manifest import load_manifest
-from whale.protocol import WeightPhaseResult
+from whale.core.protocol import WeightPhaseResult
 from whale.store import open_store
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(1500)]

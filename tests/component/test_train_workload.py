@@ -14,8 +14,8 @@ import pytest
 from pydantic.alias_generators import to_camel
 
 from tests.component.rsft_support import RUN, spec, tiny_model_dir, write_request
-from whale import layout
-from whale.protocol import WeightPhaseResult, WeightStepMetrics
+from whale.core import layout
+from whale.core.protocol import WeightPhaseResult, WeightStepMetrics
 from whale.store import open_store
 
 pytest.importorskip("transformers")

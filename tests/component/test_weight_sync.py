@@ -18,11 +18,11 @@ import pytest
 
 from tests.fixtures.kube import wait_for
 from tests.fixtures.vllm_double import running_vllm_double
-from whale import layout
+from whale.core import layout
 from whale.inference.vllm_control import VLLMControl
 from whale.inference.weight_sync import WeightSyncer
 from whale.rsft.sync import StoreSync, WeightSyncError
-from whale.spec import WhaleRunSpec
+from whale.core.spec import WhaleRunSpec
 from whale.store import open_store
 
 pytest.importorskip("transformers")

@@ -15,7 +15,7 @@ from kopf.testing import KopfRunner
 from tests.fixtures.kube import EmulatedCluster
 from tests.operator.player import WR, WorkloadPlayer
 from whale.store import Store, open_store
-from whale.layout import split_sizes_key
+from whale.core.layout import split_sizes_key
 
 BASE_SPEC: dict[str, Any] = {
     "domain": "synthetic",

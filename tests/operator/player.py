@@ -1,8 +1,8 @@
 """A test double of the cluster's side of a WhaleRun: the Job controller and the three workloads.
 
 No GPU, vLLM or kubelet can run here, so the tests play them: read the PhaseRequest the operator
-wrote to the store, write the metrics/checkpoints/result a real workload would (``whale.protocol``
-shapes, ``whale.layout`` keys), and mark the Job finished through the API — so the operator sees
+wrote to the store, write the metrics/checkpoints/result a real workload would (``whale.core.protocol``
+shapes, ``whale.core.layout`` keys), and mark the Job finished through the API — so the operator sees
 exactly what it would see on a cluster.
 """
 
@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tests.fixtures.kube import KubeAPI, wait_for
-from whale import layout
-from whale.protocol import (
+from whale.core import layout
+from whale.core.protocol import (
     EvalResult,
     HarnessIterationMetrics,
     HarnessPhaseResult,
@@ -22,8 +22,9 @@ from whale.protocol import (
     PhaseRequest,
     WeightPhaseResult,
     WeightStepMetrics,
+    parse_request,
 )
-from whale.spec import API_GROUP, API_VERSION
+from whale.core.spec import API_GROUP, API_VERSION
 from whale.store import Store
 from whale_operator import names
 
@@ -81,12 +82,17 @@ class WorkloadPlayer:
 
     def request(self, job: dict[str, Any]) -> PhaseRequest:
         phase = job["metadata"]["labels"][names.LABEL_PHASE]
-        return PhaseRequest.model_validate(self.store.read_json(layout.request_key(self.run, phase)))
+        return parse_request(self.store.read_json(layout.request_key(self.run, phase)))
 
     # --- workload outputs ---
+    def rollouts_per_step(self) -> int:
+        """From the run's spec.json, as a real train workload reads it."""
+        rsft = self.store.read_json(layout.spec_key(self.run)).get("rsft", {})
+        return rsft["promptsPerStep"] * rsft.get("rolloutsPerPrompt", 8)
+
     def weight_metrics(self, req: PhaseRequest, step: int, reward: float = 0.5) -> None:
         assert req.weight is not None
-        rps = req.spec["rsft"]["promptsPerStep"] * req.spec["rsft"].get("rolloutsPerPrompt", 8)
+        rps = self.rollouts_per_step()
         self.store.append_jsonl(layout.metrics_key(self.run, req.phase), WeightStepMetrics(
             step=step, epoch=step / req.weight.steps_per_epoch, reward_mean=reward, acceptance_rate=0.5,
             kept=rps // 2, loss=0.1, learning_rate=1e-7, rollouts=rps).to_wire())
@@ -102,7 +108,7 @@ class WorkloadPlayer:
         args = req.weight
         assert args is not None
         final = args.target_step if final_step is None else final_step
-        rps = req.spec["rsft"]["promptsPerStep"] * req.spec["rsft"].get("rolloutsPerPrompt", 8)
+        rps = self.rollouts_per_step()
         if write_metrics:
             for step in range(args.from_step + 1, final + 1):
                 self.weight_metrics(req, step)

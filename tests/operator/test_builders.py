@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from whale import domains
-from whale.protocol import EvalPhaseArgs, HarnessPhaseArgs, PhaseKind, PhaseRequest, WeightPhaseArgs
-from whale.spec import WhaleRunSpec
+from whale import plugins
+from whale.core.protocol import (
+    EvalPhaseArgs,
+    HarnessPhaseArgs,
+    PhaseRequest,
+    WeightPhaseArgs,
+    phase_request,
+)
+from whale.core.spec import WhaleRunSpec
 from whale_operator import builders, names
 
 RUN = builders.RunRef("demo", "team-a", "uid-1")
@@ -32,9 +38,9 @@ def make_spec(**over) -> WhaleRunSpec:
 
 
 def weight_request(spec: WhaleRunSpec, attempt: int = 1) -> PhaseRequest:
-    return PhaseRequest(run="demo", phase="c01-weight", kind=PhaseKind.WEIGHT, attempt=attempt, spec=spec.to_wire(),
-                        weight=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0,
-                                               target_step=42, steps_per_epoch=70))
+    return phase_request(spec.to_wire(), run="demo", phase="c01-weight", attempt=attempt,
+        args=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=42,
+                             steps_per_epoch=70, total_steps=42))
 
 
 PLACEMENT = {
@@ -47,7 +53,7 @@ CPU_PLACEMENT = {k: v for k, v in PLACEMENT.items() if k != "tolerations"}
 RESTRICTED = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 SEVEN_DAYS = 7 * 24 * 3600
 def tools_of(domain: str):
-    return domains.load(domain).tool_services
+    return plugins.load(domain).tool_services
 
 
 STORAGE_ENV = [{"name": "WHALE_S3_ENDPOINT", "value": "minio.whale.svc:9000"},
@@ -174,12 +180,11 @@ def test_multi_node_train_is_an_indexed_job_with_a_headless_service():
 
 def test_search_job_gets_the_proposer_key_and_eval_job_does_not():
     spec = make_spec()
-    search = PhaseRequest(run="demo", phase="c01-harness", kind=PhaseKind.HARNESS, attempt=1, spec=spec.to_wire(),
-                          harness=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint="ck", step=42,
-                                                   iterations=6, archive="runs/demo/archive/c01"))
-    ev = PhaseRequest(run="demo", phase="eval-c01-s000042-weight", kind=PhaseKind.EVAL, attempt=1,
-                      spec=spec.to_wire(), eval=EvalPhaseArgs(cycle=1, step=42, after="weight", checkpoint="ck",
-                                                              harness=None))
+    search = phase_request(spec.to_wire(), run="demo", phase="c01-harness", attempt=1,
+        args=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint="ck", step=42, iterations=6,
+                              archive="runs/demo/archive/c01"))
+    ev = phase_request(spec.to_wire(), run="demo", phase="eval-c01-s000042-weight", attempt=1,
+        args=EvalPhaseArgs(cycle=1, step=42, after="weight", checkpoint="ck", harness=None))
     s_env = builders.job(RUN, spec, search, store_uri=STORE)["spec"]["template"]["spec"]["containers"][0]["env"]
     e_job = builders.job(RUN, spec, ev, store_uri=STORE)
     e_env = e_job["spec"]["template"]["spec"]["containers"][0]["env"]
@@ -253,7 +258,7 @@ def test_tools_per_domain():
     assert [m["kind"] for m in retriever] == ["Deployment", "Service"]  # not sandboxed: no deny-all policy
     pod = retriever[0]["spec"]["template"]["spec"]
     assert pod["containers"][0]["command"] == [
-        "python", "-m", "whale.tools.retriever", "--host", "0.0.0.0", "--port", "8080", "--method", "bm25",
+        "python", "-m", "whale.tools.retriever_service", "--host", "0.0.0.0", "--port", "8080", "--method", "bm25",
         "--corpus", "/data/wiki_passages.jsonl"]
     fetch = pod["initContainers"][0]
     assert fetch["command"] == ["python", "-m", "whale.tools.fetch", STORE, "data/search_qa/corpus/wiki_passages.jsonl",
@@ -269,7 +274,7 @@ def test_paper_retriever_serves_the_prepared_wiki18_index_whole_manifest():
     """spec.data.corpus wiki18 (a cluster's default): the prepare Job published the e5 index folder in
     the store; the pod streams it whole (marker-gated) onto its volume and serves it."""
     spec = make_spec(domain="search_qa", data={"corpus": "wiki18"})
-    [tool] = domains.load("search_qa").tool_services_for(spec.data)
+    [tool] = plugins.load("search_qa").tool_services_for(spec.data)
     labels = {"app.kubernetes.io/name": "whale", "app.kubernetes.io/instance": "demo",
               "app.kubernetes.io/managed-by": "whale-operator", "whale.dev/run": "demo",
               "app.kubernetes.io/component": "retriever"}
@@ -299,7 +304,7 @@ def test_paper_retriever_serves_the_prepared_wiki18_index_whole_manifest():
                     "name": "retriever",
                     "image": "ghcr.io/whale-dev/whale-tools:0.1.0",
                     "imagePullPolicy": "IfNotPresent",
-                    "command": ["python", "-m", "whale.tools.retriever", "--host", "0.0.0.0", "--port", "8080",
+                    "command": ["python", "-m", "whale.tools.retriever_service", "--host", "0.0.0.0", "--port", "8080",
                                 "--threads", "0", "--index-dir", "/data/wiki18-e5"],
                     "ports": [{"name": "http", "containerPort": 8080}],
                     "readinessProbe": {**probe, "periodSeconds": 5},

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from tests.operator.test_builders import RUN, STORE, make_spec, tools_of, weight_request
-from whale.protocol import EvalPhaseArgs, PhaseKind, PhaseRequest
+from whale.core.protocol import EvalPhaseArgs, phase_request
 from whale_operator import builders
 
 
@@ -74,7 +74,7 @@ def test_specs_it_cannot_render_are_refused_naming_the_field(over, field):
 
 def test_only_a_weight_phase_is_colocated():
     spec = colocated()
-    request = PhaseRequest(run="demo", phase="c00-eval-base", kind=PhaseKind.EVAL, attempt=1, spec=spec.to_wire(),
-                           eval=EvalPhaseArgs(checkpoint=None, harness=None, step=0, cycle=0, after="start"))
+    request = phase_request(spec, run="demo", phase="c00-eval-base", attempt=1,
+                            args=EvalPhaseArgs(checkpoint=None, harness=None, step=0, cycle=0, after="start"))
     with pytest.raises(builders.ColocatedPlacementError, match="only a weight phase trains"):
         builders.colocated_train_job(RUN, spec, request, store_uri=STORE)

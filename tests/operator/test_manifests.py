@@ -15,9 +15,9 @@ import pytest
 import yaml
 from kubernetes_validate.utils import latest_version
 
-from whale import domains
-from whale.protocol import EvalPhaseArgs, HarnessPhaseArgs, PhaseKind, PhaseRequest, WeightPhaseArgs
-from whale.spec import Images, WhaleRunSpec
+from whale import plugins
+from whale.core.protocol import EvalPhaseArgs, HarnessPhaseArgs, WeightPhaseArgs, phase_request
+from whale.core.spec import Images, WhaleRunSpec
 from whale_operator import builders
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -96,16 +96,16 @@ def children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
     store = spec.storage.uri or "s3://whale"
     wire = spec.to_wire()
     reqs = [
-        PhaseRequest(run="example", phase="c01-weight", kind=PhaseKind.WEIGHT, attempt=1, spec=wire,
-                     weight=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=2,
-                                            steps_per_epoch=4)),
-        PhaseRequest(run="example", phase="c01-harness", kind=PhaseKind.HARNESS, attempt=1, spec=wire,
-                     harness=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=None, step=0, iterations=2,
-                                              archive="runs/example/archive/c01")),
-        PhaseRequest(run="example", phase="eval-c00-s000000-start", kind=PhaseKind.EVAL, attempt=1, spec=wire,
-                     eval=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None)),
+        phase_request(wire, run="example", phase="c01-weight", attempt=1,
+            args=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=2,
+                                 steps_per_epoch=4, total_steps=2)),
+        phase_request(wire, run="example", phase="c01-harness", attempt=1,
+            args=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=None, step=0, iterations=2,
+                                  archive="runs/example/archive/c01")),
+        phase_request(wire, run="example", phase="eval-c00-s000000-start", attempt=1,
+            args=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None)),
     ]
-    tools = domains.load(spec.domain).tool_services
+    tools = plugins.load(spec.domain).tool_services
     out = [builders.job(run, spec, r, store_uri=store, tools=tools) for r in reqs]
     out += builders.tool_children(run, spec, tools, store_uri=store)
     out.append(builders.prepare_job(run, spec, 1, store_uri=store))

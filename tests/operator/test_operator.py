@@ -10,7 +10,8 @@ import pytest
 
 from tests.fixtures.kube import EmulatedCluster, wait_for
 from tests.operator.player import WR, WorkloadPlayer
-from whale import layout
+from whale.core import layout
+from whale.core.protocol import WeightRequest
 from whale_operator import names
 
 pytestmark = pytest.mark.timeout(120)
@@ -91,10 +92,11 @@ def test_adaptive_run_stops_phases_by_patience(start_operator, make_run, store):
                 continue
             # a slow workload that relies on the controller's stop request: one step at a time
             stop = layout.stop_key("adaptive", req.phase)
-            limit = req.weight.target_step - req.weight.from_step if req.weight else req.harness.iterations
+            weight = isinstance(req, WeightRequest)
+            limit = req.weight.target_step - req.weight.from_step if weight else req.harness.iterations
             done = 0
             for i in range(1, limit + 1):
-                if req.weight:
+                if weight:
                     run.weight_metrics(req, req.weight.from_step + i)
                 else:
                     run.harness_metrics(req, i)
@@ -105,7 +107,7 @@ def test_adaptive_run_stops_phases_by_patience(start_operator, make_run, store):
                 except AssertionError:
                     continue
             stops[req.phase] = store.read_text(stop) if store.exists(stop) else ""
-            if req.weight:
+            if weight:
                 run.finish_weight(req, req.weight.from_step + done, write_metrics=False, stopped_by="stop-request")
             else:
                 run.finish_harness(req, done, write_metrics=False, stopped_by="stop-request")
@@ -262,7 +264,7 @@ def test_bad_spec_is_marked_failed_naming_the_field(start_operator, make_run, ku
 
 def test_serving_target_follows_the_running_child(start_operator, make_run, store, kube_cluster, kube_namespace):
     """An evaluation of a checkpoint is served that checkpoint; the next phase gets the current weights."""
-    from whale.layout import serving_key
+    from whale.core.layout import serving_key
 
     with start_operator():
         run = make_run("serve")

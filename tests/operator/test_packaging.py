@@ -161,7 +161,7 @@ def bound_to_operator(name: str) -> set[tuple[str, str, str]]:
 def children_kinds() -> set[tuple[str, str]]:
     """(group, resource) of every child the builders make, from one run of each domain's shape."""
     from tests.operator.test_manifests import EXAMPLES, children_of, docs
-    from whale.spec import WhaleRunSpec
+    from whale.core.spec import WhaleRunSpec
 
     plural = {"Job": "jobs", "Deployment": "deployments", "Service": "services", "NetworkPolicy": "networkpolicies"}
     out = set()
@@ -235,7 +235,7 @@ def exported_metric_names() -> set[str]:
     m.rollouts.labels(namespace="n", run="r").set(1)
     m.children_created.labels(kind="Job").inc()
     m.actions.labels(action="Fail").inc()
-    from whale.spec import RunPhase
+    from whale.core.spec import RunPhase
 
     m.set_run_phase("u", RunPhase.RUNNING)
     text = generate_latest(m.registry).decode()
@@ -259,7 +259,7 @@ def test_alerts_and_dashboard_use_metrics_the_operator_exports():
         assert names, expr
         assert names <= exported, (expr, names - exported)
     # the actions' label values are decide()'s action classes; the outcomes are ChildState values
-    from whale.alternation import ChildState, Fail
+    from whale.core.alternation import ChildState, Fail
 
     assert f'action="{Fail.__name__}"' in alerts["WhaleRunFailed"]
     assert all(s in {c.value for c in ChildState} for s in re.findall(r"outcome=~\"([^\"]+)\"",

@@ -22,9 +22,9 @@ from pydantic import ValidationError
 from tests.operator.pod_security import pod_spec, violations
 from tests.operator.test_manifests import EXAMPLES, children_of, docs
 from tests.operator.test_packaging import K8S_VERSIONS
-from whale import domains
-from whale.protocol import PhaseKind, PhaseRequest, WeightPhaseArgs
-from whale.spec import WhaleRunSpec
+from whale import plugins
+from whale.core.protocol import WeightPhaseArgs, phase_request
+from whale.core.spec import WhaleRunSpec
 from whale_operator import builders
 
 RUN = builders.RunRef("demo", "team-a", "uid-1")
@@ -153,9 +153,9 @@ def test_gpu_tolerations_reach_only_pods_that_request_a_gpu():
 def test_a_cpu_train_job_gets_no_gpu_toleration():
     spec = placed()
     spec = spec.model_copy(update={"train": spec.train.model_copy(update={"gpus_per_node": 0})})
-    req = PhaseRequest(run="demo", phase="c01-weight", kind=PhaseKind.WEIGHT, attempt=1, spec=spec.to_wire(),
-                       weight=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0,
-                                              target_step=2, steps_per_epoch=4))
+    req = phase_request(spec, run="demo", phase="c01-weight", attempt=1,
+                        args=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0,
+                                             target_step=2, steps_per_epoch=4, total_steps=2))
     pod = builders.job(RUN, spec, req, store_uri=STORE)["spec"]["template"]["spec"]
     assert pod["tolerations"] == [SPOT_TOLERATION]
 
@@ -254,4 +254,4 @@ def test_inference_network_policy_admits_only_the_runs_pods():
 
 def test_the_examples_exercise_the_code_sandbox_exception():
     """The sandbox tool (the exception's second member) is among the children checked above."""
-    assert any(t.sandboxed for p in EXAMPLES for t in domains.load(spec_of(p).domain).tool_services)
+    assert any(t.sandboxed for p in EXAMPLES for t in plugins.load(spec_of(p).domain).tool_services)

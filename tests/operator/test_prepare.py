@@ -9,8 +9,9 @@ import pytest
 from tests.fixtures.kube import EmulatedCluster, wait_for
 from tests.operator.conftest import BASE_SPEC, deep_merge
 from tests.operator.player import WR, WorkloadPlayer
-from whale import domains, layout
-from whale.spec import WhaleRunSpec
+from whale import plugins
+from whale.core import layout
+from whale.core.spec import WhaleRunSpec
 from whale.workloads import prepare
 
 pytestmark = pytest.mark.timeout(120)
@@ -45,7 +46,7 @@ def test_a_run_without_split_sizes_is_prepared_first(start_operator, kube_cluste
         run.complete(job)
         first = run.wait_job()
         assert first["metadata"]["name"] == "prep-eval-c00-s000000-start-1"
-        assert sizes == domains.load("synthetic").split_sizes(WhaleRunSpec.model_validate(
+        assert sizes == plugins.load("synthetic").split_sizes(WhaleRunSpec.model_validate(
             store.read_json(layout.spec_key("prep"))).data)
         final = run.play_to_end()
     assert final["phase"] == "Succeeded", final

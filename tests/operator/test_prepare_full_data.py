@@ -3,10 +3,11 @@ must be fetched into the store before any workload reads it."""
 
 from __future__ import annotations
 
-from whale.spec import WhaleRunSpec
+from whale.core.spec import WhaleRunSpec
 from whale.store import open_store
 from whale_operator.metrics import OperatorMetrics
-from whale_operator.reconcile import OperatorConfig, Reconciler
+from whale_operator.config import OperatorConfig
+from whale_operator.reconcile import Reconciler
 
 
 def spec(source: str) -> WhaleRunSpec:

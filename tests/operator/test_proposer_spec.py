@@ -8,7 +8,7 @@ import pytest
 from tests.fixtures.kube import wait_for
 from tests.operator.conftest import BASE_SPEC, deep_merge
 from tests.operator.player import WR
-from whale_operator.reconcile import SpecError, parse_spec
+from whale_operator.config import SpecError, parse_spec
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import search_qa
-from whale_operator import reconcile
+from whale_operator import config
 
 
 def test_operator_makes_auto_the_papers_corpus_and_keeps_an_explicit_one():
@@ -11,7 +11,7 @@ def test_operator_makes_auto_the_papers_corpus_and_keeps_an_explicit_one():
             "schedule": {"totalEpochs": 1, "weightEpochsPerCycle": 0.5}, "storage": {"uri": "s3://whale",
                                                                                    "endpoint": "minio:9000"},
             "harnessSearch": {"proposer": {"backend": "replay", "script": "proposals.json"}}}
-    assert reconcile.parse_spec(body).data.corpus == "wiki18"
-    assert reconcile.parse_spec({**body, "data": {"corpus": "local"}}).data.corpus == "local"
-    paper = search_qa.DOMAIN.tool_services_for(reconcile.parse_spec(body).data)
+    assert config.parse_spec(body).data.corpus == "wiki18"
+    assert config.parse_spec({**body, "data": {"corpus": "local"}}).data.corpus == "local"
+    paper = search_qa.DOMAIN.tool_services_for(config.parse_spec(body).data)
     assert paper[0].fetch == ((search_qa.WIKI18_INDEX_KEY, "--index-dir"),)

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tests.fixtures.kube import wait_for
-from whale import layout
+from whale.core import layout
 
 pytestmark = pytest.mark.timeout(120)
 

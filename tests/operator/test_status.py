@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from whale.alternation import ChildState, StartPhase, StopPhase
-from whale.protocol import EvalPhaseArgs, PhaseKind, PhaseRequest
-from whale.spec import BestEval, RunPhase, Stage, WhaleRunStatus
+from whale.core.alternation import ChildState, StartPhase, StopPhase
+from whale.core.protocol import EvalPhaseArgs, phase_request
+from whale.core.spec import BestEval, RunPhase, Stage, WhaleRunStatus
 from whale_operator import observe
 from whale_operator import status as st
+
+#: the least spec a request can be made from
+MIN_SPEC = {"domain": "synthetic", "condition": "rsft_only", "model": {"name": "m"}, "schedule": {"totalSteps": 4}}
+
 
 
 def job(conditions=(), suspend=False, started=False, deleting=False, phase="c01-weight", attempt=1):
@@ -77,8 +81,8 @@ def test_events_describe_transitions():
     before = WhaleRunStatus(phase=RunPhase.PENDING)
     after = WhaleRunStatus(phase=RunPhase.RUNNING, preemptions=1,
                            best=BestEval(mean_at_k=0.3, k=8, phase="eval-c00-s000000-start", cycle=0, step=0))
-    req = PhaseRequest(run="r", phase="eval-c00-s000000-start", kind=PhaseKind.EVAL, attempt=2, spec={},
-                       eval=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None))
+    req = phase_request(MIN_SPEC, run="r", phase="eval-c00-s000000-start", attempt=2,
+        args=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None))
     evs = st.events(before, after, (StartPhase(req), StopPhase("c01-weight", "patience")))
     assert [(e.type, e.reason) for e in evs] == [
         ("Normal", "Started"), ("Warning", "Preempted"), ("Normal", "NewBest"), ("Warning", "PhaseRetried"),

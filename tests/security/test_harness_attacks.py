@@ -33,10 +33,10 @@ from tests.security.harness_probes import (
     report,
     run_probe_in_child,
 )
-from whale.harness import sandbox
+from whale.harness import launch
 from whale.harness.process import HarnessPool, HarnessProcess
 from whale.harness.runner import run_episodes
-from whale.harness.sandbox import IsolationUnavailableError, SandboxLimits
+from whale.harness.launch import IsolationUnavailableError, SandboxLimits
 from whale.harness.validate import HarnessValidationError, validate_source
 from whale.inference.base import SamplingParams
 from whale.inference.scripted import ScriptedClient
@@ -181,8 +181,8 @@ def test_the_local_backend_cannot_be_selected(tmp_path: Path) -> None:
     path = tmp_path / "h.py"
     path.write_text("from whale.harness.api import BaseHarness\nclass Harness(BaseHarness):\n    pass\n")
     for removed in ("_spawn_local", "worker_argv", "spawn", "network_isolated"):
-        assert not hasattr(sandbox, removed), removed
-    assert list(inspect.signature(sandbox.spawn_worker).parameters) == ["harness_path", "allowed_imports", "limits"]
+        assert not hasattr(launch, removed), removed
+    assert list(inspect.signature(launch.spawn_worker).parameters) == ["harness_path", "allowed_imports", "limits"]
     with pytest.raises(TypeError):
         HarnessProcess(path, {"re"}, backend="local")  # type: ignore[call-arg]
     with pytest.raises(TypeError):
@@ -221,7 +221,7 @@ assert libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(Program(len(
 refused = libc.unshare(0x40000000) == -1 and ctypes.get_errno() == 1  # CLONE_NEWNET
 
 from whale.harness.process import HarnessPool
-from whale.harness.sandbox import SandboxLimits
+from whale.harness.launch import SandboxLimits
 
 
 async def main():
@@ -265,11 +265,11 @@ def test_isolation_none_runs_there_and_says_it_is_not_isolated(tmp_path: Path) -
 
 
 def test_isolation_none_warns_once(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setattr(sandbox, "_warned_none", [])
-    with caplog.at_level("WARNING", logger="whale.harness.sandbox"):
+    monkeypatch.setattr(launch, "_warned_none", [])
+    with caplog.at_level("WARNING", logger="whale.harness.launch"):
         for _ in range(3):
-            sandbox.warn_if_unisolated("none")
-        sandbox.warn_if_unisolated("namespaces")
+            launch.warn_if_unisolated("none")
+        launch.warn_if_unisolated("namespaces")
     warnings = [r for r in caplog.records if "WITHOUT kernel isolation" in r.getMessage()]
     assert len(warnings) == 1
 

@@ -32,7 +32,7 @@ from whale.harness.trace import Episode
 from whale.inference.base import SamplingParams
 from whale.inference.scripted import ScriptedClient
 from whale.tools.code import CodeLimits, LocalCodeRunner
-from whale.tools.retrieval import BM25Retriever, Passage
+from whale.tools.retrieval_index import BM25Retriever, Passage
 
 
 class WireTap(HarnessProcess):

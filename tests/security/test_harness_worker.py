@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.security.harness_probes import CHECKOUT, FAKE_SECRET, attack_attempts, gold_file, probe_harness, report
-from whale.harness.sandbox import stage_worker_package, stdlib_dirs
+from whale.harness.launch import stage_worker_package, stdlib_dirs
 
 #: the worker as the sandbox's entry file runs it, minus the sandbox: argv = package dir, harness, allow list
 _HOOK_ONLY = r"""

@@ -24,11 +24,11 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from whale import layout
+from whale.core import layout
 from whale.cli import app
 from whale.crd import crd
 from whale.manifest import MAX_MANIFEST_BYTES, MAX_NODES, ManifestError, load_manifest
-from whale.spec import INT64_MAX, MAX_CYCLES, MAX_STEPS, PROPOSER_KEY_ENV
+from whale.core.spec import INT64_MAX, MAX_CYCLES, MAX_STEPS, PROPOSER_KEY_ENV
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_DOMAINS = ("chess_puzzles", "math_reasoning", "search_qa", "synthetic")
@@ -376,13 +376,13 @@ def test_validate_and_the_operator_accept_the_same_names(name):
 def test_the_longest_run_name_keeps_its_fixed_children_unhashed():
     """The bound is derived from the operator's suffixes: at the longest allowed name, the children
     named ``<run>-<suffix>`` (vLLM, each registered domain's tools and their policies) keep the whole name."""
-    from whale import domains
+    from whale import plugins
     from whale_operator import names
 
     run = "r" * layout.RUN_NAME_MAX_LEN
     assert names.inference_name(run) == f"{run}-{names.INFERENCE_SUFFIX}"
     assert names.sandbox_policy_name(run) == f"{run}{layout.LONGEST_CHILD_SUFFIX}"
-    tools = [t for d in SHIPPED_DOMAINS for t in domains.load(d).tool_services]
+    tools = [t for d in SHIPPED_DOMAINS for t in plugins.load(d).tool_services]
     assert {t.name for t in tools} == {"sandbox", "retriever"}
     for tool in tools:
         assert names.tool_name(run, tool.name) == f"{run}-{tool.name}", tool.name
@@ -390,7 +390,7 @@ def test_the_longest_run_name_keeps_its_fixed_children_unhashed():
 
 
 def test_the_proposer_key_default_is_allowed():
-    from whale.spec import SecretKeyRef
+    from whale.core.spec import SecretKeyRef
 
     assert SecretKeyRef(name="proposer", key="api-key", env=PROPOSER_KEY_ENV).env == PROPOSER_KEY_ENV
     assert SecretKeyRef(name="proposer", key="api-key", env="OPENAI_API_KEY").env == "OPENAI_API_KEY"

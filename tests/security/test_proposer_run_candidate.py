@@ -23,7 +23,7 @@ from whale.metaharness.evaluate import CandidateEvaluator, EvalSettings
 from whale.metaharness.proposer.tools import CandidateTrials, ProposerTools, Toolbox
 from whale.metaharness.proposer.workspace import ToolError, Workspace
 from whale.metaharness.validate import candidate_problems
-from whale.spec import Data
+from whale.core.spec import Data
 
 SETTINGS = EvalSettings(smoke_items=2, smoke_hook_timeout_s=3.0, smoke_timeout_s=30, candidate_timeout_s=60,
                         max_concurrency=8)

@@ -19,15 +19,15 @@ import pytest
 
 from tests.component.test_search_phase import GOOD
 from tests.fixtures.proposer_double import DigitSayerPolicyDouble
-from whale import layout
-from whale.alternation import Observations, decide
+from whale.core import layout
+from whale.core.alternation import Observations, decide
 from whale.inference.base import ChatResult, Completion, SamplingParams
 from whale.metaharness.archive import Archive
 from whale.metaharness.evaluate import EvalSettings
 from whale.metaharness.integrity import REWARDED_WITHOUT_MODEL, SCORE_UP_TOKENS_DOWN
 from whale.metaharness.records import INCOMING_ID, Candidate, Status
-from whale.protocol import EvalPhaseArgs, HarnessPhaseArgs, HarnessPhaseResult, PhaseKind, PhaseRequest
-from whale.spec import WhaleRunSpec, WhaleRunStatus
+from whale.core.protocol import EvalPhaseArgs, HarnessPhaseArgs, HarnessPhaseResult, phase_request
+from whale.core.spec import WhaleRunSpec, WhaleRunStatus
 from whale.store import Store, open_store
 from whale.workloads.eval import run_eval
 from whale.workloads.search import run_search
@@ -91,11 +91,10 @@ def _run_phase(tmp_path: Path, integrity: dict[str, Any] | None) -> tuple[Store,
     ]}}))
     spec = _spec(script, integrity)
     store = open_store(str(tmp_path / "store"))
-    request = PhaseRequest(
-        run=RUN, phase=PHASE, kind=PhaseKind.HARNESS, attempt=1, spec=spec,
-        harness=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=None, step=0, iterations=2,
-                                 archive=layout.archive_prefix(RUN, 1)),
-    )
+    request = phase_request(spec, run=RUN, phase=PHASE, attempt=1,
+        args=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=None, step=0, iterations=2,
+                              archive=layout.archive_prefix(RUN, 1)))
+    store.write_json(layout.spec_key(RUN), spec)
     store.write_json(layout.request_key(RUN, PHASE), request.to_wire())
     result = run_search(store, RUN, PHASE, client=EvenDigitSayerPolicyDouble(), settings=SETTINGS)
     assert HarnessPhaseResult.model_validate(store.read_json(layout.result_key(RUN, PHASE))) == result
@@ -198,9 +197,10 @@ def test_an_eval_of_a_harness_that_skips_the_model_shows_it_per_item(tmp_path: P
     phase = layout.eval_phase_key(1, 0, "harness")
     spec = {"domain": "synthetic", "condition": "mh_only", "model": {"name": "unused-policy-is-a-double"},
             "evaluation": {"samplesPerItem": 2, "maxItems": 5}, "inference": {"maxConcurrency": 4}}
-    request = PhaseRequest(run=RUN, phase=phase, kind=PhaseKind.EVAL, attempt=1, spec=spec,
-                           eval=EvalPhaseArgs(cycle=1, step=0, after="harness", checkpoint=None,
-                                              harness=layout.harness_key(RUN, "cheater")))
+    request = phase_request(spec, run=RUN, phase=phase, attempt=1,
+        args=EvalPhaseArgs(cycle=1, step=0, after="harness", checkpoint=None,
+                           harness=layout.harness_key(RUN, "cheater")))
+    store.write_json(layout.spec_key(RUN), spec)
     store.write_json(layout.request_key(RUN, phase), request.to_wire())
     policy = EvenDigitSayerPolicyDouble()
     result = run_eval(store, RUN, phase, client=policy)

@@ -24,9 +24,9 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from whale import layout
+from whale.core import layout
 from whale.cli import app
-from whale.spec import RunPhase, WhaleRunStatus
+from whale.core.spec import RunPhase, WhaleRunStatus
 from whale.store import open_store
 
 pytestmark = pytest.mark.timeout(180)

@@ -10,12 +10,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from whale import layout
-from whale.adaptive import harness_stop_iteration, weight_stop_step
-from whale.alternation import (
+from whale.core import layout
+from whale.core.adaptive import harness_stop_iteration, weight_stop_step
+from whale.core.alternation import (
     Child,
     ChildState,
-    Decision,
+    Transition,
     Fail,
     Finish,
     Observations,
@@ -23,8 +23,8 @@ from whale.alternation import (
     StopPhase,
     decide,
 )
-from whale.protocol import PhaseKind
-from whale.spec import WhaleRunSpec, WhaleRunStatus
+from whale.core.protocol import PhaseKind
+from whale.core.spec import WhaleRunSpec, WhaleRunStatus
 
 RUN = "sim"
 
@@ -61,7 +61,7 @@ class World:
             now="2026-01-01T00:00:00Z",
         )
 
-    def apply(self, decision: Decision) -> None:
+    def apply(self, decision: Transition) -> None:
         for action in decision.actions:
             if isinstance(action, StartPhase):
                 req = action.request

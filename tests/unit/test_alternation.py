@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from whale.adaptive import harness_stop_iteration, weight_stop_step, window_means
-from whale.alternation import Child, ChildState, Observations, StartPhase, StopPhase, decide
-from whale.protocol import HarnessStopRule, WeightStopRule
-from whale.schedule import resolve
-from whale.spec import RunPhase, Stage, WhaleRunSpec, WhaleRunStatus
+from whale.core.adaptive import harness_stop_iteration, weight_stop_step, window_means
+from whale.core.alternation import Child, ChildState, Observations, StartPhase, StopPhase, decide
+from whale.core.protocol import HarnessStopRule, WeightStopRule
+from whale.core.schedule import resolve
+from whale.core.spec import RunPhase, Stage, WhaleRunSpec, WhaleRunStatus
 
 from .sim import RUN, World, drive, main_phases
 
@@ -448,3 +448,23 @@ def test_only_a_file_of_the_phases_archive_is_evaluated_as_an_accepted_harness(h
     status = decide(spec, status, done).status
     assert [(e.phase, e.harness) for e in status.evals] == [
         ("eval-c00-s000000-start", None), ("eval-c01-s000000-harness", f"runs/{RUN}/harnesses/c01-accepted.py")]
+
+
+def test_requests_carry_resolved_values_and_round_trip():
+    """A request carries what the workload needs resolved (the run's total steps, the sampling of its
+    rollouts, an evaluation's at evaluation.temperature), not the spec, and survives its wire form."""
+    from whale.core.protocol import EvalRequest, WeightRequest, parse_request
+
+    spec = WhaleRunSpec.model_validate({
+        "domain": "synthetic", "condition": "whale", "model": {"name": "tiny"},
+        "schedule": {"totalSteps": 10, "weightStepsPerCycle": 4},
+        "evaluation": {"intervalSteps": 1000, "temperature": 0.25}, "rsft": {"sampling": {"topK": 3}}})
+    world = World(SIZES)
+    drive(spec, world)
+    weight = world.requests["c02-weight"]
+    assert isinstance(weight, WeightRequest) and weight.weight.total_steps == 10
+    assert weight.sampling == spec.rsft.sampling and "spec" not in weight.to_wire()
+    evals = [r for r in world.requests.values() if isinstance(r, EvalRequest)]
+    assert evals and all(r.sampling.temperature == 0.25 and r.sampling.top_k == 3 for r in evals)
+    for request in world.requests.values():
+        assert parse_request(request.to_wire()) == request

@@ -98,7 +98,7 @@ def test_an_underpromotion_that_mates_is_accepted_only_with_any_mate():
 def test_the_spec_picks_the_move_rule():
     """spec.verifier.chessMove reaches every environment the domain makes (training, search and eval)."""
     from chess_puzzles import ChessPuzzles, to_item
-    from whale.spec import Verifier
+    from whale.core.spec import Verifier
 
     row = real_rows()["001KR"]
     line = solver_line(row)

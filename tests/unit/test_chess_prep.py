@@ -12,7 +12,7 @@ import pytest
 from chess_puzzles import prep
 from chess_puzzles.prep import BadRowsError, ChessDataError, Sizes, make_splits, parse_csv
 from whale.domain import default_data_root
-from whale.spec import Data
+from whale.core.spec import Data
 
 HEADER = "PuzzleId,FEN,Moves,Rating,RatingDeviation,Popularity,NbPlays,Themes,GameUrl,OpeningTags"
 

@@ -153,7 +153,7 @@ def test_validate_prints_a_file_name_with_brackets_as_it_is(tmp_path):
 def test_status_after_a_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     from whale.runner.local import LocalRunner
-    from whale.spec import WhaleRunSpec
+    from whale.core.spec import WhaleRunSpec
     from whale.store import open_store
 
     spec = WhaleRunSpec.model_validate({**WHALE, "condition": "rsft_only", "schedule": {"totalSteps": 2}})
@@ -187,7 +187,7 @@ def test_replay_rejects_unknown_domain(tmp_path):
 
 
 def test_core_cli_imports_no_heavy_engines():
-    code = ("import sys, whale.cli, whale.alternation, whale.schedule, whale.runner.local, whale.crd;"
+    code = ("import sys, whale.cli, whale.core.alternation, whale.core.schedule, whale.runner.local, whale.crd;"
             "print([m for m in ('torch', 'transformers', 'kopf', 'vllm', 'deepspeed') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"

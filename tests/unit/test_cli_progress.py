@@ -24,37 +24,41 @@ from whale.console.progress import (
     update_paces,
 )
 from whale.console.summary import final_summary, next_commands
-from whale.protocol import (
+from whale.core.protocol import (
     EvalPhaseArgs,
     HarnessPhaseArgs,
-    PhaseKind,
     PhaseProgress,
     PhaseRequest,
     ProgressStage,
     WeightPhaseArgs,
     WeightStepMetrics,
+    phase_request,
 )
-from whale.spec import BestEval, EvalPoint, RunPhase, Stage, WhaleRunStatus
+from whale.core.spec import BestEval, EvalPoint, RunPhase, Stage, WhaleRunStatus
+
+#: the least spec a request can be made from
+MIN_SPEC = {"domain": "synthetic", "condition": "rsft_only", "model": {"name": "m"}, "schedule": {"totalSteps": 4}}
+
 
 T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ")
 
 
 def weight_request(from_step: int = 0, target: int = 4, attempt: int = 1) -> PhaseRequest:
-    return PhaseRequest(run="r", phase="c01-weight", kind=PhaseKind.WEIGHT, attempt=attempt, spec={},
-                        weight=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=from_step,
-                                               target_step=target, steps_per_epoch=10))
+    return phase_request(MIN_SPEC, run="r", phase="c01-weight", attempt=attempt,
+        args=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=from_step, target_step=target,
+                             steps_per_epoch=10, total_steps=target))
 
 
 def harness_request() -> PhaseRequest:
-    return PhaseRequest(run="r", phase="c01-harness", kind=PhaseKind.HARNESS, attempt=1, spec={},
-                        harness=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=None, step=4,
-                                                 iterations=3, archive="runs/r/archive/c01"))
+    return phase_request(MIN_SPEC, run="r", phase="c01-harness", attempt=1,
+        args=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=None, step=4, iterations=3,
+                              archive="runs/r/archive/c01"))
 
 
 def eval_request() -> PhaseRequest:
-    return PhaseRequest(run="r", phase="eval-c00-s000000-start", kind=PhaseKind.EVAL, attempt=1, spec={},
-                        eval=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None))
+    return phase_request(MIN_SPEC, run="r", phase="eval-c00-s000000-start", attempt=1,
+        args=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None))
 
 
 def step_line(step: int, reward: float, loss: float = 0.5, seconds: float = 10.0) -> dict:

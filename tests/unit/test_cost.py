@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from whale.cli import app
 from whale.console import cost_table
 from whale.cost import H200, Assumptions, CostError, Figure, Figures, Placement, estimate, parameters_from_name
-from whale.spec import WhaleRunSpec
+from whale.core.spec import WhaleRunSpec
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"

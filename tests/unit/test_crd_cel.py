@@ -149,8 +149,8 @@ def whale_validate(tmp_path: Path, spec: dict[str, Any]) -> tuple[int, str]:
 
 
 def operator_refusal(spec: dict[str, Any]) -> str | None:
-    """The operator's create path (whale_operator.reconcile.parse_spec): its message, or None if it accepts."""
-    from whale_operator.reconcile import SpecError, parse_spec
+    """The operator's create path (whale_operator.config.parse_spec): its message, or None if it accepts."""
+    from whale_operator.config import SpecError, parse_spec
 
     try:
         parse_spec(spec)

@@ -3,11 +3,11 @@ lines) and after it ends (from its result), level-based like the rest of ``decid
 
 from __future__ import annotations
 
-from whale import layout
-from whale.alternation import Child, ChildState, Observations, decide
+from whale.core import layout
+from whale.core.alternation import Child, ChildState, Observations, decide
 from whale.rsft.phase import empty_steps
 from whale.runner.local import status_summary
-from whale.spec import WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import WhaleRunSpec, WhaleRunStatus
 
 RUN = "empty"
 SIZES = {"weight": 256 * 10, "harness": 4, "test": 10}

@@ -79,10 +79,10 @@ def test_plan_gives_the_papers_budgets(path):
 @pytest.mark.parametrize("domain", sorted(PAPER))
 def test_the_full_data_sizes_give_the_papers_steps_per_epoch(domain):
     """|D_weight| of the full data, as `whale plan` sees it before anything is fetched."""
-    from whale import domains
-    from whale.spec import Data
+    from whale import plugins
+    from whale.core.spec import Data
 
     name = {"searchqa": "search_qa", "math": "math_reasoning", "chess": "chess_puzzles"}[domain]
-    sizes = domains.load(name).split_sizes(Data(source="full", seed=42))
+    sizes = plugins.load(name).split_sizes(Data(source="full", seed=42))
     assert sizes["weight"] == PAPER[domain]["weight"] and sizes["harness"] == 256
     assert round(sizes["weight"] / 256) == PAPER[domain]["stepsPerEpoch"]

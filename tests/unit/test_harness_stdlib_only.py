@@ -1,5 +1,5 @@
 """The two modules staged into the harness process import only the standard library (and each other):
-inside, nothing else exists (``whale.harness.sandbox.stage_worker_package``)."""
+inside, nothing else exists (``whale.harness.launch.stage_worker_package``)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def test_staged_module_imports_only_the_standard_library(name: str) -> None:
 def test_the_check_sees_a_third_party_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import json\n\ndef f():\n    import pydantic\n    from whale.domain import Domain\n"
-                   "    from whale.harness import sandbox\n")
+                   "    from whale.harness import launch\n")
     modules = imported_modules(bad)
-    assert {"pydantic", "whale.domain", "whale.harness.sandbox"} <= modules
+    assert {"pydantic", "whale.domain", "whale.harness.launch"} <= modules
     assert [m for m in modules if m not in STAGED and m.split(".")[0] not in sys.stdlib_module_names] != []

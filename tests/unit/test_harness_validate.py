@@ -39,7 +39,7 @@ def test_good_harness_passes() -> None:
         ("import os", "forbidden-import", 1),
         ("import re\nfrom subprocess import run", "forbidden-import", 2),
         ("import os.path", "forbidden-import", 1),
-        ("from whale.harness import sandbox", "forbidden-import", 1),
+        ("from whale.harness import launch", "forbidden-import", 1),
         ("from . import sibling", "relative-import", 1),
         ("x = eval('1')", "forbidden-name", 1),
         ("x = __import__('os')", "forbidden-name", 1),
@@ -57,7 +57,7 @@ def test_good_harness_passes() -> None:
         ("import re\nx = re.enum.sys", "module-attribute", 2),
         ("from statistics import sys", "module-attribute", 1),
         ("from whale.harness.api import json", "module-attribute", 1),
-        ("import whale.harness.api\nx = whale.harness.sandbox", "module-attribute", 2),
+        ("import whale.harness.api\nx = whale.harness.launch", "module-attribute", 2),
         ("from math import *", "star-import", 1),
         ("import random\nm = random", "module-value", 2),
         ("import random\nx = [random]", "module-value", 2),
@@ -110,9 +110,9 @@ def test_legitimate_code_passes(snippet: str) -> None:
 
 def test_every_h0_and_fixture_harness_passes() -> None:
     from tests.fixtures.guess_domain import GuessNumberDomainDouble
-    from whale import domains
+    from whale import plugins
 
-    harnesses = [domains.load(name) for name in ("chess_puzzles", "math_reasoning", "search_qa", "synthetic")]
+    harnesses = [plugins.load(name) for name in ("chess_puzzles", "math_reasoning", "search_qa", "synthetic")]
     for domain in [*harnesses, GuessNumberDomainDouble()]:
         assert check_source(domain.h0_path().read_text(encoding="utf-8"), domain.allowed_imports) == [], domain.name
 

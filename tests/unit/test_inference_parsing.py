@@ -10,7 +10,7 @@ from whale.inference.base import InferenceError, SamplingParams
 from whale.inference.factory import backend_kind, inference_url
 from whale.inference.openai_http import OpenAIClient, parse_response
 from whale.inference.toolcalls import assistant_message, parse_tool_calls, parser_for_template
-from whale.spec import WhaleRunSpec
+from whale.core.spec import WhaleRunSpec
 
 
 def test_sampling_params_reject_bad_values() -> None:

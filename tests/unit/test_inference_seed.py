@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from whale.inference.base import MAX_CALL_SEED, call_seed
-from whale.spec import Evaluation
+from whale.core.spec import Evaluation
 
 
 def test_call_seed_is_stable_and_spread() -> None:

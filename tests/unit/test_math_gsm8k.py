@@ -10,7 +10,7 @@ from math_reasoning import MathReasoning
 from math_reasoning.data import DataError, load_splits
 from math_reasoning.env import MathEnvironment
 from whale.domain import default_data_root
-from whale.spec import Data
+from whale.core.spec import Data
 
 ROOT = default_data_root()
 

@@ -13,7 +13,7 @@ from math_reasoning import MathReasoning
 from whale.harness.runner import run_episodes
 from whale.inference.base import SamplingParams
 from whale.inference.transformers_backend import TransformersClient
-from whale.spec import Data
+from whale.core.spec import Data
 from whale.tools.code import CodeLimits, LocalCodeRunner
 
 # the first test pays the shared SmolLM2 load (~20-50 s) in its setup

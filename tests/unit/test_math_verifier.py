@@ -18,7 +18,7 @@ from math_reasoning.verifier import (
     math_verify_score,
     score,
 )
-from whale.spec import Verifier
+from whale.core.spec import Verifier
 from whale.domain import default_data_root
 
 DATA = default_data_root() / "math_reasoning"

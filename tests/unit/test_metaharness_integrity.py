@@ -7,7 +7,7 @@ from __future__ import annotations
 import pydantic
 import pytest
 
-from whale.alternation import MAX_STATUS_FLAGS_PER_PHASE, integrity_status
+from whale.core.alternation import MAX_STATUS_FLAGS_PER_PHASE, integrity_status
 from whale.harness.trace import Episode
 from whale.metaharness.integrity import (
     REWARDED_WITHOUT_MODEL,
@@ -27,8 +27,8 @@ from whale.metaharness.records import (
     summary,
     summary_markdown,
 )
-from whale.protocol import HarnessPhaseResult, IntegrityFlag
-from whale.spec import HarnessSearch, WhaleRunStatus
+from whale.core.protocol import HarnessPhaseResult, IntegrityFlag
+from whale.core.spec import HarnessSearch, IntegrityFlagStatus, WhaleRunStatus
 
 REJECT = IntegrityPolicy()
 FLAG = IntegrityPolicy(IntegrityAction.FLAG)
@@ -140,8 +140,9 @@ def test_status_entries_from_a_phase_result_are_bounded_accepted_first():
                                 iterations=40, rollouts=1, integrity_flags=flags)
     entries = integrity_status("c01-harness", result)
     assert len(entries) == MAX_STATUS_FLAGS_PER_PHASE
-    assert entries[0] == {"phase": "c01-harness", "candidate": "i40-c1", "accepted": True, "reasons": ["[r] last"]}
-    status = WhaleRunStatus.model_validate({"integrity_flags": entries})
+    assert entries[0] == IntegrityFlagStatus(phase="c01-harness", candidate="i40-c1", accepted=True,
+                                             reasons=["[r] last"])
+    status = WhaleRunStatus(integrity_flags=list(entries))
     assert status.integrity_flags[0].accepted and WhaleRunStatus.model_validate(
         status.model_dump(mode="json", by_alias=True)) == status
     assert HarnessPhaseResult.model_validate(result.to_wire()) == result

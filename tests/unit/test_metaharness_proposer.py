@@ -9,7 +9,7 @@ from whale.metaharness.proposer import ProposerError, collect_candidates, from_s
 from whale.metaharness.proposer.base import MAX_CANDIDATE_BYTES, ProposalRequest, task_prompt
 from whale.metaharness.proposer.cli_agent import render_command
 from whale.metaharness.proposer.workspace import GREP_LIMIT, READ_LIMIT_CHARS, Workspace
-from whale.spec import Proposer as ProposerSpec
+from whale.core.spec import Proposer as ProposerSpec
 
 
 @pytest.fixture
@@ -183,7 +183,7 @@ def test_render_command_knows_the_budget_fields():
 
 
 def _spec(proposer: dict, condition: str = "mh_only"):
-    from whale.spec import WhaleRunSpec
+    from whale.core.spec import WhaleRunSpec
 
     raw = {"domain": "synthetic", "condition": condition, "model": {"name": "m"},
            "harnessSearch": {"proposer": proposer}}

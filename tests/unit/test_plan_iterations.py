@@ -15,8 +15,8 @@ import tracemalloc
 import pytest
 from typer.testing import CliRunner
 
-from whale.schedule import PLAN_MAX_LISTED, plan, resolve
-from whale.spec import MAX_ITERATIONS, WhaleRunSpec
+from whale.core.schedule import PLAN_MAX_LISTED, plan, resolve
+from whale.core.spec import MAX_ITERATIONS, WhaleRunSpec
 
 #: the paper's D_harness (256 items x 1 rollout per candidate, 3 candidates per proposer iteration)
 SIZES = {"weight": 256 * 70, "harness": 256, "test": 60}

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 
-from whale.protocol import (
+from whale.core.protocol import (
     CandidateScore,
     EvalResult,
     HarnessIterationMetrics,
@@ -28,7 +28,7 @@ from whale.report.series import (
     unique_labels,
 )
 from whale.report.source import ReportError, parse_source
-from whale.spec import BestEval, Condition, EvalPoint, RunPhase, WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import BestEval, Condition, EvalPoint, RunPhase, WhaleRunSpec, WhaleRunStatus
 
 
 def spec(condition: str = "whale", domain: str = "chess_puzzles", **schedule) -> WhaleRunSpec:

@@ -240,12 +240,13 @@ def test_compiled_flex_layers_match_eager_on_the_gpu():
 
 def test_the_spec_field_is_strict_and_reaches_the_config():
     from whale.manifest import parse_document
-    from whale.protocol import WeightPhaseArgs
-    from whale.spec import WhaleRunSpec
+    from whale.core.protocol import WeightPhaseArgs
+    from whale.core.spec import WhaleRunSpec
 
     base = {"domain": "synthetic", "condition": "rsft_only", "model": {"name": "m"}, "schedule": {"totalSteps": 4}}
     spec = WhaleRunSpec.model_validate({**base, "rsft": {"packSequences": True, "attention": "flex"}})
-    args = WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=1, steps_per_epoch=4)
+    args = WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=1, steps_per_epoch=4,
+                           total_steps=4)
     cfg = RSFTConfig.from_spec(spec, args)
     assert (cfg.attention, cfg.attention_kernel, cfg.pack_sequences) == ("flex", "flex", True)
     assert RSFTConfig.from_spec(WhaleRunSpec.model_validate(base), args).attention_kernel == "sdpa"

@@ -11,8 +11,8 @@ import yaml
 
 from whale.rsft.collate import Example, update_groups
 from whale.rsft.config import RSFTConfig, optimizer_updates
-from whale.schedule import optimizer_updates_per_step
-from whale.spec import WhaleRunSpec
+from whale.core.schedule import optimizer_updates_per_step
+from whale.core.spec import WhaleRunSpec
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "examples"
 
@@ -71,11 +71,12 @@ def test_per_rank_is_global_with_ranks_times_the_minibatch():
 
 
 def test_the_trainer_config_reads_the_scope_from_the_spec():
-    from whale.protocol import WeightPhaseArgs
+    from whale.core.protocol import WeightPhaseArgs
 
     spec = WhaleRunSpec.model_validate({"domain": "synthetic", "condition": "rsft_only", "model": {"name": "m"},
                                         "schedule": {"totalSteps": 2}})
-    args = WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=2, steps_per_epoch=2)
+    args = WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=2, steps_per_epoch=2,
+                           total_steps=2)
     assert spec.rsft.mini_batch_scope == "perRank" and RSFTConfig.from_spec(spec, args).mini_batch_scope == "perRank"
     glob = spec.model_copy(update={"rsft": spec.rsft.model_copy(update={"mini_batch_scope": "global"})})
     assert RSFTConfig.from_spec(glob, args).mini_batch_scope == "global"

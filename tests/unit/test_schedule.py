@@ -14,10 +14,10 @@ from typing import Any
 
 import pytest
 
-from whale import layout
-from whale.alternation import Child, ChildState, Observations, StartPhase, decide
-from whale.schedule import PLAN_MAX_LISTED, ScheduleError, plan, resolve
-from whale.spec import MAX_CYCLES, MAX_EVALUATION_POINTS, MAX_STEPS, WhaleRunSpec, WhaleRunStatus
+from whale.core import layout
+from whale.core.alternation import Child, ChildState, Observations, StartPhase, decide
+from whale.core.schedule import PLAN_MAX_LISTED, ScheduleError, plan, resolve
+from whale.core.spec import MAX_CYCLES, MAX_EVALUATION_POINTS, MAX_STEPS, WhaleRunSpec, WhaleRunStatus
 
 SIZES = {"weight": 256 * 10, "harness": 4, "test": 10}  # 10 steps per epoch at promptsPerStep 256
 DENSEST = MAX_STEPS // MAX_EVALUATION_POINTS  # the smallest interval allowed over MAX_STEPS

@@ -14,7 +14,7 @@ from search_qa.data import (BENCHMARKS, OPTIONAL_BENCHMARKS, DataError, answer_h
 from search_qa.hitrate import sample
 from search_qa.verifier import normalize
 from whale.domain import default_data_root
-from whale.spec import Data
+from whale.core.spec import Data
 
 ROOT = default_data_root()
 

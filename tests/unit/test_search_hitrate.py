@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from search_qa.hitrate import answer_in, hit_rates
 from search_qa.verifier import normalize
-from whale.tools.retrieval import Hit, Passage
+from whale.tools.retrieval_index import Hit, Passage
 
 
 def test_answer_in_needs_whole_words_and_ignores_yes_no():

@@ -15,7 +15,7 @@ from whale.domain import default_data_root
 from whale.harness.runner import run_episodes
 from whale.inference.base import SamplingParams
 from whale.inference.transformers_backend import TransformersClient
-from whale.spec import Data
+from whale.core.spec import Data
 
 # the first test pays the shared SmolLM2 load (~20-50 s) in its setup
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]

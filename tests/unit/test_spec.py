@@ -6,7 +6,7 @@ import pytest
 from pydantic import ValidationError
 
 from whale.manifest import ManifestError, format_validation_error, parse_document
-from whale.spec import Condition, Resources, SecretKeyRef, Toleration, WhaleRunSpec
+from whale.core.spec import Condition, Resources, SecretKeyRef, Toleration, WhaleRunSpec
 
 
 def doc(spec: dict, name: str = "run-1") -> dict:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from whale.spec import Data
+from whale.core.spec import Data
 
 SHA = "a" * 64
 

@@ -7,7 +7,7 @@ import pytest
 
 from whale.harness.runner import MESSAGE_FRAMING_TOKENS, call_max_tokens, message_tokens_upper_bound
 from whale.inference.base import SamplingParams
-from whale.spec import WhaleRunSpec
+from whale.core.spec import WhaleRunSpec
 
 
 def clamp(sampling, generated=0, prompt=100, first=None, max_model_len=None):

@@ -22,9 +22,9 @@ import os
 import sys
 import threading
 
-from whale import layout
-from whale.adaptive import harness_should_stop, weight_should_stop
-from whale.protocol import (
+from whale.core import layout
+from whale.core.adaptive import harness_should_stop, weight_should_stop
+from whale.core.protocol import (
     AcceptedHarness,
     EvalProgress,
     EvalResult,
@@ -35,6 +35,7 @@ from whale.protocol import (
     ProgressStage,
     WeightPhaseResult,
     WeightStepMetrics,
+    parse_request,
 )
 from whale.store import open_store
 
@@ -152,7 +153,7 @@ def main() -> None:
     parser.add_argument("--phase", required=True)
     args = parser.parse_args()
     store = open_store(args.store)
-    req = PhaseRequest.model_validate(store.read_json(layout.request_key(args.run, args.phase)))
+    req = parse_request(store.read_json(layout.request_key(args.run, args.phase)))
     sim = behaviour()
     if req.attempt <= sim.get("fail", {}).get(req.phase, 0):
         print(f"simulated failure of {req.phase} attempt {req.attempt}", file=sys.stderr)

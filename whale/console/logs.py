@@ -22,7 +22,7 @@ from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 
-from whale import layout
+from whale.core import layout
 from whale.runner.control import ChildRecord, read_child
 from whale.store import ObjectNotFound, Store
 

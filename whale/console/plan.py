@@ -1,4 +1,4 @@
-"""What `whale plan` adds to ``whale.schedule.plan``: each listed phase's rollouts and the evaluations'
+"""What `whale plan` adds to ``whale.core.schedule.plan``: each listed phase's rollouts and the evaluations'
 count and cost. Pure.
 
 Training rollouts (weight steps and harness search) are the budget the paper's figures count; an
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from whale.schedule import harness_phase_rollouts, resolve
-from whale.spec import WhaleRunSpec
+from whale.core.schedule import harness_phase_rollouts, resolve
+from whale.core.spec import WhaleRunSpec
 
 
 def eval_items(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> int:

@@ -23,8 +23,16 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from whale.protocol import PhaseKind, PhaseProgress, PhaseRequest, ProgressStage
-from whale.spec import RunPhase, WhaleRunStatus
+from whale.core.protocol import (
+    EvalRequest,
+    HarnessRequest,
+    PhaseKind,
+    PhaseProgress,
+    PhaseRequest,
+    ProgressStage,
+    WeightRequest,
+)
+from whale.core.spec import RunPhase, WhaleRunStatus
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,11 +123,11 @@ class PhaseCounts:
 def phase_counts(child: ChildFrame) -> PhaseCounts:
     """Steps of a weight phase, iterations of a harness phase, items of an evaluation."""
     req = child.request
-    if req.kind is PhaseKind.WEIGHT and req.weight is not None:
+    if isinstance(req, WeightRequest):
         a = req.weight
         last = max((int(m.get("step", 0)) for m in child.metrics), default=a.from_step)
         return PhaseCounts(max(0, last - a.from_step), a.target_step - a.from_step, "steps", a.stop_rule is not None)
-    if req.kind is PhaseKind.HARNESS and req.harness is not None:
+    if isinstance(req, HarnessRequest):
         done = max((int(m.get("iteration", 0)) for m in child.metrics), default=0)
         return PhaseCounts(done, req.harness.iterations, "iterations", req.harness.stop_rule is not None)
     done, total = 0, None
@@ -225,15 +233,15 @@ def stage_words(child: ChildFrame) -> str:
 
 def describe_request(req: PhaseRequest) -> str:
     """What a phase was asked to do, in a few words."""
-    if req.weight is not None:
+    if isinstance(req, WeightRequest):
         a = req.weight
         return f"steps {a.from_step} -> {a.target_step}" + (" (or fewer, by patience)" if a.stop_rule else "") + \
             f", harness {short_key(a.harness)}"
-    if req.harness is not None:
+    if isinstance(req, HarnessRequest):
         a = req.harness
         bound = "at most " if a.stop_rule else ""
         return f"{bound}{a.iterations} iterations from harness {short_key(a.incoming_harness)}, weights at step {a.step}"
-    if req.eval is not None:
+    if isinstance(req, EvalRequest):
         a = req.eval
         return f"weights at step {a.step} (after {a.after}), harness {short_key(a.harness)}"
     return req.kind.value
@@ -334,7 +342,7 @@ def _child_events(old: ChildFrame | None, cur: Frame, paces: dict[str, Pace]) ->
 
 
 def _from_step(child: ChildFrame) -> int:
-    return child.request.weight.from_step if child.request.weight is not None else 0
+    return child.request.weight.from_step if isinstance(child.request, WeightRequest) else 0
 
 
 def _eta_words(cur: Frame, child: ChildFrame, counts: PhaseCounts, paces: dict[str, Pace]) -> str:

@@ -12,11 +12,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from whale import layout
+from whale.core import layout
 from whale.console.progress import duration
 from whale.report.source import list_runs
 from whale.runner.control import read_child
-from whale.spec import WhaleRunStatus
+from whale.core.spec import WhaleRunStatus
 from whale.store import Store
 from whale.store.lease import parse_iso
 

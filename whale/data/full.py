@@ -35,11 +35,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whale import layout
+from whale.core import layout
 from whale.data.fetch import ChecksumMismatch, Fetched, download, sha256_file
 
 if TYPE_CHECKING:
-    from whale.spec import Data
+    from whale.core.spec import Data
     from whale.store import Store
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from whale.harness import sandbox
+from whale.harness import launch
 
 log = logging.getLogger(__name__)
 
@@ -58,24 +58,24 @@ class HarnessProcess:
         self,
         path: Path,
         allowed_imports: frozenset[str] | set[str],
-        limits: sandbox.SandboxLimits | None = None,
+        limits: launch.SandboxLimits | None = None,
         max_restarts: int = 5,
     ):
         self.path = Path(path).resolve()
         self.allowed_imports = frozenset(allowed_imports)
         #: resource limits and ``isolation`` level (``spec.sandbox.isolation``) of the process
-        self.limits = limits or sandbox.SandboxLimits()
+        self.limits = limits or launch.SandboxLimits()
         self.max_restarts = max_restarts
         self.restarts = 0
         self.info: HarnessInfo | None = None
-        self._proc: sandbox.Spawned | None = None
+        self._proc: launch.Spawned | None = None
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
         self._reader: asyncio.Task[None] | None = None
         self._stderr_task: asyncio.Task[None] | None = None
         self._stderr_tail = bytearray()
         self._start_lock = asyncio.Lock()
-        self._outbox: list[tuple[sandbox.Spawned, bytes]] = []
+        self._outbox: list[tuple[launch.Spawned, bytes]] = []
         self._flush_scheduled = False
         self._closed = False
 
@@ -108,8 +108,8 @@ class HarnessProcess:
             raise HarnessLoadError(f"harness file {self.path} does not exist")
         self._stderr_tail.clear()
         try:
-            spawned = await sandbox.spawn_worker(self.path, self.allowed_imports, self.limits)
-        except sandbox.IsolationUnavailableError:
+            spawned = await launch.spawn_worker(self.path, self.allowed_imports, self.limits)
+        except launch.IsolationUnavailableError:
             raise  # the host's fault, not the harness's: the phase fails (the message names the spec field)
         except Exception as exc:  # noqa: BLE001 - the sandbox's own setup errors, re-raised typed
             raise HarnessLoadError(f"{self.path.name}: the sandbox did not start: {exc}") from exc
@@ -164,13 +164,13 @@ class HarnessProcess:
     def stderr_tail(self) -> str:
         return self._stderr_tail.decode("utf-8", "replace").strip()[-2000:]
 
-    async def _drain_stderr(self, proc: sandbox.Spawned) -> None:
+    async def _drain_stderr(self, proc: launch.Spawned) -> None:
         with contextlib.suppress(OSError):
             while chunk := await proc.stderr.read(65536):
                 self._stderr_tail += chunk
                 del self._stderr_tail[: max(0, len(self._stderr_tail) - self.limits.stderr_tail_bytes)]
 
-    async def _read_answers(self, proc: sandbox.Spawned) -> None:
+    async def _read_answers(self, proc: launch.Spawned) -> None:
         reason = "harness process exited"
         try:
             while line := await proc.stdout.readline():
@@ -336,7 +336,7 @@ class HarnessPool:
         self,
         path: Path,
         allowed_imports: frozenset[str] | set[str],
-        limits: sandbox.SandboxLimits | None = None,
+        limits: launch.SandboxLimits | None = None,
         processes: int | None = None,
     ):
         count = processes or default_processes()
@@ -352,7 +352,7 @@ class HarnessPool:
         await self.aclose()
 
     async def start(self) -> HarnessInfo:
-        """Start every worker. Raises :class:`~whale.harness.sandbox.IsolationUnavailableError` when
+        """Start every worker. Raises :class:`~whale.harness.launch.IsolationUnavailableError` when
         the host cannot isolate them (see ``spec.sandbox.isolation``), HarnessLoadError when the
         harness does not load."""
         infos = await asyncio.gather(*(w.start() for w in self.workers))

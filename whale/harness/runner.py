@@ -33,7 +33,7 @@ from typing import Any
 
 from whale.domain import Domain, DomainError, Environment
 from whale.harness.process import HarnessError, HarnessPool, HarnessProcess
-from whale.harness.sandbox import SandboxLimits
+from whale.harness.launch import SandboxLimits
 from whale.harness.trace import EndReason, Episode
 from whale.inference.base import ChatResult, Completion, InferenceClient, InferenceError, SamplingParams, call_seed
 
@@ -104,6 +104,28 @@ class RunnerConfig:
     #: seed every model call from (seed, item id, sample, turn) (:func:`whale.inference.base.call_seed`),
     #: so the same model and harness sample the same episodes whatever the concurrency; None: unseeded
     seed: int | None = None
+
+
+def check_tools(tools: list[dict[str, Any]] | None, domain: Domain) -> list[dict[str, Any]] | None:
+    """A harness's ``TOOLS`` (untrusted), refused unless every one names a tool of ``domain``
+    (:meth:`Domain.tool_specs`); the description and parameters are the harness's own."""
+    if not tools:
+        return tools
+    offered = {_tool_name(t) for t in domain.tool_specs()} - {None}
+    listed = [_tool_name(t) for t in tools]
+    foreign = [n for n in listed if n not in offered]
+    if foreign:
+        raise HarnessError(f"TOOLS lists {', '.join(repr(n) for n in foreign)[:300]}, which domain "
+                           f"{getattr(domain, 'name', '?')!r} does not offer; a harness may list only its domain's "
+                           f"tools: {', '.join(sorted(offered)) or 'none'}")
+    return tools
+
+
+def _tool_name(spec: Any) -> str | None:
+    """The function name of an OpenAI tool schema (``{"type": "function", "function": {"name": ...}}``)."""
+    fn = spec.get("function") if isinstance(spec, dict) else None
+    name = fn.get("name") if isinstance(fn, dict) else None
+    return name if isinstance(name, str) else None
 
 
 class EpisodeRunner:
@@ -187,7 +209,7 @@ class EpisodeRunner:
         max_turns = info.max_turns
         if self.domain.max_turns_limit is not None:
             max_turns = min(max_turns, self.domain.max_turns_limit)
-        tools = info.tools or None
+        tools = check_tools(info.tools, self.domain) or None
         state: dict[str, Any] = {}
         used = EpisodeTokens()
 

@@ -1,6 +1,6 @@
 """The code inside the sandboxed harness process: load one harness file, answer hook calls. Standard library only.
 
-The process is started by ``whale.harness.sandbox`` through ``whale.sandbox`` (whose guard runs an entry
+The process is started by ``whale.harness.launch`` through ``whale.sandbox`` (whose guard runs an entry
 file that calls :func:`serve_entry` and serves the returned functions as JSON lines). It sees only what
 it is given: a staged, read-only package directory holding this file, ``api.py`` and two empty
 ``__init__.py`` files, the standard library, and the harness file in its scratch directory. Before the

@@ -79,7 +79,7 @@ class SamplingParams:
     @classmethod
     def from_spec(cls, sampling: Any, temperature: float | None = None,
                   chat_template_kwargs: dict[str, Any] | None = None) -> SamplingParams:
-        """From ``whale.spec.Sampling`` (``rsft.sampling``), optionally overriding the temperature."""
+        """From ``whale.core.spec.Sampling`` (``rsft.sampling``), optionally overriding the temperature."""
         return cls(
             temperature=sampling.temperature if temperature is None else temperature,
             top_p=sampling.top_p,

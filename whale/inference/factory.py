@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from whale.inference.base import InferenceClient, InferenceError, SamplingParams
 
 if TYPE_CHECKING:
-    from whale.spec import WhaleRunSpec
+    from whale.core.spec import WhaleRunSpec
     from whale.store import Store
 
 INFERENCE_URL_ENV = "WHALE_INFERENCE_URL"

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from whale import layout
+from whale.core import layout
 from whale.inference.vllm_control import VLLMControl, WeightSyncError
 
 log = logging.getLogger("whale.inference.weight_sync")

@@ -21,7 +21,7 @@ from typing import Any
 from whale.domain import Domain
 from whale.harness.process import HarnessError
 from whale.harness.runner import RunnerConfig, run_episodes
-from whale.harness.sandbox import SandboxLimits
+from whale.harness.launch import SandboxLimits
 from whale.harness.trace import EndReason, Episode
 from whale.inference.base import InferenceClient, SamplingParams
 

@@ -9,9 +9,9 @@ duplicate check (same code as an earlier candidate = a revert, shares its score,
 validation (size, syntax, the runtime's validator, promptOnly) → smoke test → full score → reward-integrity check
 (:mod:`whale.metaharness.integrity`: model usage against the incoming harness's; a flagged candidate
 is recorded as such and, under the default policy, never accepted). After each iteration one
-:class:`~whale.protocol.HarnessIterationMetrics` line is emitted, naming the accepted (best-so-far)
+:class:`~whale.core.protocol.HarnessIterationMetrics` line is emitted, naming the accepted (best-so-far)
 candidate and its harness file (mh_only evaluates each new one on the test split); the stop rule
-(:func:`whale.adaptive.harness_should_stop`) and a stop request are checked between iterations.
+(:func:`whale.core.adaptive.harness_should_stop`) and a stop request are checked between iterations.
 Iterations here are archive iterations: the incoming re-evaluation is iteration 1, so
 ``SearchConfig.iterations`` is the proposer iterations + 1.
 
@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from whale.adaptive import harness_should_stop
+from whale.core.adaptive import harness_should_stop
 from whale.metaharness.archive import Archive
 from whale.metaharness.evaluate import CandidateEvaluator, RunOutcome
 from whale.metaharness.integrity import IntegrityPolicy, integrity_flags, model_usage
@@ -38,7 +38,7 @@ from whale.metaharness.proposer.base import CANDIDATES_DIR, ProposalRequest, Pro
 from whale.metaharness.proposer.tools import CandidateTrials, ProposerTools, SandboxShell
 from whale.metaharness.records import INCOMING_ID, Candidate, Status, candidate_id, code_hash, pick_best
 from whale.metaharness.validate import candidate_problems
-from whale.protocol import CandidateScore, HarnessIterationMetrics, HarnessStopRule, PhaseProgress, ProgressStage
+from whale.core.protocol import CandidateScore, HarnessIterationMetrics, HarnessStopRule, PhaseProgress, ProgressStage
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ import io
 from collections.abc import Sequence
 from typing import Any, Literal
 
-from whale.protocol import PhaseKind
+from whale.core.protocol import PhaseKind
 from whale.report.series import RunSeries
 
 FigureFormat = Literal["svg", "png"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from whale.spec import Condition, WhaleRunSpec
+from whale.core.spec import Condition, WhaleRunSpec
 
 #: the column of Table 1 for each domain plugin
 DOMAIN_COLUMNS: dict[str, str] = {

@@ -27,7 +27,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from whale.protocol import (
+from whale.core.protocol import (
     EvalResult,
     HarnessIterationMetrics,
     HarnessPhaseResult,
@@ -36,7 +36,7 @@ from whale.protocol import (
     WeightStepMetrics,
 )
 from whale.report.paper import PaperNumber, paper_number
-from whale.spec import WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import WhaleRunSpec, WhaleRunStatus
 
 _MAIN_PHASE_RE = re.compile(r"^c(\d{2,})-(weight|harness)$")
 _EVAL_PHASE_RE = re.compile(r"^eval-c(\d{2,})-s(\d{6,})-(start|weight|harness)(?:-i(\d{4,}))?$")
@@ -387,7 +387,7 @@ def build_series(records: RunRecords, label: str | None = None) -> RunSeries:
 
 
 def _eval_order(e: EvalSample) -> tuple[int, int, int, int]:
-    """Schedule order, as ``whale.alternation.schedule_order`` sorts the status's points."""
+    """Schedule order, as ``whale.core.alternation.schedule_order`` sorts the status's points."""
     return e.rollouts, e.step, _AFTER_ORDER[e.after], e.iteration or 0
 
 

@@ -1,8 +1,8 @@
 """Reading runs for a report: which store and which runs an argument names, and their records.
 
 Everything goes through the store client (:mod:`whale.store`), so a report reads a local folder, an
-S3 bucket or a cluster's MinIO the same way, with the keys of :mod:`whale.layout`. What is read is
-validated into the wire models of :mod:`whale.protocol` and :mod:`whale.spec`; a file that does not
+S3 bucket or a cluster's MinIO the same way, with the keys of :mod:`whale.core.layout`. What is read is
+validated into the wire models of :mod:`whale.core.protocol` and :mod:`whale.core.spec`; a file that does not
 parse is a :class:`ReportError` naming it.
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from whale import layout
-from whale.protocol import (
+from whale.core import layout
+from whale.core.protocol import (
     EvalResult,
     HarnessIterationMetrics,
     HarnessPhaseResult,
@@ -33,7 +33,7 @@ from whale.report.series import (
     parse_main_phase,
     unique_labels,
 )
-from whale.spec import WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import WhaleRunSpec, WhaleRunStatus
 from whale.store import Store, StoreError, open_store
 
 

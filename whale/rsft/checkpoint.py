@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from whale import layout
+from whale.core import layout
 from whale.store.base import Store
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ import logging
 from typing import Any
 
 from whale.inference.vllm_control import VLLMControl
-from whale.spec import WhaleRunSpec
+from whale.core.spec import WhaleRunSpec
 
 log = logging.getLogger(__name__)
 

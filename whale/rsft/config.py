@@ -8,12 +8,12 @@ step, so a run split into many phases (and many processes) follows one schedule.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:  # pydantic models; imported lazily so the trainer runs where pydantic is absent
-    from whale.protocol import PhaseRequest, WeightPhaseArgs
-    from whale.spec import WhaleRunSpec
+    from whale.core.protocol import WeightPhaseArgs
+    from whale.core.spec import WhaleRunSpec
 
 #: what ``miniBatchSize`` counts (see :func:`optimizer_updates`)
 MiniBatchScope = Literal["perRank", "global"]
@@ -77,50 +77,21 @@ class RSFTConfig:
     attention: Literal["auto", "sdpa", "flex", "flash"] = "auto"
 
     @classmethod
-    def from_request(cls, request: PhaseRequest) -> RSFTConfig:
-        if request.weight is None:
-            raise ValueError(f"phase {request.phase}: request.json has kind {request.kind.value!r} but no `weight` args")
-        from whale.spec import WhaleRunSpec
-
-        spec = WhaleRunSpec.model_validate(request.spec)
-        return cls.from_spec(spec, request.weight)
-
-    @classmethod
     def from_spec(cls, spec: WhaleRunSpec, args: WeightPhaseArgs) -> RSFTConfig:
-        from whale.schedule import round_half_up  # the schedule's own epochs -> steps rounding
-
+        """``spec.rsft`` as it is (every field of the same name), the sampling of its rollouts, the model's
+        length, and what the request resolved (the run's total steps, steps per epoch)."""
         r = spec.rsft
-        total = spec.schedule.total_steps
-        if total is None and spec.schedule.total_epochs is not None:
-            total = max(1, round_half_up(spec.schedule.total_epochs * args.steps_per_epoch))
+        same = {f.name: getattr(r, f.name) for f in fields(cls) if f.name in type(r).model_fields}
+        s = r.sampling
         return cls(
-            prompts_per_step=r.prompts_per_step,
-            rollouts_per_prompt=r.rollouts_per_prompt,
-            score_threshold=r.score_threshold,
-            sft_epochs=r.sft_epochs,
-            mini_batch_size=r.mini_batch_size,
-            micro_batch_size_per_gpu=r.micro_batch_size_per_gpu,
-            learning_rate=r.learning_rate,
-            lr_scheduler=r.lr_scheduler,
-            warmup_steps=r.warmup_steps,
-            weight_decay=r.weight_decay,
-            max_grad_norm=r.max_grad_norm,
-            precision=r.precision,
-            gradient_checkpointing=r.gradient_checkpointing,
-            compile_layers=r.compile_layers,
-            pack_sequences=r.pack_sequences,
-            padding=r.padding,
+            **same,
             max_seq_len=spec.model.max_model_len,
-            seed=r.seed,
-            temperature=r.sampling.temperature,
-            top_p=r.sampling.top_p,
-            top_k=r.sampling.top_k,
-            max_response_tokens=r.sampling.max_response_tokens,
-            total_steps=max(total or args.target_step, args.target_step, 1),
-            checkpoint_every_steps=r.checkpoint_every_steps,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            top_k=s.top_k,
+            max_response_tokens=s.max_response_tokens,
+            total_steps=max(args.total_steps, args.target_step, 1),
             steps_per_epoch=max(1, args.steps_per_epoch),
-            mini_batch_scope=r.mini_batch_scope,
-            attention=r.attention,
         )
 
     @property

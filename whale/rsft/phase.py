@@ -31,9 +31,9 @@ from typing import Any, Protocol
 
 import torch
 
-from whale import layout
-from whale.adaptive import weight_should_stop
-from whale.protocol import (
+from whale.core import layout
+from whale.core.adaptive import weight_should_stop
+from whale.core.protocol import (
     PhaseProgress,
     ProgressStage,
     StopReason,

@@ -18,7 +18,7 @@ from typing import Any
 from whale.domain import Domain
 from whale.harness.process import HarnessProcess
 from whale.harness.runner import EpisodeRunner, RunnerConfig
-from whale.harness.sandbox import SandboxLimits
+from whale.harness.launch import SandboxLimits
 from whale.harness.trace import EndReason, Episode
 from whale.inference.base import InferenceClient, SamplingParams
 from whale.rsft.rejection import Trajectory

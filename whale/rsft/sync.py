@@ -42,7 +42,7 @@ from typing import Any, Protocol
 import httpx
 import torch
 
-from whale import layout
+from whale.core import layout
 from whale.inference.vllm_control import VLLMControl, WeightSyncError
 
 __all__ = ["SharedModelSync", "StoreSync", "VLLMReloadSync", "WeightSync", "WeightSyncError", "save_for_serving"]

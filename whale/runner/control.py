@@ -20,8 +20,8 @@ import socket
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
-from whale import layout
-from whale.protocol import PhaseKind
+from whale.core import layout
+from whale.core.protocol import PhaseKind
 from whale.store import Store
 from whale.store.lease import LeaseInfo
 

@@ -53,23 +53,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from whale import layout
-from whale.alternation import (
+from whale.core import layout
+from whale.core.alternation import (
     Child,
     ChildState,
-    Decision,
-    Fail,
-    Finish,
+    Transition,
     Observations,
-    ServeCheckpoint,
     StartPhase,
-    StopPhase,
-    SuspendRun,
     decide,
 )
-from whale.protocol import PhaseKind, PhaseProgress, PhaseRequest
+from whale.core.protocol import PhaseProgress, PhaseRequest
+from whale.control.observer import StoreObserver
+from whale.control.planner import RunEnd, plan, write_request, write_stop
 from whale.runner.control import ChildRecord, StopRequest, read_stop, write_child
-from whale.spec import MetaCondition, RunPhase, WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import ConditionType, MetaCondition, Reason, RunPhase, WhaleRunSpec, WhaleRunStatus
+from whale.core.state import RunState
 from whale.store import Store, StoreError
 from whale.store.lease import DEFAULT_TTL_S, RUN_OWNER_ENV, Lease, LeaseHeld, LeaseLost, this_process
 
@@ -85,7 +83,7 @@ EXIT_WAIT_S = 10.0
 DEFAULT_WORKLOAD_COMMAND = (sys.executable, "-m", "whale.workloads")
 SUPERVISOR_PATH = str(Path(__file__).resolve().with_name("supervise.py"))
 #: the status condition that says the last runner stopped before the run ended
-INTERRUPTED = "Interrupted"
+INTERRUPTED = ConditionType.INTERRUPTED
 #: field paths (camelCase, under ``spec``) a resumed run may change: how the run is carried out, not what
 #: it computes. Everything else names the experiment, so a difference there is refused.
 MUTABLE_ON_RESUME = (
@@ -106,7 +104,7 @@ LOG_SYNC_INTERVAL_S = 3.0
 #: ``on_view`` hears the running child's metrics and progress at most this often (and at every change of child)
 VIEW_INTERVAL_S = 1.0
 #: the condition reason of a run stopped by `whale stop`
-STOP_REQUESTED = "StopRequested"
+STOP_REQUESTED = Reason.STOP_REQUESTED
 
 
 class RunConflictError(RuntimeError):
@@ -237,68 +235,47 @@ def conflict_message(run: str, uri: str, fixed: list[SpecChange]) -> str:
 # ----- the status on interrupt and retry ----------------------------------------------------------
 
 
-def interruption(exc: BaseException, max_seconds: float | None = None) -> tuple[str, str]:
+def interruption(exc: BaseException, max_seconds: float | None = None) -> tuple[Reason, str]:
     """(condition reason, what stopped the runner) for the exception that ended the loop."""
     if isinstance(exc, RunInterrupted):
-        return "Signal", f"the runner got {signal.Signals(exc.signum).name}"
+        return Reason.SIGNAL, f"the runner got {signal.Signals(exc.signum).name}"
     if isinstance(exc, KeyboardInterrupt):
-        return "Signal", "the runner got Ctrl-C (SIGINT)"
+        return Reason.SIGNAL, "the runner got Ctrl-C (SIGINT)"
     if isinstance(exc, RunStopped):
         return STOP_REQUESTED, str(exc)
     if isinstance(exc, RunTimeout):
-        return "Timeout", f"the runner stopped at its --timeout of {max_seconds:g} s" if max_seconds else "timeout"
+        return Reason.TIMEOUT, f"the runner stopped at its --timeout of {max_seconds:g} s" if max_seconds else "timeout"
     if isinstance(exc, StoreError):
-        return "StoreError", f"the store failed: {exc}"
-    return "RunnerError", f"the runner crashed: {type(exc).__name__}: {exc}"
+        return Reason.STORE_ERROR, f"the store failed: {exc}"
+    return Reason.RUNNER_ERROR, f"the runner crashed: {type(exc).__name__}: {exc}"
 
 
-def mark_interrupted(status: WhaleRunStatus, reason: str, what: str, hint: str, now: str) -> WhaleRunStatus:
-    """The status of a run whose runner stopped before the run ended: a Running run becomes Interrupted
-    (``decide`` reads that as Running and resumes from it), the ``Interrupted`` condition and the message say
-    what happened and how to resume. Terminal and suspended runs are returned unchanged."""
-    if status.phase.is_terminal() or status.phase is RunPhase.SUSPENDED:
-        return status
+def mark_interrupted(status: WhaleRunStatus, reason: Reason, what: str, hint: str, now: str) -> WhaleRunStatus:
+    """The status of a run whose runner stopped before the run ended (:meth:`RunState.interrupted`): the
+    message says what happened and how to resume."""
     message = f"interrupted at {now}: {what}; run `{hint}` to resume"
-    cond = MetaCondition(type=INTERRUPTED, status="True", reason=reason, message=message, last_transition_time=now)
-    conditions = [c for c in status.conditions if c.type != INTERRUPTED] + [cond]
-    update: dict[str, Any] = {"reason": INTERRUPTED, "message": message, "conditions": conditions}
-    if status.phase is RunPhase.RUNNING:  # nothing runs now: the status must not say Running
-        update["phase"] = RunPhase.INTERRUPTED
-    return status.model_copy(update=update)
+    return _transition(status, lambda s: s.interrupted(reason, message, now))
 
 
 def interrupted(status: WhaleRunStatus) -> MetaCondition | None:
-    return next((c for c in status.conditions if c.type == INTERRUPTED and c.status == "True"), None)
+    return RunState.from_status(status).interruption()
 
 
 def clear_interrupted(status: WhaleRunStatus) -> WhaleRunStatus:
     """The status as a new runner takes the run over: no longer interrupted."""
-    if interrupted(status) is None and status.reason != INTERRUPTED and status.phase is not RunPhase.INTERRUPTED:
-        return status
-    update: dict[str, Any] = {
-        "reason": "Resumed", "message": None, "conditions": [c for c in status.conditions if c.type != INTERRUPTED],
-    }
-    if status.phase is RunPhase.INTERRUPTED:
-        update["phase"] = RunPhase.RUNNING
-    return status.model_copy(update=update)
+    return _transition(status, RunState.taken_over)
 
 
 def retry_status(status: WhaleRunStatus) -> WhaleRunStatus:
-    """A Failed run back to Running from its last good state: completed phases, evaluations and checkpoints
-    stay; each phase that is not done has its failure counter reset and gets a new attempt number, so it
-    starts again (and resumes from its own state in the store). Other statuses are returned unchanged."""
-    if status.phase is not RunPhase.FAILED:
-        return status
-    done = set(status.completed_phases) | {e.phase for e in status.evals if e.mean_at_k is not None}
-    reset = sorted(p for p in status.failures if p not in done)
-    attempts = dict(status.attempts)
-    for phase in reset:
-        attempts[phase] = attempts.get(phase, 1) + 1
-    message = f"retrying ({', '.join(reset) or 'no failed phase'}) after: {status.message or status.reason}"
-    return status.model_copy(update={
-        "phase": RunPhase.RUNNING, "reason": "Retried", "message": message, "completion_time": None,
-        "failures": {p: n for p, n in status.failures.items() if p in done}, "attempts": attempts,
-    })
+    """A Failed run back to Running from its last good state (:meth:`RunState.retried`)."""
+    return _transition(status, RunState.retried)
+
+
+def _transition(status: WhaleRunStatus, step: Callable[[RunState], RunState]) -> WhaleRunStatus:
+    """``status`` itself when ``step`` changes nothing, so an unchanged status is not saved again."""
+    before = RunState.from_status(status)
+    after = step(before)
+    return status if after == before else after.to_status()
 
 
 # ----- children -----------------------------------------------------------------------------------
@@ -415,7 +392,7 @@ class LocalRunner:
     workload_command: tuple[str, ...] = DEFAULT_WORKLOAD_COMMAND
     env: dict[str, str] = field(default_factory=dict)
     poll_interval_s: float = POLL_INTERVAL_S
-    on_status: Callable[[WhaleRunStatus, WhaleRunStatus | None, Decision], None] | None = None
+    on_status: Callable[[WhaleRunStatus, WhaleRunStatus | None, Transition], None] | None = None
     procs: dict[str, _Proc] = field(default_factory=dict)
     #: the command a person runs to resume; the interrupted status names it
     resume_hint: str = "whale run FILE"
@@ -431,7 +408,14 @@ class LocalRunner:
     log_sync_interval_s: float = LOG_SYNC_INTERVAL_S
     view_interval_s: float = VIEW_INTERVAL_S
     _last_obs: Observations | None = field(default=None, repr=False)
+    _observer: StoreObserver | None = field(default=None, repr=False)
     _last_view: tuple[float, str | None, WhaleRunStatus | None] = field(default=(float("-inf"), None, None), repr=False)
+
+    @property
+    def observer(self) -> StoreObserver:
+        if self._observer is None:
+            self._observer = StoreObserver(self.store, self.name)
+        return self._observer
 
     # --- persistence ---
     def load_status(self) -> WhaleRunStatus:
@@ -460,28 +444,9 @@ class LocalRunner:
 
     # --- observing ---
     def observe(self, status: WhaleRunStatus) -> Observations:
-        children: dict[str, Child] = {}
-        for phase, proc in self.procs.items():
-            if status.attempts.get(phase, 1) == proc.attempt:
-                children[phase] = proc.state()
-        prefix = f"{layout.run_prefix(self.name)}/phases/"
-        results = {}
-        for key in self.store.list(prefix):
-            if key.endswith("/result.json"):
-                phase = key[len(prefix):-len("/result.json")]
-                results[phase] = self.store.read_json(key)
-        metrics = {}
-        if status.active_phase:
-            metrics[status.active_phase] = self.store.read_jsonl(layout.metrics_key(self.name, status.active_phase))
-        checkpoints = set()
-        for entry in self.store.list(layout.checkpoints_prefix(self.name) + "/", recursive=False):
-            step = layout.parse_checkpoint_step(entry.rstrip("/").rsplit("/", 1)[-1])
-            if step is not None and self.store.exists(layout.checkpoint_complete_key(self.name, step)):
-                checkpoints.add(step)
-        self._last_obs = Observations(
-            run=self.name, children=children, results=results, metrics=metrics,
-            checkpoints=frozenset(checkpoints), split_sizes=self.split_sizes, now=utc_now(),
-        )
+        children = {phase: proc.state() for phase, proc in self.procs.items()
+                    if status.attempts.get(phase, 1) == proc.attempt}
+        self._last_obs = self.observer.observe(status, children, self.split_sizes, utc_now())
         return self._last_obs
 
     # --- acting ---
@@ -497,7 +462,7 @@ class LocalRunner:
         if self.lease is None:
             raise RuntimeError("launch() outside run(): the run lock is not held")
         req = action.request
-        self.store.write_json(layout.request_key(self.name, req.phase), req.to_wire())
+        write_request(self.store, self.name, req)
         self.store.delete(layout.progress_key(self.name, req.phase))  # an earlier attempt's; this one writes anew
         log_path = self.workdir / "logs" / f"{req.phase}.attempt-{req.attempt}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -604,30 +569,18 @@ class LocalRunner:
             log.exception("the progress display failed; the run goes on without it")
             self.on_view = None
 
-    def apply(self, decision: Decision) -> str | None:
-        """Apply the actions; returns 'finished' / 'failed' / 'suspended' when the loop should end."""
-        outcome = None
-        # Owed evaluations first: they report on points the run has already passed.
-        ordered = sorted(decision.actions, key=lambda a: not (isinstance(a, StartPhase) and a.kind is PhaseKind.EVAL))
-        for action in ordered:
-            if isinstance(action, StartPhase):
-                current = self.procs.get(action.phase)
-                if current and current.attempt == action.attempt and current.popen.poll() is None:
-                    continue  # already running (idempotent)
-                if self.running() is None:
-                    self.launch(action)
-            elif isinstance(action, StopPhase):
-                self.store.write_text(layout.stop_key(self.name, action.phase), action.reason + "\n")
-            elif isinstance(action, SuspendRun):
-                self.stop_all(action.reason)
-                outcome = "suspended"
-            elif isinstance(action, Finish):
-                outcome = "finished"
-            elif isinstance(action, Fail):
-                outcome = "failed"
-            elif isinstance(action, ServeCheckpoint):
-                pass  # in-process inference loads the checkpoint each phase is given
-        return outcome
+    def apply(self, decision: Transition) -> RunEnd | None:
+        """Carry out the shared plan (:func:`whale.control.planner.plan`); returns why the loop should end.
+        The serving target is not written: in-process inference loads the checkpoint each phase is given."""
+        running = {proc.phase for proc in self.procs.values() if proc.popen.poll() is None}
+        step = plan(decision, running)
+        for stop in step.stops:
+            write_stop(self.store, self.name, stop)
+        if step.end is RunEnd.SUSPENDED:
+            self.stop_all(step.end_reason)
+        if step.start is not None and step.start.phase not in running:
+            self.launch(step.start)
+        return step.end
 
     def stop_all(self, reason: str) -> None:
         for proc in self.procs.values():
@@ -698,7 +651,7 @@ class LocalRunner:
                         self.sync_log(proc)
                 self.view(status)
                 if outcome is not None or status.phase.is_terminal():
-                    if outcome == "finished":
+                    if outcome is RunEnd.FINISHED:
                         self.let_children_exit(finished_logs)
                     return status
                 if deadline is not None and time.monotonic() > deadline:

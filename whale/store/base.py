@@ -1,6 +1,6 @@
 """The storage client interface, shared by the local-directory and the S3 backend.
 
-Keys are '/'-separated paths relative to the store root (``whale.layout`` builds them). The
+Keys are '/'-separated paths relative to the store root (``whale.core.layout`` builds them). The
 guarantees every backend keeps, and that ``docs/storage.md`` documents:
 
 - every write is atomic: a reader sees the old object or the new one, never half of one;

@@ -1,6 +1,6 @@
 """HTTP clients of the tool services, with the same call shapes as the in-process tools.
 
-``RetrieverClient.search`` mirrors ``whale.tools.retrieval.Retriever.search``; ``CodeClient.run`` mirrors
+``RetrieverClient.search`` mirrors ``whale.tools.retrieval_index.Retriever.search``; ``CodeClient.run`` mirrors
 ``whale.tools.code.LocalCodeRunner.run``. Environments pick one from the deployment's settings
 (:func:`retriever_from_env`, :func:`code_runner_from_env`). Transport failures and 5xx answers are
 retried briefly, then raised as :class:`ToolServiceError` naming the URL.
@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 
 from whale.tools.code import CodeResult
-from whale.tools.retrieval import Hit
+from whale.tools.retrieval_index import Hit
 
 #: environment variables naming the deployed services (set on the cluster's workload pods)
 RETRIEVER_URL_ENV = "WHALE_RETRIEVER_URL"
@@ -53,7 +53,7 @@ def _post(client: httpx.Client, url: str, payload: dict) -> dict:
 
 
 class RetrieverClient:
-    """Client of ``python -m whale.tools.retriever`` (or of Search-R1's ``retrieval_server.py``)."""
+    """Client of ``python -m whale.tools.retriever_service`` (or of Search-R1's ``retrieval_server.py``)."""
 
     def __init__(self, base_url: str, timeout_s: float = 30.0):
         self.base_url = base_url.rstrip("/")
@@ -118,16 +118,16 @@ def retriever_from_env(corpus: Path | None, method: str = "bm25"):
         client = RetrieverClient(url)
         client.wait_ready(float(os.environ.get(READY_WAIT_ENV, READY_WAIT_S)))
         return client
-    from whale.tools import retrieval
+    from whale.tools import retrieval_index
 
     index = os.environ.get(SEARCH_INDEX_ENV)
     if index:
-        return retrieval.shared_index(Path(index))
+        return retrieval_index.shared_index(Path(index))
     if corpus is None:
-        raise retrieval.RetrieverError(f"no retriever for this corpus (spec.data.corpus wiki18 has no in-process "
+        raise retrieval_index.RetrieverError(f"no retriever for this corpus (spec.data.corpus wiki18 has no in-process "
                                        f"index): set ${RETRIEVER_URL_ENV} (a retriever service) or "
                                        f"${SEARCH_INDEX_ENV} (a prepared index)")
-    return retrieval.shared(corpus, method)
+    return retrieval_index.shared(corpus, method)
 
 
 def code_runner_from_env(isolation=None):

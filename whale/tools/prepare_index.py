@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from whale.store import StoreError
-from whale.tools import retrieval
+from whale.tools import retrieval_index
 from whale.tools.fetch import COMPLETE
-from whale.tools.retrieval import E5_MODEL_ID, PRESETS, RetrieverError
+from whale.tools.retrieval_index import E5_MODEL_ID, PRESETS, RetrieverError
 
 log = logging.getLogger(__name__)
 
@@ -98,29 +98,29 @@ def download_wiki18(work: Path, *, with_index: bool) -> None:
 
 def prepare_wiki18(index_dir: Path, *, source: str = "search-r1", device: str = "cpu", fp16: bool = False,
                    batch_size: int = 512, expect_rows: int | None = WIKI18_ROWS,
-                   expect_corpus_sha256: str | None = None) -> retrieval.IndexManifest:
+                   expect_corpus_sha256: str | None = None) -> retrieval_index.IndexManifest:
     """The paper's retriever: e5-base-v2 over wiki-18 in ``index_dir`` (downloads, then adopt or build)."""
     index_dir = Path(index_dir)
-    if (index_dir / retrieval.MANIFEST).is_file():
-        return retrieval.IndexManifest.read(index_dir)
+    if (index_dir / retrieval_index.MANIFEST).is_file():
+        return retrieval_index.IndexManifest.read(index_dir)
     if source not in ("search-r1", "build"):
         raise RetrieverError(f"--source {source!r}: use search-r1 (adopt the released index) or build")
     model = download_model(index_dir / MODEL_DIR)
     download_wiki18(index_dir, with_index=source == "search-r1")
     if source == "search-r1":
-        manifest = retrieval.adopt_search_r1(index_dir, index_file=INDEX_NAME, corpus_file=CORPUS_NAME,
+        manifest = retrieval_index.adopt_search_r1(index_dir, index_file=INDEX_NAME, corpus_file=CORPUS_NAME,
                                              model_path=model)
     else:
-        encoder = retrieval.Encoder.load(model, PRESETS["e5"], device=device, fp16=fp16, batch_size=batch_size,
+        encoder = retrieval_index.Encoder.load(model, PRESETS["e5"], device=device, fp16=fp16, batch_size=batch_size,
                                          model_id=E5_MODEL_ID)
-        manifest = retrieval.prepare_dense_index(index_dir / CORPUS_NAME, index_dir, encoder, model_path=model)
+        manifest = retrieval_index.prepare_dense_index(index_dir / CORPUS_NAME, index_dir, encoder, model_path=model)
     problems = []
     if expect_rows is not None and manifest.corpus_rows != expect_rows:
         problems.append(f"{manifest.corpus_rows} passages, expected {expect_rows}")
     if expect_corpus_sha256 and manifest.corpus_sha256 != expect_corpus_sha256:
         problems.append(f"corpus SHA-256 {manifest.corpus_sha256}, expected {expect_corpus_sha256}")
     if problems:
-        (index_dir / retrieval.MANIFEST).unlink()
+        (index_dir / retrieval_index.MANIFEST).unlink()
         raise RetrieverError(f"{index_dir}: not the wiki-18 the paper used ({'; '.join(problems)})")
     return manifest
 
@@ -128,7 +128,7 @@ def prepare_wiki18(index_dir: Path, *, source: str = "search-r1", device: str = 
 def publish(store: Any, index_dir: Path, key: str) -> None:
     """Upload a complete, self-contained index directory under ``key``; the ``COMPLETE`` marker goes last.
     A pod fetches the folder elsewhere, so the corpus and the model must be inside it."""
-    m = retrieval.IndexManifest.read(index_dir)  # refuses an incomplete directory
+    m = retrieval_index.IndexManifest.read(index_dir)  # refuses an incomplete directory
     for what, rel in (("corpus", m.corpus_path), ("model", m.model_path)):
         if rel is not None and (Path(rel).is_absolute() or rel.startswith("..")):
             raise RetrieverError(f"{index_dir}: the {what} ({rel}) is outside the folder; copy it in and prepare "
@@ -164,8 +164,8 @@ def _parser() -> argparse.ArgumentParser:
     b.add_argument("--model", default=None, help="weights: a local folder or a hub id (default: the preset's model)")
     b.add_argument("--device", default="cpu")
     b.add_argument("--fp16", action="store_true")
-    b.add_argument("--batch-size", type=int, default=retrieval.DEFAULT_BATCH)
-    b.add_argument("--chunk-rows", type=int, default=retrieval.DEFAULT_CHUNK_ROWS)
+    b.add_argument("--batch-size", type=int, default=retrieval_index.DEFAULT_BATCH)
+    b.add_argument("--chunk-rows", type=int, default=retrieval_index.DEFAULT_CHUNK_ROWS)
 
     a = sub.add_parser("adopt", help="adopt Search-R1's e5_Flat.index + wiki-18.jsonl pair in a directory")
     a.add_argument("--dir", type=Path, required=True)
@@ -199,15 +199,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "build":
             conv = PRESETS[args.encoder]
-            model = args.model or (str(retrieval.minilm_path()) if args.encoder == "minilm" else E5_MODEL_ID)
-            model_id = retrieval.MINILM_MODEL_ID if args.encoder == "minilm" and not args.model else str(model)
-            encoder = retrieval.Encoder.load(model, conv, device=args.device, fp16=args.fp16,
+            model = args.model or (str(retrieval_index.minilm_path()) if args.encoder == "minilm" else E5_MODEL_ID)
+            model_id = retrieval_index.MINILM_MODEL_ID if args.encoder == "minilm" and not args.model else str(model)
+            encoder = retrieval_index.Encoder.load(model, conv, device=args.device, fp16=args.fp16,
                                              batch_size=args.batch_size, model_id=model_id, allow_download=True)
             local = Path(model) if Path(model).is_dir() else None
-            m = retrieval.prepare_dense_index(args.corpus, args.out, encoder, model_path=local,
+            m = retrieval_index.prepare_dense_index(args.corpus, args.out, encoder, model_path=local,
                                               chunk_rows=args.chunk_rows)
         elif args.command == "adopt":
-            m = retrieval.adopt_search_r1(args.dir, index_file=args.index, corpus_file=args.corpus,
+            m = retrieval_index.adopt_search_r1(args.dir, index_file=args.index, corpus_file=args.corpus,
                                           model_path=args.model)
         if args.command in ("build", "adopt") and args.store:
             from whale.store import open_store

@@ -298,18 +298,18 @@ def export_phase(store: Any, run: str, phase: str) -> int:
     the phase is done and the store holds its metrics."""
     if os.environ.get("RANK", "0") != "0":
         return 0
-    from whale import layout
+    from whale.core import layout
     from whale.report.series import parse_eval_phase, parse_main_phase
-    from whale.spec import WhaleRunSpec
+    from whale.core.spec import WhaleRunSpec
 
     if parse_main_phase(phase) is None and parse_eval_phase(phase) is None:
         return 0  # e.g. the prepare workload
     backends = "the trackers"
     try:
-        request = store.read_json_or_none(layout.request_key(run, phase))
-        if not isinstance(request, dict) or "spec" not in request:
+        raw = store.read_json_or_none(layout.spec_key(run))  # the run's spec, as the phase's workload read it
+        if not isinstance(raw, dict):
             return 0
-        spec = WhaleRunSpec.model_validate(request["spec"])
+        spec = WhaleRunSpec.model_validate(raw)
         if not spec.tracking.report_to:
             return 0
         backends = ", ".join(spec.tracking.report_to)

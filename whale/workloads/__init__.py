@@ -2,7 +2,7 @@
 (and prepare: the operator's data preparation, see ``whale.workloads.prepare``).
 
 Each module ``whale.workloads.<name>`` exposes ``main(store, run, phase) -> None`` and follows the
-contract in ``whale.protocol``: read the PhaseRequest, append metrics, check STOP between steps,
+contract in ``whale.core.protocol``: read the PhaseRequest, append metrics, check STOP between steps,
 write the result last. ``python -m whale.workloads <name> --store URI --run RUN --phase PHASE``
 dispatches to it (``__main__``).
 """

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from whale import layout
+from whale.core import layout
 from whale.workloads import WORKLOADS
 
 log = logging.getLogger("whale.workloads")

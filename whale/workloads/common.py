@@ -9,8 +9,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from whale import layout
-from whale.protocol import PhaseKind, PhaseProgress, PhaseRequest
+from pydantic import ValidationError
+
+from whale.core import layout
+from whale.core.protocol import PhaseKind, PhaseProgress, parse_request
+from whale.core.spec import WhaleRunSpec
 from whale.store import Store, StoreError
 
 log = logging.getLogger(__name__)
@@ -20,14 +23,43 @@ PROGRESS_INTERVAL_S = 2.0
 
 
 def read_request(store: Store, run: str, phase: str, kind: PhaseKind,
-                 error: type[Exception] = ValueError) -> PhaseRequest:
-    """The controller's request for this phase; ``error`` (the workload's own type) when it is not
-    a request of ``kind`` with its arguments."""
+                 error: type[Exception] = ValueError) -> Any:
+    """The controller's request for this phase (:data:`PhaseRequest`, tagged by kind); ``error`` (the
+    workload's own type) when it is not a request of ``kind``."""
     key = layout.request_key(run, phase)
-    request = PhaseRequest.model_validate(store.read_json(key))
-    if request.kind is not kind or getattr(request, kind.value) is None:
-        raise error(f"{key}: kind is {request.kind.value}, expected {kind.value} with `{kind.value}` args")
-    return request
+    raw = store.read_json(key)
+    if isinstance(raw, dict) and raw.get("kind") != kind.value:
+        raise error(f"{key}: kind is {raw.get('kind')}, expected {kind.value}")
+    try:
+        return parse_request(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err.get("loc", ()))
+        raise error(f"{key} is not a {kind.value} request: {where}: {err.get('msg')}") from None
+
+
+def read_spec(store: Store, run: str, error: type[Exception] = ValueError) -> WhaleRunSpec:
+    """The run's spec (``spec.json``, written by the controller before it launches any child), parsed once;
+    ``error`` names the file and the field when it is missing or invalid."""
+    key = layout.spec_key(run)
+    raw = store.read_json_or_none(key)
+    if raw is None:
+        raise error(f"{store.uri_for(key)} is missing: the controller writes the run's spec there "
+                    "before it launches a workload")
+    try:
+        return WhaleRunSpec.model_validate(raw)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err.get("loc", ()))
+        raise error(f"{store.uri_for(key)}: spec.{where}: {err.get('msg')}") from None
+
+
+def sampling_params(request: Any, spec: WhaleRunSpec) -> Any:
+    """The request's resolved sampling with the run's chat-template variables."""
+    from whale.inference.base import SamplingParams
+    from whale.inference.factory import chat_template_kwargs
+
+    return SamplingParams.from_spec(request.sampling, chat_template_kwargs=chat_template_kwargs(spec))
 
 
 def load_domain(spec: Any, domain: Any = None) -> Any:
@@ -35,9 +67,9 @@ def load_domain(spec: Any, domain: Any = None) -> Any:
     way configured with ``spec.sandbox.isolation`` for its tools that run model-written code and with
     ``spec.verifier`` for how it scores."""
     if domain is None:
-        from whale import domains  # lazily: the registry imports the installed domain plugins
+        from whale import plugins  # lazily: the registry imports the installed domain plugins
 
-        domain = domains.load(spec.domain)
+        domain = plugins.load(spec.domain)
     domain.configure_sandbox(spec.sandbox.isolation)
     domain.configure_verifier(spec.verifier)
     return domain
@@ -45,7 +77,7 @@ def load_domain(spec: Any, domain: Any = None) -> Any:
 
 def harness_limits(spec: Any) -> Any:
     """The harness processes' limits, with ``spec.sandbox.isolation`` (warned about once when none)."""
-    from whale.harness.sandbox import SandboxLimits, warn_if_unisolated
+    from whale.harness.launch import SandboxLimits, warn_if_unisolated
 
     warn_if_unisolated(spec.sandbox.isolation)
     return SandboxLimits(isolation=spec.sandbox.isolation)

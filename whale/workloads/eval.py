@@ -2,7 +2,7 @@
 
 Reads the PhaseRequest (kind ``eval``): ``checkpoint`` = a store prefix of an HF checkpoint (None =
 ``spec.model``), ``harness`` = a store key of a harness file (None = the domain's h0). Loads the
-domain (``whale.domains.load(spec.domain)``), the split ``spec.evaluation.split`` (test by default)
+domain (``whale.plugins.load(spec.domain)``), the split ``spec.evaluation.split`` (test by default)
 capped at ``spec.evaluation.maxItems``, and runs k = ``spec.evaluation.samplesPerItem`` episodes per
 item at ``spec.evaluation.temperature`` (top_p/top_k/max tokens from ``spec.rsft.sampling``), at most
 ``spec.inference.maxConcurrency`` at once. Every model call is seeded from ``spec.evaluation.seed``, the
@@ -37,7 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from whale import layout
+from whale.core import layout
 from whale.domain import Domain
 from whale.harness.process import HarnessPool
 from whale.harness.runner import EpisodeRunner, RunnerConfig
@@ -45,11 +45,19 @@ from whale.harness.trace import EndReason, Episode
 from whale.harness.validate import validate_file
 from whale.inference.base import InferenceClient
 from whale.metaharness.integrity import model_usage
-from whale.protocol import EvalModelUsage, EvalProgress, EvalResult, PhaseKind, PhaseProgress, PhaseRequest, ProgressStage
+from whale.core.protocol import EvalModelUsage, EvalProgress, EvalRequest, EvalResult, PhaseKind, PhaseProgress, ProgressStage
 from whale.rsft.checkpoint import require_complete
-from whale.spec import WhaleRunSpec
+from whale.core.spec import WhaleRunSpec
 from whale.store import Store
-from whale.workloads.common import ProgressWriter, harness_file, harness_limits, load_domain, read_request
+from whale.workloads.common import (
+    ProgressWriter,
+    harness_file,
+    harness_limits,
+    load_domain,
+    read_request,
+    read_spec,
+    sampling_params,
+)
 
 log = logging.getLogger(__name__)
 
@@ -126,7 +134,7 @@ def run_eval(store: Store, run: str, phase: str, *, domain: Domain | None = None
     request = read_request(store, run, phase, PhaseKind.EVAL, EvalError)
     if request.eval.checkpoint is not None:  # like train: never evaluate a half-written checkpoint
         require_complete(store, request.eval.checkpoint)
-    spec = WhaleRunSpec.model_validate(request.spec)
+    spec = read_spec(store, run, EvalError)
     domain = load_domain(spec, domain)
     evaluation = spec.evaluation
     items = domain.load_split(evaluation.split, spec.data, store)
@@ -156,10 +164,9 @@ async def _evaluate_and_close(client: InferenceClient, owns_client: bool, evalua
             await client.aclose()
 
 
-async def _evaluate(store: Store, run: str, phase: str, request: PhaseRequest, spec: WhaleRunSpec, domain: Domain,
+async def _evaluate(store: Store, run: str, phase: str, request: EvalRequest, spec: WhaleRunSpec, domain: Domain,
                     items: list[dict[str, Any]], harness_path: Path, client: InferenceClient,
                     chunk_items: int | None) -> EvalResult:
-    from whale.inference.factory import sampling_for
 
     k = spec.evaluation.samples_per_item
     items_key, metrics_key = layout.eval_items_key(run, phase), layout.metrics_key(run, phase)
@@ -181,7 +188,7 @@ async def _evaluate(store: Store, run: str, phase: str, request: PhaseRequest, s
     ProgressWriter(store, run, phase)(PhaseProgress(stage=ProgressStage.EVALUATING, done=len(records),
                                                     total=len(items), unit="items"))
     async with HarnessPool(harness_path, domain.allowed_imports, harness_limits(spec)) as harness:
-        runner = EpisodeRunner(domain, harness, client, sampling_for(spec, spec.evaluation.temperature), config)
+        runner = EpisodeRunner(domain, harness, client, sampling_params(request, spec), config)
         for start in range(0, len(todo), chunk):
             if store.exists(layout.stop_key(run, phase)):
                 notes.append(f"stopped by request after {len(records)} of {len(items)} items")

@@ -22,12 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
-from whale import layout
+from whale.core import layout
 from whale.domain import SPLITS
-from whale.spec import WhaleRunSpec
+from whale.core.spec import WhaleRunSpec
 from whale.store import Store
+from whale.workloads import common
 from whale.workloads.common import load_domain
 
 log = logging.getLogger(__name__)
@@ -38,17 +37,7 @@ class PrepareError(RuntimeError):
 
 
 def read_spec(store: Store, run: str) -> WhaleRunSpec:
-    key = layout.spec_key(run)
-    raw = store.read_json_or_none(key)
-    if raw is None:
-        raise PrepareError(f"{store.uri_for(key)} is missing: the controller writes the run's spec there "
-                           "before it launches the prepare workload")
-    try:
-        return WhaleRunSpec.model_validate(raw)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err.get("loc", ()))
-        raise PrepareError(f"{store.uri_for(key)}: spec.{where}: {err.get('msg')}") from None
+    return common.read_spec(store, run, PrepareError)
 
 
 def split_sizes(domain: Any, spec: WhaleRunSpec, store: Store) -> dict[str, int]:

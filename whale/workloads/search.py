@@ -20,7 +20,7 @@ import logging
 import tempfile
 from pathlib import Path
 
-from whale import layout
+from whale.core import layout
 from whale.domain import Domain
 from whale.inference.base import InferenceClient
 from whale.metaharness.archive import Archive
@@ -29,18 +29,17 @@ from whale.metaharness.integrity import IntegrityAction, IntegrityPolicy
 from whale.metaharness.loop import HarnessSearch, SearchConfig, SearchError, SearchResult
 from whale.metaharness.proposer import Proposer
 from whale.metaharness.proposer import from_spec as proposer_from_spec
-from whale.protocol import (
+from whale.core.protocol import (
     AcceptedHarness,
     HarnessIterationMetrics,
     HarnessPhaseResult,
+    HarnessRequest,
     IntegrityFlag,
     PhaseKind,
-    PhaseRequest,
 )
 from whale.rsft.checkpoint import require_complete
-from whale.spec import WhaleRunSpec
 from whale.store import Store
-from whale.workloads.common import ProgressWriter, harness_limits, load_domain, read_request
+from whale.workloads.common import ProgressWriter, harness_limits, load_domain, read_request, read_spec, sampling_params
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +48,7 @@ def main(store: Store, run: str, phase: str) -> None:
     run_search(store, run, phase)
 
 
-def load_request(store: Store, run: str, phase: str) -> PhaseRequest:
+def load_request(store: Store, run: str, phase: str) -> HarnessRequest:
     return read_request(store, run, phase, PhaseKind.HARNESS, SearchError)
 
 
@@ -72,10 +71,9 @@ def run_search(
         log.info("phase %s already has a result; nothing to do", phase)
         return HarnessPhaseResult.model_validate(done)
     args = request.harness
-    assert args is not None  # noqa: S101 - checked by load_request
     if args.checkpoint is not None:  # like train: never search under a half-written checkpoint
         require_complete(store, args.checkpoint)
-    spec = WhaleRunSpec.model_validate(request.spec)
+    spec = read_spec(store, run, SearchError)
     domain = load_domain(spec, domain)
     hs = spec.harness_search
     incoming = store.read_text(args.incoming_harness) if args.incoming_harness else domain.h0_path().read_text("utf-8")
@@ -97,13 +95,12 @@ def run_search(
         integrity=IntegrityPolicy(IntegrityAction(hs.integrity.action), hs.integrity.min_token_ratio),
     )
     if settings is None:
-        from whale.inference.factory import sampling_for
 
         settings = EvalSettings(
             rollouts_per_item=hs.rollouts_per_item,
             smoke_items=hs.smoke_test_items,
             candidate_timeout_s=float(hs.candidate_timeout_seconds),
-            sampling=sampling_for(spec),
+            sampling=sampling_params(request, spec),
             max_concurrency=spec.inference.max_concurrency,
             limits=harness_limits(spec),
         )

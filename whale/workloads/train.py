@@ -34,15 +34,23 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from whale import layout
-from whale.protocol import PhaseKind, PhaseRequest, WeightPhaseResult
+from whale.core import layout
+from whale.core.protocol import PhaseKind, WeightPhaseResult, WeightRequest, parse_request
 from whale.rsft import checkpoint as ckpt
 from whale.rsft.config import RSFTConfig
 from whale.rsft.dist import World, world_from_env
 from whale.rsft.phase import WeightPhase, WeightPhaseError, find_start, finish
-from whale.spec import WhaleRunSpec
+from whale.core.spec import WhaleRunSpec
 from whale.store import Store
-from whale.workloads.common import ProgressWriter, harness_file, harness_limits, load_domain, read_request
+from whale.workloads.common import (
+    ProgressWriter,
+    harness_file,
+    harness_limits,
+    load_domain,
+    read_request,
+    read_spec,
+    sampling_params,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +70,6 @@ def run_train(store: Store, run: str, phase: str, *, domain: Any = None) -> Weig
         return run_distributed(store, run, phase, world, domain=domain)
     request = read_request(store, run, phase, PhaseKind.WEIGHT, WeightPhaseError)
     args = request.weight
-    assert args is not None  # noqa: S101 - read_request checked it
     done = store.read_json_or_none(layout.result_key(run, phase))
     if done is not None:
         log.info("phase %s already has a result; nothing to do", phase)
@@ -71,7 +78,7 @@ def run_train(store: Store, run: str, phase: str, *, domain: Any = None) -> Weig
         log.info("checkpoint at target step %d exists: phase %s is done", args.target_step, phase)
         return finish(store, run, phase, args.target_step, "target")
 
-    spec = WhaleRunSpec.model_validate(request.spec)
+    spec = read_spec(store, run, WeightPhaseError)
     cfg = RSFTConfig.from_spec(spec, args)
     if spec.train.deepspeed_config:
         log.warning("spec.train.deepspeedConfig applies to torchrun launches (WORLD_SIZE > 1); one process trains "
@@ -97,12 +104,11 @@ def run_train(store: Store, run: str, phase: str, *, domain: Any = None) -> Weig
 
         validate_file(harness_path, domain.allowed_imports)
         client, sync, lock = make_sampling_backend(spec, model, tokenizer, store, run, start.model_prefix)
-        from whale.inference.factory import sampling_for
         from whale.rsft.colocated import colocate
         from whale.rsft.sampling import HarnessSampler
 
         trainer, sync = colocate(spec, trainer, sync)  # inference.placement colocated: vLLM sleeps during SFT
-        sampling = sampling_for(spec, temperature=spec.rsft.sampling.temperature)
+        sampling = sampling_params(request, spec)
         with HarnessSampler(domain, harness_path, client, sampling, max_concurrency=spec.inference.max_concurrency,
                             harness_label=args.harness or "h0", limits=harness_limits(spec)) as sampler:
             progress = ProgressWriter(store, run, phase)
@@ -217,7 +223,6 @@ def _lead(store: Store, run: str, phase: str, world: World, device: Any, domain:
     try:
         request = read_request(store, run, phase, PhaseKind.WEIGHT, WeightPhaseError)
         args = request.weight
-        assert args is not None  # noqa: S101 - read_request checked it
         done = store.read_json_or_none(layout.result_key(run, phase))
         if done is not None or (ckpt.checkpoint_complete(store, run, args.target_step)
                                 and args.target_step > args.from_step):
@@ -225,7 +230,7 @@ def _lead(store: Store, run: str, phase: str, world: World, device: Any, domain:
                       else finish(store, run, phase, args.target_step, "target"))
             dist.broadcast_object(("done",))
             return result
-        spec = WhaleRunSpec.model_validate(request.spec)
+        spec = read_spec(store, run, WeightPhaseError)
         cfg = RSFTConfig.from_spec(spec, args)
         check_deepspeed(spec)
         domain = load_domain(spec, domain)
@@ -239,7 +244,8 @@ def _lead(store: Store, run: str, phase: str, world: World, device: Any, domain:
             model, tokenizer = load_for_training(store, spec, start.model_prefix, Path(tmp), device)
             pad_id = int(tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id)
             leader.in_collective = True
-            dist.broadcast_object(("start", request.to_wire(), model.config.to_json_string(), pad_id))
+            dist.broadcast_object(("start", request.to_wire(), spec.to_wire(), model.config.to_json_string(),
+                                   pad_id))
             dist.broadcast_module(model)
             trainer = make_trainer(model, cfg, spec, device, pad_id, world)
             optimizer_state = dist.broadcast_tree(start.optimizer_state, device)
@@ -252,13 +258,11 @@ def _lead(store: Store, run: str, phase: str, world: World, device: Any, domain:
 
             validate_file(harness_path, domain.allowed_imports)
             client, sync, lock = make_sampling_backend(spec, model, tokenizer, store, run, start.model_prefix)
-            from whale.inference.factory import sampling_for
             from whale.rsft.colocated import colocate
             from whale.rsft.sampling import HarnessSampler
 
-            coordinator, sync = colocate(spec, leader, sync)  # colocated: vLLM sleeps during SFT
-
-            sampling = sampling_for(spec, temperature=spec.rsft.sampling.temperature)
+            coordinator, sync = colocate(spec, leader, sync)  # inference.placement colocated: vLLM sleeps during SFT
+            sampling = sampling_params(request, spec)
             saved_model = dist.GatheringModel(model, leader)
             with HarnessSampler(domain, harness_path, client, sampling, max_concurrency=spec.inference.max_concurrency,
                                 harness_label=args.harness or "h0", limits=harness_limits(spec)) as sampler:
@@ -301,10 +305,11 @@ def _follow(world: World, device: Any) -> None:
         return
     if message[0] == "abort":
         raise dist.FollowerAbort(f"rank 0 failed: {message[1]}")
-    _, request_wire, config_json, pad_id = message
-    request = PhaseRequest.model_validate(request_wire)
-    assert request.weight is not None  # noqa: S101 - the leader validated it
-    spec = WhaleRunSpec.model_validate(request.spec)
+    _, request_wire, spec_wire, config_json, pad_id = message
+    request = parse_request(request_wire)
+    if not isinstance(request, WeightRequest):
+        raise dist.FollowerAbort(f"rank 0 sent a {request.kind.value} request to a weight phase")
+    spec = WhaleRunSpec.model_validate(spec_wire)
     cfg = RSFTConfig.from_spec(spec, request.weight)
     model = model_from_config(config_json, spec, device)
     dist.broadcast_module(model)

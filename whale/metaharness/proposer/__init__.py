@@ -124,7 +124,7 @@ def api_key_env(proposer_spec: Any) -> str | None:
 
 
 def from_spec(proposer_spec: Any, environ: Mapping[str, str] | None = None) -> Proposer:
-    """A proposer for ``spec.harnessSearch.proposer`` (``whale.spec.Proposer``)."""
+    """A proposer for ``spec.harnessSearch.proposer`` (``whale.core.spec.Proposer``)."""
     environ = os.environ if environ is None else environ
     backend = proposer_spec.backend
     key_env = api_key_env(proposer_spec)

@@ -1,7 +1,7 @@
 """The retriever as an HTTP service: ``POST /retrieve``, Search-R1's request/response shape, bounded.
 
-    python -m whale.tools.retriever --corpus wiki_passages.jsonl [--method bm25|dense|e5 [--model DIR]]
-    python -m whale.tools.retriever --index-dir DIR [--model DIR] [--device cuda]   # a prepared dense index
+    python -m whale.tools.retriever_service --corpus wiki_passages.jsonl [--method bm25|dense|e5 [--model DIR]]
+    python -m whale.tools.retriever_service --index-dir DIR [--model DIR] [--device cuda]   # a prepared dense index
 
 ``--index-dir`` serves an index prepared by ``whale.tools.prepare_index`` (built here, or Search-R1's
 ``e5_Flat.index`` + ``wiki-18.jsonl`` adopted), encoding queries with the conventions its manifest records.
@@ -27,7 +27,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from whale.tools import retrieval
+from whale.tools import retrieval_index
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def _request_model(limits: Limits) -> type[BaseModel]:
     return RetrieveRequest
 
 
-def create_app(retriever: retrieval.Retriever, limits: Limits = Limits()) -> FastAPI:
+def create_app(retriever: retrieval_index.Retriever, limits: Limits = Limits()) -> FastAPI:
     app = FastAPI(title="whale retriever", docs_url=None, redoc_url=None)
     model = _request_model(limits)
     app.state.retriever = retriever
@@ -91,11 +91,11 @@ def create_app(retriever: retrieval.Retriever, limits: Limits = Limits()) -> Fas
 
 
 def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="python -m whale.tools.retriever", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m whale.tools.retriever_service", description=__doc__.split("\n\n")[0])
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--corpus", type=Path, help="JSON-lines corpus (id, contents), indexed here by --method")
     src.add_argument("--index-dir", type=Path, help="a prepared dense index (python -m whale.tools.prepare_index)")
-    p.add_argument("--method", choices=retrieval.METHODS, default="bm25", help="with --corpus")
+    p.add_argument("--method", choices=retrieval_index.METHODS, default="bm25", help="with --corpus")
     p.add_argument("--model", default=None, help="encoder weights (local folder): e5 with --corpus; with --index-dir "
                                                   "overrides the manifest's model")
     p.add_argument("--device", default="cpu", help="where the dense encoder runs (cpu, cuda)")
@@ -115,14 +115,14 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(f"retriever: --topk {args.topk} must be from 1 to --max-topk ({args.max_topk})")
     dense = args.index_dir is not None or args.method != "bm25"
     if dense and args.threads > 0:
-        retrieval.set_threads(args.threads)
+        retrieval_index.set_threads(args.threads)
     try:
         if args.index_dir is not None:
-            retriever: retrieval.Retriever = retrieval.open_dense(
+            retriever: retrieval_index.Retriever = retrieval_index.open_dense(
                 args.index_dir, model=args.model, device=args.device, fp16=args.fp16, verify=not args.no_verify)
         else:
-            retriever = retrieval.build(args.corpus, args.method, args.cache_dir, model=args.model)
-    except retrieval.RetrieverError as exc:
+            retriever = retrieval_index.build(args.corpus, args.method, args.cache_dir, model=args.model)
+    except retrieval_index.RetrieverError as exc:
         raise SystemExit(f"retriever: {exc}") from None
     import uvicorn
 

@@ -33,6 +33,10 @@ about where a file lives. Pure: no I/O. ``docs/storage.md`` documents the same t
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from typing import Literal
+
+from whale.core.protocol import PhaseKind
 
 RUNS_ROOT = "runs"
 CHECKPOINT_COMPLETE_MARKER = "COMPLETE"
@@ -74,20 +78,81 @@ def run_prefix(run: str) -> str:
 
 # ----- phase identities -------------------------------------------------------------------------------
 
+#: which point of the schedule an evaluation measures
+EvalAfter = Literal["start", "weight", "harness"]
+_PHASE_RE = re.compile(
+    r"^(?:c(?P<cycle>\d{2,})-(?P<main>weight|harness)"
+    r"|eval-c(?P<ecycle>\d{2,})-s(?P<step>\d{6,})-(?P<after>start|weight|harness)(?:-i(?P<iteration>\d{4,}))?)$")
+
+
+@dataclass(frozen=True, order=True)
+class PhaseId:
+    """Who a phase is: its kind and place in the schedule. ``key`` is its name in the store and in
+    Kubernetes labels (``c01-weight``, ``c01-harness``, ``eval-c01-s000004-weight[-i0007]``) and
+    :meth:`parse` reads it back, so no caller builds or splits a phase key by hand.
+
+    ``step``/``after``/``iteration`` belong to evaluations only: the step it evaluates, which point
+    (start | weight | harness), and (mh_only) the search iteration whose accepted harness it runs."""
+
+    kind: PhaseKind
+    cycle: int
+    step: int | None = None
+    after: EvalAfter | None = None
+    iteration: int | None = None
+
+    def __post_init__(self) -> None:
+        is_eval = self.kind is PhaseKind.EVAL
+        if self.cycle < 0 or (is_eval and (self.step is None or self.step < 0 or self.after is None)):
+            raise ValueError(f"not a phase identity: {self!r}")
+        if not is_eval and (self.step, self.after, self.iteration) != (None, None, None):
+            raise ValueError(f"only an evaluation has a step, point or iteration: {self!r}")
+
+    @classmethod
+    def weight(cls, cycle: int) -> PhaseId:
+        return cls(PhaseKind.WEIGHT, cycle)
+
+    @classmethod
+    def harness(cls, cycle: int) -> PhaseId:
+        return cls(PhaseKind.HARNESS, cycle)
+
+    @classmethod
+    def eval(cls, cycle: int, step: int, after: EvalAfter, iteration: int | None = None) -> PhaseId:
+        return cls(PhaseKind.EVAL, cycle, step, after, iteration)
+
+    @classmethod
+    def parse(cls, key: str) -> PhaseId:
+        """The identity a key names; ValueError for anything that is not a phase key."""
+        m = _PHASE_RE.match(key)
+        if m is None:
+            raise ValueError(f"not a phase key: {key!r}")
+        if m["main"]:
+            return cls(PhaseKind(m["main"]), int(m["cycle"]))
+        iteration = int(m["iteration"]) if m["iteration"] else None
+        return cls.eval(int(m["ecycle"]), int(m["step"]), m["after"], iteration)  # type: ignore[arg-type]
+
+    @property
+    def key(self) -> str:
+        if self.kind is PhaseKind.EVAL:
+            key = f"eval-c{self.cycle:02d}-s{self.step:06d}-{self.after}"
+            return key if self.iteration is None else f"{key}-i{self.iteration:04d}"
+        return f"c{self.cycle:02d}-{self.kind.value}"
+
+    def __str__(self) -> str:
+        return self.key
+
 
 def weight_phase_key(cycle: int) -> str:
-    return f"c{cycle:02d}-weight"
+    return PhaseId.weight(cycle).key
 
 
 def harness_phase_key(cycle: int) -> str:
-    return f"c{cycle:02d}-harness"
+    return PhaseId.harness(cycle).key
 
 
-def eval_phase_key(cycle: int, step: int, after: str, iteration: int | None = None) -> str:
+def eval_phase_key(cycle: int, step: int, after: EvalAfter, iteration: int | None = None) -> str:
     """``after`` says which point it evaluates: start | weight | harness; ``iteration`` (mh_only) the
     harness-search iteration whose accepted harness it evaluates (``eval-c01-s000000-harness-i0007``)."""
-    key = f"eval-c{cycle:02d}-s{step:06d}-{after}"
-    return key if iteration is None else f"{key}-i{iteration:04d}"
+    return PhaseId.eval(cycle, step, after, iteration).key
 
 
 # ----- per-run files ------------------------------------------------------------------------------------
@@ -99,6 +164,11 @@ def spec_key(run: str) -> str:
 
 def status_key(run: str) -> str:
     return f"{run_prefix(run)}/status.json"
+
+
+def phases_prefix(run: str) -> str:
+    """The folder that holds one folder per phase (``phases/<phase>/``)."""
+    return f"{run_prefix(run)}/phases/"
 
 
 def phase_prefix(run: str, phase: str) -> str:

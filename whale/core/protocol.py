@@ -14,10 +14,12 @@ Every model here is camelCase on the wire, like the spec.
 from __future__ import annotations
 
 import enum
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic.alias_generators import to_camel
+
+from whale.core.spec import Sampling, WhaleRunSpec
 
 
 class _Wire(BaseModel):
@@ -48,7 +50,7 @@ class WeightStopRule(_Wire):
 
 class HarnessStopRule(_Wire):
     """Adaptive harness patience in ARCHIVE iterations: iteration 1 is the incoming harness's re-evaluation
-    (``whale.schedule`` converts the spec's proposer-iteration maximum: maxIterations 15 -> 16 here)."""
+    (``whale.core.schedule`` converts the spec's proposer-iteration maximum: maxIterations 15 -> 16 here)."""
 
     min_iterations: int
     patience: int
@@ -66,6 +68,7 @@ class WeightPhaseArgs(_Wire):
     target_step: int
     save_steps: list[int] = Field(default_factory=list, description="also checkpoint at these global steps")
     steps_per_epoch: int
+    total_steps: int = Field(..., description="the run's weight budget T (the learning-rate schedule spans it)")
     stop_rule: WeightStopRule | None = None
 
 
@@ -94,15 +97,68 @@ class EvalPhaseArgs(_Wire):
         None, description="mh_only: the harness-search iteration whose accepted harness is evaluated")
 
 
-class PhaseRequest(_Wire):
+class _Request(_Wire):
+    """What every request names: the run, the phase, the attempt, and the sampling its rollouts use —
+    resolved by ``decide`` (``rsft.sampling``; evaluations at ``evaluation.temperature``). Everything else a
+    workload needs of the run is in the run's ``spec.json`` (``layout.spec_key``), read once."""
+
     run: str
     phase: str
-    kind: PhaseKind
     attempt: int
-    spec: dict[str, Any] = Field(..., description="the run's spec, wire form (camelCase)")
-    weight: WeightPhaseArgs | None = None
-    harness: HarnessPhaseArgs | None = None
-    eval: EvalPhaseArgs | None = None
+    sampling: Sampling
+
+
+class WeightRequest(_Request):
+    kind: Literal[PhaseKind.WEIGHT] = PhaseKind.WEIGHT
+    weight: WeightPhaseArgs
+
+    @property
+    def samples_from(self) -> str | None:
+        """The checkpoint the phase's rollouts sample from (None: the base model)."""
+        return self.weight.from_checkpoint
+
+
+class HarnessRequest(_Request):
+    kind: Literal[PhaseKind.HARNESS] = PhaseKind.HARNESS
+    harness: HarnessPhaseArgs
+
+    @property
+    def samples_from(self) -> str | None:
+        return self.harness.checkpoint
+
+
+class EvalRequest(_Request):
+    kind: Literal[PhaseKind.EVAL] = PhaseKind.EVAL
+    eval: EvalPhaseArgs
+
+    @property
+    def samples_from(self) -> str | None:
+        return self.eval.checkpoint
+
+
+#: a phase request, tagged by ``kind`` (the wire form of ``request.json``)
+PhaseRequest = Annotated[Union[WeightRequest, HarnessRequest, EvalRequest], Field(discriminator="kind")]
+_REQUEST: TypeAdapter[WeightRequest | HarnessRequest | EvalRequest] = TypeAdapter(PhaseRequest)
+
+
+def phase_request(spec: WhaleRunSpec | dict[str, Any], *, run: str, phase: str, attempt: int,
+                  args: WeightPhaseArgs | HarnessPhaseArgs | EvalPhaseArgs) -> WeightRequest | HarnessRequest | EvalRequest:
+    """The request for ``args``, with the sampling its rollouts use resolved from ``spec``: ``rsft.sampling``,
+    at ``evaluation.temperature`` for an evaluation. The one place a request is built (``decide`` uses it)."""
+    if not isinstance(spec, WhaleRunSpec):
+        spec = WhaleRunSpec.model_validate(spec)
+    sampling = spec.rsft.sampling
+    if isinstance(args, WeightPhaseArgs):
+        return WeightRequest(run=run, phase=phase, attempt=attempt, sampling=sampling, weight=args)
+    if isinstance(args, HarnessPhaseArgs):
+        return HarnessRequest(run=run, phase=phase, attempt=attempt, sampling=sampling, harness=args)
+    at_eval = sampling.model_copy(update={"temperature": spec.evaluation.temperature})
+    return EvalRequest(run=run, phase=phase, attempt=attempt, sampling=at_eval, eval=args)
+
+
+def parse_request(raw: Any) -> WeightRequest | HarnessRequest | EvalRequest:
+    """A request from its wire form; ``pydantic.ValidationError`` when it is none."""
+    return _REQUEST.validate_python(raw)
 
 
 # ----- what workloads write -----------------------------------------------------------------------

@@ -984,6 +984,48 @@ class Stage(str, enum.Enum):
     DONE = "done"
 
 
+class Reason(str, enum.Enum):
+    """Why the run is in its phase (``status.reason``, and the reason of its Interrupted condition).
+
+    One enum for every writer (``decide``, the local runner, the operator), so a typo cannot invent a
+    reason nobody handles; on the wire the status keeps a plain string (a newer writer may add one)."""
+
+    STARTED = "Started"
+    RESUMED = "Resumed"
+    SUSPENDED = "Suspended"
+    COMPLETED = "Completed"
+    PHASE_FAILED = "PhaseFailed"
+    INVALID_SCHEDULE = "InvalidSchedule"
+    #: the operator: the spec (or the run's name) cannot be run as written
+    INVALID_SPEC = "InvalidSpec"
+    #: the operator: the split sizes are unknown and nothing can compute them here
+    WAITING_FOR_DATA = "WaitingForData"
+    PREPARING_DATA = "PreparingData"
+    PREPARE_FAILED = "PrepareFailed"
+    #: the local runner stopped before the run ended (the condition's reason says why: the members below)
+    INTERRUPTED = "Interrupted"
+    RETRIED = "Retried"
+    SIGNAL = "Signal"
+    TIMEOUT = "Timeout"
+    STOP_REQUESTED = "StopRequested"
+    STORE_ERROR = "StoreError"
+    RUNNER_ERROR = "RunnerError"
+
+
+class ConditionType(str, enum.Enum):
+    """The metav1 condition types of a WhaleRun, in the order they are listed."""
+
+    INFERENCE_READY = "InferenceReady"
+    PROGRESSING = "Progressing"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    #: False when the run went on with a harness flagged for reward integrity (it scored without the model)
+    REWARD_INTEGRITY = "RewardIntegrity"
+    #: the local runner only: the last runner stopped before the run ended
+    INTERRUPTED = "Interrupted"
+
+
 class BestEval(_Model):
     """The best test mean@k seen so far and where it came from (the paper's headline figure)."""
 
@@ -1031,6 +1073,10 @@ class EvalPoint(_Model):
         None, description="mh_only: the harness-search iteration whose accepted harness this evaluates")
     mean_at_k: float | None = Field(None, description="set when the evaluation finished")
     k: int | None = Field(None, description="k of meanAtK, set with it")
+
+    def finished(self, mean_at_k: float, k: int) -> EvalPoint:
+        """This point with its evaluation's result."""
+        return self.model_copy(update={"mean_at_k": mean_at_k, "k": k})
 
 
 class IntegrityFlagStatus(_Model):

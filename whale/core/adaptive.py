@@ -1,6 +1,6 @@
 """The adaptive patience rules, as pure functions over the training signals a phase logs.
 
-Both the state machine (``whale.alternation.decide``) and the workloads call these: the workload
+Both the state machine (``whale.core.alternation.decide``) and the workloads call these: the workload
 stops itself exactly at the step the rule fires (so a run is reproducible however slowly the
 controller reacts), and ``decide`` evaluates the same function on the logged metrics to know why a
 phase ended and to ask a workload that kept going to stop.
@@ -15,7 +15,7 @@ the incoming harness's re-evaluation). Iteration ``i`` improves when ``b_i > b_{
 stops after iteration ``i`` when ``i >= min_iterations`` and the last improvement is at least
 ``patience`` iterations back, or when ``i >= max_iterations``. Both bounds here count archive
 iterations, the incoming one included; the spec's ``maxIterations`` counts proposer iterations as the
-paper does (15), and ``whale.schedule`` passes ``maxIterations + 1`` (16) as the rule's maximum.
+paper does (15), and ``whale.core.schedule`` passes ``maxIterations + 1`` (16) as the rule's maximum.
 """
 
 from __future__ import annotations
@@ -48,16 +48,6 @@ def window_means(rewards: Sequence[float], window: int) -> list[float]:
             total -= rewards[i - window]
         out.append(total / min(i + 1, window))
     return out
-
-
-def last_improvement(values: Sequence[float]) -> int:
-    """1-based index of the last value strictly above all before it (0 if empty)."""
-    best = float("-inf")
-    last = 0
-    for i, v in enumerate(values, start=1):
-        if v > best:
-            best, last = v, i
-    return last
 
 
 def weight_stop_step(rewards: Sequence[float], rule: WeightRule) -> int | None:

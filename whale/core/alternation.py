@@ -1,4 +1,4 @@
-"""The alternation state machine: ``decide(spec, status, observations) -> Decision``.
+"""The alternation state machine: ``decide(spec, status, observations) -> Transition``.
 
 Pure: no I/O, no clock (the controller passes ``now``), no randomness. Both the local runner and
 the Kubernetes operator call it with what they observe — the children of the current attempt of
@@ -17,7 +17,7 @@ Semantics (REFERENCE.md, "the seed's alternation loop"):
   ``mhOnlyIterations`` proposer iterations after the incoming (h0) evaluation.
 * Iterations: a harness phase's archive iterations count the incoming re-evaluation (I = 6 is the
   incoming + 5 proposer iterations); ``mhOnlyIterations`` and the adaptive ``maxIterations`` count
-  proposer iterations, as the paper does, and ``whale.schedule`` adds the incoming one.
+  proposer iterations, as the paper does, and ``whale.core.schedule`` adds the incoming one.
 * Evaluations: (theta0, h0) at the start, every ``interval`` steps, at the end of every weight
   phase, and after every harness phase; ``mh_only`` (``evaluation.everyAcceptedHarness``) also at
   every iteration whose accepted (best-so-far) harness changes — read from the phase's metrics while
@@ -33,13 +33,14 @@ Semantics (REFERENCE.md, "the seed's alternation loop"):
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-from whale import layout
-from whale.adaptive import harness_stop_iteration, weight_stop_step
-from whale.protocol import (
+from whale.core import layout
+from whale.core.layout import EvalAfter, PhaseId
+from whale.core.adaptive import harness_stop_iteration, weight_stop_step
+from whale.core.protocol import (
     EvalPhaseArgs,
     EvalResult,
     HarnessPhaseArgs,
@@ -48,10 +49,21 @@ from whale.protocol import (
     PhaseRequest,
     WeightPhaseArgs,
     WeightPhaseResult,
+    phase_request,
 )
-from whale.schedule import ResolvedSchedule, ScheduleError, resolve
-from whale.spec import BestEval, Condition, EvalPoint, RunPhase, Stage, WhaleRunSpec, WhaleRunStatus
-from whale.spec import IntegrityFlagStatus
+from whale.core.schedule import ResolvedSchedule, ScheduleError, resolve
+from whale.core.spec import (
+    BestEval,
+    Condition,
+    EvalPoint,
+    IntegrityFlagStatus,
+    Reason,
+    RunPhase,
+    Stage,
+    WhaleRunSpec,
+    WhaleRunStatus,
+)
+from whale.core.state import RunState, best_eval
 
 # ----- observations -------------------------------------------------------------------------------
 
@@ -145,7 +157,7 @@ class Finish:
 
 @dataclass(frozen=True)
 class Fail:
-    reason: str
+    reason: Reason
     message: str
 
 
@@ -153,7 +165,10 @@ Action = Union[StartPhase, StopPhase, ServeCheckpoint, SuspendRun, Finish, Fail]
 
 
 @dataclass(frozen=True)
-class Decision:
+class Transition:
+    """What ``decide`` answers: the run's next status and the actions that take it there (named apart from
+    the harness API's ``Decision``, a hook's answer)."""
+
     status: WhaleRunStatus
     actions: tuple[Action, ...] = ()
 
@@ -164,165 +179,121 @@ class Decision:
 # ----- the machine --------------------------------------------------------------------------------
 
 
-def phase_kind(phase: str) -> PhaseKind:
-    if phase.startswith("eval-"):
-        return PhaseKind.EVAL
-    if phase.endswith("-weight"):
-        return PhaseKind.WEIGHT
-    if phase.endswith("-harness"):
-        return PhaseKind.HARNESS
-    raise ValueError(f"not a phase key: {phase!r}")
-
-
-def phase_cycle(phase: str) -> int:
-    head = phase.split("-")[1] if phase.startswith("eval-") else phase.split("-")[0]
-    return int(head[1:])
-
-
 class _Machine:
-    """One ``decide`` call. Holds a mutable draft of the status; pure all the same."""
+    """One ``decide`` call: advances ``self.state`` (a frozen :class:`RunState`) by its transitions and
+    collects the actions. Pure."""
 
     def __init__(self, spec: WhaleRunSpec, status: WhaleRunStatus, obs: Observations, sched: ResolvedSchedule):
         self.spec, self.obs, self.sched = spec, obs, sched
         self.before = status
-        self.d: dict[str, Any] = status.model_dump()
+        self.state = RunState.from_status(status)
         self.actions: list[Action] = []
         self.run = obs.run
-        self.owed: set[str] = {e["phase"] for e in self.d["evals"]}
         #: the complete checkpoints in the store, in step order (what mid-phase evaluations come from)
         self.checkpoint_steps: list[int] = sorted(obs.checkpoints)
 
     # --- helpers ---
-    def status(self) -> WhaleRunStatus:
-        return WhaleRunStatus.model_validate(self.d)
-
-    def attempt(self, phase: str) -> int:
-        return self.d["attempts"].setdefault(phase, 1)
-
     def child(self, phase: str) -> Child:
         return self.obs.children.get(phase, ABSENT)
 
-    def fail(self, reason: str, message: str) -> None:
-        self.d.update(phase=RunPhase.FAILED, reason=reason, message=message, completion_time=self.obs.now)
+    def fail(self, reason: Reason, message: str) -> None:
+        self.state = self.state.failed(reason, message, self.obs.now)
         self.actions.append(Fail(reason, message))
 
-    def request(self, phase: str, **args: Any) -> PhaseRequest:
-        kind = phase_kind(phase)
-        return PhaseRequest(
-            run=self.run,
-            phase=phase,
-            kind=kind,
-            attempt=self.attempt(phase),
-            spec=self.spec.to_wire(),
-            **{kind.value: args[kind.value]},
-        )
+    def request(self, phase: PhaseId, args: WeightPhaseArgs | HarnessPhaseArgs | EvalPhaseArgs) -> PhaseRequest:
+        """The request of ``phase``'s current attempt."""
+        self.state = self.state.with_first_attempt(phase.key)
+        return phase_request(self.spec, run=self.run, phase=phase.key, attempt=self.state.attempt_of(phase.key),
+                             args=args)
 
     # --- the main sequence ---
-    def next_main(self) -> str | None:
-        done = self.d["completed_phases"]
+    def next_main(self) -> PhaseId | None:
+        done = self.state.completed_phases
         cond = self.spec.condition
         if cond is Condition.MH_ONLY:
-            return None if done else layout.harness_phase_key(1)
+            return None if done else PhaseId.harness(1)
         if cond is Condition.RSFT_ONLY:
-            return None if done else layout.weight_phase_key(1)
+            return None if done else PhaseId.weight(1)
         if not done:
-            return layout.weight_phase_key(1)
-        last = done[-1]
-        cycle = phase_cycle(last)
-        if phase_kind(last) is PhaseKind.WEIGHT:
-            if self.d["checkpoint_step"] >= self.sched.total_steps:
+            return PhaseId.weight(1)
+        last = PhaseId.parse(done[-1])
+        if last.kind is PhaseKind.WEIGHT:
+            if self.state.checkpoint_step >= self.sched.total_steps:
                 return None
-            return layout.harness_phase_key(cycle)
-        if cycle >= self.sched.max_cycles:
+            return PhaseId.harness(last.cycle)
+        if last.cycle >= self.sched.max_cycles:
             return None
-        return layout.weight_phase_key(cycle + 1)
+        return PhaseId.weight(last.cycle + 1)
 
     def weight_range(self) -> tuple[int, int]:
         """(from step, target step) of the weight phase that starts at the current checkpoint."""
-        step, total = self.d["checkpoint_step"], self.sched.total_steps
+        step, total = self.state.checkpoint_step, self.sched.total_steps
         if self.spec.condition is Condition.WHALE and self.sched.cycle_steps:
             return step, min(step + self.sched.cycle_steps, total)
         return step, total
 
-    def weight_args(self, phase: str) -> WeightPhaseArgs:
+    def weight_args(self, phase: PhaseId) -> WeightPhaseArgs:
         step, target = self.weight_range()
         return WeightPhaseArgs(
-            cycle=phase_cycle(phase),
-            harness=self.d["current_harness"],
-            from_checkpoint=self.d["current_checkpoint"],
+            cycle=phase.cycle,
+            harness=self.state.current_harness,
+            from_checkpoint=self.state.current_checkpoint,
             from_step=step,
             target_step=target,
             save_steps=list(self.sched.eval_points_between(step, target)),
             steps_per_epoch=self.sched.steps_per_epoch,
+            total_steps=self.sched.total_steps,
             stop_rule=self.sched.weight_rule,
         )
 
-    def harness_args(self, phase: str) -> HarnessPhaseArgs:
-        cycle = phase_cycle(phase)
+    def harness_args(self, phase: PhaseId) -> HarnessPhaseArgs:
         return HarnessPhaseArgs(
-            cycle=cycle,
-            incoming_harness=self.d["current_harness"],
-            checkpoint=self.d["current_checkpoint"],
-            step=self.d["checkpoint_step"],
+            cycle=phase.cycle,
+            incoming_harness=self.state.current_harness,
+            checkpoint=self.state.current_checkpoint,
+            step=self.state.checkpoint_step,
             iterations=self.sched.harness_iterations,
             stop_rule=self.sched.harness_rule,
-            archive=layout.archive_prefix(self.run, cycle),
+            archive=layout.archive_prefix(self.run, phase.cycle),
         )
 
-    def main_request(self, phase: str) -> PhaseRequest:
-        if phase_kind(phase) is PhaseKind.WEIGHT:
-            return self.request(phase, weight=self.weight_args(phase))
-        return self.request(phase, harness=self.harness_args(phase))
+    def main_request(self, phase: PhaseId) -> PhaseRequest:
+        if phase.kind is PhaseKind.WEIGHT:
+            return self.request(phase, self.weight_args(phase))
+        return self.request(phase, self.harness_args(phase))
 
-    def enter(self, phase: str) -> None:
-        kind = phase_kind(phase)
-        self.d.update(
-            active_phase=phase,
-            cycle=phase_cycle(phase),
-            stage=Stage.WEIGHT if kind is PhaseKind.WEIGHT else Stage.HARNESS,
-            iteration=0,
-        )
-        self.attempt(phase)
-
-    def complete_main(self, phase: str, raw: dict[str, Any]) -> None:
-        d = self.d
-        if phase_kind(phase) is PhaseKind.WEIGHT:
+    def complete_main(self, phase: PhaseId, raw: dict[str, Any]) -> None:
+        if phase.kind is PhaseKind.WEIGHT:
             res = WeightPhaseResult.model_validate(raw)
-            from_step = d["checkpoint_step"]
-            d.update(step=res.final_step, checkpoint_step=res.final_step, current_checkpoint=res.checkpoint)
-            d["rollouts_completed"] += res.rollouts
-            d["empty_steps_completed"] += len(res.empty_steps)
-            note_empty_steps(d, res.empty_steps)
+            from_step = self.state.checkpoint_step
+            self.state = self.state.weight_done(phase, res.final_step, res.checkpoint, res.rollouts,
+                                                res.empty_steps)
             for s in self.checkpoint_steps:
                 if from_step < s < res.final_step and self.sched.is_eval_point(s):
-                    self.owe_eval(phase_cycle(phase), s, "weight", layout.checkpoint_prefix(self.run, s),
-                                  d["current_harness"], self.rollouts_at(from_step, s, res))
-            self.owe_eval(phase_cycle(phase), res.final_step, "weight", res.checkpoint, d["current_harness"],
-                          d["rollouts_completed"])
-        else:
-            hres = HarnessPhaseResult.model_validate(raw)
-            d.update(current_harness=hres.accepted_harness, iteration=hres.iterations,
-                     harness_score=hres.accepted_score)
-            d["integrity_flags"] += integrity_status(phase, hres)
-            before = d["rollouts_completed"]
-            d["rollouts_completed"] += hres.rollouts
-            covered = False
-            if self.sched.evaluates_every_accepted_harness and hres.accepted_by_iteration:
-                history = [(a.iteration, a.candidate, a.harness, a.rollouts) for a in hres.accepted_by_iteration]
-                self.owe_acceptance_evals(phase, history, before)
-                last = hres.accepted_by_iteration[-1]
-                # the accepted harness is already evaluated: as its iteration's point, or (never replaced)
-                # as the start point, the same (theta0, h0)
-                covered = last.candidate == hres.accepted_candidate and (
-                    (last.iteration >= 2 and self.in_archive(phase, last.harness))
-                    or (last.iteration == 1 and self.spec.evaluation.at_start))
-            if self.spec.evaluation.after_harness_phase and not covered:
-                self.owe_eval(phase_cycle(phase), d["checkpoint_step"], "harness", d["current_checkpoint"],
-                              hres.accepted_harness, d["rollouts_completed"])
-        d["completed_phases"].append(phase)
-        d["active_phase"] = None
+                    self.owe_eval(phase.cycle, s, "weight", layout.checkpoint_prefix(self.run, s),
+                                  self.state.current_harness, self.rollouts_at(from_step, s, res))
+            self.owe_eval(phase.cycle, res.final_step, "weight", res.checkpoint, self.state.current_harness,
+                          self.state.rollouts_completed)
+            return
+        hres = HarnessPhaseResult.model_validate(raw)
+        before = self.state.rollouts_completed
+        self.state = self.state.harness_done(phase, hres.accepted_harness, hres.iterations, hres.accepted_score,
+                                             hres.rollouts, integrity_status(phase.key, hres))
+        covered = False
+        if self.sched.evaluates_every_accepted_harness and hres.accepted_by_iteration:
+            history = [(a.iteration, a.candidate, a.harness, a.rollouts) for a in hres.accepted_by_iteration]
+            self.owe_acceptance_evals(phase, history, before)
+            last = hres.accepted_by_iteration[-1]
+            # the accepted harness is already evaluated: as its iteration's point, or (never replaced)
+            # as the start point, the same (theta0, h0)
+            covered = last.candidate == hres.accepted_candidate and (
+                (last.iteration >= 2 and self.in_archive(phase, last.harness))
+                or (last.iteration == 1 and self.spec.evaluation.at_start))
+        if self.spec.evaluation.after_harness_phase and not covered:
+            self.owe_eval(phase.cycle, self.state.checkpoint_step, "harness", self.state.current_checkpoint,
+                          hres.accepted_harness, self.state.rollouts_completed)
 
-    def owe_acceptance_evals(self, phase: str, history: list[tuple[int, str, str | None, int]],
+    def owe_acceptance_evals(self, phase: PhaseId, history: list[tuple[int, str, str | None, int]],
                              rollouts_before: int) -> None:
         """mh_only: an evaluation for every iteration (after the incoming one) whose accepted harness is new.
 
@@ -335,103 +306,99 @@ class _Machine:
             previous = candidate
             if not changed or iteration < 2 or not self.in_archive(phase, harness):
                 continue
-            self.owe_eval(phase_cycle(phase), self.d["checkpoint_step"], "harness", self.d["current_checkpoint"],
+            self.owe_eval(phase.cycle, self.state.checkpoint_step, "harness", self.state.current_checkpoint,
                           harness, rollouts_before + rollouts, iteration=iteration)
 
     def rollouts_at(self, from_step: int, step: int, res: WeightPhaseResult) -> int:
-        before = self.d["rollouts_completed"] - res.rollouts
+        before = self.state.rollouts_completed - res.rollouts
         return before + (step - from_step) * self.sched.rollouts_per_step
 
     def advance_main(self) -> None:
         """Absorb every finished main phase (the store is the truth) and enter the next one."""
         for _ in range(4 * self.sched.max_cycles + 4):  # bounded: a cycle has two main phases
-            phase = self.d["active_phase"]
-            if phase is None:
+            active = self.state.active_phase
+            if active is None:
                 phase = self.next_main()
                 if phase is None:
                     return
-                self.enter(phase)
-            if phase in self.obs.results:
-                self.complete_main(phase, self.obs.results[phase])
+                self.state = self.state.entered(phase)
+            else:
+                phase = PhaseId.parse(active)
+            if phase.key in self.obs.results:
+                self.complete_main(phase, self.obs.results[phase.key])
                 continue
             return
 
-    def drive_child(self, phase: str, make_request: Any) -> bool:
+    def drive_child(self, phase: PhaseId, make_request: Callable[[], PhaseRequest]) -> bool:
         """Start, retry or leave the child of ``phase``. False when the run failed."""
-        child = self.child(phase)
+        key = phase.key
+        child = self.child(key)
         if child.state is ChildState.RUNNING:
             return True
         if child.state is ChildState.PREEMPTED:
-            self.d["preemptions"] += 1
-            self.d["attempts"][phase] = self.attempt(phase) + 1
+            self.state = self.state.with_preemption(key)
         elif child.state in (ChildState.FAILED, ChildState.SUCCEEDED):
             # SUCCEEDED without a result (we only get here when result.json is missing) is a failure too.
             why = child.message or (
                 "exited successfully without writing result.json" if child.state is ChildState.SUCCEEDED else "failed"
             )
-            failures = self.d["failures"].get(phase, 0) + 1
-            self.d["failures"][phase] = failures
+            self.state = self.state.with_failure(key)
+            failures = self.state.failures[key]
             if failures >= self.spec.retry.max_attempts:
-                self.fail("PhaseFailed", f"phase {phase} failed {failures} time(s); last: {why}")
+                self.fail(Reason.PHASE_FAILED, f"phase {key} failed {failures} time(s); last: {why}")
                 return False
-            self.d["attempts"][phase] = self.attempt(phase) + 1
-            self.d["message"] = f"phase {phase} attempt {failures} failed ({why}); retrying"
+            self.state = self.state.with_retry(key, f"phase {key} attempt {failures} failed ({why}); retrying")
         self.actions.append(StartPhase(make_request()))
         return True
 
-    def watch_active(self, phase: str) -> None:
+    def watch_active(self, phase: PhaseId) -> None:
         """Progress and adaptive patience of the running main phase."""
-        lines = self.obs.metrics.get(phase, [])
-        kind = phase_kind(phase)
+        lines = self.obs.metrics.get(phase.key, [])
         fired: int | None = None
-        if kind is PhaseKind.WEIGHT:
+        if phase.kind is PhaseKind.WEIGHT:
             steps = sorted(lines, key=lambda m: m["step"])
             if steps:
-                self.d["step"] = max(self.d["step"], int(steps[-1]["step"]))
-                self.d["training_reward"] = float(steps[-1]["rewardMean"])
-            note_empty_steps(self.d, [int(m["step"]) for m in steps if int(m.get("kept", 1)) == 0])
+                self.state = self.state.with_weight_progress(int(steps[-1]["step"]), float(steps[-1]["rewardMean"]))
+            self.state = self.state.with_empty_steps([int(m["step"]) for m in steps if int(m.get("kept", 1)) == 0])
             if self.sched.weight_rule is not None:
                 fired = weight_stop_step([float(m["rewardMean"]) for m in steps], self.sched.weight_rule)
         else:
             its = sorted(lines, key=lambda m: m["iteration"])
             if its:
-                self.d["iteration"] = int(its[-1]["iteration"])
-                self.d["harness_score"] = float(its[-1]["bestScore"])
+                self.state = self.state.with_harness_progress(int(its[-1]["iteration"]), float(its[-1]["bestScore"]))
             if self.sched.harness_rule is not None:
                 fired = harness_stop_iteration([float(m["bestScore"]) for m in its], self.sched.harness_rule)
-        if fired is not None and phase not in self.d["stop_requested"]:
-            unit = "step" if kind is PhaseKind.WEIGHT else "iteration"
-            self.d["stop_requested"].append(phase)
-            self.actions.append(StopPhase(phase, f"adaptive patience fired after {unit} {fired} of the phase"))
+        if fired is not None and phase.key not in self.state.stop_requested:
+            unit = "step" if phase.kind is PhaseKind.WEIGHT else "iteration"
+            self.state = self.state.with_stop_requested(phase.key)
+            self.actions.append(StopPhase(phase.key, f"adaptive patience fired after {unit} {fired} of the phase"))
 
     # --- evaluations ---
-    def owe_eval(self, cycle: int, step: int, after: str, checkpoint: str | None, harness: str | None,
+    def owe_eval(self, cycle: int, step: int, after: EvalAfter, checkpoint: str | None, harness: str | None,
                  rollouts_at: int, iteration: int | None = None) -> None:
-        key = layout.eval_phase_key(cycle, step, after, iteration)
-        if key in self.owed:
+        key = PhaseId.eval(cycle, step, after, iteration).key
+        if key in self.state.owed:
             return
-        self.owed.add(key)
-        self.d["evals"].append(
+        self.state = self.state.with_owed_eval(
             EvalPoint(phase=key, cycle=cycle, step=step, after=after, checkpoint=checkpoint, harness=harness,
-                      rollouts_at=rollouts_at, iteration=iteration).model_dump()
-        )
+                      rollouts_at=rollouts_at, iteration=iteration))
 
-    def in_archive(self, phase: str, harness: str | None) -> bool:
+    def in_archive(self, phase: PhaseId, harness: str | None) -> bool:
         """Only a file of the phase's own archive is evaluated as its accepted harness: whatever else a
         metrics line or a result names (another run's file, a path that climbs out) is never run."""
-        prefix = layout.archive_candidates_prefix(self.run, phase_cycle(phase))
+        prefix = layout.archive_candidates_prefix(self.run, phase.cycle)
         return (isinstance(harness, str) and harness.startswith(prefix) and harness.endswith("/harness.py")
                 and ".." not in harness.split("/"))
 
-    def observe_mid_phase_acceptance(self, phase: str) -> None:
+    def observe_mid_phase_acceptance(self, phase: PhaseId) -> None:
         """mh_only: evaluate each newly accepted harness of the running search as soon as its iteration is
         logged (the metrics line names the candidate and its harness file in the archive)."""
-        if phase_kind(phase) is not PhaseKind.HARNESS or not self.sched.evaluates_every_accepted_harness:
+        if phase.kind is not PhaseKind.HARNESS or not self.sched.evaluates_every_accepted_harness:
             return
         history = []
         spent = 0
         seen: set[int] = set()
-        for line in sorted(self.obs.metrics.get(phase, []), key=lambda m: int(m["iteration"])):
+        for line in sorted(self.obs.metrics.get(phase.key, []), key=lambda m: int(m["iteration"])):
             iteration = int(line["iteration"])
             if iteration in seen:
                 continue
@@ -440,161 +407,133 @@ class _Machine:
             history.append((iteration, str(line.get("bestCandidate", "")), line.get("bestHarness"), spent))
         if seen != set(range(1, len(seen) + 1)):
             return  # a gap: the rollouts up to an iteration are not known yet; the result will say
-        self.owe_acceptance_evals(phase, history, self.d["rollouts_completed"])
+        self.owe_acceptance_evals(phase, history, self.state.rollouts_completed)
 
-    def observe_mid_phase_checkpoints(self, phase: str) -> None:
+    def observe_mid_phase_checkpoints(self, phase: PhaseId) -> None:
         """Evaluate checkpoints of the running weight phase as soon as they are complete."""
-        if phase_kind(phase) is not PhaseKind.WEIGHT:
+        if phase.kind is not PhaseKind.WEIGHT:
             return
         from_step, target = self.weight_range()
         for s in self.checkpoint_steps:
             if from_step < s < target and self.sched.is_eval_point(s):
-                rollouts = self.d["rollouts_completed"] + (s - from_step) * self.sched.rollouts_per_step
-                self.owe_eval(phase_cycle(phase), s, "weight", layout.checkpoint_prefix(self.run, s),
-                              self.d["current_harness"], rollouts)
+                rollouts = self.state.rollouts_completed + (s - from_step) * self.sched.rollouts_per_step
+                self.owe_eval(phase.cycle, s, "weight", layout.checkpoint_prefix(self.run, s),
+                              self.state.current_harness, rollouts)
 
     def drive_evals(self) -> bool:
-        for ev in self.d["evals"]:
-            if ev["mean_at_k"] is not None:
-                continue
-            key = ev["phase"]
+        for point in self.state.pending_evals:
+            key = point.phase
             if key in self.obs.results:
                 res = EvalResult.model_validate(self.obs.results[key])
-                ev["mean_at_k"] = res.mean_at_k
-                ev["k"] = res.k
-                self.d["last_eval_mean"] = res.mean_at_k
-                best = self.d["best"]
-                if best is None or res.mean_at_k > best["mean_at_k"]:
-                    self.d["best"] = best_eval(ev, res).model_dump()
+                self.state = self.state.with_eval_result(key, res.mean_at_k, res.k)
                 continue
-            point = EvalPoint.model_validate(ev)
             args = EvalPhaseArgs(cycle=point.cycle, step=point.step, after=point.after,
                                  checkpoint=point.checkpoint, harness=point.harness, iteration=point.iteration)
-            if not self.drive_child(key, lambda k=key, a=args: self.request(k, eval=a)):
+            phase = PhaseId.parse(key)
+            if not self.drive_child(phase, lambda p=phase, a=args: self.request(p, a)):
                 return False
         return True
 
     # --- one call ---
-    def decide(self) -> Decision:
-        d, obs = self.d, self.obs
-        if d["phase"] == RunPhase.INTERRUPTED:  # a controller runs it again: it resumes where it stopped
-            d.update(phase=RunPhase.RUNNING, reason="Resumed", message=None)
-        if d["phase"] == RunPhase.PENDING:
-            d.update(phase=RunPhase.RUNNING, start_time=obs.now, reason="Started", message=None)
+    def decide(self) -> Transition:
+        obs = self.obs
+        if self.state.phase is RunPhase.INTERRUPTED:  # a controller runs it again: it resumes where it stopped
+            self.state = self.state.resumed()
+        if self.state.phase is RunPhase.PENDING:
+            self.state = self.state.started(obs.now)
             if self.spec.evaluation.at_start:
                 self.owe_eval(0, 0, "start", None, None, 0)
-        d.update(steps_per_epoch=self.sched.steps_per_epoch, total_steps=self.sched.total_steps)
-        if obs.generation is not None:
-            d["observed_generation"] = obs.generation
+        self.state = self.state.with_schedule(self.sched.steps_per_epoch, self.sched.total_steps)
+        self.state = self.state.with_generation(obs.generation)
 
         self.advance_main()
-        active = d["active_phase"]
+        active = PhaseId.parse(self.state.active_phase) if self.state.active_phase is not None else None
         if active is not None:
             self.observe_mid_phase_checkpoints(active)
             self.observe_mid_phase_acceptance(active)
 
         if self.spec.suspend:
-            if d["phase"] != RunPhase.SUSPENDED:
-                d.update(phase=RunPhase.SUSPENDED, reason="Suspended", message="spec.suspend is true")
+            if self.state.phase is not RunPhase.SUSPENDED:
+                self.state = self.state.suspended("spec.suspend is true")
             self.actions.append(SuspendRun("spec.suspend is true"))
             return self.finish_call()
-        if d["phase"] == RunPhase.SUSPENDED:
-            d.update(phase=RunPhase.RUNNING, reason="Resumed", message=None)
+        if self.state.phase is RunPhase.SUSPENDED:
+            self.state = self.state.resumed()
 
         if active is not None:
             if not self.drive_child(active, lambda: self.main_request(active)):
                 return self.finish_call()
-            if self.child(active).state is ChildState.RUNNING:
+            if self.child(active.key).state is ChildState.RUNNING:
                 self.watch_active(active)
         if not self.drive_evals():
             return self.finish_call()
 
         if active is None:
-            pending = [e["phase"] for e in d["evals"] if e["mean_at_k"] is None]
-            if pending:
-                d["stage"] = Stage.EVAL
+            if self.state.pending_evals:
+                self.state = self.state.with_stage(Stage.EVAL)
             else:
-                best = d["best"]
-                final = final_eval(d["evals"], self.spec.evaluation.samples_per_item)
-                d["final"] = final.model_dump() if final is not None else None
-                summary = (
-                    f"best mean@{best['k']} {best['mean_at_k']:.4f} at {best['phase']}" if best else "no evaluation"
-                )
+                best = self.state.best
+                final = final_eval(self.state.evals, self.spec.evaluation.samples_per_item)
+                summary = f"best mean@{best.k} {best.mean_at_k:.4f} at {best.phase}" if best else "no evaluation"
                 if final is not None:
                     summary += f"; final mean@{final.k} {final.mean_at_k:.4f} at {final.phase}"
-                d.update(phase=RunPhase.SUCCEEDED, stage=Stage.DONE, reason="Completed",
-                         message=f"schedule complete; {summary}", completion_time=obs.now)
+                self.state = self.state.succeeded(f"schedule complete; {summary}", final, obs.now)
                 self.actions.append(Finish(f"schedule complete; {summary}"))
         return self.finish_call()
 
-    def finish_call(self) -> Decision:
-        active = self.d["active_phase"]
-        running = sum(int(m.get("rollouts", 0)) for m in self.obs.metrics.get(active, [])) if active else 0
-        self.d["rollouts_spent"] = self.d["rollouts_completed"] + running
-        weight = active is not None and phase_kind(active) is PhaseKind.WEIGHT
-        empty = sum(int(m.get("kept", 1)) == 0 for m in self.obs.metrics.get(active, [])) if weight else 0
-        self.d["empty_steps"] = self.d["empty_steps_completed"] + empty
-        if self.d["current_checkpoint"] != self.before.current_checkpoint and not RunPhase(self.d["phase"]).is_terminal():
-            self.actions.insert(0, ServeCheckpoint(self.d["current_checkpoint"]))
-        return Decision(self.status(), tuple(self.actions))
+    def finish_call(self) -> Transition:
+        active = self.state.active_phase
+        lines = self.obs.metrics.get(active, []) if active else []
+        running = sum(int(m.get("rollouts", 0)) for m in lines)
+        weight = active is not None and PhaseId.parse(active).kind is PhaseKind.WEIGHT
+        empty = sum(int(m.get("kept", 1)) == 0 for m in lines) if weight else 0
+        self.state = self.state.with_spent(running, empty)
+        checkpoint = self.state.current_checkpoint
+        if checkpoint != self.before.current_checkpoint and not self.state.phase.is_terminal():
+            self.actions.insert(0, ServeCheckpoint(checkpoint))
+        return Transition(self.state.to_status(), tuple(self.actions))
 
 
 #: where each kind of point lies among the points of one step (the harness phase follows the weight phase)
 _AFTER_ORDER = {"start": 0, "weight": 1, "harness": 2}
 
 
-def schedule_order(point: Mapping[str, Any]) -> tuple[int, int, int, int]:
-    """Sort key of evaluation points (status entries, snake_case) in the order the run reaches them:
-    by the training rollouts spent, then step, then weight before harness, then search iteration."""
-    return (int(point["rollouts_at"]), int(point["step"]), _AFTER_ORDER[point["after"]],
-            int(point.get("iteration") or 0))
+def schedule_order(point: EvalPoint) -> tuple[int, int, int, int]:
+    """Sort key of evaluation points in the order the run reaches them: by the training rollouts spent,
+    then step, then weight before harness, then search iteration."""
+    return (point.rollouts_at, point.step, _AFTER_ORDER[point.after], point.iteration or 0)
 
 
-def best_eval(point: Mapping[str, Any], res: EvalResult) -> BestEval:
-    return BestEval(mean_at_k=res.mean_at_k, k=res.k, phase=point["phase"], cycle=point["cycle"],
-                    step=point["step"], harness=point["harness"], checkpoint=point["checkpoint"],
-                    rollouts_at=point["rollouts_at"], iteration=point.get("iteration"))
-
-
-def final_eval(evals: list[dict[str, Any]], default_k: int) -> BestEval | None:
+def final_eval(evals: Sequence[EvalPoint], default_k: int) -> BestEval | None:
     """The last finished evaluation point in schedule order (the agent the run ends with).
 
     Reported beside ``best``: the best over evaluation points favours a condition evaluated more often;
     every condition has exactly one final point. ``default_k``: for points recorded without their k."""
-    done = [e for e in evals if e["mean_at_k"] is not None]
+    done = [e for e in evals if e.mean_at_k is not None]
     if not done:
         return None
-    last = max(done, key=schedule_order)
-    k = last.get("k") or default_k
-    return best_eval(last, EvalResult(mean_at_k=last["mean_at_k"], k=k, items=0))
-
-
-def note_empty_steps(d: dict[str, Any], steps: list[int]) -> None:
-    """Keep the latest step that kept no trajectory in the status draft ``d``."""
-    if steps:
-        d["last_empty_step"] = max(d["last_empty_step"] or 0, max(steps))
+    return best_eval(max(done, key=schedule_order), default_k)
 
 
 #: flagged candidates one harness phase may put in the status (its result.json keeps them all)
 MAX_STATUS_FLAGS_PER_PHASE = 20
 
 
-def integrity_status(phase: str, result: HarnessPhaseResult) -> list[dict[str, Any]]:
+def integrity_status(phase: str, result: HarnessPhaseResult) -> tuple[IntegrityFlagStatus, ...]:
     """A harness phase's reward-integrity flags as status entries: the accepted one first, at most
     ``MAX_STATUS_FLAGS_PER_PHASE`` (a status must stay small)."""
     flags = sorted(result.integrity_flags, key=lambda f: not f.accepted)[:MAX_STATUS_FLAGS_PER_PHASE]
-    return [IntegrityFlagStatus(phase=phase, candidate=f.candidate, accepted=f.accepted, reasons=f.reasons).model_dump()
-            for f in flags]
+    return tuple(IntegrityFlagStatus(phase=phase, candidate=f.candidate, accepted=f.accepted, reasons=f.reasons)
+                 for f in flags)
 
 
-def decide(spec: WhaleRunSpec, status: WhaleRunStatus, obs: Observations) -> Decision:
+def decide(spec: WhaleRunSpec, status: WhaleRunStatus, obs: Observations) -> Transition:
     """Advance the run one level-triggered step. See the module docstring for the semantics."""
     if status.phase.is_terminal():
-        return Decision(status, ())
+        return Transition(status, ())
     try:
         sched = resolve(spec, dict(obs.split_sizes))
     except ScheduleError as exc:
-        d = status.model_dump()
-        d.update(phase=RunPhase.FAILED, reason="InvalidSchedule", message=str(exc), completion_time=obs.now)
-        return Decision(WhaleRunStatus.model_validate(d), (Fail("InvalidSchedule", str(exc)),))
+        failed = RunState.from_status(status).failed(Reason.INVALID_SCHEDULE, str(exc), obs.now)
+        return Transition(failed.to_status(), (Fail(Reason.INVALID_SCHEDULE, str(exc)),))
     return _Machine(spec, status, obs, sched).decide()

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from itertools import chain, islice
 from typing import Any
 
-from whale.protocol import HarnessStopRule, WeightStopRule
+from whale.core.protocol import HarnessStopRule, WeightStopRule
 from whale.rsft.config import optimizer_updates
-from whale.spec import MAX_EVALUATION_POINTS, MAX_STEPS, Condition, WhaleRunSpec
+from whale.core.spec import MAX_EVALUATION_POINTS, MAX_STEPS, Condition, WhaleRunSpec
 
 DEFAULT_EVAL_INTERVAL_EPOCHS = 0.1
 DEFAULT_ADAPTIVE_EPOCHS = 0.2
@@ -202,7 +202,7 @@ def resolve(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> ResolvedSchedule
 
 
 def min_adaptive_weight_steps(rule: WeightStopRule) -> int:
-    """The shortest weight phase the adaptive rule allows (see ``whale.adaptive``)."""
+    """The shortest weight phase the adaptive rule allows (see ``whale.core.adaptive``)."""
     return max(rule.burn_in_steps, rule.patience_steps + 1)
 
 

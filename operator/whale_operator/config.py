@@ -1,0 +1,66 @@
+"""What the operator accepts and how it is set up: the spec check a WhaleRun must pass before any
+child exists, and the settings of one operator process (read from the environment once, at start-up)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from whale.core.spec import WhaleRunSpec
+from whale.metaharness import proposer
+
+
+class SpecError(ValueError):
+    """The WhaleRun cannot be run as written; ``field`` names the offending field."""
+
+    def __init__(self, field_: str, message: str):
+        self.field = field_
+        super().__init__(f"{field_}: {message}")
+
+
+def describe_validation_error(exc: ValidationError) -> tuple[str, str]:
+    """(field path, message) of the first error, in the manifest's camelCase."""
+    err = exc.errors()[0]
+    loc = ".".join(str(p) for p in err.get("loc", ()) if p != "__root__")
+    return (f"spec.{loc}" if loc else "spec"), err.get("msg", str(exc))
+
+
+def parse_spec(body_spec: dict[str, Any] | None) -> WhaleRunSpec:
+    try:
+        spec = WhaleRunSpec.model_validate(body_spec or {})
+    except ValidationError as exc:
+        raise SpecError(*describe_validation_error(exc)) from None
+    for problem in proposer.spec_problems(spec):  # no endpoint, model or key: refused before any Job or GPU
+        raise SpecError(problem.field, problem.message)
+    if not spec.storage.uri:
+        raise SpecError("spec.storage.uri", "the operator needs an object store: set it to s3://bucket[/prefix]")
+    if spec.storage.uri.startswith("s3://") and not spec.storage.endpoint:
+        raise SpecError("spec.storage.endpoint", "an s3:// store needs the S3 endpoint (host:port of MinIO/S3)")
+    if spec.data.corpus == "auto":  # a cluster's default corpus is the paper's (docs/data.md#search_qa)
+        spec = spec.model_copy(update={"data": spec.data.model_copy(update={"corpus": "wiki18"})})
+    return spec
+
+
+@dataclass
+class OperatorConfig:
+    """Settings of one operator process (from the environment at start-up, never read deep inside)."""
+
+    #: extra options for ``open_store`` (credentials of the operator itself)
+    store_options: dict[str, Any] = field(default_factory=dict)
+    #: resolve split sizes with the domain plugin in the operator when the store has none, instead of
+    #: a prepare Job (needs the data in the operator's reach; ``WHALE_OPERATOR_DOMAIN_SPLIT_SIZES=1``)
+    domain_split_sizes: bool = False
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> OperatorConfig:
+        env = dict(os.environ if env is None else env)
+        opts: dict[str, Any] = {}
+        if env.get("AWS_ACCESS_KEY_ID"):
+            opts["access_key"] = env["AWS_ACCESS_KEY_ID"]
+        if env.get("AWS_SECRET_ACCESS_KEY"):
+            opts["secret_key"] = env["AWS_SECRET_ACCESS_KEY"]
+        return cls(store_options=opts,
+                   domain_split_sizes=env.get("WHALE_OPERATOR_DOMAIN_SPLIT_SIZES", "").lower() in ("1", "true"))

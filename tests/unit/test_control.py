@@ -1,0 +1,100 @@
+"""The run control both controllers share: the plan they carry out, the store observer, the serving
+target's one writer and the one storage-connection builder."""
+
+from __future__ import annotations
+
+from whale.control import storage
+from whale.control.observer import StoreObserver
+from whale.control.planner import KEEP_SERVING, RunEnd, plan, write_request
+from whale.control.serving import UNSET, serve, serving
+from whale.core import layout
+from whale.core.alternation import Transition, Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun
+from whale.core.protocol import EvalPhaseArgs, HarnessPhaseArgs, parse_request, phase_request
+from whale.core.spec import EvalPoint, Reason, RunPhase, Storage, WhaleRunStatus
+from whale.store import open_store
+from whale.store import s3
+
+#: the least spec a request can be made from
+MIN_SPEC = {"domain": "synthetic", "condition": "rsft_only", "model": {"name": "m"}, "schedule": {"totalSteps": 4}}
+
+
+RUN = "ctl"
+RUNNING = WhaleRunStatus(phase=RunPhase.RUNNING)
+
+
+def harness_start(checkpoint: str | None = "ck/4") -> StartPhase:
+    args = HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=checkpoint, step=4, iterations=3,
+                            archive="a")
+    return StartPhase(phase_request(MIN_SPEC, run=RUN, phase="c01-harness", attempt=1,
+                                    args=args))
+
+
+def eval_start(checkpoint: str | None = "ck/2") -> StartPhase:
+    args = EvalPhaseArgs(cycle=1, step=2, after="weight", checkpoint=checkpoint, harness=None)
+    return StartPhase(phase_request(MIN_SPEC, run=RUN, phase="eval-c01-s000002-weight", attempt=1,
+                                    args=args))
+
+
+def test_owed_evaluations_start_first_and_serve_what_they_sample() -> None:
+    step = plan(Transition(RUNNING, (harness_start(), eval_start())), running=())
+    assert step.start == eval_start() and step.serve == "ck/2" and step.end is None
+
+
+def test_one_child_at_a_time() -> None:
+    decision = Transition(RUNNING, (harness_start(), eval_start()))
+    assert plan(decision, running={"c01-weight"}).start is None
+    # the phase that runs is asked for again (level-based): it is the plan's start, the controller sees it runs
+    assert plan(decision, running={"c01-harness"}).start == harness_start()
+
+
+def test_no_start_unless_running_and_the_end_is_named() -> None:
+    failed = WhaleRunStatus(phase=RunPhase.FAILED)
+    step = plan(Transition(failed, (Fail(Reason.PHASE_FAILED, "boom"), eval_start())), running=())
+    assert (step.start, step.end, step.end_reason, step.serve) == (None, RunEnd.FAILED, "boom", KEEP_SERVING)
+    assert plan(Transition(RUNNING, (Finish("done"),)), ()).end is RunEnd.FINISHED
+    paused = WhaleRunStatus(phase=RunPhase.SUSPENDED)
+    suspended = plan(Transition(paused, (ServeCheckpoint("ck/9"), SuspendRun("s"))), ())
+    assert (suspended.end, suspended.serve) == (RunEnd.SUSPENDED, "ck/9")
+    stop = StopPhase("c01-weight", "patience")
+    assert plan(Transition(RUNNING, (stop,)), {"c01-weight"}).stops == (stop,)
+
+
+def test_the_observer_reads_only_what_can_change_the_status(tmp_path) -> None:
+    store = open_store(str(tmp_path / "store"))
+    store.write_json(layout.result_key(RUN, "c01-weight"), {"finalStep": 2})
+    store.write_json(layout.result_key(RUN, "eval-c01-s000002-weight"), {"meanAtK": 0.5, "k": 1, "items": 1})
+    store.write_json(layout.request_key(RUN, "c01-harness"), {})  # no result yet
+    store.append_jsonl(layout.metrics_key(RUN, "c01-harness"), {"iteration": 1})
+    store.write_bytes(layout.checkpoint_prefix(RUN, 2) + "/model.safetensors", b"x")
+    store.write_bytes(layout.checkpoint_prefix(RUN, 4) + "/model.safetensors", b"x")  # incomplete
+    store.write_bytes(layout.checkpoint_complete_key(RUN, 2), b"")
+    status = WhaleRunStatus(phase=RunPhase.RUNNING, completed_phases=["c01-weight"], active_phase="c01-harness",
+                            evals=[EvalPoint(phase="eval-c01-s000002-weight", cycle=1, step=2, after="weight")])
+    obs = StoreObserver(store, RUN).observe(status, {}, {"weight": 1}, now="t")
+    assert obs.results == {"eval-c01-s000002-weight": {"meanAtK": 0.5, "k": 1, "items": 1}}
+    assert obs.metrics == {"c01-harness": [{"iteration": 1}]} and obs.checkpoints == frozenset({2})
+    absorbed = status.model_copy(update={"evals": [status.evals[0].finished(0.5, 1)]})
+    assert StoreObserver(store, RUN).results(absorbed) == {}
+
+
+def test_serving_has_one_writer_that_writes_only_a_change(tmp_path) -> None:
+    store = open_store(str(tmp_path / "store"))
+    assert serving(store, RUN) is UNSET
+    assert serve(store, RUN, None) and serving(store, RUN) is None
+    assert not serve(store, RUN, None)
+    assert serve(store, RUN, "ck/2") and store.read_json(layout.serving_key(RUN)) == {"checkpoint": "ck/2"}
+
+
+def test_a_request_is_written_before_launch_and_only_when_it_changed(tmp_path) -> None:
+    store = open_store(str(tmp_path / "store"))
+    req = eval_start().request
+    write_request(store, RUN, req)
+    assert parse_request(store.read_json(layout.request_key(RUN, req.phase))) == req
+
+
+def test_one_storage_connection_for_processes_and_children() -> None:
+    s = Storage(uri="s3://b/p", endpoint="minio:9000", secure=True, region="eu")
+    assert storage.connection(s) == {"endpoint": "minio:9000", "secure": True, "region": "eu"}
+    assert storage.connection(s, "/tmp/folder") == {} and storage.connection(Storage(uri="file:///x")) == {}
+    assert storage.connection_env(s) == {s3.ENV_ENDPOINT: "minio:9000", s3.ENV_SECURE: "true", s3.ENV_REGION: "eu"}
+    assert storage.connection_env(Storage()) == {s3.ENV_SECURE: "false"}

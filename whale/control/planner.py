@@ -1,0 +1,86 @@
+"""What a controller does with a ``decide()`` answer — the same for the local runner and the operator.
+
+``decide`` is level-based and asks for every child that should exist; a controller runs ONE phase
+child at a time (they share the machine or the inference server), owed evaluations first, since they
+report on points the run has already passed. :func:`plan` makes that choice once for both; each
+controller then carries it out its own way (a subprocess or a Job).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Collection
+from dataclasses import dataclass
+
+from whale.core import layout
+from whale.core.alternation import Transition, Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun
+from whale.core.protocol import PhaseKind, PhaseRequest
+from whale.core.spec import RunPhase
+from whale.store import Store
+
+
+class RunEnd(str, enum.Enum):
+    """Why a controller's loop over one run ends (None: it goes on)."""
+
+    FINISHED = "finished"
+    FAILED = "failed"
+    SUSPENDED = "suspended"
+
+
+#: a plan with nothing to serve
+KEEP_SERVING = object()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to do now, in this order: write the stop requests; on ``end``, stop every child; make
+    inference serve ``serve`` (when it is not ``KEEP_SERVING``); start ``start``."""
+
+    #: the one child to start now (None: one runs already, or nothing is asked for)
+    start: StartPhase | None
+    stops: tuple[StopPhase, ...]
+    #: the checkpoint the inference server must serve now (None: the base model), or KEEP_SERVING
+    serve: object
+    end: RunEnd | None
+    #: why the run ends (the action's reason), for the controller's log
+    end_reason: str = ""
+
+
+def plan(decision: Transition, running: Collection[str]) -> Plan:
+    """The plan for ``decision`` when the phases ``running`` have a child that runs now.
+
+    A start is chosen only while the run is Running, and only when no other phase's child runs; among
+    the starts, owed evaluations come first. The server serves what that child samples from, or else
+    the checkpoint ``decide`` asks for."""
+    end: RunEnd | None = None
+    end_reason = ""
+    serve: object = KEEP_SERVING
+    for action in decision.actions:
+        if isinstance(action, SuspendRun):
+            end, end_reason = RunEnd.SUSPENDED, action.reason
+        elif isinstance(action, Finish):
+            end, end_reason = RunEnd.FINISHED, action.reason
+        elif isinstance(action, Fail):
+            end, end_reason = RunEnd.FAILED, action.message
+        elif isinstance(action, ServeCheckpoint):
+            serve = action.checkpoint
+    start = None
+    if decision.status.phase is RunPhase.RUNNING:
+        starts = sorted(decision.of_type(StartPhase), key=lambda a: a.kind is not PhaseKind.EVAL)
+        start = next((a for a in starts if not set(running) - {a.phase}), None)
+    if start is not None:
+        serve = start.request.samples_from
+    return Plan(start=start, stops=tuple(decision.of_type(StopPhase)), serve=serve, end=end, end_reason=end_reason)
+
+
+def write_stop(store: Store, run: str, action: StopPhase) -> None:
+    """Ask the running workload of ``action.phase`` to end cleanly (it checks between steps)."""
+    store.write_text(layout.stop_key(run, action.phase), action.reason + "\n")
+
+
+def write_request(store: Store, run: str, request: PhaseRequest) -> None:
+    """The request the child reads first thing: written before its launch, only when it differs."""
+    key = layout.request_key(run, request.phase)
+    wire = request.to_wire()
+    if store.read_json_or_none(key) != wire:
+        store.write_json(key, wire)

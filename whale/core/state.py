@@ -1,0 +1,274 @@
+"""The run's state as ``decide()`` edits it: a frozen value advanced by ``with_*`` transitions.
+
+:class:`RunState` holds the fields of :class:`~whale.core.spec.WhaleRunStatus` that the state machine
+owns, typed (tuples for sequences), and :meth:`RunState.from_status` / :meth:`RunState.to_status`
+are its only (de)serialisers. Every change is a named transition that returns a new value (the model:
+kopf's ``progression.State``), so no code edits a status through string keys, and a transition that
+does not exist cannot be written by mistake. Pure: no I/O, no clock (``now`` is passed in).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+
+from whale.core.layout import PhaseId
+from whale.core.protocol import PhaseKind
+from whale.core.spec import (
+    BestEval,
+    ConditionType,
+    EvalPoint,
+    IntegrityFlagStatus,
+    MetaCondition,
+    Reason,
+    RunPhase,
+    Stage,
+    WhaleRunStatus,
+)
+
+
+def _inc(counts: Mapping[str, int], phase: str, by: int = 1, start: int = 0) -> dict[str, int]:
+    return {**counts, phase: counts.get(phase, start) + by}
+
+
+@dataclass(frozen=True)
+class RunState:
+    """What the run has done and where it is; see ``WhaleRunStatus`` for each field's meaning.
+
+    Mappings (``attempts``, ``failures``) are never changed in place: each transition builds a new one."""
+
+    phase: RunPhase = RunPhase.PENDING
+    cycle: int = 0
+    stage: Stage | None = None
+    step: int = 0
+    iteration: int = 0
+    training_reward: float | None = None
+    harness_score: float | None = None
+    steps_per_epoch: int | None = None
+    total_steps: int | None = None
+    current_checkpoint: str | None = None
+    current_harness: str | None = None
+    checkpoint_step: int = 0
+    active_phase: str | None = None
+    completed_phases: tuple[str, ...] = ()
+    attempts: Mapping[str, int] = field(default_factory=dict)
+    failures: Mapping[str, int] = field(default_factory=dict)
+    preemptions: int = 0
+    stop_requested: tuple[str, ...] = ()
+    rollouts_completed: int = 0
+    rollouts_spent: int = 0
+    empty_steps: int = 0
+    empty_steps_completed: int = 0
+    last_empty_step: int | None = None
+    evals: tuple[EvalPoint, ...] = ()
+    best: BestEval | None = None
+    final: BestEval | None = None
+    integrity_flags: tuple[IntegrityFlagStatus, ...] = ()
+    last_eval_mean: float | None = None
+    reason: str | None = None
+    message: str | None = None
+    start_time: str | None = None
+    completion_time: str | None = None
+    observed_generation: int | None = None
+    conditions: tuple[MetaCondition, ...] = ()
+
+    # --- (de)serialisers ---
+    @classmethod
+    def from_status(cls, status: WhaleRunStatus) -> RunState:
+        values = {f.name: getattr(status, f.name) for f in fields(cls)}
+        for name in ("completed_phases", "stop_requested", "evals", "integrity_flags", "conditions"):
+            values[name] = tuple(values[name])
+        for name in ("attempts", "failures"):
+            values[name] = dict(values[name])
+        return cls(**values)
+
+    def to_status(self) -> WhaleRunStatus:
+        return WhaleRunStatus.model_validate({f.name: getattr(self, f.name) for f in fields(self)})
+
+    # --- reading ---
+    def attempt_of(self, phase: str) -> int:
+        """The current attempt number of ``phase`` (1 before it was counted)."""
+        return self.attempts.get(phase, 1)
+
+    @property
+    def owed(self) -> frozenset[str]:
+        """The evaluation phases owed so far (finished or not)."""
+        return frozenset(e.phase for e in self.evals)
+
+    @property
+    def pending_evals(self) -> tuple[EvalPoint, ...]:
+        return tuple(e for e in self.evals if e.mean_at_k is None)
+
+    # --- the run's phase ---
+    def started(self, now: str) -> RunState:
+        return replace(self, phase=RunPhase.RUNNING, start_time=now, reason=Reason.STARTED.value, message=None)
+
+    def resumed(self) -> RunState:
+        return replace(self, phase=RunPhase.RUNNING, reason=Reason.RESUMED.value, message=None)
+
+    def suspended(self, message: str) -> RunState:
+        return replace(self, phase=RunPhase.SUSPENDED, reason=Reason.SUSPENDED.value, message=message)
+
+    def failed(self, reason: Reason, message: str, now: str) -> RunState:
+        return replace(self, phase=RunPhase.FAILED, reason=reason.value, message=message, completion_time=now)
+
+    def succeeded(self, message: str, final: BestEval | None, now: str) -> RunState:
+        return replace(self, phase=RunPhase.SUCCEEDED, stage=Stage.DONE, reason=Reason.COMPLETED.value,
+                       message=message, completion_time=now, final=final)
+
+    def refused(self, reason: Reason, message: str, generation: int | None, now: str) -> RunState:
+        """Failed before any phase could run (the operator: an invalid spec, data preparation that kept
+        failing); the first failure's time stays."""
+        return replace(self, phase=RunPhase.FAILED, reason=reason.value, message=message,
+                       observed_generation=generation, completion_time=self.completion_time or now)
+
+    def waiting(self, reason: Reason, message: str, generation: int | None) -> RunState:
+        """Not started yet, and why (the operator: the data is being prepared, or cannot be)."""
+        return replace(self, reason=reason.value, message=message, observed_generation=generation)
+
+    def with_conditions(self, conditions: tuple[MetaCondition, ...]) -> RunState:
+        return replace(self, conditions=conditions)
+
+    def with_message(self, message: str | None) -> RunState:
+        return replace(self, message=message)
+
+    def with_stage(self, stage: Stage) -> RunState:
+        return replace(self, stage=stage)
+
+    def with_schedule(self, steps_per_epoch: int, total_steps: int) -> RunState:
+        return replace(self, steps_per_epoch=steps_per_epoch, total_steps=total_steps)
+
+    def with_generation(self, generation: int | None) -> RunState:
+        return self if generation is None else replace(self, observed_generation=generation)
+
+    # --- a controller that stops before the run ends (the local runner) ---
+    def interrupted(self, why: Reason, message: str, now: str) -> RunState:
+        """Nothing runs now: a Running run becomes Interrupted (``decide`` reads that as Running and resumes
+        from it), with the Interrupted condition saying why. Terminal and suspended runs are unchanged."""
+        if self.phase.is_terminal() or self.phase is RunPhase.SUSPENDED:
+            return self
+        cond = MetaCondition(type=ConditionType.INTERRUPTED.value, status="True", reason=why.value, message=message,
+                             last_transition_time=now)
+        phase = RunPhase.INTERRUPTED if self.phase is RunPhase.RUNNING else self.phase
+        return replace(self, phase=phase, reason=Reason.INTERRUPTED.value, message=message,
+                       conditions=(*self._without(ConditionType.INTERRUPTED), cond))
+
+    def interruption(self) -> MetaCondition | None:
+        """The Interrupted condition, while it is True."""
+        return next((c for c in self.conditions if c.type == ConditionType.INTERRUPTED and c.status == "True"), None)
+
+    def taken_over(self) -> RunState:
+        """The run as a new controller takes it over: no longer interrupted."""
+        if (self.interruption() is None and self.reason != Reason.INTERRUPTED
+                and self.phase is not RunPhase.INTERRUPTED):
+            return self
+        phase = RunPhase.RUNNING if self.phase is RunPhase.INTERRUPTED else self.phase
+        return replace(self, phase=phase, reason=Reason.RESUMED.value, message=None,
+                       conditions=self._without(ConditionType.INTERRUPTED))
+
+    def retried(self) -> RunState:
+        """A Failed run back to Running from its last good state: completed phases, evaluations and checkpoints
+        stay; each phase that is not done has its failure counter reset and gets a new attempt number, so it
+        starts again (and resumes from its own state in the store). Other phases are unchanged."""
+        if self.phase is not RunPhase.FAILED:
+            return self
+        done = set(self.completed_phases) | {e.phase for e in self.evals if e.mean_at_k is not None}
+        reset = sorted(p for p in self.failures if p not in done)
+        attempts = dict(self.attempts)
+        for phase in reset:
+            attempts[phase] = attempts.get(phase, 1) + 1
+        message = f"retrying ({', '.join(reset) or 'no failed phase'}) after: {self.message or self.reason}"
+        return replace(self, phase=RunPhase.RUNNING, reason=Reason.RETRIED.value, message=message,
+                       completion_time=None, failures={p: n for p, n in self.failures.items() if p in done},
+                       attempts=attempts)
+
+    def _without(self, kind: ConditionType) -> tuple[MetaCondition, ...]:
+        return tuple(c for c in self.conditions if c.type != kind)
+
+    # --- attempts of a phase's child ---
+    def with_first_attempt(self, phase: str) -> RunState:
+        """``phase`` counted at attempt 1 (the status lists every phase it launched)."""
+        return self if phase in self.attempts else replace(self, attempts={**self.attempts, phase: 1})
+
+    def with_preemption(self, phase: str) -> RunState:
+        """A preempted attempt: a new attempt that does not count as a failure."""
+        return replace(self, preemptions=self.preemptions + 1, attempts=_inc(self.attempts, phase, start=1))
+
+    def with_failure(self, phase: str) -> RunState:
+        """One more failed attempt of ``phase`` (the caller decides whether it is retried)."""
+        return replace(self, failures=_inc(self.failures, phase))
+
+    def with_retry(self, phase: str, message: str) -> RunState:
+        return replace(self, attempts=_inc(self.attempts, phase, start=1), message=message)
+
+    # --- the main (weight / harness) phases ---
+    def entered(self, phase: PhaseId) -> RunState:
+        stage = Stage.WEIGHT if phase.kind is PhaseKind.WEIGHT else Stage.HARNESS
+        return replace(self, active_phase=phase.key, cycle=phase.cycle, stage=stage,
+                       iteration=0).with_first_attempt(phase.key)
+
+    def weight_done(self, phase: PhaseId, final_step: int, checkpoint: str, rollouts: int,
+                    empty_steps: list[int]) -> RunState:
+        """A finished weight phase: the run moves to its checkpoint."""
+        return replace(
+            self, step=final_step, checkpoint_step=final_step, current_checkpoint=checkpoint,
+            rollouts_completed=self.rollouts_completed + rollouts,
+            empty_steps_completed=self.empty_steps_completed + len(empty_steps),
+        ).with_empty_steps(empty_steps).main_done(phase)
+
+    def harness_done(self, phase: PhaseId, harness: str, iterations: int, score: float, rollouts: int,
+                     flags: tuple[IntegrityFlagStatus, ...]) -> RunState:
+        """A finished harness phase: the run moves to its accepted harness."""
+        return replace(
+            self, current_harness=harness, iteration=iterations, harness_score=score,
+            integrity_flags=self.integrity_flags + flags, rollouts_completed=self.rollouts_completed + rollouts,
+        ).main_done(phase)
+
+    def main_done(self, phase: PhaseId) -> RunState:
+        return replace(self, completed_phases=(*self.completed_phases, phase.key), active_phase=None)
+
+    def with_weight_progress(self, step: int, reward: float) -> RunState:
+        return replace(self, step=max(self.step, step), training_reward=reward)
+
+    def with_harness_progress(self, iteration: int, score: float) -> RunState:
+        return replace(self, iteration=iteration, harness_score=score)
+
+    def with_empty_steps(self, steps: list[int]) -> RunState:
+        """Keep the latest step that kept no trajectory."""
+        if not steps:
+            return self
+        return replace(self, last_empty_step=max(self.last_empty_step or 0, max(steps)))
+
+    def with_stop_requested(self, phase: str) -> RunState:
+        return replace(self, stop_requested=(*self.stop_requested, phase))
+
+    def with_spent(self, rollouts_running: int, empty_running: int) -> RunState:
+        """The totals so far: finished phases plus what the running one has logged."""
+        return replace(self, rollouts_spent=self.rollouts_completed + rollouts_running,
+                       empty_steps=self.empty_steps_completed + empty_running)
+
+    # --- evaluations ---
+    def with_owed_eval(self, point: EvalPoint) -> RunState:
+        return replace(self, evals=(*self.evals, point))
+
+    def with_eval_result(self, phase: str, mean_at_k: float, k: int) -> RunState:
+        """Record an evaluation's result; ``best`` follows when it beats the best so far."""
+        evals = tuple(e.finished(mean_at_k, k) if e.phase == phase else e for e in self.evals)
+        point = next(e for e in evals if e.phase == phase)
+        best = self.best
+        if best is None or mean_at_k > best.mean_at_k:
+            best = best_eval(point)
+        return replace(self, evals=evals, last_eval_mean=mean_at_k, best=best)
+
+
+def best_eval(point: EvalPoint, default_k: int | None = None) -> BestEval:
+    """A finished evaluation point as a ``best`` / ``final`` entry (``default_k`` for a point recorded
+    without its k)."""
+    if point.mean_at_k is None:
+        raise ValueError(f"evaluation {point.phase} has no result yet")
+    k = point.k or default_k
+    if k is None:
+        raise ValueError(f"evaluation {point.phase} has no k")
+    return BestEval(mean_at_k=point.mean_at_k, k=k, phase=point.phase, cycle=point.cycle, step=point.step,
+                    harness=point.harness, checkpoint=point.checkpoint, rollouts_at=point.rollouts_at,
+                    iteration=point.iteration)
