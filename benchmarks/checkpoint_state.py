@@ -66,9 +66,16 @@ def build_state(hidden: int, layers: int, vocab: int) -> tuple[int, dict[str, An
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(0)
-    config = Qwen3Config(vocab_size=vocab, hidden_size=hidden, intermediate_size=hidden * 8 // 3,
-                         num_hidden_layers=layers, num_attention_heads=hidden // 64, num_key_value_heads=hidden // 128,
-                         head_dim=64, tie_word_embeddings=True)
+    config = Qwen3Config(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=hidden * 8 // 3,
+        num_hidden_layers=layers,
+        num_attention_heads=hidden // 64,
+        num_key_value_heads=hidden // 128,
+        head_dim=64,
+        tie_word_embeddings=True,
+    )
     model = Qwen3ForCausalLM(config)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5)
     ids = torch.randint(0, vocab, (2, 64))
@@ -110,8 +117,14 @@ def worker(variant: str, hidden: int, layers: int, vocab: int, repeats: int) -> 
             del loaded
         key = f"{ckpt._state_dir(RUN, PHASE, STEP)}/{ckpt.OPTIMIZER_FILE}"
         out["state_MiB"] = store.local_path(key).stat().st_size / (1 << 20)
-    out.update(save_s=statistics.median(saves), load_s=statistics.median(loads), save_s_all=saves,
-               load_s_all=loads, save_peak_extra_MiB=max(save_peaks), load_peak_extra_MiB=max(load_peaks))
+    out.update(
+        save_s=statistics.median(saves),
+        load_s=statistics.median(loads),
+        save_s_all=saves,
+        load_s_all=loads,
+        save_peak_extra_MiB=max(save_peaks),
+        load_peak_extra_MiB=max(load_peaks),
+    )
     return out
 
 
@@ -132,22 +145,46 @@ def main() -> None:
     results = []
     for variant in ("before", "after"):
         proc = subprocess.run(
-            [sys.executable, __file__, "--worker", variant, "--hidden", str(args.hidden), "--layers",
-             str(args.layers), "--vocab", str(args.vocab), "--repeats", str(args.repeats)],
-            capture_output=True, text=True, timeout=1800, check=False,
+            [
+                sys.executable,
+                __file__,
+                "--worker",
+                variant,
+                "--hidden",
+                str(args.hidden),
+                "--layers",
+                str(args.layers),
+                "--vocab",
+                str(args.vocab),
+                "--repeats",
+                str(args.repeats),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1800,
+            check=False,
         )
         if proc.returncode != 0:
             raise SystemExit(f"{variant} failed:\n{proc.stderr[-3000:]}")
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
     before, after = results
     report = {
-        "meta": {"hidden": args.hidden, "layers": args.layers, "vocab": args.vocab, "repeats": args.repeats,
-                 "torch": torch.__version__, "device": "cpu", "store": "local directory"},
+        "meta": {
+            "hidden": args.hidden,
+            "layers": args.layers,
+            "vocab": args.vocab,
+            "repeats": args.repeats,
+            "torch": torch.__version__,
+            "device": "cpu",
+            "store": "local directory",
+        },
         "results": results,
-        "compare": {"save_speedup": before["save_s"] / after["save_s"],
-                    "load_speedup": before["load_s"] / after["load_s"],
-                    "save_peak_extra_MiB": [before["save_peak_extra_MiB"], after["save_peak_extra_MiB"]],
-                    "load_peak_extra_MiB": [before["load_peak_extra_MiB"], after["load_peak_extra_MiB"]]},
+        "compare": {
+            "save_speedup": before["save_s"] / after["save_s"],
+            "load_speedup": before["load_s"] / after["load_s"],
+            "save_peak_extra_MiB": [before["save_peak_extra_MiB"], after["save_peak_extra_MiB"]],
+            "load_peak_extra_MiB": [before["load_peak_extra_MiB"], after["load_peak_extra_MiB"]],
+        },
     }
     text = json.dumps(report, indent=2)
     if args.json:

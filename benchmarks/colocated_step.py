@@ -47,16 +47,21 @@ def run_arm(arm: str, colocated_memory: float, sleep_level: int, rest: list[str]
     def run_spec(args: argparse.Namespace, model_dir: Path, base_url: str | None) -> dict[str, Any]:
         spec = base_spec(args, model_dir, base_url)
         if arm == "colocated":
-            spec["inference"].update(placement="colocated", colocatedGpuMemoryUtilization=colocated_memory,
-                                     sleepLevel=sleep_level)
+            spec["inference"].update(
+                placement="colocated", colocatedGpuMemoryUtilization=colocated_memory, sleepLevel=sleep_level
+            )
         return spec
 
     @contextlib.contextmanager
     def vllm_server(model_dir: Path, workdir: Path, port: int, memory: float, max_model_len: int):
         from weight_sync_vllm import Server
 
-        extra = ["--gpu-memory-utilization", str(colocated_memory if arm == "colocated" else 0.9),
-                 "--max-model-len", str(max_model_len)]
+        extra = [
+            "--gpu-memory-utilization",
+            str(colocated_memory if arm == "colocated" else 0.9),
+            "--max-model-len",
+            str(max_model_len),
+        ]
         if arm == "colocated":
             extra.append("--enable-sleep-mode")
         server = Server(model_dir, port, workdir / "vllm.log", extra)
@@ -79,22 +84,40 @@ def run_arm(arm: str, colocated_memory: float, sleep_level: int, rest: list[str]
     del base_server
     report = rsft_step.main(["--vllm", *rest])
     gpus = ARMS[arm]["gpus"]
-    return {"arm": arm, "gpus": gpus, "steps": [
-        {"step": s["step"], "wall_s": s["wall_s"], "gpu_seconds": s["wall_s"] * gpus, "seconds": s["seconds"],
-         "gpu_busy": s.get("gpu_busy")} for s in report["steps"]], "meta": report["meta"]}
+    return {
+        "arm": arm,
+        "gpus": gpus,
+        "steps": [
+            {
+                "step": s["step"],
+                "wall_s": s["wall_s"],
+                "gpu_seconds": s["wall_s"] * gpus,
+                "seconds": s["seconds"],
+                "gpu_busy": s.get("gpu_busy"),
+            }
+            for s in report["steps"]
+        ],
+        "meta": report["meta"],
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--colocated-memory", type=float, default=0.35,
-                        help="inference.colocatedGpuMemoryUtilization of the colocated server")
+    parser.add_argument(
+        "--colocated-memory",
+        type=float,
+        default=0.35,
+        help="inference.colocatedGpuMemoryUtilization of the colocated server",
+    )
     parser.add_argument("--sleep-level", type=int, choices=[1, 2], default=1, help="inference.sleepLevel")
     parser.add_argument("--json", type=Path, help="write the report here")
     parser.add_argument("--arm", choices=sorted(ARMS), help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
     if importlib.util.find_spec("vllm") is None:
-        raise SystemExit("colocated_step.py needs vLLM importable (it measures real servers); carry its wheels "
-                         "(docs/performance.md, weight sync) or run where vLLM is installed")
+        raise SystemExit(
+            "colocated_step.py needs vLLM importable (it measures real servers); carry its wheels "
+            "(docs/performance.md, weight sync) or run where vLLM is installed"
+        )
     if args.arm:
         print(json.dumps(run_arm(args.arm, args.colocated_memory, args.sleep_level, rest)))
         return
@@ -104,10 +127,24 @@ def main() -> None:
     arms = ["colocated", "separate"] if gpus >= 2 else ["colocated"]
     results = []
     for arm in arms:
-        proc = subprocess.run([sys.executable, __file__, "--arm", arm, "--colocated-memory", str(args.colocated_memory),
-                               "--sleep-level", str(args.sleep_level), *rest],
-                              capture_output=True, text=True, timeout=3600, check=False,
-                              env={**os.environ, "CUDA_VISIBLE_DEVICES": "0,1" if gpus >= 2 else "0"})
+        proc = subprocess.run(
+            [
+                sys.executable,
+                __file__,
+                "--arm",
+                arm,
+                "--colocated-memory",
+                str(args.colocated_memory),
+                "--sleep-level",
+                str(args.sleep_level),
+                *rest,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=3600,
+            check=False,
+            env={**os.environ, "CUDA_VISIBLE_DEVICES": "0,1" if gpus >= 2 else "0"},
+        )
         if proc.returncode != 0:
             raise SystemExit(f"arm {arm} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
@@ -119,7 +156,10 @@ def main() -> None:
             return [s["gpu_seconds"] for s in steps]
 
         col, sep = (sum(ordinary(r)) / len(ordinary(r)) for r in results)
-        report["compare"] = {"gpu_seconds_per_step": {"colocated": col, "separate": sep}, "separate/colocated": sep / col}
+        report["compare"] = {
+            "gpu_seconds_per_step": {"colocated": col, "separate": sep},
+            "separate/colocated": sep / col,
+        }
     else:
         report["note"] = f"{gpus} GPU(s): the separate arm needs 2; only colocated measured"
     text = json.dumps(report, indent=2)

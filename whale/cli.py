@@ -28,11 +28,11 @@ from rich.markup import escape
 from rich.table import Table
 
 from whale import plugins
-
 from whale.core import layout
+from whale.core.schedule import ScheduleError, resolve
+from whale.core.schedule import plan as make_plan
 from whale.manifest import Manifest, ManifestError, load_manifest, local_problems
 from whale.report.cli import report as report_command
-from whale.core.schedule import ScheduleError, plan as make_plan, resolve
 
 app = typer.Typer(
     name="whale",
@@ -64,9 +64,14 @@ class Target(str, enum.Enum):
 
 FileArg = Annotated[Path, typer.Argument(help="a WhaleRun manifest (YAML), the file `kubectl apply` takes")]
 OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table | json")]
-StoreOpt = Annotated[Optional[str], typer.Option(
-    "--store", help=f"DIR or s3://bucket/prefix (default: $WHALE_STORE, or ./{DEFAULT_STORE}); S3 settings from "
-                    "WHALE_S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY")]
+StoreOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--store",
+        help=f"DIR or s3://bucket/prefix (default: $WHALE_STORE, or ./{DEFAULT_STORE}); S3 settings from "
+        "WHALE_S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY",
+    ),
+]
 NameArg = Annotated[str, typer.Argument(help="the run's metadata.name")]
 
 
@@ -82,8 +87,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main_options(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                          help="print the version and exit")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version and exit")
+    ] = False,
 ) -> None:
     """WHALE: alternate RSFT weight phases and Meta-Harness harness phases, locally or on Kubernetes."""
 
@@ -129,9 +135,12 @@ def _is_local(m: Manifest, target: Target) -> bool:
 @app.command()
 def validate(
     file: FileArg,
-    target: Annotated[Target, typer.Option(
-        help="local: check what `whale run` needs here too (model folder, replay script, data root); cluster: "
-             "report those as notes (the paths are the image's); auto: cluster when metadata.namespace is set")
+    target: Annotated[
+        Target,
+        typer.Option(
+            help="local: check what `whale run` needs here too (model folder, replay script, data root); cluster: "
+            "report those as notes (the paths are the image's); auto: cluster when metadata.namespace is set"
+        ),
     ] = Target.auto,
 ) -> None:
     """Check a manifest: exit 0 with a one-line summary, or exit 1 listing every problem."""
@@ -155,11 +164,13 @@ def validate(
         highlight=False,
     )
     for ignored in m.ignored:
-        console.print(f"note: {ignored} ignored by `whale run` (kubectl apply applies it)", markup=False,
-                      highlight=False)
+        console.print(
+            f"note: {ignored} ignored by `whale run` (kubectl apply applies it)", markup=False, highlight=False
+        )
     for problem in here:  # only when checked for a cluster
-        console.print(f"note: not on this machine, so `whale run` would refuse it here: {problem}", markup=False,
-                      highlight=False)
+        console.print(
+            f"note: not on this machine, so `whale run` would refuse it here: {problem}", markup=False, highlight=False
+        )
 
 
 def plan_with_cost(m: Manifest, sizes: dict[str, int], assumptions: Any = None) -> tuple[dict[str, Any], Any]:
@@ -182,17 +193,29 @@ def plan_with_cost(m: Manifest, sizes: dict[str, int], assumptions: Any = None) 
 def plan(
     file: FileArg,
     output: OutputOpt = Output.table,
-    parameters: Annotated[Optional[float], typer.Option(
-        min=1e5, max=1e13, help="model parameters for the cost (default: what spec.model.name states, e.g. 2B)")] = None,
-    tokens_per_episode: Annotated[Optional[int], typer.Option(
-        min=1, max=10_000_000, help="typical generated tokens per episode (default: the spec's cap, an upper bound)")
+    parameters: Annotated[
+        Optional[float],
+        typer.Option(
+            min=1e5, max=1e13, help="model parameters for the cost (default: what spec.model.name states, e.g. 2B)"
+        ),
     ] = None,
-    prompt_tokens: Annotated[int, typer.Option(min=0, max=10_000_000, help="prompt tokens trained per kept rollout")
-                             ] = 512,
-    acceptance: Annotated[float, typer.Option(
-        min=0.001, max=1.0, help="fraction of rollouts kept for SFT (default 1: an upper bound)")] = 1.0,
-    proposer_seconds: Annotated[Optional[float], typer.Option(
-        min=0, max=1e7, help="wall seconds of one proposer iteration (default: its timeoutSeconds, an upper bound)")
+    tokens_per_episode: Annotated[
+        Optional[int],
+        typer.Option(
+            min=1, max=10_000_000, help="typical generated tokens per episode (default: the spec's cap, an upper bound)"
+        ),
+    ] = None,
+    prompt_tokens: Annotated[
+        int, typer.Option(min=0, max=10_000_000, help="prompt tokens trained per kept rollout")
+    ] = 512,
+    acceptance: Annotated[
+        float, typer.Option(min=0.001, max=1.0, help="fraction of rollouts kept for SFT (default 1: an upper bound)")
+    ] = 1.0,
+    proposer_seconds: Annotated[
+        Optional[float],
+        typer.Option(
+            min=0, max=1e7, help="wall seconds of one proposer iteration (default: its timeoutSeconds, an upper bound)"
+        ),
     ] = None,
 ) -> None:
     """The schedule the run will follow: phases, rollouts, evaluation cost, GPU-hours (docs/performance.md)."""
@@ -200,15 +223,28 @@ def plan(
     from whale.cost import Assumptions
 
     m, sizes = _load_checked(file)
-    p, est = plan_with_cost(m, sizes, Assumptions(
-        parameters=parameters, tokens_per_episode=tokens_per_episode, prompt_tokens=prompt_tokens,
-        acceptance=acceptance, proposer_seconds=proposer_seconds))
+    p, est = plan_with_cost(
+        m,
+        sizes,
+        Assumptions(
+            parameters=parameters,
+            tokens_per_episode=tokens_per_episode,
+            prompt_tokens=prompt_tokens,
+            acceptance=acceptance,
+            proposer_seconds=proposer_seconds,
+        ),
+    )
     if output is Output.json:
         typer.echo(json.dumps(p, indent=2))
         return
     table = Table(title=f"{m.name}: {m.spec.condition.value} on {m.spec.domain}")
-    for col, justify in (("cycle", "right"), ("kind", "left"), ("range / iterations", "left"),
-                         ("rollouts", "right"), ("note", "left")):
+    for col, justify in (
+        ("cycle", "right"),
+        ("kind", "left"),
+        ("range / iterations", "left"),
+        ("rollouts", "right"),
+        ("note", "left"),
+    ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
     omitted = p.get("phasesOmitted", 0)
     for row, ph in enumerate(p["phases"]):
@@ -232,19 +268,27 @@ def plan(
     bound = "at most " if p.get("rolloutsUpperBound") else ""
     eval_bound = "at most " if p.get("evaluationsUpperBound") else ""
     counts = p["counts"]
-    console.print(f"steps/epoch {p['stepsPerEpoch']}, total steps {p['totalSteps']}, {bound}{p['rollouts']:,} "
-                  f"training rollouts (weight steps and harness search); {counts['weight']} weight, "
-                  f"{counts['harness']} harness and {eval_bound}{counts['eval']} eval phases", highlight=False)
+    console.print(
+        f"steps/epoch {p['stepsPerEpoch']}, total steps {p['totalSteps']}, {bound}{p['rollouts']:,} "
+        f"training rollouts (weight steps and harness search); {counts['weight']} weight, "
+        f"{counts['harness']} harness and {eval_bound}{counts['eval']} eval phases",
+        highlight=False,
+    )
     ev = p["evaluation"]
-    console.print(f"evaluation: {ev['count']} point(s) x {ev['items']} items x {ev['samplesPerItem']} samples = "
-                  f"{ev['rolloutsEach']:,} rollouts each, {ev['rollouts']:,} in all (not in the training budget)",
-                  highlight=False)
+    console.print(
+        f"evaluation: {ev['count']} point(s) x {ev['items']} items x {ev['samplesPerItem']} samples = "
+        f"{ev['rolloutsEach']:,} rollouts each, {ev['rollouts']:,} in all (not in the training budget)",
+        highlight=False,
+    )
     updates = p.get("optimizerUpdatesPerStep")
     if updates:
         typical = ", ".join(f"{u['updates']} at {u['kept']} kept" for u in updates["byKept"])
-        console.print(f"optimizer updates per RSFT step ({updates['miniBatchScope']} mini-batch, "
-                      f"{updates['dataParallelRanks']} data-parallel ranks): {updates['formula']}; "
-                      f"at most {updates['upperBound']} (every rollout kept); {typical}", highlight=False)
+        console.print(
+            f"optimizer updates per RSFT step ({updates['miniBatchScope']} mini-batch, "
+            f"{updates['dataParallelRanks']} data-parallel ranks): {updates['formula']}; "
+            f"at most {updates['upperBound']} (every rollout kept); {typical}",
+            highlight=False,
+        )
     if est is None:
         console.print(f"cost: not estimated: {p['cost']['error']}", markup=False, highlight=False)
     else:
@@ -254,8 +298,11 @@ def plan(
 
 def _store_uri(uri: str | None, m: Manifest | None = None) -> str:
     spec_storage = m.spec.storage if m else None
-    return uri or (spec_storage.uri if spec_storage and spec_storage.uri else None) or os.environ.get(
-        "WHALE_STORE", DEFAULT_STORE)
+    return (
+        uri
+        or (spec_storage.uri if spec_storage and spec_storage.uri else None)
+        or os.environ.get("WHALE_STORE", DEFAULT_STORE)
+    )
 
 
 def _open_store(uri: str | None, m: Manifest | None = None) -> Any:
@@ -276,8 +323,9 @@ def _open_existing_store(uri: str | None, command: str) -> tuple[Any, str]:
     if "://" not in text or text.startswith("file://"):
         path = Path(text.removeprefix("file://")).expanduser()
         if not path.is_dir():
-            _fail([f"--store: no store at {path} (give --store DIR or s3://bucket/prefix, or set $WHALE_STORE)"],
-                  command)
+            _fail(
+                [f"--store: no store at {path} (give --store DIR or s3://bucket/prefix, or set $WHALE_STORE)"], command
+            )
     try:
         st = _open_store(text)
         if text.startswith("s3://"):
@@ -302,15 +350,27 @@ def storage_env(m: Manifest) -> dict[str, str]:
 @app.command()
 def run(
     file: FileArg,
-    store: Annotated[Optional[str], typer.Option(help="DIR or s3://bucket/prefix (default: spec.storage.uri, "
-                                                     "$WHALE_STORE, or ./.whale/store)")] = None,
+    store: Annotated[
+        Optional[str],
+        typer.Option(help="DIR or s3://bucket/prefix (default: spec.storage.uri, $WHALE_STORE, or ./.whale/store)"),
+    ] = None,
     workdir: Annotated[Optional[Path], typer.Option(help="scratch folder for logs and caches")] = None,
     timeout: Annotated[Optional[float], typer.Option(help="give up after this many seconds (resumable)")] = None,
-    retry: Annotated[bool, typer.Option("--retry", help="resume a Failed run from its last good state: completed "
-                                                       "phases kept, the failed phase started afresh")] = False,
-    output: Annotated[Output, typer.Option(
-        "--output", "-o", help="table: live progress, then the evaluation table and the next commands; json: "
-                               "timestamped progress lines on stderr, the status summary as JSON on stdout")
+    retry: Annotated[
+        bool,
+        typer.Option(
+            "--retry",
+            help="resume a Failed run from its last good state: completed phases kept, the failed phase started afresh",
+        ),
+    ] = False,
+    output: Annotated[
+        Output,
+        typer.Option(
+            "--output",
+            "-o",
+            help="table: live progress, then the evaluation table and the next commands; json: "
+            "timestamped progress lines on stderr, the status summary as JSON on stdout",
+        ),
     ] = Output.table,
 ) -> None:
     """Run the manifest on this machine, with live progress; run it again to resume.
@@ -352,8 +412,17 @@ def run(
     started = time.monotonic()
     # -o json: the progress lines go to stderr, so stdout is the JSON alone
     display = RunDisplay(m.name, console, live=None) if output is Output.table else RunDisplay(m.name, err, live=False)
-    runner = LocalRunner(name=m.name, spec=m.spec, store=st, split_sizes=sizes, workdir=work, env=env,
-                         on_view=display, resume_hint=hint, **extra)
+    runner = LocalRunner(
+        name=m.name,
+        spec=m.spec,
+        store=st,
+        split_sizes=sizes,
+        workdir=work,
+        env=env,
+        on_view=display,
+        resume_hint=hint,
+        **extra,
+    )
     display.console.print(f"run {m.name}: store {st.uri}", highlight=False, markup=False)
     try:
         with interrupt_on_signals(), display:
@@ -376,12 +445,18 @@ def run(
     else:
         keys = [k for k in (status.current_harness, status.current_checkpoint) if k]
         store_arg = store or st.uri
-        console.print(final_summary(m.name, status, {k: st.uri_for(k) for k in keys}, store_arg, hint,
-                                    duration(time.monotonic() - started)))
+        console.print(
+            final_summary(
+                m.name, status, {k: st.uri_for(k) for k in keys}, store_arg, hint, duration(time.monotonic() - started)
+            )
+        )
     if status.phase.value == "Failed":
         if not retry:
-            err.print(f"run {m.name} failed; fix the cause, then `{hint} --retry` resumes it from its last good state",
-                      highlight=False, markup=False)
+            err.print(
+                f"run {m.name} failed; fix the cause, then `{hint} --retry` resumes it from its last good state",
+                highlight=False,
+                markup=False,
+            )
         raise typer.Exit(code=1)
 
 
@@ -412,9 +487,14 @@ def _require_run(st: Any, name: str, command: str) -> None:
         return
     names = run_names(st)
     shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
-    _fail([f"no run named {name!r} in the store {st.uri}; "
-           + (f"runs there: {shown}" if names else "it holds no runs")
-           + " (give --store, or set $WHALE_STORE, for another store; `whale list` lists a store's runs)"], command)
+    _fail(
+        [
+            f"no run named {name!r} in the store {st.uri}; "
+            + (f"runs there: {shown}" if names else "it holds no runs")
+            + " (give --store, or set $WHALE_STORE, for another store; `whale list` lists a store's runs)"
+        ],
+        command,
+    )
 
 
 @app.command()
@@ -424,8 +504,8 @@ def status(
     output: OutputOpt = Output.table,
 ) -> None:
     """Show a run's status from the store, and which process runs it now."""
-    from whale.runner.local import status_summary
     from whale.core.spec import WhaleRunStatus
+    from whale.runner.local import status_summary
     from whale.store import StoreError
 
     st, _ = _open_existing_store(store, "status")
@@ -468,11 +548,14 @@ def list_runs(store: StoreOpt = None, output: OutputOpt = Output.table) -> None:
         return
     table = Table(title=f"runs in {st.uri}", box=box.SIMPLE_HEAD, title_justify="left")
     for col in ("name", "phase", "now", "best", "rollouts", "age", "runner"):
-        table.add_column(col, justify="right" if col in ("rollouts", "age") else "left",
-                         no_wrap=col in ("name", "phase", "best", "rollouts", "age"), min_width=6)
+        table.add_column(
+            col,
+            justify="right" if col in ("rollouts", "age") else "left",
+            no_wrap=col in ("name", "phase", "best", "rollouts", "age"),
+            min_width=6,
+        )
     for r in rows:
-        table.add_row(r.name, r.phase, r.now, r.best, "-" if r.rollouts is None else f"{r.rollouts:,}", r.age,
-                      r.runner)
+        table.add_row(r.name, r.phase, r.now, r.best, "-" if r.rollouts is None else f"{r.rollouts:,}", r.age, r.runner)
     console.print(table)
     if more:
         console.print(f"... and {more} more runs not listed", highlight=False)
@@ -481,11 +564,24 @@ def list_runs(store: StoreOpt = None, output: OutputOpt = Output.table) -> None:
 @app.command()
 def logs(
     name: NameArg,
-    phase: Annotated[Optional[str], typer.Option(help="this phase's log (e.g. c01-weight, eval-c00-s000000-start); "
-                                                     "default: the phase running now, or the last one")] = None,
-    attempt: Annotated[Optional[int], typer.Option(min=1, help="this attempt of the phase (default: the latest)")] = None,
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing as it is written: the phase until it "
-                                                               "ends; without --phase, the run until it stops")] = False,
+    phase: Annotated[
+        Optional[str],
+        typer.Option(
+            help="this phase's log (e.g. c01-weight, eval-c00-s000000-start); "
+            "default: the phase running now, or the last one"
+        ),
+    ] = None,
+    attempt: Annotated[
+        Optional[int], typer.Option(min=1, help="this attempt of the phase (default: the latest)")
+    ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="keep printing as it is written: the phase until it ends; without --phase, the run until it stops",
+        ),
+    ] = False,
     tail: Annotated[Optional[int], typer.Option(min=0, help="only the last N lines (then follow, with -f)")] = None,
     store: StoreOpt = None,
 ) -> None:
@@ -502,8 +598,15 @@ def logs(
         target = find_target(st, name, phase, attempt)
         if follow and phase is None:
             typer.echo(target.header(), nl=False)
-        show(st, name, target, lambda text: typer.echo(text, nl=False), follow=follow,
-             follow_run=follow and phase is None, tail=tail)
+        show(
+            st,
+            name,
+            target,
+            lambda text: typer.echo(text, nl=False),
+            follow=follow,
+            follow_run=follow and phase is None,
+            tail=tail,
+        )
     except LogsError as exc:
         _fail([str(exc)], "logs")
     except StoreError as exc:
@@ -523,8 +626,8 @@ def stop(
 
     Its workloads end, the status is saved as interrupted, and `whale run FILE` resumes it. The request
     goes through the store, so it works from any machine that reaches the store."""
-    from whale.runner.control import request_stop
     from whale.core.spec import WhaleRunStatus
+    from whale.runner.control import request_stop
     from whale.store import StoreError
 
     st, _ = _open_existing_store(store, "stop")
@@ -534,8 +637,9 @@ def stop(
     except StoreError as exc:
         _fail([str(exc)], "stop")
     if info is None:
-        console.print(f"run {name} is not running (no runner holds its lock): nothing to stop", highlight=False,
-                      markup=False)
+        console.print(
+            f"run {name} is not running (no runner holds its lock): nothing to stop", highlight=False, markup=False
+        )
         return
     console.print(f"asked the runner of {name} to stop: {info.describe()}", highlight=False, markup=False)
     if not wait:
@@ -547,15 +651,21 @@ def stop(
             if lock is None or not lock.live:
                 break
             if time.monotonic() > deadline:
-                _fail([f"the runner still holds {name} after {timeout:g} s (it stops its workloads first, each "
-                       "within its grace period); check `whale status` again, or signal the runner's pid"], "stop")
+                _fail(
+                    [
+                        f"the runner still holds {name} after {timeout:g} s (it stops its workloads first, each "
+                        "within its grace period); check `whale status` again, or signal the runner's pid"
+                    ],
+                    "stop",
+                )
             time.sleep(0.2)
         raw = st.read_json_or_none(layout.status_key(name))
     except StoreError as exc:
         _fail([str(exc)], "stop")
     saved = WhaleRunStatus.model_validate(raw or {})
-    console.print(f"stopped: run {name} is {saved.phase.value}; {saved.message or ''}".rstrip("; "), highlight=False,
-                  markup=False)
+    console.print(
+        f"stopped: run {name} is {saved.phase.value}; {saved.message or ''}".rstrip("; "), highlight=False, markup=False
+    )
 
 
 @app.command()
@@ -607,12 +717,17 @@ def list_domains() -> None:
 @app.command()
 def prepare(
     file: FileArg,
-    store: Annotated[Optional[str], typer.Option(help="DIR or s3://bucket/prefix (default: spec.storage.uri, "
-                                                     "$WHALE_STORE, or ./.whale/store)")] = None,
-    cache_dir: Annotated[Optional[Path], typer.Option(help="where downloads go, resumed from there "
-                                                           "(default: $WHALE_CACHE_DIR/downloads)")] = None,
-    splits_only: Annotated[bool, typer.Option("--splits-only", help="skip the tool services' data (search_qa's "
-                                                                   "wiki-18 index: ~80 GB)")] = False,
+    store: Annotated[
+        Optional[str],
+        typer.Option(help="DIR or s3://bucket/prefix (default: spec.storage.uri, $WHALE_STORE, or ./.whale/store)"),
+    ] = None,
+    cache_dir: Annotated[
+        Optional[Path],
+        typer.Option(help="where downloads go, resumed from there (default: $WHALE_CACHE_DIR/downloads)"),
+    ] = None,
+    splits_only: Annotated[
+        bool, typer.Option("--splits-only", help="skip the tool services' data (search_qa's wiki-18 index: ~80 GB)")
+    ] = False,
     output: OutputOpt = "table",
 ) -> None:
     """Fetch, verify and split the manifest's data into the store, before `whale run` or `kubectl apply`.
@@ -634,11 +749,15 @@ def prepare(
         result = prepare_data(load_domain(m.spec), m.spec, st, tool_data=not splits_only, cache_dir=cache_dir)
     except (FullDataError, FetchError, PrepareError, StoreError, DomainError, OSError) as exc:
         _fail([str(exc)], str(file))
-    sources = [{"name": r.name, "action": r.action, "bytes": r.bytes, "sha256": r.sha256, "url": r.url}
-               for r in result.sources]
+    sources = [
+        {"name": r.name, "action": r.action, "bytes": r.bytes, "sha256": r.sha256, "url": r.url} for r in result.sources
+    ]
     if output == "json":
-        typer.echo(json.dumps({"store": st.uri, "source": m.spec.data.source, "sizes": result.sizes,
-                               "sources": sources}, indent=2))
+        typer.echo(
+            json.dumps(
+                {"store": st.uri, "source": m.spec.data.source, "sizes": result.sizes, "sources": sources}, indent=2
+            )
+        )
         return
     if sources:
         table = Table(title=f"{m.spec.domain}: full data in {st.uri}")
@@ -648,8 +767,11 @@ def prepare(
             table.add_row(r["name"], r["action"], f"{r['bytes']:,}", r["sha256"][:16], r["url"])
         console.print(table)
     sizes = result.sizes
-    console.print(f"ok: {m.spec.domain} ({m.spec.data.source} data) prepared in {st.uri}: D_weight {sizes['weight']:,}, "
-                  f"D_harness {sizes['harness']:,}, D_test {sizes['test']:,}", highlight=False)
+    console.print(
+        f"ok: {m.spec.domain} ({m.spec.data.source} data) prepared in {st.uri}: D_weight {sizes['weight']:,}, "
+        f"D_harness {sizes['harness']:,}, D_test {sizes['test']:,}",
+        highlight=False,
+    )
 
 
 app.command("report")(report_command)  # whale/report/cli.py

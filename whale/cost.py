@@ -80,23 +80,53 @@ SYNC_MODEL_PARAMETERS = 1_510_073_344
 H200 = Figures(
     gpu="NVIDIA H200",
     vllm_generation_tokens_per_s=Figure(
-        17090.229143610224, "tokens/s", "vLLM 0.24 decode, 128 requests in flight (the median of three waves)",
-        "weight_sync_vllm_h200_decode.json", ("decode_tok_s_before", 2), SYNC_MODEL_PARAMETERS),
+        17090.229143610224,
+        "tokens/s",
+        "vLLM 0.24 decode, 128 requests in flight (the median of three waves)",
+        "weight_sync_vllm_h200_decode.json",
+        ("decode_tok_s_before", 2),
+        SYNC_MODEL_PARAMETERS,
+    ),
     transformers_generation_tokens_per_s=Figure(
-        1656.4711641635006, "tokens/s", "in-process transformers generation during an RSFT step (64 x 8 rollouts)",
-        "rsft_step_h200_transformers.json", ("steps", 1, "generated_tokens_per_s"), QWEN3_1_7B_PARAMETERS),
+        1656.4711641635006,
+        "tokens/s",
+        "in-process transformers generation during an RSFT step (64 x 8 rollouts)",
+        "rsft_step_h200_transformers.json",
+        ("steps", 1, "generated_tokens_per_s"),
+        QWEN3_1_7B_PARAMETERS,
+    ),
     sft_tokens_per_s=Figure(
-        40652.23057550445, "tokens/s", "SFT, padded rows of 4096 tokens, regional compile (60.4 % MFU)",
-        "sft_vs_trl_h200_fixed.json", ("runs", 0, "results", 0, "tokens_per_s"), QWEN3_1_7B_PARAMETERS),
+        40652.23057550445,
+        "tokens/s",
+        "SFT, padded rows of 4096 tokens, regional compile (60.4 % MFU)",
+        "sft_vs_trl_h200_fixed.json",
+        ("runs", 0, "results", 0, "tokens_per_s"),
+        QWEN3_1_7B_PARAMETERS,
+    ),
     sft_packed_tokens_per_s=Figure(
-        35919.75139329853, "tokens/s", "SFT, variable lengths packed, flex attention (51.6 % MFU)",
-        "sft_vs_trl_h200_variable_padded.json", ("runs", 0, "results", 0, "tokens_per_s"), QWEN3_1_7B_PARAMETERS),
+        35919.75139329853,
+        "tokens/s",
+        "SFT, variable lengths packed, flex attention (51.6 % MFU)",
+        "sft_vs_trl_h200_variable_padded.json",
+        ("runs", 0, "results", 0, "tokens_per_s"),
+        QWEN3_1_7B_PARAMETERS,
+    ),
     weight_sync_s=Figure(
-        2.736737731000005, "s", "VLLMReloadSync, bf16 write + reload in place, per RSFT step (the slower run)",
-        "weight_sync_vllm_h200_final2.json", ("bf16_total_s", 0), SYNC_MODEL_PARAMETERS),
+        2.736737731000005,
+        "s",
+        "VLLMReloadSync, bf16 write + reload in place, per RSFT step (the slower run)",
+        "weight_sync_vllm_h200_final2.json",
+        ("bf16_total_s", 0),
+        SYNC_MODEL_PARAMETERS,
+    ),
     checkpoint_s=Figure(
-        45.105831051999985, "s", "HF checkpoint + resume state (AdamW moments), before streaming the state",
-        "rsft_step_h200_transformers.json", ("steps", 1, "seconds", "checkpoint"), QWEN3_1_7B_PARAMETERS),
+        45.105831051999985,
+        "s",
+        "HF checkpoint + resume state (AdamW moments), before streaming the state",
+        "rsft_step_h200_transformers.json",
+        ("steps", 1, "seconds", "checkpoint"),
+        QWEN3_1_7B_PARAMETERS,
+    ),
 )
 
 
@@ -197,9 +227,16 @@ class CostEstimate:
             "total": {"wallHours": self.total_wall_hours, "gpuHours": self.total_gpu_hours},
             "upperBound": self.upper_bound,
             "assumptions": list(self.assumptions),
-            "figures": {name: {"value": f.value, "unit": f.unit, "what": f.what,
-                               "source": f"benchmarks/results/{f.source}", "measuredAtParameters": f.parameters}
-                        for name, f in self.figures.all().items()},
+            "figures": {
+                name: {
+                    "value": f.value,
+                    "unit": f.unit,
+                    "what": f.what,
+                    "source": f"benchmarks/results/{f.source}",
+                    "measuredAtParameters": f.parameters,
+                }
+                for name, f in self.figures.all().items()
+            },
             "gpu": self.figures.gpu,
         }
 
@@ -230,13 +267,17 @@ def _hours(seconds: float) -> float:
     return seconds / 3600.0
 
 
-def estimate(plan: Mapping[str, Any], spec: WhaleRunSpec, assumptions: Assumptions = Assumptions(),
-             figures: Figures = H200) -> CostEstimate:
+def estimate(
+    plan: Mapping[str, Any], spec: WhaleRunSpec, assumptions: Assumptions = Assumptions(), figures: Figures = H200
+) -> CostEstimate:
     """GPU-hours of the run ``plan`` describes (``with_costs(schedule.plan(spec, sizes), spec, sizes)``)."""
     n = assumptions.parameters if assumptions.parameters is not None else parameters_from_name(spec.model.name)
     if n is None:
-        raise CostError("spec.model.name", f"{spec.model.name!r} does not state a parameter count (like 2B or "
-                                           "135M); pass it: whale plan --parameters 2e9")
+        raise CostError(
+            "spec.model.name",
+            f"{spec.model.name!r} does not state a parameter count (like 2B or "
+            "135M); pass it: whale plan --parameters 2e9",
+        )
     if not (1e5 <= n <= 1e13):
         raise CostError("parameters", f"{n:g} is not a model size; give the parameter count, e.g. 2e9")
     if not 0 < assumptions.acceptance <= 1:
@@ -245,8 +286,11 @@ def estimate(plan: Mapping[str, Any], spec: WhaleRunSpec, assumptions: Assumptio
     tokens = assumptions.tokens_per_episode or sampling.episode_token_budget or sampling.max_response_tokens
     if tokens < 1:
         raise CostError("tokensPerEpisode", "must be at least 1")
-    proposer_s = (assumptions.proposer_seconds if assumptions.proposer_seconds is not None
-                  else float(spec.harness_search.proposer.timeout_seconds))
+    proposer_s = (
+        assumptions.proposer_seconds
+        if assumptions.proposer_seconds is not None
+        else float(spec.harness_search.proposer.timeout_seconds)
+    )
     placement = placement_of(spec)
     train_gpus = spec.train.num_nodes * spec.train.gpus_per_node
     tp = spec.inference.tensor_parallel_size
@@ -282,8 +326,10 @@ def estimate(plan: Mapping[str, Any], spec: WhaleRunSpec, assumptions: Assumptio
     every = spec.rsft.checkpoint_every_steps
     checkpoints = 0
     if total_steps:
-        checkpoints = min(total_steps, (total_steps // every if every else 0) + int(counts.get("weight", 0))
-                          + int(counts.get("eval", 0)))
+        checkpoints = min(
+            total_steps,
+            (total_steps // every if every else 0) + int(counts.get("weight", 0)) + int(counts.get("eval", 0)),
+        )
     ckpt_s = _scaled_seconds(figures.checkpoint_s, n)
     weight_wall = total_steps * step_wall + checkpoints * ckpt_s
     weight = PartCost(_hours(weight_wall), _hours(weight_wall * weight_held), weight_held)
@@ -302,21 +348,29 @@ def estimate(plan: Mapping[str, Any], spec: WhaleRunSpec, assumptions: Assumptio
     notes = [
         f"figures measured on one {figures.gpu} (benchmarks/results/); scaled by parameters: rate x "
         f"N_measured / {fmt_parameters(n)}, checkpoint and sync seconds x {fmt_parameters(n)} / N_measured",
-        "parameters: " + (f"{fmt_parameters(n)} (given)" if assumptions.parameters is not None
-                          else f"{fmt_parameters(n)} (from the model name {spec.model.name!r})"),
-        f"tokens generated per episode: {tokens:,}" + (" (the spec's per-episode cap: an upper bound; "
-                                                       "--tokens-per-episode for a typical length)"
-                                                       if default_tokens else " (given)"),
+        "parameters: "
+        + (
+            f"{fmt_parameters(n)} (given)"
+            if assumptions.parameters is not None
+            else f"{fmt_parameters(n)} (from the model name {spec.model.name!r})"
+        ),
+        f"tokens generated per episode: {tokens:,}"
+        + (
+            " (the spec's per-episode cap: an upper bound; --tokens-per-episode for a typical length)"
+            if default_tokens
+            else " (given)"
+        ),
         f"prompt tokens trained per kept rollout: {assumptions.prompt_tokens:,}",
-        f"rollouts kept for SFT: {assumptions.acceptance:.0%}" + (" (every rollout: an upper bound)"
-                                                                   if assumptions.acceptance == 1 else ""),
-        f"proposer wall time per iteration: {proposer_s:,.0f} s" + (" (its timeoutSeconds: an upper bound)"
-                                                                   if default_proposer else " (given)"),
-        f"placement: {placement.value}; " + {
+        f"rollouts kept for SFT: {assumptions.acceptance:.0%}"
+        + (" (every rollout: an upper bound)" if assumptions.acceptance == 1 else ""),
+        f"proposer wall time per iteration: {proposer_s:,.0f} s"
+        + (" (its timeoutSeconds: an upper bound)" if default_proposer else " (given)"),
+        f"placement: {placement.value}; "
+        + {
             Placement.SEPARATE: f"a weight phase holds {train_gpus} trainer + {inference_gpus} vLLM GPUs for "
-                                "its whole wall time",
+            "its whole wall time",
             Placement.COLOCATED: f"vLLM sleeps on the {train_gpus} trainer GPUs during SFT (sleep/wake "
-                                 "seconds not measured, not counted)",
+            "seconds not measured, not counted)",
             Placement.IN_PROCESS: "the trainer generates in process on its own GPUs (transformers rate)",
             Placement.EXTERNAL: "generation on an external endpoint: its GPUs are not counted",
         }[placement],
@@ -327,18 +381,40 @@ def estimate(plan: Mapping[str, Any], spec: WhaleRunSpec, assumptions: Assumptio
     ]
     if train_gpus == 0:
         notes.append("train.gpusPerNode is 0: a CPU run, no GPU-hours")
-    upper = (default_tokens or assumptions.acceptance == 1 or default_proposer
-             or bool(plan.get("rolloutsUpperBound")) or bool(plan.get("evaluationsUpperBound")))
+    upper = (
+        default_tokens
+        or assumptions.acceptance == 1
+        or default_proposer
+        or bool(plan.get("rolloutsUpperBound"))
+        or bool(plan.get("evaluationsUpperBound"))
+    )
     if train_gpus == 0:
         zero = PartCost(weight.wall_hours, 0.0, 0)
-        weight, harness, evaluation = zero, PartCost(harness.wall_hours, 0.0, 0), PartCost(evaluation.wall_hours, 0.0, 0)
+        weight, harness, evaluation = (
+            zero,
+            PartCost(harness.wall_hours, 0.0, 0),
+            PartCost(evaluation.wall_hours, 0.0, 0),
+        )
     return CostEstimate(
-        placement=placement, parameters=n, train_gpus=train_gpus, inference_gpus=inference_gpus,
+        placement=placement,
+        parameters=n,
+        train_gpus=train_gpus,
+        inference_gpus=inference_gpus,
         tokens_per_episode=tokens,
-        step={"generation": step_gen, "sync": step_sync, "sft": step_sft, "wall": step_wall,
-              "gpuSeconds": step_wall * weight_held},
-        checkpoints=checkpoints, weight=weight, harness=harness, evaluation=evaluation, upper_bound=upper,
-        assumptions=tuple(notes), figures=figures,
+        step={
+            "generation": step_gen,
+            "sync": step_sync,
+            "sft": step_sft,
+            "wall": step_wall,
+            "gpuSeconds": step_wall * weight_held,
+        },
+        checkpoints=checkpoints,
+        weight=weight,
+        harness=harness,
+        evaluation=evaluation,
+        upper_bound=upper,
+        assumptions=tuple(notes),
+        figures=figures,
     )
 
 

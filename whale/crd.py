@@ -17,19 +17,20 @@ from typing import Any
 import yaml
 
 from whale.core.spec import (
-    RSFT,
     API_GROUP,
     API_VERSION,
     KIND,
     PATTERN_HINTS,
     PLURAL,
+    RSFT,
     SHORT_NAMES,
+    SINGULAR,
     AdaptiveHarness,
     Proposer,
-    SINGULAR,
     WhaleRunSpec,
     WhaleRunStatus,
 )
+
 
 def _default(model: type, field: str) -> Any:
     return model.model_fields[field].default
@@ -45,22 +46,28 @@ _PROPOSER = "self.harnessSearch.proposer"
 _HAS_PROPOSER = "has(self.harnessSearch) && has(self.harnessSearch.proposer)"
 _BACKEND = f"({_HAS_PROPOSER} && has({_PROPOSER}.backend) ? {_PROPOSER}.backend : '{_default(Proposer, 'backend')}')"
 #: whale.metaharness.proposer._loopback: localhost or a loopback address (127.0.0.0/8, ::1)
-_LOOPBACK_URL = r"^[A-Za-z][A-Za-z0-9+.-]*://([^/?#@]*@)?((?i:localhost)|127(\.[0-9]{1,3}){3}|\[::1\])(:[0-9]*)?([/?#].*)?$"
+_LOOPBACK_URL = (
+    r"^[A-Za-z][A-Za-z0-9+.-]*://([^/?#@]*@)?((?i:localhost)|127(\.[0-9]{1,3}){3}|\[::1\])(:[0-9]*)?([/?#].*)?$"
+)
 _SEARCHES = "self.condition != 'rsft_only'"
 _BUDGET = "has(self.schedule) && (has(self.schedule.totalEpochs) || has(self.schedule.totalSteps))"
 _E = "has(self.schedule) && (has(self.schedule.weightEpochsPerCycle) || has(self.schedule.weightStepsPerCycle))"
 
 
 def _one_unit(knob: str) -> dict[str, str]:
-    return {"rule": f"!(has(self.{knob}Epochs) && has(self.{knob}Steps))",
-            "message": f"give {knob}Epochs or {knob}Steps, not both"}
+    return {
+        "rule": f"!(has(self.{knob}Epochs) && has(self.{knob}Steps))",
+        "message": f"give {knob}Epochs or {knob}Steps, not both",
+    }
 
 
 def _immutable(path: str) -> dict[str, str]:
     """A transition rule (checked on update only): ``path`` keeps its value. On spec itself, not on the field,
     so the field's own schema stays as the model has it."""
-    return {"rule": f"self.{path} == oldSelf.{path}", "message": f"{path} is immutable: it names what the run is "
-            "(create a new WhaleRun for another one)"}
+    return {
+        "rule": f"self.{path} == oldSelf.{path}",
+        "message": f"{path} is immutable: it names what the run is (create a new WhaleRun for another one)",
+    }
 
 
 #: CEL rules the API server checks before anything reaches the operator: every cross-field rule of the model's
@@ -70,69 +77,105 @@ def _immutable(path: str) -> dict[str, str]:
 #: `whale validate` refuses.
 CEL_RULES: dict[str, list[dict[str, str]]] = {
     "": [
-        {"rule": f"self.condition == 'mh_only' || {_BUDGET}",
-         "message": "conditions that train weights need schedule.totalEpochs or schedule.totalSteps"},
-        {"rule": f"self.condition != 'mh_only' || !({_BUDGET}) && !({_E})",
-         "message": "mh_only never trains weights: remove schedule.totalEpochs/totalSteps/weightEpochsPerCycle/"
-                    "weightStepsPerCycle (mhOnlyIterations sets its length)"},
-        {"rule": f"self.condition != 'whale' || {_E}",
-         "message": "condition whale needs E: set schedule.weightEpochsPerCycle or schedule.weightStepsPerCycle"},
-        {"rule": f"!(self.condition in ['rsft_only', 'adaptive_whale']) || !({_E})",
-         "message": "weightEpochsPerCycle/weightStepsPerCycle never apply to rsft_only or adaptive_whale: remove them"},
-        {"rule": f"!({_SEARCHES}) || !({_BACKEND} in ['openai', 'anthropic']) || {_HAS_PROPOSER} && "
-                 f"has({_PROPOSER}.model)",
-         "message": "harnessSearch.proposer.model: backends openai and anthropic need the model to ask"},
-        {"rule": f"!({_SEARCHES}) || {_BACKEND} != 'openai' || {_HAS_PROPOSER} && has({_PROPOSER}.baseUrl)",
-         "message": "harnessSearch.proposer.baseUrl: backend openai needs the endpoint (an OpenAI-compatible URL)"},
-        {"rule": f"!({_SEARCHES}) || !({_BACKEND} in ['openai', 'anthropic']) || {_HAS_PROPOSER} && "
-                 f"(has({_PROPOSER}.apiKeySecret) || {_BACKEND} == 'openai' && has({_PROPOSER}.baseUrl) && "
-                 f"{_PROPOSER}.baseUrl.matches(r'{_LOOPBACK_URL}'))",
-         "message": "harnessSearch.proposer.apiKeySecret: backends openai and anthropic need the API key Secret "
-                    "(an openai baseUrl on loopback needs none)"},
-        {"rule": "has(self.storage) && has(self.storage.uri)",
-         "message": "storage.uri: the operator needs an object store: set it to s3://bucket[/prefix]"},
+        {
+            "rule": f"self.condition == 'mh_only' || {_BUDGET}",
+            "message": "conditions that train weights need schedule.totalEpochs or schedule.totalSteps",
+        },
+        {
+            "rule": f"self.condition != 'mh_only' || !({_BUDGET}) && !({_E})",
+            "message": "mh_only never trains weights: remove schedule.totalEpochs/totalSteps/weightEpochsPerCycle/"
+            "weightStepsPerCycle (mhOnlyIterations sets its length)",
+        },
+        {
+            "rule": f"self.condition != 'whale' || {_E}",
+            "message": "condition whale needs E: set schedule.weightEpochsPerCycle or schedule.weightStepsPerCycle",
+        },
+        {
+            "rule": f"!(self.condition in ['rsft_only', 'adaptive_whale']) || !({_E})",
+            "message": "weightEpochsPerCycle/weightStepsPerCycle never apply to rsft_only or adaptive_whale: remove them",
+        },
+        {
+            "rule": f"!({_SEARCHES}) || !({_BACKEND} in ['openai', 'anthropic']) || {_HAS_PROPOSER} && "
+            f"has({_PROPOSER}.model)",
+            "message": "harnessSearch.proposer.model: backends openai and anthropic need the model to ask",
+        },
+        {
+            "rule": f"!({_SEARCHES}) || {_BACKEND} != 'openai' || {_HAS_PROPOSER} && has({_PROPOSER}.baseUrl)",
+            "message": "harnessSearch.proposer.baseUrl: backend openai needs the endpoint (an OpenAI-compatible URL)",
+        },
+        {
+            "rule": f"!({_SEARCHES}) || !({_BACKEND} in ['openai', 'anthropic']) || {_HAS_PROPOSER} && "
+            f"(has({_PROPOSER}.apiKeySecret) || {_BACKEND} == 'openai' && has({_PROPOSER}.baseUrl) && "
+            f"{_PROPOSER}.baseUrl.matches(r'{_LOOPBACK_URL}'))",
+            "message": "harnessSearch.proposer.apiKeySecret: backends openai and anthropic need the API key Secret "
+            "(an openai baseUrl on loopback needs none)",
+        },
+        {
+            "rule": "has(self.storage) && has(self.storage.uri)",
+            "message": "storage.uri: the operator needs an object store: set it to s3://bucket[/prefix]",
+        },
         _immutable("domain"),
         _immutable("condition"),
         _immutable("model.name"),
-        {"rule": "has(self.resumeFrom) == has(oldSelf.resumeFrom) && "
-                 "(!has(self.resumeFrom) || self.resumeFrom == oldSelf.resumeFrom)",
-         "message": "resumeFrom is immutable: it chose the store the run lives in"},
+        {
+            "rule": "has(self.resumeFrom) == has(oldSelf.resumeFrom) && "
+            "(!has(self.resumeFrom) || self.resumeFrom == oldSelf.resumeFrom)",
+            "message": "resumeFrom is immutable: it chose the store the run lives in",
+        },
     ],
     "storage": [
-        {"rule": "!has(self.uri) || !self.uri.startsWith('s3://') || has(self.endpoint)",
-         "message": "storage.endpoint: an s3:// store needs the S3 endpoint (host:port of MinIO/S3)"},
-        {"rule": "has(self.uri) == has(oldSelf.uri) && (!has(self.uri) || self.uri == oldSelf.uri)",
-         "message": "storage.uri is immutable: the run's phases, checkpoints and status live there"},
+        {
+            "rule": "!has(self.uri) || !self.uri.startsWith('s3://') || has(self.endpoint)",
+            "message": "storage.endpoint: an s3:// store needs the S3 endpoint (host:port of MinIO/S3)",
+        },
+        {
+            "rule": "has(self.uri) == has(oldSelf.uri) && (!has(self.uri) || self.uri == oldSelf.uri)",
+            "message": "storage.uri is immutable: the run's phases, checkpoints and status live there",
+        },
     ],
     "schedule": [
         _one_unit("total"),
-        {"rule": "!(has(self.weightEpochsPerCycle) && has(self.weightStepsPerCycle))",
-         "message": "give weightEpochsPerCycle or weightStepsPerCycle, not both"},
+        {
+            "rule": "!(has(self.weightEpochsPerCycle) && has(self.weightStepsPerCycle))",
+            "message": "give weightEpochsPerCycle or weightStepsPerCycle, not both",
+        },
     ],
     "schedule.adaptive.weight": [_one_unit("window"), _one_unit("burnIn"), _one_unit("patience")],
     "schedule.adaptive.harness": [
-        {"rule": f"{_or_default('maxIterations', AdaptiveHarness, 'max_iterations')} + 1 >= "
-                 f"{_or_default('minIterations', AdaptiveHarness, 'min_iterations')}",
-         "message": "maxIterations (proposer iterations) + 1 (the incoming evaluation) must allow minIterations"},
+        {
+            "rule": f"{_or_default('maxIterations', AdaptiveHarness, 'max_iterations')} + 1 >= "
+            f"{_or_default('minIterations', AdaptiveHarness, 'min_iterations')}",
+            "message": "maxIterations (proposer iterations) + 1 (the incoming evaluation) must allow minIterations",
+        },
     ],
     "rsft": [
-        {"rule": f"{_or_default('microBatchSizePerGpu', RSFT, 'micro_batch_size_per_gpu')} <= "
-                 f"{_or_default('miniBatchSize', RSFT, 'mini_batch_size')}",
-         "message": "microBatchSizePerGpu must be <= miniBatchSize"},
-        {"rule": "!has(self.attention) || !(self.attention in ['flex', 'flash']) || "
-                 "has(self.packSequences) && self.packSequences",
-         "message": "attention flex and flash are the kernels of packed micro-batches: set packSequences: true"},
+        {
+            "rule": f"{_or_default('microBatchSizePerGpu', RSFT, 'micro_batch_size_per_gpu')} <= "
+            f"{_or_default('miniBatchSize', RSFT, 'mini_batch_size')}",
+            "message": "microBatchSizePerGpu must be <= miniBatchSize",
+        },
+        {
+            "rule": "!has(self.attention) || !(self.attention in ['flex', 'flash']) || "
+            "has(self.packSequences) && self.packSequences",
+            "message": "attention flex and flash are the kernels of packed micro-batches: set packSequences: true",
+        },
     ],
     "harnessSearch.proposer": [
-        {"rule": "!has(self.backend) || self.backend != 'cli' || has(self.command) && size(self.command) > 0",
-         "message": "backend 'cli' needs `command` (the agent CLI's argv)"},
-        {"rule": "!has(self.backend) || self.backend != 'replay' || has(self.script)",
-         "message": "backend 'replay' needs `script`"},
+        {
+            "rule": "!has(self.backend) || self.backend != 'cli' || has(self.command) && size(self.command) > 0",
+            "message": "backend 'cli' needs `command` (the agent CLI's argv)",
+        },
+        {
+            "rule": "!has(self.backend) || self.backend != 'replay' || has(self.script)",
+            "message": "backend 'replay' needs `script`",
+        },
     ],
     "evaluation": [_one_unit("interval")],
     "data": [
-        {"rule": "!has(self.sources) || size(self.sources) == 0 || has(self.source) && self.source == 'full'",
-         "message": "sources: only the full data is fetched; set source: full or remove sources"},
+        {
+            "rule": "!has(self.sources) || size(self.sources) == 0 || has(self.source) && self.source == 'full'",
+            "message": "sources: only the full data is fetched; set source: full or remove sources",
+        },
     ],
 }
 
@@ -145,8 +188,12 @@ PRINTER_COLUMNS = [
     {"name": "Stage", "type": "string", "jsonPath": ".status.stage"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.step"},
     {"name": "Best", "type": "number", "jsonPath": ".status.best.meanAtK", "description": "best test mean@k"},
-    {"name": "Final", "type": "number", "jsonPath": ".status.final.meanAtK",
-     "description": "test mean@k of the run's final evaluation point"},
+    {
+        "name": "Final",
+        "type": "number",
+        "jsonPath": ".status.final.meanAtK",
+        "description": "test mean@k of the run's final evaluation point",
+    },
     {"name": "Rollouts", "type": "integer", "jsonPath": ".status.rolloutsSpent"},
     {"name": "Domain", "type": "string", "jsonPath": ".spec.domain", "priority": 1},
     {"name": "Condition", "type": "string", "jsonPath": ".spec.condition", "priority": 1},
@@ -174,8 +221,11 @@ def _structural(node: Any, defs: dict[str, Any], keep_defaults: bool = True) -> 
             merged = _structural(options[0], defs, keep_defaults)
             merged.update(_structural(rest, defs, keep_defaults))
         else:  # a union of scalars: let the API server accept it, pydantic checks the rest
-            merged = {"x-kubernetes-int-or-string": True} if all(
-                o.get("type") in ("integer", "string") for o in options) else {}
+            merged = (
+                {"x-kubernetes-int-or-string": True}
+                if all(o.get("type") in ("integer", "string") for o in options)
+                else {}
+            )
             merged.update(_structural(rest, defs, keep_defaults))
         if nullable:
             merged["nullable"] = True
@@ -285,8 +335,14 @@ def crd() -> dict[str, Any]:
         "spec": {
             "group": API_GROUP,
             "scope": "Namespaced",
-            "names": {"kind": KIND, "plural": PLURAL, "singular": SINGULAR, "shortNames": SHORT_NAMES,
-                      "listKind": f"{KIND}List", "categories": ["whale"]},
+            "names": {
+                "kind": KIND,
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": SHORT_NAMES,
+                "listKind": f"{KIND}List",
+                "categories": ["whale"],
+            },
             "versions": [
                 {
                     "name": API_VERSION,

@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from whale.data.full import FullData
     from whale.core.spec import Data, Verifier
+    from whale.data.full import FullData
     from whale.store import Store
 
 SPLITS = ("weight", "harness", "test")

@@ -17,8 +17,8 @@ from whale.domain import DEFAULT_ALLOWED_IMPORTS, Domain
 
 if TYPE_CHECKING:
     from chess_puzzles.env import ChessEnvironment
-    from whale.data.full import FullData
     from whale.core.spec import Data, Verifier
+    from whale.data.full import FullData
     from whale.store import Store
 
 HERE = Path(__file__).resolve().parent

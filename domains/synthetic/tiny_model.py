@@ -123,7 +123,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--copy-prob", type=float, default=1.0, help="share of correct answers in the warm-up data (0: format only)")
+    parser.add_argument(
+        "--copy-prob", type=float, default=1.0, help="share of correct answers in the warm-up data (0: format only)"
+    )
     args = parser.parse_args(argv)
     print(build(args.out_dir, seed=args.seed, copy_prob=args.copy_prob))
 

@@ -26,9 +26,9 @@ from typing import Any
 from whale.control.storage import connection_env
 from whale.core import layout
 from whale.core.layout import PhaseId
-from whale.domain import ToolService
 from whale.core.protocol import PhaseKind, PhaseRequest
 from whale.core.spec import API_GROUP, API_VERSION, KIND, PodPlacement, Resources, Toleration, WhaleRunSpec
+from whale.domain import ToolService
 from whale_operator import names
 
 Manifest = dict[str, Any]
@@ -269,8 +269,9 @@ def tool_url(run: RunRef, tool: ToolService) -> str:
     return f"http://{names.tool_name(run.name, tool.name)}.{run.namespace}.svc:{tool.port}"
 
 
-def workload_env(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest,
-                 tools: tuple[ToolService, ...]) -> list[dict[str, Any]]:
+def workload_env(
+    run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, tools: tuple[ToolService, ...]
+) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "WHALE_RUN", "value": run.name},
         {"name": "WHALE_PHASE", "value": request.phase},
@@ -286,10 +287,12 @@ def workload_env(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest,
         env.append({"name": tool.url_env, "value": tool_url(run, tool)})
     key = spec.harness_search.proposer.api_key_secret
     if request.kind is PhaseKind.HARNESS and key is not None:
-        env.append({
-            "name": key.env or "WHALE_PROPOSER_API_KEY",
-            "valueFrom": {"secretKeyRef": {"name": key.name, "key": key.key}},
-        })
+        env.append(
+            {
+                "name": key.env or "WHALE_PROPOSER_API_KEY",
+                "valueFrom": {"secretKeyRef": {"name": key.name, "key": key.key}},
+            }
+        )
     return env
 
 
@@ -335,8 +338,16 @@ def pod_failure_policy() -> dict[str, Any]:
 
 def workload_command(spec: WhaleRunSpec, request: PhaseRequest, store_uri: str) -> list[str]:
     """``python -m whale.workloads <kind> ...``; torchrun in front of a multi-GPU / multi-node train."""
-    module = ["whale.workloads", request.kind.workload, "--store", store_uri,
-              "--run", request.run, "--phase", request.phase]
+    module = [
+        "whale.workloads",
+        request.kind.workload,
+        "--store",
+        store_uri,
+        "--run",
+        request.run,
+        "--phase",
+        request.phase,
+    ]
     tr = spec.train
     if request.kind is PhaseKind.WEIGHT and (tr.num_nodes > 1 or tr.gpus_per_node > 1):
         return [
@@ -348,20 +359,25 @@ def workload_command(spec: WhaleRunSpec, request: PhaseRequest, store_uri: str) 
             f"--master-port={RENDEZVOUS_PORT}",
             # NOTE: "--" ends torchrun's options; without it torchrun reads the workload's --run as
             # an abbreviation of its own --run-path and refuses to start
-            "-m", "--", *module,
+            "-m",
+            "--",
+            *module,
         ]
     return ["python", "-m", *module]
 
 
-def job(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, *, store_uri: str,
-        tools: tuple[ToolService, ...] = ()) -> Manifest:
+def job(
+    run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, *, store_uri: str, tools: tuple[ToolService, ...] = ()
+) -> Manifest:
     """The Job of one phase attempt: train (weight), search (harness) or eval."""
     name = names.job_name(run.name, request.phase, request.attempt)
     kind = request.kind
     cycle = _request_cycle(request)
     labels = with_queue(
-        {**names.child_labels(run.name, kind.workload, cycle=cycle, phase=request.phase, attempt=request.attempt),
-         names.LABEL_KIND: kind.value},
+        {
+            **names.child_labels(run.name, kind.workload, cycle=cycle, phase=request.phase, attempt=request.attempt),
+            names.LABEL_KIND: kind.value,
+        },
         spec,
     )
     multi_node = kind is PhaseKind.WEIGHT and spec.train.num_nodes > 1
@@ -376,10 +392,13 @@ def job(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, *, store_uri: st
     if multi_node:
         env += [
             {"name": "WHALE_NUM_NODES", "value": str(spec.train.num_nodes)},
-            {"name": "NODE_RANK", "valueFrom": {"fieldRef": {
-                "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
-            {"name": "MASTER_ADDR",
-             "value": f"{name}-0.{names.rendezvous_service_name(name)}.{run.namespace}.svc"},
+            {
+                "name": "NODE_RANK",
+                "valueFrom": {
+                    "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
+                },
+            },
+            {"name": "MASTER_ADDR", "value": f"{name}-0.{names.rendezvous_service_name(name)}.{run.namespace}.svc"},
             {"name": "MASTER_PORT", "value": str(RENDEZVOUS_PORT)},
         ]
     elif kind is PhaseKind.WEIGHT and spec.train.gpus_per_node > 1:
@@ -427,8 +446,7 @@ def job(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, *, store_uri: st
         **job_lifecycle(spec),
     }
     if multi_node:
-        job_spec.update(completionMode="Indexed", completions=spec.train.num_nodes,
-                        parallelism=spec.train.num_nodes)
+        job_spec.update(completionMode="Indexed", completions=spec.train.num_nodes, parallelism=spec.train.num_nodes)
 
     return {
         "apiVersion": "batch/v1",
@@ -444,16 +462,31 @@ def prepare_job(run: RunRef, spec: WhaleRunSpec, attempt: int, *, store_uri: str
     ``layout.split_sizes_key`` last). No phase label: it is not a ``decide()`` child; the operator
     counts its attempts from the Jobs themselves (``whale.dev/attempt``)."""
     name = names.prepare_job_name(run.name, attempt)
-    labels = with_queue({**names.child_labels(run.name, names.PREPARE, attempt=attempt),
-                         names.LABEL_KIND: names.PREPARE}, spec)
+    labels = with_queue(
+        {**names.child_labels(run.name, names.PREPARE, attempt=attempt), names.LABEL_KIND: names.PREPARE}, spec
+    )
     container: dict[str, Any] = {
         "name": WORKER_CONTAINER,
         "image": spec.cluster.images.worker,
         "imagePullPolicy": spec.cluster.images.pull_policy,
-        "command": ["python", "-m", "whale.workloads", names.PREPARE, "--store", store_uri,
-                    "--run", run.name, "--phase", names.PREPARE],
-        "env": [{"name": "WHALE_RUN", "value": run.name}, {"name": "WHALE_ATTEMPT", "value": str(attempt)},
-                {"name": "PYTHONUNBUFFERED", "value": "1"}, *storage_env(spec)],
+        "command": [
+            "python",
+            "-m",
+            "whale.workloads",
+            names.PREPARE,
+            "--store",
+            store_uri,
+            "--run",
+            run.name,
+            "--phase",
+            names.PREPARE,
+        ],
+        "env": [
+            {"name": "WHALE_RUN", "value": run.name},
+            {"name": "WHALE_ATTEMPT", "value": str(attempt)},
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+            *storage_env(spec),
+        ],
         "terminationMessagePolicy": "FallbackToLogsOnError",
         # it fetches and splits data, it runs no harness: restricted whatever spec.sandbox says
         "securityContext": restricted_container_security_context(),
@@ -464,9 +497,12 @@ def prepare_job(run: RunRef, spec: WhaleRunSpec, attempt: int, *, store_uri: str
     resources = resources_dict(component_resources(spec, WORKERS, spec.cluster.worker_resources))
     if resources:
         container["resources"] = resources
-    pod: dict[str, Any] = {"restartPolicy": "Never", **pod_template_fields(spec, WORKERS, gpu=requests_gpu(resources)),
-                           "securityContext": restricted_pod_security_context(spec, WORKERS, WORKER_UID),
-                           "containers": [container]}
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        **pod_template_fields(spec, WORKERS, gpu=requests_gpu(resources)),
+        "securityContext": restricted_pod_security_context(spec, WORKERS, WORKER_UID),
+        "containers": [container],
+    }
     if spec.data.source == "full":
         # the full datasets are downloaded here before they go to the store (whale.data.full): scratch
         # disk for them, not the container's writable layer
@@ -493,8 +529,9 @@ def rendezvous_service(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest) -
     if request.kind is not PhaseKind.WEIGHT or spec.train.num_nodes <= 1:
         return None
     job_name = names.job_name(run.name, request.phase, request.attempt)
-    labels = names.child_labels(run.name, "rendezvous", cycle=_request_cycle(request), phase=request.phase,
-                                attempt=request.attempt)
+    labels = names.child_labels(
+        run.name, "rendezvous", cycle=_request_cycle(request), phase=request.phase, attempt=request.attempt
+    )
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -522,13 +559,20 @@ def vllm_args(spec: WhaleRunSpec) -> list[str]:
     inf, model = spec.inference, spec.model
     args = [
         f"{MODELS_DIR}/current",
-        "--served-model-name", served_model_name(spec),
-        "--host", "0.0.0.0",
-        "--port", str(VLLM_PORT),
-        "--tensor-parallel-size", str(inf.tensor_parallel_size),
-        "--max-model-len", str(model.max_model_len),
-        "--gpu-memory-utilization", str(inf.gpu_memory_utilization),
-        "--max-num-seqs", str(inf.max_concurrency),
+        "--served-model-name",
+        served_model_name(spec),
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(VLLM_PORT),
+        "--tensor-parallel-size",
+        str(inf.tensor_parallel_size),
+        "--max-model-len",
+        str(model.max_model_len),
+        "--gpu-memory-utilization",
+        str(inf.gpu_memory_utilization),
+        "--max-num-seqs",
+        str(inf.max_concurrency),
     ]
     if inf.tool_call_parser:
         args += ["--enable-auto-tool-choice", "--tool-call-parser", inf.tool_call_parser]
@@ -540,8 +584,19 @@ def vllm_args(spec: WhaleRunSpec) -> list[str]:
 
 
 def _weight_sync_command(run: RunRef, spec: WhaleRunSpec, store_uri: str, once: bool) -> list[str]:
-    cmd = ["python", "-m", "whale.inference.weight_sync", "--store", store_uri, "--run", run.name,
-           "--model", spec.model.name, "--dest", MODELS_DIR]
+    cmd = [
+        "python",
+        "-m",
+        "whale.inference.weight_sync",
+        "--store",
+        store_uri,
+        "--run",
+        run.name,
+        "--model",
+        spec.model.name,
+        "--dest",
+        MODELS_DIR,
+    ]
     if spec.model.revision:
         cmd += ["--revision", spec.model.revision]
     if once:
@@ -549,8 +604,9 @@ def _weight_sync_command(run: RunRef, spec: WhaleRunSpec, store_uri: str, once: 
     return cmd + ["--server", f"http://127.0.0.1:{VLLM_PORT}"]
 
 
-def inference_deployment(run: RunRef, spec: WhaleRunSpec, *, store_uri: str, checkpoint: str | None,
-                         replicas: int = 1) -> Manifest:
+def inference_deployment(
+    run: RunRef, spec: WhaleRunSpec, *, store_uri: str, checkpoint: str | None, replicas: int = 1
+) -> Manifest:
     """vLLM serving the run's current weights. ``checkpoint`` is recorded as an annotation on the
     Deployment (not the pod template: changing it must not restart the pod); the weight-sync
     sidecar reads the serving target from the store (``control/serving.json``) and reloads vLLM."""
@@ -589,26 +645,41 @@ def inference_deployment(run: RunRef, spec: WhaleRunSpec, *, store_uri: str, che
         "command": ["vllm", "serve"],
         "args": vllm_args(spec),
         # dev mode exposes the weight reload / cache reset endpoints the sidecar calls
-        "env": [{"name": "HF_HOME", "value": f"{MODELS_DIR}/hf"}, {"name": "VLLM_SERVER_DEV_MODE", "value": "1"},
-                # a non-root user without a home in the image: caches (torch compile, triton) go to /tmp
-                {"name": "HOME", "value": "/tmp"}],
+        "env": [
+            {"name": "HF_HOME", "value": f"{MODELS_DIR}/hf"},
+            {"name": "VLLM_SERVER_DEV_MODE", "value": "1"},
+            # a non-root user without a home in the image: caches (torch compile, triton) go to /tmp
+            {"name": "HOME", "value": "/tmp"},
+        ],
         "ports": [{"name": "http", "containerPort": VLLM_PORT}],
         "volumeMounts": [*mounts, {"name": "dshm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}],
         "securityContext": restricted_container_security_context(),
-        "startupProbe": {"httpGet": {"path": "/health", "port": VLLM_PORT},
-                         "periodSeconds": VLLM_STARTUP_PERIOD_S, "failureThreshold": VLLM_STARTUP_FAILURES},
-        "readinessProbe": {"httpGet": {"path": "/health", "port": VLLM_PORT}, "periodSeconds": 5,
-                           "failureThreshold": 3},
-        "livenessProbe": {"httpGet": {"path": "/health", "port": VLLM_PORT}, "periodSeconds": 15,
-                          "failureThreshold": 4},
+        "startupProbe": {
+            "httpGet": {"path": "/health", "port": VLLM_PORT},
+            "periodSeconds": VLLM_STARTUP_PERIOD_S,
+            "failureThreshold": VLLM_STARTUP_FAILURES,
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/health", "port": VLLM_PORT},
+            "periodSeconds": 5,
+            "failureThreshold": 3,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/health", "port": VLLM_PORT},
+            "periodSeconds": 15,
+            "failureThreshold": 4,
+        },
     }
-    res = resources_dict(component_resources(spec, INFERENCE, spec.cluster.inference_resources),
-                         spec.inference.tensor_parallel_size)
+    res = resources_dict(
+        component_resources(spec, INFERENCE, spec.cluster.inference_resources), spec.inference.tensor_parallel_size
+    )
     if res:
         vllm["resources"] = res
     if spec.cluster.model_cache_claim_name:
-        models: dict[str, Any] = {"name": "models",
-                                  "persistentVolumeClaim": {"claimName": spec.cluster.model_cache_claim_name}}
+        models: dict[str, Any] = {
+            "name": "models",
+            "persistentVolumeClaim": {"claimName": spec.cluster.model_cache_claim_name},
+        }
     else:
         models = {"name": "models", "emptyDir": {"sizeLimit": spec.cluster.model_cache_size}}
 
@@ -651,8 +722,9 @@ def inference_service(run: RunRef, spec: WhaleRunSpec) -> Manifest:
 # ----- tool services ------------------------------------------------------------------------------
 
 
-def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store_uri: str,
-                    replicas: int = 1) -> Manifest:
+def tool_deployment(
+    run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store_uri: str, replicas: int = 1
+) -> Manifest:
     """A tool service of the run, as the domain describes it (``Domain.tool_services_for``). Files and
     folders it needs (a retriever's corpus, a prepared index) are streamed from the store by an init
     container (``python -m whale.tools.fetch``) into the pod's ``/data`` volume, after the run's prepare
@@ -670,8 +742,11 @@ def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store
         "imagePullPolicy": spec.cluster.images.pull_policy,
         "ports": [{"name": "http", "containerPort": tool.port}],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": tool.port}, "periodSeconds": 5},
-        "livenessProbe": {"httpGet": {"path": "/healthz", "port": tool.port}, "periodSeconds": 20,
-                          "failureThreshold": 3},
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": tool.port},
+            "periodSeconds": 20,
+            "failureThreshold": 3,
+        },
     }
     pod: dict[str, Any] = {**pod_template_fields(spec, TOOLS, gpu=False)}
     pod.pop("serviceAccountName", None)
@@ -683,7 +758,13 @@ def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store
             "name": "fetch-data",
             "image": spec.cluster.images.tools,
             "imagePullPolicy": spec.cluster.images.pull_policy,
-            "command": ["python", "-m", "whale.tools.fetch", store_uri, *[x for pair in zip(keys, local) for x in pair]],
+            "command": [
+                "python",
+                "-m",
+                "whale.tools.fetch",
+                store_uri,
+                *[x for pair in zip(keys, local) for x in pair],
+            ],
             "env": storage_env(spec),
             "volumeMounts": [{"name": "data", "mountPath": "/data"}],
             "securityContext": restricted_container_security_context(),
@@ -697,8 +778,11 @@ def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store
     container["command"] = cmd
     pl = component_placement(spec, TOOLS)
     if tool.sandboxed:
-        container["resources"] = pl.resources.to_wire() if pl.resources is not None else {
-            "requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "4", "memory": "4Gi"}}
+        container["resources"] = (
+            pl.resources.to_wire()
+            if pl.resources is not None
+            else {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "4", "memory": "4Gi"}}
+        )
         # each run of model-written code gets its own sandbox (namespaces, fresh root, unprivileged uid);
         # the pod holds no credentials, no token and (NetworkPolicy) no network: the exception to restricted
         container["securityContext"] = {**sandbox_host_security_context(), "readOnlyRootFilesystem": True}
@@ -710,13 +794,18 @@ def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store
     else:
         container["env"] = [{"name": "WHALE_CACHE_DIR", "value": "/data/cache"}]
         container["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
-        container["resources"] = pl.resources.to_wire() if pl.resources is not None else {
-            "requests": dict(tool.requests) or {"cpu": "2", "memory": "8Gi"}}
+        container["resources"] = (
+            pl.resources.to_wire()
+            if pl.resources is not None
+            else {"requests": dict(tool.requests) or {"cpu": "2", "memory": "8Gi"}}
+        )
         container["securityContext"] = restricted_container_security_context()
         pod["securityContext"] = restricted_pod_security_context(spec, TOOLS, TOOLS_UID)
-        container["startupProbe"] = {"httpGet": {"path": "/healthz", "port": tool.port},
-                                     "periodSeconds": TOOL_STARTUP_PERIOD_S,
-                                     "failureThreshold": TOOL_STARTUP_TIMEOUT_S // TOOL_STARTUP_PERIOD_S}
+        container["startupProbe"] = {
+            "httpGet": {"path": "/healthz", "port": tool.port},
+            "periodSeconds": TOOL_STARTUP_PERIOD_S,
+            "failureThreshold": TOOL_STARTUP_TIMEOUT_S // TOOL_STARTUP_PERIOD_S,
+        }
         if not tool.fetch:
             volumes.append({"name": "data", "emptyDir": {}})
     pod["volumes"] = volumes
@@ -749,8 +838,11 @@ def tool_service(run: RunRef, tool: ToolService) -> Manifest:
 def sandbox_network_policy(run: RunRef, tool: ToolService) -> Manifest:
     """Sandbox pods reach nothing (no egress at all, DNS included); only the run's own workload pods
     may call them, on the service port."""
-    name = names.sandbox_policy_name(run.name) if tool.name == "sandbox" else \
-        names.tool_name(run.name, f"{tool.name}-isolation")
+    name = (
+        names.sandbox_policy_name(run.name)
+        if tool.name == "sandbox"
+        else names.tool_name(run.name, f"{tool.name}-isolation")
+    )
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -758,10 +850,12 @@ def sandbox_network_policy(run: RunRef, tool: ToolService) -> Manifest:
         "spec": {
             "podSelector": {"matchLabels": {names.LABEL_RUN: run.name, "app.kubernetes.io/component": tool.name}},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{
-                "from": [{"podSelector": {"matchLabels": {names.LABEL_RUN: run.name}}}],
-                "ports": [{"protocol": "TCP", "port": tool.port}],
-            }],
+            "ingress": [
+                {
+                    "from": [{"podSelector": {"matchLabels": {names.LABEL_RUN: run.name}}}],
+                    "ports": [{"protocol": "TCP", "port": tool.port}],
+                }
+            ],
             "egress": [],
         },
     }
@@ -774,21 +868,25 @@ def inference_network_policy(run: RunRef) -> Manifest:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": run.metadata(names.tool_name(run.name, "inference-ingress"),
-                                 names.child_labels(run.name, "inference")),
+        "metadata": run.metadata(
+            names.tool_name(run.name, "inference-ingress"), names.child_labels(run.name, "inference")
+        ),
         "spec": {
             "podSelector": {"matchLabels": {names.LABEL_RUN: run.name, "app.kubernetes.io/component": "inference"}},
             "policyTypes": ["Ingress"],
-            "ingress": [{
-                "from": [{"podSelector": {"matchLabels": {names.LABEL_RUN: run.name}}}],
-                "ports": [{"protocol": "TCP", "port": VLLM_PORT}],
-            }],
+            "ingress": [
+                {
+                    "from": [{"podSelector": {"matchLabels": {names.LABEL_RUN: run.name}}}],
+                    "ports": [{"protocol": "TCP", "port": VLLM_PORT}],
+                }
+            ],
         },
     }
 
 
-def tool_children(run: RunRef, spec: WhaleRunSpec, tools: tuple[ToolService, ...], *, store_uri: str,
-                  replicas: int = 1) -> list[Manifest]:
+def tool_children(
+    run: RunRef, spec: WhaleRunSpec, tools: tuple[ToolService, ...], *, store_uri: str, replicas: int = 1
+) -> list[Manifest]:
     out: list[Manifest] = []
     for tool in tools:
         out.append(tool_deployment(run, spec, tool, store_uri=store_uri, replicas=replicas))
@@ -832,13 +930,17 @@ def _check_colocated(spec: WhaleRunSpec, request: PhaseRequest) -> None:
     if inf.placement != "colocated":
         problems.append("spec.inference.placement is not colocated: use job() and inference_deployment()")
     if train.num_nodes != 1:
-        problems.append(f"spec.train.numNodes is {train.num_nodes}: a colocated train pod is one pod; set 1, or "
-                        "inference.placement separate")
+        problems.append(
+            f"spec.train.numNodes is {train.num_nodes}: a colocated train pod is one pod; set 1, or "
+            "inference.placement separate"
+        )
     if train.gpus_per_node < 1:
         problems.append("spec.train.gpusPerNode is 0: colocated shares GPUs; set it to 1 or more")
     elif inf.tensor_parallel_size > train.gpus_per_node:
-        problems.append(f"spec.inference.tensorParallelSize ({inf.tensor_parallel_size}) is more than the pod's "
-                        f"GPUs (train.gpusPerNode {train.gpus_per_node}); lower it")
+        problems.append(
+            f"spec.inference.tensorParallelSize ({inf.tensor_parallel_size}) is more than the pod's "
+            f"GPUs (train.gpusPerNode {train.gpus_per_node}); lower it"
+        )
     if problems:
         raise ColocatedPlacementError("; ".join(problems))
 
@@ -850,29 +952,54 @@ def colocated_gpu_claim_template(run: RunRef, spec: WhaleRunSpec, request: Phase
     container its own); a DRA claim referenced by both can. Needs Kubernetes >= 1.34 and NVIDIA's DRA
     driver (DeviceClass ``gpu.nvidia.com``)."""
     _check_colocated(spec, request)
-    labels = with_queue({**names.child_labels(run.name, request.kind.workload, cycle=_request_cycle(request),
-                                              phase=request.phase, attempt=request.attempt),
-                         names.LABEL_KIND: request.kind.value}, spec)
+    labels = with_queue(
+        {
+            **names.child_labels(
+                run.name,
+                request.kind.workload,
+                cycle=_request_cycle(request),
+                phase=request.phase,
+                attempt=request.attempt,
+            ),
+            names.LABEL_KIND: request.kind.value,
+        },
+        spec,
+    )
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaimTemplate",
         "metadata": run.metadata(colocated_claim_name(run, request), labels),
-        "spec": {"spec": {"devices": {"requests": [{
-            "name": GPU_CLAIM,
-            "exactly": {"deviceClassName": DRA_GPU_DEVICE_CLASS, "allocationMode": "ExactCount",
-                        "count": spec.train.gpus_per_node},
-        }]}}},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": GPU_CLAIM,
+                            "exactly": {
+                                "deviceClassName": DRA_GPU_DEVICE_CLASS,
+                                "allocationMode": "ExactCount",
+                                "count": spec.train.gpus_per_node,
+                            },
+                        }
+                    ]
+                }
+            }
+        },
     }
 
 
 def _without_gpus(resources: dict[str, Any]) -> dict[str, Any]:
-    out = {key: {k: v for k, v in values.items() if k != GPU_RESOURCE}
-           for key, values in resources.items() if key in ("requests", "limits")}
+    out = {
+        key: {k: v for k, v in values.items() if k != GPU_RESOURCE}
+        for key, values in resources.items()
+        if key in ("requests", "limits")
+    }
     return {key: values for key, values in out.items() if values}
 
 
-def colocated_train_job(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, *, store_uri: str,
-                        tools: tuple[ToolService, ...] = ()) -> Manifest:
+def colocated_train_job(
+    run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, *, store_uri: str, tools: tuple[ToolService, ...] = ()
+) -> Manifest:
     """The train Job of a weight phase with ``inference.placement: colocated``: one pod, the trainer and a
     vLLM server on the same GPUs (verl's hybrid engine). The server is a native sidecar (an init
     container with ``restartPolicy: Always``: it is up, healthy and serving the phase's start weights,
@@ -902,8 +1029,11 @@ def colocated_train_job(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, 
         "image": img.worker,
         "imagePullPolicy": img.pull_policy,
         "command": _weight_sync_command(run, spec, store_uri, once=True),
-        "env": [{"name": "HF_HOME", "value": f"{MODELS_DIR}/hf"}, {"name": "WHALE_RUN", "value": run.name},
-                *storage_env(spec)],
+        "env": [
+            {"name": "HF_HOME", "value": f"{MODELS_DIR}/hf"},
+            {"name": "WHALE_RUN", "value": run.name},
+            *storage_env(spec),
+        ],
         "volumeMounts": mounts,
         "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
     }
@@ -921,14 +1051,23 @@ def colocated_train_job(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, 
         # dev mode: /sleep, /wake_up, /collective_rpc reload_weights, /reset_prefix_cache
         "env": [{"name": "HF_HOME", "value": f"{MODELS_DIR}/hf"}, {"name": "VLLM_SERVER_DEV_MODE", "value": "1"}],
         "ports": [{"name": "http", "containerPort": VLLM_PORT}],
-        "volumeMounts": [*mounts, {"name": "sync", "mountPath": COLOCATED_SYNC_DIR},
-                         {"name": "dshm", "mountPath": "/dev/shm"}],
-        "startupProbe": {"httpGet": {"path": "/health", "port": VLLM_PORT},
-                         "periodSeconds": VLLM_STARTUP_PERIOD_S, "failureThreshold": VLLM_STARTUP_FAILURES},
+        "volumeMounts": [
+            *mounts,
+            {"name": "sync", "mountPath": COLOCATED_SYNC_DIR},
+            {"name": "dshm", "mountPath": "/dev/shm"},
+        ],
+        "startupProbe": {
+            "httpGet": {"path": "/health", "port": VLLM_PORT},
+            "periodSeconds": VLLM_STARTUP_PERIOD_S,
+            "failureThreshold": VLLM_STARTUP_FAILURES,
+        },
         "resources": {**server_resources, "claims": [{"name": GPU_CLAIM}]},
     }
     pod["initContainers"] = [fetch, vllm]
     pod["resourceClaims"] = [{"name": GPU_CLAIM, "resourceClaimTemplateName": colocated_claim_name(run, request)}]
-    pod["volumes"] = [*pod["volumes"], {"name": "models", "emptyDir": {"sizeLimit": spec.cluster.model_cache_size}},
-                      {"name": "sync", "emptyDir": {}}]
+    pod["volumes"] = [
+        *pod["volumes"],
+        {"name": "models", "emptyDir": {"sizeLimit": spec.cluster.model_cache_size}},
+        {"name": "sync", "emptyDir": {}},
+    ]
     return manifest

@@ -32,11 +32,20 @@ class JobLauncher:
         self._timed: set[str] = set()
 
     def deployments(self, run: builders.RunRef) -> dict[str, dict[str, Any]]:
-        return {d["metadata"]["name"]: d for d in
-                self.kube.list("apps/v1", "Deployment", run.namespace, names.run_selector(run.name))}
+        return {
+            d["metadata"]["name"]: d
+            for d in self.kube.list("apps/v1", "Deployment", run.namespace, names.run_selector(run.name))
+        }
 
-    def start(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, action: StartPhase,
-               target: str | None, tools: tuple[ToolService, ...]) -> bool | None:
+    def start(
+        self,
+        run: builders.RunRef,
+        spec: WhaleRunSpec,
+        store: Store,
+        action: StartPhase,
+        target: str | None,
+        tools: tuple[ToolService, ...],
+    ) -> bool | None:
         """Ensure the child's Job: True when this call created it, False when it already existed,
         None (nothing created) while the vLLM pod's weight-sync sidecar has not acknowledged the
         weights ``target`` the child samples from (``control/served.json``), so no child ever samples
@@ -45,8 +54,13 @@ class JobLauncher:
         if builders.uses_vllm(spec):
             served = store.read_json_or_none(layout.served_key(run.name))
             if not isinstance(served, dict) or served.get("checkpoint") != target:
-                log.info("%s/%s: %s waits for the inference server to serve %s", run.namespace, run.name,
-                         req.phase, target or "the base model")
+                log.info(
+                    "%s/%s: %s waits for the inference server to serve %s",
+                    run.namespace,
+                    run.name,
+                    req.phase,
+                    target or "the base model",
+                )
                 return None
         spec_wire = spec.to_wire()
         if store.read_json_or_none(layout.spec_key(run.name)) != spec_wire:
@@ -62,26 +76,44 @@ class JobLauncher:
         try:
             _, created = self.kube.ensure(manifest)
         except Conflict:
-            log.info("%s %s is still being deleted; next reconcile creates it", manifest["kind"],
-                     manifest["metadata"]["name"])
+            log.info(
+                "%s %s is still being deleted; next reconcile creates it",
+                manifest["kind"],
+                manifest["metadata"]["name"],
+            )
             return False
         if created:
             self.metrics.children_created.labels(kind=manifest["kind"]).inc()
         return created
 
-    def infra(self, run: builders.RunRef, spec: WhaleRunSpec, checkpoint: str | None,
-               replicas: int, tools: tuple[ToolService, ...]) -> list[dict[str, Any]]:
+    def infra(
+        self,
+        run: builders.RunRef,
+        spec: WhaleRunSpec,
+        checkpoint: str | None,
+        replicas: int,
+        tools: tuple[ToolService, ...],
+    ) -> list[dict[str, Any]]:
         assert spec.storage.uri is not None
         out: list[dict[str, Any]] = []
         if builders.uses_vllm(spec):
-            out.append(builders.inference_deployment(run, spec, store_uri=spec.storage.uri, checkpoint=checkpoint,
-                                                     replicas=replicas))
+            out.append(
+                builders.inference_deployment(
+                    run, spec, store_uri=spec.storage.uri, checkpoint=checkpoint, replicas=replicas
+                )
+            )
             out.append(builders.inference_service(run, spec))
         out += builders.tool_children(run, spec, tools, store_uri=spec.storage.uri, replicas=replicas)
         return out
 
-    def ensure_infra(self, run: builders.RunRef, spec: WhaleRunSpec, checkpoint: str | None,
-                      existing: dict[str, dict[str, Any]], tools: tuple[ToolService, ...]) -> None:
+    def ensure_infra(
+        self,
+        run: builders.RunRef,
+        spec: WhaleRunSpec,
+        checkpoint: str | None,
+        existing: dict[str, dict[str, Any]],
+        tools: tuple[ToolService, ...],
+    ) -> None:
         """The inference server and tool services exist and are scaled up while phases run."""
         for manifest in self.infra(run, spec, checkpoint, 1, tools):
             name = manifest["metadata"]["name"]
@@ -96,8 +128,9 @@ class JobLauncher:
     def scale_infra(self, run: builders.RunRef, replicas: int, deps: dict[str, dict[str, Any]] | None = None) -> None:
         for dep in (self.deployments(run) if deps is None else deps).values():
             if dep.get("spec", {}).get("replicas") != replicas:
-                self.kube.merge_patch("apps/v1", "Deployment", run.namespace, dep["metadata"]["name"],
-                                      {"spec": {"replicas": replicas}})
+                self.kube.merge_patch(
+                    "apps/v1", "Deployment", run.namespace, dep["metadata"]["name"], {"spec": {"replicas": replicas}}
+                )
 
     def stop_children(self, run: builders.RunRef) -> None:
         """Delete the run's unfinished Jobs (suspend / end of run); finished ones stay for inspection."""
@@ -113,8 +146,13 @@ class JobLauncher:
         if builders.uses_vllm(spec):
             name = names.inference_name(run.name)
             if self.kube.get("apps/v1", "Deployment", run.namespace, name) is not None:
-                self.kube.merge_patch("apps/v1", "Deployment", run.namespace, name,
-                                      {"metadata": {"annotations": {names.ANNOTATION_CHECKPOINT: checkpoint or "base"}}})
+                self.kube.merge_patch(
+                    "apps/v1",
+                    "Deployment",
+                    run.namespace,
+                    name,
+                    {"metadata": {"annotations": {names.ANNOTATION_CHECKPOINT: checkpoint or "base"}}},
+                )
 
     def time_job(self, job: dict[str, Any], child: Child) -> None:
         """Observe a finished Job's wall time once (phase_duration, by kind and outcome)."""

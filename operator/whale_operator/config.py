@@ -62,5 +62,7 @@ class OperatorConfig:
             opts["access_key"] = env["AWS_ACCESS_KEY_ID"]
         if env.get("AWS_SECRET_ACCESS_KEY"):
             opts["secret_key"] = env["AWS_SECRET_ACCESS_KEY"]
-        return cls(store_options=opts,
-                   domain_split_sizes=env.get("WHALE_OPERATOR_DOMAIN_SPLIT_SIZES", "").lower() in ("1", "true"))
+        return cls(
+            store_options=opts,
+            domain_split_sizes=env.get("WHALE_OPERATOR_DOMAIN_SPLIT_SIZES", "").lower() in ("1", "true"),
+        )

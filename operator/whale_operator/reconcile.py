@@ -22,7 +22,7 @@ from whale.control.observer import StoreObserver
 from whale.control.planner import KEEP_SERVING, plan, write_stop
 from whale.control.storage import open_spec_store
 from whale.core import layout
-from whale.core.alternation import Child, ChildState, Transition, StartPhase, decide
+from whale.core.alternation import Child, ChildState, StartPhase, Transition, decide
 from whale.core.spec import Reason, WhaleRunSpec, WhaleRunStatus
 from whale.core.state import RunState
 from whale.domain import ToolService
@@ -39,7 +39,6 @@ log = logging.getLogger(__name__)
 
 class WaitingForData(RuntimeError):
     """The split sizes of the run's domain are unknown yet (temporary)."""
-
 
 
 def utc_now() -> str:
@@ -60,8 +59,13 @@ class ReconcileResult:
 class Reconciler:
     """Holds the clients and caches shared by every reconcile of this operator process."""
 
-    def __init__(self, kube: KubeClient, metrics: OperatorMetrics, config: OperatorConfig | None = None,
-                 clock: Callable[[], str] = utc_now):
+    def __init__(
+        self,
+        kube: KubeClient,
+        metrics: OperatorMetrics,
+        config: OperatorConfig | None = None,
+        clock: Callable[[], str] = utc_now,
+    ):
         self.kube = kube
         self.metrics = metrics
         self.config = config or OperatorConfig()
@@ -91,8 +95,11 @@ class Reconciler:
                 try:
                     self._tools[spec.domain] = plugins.load(spec.domain)
                 except Exception as exc:  # noqa: BLE001 - an unknown/broken plugin is a spec problem
-                    raise SpecError("spec.domain", f"cannot load domain {spec.domain!r} in the operator ({exc}); "
-                                    "use an installed domain (`whale domains` lists them)") from None
+                    raise SpecError(
+                        "spec.domain",
+                        f"cannot load domain {spec.domain!r} in the operator ({exc}); "
+                        "use an installed domain (`whale domains` lists them)",
+                    ) from None
             domain = self._tools[spec.domain]
         try:
             return tuple(domain.tool_services_for(spec.data))
@@ -114,7 +121,7 @@ class Reconciler:
         except Exception as exc:  # noqa: BLE001 - any plugin failure means "not known here"
             raise WaitingForData(
                 f"split sizes of domain {spec.domain!r} are unknown here ({exc}); write {store.uri_for(key)} "
-                f"with {{\"weight\": N, \"harness\": N, \"test\": N}} (`whale plan` prints them)"
+                f'with {{"weight": N, "harness": N, "test": N}} (`whale plan` prints them)'
             ) from None
         store.write_json(key, sizes)
         return sizes
@@ -147,8 +154,14 @@ class Reconciler:
             self.metrics.set_run_phase(run.uid, outcome.status.phase)
         return outcome
 
-    def _step(self, run: builders.RunRef, body_spec: dict[str, Any] | None, prev: WhaleRunStatus,
-              generation: int | None, now: str) -> ReconcileResult:
+    def _step(
+        self,
+        run: builders.RunRef,
+        body_spec: dict[str, Any] | None,
+        prev: WhaleRunStatus,
+        generation: int | None,
+        now: str,
+    ) -> ReconcileResult:
         """Everything but the status write: returns ``prev`` itself when nothing is to be written."""
         try:
             names.check_run_name(run.name)
@@ -206,16 +219,24 @@ class Reconciler:
         for phase, job in current.items():
             child = observe.job_child(job)
             if child.state is ChildState.FAILED:
-                pods = self.kube.list("v1", "Pod", run.namespace,
-                                      f"batch.kubernetes.io/job-name={job['metadata']['name']}")
+                pods = self.kube.list(
+                    "v1", "Pod", run.namespace, f"batch.kubernetes.io/job-name={job['metadata']['name']}"
+                )
                 child = observe.job_child(job, observe.failed_pod_message(pods, builders.WORKER_CONTAINER))
             children[phase] = child
             self.jobs.time_job(job, child)
         return children
 
     # --- data preparation ---
-    def _prepare(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, prev: WhaleRunStatus,
-                 generation: int | None, now: str) -> ReconcileResult:
+    def _prepare(
+        self,
+        run: builders.RunRef,
+        spec: WhaleRunSpec,
+        store: Store,
+        prev: WhaleRunStatus,
+        generation: int | None,
+        now: str,
+    ) -> ReconcileResult:
         """No split sizes yet: run the prepare Job (``<run>-prepare-<attempt>``), retried up to
         ``spec.retry.maxAttempts``; its attempts are counted from the Jobs themselves. A Job that
         succeeded without writing the sizes counts as failed."""
@@ -229,13 +250,17 @@ class Reconciler:
         for attempt in sorted(jobs):
             child = observe.job_child(jobs[attempt])
             if child.state is ChildState.FAILED:
-                pods = self.kube.list("v1", "Pod", run.namespace,
-                                      f"batch.kubernetes.io/job-name={jobs[attempt]['metadata']['name']}")
+                pods = self.kube.list(
+                    "v1", "Pod", run.namespace, f"batch.kubernetes.io/job-name={jobs[attempt]['metadata']['name']}"
+                )
                 child = observe.job_child(jobs[attempt], observe.failed_pod_message(pods, builders.WORKER_CONTAINER))
             if child.state is ChildState.FAILED or child.state is ChildState.SUCCEEDED:
                 failed += 1
-                last_error = child.message if child.state is ChildState.FAILED else (
-                    f"it succeeded without writing {store.uri_for(layout.split_sizes_key(run.name))}")
+                last_error = (
+                    child.message
+                    if child.state is ChildState.FAILED
+                    else (f"it succeeded without writing {store.uri_for(layout.split_sizes_key(run.name))}")
+                )
             elif child.state is ChildState.RUNNING:
                 running = attempt
         events: list[st.Event] = []
@@ -243,12 +268,17 @@ class Reconciler:
         state = RunState.from_status(prev)
         if failed >= spec.retry.max_attempts:
             job_name = names.prepare_job_name(run.name, attempt)
-            new = state.refused(Reason.PREPARE_FAILED, f"data preparation failed {failed} times "
-                                f"(spec.retry.maxAttempts); Job {job_name}: {last_error}", generation, now).to_status()
+            new = state.refused(
+                Reason.PREPARE_FAILED,
+                f"data preparation failed {failed} times (spec.retry.maxAttempts); Job {job_name}: {last_error}",
+                generation,
+                now,
+            ).to_status()
             events = st.events(prev, new, ())
         elif spec.suspend and running is None:
-            new = state.waiting(Reason.PREPARING_DATA, "spec.suspend is true: data preparation waits",
-                                generation).to_status()
+            new = state.waiting(
+                Reason.PREPARING_DATA, "spec.suspend is true: data preparation waits", generation
+            ).to_status()
         else:
             if running is None:
                 wire = spec.to_wire()
@@ -257,20 +287,34 @@ class Reconciler:
                 assert spec.storage.uri is not None
                 attempt += 1
                 if self.jobs.ensure(builders.prepare_job(run, spec, attempt, store_uri=spec.storage.uri)):
-                    events.append(st.Event(st.WARNING, "PrepareRetried", f"attempt {attempt}: {last_error}")
-                                  if failed else st.Event(st.NORMAL, "Preparing", "materialising the data splits"))
+                    events.append(
+                        st.Event(st.WARNING, "PrepareRetried", f"attempt {attempt}: {last_error}")
+                        if failed
+                        else st.Event(st.NORMAL, "Preparing", "materialising the data splits")
+                    )
             else:
                 attempt = running
-            new = state.waiting(Reason.PREPARING_DATA, f"Job {names.prepare_job_name(run.name, attempt)} is "
-                                f"materialising the splits of domain {spec.domain!r} and writing their sizes "
-                                f"(attempt {attempt})", generation).to_status()
+            new = state.waiting(
+                Reason.PREPARING_DATA,
+                f"Job {names.prepare_job_name(run.name, attempt)} is "
+                f"materialising the splits of domain {spec.domain!r} and writing their sizes "
+                f"(attempt {attempt})",
+                generation,
+            ).to_status()
         new = st.with_conditions(new, prev.conditions, st.InferenceView(builders.uses_vllm(spec)), generation, now)
         return ReconcileResult(new, events)
 
     # --- acting ---
-    def _apply(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, decision: Transition,
-               running: set[str], deps: dict[str, dict[str, Any]],
-               tools: tuple[ToolService, ...]) -> tuple[bool, set[str]]:
+    def _apply(
+        self,
+        run: builders.RunRef,
+        spec: WhaleRunSpec,
+        store: Store,
+        decision: Transition,
+        running: set[str],
+        deps: dict[str, dict[str, Any]],
+        tools: tuple[ToolService, ...],
+    ) -> tuple[bool, set[str]]:
         """Carry out the shared plan (:func:`whale.control.planner.plan`): one phase child at a time,
         owed evaluations first. Returns (gated, created): gated is True when the start waits for the
         inference server to acknowledge the weights it must serve; created names the phase whose child
@@ -296,4 +340,3 @@ class Reconciler:
         patch = st.merge_patch(raw_old, st.status_wire(new))
         if patch:
             self.kube.patch_run_status(namespace, name, patch)
-

@@ -58,9 +58,19 @@ class StorePolicy:
         """(field, message) for each way ``spec.storage`` leaves what the platform team allowed."""
         out: list[tuple[str, str]] = []
         if self.stores and uri is not None and not any(_under(uri, allowed) for allowed in self.stores):
-            out.append(("spec.storage.uri", f"{uri} is not a store this operator may use; allowed: "
-                        f"{', '.join(self.stores)} (the operator's {ALLOWED_STORES_ENV}; ask the cluster's admins)"))
+            out.append(
+                (
+                    "spec.storage.uri",
+                    f"{uri} is not a store this operator may use; allowed: "
+                    f"{', '.join(self.stores)} (the operator's {ALLOWED_STORES_ENV}; ask the cluster's admins)",
+                )
+            )
         if self.endpoints and endpoint is not None and endpoint not in self.endpoints:
-            out.append(("spec.storage.endpoint", f"{endpoint} is not an S3 endpoint this operator may use; allowed: "
-                        f"{', '.join(self.endpoints)} (the operator's {ALLOWED_ENDPOINTS_ENV})"))
+            out.append(
+                (
+                    "spec.storage.endpoint",
+                    f"{endpoint} is not an S3 endpoint this operator may use; allowed: "
+                    f"{', '.join(self.endpoints)} (the operator's {ALLOWED_ENDPOINTS_ENV})",
+                )
+            )
         return out

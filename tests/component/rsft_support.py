@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any
 
 from whale.core import layout
-from whale.core.spec import WhaleRunSpec
 from whale.core.protocol import PhaseRequest, WeightPhaseArgs, WeightStopRule, phase_request
+from whale.core.spec import WhaleRunSpec
 
 RUN = "rsft-test"
 
@@ -23,8 +23,14 @@ def tiny_model_dir(base: Path) -> Path:
 
 
 def spec(model_dir: Path, **rsft: Any) -> dict[str, Any]:
-    knobs = {"promptsPerStep": 8, "rolloutsPerPrompt": 4, "miniBatchSize": 16, "microBatchSizePerGpu": 8,
-             "learningRate": 3e-4, "sampling": {"maxResponseTokens": 12}}
+    knobs = {
+        "promptsPerStep": 8,
+        "rolloutsPerPrompt": 4,
+        "miniBatchSize": 16,
+        "microBatchSizePerGpu": 8,
+        "learningRate": 3e-4,
+        "sampling": {"maxResponseTokens": 12},
+    }
     knobs.update(rsft)
     return {
         "domain": "synthetic",
@@ -36,14 +42,34 @@ def spec(model_dir: Path, **rsft: Any) -> dict[str, Any]:
     }
 
 
-def write_request(store: Any, phase: str, spec_wire: dict[str, Any], *, target: int, from_step: int = 0,
-                  from_checkpoint: str | None = None, save_steps: list[int] | None = None,
-                  stop_rule: WeightStopRule | None = None) -> PhaseRequest:
-    request = phase_request(spec_wire, run=RUN, phase=phase, attempt=1,
-        args=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=from_checkpoint, from_step=from_step,
-                             target_step=target, save_steps=save_steps or [], steps_per_epoch=125,
-                             total_steps=WhaleRunSpec.model_validate(spec_wire).schedule.total_steps or target,
-                             stop_rule=stop_rule))
+def write_request(
+    store: Any,
+    phase: str,
+    spec_wire: dict[str, Any],
+    *,
+    target: int,
+    from_step: int = 0,
+    from_checkpoint: str | None = None,
+    save_steps: list[int] | None = None,
+    stop_rule: WeightStopRule | None = None,
+) -> PhaseRequest:
+    request = phase_request(
+        spec_wire,
+        run=RUN,
+        phase=phase,
+        attempt=1,
+        args=WeightPhaseArgs(
+            cycle=1,
+            harness=None,
+            from_checkpoint=from_checkpoint,
+            from_step=from_step,
+            target_step=target,
+            save_steps=save_steps or [],
+            steps_per_epoch=125,
+            total_steps=WhaleRunSpec.model_validate(spec_wire).schedule.total_steps or target,
+            stop_rule=stop_rule,
+        ),
+    )
     store.write_json(layout.spec_key(RUN), spec_wire)
     store.write_json(layout.request_key(RUN, phase), request.to_wire())
     return request

@@ -56,8 +56,11 @@ def test_a_streamed_state_has_the_old_keys_and_bytes_and_loads_back(store):
     mark_checkpoint_complete(store)
     ckpt.save_state(store, RUN, PHASE, STEP, state, {"cursor": 7})
     base = f"{layout.state_prefix(RUN, PHASE)}/{ckpt.step_dirname(STEP)}"
-    assert sorted(store.list(base)) == [f"{base}/{ckpt.STATE_MARKER}", f"{base}/{ckpt.OPTIMIZER_FILE}",
-                                        f"{base}/{ckpt.META_FILE}"]
+    assert sorted(store.list(base)) == [
+        f"{base}/{ckpt.STATE_MARKER}",
+        f"{base}/{ckpt.OPTIMIZER_FILE}",
+        f"{base}/{ckpt.META_FILE}",
+    ]
     # the old loader (torch.load of the object's bytes) reads what the new code wrote
     old_read = torch.load(io.BytesIO(store.read_bytes(f"{base}/{ckpt.OPTIMIZER_FILE}")), weights_only=True)
     assert_same_state(old_read, state)
@@ -86,8 +89,7 @@ def test_saving_holds_no_copy_of_the_state_in_memory(tmp_path):
     peak was twice the state (buffer + getvalue()); the streamed save stays far below one copy."""
     store = LocalStore(tmp_path / "store")
     state = adam_state()  # 32 MiB of moments
-    state_bytes = sum(v.numel() * v.element_size() for e in state["state"].values() for v in e.values()
-                      if v.dim() > 0)
+    state_bytes = sum(v.numel() * v.element_size() for e in state["state"].values() for v in e.values() if v.dim() > 0)
     mark_checkpoint_complete(store)
     tracemalloc.start()
     try:

@@ -13,18 +13,23 @@ from typing import Any
 import pytest
 
 from tests.fixtures.vllm_double import running_vllm_double
+from whale.core.spec import WhaleRunSpec
 from whale.inference.vllm_control import VLLMControl, WeightSyncError
 from whale.rsft.colocated import SleepDuringTraining, colocate
-from whale.core.spec import WhaleRunSpec
 
 pytest.importorskip("torch")
 
 
 def spec(**inference: Any) -> WhaleRunSpec:
-    return WhaleRunSpec.model_validate({
-        "domain": "synthetic", "condition": "rsft_only", "model": {"name": "tiny"},
-        "schedule": {"totalSteps": 2}, "inference": {"backend": "vllm", **inference},
-    })
+    return WhaleRunSpec.model_validate(
+        {
+            "domain": "synthetic",
+            "condition": "rsft_only",
+            "model": {"name": "tiny"},
+            "schedule": {"totalSteps": 2},
+            "inference": {"backend": "vllm", **inference},
+        }
+    )
 
 
 class RecordingTrainer:
@@ -76,8 +81,9 @@ def test_level_1_sleeps_during_the_update_and_wakes_before_the_sync(tiny_qwen3, 
     model, tokenizer = tiny_qwen3
     with running_vllm_double() as server:
         stub = RecordingTrainer(server)
-        trainer, sync = colocate(spec(placement="colocated"), stub, VLLMReloadSync(server.url, tmp_path / "sync"),
-                                 server.url)
+        trainer, sync = colocate(
+            spec(placement="colocated"), stub, VLLMReloadSync(server.url, tmp_path / "sync"), server.url
+        )
         assert trainer.train(["a", "b"], lr=1e-5, seed=1) == "stats of 2"
         sync.sync(model, tokenizer, 1)
         assert stub.asleep_during_update == [{"weights", "kv_cache"}]
@@ -92,13 +98,19 @@ def test_level_2_wakes_the_weights_for_the_reload_then_the_kv_cache(tiny_qwen3, 
     model, tokenizer = tiny_qwen3
     with running_vllm_double() as server:
         stub = RecordingTrainer(server)
-        trainer, sync = colocate(spec(placement="colocated", sleepLevel=2), stub,
-                                 VLLMReloadSync(server.url, tmp_path / "sync"), server.url)
+        trainer, sync = colocate(
+            spec(placement="colocated", sleepLevel=2), stub, VLLMReloadSync(server.url, tmp_path / "sync"), server.url
+        )
         trainer.train(["a"], lr=1e-5, seed=1)
         assert server.asleep == {"kv_cache"}  # only the weights are back: the reload has room, no KV cache yet
         sync.sync(model, tokenizer, 1)
-        assert paths(server) == ["/sleep?level=2", "/wake_up?tags=weights", "/collective_rpc",
-                                 "/reset_prefix_cache", "/wake_up?tags=kv_cache"]
+        assert paths(server) == [
+            "/sleep?level=2",
+            "/wake_up?tags=weights",
+            "/collective_rpc",
+            "/reset_prefix_cache",
+            "/wake_up?tags=kv_cache",
+        ]
         assert server.asleep == set() and len(server.loaded) == 1
 
 
@@ -125,8 +137,12 @@ def test_separate_and_in_process_placements_are_left_alone(monkeypatch):
     trainer, sync = object(), object()
     assert colocate(spec(), trainer, sync, "http://127.0.0.1:1/v1") == (trainer, sync)
     monkeypatch.delenv("WHALE_INFERENCE_URL", raising=False)
-    auto = WhaleRunSpec.model_validate({**spec().model_dump(by_alias=True, exclude_none=True),
-                                        "inference": {"backend": "auto", "placement": "colocated"}})
+    auto = WhaleRunSpec.model_validate(
+        {
+            **spec().model_dump(by_alias=True, exclude_none=True),
+            "inference": {"backend": "auto", "placement": "colocated"},
+        }
+    )
     assert colocate(auto, trainer, sync) == (trainer, sync)  # in process: already on the trainer's GPU
 
 
@@ -142,6 +158,12 @@ def test_the_benchmark_says_it_needs_vllm():
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run([sys.executable, str(root / "benchmarks" / "colocated_step.py"), "--steps", "2"],
-                          capture_output=True, text=True, timeout=60, check=False, cwd=root)
+    proc = subprocess.run(
+        [sys.executable, str(root / "benchmarks" / "colocated_step.py"), "--steps", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=root,
+    )
     assert proc.returncode == 1 and "needs vLLM importable" in proc.stderr

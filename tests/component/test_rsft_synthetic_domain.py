@@ -7,12 +7,12 @@ import asyncio
 import pytest
 
 from whale import plugins
+from whale.core.spec import Data
 from whale.domain import DomainError
 from whale.harness.runner import run_episodes
 from whale.harness.validate import validate_file
 from whale.inference.base import SamplingParams
 from whale.inference.scripted import ScriptedClient
-from whale.core.spec import Data
 
 
 @pytest.fixture(scope="module")

@@ -41,12 +41,16 @@ class _Yaml12Loader(yaml.SafeLoader):
 
 _Yaml12Loader.add_implicit_resolver(
     "tag:yaml.org,2002:float",
-    re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
                 |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
                 |\.[0-9_]+(?:[eE][-+][0-9]+)?
                 |[-+]?\.(?:inf|Inf|INF)
-                |\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."))
+                |\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
 
 
 def load_all(text: str) -> list[Doc]:
@@ -62,8 +66,9 @@ def kustomize(path: Path) -> list[Doc]:
     exe = kubectl()
     if exe is None:
         return render_kustomization(path)
-    out = subprocess.run([exe, "kustomize", str(path)], capture_output=True, text=True, timeout=KUBECTL_TIMEOUT_S,
-                         check=False)
+    out = subprocess.run(
+        [exe, "kustomize", str(path)], capture_output=True, text=True, timeout=KUBECTL_TIMEOUT_S, check=False
+    )
     if out.returncode != 0:
         raise AssertionError(f"kubectl kustomize {path}: {out.stderr.strip()}")
     return load_all(out.stdout)
@@ -71,8 +76,13 @@ def kustomize(path: Path) -> list[Doc]:
 
 def _matches(doc: Doc, target: dict[str, str]) -> bool:
     group, _, version = doc["apiVersion"].rpartition("/")
-    wanted = {"group": group, "version": version, "kind": doc["kind"], "name": doc["metadata"]["name"],
-              "namespace": doc["metadata"].get("namespace", "")}
+    wanted = {
+        "group": group,
+        "version": version,
+        "kind": doc["kind"],
+        "name": doc["metadata"]["name"],
+        "namespace": doc["metadata"].get("namespace", ""),
+    }
     return all(wanted[k] == v for k, v in target.items())
 
 
@@ -108,14 +118,16 @@ def render_kustomization(path: Path) -> list[Doc]:
     return docs
 
 
-def helm_render(values: dict[str, Any] | None = None, *, release: str = "whale",
-                namespace: str = "whale-system") -> tuple[list[Doc], list[Doc]]:
+def helm_render(
+    values: dict[str, Any] | None = None, *, release: str = "whale", namespace: str = "whale-system"
+) -> tuple[list[Doc], list[Doc]]:
     """(the chart's crds/, its rendered templates) for ``values`` over the chart's defaults."""
     import helm_python as helm
 
     with helm.Chart.load(str(CHART)) as chart:
         rendered = chart.render(values or {}, name=release, namespace=namespace)
-    templates = [d for name, text in sorted(rendered.items()) if name.endswith((".yaml", ".yml"))
-                 for d in load_all(text)]
+    templates = [
+        d for name, text in sorted(rendered.items()) if name.endswith((".yaml", ".yml")) for d in load_all(text)
+    ]
     crds = [d for f in sorted((CHART / "crds").glob("*.yaml")) for d in load_all(f.read_text())]
     return crds, templates

@@ -11,14 +11,43 @@ from __future__ import annotations
 from typing import Any
 
 #: capabilities baseline lets a container add (restricted: only NET_BIND_SERVICE)
-BASELINE_CAPS = {"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "MKNOD", "NET_BIND_SERVICE",
-                 "SETFCAP", "SETGID", "SETPCAP", "SETUID", "SYS_CHROOT"}
-RESTRICTED_VOLUMES = {"configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim",
-                      "projected", "secret"}
-SAFE_SYSCTLS = {"kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range", "net.ipv4.ip_unprivileged_port_start",
-                "net.ipv4.tcp_syncookies", "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
-                "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout", "net.ipv4.tcp_keepalive_intvl",
-                "net.ipv4.tcp_keepalive_probes"}
+BASELINE_CAPS = {
+    "AUDIT_WRITE",
+    "CHOWN",
+    "DAC_OVERRIDE",
+    "FOWNER",
+    "FSETID",
+    "KILL",
+    "MKNOD",
+    "NET_BIND_SERVICE",
+    "SETFCAP",
+    "SETGID",
+    "SETPCAP",
+    "SETUID",
+    "SYS_CHROOT",
+}
+RESTRICTED_VOLUMES = {
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+}
+SAFE_SYSCTLS = {
+    "kernel.shm_rmid_forced",
+    "net.ipv4.ip_local_port_range",
+    "net.ipv4.ip_unprivileged_port_start",
+    "net.ipv4.tcp_syncookies",
+    "net.ipv4.ping_group_range",
+    "net.ipv4.ip_local_reserved_ports",
+    "net.ipv4.tcp_keepalive_time",
+    "net.ipv4.tcp_fin_timeout",
+    "net.ipv4.tcp_keepalive_intvl",
+    "net.ipv4.tcp_keepalive_probes",
+}
 
 
 def pod_spec(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -74,8 +103,12 @@ def violations(obj: dict[str, Any]) -> list[str]:
         if apparmor == "Unconfined":
             out.append(f"{where}: appArmorProfile Unconfined")
         selinux = sc.get("seLinuxOptions", psc.get("seLinuxOptions", {}))
-        if selinux.get("user") or selinux.get("role") or selinux.get("type") not in (
-                None, "", "container_t", "container_init_t", "container_kvm_t", "container_engine_t"):
+        if (
+            selinux.get("user")
+            or selinux.get("role")
+            or selinux.get("type")
+            not in (None, "", "container_t", "container_init_t", "container_kvm_t", "container_engine_t")
+        ):
             out.append(f"{where}: seLinuxOptions")
         if sc.get("procMount", "Default") != "Default":
             out.append(f"{where}: procMount")

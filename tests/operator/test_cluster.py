@@ -29,7 +29,9 @@ def kubectl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 @pytest.fixture()
 def cluster_run():
     if not os.environ.get("KUBECONFIG"):
-        pytest.skip("set $KUBECONFIG to a cluster with the operator installed (docs/operator.md: manifests/crd, then manifests/overlays/dev)")
+        pytest.skip(
+            "set $KUBECONFIG to a cluster with the operator installed (docs/operator.md: manifests/crd, then manifests/overlays/dev)"
+        )
     kubectl("-n", NS, "delete", "wr", "tiny-cpu", "--ignore-not-found", "--wait=true")
     kubectl("-n", NS, "apply", "-f", str(EXAMPLE))
     yield "tiny-cpu"
@@ -50,15 +52,24 @@ def test_tiny_run_on_a_real_cluster(cluster_run: str):
     assert status["best"]["meanAtK"] >= 0
     header = kubectl("-n", NS, "get", "wr", cluster_run).stdout.splitlines()[0].split()
     assert header == ["NAME", "PHASE", "CYCLE", "STAGE", "STEP", "BEST", "ROLLOUTS", "AGE"]
-    reasons = kubectl("-n", NS, "get", "events", "--field-selector", f"involvedObject.name={cluster_run}",
-                      "-o", "jsonpath={.items[*].reason}").stdout.split()
+    reasons = kubectl(
+        "-n",
+        NS,
+        "get",
+        "events",
+        "--field-selector",
+        f"involvedObject.name={cluster_run}",
+        "-o",
+        "jsonpath={.items[*].reason}",
+    ).stdout.split()
     assert "Started" in reasons and "Succeeded" in reasons
 
     kubectl("-n", NS, "delete", "wr", cluster_run, "--wait=true")
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        left = kubectl("-n", NS, "get", "jobs,deployments,services", "-l", f"whale.dev/run={cluster_run}",
-                       "-o", "name").stdout.split()
+        left = kubectl(
+            "-n", NS, "get", "jobs,deployments,services", "-l", f"whale.dev/run={cluster_run}", "-o", "name"
+        ).stdout.split()
         if not left:
             break
         time.sleep(2)

@@ -55,17 +55,26 @@ def test_the_gpu_claim_template():
     assert claim["apiVersion"] == "resource.k8s.io/v1" and claim["kind"] == "ResourceClaimTemplate"
     assert claim["metadata"]["name"] == "demo-c01-weight-1-gpus"
     assert claim["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
-    assert claim["spec"]["spec"]["devices"]["requests"] == [{"name": "gpus", "exactly": {
-        "deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 4}}]
+    assert claim["spec"]["spec"]["devices"]["requests"] == [
+        {"name": "gpus", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "ExactCount", "count": 4}}
+    ]
 
 
-@pytest.mark.parametrize(("over", "field"), [
-    ({"train": {"numNodes": 2, "gpusPerNode": 4}}, "spec.train.numNodes is 2"),
-    ({"train": {"gpusPerNode": 0}}, "spec.train.gpusPerNode is 0"),
-    ({"train": {"gpusPerNode": 2}, "inference": {"backend": "vllm", "placement": "colocated", "tensorParallelSize": 4}},
-     "spec.inference.tensorParallelSize (4)"),
-    ({"inference": {"backend": "vllm", "placement": "separate"}}, "spec.inference.placement is not colocated"),
-])
+@pytest.mark.parametrize(
+    ("over", "field"),
+    [
+        ({"train": {"numNodes": 2, "gpusPerNode": 4}}, "spec.train.numNodes is 2"),
+        ({"train": {"gpusPerNode": 0}}, "spec.train.gpusPerNode is 0"),
+        (
+            {
+                "train": {"gpusPerNode": 2},
+                "inference": {"backend": "vllm", "placement": "colocated", "tensorParallelSize": 4},
+            },
+            "spec.inference.tensorParallelSize (4)",
+        ),
+        ({"inference": {"backend": "vllm", "placement": "separate"}}, "spec.inference.placement is not colocated"),
+    ],
+)
 def test_specs_it_cannot_render_are_refused_naming_the_field(over, field):
     spec = make_spec(**{"inference": {"backend": "vllm", "placement": "colocated"}, **over})
     with pytest.raises(builders.ColocatedPlacementError, match=field.replace("(", r"\(").replace(")", r"\)")):
@@ -74,7 +83,12 @@ def test_specs_it_cannot_render_are_refused_naming_the_field(over, field):
 
 def test_only_a_weight_phase_is_colocated():
     spec = colocated()
-    request = phase_request(spec, run="demo", phase="c00-eval-base", attempt=1,
-                            args=EvalPhaseArgs(checkpoint=None, harness=None, step=0, cycle=0, after="start"))
+    request = phase_request(
+        spec,
+        run="demo",
+        phase="c00-eval-base",
+        attempt=1,
+        args=EvalPhaseArgs(checkpoint=None, harness=None, step=0, cycle=0, after="start"),
+    )
     with pytest.raises(builders.ColocatedPlacementError, match="only a weight phase trains"):
         builders.colocated_train_job(RUN, spec, request, store_uri=STORE)

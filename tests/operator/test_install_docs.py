@@ -33,7 +33,7 @@ def marked_blocks() -> list[tuple[str, list[str]]]:
     text = DOC.read_text()
     out = []
     for m in re.finditer(r"<!-- tested:[^\n]*-->\n```bash\n(.*?)```", text, flags=re.S):
-        heading = re.findall(r"^#+ (.+)$", text[:m.start()], flags=re.M)[-1]
+        heading = re.findall(r"^#+ (.+)$", text[: m.start()], flags=re.M)[-1]
         commands = [line for line in m.group(1).splitlines() if line.strip() and not line.lstrip().startswith("#")]
         out.append((heading, commands))
     return out
@@ -77,10 +77,21 @@ def kubectl(cluster: EmulatedCluster, cwd: Path, line: str) -> subprocess.Comple
         shim.write_text(SHIM.format(kubectl=shutil.which("kubectl")))
         shim.chmod(0o755)
     # HOME: kubectl keeps a discovery cache under ~/.kube; keep it out of the user's
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "HOME": str(cwd),
-           "PATH": f"{shim.parent}{os.pathsep}{os.environ['PATH']}"}
-    return subprocess.run(["bash", "-o", "pipefail", "-c", line], cwd=cwd, env=env, capture_output=True, text=True,
-                          timeout=KUBECTL_TIMEOUT_S, check=False)
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "HOME": str(cwd),
+        "PATH": f"{shim.parent}{os.pathsep}{os.environ['PATH']}",
+    }
+    return subprocess.run(
+        ["bash", "-o", "pipefail", "-c", line],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=KUBECTL_TIMEOUT_S,
+        check=False,
+    )
 
 
 def test_the_doc_has_the_blocks_this_test_runs():
@@ -94,7 +105,9 @@ def test_each_documented_command_works(emulator: EmulatedCluster, tmp_path: Path
         for line in ("kubectl apply -k manifests/crd", "kubectl apply -k manifests/overlays/cluster"):
             assert kubectl(emulator, cwd, line).returncode == 0
         for plural, kind in (("servicemonitors", "ServiceMonitor"), ("prometheusrules", "PrometheusRule")):
-            emulator.api.create("apiextensions.k8s.io/v1", "customresourcedefinitions", None, stand_in_crd(plural, kind))
+            emulator.api.create(
+                "apiextensions.k8s.io/v1", "customresourcedefinitions", None, stand_in_crd(plural, kind)
+            )
     for line in commands:
         done = kubectl(emulator, cwd, line)
         assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
@@ -103,12 +116,22 @@ def test_each_documented_command_works(emulator: EmulatedCluster, tmp_path: Path
 def stand_in_crd(plural: str, kind: str) -> dict:
     """The Prometheus Operator's CRD as far as the emulator needs it (the real one is that project's)."""
     return {
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
         "metadata": {"name": f"{plural}.monitoring.coreos.com"},
-        "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
-                 "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
-                 "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
-                     "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "scope": "Namespaced",
+            "names": {"plural": plural, "singular": kind.lower(), "kind": kind},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+                }
+            ],
+        },
     }
 
 
@@ -118,8 +141,10 @@ def test_an_overlay_applied_before_the_crds_is_refused(emulator: EmulatedCluster
     first = kubectl(emulator, cwd, "kubectl apply -k manifests/overlays/cluster")
     assert first.returncode != 0
     assert 'no matches for kind "ClusterKopfPeering"' in first.stderr
-    for line in ("kubectl apply -k manifests/crd",
-                 "kubectl wait --for=condition=Established --timeout=60s -f manifests/crd/whaleruns.yaml",
-                 "kubectl apply -k manifests/overlays/cluster"):
+    for line in (
+        "kubectl apply -k manifests/crd",
+        "kubectl wait --for=condition=Established --timeout=60s -f manifests/crd/whaleruns.yaml",
+        "kubectl apply -k manifests/overlays/cluster",
+    ):
         done = kubectl(emulator, cwd, line)
         assert done.returncode == 0, f"{line}\n{done.stderr}"

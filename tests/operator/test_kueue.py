@@ -12,13 +12,20 @@ def job(*, suspend: bool, annotations=None, start: str | None = None, active: in
         status["startTime"] = start
     if active:
         status["active"] = active
-    return {"metadata": {"name": "j", "annotations": dict(annotations or {})}, "spec": {"suspend": suspend},
-            "status": status}
+    return {
+        "metadata": {"name": "j", "annotations": dict(annotations or {})},
+        "spec": {"suspend": suspend},
+        "status": status,
+    }
 
 
 QUEUED = job(suspend=True, conditions=[("Suspended", "True", "JobSuspended", "Job suspended")])
-ADMITTED = job(suspend=False, start="2026-12-03T09:00:00Z", active=1,
-               conditions=[("Suspended", "False", "JobResumed", "Job resumed")])
+ADMITTED = job(
+    suspend=False,
+    start="2026-12-03T09:00:00Z",
+    active=1,
+    conditions=[("Suspended", "False", "JobResumed", "Job resumed")],
+)
 
 
 def test_a_queued_job_is_not_evicted_and_is_not_marked():
@@ -28,14 +35,20 @@ def test_a_queued_job_is_not_evicted_and_is_not_marked():
 
 def test_an_admitted_job_is_marked_once():
     assert kueue.needs_started_mark(ADMITTED)
-    marked = {**ADMITTED, "metadata": {"annotations": kueue.started_patch("2026-12-03T09:00:05Z")["metadata"]["annotations"]}}
+    marked = {
+        **ADMITTED,
+        "metadata": {"annotations": kueue.started_patch("2026-12-03T09:00:05Z")["metadata"]["annotations"]},
+    }
     assert not kueue.needs_started_mark(marked) and kueue.evicted(marked) is None
 
 
 def test_an_eviction_is_seen_after_the_start_time_is_cleared():
     # what Kueue's preemption leaves: suspend again, startTime gone, our mark still there
-    evicted = job(suspend=True, annotations={kueue.STARTED_ANNOTATION: "2026-12-03T09:00:05Z"},
-                  conditions=[("Suspended", "True", "JobSuspended", "Preempted to accommodate a higher priority")])
+    evicted = job(
+        suspend=True,
+        annotations={kueue.STARTED_ANNOTATION: "2026-12-03T09:00:05Z"},
+        conditions=[("Suspended", "True", "JobSuspended", "Preempted to accommodate a higher priority")],
+    )
     assert kueue.evicted(evicted) == "Preempted to accommodate a higher priority"
     # without the mark the same object reads as queued: the mark is what tells them apart
     unmarked = {**evicted, "metadata": {"annotations": {}}}

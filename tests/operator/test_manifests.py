@@ -66,18 +66,27 @@ def test_manifest_validates(path: Path, doc: dict[str, Any]):
 
 def test_kustomizations_install_everything_but_the_examples():
     """Every manifest file is listed by the kustomization beside it (crd, base, overlays/*, monitoring)."""
-    listed = {(k.parent / r).resolve() for k in MANIFESTS.rglob("kustomization.yaml")
-              for r in yaml.safe_load(k.read_text()).get("resources", [])}
-    present = {p.resolve() for p in MANIFESTS.rglob("*.yaml")
-               if p.name != "kustomization.yaml" and "examples" not in p.parts}
+    listed = {
+        (k.parent / r).resolve()
+        for k in MANIFESTS.rglob("kustomization.yaml")
+        for r in yaml.safe_load(k.read_text()).get("resources", [])
+    }
+    present = {
+        p.resolve() for p in MANIFESTS.rglob("*.yaml") if p.name != "kustomization.yaml" and "examples" not in p.parts
+    }
     assert present == {p for p in listed if p.is_file()}
 
 
 def test_examples_are_the_papers_twelve_runs_plus_a_tiny_cpu_run():
     specs = {p.stem: WhaleRunSpec.model_validate(docs(p)[0]["spec"]) for p in EXAMPLES}
     grid = Counter((s.domain, s.condition.value) for n, s in specs.items() if n != "tiny-cpu")
-    assert grid == Counter({(d, c): 1 for d in ("search_qa", "math_reasoning", "chess_puzzles")
-                            for c in ("rsft_only", "mh_only", "whale", "adaptive_whale")})
+    assert grid == Counter(
+        {
+            (d, c): 1
+            for d in ("search_qa", "math_reasoning", "chess_puzzles")
+            for c in ("rsft_only", "mh_only", "whale", "adaptive_whale")
+        }
+    )
     assert specs["chess-whale"].model.name == "Qwen/Qwen3.5-4B" and specs["math-whale"].model.name == "Qwen/Qwen3.5-2B"
     # budgets in steps (6 x 70, 4 x 74, 0.6 x 74): tests/unit/test_examples_budgets.py pins every one
     assert specs["math-whale"].schedule.total_steps == 420 and specs["searchqa-rsft"].schedule.total_steps == 296
@@ -96,21 +105,51 @@ def children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
     store = spec.storage.uri or "s3://whale"
     wire = spec.to_wire()
     reqs = [
-        phase_request(wire, run="example", phase="c01-weight", attempt=1,
-            args=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=2,
-                                 steps_per_epoch=4, total_steps=2)),
-        phase_request(wire, run="example", phase="c01-harness", attempt=1,
-            args=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=None, step=0, iterations=2,
-                                  archive="runs/example/archive/c01")),
-        phase_request(wire, run="example", phase="eval-c00-s000000-start", attempt=1,
-            args=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None)),
+        phase_request(
+            wire,
+            run="example",
+            phase="c01-weight",
+            attempt=1,
+            args=WeightPhaseArgs(
+                cycle=1,
+                harness=None,
+                from_checkpoint=None,
+                from_step=0,
+                target_step=2,
+                steps_per_epoch=4,
+                total_steps=2,
+            ),
+        ),
+        phase_request(
+            wire,
+            run="example",
+            phase="c01-harness",
+            attempt=1,
+            args=HarnessPhaseArgs(
+                cycle=1,
+                incoming_harness=None,
+                checkpoint=None,
+                step=0,
+                iterations=2,
+                archive="runs/example/archive/c01",
+            ),
+        ),
+        phase_request(
+            wire,
+            run="example",
+            phase="eval-c00-s000000-start",
+            attempt=1,
+            args=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None),
+        ),
     ]
     tools = plugins.load(spec.domain).tool_services
     out = [builders.job(run, spec, r, store_uri=store, tools=tools) for r in reqs]
     out += builders.tool_children(run, spec, tools, store_uri=store)
     out.append(builders.prepare_job(run, spec, 1, store_uri=store))
-    out += [builders.inference_deployment(run, spec, store_uri=store, checkpoint=None),
-            builders.inference_service(run, spec)]
+    out += [
+        builders.inference_deployment(run, spec, store_uri=store, checkpoint=None),
+        builders.inference_service(run, spec),
+    ]
     multi = spec.model_copy(update={"train": spec.train.model_copy(update={"num_nodes": 2})})
     out += [builders.job(run, multi, reqs[0], store_uri=store), builders.rendezvous_service(run, multi, reqs[0])]
     return out
@@ -151,12 +190,13 @@ def test_every_image_is_built_here_or_pinned_upstream():
     for image in sorted(images):
         name, _, tag = image.rpartition(":")
         if image.startswith(OUR_REGISTRY):
-            component = name[len(OUR_REGISTRY):]
+            component = name[len(OUR_REGISTRY) :]
             assert (ROOT / "images" / component / "Dockerfile").is_file(), f"{image}: no images/{component}/Dockerfile"
             assert tag == VERSION, f"{image}: our images are tagged with the package version {VERSION}"
         else:
-            assert "@sha256:" in image or (tag and tag != "latest" and re.search(r"\d", tag)), \
+            assert "@sha256:" in image or (tag and tag != "latest" and re.search(r"\d", tag)), (
                 f"{image}: upstream images must be pinned to a version tag or digest"
+            )
 
 
 def test_dockerfiles_pin_their_base_images():

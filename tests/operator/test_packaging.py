@@ -16,15 +16,18 @@ import yaml
 from prometheus_client import generate_latest
 
 from tests.operator import packaging
-from tests.operator.pod_security import violations
 from tests.operator.packaging import MANIFESTS, OVERLAYS, key
+from tests.operator.pod_security import violations
 from whale_operator.metrics import OperatorMetrics
 
 #: the Kubernetes versions every rendered object must validate for (kubernetes-validate ships 1.25-1.37 now).
 #: From 1.30: the sandbox hosts' securityContext.appArmorProfile is GA there and unknown to 1.29 (which the
 #: upstream project stopped supporting in February 2025); chart/Chart.yaml's kubeVersion says the same
-K8S_VERSIONS = [v for v in dict.fromkeys(kubernetes_validate.utils.all_versions())
-                if (1, 30) <= tuple(int(x) for x in v.split(".")[:2])]
+K8S_VERSIONS = [
+    v
+    for v in dict.fromkeys(kubernetes_validate.utils.all_versions())
+    if (1, 30) <= tuple(int(x) for x in v.split(".")[:2])
+]
 MONITORING_GROUP = "monitoring.coreos.com/v1"
 
 
@@ -77,8 +80,9 @@ def test_crds_are_applied_apart_from_what_needs_them(name: str):
     kind is not served yet): CRDs live only in manifests/crd, every custom kind an overlay uses is defined there
     (or is the Prometheus Operator's, which monitoring needs installed)."""
     assert all(d["kind"] == "CustomResourceDefinition" for d in rendered("crd"))
-    assert {"whaleruns.whale.dev", "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"} == \
-        {d["metadata"]["name"] for d in rendered("crd")}
+    assert {"whaleruns.whale.dev", "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"} == {
+        d["metadata"]["name"] for d in rendered("crd")
+    }
     for doc in rendered(name):
         assert doc["kind"] != "CustomResourceDefinition", f"{name}: {key(doc)}"
         group = doc["apiVersion"].rpartition("/")[0]
@@ -143,8 +147,9 @@ def test_only_the_dev_overlay_writes_down_credentials():
 
 
 def rules_of(role: dict[str, Any]) -> set[tuple[str, str, str]]:
-    return {(g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"]
-            for v in rule["verbs"]}
+    return {
+        (g, r, v) for rule in role["rules"] for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]
+    }
 
 
 def bound_to_operator(name: str) -> set[tuple[str, str, str]]:
@@ -153,7 +158,8 @@ def bound_to_operator(name: str) -> set[tuple[str, str, str]]:
     out: set[tuple[str, str, str]] = set()
     for b in rendered(name):
         if b["kind"] in ("RoleBinding", "ClusterRoleBinding") and any(
-                s["kind"] == "ServiceAccount" and s["name"] == "whale-operator" for s in b["subjects"]):
+            s["kind"] == "ServiceAccount" and s["name"] == "whale-operator" for s in b["subjects"]
+        ):
             out |= rules_of(roles[(b["roleRef"]["kind"], b["roleRef"]["name"])])
     return out
 
@@ -191,22 +197,28 @@ def test_namespaced_mode_holds_namespaced_rights_only_in_the_served_namespace():
     assert the("namespaced", "KopfPeering", "whale-operator")["metadata"]["namespace"] == "whale"
     assert not objects("namespaced", "ClusterKopfPeering")
     assert the("namespaced", "Role", "whale-operator")["metadata"]["namespace"] == "whale"
-    cluster_wide = {(d["kind"], d["metadata"]["name"]) for d in rendered("namespaced")
-                    if d["kind"] == "ClusterRoleBinding"}
+    cluster_wide = {
+        (d["kind"], d["metadata"]["name"]) for d in rendered("namespaced") if d["kind"] == "ClusterRoleBinding"
+    }
     assert cluster_wide == {("ClusterRoleBinding", "whale-operator-crds")}
     assert rules_of(the("namespaced", "ClusterRole", "whale-operator-crds")) == {
         ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
-        ("apiextensions.k8s.io", "customresourcedefinitions", "watch")}
+        ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+    }
 
 
 def test_both_modes_grant_the_same_rights_on_runs_and_children():
     """The Role of namespaced mode and the ClusterRole of cluster mode must not drift apart."""
     cluster = rules_of(the("cluster", "ClusterRole", "whale-operator"))
     namespaced = rules_of(the("namespaced", "Role", "whale-operator"))
-    cluster_only = {("apiextensions.k8s.io", "customresourcedefinitions"), ("", "namespaces"),
-                    ("kopf.dev", "clusterkopfpeerings")}
-    assert {r for r in cluster if r[:2] not in cluster_only} == \
-        {r for r in namespaced if r[:2] != ("kopf.dev", "kopfpeerings")}
+    cluster_only = {
+        ("apiextensions.k8s.io", "customresourcedefinitions"),
+        ("", "namespaces"),
+        ("kopf.dev", "clusterkopfpeerings"),
+    }
+    assert {r for r in cluster if r[:2] not in cluster_only} == {
+        r for r in namespaced if r[:2] != ("kopf.dev", "kopfpeerings")
+    }
 
 
 def test_tenant_roles_aggregate_into_the_builtin_roles():
@@ -251,8 +263,9 @@ def test_alerts_and_dashboard_use_metrics_the_operator_exports():
     rule = the("monitoring", "PrometheusRule", "whale-operator")
     alerts = {r["alert"]: r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]}
     assert {"WhaleRunFailed", "WhaleRunStalled", "WhalePhaseRetried"} <= set(alerts)
-    dashboard = json.loads(the("monitoring", "ConfigMap", "whale-operator-dashboard")["data"][
-        "whale-operator-dashboard.json"])
+    dashboard = json.loads(
+        the("monitoring", "ConfigMap", "whale-operator-dashboard")["data"]["whale-operator-dashboard.json"]
+    )
     exprs = [*alerts.values(), *(t["expr"] for p in dashboard["panels"] for t in p["targets"])]
     for expr in exprs:
         names = used_metric_names(expr)
@@ -262,8 +275,10 @@ def test_alerts_and_dashboard_use_metrics_the_operator_exports():
     from whale.core.alternation import ChildState, Fail
 
     assert f'action="{Fail.__name__}"' in alerts["WhaleRunFailed"]
-    assert all(s in {c.value for c in ChildState} for s in re.findall(r"outcome=~\"([^\"]+)\"",
-                                                                         alerts["WhalePhaseRetried"])[0].split("|"))
+    assert all(
+        s in {c.value for c in ChildState}
+        for s in re.findall(r"outcome=~\"([^\"]+)\"", alerts["WhalePhaseRetried"])[0].split("|")
+    )
 
 
 def test_service_monitor_selects_the_operator_metrics_service():
@@ -292,7 +307,6 @@ def test_the_fallback_renderer_refuses_what_it_does_not_implement(tmp_path):
         packaging.render_kustomization(tmp_path)
 
 
-
 # ----- the Helm chart -------------------------------------------------------------------------------
 
 CHART_CASES = {
@@ -300,8 +314,11 @@ CHART_CASES = {
     "defaults": ({}, ("cluster",), False),
     "namespace-created": ({"createNamespace": True}, ("cluster",), True),
     "namespaced": ({"mode": "namespaced"}, ("namespaced",), False),
-    "monitoring": ({"monitoring": {"serviceMonitor": True, "prometheusRule": True, "dashboard": True}},
-                   ("cluster", "monitoring"), False),
+    "monitoring": (
+        {"monitoring": {"serviceMonitor": True, "prometheusRule": True, "dashboard": True}},
+        ("cluster", "monitoring"),
+        False,
+    ),
 }
 
 
@@ -327,31 +344,46 @@ def test_the_chart_files_are_the_manifests_files():
     """Helm reads only files inside the chart: its copies must be byte-for-byte the ones kustomize applies
     (`make crd` writes both)."""
     chart = packaging.CHART
-    for rel, src in [("crds/whaleruns.yaml", "crd/whaleruns.yaml"), ("crds/kopfpeerings.yaml", "crd/kopfpeerings.yaml"),
-                     ("files/prometheusrule.yaml", "monitoring/prometheusrule.yaml"),
-                     ("files/whale-operator-dashboard.json", "monitoring/whale-operator-dashboard.json")]:
+    for rel, src in [
+        ("crds/whaleruns.yaml", "crd/whaleruns.yaml"),
+        ("crds/kopfpeerings.yaml", "crd/kopfpeerings.yaml"),
+        ("files/prometheusrule.yaml", "monitoring/prometheusrule.yaml"),
+        ("files/whale-operator-dashboard.json", "monitoring/whale-operator-dashboard.json"),
+    ]:
         assert (chart / rel).read_bytes() == (MANIFESTS / src).read_bytes(), f"cp manifests/{src} chart/{rel}"
 
 
 def test_the_chart_moves_with_its_values():
-    _, templates = packaging.helm_render({
-        "mode": "namespaced", "watchNamespace": "team-a", "replicas": 2, "peering": {"name": "whale-a"},
-        "image": {"repository": "registry.example.com/whale-operator", "tag": "0.1.0-rc1", "pullPolicy": "Always"},
-        "imagePullSecrets": [{"name": "pull"}], "resources": {"requests": {"cpu": "1"}}}, namespace="ops")
+    _, templates = packaging.helm_render(
+        {
+            "mode": "namespaced",
+            "watchNamespace": "team-a",
+            "replicas": 2,
+            "peering": {"name": "whale-a"},
+            "image": {"repository": "registry.example.com/whale-operator", "tag": "0.1.0-rc1", "pullPolicy": "Always"},
+            "imagePullSecrets": [{"name": "pull"}],
+            "resources": {"requests": {"cpu": "1"}},
+        },
+        namespace="ops",
+    )
     by_key = {key(d): d for d in templates}
     dep = by_key[("apps/v1", "Deployment", "ops", "whale-operator")]
     pod = dep["spec"]["template"]["spec"]
     assert dep["spec"]["replicas"] == 2 and pod["imagePullSecrets"] == [{"name": "pull"}]
     assert pod["containers"][0]["image"] == "registry.example.com/whale-operator:0.1.0-rc1"
     # Helm merges values into the defaults, key by key
-    assert pod["containers"][0]["resources"] == {"requests": {"cpu": "1", "memory": "256Mi"},
-                                                 "limits": {"memory": "512Mi"}}
+    assert pod["containers"][0]["resources"] == {
+        "requests": {"cpu": "1", "memory": "256Mi"},
+        "limits": {"memory": "512Mi"},
+    }
     assert "--namespace=team-a" in pod["containers"][0]["command"]
     assert "--peering=whale-a" in pod["containers"][0]["command"]
     assert ("kopf.dev/v1", "KopfPeering", "team-a", "whale-a") in by_key
     assert ("rbac.authorization.k8s.io/v1", "Role", "team-a", "whale-operator") in by_key
-    assert by_key[("rbac.authorization.k8s.io/v1", "RoleBinding", "team-a", "whale-operator")]["subjects"][0][
-        "namespace"] == "ops"
+    assert (
+        by_key[("rbac.authorization.k8s.io/v1", "RoleBinding", "team-a", "whale-operator")]["subjects"][0]["namespace"]
+        == "ops"
+    )
     for doc in templates:
         assert violations(doc) == []
         if doc["apiVersion"] not in (MONITORING_GROUP, "kopf.dev/v1"):

@@ -30,8 +30,12 @@ from whale_operator import builders
 RUN = builders.RunRef("demo", "team-a", "uid-1")
 STORE = "s3://whale"
 #: (kind of object, component label, container) allowed to be the sandbox host when isolation is namespaces
-EXCEPTIONS = {("Job", "train", "worker"), ("Job", "search", "worker"), ("Job", "eval", "worker"),
-              ("Deployment", "sandbox", "sandbox")}
+EXCEPTIONS = {
+    ("Job", "train", "worker"),
+    ("Job", "search", "worker"),
+    ("Job", "eval", "worker"),
+    ("Deployment", "sandbox", "sandbox"),
+}
 
 
 def spec_of(path: Path, **cluster: Any) -> WhaleRunSpec:
@@ -62,8 +66,9 @@ def test_every_pod_is_restricted_but_the_listed_sandbox_hosts(path: Path, isolat
         pod = pod_spec(obj)
         if pod is None:
             continue
-        hosts = {c["name"] for c in pod["containers"]
-                 if c.get("securityContext", {}).get("capabilities", {}).get("add")}
+        hosts = {
+            c["name"] for c in pod["containers"] if c.get("securityContext", {}).get("capabilities", {}).get("add")
+        }
         for name in hosts:
             where = (obj["kind"], component(obj), name)
             assert where in EXCEPTIONS, f"{where} is not a listed sandbox host"
@@ -98,19 +103,53 @@ def test_every_child_validates_for_every_supported_kubernetes(path: Path):
 
 # ----- per-component pod templates ------------------------------------------------------------------
 
-AFFINITY = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-    {"matchExpressions": [{"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["h200"]}]}]}},
-    "podAntiAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 50, "podAffinityTerm": {
-        "labelSelector": {"matchLabels": {"whale.dev/run": "demo"}}, "topologyKey": "kubernetes.io/hostname"}}]}}
-SPREAD = [{"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway",
-           "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "search"}}}]
+AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {
+                    "matchExpressions": [
+                        {"key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["h200"]}
+                    ]
+                }
+            ]
+        }
+    },
+    "podAntiAffinity": {
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "weight": 50,
+                "podAffinityTerm": {
+                    "labelSelector": {"matchLabels": {"whale.dev/run": "demo"}},
+                    "topologyKey": "kubernetes.io/hostname",
+                },
+            }
+        ]
+    },
+}
+SPREAD = [
+    {
+        "maxSkew": 1,
+        "topologyKey": "topology.kubernetes.io/zone",
+        "whenUnsatisfiable": "ScheduleAnyway",
+        "labelSelector": {"matchLabels": {"app.kubernetes.io/component": "search"}},
+    }
+]
 FULL_PLACEMENT = {
-    "train": {"affinity": AFFINITY, "runtimeClassName": "nvidia", "annotations": {"example.com/team": "a"},
-              "labels": {"team": "a", "whale.dev/run": "not-mine"}, "imagePullSecrets": [{"name": "pull"}]},
+    "train": {
+        "affinity": AFFINITY,
+        "runtimeClassName": "nvidia",
+        "annotations": {"example.com/team": "a"},
+        "labels": {"team": "a", "whale.dev/run": "not-mine"},
+        "imagePullSecrets": [{"name": "pull"}],
+    },
     "inference": {"nodeSelector": {"pool": "serve"}, "priorityClassName": "serving"},
-    "workers": {"topologySpreadConstraints": SPREAD, "runtimeClassName": "gvisor",
-                "resources": {"requests": {"cpu": "3", "memory": "6Gi"}, "limits": {"memory": "6Gi"}},
-                "podSecurity": {"runAsUser": 2000}},
+    "workers": {
+        "topologySpreadConstraints": SPREAD,
+        "runtimeClassName": "gvisor",
+        "resources": {"requests": {"cpu": "3", "memory": "6Gi"}, "limits": {"memory": "6Gi"}},
+        "podSecurity": {"runAsUser": 2000},
+    },
     "tools": {"tolerations": [{"key": "cpu-only", "operator": "Exists", "effect": "NoSchedule"}]},
 }
 GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -118,14 +157,22 @@ SPOT_TOLERATION = {"key": "spot", "operator": "Exists", "effect": "NoSchedule"}
 
 
 def placed(**placement: Any) -> WhaleRunSpec:
-    return WhaleRunSpec.model_validate({
-        "domain": "math_reasoning", "condition": "whale", "model": {"name": "Qwen/Qwen3.5-2B"},
-        "schedule": {"totalEpochs": 6, "weightEpochsPerCycle": 0.6},
-        "storage": {"uri": STORE, "endpoint": "minio:9000"},
-        "harnessSearch": {"proposer": {"baseUrl": "http://127.0.0.1:1/v1", "model": "m"}},
-        "cluster": {"nodeSelector": {"pool": "ml"}, "priorityClassName": "research",
-                    "tolerations": [GPU_TOLERATION, SPOT_TOLERATION], "placement": placement},
-    })
+    return WhaleRunSpec.model_validate(
+        {
+            "domain": "math_reasoning",
+            "condition": "whale",
+            "model": {"name": "Qwen/Qwen3.5-2B"},
+            "schedule": {"totalEpochs": 6, "weightEpochsPerCycle": 0.6},
+            "storage": {"uri": STORE, "endpoint": "minio:9000"},
+            "harnessSearch": {"proposer": {"baseUrl": "http://127.0.0.1:1/v1", "model": "m"}},
+            "cluster": {
+                "nodeSelector": {"pool": "ml"},
+                "priorityClassName": "research",
+                "tolerations": [GPU_TOLERATION, SPOT_TOLERATION],
+                "placement": placement,
+            },
+        }
+    )
 
 
 def pods_by_component(spec: WhaleRunSpec) -> dict[str, list[dict[str, Any]]]:
@@ -153,9 +200,15 @@ def test_gpu_tolerations_reach_only_pods_that_request_a_gpu():
 def test_a_cpu_train_job_gets_no_gpu_toleration():
     spec = placed()
     spec = spec.model_copy(update={"train": spec.train.model_copy(update={"gpus_per_node": 0})})
-    req = phase_request(spec, run="demo", phase="c01-weight", attempt=1,
-                        args=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0,
-                                             target_step=2, steps_per_epoch=4, total_steps=2))
+    req = phase_request(
+        spec,
+        run="demo",
+        phase="c01-weight",
+        attempt=1,
+        args=WeightPhaseArgs(
+            cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=2, steps_per_epoch=4, total_steps=2
+        ),
+    )
     pod = builders.job(RUN, spec, req, store_uri=STORE)["spec"]["template"]["spec"]
     assert pod["tolerations"] == [SPOT_TOLERATION]
 
@@ -185,18 +238,30 @@ def test_each_component_takes_its_own_template():
     assert prepare["pod"]["securityContext"]["runAsUser"] == 2000
 
     for p in pods.get("code", []) + pods.get("sandbox", []):
-        assert p["pod"]["tolerations"] == [{"key": "cpu-only", "operator": "Exists", "effect": "NoSchedule"}], \
+        assert p["pod"]["tolerations"] == [{"key": "cpu-only", "operator": "Exists", "effect": "NoSchedule"}], (
             "a component's tolerations replace the run-wide ones"
+        )
 
 
-@pytest.mark.parametrize("bad", [
-    {"workers": {"podSecurity": {"runAsUser": 0}}},
-    {"train": {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
-        {"weight": 101, "preference": {}}]}}}},
-    {"tools": {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "Maybe"}]}},
-    {"inference": {"runtimeClassName": "Not A Name"}},
-    {"gpu": {}},
-], ids=["root-uid", "weight-101", "when-unsatisfiable", "runtime-class", "unknown-component"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"workers": {"podSecurity": {"runAsUser": 0}}},
+        {
+            "train": {
+                "affinity": {
+                    "nodeAffinity": {
+                        "preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 101, "preference": {}}]
+                    }
+                }
+            }
+        },
+        {"tools": {"topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone", "whenUnsatisfiable": "Maybe"}]}},
+        {"inference": {"runtimeClassName": "Not A Name"}},
+        {"gpu": {}},
+    ],
+    ids=["root-uid", "weight-101", "when-unsatisfiable", "runtime-class", "unknown-component"],
+)
 def test_bad_templates_are_refused_by_the_spec(bad):
     with pytest.raises(ValidationError):
         placed(**bad)
@@ -210,16 +275,25 @@ def test_jobs_have_a_deadline_and_a_ttl_by_default():
     for p in pods_by_component(spec)["search"] + pods_by_component(spec)["prepare"]:
         job = p["obj"]["spec"]
         assert job["activeDeadlineSeconds"] == 7 * 24 * 3600 and job["ttlSecondsAfterFinished"] == 7 * 24 * 3600
-    spec = WhaleRunSpec.model_validate({**spec.to_wire(), "retry": {"activeDeadlineSeconds": 3600},
-                                        "cluster": {"lifecycle": {"ttlSecondsAfterFinished": None}}})
+    spec = WhaleRunSpec.model_validate(
+        {
+            **spec.to_wire(),
+            "retry": {"activeDeadlineSeconds": 3600},
+            "cluster": {"lifecycle": {"ttlSecondsAfterFinished": None}},
+        }
+    )
     for p in pods_by_component(spec)["search"]:
         assert p["obj"]["spec"]["activeDeadlineSeconds"] == 3600 and "ttlSecondsAfterFinished" not in p["obj"]["spec"]
 
 
 def test_dev_shm_is_sized_to_the_memory_limit_and_the_model_cache_can_be_a_claim():
-    spec = WhaleRunSpec.model_validate({**placed().to_wire(), "train": {"resources": {"limits": {"memory": "64Gi"}}},
-                                        "cluster": {"inferenceResources": {"limits": {"memory": "120Gi"}},
-                                                    "modelCacheClaimName": "models"}})
+    spec = WhaleRunSpec.model_validate(
+        {
+            **placed().to_wire(),
+            "train": {"resources": {"limits": {"memory": "64Gi"}}},
+            "cluster": {"inferenceResources": {"limits": {"memory": "120Gi"}}, "modelCacheClaimName": "models"},
+        }
+    )
     pods = pods_by_component(spec)
     for p in pods["train"]:
         assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}} in p["pod"]["volumes"]
@@ -244,8 +318,9 @@ def test_inference_network_policy_admits_only_the_runs_pods():
     (rule,) = policy["spec"]["ingress"]
     assert rule["ports"] == [{"protocol": "TCP", "port": builders.VLLM_PORT}]
     (peer,) = rule["from"]
-    assert peer == {"podSelector": {"matchLabels": {"whale.dev/run": "example"}}}, \
+    assert peer == {"podSelector": {"matchLabels": {"whale.dev/run": "example"}}}, (
         "no namespaceSelector: this namespace only"
+    )
     for p in pods_by_component(spec)["search"] + pods_by_component(spec)["train"]:
         assert peer["podSelector"]["matchLabels"].items() <= p["meta"]["labels"].items(), "the run's workers may call"
     other = builders.inference_network_policy(builders.RunRef("other", "team-a", "u2"))

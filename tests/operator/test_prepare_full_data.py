@@ -5,15 +5,21 @@ from __future__ import annotations
 
 from whale.core.spec import WhaleRunSpec
 from whale.store import open_store
-from whale_operator.metrics import OperatorMetrics
 from whale_operator.config import OperatorConfig
+from whale_operator.metrics import OperatorMetrics
 from whale_operator.reconcile import Reconciler
 
 
 def spec(source: str) -> WhaleRunSpec:
-    return WhaleRunSpec.model_validate({"domain": "synthetic" if source == "sample" else "chess_puzzles",
-                                        "condition": "rsft_only", "model": {"name": "m"},
-                                        "schedule": {"totalSteps": 4}, "data": {"source": source}})
+    return WhaleRunSpec.model_validate(
+        {
+            "domain": "synthetic" if source == "sample" else "chess_puzzles",
+            "condition": "rsft_only",
+            "model": {"name": "m"},
+            "schedule": {"totalSteps": 4},
+            "data": {"source": source},
+        }
+    )
 
 
 def test_full_data_is_never_sized_by_the_operator(tmp_path):

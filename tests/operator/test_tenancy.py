@@ -25,14 +25,15 @@ def test_a_run_without_identity_has_no_store():
 
 
 def test_the_allow_list_names_the_field_and_the_setting():
-    policy = StorePolicy.from_env({"WHALE_ALLOWED_STORES": "s3://whale, s3://shared/team-a",
-                                   "WHALE_ALLOWED_S3_ENDPOINTS": "minio.whale.svc:9000"})
+    policy = StorePolicy.from_env(
+        {"WHALE_ALLOWED_STORES": "s3://whale, s3://shared/team-a", "WHALE_ALLOWED_S3_ENDPOINTS": "minio.whale.svc:9000"}
+    )
     assert policy.problems("s3://whale/x", "minio.whale.svc:9000") == []
     assert policy.problems("s3://shared/team-a", "minio.whale.svc:9000") == []
-    (field, message), = policy.problems("s3://whalex/x", "minio.whale.svc:9000")  # a path boundary, not a prefix
+    ((field, message),) = policy.problems("s3://whalex/x", "minio.whale.svc:9000")  # a path boundary, not a prefix
     assert field == "spec.storage.uri" and "WHALE_ALLOWED_STORES" in message
-    (field, message), = policy.problems("s3://shared/team-b", "minio.whale.svc:9000")
+    ((field, message),) = policy.problems("s3://shared/team-b", "minio.whale.svc:9000")
     assert field == "spec.storage.uri"
-    (field, message), = policy.problems("s3://whale", "attacker.example:443")
+    ((field, message),) = policy.problems("s3://whale", "attacker.example:443")
     assert field == "spec.storage.endpoint" and "WHALE_ALLOWED_S3_ENDPOINTS" in message
     assert StorePolicy.from_env({}).problems("s3://anything", "anywhere:1") == []  # unset: single tenant

@@ -17,8 +17,10 @@ SECRET_7 = DOMAIN.items[0]
 
 
 def tool(name: str) -> dict:
-    return {"type": "function", "function": {"name": name, "description": "anything",
-                                             "parameters": {"type": "object", "properties": {}}}}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": "anything", "parameters": {"type": "object", "properties": {}}},
+    }
 
 
 def harness(tmp_path: Path, tools: list[dict]) -> Path:

@@ -8,11 +8,10 @@ from whale.control.observer import StoreObserver
 from whale.control.planner import KEEP_SERVING, RunEnd, plan, write_request
 from whale.control.serving import UNSET, serve, serving
 from whale.core import layout
-from whale.core.alternation import Transition, Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun
+from whale.core.alternation import Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun, Transition
 from whale.core.protocol import EvalPhaseArgs, HarnessPhaseArgs, parse_request, phase_request
 from whale.core.spec import EvalPoint, Reason, RunPhase, Storage, WhaleRunStatus
-from whale.store import open_store
-from whale.store import s3
+from whale.store import open_store, s3
 
 #: the least spec a request can be made from
 MIN_SPEC = {"domain": "synthetic", "condition": "rsft_only", "model": {"name": "m"}, "schedule": {"totalSteps": 4}}
@@ -23,16 +22,13 @@ RUNNING = WhaleRunStatus(phase=RunPhase.RUNNING)
 
 
 def harness_start(checkpoint: str | None = "ck/4") -> StartPhase:
-    args = HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=checkpoint, step=4, iterations=3,
-                            archive="a")
-    return StartPhase(phase_request(MIN_SPEC, run=RUN, phase="c01-harness", attempt=1,
-                                    args=args))
+    args = HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=checkpoint, step=4, iterations=3, archive="a")
+    return StartPhase(phase_request(MIN_SPEC, run=RUN, phase="c01-harness", attempt=1, args=args))
 
 
 def eval_start(checkpoint: str | None = "ck/2") -> StartPhase:
     args = EvalPhaseArgs(cycle=1, step=2, after="weight", checkpoint=checkpoint, harness=None)
-    return StartPhase(phase_request(MIN_SPEC, run=RUN, phase="eval-c01-s000002-weight", attempt=1,
-                                    args=args))
+    return StartPhase(phase_request(MIN_SPEC, run=RUN, phase="eval-c01-s000002-weight", attempt=1, args=args))
 
 
 def test_owed_evaluations_start_first_and_serve_what_they_sample() -> None:
@@ -68,8 +64,12 @@ def test_the_observer_reads_only_what_can_change_the_status(tmp_path) -> None:
     store.write_bytes(layout.checkpoint_prefix(RUN, 2) + "/model.safetensors", b"x")
     store.write_bytes(layout.checkpoint_prefix(RUN, 4) + "/model.safetensors", b"x")  # incomplete
     store.write_bytes(layout.checkpoint_complete_key(RUN, 2), b"")
-    status = WhaleRunStatus(phase=RunPhase.RUNNING, completed_phases=["c01-weight"], active_phase="c01-harness",
-                            evals=[EvalPoint(phase="eval-c01-s000002-weight", cycle=1, step=2, after="weight")])
+    status = WhaleRunStatus(
+        phase=RunPhase.RUNNING,
+        completed_phases=["c01-weight"],
+        active_phase="c01-harness",
+        evals=[EvalPoint(phase="eval-c01-s000002-weight", cycle=1, step=2, after="weight")],
+    )
     obs = StoreObserver(store, RUN).observe(status, {}, {"weight": 1}, now="t")
     assert obs.results == {"eval-c01-s000002-weight": {"meanAtK": 0.5, "k": 1, "items": 1}}
     assert obs.metrics == {"c01-harness": [{"iteration": 1}]} and obs.checkpoints == frozenset({2})

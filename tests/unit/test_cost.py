@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from whale.cli import app
 from whale.console import cost_table
-from whale.cost import H200, Assumptions, CostError, Figure, Figures, Placement, estimate, parameters_from_name
 from whale.core.spec import WhaleRunSpec
+from whale.cost import H200, Assumptions, CostError, Figure, Figures, Placement, estimate, parameters_from_name
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -24,16 +24,28 @@ def fig(value: float, parameters: float = 1e9) -> Figure:
 
 
 #: round figures, all measured at 1 B parameters
-ROUND = Figures(gpu="test GPU", vllm_generation_tokens_per_s=fig(1000), transformers_generation_tokens_per_s=fig(100),
-                sft_tokens_per_s=fig(2000), sft_packed_tokens_per_s=fig(4000), weight_sync_s=fig(3),
-                checkpoint_s=fig(10))
+ROUND = Figures(
+    gpu="test GPU",
+    vllm_generation_tokens_per_s=fig(1000),
+    transformers_generation_tokens_per_s=fig(100),
+    sft_tokens_per_s=fig(2000),
+    sft_packed_tokens_per_s=fig(4000),
+    weight_sync_s=fig(3),
+    checkpoint_s=fig(10),
+)
 
 
 def small_spec(**over) -> WhaleRunSpec:
     raw = {
-        "domain": "synthetic", "condition": "whale", "model": {"name": "org/Thing-2B"},
-        "rsft": {"promptsPerStep": 4, "rolloutsPerPrompt": 2, "sftEpochs": 1,
-                 "sampling": {"maxResponseTokens": 1000, "episodeTokenBudget": 1000}},
+        "domain": "synthetic",
+        "condition": "whale",
+        "model": {"name": "org/Thing-2B"},
+        "rsft": {
+            "promptsPerStep": 4,
+            "rolloutsPerPrompt": 2,
+            "sftEpochs": 1,
+            "sampling": {"maxResponseTokens": 1000, "episodeTokenBudget": 1000},
+        },
         "inference": {"backend": "vllm", "tensorParallelSize": 1},
         "train": {"numNodes": 1, "gpusPerNode": 2},
         "harnessSearch": {"proposer": {"timeoutSeconds": 100}},
@@ -46,8 +58,14 @@ def small_spec(**over) -> WhaleRunSpec:
 
 #: what schedule.plan + with_costs give for 10 steps of 8 rollouts, 2 weight and 1 harness phase of
 #: 3 archive iterations (48 harness rollouts), 2 evaluations of 20 rollouts
-PLAN = {"totalSteps": 10, "rolloutsPerStep": 8, "rollouts": 10 * 8 + 48, "harnessIterationsPerPhase": 3,
-        "counts": {"weight": 2, "harness": 1, "eval": 2}, "evaluation": {"rollouts": 40}}
+PLAN = {
+    "totalSteps": 10,
+    "rolloutsPerStep": 8,
+    "rollouts": 10 * 8 + 48,
+    "harnessIterationsPerPhase": 3,
+    "counts": {"weight": 2, "harness": 1, "eval": 2},
+    "evaluation": {"rollouts": 40},
+}
 
 
 def test_the_arithmetic_of_a_small_separate_run():
@@ -69,8 +87,12 @@ def test_the_arithmetic_of_a_small_separate_run():
 
 
 def test_colocated_and_in_process_hold_only_the_trainer_gpus():
-    colocated = estimate(PLAN, small_spec(inference={"backend": "vllm", "placement": "colocated"}),
-                         Assumptions(prompt_tokens=0, acceptance=0.5, tokens_per_episode=1000, proposer_seconds=0), ROUND)
+    colocated = estimate(
+        PLAN,
+        small_spec(inference={"backend": "vllm", "placement": "colocated"}),
+        Assumptions(prompt_tokens=0, acceptance=0.5, tokens_per_episode=1000, proposer_seconds=0),
+        ROUND,
+    )
     assert colocated.placement is Placement.COLOCATED and not colocated.upper_bound
     # generation on both trainer GPUs, the step holds 2 GPUs, not 3
     assert colocated.step["generation"] == pytest.approx(8 * 1000 / (500 * 2))
@@ -80,9 +102,16 @@ def test_colocated_and_in_process_hold_only_the_trainer_gpus():
     assert local.step["generation"] == pytest.approx(8 * 1000 / (50 * 2))  # the transformers rate, scaled
 
 
-@pytest.mark.parametrize(("name", "n"), [("Qwen/Qwen3.5-2B", 2e9), ("HuggingFaceTB/SmolLM2-135M-Instruct", 135e6),
-                                         ("Qwen/Qwen3-1.7B", 1.7e9), ("Qwen/Qwen3-30B-A3B", 3e9),
-                                         ("/opt/whale/models/synthetic-tiny", None)])
+@pytest.mark.parametrize(
+    ("name", "n"),
+    [
+        ("Qwen/Qwen3.5-2B", 2e9),
+        ("HuggingFaceTB/SmolLM2-135M-Instruct", 135e6),
+        ("Qwen/Qwen3-1.7B", 1.7e9),
+        ("Qwen/Qwen3-30B-A3B", 3e9),
+        ("/opt/whale/models/synthetic-tiny", None),
+    ],
+)
 def test_the_parameter_count_comes_from_the_model_name(name, n):
     assert parameters_from_name(name) == n
 
@@ -109,7 +138,8 @@ def test_every_figure_is_the_value_in_its_raw_json(name):
 def test_the_doc_table_is_what_the_code_prints():
     doc = cost_table.DOC.read_text()
     assert cost_table.doc_table(doc) == cost_table.example_table(), (
-        "docs/performance.md's cost table is stale: .venv/bin/python -m whale.console.cost_table --write")
+        "docs/performance.md's cost table is stale: .venv/bin/python -m whale.console.cost_table --write"
+    )
 
 
 def test_plan_prints_the_cost_with_its_assumptions_and_gives_it_in_json():
@@ -123,7 +153,8 @@ def test_plan_prints_the_cost_with_its_assumptions_and_gives_it_in_json():
     cost = json.loads(res.output)["cost"]
     assert cost["gpus"] == {"train": 8, "inference": 1} and cost["upperBound"] is True
     assert cost["total"]["gpuHours"] == pytest.approx(
-        cost["weight"]["gpuHours"] + cost["harness"]["gpuHours"] + cost["evaluation"]["gpuHours"])
+        cost["weight"]["gpuHours"] + cost["harness"]["gpuHours"] + cost["evaluation"]["gpuHours"]
+    )
 
 
 def test_plan_of_a_model_without_a_size_says_why_there_is_no_cost():

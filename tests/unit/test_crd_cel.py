@@ -114,7 +114,9 @@ def admission_errors(doc: dict[str, Any], old: dict[str, Any] | None = None) -> 
 # ----- the documents --------------------------------------------------------------------------------
 
 BASE_SPEC: dict[str, Any] = {
-    "domain": "counting", "condition": "whale", "model": {"name": "tiny"},
+    "domain": "counting",
+    "condition": "whale",
+    "model": {"name": "tiny"},
     "schedule": {"totalSteps": 10, "weightStepsPerCycle": 4, "harnessIterationsPerCycle": 2},
     "harnessSearch": {"proposer": {"baseUrl": "http://127.0.0.1:8000/v1", "model": "local-proposer"}},
     "storage": {"uri": "s3://whale/runs", "endpoint": "minio.whale.svc:9000", "credentialsSecret": "whale-s3"},
@@ -122,8 +124,12 @@ BASE_SPEC: dict[str, Any] = {
 
 
 def document(spec: dict[str, Any]) -> dict[str, Any]:
-    return {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": "run-1", "namespace": "whale"},
-            "spec": spec}
+    return {
+        "apiVersion": "whale.dev/v1alpha1",
+        "kind": "WhaleRun",
+        "metadata": {"name": "run-1", "namespace": "whale"},
+        "spec": spec,
+    }
 
 
 def patched(changes: dict[str, Any], drop: tuple[str, ...] = ()) -> dict[str, Any]:
@@ -167,67 +173,143 @@ def _plugin(counting_domain):
 #: (id, spec, what the CRD's message says). The issue's examples first, then one per cross-field rule.
 BAD: list[tuple[str, dict[str, Any], str]] = [
     ("whale-without-E", patched({}, drop=("schedule.weightStepsPerCycle",)), "condition whale needs E"),
-    ("mh-only-with-weight-budget", patched({"condition": "mh_only"}, drop=("schedule.weightStepsPerCycle",)),
-     "mh_only never trains weights"),
-    ("mh-only-with-E", patched({"condition": "mh_only"}, drop=("schedule.totalSteps",)), "mh_only never trains weights"),
+    (
+        "mh-only-with-weight-budget",
+        patched({"condition": "mh_only"}, drop=("schedule.weightStepsPerCycle",)),
+        "mh_only never trains weights",
+    ),
+    (
+        "mh-only-with-E",
+        patched({"condition": "mh_only"}, drop=("schedule.totalSteps",)),
+        "mh_only never trains weights",
+    ),
     ("no-storage-uri", patched({}, drop=("storage.uri",)), "storage.uri: the operator needs an object store"),
     ("s3-without-endpoint", patched({}, drop=("storage.endpoint",)), "an s3:// store needs the S3 endpoint"),
     ("cpu-lots", patched({"cluster.workerResources": {"requests": {"cpu": "lots"}}}), "does not match"),
-    ("toleration-sometimes", patched({"cluster.tolerations": [{"key": "gpu", "operator": "Exists",
-                                                              "effect": "Sometimes"}]}), "is not one of"),
-    ("toleration-value-with-exists", patched({"cluster.tolerations": [{"key": "gpu", "operator": "Exists",
-                                                                      "value": "x"}]}),
-     "value must be empty when operator is Exists"),
-    ("toleration-without-key", patched({"cluster.tolerations": [{"operator": "Equal", "value": "x"}]}),
-     "a toleration without a key must have operator Exists"),
+    (
+        "toleration-sometimes",
+        patched({"cluster.tolerations": [{"key": "gpu", "operator": "Exists", "effect": "Sometimes"}]}),
+        "is not one of",
+    ),
+    (
+        "toleration-value-with-exists",
+        patched({"cluster.tolerations": [{"key": "gpu", "operator": "Exists", "value": "x"}]}),
+        "value must be empty when operator is Exists",
+    ),
+    (
+        "toleration-without-key",
+        patched({"cluster.tolerations": [{"operator": "Equal", "value": "x"}]}),
+        "a toleration without a key must have operator Exists",
+    ),
     ("rsft-needs-budget", patched({"condition": "rsft_only"}, drop=("schedule",)), "need schedule.totalEpochs"),
     ("rsft-only-with-E", patched({"condition": "rsft_only"}), "never apply to rsft_only or adaptive_whale"),
     ("adaptive-with-E", patched({"condition": "adaptive_whale"}), "never apply to rsft_only or adaptive_whale"),
     ("epochs-and-steps", patched({"schedule.totalEpochs": 2.0}), "give totalEpochs or totalSteps, not both"),
-    ("E-epochs-and-steps", patched({"schedule.weightEpochsPerCycle": 0.5}),
-     "give weightEpochsPerCycle or weightStepsPerCycle, not both"),
-    ("adaptive-window-both", patched({"condition": "adaptive_whale", "schedule.adaptive": {
-        "weight": {"windowEpochs": 0.2, "windowSteps": 3}}}, drop=("schedule.weightStepsPerCycle",)),
-     "give windowEpochs or windowSteps, not both"),
-    ("adaptive-patience-both", patched({"condition": "adaptive_whale", "schedule.adaptive": {
-        "weight": {"patienceEpochs": 0.2, "patienceSteps": 3}}}, drop=("schedule.weightStepsPerCycle",)),
-     "give patienceEpochs or patienceSteps, not both"),
-    ("adaptive-harness-too-short", patched({"condition": "adaptive_whale", "schedule.adaptive": {
-        "harness": {"minIterations": 9, "maxIterations": 4}}}, drop=("schedule.weightStepsPerCycle",)),
-     "must allow minIterations"),
-    ("adaptive-harness-default-min", patched({"condition": "adaptive_whale", "schedule.adaptive": {
-        "harness": {"maxIterations": 3}}}, drop=("schedule.weightStepsPerCycle",)), "must allow minIterations"),
-    ("eval-epochs-and-steps", patched({"evaluation": {"intervalEpochs": 0.1, "intervalSteps": 2}}),
-     "give intervalEpochs or intervalSteps, not both"),
-    ("micro-above-mini", patched({"rsft": {"miniBatchSize": 4, "microBatchSizePerGpu": 8}}),
-     "microBatchSizePerGpu must be <= miniBatchSize"),
-    ("micro-above-default-mini", patched({"rsft": {"microBatchSizePerGpu": 65}}),
-     "microBatchSizePerGpu must be <= miniBatchSize"),
+    (
+        "E-epochs-and-steps",
+        patched({"schedule.weightEpochsPerCycle": 0.5}),
+        "give weightEpochsPerCycle or weightStepsPerCycle, not both",
+    ),
+    (
+        "adaptive-window-both",
+        patched(
+            {"condition": "adaptive_whale", "schedule.adaptive": {"weight": {"windowEpochs": 0.2, "windowSteps": 3}}},
+            drop=("schedule.weightStepsPerCycle",),
+        ),
+        "give windowEpochs or windowSteps, not both",
+    ),
+    (
+        "adaptive-patience-both",
+        patched(
+            {
+                "condition": "adaptive_whale",
+                "schedule.adaptive": {"weight": {"patienceEpochs": 0.2, "patienceSteps": 3}},
+            },
+            drop=("schedule.weightStepsPerCycle",),
+        ),
+        "give patienceEpochs or patienceSteps, not both",
+    ),
+    (
+        "adaptive-harness-too-short",
+        patched(
+            {"condition": "adaptive_whale", "schedule.adaptive": {"harness": {"minIterations": 9, "maxIterations": 4}}},
+            drop=("schedule.weightStepsPerCycle",),
+        ),
+        "must allow minIterations",
+    ),
+    (
+        "adaptive-harness-default-min",
+        patched(
+            {"condition": "adaptive_whale", "schedule.adaptive": {"harness": {"maxIterations": 3}}},
+            drop=("schedule.weightStepsPerCycle",),
+        ),
+        "must allow minIterations",
+    ),
+    (
+        "eval-epochs-and-steps",
+        patched({"evaluation": {"intervalEpochs": 0.1, "intervalSteps": 2}}),
+        "give intervalEpochs or intervalSteps, not both",
+    ),
+    (
+        "micro-above-mini",
+        patched({"rsft": {"miniBatchSize": 4, "microBatchSizePerGpu": 8}}),
+        "microBatchSizePerGpu must be <= miniBatchSize",
+    ),
+    (
+        "micro-above-default-mini",
+        patched({"rsft": {"microBatchSizePerGpu": 65}}),
+        "microBatchSizePerGpu must be <= miniBatchSize",
+    ),
     ("flex-without-packing", patched({"rsft": {"attention": "flex"}}), "set packSequences: true"),
     ("cli-without-command", patched({"harnessSearch.proposer": {"backend": "cli"}}), "backend 'cli' needs `command`"),
-    ("replay-without-script", patched({"harnessSearch.proposer": {"backend": "replay"}}),
-     "backend 'replay' needs `script`"),
-    ("openai-without-model", patched({"harnessSearch.proposer": {"baseUrl": "http://127.0.0.1:8000/v1"}}),
-     "need the model to ask"),
+    (
+        "replay-without-script",
+        patched({"harnessSearch.proposer": {"backend": "replay"}}),
+        "backend 'replay' needs `script`",
+    ),
+    (
+        "openai-without-model",
+        patched({"harnessSearch.proposer": {"baseUrl": "http://127.0.0.1:8000/v1"}}),
+        "need the model to ask",
+    ),
     ("openai-without-endpoint", patched({"harnessSearch.proposer": {"model": "m"}}), "needs the endpoint"),
     ("no-proposer-at-all", patched({}, drop=("harnessSearch",)), "need the model to ask"),
-    ("openai-remote-without-key", patched({"harnessSearch.proposer": {"model": "m",
-                                                                      "baseUrl": "https://api.example.com/v1"}}),
-     "need the API key Secret"),
-    ("openai-lookalike-host-without-key", patched({"harnessSearch.proposer": {
-        "model": "m", "baseUrl": "http://127.0.0.1.example.com/v1"}}), "need the API key Secret"),
-    ("anthropic-without-key", patched({"harnessSearch.proposer": {"backend": "anthropic", "model": "claude"}}),
-     "need the API key Secret"),
-    ("sources-twice", patched({"data": {"source": "full", "sources": [{"name": "nq-train"}, {"name": "nq-train"}]}}),
-     "Duplicate value"),
+    (
+        "openai-remote-without-key",
+        patched({"harnessSearch.proposer": {"model": "m", "baseUrl": "https://api.example.com/v1"}}),
+        "need the API key Secret",
+    ),
+    (
+        "openai-lookalike-host-without-key",
+        patched({"harnessSearch.proposer": {"model": "m", "baseUrl": "http://127.0.0.1.example.com/v1"}}),
+        "need the API key Secret",
+    ),
+    (
+        "anthropic-without-key",
+        patched({"harnessSearch.proposer": {"backend": "anthropic", "model": "claude"}}),
+        "need the API key Secret",
+    ),
+    (
+        "sources-twice",
+        patched({"data": {"source": "full", "sources": [{"name": "nq-train"}, {"name": "nq-train"}]}}),
+        "Duplicate value",
+    ),
     ("sources-without-full", patched({"data": {"sources": [{"name": "nq-train"}]}}), "only the full data is fetched"),
-    ("env-ld-preload", patched({"harnessSearch.proposer.apiKeySecret": {"name": "k", "key": "k", "env": "LD_PRELOAD"}}),
-     "should not be valid"),
-    ("env-whale-variable", patched({"harnessSearch.proposer.apiKeySecret": {"name": "k", "key": "k",
-                                                                            "env": "whale_s3_endpoint"}}),
-     "WHALE_ variables are the workloads' own"),
-    ("resource-key", patched({"cluster.workerResources": {"requests": {"cpu; rm -rf": "1"}}}),
-     "every key must be a qualified name"),
+    (
+        "env-ld-preload",
+        patched({"harnessSearch.proposer.apiKeySecret": {"name": "k", "key": "k", "env": "LD_PRELOAD"}}),
+        "should not be valid",
+    ),
+    (
+        "env-whale-variable",
+        patched({"harnessSearch.proposer.apiKeySecret": {"name": "k", "key": "k", "env": "whale_s3_endpoint"}}),
+        "WHALE_ variables are the workloads' own",
+    ),
+    (
+        "resource-key",
+        patched({"cluster.workerResources": {"requests": {"cpu; rm -rf": "1"}}}),
+        "every key must be a qualified name",
+    ),
 ]
 
 
@@ -274,9 +356,16 @@ def test_hostile_manifests_of_the_security_suite_are_refused_with_cel_evaluated(
     assert checked >= 30
 
 
-@pytest.mark.parametrize("path, value", [("domain", "other"), ("condition", "rsft_only"), ("model.name", "other"),
-                                         ("storage.uri", "s3://elsewhere/runs"),
-                                         ("resumeFrom", "0b6f1c9e-3d4a-4f5b-8c7d-2e1f0a9b8c7d")])
+@pytest.mark.parametrize(
+    "path, value",
+    [
+        ("domain", "other"),
+        ("condition", "rsft_only"),
+        ("model.name", "other"),
+        ("storage.uri", "s3://elsewhere/runs"),
+        ("resumeFrom", "0b6f1c9e-3d4a-4f5b-8c7d-2e1f0a9b8c7d"),
+    ],
+)
 def test_the_runs_identity_is_immutable(path, value):
     old = document(BASE_SPEC)
     new = document(patched({path: value}))

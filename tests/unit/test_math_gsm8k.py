@@ -9,8 +9,8 @@ from pydantic import ValidationError
 from math_reasoning import MathReasoning
 from math_reasoning.data import DataError, load_splits
 from math_reasoning.env import MathEnvironment
-from whale.domain import default_data_root
 from whale.core.spec import Data
+from whale.domain import default_data_root
 
 ROOT = default_data_root()
 
@@ -45,7 +45,10 @@ def test_the_domain_reads_the_spec_option_and_scores_gsm8k_answers() -> None:
     test = domain.load_split("test", Data(mathSet="gsm8k", testSize=5, harnessSize=8))
     assert len(test) == 5 and all(r["id"].startswith("gsm8k_test_") for r in test)
     assert domain.split_sizes(Data(mathSet="gsm8k", harnessSize=8, weightSize=40)) == {
-        "weight": 40, "harness": 8, "test": 1319}
+        "weight": 40,
+        "harness": 8,
+        "test": 1319,
+    }
     item = test[0]
     right, wrong = MathEnvironment(item, runner=None), MathEnvironment(item, runner=None)  # no tool call
     right.step(f"So the answer is \\boxed{{{item['answer']}}}.")

@@ -5,34 +5,51 @@ from __future__ import annotations
 import pytest
 
 from whale.core.protocol import WeightPhaseArgs
-from whale.rsft.config import RSFTConfig, lr_at, should_checkpoint
 from whale.core.spec import WhaleRunSpec
+from whale.rsft.config import RSFTConfig, lr_at, should_checkpoint
 
 
 def test_from_spec_reads_rsft_and_derives_the_schedule_horizon():
-    spec = WhaleRunSpec.model_validate({
-        "domain": "synthetic", "condition": "rsft_only", "model": {"name": "m", "maxModelLen": 512},
-        "schedule": {"totalEpochs": 2}, "rsft": {"promptsPerStep": 4, "learningRate": 1e-5, "lrScheduler": "cosine",
-                                                 "sampling": {"topK": 5}},
-    })
-    args = WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=10, steps_per_epoch=30,
-                           total_steps=60)  # decide resolves it: totalEpochs 2 x 30 steps per epoch
+    spec = WhaleRunSpec.model_validate(
+        {
+            "domain": "synthetic",
+            "condition": "rsft_only",
+            "model": {"name": "m", "maxModelLen": 512},
+            "schedule": {"totalEpochs": 2},
+            "rsft": {"promptsPerStep": 4, "learningRate": 1e-5, "lrScheduler": "cosine", "sampling": {"topK": 5}},
+        }
+    )
+    args = WeightPhaseArgs(
+        cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=10, steps_per_epoch=30, total_steps=60
+    )  # decide resolves it: totalEpochs 2 x 30 steps per epoch
     cfg = RSFTConfig.from_spec(spec, args)
     assert (cfg.prompts_per_step, cfg.learning_rate, cfg.lr_scheduler, cfg.top_k) == (4, 1e-5, "cosine", 5)
     assert cfg.total_steps == 60 and cfg.max_seq_len == 512 and cfg.steps_per_epoch == 30
     assert cfg.padding == "auto" and cfg.micro_padding == "longest"
 
 
-@pytest.mark.parametrize(("padding", "compiled", "resolved"), [
-    ("auto", True, "bucket"), ("auto", False, "longest"), ("masked", True, "masked"), ("bucket", False, "bucket"),
-])
+@pytest.mark.parametrize(
+    ("padding", "compiled", "resolved"),
+    [
+        ("auto", True, "bucket"),
+        ("auto", False, "longest"),
+        ("masked", True, "masked"),
+        ("bucket", False, "bucket"),
+    ],
+)
 def test_padding_auto_buckets_only_for_compiled_layers(padding, compiled, resolved):
-    spec = WhaleRunSpec.model_validate({
-        "domain": "synthetic", "condition": "rsft_only", "model": {"name": "m"}, "schedule": {"totalSteps": 1},
-        "rsft": {"padding": padding, "compileLayers": compiled},
-    })
-    args = WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=1, steps_per_epoch=1,
-                           total_steps=1)
+    spec = WhaleRunSpec.model_validate(
+        {
+            "domain": "synthetic",
+            "condition": "rsft_only",
+            "model": {"name": "m"},
+            "schedule": {"totalSteps": 1},
+            "rsft": {"padding": padding, "compileLayers": compiled},
+        }
+    )
+    args = WeightPhaseArgs(
+        cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=1, steps_per_epoch=1, total_steps=1
+    )
     assert RSFTConfig.from_spec(spec, args).micro_padding == resolved
 
 
@@ -60,17 +77,36 @@ def test_from_spec_takes_every_rsft_field_of_the_same_name():
 
     shared = sorted({f.name for f in fields(RSFTConfig)} & set(RSFT.model_fields))
     assert len(shared) >= 20
-    changed = {"prompts_per_step": 3, "rollouts_per_prompt": 5, "score_threshold": 0.25, "sft_epochs": 2,
-               "mini_batch_size": 7, "micro_batch_size_per_gpu": 1, "learning_rate": 2e-6, "lr_scheduler": "linear",
-               "warmup_steps": 3, "weight_decay": 0.5, "max_grad_norm": 0.5, "precision": "fp32",
-               "gradient_checkpointing": True, "compile_layers": True, "pack_sequences": True, "padding": "bucket",
-               "seed": 7, "checkpoint_every_steps": 2, "mini_batch_scope": "global", "attention": "sdpa"}
+    changed = {
+        "prompts_per_step": 3,
+        "rollouts_per_prompt": 5,
+        "score_threshold": 0.25,
+        "sft_epochs": 2,
+        "mini_batch_size": 7,
+        "micro_batch_size_per_gpu": 1,
+        "learning_rate": 2e-6,
+        "lr_scheduler": "linear",
+        "warmup_steps": 3,
+        "weight_decay": 0.5,
+        "max_grad_norm": 0.5,
+        "precision": "fp32",
+        "gradient_checkpointing": True,
+        "compile_layers": True,
+        "pack_sequences": True,
+        "padding": "bucket",
+        "seed": 7,
+        "checkpoint_every_steps": 2,
+        "mini_batch_scope": "global",
+        "attention": "sdpa",
+    }
     assert set(changed) == set(shared), "a new shared field: give it a non-default value here"
-    spec = WhaleRunSpec.model_validate({"domain": "synthetic", "condition": "rsft_only", "model": {"name": "m"},
-                                        "schedule": {"totalSteps": 4}})
+    spec = WhaleRunSpec.model_validate(
+        {"domain": "synthetic", "condition": "rsft_only", "model": {"name": "m"}, "schedule": {"totalSteps": 4}}
+    )
     spec = spec.model_copy(update={"rsft": spec.rsft.model_copy(update=changed)})
-    args = WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=2, steps_per_epoch=2,
-                           total_steps=4)
+    args = WeightPhaseArgs(
+        cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=2, steps_per_epoch=2, total_steps=4
+    )
     cfg = RSFTConfig.from_spec(spec, args)
     assert {name: getattr(cfg, name) for name in shared} == changed
     assert (cfg.total_steps, cfg.steps_per_epoch) == (4, 2)

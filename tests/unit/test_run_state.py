@@ -11,14 +11,17 @@ from whale.core.spec import EvalPoint, Reason, RunPhase, Stage, WhaleRunStatus
 from whale.core.state import RunState, best_eval
 
 
-@pytest.mark.parametrize(("phase", "key"), [
-    (PhaseId.weight(1), "c01-weight"),
-    (PhaseId.harness(12), "c12-harness"),
-    (PhaseId.harness(123), "c123-harness"),
-    (PhaseId.eval(0, 0, "start"), "eval-c00-s000000-start"),
-    (PhaseId.eval(3, 40, "weight"), "eval-c03-s000040-weight"),
-    (PhaseId.eval(1, 0, "harness", 7), "eval-c01-s000000-harness-i0007"),
-])
+@pytest.mark.parametrize(
+    ("phase", "key"),
+    [
+        (PhaseId.weight(1), "c01-weight"),
+        (PhaseId.harness(12), "c12-harness"),
+        (PhaseId.harness(123), "c123-harness"),
+        (PhaseId.eval(0, 0, "start"), "eval-c00-s000000-start"),
+        (PhaseId.eval(3, 40, "weight"), "eval-c03-s000040-weight"),
+        (PhaseId.eval(1, 0, "harness", 7), "eval-c01-s000000-harness-i0007"),
+    ],
+)
 def test_phase_id_formats_and_parses_its_key(phase: PhaseId, key: str) -> None:
     assert phase.key == str(phase) == key
     assert PhaseId.parse(key) == phase
@@ -30,8 +33,19 @@ def test_the_key_helpers_are_phase_ids() -> None:
     assert eval_phase_key(2, 5, "weight", 3) == PhaseId(PhaseKind.EVAL, 2, 5, "weight", 3).key
 
 
-@pytest.mark.parametrize("key", ["", "c1-weight", "c01-train", "eval-c01-s4-weight", "eval-c01-s000004-other",
-                                 "c01-weight-x", "../c01-weight", "eval-c01-s000004-weight-i7"])
+@pytest.mark.parametrize(
+    "key",
+    [
+        "",
+        "c1-weight",
+        "c01-train",
+        "eval-c01-s4-weight",
+        "eval-c01-s000004-other",
+        "c01-weight-x",
+        "../c01-weight",
+        "eval-c01-s000004-weight-i7",
+    ],
+)
 def test_not_a_phase_key_is_refused(key: str) -> None:
     with pytest.raises(ValueError, match="not a phase key"):
         PhaseId.parse(key)
@@ -45,16 +59,28 @@ def test_only_an_evaluation_has_a_step() -> None:
 
 
 def full_status() -> WhaleRunStatus:
-    return WhaleRunStatus.model_validate({
-        "phase": "Running", "cycle": 2, "stage": "harness", "step": 4, "activePhase": "c02-harness",
-        "completedPhases": ["c01-weight", "c01-harness", "c02-weight"], "attempts": {"c02-harness": 2},
-        "failures": {"c02-harness": 1}, "stopRequested": ["c01-harness"], "rolloutsCompleted": 40,
-        "evals": [{"phase": "eval-c00-s000000-start", "cycle": 0, "step": 0, "after": "start", "meanAtK": 0.5,
-                   "k": 4}, {"phase": "eval-c01-s000002-weight", "cycle": 1, "step": 2, "after": "weight"}],
-        "integrityFlags": [{"phase": "c01-harness", "candidate": "i02-c1", "reasons": ["[r] x"]}],
-        "conditions": [{"type": "Interrupted", "status": "True", "reason": "Signal"}],
-        "reason": "Resumed", "observedGeneration": 3,
-    })
+    return WhaleRunStatus.model_validate(
+        {
+            "phase": "Running",
+            "cycle": 2,
+            "stage": "harness",
+            "step": 4,
+            "activePhase": "c02-harness",
+            "completedPhases": ["c01-weight", "c01-harness", "c02-weight"],
+            "attempts": {"c02-harness": 2},
+            "failures": {"c02-harness": 1},
+            "stopRequested": ["c01-harness"],
+            "rolloutsCompleted": 40,
+            "evals": [
+                {"phase": "eval-c00-s000000-start", "cycle": 0, "step": 0, "after": "start", "meanAtK": 0.5, "k": 4},
+                {"phase": "eval-c01-s000002-weight", "cycle": 1, "step": 2, "after": "weight"},
+            ],
+            "integrityFlags": [{"phase": "c01-harness", "candidate": "i02-c1", "reasons": ["[r] x"]}],
+            "conditions": [{"type": "Interrupted", "status": "True", "reason": "Signal"}],
+            "reason": "Resumed",
+            "observedGeneration": 3,
+        }
+    )
 
 
 def test_run_state_round_trips_the_status() -> None:
@@ -84,16 +110,22 @@ def test_main_phase_transitions() -> None:
     assert (state.active_phase, state.stage, state.attempts) == ("c01-weight", Stage.WEIGHT, {"c01-weight": 1})
     state = state.weight_done(PhaseId.weight(1), 3, "ck/3", 30, [2])
     assert state.active_phase is None and state.completed_phases == ("c01-weight",)
-    assert (state.checkpoint_step, state.rollouts_completed, state.empty_steps_completed, state.last_empty_step) \
-        == (3, 30, 1, 2)
+    assert (state.checkpoint_step, state.rollouts_completed, state.empty_steps_completed, state.last_empty_step) == (
+        3,
+        30,
+        1,
+        2,
+    )
     done = state.failed(Reason.PHASE_FAILED, "boom", "t1")
     assert done.phase is RunPhase.FAILED and done.to_status().reason == "PhaseFailed"
 
 
 def test_an_eval_result_updates_best_only_when_better() -> None:
-    points = (EvalPoint(phase="eval-c00-s000000-start", cycle=0, step=0, after="start"),
-              EvalPoint(phase="eval-c01-s000002-weight", cycle=1, step=2, after="weight"),
-              EvalPoint(phase="eval-c01-s000004-weight", cycle=1, step=4, after="weight"))
+    points = (
+        EvalPoint(phase="eval-c00-s000000-start", cycle=0, step=0, after="start"),
+        EvalPoint(phase="eval-c01-s000002-weight", cycle=1, step=2, after="weight"),
+        EvalPoint(phase="eval-c01-s000004-weight", cycle=1, step=4, after="weight"),
+    )
     state = RunState(evals=points).with_eval_result("eval-c01-s000002-weight", 0.5, 4)
     assert state.best is not None and (state.best.phase, state.best.mean_at_k) == ("eval-c01-s000002-weight", 0.5)
     worse = state.with_eval_result("eval-c00-s000000-start", 0.25, 4)
@@ -119,9 +151,14 @@ def test_an_interrupted_run_resumes_and_a_failed_one_retries() -> None:
     done = RunState(phase=RunPhase.SUCCEEDED)
     assert done.interrupted(Reason.SIGNAL, "x", "t") is done
 
-    failed = RunState(phase=RunPhase.FAILED, reason="PhaseFailed", completed_phases=("c01-weight",),
-                      failures={"c01-weight": 1, "c01-harness": 3}, attempts={"c01-harness": 3},
-                      completion_time="t9")
+    failed = RunState(
+        phase=RunPhase.FAILED,
+        reason="PhaseFailed",
+        completed_phases=("c01-weight",),
+        failures={"c01-weight": 1, "c01-harness": 3},
+        attempts={"c01-harness": 3},
+        completion_time="t9",
+    )
     retried = failed.retried()
     assert (retried.phase, retried.reason, retried.completion_time) == (RunPhase.RUNNING, Reason.RETRIED, None)
     assert retried.failures == {"c01-weight": 1} and retried.attempts == {"c01-harness": 4}
@@ -132,8 +169,16 @@ def test_an_interrupted_run_resumes_and_a_failed_one_retries() -> None:
 def test_the_operator_refuses_or_waits_before_any_phase() -> None:
     first = RunState(completion_time="t0").refused(Reason.INVALID_SPEC, "spec.x: bad", 3, "t1")
     assert (first.phase, first.reason, first.observed_generation, first.completion_time) == (
-        RunPhase.FAILED, Reason.INVALID_SPEC, 3, "t0")  # the first failure's time stays
+        RunPhase.FAILED,
+        Reason.INVALID_SPEC,
+        3,
+        "t0",
+    )  # the first failure's time stays
     assert RunState().refused(Reason.PREPARE_FAILED, "m", None, "t1").completion_time == "t1"
     waiting = RunState().waiting(Reason.PREPARING_DATA, "Job x is preparing", 2)
     assert (waiting.phase, waiting.reason, waiting.message, waiting.observed_generation) == (
-        RunPhase.PENDING, Reason.PREPARING_DATA, "Job x is preparing", 2)
+        RunPhase.PENDING,
+        Reason.PREPARING_DATA,
+        "Job x is preparing",
+        2,
+    )

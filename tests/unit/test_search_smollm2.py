@@ -11,11 +11,11 @@ import pytest
 
 from search_qa import SearchQA
 from search_qa.data import missing_benchmarks
+from whale.core.spec import Data
 from whale.domain import default_data_root
 from whale.harness.runner import run_episodes
 from whale.inference.base import SamplingParams
 from whale.inference.transformers_backend import TransformersClient
-from whale.core.spec import Data
 
 # the first test pays the shared SmolLM2 load (~20-50 s) in its setup
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -28,8 +28,11 @@ def test_smollm2_h0_eval_one_item_per_benchmark(smollm2, bm25_retriever, tmp_pat
     assert len(test) == 6 and "triviaqa" in missing_benchmarks(default_data_root())
     traces = tmp_path / "traces.jsonl"
     client = TransformersClient(model, tokenizer, model_name="smollm2-135m")
-    episodes = asyncio.run(run_episodes(domain, domain.h0_path(), client, test,
-                                        SamplingParams(temperature=0.0, max_tokens=32), traces=traces))
+    episodes = asyncio.run(
+        run_episodes(
+            domain, domain.h0_path(), client, test, SamplingParams(temperature=0.0, max_tokens=32), traces=traces
+        )
+    )
     per = collections.Counter(e.subset for e in episodes)
     assert set(per) == {i["subset"] for i in test}
     for ep in episodes:

@@ -30,9 +30,13 @@ def cost_lines(est: CostEstimate) -> list[str]:
     lines = [
         f"cost ({est.figures.gpu} figures): {bound}{fmt_hours(est.total_gpu_hours)} GPU-hours, "
         f"{fmt_hours(est.total_wall_hours)} hours of phases",
-        (f"  weight phases: {fmt_hours(est.weight.gpu_hours)} GPU-h ({fmt_hours(est.weight.wall_hours)} h x {gpus} GPUs); "
-         f"one RSFT step {s['wall']:,.1f} s = generation {s['generation']:,.1f} + sync {s['sync']:,.1f} + "
-         f"SFT {s['sft']:,.1f}; {est.checkpoints} checkpoints") if s["wall"] else "  weight phases: none",
+        (
+            f"  weight phases: {fmt_hours(est.weight.gpu_hours)} GPU-h ({fmt_hours(est.weight.wall_hours)} h x {gpus} GPUs); "
+            f"one RSFT step {s['wall']:,.1f} s = generation {s['generation']:,.1f} + sync {s['sync']:,.1f} + "
+            f"SFT {s['sft']:,.1f}; {est.checkpoints} checkpoints"
+        )
+        if s["wall"]
+        else "  weight phases: none",
         f"  harness phases: {fmt_hours(est.harness.gpu_hours)} GPU-h ({fmt_hours(est.harness.wall_hours)} h x "
         f"{est.harness.gpus} GPUs)",
         f"  evaluations: {fmt_hours(est.evaluation.gpu_hours)} GPU-h ({fmt_hours(est.evaluation.wall_hours)} h x "
@@ -40,24 +44,33 @@ def cost_lines(est: CostEstimate) -> list[str]:
         "  assumptions:",
     ]
     lines += [f"    - {a}" for a in est.assumptions]
-    lines.append("  figures: " + "; ".join(f"{name} {f.value:,.4g} {f.unit} (benchmarks/results/{f.source}, "
-                                         f"at {fmt_parameters(f.parameters)} parameters)" for name, f in est.figures.all().items()))
+    lines.append(
+        "  figures: "
+        + "; ".join(
+            f"{name} {f.value:,.4g} {f.unit} (benchmarks/results/{f.source}, "
+            f"at {fmt_parameters(f.parameters)} parameters)"
+            for name, f in est.figures.all().items()
+        )
+    )
     return lines
 
 
-HEADER = ("| example | condition | parameters | GPUs: trainer + vLLM | RSFT step s: generation + sync + SFT | "
-          "checkpoints | weight GPU-h | harness GPU-h | eval GPU-h | total GPU-h |\n"
-          "|---|---|---|---|---|---|---|---|---|---|")
+HEADER = (
+    "| example | condition | parameters | GPUs: trainer + vLLM | RSFT step s: generation + sync + SFT | "
+    "checkpoints | weight GPU-h | harness GPU-h | eval GPU-h | total GPU-h |\n"
+    "|---|---|---|---|---|---|---|---|---|---|"
+)
 
 
 def table_row(name: str, condition: str, est: CostEstimate) -> str:
     s = est.step
     vllm = est.inference_gpus if est.placement.value == "separate" else 0
-    step = (f"{s['wall']:,.0f} = {s['generation']:,.0f} + {s['sync']:,.1f} + {s['sft']:,.0f}"
-            if s["wall"] else "—")
-    return (f"| {name} | {condition} | {fmt_parameters(est.parameters)} | {est.train_gpus if s['wall'] else 0} + {vllm} | {step} | "
-            f"{est.checkpoints} | {fmt_hours(est.weight.gpu_hours)} | {fmt_hours(est.harness.gpu_hours)} | "
-            f"{fmt_hours(est.evaluation.gpu_hours)} | **{fmt_hours(est.total_gpu_hours)}** |")
+    step = f"{s['wall']:,.0f} = {s['generation']:,.0f} + {s['sync']:,.1f} + {s['sft']:,.0f}" if s["wall"] else "—"
+    return (
+        f"| {name} | {condition} | {fmt_parameters(est.parameters)} | {est.train_gpus if s['wall'] else 0} + {vllm} | {step} | "
+        f"{est.checkpoints} | {fmt_hours(est.weight.gpu_hours)} | {fmt_hours(est.harness.gpu_hours)} | "
+        f"{fmt_hours(est.evaluation.gpu_hours)} | **{fmt_hours(est.total_gpu_hours)}** |"
+    )
 
 
 def example_table() -> str:

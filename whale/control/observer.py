@@ -46,14 +46,30 @@ class StoreObserver:
         """Steps with a COMPLETE checkpoint."""
         for entry in self.store.list(layout.checkpoints_prefix(self.run) + "/", recursive=False):
             step = layout.parse_checkpoint_step(entry.rstrip("/").rsplit("/", 1)[-1])
-            if step is not None and step not in self._complete and self.store.exists(
-                    layout.checkpoint_complete_key(self.run, step)):
+            if (
+                step is not None
+                and step not in self._complete
+                and self.store.exists(layout.checkpoint_complete_key(self.run, step))
+            ):
                 self._complete.add(step)
         return frozenset(self._complete)
 
-    def observe(self, status: WhaleRunStatus, children: Mapping[str, Child], split_sizes: Mapping[str, int],
-                now: str, generation: int | None = None) -> Observations:
+    def observe(
+        self,
+        status: WhaleRunStatus,
+        children: Mapping[str, Child],
+        split_sizes: Mapping[str, int],
+        now: str,
+        generation: int | None = None,
+    ) -> Observations:
         """Everything ``decide`` needs, with the controller's view of the children."""
-        return Observations(run=self.run, children=dict(children), results=self.results(status),
-                            metrics=self.metrics(status), checkpoints=self.checkpoints(),
-                            split_sizes=dict(split_sizes), now=now, generation=generation)
+        return Observations(
+            run=self.run,
+            children=dict(children),
+            results=self.results(status),
+            metrics=self.metrics(status),
+            checkpoints=self.checkpoints(),
+            split_sizes=dict(split_sizes),
+            now=now,
+            generation=generation,
+        )

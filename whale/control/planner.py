@@ -13,7 +13,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from whale.core import layout
-from whale.core.alternation import Transition, Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun
+from whale.core.alternation import Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun, Transition
 from whale.core.protocol import PhaseKind, PhaseRequest
 from whale.core.spec import RunPhase
 from whale.store import Store

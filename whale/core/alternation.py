@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 from typing import Any, Union
 
 from whale.core import layout
-from whale.core.layout import EvalAfter, PhaseId
 from whale.core.adaptive import harness_stop_iteration, weight_stop_step
+from whale.core.layout import EvalAfter, PhaseId
 from whale.core.protocol import (
     EvalPhaseArgs,
     EvalResult,
@@ -203,8 +203,9 @@ class _Machine:
     def request(self, phase: PhaseId, args: WeightPhaseArgs | HarnessPhaseArgs | EvalPhaseArgs) -> PhaseRequest:
         """The request of ``phase``'s current attempt."""
         self.state = self.state.with_first_attempt(phase.key)
-        return phase_request(self.spec, run=self.run, phase=phase.key, attempt=self.state.attempt_of(phase.key),
-                             args=args)
+        return phase_request(
+            self.spec, run=self.run, phase=phase.key, attempt=self.state.attempt_of(phase.key), args=args
+        )
 
     # --- the main sequence ---
     def next_main(self) -> PhaseId | None:
@@ -266,19 +267,36 @@ class _Machine:
         if phase.kind is PhaseKind.WEIGHT:
             res = WeightPhaseResult.model_validate(raw)
             from_step = self.state.checkpoint_step
-            self.state = self.state.weight_done(phase, res.final_step, res.checkpoint, res.rollouts,
-                                                res.empty_steps)
+            self.state = self.state.weight_done(phase, res.final_step, res.checkpoint, res.rollouts, res.empty_steps)
             for s in self.checkpoint_steps:
                 if from_step < s < res.final_step and self.sched.is_eval_point(s):
-                    self.owe_eval(phase.cycle, s, "weight", layout.checkpoint_prefix(self.run, s),
-                                  self.state.current_harness, self.rollouts_at(from_step, s, res))
-            self.owe_eval(phase.cycle, res.final_step, "weight", res.checkpoint, self.state.current_harness,
-                          self.state.rollouts_completed)
+                    self.owe_eval(
+                        phase.cycle,
+                        s,
+                        "weight",
+                        layout.checkpoint_prefix(self.run, s),
+                        self.state.current_harness,
+                        self.rollouts_at(from_step, s, res),
+                    )
+            self.owe_eval(
+                phase.cycle,
+                res.final_step,
+                "weight",
+                res.checkpoint,
+                self.state.current_harness,
+                self.state.rollouts_completed,
+            )
             return
         hres = HarnessPhaseResult.model_validate(raw)
         before = self.state.rollouts_completed
-        self.state = self.state.harness_done(phase, hres.accepted_harness, hres.iterations, hres.accepted_score,
-                                             hres.rollouts, integrity_status(phase.key, hres))
+        self.state = self.state.harness_done(
+            phase,
+            hres.accepted_harness,
+            hres.iterations,
+            hres.accepted_score,
+            hres.rollouts,
+            integrity_status(phase.key, hres),
+        )
         covered = False
         if self.sched.evaluates_every_accepted_harness and hres.accepted_by_iteration:
             history = [(a.iteration, a.candidate, a.harness, a.rollouts) for a in hres.accepted_by_iteration]
@@ -288,13 +306,21 @@ class _Machine:
             # as the start point, the same (theta0, h0)
             covered = last.candidate == hres.accepted_candidate and (
                 (last.iteration >= 2 and self.in_archive(phase, last.harness))
-                or (last.iteration == 1 and self.spec.evaluation.at_start))
+                or (last.iteration == 1 and self.spec.evaluation.at_start)
+            )
         if self.spec.evaluation.after_harness_phase and not covered:
-            self.owe_eval(phase.cycle, self.state.checkpoint_step, "harness", self.state.current_checkpoint,
-                          hres.accepted_harness, self.state.rollouts_completed)
+            self.owe_eval(
+                phase.cycle,
+                self.state.checkpoint_step,
+                "harness",
+                self.state.current_checkpoint,
+                hres.accepted_harness,
+                self.state.rollouts_completed,
+            )
 
-    def owe_acceptance_evals(self, phase: PhaseId, history: list[tuple[int, str, str | None, int]],
-                             rollouts_before: int) -> None:
+    def owe_acceptance_evals(
+        self, phase: PhaseId, history: list[tuple[int, str, str | None, int]], rollouts_before: int
+    ) -> None:
         """mh_only: an evaluation for every iteration (after the incoming one) whose accepted harness is new.
 
         ``history``: (iteration, accepted candidate, its harness key, the phase's rollouts by then) for
@@ -306,8 +332,15 @@ class _Machine:
             previous = candidate
             if not changed or iteration < 2 or not self.in_archive(phase, harness):
                 continue
-            self.owe_eval(phase.cycle, self.state.checkpoint_step, "harness", self.state.current_checkpoint,
-                          harness, rollouts_before + rollouts, iteration=iteration)
+            self.owe_eval(
+                phase.cycle,
+                self.state.checkpoint_step,
+                "harness",
+                self.state.current_checkpoint,
+                harness,
+                rollouts_before + rollouts,
+                iteration=iteration,
+            )
 
     def rollouts_at(self, from_step: int, step: int, res: WeightPhaseResult) -> int:
         before = self.state.rollouts_completed - res.rollouts
@@ -374,21 +407,42 @@ class _Machine:
             self.actions.append(StopPhase(phase.key, f"adaptive patience fired after {unit} {fired} of the phase"))
 
     # --- evaluations ---
-    def owe_eval(self, cycle: int, step: int, after: EvalAfter, checkpoint: str | None, harness: str | None,
-                 rollouts_at: int, iteration: int | None = None) -> None:
+    def owe_eval(
+        self,
+        cycle: int,
+        step: int,
+        after: EvalAfter,
+        checkpoint: str | None,
+        harness: str | None,
+        rollouts_at: int,
+        iteration: int | None = None,
+    ) -> None:
         key = PhaseId.eval(cycle, step, after, iteration).key
         if key in self.state.owed:
             return
         self.state = self.state.with_owed_eval(
-            EvalPoint(phase=key, cycle=cycle, step=step, after=after, checkpoint=checkpoint, harness=harness,
-                      rollouts_at=rollouts_at, iteration=iteration))
+            EvalPoint(
+                phase=key,
+                cycle=cycle,
+                step=step,
+                after=after,
+                checkpoint=checkpoint,
+                harness=harness,
+                rollouts_at=rollouts_at,
+                iteration=iteration,
+            )
+        )
 
     def in_archive(self, phase: PhaseId, harness: str | None) -> bool:
         """Only a file of the phase's own archive is evaluated as its accepted harness: whatever else a
         metrics line or a result names (another run's file, a path that climbs out) is never run."""
         prefix = layout.archive_candidates_prefix(self.run, phase.cycle)
-        return (isinstance(harness, str) and harness.startswith(prefix) and harness.endswith("/harness.py")
-                and ".." not in harness.split("/"))
+        return (
+            isinstance(harness, str)
+            and harness.startswith(prefix)
+            and harness.endswith("/harness.py")
+            and ".." not in harness.split("/")
+        )
 
     def observe_mid_phase_acceptance(self, phase: PhaseId) -> None:
         """mh_only: evaluate each newly accepted harness of the running search as soon as its iteration is
@@ -417,8 +471,14 @@ class _Machine:
         for s in self.checkpoint_steps:
             if from_step < s < target and self.sched.is_eval_point(s):
                 rollouts = self.state.rollouts_completed + (s - from_step) * self.sched.rollouts_per_step
-                self.owe_eval(phase.cycle, s, "weight", layout.checkpoint_prefix(self.run, s),
-                              self.state.current_harness, rollouts)
+                self.owe_eval(
+                    phase.cycle,
+                    s,
+                    "weight",
+                    layout.checkpoint_prefix(self.run, s),
+                    self.state.current_harness,
+                    rollouts,
+                )
 
     def drive_evals(self) -> bool:
         for point in self.state.pending_evals:
@@ -427,8 +487,14 @@ class _Machine:
                 res = EvalResult.model_validate(self.obs.results[key])
                 self.state = self.state.with_eval_result(key, res.mean_at_k, res.k)
                 continue
-            args = EvalPhaseArgs(cycle=point.cycle, step=point.step, after=point.after,
-                                 checkpoint=point.checkpoint, harness=point.harness, iteration=point.iteration)
+            args = EvalPhaseArgs(
+                cycle=point.cycle,
+                step=point.step,
+                after=point.after,
+                checkpoint=point.checkpoint,
+                harness=point.harness,
+                iteration=point.iteration,
+            )
             phase = PhaseId.parse(key)
             if not self.drive_child(phase, lambda p=phase, a=args: self.request(p, a)):
                 return False
@@ -523,8 +589,9 @@ def integrity_status(phase: str, result: HarnessPhaseResult) -> tuple[IntegrityF
     """A harness phase's reward-integrity flags as status entries: the accepted one first, at most
     ``MAX_STATUS_FLAGS_PER_PHASE`` (a status must stay small)."""
     flags = sorted(result.integrity_flags, key=lambda f: not f.accepted)[:MAX_STATUS_FLAGS_PER_PHASE]
-    return tuple(IntegrityFlagStatus(phase=phase, candidate=f.candidate, accepted=f.accepted, reasons=f.reasons)
-                 for f in flags)
+    return tuple(
+        IntegrityFlagStatus(phase=phase, candidate=f.candidate, accepted=f.accepted, reasons=f.reasons) for f in flags
+    )
 
 
 def decide(spec: WhaleRunSpec, status: WhaleRunStatus, obs: Observations) -> Transition:

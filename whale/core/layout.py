@@ -82,7 +82,8 @@ def run_prefix(run: str) -> str:
 EvalAfter = Literal["start", "weight", "harness"]
 _PHASE_RE = re.compile(
     r"^(?:c(?P<cycle>\d{2,})-(?P<main>weight|harness)"
-    r"|eval-c(?P<ecycle>\d{2,})-s(?P<step>\d{6,})-(?P<after>start|weight|harness)(?:-i(?P<iteration>\d{4,}))?)$")
+    r"|eval-c(?P<ecycle>\d{2,})-s(?P<step>\d{6,})-(?P<after>start|weight|harness)(?:-i(?P<iteration>\d{4,}))?)$"
+)
 
 
 @dataclass(frozen=True, order=True)

@@ -113,14 +113,27 @@ class RunState:
         return replace(self, phase=RunPhase.FAILED, reason=reason.value, message=message, completion_time=now)
 
     def succeeded(self, message: str, final: BestEval | None, now: str) -> RunState:
-        return replace(self, phase=RunPhase.SUCCEEDED, stage=Stage.DONE, reason=Reason.COMPLETED.value,
-                       message=message, completion_time=now, final=final)
+        return replace(
+            self,
+            phase=RunPhase.SUCCEEDED,
+            stage=Stage.DONE,
+            reason=Reason.COMPLETED.value,
+            message=message,
+            completion_time=now,
+            final=final,
+        )
 
     def refused(self, reason: Reason, message: str, generation: int | None, now: str) -> RunState:
         """Failed before any phase could run (the operator: an invalid spec, data preparation that kept
         failing); the first failure's time stays."""
-        return replace(self, phase=RunPhase.FAILED, reason=reason.value, message=message,
-                       observed_generation=generation, completion_time=self.completion_time or now)
+        return replace(
+            self,
+            phase=RunPhase.FAILED,
+            reason=reason.value,
+            message=message,
+            observed_generation=generation,
+            completion_time=self.completion_time or now,
+        )
 
     def waiting(self, reason: Reason, message: str, generation: int | None) -> RunState:
         """Not started yet, and why (the operator: the data is being prepared, or cannot be)."""
@@ -147,11 +160,21 @@ class RunState:
         from it), with the Interrupted condition saying why. Terminal and suspended runs are unchanged."""
         if self.phase.is_terminal() or self.phase is RunPhase.SUSPENDED:
             return self
-        cond = MetaCondition(type=ConditionType.INTERRUPTED.value, status="True", reason=why.value, message=message,
-                             last_transition_time=now)
+        cond = MetaCondition(
+            type=ConditionType.INTERRUPTED.value,
+            status="True",
+            reason=why.value,
+            message=message,
+            last_transition_time=now,
+        )
         phase = RunPhase.INTERRUPTED if self.phase is RunPhase.RUNNING else self.phase
-        return replace(self, phase=phase, reason=Reason.INTERRUPTED.value, message=message,
-                       conditions=(*self._without(ConditionType.INTERRUPTED), cond))
+        return replace(
+            self,
+            phase=phase,
+            reason=Reason.INTERRUPTED.value,
+            message=message,
+            conditions=(*self._without(ConditionType.INTERRUPTED), cond),
+        )
 
     def interruption(self) -> MetaCondition | None:
         """The Interrupted condition, while it is True."""
@@ -159,12 +182,16 @@ class RunState:
 
     def taken_over(self) -> RunState:
         """The run as a new controller takes it over: no longer interrupted."""
-        if (self.interruption() is None and self.reason != Reason.INTERRUPTED
-                and self.phase is not RunPhase.INTERRUPTED):
+        if self.interruption() is None and self.reason != Reason.INTERRUPTED and self.phase is not RunPhase.INTERRUPTED:
             return self
         phase = RunPhase.RUNNING if self.phase is RunPhase.INTERRUPTED else self.phase
-        return replace(self, phase=phase, reason=Reason.RESUMED.value, message=None,
-                       conditions=self._without(ConditionType.INTERRUPTED))
+        return replace(
+            self,
+            phase=phase,
+            reason=Reason.RESUMED.value,
+            message=None,
+            conditions=self._without(ConditionType.INTERRUPTED),
+        )
 
     def retried(self) -> RunState:
         """A Failed run back to Running from its last good state: completed phases, evaluations and checkpoints
@@ -178,9 +205,15 @@ class RunState:
         for phase in reset:
             attempts[phase] = attempts.get(phase, 1) + 1
         message = f"retrying ({', '.join(reset) or 'no failed phase'}) after: {self.message or self.reason}"
-        return replace(self, phase=RunPhase.RUNNING, reason=Reason.RETRIED.value, message=message,
-                       completion_time=None, failures={p: n for p, n in self.failures.items() if p in done},
-                       attempts=attempts)
+        return replace(
+            self,
+            phase=RunPhase.RUNNING,
+            reason=Reason.RETRIED.value,
+            message=message,
+            completion_time=None,
+            failures={p: n for p, n in self.failures.items() if p in done},
+            attempts=attempts,
+        )
 
     def _without(self, kind: ConditionType) -> tuple[MetaCondition, ...]:
         return tuple(c for c in self.conditions if c.type != kind)
@@ -204,24 +237,44 @@ class RunState:
     # --- the main (weight / harness) phases ---
     def entered(self, phase: PhaseId) -> RunState:
         stage = Stage.WEIGHT if phase.kind is PhaseKind.WEIGHT else Stage.HARNESS
-        return replace(self, active_phase=phase.key, cycle=phase.cycle, stage=stage,
-                       iteration=0).with_first_attempt(phase.key)
+        return replace(self, active_phase=phase.key, cycle=phase.cycle, stage=stage, iteration=0).with_first_attempt(
+            phase.key
+        )
 
-    def weight_done(self, phase: PhaseId, final_step: int, checkpoint: str, rollouts: int,
-                    empty_steps: list[int]) -> RunState:
+    def weight_done(
+        self, phase: PhaseId, final_step: int, checkpoint: str, rollouts: int, empty_steps: list[int]
+    ) -> RunState:
         """A finished weight phase: the run moves to its checkpoint."""
-        return replace(
-            self, step=final_step, checkpoint_step=final_step, current_checkpoint=checkpoint,
-            rollouts_completed=self.rollouts_completed + rollouts,
-            empty_steps_completed=self.empty_steps_completed + len(empty_steps),
-        ).with_empty_steps(empty_steps).main_done(phase)
+        return (
+            replace(
+                self,
+                step=final_step,
+                checkpoint_step=final_step,
+                current_checkpoint=checkpoint,
+                rollouts_completed=self.rollouts_completed + rollouts,
+                empty_steps_completed=self.empty_steps_completed + len(empty_steps),
+            )
+            .with_empty_steps(empty_steps)
+            .main_done(phase)
+        )
 
-    def harness_done(self, phase: PhaseId, harness: str, iterations: int, score: float, rollouts: int,
-                     flags: tuple[IntegrityFlagStatus, ...]) -> RunState:
+    def harness_done(
+        self,
+        phase: PhaseId,
+        harness: str,
+        iterations: int,
+        score: float,
+        rollouts: int,
+        flags: tuple[IntegrityFlagStatus, ...],
+    ) -> RunState:
         """A finished harness phase: the run moves to its accepted harness."""
         return replace(
-            self, current_harness=harness, iteration=iterations, harness_score=score,
-            integrity_flags=self.integrity_flags + flags, rollouts_completed=self.rollouts_completed + rollouts,
+            self,
+            current_harness=harness,
+            iteration=iterations,
+            harness_score=score,
+            integrity_flags=self.integrity_flags + flags,
+            rollouts_completed=self.rollouts_completed + rollouts,
         ).main_done(phase)
 
     def main_done(self, phase: PhaseId) -> RunState:
@@ -244,8 +297,11 @@ class RunState:
 
     def with_spent(self, rollouts_running: int, empty_running: int) -> RunState:
         """The totals so far: finished phases plus what the running one has logged."""
-        return replace(self, rollouts_spent=self.rollouts_completed + rollouts_running,
-                       empty_steps=self.empty_steps_completed + empty_running)
+        return replace(
+            self,
+            rollouts_spent=self.rollouts_completed + rollouts_running,
+            empty_steps=self.empty_steps_completed + empty_running,
+        )
 
     # --- evaluations ---
     def with_owed_eval(self, point: EvalPoint) -> RunState:
@@ -269,6 +325,14 @@ def best_eval(point: EvalPoint, default_k: int | None = None) -> BestEval:
     k = point.k or default_k
     if k is None:
         raise ValueError(f"evaluation {point.phase} has no k")
-    return BestEval(mean_at_k=point.mean_at_k, k=k, phase=point.phase, cycle=point.cycle, step=point.step,
-                    harness=point.harness, checkpoint=point.checkpoint, rollouts_at=point.rollouts_at,
-                    iteration=point.iteration)
+    return BestEval(
+        mean_at_k=point.mean_at_k,
+        k=k,
+        phase=point.phase,
+        cycle=point.cycle,
+        step=point.step,
+        harness=point.harness,
+        checkpoint=point.checkpoint,
+        rollouts_at=point.rollouts_at,
+        iteration=point.iteration,
+    )

@@ -58,14 +58,19 @@ class VLLMControl:
     def _post(self, path: str, body: dict[str, Any] | None = None, params: dict[str, Any] | None = None) -> Any:
         url = f"{self.base_url}{path}"
         try:
-            response = (self.client.post(url, json=body, params=params) if body is not None
-                        else self.client.post(url, params=params))
+            response = (
+                self.client.post(url, json=body, params=params)
+                if body is not None
+                else self.client.post(url, params=params)
+            )
         except httpx.HTTPError as exc:
             raise WeightSyncError(f"weight sync: cannot reach the inference server at {url}: {exc}") from exc
         if response.status_code == 404:
-            needs = ("--enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 so its /sleep and /wake_up"
-                     if path in ("/sleep", "/wake_up") else
-                     "VLLM_SERVER_DEV_MODE=1 so its /collective_rpc and /reset_prefix_cache")
+            needs = (
+                "--enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 so its /sleep and /wake_up"
+                if path in ("/sleep", "/wake_up")
+                else "VLLM_SERVER_DEV_MODE=1 so its /collective_rpc and /reset_prefix_cache"
+            )
             raise WeightSyncError(f"weight sync: {url} answered 404; start vLLM with {needs} endpoints exist")
         if response.status_code >= 400:
             raise WeightSyncError(f"weight sync: {url} answered {response.status_code}: {response.text[:500]}")
@@ -99,8 +104,9 @@ class VLLMControl:
         except httpx.HTTPError as exc:
             raise WeightSyncError(f"cannot reach the inference server at {url}: {exc}") from exc
         if response.status_code != 200:
-            raise WeightSyncError(f"{url} answered {response.status_code}; start vLLM with --enable-sleep-mode and "
-                                  "VLLM_SERVER_DEV_MODE=1")
+            raise WeightSyncError(
+                f"{url} answered {response.status_code}; start vLLM with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1"
+            )
         return bool(response.json().get("is_sleeping"))
 
     def reload_from(self, folder: str) -> float:
@@ -110,8 +116,10 @@ class VLLMControl:
             self._legacy_reload(folder)
         else:
             try:
-                self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": folder},
-                                               "timeout": self.timeout_s})
+                self._post(
+                    "/collective_rpc",
+                    {"method": "reload_weights", "kwargs": {"weights_path": folder}, "timeout": self.timeout_s},
+                )
                 self.legacy = False
             except WeightSyncError as first:
                 if self.legacy is False or "answered 500" not in str(first):
@@ -119,10 +127,12 @@ class VLLMControl:
                 try:  # an older server? (a 500 tells no more: its reload_weights takes no folder)
                     self._legacy_reload(folder)
                 except WeightSyncError as second:
-                    raise WeightSyncError(f"{first}; the older protocol (update_config, then reload_weights) "
-                                          f"failed too: {second}") from None
-                log.info("%s: reload_weights takes no weights_path; pointing the server with update_config",
-                         self.base_url)
+                    raise WeightSyncError(
+                        f"{first}; the older protocol (update_config, then reload_weights) failed too: {second}"
+                    ) from None
+                log.info(
+                    "%s: reload_weights takes no weights_path; pointing the server with update_config", self.base_url
+                )
                 self.legacy = True
         self._post("/reset_prefix_cache")
         seconds = time.perf_counter() - start

@@ -24,8 +24,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from whale.inference.vllm_control import VLLMControl
 from whale.core.spec import WhaleRunSpec
+from whale.inference.vllm_control import VLLMControl
 
 log = logging.getLogger(__name__)
 
@@ -60,8 +60,9 @@ class SleepDuringTraining:
             _release_cached_gpu_memory()
             woke = self.control.wake_up(("weights",) if self.level == 2 else ())
         self.last_seconds = slept + woke
-        log.info("colocated vLLM: slept (level %d) %.2f s and woke in %.2f s around the SFT update",
-                 self.level, slept, woke)
+        log.info(
+            "colocated vLLM: slept (level %d) %.2f s and woke in %.2f s around the SFT update", self.level, slept, woke
+        )
         return stats
 
 

@@ -53,21 +53,21 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from whale.control.observer import StoreObserver
+from whale.control.planner import RunEnd, plan, write_request, write_stop
 from whale.core import layout
 from whale.core.alternation import (
     Child,
     ChildState,
-    Transition,
     Observations,
     StartPhase,
+    Transition,
     decide,
 )
 from whale.core.protocol import PhaseProgress, PhaseRequest
-from whale.control.observer import StoreObserver
-from whale.control.planner import RunEnd, plan, write_request, write_stop
-from whale.runner.control import ChildRecord, StopRequest, read_stop, write_child
 from whale.core.spec import ConditionType, MetaCondition, Reason, RunPhase, WhaleRunSpec, WhaleRunStatus
 from whale.core.state import RunState
+from whale.runner.control import ChildRecord, StopRequest, read_stop, write_child
 from whale.store import Store, StoreError
 from whale.store.lease import DEFAULT_TTL_S, RUN_OWNER_ENV, Lease, LeaseHeld, LeaseLost, this_process
 
@@ -214,7 +214,9 @@ def spec_changes(before: Any, after: Any, path: str = "spec") -> list[SpecChange
             out += spec_changes(before.get(key, _ABSENT), after.get(key, _ABSENT), f"{path}.{key}")
         return out
     if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
-        return [c for i, (b, a) in enumerate(zip(before, after, strict=True)) for c in spec_changes(b, a, f"{path}[{i}]")]
+        return [
+            c for i, (b, a) in enumerate(zip(before, after, strict=True)) for c in spec_changes(b, a, f"{path}[{i}]")
+        ]
     return [] if before == after else [SpecChange(path, before, after)]
 
 
@@ -222,8 +224,10 @@ def conflict_message(run: str, uri: str, fixed: list[SpecChange]) -> str:
     listed = [f"    {c}" for c in fixed[:MAX_LISTED_CHANGES]]
     if len(fixed) > MAX_LISTED_CHANGES:
         listed.append(f"    ... and {len(fixed) - MAX_LISTED_CHANGES} more")
-    may = ", ".join(p + (".*" if p in ("spec.retry", "spec.storage", "spec.cluster", "spec.train") else "")
-                    for p in MUTABLE_ON_RESUME)
+    may = ", ".join(
+        p + (".*" if p in ("spec.retry", "spec.storage", "spec.cluster", "spec.train") else "")
+        for p in MUTABLE_ON_RESUME
+    )
     return (
         f"the store already has a run named {run!r} with a different spec ({uri}); "
         f"{len(fixed)} field(s) differ that a resumed run may not change:\n" + "\n".join(listed) + "\n"
@@ -444,8 +448,9 @@ class LocalRunner:
 
     # --- observing ---
     def observe(self, status: WhaleRunStatus) -> Observations:
-        children = {phase: proc.state() for phase, proc in self.procs.items()
-                    if status.attempts.get(phase, 1) == proc.attempt}
+        children = {
+            phase: proc.state() for phase, proc in self.procs.items() if status.attempts.get(phase, 1) == proc.attempt
+        }
         self._last_obs = self.observer.observe(status, children, self.split_sizes, utc_now())
         return self._last_obs
 
@@ -466,28 +471,67 @@ class LocalRunner:
         self.store.delete(layout.progress_key(self.name, req.phase))  # an earlier attempt's; this one writes anew
         log_path = self.workdir / "logs" / f"{req.phase}.attempt-{req.attempt}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        workload = [*self.workload_command, req.kind.workload, "--store", self.store.uri, "--run", self.name,
-                    "--phase", req.phase]
+        workload = [
+            *self.workload_command,
+            req.kind.workload,
+            "--store",
+            self.store.uri,
+            "--run",
+            self.name,
+            "--phase",
+            req.phase,
+        ]
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1", RUN_OWNER_ENV: self.lease.holder.owner}
         watch_r, watch_w = os.pipe()
-        argv = [sys.executable, "-I", "-S", SUPERVISOR_PATH, "--watch-fd", str(watch_r),
-                "--grace", str(self.terminate_grace_s), "--", *workload]
+        argv = [
+            sys.executable,
+            "-I",
+            "-S",
+            SUPERVISOR_PATH,
+            "--watch-fd",
+            str(watch_r),
+            "--grace",
+            str(self.terminate_grace_s),
+            "--",
+            *workload,
+        ]
         try:
             with open(log_path, "ab") as log_fh:
-                popen = subprocess.Popen(argv, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env, start_new_session=True,  # cwd inherited: relative spec paths work
-                                         pass_fds=(watch_r, *self.lease.inherit_fds))
+                popen = subprocess.Popen(
+                    argv,
+                    stdout=log_fh,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    start_new_session=True,  # cwd inherited: relative spec paths work
+                    pass_fds=(watch_r, *self.lease.inherit_fds),
+                )
         except BaseException:
             os.close(watch_w)
             raise
         finally:
             os.close(watch_r)
         deadline_s = self.spec.retry.active_deadline_seconds
-        record = ChildRecord(phase=req.phase, kind=req.kind, attempt=req.attempt, host=self.lease.holder.host,
-                             log=str(log_path.resolve()), started_at=utc_now())
-        self.procs[req.phase] = _Proc(req.phase, req.attempt, popen, log_path, time.monotonic(),
-                                      time.monotonic() + deadline_s if deadline_s else None, watch_w,
-                                      self.terminate_grace_s, request=req, record=record)
+        record = ChildRecord(
+            phase=req.phase,
+            kind=req.kind,
+            attempt=req.attempt,
+            host=self.lease.holder.host,
+            log=str(log_path.resolve()),
+            started_at=utc_now(),
+        )
+        self.procs[req.phase] = _Proc(
+            req.phase,
+            req.attempt,
+            popen,
+            log_path,
+            time.monotonic(),
+            time.monotonic() + deadline_s if deadline_s else None,
+            watch_w,
+            self.terminate_grace_s,
+            request=req,
+            record=record,
+        )
         log.info("started %s attempt %d (pid %d)", req.phase, req.attempt, popen.pid)
         write_child(self.store, self.name, record)
 
@@ -528,7 +572,11 @@ class LocalRunner:
         """The run is done, so a child still running has written its result and is shutting down: let it
         end by itself (its log then ends as it should, not with a SIGTERM) before :meth:`stop_all`."""
         for proc in self.procs.values():
-            if proc.popen.poll() is None and proc._wait(EXIT_WAIT_S) and (proc.phase, proc.attempt) not in finished_logs:
+            if (
+                proc.popen.poll() is None
+                and proc._wait(EXIT_WAIT_S)
+                and (proc.phase, proc.attempt) not in finished_logs
+            ):
                 finished_logs.add((proc.phase, proc.attempt))
                 self.child_ended(proc)
 
@@ -602,7 +650,8 @@ class LocalRunner:
         except LeaseHeld as exc:
             raise RunLockedError(
                 f"run {self.name!r} is already being run by {exc.info.describe()} (lock {exc.info.uri}); "
-                "stop that runner (or let it finish) before starting another", exc.info,
+                "stop that runner (or let it finish) before starting another",
+                exc.info,
             ) from None
         with lease.keep_alive():
             self.lease = lease
@@ -655,8 +704,10 @@ class LocalRunner:
                         self.let_children_exit(finished_logs)
                     return status
                 if deadline is not None and time.monotonic() > deadline:
-                    raise RunTimeout(f"run {self.name} did not finish within {max_seconds:g} s; its status is saved, "
-                                     f"run `{self.resume_hint}` to resume")
+                    raise RunTimeout(
+                        f"run {self.name} did not finish within {max_seconds:g} s; its status is saved, "
+                        f"run `{self.resume_hint}` to resume"
+                    )
                 proc = self.running()
                 if proc is not None:
                     try:
@@ -697,10 +748,16 @@ def status_summary(status: WhaleRunStatus) -> dict[str, Any]:
         "harnessScore": status.harness_score,
         "activePhase": status.active_phase,
         "best": f"{best.mean_at_k:.4f} (mean@{best.k}, {best.phase})" if best else None,
-        "final": f"{status.final.mean_at_k:.4f} (mean@{status.final.k}, {status.final.phase})" if status.final else None,
+        "final": f"{status.final.mean_at_k:.4f} (mean@{status.final.k}, {status.final.phase})"
+        if status.final
+        else None,
         "rolloutsSpent": status.rollouts_spent,
-        "emptySteps": (f"{status.empty_steps} RSFT step(s) kept no trajectory (last: step {status.last_empty_step}); "
-                       "SFT skipped, the weights did not move" if status.empty_steps else None),
+        "emptySteps": (
+            f"{status.empty_steps} RSFT step(s) kept no trajectory (last: step {status.last_empty_step}); "
+            "SFT skipped, the weights did not move"
+            if status.empty_steps
+            else None
+        ),
         "interrupted": interrupted(status) is not None,
         "message": status.message,
     }

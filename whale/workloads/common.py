@@ -22,8 +22,7 @@ log = logging.getLogger(__name__)
 PROGRESS_INTERVAL_S = 2.0
 
 
-def read_request(store: Store, run: str, phase: str, kind: PhaseKind,
-                 error: type[Exception] = ValueError) -> Any:
+def read_request(store: Store, run: str, phase: str, kind: PhaseKind, error: type[Exception] = ValueError) -> Any:
     """The controller's request for this phase (:data:`PhaseRequest`, tagged by kind); ``error`` (the
     workload's own type) when it is not a request of ``kind``."""
     key = layout.request_key(run, phase)
@@ -44,8 +43,9 @@ def read_spec(store: Store, run: str, error: type[Exception] = ValueError) -> Wh
     key = layout.spec_key(run)
     raw = store.read_json_or_none(key)
     if raw is None:
-        raise error(f"{store.uri_for(key)} is missing: the controller writes the run's spec there "
-                    "before it launches a workload")
+        raise error(
+            f"{store.uri_for(key)} is missing: the controller writes the run's spec there before it launches a workload"
+        )
     try:
         return WhaleRunSpec.model_validate(raw)
     except ValidationError as exc:
@@ -101,8 +101,14 @@ class ProgressWriter:
     one more of ``done``). Progress is for people watching: a store error writing it is logged, never
     raised, so it cannot end a phase (the next metrics line or result write reports a broken store)."""
 
-    def __init__(self, store: Store, run: str, phase: str, interval_s: float = PROGRESS_INTERVAL_S,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        store: Store,
+        run: str,
+        phase: str,
+        interval_s: float = PROGRESS_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.store, self.key, self.interval_s, self.clock = store, layout.progress_key(run, phase), interval_s, clock
         self.current: PhaseProgress | None = None
         self._written: PhaseProgress | None = None

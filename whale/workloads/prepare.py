@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from whale.core import layout
-from whale.domain import SPLITS
 from whale.core.spec import WhaleRunSpec
+from whale.domain import SPLITS
 from whale.store import Store
 from whale.workloads import common
 from whale.workloads.common import load_domain
@@ -48,7 +48,8 @@ def split_sizes(domain: Any, spec: WhaleRunSpec, store: Store) -> dict[str, int]
     if declared != loaded:
         raise PrepareError(
             f"domain {spec.domain!r}: split_sizes() says {declared} but load_split() returned {loaded} items; "
-            "the domain plugin must make them agree (check spec.data caps and the data files)")
+            "the domain plugin must make them agree (check spec.data caps and the data files)"
+        )
     if not loaded["weight"] or not loaded["test"]:
         raise PrepareError(f"domain {spec.domain!r} has an empty split ({loaded}); check spec.data")
     return loaded
@@ -65,8 +66,15 @@ class Prepared:
     manifest: dict[str, Any] | None = None
 
 
-def prepare_data(domain: Any, spec: WhaleRunSpec, store: Store, *, tool_data: bool = True,
-                 cache_dir: Path | None = None, fetch: Callable[..., Any] | None = None) -> Prepared:
+def prepare_data(
+    domain: Any,
+    spec: WhaleRunSpec,
+    store: Store,
+    *,
+    tool_data: bool = True,
+    cache_dir: Path | None = None,
+    fetch: Callable[..., Any] | None = None,
+) -> Prepared:
     """Everything a run of ``spec`` reads from the store, with no run: the tool services' data
     (``Domain.prepare_store``, unless ``tool_data`` is False), the full datasets and their splits
     (``source: full``), then every split loaded once and its size checked against the plugin's."""

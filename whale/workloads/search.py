@@ -21,14 +21,6 @@ import tempfile
 from pathlib import Path
 
 from whale.core import layout
-from whale.domain import Domain
-from whale.inference.base import InferenceClient
-from whale.metaharness.archive import Archive
-from whale.metaharness.evaluate import CandidateEvaluator, EvalSettings
-from whale.metaharness.integrity import IntegrityAction, IntegrityPolicy
-from whale.metaharness.loop import HarnessSearch, SearchConfig, SearchError, SearchResult
-from whale.metaharness.proposer import Proposer
-from whale.metaharness.proposer import from_spec as proposer_from_spec
 from whale.core.protocol import (
     AcceptedHarness,
     HarnessIterationMetrics,
@@ -37,6 +29,14 @@ from whale.core.protocol import (
     IntegrityFlag,
     PhaseKind,
 )
+from whale.domain import Domain
+from whale.inference.base import InferenceClient
+from whale.metaharness.archive import Archive
+from whale.metaharness.evaluate import CandidateEvaluator, EvalSettings
+from whale.metaharness.integrity import IntegrityAction, IntegrityPolicy
+from whale.metaharness.loop import HarnessSearch, SearchConfig, SearchError, SearchResult
+from whale.metaharness.proposer import Proposer
+from whale.metaharness.proposer import from_spec as proposer_from_spec
 from whale.rsft.checkpoint import require_complete
 from whale.store import Store
 from whale.workloads.common import ProgressWriter, harness_limits, load_domain, read_request, read_spec, sampling_params
@@ -95,7 +95,6 @@ def run_search(
         integrity=IntegrityPolicy(IntegrityAction(hs.integrity.action), hs.integrity.min_token_ratio),
     )
     if settings is None:
-
         settings = EvalSettings(
             rollouts_per_item=hs.rollouts_per_item,
             smoke_items=hs.smoke_test_items,
@@ -146,19 +145,33 @@ def run_search(
             stopped_by=found.stopped_by,  # type: ignore[arg-type]
             integrity_flags=integrity_flags(found),
             sandbox_isolation=settings.limits.isolation,
-            accepted_by_iteration=[AcceptedHarness(iteration=a.iteration, candidate=a.candidate, harness=a.harness,
-                                                   score=a.score, rollouts=a.rollouts)
-                                   for a in found.accepted_by_iteration],
+            accepted_by_iteration=[
+                AcceptedHarness(
+                    iteration=a.iteration, candidate=a.candidate, harness=a.harness, score=a.score, rollouts=a.rollouts
+                )
+                for a in found.accepted_by_iteration
+            ],
         )
 
     with tempfile.TemporaryDirectory(prefix="whale-search-") as tmp:
         result = asyncio.run(go(Path(tmp)))
     store.write_json(layout.result_key(run, phase), result.to_wire())
-    log.info("harness phase %s accepted %s (score %.4f) after %d iterations, %d rollouts (%s)", phase,
-             result.accepted_candidate, result.accepted_score, result.iterations, result.rollouts, result.stopped_by)
+    log.info(
+        "harness phase %s accepted %s (score %.4f) after %d iterations, %d rollouts (%s)",
+        phase,
+        result.accepted_candidate,
+        result.accepted_score,
+        result.iterations,
+        result.rollouts,
+        result.stopped_by,
+    )
     for flag in result.integrity_flags:
-        log.warning("reward integrity: candidate %s %s: %s", flag.candidate,
-                    "ACCEPTED although flagged" if flag.accepted else "flagged, not accepted", "; ".join(flag.reasons))
+        log.warning(
+            "reward integrity: candidate %s %s: %s",
+            flag.candidate,
+            "ACCEPTED although flagged" if flag.accepted else "flagged, not accepted",
+            "; ".join(flag.reasons),
+        )
     return result
 
 
