@@ -19,11 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.fixtures.tools (the service launcher)
 
-import httpx  # noqa: E402
+import httpx
 
-from search_qa.data import corpus_path, load_splits  # noqa: E402
-from whale.domain import default_data_root  # noqa: E402
-from whale.tools import retrieval  # noqa: E402
+from search_qa.data import corpus_path, load_splits
+from whale.domain import default_data_root
+from whale.tools import retrieval
 
 
 def qps_inprocess(r: retrieval.Retriever, queries: list[str], batch: int, topk: int) -> float:

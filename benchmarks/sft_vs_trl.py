@@ -68,7 +68,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
-import torch  # noqa: E402
+import torch
 
 for _path in (Path(__file__).resolve().parents[1], Path(__file__).resolve().parent):  # an uninstalled checkout
     if str(_path) not in sys.path:

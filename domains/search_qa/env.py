@@ -118,7 +118,7 @@ class SearchEnvironment(Environment):
         try:
             retriever = self._retriever if hasattr(self._retriever, "search") else self._retriever()
             results = retriever.search(queries, topk)
-        except Exception as exc:  # noqa: BLE001 - any retriever failure is the model's tool error
+        except Exception as exc:  # any retriever failure is the model's tool error
             raise ToolError(f"search failed: {exc}") from exc
         blocks = [format_hits(hits, doc_tokens) for hits in results]
         if len(queries) == 1:

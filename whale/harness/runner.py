@@ -170,14 +170,14 @@ class EpisodeRunner:
             episode.reward = float(env.reward())
         except (EpisodeError, HarnessError, InferenceError, DomainError) as exc:
             episode.end, episode.error, episode.reward = EndReason.ERROR, _one_line(exc), 0.0
-        except Exception as exc:  # noqa: BLE001 - a bug in domain code must not sink the other episodes
+        except Exception as exc:  # a bug in domain code must not sink the other episodes
             log.exception("episode %s failed", episode.episode_id)
             episode.end, episode.error, episode.reward = EndReason.ERROR, f"internal: {_one_line(exc)}", 0.0
         finally:
             if env is not None:
                 try:
                     env.close()
-                except Exception:  # noqa: BLE001 - closing must not hide the episode's outcome
+                except Exception:  # closing must not hide the episode's outcome
                     log.exception("closing the environment of %s failed", episode.episode_id)
             episode.seconds = time.perf_counter() - started
         return episode

@@ -188,7 +188,7 @@ class OpenAIClient(InferenceClient):
                 problem = f"HTTP {status}: {_server_message(raw)}"
             if attempt >= self.max_retries:
                 raise InferenceError(f"{url}: gave up after {attempt + 1} attempts; last: {problem}")
-            delay = min(self.max_backoff_s, self.backoff_s * 2**attempt) * (0.5 + random.random() / 2)  # noqa: S311
+            delay = min(self.max_backoff_s, self.backoff_s * 2**attempt) * (0.5 + random.random() / 2)
             log.warning("inference %s failed (%s); retry %d in %.2f s", url, problem, attempt + 1, delay)
             attempt += 1
             await asyncio.sleep(delay)

@@ -203,7 +203,7 @@ class TransformersClient(InferenceClient):
                 _template_messages(messages), tools=tools, add_generation_prompt=True, tokenize=False,
                 **{**self.chat_template_kwargs, **(template_kwargs or {})},
             )
-        except Exception as exc:  # noqa: BLE001 - jinja errors come in many types
+        except Exception as exc:  # jinja errors come in many types
             raise InferenceError(f"the chat template failed on these messages: {exc}") from exc
 
     async def count_prompt_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,

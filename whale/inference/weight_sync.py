@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
             syncer.follow(args.poll_s)
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # noqa: BLE001 - one line for the container's termination message
+    except Exception as exc:  # one line for the container's termination message
         log.exception("weight sync failed")
         print(f"weight sync failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -282,7 +282,7 @@ class HarnessSearch:
             report = ProposerReport(stopped_by="timeout", notes=["the proposer did not return within its timeout"])
         except ProposerError as exc:
             report = ProposerReport(stopped_by="error", notes=[str(exc)])
-        except Exception as exc:  # noqa: BLE001 - a proposer bug must not end the phase; recorded in the archive
+        except Exception as exc:  # a proposer bug must not end the phase; recorded in the archive
             log.exception("proposer failed in iteration %d", it)
             report = ProposerReport(stopped_by="error", notes=[f"proposer crashed: {type(exc).__name__}: {exc}"])
         ids = []

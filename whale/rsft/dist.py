@@ -230,7 +230,7 @@ class LeaderTrainer:
             return
         try:
             broadcast_object(("abort", reason))
-        except Exception:  # noqa: BLE001 - the group may already be broken; torchrun stops the rest
+        except Exception:  # the group may already be broken; torchrun stops the rest
             log.warning("could not tell the other ranks to abort", exc_info=True)
 
 
