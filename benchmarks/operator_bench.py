@@ -97,7 +97,7 @@ def main() -> None:
     port = free_port()
     env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "WHALE_OPERATOR_METRICS_PORT": str(port),
            "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    log = open(work / "operator.log", "wb")
+    log = open(work / "operator.log", "wb")  # noqa: SIM115 - the operator's stdout, closed after it stops
     proc = subprocess.Popen([sys.executable, "-m", "kopf", "run", "--standalone", "--namespace", NS, "--quiet",
                              "-m", "whale_operator.handlers"], env=env, stdout=log, stderr=subprocess.STDOUT)
     metrics = f"http://127.0.0.1:{port}/metrics"

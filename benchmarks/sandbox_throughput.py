@@ -57,7 +57,7 @@ def main() -> None:
     for name, code in SNIPPETS.items():
         for c in args.concurrency:
             rows.append({"path": "in-process", "snippet": name, "concurrency": c,
-                         "runs_per_s": rate(lambda: check(execute(code, limits)), args.runs, c)})
+                         "runs_per_s": rate(lambda code=code: check(execute(code, limits)), args.runs, c)})
     with tempfile.TemporaryDirectory() as d:
         with run_service("whale.tools.code_interpreter", ["--concurrency", str(max(args.concurrency))],
                          Path(d) / "log.txt") as svc, httpx.Client(timeout=120) as client:

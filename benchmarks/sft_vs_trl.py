@@ -52,6 +52,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import itertools
 import json
 import os
 import statistics
@@ -217,7 +218,7 @@ class StepClock:
 
     @property
     def seconds(self) -> list[float]:
-        return [b - a for a, b in zip(self.marks, self.marks[1:])]
+        return [b - a for a, b in itertools.pairwise(self.marks)]
 
 
 def recording(cls: type) -> type:
@@ -331,10 +332,10 @@ def summarise(name: str, raw: dict[str, Any], args: argparse.Namespace, batches:
               held_out: list[Example], device: torch.device) -> dict[str, Any]:
     timed = range(args.warmup, len(batches))
     tokens = [sum(len(e) for e in batches[i]) for i in timed]
-    rates = [t / raw["seconds"][i] for t, i in zip(tokens, timed)]
+    rates = [t / raw["seconds"][i] for t, i in zip(tokens, timed, strict=True)]
     cfg = MODELS[args.model]
     mfus = [model_flops_per_token(cfg, mean_context(batches[i])) * t / raw["seconds"][i] / (args.peak_tflops * 1e12)
-            for t, i in zip(tokens, timed)]
+            for t, i in zip(tokens, timed, strict=True)]
     result = {k: v for k, v in raw.items() if k not in ("model", "seconds")}
     result.update(trainer=name, seconds=raw["seconds"], tokens_per_s=statistics.median(rates) if rates else 0.0,
                   mfu=statistics.median(mfus) if mfus else 0.0,
@@ -358,7 +359,7 @@ def compare(results: list[dict[str, Any]]) -> dict[str, Any]:
                 out[f"{mine}/{peer}"] = by[mine]["tokens_per_s"] / by[peer]["tokens_per_s"]
     ref = by.get("whale") or results[0]
     for r in results:
-        gaps = [abs(a - b) for a, b in zip(r["losses"], ref["losses"]) if a is not None and b is not None]
+        gaps = [abs(a - b) for a, b in zip(r["losses"], ref["losses"], strict=False) if a is not None and b is not None]
         out[f"loss_gap/{r['trainer']}"] = max(gaps) if gaps else None
         out[f"held_out_gap/{r['trainer']}"] = abs(r["held_out_loss"] - ref["held_out_loss"])
         out[f"same_start/{r['trainer']}"] = r["digest"] == ref["digest"]

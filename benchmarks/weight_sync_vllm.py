@@ -77,7 +77,7 @@ def predicted_fraction(model: torch.nn.Module, prompt: list[int], tokens: list[i
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
         logits = model(ids).logits[0, len(prompt) - 1 : -1]
     predicted = logits.float().argmax(-1).tolist()
-    return sum(p == t for p, t in zip(predicted, tokens)) / len(tokens)
+    return sum(p == t for p, t in zip(predicted, tokens, strict=True)) / len(tokens)
 
 
 class Server:
@@ -97,7 +97,7 @@ class Server:
                "--max-model-len", "2048", "--gpu-memory-utilization", "0.45",
                *self.extra]
         start = time.perf_counter()
-        self.log = open(self.log_path, "ab")
+        self.log = open(self.log_path, "ab")  # noqa: SIM115 - the server's stdout, closed in stop()
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -273,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
             results[key + "_s"] = values
             if values:
                 print(f"{key:>18}: median {statistics.median(values):.2f} s  (all: {', '.join(f'{v:.2f}' for v in values)})")
-    except Exception as exc:  # report what happened, with the server's log
+    except Exception as exc:  # noqa: BLE001 - report what happened, with the server's log
         results["error"] = repr(exc)
         print(f"ERROR: {exc!r}\n--- vLLM log ---\n{server.tail() if server.proc else ''}", flush=True)
     finally:

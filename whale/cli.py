@@ -16,10 +16,10 @@ import json
 import os
 import shlex
 import time
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from importlib import metadata
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich import box
@@ -62,7 +62,7 @@ class Target(str, enum.Enum):
 
 FileArg = Annotated[Path, typer.Argument(help="a WhaleRun manifest (YAML), the file `kubectl apply` takes")]
 OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table | json")]
-StoreOpt = Annotated[Optional[str], typer.Option(
+StoreOpt = Annotated[str | None, typer.Option(
     "--store", help=f"DIR or s3://bucket/prefix (default: $WHALE_STORE, or ./{DEFAULT_STORE}); S3 settings from "
                     "WHALE_S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY")]
 NameArg = Annotated[str, typer.Argument(help="the run's metadata.name")]
@@ -94,7 +94,7 @@ def _fail(problems: list[str], source: str) -> None:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _split_sizes(m: Manifest) -> dict[str, int]:
@@ -267,10 +267,10 @@ def storage_env(m: Manifest) -> dict[str, str]:
 @app.command()
 def run(
     file: FileArg,
-    store: Annotated[Optional[str], typer.Option(help="DIR or s3://bucket/prefix (default: spec.storage.uri, "
+    store: Annotated[str | None, typer.Option(help="DIR or s3://bucket/prefix (default: spec.storage.uri, "
                                                      "$WHALE_STORE, or ./.whale/store)")] = None,
-    workdir: Annotated[Optional[Path], typer.Option(help="scratch folder for logs and caches")] = None,
-    timeout: Annotated[Optional[float], typer.Option(help="give up after this many seconds (resumable)")] = None,
+    workdir: Annotated[Path | None, typer.Option(help="scratch folder for logs and caches")] = None,
+    timeout: Annotated[float | None, typer.Option(help="give up after this many seconds (resumable)")] = None,
     retry: Annotated[bool, typer.Option("--retry", help="resume a Failed run from its last good state: completed "
                                                        "phases kept, the failed phase started afresh")] = False,
     output: Annotated[Output, typer.Option(
@@ -422,7 +422,7 @@ def list_runs(store: StoreOpt = None, output: OutputOpt = Output.table) -> None:
 
     st, _ = _open_existing_store(store, "list")
     try:
-        rows, more = run_rows(st, datetime.now(timezone.utc))
+        rows, more = run_rows(st, datetime.now(UTC))
     except StoreError as exc:
         _fail([str(exc)], "list")
     if output is Output.json:
@@ -446,12 +446,12 @@ def list_runs(store: StoreOpt = None, output: OutputOpt = Output.table) -> None:
 @app.command()
 def logs(
     name: NameArg,
-    phase: Annotated[Optional[str], typer.Option(help="this phase's log (e.g. c01-weight, eval-c00-s000000-start); "
+    phase: Annotated[str | None, typer.Option(help="this phase's log (e.g. c01-weight, eval-c00-s000000-start); "
                                                      "default: the phase running now, or the last one")] = None,
-    attempt: Annotated[Optional[int], typer.Option(min=1, help="this attempt of the phase (default: the latest)")] = None,
+    attempt: Annotated[int | None, typer.Option(min=1, help="this attempt of the phase (default: the latest)")] = None,
     follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing as it is written: the phase until it "
                                                                "ends; without --phase, the run until it stops")] = False,
-    tail: Annotated[Optional[int], typer.Option(min=0, help="only the last N lines (then follow, with -f)")] = None,
+    tail: Annotated[int | None, typer.Option(min=0, help="only the last N lines (then follow, with -f)")] = None,
     store: StoreOpt = None,
 ) -> None:
     """A run's workload output, live (-f follows it).
@@ -525,7 +525,7 @@ def stop(
 
 @app.command()
 def crd(
-    check: Annotated[Optional[Path], typer.Option(help="exit 1 when this file differs from the generated CRD")] = None,
+    check: Annotated[Path | None, typer.Option(help="exit 1 when this file differs from the generated CRD")] = None,
 ) -> None:
     """Print the WhaleRun CRD generated from the spec model."""
     from whale.crd import render
@@ -543,8 +543,8 @@ def crd(
 def replay(
     domain: Annotated[str, typer.Argument(help="a registered domain")],
     item: Annotated[Path, typer.Option(help="one item in the domain's raw row format (JSON)")],
-    replies: Annotated[Optional[list[str]], typer.Argument(help="the model's replies, in order (after --)")] = None,
-    harness: Annotated[Optional[Path], typer.Option(help="a harness file (default: the domain's h0)")] = None,
+    replies: Annotated[list[str] | None, typer.Argument(help="the model's replies, in order (after --)")] = None,
+    harness: Annotated[Path | None, typer.Option(help="a harness file (default: the domain's h0)")] = None,
 ) -> None:
     """Run one episode whose model replies are given; print it as JSON (reward, turns, trace)."""
     try:
@@ -572,9 +572,9 @@ def list_domains() -> None:
 @app.command()
 def prepare(
     file: FileArg,
-    store: Annotated[Optional[str], typer.Option(help="DIR or s3://bucket/prefix (default: spec.storage.uri, "
+    store: Annotated[str | None, typer.Option(help="DIR or s3://bucket/prefix (default: spec.storage.uri, "
                                                      "$WHALE_STORE, or ./.whale/store)")] = None,
-    cache_dir: Annotated[Optional[Path], typer.Option(help="where downloads go, resumed from there "
+    cache_dir: Annotated[Path | None, typer.Option(help="where downloads go, resumed from there "
                                                            "(default: $WHALE_CACHE_DIR/downloads)")] = None,
     splits_only: Annotated[bool, typer.Option("--splits-only", help="skip the tool services' data (search_qa's "
                                                                    "wiki-18 index: ~80 GB)")] = False,

@@ -225,7 +225,7 @@ def answerable_ids(root: Path, *, topk: int = ANSWERABLE_TOPK, cache_dir: Path |
         return frozenset(json.loads(path.read_text())["ids"])
     rows = train_rows(root)
     retriever = retrieval.build(corpus, "bm25", retrieval.default_cache_dir() if cache_dir is None else cache_dir)
-    ids = sorted(r["id"] for r, hit in zip(rows, answer_hits(rows, retriever, topk)) if hit)
+    ids = sorted(r["id"] for r, hit in zip(rows, answer_hits(rows, retriever, topk), strict=True) if hit)
     log.info("%d of %d training questions have their answer in BM25's top %d", len(ids), len(rows), topk)
     cache.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=cache, prefix=".answerable-")
@@ -240,6 +240,6 @@ def answer_hits(items: list[Row], retriever: Any, topk: int, batch: int = 256) -
     out: list[bool] = []
     for start in range(0, len(items), batch):
         chunk = items[start:start + batch]
-        for item, hits in zip(chunk, retriever.search([i["question"] for i in chunk], topk)):
+        for item, hits in zip(chunk, retriever.search([i["question"] for i in chunk], topk), strict=True):
             out.append(any(answer_in(normalize(h.passage.contents), item["golden_answers"]) for h in hits[:topk]))
     return out

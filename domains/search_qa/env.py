@@ -123,7 +123,7 @@ class SearchEnvironment(Environment):
         blocks = [format_hits(hits, doc_tokens) for hits in results]
         if len(queries) == 1:
             return blocks[0]
-        return "\n---\n".join(f"Query: {q}\n{b}" for q, b in zip(queries, blocks))
+        return "\n---\n".join(f"Query: {q}\n{b}" for q, b in zip(queries, blocks, strict=True))
 
     def reward(self) -> float:
         return score(self.final_reply, self.item["golden_answers"])

@@ -70,7 +70,7 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     n = 0
     try:
         with Path(path).open(encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
+            for n, line in enumerate(fh, 1):  # noqa: B007 - n names the bad line in the error below
                 if line.strip():
                     yield json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

@@ -24,7 +24,7 @@ from search_qa.verifier import normalize
 from whale.domain import default_data_root
 from whale.tools import retrieval
 
-__all__ = ["answer_in", "hit_rates", "split_rates", "main"]
+__all__ = ["answer_in", "hit_rates", "main", "split_rates"]
 
 
 def hit_rates(items: list[dict], retriever: retrieval.Retriever, ks: list[int], batch: int = 64) -> dict[str, dict[int, float]]:
@@ -35,7 +35,7 @@ def hit_rates(items: list[dict], retriever: retrieval.Retriever, ks: list[int], 
     for start in range(0, len(items), batch):
         chunk = items[start:start + batch]
         results = retriever.search([i["question"] for i in chunk], kmax)
-        for item, row in zip(chunk, results):
+        for item, row in zip(chunk, results, strict=True):
             sub = item.get("subset", "all")
             counts[sub] = counts.get(sub, 0) + 1
             norms = [normalize(h.passage.contents) for h in row]

@@ -552,7 +552,7 @@ def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store
             "name": "fetch-data",
             "image": spec.cluster.images.tools,
             "imagePullPolicy": spec.cluster.images.pull_policy,
-            "command": ["python", "-m", "whale.tools.fetch", store_uri, *[x for pair in zip(keys, local) for x in pair]],
+            "command": ["python", "-m", "whale.tools.fetch", store_uri, *[x for pair in zip(keys, local, strict=True) for x in pair]],
             "env": storage_env(spec),
             "volumeMounts": [{"name": "data", "mountPath": "/data"}],
         }
@@ -560,7 +560,7 @@ def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store
         if env_from:
             fetch["envFrom"] = env_from
         pod["initContainers"] = [fetch]
-        cmd += [x for (_, flag), path in zip(tool.fetch, local) for x in (flag, path)]
+        cmd += [x for (_, flag), path in zip(tool.fetch, local, strict=True) for x in (flag, path)]
         volumes.append({"name": "data", "emptyDir": {}})
     container["command"] = cmd
     if tool.sandboxed:

@@ -126,7 +126,7 @@ def test_same_model_and_harness_give_the_same_mean_at_k_whatever_the_concurrency
     mean, rewards, replies = first
     assert len(rewards) == 12 and len(replies) == 48
     assert 0.0 < mean < 1.0  # the rewards vary, so equal per-item rewards are a real check
-    other_mean, other_rewards, other_replies = _evaluate(tmp_path, "c", model=model, evaluation={"seed": 1},
+    _other_mean, other_rewards, other_replies = _evaluate(tmp_path, "c", model=model, evaluation={"seed": 1},
                                                          inference={"backend": "transformers", "maxConcurrency": 48})
     assert other_replies != replies and other_rewards != rewards
 

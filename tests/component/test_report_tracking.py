@@ -182,7 +182,7 @@ def test_export_phase_logs_each_finished_phase_as_the_workloads_call_it(tracked_
 
 
 def test_export_phase_is_off_by_default_and_never_fails_a_phase(tracked_store, caplog, monkeypatch):
-    store, status, _ = tracked_store
+    store, _status, _ = tracked_store
     request_key = layout.request_key("sim-whale", "c01-weight")
     request = store.read_json(request_key)
     off = {**request, "spec": {k: v for k, v in request["spec"].items() if k != "tracking"}}

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from whale.sandbox.policy import BASE_ENV
-from whale.sandbox import Isolation, Limits, MiB, Outcome, SandboxCallError, SandboxWorker, run_python
+from whale.sandbox import Limits, MiB, Outcome, SandboxCallError, SandboxWorker, run_python
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="uid drop / namespaces need root")

@@ -83,7 +83,7 @@ def test_examples_are_the_papers_twelve_runs_plus_a_tiny_cpu_run():
     chess = specs["chess-rsft"].rsft.sampling  # the paper's 8129 assistant tokens inside a 16384 window
     assert (chess.max_response_tokens, chess.episode_token_budget, chess.episode_window_tokens) == (8129, 8129, 16384)
     assert specs["tiny-cpu"].inference.backend == "transformers" and specs["tiny-cpu"].train.gpus_per_node == 0
-    for name, s in specs.items():
+    for name in specs:
         assert docs(MANIFESTS / "examples" / f"{name}.yaml")[0]["metadata"]["name"] == name
 
 

@@ -7,7 +7,7 @@ times), so each test replays a short sequence the runner could report and checks
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 
 import pytest
 from rich.console import Console
@@ -36,7 +36,7 @@ from whale.protocol import (
 )
 from whale.spec import BestEval, EvalPoint, RunPhase, Stage, WhaleRunStatus
 
-T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ")
 
 

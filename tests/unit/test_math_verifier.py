@@ -66,7 +66,7 @@ def test_math_verify_cases(reply, gold, expected):
 
 def _rows(name: str, n: int) -> list[dict]:
     with (DATA / name).open() as fh:
-        return [json.loads(line) for _, line in zip(range(n), fh)]
+        return [json.loads(line) for _, line in zip(range(n), fh, strict=False)]
 
 
 @pytest.mark.parametrize("name", ["aime_2024.jsonl", "aime_2025.jsonl"])

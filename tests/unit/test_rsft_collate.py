@@ -38,7 +38,8 @@ def labelled_text(tok, example: Example) -> list[str]:
             assert lab == tid
             current.append(tid)
         elif current:
-            spans.append(tok.decode(current)); current = []
+            spans.append(tok.decode(current))
+            current = []
     if current:
         spans.append(tok.decode(current))
     return spans

@@ -315,7 +315,7 @@ class _PrivateAccess(ast.NodeVisitor):
     def visit_FunctionDef(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         self._function(node, method=False)
 
-    visit_AsyncFunctionDef = visit_FunctionDef
+    visit_AsyncFunctionDef = visit_FunctionDef  # noqa: N815 - ast.NodeVisitor's method name
 
     def visit_Lambda(self, node: ast.Lambda) -> None:
         for default in [*node.args.defaults, *(d for d in node.args.kw_defaults if d is not None)]:
@@ -445,9 +445,10 @@ def check_prompt_only(candidate: str, h0: str) -> list[Violation]:
     out = []
     cls = _find_class(cand_tree)
     for node in cls.body if cls else []:
-        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id in api.PROMPT_CONSTANTS for t in node.targets):
-            if not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)):
-                out.append(Violation(node.lineno, "prompt-only", "prompt constants must be plain string literals"))
+        if (isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id in api.PROMPT_CONSTANTS for t in node.targets)
+                and not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str))):
+            out.append(Violation(node.lineno, "prompt-only", "prompt constants must be plain string literals"))
     cand_body, h0_body = _skeleton(cand_tree), _skeleton(h0_tree)
     for c, h in zip(cand_body, h0_body, strict=False):
         if ast.dump(c) != ast.dump(h):

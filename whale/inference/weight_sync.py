@@ -138,9 +138,14 @@ class WeightSyncer:
         return (key is not None and key.startswith(layout.sync_prefix(self.run) + "/")
                 and current.get("version") != target.get("version"))
 
+    def _control(self) -> VLLMControl:
+        if self.control is None:
+            raise WeightSyncError("no vLLM control endpoint: this syncer only materialises (init container)")
+        return self.control
+
     def step(self) -> bool:
         """One poll: reload when the target changed; True when something was reloaded."""
-        assert self.control is not None
+        control = self._control()
         target = read_target(self.store, self.run)
         current = self.current()
         if target == current:
@@ -150,7 +155,7 @@ class WeightSyncer:
             self.acknowledge(target)
             return False
         folder = self.materialise(target)
-        self.control.reload_from(str(folder))
+        control.reload_from(str(folder))
         self.point(folder, target)
         self.acknowledge(target)
         return True
@@ -158,13 +163,13 @@ class WeightSyncer:
     def follow(self, poll_s: float = 2.0, stop: Any = None, startup_timeout_s: float = 3600.0) -> None:
         """The sidecar: acknowledge what vLLM started on once it is healthy, then follow the target.
         ``stop`` (an Event) ends the loop (tests)."""
-        assert self.control is not None
+        control = self._control()
         deadline = time.monotonic() + startup_timeout_s
-        while not self.control.healthy():
+        while not control.healthy():
             if stop is not None and stop.is_set():
                 return
             if time.monotonic() > deadline:
-                raise WeightSyncError(f"vLLM at {self.control.base_url} not healthy after {startup_timeout_s:.0f} s")
+                raise WeightSyncError(f"vLLM at {control.base_url} not healthy after {startup_timeout_s:.0f} s")
             time.sleep(poll_s)
         started = self.current()
         if started is not None:

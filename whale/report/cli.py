@@ -7,7 +7,7 @@ so ``whale --help`` stays fast.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -30,15 +30,15 @@ def report(
     sources: Annotated[list[str], typer.Argument(metavar="STORE_OR_RUN...",
         help="stores (DIR, file:///DIR, s3://bucket/prefix) or runs (STORE/runs/NAME); S3 settings from "
              "WHALE_S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY", show_default=False)],
-    run: Annotated[Optional[list[str]], typer.Option(
+    run: Annotated[list[str] | None, typer.Option(
         "--run", "-r", help="only this run of the stores given (repeat for more); default: every run")] = None,
-    output: Annotated[Optional[list[str]], typer.Option(
+    output: Annotated[list[str] | None, typer.Option(
         "--output", "-o", help="html | svg | png | json (repeat for more; default html). "
                                "json alone without --out prints to stdout")] = None,
-    out: Annotated[Optional[Path], typer.Option(
+    out: Annotated[Path | None, typer.Option(
         "--out", help=f"folder for the files (default ./{DEFAULT_OUT})")] = None,
     title: Annotated[str, typer.Option(help="the HTML page's title")] = "WHALE report",
-    export: Annotated[Optional[list[str]], typer.Option(
+    export: Annotated[list[str] | None, typer.Option(
         "--export", help="also replay the runs into tensorboard | wandb | mlflow (repeatable); TensorBoard "
                          "event files go to OUT/tensorboard/<run>; W&B and MLflow read their usual "
                          "environment (WANDB_MODE, WANDB_API_KEY, MLFLOW_TRACKING_URI)")] = None,

@@ -103,7 +103,7 @@ _compiled_flex: Any = None
 def _flex_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **kwargs: Any) -> torch.Tensor:
     """Flex attention: traced into the surrounding graph inside a compiled layer, compiled on its own
     otherwise (the eager kernel materialises every score)."""
-    global _compiled_flex
+    global _compiled_flex  # noqa: PLW0603 - compiled once per process, on first use
     if torch.compiler.is_compiling():
         return flex_attention(query, key, value, **kwargs)
     if _compiled_flex is None:

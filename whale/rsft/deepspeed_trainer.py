@@ -143,7 +143,7 @@ class DeepSpeedTrainer:
         return {"format": STATE_FORMAT, "stage": self.stage, "world": world, "shards": shards}
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
-        rank, world = _world()
+        _rank, world = _world()
         if state.get("format") != STATE_FORMAT or int(state.get("world", -1)) != world:
             log.warning("optimiser state is not a %d-rank DeepSpeed state (format %s, world %s); starting a fresh "
                         "optimiser from the checkpoint's weights", world, state.get("format"), state.get("world"))

@@ -67,7 +67,7 @@ def _world() -> tuple[int, int]:
 
 
 def _all_reduce_sum(value: float, device: torch.device) -> float:
-    rank, world = _world()
+    _rank, world = _world()
     if world == 1:
         return value
     t = torch.tensor([value], dtype=torch.float64, device=device)

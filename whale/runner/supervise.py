@@ -187,10 +187,7 @@ def main(argv):
             kill_tree(me, keep=pid)
             os._exit(128 + signal.SIGKILL)
         done, wait_status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            status = wait_status
-        else:
-            status = _reap(keep=pid)
+        status = wait_status if done else _reap(keep=pid)
     live, _ = _tree(me)
     if live:
         _say(f"the workload left {len(live)} process(es) running: killing them")

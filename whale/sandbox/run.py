@@ -167,10 +167,10 @@ def _collect(launched: Any, limits: Limits, wanted: list[str]) -> SandboxResult:
                         launched.kill_tree()
             if overflow:
                 break
-        if drain_deadline is None and not timed_out and not overflow:
-            # every pipe is closed but the program still runs: wait for it within the wall clock
-            if not select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0]:
-                timed_out = True
+        # every pipe is closed but the program still runs: wait for it within the wall clock
+        if (drain_deadline is None and not timed_out and not overflow
+                and not select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0]):
+            timed_out = True
     finally:
         os.close(pidfd)
     sel.close()

@@ -587,7 +587,7 @@ class S3Store(Store):
         for i in range(0, len(keys), 1000):
             batch = [DeleteObject(self._name(k)) for k in keys[i:i + 1000]]
 
-            def remove() -> None:
+            def remove(batch: list[DeleteObject] = batch) -> None:
                 errors = [e for e in self._client.remove_objects(self.bucket, batch) if e.code not in _NOT_FOUND_CODES]
                 if errors:
                     first = errors[0]

@@ -88,7 +88,7 @@ class Hit:
     @classmethod
     def from_wire(cls, obj: dict[str, Any]) -> Hit:
         """One result item, with scores (``{"document", "score"}``) or without (the document alone)."""
-        doc = obj["document"] if "document" in obj else obj
+        doc = obj.get("document", obj)
         return cls(passage_from_row(doc), float(obj.get("score", 0.0)))
 
 
@@ -282,11 +282,11 @@ class BM25Retriever:
             ids = self._tokenizer.tokenize(list(queries), update_vocab=False, show_progress=False, return_as="ids")
             docs, scores = self._model.retrieve(ids, k=k, show_progress=False, n_threads=1)
         out = []
-        for row_docs, row_scores, q in zip(docs, scores, ids):
+        for row_docs, row_scores, q in zip(docs, scores, ids, strict=True):
             if not q:  # no known word in the query: nothing matches
                 out.append([])
                 continue
-            out.append([Hit(self.passages[int(d)], float(s)) for d, s in zip(row_docs, row_scores) if s > 0])
+            out.append([Hit(self.passages[int(d)], float(s)) for d, s in zip(row_docs, row_scores, strict=True) if s > 0])
         return out
 
 
@@ -625,8 +625,8 @@ class DenseRetriever:
         with self._lock:
             scores, docs = self._index.search(self._encoder.encode(list(queries), "query"), k)
         return [
-            [Hit(self.passages[int(d)], float(s)) for d, s in zip(row_d, row_s) if d >= 0]
-            for row_d, row_s in zip(docs, scores)
+            [Hit(self.passages[int(d)], float(s)) for d, s in zip(row_d, row_s, strict=True) if d >= 0]
+            for row_d, row_s in zip(docs, scores, strict=True)
         ]
 
 
