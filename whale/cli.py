@@ -578,7 +578,7 @@ def prepare(
                                                            "(default: $WHALE_CACHE_DIR/downloads)")] = None,
     splits_only: Annotated[bool, typer.Option("--splits-only", help="skip the tool services' data (search_qa's "
                                                                    "wiki-18 index: ~80 GB)")] = False,
-    output: OutputOpt = "table",
+    output: OutputOpt = Output.table,
 ) -> None:
     """Fetch, verify and split the manifest's data into the store, before `whale run` or `kubectl apply`.
 

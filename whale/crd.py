@@ -15,6 +15,7 @@ import copy
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from whale.spec import (
     API_GROUP,
@@ -130,7 +131,7 @@ def _keys_by_cel(node: dict[str, Any]) -> dict[str, Any]:
     return {**rest, "additionalProperties": values, "x-kubernetes-validations": rules}
 
 
-def _schema(model: type, keep_defaults: bool) -> dict[str, Any]:
+def _schema(model: type[BaseModel], keep_defaults: bool) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True, mode="validation")
     return _structural(raw, raw.get("$defs", {}), keep_defaults)
 

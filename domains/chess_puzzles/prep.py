@@ -270,7 +270,7 @@ def materialise(store: Store, data: Data) -> dict[str, Any]:
     prefix = split_prefix(config)
     manifest_key = f"{prefix}/manifest.json"
     existing = store.read_json_or_none(manifest_key)
-    if _manifest_ok(store, prefix, existing, config):
+    if existing is not None and _manifest_ok(store, prefix, existing, config):
         return existing
     for name in SPLITS:
         store.write_bytes(f"{prefix}/{name}.jsonl", split_bytes(splits.items[name]))

@@ -57,7 +57,8 @@ def dedup_rows(rows: Iterator[dict[str, Any]]) -> tuple[list[dict[str, Any]], in
     """DAPO rows (``prompt``: [{role, content}], ``reward_model``: {ground_truth}) -> distinct items in file
     order, and the number of rows read. Pure over the rows."""
     seen: set[str] = set()
-    items, n = [], 0
+    items: list[dict[str, Any]] = []
+    n = 0
     for row in rows:
         n += 1
         prompt = row.get("prompt") or []

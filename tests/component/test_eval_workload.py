@@ -25,7 +25,7 @@ RUN, PHASE = "ev", "eval-c00-s000000-start"
 
 def request(spec_extra: dict[str, Any] | None = None, harness: str | None = None, checkpoint: str | None = None,
             domain: str = "chess_puzzles") -> dict[str, Any]:
-    spec = {"domain": domain, "condition": "mh_only", "model": {"name": "unused"},
+    spec: dict[str, Any] = {"domain": domain, "condition": "mh_only", "model": {"name": "unused"},
             "evaluation": {"samplesPerItem": 2, "temperature": 1.0}, "inference": {"maxConcurrency": 4}}
     for key, value in (spec_extra or {}).items():
         spec[key] = {**spec.get(key, {}), **value}

@@ -73,7 +73,7 @@ def wandb_history(root: Path) -> tuple[list[dict], list[tuple[str, list[str]]], 
             if kind in (2, 3):
                 buf = data if kind == 2 else buf + data
                 continue
-            record = pb.Record.FromString(buf + data if kind == 4 else data)
+            record = pb.Record.FromString(buf + data if kind == 4 else data)  # type: ignore[attr-defined]  # protobuf-generated
             which = record.WhichOneof("record_type")
             if which == "history":
                 rows.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})

@@ -108,7 +108,9 @@ def children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
     out += [builders.inference_deployment(run, spec, store_uri=store, checkpoint=None),
             builders.inference_service(run, spec)]
     multi = spec.model_copy(update={"train": spec.train.model_copy(update={"num_nodes": 2})})
-    out += [builders.job(run, multi, reqs[0], store_uri=store), builders.rendezvous_service(run, multi, reqs[0])]
+    rendezvous = builders.rendezvous_service(run, multi, reqs[0])
+    assert rendezvous is not None  # two nodes
+    out += [builders.job(run, multi, reqs[0], store_uri=store), rendezvous]
     return out
 
 

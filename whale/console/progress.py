@@ -226,16 +226,16 @@ def stage_words(child: ChildFrame) -> str:
 def describe_request(req: PhaseRequest) -> str:
     """What a phase was asked to do, in a few words."""
     if req.weight is not None:
-        a = req.weight
-        return f"steps {a.from_step} -> {a.target_step}" + (" (or fewer, by patience)" if a.stop_rule else "") + \
-            f", harness {short_key(a.harness)}"
+        w = req.weight
+        return f"steps {w.from_step} -> {w.target_step}" + (" (or fewer, by patience)" if w.stop_rule else "") + \
+            f", harness {short_key(w.harness)}"
     if req.harness is not None:
-        a = req.harness
-        bound = "at most " if a.stop_rule else ""
-        return f"{bound}{a.iterations} iterations from harness {short_key(a.incoming_harness)}, weights at step {a.step}"
+        h = req.harness
+        bound = "at most " if h.stop_rule else ""
+        return f"{bound}{h.iterations} iterations from harness {short_key(h.incoming_harness)}, weights at step {h.step}"
     if req.eval is not None:
-        a = req.eval
-        return f"weights at step {a.step} (after {a.after}), harness {short_key(a.harness)}"
+        e = req.eval
+        return f"weights at step {e.step} (after {e.after}), harness {short_key(e.harness)}"
     return req.kind.value
 
 
@@ -316,8 +316,9 @@ def _child_events(old: ChildFrame | None, cur: Frame, paces: dict[str, Pace]) ->
                        f"{reward_words(r)}, {duration(seconds)}/step{eta}")
         sampled = sampled_step(child)
         earlier = sampled_step(old) if old is not None else None
-        if sampled is not None and (earlier is None or earlier.step != sampled.step):
-            out.append(f"{child.phase} step {sampled.step} sampled: {reward_words(latest_reward(child, cur.status))}")
+        reward = latest_reward(child, cur.status) if sampled is not None else None
+        if sampled is not None and reward is not None and (earlier is None or earlier.step != sampled.step):
+            out.append(f"{child.phase} step {sampled.step} sampled: {reward_words(reward)}")
     elif child.kind is PhaseKind.HARNESS:
         for m in child.metrics[seen:]:
             out.append(f"{child.phase} iteration {m.get('iteration')}{of} done: best {_num(m.get('bestScore'))} "

@@ -27,7 +27,7 @@ import datetime as dt
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +142,7 @@ class EpisodeRunner:
             return episode
 
         share = self.config.share_first_turn and k > 1
-        tasks = []
+        tasks: list[Awaitable[Episode]] = []
         for item in items:
             first = SharedFirstTurn(k, self._seed(str(item.get("id", "?")), None, 0)) if share else None
             tasks.extend(one(item, s, first) for s in range(k))

@@ -425,12 +425,12 @@ def _check_class(tree: ast.Module) -> list[Violation]:
 def _check_constant(name: str, value: ast.expr, line: int) -> list[Violation]:
     if not isinstance(value, ast.Constant | ast.List):
         return []  # computed: checked at load time
-    literal = value.value if isinstance(value, ast.Constant) else []
+    literal: object = value.value if isinstance(value, ast.Constant) else []
     types = api.CONSTANTS[name]
     if not isinstance(literal, types) or (isinstance(literal, bool) and int in types):
         want = " or ".join(_TYPE_NAMES.get(t, t.__name__) for t in types)
         return [Violation(line, "constant-type", f"{name} must be {want}")]
-    if name == "MAX_TURNS" and literal < 1:
+    if name == "MAX_TURNS" and isinstance(literal, int) and literal < 1:
         return [Violation(line, "constant-type", "MAX_TURNS must be >= 1")]
     return []
 

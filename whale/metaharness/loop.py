@@ -27,7 +27,7 @@ import dataclasses
 import logging
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from whale.adaptive import harness_should_stop
@@ -111,7 +111,7 @@ class HarnessSearch:
         proposer: Proposer,
         incoming_code: str,
         skill: str,
-        allowed_imports: Sequence[str],
+        allowed_imports: Collection[str],
         config: SearchConfig,
         workdir: Path,
         logged: Sequence[HarnessIterationMetrics] = (),

@@ -26,11 +26,14 @@ from __future__ import annotations
 import importlib.util
 import logging
 import warnings
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch.nn.attention.flex_attention import BlockMask, create_mask, flex_attention
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -175,7 +178,7 @@ def _sliding_layers(config: Any) -> bool:
     return bool(getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None))
 
 
-def set_training_attention(model: torch.nn.Module, kernel: Kernel) -> None:
+def set_training_attention(model: PreTrainedModel, kernel: Kernel) -> None:
     """Switch ``model`` to the attention implementation ``kernel`` needs (sdpa: leave it as loaded)."""
     if kernel == "sdpa":
         return

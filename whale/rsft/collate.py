@@ -103,7 +103,7 @@ def encode_trajectory(
     """The training sequences of one trajectory (one, or one per assistant turn; see module doc)."""
     messages = list(trajectory.messages)
     stops = stop_ids if stop_ids is not None else stop_token_ids(tokenizer)
-    kw = dict(tools=trajectory.tools, template_kwargs=trajectory.template_kwargs)
+    kw: dict[str, Any] = {"tools": trajectory.tools, "template_kwargs": trajectory.template_kwargs}
     turns: list[tuple[list[int], list[int]]] = []  # (context ids, generated ids) per assistant turn
     for i, msg in enumerate(messages):
         if msg.get("role") != "assistant":
@@ -248,8 +248,8 @@ def collate_micro(batch: Sequence[Example], pad_id: int, *, padding: Padding, pa
     layer sees few shapes), and it is rounded up to ``multiple_of`` (flex attention's block edge)."""
     if pack:
         total = sum(len(e) for e in batch)
-        width = bucket_length(total, per_octave=per_octave) if padding == "bucket" else total
-        return pack_collate(batch, pad_id, width=-(-width // multiple_of) * multiple_of)
+        packed = bucket_length(total, per_octave=per_octave) if padding == "bucket" else total
+        return pack_collate(batch, pad_id, width=-(-packed // multiple_of) * multiple_of)
     if padding == "masked":
         return pad_collate(batch, pad_id)
     longest = max(len(e) for e in batch)

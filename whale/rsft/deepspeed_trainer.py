@@ -34,7 +34,7 @@ import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -49,6 +49,9 @@ from whale.rsft.trainer import (
     sft_epochs,
     token_loss_sum,
 )
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +105,7 @@ class DeepSpeedTrainer:
     #: optimizer_state / gathered_state_dict are collectives: the leader tells the followers first
     collective_state = True
 
-    def __init__(self, model: torch.nn.Module, cfg: RSFTConfig, *, device: torch.device, pad_id: int,
+    def __init__(self, model: PreTrainedModel, cfg: RSFTConfig, *, device: torch.device, pad_id: int,
                  config_path: str | Path, world_size: int):
         import deepspeed  # lazily: only this path needs it
 

@@ -50,8 +50,8 @@ def _prctl(option, value):
 
 def _tree(root):
     """(live descendants, zombie descendants) of ``root``, from /proc."""
-    children = {}
-    state = {}
+    children: dict[int, list[int]] = {}
+    state: dict[int, bytes] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:  # no procfs (not Linux): only the direct child is known, and it is waited for
@@ -68,7 +68,9 @@ def _tree(root):
         pid = int(entry)
         state[pid] = fields[0]
         children.setdefault(int(fields[1]), []).append(pid)
-    live, zombies, todo = [], [], [root]
+    live: list[int] = []
+    zombies: list[int] = []
+    todo = [root]
     while todo:
         for child in children.get(todo.pop(), []):
             (zombies if state.get(child) in (b"Z", b"X") else live).append(child)

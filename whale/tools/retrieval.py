@@ -162,7 +162,7 @@ class Corpus(Sequence[Passage]):
         start, end = self.offsets[i]
         return json.loads(os.pread(self._fd, int(end - start), int(start)))
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         if i < 0:
@@ -230,7 +230,10 @@ def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    _atomic_write(path, lambda p: p.write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n"))
+    def write(p: Path) -> None:
+        p.write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n")
+
+    _atomic_write(path, write)
 
 
 def _save_npy(path: Path, values: np.ndarray) -> None:
@@ -281,7 +284,7 @@ class BM25Retriever:
         with self._lock:  # the tokenizer is stateful; bm25s scoring is fast enough to serialise
             ids = self._tokenizer.tokenize(list(queries), update_vocab=False, show_progress=False, return_as="ids")
             docs, scores = self._model.retrieve(ids, k=k, show_progress=False, n_threads=1)
-        out = []
+        out: list[list[Hit]] = []
         for row_docs, row_scores, q in zip(docs, scores, ids, strict=True):
             if not q:  # no known word in the query: nothing matches
                 out.append([])
@@ -459,7 +462,7 @@ class IndexManifest:
         missing = sorted(fields - set(raw) - {"format", "model_path"})
         if missing:
             raise RetrieverError(f"{where}: missing {', '.join(missing)}")
-        values = {k: raw.get(k) for k in fields}
+        values: dict[str, Any] = {k: raw.get(k) for k in fields}
         values["conventions"] = EncoderConventions.from_dict(raw["conventions"], f"{where}: conventions")
         return cls(**values)
 

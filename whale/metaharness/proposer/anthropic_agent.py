@@ -181,7 +181,8 @@ class AnthropicConversation(Conversation):
         calls = [ToolCall(str(b.get("id") or ""), str(b.get("name") or ""), parse_arguments(b.get("input")))
                  for b in blocks if b["type"] == "tool_use"]
         text = "\n".join(str(b.get("text") or "") for b in blocks if b["type"] == "text")
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        usage = data.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
         parts = [_count(usage.get(k)) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")]
         prompt = None if parts[0] is None else sum(p or 0 for p in parts)
         return ModelTurn(text=text, calls=calls, prompt_tokens=prompt, completion_tokens=_count(usage.get("output_tokens")),

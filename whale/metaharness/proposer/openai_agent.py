@@ -134,8 +134,10 @@ class OpenAIConversation(Conversation):
             if not raw.get("id"):
                 raw["id"] = f"call_{len(self.messages)}_{n}"  # the tool message must name it
             calls.append(ToolCall(str(raw["id"]), str(function.get("name", "")), parse_arguments(function.get("arguments") or "{}")))
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-        details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+        usage = data.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        details = usage.get("prompt_tokens_details")
+        details = details if isinstance(details, dict) else {}
         choice = (data.get("choices") or [{}])[0] or {}
         return ModelTurn(
             text=str(message.get("content") or ""), calls=calls,
