@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -50,9 +51,13 @@ def free_port() -> int:
 def rss_mb(pid: int) -> tuple[float, float]:
     """(current RSS, peak RSS) of a process, MB."""
     text = Path(f"/proc/{pid}/status").read_text()
-    cur = int(re.search(r"VmRSS:\s+(\d+)", text).group(1)) / 1024
-    peak = int(re.search(r"VmHWM:\s+(\d+)", text).group(1)) / 1024
-    return cur, peak
+    def kb(field: str) -> int:
+        found = re.search(rf"{field}:\s+(\d+)", text)
+        if found is None:
+            raise RuntimeError(f"/proc/{pid}/status has no {field}")
+        return int(found.group(1))
+
+    return kb("VmRSS") / 1024, kb("VmHWM") / 1024
 
 
 def histogram(metrics_url: str, handler: str = "reconcile") -> list[tuple[float, float]]:
@@ -101,7 +106,7 @@ def main() -> None:
     proc = subprocess.Popen([sys.executable, "-m", "kopf", "run", "--standalone", "--namespace", NS, "--quiet",
                              "-m", "whale_operator.handlers"], env=env, stdout=log, stderr=subprocess.STDOUT)
     metrics = f"http://127.0.0.1:{port}/metrics"
-    results: dict[str, object] = {}
+    results: dict[str, Any] = {}
     try:
         wait_for(lambda: _up(metrics), 60, 0.2, "the operator's metrics endpoint")
 
@@ -209,7 +214,7 @@ def main() -> None:
         print(f"operator RSS {s['operator_rss_mb']} MB (peak {s['operator_peak_rss_mb']} MB)")
 
 
-def wait_all_first(api, players: list[WorkloadPlayer], exclude: set[str] = frozenset(),
+def wait_all_first(api, players: list[WorkloadPlayer], exclude: frozenset[str] | set[str] = frozenset(),
                    timeout_s: float = 300) -> dict[str, dict]:
     """One unfinished Job per scale run (one list call per poll, not one per run). Each poll also
     plays every run's weight-sync sidecar, as the operator creates a child only once the inference

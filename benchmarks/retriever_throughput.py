@@ -72,11 +72,11 @@ def main() -> None:
                 retrieval.build(corpus, method, Path(d))
                 row["build_cold_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        r = retrieval.build(corpus, method, args.cache_dir)
+        retriever = retrieval.build(corpus, method, args.cache_dir)
         row["load_s"] = time.perf_counter() - t
-        r.search(queries[:4], args.topk)  # warm-up
-        row["qps_batch1"] = qps_inprocess(r, queries, 1, args.topk)
-        row["qps_batch64"] = qps_inprocess(r, queries, 64, args.topk)
+        retriever.search(queries[:4], args.topk)  # warm-up
+        row["qps_batch1"] = qps_inprocess(retriever, queries, 1, args.topk)
+        row["qps_batch64"] = qps_inprocess(retriever, queries, 64, args.topk)
         with tempfile.TemporaryDirectory() as d:
             extra = ["--cache-dir", str(args.cache_dir)] if args.cache_dir else []
             extra += ["--threads", str(args.threads)]

@@ -162,7 +162,7 @@ class Timers:
         setattr(owner, attr, timed)
         self._undo.append(lambda: setattr(owner, attr, raw if raw is not None else original))
 
-    def wrap_chat(self, cls: type, calls: list[dict[str, Any]]) -> None:
+    def wrap_chat(self, cls: Any, calls: list[dict[str, Any]]) -> None:
         """Every ``chat`` call: its in-flight interval, completion tokens, and the call itself (replayed
         for the ceiling)."""
         original = cls.chat
@@ -178,7 +178,7 @@ class Timers:
             calls.append({"start": start, "messages": messages, "sampling": sampling, "n": n, "tools": tools})
             return result
 
-        cls.chat = chat  # type: ignore[method-assign]
+        cls.chat = chat
         self._undo.append(lambda: setattr(cls, "chat", original))
 
     def restore(self) -> None:
@@ -309,7 +309,7 @@ def build_bench_model(name: str, out: Path, device: torch.device, *, max_updates
         accuracy = probe_accuracy(model, tokenizer, device)
     del trainer
     out.mkdir(parents=True, exist_ok=True)
-    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)  # type: ignore[arg-type]  # transformers' wrapped .to
     tokenizer.save_pretrained(out)
     del model
     gc.collect()
@@ -381,8 +381,8 @@ def instrument(timers: Timers, calls: list[dict[str, Any]], held: dict[str, Any]
         timers.wrap(cls, "sync", "sync")
     timers.wrap(WeightPhase, "save", "checkpoint")
     timers.wrap(TransformersClient, "from_pretrained", "eval_load")
-    for cls in (TransformersClient, OpenAIClient):
-        timers.wrap_chat(cls, calls)
+    for client_cls in (TransformersClient, OpenAIClient):
+        timers.wrap_chat(client_cls, calls)
 
 
 def breakdown(timeline: Timeline, gpu: GpuBusy, eval_window: tuple[float, float]) -> list[dict[str, Any]]:
@@ -570,7 +570,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         store = open_store(str(workdir / "store"))
         spec = run_spec(args, model_dir, f"{server.url}/v1" if server else None)
         eval_phase = write_requests(store, spec, args.steps)
-        timeline, calls, held = Timeline(), [], {}
+        timeline = Timeline()
+        calls: list[dict[str, Any]] = []
+        held: dict[str, Any] = {}
         timers = Timers(timeline)
         instrument(timers, calls, held)
         from whale.workloads.eval import run_eval
@@ -594,8 +596,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             held.clear()  # the trainer's model: the offline engine needs the memory
             gc.collect()
             torch.cuda.empty_cache()
+            final = store.local_path(layout.checkpoint_prefix(RUN, args.steps))
+            assert server is not None and final is not None
             server.stop()
-            ceiling = vllm_ceiling(Path(store.local_path(layout.checkpoint_prefix(RUN, args.steps))), step_calls,
+            ceiling = vllm_ceiling(final, step_calls,
                                    args.max_model_len, 0.5)
         else:
             ceiling = hf_ceiling(held["model"], held["tokenizer"], step_calls, args.concurrency, args.max_model_len)

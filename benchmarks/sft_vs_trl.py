@@ -61,7 +61,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # the peers' libraries must not reach for the network (the GPU machine has none; CI neither)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -80,11 +80,14 @@ from whale.rsft.collate import Example, micro_batches, pad_collate  # noqa: E402
 from whale.rsft.config import RSFTConfig  # noqa: E402
 from whale.rsft.trainer import SFTTrainer, collate_tensors, token_loss_sum  # noqa: E402
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 TRAINERS = ("whale", "whale-pack", "trl", "trl-pad", "hf", "hf-flat")
 PEERS = ("trl", "trl-pad", "hf", "hf-flat")
 
 
-def build_model(name: str, device: torch.device, attn: str) -> torch.nn.Module:
+def build_model(name: str, device: torch.device, attn: str) -> PreTrainedModel:
     """The random-weight model every trainer starts from (same seed, same device: same weights)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -120,7 +123,7 @@ def autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
 
 
 @torch.no_grad()
-def held_out_loss(model: torch.nn.Module, examples: Sequence[Example], micro: int, device: torch.device) -> float:
+def held_out_loss(model: PreTrainedModel, examples: Sequence[Example], micro: int, device: torch.device) -> float:
     """One evaluator for every trainer's final weights: token-mean loss, masked padding, same autocast."""
     was = model.training
     model.eval()
@@ -227,7 +230,7 @@ def recording(cls: type) -> type:
     loss is their sum)."""
     from torch.utils.data import SequentialSampler
 
-    class Recording(cls):  # type: ignore[misc, valid-type]
+    class Recording(cls):
         micro_losses: list[float]
 
         def _get_train_sampler(self, *args: Any, **kwargs: Any) -> Any:
@@ -432,7 +435,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 def meta(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     import transformers
 
-    versions = {"torch": torch.__version__, "transformers": transformers.__version__}
+    versions: dict[str, str | None] = {"torch": torch.__version__, "transformers": transformers.__version__}
     for name in ("trl", "datasets", "accelerate"):
         try:
             versions[name] = __import__(name).__version__

@@ -48,7 +48,7 @@ from whale.inference.weight_sync import WeightSyncer
 from whale.rsft.sync import StoreSync, VLLMReloadSync, save_for_serving
 from whale.store import open_store
 
-SHAPE = dict(  # Qwen/Qwen3-1.7B's config.json, vocabulary from the tokenizer
+SHAPE: dict[str, Any] = dict(  # Qwen/Qwen3-1.7B's config.json, vocabulary from the tokenizer
     hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
     num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, rope_theta=1000000.0,
     tie_word_embeddings=True, rms_norm_eps=1e-6,
@@ -87,6 +87,7 @@ class Server:
         self.model_dir, self.port, self.log_path, self.extra = model_dir, port, log_path, extra
         self.proc: subprocess.Popen | None = None
         self.url = f"http://127.0.0.1:{port}"
+        self.started_s: float | None = None  # how long start() took (set by callers that report it)
 
     def start(self, timeout_s: float = 420.0) -> float:
         # FlashInfer's sampler is vLLM's default on CUDA; vLLM's own top-k/top-p kernels serve when
