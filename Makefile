@@ -60,7 +60,11 @@ test: install
 test-all: install
 	$(BIN)/python -m pytest -q --run-e2e $(PYTEST_ARGS)
 
+# Lint, format check, types, import layers: what CI runs before the tests (`make test`).
 lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 crd: install
