@@ -17,7 +17,6 @@ Every child carries an owner reference to the WhaleRun (garbage-collected with i
 
 from __future__ import annotations
 
-import copy
 from dataclasses import dataclass
 from typing import Any
 
@@ -637,11 +636,4 @@ def tool_children(run: RunRef, spec: WhaleRunSpec, tools: tuple[ToolService, ...
         out.append(tool_service(run, tool))
         if tool.sandboxed:
             out.append(sandbox_network_policy(run, tool))
-    return out
-
-
-def scaled(manifest: Manifest, replicas: int) -> Manifest:
-    """A copy of a Deployment manifest with another replica count."""
-    out = copy.deepcopy(manifest)
-    out["spec"]["replicas"] = replicas
     return out

@@ -32,8 +32,9 @@ The gate rejects the obvious ways to reach a module's internals; it is not the w
 past it still runs in the sandboxed worker (audit hook, confined imports) inside the process sandbox,
 and no gold answer ever enters that process.
 
-At load (:func:`check_loads`): the file runs in the sandbox, ``Harness`` subclasses ``BaseHarness``,
-its constants have the right types at runtime.
+At load (:class:`whale.harness.process.HarnessProcess`, which every workload starts): the file runs in
+the sandbox, ``Harness`` subclasses ``BaseHarness``, its constants have the right types at runtime; a file
+that does not load is a ``HarnessLoadError``.
 """
 
 from __future__ import annotations
@@ -516,23 +517,3 @@ def validate_file(path: Path, allowed_imports: Iterable[str], h0_path: Path | No
         raise HarnessValidationError(path.name, [Violation(1, "syntax", f"cannot read the file: {exc}")]) from exc
     h0 = Path(h0_path).read_text(encoding="utf-8") if h0_path is not None else None
     validate_source(source, allowed_imports, path.name, h0)
-
-
-async def check_loads(path: Path, allowed_imports: Iterable[str], limits: object | None = None) -> dict[str, object]:
-    """Static checks, then load the file in the sandbox; returns what it declared (max_turns, tools,
-    constants). Raises :class:`HarnessValidationError` (rule ``load``) when it does not load."""
-    from whale.harness.process import HarnessLoadError, HarnessProcess
-
-    allowed = frozenset(allowed_imports)
-    validate_file(path, allowed)
-    try:
-        async with HarnessProcess(Path(path), allowed, limits) as proc:  # type: ignore[arg-type]
-            info = await proc.start()
-    except HarnessLoadError as exc:
-        raise HarnessValidationError(Path(path).name, [Violation(_line_of(str(exc)), "load", str(exc))]) from exc
-    return {"max_turns": info.max_turns, "tools": info.tools, "constants": info.constants}
-
-
-def _line_of(message: str) -> int:
-    match = re.search(r"harness line (\d+)", message)
-    return int(match.group(1)) if match else 1

@@ -115,22 +115,6 @@ class OpenAIClient(InferenceClient):
                     raise InferenceError(f"{self.base_url}/models lists no model; pass the model name") from exc
             return self._model
 
-    async def wait_ready(self, timeout_s: float = 120.0, poll_s: float = 0.5) -> None:
-        """Poll ``/models`` until the server answers or ``timeout_s`` passes (a server still loading)."""
-        deadline = time.monotonic() + timeout_s
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            try:
-                async with self._http().get(self.base_url + "/models",
-                                            timeout=aiohttp.ClientTimeout(total=poll_s * 4)) as response:
-                    if response.status == 200:
-                        return
-                    last = InferenceError(f"HTTP {response.status}")
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                last = exc
-            await asyncio.sleep(poll_s)
-        raise InferenceError(f"inference server {self.base_url} not ready after {timeout_s:g} s: {last}")
-
     def request_body(
         self, messages: list[dict[str, Any]], sampling: SamplingParams, n: int, tools: list[dict[str, Any]] | None
     ) -> dict[str, Any]:
