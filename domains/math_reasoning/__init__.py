@@ -19,9 +19,7 @@ from whale.domain import DEFAULT_ALLOWED_IMPORTS, SplitsInMemoryDomain, DomainEr
 
 if TYPE_CHECKING:
     from math_reasoning.env import MathEnvironment
-    from whale.data.full import FullData
-    from whale.tools.code import CodeRunner
-    from whale.spec import Data, Verifier
+    from whale.domain import CodeRunner, Data, FullData, Verifier
 
 HERE = Path(__file__).resolve().parent
 
@@ -81,8 +79,7 @@ class MathReasoning(SplitsInMemoryDomain):
         """The code runner every episode of this process shares (resolved once, from the environment)."""
         with self._lock:
             if self._runner is None:
-                from whale.harness.sandbox import tool_isolation
-                from whale.tools.client import code_runner_from_env
+                from whale.domain import code_runner_from_env, tool_isolation
 
                 self._runner = code_runner_from_env(tool_isolation(self._isolation))  # type: ignore[arg-type]
             return self._runner

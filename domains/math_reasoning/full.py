@@ -21,10 +21,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whale.data.full import FullData, FullDataError, Source
+from whale.domain import FullData, FullDataError, Source
 
 if TYPE_CHECKING:
-    from whale.spec import Data
+    from whale.domain import Data
 
 DAPO_REVISION = "65877096c24ffa7abc4e4fa5edb95cf3413a5674"
 DAPO = Source(

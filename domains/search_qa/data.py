@@ -199,7 +199,7 @@ def corpus_path(root: Path) -> Path:
 
 
 def _answerable_cache_dir() -> Path:
-    from whale.tools.retrieval import default_cache_dir
+    from whale.domain import default_cache_dir
 
     return default_cache_dir().parent / SUBDIR
 
@@ -208,7 +208,7 @@ def answerable_ids(root: Path, *, topk: int = ANSWERABLE_TOPK, cache_dir: Path |
     """Ids of the training questions whose gold answer BM25 retrieves in the top ``topk`` passages of the
     local corpus for the question itself. ~12 s of BM25 for 18 k questions the first time; then read
     from ``$WHALE_CACHE_DIR/search_qa`` (keyed by the SHA-256 of the corpus and the train files)."""
-    from whale.tools import retrieval
+    from whale.domain import retrieval
 
     corpus = corpus_path(root)
     files = [corpus] + [Path(root) / SUBDIR / "train" / f for f in TRAIN_FILES]

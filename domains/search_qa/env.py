@@ -14,8 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from search_qa.verifier import last_answer, score
-from whale.domain import DomainError, Environment, StepResult, UnknownToolError
-from whale.tools.retrieval import Hit, Retriever
+from whale.domain import DomainError, Environment, Hit, Retriever, StepResult, UnknownToolError
 
 TOOL_NAME = "search"
 MAX_QUERIES = 8

@@ -27,10 +27,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whale.data.full import FullData, FullDataError, Source
+from whale.domain import FullData, FullDataError, Source
 
 if TYPE_CHECKING:
-    from whale.spec import Data
+    from whale.domain import Data
 
 HUB = "https://huggingface.co/datasets/RUC-NLPIR/FlashRAG_datasets/resolve/main"
 #: benchmark -> (source name, file in the FlashRAG release, its rows)

@@ -21,8 +21,7 @@ from typing import Any
 from search_qa.data import (answer_in, corpus_path, load_splits, missing_benchmarks, resolve_corpus,
                             train_filter_for)
 from search_qa.verifier import normalize
-from whale.domain import default_data_root
-from whale.tools import retrieval
+from whale.domain import default_data_root, retrieval
 
 __all__ = ["answer_in", "hit_rates", "main", "split_rates"]
 
@@ -77,7 +76,7 @@ def split_rates(splits: dict[str, list[dict]], retriever: retrieval.Retriever, k
 
 def _retriever(args: argparse.Namespace, root: Path) -> Any:
     if args.retriever_url:
-        from whale.tools.client import RetrieverClient
+        from whale.domain import RetrieverClient
 
         client = RetrieverClient(args.retriever_url, timeout_s=300)
         client.wait_ready(60)
