@@ -450,7 +450,7 @@ def hf_ceiling(model: Any, tokenizer: Any, calls: list[dict[str, Any]], rows: in
     # no future: the requests go straight to the backend's generate, not through its batcher; a batch
     # holds requests the backend could batch together (equal sampling but for max_tokens), <= rows rows
     now = time.perf_counter()
-    requests = [_Request(c["messages"], c["sampling"], c["n"], c["tools"], None, now)  # type: ignore[arg-type]
+    requests = [_Request(c["messages"], c["sampling"], c["n"], c["tools"], None, now)  # type: ignore[arg-type]  # replayed calls: no caller future to resolve
                 for c in calls]
     batches: list[list[Any]] = []
     for request in requests:

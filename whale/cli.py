@@ -173,7 +173,7 @@ def plan(file: FileArg, output: OutputOpt = Output.table) -> None:
     table = Table(title=f"{m.name}: {m.spec.condition.value} on {m.spec.domain}")
     for col, justify in (("cycle", "right"), ("kind", "left"), ("range / iterations", "left"),
                          ("rollouts", "right"), ("note", "left")):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]  # rich's Literal; these are its values
     omitted = p.get("phasesOmitted", 0)
     for row, ph in enumerate(p["phases"]):
         if omitted and row == len(p["phases"]) // 2:

@@ -256,7 +256,7 @@ def check_structure(text: str) -> None:
                              f"{_where(event.start_mark)}; a WhaleRun manifest has a few hundred")
 
 
-class _StrictLoader(_PARSER):  # type: ignore[misc, valid-type]
+class _StrictLoader(_PARSER):  # type: ignore[misc, valid-type]  # the C loader where PyYAML has it, else the Python one
     """Safe YAML, except that a key given twice in one mapping is an error, not "the last one wins"."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:

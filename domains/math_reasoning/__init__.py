@@ -81,13 +81,13 @@ class MathReasoning(SplitsInMemoryDomain):
             if self._runner is None:
                 from whale.domain import code_runner_from_env, tool_isolation
 
-                self._runner = code_runner_from_env(tool_isolation(self._isolation))  # type: ignore[arg-type]
+                self._runner = code_runner_from_env(tool_isolation(self._isolation))  # type: ignore[arg-type]  # a spec.sandbox.isolation value
             return self._runner
 
     def make_env(self, item: dict[str, Any]) -> MathEnvironment:
         from math_reasoning.env import MathEnvironment
 
-        return MathEnvironment(item, self.runner(), self.answer_match)  # type: ignore[arg-type]
+        return MathEnvironment(item, self.runner(), self.answer_match)  # type: ignore[arg-type]  # a spec.verifier.mathAnswer value
 
     def tool_specs(self) -> list[dict[str, Any]]:
         from math_reasoning.env import TOOL_SPEC

@@ -595,7 +595,7 @@ class _FakeClock:
 
 
 def _refused() -> Exception:
-    return urllib3.exceptions.NewConnectionError(None, "Connection refused")  # type: ignore[arg-type]
+    return urllib3.exceptions.NewConnectionError(None, "Connection refused")  # type: ignore[arg-type]  # no connection object in a double
 
 
 def test_call_with_retry_gives_up_at_the_deadline() -> None:

@@ -172,7 +172,7 @@ def _check_import_from(node: ast.ImportFrom, allowed: frozenset[str]) -> list[Vi
 
 
 def _check_dynamic_attribute(node: ast.Call) -> list[Violation]:
-    fn = node.func.id  # type: ignore[attr-defined]
+    fn = node.func.id  # type: ignore[attr-defined]  # the caller passes calls of a plain name only
     name = node.args[1] if len(node.args) > 1 else None
     if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
         return [Violation(node.lineno, "dynamic-attribute", f"{fn} needs a literal attribute name as its second argument")]

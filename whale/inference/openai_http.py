@@ -95,7 +95,7 @@ class OpenAIClient(InferenceClient):
         return self._session
 
     @property
-    def model(self) -> str:  # type: ignore[override]
+    def model(self) -> str:  # type: ignore[override]  # a plain attribute in the base; here resolved from /models
         return self._model or "unknown"
 
     async def aclose(self) -> None:

@@ -183,7 +183,7 @@ def update_groups(examples: Sequence[Example], mini_batch_size: int, ranks: int,
     rng.shuffle(order)
     ordered = [examples[i] for i in order]
     n = optimizer_updates(len(ordered), ranks=ranks, mini_batch_size=mini_batch_size, sft_epochs=1,
-                          scope=scope)  # type: ignore[arg-type]
+                          scope=scope)  # type: ignore[arg-type]  # a MiniBatchScope value, checked by the spec
     size = mini_batch_size
     if scope == "perRank":
         shares = [ordered[r::ranks] for r in range(ranks)]

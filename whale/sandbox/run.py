@@ -84,7 +84,7 @@ def run_python(
         raise ValueError("run_python(collect=...) takes a list of file names, not one string")
     limits = limits or Limits()
     isolation = isolation or Isolation()
-    program = code if code is not None else Path(path).read_text(encoding="utf-8")  # type: ignore[arg-type]
+    program = code if code is not None else Path(path).read_text(encoding="utf-8")  # type: ignore[arg-type]  # one of the two is set (checked above)
     all_files: dict[str, str | bytes] = {**(files or {}), MAIN_FILE: program}
     stdin_fd = _stdin_fd(stdin) if stdin is not None else None
     try:
