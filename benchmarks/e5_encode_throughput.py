@@ -37,12 +37,23 @@ def tokenizer(texts: list[str]):
     tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tok.train_from_iterator(texts, trainers.WordPieceTrainer(
-        vocab_size=30522, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]))
+    tok.train_from_iterator(
+        texts,
+        trainers.WordPieceTrainer(vocab_size=30522, special_tokens=["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]),
+    )
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])
-    return PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=512)
+        single="[CLS] $A [SEP]",
+        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))],
+    )
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=512,
+    )
 
 
 def passages(n: int, seed: int = 0) -> list[str]:
@@ -74,8 +85,9 @@ def main() -> None:
         out["gpu"] = torch.cuda.get_device_name(0)
 
     # 1) the same vectors on the accelerator in fp16 as on the CPU in fp32 (a small model)
-    small = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
-                 max_position_embeddings=512)
+    small = dict(
+        hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128, max_position_embeddings=512
+    )
     cpu = Encoder(bert(len(tok), **small), tok, PRESETS["e5"], batch_size=64)
     dev_model = bert(len(tok), **small).to(args.device)
     if args.fp16:
@@ -85,12 +97,20 @@ def main() -> None:
     out["fp16_vs_fp32_min_cosine"] = float(np.min(np.sum(a * b, axis=1)))
 
     # 2) throughput at e5-base-v2's size
-    model = bert(len(tok), hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
-                 max_position_embeddings=512).to(args.device)
+    model = bert(
+        len(tok),
+        hidden_size=768,
+        num_hidden_layers=12,
+        num_attention_heads=12,
+        intermediate_size=3072,
+        max_position_embeddings=512,
+    ).to(args.device)
     if args.fp16:
         model = model.half()
     enc = Encoder(model, tok, PRESETS["e5"], batch_size=args.batch_size)
-    lengths = [len(ids) for ids in tok(["passage: " + t for t in texts[:1000]], truncation=True, max_length=256)["input_ids"]]
+    lengths = [
+        len(ids) for ids in tok(["passage: " + t for t in texts[:1000]], truncation=True, max_length=256)["input_ids"]
+    ]
     out["mean_tokens"] = float(np.mean(lengths))
     enc.encode(texts[: args.batch_size * 2], "passage")  # warm-up
     if args.device != "cpu":

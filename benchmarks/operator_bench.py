@@ -36,8 +36,8 @@ from tests.fixtures.kube import start_emulator, wait_for  # noqa: E402
 from tests.operator.conftest import BASE_SPEC, SPLITS, deep_merge  # noqa: E402
 from tests.operator.player import WR, WorkloadPlayer  # noqa: E402
 from whale.crd import crd  # noqa: E402
-from whale.store import open_store  # noqa: E402
 from whale.layout import split_sizes_key  # noqa: E402
+from whale.store import open_store  # noqa: E402
 
 NS = "bench"
 
@@ -51,6 +51,7 @@ def free_port() -> int:
 def rss_mb(pid: int) -> tuple[float, float]:
     """(current RSS, peak RSS) of a process, MB."""
     text = Path(f"/proc/{pid}/status").read_text()
+
     def kb(field: str) -> int:
         found = re.search(rf"{field}:\s+(\d+)", text)
         if found is None:
@@ -64,8 +65,9 @@ def histogram(metrics_url: str, handler: str = "reconcile") -> list[tuple[float,
     """Cumulative (upper bound, count) buckets of the reconcile histogram."""
     text = httpx.get(metrics_url).text
     out = []
-    for m in re.finditer(r'whale_operator_handler_duration_seconds_bucket\{handler="%s",le="([^"]+)"\} (\S+)' % handler,
-                         text):
+    for m in re.finditer(
+        r'whale_operator_handler_duration_seconds_bucket\{handler="%s",le="([^"]+)"\} (\S+)' % handler, text
+    ):
         out.append((float("inf") if m.group(1) == "+Inf" else float(m.group(1)), float(m.group(2))))
     return out
 
@@ -100,22 +102,43 @@ def main() -> None:
     api.create("v1", "namespaces", None, {"metadata": {"name": NS}})
     store = open_store(f"file://{work / 'store'}")
     port = free_port()
-    env = {**os.environ, "KUBECONFIG": str(cluster.kubeconfig), "WHALE_OPERATOR_METRICS_PORT": str(port),
-           "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(cluster.kubeconfig),
+        "WHALE_OPERATOR_METRICS_PORT": str(port),
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+    }
     log = open(work / "operator.log", "wb")  # noqa: SIM115 - the operator's stdout, closed after it stops
-    proc = subprocess.Popen([sys.executable, "-m", "kopf", "run", "--standalone", "--namespace", NS, "--quiet",
-                             "-m", "whale_operator.handlers"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kopf",
+            "run",
+            "--standalone",
+            "--namespace",
+            NS,
+            "--quiet",
+            "-m",
+            "whale_operator.handlers",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     metrics = f"http://127.0.0.1:{port}/metrics"
     results: dict[str, Any] = {}
     try:
         wait_for(lambda: _up(metrics), 60, 0.2, "the operator's metrics endpoint")
 
         def create(name: str) -> WorkloadPlayer:
-            spec = deep_merge(BASE_SPEC, {"storage": {"uri": store.uri},
-                                          "schedule": {"totalSteps": 64, "weightStepsPerCycle": 2}})
+            spec = deep_merge(
+                BASE_SPEC, {"storage": {"uri": store.uri}, "schedule": {"totalSteps": 64, "weightStepsPerCycle": 2}}
+            )
             store.write_json(split_sizes_key(name), SPLITS)
-            api.create(WR, "whaleruns", NS, {"apiVersion": WR, "kind": "WhaleRun", "metadata": {"name": name},
-                                             "spec": spec})
+            api.create(
+                WR, "whaleruns", NS, {"apiVersion": WR, "kind": "WhaleRun", "metadata": {"name": name}, "spec": spec}
+            )
             return WorkloadPlayer(api, store, NS, name)
 
         # --- reaction time ---
@@ -130,8 +153,12 @@ def main() -> None:
             api.complete_job(NS, job["metadata"]["name"])
             job = wait_for(run.pending_job, 30, 0.005, "the next Job")
             reactions.append(time.perf_counter() - t0)
-        results["reaction_s"] = {"n": len(reactions), "median": statistics.median(reactions),
-                                 "p95": sorted(reactions)[int(0.95 * (len(reactions) - 1))], "max": max(reactions)}
+        results["reaction_s"] = {
+            "n": len(reactions),
+            "median": statistics.median(reactions),
+            "p95": sorted(reactions)[int(0.95 * (len(reactions) - 1))],
+            "max": max(reactions),
+        }
 
         # --- scale ---
         before, before_work = histogram(metrics), histogram(metrics, "reconcile_work")
@@ -165,23 +192,39 @@ def main() -> None:
             loaded.append(time.perf_counter() - t0)
         busy = delta(histogram(metrics), calm)
         busy_work = delta(histogram(metrics, "reconcile_work"), calm_work)
-        results["reaction_with_200_runs_s"] = {"n": len(loaded), "median": statistics.median(loaded),
-                                               "p95": sorted(loaded)[int(0.95 * (len(loaded) - 1))],
-                                               "max": max(loaded)}
-        results["steady"] = {"reconciles": busy[-1][1], "p50_le_s": quantile(busy, 0.5),
-                             "p99_le_s": quantile(busy, 0.99), "work_p50_le_s": quantile(busy_work, 0.5),
-                             "work_p99_le_s": quantile(busy_work, 0.99)}
+        results["reaction_with_200_runs_s"] = {
+            "n": len(loaded),
+            "median": statistics.median(loaded),
+            "p95": sorted(loaded)[int(0.95 * (len(loaded) - 1))],
+            "max": max(loaded),
+        }
+        results["steady"] = {
+            "reconciles": busy[-1][1],
+            "p50_le_s": quantile(busy, 0.5),
+            "p99_le_s": quantile(busy, 0.99),
+            "work_p50_le_s": quantile(busy_work, 0.5),
+            "work_p99_le_s": quantile(busy_work, 0.99),
+        }
         cur, peak = rss_mb(proc.pid)
         results["scale"] = {
-            "runs": args.runs, "create_s": created_s,
-            "startup_burst": {"reconciles": burst[-1][1], "p50_le_s": quantile(burst, 0.5),
-                              "p99_le_s": quantile(burst, 0.99), "work_p50_le_s": quantile(burst_work, 0.5),
-                              "work_p99_le_s": quantile(burst_work, 0.99)},
-            "all_children_finish_at_once": {"reconciles": steady[-1][1], "p50_le_s": quantile(steady, 0.5),
-                                            "p99_le_s": quantile(steady, 0.99),
-                                            "work_p50_le_s": quantile(steady_work, 0.5),
-                                            "work_p99_le_s": quantile(steady_work, 0.99)},
-            "operator_rss_mb": round(cur, 1), "operator_peak_rss_mb": round(peak, 1),
+            "runs": args.runs,
+            "create_s": created_s,
+            "startup_burst": {
+                "reconciles": burst[-1][1],
+                "p50_le_s": quantile(burst, 0.5),
+                "p99_le_s": quantile(burst, 0.99),
+                "work_p50_le_s": quantile(burst_work, 0.5),
+                "work_p99_le_s": quantile(burst_work, 0.99),
+            },
+            "all_children_finish_at_once": {
+                "reconciles": steady[-1][1],
+                "p50_le_s": quantile(steady, 0.5),
+                "p99_le_s": quantile(steady, 0.99),
+                "work_p50_le_s": quantile(steady_work, 0.5),
+                "work_p99_le_s": quantile(steady_work, 0.99),
+            },
+            "operator_rss_mb": round(cur, 1),
+            "operator_peak_rss_mb": round(peak, 1),
         }
     finally:
         proc.send_signal(signal.SIGINT)
@@ -196,26 +239,34 @@ def main() -> None:
         print(json.dumps(results, indent=2))
     else:
         r = results["reaction_s"]
-        print(f"reaction time (Job finished -> next Job): median {r['median']:.3f} s, p95 {r['p95']:.3f} s, "
-              f"max {r['max']:.3f} s over {r['n']} transitions")
+        print(
+            f"reaction time (Job finished -> next Job): median {r['median']:.3f} s, p95 {r['p95']:.3f} s, "
+            f"max {r['max']:.3f} s over {r['n']} transitions"
+        )
         s = results["scale"]
-        for label, key, took in (("startup (all runs created at once)", "startup_burst", "scale_first_child_all_s"),
-                                 ("every run's child finishes at once", "all_children_finish_at_once",
-                                  "scale_second_child_all_s")):
+        for label, key, took in (
+            ("startup (all runs created at once)", "startup_burst", "scale_first_child_all_s"),
+            ("every run's child finishes at once", "all_children_finish_at_once", "scale_second_child_all_s"),
+        ):
             b = s[key]
-            print(f"{s['runs']} WhaleRuns, {label}: next children of all in {results[took]:.1f} s; "
-                  f"{int(b['reconciles'])} reconciles; latency incl. thread wait p50 <= {b['p50_le_s']} s, "
-                  f"p99 <= {b['p99_le_s']} s; reconcile work p50 <= {b['work_p50_le_s']} s, "
-                  f"p99 <= {b['work_p99_le_s']} s")
+            print(
+                f"{s['runs']} WhaleRuns, {label}: next children of all in {results[took]:.1f} s; "
+                f"{int(b['reconciles'])} reconciles; latency incl. thread wait p50 <= {b['p50_le_s']} s, "
+                f"p99 <= {b['p99_le_s']} s; reconcile work p50 <= {b['work_p50_le_s']} s, "
+                f"p99 <= {b['work_p99_le_s']} s"
+            )
         r, b = results["reaction_with_200_runs_s"], results["steady"]
-        print(f"with {s['runs']} runs present, children finishing one by one: reaction median {r['median']:.3f} s, "
-              f"p95 {r['p95']:.3f} s, max {r['max']:.3f} s; {int(b['reconciles'])} reconciles, latency p50 <= "
-              f"{b['p50_le_s']} s, p99 <= {b['p99_le_s']} s (work p99 <= {b['work_p99_le_s']} s)")
+        print(
+            f"with {s['runs']} runs present, children finishing one by one: reaction median {r['median']:.3f} s, "
+            f"p95 {r['p95']:.3f} s, max {r['max']:.3f} s; {int(b['reconciles'])} reconciles, latency p50 <= "
+            f"{b['p50_le_s']} s, p99 <= {b['p99_le_s']} s (work p99 <= {b['work_p99_le_s']} s)"
+        )
         print(f"operator RSS {s['operator_rss_mb']} MB (peak {s['operator_peak_rss_mb']} MB)")
 
 
-def wait_all_first(api, players: list[WorkloadPlayer], exclude: frozenset[str] | set[str] = frozenset(),
-                   timeout_s: float = 300) -> dict[str, dict]:
+def wait_all_first(
+    api, players: list[WorkloadPlayer], exclude: frozenset[str] | set[str] = frozenset(), timeout_s: float = 300
+) -> dict[str, dict]:
     """One unfinished Job per scale run (one list call per poll, not one per run). Each poll also
     plays every run's weight-sync sidecar, as the operator creates a child only once the inference
     server serves that child's weights."""
@@ -230,6 +281,7 @@ def wait_all_first(api, players: list[WorkloadPlayer], exclude: frozenset[str] |
             if run.startswith("scale-") and j["metadata"]["name"] not in exclude:
                 jobs[run] = j
         return jobs if len(jobs) >= n else None
+
     return wait_for(poll, timeout_s, 0.25, f"a new Job in each of {n} runs")
 
 

@@ -29,7 +29,7 @@ from whale.tools import retrieval
 def qps_inprocess(r: retrieval.Retriever, queries: list[str], batch: int, topk: int) -> float:
     start = time.perf_counter()
     for i in range(0, len(queries), batch):
-        r.search(queries[i:i + batch], topk)
+        r.search(queries[i : i + batch], topk)
     return len(queries) / (time.perf_counter() - start)
 
 
@@ -80,8 +80,9 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as d:
             extra = ["--cache-dir", str(args.cache_dir)] if args.cache_dir else []
             extra += ["--threads", str(args.threads)]
-            with run_service("whale.tools.retriever", ["--corpus", str(corpus), "--method", method, *extra],
-                             Path(d) / "log.txt") as svc:
+            with run_service(
+                "whale.tools.retriever", ["--corpus", str(corpus), "--method", method, *extra], Path(d) / "log.txt"
+            ) as svc:
                 row[f"qps_http_{args.clients}clients"] = qps_service(svc.url, queries, args.clients, args.topk)
         rows.append(row)
     if args.json:

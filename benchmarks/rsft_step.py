@@ -137,8 +137,9 @@ class Timers:
         self.timeline = timeline
         self._undo: list[Callable[[], None]] = []
 
-    def wrap(self, owner: Any, attr: str, name: str, *, cuda_sync: bool = False,
-             keep: Callable[[Any], None] | None = None) -> None:
+    def wrap(
+        self, owner: Any, attr: str, name: str, *, cuda_sync: bool = False, keep: Callable[[Any], None] | None = None
+    ) -> None:
         """``owner.attr`` (a module's function, a class's method or classmethod) records ``name`` per call;
         ``cuda_sync`` times the GPU work it queued too; ``keep`` sees each result."""
         raw = vars(owner).get(attr)  # the descriptor itself (a classmethod stays one on restore)
@@ -248,8 +249,12 @@ def padded_tokenizer(vocab_size: int) -> Any:
     vocab = spec["model"]["vocab"]
     for i in range(len(vocab), vocab_size):
         vocab[f"<|x{i}|>"] = i
-    tok = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(spec)), eos_token=base.eos_token,
-                                  pad_token=base.pad_token, bos_token=None)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer.from_str(json.dumps(spec)),
+        eos_token=base.eos_token,
+        pad_token=base.pad_token,
+        bos_token=None,
+    )
     tok.chat_template = CHAT_TEMPLATE
     if len(tok) != vocab_size:
         raise RuntimeError(f"padded tokenizer has {len(tok)} tokens, expected {vocab_size}")
@@ -261,18 +266,31 @@ def probe_accuracy(model: Any, tokenizer: Any, device: torch.device, n: int = 16
     from synthetic import tasks
 
     items = tasks.make_split("test", n, 0)
-    texts = [tokenizer.apply_chat_template([{"role": "system", "content": tasks.SYSTEM_PROMPT},
-                                            {"role": "user", "content": tasks.user_prompt(it)}],
-                                           tokenize=False, add_generation_prompt=True) for it in items]
+    texts = [
+        tokenizer.apply_chat_template(
+            [{"role": "system", "content": tasks.SYSTEM_PROMPT}, {"role": "user", "content": tasks.user_prompt(it)}],
+            tokenize=False,
+            add_generation_prompt=True,
+        )
+        for it in items
+    ]
     tokenizer.padding_side = "left"
     enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(device)
     model.eval()
-    with torch.inference_mode(), (torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda"
-                                  else contextlib.nullcontext()):
-        out = model.generate(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"], max_new_tokens=12,
-                             do_sample=False, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id)
+    with (
+        torch.inference_mode(),
+        torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext(),
+    ):
+        out = model.generate(
+            input_ids=enc["input_ids"],
+            attention_mask=enc["attention_mask"],
+            max_new_tokens=12,
+            do_sample=False,
+            pad_token_id=tokenizer.pad_token_id,
+            eos_token_id=tokenizer.eos_token_id,
+        )
     model.train()
-    replies = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+    replies = tokenizer.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
     return statistics.fmean(tasks.score(r, it) for r, it in zip(replies, items, strict=True))
 
 
@@ -298,13 +316,20 @@ def build_bench_model(name: str, out: Path, device: torch.device, *, max_updates
         model = Qwen3ForCausalLM(Qwen3Config(**shape))
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    trainer = SFTTrainer(model, RSFTConfig(mini_batch_size=32, micro_batch_size_per_gpu=32, learning_rate=lr),
-                         device=device, pad_id=tokenizer.pad_token_id)
-    examples = [e for conv in format_conversations(32 * max_updates, 0, copy_prob=1.0)
-                for e in encode_trajectory(tokenizer, Trajectory(prompt_index=0, messages=tuple(conv), reward=1.0))]
+    trainer = SFTTrainer(
+        model,
+        RSFTConfig(mini_batch_size=32, micro_batch_size_per_gpu=32, learning_rate=lr),
+        device=device,
+        pad_id=tokenizer.pad_token_id,
+    )
+    examples = [
+        e
+        for conv in format_conversations(32 * max_updates, 0, copy_prob=1.0)
+        for e in encode_trajectory(tokenizer, Trajectory(prompt_index=0, messages=tuple(conv), reward=1.0))
+    ]
     updates, accuracy, chunk = 0, 0.0, 10
     while updates < max_updates and accuracy < 0.5:
-        trainer.train(examples[32 * updates: 32 * (updates + chunk)], lr=lr, seed=updates)
+        trainer.train(examples[32 * updates : 32 * (updates + chunk)], lr=lr, seed=updates)
         updates += chunk
         accuracy = probe_accuracy(model, tokenizer, device)
     del trainer
@@ -322,21 +347,29 @@ def build_bench_model(name: str, out: Path, device: torch.device, *, max_updates
 
 
 def run_spec(args: argparse.Namespace, model_dir: Path, base_url: str | None) -> dict[str, Any]:
-    inference: dict[str, Any] = {"backend": "vllm" if base_url else "transformers",
-                                 "maxConcurrency": args.concurrency}
+    inference: dict[str, Any] = {"backend": "vllm" if base_url else "transformers", "maxConcurrency": args.concurrency}
     if base_url:
         inference["baseUrl"] = base_url
     rsft: dict[str, Any] = {
-        "promptsPerStep": args.prompts, "rolloutsPerPrompt": args.rollouts, "miniBatchSize": args.minibatch,
-        "microBatchSizePerGpu": args.micro, "learningRate": args.lr, "compileLayers": args.compile_layers,
-        "packSequences": args.pack, "sampling": {"maxResponseTokens": args.max_tokens},
+        "promptsPerStep": args.prompts,
+        "rolloutsPerPrompt": args.rollouts,
+        "miniBatchSize": args.minibatch,
+        "microBatchSizePerGpu": args.micro,
+        "learningRate": args.lr,
+        "compileLayers": args.compile_layers,
+        "packSequences": args.pack,
+        "sampling": {"maxResponseTokens": args.max_tokens},
     }
     if args.pack:
         rsft["attention"] = args.attention
     return {
-        "domain": "synthetic", "condition": "rsft_only",
-        "model": {"name": str(model_dir), "maxModelLen": args.max_model_len,
-                  **({"servedModelName": SERVED_NAME} if base_url else {})},
+        "domain": "synthetic",
+        "condition": "rsft_only",
+        "model": {
+            "name": str(model_dir),
+            "maxModelLen": args.max_model_len,
+            **({"servedModelName": SERVED_NAME} if base_url else {}),
+        },
         "schedule": {"totalSteps": args.steps},
         "rsft": rsft,
         "inference": inference,
@@ -346,15 +379,34 @@ def run_spec(args: argparse.Namespace, model_dir: Path, base_url: str | None) ->
 
 
 def write_requests(store: Any, spec: dict[str, Any], steps: int) -> str:
-    weight = PhaseRequest(run=RUN, phase=PHASE, kind=PhaseKind.WEIGHT, attempt=1, spec=spec,
-                          weight=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0,
-                                                 target_step=steps, save_steps=[],
-                                                 steps_per_epoch=1000))
+    weight = PhaseRequest(
+        run=RUN,
+        phase=PHASE,
+        kind=PhaseKind.WEIGHT,
+        attempt=1,
+        spec=spec,
+        weight=WeightPhaseArgs(
+            cycle=1,
+            harness=None,
+            from_checkpoint=None,
+            from_step=0,
+            target_step=steps,
+            save_steps=[],
+            steps_per_epoch=1000,
+        ),
+    )
     store.write_json(layout.request_key(RUN, PHASE), weight.to_wire())
     eval_phase = f"eval-c01-s{steps:06d}-weight"
-    evaluation = PhaseRequest(run=RUN, phase=eval_phase, kind=PhaseKind.EVAL, attempt=1, spec=spec,
-                              eval=EvalPhaseArgs(cycle=1, step=steps, after="weight",
-                                                 checkpoint=layout.checkpoint_prefix(RUN, steps), harness=None))
+    evaluation = PhaseRequest(
+        run=RUN,
+        phase=eval_phase,
+        kind=PhaseKind.EVAL,
+        attempt=1,
+        spec=spec,
+        eval=EvalPhaseArgs(
+            cycle=1, step=steps, after="weight", checkpoint=layout.checkpoint_prefix(RUN, steps), harness=None
+        ),
+    )
     store.write_json(layout.request_key(RUN, eval_phase), evaluation.to_wire())
     return eval_phase
 
@@ -414,21 +466,35 @@ def breakdown(timeline: Timeline, gpu: GpuBusy, eval_window: tuple[float, float]
             eval_wall = eval_window[1] - eval_window[0]
             eval_generation = timeline.union("chat", eval_window)
             eval_load = timeline.total("eval_load", eval_window)
-            parts.update(evaluation=eval_wall, eval_generation=eval_generation, eval_load=eval_load,
-                         eval_other=eval_wall - eval_generation - eval_load)
+            parts.update(
+                evaluation=eval_wall,
+                eval_generation=eval_generation,
+                eval_load=eval_load,
+                eval_other=eval_wall - eval_generation - eval_load,
+            )
             wall += eval_wall
             busy_window = (window[0], eval_window[1])
         tokens = sum(i.data.get("tokens", 0) for i in timeline.named("chat", window))
         overhead = wall - generation - parts["sft"] - eval_generation
-        out.append({
-            "step": k + 1, "wall_s": wall, "seconds": parts,
-            "shares": {name: value / wall for name, value in parts.items() if name not in ("eval_generation",
-                                                                                        "eval_load", "eval_other")},
-            "generated_tokens": tokens, "generated_tokens_per_s": tokens / generation if generation else 0.0,
-            "overhead_s": overhead, "overhead_share": overhead / wall if wall else 0.0,
-            "gpu_busy": gpu.mean(*busy_window), "gpu_busy_generation": gpu.mean(window[0], window[0] + sample),
-            "gpu_busy_sft": _busy_in(gpu, timeline.named("train", window)),
-        })
+        out.append(
+            {
+                "step": k + 1,
+                "wall_s": wall,
+                "seconds": parts,
+                "shares": {
+                    name: value / wall
+                    for name, value in parts.items()
+                    if name not in ("eval_generation", "eval_load", "eval_other")
+                },
+                "generated_tokens": tokens,
+                "generated_tokens_per_s": tokens / generation if generation else 0.0,
+                "overhead_s": overhead,
+                "overhead_share": overhead / wall if wall else 0.0,
+                "gpu_busy": gpu.mean(*busy_window),
+                "gpu_busy_generation": gpu.mean(window[0], window[0] + sample),
+                "gpu_busy_sft": _busy_in(gpu, timeline.named("train", window)),
+            }
+        )
     return out
 
 
@@ -440,8 +506,9 @@ def _busy_in(gpu: GpuBusy, intervals: list[Interval]) -> float | None:
 # ----- the ceilings ------------------------------------------------------------------------------------
 
 
-def hf_ceiling(model: Any, tokenizer: Any, calls: list[dict[str, Any]], rows: int,
-               max_model_len: int) -> dict[str, Any]:
+def hf_ceiling(
+    model: Any, tokenizer: Any, calls: list[dict[str, Any]], rows: int, max_model_len: int
+) -> dict[str, Any]:
     """The in-process backend's own batched generation over the same calls, ``rows`` rows per batch as
     the runtime's batcher forms them, without the harness runtime around it."""
     from whale.inference.transformers_backend import TransformersClient, _key, _Request
@@ -450,8 +517,10 @@ def hf_ceiling(model: Any, tokenizer: Any, calls: list[dict[str, Any]], rows: in
     # no future: the requests go straight to the backend's generate, not through its batcher; a batch
     # holds requests the backend could batch together (equal sampling but for max_tokens), <= rows rows
     now = time.perf_counter()
-    requests = [_Request(c["messages"], c["sampling"], c["n"], c["tools"], None, now)  # type: ignore[arg-type]  # replayed calls: no caller future to resolve
-                for c in calls]
+    requests = [
+        _Request(c["messages"], c["sampling"], c["n"], c["tools"], None, now)  # type: ignore[arg-type]  # replayed calls: no caller future to resolve
+        for c in calls
+    ]
     batches: list[list[Any]] = []
     for request in requests:
         fits = [b for b in batches if _key(b[0]) == _key(request) and sum(r.n for r in b) + request.n <= rows]
@@ -464,8 +533,13 @@ def hf_ceiling(model: Any, tokenizer: Any, calls: list[dict[str, Any]], rows: in
     tokens = sum(r.completion_tokens for batch in batches for r in client._generate(batch))
     _cuda_sync()
     seconds = time.perf_counter() - start
-    return {"backend": "transformers generate (batched, no runtime)", "tokens": tokens, "seconds": seconds,
-            "tokens_per_s": tokens / seconds if seconds else 0.0, "batches": len(batches)}
+    return {
+        "backend": "transformers generate (batched, no runtime)",
+        "tokens": tokens,
+        "seconds": seconds,
+        "tokens_per_s": tokens / seconds if seconds else 0.0,
+        "batches": len(batches),
+    }
 
 
 def vllm_ceiling(model_dir: Path, calls: list[dict[str, Any]], max_model_len: int, memory: float) -> dict[str, Any]:
@@ -474,25 +548,41 @@ def vllm_ceiling(model_dir: Path, calls: list[dict[str, Any]], max_model_len: in
     from vllm import LLM
     from vllm import SamplingParams as VLLMSampling
 
-    llm = LLM(model=str(model_dir), dtype="bfloat16", max_model_len=max_model_len, gpu_memory_utilization=memory,
-              seed=0)
-    params = [VLLMSampling(n=c["n"], temperature=c["sampling"].temperature, top_p=c["sampling"].top_p,
-                           top_k=c["sampling"].top_k if c["sampling"].top_k > 0 else -1,
-                           max_tokens=c["sampling"].max_tokens) for c in calls]
+    llm = LLM(
+        model=str(model_dir), dtype="bfloat16", max_model_len=max_model_len, gpu_memory_utilization=memory, seed=0
+    )
+    params = [
+        VLLMSampling(
+            n=c["n"],
+            temperature=c["sampling"].temperature,
+            top_p=c["sampling"].top_p,
+            top_k=c["sampling"].top_k if c["sampling"].top_k > 0 else -1,
+            max_tokens=c["sampling"].max_tokens,
+        )
+        for c in calls
+    ]
     start = time.perf_counter()
     outputs = llm.chat([c["messages"] for c in calls], sampling_params=params, use_tqdm=False)
     seconds = time.perf_counter() - start
     tokens = sum(len(o.token_ids) for out in outputs for o in out.outputs)
-    return {"backend": "vllm LLM.chat (offline)", "tokens": tokens, "seconds": seconds,
-            "tokens_per_s": tokens / seconds if seconds else 0.0}
+    return {
+        "backend": "vllm LLM.chat (offline)",
+        "tokens": tokens,
+        "seconds": seconds,
+        "tokens_per_s": tokens / seconds if seconds else 0.0,
+    }
 
 
 @contextlib.contextmanager
 def vllm_server(model_dir: Path, workdir: Path, port: int, memory: float, max_model_len: int) -> Iterator[Any]:
     from weight_sync_vllm import Server
 
-    server = Server(model_dir, port, workdir / "vllm.log", ["--gpu-memory-utilization", str(memory),
-                                                            "--max-model-len", str(max_model_len)])
+    server = Server(
+        model_dir,
+        port,
+        workdir / "vllm.log",
+        ["--gpu-memory-utilization", str(memory), "--max-model-len", str(max_model_len)],
+    )
     try:
         started_s = server.start()
         server.started_s = started_s
@@ -508,8 +598,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--smoke", action="store_true", help="CPU smoke test: tiny model, 2 prompts x 2 rollouts, two steps")
     p.add_argument("--model", choices=["qwen3-1.7b", "tiny"], default="qwen3-1.7b")
-    p.add_argument("--steps", type=int, default=3, help="RSFT steps: the first compiles, the last is at an "
-                   "evaluation point (checkpoint + eval), the ones between are ordinary")
+    p.add_argument(
+        "--steps",
+        type=int,
+        default=3,
+        help="RSFT steps: the first compiles, the last is at an "
+        "evaluation point (checkpoint + eval), the ones between are ordinary",
+    )
     p.add_argument("--prompts", type=int, default=64, help="rsft.promptsPerStep")
     p.add_argument("--rollouts", type=int, default=8, help="rsft.rolloutsPerPrompt")
     p.add_argument("--max-tokens", type=int, default=64, help="rsft.sampling.maxResponseTokens")
@@ -518,9 +613,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=1e-6, help="rsft.learningRate")
     p.add_argument("--concurrency", type=int, default=256, help="inference.maxConcurrency (in-process: rows a batch)")
     p.add_argument("--max-model-len", type=int, default=1024)
-    p.add_argument("--compile-layers", choices=["auto", "on", "off"], default="auto",
-                   help="rsft.compileLayers; auto = on with --vllm on a GPU (in-process generation would go "
-                   "through the compiled layers at every decode shape)")
+    p.add_argument(
+        "--compile-layers",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="rsft.compileLayers; auto = on with --vllm on a GPU (in-process generation would go "
+        "through the compiled layers at every decode shape)",
+    )
     p.add_argument("--pack", action="store_true", help="rsft.packSequences (the varlen path)")
     p.add_argument("--attention", default="auto", choices=["auto", "sdpa", "flex", "flash"], help="rsft.attention")
     p.add_argument("--eval-items", type=int, default=64, help="evaluation.maxItems")
@@ -530,9 +629,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--vllm", action="store_true", help="sample through a vLLM server (needs vllm importable)")
     p.add_argument("--vllm-memory", type=float, default=0.35, help="server's --gpu-memory-utilization")
     p.add_argument("--port", type=int, default=8765)
-    p.add_argument("--isolation", choices=["namespaces", "none"], default="namespaces",
-                   help="spec.sandbox.isolation of the harness processes; none only on a machine without "
-                   "namespaces (the harness is the domain's own h0, the model a random one)")
+    p.add_argument(
+        "--isolation",
+        choices=["namespaces", "none"],
+        default="namespaces",
+        help="spec.sandbox.isolation of the harness processes; none only on a machine without "
+        "namespaces (the harness is the domain's own h0, the model a random one)",
+    )
     p.add_argument("--workdir", type=Path, help="keep the model, store and logs here (default: a temp dir)")
     p.add_argument("--json", "--out", dest="out", type=Path, help="write the report here")
     args = p.parse_args(argv)
@@ -564,8 +667,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         setup_s = time.perf_counter() - setup_start
         server = None
         if args.vllm:
-            server = stack.enter_context(vllm_server(model_dir, workdir, args.port, args.vllm_memory,
-                                                     args.max_model_len))
+            server = stack.enter_context(
+                vllm_server(model_dir, workdir, args.port, args.vllm_memory, args.max_model_len)
+            )
             os.environ["WHALE_SYNC_DIR"] = str(workdir / "sync")
         store = open_store(str(workdir / "store"))
         spec = run_spec(args, model_dir, f"{server.url}/v1" if server else None)
@@ -599,25 +703,31 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             final = store.local_path(layout.checkpoint_prefix(RUN, args.steps))
             assert server is not None and final is not None
             server.stop()
-            ceiling = vllm_ceiling(final, step_calls,
-                                   args.max_model_len, 0.5)
+            ceiling = vllm_ceiling(final, step_calls, args.max_model_len, 0.5)
         else:
             ceiling = hf_ceiling(held["model"], held["tokenizer"], step_calls, args.concurrency, args.max_model_len)
         metrics = store.read_jsonl(layout.metrics_key(RUN, PHASE))
         report = {
-            "meta": {"model": args.model, "device": str(device),
-                     "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                     "torch": torch.__version__, "backend": "vllm" if args.vllm else "transformers",
-                     "nvml": gpu.available, "setup_s": setup_s, **warm,
-                     "startup_s": timeline.total("startup"),
-                     "server_start_s": getattr(server, "started_s", None),
-                     "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()}},
+            "meta": {
+                "model": args.model,
+                "device": str(device),
+                "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+                "torch": torch.__version__,
+                "backend": "vllm" if args.vllm else "transformers",
+                "nvml": gpu.available,
+                "setup_s": setup_s,
+                **warm,
+                "startup_s": timeline.total("startup"),
+                "server_start_s": getattr(server, "started_s", None),
+                "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+            },
             "steps": steps,
             "metrics": metrics,
             "eval": {"mean_at_k": result.mean_at_k, "items": result.items, "k": result.k},
             "ceiling": ceiling,
-            "generation_vs_ceiling": (last["generated_tokens_per_s"] / ceiling["tokens_per_s"]
-                                      if ceiling["tokens_per_s"] else None),
+            "generation_vs_ceiling": (
+                last["generated_tokens_per_s"] / ceiling["tokens_per_s"] if ceiling["tokens_per_s"] else None
+            ),
         }
     print_report(report)
     if args.out:
@@ -628,20 +738,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 def print_report(report: dict[str, Any]) -> None:
     for step in report["steps"]:
         line = metrics_line(report, step["step"])
-        print(f"\nstep {step['step']}: {step['wall_s']:.2f} s (kept {line.get('kept')}, loss {line.get('loss')}, "
-              f"reward {line.get('rewardMean')})")
+        print(
+            f"\nstep {step['step']}: {step['wall_s']:.2f} s (kept {line.get('kept')}, loss {line.get('loss')}, "
+            f"reward {line.get('rewardMean')})"
+        )
         for name, seconds in step["seconds"].items():
             share = step["shares"].get(name)
             print(f"  {name:<16} {seconds:>9.3f} s" + (f"  {100 * share:5.1f} %" if share is not None else ""))
         busy = step["gpu_busy"]
-        print(f"  generated tokens/s {step['generated_tokens_per_s']:.0f} ({step['generated_tokens']} tokens); "
-              f"GPU busy {'n/a' if busy is None else f'{100 * busy:.1f} %'}; "
-              f"non-generation overhead {100 * step['overhead_share']:.1f} % (target <= 5 %)")
+        print(
+            f"  generated tokens/s {step['generated_tokens_per_s']:.0f} ({step['generated_tokens']} tokens); "
+            f"GPU busy {'n/a' if busy is None else f'{100 * busy:.1f} %'}; "
+            f"non-generation overhead {100 * step['overhead_share']:.1f} % (target <= 5 %)"
+        )
     c = report["ceiling"]
     ratio = report["generation_vs_ceiling"]
     share = "n/a" if ratio is None else f"{100 * ratio:.1f} %"
-    print(f"\nceiling ({c['backend']}): {c['tokens_per_s']:.0f} tokens/s ({c['tokens']} tokens in "
-          f"{c['seconds']:.2f} s); rollouts at {share} of it (target >= 90 %)")
+    print(
+        f"\nceiling ({c['backend']}): {c['tokens_per_s']:.0f} tokens/s ({c['tokens']} tokens in "
+        f"{c['seconds']:.2f} s); rollouts at {share} of it (target >= 90 %)"
+    )
     print(json.dumps({"eval": report["eval"], "meta": {k: v for k, v in report["meta"].items() if k != "args"}}))
 
 

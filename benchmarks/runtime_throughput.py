@@ -41,7 +41,7 @@ from whale.inference.base import SamplingParams
 from whale.inference.openai_http import OpenAIClient
 from whale.inference.server import free_port
 
-HARNESS = '''
+HARNESS = """
 import re
 from whale.harness.api import BaseHarness, env_action
 
@@ -54,7 +54,7 @@ class Harness(BaseHarness):
     def parse_action(self, text, state):
         match = re.search(r"<n>(\\d+)</n>", text)
         return env_action(match.group(1)) if match else None
-'''
+"""
 
 
 class CountEnv(Environment):
@@ -126,7 +126,9 @@ async def _raw_call(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, 
     writer.write(request)
     head = await reader.readuntil(b"\r\n\r\n")
     status = int(head.split(b" ", 2)[1])
-    length = next(int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:"))
+    length = next(
+        int(line.split(b":", 1)[1]) for line in head.split(b"\r\n") if line.lower().startswith(b"content-length:")
+    )
     await reader.readexactly(length)
     if status != 200:
         raise RuntimeError(f"benchmark server answered HTTP {status}")
@@ -138,8 +140,13 @@ def pool_size(concurrency: int) -> int:
 
 
 def _chat_body() -> bytes:
-    return json.dumps({"model": "fixed-latency", "messages": [{"role": "user", "content": "Round 0: answer <n>NUMBER</n>."}],
-                       "max_tokens": 16}).encode()
+    return json.dumps(
+        {
+            "model": "fixed-latency",
+            "messages": [{"role": "user", "content": "Round 0: answer <n>NUMBER</n>."}],
+            "max_tokens": 16,
+        }
+    ).encode()
 
 
 async def _closed_loop(concurrency: int, seconds: float, call) -> float:  # an async callable
@@ -163,6 +170,7 @@ async def ceiling(url: str, concurrency: int, seconds: float) -> float:
     body, target = _chat_body(), f"{url}/chat/completions"
     connector = aiohttp.TCPConnector(limit=pool_size(concurrency), limit_per_host=0)
     async with aiohttp.ClientSession(connector=connector, headers={"Content-Type": "application/json"}) as session:
+
         async def call() -> None:
             async with session.post(target, data=body) as response:
                 json.loads(await response.read())
@@ -176,8 +184,10 @@ async def raw_ceiling(url: str, concurrency: int, seconds: float) -> float:
     """Requests/s to ``concurrency`` keep-alive connections of a minimal raw HTTP/1.1 client."""
     host, port = url.split("//", 1)[1].split("/", 1)[0].split(":")
     body = _chat_body()
-    request = (f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
-               f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    request = (
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
     connections = [await asyncio.open_connection(host, int(port)) for _ in range(concurrency)]
 
     async def call() -> None:
@@ -202,8 +212,15 @@ async def runtime(url: str, domain: CountDomain, concurrency: int, episodes: int
     traces = Path(tempfile.mkdtemp(prefix="bench-traces-")) / "traces.jsonl"
     async with OpenAIClient(url, model="fixed-latency", max_connections=pool_size(concurrency)) as client:
         started, cpu, children = time.perf_counter(), time.process_time(), _children_cpu()
-        result = await run_episodes(domain, domain.h0_path(), client, items, SamplingParams(max_tokens=16),
-                                    config=RunnerConfig(max_concurrency=concurrency), traces=traces)
+        result = await run_episodes(
+            domain,
+            domain.h0_path(),
+            client,
+            items,
+            SamplingParams(max_tokens=16),
+            config=RunnerConfig(max_concurrency=concurrency),
+            traces=traces,
+        )
         elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
     children = _children_cpu() - children  # the harness processes, reaped when run_episodes returns
     errors = sum(1 for e in result if e.end == "error")
@@ -215,7 +232,9 @@ def _children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def measure(url: str, domain: CountDomain, levels: list[int], seconds: float, latency_ms: float) -> list[dict[str, Any]]:
+async def measure(
+    url: str, domain: CountDomain, levels: list[int], seconds: float, latency_ms: float
+) -> list[dict[str, Any]]:
     rows = []
     for concurrency in levels:
         raw = await raw_ceiling(url, concurrency, seconds)
@@ -223,12 +242,25 @@ async def measure(url: str, domain: CountDomain, levels: list[int], seconds: flo
         # size the episode count so the run lasts about `seconds` at the ceiling
         episodes = max(concurrency * 2, int(cap * seconds / domain.turns))
         eps, errors, cpu_ms, harness_cpu_ms = await runtime(url, domain, concurrency, episodes)
-        rows.append({"concurrency": concurrency, "raw_ceiling_rps": raw, "ceiling_rps": cap, "episodes_per_s": eps,
-                     "runtime_rps": eps * domain.turns, "ratio": eps * domain.turns / cap,
-                     "ratio_raw": eps * domain.turns / raw, "episodes": episodes, "errors": errors,
-                     "runtime_cpu_ms_per_episode": cpu_ms, "harness_cpu_ms_per_episode": harness_cpu_ms,
-                     "latency_ms": latency_ms, "turns": domain.turns, "pool": pool_size(concurrency),
-                     "cpus": os.cpu_count()})
+        rows.append(
+            {
+                "concurrency": concurrency,
+                "raw_ceiling_rps": raw,
+                "ceiling_rps": cap,
+                "episodes_per_s": eps,
+                "runtime_rps": eps * domain.turns,
+                "ratio": eps * domain.turns / cap,
+                "ratio_raw": eps * domain.turns / raw,
+                "episodes": episodes,
+                "errors": errors,
+                "runtime_cpu_ms_per_episode": cpu_ms,
+                "harness_cpu_ms_per_episode": harness_cpu_ms,
+                "latency_ms": latency_ms,
+                "turns": domain.turns,
+                "pool": pool_size(concurrency),
+                "cpus": os.cpu_count(),
+            }
+        )
     return rows
 
 
@@ -246,28 +278,42 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     port = free_port()
-    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port), "--latency-ms", str(args.latency_ms)],
-                              env={**os.environ, "PYTHONPATH": os.pathsep.join(
-                                  filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")]))})
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(port), "--latency-ms", str(args.latency_ms)],
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")])
+            ),
+        },
+    )
     try:
         url = f"http://127.0.0.1:{port}/v1"
         wait_ready(url)
         with tempfile.TemporaryDirectory() as tmp:
             harness = Path(tmp) / "count_harness.py"
             harness.write_text(HARNESS)
-            rows = asyncio.run(measure(url, CountDomain(args.turns, harness), args.levels, args.seconds, args.latency_ms))
+            rows = asyncio.run(
+                measure(url, CountDomain(args.turns, harness), args.levels, args.seconds, args.latency_ms)
+            )
     finally:
         server.terminate()
         server.wait(timeout=10)
-    print(f"runtime throughput vs server ceiling (latency {args.latency_ms:g} ms/request, {args.turns} requests/episode, "
-          f"{os.cpu_count()} CPUs; ceiling = aiohttp at the runtime's pool size, raw = raw sockets)")
-    print(f"{'concurrency':>11} {'raw req/s':>10} {'ceiling req/s':>14} {'episodes/s':>11} {'runtime req/s':>14} "
-          f"{'ratio':>6} {'vs raw':>6} {'errors':>6} {'cpu ms/ep':>9} {'harness ms/ep':>13}")
+    print(
+        f"runtime throughput vs server ceiling (latency {args.latency_ms:g} ms/request, {args.turns} requests/episode, "
+        f"{os.cpu_count()} CPUs; ceiling = aiohttp at the runtime's pool size, raw = raw sockets)"
+    )
+    print(
+        f"{'concurrency':>11} {'raw req/s':>10} {'ceiling req/s':>14} {'episodes/s':>11} {'runtime req/s':>14} "
+        f"{'ratio':>6} {'vs raw':>6} {'errors':>6} {'cpu ms/ep':>9} {'harness ms/ep':>13}"
+    )
     for row in rows:
-        print(f"{row['concurrency']:>11} {row['raw_ceiling_rps']:>10.1f} {row['ceiling_rps']:>14.1f} "
-              f"{row['episodes_per_s']:>11.1f} {row['runtime_rps']:>14.1f} {row['ratio']:>6.0%} "
-              f"{row['ratio_raw']:>6.0%} {row['errors']:>6} {row['runtime_cpu_ms_per_episode']:>9.2f} "
-              f"{row['harness_cpu_ms_per_episode']:>13.2f}")
+        print(
+            f"{row['concurrency']:>11} {row['raw_ceiling_rps']:>10.1f} {row['ceiling_rps']:>14.1f} "
+            f"{row['episodes_per_s']:>11.1f} {row['runtime_rps']:>14.1f} {row['ratio']:>6.0%} "
+            f"{row['ratio_raw']:>6.0%} {row['errors']:>6} {row['runtime_cpu_ms_per_episode']:>9.2f} "
+            f"{row['harness_cpu_ms_per_episode']:>13.2f}"
+        )
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(rows, indent=1) + "\n")

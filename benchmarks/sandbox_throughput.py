@@ -56,11 +56,22 @@ def main() -> None:
 
     for name, code in SNIPPETS.items():
         for c in args.concurrency:
-            rows.append({"path": "in-process", "snippet": name, "concurrency": c,
-                         "runs_per_s": rate(lambda code=code: check(execute(code, limits)), args.runs, c)})
+            rows.append(
+                {
+                    "path": "in-process",
+                    "snippet": name,
+                    "concurrency": c,
+                    "runs_per_s": rate(lambda code=code: check(execute(code, limits)), args.runs, c),
+                }
+            )
     with tempfile.TemporaryDirectory() as d:
-        with run_service("whale.tools.code_interpreter", ["--concurrency", str(max(args.concurrency))],
-                         Path(d) / "log.txt") as svc, httpx.Client(timeout=120) as client:
+        with (
+            run_service(
+                "whale.tools.code_interpreter", ["--concurrency", str(max(args.concurrency))], Path(d) / "log.txt"
+            ) as svc,
+            httpx.Client(timeout=120) as client,
+        ):
+
             def via_http(code: str) -> None:
                 resp = client.post(svc.url + "/run", json={"code": code})
                 resp.raise_for_status()
@@ -69,8 +80,14 @@ def main() -> None:
 
             for name, code in SNIPPETS.items():
                 for c in args.concurrency:
-                    rows.append({"path": "http /run", "snippet": name, "concurrency": c,
-                                 "runs_per_s": rate(lambda code=code: via_http(code), args.runs, c)})
+                    rows.append(
+                        {
+                            "path": "http /run",
+                            "snippet": name,
+                            "concurrency": c,
+                            "runs_per_s": rate(lambda code=code: via_http(code), args.runs, c),
+                        }
+                    )
     if args.json:
         print(json.dumps(rows, indent=2))
         return

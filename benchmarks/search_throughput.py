@@ -57,14 +57,20 @@ BROKEN = {
 
 
 def replay_script(path: Path) -> Path:
-    script = {"iterations": {
-        "2": [{"name": "working", "code": WORKING, "rationale": "say the task twice"},
-              {"name": "syntax_error", "code": BROKEN["syntax_error"]},
-              {"name": "infinite_loop", "code": BROKEN["infinite_loop"]}],
-        "3": [{"name": "runtime_crash", "code": BROKEN["runtime_crash"]},
-              {"name": "forbidden_import", "code": BROKEN["forbidden_import"]},
-              {"name": "revert", "code": WORKING}],
-    }}
+    script = {
+        "iterations": {
+            "2": [
+                {"name": "working", "code": WORKING, "rationale": "say the task twice"},
+                {"name": "syntax_error", "code": BROKEN["syntax_error"]},
+                {"name": "infinite_loop", "code": BROKEN["infinite_loop"]},
+            ],
+            "3": [
+                {"name": "runtime_crash", "code": BROKEN["runtime_crash"]},
+                {"name": "forbidden_import", "code": BROKEN["forbidden_import"]},
+                {"name": "revert", "code": WORKING},
+            ],
+        }
+    }
     path.write_text(json.dumps(script))
     return path
 
@@ -91,23 +97,44 @@ def main() -> None:
 
             model_dir = build(tmp_path / "model")
         build_s = time.perf_counter() - t0
-        client = TransformersClient.from_pretrained(str(model_dir), model_name="synthetic-tiny",
-                                                    max_batch_size=args.concurrency)
+        client = TransformersClient.from_pretrained(
+            str(model_dir), model_name="synthetic-tiny", max_batch_size=args.concurrency
+        )
         store = open_store(str(tmp_path / "store"))
         spec = {
-            "domain": "synthetic", "condition": "mh_only", "model": {"name": str(model_dir)},
+            "domain": "synthetic",
+            "condition": "mh_only",
+            "model": {"name": str(model_dir)},
             "data": {"harnessSize": args.items},
-            "harnessSearch": {"proposalsPerIteration": 3, "rolloutsPerItem": args.rollouts_per_item,
-                              "smokeTestItems": args.smoke_items,
-                              "proposer": {"backend": "replay", "script": str(replay_script(tmp_path / "script.json"))}},
+            "harnessSearch": {
+                "proposalsPerIteration": 3,
+                "rolloutsPerItem": args.rollouts_per_item,
+                "smokeTestItems": args.smoke_items,
+                "proposer": {"backend": "replay", "script": str(replay_script(tmp_path / "script.json"))},
+            },
         }
-        request = PhaseRequest(run=RUN, phase=PHASE, kind=PhaseKind.HARNESS, attempt=1, spec=spec,
-                               harness=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=None, step=0,
-                                                        iterations=3, archive=layout.archive_prefix(RUN, 1)))
+        request = PhaseRequest(
+            run=RUN,
+            phase=PHASE,
+            kind=PhaseKind.HARNESS,
+            attempt=1,
+            spec=spec,
+            harness=HarnessPhaseArgs(
+                cycle=1,
+                incoming_harness=None,
+                checkpoint=None,
+                step=0,
+                iterations=3,
+                archive=layout.archive_prefix(RUN, 1),
+            ),
+        )
         store.write_json(layout.request_key(RUN, PHASE), request.to_wire())
         settings = EvalSettings(
-            rollouts_per_item=args.rollouts_per_item, smoke_items=args.smoke_items, smoke_hook_timeout_s=2.0,
-            candidate_timeout_s=3600, sampling=SamplingParams(temperature=1.0, max_tokens=args.max_tokens),
+            rollouts_per_item=args.rollouts_per_item,
+            smoke_items=args.smoke_items,
+            smoke_hook_timeout_s=2.0,
+            candidate_timeout_s=3600,
+            sampling=SamplingParams(temperature=1.0, max_tokens=args.max_tokens),
             max_concurrency=args.concurrency,
         )
         t0 = time.perf_counter()
@@ -132,8 +159,10 @@ def main() -> None:
         "seconds_per_full_evaluation": round(eval_s, 2),
         "candidate_evaluations_per_hour": round(3600 / eval_s, 1),
         "rollouts_per_second": round(statistics.fmean(c.rollouts / c.seconds for c in scored if c.seconds), 2),
-        "broken_candidates": {c.name or c.id: {"status": c.status.value, "rollouts": c.rollouts,
-                                              "seconds": round(c.seconds, 2)} for c in gated},
+        "broken_candidates": {
+            c.name or c.id: {"status": c.status.value, "rollouts": c.rollouts, "seconds": round(c.seconds, 2)}
+            for c in gated
+        },
         "duplicates": [c.id for c in cands if c.status is Status.DUPLICATE],
         "rollouts_on_broken_with_gate": spent_on_broken,
         "rollouts_on_broken_without_gate": without_gate,
@@ -145,16 +174,24 @@ def main() -> None:
     if args.json:
         print(json.dumps(report, indent=2))
         return
-    print(f"search throughput: {args.items} D_harness items x {args.rollouts_per_item} rollout(s), "
-          f"concurrency {args.concurrency}, max {args.max_tokens} tokens, synthetic tiny model (CPU)")
-    print(f"  full evaluations: {len(scored)}, {eval_s:.2f} s each -> {3600 / eval_s:.0f} candidate evaluations/hour"
-          f" ({report['rollouts_per_second']} rollouts/s)")
+    print(
+        f"search throughput: {args.items} D_harness items x {args.rollouts_per_item} rollout(s), "
+        f"concurrency {args.concurrency}, max {args.max_tokens} tokens, synthetic tiny model (CPU)"
+    )
+    print(
+        f"  full evaluations: {len(scored)}, {eval_s:.2f} s each -> {3600 / eval_s:.0f} candidate evaluations/hour"
+        f" ({report['rollouts_per_second']} rollouts/s)"
+    )
     for name, row in report["broken_candidates"].items():
         print(f"  {name:18s} {row['status']:13s} rollouts {row['rollouts']:3d}  {row['seconds']:6.2f} s")
-    print(f"  rollouts on broken candidates: {spent_on_broken} with the gate vs {without_gate} without "
-          f"-> {without_gate - spent_on_broken} saved")
-    print(f"  accepted {result.accepted_candidate} (score {result.accepted_score:.3f}); phase {wall_s:.1f} s, "
-          f"{result.rollouts} rollouts")
+    print(
+        f"  rollouts on broken candidates: {spent_on_broken} with the gate vs {without_gate} without "
+        f"-> {without_gate - spent_on_broken} saved"
+    )
+    print(
+        f"  accepted {result.accepted_candidate} (score {result.accepted_score:.3f}); phase {wall_s:.1f} s, "
+        f"{result.rollouts} rollouts"
+    )
 
 
 if __name__ == "__main__":

@@ -41,8 +41,8 @@ CPU smoke test of the script itself::
 from __future__ import annotations
 
 import argparse
-import os
 import json
+import os
 import random
 import statistics
 import tempfile
@@ -64,13 +64,27 @@ if TYPE_CHECKING:
 MODELS: dict[str, dict[str, Any]] = {
     # Qwen3-1.7B's shape (config.json of Qwen/Qwen3-1.7B)
     "qwen3-1.7b": dict(
-        vocab_size=151936, hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
-        num_attention_heads=16, num_key_value_heads=8, head_dim=128, max_position_embeddings=40960,
-        rope_theta=1000000.0, tie_word_embeddings=True, rms_norm_eps=1e-6,
+        vocab_size=151936,
+        hidden_size=2048,
+        intermediate_size=6144,
+        num_hidden_layers=28,
+        num_attention_heads=16,
+        num_key_value_heads=8,
+        head_dim=128,
+        max_position_embeddings=40960,
+        rope_theta=1000000.0,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-6,
     ),
     "tiny": dict(
-        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=4096,
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        max_position_embeddings=4096,
         tie_word_embeddings=True,
     ),
 }
@@ -105,17 +119,19 @@ def variants(micro: int, micro_gc: int) -> dict[str, Variant]:
         "var-mb1": Variant("var-mb1", True, False, False, 1),
         "var-mb1-compile": Variant("var-mb1-compile", True, False, False, 1, compile=True),
         "var-pack-flex": Variant("var-pack-flex", True, True, False, micro, attention="flex"),
-        "var-pack-flex-compile": Variant("var-pack-flex-compile", True, True, False, micro, compile=True,
-                                         padding="bucket", attention="flex"),
+        "var-pack-flex-compile": Variant(
+            "var-pack-flex-compile", True, True, False, micro, compile=True, padding="bucket", attention="flex"
+        ),
         "var-pack-flash": Variant("var-pack-flash", True, True, False, micro, attention="flash"),
-        "var-pack-flash-compile": Variant("var-pack-flash-compile", True, True, False, micro, compile=True,
-                                          padding="bucket", attention="flash"),
+        "var-pack-flash-compile": Variant(
+            "var-pack-flash-compile", True, True, False, micro, compile=True, padding="bucket", attention="flash"
+        ),
         "var-longest": Variant("var-longest", True, False, False, micro, padding="longest"),
         "var-bucket": Variant("var-bucket", True, False, False, micro, padding="bucket"),
-        "var-longest-compile": Variant("var-longest-compile", True, False, False, micro, compile=True,
-                                       padding="longest"),
-        "var-bucket-compile": Variant("var-bucket-compile", True, False, False, micro, compile=True,
-                                      padding="bucket"),
+        "var-longest-compile": Variant(
+            "var-longest-compile", True, False, False, micro, compile=True, padding="longest"
+        ),
+        "var-bucket-compile": Variant("var-bucket-compile", True, False, False, micro, compile=True, padding="bucket"),
     }
 
 
@@ -149,15 +165,23 @@ def mean_context(examples: list[Example]) -> float:
 def collated_rows(micro: list[Example], cfg: RSFTConfig) -> list[list[int]]:
     """The input rows the trainer forwards for ``micro`` (``whale.rsft.trainer.collate_tensors``'s shapes)."""
     flex = cfg.pack_sequences and cfg.attention_kernel == "flex"
-    return collate_micro(micro, 0, padding=cfg.micro_padding, pack=cfg.pack_sequences, max_len=cfg.max_seq_len,
-                         per_octave=cfg.buckets_per_octave, multiple_of=FLEX_BLOCK if flex else 1)["input_ids"]
+    return collate_micro(
+        micro,
+        0,
+        padding=cfg.micro_padding,
+        pack=cfg.pack_sequences,
+        max_len=cfg.max_seq_len,
+        per_octave=cfg.buckets_per_octave,
+        multiple_of=FLEX_BLOCK if flex else 1,
+    )["input_ids"]
 
 
 def forwarded_tokens(examples: list[Example], cfg: RSFTConfig) -> int:
     """Token positions the model runs on for one minibatch (real tokens + padding), as the trainer
     collates them."""
-    return sum(len(row) for micro in micro_batches(examples, cfg.micro_batch_size_per_gpu)
-               for row in collated_rows(micro, cfg))
+    return sum(
+        len(row) for micro in micro_batches(examples, cfg.micro_batch_size_per_gpu) for row in collated_rows(micro, cfg)
+    )
 
 
 def shape_warmup(cfg: RSFTConfig, batches: list[list[Example]], vocab: int) -> list[list[Example]]:
@@ -165,11 +189,14 @@ def shape_warmup(cfg: RSFTConfig, batches: list[list[Example]], vocab: int) -> l
     to, so compiling happens before the clock starts (a run pays it once per shape and phase)."""
     if not (cfg.compile_layers and cfg.micro_padding == "bucket"):
         return []
-    shapes = sorted({
-        (len(rows), len(rows[0]))
-        for b in batches for micro in micro_batches(b, cfg.micro_batch_size_per_gpu)
-        for rows in [collated_rows(micro, cfg)]
-    })
+    shapes = sorted(
+        {
+            (len(rows), len(rows[0]))
+            for b in batches
+            for micro in micro_batches(b, cfg.micro_batch_size_per_gpu)
+            for rows in [collated_rows(micro, cfg)]
+        }
+    )
     rng = random.Random(-1)
     out = []
     for rows, width in shapes:
@@ -210,8 +237,14 @@ def run_variant(args: argparse.Namespace, v: Variant, device: torch.device) -> d
     if args.deepspeed:
         from whale.rsft.deepspeed_trainer import DeepSpeedTrainer
 
-        trainer: SFTTrainer | DeepSpeedTrainer = DeepSpeedTrainer(model, cfg, device=device, pad_id=0, config_path=args.deepspeed,
-                                   world_size=torch.distributed.get_world_size())
+        trainer: SFTTrainer | DeepSpeedTrainer = DeepSpeedTrainer(
+            model,
+            cfg,
+            device=device,
+            pad_id=0,
+            config_path=args.deepspeed,
+            world_size=torch.distributed.get_world_size(),
+        )
     else:
         trainer = SFTTrainer(model, cfg, device=device, pad_id=0)
     batches = [
@@ -238,7 +271,7 @@ def run_variant(args: argparse.Namespace, v: Variant, device: torch.device) -> d
         mfus.append(flops / stats.seconds / (args.peak_tflops * 1e12))
         losses.append(stats.loss)
     peak_mem = torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0
-    timed = batches[args.warmup:]
+    timed = batches[args.warmup :]
     real = sum(len(e) for b in timed for e in b)
     result = {
         "variant": v.name + ("+deepspeed" if args.deepspeed else ""),
@@ -292,18 +325,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--attn", default="sdpa")
     parser.add_argument("--peak-tflops", type=float, default=790.0)
     parser.add_argument("--save-check", action="store_true", help="also time save_pretrained (weight sync cost)")
-    parser.add_argument("--buckets-per-octave", type=int, default=RSFTConfig.buckets_per_octave,
-                        help="bucket ladder rungs per doubling")
+    parser.add_argument(
+        "--buckets-per-octave", type=int, default=RSFTConfig.buckets_per_octave, help="bucket ladder rungs per doubling"
+    )
     parser.add_argument("--json", "--out", dest="out", type=Path, help="write meta + results here")
-    parser.add_argument("--deepspeed", type=Path, help="train through the DeepSpeed engine with this ZeRO config "
-                        "(e.g. images/worker/ds_zero2.json); one process, or under torchrun")
+    parser.add_argument(
+        "--deepspeed",
+        type=Path,
+        help="train through the DeepSpeed engine with this ZeRO config "
+        "(e.g. images/worker/ds_zero2.json); one process, or under torchrun",
+    )
     args = parser.parse_args(argv)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if args.deepspeed:  # the engine needs a process group, even of one
         from whale.rsft.dist import init_process_group, world_from_env
 
-        for key, value in {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                           "MASTER_PORT": "29533"}.items():
+        for key, value in {
+            "RANK": "0",
+            "WORLD_SIZE": "1",
+            "LOCAL_RANK": "0",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": "29533",
+        }.items():
             os.environ.setdefault(key, value)
         init_process_group(world_from_env(), device)
     table = variants(args.micro, args.micro_gc)
@@ -313,15 +356,25 @@ def main(argv: list[str] | None = None) -> None:
         results.append(res)
         print(json.dumps(res), flush=True)
     meta = {
-        "model": args.model, "seq": args.seq, "minibatch": args.minibatch, "device": str(device),
+        "model": args.model,
+        "seq": args.seq,
+        "minibatch": args.minibatch,
+        "device": str(device),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-        "torch": torch.__version__, "attn": args.attn, "precision": args.precision, "peak_tflops": args.peak_tflops,
-        "buckets_per_octave": args.buckets_per_octave, "updates": args.updates, "warmup": args.warmup,
+        "torch": torch.__version__,
+        "attn": args.attn,
+        "precision": args.precision,
+        "peak_tflops": args.peak_tflops,
+        "buckets_per_octave": args.buckets_per_octave,
+        "updates": args.updates,
+        "warmup": args.warmup,
     }
     if args.out:
         args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=2))
-    print(f"\n{'variant':<24} {'micro':>5} {'gc':>3} {'tokens/s':>10} {'MFU':>6} {'mem GiB':>8} {'real/fwd':>8} "
-          f"{'graphs':>7} {'warm s':>7} {'loss':>10}")
+    print(
+        f"\n{'variant':<24} {'micro':>5} {'gc':>3} {'tokens/s':>10} {'MFU':>6} {'mem GiB':>8} {'real/fwd':>8} "
+        f"{'graphs':>7} {'warm s':>7} {'loss':>10}"
+    )
     for r in results:
         print(
             f"{r['variant']:<24} {r['micro_batch']:>5} {('y' if r['grad_ckpt'] else 'n'):>3} "

@@ -93,8 +93,9 @@ def build_model(name: str, device: torch.device, attn: str) -> PreTrainedModel:
 
     torch.manual_seed(0)
     with torch.device(device):
-        model = Qwen3ForCausalLM._from_config(Qwen3Config(**MODELS[name]), attn_implementation=attn,
-                                              dtype=torch.float32)
+        model = Qwen3ForCausalLM._from_config(
+            Qwen3Config(**MODELS[name]), attn_implementation=attn, dtype=torch.float32
+        )
     model.config.use_cache = False
     return model
 
@@ -107,8 +108,9 @@ def weights_digest(model: torch.nn.Module) -> float:
 
 def adamw(model: torch.nn.Module, lr: float, device: torch.device) -> torch.optim.Optimizer:
     """The optimiser of every trainer: whale's (``SFTTrainer``) AdamW, handed to the peers too."""
-    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0,
-                             fused=device.type == "cuda")
+    return torch.optim.AdamW(
+        [p for p in model.parameters() if p.requires_grad], lr=lr, weight_decay=0.0, fused=device.type == "cuda"
+    )
 
 
 def sync(device: torch.device) -> None:
@@ -148,14 +150,23 @@ def ordered_sequences(batches: Sequence[Sequence[Example]], micro: int) -> list[
 # ----- whale --------------------------------------------------------------------------------------
 
 
-def run_whale(args: argparse.Namespace, batches: list[list[Example]], device: torch.device, *,
-              pack: bool) -> dict[str, Any]:
+def run_whale(
+    args: argparse.Namespace, batches: list[list[Example]], device: torch.device, *, pack: bool
+) -> dict[str, Any]:
     model = build_model(args.model, device, "sdpa")
     digest = weights_digest(model)
     compile_layers = device.type == "cuda" and not args.no_compile
-    cfg = RSFTConfig(mini_batch_size=args.minibatch, micro_batch_size_per_gpu=args.micro, learning_rate=args.lr,
-                     weight_decay=0.0, max_grad_norm=1.0, precision="auto", compile_layers=compile_layers,
-                     pack_sequences=pack, attention="auto")
+    cfg = RSFTConfig(
+        mini_batch_size=args.minibatch,
+        micro_batch_size_per_gpu=args.micro,
+        learning_rate=args.lr,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        precision="auto",
+        compile_layers=compile_layers,
+        pack_sequences=pack,
+        attention="auto",
+    )
     trainer = SFTTrainer(model, cfg, device=device, pad_id=0)
     warm = time.perf_counter()
     if compile_layers:
@@ -168,13 +179,24 @@ def run_whale(args: argparse.Namespace, batches: list[list[Example]], device: to
             raise RuntimeError(f"whale made {stats.updates} updates on one minibatch; expected 1")
         seconds.append(stats.seconds)
         losses.append(stats.loss)
-    return finish(model, digest, seconds, losses, warm_s, {"compile_layers": compile_layers,
-                                                          "padding": "packed" if pack else cfg.micro_padding,
-                                                          "attention": cfg.attention_kernel, "grad_ckpt": False})
+    return finish(
+        model,
+        digest,
+        seconds,
+        losses,
+        warm_s,
+        {
+            "compile_layers": compile_layers,
+            "padding": "packed" if pack else cfg.micro_padding,
+            "attention": cfg.attention_kernel,
+            "grad_ckpt": False,
+        },
+    )
 
 
-def compile_shapes(trainer: SFTTrainer, cfg: RSFTConfig, batches: Sequence[Sequence[Example]],
-                   device: torch.device) -> None:
+def compile_shapes(
+    trainer: SFTTrainer, cfg: RSFTConfig, batches: Sequence[Sequence[Example]], device: torch.device
+) -> None:
     """Forward + backward once per micro-batch shape the updates will collate to (the compiled layers'
     static graphs), then drop the gradients: no optimiser step, so the updates are unchanged."""
     seen: set[tuple[int, ...]] = set()
@@ -236,10 +258,12 @@ def recording(cls: type) -> type:
         def _get_train_sampler(self, *args: Any, **kwargs: Any) -> Any:
             return SequentialSampler(self.train_dataset)
 
-        def compute_loss(self, model: Any, inputs: Any, return_outputs: bool = False,
-                         num_items_in_batch: Any = None) -> Any:
-            out = super().compute_loss(model, inputs, return_outputs=return_outputs,
-                                       num_items_in_batch=num_items_in_batch)
+        def compute_loss(
+            self, model: Any, inputs: Any, return_outputs: bool = False, num_items_in_batch: Any = None
+        ) -> Any:
+            out = super().compute_loss(
+                model, inputs, return_outputs=return_outputs, num_items_in_batch=num_items_in_batch
+            )
             loss = out[0] if return_outputs else out
             if model.training:
                 self.micro_losses.append(float(loss.detach().float()))
@@ -255,8 +279,12 @@ def stand_in_tokenizer() -> Any:
     from transformers import PreTrainedTokenizerFast
 
     vocab = {"<pad>": 0, "<eos>": 1, "<unk>": 2}
-    return PreTrainedTokenizerFast(tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
-                                   pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel(vocab, unk_token="<unk>")),
+        pad_token="<pad>",
+        eos_token="<eos>",
+        unk_token="<unk>",
+    )
 
 
 def pad_with_mask(features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
@@ -265,8 +293,9 @@ def pad_with_mask(features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
     return {k: torch.tensor(v) for k, v in batch.items()}
 
 
-def run_peer(kind: str, args: argparse.Namespace, batches: list[list[Example]], device: torch.device,
-             variable: bool) -> dict[str, Any]:
+def run_peer(
+    kind: str, args: argparse.Namespace, batches: list[list[Example]], device: torch.device, variable: bool
+) -> dict[str, Any]:
     from transformers import Trainer, TrainingArguments
 
     flat = (kind == "trl" and variable) or kind == "hf-flat"
@@ -276,12 +305,28 @@ def run_peer(kind: str, args: argparse.Namespace, batches: list[list[Example]], 
     sequences = ordered_sequences(batches, args.micro)
     rows = [{"input_ids": list(e.input_ids), "labels": list(e.labels)} for e in sequences]
     common = dict(
-        output_dir=tempfile.mkdtemp(prefix=f"sft-vs-trl-{kind}-"), per_device_train_batch_size=args.micro,
-        gradient_accumulation_steps=args.minibatch // args.micro, max_steps=len(batches), learning_rate=args.lr,
-        lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0, max_grad_norm=1.0,
-        adam_beta1=0.9, adam_beta2=0.999, adam_epsilon=1e-8, bf16=device.type == "cuda",
-        use_cpu=device.type != "cuda", logging_steps=len(batches), save_strategy="no", report_to="none", seed=0,
-        dataloader_num_workers=0, dataloader_drop_last=False, remove_unused_columns=False, disable_tqdm=True,
+        output_dir=tempfile.mkdtemp(prefix=f"sft-vs-trl-{kind}-"),
+        per_device_train_batch_size=args.micro,
+        gradient_accumulation_steps=args.minibatch // args.micro,
+        max_steps=len(batches),
+        learning_rate=args.lr,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_grad_norm=1.0,
+        adam_beta1=0.9,
+        adam_beta2=0.999,
+        adam_epsilon=1e-8,
+        bf16=device.type == "cuda",
+        use_cpu=device.type != "cuda",
+        logging_steps=len(batches),
+        save_strategy="no",
+        report_to="none",
+        seed=0,
+        dataloader_num_workers=0,
+        dataloader_drop_last=False,
+        remove_unused_columns=False,
+        disable_tqdm=True,
         torch_compile=args.peer_compile,
     )
     # no recomputation (as whale); the field's name changed in transformers 5.2x
@@ -291,33 +336,55 @@ def run_peer(kind: str, args: argparse.Namespace, batches: list[list[Example]], 
     optimizer = adamw(model, args.lr, device)
     if kind in ("trl", "trl-pad"):
         from datasets import Dataset
-        from trl import SFTConfig, SFTTrainer as TRLSFTTrainer
+        from trl import SFTConfig
+        from trl import SFTTrainer as TRLSFTTrainer
 
-        config = SFTConfig(**common, max_length=None, packing=False, padding_free=kind == "trl" and variable,
-                           dataset_kwargs={"skip_prepare_dataset": True}, completion_only_loss=False)
-        trainer = recording(TRLSFTTrainer)(model=model, args=config, train_dataset=Dataset.from_list(rows),
-                                           processing_class=stand_in_tokenizer(), optimizers=(optimizer, None),
-                                           callbacks=[clock.callback()])
+        config = SFTConfig(
+            **common,
+            max_length=None,
+            packing=False,
+            padding_free=kind == "trl" and variable,
+            dataset_kwargs={"skip_prepare_dataset": True},
+            completion_only_loss=False,
+        )
+        trainer = recording(TRLSFTTrainer)(
+            model=model,
+            args=config,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=stand_in_tokenizer(),
+            optimizers=(optimizer, None),
+            callbacks=[clock.callback()],
+        )
     else:
         from transformers import DataCollatorWithFlattening
 
-        collator: Callable[..., Any] = (DataCollatorWithFlattening(return_position_ids=True) if kind == "hf-flat"
-                                        else pad_with_mask)
-        trainer = recording(Trainer)(model=model, args=TrainingArguments(**common), train_dataset=rows,
-                                     data_collator=collator, optimizers=(optimizer, None),
-                                     callbacks=[clock.callback()])
+        collator: Callable[..., Any] = (
+            DataCollatorWithFlattening(return_position_ids=True) if kind == "hf-flat" else pad_with_mask
+        )
+        trainer = recording(Trainer)(
+            model=model,
+            args=TrainingArguments(**common),
+            train_dataset=rows,
+            data_collator=collator,
+            optimizers=(optimizer, None),
+            callbacks=[clock.callback()],
+        )
     trainer.micro_losses = []
     trainer.train()
     per_update = args.minibatch // args.micro
     micro = trainer.micro_losses
     if len(micro) != per_update * len(batches):
         raise RuntimeError(f"{kind}: {len(micro)} micro-batch losses for {len(batches)} updates of {per_update}")
-    losses = [sum(micro[i * per_update:(i + 1) * per_update]) for i in range(len(batches))]
+    losses = [sum(micro[i * per_update : (i + 1) * per_update]) for i in range(len(batches))]
     seconds = clock.seconds
     if len(seconds) != len(batches):
         raise RuntimeError(f"{kind}: timed {len(seconds)} updates, expected {len(batches)}")
-    extra = {"attention": attn, "padding_free": flat, "torch_compile": args.peer_compile,
-             "grad_ckpt": bool(getattr(model, "is_gradient_checkpointing", False))}
+    extra = {
+        "attention": attn,
+        "padding_free": flat,
+        "torch_compile": args.peer_compile,
+        "grad_ckpt": bool(getattr(model, "is_gradient_checkpointing", False)),
+    }
     del trainer, optimizer
     return finish(model, digest, seconds, losses, 0.0, extra)
 
@@ -325,25 +392,42 @@ def run_peer(kind: str, args: argparse.Namespace, batches: list[list[Example]], 
 # ----- results ------------------------------------------------------------------------------------
 
 
-def finish(model: torch.nn.Module, digest: float, seconds: list[float], losses: list[float | None],
-           warm_s: float, extra: dict[str, Any]) -> dict[str, Any]:
-    return {"model": model, "digest": digest, "seconds": seconds, "losses": losses, "compile_warmup_s": warm_s,
-            **extra}
+def finish(
+    model: torch.nn.Module,
+    digest: float,
+    seconds: list[float],
+    losses: list[float | None],
+    warm_s: float,
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    return {"model": model, "digest": digest, "seconds": seconds, "losses": losses, "compile_warmup_s": warm_s, **extra}
 
 
-def summarise(name: str, raw: dict[str, Any], args: argparse.Namespace, batches: list[list[Example]],
-              held_out: list[Example], device: torch.device) -> dict[str, Any]:
+def summarise(
+    name: str,
+    raw: dict[str, Any],
+    args: argparse.Namespace,
+    batches: list[list[Example]],
+    held_out: list[Example],
+    device: torch.device,
+) -> dict[str, Any]:
     timed = range(args.warmup, len(batches))
     tokens = [sum(len(e) for e in batches[i]) for i in timed]
     rates = [t / raw["seconds"][i] for t, i in zip(tokens, timed, strict=True)]
     cfg = MODELS[args.model]
-    mfus = [model_flops_per_token(cfg, mean_context(batches[i])) * t / raw["seconds"][i] / (args.peak_tflops * 1e12)
-            for t, i in zip(tokens, timed, strict=True)]
+    mfus = [
+        model_flops_per_token(cfg, mean_context(batches[i])) * t / raw["seconds"][i] / (args.peak_tflops * 1e12)
+        for t, i in zip(tokens, timed, strict=True)
+    ]
     result = {k: v for k, v in raw.items() if k not in ("model", "seconds")}
-    result.update(trainer=name, seconds=raw["seconds"], tokens_per_s=statistics.median(rates) if rates else 0.0,
-                  mfu=statistics.median(mfus) if mfus else 0.0,
-                  held_out_loss=held_out_loss(raw["model"], held_out, args.micro, device),
-                  peak_mem_gib=torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0)
+    result.update(
+        trainer=name,
+        seconds=raw["seconds"],
+        tokens_per_s=statistics.median(rates) if rates else 0.0,
+        mfu=statistics.median(mfus) if mfus else 0.0,
+        held_out_loss=held_out_loss(raw["model"], held_out, args.micro, device),
+        peak_mem_gib=torch.cuda.max_memory_allocated(device) / 2**30 if device.type == "cuda" else 0.0,
+    )
     return result
 
 
@@ -380,8 +464,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--updates", type=int, default=3, help="timed updates per trainer")
     parser.add_argument("--warmup", type=int, default=2, help="untimed updates first (they count for the losses)")
     parser.add_argument("--lr", type=float, default=1e-5, help="large enough that the loss moves over the updates")
-    parser.add_argument("--trl-attn", default="auto", help="attention of the padding-free peers (auto: "
-                        "flex_attention on a GPU, sdpa on the CPU, where torch has no flex backward)")
+    parser.add_argument(
+        "--trl-attn",
+        default="auto",
+        help="attention of the padding-free peers (auto: "
+        "flex_attention on a GPU, sdpa on the CPU, where torch has no flex backward)",
+    )
     parser.add_argument("--peer-compile", action="store_true", help="torch_compile=True for TRL and Trainer")
     parser.add_argument("--no-compile", action="store_true", help="whale without compiled layers")
     parser.add_argument("--peak-tflops", type=float, default=790.0)
@@ -392,8 +480,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if unknown:
         parser.error(f"--trainers: unknown {', '.join(unknown)}; choose from {', '.join(TRAINERS)}")
     if args.minibatch % args.micro:
-        parser.error(f"--minibatch ({args.minibatch}) must be a multiple of --micro ({args.micro}): the peers "
-                     "accumulate whole micro-batches")
+        parser.error(
+            f"--minibatch ({args.minibatch}) must be a multiple of --micro ({args.micro}): the peers "
+            "accumulate whole micro-batches"
+        )
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if args.trl_attn == "auto":
         args.trl_attn = "flex_attention" if device.type == "cuda" else "sdpa"
@@ -403,21 +493,27 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if lengths not in ("fixed", "variable"):
             parser.error(f"--lengths: {lengths!r}; use fixed and/or variable")
         variable = lengths == "variable"
-        batches = [make_examples(args.minibatch, args.seq, variable, vocab, seed=i)
-                   for i in range(args.warmup + args.updates)]
+        batches = [
+            make_examples(args.minibatch, args.seq, variable, vocab, seed=i) for i in range(args.warmup + args.updates)
+        ]
         held_out = make_examples(args.minibatch, args.seq, variable, vocab, seed=10_000)
         results = []
         for name in trainers:
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             try:
-                raw = (run_whale(args, batches, device, pack=name == "whale-pack") if name.startswith("whale")
-                       else run_peer(name, args, batches, device, variable))
+                raw = (
+                    run_whale(args, batches, device, pack=name == "whale-pack")
+                    if name.startswith("whale")
+                    else run_peer(name, args, batches, device, variable)
+                )
                 result = summarise(name, raw, args, batches, held_out, device)
                 del raw
             except torch.OutOfMemoryError as exc:  # one trainer too big for the batch: the others still run
-                result = {"trainer": name, "error": f"CUDA out of memory at --micro {args.micro}: "
-                          f"{str(exc).splitlines()[0]}"}
+                result = {
+                    "trainer": name,
+                    "error": f"CUDA out of memory at --micro {args.micro}: {str(exc).splitlines()[0]}",
+                }
             gc.collect()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -441,22 +537,36 @@ def meta(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
             versions[name] = __import__(name).__version__
         except ImportError:
             versions[name] = None
-    return {"model": args.model, "seq": args.seq, "minibatch": args.minibatch, "micro": args.micro,
-            "updates": args.updates, "warmup": args.warmup, "lr": args.lr, "trl_attn": args.trl_attn,
-            "peer_compile": args.peer_compile, "device": str(device),
-            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu", **versions}
+    return {
+        "model": args.model,
+        "seq": args.seq,
+        "minibatch": args.minibatch,
+        "micro": args.micro,
+        "updates": args.updates,
+        "warmup": args.warmup,
+        "lr": args.lr,
+        "trl_attn": args.trl_attn,
+        "peer_compile": args.peer_compile,
+        "device": str(device),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        **versions,
+    }
 
 
 def print_table(run: dict[str, Any]) -> None:
     print(f"\n{run['lengths']} lengths")
-    print(f"{'trainer':<11} {'tokens/s':>10} {'MFU':>6} {'mem GiB':>8} {'first loss':>11} {'last loss':>11} "
-          f"{'held-out':>10} {'attention':>15}")
+    print(
+        f"{'trainer':<11} {'tokens/s':>10} {'MFU':>6} {'mem GiB':>8} {'first loss':>11} {'last loss':>11} "
+        f"{'held-out':>10} {'attention':>15}"
+    )
     for r in run["results"]:
         if "error" in r:
             print(f"{r['trainer']:<11} {r['error']}")
             continue
-        print(f"{r['trainer']:<11} {r['tokens_per_s']:>10.0f} {100 * r['mfu']:>5.1f}% {r['peak_mem_gib']:>8.1f} "
-              f"{r['losses'][0]:>11.5f} {r['losses'][-1]:>11.5f} {r['held_out_loss']:>10.5f} {r['attention']:>15}")
+        print(
+            f"{r['trainer']:<11} {r['tokens_per_s']:>10.0f} {100 * r['mfu']:>5.1f}% {r['peak_mem_gib']:>8.1f} "
+            f"{r['losses'][0]:>11.5f} {r['losses'][-1]:>11.5f} {r['held_out_loss']:>10.5f} {r['attention']:>15}"
+        )
     print(json.dumps(run["compare"]))
 
 

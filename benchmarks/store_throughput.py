@@ -120,8 +120,12 @@ def main() -> int:
                 server.kill()
 
     if args.json:
-        print(json.dumps({"bigMB": args.big_mb, "small": args.small, "s3Backend": backend,
-                          "local": local, "s3": remote}, indent=2))
+        print(
+            json.dumps(
+                {"bigMB": args.big_mb, "small": args.small, "s3Backend": backend, "local": local, "s3": remote},
+                indent=2,
+            )
+        )
         return 0
     print(f"big object: {args.big_mb} MB (median of {args.repeats}); small: {args.small} JSON objects of ~0.8 kB")
     print(f"local: {tempfile.gettempdir()} (fsync on every write); {backend}")

@@ -49,9 +49,16 @@ from whale.rsft.sync import StoreSync, VLLMReloadSync, save_for_serving
 from whale.store import open_store
 
 SHAPE: dict[str, Any] = dict(  # Qwen/Qwen3-1.7B's config.json, vocabulary from the tokenizer
-    hidden_size=2048, intermediate_size=6144, num_hidden_layers=28, num_attention_heads=16,
-    num_key_value_heads=8, head_dim=128, max_position_embeddings=40960, rope_theta=1000000.0,
-    tie_word_embeddings=True, rms_norm_eps=1e-6,
+    hidden_size=2048,
+    intermediate_size=6144,
+    num_hidden_layers=28,
+    num_attention_heads=16,
+    num_key_value_heads=8,
+    head_dim=128,
+    max_position_embeddings=40960,
+    rope_theta=1000000.0,
+    tie_word_embeddings=True,
+    rms_norm_eps=1e-6,
 )
 SERVED_NAME = "bench"
 PROBE_TOKENS = 24
@@ -93,10 +100,24 @@ class Server:
         # FlashInfer's sampler is vLLM's default on CUDA; vLLM's own top-k/top-p kernels serve when
         # it is not installed (greedy probes do not sample anyway)
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
-        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model_dir),
-               "--served-model-name", SERVED_NAME, "--port", str(self.port), "--dtype", "bfloat16",
-               "--max-model-len", "2048", "--gpu-memory-utilization", "0.45",
-               *self.extra]
+        cmd = [
+            sys.executable,
+            "-m",
+            "vllm.entrypoints.openai.api_server",
+            "--model",
+            str(self.model_dir),
+            "--served-model-name",
+            SERVED_NAME,
+            "--port",
+            str(self.port),
+            "--dtype",
+            "bfloat16",
+            "--max-model-len",
+            "2048",
+            "--gpu-memory-utilization",
+            "0.45",
+            *self.extra,
+        ]
         start = time.perf_counter()
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - the server's stdout, closed in stop()
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
@@ -131,8 +152,16 @@ class Server:
 
 
 def complete(url: str, prompt: list[int], max_tokens: int, client: httpx.Client) -> list[int]:
-    body = {"model": SERVED_NAME, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
-            "ignore_eos": True, "logprobs": 1, "return_tokens_as_token_ids": True, "return_token_ids": True}
+    body = {
+        "model": SERVED_NAME,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "ignore_eos": True,
+        "logprobs": 1,
+        "return_tokens_as_token_ids": True,
+        "return_token_ids": True,
+    }
     r = client.post(f"{url}/v1/completions", json=body, timeout=120.0)
     r.raise_for_status()
     choice = r.json()["choices"][0]
@@ -146,7 +175,9 @@ def decode_rate(url: str, prompt: list[int], concurrency: int, max_tokens: int) 
     with httpx.Client(limits=httpx.Limits(max_connections=concurrency)) as client:
         start = time.perf_counter()
         with ThreadPoolExecutor(concurrency) as pool:
-            outs = list(pool.map(lambda i: complete(url, prompt + [i % 50 + 1], max_tokens, client), range(concurrency)))
+            outs = list(
+                pool.map(lambda i: complete(url, prompt + [i % 50 + 1], max_tokens, client), range(concurrency))
+            )
         seconds = time.perf_counter() - start
     return sum(len(o) for o in outs) / seconds
 
@@ -158,21 +189,30 @@ def rollout_client_probe(url: str, n: int = 4) -> dict[str, Any]:
     async def ask() -> Any:
         client = OpenAIClient(f"{url}/v1")
         try:
-            return await client.chat([{"role": "user", "content": "Name a colour."}],
-                                     SamplingParams(temperature=1.0, top_k=20, max_tokens=16), n=n)
+            return await client.chat(
+                [{"role": "user", "content": "Name a colour."}],
+                SamplingParams(temperature=1.0, top_k=20, max_tokens=16),
+                n=n,
+            )
         finally:
             await client.aclose()
 
     result = asyncio.run(ask())
-    return {"completions": len(result.completions), "prompt_tokens": result.prompt_tokens,
-            "completion_tokens": result.completion_tokens,
-            "ok": len(result.completions) == n and result.prompt_tokens > 0
-            and result.completion_tokens == sum(c.completion_tokens for c in result.completions) >= n}
+    return {
+        "completions": len(result.completions),
+        "prompt_tokens": result.prompt_tokens,
+        "completion_tokens": result.completion_tokens,
+        "ok": len(result.completions) == n
+        and result.prompt_tokens > 0
+        and result.completion_tokens == sum(c.completion_tokens for c in result.completions) >= n,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tokenizer", required=True, type=Path, help="a tokenizer folder (its vocabulary sizes the model)")
+    parser.add_argument(
+        "--tokenizer", required=True, type=Path, help="a tokenizer folder (its vocabulary sizes the model)"
+    )
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "whale-wsync")
     parser.add_argument("--layers", type=int, default=SHAPE["num_hidden_layers"])
     parser.add_argument("--port", type=int, default=8765)
@@ -212,8 +252,11 @@ def main(argv: list[str] | None = None) -> int:
         other = "A" if name == "B" else "B"
         agree, wrong = predicted_fraction(models[name], prompt, got), predicted_fraction(models[other], prompt, got)
         ok = agree >= 0.9 and wrong <= 0.2
-        print(f"  {label}: greedy tokens predicted by transformers({name}) {agree:.2f}, by ({other}) {wrong:.2f}"
-              f" -> {'ok' if ok else 'WRONG WEIGHTS'}", flush=True)
+        print(
+            f"  {label}: greedy tokens predicted by transformers({name}) {agree:.2f}, by ({other}) {wrong:.2f}"
+            f" -> {'ok' if ok else 'WRONG WEIGHTS'}",
+            flush=True,
+        )
         return {"label": label, "weights": name, "agreement": agree, "other_agreement": wrong, "ok": ok}
 
     checks: list[dict[str, Any]] = []
@@ -223,10 +266,15 @@ def main(argv: list[str] | None = None) -> int:
         checks.append(check("A", "after start"))
         results["rollout_client_probe"] = rollout_client_probe(server.url)
         print(f"rollout client (aiohttp) n=4 chat: {results['rollout_client_probe']}", flush=True)
-        results["decode_tok_s_before"] = [decode_rate(server.url, prompt, args.decode_concurrency, args.decode_tokens)
-                                          for _ in range(args.decode_repeats)]
-        print(f"decode: {', '.join(f'{r:.0f}' for r in results['decode_tok_s_before'])} tok/s "
-              f"at {args.decode_concurrency} in flight", flush=True)
+        results["decode_tok_s_before"] = [
+            decode_rate(server.url, prompt, args.decode_concurrency, args.decode_tokens)
+            for _ in range(args.decode_repeats)
+        ]
+        print(
+            f"decode: {', '.join(f'{r:.0f}' for r in results['decode_tok_s_before'])} tok/s "
+            f"at {args.decode_concurrency} in flight",
+            flush=True,
+        )
 
         control = VLLMControl(server.url)
         rows: dict[str, list[float]] = {"fp32_total": [], "bf16_total": [], "reload_only": []}
@@ -241,14 +289,17 @@ def main(argv: list[str] | None = None) -> int:
                 rows["fp32_total" if fp32 else "bf16_total"].append(seconds)
                 checks.append(check(name, f"VLLMReloadSync step {step} ({'fp32' if fp32 else 'bf16'}) {seconds:.1f} s"))
                 rows["reload_only"].append(control.reload_from(str(local / f"slot-{step % 2}")))
-        results["decode_tok_s_after"] = [decode_rate(server.url, prompt, args.decode_concurrency, args.decode_tokens)
-                                         for _ in range(args.decode_repeats)]
+        results["decode_tok_s_after"] = [
+            decode_rate(server.url, prompt, args.decode_concurrency, args.decode_tokens)
+            for _ in range(args.decode_repeats)
+        ]
         print(f"decode after reloads: {', '.join(f'{r:.0f}' for r in results['decode_tok_s_after'])} tok/s", flush=True)
 
         # the cluster path: store + the vLLM pod's sidecar (here a thread, a local-folder store)
         store = open_store(str(args.work / "store"))
-        syncer = WeightSyncer(store=store, run="bench", model=str(base), dest=args.work / "sidecar",
-                              control=VLLMControl(server.url))
+        syncer = WeightSyncer(
+            store=store, run="bench", model=str(base), dest=args.work / "sidecar", control=VLLMControl(server.url)
+        )
         syncer.prepare_once()
         stop = threading.Event()
         sidecar = threading.Thread(target=syncer.follow, kwargs={"poll_s": 0.1, "stop": stop}, daemon=True)
@@ -273,15 +324,18 @@ def main(argv: list[str] | None = None) -> int:
         for key, values in rows.items():
             results[key + "_s"] = values
             if values:
-                print(f"{key:>18}: median {statistics.median(values):.2f} s  (all: {', '.join(f'{v:.2f}' for v in values)})")
+                print(
+                    f"{key:>18}: median {statistics.median(values):.2f} s  (all: {', '.join(f'{v:.2f}' for v in values)})"
+                )
     except Exception as exc:  # noqa: BLE001 - report what happened, with the server's log
         results["error"] = repr(exc)
         print(f"ERROR: {exc!r}\n--- vLLM log ---\n{server.tail() if server.proc else ''}", flush=True)
     finally:
         server.stop()
         results["checks"] = checks
-        results["all_checks_pass"] = (bool(checks) and all(c["ok"] for c in checks)
-                                      and results.get("rollout_client_probe", {}).get("ok", False))
+        results["all_checks_pass"] = (
+            bool(checks) and all(c["ok"] for c in checks) and results.get("rollout_client_probe", {}).get("ok", False)
+        )
         print(f"checks: {len(checks)}, all agree: {results['all_checks_pass']}")
         if args.json:
             args.json.write_text(json.dumps(results, indent=2))

@@ -50,8 +50,16 @@ from whale.protocol import (
     WeightPhaseResult,
 )
 from whale.schedule import ResolvedSchedule, ScheduleError, resolve
-from whale.spec import BestEval, Condition, EvalPoint, RunPhase, Stage, WhaleRunSpec, WhaleRunStatus
-from whale.spec import IntegrityFlagStatus
+from whale.spec import (
+    BestEval,
+    Condition,
+    EvalPoint,
+    IntegrityFlagStatus,
+    RunPhase,
+    Stage,
+    WhaleRunSpec,
+    WhaleRunStatus,
+)
 
 # ----- observations -------------------------------------------------------------------------------
 
@@ -295,14 +303,27 @@ class _Machine:
             note_empty_steps(d, res.empty_steps)
             for s in self.checkpoint_steps:
                 if from_step < s < res.final_step and self.sched.is_eval_point(s):
-                    self.owe_eval(phase_cycle(phase), s, "weight", layout.checkpoint_prefix(self.run, s),
-                                  d["current_harness"], self.rollouts_at(from_step, s, res))
-            self.owe_eval(phase_cycle(phase), res.final_step, "weight", res.checkpoint, d["current_harness"],
-                          d["rollouts_completed"])
+                    self.owe_eval(
+                        phase_cycle(phase),
+                        s,
+                        "weight",
+                        layout.checkpoint_prefix(self.run, s),
+                        d["current_harness"],
+                        self.rollouts_at(from_step, s, res),
+                    )
+            self.owe_eval(
+                phase_cycle(phase),
+                res.final_step,
+                "weight",
+                res.checkpoint,
+                d["current_harness"],
+                d["rollouts_completed"],
+            )
         else:
             hres = HarnessPhaseResult.model_validate(raw)
-            d.update(current_harness=hres.accepted_harness, iteration=hres.iterations,
-                     harness_score=hres.accepted_score)
+            d.update(
+                current_harness=hres.accepted_harness, iteration=hres.iterations, harness_score=hres.accepted_score
+            )
             d["integrity_flags"] += integrity_status(phase, hres)
             before = d["rollouts_completed"]
             d["rollouts_completed"] += hres.rollouts
@@ -315,15 +336,23 @@ class _Machine:
                 # as the start point, the same (theta0, h0)
                 covered = last.candidate == hres.accepted_candidate and (
                     (last.iteration >= 2 and self.in_archive(phase, last.harness))
-                    or (last.iteration == 1 and self.spec.evaluation.at_start))
+                    or (last.iteration == 1 and self.spec.evaluation.at_start)
+                )
             if self.spec.evaluation.after_harness_phase and not covered:
-                self.owe_eval(phase_cycle(phase), d["checkpoint_step"], "harness", d["current_checkpoint"],
-                              hres.accepted_harness, d["rollouts_completed"])
+                self.owe_eval(
+                    phase_cycle(phase),
+                    d["checkpoint_step"],
+                    "harness",
+                    d["current_checkpoint"],
+                    hres.accepted_harness,
+                    d["rollouts_completed"],
+                )
         d["completed_phases"].append(phase)
         d["active_phase"] = None
 
-    def owe_acceptance_evals(self, phase: str, history: list[tuple[int, str, str | None, int]],
-                             rollouts_before: int) -> None:
+    def owe_acceptance_evals(
+        self, phase: str, history: list[tuple[int, str, str | None, int]], rollouts_before: int
+    ) -> None:
         """mh_only: an evaluation for every iteration (after the incoming one) whose accepted harness is new.
 
         ``history``: (iteration, accepted candidate, its harness key, the phase's rollouts by then) for
@@ -335,8 +364,15 @@ class _Machine:
             previous = candidate
             if not changed or iteration < 2 or not self.in_archive(phase, harness):
                 continue
-            self.owe_eval(phase_cycle(phase), self.d["checkpoint_step"], "harness", self.d["current_checkpoint"],
-                          harness, rollouts_before + rollouts, iteration=iteration)
+            self.owe_eval(
+                phase_cycle(phase),
+                self.d["checkpoint_step"],
+                "harness",
+                self.d["current_checkpoint"],
+                harness,
+                rollouts_before + rollouts,
+                iteration=iteration,
+            )
 
     def rollouts_at(self, from_step: int, step: int, res: WeightPhaseResult) -> int:
         before = self.d["rollouts_completed"] - res.rollouts
@@ -405,23 +441,43 @@ class _Machine:
             self.actions.append(StopPhase(phase, f"adaptive patience fired after {unit} {fired} of the phase"))
 
     # --- evaluations ---
-    def owe_eval(self, cycle: int, step: int, after: str, checkpoint: str | None, harness: str | None,
-                 rollouts_at: int, iteration: int | None = None) -> None:
+    def owe_eval(
+        self,
+        cycle: int,
+        step: int,
+        after: str,
+        checkpoint: str | None,
+        harness: str | None,
+        rollouts_at: int,
+        iteration: int | None = None,
+    ) -> None:
         key = layout.eval_phase_key(cycle, step, after, iteration)
         if key in self.owed:
             return
         self.owed.add(key)
         self.d["evals"].append(
-            EvalPoint(phase=key, cycle=cycle, step=step, after=after, checkpoint=checkpoint, harness=harness,
-                      rollouts_at=rollouts_at, iteration=iteration).model_dump()
+            EvalPoint(
+                phase=key,
+                cycle=cycle,
+                step=step,
+                after=after,
+                checkpoint=checkpoint,
+                harness=harness,
+                rollouts_at=rollouts_at,
+                iteration=iteration,
+            ).model_dump()
         )
 
     def in_archive(self, phase: str, harness: str | None) -> bool:
         """Only a file of the phase's own archive is evaluated as its accepted harness: whatever else a
         metrics line or a result names (another run's file, a path that climbs out) is never run."""
         prefix = layout.archive_candidates_prefix(self.run, phase_cycle(phase))
-        return (isinstance(harness, str) and harness.startswith(prefix) and harness.endswith("/harness.py")
-                and ".." not in harness.split("/"))
+        return (
+            isinstance(harness, str)
+            and harness.startswith(prefix)
+            and harness.endswith("/harness.py")
+            and ".." not in harness.split("/")
+        )
 
     def observe_mid_phase_acceptance(self, phase: str) -> None:
         """mh_only: evaluate each newly accepted harness of the running search as soon as its iteration is
@@ -450,8 +506,14 @@ class _Machine:
         for s in self.checkpoint_steps:
             if from_step < s < target and self.sched.is_eval_point(s):
                 rollouts = self.d["rollouts_completed"] + (s - from_step) * self.sched.rollouts_per_step
-                self.owe_eval(phase_cycle(phase), s, "weight", layout.checkpoint_prefix(self.run, s),
-                              self.d["current_harness"], rollouts)
+                self.owe_eval(
+                    phase_cycle(phase),
+                    s,
+                    "weight",
+                    layout.checkpoint_prefix(self.run, s),
+                    self.d["current_harness"],
+                    rollouts,
+                )
 
     def drive_evals(self) -> bool:
         for ev in self.d["evals"]:
@@ -468,8 +530,14 @@ class _Machine:
                     self.d["best"] = best_eval(ev, res).model_dump()
                 continue
             point = EvalPoint.model_validate(ev)
-            args = EvalPhaseArgs(cycle=point.cycle, step=point.step, after=point.after,
-                                 checkpoint=point.checkpoint, harness=point.harness, iteration=point.iteration)
+            args = EvalPhaseArgs(
+                cycle=point.cycle,
+                step=point.step,
+                after=point.after,
+                checkpoint=point.checkpoint,
+                harness=point.harness,
+                iteration=point.iteration,
+            )
             if not self.drive_child(key, lambda k=key, a=args: self.request(k, eval=a)):
                 return False
         return True
@@ -522,8 +590,13 @@ class _Machine:
                 )
                 if final is not None:
                     summary += f"; final mean@{final.k} {final.mean_at_k:.4f} at {final.phase}"
-                d.update(phase=RunPhase.SUCCEEDED, stage=Stage.DONE, reason="Completed",
-                         message=f"schedule complete; {summary}", completion_time=obs.now)
+                d.update(
+                    phase=RunPhase.SUCCEEDED,
+                    stage=Stage.DONE,
+                    reason="Completed",
+                    message=f"schedule complete; {summary}",
+                    completion_time=obs.now,
+                )
                 self.actions.append(Finish(f"schedule complete; {summary}"))
         return self.finish_call()
 
@@ -534,7 +607,10 @@ class _Machine:
         weight = active is not None and phase_kind(active) is PhaseKind.WEIGHT
         empty = sum(int(m.get("kept", 1)) == 0 for m in self.obs.metrics.get(active, [])) if weight else 0
         self.d["empty_steps"] = self.d["empty_steps_completed"] + empty
-        if self.d["current_checkpoint"] != self.before.current_checkpoint and not RunPhase(self.d["phase"]).is_terminal():
+        if (
+            self.d["current_checkpoint"] != self.before.current_checkpoint
+            and not RunPhase(self.d["phase"]).is_terminal()
+        ):
             self.actions.insert(0, ServeCheckpoint(self.d["current_checkpoint"]))
         return Decision(self.status(), tuple(self.actions))
 
@@ -546,14 +622,26 @@ _AFTER_ORDER = {"start": 0, "weight": 1, "harness": 2}
 def schedule_order(point: Mapping[str, Any]) -> tuple[int, int, int, int]:
     """Sort key of evaluation points (status entries, snake_case) in the order the run reaches them:
     by the training rollouts spent, then step, then weight before harness, then search iteration."""
-    return (int(point["rollouts_at"]), int(point["step"]), _AFTER_ORDER[point["after"]],
-            int(point.get("iteration") or 0))
+    return (
+        int(point["rollouts_at"]),
+        int(point["step"]),
+        _AFTER_ORDER[point["after"]],
+        int(point.get("iteration") or 0),
+    )
 
 
 def best_eval(point: Mapping[str, Any], res: EvalResult) -> BestEval:
-    return BestEval(mean_at_k=res.mean_at_k, k=res.k, phase=point["phase"], cycle=point["cycle"],
-                    step=point["step"], harness=point["harness"], checkpoint=point["checkpoint"],
-                    rollouts_at=point["rollouts_at"], iteration=point.get("iteration"))
+    return BestEval(
+        mean_at_k=res.mean_at_k,
+        k=res.k,
+        phase=point["phase"],
+        cycle=point["cycle"],
+        step=point["step"],
+        harness=point["harness"],
+        checkpoint=point["checkpoint"],
+        rollouts_at=point["rollouts_at"],
+        iteration=point.get("iteration"),
+    )
 
 
 def final_eval(evals: list[dict[str, Any]], default_k: int) -> BestEval | None:
@@ -583,8 +671,10 @@ def integrity_status(phase: str, result: HarnessPhaseResult) -> list[dict[str, A
     """A harness phase's reward-integrity flags as status entries: the accepted one first, at most
     ``MAX_STATUS_FLAGS_PER_PHASE`` (a status must stay small)."""
     flags = sorted(result.integrity_flags, key=lambda f: not f.accepted)[:MAX_STATUS_FLAGS_PER_PHASE]
-    return [IntegrityFlagStatus(phase=phase, candidate=f.candidate, accepted=f.accepted, reasons=f.reasons).model_dump()
-            for f in flags]
+    return [
+        IntegrityFlagStatus(phase=phase, candidate=f.candidate, accepted=f.accepted, reasons=f.reasons).model_dump()
+        for f in flags
+    ]
 
 
 def decide(spec: WhaleRunSpec, status: WhaleRunStatus, obs: Observations) -> Decision:

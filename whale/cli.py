@@ -16,7 +16,7 @@ import json
 import os
 import shlex
 import time
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any
@@ -30,7 +30,8 @@ from rich.table import Table
 from whale import domains, layout
 from whale.manifest import Manifest, ManifestError, load_manifest, local_problems
 from whale.report.cli import report as report_command
-from whale.schedule import ScheduleError, plan as make_plan, resolve
+from whale.schedule import ScheduleError, resolve
+from whale.schedule import plan as make_plan
 
 app = typer.Typer(
     name="whale",
@@ -62,9 +63,14 @@ class Target(str, enum.Enum):
 
 FileArg = Annotated[Path, typer.Argument(help="a WhaleRun manifest (YAML), the file `kubectl apply` takes")]
 OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table | json")]
-StoreOpt = Annotated[str | None, typer.Option(
-    "--store", help=f"DIR or s3://bucket/prefix (default: $WHALE_STORE, or ./{DEFAULT_STORE}); S3 settings from "
-                    "WHALE_S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY")]
+StoreOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--store",
+        help=f"DIR or s3://bucket/prefix (default: $WHALE_STORE, or ./{DEFAULT_STORE}); S3 settings from "
+        "WHALE_S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY",
+    ),
+]
 NameArg = Annotated[str, typer.Argument(help="the run's metadata.name")]
 
 
@@ -80,8 +86,9 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def main_options(
-    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
-                                          help="print the version and exit")] = False,
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="print the version and exit")
+    ] = False,
 ) -> None:
     """WHALE: alternate RSFT weight phases and Meta-Harness harness phases, locally or on Kubernetes."""
 
@@ -127,9 +134,12 @@ def _is_local(m: Manifest, target: Target) -> bool:
 @app.command()
 def validate(
     file: FileArg,
-    target: Annotated[Target, typer.Option(
-        help="local: check what `whale run` needs here too (model folder, replay script, data root); cluster: "
-             "report those as notes (the paths are the image's); auto: cluster when metadata.namespace is set")
+    target: Annotated[
+        Target,
+        typer.Option(
+            help="local: check what `whale run` needs here too (model folder, replay script, data root); cluster: "
+            "report those as notes (the paths are the image's); auto: cluster when metadata.namespace is set"
+        ),
     ] = Target.auto,
 ) -> None:
     """Check a manifest: exit 0 with a one-line summary, or exit 1 listing every problem."""
@@ -153,11 +163,13 @@ def validate(
         highlight=False,
     )
     for ignored in m.ignored:
-        console.print(f"note: {ignored} ignored by `whale run` (kubectl apply applies it)", markup=False,
-                      highlight=False)
+        console.print(
+            f"note: {ignored} ignored by `whale run` (kubectl apply applies it)", markup=False, highlight=False
+        )
     for problem in here:  # only when checked for a cluster
-        console.print(f"note: not on this machine, so `whale run` would refuse it here: {problem}", markup=False,
-                      highlight=False)
+        console.print(
+            f"note: not on this machine, so `whale run` would refuse it here: {problem}", markup=False, highlight=False
+        )
 
 
 @app.command()
@@ -171,8 +183,13 @@ def plan(file: FileArg, output: OutputOpt = Output.table) -> None:
         typer.echo(json.dumps(p, indent=2))
         return
     table = Table(title=f"{m.name}: {m.spec.condition.value} on {m.spec.domain}")
-    for col, justify in (("cycle", "right"), ("kind", "left"), ("range / iterations", "left"),
-                         ("rollouts", "right"), ("note", "left")):
+    for col, justify in (
+        ("cycle", "right"),
+        ("kind", "left"),
+        ("range / iterations", "left"),
+        ("rollouts", "right"),
+        ("note", "left"),
+    ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]  # rich's Literal; these are its values
     omitted = p.get("phasesOmitted", 0)
     for row, ph in enumerate(p["phases"]):
@@ -196,25 +213,36 @@ def plan(file: FileArg, output: OutputOpt = Output.table) -> None:
     bound = "at most " if p.get("rolloutsUpperBound") else ""
     eval_bound = "at most " if p.get("evaluationsUpperBound") else ""
     counts = p["counts"]
-    console.print(f"steps/epoch {p['stepsPerEpoch']}, total steps {p['totalSteps']}, {bound}{p['rollouts']:,} "
-                  f"training rollouts (weight steps and harness search); {counts['weight']} weight, "
-                  f"{counts['harness']} harness and {eval_bound}{counts['eval']} eval phases", highlight=False)
+    console.print(
+        f"steps/epoch {p['stepsPerEpoch']}, total steps {p['totalSteps']}, {bound}{p['rollouts']:,} "
+        f"training rollouts (weight steps and harness search); {counts['weight']} weight, "
+        f"{counts['harness']} harness and {eval_bound}{counts['eval']} eval phases",
+        highlight=False,
+    )
     ev = p["evaluation"]
-    console.print(f"evaluation: {ev['count']} point(s) x {ev['items']} items x {ev['samplesPerItem']} samples = "
-                  f"{ev['rolloutsEach']:,} rollouts each, {ev['rollouts']:,} in all (not in the training budget)",
-                  highlight=False)
+    console.print(
+        f"evaluation: {ev['count']} point(s) x {ev['items']} items x {ev['samplesPerItem']} samples = "
+        f"{ev['rolloutsEach']:,} rollouts each, {ev['rollouts']:,} in all (not in the training budget)",
+        highlight=False,
+    )
     updates = p.get("optimizerUpdatesPerStep")
     if updates:
         typical = ", ".join(f"{u['updates']} at {u['kept']} kept" for u in updates["byKept"])
-        console.print(f"optimizer updates per RSFT step ({updates['miniBatchScope']} mini-batch, "
-                      f"{updates['dataParallelRanks']} data-parallel ranks): {updates['formula']}; "
-                      f"at most {updates['upperBound']} (every rollout kept); {typical}", highlight=False)
+        console.print(
+            f"optimizer updates per RSFT step ({updates['miniBatchScope']} mini-batch, "
+            f"{updates['dataParallelRanks']} data-parallel ranks): {updates['formula']}; "
+            f"at most {updates['upperBound']} (every rollout kept); {typical}",
+            highlight=False,
+        )
 
 
 def _store_uri(uri: str | None, m: Manifest | None = None) -> str:
     spec_storage = m.spec.storage if m else None
-    return uri or (spec_storage.uri if spec_storage and spec_storage.uri else None) or os.environ.get(
-        "WHALE_STORE", DEFAULT_STORE)
+    return (
+        uri
+        or (spec_storage.uri if spec_storage and spec_storage.uri else None)
+        or os.environ.get("WHALE_STORE", DEFAULT_STORE)
+    )
 
 
 def _open_store(uri: str | None, m: Manifest | None = None) -> Any:
@@ -241,8 +269,9 @@ def _open_existing_store(uri: str | None, command: str) -> tuple[Any, str]:
     if "://" not in text or text.startswith("file://"):
         path = Path(text.removeprefix("file://")).expanduser()
         if not path.is_dir():
-            _fail([f"--store: no store at {path} (give --store DIR or s3://bucket/prefix, or set $WHALE_STORE)"],
-                  command)
+            _fail(
+                [f"--store: no store at {path} (give --store DIR or s3://bucket/prefix, or set $WHALE_STORE)"], command
+            )
     try:
         st = _open_store(text)
         if text.startswith("s3://"):
@@ -267,15 +296,27 @@ def storage_env(m: Manifest) -> dict[str, str]:
 @app.command()
 def run(
     file: FileArg,
-    store: Annotated[str | None, typer.Option(help="DIR or s3://bucket/prefix (default: spec.storage.uri, "
-                                                     "$WHALE_STORE, or ./.whale/store)")] = None,
+    store: Annotated[
+        str | None,
+        typer.Option(help="DIR or s3://bucket/prefix (default: spec.storage.uri, $WHALE_STORE, or ./.whale/store)"),
+    ] = None,
     workdir: Annotated[Path | None, typer.Option(help="scratch folder for logs and caches")] = None,
     timeout: Annotated[float | None, typer.Option(help="give up after this many seconds (resumable)")] = None,
-    retry: Annotated[bool, typer.Option("--retry", help="resume a Failed run from its last good state: completed "
-                                                       "phases kept, the failed phase started afresh")] = False,
-    output: Annotated[Output, typer.Option(
-        "--output", "-o", help="table: live progress, then the evaluation table and the next commands; json: "
-                               "timestamped progress lines on stderr, the status summary as JSON on stdout")
+    retry: Annotated[
+        bool,
+        typer.Option(
+            "--retry",
+            help="resume a Failed run from its last good state: completed phases kept, the failed phase started afresh",
+        ),
+    ] = False,
+    output: Annotated[
+        Output,
+        typer.Option(
+            "--output",
+            "-o",
+            help="table: live progress, then the evaluation table and the next commands; json: "
+            "timestamped progress lines on stderr, the status summary as JSON on stdout",
+        ),
     ] = Output.table,
 ) -> None:
     """Run the manifest on this machine, with live progress; run it again to resume.
@@ -317,8 +358,17 @@ def run(
     started = time.monotonic()
     # -o json: the progress lines go to stderr, so stdout is the JSON alone
     display = RunDisplay(m.name, console, live=None) if output is Output.table else RunDisplay(m.name, err, live=False)
-    runner = LocalRunner(name=m.name, spec=m.spec, store=st, split_sizes=sizes, workdir=work, env=env,
-                         on_view=display, resume_hint=hint, **extra)
+    runner = LocalRunner(
+        name=m.name,
+        spec=m.spec,
+        store=st,
+        split_sizes=sizes,
+        workdir=work,
+        env=env,
+        on_view=display,
+        resume_hint=hint,
+        **extra,
+    )
     display.console.print(f"run {m.name}: store {st.uri}", highlight=False, markup=False)
     try:
         with interrupt_on_signals(), display:
@@ -341,12 +391,18 @@ def run(
     else:
         keys = [k for k in (status.current_harness, status.current_checkpoint) if k]
         store_arg = store or st.uri
-        console.print(final_summary(m.name, status, {k: st.uri_for(k) for k in keys}, store_arg, hint,
-                                    duration(time.monotonic() - started)))
+        console.print(
+            final_summary(
+                m.name, status, {k: st.uri_for(k) for k in keys}, store_arg, hint, duration(time.monotonic() - started)
+            )
+        )
     if status.phase.value == "Failed":
         if not retry:
-            err.print(f"run {m.name} failed; fix the cause, then `{hint} --retry` resumes it from its last good state",
-                      highlight=False, markup=False)
+            err.print(
+                f"run {m.name} failed; fix the cause, then `{hint} --retry` resumes it from its last good state",
+                highlight=False,
+                markup=False,
+            )
         raise typer.Exit(code=1)
 
 
@@ -377,9 +433,14 @@ def _require_run(st: Any, name: str, command: str) -> None:
         return
     names = run_names(st)
     shown = ", ".join(names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
-    _fail([f"no run named {name!r} in the store {st.uri}; "
-           + (f"runs there: {shown}" if names else "it holds no runs")
-           + " (give --store, or set $WHALE_STORE, for another store; `whale list` lists a store's runs)"], command)
+    _fail(
+        [
+            f"no run named {name!r} in the store {st.uri}; "
+            + (f"runs there: {shown}" if names else "it holds no runs")
+            + " (give --store, or set $WHALE_STORE, for another store; `whale list` lists a store's runs)"
+        ],
+        command,
+    )
 
 
 @app.command()
@@ -433,11 +494,14 @@ def list_runs(store: StoreOpt = None, output: OutputOpt = Output.table) -> None:
         return
     table = Table(title=f"runs in {st.uri}", box=box.SIMPLE_HEAD, title_justify="left")
     for col in ("name", "phase", "now", "best", "rollouts", "age", "runner"):
-        table.add_column(col, justify="right" if col in ("rollouts", "age") else "left",
-                         no_wrap=col in ("name", "phase", "best", "rollouts", "age"), min_width=6)
+        table.add_column(
+            col,
+            justify="right" if col in ("rollouts", "age") else "left",
+            no_wrap=col in ("name", "phase", "best", "rollouts", "age"),
+            min_width=6,
+        )
     for r in rows:
-        table.add_row(r.name, r.phase, r.now, r.best, "-" if r.rollouts is None else f"{r.rollouts:,}", r.age,
-                      r.runner)
+        table.add_row(r.name, r.phase, r.now, r.best, "-" if r.rollouts is None else f"{r.rollouts:,}", r.age, r.runner)
     console.print(table)
     if more:
         console.print(f"... and {more} more runs not listed", highlight=False)
@@ -446,11 +510,22 @@ def list_runs(store: StoreOpt = None, output: OutputOpt = Output.table) -> None:
 @app.command()
 def logs(
     name: NameArg,
-    phase: Annotated[str | None, typer.Option(help="this phase's log (e.g. c01-weight, eval-c00-s000000-start); "
-                                                     "default: the phase running now, or the last one")] = None,
+    phase: Annotated[
+        str | None,
+        typer.Option(
+            help="this phase's log (e.g. c01-weight, eval-c00-s000000-start); "
+            "default: the phase running now, or the last one"
+        ),
+    ] = None,
     attempt: Annotated[int | None, typer.Option(min=1, help="this attempt of the phase (default: the latest)")] = None,
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="keep printing as it is written: the phase until it "
-                                                               "ends; without --phase, the run until it stops")] = False,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            "--follow",
+            "-f",
+            help="keep printing as it is written: the phase until it ends; without --phase, the run until it stops",
+        ),
+    ] = False,
     tail: Annotated[int | None, typer.Option(min=0, help="only the last N lines (then follow, with -f)")] = None,
     store: StoreOpt = None,
 ) -> None:
@@ -467,8 +542,15 @@ def logs(
         target = find_target(st, name, phase, attempt)
         if follow and phase is None:
             typer.echo(target.header(), nl=False)
-        show(st, name, target, lambda text: typer.echo(text, nl=False), follow=follow,
-             follow_run=follow and phase is None, tail=tail)
+        show(
+            st,
+            name,
+            target,
+            lambda text: typer.echo(text, nl=False),
+            follow=follow,
+            follow_run=follow and phase is None,
+            tail=tail,
+        )
     except LogsError as exc:
         _fail([str(exc)], "logs")
     except StoreError as exc:
@@ -499,8 +581,9 @@ def stop(
     except StoreError as exc:
         _fail([str(exc)], "stop")
     if info is None:
-        console.print(f"run {name} is not running (no runner holds its lock): nothing to stop", highlight=False,
-                      markup=False)
+        console.print(
+            f"run {name} is not running (no runner holds its lock): nothing to stop", highlight=False, markup=False
+        )
         return
     console.print(f"asked the runner of {name} to stop: {info.describe()}", highlight=False, markup=False)
     if not wait:
@@ -512,15 +595,21 @@ def stop(
             if lock is None or not lock.live:
                 break
             if time.monotonic() > deadline:
-                _fail([f"the runner still holds {name} after {timeout:g} s (it stops its workloads first, each "
-                       "within its grace period); check `whale status` again, or signal the runner's pid"], "stop")
+                _fail(
+                    [
+                        f"the runner still holds {name} after {timeout:g} s (it stops its workloads first, each "
+                        "within its grace period); check `whale status` again, or signal the runner's pid"
+                    ],
+                    "stop",
+                )
             time.sleep(0.2)
         raw = st.read_json_or_none(layout.status_key(name))
     except StoreError as exc:
         _fail([str(exc)], "stop")
     saved = WhaleRunStatus.model_validate(raw or {})
-    console.print(f"stopped: run {name} is {saved.phase.value}; {saved.message or ''}".rstrip("; "), highlight=False,
-                  markup=False)
+    console.print(
+        f"stopped: run {name} is {saved.phase.value}; {saved.message or ''}".rstrip("; "), highlight=False, markup=False
+    )
 
 
 @app.command()
@@ -572,12 +661,16 @@ def list_domains() -> None:
 @app.command()
 def prepare(
     file: FileArg,
-    store: Annotated[str | None, typer.Option(help="DIR or s3://bucket/prefix (default: spec.storage.uri, "
-                                                     "$WHALE_STORE, or ./.whale/store)")] = None,
-    cache_dir: Annotated[Path | None, typer.Option(help="where downloads go, resumed from there "
-                                                           "(default: $WHALE_CACHE_DIR/downloads)")] = None,
-    splits_only: Annotated[bool, typer.Option("--splits-only", help="skip the tool services' data (search_qa's "
-                                                                   "wiki-18 index: ~80 GB)")] = False,
+    store: Annotated[
+        str | None,
+        typer.Option(help="DIR or s3://bucket/prefix (default: spec.storage.uri, $WHALE_STORE, or ./.whale/store)"),
+    ] = None,
+    cache_dir: Annotated[
+        Path | None, typer.Option(help="where downloads go, resumed from there (default: $WHALE_CACHE_DIR/downloads)")
+    ] = None,
+    splits_only: Annotated[
+        bool, typer.Option("--splits-only", help="skip the tool services' data (search_qa's wiki-18 index: ~80 GB)")
+    ] = False,
     output: OutputOpt = Output.table,
 ) -> None:
     """Fetch, verify and split the manifest's data into the store, before `whale run` or `kubectl apply`.
@@ -599,11 +692,15 @@ def prepare(
         result = prepare_data(load_domain(m.spec), m.spec, st, tool_data=not splits_only, cache_dir=cache_dir)
     except (FullDataError, FetchError, PrepareError, StoreError, DomainError, OSError) as exc:
         _fail([str(exc)], str(file))
-    sources = [{"name": r.name, "action": r.action, "bytes": r.bytes, "sha256": r.sha256, "url": r.url}
-               for r in result.sources]
+    sources = [
+        {"name": r.name, "action": r.action, "bytes": r.bytes, "sha256": r.sha256, "url": r.url} for r in result.sources
+    ]
     if output == "json":
-        typer.echo(json.dumps({"store": st.uri, "source": m.spec.data.source, "sizes": result.sizes,
-                               "sources": sources}, indent=2))
+        typer.echo(
+            json.dumps(
+                {"store": st.uri, "source": m.spec.data.source, "sizes": result.sizes, "sources": sources}, indent=2
+            )
+        )
         return
     if sources:
         table = Table(title=f"{m.spec.domain}: full data in {st.uri}")
@@ -613,8 +710,11 @@ def prepare(
             table.add_row(r["name"], r["action"], f"{r['bytes']:,}", r["sha256"][:16], r["url"])
         console.print(table)
     sizes = result.sizes
-    console.print(f"ok: {m.spec.domain} ({m.spec.data.source} data) prepared in {st.uri}: D_weight {sizes['weight']:,}, "
-                  f"D_harness {sizes['harness']:,}, D_test {sizes['test']:,}", highlight=False)
+    console.print(
+        f"ok: {m.spec.domain} ({m.spec.data.source} data) prepared in {st.uri}: D_weight {sizes['weight']:,}, "
+        f"D_harness {sizes['harness']:,}, D_test {sizes['test']:,}",
+        highlight=False,
+    )
 
 
 app.command("report")(report_command)  # whale/report/cli.py

@@ -32,19 +32,27 @@ from whale.spec import (
 #: CEL rules the API server checks before anything reaches the operator (pydantic checks them too).
 CEL_RULES: dict[str, list[dict[str, str]]] = {
     "schedule": [
-        {"rule": "!(has(self.totalEpochs) && has(self.totalSteps))",
-         "message": "give totalEpochs or totalSteps, not both"},
-        {"rule": "!(has(self.weightEpochsPerCycle) && has(self.weightStepsPerCycle))",
-         "message": "give weightEpochsPerCycle or weightStepsPerCycle, not both"},
+        {
+            "rule": "!(has(self.totalEpochs) && has(self.totalSteps))",
+            "message": "give totalEpochs or totalSteps, not both",
+        },
+        {
+            "rule": "!(has(self.weightEpochsPerCycle) && has(self.weightStepsPerCycle))",
+            "message": "give weightEpochsPerCycle or weightStepsPerCycle, not both",
+        },
     ],
     "evaluation": [
-        {"rule": "!(has(self.intervalEpochs) && has(self.intervalSteps))",
-         "message": "give intervalEpochs or intervalSteps, not both"},
+        {
+            "rule": "!(has(self.intervalEpochs) && has(self.intervalSteps))",
+            "message": "give intervalEpochs or intervalSteps, not both",
+        },
     ],
     "spec": [
-        {"rule": "self.condition == 'mh_only' || has(self.schedule) && "
-                 "(has(self.schedule.totalEpochs) || has(self.schedule.totalSteps))",
-         "message": "conditions that train weights need schedule.totalEpochs or schedule.totalSteps"},
+        {
+            "rule": "self.condition == 'mh_only' || has(self.schedule) && "
+            "(has(self.schedule.totalEpochs) || has(self.schedule.totalSteps))",
+            "message": "conditions that train weights need schedule.totalEpochs or schedule.totalSteps",
+        },
     ],
 }
 
@@ -54,8 +62,12 @@ PRINTER_COLUMNS = [
     {"name": "Stage", "type": "string", "jsonPath": ".status.stage"},
     {"name": "Step", "type": "integer", "jsonPath": ".status.step"},
     {"name": "Best", "type": "number", "jsonPath": ".status.best.meanAtK", "description": "best test mean@k"},
-    {"name": "Final", "type": "number", "jsonPath": ".status.final.meanAtK",
-     "description": "test mean@k of the run's final evaluation point"},
+    {
+        "name": "Final",
+        "type": "number",
+        "jsonPath": ".status.final.meanAtK",
+        "description": "test mean@k of the run's final evaluation point",
+    },
     {"name": "Rollouts", "type": "integer", "jsonPath": ".status.rolloutsSpent"},
     {"name": "Domain", "type": "string", "jsonPath": ".spec.domain", "priority": 1},
     {"name": "Condition", "type": "string", "jsonPath": ".spec.condition", "priority": 1},
@@ -83,8 +95,11 @@ def _structural(node: Any, defs: dict[str, Any], keep_defaults: bool = True) -> 
             merged = _structural(options[0], defs, keep_defaults)
             merged.update(_structural(rest, defs, keep_defaults))
         else:  # a union of scalars: let the API server accept it, pydantic checks the rest
-            merged = {"x-kubernetes-int-or-string": True} if all(
-                o.get("type") in ("integer", "string") for o in options) else {}
+            merged = (
+                {"x-kubernetes-int-or-string": True}
+                if all(o.get("type") in ("integer", "string") for o in options)
+                else {}
+            )
             merged.update(_structural(rest, defs, keep_defaults))
         if nullable:
             merged["nullable"] = True
@@ -180,8 +195,14 @@ def crd() -> dict[str, Any]:
         "spec": {
             "group": API_GROUP,
             "scope": "Namespaced",
-            "names": {"kind": KIND, "plural": PLURAL, "singular": SINGULAR, "shortNames": SHORT_NAMES,
-                      "listKind": f"{KIND}List", "categories": ["whale"]},
+            "names": {
+                "kind": KIND,
+                "plural": PLURAL,
+                "singular": SINGULAR,
+                "shortNames": SHORT_NAMES,
+                "listKind": f"{KIND}List",
+                "categories": ["whale"],
+            },
             "versions": [
                 {
                     "name": API_VERSION,

@@ -76,12 +76,39 @@ def __getattr__(name: str) -> Any:
     globals()[name] = value
     return value
 
+
 __all__ = [  # the plugin API (docs/domains.md)
-    "DEFAULT_ALLOWED_IMPORTS", "SPLITS", "CodeRunner", "Data", "Domain", "DomainError", "Environment", "FullData",
-    "FullDataError", "Hit", "Retriever", "RetrieverClient", "Source", "SplitsInMemoryDomain", "StepResult", "Store",
-    "ToolService", "UnknownToolError", "Verifier", "code_runner_from_env", "data_prefix", "data_root",
-    "default_cache_dir", "default_data_root", "ensure_published_wiki18", "load_full_split", "read_raw_jsonl",
-    "retrieval", "retriever_from_env", "sft_warmup", "tool_isolation",
+    "DEFAULT_ALLOWED_IMPORTS",
+    "SPLITS",
+    "CodeRunner",
+    "Data",
+    "Domain",
+    "DomainError",
+    "Environment",
+    "FullData",
+    "FullDataError",
+    "Hit",
+    "Retriever",
+    "RetrieverClient",
+    "Source",
+    "SplitsInMemoryDomain",
+    "StepResult",
+    "Store",
+    "ToolService",
+    "UnknownToolError",
+    "Verifier",
+    "code_runner_from_env",
+    "data_prefix",
+    "data_root",
+    "default_cache_dir",
+    "default_data_root",
+    "ensure_published_wiki18",
+    "load_full_split",
+    "read_raw_jsonl",
+    "retrieval",
+    "retriever_from_env",
+    "sft_warmup",
+    "tool_isolation",
 ]
 
 SPLITS = ("weight", "harness", "test")
@@ -328,8 +355,15 @@ class SplitsInMemoryDomain(Domain):
         return splits[split]
 
 
-def sft_warmup(model: Any, tokenizer: Any, conversations: Iterable[Sequence[dict[str, Any]]], *,
-               learning_rate: float, seed: int = 0, batch_size: int = 32) -> None:
+def sft_warmup(
+    model: Any,
+    tokenizer: Any,
+    conversations: Iterable[Sequence[dict[str, Any]]],
+    *,
+    learning_rate: float,
+    seed: int = 0,
+    batch_size: int = 32,
+) -> None:
     """Supervised fine-tuning of ``model`` on fixed chat conversations, on the CPU in fp32, with the RSFT
     trainer (one optimizer update per ``batch_size`` conversations): how a domain's example model is
     taught its answer format before any run (``synthetic.tiny_model``)."""
@@ -340,8 +374,9 @@ def sft_warmup(model: Any, tokenizer: Any, conversations: Iterable[Sequence[dict
     from whale.rsft.rejection import Trajectory
     from whale.rsft.trainer import SFTTrainer
 
-    cfg = RSFTConfig(mini_batch_size=batch_size, micro_batch_size_per_gpu=batch_size, learning_rate=learning_rate,
-                     precision="fp32")
+    cfg = RSFTConfig(
+        mini_batch_size=batch_size, micro_batch_size_per_gpu=batch_size, learning_rate=learning_rate, precision="fp32"
+    )
     trainer = SFTTrainer(model, cfg, device=torch.device("cpu"), pad_id=tokenizer.pad_token_id)
     examples = []
     for conv in conversations:

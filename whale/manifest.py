@@ -49,8 +49,10 @@ MAX_PROBLEMS = 50
 
 _PARSER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when available: fast, iterative
 _BOMS = (  # longest first: UTF-32-LE's mark starts with UTF-16-LE's
-    (codecs.BOM_UTF32_LE, "UTF-32"), (codecs.BOM_UTF32_BE, "UTF-32"),
-    (codecs.BOM_UTF16_LE, "UTF-16"), (codecs.BOM_UTF16_BE, "UTF-16"),
+    (codecs.BOM_UTF32_LE, "UTF-32"),
+    (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16"),
+    (codecs.BOM_UTF16_BE, "UTF-16"),
 )
 
 
@@ -134,8 +136,9 @@ def parse_document(doc: Any, source: str = "manifest", check_domain: bool = True
         meta = {}
     name = meta.get("name")
     if name is None or name == "":
-        problems.append(f"metadata.name: required (the run's name: a DNS-1035 label of at most "
-                        f"{RUN_NAME_MAX_LEN} characters)")
+        problems.append(
+            f"metadata.name: required (the run's name: a DNS-1035 label of at most {RUN_NAME_MAX_LEN} characters)"
+        )
     elif not isinstance(name, str):
         problems.append(f"metadata.name: must be a string, got {_short(name)}")
     else:
@@ -177,8 +180,10 @@ _NAMESPACE_RE = re.compile(DNS1123_LABEL.removeprefix("^").removesuffix("$"))
 
 def _check_namespace(namespace: Any) -> None:
     if not isinstance(namespace, str) or len(namespace) > 63 or not _NAMESPACE_RE.fullmatch(namespace):
-        raise ValueError(f"{_short(namespace)} is not a namespace name: "
-                         f"{PATTERN_HINTS[DNS1123_LABEL].removeprefix('must be ')}, at most 63 characters")
+        raise ValueError(
+            f"{_short(namespace)} is not a namespace name: "
+            f"{PATTERN_HINTS[DNS1123_LABEL].removeprefix('must be ')}, at most 63 characters"
+        )
 
 
 # ----- reading the file ---------------------------------------------------------------------------
@@ -197,24 +202,36 @@ def read_text(path: Path) -> str:
     except OSError as exc:
         raise ManifestError(source, [f"cannot read the file: {exc.strerror or exc}"]) from None
     if len(data) > MAX_MANIFEST_BYTES:
-        raise ManifestError(source, [
-            f"the file is larger than {MAX_MANIFEST_BYTES // 1024} KiB; a WhaleRun manifest is a few kilobytes"])
+        raise ManifestError(
+            source,
+            [f"the file is larger than {MAX_MANIFEST_BYTES // 1024} KiB; a WhaleRun manifest is a few kilobytes"],
+        )
     for bom, encoding in _BOMS:
         if data.startswith(bom):
-            raise ManifestError(source, [f"the file is {encoding} (it starts with a {encoding} byte-order mark); "
-                                         "save it as UTF-8"])
+            raise ManifestError(
+                source, [f"the file is {encoding} (it starts with a {encoding} byte-order mark); save it as UTF-8"]
+            )
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
         column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
         hint = " (UTF-16 without a byte-order mark?)" if b"\x00" in data else ""
-        raise ManifestError(source, [
-            f"the file is not UTF-8{hint}: byte 0x{data[exc.start]:02x} at line {line}, column {column}; "
-            "save it as UTF-8"]) from None
+        raise ManifestError(
+            source,
+            [
+                f"the file is not UTF-8{hint}: byte 0x{data[exc.start]:02x} at line {line}, column {column}; "
+                "save it as UTF-8"
+            ],
+        ) from None
     if "\x00" in text:
-        raise ManifestError(source, ["the file contains NUL bytes: it looks like UTF-16 without a byte-order "
-                                     "mark, or binary; save it as UTF-8 text"])
+        raise ManifestError(
+            source,
+            [
+                "the file contains NUL bytes: it looks like UTF-16 without a byte-order "
+                "mark, or binary; save it as UTF-8 text"
+            ],
+        )
     return text
 
 
@@ -252,8 +269,10 @@ def check_structure(text: str) -> None:
         else:
             continue
         if expanded > MAX_NODES:
-            raise ValueError(f"more than {MAX_NODES} YAML nodes (aliases counted as what they stand for) by "
-                             f"{_where(event.start_mark)}; a WhaleRun manifest has a few hundred")
+            raise ValueError(
+                f"more than {MAX_NODES} YAML nodes (aliases counted as what they stand for) by "
+                f"{_where(event.start_mark)}; a WhaleRun manifest has a few hundred"
+            )
 
 
 class _StrictLoader(_PARSER):  # type: ignore[misc, valid-type]  # the C loader where PyYAML has it, else the Python one
@@ -271,8 +290,11 @@ class _StrictLoader(_PARSER):  # type: ignore[misc, valid-type]  # the C loader 
                 continue  # an unhashable key: the base constructor reports it
             if first is not key_node:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {_short(key)} (first at {_where(first.start_mark)})",
-                    key_node.start_mark)
+                    None,
+                    None,
+                    f"duplicate key {_short(key)} (first at {_where(first.start_mark)})",
+                    key_node.start_mark,
+                )
         return super().construct_mapping(node, deep=deep)
 
 
@@ -314,17 +336,22 @@ def load_manifest(path: Path, check_domain: bool = True) -> Manifest:
     if len(docs) == 1:
         return parse_document(docs[0][1], source, check_domain)
     runs = [(i, d) for i, d in docs if _is_ours(d)]
-    problems = [f"document {i}: not a Kubernetes object (a mapping with apiVersion and kind)"
-                for i, d in docs if not _is_ours(d) and _describe(d) == _NOT_AN_OBJECT]
+    problems = [
+        f"document {i}: not a Kubernetes object (a mapping with apiVersion and kind)"
+        for i, d in docs
+        if not _is_ours(d) and _describe(d) == _NOT_AN_OBJECT
+    ]
     if len(runs) > 1:
         numbers = ", ".join(str(i) for i, _ in runs)
-        problems.append(f"documents {numbers} are all {KIND}s (or {API_GROUP} objects); a file holds one run: "
-                        "put each in its own file")
+        problems.append(
+            f"documents {numbers} are all {KIND}s (or {API_GROUP} objects); a file holds one run: "
+            "put each in its own file"
+        )
     elif not runs:
         problems.append(f"no {KIND} document in the file ({len(docs)} documents)")
     if problems:
         raise ManifestError(source, problems)
-    (number, run), = runs
+    ((number, run),) = runs
     manifest = parse_document(run, f"{source} (document {number})", check_domain)
     ignored = tuple(f"document {i} ({_describe(d)})" for i, d in docs if i != number)
     return Manifest(manifest.name, manifest.namespace, manifest.spec, manifest.raw, ignored)
@@ -361,16 +388,20 @@ def model_problems(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str]) ->
     if not path.exists():
         if not looks_like_path(name):
             return []  # a Hugging Face id (downloaded, or found in the HF cache, when the phase starts)
-        return [f"spec.model.name: {name} does not exist (relative paths are from the current folder, {cwd}); "
-                "create the model folder (config.json, weights, tokenizer) or give a Hugging Face model id"]
+        return [
+            f"spec.model.name: {name} does not exist (relative paths are from the current folder, {cwd}); "
+            "create the model folder (config.json, weights, tokenizer) or give a Hugging Face model id"
+        ]
     if spec.model.gguf_file:
         gguf = path / spec.model.gguf_file
         if not gguf.is_file():
             return [f"spec.model.ggufFile: {gguf} does not exist; name a .gguf file inside spec.model.name"]
         return []
     if not path.is_dir() or not (path / "config.json").is_file():
-        return [f"spec.model.name: {path} is not a model folder (no config.json in it); point it at a saved "
-                "Hugging Face model (config.json, weights, tokenizer) or give a model id"]
+        return [
+            f"spec.model.name: {path} is not a model folder (no config.json in it); point it at a saved "
+            "Hugging Face model (config.json, weights, tokenizer) or give a model id"
+        ]
     return []
 
 
@@ -381,26 +412,32 @@ def replay_script_problems(spec: WhaleRunSpec, cwd: Path) -> list[str]:
     field_name = "spec.harnessSearch.proposer.script"
     path = _resolve(proposer.script, cwd)
     if not path.is_file():
-        return [f"{field_name}: {proposer.script} does not exist (relative paths are from the current folder, {cwd}); "
-                "give the recorded proposal script ({\"iterations\": {\"2\": [...]}})"]
+        return [
+            f"{field_name}: {proposer.script} does not exist (relative paths are from the current folder, {cwd}); "
+            'give the recorded proposal script ({"iterations": {"2": [...]}})'
+        ]
     if path.stat().st_size > MAX_MANIFEST_BYTES * 16:
-        return [f"{field_name}: {path} is larger than {MAX_MANIFEST_BYTES * 16 // (1024 * 1024)} MiB; "
-                "a replay script holds a few candidates"]
+        return [
+            f"{field_name}: {path} is larger than {MAX_MANIFEST_BYTES * 16 // (1024 * 1024)} MiB; "
+            "a replay script holds a few candidates"
+        ]
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         return [f"{field_name}: cannot read {path} as JSON: {exc}"]
     iterations = data.get("iterations") if isinstance(data, dict) else None
     if not isinstance(iterations, dict):
-        return [f"{field_name}: {path} must be {{\"iterations\": {{\"2\": [...]}}}} (candidates per iteration)"]
+        return [f'{field_name}: {path} must be {{"iterations": {{"2": [...]}}}} (candidates per iteration)']
     problems = []
     for it, entries in iterations.items():
         for n, entry in enumerate(entries if isinstance(entries, list) else [], start=1):
             if isinstance(entry, dict) and isinstance(entry.get("file"), str):
                 candidate = path.parent / entry["file"]
                 if not candidate.is_file():
-                    problems.append(f"{field_name}: iteration {it} candidate {n} names file {entry['file']}, which "
-                                    f"does not exist ({candidate}; files are relative to the script)")
+                    problems.append(
+                        f"{field_name}: iteration {it} candidate {n} names file {entry['file']}, which "
+                        f"does not exist ({candidate}; files are relative to the script)"
+                    )
     return problems
 
 
@@ -415,15 +452,16 @@ def data_dir_problems(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str])
         return []
     path = _resolve(text, cwd)
     if not path.is_dir():
-        return [f"{where}: {text} is not a folder on this machine; point it at the data root (see "
-                "../shared/data/README.md), or unset it for the default"]
+        return [
+            f"{where}: {text} is not a folder on this machine; point it at the data root (see "
+            "../shared/data/README.md), or unset it for the default"
+        ]
     if not os.access(path, os.R_OK | os.X_OK):
         return [f"{where}: {path} is not readable by this user; fix its permissions or use another data root"]
     return []
 
 
-def local_problems(manifest: Manifest, cwd: Path | None = None,
-                   environ: Mapping[str, str] | None = None) -> list[str]:
+def local_problems(manifest: Manifest, cwd: Path | None = None, environ: Mapping[str, str] | None = None) -> list[str]:
     """What a run on this machine needs that the schema cannot check, each problem naming its field and the
     fix: the local model folder, the replay script, the data root. `whale run` refuses to start on any;
     `whale validate` reports them (as notes for a manifest meant for a cluster, whose paths are the

@@ -91,7 +91,8 @@ class EvalPhaseArgs(_Wire):
     checkpoint: str | None
     harness: str | None
     iteration: int | None = Field(
-        None, description="mh_only: the harness-search iteration whose accepted harness is evaluated")
+        None, description="mh_only: the harness-search iteration whose accepted harness is evaluated"
+    )
 
 
 class PhaseRequest(_Wire):
@@ -141,8 +142,10 @@ class HarnessIterationMetrics(_Wire):
     best_score: float = Field(..., description="the archive's best training score after this iteration")
     best_candidate: str = Field(..., description="the accepted (best-so-far) candidate after this iteration")
     best_harness: str | None = Field(
-        None, description="store key of bestCandidate's harness file (in the phase's archive); None when no "
-        "candidate is scored yet")
+        None,
+        description="store key of bestCandidate's harness file (in the phase's archive); None when no "
+        "candidate is scored yet",
+    )
     candidates: list[CandidateScore] = Field(default_factory=list)
     rollouts: int
 
@@ -168,14 +171,14 @@ class ProgressStage(str, enum.Enum):
 
 class PhaseProgress(_Wire):
     """Where a running phase is now: one small object (``layout.progress_key``) the workload replaces at
-    each stage and, within one, at most every few seconds. It is for people watching (`whale run`'s
-    display): no controller decides on it; the metrics lines and the result stay the record.
+        each stage and, within one, at most every few seconds. It is for people watching (`whale run`'s
+        display): no controller decides on it; the metrics lines and the result stay the record.
 
-    A weight step reports ``sampling`` (``done``/``total`` rollouts), then ``training`` with the reward
-    and kept count of the rollouts it just sampled (known before its SFT update and its metrics line), then
-    ``syncing`` and ``checkpointing``. A harness iteration reports ``proposing``, then ``scoring`` each
-    candidate (``done``/``total`` candidates of the iteration). An evaluation reports ``evaluating`` with
-``done``/``total`` items at its start (its metrics lines follow after each chunk)."""
+        A weight step reports ``sampling`` (``done``/``total`` rollouts), then ``training`` with the reward
+        and kept count of the rollouts it just sampled (known before its SFT update and its metrics line), then
+        ``syncing`` and ``checkpointing``. A harness iteration reports ``proposing``, then ``scoring`` each
+        candidate (``done``/``total`` candidates of the iteration). An evaluation reports ``evaluating`` with
+    ``done``/``total`` items at its start (its metrics lines follow after each chunk)."""
 
     stage: ProgressStage
     step: int | None = Field(None, description="weight: the global step being worked on (1-based)")
@@ -193,8 +196,10 @@ class PhaseProgress(_Wire):
 StopReason = Literal["target", "patience", "stop-request", "iterations"]
 #: spec.sandbox.isolation a phase's untrusted code ran under ("namespaces" fails closed, so it was achieved)
 SandboxIsolation = Literal["namespaces", "none"]
-_ISOLATION_HELP = ("spec.sandbox.isolation the phase's harness processes and code tools ran under; "
-                   "none = NOT isolated (trusted local use only); None = not recorded")
+_ISOLATION_HELP = (
+    "spec.sandbox.isolation the phase's harness processes and code tools ran under; "
+    "none = NOT isolated (trusted local use only); None = not recorded"
+)
 
 
 class WeightPhaseResult(_Wire):
@@ -203,8 +208,10 @@ class WeightPhaseResult(_Wire):
     rollouts: int
     stopped_by: StopReason = "target"
     empty_steps: list[int] = Field(
-        default_factory=list, description="global steps of this phase that kept no trajectory (no SFT: the weights "
-        "did not move); the run's status counts them (emptySteps, lastEmptyStep)")
+        default_factory=list,
+        description="global steps of this phase that kept no trajectory (no SFT: the weights "
+        "did not move); the run's status counts them (emptySteps, lastEmptyStep)",
+    )
     sandbox_isolation: SandboxIsolation | None = Field(None, description=_ISOLATION_HELP)
 
 
@@ -216,8 +223,10 @@ class IntegrityFlag(_Wire):
     score: float | None = None
     completion_tokens_per_episode: float | None = None
     episodes_without_model: int | None = None
-    accepted: bool = Field(False, description="accepted all the same (integrity action `flag`, or the incoming "
-                                              "harness as the phase's fallback)")
+    accepted: bool = Field(
+        False,
+        description="accepted all the same (integrity action `flag`, or the incoming harness as the phase's fallback)",
+    )
 
 
 class AcceptedHarness(_Wire):
@@ -237,11 +246,14 @@ class HarnessPhaseResult(_Wire):
     iterations: int = Field(..., description="archive iterations run, the incoming re-evaluation included")
     rollouts: int
     accepted_by_iteration: list[AcceptedHarness] = Field(
-        default_factory=list, description="every iteration whose accepted harness was new, in order (iteration 1: "
-        "the incoming harness); the last is acceptedCandidate. mh_only evaluates each of them")
+        default_factory=list,
+        description="every iteration whose accepted harness was new, in order (iteration 1: "
+        "the incoming harness); the last is acceptedCandidate. mh_only evaluates each of them",
+    )
     stopped_by: StopReason = "iterations"
     integrity_flags: list[IntegrityFlag] = Field(
-        default_factory=list, description="every candidate of the phase flagged for reward integrity")
+        default_factory=list, description="every candidate of the phase flagged for reward integrity"
+    )
     sandbox_isolation: SandboxIsolation | None = Field(None, description=_ISOLATION_HELP)
 
 
@@ -253,7 +265,8 @@ class EvalModelUsage(_Wire):
     episodes_without_model: int = Field(0, description="episodes that made no model call")
     rewarded_without_model: int = Field(0, description="rewarded episodes that made no model call")
     items_answered_without_model: int = Field(
-        0, description="items with at least one rewarded episode that made no model call")
+        0, description="items with at least one rewarded episode that made no model call"
+    )
     mean_completion_tokens: float = Field(0.0, description="model completion tokens per episode")
     mean_turns: float = Field(0.0, description="model calls per episode")
 

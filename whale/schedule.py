@@ -141,8 +141,7 @@ def resolve(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> ResolvedSchedule
         if cycle_steps > total:
             raise ScheduleError(
                 field_name,
-                f"E = {cycle_steps} steps is larger than the total budget of {total} steps; "
-                "E must be <= the total",
+                f"E = {cycle_steps} steps is larger than the total budget of {total} steps; E must be <= the total",
             )
 
     weight_rule = harness_rule = None
@@ -269,10 +268,16 @@ def plan(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> dict[str, Any]:
             w, ah = sched.weight_rule, spec.schedule.adaptive.harness
             # the harness knobs as the spec (and the paper) count them: maxIterations in proposer iterations
             out["adaptive"] = {
-                "weight": {"windowSteps": w.window_steps, "burnInSteps": w.burn_in_steps,
-                           "patienceSteps": w.patience_steps},
-                "harness": {"minIterations": ah.min_iterations, "patience": ah.patience,
-                            "maxIterations": ah.max_iterations},
+                "weight": {
+                    "windowSteps": w.window_steps,
+                    "burnInSteps": w.burn_in_steps,
+                    "patienceSteps": w.patience_steps,
+                },
+                "harness": {
+                    "minIterations": ah.min_iterations,
+                    "patience": ah.patience,
+                    "maxIterations": ah.max_iterations,
+                },
             }
     if sched.evaluates_every_accepted_harness:
         # each listed evaluation happens only if the accepted harness changes at that iteration
@@ -312,8 +317,12 @@ def _plan_entries(spec: WhaleRunSpec, sched: ResolvedSchedule) -> Iterator[dict[
 
     def harness(cycle: int, step: int) -> Iterator[dict[str, Any]]:
         # iterations: the archive's, the incoming re-evaluation included; proposerIterations: the rest
-        entry: dict[str, Any] = {"cycle": cycle, "kind": "harness", "iterations": sched.harness_iterations,
-                                 "proposerIterations": sched.proposer_iterations}
+        entry: dict[str, Any] = {
+            "cycle": cycle,
+            "kind": "harness",
+            "iterations": sched.harness_iterations,
+            "proposerIterations": sched.proposer_iterations,
+        }
         if adaptive and sched.harness_rule is not None:
             entry["minIterations"] = sched.harness_rule.min_iterations
             entry["upperBound"] = True
@@ -371,8 +380,9 @@ def optimizer_updates_per_step(spec: WhaleRunSpec) -> dict[str, Any] | None:
     rollouts = r.prompts_per_step * r.rollouts_per_prompt
 
     def at(kept: int) -> int:
-        return optimizer_updates(kept, ranks=ranks, mini_batch_size=r.mini_batch_size, sft_epochs=r.sft_epochs,
-                                 scope=r.mini_batch_scope)
+        return optimizer_updates(
+            kept, ranks=ranks, mini_batch_size=r.mini_batch_size, sft_epochs=r.sft_epochs, scope=r.mini_batch_scope
+        )
 
     if r.mini_batch_scope == "perRank":
         formula = f"{r.sft_epochs} x ceil(ceil(kept / {ranks}) / {r.mini_batch_size})"

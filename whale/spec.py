@@ -100,13 +100,17 @@ Fraction = Annotated[float, Strict(), Field(gt=0, le=1)]
 DNS1123_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS1123_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 #: label keys and resource names: an optional DNS subdomain prefix and '/', then a name
-QUALIFIED_NAME = (r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
-                  r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+QUALIFIED_NAME = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 LABEL_VALUE = r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$"
 SECRET_KEY = r"^[-._a-zA-Z0-9]+$"
 #: apimachinery's resource.Quantity, without a sign: '8', '500m', '32Gi', '1.5', '2e3'
-QUANTITY = (r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
-            r"(([KMGTPE]i)|[numkMGTPE]|([eE][-+]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
+QUANTITY = (
+    r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE][-+]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 #: a download address of a data source: http(s) only, no whitespace
 SOURCE_URL = r"^https?://[^\s]+$"
@@ -117,13 +121,13 @@ ABSOLUTE_PATH = r"^/[^\x00]*[^/\x00]$"
 #: what each pattern means, for error messages (``whale.manifest`` turns a pattern mismatch into this)
 PATTERN_HINTS: dict[str, str] = {
     DNS1123_LABEL: "must be a DNS-1123 label: lowercase letters, digits and '-', starting and ending with a "
-                   "letter or digit",
+    "letter or digit",
     DNS1123_SUBDOMAIN: "must be a Kubernetes object name (DNS-1123 subdomain): lowercase letters, digits, '-' "
-                       "and '.', starting and ending with a letter or digit",
+    "and '.', starting and ending with a letter or digit",
     QUALIFIED_NAME: "must be a qualified name like 'memory', 'nvidia.com/gpu' or 'kubernetes.io/os': an optional DNS prefix "
-                    "and '/', then letters, digits, '-', '_' and '.', starting and ending with a letter or digit",
+    "and '/', then letters, digits, '-', '_' and '.', starting and ending with a letter or digit",
     LABEL_VALUE: "must be a label value: letters, digits, '-', '_' and '.', starting and ending with a letter "
-                 "or digit (or empty)",
+    "or digit (or empty)",
     SECRET_KEY: "must be a Secret key: letters, digits, '-', '_' and '.'",
     QUANTITY: "must be a Kubernetes quantity like '8', '500m', '32Gi' or '1.5' (quote it in YAML)",
     ENV_NAME: "must be an environment variable name: letters, digits and '_', not starting with a digit",
@@ -134,11 +138,49 @@ PATTERN_HINTS: dict[str, str] = {
 
 #: variables that change how a program loads, runs, finds files or reaches the network, or that the
 #: workloads read themselves: a Secret's value must never land in one of them (case-insensitive)
-DANGEROUS_ENV_PREFIXES = ("LD_", "DYLD_", "PYTHON", "BASH_", "GCONV_", "GLIBC_", "MALLOC_", "NODE_", "PERL",
-                          "RUBY", "JAVA_", "_JAVA_", "LC_", "SSL_", "AWS_", "KUBERNETES_", "WHALE_")
-DANGEROUS_ENV_NAMES = ("PATH", "HOME", "USER", "SHELL", "ENV", "IFS", "PS4", "CDPATH", "TMPDIR", "TMP", "TEMP",
-                       "LANG", "LANGUAGE", "TZ", "PWD", "HOSTNAME", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
-                       "NO_PROXY", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE")
+DANGEROUS_ENV_PREFIXES = (
+    "LD_",
+    "DYLD_",
+    "PYTHON",
+    "BASH_",
+    "GCONV_",
+    "GLIBC_",
+    "MALLOC_",
+    "NODE_",
+    "PERL",
+    "RUBY",
+    "JAVA_",
+    "_JAVA_",
+    "LC_",
+    "SSL_",
+    "AWS_",
+    "KUBERNETES_",
+    "WHALE_",
+)
+DANGEROUS_ENV_NAMES = (
+    "PATH",
+    "HOME",
+    "USER",
+    "SHELL",
+    "ENV",
+    "IFS",
+    "PS4",
+    "CDPATH",
+    "TMPDIR",
+    "TMP",
+    "TEMP",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "PWD",
+    "HOSTNAME",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "NO_PROXY",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+)
 #: the one WHALE_ variable meant for a Secret (the proposer's key; ``whale.metaharness.proposer``)
 PROPOSER_KEY_ENV = "WHALE_PROPOSER_API_KEY"
 
@@ -161,10 +203,12 @@ def _env_deny_schema() -> dict[str, Any]:
     names = "|".join(DANGEROUS_ENV_NAMES)
     return {
         "not": {"pattern": f"(?i)^(({prefixes}).*|({names}))$"},
-        "x-kubernetes-validations": [{
-            "rule": f"!self.upperAscii().startsWith('WHALE_') || self.upperAscii() == '{PROPOSER_KEY_ENV}'",
-            "message": f"WHALE_ variables are the workloads' own; only {PROPOSER_KEY_ENV} may hold a Secret",
-        }],
+        "x-kubernetes-validations": [
+            {
+                "rule": f"!self.upperAscii().startsWith('WHALE_') || self.upperAscii() == '{PROPOSER_KEY_ENV}'",
+                "message": f"WHALE_ variables are the workloads' own; only {PROPOSER_KEY_ENV} may hold a Secret",
+            }
+        ],
     }
 
 
@@ -174,8 +218,12 @@ QueueName = Annotated[str, Strict(), Field(min_length=1, max_length=63, pattern=
 QualifiedName = Annotated[str, Strict(), Field(min_length=1, max_length=317, pattern=QUALIFIED_NAME)]
 LabelValue = Annotated[str, Strict(), Field(max_length=63, pattern=LABEL_VALUE)]
 Quantity = Annotated[str, Strict(), Field(min_length=1, max_length=64, pattern=QUANTITY)]
-EnvName = Annotated[str, Strict(), Field(min_length=1, max_length=128, pattern=ENV_NAME,
-                                         json_schema_extra=_env_deny_schema()), AfterValidator(_safe_env_name)]
+EnvName = Annotated[
+    str,
+    Strict(),
+    Field(min_length=1, max_length=128, pattern=ENV_NAME, json_schema_extra=_env_deny_schema()),
+    AfterValidator(_safe_env_name),
+]
 
 
 class Condition(str, enum.Enum):
@@ -206,10 +254,12 @@ class AdaptiveWeight(_Model):
     window_epochs: Epochs | None = Field(None, description="sliding window of the mean reward (default 0.2 epoch)")
     window_steps: Steps | None = Field(None, description="the window in steps")
     burn_in_epochs: EpochsOrZero | None = Field(
-        None, description="never stop a weight phase before this (default 0.2 epoch)")
+        None, description="never stop a weight phase before this (default 0.2 epoch)"
+    )
     burn_in_steps: StepsOrZero | None = Field(None, description="burn-in in steps")
     patience_epochs: Epochs | None = Field(
-        None, description="stop after this long without a new best window mean (default 0.2 epoch)")
+        None, description="stop after this long without a new best window mean (default 0.2 epoch)"
+    )
     patience_steps: Steps | None = Field(None, description="patience in steps")
 
     @model_validator(mode="after")
@@ -225,13 +275,18 @@ class AdaptiveHarness(_Model):
     """Harness-phase patience on the archive's best training score (counted as the paper: see each field)."""
 
     min_iterations: Iterations = Field(
-        6, description="never stop before this many iterations, the incoming harness's re-evaluation included "
-        "(the paper: 6 = the incoming evaluation + 5 proposer iterations)")
+        6,
+        description="never stop before this many iterations, the incoming harness's re-evaluation included "
+        "(the paper: 6 = the incoming evaluation + 5 proposer iterations)",
+    )
     patience: Iterations = Field(
-        2, description="stop after this many iterations in a row without a better archive best")
+        2, description="stop after this many iterations in a row without a better archive best"
+    )
     max_iterations: Iterations = Field(
-        15, description="stop after this many PROPOSER iterations in any case; the incoming harness's "
-        "re-evaluation comes on top (the paper: 15, so at most 16 iterations in the phase's archive)")
+        15,
+        description="stop after this many PROPOSER iterations in any case; the incoming harness's "
+        "re-evaluation comes on top (the paper: 15, so at most 16 iterations in the phase's archive)",
+    )
 
     @property
     def max_archive_iterations(self) -> int:
@@ -261,20 +316,25 @@ class Schedule(_Model):
     round(epochs x steps-per-epoch) steps (the paper: 74/70/64 steps per epoch, E=0.6 -> 44/42/38)."""
 
     total_epochs: Epochs | None = Field(
-        None, description=f"the weight budget in epochs of D_weight (at most {MAX_STEPS} steps once converted)")
+        None, description=f"the weight budget in epochs of D_weight (at most {MAX_STEPS} steps once converted)"
+    )
     total_steps: Steps | None = Field(None, description="the weight budget in RSFT steps")
     weight_epochs_per_cycle: Epochs | None = Field(None, description="E: weight budget per cycle (whale), epochs")
     weight_steps_per_cycle: Steps | None = Field(None, description="E in steps")
     harness_iterations_per_cycle: Iterations = Field(
-        6, description="I (whale): iterations of each harness phase, the incoming harness's re-evaluation included "
-        "(the paper's I = 6 = the incoming evaluation + 5 proposer iterations)"
+        6,
+        description="I (whale): iterations of each harness phase, the incoming harness's re-evaluation included "
+        "(the paper's I = 6 = the incoming evaluation + 5 proposer iterations)",
     )
     mh_only_iterations: Iterations = Field(
-        40, description="mh_only: PROPOSER iterations of its single harness phase; the incoming (h0) evaluation "
+        40,
+        description="mh_only: PROPOSER iterations of its single harness phase; the incoming (h0) evaluation "
         "comes on top, so the archive holds mhOnlyIterations + 1 iterations (the paper: 40 search QA, 60 math, "
-        "40 chess)")
+        "40 chess)",
+    )
     max_cycles: Annotated[int, Strict(), Field(ge=1, le=MAX_CYCLES)] = Field(
-        30, description="cap on cycles; the harness phase of the last cycle still runs")
+        30, description="cap on cycles; the harness phase of the last cycle still runs"
+    )
     adaptive: Adaptive = Field(Adaptive(), description="patience rules of adaptive_whale")
 
     @model_validator(mode="after")
@@ -293,16 +353,23 @@ class Sampling(_Model):
     temperature: Temperature = 1.0
     top_p: Fraction = 1.0
     top_k: Annotated[int, Strict(), Field(ge=-1, le=MAX_TOKENS, description="-1: no top-k")] = 20
-    max_response_tokens: Tokens = Field(8192, description="per model call: max_tokens of one reply (the episode's "
-                                        "budget, episodeTokenBudget, clamps it further)")
+    max_response_tokens: Tokens = Field(
+        8192,
+        description="per model call: max_tokens of one reply (the episode's "
+        "budget, episodeTokenBudget, clamps it further)",
+    )
     episode_token_budget: Tokens | None = Field(
-        8192, description="cumulative assistant (generated) tokens one episode may spend over all its model calls; "
+        8192,
+        description="cumulative assistant (generated) tokens one episode may spend over all its model calls; "
         "each call's max_tokens is clamped to what is left, and the episode ends (end 'token_budget') when nothing "
-        "is left. The paper: 8192 search QA and math, 8129 chess. null: no episode budget")
+        "is left. The paper: 8192 search QA and math, 8129 chess. null: no episode budget",
+    )
     episode_window_tokens: Tokens | None = Field(
-        None, description="cap on the episode's length after its first prompt, assistant and tool/environment tokens "
+        None,
+        description="cap on the episode's length after its first prompt, assistant and tool/environment tokens "
         "together (verl's response_length; the paper: chess 16384, math 8192, search QA 8192 + 1024 x max turns). "
-        "null: only model.maxModelLen caps it")
+        "null: only model.maxModelLen caps it",
+    )
 
 
 class RSFT(_Model):
@@ -312,28 +379,34 @@ class RSFT(_Model):
     prompts_per_step: Batch = Field(256, description="D_weight prompts per RSFT step")
     rollouts_per_prompt: Samples = Field(8, description="rollouts sampled per prompt with the current weights")
     score_threshold: Annotated[float, Strict(), Field(ge=0, lt=1)] = Field(
-        0.5, description="keep trajectories with reward > this; rewards are in [0, 1], so it lies in [0, 1): "
-        "1 or more keeps nothing (no step would train), below 0 keeps everything, failed episodes included")
+        0.5,
+        description="keep trajectories with reward > this; rewards are in [0, 1], so it lies in [0, 1): "
+        "1 or more keeps nothing (no step would train), below 0 keeps everything, failed episodes included",
+    )
     sft_epochs: Annotated[int, Strict(), Field(ge=1, le=100)] = Field(
-        1, description="SFT epochs over each step's kept trajectories")
+        1, description="SFT epochs over each step's kept trajectories"
+    )
     mini_batch_size: Batch = Field(64, description="trajectories per optimiser step")
     micro_batch_size_per_gpu: Batch = Field(2, description="trajectories per forward pass (1 for chess in the paper)")
     learning_rate: Annotated[float, Strict(), Field(gt=0, le=MAX_LEARNING_RATE)] = Field(
-        1e-7, description="1e-7 for math and chess in the paper, 1e-6 for search QA")
+        1e-7, description="1e-7 for math and chess in the paper, 1e-6 for search QA"
+    )
     lr_scheduler: Literal["constant", "cosine", "linear"] = "constant"
     warmup_steps: StepsOrZero = 0
     weight_decay: Annotated[float, Strict(), Field(ge=0, le=10)] = Field(
-        0.01, description="AdamW weight decay (the paper: 0.01, verl's default)")
+        0.01, description="AdamW weight decay (the paper: 0.01, verl's default)"
+    )
     max_grad_norm: Annotated[float, Strict(), Field(gt=0, le=1e6)] = 1.0
     optimizer: Literal["adamw"] = "adamw"
-    precision: Literal["auto", "bf16", "fp32"] = Field(
-        "auto", description="auto = bf16 on a GPU, fp32 on the CPU"
-    )
+    precision: Literal["auto", "bf16", "fp32"] = Field("auto", description="auto = bf16 on a GPU, fp32 on the CPU")
     gradient_checkpointing: StrictBool = Field(
-        False, description="recompute activations (measured not to pay on an H200)")
+        False, description="recompute activations (measured not to pay on an H200)"
+    )
     compile_layers: StrictBool = Field(
-        False, description="torch.compile each decoder layer (GPU): 60 % MFU at fixed lengths, 47 % at variable "
-        "ones with bucket padding, against 24-39 % eager (H200, docs/performance.md)")
+        False,
+        description="torch.compile each decoder layer (GPU): 60 % MFU at fixed lengths, 47 % at variable "
+        "ones with bucket padding, against 24-39 % eager (H200, docs/performance.md)",
+    )
     pack_sequences: StrictBool = Field(False, description="pack trajectories into full rows instead of padding")
     padding: Literal["auto", "bucket", "longest", "masked"] = Field(
         "auto",
@@ -345,8 +418,10 @@ class RSFT(_Model):
         0, description="also checkpoint every N steps for resume (0 = only at evaluation points and phase end)"
     )
     seed: Int64 = Field(
-        42, description="seed of the RSFT prompt order and of each step's sampling and minibatch shuffles (the "
-        "paper's launchers: 42, verl's data.seed)")
+        42,
+        description="seed of the RSFT prompt order and of each step's sampling and minibatch shuffles (the "
+        "paper's launchers: 42, verl's data.seed)",
+    )
     sampling: Sampling = Sampling()
     mini_batch_scope: Literal["perRank", "global"] = Field(
         "perRank",
@@ -355,7 +430,8 @@ class RSFT(_Model):
         "miniBatchSize sequences, so one optimiser update covers ranks x miniBatchSize sequences and a step makes "
         "sftEpochs x ceil(ceil(kept / ranks) / miniBatchSize) updates; global: miniBatchSize sequences per update "
         "over all ranks, sftEpochs x ceil(kept / miniBatchSize) updates (ranks times more at the same learning "
-        "rate). `whale plan` prints the figure")
+        "rate). `whale plan` prints the figure",
+    )
     attention: Literal["auto", "sdpa", "flex", "flash"] = Field(
         "auto",
         description="attention kernel of packed micro-batches (packSequences: true), where several trajectories "
@@ -363,7 +439,8 @@ class RSFT(_Model):
         "(compiled with the layers on a GPU); sdpa = transformers' dense document mask (exact, but off the flash "
         "kernel); flash = flash-attn's varlen kernel (needs the flash-attn package in the worker image); auto = "
         "flex when packing. flex and flash need packSequences: true (padded micro-batches already run SDPA's "
-        "flash kernel)")
+        "flash kernel)",
+    )
 
     @model_validator(mode="after")
     def _batches(self) -> RSFT:
@@ -385,11 +462,14 @@ class SecretKeyRef(_Model):
 
     name: K8sName = Field(..., description="the Secret (a Kubernetes object name)")
     key: Annotated[str, Strict(), Field(min_length=1, max_length=253, pattern=SECRET_KEY)] = Field(
-        ..., description="the key inside the Secret")
+        ..., description="the key inside the Secret"
+    )
     env: EnvName | None = Field(
-        None, description="environment variable holding the value (locally for `whale run`; on a cluster the "
+        None,
+        description="environment variable holding the value (locally for `whale run`; on a cluster the "
         f"Secret is injected under it; default {PROPOSER_KEY_ENV}); loader, interpreter, shell, proxy, "
-        "TLS and WHALE_ variables are refused")
+        "TLS and WHALE_ variables are refused",
+    )
 
 
 #: an absolute host path (a cli proposer's install, mounted read-only into its sandbox)
@@ -408,36 +488,56 @@ class Proposer(_Model):
         "sandbox; replay: a recorded proposal script (tests/CI)",
     )
     model: Annotated[str, Strict(), Field(min_length=1, max_length=256)] | None = Field(
-        None, description="openai/anthropic: the model to ask (e.g. claude-opus-4-1)")
+        None, description="openai/anthropic: the model to ask (e.g. claude-opus-4-1)"
+    )
     base_url: Annotated[str, Strict(), Field(min_length=1, max_length=2048)] | None = Field(
-        None, description="openai: the OpenAI-compatible endpoint (.../v1); anthropic: the Messages API root "
-        "(default https://api.anthropic.com)")
+        None,
+        description="openai: the OpenAI-compatible endpoint (.../v1); anthropic: the Messages API root "
+        "(default https://api.anthropic.com)",
+    )
     api_key_secret: SecretKeyRef | None = Field(
-        None, description="the API key (openai, anthropic; cli: handed to the agent under `env`); required for "
-        "openai/anthropic, except an openai baseUrl on loopback")
+        None,
+        description="the API key (openai, anthropic; cli: handed to the agent under `env`); required for "
+        "openai/anthropic, except an openai baseUrl on loopback",
+    )
     command: list[Annotated[str, Strict(), Field(max_length=65_536)]] | None = Field(
-        None, max_length=256, description="cli backend: argv template; {scratch} {archive} {skill} {prompt} {n} "
-        "{iteration} {max_turns} {timeout}")
+        None,
+        max_length=256,
+        description="cli backend: argv template; {scratch} {archive} {skill} {prompt} {n} "
+        "{iteration} {max_turns} {timeout}",
+    )
     read_paths: list[AbsolutePath] = Field(
-        default_factory=list, max_length=32, description="cli backend: absolute host paths of the agent's own "
-        "install, mounted read-only in its sandbox (the system runtime under /usr is always there)")
+        default_factory=list,
+        max_length=32,
+        description="cli backend: absolute host paths of the agent's own "
+        "install, mounted read-only in its sandbox (the system runtime under /usr is always there)",
+    )
     network: Literal["host", "none"] = Field(
-        "host", description="cli backend: host = its sandbox shares the host's network (the agent must reach its "
-        "API; the only sandbox with a network); none = no network")
+        "host",
+        description="cli backend: host = its sandbox shares the host's network (the agent must reach its "
+        "API; the only sandbox with a network); none = no network",
+    )
     script: Annotated[str, Strict(), Field(min_length=1, max_length=4096)] | None = Field(
-        None, description="replay backend: path of the recorded proposal script")
+        None, description="replay backend: path of the recorded proposal script"
+    )
     timeout_seconds: Seconds = Field(2400, description="per iteration: wall time of the proposer's session")
     max_turns: Annotated[int, Strict(), Field(ge=1, le=10_000)] = Field(
-        40, description="per iteration: model calls (cli: the {max_turns} template field)")
+        40, description="per iteration: model calls (cli: the {max_turns} template field)"
+    )
     max_tokens: Annotated[int, Strict(), Field(ge=1, le=MAX_PROPOSER_TOKENS)] = Field(
-        200_000, description="per iteration: tokens the model generated plus tokens it read for the first time "
-        "(not the same context re-counted per call)")
+        200_000,
+        description="per iteration: tokens the model generated plus tokens it read for the first time "
+        "(not the same context re-counted per call)",
+    )
     max_reply_tokens: Tokens = Field(8192, description="openai/anthropic: the longest reply of one model call")
     run_candidate_rollouts: Annotated[int, Strict(), Field(ge=0, le=MAX_TRIAL_ROLLOUTS)] = Field(
-        64, description="openai/anthropic: D_harness rollouts the run_candidate tool may spend per iteration "
-        "(counted in the phase's rollouts; at most 16 per call); 0 removes the tool")
-    shell: StrictBool = Field(True, description="openai/anthropic: offer the sandboxed run_shell tool over the "
-                              "read-only archive copy")
+        64,
+        description="openai/anthropic: D_harness rollouts the run_candidate tool may spend per iteration "
+        "(counted in the phase's rollouts; at most 16 per call); 0 removes the tool",
+    )
+    shell: StrictBool = Field(
+        True, description="openai/anthropic: offer the sandboxed run_shell tool over the read-only archive copy"
+    )
 
     @model_validator(mode="after")
     def _backend_fields(self) -> Proposer:
@@ -460,20 +560,24 @@ class RewardIntegrity(_Model):
         "the phase result and the status; off: no checks (model usage is still recorded)",
     )
     min_token_ratio: Annotated[float, Strict(), Field(ge=0, le=1)] = Field(
-        0.25, description="flag a candidate that beats the incoming harness's score with fewer completion "
+        0.25,
+        description="flag a candidate that beats the incoming harness's score with fewer completion "
         "tokens per episode than this fraction of the incoming's (0 disables this rule)",
     )
 
 
 class HarnessSearch(_Model):
     proposals_per_iteration: Annotated[int, Strict(), Field(ge=1, le=100)] = Field(
-        3, description="candidate harnesses the proposer writes per iteration")
+        3, description="candidate harnesses the proposer writes per iteration"
+    )
     rollouts_per_item: Samples = Field(1, description="rollouts per D_harness item when scoring a candidate")
     prompt_only: StrictBool = Field(False, description="FST baseline: only the two prompt constants may change")
     smoke_test_items: Items = Field(4, description="D_harness items a candidate must survive before full scoring")
     candidate_timeout_seconds: Seconds = Field(3600, description="wall time to score one candidate")
     proposer: Proposer = Proposer()
-    integrity: RewardIntegrity = Field(RewardIntegrity(), description="flag/refuse candidates that score without the model")
+    integrity: RewardIntegrity = Field(
+        RewardIntegrity(), description="flag/refuse candidates that score without the model"
+    )
 
 
 class Evaluation(_Model):
@@ -482,24 +586,29 @@ class Evaluation(_Model):
     samples_per_item: Samples = Field(8, description="k of mean@k")
     temperature: Temperature = 1.0
     interval_epochs: Epochs | None = Field(
-        None, description=f"evaluate every this many epochs (default 0.1; at most {MAX_EVALUATION_POINTS} "
-        "points over the weight budget)")
+        None,
+        description=f"evaluate every this many epochs (default 0.1; at most {MAX_EVALUATION_POINTS} "
+        "points over the weight budget)",
+    )
     interval_steps: Steps | None = Field(None, description="the interval in steps")
     at_start: StrictBool = Field(True, description="also evaluate (theta0, h0) before anything trains")
-    after_harness_phase: StrictBool = Field(
-        True, description="evaluate the accepted harness after every harness phase")
+    after_harness_phase: StrictBool = Field(True, description="evaluate the accepted harness after every harness phase")
     every_accepted_harness: StrictBool = Field(
-        True, description="mh_only: evaluate every harness its search accepts - each iteration whose accepted "
+        True,
+        description="mh_only: evaluate every harness its search accepts - each iteration whose accepted "
         "(best-so-far) harness changes - not only the start and the end, so that its best over evaluation points "
         "is measured like the other conditions'. One mean@k pass per change: at most mhOnlyIterations of them "
-        "(`whale plan` lists the bound); false: the start and the accepted harness at the end only")
+        "(`whale plan` lists the bound); false: the start and the accepted harness at the end only",
+    )
     max_items: Items | None = Field(None, description="cap the test items (smoke runs)")
     split: Literal["test", "harness", "weight"] = "test"
     seed: Int64 | None = Field(
-        0, description="sampling seed of every evaluation: each model call's seed is derived from (seed, item id, "
+        0,
+        description="sampling seed of every evaluation: each model call's seed is derived from (seed, item id, "
         "sample index, turn), so the same checkpoint and harness give the same mean@k whatever the concurrency or "
         "batching (sent as the request's `seed` to an OpenAI-compatible server, which vLLM honours; reproducible "
-        "up to the server's floating-point nondeterminism). null: unseeded sampling")
+        "up to the server's floating-point nondeterminism). null: unseeded sampling",
+    )
 
     @model_validator(mode="after")
     def _one_unit(self) -> Evaluation:
@@ -510,16 +619,19 @@ class Evaluation(_Model):
 
 class Model(_Model):
     name: Annotated[str, Strict(), Field(min_length=1)] = Field(
-        ..., description="HF model id, or a local path / store URI of a checkpoint")
+        ..., description="HF model id, or a local path / store URI of a checkpoint"
+    )
     revision: str | None = Field(None, description="HF revision (branch, tag or commit)")
     served_model_name: str | None = Field(None, description="the name vLLM serves the model under")
     max_model_len: Tokens = Field(32768, description="vLLM --max-model-len")
     trust_remote_code: StrictBool = False
     gguf_file: str | None = Field(None, description="load from this GGUF file inside `name` (CPU demo models)")
     enable_thinking: StrictBool = Field(
-        True, description="the chat template's enable_thinking: sent as chat_template_kwargs on every request "
+        True,
+        description="the chat template's enable_thinking: sent as chat_template_kwargs on every request "
         "(training rollouts, evaluation, harness search) and used when RSFT re-renders a trajectory; the model's "
-        "thinking stays in the reply's content and carries loss like any generated token (the paper: true)")
+        "thinking stays in the reply's content and carries loss like any generated token (the paper: true)",
+    )
 
 
 class DataSourcePin(_Model):
@@ -528,42 +640,58 @@ class DataSourcePin(_Model):
     domain's source names."""
 
     name: Annotated[str, Strict(), Field(min_length=1, max_length=64, pattern=DNS1123_LABEL)] = Field(
-        ..., description="the source, e.g. lichess-puzzles, dapo-math-17k, nq-train")
+        ..., description="the source, e.g. lichess-puzzles, dapo-math-17k, nq-train"
+    )
     url: Annotated[str, Strict(), Field(min_length=8, max_length=2048, pattern=SOURCE_URL)] | None = Field(
-        None, description="download it from here instead (a mirror); http or https")
+        None, description="download it from here instead (a mirror); http or https"
+    )
     sha256: Annotated[str, Strict(), Field(min_length=64, max_length=64, pattern=SHA256_HEX)] | None = Field(
-        None, description="refuse a download whose SHA-256 differs (the Lichess file changes monthly: pin the "
-        "one you mean)")
+        None,
+        description="refuse a download whose SHA-256 differs (the Lichess file changes monthly: pin the one you mean)",
+    )
 
 
 class Data(_Model):
     """Where the domain's raw files are, and optional caps on the split sizes."""
 
     source: Literal["sample", "full"] = Field(
-        "sample", description="sample: the small files under dataDir (../shared/data), what `whale run` and CI use; "
+        "sample",
+        description="sample: the small files under dataDir (../shared/data), what `whale run` and CI use; "
         "full: the paper's datasets, fetched, checksummed and split by the prepare phase (`whale prepare` locally, "
-        "the prepare Job on a cluster) into the run's store, with the paper's split sizes (docs/data.md)")
+        "the prepare Job on a cluster) into the run's store, with the paper's split sizes (docs/data.md)",
+    )
     sources: list[DataSourcePin] = Field(
-        default_factory=list, max_length=32, description="source: full only: mirrors and pinned digests of "
-        "named sources")
-    data_dir: str | None = Field(None, max_length=4096,
-                                 description="raw data root (default: $WHALE_DATA_DIR or ../shared/data)")
-    seed: Int64 = Field(42, description="seed of the split draws: D_harness, D_weight order, sampled test items (the "
-                        "paper's reference code: 42)")
+        default_factory=list,
+        max_length=32,
+        description="source: full only: mirrors and pinned digests of named sources",
+    )
+    data_dir: str | None = Field(
+        None, max_length=4096, description="raw data root (default: $WHALE_DATA_DIR or ../shared/data)"
+    )
+    seed: Int64 = Field(
+        42,
+        description="seed of the split draws: D_harness, D_weight order, sampled test items (the "
+        "paper's reference code: 42)",
+    )
     weight_size: Items | None = Field(None, description="cap |D_weight|")
     harness_size: Items = Field(256, description="|D_harness|")
     test_size: Items | None = Field(
-        None, description="|D_test| (per benchmark where the domain has several); unset: the domain's default")
+        None, description="|D_test| (per benchmark where the domain has several); unset: the domain's default"
+    )
     math_set: Literal["aime", "gsm8k"] = Field(
-        "aime", description="math_reasoning's problem set: aime = the paper's (D_test AIME 2024 + 2025, D_weight and "
+        "aime",
+        description="math_reasoning's problem set: aime = the paper's (D_test AIME 2024 + 2025, D_weight and "
         "D_harness from the MATH train pool); gsm8k = grade-school word problems (D_weight and D_harness from GSM8K "
         "train, D_test from GSM8K test, 1,319 problems), for models whose AIME score can only be 0; other domains "
-        "ignore it")
+        "ignore it",
+    )
     corpus: Literal["auto", "local", "wiki18"] = Field(
-        "auto", description="search_qa's retrieval corpus, and with it the training questions: local = BM25 over the "
+        "auto",
+        description="search_qa's retrieval corpus, and with it the training questions: local = BM25 over the "
         "shipped passages, D_weight/D_harness only the questions whose answer BM25 retrieves in the top 5; "
         "wiki18 = the paper's e5-base-v2 over wiki-18 (21 M passages, prepared on the cluster), every training "
-        "question; auto = wiki18 on a cluster (the operator), local in `whale run`")
+        "question; auto = wiki18 on a cluster (the operator), local in `whale run`",
+    )
 
     @model_validator(mode="after")
     def _sources(self) -> Data:
@@ -577,9 +705,7 @@ class Data(_Model):
 
 
 class Storage(_Model):
-    uri: str | None = Field(
-        None, description="file:///path or s3://bucket/prefix; `whale run --store` overrides it"
-    )
+    uri: str | None = Field(None, description="file:///path or s3://bucket/prefix; `whale run --store` overrides it")
     endpoint: str | None = Field(None, description="S3 endpoint host:port (MinIO)")
     secure: StrictBool = Field(False, description="HTTPS to the S3 endpoint")
     region: str | None = None
@@ -596,25 +722,32 @@ class Inference(_Model):
     )
     base_url: str | None = Field(None, description="openai backend: an existing OpenAI-compatible endpoint")
     max_concurrency: Annotated[int, Strict(), Field(ge=1, le=100_000)] = Field(
-        64, description="episodes in flight against the server")
+        64, description="episodes in flight against the server"
+    )
     request_timeout_seconds: Seconds = 600
     tensor_parallel_size: Annotated[int, Strict(), Field(ge=1, le=1_024)] = Field(
-        1, description="vLLM --tensor-parallel-size")
+        1, description="vLLM --tensor-parallel-size"
+    )
     gpu_memory_utilization: Fraction = 0.9
     tool_call_parser: str | None = Field("qwen3_coder", description="vLLM --tool-call-parser")
     extra_args: list[str] = Field(default_factory=list, max_length=256, description="more `vllm serve` arguments")
     reasoning_parser: str | None = Field(
-        None, max_length=64, description="vLLM --reasoning-parser (e.g. qwen3), passed when model.enableThinking is true: the "
+        None,
+        max_length=64,
+        description="vLLM --reasoning-parser (e.g. qwen3), passed when model.enableThinking is true: the "
         "server then moves the thinking out of content into reasoning_content, so harnesses and verifiers see only "
         "the answer. null (the paper's setting): the thinking stays inline in content, as the in-process backend "
-        "gives it")
+        "gives it",
+    )
 
 
 class Retry(_Model):
     max_attempts: Annotated[int, Strict(), Field(ge=1, le=100)] = Field(
-        3, description="attempts per phase before the run fails")
+        3, description="attempts per phase before the run fails"
+    )
     active_deadline_seconds: Annotated[int, Strict(), Field(ge=1, le=MAX_DEADLINE_S)] | None = Field(
-        None, description="wall time of one attempt's Job (cluster)")
+        None, description="wall time of one attempt's Job (cluster)"
+    )
 
 
 # ----- cluster-only fields (ignored by `whale run`) -----------------------------------------------
@@ -622,21 +755,32 @@ class Retry(_Model):
 
 class Resources(_Model):
     requests: dict[QualifiedName, Quantity] = Field(
-        default_factory=dict, max_length=32, description="e.g. cpu: '8', memory: 32Gi, nvidia.com/gpu: '1'")
+        default_factory=dict, max_length=32, description="e.g. cpu: '8', memory: 32Gi, nvidia.com/gpu: '1'"
+    )
     limits: dict[QualifiedName, Quantity] = Field(default_factory=dict, max_length=32)
 
 
 class Toleration(_Model):
     """A Kubernetes toleration, with the API server's own consistency rules checked up front."""
 
-    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
-        {"rule": "!has(self.value) || self.value == '' || !has(self.operator) || self.operator != 'Exists'",
-         "message": "value must be empty when operator is Exists"},
-        {"rule": "!has(self.tolerationSeconds) || has(self.effect) && self.effect == 'NoExecute'",
-         "message": "tolerationSeconds applies only to effect NoExecute"},
-        {"rule": "has(self.key) && self.key != '' || has(self.operator) && self.operator == 'Exists'",
-         "message": "a toleration without a key must have operator Exists"},
-    ]})
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.value) || self.value == '' || !has(self.operator) || self.operator != 'Exists'",
+                    "message": "value must be empty when operator is Exists",
+                },
+                {
+                    "rule": "!has(self.tolerationSeconds) || has(self.effect) && self.effect == 'NoExecute'",
+                    "message": "tolerationSeconds applies only to effect NoExecute",
+                },
+                {
+                    "rule": "has(self.key) && self.key != '' || has(self.operator) && self.operator == 'Exists'",
+                    "message": "a toleration without a key must have operator Exists",
+                },
+            ]
+        }
+    )
 
     key: QualifiedName | None = None
     operator: Literal["Exists", "Equal"] | None = None
@@ -692,11 +836,15 @@ class Tracking(_Model):
     ends (docs/report.md); ``whale report --export`` replays a whole run from the store."""
 
     report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
-        default_factory=list, max_length=3, description="tracking backends (extras whale-k8s[tensorboard|wandb|mlflow])")
+        default_factory=list, max_length=3, description="tracking backends (extras whale-k8s[tensorboard|wandb|mlflow])"
+    )
     project: str | None = Field(None, max_length=128, description="W&B project / MLflow experiment (default: whale)")
     tensorboard_dir: str = Field(
-        ".whale/tensorboard", max_length=4096, description="event files go to {tensorboardDir}/{run name}; relative to the working directory "
-        "of `whale run` (on a cluster: a path on a mounted volume)")
+        ".whale/tensorboard",
+        max_length=4096,
+        description="event files go to {tensorboardDir}/{run name}; relative to the working directory "
+        "of `whale run` (on a cluster: a path on a mounted volume)",
+    )
 
 
 class Sandbox(_Model):
@@ -716,14 +864,18 @@ class Verifier(_Model):
     The defaults are the paper's; the alternatives are there to measure what the stricter rule costs."""
 
     math_answer: Literal["dapo", "mathVerify"] = Field(
-        "dapo", description="math_reasoning: dapo (the paper's) = the reference code's strict DAPO match (verl's "
+        "dapo",
+        description="math_reasoning: dapo (the paper's) = the reference code's strict DAPO match (verl's "
         "math_dapo with strict_box_verify): the last \\boxed{...} in the final reply's last 100 characters must be "
         "exactly the gold answer's string (no normalisation: 0.5 is not \\frac{1}{2}, ' 204' is not '204'); "
-        "mathVerify = the last box anywhere in the final reply, math-verify's symbolic equivalence with the gold one")
+        "mathVerify = the last box anywhere in the final reply, math-verify's symbolic equivalence with the gold one",
+    )
     chess_move: Literal["stored", "anyMate"] = Field(
-        "stored", description="chess_puzzles: stored (the paper's) = only the puzzle's stored move counts at each "
+        "stored",
+        description="chess_puzzles: stored (the paper's) = only the puzzle's stored move counts at each "
         "step; anyMate = also accept any move that checkmates on the spot and count the puzzle solved (Lichess's "
-        "own rule)")
+        "own rule)",
+    )
 
 
 # ----- the spec -----------------------------------------------------------------------------------
@@ -765,8 +917,7 @@ class WhaleRunSpec(_Model):
             )
         if self.condition is Condition.WHALE and not has_cycle:
             raise ValueError(
-                "schedule: condition whale needs E: set schedule.weightEpochsPerCycle or "
-                "schedule.weightStepsPerCycle"
+                "schedule: condition whale needs E: set schedule.weightEpochsPerCycle or schedule.weightStepsPerCycle"
             )
         if self.condition in (Condition.RSFT_ONLY, Condition.ADAPTIVE_WHALE) and has_cycle:
             raise ValueError(
@@ -816,7 +967,8 @@ class BestEval(_Model):
     checkpoint: str | None = None
     rollouts_at: int = Field(0, description="training rollouts spent when this point was reached")
     iteration: int | None = Field(
-        None, description="mh_only: the harness-search iteration whose accepted harness this point evaluates")
+        None, description="mh_only: the harness-search iteration whose accepted harness this point evaluates"
+    )
 
 
 class Condition_(_Model):  # noqa: N801 - metav1.Condition, named apart from the run Condition enum
@@ -846,7 +998,8 @@ class EvalPoint(_Model):
     harness: str | None = None
     rollouts_at: int = 0
     iteration: int | None = Field(
-        None, description="mh_only: the harness-search iteration whose accepted harness this evaluates")
+        None, description="mh_only: the harness-search iteration whose accepted harness this evaluates"
+    )
     mean_at_k: float | None = Field(None, description="set when the evaluation finished")
     k: int | None = Field(None, description="k of meanAtK, set with it")
 
@@ -891,18 +1044,24 @@ class WhaleRunStatus(_Model):
     rollouts_completed: NonNegInt = Field(0, description="training rollouts of finished phases")
     rollouts_spent: NonNegInt = Field(0, description="training rollouts so far (finished + running phases)")
     empty_steps: NonNegInt = Field(
-        0, description="RSFT steps so far that kept no trajectory (no reward above rsft.scoreThreshold: SFT skipped, "
-        "the weights did not move), finished + running weight phases; a warning when it grows")
+        0,
+        description="RSFT steps so far that kept no trajectory (no reward above rsft.scoreThreshold: SFT skipped, "
+        "the weights did not move), finished + running weight phases; a warning when it grows",
+    )
     empty_steps_completed: NonNegInt = Field(0, description="emptySteps of the finished weight phases")
     last_empty_step: NonNegInt | None = Field(None, description="the latest global step that kept no trajectory")
     evals: list[EvalPoint] = Field(default_factory=list)
     best: BestEval | None = Field(None, description="the best test mean@k over every evaluation point")
     final: BestEval | None = Field(
-        None, description="the test mean@k of the run's last evaluation point in schedule order - the agent it "
-        "ends with; set when the run succeeds. Beside best: a condition evaluated more often is not favoured here")
+        None,
+        description="the test mean@k of the run's last evaluation point in schedule order - the agent it "
+        "ends with; set when the run succeeds. Beside best: a condition evaluated more often is not favoured here",
+    )
     integrity_flags: list[IntegrityFlagStatus] = Field(
-        default_factory=list, description="harness candidates flagged for reward integrity (at most 20 per phase, "
-        "the accepted one first; the phase's result.json lists them all)")
+        default_factory=list,
+        description="harness candidates flagged for reward integrity (at most 20 per phase, "
+        "the accepted one first; the phase's result.json lists them all)",
+    )
     last_eval_mean: float | None = None
     reason: str | None = None
     message: str | None = None

@@ -114,7 +114,9 @@ class PuzzleEpisode:
             # SAN for every legal move is most of the cost of a step; nobody reads it once the episode is over
             "legal_moves": []
             if self.done
-            else [{"uci": move.uci(), "san": board.san(move)} for move in sorted(board.legal_moves, key=lambda m: m.uci())],
+            else [
+                {"uci": move.uci(), "san": board.san(move)} for move in sorted(board.legal_moves, key=lambda m: m.uci())
+            ],
             "in_check": board.is_check(),
             "malformed_retries_left": max(0, MALFORMED_RETRIES - self.malformed),
             "illegal_retries_left": max(0, ILLEGAL_RETRIES - self.illegal),

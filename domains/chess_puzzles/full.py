@@ -134,16 +134,21 @@ def read_zst_csv(path: Path, max_rows: int = MAX_ROWS) -> Iterator[dict[str, str
         try:
             missing = [c for c in REQUIRED_COLUMNS if c not in (rows.fieldnames or [])]
             if missing:
-                raise FullDataError(f"{path}: header lacks {', '.join(missing)}; expected the Lichess columns "
-                                    f"{','.join(LICHESS_COLUMNS)}")
+                raise FullDataError(
+                    f"{path}: header lacks {', '.join(missing)}; expected the Lichess columns "
+                    f"{','.join(LICHESS_COLUMNS)}"
+                )
             for n, row in enumerate(rows, 1):
                 if n > max_rows:
-                    raise FullDataError(f"{path}: more than {max_rows:,} rows; the Lichess database has ~5 M; is it "
-                                        "the right file?")
+                    raise FullDataError(
+                        f"{path}: more than {max_rows:,} rows; the Lichess database has ~5 M; is it the right file?"
+                    )
                 yield row
         except (zstandard.ZstdError, csv.Error, UnicodeDecodeError) as exc:
-            raise FullDataError(f"{path}: not a readable zstd-compressed Lichess CSV near line {rows.line_num} "
-                                f"({type(exc).__name__}: {exc})") from None
+            raise FullDataError(
+                f"{path}: not a readable zstd-compressed Lichess CSV near line {rows.line_num} "
+                f"({type(exc).__name__}: {exc})"
+            ) from None
 
 
 def build(paths: Mapping[str, Path], data: Data) -> tuple[dict[str, list[dict[str, str]]], dict[str, Any]]:
@@ -160,11 +165,22 @@ def build(paths: Mapping[str, Path], data: Data) -> tuple[dict[str, list[dict[st
             got = {name: len(rows_) for name, rows_ in splits.items()}
             raise FullDataError(
                 f"the Lichess file has too few usable puzzles ({eligible_rows} eligible rows) for {need}; got {got}: "
-                "lower spec.data.weightSize / harnessSize / testSize or fetch the full database")
+                "lower spec.data.weightSize / harnessSize / testSize or fetch the full database"
+            )
         keep *= 4  # many bad rows or repeats among the draw: draw more (a further pass)
     return splits, {**dict(counts), **stats, "candidates": len(rows)}
 
 
-FULL = FullData(domain="chess_puzzles", sources=(LICHESS,), version=VERSION, sizes=sizes, build=build,
-                settings=lambda data: {"seed": data.seed, "harnessSize": data.harness_size,
-                                       "weightSize": data.weight_size, "testSize": data.test_size})
+FULL = FullData(
+    domain="chess_puzzles",
+    sources=(LICHESS,),
+    version=VERSION,
+    sizes=sizes,
+    build=build,
+    settings=lambda data: {
+        "seed": data.seed,
+        "harnessSize": data.harness_size,
+        "weightSize": data.weight_size,
+        "testSize": data.test_size,
+    },
+)

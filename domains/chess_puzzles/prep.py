@@ -146,7 +146,9 @@ def parse_csv(text: str, where: str = "<csv>") -> list[Item]:
         line_start, line = line + 1, reader.line_num
         puzzle_id = (row.get("PuzzleId") or "").strip() or "(no PuzzleId)"
         if None in row:
-            bad.append(BadRow(line_start, puzzle_id, f"{len(header) + len(row[None])} fields, the header has {len(header)}"))
+            bad.append(
+                BadRow(line_start, puzzle_id, f"{len(header) + len(row[None])} fields, the header has {len(header)}")
+            )
             continue
         if any(value is None for value in row.values()):
             n = sum(value is not None for value in row.values())

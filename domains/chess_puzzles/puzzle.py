@@ -97,7 +97,9 @@ def parse_puzzle(row: Mapping[str, Any]) -> Puzzle:
 
     moves = tuple(_text(row, "Moves").split())
     if len(moves) < 2:
-        raise PuzzleError(puzzle_id, f"Moves {' '.join(moves)!r} needs the opponent's move and at least one solver move")
+        raise PuzzleError(
+            puzzle_id, f"Moves {' '.join(moves)!r} needs the opponent's move and at least one solver move"
+        )
     if len(moves) % 2:
         raise PuzzleError(
             puzzle_id, f"Moves has {len(moves)} plies; a puzzle line ends with the solver's move, so it must be even"

@@ -15,7 +15,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whale.domain import DEFAULT_ALLOWED_IMPORTS, SplitsInMemoryDomain, DomainError, ToolService, data_root
+from whale.domain import DEFAULT_ALLOWED_IMPORTS, DomainError, SplitsInMemoryDomain, ToolService, data_root
 
 if TYPE_CHECKING:
     from math_reasoning.env import MathEnvironment
@@ -31,8 +31,15 @@ class MathReasoning(SplitsInMemoryDomain):
     #: h0 uses 2; a candidate may use more turns, never more than this
     max_turns_limit = 8
     #: on a cluster the model's code runs in the run's code-interpreter service ($WHALE_CODE_URL)
-    tool_services = (ToolService(name="sandbox", module="whale.tools.code_interpreter", url_env="WHALE_CODE_URL",
-                                 sandboxed=True, args=("--timeout-s", "30", "--memory-mb", "1024")),)
+    tool_services = (
+        ToolService(
+            name="sandbox",
+            module="whale.tools.code_interpreter",
+            url_env="WHALE_CODE_URL",
+            sandboxed=True,
+            args=("--timeout-s", "30", "--memory-mb", "1024"),
+        ),
+    )
 
     def __init__(self, runner: CodeRunner | None = None) -> None:
         """``runner``: the code runner to use (tests, benchmarks); default resolved from the environment."""
@@ -65,8 +72,14 @@ class MathReasoning(SplitsInMemoryDomain):
     def build_splits(self, data: Data) -> dict[str, list[dict[str, Any]]]:
         from math_reasoning.data import load_splits
 
-        return load_splits(data_root(data), seed=data.seed, harness_size=data.harness_size,
-                           weight_size=data.weight_size, test_size=data.test_size, math_set=data.math_set)
+        return load_splits(
+            data_root(data),
+            seed=data.seed,
+            harness_size=data.harness_size,
+            weight_size=data.weight_size,
+            test_size=data.test_size,
+            math_set=data.math_set,
+        )
 
     def item_from_raw(self, raw: dict[str, Any]) -> dict[str, Any]:
         from math_reasoning.data import to_item

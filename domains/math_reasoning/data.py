@@ -98,20 +98,28 @@ def make_splits(
 
 
 @functools.lru_cache(maxsize=8)
-def _load(root: str, seed: int, harness_size: int, weight_size: int | None, test_size: int | None,
-          gsm8k: bool, math_set: str) -> dict[str, list[Row]]:
+def _load(
+    root: str, seed: int, harness_size: int, weight_size: int | None, test_size: int | None, gsm8k: bool, math_set: str
+) -> dict[str, list[Row]]:
     base = Path(root) / SUBDIR
     test_files, pool_files = MATH_SETS[math_set]
     test = [to_item(r, name) for name in test_files for r in read_jsonl(base / name)]
     pool = [to_item(r, name) for name in pool_files for r in read_jsonl(base / name)]
     if gsm8k and GSM8K_FILE not in pool_files:
         pool += [to_item(r, GSM8K_FILE) for r in read_jsonl(base / GSM8K_FILE)]
-    return make_splits(test, pool, seed=seed, harness_size=harness_size, weight_size=weight_size,
-                       test_size=test_size)
+    return make_splits(test, pool, seed=seed, harness_size=harness_size, weight_size=weight_size, test_size=test_size)
 
 
-def load_splits(root: Path, *, seed: int = 0, harness_size: int = 256, weight_size: int | None = None,
-                test_size: int | None = None, gsm8k: bool = False, math_set: str = "aime") -> dict[str, list[Row]]:
+def load_splits(
+    root: Path,
+    *,
+    seed: int = 0,
+    harness_size: int = 256,
+    weight_size: int | None = None,
+    test_size: int | None = None,
+    gsm8k: bool = False,
+    math_set: str = "aime",
+) -> dict[str, list[Row]]:
     """All three splits (cached per settings: ``split_sizes`` and the workloads share one parse).
 
     ``math_set``: ``aime`` (the paper's: AIME test, MATH pool) or ``gsm8k`` (GSM8K test, GSM8K train pool);

@@ -65,13 +65,21 @@ def dedup_rows(rows: Iterator[dict[str, Any]]) -> tuple[list[dict[str, Any]], in
         content = prompt[0].get("content") if prompt and isinstance(prompt[0], dict) else None
         answer = (row.get("reward_model") or {}).get("ground_truth")
         if not isinstance(content, str) or answer is None or not str(answer).strip():
-            raise FullDataError(f"dapo-math-17k row {n}: no prompt content or no reward_model.ground_truth; "
-                                "is it the DAPO-Math-17k parquet?")
+            raise FullDataError(
+                f"dapo-math-17k row {n}: no prompt content or no reward_model.ground_truth; "
+                "is it the DAPO-Math-17k parquet?"
+            )
         if content in seen:
             continue
         seen.add(content)
-        items.append({"id": f"dapo-{len(items)}", "problem": problem_text(content), "answer": str(answer).strip(),
-                      "source": "dapo-math-17k"})
+        items.append(
+            {
+                "id": f"dapo-{len(items)}",
+                "problem": problem_text(content),
+                "answer": str(answer).strip(),
+                "source": "dapo-math-17k",
+            }
+        )
     return items, n
 
 
@@ -86,8 +94,9 @@ def read_parquet_rows(path: Path) -> Iterator[dict[str, Any]]:
         for batch in handle.iter_batches(batch_size=BATCH_ROWS, columns=["prompt", "reward_model"]):
             yield from batch.to_pylist()
     except (pa.ArrowException, KeyError, ValueError) as exc:
-        raise FullDataError(f"{path}: not the DAPO-Math-17k parquet (columns prompt, reward_model): "
-                            f"{type(exc).__name__}: {exc}") from None
+        raise FullDataError(
+            f"{path}: not the DAPO-Math-17k parquet (columns prompt, reward_model): {type(exc).__name__}: {exc}"
+        ) from None
 
 
 def make_splits(pool: list[dict[str, Any]], test: list[dict[str, Any]], data: Data) -> dict[str, list[dict[str, Any]]]:
@@ -121,6 +130,16 @@ def build(paths: Mapping[str, Path], data: Data) -> tuple[dict[str, list[dict[st
     return make_splits(pool, test, data), stats
 
 
-FULL = FullData(domain="math_reasoning", sources=(DAPO,), version=VERSION, sizes=sizes, build=build,
-                settings=lambda data: {"seed": data.seed, "harnessSize": data.harness_size,
-                                       "weightSize": data.weight_size, "testSize": data.test_size})
+FULL = FullData(
+    domain="math_reasoning",
+    sources=(DAPO,),
+    version=VERSION,
+    sizes=sizes,
+    build=build,
+    settings=lambda data: {
+        "seed": data.seed,
+        "harnessSize": data.harness_size,
+        "weightSize": data.weight_size,
+        "testSize": data.test_size,
+    },
+)

@@ -105,7 +105,7 @@ def dapo_last_boxed(text: str) -> str | None:
         elif text[i] == "}":
             depth -= 1
             if depth == 0:
-                return text[start + len(_DAPO_BOX):i]
+                return text[start + len(_DAPO_BOX) : i]
     return None
 
 

@@ -23,7 +23,15 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whale.domain import DEFAULT_ALLOWED_IMPORTS, SplitsInMemoryDomain, DomainError, ToolService, data_prefix, data_root, default_data_root
+from whale.domain import (
+    DEFAULT_ALLOWED_IMPORTS,
+    DomainError,
+    SplitsInMemoryDomain,
+    ToolService,
+    data_prefix,
+    data_root,
+    default_data_root,
+)
 
 if TYPE_CHECKING:
     from search_qa.env import SearchEnvironment
@@ -38,14 +46,24 @@ LOCAL_CORPUS_KEY = "corpus/wiki_passages.jsonl"
 WIKI18_INDEX_KEY = "retriever/wiki18-e5/"
 
 #: BM25 over the shipped corpus, which the prepare workload copies into the store
-LOCAL_RETRIEVER = ToolService(name="retriever", module="whale.tools.retriever", url_env=RETRIEVER_URL_ENV,
-                              args=("--method", "bm25"), fetch=((LOCAL_CORPUS_KEY, "--corpus"),))
+LOCAL_RETRIEVER = ToolService(
+    name="retriever",
+    module="whale.tools.retriever",
+    url_env=RETRIEVER_URL_ENV,
+    args=("--method", "bm25"),
+    fetch=((LOCAL_CORPUS_KEY, "--corpus"),),
+)
 #: the paper's: e5-base-v2 over wiki-18's 21 M passages, an index the prepare workload downloads (Search-R1's
 #: release) and publishes in the store; the pod holds the 14 GB corpus + 65 GB index on its volume and maps
 #: the index (memory for the page cache, CPUs for exact search)
-WIKI18_RETRIEVER = ToolService(name="retriever", module="whale.tools.retriever", url_env=RETRIEVER_URL_ENV,
-                               args=("--threads", "0"), fetch=((WIKI18_INDEX_KEY, "--index-dir"),),
-                               requests=(("cpu", "8"), ("memory", "96Gi"), ("ephemeral-storage", "120Gi")))
+WIKI18_RETRIEVER = ToolService(
+    name="retriever",
+    module="whale.tools.retriever",
+    url_env=RETRIEVER_URL_ENV,
+    args=("--threads", "0"),
+    fetch=((WIKI18_INDEX_KEY, "--index-dir"),),
+    requests=(("cpu", "8"), ("memory", "96Gi"), ("ephemeral-storage", "120Gi")),
+)
 
 
 class SearchQA(SplitsInMemoryDomain):
@@ -99,9 +117,14 @@ class SearchQA(SplitsInMemoryDomain):
     def build_splits(self, data: Data) -> dict[str, list[dict[str, Any]]]:
         from search_qa.data import load_splits, train_filter_for
 
-        return load_splits(data_root(data), seed=data.seed, harness_size=data.harness_size,
-                           weight_size=data.weight_size, test_size=data.test_size,
-                           train=train_filter_for(data.corpus))
+        return load_splits(
+            data_root(data),
+            seed=data.seed,
+            harness_size=data.harness_size,
+            weight_size=data.weight_size,
+            test_size=data.test_size,
+            train=train_filter_for(data.corpus),
+        )
 
     def load_split(self, split: str, data: Data, store: Store | None = None) -> list[dict[str, Any]]:
         """The split; also fixes the corpus this process's searches use, and, where a retriever service
@@ -127,10 +150,16 @@ class SearchQA(SplitsInMemoryDomain):
         present = self._test_benchmarks
         if present is None and self._source == "full":  # the full data has all seven benchmarks
             return []
-        missing = (missing_benchmarks(default_data_root()) if present is None
-                   else tuple(b for b in BENCHMARKS if b not in present))
-        return [f"benchmark {b} is missing from the data; D_test uses the other {len(BENCHMARKS) - len(missing)} "
-                f"of the paper's {len(BENCHMARKS)}" for b in missing]
+        missing = (
+            missing_benchmarks(default_data_root())
+            if present is None
+            else tuple(b for b in BENCHMARKS if b not in present)
+        )
+        return [
+            f"benchmark {b} is missing from the data; D_test uses the other {len(BENCHMARKS) - len(missing)} "
+            f"of the paper's {len(BENCHMARKS)}"
+            for b in missing
+        ]
 
     def item_from_raw(self, raw: dict[str, Any]) -> dict[str, Any]:
         from search_qa.data import to_item

@@ -59,6 +59,8 @@ def missing_benchmarks(root: Path) -> tuple[str, ...]:
     """The optional benchmarks whose file the data root lacks, in the paper's order."""
     base = Path(root) / SUBDIR / "eval"
     return tuple(b for b, f in BENCHMARKS.items() if b in OPTIONAL_BENCHMARKS and not (base / f).is_file())
+
+
 TRAIN_FILES = ("ambigqa_train_nq_open_proxy.jsonl", "hotpotqa_2wiki_train_r1searcher.jsonl")
 CORPUS_FILE = "corpus/wiki_passages.jsonl"
 DEFAULT_TEST_PER_BENCHMARK = 100
@@ -152,8 +154,10 @@ def make_splits(
             if keep is None or keep(row):
                 pool.append(row)
     if harness_size >= len(pool):
-        raise DataError(f"spec.data.harnessSize={harness_size} leaves nothing for D_weight ({len(pool)} training "
-                        "questions); lower it, or use spec.data.corpus wiki18 (every training question)")
+        raise DataError(
+            f"spec.data.harnessSize={harness_size} leaves nothing for D_weight ({len(pool)} training "
+            "questions); lower it, or use spec.data.corpus wiki18 (every training question)"
+        )
     random.Random(seed).shuffle(pool)
     weight = pool[harness_size:]
     if weight_size is not None:
@@ -167,8 +171,9 @@ def train_rows(root: Path) -> list[Row]:
 
 
 @functools.lru_cache(maxsize=8)
-def _load(root: str, seed: int, harness_size: int, weight_size: int | None,
-          test_size: int | None, train_filter: TrainFilter) -> dict[str, list[Row]]:
+def _load(
+    root: str, seed: int, harness_size: int, weight_size: int | None, test_size: int | None, train_filter: TrainFilter
+) -> dict[str, list[Row]]:
     base = Path(root) / SUBDIR
     missing = missing_benchmarks(Path(root))
     tests = {
@@ -180,12 +185,26 @@ def _load(root: str, seed: int, harness_size: int, weight_size: int | None,
     if train_filter == "answerable":
         ids = answerable_ids(Path(root))
         keep = lambda row: row["id"] in ids  # noqa: E731
-    return make_splits(tests, train_rows(Path(root)), seed=seed, harness_size=harness_size,
-                       weight_size=weight_size, test_size=test_size, keep=keep)
+    return make_splits(
+        tests,
+        train_rows(Path(root)),
+        seed=seed,
+        harness_size=harness_size,
+        weight_size=weight_size,
+        test_size=test_size,
+        keep=keep,
+    )
 
 
-def load_splits(root: Path, *, seed: int = 0, harness_size: int = 256, weight_size: int | None = None,
-                test_size: int | None = None, train: TrainFilter = "answerable") -> dict[str, list[Row]]:
+def load_splits(
+    root: Path,
+    *,
+    seed: int = 0,
+    harness_size: int = 256,
+    weight_size: int | None = None,
+    test_size: int | None = None,
+    train: TrainFilter = "answerable",
+) -> dict[str, list[Row]]:
     """All three splits (cached per settings, so ``split_sizes`` and the workloads share one parse).
     ``train``: ``answerable`` (the local corpus's default) or ``all`` training questions."""
     if train not in ("answerable", "all"):
@@ -214,10 +233,16 @@ def answerable_ids(root: Path, *, topk: int = ANSWERABLE_TOPK, cache_dir: Path |
     files = [corpus] + [Path(root) / SUBDIR / "train" / f for f in TRAIN_FILES]
     for f in files:
         if not f.is_file():
-            raise DataError(f"{f}: missing. Point spec.data.dataDir (or $WHALE_DATA_DIR) at the shared data root, "
-                            "or use spec.data.corpus wiki18")
-    parts = [ANSWERABLE_VERSION, str(topk), f"k1={retrieval.BM25_K1},b={retrieval.BM25_B}",
-             *(retrieval.file_digest(f) for f in files)]
+            raise DataError(
+                f"{f}: missing. Point spec.data.dataDir (or $WHALE_DATA_DIR) at the shared data root, "
+                "or use spec.data.corpus wiki18"
+            )
+    parts = [
+        ANSWERABLE_VERSION,
+        str(topk),
+        f"k1={retrieval.BM25_K1},b={retrieval.BM25_B}",
+        *(retrieval.file_digest(f) for f in files),
+    ]
     key = hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
     cache = cache_dir or _answerable_cache_dir()
     path = cache / f"answerable-{key}.json"
@@ -239,7 +264,7 @@ def answer_hits(items: list[Row], retriever: Any, topk: int, batch: int = 256) -
     """Per item: is a gold answer in the top ``topk`` passages retrieved for its question?"""
     out: list[bool] = []
     for start in range(0, len(items), batch):
-        chunk = items[start:start + batch]
+        chunk = items[start : start + batch]
         for item, hits in zip(chunk, retriever.search([i["question"] for i in chunk], topk), strict=True):
             out.append(any(answer_in(normalize(h.passage.contents), item["golden_answers"]) for h in hits[:topk]))
     return out

@@ -49,8 +49,13 @@ TRAIN_SETS: dict[str, tuple[str, str]] = {
     "hotpotqa": ("hotpotqa-train", "hotpotqa/train.jsonl"),
 }
 SOURCES = tuple(
-    Source(name=name, url=f"{HUB}/{path}", filename=path.replace("/", "_"), max_bytes=2 << 30,
-           description=f"FlashRAG {path}")
+    Source(
+        name=name,
+        url=f"{HUB}/{path}",
+        filename=path.replace("/", "_"),
+        max_bytes=2 << 30,
+        description=f"FlashRAG {path}",
+    )
     for name, path in [*TRAIN_SETS.values(), *((n, p) for n, p, _ in TEST_SETS.values())]
 )
 PAPER_WEIGHT = 18_946
@@ -62,8 +67,11 @@ VERSION = 1
 def sizes(data: Data) -> dict[str, int]:
     per = data.test_size or DEFAULT_TEST_PER_BENCHMARK
     weight = PAPER_WEIGHT if data.weight_size is None else min(PAPER_WEIGHT, data.weight_size)
-    return {"weight": weight, "harness": data.harness_size,
-            "test": sum(min(per, rows) for _, _, rows in TEST_SETS.values())}
+    return {
+        "weight": weight,
+        "harness": data.harness_size,
+        "test": sum(min(per, rows) for _, _, rows in TEST_SETS.values()),
+    }
 
 
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
@@ -74,12 +82,15 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
                 if line.strip():
                     yield json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise FullDataError(f"{path}:{n + 1 if isinstance(exc, UnicodeDecodeError) else n}: not JSON lines "
-                            f"({type(exc).__name__}); is it the FlashRAG file?") from None
+        raise FullDataError(
+            f"{path}:{n + 1 if isinstance(exc, UnicodeDecodeError) else n}: not JSON lines "
+            f"({type(exc).__name__}); is it the FlashRAG file?"
+        ) from None
 
 
-def make_splits(tests: dict[str, list[dict[str, Any]]], train: dict[str, list[dict[str, Any]]],
-                data: Data) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
+def make_splits(
+    tests: dict[str, list[dict[str, Any]]], train: dict[str, list[dict[str, Any]]], data: Data
+) -> tuple[dict[str, list[dict[str, Any]]], dict[str, Any]]:
     """Pure: test per benchmark; the train pool de-duplicated without test questions; D_weight a seeded
     sample of it; D_harness seeded NQ questions of D_weight."""
     from search_qa.verifier import normalize
@@ -105,15 +116,22 @@ def make_splits(tests: dict[str, list[dict[str, Any]]], train: dict[str, list[di
             pool.append(row)
     target = sizes(data)["weight"]
     if len(pool) < target:
-        raise FullDataError(f"only {len(pool)} distinct training questions; D_weight needs {target}: lower "
-                            "spec.data.weightSize or check the train files")
+        raise FullDataError(
+            f"only {len(pool)} distinct training questions; D_weight needs {target}: lower "
+            "spec.data.weightSize or check the train files"
+        )
     weight = random.Random(data.seed).sample(pool, target)
     nq = [r for r in weight if r["id"].startswith(f"{HARNESS_DATASET}/")]
     if data.harness_size > len(nq):
-        raise FullDataError(f"spec.data.harnessSize={data.harness_size} is more than the {len(nq)} NQ questions of D_weight")
+        raise FullDataError(
+            f"spec.data.harnessSize={data.harness_size} is more than the {len(nq)} NQ questions of D_weight"
+        )
     harness = random.Random(f"{data.seed}:harness").sample(nq, data.harness_size)
-    stats = {"trainRows": sum(len(v) for v in train.values()), "trainDistinct": len(pool),
-             "trainDroppedAsRepeatOrTest": dropped}
+    stats = {
+        "trainRows": sum(len(v) for v in train.values()),
+        "trainDistinct": len(pool),
+        "trainDroppedAsRepeatOrTest": dropped,
+    }
     return {"weight": weight, "harness": harness, "test": test}, stats
 
 
@@ -136,6 +154,16 @@ def build(paths: Mapping[str, Path], data: Data) -> tuple[dict[str, list[dict[st
     return splits, stats
 
 
-FULL = FullData(domain="search_qa", sources=SOURCES, version=VERSION, sizes=sizes, build=build,
-                settings=lambda data: {"seed": data.seed, "harnessSize": data.harness_size,
-                                       "weightSize": data.weight_size, "testSize": data.test_size})
+FULL = FullData(
+    domain="search_qa",
+    sources=SOURCES,
+    version=VERSION,
+    sizes=sizes,
+    build=build,
+    settings=lambda data: {
+        "seed": data.seed,
+        "harnessSize": data.harness_size,
+        "weightSize": data.weight_size,
+        "testSize": data.test_size,
+    },
+)

@@ -11,8 +11,7 @@ from whale.harness.api import BaseHarness, Decision, env_action, tool_action
 class Harness(BaseHarness):
     SYSTEM_PROMPT = "Answer factual questions using search when needed."
     USER_TEMPLATE = (
-        "Question: {question}\n"
-        "Use the search tool if needed. Put the final answer only inside <answer>...</answer>."
+        "Question: {question}\nUse the search tool if needed. Put the final answer only inside <answer>...</answer>."
     )
     MAX_TURNS = 2
     MAX_FORMAT_RETRIES = 0
@@ -51,8 +50,16 @@ class Harness(BaseHarness):
                 if isinstance(queries, str):
                     queries = [queries]
                 first = [str(queries[0])] if isinstance(queries, list) and queries else queries
-                forced.append(tool_action(action.get("name") or "", {
-                    "query_list": first, "topk": self.TOPK, "max_doc_tokens": self.MAX_DOC_TOKENS,
-                }, action.get("id")))
+                forced.append(
+                    tool_action(
+                        action.get("name") or "",
+                        {
+                            "query_list": first,
+                            "topk": self.TOPK,
+                            "max_doc_tokens": self.MAX_DOC_TOKENS,
+                        },
+                        action.get("id"),
+                    )
+                )
             return Decision(actions=forced)
         return Decision(actions=[env_action(reply.get("content") or "")])

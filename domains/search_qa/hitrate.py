@@ -18,21 +18,22 @@ import random
 from pathlib import Path
 from typing import Any
 
-from search_qa.data import (answer_in, corpus_path, load_splits, missing_benchmarks, resolve_corpus,
-                            train_filter_for)
+from search_qa.data import answer_in, corpus_path, load_splits, missing_benchmarks, resolve_corpus, train_filter_for
 from search_qa.verifier import normalize
 from whale.domain import default_data_root, retrieval
 
 __all__ = ["answer_in", "hit_rates", "main", "split_rates"]
 
 
-def hit_rates(items: list[dict], retriever: retrieval.Retriever, ks: list[int], batch: int = 64) -> dict[str, dict[int, float]]:
+def hit_rates(
+    items: list[dict], retriever: retrieval.Retriever, ks: list[int], batch: int = 64
+) -> dict[str, dict[int, float]]:
     """{subset: {k: hit rate}} (pure given the retriever); items without a subset count as "all"."""
     kmax = max(ks)
     hits: dict[str, dict[int, int]] = {}
     counts: dict[str, int] = {}
     for start in range(0, len(items), batch):
-        chunk = items[start:start + batch]
+        chunk = items[start : start + batch]
         results = retriever.search([i["question"] for i in chunk], kmax)
         for item, row in zip(chunk, results, strict=True):
             sub = item.get("subset", "all")
@@ -53,8 +54,14 @@ def sample(items: list[dict], n: int | None, seed: int) -> list[dict]:
     return [it for i, it in enumerate(items) if i in keep]
 
 
-def split_rates(splits: dict[str, list[dict]], retriever: retrieval.Retriever, ks: list[int], *,
-                sample_size: int | None = None, seed: int = 0) -> dict[str, dict[str, Any]]:
+def split_rates(
+    splits: dict[str, list[dict]],
+    retriever: retrieval.Retriever,
+    ks: list[int],
+    *,
+    sample_size: int | None = None,
+    seed: int = 0,
+) -> dict[str, dict[str, Any]]:
     """{row: {"n": questions measured, "rates": {k: rate}}} for ``weight``, ``harness`` and
     ``test/<benchmark>`` (+ ``test mean``, the unweighted mean over benchmarks)."""
     out: dict[str, dict[str, Any]] = {}
@@ -90,11 +97,18 @@ def _retriever(args: argparse.Namespace, root: Path) -> Any:
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m search_qa.hitrate", description=__doc__.split("\n\n")[0])
-    p.add_argument("--method", choices=retrieval.METHODS, default="bm25", help="in-process retriever of the local corpus")
-    p.add_argument("--corpus", choices=("local", "wiki18"), default="local",
-                   help="the spec.data.corpus whose splits are measured")
-    p.add_argument("--train", choices=("answerable", "all"), default=None,
-                   help="training questions (default: the corpus's, answerable for local)")
+    p.add_argument(
+        "--method", choices=retrieval.METHODS, default="bm25", help="in-process retriever of the local corpus"
+    )
+    p.add_argument(
+        "--corpus", choices=("local", "wiki18"), default="local", help="the spec.data.corpus whose splits are measured"
+    )
+    p.add_argument(
+        "--train",
+        choices=("answerable", "all"),
+        default=None,
+        help="training questions (default: the corpus's, answerable for local)",
+    )
     p.add_argument("--retriever-url", default=None, help="measure a retriever service instead")
     p.add_argument("--index-dir", type=Path, default=None, help="measure a prepared dense index instead")
     p.add_argument("--k", type=int, nargs="+", default=[1, 3, 5])
@@ -111,11 +125,23 @@ def main(argv: list[str] | None = None) -> None:
     rows = split_rates(splits, retriever, args.k, sample_size=args.sample, seed=args.seed)
     label = args.retriever_url or (str(args.index_dir) if args.index_dir else args.method)
     if args.json:
-        print(json.dumps({"retriever": label, "corpus": args.corpus, "train": train, "rows": rows,
-                          "missing": list(missing_benchmarks(root))}))
+        print(
+            json.dumps(
+                {
+                    "retriever": label,
+                    "corpus": args.corpus,
+                    "train": train,
+                    "rows": rows,
+                    "missing": list(missing_benchmarks(root)),
+                }
+            )
+        )
         return
-    print(f"| split ({label}, corpus {args.corpus}, train {train}) | questions | "
-          + " | ".join(f"top-{k}" for k in args.k) + " |")
+    print(
+        f"| split ({label}, corpus {args.corpus}, train {train}) | questions | "
+        + " | ".join(f"top-{k}" for k in args.k)
+        + " |"
+    )
     print("|---|---|" + "---|" * len(args.k))
     for name, row in rows.items():
         print(f"| {name} | {row['n']} | " + " | ".join(f"{100 * row['rates'][k]:.1f} %" for k in args.k) + " |")

@@ -101,8 +101,14 @@ def build(out_dir: Path, *, seed: int = 0, format_updates: int = 50, copy_prob: 
     model = build_model(len(tokenizer), seed)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    sft_warmup(model, tokenizer, format_conversations(32 * format_updates, seed, copy_prob), learning_rate=3e-3,
-               seed=seed, batch_size=32)
+    sft_warmup(
+        model,
+        tokenizer,
+        format_conversations(32 * format_updates, seed, copy_prob),
+        learning_rate=3e-3,
+        seed=seed,
+        batch_size=32,
+    )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)
@@ -114,7 +120,9 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--copy-prob", type=float, default=1.0, help="share of correct answers in the warm-up data (0: format only)")
+    parser.add_argument(
+        "--copy-prob", type=float, default=1.0, help="share of correct answers in the warm-up data (0: format only)"
+    )
     args = parser.parse_args(argv)
     print(build(args.out_dir, seed=args.seed, copy_prob=args.copy_prob))
 

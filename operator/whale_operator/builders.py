@@ -154,8 +154,9 @@ def tool_url(run: RunRef, tool: ToolService) -> str:
     return f"http://{names.tool_name(run.name, tool.name)}.{run.namespace}.svc:{tool.port}"
 
 
-def workload_env(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest,
-                 tools: tuple[ToolService, ...]) -> list[dict[str, Any]]:
+def workload_env(
+    run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, tools: tuple[ToolService, ...]
+) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "WHALE_RUN", "value": run.name},
         {"name": "WHALE_PHASE", "value": request.phase},
@@ -171,10 +172,12 @@ def workload_env(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest,
         env.append({"name": tool.url_env, "value": tool_url(run, tool)})
     key = spec.harness_search.proposer.api_key_secret
     if request.kind is PhaseKind.HARNESS and key is not None:
-        env.append({
-            "name": key.env or "WHALE_PROPOSER_API_KEY",
-            "valueFrom": {"secretKeyRef": {"name": key.name, "key": key.key}},
-        })
+        env.append(
+            {
+                "name": key.env or "WHALE_PROPOSER_API_KEY",
+                "valueFrom": {"secretKeyRef": {"name": key.name, "key": key.key}},
+            }
+        )
     return env
 
 
@@ -220,8 +223,16 @@ def pod_failure_policy() -> dict[str, Any]:
 
 def workload_command(spec: WhaleRunSpec, request: PhaseRequest, store_uri: str) -> list[str]:
     """``python -m whale.workloads <kind> ...``; torchrun in front of a multi-GPU / multi-node train."""
-    module = ["whale.workloads", request.kind.workload, "--store", store_uri,
-              "--run", request.run, "--phase", request.phase]
+    module = [
+        "whale.workloads",
+        request.kind.workload,
+        "--store",
+        store_uri,
+        "--run",
+        request.run,
+        "--phase",
+        request.phase,
+    ]
     tr = spec.train
     if request.kind is PhaseKind.WEIGHT and (tr.num_nodes > 1 or tr.gpus_per_node > 1):
         return [
@@ -233,20 +244,25 @@ def workload_command(spec: WhaleRunSpec, request: PhaseRequest, store_uri: str) 
             f"--master-port={RENDEZVOUS_PORT}",
             # NOTE: "--" ends torchrun's options; without it torchrun reads the workload's --run as
             # an abbreviation of its own --run-path and refuses to start
-            "-m", "--", *module,
+            "-m",
+            "--",
+            *module,
         ]
     return ["python", "-m", *module]
 
 
-def job(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, *, store_uri: str,
-        tools: tuple[ToolService, ...] = ()) -> Manifest:
+def job(
+    run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, *, store_uri: str, tools: tuple[ToolService, ...] = ()
+) -> Manifest:
     """The Job of one phase attempt: train (weight), search (harness) or eval."""
     name = names.job_name(run.name, request.phase, request.attempt)
     kind = request.kind
     cycle = _request_cycle(request)
     labels = with_queue(
-        {**names.child_labels(run.name, kind.workload, cycle=cycle, phase=request.phase, attempt=request.attempt),
-         names.LABEL_KIND: kind.value},
+        {
+            **names.child_labels(run.name, kind.workload, cycle=cycle, phase=request.phase, attempt=request.attempt),
+            names.LABEL_KIND: kind.value,
+        },
         spec,
     )
     multi_node = kind is PhaseKind.WEIGHT and spec.train.num_nodes > 1
@@ -260,10 +276,13 @@ def job(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, *, store_uri: st
     if multi_node:
         env += [
             {"name": "WHALE_NUM_NODES", "value": str(spec.train.num_nodes)},
-            {"name": "NODE_RANK", "valueFrom": {"fieldRef": {
-                "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
-            {"name": "MASTER_ADDR",
-             "value": f"{name}-0.{names.rendezvous_service_name(name)}.{run.namespace}.svc"},
+            {
+                "name": "NODE_RANK",
+                "valueFrom": {
+                    "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
+                },
+            },
+            {"name": "MASTER_ADDR", "value": f"{name}-0.{names.rendezvous_service_name(name)}.{run.namespace}.svc"},
             {"name": "MASTER_PORT", "value": str(RENDEZVOUS_PORT)},
         ]
     elif kind is PhaseKind.WEIGHT and spec.train.gpus_per_node > 1:
@@ -304,8 +323,7 @@ def job(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, *, store_uri: st
         "template": {"metadata": {"labels": labels}, "spec": pod_spec},
     }
     if multi_node:
-        job_spec.update(completionMode="Indexed", completions=spec.train.num_nodes,
-                        parallelism=spec.train.num_nodes)
+        job_spec.update(completionMode="Indexed", completions=spec.train.num_nodes, parallelism=spec.train.num_nodes)
     if spec.retry.active_deadline_seconds:
         job_spec["activeDeadlineSeconds"] = spec.retry.active_deadline_seconds
 
@@ -323,16 +341,31 @@ def prepare_job(run: RunRef, spec: WhaleRunSpec, attempt: int, *, store_uri: str
     ``layout.split_sizes_key`` last). No phase label: it is not a ``decide()`` child; the operator
     counts its attempts from the Jobs themselves (``whale.dev/attempt``)."""
     name = names.prepare_job_name(run.name, attempt)
-    labels = with_queue({**names.child_labels(run.name, names.PREPARE, attempt=attempt),
-                         names.LABEL_KIND: names.PREPARE}, spec)
+    labels = with_queue(
+        {**names.child_labels(run.name, names.PREPARE, attempt=attempt), names.LABEL_KIND: names.PREPARE}, spec
+    )
     container: dict[str, Any] = {
         "name": WORKER_CONTAINER,
         "image": spec.cluster.images.worker,
         "imagePullPolicy": spec.cluster.images.pull_policy,
-        "command": ["python", "-m", "whale.workloads", names.PREPARE, "--store", store_uri,
-                    "--run", run.name, "--phase", names.PREPARE],
-        "env": [{"name": "WHALE_RUN", "value": run.name}, {"name": "WHALE_ATTEMPT", "value": str(attempt)},
-                {"name": "PYTHONUNBUFFERED", "value": "1"}, *storage_env(spec)],
+        "command": [
+            "python",
+            "-m",
+            "whale.workloads",
+            names.PREPARE,
+            "--store",
+            store_uri,
+            "--run",
+            run.name,
+            "--phase",
+            names.PREPARE,
+        ],
+        "env": [
+            {"name": "WHALE_RUN", "value": run.name},
+            {"name": "WHALE_ATTEMPT", "value": str(attempt)},
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+            *storage_env(spec),
+        ],
         "terminationMessagePolicy": "FallbackToLogsOnError",
     }
     env_from = storage_env_from(spec)
@@ -369,8 +402,9 @@ def rendezvous_service(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest) -
     if request.kind is not PhaseKind.WEIGHT or spec.train.num_nodes <= 1:
         return None
     job_name = names.job_name(run.name, request.phase, request.attempt)
-    labels = names.child_labels(run.name, "rendezvous", cycle=_request_cycle(request), phase=request.phase,
-                                attempt=request.attempt)
+    labels = names.child_labels(
+        run.name, "rendezvous", cycle=_request_cycle(request), phase=request.phase, attempt=request.attempt
+    )
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -399,13 +433,20 @@ def vllm_args(spec: WhaleRunSpec) -> list[str]:
     inf, model = spec.inference, spec.model
     args = [
         f"{MODELS_DIR}/current",
-        "--served-model-name", served_model_name(spec),
-        "--host", "0.0.0.0",
-        "--port", str(VLLM_PORT),
-        "--tensor-parallel-size", str(inf.tensor_parallel_size),
-        "--max-model-len", str(model.max_model_len),
-        "--gpu-memory-utilization", str(inf.gpu_memory_utilization),
-        "--max-num-seqs", str(inf.max_concurrency),
+        "--served-model-name",
+        served_model_name(spec),
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(VLLM_PORT),
+        "--tensor-parallel-size",
+        str(inf.tensor_parallel_size),
+        "--max-model-len",
+        str(model.max_model_len),
+        "--gpu-memory-utilization",
+        str(inf.gpu_memory_utilization),
+        "--max-num-seqs",
+        str(inf.max_concurrency),
     ]
     if inf.tool_call_parser:
         args += ["--enable-auto-tool-choice", "--tool-call-parser", inf.tool_call_parser]
@@ -417,8 +458,19 @@ def vllm_args(spec: WhaleRunSpec) -> list[str]:
 
 
 def _weight_sync_command(run: RunRef, spec: WhaleRunSpec, store_uri: str, once: bool) -> list[str]:
-    cmd = ["python", "-m", "whale.inference.weight_sync", "--store", store_uri, "--run", run.name,
-           "--model", spec.model.name, "--dest", MODELS_DIR]
+    cmd = [
+        "python",
+        "-m",
+        "whale.inference.weight_sync",
+        "--store",
+        store_uri,
+        "--run",
+        run.name,
+        "--model",
+        spec.model.name,
+        "--dest",
+        MODELS_DIR,
+    ]
     if spec.model.revision:
         cmd += ["--revision", spec.model.revision]
     if once:
@@ -426,8 +478,9 @@ def _weight_sync_command(run: RunRef, spec: WhaleRunSpec, store_uri: str, once: 
     return cmd + ["--server", f"http://127.0.0.1:{VLLM_PORT}"]
 
 
-def inference_deployment(run: RunRef, spec: WhaleRunSpec, *, store_uri: str, checkpoint: str | None,
-                         replicas: int = 1) -> Manifest:
+def inference_deployment(
+    run: RunRef, spec: WhaleRunSpec, *, store_uri: str, checkpoint: str | None, replicas: int = 1
+) -> Manifest:
     """vLLM serving the run's current weights. ``checkpoint`` is recorded as an annotation on the
     Deployment (not the pod template: changing it must not restart the pod); the weight-sync
     sidecar reads the serving target from the store (``control/serving.json``) and reloads vLLM."""
@@ -467,12 +520,21 @@ def inference_deployment(run: RunRef, spec: WhaleRunSpec, *, store_uri: str, che
         "env": [{"name": "HF_HOME", "value": f"{MODELS_DIR}/hf"}, {"name": "VLLM_SERVER_DEV_MODE", "value": "1"}],
         "ports": [{"name": "http", "containerPort": VLLM_PORT}],
         "volumeMounts": [*mounts, {"name": "dshm", "mountPath": "/dev/shm"}],
-        "startupProbe": {"httpGet": {"path": "/health", "port": VLLM_PORT},
-                         "periodSeconds": VLLM_STARTUP_PERIOD_S, "failureThreshold": VLLM_STARTUP_FAILURES},
-        "readinessProbe": {"httpGet": {"path": "/health", "port": VLLM_PORT}, "periodSeconds": 5,
-                           "failureThreshold": 3},
-        "livenessProbe": {"httpGet": {"path": "/health", "port": VLLM_PORT}, "periodSeconds": 15,
-                          "failureThreshold": 4},
+        "startupProbe": {
+            "httpGet": {"path": "/health", "port": VLLM_PORT},
+            "periodSeconds": VLLM_STARTUP_PERIOD_S,
+            "failureThreshold": VLLM_STARTUP_FAILURES,
+        },
+        "readinessProbe": {
+            "httpGet": {"path": "/health", "port": VLLM_PORT},
+            "periodSeconds": 5,
+            "failureThreshold": 3,
+        },
+        "livenessProbe": {
+            "httpGet": {"path": "/health", "port": VLLM_PORT},
+            "periodSeconds": 15,
+            "failureThreshold": 4,
+        },
     }
     res = resources_dict(spec.cluster.inference_resources, spec.inference.tensor_parallel_size)
     if res:
@@ -519,8 +581,9 @@ def inference_service(run: RunRef, spec: WhaleRunSpec) -> Manifest:
 # ----- tool services ------------------------------------------------------------------------------
 
 
-def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store_uri: str,
-                    replicas: int = 1) -> Manifest:
+def tool_deployment(
+    run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store_uri: str, replicas: int = 1
+) -> Manifest:
     """A tool service of the run, as the domain describes it (``Domain.tool_services_for``). Files and
     folders it needs (a retriever's corpus, a prepared index) are streamed from the store by an init
     container (``python -m whale.tools.fetch``) into the pod's ``/data`` volume, after the run's prepare
@@ -538,8 +601,11 @@ def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store
         "imagePullPolicy": spec.cluster.images.pull_policy,
         "ports": [{"name": "http", "containerPort": tool.port}],
         "readinessProbe": {"httpGet": {"path": "/healthz", "port": tool.port}, "periodSeconds": 5},
-        "livenessProbe": {"httpGet": {"path": "/healthz", "port": tool.port}, "periodSeconds": 20,
-                          "failureThreshold": 3},
+        "livenessProbe": {
+            "httpGet": {"path": "/healthz", "port": tool.port},
+            "periodSeconds": 20,
+            "failureThreshold": 3,
+        },
     }
     pod: dict[str, Any] = {**pod_placement(spec)}
     pod.pop("serviceAccountName", None)
@@ -551,7 +617,13 @@ def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store
             "name": "fetch-data",
             "image": spec.cluster.images.tools,
             "imagePullPolicy": spec.cluster.images.pull_policy,
-            "command": ["python", "-m", "whale.tools.fetch", store_uri, *[x for pair in zip(keys, local, strict=True) for x in pair]],
+            "command": [
+                "python",
+                "-m",
+                "whale.tools.fetch",
+                store_uri,
+                *[x for pair in zip(keys, local, strict=True) for x in pair],
+            ],
             "env": storage_env(spec),
             "volumeMounts": [{"name": "data", "mountPath": "/data"}],
         }
@@ -575,9 +647,11 @@ def tool_deployment(run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store
         container["env"] = [{"name": "WHALE_CACHE_DIR", "value": "/data/cache"}]
         container["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
         container["resources"] = {"requests": dict(tool.requests) or {"cpu": "2", "memory": "8Gi"}}
-        container["startupProbe"] = {"httpGet": {"path": "/healthz", "port": tool.port},
-                                     "periodSeconds": TOOL_STARTUP_PERIOD_S,
-                                     "failureThreshold": TOOL_STARTUP_TIMEOUT_S // TOOL_STARTUP_PERIOD_S}
+        container["startupProbe"] = {
+            "httpGet": {"path": "/healthz", "port": tool.port},
+            "periodSeconds": TOOL_STARTUP_PERIOD_S,
+            "failureThreshold": TOOL_STARTUP_TIMEOUT_S // TOOL_STARTUP_PERIOD_S,
+        }
         if not tool.fetch:
             volumes.append({"name": "data", "emptyDir": {}})
     pod["volumes"] = volumes
@@ -610,8 +684,11 @@ def tool_service(run: RunRef, tool: ToolService) -> Manifest:
 def sandbox_network_policy(run: RunRef, tool: ToolService) -> Manifest:
     """Sandbox pods reach nothing (no egress at all, DNS included); only the run's own workload pods
     may call them, on the service port."""
-    name = names.sandbox_policy_name(run.name) if tool.name == "sandbox" else \
-        names.tool_name(run.name, f"{tool.name}-isolation")
+    name = (
+        names.sandbox_policy_name(run.name)
+        if tool.name == "sandbox"
+        else names.tool_name(run.name, f"{tool.name}-isolation")
+    )
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
@@ -619,17 +696,20 @@ def sandbox_network_policy(run: RunRef, tool: ToolService) -> Manifest:
         "spec": {
             "podSelector": {"matchLabels": {names.LABEL_RUN: run.name, "app.kubernetes.io/component": tool.name}},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{
-                "from": [{"podSelector": {"matchLabels": {names.LABEL_RUN: run.name}}}],
-                "ports": [{"protocol": "TCP", "port": tool.port}],
-            }],
+            "ingress": [
+                {
+                    "from": [{"podSelector": {"matchLabels": {names.LABEL_RUN: run.name}}}],
+                    "ports": [{"protocol": "TCP", "port": tool.port}],
+                }
+            ],
             "egress": [],
         },
     }
 
 
-def tool_children(run: RunRef, spec: WhaleRunSpec, tools: tuple[ToolService, ...], *, store_uri: str,
-                  replicas: int = 1) -> list[Manifest]:
+def tool_children(
+    run: RunRef, spec: WhaleRunSpec, tools: tuple[ToolService, ...], *, store_uri: str, replicas: int = 1
+) -> list[Manifest]:
     out: list[Manifest] = []
     for tool in tools:
         out.append(tool_deployment(run, spec, tool, store_uri=store_uri, replicas=replicas))

@@ -72,7 +72,8 @@ async def thread_pool(**_: Any) -> None:
     (``WHALE_OPERATOR_WORKERS``, default 16) so runs do not queue behind each other's network waits."""
     workers = int(os.environ.get("WHALE_OPERATOR_WORKERS", "16"))
     asyncio.get_running_loop().set_default_executor(
-        concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reconcile"))
+        concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reconcile")
+    )
 
 
 @kopf.on.login()
@@ -100,8 +101,16 @@ def _wakeup(memo: kopf.Memo, uid: str) -> asyncio.Event:
 
 
 @kopf.daemon(API_GROUP, API_VERSION, PLURAL, cancellation_polling=0.5)
-async def whalerun_daemon(name: str, namespace: str, uid: str, body: kopf.Body, memo: kopf.Memo,
-                          stopped: kopf.DaemonStopped, logger: logging.Logger, **_: Any) -> None:
+async def whalerun_daemon(
+    name: str,
+    namespace: str,
+    uid: str,
+    body: kopf.Body,
+    memo: kopf.Memo,
+    stopped: kopf.DaemonStopped,
+    logger: logging.Logger,
+    **_: Any,
+) -> None:
     """Reconcile the run whenever something it depends on changed; never crash-loops."""
     reconciler: Reconciler = memo.reconciler
     metrics: OperatorMetrics = memo.metrics
@@ -120,8 +129,9 @@ async def whalerun_daemon(name: str, namespace: str, uid: str, body: kopf.Body, 
             else:
                 for ev in outcome.events if outcome is not None else []:
                     kopf.event(body, type=ev.type, reason=ev.reason, message=ev.message[:1000])
-                if outcome is not None and (outcome.poll or (
-                        outcome.status.phase is RunPhase.RUNNING and outcome.status.active_phase)):
+                if outcome is not None and (
+                    outcome.poll or (outcome.status.phase is RunPhase.RUNNING and outcome.status.active_phase)
+                ):
                     delay = min(delay, memo.progress_s)
             finally:
                 metrics.handler_duration.labels(handler="reconcile").observe(time.perf_counter() - started)

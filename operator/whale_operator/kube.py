@@ -80,12 +80,23 @@ class KubeClient:
         self.api.close()
 
     # --- transport ---
-    def request(self, method: str, path: str, *, body: Any = None, query: dict[str, str] | None = None,
-                content_type: str = "application/json") -> dict[str, Any]:
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        query: dict[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> dict[str, Any]:
         headers = {"Accept": "application/json", "Content-Type": content_type}
         req = self.api.param_serialize(
-            method=method, resource_path=path, query_params=list((query or {}).items()),
-            header_params=headers, body=body, auth_settings=["BearerToken"],
+            method=method,
+            resource_path=path,
+            query_params=list((query or {}).items()),
+            header_params=headers,
+            body=body,
+            auth_settings=["BearerToken"],
         )
         resp = self.api.call_api(*req, _request_timeout=REQUEST_TIMEOUT_S)
         resp.read()
@@ -126,8 +137,15 @@ class KubeClient:
                 raise Conflict(409, f"{manifest['kind']} {meta['name']} is being deleted; will retry") from None
             return existing, False
 
-    def merge_patch(self, api_version: str, kind: str, namespace: str, name: str, patch: dict[str, Any],
-                    subresource: str | None = None) -> dict[str, Any]:
+    def merge_patch(
+        self,
+        api_version: str,
+        kind: str,
+        namespace: str,
+        name: str,
+        patch: dict[str, Any],
+        subresource: str | None = None,
+    ) -> dict[str, Any]:
         path = object_path(api_version, kind, namespace, name) + (f"/{subresource}" if subresource else "")
         return self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
 
@@ -145,5 +163,6 @@ class KubeClient:
         return self.get(f"{API_GROUP}/{API_VERSION}", "WhaleRun", namespace, name)
 
     def patch_run_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
-        return self.merge_patch(f"{API_GROUP}/{API_VERSION}", "WhaleRun", namespace, name, {"status": status},
-                                subresource="status")
+        return self.merge_patch(
+            f"{API_GROUP}/{API_VERSION}", "WhaleRun", namespace, name, {"status": status}, subresource="status"
+        )

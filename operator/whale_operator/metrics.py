@@ -21,20 +21,32 @@ class OperatorMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.handler_duration = Histogram(
-            "whale_operator_handler_duration_seconds", "Time spent in one reconcile / handler call",
-            ["handler"], buckets=HANDLER_BUCKETS_S, registry=r)
+            "whale_operator_handler_duration_seconds",
+            "Time spent in one reconcile / handler call",
+            ["handler"],
+            buckets=HANDLER_BUCKETS_S,
+            registry=r,
+        )
         self.reconcile_errors = Counter(
-            "whale_operator_reconcile_errors", "Reconciles that raised, by error type", ["error"], registry=r)
+            "whale_operator_reconcile_errors", "Reconciles that raised, by error type", ["error"], registry=r
+        )
         self.runs = Gauge("whale_operator_runs", "WhaleRuns seen by this operator, by phase", ["phase"], registry=r)
         self.phase_duration = Histogram(
-            "whale_operator_phase_duration_seconds", "Wall time of finished phase attempts (Job start to end)",
-            ["kind", "outcome"], buckets=PHASE_BUCKETS_S, registry=r)
-        self.rollouts = Gauge("whale_operator_rollouts_spent", "Training rollouts spent per run",
-                              ["namespace", "run"], registry=r)
-        self.children_created = Counter("whale_operator_children_created", "Child objects created, by kind",
-                                        ["kind"], registry=r)
-        self.actions = Counter("whale_operator_actions", "Actions applied from decide(), by type", ["action"],
-                               registry=r)
+            "whale_operator_phase_duration_seconds",
+            "Wall time of finished phase attempts (Job start to end)",
+            ["kind", "outcome"],
+            buckets=PHASE_BUCKETS_S,
+            registry=r,
+        )
+        self.rollouts = Gauge(
+            "whale_operator_rollouts_spent", "Training rollouts spent per run", ["namespace", "run"], registry=r
+        )
+        self.children_created = Counter(
+            "whale_operator_children_created", "Child objects created, by kind", ["kind"], registry=r
+        )
+        self.actions = Counter(
+            "whale_operator_actions", "Actions applied from decide(), by type", ["action"], registry=r
+        )
         self._phases: dict[str, str] = {}
 
     def set_run_phase(self, uid: str, phase: RunPhase | None) -> None:

@@ -103,8 +103,9 @@ def run_labels(run: str) -> dict[str, str]:
     }
 
 
-def child_labels(run: str, component: str, *, cycle: int | None = None, phase: str | None = None,
-                 attempt: int | None = None) -> dict[str, str]:
+def child_labels(
+    run: str, component: str, *, cycle: int | None = None, phase: str | None = None, attempt: int | None = None
+) -> dict[str, str]:
     labels = run_labels(run)
     labels["app.kubernetes.io/component"] = component
     if cycle is not None:

@@ -110,8 +110,10 @@ class OperatorConfig:
             opts["access_key"] = env["AWS_ACCESS_KEY_ID"]
         if env.get("AWS_SECRET_ACCESS_KEY"):
             opts["secret_key"] = env["AWS_SECRET_ACCESS_KEY"]
-        return cls(store_options=opts,
-                   domain_split_sizes=env.get("WHALE_OPERATOR_DOMAIN_SPLIT_SIZES", "").lower() in ("1", "true"))
+        return cls(
+            store_options=opts,
+            domain_split_sizes=env.get("WHALE_OPERATOR_DOMAIN_SPLIT_SIZES", "").lower() in ("1", "true"),
+        )
 
 
 @dataclass(frozen=True)
@@ -127,8 +129,13 @@ class Outcome:
 class Reconciler:
     """Holds the clients and caches shared by every reconcile of this operator process."""
 
-    def __init__(self, kube: KubeClient, metrics: OperatorMetrics, config: OperatorConfig | None = None,
-                 clock: Callable[[], str] = utc_now):
+    def __init__(
+        self,
+        kube: KubeClient,
+        metrics: OperatorMetrics,
+        config: OperatorConfig | None = None,
+        clock: Callable[[], str] = utc_now,
+    ):
         self.kube = kube
         self.metrics = metrics
         self.config = config or OperatorConfig()
@@ -164,8 +171,11 @@ class Reconciler:
                 try:
                     self._tools[spec.domain] = domains.load(spec.domain)
                 except Exception as exc:  # noqa: BLE001 - an unknown/broken plugin is a spec problem
-                    raise SpecError("spec.domain", f"cannot load domain {spec.domain!r} in the operator ({exc}); "
-                                    "use an installed domain (`whale domains` lists them)") from None
+                    raise SpecError(
+                        "spec.domain",
+                        f"cannot load domain {spec.domain!r} in the operator ({exc}); "
+                        "use an installed domain (`whale domains` lists them)",
+                    ) from None
             domain = self._tools[spec.domain]
         try:
             return tuple(domain.tool_services_for(spec.data))
@@ -187,7 +197,7 @@ class Reconciler:
         except Exception as exc:  # noqa: BLE001 - any plugin failure means "not known here"
             raise WaitingForData(
                 f"split sizes of domain {spec.domain!r} are unknown here ({exc}); write {store.uri_for(key)} "
-                f"with {{\"weight\": N, \"harness\": N, \"test\": N}} (`whale plan` prints them)"
+                f'with {{"weight": N, "harness": N, "test": N}} (`whale plan` prints them)'
             ) from None
         store.write_json(key, sizes)
         return sizes
@@ -257,8 +267,9 @@ class Reconciler:
         try:
             sizes = self.split_sizes(store, name, spec)
         except WaitingForData as exc:
-            waiting = prev.model_copy(update={"reason": "WaitingForData", "message": str(exc),
-                                              "observed_generation": generation})
+            waiting = prev.model_copy(
+                update={"reason": "WaitingForData", "message": str(exc), "observed_generation": generation}
+            )
             waiting = st.with_conditions(waiting, prev.conditions, st.InferenceView(inference_managed), generation, now)
             self._write_status(namespace, name, raw_status, waiting)
             return Outcome(waiting, [])
@@ -279,8 +290,14 @@ class Reconciler:
         if prev.active_phase:
             metrics[prev.active_phase] = store.read_jsonl(layout.metrics_key(name, prev.active_phase))
         obs = Observations(
-            run=name, children=children, results=self.results(store, name, prev), metrics=metrics,
-            checkpoints=self.checkpoints(store, name), split_sizes=sizes, now=now, generation=generation,
+            run=name,
+            children=children,
+            results=self.results(store, name, prev),
+            metrics=metrics,
+            checkpoints=self.checkpoints(store, name),
+            split_sizes=sizes,
+            now=now,
+            generation=generation,
         )
         decision = decide(spec, prev, obs)
         running = {p for p, c in children.items() if c.state is ChildState.RUNNING}
@@ -303,8 +320,16 @@ class Reconciler:
         return Outcome(new, st.events(prev, new, reported), decision, poll=gated)
 
     # --- data preparation ---
-    def _prepare(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, prev: WhaleRunStatus,
-                 raw_status: dict[str, Any], generation: int | None, now: str) -> Outcome:
+    def _prepare(
+        self,
+        run: builders.RunRef,
+        spec: WhaleRunSpec,
+        store: Store,
+        prev: WhaleRunStatus,
+        raw_status: dict[str, Any],
+        generation: int | None,
+        now: str,
+    ) -> Outcome:
         """No split sizes yet: run the prepare Job (``<run>-prepare-<attempt>``), retried up to
         ``spec.retry.maxAttempts``; its attempts are counted from the Jobs themselves. A Job that
         succeeded without writing the sizes counts as failed."""
@@ -318,27 +343,42 @@ class Reconciler:
         for attempt in sorted(jobs):
             child = observe.job_child(jobs[attempt])
             if child.state is ChildState.FAILED:
-                pods = self.kube.list("v1", "Pod", run.namespace,
-                                      f"batch.kubernetes.io/job-name={jobs[attempt]['metadata']['name']}")
+                pods = self.kube.list(
+                    "v1", "Pod", run.namespace, f"batch.kubernetes.io/job-name={jobs[attempt]['metadata']['name']}"
+                )
                 child = observe.job_child(jobs[attempt], observe.failed_pod_message(pods, builders.WORKER_CONTAINER))
             if child.state is ChildState.FAILED or child.state is ChildState.SUCCEEDED:
                 failed += 1
-                last_error = child.message if child.state is ChildState.FAILED else (
-                    f"it succeeded without writing {store.uri_for(layout.split_sizes_key(run.name))}")
+                last_error = (
+                    child.message
+                    if child.state is ChildState.FAILED
+                    else (f"it succeeded without writing {store.uri_for(layout.split_sizes_key(run.name))}")
+                )
             elif child.state is ChildState.RUNNING:
                 running = attempt
         events: list[st.Event] = []
         attempt = max(jobs, default=0)
         if failed >= spec.retry.max_attempts:
             job_name = names.prepare_job_name(run.name, attempt)
-            new = prev.model_copy(update={
-                "phase": RunPhase.FAILED, "reason": PREPARE_FAILED, "observed_generation": generation,
-                "message": f"data preparation failed {failed} times (spec.retry.maxAttempts); Job {job_name}: "
-                           f"{last_error}", "completion_time": prev.completion_time or now})
+            new = prev.model_copy(
+                update={
+                    "phase": RunPhase.FAILED,
+                    "reason": PREPARE_FAILED,
+                    "observed_generation": generation,
+                    "message": f"data preparation failed {failed} times (spec.retry.maxAttempts); Job {job_name}: "
+                    f"{last_error}",
+                    "completion_time": prev.completion_time or now,
+                }
+            )
             events = st.events(prev, new, ())
         elif spec.suspend and running is None:
-            new = prev.model_copy(update={"reason": PREPARING, "observed_generation": generation,
-                                          "message": "spec.suspend is true: data preparation waits"})
+            new = prev.model_copy(
+                update={
+                    "reason": PREPARING,
+                    "observed_generation": generation,
+                    "message": "spec.suspend is true: data preparation waits",
+                }
+            )
         else:
             if running is None:
                 wire = spec.to_wire()
@@ -347,14 +387,21 @@ class Reconciler:
                 assert spec.storage.uri is not None
                 attempt += 1
                 if self._ensure(builders.prepare_job(run, spec, attempt, store_uri=spec.storage.uri)):
-                    events.append(st.Event(st.WARNING, "PrepareRetried", f"attempt {attempt}: {last_error}")
-                                  if failed else st.Event(st.NORMAL, "Preparing", "materialising the data splits"))
+                    events.append(
+                        st.Event(st.WARNING, "PrepareRetried", f"attempt {attempt}: {last_error}")
+                        if failed
+                        else st.Event(st.NORMAL, "Preparing", "materialising the data splits")
+                    )
             else:
                 attempt = running
-            new = prev.model_copy(update={
-                "reason": PREPARING, "observed_generation": generation,
-                "message": f"Job {names.prepare_job_name(run.name, attempt)} is materialising the splits of domain "
-                           f"{spec.domain!r} and writing their sizes (attempt {attempt})"})
+            new = prev.model_copy(
+                update={
+                    "reason": PREPARING,
+                    "observed_generation": generation,
+                    "message": f"Job {names.prepare_job_name(run.name, attempt)} is materialising the splits of domain "
+                    f"{spec.domain!r} and writing their sizes (attempt {attempt})",
+                }
+            )
         new = st.with_conditions(new, prev.conditions, st.InferenceView(builders.uses_vllm(spec)), generation, now)
         self._write_status(run.namespace, run.name, raw_status, new)
         self.metrics.set_run_phase(run.uid, new.phase)
@@ -362,12 +409,21 @@ class Reconciler:
 
     # --- acting ---
     def _deployments(self, run: builders.RunRef) -> dict[str, dict[str, Any]]:
-        return {d["metadata"]["name"]: d for d in
-                self.kube.list("apps/v1", "Deployment", run.namespace, names.run_selector(run.name))}
+        return {
+            d["metadata"]["name"]: d
+            for d in self.kube.list("apps/v1", "Deployment", run.namespace, names.run_selector(run.name))
+        }
 
-    def _apply(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, decision: Decision,
-               running: set[str], deps: dict[str, dict[str, Any]],
-               tools: tuple[ToolService, ...]) -> tuple[bool, set[str]]:
+    def _apply(
+        self,
+        run: builders.RunRef,
+        spec: WhaleRunSpec,
+        store: Store,
+        decision: Decision,
+        running: set[str],
+        deps: dict[str, dict[str, Any]],
+        tools: tuple[ToolService, ...],
+    ) -> tuple[bool, set[str]]:
         """Apply actions. Like the local runner, one phase child runs at a time (they share the
         inference server), owed evaluations first. Returns (gated, created): gated is True when a
         start waits for the inference server to acknowledge the weights it must serve; created names
@@ -392,8 +448,9 @@ class Reconciler:
         outcomes = {a.phase: self._start(run, spec, store, a, tools) for a in startable}
         return None in outcomes.values(), {phase for phase, made in outcomes.items() if made}
 
-    def _start(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, action: StartPhase,
-               tools: tuple[ToolService, ...]) -> bool | None:
+    def _start(
+        self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, action: StartPhase, tools: tuple[ToolService, ...]
+    ) -> bool | None:
         """Ensure the child's Job: True when this call created it, False when it already existed,
         None (nothing created) while the vLLM pod's weight-sync sidecar has not acknowledged the
         weights the child samples from (``control/served.json``), so no child ever samples from
@@ -401,16 +458,28 @@ class Reconciler:
         req = action.request
         # the shared inference server serves the weights this child samples from (an evaluation of an
         # earlier checkpoint included); one child runs at a time, so the target is unambiguous
-        target = (req.eval.checkpoint if req.eval else req.weight.from_checkpoint if req.weight
-                  else req.harness.checkpoint if req.harness else None)
+        target = (
+            req.eval.checkpoint
+            if req.eval
+            else req.weight.from_checkpoint
+            if req.weight
+            else req.harness.checkpoint
+            if req.harness
+            else None
+        )
         serving = store.read_json_or_none(layout.serving_key(run.name))
         if serving is None or serving.get("checkpoint") != target:
             self._serve(run, spec, store, target)
         if builders.uses_vllm(spec):
             served = store.read_json_or_none(layout.served_key(run.name))
             if not isinstance(served, dict) or served.get("checkpoint") != target:
-                log.info("%s/%s: %s waits for the inference server to serve %s", run.namespace, run.name,
-                         req.phase, target or "the base model")
+                log.info(
+                    "%s/%s: %s waits for the inference server to serve %s",
+                    run.namespace,
+                    run.name,
+                    req.phase,
+                    target or "the base model",
+                )
                 return None
         spec_wire = spec.to_wire()
         if store.read_json_or_none(layout.spec_key(run.name)) != spec_wire:
@@ -429,26 +498,44 @@ class Reconciler:
         try:
             _, created = self.kube.ensure(manifest)
         except Conflict:
-            log.info("%s %s is still being deleted; next reconcile creates it", manifest["kind"],
-                     manifest["metadata"]["name"])
+            log.info(
+                "%s %s is still being deleted; next reconcile creates it",
+                manifest["kind"],
+                manifest["metadata"]["name"],
+            )
             return False
         if created:
             self.metrics.children_created.labels(kind=manifest["kind"]).inc()
         return created
 
-    def _infra(self, run: builders.RunRef, spec: WhaleRunSpec, checkpoint: str | None,
-               replicas: int, tools: tuple[ToolService, ...]) -> list[dict[str, Any]]:
+    def _infra(
+        self,
+        run: builders.RunRef,
+        spec: WhaleRunSpec,
+        checkpoint: str | None,
+        replicas: int,
+        tools: tuple[ToolService, ...],
+    ) -> list[dict[str, Any]]:
         assert spec.storage.uri is not None
         out: list[dict[str, Any]] = []
         if builders.uses_vllm(spec):
-            out.append(builders.inference_deployment(run, spec, store_uri=spec.storage.uri, checkpoint=checkpoint,
-                                                     replicas=replicas))
+            out.append(
+                builders.inference_deployment(
+                    run, spec, store_uri=spec.storage.uri, checkpoint=checkpoint, replicas=replicas
+                )
+            )
             out.append(builders.inference_service(run, spec))
         out += builders.tool_children(run, spec, tools, store_uri=spec.storage.uri, replicas=replicas)
         return out
 
-    def _ensure_infra(self, run: builders.RunRef, spec: WhaleRunSpec, checkpoint: str | None,
-                      existing: dict[str, dict[str, Any]], tools: tuple[ToolService, ...]) -> None:
+    def _ensure_infra(
+        self,
+        run: builders.RunRef,
+        spec: WhaleRunSpec,
+        checkpoint: str | None,
+        existing: dict[str, dict[str, Any]],
+        tools: tuple[ToolService, ...],
+    ) -> None:
         """The inference server and tool services exist and are scaled up while phases run."""
         for manifest in self._infra(run, spec, checkpoint, 1, tools):
             name = manifest["metadata"]["name"]
@@ -463,8 +550,9 @@ class Reconciler:
     def _scale_infra(self, run: builders.RunRef, replicas: int, deps: dict[str, dict[str, Any]] | None = None) -> None:
         for dep in (self._deployments(run) if deps is None else deps).values():
             if dep.get("spec", {}).get("replicas") != replicas:
-                self.kube.merge_patch("apps/v1", "Deployment", run.namespace, dep["metadata"]["name"],
-                                      {"spec": {"replicas": replicas}})
+                self.kube.merge_patch(
+                    "apps/v1", "Deployment", run.namespace, dep["metadata"]["name"], {"spec": {"replicas": replicas}}
+                )
 
     def _stop_children(self, run: builders.RunRef) -> None:
         """Delete the run's unfinished Jobs (suspend / end of run); finished ones stay for inspection."""
@@ -477,8 +565,13 @@ class Reconciler:
         if builders.uses_vllm(spec):
             name = names.inference_name(run.name)
             if self.kube.get("apps/v1", "Deployment", run.namespace, name) is not None:
-                self.kube.merge_patch("apps/v1", "Deployment", run.namespace, name,
-                                      {"metadata": {"annotations": {names.ANNOTATION_CHECKPOINT: checkpoint or "base"}}})
+                self.kube.merge_patch(
+                    "apps/v1",
+                    "Deployment",
+                    run.namespace,
+                    name,
+                    {"metadata": {"annotations": {names.ANNOTATION_CHECKPOINT: checkpoint or "base"}}},
+                )
 
     def _write_status(self, namespace: str, name: str, raw_old: dict[str, Any], new: WhaleRunStatus) -> None:
         patch = st.merge_patch(raw_old, st.status_wire(new))

@@ -64,9 +64,14 @@ def desired_conditions(status: WhaleRunStatus, inference: InferenceView) -> list
     if running:
         stage = status.stage.value if status.stage else "starting"
         where = status.active_phase or stage
-        prog = _cond(PROGRESSING, True, {Stage.WEIGHT: "WeightPhase", Stage.HARNESS: "HarnessPhase",
-                                          Stage.EVAL: "Evaluating"}.get(status.stage, "Starting"),
-                     f"cycle {status.cycle}, {where}")
+        prog = _cond(
+            PROGRESSING,
+            True,
+            {Stage.WEIGHT: "WeightPhase", Stage.HARNESS: "HarnessPhase", Stage.EVAL: "Evaluating"}.get(
+                status.stage, "Starting"
+            ),
+            f"cycle {status.cycle}, {where}",
+        )
     elif phase is RunPhase.PENDING:
         prog = _cond(PROGRESSING, False, "Pending", "not started yet")
     else:
@@ -74,12 +79,24 @@ def desired_conditions(status: WhaleRunStatus, inference: InferenceView) -> list
     return [
         inf,
         prog,
-        _cond(SUSPENDED, phase is RunPhase.SUSPENDED, "Suspended" if phase is RunPhase.SUSPENDED else "NotSuspended",
-              "spec.suspend is true" if phase is RunPhase.SUSPENDED else ""),
-        _cond(SUCCEEDED, phase is RunPhase.SUCCEEDED, status.reason or "Completed" if phase is RunPhase.SUCCEEDED
-              else "NotSucceeded", status.message or "" if phase is RunPhase.SUCCEEDED else ""),
-        _cond(FAILED, phase is RunPhase.FAILED, (status.reason or "Failed") if phase is RunPhase.FAILED
-              else "NotFailed", (status.message or "") if phase is RunPhase.FAILED else ""),
+        _cond(
+            SUSPENDED,
+            phase is RunPhase.SUSPENDED,
+            "Suspended" if phase is RunPhase.SUSPENDED else "NotSuspended",
+            "spec.suspend is true" if phase is RunPhase.SUSPENDED else "",
+        ),
+        _cond(
+            SUCCEEDED,
+            phase is RunPhase.SUCCEEDED,
+            status.reason or "Completed" if phase is RunPhase.SUCCEEDED else "NotSucceeded",
+            status.message or "" if phase is RunPhase.SUCCEEDED else "",
+        ),
+        _cond(
+            FAILED,
+            phase is RunPhase.FAILED,
+            (status.reason or "Failed") if phase is RunPhase.FAILED else "NotFailed",
+            (status.message or "") if phase is RunPhase.FAILED else "",
+        ),
         integrity_condition(status),
     ]
 
@@ -92,17 +109,26 @@ def integrity_condition(status: WhaleRunStatus) -> tuple[str, str, str, str]:
     if accepted:
         names = ", ".join(f"{f.candidate} ({f.phase})" for f in accepted)
         why = "; ".join(accepted[-1].reasons[:1])
-        return _cond(REWARD_INTEGRITY, False, "FlaggedHarnessAccepted",
-                     f"accepted although it scored without the model: {names}; {why}")
+        return _cond(
+            REWARD_INTEGRITY,
+            False,
+            "FlaggedHarnessAccepted",
+            f"accepted although it scored without the model: {names}; {why}",
+        )
     if flags:
-        return _cond(REWARD_INTEGRITY, True, "FlaggedNotAccepted",
-                     f"{len(flags)} harness candidate(s) scored without the model; none was accepted: "
-                     + ", ".join(f.candidate for f in flags[:10]))
+        return _cond(
+            REWARD_INTEGRITY,
+            True,
+            "FlaggedNotAccepted",
+            f"{len(flags)} harness candidate(s) scored without the model; none was accepted: "
+            + ", ".join(f.candidate for f in flags[:10]),
+        )
     return _cond(REWARD_INTEGRITY, True, "NoFlags", "")
 
 
-def with_conditions(status: WhaleRunStatus, previous: list[MetaCondition], inference: InferenceView,
-                    generation: int | None, now: str) -> WhaleRunStatus:
+def with_conditions(
+    status: WhaleRunStatus, previous: list[MetaCondition], inference: InferenceView, generation: int | None, now: str
+) -> WhaleRunStatus:
     """``status`` with its conditions recomputed; a condition keeps its lastTransitionTime unless its
     status flipped."""
     before = {c.type: c for c in previous}
@@ -110,8 +136,16 @@ def with_conditions(status: WhaleRunStatus, previous: list[MetaCondition], infer
     for type_, st, reason, message in desired_conditions(status, inference):
         old = before.get(type_)
         since = old.last_transition_time if old is not None and old.status == st and old.last_transition_time else now
-        out.append(MetaCondition(type=type_, status=st, reason=reason, message=message,
-                                 last_transition_time=since, observed_generation=generation))
+        out.append(
+            MetaCondition(
+                type=type_,
+                status=st,
+                reason=reason,
+                message=message,
+                last_transition_time=since,
+                observed_generation=generation,
+            )
+        )
     return status.model_copy(update={"conditions": out})
 
 
@@ -130,15 +164,24 @@ def events(before: WhaleRunStatus, after: WhaleRunStatus, actions: tuple[Action,
         elif after.phase is RunPhase.FAILED:
             out.append(Event(WARNING, "Failed", f"{after.reason}: {after.message}"))
     if len(after.integrity_flags) > len(before.integrity_flags):
-        new = after.integrity_flags[len(before.integrity_flags):]
-        out.append(Event(WARNING, REWARD_INTEGRITY,
-                         "; ".join(f"{f.phase}/{f.candidate} {'ACCEPTED' if f.accepted else 'not accepted'}: "
-                                   f"{f.reasons[0] if f.reasons else 'flagged'}" for f in new)[:1000]))
+        new = after.integrity_flags[len(before.integrity_flags) :]
+        out.append(
+            Event(
+                WARNING,
+                REWARD_INTEGRITY,
+                "; ".join(
+                    f"{f.phase}/{f.candidate} {'ACCEPTED' if f.accepted else 'not accepted'}: "
+                    f"{f.reasons[0] if f.reasons else 'flagged'}"
+                    for f in new
+                )[:1000],
+            )
+        )
     if after.preemptions > before.preemptions:
         out.append(Event(WARNING, "Preempted", f"a child was preempted ({after.preemptions} so far); retrying"))
     if after.best is not None and (before.best is None or after.best.mean_at_k > before.best.mean_at_k):
-        out.append(Event(NORMAL, "NewBest",
-                         f"best mean@{after.best.k} {after.best.mean_at_k:.4f} at {after.best.phase}"))
+        out.append(
+            Event(NORMAL, "NewBest", f"best mean@{after.best.k} {after.best.mean_at_k:.4f} at {after.best.phase}")
+        )
     for action in actions:
         if isinstance(action, StartPhase):
             if action.attempt > 1:
@@ -173,11 +216,17 @@ def status_wire(status: WhaleRunStatus) -> dict[str, Any]:
     return status.model_dump(mode="json", by_alias=True, exclude_none=True)
 
 
-def invalid_spec_status(previous: WhaleRunStatus, field: str, message: str, generation: int | None,
-                        now: str) -> WhaleRunStatus:
+def invalid_spec_status(
+    previous: WhaleRunStatus, field: str, message: str, generation: int | None, now: str
+) -> WhaleRunStatus:
     """A spec that fails validation: Failed, with a condition that names the field — never a crash loop."""
-    bad = previous.model_copy(update={
-        "phase": RunPhase.FAILED, "reason": "InvalidSpec", "message": f"{field}: {message}",
-        "observed_generation": generation, "completion_time": previous.completion_time or now,
-    })
+    bad = previous.model_copy(
+        update={
+            "phase": RunPhase.FAILED,
+            "reason": "InvalidSpec",
+            "message": f"{field}: {message}",
+            "observed_generation": generation,
+            "completion_time": previous.completion_time or now,
+        }
+    )
     return with_conditions(bad, previous.conditions, InferenceView(managed=False), generation, now)

@@ -19,26 +19,43 @@ SIZES = {"weight": 2560, "harness": 4, "test": 10}
 CONDITIONS: dict[str, dict] = {
     "sim-rsft-only": {"condition": "rsft_only", "schedule": {"totalSteps": 6}},
     "sim-mh-only": {"condition": "mh_only", "schedule": {"mhOnlyIterations": 3}},
-    "sim-whale": {"condition": "whale",
-                  "schedule": {"totalSteps": 6, "weightStepsPerCycle": 3, "harnessIterationsPerCycle": 2}},
+    "sim-whale": {
+        "condition": "whale",
+        "schedule": {"totalSteps": 6, "weightStepsPerCycle": 3, "harnessIterationsPerCycle": 2},
+    },
 }
 
 
 def spec_for(name: str, **extra) -> WhaleRunSpec:
     c = CONDITIONS[name]
-    return WhaleRunSpec.model_validate({
-        "domain": "counting", "condition": c["condition"], "model": {"name": "tiny"}, "schedule": c["schedule"],
-        # 2 prompts x 8 rollouts = the 16 rollouts per step the simulated train workload reports
-        "rsft": {"promptsPerStep": 2, "rolloutsPerPrompt": 8},
-        "evaluation": {"intervalSteps": 2}, "retry": {"maxAttempts": 2}, **extra,
-    })
+    return WhaleRunSpec.model_validate(
+        {
+            "domain": "counting",
+            "condition": c["condition"],
+            "model": {"name": "tiny"},
+            "schedule": c["schedule"],
+            # 2 prompts x 8 rollouts = the 16 rollouts per step the simulated train workload reports
+            "rsft": {"promptsPerStep": 2, "rolloutsPerPrompt": 8},
+            "evaluation": {"intervalSteps": 2},
+            "retry": {"maxAttempts": 2},
+            **extra,
+        }
+    )
 
 
 def simulated_run(store_dir: Path, name: str, workdir: Path, sim: dict | None = None, **extra) -> WhaleRunStatus:
     """Run condition ``name`` to the end in the store at ``store_dir``; returns the final status."""
     store = open_store(str(store_dir))
-    runner = LocalRunner(name=name, spec=spec_for(name, **extra), store=store, split_sizes=SIZES, workdir=workdir,
-                         workload_command=SIM, env={"WHALE_SIM": json.dumps(sim or {})}, poll_interval_s=0.05)
+    runner = LocalRunner(
+        name=name,
+        spec=spec_for(name, **extra),
+        store=store,
+        split_sizes=SIZES,
+        workdir=workdir,
+        workload_command=SIM,
+        env={"WHALE_SIM": json.dumps(sim or {})},
+        poll_interval_s=0.05,
+    )
     status = runner.run(max_seconds=90)
     if status.phase is not RunPhase.SUCCEEDED:
         raise RuntimeError(f"simulated run {name} ended {status.phase.value}: {status.message}")

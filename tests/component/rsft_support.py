@@ -22,8 +22,14 @@ def tiny_model_dir(base: Path) -> Path:
 
 
 def spec(model_dir: Path, **rsft: Any) -> dict[str, Any]:
-    knobs = {"promptsPerStep": 8, "rolloutsPerPrompt": 4, "miniBatchSize": 16, "microBatchSizePerGpu": 8,
-             "learningRate": 3e-4, "sampling": {"maxResponseTokens": 12}}
+    knobs = {
+        "promptsPerStep": 8,
+        "rolloutsPerPrompt": 4,
+        "miniBatchSize": 16,
+        "microBatchSizePerGpu": 8,
+        "learningRate": 3e-4,
+        "sampling": {"maxResponseTokens": 12},
+    }
     knobs.update(rsft)
     return {
         "domain": "synthetic",
@@ -35,14 +41,33 @@ def spec(model_dir: Path, **rsft: Any) -> dict[str, Any]:
     }
 
 
-def write_request(store: Any, phase: str, spec_wire: dict[str, Any], *, target: int, from_step: int = 0,
-                  from_checkpoint: str | None = None, save_steps: list[int] | None = None,
-                  stop_rule: WeightStopRule | None = None) -> PhaseRequest:
+def write_request(
+    store: Any,
+    phase: str,
+    spec_wire: dict[str, Any],
+    *,
+    target: int,
+    from_step: int = 0,
+    from_checkpoint: str | None = None,
+    save_steps: list[int] | None = None,
+    stop_rule: WeightStopRule | None = None,
+) -> PhaseRequest:
     request = PhaseRequest(
-        run=RUN, phase=phase, kind=PhaseKind.WEIGHT, attempt=1, spec=spec_wire,
-        weight=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=from_checkpoint, from_step=from_step,
-                               target_step=target, save_steps=save_steps or [], steps_per_epoch=125,
-                               stop_rule=stop_rule),
+        run=RUN,
+        phase=phase,
+        kind=PhaseKind.WEIGHT,
+        attempt=1,
+        spec=spec_wire,
+        weight=WeightPhaseArgs(
+            cycle=1,
+            harness=None,
+            from_checkpoint=from_checkpoint,
+            from_step=from_step,
+            target_step=target,
+            save_steps=save_steps or [],
+            steps_per_epoch=125,
+            stop_rule=stop_rule,
+        ),
     )
     store.write_json(layout.request_key(RUN, phase), request.to_wire())
     return request

@@ -22,8 +22,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def run_script(name: str, *args: str, timeout_s: float = 540) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=timeout_s, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / name), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        check=False,
+    )
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
 
 
@@ -31,8 +38,23 @@ def run_script(name: str, *args: str, timeout_s: float = 540) -> None:
 @pytest.mark.timeout(600)
 def test_sft_throughput_packed_variants_train_like_the_padded_one(tmp_path):
     out = tmp_path / "sft.json"
-    run_script("sft_throughput.py", "--model", "tiny", "--seq", "256", "--minibatch", "4", "--updates", "1",
-               "--warmup", "0", "--variants", "var-bucket,var-pack,var-pack-flex", "--json", str(out))
+    run_script(
+        "sft_throughput.py",
+        "--model",
+        "tiny",
+        "--seq",
+        "256",
+        "--minibatch",
+        "4",
+        "--updates",
+        "1",
+        "--warmup",
+        "0",
+        "--variants",
+        "var-bucket,var-pack,var-pack-flex",
+        "--json",
+        str(out),
+    )
     results = {r["variant"]: r for r in json.loads(out.read_text())["results"]}
     assert results["var-pack-flex"]["attention"] == "flex" and results["var-pack"]["attention"] == "sdpa"
     # the same sequences, the same update: padding, dense-mask packing and flex packing agree (fp32 on the CPU)
@@ -60,8 +82,22 @@ def check_comparison(report: dict, trainers: list[str], lengths: list[str]) -> N
         assert all(f"whale/{peer}" in compare for peer in trainers if not peer.startswith("whale"))
 
 
-SMOKE = ["--model", "tiny", "--seq", "128", "--minibatch", "4", "--micro", "2", "--updates", "2", "--warmup", "0",
-         "--lr", "1e-3"]
+SMOKE = [
+    "--model",
+    "tiny",
+    "--seq",
+    "128",
+    "--minibatch",
+    "4",
+    "--micro",
+    "2",
+    "--updates",
+    "2",
+    "--warmup",
+    "0",
+    "--lr",
+    "1e-3",
+]
 
 
 @pytest.mark.slow
@@ -75,13 +111,16 @@ def test_sft_vs_hf_trainer_makes_the_same_updates(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-@pytest.mark.skipif(importlib.util.find_spec("trl") is None or importlib.util.find_spec("datasets") is None,
-                    reason="TRL is the benchmark extra: pip install .[benchmark]")
+@pytest.mark.skipif(
+    importlib.util.find_spec("trl") is None or importlib.util.find_spec("datasets") is None,
+    reason="TRL is the benchmark extra: pip install .[benchmark]",
+)
 def test_sft_vs_trl_makes_the_same_updates(tmp_path):
     out = tmp_path / "cmp.json"
     trainers = ["whale", "trl", "trl-pad"]
-    run_script("sft_vs_trl.py", *SMOKE, "--lengths", "fixed,variable", "--trainers", ",".join(trainers),
-               "--json", str(out))
+    run_script(
+        "sft_vs_trl.py", *SMOKE, "--lengths", "fixed,variable", "--trainers", ",".join(trainers), "--json", str(out)
+    )
     report = json.loads(out.read_text())
     check_comparison(report, trainers, ["fixed", "variable"])
     variable = {r["trainer"]: r for r in report["runs"][1]["results"]}

@@ -90,8 +90,10 @@ def test_one_malformed_reply_and_one_illegal_move_are_retried():
     ("replies", "expected"),
     [
         (["no tag", "<move>Rxe7</move>", "<move>e6e7</move>"], ["malformed", "malformed"]),
-        (["<move>a1a8</move>", "<move>e6e7</move>", "<move>a1a8</move>", "<move>b3c1</move>"],
-         ["illegal", "correct", "illegal"]),
+        (
+            ["<move>a1a8</move>", "<move>e6e7</move>", "<move>a1a8</move>", "<move>b3c1</move>"],
+            ["illegal", "correct", "illegal"],
+        ),
         ([], ["malformed", "malformed"]),  # too few replies: empty answers
     ],
 )

@@ -35,7 +35,9 @@ def test_smollm2_h0_eval_on_test_puzzles(smollm2, tmp_path):
     traces = tmp_path / "traces.jsonl"
     client = TransformersClient(model, tokenizer, model_name="smollm2-135m")
     episodes = asyncio.run(
-        run_episodes(domain, domain.h0_path(), client, items, SamplingParams(temperature=0.0, max_tokens=12), traces=traces)
+        run_episodes(
+            domain, domain.h0_path(), client, items, SamplingParams(temperature=0.0, max_tokens=12), traces=traces
+        )
     )
     assert [e.item_id for e in episodes] == [i["id"] for i in items]
     lines = {line["item_id"]: line for line in map(json.loads, traces.read_text().splitlines())}

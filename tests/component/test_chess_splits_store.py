@@ -30,7 +30,9 @@ def test_splits_are_materialised_once_with_a_manifest(store, monkeypatch):
     manifest = prep.materialise(store, data)
     prefix = prep.split_prefix(manifest["config"])
     assert prefix.startswith(layout.data_prefix("chess_puzzles") + "/")
-    assert set(store.list(prefix)) == {f"{prefix}/{n}" for n in ("manifest.json", "weight.jsonl", "harness.jsonl", "test.jsonl")}
+    assert set(store.list(prefix)) == {
+        f"{prefix}/{n}" for n in ("manifest.json", "weight.jsonl", "harness.jsonl", "test.jsonl")
+    }
     for name, entry in manifest["splits"].items():
         raw = store.read_bytes(f"{prefix}/{name}.jsonl")
         assert hashlib.sha256(raw).hexdigest() == entry["sha256"]

@@ -37,8 +37,14 @@ pytestmark = pytest.mark.timeout(180)
 
 SIM = (sys.executable, "-m", "tests.workloads.simulated")
 SIZES = {"weight": 2560, "harness": 4, "test": 10}
-SPEC = {"domain": "counting", "condition": "rsft_only", "model": {"name": "tiny"}, "schedule": {"totalSteps": 3},
-        "evaluation": {"atStart": False}, "retry": {"maxAttempts": 2}}
+SPEC = {
+    "domain": "counting",
+    "condition": "rsft_only",
+    "model": {"name": "tiny"},
+    "schedule": {"totalSteps": 3},
+    "evaluation": {"atStart": False},
+    "retry": {"maxAttempts": 2},
+}
 REWARDS = [0.25, 0.5, 0.75]
 cli = CliRunner()
 
@@ -49,10 +55,18 @@ def _plugin(counting_domain):
 
 
 def runner(tmp_path: Path, store, sim: dict | None = None, **kw) -> LocalRunner:
-    return LocalRunner(name="r1", spec=WhaleRunSpec.model_validate(SPEC), store=store, split_sizes=SIZES,
-                       workdir=tmp_path / "work", workload_command=SIM,
-                       env={"WHALE_SIM": json.dumps({"reward": REWARDS, **(sim or {})})}, poll_interval_s=0.05,
-                       view_interval_s=0.0, **kw)
+    return LocalRunner(
+        name="r1",
+        spec=WhaleRunSpec.model_validate(SPEC),
+        store=store,
+        split_sizes=SIZES,
+        workdir=tmp_path / "work",
+        workload_command=SIM,
+        env={"WHALE_SIM": json.dumps({"reward": REWARDS, **(sim or {})})},
+        poll_interval_s=0.05,
+        view_interval_s=0.0,
+        **kw,
+    )
 
 
 def wait_for(predicate: Callable[[], object], timeout_s: float, what: str) -> object:
@@ -107,6 +121,7 @@ def stop_when_running(store) -> Callable[[RunnerView], None]:
     def on_view(view: RunnerView) -> None:
         if view.child is not None and view.child.request.phase == "c01-weight" and read_stop(store, "r1") is None:
             assert request_stop(store, "r1", "2025-01-01T00:00:00Z") is not None
+
     return on_view
 
 
@@ -114,8 +129,13 @@ def stop_when_running(store) -> Callable[[RunnerView], None]:
 def test_a_stop_request_in_the_store_stops_the_runner_holding_the_lock(tmp_path, backend, request):
     store = open_store(str(tmp_path / "store")) if backend == "folder" else request.getfixturevalue("s3_store")
     env = request.getfixturevalue("s3_server").env() if backend == "s3" else {}
-    r = runner(tmp_path, store, sim={"hang": {"c01-weight": 1}}, on_view=stop_when_running(store),
-               resume_hint="whale run r1.yaml")
+    r = runner(
+        tmp_path,
+        store,
+        sim={"hang": {"c01-weight": 1}},
+        on_view=stop_when_running(store),
+        resume_hint="whale run r1.yaml",
+    )
     r.env.update(env)
     with pytest.raises(RunStopped, match="stopped by `whale stop`"):
         r.run(max_seconds=60)
@@ -209,15 +229,21 @@ def no_leftovers(tmp_path: Path) -> Iterator[None]:
 
 def manifest(tmp_path: Path) -> Path:
     path = tmp_path / "sig.yaml"
-    path.write_text(yaml.safe_dump({"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun",
-                                    "metadata": {"name": "sig"}, "spec": SPEC}))
+    path.write_text(
+        yaml.safe_dump(
+            {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": "sig"}, "spec": SPEC}
+        )
+    )
     return path
 
 
 def start(tmp_path: Path, argv: list[str], sim: dict, out_name: str) -> subprocess.Popen:
     out = open(tmp_path / out_name, "ab")  # noqa: SIM115 - closed with the process, below
     proc = subprocess.Popen(
-        [sys.executable, "-m", "whale.cli", *argv], cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
+        [sys.executable, "-m", "whale.cli", *argv],
+        cwd=tmp_path,
+        stdout=out,
+        stderr=subprocess.STDOUT,
         env={**os.environ, "WHALE_SIM": json.dumps(sim), "WHALE_WORKLOAD_COMMAND": " ".join(SIM)},
     )
     out.close()
@@ -226,8 +252,12 @@ def start(tmp_path: Path, argv: list[str], sim: dict, out_name: str) -> subproce
 
 def test_list_logs_and_stop_a_real_whale_run_then_resume_it(tmp_path, no_leftovers):
     store_dir = str(tmp_path / "store")
-    run = start(tmp_path, ["run", str(manifest(tmp_path)), "--store", store_dir, "--workdir", str(tmp_path / "work")],
-                {"hang": {"c01-weight": 1}}, "run.out")
+    run = start(
+        tmp_path,
+        ["run", str(manifest(tmp_path)), "--store", store_dir, "--workdir", str(tmp_path / "work")],
+        {"hang": {"c01-weight": 1}},
+        "run.out",
+    )
     work_log = tmp_path / "work" / "logs" / "c01-weight.attempt-1.log"
     wait_for(lambda: work_log.is_file() and "simulated hang" in work_log.read_text(), 60, "the weight phase to hang")
     assert run.poll() is None
@@ -266,8 +296,11 @@ def test_list_logs_and_stop_a_real_whale_run_then_resume_it(tmp_path, no_leftove
     assert "stopped: run sig is Interrupted; interrupted at" in res.output and "whale stop" in res.output
     assert run.wait(timeout=30) == 3
     out = (tmp_path / "run.out").read_text()
-    assert "stopped by `whale stop`" in out and f"run `whale run {manifest(tmp_path)} --store {store_dir}` to resume" \
-        in out and "Traceback" not in out, out
+    assert (
+        "stopped by `whale stop`" in out
+        and f"run `whale run {manifest(tmp_path)} --store {store_dir}` to resume" in out
+        and "Traceback" not in out
+    ), out
     assert follower.wait(timeout=30) == 0, "logs -f ends with the run"
     assert "==> c01-weight (attempt 1) <==" in (tmp_path / "follow.out").read_text()
     wait_for(lambda: not processes_of(str(tmp_path)), 30, "every process of the run to end")
@@ -279,8 +312,12 @@ def test_list_logs_and_stop_a_real_whale_run_then_resume_it(tmp_path, no_leftove
     assert res.exit_code == 0 and "not running (no runner holds its lock): nothing to stop" in res.output
 
     # the same command resumes it to the end
-    run = start(tmp_path, ["run", str(manifest(tmp_path)), "--store", store_dir, "--workdir", str(tmp_path / "work")],
-                {}, "run2.out")
+    run = start(
+        tmp_path,
+        ["run", str(manifest(tmp_path)), "--store", store_dir, "--workdir", str(tmp_path / "work")],
+        {},
+        "run2.out",
+    )
     assert run.wait(timeout=120) == 0, (tmp_path / "run2.out").read_text()
     res = cli.invoke(app, ["list", "--store", store_dir, "-o", "json"])
     (row,) = json.loads(res.output)["runs"]
@@ -289,8 +326,10 @@ def test_list_logs_and_stop_a_real_whale_run_then_resume_it(tmp_path, no_leftove
     assert res.exit_code == 0 and res.output.count("\n") == 1, res.output
     res = cli.invoke(app, ["logs", "sig", "--store", store_dir, "--phase", "c09-weight"])
     assert res.exit_code == 1 and "no log of phase 'c09-weight'" in res.output
-    assert "phases with logs: c01-weight, eval-c01-s000001-weight, eval-c01-s000002-weight, eval-c01-s000003-weight" \
+    assert (
+        "phases with logs: c01-weight, eval-c01-s000001-weight, eval-c01-s000002-weight, eval-c01-s000003-weight"
         in res.output
+    )
 
 
 def test_status_logs_and_stop_of_an_unknown_run_name_the_store_and_its_runs(tmp_path):

@@ -120,7 +120,10 @@ def test_socket_cannot_reach_the_host(code_service):
     t = threading.Thread(target=accept_loop, args=(stop,), daemon=True)
     t.start()
     try:
-        out = run(code_service, f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('connected')")
+        out = run(
+            code_service,
+            f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\nprint('connected')",
+        )
         out2 = run(code_service, "import urllib.request\nurllib.request.urlopen('http://example.com', timeout=2)")
     finally:
         stop.set()
@@ -168,8 +171,10 @@ def test_math_packages_import_and_nothing_of_the_host_does(code_service):
         assert out["outcome"] == "error" and out["error"].startswith("ModuleNotFoundError"), (module, out)
     data = sorted((default_data_root() / "math_reasoning").glob("*.jsonl"))
     for path in [*data[:1], REPO / "pyproject.toml"]:
-        code = ("import ctypes, os\nfd = ctypes.CDLL(None, use_errno=True).open(%r.encode(), 0)\n"
-                "print('fd', fd, 'errno', ctypes.get_errno())\nprint(open(%r).read(80))\n") % (str(path), str(path))
+        code = (
+            "import ctypes, os\nfd = ctypes.CDLL(None, use_errno=True).open(%r.encode(), 0)\n"
+            "print('fd', fd, 'errno', ctypes.get_errno())\nprint(open(%r).read(80))\n"
+        ) % (str(path), str(path))
         out = run(code_service, code)
         assert out["output"].startswith("fd -1 errno 2\n"), out  # not there at all (below the audit hook)
         assert out["error"] is not None and "PermissionError" in out["error"]  # and refused by the hook

@@ -80,7 +80,9 @@ async def test_the_examples_h0_passes_the_gate_and_runs_an_episode_in_the_sandbo
     validate_file(echo.h0_path(), echo.allowed_imports)
     item = echo.load_split("test", Data())[0]
     async with HarnessProcess(echo.h0_path(), echo.allowed_imports) as harness:
-        right = await EpisodeRunner(echo, harness, ScriptedClient([f" {item['answer']}\n"]), SamplingParams()).run_episode(item)
+        right = await EpisodeRunner(
+            echo, harness, ScriptedClient([f" {item['answer']}\n"]), SamplingParams()
+        ).run_episode(item)
         wrong = await EpisodeRunner(echo, harness, ScriptedClient(["no"]), SamplingParams()).run_episode(item)
     assert (right.reward, right.end, right.error) == (1.0, "env_done", None)
     assert wrong.reward == 0.0

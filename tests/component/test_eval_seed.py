@@ -39,6 +39,7 @@ def _chat(client: TransformersClient, prompt: str, sampling: SamplingParams, n: 
         finally:
             await client.aclose()
         return [c.message["content"] for c in result.completions]
+
     return asyncio.run(go())
 
 
@@ -50,9 +51,11 @@ def test_seeded_rows_do_not_depend_on_what_shares_the_batch(synthetic_dir: Path)
 
     async def crowded() -> list[list[str]]:
         messages = [[{"role": "user", "content": f"Repeat the digit {d}."}] for d in (3, 7, 1)]
-        calls = [client.chat(messages[0], seeded, n=4),
-                 client.chat(messages[1], SamplingParams(temperature=1.0, top_k=-1, max_tokens=6, seed=99), n=3),
-                 client.chat(messages[2], HOT, n=2)]  # unseeded, in the same batch
+        calls = [
+            client.chat(messages[0], seeded, n=4),
+            client.chat(messages[1], SamplingParams(temperature=1.0, top_k=-1, max_tokens=6, seed=99), n=3),
+            client.chat(messages[2], HOT, n=2),
+        ]  # unseeded, in the same batch
         try:
             results = await asyncio.gather(*calls)
         finally:
@@ -61,6 +64,7 @@ def test_seeded_rows_do_not_depend_on_what_shares_the_batch(synthetic_dir: Path)
 
     batches: list[int] = []
     generate = client._generate
+
     def counting(batch):
         batches.append(sum(r.n for r in batch))
         return generate(batch)
@@ -70,9 +74,12 @@ def test_seeded_rows_do_not_depend_on_what_shares_the_batch(synthetic_dir: Path)
     assert batches == [9]  # one generate call for the three requests
     assert with_others[0] == alone
     # completion j of a seeded n-sample call is the call with seed + j (vLLM's rule for its child requests)
-    assert _chat(client, "Repeat the digit 3.", SamplingParams(temperature=1.0, top_k=-1, max_tokens=8, seed=1236)) \
-        == [alone[2]]
-    other = _chat(client, "Repeat the digit 3.", SamplingParams(temperature=1.0, top_k=-1, max_tokens=8, seed=4321), n=4)
+    assert _chat(client, "Repeat the digit 3.", SamplingParams(temperature=1.0, top_k=-1, max_tokens=8, seed=1236)) == [
+        alone[2]
+    ]
+    other = _chat(
+        client, "Repeat the digit 3.", SamplingParams(temperature=1.0, top_k=-1, max_tokens=8, seed=4321), n=4
+    )
     assert other != alone
     assert len(set(alone)) > 1  # the rows of one call are different samples
 
@@ -105,13 +112,23 @@ def test_shared_first_turn_gives_each_sample_its_own_completion_whatever_the_arr
 
 
 def _request(spec_extra: dict[str, Any]) -> dict[str, Any]:
-    spec: dict[str, Any] = {"domain": "synthetic", "condition": "mh_only", "model": {"name": "unused", "maxModelLen": 256},
-                            "evaluation": {"samplesPerItem": 4, "temperature": 1.0, "maxItems": 12},
-                            "rsft": {"sampling": {"maxResponseTokens": 12, "topK": -1}}}
+    spec: dict[str, Any] = {
+        "domain": "synthetic",
+        "condition": "mh_only",
+        "model": {"name": "unused", "maxModelLen": 256},
+        "evaluation": {"samplesPerItem": 4, "temperature": 1.0, "maxItems": 12},
+        "rsft": {"sampling": {"maxResponseTokens": 12, "topK": -1}},
+    }
     for key, value in spec_extra.items():
         spec[key] = {**spec.get(key, {}), **value}
-    return PhaseRequest(run=RUN, phase=PHASE, kind=PhaseKind.EVAL, attempt=1, spec=spec,
-                        eval=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None)).to_wire()
+    return PhaseRequest(
+        run=RUN,
+        phase=PHASE,
+        kind=PhaseKind.EVAL,
+        attempt=1,
+        spec=spec,
+        eval=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None),
+    ).to_wire()
 
 
 def _evaluate(tmp_path: Path, name: str, **spec_extra: Any) -> tuple[float, dict[str, list[float]], dict[str, str]]:
@@ -123,8 +140,9 @@ def _evaluate(tmp_path: Path, name: str, **spec_extra: Any) -> tuple[float, dict
     return result.mean_at_k, rewards, replies
 
 
-def test_same_model_and_harness_give_the_same_mean_at_k_whatever_the_concurrency(tmp_path: Path,
-                                                                                  synthetic_dir: Path) -> None:
+def test_same_model_and_harness_give_the_same_mean_at_k_whatever_the_concurrency(
+    tmp_path: Path, synthetic_dir: Path
+) -> None:
     model = {"name": str(synthetic_dir)}
     first = _evaluate(tmp_path, "a", model=model, inference={"backend": "transformers", "maxConcurrency": 1})
     again = _evaluate(tmp_path, "b", model=model, inference={"backend": "transformers", "maxConcurrency": 48})
@@ -132,16 +150,25 @@ def test_same_model_and_harness_give_the_same_mean_at_k_whatever_the_concurrency
     mean, rewards, replies = first
     assert len(rewards) == 12 and len(replies) == 48
     assert 0.0 < mean < 1.0  # the rewards vary, so equal per-item rewards are a real check
-    _other_mean, other_rewards, other_replies = _evaluate(tmp_path, "c", model=model, evaluation={"seed": 1},
-                                                         inference={"backend": "transformers", "maxConcurrency": 48})
+    _other_mean, other_rewards, other_replies = _evaluate(
+        tmp_path, "c", model=model, evaluation={"seed": 1}, inference={"backend": "transformers", "maxConcurrency": 48}
+    )
     assert other_replies != replies and other_rewards != rewards
 
 
 def test_unseeded_evaluations_sample_differently(tmp_path: Path, synthetic_dir: Path) -> None:
     """``seed: null`` keeps unseeded sampling (the check above would fail without the seed)."""
     model = {"name": str(synthetic_dir)}
-    runs = [_evaluate(tmp_path, name, model=model, evaluation={"seed": None},
-                      inference={"backend": "transformers", "maxConcurrency": 48}) for name in ("u1", "u2")]
+    runs = [
+        _evaluate(
+            tmp_path,
+            name,
+            model=model,
+            evaluation={"seed": None},
+            inference={"backend": "transformers", "maxConcurrency": 48},
+        )
+        for name in ("u1", "u2")
+    ]
     assert runs[0][2] != runs[1][2]
 
 

@@ -23,14 +23,29 @@ from whale.workloads.eval import EvalError, item_record, read_traces, run_eval, 
 RUN, PHASE = "ev", "eval-c00-s000000-start"
 
 
-def request(spec_extra: dict[str, Any] | None = None, harness: str | None = None, checkpoint: str | None = None,
-            domain: str = "chess_puzzles") -> dict[str, Any]:
-    spec: dict[str, Any] = {"domain": domain, "condition": "mh_only", "model": {"name": "unused"},
-            "evaluation": {"samplesPerItem": 2, "temperature": 1.0}, "inference": {"maxConcurrency": 4}}
+def request(
+    spec_extra: dict[str, Any] | None = None,
+    harness: str | None = None,
+    checkpoint: str | None = None,
+    domain: str = "chess_puzzles",
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "domain": domain,
+        "condition": "mh_only",
+        "model": {"name": "unused"},
+        "evaluation": {"samplesPerItem": 2, "temperature": 1.0},
+        "inference": {"maxConcurrency": 4},
+    }
     for key, value in (spec_extra or {}).items():
         spec[key] = {**spec.get(key, {}), **value}
-    return PhaseRequest(run=RUN, phase=PHASE, kind=PhaseKind.EVAL, attempt=1, spec=spec,
-                        eval=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=checkpoint, harness=harness)).to_wire()
+    return PhaseRequest(
+        run=RUN,
+        phase=PHASE,
+        kind=PhaseKind.EVAL,
+        attempt=1,
+        spec=spec,
+        eval=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=checkpoint, harness=harness),
+    ).to_wire()
 
 
 @pytest.fixture()
@@ -51,14 +66,28 @@ def test_eval_writes_items_progress_traces_and_result(store) -> None:
     # items: secrets 7, 42, 50, 99 -> only 42 is guessed; subsets by parity
     # every turn is a model call of 5 completion tokens; turns 6 (three items) and 1 (the guessed one)
     usage = EvalModelUsage(episodes=8, mean_completion_tokens=23.75, mean_turns=4.75)
-    assert result == EvalResult(mean_at_k=0.25, k=2, items=4, per_subset={"even": 0.5, "odd": 0.0}, model_usage=usage,
-                                sandbox_isolation="namespaces")
+    assert result == EvalResult(
+        mean_at_k=0.25,
+        k=2,
+        items=4,
+        per_subset={"even": 0.5, "odd": 0.0},
+        model_usage=usage,
+        sandbox_isolation="namespaces",
+    )
     assert EvalResult.model_validate(store.read_json(layout.result_key(RUN, PHASE))) == result
     items = store.read_jsonl(layout.eval_items_key(RUN, PHASE))
     assert [(r["item_id"], r["rewards"], r["k"]) for r in items] == [
-        ("g0", [0.0, 0.0], 2), ("g1", [1.0, 1.0], 2), ("g2", [0.0, 0.0], 2), ("g3", [0.0, 0.0], 2)]
+        ("g0", [0.0, 0.0], 2),
+        ("g1", [1.0, 1.0], 2),
+        ("g2", [0.0, 0.0], 2),
+        ("g3", [0.0, 0.0], 2),
+    ]
     assert items[1]["turns"] == [1, 1] and items[0]["turns"] == [6, 6]
-    assert (items[1]["mean_turns"], items[1]["mean_completion_tokens"], items[1]["episodes_without_model"]) == (1.0, 5.0, 0)
+    assert (items[1]["mean_turns"], items[1]["mean_completion_tokens"], items[1]["episodes_without_model"]) == (
+        1.0,
+        5.0,
+        0,
+    )
     assert items[0]["mean_completion_tokens"] == 30.0 and items[0]["rewarded_without_model"] == 0
     progress = [EvalProgress.model_validate(line) for line in store.read_jsonl(layout.metrics_key(RUN, PHASE))]
     assert [(p.items_done, p.items_total) for p in progress] == [(2, 4), (4, 4)]
@@ -73,7 +102,9 @@ def test_eval_caps_items_and_uses_the_requested_harness(store, tmp_path: Path) -
     domain = GuessNumberDomainDouble()
     source = domain.h0_path().read_text().replace("MAX_TURNS = 6", "MAX_TURNS = 2")
     store.write_text("runs/ev/harnesses/short.py", source)
-    store.write_json(layout.request_key(RUN, PHASE), request({"evaluation": {"maxItems": 1}}, harness="runs/ev/harnesses/short.py"))
+    store.write_json(
+        layout.request_key(RUN, PHASE), request({"evaluation": {"maxItems": 1}}, harness="runs/ev/harnesses/short.py")
+    )
     result = run_eval(store, RUN, PHASE, domain=domain, client=FixedLatencyClient("<guess>1</guess>", 0.0))
     assert result.items == 1 and result.harness == "runs/ev/harnesses/short.py"
     assert store.read_jsonl(layout.eval_items_key(RUN, PHASE))[0]["turns"] == [2, 2]
@@ -81,7 +112,9 @@ def test_eval_caps_items_and_uses_the_requested_harness(store, tmp_path: Path) -
 
 def test_eval_resumes_items_done_by_an_earlier_attempt(store) -> None:
     store.write_json(layout.request_key(RUN, PHASE), request())
-    store.append_jsonl(layout.eval_items_key(RUN, PHASE), item_record("g0", "odd", []) | {"mean": 1.0, "rewards": [1.0, 1.0]})
+    store.append_jsonl(
+        layout.eval_items_key(RUN, PHASE), item_record("g0", "odd", []) | {"mean": 1.0, "rewards": [1.0, 1.0]}
+    )
     client = FixedLatencyClient("<guess>42</guess>", 0.0)
     result = run_eval(store, RUN, PHASE, domain=GuessNumberDomainDouble(), client=client)
     assert result.items == 4 and result.mean_at_k == 0.5
@@ -113,10 +146,22 @@ def test_eval_fails_instead_of_reporting_zero_when_inference_is_down(store) -> N
 def test_workload_process_exits_nonzero_with_one_line(store, failures) -> None:
     """`python -m whale.workloads eval` on the real chess domain, against a server answering 400."""
     failures.reset([400] * 100)
-    store.write_json(layout.request_key(RUN, PHASE), request(
-        {"inference": {"backend": "openai", "baseUrl": failures.url}, "evaluation": {"maxItems": 2, "samplesPerItem": 1}}))
-    done = subprocess.run([sys.executable, "-m", "whale.workloads", "eval", "--store", store.uri, "--run", RUN, "--phase", PHASE],
-                          capture_output=True, text=True, timeout=120, check=False)
+    store.write_json(
+        layout.request_key(RUN, PHASE),
+        request(
+            {
+                "inference": {"backend": "openai", "baseUrl": failures.url},
+                "evaluation": {"maxItems": 2, "samplesPerItem": 1},
+            }
+        ),
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "whale.workloads", "eval", "--store", store.uri, "--run", RUN, "--phase", PHASE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("eval workload failed: EvalError: every episode") and "HTTP 400" in last
@@ -137,12 +182,17 @@ def test_chess_with_smollm2_end_to_end(store, smollm2_gguf) -> None:
     from whale.workloads import eval as eval_workload
 
     folder, gguf = smollm2_gguf
-    store.write_json(layout.request_key(RUN, PHASE), request({
-        "model": {"name": str(folder), "ggufFile": gguf},
-        "inference": {"backend": "transformers"},
-        "evaluation": {"maxItems": 1, "samplesPerItem": 1},
-        "rsft": {"sampling": {"maxResponseTokens": 8}},
-    }))
+    store.write_json(
+        layout.request_key(RUN, PHASE),
+        request(
+            {
+                "model": {"name": str(folder), "ggufFile": gguf},
+                "inference": {"backend": "transformers"},
+                "evaluation": {"maxItems": 1, "samplesPerItem": 1},
+                "rsft": {"sampling": {"maxResponseTokens": 8}},
+            }
+        ),
+    )
     eval_workload.main(store, RUN, PHASE)
     result = EvalResult.model_validate(store.read_json(layout.result_key(RUN, PHASE)))
     assert result.items == 1 and result.k == 1 and 0.0 <= result.mean_at_k <= 1.0

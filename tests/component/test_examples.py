@@ -45,11 +45,23 @@ def test_readme_demo_runs_end_to_end(tmp_path):
     """What `make demo` does, in a scratch copy of the paths the manifest names."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     model_dir = tmp_path / ".whale" / "models" / "synthetic-tiny"
-    subprocess.run([sys.executable, "-m", "synthetic.tiny_model", str(model_dir)], cwd=tmp_path, env=env,
-                   check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "synthetic.tiny_model", str(model_dir)],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (tmp_path / "manifests").symlink_to(ROOT / "manifests")
-    out = subprocess.run([sys.executable, "-m", "whale.cli", "run", str(DEMO.relative_to(ROOT)), "--store", "st",
-                          "--timeout", "800"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=850)
+    out = subprocess.run(
+        [sys.executable, "-m", "whale.cli", "run", str(DEMO.relative_to(ROOT)), "--store", "st", "--timeout", "800"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=850,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     status = json.loads((tmp_path / "st" / layout.status_key("tiny-synthetic-whale")).read_text())
     assert status["phase"] == "Succeeded"
@@ -60,8 +72,10 @@ def test_readme_demo_runs_end_to_end(tmp_path):
     # real RSFT happened: every step logged, with the rollouts the spec asks for (32 prompts x 8)
     metrics = []
     for phase in ("c01-weight", "c02-weight"):
-        metrics += [json.loads(line) for line in
-                    (tmp_path / "st" / layout.metrics_key("tiny-synthetic-whale", phase)).read_text().splitlines()]
+        metrics += [
+            json.loads(line)
+            for line in (tmp_path / "st" / layout.metrics_key("tiny-synthetic-whale", phase)).read_text().splitlines()
+        ]
     assert [m["step"] for m in metrics] == list(range(1, 9))
     assert all(m["rollouts"] == 256 for m in metrics)
     # the harness phase really searched: the archive has the replayed candidates, the broken one rejected

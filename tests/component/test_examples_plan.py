@@ -31,8 +31,10 @@ def test_plan_text_prints_the_figure():
     path = next(p for p in PAPER_RUNS if p.stem == "math-rsft")
     res = CliRunner().invoke(app, ["plan", str(path)])
     assert res.exit_code == 0, res.output
-    assert ("optimizer updates per RSFT step (perRank mini-batch, 8 data-parallel ranks): 1 x ceil(ceil(kept / 8) / "
-            "64); at most 4 (every rollout kept); 1 at 512 kept, 2 at 1024 kept, 4 at 2048 kept") in " ".join(res.output.split())
+    assert (
+        "optimizer updates per RSFT step (perRank mini-batch, 8 data-parallel ranks): 1 x ceil(ceil(kept / 8) / "
+        "64); at most 4 (every rollout kept); 1 at 512 kept, 2 at 1024 kept, 4 at 2048 kept"
+    ) in " ".join(res.output.split())
 
 
 @pytest.mark.parametrize("path", PAPER_RUNS, ids=lambda p: p.stem)

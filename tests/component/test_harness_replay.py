@@ -26,7 +26,12 @@ def puzzle() -> dict[str, str]:
 def test_chess_solution_line_scores_one(puzzle: dict[str, str]) -> None:
     solver_moves = puzzle["Moves"].split()[1::2]
     episode = replay("chess_puzzles", puzzle, [f"<move>{m}</move>" for m in solver_moves] + ["<move>a1a2</move>"])
-    assert (episode["reward"], episode["turns"], episode["end"], episode["error"]) == (1.0, len(solver_moves), "env_done", None)
+    assert (episode["reward"], episode["turns"], episode["end"], episode["error"]) == (
+        1.0,
+        len(solver_moves),
+        "env_done",
+        None,
+    )
     assert episode["replies_used"] == len(solver_moves) and episode["replies_given"] == len(solver_moves) + 1
     assert [m["role"] for m in episode["messages"][:3]] == ["system", "user", "assistant"]
 
@@ -42,7 +47,9 @@ def test_replay_with_a_given_harness_and_the_test_double(tmp_path: Path) -> None
     domain = GuessNumberDomainDouble()
     harness = tmp_path / "h.py"
     harness.write_text(domain.h0_path().read_text().replace("MAX_TURNS = 6", "MAX_TURNS = 2"))
-    episode = replay_domain(domain, {"secret": 3}, ["<guess>1</guess>", "<guess>2</guess>", "<guess>3</guess>"], harness)
+    episode = replay_domain(
+        domain, {"secret": 3}, ["<guess>1</guess>", "<guess>2</guess>", "<guess>3</guess>"], harness
+    )
     assert (episode["reward"], episode["turns"], episode["end"], episode["replies_used"]) == (0.0, 2, "max_turns", 2)
 
 

@@ -27,8 +27,10 @@ ALLOWED = frozenset({"re"})
 
 def harness_file(tmp_path: Path, body: str, name: str = "h.py") -> Path:
     path = tmp_path / name
-    path.write_text("import re\nfrom whale.harness.api import BaseHarness, Decision, env_action, tool_action\n\n"
-                    + textwrap.dedent(body))
+    path.write_text(
+        "import re\nfrom whale.harness.api import BaseHarness, Decision, env_action, tool_action\n\n"
+        + textwrap.dedent(body)
+    )
     return path
 
 
@@ -59,13 +61,16 @@ async def test_turn_budget_ends_the_episode_and_the_verifier_still_scores() -> N
 
 
 async def test_domain_turn_cap_overrides_the_harness(tmp_path: Path) -> None:
-    path = harness_file(tmp_path, '''
+    path = harness_file(
+        tmp_path,
+        """
         class Harness(BaseHarness):
             USER_TEMPLATE = "{feedback}"
             MAX_TURNS = 500
             def parse_action(self, text, state):
                 return env_action(text)
-    ''')
+    """,
+    )
     episode = await one(path, ["1"] * 30)
     assert (episode.end, episode.turns) == ("max_turns", DOMAIN.max_turns_limit)
 
@@ -77,7 +82,9 @@ async def test_too_few_replies_become_empty_replies_and_format_retry_then_stop()
 
 
 async def test_native_tool_calls_run_domain_tools(tmp_path: Path) -> None:
-    path = harness_file(tmp_path, '''
+    path = harness_file(
+        tmp_path,
+        """
         class Harness(BaseHarness):
             USER_TEMPLATE = "Guess. {feedback}"
             MAX_TURNS = 4
@@ -85,10 +92,16 @@ async def test_native_tool_calls_run_domain_tools(tmp_path: Path) -> None:
             def parse_action(self, text, state):
                 m = re.search(r"<guess>(\\d+)</guess>", text)
                 return env_action(m.group(1)) if m else None
-    ''')
-    call = {"role": "assistant", "content": "", "tool_calls": [
-        {"id": "c1", "type": "function", "function": {"name": "hint", "arguments": "{}"}},
-        {"id": "c2", "type": "function", "function": {"name": "oracle", "arguments": "{}"}}]}
+    """,
+    )
+    call = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "hint", "arguments": "{}"}},
+            {"id": "c2", "type": "function", "function": {"name": "oracle", "arguments": "{}"}},
+        ],
+    }
     episode = await one(path, [call, "<guess>7</guess>"])
     assert episode.reward == 1.0 and episode.turns == 2
     tool_messages = [m for m in episode.messages if m["role"] == "tool"]
@@ -98,7 +111,9 @@ async def test_native_tool_calls_run_domain_tools(tmp_path: Path) -> None:
 
 
 async def test_harness_may_call_a_tool_before_the_first_model_turn(tmp_path: Path) -> None:
-    path = harness_file(tmp_path, '''
+    path = harness_file(
+        tmp_path,
+        """
         class Harness(BaseHarness):
             MAX_TURNS = 2
             def start(self, task, state):
@@ -108,21 +123,25 @@ async def test_harness_may_call_a_tool_before_the_first_model_turn(tmp_path: Pat
                 return Decision(messages=[{"role": "user", "content": "parity " + results[0]["content"] + " from " + str(state["low"])}])
             def parse_action(self, text, state):
                 return env_action(text)
-    ''')
+    """,
+    )
     episode = await one(path, ["7"])
     assert episode.messages[0] == {"role": "user", "content": "parity odd from 1"}
     assert episode.reward == 1.0 and episode.turns == 1
 
 
 async def test_a_failing_hook_ends_only_its_episode_with_the_harness_line(tmp_path: Path) -> None:
-    path = harness_file(tmp_path, '''
+    path = harness_file(
+        tmp_path,
+        """
         class Harness(BaseHarness):
             USER_TEMPLATE = "{feedback}"
             def parse_action(self, text, state):
                 if text == "boom":
                     return 1 / 0
                 return env_action(text)
-    ''')
+    """,
+    )
     async with HarnessProcess(path, ALLOWED) as harness:
         bad = EpisodeRunner(DOMAIN, harness, ScriptedClient(["boom"]), SamplingParams())
         good = EpisodeRunner(DOMAIN, harness, ScriptedClient(["7"]), SamplingParams())
@@ -133,14 +152,17 @@ async def test_a_failing_hook_ends_only_its_episode_with_the_harness_line(tmp_pa
 
 
 async def test_a_hung_hook_times_out_and_the_process_comes_back(tmp_path: Path) -> None:
-    path = harness_file(tmp_path, '''
+    path = harness_file(
+        tmp_path,
+        """
         class Harness(BaseHarness):
             USER_TEMPLATE = "{feedback}"
             def parse_action(self, text, state):
                 while text == "loop":
                     pass
                 return env_action(text)
-    ''')
+    """,
+    )
     limits = SandboxLimits(hook_timeout_s=1.0)
     async with HarnessProcess(path, ALLOWED, limits) as harness:
         hung = await EpisodeRunner(DOMAIN, harness, ScriptedClient(["loop"]), SamplingParams()).run_episode(SECRET_7)
@@ -162,7 +184,9 @@ class CountingClient(InferenceClient):
         self.peak = max(self.peak, self.in_flight)
         await asyncio.sleep(self.latency_s)
         self.in_flight -= 1
-        return ChatResult([Completion({"role": "assistant", "content": "<guess>42</guess>"}, "stop", 3)], 20, 3, self.latency_s)
+        return ChatResult(
+            [Completion({"role": "assistant", "content": "<guess>42</guess>"}, "stop", 3)], 20, 3, self.latency_s
+        )
 
 
 async def test_episodes_run_concurrently_up_to_the_limit_and_traces_stream_to_jsonl(tmp_path: Path) -> None:
@@ -170,8 +194,16 @@ async def test_episodes_run_concurrently_up_to_the_limit_and_traces_stream_to_js
     client = CountingClient(latency_s=0.2)
     traces = tmp_path / "traces.jsonl"
     started = time.perf_counter()
-    episodes = await run_episodes(DOMAIN, DOMAIN.h0_path(), client, items, SamplingParams(), k=2,
-                                  config=RunnerConfig(max_concurrency=8), traces=traces)
+    episodes = await run_episodes(
+        DOMAIN,
+        DOMAIN.h0_path(),
+        client,
+        items,
+        SamplingParams(),
+        k=2,
+        config=RunnerConfig(max_concurrency=8),
+        traces=traces,
+    )
     elapsed = time.perf_counter() - started
     assert client.peak == 8
     assert elapsed < 24 * 0.2 / 3  # sequential would take 4.8 s
@@ -194,11 +226,14 @@ async def test_environment_bug_is_an_error_episode_not_a_crash() -> None:
     assert episodes[0].end == "error" and episodes[0].error.startswith("internal: ")
 
 
-@pytest.mark.parametrize("source,needle", [
-    ("class Harness(BaseHarness):\n    MAX_TURNS = 'many'\n", "MAX_TURNS must be int"),
-    ("class Harness(BaseHarness):\n    x = 1 / 0\n", "harness line 5"),
-    ("class Other:\n    pass\n", "must define class Harness"),
-])
+@pytest.mark.parametrize(
+    "source,needle",
+    [
+        ("class Harness(BaseHarness):\n    MAX_TURNS = 'many'\n", "MAX_TURNS must be int"),
+        ("class Harness(BaseHarness):\n    x = 1 / 0\n", "harness line 5"),
+        ("class Other:\n    pass\n", "must define class Harness"),
+    ],
+)
 async def test_load_errors_name_the_cause(tmp_path: Path, source: str, needle: str) -> None:
     from whale.harness.process import HarnessLoadError
 
@@ -210,7 +245,9 @@ async def test_load_errors_name_the_cause(tmp_path: Path, source: str, needle: s
 async def test_a_pool_spreads_concurrent_hooks_over_its_processes(tmp_path: Path) -> None:
     from whale.harness.process import HarnessPool
 
-    path = harness_file(tmp_path, '''
+    path = harness_file(
+        tmp_path,
+        """
         import os
         PROCESS = os.urandom(8).hex()  # pids do not tell sandboxes apart: each has its own PID namespace
         class Harness(BaseHarness):
@@ -219,7 +256,8 @@ async def test_a_pool_spreads_concurrent_hooks_over_its_processes(tmp_path: Path
                 for i in range(20000):
                     total += i
                 return Decision(messages=[{"role": "user", "content": PROCESS}])
-    ''')
+    """,
+    )
     async with HarnessPool(path, ALLOWED, processes=2) as pool:
         answers = await asyncio.gather(*[pool.call("start", {"task": {}}, {}) for _ in range(20)])
         assert pool.isolation["processes"] == 2
@@ -242,12 +280,14 @@ async def test_an_items_k_first_turns_are_one_request_with_n_k() -> None:
     items = [DOMAIN.items[0], {"id": "g9", "secret": 9}]
     client = RecordingClient([f"<guess>{i}</guess>" for i in range(1, 40)])
     async with HarnessProcess(DOMAIN.h0_path(), ALLOWED) as harness:
-        runner = EpisodeRunner(DOMAIN, harness, client, SamplingParams(), RunnerConfig(max_concurrency=4, share_first_turn=True))
+        runner = EpisodeRunner(
+            DOMAIN, harness, client, SamplingParams(), RunnerConfig(max_concurrency=4, share_first_turn=True)
+        )
         episodes = await runner.run(items, k=3)
     # one n=3 request per item for the first turns; one n=1 request per later turn
     assert client.ns.count(3) == 2 and client.ns.count(1) == sum(e.turns - 1 for e in episodes) > 0
     for i in range(2):
-        firsts = {e.messages[e.assistant_indices[0]]["content"] for e in episodes[3 * i:3 * i + 3]}
+        firsts = {e.messages[e.assistant_indices[0]]["content"] for e in episodes[3 * i : 3 * i + 3]}
         assert len(firsts) == 3  # each of the 3 completions went to its own episode
     assert all(e.end != "error" and e.turns >= 1 for e in episodes)
     first_steps = [next(s for s in e.steps if s["type"] == "model") for e in episodes]
@@ -256,7 +296,9 @@ async def test_an_items_k_first_turns_are_one_request_with_n_k() -> None:
 
 
 async def test_samples_with_different_first_prompts_make_their_own_requests(tmp_path: Path) -> None:
-    path = harness_file(tmp_path, """
+    path = harness_file(
+        tmp_path,
+        """
         class Harness(BaseHarness):
             USER_TEMPLATE = "Guess."
             MAX_TURNS = 1
@@ -264,7 +306,8 @@ async def test_samples_with_different_first_prompts_make_their_own_requests(tmp_
             def start(self, task, state):
                 self.calls = getattr(self, "calls", 0) + 1   # differs per episode (one process, in order)
                 return Decision(messages=[{"role": "user", "content": f"Guess #{self.calls}"}])
-    """)
+    """,
+    )
     client = RecordingClient(["5"] * 10)
     async with HarnessProcess(path, ALLOWED) as harness:
         runner = EpisodeRunner(DOMAIN, harness, client, SamplingParams(), RunnerConfig(share_first_turn=True))

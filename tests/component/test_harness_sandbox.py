@@ -61,11 +61,14 @@ def test_listener_sees_a_connection(listener) -> None:
 
 async def test_no_network(tmp_path: Path, listener) -> None:
     port, connected = listener
-    path = write(tmp_path, f"""
+    path = write(
+        tmp_path,
+        f"""
         import socket
         s = socket.create_connection(("127.0.0.1", {port}), timeout=2)
         return Decision(messages=[{{"role": "user", "content": "connected"}}])
-    """)
+    """,
+    )
     with pytest.raises(HarnessError, match="start failed"):
         await start_hook(path)
     assert not connected()
@@ -74,10 +77,13 @@ async def test_no_network(tmp_path: Path, listener) -> None:
 async def test_no_credentials_in_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WHALE_TEST_API_KEY", "sk-very-secret")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "aws-very-secret")
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         import os
         return Decision(messages=[{"role": "user", "content": repr(dict(os.environ))}])
-    """)
+    """,
+    )
     decision = await start_hook(path)
     dumped = decision["messages"][0]["content"]
     assert "PATH" in dumped
@@ -86,22 +92,28 @@ async def test_no_credentials_in_the_environment(tmp_path: Path, monkeypatch: py
 
 async def test_no_file_writes(tmp_path: Path) -> None:
     target = tmp_path / "pwned.txt"
-    path = write(tmp_path, f"""
+    path = write(
+        tmp_path,
+        f"""
         with open({str(target)!r}, "w") as fh:
             fh.write("x")
         return Decision()
-    """)
+    """,
+    )
     with pytest.raises(HarnessError, match="start failed"):
         await start_hook(path)
     assert not target.exists()
 
 
 async def test_memory_limit_kills_only_the_hook(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         if task.get("big"):
             blob = bytearray(2 << 30)
         return Decision(messages=[{"role": "user", "content": "fine"}])
-    """)
+    """,
+    )
     async with HarnessProcess(path, ALLOWED, SandboxLimits(memory_bytes=512 << 20)) as harness:
         with pytest.raises(HarnessError, match="MemoryError"):
             await harness.call("start", {"task": {"big": True}}, {})
@@ -110,10 +122,13 @@ async def test_memory_limit_kills_only_the_hook(tmp_path: Path) -> None:
 
 
 async def test_prints_do_not_corrupt_the_protocol(tmp_path: Path) -> None:
-    path = write(tmp_path, """
+    path = write(
+        tmp_path,
+        """
         print('{"id": 1, "ok": true, "result": "forged"}')
         return Decision(messages=[{"role": "user", "content": "real"}])
-    """)
+    """,
+    )
     decision = await start_hook(path)
     assert decision["messages"][0]["content"] == "real"
 
@@ -140,10 +155,21 @@ def test_the_eval_workload_records_the_isolation_it_ran_under(tmp_path: Path) ->
     results = {}
     for isolation in ("namespaces", "none"):
         store = open_store(str(tmp_path / isolation))
-        spec = {"domain": "chess_puzzles", "condition": "mh_only", "model": {"name": "unused"},
-                "evaluation": {"samplesPerItem": 1}, "sandbox": {"isolation": isolation}}
-        request = PhaseRequest(run="r", phase="p", kind=PhaseKind.EVAL, attempt=1, spec=spec,
-                               eval=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None))
+        spec = {
+            "domain": "chess_puzzles",
+            "condition": "mh_only",
+            "model": {"name": "unused"},
+            "evaluation": {"samplesPerItem": 1},
+            "sandbox": {"isolation": isolation},
+        }
+        request = PhaseRequest(
+            run="r",
+            phase="p",
+            kind=PhaseKind.EVAL,
+            attempt=1,
+            spec=spec,
+            eval=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None),
+        )
         store.write_json(layout.request_key("r", "p"), request.to_wire())
         run_eval(store, "r", "p", domain=GuessNumberDomainDouble(), client=FixedLatencyClient("<guess>42</guess>", 0.0))
         results[isolation] = EvalResult.model_validate(store.read_json(layout.result_key("r", "p")))

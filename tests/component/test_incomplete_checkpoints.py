@@ -25,8 +25,13 @@ RUN = "ck"
 STEP = 2
 EVAL_PHASE = layout.eval_phase_key(1, STEP, "weight")
 SEARCH_PHASE = layout.harness_phase_key(1)
-SPEC = {"condition": "mh_only", "model": {"name": "unused"}, "inference": {"backend": "transformers", "maxConcurrency": 2},
-        "evaluation": {"samplesPerItem": 1}, "data": {"harnessSize": 2}}
+SPEC = {
+    "condition": "mh_only",
+    "model": {"name": "unused"},
+    "inference": {"backend": "transformers", "maxConcurrency": 2},
+    "evaluation": {"samplesPerItem": 1},
+    "data": {"harnessSize": 2},
+}
 
 
 @pytest.fixture()
@@ -39,11 +44,19 @@ def store(tmp_path: Path):
 
 
 def eval_request(store, domain: str = "guess") -> None:
-    store.write_json(layout.request_key(RUN, EVAL_PHASE), PhaseRequest(
-        run=RUN, phase=EVAL_PHASE, kind=PhaseKind.EVAL, attempt=1, spec={**SPEC, "domain": domain},
-        eval=EvalPhaseArgs(cycle=1, step=STEP, after="weight", checkpoint=layout.checkpoint_prefix(RUN, STEP),
-                           harness=None),
-    ).to_wire())
+    store.write_json(
+        layout.request_key(RUN, EVAL_PHASE),
+        PhaseRequest(
+            run=RUN,
+            phase=EVAL_PHASE,
+            kind=PhaseKind.EVAL,
+            attempt=1,
+            spec={**SPEC, "domain": domain},
+            eval=EvalPhaseArgs(
+                cycle=1, step=STEP, after="weight", checkpoint=layout.checkpoint_prefix(RUN, STEP), harness=None
+            ),
+        ).to_wire(),
+    )
 
 
 def test_eval_refuses_an_incomplete_checkpoint_naming_it(store) -> None:
@@ -58,15 +71,21 @@ def test_eval_refuses_an_incomplete_checkpoint_naming_it(store) -> None:
     assert not store.exists(layout.result_key(RUN, EVAL_PHASE))
 
     store.write_bytes(layout.checkpoint_complete_key(RUN, STEP), b"")  # complete: the same request runs
-    result = run_eval(store, RUN, EVAL_PHASE, domain=GuessNumberDomainDouble(),
-                      client=FixedLatencyClient("<guess>42</guess>", 0.0))
+    result = run_eval(
+        store, RUN, EVAL_PHASE, domain=GuessNumberDomainDouble(), client=FixedLatencyClient("<guess>42</guess>", 0.0)
+    )
     assert result.items == 4 and result.checkpoint == layout.checkpoint_prefix(RUN, STEP)
 
 
 def test_the_eval_workload_process_fails_with_one_line_naming_the_checkpoint(store) -> None:
     eval_request(store, domain="chess_puzzles")
-    done = subprocess.run([sys.executable, "-m", "whale.workloads", "eval", "--store", store.uri, "--run", RUN,
-                           "--phase", EVAL_PHASE], capture_output=True, text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", "whale.workloads", "eval", "--store", store.uri, "--run", RUN, "--phase", EVAL_PHASE],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 1
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("eval workload failed: CheckpointIncomplete: checkpoint "), last
@@ -74,14 +93,35 @@ def test_the_eval_workload_process_fails_with_one_line_naming_the_checkpoint(sto
 
 
 def test_search_refuses_an_incomplete_checkpoint_naming_it(store) -> None:
-    spec = {**SPEC, "domain": "synthetic", "harnessSearch": {"proposer": {
-        "backend": "openai", "baseUrl": "http://127.0.0.1:9/v1", "model": "never-reached"}}}
-    store.write_json(layout.request_key(RUN, SEARCH_PHASE), PhaseRequest(
-        run=RUN, phase=SEARCH_PHASE, kind=PhaseKind.HARNESS, attempt=1, spec=spec,
-        harness=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=layout.checkpoint_prefix(RUN, STEP),
-                                 step=STEP, iterations=2, archive=layout.archive_prefix(RUN, 1)),
-    ).to_wire())
+    spec = {
+        **SPEC,
+        "domain": "synthetic",
+        "harnessSearch": {
+            "proposer": {"backend": "openai", "baseUrl": "http://127.0.0.1:9/v1", "model": "never-reached"}
+        },
+    }
+    store.write_json(
+        layout.request_key(RUN, SEARCH_PHASE),
+        PhaseRequest(
+            run=RUN,
+            phase=SEARCH_PHASE,
+            kind=PhaseKind.HARNESS,
+            attempt=1,
+            spec=spec,
+            harness=HarnessPhaseArgs(
+                cycle=1,
+                incoming_harness=None,
+                checkpoint=layout.checkpoint_prefix(RUN, STEP),
+                step=STEP,
+                iterations=2,
+                archive=layout.archive_prefix(RUN, 1),
+            ),
+        ).to_wire(),
+    )
     uri = store.uri_for(layout.checkpoint_prefix(RUN, STEP))
     with pytest.raises(CheckpointIncomplete, match=f"checkpoint {uri} is missing or incomplete"):
         run_search(store, RUN, SEARCH_PHASE, client=DigitSayerPolicyDouble())
-    assert store.list(layout.archive_prefix(RUN, 1)) == [] and store.read_jsonl(layout.metrics_key(RUN, SEARCH_PHASE)) == []
+    assert (
+        store.list(layout.archive_prefix(RUN, 1)) == []
+        and store.read_jsonl(layout.metrics_key(RUN, SEARCH_PHASE)) == []
+    )

@@ -41,7 +41,9 @@ async def test_greedy_is_reproducible_over_http(tiny_model_server: str) -> None:
 async def test_runtime_over_http_counts_tokens_from_usage(tiny_model_server: str) -> None:
     domain = GuessNumberDomainDouble()
     async with OpenAIClient(tiny_model_server) as client:
-        episodes = await run_episodes(domain, domain.h0_path(), client, domain.items[:1], SamplingParams(max_tokens=4), k=2)
+        episodes = await run_episodes(
+            domain, domain.h0_path(), client, domain.items[:1], SamplingParams(max_tokens=4), k=2
+        )
     assert len(episodes) == 2
     for episode in episodes:
         assert episode.end in ("harness_done", "max_turns", "env_done"), episode.error

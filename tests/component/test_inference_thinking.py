@@ -22,10 +22,16 @@ MESSAGES = [{"role": "user", "content": "Guess a number between 1 and 100."}]
 
 
 def run_spec(**model: Any) -> WhaleRunSpec:
-    return WhaleRunSpec.model_validate({
-        "domain": "synthetic", "condition": "rsft_only", "model": {"name": "m", **model},
-        "schedule": {"totalSteps": 1}, "inference": {"backend": "openai"},
-        "rsft": {"sampling": {"maxResponseTokens": 64, "episodeTokenBudget": 100}}})
+    return WhaleRunSpec.model_validate(
+        {
+            "domain": "synthetic",
+            "condition": "rsft_only",
+            "model": {"name": "m", **model},
+            "schedule": {"totalSteps": 1},
+            "inference": {"backend": "openai"},
+            "rsft": {"sampling": {"maxResponseTokens": 64, "episodeTokenBudget": 100}},
+        }
+    )
 
 
 @pytest.mark.parametrize("thinking", [True, False])
@@ -62,8 +68,10 @@ async def test_in_process_backend_renders_with_the_requests_kwargs(thinking_clie
     off = sampling_for(run_spec(enableThinking=False))
     assert thinking_client.render(MESSAGES, None, on.template_kwargs).endswith("assistant\n<think>\n")
     assert thinking_client.render(MESSAGES, None, off.template_kwargs).endswith("<think>\n\n</think>\n\n")
-    counted = (await thinking_client.count_prompt_tokens(MESSAGES, None, on),
-               await thinking_client.count_prompt_tokens(MESSAGES, None, off))
+    counted = (
+        await thinking_client.count_prompt_tokens(MESSAGES, None, on),
+        await thinking_client.count_prompt_tokens(MESSAGES, None, off),
+    )
     result_on = await thinking_client.chat(MESSAGES, dataclasses.replace(on, max_tokens=2))
     result_off = await thinking_client.chat(MESSAGES, dataclasses.replace(off, max_tokens=2))
     assert (result_on.prompt_tokens, result_off.prompt_tokens) == counted
@@ -80,8 +88,10 @@ async def test_the_openai_compatible_server_passes_the_kwargs_through(thinking_c
                 prompts[thinking] = result.prompt_tokens
     on = sampling_for(run_spec(enableThinking=True))
     off = sampling_for(run_spec(enableThinking=False))
-    assert prompts == {True: await thinking_client.count_prompt_tokens(MESSAGES, None, on),
-                       False: await thinking_client.count_prompt_tokens(MESSAGES, None, off)}
+    assert prompts == {
+        True: await thinking_client.count_prompt_tokens(MESSAGES, None, on),
+        False: await thinking_client.count_prompt_tokens(MESSAGES, None, off),
+    }
     assert prompts[False] > prompts[True]
 
 
@@ -90,7 +100,8 @@ def test_rsft_trajectories_carry_the_kwargs_generation_used(thinking_client: Tra
     from whale.rsft.sampling import HarnessSampler
 
     domain = GuessNumberDomainDouble()
-    with HarnessSampler(domain, domain.h0_path(), thinking_client,
-                        sampling_for(run_spec(enableThinking=False))) as sampler:
+    with HarnessSampler(
+        domain, domain.h0_path(), thinking_client, sampling_for(run_spec(enableThinking=False))
+    ) as sampler:
         [trajectory] = sampler.sample([domain.items[0]], [0], rollouts=1, seed=0)
     assert trajectory.template_kwargs == {"enable_thinking": False}

@@ -58,9 +58,11 @@ async def test_different_sampling_params_are_not_mixed_in_a_batch(fresh: tuple[A
     model.generate = spy
     client = TransformersClient(model, tokenizer, max_batch_size=8, batch_wait_s=0.2)
     try:
-        await asyncio.gather(client.chat(MESSAGES, SamplingParams(temperature=0.0, max_tokens=3)),
-                             client.chat(MESSAGES, SamplingParams(temperature=1.0, max_tokens=3)),
-                             client.chat(MESSAGES, SamplingParams(temperature=0.0, max_tokens=3)))
+        await asyncio.gather(
+            client.chat(MESSAGES, SamplingParams(temperature=0.0, max_tokens=3)),
+            client.chat(MESSAGES, SamplingParams(temperature=1.0, max_tokens=3)),
+            client.chat(MESSAGES, SamplingParams(temperature=0.0, max_tokens=3)),
+        )
     finally:
         await client.aclose()
     assert sorted(seen) == [(1, True), (2, False)]
@@ -102,8 +104,12 @@ async def test_tool_calls_are_parsed_when_tools_are_offered(fresh: tuple[Any, An
 async def test_qwen3_coder_tool_calls_with_the_parser_named(fresh: tuple[Any, Any]) -> None:
     model, tokenizer = fresh
     client = TransformersClient(model, tokenizer, tool_parser="qwen3_coder")
-    tools = [{"type": "function", "function": {"name": "guess", "parameters": {
-        "type": "object", "properties": {"n": {"type": "integer"}}}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {"name": "guess", "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}}},
+        }
+    ]
     end = [tokenizer.convert_tokens_to_ids("<|im_end|>")]
     text = "try\n<tool_call>\n<function=guess>\n<parameter=n>\n7\n</parameter>\n</function>\n</tool_call>"
     completion = client._completion(tokenizer(text, add_special_tokens=False)["input_ids"] + end, tools=tools)
@@ -132,8 +138,11 @@ async def test_one_bad_prompt_fails_only_its_own_request(fresh: tuple[Any, Any])
     client = TransformersClient(model, tokenizer, max_batch_size=8, batch_wait_s=0.2)
     bad = [{"role": "user", "content": "x " * 5000}]  # longer than the tiny model's 4096 positions
     try:
-        good, failed = await asyncio.gather(client.chat(MESSAGES, SamplingParams(max_tokens=2)),
-                                            client.chat(bad, SamplingParams(max_tokens=2)), return_exceptions=True)
+        good, failed = await asyncio.gather(
+            client.chat(MESSAGES, SamplingParams(max_tokens=2)),
+            client.chat(bad, SamplingParams(max_tokens=2)),
+            return_exceptions=True,
+        )
     finally:
         await client.aclose()
     assert len(good.completions) == 1

@@ -29,17 +29,32 @@ SIZES = {"weight": 2560, "harness": 4, "test": 10}
 
 def spec_of(condition: str = "whale", **schedule) -> WhaleRunSpec:
     schedule = schedule or {"totalSteps": 6, "weightStepsPerCycle": 3, "harnessIterationsPerCycle": 2}
-    return WhaleRunSpec.model_validate({
-        "domain": "counting", "condition": condition, "model": {"name": "tiny"}, "schedule": schedule,
-        "evaluation": {"intervalSteps": 2}, "retry": {"maxAttempts": 2},
-    })
+    return WhaleRunSpec.model_validate(
+        {
+            "domain": "counting",
+            "condition": condition,
+            "model": {"name": "tiny"},
+            "schedule": schedule,
+            "evaluation": {"intervalSteps": 2},
+            "retry": {"maxAttempts": 2},
+        }
+    )
 
 
 def runner(tmp_path: Path, spec: WhaleRunSpec, store=None, sim: dict | None = None, name: str = "r1", **kw):
     store = store or open_store(str(tmp_path / "store"))
     env = {"WHALE_SIM": json.dumps(sim or {})}
-    return LocalRunner(name=name, spec=spec, store=store, split_sizes=SIZES, workdir=tmp_path / "work",
-                       workload_command=SIM, env=env, poll_interval_s=0.05, **kw)
+    return LocalRunner(
+        name=name,
+        spec=spec,
+        store=store,
+        split_sizes=SIZES,
+        workdir=tmp_path / "work",
+        workload_command=SIM,
+        env=env,
+        poll_interval_s=0.05,
+        **kw,
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -56,7 +71,13 @@ def test_whale_run_end_to_end(tmp_path):
     assert status.current_harness == "runs/r1/harnesses/c01-accepted.py"
     # evaluations: start, steps 2 4 6 (interval), 3 (end of cycle 1) and after the harness phase
     assert sorted((e.step, e.after) for e in status.evals) == [
-        (0, "start"), (2, "weight"), (3, "harness"), (3, "weight"), (4, "weight"), (6, "weight")]
+        (0, "start"),
+        (2, "weight"),
+        (3, "harness"),
+        (3, "weight"),
+        (4, "weight"),
+        (6, "weight"),
+    ]
     # the simulated eval scores 0.01 per step, +0.05 with an accepted harness: the best is after cycle 1's search
     assert (status.best.step, status.best.phase) == (3, "eval-c01-s000003-harness")
     assert status.best.mean_at_k == pytest.approx(0.08) and status.best.rollouts_at == 3 * 16 + 2 * 4
@@ -117,9 +138,14 @@ def test_failed_phase_is_retried_then_fails_the_run(tmp_path):
 
 
 def test_adaptive_run_ends_weight_phases_by_patience(tmp_path):
-    spec = spec_of("adaptive_whale", totalSteps=12,
-                   adaptive={"weight": {"windowSteps": 1, "burnInSteps": 2, "patienceSteps": 2},
-                             "harness": {"minIterations": 2, "patience": 1, "maxIterations": 4}})
+    spec = spec_of(
+        "adaptive_whale",
+        totalSteps=12,
+        adaptive={
+            "weight": {"windowSteps": 1, "burnInSteps": 2, "patienceSteps": 2},
+            "harness": {"minIterations": 2, "patience": 1, "maxIterations": 4},
+        },
+    )
     rewards = [0.2, 0.9, 0.1, 0.1, 0.1, 0.1]  # each phase peaks early, then stalls
     status = runner(tmp_path, spec, sim={"reward": rewards}).run(max_seconds=90)
     assert status.phase is RunPhase.SUCCEEDED
@@ -148,8 +174,9 @@ def test_a_changed_manifest_names_every_field_that_differs(tmp_path):
     store = open_store(str(tmp_path / "store"))
     spec = spec_of("rsft_only", totalSteps=2)
     store.write_json(layout.spec_key("r1"), spec.to_wire())
-    changed = WhaleRunSpec.model_validate({**spec.to_wire(), "schedule": {"totalSteps": 4},
-                                           "rsft": {**spec.to_wire()["rsft"], "learningRate": 1e-6}})
+    changed = WhaleRunSpec.model_validate(
+        {**spec.to_wire(), "schedule": {"totalSteps": 4}, "rsft": {**spec.to_wire()["rsft"], "learningRate": 1e-6}}
+    )
     with pytest.raises(RunConflictError) as refused:
         runner(tmp_path, changed, store).run(max_seconds=60)
     message = str(refused.value)
@@ -163,8 +190,9 @@ def test_fields_that_may_change_on_resume_are_taken_and_recorded(tmp_path):
     store = open_store(str(tmp_path / "store"))
     spec = spec_of("rsft_only", totalSteps=2)
     store.write_json(layout.spec_key("r1"), spec.to_wire())
-    looser = WhaleRunSpec.model_validate({**spec.to_wire(), "retry": {"maxAttempts": 5},
-                                          "inference": {"maxConcurrency": 3}})
+    looser = WhaleRunSpec.model_validate(
+        {**spec.to_wire(), "retry": {"maxAttempts": 5}, "inference": {"maxConcurrency": 3}}
+    )
     r = runner(tmp_path, looser, store)
     assert r.run(max_seconds=60).phase is RunPhase.SUCCEEDED
     assert sorted(map(str, r.changes)) == ["spec.inference.maxConcurrency: 64 -> 3", "spec.retry.maxAttempts: 2 -> 5"]
@@ -175,7 +203,11 @@ def test_spec_changes_lists_leaves_by_camel_case_path():
     before = {"a": {"b": 1, "c": [1, 2]}, "gone": True, "same": "x"}
     after = {"a": {"b": 2, "c": [1, 3]}, "new": None, "same": "x"}
     assert [str(c) for c in spec_changes(before, after)] == [
-        "spec.a.b: 1 -> 2", "spec.a.c[1]: 2 -> 3", "spec.gone: true -> (unset)", "spec.new: (unset) -> null"]
+        "spec.a.b: 1 -> 2",
+        "spec.a.c[1]: 2 -> 3",
+        "spec.gone: true -> (unset)",
+        "spec.new: (unset) -> null",
+    ]
     many = spec_changes({f"k{i:02d}": i for i in range(30)}, {f"k{i:02d}": -i for i in range(1, 31)})
     assert len(many) == 31
     spec = spec_of("rsft_only", totalSteps=2)
@@ -201,8 +233,13 @@ def test_a_run_held_by_another_process_is_refused_naming_it(tmp_path):
 
 def test_timeout_saves_an_interrupted_status_and_leaves_no_child(tmp_path):
     store = open_store(str(tmp_path / "store"))
-    r = runner(tmp_path, spec_of("rsft_only", totalSteps=3), store, sim={"hang": {"c01-weight": 1}},
-               resume_hint="whale run x.yaml")
+    r = runner(
+        tmp_path,
+        spec_of("rsft_only", totalSteps=3),
+        store,
+        sim={"hang": {"c01-weight": 1}},
+        resume_hint="whale run x.yaml",
+    )
     with pytest.raises(RunTimeout, match="did not finish within 3 s"):
         r.run(max_seconds=3)
     assert all(p.popen.poll() is not None for p in r.procs.values())
@@ -234,8 +271,16 @@ def test_a_failed_run_is_retried_from_its_last_good_state(tmp_path):
 
 def test_whale_run_on_s3(tmp_path, s3_server, s3_store):
     """The same run with the store on a real S3 server: the workloads reach it through the env."""
-    r = LocalRunner(name="s3run", spec=spec_of(), store=s3_store, split_sizes=SIZES, workdir=tmp_path / "work",
-                    workload_command=SIM, env=s3_server.env(), poll_interval_s=0.05)
+    r = LocalRunner(
+        name="s3run",
+        spec=spec_of(),
+        store=s3_store,
+        split_sizes=SIZES,
+        workdir=tmp_path / "work",
+        workload_command=SIM,
+        env=s3_server.env(),
+        poll_interval_s=0.05,
+    )
     status = r.run(max_seconds=120)
     assert status.phase is RunPhase.SUCCEEDED, status.message
     assert status.completed_phases == ["c01-weight", "c01-harness", "c02-weight"]

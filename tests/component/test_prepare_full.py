@@ -38,9 +38,18 @@ def sha(data: bytes) -> str:
 
 
 def manifest(tmp_path: Path, domain: str, data: dict, name: str = "full-run") -> Path:
-    doc = {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": name},
-           "spec": {"domain": domain, "condition": "rsft_only", "model": {"name": "synthetic-tiny"},
-                    "schedule": {"totalSteps": 4}, "data": {"source": "full", **data}}}
+    doc = {
+        "apiVersion": "whale.dev/v1alpha1",
+        "kind": "WhaleRun",
+        "metadata": {"name": name},
+        "spec": {
+            "domain": domain,
+            "condition": "rsft_only",
+            "model": {"name": "synthetic-tiny"},
+            "schedule": {"totalSteps": 4},
+            "data": {"source": "full", **data},
+        },
+    }
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -57,8 +66,13 @@ def lichess_zst() -> bytes:
 
 def chess_data(files_server, blob: bytes, **pin) -> dict:
     files_server.files["/lichess_db_puzzle.csv.zst"] = blob
-    return {"seed": 42, "weightSize": 100, "harnessSize": 20, "testSize": 20,
-            "sources": [{"name": "lichess-puzzles", "url": files_server.url("lichess_db_puzzle.csv.zst"), **pin}]}
+    return {
+        "seed": 42,
+        "weightSize": 100,
+        "harnessSize": 20,
+        "testSize": 20,
+        "sources": [{"name": "lichess-puzzles", "url": files_server.url("lichess_db_puzzle.csv.zst"), **pin}],
+    }
 
 
 def run_prepare(path: Path, store: Path, cache: Path, *extra: str):
@@ -72,7 +86,8 @@ def test_whale_prepare_fetches_verifies_and_writes_the_papers_splits(files_serve
     out = json.loads(res.output)
     assert out["sizes"] == {"weight": 100, "harness": 20, "test": 20}
     assert [(s["name"], s["action"], s["sha256"]) for s in out["sources"]] == [
-        ("lichess-puzzles", "fetched", sha(lichess_zst))]
+        ("lichess-puzzles", "fetched", sha(lichess_zst))
+    ]
     store = open_store(str(tmp_path / "st"))
     recorded = store.read_json(f"{layout.data_prefix('chess_puzzles')}/sources/manifest.json")["lichess-puzzles"]
     assert (recorded["sha256"], recorded["bytes"], recorded["pinned"]) == (sha(lichess_zst), len(lichess_zst), True)
@@ -150,13 +165,22 @@ def test_an_unknown_source_name_is_refused_naming_the_field(files_server, tmp_pa
     path = manifest(tmp_path, "chess_puzzles", {"sources": [{"name": "lichess", "url": files_server.url("x")}]})
     res = run_prepare(path, tmp_path / "st", tmp_path / "cache")
     assert res.exit_code == 1
-    assert "spec.data.sources[0].name: 'lichess' is not a source of chess_puzzles; its sources are lichess-puzzles" in \
-        " ".join(res.output.split())
+    assert (
+        "spec.data.sources[0].name: 'lichess' is not a source of chess_puzzles; its sources are lichess-puzzles"
+        in " ".join(res.output.split())
+    )
 
 
 def test_workloads_refuse_an_unprepared_store_and_say_how_to_prepare(tmp_path):
-    spec = WhaleRunSpec.model_validate({"domain": "chess_puzzles", "condition": "rsft_only", "model": {"name": "m"},
-                                        "schedule": {"totalSteps": 4}, "data": {"source": "full"}})
+    spec = WhaleRunSpec.model_validate(
+        {
+            "domain": "chess_puzzles",
+            "condition": "rsft_only",
+            "model": {"name": "m"},
+            "schedule": {"totalSteps": 4},
+            "data": {"source": "full"},
+        }
+    )
     domain = domains.load("chess_puzzles")
     with pytest.raises(full.FullDataError, match="whale prepare"):
         domain.load_split("weight", spec.data, open_store(str(tmp_path / "st")))
@@ -168,9 +192,15 @@ def test_the_prepare_workload_fetches_the_full_data_for_a_run(files_server, tmp_
     """What the operator's prepare Job runs: the run's spec in the store -> sources, splits, then split sizes."""
     monkeypatch.setenv("WHALE_CACHE_DIR", str(tmp_path / "cache"))
     store = open_store(str(tmp_path / "st"))
-    spec = WhaleRunSpec.model_validate({"domain": "chess_puzzles", "condition": "rsft_only", "model": {"name": "m"},
-                                        "schedule": {"totalSteps": 4},
-                                        "data": {"source": "full", **chess_data(files_server, lichess_zst)}})
+    spec = WhaleRunSpec.model_validate(
+        {
+            "domain": "chess_puzzles",
+            "condition": "rsft_only",
+            "model": {"name": "m"},
+            "schedule": {"totalSteps": 4},
+            "data": {"source": "full", **chess_data(files_server, lichess_zst)},
+        }
+    )
     store.write_json(layout.spec_key("chess"), spec.to_wire())
     sizes = prepare.main(store, "chess", "prepare")
     assert sizes == {"weight": 100, "harness": 20, "test": 20} == store.read_json(layout.split_sizes_key("chess"))
@@ -178,8 +208,10 @@ def test_the_prepare_workload_fetches_the_full_data_for_a_run(files_server, tmp_
 
 # ----- math: a DAPO-shaped parquet ----------------------------------------------------------------
 
-DAPO_HEAD = ("Solve the following math problem step by step. The last line of your response should be of the form "
-             "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n")
+DAPO_HEAD = (
+    "Solve the following math problem step by step. The last line of your response should be of the form "
+    "Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n"
+)
 DAPO_TAIL = '\n\nRemember to put your answer on its own line after "Answer:".'
 
 
@@ -187,11 +219,17 @@ def dapo_parquet(distinct: int, repeats: int) -> bytes:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    rows = [{"data_source": "math_dapo",
-             "prompt": [{"role": "user", "content": f"{DAPO_HEAD}What is {i} + {i}?{DAPO_TAIL}"}],
-             "ability": "MATH", "reward_model": {"ground_truth": str(2 * i), "style": "rule-lighteval/MATH_v2"},
-             "extra_info": {"index": f"idx-{i}-{r}"}}
-            for r in range(repeats) for i in range(distinct)]
+    rows = [
+        {
+            "data_source": "math_dapo",
+            "prompt": [{"role": "user", "content": f"{DAPO_HEAD}What is {i} + {i}?{DAPO_TAIL}"}],
+            "ability": "MATH",
+            "reward_model": {"ground_truth": str(2 * i), "style": "rule-lighteval/MATH_v2"},
+            "extra_info": {"index": f"idx-{i}-{r}"},
+        }
+        for r in range(repeats)
+        for i in range(distinct)
+    ]
     sink = io.BytesIO()
     pq.write_table(pa.Table.from_pylist(rows), sink)
     return sink.getvalue()
@@ -200,8 +238,12 @@ def dapo_parquet(distinct: int, repeats: int) -> bytes:
 def test_math_full_data_dedups_dapo_and_draws_d_harness_from_the_pool(files_server, tmp_path):
     blob = dapo_parquet(distinct=300, repeats=3)
     files_server.files["/dapo.parquet"] = blob
-    data = {"seed": 42, "weightSize": 250, "harnessSize": 16,
-            "sources": [{"name": "dapo-math-17k", "url": files_server.url("dapo.parquet"), "sha256": sha(blob)}]}
+    data = {
+        "seed": 42,
+        "weightSize": 250,
+        "harnessSize": 16,
+        "sources": [{"name": "dapo-math-17k", "url": files_server.url("dapo.parquet"), "sha256": sha(blob)}],
+    }
     spec = WhaleRunSpec.model_validate(yaml.safe_load(manifest(tmp_path, "math_reasoning", data).read_text())["spec"])
     store = open_store(str(tmp_path / "st"))
     domain = domains.load("math_reasoning")
@@ -221,16 +263,25 @@ def dapo_rows_all(n: int) -> list[dict]:
 
 
 def test_math_full_sizes_are_the_papers_without_any_data():
-    spec = WhaleRunSpec.model_validate({"domain": "math_reasoning", "condition": "rsft_only", "model": {"name": "m"},
-                                        "schedule": {"totalSteps": 4}, "data": {"source": "full"}})
+    spec = WhaleRunSpec.model_validate(
+        {
+            "domain": "math_reasoning",
+            "condition": "rsft_only",
+            "model": {"name": "m"},
+            "schedule": {"totalSteps": 4},
+            "data": {"source": "full"},
+        }
+    )
     assert domains.load("math_reasoning").split_sizes(spec.data) == {"weight": 17_917, "harness": 256, "test": 60}
 
 
 def test_a_file_that_gives_other_sizes_than_the_papers_fails_the_preparation(files_server, tmp_path):
     blob = dapo_parquet(distinct=300, repeats=2)  # 300 distinct problems, not the 17,917 of the pinned file
     files_server.files["/dapo.parquet"] = blob
-    data = {"harnessSize": 16, "sources": [{"name": "dapo-math-17k", "url": files_server.url("dapo.parquet"),
-                                            "sha256": sha(blob)}]}  # another file than the paper's, pinned
+    data = {
+        "harnessSize": 16,
+        "sources": [{"name": "dapo-math-17k", "url": files_server.url("dapo.parquet"), "sha256": sha(blob)}],
+    }  # another file than the paper's, pinned
     res = run_prepare(manifest(tmp_path, "math_reasoning", data), tmp_path / "st", tmp_path / "cache")
     assert res.exit_code == 1
     assert "the paper's preparation {'weight': 17917" in " ".join(res.output.split())
@@ -252,9 +303,18 @@ def test_a_mirror_serving_another_file_than_the_pinned_one_is_refused(files_serv
 
 
 def flashrag(prefix: str, n: int) -> bytes:
-    return "".join(json.dumps({"id": f"{prefix}_{i}", "question": f"{prefix} question {i}?",
-                               "golden_answers": [f"answer {i}"], "metadata": {"x": i}}) + "\n"
-                   for i in range(n)).encode()
+    return "".join(
+        json.dumps(
+            {
+                "id": f"{prefix}_{i}",
+                "question": f"{prefix} question {i}?",
+                "golden_answers": [f"answer {i}"],
+                "metadata": {"x": i},
+            }
+        )
+        + "\n"
+        for i in range(n)
+    ).encode()
 
 
 def test_search_full_data_merges_nq_and_hotpotqa_and_samples_seven_benchmarks(files_server, tmp_path):
@@ -305,8 +365,10 @@ def test_a_decompression_bomb_is_cut_at_the_row_limit(tmp_path):
 def test_a_file_that_is_not_the_dapo_parquet_fails_with_the_file_named(files_server, tmp_path):
     blob = b"not a parquet file" * 50
     files_server.files["/dapo.parquet"] = blob
-    data = {"harnessSize": 16, "sources": [{"name": "dapo-math-17k", "url": files_server.url("dapo.parquet"),
-                                            "sha256": sha(blob)}]}
+    data = {
+        "harnessSize": 16,
+        "sources": [{"name": "dapo-math-17k", "url": files_server.url("dapo.parquet"), "sha256": sha(blob)}],
+    }
     res = run_prepare(manifest(tmp_path, "math_reasoning", data), tmp_path / "st", tmp_path / "cache")
     assert res.exit_code == 1
     assert "not the DAPO-Math-17k parquet" in " ".join(res.output.split())

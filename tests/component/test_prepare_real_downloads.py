@@ -23,8 +23,17 @@ PAPER_SIZES = {
 @pytest.mark.timeout(3 * 3600)
 @pytest.mark.parametrize("run", sorted(PAPER_SIZES))
 def test_whale_prepare_downloads_the_real_data_and_writes_the_papers_splits(run, tmp_path):
-    argv = ["prepare", str(EXAMPLES / f"{run}.yaml"), "--store", str(tmp_path / "st"), "--cache-dir",
-            str(tmp_path / "cache"), "--splits-only", "-o", "json"]
+    argv = [
+        "prepare",
+        str(EXAMPLES / f"{run}.yaml"),
+        "--store",
+        str(tmp_path / "st"),
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        "--splits-only",
+        "-o",
+        "json",
+    ]
     res = CliRunner().invoke(app, argv)
     assert res.exit_code == 0, res.output
     out = json.loads(res.output)

@@ -14,9 +14,16 @@ from whale.workloads import prepare
 
 
 def write_spec(store, run: str, domain: str, **data) -> WhaleRunSpec:
-    spec = WhaleRunSpec.model_validate({"domain": domain, "condition": "whale", "model": {"name": "synthetic-tiny"},
-                                        "schedule": {"totalSteps": 2, "weightStepsPerCycle": 1}, "data": data,
-                                        "storage": {"uri": store.uri}})
+    spec = WhaleRunSpec.model_validate(
+        {
+            "domain": domain,
+            "condition": "whale",
+            "model": {"name": "synthetic-tiny"},
+            "schedule": {"totalSteps": 2, "weightStepsPerCycle": 1},
+            "data": data,
+            "storage": {"uri": store.uri},
+        }
+    )
     store.write_json(layout.spec_key(run), spec.to_wire())
     return spec
 
@@ -24,8 +31,23 @@ def write_spec(store, run: str, domain: str, **data) -> WhaleRunSpec:
 def test_the_workload_process_writes_the_synthetic_split_sizes(tmp_path):
     store = open_store(f"file://{tmp_path / 'store'}")
     spec = write_spec(store, "syn", "synthetic", harnessSize=6)
-    proc = subprocess.run([sys.executable, "-m", "whale.workloads", "prepare", "--store", store.uri,
-                           "--run", "syn", "--phase", "prepare"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "whale.workloads",
+            "prepare",
+            "--store",
+            store.uri,
+            "--run",
+            "syn",
+            "--phase",
+            "prepare",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     sizes = store.read_json(layout.split_sizes_key("syn"))
     assert sizes == domains.load("synthetic").split_sizes(spec.data)
@@ -44,8 +66,23 @@ def test_chess_splits_are_materialised_in_the_store_before_the_sizes(tmp_path):
 
 def test_a_missing_spec_is_a_one_line_error_naming_the_key(tmp_path):
     store = open_store(f"file://{tmp_path / 'store'}")
-    proc = subprocess.run([sys.executable, "-m", "whale.workloads", "prepare", "--store", store.uri,
-                           "--run", "nospec", "--phase", "prepare"], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "whale.workloads",
+            "prepare",
+            "--store",
+            store.uri,
+            "--run",
+            "nospec",
+            "--phase",
+            "prepare",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("prepare workload failed: PrepareError:") and "runs/nospec/spec.json" in last

@@ -44,11 +44,18 @@ def svg_groups(path: Path) -> dict[str, ET.Element]:
 
 def test_report_of_the_three_conditions_draws_each_run_and_tables_its_status(stores, tmp_path):
     out = tmp_path / "out"
-    res = invoke(*(str(d) for d, _ in stores.values()), "-o", "html", "-o", "svg", "-o", "png", "-o", "json",
-                 "--out", str(out))
+    res = invoke(
+        *(str(d) for d, _ in stores.values()), "-o", "html", "-o", "svg", "-o", "png", "-o", "json", "--out", str(out)
+    )
     assert res.exit_code == 0, res.output
-    assert {p.name for p in out.iterdir()} == {"report.html", "report.json", "mean_at_k.svg", "mean_at_k.png",
-                                               "training.svg", "training.png"}
+    assert {p.name for p in out.iterdir()} == {
+        "report.html",
+        "report.json",
+        "mean_at_k.svg",
+        "mean_at_k.png",
+        "training.svg",
+        "training.png",
+    }
 
     groups = svg_groups(out / "mean_at_k.svg")
     text = (out / "mean_at_k.svg").read_text()
@@ -62,7 +69,8 @@ def test_report_of_the_three_conditions_draws_each_run_and_tables_its_status(sto
             assert len(line.findall(f".//{SVG}use")) == len(finished), (name, axis)
             assert f"best-{axis}-{name}" in groups
         assert {p for p in status.completed_phases} == {
-            g.rsplit(f"phase-rollouts-{name}-", 1)[1] for g in groups if g.startswith(f"phase-rollouts-{name}-")}
+            g.rsplit(f"phase-rollouts-{name}-", 1)[1] for g in groups if g.startswith(f"phase-rollouts-{name}-")
+        }
     training = svg_groups(out / "training.svg")
     assert {"reward-sim-rsft-only", "reward-sim-whale", "harness-sim-mh-only", "harness-sim-whale"} <= set(training)
     assert "reward-sim-mh-only" not in training  # harness-only trains no weights
@@ -88,7 +96,8 @@ def test_report_of_the_three_conditions_draws_each_run_and_tables_its_status(sto
         r = by_name[name]
         assert r["best"]["meanAtK"] == status.best.mean_at_k and r["best"]["rollouts"] == status.best.rollouts_at
         assert [(e["phase"], e["rollouts"], e["meanAtK"]) for e in r["evals"]] == sorted(
-            [(e.phase, e.rollouts_at, e.mean_at_k) for e in status.evals], key=lambda t: (t[1], t[0]))
+            [(e.phase, e.rollouts_at, e.mean_at_k) for e in status.evals], key=lambda t: (t[1], t[0])
+        )
         assert r["rolloutsSpent"] == status.rollouts_spent and r["statusSource"] == "status"
 
 
@@ -98,10 +107,15 @@ def test_harness_only_is_evaluated_at_every_accepted_harness(stores):
     file, and ends at the last one; iteration 4 changes nothing and costs no evaluation."""
     _, status = stores["sim-mh-only"]
     assert [(e.phase, e.iteration) for e in status.evals] == [
-        ("eval-c00-s000000-start", None), ("eval-c01-s000000-harness-i0002", 2), ("eval-c01-s000000-harness-i0003", 3)]
+        ("eval-c00-s000000-start", None),
+        ("eval-c01-s000000-harness-i0002", 2),
+        ("eval-c01-s000000-harness-i0003", 3),
+    ]
     archive = layout.archive_prefix("sim-mh-only", 1)
-    assert [e.harness for e in status.evals[1:]] == [f"{archive}/candidates/i02-c1/harness.py",
-                                                     f"{archive}/candidates/i03-c1/harness.py"]
+    assert [e.harness for e in status.evals[1:]] == [
+        f"{archive}/candidates/i02-c1/harness.py",
+        f"{archive}/candidates/i03-c1/harness.py",
+    ]
     assert [e.rollouts_at for e in status.evals] == [0, 8, 12]  # 4 rollouts per simulated iteration
     assert status.final.phase == "eval-c01-s000000-harness-i0003" and status.final.iteration == 3
     assert "final mean@8" in status.message
@@ -130,9 +144,13 @@ def test_a_store_without_status_json_is_reconstructed_to_the_same_values(stores,
     run = json.loads(res.stdout)["runs"][0]
     assert run["statusSource"] == "store" and run["runPhase"] is None
     assert [(e["phase"], e["rollouts"], e["meanAtK"]) for e in run["evals"]] == sorted(
-        [(e.phase, e.rollouts_at, e.mean_at_k) for e in status.evals], key=lambda t: (t[1], t[0]))
+        [(e.phase, e.rollouts_at, e.mean_at_k) for e in status.evals], key=lambda t: (t[1], t[0])
+    )
     assert (run["best"]["phase"], run["best"]["rollouts"], run["best"]["meanAtK"]) == (
-        status.best.phase, status.best.rollouts_at, status.best.mean_at_k)
+        status.best.phase,
+        status.best.rollouts_at,
+        status.best.mean_at_k,
+    )
     assert run["rolloutsSpent"] == status.rollouts_spent
 
 
@@ -149,22 +167,29 @@ def test_report_reads_an_s3_store(stores, s3_server, tmp_path):
     assert '<tr data-run="sim-rsft-only">' in page and percent(status.best.mean_at_k) in page
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["{missing}"], "no such folder"),
-    (["{empty}"], "no runs in"),
-    (["{whale}", "--run", "nope"], "--run nope: not found"),
-    (["{whale}/runs/nope"], "no run named 'nope'"),
-    (["{whale}", "-o", "pdf"], "choose from html, svg, png, json"),
-    (["{whale}", "--export", "comet"], "choose from tensorboard, wandb, mlflow"),
-    (["{corrupt}"], "is not a valid WhaleRunStatus: phase"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["{missing}"], "no such folder"),
+        (["{empty}"], "no runs in"),
+        (["{whale}", "--run", "nope"], "--run nope: not found"),
+        (["{whale}/runs/nope"], "no run named 'nope'"),
+        (["{whale}", "-o", "pdf"], "choose from html, svg, png, json"),
+        (["{whale}", "--export", "comet"], "choose from tensorboard, wandb, mlflow"),
+        (["{corrupt}"], "is not a valid WhaleRunStatus: phase"),
+    ],
+)
 def test_bad_input_is_one_clear_line_not_a_traceback(stores, tmp_path, args, message):
     corrupt = tmp_path / "corrupt"
     shutil.copytree(stores["sim-whale"][0], corrupt)
     (corrupt / layout.status_key("sim-whale")).write_text('{"phase": "Exploded"}')
     (tmp_path / "empty").mkdir()
-    paths = {"missing": tmp_path / "missing", "empty": tmp_path / "empty", "whale": stores["sim-whale"][0],
-             "corrupt": corrupt}
+    paths = {
+        "missing": tmp_path / "missing",
+        "empty": tmp_path / "empty",
+        "whale": stores["sim-whale"][0],
+        "corrupt": corrupt,
+    }
     res = invoke(*(a.format(**paths) for a in args))
     assert res.exit_code == 1
     assert message in res.output and "Traceback" not in res.output
@@ -182,6 +207,7 @@ def test_harness_only_without_status_json_is_reconstructed_to_the_same_values(st
     assert res.exit_code == 0, res.output
     run = json.loads(res.stdout)["runs"][0]
     assert [(e["phase"], e["rollouts"], e["iteration"]) for e in run["evals"]] == [
-        (e.phase, e.rollouts_at, e.iteration) for e in status.evals]
+        (e.phase, e.rollouts_at, e.iteration) for e in status.evals
+    ]
     assert (run["final"]["phase"], run["final"]["meanAtK"]) == (status.final.phase, status.final.mean_at_k)
     assert (run["best"]["phase"], run["best"]["meanAtK"]) == (status.best.phase, status.best.mean_at_k)

@@ -47,28 +47,61 @@ def test_report_over_real_runs_of_the_three_conditions(tmp_path):
     pytest.importorskip("matplotlib")
     pytest.importorskip("tensorboardX")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    subprocess.run([sys.executable, "-m", "synthetic.tiny_model", str(tmp_path / ".whale/models/synthetic-tiny")],
-                   cwd=tmp_path, env=env, check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "synthetic.tiny_model", str(tmp_path / ".whale/models/synthetic-tiny")],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (tmp_path / "manifests").symlink_to(ROOT / "manifests")
     statuses = {}
     for name, (condition, schedule) in RUNS.items():
         path = manifest(tmp_path, name, condition, schedule)
-        out = subprocess.run([sys.executable, "-m", "whale.cli", "run", str(path), "--store", f"st-{name}",
-                              "--timeout", "280"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        out = subprocess.run(
+            [sys.executable, "-m", "whale.cli", "run", str(path), "--store", f"st-{name}", "--timeout", "280"],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
         assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
         statuses[name] = json.loads((tmp_path / f"st-{name}" / layout.status_key(name)).read_text())
 
-    out = subprocess.run([sys.executable, "-m", "whale.cli", "report", *(f"st-{n}" for n in RUNS), "-o", "html",
-                          "-o", "svg", "--out", "report"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=120)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "whale.cli",
+            "report",
+            *(f"st-{n}" for n in RUNS),
+            "-o",
+            "html",
+            "-o",
+            "svg",
+            "--out",
+            "report",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     groups = {g.get("id"): g for g in ET.parse(tmp_path / "report" / "mean_at_k.svg").getroot().iter(f"{SVG}g")}
     page = (tmp_path / "report" / "report.html").read_text()
     for name, status in statuses.items():
         for axis in ("rollouts", "steps"):
             assert len(groups[f"mean-{axis}-{name}"].findall(f".//{SVG}use")) == len(status["evals"])
-        cells = dict(re.findall(r'<td data-field="(\w+)"[^>]*>(.*?)</td>',
-                                re.search(rf'<tr data-run="{name}">(.*?)</tr>', page).group(1)))
+        cells = dict(
+            re.findall(
+                r'<td data-field="(\w+)"[^>]*>(.*?)</td>',
+                re.search(rf'<tr data-run="{name}">(.*?)</tr>', page).group(1),
+            )
+        )
         assert cells["best"] == percent(status["best"]["meanAtK"]) and cells["k"] == "4"
         assert cells["rolloutsAtBest"] == f"{status['best']['rolloutsAt']:,}"
         assert cells["rolloutsSpent"] == f"{status['rolloutsSpent']:,}"

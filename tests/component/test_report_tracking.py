@@ -40,8 +40,8 @@ def tb_scalars(logdir: Path) -> tuple[dict[str, list[tuple[int, float]]], dict[s
     for path in sorted(logdir.rglob("events.out.tfevents.*")):
         raw, pos = path.read_bytes(), 0
         while pos < len(raw):
-            (length,) = struct.unpack("<Q", raw[pos:pos + 8])
-            event = Event.FromString(raw[pos + 12:pos + 12 + length])
+            (length,) = struct.unpack("<Q", raw[pos : pos + 8])
+            event = Event.FromString(raw[pos + 12 : pos + 12 + length])
             pos += 12 + length + 4
             for v in event.summary.value:
                 if v.HasField("tensor") and v.tensor.string_val:
@@ -64,12 +64,12 @@ def wandb_history(root: Path) -> tuple[list[dict], list[tuple[str, list[str]]], 
             if left < 7:
                 pos += left
                 continue
-            _, length, kind = struct.unpack("<IHB", raw[pos:pos + 7])
+            _, length, kind = struct.unpack("<IHB", raw[pos : pos + 7])
             pos += 7
             if kind == 0 and length == 0:
                 pos += left - 7
                 continue
-            data, pos = raw[pos:pos + length], pos + length
+            data, pos = raw[pos : pos + length], pos + length
             if kind in (2, 3):
                 buf = data if kind == 2 else buf + data
                 continue
@@ -98,7 +98,11 @@ def test_points_put_each_series_on_its_axis(series):
     assert weight == [(1, 0.51, 10.0), (2, 0.52, 20.0), (3, 0.53, 36.0), (4, 0.54, 46.0)]
     assert [(p.x, p.scalars["best_score"]) for p in got if p.namespace == "harness"] == [(1, 0.1), (2, 0.2)]
     assert [(p.x, p.scalars["mean_at_k"]) for p in got if p.namespace == "eval"] == [
-        (0, 0.1), (20, 0.2), (26, 0.4), (46, 0.4)]
+        (0, 0.1),
+        (20, 0.2),
+        (26, 0.4),
+        (46, 0.4),
+    ]
     assert [p.x for p in got if p.namespace == "eval_by_step"] == [0, 2, 2, 4]
     only = points(series, phases=["c01-harness"])
     assert {p.namespace for p in only} == {"harness"}
@@ -111,8 +115,12 @@ def test_tensorboard_event_files_hold_the_scalars_and_the_harness_code(series, t
     tracker.close()
     assert n == len(points(series))
     scalars, texts = tb_scalars(tmp_path / "tb")
-    assert scalars["weight/reward_mean"] == [(1, pytest.approx(0.51)), (2, pytest.approx(0.52)),
-                                             (3, pytest.approx(0.53)), (4, pytest.approx(0.54))]
+    assert scalars["weight/reward_mean"] == [
+        (1, pytest.approx(0.51)),
+        (2, pytest.approx(0.52)),
+        (3, pytest.approx(0.53)),
+        (4, pytest.approx(0.54)),
+    ]
     assert [s for s, _ in scalars["eval/mean_at_k"]] == [0, 20, 26, 46]
     assert scalars["harness/best_score"][-1] == (2, pytest.approx(0.2))
     assert "return 'accepted'" in texts["harness/c01-harness-accepted.py/text_summary"]
@@ -161,8 +169,12 @@ def tracked_store(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(PLUGINS))
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(PLUGINS), str(ROOT), os.environ.get("PYTHONPATH", "")]))
     tb = tmp_path / "tb"
-    status = simulated_run(tmp_path / "store", "sim-whale", tmp_path / "work",
-                           tracking={"reportTo": ["tensorboard"], "tensorboardDir": str(tb)})
+    status = simulated_run(
+        tmp_path / "store",
+        "sim-whale",
+        tmp_path / "work",
+        tracking={"reportTo": ["tensorboard"], "tensorboardDir": str(tb)},
+    )
     return open_store(str(tmp_path / "store")), status, tb
 
 
@@ -202,8 +214,10 @@ def test_report_export_replays_a_run_into_tensorboard(tracked_store, tmp_path):
     pytest.importorskip("tensorboardX")
     store, status, _ = tracked_store
     out = tmp_path / "out"
-    res = CliRunner().invoke(app, ["report", str(store.local_path("runs/sim-whale")), "-o", "json", "--out", str(out),
-                                   "--export", "tensorboard"])
+    res = CliRunner().invoke(
+        app,
+        ["report", str(store.local_path("runs/sim-whale")), "-o", "json", "--out", str(out), "--export", "tensorboard"],
+    )
     assert res.exit_code == 0, res.output
     assert "exported" in res.output and (out / "report.json").exists()
     scalars, _ = tb_scalars(out / "tensorboard" / "sim-whale")

@@ -8,14 +8,13 @@ import pytest
 
 import search_qa
 from search_qa.env import SearchEnvironment
+from tests.component.test_prepare_workload import write_spec
 from whale import layout
 from whale.spec import Data
 from whale.store import open_store
 from whale.tools.client import RetrieverClient
 from whale.tools.retrieval import RetrieverError
 from whale.workloads import prepare
-
-from tests.component.test_prepare_workload import write_spec
 
 
 def test_prepare_puts_the_local_corpus_in_the_store_once(tmp_path, search_corpus):

@@ -33,8 +33,9 @@ def corpus(tmp_path_factory, search_corpus) -> Path:
     path = tmp_path_factory.mktemp("e5-corpus") / "wiki-18.jsonl"
     with search_corpus.open() as src:
         rows = [json.loads(line) for line in itertools.islice(src, ROWS)]
-    path.write_text("".join(json.dumps({"id": str(i + 1), "contents": r["contents"]}) + "\n"
-                            for i, r in enumerate(rows)))
+    path.write_text(
+        "".join(json.dumps({"id": str(i + 1), "contents": r["contents"]}) + "\n" for i, r in enumerate(rows))
+    )
     return path
 
 
@@ -50,14 +51,33 @@ def tiny_e5(tmp_path_factory, corpus) -> Path:
     tok.normalizer = normalizers.BertNormalizer(lowercase=True)
     tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
     specials = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok.train_from_iterator(texts + ["query: passage:"], trainers.WordPieceTrainer(vocab_size=3000, special_tokens=specials))
+    tok.train_from_iterator(
+        texts + ["query: passage:"], trainers.WordPieceTrainer(vocab_size=3000, special_tokens=specials)
+    )
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=512)
+        single="[CLS] $A [SEP]",
+        special_tokens=[("[CLS]", tok.token_to_id("[CLS]")), ("[SEP]", tok.token_to_id("[SEP]"))],
+    )
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=512,
+    )
     torch.manual_seed(0)
-    model = BertModel(BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2,
-                                 num_attention_heads=2, intermediate_size=64, max_position_embeddings=512))
+    model = BertModel(
+        BertConfig(
+            vocab_size=tok.get_vocab_size(),
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=512,
+        )
+    )
     out = tmp_path_factory.mktemp("tiny-e5")
     model.save_pretrained(out)
     fast.save_pretrained(out)
@@ -81,8 +101,13 @@ def built(tmp_path_factory, corpus, tiny_e5, encoder) -> Path:
 
 def test_e5_conventions_are_search_r1s():
     e5 = PRESETS["e5"]
-    assert (e5.pooling, e5.query_prefix, e5.passage_prefix, e5.normalize, e5.max_length) == \
-        ("mean", "query: ", "passage: ", True, 256)
+    assert (e5.pooling, e5.query_prefix, e5.passage_prefix, e5.normalize, e5.max_length) == (
+        "mean",
+        "query: ",
+        "passage: ",
+        True,
+        256,
+    )
 
 
 def test_encoder_prefixes_pools_over_the_mask_and_normalises(encoder):
@@ -101,7 +126,13 @@ def test_encoder_prefixes_pools_over_the_mask_and_normalises(encoder):
 
 def test_prepared_index_manifest_and_files(built, corpus):
     m = retrieval.IndexManifest.read(built)
-    assert (m.origin, m.index_file, m.index_type, m.ntotal, m.dim) == ("built", "e5_Flat.index", "IndexFlatIP", ROWS, 32)
+    assert (m.origin, m.index_file, m.index_type, m.ntotal, m.dim) == (
+        "built",
+        "e5_Flat.index",
+        "IndexFlatIP",
+        ROWS,
+        32,
+    )
     assert (m.corpus_path, m.corpus_rows, m.model_path) == ("wiki-18.jsonl", ROWS, "model")
     assert m.corpus_sha256 == retrieval.file_digest(corpus) and m.conventions == PRESETS["e5"]
     assert not (built / ".work").exists()  # shards are removed once the index is written
@@ -114,8 +145,11 @@ def test_service_serves_the_e5_index_in_search_r1_shape(tmp_path, built, corpus)
         about = httpx.get(svc.url + "/healthz", timeout=10).json()
         assert about["method"] == "dense:e5" and about["passages"] == ROWS and about["origin"] == "built"
         picks = [0, 17, 63, 119]
-        resp = httpx.post(svc.url + "/retrieve", timeout=60,
-                          json={"queries": [texts[i] for i in picks], "topk": 5, "return_scores": True})
+        resp = httpx.post(
+            svc.url + "/retrieve",
+            timeout=60,
+            json={"queries": [texts[i] for i in picks], "topk": 5, "return_scores": True},
+        )
         assert resp.status_code == 200
         result = resp.json()["result"]
         assert len(result) == 4 and all(len(row) == 5 for row in result)
@@ -192,8 +226,13 @@ def search_r1_pair(where: Path, corpus: Path, encoder: Encoder, *, rows: int = R
 def test_adopted_search_r1_index_is_served(tmp_path, corpus, encoder, tiny_e5):
     d = search_r1_pair(tmp_path / "sr1", corpus, encoder)
     m = retrieval.adopt_search_r1(d, model_path=tiny_e5)
-    assert (m.origin, m.ntotal, m.corpus_rows, m.corpus_path, m.conventions) == \
-        ("search-r1", ROWS, ROWS, "wiki-18.jsonl", PRESETS["e5"])
+    assert (m.origin, m.ntotal, m.corpus_rows, m.corpus_path, m.conventions) == (
+        "search-r1",
+        ROWS,
+        ROWS,
+        "wiki-18.jsonl",
+        PRESETS["e5"],
+    )
     r = retrieval.open_dense(d)  # the model from the manifest's model_path
     texts = [json.loads(line)["contents"] for line in corpus.read_text().splitlines()]
     hits = r.search([texts[5], texts[99]], 3)
@@ -258,14 +297,47 @@ def test_cli_builds_or_adopts_and_publishes_only_self_contained_folders(tmp_path
     out.mkdir()
     shutil.copy(corpus, out / "wiki-18.jsonl")
     shutil.copytree(tiny_e5, out / "model")
-    assert prepare_index.main(["build", "--corpus", str(out / "wiki-18.jsonl"), "--out", str(out), "--encoder", "e5",
-                               "--model", str(out / "model"), "--chunk-rows", "60", "--store", store,
-                               "--key", "data/search_qa/retriever/mine"]) == 0
+    assert (
+        prepare_index.main(
+            [
+                "build",
+                "--corpus",
+                str(out / "wiki-18.jsonl"),
+                "--out",
+                str(out),
+                "--encoder",
+                "e5",
+                "--model",
+                str(out / "model"),
+                "--chunk-rows",
+                "60",
+                "--store",
+                store,
+                "--key",
+                "data/search_qa/retriever/mine",
+            ]
+        )
+        == 0
+    )
     assert "built index: 120 passages x 32" in capsys.readouterr().out
     assert prepare_index.published(open_store(store), "data/search_qa/retriever/mine")
     d = search_r1_pair(tmp_path / "sr1", corpus, encoder)  # the model stays outside the folder
-    assert prepare_index.main(["adopt", "--dir", str(d), "--model", str(tiny_e5), "--store", store,
-                               "--key", "data/search_qa/retriever/wiki18-e5"]) == 2
+    assert (
+        prepare_index.main(
+            [
+                "adopt",
+                "--dir",
+                str(d),
+                "--model",
+                str(tiny_e5),
+                "--store",
+                store,
+                "--key",
+                "data/search_qa/retriever/wiki18-e5",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "the model" in err and "outside the folder" in err
     assert not prepare_index.published(open_store(store), "data/search_qa/retriever/wiki18-e5")
@@ -289,7 +361,10 @@ def test_full_wiki18_preparation(tmp_path):
     (~80 GB), adopted and checked (21,015,324 rows = vectors, 768 dimensions), then served."""
     d = tmp_path / "wiki18"
     m = prepare_index.prepare_wiki18(d)
-    assert (m.corpus_rows, m.ntotal, m.dim, m.model_id) == (prepare_index.WIKI18_ROWS,) * 2 + (768, retrieval.E5_MODEL_ID)
+    assert (m.corpus_rows, m.ntotal, m.dim, m.model_id) == (prepare_index.WIKI18_ROWS,) * 2 + (
+        768,
+        retrieval.E5_MODEL_ID,
+    )
     r = retrieval.open_dense(d)
     top = r.search(["who wrote the play hamlet"], 5)[0]
     assert any("shakespeare" in h.passage.contents.lower() for h in top)

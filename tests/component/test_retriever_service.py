@@ -15,8 +15,10 @@ def post(svc, body) -> httpx.Response:
 
 
 def test_batch_topk_and_search_r1_shape(retriever_service):
-    resp = post(retriever_service, {"queries": ["Teutberga queen of Lotharingia", "Bosonid Boso the Elder"], "topk": 3,
-                                    "return_scores": True})
+    resp = post(
+        retriever_service,
+        {"queries": ["Teutberga queen of Lotharingia", "Bosonid Boso the Elder"], "topk": 3, "return_scores": True},
+    )
     assert resp.status_code == 200
     result = resp.json()["result"]
     assert len(result) == 2 and all(len(row) == 3 for row in result)

@@ -21,8 +21,10 @@ from whale.rsft.trainer import SFTTrainer  # noqa: E402
 def _examples(tok):
     out = []
     for i in range(5):  # odd count: the ranks get different numbers of sequences and tokens
-        msgs = ({"role": "user", "content": f"Repeat the digit {i}." + " x" * i},
-                {"role": "assistant", "content": f"<answer>{i}</answer>" + " more" * (2 * i)})
+        msgs = (
+            {"role": "user", "content": f"Repeat the digit {i}." + " x" * i},
+            {"role": "assistant", "content": f"<answer>{i}</answer>" + " more" * (2 * i)},
+        )
         out += encode_trajectory(tok, Trajectory(i, msgs, 1.0))
     return out
 
@@ -41,7 +43,9 @@ def _grads_after_one_update(rank: int, world: int, port: int, out_dir: str) -> N
         captured = []
         trainer.optimizer.step = lambda *a, **k: captured.append([p.grad.clone() for p in model.parameters()])
         stats = trainer.train(_examples(tok), lr=1e-3, seed=0)
-        torch.save({"grads": captured[0], "loss": stats.loss, "tokens": stats.tokens}, f"{out_dir}/rank{rank}-of{world}.pt")
+        torch.save(
+            {"grads": captured[0], "loss": stats.loss, "tokens": stats.tokens}, f"{out_dir}/rank{rank}-of{world}.pt"
+        )
     finally:
         if world > 1:
             dist.destroy_process_group()

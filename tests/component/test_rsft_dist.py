@@ -44,8 +44,15 @@ def _free_port() -> int:
 
 
 def _greedy_spec(model_dir: Path, **rsft):
-    knobs = {"promptsPerStep": 8, "rolloutsPerPrompt": 2, "miniBatchSize": 4, "microBatchSizePerGpu": 2,
-             "learningRate": 1e-3, "scoreThreshold": 0.0, "sampling": {"temperature": 0.0, "maxResponseTokens": 12}}
+    knobs = {
+        "promptsPerStep": 8,
+        "rolloutsPerPrompt": 2,
+        "miniBatchSize": 4,
+        "microBatchSizePerGpu": 2,
+        "learningRate": 1e-3,
+        "scoreThreshold": 0.0,
+        "sampling": {"temperature": 0.0, "maxResponseTokens": 12},
+    }
     knobs.update(rsft)
     wire = spec(model_dir, **knobs)
     wire["inference"]["maxConcurrency"] = 1  # one sequence per generate call: batch padding cannot flip a token
@@ -66,8 +73,14 @@ class ForbiddenStore:
 
 
 def _rank_main(rank: int, world: int, port: int, store_root: str, out_dir: str) -> None:
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port), WHALE_DIST_TIMEOUT_S="120")
+    os.environ.update(
+        RANK=str(rank),
+        LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world),
+        MASTER_ADDR="127.0.0.1",
+        MASTER_PORT=str(port),
+        WHALE_DIST_TIMEOUT_S="120",
+    )
     from whale.rsft import dist
     from whale.workloads import train
 
@@ -75,8 +88,7 @@ def _rank_main(rank: int, world: int, port: int, store_root: str, out_dir: str) 
 
     def follow_and_keep_weights(trainer):  # the follower's final weights, for the comparison
         calls = real_follow(trainer)
-        torch.save({k: v.detach().clone() for k, v in trainer.model.state_dict().items()},
-                   f"{out_dir}/rank{rank}.pt")
+        torch.save({k: v.detach().clone() for k, v in trainer.model.state_dict().items()}, f"{out_dir}/rank{rank}.pt")
         return calls
 
     dist.follow = follow_and_keep_weights
@@ -126,8 +138,9 @@ def test_two_ranks_train_like_one_process_and_only_rank0_uses_the_store(tmp_path
     assert moved > 1e-4, "training did not change the weights"
     for name, value in rank0.items():
         torch.testing.assert_close(rank1[name], value, rtol=0, atol=1e-6, msg=f"ranks differ on {name}")
-        torch.testing.assert_close(value, reference[name], rtol=1e-4, atol=1e-5,
-                                   msg=f"2-rank and 1-process weights differ on {name}")
+        torch.testing.assert_close(
+            value, reference[name], rtol=1e-4, atol=1e-5, msg=f"2-rank and 1-process weights differ on {name}"
+        )
 
 
 def _checkpoint_weights_from_dir(folder: Path) -> dict[str, torch.Tensor]:
@@ -143,9 +156,24 @@ def _torchrun(store_root: Path, port: int) -> list[str]:
     """The operator's train command for gpusPerNode=2 on one node, with the ``--`` that keeps torchrun
     from taking the workload's ``--run`` as an abbreviation of its own ``--run-path``."""
     torchrun = Path(sys.executable).with_name("torchrun")
-    return [str(torchrun), "--nnodes=1", "--nproc-per-node=2", "--node-rank=0", "--master-addr=127.0.0.1",
-            f"--master-port={port}", "-m", "--", "whale.workloads", "train", "--store", f"file://{store_root}",
-            "--run", RUN, "--phase", PHASE]
+    return [
+        str(torchrun),
+        "--nnodes=1",
+        "--nproc-per-node=2",
+        "--node-rank=0",
+        "--master-addr=127.0.0.1",
+        f"--master-port={port}",
+        "-m",
+        "--",
+        "whale.workloads",
+        "train",
+        "--store",
+        f"file://{store_root}",
+        "--run",
+        RUN,
+        "--phase",
+        PHASE,
+    ]
 
 
 def _children(pid: int) -> list[int]:
@@ -189,8 +217,11 @@ def test_a_dying_rank_fails_the_attempt_and_the_retry_resumes(tmp_path, model_di
     with log.open("wb") as out:
         proc = subprocess.Popen(_torchrun(root, _free_port()), env=env, stdout=out, stderr=subprocess.STDOUT)
         try:
-            _wait(lambda: store.exists(layout.checkpoint_complete_key(RUN, 1)) or proc.poll() is not None, 150,
-                  "the first checkpoint")
+            _wait(
+                lambda: store.exists(layout.checkpoint_complete_key(RUN, 1)) or proc.poll() is not None,
+                150,
+                "the first checkpoint",
+            )
             assert proc.poll() is None, f"attempt 1 ended early:\n{log.read_text()[-3000:]}"
             victim = _rank_pid(proc.pid, 1)
             assert victim is not None, "rank 1 not found among torchrun's children"

@@ -78,8 +78,9 @@ def test_zero2_workload_with_carried_optimiser_matches_one_process(tmp_path, mod
     wire = _greedy_spec(model_dir)
     single, multi = tmp_path / "single", tmp_path / "multi"
     # one process makes the 2-rank per-rank updates with a global minibatch twice the size
-    _two_phases(single, _single_process_twin(wire, ranks=2),
-                lambda phase=PHASE: run_train(open_store(str(single)), RUN, phase))
+    _two_phases(
+        single, _single_process_twin(wire, ranks=2), lambda phase=PHASE: run_train(open_store(str(single)), RUN, phase)
+    )
 
     ds_wire = {**wire, "train": {"deepspeedConfig": _cpu_config(2, tmp_path), "gpusPerNode": 2}}
 
@@ -106,7 +107,6 @@ def _rank_main_phase(rank: int, world: int, port: int, store_root: str, out_dir:
 
 def _zero3_rank(rank: int, world: int, port: int, out_dir: str) -> None:
     from synthetic.tiny_model import build_model, build_tokenizer
-
     from whale.rsft.config import RSFTConfig
     from whale.rsft.trainer import SFTTrainer
 
@@ -118,20 +118,28 @@ def _zero3_rank(rank: int, world: int, port: int, out_dir: str) -> None:
         stats = trainer.train(_examples(tok), lr=1e-3, seed=0)
         torch.save({"weights": model.state_dict(), "loss": stats.loss}, f"{out_dir}/single.pt")
         return
-    os.environ.update(RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1",
-                      MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank), LOCAL_RANK=str(rank), WORLD_SIZE=str(world), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
     torch.distributed.init_process_group("gloo", rank=rank, world_size=world)
     try:
         from whale.rsft.deepspeed_trainer import DeepSpeedTrainer
 
-        ds_trainer = DeepSpeedTrainer(model, cfg, device=torch.device("cpu"), pad_id=tok.pad_token_id,
-                                      config_path=Path(out_dir) / "ds_zero3_cpu.json", world_size=world)
+        ds_trainer = DeepSpeedTrainer(
+            model,
+            cfg,
+            device=torch.device("cpu"),
+            pad_id=tok.pad_token_id,
+            config_path=Path(out_dir) / "ds_zero3_cpu.json",
+            world_size=world,
+        )
         stats = ds_trainer.train(_examples(tok), lr=1e-3, seed=0)
         weights = ds_trainer.gathered_state_dict()
         optimizer = ds_trainer.optimizer_state()
         if rank == 0:
-            torch.save({"weights": weights, "loss": stats.loss, "shards": len(optimizer["shards"])},
-                       f"{out_dir}/zero3.pt")
+            torch.save(
+                {"weights": weights, "loss": stats.loss, "shards": len(optimizer["shards"])}, f"{out_dir}/zero3.pt"
+            )
     finally:
         torch.distributed.destroy_process_group()
 
@@ -159,7 +167,6 @@ def test_zero3_update_equals_one_process_and_gathers_full_weights(tmp_path):
 
 def _compiled_layers_rank(rank: int, port: int, out_dir: str) -> None:
     from synthetic.tiny_model import build_model, build_tokenizer
-
     from whale.rsft.config import RSFTConfig
     from whale.rsft.deepspeed_trainer import DeepSpeedTrainer
 
@@ -169,17 +176,30 @@ def _compiled_layers_rank(rank: int, port: int, out_dir: str) -> None:
         tok = build_tokenizer()
         out = {}
         for stage, compile_layers in ((2, False), (2, True), (3, True)):
-            cfg = RSFTConfig(mini_batch_size=8, micro_batch_size_per_gpu=2, precision="fp32", max_grad_norm=0.0,
-                             compile_layers=compile_layers)
+            cfg = RSFTConfig(
+                mini_batch_size=8,
+                micro_batch_size_per_gpu=2,
+                precision="fp32",
+                max_grad_norm=0.0,
+                compile_layers=compile_layers,
+            )
             model = build_model(len(tok), seed=0)
-            trainer = DeepSpeedTrainer(model, cfg, device=torch.device("cpu"), pad_id=tok.pad_token_id,
-                                       config_path=Path(out_dir) / f"ds_zero{stage}_cpu.json", world_size=1)
+            trainer = DeepSpeedTrainer(
+                model,
+                cfg,
+                device=torch.device("cpu"),
+                pad_id=tok.pad_token_id,
+                config_path=Path(out_dir) / f"ds_zero{stage}_cpu.json",
+                world_size=1,
+            )
             kinds = set(model._no_split_modules)
             layers = [m for m in model.modules() if type(m).__name__ in kinds]
             stats = trainer.train(_examples(tok), lr=1e-3, seed=0)
             out[(stage, compile_layers)] = {
-                "layers": len(layers), "compiled": sum(m._compiled_call_impl is not None for m in layers),
-                "loss": stats.loss, "weights": trainer.gathered_state_dict() or model.state_dict(),
+                "layers": len(layers),
+                "compiled": sum(m._compiled_call_impl is not None for m in layers),
+                "loss": stats.loss,
+                "weights": trainer.gathered_state_dict() or model.state_dict(),
             }
         torch.save(out, f"{out_dir}/compiled.pt")
     finally:

@@ -31,8 +31,15 @@ def test_training_reward_rises_over_rsft_steps(tmp_path, model_dir):
     from whale.workloads.train import run_train
 
     store = open_store(str(tmp_path))
-    wire = spec(model_dir, promptsPerStep=32, rolloutsPerPrompt=8, miniBatchSize=32, microBatchSizePerGpu=32,
-                learningRate=3e-4, sftEpochs=4)
+    wire = spec(
+        model_dir,
+        promptsPerStep=32,
+        rolloutsPerPrompt=8,
+        miniBatchSize=32,
+        microBatchSizePerGpu=32,
+        learningRate=3e-4,
+        sftEpochs=4,
+    )
     write_request(store, "c01-weight", wire, target=10)
     result = run_train(store, RUN, "c01-weight")
     rewards = [line["rewardMean"] for line in store.read_jsonl(layout.metrics_key(RUN, "c01-weight"))]

@@ -29,8 +29,10 @@ RUNS: list[tuple[Literal["perRank", "global"], int]] = [("perRank", MINI), ("glo
 def _examples(tok):
     out = []
     for i in range(SEQUENCES):
-        msgs = ({"role": "user", "content": f"Repeat the digit {i % 10}." + " x" * (i % 3)},
-                {"role": "assistant", "content": f"<answer>{i % 10}</answer>" + " more" * (i % 4)})
+        msgs = (
+            {"role": "user", "content": f"Repeat the digit {i % 10}." + " x" * (i % 3)},
+            {"role": "assistant", "content": f"<answer>{i % 10}</answer>" + " more" * (i % 4)},
+        )
         out += encode_trajectory(tok, Trajectory(i, msgs, 1.0))
     assert len(out) == SEQUENCES
     return out
@@ -47,8 +49,13 @@ def _train(rank: int, world: int, port: int, out_dir: str) -> None:
         out = {}
         for scope, mini in RUNS:
             model = build_model(len(tok), seed=0)
-            cfg = RSFTConfig(mini_batch_size=mini, micro_batch_size_per_gpu=1, sft_epochs=EPOCHS, precision="fp32",
-                             mini_batch_scope=scope)
+            cfg = RSFTConfig(
+                mini_batch_size=mini,
+                micro_batch_size_per_gpu=1,
+                sft_epochs=EPOCHS,
+                precision="fp32",
+                mini_batch_scope=scope,
+            )
             trainer = SFTTrainer(model, cfg, device=torch.device("cpu"), pad_id=tok.pad_token_id)
             steps: list[int] = []
             real_step = trainer.optimizer.step
@@ -59,8 +66,12 @@ def _train(rank: int, world: int, port: int, out_dir: str) -> None:
 
             trainer.optimizer.step = counting_step
             stats = trainer.train(_examples(tok), lr=1e-3, seed=0)
-            out[(scope, mini)] = {"steps": len(steps), "updates": stats.updates, "tokens": stats.tokens,
-                                  "weights": {k: v.detach().clone() for k, v in model.state_dict().items()}}
+            out[(scope, mini)] = {
+                "steps": len(steps),
+                "updates": stats.updates,
+                "tokens": stats.tokens,
+                "weights": {k: v.detach().clone() for k, v in model.state_dict().items()},
+            }
         torch.save(out, f"{out_dir}/rank{rank}-of{world}.pt")
     finally:
         if world > 1:
@@ -86,7 +97,12 @@ def test_per_rank_and_global_minibatches_make_the_documented_optimizer_steps(tmp
     # one process: the scopes agree (2 epochs x 5 updates)
     assert one[("perRank", MINI)]["steps"] == one[("global", MINI)]["steps"] == documented("global", MINI, 1) == 10
     for rank in two:  # two ranks: every rank steps the optimiser together, as often as documented
-        assert rank[("perRank", MINI)]["steps"] == rank[("perRank", MINI)]["updates"] == documented("perRank", MINI, 2) == 6
+        assert (
+            rank[("perRank", MINI)]["steps"]
+            == rank[("perRank", MINI)]["updates"]
+            == documented("perRank", MINI, 2)
+            == 6
+        )
         assert rank[("global", MINI)]["steps"] == documented("global", MINI, 2) == 10
         assert rank[("perRank", MINI)]["tokens"] == one[("perRank", MINI)]["tokens"] > 0
     # the weights agree across ranks, and per rank on 2 ranks = one process with a global minibatch of 2 x MINI

@@ -7,7 +7,6 @@ named holds a complete HF checkpoint: the contract the real server relies on."""
 
 from __future__ import annotations
 
-
 import pytest
 
 from tests.fixtures.vllm_double import running_vllm_double
@@ -16,7 +15,11 @@ from whale.rsft.sync import SharedModelSync, VLLMReloadSync, WeightSyncError, sa
 pytest.importorskip("transformers")
 
 RELOAD = [("/collective_rpc", "reload_weights"), ("/reset_prefix_cache", None)]
-LEGACY_RELOAD = [("/collective_rpc", "update_config"), ("/collective_rpc", "reload_weights"), ("/reset_prefix_cache", None)]
+LEGACY_RELOAD = [
+    ("/collective_rpc", "update_config"),
+    ("/collective_rpc", "reload_weights"),
+    ("/reset_prefix_cache", None),
+]
 
 
 @pytest.fixture()
@@ -80,7 +83,9 @@ def test_weights_are_written_in_the_serving_dtype_and_tied_tensors_once(tiny, tm
         names = set(f.keys())
         assert {f.get_tensor(n).dtype for n in names} == {torch.bfloat16}
     assert model.config.tie_word_embeddings and "lm_head.weight" not in names
-    assert (tmp_path / "bf16" / "model.safetensors").stat().st_size < 0.6 * (tmp_path / "as-is" / "model.safetensors").stat().st_size
+    assert (tmp_path / "bf16" / "model.safetensors").stat().st_size < 0.6 * (
+        tmp_path / "as-is" / "model.safetensors"
+    ).stat().st_size
     loaded = AutoModelForCausalLM.from_pretrained(tmp_path / "bf16")
     for name, tensor in model.state_dict().items():
         assert torch.equal(loaded.state_dict()[name].to(torch.bfloat16), tensor.to(torch.bfloat16)), name

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from whale.sandbox.policy import BASE_ENV
 from whale.sandbox import Limits, MiB, Outcome, SandboxCallError, SandboxWorker, run_python
+from whale.sandbox.policy import BASE_ENV
 
 ROOT = os.geteuid() == 0
 needs_root = pytest.mark.skipif(not ROOT, reason="uid drop / namespaces need root")
@@ -77,13 +77,7 @@ def test_fork_bomb_is_contained_and_leaves_no_process():
 
 @needs_root
 def test_setsid_escapee_is_killed_with_the_sandbox():
-    code = (
-        "import os, time\n"
-        "if os.fork() == 0:\n"
-        "    os.setsid()\n"
-        "    time.sleep(300)\n"
-        "print('parent exits')\n"
-    )
+    code = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(300)\nprint('parent exits')\n"
     r = run_python(code)
     assert r.outcome is Outcome.OK and "parent exits" in r.stdout
     from whale.sandbox.process import _pids_of_uid
@@ -152,7 +146,7 @@ def test_writes_outside_scratch_are_refused(tmp_path):
     victim = Path("/work") / f".sandbox-victim-{os.getpid()}"
     code = (
         "import os\n"
-        "for p in [" + repr(str(victim)) + ", '/tmp/escape', '/dev/shm/escape', " + repr(str(tmp_path / 'x')) + "]:\n"
+        "for p in [" + repr(str(victim)) + ", '/tmp/escape', '/dev/shm/escape', " + repr(str(tmp_path / "x")) + "]:\n"
         "    try:\n"
         "        open(p, 'w').write('pwned')\n"
         "        print('WROTE', p)\n"
@@ -180,15 +174,21 @@ def test_write_guard_hook_is_defence_in_depth(tmp_path):
 
 
 def test_files_in_and_collected_files_out():
-    r = run_python("open('out.txt', 'w').write(open('in/data.txt').read() + '42')\n", files={"in/data.txt": "7"},
-                   collect=["out.txt"])
+    r = run_python(
+        "open('out.txt', 'w').write(open('in/data.txt').read() + '42')\n",
+        files={"in/data.txt": "7"},
+        collect=["out.txt"],
+    )
     assert r.outcome is Outcome.OK, r.stderr
     assert r.files == {"out.txt": b"742"} and r.files_not_collected == {}
 
 
 def test_stdin_args_and_program_error():
-    r = run_python("import sys\nprint(sys.stdin.read().upper(), sys.argv[1:])\nraise ValueError('nope')\n",
-                   stdin=b"abc", args=["--x"])
+    r = run_python(
+        "import sys\nprint(sys.stdin.read().upper(), sys.argv[1:])\nraise ValueError('nope')\n",
+        stdin=b"abc",
+        args=["--x"],
+    )
     assert r.outcome is Outcome.ERROR and r.error_type == "ValueError"
     assert "ABC ['--x']" in r.stdout
     assert r.describe().startswith("error (ValueError): ValueError: nope")
@@ -196,7 +196,7 @@ def test_stdin_args_and_program_error():
 
 # ----- worker mode ------------------------------------------------------------------------------------
 
-WORKER_ENTRY = '''
+WORKER_ENTRY = """
 import time
 state = {"n": 0}
 
@@ -215,7 +215,7 @@ def spin():
 def eat():
     x = bytearray(3 << 30)
     return len(x)
-'''
+"""
 
 
 def test_worker_serves_many_calls_and_keeps_state():
@@ -269,8 +269,10 @@ def test_concurrent_sandboxes_get_distinct_uids_and_one_cleanup_spares_the_other
 NOBODY_PYTHON = "/usr/bin/python3"  # readable by an unprivileged user (the venv's interpreter may not be)
 
 
-@pytest.mark.skipif(not ROOT or not shutil.which("setpriv") or not Path(NOBODY_PYTHON).exists(),
-                    reason="needs root (to become nobody), setpriv and a system python3")
+@pytest.mark.skipif(
+    not ROOT or not shutil.which("setpriv") or not Path(NOBODY_PYTHON).exists(),
+    reason="needs root (to become nobody), setpriv and a system python3",
+)
 def test_unprivileged_caller_gets_the_same_walls():
     """The sandbox used by a non-root process: a user namespace for the setup, no fallback, no warning."""
     import tempfile
@@ -299,8 +301,14 @@ def _unprivileged_check(tmp_path: Path) -> None:
         f"r = run_python(path={str(program)!r})\n"
         "print(json.dumps({'outcome': r.outcome.value, 'stdout': r.stdout, 'isolation': r.isolation}))\n"
     )
-    out = subprocess.run(["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", NOBODY_PYTHON, "-c", caller],
-                         capture_output=True, text=True, timeout=60, cwd=str(tmp_path), env={"HOME": str(tmp_path)})
+    out = subprocess.run(
+        ["setpriv", "--reuid", "65534", "--regid", "65534", "--clear-groups", NOBODY_PYTHON, "-c", caller],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=str(tmp_path),
+        env={"HOME": str(tmp_path)},
+    )
     assert out.returncode == 0, out.stderr[-2000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["outcome"] == "ok"

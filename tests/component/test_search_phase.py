@@ -45,7 +45,9 @@ class Harness(BaseHarness):
 '''
 SYNTAX_ERROR = "from whale.harness.api import BaseHarness\n\nclass Harness(BaseHarness:\n    MAX_TURNS = 1\n"
 FORBIDDEN_IMPORT = GOOD.replace("import re\n", "import re\nimport subprocess\n")
-INFINITE_LOOP = GOOD.replace("        tagged = re.findall", "        while True:\n            pass\n        tagged = re.findall")
+INFINITE_LOOP = GOOD.replace(
+    "        tagged = re.findall", "        while True:\n            pass\n        tagged = re.findall"
+)
 INTERFACE_VIOLATION = GOOD.replace("def parse_action(self, text, state):", "def parse_action(self, text):")
 NONSENSE_DECISION = GOOD + "\n    def parse(self, reply, state):\n        return 'yes'\n"
 
@@ -73,32 +75,55 @@ def _spec(base_url: str, *, prompt_only: bool = False) -> dict:
 
 def _request(store, spec: dict, iterations: int, stop_rule: HarnessStopRule | None = None) -> None:
     request = PhaseRequest(
-        run=RUN, phase=PHASE, kind=PhaseKind.HARNESS, attempt=1, spec=spec,
-        harness=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=None, step=0, iterations=iterations,
-                                 stop_rule=stop_rule, archive=layout.archive_prefix(RUN, 1)),
+        run=RUN,
+        phase=PHASE,
+        kind=PhaseKind.HARNESS,
+        attempt=1,
+        spec=spec,
+        harness=HarnessPhaseArgs(
+            cycle=1,
+            incoming_harness=None,
+            checkpoint=None,
+            step=0,
+            iterations=iterations,
+            stop_rule=stop_rule,
+            archive=layout.archive_prefix(RUN, 1),
+        ),
     )
     store.write_json(layout.request_key(RUN, PHASE), request.to_wire())
 
 
-SETTINGS = EvalSettings(smoke_items=2, smoke_hook_timeout_s=3.0, smoke_timeout_s=30, candidate_timeout_s=60,
-                        max_concurrency=8)
+SETTINGS = EvalSettings(
+    smoke_items=2, smoke_hook_timeout_s=3.0, smoke_timeout_s=30, candidate_timeout_s=60, max_concurrency=8
+)
 
 
 def _script() -> list:
     return [
         # iteration 2: read the summary and the incoming harness's traces, then write three candidates
-        assistant(tool_call("read_file", "a", path="summary.md"),
-                  tool_call("read_file", "b", path="candidates/i01-incoming/traces.jsonl")),
+        assistant(
+            tool_call("read_file", "a", path="summary.md"),
+            tool_call("read_file", "b", path="candidates/i01-incoming/traces.jsonl"),
+        ),
         assistant(tool_call("grep", "c", pattern="The digit is", path="candidates")),
-        assistant(tool_call("write_candidate", "d", name="extract_digit", code=GOOD,
-                            rationale="Replies name the digit without the tag; extract it and wrap it."),
-                  tool_call("write_candidate", "e", name="broken_syntax", code=SYNTAX_ERROR),
-                  tool_call("write_candidate", "f", name="shell_out", code=FORBIDDEN_IMPORT)),
+        assistant(
+            tool_call(
+                "write_candidate",
+                "d",
+                name="extract_digit",
+                code=GOOD,
+                rationale="Replies name the digit without the tag; extract it and wrap it.",
+            ),
+            tool_call("write_candidate", "e", name="broken_syntax", code=SYNTAX_ERROR),
+            tool_call("write_candidate", "f", name="shell_out", code=FORBIDDEN_IMPORT),
+        ),
         assistant(tool_call("finish", "g", summary="three candidates")),
         # iteration 3: three more broken ones
-        assistant(tool_call("write_candidate", "h", name="spin", code=INFINITE_LOOP),
-                  tool_call("write_candidate", "i", name="bad_signature", code=INTERFACE_VIOLATION),
-                  tool_call("write_candidate", "j", name="nonsense", code=NONSENSE_DECISION)),
+        assistant(
+            tool_call("write_candidate", "h", name="spin", code=INFINITE_LOOP),
+            tool_call("write_candidate", "i", name="bad_signature", code=INTERFACE_VIOLATION),
+            tool_call("write_candidate", "j", name="nonsense", code=NONSENSE_DECISION),
+        ),
         assistant(tool_call("finish", "k")),
         # iteration 4: a plain-text reply first (nudged), then a revert to the good candidate
         assistant(content="Let me think about it."),
@@ -153,10 +178,13 @@ def test_search_accepts_the_better_candidate_and_rejects_broken_ones(tmp_path: P
     assert sum(m["rollouts"] for m in lines) == result.rollouts
     assert lines[0]["rollouts"] == 6
     # the accepted harness per iteration (mh_only evaluates each new one): its file in the archive
-    assert [m["bestHarness"] for m in lines] == [archive.candidate_key(cid, "harness.py") for cid in
-                                                 ("i01-incoming", "i02-c1", "i02-c1", "i02-c1")]
+    assert [m["bestHarness"] for m in lines] == [
+        archive.candidate_key(cid, "harness.py") for cid in ("i01-incoming", "i02-c1", "i02-c1", "i02-c1")
+    ]
     assert [(a.iteration, a.candidate, a.score, a.rollouts) for a in result.accepted_by_iteration] == [
-        (1, "i01-incoming", 0.0, 6), (2, "i02-c1", 1.0, lines[0]["rollouts"] + lines[1]["rollouts"])]
+        (1, "i01-incoming", 0.0, 6),
+        (2, "i02-c1", 1.0, lines[0]["rollouts"] + lines[1]["rollouts"]),
+    ]
     assert store.read_text(result.accepted_by_iteration[-1].harness) == GOOD
     assert store.read_json(layout.result_key(RUN, PHASE))["acceptedByIteration"][1]["candidate"] == "i02-c1"
     summary = store.read_json(archive.key("summary.json"))
@@ -167,8 +195,9 @@ def test_search_accepts_the_better_candidate_and_rejects_broken_ones(tmp_path: P
     # resume after a kill during iteration 4's evaluation: nothing evaluated is run again, and the
     # proposer is not asked again for an iteration it already answered
     store.delete(layout.result_key(RUN, PHASE))
-    store.write_text(layout.metrics_key(RUN, PHASE), "".join(
-        __import__("json").dumps(m, sort_keys=True) + "\n" for m in lines[:3]))
+    store.write_text(
+        layout.metrics_key(RUN, PHASE), "".join(__import__("json").dumps(m, sort_keys=True) + "\n" for m in lines[:3])
+    )
     archive.put(c["i04-c1"].with_(status=Status.PENDING, same_as=None, score=None))
     with ScriptedProposerServerDouble([]) as idle_srv:
         spec = _spec(idle_srv.base_url)
@@ -185,16 +214,25 @@ def test_search_accepts_the_better_candidate_and_rejects_broken_ones(tmp_path: P
 @pytest.mark.timeout(120)
 def test_prompt_only_refuses_code_changes_and_adaptive_rule_stops(tmp_path: Path):
     store = open_store(str(tmp_path / "store"))
-    prompt_change = _h0().replace('SYSTEM_PROMPT = "Answer inside <answer></answer>."',
-                                  'SYSTEM_PROMPT = "Reply with the digit inside <answer></answer>."')
+    prompt_change = _h0().replace(
+        'SYSTEM_PROMPT = "Answer inside <answer></answer>."',
+        'SYSTEM_PROMPT = "Reply with the digit inside <answer></answer>."',
+    )
     assert prompt_change != _h0()
     script = [
-        assistant(tool_call("write_candidate", "a", name="prompt", code=prompt_change),
-                  tool_call("write_candidate", "b", name="code", code=GOOD), tool_call("finish", "c")),
+        assistant(
+            tool_call("write_candidate", "a", name="prompt", code=prompt_change),
+            tool_call("write_candidate", "b", name="code", code=GOOD),
+            tool_call("finish", "c"),
+        ),
     ]
     with ScriptedProposerServerDouble(script, fail_first=1) as srv:  # a 503 first: the client retries
-        _request(store, _spec(srv.base_url, prompt_only=True), iterations=10,
-                 stop_rule=HarnessStopRule(min_iterations=2, patience=1, max_iterations=10))
+        _request(
+            store,
+            _spec(srv.base_url, prompt_only=True),
+            iterations=10,
+            stop_rule=HarnessStopRule(min_iterations=2, patience=1, max_iterations=10),
+        )
         result = run_search(store, RUN, PHASE, client=DigitSayerPolicyDouble(), settings=SETTINGS)
     c = {cand.id: cand for cand in Archive(store, layout.archive_prefix(RUN, 1)).candidates()}
     assert c["i02-c1"].status is Status.SCORED

@@ -25,7 +25,7 @@ from whale.sandbox.process import base_python
 from whale.store import open_store
 from whale.workloads.search import run_search
 
-AGENT_CLI = '''
+AGENT_CLI = """
 import pathlib, sys
 scratch, archive, n = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2]), int(sys.argv[3])
 prompt = sys.stdin.read()
@@ -37,22 +37,27 @@ out = scratch / "candidates"
 (out / "extract.py").write_text((pathlib.Path(sys.argv[0]).parent / "good.py").read_text())
 (out / "extract.md").write_text("Traces show the digit without the tag; wrap it.")
 print("wrote 1 candidate of", n, "in", scratch)
-'''
+"""
 
-HANGING_CLI = '''
+HANGING_CLI = """
 import pathlib, subprocess, sys, time
 out = pathlib.Path(sys.argv[1]) / "candidates"
 (out / "early.py").write_text((pathlib.Path(sys.argv[0]).parent / "good.py").read_text())
 subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)  # left behind
 print("written; now hanging", flush=True)
 time.sleep(600)
-'''
+"""
 
 
 def _cli_spec(command: list[str], read_paths: list[str], timeout_s: int = 60) -> dict:
     spec = _spec("http://unused/v1")
-    spec["harnessSearch"]["proposer"] = {"backend": "cli", "command": command, "timeoutSeconds": timeout_s,
-                                         "readPaths": read_paths, "network": "none"}
+    spec["harnessSearch"]["proposer"] = {
+        "backend": "cli",
+        "command": command,
+        "timeoutSeconds": timeout_s,
+        "readPaths": read_paths,
+        "network": "none",
+    }
     return spec
 
 
@@ -76,7 +81,9 @@ def test_cli_agent_in_its_sandbox_writes_a_candidate_that_is_accepted(tmp_path: 
     archive = Archive(store, layout.archive_prefix(RUN, 1))
     record = store.read_json(archive.iteration_key(2))
     assert record["backend"] == "cli" and record["proposals"] == ["extract"] and record["notes"] == []
-    transcript = [json.loads(line) for line in store.read_text(archive.key("iterations", "02-transcript.jsonl")).splitlines()]
+    transcript = [
+        json.loads(line) for line in store.read_text(archive.key("iterations", "02-transcript.jsonl")).splitlines()
+    ]
     assert "wrote 1 candidate of 3 in /scratch" in transcript[0]["output_tail"]  # its workspace is the sandbox's
     assert transcript[0]["isolation"]["network"] == "netns" and transcript[0]["isolation"]["root"] == "pivot_root"
     assert store.read_text(archive.candidate_key("i02-c1", "rationale.md")).startswith("Traces show")
@@ -113,14 +120,24 @@ def test_unreachable_chat_endpoint_is_recorded_not_fatal(tmp_path: Path):
 def _anthropic_script() -> list:
     return [
         # look: the summary through the file tools, the traces through the sandboxed shell
-        [text("Let me look at the archive."), tool_use("read_file", "toolu_01", path="summary.md"),
-         tool_use("run_shell", "toolu_02", command="grep -c 'The digit is' candidates/i01-incoming/traces.jsonl")],
+        [
+            text("Let me look at the archive."),
+            tool_use("read_file", "toolu_01", path="summary.md"),
+            tool_use("run_shell", "toolu_02", command="grep -c 'The digit is' candidates/i01-incoming/traces.jsonl"),
+        ],
         # test an idea on three training items before proposing it
         [tool_use("run_candidate", "toolu_03", code=GOOD, k=3)],
         # propose it, and check it once more on two chosen items
-        [tool_use("write_candidate", "toolu_04", name="extract", code=GOOD,
-                  rationale="Replies name the digit without the tag; extract it and wrap it."),
-         tool_use("run_candidate", "toolu_05", name="extract", items=["harness-00004", "harness-00005"])],
+        [
+            tool_use(
+                "write_candidate",
+                "toolu_04",
+                name="extract",
+                code=GOOD,
+                rationale="Replies name the digit without the tag; extract it and wrap it.",
+            ),
+            tool_use("run_candidate", "toolu_05", name="extract", items=["harness-00004", "harness-00005"]),
+        ],
         [tool_use("finish", "toolu_06", summary="one candidate, tested")],
     ]
 
@@ -132,7 +149,10 @@ def test_anthropic_backend_tests_a_candidate_then_proposes_it(tmp_path: Path, mo
         monkeypatch.setenv("TEST_ANTHROPIC_API_KEY", "sk-ant-double")
         spec = _spec("unused")
         spec["harnessSearch"]["proposer"] = {
-            "backend": "anthropic", "baseUrl": api.base_url, "model": "claude-double", "timeoutSeconds": 120,
+            "backend": "anthropic",
+            "baseUrl": api.base_url,
+            "model": "claude-double",
+            "timeoutSeconds": 120,
             "apiKeySecret": {"name": "proposer", "key": "api-key", "env": "TEST_ANTHROPIC_API_KEY"},
         }
         _request(store, spec, iterations=2)
@@ -155,8 +175,10 @@ def test_anthropic_backend_tests_a_candidate_then_proposes_it(tmp_path: Path, mo
     record = store.read_json(archive.iteration_key(2))
     assert record["backend"] == "anthropic" and record["stopped_by"] == "finish"
     assert record["trial_rollouts"] == 5
-    assert [t["items"] for t in record["trials"]] == [["harness-00000", "harness-00001", "harness-00002"],
-                                                      ["harness-00004", "harness-00005"]]
+    assert [t["items"] for t in record["trials"]] == [
+        ["harness-00000", "harness-00001", "harness-00002"],
+        ["harness-00004", "harness-00005"],
+    ]
     # the budget as the paper counts it: generated + read for the first time, not the context per call
     assert record["tokens"] == paper_count(api.usage) == record["generated_tokens"] + record["read_tokens"]
     assert record["tokens"] < sum(p + o for p, o in api.usage)
@@ -169,10 +191,20 @@ def _request_for(tmp_path: Path, max_tokens: int) -> ProposalRequest:
     archive = tmp_path / "archive"
     archive.mkdir(exist_ok=True)
     (archive / "summary.md").write_text("# summary\nBest so far: i01-incoming (0.0)\n")
-    return ProposalRequest(iteration=2, count=1, archive_dir=archive, scratch_dir=tmp_path / f"scratch{max_tokens}",
-                           skill="Repeat the digit.", incoming_code="class Harness: pass", incoming_id="i01-incoming",
-                           prompt_only=False, allowed_imports=("re",), timeout_s=60, max_turns=20,
-                           max_tokens=max_tokens)
+    return ProposalRequest(
+        iteration=2,
+        count=1,
+        archive_dir=archive,
+        scratch_dir=tmp_path / f"scratch{max_tokens}",
+        skill="Repeat the digit.",
+        incoming_code="class Harness: pass",
+        incoming_id="i01-incoming",
+        prompt_only=False,
+        allowed_imports=("re",),
+        timeout_s=60,
+        max_turns=20,
+        max_tokens=max_tokens,
+    )
 
 
 async def test_the_budget_counts_each_context_token_once_and_max_tokens_applies_to_that(tmp_path: Path):

@@ -48,21 +48,42 @@ def first_step(tmp_path: Path, harness_file: Path | None) -> tuple[dict, WeightP
     if harness_file is not None:
         key = layout.harness_key(RUN, harness_file.stem)
         store.write_text(key, harness_file.read_text())
-        store.write_json(layout.request_key(RUN, "c01-weight"), request.model_copy(
-            update={"weight": request.weight.model_copy(update={"harness": key})}).to_wire())
+        store.write_json(
+            layout.request_key(RUN, "c01-weight"),
+            request.model_copy(update={"weight": request.weight.model_copy(update={"harness": key})}).to_wire(),
+        )
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
     started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "whale.workloads", "train", "--store", f"file://{tmp_path}",
-                           "--run", RUN, "--phase", "c01-weight"], capture_output=True, text=True, env=env,
-                          timeout=1400, check=False, cwd=ROOT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "whale.workloads",
+            "train",
+            "--store",
+            f"file://{tmp_path}",
+            "--run",
+            RUN,
+            "--phase",
+            "c01-weight",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1400,
+        check=False,
+        cwd=ROOT,
+    )
     wall_s = time.perf_counter() - started
     log = done.stdout + done.stderr
     assert done.returncode == 0, log[-4000:]
     [line] = store.read_jsonl(layout.metrics_key(RUN, "c01-weight"))
     result = WeightPhaseResult.model_validate(store.read_json(layout.result_key(RUN, "c01-weight")))
-    print(f"\nfirst RSFT step ({harness_file.name if harness_file else 'h0'}): {wall_s:.0f} s wall, kept "
-          f"{line['kept']}/{line['rollouts']}, reward {line['rewardMean']:.3f}, sampling {line['secondsSampling']:.0f} s, "
-          f"training {line['secondsTraining']:.0f} s")
+    print(
+        f"\nfirst RSFT step ({harness_file.name if harness_file else 'h0'}): {wall_s:.0f} s wall, kept "
+        f"{line['kept']}/{line['rollouts']}, reward {line['rewardMean']:.3f}, sampling {line['secondsSampling']:.0f} s, "
+        f"training {line['secondsTraining']:.0f} s"
+    )
     return line, result, log, wall_s
 
 

@@ -27,8 +27,9 @@ def _private_mounts_work() -> bool:
     return done.returncode == 0
 
 
-needs_mount_namespace = pytest.mark.skipif(not _private_mounts_work(),
-                                           reason="needs `unshare --mount` (root or a user namespace)")
+needs_mount_namespace = pytest.mark.skipif(
+    not _private_mounts_work(), reason="needs `unshare --mount` (root or a user namespace)"
+)
 
 DRIVER = r"""
 import json, os, subprocess, sys
@@ -95,8 +96,12 @@ print(json.dumps(report))
 
 
 def in_private_mounts(root: Path, mode: str, *args: str) -> dict:
-    done = subprocess.run(["unshare", "--mount", "--propagation", "private", sys.executable, "-c", DRIVER,
-                           str(root), mode, *args], capture_output=True, text=True, timeout=150)
+    done = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", sys.executable, "-c", DRIVER, str(root), mode, *args],
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -135,9 +140,22 @@ def test_whale_run_on_a_store_that_fills_up_reports_it_and_resumes_once_freed(tm
     root = tmp_path / "mnt"
     root.mkdir()
     manifest = tmp_path / "full.yaml"
-    manifest.write_text(yaml.safe_dump({"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": "full"},
-                                        "spec": {"domain": "counting", "condition": "rsft_only", "model": {"name": "tiny"},
-                                                 "schedule": {"totalSteps": 2}, "evaluation": {"atStart": False}}}))
+    manifest.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "whale.dev/v1alpha1",
+                "kind": "WhaleRun",
+                "metadata": {"name": "full"},
+                "spec": {
+                    "domain": "counting",
+                    "condition": "rsft_only",
+                    "model": {"name": "tiny"},
+                    "schedule": {"totalSteps": 2},
+                    "evaluation": {"atStart": False},
+                },
+            }
+        )
+    )
     sim = shlex.join([sys.executable, "-m", "tests.workloads.simulated"])
     seen = in_private_mounts(root, "whale-run", str(manifest), sim)
     first = seen["first"]

@@ -120,7 +120,9 @@ def test_append_jsonl(store: Store) -> None:
     store.append_jsonl(key, [{"step": 2, "rewardMean": 0.5}, {"step": 3, "rewardMean": 0.75}])
     store.append_jsonl(key, [])
     assert store.read_jsonl(key) == [
-        {"step": 1, "rewardMean": 0.25}, {"step": 2, "rewardMean": 0.5}, {"step": 3, "rewardMean": 0.75},
+        {"step": 1, "rewardMean": 0.25},
+        {"step": 2, "rewardMean": 0.5},
+        {"step": 3, "rewardMean": 0.75},
     ]
     assert store.read_text(key).count("\n") == 3
 
@@ -132,11 +134,18 @@ def test_append_jsonl_after_a_file_without_final_newline(store: Store) -> None:
 
 
 def test_list(store: Store) -> None:
-    for key in ["runs/a/spec.json", "runs/a/phases/c00-weight/result.json", "runs/a/phases/c01-weight/STOP",
-                "runs/ab/spec.json", "data/x/train.jsonl"]:
+    for key in [
+        "runs/a/spec.json",
+        "runs/a/phases/c00-weight/result.json",
+        "runs/a/phases/c01-weight/STOP",
+        "runs/ab/spec.json",
+        "data/x/train.jsonl",
+    ]:
         store.write_bytes(key, b"{}")
     assert store.list("runs/a") == [
-        "runs/a/phases/c00-weight/result.json", "runs/a/phases/c01-weight/STOP", "runs/a/spec.json",
+        "runs/a/phases/c00-weight/result.json",
+        "runs/a/phases/c01-weight/STOP",
+        "runs/a/spec.json",
     ]
     assert store.list("runs/a/") == store.list("runs/a")  # trailing '/' optional; never matches runs/ab
     assert store.list("runs/a", recursive=False) == ["runs/a/phases/", "runs/a/spec.json"]
@@ -180,7 +189,9 @@ def test_upload_dir_writes_the_marker_last(store: Store, tmp_path: Path) -> None
     assert calls[0] == ("delete", f"{prefix}/COMPLETE"), "a stale marker must go before any file changes"
     assert calls[-1] == ("write", f"{prefix}/COMPLETE"), "the marker must be the last write"
     assert sorted(k for op, k in calls[1:-1]) == [
-        f"{prefix}/config.json", f"{prefix}/model.safetensors", f"{prefix}/sub/tokenizer.json",
+        f"{prefix}/config.json",
+        f"{prefix}/model.safetensors",
+        f"{prefix}/sub/tokenizer.json",
     ]
     assert store.read_bytes(f"{prefix}/COMPLETE") == b""
     assert store.read_bytes(f"{prefix}/model.safetensors") == b"\x00" * 1000
@@ -264,8 +275,13 @@ def test_atomic_replace_under_a_concurrent_reader(store: Store) -> None:
 def test_wrong_secret_is_an_auth_error_without_retries(s3_server: S3ServerInfo) -> None:
     sleeps: list[float] = []
     bad = s3_server.store("s3://whale-test/auth", secret_key="not-the-secret", sleep=sleeps.append)
-    for op in (lambda: bad.read_bytes("x"), lambda: bad.write_bytes("x", b"1"), lambda: bad.exists("x"),
-               lambda: bad.list(""), bad.check):
+    for op in (
+        lambda: bad.read_bytes("x"),
+        lambda: bad.write_bytes("x", b"1"),
+        lambda: bad.exists("x"),
+        lambda: bad.list(""),
+        bad.check,
+    ):
         with pytest.raises(StoreAuthError) as info:
             op()
         message = str(info.value)
@@ -298,11 +314,19 @@ def test_configuration_from_the_environment(s3_server: S3ServerInfo) -> None:
 
 def test_a_subprocess_reaches_the_server_from_the_environment(s3_server: S3ServerInfo, s3_store: S3Store) -> None:
     """What a workload does: ``open_store(uri)`` with only the environment the controller passes."""
-    code = ("import sys; from whale.store import open_store; s = open_store(sys.argv[1]); "
-            "s.append_jsonl('m.jsonl', {'step': 1}); print(s.read_jsonl('m.jsonl'))")
+    code = (
+        "import sys; from whale.store import open_store; s = open_store(sys.argv[1]); "
+        "s.append_jsonl('m.jsonl', {'step': 1}); print(s.read_jsonl('m.jsonl'))"
+    )
     env = {"PATH": os.environ.get("PATH", ""), **s3_server.env()}
-    done = subprocess.run([sys.executable, "-c", code, s3_store.uri], env=env, capture_output=True, text=True,
-                          timeout=60, cwd=Path(__file__).resolve().parents[2])
+    done = subprocess.run(
+        [sys.executable, "-c", code, s3_store.uri],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[2],
+    )
     assert done.returncode == 0, done.stderr
     assert s3_store.read_jsonl("m.jsonl") == [{"step": 1}]
 
@@ -350,10 +374,12 @@ def test_server_gone_gives_unavailable_then_data_is_intact(s3_private_server: Se
     store.append_jsonl("runs/r/metrics.jsonl", {"step": 1})
 
     server.kill()
-    for op in (lambda: store.write_json("runs/r/status.json", {"phase": "Running", "v": 2}),
-               lambda: store.read_bytes("runs/r/status.json"),
-               lambda: store.append_jsonl("runs/r/metrics.jsonl", {"step": 2}),
-               lambda: store.list("runs")):
+    for op in (
+        lambda: store.write_json("runs/r/status.json", {"phase": "Running", "v": 2}),
+        lambda: store.read_bytes("runs/r/status.json"),
+        lambda: store.append_jsonl("runs/r/metrics.jsonl", {"step": 2}),
+        lambda: store.list("runs"),
+    ):
         started = time.monotonic()
         with pytest.raises(StoreUnavailable) as info:
             op()
@@ -422,8 +448,10 @@ class FaultyProxy:
     with an S3 ``SlowDown`` error and closes; ``("cut", n)`` forwards ``n`` request bytes upstream,
     then drops both sides (a network failure in the middle of an upload)."""
 
-    SLOW_DOWN = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
-                 b"<Message>Please reduce your request rate.</Message></Error>")
+    SLOW_DOWN = (
+        b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
+        b"<Message>Please reduce your request rate.</Message></Error>"
+    )
 
     def __init__(self, upstream_port: int):
         self.upstream_port = upstream_port
@@ -459,13 +487,20 @@ class FaultyProxy:
                 while b"\r\n\r\n" not in head:
                     head += client.recv(65536)
                 head, _, body = head.partition(b"\r\n\r\n")
-                length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
-                               if line.lower().startswith(b"content-length:")), 0)
+                length = next(
+                    (
+                        int(line.split(b":", 1)[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
                 while len(body) < length:
                     body += client.recv(65536)
-                client.sendall(b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n"
-                               b"Content-Length: %d\r\nConnection: close\r\n\r\n%s"
-                               % (len(self.SLOW_DOWN), self.SLOW_DOWN))
+                client.sendall(
+                    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/xml\r\n"
+                    b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(self.SLOW_DOWN), self.SLOW_DOWN)
+                )
                 return
             budget = action[1] if isinstance(action, tuple) else None
             with socket.create_connection(("127.0.0.1", self.upstream_port)) as upstream:
@@ -515,8 +550,9 @@ def test_5xx_answers_are_retried(s3_server: S3ServerInfo, s3_store: S3Store, fau
     assert faulty_proxy.connections == 3
 
 
-def test_5xx_until_the_deadline_is_unavailable(s3_server: S3ServerInfo, s3_store: S3Store,
-                                               faulty_proxy: FaultyProxy) -> None:
+def test_5xx_until_the_deadline_is_unavailable(
+    s3_server: S3ServerInfo, s3_store: S3Store, faulty_proxy: FaultyProxy
+) -> None:
     via_proxy = s3_server.store(s3_store.uri, endpoint=faulty_proxy.url, region="us-east-1", retry_deadline_s=0.5)
     faulty_proxy.plan = ["503"] * 100
     with pytest.raises(StoreUnavailable, match="SlowDown"):
@@ -524,7 +560,9 @@ def test_5xx_until_the_deadline_is_unavailable(s3_server: S3ServerInfo, s3_store
 
 
 def test_upload_cut_midway_is_retried_and_never_half_visible(
-    s3_server: S3ServerInfo, s3_store: S3Store, faulty_proxy: FaultyProxy,
+    s3_server: S3ServerInfo,
+    s3_store: S3Store,
+    faulty_proxy: FaultyProxy,
 ) -> None:
     size = 8 * 1024 * 1024
     s3_store.write_bytes("ckpt.bin", b"\x01" * size)
@@ -554,8 +592,12 @@ def test_parse_s3_uri() -> None:
 
 
 def test_resolve_config_arguments_win_over_environment() -> None:
-    env = {ENV_ENDPOINT: "https://s3.example:9000", ENV_ACCESS_KEY: "env-a", ENV_SECRET_KEY: "env-s",
-           "AWS_REGION": "eu-west-1"}
+    env = {
+        ENV_ENDPOINT: "https://s3.example:9000",
+        ENV_ACCESS_KEY: "env-a",
+        ENV_SECRET_KEY: "env-s",
+        "AWS_REGION": "eu-west-1",
+    }
     cfg = resolve_config(env=env)
     assert (cfg.endpoint, cfg.secure, cfg.access_key, cfg.region) == ("s3.example:9000", True, "env-a", "eu-west-1")
     cfg = resolve_config(endpoint="minio:9000", access_key="arg-a", secret_key="arg-s", secure=True, env=env)
@@ -608,8 +650,15 @@ def test_call_with_retry_gives_up_at_the_deadline() -> None:
 
     policy = RetryPolicy(initial_delay_s=1.0, multiplier=2.0, max_delay_s=8.0, deadline_s=20.0, jitter=0.0)
     with pytest.raises(StoreUnavailable, match="http://h:1 unavailable: read of k failed 5 time") as info:
-        call_with_retry(fail, policy=policy, what="read of k", endpoint="http://h:1", clock=clock,
-                        sleep=clock.sleep, rand=lambda: 1.0)
+        call_with_retry(
+            fail,
+            policy=policy,
+            what="read of k",
+            endpoint="http://h:1",
+            clock=clock,
+            sleep=clock.sleep,
+            rand=lambda: 1.0,
+        )
     assert clock.sleeps == [1.0, 2.0, 4.0, 8.0]  # a further 8 s would end after the 20 s deadline
     assert calls == [0.0, 1.0, 3.0, 7.0, 15.0]
     assert info.value.attempts == 5 and info.value.elapsed_s == 15.0
@@ -625,8 +674,10 @@ def test_call_with_retry_returns_once_the_server_answers() -> None:
             raise answer
         return answer
 
-    assert call_with_retry(flaky, policy=RetryPolicy(jitter=0.0), what="x", endpoint="e", clock=clock,
-                           sleep=clock.sleep) == "value"
+    assert (
+        call_with_retry(flaky, policy=RetryPolicy(jitter=0.0), what="x", endpoint="e", clock=clock, sleep=clock.sleep)
+        == "value"
+    )
     assert len(clock.sleeps) == 2
 
 
@@ -757,8 +808,9 @@ def test_an_s3_lease_that_cannot_be_renewed_is_given_up_before_it_expires(s3_sto
 
 
 def test_an_s3_lease_of_a_dead_process_here_is_taken_over_at_once_elsewhere_it_is_not(s3_store: S3Store) -> None:
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          timeout=30, check=True)
+    gone = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, timeout=30, check=True
+    )
     dead = replace(this_process("whale run r1"), pid=int(gone.stdout), pid_start=None)
     s3_store.acquire_lease(LOCK, dead, ttl_s=600)  # never released: its runner was SIGKILLed
     assert s3_store.read_lease(LOCK).live is False
@@ -781,12 +833,24 @@ class _ReadOnlyKeyServer(SeaweedServer):
 
     def command(self) -> list[str]:
         config = self.data_dir / "s3-identities.json"
-        config.write_text(json.dumps({"identities": [
-            {"name": "admin", "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
-             "actions": ["Admin", "Read", "List", "Write", "Tagging"]},
-            {"name": "reader", "credentials": [{"accessKey": self.READER[0], "secretKey": self.READER[1]}],
-             "actions": ["Read", "List"]},
-        ]}))
+        config.write_text(
+            json.dumps(
+                {
+                    "identities": [
+                        {
+                            "name": "admin",
+                            "credentials": [{"accessKey": self.access_key, "secretKey": self.secret_key}],
+                            "actions": ["Admin", "Read", "List", "Write", "Tagging"],
+                        },
+                        {
+                            "name": "reader",
+                            "credentials": [{"accessKey": self.READER[0], "secretKey": self.READER[1]}],
+                            "actions": ["Read", "List"],
+                        },
+                    ]
+                }
+            )
+        )
         return [*super().command(), f"-s3.config={config}"]
 
 
@@ -795,10 +859,18 @@ def test_a_write_the_server_denies_names_the_object_and_the_fix(tmp_path: Path) 
     server.start()
     try:
         server.info.store("s3://whale-test/ro").write_bytes("runs/r/status.json", b"{}")
-        reader = S3Store.from_uri("s3://whale-test/ro", endpoint=server.info.url, access_key=server.READER[0],
-                                  secret_key=server.READER[1], retry_deadline_s=5.0)
+        reader = S3Store.from_uri(
+            "s3://whale-test/ro",
+            endpoint=server.info.url,
+            access_key=server.READER[0],
+            secret_key=server.READER[1],
+            retry_deadline_s=5.0,
+        )
         assert reader.read_bytes("runs/r/status.json") == b"{}"
-        for write in (lambda: reader.write_bytes("runs/r/status.json", b"[]"), lambda: reader.delete("runs/r/status.json")):
+        for write in (
+            lambda: reader.write_bytes("runs/r/status.json", b"[]"),
+            lambda: reader.delete("runs/r/status.json"),
+        ):
             with pytest.raises(StoreWriteDenied) as denied:
                 write()
             assert isinstance(denied.value, StoreReadOnly) and isinstance(denied.value, StoreAuthError)

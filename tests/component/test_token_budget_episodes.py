@@ -26,7 +26,8 @@ ALLOWED = frozenset({"re"})
 def endless_harness(tmp_path: Path) -> Path:
     """Every reply is a (wrong) guess; the environment's feedback is the next user message."""
     path = tmp_path / "endless.py"
-    path.write_text(textwrap.dedent('''
+    path.write_text(
+        textwrap.dedent("""
         from whale.harness.api import BaseHarness, env_action
 
         class Harness(BaseHarness):
@@ -34,7 +35,8 @@ def endless_harness(tmp_path: Path) -> Path:
             MAX_TURNS = 500
             def parse_action(self, text, state):
                 return env_action("1")
-    '''))
+    """)
+    )
     return path
 
 
@@ -64,8 +66,9 @@ class NeverStopsDouble(InferenceClient):
         if self.max_model_len is not None:
             assert prompt + sampling.max_tokens <= self.max_model_len, "the request overruns the context"
         text = " ".join(["la"] * sampling.max_tokens)
-        completions = [Completion({"role": "assistant", "content": text}, "length", sampling.max_tokens)
-                       for _ in range(n)]
+        completions = [
+            Completion({"role": "assistant", "content": text}, "length", sampling.max_tokens) for _ in range(n)
+        ]
         return ChatResult(completions, prompt, sampling.max_tokens * n)
 
 
@@ -88,8 +91,9 @@ async def test_a_model_that_never_stops_is_stopped_by_the_budget(tmp_path: Path)
 
 @pytest.mark.parametrize("budget", [1, 7, 8, 9, 33])
 async def test_completion_tokens_never_exceed_the_budget(tmp_path: Path, budget: int) -> None:
-    episode = await run_one(endless_harness(tmp_path), NeverStopsDouble(),
-                            SamplingParams(max_tokens=8, episode_tokens=budget))
+    episode = await run_one(
+        endless_harness(tmp_path), NeverStopsDouble(), SamplingParams(max_tokens=8, episode_tokens=budget)
+    )
     assert episode.end == EndReason.TOKEN_BUDGET and episode.completion_tokens == budget
 
 
@@ -115,8 +119,13 @@ async def test_the_models_context_is_never_overrun(tmp_path: Path, count: bool) 
 async def test_shared_first_turns_get_the_same_clamp(tmp_path: Path) -> None:
     client = NeverStopsDouble()
     async with HarnessProcess(endless_harness(tmp_path), ALLOWED) as harness:
-        runner = EpisodeRunner(DOMAIN, harness, client, SamplingParams(max_tokens=8, episode_tokens=12),
-                               RunnerConfig(share_first_turn=True))
+        runner = EpisodeRunner(
+            DOMAIN,
+            harness,
+            client,
+            SamplingParams(max_tokens=8, episode_tokens=12),
+            RunnerConfig(share_first_turn=True),
+        )
         episodes = await runner.run([SECRET_7], k=3)
     assert client.asked[0] == 8 and client.asked[1:] == [4, 4, 4]  # one n=3 request, then each its own
     assert [e.completion_tokens for e in episodes] == [12, 12, 12]

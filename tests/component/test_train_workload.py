@@ -32,9 +32,22 @@ def model_dir(tmp_path_factory) -> Path:
 def launch(store_dir: Path, phase: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TOKENIZERS_PARALLELISM": "false"}
     return subprocess.Popen(
-        [sys.executable, "-m", "whale.workloads", "train", "--store", f"file://{store_dir}", "--run", RUN,
-         "--phase", phase],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, text=True,
+        [
+            sys.executable,
+            "-m",
+            "whale.workloads",
+            "train",
+            "--store",
+            f"file://{store_dir}",
+            "--run",
+            RUN,
+            "--phase",
+            phase,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=env,
+        text=True,
     )
 
 

@@ -72,10 +72,16 @@ def test_the_sidecar_follows_each_step_and_the_trainer_waits_for_the_ack(store, 
         # the train workload on a cluster picks the store sync and first waits for its start weights
         from whale.workloads.train import make_sampling_backend
 
-        spec = WhaleRunSpec.model_validate({
-            "domain": "synthetic", "condition": "whale", "model": {"name": str(base)},
-            "schedule": {"totalSteps": 2, "weightStepsPerCycle": 1},
-            "inference": {"backend": "vllm", "baseUrl": vllm.url}, "storage": {"uri": store.uri}})
+        spec = WhaleRunSpec.model_validate(
+            {
+                "domain": "synthetic",
+                "condition": "whale",
+                "model": {"name": str(base)},
+                "schedule": {"totalSteps": 2, "weightStepsPerCycle": 1},
+                "inference": {"backend": "vllm", "baseUrl": vllm.url},
+                "storage": {"uri": store.uri},
+            }
+        )
         _client, sync, lock = make_sampling_backend(spec, model, tok, store, RUN, None)
         assert isinstance(sync, StoreSync) and lock is None
         sync.poll_s, sync.ack_timeout_s = 0.05, 60
@@ -95,8 +101,10 @@ def test_the_sidecar_follows_each_step_and_the_trainer_waits_for_the_ack(store, 
         store.upload_dir(dest / "slot-0", ckpt)
         store.write_bytes(layout.checkpoint_complete_key(RUN, 3), b"")
         store.write_json(layout.serving_key(RUN), {"checkpoint": ckpt})
-        wait_for(lambda: (store.read_json_or_none(layout.served_key(RUN)) or {}).get("checkpoint") == ckpt,
-                 what="the ack of the phase checkpoint")
+        wait_for(
+            lambda: (store.read_json_or_none(layout.served_key(RUN)) or {}).get("checkpoint") == ckpt,
+            what="the ack of the phase checkpoint",
+        )
         assert vllm.loaded[-1] == str(dest / "slot-1")
         # a resumed attempt re-publishes a step under the same name: the new version forces a reload
         loads = len(vllm.loaded)
@@ -117,8 +125,11 @@ def test_without_a_sidecar_the_trainer_fails_with_an_actionable_error(tmp_path, 
     model, tok, _ = tiny
     store = open_store(str(tmp_path / "store"))
     sync = StoreSync(store, RUN, ack_timeout_s=0.5, poll_s=0.05)
-    with pytest.raises(WeightSyncError, match=r"did not acknowledge runs/sync/sync/step-000001 within 0 s.*"
-                                              r"kubectl logs deploy/sync-vllm -c weight-sync"):
+    with pytest.raises(
+        WeightSyncError,
+        match=r"did not acknowledge runs/sync/sync/step-000001 within 0 s.*"
+        r"kubectl logs deploy/sync-vllm -c weight-sync",
+    ):
         sync.sync(model, tok, 1)
     # the weights were published all the same (COMPLETE last) and the target set
     assert store.exists(f"{layout.sync_step_prefix(RUN, 1)}/COMPLETE")
@@ -147,8 +158,20 @@ def test_the_init_container_cli_materialises_the_served_checkpoint(tmp_path, tin
     store.write_bytes(layout.checkpoint_complete_key(RUN, 4), b"")
     store.write_json(layout.serving_key(RUN), {"checkpoint": ckpt})
     dest = tmp_path / "models"
-    cmd = [sys.executable, "-m", "whale.inference.weight_sync", "--store", store.uri, "--run", RUN,
-           "--model", "Qwen/never-downloaded", "--dest", str(dest), "--once"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "whale.inference.weight_sync",
+        "--store",
+        store.uri,
+        "--run",
+        RUN,
+        "--model",
+        "Qwen/never-downloaded",
+        "--dest",
+        str(dest),
+        "--once",
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-2000:]
     current = Path(os.path.realpath(dest / "current"))

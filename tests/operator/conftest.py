@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import copy
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,8 +14,8 @@ from kopf.testing import KopfRunner
 
 from tests.fixtures.kube import EmulatedCluster
 from tests.operator.player import WR, WorkloadPlayer
-from whale.store import Store, open_store
 from whale.layout import split_sizes_key
+from whale.store import Store, open_store
 
 BASE_SPEC: dict[str, Any] = {
     "domain": "synthetic",
@@ -24,8 +24,13 @@ BASE_SPEC: dict[str, Any] = {
     "schedule": {"totalSteps": 4, "weightStepsPerCycle": 2, "harnessIterationsPerCycle": 2},
     "rsft": {"promptsPerStep": 4, "rolloutsPerPrompt": 2},
     "evaluation": {"intervalSteps": 2},
-    "harnessSearch": {"proposer": {"backend": "anthropic", "model": "claude-opus-4-1",
-                                   "apiKeySecret": {"name": "whale-proposer", "key": "api-key"}}},
+    "harnessSearch": {
+        "proposer": {
+            "backend": "anthropic",
+            "model": "claude-opus-4-1",
+            "apiKeySecret": {"name": "whale-proposer", "key": "api-key"},
+        }
+    },
 }
 SPLITS = {"weight": 16, "harness": 8, "test": 8}
 
@@ -67,8 +72,14 @@ def start_operator(operator_env: None, kube_namespace: str) -> Any:
             if runner.future.done() and runner.future.exception() is None and os.environ.get("WHALE_TEST_KOPF_LOG"):
                 Path(os.environ["WHALE_TEST_KOPF_LOG"]).write_text(runner.output)
             if runner.future.done() and runner.future.exception() is None:
-                print("---- operator output ----\n" + "\n".join(
-                    line for line in runner.output.splitlines() if "aiohttp.access" not in line and "httpx" not in line and "urllib3" not in line)[-30000:])
+                print(
+                    "---- operator output ----\n"
+                    + "\n".join(
+                        line
+                        for line in runner.output.splitlines()
+                        if "aiohttp.access" not in line and "httpx" not in line and "urllib3" not in line
+                    )[-30000:]
+                )
         assert runner.exception is None, runner.output[-4000:]
         assert runner.exit_code == 0, runner.output[-4000:]
 
@@ -79,13 +90,21 @@ def start_operator(operator_env: None, kube_namespace: str) -> Any:
 def make_run(kube_cluster: EmulatedCluster, kube_namespace: str, store: Store) -> Any:
     """Create a WhaleRun (the test plays data preparation: split sizes in the store)."""
 
-    def create(name: str = "demo", spec: dict[str, Any] | None = None, raw_spec: dict[str, Any] | None = None,
-               **overrides: Any) -> WorkloadPlayer:
-        full = raw_spec if raw_spec is not None else deep_merge(
-            deep_merge(BASE_SPEC, {"storage": {"uri": store.uri}}), spec or {})
+    def create(
+        name: str = "demo", spec: dict[str, Any] | None = None, raw_spec: dict[str, Any] | None = None, **overrides: Any
+    ) -> WorkloadPlayer:
+        full = (
+            raw_spec
+            if raw_spec is not None
+            else deep_merge(deep_merge(BASE_SPEC, {"storage": {"uri": store.uri}}), spec or {})
+        )
         store.write_json(split_sizes_key(name), SPLITS)
-        kube_cluster.api.create(WR, "whaleruns", kube_namespace, {
-            "apiVersion": WR, "kind": "WhaleRun", "metadata": {"name": name}, "spec": full})
+        kube_cluster.api.create(
+            WR,
+            "whaleruns",
+            kube_namespace,
+            {"apiVersion": WR, "kind": "WhaleRun", "metadata": {"name": name}, "spec": full},
+        )
         return WorkloadPlayer(kube_cluster.api, store, kube_namespace, name, **overrides)
 
     return create

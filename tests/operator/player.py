@@ -31,8 +31,10 @@ WR = f"{API_GROUP}/{API_VERSION}"
 
 
 def job_finished(job: dict[str, Any]) -> bool:
-    return any(c.get("status") == "True" and c.get("type") in ("Complete", "Failed", "Suspended")
-               for c in job.get("status", {}).get("conditions") or [])
+    return any(
+        c.get("status") == "True" and c.get("type") in ("Complete", "Failed", "Suspended")
+        for c in job.get("status", {}).get("conditions") or []
+    )
 
 
 @dataclass
@@ -87,9 +89,19 @@ class WorkloadPlayer:
     def weight_metrics(self, req: PhaseRequest, step: int, reward: float = 0.5) -> None:
         assert req.weight is not None
         rps = req.spec["rsft"]["promptsPerStep"] * req.spec["rsft"].get("rolloutsPerPrompt", 8)
-        self.store.append_jsonl(layout.metrics_key(self.run, req.phase), WeightStepMetrics(
-            step=step, epoch=step / req.weight.steps_per_epoch, reward_mean=reward, acceptance_rate=0.5,
-            kept=rps // 2, loss=0.1, learning_rate=1e-7, rollouts=rps).to_wire())
+        self.store.append_jsonl(
+            layout.metrics_key(self.run, req.phase),
+            WeightStepMetrics(
+                step=step,
+                epoch=step / req.weight.steps_per_epoch,
+                reward_mean=reward,
+                acceptance_rate=0.5,
+                kept=rps // 2,
+                loss=0.1,
+                learning_rate=1e-7,
+                rollouts=rps,
+            ).to_wire(),
+        )
 
     def checkpoint(self, step: int) -> str:
         prefix = layout.checkpoint_prefix(self.run, step)
@@ -97,8 +109,14 @@ class WorkloadPlayer:
         self.store.write_bytes(layout.checkpoint_complete_key(self.run, step), b"")
         return prefix
 
-    def finish_weight(self, req: PhaseRequest, final_step: int | None = None, *, write_metrics: bool = True,
-                      stopped_by: str = "target") -> None:
+    def finish_weight(
+        self,
+        req: PhaseRequest,
+        final_step: int | None = None,
+        *,
+        write_metrics: bool = True,
+        stopped_by: str = "target",
+    ) -> None:
         args = req.weight
         assert args is not None
         final = args.target_step if final_step is None else final_step
@@ -110,16 +128,29 @@ class WorkloadPlayer:
             if step <= final:
                 self.checkpoint(step)
         ckpt = self.checkpoint(final)
-        self.store.write_json(layout.result_key(self.run, req.phase), WeightPhaseResult(
-            final_step=final, checkpoint=ckpt, rollouts=(final - args.from_step) * rps,
-            stopped_by=stopped_by).to_wire())
+        self.store.write_json(
+            layout.result_key(self.run, req.phase),
+            WeightPhaseResult(
+                final_step=final, checkpoint=ckpt, rollouts=(final - args.from_step) * rps, stopped_by=stopped_by
+            ).to_wire(),
+        )
 
     def harness_metrics(self, req: PhaseRequest, iteration: int, best: float = 0.4) -> None:
-        self.store.append_jsonl(layout.metrics_key(self.run, req.phase), HarnessIterationMetrics(
-            iteration=iteration, best_score=best, best_candidate=f"it{iteration}-a", rollouts=24).to_wire())
+        self.store.append_jsonl(
+            layout.metrics_key(self.run, req.phase),
+            HarnessIterationMetrics(
+                iteration=iteration, best_score=best, best_candidate=f"it{iteration}-a", rollouts=24
+            ).to_wire(),
+        )
 
-    def finish_harness(self, req: PhaseRequest, iterations: int | None = None, *, write_metrics: bool = True,
-                       stopped_by: str = "iterations") -> None:
+    def finish_harness(
+        self,
+        req: PhaseRequest,
+        iterations: int | None = None,
+        *,
+        write_metrics: bool = True,
+        stopped_by: str = "iterations",
+    ) -> None:
         args = req.harness
         assert args is not None
         n = args.iterations if iterations is None else iterations
@@ -128,16 +159,26 @@ class WorkloadPlayer:
                 self.harness_metrics(req, it)
         key = layout.harness_key(self.run, f"c{args.cycle:02d}-accepted")
         self.store.write_text(key, "SYSTEM_PROMPT = 'accepted'\n")
-        self.store.write_json(layout.result_key(self.run, req.phase), HarnessPhaseResult(
-            accepted_harness=key, accepted_candidate=f"it{n}-a", accepted_score=0.5, iterations=n,
-            rollouts=24 * n, stopped_by=stopped_by).to_wire())
+        self.store.write_json(
+            layout.result_key(self.run, req.phase),
+            HarnessPhaseResult(
+                accepted_harness=key,
+                accepted_candidate=f"it{n}-a",
+                accepted_score=0.5,
+                iterations=n,
+                rollouts=24 * n,
+                stopped_by=stopped_by,
+            ).to_wire(),
+        )
 
     def finish_eval(self, req: PhaseRequest) -> None:
         args = req.eval
         assert args is not None
         score = self.eval_score(args.cycle, args.step, args.after) if self.eval_score else 0.1 + 0.01 * args.step
-        self.store.write_json(layout.result_key(self.run, req.phase), EvalResult(
-            mean_at_k=score, k=8, items=16, checkpoint=args.checkpoint, harness=args.harness).to_wire())
+        self.store.write_json(
+            layout.result_key(self.run, req.phase),
+            EvalResult(mean_at_k=score, k=8, items=16, checkpoint=args.checkpoint, harness=args.harness).to_wire(),
+        )
 
     # --- the Job controller ---
     def finish(self, job: dict[str, Any]) -> PhaseRequest:

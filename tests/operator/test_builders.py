@@ -12,20 +12,35 @@ from whale.spec import WhaleRunSpec
 from whale_operator import builders, names
 
 RUN = builders.RunRef("demo", "team-a", "uid-1")
-OWNER = [{"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "name": "demo", "uid": "uid-1",
-          "controller": True, "blockOwnerDeletion": True}]
+OWNER = [
+    {
+        "apiVersion": "whale.dev/v1alpha1",
+        "kind": "WhaleRun",
+        "name": "demo",
+        "uid": "uid-1",
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+]
 STORE = "s3://whale"
 
 
 def make_spec(**over) -> WhaleRunSpec:
     doc: dict[str, Any] = {
-        "domain": "math_reasoning", "condition": "whale", "model": {"name": "Qwen/Qwen3.5-2B"},
+        "domain": "math_reasoning",
+        "condition": "whale",
+        "model": {"name": "Qwen/Qwen3.5-2B"},
         "schedule": {"totalEpochs": 6, "weightEpochsPerCycle": 0.6},
         "storage": {"uri": STORE, "endpoint": "minio.whale.svc:9000", "credentialsSecret": "whale-s3"},
-        "cluster": {"queueName": "gpu-queue", "priorityClassName": "research", "nodeSelector": {"gpu": "h200"},
-                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]},
-        "harnessSearch": {"proposer": {"apiKeySecret": {"name": "proposer", "key": "api-key",
-                                                        "env": "ANTHROPIC_API_KEY"}}},
+        "cluster": {
+            "queueName": "gpu-queue",
+            "priorityClassName": "research",
+            "nodeSelector": {"gpu": "h200"},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+        "harnessSearch": {
+            "proposer": {"apiKeySecret": {"name": "proposer", "key": "api-key", "env": "ANTHROPIC_API_KEY"}}
+        },
         "retry": {"activeDeadlineSeconds": 86400},
     }
     for k, v in over.items():
@@ -34,9 +49,16 @@ def make_spec(**over) -> WhaleRunSpec:
 
 
 def weight_request(spec: WhaleRunSpec, attempt: int = 1) -> PhaseRequest:
-    return PhaseRequest(run="demo", phase="c01-weight", kind=PhaseKind.WEIGHT, attempt=attempt, spec=spec.to_wire(),
-                        weight=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0,
-                                               target_step=42, steps_per_epoch=70))
+    return PhaseRequest(
+        run="demo",
+        phase="c01-weight",
+        kind=PhaseKind.WEIGHT,
+        attempt=attempt,
+        spec=spec.to_wire(),
+        weight=WeightPhaseArgs(
+            cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=42, steps_per_epoch=70
+        ),
+    )
 
 
 PLACEMENT = {
@@ -44,69 +66,114 @@ PLACEMENT = {
     "nodeSelector": {"gpu": "h200"},
     "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
 }
+
+
 def tools_of(domain: str):
     return domains.load(domain).tool_services
 
 
-STORAGE_ENV = [{"name": "WHALE_S3_ENDPOINT", "value": "minio.whale.svc:9000"},
-               {"name": "WHALE_S3_SECURE", "value": "false"}]
+STORAGE_ENV = [
+    {"name": "WHALE_S3_ENDPOINT", "value": "minio.whale.svc:9000"},
+    {"name": "WHALE_S3_SECURE", "value": "false"},
+]
 
 
 def test_train_job_whole_manifest():
     spec = make_spec(train={"gpusPerNode": 1, "resources": {"requests": {"cpu": "8", "memory": "64Gi"}}})
     labels = {
-        "app.kubernetes.io/name": "whale", "app.kubernetes.io/instance": "demo",
-        "app.kubernetes.io/managed-by": "whale-operator", "whale.dev/run": "demo",
-        "app.kubernetes.io/component": "train", "whale.dev/cycle": "1", "whale.dev/phase": "c01-weight",
-        "whale.dev/attempt": "1", "whale.dev/kind": "weight", "kueue.x-k8s.io/queue-name": "gpu-queue",
+        "app.kubernetes.io/name": "whale",
+        "app.kubernetes.io/instance": "demo",
+        "app.kubernetes.io/managed-by": "whale-operator",
+        "whale.dev/run": "demo",
+        "app.kubernetes.io/component": "train",
+        "whale.dev/cycle": "1",
+        "whale.dev/phase": "c01-weight",
+        "whale.dev/attempt": "1",
+        "whale.dev/kind": "weight",
+        "kueue.x-k8s.io/queue-name": "gpu-queue",
     }
     assert builders.job(RUN, spec, weight_request(spec), store_uri=STORE, tools=tools_of("math_reasoning")) == {
         "apiVersion": "batch/v1",
         "kind": "Job",
-        "metadata": {"name": "demo-c01-weight-1", "namespace": "team-a", "labels": labels, "ownerReferences": OWNER,
-                     "annotations": {"whale.dev/request": "runs/demo/phases/c01-weight/request.json"}},
+        "metadata": {
+            "name": "demo-c01-weight-1",
+            "namespace": "team-a",
+            "labels": labels,
+            "ownerReferences": OWNER,
+            "annotations": {"whale.dev/request": "runs/demo/phases/c01-weight/request.json"},
+        },
         "spec": {
             "backoffLimit": 0,
             "activeDeadlineSeconds": 86400,
-            "podFailurePolicy": {"rules": [
-                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-                {"action": "FailJob", "onExitCodes": {"containerName": "worker", "operator": "NotIn", "values": [0]}},
-            ]},
+            "podFailurePolicy": {
+                "rules": [
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {"containerName": "worker", "operator": "NotIn", "values": [0]},
+                    },
+                ]
+            },
             "template": {
                 "metadata": {"labels": labels},
                 "spec": {
                     "restartPolicy": "Never",
                     **PLACEMENT,
-                    "containers": [{
-                        "name": "worker",
-                        "image": "ghcr.io/whale-dev/whale-worker:0.1.0",
-                        "imagePullPolicy": "IfNotPresent",
-                        "command": ["python", "-m", "whale.workloads", "train", "--store", STORE, "--run", "demo",
-                                    "--phase", "c01-weight"],
-                        "env": [
-                            {"name": "WHALE_RUN", "value": "demo"},
-                            {"name": "WHALE_PHASE", "value": "c01-weight"},
-                            {"name": "WHALE_ATTEMPT", "value": "1"},
-                            {"name": "PYTHONUNBUFFERED", "value": "1"},
-                            *STORAGE_ENV,
-                            {"name": "WHALE_INFERENCE_URL", "value": "http://demo-vllm.team-a.svc:8000/v1"},
-                            {"name": "WHALE_SERVED_MODEL_NAME", "value": "Qwen/Qwen3.5-2B"},
-                            {"name": "WHALE_CODE_URL", "value": "http://demo-sandbox.team-a.svc:8080"},
-                        ],
-                        "envFrom": [{"secretRef": {"name": "whale-s3"}}],
-                        "resources": {"requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1"},
-                                      "limits": {"nvidia.com/gpu": "1"}},
-                        "terminationMessagePolicy": "FallbackToLogsOnError",
-                        "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
-                        # the harness processes it starts are sandboxes: root with only the launcher's capabilities
-                        "securityContext": {
-                            "runAsUser": 0, "runAsNonRoot": False,
-                            "capabilities": {"drop": ["ALL"], "add": ["CHOWN", "DAC_OVERRIDE", "KILL", "SETGID",
-                                                                      "SETPCAP", "SETUID", "SYS_ADMIN"]},
-                            "seccompProfile": {"type": "RuntimeDefault"},
-                            "appArmorProfile": {"type": "Unconfined"},
-                        },
-                    }],
+                    "containers": [
+                        {
+                            "name": "worker",
+                            "image": "ghcr.io/whale-dev/whale-worker:0.1.0",
+                            "imagePullPolicy": "IfNotPresent",
+                            "command": [
+                                "python",
+                                "-m",
+                                "whale.workloads",
+                                "train",
+                                "--store",
+                                STORE,
+                                "--run",
+                                "demo",
+                                "--phase",
+                                "c01-weight",
+                            ],
+                            "env": [
+                                {"name": "WHALE_RUN", "value": "demo"},
+                                {"name": "WHALE_PHASE", "value": "c01-weight"},
+                                {"name": "WHALE_ATTEMPT", "value": "1"},
+                                {"name": "PYTHONUNBUFFERED", "value": "1"},
+                                *STORAGE_ENV,
+                                {"name": "WHALE_INFERENCE_URL", "value": "http://demo-vllm.team-a.svc:8000/v1"},
+                                {"name": "WHALE_SERVED_MODEL_NAME", "value": "Qwen/Qwen3.5-2B"},
+                                {"name": "WHALE_CODE_URL", "value": "http://demo-sandbox.team-a.svc:8080"},
+                            ],
+                            "envFrom": [{"secretRef": {"name": "whale-s3"}}],
+                            "resources": {
+                                "requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1"},
+                                "limits": {"nvidia.com/gpu": "1"},
+                            },
+                            "terminationMessagePolicy": "FallbackToLogsOnError",
+                            "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
+                            # the harness processes it starts are sandboxes: root with only the launcher's capabilities
+                            "securityContext": {
+                                "runAsUser": 0,
+                                "runAsNonRoot": False,
+                                "capabilities": {
+                                    "drop": ["ALL"],
+                                    "add": [
+                                        "CHOWN",
+                                        "DAC_OVERRIDE",
+                                        "KILL",
+                                        "SETGID",
+                                        "SETPCAP",
+                                        "SETUID",
+                                        "SYS_ADMIN",
+                                    ],
+                                },
+                                "seccompProfile": {"type": "RuntimeDefault"},
+                                "appArmorProfile": {"type": "Unconfined"},
+                            },
+                        }
+                    ],
                     "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
                 },
             },
@@ -127,8 +194,15 @@ def test_sandbox_host_capabilities_are_exactly_what_the_launcher_needs():
     nothing that would let the untrusted program out (the program itself runs with none)."""
     ctx = builders.sandbox_host_security_context()
     assert ctx["capabilities"]["drop"] == ["ALL"]
-    assert set(ctx["capabilities"]["add"]) == {"CHOWN", "DAC_OVERRIDE", "KILL", "SETGID", "SETPCAP", "SETUID",
-                                               "SYS_ADMIN"}
+    assert set(ctx["capabilities"]["add"]) == {
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "KILL",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_ADMIN",
+    }
     assert "privileged" not in ctx and ctx["seccompProfile"] == {"type": "RuntimeDefault"}
 
 
@@ -137,29 +211,62 @@ def test_multi_node_train_is_an_indexed_job_with_a_headless_service():
     req = weight_request(spec, attempt=3)
     job = builders.job(RUN, spec, req, store_uri=STORE)
     assert {k: job["spec"][k] for k in ("completionMode", "completions", "parallelism", "backoffLimit")} == {
-        "completionMode": "Indexed", "completions": 2, "parallelism": 2, "backoffLimit": 0}
+        "completionMode": "Indexed",
+        "completions": 2,
+        "parallelism": 2,
+        "backoffLimit": 0,
+    }
     pod = job["spec"]["template"]["spec"]
     assert pod["subdomain"] == "demo-c01-weight-3-rdzv"
     worker = pod["containers"][0]
     assert worker["command"] == [
-        "torchrun", "--nnodes=2", "--nproc-per-node=8", "--node-rank=$(NODE_RANK)", "--master-addr=$(MASTER_ADDR)",
-        "--master-port=29500", "-m", "--", "whale.workloads", "train", "--store", STORE, "--run", "demo",
-        "--phase", "c01-weight"]
+        "torchrun",
+        "--nnodes=2",
+        "--nproc-per-node=8",
+        "--node-rank=$(NODE_RANK)",
+        "--master-addr=$(MASTER_ADDR)",
+        "--master-port=29500",
+        "-m",
+        "--",
+        "whale.workloads",
+        "train",
+        "--store",
+        STORE,
+        "--run",
+        "demo",
+        "--phase",
+        "c01-weight",
+    ]
     env = {e["name"]: e for e in worker["env"]}
-    assert env["NODE_RANK"]["valueFrom"] == {"fieldRef": {
-        "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}
+    assert env["NODE_RANK"]["valueFrom"] == {
+        "fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}
+    }
     assert env["MASTER_ADDR"]["value"] == "demo-c01-weight-3-0.demo-c01-weight-3-rdzv.team-a.svc"
     assert worker["resources"] == {"requests": {"nvidia.com/gpu": "8"}, "limits": {"nvidia.com/gpu": "8"}}
     assert builders.rendezvous_service(RUN, spec, req) == {
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": "demo-c01-weight-3-rdzv", "namespace": "team-a", "ownerReferences": OWNER, "labels": {
-            "app.kubernetes.io/name": "whale", "app.kubernetes.io/instance": "demo",
-            "app.kubernetes.io/managed-by": "whale-operator", "whale.dev/run": "demo",
-            "app.kubernetes.io/component": "rendezvous", "whale.dev/cycle": "1", "whale.dev/phase": "c01-weight",
-            "whale.dev/attempt": "3"}},
-        "spec": {"clusterIP": "None", "publishNotReadyAddresses": True,
-                 "selector": {"batch.kubernetes.io/job-name": "demo-c01-weight-3"},
-                 "ports": [{"name": "rendezvous", "port": 29500, "targetPort": 29500}]},
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": "demo-c01-weight-3-rdzv",
+            "namespace": "team-a",
+            "ownerReferences": OWNER,
+            "labels": {
+                "app.kubernetes.io/name": "whale",
+                "app.kubernetes.io/instance": "demo",
+                "app.kubernetes.io/managed-by": "whale-operator",
+                "whale.dev/run": "demo",
+                "app.kubernetes.io/component": "rendezvous",
+                "whale.dev/cycle": "1",
+                "whale.dev/phase": "c01-weight",
+                "whale.dev/attempt": "3",
+            },
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {"batch.kubernetes.io/job-name": "demo-c01-weight-3"},
+            "ports": [{"name": "rendezvous", "port": 29500, "targetPort": 29500}],
+        },
     }
     single = make_spec()
     assert builders.rendezvous_service(RUN, single, weight_request(single)) is None
@@ -167,12 +274,24 @@ def test_multi_node_train_is_an_indexed_job_with_a_headless_service():
 
 def test_search_job_gets_the_proposer_key_and_eval_job_does_not():
     spec = make_spec()
-    search = PhaseRequest(run="demo", phase="c01-harness", kind=PhaseKind.HARNESS, attempt=1, spec=spec.to_wire(),
-                          harness=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint="ck", step=42,
-                                                   iterations=6, archive="runs/demo/archive/c01"))
-    ev = PhaseRequest(run="demo", phase="eval-c01-s000042-weight", kind=PhaseKind.EVAL, attempt=1,
-                      spec=spec.to_wire(), eval=EvalPhaseArgs(cycle=1, step=42, after="weight", checkpoint="ck",
-                                                              harness=None))
+    search = PhaseRequest(
+        run="demo",
+        phase="c01-harness",
+        kind=PhaseKind.HARNESS,
+        attempt=1,
+        spec=spec.to_wire(),
+        harness=HarnessPhaseArgs(
+            cycle=1, incoming_harness=None, checkpoint="ck", step=42, iterations=6, archive="runs/demo/archive/c01"
+        ),
+    )
+    ev = PhaseRequest(
+        run="demo",
+        phase="eval-c01-s000042-weight",
+        kind=PhaseKind.EVAL,
+        attempt=1,
+        spec=spec.to_wire(),
+        eval=EvalPhaseArgs(cycle=1, step=42, after="weight", checkpoint="ck", harness=None),
+    )
     s_env = builders.job(RUN, spec, search, store_uri=STORE)["spec"]["template"]["spec"]["containers"][0]["env"]
     e_job = builders.job(RUN, spec, ev, store_uri=STORE)
     e_env = e_job["spec"]["template"]["spec"]["containers"][0]["env"]
@@ -184,8 +303,10 @@ def test_search_job_gets_the_proposer_key_and_eval_job_does_not():
 
 
 def test_vllm_deployment():
-    spec = make_spec(inference={"tensorParallelSize": 2, "gpuMemoryUtilization": 0.85, "extraArgs": ["--seed", "1"]},
-                     model={"name": "Qwen/Qwen3.5-2B", "servedModelName": "policy", "maxModelLen": 32768})
+    spec = make_spec(
+        inference={"tensorParallelSize": 2, "gpuMemoryUtilization": 0.85, "extraArgs": ["--seed", "1"]},
+        model={"name": "Qwen/Qwen3.5-2B", "servedModelName": "policy", "maxModelLen": 32768},
+    )
     dep = builders.inference_deployment(RUN, spec, store_uri=STORE, checkpoint="runs/demo/checkpoints/step-000042")
     assert dep["metadata"]["annotations"] == {"whale.dev/checkpoint": "runs/demo/checkpoints/step-000042"}
     assert dep["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
@@ -194,12 +315,33 @@ def test_vllm_deployment():
     vllm, sync = pod["containers"]
     assert vllm["image"] == "vllm/vllm-openai:v0.24.0" and vllm["command"] == ["vllm", "serve"]
     assert vllm["args"] == [
-        "/models/current", "--served-model-name", "policy", "--host", "0.0.0.0", "--port", "8000",
-        "--tensor-parallel-size", "2", "--max-model-len", "32768", "--gpu-memory-utilization", "0.85",
-        "--max-num-seqs", "64", "--enable-auto-tool-choice", "--tool-call-parser", "qwen3_coder", "--seed", "1"]
+        "/models/current",
+        "--served-model-name",
+        "policy",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+        "--tensor-parallel-size",
+        "2",
+        "--max-model-len",
+        "32768",
+        "--gpu-memory-utilization",
+        "0.85",
+        "--max-num-seqs",
+        "64",
+        "--enable-auto-tool-choice",
+        "--tool-call-parser",
+        "qwen3_coder",
+        "--seed",
+        "1",
+    ]
     assert vllm["resources"] == {"requests": {"nvidia.com/gpu": "2"}, "limits": {"nvidia.com/gpu": "2"}}
-    assert vllm["startupProbe"] == {"httpGet": {"path": "/health", "port": 8000}, "periodSeconds": 10,
-                                    "failureThreshold": 180}
+    assert vllm["startupProbe"] == {
+        "httpGet": {"path": "/health", "port": 8000},
+        "periodSeconds": 10,
+        "failureThreshold": 180,
+    }
     assert vllm["readinessProbe"]["httpGet"] == vllm["livenessProbe"]["httpGet"] == {"path": "/health", "port": 8000}
     assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
     assert {"name": "models", "emptyDir": {"sizeLimit": "100Gi"}} in pod["volumes"]
@@ -213,16 +355,29 @@ def test_vllm_deployment():
 
 def test_sandbox_reaches_nothing():
     assert builders.sandbox_network_policy(RUN, tools_of("math_reasoning")[0]) == {
-        "apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
-        "metadata": {"name": "demo-sandbox-isolation", "namespace": "team-a", "ownerReferences": OWNER,
-                     "labels": {"app.kubernetes.io/name": "whale", "app.kubernetes.io/instance": "demo",
-                                "app.kubernetes.io/managed-by": "whale-operator", "whale.dev/run": "demo",
-                                "app.kubernetes.io/component": "sandbox"}},
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": "demo-sandbox-isolation",
+            "namespace": "team-a",
+            "ownerReferences": OWNER,
+            "labels": {
+                "app.kubernetes.io/name": "whale",
+                "app.kubernetes.io/instance": "demo",
+                "app.kubernetes.io/managed-by": "whale-operator",
+                "whale.dev/run": "demo",
+                "app.kubernetes.io/component": "sandbox",
+            },
+        },
         "spec": {
             "podSelector": {"matchLabels": {"whale.dev/run": "demo", "app.kubernetes.io/component": "sandbox"}},
             "policyTypes": ["Ingress", "Egress"],
-            "ingress": [{"from": [{"podSelector": {"matchLabels": {"whale.dev/run": "demo"}}}],
-                         "ports": [{"protocol": "TCP", "port": 8080}]}],
+            "ingress": [
+                {
+                    "from": [{"podSelector": {"matchLabels": {"whale.dev/run": "demo"}}}],
+                    "ports": [{"protocol": "TCP", "port": 8080}],
+                }
+            ],
             "egress": [],
         },
     }
@@ -246,16 +401,34 @@ def test_tools_per_domain():
     assert [m["kind"] for m in retriever] == ["Deployment", "Service"]  # not sandboxed: no deny-all policy
     pod = retriever[0]["spec"]["template"]["spec"]
     assert pod["containers"][0]["command"] == [
-        "python", "-m", "whale.tools.retriever", "--host", "0.0.0.0", "--port", "8080", "--method", "bm25",
-        "--corpus", "/data/wiki_passages.jsonl"]
+        "python",
+        "-m",
+        "whale.tools.retriever",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8080",
+        "--method",
+        "bm25",
+        "--corpus",
+        "/data/wiki_passages.jsonl",
+    ]
     fetch = pod["initContainers"][0]
-    assert fetch["command"] == ["python", "-m", "whale.tools.fetch", STORE, "data/search_qa/corpus/wiki_passages.jsonl",
-                                "/data/wiki_passages.jsonl"]
+    assert fetch["command"] == [
+        "python",
+        "-m",
+        "whale.tools.fetch",
+        STORE,
+        "data/search_qa/corpus/wiki_passages.jsonl",
+        "/data/wiki_passages.jsonl",
+    ]
     assert fetch["envFrom"] == [{"secretRef": {"name": "whale-s3"}}]
-    job = builders.job(RUN, make_spec(domain="search_qa"), weight_request(make_spec()), store_uri=STORE,
-                       tools=tools_of("search_qa"))
-    assert {"name": "WHALE_RETRIEVER_URL", "value": "http://demo-retriever.team-a.svc:8080"} in \
-        job["spec"]["template"]["spec"]["containers"][0]["env"]
+    job = builders.job(
+        RUN, make_spec(domain="search_qa"), weight_request(make_spec()), store_uri=STORE, tools=tools_of("search_qa")
+    )
+    assert {"name": "WHALE_RETRIEVER_URL", "value": "http://demo-retriever.team-a.svc:8080"} in job["spec"]["template"][
+        "spec"
+    ]["containers"][0]["env"]
 
 
 def test_paper_retriever_serves_the_prepared_wiki18_index_whole_manifest():
@@ -263,9 +436,13 @@ def test_paper_retriever_serves_the_prepared_wiki18_index_whole_manifest():
     the store; the pod streams it whole (marker-gated) onto its volume and serves it."""
     spec = make_spec(domain="search_qa", data={"corpus": "wiki18"})
     [tool] = domains.load("search_qa").tool_services_for(spec.data)
-    labels = {"app.kubernetes.io/name": "whale", "app.kubernetes.io/instance": "demo",
-              "app.kubernetes.io/managed-by": "whale-operator", "whale.dev/run": "demo",
-              "app.kubernetes.io/component": "retriever"}
+    labels = {
+        "app.kubernetes.io/name": "whale",
+        "app.kubernetes.io/instance": "demo",
+        "app.kubernetes.io/managed-by": "whale-operator",
+        "whale.dev/run": "demo",
+        "app.kubernetes.io/component": "retriever",
+    }
     selector = {"whale.dev/run": "demo", "app.kubernetes.io/component": "retriever"}
     probe = {"httpGet": {"path": "/healthz", "port": 8080}}
     assert builders.tool_deployment(RUN, spec, tool, store_uri=STORE) == {
@@ -275,34 +452,58 @@ def test_paper_retriever_serves_the_prepared_wiki18_index_whole_manifest():
         "spec": {
             "replicas": 1,
             "selector": {"matchLabels": selector},
-            "template": {"metadata": {"labels": {**labels, **selector}}, "spec": {
-                **PLACEMENT,
-                "initContainers": [{
-                    "name": "fetch-data",
-                    "image": "ghcr.io/whale-dev/whale-tools:0.1.0",
-                    "imagePullPolicy": "IfNotPresent",
-                    "command": ["python", "-m", "whale.tools.fetch", STORE, "data/search_qa/retriever/wiki18-e5/",
-                                "/data/wiki18-e5"],
-                    "env": STORAGE_ENV,
-                    "envFrom": [{"secretRef": {"name": "whale-s3"}}],
-                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                }],
-                "containers": [{
-                    "name": "retriever",
-                    "image": "ghcr.io/whale-dev/whale-tools:0.1.0",
-                    "imagePullPolicy": "IfNotPresent",
-                    "command": ["python", "-m", "whale.tools.retriever", "--host", "0.0.0.0", "--port", "8080",
-                                "--threads", "0", "--index-dir", "/data/wiki18-e5"],
-                    "ports": [{"name": "http", "containerPort": 8080}],
-                    "readinessProbe": {**probe, "periodSeconds": 5},
-                    "livenessProbe": {**probe, "periodSeconds": 20, "failureThreshold": 3},
-                    "startupProbe": {**probe, "periodSeconds": 10, "failureThreshold": 360},
-                    "env": [{"name": "WHALE_CACHE_DIR", "value": "/data/cache"}],
-                    "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                    "resources": {"requests": {"cpu": "8", "memory": "96Gi", "ephemeral-storage": "120Gi"}},
-                }],
-                "volumes": [{"name": "data", "emptyDir": {}}],
-            }},
+            "template": {
+                "metadata": {"labels": {**labels, **selector}},
+                "spec": {
+                    **PLACEMENT,
+                    "initContainers": [
+                        {
+                            "name": "fetch-data",
+                            "image": "ghcr.io/whale-dev/whale-tools:0.1.0",
+                            "imagePullPolicy": "IfNotPresent",
+                            "command": [
+                                "python",
+                                "-m",
+                                "whale.tools.fetch",
+                                STORE,
+                                "data/search_qa/retriever/wiki18-e5/",
+                                "/data/wiki18-e5",
+                            ],
+                            "env": STORAGE_ENV,
+                            "envFrom": [{"secretRef": {"name": "whale-s3"}}],
+                            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                        }
+                    ],
+                    "containers": [
+                        {
+                            "name": "retriever",
+                            "image": "ghcr.io/whale-dev/whale-tools:0.1.0",
+                            "imagePullPolicy": "IfNotPresent",
+                            "command": [
+                                "python",
+                                "-m",
+                                "whale.tools.retriever",
+                                "--host",
+                                "0.0.0.0",
+                                "--port",
+                                "8080",
+                                "--threads",
+                                "0",
+                                "--index-dir",
+                                "/data/wiki18-e5",
+                            ],
+                            "ports": [{"name": "http", "containerPort": 8080}],
+                            "readinessProbe": {**probe, "periodSeconds": 5},
+                            "livenessProbe": {**probe, "periodSeconds": 20, "failureThreshold": 3},
+                            "startupProbe": {**probe, "periodSeconds": 10, "failureThreshold": 360},
+                            "env": [{"name": "WHALE_CACHE_DIR", "value": "/data/cache"}],
+                            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                            "resources": {"requests": {"cpu": "8", "memory": "96Gi", "ephemeral-storage": "120Gi"}},
+                        }
+                    ],
+                    "volumes": [{"name": "data", "emptyDir": {}}],
+                },
+            },
         },
     }
 
@@ -317,8 +518,18 @@ def test_prepare_job_runs_the_prepare_workload_under_the_job_conventions():
     assert "whale.dev/phase" not in labels  # not a decide() child
     assert job["spec"]["backoffLimit"] == 0 and job["spec"]["podFailurePolicy"] == builders.pod_failure_policy()
     c = job["spec"]["template"]["spec"]["containers"][0]
-    assert c["command"] == ["python", "-m", "whale.workloads", "prepare", "--store", STORE, "--run", "demo",
-                            "--phase", "prepare"]
+    assert c["command"] == [
+        "python",
+        "-m",
+        "whale.workloads",
+        "prepare",
+        "--store",
+        STORE,
+        "--run",
+        "demo",
+        "--phase",
+        "prepare",
+    ]
     assert all(e in c["env"] for e in STORAGE_ENV) and c["envFrom"] == [{"secretRef": {"name": "whale-s3"}}]
 
 

@@ -49,15 +49,24 @@ def test_tiny_run_on_a_real_cluster(cluster_run: str):
     assert status["best"]["meanAtK"] >= 0
     header = kubectl("-n", NS, "get", "wr", cluster_run).stdout.splitlines()[0].split()
     assert header == ["NAME", "PHASE", "CYCLE", "STAGE", "STEP", "BEST", "ROLLOUTS", "AGE"]
-    reasons = kubectl("-n", NS, "get", "events", "--field-selector", f"involvedObject.name={cluster_run}",
-                      "-o", "jsonpath={.items[*].reason}").stdout.split()
+    reasons = kubectl(
+        "-n",
+        NS,
+        "get",
+        "events",
+        "--field-selector",
+        f"involvedObject.name={cluster_run}",
+        "-o",
+        "jsonpath={.items[*].reason}",
+    ).stdout.split()
     assert "Started" in reasons and "Succeeded" in reasons
 
     kubectl("-n", NS, "delete", "wr", cluster_run, "--wait=true")
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline:
-        left = kubectl("-n", NS, "get", "jobs,deployments,services", "-l", f"whale.dev/run={cluster_run}",
-                       "-o", "name").stdout.split()
+        left = kubectl(
+            "-n", NS, "get", "jobs,deployments,services", "-l", f"whale.dev/run={cluster_run}", "-o", "name"
+        ).stdout.split()
         if not left:
             break
         time.sleep(2)

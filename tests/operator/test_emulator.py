@@ -17,14 +17,19 @@ from tests.fixtures.kube import APIError, EmulatedCluster, json_patch, label_mat
 
 def test_metadata_generation_and_status_subresource(kube_cluster: EmulatedCluster, kube_namespace: str):
     api = kube_cluster.api
-    made = api.create("batch/v1", "jobs", kube_namespace, {"metadata": {"name": "j"}, "spec": {"parallelism": 1},
-                                                           "status": {"active": 5}})
+    made = api.create(
+        "batch/v1",
+        "jobs",
+        kube_namespace,
+        {"metadata": {"name": "j"}, "spec": {"parallelism": 1}, "status": {"active": 5}},
+    )
     meta = made["metadata"]
     assert meta["namespace"] == kube_namespace and meta["generation"] == 1 and meta["uid"]
     assert made["kind"] == "Job" and made["apiVersion"] == "batch/v1" and "status" not in made
     rv = int(meta["resourceVersion"])
-    st = api.patch("batch/v1", "jobs", kube_namespace, "j", {"status": {"active": 1}, "spec": {"parallelism": 9}},
-                   sub="status")
+    st = api.patch(
+        "batch/v1", "jobs", kube_namespace, "j", {"status": {"active": 1}, "spec": {"parallelism": 9}}, sub="status"
+    )
     assert st["status"] == {"active": 1} and st["spec"]["parallelism"] == 1 and st["metadata"]["generation"] == 1
     sp = api.patch("batch/v1", "jobs", kube_namespace, "j", {"spec": {"parallelism": 2}, "status": {"active": 7}})
     assert sp["spec"]["parallelism"] == 2 and sp["status"] == {"active": 1} and sp["metadata"]["generation"] == 2
@@ -36,8 +41,16 @@ def test_metadata_generation_and_status_subresource(kube_cluster: EmulatedCluste
 
 def test_json_patch_test_op_conflicts_like_the_api_server():
     doc = {"metadata": {"resourceVersion": "5", "finalizers": ["a"]}}
-    assert json_patch(doc, [{"op": "test", "path": "/metadata/resourceVersion", "value": "5"},
-                            {"op": "remove", "path": "/metadata/finalizers/0"}])["metadata"]["finalizers"] == []
+    assert (
+        json_patch(
+            doc,
+            [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": "5"},
+                {"op": "remove", "path": "/metadata/finalizers/0"},
+            ],
+        )["metadata"]["finalizers"]
+        == []
+    )
     with pytest.raises(APIError) as exc:
         json_patch(doc, [{"op": "test", "path": "/metadata/resourceVersion", "value": "4"}])
     assert exc.value.code == 422
@@ -53,13 +66,27 @@ def test_watch_resumes_from_resource_version_and_gc_cascades(kube_cluster: Emula
     api = kube_cluster.api
     owner = api.create("v1", "configmaps", kube_namespace, {"metadata": {"name": "owner"}})
     since = owner["metadata"]["resourceVersion"]
-    api.create("v1", "configmaps", kube_namespace, {"metadata": {"name": "child", "ownerReferences": [
-        {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}]}})
+    api.create(
+        "v1",
+        "configmaps",
+        kube_namespace,
+        {
+            "metadata": {
+                "name": "child",
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner["metadata"]["uid"]}
+                ],
+            }
+        },
+    )
     events: list[dict] = []
 
     def watch() -> None:
-        with httpx.stream("GET", f"{kube_cluster.url}/api/v1/namespaces/{kube_namespace}/configmaps",
-                          params={"watch": "true", "resourceVersion": since, "timeoutSeconds": "2"}) as resp:
+        with httpx.stream(
+            "GET",
+            f"{kube_cluster.url}/api/v1/namespaces/{kube_namespace}/configmaps",
+            params={"watch": "true", "resourceVersion": since, "timeoutSeconds": "2"},
+        ) as resp:
             for line in resp.iter_lines():
                 events.append(json.loads(line))
 
@@ -74,24 +101,50 @@ def test_watch_resumes_from_resource_version_and_gc_cascades(kube_cluster: Emula
     assert api.list("v1", "configmaps", kube_namespace) == []
 
 
-def test_kubectl_shows_printer_columns(start_operator, make_run, kube_cluster: EmulatedCluster, kube_namespace: str,
-                                      tmp_path):
+def test_kubectl_shows_printer_columns(
+    start_operator, make_run, kube_cluster: EmulatedCluster, kube_namespace: str, tmp_path
+):
     # HOME: kubectl keeps a discovery cache under ~/.kube; keep it out of the user's (and the checkout's)
     env = {**os.environ, "KUBECONFIG": str(kube_cluster.kubeconfig), "HOME": str(tmp_path)}
     with start_operator():
         run = make_run("shown")
         run.finish(run.wait_job())
         wait_for(lambda: run.status().get("best"), what="a best score")
-        out = subprocess.run(["kubectl", "get", "wr", "-n", kube_namespace], capture_output=True, text=True,
-                             env=env, timeout=30, check=True).stdout
-        wide = subprocess.run(["kubectl", "get", "whaleruns", "-n", kube_namespace, "-o", "wide"],
-                              capture_output=True, text=True, env=env, timeout=30, check=True).stdout
-        waited = subprocess.run(["kubectl", "wait", "-n", kube_namespace, "wr/shown", "--for=jsonpath={.status.phase}=Running",
-                                 "--timeout=10s"], capture_output=True, text=True, env=env, timeout=30)
+        out = subprocess.run(
+            ["kubectl", "get", "wr", "-n", kube_namespace],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+            check=True,
+        ).stdout
+        wide = subprocess.run(
+            ["kubectl", "get", "whaleruns", "-n", kube_namespace, "-o", "wide"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+            check=True,
+        ).stdout
+        waited = subprocess.run(
+            [
+                "kubectl",
+                "wait",
+                "-n",
+                kube_namespace,
+                "wr/shown",
+                "--for=jsonpath={.status.phase}=Running",
+                "--timeout=10s",
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=30,
+        )
     header, row = out.splitlines()[:2]
     assert header.split() == ["NAME", "PHASE", "CYCLE", "STAGE", "STEP", "BEST", "FINAL", "ROLLOUTS", "AGE"]
     assert row.split()[:6] == ["shown", "Running", "1", "weight", "0", "0.1"]
-    assert row[header.index("FINAL"):header.index("ROLLOUTS")].strip() == ""  # final: once the run succeeds
+    assert row[header.index("FINAL") : header.index("ROLLOUTS")].strip() == ""  # final: once the run succeeds
     assert wide.splitlines()[0].split()[-3:] == ["DOMAIN", "CONDITION", "AGE"]
     assert "synthetic" in wide and "whale" in wide.splitlines()[1]
     assert waited.returncode == 0, waited.stderr
@@ -120,4 +173,4 @@ def test_operator_exposes_prometheus_metrics(start_operator, make_run, monkeypat
     assert 'whale_operator_children_created_total{kind="Job"} 2.0' in text
     assert 'whale_operator_actions_total{action="StartPhase"}' in text
     assert 'whale_operator_phase_duration_seconds_count{kind="eval",outcome="Succeeded"} 1.0' in text
-    assert 'whale_operator_reconcile_errors_total' not in text or 'errors_total{' not in text
+    assert "whale_operator_reconcile_errors_total" not in text or "errors_total{" not in text

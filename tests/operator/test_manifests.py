@@ -64,16 +64,24 @@ def test_manifest_validates(path: Path, doc: dict[str, Any]):
 
 def test_kustomization_installs_everything_but_the_examples():
     listed = set(yaml.safe_load((MANIFESTS / "kustomization.yaml").read_text())["resources"])
-    present = {p.relative_to(MANIFESTS).as_posix() for p in MANIFESTS.rglob("*.yaml")
-               if p.name != "kustomization.yaml" and "examples" not in p.parts}
+    present = {
+        p.relative_to(MANIFESTS).as_posix()
+        for p in MANIFESTS.rglob("*.yaml")
+        if p.name != "kustomization.yaml" and "examples" not in p.parts
+    }
     assert listed == present
 
 
 def test_examples_are_the_papers_twelve_runs_plus_a_tiny_cpu_run():
     specs = {p.stem: WhaleRunSpec.model_validate(docs(p)[0]["spec"]) for p in EXAMPLES}
     grid = Counter((s.domain, s.condition.value) for n, s in specs.items() if n != "tiny-cpu")
-    assert grid == Counter({(d, c): 1 for d in ("search_qa", "math_reasoning", "chess_puzzles")
-                            for c in ("rsft_only", "mh_only", "whale", "adaptive_whale")})
+    assert grid == Counter(
+        {
+            (d, c): 1
+            for d in ("search_qa", "math_reasoning", "chess_puzzles")
+            for c in ("rsft_only", "mh_only", "whale", "adaptive_whale")
+        }
+    )
     assert specs["chess-whale"].model.name == "Qwen/Qwen3.5-4B" and specs["math-whale"].model.name == "Qwen/Qwen3.5-2B"
     # budgets in steps (6 x 70, 4 x 74, 0.6 x 74): tests/unit/test_examples_budgets.py pins every one
     assert specs["math-whale"].schedule.total_steps == 420 and specs["searchqa-rsft"].schedule.total_steps == 296
@@ -92,21 +100,48 @@ def children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
     store = spec.storage.uri or "s3://whale"
     wire = spec.to_wire()
     reqs = [
-        PhaseRequest(run="example", phase="c01-weight", kind=PhaseKind.WEIGHT, attempt=1, spec=wire,
-                     weight=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=2,
-                                            steps_per_epoch=4)),
-        PhaseRequest(run="example", phase="c01-harness", kind=PhaseKind.HARNESS, attempt=1, spec=wire,
-                     harness=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=None, step=0, iterations=2,
-                                              archive="runs/example/archive/c01")),
-        PhaseRequest(run="example", phase="eval-c00-s000000-start", kind=PhaseKind.EVAL, attempt=1, spec=wire,
-                     eval=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None)),
+        PhaseRequest(
+            run="example",
+            phase="c01-weight",
+            kind=PhaseKind.WEIGHT,
+            attempt=1,
+            spec=wire,
+            weight=WeightPhaseArgs(
+                cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=2, steps_per_epoch=4
+            ),
+        ),
+        PhaseRequest(
+            run="example",
+            phase="c01-harness",
+            kind=PhaseKind.HARNESS,
+            attempt=1,
+            spec=wire,
+            harness=HarnessPhaseArgs(
+                cycle=1,
+                incoming_harness=None,
+                checkpoint=None,
+                step=0,
+                iterations=2,
+                archive="runs/example/archive/c01",
+            ),
+        ),
+        PhaseRequest(
+            run="example",
+            phase="eval-c00-s000000-start",
+            kind=PhaseKind.EVAL,
+            attempt=1,
+            spec=wire,
+            eval=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None),
+        ),
     ]
     tools = domains.load(spec.domain).tool_services
     out = [builders.job(run, spec, r, store_uri=store, tools=tools) for r in reqs]
     out += builders.tool_children(run, spec, tools, store_uri=store)
     out.append(builders.prepare_job(run, spec, 1, store_uri=store))
-    out += [builders.inference_deployment(run, spec, store_uri=store, checkpoint=None),
-            builders.inference_service(run, spec)]
+    out += [
+        builders.inference_deployment(run, spec, store_uri=store, checkpoint=None),
+        builders.inference_service(run, spec),
+    ]
     multi = spec.model_copy(update={"train": spec.train.model_copy(update={"num_nodes": 2})})
     rendezvous = builders.rendezvous_service(run, multi, reqs[0])
     assert rendezvous is not None  # two nodes
@@ -149,12 +184,13 @@ def test_every_image_is_built_here_or_pinned_upstream():
     for image in sorted(images):
         name, _, tag = image.rpartition(":")
         if image.startswith(OUR_REGISTRY):
-            component = name[len(OUR_REGISTRY):]
+            component = name[len(OUR_REGISTRY) :]
             assert (ROOT / "images" / component / "Dockerfile").is_file(), f"{image}: no images/{component}/Dockerfile"
             assert tag == VERSION, f"{image}: our images are tagged with the package version {VERSION}"
         else:
-            assert "@sha256:" in image or (tag and tag != "latest" and re.search(r"\d", tag)), \
+            assert "@sha256:" in image or (tag and tag != "latest" and re.search(r"\d", tag)), (
                 f"{image}: upstream images must be pinned to a version tag or digest"
+            )
 
 
 def test_dockerfiles_pin_their_base_images():

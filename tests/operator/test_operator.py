@@ -21,8 +21,11 @@ def conditions(status: dict) -> dict[str, dict]:
 
 
 def events(api, namespace: str, run: str) -> list[tuple[str, str]]:
-    return [(e["type"], e["reason"]) for e in api.list("v1", "events", namespace)
-            if e.get("involvedObject", {}).get("name") == run]
+    return [
+        (e["type"], e["reason"])
+        for e in api.list("v1", "events", namespace)
+        if e.get("involvedObject", {}).get("name") == run
+    ]
 
 
 def test_whale_run_two_cycles(start_operator, make_run, kube_cluster: EmulatedCluster, kube_namespace: str):
@@ -32,18 +35,23 @@ def test_whale_run_two_cycles(start_operator, make_run, kube_cluster: EmulatedCl
         first = run.wait_job()
         # the first child is the (theta0, h0) evaluation, with the inference server next to it
         assert first["metadata"]["name"] == "two-cycles-eval-c00-s000000-start-1"
-        dep = wait_for(lambda: api.get("apps/v1", "deployments", kube_namespace, "two-cycles-vllm"),
-                       what="the vLLM Deployment")
+        dep = wait_for(
+            lambda: api.get("apps/v1", "deployments", kube_namespace, "two-cycles-vllm"), what="the vLLM Deployment"
+        )
         owner = dep["metadata"]["ownerReferences"][0]
         assert owner["kind"] == "WhaleRun" and owner["uid"] == run.wr()["metadata"]["uid"]
         assert api.get("v1", "services", kube_namespace, "two-cycles-vllm") is not None
         api.ready_deployment(kube_namespace, "two-cycles-vllm")
-        wait_for(lambda: conditions(run.status()).get("InferenceReady", {}).get("status") == "True",
-                 what="InferenceReady=True")
+        wait_for(
+            lambda: conditions(run.status()).get("InferenceReady", {}).get("status") == "True",
+            what="InferenceReady=True",
+        )
         final = run.play_to_end()
         # Events are posted after the status write: wait for the last one
-        events_seen = wait_for(lambda: (ev := events(api, kube_namespace, "two-cycles"))
-                               and ("Normal", "Succeeded") in ev and ev, what="the Succeeded event")
+        events_seen = wait_for(
+            lambda: (ev := events(api, kube_namespace, "two-cycles")) and ("Normal", "Succeeded") in ev and ev,
+            what="the Succeeded event",
+        )
 
     assert final["phase"] == "Succeeded", final
     assert final["completedPhases"] == ["c01-weight", "c01-harness", "c02-weight"]
@@ -52,10 +60,17 @@ def test_whale_run_two_cycles(start_operator, make_run, kube_cluster: EmulatedCl
     assert final["best"]["meanAtK"] == pytest.approx(0.14) and final["best"]["step"] == 4
     assert final["rolloutsSpent"] == 4 * 8 + 2 * 24
     # one Job per phase, each created exactly once, attempt 1
-    assert run.job_names() == sorted([
-        "two-cycles-eval-c00-s000000-start-1", "two-cycles-c01-weight-1", "two-cycles-eval-c01-s000002-weight-1",
-        "two-cycles-c01-harness-1", "two-cycles-eval-c01-s000002-harness-1", "two-cycles-c02-weight-1",
-        "two-cycles-eval-c02-s000004-weight-1"])
+    assert run.job_names() == sorted(
+        [
+            "two-cycles-eval-c00-s000000-start-1",
+            "two-cycles-c01-weight-1",
+            "two-cycles-eval-c01-s000002-weight-1",
+            "two-cycles-c01-harness-1",
+            "two-cycles-eval-c01-s000002-harness-1",
+            "two-cycles-c02-weight-1",
+            "two-cycles-eval-c02-s000004-weight-1",
+        ]
+    )
     cond = conditions(final)
     assert cond["Succeeded"]["status"] == "True" and cond["Progressing"]["status"] == "False"
     assert cond["Failed"]["status"] == "False"
@@ -71,9 +86,15 @@ def test_adaptive_run_stops_phases_by_patience(start_operator, make_run, store):
     """Flat training signals: the operator asks each phase to stop when the patience rule fires."""
     spec = {
         "condition": "adaptive_whale",
-        "schedule": {"totalSteps": 8, "weightStepsPerCycle": None, "maxCycles": 2,
-                     "adaptive": {"weight": {"windowSteps": 1, "burnInSteps": 2, "patienceSteps": 1},
-                                  "harness": {"minIterations": 2, "patience": 1, "maxIterations": 4}}},
+        "schedule": {
+            "totalSteps": 8,
+            "weightStepsPerCycle": None,
+            "maxCycles": 2,
+            "adaptive": {
+                "weight": {"windowSteps": 1, "burnInSteps": 2, "patienceSteps": 1},
+                "harness": {"minIterations": 2, "patience": 1, "maxIterations": 4},
+            },
+        },
     }
     with start_operator():
         run = make_run("adaptive", spec)
@@ -129,16 +150,42 @@ def test_failed_train_job_is_retried_then_fails_the_run(start_operator, make_run
             assert job["metadata"]["name"] == f"flaky-c01-weight-{attempt}"
             # the kubelet's view of the failed worker: its last log line is the termination message
             pod = f"{job['metadata']['name']}-abcde"
-            api.create("v1", "pods", kube_namespace, {"metadata": {
-                "name": pod, "labels": {"batch.kubernetes.io/job-name": job["metadata"]["name"]}}})
-            api.patch("v1", "pods", kube_namespace, pod, {"status": {"containerStatuses": [{
-                "name": "worker", "state": {"terminated": {
-                    "exitCode": 1, "message": "Traceback ...\nRuntimeError: CUDA out of memory"}}}]}}, sub="status")
+            api.create(
+                "v1",
+                "pods",
+                kube_namespace,
+                {"metadata": {"name": pod, "labels": {"batch.kubernetes.io/job-name": job["metadata"]["name"]}}},
+            )
+            api.patch(
+                "v1",
+                "pods",
+                kube_namespace,
+                pod,
+                {
+                    "status": {
+                        "containerStatuses": [
+                            {
+                                "name": "worker",
+                                "state": {
+                                    "terminated": {
+                                        "exitCode": 1,
+                                        "message": "Traceback ...\nRuntimeError: CUDA out of memory",
+                                    }
+                                },
+                            }
+                        ]
+                    }
+                },
+                sub="status",
+            )
             run.fail(job, "Container worker for pod failed with exit code 1 matching FailJob rule at index 1")
-        final = wait_for(lambda: run.status() if run.status().get("phase") == "Failed" else None,
-                         what="the run to fail")
-        seen = wait_for(lambda: (ev := events(api, kube_namespace, "flaky")) and ("Warning", "Failed") in ev and ev,
-                        what="the Failed event")
+        final = wait_for(
+            lambda: run.status() if run.status().get("phase") == "Failed" else None, what="the run to fail"
+        )
+        seen = wait_for(
+            lambda: (ev := events(api, kube_namespace, "flaky")) and ("Warning", "Failed") in ev and ev,
+            what="the Failed event",
+        )
     assert final["reason"] == "PhaseFailed"
     assert final["failures"] == {"c01-weight": 2} and final["attempts"]["c01-weight"] == 2
     assert "RuntimeError: CUDA out of memory" in final["message"]
@@ -149,8 +196,7 @@ def test_failed_train_job_is_retried_then_fails_the_run(start_operator, make_run
     assert "flaky-c01-weight-3" not in run.job_names()
 
 
-def test_preempted_job_is_restarted_without_counting_a_failure(start_operator, make_run, kube_cluster,
-                                                               kube_namespace):
+def test_preempted_job_is_restarted_without_counting_a_failure(start_operator, make_run, kube_cluster, kube_namespace):
     api = kube_cluster.api
     with start_operator():
         run = make_run("preempt")
@@ -178,13 +224,16 @@ def test_suspend_and_resume(start_operator, make_run, kube_cluster, kube_namespa
         running = run.wait_job()
         assert running["metadata"]["name"] == "pause-c01-weight-1"
         api.patch(WR, "whaleruns", kube_namespace, "pause", {"spec": {"suspend": True}})
-        st = wait_for(lambda: run.status() if run.status().get("phase") == "Suspended" else None,
-                      what="phase Suspended")
+        st = wait_for(
+            lambda: run.status() if run.status().get("phase") == "Suspended" else None, what="phase Suspended"
+        )
         assert conditions(st)["Suspended"]["status"] == "True"
         assert conditions(st)["Progressing"]["status"] == "False"
         wait_for(lambda: "pause-c01-weight-1" not in run.job_names(), what="the running Job to be deleted")
-        wait_for(lambda: api.get("apps/v1", "deployments", kube_namespace, "pause-vllm")["spec"]["replicas"] == 0,
-                 what="inference scaled to zero")
+        wait_for(
+            lambda: api.get("apps/v1", "deployments", kube_namespace, "pause-vllm")["spec"]["replicas"] == 0,
+            what="inference scaled to zero",
+        )
         run.handled.discard("pause-c01-weight-1")
 
         api.patch(WR, "whaleruns", kube_namespace, "pause", {"spec": {"suspend": False}})
@@ -210,7 +259,8 @@ def test_operator_restart_in_every_stage(start_operator, make_run):
         with start_operator():
             job = run.pending_job() or wait_for(
                 lambda: run.pending_job() or (run.status().get("phase") == "Succeeded" and "done"),
-                what="the next Job or the end")
+                what="the next Job or the end",
+            )
             if job == "done":
                 break
             stages.append(run.status().get("stage"))
@@ -235,18 +285,28 @@ def test_deleted_whalerun_takes_its_children(start_operator, make_run, kube_clus
         assert api.get("networking.k8s.io/v1", "networkpolicies", kube_namespace, "doomed-sandbox-isolation")
         api.delete(WR, "whaleruns", kube_namespace, "doomed")
         wait_for(lambda: api.get(WR, "whaleruns", kube_namespace, "doomed") is None, what="the WhaleRun to go")
-        for api_version, plural in (("batch/v1", "jobs"), ("apps/v1", "deployments"), ("v1", "services"),
-                                    ("networking.k8s.io/v1", "networkpolicies")):
+        for api_version, plural in (
+            ("batch/v1", "jobs"),
+            ("apps/v1", "deployments"),
+            ("v1", "services"),
+            ("networking.k8s.io/v1", "networkpolicies"),
+        ):
             assert api.list(api_version, plural, kube_namespace, f"{names.LABEL_RUN}=doomed") == [], plural
 
 
 def test_bad_spec_is_marked_failed_naming_the_field(start_operator, make_run, kube_cluster, kube_namespace, store):
     api = kube_cluster.api
     with start_operator():
-        run = make_run("broken", raw_spec={"domain": "synthetic", "condition": "whale",
-                                           "schedule": {"totalSteps": 4, "weightStepsPerCycle": 2},
-                                           "storage": {"uri": store.uri},
-                                           "harnessSearch": {"proposer": {"backend": "replay", "script": "p.json"}}})
+        run = make_run(
+            "broken",
+            raw_spec={
+                "domain": "synthetic",
+                "condition": "whale",
+                "schedule": {"totalSteps": 4, "weightStepsPerCycle": 2},
+                "storage": {"uri": store.uri},
+                "harnessSearch": {"proposer": {"backend": "replay", "script": "p.json"}},
+            },
+        )
         st = wait_for(lambda: run.status() if run.status().get("phase") == "Failed" else None, what="Failed")
         assert st["reason"] == "InvalidSpec" and st["message"].startswith("spec.model")
         failed = conditions(st)["Failed"]
@@ -266,9 +326,9 @@ def test_serving_target_follows_the_running_child(start_operator, make_run, stor
 
     with start_operator():
         run = make_run("serve")
-        run.finish(run.wait_job())                       # start eval: base model
+        run.finish(run.wait_job())  # start eval: base model
         assert store.read_json(serving_key("serve")) == {"checkpoint": None}
-        run.finish(run.wait_job())                       # c01-weight -> checkpoint step 2
+        run.finish(run.wait_job())  # c01-weight -> checkpoint step 2
         ev = run.wait_job()
         assert ev["metadata"]["name"] == "serve-eval-c01-s000002-weight-1"
         ckpt = layout.checkpoint_prefix("serve", 2)

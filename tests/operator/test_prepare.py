@@ -18,18 +18,19 @@ pytestmark = pytest.mark.timeout(120)
 
 def create_unprepared(api, namespace: str, store, name: str, spec: dict | None = None) -> WorkloadPlayer:
     full = deep_merge(deep_merge(BASE_SPEC, {"storage": {"uri": store.uri}}), spec or {})
-    api.create(WR, "whaleruns", namespace, {"apiVersion": WR, "kind": "WhaleRun", "metadata": {"name": name},
-                                            "spec": full})
+    api.create(
+        WR, "whaleruns", namespace, {"apiVersion": WR, "kind": "WhaleRun", "metadata": {"name": name}, "spec": full}
+    )
     return WorkloadPlayer(api, store, namespace, name)
 
 
 def reasons(api, namespace: str, run: str) -> list[str]:
-    return [e["reason"] for e in api.list("v1", "events", namespace)
-            if e.get("involvedObject", {}).get("name") == run]
+    return [e["reason"] for e in api.list("v1", "events", namespace) if e.get("involvedObject", {}).get("name") == run]
 
 
-def test_a_run_without_split_sizes_is_prepared_first(start_operator, kube_cluster: EmulatedCluster,
-                                                     kube_namespace: str, store):
+def test_a_run_without_split_sizes_is_prepared_first(
+    start_operator, kube_cluster: EmulatedCluster, kube_namespace: str, store
+):
     api = kube_cluster.api
     with start_operator():
         run = create_unprepared(api, kube_namespace, store, "prep")
@@ -45,15 +46,17 @@ def test_a_run_without_split_sizes_is_prepared_first(start_operator, kube_cluste
         run.complete(job)
         first = run.wait_job()
         assert first["metadata"]["name"] == "prep-eval-c00-s000000-start-1"
-        assert sizes == domains.load("synthetic").split_sizes(WhaleRunSpec.model_validate(
-            store.read_json(layout.spec_key("prep"))).data)
+        assert sizes == domains.load("synthetic").split_sizes(
+            WhaleRunSpec.model_validate(store.read_json(layout.spec_key("prep"))).data
+        )
         final = run.play_to_end()
     assert final["phase"] == "Succeeded", final
     assert "Preparing" in reasons(api, kube_namespace, "prep")
 
 
-def test_prepare_is_retried_then_fails_the_run_with_the_jobs_reason(start_operator, kube_cluster: EmulatedCluster,
-                                                                  kube_namespace: str, store):
+def test_prepare_is_retried_then_fails_the_run_with_the_jobs_reason(
+    start_operator, kube_cluster: EmulatedCluster, kube_namespace: str, store
+):
     api = kube_cluster.api
     with start_operator():
         run = create_unprepared(api, kube_namespace, store, "noprep", {"retry": {"maxAttempts": 2}})
@@ -72,8 +75,9 @@ def test_prepare_is_retried_then_fails_the_run_with_the_jobs_reason(start_operat
     assert cond["Failed"]["status"] == "True" and cond["Failed"]["reason"] == "PrepareFailed"
 
 
-def test_a_suspended_run_is_not_prepared_until_resumed(start_operator, kube_cluster: EmulatedCluster,
-                                                       kube_namespace: str, store):
+def test_a_suspended_run_is_not_prepared_until_resumed(
+    start_operator, kube_cluster: EmulatedCluster, kube_namespace: str, store
+):
     api = kube_cluster.api
     with start_operator():
         run = create_unprepared(api, kube_namespace, store, "later", {"suspend": True})
@@ -83,8 +87,9 @@ def test_a_suspended_run_is_not_prepared_until_resumed(start_operator, kube_clus
         wait_for(lambda: api.get("batch/v1", "jobs", kube_namespace, "later-prepare-1"), what="the prepare Job")
 
 
-def test_a_domain_the_operator_cannot_load_is_an_invalid_spec(start_operator, kube_cluster: EmulatedCluster,
-                                                              kube_namespace: str, store):
+def test_a_domain_the_operator_cannot_load_is_an_invalid_spec(
+    start_operator, kube_cluster: EmulatedCluster, kube_namespace: str, store
+):
     """The operator asks the domain plugin for its tool services: an unknown domain names spec.domain."""
     api = kube_cluster.api
     with start_operator():

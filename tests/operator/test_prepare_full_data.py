@@ -10,9 +10,15 @@ from whale_operator.reconcile import OperatorConfig, Reconciler
 
 
 def spec(source: str) -> WhaleRunSpec:
-    return WhaleRunSpec.model_validate({"domain": "synthetic" if source == "sample" else "chess_puzzles",
-                                        "condition": "rsft_only", "model": {"name": "m"},
-                                        "schedule": {"totalSteps": 4}, "data": {"source": source}})
+    return WhaleRunSpec.model_validate(
+        {
+            "domain": "synthetic" if source == "sample" else "chess_puzzles",
+            "condition": "rsft_only",
+            "model": {"name": "m"},
+            "schedule": {"totalSteps": 4},
+            "data": {"source": source},
+        }
+    )
 
 
 def test_full_data_is_never_sized_by_the_operator(tmp_path):

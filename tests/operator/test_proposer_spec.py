@@ -13,14 +13,21 @@ from whale_operator.reconcile import SpecError, parse_spec
 pytestmark = pytest.mark.timeout(120)
 
 
-@pytest.mark.parametrize(("proposer", "field"), [
-    ({"backend": "anthropic", "model": "claude-opus-4-1"}, "spec.harnessSearch.proposer.apiKeySecret"),
-    ({"backend": "anthropic", "apiKeySecret": {"name": "p", "key": "k"}}, "spec.harnessSearch.proposer.model"),
-    ({"backend": "openai", "model": "gpt", "apiKeySecret": {"name": "p", "key": "k"}},
-     "spec.harnessSearch.proposer.baseUrl"),
-    ({"backend": "openai", "model": "gpt", "baseUrl": "https://api.openai.com/v1"},
-     "spec.harnessSearch.proposer.apiKeySecret"),
-])
+@pytest.mark.parametrize(
+    ("proposer", "field"),
+    [
+        ({"backend": "anthropic", "model": "claude-opus-4-1"}, "spec.harnessSearch.proposer.apiKeySecret"),
+        ({"backend": "anthropic", "apiKeySecret": {"name": "p", "key": "k"}}, "spec.harnessSearch.proposer.model"),
+        (
+            {"backend": "openai", "model": "gpt", "apiKeySecret": {"name": "p", "key": "k"}},
+            "spec.harnessSearch.proposer.baseUrl",
+        ),
+        (
+            {"backend": "openai", "model": "gpt", "baseUrl": "https://api.openai.com/v1"},
+            "spec.harnessSearch.proposer.apiKeySecret",
+        ),
+    ],
+)
 def test_parse_spec_names_the_missing_proposer_field(proposer: dict, field: str):
     spec = deep_merge(BASE_SPEC, {"storage": {"uri": "s3://b/p", "endpoint": "minio:9000"}})
     spec["harnessSearch"]["proposer"] = proposer
@@ -36,8 +43,7 @@ def test_an_rsft_only_run_needs_no_proposer():
     assert parse_spec(spec).harness_search.proposer.base_url is None
 
 
-def test_a_run_without_a_proposer_key_is_failed_before_any_job(start_operator, make_run, kube_cluster,
-                                                                kube_namespace):
+def test_a_run_without_a_proposer_key_is_failed_before_any_job(start_operator, make_run, kube_cluster, kube_namespace):
     api = kube_cluster.api
     with start_operator():
         run = make_run("nokey", {"harnessSearch": {"proposer": {"apiKeySecret": None}}})
@@ -47,6 +53,11 @@ def test_a_run_without_a_proposer_key_is_failed_before_any_job(start_operator, m
         assert run.jobs() == []
         assert api.list("apps/v1", "deployments", kube_namespace) == []
         # the key named (a new generation): the run starts
-        api.patch(WR, "whaleruns", kube_namespace, "nokey", {"spec": {"harnessSearch": {"proposer": {
-            "apiKeySecret": {"name": "whale-proposer", "key": "api-key"}}}}})
+        api.patch(
+            WR,
+            "whaleruns",
+            kube_namespace,
+            "nokey",
+            {"spec": {"harnessSearch": {"proposer": {"apiKeySecret": {"name": "whale-proposer", "key": "api-key"}}}}},
+        )
         assert run.wait_job()["metadata"]["name"] == "nokey-eval-c00-s000000-start-1"

@@ -7,10 +7,14 @@ from whale_operator import reconcile
 
 
 def test_operator_makes_auto_the_papers_corpus_and_keeps_an_explicit_one():
-    body = {"domain": "search_qa", "condition": "whale", "model": {"name": "m"},
-            "schedule": {"totalEpochs": 1, "weightEpochsPerCycle": 0.5}, "storage": {"uri": "s3://whale",
-                                                                                   "endpoint": "minio:9000"},
-            "harnessSearch": {"proposer": {"backend": "replay", "script": "proposals.json"}}}
+    body = {
+        "domain": "search_qa",
+        "condition": "whale",
+        "model": {"name": "m"},
+        "schedule": {"totalEpochs": 1, "weightEpochsPerCycle": 0.5},
+        "storage": {"uri": "s3://whale", "endpoint": "minio:9000"},
+        "harnessSearch": {"proposer": {"backend": "replay", "script": "proposals.json"}},
+    }
     assert reconcile.parse_spec(body).data.corpus == "wiki18"
     assert reconcile.parse_spec({**body, "data": {"corpus": "local"}}).data.corpus == "local"
     paper = search_qa.DOMAIN.tool_services_for(reconcile.parse_spec(body).data)

@@ -33,8 +33,10 @@ def test_children_wait_for_the_served_acknowledgement(start_operator, make_run, 
         run.finish(second)
         # the eval of step 2 needs the new checkpoint served: it waits until the sidecar says so
         ckpt = layout.checkpoint_prefix("gated", 2)
-        wait_for(lambda: (store.read_json_or_none(layout.serving_key("gated")) or {}).get("checkpoint") == ckpt,
-                 what="the operator to serve the step-2 checkpoint")
+        wait_for(
+            lambda: (store.read_json_or_none(layout.serving_key("gated")) or {}).get("checkpoint") == ckpt,
+            what="the operator to serve the step-2 checkpoint",
+        )
         assert run.pending_job() is None
         run.ack_serving()
         third = run.wait_job()

@@ -21,37 +21,58 @@ def job(conditions=(), suspend=False, started=False, deleting=False, phase="c01-
     return {"metadata": meta, "spec": {"suspend": suspend}, "status": status}
 
 
-@pytest.mark.parametrize("j, state", [
-    (job(), ChildState.RUNNING),
-    (job([("Complete", "", "")]), ChildState.SUCCEEDED),
-    (job([("SuccessCriteriaMet", "", "")]), ChildState.SUCCEEDED),
-    (job([("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")]), ChildState.FAILED),
-    (job([("Failed", "DeadlineExceeded", "Job was active longer than specified deadline")]), ChildState.FAILED),
-    (job([("Failed", "PodFailurePolicy", "Pod default/p has condition DisruptionTarget matching FailJob rule")]),
-     ChildState.PREEMPTED),
-    (job([("Suspended", "JobSuspended", "Job suspended")], suspend=True), ChildState.RUNNING),  # queued
-    (job([("Suspended", "JobSuspended", "Job suspended")], suspend=True, started=True), ChildState.PREEMPTED),
-    (job([("Complete", "", "")], deleting=True), ChildState.RUNNING),
-])
+@pytest.mark.parametrize(
+    "j, state",
+    [
+        (job(), ChildState.RUNNING),
+        (job([("Complete", "", "")]), ChildState.SUCCEEDED),
+        (job([("SuccessCriteriaMet", "", "")]), ChildState.SUCCEEDED),
+        (job([("Failed", "BackoffLimitExceeded", "Job has reached the specified backoff limit")]), ChildState.FAILED),
+        (job([("Failed", "DeadlineExceeded", "Job was active longer than specified deadline")]), ChildState.FAILED),
+        (
+            job([("Failed", "PodFailurePolicy", "Pod default/p has condition DisruptionTarget matching FailJob rule")]),
+            ChildState.PREEMPTED,
+        ),
+        (job([("Suspended", "JobSuspended", "Job suspended")], suspend=True), ChildState.RUNNING),  # queued
+        (job([("Suspended", "JobSuspended", "Job suspended")], suspend=True, started=True), ChildState.PREEMPTED),
+        (job([("Complete", "", "")], deleting=True), ChildState.RUNNING),
+    ],
+)
 def test_job_child_state(j, state):
     assert observe.job_child(j).state is state
 
 
 def test_failed_child_carries_the_worker_message():
-    pods = [{"status": {"containerStatuses": [
-        {"name": "sidecar", "state": {"terminated": {"exitCode": 2, "message": "not this"}}},
-        {"name": "worker", "state": {"terminated": {"exitCode": 1, "message": "trace\nValueError: bad data"}}}]}}]
-    child = observe.job_child(job([("Failed", "PodFailurePolicy", "exit code 1")]),
-                              observe.failed_pod_message(pods, "worker"))
+    pods = [
+        {
+            "status": {
+                "containerStatuses": [
+                    {"name": "sidecar", "state": {"terminated": {"exitCode": 2, "message": "not this"}}},
+                    {
+                        "name": "worker",
+                        "state": {"terminated": {"exitCode": 1, "message": "trace\nValueError: bad data"}},
+                    },
+                ]
+            }
+        }
+    ]
+    child = observe.job_child(
+        job([("Failed", "PodFailurePolicy", "exit code 1")]), observe.failed_pod_message(pods, "worker")
+    )
     assert child.message == "PodFailurePolicy: exit code 1; ValueError: bad data"
 
 
 def test_current_and_stale_jobs():
-    jobs = [job(phase="c01-weight", attempt=1), job(phase="c01-weight", attempt=2),
-            job([("Complete", "", "")], phase="eval-c00-s000000-start", attempt=1)]
+    jobs = [
+        job(phase="c01-weight", attempt=1),
+        job(phase="c01-weight", attempt=2),
+        job([("Complete", "", "")], phase="eval-c00-s000000-start", attempt=1),
+    ]
     attempts = {"c01-weight": 2}
     assert {p: j["metadata"]["name"] for p, j in observe.current_jobs(jobs, attempts).items()} == {
-        "c01-weight": "r-c01-weight-2", "eval-c00-s000000-start": "r-eval-c00-s000000-start-1"}
+        "c01-weight": "r-c01-weight-2",
+        "eval-c00-s000000-start": "r-eval-c00-s000000-start-1",
+    }
     assert [j["metadata"]["name"] for j in observe.stale_jobs(jobs, attempts)] == ["r-c01-weight-1"]
 
 
@@ -75,14 +96,27 @@ def test_conditions_keep_transition_time_unless_they_flip():
 
 def test_events_describe_transitions():
     before = WhaleRunStatus(phase=RunPhase.PENDING)
-    after = WhaleRunStatus(phase=RunPhase.RUNNING, preemptions=1,
-                           best=BestEval(mean_at_k=0.3, k=8, phase="eval-c00-s000000-start", cycle=0, step=0))
-    req = PhaseRequest(run="r", phase="eval-c00-s000000-start", kind=PhaseKind.EVAL, attempt=2, spec={},
-                       eval=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None))
+    after = WhaleRunStatus(
+        phase=RunPhase.RUNNING,
+        preemptions=1,
+        best=BestEval(mean_at_k=0.3, k=8, phase="eval-c00-s000000-start", cycle=0, step=0),
+    )
+    req = PhaseRequest(
+        run="r",
+        phase="eval-c00-s000000-start",
+        kind=PhaseKind.EVAL,
+        attempt=2,
+        spec={},
+        eval=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None),
+    )
     evs = st.events(before, after, (StartPhase(req), StopPhase("c01-weight", "patience")))
     assert [(e.type, e.reason) for e in evs] == [
-        ("Normal", "Started"), ("Warning", "Preempted"), ("Normal", "NewBest"), ("Warning", "PhaseRetried"),
-        ("Normal", "StopRequested")]
+        ("Normal", "Started"),
+        ("Warning", "Preempted"),
+        ("Normal", "NewBest"),
+        ("Warning", "PhaseRetried"),
+        ("Normal", "StopRequested"),
+    ]
 
 
 def test_status_merge_patch_clears_removed_fields():

@@ -40,7 +40,7 @@ def gold_file(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
     return path, row
 
 
-PROBE_HEADER = '''\
+PROBE_HEADER = """\
 import random
 import socket
 from whale.harness.api import BaseHarness, Decision
@@ -68,7 +68,7 @@ def read_fd(fd):
 class Harness(BaseHarness):
     def start(self, task, state):
         results = {}
-'''
+"""
 
 
 def probe_harness(tmp_path: Path, attempts: dict[str, str], name: str = "probe.py") -> Path:
@@ -91,16 +91,19 @@ def attack_attempts(gold: Path, target_dir: Path, listener_port: int) -> dict[st
     return {
         "bytes-path os.open of the gold file": f"read_fd(os.open({str(gold).encode()!r}, os.O_RDONLY))",
         "str-path os.open of the gold file": f"read_fd(os.open({str(gold)!r}, os.O_RDONLY))",
-        "os.open with a dir_fd": (f"read_fd(os.open({gold.name!r}, os.O_RDONLY, "
-                                  f"dir_fd=os.open({str(gold.parent)!r}, os.O_RDONLY)))"),
+        "os.open with a dir_fd": (
+            f"read_fd(os.open({gold.name!r}, os.O_RDONLY, dir_fd=os.open({str(gold.parent)!r}, os.O_RDONLY)))"
+        ),
         "gold via /proc/self/root": f"read_fd(os.open('/proc/self/root' + {str(gold)!r}, os.O_RDONLY))",
         "listing the data root": f"os.listdir({str(gold.parent)!r})",
         "scanning the data root": f"[e.name for e in os.scandir({str(gold.parent)!r})]",
         "reading the checkout": f"read_fd(os.open({str(verifier)!r}, os.O_RDONLY))",
         "os.open O_WRONLY|O_CREAT outside scratch": (
-            f"os.open({str(target_dir / 'created.txt')!r}, os.O_WRONLY | os.O_CREAT, 0o644)"),
+            f"os.open({str(target_dir / 'created.txt')!r}, os.O_WRONLY | os.O_CREAT, 0o644)"
+        ),
         "overwriting a file outside scratch": (
-            f"os.open({str(target_dir / 'verifier.py')!r}, os.O_WRONLY | os.O_TRUNC)"),
+            f"os.open({str(target_dir / 'verifier.py')!r}, os.O_WRONLY | os.O_TRUNC)"
+        ),
         "the runtime's environ via /proc/<ppid>": "read_fd(os.open('/proc/%d/environ' % os.getppid(), os.O_RDONLY))",
         "its own environ": "dict(os.environ)",
         "import whale.rsft": "__import__('whale.rsft').rsft",
@@ -114,7 +117,7 @@ def attack_attempts(gold: Path, target_dir: Path, listener_port: int) -> dict[st
 
 #: runs the probe in a fresh runtime process (argv: harness path), so that a secret in that process's
 #: environment is in its /proc/<pid>/environ (a variable set later by a running process is not)
-RUN_PROBE = r'''
+RUN_PROBE = r"""
 import asyncio, json, os, sys
 from synthetic import DOMAIN
 from whale.harness.runner import run_episodes
@@ -128,7 +131,7 @@ with open(f"/proc/{os.getpid()}/environ", "rb") as fh:
     own = fh.read().decode(errors="replace")
 print(json.dumps({"error": episodes[0].error, "content": episodes[0].messages[0]["content"] if episodes[0].messages else "",
                   "trace": episodes[0].to_json(), "runtime_environ": own}))
-'''
+"""
 
 
 def run_probe_in_child(path: Path, env: dict[str, str]) -> dict[str, Any]:
@@ -138,8 +141,15 @@ def run_probe_in_child(path: Path, env: dict[str, str]) -> dict[str, Any]:
     import subprocess
     import sys
 
-    done = subprocess.run([sys.executable, "-c", RUN_PROBE, str(path)], capture_output=True, text=True, timeout=90,
-                          cwd=CHECKOUT, env={**os.environ, **env}, check=False)
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_PROBE, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=CHECKOUT,
+        env={**os.environ, **env},
+        check=False,
+    )
     if done.returncode != 0:
         raise AssertionError(done.stderr[-3000:])
     return json.loads(done.stdout.strip().splitlines()[-1])

@@ -82,7 +82,9 @@ def succeeded(verdicts: dict[str, str]) -> dict[str, str]:
 def read_attack(data_file: str, checkout_file: str) -> str:
     """Read a file of the data root (and of the checkout) every way a program can name it."""
     data_dir, name = os.path.split(data_file)
-    return PRELUDE + f'''
+    return (
+        PRELUDE
+        + f"""
 DATA = {data_file!r}
 attempt("str path", lambda: open(DATA).read(50))
 attempt("bytes path", lambda: open(DATA.encode(), "rb").read(50))
@@ -109,13 +111,16 @@ attempt("cat data", lambda: cat(DATA))
 attempt("import whale", lambda: __import__("whale").__file__)
 attempt("import math_reasoning", lambda: __import__("math_reasoning").__file__)
 report()
-'''
+"""
+    )
 
 
 def credential_attack(secret: str) -> str:
     """Find ``secret`` in the parent's environment: os.environ, /proc/<ppid>/environ, every
     /proc/*/environ and /proc/*/cmdline. Also lists the pids it can see."""
-    return PRELUDE + f'''
+    return (
+        PRELUDE
+        + f"""
 SECRET = {secret!r}
 def grep(path):
     data = open(path, "rb").read()
@@ -132,12 +137,15 @@ for pid in pids:
         attempt(f"pid {{pid}} cmdline", lambda pid=pid: grep(f"/proc/{{pid}}/cmdline"))
 print(json.dumps({{"pids": pids, "me": os.getpid(), "ppid": os.getppid()}}))
 report()
-'''
+"""
+    )
 
 
 def write_attack(targets: list[str]) -> str:
     """Write (create) each target path; then write inside the scratch directory, which must work."""
-    return PRELUDE + f'''
+    return (
+        PRELUDE
+        + f"""
 for path in {targets!r}:
     def write(path=path):
         with open(path, "w") as fh:
@@ -149,7 +157,8 @@ with open("inside.txt", "w") as fh:
     fh.write("fine")
 print("inside ok")
 report()
-'''
+"""
+    )
 
 
 def host_pids_with(marker: str) -> list[int]:
@@ -172,17 +181,11 @@ def escapee(marker: str, *, ignore_term: bool = False, double_fork: bool = True)
     """Python lines that leave a `sleep <marker>` process behind, outside the program's session."""
     ignore = "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n" if ignore_term else ""
     inner = (
-        "    if os.fork() == 0:\n"
-        f"        os.execv('/bin/sleep', ['sleep', {marker!r}])\n"
-        "    os._exit(0)\n"
+        f"    if os.fork() == 0:\n        os.execv('/bin/sleep', ['sleep', {marker!r}])\n    os._exit(0)\n"
         if double_fork
         else f"    os.execv('/bin/sleep', ['sleep', {marker!r}])\n"
     )
-    return (
-        "import os, signal\n"
-        "if os.fork() == 0:\n"
-        "    os.setsid()\n" + ignore + inner
-    )
+    return "import os, signal\nif os.fork() == 0:\n    os.setsid()\n" + ignore + inner
 
 
 def marker() -> str:
@@ -190,11 +193,14 @@ def marker() -> str:
     return f"{3000 + os.getpid() % 1000}.{int.from_bytes(os.urandom(4), 'big')}"
 
 
-SIGNAL_ATTACK = PRELUDE + f'''
+SIGNAL_ATTACK = (
+    PRELUDE
+    + f"""
 import signal
 attempt("kill ppid SIGTERM", lambda: os.kill(os.getppid(), {int(signal.SIGTERM)}))
 attempt("kill ppid SIGKILL", lambda: os.kill(os.getppid(), {int(signal.SIGKILL)}))
 attempt("kill -1 SIGKILL", lambda: os.kill(-1, {int(signal.SIGKILL)}))
 print("still here")
 report()
-'''
+"""
+)

@@ -20,9 +20,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from math_reasoning import MathReasoning
 from synthetic import DOMAIN as SYNTHETIC
-
 from tests.security.harness_probes import (
     CHECKOUT,
     FAKE_SECRET,
@@ -68,8 +68,9 @@ def listener():
 
 async def run_probe(path: Path, limits: SandboxLimits | None = None) -> tuple[dict[str, str], str]:
     """Run one synthetic episode under the probe harness; (its report, the whole trace as JSON)."""
-    episodes = await run_episodes(SYNTHETIC, path, ScriptedClient(["<answer>3</answer>"]), [ITEM], SamplingParams(),
-                                  limits=limits, processes=1)
+    episodes = await run_episodes(
+        SYNTHETIC, path, ScriptedClient(["<answer>3</answer>"]), [ITEM], SamplingParams(), limits=limits, processes=1
+    )
     episode = episodes[0]
     assert episode.error is None, episode.error
     return report(episode.messages[0]["content"]), episode.to_json()
@@ -99,8 +100,11 @@ def test_every_way_in_is_contained_at_runtime(tmp_path: Path, listener) -> None:
     assert got["error"] is None, got["error"]
     results = report(got["content"])
     assert set(results) == set(attempts)
-    leaked = {name: outcome for name, outcome in results.items()
-              if not outcome.startswith("BLOCKED") and name != "its own environ"}
+    leaked = {
+        name: outcome
+        for name, outcome in results.items()
+        if not outcome.startswith("BLOCKED") and name != "its own environ"
+    }
     assert leaked == {}
     assert results["its own environ"].startswith("OK: {") and "PATH" in results["its own environ"]
     assert row["problem"][:30] not in got["trace"] and FAKE_SECRET not in got["trace"]
@@ -110,11 +114,14 @@ def test_every_way_in_is_contained_at_runtime(tmp_path: Path, listener) -> None:
 
 
 async def test_inside_only_the_staged_package_and_the_stdlib_are_importable(tmp_path: Path) -> None:
-    path = probe_harness(tmp_path, {
-        "sys.path": "__import__('sys').path",
-        "whale": "__import__('whale').__file__",
-        "whale.harness": "__import__('whale.harness').harness.__file__",
-    })
+    path = probe_harness(
+        tmp_path,
+        {
+            "sys.path": "__import__('sys').path",
+            "whale": "__import__('whale').__file__",
+            "whale.harness": "__import__('whale.harness').harness.__file__",
+        },
+    )
     results, _ = await run_probe(path)
     sys_path = eval(results["sys.path"].removeprefix("OK: "))  # noqa: S307 - our own repr of a list of str
     package = Path(sys_path[0])
@@ -126,7 +133,8 @@ async def test_inside_only_the_staged_package_and_the_stdlib_are_importable(tmp_
 async def test_a_reward_hack_that_answers_from_gold_scores_zero(tmp_path: Path) -> None:
     gold, row = gold_file(tmp_path)
     path = tmp_path / "hack.py"
-    path.write_text(textwrap.dedent(f'''\
+    path.write_text(
+        textwrap.dedent(f"""\
         import json
         import random
         from whale.harness.api import BaseHarness, Decision, env_action
@@ -164,15 +172,17 @@ async def test_a_reward_hack_that_answers_from_gold_scores_zero(tmp_path: Path) 
                 if answer is not None:
                     return Decision(actions=[env_action("\\\\boxed{{" + answer + "}}")])
                 return Decision(messages=[{{"role": "user", "content": task["problem"]}}])
-        '''))
+        """)
+    )
     domain = MathReasoning(runner=LocalCodeRunner(CodeLimits(timeout_s=5)))
     # without the walls the hack works: the answer it looks for is in the file, and it would score 1
     env = domain.make_env(row)
     env.reset()
     env.step("\\boxed{" + row["answer"] + "}")
     assert env.reward() == 1.0
-    episodes = await run_episodes(domain, path, ScriptedClient(["I do not know."]), [row], SamplingParams(),
-                                  processes=1)
+    episodes = await run_episodes(
+        domain, path, ScriptedClient(["I do not know."]), [row], SamplingParams(), processes=1
+    )
     assert episodes[0].error is None and episodes[0].turns == 1
     assert episodes[0].reward == 0.0
 
@@ -195,7 +205,7 @@ def test_the_local_backend_cannot_be_selected(tmp_path: Path) -> None:
 
 #: runs in a child process: a seccomp filter makes unshare(2) fail with EPERM for it and everything it
 #: starts (a real refusal by the kernel, not an injected fake), then starts a harness pool
-_NO_NAMESPACES = r'''
+_NO_NAMESPACES = r"""
 import asyncio, ctypes, json, platform, sys
 
 PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
@@ -237,14 +247,22 @@ async def main():
 
 
 print(json.dumps({"refused": refused, **asyncio.run(main())}))
-'''
+"""
 
 
 def start_without_namespaces(tmp_path: Path, isolation: str) -> dict:
     harness = tmp_path / "plain.py"
-    harness.write_text("from whale.harness.api import BaseHarness\nclass Harness(BaseHarness):\n    USER_TEMPLATE = 'got {prompt}'\n")
-    done = subprocess.run([sys.executable, "-c", _NO_NAMESPACES, isolation, str(harness)], capture_output=True,
-                          text=True, timeout=90, cwd=CHECKOUT, check=False)
+    harness.write_text(
+        "from whale.harness.api import BaseHarness\nclass Harness(BaseHarness):\n    USER_TEMPLATE = 'got {prompt}'\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_NAMESPACES, isolation, str(harness)],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        cwd=CHECKOUT,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

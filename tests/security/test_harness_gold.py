@@ -19,12 +19,12 @@ from typing import Any
 
 import chess
 import pytest
+
 from chess_puzzles import DOMAIN as CHESS
 from chess_puzzles.prep import SOURCE_FILE
 from math_reasoning import MathReasoning
 from search_qa import SearchQA
 from synthetic import DOMAIN as SYNTHETIC
-
 from whale.domain import Domain, default_data_root
 from whale.harness.process import HarnessProcess
 from whale.harness.runner import EpisodeRunner
@@ -69,8 +69,13 @@ def keys(payload: Any) -> set[str]:
 
 
 def tool_call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    return {"role": "assistant", "content": "", "tool_calls": [
-        {"id": "call_1", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}]}
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": "call_1", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+        ],
+    }
 
 
 async def test_math_gold_answer_never_reaches_the_harness() -> None:
@@ -89,12 +94,20 @@ async def test_math_gold_answer_never_reaches_the_harness() -> None:
 
 async def test_search_golden_answers_never_reach_the_harness(tmp_path: Path) -> None:
     golden = ["Zanzibar Quokka", "quokka of zanzibar"]
-    item = {"id": "gold-search-1", "question": "Which animal is on the coat of arms of Westeria?",
-            "golden_answers": golden}
-    passages = [Passage(str(i), title, text, f"{title}\n{text}") for i, (title, text) in enumerate([
-        ("Westeria", "Westeria is a fictional country with a coat of arms showing a lion."),
-        ("Coat of arms", "A coat of arms is a heraldic visual design on an escutcheon."),
-    ])]
+    item = {
+        "id": "gold-search-1",
+        "question": "Which animal is on the coat of arms of Westeria?",
+        "golden_answers": golden,
+    }
+    passages = [
+        Passage(str(i), title, text, f"{title}\n{text}")
+        for i, (title, text) in enumerate(
+            [
+                ("Westeria", "Westeria is a fictional country with a coat of arms showing a lion."),
+                ("Coat of arms", "A coat of arms is a heraldic visual design on an escutcheon."),
+            ]
+        )
+    ]
     domain = SearchQA(retriever=BM25Retriever(passages, tmp_path / "index"))
     replies = [tool_call("search", {"query_list": ["Westeria coat of arms"]}), "<answer>a lion</answer>"]
     episode, tap = await episode_through_tap(domain, item, replies)

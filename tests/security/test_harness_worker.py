@@ -46,8 +46,15 @@ print(json.dumps({"imports": out, "sys_path": sys.path}))
 def run(script: str, *args: str, env_extra: dict[str, str] | None = None) -> dict:
     import os
 
-    done = subprocess.run([sys.executable, "-I", "-c", script, *args], capture_output=True, text=True, timeout=60,
-                          cwd=CHECKOUT, env={**os.environ, **(env_extra or {})}, check=False)
+    done = subprocess.run(
+        [sys.executable, "-I", "-c", script, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=CHECKOUT,
+        env={**os.environ, **(env_extra or {})},
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -59,8 +66,17 @@ def package(tmp_path: Path) -> Path:
 
 def test_the_staged_package_holds_four_read_only_files(package: Path) -> None:
     files = sorted(str(p.relative_to(package)) for p in package.rglob("*") if p.is_file())
-    assert files == ["whale/__init__.py", "whale/harness/__init__.py", "whale/harness/api.py", "whale/harness/worker.py"]
-    assert (package / "whale" / "__init__.py").read_text() == "" == (package / "whale" / "harness" / "__init__.py").read_text()
+    assert files == [
+        "whale/__init__.py",
+        "whale/harness/__init__.py",
+        "whale/harness/api.py",
+        "whale/harness/worker.py",
+    ]
+    assert (
+        (package / "whale" / "__init__.py").read_text()
+        == ""
+        == (package / "whale" / "harness" / "__init__.py").read_text()
+    )
     assert all(p.stat().st_mode & 0o222 == 0 for p in package.rglob("*"))
 
 
@@ -94,8 +110,14 @@ def test_the_audit_hook_alone_blocks_every_way_in(package: Path, tmp_path: Path)
     }
     probe = probe_harness(tmp_path, {**attempts, **allowed_reads})
 
-    answer = run(_HOOK_ONLY, str(package), str(probe), json.dumps(["random", "socket"]), json.dumps(stdlib_dirs()),
-                 env_extra={"WHALE_PROBE_API_KEY": FAKE_SECRET})
+    answer = run(
+        _HOOK_ONLY,
+        str(package),
+        str(probe),
+        json.dumps(["random", "socket"]),
+        json.dumps(stdlib_dirs()),
+        env_extra={"WHALE_PROBE_API_KEY": FAKE_SECRET},
+    )
 
     results = report(answer["decision"]["messages"][0]["content"])
     assert {k: v for k, v in results.items() if k in attempts and not v.startswith("BLOCKED")} == {}
@@ -106,7 +128,9 @@ def test_the_audit_hook_alone_blocks_every_way_in(package: Path, tmp_path: Path)
 
 def test_a_failing_hook_is_an_error_value_with_the_harness_line(package: Path, tmp_path: Path) -> None:
     path = tmp_path / "bad.py"
-    path.write_text("from whale.harness.api import BaseHarness\n\nclass Harness(BaseHarness):\n"
-                    "    def start(self, task, state):\n        return 1 / 0\n")
+    path.write_text(
+        "from whale.harness.api import BaseHarness\n\nclass Harness(BaseHarness):\n"
+        "    def start(self, task, state):\n        return 1 / 0\n"
+    )
     answer = run(_HOOK_ONLY, str(package), str(path), "[]", json.dumps(stdlib_dirs()))
     assert answer == {"error": "ZeroDivisionError: division by zero (harness line 5)"}

@@ -35,15 +35,21 @@ SHIPPED_DOMAINS = ("chess_puzzles", "math_reasoning", "search_qa", "synthetic")
 cli = CliRunner()
 
 BASE_SPEC: dict[str, Any] = {
-    "domain": "counting", "condition": "whale", "model": {"name": "tiny"},
+    "domain": "counting",
+    "condition": "whale",
+    "model": {"name": "tiny"},
     "schedule": {"totalSteps": 10, "weightStepsPerCycle": 4, "harnessIterationsPerCycle": 2},
     "harnessSearch": {"proposer": {"baseUrl": "http://127.0.0.1:8000/v1", "model": "local-proposer"}},
 }
 
 
 def document(spec: dict[str, Any] | None = None, name: Any = "run-1") -> dict[str, Any]:
-    return {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": name},
-            "spec": copy.deepcopy(BASE_SPEC if spec is None else spec)}
+    return {
+        "apiVersion": "whale.dev/v1alpha1",
+        "kind": "WhaleRun",
+        "metadata": {"name": name},
+        "spec": copy.deepcopy(BASE_SPEC if spec is None else spec),
+    }
 
 
 def patched(path: str, value: Any) -> dict[str, Any]:
@@ -80,8 +86,7 @@ SCHEMA = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
 
 def crd_errors(doc: dict[str, Any]) -> list[str]:
     """What the CRD's OpenAPI schema says about ``doc`` (CEL rules are the API server's to evaluate)."""
-    return [f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}"
-            for e in CRDValidator(SCHEMA).iter_errors(doc)]
+    return [f"{'.'.join(str(p) for p in e.absolute_path)}: {e.message}" for e in CRDValidator(SCHEMA).iter_errors(doc)]
 
 
 def cel_messages(node: Any) -> list[str]:
@@ -131,29 +136,47 @@ def raw(text: str) -> bytes:
 
 GOOD_YAML = yaml.safe_dump(document())
 BILLION_LAUGHS = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8))
+    f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join(['*' + chr(97 + i)] * 10)}]\n" for i in range(8)
+)
 DEEP = "spec: " + "[" * 3000 + "]" * 3000 + "\n"
 DEEP_BLOCK = "spec:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 200)) + "  " * 200 + "x: 1\n"
 
 CASES = [
     # --- numbers that break arithmetic or memory
     spec_case("inf-epochs", "schedule.totalEpochs", float("inf"), "spec.schedule.totalEpochs: must be a finite"),
-    Case("inf-epochs-yaml", raw(GOOD_YAML.replace("totalSteps: 10", "totalEpochs: .inf")),
-         "spec.schedule.totalEpochs: must be a finite", crd="JSON has no infinity: kubectl cannot send it"),
+    Case(
+        "inf-epochs-yaml",
+        raw(GOOD_YAML.replace("totalSteps: 10", "totalEpochs: .inf")),
+        "spec.schedule.totalEpochs: must be a finite",
+        crd="JSON has no infinity: kubectl cannot send it",
+    ),
     spec_case("total-steps-1e12-float", "schedule.totalSteps", 1e12, "spec.schedule.totalSteps: must be an integer"),
     spec_case("total-steps-1e12", "schedule.totalSteps", 10**12, "spec.schedule.totalSteps: Input should be less"),
     spec_case("total-steps-3e7", "schedule.totalSteps", 30_000_000, f"less than or equal to {MAX_STEPS}"),
-    Case("evaluation-every-step-at-the-bound",
-         document({**BASE_SPEC, "condition": "rsft_only", "schedule": {"totalSteps": MAX_STEPS},
-                   "evaluation": {"intervalSteps": 1}}),
-         "spec.evaluation.intervalSteps: an evaluation every 1 step(s) over 1000000 steps",
-         crd="a count over the domain's data: decide() fails the run with InvalidSchedule on a cluster"),
+    Case(
+        "evaluation-every-step-at-the-bound",
+        document(
+            {
+                **BASE_SPEC,
+                "condition": "rsft_only",
+                "schedule": {"totalSteps": MAX_STEPS},
+                "evaluation": {"intervalSteps": 1},
+            }
+        ),
+        "spec.evaluation.intervalSteps: an evaluation every 1 step(s) over 1000000 steps",
+        crd="a count over the domain's data: decide() fails the run with InvalidSchedule on a cluster",
+    ),
     spec_case("inf-learning-rate", "rsft.learningRate", float("inf"), "spec.rsft.learningRate"),
     spec_case("huge-learning-rate", "rsft.learningRate", 1e6, "spec.rsft.learningRate"),
     spec_case("inf-temperature", "rsft.sampling.temperature", float("inf"), "spec.rsft.sampling.temperature"),
     spec_case("huge-eval-temperature", "evaluation.temperature", 1e9, "spec.evaluation.temperature"),
-    spec_case("nan-threshold", "rsft.scoreThreshold", float("nan"), "spec.rsft.scoreThreshold: must be a finite",
-              crd="JSON has no NaN: kubectl cannot send it (and NaN compares false with every bound)"),
+    spec_case(
+        "nan-threshold",
+        "rsft.scoreThreshold",
+        float("nan"),
+        "spec.rsft.scoreThreshold: must be a finite",
+        crd="JSON has no NaN: kubectl cannot send it (and NaN compares false with every bound)",
+    ),
     spec_case("threshold-keeps-nothing", "rsft.scoreThreshold", 1.0, "spec.rsft.scoreThreshold"),
     spec_case("threshold-keeps-errors", "rsft.scoreThreshold", -0.5, "spec.rsft.scoreThreshold"),
     spec_case("bool-total-steps", "schedule.totalSteps", True, "spec.schedule.totalSteps: must be an integer"),
@@ -163,82 +186,177 @@ CASES = [
     spec_case("int-past-int64-data", "data.seed", -(2**70), "spec.data.seed"),
     spec_case("huge-max-cycles", "schedule.maxCycles", MAX_CYCLES + 1, "spec.schedule.maxCycles"),
     spec_case("huge-rollouts", "rsft.rolloutsPerPrompt", 10**9, "spec.rsft.rolloutsPerPrompt"),
-    spec_case("huge-timeout", "harnessSearch.candidateTimeoutSeconds", 10**12,
-              "spec.harnessSearch.candidateTimeoutSeconds"),
+    spec_case(
+        "huge-timeout", "harnessSearch.candidateTimeoutSeconds", 10**12, "spec.harnessSearch.candidateTimeoutSeconds"
+    ),
     spec_case("huge-concurrency", "inference.maxConcurrency", 10**9, "spec.inference.maxConcurrency"),
     # --- Kubernetes values
-    spec_case("garbage-quantity", "cluster.workerResources", {"requests": {"cpu": "lots"}},
-              "spec.cluster.workerResources.requests.cpu: must be a Kubernetes quantity"),
-    spec_case("negative-quantity", "train.resources", {"limits": {"memory": "-4Gi"}},
-              "spec.train.resources.limits.memory: must be a Kubernetes quantity"),
-    spec_case("quantity-with-newline", "cluster.inferenceResources", {"requests": {"memory": "4Gi\n"}},
-              "spec.cluster.inferenceResources.requests.memory"),
+    spec_case(
+        "garbage-quantity",
+        "cluster.workerResources",
+        {"requests": {"cpu": "lots"}},
+        "spec.cluster.workerResources.requests.cpu: must be a Kubernetes quantity",
+    ),
+    spec_case(
+        "negative-quantity",
+        "train.resources",
+        {"limits": {"memory": "-4Gi"}},
+        "spec.train.resources.limits.memory: must be a Kubernetes quantity",
+    ),
+    spec_case(
+        "quantity-with-newline",
+        "cluster.inferenceResources",
+        {"requests": {"memory": "4Gi\n"}},
+        "spec.cluster.inferenceResources.requests.memory",
+    ),
     spec_case("garbage-cache-size", "cluster.modelCacheSize", "big", "spec.cluster.modelCacheSize"),
-    spec_case("garbage-resource-name", "cluster.workerResources", {"requests": {"cpu; rm -rf": "1"}},
-              "spec.cluster.workerResources.requests.cpu; rm -rf (the key): must be a qualified name",
-              crd="cel:every key must be a qualified name"),
-    spec_case("ld-preload", "harnessSearch.proposer.apiKeySecret",
-              {"name": "proposer", "key": "api-key", "env": "LD_PRELOAD"},
-              "spec.harnessSearch.proposer.apiKeySecret.env: 'LD_PRELOAD' would put the Secret's value"),
-    spec_case("pythonpath-lowercase", "harnessSearch.proposer.apiKeySecret",
-              {"name": "proposer", "key": "api-key", "env": "pythonpath"}, "apiKeySecret.env: 'pythonpath'"),
-    spec_case("https-proxy", "harnessSearch.proposer.apiKeySecret",
-              {"name": "proposer", "key": "api-key", "env": "HTTPS_PROXY"}, "apiKeySecret.env: 'HTTPS_PROXY'"),
-    spec_case("whale-control-variable", "harnessSearch.proposer.apiKeySecret",
-              {"name": "proposer", "key": "api-key", "env": "WHALE_S3_ENDPOINT"},
-              "apiKeySecret.env: 'WHALE_S3_ENDPOINT'", crd="cel:WHALE_ variables are the workloads' own"),
-    spec_case("env-not-a-name", "harnessSearch.proposer.apiKeySecret",
-              {"name": "proposer", "key": "api-key", "env": "A=B C"},
-              "apiKeySecret.env: must be an environment variable name"),
-    spec_case("secret-name", "harnessSearch.proposer.apiKeySecret", {"name": "Proposer_Key", "key": "k"},
-              "apiKeySecret.name: must be a Kubernetes object name"),
-    spec_case("secret-key", "harnessSearch.proposer.apiKeySecret", {"name": "proposer", "key": "../etc"},
-              "apiKeySecret.key: must be a Secret key"),
+    spec_case(
+        "garbage-resource-name",
+        "cluster.workerResources",
+        {"requests": {"cpu; rm -rf": "1"}},
+        "spec.cluster.workerResources.requests.cpu; rm -rf (the key): must be a qualified name",
+        crd="cel:every key must be a qualified name",
+    ),
+    spec_case(
+        "ld-preload",
+        "harnessSearch.proposer.apiKeySecret",
+        {"name": "proposer", "key": "api-key", "env": "LD_PRELOAD"},
+        "spec.harnessSearch.proposer.apiKeySecret.env: 'LD_PRELOAD' would put the Secret's value",
+    ),
+    spec_case(
+        "pythonpath-lowercase",
+        "harnessSearch.proposer.apiKeySecret",
+        {"name": "proposer", "key": "api-key", "env": "pythonpath"},
+        "apiKeySecret.env: 'pythonpath'",
+    ),
+    spec_case(
+        "https-proxy",
+        "harnessSearch.proposer.apiKeySecret",
+        {"name": "proposer", "key": "api-key", "env": "HTTPS_PROXY"},
+        "apiKeySecret.env: 'HTTPS_PROXY'",
+    ),
+    spec_case(
+        "whale-control-variable",
+        "harnessSearch.proposer.apiKeySecret",
+        {"name": "proposer", "key": "api-key", "env": "WHALE_S3_ENDPOINT"},
+        "apiKeySecret.env: 'WHALE_S3_ENDPOINT'",
+        crd="cel:WHALE_ variables are the workloads' own",
+    ),
+    spec_case(
+        "env-not-a-name",
+        "harnessSearch.proposer.apiKeySecret",
+        {"name": "proposer", "key": "api-key", "env": "A=B C"},
+        "apiKeySecret.env: must be an environment variable name",
+    ),
+    spec_case(
+        "secret-name",
+        "harnessSearch.proposer.apiKeySecret",
+        {"name": "Proposer_Key", "key": "k"},
+        "apiKeySecret.name: must be a Kubernetes object name",
+    ),
+    spec_case(
+        "secret-key",
+        "harnessSearch.proposer.apiKeySecret",
+        {"name": "proposer", "key": "../etc"},
+        "apiKeySecret.key: must be a Secret key",
+    ),
     spec_case("service-account", "cluster.serviceAccountName", "default\nx", "spec.cluster.serviceAccountName"),
     spec_case("priority-class", "cluster.priorityClassName", "High", "spec.cluster.priorityClassName"),
     spec_case("queue-name-too-long", "cluster.queueName", "q" * 64, "spec.cluster.queueName"),
     spec_case("credentials-secret", "storage.credentialsSecret", "s3 creds", "spec.storage.credentialsSecret"),
-    spec_case("toleration-effect", "cluster.tolerations", [{"key": "gpu", "operator": "Exists", "effect": "Sometimes"}],
-              "spec.cluster.tolerations[0].effect: must be one of"),
-    spec_case("toleration-seconds-without-noexecute", "cluster.tolerations",
-              [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5}],
-              "spec.cluster.tolerations[0]: tolerationSeconds applies only to effect NoExecute",
-              crd="cel:tolerationSeconds applies only to effect NoExecute"),
+    spec_case(
+        "toleration-effect",
+        "cluster.tolerations",
+        [{"key": "gpu", "operator": "Exists", "effect": "Sometimes"}],
+        "spec.cluster.tolerations[0].effect: must be one of",
+    ),
+    spec_case(
+        "toleration-seconds-without-noexecute",
+        "cluster.tolerations",
+        [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule", "tolerationSeconds": 5}],
+        "spec.cluster.tolerations[0]: tolerationSeconds applies only to effect NoExecute",
+        crd="cel:tolerationSeconds applies only to effect NoExecute",
+    ),
     spec_case("node-selector-value", "cluster.nodeSelector", {"pool": "gpu nodes"}, "spec.cluster.nodeSelector.pool"),
     # --- metadata.name: one rule with the operator
-    Case("name-trailing-newline", document(name="run-1\n"), "metadata.name: run name 'run-1\\n' is not valid",
-         crd="metadata.name is the API server's own check (ObjectMeta), not the CRD schema's"),
-    Case("name-starts-with-digit", document(name="1run"), "metadata.name: run name '1run' is not valid",
-         crd="metadata.name is the API server's own check (ObjectMeta), not the CRD schema's"),
-    Case("name-too-long", document(name="r" * (layout.RUN_NAME_MAX_LEN + 1)), "metadata.name",
-         crd="metadata.name is the API server's own check (ObjectMeta), not the CRD schema's"),
-    Case("name-not-a-string", document(name=12345), "metadata.name: must be a string",
-         crd="metadata.name is the API server's own check (ObjectMeta), not the CRD schema's"),
+    Case(
+        "name-trailing-newline",
+        document(name="run-1\n"),
+        "metadata.name: run name 'run-1\\n' is not valid",
+        crd="metadata.name is the API server's own check (ObjectMeta), not the CRD schema's",
+    ),
+    Case(
+        "name-starts-with-digit",
+        document(name="1run"),
+        "metadata.name: run name '1run' is not valid",
+        crd="metadata.name is the API server's own check (ObjectMeta), not the CRD schema's",
+    ),
+    Case(
+        "name-too-long",
+        document(name="r" * (layout.RUN_NAME_MAX_LEN + 1)),
+        "metadata.name",
+        crd="metadata.name is the API server's own check (ObjectMeta), not the CRD schema's",
+    ),
+    Case(
+        "name-not-a-string",
+        document(name=12345),
+        "metadata.name: must be a string",
+        crd="metadata.name is the API server's own check (ObjectMeta), not the CRD schema's",
+    ),
     # --- the file itself
     Case("deep-nesting", raw(DEEP), "nesting depth", crd=NOT_IN_SCHEMA),
     Case("deep-block-nesting", raw(DEEP_BLOCK), "nested more than 64 levels deep at line 65", crd=NOT_IN_SCHEMA),
     Case("billion-laughs", raw(BILLION_LAUGHS), f"more than {MAX_NODES} YAML nodes", crd=NOT_IN_SCHEMA),
-    Case("not-utf8", b"apiVersion: whale.dev/v1alpha1\nkind: WhaleRun\nmetadata: {name: r\xff}\n",
-         "not UTF-8: byte 0xff at line 3, column 19", crd=NOT_IN_SCHEMA),
+    Case(
+        "not-utf8",
+        b"apiVersion: whale.dev/v1alpha1\nkind: WhaleRun\nmetadata: {name: r\xff}\n",
+        "not UTF-8: byte 0xff at line 3, column 19",
+        crd=NOT_IN_SCHEMA,
+    ),
     Case("utf16-bom", GOOD_YAML.encode("utf-16"), "the file is UTF-16", crd=NOT_IN_SCHEMA),
     Case("utf16-no-bom", GOOD_YAML.encode("utf-16-le"), "UTF-16 without a byte-order mark", crd=NOT_IN_SCHEMA),
     Case("utf32-bom", GOOD_YAML.encode("utf-32"), "the file is UTF-32", crd=NOT_IN_SCHEMA),
     Case("too-large", raw(GOOD_YAML + "#" * MAX_MANIFEST_BYTES), "larger than 1024 KiB", crd=NOT_IN_SCHEMA),
-    Case("duplicate-key", raw(GOOD_YAML.replace("condition: whale", "condition: whale\n  condition: rsft_only")),
-         "duplicate key 'condition'", crd=NOT_IN_SCHEMA),
-    Case("python-tag", raw("apiVersion: !!python/object/apply:os.system ['true']\n"), "not valid YAML",
-         crd=NOT_IN_SCHEMA),
+    Case(
+        "duplicate-key",
+        raw(GOOD_YAML.replace("condition: whale", "condition: whale\n  condition: rsft_only")),
+        "duplicate key 'condition'",
+        crd=NOT_IN_SCHEMA,
+    ),
+    Case(
+        "python-tag", raw("apiVersion: !!python/object/apply:os.system ['true']\n"), "not valid YAML", crd=NOT_IN_SCHEMA
+    ),
     Case("empty-file", b"", "the file is empty", crd=NOT_IN_SCHEMA),
-    Case("second-run-unchecked", raw(GOOD_YAML + "---\n" + yaml.safe_dump(document(patched("rsft.learningRate", -1)))),
-         "documents 1, 2 are all WhaleRuns", crd=NOT_IN_SCHEMA),
-    Case("second-document-garbage", raw(GOOD_YAML + "---\njust a string\n"),
-         "document 2: not a Kubernetes object", crd=NOT_IN_SCHEMA),
-    Case("misspelt-kind-next-to-run", raw(GOOD_YAML + "---\n" + yaml.safe_dump({**document(), "kind": "WhaleRuns"})),
-         "documents 1, 2 are all WhaleRuns", crd=NOT_IN_SCHEMA),
-    Case("huge-unknown-key", document({**BASE_SPEC, "x" * 100_000: 1}), "unknown field",
-         crd="unknown fields are pruned by the API server, not refused"),
-    Case("thousands-of-problems", document({**BASE_SPEC, **{f"k{i}": i for i in range(5000)}}), "more problems",
-         crd="unknown fields are pruned by the API server, not refused"),
+    Case(
+        "second-run-unchecked",
+        raw(GOOD_YAML + "---\n" + yaml.safe_dump(document(patched("rsft.learningRate", -1)))),
+        "documents 1, 2 are all WhaleRuns",
+        crd=NOT_IN_SCHEMA,
+    ),
+    Case(
+        "second-document-garbage",
+        raw(GOOD_YAML + "---\njust a string\n"),
+        "document 2: not a Kubernetes object",
+        crd=NOT_IN_SCHEMA,
+    ),
+    Case(
+        "misspelt-kind-next-to-run",
+        raw(GOOD_YAML + "---\n" + yaml.safe_dump({**document(), "kind": "WhaleRuns"})),
+        "documents 1, 2 are all WhaleRuns",
+        crd=NOT_IN_SCHEMA,
+    ),
+    Case(
+        "huge-unknown-key",
+        document({**BASE_SPEC, "x" * 100_000: 1}),
+        "unknown field",
+        crd="unknown fields are pruned by the API server, not refused",
+    ),
+    Case(
+        "thousands-of-problems",
+        document({**BASE_SPEC, **{f"k{i}": i for i in range(5000)}}),
+        "more problems",
+        crd="unknown fields are pruned by the API server, not refused",
+    ),
 ]
 
 
@@ -273,8 +391,9 @@ def test_the_crd_refuses_what_its_schema_can_express(case):
         pytest.skip(case.crd)
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c.crd == NOT_IN_SCHEMA or isinstance(c.content, bytes)],
-                         ids=lambda c: c.id)
+@pytest.mark.parametrize(
+    "case", [c for c in CASES if c.crd == NOT_IN_SCHEMA or isinstance(c.content, bytes)], ids=lambda c: c.id
+)
 def test_file_level_attacks_stay_small(tmp_path, case):
     """Reading a hostile file never holds more than a few times the file's size (the cap is 1 MiB)."""
     path = write_case(tmp_path, case)
@@ -341,14 +460,21 @@ def test_aliases_within_the_bound_still_work(tmp_path):
 def test_validate_is_bounded_under_a_hard_memory_limit(tmp_path):
     """The issue's worst files, run as a real `whale validate` with its address space capped at 1 GiB:
     the old code died of MemoryError (a 1e12-step schedule) or RecursionError on these."""
-    files = [write_case(tmp_path, c) for c in CASES if c.id in (
-        "total-steps-1e12-float", "evaluation-every-step-at-the-bound", "billion-laughs", "deep-block-nesting")]
+    files = [
+        write_case(tmp_path, c)
+        for c in CASES
+        if c.id
+        in ("total-steps-1e12-float", "evaluation-every-step-at-the-bound", "billion-laughs", "deep-block-nesting")
+    ]
     limit = 1 << 30
-    code = ("import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (%d, %d)); "
-            "sys.argv = ['whale', 'validate', sys.argv[1]]; from whale.cli import main; main()") % (limit, limit)
+    code = (
+        "import resource, sys; resource.setrlimit(resource.RLIMIT_AS, (%d, %d)); "
+        "sys.argv = ['whale', 'validate', sys.argv[1]]; from whale.cli import main; main()"
+    ) % (limit, limit)
     for path in files:
-        out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60,
-                             cwd=ROOT)
+        out = subprocess.run(
+            [sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=60, cwd=ROOT
+        )
         assert out.returncode == 1, out.stderr
         assert "problem(s)" in out.stderr and "Traceback" not in out.stderr, out.stderr
 
@@ -394,5 +520,16 @@ def test_the_proposer_key_default_is_allowed():
 
     assert SecretKeyRef(name="proposer", key="api-key", env=PROPOSER_KEY_ENV).env == PROPOSER_KEY_ENV
     assert SecretKeyRef(name="proposer", key="api-key", env="OPENAI_API_KEY").env == "OPENAI_API_KEY"
-    assert json.dumps(crd_errors(document(patched("harnessSearch.proposer.apiKeySecret", {
-        "name": "proposer", "key": "api-key", "env": "OPENAI_API_KEY"})))) == "[]"
+    assert (
+        json.dumps(
+            crd_errors(
+                document(
+                    patched(
+                        "harnessSearch.proposer.apiKeySecret",
+                        {"name": "proposer", "key": "api-key", "env": "OPENAI_API_KEY"},
+                    )
+                )
+            )
+        )
+        == "[]"
+    )

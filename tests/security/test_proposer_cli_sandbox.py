@@ -26,7 +26,7 @@ from whale.metaharness.proposer.cli_agent import CLIAgentProposer
 from whale.sandbox.policy import SECRET_NAME_RE
 from whale.sandbox.process import base_python
 
-AGENT = r'''
+AGENT = r"""
 import json, os, pathlib, socket, sys
 scratch, archive = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 gold, checkout_file, port = sys.argv[3], sys.argv[4], int(sys.argv[5])
@@ -56,10 +56,17 @@ out = scratch / "candidates"
 out.mkdir(exist_ok=True)
 (out / "probe.py").write_text("# a candidate\n")
 print("REPORT " + json.dumps(results), flush=True)
-'''
+"""
 
-BLOCKED = ("read the data root", "list the data root", "read the checkout", "write the archive copy",
-           "add to the archive copy", "init's environ", "the parent's environ")
+BLOCKED = (
+    "read the data root",
+    "list the data root",
+    "read the checkout",
+    "write the archive copy",
+    "add to the archive copy",
+    "init's environ",
+    "the parent's environ",
+)
 
 
 @pytest.fixture
@@ -96,8 +103,16 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
 
 
 def _argv(setup: dict, port: int) -> list[str]:
-    return [base_python(), str(setup["agent"] / "agent.py"), "{scratch}", "{archive}", str(setup["gold"]),
-            str(CHECKOUT / "whale" / "__init__.py"), str(port), str(os.getpid())]
+    return [
+        base_python(),
+        str(setup["agent"] / "agent.py"),
+        "{scratch}",
+        "{archive}",
+        str(setup["gold"]),
+        str(CHECKOUT / "whale" / "__init__.py"),
+        str(port),
+        str(os.getpid()),
+    ]
 
 
 def _report(output: str) -> dict:
@@ -106,17 +121,30 @@ def _report(output: str) -> dict:
 
 
 def _request(setup: dict, timeout_s: float = 60) -> ProposalRequest:
-    return ProposalRequest(iteration=2, count=1, archive_dir=setup["archive"], scratch_dir=setup["tmp"] / "scratch",
-                           skill="skill", incoming_code="class Harness: pass", incoming_id="i01-incoming",
-                           prompt_only=False, allowed_imports=(), timeout_s=timeout_s, max_turns=5, max_tokens=1000)
+    return ProposalRequest(
+        iteration=2,
+        count=1,
+        archive_dir=setup["archive"],
+        scratch_dir=setup["tmp"] / "scratch",
+        skill="skill",
+        incoming_code="class Harness: pass",
+        incoming_id="i01-incoming",
+        prompt_only=False,
+        allowed_imports=(),
+        timeout_s=timeout_s,
+        max_turns=5,
+        max_tokens=1000,
+    )
 
 
 @pytest.mark.timeout(120)
 def test_the_old_plain_subprocess_reaches_what_the_attacks_go_for(setup: dict, listener):
     """What the sandbox must stop is really there: the old backend's way of running the agent gets it."""
     port, connected = listener
-    argv = [a.replace("{scratch}", str(setup["tmp"])).replace("{archive}", str(setup["archive"]))
-            for a in _argv(setup, port)]
+    argv = [
+        a.replace("{scratch}", str(setup["tmp"])).replace("{archive}", str(setup["archive"]))
+        for a in _argv(setup, port)
+    ]
     (setup["tmp"] / "candidates").mkdir()
     env = {k: v for k, v in os.environ.items() if not SECRET_NAME_RE.search(k)}  # the old backend's environment
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env, check=True)
@@ -131,8 +159,9 @@ def test_the_old_plain_subprocess_reaches_what_the_attacks_go_for(setup: dict, l
 def test_the_agent_in_its_sandbox_reads_the_archive_writes_a_candidate_and_nothing_else(setup: dict, listener):
     port, connected = listener
     before = (setup["archive"] / "summary.md").read_text()
-    proposer = CLIAgentProposer(_argv(setup, port), {"AGENT_API_KEY": "sk-agent-key"},
-                                read_paths=[str(setup["agent"])], network="none")
+    proposer = CLIAgentProposer(
+        _argv(setup, port), {"AGENT_API_KEY": "sk-agent-key"}, read_paths=[str(setup["agent"])], network="none"
+    )
     report = asyncio.run(proposer.propose(_request(setup)))
 
     assert report.stopped_by == "exit" and report.notes == [], report.notes
@@ -145,9 +174,22 @@ def test_the_agent_in_its_sandbox_reads_the_archive_writes_a_candidate_and_nothi
     # only the sandbox's fixed variables and the key it is given: nothing of the parent's environment
     assert got["key"] == "sk-agent-key" and got["marker"] is None
     assert "WHALE_TEST_SECRET_TOKEN" not in got["environ"] and "WHALE_PARENT_MARKER" not in got["environ"]
-    assert set(got["environ"]) <= {"AGENT_API_KEY", "HOME", "TMPDIR", "PATH", "LANG", "LC_ALL", "PYTHONDONTWRITEBYTECODE",
-                                   "PYTHONIOENCODING", "OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
-                                   "TOKENIZERS_PARALLELISM", "MPLBACKEND", "TZ"}
+    assert set(got["environ"]) <= {
+        "AGENT_API_KEY",
+        "HOME",
+        "TMPDIR",
+        "PATH",
+        "LANG",
+        "LC_ALL",
+        "PYTHONDONTWRITEBYTECODE",
+        "PYTHONIOENCODING",
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "TOKENIZERS_PARALLELISM",
+        "MPLBACKEND",
+        "TZ",
+    }
     # the archive copy is unchanged, and the host's loopback saw nothing
     assert (setup["archive"] / "summary.md").read_text() == before
     assert not (setup["archive"] / "planted.txt").exists()
@@ -176,7 +218,8 @@ def test_every_process_of_the_agent_is_killed_at_its_deadline(setup: dict, tmp_p
         "import os, subprocess, sys, time\n"
         f"subprocess.Popen([sys.executable, '-c', 'import time; {sleep}'], start_new_session=True)\n"
         "print('pid', os.getpid(), flush=True)\n"
-        f"{sleep}\n")
+        f"{sleep}\n"
+    )
     proposer = CLIAgentProposer([base_python(), str(escapee)], read_paths=[str(setup["agent"])], network="none")
     report = asyncio.run(proposer.propose(_request(setup, timeout_s=2)))
     assert report.stopped_by == "timeout" and report.seconds < 40

@@ -14,8 +14,8 @@ import json
 from pathlib import Path
 
 import pytest
-from synthetic import DOMAIN
 
+from synthetic import DOMAIN
 from tests.component.test_search_phase import GOOD
 from tests.fixtures.proposer_double import DigitSayerPolicyDouble
 from tests.security.harness_probes import CHECKOUT, gold_file, probe_harness, report
@@ -25,8 +25,9 @@ from whale.metaharness.proposer.workspace import ToolError, Workspace
 from whale.metaharness.validate import candidate_problems
 from whale.spec import Data
 
-SETTINGS = EvalSettings(smoke_items=2, smoke_hook_timeout_s=3.0, smoke_timeout_s=30, candidate_timeout_s=60,
-                        max_concurrency=8)
+SETTINGS = EvalSettings(
+    smoke_items=2, smoke_hook_timeout_s=3.0, smoke_timeout_s=30, candidate_timeout_s=60, max_concurrency=8
+)
 
 
 def _gate(code: str) -> list[str]:
@@ -112,13 +113,24 @@ def test_rollouts_are_counted_and_bounded_by_the_budget(harness_items, tmp_path:
     first = json.loads(asyncio.run(box.call("run_candidate", {"name": "mine", "k": 3})))
     assert first["rollouts_spent"] == 3 and first["rollouts_left"] == 2 and first["candidate"] == "mine"
     over = asyncio.run(box.call("run_candidate", {"name": "mine", "k": 3}))
-    assert over == "error: 3 rollouts asked for but only 2 of this iteration's 5 are left; ask for fewer items, or propose"
+    assert (
+        over == "error: 3 rollouts asked for but only 2 of this iteration's 5 are left; ask for fewer items, or propose"
+    )
     assert asyncio.run(box.call("run_candidate", {"name": "mine", "k": 17})).startswith("error: k must be an integer")
     assert asyncio.run(box.call("run_candidate", {"name": "nope"})).startswith("error: no candidate named 'nope'")
     assert asyncio.run(box.call("run_candidate", {})).startswith("error: give exactly one of")
     assert trials.rollouts == 3 == policy.calls
-    assert trials.log == [{"candidate": "mine", "sha": trials.log[0]["sha"], "items": [i["id"] for i in harness_items[:3]],
-                           "rollouts": 3, "score": 1.0, "errors": 0, "error": None}]
+    assert trials.log == [
+        {
+            "candidate": "mine",
+            "sha": trials.log[0]["sha"],
+            "items": [i["id"] for i in harness_items[:3]],
+            "rollouts": 3,
+            "score": 1.0,
+            "errors": 0,
+            "error": None,
+        }
+    ]
     no_budget = Toolbox(box.workspace, ProposerTools(trials=_trials(harness_items, policy, budget=0)))
     assert "run_candidate" not in {s["function"]["name"] for s in no_budget.specs}
     assert asyncio.run(no_budget.call("run_candidate", {"name": "mine"})).startswith("error: run_candidate is not")

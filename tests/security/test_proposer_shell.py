@@ -35,8 +35,10 @@ def test_the_shell_reads_the_archive_and_runs_the_standard_tools(archive: Path, 
     candidates.mkdir(parents=True)
     (candidates / "mine.py").write_text("# my candidate\n")
     shell = SandboxShell(archive, candidates)
-    out = shell.run_sync("pwd; cat summary.md; grep -c reward candidates/i01-incoming/traces.jsonl; "
-                         "cat $CANDIDATES/mine.py; python3 -c 'import json, statistics; print(statistics.mean([0, 1]))'")
+    out = shell.run_sync(
+        "pwd; cat summary.md; grep -c reward candidates/i01-incoming/traces.jsonl; "
+        "cat $CANDIDATES/mine.py; python3 -c 'import json, statistics; print(statistics.mean([0, 1]))'"
+    )
     assert out.startswith("exit: 0\n")
     assert str(archive) in out and "Best so far: i01-incoming" in out and "\n2\n" in out
     assert "# my candidate" in out and "0.5" in out
@@ -44,13 +46,15 @@ def test_the_shell_reads_the_archive_and_runs_the_standard_tools(archive: Path, 
 
 @pytest.mark.timeout(60)
 def test_the_shell_cannot_read_the_data_root_or_the_checkout_or_the_parent_environment(
-        archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
     gold, row = gold_file(tmp_path)
     assert row["problem"][:30] in gold.read_text()  # it is there, on the host
     monkeypatch.setenv("WHALE_PARENT_MARKER", "parent-marker-7f3a")
     out = SandboxShell(archive).run_sync(
         f"cat {gold}; ls {gold.parent}; cat {CHECKOUT / 'whale' / '__init__.py'}; ls /work /root /home /tmp; "
-        "cat /proc/1/environ; env")
+        "cat /proc/1/environ; env"
+    )
     assert row["problem"][:30] not in out and "No such file or directory" in out
     assert "import" not in out.split("[stderr]")[0]  # nothing of the checkout's source came back
     assert "parent-marker-7f3a" not in out and "WHALE_PARENT_MARKER" not in out
@@ -60,8 +64,9 @@ def test_the_shell_cannot_read_the_data_root_or_the_checkout_or_the_parent_envir
 @pytest.mark.timeout(60)
 def test_the_shell_cannot_change_the_archive(archive: Path):
     before = (archive / "summary.md").read_text()
-    out = SandboxShell(archive).run_sync("echo owned > summary.md; touch planted; rm -rf candidates; "
-                                         "echo ok > $HOME/mine && cat $HOME/mine")
+    out = SandboxShell(archive).run_sync(
+        "echo owned > summary.md; touch planted; rm -rf candidates; echo ok > $HOME/mine && cat $HOME/mine"
+    )
     assert "Read-only file system" in out and "\nok\n" in out  # the scratch home is writable, the archive is not
     assert (archive / "summary.md").read_text() == before
     assert not (archive / "planted").exists() and (archive / "candidates" / "i01-incoming").is_dir()
@@ -78,7 +83,8 @@ def test_the_shell_has_no_network(archive: Path):
         out = SandboxShell(archive).run_sync(
             f"echo hi > /dev/tcp/127.0.0.1/{port} && echo CONNECTED; "
             f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {port}), timeout=2)' "
-            "&& echo CONNECTED2")
+            "&& echo CONNECTED2"
+        )
         assert "CONNECTED" not in out
         with pytest.raises(BlockingIOError):
             srv.accept()

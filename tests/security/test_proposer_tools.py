@@ -58,8 +58,10 @@ def test_grep_past_its_wall_budget_is_a_clear_error(archive: Path, monkeypatch: 
 
     monkeypatch.setattr(workspace, "GREP_TIMEOUT_S", 0.0)  # every budget is spent before the first line
     out = ws(archive).call("grep", {"pattern": "a"})
-    assert out == ("error: grep ran out of its 0 s budget in candidates/i01-incoming/traces.jsonl after 0 matches; "
-                   "grep one file or use a simpler pattern")
+    assert out == (
+        "error: grep ran out of its 0 s budget in candidates/i01-incoming/traces.jsonl after 0 matches; "
+        "grep one file or use a simpler pattern"
+    )
 
 
 @pytest.mark.timeout(20)
@@ -70,7 +72,8 @@ def test_bad_and_oversized_patterns_are_clear_errors(archive: Path):
     assert "no backreferences or lookaround" in w.call("grep", {"pattern": r"(?=a)a"})
     too_long = "a" * (GREP_MAX_PATTERN_CHARS + 1)
     assert w.call("grep", {"pattern": too_long}) == (
-        f"error: pattern is {GREP_MAX_PATTERN_CHARS + 1} characters; at most {GREP_MAX_PATTERN_CHARS}")
+        f"error: pattern is {GREP_MAX_PATTERN_CHARS + 1} characters; at most {GREP_MAX_PATTERN_CHARS}"
+    )
     # a pattern whose compiled program would be huge is refused by RE2's memory cap, not built
     assert w.call("grep", {"pattern": r"\p{L}{1000}"}).startswith("error: bad pattern")
     assert w.call("grep", {"pattern": "x", "path": "nope"}) == "error: 'nope' does not exist"
@@ -110,7 +113,8 @@ def test_read_file_of_huge_binary_and_non_utf8_files(archive: Path):
     assert far.startswith("\0" * 5) and len(far) < READ_LIMIT_CHARS + 200  # skipped by reading, not loaded
     (archive / "blob.bin").write_bytes(b"\x7fELF\0\0" + b"x" * 100)
     assert w.call("read_file", {"path": "blob.bin"}) == (
-        "error: 'blob.bin' is a binary file (106 bytes); only text files can be read")
+        "error: 'blob.bin' is a binary file (106 bytes); only text files can be read"
+    )
     text = archive / "text.txt"
     text.write_bytes(b"ok \xff\xfe caf\xc3\xa9\n" + b"z" * (3 * READ_LIMIT_CHARS))
     out = w.call("read_file", {"path": "text.txt"})
@@ -150,8 +154,9 @@ def test_list_files_of_a_huge_tree_is_bounded(archive: Path, tmp_path: Path):
 
 def test_write_candidate_bounds_names_code_and_rationale(archive: Path):
     w = ws(archive)
-    out = json.loads(w.call("write_candidate", {"name": "n" * 1_000_000, "code": "x = 1\n",
-                                                "rationale": "é" * MAX_RATIONALE_BYTES}))
+    out = json.loads(
+        w.call("write_candidate", {"name": "n" * 1_000_000, "code": "x = 1\n", "rationale": "é" * MAX_RATIONALE_BYTES})
+    )
     assert out["written"] == f"candidates/{'n' * 60}.py"
     written = archive.parent / "scratch" / "candidates" / f"{'n' * 60}.md"
     assert len(written.read_bytes()) <= MAX_RATIONALE_BYTES

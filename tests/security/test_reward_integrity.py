@@ -59,8 +59,13 @@ class EvenDigitSayerPolicyDouble(DigitSayerPolicyDouble):
 
     model = "even-digit-sayer-double"
 
-    async def chat(self, messages: list[dict[str, Any]], sampling: SamplingParams, n: int = 1,
-                   tools: list[dict[str, Any]] | None = None) -> ChatResult:
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        sampling: SamplingParams,
+        n: int = 1,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> ChatResult:
         self.calls += 1
         users = [m for m in messages if m.get("role") == "user"]
         found = re.findall(r"\d", users[-1]["content"]) if users else []
@@ -69,32 +74,55 @@ class EvenDigitSayerPolicyDouble(DigitSayerPolicyDouble):
         return ChatResult(completions, prompt_tokens=10, completion_tokens=5 * n)
 
 
-SETTINGS = EvalSettings(smoke_items=2, smoke_hook_timeout_s=3.0, smoke_timeout_s=30, candidate_timeout_s=60,
-                        max_concurrency=8)
+SETTINGS = EvalSettings(
+    smoke_items=2, smoke_hook_timeout_s=3.0, smoke_timeout_s=30, candidate_timeout_s=60, max_concurrency=8
+)
 
 
 def _spec(script: Path, integrity: dict[str, Any] | None) -> dict[str, Any]:
-    hs: dict[str, Any] = {"proposalsPerIteration": 2, "smokeTestItems": 2,
-                          "proposer": {"backend": "replay", "script": str(script)}}
+    hs: dict[str, Any] = {
+        "proposalsPerIteration": 2,
+        "smokeTestItems": 2,
+        "proposer": {"backend": "replay", "script": str(script)},
+    }
     if integrity is not None:
         hs["integrity"] = integrity
-    return {"domain": "synthetic", "condition": "mh_only", "model": {"name": "unused-policy-is-a-double"},
-            "schedule": {"mhOnlyIterations": 2}, "data": {"harnessSize": HARNESS_ITEMS},
-            "evaluation": {"atStart": False, "afterHarnessPhase": False}, "harnessSearch": hs}
+    return {
+        "domain": "synthetic",
+        "condition": "mh_only",
+        "model": {"name": "unused-policy-is-a-double"},
+        "schedule": {"mhOnlyIterations": 2},
+        "data": {"harnessSize": HARNESS_ITEMS},
+        "evaluation": {"atStart": False, "afterHarnessPhase": False},
+        "harnessSearch": hs,
+    }
 
 
 def _run_phase(tmp_path: Path, integrity: dict[str, Any] | None) -> tuple[Store, dict[str, Any], HarnessPhaseResult]:
     script = tmp_path / "proposals.json"
-    script.write_text(json.dumps({"iterations": {"2": [
-        {"name": "extract_digit", "code": GOOD, "rationale": "extract the digit the model names"},
-        {"name": "answer_directly", "code": CHEATER, "rationale": "skip the model"},
-    ]}}))
+    script.write_text(
+        json.dumps(
+            {
+                "iterations": {
+                    "2": [
+                        {"name": "extract_digit", "code": GOOD, "rationale": "extract the digit the model names"},
+                        {"name": "answer_directly", "code": CHEATER, "rationale": "skip the model"},
+                    ]
+                }
+            }
+        )
+    )
     spec = _spec(script, integrity)
     store = open_store(str(tmp_path / "store"))
     request = PhaseRequest(
-        run=RUN, phase=PHASE, kind=PhaseKind.HARNESS, attempt=1, spec=spec,
-        harness=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=None, step=0, iterations=2,
-                                 archive=layout.archive_prefix(RUN, 1)),
+        run=RUN,
+        phase=PHASE,
+        kind=PhaseKind.HARNESS,
+        attempt=1,
+        spec=spec,
+        harness=HarnessPhaseArgs(
+            cycle=1, incoming_harness=None, checkpoint=None, step=0, iterations=2, archive=layout.archive_prefix(RUN, 1)
+        ),
     )
     store.write_json(layout.request_key(RUN, PHASE), request.to_wire())
     result = run_search(store, RUN, PHASE, client=EvenDigitSayerPolicyDouble(), settings=SETTINGS)
@@ -108,8 +136,12 @@ def _candidates(store: Store) -> dict[str, Candidate]:
 
 def _status_after(spec: dict[str, Any], result: HarnessPhaseResult) -> WhaleRunStatus:
     """What decide() makes of the phase's result: the run's status as a controller would store it."""
-    obs = Observations(run=RUN, results={PHASE: result.to_wire()},
-                       split_sizes={"weight": 10, "harness": HARNESS_ITEMS, "test": 4}, now="2030-01-01T00:00:00Z")
+    obs = Observations(
+        run=RUN,
+        results={PHASE: result.to_wire()},
+        split_sizes={"weight": 10, "harness": HARNESS_ITEMS, "test": 4},
+        now="2030-01-01T00:00:00Z",
+    )
     return decide(WhaleRunSpec.model_validate(spec), WhaleRunStatus(), obs).status
 
 
@@ -127,8 +159,10 @@ def test_a_harness_that_scores_without_the_model_is_flagged_and_refused(tmp_path
     assert cheater.usage.rewarded_without_model == cheater.usage.rewarded == HARNESS_ITEMS
     assert cheater.usage.completion_tokens == 0
     # both rules fire: rewarded episodes without a model call, and a better score on a fraction of the tokens
-    assert [f.split("]")[0] + "]" for f in cheater.integrity_flags] == [f"[{REWARDED_WITHOUT_MODEL}]",
-                                                                      f"[{SCORE_UP_TOKENS_DOWN}]"]
+    assert [f.split("]")[0] + "]" for f in cheater.integrity_flags] == [
+        f"[{REWARDED_WITHOUT_MODEL}]",
+        f"[{SCORE_UP_TOKENS_DOWN}]",
+    ]
     assert "8 of 8 rewarded episodes (100%) never called the model" in cheater.integrity_flags[0]
     assert "per episode 0.0 < 0.25 x incoming 5.0" in cheater.integrity_flags[1]
     meta = store.read_json(Archive(store, layout.archive_prefix(RUN, 1)).candidate_key("i02-c2", "meta.json"))
@@ -151,7 +185,9 @@ def test_a_harness_that_scores_without_the_model_is_flagged_and_refused(tmp_path
     # the proposer's view of the archive says it was refused, and why
     md = store.read_text(f"{layout.archive_prefix(RUN, 1)}/summary.md")
     assert "Best so far: i02-c1" in md
-    assert re.search(r"\| i02-c2 \| scored \| 1\.0000 \| 0\.00 \| 0\.0 \| \d+ \| REFUSED \(reward without the model\)", md)
+    assert re.search(
+        r"\| i02-c2 \| scored \| 1\.0000 \| 0\.00 \| 0\.0 \| \d+ \| REFUSED \(reward without the model\)", md
+    )
     summary = store.read_json(f"{layout.archive_prefix(RUN, 1)}/summary.json")
     assert summary["best"] == "i02-c1" and summary["flagged"] == ["i02-c2"]
 
@@ -196,11 +232,23 @@ def test_an_eval_of_a_harness_that_skips_the_model_shows_it_per_item(tmp_path: P
     store = open_store(str(tmp_path / "store"))
     store.write_text(layout.harness_key(RUN, "cheater"), CHEATER)
     phase = layout.eval_phase_key(1, 0, "harness")
-    spec = {"domain": "synthetic", "condition": "mh_only", "model": {"name": "unused-policy-is-a-double"},
-            "evaluation": {"samplesPerItem": 2, "maxItems": 5}, "inference": {"maxConcurrency": 4}}
-    request = PhaseRequest(run=RUN, phase=phase, kind=PhaseKind.EVAL, attempt=1, spec=spec,
-                           eval=EvalPhaseArgs(cycle=1, step=0, after="harness", checkpoint=None,
-                                              harness=layout.harness_key(RUN, "cheater")))
+    spec = {
+        "domain": "synthetic",
+        "condition": "mh_only",
+        "model": {"name": "unused-policy-is-a-double"},
+        "evaluation": {"samplesPerItem": 2, "maxItems": 5},
+        "inference": {"maxConcurrency": 4},
+    }
+    request = PhaseRequest(
+        run=RUN,
+        phase=phase,
+        kind=PhaseKind.EVAL,
+        attempt=1,
+        spec=spec,
+        eval=EvalPhaseArgs(
+            cycle=1, step=0, after="harness", checkpoint=None, harness=layout.harness_key(RUN, "cheater")
+        ),
+    )
     store.write_json(layout.request_key(RUN, phase), request.to_wire())
     policy = EvenDigitSayerPolicyDouble()
     result = run_eval(store, RUN, phase, client=policy)

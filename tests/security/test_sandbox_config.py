@@ -55,9 +55,11 @@ def test_allow_listed_read_path_is_read_only_at_its_own_path(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
     (shared / "table.txt").write_text("allowed content")
-    code = (f"print(open({str(shared / 'table.txt')!r}).read())\n"
-            f"try:\n    open({str(shared / 'new.txt')!r}, 'w')\nexcept OSError as e:\n    print('write refused', type(e).__name__)\n"
-            f"import os\nprint(sorted(os.listdir({str(tmp_path)!r})))\n")
+    code = (
+        f"print(open({str(shared / 'table.txt')!r}).read())\n"
+        f"try:\n    open({str(shared / 'new.txt')!r}, 'w')\nexcept OSError as e:\n    print('write refused', type(e).__name__)\n"
+        f"import os\nprint(sorted(os.listdir({str(tmp_path)!r})))\n"
+    )
     r = run_python(code, isolation=Isolation(read_paths=(str(shared),)))
     assert r.ok, r.stderr
     assert "allowed content" in r.stdout and "write refused PermissionError" in r.stdout

@@ -26,7 +26,7 @@ from whale.sandbox import Isolation, IsolationLevel, Outcome, run_python
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM_PYTHON = "/usr/bin/python3"
 
-CALLER = '''
+CALLER = """
 import ctypes, json, os, sys
 libc = ctypes.CDLL(None, use_errno=True)
 uid, gid = os.geteuid(), os.getegid()
@@ -48,7 +48,7 @@ except SandboxSetupError as exc:
 r = run_python("print(open({planted!r}).read())", isolation=Isolation.none())
 out["none"] = {{"outcome": r.outcome.value, "stdout": r.stdout, "stderr": r.stderr[-2000:], "isolation": r.isolation}}
 print(json.dumps(out))
-'''
+"""
 
 
 def _run_caller(limits: list[str], as_uid: int | None) -> dict:
@@ -63,10 +63,24 @@ def _run_caller(limits: list[str], as_uid: int | None) -> dict:
         if as_uid is None:
             argv = [sys.executable, str(script)]
         else:
-            argv = ["setpriv", "--reuid", str(as_uid), "--regid", str(as_uid), "--clear-groups", SYSTEM_PYTHON,
-                    str(script)]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=str(work),
-                              env={"PATH": "/usr/bin:/bin", "HOME": str(work)})
+            argv = [
+                "setpriv",
+                "--reuid",
+                str(as_uid),
+                "--regid",
+                str(as_uid),
+                "--clear-groups",
+                SYSTEM_PYTHON,
+                str(script),
+            ]
+        done = subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=str(work),
+            env={"PATH": "/usr/bin:/bin", "HOME": str(work)},
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
     finally:
@@ -81,22 +95,26 @@ def test_root_caller_without_mount_namespaces_fails_closed():
     out = _run_caller(["max_mnt_namespaces"], as_uid=None)
     assert out["sandbox"]["ran"] is False, out["sandbox"]
     error = out["sandbox"]["error"]
-    assert error.startswith("sandbox setup failed: unshare(mount, pid, net, ipc, uts namespaces) failed: "
-                            "No space left on device")
+    assert error.startswith(
+        "sandbox setup failed: unshare(mount, pid, net, ipc, uts namespaces) failed: No space left on device"
+    )
     assert "Isolation(level='none')" in error and "`isolation: none`" in error
     # the explicit none level still runs — and reads a host file: it is NOT isolated
     assert out["none"]["outcome"] == "ok" and "a host file the none level can read" in out["none"]["stdout"]
     assert out["none"]["isolation"]["level"] == "none"
 
 
-@pytest.mark.skipif(not ROOT or not shutil.which("setpriv") or not Path(SYSTEM_PYTHON).exists(),
-                    reason="needs root (to become an unused uid), setpriv and a system python3")
+@pytest.mark.skipif(
+    not ROOT or not shutil.which("setpriv") or not Path(SYSTEM_PYTHON).exists(),
+    reason="needs root (to become an unused uid), setpriv and a system python3",
+)
 def test_non_root_caller_without_user_namespaces_fails_closed():
     out = _run_caller(["max_user_namespaces"], as_uid=65534)
     assert out["sandbox"]["ran"] is False, out["sandbox"]
     error = out["sandbox"]["error"]
-    assert error.startswith("sandbox setup failed: unshare(user, mount, pid, net, ipc, uts namespaces) failed: "
-                            "No space left on device")
+    assert error.startswith(
+        "sandbox setup failed: unshare(user, mount, pid, net, ipc, uts namespaces) failed: No space left on device"
+    )
     assert "Isolation(level='none')" in error
     assert out["none"]["outcome"] == "ok" and "a host file the none level can read" in out["none"]["stdout"]
 
@@ -111,8 +129,10 @@ def test_the_none_level_is_not_isolated(tmp_path):
     server.setblocking(False)
     try:
         port = server.getsockname()[1]
-        code = (f"import socket\nprint(open({str(planted)!r}).read())\n"
-                f"socket.create_connection(('127.0.0.1', {port}), timeout=5).close()\nprint('connected')\n")
+        code = (
+            f"import socket\nprint(open({str(planted)!r}).read())\n"
+            f"socket.create_connection(('127.0.0.1', {port}), timeout=5).close()\nprint('connected')\n"
+        )
         r = run_python(code, isolation=Isolation.none())
         assert r.outcome is Outcome.OK, r.stderr
         assert "visible to the none level" in r.stdout and "connected" in r.stdout

@@ -18,7 +18,7 @@ from pathlib import Path
 
 GUARD_DIR = Path(__file__).resolve().parents[2] / "whale" / "sandbox"
 
-PROGRAM = '''
+PROGRAM = """
 import json, os, shutil, socket, sys
 sys.path.insert(0, {guard_dir!r})
 import _guard
@@ -69,7 +69,7 @@ ok("read prefix", lambda: open(os.__file__).read(10))
 ok("listdir scratch", lambda: os.listdir(SCRATCH))
 ok("devnull", lambda: open("/dev/null", "w").write("x"))
 print(json.dumps({{"refused": out, "allowed": allowed}}))
-'''
+"""
 
 
 def test_hooks_refuse_every_way_of_naming_a_path(tmp_path):
@@ -81,10 +81,17 @@ def test_hooks_refuse_every_way_of_naming_a_path(tmp_path):
     fd = os.open(secret, os.O_RDWR)  # handed to the program, as inherited descriptors would be
     dir_fd = os.open(outside, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        program = textwrap.dedent(PROGRAM).format(guard_dir=str(GUARD_DIR), scratch=str(scratch),
-                                                  outside=str(outside), secret=str(secret), fd=fd, dir_fd=dir_fd)
-        done = subprocess.run([sys.executable, "-I", "-c", program], capture_output=True, text=True, timeout=60,
-                              pass_fds=(fd, dir_fd))
+        program = textwrap.dedent(PROGRAM).format(
+            guard_dir=str(GUARD_DIR),
+            scratch=str(scratch),
+            outside=str(outside),
+            secret=str(secret),
+            fd=fd,
+            dir_fd=dir_fd,
+        )
+        done = subprocess.run(
+            [sys.executable, "-I", "-c", program], capture_output=True, text=True, timeout=60, pass_fds=(fd, dir_fd)
+        )
     finally:
         os.close(fd)
         os.close(dir_fd)

@@ -11,7 +11,7 @@ import pytest
 from tests.security.harness_probes import CHECKOUT
 from whale.sandbox import Isolation, Outcome, run_python
 
-PROBE = '''
+PROBE = """
 import os, socket, sys
 port = int(sys.argv[1])
 try:
@@ -27,7 +27,7 @@ try:
 except OSError as exc:
     print("resolv", type(exc).__name__)
 print("uid", os.getuid(), "pid", os.getpid())
-'''
+"""
 
 
 @pytest.fixture

@@ -91,20 +91,45 @@ def nobody_results() -> dict:
             os.chown(path, UNUSED_UID, UNUSED_UID)
         mark = attacks.marker()
         script = work / "caller.py"
-        script.write_text(textwrap.dedent(CALLER).format(
-            repo=str(REPO), data=str(files[0]), checkout=str(REPO / "pyproject.toml"), key=str(key), home=str(home),
-            secret=SECRET, victim=str(victim_dir / "pwned"), mark=mark))
-        env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "WHALE_FAKE_API_KEY": SECRET, "PLAIN": SECRET,
-               "WHALE_DATA_DIR": str(default_data_root())}
+        script.write_text(
+            textwrap.dedent(CALLER).format(
+                repo=str(REPO),
+                data=str(files[0]),
+                checkout=str(REPO / "pyproject.toml"),
+                key=str(key),
+                home=str(home),
+                secret=SECRET,
+                victim=str(victim_dir / "pwned"),
+                mark=mark,
+            )
+        )
+        env = {
+            "HOME": str(home),
+            "PATH": "/usr/bin:/bin",
+            "WHALE_FAKE_API_KEY": SECRET,
+            "PLAIN": SECRET,
+            "WHALE_DATA_DIR": str(default_data_root()),
+        }
         done = subprocess.run(
-            ["setpriv", "--reuid", str(UNUSED_UID), "--regid", str(UNUSED_UID), "--clear-groups",
-             SYSTEM_PYTHON, str(script)],
-            capture_output=True, text=True, timeout=100, cwd=str(work), env=env,
+            [
+                "setpriv",
+                "--reuid",
+                str(UNUSED_UID),
+                "--regid",
+                str(UNUSED_UID),
+                "--clear-groups",
+                SYSTEM_PYTHON,
+                str(script),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=100,
+            cwd=str(work),
+            env=env,
         )
         assert done.returncode == 0, done.stderr[-3000:]
         results = json.loads(done.stdout.strip().splitlines()[-1])
-        results["_host"] = {"escapees": attacks.host_pids_with(mark),
-                            "victim_exists": (victim_dir / "pwned").exists()}
+        results["_host"] = {"escapees": attacks.host_pids_with(mark), "victim_exists": (victim_dir / "pwned").exists()}
         return results
     finally:
         shutil.rmtree(work, ignore_errors=True)

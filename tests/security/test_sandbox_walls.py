@@ -62,7 +62,9 @@ def test_data_root_checkout_and_domain_packages_are_invisible(data_file):
 
 
 def test_only_the_allow_listed_tree_exists():
-    code = attacks.PRELUDE + '''
+    code = (
+        attacks.PRELUDE
+        + """
 attempt("root", lambda: sorted(os.listdir("/")))
 attempt("dev", lambda: sorted(os.listdir("/dev")))
 attempt("etc", lambda: sorted(os.listdir("/etc")))
@@ -72,22 +74,24 @@ attempt("run", lambda: c_read("/run"))
 attempt("tmp", lambda: c_read("/tmp"))
 attempt("root home", lambda: sorted(os.listdir("/root")))
 print(json.dumps(_out))
-'''
+"""
+    )
     r = run_python(code)
     assert r.outcome is Outcome.OK, r.stderr
     seen = json.loads(r.stdout.strip().splitlines()[-1])
-    top = eval(seen["root"][len("DONE:"):])  # noqa: S307 - our own repr of a list of names
+    top = eval(seen["root"][len("DONE:") :])  # noqa: S307 - our own repr of a list of names
     assert not {"home", "run", "tmp", "work", "var", "opt", "mnt", "srv", "boot"} & set(top), top
     assert {"usr", "proc", "dev", "etc", "scratch"} <= set(top)
-    assert eval(seen["dev"][len("DONE:"):]) == sorted(  # noqa: S307
-        ["null", "zero", "full", "random", "urandom", "fd", "stdin", "stdout", "stderr"])
-    assert eval(seen["etc"][len("DONE:"):]) <= ["group", "ld.so.cache", "nsswitch.conf", "passwd"]  # noqa: S307
+    assert eval(seen["dev"][len("DONE:") :]) == sorted(  # noqa: S307
+        ["null", "zero", "full", "random", "urandom", "fd", "stdin", "stdout", "stderr"]
+    )
+    assert eval(seen["etc"][len("DONE:") :]) <= ["group", "ld.so.cache", "nsswitch.conf", "passwd"]  # noqa: S307
     assert "sandbox" in seen["passwd"] and "/root:" not in seen["passwd"]
     for name in ("home", "run", "tmp"):
         assert seen[name] == "refused:FileNotFoundError:2", name
     # of /root only the interpreter's prefix path is there (pyenv installs), never root's files
     if seen["root home"].startswith("DONE:"):
-        assert set(eval(seen["root home"][len("DONE:"):])) <= {".pyenv"}  # noqa: S307
+        assert set(eval(seen["root home"][len("DONE:") :])) <= {".pyenv"}  # noqa: S307
 
 
 # ----- credentials ---------------------------------------------------------------------------------
@@ -114,8 +118,17 @@ def test_parent_environment_and_host_processes_are_unreadable(monkeypatch):
 def test_writes_outside_scratch_are_refused_and_leave_nothing(tmp_path):
     tmp_path.chmod(0o777)  # even a world-writable host directory stays out of reach
     name = f"whale-escape-{os.getpid()}"
-    targets = [f"/tmp/{name}", f"/run/lock/{name}", f"/dev/shm/{name}", f"/var/tmp/{name}",
-               str(REPO / name), str(tmp_path / name), f"/usr/{name}", f"/etc/{name}", f"/{name}"]
+    targets = [
+        f"/tmp/{name}",
+        f"/run/lock/{name}",
+        f"/dev/shm/{name}",
+        f"/var/tmp/{name}",
+        str(REPO / name),
+        str(tmp_path / name),
+        f"/usr/{name}",
+        f"/etc/{name}",
+        f"/{name}",
+    ]
     r = run_python(attacks.write_attack(targets))
     assert r.outcome is Outcome.OK, r.stderr
     verdicts = attacks.parse(r.stdout)
@@ -133,7 +146,9 @@ def test_writes_outside_scratch_are_refused_and_leave_nothing(tmp_path):
 
 def test_scratch_is_bounded_and_lives_in_memory(tmp_path):
     stamp = f"whale-scratch-stamp-{os.getpid()}-{time.monotonic_ns()}"
-    code = attacks.PRELUDE + f'''
+    code = (
+        attacks.PRELUDE
+        + f'''
 written = 0
 def fill():
     global written
@@ -147,6 +162,7 @@ attempt("fill scratch", fill)
 print(json.dumps({{"written": written}}))
 report()
 '''
+    )
     r = run_python(code, limits=Limits(scratch_bytes=4 * MiB, file_size_bytes=16 * MiB))
     assert r.outcome is Outcome.OK, r.stderr
     verdicts = attacks.parse(r.stdout)
@@ -193,7 +209,9 @@ def abstract_unix_server():
 def test_no_network_to_the_host(tcp_server, abstract_unix_server):
     port, connected = tcp_server
     name, unix_srv = abstract_unix_server
-    code = attacks.PRELUDE + f'''
+    code = (
+        attacks.PRELUDE
+        + f"""
 import socket
 attempt("tcp loopback", lambda: socket.create_connection(("127.0.0.1", {port}), timeout=3).send(b"hi"))
 attempt("libc tcp loopback", lambda: c_socket(socket.AF_INET).connect(("127.0.0.1", {port})))
@@ -204,7 +222,8 @@ def unix():
 attempt("abstract unix", unix)
 attempt("dns", lambda: socket.getaddrinfo("example.com", 80))
 report()
-'''
+"""
+    )
     verdicts = probe(code)
     assert attacks.succeeded(verdicts) == {}
     assert verdicts["tcp loopback"].startswith("refused:PermissionError")  # the audit hook (defence in depth)
@@ -245,8 +264,11 @@ def test_escapee_of_a_timed_out_program_is_killed():
 
 def test_escapee_of_a_worker_dies_with_the_worker():
     mark = attacks.marker()
-    entry = "import os\n\ndef spawn():\n" + "".join(
-        "    " + line + "\n" for line in attacks.escapee(mark).splitlines()) + "    return 'spawned'\n"
+    entry = (
+        "import os\n\ndef spawn():\n"
+        + "".join("    " + line + "\n" for line in attacks.escapee(mark).splitlines())
+        + "    return 'spawned'\n"
+    )
     worker = SandboxWorker(entry_code=entry, limits=Limits(wall_s=5, cpu_s=None))
     with worker:
         assert worker.call("spawn") == "spawned"
@@ -279,14 +301,18 @@ def test_signals_cannot_reach_the_host():
 
 
 def test_huge_output_is_cut():
-    r = run_python("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n", limits=Limits(stdout_bytes=256 * 1024))
+    r = run_python(
+        "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n", limits=Limits(stdout_bytes=256 * 1024)
+    )
     assert r.outcome is Outcome.OUTPUT_LIMIT and r.stdout_truncated
     assert len(r.stdout) == 256 * 1024
 
 
 def test_non_utf8_output_is_replaced_not_raised():
-    r = run_python("import sys\nsys.stdout.buffer.write(b'ok \\xff\\xfe \\xc3')\nsys.stderr.buffer.write(b'\\x80 bad')\n"
-                   "sys.exit(3)\n")
+    r = run_python(
+        "import sys\nsys.stdout.buffer.write(b'ok \\xff\\xfe \\xc3')\nsys.stderr.buffer.write(b'\\x80 bad')\n"
+        "sys.exit(3)\n"
+    )
     assert r.outcome is Outcome.ERROR and r.returncode == 3
     assert r.stdout.startswith("ok ") and "\ufffd" in r.stdout and "\ufffd" in r.stderr
 
@@ -301,14 +327,17 @@ def test_non_utf8_stderr_of_a_dying_worker_is_replaced():
 
 
 def test_program_holds_no_capabilities_and_cannot_move_its_walls():
-    code = attacks.PRELUDE + '''
+    code = (
+        attacks.PRELUDE
+        + """
 status = dict(line.split(":", 1) for line in open("/proc/self/status").read().splitlines() if ":" in line)
 print(json.dumps({k: status[k].strip() for k in ("CapEff", "CapPrm", "CapBnd", "NoNewPrivs", "Uid")}))
 attempt("umount /usr", lambda: c_umount("/usr"))
 attempt("remount / rw", lambda: c_remount_rw("/"))
 attempt("mount tmpfs", lambda: c_mount_tmpfs("/scratch"))
 report()
-'''
+"""
+    )
     r = run_python(code)
     assert r.outcome is Outcome.OK, r.stderr
     caps = attacks.info(r.stdout)
@@ -320,10 +349,16 @@ report()
 
 
 def test_files_come_back_only_when_asked_and_bounded():
-    code = ("open('out.txt', 'w').write('42')\nopen('big.bin', 'wb').write(b'x' * 300_000)\n"
-            "os_link = __import__('os').symlink('/etc/passwd', 'link.txt')\n")
-    r = run_python(code, files={"in/data.txt": "7"}, collect=["out.txt", "in/data.txt", "big.bin", "link.txt", "nope"],
-                   limits=Limits(collect_bytes=100_000))
+    code = (
+        "open('out.txt', 'w').write('42')\nopen('big.bin', 'wb').write(b'x' * 300_000)\n"
+        "os_link = __import__('os').symlink('/etc/passwd', 'link.txt')\n"
+    )
+    r = run_python(
+        code,
+        files={"in/data.txt": "7"},
+        collect=["out.txt", "in/data.txt", "big.bin", "link.txt", "nope"],
+        limits=Limits(collect_bytes=100_000),
+    )
     assert r.outcome is Outcome.OK, r.stderr
     assert r.files == {"out.txt": b"42", "in/data.txt": b"7"}
     assert set(r.files_not_collected) == {"big.bin", "link.txt", "nope"}

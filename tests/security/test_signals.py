@@ -31,8 +31,14 @@ from whale.store import open_store
 
 pytestmark = pytest.mark.timeout(180)
 
-SPEC = {"domain": "counting", "condition": "rsft_only", "model": {"name": "tiny"}, "schedule": {"totalSteps": 3},
-        "evaluation": {"atStart": False}, "retry": {"maxAttempts": 2}}
+SPEC = {
+    "domain": "counting",
+    "condition": "rsft_only",
+    "model": {"name": "tiny"},
+    "schedule": {"totalSteps": 3},
+    "evaluation": {"atStart": False},
+    "retry": {"maxAttempts": 2},
+}
 HANG_IN_WEIGHT_PHASE = {"hang": {"c01-weight": 0}}
 
 
@@ -43,8 +49,11 @@ def _plugin(counting_domain):
 
 def manifest(tmp_path: Path, name: str = "sig") -> Path:
     path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun",
-                                    "metadata": {"name": name}, "spec": SPEC}))
+    path.write_text(
+        yaml.safe_dump(
+            {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": name}, "spec": SPEC}
+        )
+    )
     return path
 
 
@@ -95,11 +104,26 @@ def no_leftovers(tmp_path: Path) -> Iterator[None]:
 def start_whale_run(tmp_path: Path, store: str, sim: dict, env: dict[str, str] | None = None) -> subprocess.Popen:
     out = open(tmp_path / "whale-run.out", "ab")  # noqa: SIM115 - closed with the process, below
     proc = subprocess.Popen(
-        [sys.executable, "-m", "whale.cli", "run", str(manifest(tmp_path)), "--store", store,
-         "--workdir", str(tmp_path / "work")],
-        cwd=tmp_path, stdout=out, stderr=subprocess.STDOUT,
-        env={**os.environ, "WHALE_SIM": json.dumps(sim), "WHALE_WORKLOAD_COMMAND": workload_command(tmp_path),
-             **(env or {})},
+        [
+            sys.executable,
+            "-m",
+            "whale.cli",
+            "run",
+            str(manifest(tmp_path)),
+            "--store",
+            store,
+            "--workdir",
+            str(tmp_path / "work"),
+        ],
+        cwd=tmp_path,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env={
+            **os.environ,
+            "WHALE_SIM": json.dumps(sim),
+            "WHALE_WORKLOAD_COMMAND": workload_command(tmp_path),
+            **(env or {}),
+        },
     )
     out.close()
     return proc
@@ -111,10 +135,16 @@ def wait_until_hanging(tmp_path: Path, proc: subprocess.Popen) -> None:
 
     def hanging() -> bool:
         if proc.poll() is not None:
-            raise AssertionError(f"whale run ended early ({proc.returncode}): {(tmp_path / 'whale-run.out').read_text()}")
+            raise AssertionError(
+                f"whale run ended early ({proc.returncode}): {(tmp_path / 'whale-run.out').read_text()}"
+            )
         texts = processes_of(str(tmp_path)).values()
-        return (log.is_file() and "simulated hang" in log.read_text()
-                and any("sandbox-like" in t for t in texts) and any("--phase c01-weight" in t for t in texts))
+        return (
+            log.is_file()
+            and "simulated hang" in log.read_text()
+            and any("sandbox-like" in t for t in texts)
+            and any("--phase c01-weight" in t for t in texts)
+        )
 
     wait_for(hanging, 60, "the weight phase to hang with its sandbox-like grandchild")
 
@@ -176,16 +206,42 @@ def test_a_second_runner_and_a_workload_by_hand_are_refused_while_the_run_runs(t
     assert "whale run sig" in res.output and "Traceback" not in res.output
 
     by_hand = subprocess.run(
-        [sys.executable, "-m", "whale.workloads", "train", "--store", store_dir, "--run", "sig",
-         "--phase", "c01-weight"], capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "whale.workloads",
+            "train",
+            "--store",
+            store_dir,
+            "--run",
+            "sig",
+            "--phase",
+            "c01-weight",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={k: v for k, v in os.environ.items() if k != "WHALE_RUN_OWNER"},
     )
     assert by_hand.returncode == 1
     assert f"refusing to write run 'sig': it is being run by pid {proc.pid}" in by_hand.stderr, by_hand.stderr
 
     impostor = subprocess.run(
-        [sys.executable, "-m", "whale.workloads", "train", "--store", store_dir, "--run", "sig",
-         "--phase", "c01-weight"], capture_output=True, text=True, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "whale.workloads",
+            "train",
+            "--store",
+            store_dir,
+            "--run",
+            "sig",
+            "--phase",
+            "c01-weight",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
         env={**os.environ, "WHALE_RUN_OWNER": "not-the-owner"},
     )
     assert impostor.returncode == 1
@@ -197,7 +253,8 @@ def test_a_second_runner_and_a_workload_by_hand_are_refused_while_the_run_runs(t
 
 
 def test_on_s3_a_second_runner_is_refused_and_a_killed_ones_lease_is_taken_over(
-        tmp_path, no_leftovers, s3_server, s3_store, monkeypatch):
+    tmp_path, no_leftovers, s3_server, s3_store, monkeypatch
+):
     for key, value in s3_server.env().items():
         monkeypatch.setenv(key, value)
     proc = start_whale_run(tmp_path, s3_store.uri, HANG_IN_WEIGHT_PHASE)
@@ -232,7 +289,7 @@ def descendants(root: int) -> dict[int, tuple[int, int]]:
             stat = Path(f"/proc/{entry}/stat").read_bytes()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2:].split()
+        fields = stat[stat.rfind(b")") + 2 :].split()
         if fields[0] in (b"Z", b"X"):
             continue
         parent[int(entry)], start[int(entry)] = int(fields[1]), int(fields[19])
@@ -253,7 +310,7 @@ def alive(pid: int, started: int) -> bool:
         stat = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return False
-    fields = stat[stat.rfind(b")") + 2:].split()
+    fields = stat[stat.rfind(b")") + 2 :].split()
     return fields[0] not in (b"Z", b"X") and int(fields[19]) == started
 
 
@@ -264,14 +321,34 @@ def test_sigkill_during_the_real_demo_kills_its_harness_sandboxes(tmp_path, no_l
     sandboxes (own PID namespaces, other uids); every process below it must end."""
     root = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": str(root)}
-    subprocess.run([sys.executable, "-m", "synthetic.tiny_model", str(tmp_path / ".whale/models/synthetic-tiny")],
-                   cwd=tmp_path, env=env, check=True, capture_output=True, timeout=300)
+    subprocess.run(
+        [sys.executable, "-m", "synthetic.tiny_model", str(tmp_path / ".whale/models/synthetic-tiny")],
+        cwd=tmp_path,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
     (tmp_path / "manifests").symlink_to(root / "manifests")
     out = open(tmp_path / "whale-run.out", "ab")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([sys.executable, "-m", "whale.cli", "run", "manifests/examples/local/tiny-synthetic-whale.yaml",
-                             "--store", "st"], cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "whale.cli",
+            "run",
+            "manifests/examples/local/tiny-synthetic-whale.yaml",
+            "--store",
+            "st",
+        ],
+        cwd=tmp_path,
+        env=env,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+    )
     out.close()
     try:
+
         def sandboxes_running() -> bool:
             assert proc.poll() is None, (tmp_path / "whale-run.out").read_text()[-3000:]
             # runner -> supervisor (1) -> workload (2) -> sandbox launcher (3) -> what it starts (4+)
@@ -284,8 +361,9 @@ def test_sigkill_during_the_real_demo_kills_its_harness_sandboxes(tmp_path, no_l
         try:
             wait_for(lambda: not [p for p, s in tree.items() if alive(p, s)], 30, "every process below `whale run`")
         except AssertionError:
-            left = {p: Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ") for p, s in tree.items()
-                    if alive(p, s)}
+            left = {
+                p: Path(f"/proc/{p}/cmdline").read_bytes().replace(b"\0", b" ") for p, s in tree.items() if alive(p, s)
+            }
             raise AssertionError(f"{len(left)} of {len(tree)} processes outlived `whale run`: {left}") from None
     finally:
         if proc.poll() is None:

@@ -94,8 +94,11 @@ class World:
                     continue
             else:
                 a = req.eval
-                mean = (self.iteration_mean(a.iteration) if a.iteration is not None and self.iteration_mean
-                        else self.eval_mean(a.step, a.after))
+                mean = (
+                    self.iteration_mean(a.iteration)
+                    if a.iteration is not None and self.iteration_mean
+                    else self.eval_mean(a.step, a.after)
+                )
                 self.results[phase] = {"meanAtK": mean, "k": 8, "items": 10}
             self.children[phase] = Child(ChildState.SUCCEEDED)
             self.running.discard(phase)
@@ -146,13 +149,25 @@ class World:
             best = "i01-incoming" if it == 1 else lines[-1]["bestCandidate"]
             if it > 1 and score > lines[-1]["bestScore"]:
                 best = f"i{it:02d}-c1"
-            lines.append({"iteration": it, "bestScore": score, "bestCandidate": best,
-                          "bestHarness": f"{layout.archive_prefix(RUN, a.cycle)}/candidates/{best}/harness.py",
-                          "rollouts": 4})
+            lines.append(
+                {
+                    "iteration": it,
+                    "bestScore": score,
+                    "bestCandidate": best,
+                    "bestHarness": f"{layout.archive_prefix(RUN, a.cycle)}/candidates/{best}/harness.py",
+                    "rollouts": 4,
+                }
+            )
         history = [
-            {"iteration": m["iteration"], "candidate": m["bestCandidate"], "harness": m["bestHarness"],
-             "score": m["bestScore"], "rollouts": 4 * m["iteration"]}
-            for n, m in enumerate(lines) if n == 0 or m["bestCandidate"] != lines[n - 1]["bestCandidate"]
+            {
+                "iteration": m["iteration"],
+                "candidate": m["bestCandidate"],
+                "harness": m["bestHarness"],
+                "score": m["bestScore"],
+                "rollouts": 4 * m["iteration"],
+            }
+            for n, m in enumerate(lines)
+            if n == 0 or m["bestCandidate"] != lines[n - 1]["bestCandidate"]
         ]
         self.results[phase] = {
             "acceptedHarness": layout.harness_key(RUN, f"c{a.cycle:02d}-accepted"),
@@ -165,8 +180,13 @@ class World:
         return True
 
 
-def drive(spec: WhaleRunSpec, world: World, status: WhaleRunStatus | None = None, max_calls: int = 500,
-          trace: list[WhaleRunStatus] | None = None) -> WhaleRunStatus:
+def drive(
+    spec: WhaleRunSpec,
+    world: World,
+    status: WhaleRunStatus | None = None,
+    max_calls: int = 500,
+    trace: list[WhaleRunStatus] | None = None,
+) -> WhaleRunStatus:
     """Run decide/apply/progress to a terminal status, like a controller would."""
     status = status or WhaleRunStatus()
     for _ in range(max_calls):

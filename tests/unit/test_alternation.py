@@ -31,16 +31,25 @@ def make_spec(condition: str, **schedule) -> WhaleRunSpec:
     ("condition", "schedule", "expected"),
     [
         # budget divisible by E: three cycles, no harness phase after the one that spends the budget
-        ("whale", {"totalSteps": 9, "weightStepsPerCycle": 3},
-         ["c01-weight", "c01-harness", "c02-weight", "c02-harness", "c03-weight"]),
+        (
+            "whale",
+            {"totalSteps": 9, "weightStepsPerCycle": 3},
+            ["c01-weight", "c01-harness", "c02-weight", "c02-harness", "c03-weight"],
+        ),
         # not divisible: the last target is clamped to the total
-        ("whale", {"totalSteps": 10, "weightStepsPerCycle": 4},
-         ["c01-weight", "c01-harness", "c02-weight", "c02-harness", "c03-weight"]),
+        (
+            "whale",
+            {"totalSteps": 10, "weightStepsPerCycle": 4},
+            ["c01-weight", "c01-harness", "c02-weight", "c02-harness", "c03-weight"],
+        ),
         # E == total: one weight phase, nothing else
         ("whale", {"totalSteps": 5, "weightStepsPerCycle": 5}, ["c01-weight"]),
         # maxCycles caps the run; the harness phase of the last cycle still runs
-        ("whale", {"totalSteps": 100, "weightStepsPerCycle": 10, "maxCycles": 2},
-         ["c01-weight", "c01-harness", "c02-weight", "c02-harness"]),
+        (
+            "whale",
+            {"totalSteps": 100, "weightStepsPerCycle": 10, "maxCycles": 2},
+            ["c01-weight", "c01-harness", "c02-weight", "c02-harness"],
+        ),
         ("rsft_only", {"totalSteps": 7}, ["c01-weight"]),
         ("mh_only", {"mhOnlyIterations": 5}, ["c01-harness"]),
     ],
@@ -96,9 +105,14 @@ def test_whale_i_counts_the_incoming_evaluation():
 
 def test_adaptive_max_iterations_counts_proposer_iterations():
     # the paper: min 6 (incoming included), patience 2, max 15 proposer iterations + the incoming = 16
-    spec = make_spec("adaptive_whale", totalSteps=40,
-                     adaptive={"weight": {"windowSteps": 1, "burnInSteps": 1, "patienceSteps": 1},
-                               "harness": {"minIterations": 6, "patience": 2, "maxIterations": 15}})
+    spec = make_spec(
+        "adaptive_whale",
+        totalSteps=40,
+        adaptive={
+            "weight": {"windowSteps": 1, "burnInSteps": 1, "patienceSteps": 1},
+            "harness": {"minIterations": 6, "patience": 2, "maxIterations": 15},
+        },
+    )
     rule = resolve(spec, SIZES).harness_rule
     assert (rule.min_iterations, rule.patience, rule.max_iterations) == (6, 2, 16)
     world = World(SIZES, reward=lambda s: 0.5, best_score=lambda c, it: it / 100)  # never stalls
@@ -169,13 +183,19 @@ def test_harness_rule_hand_worked():
 
 def test_adaptive_run_stops_phases_by_patience():
     spec = make_spec(
-        "adaptive_whale", totalSteps=40,
-        adaptive={"weight": {"windowSteps": 1, "burnInSteps": 2, "patienceSteps": 2},
-                  "harness": {"minIterations": 2, "patience": 1, "maxIterations": 5}},
+        "adaptive_whale",
+        totalSteps=40,
+        adaptive={
+            "weight": {"windowSteps": 1, "burnInSteps": 2, "patienceSteps": 2},
+            "harness": {"minIterations": 2, "patience": 1, "maxIterations": 5},
+        },
     )
     # reward peaks at step 3 of each phase, then falls: every weight phase ends 2 steps after its peak
-    world = World(SIZES, reward=lambda s: [0.1, 0.5, 0.9, 0.3, 0.2, 0.1, 0.1][min((s - 1) % 5, 6)],
-                  best_score=lambda c, it: min(it, 3) / 10)
+    world = World(
+        SIZES,
+        reward=lambda s: [0.1, 0.5, 0.9, 0.3, 0.2, 0.1, 0.1][min((s - 1) % 5, 6)],
+        best_score=lambda c, it: min(it, 3) / 10,
+    )
     status = drive(spec, world)
     assert status.phase is RunPhase.SUCCEEDED
     first = world.results["c01-weight"]
@@ -188,13 +208,15 @@ def test_adaptive_run_stops_phases_by_patience():
 
 def test_decide_asks_a_running_phase_to_stop_once():
     spec = make_spec(
-        "adaptive_whale", totalSteps=40,
+        "adaptive_whale",
+        totalSteps=40,
         adaptive={"weight": {"windowSteps": 1, "burnInSteps": 2, "patienceSteps": 2}},
     )
     status = decide(spec, WhaleRunStatus(), Observations(run=RUN, split_sizes=SIZES)).status
     metrics = [{"step": i, "rewardMean": r, "rollouts": 1} for i, r in enumerate([0.9, 0.1, 0.1], start=1)]
-    obs = Observations(run=RUN, split_sizes=SIZES, children={"c01-weight": Child(ChildState.RUNNING)},
-                       metrics={"c01-weight": metrics})
+    obs = Observations(
+        run=RUN, split_sizes=SIZES, children={"c01-weight": Child(ChildState.RUNNING)}, metrics={"c01-weight": metrics}
+    )
     d = decide(spec, status, obs)
     stops = d.of_type(StopPhase)
     assert [s.phase for s in stops] == ["c01-weight"] and "step 3" in stops[0].reason
@@ -251,29 +273,47 @@ def test_decide_is_idempotent():
 
 
 def test_resume_from_any_status_reaches_the_same_end():
-    spec = WhaleRunSpec.model_validate({"domain": "synthetic", "condition": "whale", "model": {"name": "tiny"},
-                                 "schedule": {"totalSteps": 7, "weightStepsPerCycle": 3},
-                                 "evaluation": {"intervalSteps": 2}})
+    spec = WhaleRunSpec.model_validate(
+        {
+            "domain": "synthetic",
+            "condition": "whale",
+            "model": {"name": "tiny"},
+            "schedule": {"totalSteps": 7, "weightStepsPerCycle": 3},
+            "evaluation": {"intervalSteps": 2},
+        }
+    )
     world = World(SIZES)
     trace: list[WhaleRunStatus] = []
     final = drive(spec, world, trace=trace)
     assert final.phase is RunPhase.SUCCEEDED
     for i, mid in enumerate(trace):
         # a controller restarted with this status and the store as it is now: nothing re-runs
-        replay = World(SIZES, results=dict(world.results), metrics=dict(world.metrics),
-                       checkpoints=set(world.checkpoints))
+        replay = World(
+            SIZES, results=dict(world.results), metrics=dict(world.metrics), checkpoints=set(world.checkpoints)
+        )
         end = drive(spec, replay, status=mid)
         assert end.model_dump(exclude={"attempts"}) == final.model_dump(exclude={"attempts"}), f"resume from #{i}"
         assert replay.started == [], f"resume from #{i} started {replay.started}"
 
 
 def test_evaluation_points_and_best():
-    spec = WhaleRunSpec.model_validate({
-        "domain": "synthetic", "condition": "whale", "model": {"name": "tiny"},
-        "schedule": {"totalSteps": 6, "weightStepsPerCycle": 3}, "evaluation": {"intervalSteps": 2},
-    })
-    means = {(0, "start"): 0.1, (2, "weight"): 0.2, (3, "weight"): 0.25, (3, "harness"): 0.4,
-             (4, "weight"): 0.3, (6, "weight"): 0.35}
+    spec = WhaleRunSpec.model_validate(
+        {
+            "domain": "synthetic",
+            "condition": "whale",
+            "model": {"name": "tiny"},
+            "schedule": {"totalSteps": 6, "weightStepsPerCycle": 3},
+            "evaluation": {"intervalSteps": 2},
+        }
+    )
+    means = {
+        (0, "start"): 0.1,
+        (2, "weight"): 0.2,
+        (3, "weight"): 0.25,
+        (3, "harness"): 0.4,
+        (4, "weight"): 0.3,
+        (6, "weight"): 0.35,
+    }
     world = World(SIZES, eval_mean=lambda step, after: means[(step, after)])
     status = drive(spec, world)
     points = [(e.step, e.after) for e in status.evals]
@@ -310,8 +350,12 @@ RISING = [0.1, 0.1, 0.3, 0.3, 0.5, 0.5, 0.5, 0.6]
 
 
 def test_mh_only_evaluates_every_accepted_harness():
-    world = World(SIZES, best_score=lambda c, it: RISING[it - 1],
-                  iteration_mean=lambda it: {3: 0.30, 5: 0.42, 8: 0.40}[it], eval_mean=lambda s, a: 0.05)
+    world = World(
+        SIZES,
+        best_score=lambda c, it: RISING[it - 1],
+        iteration_mean=lambda it: {3: 0.30, 5: 0.42, 8: 0.40}[it],
+        eval_mean=lambda s, a: 0.05,
+    )
     status = drive(make_spec("mh_only", mhOnlyIterations=7), world)
     assert status.phase is RunPhase.SUCCEEDED
     points = [(e.phase, e.iteration, e.harness, e.rollouts_at) for e in status.evals]
@@ -326,7 +370,10 @@ def test_mh_only_evaluates_every_accepted_harness():
     assert [(a.iteration, a.harness, a.checkpoint) for a in eval_requests] == [(5, archive_harness("i05-c1"), None)]
     # best over every point vs the final point (the accepted harness at the end)
     assert (status.best.phase, status.best.mean_at_k, status.best.iteration) == (
-        "eval-c01-s000000-harness-i0005", 0.42, 5)
+        "eval-c01-s000000-harness-i0005",
+        0.42,
+        5,
+    )
     assert (status.final.phase, status.final.mean_at_k, status.final.k) == ("eval-c01-s000000-harness-i0008", 0.40, 8)
     assert "best mean@8 0.4200" in status.message and "final mean@8 0.4000" in status.message
 
@@ -361,17 +408,31 @@ def test_mh_only_whose_accepted_harness_never_changes():
     assert [e.phase for e in status.evals] == ["eval-c00-s000000-start"]
     assert status.final.phase == status.best.phase == "eval-c00-s000000-start"
     # without the start point, the accepted harness is evaluated at the end
-    spec = WhaleRunSpec.model_validate({"domain": "synthetic", "condition": "mh_only", "model": {"name": "tiny"},
-                                        "schedule": {"mhOnlyIterations": 3}, "evaluation": {"atStart": False}})
+    spec = WhaleRunSpec.model_validate(
+        {
+            "domain": "synthetic",
+            "condition": "mh_only",
+            "model": {"name": "tiny"},
+            "schedule": {"mhOnlyIterations": 3},
+            "evaluation": {"atStart": False},
+        }
+    )
     status = drive(spec, World(SIZES, best_score=flat))
     assert [(e.phase, e.harness) for e in status.evals] == [
-        ("eval-c01-s000000-harness", f"runs/{RUN}/harnesses/c01-accepted.py")]
+        ("eval-c01-s000000-harness", f"runs/{RUN}/harnesses/c01-accepted.py")
+    ]
 
 
 def test_mh_only_every_accepted_harness_can_be_turned_off():
-    spec = WhaleRunSpec.model_validate({"domain": "synthetic", "condition": "mh_only", "model": {"name": "tiny"},
-                                        "schedule": {"mhOnlyIterations": 7},
-                                        "evaluation": {"everyAcceptedHarness": False}})
+    spec = WhaleRunSpec.model_validate(
+        {
+            "domain": "synthetic",
+            "condition": "mh_only",
+            "model": {"name": "tiny"},
+            "schedule": {"mhOnlyIterations": 7},
+            "evaluation": {"everyAcceptedHarness": False},
+        }
+    )
     status = drive(spec, World(SIZES, best_score=lambda c, it: RISING[it - 1]))
     assert [e.phase for e in status.evals] == ["eval-c00-s000000-start", "eval-c01-s000000-harness"]
     assert status.final.phase == "eval-c01-s000000-harness"
@@ -385,11 +446,14 @@ def test_whale_evaluates_only_the_harness_each_phase_accepts():
     assert [e.phase for e in status.evals if e.after == "harness"] == ["eval-c01-s000003-harness"]
 
 
-@pytest.mark.parametrize(("condition", "schedule", "final"), [
-    ("rsft_only", {"totalSteps": 7}, "eval-c01-s000007-weight"),
-    ("whale", {"totalSteps": 10, "weightStepsPerCycle": 4}, "eval-c03-s000010-weight"),
-    ("whale", {"totalSteps": 100, "weightStepsPerCycle": 10, "maxCycles": 2}, "eval-c02-s000020-harness"),
-])
+@pytest.mark.parametrize(
+    ("condition", "schedule", "final"),
+    [
+        ("rsft_only", {"totalSteps": 7}, "eval-c01-s000007-weight"),
+        ("whale", {"totalSteps": 10, "weightStepsPerCycle": 4}, "eval-c03-s000010-weight"),
+        ("whale", {"totalSteps": 100, "weightStepsPerCycle": 10, "maxCycles": 2}, "eval-c02-s000020-harness"),
+    ],
+)
 def test_final_is_the_last_point_of_the_schedule(condition, schedule, final):
     # eval means fall with the step, so the best point is the start and the final one is the last
     world = World(SIZES, eval_mean=lambda step, after: 0.5 - step / 1000 - (0.0001 if after == "harness" else 0))
@@ -413,38 +477,63 @@ def test_mh_only_resume_from_any_status_reaches_the_same_end():
     del world.stop_at_iteration["c01-harness"]
     final = drive(spec, world, status=status, trace=trace)
     for i, mid in enumerate(trace):
-        replay = World(SIZES, results=dict(world.results), metrics=dict(world.metrics),
-                       checkpoints=set(world.checkpoints))
+        replay = World(
+            SIZES, results=dict(world.results), metrics=dict(world.metrics), checkpoints=set(world.checkpoints)
+        )
         end = drive(spec, replay, status=mid)
         assert end.model_dump(exclude={"attempts"}) == final.model_dump(exclude={"attempts"}), f"resume from #{i}"
         assert replay.started == [], f"resume from #{i} started {replay.started}"
 
 
-@pytest.mark.parametrize("harness", [
-    "runs/other-run/archive/c01/candidates/i03-c1/harness.py",  # another run's file
-    f"runs/{RUN}/archive/c01/candidates/../../../../other/harness.py",  # climbs out of the archive
-    f"runs/{RUN}/harnesses/c01-accepted.py",
-    None,
-])
+@pytest.mark.parametrize(
+    "harness",
+    [
+        "runs/other-run/archive/c01/candidates/i03-c1/harness.py",  # another run's file
+        f"runs/{RUN}/archive/c01/candidates/../../../../other/harness.py",  # climbs out of the archive
+        f"runs/{RUN}/harnesses/c01-accepted.py",
+        None,
+    ],
+)
 def test_only_a_file_of_the_phases_archive_is_evaluated_as_an_accepted_harness(harness):
     """The harness an mh_only evaluation runs comes from the search's metrics and result; a key outside the
     phase's own archive is never evaluated (the phase's accepted harness is, at the end, instead)."""
     spec = make_spec("mh_only", mhOnlyIterations=2)
     status = decide(spec, WhaleRunStatus(), Observations(run=RUN, split_sizes=SIZES)).status
-    lines = [{"iteration": 1, "bestScore": 0.1, "bestCandidate": "i01-incoming", "rollouts": 4,
-              "bestHarness": f"runs/{RUN}/archive/c01/candidates/i01-incoming/harness.py"},
-             {"iteration": 2, "bestScore": 0.3, "bestCandidate": "i02-c1", "rollouts": 4, "bestHarness": harness}]
-    running = Observations(run=RUN, split_sizes=SIZES, children={"c01-harness": Child(ChildState.RUNNING)},
-                           metrics={"c01-harness": lines})
+    lines = [
+        {
+            "iteration": 1,
+            "bestScore": 0.1,
+            "bestCandidate": "i01-incoming",
+            "rollouts": 4,
+            "bestHarness": f"runs/{RUN}/archive/c01/candidates/i01-incoming/harness.py",
+        },
+        {"iteration": 2, "bestScore": 0.3, "bestCandidate": "i02-c1", "rollouts": 4, "bestHarness": harness},
+    ]
+    running = Observations(
+        run=RUN, split_sizes=SIZES, children={"c01-harness": Child(ChildState.RUNNING)}, metrics={"c01-harness": lines}
+    )
     status = decide(spec, status, running).status
     assert [e.phase for e in status.evals] == ["eval-c00-s000000-start"]
-    result = {"acceptedHarness": f"runs/{RUN}/harnesses/c01-accepted.py", "acceptedCandidate": "i02-c1",
-              "acceptedScore": 0.3, "iterations": 2, "rollouts": 8,
-              "acceptedByIteration": [
-                  {"iteration": 1, "candidate": "i01-incoming", "score": 0.1, "rollouts": 4,
-                   "harness": f"runs/{RUN}/archive/c01/candidates/i01-incoming/harness.py"},
-                  {"iteration": 2, "candidate": "i02-c1", "score": 0.3, "rollouts": 8, "harness": harness or ""}]}
+    result = {
+        "acceptedHarness": f"runs/{RUN}/harnesses/c01-accepted.py",
+        "acceptedCandidate": "i02-c1",
+        "acceptedScore": 0.3,
+        "iterations": 2,
+        "rollouts": 8,
+        "acceptedByIteration": [
+            {
+                "iteration": 1,
+                "candidate": "i01-incoming",
+                "score": 0.1,
+                "rollouts": 4,
+                "harness": f"runs/{RUN}/archive/c01/candidates/i01-incoming/harness.py",
+            },
+            {"iteration": 2, "candidate": "i02-c1", "score": 0.3, "rollouts": 8, "harness": harness or ""},
+        ],
+    }
     done = Observations(run=RUN, split_sizes=SIZES, results={"c01-harness": result})
     status = decide(spec, status, done).status
     assert [(e.phase, e.harness) for e in status.evals] == [
-        ("eval-c00-s000000-start", None), ("eval-c01-s000000-harness", f"runs/{RUN}/harnesses/c01-accepted.py")]
+        ("eval-c00-s000000-start", None),
+        ("eval-c01-s000000-harness", f"runs/{RUN}/harnesses/c01-accepted.py"),
+    ]

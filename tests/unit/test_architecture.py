@@ -22,7 +22,13 @@ def test_import_contracts_are_kept():
 
 
 def test_nothing_is_importable_as_operator():
-    out = subprocess.run([sys.executable, "-c", "import operator; print(operator.__file__)"], cwd="/",
-                         capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", "import operator; print(operator.__file__)"],
+        cwd="/",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     assert "site-packages" not in out.stdout and out.stdout.strip().endswith("/operator.py")
     assert not (ROOT / "operator" / "__init__.py").exists()

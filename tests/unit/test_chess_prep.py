@@ -113,7 +113,13 @@ def test_every_bad_row_is_listed_with_its_line_and_puzzle_id():
     with pytest.raises(BadRowsError) as caught:
         parse_csv(text, where="puzzles.csv")
     error = caught.value
-    assert [(b.line, b.puzzle_id) for b in error.bad] == [(7, "bad01"), (8, "bad02"), (9, "bad03"), (10, "bad04"), (11, "00008")]
+    assert [(b.line, b.puzzle_id) for b in error.bad] == [
+        (7, "bad01"),
+        (8, "bad02"),
+        (9, "bad03"),
+        (10, "bad04"),
+        (11, "00008"),
+    ]
     message = str(error)
     assert message.startswith("5 bad row(s) in puzzles.csv")
     assert "line 7, puzzle bad01: 3 fields, the header has 10" in message

@@ -19,15 +19,22 @@ cli = CliRunner()
 
 def write(tmp_path: Path, spec: dict, name: str = "tiny") -> Path:
     path = tmp_path / f"{name}.yaml"
-    path.write_text(yaml.safe_dump({"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun",
-                                    "metadata": {"name": name}, "spec": spec}))
+    path.write_text(
+        yaml.safe_dump(
+            {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": name}, "spec": spec}
+        )
+    )
     return path
 
 
-WHALE = {"domain": "counting", "condition": "whale", "model": {"name": "tiny"},
-         "schedule": {"totalEpochs": 1, "weightEpochsPerCycle": 0.4, "harnessIterationsPerCycle": 2},
-         "evaluation": {"intervalEpochs": 0.5},
-         "harnessSearch": {"proposer": {"baseUrl": "http://127.0.0.1:8000/v1", "model": "local-proposer"}}}
+WHALE = {
+    "domain": "counting",
+    "condition": "whale",
+    "model": {"name": "tiny"},
+    "schedule": {"totalEpochs": 1, "weightEpochsPerCycle": 0.4, "harnessIterationsPerCycle": 2},
+    "evaluation": {"intervalEpochs": 0.5},
+    "harnessSearch": {"proposer": {"baseUrl": "http://127.0.0.1:8000/v1", "model": "local-proposer"}},
+}
 
 
 @pytest.fixture(autouse=True)
@@ -39,7 +46,8 @@ def test_validate_ok_prints_one_line(tmp_path):
     res = cli.invoke(app, ["validate", str(write(tmp_path, WHALE))])
     assert res.exit_code == 0, res.output
     assert res.output.strip().splitlines() == [
-        "ok: WhaleRun tiny (counting, whale): 10 steps/epoch, 10 steps, E=4; 5 phases, 20512 rollouts"]
+        "ok: WhaleRun tiny (counting, whale): 10 steps/epoch, 10 steps, E=4; 5 phases, 20512 rollouts"
+    ]
 
 
 def test_validate_lists_every_problem(tmp_path):
@@ -85,8 +93,15 @@ def test_plan_json_shape(tmp_path):
     assert p["rollouts"] == 10 * 256 * 8 + 2 * (4 + 3 * 4) == sum(ph["rollouts"] for ph in main)
     evals = [(ph["step"], ph["after"], ph["rollouts"]) for ph in p["phases"] if ph["kind"] == "eval"]
     # every evaluation: the 10 test items x 8 samples
-    assert evals == [(0, "start", 80), (4, "weight", 80), (4, "harness", 80), (5, "weight", 80), (8, "weight", 80),
-                     (8, "harness", 80), (10, "weight", 80)]
+    assert evals == [
+        (0, "start", 80),
+        (4, "weight", 80),
+        (4, "harness", 80),
+        (5, "weight", 80),
+        (8, "weight", 80),
+        (8, "harness", 80),
+        (10, "weight", 80),
+    ]
     assert p["evaluation"] == {"count": 7, "items": 10, "samplesPerItem": 8, "rolloutsEach": 80, "rollouts": 560}
 
 
@@ -111,8 +126,7 @@ def test_plan_adaptive_marks_bounds(tmp_path):
 
 def test_plan_summarises_a_long_run(tmp_path):
     """A run with more entries than the plan lists: the first and last ones, a marker, and the counts."""
-    spec = {**WHALE, "condition": "rsft_only", "schedule": {"totalSteps": 10_000},
-            "evaluation": {"intervalSteps": 10}}
+    spec = {**WHALE, "condition": "rsft_only", "schedule": {"totalSteps": 10_000}, "evaluation": {"intervalSteps": 10}}
     res = cli.invoke(app, ["plan", str(write(tmp_path, spec)), "-o", "json"])
     assert res.exit_code == 0, res.output
     p = json.loads(res.output)
@@ -125,8 +139,12 @@ def test_plan_summarises_a_long_run(tmp_path):
 
 
 def test_validate_and_plan_at_the_largest_budget(tmp_path):
-    spec = {**WHALE, "condition": "rsft_only", "schedule": {"totalSteps": 1_000_000},
-            "evaluation": {"intervalSteps": 1000}}
+    spec = {
+        **WHALE,
+        "condition": "rsft_only",
+        "schedule": {"totalSteps": 1_000_000},
+        "evaluation": {"intervalSteps": 1000},
+    }
     res = cli.invoke(app, ["validate", str(write(tmp_path, spec))])
     assert res.exit_code == 0, res.output
     assert "1000000 steps; 1 phases" in res.output
@@ -135,8 +153,12 @@ def test_validate_and_plan_at_the_largest_budget(tmp_path):
 
 
 def test_validate_refuses_evaluating_every_step_of_a_large_budget(tmp_path):
-    spec = {**WHALE, "condition": "rsft_only", "schedule": {"totalSteps": 1_000_000},
-            "evaluation": {"intervalSteps": 1}}
+    spec = {
+        **WHALE,
+        "condition": "rsft_only",
+        "schedule": {"totalSteps": 1_000_000},
+        "evaluation": {"intervalSteps": 1},
+    }
     for command in ("validate", "plan"):
         res = cli.invoke(app, [command, str(write(tmp_path, spec))])
         assert res.exit_code == 1 and isinstance(res.exception, SystemExit)
@@ -157,9 +179,15 @@ def test_status_after_a_run(tmp_path, monkeypatch):
     from whale.store import open_store
 
     spec = WhaleRunSpec.model_validate({**WHALE, "condition": "rsft_only", "schedule": {"totalSteps": 2}})
-    LocalRunner(name="tiny", spec=spec, store=open_store("st"), split_sizes={"weight": 2560, "harness": 4},
-                workdir=tmp_path / "w", workload_command=(sys.executable, "-m", "tests.workloads.simulated"),
-                poll_interval_s=0.05).run(max_seconds=60)
+    LocalRunner(
+        name="tiny",
+        spec=spec,
+        store=open_store("st"),
+        split_sizes={"weight": 2560, "harness": 4},
+        workdir=tmp_path / "w",
+        workload_command=(sys.executable, "-m", "tests.workloads.simulated"),
+        poll_interval_s=0.05,
+    ).run(max_seconds=60)
     res = cli.invoke(app, ["status", "tiny", "--store", "st", "-o", "json"])
     assert res.exit_code == 0, res.output
     st = json.loads(res.output)
@@ -187,8 +215,10 @@ def test_replay_rejects_unknown_domain(tmp_path):
 
 
 def test_core_cli_imports_no_heavy_engines():
-    code = ("import sys, whale.cli, whale.alternation, whale.schedule, whale.runner.local, whale.crd;"
-            "print([m for m in ('torch', 'transformers', 'kopf', 'vllm', 'deepspeed') if m in sys.modules])")
+    code = (
+        "import sys, whale.cli, whale.alternation, whale.schedule, whale.runner.local, whale.crd;"
+        "print([m for m in ('torch', 'transformers', 'kopf', 'vllm', 'deepspeed') if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert out.stdout.strip() == "[]"
 
@@ -203,8 +233,9 @@ def test_help_runs_as_a_program():
 def test_run_command_end_to_end(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("WHALE_WORKLOAD_COMMAND", f"{sys.executable} -m tests.workloads.simulated")
-    manifest = write(tmp_path, {**WHALE, "schedule": {"totalSteps": 4, "weightStepsPerCycle": 2,
-                                                       "harnessIterationsPerCycle": 2}})
+    manifest = write(
+        tmp_path, {**WHALE, "schedule": {"totalSteps": 4, "weightStepsPerCycle": 2, "harnessIterationsPerCycle": 2}}
+    )
     res = cli.invoke(app, ["run", str(manifest), "--store", "st", "--timeout", "90"], env={"COLUMNS": "200"})
     assert res.exit_code == 0, res.output
     out = res.output
@@ -212,8 +243,10 @@ def test_run_command_end_to_end(tmp_path, monkeypatch):
     stamped = [line for line in out.splitlines() if re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ", line)]
     assert any(line.endswith("c02-weight started (attempt 1): steps 2 -> 4, harness c01-accepted") for line in stamped)
     assert any("c01-harness done: accepted c01-accepted, score 0.200" in line for line in stamped)
-    assert stamped[-1].endswith("run tiny: Succeeded (schedule complete; best mean@8 0.0700 at eval-c01-s000002-harness; "
-                                  "final mean@8 0.0400 at eval-c02-s000004-weight)")
+    assert stamped[-1].endswith(
+        "run tiny: Succeeded (schedule complete; best mean@8 0.0700 at eval-c01-s000002-harness; "
+        "final mean@8 0.0400 at eval-c02-s000004-weight)"
+    )
     # the end of the run: the evaluation table, the best point, the accepted harness's URI, the next commands
     assert "run tiny Succeeded after" in out and "evaluations" in out
     assert re.search(r"eval-c01-s000002-harness\s.*\s2\s.*c01-accepted\s.*\s40\s.*0\.0700 \*", out), out
@@ -230,8 +263,9 @@ def test_run_retry_resumes_a_failed_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("WHALE_WORKLOAD_COMMAND", f"{sys.executable} -m tests.workloads.simulated")
     monkeypatch.setenv("WHALE_SIM", json.dumps({"fail": {"c01-weight": 9}}))
-    manifest = write(tmp_path, {**WHALE, "condition": "rsft_only", "schedule": {"totalSteps": 2},
-                                "retry": {"maxAttempts": 1}})
+    manifest = write(
+        tmp_path, {**WHALE, "condition": "rsft_only", "schedule": {"totalSteps": 2}, "retry": {"maxAttempts": 1}}
+    )
     res = cli.invoke(app, ["run", str(manifest), "--store", "st", "--timeout", "60"])
     assert res.exit_code == 1 and "run tiny Failed after" in res.output
     assert "c01-weight attempt 1 failed: phase c01-weight failed 1 time(s)" in res.output

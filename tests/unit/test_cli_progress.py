@@ -7,7 +7,7 @@ times), so each test replays a short sequence the runner could report and checks
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, UTC
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from rich.console import Console
@@ -41,31 +41,66 @@ STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ")
 
 
 def weight_request(from_step: int = 0, target: int = 4, attempt: int = 1) -> PhaseRequest:
-    return PhaseRequest(run="r", phase="c01-weight", kind=PhaseKind.WEIGHT, attempt=attempt, spec={},
-                        weight=WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=from_step,
-                                               target_step=target, steps_per_epoch=10))
+    return PhaseRequest(
+        run="r",
+        phase="c01-weight",
+        kind=PhaseKind.WEIGHT,
+        attempt=attempt,
+        spec={},
+        weight=WeightPhaseArgs(
+            cycle=1, harness=None, from_checkpoint=None, from_step=from_step, target_step=target, steps_per_epoch=10
+        ),
+    )
 
 
 def harness_request() -> PhaseRequest:
-    return PhaseRequest(run="r", phase="c01-harness", kind=PhaseKind.HARNESS, attempt=1, spec={},
-                        harness=HarnessPhaseArgs(cycle=1, incoming_harness=None, checkpoint=None, step=4,
-                                                 iterations=3, archive="runs/r/archive/c01"))
+    return PhaseRequest(
+        run="r",
+        phase="c01-harness",
+        kind=PhaseKind.HARNESS,
+        attempt=1,
+        spec={},
+        harness=HarnessPhaseArgs(
+            cycle=1, incoming_harness=None, checkpoint=None, step=4, iterations=3, archive="runs/r/archive/c01"
+        ),
+    )
 
 
 def eval_request() -> PhaseRequest:
-    return PhaseRequest(run="r", phase="eval-c00-s000000-start", kind=PhaseKind.EVAL, attempt=1, spec={},
-                        eval=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None))
+    return PhaseRequest(
+        run="r",
+        phase="eval-c00-s000000-start",
+        kind=PhaseKind.EVAL,
+        attempt=1,
+        spec={},
+        eval=EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None),
+    )
 
 
 def step_line(step: int, reward: float, loss: float = 0.5, seconds: float = 10.0) -> dict:
-    return WeightStepMetrics(step=step, epoch=step / 10, reward_mean=reward, acceptance_rate=reward / 2,
-                             kept=int(reward * 8), loss=loss, learning_rate=3e-4, rollouts=16,
-                             seconds_sampling=seconds * 0.8, seconds_training=seconds * 0.2).to_wire()
+    return WeightStepMetrics(
+        step=step,
+        epoch=step / 10,
+        reward_mean=reward,
+        acceptance_rate=reward / 2,
+        kept=int(reward * 8),
+        loss=loss,
+        learning_rate=3e-4,
+        rollouts=16,
+        seconds_sampling=seconds * 0.8,
+        seconds_training=seconds * 0.2,
+    ).to_wire()
 
 
 def status(step: int = 0, **kw) -> WhaleRunStatus:
-    base = {"phase": RunPhase.RUNNING, "cycle": 1, "stage": Stage.WEIGHT, "step": step, "total_steps": 8,
-            "active_phase": "c01-weight"}
+    base = {
+        "phase": RunPhase.RUNNING,
+        "cycle": 1,
+        "stage": Stage.WEIGHT,
+        "step": step,
+        "total_steps": 8,
+        "active_phase": "c01-weight",
+    }
     return WhaleRunStatus(**{**base, **kw})
 
 
@@ -75,7 +110,13 @@ def frame(t: float, st: WhaleRunStatus, child: ChildFrame | None) -> Frame:
 
 def test_durations_read_like_a_clock():
     assert [duration(s) for s in (None, 0, 45.4, 192, 7500, 3 * 86400 + 4 * 3600 + 5)] == [
-        "-", "0s", "45s", "3m12s", "2h05m", "3d04h"]
+        "-",
+        "0s",
+        "45s",
+        "3m12s",
+        "2h05m",
+        "3d04h",
+    ]
 
 
 def test_pace_gives_an_eta_from_the_progress_seen_since_it_was_first_seen():
@@ -88,30 +129,53 @@ def test_pace_gives_an_eta_from_the_progress_seen_since_it_was_first_seen():
 def test_a_weight_step_shows_its_reward_when_sampling_ends_not_after_its_update():
     """The reward of the step just sampled (progress object) is shown before its metrics line exists."""
     req = weight_request()
-    start = ChildFrame(req, started_s=1000.0, progress=PhaseProgress(stage=ProgressStage.SAMPLING, step=1, done=3,
-                                                                       total=16, unit="rollouts"))
-    sampled = ChildFrame(req, 1000.0, progress=PhaseProgress(stage=ProgressStage.TRAINING, step=1, reward_mean=0.5,
-                                                            acceptance_rate=0.25, kept=4, rollouts=16))
-    done = ChildFrame(req, 1000.0, metrics=(step_line(1, 0.5),),
-                      progress=PhaseProgress(stage=ProgressStage.SAMPLING, step=2, done=0, total=16, unit="rollouts"))
-    second = ChildFrame(req, 1000.0, metrics=(step_line(1, 0.5),),
-                        progress=PhaseProgress(stage=ProgressStage.TRAINING, step=2, reward_mean=0.75,
-                                               acceptance_rate=0.5, kept=8, rollouts=16))
-    frames = [frame(0, status(), start), frame(8, status(), sampled), frame(10, status(step=1), done),
-              frame(18, status(step=1, training_reward=0.5), second)]
+    start = ChildFrame(
+        req,
+        started_s=1000.0,
+        progress=PhaseProgress(stage=ProgressStage.SAMPLING, step=1, done=3, total=16, unit="rollouts"),
+    )
+    sampled = ChildFrame(
+        req,
+        1000.0,
+        progress=PhaseProgress(
+            stage=ProgressStage.TRAINING, step=1, reward_mean=0.5, acceptance_rate=0.25, kept=4, rollouts=16
+        ),
+    )
+    done = ChildFrame(
+        req,
+        1000.0,
+        metrics=(step_line(1, 0.5),),
+        progress=PhaseProgress(stage=ProgressStage.SAMPLING, step=2, done=0, total=16, unit="rollouts"),
+    )
+    second = ChildFrame(
+        req,
+        1000.0,
+        metrics=(step_line(1, 0.5),),
+        progress=PhaseProgress(
+            stage=ProgressStage.TRAINING, step=2, reward_mean=0.75, acceptance_rate=0.5, kept=8, rollouts=16
+        ),
+    )
+    frames = [
+        frame(0, status(), start),
+        frame(8, status(), sampled),
+        frame(10, status(step=1), done),
+        frame(18, status(step=1, training_reward=0.5), second),
+    ]
     lines, paces, prev = [], {}, None
     for f in frames:
         paces = update_paces(paces, f)
         lines += events(prev, f, paces)
         prev = f
     assert all(STAMP.match(line) for line in lines)
-    text = [line[len("2025-03-01T12:00:00Z "):] for line in lines]
+    text = [line[len("2025-03-01T12:00:00Z ") :] for line in lines]
     assert text[0] == "run r: Running"
     assert text[1] == "c01-weight started (attempt 1): steps 0 -> 4, harness h0"
     assert text[2] == "c01-weight step 1 sampled: reward 0.500, kept 25% (4/16)"
     assert lines[2].startswith("2025-03-01T12:00:08Z")  # at the end of sampling, 2 s before the update finished
-    assert text[3].startswith("c01-weight step 1 done (1/4): reward 0.500, kept 25% (4/16), loss 0.5000, "
-                              "lr 3.0e-04, 10s/step; phase ETA 30s, run ETA ~1m10s")
+    assert text[3].startswith(
+        "c01-weight step 1 done (1/4): reward 0.500, kept 25% (4/16), loss 0.5000, "
+        "lr 3.0e-04, 10s/step; phase ETA 30s, run ETA ~1m10s"
+    )
     assert text[4] == "c01-weight step 2 sampled: reward 0.750, kept 50% (8/16)"
     # the status still says step 1 (0.5): the display says step 2's reward, the one just sampled
     reward = latest_reward(second, frames[-1].status)
@@ -126,8 +190,13 @@ def test_a_weight_step_shows_its_reward_when_sampling_ends_not_after_its_update(
 
 def test_a_resumed_weight_phase_counts_its_own_steps_and_marks_a_patience_bound():
     req = weight_request(from_step=4, target=8)
-    req = req.model_copy(update={"weight": req.weight.model_copy(update={"stop_rule": {
-        "window_steps": 1, "burn_in_steps": 1, "patience_steps": 1}})})
+    req = req.model_copy(
+        update={
+            "weight": req.weight.model_copy(
+                update={"stop_rule": {"window_steps": 1, "burn_in_steps": 1, "patience_steps": 1}}
+            )
+        }
+    )
     child = ChildFrame(req, 0.0, metrics=(step_line(5, 0.1), step_line(6, 0.2)))
     counts = phase_counts(child)
     assert (counts.done, counts.total, counts.unit, counts.bound) == (2, 4, "steps", True)
@@ -142,16 +211,39 @@ def test_a_harness_phase_says_what_it_does_within_an_iteration():
     req = harness_request()
     st = status(stage=Stage.HARNESS, active_phase="c01-harness", step=4)
     frames = [
-        frame(0, st, ChildFrame(req, 1000.0, progress=PhaseProgress(stage=ProgressStage.SCORING, iteration=1,
-                                                                      candidate="incoming", done=0, total=1,
-                                                                      unit="candidates"))),
-        frame(5, st, ChildFrame(req, 1000.0, metrics=({"iteration": 1, "bestScore": 0.25, "bestCandidate": "incoming",
-                                                       "rollouts": 4},),
-                                progress=PhaseProgress(stage=ProgressStage.PROPOSING, iteration=2))),
-        frame(9, st, ChildFrame(req, 1000.0, metrics=({"iteration": 1, "bestScore": 0.25, "bestCandidate": "incoming",
-                                                       "rollouts": 4},),
-                                progress=PhaseProgress(stage=ProgressStage.SCORING, iteration=2, candidate="c01-i2-p1",
-                                                       done=0, total=3, unit="candidates"))),
+        frame(
+            0,
+            st,
+            ChildFrame(
+                req,
+                1000.0,
+                progress=PhaseProgress(
+                    stage=ProgressStage.SCORING, iteration=1, candidate="incoming", done=0, total=1, unit="candidates"
+                ),
+            ),
+        ),
+        frame(
+            5,
+            st,
+            ChildFrame(
+                req,
+                1000.0,
+                metrics=({"iteration": 1, "bestScore": 0.25, "bestCandidate": "incoming", "rollouts": 4},),
+                progress=PhaseProgress(stage=ProgressStage.PROPOSING, iteration=2),
+            ),
+        ),
+        frame(
+            9,
+            st,
+            ChildFrame(
+                req,
+                1000.0,
+                metrics=({"iteration": 1, "bestScore": 0.25, "bestCandidate": "incoming", "rollouts": 4},),
+                progress=PhaseProgress(
+                    stage=ProgressStage.SCORING, iteration=2, candidate="c01-i2-p1", done=0, total=3, unit="candidates"
+                ),
+            ),
+        ),
     ]
     lines, prev, paces = [], None, {}
     for f in frames:
@@ -170,10 +262,14 @@ def test_a_harness_phase_says_what_it_does_within_an_iteration():
 def test_an_evaluation_shows_items_done_of_total_from_its_start():
     req = eval_request()
     st = status(stage=Stage.EVAL, active_phase=None)
-    first = frame(0, st, ChildFrame(req, 1000.0, progress=PhaseProgress(stage=ProgressStage.EVALUATING, done=0,
-                                                                          total=64, unit="items")))
-    mid = frame(20, st, ChildFrame(req, 1000.0, metrics=({"itemsDone": 32, "itemsTotal": 64},),
-                                   progress=first.child.progress))
+    first = frame(
+        0,
+        st,
+        ChildFrame(req, 1000.0, progress=PhaseProgress(stage=ProgressStage.EVALUATING, done=0, total=64, unit="items")),
+    )
+    mid = frame(
+        20, st, ChildFrame(req, 1000.0, metrics=({"itemsDone": 32, "itemsTotal": 64},), progress=first.child.progress)
+    )
     paces = update_paces(update_paces({}, first), mid)
     lines = events(None, first, paces) + events(first, mid, paces)
     assert lines[-2].endswith("eval-c00-s000000-start: 0/64 items")
@@ -184,21 +280,34 @@ def test_an_evaluation_shows_items_done_of_total_from_its_start():
 
 
 def test_run_level_events_phases_done_evaluations_failures_and_the_end_last():
-    before = status(step=4, completed_phases=[], evals=[EvalPoint(phase="eval-c01-s000004-weight", cycle=1, step=4,
-                                                                  after="weight")])
+    before = status(
+        step=4, completed_phases=[], evals=[EvalPoint(phase="eval-c01-s000004-weight", cycle=1, step=4, after="weight")]
+    )
     best = BestEval(mean_at_k=0.3125, k=8, phase="eval-c01-s000004-weight", cycle=1, step=4)
-    after = status(step=4, phase=RunPhase.SUCCEEDED, stage=Stage.DONE, completed_phases=["c01-weight"],
-                   checkpoint_step=4, message="schedule complete", best=best,
-                   evals=[EvalPoint(phase="eval-c01-s000004-weight", cycle=1, step=4, after="weight", mean_at_k=0.3125)])
+    after = status(
+        step=4,
+        phase=RunPhase.SUCCEEDED,
+        stage=Stage.DONE,
+        completed_phases=["c01-weight"],
+        checkpoint_step=4,
+        message="schedule complete",
+        best=best,
+        evals=[EvalPoint(phase="eval-c01-s000004-weight", cycle=1, step=4, after="weight", mean_at_k=0.3125)],
+    )
     lines = [line[21:] for line in events(frame(0, before, None), frame(1, after, None))]
-    assert lines == ["c01-weight done: step 4", "eval-c01-s000004-weight done: mean@8 0.3125 (new best)",
-                     "run r: Succeeded (schedule complete)"]
+    assert lines == [
+        "c01-weight done: step 4",
+        "eval-c01-s000004-weight done: mean@8 0.3125 (new best)",
+        "run r: Succeeded (schedule complete)",
+    ]
     # the child's last lines come before its phase's end
     req = eval_request()
     child = ChildFrame(req, 1000.0, progress=PhaseProgress(stage=ProgressStage.EVALUATING, done=0, total=10))
     ended = ChildFrame(req, 1000.0, metrics=({"itemsDone": 10, "itemsTotal": 10},), progress=child.progress)
-    done = status(evals=[EvalPoint(phase=req.phase, cycle=0, step=0, after="start", mean_at_k=0.5)],
-                  best=BestEval(mean_at_k=0.5, k=8, phase=req.phase, cycle=0, step=0))
+    done = status(
+        evals=[EvalPoint(phase=req.phase, cycle=0, step=0, after="start", mean_at_k=0.5)],
+        best=BestEval(mean_at_k=0.5, k=8, phase=req.phase, cycle=0, step=0),
+    )
     waiting = status(evals=[EvalPoint(phase=req.phase, cycle=0, step=0, after="start")])
     lines = [line[21:] for line in events(frame(0, waiting, child), frame(1, done, ended))]
     assert lines == [f"{req.phase}: 10/10 items", f"{req.phase} done: mean@8 0.5000 (new best)"]
@@ -215,20 +324,52 @@ def summary_text(st: WhaleRunStatus, **kw) -> str:
 
 
 def test_the_end_of_a_run_shows_the_evaluations_the_best_point_the_harness_and_what_next():
-    best = BestEval(mean_at_k=0.5, k=4, phase="eval-c01-s000004-harness", cycle=1, step=4,
-                    harness="runs/r/harnesses/c01-accepted.py", rollouts_at=1234)
-    st = status(step=8, phase=RunPhase.SUCCEEDED, stage=Stage.DONE, message="schedule complete", best=best,
-                current_harness="runs/r/harnesses/c01-accepted.py", current_checkpoint="runs/r/checkpoints/step-000008",
-                checkpoint_step=8, rollouts_spent=2048, evals=[
-                    EvalPoint(phase="eval-c00-s000000-start", cycle=0, step=0, after="start", mean_at_k=0.25),
-                    EvalPoint(phase="eval-c01-s000004-harness", cycle=1, step=4, after="harness", rollouts_at=1234,
-                              harness="runs/r/harnesses/c01-accepted.py", mean_at_k=0.5)])
-    text = summary_text(st, uri_for={"runs/r/harnesses/c01-accepted.py": "s3://b/runs/r/harnesses/c01-accepted.py",
-                                     "runs/r/checkpoints/step-000008": "s3://b/runs/r/checkpoints/step-000008"})
+    best = BestEval(
+        mean_at_k=0.5,
+        k=4,
+        phase="eval-c01-s000004-harness",
+        cycle=1,
+        step=4,
+        harness="runs/r/harnesses/c01-accepted.py",
+        rollouts_at=1234,
+    )
+    st = status(
+        step=8,
+        phase=RunPhase.SUCCEEDED,
+        stage=Stage.DONE,
+        message="schedule complete",
+        best=best,
+        current_harness="runs/r/harnesses/c01-accepted.py",
+        current_checkpoint="runs/r/checkpoints/step-000008",
+        checkpoint_step=8,
+        rollouts_spent=2048,
+        evals=[
+            EvalPoint(phase="eval-c00-s000000-start", cycle=0, step=0, after="start", mean_at_k=0.25),
+            EvalPoint(
+                phase="eval-c01-s000004-harness",
+                cycle=1,
+                step=4,
+                after="harness",
+                rollouts_at=1234,
+                harness="runs/r/harnesses/c01-accepted.py",
+                mean_at_k=0.5,
+            ),
+        ],
+    )
+    text = summary_text(
+        st,
+        uri_for={
+            "runs/r/harnesses/c01-accepted.py": "s3://b/runs/r/harnesses/c01-accepted.py",
+            "runs/r/checkpoints/step-000008": "s3://b/runs/r/checkpoints/step-000008",
+        },
+    )
     assert "run r Succeeded after 3m02s: schedule complete" in text
     assert re.search(r"eval-c01-s000004-harness\s.*\s4\s.*c01-accepted\s.*1,234\s.*0\.5000 \*", text), text
     assert re.search(r"eval-c00-s000000-start\s.*\s0\s.*h0\s.*0\.2500", text)
-    assert "best: mean@4 0.5000 at eval-c01-s000004-harness (step 4, harness c01-accepted, 1,234 training rollouts)" in text
+    assert (
+        "best: mean@4 0.5000 at eval-c01-s000004-harness (step 4, harness c01-accepted, 1,234 training rollouts)"
+        in text
+    )
     assert "accepted harness: s3://b/runs/r/harnesses/c01-accepted.py" in text
     assert "checkpoint: s3://b/runs/r/checkpoints/step-000008" in text
     assert "whale status r --store st" in text and "whale report st/runs/r" in text
@@ -237,12 +378,18 @@ def test_the_end_of_a_run_shows_the_evaluations_the_best_point_the_harness_and_w
 def test_next_commands_after_a_failure_and_an_interruption():
     failed = status(phase=RunPhase.FAILED, failures={"c01-harness": 3, "eval-c00-s000000-start": 1})
     assert next_commands("r", failed, "s3://b/x", "whale run r.yaml") == [
-        "whale logs r --store s3://b/x --phase c01-harness", "whale run r.yaml --retry", "whale status r --store s3://b/x"]
+        "whale logs r --store s3://b/x --phase c01-harness",
+        "whale run r.yaml --retry",
+        "whale status r --store s3://b/x",
+    ]
     running = status()
     assert next_commands("r", running, "my store", "whale run r.yaml")[:2] == [
-        "whale run r.yaml", "whale status r --store 'my store'"]
-    text = summary_text(status(phase=RunPhase.FAILED, message="phase c01-weight failed 3 time(s)",
-                               failures={"c01-weight": 3}))
+        "whale run r.yaml",
+        "whale status r --store 'my store'",
+    ]
+    text = summary_text(
+        status(phase=RunPhase.FAILED, message="phase c01-weight failed 3 time(s)", failures={"c01-weight": 3})
+    )
     assert "run r Failed after 3m02s: phase c01-weight failed 3 time(s)" in text
     assert "accepted harness: h0 (the domain's base harness)" in text and "evaluations" not in text
 
@@ -279,7 +426,8 @@ def test_rsft_steps_that_kept_nothing_are_a_warning_in_both_views():
     assert not [line for line in events(frame(0, run, None), frame(1, run, None)) if "warning" in line]
     lines = events(frame(0, run, None), frame(1, empty, None))
     assert [line[21:] for line in lines if "warning" in line] == [
-        "warning: 2 RSFT step(s) kept no trajectory (last: step 3); SFT was skipped there, the weights did not move"]
+        "warning: 2 RSFT step(s) kept no trajectory (last: step 3); SFT was skipped there, the weights did not move"
+    ]
     assert not [line for line in events(frame(1, empty, None), frame(2, empty, None)) if "warning" in line]
     console = Console(width=160, record=True)
     console.print(render(frame(2, empty, None)))

@@ -17,10 +17,14 @@ from typer.testing import CliRunner
 from whale.cli import app
 
 cli = CliRunner()
-BASE = {"domain": "counting", "condition": "whale", "model": {"name": "tiny"},
-        "schedule": {"totalSteps": 4, "weightStepsPerCycle": 2, "harnessIterationsPerCycle": 2},
-        # a proposer that can run (a keyless local endpoint), so only the problems under test are reported
-        "harnessSearch": {"proposer": {"model": "m", "baseUrl": "http://127.0.0.1:8000/v1"}}}
+BASE = {
+    "domain": "counting",
+    "condition": "whale",
+    "model": {"name": "tiny"},
+    "schedule": {"totalSteps": 4, "weightStepsPerCycle": 2, "harnessIterationsPerCycle": 2},
+    # a proposer that can run (a keyless local endpoint), so only the problems under test are reported
+    "harnessSearch": {"proposer": {"model": "m", "baseUrl": "http://127.0.0.1:8000/v1"}},
+}
 
 
 @pytest.fixture(autouse=True)
@@ -34,8 +38,11 @@ def _plugin(counting_domain, monkeypatch, tmp_path):
 def write(tmp_path: Path, namespace: str | None = None, **spec) -> Path:
     meta = {"name": "tiny", **({"namespace": namespace} if namespace else {})}
     path = tmp_path / "tiny.yaml"
-    path.write_text(yaml.safe_dump({"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": meta,
-                                    "spec": {**BASE, **spec}}))
+    path.write_text(
+        yaml.safe_dump(
+            {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": meta, "spec": {**BASE, **spec}}
+        )
+    )
     return path
 
 
@@ -46,8 +53,10 @@ def validate(path: Path, *extra: str):
 def test_a_missing_local_model_folder_is_named_before_anything_runs(tmp_path):
     res = validate(write(tmp_path, model={"name": "./models/tiny"}))
     assert res.exit_code == 1
-    assert f"spec.model.name: ./models/tiny does not exist (relative paths are from the current folder, {tmp_path})" \
+    assert (
+        f"spec.model.name: ./models/tiny does not exist (relative paths are from the current folder, {tmp_path})"
         in res.output
+    )
     # the same check stops `whale run` before it writes anything
     res = cli.invoke(app, ["run", str(tmp_path / "tiny.yaml"), "--store", "st"])
     assert res.exit_code == 1 and "spec.model.name: ./models/tiny does not exist" in res.output
@@ -65,9 +74,13 @@ def test_a_missing_local_model_folder_is_named_before_anything_runs(tmp_path):
 
 def test_model_ids_and_models_only_a_server_loads_are_not_checked_here(tmp_path):
     assert validate(write(tmp_path, model={"name": "Qwen/Qwen3-0.6B"})).exit_code == 0  # a Hugging Face id
-    served = write(tmp_path, condition="mh_only", model={"name": "/models/on/the/server"},
-                   inference={"backend": "openai", "baseUrl": "http://127.0.0.1:9/v1"},
-                   schedule={"mhOnlyIterations": 2})
+    served = write(
+        tmp_path,
+        condition="mh_only",
+        model={"name": "/models/on/the/server"},
+        inference={"backend": "openai", "baseUrl": "http://127.0.0.1:9/v1"},
+        schedule={"mhOnlyIterations": 2},
+    )
     assert validate(served).exit_code == 0, "an OpenAI-compatible server loads it, not this machine"
     res = validate(write(tmp_path, model={"name": "/models/on/the/server"}))
     assert res.exit_code == 1 and "spec.model.name: /models/on/the/server does not exist" in res.output
@@ -78,9 +91,12 @@ def test_the_replay_script_and_the_files_it_names_must_be_there(tmp_path):
     res = validate(write(tmp_path, harnessSearch={"proposer": proposer}))
     assert res.exit_code == 1
     assert "spec.harnessSearch.proposer.script: replay/proposals.json does not exist" in res.output
-    assert validate(write(tmp_path, condition="rsft_only", schedule={"totalSteps": 4},
-                          harnessSearch={"proposer": proposer})).exit_code == 0, \
-        "a run without harness phases never reads it"
+    assert (
+        validate(
+            write(tmp_path, condition="rsft_only", schedule={"totalSteps": 4}, harnessSearch={"proposer": proposer})
+        ).exit_code
+        == 0
+    ), "a run without harness phases never reads it"
     (tmp_path / "replay").mkdir()
     script = tmp_path / "replay" / "proposals.json"
     script.write_text("{not json")
@@ -111,16 +127,24 @@ def test_a_manifest_for_a_cluster_gets_the_local_checks_as_notes(tmp_path):
     res = validate(path)
     assert res.exit_code == 0, res.output
     assert res.output.startswith("ok: WhaleRun tiny")
-    assert "note: not on this machine, so `whale run` would refuse it here: spec.model.name: /opt/whale/models/tiny" \
+    assert (
+        "note: not on this machine, so `whale run` would refuse it here: spec.model.name: /opt/whale/models/tiny"
         in res.output
+    )
     assert validate(path, "--target", "local").exit_code == 1
     res = validate(write(tmp_path, model={"name": "/opt/whale/models/tiny"}), "--target", "cluster")
     assert res.exit_code == 0 and "note: not on this machine" in res.output
 
 
 def test_every_problem_is_listed_at_once(tmp_path):
-    res = validate(write(tmp_path, model={"name": "./nomodel"}, data={"dataDir": "./nodata"},
-                         harnessSearch={"proposer": {"backend": "replay", "script": "noscript.json"}}))
+    res = validate(
+        write(
+            tmp_path,
+            model={"name": "./nomodel"},
+            data={"dataDir": "./nodata"},
+            harnessSearch={"proposer": {"backend": "replay", "script": "noscript.json"}},
+        )
+    )
     assert res.exit_code == 1 and "3 problem(s)" in res.output
     assert "Traceback" not in res.output
 

@@ -29,7 +29,9 @@ def test_schema_is_structural():
     schema = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     for path, node in _walk(schema):
         assert "$ref" not in node and "anyOf" not in node and "title" not in node, path
-        if isinstance(node.get("exclusiveMinimum"), (int, float)) and not isinstance(node.get("exclusiveMinimum"), bool):
+        if isinstance(node.get("exclusiveMinimum"), (int, float)) and not isinstance(
+            node.get("exclusiveMinimum"), bool
+        ):
             raise AssertionError(f"{path}: exclusiveMinimum must be a boolean in OpenAPI v3.0")
 
 
@@ -92,8 +94,11 @@ def test_the_schema_carries_the_names_and_quantities():
     cluster = spec["cluster"]["properties"]
     quantity = cluster["workerResources"]["properties"]["requests"]["additionalProperties"]
     assert quantity["pattern"].startswith("^") and quantity["maxLength"] == 64
-    assert cluster["tolerations"]["items"]["properties"]["effect"]["enum"] == ["NoSchedule", "PreferNoSchedule",
-                                                                                 "NoExecute"]
+    assert cluster["tolerations"]["items"]["properties"]["effect"]["enum"] == [
+        "NoSchedule",
+        "PreferNoSchedule",
+        "NoExecute",
+    ]
     env = spec["harnessSearch"]["properties"]["proposer"]["properties"]["apiKeySecret"]["properties"]["env"]
     assert "LD_" in env["not"]["pattern"] and env["x-kubernetes-validations"]
     threshold = spec["rsft"]["properties"]["scoreThreshold"]

@@ -11,10 +11,15 @@ from whale.spec import WhaleRunSpec, WhaleRunStatus
 
 RUN = "empty"
 SIZES = {"weight": 256 * 10, "harness": 4, "test": 10}
-SPEC = WhaleRunSpec.model_validate({
-    "domain": "synthetic", "condition": "whale", "model": {"name": "tiny"},
-    "schedule": {"totalSteps": 6, "weightStepsPerCycle": 3}, "evaluation": {"atStart": False, "intervalSteps": 1000},
-})
+SPEC = WhaleRunSpec.model_validate(
+    {
+        "domain": "synthetic",
+        "condition": "whale",
+        "model": {"name": "tiny"},
+        "schedule": {"totalSteps": 6, "weightStepsPerCycle": 3},
+        "evaluation": {"atStart": False, "intervalSteps": 1000},
+    }
+)
 
 
 def line(step: int, kept: int) -> dict:
@@ -39,19 +44,31 @@ def test_the_running_phase_counts_its_empty_steps_from_its_metrics() -> None:
 
 def test_finished_phases_count_from_their_result_and_add_to_the_running_one() -> None:
     status = decide(SPEC, WhaleRunStatus(), observe()).status
-    result = {"finalStep": 3, "checkpoint": layout.checkpoint_prefix(RUN, 3), "rollouts": 12,
-              "emptySteps": [1, 3]}
+    result = {"finalStep": 3, "checkpoint": layout.checkpoint_prefix(RUN, 3), "rollouts": 12, "emptySteps": [1, 3]}
     done = decide(SPEC, status, observe(results={"c01-weight": result}, checkpoints=frozenset({3}))).status
     assert (done.empty_steps, done.empty_steps_completed, done.last_empty_step) == (2, 2, 3)
     assert done.active_phase == "c01-harness"
-    harness = {"acceptedHarness": "runs/empty/harnesses/a.py", "acceptedCandidate": "i1", "acceptedScore": 0.1,
-               "iterations": 6, "rollouts": 24}
+    harness = {
+        "acceptedHarness": "runs/empty/harnesses/a.py",
+        "acceptedCandidate": "i1",
+        "acceptedScore": 0.1,
+        "iterations": 6,
+        "rollouts": 24,
+    }
     results = {"c01-weight": result, "c01-harness": harness}
     second = decide(SPEC, done, observe(results=results, checkpoints=frozenset({3}))).status
     assert second.active_phase == "c02-weight"
     metrics = {"c02-weight": [line(4, 2), line(5, 0)]}
-    running = decide(SPEC, second, observe(results=results, checkpoints=frozenset({3}), metrics=metrics,
-                                           children={"c02-weight": Child(ChildState.RUNNING)})).status
+    running = decide(
+        SPEC,
+        second,
+        observe(
+            results=results,
+            checkpoints=frozenset({3}),
+            metrics=metrics,
+            children={"c02-weight": Child(ChildState.RUNNING)},
+        ),
+    ).status
     assert (running.empty_steps, running.empty_steps_completed, running.last_empty_step) == (3, 2, 5)
 
 

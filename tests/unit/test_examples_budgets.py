@@ -66,13 +66,18 @@ def test_plan_gives_the_papers_budgets(path):
         assert plan["harnessIterationsPerPhase"] == 6  # I: the incoming evaluation + 5 proposer iterations
         ends = [min(paper["E"] * k, paper["T"]) for k in range(1, paper["cycles"] + 1)]
         assert [p["toStep"] for p in weights] == ends and ends[-1] == paper["T"]
-        assert plan["counts"] == {"weight": paper["cycles"], "harness": paper["cycles"] - 1,
-                                  "eval": plan["counts"]["eval"]}
+        assert plan["counts"] == {
+            "weight": paper["cycles"],
+            "harness": paper["cycles"] - 1,
+            "eval": plan["counts"]["eval"],
+        }
     else:
         assert condition == "adaptive"
         n = paper["adaptive"]
-        assert plan["adaptive"] == {"weight": {"windowSteps": n, "burnInSteps": n, "patienceSteps": n},
-                                    "harness": {"minIterations": 6, "patience": 2, "maxIterations": 15}}
+        assert plan["adaptive"] == {
+            "weight": {"windowSteps": n, "burnInSteps": n, "patienceSteps": n},
+            "harness": {"minIterations": 6, "patience": 2, "maxIterations": 15},
+        }
         assert "weightStepsPerCycle" not in plan
 
 

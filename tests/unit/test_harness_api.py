@@ -23,7 +23,9 @@ class Tagged(BaseHarness):
 
 def test_start_builds_system_and_user_messages_tolerating_missing_fields() -> None:
     decision = Tagged().start({"question": "2+2?"}, {})
-    assert decision == Decision(messages=[{"role": "system", "content": "sys"}, {"role": "user", "content": "Q: 2+2? ({missing})"}])
+    assert decision == Decision(
+        messages=[{"role": "system", "content": "sys"}, {"role": "user", "content": "Q: 2+2? ({missing})"}]
+    )
 
 
 def test_parse_reads_action_then_retries_once_then_gives_up() -> None:
@@ -38,13 +40,20 @@ def test_parse_reads_action_then_retries_once_then_gives_up() -> None:
 
 def test_native_tool_calls_become_tool_actions_and_results_tool_messages() -> None:
     harness = BaseHarness()
-    reply = {"content": "", "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "search", "arguments": '{"q": "x"}'}},
-                                           {"id": "c2", "type": "function", "function": {"name": "search", "arguments": "not json"}}]}
+    reply = {
+        "content": "",
+        "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "search", "arguments": '{"q": "x"}'}},
+            {"id": "c2", "type": "function", "function": {"name": "search", "arguments": "not json"}},
+        ],
+    }
     actions = harness.parse(reply, {})["actions"]
     assert actions == [tool_action("search", {"q": "x"}, "c1"), tool_action("search", {"_raw": "not json"}, "c2")]
-    results: list[dict[str, Any]] = [{"kind": "tool", "name": "search", "id": "c1", "content": "doc", "error": None},
-               {"kind": "tool", "name": "search", "id": "c2", "content": "", "error": "bad args"},
-               {"kind": "env", "observation": {"prompt": "next"}, "done": False}]
+    results: list[dict[str, Any]] = [
+        {"kind": "tool", "name": "search", "id": "c1", "content": "doc", "error": None},
+        {"kind": "tool", "name": "search", "id": "c2", "content": "", "error": "bad args"},
+        {"kind": "env", "observation": {"prompt": "next"}, "done": False},
+    ]
     messages = harness.observe(results, {})["messages"]
     assert messages == [
         {"role": "tool", "content": "doc", "name": "search", "tool_call_id": "c1"},
@@ -80,10 +89,15 @@ def test_check_decision_normalises() -> None:
 
 def test_episode_round_trip_and_views() -> None:
     episode = Episode(
-        episode_id="p1#0", item_id="p1", messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
-        steps=[{"type": "action", "action": {"kind": "tool", "name": "s", "arguments": {}, "id": None}, "result": {}},
-               {"type": "action", "action": {"kind": "env", "action": "a"}, "result": {}}],
-        reward=1.0, turns=1,
+        episode_id="p1#0",
+        item_id="p1",
+        messages=[{"role": "user", "content": "q"}, {"role": "assistant", "content": "a"}],
+        steps=[
+            {"type": "action", "action": {"kind": "tool", "name": "s", "arguments": {}, "id": None}, "result": {}},
+            {"type": "action", "action": {"kind": "env", "action": "a"}, "result": {}},
+        ],
+        reward=1.0,
+        turns=1,
     )
     again = Episode.from_dict(json.loads(episode.to_json()))
     assert again == episode

@@ -33,16 +33,19 @@ def imported_modules(path: Path) -> set[str]:
 @pytest.mark.parametrize("name", ["api.py", "worker.py"])
 def test_staged_module_imports_only_the_standard_library(name: str) -> None:
     modules = imported_modules(HARNESS / name)
-    outside = sorted(m for m in modules if m not in STAGED and m.split(".")[0] not in sys.stdlib_module_names
-                     and m != "__future__")
+    outside = sorted(
+        m for m in modules if m not in STAGED and m.split(".")[0] not in sys.stdlib_module_names and m != "__future__"
+    )
     assert outside == [], f"{name} imports {outside}: the harness process has only the standard library"
     assert "whale.harness.api" in modules or name == "api.py"
 
 
 def test_the_check_sees_a_third_party_import(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
-    bad.write_text("import json\n\ndef f():\n    import pydantic\n    from whale.domain import Domain\n"
-                   "    from whale.harness import sandbox\n")
+    bad.write_text(
+        "import json\n\ndef f():\n    import pydantic\n    from whale.domain import Domain\n"
+        "    from whale.harness import sandbox\n"
+    )
     modules = imported_modules(bad)
     assert {"pydantic", "whale.domain", "whale.harness.sandbox"} <= modules
     assert [m for m in modules if m not in STAGED and m.split(".")[0] not in sys.stdlib_module_names] != []

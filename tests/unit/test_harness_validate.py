@@ -84,7 +84,9 @@ def test_good_harness_passes() -> None:
     ],
 )
 def test_rule_fires(snippet: str, rule: str, line: int) -> None:
-    violations = check_source(snippet + "\n" + GOOD, CHESS_ALLOWED | {"string"} if "string" in snippet else CHESS_ALLOWED)
+    violations = check_source(
+        snippet + "\n" + GOOD, CHESS_ALLOWED | {"string"} if "string" in snippet else CHESS_ALLOWED
+    )
     assert any(v.rule == rule and v.line == line for v in violations), violations
 
 
@@ -118,7 +120,9 @@ def test_every_h0_and_fixture_harness_passes() -> None:
 
 
 def test_missing_class() -> None:
-    violations = check_source("from whale.harness.api import BaseHarness\nclass Other(BaseHarness):\n    pass\n", CHESS_ALLOWED)
+    violations = check_source(
+        "from whale.harness.api import BaseHarness\nclass Other(BaseHarness):\n    pass\n", CHESS_ALLOWED
+    )
     assert [v.rule for v in violations] == ["missing-class"]
 
 
@@ -165,7 +169,11 @@ def test_prompt_only_accepts_prompt_changes_and_docstrings() -> None:
     ("old", "new", "line"),
     [
         ("MAX_TURNS = 9", "MAX_TURNS = 12", 11),
-        ("return env_action(match.group(1)) if match else None", "return env_action(match.group(1).lower()) if match else None", 13),
+        (
+            "return env_action(match.group(1)) if match else None",
+            "return env_action(match.group(1).lower()) if match else None",
+            13,
+        ),
         ('SYSTEM_PROMPT = "Play."', "SYSTEM_PROMPT = 'P' + 'lay.'", 9),
     ],
 )

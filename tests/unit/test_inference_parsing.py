@@ -23,21 +23,38 @@ def test_sampling_params_reject_bad_values() -> None:
 async def test_request_body_carries_sampling_n_tools_and_top_k() -> None:
     client = OpenAIClient("http://127.0.0.1:9/v1", model="m")
     tools = [{"type": "function", "function": {"name": "search"}}]
-    body = client.request_body([{"role": "user", "content": "q"}], SamplingParams(0.7, 0.9, 20, 64, seed=3, stop=("</a>",)), 4, tools)
-    assert body == {"model": "m", "messages": [{"role": "user", "content": "q"}], "n": 4, "temperature": 0.7, "top_p": 0.9,
-                    "max_tokens": 64, "top_k": 20, "seed": 3, "stop": ["</a>"], "tools": tools}
+    body = client.request_body(
+        [{"role": "user", "content": "q"}], SamplingParams(0.7, 0.9, 20, 64, seed=3, stop=("</a>",)), 4, tools
+    )
+    assert body == {
+        "model": "m",
+        "messages": [{"role": "user", "content": "q"}],
+        "n": 4,
+        "temperature": 0.7,
+        "top_p": 0.9,
+        "max_tokens": 64,
+        "top_k": 20,
+        "seed": 3,
+        "stop": ["</a>"],
+        "tools": tools,
+    }
     assert "top_k" not in client.request_body([], SamplingParams(top_k=-1), 1, None)
     await client.aclose()
 
 
 def test_parse_response_orders_choices_and_splits_usage() -> None:
-    body = {"choices": [
-        {"index": 1, "message": {"content": "b"}, "finish_reason": "length"},
-        {"index": 0, "message": {"content": None, "tool_calls": [{"id": "x"}]}, "finish_reason": "tool_calls"},
-    ], "usage": {"prompt_tokens": 11, "completion_tokens": 7}}
+    body = {
+        "choices": [
+            {"index": 1, "message": {"content": "b"}, "finish_reason": "length"},
+            {"index": 0, "message": {"content": None, "tool_calls": [{"id": "x"}]}, "finish_reason": "tool_calls"},
+        ],
+        "usage": {"prompt_tokens": 11, "completion_tokens": 7},
+    }
     result = parse_response(body, 0.5)
-    assert [c.message for c in result.completions] == [{"role": "assistant", "content": "", "tool_calls": [{"id": "x"}]},
-                                                       {"role": "assistant", "content": "b"}]
+    assert [c.message for c in result.completions] == [
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "x"}]},
+        {"role": "assistant", "content": "b"},
+    ]
     assert (result.prompt_tokens, result.completion_tokens) == (11, 7)
     assert [c.completion_tokens for c in result.completions] == [4, 3]
 
@@ -53,12 +70,29 @@ def test_parse_hermes_tool_calls() -> None:
     assert len(calls) == 1 and calls[0]["function"] == {"name": "search", "arguments": '{"query": "whale"}'}
 
 
-GUESS_TOOLS = [{"type": "function", "function": {"name": "guess", "parameters": {"type": "object", "properties": {
-    "n": {"type": "integer"}, "p": {"type": "number"}, "sure": {"type": "boolean"}, "tags": {"type": "array"},
-    "note": {"type": "string"}}}}}]
-CODER_CALL = ("I will guess.\n<tool_call>\n<function=guess>\n<parameter=n>\n7\n</parameter>\n<parameter=p>\n0.5\n"
-              "</parameter>\n<parameter=sure>\nTrue\n</parameter>\n<parameter=tags>\n[\"a\", \"b\"]\n</parameter>\n"
-              "<parameter=note>\n  two\nlines\n</parameter>\n</function>\n</tool_call>")
+GUESS_TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "guess",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "n": {"type": "integer"},
+                    "p": {"type": "number"},
+                    "sure": {"type": "boolean"},
+                    "tags": {"type": "array"},
+                    "note": {"type": "string"},
+                },
+            },
+        },
+    }
+]
+CODER_CALL = (
+    "I will guess.\n<tool_call>\n<function=guess>\n<parameter=n>\n7\n</parameter>\n<parameter=p>\n0.5\n"
+    '</parameter>\n<parameter=sure>\nTrue\n</parameter>\n<parameter=tags>\n["a", "b"]\n</parameter>\n'
+    "<parameter=note>\n  two\nlines\n</parameter>\n</function>\n</tool_call>"
+)
 
 
 def test_parse_qwen3_coder_tool_calls_typed_by_the_tool_schema() -> None:
@@ -66,28 +100,41 @@ def test_parse_qwen3_coder_tool_calls_typed_by_the_tool_schema() -> None:
     assert message["content"] == "I will guess."
     [call] = message["tool_calls"]
     assert call["function"]["name"] == "guess"
-    assert json.loads(call["function"]["arguments"]) == {"n": 7, "p": 0.5, "sure": True, "tags": ["a", "b"],
-                                                         "note": "  two\nlines"}
+    assert json.loads(call["function"]["arguments"]) == {
+        "n": 7,
+        "p": 0.5,
+        "sure": True,
+        "tags": ["a", "b"],
+        "note": "  two\nlines",
+    }
     # without schemas every value stays text (as vLLM does); auto reads the block the same way
     untyped = parse_tool_calls(CODER_CALL)
     assert json.loads(untyped[0]["function"]["arguments"])["n"] == "7"
 
 
 def test_qwen3_coder_several_calls_and_a_missing_close_tag() -> None:
-    text = ("<tool_call>\n<function=a>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>"
-            "<tool_call>\n<function=b>\n</function>\n</tool_call>"
-            "<tool_call>\n<function=c>\n<parameter=y>\nz\n</tool_call>")
+    text = (
+        "<tool_call>\n<function=a>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>"
+        "<tool_call>\n<function=b>\n</function>\n</tool_call>"
+        "<tool_call>\n<function=c>\n<parameter=y>\nz\n</tool_call>"
+    )
     calls = [c["function"] for c in parse_tool_calls(text, "qwen3_coder")]
-    assert calls == [{"name": "a", "arguments": '{"x": "1"}'}, {"name": "b", "arguments": "{}"},
-                     {"name": "c", "arguments": '{"y": "z"}'}]
+    assert calls == [
+        {"name": "a", "arguments": '{"x": "1"}'},
+        {"name": "b", "arguments": "{}"},
+        {"name": "c", "arguments": '{"y": "z"}'},
+    ]
 
 
-@pytest.mark.parametrize("text", [
-    "<tool_call>\n<function=>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>",  # no name
-    "<tool_call>\nnot a call\n</tool_call>",
-    "<tool_call>\n<function=guess>\n<parameter=n>\n7",  # cut off: no </tool_call>
-    "<function=guess>\n<parameter=n>\n7\n</parameter>\n</function>",  # no <tool_call> around it
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<tool_call>\n<function=>\n<parameter=x>\n1\n</parameter>\n</function>\n</tool_call>",  # no name
+        "<tool_call>\nnot a call\n</tool_call>",
+        "<tool_call>\n<function=guess>\n<parameter=n>\n7",  # cut off: no </tool_call>
+        "<function=guess>\n<parameter=n>\n7\n</parameter>\n</function>",  # no <tool_call> around it
+    ],
+)
 def test_malformed_qwen3_coder_replies_stay_plain_text(text: str) -> None:
     for parser in ("auto", "qwen3_coder", "hermes"):
         assert assistant_message(text, parser, GUESS_TOOLS) == {"role": "assistant", "content": text}
@@ -108,8 +155,9 @@ def test_parser_follows_the_chat_template() -> None:
 
 
 def _spec(**inference: object) -> WhaleRunSpec:
-    return WhaleRunSpec.model_validate({"domain": "chess_puzzles", "condition": "mh_only", "model": {"name": "m"},
-                                        "inference": inference})
+    return WhaleRunSpec.model_validate(
+        {"domain": "chess_puzzles", "condition": "mh_only", "model": {"name": "m"}, "inference": inference}
+    )
 
 
 @pytest.mark.parametrize(

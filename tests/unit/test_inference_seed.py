@@ -12,8 +12,13 @@ from whale.spec import Evaluation
 def test_call_seed_is_stable_and_spread() -> None:
     # pinned: a stable hash (not Python's salted hash()), the same in every process and version
     assert call_seed(0, "item-1", 0, 0) == call_seed(0, "item-1", 0, 0) == 1634167258
-    seeds = {call_seed(seed, item, sample, turn)
-             for seed in (0, 1) for item in ("a", "b") for sample in (0, 1, "shared") for turn in (0, 1)}
+    seeds = {
+        call_seed(seed, item, sample, turn)
+        for seed in (0, 1)
+        for item in ("a", "b")
+        for sample in (0, 1, "shared")
+        for turn in (0, 1)
+    }
     assert len(seeds) == 24
     assert all(0 <= s < MAX_CALL_SEED for s in seeds)
     # a signed 32-bit seed field still takes seed + j for every completion j of one call

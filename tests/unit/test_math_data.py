@@ -48,8 +48,10 @@ def test_gsm8k_curriculum_grows_the_pool():
 
 def test_duplicates_and_test_problems_leave_the_pool():
     test = [to_item({"id": "t", "problem": "What is 1+1?", "answer": "2"}, "t")]
-    pool = [to_item({"id": f"p{i}", "problem": p, "answer": "1"}, "p")
-            for i, p in enumerate(["What is  1+1?", "A", "a", "B", "C"])]
+    pool = [
+        to_item({"id": f"p{i}", "problem": p, "answer": "1"}, "p")
+        for i, p in enumerate(["What is  1+1?", "A", "a", "B", "C"])
+    ]
     s = make_splits(test, pool, seed=0, harness_size=1)
     kept = {r["problem"] for r in s["weight"] + s["harness"]}
     assert kept == {"A", "B", "C"}  # "a" repeats "A"; the test problem is dropped

@@ -45,7 +45,10 @@ def test_the_domain_reads_the_spec_option_and_scores_gsm8k_answers() -> None:
     test = domain.load_split("test", Data.model_validate({"mathSet": "gsm8k", "testSize": 5, "harnessSize": 8}))
     assert len(test) == 5 and all(r["id"].startswith("gsm8k_test_") for r in test)
     assert domain.split_sizes(Data.model_validate({"mathSet": "gsm8k", "harnessSize": 8, "weightSize": 40})) == {
-        "weight": 40, "harness": 8, "test": 1319}
+        "weight": 40,
+        "harness": 8,
+        "test": 1319,
+    }
     item = test[0]
     right, wrong = MathEnvironment(item, runner=None), MathEnvironment(item, runner=None)  # type: ignore[arg-type]  # no tool call
     right.step(f"So the answer is \\boxed{{{item['answer']}}}.")

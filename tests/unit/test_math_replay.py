@@ -29,9 +29,17 @@ def raw_row():
 
 
 def tool_call(code: str, call_id: str = "call_1") -> dict:
-    return {"role": "assistant", "content": "",
-            "tool_calls": [{"id": call_id, "type": "function",
-                            "function": {"name": "code_interpreter", "arguments": json.dumps({"code": code})}}]}
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": "code_interpreter", "arguments": json.dumps({"code": code})},
+            }
+        ],
+    }
 
 
 def play(domain, raw, replies):

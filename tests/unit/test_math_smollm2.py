@@ -28,15 +28,20 @@ def test_smollm2_h0_eval_on_aime_items(smollm2, tmp_path, one_torch_thread):
     ]
     traces = tmp_path / "traces.jsonl"
     client = TransformersClient(model, tokenizer, model_name="smollm2-135m")
-    episodes = asyncio.run(run_episodes(domain, domain.h0_path(), client, items,
-                                        SamplingParams(temperature=0.0, max_tokens=32), traces=traces))
+    episodes = asyncio.run(
+        run_episodes(
+            domain, domain.h0_path(), client, items, SamplingParams(temperature=0.0, max_tokens=32), traces=traces
+        )
+    )
     assert [e.item_id for e in episodes] == [i["id"] for i in items]
     for ep in episodes:
         assert ep.error is None, ep.error
         assert ep.reward in (0.0, 1.0)
         assert 1 <= ep.turns <= 2
         assert ep.completion_tokens > 0
-        assert ep.messages[0]["role"] == "user" and "\\boxed{'The final answer goes here.'}" in ep.messages[0]["content"]
+        assert (
+            ep.messages[0]["role"] == "user" and "\\boxed{'The final answer goes here.'}" in ep.messages[0]["content"]
+        )
         assert any(m["role"] == "assistant" for m in ep.messages)
     lines = [json.loads(line) for line in traces.read_text().splitlines()]
     assert sorted(line["item_id"] for line in lines) == sorted(i["id"] for i in items)

@@ -18,8 +18,8 @@ from math_reasoning.verifier import (
     math_verify_score,
     score,
 )
-from whale.spec import Verifier
 from whale.domain import default_data_root
+from whale.spec import Verifier
 
 DATA = default_data_root() / "math_reasoning"
 
@@ -81,9 +81,8 @@ def test_aime_rows_gold_scores_one_and_off_by_one_zero(name):
 def test_math_train_fractions_accept_decimal_equivalents():
     rows = [r for r in _rows("math_train_numeric.jsonl", 400) if r["answer_type"] == "fraction"][:15]
     assert rows
-    from fractions import Fraction
-
     import re
+    from fractions import Fraction
 
     for row in rows:
         m = re.fullmatch(r"(-?)\\[dt]?frac\{(\d+)\}\{(\d+)\}", row["answer"])

@@ -42,8 +42,9 @@ def ep(reward: float, turns: int, tokens: int) -> Episode:
 def test_model_usage_counts_episodes_objects_and_dicts_alike():
     episodes = [ep(1.0, 0, 0), ep(1.0, 2, 40), ep(0.0, 0, 0), ep(0.5, 1, 20)]
     usage = model_usage(episodes)
-    assert usage == ModelUsage(episodes=4, rewarded=3, without_model=2, rewarded_without_model=1,
-                               completion_tokens=60, turns=3)
+    assert usage == ModelUsage(
+        episodes=4, rewarded=3, without_model=2, rewarded_without_model=1, completion_tokens=60, turns=3
+    )
     assert model_usage(e.to_dict() for e in episodes) == usage
     assert usage.mean_completion_tokens == 15.0 and usage.mean_turns == 0.75
     assert usage.rewarded_without_model_share == pytest.approx(1 / 3)
@@ -56,27 +57,37 @@ def test_model_usage_counts_episodes_objects_and_dicts_alike():
 def test_rewarded_episode_without_a_model_call_is_flagged_even_without_a_baseline():
     usage = model_usage([ep(1.0, 0, 0), ep(1.0, 1, 30), ep(0.0, 1, 30)])
     flags = integrity_flags(usage, 2 / 3, baseline=None, baseline_score=None, policy=REJECT)
-    assert flags == (f"[{REWARDED_WITHOUT_MODEL}] 1 of 2 rewarded episodes (50%) never called the model; "
-                     "1 of 3 episodes made no model call",)
+    assert flags == (
+        f"[{REWARDED_WITHOUT_MODEL}] 1 of 2 rewarded episodes (50%) never called the model; "
+        "1 of 3 episodes made no model call",
+    )
     # an episode that skips the model but earns nothing is no evidence of cheating
-    assert integrity_flags(model_usage([ep(0.0, 0, 0), ep(1.0, 1, 5)]), 0.5, baseline=None, baseline_score=None,
-                           policy=REJECT) == ()
+    assert (
+        integrity_flags(
+            model_usage([ep(0.0, 0, 0), ep(1.0, 1, 5)]), 0.5, baseline=None, baseline_score=None, policy=REJECT
+        )
+        == ()
+    )
     assert integrity_flags(usage, 2 / 3, baseline=None, baseline_score=None, policy=OFF) == ()
 
 
-@pytest.mark.parametrize(("score", "tokens", "ratio", "flagged"), [
-    (0.8, 24.0, 0.25, True),    # better, with under a quarter of the incoming's 100 tokens per episode
-    (0.8, 25.0, 0.25, False),   # exactly at the ratio: not below it
-    (0.5, 10.0, 0.25, False),   # no better than the incoming: a cheaper harness is fine
-    (0.4, 10.0, 0.25, False),   # worse
-    (0.8, 40.0, 0.5, True),     # a stricter spec ratio
-    (0.8, 0.0, 0.0, False),     # ratio 0 turns the rule off
-])
+@pytest.mark.parametrize(
+    ("score", "tokens", "ratio", "flagged"),
+    [
+        (0.8, 24.0, 0.25, True),  # better, with under a quarter of the incoming's 100 tokens per episode
+        (0.8, 25.0, 0.25, False),  # exactly at the ratio: not below it
+        (0.5, 10.0, 0.25, False),  # no better than the incoming: a cheaper harness is fine
+        (0.4, 10.0, 0.25, False),  # worse
+        (0.8, 40.0, 0.5, True),  # a stricter spec ratio
+        (0.8, 0.0, 0.0, False),  # ratio 0 turns the rule off
+    ],
+)
 def test_better_score_on_a_fraction_of_the_tokens_is_flagged(score, tokens, ratio, flagged):
     baseline = ModelUsage(episodes=10, rewarded=5, completion_tokens=1000, turns=10)
     usage = ModelUsage(episodes=10, rewarded=8, completion_tokens=int(tokens * 10), turns=10)
-    flags = integrity_flags(usage, score, baseline=baseline, baseline_score=0.5,
-                            policy=IntegrityPolicy(min_token_ratio=ratio))
+    flags = integrity_flags(
+        usage, score, baseline=baseline, baseline_score=0.5, policy=IntegrityPolicy(min_token_ratio=ratio)
+    )
     assert bool(flags) is flagged
     if flagged:
         assert flags[0].startswith(f"[{SCORE_UP_TOKENS_DOWN}] score 0.8000 > incoming 0.5000")
@@ -116,14 +127,22 @@ def test_summary_and_markdown_show_the_flags_to_the_proposer():
     assert data["best"] == INCOMING_ID and data["flagged"] == ["i02-c2"] and data["flagged_refused"] is True
     assert data["candidates"][1]["integrity_flags"] == ["[rewarded-without-model] 8 of 8"]
     md = summary_markdown(cands, refuse_flagged=True)
-    assert "| i02-c2 | scored | 1.0000 | 0.00 |  | 0 | REFUSED (reward without the model): [rewarded-without-model]" in md
+    assert (
+        "| i02-c2 | scored | 1.0000 | 0.00 |  | 0 | REFUSED (reward without the model): [rewarded-without-model]" in md
+    )
     assert "Flagged for reward integrity: i02-c2" in md and "never accepted" in md
     assert "flagged (reward without the model)" in summary_markdown(cands)
 
 
 def test_candidate_round_trip_keeps_usage_and_flags():
-    c = Candidate(id="i02-c1", iteration=2, status=Status.SCORED, score=1.0, usage=ModelUsage(4, 4, 4, 4, 0, 0),
-                  integrity_flags=("[a] b", "[c] d"))
+    c = Candidate(
+        id="i02-c1",
+        iteration=2,
+        status=Status.SCORED,
+        score=1.0,
+        usage=ModelUsage(4, 4, 4, 4, 0, 0),
+        integrity_flags=("[a] b", "[c] d"),
+    )
     data = c.to_dict()
     assert data["usage"]["without_model"] == 4 and data["usage"]["mean_completion_tokens"] == 0.0
     assert data["integrity_flags"] == ["[a] b", "[c] d"]
@@ -136,21 +155,31 @@ def test_candidate_round_trip_keeps_usage_and_flags():
 def test_status_entries_from_a_phase_result_are_bounded_accepted_first():
     flags = [IntegrityFlag(candidate=f"i{i:02d}-c1", reasons=[f"[r] {i}"]) for i in range(2, 40)]
     flags.append(IntegrityFlag(candidate="i40-c1", reasons=["[r] last"], accepted=True))
-    result = HarnessPhaseResult(accepted_harness="h", accepted_candidate="i40-c1", accepted_score=1.0,
-                                iterations=40, rollouts=1, integrity_flags=flags)
+    result = HarnessPhaseResult(
+        accepted_harness="h",
+        accepted_candidate="i40-c1",
+        accepted_score=1.0,
+        iterations=40,
+        rollouts=1,
+        integrity_flags=flags,
+    )
     entries = integrity_status("c01-harness", result)
     assert len(entries) == MAX_STATUS_FLAGS_PER_PHASE
     assert entries[0] == {"phase": "c01-harness", "candidate": "i40-c1", "accepted": True, "reasons": ["[r] last"]}
     status = WhaleRunStatus.model_validate({"integrity_flags": entries})
-    assert status.integrity_flags[0].accepted and WhaleRunStatus.model_validate(
-        status.model_dump(mode="json", by_alias=True)) == status
+    assert (
+        status.integrity_flags[0].accepted
+        and WhaleRunStatus.model_validate(status.model_dump(mode="json", by_alias=True)) == status
+    )
     assert HarnessPhaseResult.model_validate(result.to_wire()) == result
 
 
 def test_spec_policy_defaults_and_errors():
     hs = HarnessSearch()
     assert hs.integrity.action == "reject" and hs.integrity.min_token_ratio == 0.25
-    assert HarnessSearch.model_validate({"integrity": {"action": "flag", "minTokenRatio": 0.1}}).integrity.action == "flag"
+    assert (
+        HarnessSearch.model_validate({"integrity": {"action": "flag", "minTokenRatio": 0.1}}).integrity.action == "flag"
+    )
     with pytest.raises(pydantic.ValidationError, match="integrity.action"):
         HarnessSearch.model_validate({"integrity": {"action": "ignore"}})
     with pytest.raises(pydantic.ValidationError, match="minTokenRatio"):

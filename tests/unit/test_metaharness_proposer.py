@@ -35,7 +35,9 @@ def test_reads_are_confined_to_the_archive(ws):
 def test_reads_and_greps_are_bounded(ws):
     out = ws.call("read_file", {"path": "candidates/i01-incoming/traces.jsonl"})
     assert "read again with offset=20000" in out and len(out) < READ_LIMIT_CHARS + 200
-    assert ws.call("read_file", {"path": "candidates/i01-incoming/traces.jsonl", "offset": READ_LIMIT_CHARS}) == "x" * 10
+    assert (
+        ws.call("read_file", {"path": "candidates/i01-incoming/traces.jsonl", "offset": READ_LIMIT_CHARS}) == "x" * 10
+    )
     assert f"[stopped at {GREP_LIMIT} matches]" in ws.call("grep", {"pattern": "hit"})
     assert ws.call("grep", {"pattern": "("}).startswith("error:")
     assert "summary.md" in ws.call("list_files", {})
@@ -67,27 +69,48 @@ def test_collect_candidates_caps_and_orders(tmp_path):
 
 
 def test_render_command_fills_fields_and_names_unknown_ones():
-    argv = render_command(["agent", "--dir", "{archive}", "write {n} files into {scratch}"],
-                          {"archive": "/a", "n": "3", "scratch": "/s"})
+    argv = render_command(
+        ["agent", "--dir", "{archive}", "write {n} files into {scratch}"], {"archive": "/a", "n": "3", "scratch": "/s"}
+    )
     assert argv == ["agent", "--dir", "/a", "write 3 files into /s"]
     with pytest.raises(ProposerError, match=r"unknown field 'model'"):
         render_command(["{model}"], {})
 
 
 def test_task_prompt_states_the_rules(tmp_path):
-    req = ProposalRequest(iteration=3, count=2, archive_dir=tmp_path, scratch_dir=tmp_path, skill="SKILL TEXT",
-                          incoming_code="class Harness: pass", incoming_id="i01-incoming", prompt_only=True,
-                          allowed_imports=("re",), timeout_s=1, max_turns=1, max_tokens=1)
+    req = ProposalRequest(
+        iteration=3,
+        count=2,
+        archive_dir=tmp_path,
+        scratch_dir=tmp_path,
+        skill="SKILL TEXT",
+        incoming_code="class Harness: pass",
+        incoming_id="i01-incoming",
+        prompt_only=True,
+        allowed_imports=("re",),
+        timeout_s=1,
+        max_turns=1,
+        max_tokens=1,
+    )
     text = task_prompt(req)
     assert "iteration 3" in text and "exactly 2" in text and "PROMPT-ONLY" in text and "SKILL TEXT" in text
 
 
 def test_from_spec_backends_and_key_errors(tmp_path):
     with pytest.raises(ProposerError, match="WHALE_PROPOSER_API_KEY"):
-        from_spec(ProposerSpec(backend="openai", base_url="http://x/v1", model="m",
-                               api_key_secret={"name": "s", "key": "k"}), environ={})
-    p = from_spec(ProposerSpec(backend="openai", base_url="http://x/v1", model="m",
-                               api_key_secret={"name": "s", "key": "k", "env": "MY_KEY"}), environ={"MY_KEY": "v"})
+        from_spec(
+            ProposerSpec(backend="openai", base_url="http://x/v1", model="m", api_key_secret={"name": "s", "key": "k"}),
+            environ={},
+        )
+    p = from_spec(
+        ProposerSpec(
+            backend="openai",
+            base_url="http://x/v1",
+            model="m",
+            api_key_secret={"name": "s", "key": "k", "env": "MY_KEY"},
+        ),
+        environ={"MY_KEY": "v"},
+    )
     assert p.backend == "openai" and p.client._http.headers["Authorization"] == "Bearer v"
     with pytest.raises(ProposerError, match="baseUrl"):
         from_spec(ProposerSpec(backend="openai"), environ={})
@@ -136,14 +159,23 @@ def test_anthropic_tools_and_conversation_speak_the_messages_format(tmp_path):
     from whale.metaharness.proposer.workspace import TOOL_SPECS
 
     tools = anthropic_tools(TOOL_SPECS)
-    assert tools[1] == {"name": "read_file", "description": TOOL_SPECS[1]["function"]["description"],
-                        "input_schema": TOOL_SPECS[1]["function"]["parameters"]}
+    assert tools[1] == {
+        "name": "read_file",
+        "description": TOOL_SPECS[1]["function"]["description"],
+        "input_schema": TOOL_SPECS[1]["function"]["parameters"],
+    }
     client = AnthropicClient("https://api.anthropic.com/v1/", "claude-x", "sk-test")
     assert client.base_url == "https://api.anthropic.com"  # the /v1 of an OpenAI-style URL is not doubled
     assert client._http.headers["x-api-key"] == "sk-test" and client._http.headers["anthropic-version"]
     conv = AnthropicConversation(client, "system", "task")
-    conv.messages.append({"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "grep", "input": {}}]})
-    conv.add_tool_results([(ToolCall("t1", "grep", {}), "x" * 500), ])
+    conv.messages.append(
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "t1", "name": "grep", "input": {}}]}
+    )
+    conv.add_tool_results(
+        [
+            (ToolCall("t1", "grep", {}), "x" * 500),
+        ]
+    )
     conv.add_user("nudge")  # joins the user turn: roles alternate
     assert [m["role"] for m in conv.messages] == ["user", "assistant", "user"]
     assert conv.messages[-1]["content"][0] == {"type": "tool_result", "tool_use_id": "t1", "content": "x" * 500}
@@ -164,9 +196,12 @@ def test_cli_usage_of_a_claude_code_json_result_is_counted_like_the_paper():
     from whale.metaharness.proposer.cli_agent import _usage
 
     report = ProposerReport()
-    _usage('working...\n{"type": "result", "num_turns": 7, "is_error": false, "result": "done", "usage": '
-           '{"input_tokens": 12, "cache_creation_input_tokens": 3000, "cache_read_input_tokens": 90000, '
-           '"output_tokens": 800}}\n', report)
+    _usage(
+        'working...\n{"type": "result", "num_turns": 7, "is_error": false, "result": "done", "usage": '
+        '{"input_tokens": 12, "cache_creation_input_tokens": 3000, "cache_read_input_tokens": 90000, '
+        '"output_tokens": 800}}\n',
+        report,
+    )
     assert (report.tokens, report.generated_tokens, report.read_tokens, report.turns) == (3812, 800, 3012, 7)
     quiet = ProposerReport()
     _usage("no json here {not json}", quiet)
@@ -174,8 +209,9 @@ def test_cli_usage_of_a_claude_code_json_result_is_counted_like_the_paper():
 
 
 def test_render_command_knows_the_budget_fields():
-    argv = render_command(["agent", "--max-turns", "{max_turns}", "--timeout", "{timeout}"],
-                          {"max_turns": "40", "timeout": "2400"})
+    argv = render_command(
+        ["agent", "--max-turns", "{max_turns}", "--timeout", "{timeout}"], {"max_turns": "40", "timeout": "2400"}
+    )
     assert argv == ["agent", "--max-turns", "40", "--timeout", "2400"]
 
 
@@ -185,24 +221,39 @@ def test_render_command_knows_the_budget_fields():
 def _spec(proposer: dict, condition: str = "mh_only"):
     from whale.spec import WhaleRunSpec
 
-    raw = {"domain": "synthetic", "condition": condition, "model": {"name": "m"},
-           "harnessSearch": {"proposer": proposer}}
+    raw = {
+        "domain": "synthetic",
+        "condition": condition,
+        "model": {"name": "m"},
+        "harnessSearch": {"proposer": proposer},
+    }
     if condition == "rsft_only":
         raw["schedule"] = {"totalSteps": 4}
     return WhaleRunSpec.model_validate(raw)
 
 
-@pytest.mark.parametrize(("proposer", "fields"), [
-    ({}, ["model", "baseUrl", "apiKeySecret"]),
-    ({"backend": "openai", "model": "m", "baseUrl": "https://api.openai.com/v1"}, ["apiKeySecret"]),
-    ({"backend": "openai", "model": "m", "baseUrl": "http://127.0.0.1:8000/v1"}, []),  # a local server: no key
-    ({"backend": "openai", "model": "m", "baseUrl": "http://localhost:8000/v1"}, []),
-    ({"backend": "openai", "model": "m", "baseUrl": "http://vllm:8000/v1", "apiKeySecret": {"name": "s", "key": "k"}}, []),
-    ({"backend": "anthropic"}, ["model", "apiKeySecret"]),
-    ({"backend": "anthropic", "model": "claude-opus-4-1", "apiKeySecret": {"name": "s", "key": "k"}}, []),
-    ({"backend": "cli", "command": ["agent"]}, []),
-    ({"backend": "replay", "script": "s.json"}, []),
-])
+@pytest.mark.parametrize(
+    ("proposer", "fields"),
+    [
+        ({}, ["model", "baseUrl", "apiKeySecret"]),
+        ({"backend": "openai", "model": "m", "baseUrl": "https://api.openai.com/v1"}, ["apiKeySecret"]),
+        ({"backend": "openai", "model": "m", "baseUrl": "http://127.0.0.1:8000/v1"}, []),  # a local server: no key
+        ({"backend": "openai", "model": "m", "baseUrl": "http://localhost:8000/v1"}, []),
+        (
+            {
+                "backend": "openai",
+                "model": "m",
+                "baseUrl": "http://vllm:8000/v1",
+                "apiKeySecret": {"name": "s", "key": "k"},
+            },
+            [],
+        ),
+        ({"backend": "anthropic"}, ["model", "apiKeySecret"]),
+        ({"backend": "anthropic", "model": "claude-opus-4-1", "apiKeySecret": {"name": "s", "key": "k"}}, []),
+        ({"backend": "cli", "command": ["agent"]}, []),
+        ({"backend": "replay", "script": "s.json"}, []),
+    ],
+)
 def test_spec_problems_name_each_missing_field(proposer, fields):
     from whale.metaharness.proposer import spec_problems
 
@@ -228,17 +279,33 @@ def test_environment_problems_name_the_unset_key_and_missing_install(tmp_path):
 
 
 def test_from_spec_builds_the_anthropic_and_sandboxed_cli_backends():
-    p = from_spec(ProposerSpec(backend="anthropic", model="claude-opus-4-1",
-                               api_key_secret={"name": "s", "key": "k", "env": "ANTHROPIC_API_KEY"}),
-                  environ={"ANTHROPIC_API_KEY": "sk-ant"})
+    p = from_spec(
+        ProposerSpec(
+            backend="anthropic",
+            model="claude-opus-4-1",
+            api_key_secret={"name": "s", "key": "k", "env": "ANTHROPIC_API_KEY"},
+        ),
+        environ={"ANTHROPIC_API_KEY": "sk-ant"},
+    )
     assert p.backend == "anthropic" and p.client.base_url == "https://api.anthropic.com"
     assert p.client._http.headers["x-api-key"] == "sk-ant"
     with pytest.raises(ProposerError, match="ANTHROPIC_API_KEY"):
-        from_spec(ProposerSpec(backend="anthropic", model="m",
-                               api_key_secret={"name": "s", "key": "k", "env": "ANTHROPIC_API_KEY"}), environ={})
-    cli = from_spec(ProposerSpec(backend="cli", command=["claude"], read_paths=["/opt/claude"], network="none",
-                                 api_key_secret={"name": "s", "key": "k", "env": "ANTHROPIC_API_KEY"}),
-                    environ={"ANTHROPIC_API_KEY": "sk-ant", "OTHER": "x"})
+        from_spec(
+            ProposerSpec(
+                backend="anthropic", model="m", api_key_secret={"name": "s", "key": "k", "env": "ANTHROPIC_API_KEY"}
+            ),
+            environ={},
+        )
+    cli = from_spec(
+        ProposerSpec(
+            backend="cli",
+            command=["claude"],
+            read_paths=["/opt/claude"],
+            network="none",
+            api_key_secret={"name": "s", "key": "k", "env": "ANTHROPIC_API_KEY"},
+        ),
+        environ={"ANTHROPIC_API_KEY": "sk-ant", "OTHER": "x"},
+    )
     assert (cli.read_paths, cli.network, cli.extra_env) == (("/opt/claude",), "none", {"ANTHROPIC_API_KEY": "sk-ant"})
     with pytest.raises(ValueError, match="readPaths|read_paths"):
         ProposerSpec(backend="cli", command=["x"], read_paths=["relative/path"])
@@ -247,8 +314,19 @@ def test_from_spec_builds_the_anthropic_and_sandboxed_cli_backends():
 def test_what_a_cli_agent_hands_back_lands_only_as_plain_candidate_files(tmp_path):
     from whale.metaharness.proposer.cli_agent import _write_back
 
-    _write_back(tmp_path, {"good.py": "x = 1\n", "good.md": "why", "../escape.py": "x", ".hidden.py": "x",
-                           "bad\x00.py": "x", "notes.txt": "x", "big.md": "m" * 100_000, "n.py": 5})
+    _write_back(
+        tmp_path,
+        {
+            "good.py": "x = 1\n",
+            "good.md": "why",
+            "../escape.py": "x",
+            ".hidden.py": "x",
+            "bad\x00.py": "x",
+            "notes.txt": "x",
+            "big.md": "m" * 100_000,
+            "n.py": 5,
+        },
+    )
     assert sorted(p.name for p in (tmp_path / "candidates").iterdir()) == ["big.md", "good.md", "good.py"]
     assert not (tmp_path / "escape.py").exists()
     assert len((tmp_path / "candidates" / "big.md").read_text()) == 8_000  # a rationale's cap

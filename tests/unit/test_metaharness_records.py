@@ -54,8 +54,10 @@ def test_record_round_trip_and_ids():
 
 
 def test_summary_rows_and_markdown():
-    cands = [cand("i02-c1", 2, None, None, status=Status.INVALID, error="harness.py:3: [syntax] bad | worse"),
-             cand(INCOMING_ID, 1, 0.25, 1.0)]
+    cands = [
+        cand("i02-c1", 2, None, None, status=Status.INVALID, error="harness.py:3: [syntax] bad | worse"),
+        cand(INCOMING_ID, 1, 0.25, 1.0),
+    ]
     data = summary(cands)
     assert data["best"] == INCOMING_ID and [r["id"] for r in data["candidates"]] == [INCOMING_ID, "i02-c1"]
     md = summary_markdown(cands)

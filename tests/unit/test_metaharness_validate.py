@@ -3,7 +3,7 @@
 from whale.metaharness.validate import MAX_CANDIDATE_BYTES, candidate_problems
 
 ALLOWED = frozenset({"re", "collections"})
-INCOMING = '''import re
+INCOMING = """import re
 
 from whale.harness.api import BaseHarness, env_action
 
@@ -15,7 +15,7 @@ class Harness(BaseHarness):
 
     def parse_action(self, text, state):
         return env_action(text)
-'''
+"""
 
 
 def problems(code, prompt_only=False):

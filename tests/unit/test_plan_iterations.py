@@ -24,8 +24,15 @@ PER_CANDIDATE = 256
 
 
 def spec_of(condition: str, schedule: dict, evaluation: dict | None = None) -> WhaleRunSpec:
-    return WhaleRunSpec.model_validate({"domain": "synthetic", "condition": condition, "model": {"name": "tiny"},
-                                        "schedule": schedule, "evaluation": evaluation or {}})
+    return WhaleRunSpec.model_validate(
+        {
+            "domain": "synthetic",
+            "condition": condition,
+            "model": {"name": "tiny"},
+            "schedule": schedule,
+            "evaluation": evaluation or {},
+        }
+    )
 
 
 def harness_entries(p: dict) -> list[dict]:
@@ -50,8 +57,11 @@ def test_mh_only_plan_is_n_proposer_iterations_plus_the_incoming(n, domain_run):
 
 def test_mh_only_without_every_accepted_harness_plans_the_end_only():
     p = plan(spec_of("mh_only", {"mhOnlyIterations": 40}, {"everyAcceptedHarness": False}), SIZES)
-    assert [(e["kind"], e.get("after")) for e in p["phases"]] == [("eval", "start"), ("harness", None),
-                                                                 ("eval", "harness")]
+    assert [(e["kind"], e.get("after")) for e in p["phases"]] == [
+        ("eval", "start"),
+        ("harness", None),
+        ("eval", "harness"),
+    ]
     assert "evaluationsUpperBound" not in p
 
 
@@ -63,8 +73,10 @@ def test_whale_i_counts_the_incoming_evaluation():
 
 
 def test_adaptive_plan_bounds_in_the_papers_counts():
-    spec = spec_of("adaptive_whale", {"totalSteps": 420, "adaptive": {"harness": {
-        "minIterations": 6, "patience": 2, "maxIterations": 15}}})
+    spec = spec_of(
+        "adaptive_whale",
+        {"totalSteps": 420, "adaptive": {"harness": {"minIterations": 6, "patience": 2, "maxIterations": 15}}},
+    )
     p = plan(spec, SIZES)
     h = harness_entries(p)[0]
     assert (h["iterations"], h["proposerIterations"], h["minIterations"], h["upperBound"]) == (16, 15, 6, True)
@@ -73,11 +85,15 @@ def test_adaptive_plan_bounds_in_the_papers_counts():
 
 
 def test_the_defaults_are_the_papers():
-    sched = WhaleRunSpec.model_validate({"domain": "synthetic", "condition": "mh_only",
-                                         "model": {"name": "tiny"}}).schedule
+    sched = WhaleRunSpec.model_validate(
+        {"domain": "synthetic", "condition": "mh_only", "model": {"name": "tiny"}}
+    ).schedule
     assert (sched.mh_only_iterations, sched.harness_iterations_per_cycle) == (40, 6)
-    assert (sched.adaptive.harness.min_iterations, sched.adaptive.harness.patience,
-            sched.adaptive.harness.max_iterations) == (6, 2, 15)
+    assert (
+        sched.adaptive.harness.min_iterations,
+        sched.adaptive.harness.patience,
+        sched.adaptive.harness.max_iterations,
+    ) == (6, 2, 15)
 
 
 def test_mh_only_plan_at_the_iteration_bound_stays_small():
@@ -97,12 +113,22 @@ def test_whale_plan_cli_shows_the_counts(tmp_path):
     from whale.cli import app
 
     manifest = tmp_path / "mh.yaml"
-    manifest.write_text(json.dumps({"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun",
-                                    "metadata": {"name": "mh"},
-                                    "spec": {"domain": "synthetic", "condition": "mh_only", "model": {"name": "tiny"},
-                                             "schedule": {"mhOnlyIterations": 3},
-                                             "harnessSearch": {"proposer": {"model": "m",
-                                                                            "baseUrl": "http://127.0.0.1:8000/v1"}}}}))
+    manifest.write_text(
+        json.dumps(
+            {
+                "apiVersion": "whale.dev/v1alpha1",
+                "kind": "WhaleRun",
+                "metadata": {"name": "mh"},
+                "spec": {
+                    "domain": "synthetic",
+                    "condition": "mh_only",
+                    "model": {"name": "tiny"},
+                    "schedule": {"mhOnlyIterations": 3},
+                    "harnessSearch": {"proposer": {"model": "m", "baseUrl": "http://127.0.0.1:8000/v1"}},
+                },
+            }
+        )
+    )
     result = CliRunner().invoke(app, ["plan", str(manifest)], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "4 iterations: the incoming evaluation + 3 proposer" in result.output

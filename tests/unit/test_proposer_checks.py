@@ -24,8 +24,11 @@ def _plugin(counting_domain):
 def write(tmp_path: Path, proposer: dict) -> Path:
     path = tmp_path / "run.yaml"
     spec = {**MH, "harnessSearch": {"proposer": proposer}}
-    path.write_text(yaml.safe_dump({"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun",
-                                    "metadata": {"name": "mh"}, "spec": spec}))
+    path.write_text(
+        yaml.safe_dump(
+            {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": "mh"}, "spec": spec}
+        )
+    )
     return path
 
 
@@ -44,10 +47,15 @@ def test_validate_refuses_an_api_proposer_without_its_model_endpoint_or_key(tmp_
 
 def test_run_refuses_an_unset_key_variable_before_any_phase(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    proposer = {"backend": "anthropic", "model": "claude-opus-4-1",
-                "apiKeySecret": {"name": "p", "key": "k", "env": "ANTHROPIC_API_KEY"}}
+    proposer = {
+        "backend": "anthropic",
+        "model": "claude-opus-4-1",
+        "apiKeySecret": {"name": "p", "key": "k", "env": "ANTHROPIC_API_KEY"},
+    }
     store = tmp_path / "store"
     res = cli.invoke(app, ["run", str(write(tmp_path, proposer)), "--store", str(store)])
     assert res.exit_code == 1
-    assert "spec.harnessSearch.proposer.apiKeySecret.env: environment variable ANTHROPIC_API_KEY is not set" in res.output
+    assert (
+        "spec.harnessSearch.proposer.apiKeySecret.env: environment variable ANTHROPIC_API_KEY is not set" in res.output
+    )
     assert not store.exists() or not any(store.rglob("*.json"))  # nothing was started, nothing written

@@ -56,8 +56,10 @@ def test_search_replay_answers_from_a_raw_row(tmp_path):
         res = cli.invoke(app, ["replay", "search_qa", "--item", str(item), "--", reply])
         assert res.exit_code == 0, res.output
         episode = json.loads(res.output)
-        assert episode["messages"][-1] == {"role": "assistant", "content": reply} or \
-            episode["messages"][-1]["content"] == reply
+        assert (
+            episode["messages"][-1] == {"role": "assistant", "content": reply}
+            or episode["messages"][-1]["content"] == reply
+        )
         rewards[reply] = episode["reward"]
     # normalised exact match: articles are stripped, but a longer name is not the gold answer
     assert rewards == {"<answer>The Shakespeare</answer>": 1.0, "<answer>William Shakespeare</answer>": 0.0}

@@ -39,7 +39,8 @@ def test_mean_at_k_figure_draws_one_line_per_run_on_both_axes(runs):
         # every phase shaded in both timelines
         for axis in ("rollouts", "steps"):
             assert {p.phase for p in run.phases} == {
-                g.split(f"phase-{axis}-{run.label}-", 1)[1] for g in drawn if g.startswith(f"phase-{axis}-{run.label}-")}
+                g.split(f"phase-{axis}-{run.label}-", 1)[1] for g in drawn if g.startswith(f"phase-{axis}-{run.label}-")
+            }
     labels = {ax.get_xlabel() for ax in fig.axes} | {ax.get_ylabel() for ax in fig.axes}
     assert {"training rollouts spent", "global RSFT step", "test mean@8 (%)"} <= labels
 

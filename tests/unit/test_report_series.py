@@ -33,38 +33,78 @@ from whale.spec import BestEval, Condition, EvalPoint, RunPhase, WhaleRunSpec, W
 
 def spec(condition: str = "whale", domain: str = "chess_puzzles", **schedule) -> WhaleRunSpec:
     if not schedule:
-        schedule = ({"totalSteps": 4, "weightStepsPerCycle": 2, "harnessIterationsPerCycle": 2}
-                    if condition == "whale" else {} if condition == "mh_only" else {"totalSteps": 4})
-    return WhaleRunSpec.model_validate({"domain": domain, "condition": condition, "model": {"name": "m"},
-                                        "schedule": schedule})
+        schedule = (
+            {"totalSteps": 4, "weightStepsPerCycle": 2, "harnessIterationsPerCycle": 2}
+            if condition == "whale"
+            else {}
+            if condition == "mh_only"
+            else {"totalSteps": 4}
+        )
+    return WhaleRunSpec.model_validate(
+        {"domain": domain, "condition": condition, "model": {"name": "m"}, "schedule": schedule}
+    )
 
 
 def steps(phase_from: int, n: int, rollouts: int = 10, reward: float = 0.5) -> tuple[WeightStepMetrics, ...]:
-    return tuple(WeightStepMetrics(step=s, epoch=s / 10, reward_mean=reward + s / 100, acceptance_rate=0.25, kept=2,
-                                   loss=1.0 / s, learning_rate=1e-6, rollouts=rollouts, seconds_sampling=1.0,
-                                   seconds_training=2.0, seconds_syncing=0.5)
-                 for s in range(phase_from + 1, phase_from + n + 1))
+    return tuple(
+        WeightStepMetrics(
+            step=s,
+            epoch=s / 10,
+            reward_mean=reward + s / 100,
+            acceptance_rate=0.25,
+            kept=2,
+            loss=1.0 / s,
+            learning_rate=1e-6,
+            rollouts=rollouts,
+            seconds_sampling=1.0,
+            seconds_training=2.0,
+            seconds_syncing=0.5,
+        )
+        for s in range(phase_from + 1, phase_from + n + 1)
+    )
 
 
 def iterations(n: int, rollouts: int = 3) -> tuple[HarnessIterationMetrics, ...]:
-    return tuple(HarnessIterationMetrics(
-        iteration=i, best_score=0.1 * i, best_candidate=f"i{i:02d}-c1", rollouts=rollouts,
-        candidates=[CandidateScore(id=f"i{i:02d}-c1", score=0.1 * i), CandidateScore(id=f"i{i:02d}-c2", error="x")])
-        for i in range(1, n + 1))
+    return tuple(
+        HarnessIterationMetrics(
+            iteration=i,
+            best_score=0.1 * i,
+            best_candidate=f"i{i:02d}-c1",
+            rollouts=rollouts,
+            candidates=[CandidateScore(id=f"i{i:02d}-c1", score=0.1 * i), CandidateScore(id=f"i{i:02d}-c2", error="x")],
+        )
+        for i in range(1, n + 1)
+    )
 
 
 def whale_records(status: WhaleRunStatus | None = None) -> RunRecords:
     """c01-weight (steps 1-2), c01-harness (2 iterations), c02-weight (steps 3-4), as a whale run leaves them."""
     phases = (
         # listed in store order (alphabetical), not run order: the builder must sort them
-        PhaseRecords("c01-harness", PhaseKind.HARNESS, harness_metrics=iterations(2),
-                     result=HarnessPhaseResult(accepted_harness="runs/r/harnesses/c01-accepted.py",
-                                               accepted_candidate="i02-c1", accepted_score=0.2, iterations=2,
-                                               rollouts=6)),
-        PhaseRecords("c01-weight", PhaseKind.WEIGHT, weight_metrics=steps(0, 2),
-                     result=WeightPhaseResult(final_step=2, checkpoint="runs/r/checkpoints/step-000002", rollouts=20)),
-        PhaseRecords("c02-weight", PhaseKind.WEIGHT, weight_metrics=steps(2, 2),
-                     result=WeightPhaseResult(final_step=4, checkpoint="runs/r/checkpoints/step-000004", rollouts=20)),
+        PhaseRecords(
+            "c01-harness",
+            PhaseKind.HARNESS,
+            harness_metrics=iterations(2),
+            result=HarnessPhaseResult(
+                accepted_harness="runs/r/harnesses/c01-accepted.py",
+                accepted_candidate="i02-c1",
+                accepted_score=0.2,
+                iterations=2,
+                rollouts=6,
+            ),
+        ),
+        PhaseRecords(
+            "c01-weight",
+            PhaseKind.WEIGHT,
+            weight_metrics=steps(0, 2),
+            result=WeightPhaseResult(final_step=2, checkpoint="runs/r/checkpoints/step-000002", rollouts=20),
+        ),
+        PhaseRecords(
+            "c02-weight",
+            PhaseKind.WEIGHT,
+            weight_metrics=steps(2, 2),
+            result=WeightPhaseResult(final_step=4, checkpoint="runs/r/checkpoints/step-000004", rollouts=20),
+        ),
     )
     evals = {
         "eval-c00-s000000-start": EvalResult(mean_at_k=0.1, k=8, items=4),
@@ -81,7 +121,10 @@ def test_phase_keys_parse_and_sort_in_run_order():
     assert parse_eval_phase("eval-c02-s000088-weight") == (2, 88, "weight")
     assert parse_eval_phase("c02-weight") is None
     assert sorted(["c02-weight", "c01-harness", "c01-weight"], key=run_order) == [
-        "c01-weight", "c01-harness", "c02-weight"]
+        "c01-weight",
+        "c01-harness",
+        "c02-weight",
+    ]
     with pytest.raises(ValueError, match="cNN-weight"):
         run_order("eval-c00-s000000-start")
 
@@ -91,16 +134,28 @@ def test_series_from_the_store_alone_reconstructs_what_decide_counts():
     assert s.status_source is StatusSource.STORE and s.run_phase is None
     assert [p.phase for p in s.phases] == ["c01-weight", "c01-harness", "c02-weight"]
     assert [(p.rollouts_start, p.rollouts_end, p.step_start, p.step_end) for p in s.phases] == [
-        (0, 20, 0, 2), (20, 26, 2, 2), (26, 46, 2, 4)]
+        (0, 20, 0, 2),
+        (20, 26, 2, 2),
+        (26, 46, 2, 4),
+    ]
     assert [(w.step, w.rollouts) for w in s.weight_steps] == [(1, 10), (2, 20), (3, 36), (4, 46)]
     assert [(h.index, h.iteration, h.rollouts, h.candidate_scores) for h in s.harness_iterations] == [
-        (1, 1, 23, (0.1,)), (2, 2, 26, (0.2,))]
+        (1, 1, 23, (0.1,)),
+        (2, 2, 26, (0.2,)),
+    ]
     assert [(e.phase, e.rollouts, e.mean_at_k) for e in s.evals] == [
-        ("eval-c00-s000000-start", 0, 0.1), ("eval-c01-s000002-weight", 20, 0.2),
-        ("eval-c01-s000002-harness", 26, 0.4), ("eval-c02-s000004-weight", 46, 0.4)]
+        ("eval-c00-s000000-start", 0, 0.1),
+        ("eval-c01-s000002-weight", 20, 0.2),
+        ("eval-c01-s000002-harness", 26, 0.4),
+        ("eval-c02-s000004-weight", 46, 0.4),
+    ]
     # the first highest point wins, as decide() keeps a best only when strictly better
-    assert (s.best.phase, s.best.rollouts, s.best.after, s.best.mean_at_k) == ("eval-c01-s000002-harness", 26,
-                                                                                "harness", 0.4)
+    assert (s.best.phase, s.best.rollouts, s.best.after, s.best.mean_at_k) == (
+        "eval-c01-s000002-harness",
+        26,
+        "harness",
+        0.4,
+    )
     assert s.rollouts_spent == 46 and s.steps == 4
     assert s.weight_hours == pytest.approx(4 * 3.5 / 3600)
     assert s.gpu_hours is None
@@ -109,21 +164,32 @@ def test_series_from_the_store_alone_reconstructs_what_decide_counts():
 
 def test_series_takes_evaluations_and_best_from_the_status_when_there_is_one():
     status = WhaleRunStatus(
-        phase=RunPhase.SUCCEEDED, step=4, total_steps=4, rollouts_spent=46,
+        phase=RunPhase.SUCCEEDED,
+        step=4,
+        total_steps=4,
+        rollouts_spent=46,
         completed_phases=["c01-weight", "c01-harness", "c02-weight"],
-        evals=[EvalPoint(phase="eval-c00-s000000-start", cycle=0, step=0, after="start", mean_at_k=0.1),
-               EvalPoint(phase="eval-c01-s000002-weight", cycle=1, step=2, after="weight", rollouts_at=20,
-                         mean_at_k=0.2),
-               EvalPoint(phase="eval-c02-s000004-weight", cycle=2, step=4, after="weight", rollouts_at=46)],
+        evals=[
+            EvalPoint(phase="eval-c00-s000000-start", cycle=0, step=0, after="start", mean_at_k=0.1),
+            EvalPoint(phase="eval-c01-s000002-weight", cycle=1, step=2, after="weight", rollouts_at=20, mean_at_k=0.2),
+            EvalPoint(phase="eval-c02-s000004-weight", cycle=2, step=4, after="weight", rollouts_at=46),
+        ],
         best=BestEval(mean_at_k=0.2, k=8, phase="eval-c01-s000002-weight", cycle=1, step=2, rollouts_at=20),
     )
     s = build_series(whale_records(status))
     assert s.status_source is StatusSource.STATUS and s.run_phase == "Succeeded"
     # exactly the status' points, an unfinished one included (mean None), whatever the store has beyond them
     assert [(e.phase, e.rollouts, e.mean_at_k) for e in s.evals] == [
-        ("eval-c00-s000000-start", 0, 0.1), ("eval-c01-s000002-weight", 20, 0.2), ("eval-c02-s000004-weight", 46, None)]
-    assert (s.best.phase, s.best.mean_at_k, s.best.rollouts, s.best.after) == ("eval-c01-s000002-weight", 0.2, 20,
-                                                                                "weight")
+        ("eval-c00-s000000-start", 0, 0.1),
+        ("eval-c01-s000002-weight", 20, 0.2),
+        ("eval-c02-s000004-weight", 46, None),
+    ]
+    assert (s.best.phase, s.best.mean_at_k, s.best.rollouts, s.best.after) == (
+        "eval-c01-s000002-weight",
+        0.2,
+        20,
+        "weight",
+    )
     assert s.total_steps == 4 and s.rollouts_spent == 46
 
 
@@ -137,12 +203,25 @@ def test_a_running_phase_counts_the_rollouts_of_its_logged_steps():
 
 def test_mh_only_lays_its_iterations_at_step_zero():
     records = RunRecords(
-        name="m", source="s", spec=spec("mh_only"), status=None,
-        phases=(PhaseRecords("c01-harness", PhaseKind.HARNESS, harness_metrics=iterations(3),
-                             result=HarnessPhaseResult(accepted_harness="h", accepted_candidate="i03-c1",
-                                                       accepted_score=0.3, iterations=3, rollouts=9)),),
-        evals={"eval-c00-s000000-start": EvalResult(mean_at_k=0.0, k=4, items=1),
-               "eval-c01-s000000-harness": EvalResult(mean_at_k=0.5, k=4, items=1)})
+        name="m",
+        source="s",
+        spec=spec("mh_only"),
+        status=None,
+        phases=(
+            PhaseRecords(
+                "c01-harness",
+                PhaseKind.HARNESS,
+                harness_metrics=iterations(3),
+                result=HarnessPhaseResult(
+                    accepted_harness="h", accepted_candidate="i03-c1", accepted_score=0.3, iterations=3, rollouts=9
+                ),
+            ),
+        ),
+        evals={
+            "eval-c00-s000000-start": EvalResult(mean_at_k=0.0, k=4, items=1),
+            "eval-c01-s000000-harness": EvalResult(mean_at_k=0.5, k=4, items=1),
+        },
+    )
     s = build_series(records)
     assert s.weight_steps == () and s.steps == 0 and s.k == 4
     assert [(e.step, e.rollouts) for e in s.evals] == [(0, 0), (0, 9)]
@@ -163,17 +242,29 @@ def test_to_dict_is_camel_case_json_without_nan():
     assert d["best"]["meanAtK"] == 0.4 and d["weightSteps"][0]["keptFraction"] == 0.25
 
 
-@pytest.mark.parametrize(("condition", "domain", "schedule", "expected"), [
-    ("whale", "chess_puzzles", {"totalEpochs": 4, "weightEpochsPerCycle": 0.6, "harnessIterationsPerCycle": 6},
-     ("WHALE (0.6, 6)", "chess", 29.83)),
-    ("whale", "chess_puzzles", {"totalEpochs": 4, "weightEpochsPerCycle": 0.5, "harnessIterationsPerCycle": 6}, None),
-    ("whale", "chess_puzzles", {"totalSteps": 40, "weightStepsPerCycle": 4}, None),
-    ("rsft_only", "math_reasoning", {"totalEpochs": 4}, ("weight-only", "AIME 24+25", 15.42)),
-    ("mh_only", "search_qa", {}, ("harness-only", "search QA avg (7)", 38.29)),
-    ("adaptive_whale", "search_qa", {"totalEpochs": 4}, ("adaptive WHALE", "search QA avg (7)", 52.82)),
-    ("adaptive_whale", "chess_puzzles", {"totalEpochs": 4}, None),  # the paper has no such run
-    ("rsft_only", "synthetic", {"totalSteps": 4}, None),
-])
+@pytest.mark.parametrize(
+    ("condition", "domain", "schedule", "expected"),
+    [
+        (
+            "whale",
+            "chess_puzzles",
+            {"totalEpochs": 4, "weightEpochsPerCycle": 0.6, "harnessIterationsPerCycle": 6},
+            ("WHALE (0.6, 6)", "chess", 29.83),
+        ),
+        (
+            "whale",
+            "chess_puzzles",
+            {"totalEpochs": 4, "weightEpochsPerCycle": 0.5, "harnessIterationsPerCycle": 6},
+            None,
+        ),
+        ("whale", "chess_puzzles", {"totalSteps": 40, "weightStepsPerCycle": 4}, None),
+        ("rsft_only", "math_reasoning", {"totalEpochs": 4}, ("weight-only", "AIME 24+25", 15.42)),
+        ("mh_only", "search_qa", {}, ("harness-only", "search QA avg (7)", 38.29)),
+        ("adaptive_whale", "search_qa", {"totalEpochs": 4}, ("adaptive WHALE", "search QA avg (7)", 52.82)),
+        ("adaptive_whale", "chess_puzzles", {"totalEpochs": 4}, None),  # the paper has no such run
+        ("rsft_only", "synthetic", {"totalSteps": 4}, None),
+    ],
+)
 def test_paper_number_matches_domain_condition_and_schedule(condition, domain, schedule, expected):
     got = paper_number(spec(condition, domain, **schedule))
     assert (None if got is None else (got.method, got.column, got.mean_at_8_percent)) == expected
@@ -184,17 +275,20 @@ def test_table_1_is_the_papers():
     assert TABLE_1[Condition.MH_ONLY]["math_reasoning"] == 0.42
 
 
-@pytest.mark.parametrize(("arg", "store", "run"), [
-    (".whale/store", ".whale/store", None),
-    (".whale/store/", ".whale/store", None),
-    (".whale/store/runs/tiny-synthetic-whale", ".whale/store", "tiny-synthetic-whale"),
-    ("runs/r1/", ".", "r1"),
-    ("/abs/st/runs/r1", "/abs/st", "r1"),
-    ("s3://whale/dev", "s3://whale/dev", None),
-    ("s3://whale/dev/runs/math-whale", "s3://whale/dev", "math-whale"),
-    ("s3://whale/runs/r", "s3://whale", "r"),
-    ("file:///data/st/runs/r", "file:///data/st", "r"),
-])
+@pytest.mark.parametrize(
+    ("arg", "store", "run"),
+    [
+        (".whale/store", ".whale/store", None),
+        (".whale/store/", ".whale/store", None),
+        (".whale/store/runs/tiny-synthetic-whale", ".whale/store", "tiny-synthetic-whale"),
+        ("runs/r1/", ".", "r1"),
+        ("/abs/st/runs/r1", "/abs/st", "r1"),
+        ("s3://whale/dev", "s3://whale/dev", None),
+        ("s3://whale/dev/runs/math-whale", "s3://whale/dev", "math-whale"),
+        ("s3://whale/runs/r", "s3://whale", "r"),
+        ("file:///data/st/runs/r", "file:///data/st", "r"),
+    ],
+)
 def test_parse_source(arg, store, run):
     got = parse_source(arg)
     assert (got.store_uri, got.run) == (store, run)
@@ -227,14 +321,24 @@ def test_final_is_the_last_point_and_best_the_highest_from_the_store():
 def test_final_comes_from_the_status_once_the_run_succeeded():
     final = BestEval(mean_at_k=0.3, k=8, phase="eval-c02-s000004-weight", cycle=2, step=4, rollouts_at=46)
     status = WhaleRunStatus(
-        phase=RunPhase.SUCCEEDED, completed_phases=["c01-weight", "c01-harness", "c02-weight"],
-        evals=[EvalPoint(phase="eval-c00-s000000-start", cycle=0, step=0, after="start", mean_at_k=0.5, k=8),
-               EvalPoint(phase="eval-c02-s000004-weight", cycle=2, step=4, after="weight", rollouts_at=46,
-                         mean_at_k=0.3, k=8)],
-        best=BestEval(mean_at_k=0.5, k=8, phase="eval-c00-s000000-start", cycle=0, step=0), final=final)
+        phase=RunPhase.SUCCEEDED,
+        completed_phases=["c01-weight", "c01-harness", "c02-weight"],
+        evals=[
+            EvalPoint(phase="eval-c00-s000000-start", cycle=0, step=0, after="start", mean_at_k=0.5, k=8),
+            EvalPoint(
+                phase="eval-c02-s000004-weight", cycle=2, step=4, after="weight", rollouts_at=46, mean_at_k=0.3, k=8
+            ),
+        ],
+        best=BestEval(mean_at_k=0.5, k=8, phase="eval-c00-s000000-start", cycle=0, step=0),
+        final=final,
+    )
     s = build_series(whale_records(status))
     assert (s.best.mean_at_k, s.final.mean_at_k, s.final.phase, s.final_is_end) == (
-        0.5, 0.3, "eval-c02-s000004-weight", True)
+        0.5,
+        0.3,
+        "eval-c02-s000004-weight",
+        True,
+    )
     from whale.report.page import summary_row
 
     row = summary_row(s)
@@ -244,12 +348,18 @@ def test_final_comes_from_the_status_once_the_run_succeeded():
 
 def test_a_running_run_shows_its_latest_point_as_such():
     status = WhaleRunStatus(
-        phase=RunPhase.RUNNING, active_phase="c02-weight", completed_phases=["c01-weight", "c01-harness"],
-        evals=[EvalPoint(phase="eval-c00-s000000-start", cycle=0, step=0, after="start", mean_at_k=0.1, k=8),
-               EvalPoint(phase="eval-c01-s000002-weight", cycle=1, step=2, after="weight", rollouts_at=20,
-                         mean_at_k=0.2, k=8),
-               EvalPoint(phase="eval-c02-s000004-weight", cycle=2, step=4, after="weight", rollouts_at=46)],
-        best=BestEval(mean_at_k=0.2, k=8, phase="eval-c01-s000002-weight", cycle=1, step=2, rollouts_at=20))
+        phase=RunPhase.RUNNING,
+        active_phase="c02-weight",
+        completed_phases=["c01-weight", "c01-harness"],
+        evals=[
+            EvalPoint(phase="eval-c00-s000000-start", cycle=0, step=0, after="start", mean_at_k=0.1, k=8),
+            EvalPoint(
+                phase="eval-c01-s000002-weight", cycle=1, step=2, after="weight", rollouts_at=20, mean_at_k=0.2, k=8
+            ),
+            EvalPoint(phase="eval-c02-s000004-weight", cycle=2, step=4, after="weight", rollouts_at=46),
+        ],
+        best=BestEval(mean_at_k=0.2, k=8, phase="eval-c01-s000002-weight", cycle=1, step=2, rollouts_at=20),
+    )
     s = build_series(whale_records(status))
     assert (s.final.phase, s.final_is_end) == ("eval-c01-s000002-weight", False)  # the unfinished one is not it
     from whale.report.page import summary_row
@@ -260,19 +370,34 @@ def test_a_running_run_shows_its_latest_point_as_such():
 def test_mh_only_points_at_every_accepted_harness_from_the_store():
     """mh_only evaluates the harness accepted at iterations 2 and 3: each point lies where its iteration ended."""
     records = RunRecords(
-        name="m", source="s", spec=spec("mh_only"), status=None,
-        phases=(PhaseRecords("c01-harness", PhaseKind.HARNESS, harness_metrics=iterations(3),
-                             result=HarnessPhaseResult(accepted_harness="h", accepted_candidate="i03-c1",
-                                                       accepted_score=0.3, iterations=3, rollouts=9)),),
-        evals={"eval-c00-s000000-start": EvalResult(mean_at_k=0.1, k=8, items=1),
-               "eval-c01-s000000-harness-i0002": EvalResult(mean_at_k=0.5, k=8, items=1),
-               "eval-c01-s000000-harness-i0003": EvalResult(mean_at_k=0.4, k=8, items=1)})
+        name="m",
+        source="s",
+        spec=spec("mh_only"),
+        status=None,
+        phases=(
+            PhaseRecords(
+                "c01-harness",
+                PhaseKind.HARNESS,
+                harness_metrics=iterations(3),
+                result=HarnessPhaseResult(
+                    accepted_harness="h", accepted_candidate="i03-c1", accepted_score=0.3, iterations=3, rollouts=9
+                ),
+            ),
+        ),
+        evals={
+            "eval-c00-s000000-start": EvalResult(mean_at_k=0.1, k=8, items=1),
+            "eval-c01-s000000-harness-i0002": EvalResult(mean_at_k=0.5, k=8, items=1),
+            "eval-c01-s000000-harness-i0003": EvalResult(mean_at_k=0.4, k=8, items=1),
+        },
+    )
     s = build_series(records)
     assert parse_eval_phase("eval-c01-s000000-harness-i0002") == (1, 0, "harness")
     assert eval_iteration("eval-c01-s000000-harness-i0002") == 2 and eval_iteration("eval-c01-s000000-harness") is None
     assert [(e.phase, e.rollouts, e.iteration) for e in s.evals] == [
-        ("eval-c00-s000000-start", 0, None), ("eval-c01-s000000-harness-i0002", 6, 2),
-        ("eval-c01-s000000-harness-i0003", 9, 3)]
+        ("eval-c00-s000000-start", 0, None),
+        ("eval-c01-s000000-harness-i0002", 6, 2),
+        ("eval-c01-s000000-harness-i0003", 9, 3),
+    ]
     assert (s.best.iteration, s.best.mean_at_k, s.final.iteration, s.final.mean_at_k) == (2, 0.5, 3, 0.4)
     from whale.report.page import describe_short, where
 

@@ -26,9 +26,19 @@ def tiny_model(seed: int = 0, **config):
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(seed)
-    return Qwen3ForCausalLM(Qwen3Config(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                        num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                                        max_position_embeddings=1024, **config))
+    return Qwen3ForCausalLM(
+        Qwen3Config(
+            vocab_size=97,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=8,
+            max_position_embeddings=1024,
+            **config,
+        )
+    )
 
 
 def make_examples(lengths=LENGTHS, seed: int = 0) -> list[Example]:
@@ -92,7 +102,8 @@ def test_the_flex_kernel_with_the_block_mask_is_dense_document_attention():
         warnings.simplefilter("ignore")
         out = flex_attention(q, k, v, block_mask=attn.document_block_mask(pos), enable_gqa=True)
     expected = torch.nn.functional.scaled_dot_product_attention(
-        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), attn_mask=dense_document_mask(pos))
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), attn_mask=dense_document_mask(pos)
+    )
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
     # and the trainer's CPU stand-in computes the same
     stand_in = attn._dense_document_attention(q, k, v, attn.document_block_mask(pos), None, True)
@@ -131,8 +142,10 @@ def test_packed_collation_pads_to_the_flex_block_and_the_bucket_ladder():
     assert len(collate_micro(exs, 0, padding="longest", pack=True)["input_ids"][0]) == total
     bucket = collate_micro(exs, 0, padding="bucket", pack=True, per_octave=4, multiple_of=128)
     assert len(bucket["input_ids"][0]) == 1024  # the rung at or above 1008, already a multiple of 128
-    assert len(collate_micro(exs[:2], 0, padding="bucket", pack=True, per_octave=4, multiple_of=128)
-               ["input_ids"][0]) == 256
+    assert (
+        len(collate_micro(exs[:2], 0, padding="bucket", pack=True, per_octave=4, multiple_of=128)["input_ids"][0])
+        == 256
+    )
     cfg = RSFTConfig(precision="fp32", pack_sequences=True)
     batch = collate_tensors(exs, cfg, 0, CPU)
     assert cfg.attention_kernel == "flex" and batch["attention_mask"].shape == (1, 1, 1024, 1024)
@@ -179,8 +192,14 @@ def test_a_packed_trainer_makes_the_update_of_a_padded_one():
     states = []
     for pack in (False, True):
         model = tiny_model()
-        cfg = RSFTConfig(precision="fp32", mini_batch_size=7, micro_batch_size_per_gpu=3, learning_rate=1e-2,
-                         pack_sequences=pack, padding="masked")
+        cfg = RSFTConfig(
+            precision="fp32",
+            mini_batch_size=7,
+            micro_batch_size_per_gpu=3,
+            learning_rate=1e-2,
+            pack_sequences=pack,
+            padding="masked",
+        )
         stats = SFTTrainer(model, cfg, device=CPU, pad_id=0).train(exs, lr=1e-2, seed=3)
         assert stats.updates == 2
         states.append((stats.loss, model.state_dict()))
@@ -200,15 +219,18 @@ def test_the_model_still_generates_as_with_sdpa():
         model = tiny_model().eval()
         prepare_model(model, RSFTConfig(precision="fp32", pack_sequences=pack))
         assert model.config._attn_implementation == (attn.WHALE_FLEX if pack else "sdpa")
-        outputs.append(model.generate(input_ids=prompts, attention_mask=mask, max_new_tokens=6, do_sample=False,
-                                      pad_token_id=0))
+        outputs.append(
+            model.generate(input_ids=prompts, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0)
+        )
     assert torch.equal(outputs[0], outputs[1])
 
 
 def test_attention_choices_fail_closed_with_the_fix():
     with pytest.raises(attn.AttentionConfigError, match="sliding-window"):
-        prepare_model(tiny_model(use_sliding_window=True, sliding_window=16, max_window_layers=0),
-                      RSFTConfig(pack_sequences=True, attention="flex"))
+        prepare_model(
+            tiny_model(use_sliding_window=True, sliding_window=16, max_window_layers=0),
+            RSFTConfig(pack_sequences=True, attention="flex"),
+        )
     import importlib.util
 
     if importlib.util.find_spec("flash_attn") is None:
@@ -248,8 +270,12 @@ def test_the_spec_field_is_strict_and_reaches_the_config():
     cfg = RSFTConfig.from_spec(spec, args)
     assert (cfg.attention, cfg.attention_kernel, cfg.pack_sequences) == ("flex", "flex", True)
     assert RSFTConfig.from_spec(WhaleRunSpec.model_validate(base), args).attention_kernel == "sdpa"
-    doc = {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": "r"},
-           "spec": {**base, "rsft": {"attention": "flex"}}}
+    doc = {
+        "apiVersion": "whale.dev/v1alpha1",
+        "kind": "WhaleRun",
+        "metadata": {"name": "r"},
+        "spec": {**base, "rsft": {"attention": "flex"}},
+    }
     from whale.manifest import ManifestError
 
     with pytest.raises(ManifestError) as info:

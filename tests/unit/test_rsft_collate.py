@@ -50,8 +50,11 @@ def conversation(*turns: tuple[str, str]) -> tuple[dict[str, str], ...]:
 
 
 def test_only_the_assistant_reply_and_its_end_token_carry_loss(tok):
-    msgs = conversation(("system", "Answer inside <answer></answer>."), ("user", "Repeat the digit 7."),
-                        ("assistant", "<answer>7</answer>"))
+    msgs = conversation(
+        ("system", "Answer inside <answer></answer>."),
+        ("user", "Repeat the digit 7."),
+        ("assistant", "<answer>7</answer>"),
+    )
     [ex] = encode_trajectory(tok, Trajectory(0, msgs, 1.0))
     assert labelled_text(tok, ex) == ["<answer>7</answer><|im_end|>"]
     # the newline the template adds after <|im_end|> was never generated: not trained
@@ -63,8 +66,13 @@ def test_only_the_assistant_reply_and_its_end_token_carry_loss(tok):
 
 
 def test_multi_turn_keeps_every_assistant_turn_and_masks_tool_and_user_turns(tok):
-    msgs = conversation(("user", "q1"), ("assistant", "first"), ("tool", "tool says 42"),
-                        ("assistant", "second"), ("user", "trailing user text"))
+    msgs = conversation(
+        ("user", "q1"),
+        ("assistant", "first"),
+        ("tool", "tool says 42"),
+        ("assistant", "second"),
+        ("user", "trailing user text"),
+    )
     [ex] = encode_trajectory(tok, Trajectory(0, msgs, 1.0))
     assert labelled_text(tok, ex) == ["first<|im_end|>", "second<|im_end|>"]
     assert "tool says 42" in tok.decode(list(ex.input_ids)) and "trailing" not in tok.decode(list(ex.input_ids))
@@ -100,11 +108,15 @@ def test_when_the_prompt_is_not_a_prefix_the_turn_is_rebuilt_from_what_was_gener
     original = tok.chat_template
     tok.chat_template = PROMPT_NOT_A_PREFIX
     try:
-        [ex] = encode_trajectory(tok, Trajectory(0, conversation(("user", "q"), ("assistant", "<answer>3</answer>")), 1.0))
+        [ex] = encode_trajectory(
+            tok, Trajectory(0, conversation(("user", "q"), ("assistant", "<answer>3</answer>")), 1.0)
+        )
         assert tok.decode(list(ex.input_ids)).endswith("assistant\nPLAN: <answer>3</answer><|im_end|>")
         assert labelled_text(tok, ex) == ["<answer>3</answer><|im_end|>"]
-        msgs = ({"role": "user", "content": "q"},
-                {"role": "assistant", "content": "x", "tool_calls": [{"function": {"name": "f", "arguments": {}}}]})
+        msgs = (
+            {"role": "user", "content": "q"},
+            {"role": "assistant", "content": "x", "tool_calls": [{"function": {"name": "f", "arguments": {}}}]},
+        )
         with pytest.raises(TemplateMismatchError, match="message 1"):
             encode_trajectory(tok, Trajectory(3, msgs, 1.0))
     finally:

@@ -10,11 +10,15 @@ from whale.spec import WhaleRunSpec
 
 
 def test_from_spec_reads_rsft_and_derives_the_schedule_horizon():
-    spec = WhaleRunSpec.model_validate({
-        "domain": "synthetic", "condition": "rsft_only", "model": {"name": "m", "maxModelLen": 512},
-        "schedule": {"totalEpochs": 2}, "rsft": {"promptsPerStep": 4, "learningRate": 1e-5, "lrScheduler": "cosine",
-                                                 "sampling": {"topK": 5}},
-    })
+    spec = WhaleRunSpec.model_validate(
+        {
+            "domain": "synthetic",
+            "condition": "rsft_only",
+            "model": {"name": "m", "maxModelLen": 512},
+            "schedule": {"totalEpochs": 2},
+            "rsft": {"promptsPerStep": 4, "learningRate": 1e-5, "lrScheduler": "cosine", "sampling": {"topK": 5}},
+        }
+    )
     args = WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=10, steps_per_epoch=30)
     cfg = RSFTConfig.from_spec(spec, args)
     assert (cfg.prompts_per_step, cfg.learning_rate, cfg.lr_scheduler, cfg.top_k) == (4, 1e-5, "cosine", 5)
@@ -22,14 +26,25 @@ def test_from_spec_reads_rsft_and_derives_the_schedule_horizon():
     assert cfg.padding == "auto" and cfg.micro_padding == "longest"
 
 
-@pytest.mark.parametrize(("padding", "compiled", "resolved"), [
-    ("auto", True, "bucket"), ("auto", False, "longest"), ("masked", True, "masked"), ("bucket", False, "bucket"),
-])
+@pytest.mark.parametrize(
+    ("padding", "compiled", "resolved"),
+    [
+        ("auto", True, "bucket"),
+        ("auto", False, "longest"),
+        ("masked", True, "masked"),
+        ("bucket", False, "bucket"),
+    ],
+)
 def test_padding_auto_buckets_only_for_compiled_layers(padding, compiled, resolved):
-    spec = WhaleRunSpec.model_validate({
-        "domain": "synthetic", "condition": "rsft_only", "model": {"name": "m"}, "schedule": {"totalSteps": 1},
-        "rsft": {"padding": padding, "compileLayers": compiled},
-    })
+    spec = WhaleRunSpec.model_validate(
+        {
+            "domain": "synthetic",
+            "condition": "rsft_only",
+            "model": {"name": "m"},
+            "schedule": {"totalSteps": 1},
+            "rsft": {"padding": padding, "compileLayers": compiled},
+        }
+    )
     args = WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=1, steps_per_epoch=1)
     assert RSFTConfig.from_spec(spec, args).micro_padding == resolved
 

@@ -28,8 +28,11 @@ def test_bad_torchrun_env_names_the_variables(env):
 
 
 def test_tree_split_and_refill_keeps_structure_and_tensors():
-    state = {"state": {0: {"exp_avg": torch.ones(2, 3), "step": torch.tensor(4.0)}},
-             "param_groups": [{"lr": 1e-3, "params": [0]}], "blob": b"x"}
+    state = {
+        "state": {0: {"exp_avg": torch.ones(2, 3), "step": torch.tensor(4.0)}},
+        "param_groups": [{"lr": 1e-3, "params": [0]}],
+        "blob": b"x",
+    }
     tensors: list[torch.Tensor] = []
     skeleton = dist._strip(state, tensors)
     assert len(tensors) == 2 and not isinstance(skeleton["state"][0]["exp_avg"], torch.Tensor)
@@ -43,9 +46,17 @@ def test_tree_split_and_refill_keeps_structure_and_tensors():
 
 def test_engine_config_takes_batches_clipping_and_precision_from_the_spec(tmp_path):
     path = tmp_path / "ds.json"
-    path.write_text(json.dumps({"train_micro_batch_size_per_gpu": 99, "gradient_accumulation_steps": 7,
-                                "optimizer": {"type": "Adam"}, "zero_optimization": {"stage": 3},
-                                "bf16": {"enabled": False}}))
+    path.write_text(
+        json.dumps(
+            {
+                "train_micro_batch_size_per_gpu": 99,
+                "gradient_accumulation_steps": 7,
+                "optimizer": {"type": "Adam"},
+                "zero_optimization": {"stage": 3},
+                "bf16": {"enabled": False},
+            }
+        )
+    )
     raw = read_config(path)
     cfg = RSFTConfig(mini_batch_size=64, micro_batch_size_per_gpu=2, max_grad_norm=0.5, mini_batch_scope="global")
     out = engine_config(raw, cfg, world_size=8, bf16=True)
@@ -58,8 +69,12 @@ def test_engine_config_takes_batches_clipping_and_precision_from_the_spec(tmp_pa
     per_rank = engine_config(raw, RSFTConfig(mini_batch_size=64, micro_batch_size_per_gpu=2), 8, True)
     assert (per_rank["gradient_accumulation_steps"], per_rank["train_batch_size"]) == (32, 512)
     # a minibatch that does not divide: accumulation rounds up, never below one
-    assert engine_config(raw, RSFTConfig(mini_batch_size=5, micro_batch_size_per_gpu=2, mini_batch_scope="global"),
-                         4, False)["gradient_accumulation_steps"] == 1
+    assert (
+        engine_config(
+            raw, RSFTConfig(mini_batch_size=5, micro_batch_size_per_gpu=2, mini_batch_scope="global"), 4, False
+        )["gradient_accumulation_steps"]
+        == 1
+    )
 
 
 def test_shipped_deepspeed_configs_are_zero2_and_zero3():

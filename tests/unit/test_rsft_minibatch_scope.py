@@ -17,20 +17,23 @@ from whale.spec import WhaleRunSpec
 EXAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "examples"
 
 
-@pytest.mark.parametrize("sequences,ranks,mini,epochs,scope,expected", [
-    # the paper: ~1024 of 2048 rollouts kept, 8 ranks, 64 per rank -> about 2 updates per RSFT step
-    (1024, 8, 64, 1, "perRank", 2),
-    (1024, 8, 64, 1, "global", 16),     # the same 64 over all ranks: 8x the AdamW steps
-    (2048, 8, 64, 1, "perRank", 4),     # every rollout kept: the upper bound
-    (2048, 4, 64, 1, "perRank", 8),
-    (1025, 8, 64, 1, "perRank", 3),     # one sequence more: a rank holds 129 -> a third update
-    (10, 2, 2, 2, "perRank", 6),        # 2 epochs x ceil(5 / 2)
-    (10, 2, 2, 2, "global", 10),        # 2 epochs x ceil(10 / 2)
-    (10, 1, 2, 1, "perRank", 5),        # one rank: the scopes agree
-    (10, 1, 2, 1, "global", 5),
-    (3, 8, 64, 1, "perRank", 1),        # fewer sequences than ranks: still one update
-    (0, 8, 64, 1, "perRank", 0),        # nothing kept, nothing trained
-])
+@pytest.mark.parametrize(
+    "sequences,ranks,mini,epochs,scope,expected",
+    [
+        # the paper: ~1024 of 2048 rollouts kept, 8 ranks, 64 per rank -> about 2 updates per RSFT step
+        (1024, 8, 64, 1, "perRank", 2),
+        (1024, 8, 64, 1, "global", 16),  # the same 64 over all ranks: 8x the AdamW steps
+        (2048, 8, 64, 1, "perRank", 4),  # every rollout kept: the upper bound
+        (2048, 4, 64, 1, "perRank", 8),
+        (1025, 8, 64, 1, "perRank", 3),  # one sequence more: a rank holds 129 -> a third update
+        (10, 2, 2, 2, "perRank", 6),  # 2 epochs x ceil(5 / 2)
+        (10, 2, 2, 2, "global", 10),  # 2 epochs x ceil(10 / 2)
+        (10, 1, 2, 1, "perRank", 5),  # one rank: the scopes agree
+        (10, 1, 2, 1, "global", 5),
+        (3, 8, 64, 1, "perRank", 1),  # fewer sequences than ranks: still one update
+        (0, 8, 64, 1, "perRank", 0),  # nothing kept, nothing trained
+    ],
+)
 def test_optimizer_updates_formula(sequences, ranks, mini, epochs, scope, expected):
     assert optimizer_updates(sequences, ranks=ranks, mini_batch_size=mini, sft_epochs=epochs, scope=scope) == expected
 
@@ -73,8 +76,9 @@ def test_per_rank_is_global_with_ranks_times_the_minibatch():
 def test_the_trainer_config_reads_the_scope_from_the_spec():
     from whale.protocol import WeightPhaseArgs
 
-    spec = WhaleRunSpec.model_validate({"domain": "synthetic", "condition": "rsft_only", "model": {"name": "m"},
-                                        "schedule": {"totalSteps": 2}})
+    spec = WhaleRunSpec.model_validate(
+        {"domain": "synthetic", "condition": "rsft_only", "model": {"name": "m"}, "schedule": {"totalSteps": 2}}
+    )
     args = WeightPhaseArgs(cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=2, steps_per_epoch=2)
     assert spec.rsft.mini_batch_scope == "perRank" and RSFTConfig.from_spec(spec, args).mini_batch_scope == "perRank"
     glob = spec.model_copy(update={"rsft": spec.rsft.model_copy(update={"mini_batch_scope": "global"})})
@@ -108,7 +112,10 @@ def test_the_paper_manifests_plan_the_papers_optimizer_updates(path):
         return
     ranks, bound, by_kept = PAPER_UPDATES[path.stem.split("-")[0]]
     assert figure == {
-        "miniBatchScope": "perRank", "dataParallelRanks": ranks, "sequencesPerUpdate": ranks * 64,
-        "formula": f"1 x ceil(ceil(kept / {ranks}) / 64)", "upperBound": bound,
+        "miniBatchScope": "perRank",
+        "dataParallelRanks": ranks,
+        "sequencesPerUpdate": ranks * 64,
+        "formula": f"1 x ceil(ceil(kept / {ranks}) / 64)",
+        "upperBound": bound,
         "byKept": [{"kept": k, "updates": u} for k, u in zip((512, 1024, 2048), by_kept, strict=True)],
     }

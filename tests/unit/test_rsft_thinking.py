@@ -44,17 +44,27 @@ def test_the_thinking_of_a_reply_carries_loss_and_the_prompts_think_does_not(tok
 
 
 def test_a_tool_call_chain_is_one_sequence_with_every_turns_thinking_in_context_and_loss(tok):
-    msgs = ({"role": "user", "content": "Solve it."}, reply("first I compute", "call 1"),
-            {"role": "tool", "content": "42"}, reply("the tool says 42", "<answer>42</answer>"))
+    msgs = (
+        {"role": "user", "content": "Solve it."},
+        reply("first I compute", "call 1"),
+        {"role": "tool", "content": "42"},
+        reply("the tool says 42", "<answer>42</answer>"),
+    )
     [ex] = encode_trajectory(tok, Trajectory(0, msgs, 1.0, template_kwargs=THINKING_ON))
-    assert labelled_text(tok, ex) == ["first I compute\n</think>\n\ncall 1<|im_end|>",
-                                      "the tool says 42\n</think>\n\n<answer>42</answer><|im_end|>"]
+    assert labelled_text(tok, ex) == [
+        "first I compute\n</think>\n\ncall 1<|im_end|>",
+        "the tool says 42\n</think>\n\n<answer>42</answer><|im_end|>",
+    ]
     assert "<tool_response>\n42\n</tool_response>" in tok.decode(list(ex.input_ids))
 
 
 def test_after_a_new_user_message_each_turn_trains_on_the_context_it_was_sampled_in(tok):
-    msgs = ({"role": "user", "content": "Move?"}, reply("e4 is best", "<move>e2e4</move>"),
-            {"role": "user", "content": "Opponent played e5. Move?"}, reply("develop the knight", "<move>g1f3</move>"))
+    msgs = (
+        {"role": "user", "content": "Move?"},
+        reply("e4 is best", "<move>e2e4</move>"),
+        {"role": "user", "content": "Opponent played e5. Move?"},
+        reply("develop the knight", "<move>g1f3</move>"),
+    )
     first, second = encode_trajectory(tok, Trajectory(0, msgs, 1.0, template_kwargs=THINKING_ON))
     assert labelled_text(tok, first) == ["e4 is best\n</think>\n\n<move>e2e4</move><|im_end|>"]
     assert labelled_text(tok, second) == ["develop the knight\n</think>\n\n<move>g1f3</move><|im_end|>"]
@@ -76,8 +86,10 @@ def test_reasoning_content_from_a_reasoning_parser_trains_the_same_tokens(tok):
     """With vLLM's reasoning parser on, the thinking comes apart (``reasoning_content``); the template
     puts it back where generation had it, so the training sequence is the same."""
     inline = ({"role": "user", "content": "q"}, reply("think", "<answer>1</answer>"))
-    split = ({"role": "user", "content": "q"},
-             {"role": "assistant", "content": "<answer>1</answer>", "reasoning_content": "think"})
+    split = (
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "<answer>1</answer>", "reasoning_content": "think"},
+    )
     a = encode_trajectory(tok, Trajectory(0, inline, 1.0, template_kwargs=THINKING_ON))
     b = encode_trajectory(tok, Trajectory(0, split, 1.0, template_kwargs=THINKING_ON))
     assert a == b and labelled_text(tok, a[0])[0].startswith("think\n</think>")

@@ -32,18 +32,21 @@ def model(tok):
 def examples(tok, n=6):
     out = []
     for i in range(n):
-        msgs = ({"role": "system", "content": "Answer inside <answer></answer>."},
-                {"role": "user", "content": f"Repeat the digit {i % 10}." + " pad" * i},
-                {"role": "assistant", "content": f"<answer>{i % 10}</answer>"},
-                {"role": "tool", "content": "observation " * (i + 1)},
-                {"role": "assistant", "content": "done" * (1 + i % 3)})
+        msgs = (
+            {"role": "system", "content": "Answer inside <answer></answer>."},
+            {"role": "user", "content": f"Repeat the digit {i % 10}." + " pad" * i},
+            {"role": "assistant", "content": f"<answer>{i % 10}</answer>"},
+            {"role": "tool", "content": "observation " * (i + 1)},
+            {"role": "assistant", "content": "done" * (1 + i % 3)},
+        )
         out += encode_trajectory(tok, Trajectory(i, msgs, 1.0))
     return out
 
 
 def trainer(model, tok, **kw):
-    cfg = RSFTConfig(**{"mini_batch_size": 8, "micro_batch_size_per_gpu": 8, "learning_rate": 1e-3,
-                        "precision": "fp32", **kw})
+    cfg = RSFTConfig(
+        **{"mini_batch_size": 8, "micro_batch_size_per_gpu": 8, "learning_rate": 1e-3, "precision": "fp32", **kw}
+    )
     return SFTTrainer(model, cfg, device=torch.device("cpu"), pad_id=tok.pad_token_id)
 
 
@@ -98,11 +101,16 @@ def test_the_update_is_a_token_mean_whatever_the_micro_batch(tok):
     results = []
     # masked padding is the reference; dropping the mask (right padding, causal attention) or padding
     # to a bucket width must not change the loss or a gradient of the update
-    for micro, pack, padding in [(8, False, "masked"), (1, False, "masked"), (3, True, "masked"),
-                                 (3, False, "longest"), (3, False, "bucket"), (8, False, "bucket")]:
+    for micro, pack, padding in [
+        (8, False, "masked"),
+        (1, False, "masked"),
+        (3, True, "masked"),
+        (3, False, "longest"),
+        (3, False, "bucket"),
+        (8, False, "bucket"),
+    ]:
         m = build_model(len(tok), seed=0)
-        tr = trainer(m, tok, micro_batch_size_per_gpu=micro, pack_sequences=pack, padding=padding,
-                     max_grad_norm=0.0)
+        tr = trainer(m, tok, micro_batch_size_per_gpu=micro, pack_sequences=pack, padding=padding, max_grad_norm=0.0)
         grads = []
         tr.optimizer.step = lambda *a, _m=m, _g=grads, **k: _g.append([p.grad.clone() for p in _m.parameters()])
         stats = tr.train(exs, lr=1e-3, seed=0)

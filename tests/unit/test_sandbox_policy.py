@@ -14,8 +14,8 @@ from whale.sandbox.policy import (
     last_exception,
 )
 
-TRACEBACK_MEM = "Traceback (most recent call last):\n  File \"main.py\", line 1\nMemoryError\n"
-TRACEBACK_VALUE = "Traceback (most recent call last):\n  File \"main.py\", line 3\nValueError: bad input\n"
+TRACEBACK_MEM = 'Traceback (most recent call last):\n  File "main.py", line 1\nMemoryError\n'
+TRACEBACK_VALUE = 'Traceback (most recent call last):\n  File "main.py", line 3\nValueError: bad input\n'
 
 
 @pytest.mark.parametrize(

@@ -25,8 +25,15 @@ MIB = 1 << 20
 
 
 def spec_of(condition: str, schedule: dict[str, Any], evaluation: dict[str, Any] | None = None) -> WhaleRunSpec:
-    return WhaleRunSpec.model_validate({"domain": "synthetic", "condition": condition, "model": {"name": "tiny"},
-                                        "schedule": schedule, "evaluation": evaluation or {}})
+    return WhaleRunSpec.model_validate(
+        {
+            "domain": "synthetic",
+            "condition": condition,
+            "model": {"name": "tiny"},
+            "schedule": schedule,
+            "evaluation": evaluation or {},
+        }
+    )
 
 
 def peak_bytes(fn: Callable[[], Any]) -> tuple[Any, int]:
@@ -41,10 +48,20 @@ def peak_bytes(fn: Callable[[], Any]) -> tuple[Any, int]:
 
 AT_THE_BOUND = {
     "rsft_only": spec_of("rsft_only", {"totalSteps": MAX_STEPS}, {"intervalSteps": DENSEST}),
-    "whale-e1": spec_of("whale", {"totalSteps": MAX_STEPS, "weightStepsPerCycle": 1, "maxCycles": MAX_CYCLES},
-                        {"intervalSteps": DENSEST}),
-    "adaptive": spec_of("adaptive_whale", {"totalSteps": MAX_STEPS, "maxCycles": MAX_CYCLES, "adaptive": {
-        "weight": {"windowSteps": 1, "burnInSteps": 0, "patienceSteps": 1}}}, {"intervalSteps": DENSEST}),
+    "whale-e1": spec_of(
+        "whale",
+        {"totalSteps": MAX_STEPS, "weightStepsPerCycle": 1, "maxCycles": MAX_CYCLES},
+        {"intervalSteps": DENSEST},
+    ),
+    "adaptive": spec_of(
+        "adaptive_whale",
+        {
+            "totalSteps": MAX_STEPS,
+            "maxCycles": MAX_CYCLES,
+            "adaptive": {"weight": {"windowSteps": 1, "burnInSteps": 0, "patienceSteps": 1}},
+        },
+        {"intervalSteps": DENSEST},
+    ),
 }
 
 
@@ -101,10 +118,13 @@ def test_a_short_plan_lists_everything():
     assert "phasesOmitted" not in p and len(p["phases"]) == sum(p["counts"].values())
 
 
-@pytest.mark.parametrize(("evaluation", "field"), [
-    ({"intervalSteps": 1}, "spec.evaluation.intervalSteps"),
-    ({}, "spec.evaluation.intervalEpochs"),  # the default, 0.1 epoch = 1 step here
-])
+@pytest.mark.parametrize(
+    ("evaluation", "field"),
+    [
+        ({"intervalSteps": 1}, "spec.evaluation.intervalSteps"),
+        ({}, "spec.evaluation.intervalEpochs"),  # the default, 0.1 epoch = 1 step here
+    ],
+)
 def test_evaluating_every_step_of_the_largest_budget_is_refused_without_listing_it(evaluation, field):
     spec = spec_of("rsft_only", {"totalSteps": MAX_STEPS}, evaluation)
     (exc, peak) = peak_bytes(lambda: pytest.raises(ScheduleError, resolve, spec, SIZES).value)  # noqa: RUF061 - a call, measured
@@ -131,8 +151,9 @@ def test_decide_at_the_bounds_stays_small():
     assert start.request.weight.save_steps == list(range(DENSEST, MAX_STEPS + 1, DENSEST))
 
     done = frozenset(range(DENSEST, 300 * DENSEST + 1, DENSEST))
-    running = Observations(run="big", split_sizes=SIZES, now="t", checkpoints=done,
-                           children={"c01-weight": Child(ChildState.RUNNING)})
+    running = Observations(
+        run="big", split_sizes=SIZES, now="t", checkpoints=done, children={"c01-weight": Child(ChildState.RUNNING)}
+    )
     later, peak = peak_bytes(lambda: decide(spec, first.status, running))
     assert peak < 8 * MIB, f"decide() peaked at {peak} bytes"
     owed = [e.phase for e in later.status.evals if e.after == "weight"]
@@ -142,16 +163,31 @@ def test_decide_at_the_bounds_stays_small():
 def test_decide_late_in_a_run_of_many_cycles_stays_small():
     """A whale run at its 400th cycle: the status holds 800 main phases and their evaluations."""
     spec = AT_THE_BOUND["whale-e1"]
-    done = [layout.weight_phase_key(c) if k == "w" else layout.harness_phase_key(c)
-            for c in range(1, 401) for k in ("w", "h")]
-    evals = [{"phase": layout.eval_phase_key(c, c, "weight"), "cycle": c, "step": c, "after": "weight",
-              "meanAtK": 0.5} for c in range(1, 401)]
-    status = WhaleRunStatus.model_validate({
-        "phase": "Running", "cycle": 400, "checkpointStep": 400, "completedPhases": done, "evals": evals,
-        "currentCheckpoint": layout.checkpoint_prefix("big", 400), "attempts": {p: 1 for p in done}})
+    done = [
+        layout.weight_phase_key(c) if k == "w" else layout.harness_phase_key(c)
+        for c in range(1, 401)
+        for k in ("w", "h")
+    ]
+    evals = [
+        {"phase": layout.eval_phase_key(c, c, "weight"), "cycle": c, "step": c, "after": "weight", "meanAtK": 0.5}
+        for c in range(1, 401)
+    ]
+    status = WhaleRunStatus.model_validate(
+        {
+            "phase": "Running",
+            "cycle": 400,
+            "checkpointStep": 400,
+            "completedPhases": done,
+            "evals": evals,
+            "currentCheckpoint": layout.checkpoint_prefix("big", 400),
+            "attempts": {p: 1 for p in done},
+        }
+    )
     obs = Observations(run="big", split_sizes=SIZES, now="t", checkpoints=frozenset(range(1, 401)))
     decision, peak = peak_bytes(lambda: decide(spec, status, obs))
     assert peak < 8 * MIB, f"decide() peaked at {peak} bytes"
     (start,) = [a for a in decision.actions if isinstance(a, StartPhase)]
     assert start.phase == "c401-weight" and (start.request.weight.from_step, start.request.weight.target_step) == (
-        400, 401)
+        400,
+        401,
+    )

@@ -9,8 +9,18 @@ import json
 import pytest
 
 import search_qa
-from search_qa.data import (BENCHMARKS, OPTIONAL_BENCHMARKS, DataError, answer_hits, load_splits, make_splits,
-                            missing_benchmarks, resolve_corpus, to_item, train_filter_for)
+from search_qa.data import (
+    BENCHMARKS,
+    OPTIONAL_BENCHMARKS,
+    DataError,
+    answer_hits,
+    load_splits,
+    make_splits,
+    missing_benchmarks,
+    resolve_corpus,
+    to_item,
+    train_filter_for,
+)
 from search_qa.hitrate import sample
 from search_qa.verifier import normalize
 from whale.domain import default_data_root
@@ -88,13 +98,15 @@ def test_test_size_is_per_benchmark_and_seeded():
     b = load_splits(ROOT, seed=1, test_size=5, harness_size=8, weight_size=50)
     assert len(a["test"]) == 30 and len(a["weight"]) == 50 and len(a["harness"]) == 8
     assert [r["id"] for r in a["test"]] != [r["id"] for r in b["test"]]
-    assert [r["id"] for r in a["test"]] == [r["id"] for r in load_splits(ROOT, seed=0, test_size=5,
-                                                                         harness_size=8, weight_size=50)["test"]]
+    assert [r["id"] for r in a["test"]] == [
+        r["id"] for r in load_splits(ROOT, seed=0, test_size=5, harness_size=8, weight_size=50)["test"]
+    ]
 
 
 def test_small_benchmark_is_taken_whole():
-    tests = {"tiny": [to_item({"id": str(i), "question": f"q{i}", "golden_answers": ["a"]}, "f", "tiny")
-                      for i in range(3)]}
+    tests = {
+        "tiny": [to_item({"id": str(i), "question": f"q{i}", "golden_answers": ["a"]}, "f", "tiny") for i in range(3)]
+    }
     train = [to_item({"id": str(i), "question": f"t{i}", "golden_answers": "a"}, "f") for i in range(4)]
     s = make_splits(tests, train, seed=0, harness_size=2)
     assert len(s["test"]) == 3 and len(s["harness"]) == 2 and len(s["weight"]) == 2
@@ -117,8 +129,10 @@ def test_the_seven_benchmarks_and_triviaqa_when_the_data_has_it(tmp_path):
     for f in BENCHMARKS.values():
         if (src / "eval" / f).is_file():
             (root / "search_qa" / "eval" / f).symlink_to(src / "eval" / f)
-    rows = [{"id": f"tq{i}", "question": f"Which trivia question number {i} is this?", "golden_answers": [str(i)]}
-            for i in range(150)]
+    rows = [
+        {"id": f"tq{i}", "question": f"Which trivia question number {i} is this?", "golden_answers": [str(i)]}
+        for i in range(150)
+    ]
     (root / "search_qa" / "eval" / "triviaqa_test.jsonl").write_text("\n".join(map(json.dumps, rows)) + "\n")
     assert missing_benchmarks(root) == ()
     s = load_splits(root, seed=0, train="all", harness_size=8, weight_size=50)

@@ -33,9 +33,13 @@ def raw(name: str, row_id: str | None = None) -> dict:
 
 
 def search_call(args: dict, call_id: str = "call_1") -> dict:
-    return {"role": "assistant", "content": "",
-            "tool_calls": [{"id": call_id, "type": "function",
-                            "function": {"name": "search", "arguments": json.dumps(args)}}]}
+    return {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [
+            {"id": call_id, "type": "function", "function": {"name": "search", "arguments": json.dumps(args)}}
+        ],
+    }
 
 
 def play(domain, row, replies):
@@ -48,10 +52,14 @@ def play(domain, row, replies):
 def test_forced_top1_search_then_answer(domain):
     row = raw("popqa_hipporag1000.jsonl")
     gold = row["golden_answers"][0]
-    ep, client = play(domain, row, [
-        search_call({"query_list": [row["question"], "second query is dropped"], "topk": 5}),
-        f"<answer>{gold}</answer>",
-    ])
+    ep, client = play(
+        domain,
+        row,
+        [
+            search_call({"query_list": [row["question"], "second query is dropped"], "topk": 5}),
+            f"<answer>{gold}</answer>",
+        ],
+    )
     assert ep.reward == 1.0 and ep.turns == 2 and ep.error is None
     first = client.prompts[0]
     assert first[0] == {"role": "system", "content": "Answer factual questions using search when needed."}

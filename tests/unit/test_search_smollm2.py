@@ -28,8 +28,11 @@ def test_smollm2_h0_eval_one_item_per_benchmark(smollm2, bm25_retriever, tmp_pat
     assert len(test) == 6 and "triviaqa" in missing_benchmarks(default_data_root())
     traces = tmp_path / "traces.jsonl"
     client = TransformersClient(model, tokenizer, model_name="smollm2-135m")
-    episodes = asyncio.run(run_episodes(domain, domain.h0_path(), client, test,
-                                        SamplingParams(temperature=0.0, max_tokens=32), traces=traces))
+    episodes = asyncio.run(
+        run_episodes(
+            domain, domain.h0_path(), client, test, SamplingParams(temperature=0.0, max_tokens=32), traces=traces
+        )
+    )
     per = collections.Counter(e.subset for e in episodes)
     assert set(per) == {i["subset"] for i in test}
     for ep in episodes:

@@ -13,8 +13,12 @@ def doc(spec: dict, name: str = "run-1") -> dict:
     return {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": name}, "spec": spec}
 
 
-BASE = {"domain": "counting", "condition": "whale", "model": {"name": "Qwen/Qwen3.5-2B"},
-        "schedule": {"totalEpochs": 4, "weightEpochsPerCycle": 0.6}}
+BASE = {
+    "domain": "counting",
+    "condition": "whale",
+    "model": {"name": "Qwen/Qwen3.5-2B"},
+    "schedule": {"totalEpochs": 4, "weightEpochsPerCycle": 0.6},
+}
 
 
 def problems_of(spec: dict, name: str = "run-1") -> list[str]:
@@ -48,18 +52,37 @@ def test_round_trip_wire_names():
     ("patch", "expected"),
     [
         ({"condition": "bogus"}, "spec.condition: must be one of: 'rsft_only', 'mh_only', 'whale' or 'adaptive_whale'"),
-        ({"schedule": {"totalSteps": -3, "weightStepsPerCycle": 1}}, "spec.schedule.totalSteps: Input should be greater than or equal to 1"),
-        ({"schedule": {"totalSteps": 10, "weightStepsPerCycle": 2, "harnessIterationsPerCycle": 0}},
-         "spec.schedule.harnessIterationsPerCycle: Input should be greater than or equal to 1"),
-        ({"schedule": {"totalSteps": 10, "totalEpochs": 1, "weightStepsPerCycle": 2}}, "give totalEpochs or totalSteps, not both"),
+        (
+            {"schedule": {"totalSteps": -3, "weightStepsPerCycle": 1}},
+            "spec.schedule.totalSteps: Input should be greater than or equal to 1",
+        ),
+        (
+            {"schedule": {"totalSteps": 10, "weightStepsPerCycle": 2, "harnessIterationsPerCycle": 0}},
+            "spec.schedule.harnessIterationsPerCycle: Input should be greater than or equal to 1",
+        ),
+        (
+            {"schedule": {"totalSteps": 10, "totalEpochs": 1, "weightStepsPerCycle": 2}},
+            "give totalEpochs or totalSteps, not both",
+        ),
         ({"condition": "mh_only"}, "mh_only never trains weights"),
         ({"schedule": {"weightStepsPerCycle": 3}}, "needs a weight budget"),
         ({"schedule": {"totalSteps": 10}}, "condition whale needs E"),
         ({"condition": "rsft_only"}, "never apply to rsft_only"),
         ({"rsft": {"promptsPerStep": 0}}, "spec.rsft.promptsPerStep: Input should be greater than or equal to 1"),
-        ({"rsft": {"miniBatchSize": 2, "microBatchSizePerGpu": 4}}, "microBatchSizePerGpu (4) must be <= miniBatchSize (2)"),
-        ({"schedule": {"totalSteps": 9, "weightStepsPerCycle": 3, "adaptive": {"harness": {"minIterations": 9, "maxIterations": 3}}}},
-         "maxIterations (3 proposer iterations, 4 with the incoming evaluation) must allow minIterations (9"),
+        (
+            {"rsft": {"miniBatchSize": 2, "microBatchSizePerGpu": 4}},
+            "microBatchSizePerGpu (4) must be <= miniBatchSize (2)",
+        ),
+        (
+            {
+                "schedule": {
+                    "totalSteps": 9,
+                    "weightStepsPerCycle": 3,
+                    "adaptive": {"harness": {"minIterations": 9, "maxIterations": 3}},
+                }
+            },
+            "maxIterations (3 proposer iterations, 4 with the incoming evaluation) must allow minIterations (9",
+        ),
         ({"rsft": {"promptsPerStepp": 3}}, "spec.rsft.promptsPerStepp: unknown field"),
         ({"harnessSearch": {"proposer": {"backend": "cli"}}}, "backend 'cli' needs `command`"),
     ],
@@ -71,13 +94,22 @@ def test_errors_name_the_field(patch, expected):
 
 
 def test_every_problem_is_listed_and_the_envelope_checked():
-    bad = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "Bad_Name"},
-           "spec": {**BASE, "condition": "nope", "rsft": {"learningRate": -1}}}
+    bad = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "Bad_Name"},
+        "spec": {**BASE, "condition": "nope", "rsft": {"learningRate": -1}},
+    }
     with pytest.raises(ManifestError) as info:
         parse_document(bad, check_domain=False)
     text = "\n".join(info.value.problems)
-    for needle in ("apiVersion: must be whale.dev/v1alpha1", "kind: must be WhaleRun", "metadata.name",
-                   "spec.condition", "spec.rsft.learningRate"):
+    for needle in (
+        "apiVersion: must be whale.dev/v1alpha1",
+        "kind: must be WhaleRun",
+        "metadata.name",
+        "spec.condition",
+        "spec.rsft.learningRate",
+    ):
         assert needle in text
 
 
@@ -91,7 +123,8 @@ def test_validation_error_paths_use_wire_names():
     with pytest.raises(ValidationError) as info:
         WhaleRunSpec.model_validate({**BASE, "evaluation": {"samplesPerItem": 0}})
     assert format_validation_error(info.value) == [
-        "spec.evaluation.samplesPerItem: Input should be greater than or equal to 1"]
+        "spec.evaluation.samplesPerItem: Input should be greater than or equal to 1"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -99,20 +132,28 @@ def test_validation_error_paths_use_wire_names():
     [
         ({"schedule": {"totalSteps": True, "weightStepsPerCycle": 1}}, "spec.schedule.totalSteps: must be an integer"),
         ({"schedule": {"totalSteps": 10.0, "weightStepsPerCycle": 1}}, "spec.schedule.totalSteps: must be an integer"),
-        ({"schedule": {"totalEpochs": float("inf"), "weightEpochsPerCycle": 0.6}},
-         "spec.schedule.totalEpochs: must be a finite number"),
-        ({"schedule": {"totalSteps": 10**6 + 1, "weightStepsPerCycle": 1}},
-         "spec.schedule.totalSteps: Input should be less than or equal to 1000000"),
+        (
+            {"schedule": {"totalEpochs": float("inf"), "weightEpochsPerCycle": 0.6}},
+            "spec.schedule.totalEpochs: must be a finite number",
+        ),
+        (
+            {"schedule": {"totalSteps": 10**6 + 1, "weightStepsPerCycle": 1}},
+            "spec.schedule.totalSteps: Input should be less than or equal to 1000000",
+        ),
         ({"rsft": {"scoreThreshold": 1}}, "spec.rsft.scoreThreshold: Input should be less than 1"),
         ({"rsft": {"scoreThreshold": -0.01}}, "spec.rsft.scoreThreshold: Input should be greater than or equal to 0"),
         ({"rsft": {"scoreThreshold": float("nan")}}, "spec.rsft.scoreThreshold: must be a finite number"),
         ({"rsft": {"sampling": {"temperature": 11}}}, "spec.rsft.sampling.temperature"),
         ({"rsft": {"seed": 2**63}}, "spec.rsft.seed: Input should be less than or equal to 9223372036854775807"),
         ({"suspend": 1}, "spec.suspend: must be true or false (got 1)"),
-        ({"cluster": {"tolerations": [{"operator": "Equal", "value": "x"}]}},
-         "spec.cluster.tolerations[0]: a toleration without a key must have operator Exists"),
-        ({"cluster": {"tolerations": [{"key": "k", "operator": "Exists", "value": "x"}]}},
-         "spec.cluster.tolerations[0]: value must be empty when operator is Exists"),
+        (
+            {"cluster": {"tolerations": [{"operator": "Equal", "value": "x"}]}},
+            "spec.cluster.tolerations[0]: a toleration without a key must have operator Exists",
+        ),
+        (
+            {"cluster": {"tolerations": [{"key": "k", "operator": "Exists", "value": "x"}]}},
+            "spec.cluster.tolerations[0]: value must be empty when operator is Exists",
+        ),
         ({"cluster": {"queueName": "Team A"}}, "spec.cluster.queueName: must be a Kubernetes object name"),
         ({"cluster": {"nodeSelector": {"gpu type": "h200"}}}, "spec.cluster.nodeSelector.gpu type (the key)"),
         ({"model": {"name": ""}}, "spec.model.name: String should have at least 1 character"),
@@ -124,8 +165,14 @@ def test_bounds_and_strict_types_name_the_field(patch, expected):
 
 
 def test_floats_take_integers_and_defaults_are_in_bounds():
-    s = WhaleRunSpec.model_validate({**BASE, "schedule": {"totalEpochs": 4, "weightEpochsPerCycle": 1},
-                                     "evaluation": {"temperature": 1}, "rsft": {"scoreThreshold": 0}})
+    s = WhaleRunSpec.model_validate(
+        {
+            **BASE,
+            "schedule": {"totalEpochs": 4, "weightEpochsPerCycle": 1},
+            "evaluation": {"temperature": 1},
+            "rsft": {"scoreThreshold": 0},
+        }
+    )
     assert s.schedule.total_epochs == 4.0 and s.evaluation.temperature == 1.0 and s.rsft.score_threshold == 0.0
 
 
@@ -145,11 +192,33 @@ def test_plain_variable_names_hold_a_secret(env):
     assert SecretKeyRef(name="s", key="k", env=env).env == env
 
 
-@pytest.mark.parametrize("env", ["LD_PRELOAD", "ld_library_path", "DYLD_INSERT_LIBRARIES", "PYTHONPATH",
-                                 "PYTHONSTARTUP", "PATH", "HOME", "BASH_ENV", "ENV", "http_proxy", "NO_PROXY",
-                                 "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "AWS_SECRET_ACCESS_KEY", "WHALE_RUN",
-                                 "NODE_OPTIONS", "JAVA_TOOL_OPTIONS", "KUBERNETES_SERVICE_HOST",
-                                 "1KEY", "KEY-1", "KEY\n", ""])
+@pytest.mark.parametrize(
+    "env",
+    [
+        "LD_PRELOAD",
+        "ld_library_path",
+        "DYLD_INSERT_LIBRARIES",
+        "PYTHONPATH",
+        "PYTHONSTARTUP",
+        "PATH",
+        "HOME",
+        "BASH_ENV",
+        "ENV",
+        "http_proxy",
+        "NO_PROXY",
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "AWS_SECRET_ACCESS_KEY",
+        "WHALE_RUN",
+        "NODE_OPTIONS",
+        "JAVA_TOOL_OPTIONS",
+        "KUBERNETES_SERVICE_HOST",
+        "1KEY",
+        "KEY-1",
+        "KEY\n",
+        "",
+    ],
+)
 def test_dangerous_or_malformed_variable_names_are_refused(env):
     with pytest.raises(ValidationError):
         SecretKeyRef(name="s", key="k", env=env)

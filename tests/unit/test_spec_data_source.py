@@ -14,12 +14,15 @@ def test_the_sample_files_stay_the_default():
     assert Data().source == "sample" and Data().sources == []
 
 
-@pytest.mark.parametrize("url, why", [
-    ("ftp://mirror.example/lichess.csv.zst", "pattern"),
-    ("file:///etc/passwd", "pattern"),
-    ("https://mirror.example/a b", "pattern"),
-    ("https://mirror.example/" + "x" * 2048, "at most 2048"),
-])
+@pytest.mark.parametrize(
+    "url, why",
+    [
+        ("ftp://mirror.example/lichess.csv.zst", "pattern"),
+        ("file:///etc/passwd", "pattern"),
+        ("https://mirror.example/a b", "pattern"),
+        ("https://mirror.example/" + "x" * 2048, "at most 2048"),
+    ],
+)
 def test_a_source_url_is_http_and_bounded(url, why):
     with pytest.raises(ValidationError, match=why):
         Data(source="full", sources=[{"name": "lichess-puzzles", "url": url}])
@@ -49,8 +52,9 @@ def test_a_pin_applies_to_its_source_and_an_unknown_name_is_refused():
     from whale.data.full import FullDataError, resolve_sources
 
     mirror = "https://mirror.example/puzzles-2026-01.csv.zst"
-    (src,) = resolve_sources(FULL, Data(source="full", sources=[{"name": "lichess-puzzles", "url": mirror,
-                                                                   "sha256": SHA}]))
+    (src,) = resolve_sources(
+        FULL, Data(source="full", sources=[{"name": "lichess-puzzles", "url": mirror, "sha256": SHA}])
+    )
     assert (src.url, src.sha256, src.filename) == (mirror, SHA, LICHESS.filename)
     with pytest.raises(FullDataError, match=r"spec.data.sources\[0\].name: 'dapo' is not a source of chess_puzzles"):
         resolve_sources(FULL, Data(source="full", sources=[{"name": "dapo"}]))
@@ -62,6 +66,7 @@ def test_a_mirror_of_a_pinned_source_must_serve_the_pinned_file():
 
     (default,) = resolve_sources(FULL, Data(source="full"))
     assert default.sha256 == DAPO.sha256 and DAPO.revision in default.url
-    (mirrored,) = resolve_sources(FULL, Data(source="full", sources=[{"name": "dapo-math-17k",
-                                                                       "url": "https://mirror.example/dapo.parquet"}]))
+    (mirrored,) = resolve_sources(
+        FULL, Data(source="full", sources=[{"name": "dapo-math-17k", "url": "https://mirror.example/dapo.parquet"}])
+    )
     assert mirrored.sha256 == DAPO.sha256  # the same file from elsewhere; pin another digest to take another file

@@ -250,8 +250,13 @@ print(child.pid, flush=True)
 
 def test_a_process_that_inherited_the_lock_keeps_the_run_locked_after_its_parent_died(tmp_path: Path) -> None:
     """A workload left behind by a dead runner still holds the lock: no new runner may start beside it."""
-    out = subprocess.run([sys.executable, "-c", HOLD_AND_LEAVE_A_CHILD, str(tmp_path), LOCK],
-                         capture_output=True, text=True, timeout=60, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", HOLD_AND_LEAVE_A_CHILD, str(tmp_path), LOCK],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     leftover = int(out.stdout.strip())
     try:
         with pytest.raises(LeaseHeld, match="is gone, but a process it started") as refused:

@@ -11,8 +11,9 @@ from whale.spec import WhaleRunSpec
 
 
 def clamp(sampling, generated=0, prompt=100, first=None, max_model_len=None):
-    return call_max_tokens(sampling, generated=generated, prompt_tokens=prompt, first_prompt=first,
-                           max_model_len=max_model_len)
+    return call_max_tokens(
+        sampling, generated=generated, prompt_tokens=prompt, first_prompt=first, max_model_len=max_model_len
+    )
 
 
 def test_the_least_limit_wins_and_is_named():
@@ -40,9 +41,15 @@ def test_a_chess_episode_can_no_longer_ask_for_nine_times_the_window():
 
 
 def test_sampling_from_the_spec_carries_the_episode_budget():
-    spec = WhaleRunSpec.model_validate({
-        "domain": "synthetic", "condition": "rsft_only", "model": {"name": "m"}, "schedule": {"totalSteps": 1},
-        "rsft": {"sampling": {"maxResponseTokens": 8129, "episodeTokenBudget": 8129, "episodeWindowTokens": 16384}}})
+    spec = WhaleRunSpec.model_validate(
+        {
+            "domain": "synthetic",
+            "condition": "rsft_only",
+            "model": {"name": "m"},
+            "schedule": {"totalSteps": 1},
+            "rsft": {"sampling": {"maxResponseTokens": 8129, "episodeTokenBudget": 8129, "episodeWindowTokens": 16384}},
+        }
+    )
     from whale.inference.factory import sampling_for
 
     s = sampling_for(spec)
@@ -55,19 +62,26 @@ def test_sampling_from_the_spec_carries_the_episode_budget():
         SamplingParams(episode_tokens=0)
 
 
-@pytest.mark.parametrize("content", [
-    "plain words and numbers 123 456",
-    "unicode: Schach \u265e \u00e9l\u00e8ve \u4e2d\u6587 \U0001f600",
-    "code:\n    def f(x):\n        return {x: [1, 2, 3]}\n",
-    "special-token text <|im_end|><|im_start|><think></think>",
-    "",
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "plain words and numbers 123 456",
+        "unicode: Schach \u265e \u00e9l\u00e8ve \u4e2d\u6587 \U0001f600",
+        "code:\n    def f(x):\n        return {x: [1, 2, 3]}\n",
+        "special-token text <|im_end|><|im_start|><think></think>",
+        "",
+    ],
+)
 def test_the_prompt_upper_bound_is_never_below_the_real_count(content):
     from tests.fixtures.thinking import thinking_tokenizer
 
     tok = thinking_tokenizer()
-    messages = [{"role": "system", "content": "sys"}, {"role": "user", "content": content},
-                {"role": "assistant", "content": content}, {"role": "tool", "content": content}]
+    messages = [
+        {"role": "system", "content": "sys"},
+        {"role": "user", "content": content},
+        {"role": "assistant", "content": content},
+        {"role": "tool", "content": content},
+    ]
     text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     real = len(tok(text, add_special_tokens=False)["input_ids"])
     assert real <= message_tokens_upper_bound(messages)

@@ -69,21 +69,45 @@ def train(store, req: PhaseRequest, sim: dict) -> None:
             hang_forever()
         step += 1
         r = rewards[(step - 1) % len(rewards)]
-        store.write_json(layout.progress_key(run, phase), PhaseProgress(
-            stage=ProgressStage.TRAINING, step=step, reward_mean=r, acceptance_rate=r, kept=1,
-            rollouts=ROLLOUTS_PER_STEP).to_wire())
+        store.write_json(
+            layout.progress_key(run, phase),
+            PhaseProgress(
+                stage=ProgressStage.TRAINING,
+                step=step,
+                reward_mean=r,
+                acceptance_rate=r,
+                kept=1,
+                rollouts=ROLLOUTS_PER_STEP,
+            ).to_wire(),
+        )
         if sim.get("hang_training", {}).get(phase) == step:
             hang_forever()
         done_rewards.append(r)
-        store.append_jsonl(layout.metrics_key(run, phase), WeightStepMetrics(
-            step=step, epoch=step / a.steps_per_epoch, reward_mean=r, acceptance_rate=r, kept=1, loss=1.0 / step,
-            learning_rate=1e-7, rollouts=ROLLOUTS_PER_STEP).to_wire())
+        store.append_jsonl(
+            layout.metrics_key(run, phase),
+            WeightStepMetrics(
+                step=step,
+                epoch=step / a.steps_per_epoch,
+                reward_mean=r,
+                acceptance_rate=r,
+                kept=1,
+                loss=1.0 / step,
+                learning_rate=1e-7,
+                rollouts=ROLLOUTS_PER_STEP,
+            ).to_wire(),
+        )
         if step in a.save_steps:
             save_checkpoint(store, run, step)
     save_checkpoint(store, run, step)
-    store.write_json(layout.result_key(run, phase), WeightPhaseResult(
-        final_step=step, checkpoint=layout.checkpoint_prefix(run, step),
-        rollouts=ROLLOUTS_PER_STEP * (step - a.from_step), stopped_by=stopped_by).to_wire())
+    store.write_json(
+        layout.result_key(run, phase),
+        WeightPhaseResult(
+            final_step=step,
+            checkpoint=layout.checkpoint_prefix(run, step),
+            rollouts=ROLLOUTS_PER_STEP * (step - a.from_step),
+            stopped_by=stopped_by,
+        ).to_wire(),
+    )
 
 
 def save_checkpoint(store, run: str, step: int) -> None:
@@ -114,20 +138,40 @@ def search(store, req: PhaseRequest, sim: dict) -> None:
         candidate = "i01-incoming" if it == 1 else f"i{it:02d}-c1"
         store.write_text(_candidate_file(a, candidate), f"# simulated candidate {candidate}\n")
         accepted_now = candidate if it == 1 or best[-1] > best[-2] else lines[-1]["bestCandidate"]
-        line = HarnessIterationMetrics(iteration=it, best_score=best[-1], best_candidate=accepted_now,
-                                       best_harness=_candidate_file(a, accepted_now),
-                                       rollouts=ROLLOUTS_PER_ITERATION).to_wire()
+        line = HarnessIterationMetrics(
+            iteration=it,
+            best_score=best[-1],
+            best_candidate=accepted_now,
+            best_harness=_candidate_file(a, accepted_now),
+            rollouts=ROLLOUTS_PER_ITERATION,
+        ).to_wire()
         store.append_jsonl(layout.metrics_key(run, phase), line)
         lines.append(line)
-    history = [AcceptedHarness(iteration=m["iteration"], candidate=m["bestCandidate"], harness=m["bestHarness"],
-                               score=m["bestScore"], rollouts=ROLLOUTS_PER_ITERATION * m["iteration"])
-               for n, m in enumerate(lines) if n == 0 or m["bestCandidate"] != lines[n - 1]["bestCandidate"]]
+    history = [
+        AcceptedHarness(
+            iteration=m["iteration"],
+            candidate=m["bestCandidate"],
+            harness=m["bestHarness"],
+            score=m["bestScore"],
+            rollouts=ROLLOUTS_PER_ITERATION * m["iteration"],
+        )
+        for n, m in enumerate(lines)
+        if n == 0 or m["bestCandidate"] != lines[n - 1]["bestCandidate"]
+    ]
     accepted = layout.harness_key(run, f"c{a.cycle:02d}-accepted")
     store.write_text(accepted, f"# simulated harness accepted in cycle {a.cycle}\n")
-    store.write_json(layout.result_key(run, phase), HarnessPhaseResult(
-        accepted_harness=accepted, accepted_candidate=lines[-1]["bestCandidate"], accepted_score=best[-1],
-        iterations=it, rollouts=ROLLOUTS_PER_ITERATION * it, stopped_by=stopped_by,
-        accepted_by_iteration=history).to_wire())
+    store.write_json(
+        layout.result_key(run, phase),
+        HarnessPhaseResult(
+            accepted_harness=accepted,
+            accepted_candidate=lines[-1]["bestCandidate"],
+            accepted_score=best[-1],
+            iterations=it,
+            rollouts=ROLLOUTS_PER_ITERATION * it,
+            stopped_by=stopped_by,
+            accepted_by_iteration=history,
+        ).to_wire(),
+    )
 
 
 def _candidate_file(args, candidate: str) -> str:
@@ -136,12 +180,16 @@ def _candidate_file(args, candidate: str) -> str:
 
 def evaluate(store, req: PhaseRequest, sim: dict) -> None:
     a = req.eval
-    store.write_json(layout.progress_key(req.run, req.phase), PhaseProgress(
-        stage=ProgressStage.EVALUATING, done=0, total=10, unit="items").to_wire())
+    store.write_json(
+        layout.progress_key(req.run, req.phase),
+        PhaseProgress(stage=ProgressStage.EVALUATING, done=0, total=10, unit="items").to_wire(),
+    )
     store.append_jsonl(layout.metrics_key(req.run, req.phase), EvalProgress(items_done=10, items_total=10).to_wire())
     mean = round(0.01 * a.step + (0.05 if a.after == "harness" else 0.0), 6)
-    store.write_json(layout.result_key(req.run, req.phase), EvalResult(
-        mean_at_k=mean, k=8, items=10, checkpoint=a.checkpoint, harness=a.harness).to_wire())
+    store.write_json(
+        layout.result_key(req.run, req.phase),
+        EvalResult(mean_at_k=mean, k=8, items=10, checkpoint=a.checkpoint, harness=a.harness).to_wire(),
+    )
 
 
 def main() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from types import TracebackType
 
 from rich.console import Console
@@ -27,8 +27,15 @@ def _utc_now() -> datetime:
 class RunDisplay:
     """Use as a context manager around the run; pass the instance as the runner's ``on_view``."""
 
-    def __init__(self, run: str, console: Console, *, live: bool | None = None,
-                 clock: Callable[[], float] = time.monotonic, wall: Callable[[], datetime] = _utc_now):
+    def __init__(
+        self,
+        run: str,
+        console: Console,
+        *,
+        live: bool | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], datetime] = _utc_now,
+    ):
         self.run, self.console, self.clock, self.wall = run, console, clock, wall
         self.live_mode = console.is_terminal if live is None else live
         self.started_s = clock()
@@ -38,13 +45,15 @@ class RunDisplay:
 
     def __enter__(self) -> RunDisplay:
         if self.live_mode:
-            self._live = Live(console=self.console, refresh_per_second=4, transient=True,
-                              redirect_stdout=False, redirect_stderr=True)
+            self._live = Live(
+                console=self.console, refresh_per_second=4, transient=True, redirect_stdout=False, redirect_stderr=True
+            )
             self._live.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         if self._live is not None:
             self._live.stop()
             self._live = None

@@ -60,19 +60,22 @@ def logged_attempts(store: Store, run: str, phase: str) -> list[int]:
 
 def phases_with_logs(store: Store, run: str) -> list[str]:
     prefix = f"{layout.run_prefix(run)}/phases/"
-    return sorted({key[len(prefix):].split("/", 1)[0] for key in store.list(prefix) if "/logs/attempt-" in key})
+    return sorted({key[len(prefix) :].split("/", 1)[0] for key in store.list(prefix) if "/logs/attempt-" in key})
 
 
-def find_target(store: Store, run: str, phase: str | None = None, attempt: int | None = None,
-                host: str | None = None) -> LogTarget:
+def find_target(
+    store: Store, run: str, phase: str | None = None, attempt: int | None = None, host: str | None = None
+) -> LogTarget:
     """The log to show (see the module doc); :class:`LogsError` naming the logs there are when none fits."""
     child = read_child(store, run)
     host = socket.gethostname() if host is None else host
     if phase is None:
         if child is None:
             there = phases_with_logs(store, run)
-            raise LogsError(f"run {run!r}: no runner has recorded a child; " + (
-                f"give --phase: phases with logs: {', '.join(there)}" if there else "it has no workload log yet"))
+            raise LogsError(
+                f"run {run!r}: no runner has recorded a child; "
+                + (f"give --phase: phases with logs: {', '.join(there)}" if there else "it has no workload log yet")
+            )
         phase = child.phase
         attempt = attempt or child.attempt
     elif attempt is None:
@@ -89,8 +92,10 @@ def find_target(store: Store, run: str, phase: str | None = None, attempt: int |
         local = path if path.is_file() else None
     target = LogTarget(phase, attempt, layout.log_key(run, phase, attempt), local)
     if local is None and not store.exists(target.key) and not _is_child(child, target):
-        raise LogsError(f"no log of {phase} attempt {attempt} in run {run!r} (attempts with logs: "
-                        f"{', '.join(map(str, logged_attempts(store, run, phase))) or 'none'})")
+        raise LogsError(
+            f"no log of {phase} attempt {attempt} in run {run!r} (attempts with logs: "
+            f"{', '.join(map(str, logged_attempts(store, run, phase))) or 'none'})"
+        )
     return target
 
 
@@ -165,9 +170,19 @@ def _ended(store: Store, run: str, target: LogTarget) -> bool:
     return not _is_child(child, target) or (child is not None and child.ended_at is not None)
 
 
-def show(store: Store, run: str, target: LogTarget, write: Callable[[str], None], *, follow: bool = False,
-         follow_run: bool = False, tail: int | None = None, poll_s: float = POLL_S,
-         sleep: Callable[[float], None] = time.sleep, host: str | None = None) -> None:
+def show(
+    store: Store,
+    run: str,
+    target: LogTarget,
+    write: Callable[[str], None],
+    *,
+    follow: bool = False,
+    follow_run: bool = False,
+    tail: int | None = None,
+    poll_s: float = POLL_S,
+    sleep: Callable[[float], None] = time.sleep,
+    host: str | None = None,
+) -> None:
     """Write the log of ``target`` (its last ``tail`` lines); with ``follow``, keep writing what is added
     until the attempt ends; with ``follow_run`` too, go on with each next child of the run until no
     runner holds it."""

@@ -35,5 +35,14 @@ def with_costs(plan: dict[str, Any], spec: WhaleRunSpec, split_sizes: dict[str, 
             rollouts = items * k
         phases.append({**entry, "rollouts": rollouts})
     count = plan["counts"]["eval"]
-    return {**plan, "phases": phases, "evaluation": {
-        "count": count, "items": items, "samplesPerItem": k, "rolloutsEach": items * k, "rollouts": count * items * k}}
+    return {
+        **plan,
+        "phases": phases,
+        "evaluation": {
+            "count": count,
+            "items": items,
+            "samplesPerItem": k,
+            "rolloutsEach": items * k,
+            "rollouts": count * items * k,
+        },
+    }

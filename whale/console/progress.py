@@ -168,12 +168,20 @@ class Reward:
 def latest_reward(child: ChildFrame | None, status: WhaleRunStatus) -> Reward | None:
     p = sampled_step(child)
     if p is not None:
-        return Reward(p.step or 0, float(p.reward_mean or 0.0), p.kept, p.rollouts, p.acceptance_rate,
-                      sampled_only=True)
+        return Reward(
+            p.step or 0, float(p.reward_mean or 0.0), p.kept, p.rollouts, p.acceptance_rate, sampled_only=True
+        )
     last = last_step_metrics(child)
     if last is not None:
-        return Reward(int(last["step"]), float(last["rewardMean"]), last.get("kept"), last.get("rollouts"),
-                      last.get("acceptanceRate"), last.get("loss"), last.get("learningRate"))
+        return Reward(
+            int(last["step"]),
+            float(last["rewardMean"]),
+            last.get("kept"),
+            last.get("rollouts"),
+            last.get("acceptanceRate"),
+            last.get("loss"),
+            last.get("learningRate"),
+        )
     if status.training_reward is not None:
         return Reward(status.step, status.training_reward, None, None, None)
     return None
@@ -213,8 +221,10 @@ def stage_words(child: ChildFrame) -> str:
     if p is None:
         return "starting"
     words = p.stage.value
-    if p.stage in (ProgressStage.SAMPLING, ProgressStage.TRAINING, ProgressStage.SYNCING,
-                   ProgressStage.CHECKPOINTING) and p.step is not None:
+    if (
+        p.stage in (ProgressStage.SAMPLING, ProgressStage.TRAINING, ProgressStage.SYNCING, ProgressStage.CHECKPOINTING)
+        and p.step is not None
+    ):
         words += f" step {p.step}"
     if p.candidate:
         words += f" {p.candidate}"
@@ -227,12 +237,17 @@ def describe_request(req: PhaseRequest) -> str:
     """What a phase was asked to do, in a few words."""
     if req.weight is not None:
         w = req.weight
-        return f"steps {w.from_step} -> {w.target_step}" + (" (or fewer, by patience)" if w.stop_rule else "") + \
-            f", harness {short_key(w.harness)}"
+        return (
+            f"steps {w.from_step} -> {w.target_step}"
+            + (" (or fewer, by patience)" if w.stop_rule else "")
+            + f", harness {short_key(w.harness)}"
+        )
     if req.harness is not None:
         h = req.harness
         bound = "at most " if h.stop_rule else ""
-        return f"{bound}{h.iterations} iterations from harness {short_key(h.incoming_harness)}, weights at step {h.step}"
+        return (
+            f"{bound}{h.iterations} iterations from harness {short_key(h.incoming_harness)}, weights at step {h.step}"
+        )
     if req.eval is not None:
         e = req.eval
         return f"weights at step {e.step} (after {e.after}), harness {short_key(e.harness)}"
@@ -258,11 +273,12 @@ def events(prev: Frame | None, cur: Frame, paces: dict[str, Pace] | None = None)
     run_line = None
     if p is None or s.phase != p.phase:
         run_line = f"run {cur.run}: {s.phase.value}" + (
-            f" ({s.message})" if s.message and s.phase is not RunPhase.RUNNING else "")
+            f" ({s.message})" if s.message and s.phase is not RunPhase.RUNNING else ""
+        )
     if run_line and not s.phase.is_terminal():
         out.append(run_line)
     out += _child_events(prev.child if prev else None, cur, paces)  # the child's last lines before its end
-    for phase in s.completed_phases[len(p.completed_phases) if p else len(s.completed_phases):]:
+    for phase in s.completed_phases[len(p.completed_phases) if p else len(s.completed_phases) :]:
         out.append(f"{phase} done" + _completion_words(phase, s))
     before = {e.phase: e.mean_at_k for e in (p.evals if p else s.evals)}
     for e in s.evals:
@@ -281,8 +297,10 @@ def events(prev: Frame | None, cur: Frame, paces: dict[str, Pace] | None = None)
 
 
 def empty_steps_words(s: WhaleRunStatus) -> str:
-    return (f"{s.empty_steps} RSFT step(s) kept no trajectory (last: step {s.last_empty_step}); "
-            "SFT was skipped there, the weights did not move")
+    return (
+        f"{s.empty_steps} RSFT step(s) kept no trajectory (last: step {s.last_empty_step}); "
+        "SFT was skipped there, the weights did not move"
+    )
 
 
 def _completion_words(phase: str, s: WhaleRunStatus) -> str:
@@ -310,10 +328,19 @@ def _child_events(old: ChildFrame | None, cur: Frame, paces: dict[str, Pace]) ->
     if child.kind is PhaseKind.WEIGHT:
         for m in sorted(child.metrics[seen:], key=lambda m: int(m.get("step", 0))):
             seconds = sum(float(m.get(k, 0.0)) for k in ("secondsSampling", "secondsTraining", "secondsSyncing"))
-            r = Reward(int(m["step"]), float(m["rewardMean"]), m.get("kept"), m.get("rollouts"),
-                       m.get("acceptanceRate"), m.get("loss"), m.get("learningRate"))
-            out.append(f"{child.phase} step {r.step} done ({int(m['step']) - _from_step(child)}{of}): "
-                       f"{reward_words(r)}, {duration(seconds)}/step{eta}")
+            r = Reward(
+                int(m["step"]),
+                float(m["rewardMean"]),
+                m.get("kept"),
+                m.get("rollouts"),
+                m.get("acceptanceRate"),
+                m.get("loss"),
+                m.get("learningRate"),
+            )
+            out.append(
+                f"{child.phase} step {r.step} done ({int(m['step']) - _from_step(child)}{of}): "
+                f"{reward_words(r)}, {duration(seconds)}/step{eta}"
+            )
         sampled = sampled_step(child)
         earlier = sampled_step(old) if old is not None else None
         reward = latest_reward(child, cur.status) if sampled is not None else None
@@ -321,8 +348,10 @@ def _child_events(old: ChildFrame | None, cur: Frame, paces: dict[str, Pace]) ->
             out.append(f"{child.phase} step {sampled.step} sampled: {reward_words(reward)}")
     elif child.kind is PhaseKind.HARNESS:
         for m in child.metrics[seen:]:
-            out.append(f"{child.phase} iteration {m.get('iteration')}{of} done: best {_num(m.get('bestScore'))} "
-                       f"({m.get('bestCandidate') or '-'}), {m.get('rollouts', 0)} rollouts{eta}")
+            out.append(
+                f"{child.phase} iteration {m.get('iteration')}{of} done: best {_num(m.get('bestScore'))} "
+                f"({m.get('bestCandidate') or '-'}), {m.get('rollouts', 0)} rollouts{eta}"
+            )
         p, q = child.progress, old.progress if old else None
         if p is not None and p.stage in (ProgressStage.PROPOSING, ProgressStage.SCORING) and p != q:
             out.append(f"{child.phase} iteration {p.iteration}: {stage_words(child)}")
@@ -386,8 +415,11 @@ def render(frame: Frame, paces: dict[str, Pace] | None = None) -> RenderableType
     run = run_counts(s)
     run_pace = paces.get("run")
     run_eta = run_pace.eta_s(run.done, run.total, frame.now_s) if run and run_pace else None
-    head = Text.assemble((frame.run, "bold"), f"  {s.phase.value}, cycle {s.cycle}, elapsed {duration(frame.elapsed_s)}"
-                         + (f", ETA ~{duration(run_eta)}" if run_eta is not None else ""))
+    head = Text.assemble(
+        (frame.run, "bold"),
+        f"  {s.phase.value}, cycle {s.cycle}, elapsed {duration(frame.elapsed_s)}"
+        + (f", ETA ~{duration(run_eta)}" if run_eta is not None else ""),
+    )
     bars = Table.grid(padding=(0, 1))
     bars.add_column(no_wrap=True)
     bars.add_column(no_wrap=True)
@@ -402,9 +434,13 @@ def render(frame: Frame, paces: dict[str, Pace] | None = None) -> RenderableType
         eta = pace.eta_s(counts.done, counts.total, frame.now_s) if pace else None
         of = f"/{counts.total}" if counts.total is not None else ""
         timing = f"{duration(frame.now_s - child.started_s)}" + (
-            f", ETA {'<= ' if counts.bound else ''}{duration(eta)}" if eta is not None else "")
-        bars.add_row(Text("phase"), _bar(counts.done, counts.total),
-                     Text(f"{child.phase} (attempt {child.request.attempt}): {counts.done}{of} {counts.unit}, {timing}"))
+            f", ETA {'<= ' if counts.bound else ''}{duration(eta)}" if eta is not None else ""
+        )
+        bars.add_row(
+            Text("phase"),
+            _bar(counts.done, counts.total),
+            Text(f"{child.phase} (attempt {child.request.attempt}): {counts.done}{of} {counts.unit}, {timing}"),
+        )
         p = child.progress
         inner: RenderableType = _bar(0, None)
         if p is not None and p.done is not None and p.total and p.stage is not ProgressStage.EVALUATING:

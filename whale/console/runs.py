@@ -39,8 +39,16 @@ class RunRow:
     runner: str
 
     def to_wire(self) -> dict[str, Any]:
-        return {"name": self.name, "phase": self.phase, "now": self.now, "best": self.best, "rollouts": self.rollouts,
-                "startedAt": self.started_at, "age": self.age, "runner": self.runner}
+        return {
+            "name": self.name,
+            "phase": self.phase,
+            "now": self.now,
+            "best": self.best,
+            "rollouts": self.rollouts,
+            "startedAt": self.started_at,
+            "age": self.age,
+            "runner": self.runner,
+        }
 
 
 def run_names(store: Store) -> list[str]:
@@ -66,8 +74,16 @@ def run_row(store: Store, name: str, now: datetime) -> RunRow:
             age = duration(now.timestamp() - parse_iso(status.start_time))
         except ValueError:
             age = "-"
-    return RunRow(name, status.phase.value, _now(store, name, status, live), best, status.rollouts_spent,
-                  status.start_time, age, runner)
+    return RunRow(
+        name,
+        status.phase.value,
+        _now(store, name, status, live),
+        best,
+        status.rollouts_spent,
+        status.start_time,
+        age,
+        runner,
+    )
 
 
 def _now(store: Store, name: str, status: WhaleRunStatus, live: bool) -> str:

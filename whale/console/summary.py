@@ -31,8 +31,14 @@ def evaluation_table(status: WhaleRunStatus) -> Table:
     table.add_column(f"mean@{k or 'k'}", justify="right", no_wrap=True)
     for e in status.evals:
         mean = "-" if e.mean_at_k is None else f"{e.mean_at_k:.4f}" + (" *" if e.phase == best else "  ")
-        table.add_row(e.phase, str(e.step), _harness(e.harness), f"{e.rollouts_at:,}", mean,
-                      style="bold" if e.phase == best else None)
+        table.add_row(
+            e.phase,
+            str(e.step),
+            _harness(e.harness),
+            f"{e.rollouts_at:,}",
+            mean,
+            style="bold" if e.phase == best else None,
+        )
     return table
 
 
@@ -59,8 +65,9 @@ def next_commands(name: str, status: WhaleRunStatus, store_arg: str, run_command
     return out
 
 
-def final_summary(name: str, status: WhaleRunStatus, uri_for: dict[str, str], store_arg: str, run_command: str,
-                  elapsed: str) -> RenderableType:
+def final_summary(
+    name: str, status: WhaleRunStatus, uri_for: dict[str, str], store_arg: str, run_command: str, elapsed: str
+) -> RenderableType:
     """The end of a run. ``uri_for`` maps the store keys the status names (current harness and checkpoint)
     to their URIs; ``elapsed`` is this session's wall time, already worded."""
     rows: list[RenderableType] = []
@@ -73,14 +80,22 @@ def final_summary(name: str, status: WhaleRunStatus, uri_for: dict[str, str], st
     lines = []
     if status.best is not None:
         b = status.best
-        lines.append(f"best: mean@{b.k} {b.mean_at_k:.4f} at {b.phase} (step {b.step}, harness {_harness(b.harness)}, "
-                     f"{b.rollouts_at:,} training rollouts)")
-    lines.append(f"training rollouts: {status.rollouts_spent:,}; weight steps: {status.checkpoint_step}"
-                 + (f"/{status.total_steps}" if status.total_steps else ""))
+        lines.append(
+            f"best: mean@{b.k} {b.mean_at_k:.4f} at {b.phase} (step {b.step}, harness {_harness(b.harness)}, "
+            f"{b.rollouts_at:,} training rollouts)"
+        )
+    lines.append(
+        f"training rollouts: {status.rollouts_spent:,}; weight steps: {status.checkpoint_step}"
+        + (f"/{status.total_steps}" if status.total_steps else "")
+    )
     harness = status.current_harness
-    lines.append("accepted harness: " + (uri_for.get(harness, harness) if harness else "h0 (the domain's base harness)"))
+    lines.append(
+        "accepted harness: " + (uri_for.get(harness, harness) if harness else "h0 (the domain's base harness)")
+    )
     checkpoint = status.current_checkpoint
-    lines.append("checkpoint: " + (uri_for.get(checkpoint, checkpoint) if checkpoint else "the base model (no step trained)"))
+    lines.append(
+        "checkpoint: " + (uri_for.get(checkpoint, checkpoint) if checkpoint else "the base model (no step trained)")
+    )
     rows.extend(Text(line) for line in lines)
     rows.append(Text("next:"))
     rows.extend(Text(f"  {command}") for command in next_commands(name, status, store_arg, run_command))

@@ -44,7 +44,8 @@ class ChecksumMismatch(FetchError):
         super().__init__(
             f"{url}: the {what} has SHA-256 {actual}, expected {expected}; the file changed upstream or was "
             "corrupted. Nothing was kept. If the new file is the one you mean, pin its digest in "
-            "spec.data.sources (sha256), or point url at a mirror of the expected file")
+            "spec.data.sources (sha256), or point url at a mirror of the expected file"
+        )
 
 
 @dataclass(frozen=True)
@@ -92,8 +93,9 @@ def download(
     part = part_path(dest)
     start = clock()
     own = client is None
-    http = client or httpx.Client(timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s),
-                                  follow_redirects=True)
+    http = client or httpx.Client(
+        timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s), follow_redirects=True
+    )
     resumed_from = part.stat().st_size if part.exists() else 0
     try:
         attempt = 0
@@ -104,9 +106,11 @@ def download(
             except httpx.TransportError as exc:
                 attempt += 1
                 if attempt > retries:
-                    raise FetchError(f"{url}: {type(exc).__name__}: {exc} (after {retries} retries; "
-                                     f"{part.stat().st_size if part.exists() else 0} bytes kept in {part}, "
-                                     "a re-run resumes from there)") from None
+                    raise FetchError(
+                        f"{url}: {type(exc).__name__}: {exc} (after {retries} retries; "
+                        f"{part.stat().st_size if part.exists() else 0} bytes kept in {part}, "
+                        "a re-run resumes from there)"
+                    ) from None
                 log.warning("%s: %s; retry %d of %d resumes the download", url, exc, attempt, retries)
     finally:
         if own:
@@ -120,8 +124,9 @@ def download(
     return Fetched(dest, actual, size, resumed_from)
 
 
-def _fetch_into(http: httpx.Client, url: str, part: Path, *, max_bytes: int, deadline: float,
-                clock: Callable[[], float]) -> None:
+def _fetch_into(
+    http: httpx.Client, url: str, part: Path, *, max_bytes: int, deadline: float, clock: Callable[[], float]
+) -> None:
     """One HTTP request appending to ``part`` from its current size (a Range request when > 0)."""
     have = part.stat().st_size if part.exists() else 0
     headers = {"Range": f"bytes={have}-"} if have else {}
@@ -133,16 +138,20 @@ def _fetch_into(http: httpx.Client, url: str, part: Path, *, max_bytes: int, dea
             part.unlink()  # larger than the file now: start over
             raise httpx.RemoteProtocolError("range not satisfiable; the partial file was dropped")
         if resp.status_code not in (200, 206):
-            raise FetchError(f"{url}: HTTP {resp.status_code} {resp.reason_phrase}; check the URL (spec.data.sources "
-                             "can point a source at a mirror)")
+            raise FetchError(
+                f"{url}: HTTP {resp.status_code} {resp.reason_phrase}; check the URL (spec.data.sources "
+                "can point a source at a mirror)"
+            )
         append = resp.status_code == 206 and have > 0
         if have and not append:
             log.info("%s: the server ignored the range request; downloading from the start", url)
             have = 0
         declared = resp.headers.get("content-length")
         if declared is not None and declared.isdigit() and have + int(declared) > max_bytes:
-            raise FetchError(f"{url}: {have + int(declared)} bytes is more than the limit of {max_bytes} bytes "
-                             "for this source; is it the right file?")
+            raise FetchError(
+                f"{url}: {have + int(declared)} bytes is more than the limit of {max_bytes} bytes "
+                "for this source; is it the right file?"
+            )
         with part.open("ab" if append else "wb") as fh:
             written = have
             for chunk in resp.iter_bytes():  # as the data arrives: a cut connection keeps what came
@@ -150,12 +159,15 @@ def _fetch_into(http: httpx.Client, url: str, part: Path, *, max_bytes: int, dea
                 if written > max_bytes:
                     fh.close()
                     part.unlink(missing_ok=True)
-                    raise FetchError(f"{url}: more than the limit of {max_bytes} bytes for this source; "
-                                     "is it the right file?")
+                    raise FetchError(
+                        f"{url}: more than the limit of {max_bytes} bytes for this source; is it the right file?"
+                    )
                 fh.write(chunk)
                 if clock() > deadline:
-                    raise FetchError(f"{url}: not finished by its deadline; {written} bytes kept in {part}, "
-                                     "a re-run resumes from there")
+                    raise FetchError(
+                        f"{url}: not finished by its deadline; {written} bytes kept in {part}, "
+                        "a re-run resumes from there"
+                    )
 
 
 def _total_from_content_range(value: str | None) -> int | None:

@@ -99,7 +99,8 @@ def resolve_sources(full: FullData, data: Data) -> tuple[Source, ...]:
         if pin.name not in by_name:
             raise FullDataError(
                 f"spec.data.sources[{i}].name: {pin.name!r} is not a source of {full.domain}; its sources are "
-                f"{', '.join(by_name)}")
+                f"{', '.join(by_name)}"
+            )
         pins[pin.name] = pin
     out = []
     for src in full.sources:
@@ -108,8 +109,17 @@ def resolve_sources(full: FullData, data: Data) -> tuple[Source, ...]:
             out.append(src)
             continue
         # a mirror serves the same file: the domain's pinned digest still applies unless the pin names another
-        out.append(Source(src.name, pinned.url or src.url, src.filename, pinned.sha256 or src.sha256, src.revision,
-                          src.max_bytes, src.description))
+        out.append(
+            Source(
+                src.name,
+                pinned.url or src.url,
+                src.filename,
+                pinned.sha256 or src.sha256,
+                src.revision,
+                src.max_bytes,
+                src.description,
+            )
+        )
     return tuple(out)
 
 
@@ -146,8 +156,9 @@ def _now() -> str:
     return _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def ensure_sources(store: Store, full: FullData, data: Data, cache_dir: Path | None = None,
-                   *, fetch: Callable[..., Fetched] = download) -> tuple[dict[str, Path], list[SourceReport]]:
+def ensure_sources(
+    store: Store, full: FullData, data: Data, cache_dir: Path | None = None, *, fetch: Callable[..., Fetched] = download
+) -> tuple[dict[str, Path], list[SourceReport]]:
     """Every source of ``full`` verified on local disk and in the store; returns their local paths and
     what was done. Idempotent: with everything in place nothing is downloaded or written."""
     cache = (cache_dir or default_cache_dir()) / full.domain
@@ -168,19 +179,29 @@ def ensure_sources(store: Store, full: FullData, data: Data, cache_dir: Path | N
         got = fetch(src.url, local, expected_sha256=src.sha256, max_bytes=src.max_bytes)
         store.upload_file(local, key)
         manifest[src.name] = {
-            "url": src.url, "key": key, "sha256": got.sha256, "bytes": got.bytes, "fetchedAt": _now(),
-            "pinned": src.sha256 is not None, "revision": src.revision,
+            "url": src.url,
+            "key": key,
+            "sha256": got.sha256,
+            "bytes": got.bytes,
+            "fetchedAt": _now(),
+            "pinned": src.sha256 is not None,
+            "revision": src.revision,
         }
         store.write_json(manifest_key, manifest)  # after each source: an interruption keeps what is done
         paths[src.name] = local
-        reports.append(SourceReport(src.name, src.url, got.sha256, got.bytes,
-                                    "resumed" if got.resumed_from else "fetched"))
+        reports.append(
+            SourceReport(src.name, src.url, got.sha256, got.bytes, "resumed" if got.resumed_from else "fetched")
+        )
     return paths, reports
 
 
 def _record_matches(record: Any, src: Source) -> TypeGuard[dict[str, Any]]:
-    return (isinstance(record, dict) and record.get("url") == src.url and isinstance(record.get("sha256"), str)
-            and (src.sha256 is None or record["sha256"] == src.sha256))
+    return (
+        isinstance(record, dict)
+        and record.get("url") == src.url
+        and isinstance(record.get("sha256"), str)
+        and (src.sha256 is None or record["sha256"] == src.sha256)
+    )
 
 
 def _verified_copy(store: Store, key: str, local: Path, record: dict[str, Any], src: Source) -> None:
@@ -209,17 +230,24 @@ def source_digests(store: Store, full: FullData, data: Data) -> dict[str, str]:
 
 
 def not_prepared(store: Store, domain: str, what: str) -> str:
-    return (f"spec.data.source full: {what} into {store.uri_for(layout.data_prefix(domain))}; prepare the data first: "
-            "`whale prepare FILE.yaml --store <the run's store>` locally (the operator's prepare Job does it on a "
-            "cluster)")
+    return (
+        f"spec.data.source full: {what} into {store.uri_for(layout.data_prefix(domain))}; prepare the data first: "
+        "`whale prepare FILE.yaml --store <the run's store>` locally (the operator's prepare Job does it on a "
+        "cluster)"
+    )
 
 
 # ----- splits -------------------------------------------------------------------------------------
 
 
 def config_of(full: FullData, data: Data, digests: Mapping[str, str]) -> dict[str, Any]:
-    return {"domain": full.domain, "version": full.version, "sources": dict(sorted(digests.items())),
-            "sizes": full.sizes(data), **full.settings(data)}
+    return {
+        "domain": full.domain,
+        "version": full.version,
+        "sources": dict(sorted(digests.items())),
+        "sizes": full.sizes(data),
+        **full.settings(data),
+    }
 
 
 def split_prefix(full: FullData, config: Mapping[str, Any]) -> str:
@@ -242,8 +270,9 @@ def _manifest_ok(store: Store, prefix: str, manifest: Any, config: Mapping[str, 
     return True
 
 
-def materialise(store: Store, full: FullData, data: Data, cache_dir: Path | None = None,
-                *, fetch: Callable[..., Fetched] = download) -> tuple[dict[str, Any], list[SourceReport]]:
+def materialise(
+    store: Store, full: FullData, data: Data, cache_dir: Path | None = None, *, fetch: Callable[..., Fetched] = download
+) -> tuple[dict[str, Any], list[SourceReport]]:
     """Fetch (or re-use) the sources and write the splits once; returns (splits manifest, source reports)."""
     paths, reports = ensure_sources(store, full, data, cache_dir, fetch=fetch)
     digests = {r.name: r.sha256 for r in reports}
@@ -260,7 +289,8 @@ def materialise(store: Store, full: FullData, data: Data, cache_dir: Path | None
         raise FullDataError(
             f"{full.domain}: the fetched data gives splits of {sizes} items, the paper's preparation {declared} "
             f"(sources {', '.join(f'{k} {v[:12]}' for k, v in digests.items())}); the source files differ from the "
-            "ones this preparation was written for: pin the expected files in spec.data.sources")
+            "ones this preparation was written for: pin the expected files in spec.data.sources"
+        )
     entries = {}
     for name in SPLITS:
         blob = split_bytes(splits[name])
@@ -276,19 +306,25 @@ def load_split(store: Store | None, full: FullData, data: Data, split: str) -> l
     if split not in SPLITS:
         raise FullDataError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
     if store is None:
-        raise FullDataError(f"spec.data.source full: the {full.domain} splits live in the run's store, and this "
-                            "process has none; prepare the data with `whale prepare FILE.yaml --store URI` and "
-                            "run with the same store")
+        raise FullDataError(
+            f"spec.data.source full: the {full.domain} splits live in the run's store, and this "
+            "process has none; prepare the data with `whale prepare FILE.yaml --store URI` and "
+            "run with the same store"
+        )
     config = config_of(full, data, source_digests(store, full, data))
     prefix = split_prefix(full, config)
     manifest = store.read_json_or_none(f"{prefix}/manifest.json")
     if not isinstance(manifest, dict) or manifest.get("config") != config:
-        raise FullDataError(not_prepared(store, full.domain, f"no {full.domain} splits for these settings were written"))
+        raise FullDataError(
+            not_prepared(store, full.domain, f"no {full.domain} splits for these settings were written")
+        )
     key = f"{prefix}/{split}.jsonl"
     blob = store.read_bytes(key)
     actual = hashlib.sha256(blob).hexdigest()
     expected = manifest["splits"][split]["sha256"]
     if actual != expected:
-        raise FullDataError(f"{store.uri_for(key)}: SHA-256 {actual}, the manifest says {expected}; the split was "
-                            "changed after preparation: delete the folder and prepare again")
+        raise FullDataError(
+            f"{store.uri_for(key)}: SHA-256 {actual}, the manifest says {expected}; the split was "
+            "changed after preparation: delete the folder and prepare again"
+        )
     return [json.loads(line) for line in blob.decode("utf-8").splitlines() if line.strip()]

@@ -65,8 +65,17 @@ from typing import Any
 
 #: what a harness file may import from here (``whale.harness.validate`` refuses any other name)
 __all__ = [
-    "API_MODULE", "CONSTANTS", "HELPERS", "HOOKS", "PROMPT_CONSTANTS", "REQUIRED_CLASS",
-    "BaseHarness", "Decision", "env_action", "fill", "tool_action",
+    "API_MODULE",
+    "CONSTANTS",
+    "HELPERS",
+    "HOOKS",
+    "PROMPT_CONSTANTS",
+    "REQUIRED_CLASS",
+    "BaseHarness",
+    "Decision",
+    "env_action",
+    "fill",
+    "tool_action",
 ]
 
 #: the module a harness file may always import, whatever its domain's allow list
@@ -185,7 +194,9 @@ class BaseHarness:
             if result.get("kind") == "tool":
                 messages.append(self.format_tool_result(result, state))
             else:
-                messages.append({"role": "user", "content": self.format_observation(result.get("observation") or {}, state)})
+                messages.append(
+                    {"role": "user", "content": self.format_observation(result.get("observation") or {}, state)}
+                )
         return Decision(messages=messages)
 
     # ----- helpers the default hooks use -----------------------------------------------------------

@@ -120,7 +120,9 @@ class HarnessProcess:
             hello = json.loads(line) if line else None
         except TimeoutError:
             await self._kill()
-            raise HarnessLoadError(f"{self.path.name}: did not load within {self.limits.start_timeout_s:.0f} s") from None
+            raise HarnessLoadError(
+                f"{self.path.name}: did not load within {self.limits.start_timeout_s:.0f} s"
+            ) from None
         except ValueError:
             hello = None
         if not isinstance(hello, dict) or not hello.get("ready"):
@@ -191,7 +193,9 @@ class HarnessProcess:
 
     # ----- calls ------------------------------------------------------------------------------------
 
-    async def call(self, hook: str, args: dict[str, Any], state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    async def call(
+        self, hook: str, args: dict[str, Any], state: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Run ``hook`` in the harness process; returns (checked decision, new state)."""
         for attempt in (0, 1):
             try:
@@ -214,7 +218,9 @@ class HarnessProcess:
             await self._kill()
             self.info = await self._spawn()
 
-    async def _call_once(self, hook: str, args: dict[str, Any], state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    async def _call_once(
+        self, hook: str, args: dict[str, Any], state: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         if self._proc is None or self._proc.returncode is not None:
             await self._restart()
         answer = await self._request(hook, {**args, "state": state}, self.limits.hook_timeout_s)
@@ -370,7 +376,9 @@ class HarnessPool:
     def restarts(self) -> int:
         return sum(w.restarts for w in self.workers)
 
-    async def call(self, hook: str, args: dict[str, Any], state: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    async def call(
+        self, hook: str, args: dict[str, Any], state: dict[str, Any]
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
         index = min(range(len(self.workers)), key=self._in_flight.__getitem__)
         self._in_flight[index] += 1
         try:

@@ -65,8 +65,9 @@ def message_tokens_upper_bound(messages: list[dict[str, Any]]) -> int:
     return sum(len(json.dumps(m, ensure_ascii=False).encode("utf-8")) + MESSAGE_FRAMING_TOKENS for m in messages)
 
 
-def call_max_tokens(sampling: SamplingParams, *, generated: int, prompt_tokens: int, first_prompt: int | None,
-                    max_model_len: int | None) -> tuple[int, str]:
+def call_max_tokens(
+    sampling: SamplingParams, *, generated: int, prompt_tokens: int, first_prompt: int | None, max_model_len: int | None
+) -> tuple[int, str]:
     """``max_tokens`` of the next model call and the limit that sets it (see the module doc). Pure.
 
     ``generated``: tokens the episode's calls generated so far; ``prompt_tokens``: of the next prompt
@@ -222,8 +223,9 @@ class EpisodeRunner:
         )
         return decision, state
 
-    async def _max_tokens(self, ep: Episode, tools: list[dict[str, Any]] | None,
-                          used: EpisodeTokens) -> tuple[int, int | None]:
+    async def _max_tokens(
+        self, ep: Episode, tools: list[dict[str, Any]] | None, used: EpisodeTokens
+    ) -> tuple[int, int | None]:
         """The next call's ``max_tokens`` under the episode's budget (see the module doc; < 1 = spent)
         and the prompt tokens it assumed (None: no limit needed them)."""
         sampling = self.sampling
@@ -233,16 +235,26 @@ class EpisodeRunner:
         prompt = await self.client.count_prompt_tokens(ep.messages, tools, sampling)
         if prompt is None:
             if used.last_prompt > 0:  # the server counted the last prompt: add what came since, bounded
-                prompt = (used.last_prompt + used.last_completion + MESSAGE_FRAMING_TOKENS
-                          + message_tokens_upper_bound(ep.messages[used.covered_messages:]))
+                prompt = (
+                    used.last_prompt
+                    + used.last_completion
+                    + MESSAGE_FRAMING_TOKENS
+                    + message_tokens_upper_bound(ep.messages[used.covered_messages :])
+                )
             else:  # nothing counted yet: the whole prompt, bounded from above
                 prompt = message_tokens_upper_bound(ep.messages) + len(json.dumps(tools or []).encode("utf-8"))
-        limit, _ = call_max_tokens(sampling, generated=ep.completion_tokens, prompt_tokens=prompt,
-                                   first_prompt=used.first_prompt, max_model_len=max_model_len)
+        limit, _ = call_max_tokens(
+            sampling,
+            generated=ep.completion_tokens,
+            prompt_tokens=prompt,
+            first_prompt=used.first_prompt,
+            max_model_len=max_model_len,
+        )
         return limit, prompt
 
-    async def _model(self, ep: Episode, tools: list[dict[str, Any]] | None, used: EpisodeTokens,
-                     first: SharedFirstTurn | None = None) -> dict[str, Any] | None:
+    async def _model(
+        self, ep: Episode, tools: list[dict[str, Any]] | None, used: EpisodeTokens, first: SharedFirstTurn | None = None
+    ) -> dict[str, Any] | None:
         """One model call; None when the episode's token budget leaves nothing for it."""
         if not ep.messages:
             raise EpisodeError("the harness asked for a model turn with no messages")
@@ -321,7 +333,13 @@ class EpisodeRunner:
         return results, env_done
 
     async def _tool(self, env: Environment, action: dict[str, Any]) -> dict[str, Any]:
-        result: dict[str, Any] = {"kind": "tool", "name": action["name"], "id": action.get("id"), "content": "", "error": None}
+        result: dict[str, Any] = {
+            "kind": "tool",
+            "name": action["name"],
+            "id": action.get("id"),
+            "content": "",
+            "error": None,
+        }
         try:
             content = await asyncio.wait_for(
                 asyncio.to_thread(env.call_tool, action["name"], action.get("arguments") or {}),
@@ -351,8 +369,14 @@ class SharedFirstTurn:
         self._request: asyncio.Task[ChatResult] | None = None
         self._taken: set[int] = set()
 
-    async def take(self, client: InferenceClient, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                   sampling: SamplingParams, index: int) -> tuple[ChatResult, Completion] | None:
+    async def take(
+        self,
+        client: InferenceClient,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        sampling: SamplingParams,
+        index: int,
+    ) -> tuple[ChatResult, Completion] | None:
         if self._request is None:
             self._prompt = (list(messages), tools)
             if self.seed is not None:

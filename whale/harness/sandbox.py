@@ -68,8 +68,7 @@ class IsolationUnavailableError(RuntimeError):
 
 
 def unavailable_message(why: str) -> str:
-    return (f"kernel isolation is unavailable here: {why}; set spec.sandbox.isolation: none only for "
-            "trusted local use")
+    return f"kernel isolation is unavailable here: {why}; set spec.sandbox.isolation: none only for trusted local use"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,8 +123,10 @@ def warn_if_unisolated(level: IsolationLevel) -> None:
     """Log, once per process, that untrusted code runs without isolation."""
     if level == "none" and not _warned_none:
         _warned_none.append(True)
-        log.warning("spec.sandbox.isolation is none: harness files and model-written code run WITHOUT kernel "
-                    "isolation, as this process's user (trusted local use only)")
+        log.warning(
+            "spec.sandbox.isolation is none: harness files and model-written code run WITHOUT kernel "
+            "isolation, as this process's user (trusted local use only)"
+        )
 
 
 def stdlib_dirs() -> list[str]:
@@ -136,8 +137,12 @@ def stdlib_dirs() -> list[str]:
     for entry in (os.path.dirname(os.__file__), *sys.path):
         real = os.path.realpath(entry) if entry else ""
         parts = real.split(os.sep)
-        if (real and any(real == b or real.startswith(b.rstrip("/") + "/") for b in bases)
-                and "site-packages" not in parts and "dist-packages" not in parts):
+        if (
+            real
+            and any(real == b or real.startswith(b.rstrip("/") + "/") for b in bases)
+            and "site-packages" not in parts
+            and "dist-packages" not in parts
+        ):
             out.append(real)
     return list(dict.fromkeys(out))
 
@@ -193,13 +198,18 @@ class Spawned:
 
 def entry_code(harness: str, allowed_imports: frozenset[str], package_dir: str) -> str:
     """The sandbox's entry file: load the harness through the staged worker (nothing else is importable)."""
-    config = {"harness": harness, "allowed": sorted(allowed_imports), "package_dir": package_dir,
-              "stdlib_dirs": stdlib_dirs()}
-    return ("from whale.harness.worker import serve_entry as _serve_entry\n"
-            f"globals().update(_serve_entry({config!r}))\n")
+    config = {
+        "harness": harness,
+        "allowed": sorted(allowed_imports),
+        "package_dir": package_dir,
+        "stdlib_dirs": stdlib_dirs(),
+    }
+    return f"from whale.harness.worker import serve_entry as _serve_entry\nglobals().update(_serve_entry({config!r}))\n"
 
 
-async def _adopt(proc: subprocess.Popen[bytes], limit: int) -> tuple[asyncio.StreamWriter, asyncio.StreamReader, asyncio.StreamReader, list[asyncio.BaseTransport]]:
+async def _adopt(
+    proc: subprocess.Popen[bytes], limit: int
+) -> tuple[asyncio.StreamWriter, asyncio.StreamReader, asyncio.StreamReader, list[asyncio.BaseTransport]]:
     """asyncio streams over a Popen's pipes (the whale.sandbox launcher hands back a Popen)."""
     loop = asyncio.get_running_loop()
     readers: list[asyncio.StreamReader] = []

@@ -54,8 +54,24 @@ from whale.harness import api
 
 FORBIDDEN_NAMES = frozenset(
     {
-        "__import__", "eval", "exec", "compile", "open", "input", "breakpoint", "globals", "locals", "vars",
-        "dir", "__builtins__", "__loader__", "__spec__", "exit", "quit", "help", "memoryview",
+        "__import__",
+        "eval",
+        "exec",
+        "compile",
+        "open",
+        "input",
+        "breakpoint",
+        "globals",
+        "locals",
+        "vars",
+        "dir",
+        "__builtins__",
+        "__loader__",
+        "__spec__",
+        "exit",
+        "quit",
+        "help",
+        "memoryview",
     }
 )
 ALLOWED_DUNDERS = frozenset({"__init__", "__name__", "__doc__", "__qualname__", "__module__"})
@@ -64,9 +80,28 @@ ALLOWED_DUNDER_NAMES = frozenset({"__name__", "__doc__"})
 #: attributes that hand out frames, code and the globals behind them (not underscore-prefixed, so named)
 INTROSPECTION_ATTRIBUTES = frozenset(
     {
-        "gi_frame", "gi_code", "gi_yieldfrom", "cr_frame", "cr_code", "cr_await", "cr_origin",
-        "ag_frame", "ag_code", "ag_await", "f_back", "f_globals", "f_locals", "f_builtins", "f_code",
-        "f_trace", "tb_frame", "tb_next", "co_code", "co_consts", "co_names", "func_globals",
+        "gi_frame",
+        "gi_code",
+        "gi_yieldfrom",
+        "cr_frame",
+        "cr_code",
+        "cr_await",
+        "cr_origin",
+        "ag_frame",
+        "ag_code",
+        "ag_await",
+        "f_back",
+        "f_globals",
+        "f_locals",
+        "f_builtins",
+        "f_code",
+        "f_trace",
+        "tb_frame",
+        "tb_next",
+        "co_code",
+        "co_consts",
+        "co_names",
+        "func_globals",
     }
 )
 #: public names of allowed modules that still give a way around the rules (a getattr by string)
@@ -119,7 +154,11 @@ def check_source(source: str, allowed_imports: Iterable[str]) -> list[Violation]
             module = _resolve_module(node.value, modules, allowed)
             if module is not None:
                 out.extend(_check_module_attribute(module, node.attr, node.lineno, allowed))
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _DYNAMIC_ATTRIBUTE_FUNCTIONS:
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _DYNAMIC_ATTRIBUTE_FUNCTIONS
+        ):
             out.extend(_check_dynamic_attribute(node))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and "{" in node.value:
             out.extend(_check_format_fields(node.value, node.lineno))
@@ -175,7 +214,9 @@ def _check_dynamic_attribute(node: ast.Call) -> list[Violation]:
     fn = node.func.id  # type: ignore[attr-defined]  # the caller passes calls of a plain name only
     name = node.args[1] if len(node.args) > 1 else None
     if not (isinstance(name, ast.Constant) and isinstance(name.value, str)):
-        return [Violation(node.lineno, "dynamic-attribute", f"{fn} needs a literal attribute name as its second argument")]
+        return [
+            Violation(node.lineno, "dynamic-attribute", f"{fn} needs a literal attribute name as its second argument")
+        ]
     if _dunder(name.value):
         return [Violation(node.lineno, "dunder-attribute", f"{fn} of {name.value} is not allowed")]
     if _private(name.value):
@@ -197,10 +238,16 @@ def _check_format_fields(text: str, line: int, depth: int = 0) -> list[Violation
     out = []
     for _literal, field, spec, _conversion in parsed:
         for attribute in _FIELD_INDEX.sub("", field or "").split(".")[1:]:
-            if (_dunder(attribute) and attribute not in ALLOWED_DUNDERS) or _private(attribute) \
-                    or attribute in INTROSPECTION_ATTRIBUTES:
-                out.append(Violation(line, "format-attribute",
-                                     f"format field {{{field}}} reads attribute {attribute}; not allowed"))
+            if (
+                (_dunder(attribute) and attribute not in ALLOWED_DUNDERS)
+                or _private(attribute)
+                or attribute in INTROSPECTION_ATTRIBUTES
+            ):
+                out.append(
+                    Violation(
+                        line, "format-attribute", f"format field {{{field}}} reads attribute {attribute}; not allowed"
+                    )
+                )
         if spec and "{" in spec and depth < 3:
             out.extend(_check_format_fields(spec, line, depth + 1))
     return out
@@ -272,8 +319,13 @@ def _check_module_attribute(module: str, name: str, line: int, allowed: frozense
         return []
     if _dunder(name):
         return []  # reported by dunder-attribute
-    return [Violation(line, "module-attribute",
-                      f"{module}.{name} is not part of {module}'s public API; use only the names it exports")]
+    return [
+        Violation(
+            line,
+            "module-attribute",
+            f"{module}.{name} is not part of {module}'s public API; use only the names it exports",
+        )
+    ]
 
 
 def _check_module_values(tree: ast.Module, modules: dict[str, str]) -> list[Violation]:
@@ -284,8 +336,11 @@ def _check_module_values(tree: ast.Module, modules: dict[str, str]) -> list[Viol
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Name) and node.id in modules and id(node) not in receivers:
-            out.append(Violation(node.lineno, "module-value",
-                                 f"module {node.id} may only be used as {node.id}.name, not as a value"))
+            out.append(
+                Violation(
+                    node.lineno, "module-value", f"module {node.id} may only be used as {node.id}.name, not as a value"
+                )
+            )
     return out
 
 
@@ -345,7 +400,9 @@ class _PrivateAccess(ast.NodeVisitor):
 
     def visit_alias(self, node: ast.alias) -> None:
         if node.asname in _SELF_NAMES or (node.asname is None and node.name in _SELF_NAMES):
-            self.out.append(Violation(getattr(node, "lineno", 1), "self-rebind", f"{node.asname or node.name} must not be assigned"))
+            self.out.append(
+                Violation(getattr(node, "lineno", 1), "self-rebind", f"{node.asname or node.name} must not be assigned")
+            )
 
     def visit_MatchAs(self, node: ast.MatchAs) -> None:
         if node.name in _SELF_NAMES:
@@ -362,15 +419,25 @@ class _PrivateAccess(ast.NodeVisitor):
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         if _private(node.attr) and not self._exempt(node.value):
-            self.out.append(Violation(node.lineno, "private-attribute",
-                                      f"attribute {node.attr} is private; only self/cls/super() may use private names"))
+            self.out.append(
+                Violation(
+                    node.lineno,
+                    "private-attribute",
+                    f"attribute {node.attr} is private; only self/cls/super() may use private names",
+                )
+            )
         self.generic_visit(node)
 
     def _exempt(self, value: ast.expr) -> bool:
         if isinstance(value, ast.Name):
             return value.id in self.exempt
-        return (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "super"
-                and not value.args and not value.keywords)
+        return (
+            isinstance(value, ast.Call)
+            and isinstance(value.func, ast.Name)
+            and value.func.id == "super"
+            and not value.args
+            and not value.keywords
+        )
 
 
 def _params(args: ast.arguments) -> frozenset[str]:
@@ -387,7 +454,9 @@ def _import_ok(module: str, allowed: frozenset[str]) -> bool:
 
 def _forbidden_import(line: int, module: str, allowed: frozenset[str]) -> Violation:
     listed = ", ".join(sorted(allowed)) or "(none)"
-    return Violation(line, "forbidden-import", f"import of {module!r} is not allowed; allowed: {listed}, {api.API_MODULE}")
+    return Violation(
+        line, "forbidden-import", f"import of {module!r} is not allowed; allowed: {listed}, {api.API_MODULE}"
+    )
 
 
 def _find_class(tree: ast.Module) -> ast.ClassDef | None:
@@ -400,8 +469,14 @@ def _find_class(tree: ast.Module) -> ast.ClassDef | None:
 def _check_class(tree: ast.Module) -> list[Violation]:
     cls = _find_class(tree)
     if cls is None:
-        return [Violation(1, "missing-class", f"define `class {api.REQUIRED_CLASS}(BaseHarness)` at module level "
-                          f"(from {api.API_MODULE} import BaseHarness)")]
+        return [
+            Violation(
+                1,
+                "missing-class",
+                f"define `class {api.REQUIRED_CLASS}(BaseHarness)` at module level "
+                f"(from {api.API_MODULE} import BaseHarness)",
+            )
+        ]
     out = []
     if not cls.bases:
         out.append(Violation(cls.lineno, "missing-class", f"class {api.REQUIRED_CLASS} must subclass BaseHarness"))
@@ -446,20 +521,31 @@ def check_prompt_only(candidate: str, h0: str) -> list[Violation]:
     out = []
     cls = _find_class(cand_tree)
     for node in cls.body if cls else []:
-        if (isinstance(node, ast.Assign)
-                and any(isinstance(t, ast.Name) and t.id in api.PROMPT_CONSTANTS for t in node.targets)
-                and not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str))):
+        if (
+            isinstance(node, ast.Assign)
+            and any(isinstance(t, ast.Name) and t.id in api.PROMPT_CONSTANTS for t in node.targets)
+            and not (isinstance(node.value, ast.Constant) and isinstance(node.value.value, str))
+        ):
             out.append(Violation(node.lineno, "prompt-only", "prompt constants must be plain string literals"))
     cand_body, h0_body = _skeleton(cand_tree), _skeleton(h0_tree)
     for c, h in zip(cand_body, h0_body, strict=False):
         if ast.dump(c) != ast.dump(h):
-            out.append(Violation(_first_difference(c, h), "prompt-only",
-                                 "only SYSTEM_PROMPT and USER_TEMPLATE may differ from h0; this statement does"))
+            out.append(
+                Violation(
+                    _first_difference(c, h),
+                    "prompt-only",
+                    "only SYSTEM_PROMPT and USER_TEMPLATE may differ from h0; this statement does",
+                )
+            )
             break
     else:
         if len(cand_body) != len(h0_body):
             line = getattr(cand_body[len(h0_body)], "lineno", 1) if len(cand_body) > len(h0_body) else 1
-            out.append(Violation(line, "prompt-only", "statements were added or removed; only the two prompt constants may change"))
+            out.append(
+                Violation(
+                    line, "prompt-only", "statements were added or removed; only the two prompt constants may change"
+                )
+            )
     return out
 
 
@@ -478,18 +564,32 @@ def _skeleton(tree: ast.Module) -> list[ast.stmt]:
     """Top-level statements with docstrings and the two prompt assignments of Harness removed."""
 
     def strip(body: list[ast.stmt]) -> list[ast.stmt]:
-        return [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and isinstance(s.value.value, str))]
+        return [
+            s
+            for s in body
+            if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant) and isinstance(s.value.value, str))
+        ]
 
     body = strip(list(tree.body))
     out = []
     for stmt in body:
         if isinstance(stmt, ast.ClassDef) and stmt.name == api.REQUIRED_CLASS:
             kept = [
-                s for s in strip(stmt.body)
-                if not (isinstance(s, ast.Assign) and any(isinstance(t, ast.Name) and t.id in api.PROMPT_CONSTANTS for t in s.targets))
+                s
+                for s in strip(stmt.body)
+                if not (
+                    isinstance(s, ast.Assign)
+                    and any(isinstance(t, ast.Name) and t.id in api.PROMPT_CONSTANTS for t in s.targets)
+                )
             ]
             stmt = ast.copy_location(
-                ast.ClassDef(name=stmt.name, bases=stmt.bases, keywords=stmt.keywords, body=kept, decorator_list=stmt.decorator_list),
+                ast.ClassDef(
+                    name=stmt.name,
+                    bases=stmt.bases,
+                    keywords=stmt.keywords,
+                    body=kept,
+                    decorator_list=stmt.decorator_list,
+                ),
                 stmt,
             )
         elif isinstance(stmt, ast.FunctionDef | ast.ClassDef):
@@ -498,7 +598,9 @@ def _skeleton(tree: ast.Module) -> list[ast.stmt]:
     return out
 
 
-def validate_source(source: str, allowed_imports: Iterable[str], filename: str = "harness.py", h0: str | None = None) -> None:
+def validate_source(
+    source: str, allowed_imports: Iterable[str], filename: str = "harness.py", h0: str | None = None
+) -> None:
     """Raise :class:`HarnessValidationError` when ``source`` breaks a static rule
     (and, given ``h0``, the promptOnly rule)."""
     violations = check_source(source, allowed_imports)

@@ -186,7 +186,9 @@ def install_audit_hook(allowed: frozenset[str], harness_file: str, read_roots: I
             if path is None:
                 raise _Blocked("harness sandbox: opening a file without a path is not allowed")
             text = os.fsdecode(path)
-            if (isinstance(flags, int) and flags & _WRITE_FLAGS) or (isinstance(args[1], str) and set(args[1]) & set("wax+")):
+            if (isinstance(flags, int) and flags & _WRITE_FLAGS) or (
+                isinstance(args[1], str) and set(args[1]) & set("wax+")
+            ):
                 raise _Blocked(f"harness sandbox: opening {text!r} for writing is not allowed")
             # relative paths may be relative to a dir_fd the event does not show: refuse them
             if not os.path.isabs(text) or not readable(text):

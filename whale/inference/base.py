@@ -77,8 +77,9 @@ class SamplingParams:
         return dict(self.chat_template_kwargs)
 
     @classmethod
-    def from_spec(cls, sampling: Any, temperature: float | None = None,
-                  chat_template_kwargs: dict[str, Any] | None = None) -> SamplingParams:
+    def from_spec(
+        cls, sampling: Any, temperature: float | None = None, chat_template_kwargs: dict[str, Any] | None = None
+    ) -> SamplingParams:
         """From ``whale.spec.Sampling`` (``rsft.sampling``), optionally overriding the temperature."""
         return cls(
             temperature=sampling.temperature if temperature is None else temperature,
@@ -139,8 +140,9 @@ class InferenceClient(abc.ABC):
         schemas the model may call; replies then may carry ``tool_calls``. Raises
         :class:`InferenceError`."""
 
-    async def count_prompt_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                                  sampling: SamplingParams) -> int | None:
+    async def count_prompt_tokens(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, sampling: SamplingParams
+    ) -> int | None:
         """Tokens of the prompt ``chat`` would send for these messages (the rendered chat template with
         the generation prompt), or None when this backend cannot count them without a model call."""
         return None

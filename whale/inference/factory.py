@@ -56,8 +56,13 @@ def checkpoint_dir(store: Store, prefix: str) -> Path:
     return store.download_dir(prefix, Path(tempfile.mkdtemp(prefix="whale-ckpt-")))
 
 
-def make_client(spec: WhaleRunSpec, store: Store | None = None, checkpoint: str | None = None,
-                environ: dict[str, str] | None = None, **kwargs: Any) -> InferenceClient:
+def make_client(
+    spec: WhaleRunSpec,
+    store: Store | None = None,
+    checkpoint: str | None = None,
+    environ: dict[str, str] | None = None,
+    **kwargs: Any,
+) -> InferenceClient:
     """The client for this spec; ``checkpoint`` (a store prefix) overrides ``spec.model`` in-process."""
     if backend_kind(spec, environ) == "http":
         from whale.inference.openai_http import OpenAIClient
@@ -75,12 +80,17 @@ def make_client(spec: WhaleRunSpec, store: Store | None = None, checkpoint: str 
         if store is None:
             raise ValueError("a checkpoint prefix needs the store it lives in")
         path = checkpoint_dir(store, checkpoint)
-        return TransformersClient.from_pretrained(str(path), model_name=checkpoint,
-                                                  max_model_len=spec.model.max_model_len, **kwargs)
+        return TransformersClient.from_pretrained(
+            str(path), model_name=checkpoint, max_model_len=spec.model.max_model_len, **kwargs
+        )
     return TransformersClient.from_pretrained(
-        spec.model.name, gguf_file=spec.model.gguf_file, revision=spec.model.revision,
-        trust_remote_code=spec.model.trust_remote_code, model_name=spec.model.served_model_name or spec.model.name,
-        max_model_len=spec.model.max_model_len, **kwargs,
+        spec.model.name,
+        gguf_file=spec.model.gguf_file,
+        revision=spec.model.revision,
+        trust_remote_code=spec.model.trust_remote_code,
+        model_name=spec.model.served_model_name or spec.model.name,
+        max_model_len=spec.model.max_model_len,
+        **kwargs,
     )
 
 
@@ -92,5 +102,6 @@ def chat_template_kwargs(spec: WhaleRunSpec) -> dict[str, Any]:
 def sampling_for(spec: WhaleRunSpec, temperature: float | None = None) -> SamplingParams:
     """``spec.rsft.sampling`` (top_p, top_k, max tokens per call, the episode's token budget and
     window) with the run's chat-template variables, at ``temperature`` when given."""
-    return SamplingParams.from_spec(spec.rsft.sampling, temperature=temperature,
-                                    chat_template_kwargs=chat_template_kwargs(spec))
+    return SamplingParams.from_spec(
+        spec.rsft.sampling, temperature=temperature, chat_template_kwargs=chat_template_kwargs(spec)
+    )

@@ -90,7 +90,9 @@ class OpenAIClient(InferenceClient):
     def _http(self) -> aiohttp.ClientSession:
         """The session, created on first use inside the running loop (aiohttp binds it there)."""
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=self.max_connections, limit_per_host=0, keepalive_timeout=KEEPALIVE_S)
+            connector = aiohttp.TCPConnector(
+                limit=self.max_connections, limit_per_host=0, keepalive_timeout=KEEPALIVE_S
+            )
             self._session = aiohttp.ClientSession(connector=connector, headers=self._headers, timeout=self._timeout)
         return self._session
 
@@ -221,8 +223,12 @@ def parse_response(body: dict[str, Any], latency_s: float) -> ChatResult:
         if reasoning:
             message["reasoning_content"] = reasoning
         completions.append(
-            Completion(message=message, finish_reason=choice.get("finish_reason") or "stop", completion_tokens=0,
-                       token_ids=choice.get("token_ids"))
+            Completion(
+                message=message,
+                finish_reason=choice.get("finish_reason") or "stop",
+                completion_tokens=0,
+                token_ids=choice.get("token_ids"),
+            )
         )
     completion_tokens = int(usage.get("completion_tokens") or 0)
     # usage is per request; spread it over the completions (exact for n=1)

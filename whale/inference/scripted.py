@@ -76,6 +76,7 @@ class FixedLatencyClient(InferenceClient):
         self.requests += 1
         await asyncio.sleep(self.latency_s)
         completions = [
-            Completion({"role": "assistant", "content": self.reply}, "stop", self.completion_tokens_each) for _ in range(n)
+            Completion({"role": "assistant", "content": self.reply}, "stop", self.completion_tokens_each)
+            for _ in range(n)
         ]
         return ChatResult(completions, self.prompt_tokens, self.completion_tokens_each * n, self.latency_s)

@@ -77,9 +77,12 @@ def create_app(client: InferenceClient, model_name: str | None = None, default_m
         stop = (request.stop,) if isinstance(request.stop, str) else tuple(request.stop or ())
         try:
             sampling = SamplingParams(
-                temperature=request.temperature, top_p=request.top_p, top_k=request.top_k,
+                temperature=request.temperature,
+                top_p=request.top_p,
+                top_k=request.top_k,
                 max_tokens=request.max_completion_tokens or request.max_tokens or default_max_tokens,
-                seed=request.seed, stop=stop,
+                seed=request.seed,
+                stop=stop,
                 chat_template_kwargs=tuple(sorted((request.chat_template_kwargs or {}).items())),
             )
             result = await client.chat(request.messages, sampling, n=request.n, tools=request.tools)
@@ -113,7 +116,9 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 @contextlib.contextmanager
-def serve_in_thread(app: Any, host: str = "127.0.0.1", port: int | None = None, ready_timeout_s: float = 30.0) -> Iterator[str]:
+def serve_in_thread(
+    app: Any, host: str = "127.0.0.1", port: int | None = None, ready_timeout_s: float = 30.0
+) -> Iterator[str]:
     """Run ``app`` with uvicorn on a background thread (its own event loop); yields the base URL
     (``http://host:port/v1``) once the server accepts connections; stops it on exit."""
     import uvicorn
@@ -151,8 +156,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from whale.inference.transformers_backend import TransformersClient
 
-    client = TransformersClient.from_pretrained(args.model, gguf_file=args.gguf_file, max_batch_size=args.max_batch_size,
-                                                model_name=args.served_model_name)
+    client = TransformersClient.from_pretrained(
+        args.model, gguf_file=args.gguf_file, max_batch_size=args.max_batch_size, model_name=args.served_model_name
+    )
     uvicorn.run(create_app(client), host=args.host, port=args.port, log_level="info")
     asyncio.run(client.aclose())
     return 0

@@ -42,7 +42,9 @@ def parser_for_template(chat_template: str | None) -> str:
     return "qwen3_coder" if chat_template and "<function=" in chat_template else "hermes"
 
 
-def parse_tool_calls(text: str, parser: str = "auto", tools: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
+def parse_tool_calls(
+    text: str, parser: str = "auto", tools: list[dict[str, Any]] | None = None
+) -> list[dict[str, Any]]:
     """``<tool_call>`` blocks -> OpenAI ``tool_calls`` (malformed blocks are skipped)."""
     if parser not in PARSERS:
         raise ValueError(f"unknown tool-call parser {parser!r}; known: {', '.join(PARSERS)}")
@@ -55,8 +57,14 @@ def parse_tool_calls(text: str, parser: str = "auto", tools: list[dict[str, Any]
             found = []
         else:
             found = _hermes_call(block)
-        calls.extend({"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-                      "function": {"name": name, "arguments": arguments}} for name, arguments in found)
+        calls.extend(
+            {
+                "id": f"call_{uuid.uuid4().hex[:12]}",
+                "type": "function",
+                "function": {"name": name, "arguments": arguments},
+            }
+            for name, arguments in found
+        )
     return calls
 
 
@@ -109,7 +117,8 @@ def _parameter_types(tools: list[dict[str, Any]] | None) -> dict[str, dict[str, 
         if isinstance(properties, dict):
             types[str(function.get("name"))] = {
                 arg: str(schema.get("type", "string")) if isinstance(schema, dict) else "string"
-                for arg, schema in properties.items()}
+                for arg, schema in properties.items()
+            }
     return types
 
 

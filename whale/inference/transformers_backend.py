@@ -33,7 +33,6 @@ from whale.inference.toolcalls import PARSERS, assistant_message, parser_for_tem
 log = logging.getLogger(__name__)
 
 
-
 @dataclasses.dataclass
 class _Request:
     messages: list[dict[str, Any]]
@@ -44,8 +43,15 @@ class _Request:
     enqueued: float
 
 
-def load_model(name: str, *, gguf_file: str | None = None, revision: str | None = None,
-               trust_remote_code: bool = False, dtype: str = "auto", device: str | None = None) -> tuple[Any, Any]:
+def load_model(
+    name: str,
+    *,
+    gguf_file: str | None = None,
+    revision: str | None = None,
+    trust_remote_code: bool = False,
+    dtype: str = "auto",
+    device: str | None = None,
+) -> tuple[Any, Any]:
     """(model, tokenizer) from an HF id or a local folder; ``gguf_file`` loads a GGUF inside it
     (dequantised by transformers; CPU demo models)."""
     import torch
@@ -83,9 +89,18 @@ class TransformersClient(InferenceClient):
             names); None = the one the tokenizer's chat template writes (``qwen3_coder`` or ``hermes``).
     """
 
-    def __init__(self, model: Any, tokenizer: Any, *, max_batch_size: int = 16, batch_wait_s: float = 0.01,
-                 model_name: str | None = None, chat_template_kwargs: dict[str, Any] | None = None,
-                 max_model_len: int | None = None, tool_parser: str | None = None):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        *,
+        max_batch_size: int = 16,
+        batch_wait_s: float = 0.01,
+        model_name: str | None = None,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        max_model_len: int | None = None,
+        tool_parser: str | None = None,
+    ):
         self.hf_model = model
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
@@ -113,15 +128,27 @@ class TransformersClient(InferenceClient):
         self._eos_ids = _eos_ids(model, tokenizer)
 
     @classmethod
-    def from_pretrained(cls, name: str, *, gguf_file: str | None = None, revision: str | None = None,
-                        trust_remote_code: bool = False, **kwargs: Any) -> TransformersClient:
+    def from_pretrained(
+        cls,
+        name: str,
+        *,
+        gguf_file: str | None = None,
+        revision: str | None = None,
+        trust_remote_code: bool = False,
+        **kwargs: Any,
+    ) -> TransformersClient:
         model, tokenizer = load_model(name, gguf_file=gguf_file, revision=revision, trust_remote_code=trust_remote_code)
         return cls(model, tokenizer, model_name=kwargs.pop("model_name", None) or Path(name).name, **kwargs)
 
     # ----- client interface ------------------------------------------------------------------------
 
-    async def chat(self, messages: list[dict[str, Any]], sampling: SamplingParams, n: int = 1,
-                   tools: list[dict[str, Any]] | None = None) -> ChatResult:
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        sampling: SamplingParams,
+        n: int = 1,
+        tools: list[dict[str, Any]] | None = None,
+    ) -> ChatResult:
         if n < 1:
             raise InferenceError(f"n must be >= 1, got {n}")
         loop = asyncio.get_running_loop()
@@ -195,26 +222,35 @@ class TransformersClient(InferenceClient):
 
     # ----- generation (worker thread) ---------------------------------------------------------------
 
-    def render(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-               template_kwargs: dict[str, Any] | None = None) -> str:
+    def render(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None,
+        template_kwargs: dict[str, Any] | None = None,
+    ) -> str:
         """The prompt text: the tokenizer's chat template with the generation prompt, rendered with this
         client's ``chat_template_kwargs`` and then the request's (``SamplingParams.chat_template_kwargs``)."""
         try:
             return self.tokenizer.apply_chat_template(
-                _template_messages(messages), tools=tools, add_generation_prompt=True, tokenize=False,
+                _template_messages(messages),
+                tools=tools,
+                add_generation_prompt=True,
+                tokenize=False,
                 **{**self.chat_template_kwargs, **(template_kwargs or {})},
             )
         except Exception as exc:  # jinja errors come in many types
             raise InferenceError(f"the chat template failed on these messages: {exc}") from exc
 
-    async def count_prompt_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                                  sampling: SamplingParams) -> int | None:
+    async def count_prompt_tokens(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, sampling: SamplingParams
+    ) -> int | None:
         """The exact prompt length ``chat`` would generate from (rendered and tokenised the same way), in
         a worker thread: the event loop keeps serving while a long conversation is rendered."""
         return await asyncio.to_thread(self._count_prompt_tokens, messages, tools, sampling.template_kwargs)
 
-    def _count_prompt_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None,
-                             template_kwargs: dict[str, Any]) -> int:
+    def _count_prompt_tokens(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None, template_kwargs: dict[str, Any]
+    ) -> int:
         text = self.render(messages, tools, template_kwargs)
         with self._tokenizer_lock:
             return len(self.tokenizer(text, add_special_tokens=False)["input_ids"])
@@ -237,13 +273,21 @@ class TransformersClient(InferenceClient):
                 if length + request.sampling.max_tokens > self.max_model_len:
                     raise InferenceError(
                         f"prompt of {length} tokens + max_tokens {request.sampling.max_tokens} exceeds max_model_len "
-                        f"{self.max_model_len}")
-        kwargs: dict[str, Any] = {"max_new_tokens": max_new, "pad_token_id": tok.pad_token_id,
-                                  "eos_token_id": sorted(self._eos_ids)}
+                        f"{self.max_model_len}"
+                    )
+        kwargs: dict[str, Any] = {
+            "max_new_tokens": max_new,
+            "pad_token_id": tok.pad_token_id,
+            "eos_token_id": sorted(self._eos_ids),
+        }
         seeded = sampling.temperature > 0 and any(r.sampling.seed is not None for r in batch)
         if sampling.temperature > 0 and not seeded:
-            kwargs.update(do_sample=True, temperature=sampling.temperature, top_p=sampling.top_p,
-                          top_k=sampling.top_k if sampling.top_k > 0 else 0)
+            kwargs.update(
+                do_sample=True,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                top_k=sampling.top_k if sampling.top_k > 0 else 0,
+            )
         else:
             kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         with self.lock:
@@ -255,11 +299,14 @@ class TransformersClient(InferenceClient):
                 if seeded:  # each row samples from its own generator; greedy decoding takes its pick
                     kwargs["logits_processor"] = seeded_sampling(sampling, row_seeds(batch), device)
                 with torch.inference_mode():
-                    out = model.generate(input_ids=encoded["input_ids"].to(device),
-                                         attention_mask=encoded["attention_mask"].to(device), **kwargs)
+                    out = model.generate(
+                        input_ids=encoded["input_ids"].to(device),
+                        attention_mask=encoded["attention_mask"].to(device),
+                        **kwargs,
+                    )
             finally:
                 model.train(was_training)
-        generated = out[:, encoded["input_ids"].shape[1]:].tolist()
+        generated = out[:, encoded["input_ids"].shape[1] :].tolist()
         log.debug("generated %d rows in %.3f s", len(rows), time.perf_counter() - started)
         results, row = [], 0
         for request, prompt_len in zip(batch, prompt_lens, strict=True):
@@ -277,8 +324,11 @@ class TransformersClient(InferenceClient):
         kept = ids if cut is None else ids[:cut]
         finish = "length" if cut is None else "stop"
         text = self.tokenizer.decode(kept, skip_special_tokens=False)
-        message: dict[str, Any] = (assistant_message(text, self.tool_parser, tools) if tools is not None
-                                   else {"role": "assistant", "content": text})
+        message: dict[str, Any] = (
+            assistant_message(text, self.tool_parser, tools)
+            if tools is not None
+            else {"role": "assistant", "content": text}
+        )
         if message.get("tool_calls") and finish == "stop":
             finish = "tool_calls"
         # the ids of what was generated, the stop token included (what RSFT trains on)
@@ -311,8 +361,9 @@ def _key(request: _Request) -> SamplingParams:
     runner clamps it per call, so it differs between episodes; each row is cut at its own), the
     chat-template variables (each prompt is rendered on its own) and the seed (each row samples from its
     own generator, :func:`seeded_sampling`)."""
-    return dataclasses.replace(request.sampling, max_tokens=1, chat_template_kwargs=(), episode_tokens=None,
-                               episode_window=None, seed=None)
+    return dataclasses.replace(
+        request.sampling, max_tokens=1, chat_template_kwargs=(), episode_tokens=None, episode_window=None, seed=None
+    )
 
 
 def row_seeds(batch: list[_Request]) -> list[int]:

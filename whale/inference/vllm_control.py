@@ -75,8 +75,10 @@ class VLLMControl:
             self._legacy_reload(folder)
         else:
             try:
-                self._post("/collective_rpc", {"method": "reload_weights", "kwargs": {"weights_path": folder},
-                                               "timeout": self.timeout_s})
+                self._post(
+                    "/collective_rpc",
+                    {"method": "reload_weights", "kwargs": {"weights_path": folder}, "timeout": self.timeout_s},
+                )
                 self.legacy = False
             except WeightSyncError as first:
                 if self.legacy is False or "answered 500" not in str(first):
@@ -84,10 +86,12 @@ class VLLMControl:
                 try:  # an older server? (a 500 tells no more: its reload_weights takes no folder)
                     self._legacy_reload(folder)
                 except WeightSyncError as second:
-                    raise WeightSyncError(f"{first}; the older protocol (update_config, then reload_weights) "
-                                          f"failed too: {second}") from None
-                log.info("%s: reload_weights takes no weights_path; pointing the server with update_config",
-                         self.base_url)
+                    raise WeightSyncError(
+                        f"{first}; the older protocol (update_config, then reload_weights) failed too: {second}"
+                    ) from None
+                log.info(
+                    "%s: reload_weights takes no weights_path; pointing the server with update_config", self.base_url
+                )
                 self.legacy = True
         self._post("/reset_prefix_cache")
         seconds = time.perf_counter() - start

@@ -56,8 +56,9 @@ def read_target(store: Any, run: str) -> dict[str, Any]:
     if raw is None:
         return {"checkpoint": None}
     if not isinstance(raw, dict) or "checkpoint" not in raw:
-        raise WeightSyncError(f"{store.uri_for(layout.serving_key(run))} must be {{\"checkpoint\": key | null}}, "
-                              f"got {raw!r}")
+        raise WeightSyncError(
+            f'{store.uri_for(layout.serving_key(run))} must be {{"checkpoint": key | null}}, got {raw!r}'
+        )
     return {"checkpoint": raw["checkpoint"], **({"version": raw["version"]} if raw.get("version") else {})}
 
 
@@ -70,8 +71,10 @@ def resolve_base(model: str, revision: str | None) -> Path:
     try:
         return Path(snapshot_download(model, revision=revision))
     except Exception as exc:  # noqa: BLE001 - hub errors are many; the message matters
-        raise WeightSyncError(f"base model {model!r} (spec.model.name) is neither a local folder nor a "
-                              f"downloadable Hugging Face repository: {exc}") from None
+        raise WeightSyncError(
+            f"base model {model!r} (spec.model.name) is neither a local folder nor a "
+            f"downloadable Hugging Face repository: {exc}"
+        ) from None
 
 
 @dataclass
@@ -135,8 +138,11 @@ class WeightSyncer:
         if current is None or current.get("checkpoint") != target["checkpoint"]:
             return True
         key = target["checkpoint"]
-        return (key is not None and key.startswith(layout.sync_prefix(self.run) + "/")
-                and current.get("version") != target.get("version"))
+        return (
+            key is not None
+            and key.startswith(layout.sync_prefix(self.run) + "/")
+            and current.get("version") != target.get("version")
+        )
 
     def _control(self) -> VLLMControl:
         if self.control is None:
@@ -206,8 +212,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from whale.store import open_store
 
-        syncer = WeightSyncer(open_store(args.store), args.run, args.model, args.dest, args.revision,
-                              None if args.once else VLLMControl(args.server))
+        syncer = WeightSyncer(
+            open_store(args.store),
+            args.run,
+            args.model,
+            args.dest,
+            args.revision,
+            None if args.once else VLLMControl(args.server),
+        )
         if args.once:
             syncer.prepare_once()
         else:

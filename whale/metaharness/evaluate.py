@@ -104,7 +104,9 @@ class CandidateEvaluator:
                 outcome.error = f"smoke episode {errors[0].episode_id} failed: {errors[0].error}"
         return outcome
 
-    async def trial(self, harness_path: Path, label: str, items: Sequence[dict[str, Any]], timeout_s: float) -> RunOutcome:
+    async def trial(
+        self, harness_path: Path, label: str, items: Sequence[dict[str, Any]], timeout_s: float
+    ) -> RunOutcome:
         """The proposer's ``run_candidate``: one episode on each of ``items`` (a few D_harness items, picked
         by :class:`~whale.metaharness.proposer.tools.CandidateTrials` from :attr:`items`), under the smoke
         test's short hook limit and ``timeout_s``; the same sandboxed pool and episode runner as scoring."""
@@ -123,8 +125,17 @@ class CandidateEvaluator:
         config = RunnerConfig(max_concurrency=self.settings.max_concurrency, harness_label=label)
         try:
             episodes = await asyncio.wait_for(
-                run_episodes(self.domain, path, self.client, items, self.settings.sampling, k=k, config=config,
-                             limits=limits, on_episode=done.append),
+                run_episodes(
+                    self.domain,
+                    path,
+                    self.client,
+                    items,
+                    self.settings.sampling,
+                    k=k,
+                    config=config,
+                    limits=limits,
+                    on_episode=done.append,
+                ),
                 timeout=timeout_s,
             )
         except TimeoutError:

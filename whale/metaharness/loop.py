@@ -162,8 +162,11 @@ class HarnessSearch:
             rollouts += metrics.rollouts
             best_scores.append(metrics.best_score)
             if metrics.best_candidate and (not history or history[-1].candidate != metrics.best_candidate):
-                history.append(Acceptance(it, metrics.best_candidate, self._label(metrics.best_candidate),
-                                          metrics.best_score, rollouts))
+                history.append(
+                    Acceptance(
+                        it, metrics.best_candidate, self._label(metrics.best_candidate), metrics.best_score, rollouts
+                    )
+                )
             if rule is not None and harness_should_stop(best_scores, rule):
                 stopped_by = "iterations" if it >= rule.max_iterations else "patience"
                 break
@@ -174,8 +177,7 @@ class HarnessSearch:
         if best is None:
             raise SearchError("no candidate of this phase was scored, not even the incoming harness")
         flagged = [c for c in candidates if c.flagged and c.status is not Status.DUPLICATE]
-        return SearchResult(best, self.archive.code(best.id), done, rollouts, stopped_by, best_scores, flagged,
-                            history)
+        return SearchResult(best, self.archive.code(best.id), done, rollouts, stopped_by, best_scores, flagged, history)
 
     @property
     def _refuse_flagged(self) -> bool:
@@ -193,8 +195,16 @@ class HarnessSearch:
             best_score=float(best.score) if best and best.score is not None else 0.0,
             best_candidate=best.id if best else "",
             best_harness=self._label(best.id) if best else None,
-            candidates=[CandidateScore(id=c.id, score=c.score, mean_turns=c.mean_turns, error=c.error,
-                                       integrity_flags=list(c.integrity_flags)) for c in mine],
+            candidates=[
+                CandidateScore(
+                    id=c.id,
+                    score=c.score,
+                    mean_turns=c.mean_turns,
+                    error=c.error,
+                    integrity_flags=list(c.integrity_flags),
+                )
+                for c in mine
+            ],
             # the proposer's run_candidate rollouts are this iteration's too (never the test split's)
             rollouts=sum(c.rollouts for c in mine) + int((self.archive.iteration(it) or {}).get("trial_rollouts", 0)),
         )
@@ -206,15 +216,21 @@ class HarnessSearch:
         cand = existing.get(INCOMING_ID)
         if cand is None:
             cand = Candidate(
-                id=INCOMING_ID, iteration=1, sha=code_hash(self.incoming_code), name="incoming",
+                id=INCOMING_ID,
+                iteration=1,
+                sha=code_hash(self.incoming_code),
+                name="incoming",
                 rationale="The harness this phase started from (re-evaluated under the current weights).",
             )
             self.archive.add(cand, self.incoming_code)
         if cand.status is Status.SCORED:
             return  # a FAILED incoming (infrastructure down last attempt) is evaluated again
         path = self._local_file(cand.id, self.incoming_code)
-        self.progress(PhaseProgress(stage=ProgressStage.SCORING, iteration=1, candidate=cand.id, done=0, total=1,
-                                    unit="candidates"))
+        self.progress(
+            PhaseProgress(
+                stage=ProgressStage.SCORING, iteration=1, candidate=cand.id, done=0, total=1, unit="candidates"
+            )
+        )
         t0 = time.monotonic()
         full = await self.evaluator.score(path, self._label(cand.id))
         seconds = time.monotonic() - t0
@@ -222,19 +238,33 @@ class HarnessSearch:
         self.archive.write_scores(cand.id, full.per_item())
         if full.error is not None:
             self.archive.write_error(cand.id, full.error)
-            self.archive.put(cand.with_(status=Status.FAILED, error=full.error, rollouts=full.rollouts, seconds=seconds))
+            self.archive.put(
+                cand.with_(status=Status.FAILED, error=full.error, rollouts=full.rollouts, seconds=seconds)
+            )
             self._write_summary()
             raise SearchError(f"the incoming harness does not run: {full.error}")
         failed = [e for e in full.episodes if e.error]
         if full.episodes and len(failed) == len(full.episodes):
             # not a score of 0: the model server or the harness is down; fail (and be retried) instead
-            self.archive.put(cand.with_(status=Status.FAILED, error=failed[0].error, rollouts=full.rollouts,
-                                        seconds=seconds))
+            self.archive.put(
+                cand.with_(status=Status.FAILED, error=failed[0].error, rollouts=full.rollouts, seconds=seconds)
+            )
             self._write_summary()
-            raise SearchError(f"every episode of the incoming harness failed, e.g. {failed[0].error}; "
-                              "check the inference server and the harness")
-        scored = self._checked(cand.with_(status=Status.SCORED, score=full.score, mean_turns=full.mean_turns,
-                                          rollouts=full.rollouts, seconds=seconds), full, incoming=None)
+            raise SearchError(
+                f"every episode of the incoming harness failed, e.g. {failed[0].error}; "
+                "check the inference server and the harness"
+            )
+        scored = self._checked(
+            cand.with_(
+                status=Status.SCORED,
+                score=full.score,
+                mean_turns=full.mean_turns,
+                rollouts=full.rollouts,
+                seconds=seconds,
+            ),
+            full,
+            incoming=None,
+        )
         self.archive.put(scored)
         self._write_summary()
 
@@ -248,8 +278,16 @@ class HarnessSearch:
         mine = [c for c in self.archive.candidates() if c.iteration == it]
         for index, cand in enumerate(mine):
             if not cand.status.final:
-                self.progress(PhaseProgress(stage=ProgressStage.SCORING, iteration=it, candidate=cand.id, done=index,
-                                            total=len(mine), unit="candidates"))
+                self.progress(
+                    PhaseProgress(
+                        stage=ProgressStage.SCORING,
+                        iteration=it,
+                        candidate=cand.id,
+                        done=index,
+                        total=len(mine),
+                        unit="candidates",
+                    )
+                )
                 await self._evaluate(cand)
                 self._write_summary()
 
@@ -290,18 +328,31 @@ class HarnessSearch:
             cid = candidate_id(it, index)
             ids.append(cid)
             self.archive.add(
-                Candidate(id=cid, iteration=it, sha=code_hash(proposal.code), name=proposal.name,
-                          rationale=proposal.rationale.strip() or None),
+                Candidate(
+                    id=cid,
+                    iteration=it,
+                    sha=code_hash(proposal.code),
+                    name=proposal.name,
+                    rationale=proposal.rationale.strip() or None,
+                ),
                 proposal.code,
             )
         self.archive.write_transcript(it, report.transcript)
         trials = tools.trials
         # counted from the tool itself, whatever the backend reported (or if it crashed)
         report.trial_rollouts = trials.rollouts if trials is not None else 0
-        self.archive.put_iteration(it, {
-            "iteration": it, "backend": self.proposer.backend, "proposed": True, "complete": False,
-            "candidates": ids, **report.to_record(), "trials": trials.log if trials is not None else [],
-        })
+        self.archive.put_iteration(
+            it,
+            {
+                "iteration": it,
+                "backend": self.proposer.backend,
+                "proposed": True,
+                "complete": False,
+                "candidates": ids,
+                **report.to_record(),
+                "trials": trials.log if trials is not None else [],
+            },
+        )
         for note in report.notes:
             log.info("iteration %d proposer: %s", it, note)
 
@@ -312,17 +363,21 @@ class HarnessSearch:
         if self.config.proposer_trial_rollouts > 0:
             trials = CandidateTrials(
                 self.evaluator,
-                check=lambda code: candidate_problems(code, incoming=self.incoming_code,
-                                                      allowed_imports=self.allowed_imports,
-                                                      prompt_only=self.config.prompt_only),
+                check=lambda code: candidate_problems(
+                    code,
+                    incoming=self.incoming_code,
+                    allowed_imports=self.allowed_imports,
+                    prompt_only=self.config.prompt_only,
+                ),
                 budget=self.config.proposer_trial_rollouts,
                 call_timeout_s=self.evaluator.settings.candidate_timeout_s,
                 workdir=self.workdir,
             )
         shell = None
         if self.config.proposer_shell:
-            shell = SandboxShell(archive_dir, scratch / CANDIDATES_DIR,
-                                 isolation=self.evaluator.settings.limits.isolation)
+            shell = SandboxShell(
+                archive_dir, scratch / CANDIDATES_DIR, isolation=self.evaluator.settings.limits.isolation
+            )
         return ProposerTools(trials=trials, shell=shell)
 
     async def _evaluate(self, cand: Candidate) -> None:
@@ -333,15 +388,25 @@ class HarnessSearch:
     async def _judge(self, cand: Candidate) -> Candidate:
         """Duplicate check → validation → smoke → full score; returns the final record."""
         code = self.archive.code(cand.id)
-        earlier = [c for c in self.archive.candidates()
-                   if c.id != cand.id and c.status.final and c.sha == cand.sha and c.status is not Status.DUPLICATE]
+        earlier = [
+            c
+            for c in self.archive.candidates()
+            if c.id != cand.id and c.status.final and c.sha == cand.sha and c.status is not Status.DUPLICATE
+        ]
         if earlier:
             orig = earlier[0]
-            return cand.with_(status=Status.DUPLICATE, same_as=orig.id, score=orig.score,
-                              mean_turns=orig.mean_turns, error=orig.error, usage=orig.usage,
-                              integrity_flags=orig.integrity_flags)
-        problems = candidate_problems(code, incoming=self.incoming_code, allowed_imports=self.allowed_imports,
-                                      prompt_only=self.config.prompt_only)
+            return cand.with_(
+                status=Status.DUPLICATE,
+                same_as=orig.id,
+                score=orig.score,
+                mean_turns=orig.mean_turns,
+                error=orig.error,
+                usage=orig.usage,
+                integrity_flags=orig.integrity_flags,
+            )
+        problems = candidate_problems(
+            code, incoming=self.incoming_code, allowed_imports=self.allowed_imports, prompt_only=self.config.prompt_only
+        )
         if problems:
             self.archive.write_error(cand.id, "\n".join(problems))
             return cand.with_(status=Status.INVALID, error=problems[0][:500])
@@ -359,21 +424,29 @@ class HarnessSearch:
             self.archive.write_error(cand.id, f"full evaluation failed: {full.error}")
             return cand.with_(status=Status.FAILED, error=full.error[:500], rollouts=rollouts)
         incoming = next((c for c in self.archive.candidates() if c.id == INCOMING_ID), None)
-        return self._checked(cand.with_(status=Status.SCORED, score=full.score, mean_turns=full.mean_turns,
-                                        rollouts=rollouts), full, incoming)
+        return self._checked(
+            cand.with_(status=Status.SCORED, score=full.score, mean_turns=full.mean_turns, rollouts=rollouts),
+            full,
+            incoming,
+        )
 
     def _checked(self, cand: Candidate, full: RunOutcome, incoming: Candidate | None) -> Candidate:
         """``cand`` (scored) with its model usage and reward-integrity flags against the incoming harness."""
         usage = model_usage(full.episodes)
         flags = integrity_flags(
-            usage, full.score,
+            usage,
+            full.score,
             baseline=incoming.usage if incoming is not None else None,
             baseline_score=incoming.score if incoming is not None else None,
             policy=self.config.integrity,
         )
         if flags:
-            log.warning("candidate %s flagged for reward integrity (%s): %s", cand.id,
-                        self.config.integrity.action.value, "; ".join(flags))
+            log.warning(
+                "candidate %s flagged for reward integrity (%s): %s",
+                cand.id,
+                self.config.integrity.action.value,
+                "; ".join(flags),
+            )
         return cand.with_(usage=usage, integrity_flags=flags)
 
     # ----- helpers -----------------------------------------------------------------------------------

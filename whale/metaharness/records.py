@@ -132,8 +132,9 @@ def pick_best(candidates: Iterable[Candidate], refuse_flagged: bool = False) -> 
     )
 
 
-def best_scores_by_iteration(candidates: Sequence[Candidate], iterations: int,
-                             refuse_flagged: bool = False) -> list[float]:
+def best_scores_by_iteration(
+    candidates: Sequence[Candidate], iterations: int, refuse_flagged: bool = False
+) -> list[float]:
     """``b_i`` for i = 1..iterations: the archive's best score after iteration i (0.0 before any)."""
     out: list[float] = []
     for i in range(1, iterations + 1):

@@ -22,7 +22,9 @@ def candidate_problems(code: str, *, incoming: str, allowed_imports: Iterable[st
     """Every rule the candidate breaks, one ``harness.py:LINE: [rule] message`` each (empty = valid)."""
     size = len(code.encode("utf-8"))
     if size > MAX_CANDIDATE_BYTES:
-        return [Violation(1, "size", f"{size} bytes; a candidate may have at most {MAX_CANDIDATE_BYTES}").render(FILENAME)]
+        return [
+            Violation(1, "size", f"{size} bytes; a candidate may have at most {MAX_CANDIDATE_BYTES}").render(FILENAME)
+        ]
     violations = check_source(code, allowed_imports)
     if prompt_only and not any(v.rule == "syntax" for v in violations):
         violations = [*violations, *check_prompt_only(code, incoming)]

@@ -12,5 +12,14 @@ from whale.report.output import OutputFormat, write_report
 from whale.report.series import RunRecords, RunSeries, build_series
 from whale.report.source import ReportError, load_runs, load_series, read_run
 
-__all__ = ["OutputFormat", "ReportError", "RunRecords", "RunSeries", "build_series", "load_runs", "load_series",
-           "read_run", "write_report"]
+__all__ = [
+    "OutputFormat",
+    "ReportError",
+    "RunRecords",
+    "RunSeries",
+    "build_series",
+    "load_runs",
+    "load_series",
+    "read_run",
+    "write_report",
+]

@@ -27,21 +27,38 @@ def _fail(message: str) -> None:
 
 
 def report(
-    sources: Annotated[list[str], typer.Argument(metavar="STORE_OR_RUN...",
-        help="stores (DIR, file:///DIR, s3://bucket/prefix) or runs (STORE/runs/NAME); S3 settings from "
-             "WHALE_S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY", show_default=False)],
-    run: Annotated[list[str] | None, typer.Option(
-        "--run", "-r", help="only this run of the stores given (repeat for more); default: every run")] = None,
-    output: Annotated[list[str] | None, typer.Option(
-        "--output", "-o", help="html | svg | png | json (repeat for more; default html). "
-                               "json alone without --out prints to stdout")] = None,
-    out: Annotated[Path | None, typer.Option(
-        "--out", help=f"folder for the files (default ./{DEFAULT_OUT})")] = None,
+    sources: Annotated[
+        list[str],
+        typer.Argument(
+            metavar="STORE_OR_RUN...",
+            help="stores (DIR, file:///DIR, s3://bucket/prefix) or runs (STORE/runs/NAME); S3 settings from "
+            "WHALE_S3_ENDPOINT, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY",
+            show_default=False,
+        ),
+    ],
+    run: Annotated[
+        list[str] | None,
+        typer.Option("--run", "-r", help="only this run of the stores given (repeat for more); default: every run"),
+    ] = None,
+    output: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="html | svg | png | json (repeat for more; default html). json alone without --out prints to stdout",
+        ),
+    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", help=f"folder for the files (default ./{DEFAULT_OUT})")] = None,
     title: Annotated[str, typer.Option(help="the HTML page's title")] = "WHALE report",
-    export: Annotated[list[str] | None, typer.Option(
-        "--export", help="also replay the runs into tensorboard | wandb | mlflow (repeatable); TensorBoard "
-                         "event files go to OUT/tensorboard/<run>; W&B and MLflow read their usual "
-                         "environment (WANDB_MODE, WANDB_API_KEY, MLFLOW_TRACKING_URI)")] = None,
+    export: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--export",
+            help="also replay the runs into tensorboard | wandb | mlflow (repeatable); TensorBoard "
+            "event files go to OUT/tensorboard/<run>; W&B and MLflow read their usual "
+            "environment (WANDB_MODE, WANDB_API_KEY, MLFLOW_TRACKING_URI)",
+        ),
+    ] = None,
     project: Annotated[str, typer.Option(help="W&B project / MLflow experiment for --export")] = "whale",
 ) -> None:
     """The paper's comparison: test mean@k against rollouts spent and RSFT steps, one line per run;
@@ -94,14 +111,32 @@ def _print_summary(series: list) -> None:
     from whale.report.page import describe_short, summary_row, where_short
 
     table = Table(title="test mean@k per run: best over the evaluation points, and the final point")
-    for head in ("run", "condition", "best %", "final %", "paper %", "where (best)", "where (final)",
-                 "rollouts at best", "rollouts spent"):
+    for head in (
+        "run",
+        "condition",
+        "best %",
+        "final %",
+        "paper %",
+        "where (best)",
+        "where (final)",
+        "rollouts at best",
+        "rollouts spent",
+    ):
         table.add_column(head)
     for s in series:
         row = summary_row(s)
         paper = DASH if s.paper is None else f"{s.paper.mean_at_8_percent:.2f}"
-        table.add_row(row["run"], row["condition"], row["best"], row["final"], paper, where_short(s),
-                      describe_short(s.final), row["rolloutsAtBest"], row["rolloutsSpent"])
+        table.add_row(
+            row["run"],
+            row["condition"],
+            row["best"],
+            row["final"],
+            paper,
+            where_short(s),
+            describe_short(s.final),
+            row["rolloutsAtBest"],
+            row["rolloutsSpent"],
+        )
     console.print(table)
 
 
@@ -112,8 +147,13 @@ def _export(loaded: list, backends: list[str], folder: Path, project: str) -> No
     for r in loaded:
         identity = RunIdentity(name=r.records.name, source=r.records.source)
         try:
-            trackers = open_trackers(backends, identity, spec_wire=r.records.spec.to_wire(), project=project,
-                                     tensorboard_dir=folder / "tensorboard")
+            trackers = open_trackers(
+                backends,
+                identity,
+                spec_wire=r.records.spec.to_wire(),
+                project=project,
+                tensorboard_dir=folder / "tensorboard",
+            )
         except TrackingError as exc:
             _fail(str(exc))
         try:

@@ -44,8 +44,9 @@ def _mpl() -> Any:
     try:
         import matplotlib
     except ImportError:
-        raise RuntimeError("figures need matplotlib: pip install 'whale-k8s[plot]' (or -o json, which "
-                           "needs nothing)") from None
+        raise RuntimeError(
+            "figures need matplotlib: pip install 'whale-k8s[plot]' (or -o json, which needs nothing)"
+        ) from None
     return matplotlib
 
 
@@ -94,9 +95,16 @@ def mean_at_k_figure(runs: Sequence[RunSeries]) -> Any:
             ax.tick_params(labelbottom=False)
             from matplotlib.patches import Patch
 
-            strip.legend(handles=[Patch(color=WEIGHT_COLOUR, label="weight phase"),
-                                  Patch(color=HARNESS_COLOUR, label="harness phase")],
-                         loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=7, frameon=False)
+            strip.legend(
+                handles=[
+                    Patch(color=WEIGHT_COLOUR, label="weight phase"),
+                    Patch(color=HARNESS_COLOUR, label="harness phase"),
+                ],
+                loc="upper left",
+                bbox_to_anchor=(1.0, 1.0),
+                fontsize=7,
+                frameon=False,
+            )
         fig.suptitle("Test mean@k: " + ", ".join(f"{r.label} ({r.condition})" for r in runs), fontsize=10)
     return fig
 
@@ -110,8 +118,7 @@ def _draw_mean(ax: Any, run: RunSeries, axis: str, c: str) -> None:
     if run.best is not None:
         bx = run.best.rollouts if axis == "rollouts" else run.best.step
         by = _percent(run.best.mean_at_k)
-        (star,) = ax.plot([bx], [by], marker="*", markersize=14, color=c, markeredgecolor="black",
-                          linestyle="none")
+        (star,) = ax.plot([bx], [by], marker="*", markersize=14, color=c, markeredgecolor="black", linestyle="none")
         star.set_gid(f"best-{axis}-{run.label}")
         ax.annotate(f"best {by:.2f}", (bx, by), textcoords="offset points", xytext=(6, 6), fontsize=8, color=c)
 
@@ -122,8 +129,14 @@ def _draw_timeline(strip: Any, run: RunSeries, axis: str, row: int) -> None:
         end = span.rollouts_end if axis == "rollouts" else span.step_end
         fill = WEIGHT_COLOUR if span.kind is PhaseKind.WEIGHT else HARNESS_COLOUR
         if end > start:
-            bars = strip.broken_barh([(start, end - start)], (row - 0.35, 0.7), facecolors=fill,
-                                     edgecolors="white", linewidth=0.8, hatch=None if span.done else "//")
+            bars = strip.broken_barh(
+                [(start, end - start)],
+                (row - 0.35, 0.7),
+                facecolors=fill,
+                edgecolors="white",
+                linewidth=0.8,
+                hatch=None if span.done else "//",
+            )
             bars.set_gid(f"phase-{axis}-{run.label}-{span.phase}")
         else:  # a phase that moves nothing on this axis (a harness phase on the steps axis)
             (tick,) = strip.plot([start, start], [row - 0.35, row + 0.35], color=fill, linewidth=3)
@@ -141,7 +154,12 @@ def training_figure(runs: Sequence[RunSeries]) -> Any:
         for ax, title, ylabel, xlabel in (
             (reward, "training reward per step", "mean reward of the step's rollouts", "global RSFT step"),
             (kept, "kept fraction per step", "rollouts kept for SFT (fraction)", "global RSFT step"),
-            (harness, "harness score per iteration", "best D_harness score in the phase", "search iteration (run-wide)"),
+            (
+                harness,
+                "harness score per iteration",
+                "best D_harness score in the phase",
+                "search iteration (run-wide)",
+            ),
         ):
             ax.set_title(title)
             ax.set_ylabel(ylabel)
@@ -157,8 +175,14 @@ def training_figure(runs: Sequence[RunSeries]) -> Any:
                 line.set_gid(f"kept-{run.label}")
             if run.harness_iterations:
                 its = run.harness_iterations
-                (line,) = harness.plot([h.index for h in its], [h.best_score for h in its], color=c, marker="o",
-                                       markersize=3, label=run.label)
+                (line,) = harness.plot(
+                    [h.index for h in its],
+                    [h.best_score for h in its],
+                    color=c,
+                    marker="o",
+                    markersize=3,
+                    label=run.label,
+                )
                 line.set_gid(f"harness-{run.label}")
                 dots = [(h.index, s) for h in its for s in h.candidate_scores]
                 if dots:

@@ -48,8 +48,9 @@ def write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def write_report(runs: Sequence[RunSeries], formats: Iterable[OutputFormat], out_dir: Path,
-                 title: str = "WHALE report") -> list[Path]:
+def write_report(
+    runs: Sequence[RunSeries], formats: Iterable[OutputFormat], out_dir: Path, title: str = "WHALE report"
+) -> list[Path]:
     """Write the report in every format asked for; returns the files written, in a stable order."""
     formats = list(dict.fromkeys(OutputFormat(f) for f in formats))
     written: list[Path] = []

@@ -57,8 +57,11 @@ def describe_short(b: BestPoint | None) -> str:
     """The same, short: ``c01 s3 after harness`` (``... i7`` for mh_only's iteration points)."""
     if b is None:
         return DASH
-    return (f"c{b.cycle:02d} s{b.step}" + (f" after {b.after}" if b.after else "")
-            + (f" i{b.iteration}" if b.iteration is not None else ""))
+    return (
+        f"c{b.cycle:02d} s{b.step}"
+        + (f" after {b.after}" if b.after else "")
+        + (f" i{b.iteration}" if b.iteration is not None else "")
+    )
 
 
 def where(run: RunSeries) -> str:
@@ -82,8 +85,9 @@ def final_text(run: RunSeries) -> str:
 def summary_row(run: RunSeries) -> dict[str, str]:
     """One row of the summary table, formatted (the HTML page and the terminal table print these)."""
     best = run.best
-    paper = (f"{run.paper.mean_at_8_percent:.2f} ({run.paper.method}, {run.paper.column})"
-             if run.paper is not None else DASH)
+    paper = (
+        f"{run.paper.mean_at_8_percent:.2f} ({run.paper.method}, {run.paper.column})" if run.paper is not None else DASH
+    )
     steps = f"{run.steps}" + (f"/{run.total_steps}" if run.total_steps else "")
     return {
         "run": run.label,
@@ -143,8 +147,9 @@ def inline_svg(svg: str) -> str:
     return _SVG_PROLOGUE.sub("", svg, count=1)
 
 
-def html_page(runs: Sequence[RunSeries], svgs: Mapping[str, str], captions: Mapping[str, str],
-              title: str = "WHALE report") -> str:
+def html_page(
+    runs: Sequence[RunSeries], svgs: Mapping[str, str], captions: Mapping[str, str], title: str = "WHALE report"
+) -> str:
     """The self-contained page: the summary table, the figures (inline SVG), each run's phases and notes."""
     out = [
         "<!DOCTYPE html>",
@@ -161,43 +166,60 @@ def html_page(runs: Sequence[RunSeries], svgs: Mapping[str, str], captions: Mapp
         row = summary_row(run)
         cells = "".join(
             f'<td data-field="{key}"{_NUM if key in _NUMERIC else ""}>{_esc(row[key])}</td>'
-            for key, _ in SUMMARY_COLUMNS)
+            for key, _ in SUMMARY_COLUMNS
+        )
         out.append(f'<tr data-run="{_esc(run.label)}">{cells}</tr>')
     out.append("</tbody></table>")
-    out.append('<p class="notes">best mean@k: the highest test mean@k over the run\'s evaluation points (the '
-               "paper's headline); final mean@k: the test mean@k of the run's last evaluation point, the agent it "
-               "ends with (&quot;latest&quot; while it runs). A condition evaluated more often has more chances at a "
-               "high best; each has one final point, so compare both. "
-               "rollouts: training rollouts spent (weight and harness phases; evaluations not counted). "
-               "The paper's number is shown when the run has the domain and condition of one of its 12 runs "
-               "(and, for WHALE, its (E, I) = (0.6, 6)).</p>")
+    out.append(
+        '<p class="notes">best mean@k: the highest test mean@k over the run\'s evaluation points (the '
+        "paper's headline); final mean@k: the test mean@k of the run's last evaluation point, the agent it "
+        "ends with (&quot;latest&quot; while it runs). A condition evaluated more often has more chances at a "
+        "high best; each has one final point, so compare both. "
+        "rollouts: training rollouts spent (weight and harness phases; evaluations not counted). "
+        "The paper's number is shown when the run has the domain and condition of one of its 12 runs "
+        "(and, for WHALE, its (E, I) = (0.6, 6)).</p>"
+    )
     for name, svg in svgs.items():
-        out.append(f'<figure id="figure-{_esc(name)}">{inline_svg(svg)}'
-                   f"<figcaption>{_esc(captions.get(name, name))}</figcaption></figure>")
+        out.append(
+            f'<figure id="figure-{_esc(name)}">{inline_svg(svg)}'
+            f"<figcaption>{_esc(captions.get(name, name))}</figcaption></figure>"
+        )
     for run in runs:
         out.append(f'<h2 id="run-{_esc(run.label)}">{_esc(run.label)}</h2>')
-        out.append(f"<p>{_esc(run.source)} — {_esc(run.domain)}, {_esc(run.condition)}"
-                   f"{', ' + _esc(run.schedule) if run.schedule else ''}; evaluation points and best point from "
-                   f"{'status.json' if run.status_source.value == 'status' else 'the phase results'}.</p>")
-        out.append('<table class="phases"><thead><tr><th>phase</th><th>rollouts</th><th>steps</th>'
-                   "<th>stopped by</th><th>accepted harness (score)</th></tr></thead><tbody>")
+        out.append(
+            f"<p>{_esc(run.source)} — {_esc(run.domain)}, {_esc(run.condition)}"
+            f"{', ' + _esc(run.schedule) if run.schedule else ''}; evaluation points and best point from "
+            f"{'status.json' if run.status_source.value == 'status' else 'the phase results'}.</p>"
+        )
+        out.append(
+            '<table class="phases"><thead><tr><th>phase</th><th>rollouts</th><th>steps</th>'
+            "<th>stopped by</th><th>accepted harness (score)</th></tr></thead><tbody>"
+        )
         for span in run.phases:
-            accepted = (f"{span.accepted_harness} ({span.accepted_score:.3f})"
-                        if span.accepted_harness and span.accepted_score is not None else DASH)
+            accepted = (
+                f"{span.accepted_harness} ({span.accepted_score:.3f})"
+                if span.accepted_harness and span.accepted_score is not None
+                else DASH
+            )
             out.append(
                 f'<tr class="{_esc(span.kind.value)}"><td>{_esc(span.phase)}{"" if span.done else " (running)"}</td>'
                 f'<td class="num">{span.rollouts_start:,} → {span.rollouts_end:,}</td>'
                 f'<td class="num">{span.step_start} → {span.step_end}</td>'
-                f"<td>{_esc(span.stopped_by or DASH)}</td><td>{_esc(accepted)}</td></tr>")
+                f"<td>{_esc(span.stopped_by or DASH)}</td><td>{_esc(accepted)}</td></tr>"
+            )
         out.append("</tbody></table>")
-        out.append('<table class="evals"><thead><tr><th>evaluation</th><th>step</th><th>rollouts</th>'
-                   f"<th>mean@{run.k} (%)</th><th>harness</th></tr></thead><tbody>")
+        out.append(
+            '<table class="evals"><thead><tr><th>evaluation</th><th>step</th><th>rollouts</th>'
+            f"<th>mean@{run.k} (%)</th><th>harness</th></tr></thead><tbody>"
+        )
         for e in run.evals:
             mark = " (best)" if run.best and e.phase == run.best.phase else ""
             mark += " (final)" if run.final and e.phase == run.final.phase and run.final_is_end else ""
-            out.append(f'<tr><td>{_esc(e.phase)}{mark}</td><td class="num">{e.step}</td>'
-                       f'<td class="num">{e.rollouts:,}</td><td class="num">{percent(e.mean_at_k)}</td>'
-                       f"<td>{_esc(e.harness or 'h0')}</td></tr>")
+            out.append(
+                f'<tr><td>{_esc(e.phase)}{mark}</td><td class="num">{e.step}</td>'
+                f'<td class="num">{e.rollouts:,}</td><td class="num">{percent(e.mean_at_k)}</td>'
+                f"<td>{_esc(e.harness or 'h0')}</td></tr>"
+            )
         out.append("</tbody></table>")
         if run.notes:
             out.append('<ul class="notes">' + "".join(f"<li>{_esc(n)}</li>" for n in run.notes) + "</ul>")

@@ -274,8 +274,11 @@ def schedule_label(spec: WhaleRunSpec) -> str | None:
     """``(0.6, 6)`` (E in epochs) or ``(4 steps, 2)`` for ``whale``; ``adaptive`` for adaptive_whale."""
     sched = spec.schedule
     if spec.condition.value == "whale":
-        e = (f"{sched.weight_epochs_per_cycle:g}" if sched.weight_epochs_per_cycle is not None
-             else f"{sched.weight_steps_per_cycle} steps")
+        e = (
+            f"{sched.weight_epochs_per_cycle:g}"
+            if sched.weight_epochs_per_cycle is not None
+            else f"{sched.weight_steps_per_cycle} steps"
+        )
         return f"({e}, {sched.harness_iterations_per_cycle})"
     if spec.condition.value == "adaptive_whale":
         return "adaptive"
@@ -314,41 +317,74 @@ def build_series(records: RunRecords, label: str | None = None) -> RunSeries:
             for m in p.weight_metrics:
                 rollouts += m.rollouts
                 step = max(step, m.step)
-                steps.append(WeightStep(
-                    phase=p.phase, step=m.step, epoch=m.epoch, reward_mean=m.reward_mean,
-                    kept_fraction=m.acceptance_rate, kept=m.kept, loss=m.loss, learning_rate=m.learning_rate,
-                    rollouts=rollouts,
-                    seconds=m.seconds_sampling + m.seconds_training + m.seconds_syncing,
-                ))
+                steps.append(
+                    WeightStep(
+                        phase=p.phase,
+                        step=m.step,
+                        epoch=m.epoch,
+                        reward_mean=m.reward_mean,
+                        kept_fraction=m.acceptance_rate,
+                        kept=m.kept,
+                        loss=m.loss,
+                        learning_rate=m.learning_rate,
+                        rollouts=rollouts,
+                        seconds=m.seconds_sampling + m.seconds_training + m.seconds_syncing,
+                    )
+                )
             if isinstance(p.result, WeightPhaseResult):
                 step = max(step, p.result.final_step)
         else:
             for h in sorted(p.harness_metrics, key=lambda h: h.iteration):
                 rollouts += h.rollouts
-                iterations.append(HarnessIteration(
-                    phase=p.phase, cycle=cycle, iteration=h.iteration, index=len(iterations) + 1,
-                    best_score=h.best_score, best_candidate=h.best_candidate,
-                    candidate_scores=tuple(c.score for c in h.candidates if c.score is not None),
-                    rollouts=rollouts,
-                ))
+                iterations.append(
+                    HarnessIteration(
+                        phase=p.phase,
+                        cycle=cycle,
+                        iteration=h.iteration,
+                        index=len(iterations) + 1,
+                        best_score=h.best_score,
+                        best_candidate=h.best_candidate,
+                        candidate_scores=tuple(c.score for c in h.candidates if c.score is not None),
+                        rollouts=rollouts,
+                    )
+                )
         # the result's count is the one decide() adds up; metrics lines cover a running phase
         rollouts = start_rollouts + _phase_rollouts(p)
         result = p.result
-        spans.append(PhaseSpan(
-            phase=p.phase, kind=p.kind, cycle=cycle, rollouts_start=start_rollouts, rollouts_end=rollouts,
-            step_start=start_step, step_end=step, done=result is not None,
-            stopped_by=result.stopped_by if result is not None else None,
-            accepted_harness=result.accepted_harness if isinstance(result, HarnessPhaseResult) else None,
-            accepted_score=result.accepted_score if isinstance(result, HarnessPhaseResult) else None,
-        ))
+        spans.append(
+            PhaseSpan(
+                phase=p.phase,
+                kind=p.kind,
+                cycle=cycle,
+                rollouts_start=start_rollouts,
+                rollouts_end=rollouts,
+                step_start=start_step,
+                step_end=step,
+                done=result is not None,
+                stopped_by=result.stopped_by if result is not None else None,
+                accepted_harness=result.accepted_harness if isinstance(result, HarnessPhaseResult) else None,
+                accepted_score=result.accepted_score if isinstance(result, HarnessPhaseResult) else None,
+            )
+        )
 
     k = spec.evaluation.samples_per_item
     notes: list[str] = []
     final: BestPoint | None = None
     if status is not None:
-        evals = [EvalSample(phase=e.phase, cycle=e.cycle, step=e.step, after=e.after, rollouts=e.rollouts_at,
-                            mean_at_k=e.mean_at_k, harness=e.harness, checkpoint=e.checkpoint, iteration=e.iteration)
-                 for e in status.evals]
+        evals = [
+            EvalSample(
+                phase=e.phase,
+                cycle=e.cycle,
+                step=e.step,
+                after=e.after,
+                rollouts=e.rollouts_at,
+                mean_at_k=e.mean_at_k,
+                harness=e.harness,
+                checkpoint=e.checkpoint,
+                iteration=e.iteration,
+            )
+            for e in status.evals
+        ]
         best = _point(status.best)
         final = _point(status.final)
         run_phase: str | None = status.phase.value
@@ -364,8 +400,10 @@ def build_series(records: RunRecords, label: str | None = None) -> RunSeries:
         total_steps = None
         steps_reached = step
         source = StatusSource.STORE
-        notes.append("no status.json in the store (a cluster run keeps its status on the WhaleRun object): "
-                     "evaluation points and the best point are reconstructed from the phase results")
+        notes.append(
+            "no status.json in the store (a cluster run keeps its status on the WhaleRun object): "
+            "evaluation points and the best point are reconstructed from the phase results"
+        )
     if final is None:  # a run still going (or one whose status predates status.final): the latest point
         final = _last_point(evals, records.evals, k)
     if best is not None:
@@ -375,13 +413,28 @@ def build_series(records: RunRecords, label: str | None = None) -> RunSeries:
     for key, res in sorted(records.evals.items()):
         notes += [f"{key}: {note}" for note in res.notes]
     return RunSeries(
-        name=records.name, label=label or records.name, source=records.source, domain=spec.domain,
-        condition=spec.condition.value, schedule=schedule_label(spec), k=k, run_phase=run_phase,
-        status_source=source, evals=tuple(sorted(evals, key=_eval_order)), weight_steps=tuple(steps),
-        harness_iterations=tuple(iterations), phases=tuple(spans), best=best, final=final,
-        final_is_end=run_phase == "Succeeded", rollouts_spent=rollouts_spent,
-        steps=steps_reached, total_steps=total_steps,
-        weight_hours=sum(s.seconds for s in steps) / 3600.0, gpu_hours=None, paper=paper_number(spec),
+        name=records.name,
+        label=label or records.name,
+        source=records.source,
+        domain=spec.domain,
+        condition=spec.condition.value,
+        schedule=schedule_label(spec),
+        k=k,
+        run_phase=run_phase,
+        status_source=source,
+        evals=tuple(sorted(evals, key=_eval_order)),
+        weight_steps=tuple(steps),
+        harness_iterations=tuple(iterations),
+        phases=tuple(spans),
+        best=best,
+        final=final,
+        final_is_end=run_phase == "Succeeded",
+        rollouts_spent=rollouts_spent,
+        steps=steps_reached,
+        total_steps=total_steps,
+        weight_hours=sum(s.seconds for s in steps) / 3600.0,
+        gpu_hours=None,
+        paper=paper_number(spec),
         notes=tuple(notes),
     )
 
@@ -396,15 +449,33 @@ def _point(b: Any) -> BestPoint | None:
     if b is None:
         return None
     after = parse_eval_phase(b.phase)
-    return BestPoint(mean_at_k=b.mean_at_k, k=b.k, phase=b.phase, cycle=b.cycle, step=b.step, rollouts=b.rollouts_at,
-                     after=after[2] if after else None, harness=b.harness, checkpoint=b.checkpoint,
-                     iteration=b.iteration)
+    return BestPoint(
+        mean_at_k=b.mean_at_k,
+        k=b.k,
+        phase=b.phase,
+        cycle=b.cycle,
+        step=b.step,
+        rollouts=b.rollouts_at,
+        after=after[2] if after else None,
+        harness=b.harness,
+        checkpoint=b.checkpoint,
+        iteration=b.iteration,
+    )
 
 
 def _sample_point(e: EvalSample, k: int) -> BestPoint:
-    return BestPoint(mean_at_k=e.mean_at_k or 0.0, k=k, phase=e.phase, cycle=e.cycle, step=e.step,
-                     rollouts=e.rollouts, after=e.after, harness=e.harness, checkpoint=e.checkpoint,
-                     iteration=e.iteration)
+    return BestPoint(
+        mean_at_k=e.mean_at_k or 0.0,
+        k=k,
+        phase=e.phase,
+        cycle=e.cycle,
+        step=e.step,
+        rollouts=e.rollouts,
+        after=e.after,
+        harness=e.harness,
+        checkpoint=e.checkpoint,
+        iteration=e.iteration,
+    )
 
 
 def _last_point(evals: Sequence[EvalSample], results: Mapping[str, EvalResult], k: int) -> BestPoint | None:
@@ -416,8 +487,12 @@ def _last_point(evals: Sequence[EvalSample], results: Mapping[str, EvalResult], 
     return _sample_point(last, results[last.phase].k if last.phase in results else k)
 
 
-def _evals_from_store(records: RunRecords, spans: Sequence[PhaseSpan],
-                      steps: Sequence[WeightStep], iterations: Sequence[HarnessIteration] = ()) -> list[EvalSample]:
+def _evals_from_store(
+    records: RunRecords,
+    spans: Sequence[PhaseSpan],
+    steps: Sequence[WeightStep],
+    iterations: Sequence[HarnessIteration] = (),
+) -> list[EvalSample]:
     out = []
     for key, res in records.evals.items():
         parsed = parse_eval_phase(key)
@@ -425,15 +500,31 @@ def _evals_from_store(records: RunRecords, spans: Sequence[PhaseSpan],
             continue
         cycle, step, after = parsed
         it = eval_iteration(key)
-        out.append(EvalSample(phase=key, cycle=cycle, step=step, after=after,
-                              rollouts=_rollouts_at(cycle, step, after, spans, steps, it, iterations),
-                              mean_at_k=res.mean_at_k, harness=res.harness, checkpoint=res.checkpoint, iteration=it))
+        out.append(
+            EvalSample(
+                phase=key,
+                cycle=cycle,
+                step=step,
+                after=after,
+                rollouts=_rollouts_at(cycle, step, after, spans, steps, it, iterations),
+                mean_at_k=res.mean_at_k,
+                harness=res.harness,
+                checkpoint=res.checkpoint,
+                iteration=it,
+            )
+        )
     return out
 
 
-def _rollouts_at(cycle: int, step: int, after: str, spans: Sequence[PhaseSpan],
-                 steps: Sequence[WeightStep], iteration: int | None = None,
-                 iterations: Sequence[HarnessIteration] = ()) -> int:
+def _rollouts_at(
+    cycle: int,
+    step: int,
+    after: str,
+    spans: Sequence[PhaseSpan],
+    steps: Sequence[WeightStep],
+    iteration: int | None = None,
+    iterations: Sequence[HarnessIteration] = (),
+) -> int:
     """Training rollouts spent when the point an evaluation looks at was reached (as ``decide()`` counts)."""
     if after == "start":
         return 0

@@ -90,8 +90,10 @@ def _model(store: Store, key: str, model: type[BaseModel], raw: Any) -> Any:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first.get("loc", ())) or "(top level)"
-        raise ReportError(f"{store.uri_for(key)} is not a valid {model.__name__}: {where}: {first.get('msg')} "
-                          f"(written by another version of whale? report with the same version)") from None
+        raise ReportError(
+            f"{store.uri_for(key)} is not a valid {model.__name__}: {where}: {first.get('msg')} "
+            f"(written by another version of whale? report with the same version)"
+        ) from None
 
 
 def _lines(store: Store, key: str, model: type[BaseModel]) -> tuple[Any, ...]:
@@ -102,8 +104,10 @@ def read_run(store: Store, name: str) -> RunRecords:
     """The records of run ``name``: spec, status (when in the store), main phases, evaluation results."""
     spec_raw = store.read_json_or_none(layout.spec_key(name))
     if spec_raw is None:
-        raise ReportError(f"no run named {name!r} in {store.uri} (no {layout.spec_key(name)}); "
-                          f"runs there: {', '.join(list_runs(store)) or 'none'}")
+        raise ReportError(
+            f"no run named {name!r} in {store.uri} (no {layout.spec_key(name)}); "
+            f"runs there: {', '.join(list_runs(store)) or 'none'}"
+        )
     spec = _model(store, layout.spec_key(name), WhaleRunSpec, spec_raw)
     status_raw = store.read_json_or_none(layout.status_key(name))
     status = None if status_raw is None else _model(store, layout.status_key(name), WhaleRunStatus, status_raw)
@@ -118,20 +122,37 @@ def read_run(store: Store, name: str) -> RunRecords:
         if main is not None:
             kind = main[1]
             if kind is PhaseKind.WEIGHT:
-                result = None if result_raw is None else _model(store, layout.result_key(name, phase),
-                                                                 WeightPhaseResult, result_raw)
-                phases.append(PhaseRecords(phase, kind, weight_metrics=_lines(store, metrics_key, WeightStepMetrics),
-                                           result=result))
+                result = (
+                    None
+                    if result_raw is None
+                    else _model(store, layout.result_key(name, phase), WeightPhaseResult, result_raw)
+                )
+                phases.append(
+                    PhaseRecords(
+                        phase, kind, weight_metrics=_lines(store, metrics_key, WeightStepMetrics), result=result
+                    )
+                )
             else:
-                result = None if result_raw is None else _model(store, layout.result_key(name, phase),
-                                                                 HarnessPhaseResult, result_raw)
-                phases.append(PhaseRecords(phase, kind,
-                                           harness_metrics=_lines(store, metrics_key, HarnessIterationMetrics),
-                                           result=result))
+                result = (
+                    None
+                    if result_raw is None
+                    else _model(store, layout.result_key(name, phase), HarnessPhaseResult, result_raw)
+                )
+                phases.append(
+                    PhaseRecords(
+                        phase, kind, harness_metrics=_lines(store, metrics_key, HarnessIterationMetrics), result=result
+                    )
+                )
         elif parse_eval_phase(phase) is not None and result_raw is not None:
             evals[phase] = _model(store, layout.result_key(name, phase), EvalResult, result_raw)
-    return RunRecords(name=name, source=store.uri_for(layout.run_prefix(name)), spec=spec, status=status,
-                      phases=tuple(phases), evals=evals)
+    return RunRecords(
+        name=name,
+        source=store.uri_for(layout.run_prefix(name)),
+        spec=spec,
+        status=status,
+        phases=tuple(phases),
+        evals=evals,
+    )
 
 
 StoreOpener = Callable[[str], Store]
@@ -142,10 +163,12 @@ def open_for_reading(uri: str) -> Store:
     S3 settings come from the environment, as for every command (``WHALE_S3_ENDPOINT``,
     ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``; docs/storage.md)."""
     if not uri.startswith("s3://"):
-        path = Path(uri[len("file://"):] if uri.startswith("file://") else uri).expanduser()
+        path = Path(uri[len("file://") :] if uri.startswith("file://") else uri).expanduser()
         if "://" not in uri.replace("file://", "", 1) and not path.is_dir():
-            raise ReportError(f"{uri}: no such folder; give the --store folder `whale run` used "
-                              "(default .whale/store) or s3://bucket/prefix")
+            raise ReportError(
+                f"{uri}: no such folder; give the --store folder `whale run` used "
+                "(default .whale/store) or s3://bucket/prefix"
+            )
     return open_store(uri)
 
 
@@ -158,14 +181,14 @@ class LoadedRun:
     series: RunSeries
 
 
-def load_series(args: Sequence[str], runs: Sequence[str] = (),
-                opener: StoreOpener = open_for_reading) -> list[RunSeries]:
+def load_series(
+    args: Sequence[str], runs: Sequence[str] = (), opener: StoreOpener = open_for_reading
+) -> list[RunSeries]:
     """The series of every run the arguments name (see :func:`load_runs`)."""
     return [run.series for run in load_runs(args, runs, opener)]
 
 
-def load_runs(args: Sequence[str], runs: Sequence[str] = (),
-              opener: StoreOpener = open_for_reading) -> list[LoadedRun]:
+def load_runs(args: Sequence[str], runs: Sequence[str] = (), opener: StoreOpener = open_for_reading) -> list[LoadedRun]:
     """Every run the arguments name, in argument order.
 
     ``args``: stores (``DIR``, ``file:///DIR``, ``s3://bucket/prefix``) or runs (``STORE/runs/NAME``).
@@ -197,8 +220,10 @@ def load_runs(args: Sequence[str], runs: Sequence[str] = (),
                 present = list_runs(store)
                 names = [n for n in present if n in runs] if runs else present
                 if not present:
-                    raise ReportError(f"{arg}: no runs in {store.uri} (no runs/<name>/spec.json); is this the "
-                                      "--store `whale run` used, or the spec.storage.uri of the cluster run?")
+                    raise ReportError(
+                        f"{arg}: no runs in {store.uri} (no runs/<name>/spec.json); is this the "
+                        "--store `whale run` used, or the spec.storage.uri of the cluster run?"
+                    )
             for name in names:
                 if (store.uri, name) not in {(s.uri, n) for s, n in wanted}:
                     wanted.append((store, name))

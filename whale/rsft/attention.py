@@ -75,8 +75,10 @@ def document_block_mask(position_ids: torch.Tensor, block_size: int = FLEX_BLOCK
         raise ValueError(f"position_ids must be [batch, length], got shape {tuple(position_ids.shape)}")
     batch, length = position_ids.shape
     if length % block_size:
-        raise ValueError(f"a packed row of {length} positions is not a multiple of the {block_size}-block; "
-                         "collate_micro pads it (multiple_of)")
+        raise ValueError(
+            f"a packed row of {length} positions is not a multiple of the {block_size}-block; "
+            "collate_micro pads it (multiple_of)"
+        )
     doc = document_ids(position_ids)
     n = length // block_size
     blocks = doc.view(batch, n, block_size)
@@ -94,8 +96,15 @@ def document_block_mask(position_ids: torch.Tensor, block_size: int = FLEX_BLOCK
 
     kv_num, kv_idx = _ordered(partial)
     full_num, full_idx = _ordered(full)
-    return BlockMask.from_kv_blocks(kv_num, kv_idx, full_num, full_idx, BLOCK_SIZE=block_size,
-                                    mask_mod=document_causal, seq_lengths=(length, length))
+    return BlockMask.from_kv_blocks(
+        kv_num,
+        kv_idx,
+        full_num,
+        full_idx,
+        BLOCK_SIZE=block_size,
+        mask_mod=document_causal,
+        seq_lengths=(length, length),
+    )
 
 
 # ----- the attention function ------------------------------------------------------------------------
@@ -114,8 +123,9 @@ def _flex_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
     return _compiled_flex(query, key, value, **kwargs)
 
 
-def _dense_document_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, block_mask: Any,
-                              scale: float | None, enable_gqa: bool) -> torch.Tensor:
+def _dense_document_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, block_mask: Any, scale: float | None, enable_gqa: bool
+) -> torch.Tensor:
     """The CPU stand-in of flex attention (torch has no flex backward on the CPU): the block mask's own
     mask function evaluated densely, then SDPA."""
     q_len, kv_len = query.shape[-2], key.shape[-2]
@@ -128,8 +138,9 @@ def _dense_document_attention(query: torch.Tensor, key: torch.Tensor, value: tor
     return torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scale)
 
 
-def one_dtype(query: torch.Tensor, key: torch.Tensor,
-              value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def one_dtype(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """q, k, v in one dtype: under autocast, Qwen3's q and k leave their RMSNorm in fp32 while v is bf16;
     SDPA casts them itself (an autocast op), flex attention refuses mixed dtypes."""
     device_type = query.device.type
@@ -137,21 +148,32 @@ def one_dtype(query: torch.Tensor, key: torch.Tensor,
     return query.to(dtype), key.to(dtype), value.to(dtype)
 
 
-def whale_flex_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                         attention_mask: Any, dropout: float = 0.0, scaling: float | None = None,
-                         **kwargs: Any) -> tuple[torch.Tensor, None]:
+def whale_flex_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: Any,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
     """transformers' attention-function contract ([B, H, L, D] in, [B, L, H, D] out): flex attention
     for a ``BlockMask`` (packed rows from the trainer), transformers' SDPA for anything else. Imports
     are at module level: inside a compiled decoder layer this function is traced."""
     if not isinstance(attention_mask, BlockMask):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     if dropout:
-        raise AttentionConfigError("rsft.attention flex: attention dropout is not supported; set the model's "
-                                   "attention_dropout to 0 or use attention: sdpa")
+        raise AttentionConfigError(
+            "rsft.attention flex: attention dropout is not supported; set the model's "
+            "attention_dropout to 0 or use attention: sdpa"
+        )
     if kwargs.get("s_aux") is not None or kwargs.get("softcap") is not None:
-        raise AttentionConfigError("rsft.attention flex: attention sinks and logit soft-capping are not supported; "
-                                   "use attention: sdpa")
+        raise AttentionConfigError(
+            "rsft.attention flex: attention sinks and logit soft-capping are not supported; use attention: sdpa"
+        )
     query, key, value = one_dtype(query, key, value)
     enable_gqa = query.shape[1] != key.shape[1]
     if query.device.type == "cpu":
@@ -187,14 +209,16 @@ def set_training_attention(model: PreTrainedModel, kernel: Kernel) -> None:
         if config is not None and _sliding_layers(config):
             raise AttentionConfigError(
                 "rsft.attention flex: this model has sliding-window attention layers, which the document mask does "
-                "not model; use attention: sdpa (or packSequences: false)")
+                "not model; use attention: sdpa (or packSequences: false)"
+            )
         register()
         model.set_attn_implementation(WHALE_FLEX)
         return
     if importlib.util.find_spec("flash_attn") is None:
         raise AttentionConfigError(
             "rsft.attention flash needs the flash-attn package, which is not installed here (PyPI has no wheel for "
-            "every torch/CUDA pairing); use attention: flex, or install flash-attn in the worker image")
+            "every torch/CUDA pairing); use attention: flex, or install flash-attn in the worker image"
+        )
     try:
         model.set_attn_implementation("flash_attention_2")
     except (ImportError, ValueError) as exc:

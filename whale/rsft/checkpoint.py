@@ -75,7 +75,9 @@ def _latest_key(run: str, phase: str) -> str:
     return f"{layout.state_prefix(run, phase)}/latest.json"
 
 
-def save_state(store: Store, run: str, phase: str, step: int, optimizer_state: dict[str, Any], meta: dict[str, Any]) -> None:
+def save_state(
+    store: Store, run: str, phase: str, step: int, optimizer_state: dict[str, Any], meta: dict[str, Any]
+) -> None:
     """Resume state of ``phase`` after global step ``step`` (call after its checkpoint is complete)."""
     import torch
 

@@ -111,7 +111,7 @@ def encode_trajectory(
         prefix = render_ids(tokenizer, messages[:i], add_generation_prompt=True, **kw)
         full = render_ids(tokenizer, messages[: i + 1], add_generation_prompt=False, **kw)
         if full[: len(prefix)] == prefix and len(full) > len(prefix):
-            generated = _cut_after_stop(full[len(prefix):], stops)
+            generated = _cut_after_stop(full[len(prefix) :], stops)
         elif msg.get("tool_calls"):
             raise TemplateMismatchError(
                 f"prompt {trajectory.prompt_index}, message {i}: the chat template renders the context of this "
@@ -132,9 +132,11 @@ def encode_trajectory(
     last = max(i for i, m in enumerate(messages) if m.get("role") == "assistant")
     whole = render_ids(tokenizer, messages[: last + 1], add_generation_prompt=False, **kw)
     merged = _merge(turns, whole)
-    examples = [merged] if merged is not None else [
-        Example(tuple(p + g), tuple([IGNORE_INDEX] * len(p) + g)) for p, g in turns
-    ]
+    examples = (
+        [merged]
+        if merged is not None
+        else [Example(tuple(p + g), tuple([IGNORE_INDEX] * len(p) + g)) for p, g in turns]
+    )
     return [_truncate(e, max_length) for e in examples]
 
 
@@ -144,9 +146,9 @@ def _merge(turns: list[tuple[list[int], list[int]]], whole: list[int]) -> Exampl
     end = 0
     for prefix, generated in turns:
         stop = len(prefix) + len(generated)
-        if len(prefix) < end or whole[: len(prefix)] != prefix or whole[len(prefix): stop] != generated:
+        if len(prefix) < end or whole[: len(prefix)] != prefix or whole[len(prefix) : stop] != generated:
             return None
-        labels[len(prefix): stop] = generated
+        labels[len(prefix) : stop] = generated
         end = stop
     ids = whole[:end]
     return Example(tuple(ids), tuple(labels[:end]))
@@ -165,11 +167,12 @@ def minibatches(examples: Sequence[Example], size: int, rng: random.Random) -> l
     """Shuffle (seeded) and cut into minibatches of ``size`` (the last one may be smaller)."""
     order = list(range(len(examples)))
     rng.shuffle(order)
-    return [[examples[i] for i in order[j: j + size]] for j in range(0, len(order), size)]
+    return [[examples[i] for i in order[j : j + size]] for j in range(0, len(order), size)]
 
 
-def update_groups(examples: Sequence[Example], mini_batch_size: int, ranks: int, scope: str,
-                  rng: random.Random) -> list[tuple[list[Example], ...]]:
+def update_groups(
+    examples: Sequence[Example], mini_batch_size: int, ranks: int, scope: str, rng: random.Random
+) -> list[tuple[list[Example], ...]]:
     """One SFT epoch's optimiser updates: for each update, every rank's share of it (``shares[rank]``).
 
     The sequences are shuffled (seeded) once. ``perRank`` (the paper's verl): rank r takes every
@@ -182,20 +185,19 @@ def update_groups(examples: Sequence[Example], mini_batch_size: int, ranks: int,
     order = list(range(len(examples)))
     rng.shuffle(order)
     ordered = [examples[i] for i in order]
-    n = optimizer_updates(len(ordered), ranks=ranks, mini_batch_size=mini_batch_size, sft_epochs=1,
-                          scope=scope)  # type: ignore[arg-type]  # a MiniBatchScope value, checked by the spec
+    n = optimizer_updates(len(ordered), ranks=ranks, mini_batch_size=mini_batch_size, sft_epochs=1, scope=scope)  # type: ignore[arg-type]  # a MiniBatchScope value, checked by the spec
     size = mini_batch_size
     if scope == "perRank":
         shares = [ordered[r::ranks] for r in range(ranks)]
-        return [tuple(share[j * size:(j + 1) * size] for share in shares) for j in range(n)]
-    return [tuple(ordered[j * size:(j + 1) * size][r::ranks] for r in range(ranks)) for j in range(n)]
+        return [tuple(share[j * size : (j + 1) * size] for share in shares) for j in range(n)]
+    return [tuple(ordered[j * size : (j + 1) * size][r::ranks] for r in range(ranks)) for j in range(n)]
 
 
 def micro_batches(minibatch: Sequence[Example], size: int) -> list[list[Example]]:
     """Cut a minibatch into micro-batches of ``size`` sequences, longest first, so each micro-batch
     pads little. The minibatch is one token-mean update, so the order inside it changes nothing."""
     ordered = sorted(minibatch, key=len, reverse=True)
-    return [list(ordered[j: j + size]) for j in range(0, len(ordered), size)]
+    return [list(ordered[j : j + size]) for j in range(0, len(ordered), size)]
 
 
 #: how a padded micro-batch is shaped; "masked" is the pre-bucketing behaviour, kept as an opt-out
@@ -216,8 +218,9 @@ def bucket_length(n: int, *, per_octave: int = 2, floor: int = 256, cap: int | N
     return min(width, cap) if cap is not None and n <= cap else width
 
 
-def pad_collate(batch: Sequence[Example], pad_id: int, *, width: int | None = None,
-                attention_mask: bool = True) -> dict[str, list[list[int]]]:
+def pad_collate(
+    batch: Sequence[Example], pad_id: int, *, width: int | None = None, attention_mask: bool = True
+) -> dict[str, list[list[int]]]:
     """Right-padded rectangle of ``width`` (default: the longest sequence): input_ids, labels
     (padding carries no loss) and, if asked, attention_mask.
 
@@ -239,8 +242,16 @@ def pad_collate(batch: Sequence[Example], pad_id: int, *, width: int | None = No
     return out
 
 
-def collate_micro(batch: Sequence[Example], pad_id: int, *, padding: Padding, pack: bool = False,
-                  max_len: int | None = None, per_octave: int = 2, multiple_of: int = 1) -> dict[str, list[list[int]]]:
+def collate_micro(
+    batch: Sequence[Example],
+    pad_id: int,
+    *,
+    padding: Padding,
+    pack: bool = False,
+    max_len: int | None = None,
+    per_octave: int = 2,
+    multiple_of: int = 1,
+) -> dict[str, list[list[int]]]:
     """One micro-batch as the trainers feed it: packed, or right-padded per ``padding``
     ("bucket": to :func:`bucket_length`, no mask; "longest": no mask; "masked": with the mask).
 

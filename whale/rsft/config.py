@@ -79,7 +79,9 @@ class RSFTConfig:
     @classmethod
     def from_request(cls, request: PhaseRequest) -> RSFTConfig:
         if request.weight is None:
-            raise ValueError(f"phase {request.phase}: request.json has kind {request.kind.value!r} but no `weight` args")
+            raise ValueError(
+                f"phase {request.phase}: request.json has kind {request.kind.value!r} but no `weight` args"
+            )
         from whale.spec import WhaleRunSpec
 
         spec = WhaleRunSpec.model_validate(request.spec)
@@ -142,8 +144,9 @@ class RSFTConfig:
         return self.padding
 
 
-def optimizer_updates(sequences: int, *, ranks: int, mini_batch_size: int, sft_epochs: int,
-                      scope: MiniBatchScope) -> int:
+def optimizer_updates(
+    sequences: int, *, ranks: int, mini_batch_size: int, sft_epochs: int, scope: MiniBatchScope
+) -> int:
     """Optimiser updates one RSFT step makes on ``sequences`` kept training sequences (one per kept
     trajectory, unless the chat template splits a trajectory's turns) with ``ranks`` data-parallel ranks.
 
@@ -156,8 +159,9 @@ def optimizer_updates(sequences: int, *, ranks: int, mini_batch_size: int, sft_e
     if sequences <= 0:
         return 0
     if ranks < 1 or mini_batch_size < 1 or sft_epochs < 0:
-        raise ValueError(f"ranks ({ranks}) and miniBatchSize ({mini_batch_size}) must be >= 1, sftEpochs "
-                         f"({sft_epochs}) >= 0")
+        raise ValueError(
+            f"ranks ({ranks}) and miniBatchSize ({mini_batch_size}) must be >= 1, sftEpochs ({sft_epochs}) >= 0"
+        )
     if scope == "perRank":
         per_rank = -(-sequences // ranks)
         return sft_epochs * -(-per_rank // mini_batch_size)

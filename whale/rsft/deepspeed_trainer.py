@@ -105,8 +105,16 @@ class DeepSpeedTrainer:
     #: optimizer_state / gathered_state_dict are collectives: the leader tells the followers first
     collective_state = True
 
-    def __init__(self, model: PreTrainedModel, cfg: RSFTConfig, *, device: torch.device, pad_id: int,
-                 config_path: str | Path, world_size: int):
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        cfg: RSFTConfig,
+        *,
+        device: torch.device,
+        pad_id: int,
+        config_path: str | Path,
+        world_size: int,
+    ):
         import deepspeed  # lazily: only this path needs it
 
         self.cfg = cfg
@@ -124,12 +132,18 @@ class DeepSpeedTrainer:
         prepare_model(model, cfg, compile_layers=compile_layers)
         params = [p for p in model.parameters() if p.requires_grad]
         optimizer = torch.optim.AdamW(params, lr=cfg.learning_rate, weight_decay=cfg.weight_decay)
-        self.engine, self.optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer,
-                                                                 config=self.ds_config)
+        self.engine, self.optimizer, _, _ = deepspeed.initialize(
+            model=model, optimizer=optimizer, config=self.ds_config
+        )
         self.model = self.engine.module
-        log.info("DeepSpeed ZeRO-%d engine: micro %d x accumulation %d x world %d, bf16 %s", self.stage,
-                 self.ds_config["train_micro_batch_size_per_gpu"], self.ds_config["gradient_accumulation_steps"],
-                 world_size, bf16)
+        log.info(
+            "DeepSpeed ZeRO-%d engine: micro %d x accumulation %d x world %d, bf16 %s",
+            self.stage,
+            self.ds_config["train_micro_batch_size_per_gpu"],
+            self.ds_config["gradient_accumulation_steps"],
+            world_size,
+            bf16,
+        )
 
     # ----- state ---------------------------------------------------------------------------------
 
@@ -148,8 +162,13 @@ class DeepSpeedTrainer:
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
         _rank, world = _world()
         if state.get("format") != STATE_FORMAT or int(state.get("world", -1)) != world:
-            log.warning("optimiser state is not a %d-rank DeepSpeed state (format %s, world %s); starting a fresh "
-                        "optimiser from the checkpoint's weights", world, state.get("format"), state.get("world"))
+            log.warning(
+                "optimiser state is not a %d-rank DeepSpeed state (format %s, world %s); starting a fresh "
+                "optimiser from the checkpoint's weights",
+                world,
+                state.get("format"),
+                state.get("world"),
+            )
             return
         # Unpickled in full (not weights_only): the shards hold DeepSpeed classes, and they come from this
         # run's own resume state, written by optimizer_state above.

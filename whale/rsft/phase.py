@@ -61,8 +61,9 @@ class WeightPhaseError(RuntimeError):
 
 
 class Sampler(Protocol):
-    def sample(self, items: Sequence[dict[str, Any]], prompt_indices: Sequence[int], rollouts: int,
-               seed: int) -> list[Trajectory]:
+    def sample(
+        self, items: Sequence[dict[str, Any]], prompt_indices: Sequence[int], rollouts: int, seed: int
+    ) -> list[Trajectory]:
         """``rollouts`` finished episodes per item, as trajectories (``prompt_index`` from ``prompt_indices``)."""
 
 
@@ -106,8 +107,9 @@ def empty_steps(lines: Sequence[dict[str, Any]]) -> list[int]:
     return sorted(int(line["step"]) for line in lines if int(line.get("kept", 1)) == 0)
 
 
-def finish(store: Store, run: str, phase: str, step: int, stopped_by: StopReason,
-           sandbox_isolation: str | None = None) -> WeightPhaseResult:
+def finish(
+    store: Store, run: str, phase: str, step: int, stopped_by: StopReason, sandbox_isolation: str | None = None
+) -> WeightPhaseResult:
     """Write the result (last): the checkpoint at ``step`` must already be complete.
     ``sandbox_isolation``: what the rollouts' harness process ran under (None: no rollouts this attempt)."""
     lines = store.read_jsonl(layout.metrics_key(run, phase))
@@ -167,8 +169,9 @@ class WeightPhase:
     def encode(self, kept: Sequence[Trajectory]) -> list[Example]:
         out: list[Example] = []
         for trajectory in kept:
-            out.extend(encode_trajectory(self.tokenizer, trajectory, stop_ids=self.stop_ids,
-                                         max_length=self.cfg.max_seq_len))
+            out.extend(
+                encode_trajectory(self.tokenizer, trajectory, stop_ids=self.stop_ids, max_length=self.cfg.max_seq_len)
+            )
         return out
 
     def report(self, stage: ProgressStage, step: int, **fields: Any) -> None:
@@ -180,17 +183,26 @@ class WeightPhase:
         indices = self.order.indices(s)
         seed = _step_seed(self.cfg.seed, s)
         torch.manual_seed(seed)
-        self.report(ProgressStage.SAMPLING, s + 1, done=0, total=len(indices) * self.cfg.rollouts_per_prompt,
-                    unit="rollouts")
+        self.report(
+            ProgressStage.SAMPLING, s + 1, done=0, total=len(indices) * self.cfg.rollouts_per_prompt, unit="rollouts"
+        )
         t0 = self.clock()
-        trajectories = self.sampler.sample([self.items[i] for i in indices], indices, self.cfg.rollouts_per_prompt, seed)
+        trajectories = self.sampler.sample(
+            [self.items[i] for i in indices], indices, self.cfg.rollouts_per_prompt, seed
+        )
         t1 = self.clock()
         if not trajectories:
             raise WeightPhaseError(f"step {s + 1}: the sampler returned no rollouts for {len(indices)} prompts")
         selection = select(trajectories, self.cfg.score_threshold)
         # the step's reward is known now: report it before the SFT update (the metrics line comes after it)
-        self.report(ProgressStage.TRAINING, s + 1, reward_mean=selection.reward_mean,
-                    acceptance_rate=selection.acceptance_rate, kept=len(selection.kept), rollouts=selection.rollouts)
+        self.report(
+            ProgressStage.TRAINING,
+            s + 1,
+            reward_mean=selection.reward_mean,
+            acceptance_rate=selection.acceptance_rate,
+            kept=len(selection.kept),
+            rollouts=selection.rollouts,
+        )
         lr = lr_at(s, self.cfg)
         loss, tokens, t_train, updates = None, 0, 0.0, 0
         if selection.kept:
@@ -205,14 +217,24 @@ class WeightPhase:
                     lock.release()
             loss, tokens, t_train, updates = stats.loss, stats.tokens, stats.seconds, stats.updates
         else:
-            log.warning("step %d kept no trajectory: no reward of its %d rollouts is above scoreThreshold %g (reward "
-                        "mean %.3f); SFT skipped, the weights did not move", s + 1, selection.rollouts,
-                        self.cfg.score_threshold, selection.reward_mean)
+            log.warning(
+                "step %d kept no trajectory: no reward of its %d rollouts is above scoreThreshold %g (reward "
+                "mean %.3f); SFT skipped, the weights did not move",
+                s + 1,
+                selection.rollouts,
+                self.cfg.score_threshold,
+                selection.reward_mean,
+            )
         t2 = self.clock()
         if selection.kept:
-            self.report(ProgressStage.SYNCING, s + 1, reward_mean=selection.reward_mean,
-                        acceptance_rate=selection.acceptance_rate, kept=len(selection.kept),
-                        rollouts=selection.rollouts)
+            self.report(
+                ProgressStage.SYNCING,
+                s + 1,
+                reward_mean=selection.reward_mean,
+                acceptance_rate=selection.acceptance_rate,
+                kept=len(selection.kept),
+                rollouts=selection.rollouts,
+            )
         t_sync = self.sync.sync(self.model, self.tokenizer, s + 1) if selection.kept else 0.0
         metrics = WeightStepMetrics(
             step=s + 1,
@@ -243,9 +265,19 @@ class WeightPhase:
         self.report(ProgressStage.CHECKPOINTING, step)
         if not ckpt.checkpoint_complete(self.store, self.run, step):
             ckpt.save_checkpoint(self.store, self.run, step, self.model, self.tokenizer)
-        ckpt.save_state(self.store, self.run, self.phase, step, self.trainer.optimizer_state(),
-                        {"cursor": self.order.cursor(step), "seed": self.cfg.seed,
-                         "promptsPerStep": self.cfg.prompts_per_step, "datasetSize": len(self.items)})
+        ckpt.save_state(
+            self.store,
+            self.run,
+            self.phase,
+            step,
+            self.trainer.optimizer_state(),
+            {
+                "cursor": self.order.cursor(step),
+                "seed": self.cfg.seed,
+                "promptsPerStep": self.cfg.prompts_per_step,
+                "datasetSize": len(self.items),
+            },
+        )
 
     def run_from(self, start: StartPoint) -> WeightPhaseResult:
         lines = _keep_metrics_up_to(self.store, self.run, self.phase, start.step)
@@ -264,7 +296,9 @@ class WeightPhase:
             step += 1
             self.store.append_jsonl(layout.metrics_key(self.run, self.phase), line)
             rewards.append(float(line["rewardMean"]))
-            log.info("step %d/%d reward %.3f kept %d loss %s", step, target, line["rewardMean"], line["kept"], line["loss"])
+            log.info(
+                "step %d/%d reward %.3f kept %d loss %s", step, target, line["rewardMean"], line["kept"], line["loss"]
+            )
             if rule is not None and weight_should_stop(rewards, rule):
                 stopped_by = "patience"
             if should_checkpoint(step, self.cfg, self.save_steps, target) or stopped_by != "target":
@@ -273,8 +307,14 @@ class WeightPhase:
             log.info("stop requested; ending phase %s at step %d", self.phase, step)
         if not ckpt.checkpoint_complete(self.store, self.run, step):
             self.save(step)
-        return finish(self.store, self.run, self.phase, step, stopped_by,
-                      getattr(getattr(self.sampler, "limits", None), "isolation", None))
+        return finish(
+            self.store,
+            self.run,
+            self.phase,
+            step,
+            stopped_by,
+            getattr(getattr(self.sampler, "limits", None), "isolation", None),
+        )
 
 
 def _step_seed(seed: int, step: int) -> int:

@@ -37,8 +37,9 @@ def template_messages(messages: Sequence[dict[str, Any]]) -> tuple[dict[str, Any
     return tuple(_template_messages([dict(m) for m in messages]))
 
 
-def episode_to_trajectory(episode: Episode, prompt_index: int, tools: list[dict[str, Any]] | None,
-                          template_kwargs: dict[str, Any]) -> Trajectory:
+def episode_to_trajectory(
+    episode: Episode, prompt_index: int, tools: list[dict[str, Any]] | None, template_kwargs: dict[str, Any]
+) -> Trajectory:
     return Trajectory(
         prompt_index=prompt_index,
         messages=template_messages(episode.messages),
@@ -52,9 +53,18 @@ def episode_to_trajectory(episode: Episode, prompt_index: int, tools: list[dict[
 class HarnessSampler:
     """See the module doc. Use as a context manager (starts/stops the harness process)."""
 
-    def __init__(self, domain: Domain, harness_path: Path, client: InferenceClient, sampling: SamplingParams,
-                 *, max_concurrency: int = 64, harness_label: str | None = None,
-                 template_kwargs: dict[str, Any] | None = None, limits: SandboxLimits | None = None):
+    def __init__(
+        self,
+        domain: Domain,
+        harness_path: Path,
+        client: InferenceClient,
+        sampling: SamplingParams,
+        *,
+        max_concurrency: int = 64,
+        harness_label: str | None = None,
+        template_kwargs: dict[str, Any] | None = None,
+        limits: SandboxLimits | None = None,
+    ):
         self.domain = domain
         self.harness_path = Path(harness_path)
         self.client = client
@@ -62,8 +72,11 @@ class HarnessSampler:
         self.config = RunnerConfig(max_concurrency=max_concurrency, harness_label=harness_label or str(harness_path))
         # the chat-template variables generation used (the client's, then every request's), so SFT
         # renders the trajectory the way generation saw it (enable_thinking)
-        self.template_kwargs = dict(template_kwargs if template_kwargs is not None else
-                                    {**(getattr(client, "chat_template_kwargs", None) or {}), **sampling.template_kwargs})
+        self.template_kwargs = dict(
+            template_kwargs
+            if template_kwargs is not None
+            else {**(getattr(client, "chat_template_kwargs", None) or {}), **sampling.template_kwargs}
+        )
         #: the harness process's limits and isolation level (spec.sandbox.isolation)
         self.limits = limits or SandboxLimits()
         #: called as each rollout finishes (progress: ``whale.workloads.common.ProgressWriter.advance``)
@@ -87,8 +100,9 @@ class HarnessSampler:
         finally:
             self._loop.close()
 
-    def sample(self, items: Sequence[dict[str, Any]], prompt_indices: Sequence[int], rollouts: int,
-               seed: int) -> list[Trajectory]:
+    def sample(
+        self, items: Sequence[dict[str, Any]], prompt_indices: Sequence[int], rollouts: int, seed: int
+    ) -> list[Trajectory]:
         if self._process is None:
             raise RuntimeError("HarnessSampler must be entered (with ...) before sampling")
         runner = EpisodeRunner(self.domain, self._process, self.client, self.sampling, self.config)
@@ -97,8 +111,9 @@ class HarnessSampler:
         if episodes and len(errors) == len(episodes):
             raise SamplingError(f"all {len(episodes)} rollouts of the step failed; first error: {errors[0].error}")
         if errors:
-            log.warning("%d of %d rollouts ended in an error (reward 0); first: %s", len(errors), len(episodes),
-                        errors[0].error)
+            log.warning(
+                "%d of %d rollouts ended in an error (reward 0); first: %s", len(errors), len(episodes), errors[0].error
+            )
         # runner.run returns episodes in (item, sample) order
         return [
             episode_to_trajectory(ep, prompt_indices[i // rollouts], self._tools, self.template_kwargs)

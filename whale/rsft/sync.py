@@ -131,8 +131,16 @@ class StoreSync:
     ``ack_timeout_s`` bounds the wait for the sidecar's acknowledgement of each step (download +
     reload: seconds to minutes for a few-GB model)."""
 
-    def __init__(self, store: Any, run: str, *, ack_timeout_s: float = 900.0, poll_s: float = 0.5, keep: int = 2,
-                 dtype: torch.dtype | None = torch.bfloat16):
+    def __init__(
+        self,
+        store: Any,
+        run: str,
+        *,
+        ack_timeout_s: float = 900.0,
+        poll_s: float = 0.5,
+        keep: int = 2,
+        dtype: torch.dtype | None = torch.bfloat16,
+    ):
         self.dtype = dtype
         self.store = store
         self.run = run
@@ -155,8 +163,11 @@ class StoreSync:
         last: Any = None
         while True:
             last = self.store.read_json_or_none(key)
-            if isinstance(last, dict) and last.get("checkpoint") == checkpoint and (
-                    version is None or last.get("version") == version):
+            if (
+                isinstance(last, dict)
+                and last.get("checkpoint") == checkpoint
+                and (version is None or last.get("version") == version)
+            ):
                 return last
             if time.monotonic() >= deadline:
                 break
@@ -187,7 +198,7 @@ class StoreSync:
             step = layout.parse_checkpoint_step(entry.rstrip("/").rsplit("/", 1)[-1])
             if step is not None:
                 steps.append(step)
-        newest = sorted(s for s in steps if s <= keep_step)[-self.keep:]
+        newest = sorted(s for s in steps if s <= keep_step)[-self.keep :]
         for step in steps:
             if step not in newest:
                 self.store.delete_prefix(layout.sync_step_prefix(self.run, step))

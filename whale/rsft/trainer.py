@@ -90,8 +90,10 @@ def token_loss_sum(model: PreTrainedModel, batch: dict[str, Any]) -> tuple[torch
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
     head = model.get_output_embeddings()
     config = getattr(model, "config", None)
-    plain_head = head is not None and not getattr(config, "final_logit_softcapping", None) and not getattr(
-        config, "logit_scale", None
+    plain_head = (
+        head is not None
+        and not getattr(config, "final_logit_softcapping", None)
+        and not getattr(config, "logit_scale", None)
     )
     if plain_head:
         decoder = getattr(model, model.base_model_prefix)
@@ -143,25 +145,37 @@ def prepare_model(model: PreTrainedModel, cfg: RSFTConfig, *, compile_layers: bo
         compile_decoder_layers(model, dynamic=False if cfg.micro_padding == "bucket" else None)
 
 
-def collate_tensors(micro: Sequence[Example], cfg: RSFTConfig, pad_id: int,
-                    device: torch.device) -> dict[str, Any]:
+def collate_tensors(micro: Sequence[Example], cfg: RSFTConfig, pad_id: int, device: torch.device) -> dict[str, Any]:
     """A micro-batch on ``device`` shaped the way ``cfg`` says (every trainer's collation): tensors, and
     for packed rows under flex attention the document mask (a ``BlockMask``) as ``attention_mask``."""
     flex = cfg.pack_sequences and cfg.attention_kernel == "flex"
     if flex:
         from whale.rsft.attention import FLEX_BLOCK, document_block_mask
-    raw = collate_micro(micro, pad_id, padding=cfg.micro_padding, pack=cfg.pack_sequences,
-                        max_len=cfg.max_seq_len, per_octave=cfg.buckets_per_octave,
-                        multiple_of=FLEX_BLOCK if flex else 1)
+    raw = collate_micro(
+        micro,
+        pad_id,
+        padding=cfg.micro_padding,
+        pack=cfg.pack_sequences,
+        max_len=cfg.max_seq_len,
+        per_octave=cfg.buckets_per_octave,
+        multiple_of=FLEX_BLOCK if flex else 1,
+    )
     batch: dict[str, Any] = {k: torch.tensor(v, dtype=torch.long, device=device) for k, v in raw.items()}
     if flex:  # the packed row's document-causal block mask, built once and shared by every layer
         batch["attention_mask"] = document_block_mask(batch["position_ids"])
     return batch
 
 
-def sft_epochs(examples: Sequence[Example], cfg: RSFTConfig, optimizer: Any, device: torch.device, *,
-               lr: float, seed: str | int,
-               update: Callable[[Sequence[Sequence[Example]], Sequence[Example], int], float]) -> SFTStats:
+def sft_epochs(
+    examples: Sequence[Example],
+    cfg: RSFTConfig,
+    optimizer: Any,
+    device: torch.device,
+    *,
+    lr: float,
+    seed: str | int,
+    update: Callable[[Sequence[Sequence[Example]], Sequence[Example], int], float],
+) -> SFTStats:
     """The SFT loop every trainer shares: ``sftEpochs`` passes, each a seeded shuffle cut into optimiser
     updates as ``miniBatchScope`` says (:func:`whale.rsft.collate.update_groups`; their number is
     :func:`whale.rsft.config.optimizer_updates`). Each rank trains on its share of an update, the token
@@ -189,8 +203,12 @@ def sft_epochs(examples: Sequence[Example], cfg: RSFTConfig, optimizer: Any, dev
             updates += 1
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-    return SFTStats(loss=(loss_total / tokens_total) if tokens_total else None, tokens=tokens_total,
-                    updates=updates, seconds=time.perf_counter() - start)
+    return SFTStats(
+        loss=(loss_total / tokens_total) if tokens_total else None,
+        tokens=tokens_total,
+        updates=updates,
+        seconds=time.perf_counter() - start,
+    )
 
 
 class SFTTrainer:

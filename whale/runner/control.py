@@ -79,6 +79,8 @@ def request_stop(store: Store, run: str, now: str) -> LeaseInfo | None:
     info = store.read_lease(layout.lock_key(run))
     if info is None or not info.live or info.holder is None:
         return None
-    request = StopRequest(owner=info.holder.owner, requested_at=now, by=f"pid {os.getpid()} on host {socket.gethostname()}")
+    request = StopRequest(
+        owner=info.holder.owner, requested_at=now, by=f"pid {os.getpid()} on host {socket.gethostname()}"
+    )
     store.write_json(layout.stop_request_key(run), request.to_wire())
     return info

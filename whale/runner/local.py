@@ -216,7 +216,9 @@ def spec_changes(before: Any, after: Any, path: str = "spec") -> list[SpecChange
             out += spec_changes(before.get(key, _ABSENT), after.get(key, _ABSENT), f"{path}.{key}")
         return out
     if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
-        return [c for i, (b, a) in enumerate(zip(before, after, strict=True)) for c in spec_changes(b, a, f"{path}[{i}]")]
+        return [
+            c for i, (b, a) in enumerate(zip(before, after, strict=True)) for c in spec_changes(b, a, f"{path}[{i}]")
+        ]
     return [] if before == after else [SpecChange(path, before, after)]
 
 
@@ -224,8 +226,10 @@ def conflict_message(run: str, uri: str, fixed: list[SpecChange]) -> str:
     listed = [f"    {c}" for c in fixed[:MAX_LISTED_CHANGES]]
     if len(fixed) > MAX_LISTED_CHANGES:
         listed.append(f"    ... and {len(fixed) - MAX_LISTED_CHANGES} more")
-    may = ", ".join(p + (".*" if p in ("spec.retry", "spec.storage", "spec.cluster", "spec.train") else "")
-                    for p in MUTABLE_ON_RESUME)
+    may = ", ".join(
+        p + (".*" if p in ("spec.retry", "spec.storage", "spec.cluster", "spec.train") else "")
+        for p in MUTABLE_ON_RESUME
+    )
     return (
         f"the store already has a run named {run!r} with a different spec ({uri}); "
         f"{len(fixed)} field(s) differ that a resumed run may not change:\n" + "\n".join(listed) + "\n"
@@ -276,7 +280,9 @@ def clear_interrupted(status: WhaleRunStatus) -> WhaleRunStatus:
     if interrupted(status) is None and status.reason != INTERRUPTED and status.phase is not RunPhase.INTERRUPTED:
         return status
     update: dict[str, Any] = {
-        "reason": "Resumed", "message": None, "conditions": [c for c in status.conditions if c.type != INTERRUPTED],
+        "reason": "Resumed",
+        "message": None,
+        "conditions": [c for c in status.conditions if c.type != INTERRUPTED],
     }
     if status.phase is RunPhase.INTERRUPTED:
         update["phase"] = RunPhase.RUNNING
@@ -295,10 +301,16 @@ def retry_status(status: WhaleRunStatus) -> WhaleRunStatus:
     for phase in reset:
         attempts[phase] = attempts.get(phase, 1) + 1
     message = f"retrying ({', '.join(reset) or 'no failed phase'}) after: {status.message or status.reason}"
-    return status.model_copy(update={
-        "phase": RunPhase.RUNNING, "reason": "Retried", "message": message, "completion_time": None,
-        "failures": {p: n for p, n in status.failures.items() if p in done}, "attempts": attempts,
-    })
+    return status.model_copy(
+        update={
+            "phase": RunPhase.RUNNING,
+            "reason": "Retried",
+            "message": message,
+            "completion_time": None,
+            "failures": {p: n for p, n in status.failures.items() if p in done},
+            "attempts": attempts,
+        }
+    )
 
 
 # ----- children -----------------------------------------------------------------------------------
@@ -468,7 +480,7 @@ class LocalRunner:
         results = {}
         for key in self.store.list(prefix):
             if key.endswith("/result.json"):
-                phase = key[len(prefix):-len("/result.json")]
+                phase = key[len(prefix) : -len("/result.json")]
                 results[phase] = self.store.read_json(key)
         metrics = {}
         if status.active_phase:
@@ -479,8 +491,13 @@ class LocalRunner:
             if step is not None and self.store.exists(layout.checkpoint_complete_key(self.name, step)):
                 checkpoints.add(step)
         self._last_obs = Observations(
-            run=self.name, children=children, results=results, metrics=metrics,
-            checkpoints=frozenset(checkpoints), split_sizes=self.split_sizes, now=utc_now(),
+            run=self.name,
+            children=children,
+            results=results,
+            metrics=metrics,
+            checkpoints=frozenset(checkpoints),
+            split_sizes=self.split_sizes,
+            now=utc_now(),
         )
         return self._last_obs
 
@@ -501,28 +518,67 @@ class LocalRunner:
         self.store.delete(layout.progress_key(self.name, req.phase))  # an earlier attempt's; this one writes anew
         log_path = self.workdir / "logs" / f"{req.phase}.attempt-{req.attempt}.log"
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        workload = [*self.workload_command, req.kind.workload, "--store", self.store.uri, "--run", self.name,
-                    "--phase", req.phase]
+        workload = [
+            *self.workload_command,
+            req.kind.workload,
+            "--store",
+            self.store.uri,
+            "--run",
+            self.name,
+            "--phase",
+            req.phase,
+        ]
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1", RUN_OWNER_ENV: self.lease.holder.owner}
         watch_r, watch_w = os.pipe()
-        argv = [sys.executable, "-I", "-S", SUPERVISOR_PATH, "--watch-fd", str(watch_r),
-                "--grace", str(self.terminate_grace_s), "--", *workload]
+        argv = [
+            sys.executable,
+            "-I",
+            "-S",
+            SUPERVISOR_PATH,
+            "--watch-fd",
+            str(watch_r),
+            "--grace",
+            str(self.terminate_grace_s),
+            "--",
+            *workload,
+        ]
         try:
             with open(log_path, "ab") as log_fh:
-                popen = subprocess.Popen(argv, stdout=log_fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         env=env, start_new_session=True,  # cwd inherited: relative spec paths work
-                                         pass_fds=(watch_r, *self.lease.inherit_fds))
+                popen = subprocess.Popen(
+                    argv,
+                    stdout=log_fh,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    env=env,
+                    start_new_session=True,  # cwd inherited: relative spec paths work
+                    pass_fds=(watch_r, *self.lease.inherit_fds),
+                )
         except BaseException:
             os.close(watch_w)
             raise
         finally:
             os.close(watch_r)
         deadline_s = self.spec.retry.active_deadline_seconds
-        record = ChildRecord(phase=req.phase, kind=req.kind, attempt=req.attempt, host=self.lease.holder.host,
-                             log=str(log_path.resolve()), started_at=utc_now())
-        self.procs[req.phase] = _Proc(req.phase, req.attempt, popen, log_path, time.monotonic(),
-                                      time.monotonic() + deadline_s if deadline_s else None, watch_w,
-                                      self.terminate_grace_s, request=req, record=record)
+        record = ChildRecord(
+            phase=req.phase,
+            kind=req.kind,
+            attempt=req.attempt,
+            host=self.lease.holder.host,
+            log=str(log_path.resolve()),
+            started_at=utc_now(),
+        )
+        self.procs[req.phase] = _Proc(
+            req.phase,
+            req.attempt,
+            popen,
+            log_path,
+            time.monotonic(),
+            time.monotonic() + deadline_s if deadline_s else None,
+            watch_w,
+            self.terminate_grace_s,
+            request=req,
+            record=record,
+        )
         log.info("started %s attempt %d (pid %d)", req.phase, req.attempt, popen.pid)
         write_child(self.store, self.name, record)
 
@@ -563,7 +619,11 @@ class LocalRunner:
         """The run is done, so a child still running has written its result and is shutting down: let it
         end by itself (its log then ends as it should, not with a SIGTERM) before :meth:`stop_all`."""
         for proc in self.procs.values():
-            if proc.popen.poll() is None and proc._wait(EXIT_WAIT_S) and (proc.phase, proc.attempt) not in finished_logs:
+            if (
+                proc.popen.poll() is None
+                and proc._wait(EXIT_WAIT_S)
+                and (proc.phase, proc.attempt) not in finished_logs
+            ):
                 finished_logs.add((proc.phase, proc.attempt))
                 self.child_ended(proc)
 
@@ -649,7 +709,8 @@ class LocalRunner:
         except LeaseHeld as exc:
             raise RunLockedError(
                 f"run {self.name!r} is already being run by {exc.info.describe()} (lock {exc.info.uri}); "
-                "stop that runner (or let it finish) before starting another", exc.info,
+                "stop that runner (or let it finish) before starting another",
+                exc.info,
             ) from None
         with lease.keep_alive():
             self.lease = lease
@@ -702,8 +763,10 @@ class LocalRunner:
                         self.let_children_exit(finished_logs)
                     return status
                 if deadline is not None and time.monotonic() > deadline:
-                    raise RunTimeout(f"run {self.name} did not finish within {max_seconds:g} s; its status is saved, "
-                                     f"run `{self.resume_hint}` to resume")
+                    raise RunTimeout(
+                        f"run {self.name} did not finish within {max_seconds:g} s; its status is saved, "
+                        f"run `{self.resume_hint}` to resume"
+                    )
                 proc = self.running()
                 if proc is not None:
                     try:
@@ -744,10 +807,16 @@ def status_summary(status: WhaleRunStatus) -> dict[str, Any]:
         "harnessScore": status.harness_score,
         "activePhase": status.active_phase,
         "best": f"{best.mean_at_k:.4f} (mean@{best.k}, {best.phase})" if best else None,
-        "final": f"{status.final.mean_at_k:.4f} (mean@{status.final.k}, {status.final.phase})" if status.final else None,
+        "final": f"{status.final.mean_at_k:.4f} (mean@{status.final.k}, {status.final.phase})"
+        if status.final
+        else None,
         "rolloutsSpent": status.rollouts_spent,
-        "emptySteps": (f"{status.empty_steps} RSFT step(s) kept no trajectory (last: step {status.last_empty_step}); "
-                       "SFT skipped, the weights did not move" if status.empty_steps else None),
+        "emptySteps": (
+            f"{status.empty_steps} RSFT step(s) kept no trajectory (last: step {status.last_empty_step}); "
+            "SFT skipped, the weights did not move"
+            if status.empty_steps
+            else None
+        ),
         "interrupted": interrupted(status) is not None,
         "message": status.message,
     }

@@ -64,7 +64,7 @@ def _tree(root):
                 stat = fh.read()
         except OSError:
             continue
-        fields = stat[stat.rfind(b")") + 2:].split()
+        fields = stat[stat.rfind(b")") + 2 :].split()
         pid = int(entry)
         state[pid] = fields[0]
         children.setdefault(int(fields[1]), []).append(pid)
@@ -125,7 +125,7 @@ def _exit_like(status):
 def main(argv):
     try:
         sep = argv.index("--")
-        opts, command = argv[:sep], argv[sep + 1:]
+        opts, command = argv[:sep], argv[sep + 1 :]
         watch_fd = int(opts[opts.index("--watch-fd") + 1])
         grace_s = float(opts[opts.index("--grace") + 1])
     except (ValueError, IndexError):
@@ -136,8 +136,7 @@ def main(argv):
         return 2
     me = os.getpid()
     if not _prctl(PR_SET_CHILD_SUBREAPER, 1):
-        _say("PR_SET_CHILD_SUBREAPER is not available here: processes that leave the workload's group may "
-             "outlive it")
+        _say("PR_SET_CHILD_SUBREAPER is not available here: processes that leave the workload's group may outlive it")
     sig_r, sig_w = os.pipe()
     os.set_blocking(sig_w, False)
     signal.set_wakeup_fd(sig_w)

@@ -72,8 +72,10 @@ _STAGING_DIRS = ("/tmp", "/mnt", "/media", "/srv")
 _DEV_NODES = ("null", "zero", "full", "random", "urandom")
 #: parts of the fresh /proc made read-only on top of the kernel's own permissions
 _PROC_READONLY = ("sys", "sysrq-trigger", "irq", "bus")
-_NO_FALLBACK = ("the only alternative is no isolation at all, which must be asked for by name: "
-                "Isolation(level='none') / the spec's `isolation: none`, for trusted local use only")
+_NO_FALLBACK = (
+    "the only alternative is no isolation at all, which must be asked for by name: "
+    "Isolation(level='none') / the spec's `isolation: none`, for trusted local use only"
+)
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
@@ -95,8 +97,12 @@ class ScratchFilesError(SetupError):
 
 
 class _MountAttr(ctypes.Structure):
-    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
-                ("propagation", ctypes.c_uint64), ("userns_fd", ctypes.c_uint64)]
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
 
 
 def _check(ret, what):
@@ -173,8 +179,10 @@ def _set_attrs(target, attrs, what):
     ret = _syscall("mount_setattr", AT_FDCWD, _enc(target), AT_RECURSIVE, ctypes.byref(attr), ctypes.sizeof(attr))
     if ret != 0:
         err = ctypes.get_errno()
-        raise SetupError(f"making {what} read-only (mount_setattr) failed: {os.strerror(err)} (errno {err}); "
-                         "the sandbox needs Linux 5.12 or newer")
+        raise SetupError(
+            f"making {what} read-only (mount_setattr) failed: {os.strerror(err)} (errno {err}); "
+            "the sandbox needs Linux 5.12 or newer"
+        )
 
 
 def _bind(fd, target, *, attrs, what):
@@ -203,7 +211,9 @@ def _build_root(cfg, status):
     staging = next((d for d in _STAGING_DIRS if os.path.isdir(d) and not os.path.islink(d)), None)
     if staging is None:
         raise SetupError(f"no directory to assemble the new root on (tried {', '.join(_STAGING_DIRS)})")
-    _mount("tmpfs", staging, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,nr_inodes=4096,mode=0755", "mounting the root tmpfs")
+    _mount(
+        "tmpfs", staging, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,nr_inodes=4096,mode=0755", "mounting the root tmpfs"
+    )
     root = staging
 
     def at(path):
@@ -218,13 +228,23 @@ def _build_root(cfg, status):
         _bind(fd, at(target), attrs=ro, what=f"{source} (read-only path)")
     for path in cfg["hide"]:  # the interpreter's own site-packages: only allow-listed packages exist
         if os.path.isdir(at(path)):
-            _mount("tmpfs", at(path), "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                   "size=4k,nr_inodes=4,mode=0555", f"hiding {path}")
+            _mount(
+                "tmpfs",
+                at(path),
+                "tmpfs",
+                MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                "size=4k,nr_inodes=4,mode=0555",
+                f"hiding {path}",
+            )
     os.makedirs(at("/dev"), mode=0o755)
     for fd, name in devs:
         _bind(fd, at(f"/dev/{name}"), attrs=MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, what=f"/dev/{name}")
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"),
-                         ("stderr", "/proc/self/fd/2")):
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ):
         os.symlink(target, at(f"/dev/{name}"))
     os.makedirs(at("/etc"), mode=0o755, exist_ok=True)  # the network files may be mounted under it already
     for name, text in cfg["etc"].items():
@@ -237,9 +257,14 @@ def _build_root(cfg, status):
     scratch = at(cfg["scratch"])
     os.makedirs(scratch, mode=0o755, exist_ok=True)
     owner = cfg["owner_in_ns"]
-    _mount("tmpfs", scratch, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC,
-           f"size={cfg['scratch_bytes']},nr_inodes={cfg['scratch_files']},mode=0700,uid={owner},gid={owner}",
-           "mounting the scratch tmpfs")
+    _mount(
+        "tmpfs",
+        scratch,
+        "tmpfs",
+        MS_NOSUID | MS_NODEV | MS_NOEXEC,
+        f"size={cfg['scratch_bytes']},nr_inodes={cfg['scratch_files']},mode=0700,uid={owner},gid={owner}",
+        "mounting the scratch tmpfs",
+    )
     # a fresh /proc of the new PID namespace (while the host's /proc is still visible: the kernel
     # refuses a new proc mount in a user namespace that has no fully visible one)
     os.makedirs(at("/proc"), mode=0o555)
@@ -259,8 +284,9 @@ def _build_root(cfg, status):
     _check(_syscall("pivot_root", b".", b"."), "pivot_root into the new root")
     _check(_libc.umount2(b".", MNT_DETACH), "detaching the host's root")
     os.chdir("/")
-    _mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None,
-           "making the new root read-only")
+    _mount(
+        None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV, None, "making the new root read-only"
+    )
     status["root"] = "pivot_root"
 
 
@@ -282,8 +308,10 @@ def _write_files(cfg):
             with os.fdopen(fd, "wb") as f:
                 f.write(base64.b64decode(encoded))
         except OSError as exc:
-            raise ScratchFilesError(f"cannot place {name!r} in the scratch directory ({exc.strerror}); "
-                             "raise Limits.scratch_bytes if the files are larger than the scratch") from exc
+            raise ScratchFilesError(
+                f"cannot place {name!r} in the scratch directory ({exc.strerror}); "
+                "raise Limits.scratch_bytes if the files are larger than the scratch"
+            ) from exc
         os.chown(dest, owner, owner)
 
 

@@ -35,10 +35,21 @@ SETUP_FAILED_EXIT = 121
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 #: audit event -> [(index of a path the event changes, index of its dir_fd argument or None)]
 _CHANGE_EVENTS: dict[str, list[tuple[int, int | None]]] = {
-    "os.remove": [(0, 1)], "os.rmdir": [(0, 1)], "os.mkdir": [(0, 2)], "os.rename": [(0, 2), (1, 3)],
-    "os.link": [(1, 3)], "os.symlink": [(1, 2)], "os.truncate": [(0, None)], "os.chmod": [(0, 2)],
-    "os.chown": [(0, 3)], "os.utime": [(0, 3)], "os.mkfifo": [(0, 2)], "os.mknod": [(0, 3)],
-    "shutil.rmtree": [(0, 1)], "os.setxattr": [(0, None)], "os.removexattr": [(0, None)],
+    "os.remove": [(0, 1)],
+    "os.rmdir": [(0, 1)],
+    "os.mkdir": [(0, 2)],
+    "os.rename": [(0, 2), (1, 3)],
+    "os.link": [(1, 3)],
+    "os.symlink": [(1, 2)],
+    "os.truncate": [(0, None)],
+    "os.chmod": [(0, 2)],
+    "os.chown": [(0, 3)],
+    "os.utime": [(0, 3)],
+    "os.mkfifo": [(0, 2)],
+    "os.mknod": [(0, 3)],
+    "shutil.rmtree": [(0, 1)],
+    "os.setxattr": [(0, None)],
+    "os.removexattr": [(0, None)],
 }
 #: audit event -> index of a path the event reads
 _READ_EVENTS = {"os.listdir": 0, "os.scandir": 0, "os.listxattr": 0, "os.getxattr": 0}
@@ -177,7 +188,9 @@ def _serve(namespace, proto):
             req = json.loads(line)
             rid = req.get("id")
         except ValueError as exc:
-            proto.write(json.dumps({"id": None, "ok": False, "error_type": "ProtocolError", "message": str(exc)}) + "\n")
+            proto.write(
+                json.dumps({"id": None, "ok": False, "error_type": "ProtocolError", "message": str(exc)}) + "\n"
+            )
             proto.flush()
             continue
         try:
@@ -207,8 +220,10 @@ def _report(cfg):
     status, status_fd = cfg.pop("status"), cfg.pop("status_fd")
     problem = _privileges_left() if cfg["sandboxed"] else None
     if problem:
-        status["error"] = (f"{problem}; the only alternative is no isolation at all, which must be asked for "
-                           "by name: Isolation(level='none') / the spec's `isolation: none`")
+        status["error"] = (
+            f"{problem}; the only alternative is no isolation at all, which must be asked for "
+            "by name: Isolation(level='none') / the spec's `isolation: none`"
+        )
     else:
         status["capabilities"] = "none" if cfg["sandboxed"] else "the caller's"
         status["audit_hooks"] = bool(cfg["sandboxed"])
@@ -235,8 +250,17 @@ def main():
     try:
         namespace = runpy.run_path(target, run_name="__sandbox_worker__")
     except BaseException as exc:
-        proto.write(json.dumps({"ready": False, "error_type": type(exc).__name__, "message": str(exc)[:4000],
-                                "traceback": traceback.format_exc()[-8000:]}) + "\n")
+        proto.write(
+            json.dumps(
+                {
+                    "ready": False,
+                    "error_type": type(exc).__name__,
+                    "message": str(exc)[:4000],
+                    "traceback": traceback.format_exc()[-8000:],
+                }
+            )
+            + "\n"
+        )
         proto.flush()
         raise
     _serve(namespace, proto)

@@ -51,8 +51,16 @@ KILL_DEADLINE_S = 5.0
 SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/libx32")
 #: what a program with the host's network (``Isolation(host_network=True)``) needs to resolve names and
 #: verify TLS: mounted read-only where the host has them
-NETWORK_FILES = ("/etc/resolv.conf", "/etc/hosts", "/etc/host.conf", "/etc/gai.conf", "/etc/ssl",
-                 "/etc/ca-certificates", "/etc/pki", "/etc/crypto-policies")
+NETWORK_FILES = (
+    "/etc/resolv.conf",
+    "/etc/hosts",
+    "/etc/host.conf",
+    "/etc/gai.conf",
+    "/etc/ssl",
+    "/etc/ca-certificates",
+    "/etc/pki",
+    "/etc/crypto-policies",
+)
 #: the program's uid inside the sandbox when the caller is not root (the second user namespace maps
 #: it to the caller's uid on the host; it has no capability anywhere)
 INNER_UID = 1000
@@ -149,8 +157,9 @@ class Launched:
         try:
             self.proc.wait(timeout=KILL_DEADLINE_S)
         except subprocess.TimeoutExpired:
-            log.error("sandbox launcher pid %s did not exit after its lifeline closed; killing its group",
-                      self.proc.pid)
+            log.error(
+                "sandbox launcher pid %s did not exit after its lifeline closed; killing its group", self.proc.pid
+            )
             try:
                 os.killpg(self.proc.pid, signal.SIGKILL)  # the boot and the init: the kernel does the rest
             except (ProcessLookupError, PermissionError):
@@ -195,8 +204,13 @@ def _interpreter_mounts() -> tuple[tuple[str, ...], tuple[str, ...]]:
         trees.add(python_dir)
     hide: set[str] = set()
     for prefix in prefixes | {"/usr", "/usr/local"}:
-        for pattern in ("lib/python3*/site-packages", "lib/python3*/dist-packages", "lib/python3/dist-packages",
-                        "lib64/python3*/site-packages", "local/lib/python3*/dist-packages"):
+        for pattern in (
+            "lib/python3*/site-packages",
+            "lib/python3*/dist-packages",
+            "lib/python3/dist-packages",
+            "lib64/python3*/site-packages",
+            "local/lib/python3*/dist-packages",
+        ):
             hide.update(os.path.realpath(p) for p in glob.glob(os.path.join(prefix, pattern)) if os.path.isdir(p))
     return tuple(sorted(trees)), tuple(sorted(hide))
 
@@ -207,13 +221,17 @@ def package_mounts(name: str) -> tuple[tuple[str, str], ...]:
     sibling ``<name>.libs`` (bundled shared libraries of manylinux wheels)."""
     spec = importlib.util.find_spec(name)
     if spec is None:
-        raise SandboxSetupError(f"Isolation.packages: {name!r} is not installed for {sys.executable}; "
-                                "install it or remove it from the allow-list")
+        raise SandboxSetupError(
+            f"Isolation.packages: {name!r} is not installed for {sys.executable}; "
+            "install it or remove it from the allow-list"
+        )
     if spec.submodule_search_locations is not None:
         locations = list(spec.submodule_search_locations)
         if len(locations) != 1:
-            raise SandboxSetupError(f"Isolation.packages: {name!r} is a namespace package spread over "
-                                    f"{locations}; allow-list a regular package instead")
+            raise SandboxSetupError(
+                f"Isolation.packages: {name!r} is a namespace package spread over "
+                f"{locations}; allow-list a regular package instead"
+            )
         source = locations[0]
     elif spec.origin and os.path.isabs(spec.origin):
         source = spec.origin
@@ -246,8 +264,10 @@ def _read_binds(paths: Sequence[str], field: str) -> list[tuple[str, str]]:
 
 def _etc(uid: int, network: bool = False) -> dict[str, str]:
     return {
-        "passwd": (f"root:x:0:0:root:/:/usr/sbin/nologin\nsandbox:x:{uid}:{uid}:sandbox:{SANDBOX_SCRATCH}:"
-                   "/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"),
+        "passwd": (
+            f"root:x:0:0:root:/:/usr/sbin/nologin\nsandbox:x:{uid}:{uid}:sandbox:{SANDBOX_SCRATCH}:"
+            "/usr/sbin/nologin\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+        ),
         "group": f"root:x:0:\nsandbox:x:{uid}:\nnogroup:x:65534:\n",
         "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files" + (" dns" if network else "") + "\n",
     }
@@ -264,13 +284,17 @@ def _check_file_names(files: Mapping[str, str | bytes] | None, collect: Sequence
         for name in names:
             parts = name.split("/")
             if not name or name.startswith("/") or any(p in ("", ".", "..") for p in parts):
-                raise ValueError(f"sandbox {field} name {name!r} escapes the scratch directory; "
-                                 "use a relative path without '.' or '..' components")
+                raise ValueError(
+                    f"sandbox {field} name {name!r} escapes the scratch directory; "
+                    "use a relative path without '.' or '..' components"
+                )
 
 
 def _encode_files(files: Mapping[str, str | bytes] | None) -> dict[str, str]:
-    return {name: base64.b64encode(content.encode("utf-8") if isinstance(content, str) else content).decode()
-            for name, content in (files or {}).items()}
+    return {
+        name: base64.b64encode(content.encode("utf-8") if isinstance(content, str) else content).decode()
+        for name, content in (files or {}).items()
+    }
 
 
 def launch(
@@ -302,8 +326,10 @@ def launch(
         SandboxSetupError: an isolation step failed (the message names it); nothing runs.
     """
     if scratch is not None:
-        raise ValueError("launch(scratch=...) is gone: the scratch directory is an in-memory tmpfs inside the "
-                         "sandbox; pass files in with `files=` and get them back with `collect=`")
+        raise ValueError(
+            "launch(scratch=...) is gone: the scratch directory is an in-memory tmpfs inside the "
+            "sandbox; pass files in with `files=` and get them back with `collect=`"
+        )
     if mode not in ("run", "worker"):
         raise ValueError(f"launch mode must be 'run' or 'worker', got {mode!r}")
     _check_file_names(files, [target, *collect])
@@ -385,8 +411,9 @@ def launch(
     return _start(payload, stdin, uid, scratch_path, host_scratch, bool(collect))
 
 
-def _start(payload: bytes, stdin: int | None, uid: int | None, scratch: str, host_scratch: str | None,
-           want_result: bool) -> Launched:
+def _start(
+    payload: bytes, stdin: int | None, uid: int | None, scratch: str, host_scratch: str | None, want_result: bool
+) -> Launched:
     cfg_r, cfg_w = os.pipe()
     status_r, status_w = os.pipe()
     life_r, life_w = os.pipe()
@@ -394,8 +421,16 @@ def _start(payload: bytes, stdin: int | None, uid: int | None, scratch: str, hos
     child_fds = [fd for fd in (cfg_r, status_w, life_r, result_w) if fd is not None]
     try:
         proc = subprocess.Popen(
-            [base_python(), "-I", "-S", BOOT_PATH, str(cfg_r), str(status_w), str(life_r),
-             str(result_w if result_w is not None else -1)],
+            [
+                base_python(),
+                "-I",
+                "-S",
+                BOOT_PATH,
+                str(cfg_r),
+                str(status_w),
+                str(life_r),
+                str(result_w if result_w is not None else -1),
+            ],
             stdin=stdin if stdin is not None else subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -469,7 +504,7 @@ def _send(fd: int, data: bytes, timeout_s: float) -> None:
             if not ready:
                 continue
             try:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             except BlockingIOError:
                 continue
             except BrokenPipeError:

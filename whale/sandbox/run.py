@@ -89,8 +89,15 @@ def run_python(
     stdin_fd = _stdin_fd(stdin) if stdin is not None else None
     try:
         launched = launch(
-            mode="run", target=MAIN_FILE, args=list(args or []), limits=limits, isolation=isolation,
-            files=all_files, env=env, stdin=stdin_fd, collect=list(collect),
+            mode="run",
+            target=MAIN_FILE,
+            args=list(args or []),
+            limits=limits,
+            isolation=isolation,
+            files=all_files,
+            env=env,
+            stdin=stdin_fd,
+            collect=list(collect),
         )
     finally:
         if stdin_fd is not None:
@@ -107,10 +114,9 @@ def _stdin_fd(data: bytes) -> int:
     fd = os.memfd_create("whale-sandbox-stdin", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
     os.lseek(fd, 0, os.SEEK_SET)
-    fcntl.fcntl(fd, fcntl.F_ADD_SEALS,
-                fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
+    fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE)
     return fd
 
 
@@ -168,8 +174,12 @@ def _collect(launched: Any, limits: Limits, wanted: list[str]) -> SandboxResult:
             if overflow:
                 break
         # every pipe is closed but the program still runs: wait for it within the wall clock
-        if (drain_deadline is None and not timed_out and not overflow
-                and not select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0]):
+        if (
+            drain_deadline is None
+            and not timed_out
+            and not overflow
+            and not select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0]
+        ):
             timed_out = True
     finally:
         os.close(pidfd)

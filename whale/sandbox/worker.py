@@ -148,8 +148,15 @@ class SandboxWorker:
             self.restarts += 1
         self._started_once = True
         launched = launch(
-            mode="worker", target=ENTRY_FILE, args=[], limits=self.limits, isolation=self.isolation,
-            files=self._files, env=self._env, stdin=subprocess.PIPE, sys_path=self._sys_path,
+            mode="worker",
+            target=ENTRY_FILE,
+            args=[],
+            limits=self.limits,
+            isolation=self.isolation,
+            files=self._files,
+            env=self._env,
+            stdin=subprocess.PIPE,
+            sys_path=self._sys_path,
         )
         stderr = bytearray()
         thread = threading.Thread(target=_drain, args=(launched, stderr, self.limits.stderr_bytes), daemon=True)
@@ -244,8 +251,9 @@ class SandboxWorker:
         reason = {Outcome.TIMEOUT: f"no answer within the time limit during {what}"}.get(
             outcome, f"the worker died during {what}"
         )
-        return SandboxCallError(outcome, reason + (f" ({error_type})" if error_type else ""),
-                                error_type=error_type, stderr_tail=stderr)
+        return SandboxCallError(
+            outcome, reason + (f" ({error_type})" if error_type else ""), error_type=error_type, stderr_tail=stderr
+        )
 
 
 def assert_stream(stream: IO[bytes] | None) -> IO[bytes]:

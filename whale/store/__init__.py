@@ -17,5 +17,15 @@ from whale.store.base import (
     open_store,
 )
 
-__all__ = ["ObjectNotFound", "Store", "StoreAuthError", "StoreError", "StoreFull", "StoreReadOnly",
-           "StoreUnavailable", "StoreWriteDenied", "StoreWriteError", "open_store"]
+__all__ = [
+    "ObjectNotFound",
+    "Store",
+    "StoreAuthError",
+    "StoreError",
+    "StoreFull",
+    "StoreReadOnly",
+    "StoreUnavailable",
+    "StoreWriteDenied",
+    "StoreWriteError",
+    "open_store",
+]

@@ -147,7 +147,7 @@ class Store(abc.ABC):
         by `whale logs` is read in bounded pieces)."""
         if offset < 0 or length < 0:
             raise StoreError(f"read_range({key!r}): offset and length must be >= 0, got {offset}, {length}")
-        return self.read_bytes(key)[offset:offset + length]
+        return self.read_bytes(key)[offset : offset + length]
 
     def check(self) -> None:
         """Fail fast, with the typed error, when the store is unreachable or the credentials are wrong.
@@ -291,5 +291,5 @@ def open_store(uri: str, **options: Any) -> Store:
         raise StoreError(f"store URI {uri!r}: unsupported scheme; use a directory, file:///dir or s3://bucket/prefix")
     from whale.store.local import LocalStore
 
-    path = uri[len("file://"):] if uri.startswith("file://") else uri
+    path = uri[len("file://") :] if uri.startswith("file://") else uri
     return LocalStore(Path(path))

@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from typing import Any
 
 from whale.store.base import StoreError
@@ -67,7 +67,7 @@ def process_start(pid: int) -> int | None:
             stat = fh.read()
     except OSError:
         return None
-    fields = stat[stat.rfind(b")") + 2:].split()
+    fields = stat[stat.rfind(b")") + 2 :].split()
     return int(fields[19]) if len(fields) > 19 else None
 
 
@@ -86,16 +86,31 @@ class LeaseHolder:
     ttl_s: float | None = None
 
     def to_wire(self) -> dict[str, Any]:
-        return {"owner": self.owner, "purpose": self.purpose, "pid": self.pid, "host": self.host,
-                "machine": self.machine, "pidStart": self.pid_start, "startedAt": self.started_at,
-                "expiresAt": self.expires_at, "ttlSeconds": self.ttl_s}
+        return {
+            "owner": self.owner,
+            "purpose": self.purpose,
+            "pid": self.pid,
+            "host": self.host,
+            "machine": self.machine,
+            "pidStart": self.pid_start,
+            "startedAt": self.started_at,
+            "expiresAt": self.expires_at,
+            "ttlSeconds": self.ttl_s,
+        }
 
     @classmethod
     def from_wire(cls, raw: dict[str, Any]) -> LeaseHolder:
-        return cls(owner=str(raw["owner"]), purpose=str(raw.get("purpose", "")), pid=int(raw["pid"]),
-                   host=str(raw.get("host", "?")), machine=str(raw.get("machine", "")),
-                   pid_start=raw.get("pidStart"), started_at=str(raw.get("startedAt", "?")),
-                   expires_at=raw.get("expiresAt"), ttl_s=raw.get("ttlSeconds"))
+        return cls(
+            owner=str(raw["owner"]),
+            purpose=str(raw.get("purpose", "")),
+            pid=int(raw["pid"]),
+            host=str(raw.get("host", "?")),
+            machine=str(raw.get("machine", "")),
+            pid_start=raw.get("pidStart"),
+            started_at=str(raw.get("startedAt", "?")),
+            expires_at=raw.get("expiresAt"),
+            ttl_s=raw.get("ttlSeconds"),
+        )
 
     def renewed(self, now: float, ttl_s: float) -> LeaseHolder:
         return replace(self, expires_at=iso(now + ttl_s, ms=True), ttl_s=ttl_s)
@@ -118,8 +133,15 @@ class LeaseHolder:
 def this_process(purpose: str, clock: Callable[[], float] = time.time) -> LeaseHolder:
     """A holder record for the calling process, with a fresh owner id."""
     pid = os.getpid()
-    return LeaseHolder(owner=uuid.uuid4().hex, purpose=purpose, pid=pid, host=socket.gethostname(),
-                       machine=machine_id(), pid_start=process_start(pid), started_at=iso(clock()))
+    return LeaseHolder(
+        owner=uuid.uuid4().hex,
+        purpose=purpose,
+        pid=pid,
+        host=socket.gethostname(),
+        machine=machine_id(),
+        pid_start=process_start(pid),
+        started_at=iso(clock()),
+    )
 
 
 @dataclass(frozen=True)

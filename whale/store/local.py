@@ -39,15 +39,24 @@ def write_error(path: Path, exc: OSError) -> StoreError:
     uri = f"file://{path}"
     cause = f"{exc.strerror or exc} (errno {errno.errorcode.get(exc.errno or 0, exc.errno)})"
     if exc.errno in _FULL:
-        return StoreFull(uri, cause, "free space on that filesystem (or raise the quota), or pass --store a "
-                                     "folder with room; then run the same command again to resume")
+        return StoreFull(
+            uri,
+            cause,
+            "free space on that filesystem (or raise the quota), or pass --store a "
+            "folder with room; then run the same command again to resume",
+        )
     if exc.errno == errno.EROFS:
-        return StoreReadOnly(uri, cause, "the store folder is on a read-only mount: remount it read-write or "
-                                         "pass --store a writable folder")
+        return StoreReadOnly(
+            uri,
+            cause,
+            "the store folder is on a read-only mount: remount it read-write or pass --store a writable folder",
+        )
     if exc.errno in _READ_ONLY:
-        return StoreReadOnly(uri, cause, "give this user write permission on the store folder, or pass --store "
-                                         "a writable folder")
+        return StoreReadOnly(
+            uri, cause, "give this user write permission on the store folder, or pass --store a writable folder"
+        )
     return StoreError(f"cannot write {uri}: {cause}")
+
 
 #: temporary files carry this prefix; ``list`` skips them (a crash can leave one behind)
 TMP_PREFIX = ".whale-tmp-"
@@ -210,7 +219,6 @@ class LocalStore(Store):
         """Remove ``folder`` and its parents while they are empty, never the root."""
         while folder != self.root and self.root in folder.parents and _rmdir_if_empty(folder):
             folder = folder.parent
-
 
     # --- the run lock: an flock ---
     def acquire_lease(self, key: str, holder: LeaseHolder, ttl_s: float) -> Lease:

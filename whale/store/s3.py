@@ -84,22 +84,47 @@ _SINGLE_PUT_MAX = 5 * 1024**3
 #: part size for streaming file uploads (multipart, completed atomically)
 _FILE_PART_SIZE = 64 * 1024**2
 
-_AUTH_CODES = frozenset({
-    "InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "InvalidToken", "ExpiredToken",
-    "TokenRefreshRequired", "AuthorizationHeaderMalformed", "InvalidSecurity", "AccountProblem",
-    "AllAccessDisabled", "InvalidClientTokenId", "MissingSecurityHeader",
-})
-_TRANSIENT_CODES = frozenset({
-    "InternalError", "ServiceUnavailable", "SlowDown", "RequestTimeout", "RequestTimeTooSkewed",
-    "OperationAborted", "XMinioServerNotInitialized", "ServerBusy",
-    # the server saw our connection die mid-body (SeaweedFS answers a cut upload with it, when the answer
-    # still gets through): the request never took effect, so it is retried like a reset connection
-    "ClientDisconnected",
-})
+_AUTH_CODES = frozenset(
+    {
+        "InvalidAccessKeyId",
+        "SignatureDoesNotMatch",
+        "AccessDenied",
+        "InvalidToken",
+        "ExpiredToken",
+        "TokenRefreshRequired",
+        "AuthorizationHeaderMalformed",
+        "InvalidSecurity",
+        "AccountProblem",
+        "AllAccessDisabled",
+        "InvalidClientTokenId",
+        "MissingSecurityHeader",
+    }
+)
+_TRANSIENT_CODES = frozenset(
+    {
+        "InternalError",
+        "ServiceUnavailable",
+        "SlowDown",
+        "RequestTimeout",
+        "RequestTimeTooSkewed",
+        "OperationAborted",
+        "XMinioServerNotInitialized",
+        "ServerBusy",
+        # the server saw our connection die mid-body (SeaweedFS answers a cut upload with it, when the answer
+        # still gets through): the request never took effect, so it is retried like a reset connection
+        "ClientDisconnected",
+    }
+)
 #: the store (or the bucket's quota) is full: permanent until someone frees space
-_FULL_CODES = frozenset({
-    "XMinioStorageFull", "QuotaExceeded", "XMinioAdminBucketQuotaExceeded", "InsufficientStorage", "StorageFull",
-})
+_FULL_CODES = frozenset(
+    {
+        "XMinioStorageFull",
+        "QuotaExceeded",
+        "XMinioAdminBucketQuotaExceeded",
+        "InsufficientStorage",
+        "StorageFull",
+    }
+)
 #: a conditional write or delete whose condition did not hold
 _PRECONDITION_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 _NOT_FOUND_CODES = frozenset({"NoSuchKey", "NoSuchBucket", "NoSuchObject", "ResourceNotFound"})
@@ -151,9 +176,7 @@ def resolve_config(
     env = os.environ if env is None else env
     raw = endpoint or env.get(ENV_ENDPOINT, "").strip()
     if not raw:
-        raise StoreError(
-            f"no S3 endpoint: set {ENV_ENDPOINT}=host:port (or spec.storage.endpoint in the manifest)"
-        )
+        raise StoreError(f"no S3 endpoint: set {ENV_ENDPOINT}=host:port (or spec.storage.endpoint in the manifest)")
     scheme_secure: bool | None = None
     if "://" in raw:
         scheme, _, raw = raw.partition("://")
@@ -187,7 +210,7 @@ def parse_s3_uri(uri: str) -> tuple[str, str]:
     """``s3://bucket/a/b/`` -> ``("bucket", "a/b")``, with the bucket name checked."""
     if not uri.startswith("s3://"):
         raise StoreError(f"{uri!r} is not an s3:// URI")
-    bucket, _, prefix = uri[len("s3://"):].partition("/")
+    bucket, _, prefix = uri[len("s3://") :].partition("/")
     if not _BUCKET_RE.match(bucket) or ".." in bucket:
         raise StoreError(
             f"S3 URI {uri!r}: bucket {bucket!r} is not a valid bucket name "
@@ -325,8 +348,13 @@ class S3Store(Store):
         env = os.environ if env is None else env
         self.bucket, self.prefix = parse_s3_uri(f"s3://{bucket}/{prefix}")
         self.config = resolve_config(
-            endpoint=endpoint, access_key=access_key, secret_key=secret_key, session_token=session_token,
-            secure=secure, region=region, env=env,
+            endpoint=endpoint,
+            access_key=access_key,
+            secret_key=secret_key,
+            session_token=session_token,
+            secure=secure,
+            region=region,
+            env=env,
         )
         if retry_deadline_s is None and env.get(ENV_RETRY_DEADLINE):
             try:
@@ -358,10 +386,22 @@ class S3Store(Store):
         )
 
     #: keyword options ``open_store("s3://...", **options)`` accepts
-    OPTIONS = frozenset({
-        "endpoint", "access_key", "secret_key", "session_token", "secure", "region", "retry",
-        "retry_deadline_s", "connect_timeout_s", "read_timeout_s", "env", "sleep",
-    })
+    OPTIONS = frozenset(
+        {
+            "endpoint",
+            "access_key",
+            "secret_key",
+            "session_token",
+            "secure",
+            "region",
+            "retry",
+            "retry_deadline_s",
+            "connect_timeout_s",
+            "read_timeout_s",
+            "env",
+            "sleep",
+        }
+    )
 
     @classmethod
     def from_uri(cls, uri: str, **options: Any) -> S3Store:
@@ -391,7 +431,7 @@ class S3Store(Store):
         return f"s3://{self.bucket}/{name}"
 
     def _rel(self, name: str) -> str:
-        return name[len(self.prefix) + 1:] if self.prefix else name
+        return name[len(self.prefix) + 1 :] if self.prefix else name
 
     def _call(self, what: str, fn: Callable[[], T], key: str | None = None, writing: str | None = None) -> T:
         """Run one SDK operation under the retry budget and translate its failure to our types.
@@ -406,13 +446,15 @@ class S3Store(Store):
                 raise ObjectNotFound(key, self.uri) from None
             if kind == ErrorKind.FULL:
                 raise StoreFull(
-                    writing or self.uri, f"S3 at {self.config.url} refused it: {describe(exc)}",
+                    writing or self.uri,
+                    f"S3 at {self.config.url} refused it: {describe(exc)}",
                     "free space on the S3 server or raise the bucket's quota; then run the same command again "
                     "to resume",
                 ) from exc
             if kind == ErrorKind.AUTH and writing is not None and getattr(exc, "code", "") == "AccessDenied":
                 raise StoreWriteDenied(
-                    writing, f"S3 at {self.config.url} denied the write to access key {self.config.access_key!r} "
+                    writing,
+                    f"S3 at {self.config.url} denied the write to access key {self.config.access_key!r} "
                     f"({describe(exc)})",
                     f"give that key write access (s3:PutObject, s3:DeleteObject) to s3://{self.bucket}/"
                     f"{self.prefix + '/' if self.prefix else ''}*, or use a store it may write; {CREDENTIALS_HINT}",
@@ -435,12 +477,14 @@ class S3Store(Store):
             if self._bucket_ready:
                 return
             if not self._call(f"bucket check of s3://{self.bucket}", lambda: self._client.bucket_exists(self.bucket)):
+
                 def make() -> None:
                     try:
                         self._client.make_bucket(self.bucket, location=self.config.region or "us-east-1")
                     except S3Error as exc:
                         if exc.code not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
                             raise
+
                 self._call(f"creation of bucket s3://{self.bucket}", make, writing=f"s3://{self.bucket}")
                 log.info("created bucket %s at %s", self.bucket, self.config.url)
             self._bucket_ready = True
@@ -502,7 +546,10 @@ class S3Store(Store):
         self._put(
             f"write of {self._where(name)}",
             lambda: self._client.put_object(
-                self.bucket, name, io.BytesIO(data), len(data),
+                self.bucket,
+                name,
+                io.BytesIO(data),
+                len(data),
                 part_size=_SINGLE_PUT_MAX if len(data) <= _SINGLE_PUT_MAX else 0,
             ),
             self._where(name),
@@ -552,7 +599,8 @@ class S3Store(Store):
             # after their last object is deleted; deriving folders from objects hides them, as on disk.
             try:
                 return [
-                    o.object_name for o in self._client.list_objects(self.bucket, prefix=folder, recursive=True)
+                    o.object_name
+                    for o in self._client.list_objects(self.bucket, prefix=folder, recursive=True)
                     if o.object_name and not o.object_name.endswith("/")
                 ]
             except S3Error as exc:
@@ -565,7 +613,7 @@ class S3Store(Store):
             return sorted(self._rel(n) for n in found)
         children = set()
         for n in found:
-            head, sep, _ = n[len(folder):].partition("/")
+            head, sep, _ = n[len(folder) :].partition("/")
             children.add(self._rel(folder + head + sep))
         return sorted(children)
 
@@ -585,7 +633,7 @@ class S3Store(Store):
         """One batched DeleteObjects request per 1000 keys instead of one request per key."""
         keys = self.list(prefix)
         for i in range(0, len(keys), 1000):
-            batch = [DeleteObject(self._name(k)) for k in keys[i:i + 1000]]
+            batch = [DeleteObject(self._name(k)) for k in keys[i : i + 1000]]
 
             def remove(batch: list[DeleteObject] = batch) -> None:
                 errors = [e for e in self._client.remove_objects(self.bucket, batch) if e.code not in _NOT_FOUND_CODES]
@@ -596,8 +644,9 @@ class S3Store(Store):
                         f"first {first.name}: {first.code} {first.message}"
                     )
 
-            self._call(f"delete under {self._where(self._folder(prefix))}", remove,
-                       writing=self._where(self._folder(prefix)))
+            self._call(
+                f"delete under {self._where(self._folder(prefix))}", remove, writing=self._where(self._folder(prefix))
+            )
 
     # --- the run lock: a lease object written with conditions ---
     def _conditional_put(self, name: str, data: bytes, condition: dict[str, str]) -> str | None:
@@ -608,7 +657,8 @@ class S3Store(Store):
                 # NOTE: the public put_object turns unknown headers into user metadata (x-amz-meta-if-match);
                 # the SDK's own PutObject call sends them as they are.
                 result = self._client._put_object(
-                    self.bucket, name, data, headers={"Content-Type": "application/json", **condition})
+                    self.bucket, name, data, headers={"Content-Type": "application/json", **condition}
+                )
             except S3Error as exc:
                 if exc.code in _PRECONDITION_CODES or (exc.code in _NOT_FOUND_CODES and "If-Match" in condition):
                     return None
@@ -705,8 +755,17 @@ class _S3Lease(Lease):
     """A held lease object. Renewed with If-Match; lost when that fails, or when renewals kept failing
     for long enough that another runner may already have taken it over."""
 
-    def __init__(self, store: S3Store, key: str, uri: str, name: str, holder: LeaseHolder, etag: str, ttl_s: float,
-                 renewed_at: float):
+    def __init__(
+        self,
+        store: S3Store,
+        key: str,
+        uri: str,
+        name: str,
+        holder: LeaseHolder,
+        etag: str,
+        ttl_s: float,
+        renewed_at: float,
+    ):
         self.store, self.key, self.uri, self.name, self.holder, self.etag = store, key, uri, name, holder, etag
         self.ttl_s = ttl_s
         self.renew_interval_s = ttl_s / 3
@@ -720,8 +779,10 @@ class _S3Lease(Lease):
             raise LeaseLost(self.lost)
         # give up a sixth of the ttl early: another machine's clock may run a little ahead of ours
         if time.monotonic() > self._valid_until - self.ttl_s / 6:
-            self.lost = (f"{self.uri}: could not renew the lease for {self.ttl_s:.0f} s (store unreachable?); another "
-                         "runner may take the run over, so this one stops")
+            self.lost = (
+                f"{self.uri}: could not renew the lease for {self.ttl_s:.0f} s (store unreachable?); another "
+                "runner may take the run over, so this one stops"
+            )
             raise LeaseLost(self.lost)
 
     def renew(self) -> None:

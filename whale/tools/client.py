@@ -60,8 +60,13 @@ class RetrieverClient:
         self.url = self.base_url + "/retrieve"
         self._client = httpx.Client(timeout=timeout_s)
 
-    def wait_ready(self, deadline_s: float = READY_WAIT_S, poll_s: float = 2.0,
-                   clock: Callable[[], float] = time.monotonic, sleep: Callable[[float], None] = time.sleep) -> dict:
+    def wait_ready(
+        self,
+        deadline_s: float = READY_WAIT_S,
+        poll_s: float = 2.0,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> dict:
         """Poll ``/healthz`` until the service answers (a cluster's retriever loads a large index first);
         :class:`ToolServiceError` naming the URL when it does not within ``deadline_s``."""
         end = clock() + deadline_s
@@ -75,8 +80,9 @@ class RetrieverClient:
             except httpx.TransportError as exc:
                 last = str(exc) or type(exc).__name__
             if clock() >= end:
-                raise ToolServiceError(f"{self.base_url} not ready within {deadline_s:.0f} s ({last}); "
-                                       f"is the retriever service running?")
+                raise ToolServiceError(
+                    f"{self.base_url} not ready within {deadline_s:.0f} s ({last}); is the retriever service running?"
+                )
             sleep(poll_s)
 
     def search(self, queries: list[str], topk: int) -> list[list[Hit]]:
@@ -124,9 +130,11 @@ def retriever_from_env(corpus: Path | None, method: str = "bm25"):
     if index:
         return retrieval.shared_index(Path(index))
     if corpus is None:
-        raise retrieval.RetrieverError(f"no retriever for this corpus (spec.data.corpus wiki18 has no in-process "
-                                       f"index): set ${RETRIEVER_URL_ENV} (a retriever service) or "
-                                       f"${SEARCH_INDEX_ENV} (a prepared index)")
+        raise retrieval.RetrieverError(
+            f"no retriever for this corpus (spec.data.corpus wiki18 has no in-process "
+            f"index): set ${RETRIEVER_URL_ENV} (a retriever service) or "
+            f"${SEARCH_INDEX_ENV} (a prepared index)"
+        )
     return retrieval.shared(corpus, method)
 
 

@@ -114,8 +114,11 @@ def prepare(code: str) -> str:
             # only rewrite a trailing expression that owns its lines (not `x = 1; x`)
             if last.col_offset == 0 and all(not line.strip() for line in lines[end:]):
                 expr = "\n".join(lines[start:end])
-                lines[start:end] = [f"__whale_value = ({expr})", "if __whale_value is not None:",
-                                    "    print(repr(__whale_value))"]
+                lines[start:end] = [
+                    f"__whale_value = ({expr})",
+                    "if __whale_value is not None:",
+                    "    print(repr(__whale_value))",
+                ]
                 return "\n".join(lines) + "\n"
     return code
 
@@ -151,18 +154,23 @@ def _message(outcome: Outcome, limits: CodeLimits, wall: float, error_type: str 
     return _clip(lines[-1] + "\n" + "\n".join(lines[-10:-1]), 2000)
 
 
-def execute(code: str, limits: CodeLimits = CodeLimits(), timeout_s: float | None = None,
-            isolation: Isolation | None = None) -> CodeResult:
+def execute(
+    code: str, limits: CodeLimits = CodeLimits(), timeout_s: float | None = None, isolation: Isolation | None = None
+) -> CodeResult:
     """Run ``code`` in a fresh sandbox and describe the result for the model."""
     if not isinstance(code, str) or not code.strip():
         return CodeResult("rejected", "", "No code given: pass the Python source as `code`.", 0.0)
     if len(code) > limits.max_code_chars:
-        return CodeResult("rejected", "", f"The code is {len(code)} characters; the limit is {limits.max_code_chars}.", 0.0)
+        return CodeResult(
+            "rejected", "", f"The code is {len(code)} characters; the limit is {limits.max_code_chars}.", 0.0
+        )
     sb_limits = limits.sandbox_limits(timeout_s)
     try:
         res = run_python(prepare(code), limits=sb_limits, isolation=isolation or code_isolation())
     except SandboxSetupError as exc:
-        return CodeResult(Outcome.SANDBOX_ERROR.value, "", f"The code interpreter is unavailable right now ({exc}).", 0.0)
+        return CodeResult(
+            Outcome.SANDBOX_ERROR.value, "", f"The code interpreter is unavailable right now ({exc}).", 0.0
+        )
     output = res.stdout
     if res.ok and res.stderr.strip():
         output += ("\n" if output and not output.endswith("\n") else "") + res.stderr

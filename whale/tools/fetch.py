@@ -39,8 +39,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             fetch(store, key, Path(path))
         except StoreError as exc:
-            print(f"fetch: {store.uri_for(key)} -> {path}: {exc} (the run's prepare Job puts it there; "
-                  "see its log)", file=sys.stderr)
+            print(
+                f"fetch: {store.uri_for(key)} -> {path}: {exc} (the run's prepare Job puts it there; see its log)",
+                file=sys.stderr,
+            )
             return 1
         print(f"fetched {store.uri_for(key)} -> {path}")
     return 0

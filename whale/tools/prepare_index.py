@@ -89,16 +89,25 @@ def download_wiki18(work: Path, *, with_index: bool) -> None:
         _gunzip(Path(gz), work / CORPUS_NAME)
         Path(gz).unlink()
     if with_index and not (work / INDEX_NAME).is_file():
-        parts = [Path(hub.hf_hub_download(WIKI18_INDEX_REPO, p, repo_type="dataset", local_dir=str(work)))
-                 for p in WIKI18_INDEX_PARTS]
+        parts = [
+            Path(hub.hf_hub_download(WIKI18_INDEX_REPO, p, repo_type="dataset", local_dir=str(work)))
+            for p in WIKI18_INDEX_PARTS
+        ]
         _concatenate(parts, work / INDEX_NAME)
         for p in parts:
             p.unlink()
 
 
-def prepare_wiki18(index_dir: Path, *, source: str = "search-r1", device: str = "cpu", fp16: bool = False,
-                   batch_size: int = 512, expect_rows: int | None = WIKI18_ROWS,
-                   expect_corpus_sha256: str | None = None) -> retrieval.IndexManifest:
+def prepare_wiki18(
+    index_dir: Path,
+    *,
+    source: str = "search-r1",
+    device: str = "cpu",
+    fp16: bool = False,
+    batch_size: int = 512,
+    expect_rows: int | None = WIKI18_ROWS,
+    expect_corpus_sha256: str | None = None,
+) -> retrieval.IndexManifest:
     """The paper's retriever: e5-base-v2 over wiki-18 in ``index_dir`` (downloads, then adopt or build)."""
     index_dir = Path(index_dir)
     if (index_dir / retrieval.MANIFEST).is_file():
@@ -108,11 +117,13 @@ def prepare_wiki18(index_dir: Path, *, source: str = "search-r1", device: str = 
     model = download_model(index_dir / MODEL_DIR)
     download_wiki18(index_dir, with_index=source == "search-r1")
     if source == "search-r1":
-        manifest = retrieval.adopt_search_r1(index_dir, index_file=INDEX_NAME, corpus_file=CORPUS_NAME,
-                                             model_path=model)
+        manifest = retrieval.adopt_search_r1(
+            index_dir, index_file=INDEX_NAME, corpus_file=CORPUS_NAME, model_path=model
+        )
     else:
-        encoder = retrieval.Encoder.load(model, PRESETS["e5"], device=device, fp16=fp16, batch_size=batch_size,
-                                         model_id=E5_MODEL_ID)
+        encoder = retrieval.Encoder.load(
+            model, PRESETS["e5"], device=device, fp16=fp16, batch_size=batch_size, model_id=E5_MODEL_ID
+        )
         manifest = retrieval.prepare_dense_index(index_dir / CORPUS_NAME, index_dir, encoder, model_path=model)
     problems = []
     if expect_rows is not None and manifest.corpus_rows != expect_rows:
@@ -131,8 +142,9 @@ def publish(store: Any, index_dir: Path, key: str) -> None:
     m = retrieval.IndexManifest.read(index_dir)  # refuses an incomplete directory
     for what, rel in (("corpus", m.corpus_path), ("model", m.model_path)):
         if rel is not None and (Path(rel).is_absolute() or rel.startswith("..")):
-            raise RetrieverError(f"{index_dir}: the {what} ({rel}) is outside the folder; copy it in and prepare "
-                                 "again before publishing")
+            raise RetrieverError(
+                f"{index_dir}: the {what} ({rel}) is outside the folder; copy it in and prepare again before publishing"
+            )
     if m.model_path is None:
         log.warning("%s: no model folder in the index; the service will need %s from the hub", index_dir, m.model_id)
     store.upload_dir(index_dir, key, marker=COMPLETE)
@@ -174,8 +186,11 @@ def _parser() -> argparse.ArgumentParser:
     a.add_argument("--model", type=Path, default=None, help="local copy of e5-base-v2 served with the index")
     for sp in (b, a):
         sp.add_argument("--store", default=None, help="then publish the folder to this store (file:// or s3://) ...")
-        sp.add_argument("--key", default=None, help="... under this prefix (a cluster's search_qa run fetches "
-                                                    "data/search_qa/retriever/wiki18-e5)")
+        sp.add_argument(
+            "--key",
+            default=None,
+            help="... under this prefix (a cluster's search_qa run fetches data/search_qa/retriever/wiki18-e5)",
+        )
 
     d = sub.add_parser("download-model", help="an encoder's weights from the Hugging Face hub")
     d.add_argument("--dest", type=Path, required=True)
@@ -201,14 +216,23 @@ def main(argv: list[str] | None = None) -> int:
             conv = PRESETS[args.encoder]
             model = args.model or (str(retrieval.minilm_path()) if args.encoder == "minilm" else E5_MODEL_ID)
             model_id = retrieval.MINILM_MODEL_ID if args.encoder == "minilm" and not args.model else str(model)
-            encoder = retrieval.Encoder.load(model, conv, device=args.device, fp16=args.fp16,
-                                             batch_size=args.batch_size, model_id=model_id, allow_download=True)
+            encoder = retrieval.Encoder.load(
+                model,
+                conv,
+                device=args.device,
+                fp16=args.fp16,
+                batch_size=args.batch_size,
+                model_id=model_id,
+                allow_download=True,
+            )
             local = Path(model) if Path(model).is_dir() else None
-            m = retrieval.prepare_dense_index(args.corpus, args.out, encoder, model_path=local,
-                                              chunk_rows=args.chunk_rows)
+            m = retrieval.prepare_dense_index(
+                args.corpus, args.out, encoder, model_path=local, chunk_rows=args.chunk_rows
+            )
         elif args.command == "adopt":
-            m = retrieval.adopt_search_r1(args.dir, index_file=args.index, corpus_file=args.corpus,
-                                          model_path=args.model)
+            m = retrieval.adopt_search_r1(
+                args.dir, index_file=args.index, corpus_file=args.corpus, model_path=args.model
+            )
         if args.command in ("build", "adopt") and args.store:
             from whale.store import open_store
 
@@ -221,8 +245,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "wiki18":
             if bool(args.store) != bool(args.key):
                 raise RetrieverError("--store and --key go together")
-            kwargs = {"source": args.source, "device": args.device, "fp16": args.fp16, "batch_size": args.batch_size,
-                      "expect_corpus_sha256": args.expect_corpus_sha256}
+            kwargs = {
+                "source": args.source,
+                "device": args.device,
+                "fp16": args.fp16,
+                "batch_size": args.batch_size,
+                "expect_corpus_sha256": args.expect_corpus_sha256,
+            }
             if args.store:
                 from whale.store import open_store
 
@@ -232,8 +261,10 @@ def main(argv: list[str] | None = None) -> int:
     except (RetrieverError, StoreError) as exc:
         print(f"prepare_index: {exc}", file=sys.stderr)
         return 2
-    print(f"{m.origin} index: {m.ntotal} passages x {m.dim} ({m.model_id}, {m.conventions.name}), "
-          f"corpus sha256 {m.corpus_sha256}")
+    print(
+        f"{m.origin} index: {m.ntotal} passages x {m.dim} ({m.model_id}, {m.conventions.name}), "
+        f"corpus sha256 {m.corpus_sha256}"
+    )
     return 0
 
 

@@ -104,7 +104,7 @@ class Retriever(Protocol):
 def passage_from_row(row: dict[str, Any]) -> Passage:
     """A corpus row (``id`` + ``contents``, or ``id`` + ``title`` + ``text``) as a passage; KeyError/TypeError
     when it is not one."""
-    contents = row.get("contents") or f"\"{row['title']}\"\n{row['text']}"
+    contents = row.get("contents") or f'"{row["title"]}"\n{row["text"]}'
     if not isinstance(contents, str):
         raise TypeError("'contents' is not a string")
     head, _, tail = contents.partition("\n")
@@ -128,8 +128,10 @@ class Corpus(Sequence[Passage]):
         """Read the file once, checking every row; a bad row is named by its line number."""
         path = Path(path)
         if not path.is_file():
-            raise RetrieverError(f"corpus {path} not found: pass --corpus (or the domain's data dir) "
-                                 "with a JSON-lines file of {\"id\", \"contents\"} rows")
+            raise RetrieverError(
+                f"corpus {path} not found: pass --corpus (or the domain's data dir) "
+                'with a JSON-lines file of {"id", "contents"} rows'
+            )
         starts, ends = array("q"), array("q")  # 8 bytes a row, not a Python int object
         pos = 0
         with path.open("rb") as fh:
@@ -151,8 +153,9 @@ class Corpus(Sequence[Passage]):
     def with_offsets(cls, path: Path, offsets_file: Path, rows: int) -> Corpus:
         offsets = np.load(offsets_file)
         if offsets.ndim != 2 or offsets.shape != (rows, 2):
-            raise RetrieverError(f"{offsets_file} holds {offsets.shape} offsets for {rows} rows: delete it and "
-                                 "prepare the index again")
+            raise RetrieverError(
+                f"{offsets_file} holds {offsets.shape} offsets for {rows} rows: delete it and prepare the index again"
+            )
         return cls(path, offsets)
 
     def __len__(self) -> int:
@@ -289,7 +292,9 @@ class BM25Retriever:
             if not q:  # no known word in the query: nothing matches
                 out.append([])
                 continue
-            out.append([Hit(self.passages[int(d)], float(s)) for d, s in zip(row_docs, row_scores, strict=True) if s > 0])
+            out.append(
+                [Hit(self.passages[int(d)], float(s)) for d, s in zip(row_docs, row_scores, strict=True) if s > 0]
+            )
         return out
 
 
@@ -318,7 +323,9 @@ class EncoderConventions:
     @classmethod
     def from_dict(cls, raw: Any, where: str = "conventions") -> EncoderConventions:
         if not isinstance(raw, dict):
-            raise RetrieverError(f"{where}: expected an object with {', '.join(f.name for f in dataclasses.fields(cls))}")
+            raise RetrieverError(
+                f"{where}: expected an object with {', '.join(f.name for f in dataclasses.fields(cls))}"
+            )
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(raw) - names
         if unknown or "name" not in raw:
@@ -333,8 +340,9 @@ class EncoderConventions:
 
 PRESETS: dict[str, EncoderConventions] = {
     # intfloat/e5-base-v2 as Search-R1 runs it
-    "e5": EncoderConventions("e5", pooling="mean", query_prefix="query: ", passage_prefix="passage: ",
-                             normalize=True, max_length=256),
+    "e5": EncoderConventions(
+        "e5", pooling="mean", query_prefix="query: ", passage_prefix="passage: ", normalize=True, max_length=256
+    ),
     # sentence-transformers/all-MiniLM-L6-v2: mean pooling + Normalize, max_seq_length 256, no prefixes
     "minilm": EncoderConventions("minilm", pooling="mean", normalize=True, max_length=256),
 }
@@ -343,8 +351,15 @@ PRESETS: dict[str, EncoderConventions] = {
 class Encoder:
     """A transformers encoder with its conventions: ``encode(texts, kind)`` -> float32 rows."""
 
-    def __init__(self, model: Any, tokenizer: Any, conventions: EncoderConventions, *,
-                 batch_size: int = DEFAULT_BATCH, model_id: str = ""):
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        conventions: EncoderConventions,
+        *,
+        batch_size: int = DEFAULT_BATCH,
+        model_id: str = "",
+    ):
         import torch
 
         self.model = model.eval()
@@ -356,16 +371,27 @@ class Encoder:
         self._torch = torch
 
     @classmethod
-    def load(cls, model: str | Path, conventions: EncoderConventions, *, device: str = "cpu", fp16: bool = False,
-             batch_size: int = DEFAULT_BATCH, model_id: str | None = None, allow_download: bool = False) -> Encoder:
+    def load(
+        cls,
+        model: str | Path,
+        conventions: EncoderConventions,
+        *,
+        device: str = "cpu",
+        fp16: bool = False,
+        batch_size: int = DEFAULT_BATCH,
+        model_id: str | None = None,
+        allow_download: bool = False,
+    ) -> Encoder:
         """Weights and tokenizer from a local folder, or (``allow_download``) a hub id."""
         from transformers import AutoModel, AutoTokenizer
 
         local = Path(model).is_dir()
         if not local and not allow_download:
-            raise RetrieverError(f"encoder weights {model}: not a local folder. Pass a local copy (--model DIR; "
-                                 "`python -m whale.tools.prepare_index download-model` fetches one) or allow the "
-                                 "download")
+            raise RetrieverError(
+                f"encoder weights {model}: not a local folder. Pass a local copy (--model DIR; "
+                "`python -m whale.tools.prepare_index download-model` fetches one) or allow the "
+                "download"
+            )
         try:
             tok = AutoTokenizer.from_pretrained(str(model), local_files_only=local)
             net = AutoModel.from_pretrained(str(model), local_files_only=local)
@@ -387,9 +413,10 @@ class Encoder:
         out = []
         with torch.inference_mode():
             for start in range(0, len(texts), self.batch_size):
-                batch = [prefix + t for t in texts[start:start + self.batch_size]]
-                enc = self.tokenizer(batch, max_length=conv.max_length, padding=True, truncation=True,
-                                     return_tensors="pt")
+                batch = [prefix + t for t in texts[start : start + self.batch_size]]
+                enc = self.tokenizer(
+                    batch, max_length=conv.max_length, padding=True, truncation=True, return_tensors="pt"
+                )
                 enc = {k: v.to(self.device) for k, v in enc.items()}
                 hidden = self.model(**enc, return_dict=True).last_hidden_state
                 if conv.pooling == "mean":
@@ -456,8 +483,10 @@ class IndexManifest:
         if not isinstance(raw, dict):
             raise RetrieverError(f"{where}: not a JSON object")
         if raw.get("format") != INDEX_FORMAT:
-            raise RetrieverError(f"{where}: format {raw.get('format')!r}, expected {INDEX_FORMAT!r}; prepare the "
-                                 "index again with this version")
+            raise RetrieverError(
+                f"{where}: format {raw.get('format')!r}, expected {INDEX_FORMAT!r}; prepare the "
+                "index again with this version"
+            )
         fields = {f.name for f in dataclasses.fields(cls)}
         missing = sorted(fields - set(raw) - {"format", "model_path"})
         if missing:
@@ -470,9 +499,11 @@ class IndexManifest:
     def read(cls, index_dir: Path) -> IndexManifest:
         path = Path(index_dir) / MANIFEST
         if not path.is_file():
-            raise RetrieverError(f"{index_dir} is not a prepared index (no {MANIFEST}): build one with "
-                                 "`python -m whale.tools.prepare_index build` or adopt Search-R1's files with "
-                                 "`python -m whale.tools.prepare_index adopt`")
+            raise RetrieverError(
+                f"{index_dir} is not a prepared index (no {MANIFEST}): build one with "
+                "`python -m whale.tools.prepare_index build` or adopt Search-R1's files with "
+                "`python -m whale.tools.prepare_index adopt`"
+            )
         try:
             raw = json.loads(path.read_text())
         except json.JSONDecodeError as exc:
@@ -496,9 +527,16 @@ def _flat_index_file(conventions: EncoderConventions) -> str:
     return f"{conventions.name}_Flat.index"
 
 
-def prepare_dense_index(corpus_path: Path, out_dir: Path, encoder: Encoder, *, model_id: str | None = None,
-                        model_path: Path | None = None, chunk_rows: int = DEFAULT_CHUNK_ROWS,
-                        progress: Callable[[int, int], None] | None = None) -> IndexManifest:
+def prepare_dense_index(
+    corpus_path: Path,
+    out_dir: Path,
+    encoder: Encoder,
+    *,
+    model_id: str | None = None,
+    model_path: Path | None = None,
+    chunk_rows: int = DEFAULT_CHUNK_ROWS,
+    progress: Callable[[int, int], None] | None = None,
+) -> IndexManifest:
     """Encode every passage of the corpus (``"passage"`` conventions) into a FAISS flat inner-product
     index in ``out_dir``; the preparation step a cluster runs once (``python -m whale.tools.prepare_index
     build``) and the in-process ``dense`` method runs into its cache.
@@ -518,13 +556,21 @@ def prepare_dense_index(corpus_path: Path, out_dir: Path, encoder: Encoder, *, m
         done = IndexManifest.read(out_dir)
         if (done.corpus_sha256, done.model_id, done.conventions) == (digest, model_id, conv):
             return done
-        raise RetrieverError(f"{out_dir} already holds an index of another corpus/model ({done.model_id}, "
-                             f"corpus {done.corpus_sha256[:12]}); use an empty directory")
+        raise RetrieverError(
+            f"{out_dir} already holds an index of another corpus/model ({done.model_id}, "
+            f"corpus {done.corpus_sha256[:12]}); use an empty directory"
+        )
     corpus = Corpus.scan(corpus_path)
     rows, dim = len(corpus), encoder.dim
     work = out_dir / ".work"
-    plan = {"corpus_sha256": digest, "model_id": model_id, "conventions": conv.to_dict(), "chunk_rows": chunk_rows,
-            "dim": dim, "rows": rows}
+    plan = {
+        "corpus_sha256": digest,
+        "model_id": model_id,
+        "conventions": conv.to_dict(),
+        "chunk_rows": chunk_rows,
+        "dim": dim,
+        "rows": rows,
+    }
     plan_file = work / "plan.json"
     if plan_file.is_file() and json.loads(plan_file.read_text()) != plan:
         log.info("%s: an unfinished build of other inputs; starting over", work)
@@ -554,19 +600,34 @@ def prepare_dense_index(corpus_path: Path, out_dir: Path, encoder: Encoder, *, m
     _atomic_write(out_dir / index_file, lambda p: faiss.write_index(index, str(p)))
     _save_npy(out_dir / OFFSETS, corpus.offsets)
     manifest = IndexManifest(
-        origin="built", index_file=index_file, index_type=type(index).__name__, ntotal=int(index.ntotal), dim=dim,
-        corpus_path=_relative_or_absolute(corpus_path, out_dir), corpus_sha256=digest,
-        corpus_bytes=Path(corpus_path).stat().st_size, corpus_rows=rows, model_id=model_id,
-        model_path=_relative_or_absolute(model_path, out_dir) if model_path else None, conventions=conv)
+        origin="built",
+        index_file=index_file,
+        index_type=type(index).__name__,
+        ntotal=int(index.ntotal),
+        dim=dim,
+        corpus_path=_relative_or_absolute(corpus_path, out_dir),
+        corpus_sha256=digest,
+        corpus_bytes=Path(corpus_path).stat().st_size,
+        corpus_rows=rows,
+        model_id=model_id,
+        model_path=_relative_or_absolute(model_path, out_dir) if model_path else None,
+        conventions=conv,
+    )
     _write_json(out_dir / MANIFEST, manifest.to_dict())
     shutil.rmtree(work, ignore_errors=True)
     corpus.close()
     return manifest
 
 
-def adopt_search_r1(index_dir: Path, *, index_file: str = "e5_Flat.index", corpus_file: str = "wiki-18.jsonl",
-                    model_id: str = E5_MODEL_ID, model_path: Path | None = None,
-                    conventions: EncoderConventions = PRESETS["e5"]) -> IndexManifest:
+def adopt_search_r1(
+    index_dir: Path,
+    *,
+    index_file: str = "e5_Flat.index",
+    corpus_file: str = "wiki-18.jsonl",
+    model_id: str = E5_MODEL_ID,
+    model_path: Path | None = None,
+    conventions: EncoderConventions = PRESETS["e5"],
+) -> IndexManifest:
     """Adopt an index Search-R1 built (its released ``e5_Flat.index`` + ``wiki-18.jsonl``, same row
     order): check that the index is an inner-product index with one vector per corpus row (and of the
     model's width when ``model_path`` is given), record the corpus checksum and row offsets, and write
@@ -577,8 +638,10 @@ def adopt_search_r1(index_dir: Path, *, index_file: str = "e5_Flat.index", corpu
     ipath, cpath = index_dir / index_file, index_dir / corpus_file
     for p, what in ((ipath, "FAISS index"), (cpath, "corpus")):
         if not p.is_file():
-            raise RetrieverError(f"{p}: the {what} is missing (Search-R1's e5_Flat.index and wiki-18.jsonl belong in "
-                                 f"{index_dir}; see docs/data.md)")
+            raise RetrieverError(
+                f"{p}: the {what} is missing (Search-R1's e5_Flat.index and wiki-18.jsonl belong in "
+                f"{index_dir}; see docs/data.md)"
+            )
     try:
         index = faiss.read_index(str(ipath), faiss.IO_FLAG_MMAP | faiss.IO_FLAG_READ_ONLY)
     except RuntimeError as exc:
@@ -591,14 +654,25 @@ def adopt_search_r1(index_dir: Path, *, index_file: str = "e5_Flat.index", corpu
             raise RetrieverError(f"{ipath}: {index.d}-dimensional vectors but {model_path} encodes {width}")
     corpus = Corpus.scan(cpath)
     if len(corpus) != index.ntotal:
-        raise RetrieverError(f"{ipath} holds {index.ntotal} vectors but {cpath} has {len(corpus)} rows: "
-                             "not the pair (row i of the corpus must be vector i)")
+        raise RetrieverError(
+            f"{ipath} holds {index.ntotal} vectors but {cpath} has {len(corpus)} rows: "
+            "not the pair (row i of the corpus must be vector i)"
+        )
     _save_npy(index_dir / OFFSETS, corpus.offsets)
     manifest = IndexManifest(
-        origin="search-r1", index_file=index_file, index_type=type(index).__name__, ntotal=int(index.ntotal),
-        dim=int(index.d), corpus_path=corpus_file, corpus_sha256=file_digest(cpath), corpus_bytes=cpath.stat().st_size,
-        corpus_rows=len(corpus), model_id=model_id,
-        model_path=_relative_or_absolute(model_path, index_dir) if model_path else None, conventions=conventions)
+        origin="search-r1",
+        index_file=index_file,
+        index_type=type(index).__name__,
+        ntotal=int(index.ntotal),
+        dim=int(index.d),
+        corpus_path=corpus_file,
+        corpus_sha256=file_digest(cpath),
+        corpus_bytes=cpath.stat().st_size,
+        corpus_rows=len(corpus),
+        model_id=model_id,
+        model_path=_relative_or_absolute(model_path, index_dir) if model_path else None,
+        conventions=conventions,
+    )
     _write_json(index_dir / MANIFEST, manifest.to_dict())
     corpus.close()
     return manifest
@@ -618,8 +692,13 @@ class DenseRetriever:
 
     def describe(self) -> dict[str, Any]:
         m = self.manifest
-        return {"method": f"dense:{m.conventions.name}", "passages": len(self.passages), "model": m.model_id,
-                "corpus_sha256": m.corpus_sha256, "origin": m.origin}
+        return {
+            "method": f"dense:{m.conventions.name}",
+            "passages": len(self.passages),
+            "model": m.model_id,
+            "corpus_sha256": m.corpus_sha256,
+            "origin": m.origin,
+        }
 
     def search(self, queries: list[str], topk: int) -> list[list[Hit]]:
         if not queries:
@@ -633,9 +712,17 @@ class DenseRetriever:
         ]
 
 
-def open_dense(index_dir: Path, *, encoder: Encoder | None = None, model: str | Path | None = None,
-               device: str = "cpu", fp16: bool = False, verify: bool = True, mmap: bool = True,
-               allow_download: bool = False) -> DenseRetriever:
+def open_dense(
+    index_dir: Path,
+    *,
+    encoder: Encoder | None = None,
+    model: str | Path | None = None,
+    device: str = "cpu",
+    fp16: bool = False,
+    verify: bool = True,
+    mmap: bool = True,
+    allow_download: bool = False,
+) -> DenseRetriever:
     """Load a prepared index directory. The corpus must hash to the manifest's checksum (``verify``);
     queries are encoded with the manifest's conventions by ``encoder``, else by the weights in ``model``,
     the manifest's ``model_path``, or (``allow_download``) its ``model_id``. ``mmap`` maps the index file
@@ -648,8 +735,10 @@ def open_dense(index_dir: Path, *, encoder: Encoder | None = None, model: str | 
     if not cpath.is_file():
         raise RetrieverError(f"{cpath}: the corpus of index {index_dir} is missing")
     if cpath.stat().st_size != m.corpus_bytes or (verify and file_digest(cpath) != m.corpus_sha256):
-        raise RetrieverError(f"{cpath} is not the corpus index {index_dir} was built from (its SHA-256 differs from "
-                             f"{m.corpus_sha256[:12]}…): prepare the index again")
+        raise RetrieverError(
+            f"{cpath} is not the corpus index {index_dir} was built from (its SHA-256 differs from "
+            f"{m.corpus_sha256[:12]}…): prepare the index again"
+        )
     offsets = index_dir / OFFSETS
     corpus = Corpus.with_offsets(cpath, offsets, m.corpus_rows) if offsets.is_file() else Corpus.scan(cpath)
     ipath = m.resolve(index_dir, m.index_file)
@@ -661,11 +750,13 @@ def open_dense(index_dir: Path, *, encoder: Encoder | None = None, model: str | 
         raise RetrieverError(f"{ipath} holds {index.ntotal} vectors for {len(corpus)} passages; prepare it again")
     if encoder is None:
         source = model or (m.resolve(index_dir, m.model_path) if m.model_path else m.model_id)
-        encoder = Encoder.load(source, m.conventions, device=device, fp16=fp16, model_id=m.model_id,
-                               allow_download=allow_download)
+        encoder = Encoder.load(
+            source, m.conventions, device=device, fp16=fp16, model_id=m.model_id, allow_download=allow_download
+        )
     elif encoder.conventions != m.conventions:
-        raise RetrieverError(f"{index_dir}: built with conventions {m.conventions}, the encoder has "
-                             f"{encoder.conventions}")
+        raise RetrieverError(
+            f"{index_dir}: built with conventions {m.conventions}, the encoder has {encoder.conventions}"
+        )
     if encoder.dim != index.d:
         raise RetrieverError(f"{index_dir}: {index.d}-dimensional index, but the encoder gives {encoder.dim}")
     return DenseRetriever(corpus, index, encoder, m)
@@ -689,8 +780,9 @@ _SHARED: dict[tuple[str, ...], Retriever] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def build(corpus: Path, method: str = "bm25", cache_dir: Path | None = None, *,
-          model: str | Path | None = None) -> Retriever:
+def build(
+    corpus: Path, method: str = "bm25", cache_dir: Path | None = None, *, model: str | Path | None = None
+) -> Retriever:
     """Load the corpus and build or load its cached index. ``dense`` encodes with all-MiniLM-L6-v2 (offline);
     ``e5`` with e5-base-v2's conventions and the weights in ``model`` (a local folder)."""
     if method not in METHODS:
@@ -707,11 +799,14 @@ def build(corpus: Path, method: str = "bm25", cache_dir: Path | None = None, *,
         encoder = load_minilm()
     else:
         if model is None:
-            raise RetrieverError("method e5 needs the e5-base-v2 weights: pass model= (--model DIR), a local copy of "
-                                 f"{E5_MODEL_ID}")
+            raise RetrieverError(
+                f"method e5 needs the e5-base-v2 weights: pass model= (--model DIR), a local copy of {E5_MODEL_ID}"
+            )
         encoder = Encoder.load(model, PRESETS["e5"], model_id=E5_MODEL_ID)
-    key = hashlib.sha256(f"{CACHE_VERSION}|{digest}|{method}|{encoder.model_id}|"
-                         f"{json.dumps(encoder.conventions.to_dict(), sort_keys=True)}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(
+        f"{CACHE_VERSION}|{digest}|{method}|{encoder.model_id}|"
+        f"{json.dumps(encoder.conventions.to_dict(), sort_keys=True)}".encode()
+    ).hexdigest()[:16]
     index_dir = cache / f"{method}-{key}"
     if not (index_dir / MANIFEST).is_file():
         log.info("embedding the corpus %s with %s into %s", corpus, encoder.model_id, index_dir)

@@ -104,8 +104,11 @@ def main(argv: list[str] | None = None) -> None:
     src.add_argument("--corpus", type=Path, help="JSON-lines corpus (id, contents), indexed here by --method")
     src.add_argument("--index-dir", type=Path, help="a prepared dense index (python -m whale.tools.prepare_index)")
     p.add_argument("--method", choices=retrieval.METHODS, default="bm25", help="with --corpus")
-    p.add_argument("--model", default=None, help="encoder weights (local folder): e5 with --corpus; with --index-dir "
-                                                  "overrides the manifest's model")
+    p.add_argument(
+        "--model",
+        default=None,
+        help="encoder weights (local folder): e5 with --corpus; with --index-dir overrides the manifest's model",
+    )
     p.add_argument("--device", default="cpu", help="where the dense encoder runs (cpu, cuda)")
     p.add_argument("--fp16", action="store_true", help="encode queries in half precision (GPU)")
     p.add_argument("--no-verify", action="store_true", help="skip the corpus checksum at start (size still checked)")
@@ -116,7 +119,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--max-queries", type=int, default=Limits.max_queries)
     p.add_argument("--max-query-chars", type=int, default=Limits.max_query_chars)
     p.add_argument("--max-topk", type=int, default=Limits.max_topk)
-    p.add_argument("--threads", type=int, default=1, help="torch/FAISS threads for dense retrieval (0 = library default)")
+    p.add_argument(
+        "--threads", type=int, default=1, help="torch/FAISS threads for dense retrieval (0 = library default)"
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if not 1 <= args.topk <= args.max_topk:
@@ -127,7 +132,8 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.index_dir is not None:
             retriever: retrieval.Retriever = retrieval.open_dense(
-                args.index_dir, model=args.model, device=args.device, fp16=args.fp16, verify=not args.no_verify)
+                args.index_dir, model=args.model, device=args.device, fp16=args.fp16, verify=not args.no_verify
+            )
         else:
             retriever = retrieval.build(args.corpus, args.method, args.cache_dir, model=args.model)
     except retrieval.RetrieverError as exc:

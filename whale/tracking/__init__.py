@@ -111,16 +111,30 @@ def points(series: Any, phases: Iterable[str] | None = None) -> list[Point]:
     out: list[Point] = []
     for s in series.weight_steps:
         if wanted(s.phase):
-            scalars = {"reward_mean": s.reward_mean, "kept_fraction": s.kept_fraction, "kept": float(s.kept),
-                       "learning_rate": s.learning_rate, "epoch": s.epoch, "rollouts_spent": float(s.rollouts)}
+            scalars = {
+                "reward_mean": s.reward_mean,
+                "kept_fraction": s.kept_fraction,
+                "kept": float(s.kept),
+                "learning_rate": s.learning_rate,
+                "epoch": s.epoch,
+                "rollouts_spent": float(s.rollouts),
+            }
             if s.loss is not None:
                 scalars["loss"] = s.loss
             out.append(Point("weight", s.step, scalars))
     for h in series.harness_iterations:
         if wanted(h.phase):
-            out.append(Point("harness", h.index, {"best_score": h.best_score,
-                                                  "candidates_scored": float(len(h.candidate_scores)),
-                                                  "rollouts_spent": float(h.rollouts)}))
+            out.append(
+                Point(
+                    "harness",
+                    h.index,
+                    {
+                        "best_score": h.best_score,
+                        "candidates_scored": float(len(h.candidate_scores)),
+                        "rollouts_spent": float(h.rollouts),
+                    },
+                )
+            )
     for e in series.evals:
         if e.mean_at_k is not None and wanted(e.phase):
             out.append(Point("eval", e.rollouts, {"mean_at_k": e.mean_at_k, "step": float(e.step)}))
@@ -128,8 +142,12 @@ def points(series: Any, phases: Iterable[str] | None = None) -> list[Point]:
     return out
 
 
-def export_series(series: Any, trackers: Sequence[Tracker], harness_code: Mapping[str, str] | None = None,
-                  phases: Iterable[str] | None = None) -> int:
+def export_series(
+    series: Any,
+    trackers: Sequence[Tracker],
+    harness_code: Mapping[str, str] | None = None,
+    phases: Iterable[str] | None = None,
+) -> int:
     """Log a series' points (and the accepted harnesses' code) to every tracker; returns the points logged."""
     selected = points(series, phases)
     for tracker in trackers:
@@ -149,8 +167,9 @@ def _needs(module: str, extra: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise TrackingError(f"tracking backend {extra!r} needs the {module} package: "
-                            f"pip install 'whale-k8s[{extra}]'") from None
+        raise TrackingError(
+            f"tracking backend {extra!r} needs the {module} package: pip install 'whale-k8s[{extra}]'"
+        ) from None
 
 
 class TensorBoardTracker(Tracker):
@@ -187,17 +206,24 @@ class WandbTracker(Tracker):
         wandb = _needs("wandb", "wandb")
         self.wandb = wandb
         # WANDB_DIR read here, per run: W&B caches its settings per process at the first init
-        self.run = wandb.init(project=project, name=identity.name, id=identity.run_id, resume="allow",
-                              config=dict(config), dir=os.environ.get("WANDB_DIR") or None,
-                              settings=wandb.Settings(console="off"))
+        self.run = wandb.init(
+            project=project,
+            name=identity.name,
+            id=identity.run_id,
+            resume="allow",
+            config=dict(config),
+            dir=os.environ.get("WANDB_DIR") or None,
+            settings=wandb.Settings(console="off"),
+        )
         for namespace, axis in AXES.items():
             self.run.define_metric(f"{namespace}/{axis}", hidden=True)
             self.run.define_metric(f"{namespace}/*", step_metric=f"{namespace}/{axis}")
 
     def log(self, points: Sequence[Point]) -> None:
         for p in points:
-            self.run.log({**{f"{p.namespace}/{k}": v for k, v in p.scalars.items()},
-                          f"{p.namespace}/{AXES[p.namespace]}": p.x})
+            self.run.log(
+                {**{f"{p.namespace}/{k}": v for k, v in p.scalars.items()}, f"{p.namespace}/{AXES[p.namespace]}": p.x}
+            )
 
     def artifact(self, name: str, text: str) -> None:
         art = self.wandb.Artifact(_artifact_name(f"{self.run.name}-{name}"), type="harness")
@@ -224,14 +250,17 @@ class MlflowTracker(Tracker):
         self.client = mlflow.MlflowClient()
         exp = self.client.get_experiment_by_name(project)
         exp_id = exp.experiment_id if exp is not None else self.client.create_experiment(project)
-        found = self.client.search_runs([exp_id], filter_string=f"tags.`whale.run-id` = '{identity.run_id}'",
-                                        max_results=1)
+        found = self.client.search_runs(
+            [exp_id], filter_string=f"tags.`whale.run-id` = '{identity.run_id}'", max_results=1
+        )
         if found:
             self.run_id = found[0].info.run_id
         else:
-            run = self.client.create_run(exp_id, run_name=identity.name,
-                                         tags={"whale.run-id": identity.run_id, "whale.run": identity.name,
-                                               "whale.source": identity.source})
+            run = self.client.create_run(
+                exp_id,
+                run_name=identity.name,
+                tags={"whale.run-id": identity.run_id, "whale.run": identity.name, "whale.source": identity.source},
+            )
             self.run_id = run.info.run_id
             for key, value in params.items():
                 self.client.log_param(self.run_id, key, value)
@@ -239,10 +268,13 @@ class MlflowTracker(Tracker):
     def log(self, points: Sequence[Point]) -> None:
         from mlflow.entities import Metric
 
-        metrics = [Metric(key=f"{p.namespace}/{k}", value=float(v), timestamp=0, step=p.x)
-                   for p in points for k, v in p.scalars.items()]
+        metrics = [
+            Metric(key=f"{p.namespace}/{k}", value=float(v), timestamp=0, step=p.x)
+            for p in points
+            for k, v in p.scalars.items()
+        ]
         for start in range(0, len(metrics), self.BATCH):
-            self.client.log_batch(self.run_id, metrics=metrics[start:start + self.BATCH])
+            self.client.log_batch(self.run_id, metrics=metrics[start : start + self.BATCH])
 
     def artifact(self, name: str, text: str) -> None:
         self.client.log_text(self.run_id, text, f"harnesses/{name}")
@@ -256,9 +288,15 @@ def _artifact_name(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "-", text)
 
 
-def open_trackers(backends: Iterable[Backend | str], identity: RunIdentity, *, spec_wire: Mapping[str, Any],
-                  project: str | None = None, tensorboard_dir: Path | str = ".whale/tensorboard",
-                  writer: str = "export") -> list[Tracker]:
+def open_trackers(
+    backends: Iterable[Backend | str],
+    identity: RunIdentity,
+    *,
+    spec_wire: Mapping[str, Any],
+    project: str | None = None,
+    tensorboard_dir: Path | str = ".whale/tensorboard",
+    writer: str = "export",
+) -> list[Tracker]:
     """One tracker per backend, for the run ``identity``; TensorBoard writes to ``tensorboard_dir/<name>``
     (an events file per ``writer``: the phase that logs, or ``export``)."""
     project = project or DEFAULT_PROJECT
@@ -270,8 +308,11 @@ def open_trackers(backends: Iterable[Backend | str], identity: RunIdentity, *, s
             elif backend is Backend.WANDB:
                 out.append(WandbTracker(identity, project, spec_wire))
             else:
-                params = {"domain": str(spec_wire.get("domain")), "condition": str(spec_wire.get("condition")),
-                          "model": str((spec_wire.get("model") or {}).get("name"))}
+                params = {
+                    "domain": str(spec_wire.get("domain")),
+                    "condition": str(spec_wire.get("condition")),
+                    "model": str((spec_wire.get("model") or {}).get("name")),
+                }
                 out.append(MlflowTracker(identity, project, params))
     except BaseException:
         close_all(out)
@@ -315,8 +356,13 @@ def export_phase(store: Any, run: str, phase: str) -> int:
         backends = ", ".join(spec.tracking.report_to)
         return _export_phase(store, run, phase, spec)
     except Exception:  # a mirror must not fail a finished phase; the traceback is logged
-        log.warning("tracking %s of %s to %s failed; the store keeps every metric (`whale report --export` "
-                    "replays them)", phase, run, backends, exc_info=True)
+        log.warning(
+            "tracking %s of %s to %s failed; the store keeps every metric (`whale report --export` replays them)",
+            phase,
+            run,
+            backends,
+            exc_info=True,
+        )
         return 0
 
 
@@ -328,9 +374,14 @@ def _export_phase(store: Any, run: str, phase: str, spec: Any) -> int:
     # the status may not know this phase's outcome yet: lay the run out from the phase results alone
     series = build_series(dataclasses.replace(records, status=None))
     identity = RunIdentity(name=run, source=records.source)
-    trackers = open_trackers(spec.tracking.report_to, identity, spec_wire=spec.to_wire(),
-                             project=spec.tracking.project, tensorboard_dir=spec.tracking.tensorboard_dir,
-                             writer=phase)
+    trackers = open_trackers(
+        spec.tracking.report_to,
+        identity,
+        spec_wire=spec.to_wire(),
+        project=spec.tracking.project,
+        tensorboard_dir=spec.tracking.tensorboard_dir,
+        writer=phase,
+    )
     try:
         code = {p: c for p, c in accepted_harnesses(store, records).items() if p == phase}
         return export_series(series, trackers, code, phases=[phase])

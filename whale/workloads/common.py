@@ -19,8 +19,9 @@ log = logging.getLogger(__name__)
 PROGRESS_INTERVAL_S = 2.0
 
 
-def read_request(store: Store, run: str, phase: str, kind: PhaseKind,
-                 error: type[Exception] = ValueError) -> PhaseRequest:
+def read_request(
+    store: Store, run: str, phase: str, kind: PhaseKind, error: type[Exception] = ValueError
+) -> PhaseRequest:
     """The controller's request for this phase; ``error`` (the workload's own type) when it is not
     a request of ``kind`` with its arguments."""
     key = layout.request_key(run, phase)
@@ -69,8 +70,14 @@ class ProgressWriter:
     one more of ``done``). Progress is for people watching: a store error writing it is logged, never
     raised, so it cannot end a phase (the next metrics line or result write reports a broken store)."""
 
-    def __init__(self, store: Store, run: str, phase: str, interval_s: float = PROGRESS_INTERVAL_S,
-                 clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        store: Store,
+        run: str,
+        phase: str,
+        interval_s: float = PROGRESS_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self.store, self.key, self.interval_s, self.clock = store, layout.progress_key(run, phase), interval_s, clock
         self.current: PhaseProgress | None = None
         self._written: PhaseProgress | None = None

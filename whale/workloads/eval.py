@@ -45,7 +45,15 @@ from whale.harness.trace import EndReason, Episode
 from whale.harness.validate import validate_file
 from whale.inference.base import InferenceClient
 from whale.metaharness.integrity import model_usage
-from whale.protocol import EvalModelUsage, EvalProgress, EvalResult, PhaseKind, PhaseProgress, PhaseRequest, ProgressStage
+from whale.protocol import (
+    EvalModelUsage,
+    EvalProgress,
+    EvalResult,
+    PhaseKind,
+    PhaseProgress,
+    PhaseRequest,
+    ProgressStage,
+)
 from whale.rsft.checkpoint import require_complete
 from whale.spec import WhaleRunSpec
 from whale.store import Store
@@ -120,8 +128,15 @@ def main(store: Store, run: str, phase: str) -> None:
     run_eval(store, run, phase)
 
 
-def run_eval(store: Store, run: str, phase: str, *, domain: Domain | None = None,
-             client: InferenceClient | None = None, chunk_items: int | None = None) -> EvalResult:
+def run_eval(
+    store: Store,
+    run: str,
+    phase: str,
+    *,
+    domain: Domain | None = None,
+    client: InferenceClient | None = None,
+    chunk_items: int | None = None,
+) -> EvalResult:
     """The workload; ``domain`` and ``client`` may be injected (tests, in-process callers)."""
     request = read_request(store, run, phase, PhaseKind.EVAL, EvalError)
     if request.eval.checkpoint is not None:  # like train: never evaluate a half-written checkpoint
@@ -156,9 +171,18 @@ async def _evaluate_and_close(client: InferenceClient, owns_client: bool, evalua
             await client.aclose()
 
 
-async def _evaluate(store: Store, run: str, phase: str, request: PhaseRequest, spec: WhaleRunSpec, domain: Domain,
-                    items: list[dict[str, Any]], harness_path: Path, client: InferenceClient,
-                    chunk_items: int | None) -> EvalResult:
+async def _evaluate(
+    store: Store,
+    run: str,
+    phase: str,
+    request: PhaseRequest,
+    spec: WhaleRunSpec,
+    domain: Domain,
+    items: list[dict[str, Any]],
+    harness_path: Path,
+    client: InferenceClient,
+    chunk_items: int | None,
+) -> EvalResult:
     from whale.inference.factory import sampling_for
 
     k = spec.evaluation.samples_per_item
@@ -172,28 +196,35 @@ async def _evaluate(store: Store, run: str, phase: str, request: PhaseRequest, s
     errors = sum(len(r.get("errors", [])) for r in records)
     # an item's k first turns share one n=k request (one prefill) when their prompts are equal
     # seeded per (evaluation seed, item, sample, turn): the same checkpoint and harness give the same mean@k
-    config = RunnerConfig(max_concurrency=spec.inference.max_concurrency, harness_label=request.eval.harness or "h0",
-                          share_first_turn=True, seed=spec.evaluation.seed)
+    config = RunnerConfig(
+        max_concurrency=spec.inference.max_concurrency,
+        harness_label=request.eval.harness or "h0",
+        share_first_turn=True,
+        seed=spec.evaluation.seed,
+    )
     isolation = spec.sandbox.isolation
     if isolation == "none":
         notes.append("spec.sandbox.isolation was none: harness processes and code tools ran WITHOUT isolation")
     # items done/total at once, for a display (the metrics lines come after each chunk)
-    ProgressWriter(store, run, phase)(PhaseProgress(stage=ProgressStage.EVALUATING, done=len(records),
-                                                    total=len(items), unit="items"))
+    ProgressWriter(store, run, phase)(
+        PhaseProgress(stage=ProgressStage.EVALUATING, done=len(records), total=len(items), unit="items")
+    )
     async with HarnessPool(harness_path, domain.allowed_imports, harness_limits(spec)) as harness:
         runner = EpisodeRunner(domain, harness, client, sampling_for(spec, spec.evaluation.temperature), config)
         for start in range(0, len(todo), chunk):
             if store.exists(layout.stop_key(run, phase)):
                 notes.append(f"stopped by request after {len(records)} of {len(items)} items")
                 break
-            batch = todo[start:start + chunk]
+            batch = todo[start : start + chunk]
             episodes = await runner.run(batch, k=k)
             failed = [e for e in episodes if e.end == EndReason.ERROR]
             if failed and len(failed) == len(episodes) and not records:
                 raise EvalError(f"every episode of the first {len(batch)} items failed; first error: {failed[0].error}")
             errors += len(failed)
-            new = [item_record(str(item.get("id")), domain.subset(item), episodes[i * k:(i + 1) * k])
-                   for i, item in enumerate(batch)]
+            new = [
+                item_record(str(item.get("id")), domain.subset(item), episodes[i * k : (i + 1) * k])
+                for i, item in enumerate(batch)
+            ]
             trace_key = f"{layout.eval_traces_prefix(run, phase)}attempt-{request.attempt}-{start // chunk:05d}.jsonl"
             store.write_bytes(trace_key, "".join(e.to_json() + "\n" for e in episodes).encode("utf-8"))
             store.append_jsonl(items_key, new)
@@ -205,12 +236,22 @@ async def _evaluate(store: Store, run: str, phase: str, request: PhaseRequest, s
     mean, per_subset = summarise(records, k)
     usage = usage_summary(records)
     if usage.items_answered_without_model:
-        notes.append(f"reward integrity: {usage.items_answered_without_model} of {len(records)} items were answered "
-                     f"without calling the model ({usage.rewarded_without_model} rewarded episodes made no model "
-                     f"call); see rewarded_without_model in {items_key}")
+        notes.append(
+            f"reward integrity: {usage.items_answered_without_model} of {len(records)} items were answered "
+            f"without calling the model ({usage.rewarded_without_model} rewarded episodes made no model "
+            f"call); see rewarded_without_model in {items_key}"
+        )
         log.warning("eval %s: %s", phase, notes[-1])
-    result = EvalResult(mean_at_k=mean, k=k, items=len(records), per_subset=per_subset,
-                        checkpoint=request.eval.checkpoint, harness=request.eval.harness, notes=notes,
-                        model_usage=usage, sandbox_isolation=isolation)
+    result = EvalResult(
+        mean_at_k=mean,
+        k=k,
+        items=len(records),
+        per_subset=per_subset,
+        checkpoint=request.eval.checkpoint,
+        harness=request.eval.harness,
+        notes=notes,
+        model_usage=usage,
+        sandbox_isolation=isolation,
+    )
     store.write_json(layout.result_key(run, phase), result.to_wire())
     return result

@@ -41,8 +41,10 @@ def read_spec(store: Store, run: str) -> WhaleRunSpec:
     key = layout.spec_key(run)
     raw = store.read_json_or_none(key)
     if raw is None:
-        raise PrepareError(f"{store.uri_for(key)} is missing: the controller writes the run's spec there "
-                           "before it launches the prepare workload")
+        raise PrepareError(
+            f"{store.uri_for(key)} is missing: the controller writes the run's spec there "
+            "before it launches the prepare workload"
+        )
     try:
         return WhaleRunSpec.model_validate(raw)
     except ValidationError as exc:
@@ -59,7 +61,8 @@ def split_sizes(domain: Any, spec: WhaleRunSpec, store: Store) -> dict[str, int]
     if declared != loaded:
         raise PrepareError(
             f"domain {spec.domain!r}: split_sizes() says {declared} but load_split() returned {loaded} items; "
-            "the domain plugin must make them agree (check spec.data caps and the data files)")
+            "the domain plugin must make them agree (check spec.data caps and the data files)"
+        )
     if not loaded["weight"] or not loaded["test"]:
         raise PrepareError(f"domain {spec.domain!r} has an empty split ({loaded}); check spec.data")
     return loaded
@@ -76,8 +79,15 @@ class Prepared:
     manifest: dict[str, Any] | None = None
 
 
-def prepare_data(domain: Any, spec: WhaleRunSpec, store: Store, *, tool_data: bool = True,
-                 cache_dir: Path | None = None, fetch: Callable[..., Any] | None = None) -> Prepared:
+def prepare_data(
+    domain: Any,
+    spec: WhaleRunSpec,
+    store: Store,
+    *,
+    tool_data: bool = True,
+    cache_dir: Path | None = None,
+    fetch: Callable[..., Any] | None = None,
+) -> Prepared:
     """Everything a run of ``spec`` reads from the store, with no run: the tool services' data
     (``Domain.prepare_store``, unless ``tool_data`` is False), the full datasets and their splits
     (``source: full``), then every split loaded once and its size checked against the plugin's."""

@@ -149,19 +149,33 @@ def run_search(
             stopped_by=found.stopped_by,
             integrity_flags=integrity_flags(found),
             sandbox_isolation=settings.limits.isolation,
-            accepted_by_iteration=[AcceptedHarness(iteration=a.iteration, candidate=a.candidate, harness=a.harness,
-                                                   score=a.score, rollouts=a.rollouts)
-                                   for a in found.accepted_by_iteration],
+            accepted_by_iteration=[
+                AcceptedHarness(
+                    iteration=a.iteration, candidate=a.candidate, harness=a.harness, score=a.score, rollouts=a.rollouts
+                )
+                for a in found.accepted_by_iteration
+            ],
         )
 
     with tempfile.TemporaryDirectory(prefix="whale-search-") as tmp:
         result = asyncio.run(go(Path(tmp)))
     store.write_json(layout.result_key(run, phase), result.to_wire())
-    log.info("harness phase %s accepted %s (score %.4f) after %d iterations, %d rollouts (%s)", phase,
-             result.accepted_candidate, result.accepted_score, result.iterations, result.rollouts, result.stopped_by)
+    log.info(
+        "harness phase %s accepted %s (score %.4f) after %d iterations, %d rollouts (%s)",
+        phase,
+        result.accepted_candidate,
+        result.accepted_score,
+        result.iterations,
+        result.rollouts,
+        result.stopped_by,
+    )
     for flag in result.integrity_flags:
-        log.warning("reward integrity: candidate %s %s: %s", flag.candidate,
-                    "ACCEPTED although flagged" if flag.accepted else "flagged, not accepted", "; ".join(flag.reasons))
+        log.warning(
+            "reward integrity: candidate %s %s: %s",
+            flag.candidate,
+            "ACCEPTED although flagged" if flag.accepted else "flagged, not accepted",
+            "; ".join(flag.reasons),
+        )
     return result
 
 

@@ -74,8 +74,10 @@ def run_train(store: Store, run: str, phase: str, *, domain: Any = None) -> Weig
     spec = WhaleRunSpec.model_validate(request.spec)
     cfg = RSFTConfig.from_spec(spec, args)
     if spec.train.deepspeed_config:
-        log.warning("spec.train.deepspeedConfig applies to torchrun launches (WORLD_SIZE > 1); one process trains "
-                    "without DeepSpeed")
+        log.warning(
+            "spec.train.deepspeedConfig applies to torchrun launches (WORLD_SIZE > 1); one process trains "
+            "without DeepSpeed"
+        )
     domain = load_domain(spec, domain)
     items = weight_items(domain, spec, store)
     start = find_start(store, run, phase, args)
@@ -101,13 +103,32 @@ def run_train(store: Store, run: str, phase: str, *, domain: Any = None) -> Weig
         from whale.rsft.sampling import HarnessSampler
 
         sampling = sampling_for(spec, temperature=spec.rsft.sampling.temperature)
-        with HarnessSampler(domain, harness_path, client, sampling, max_concurrency=spec.inference.max_concurrency,
-                            harness_label=args.harness or "h0", limits=harness_limits(spec)) as sampler:
+        with HarnessSampler(
+            domain,
+            harness_path,
+            client,
+            sampling,
+            max_concurrency=spec.inference.max_concurrency,
+            harness_label=args.harness or "h0",
+            limits=harness_limits(spec),
+        ) as sampler:
             progress = ProgressWriter(store, run, phase)
             sampler.on_episode = progress.advance
-            loop = WeightPhase(store=store, run=run, phase=phase, args=args, cfg=cfg, items=items, model=model,
-                               tokenizer=tokenizer, trainer=trainer, sampler=sampler, sync=sync, weights_lock=lock,
-                               progress=progress)
+            loop = WeightPhase(
+                store=store,
+                run=run,
+                phase=phase,
+                args=args,
+                cfg=cfg,
+                items=items,
+                model=model,
+                tokenizer=tokenizer,
+                trainer=trainer,
+                sampler=sampler,
+                sync=sync,
+                weights_lock=lock,
+                progress=progress,
+            )
             result = loop.run_from(start)
     log.info("phase %s done: step %d, stopped by %s", phase, result.final_step, result.stopped_by)
     return result
@@ -149,8 +170,14 @@ def load_for_training(store: Store, spec: WhaleRunSpec, prefix: str | None, work
     return model.to(device), tokenizer
 
 
-def make_sampling_backend(spec: WhaleRunSpec, model: Any, tokenizer: Any, store: Store | None = None,
-                          run: str | None = None, start_prefix: str | None = None):
+def make_sampling_backend(
+    spec: WhaleRunSpec,
+    model: Any,
+    tokenizer: Any,
+    store: Store | None = None,
+    run: str | None = None,
+    start_prefix: str | None = None,
+):
     """(client, weight sync, weights lock): in-process sharing ``model``, or a vLLM server with
     ``$WHALE_SYNC_DIR`` (a folder the server reads: reload sync), else the store-based sync of a
     cluster (the vLLM pod's weight-sync sidecar), which first makes the server serve
@@ -173,16 +200,22 @@ def make_sampling_backend(spec: WhaleRunSpec, model: Any, tokenizer: Any, store:
         return make_client(spec), sync, None
     from whale.inference.transformers_backend import TransformersClient
 
-    client = TransformersClient(model, tokenizer, max_batch_size=spec.inference.max_concurrency,
-                                model_name=spec.model.served_model_name or spec.model.name,
-                                max_model_len=spec.model.max_model_len)
+    client = TransformersClient(
+        model,
+        tokenizer,
+        max_batch_size=spec.inference.max_concurrency,
+        model_name=spec.model.served_model_name or spec.model.name,
+        max_model_len=spec.model.max_model_len,
+    )
     return client, SharedModelSync(), client.lock
 
 
 # ----- several processes (torchrun) -----------------------------------------------------------------
 
 
-def run_distributed(store: Store, run: str, phase: str, world: World, *, domain: Any = None) -> WeightPhaseResult | None:
+def run_distributed(
+    store: Store, run: str, phase: str, world: World, *, domain: Any = None
+) -> WeightPhaseResult | None:
     """One rank of a torchrun launch: rank 0 leads (store, sampling), the others follow (SFT only)."""
     from whale.rsft import dist
 
@@ -206,8 +239,9 @@ def make_trainer(model: Any, cfg: RSFTConfig, spec: WhaleRunSpec, device: Any, p
     if spec.train.deepspeed_config:
         from whale.rsft.deepspeed_trainer import DeepSpeedTrainer
 
-        return DeepSpeedTrainer(model, cfg, device=device, pad_id=pad_id, config_path=spec.train.deepspeed_config,
-                                world_size=world.size)
+        return DeepSpeedTrainer(
+            model, cfg, device=device, pad_id=pad_id, config_path=spec.train.deepspeed_config, world_size=world.size
+        )
     from whale.rsft.trainer import SFTTrainer
 
     return SFTTrainer(model, cfg, device=device, pad_id=pad_id)
@@ -222,10 +256,14 @@ def _lead(store: Store, run: str, phase: str, world: World, device: Any, domain:
         args = request.weight
         assert args is not None  # noqa: S101 - read_request checked it
         done = store.read_json_or_none(layout.result_key(run, phase))
-        if done is not None or (ckpt.checkpoint_complete(store, run, args.target_step)
-                                and args.target_step > args.from_step):
-            result = (WeightPhaseResult.model_validate(done) if done is not None
-                      else finish(store, run, phase, args.target_step, "target"))
+        if done is not None or (
+            ckpt.checkpoint_complete(store, run, args.target_step) and args.target_step > args.from_step
+        ):
+            result = (
+                WeightPhaseResult.model_validate(done)
+                if done is not None
+                else finish(store, run, phase, args.target_step, "target")
+            )
             dist.broadcast_object(("done",))
             return result
         spec = WhaleRunSpec.model_validate(request.spec)
@@ -260,20 +298,40 @@ def _lead(store: Store, run: str, phase: str, world: World, device: Any, domain:
 
             sampling = sampling_for(spec, temperature=spec.rsft.sampling.temperature)
             saved_model = dist.GatheringModel(model, leader)
-            with HarnessSampler(domain, harness_path, client, sampling, max_concurrency=spec.inference.max_concurrency,
-                                harness_label=args.harness or "h0", limits=harness_limits(spec)) as sampler:
+            with HarnessSampler(
+                domain,
+                harness_path,
+                client,
+                sampling,
+                max_concurrency=spec.inference.max_concurrency,
+                harness_label=args.harness or "h0",
+                limits=harness_limits(spec),
+            ) as sampler:
                 progress = ProgressWriter(store, run, phase)
                 sampler.on_episode = progress.advance
-                loop = WeightPhase(store=store, run=run, phase=phase, args=args, cfg=cfg, items=items,
-                                   model=saved_model, tokenizer=tokenizer, trainer=leader, sampler=sampler, sync=sync,
-                                   weights_lock=lock, progress=progress)
+                loop = WeightPhase(
+                    store=store,
+                    run=run,
+                    phase=phase,
+                    args=args,
+                    cfg=cfg,
+                    items=items,
+                    model=saved_model,
+                    tokenizer=tokenizer,
+                    trainer=leader,
+                    sampler=sampler,
+                    sync=sync,
+                    weights_lock=lock,
+                    progress=progress,
+                )
                 result = loop.run_from(start)
         leader.end()
     except BaseException as exc:
         leader.abort(f"{type(exc).__name__}: {exc}")
         raise
-    log.info("phase %s done on %d ranks: step %d, stopped by %s", phase, world.size, result.final_step,
-             result.stopped_by)
+    log.info(
+        "phase %s done on %d ranks: step %d, stopped by %s", phase, world.size, result.final_step, result.stopped_by
+    )
     return result
 
 
@@ -325,6 +383,7 @@ def model_from_config(config_json: str, spec: WhaleRunSpec, device: Any):
         Path(tmp, "config.json").write_text(config_json, encoding="utf-8")
         config = AutoConfig.from_pretrained(tmp, trust_remote_code=spec.model.trust_remote_code)
     config.use_cache = False
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.float32,
-                                             trust_remote_code=spec.model.trust_remote_code)
+    model = AutoModelForCausalLM.from_config(
+        config, dtype=torch.float32, trust_remote_code=spec.model.trust_remote_code
+    )
     return model.to(device)

@@ -84,13 +84,23 @@ def spec_problems(spec: Any) -> list[ProposerProblem]:
         example = "claude-opus-4-1" if backend == "anthropic" else "the name the endpoint serves"
         out.append(ProposerProblem(f"{_FIELD}.model", f"backend {backend} needs the model to ask ({example})"))
     if backend == "openai" and not proposer.base_url:
-        out.append(ProposerProblem(f"{_FIELD}.baseUrl", "backend openai needs the endpoint: an OpenAI-compatible "
-                                   "URL such as https://api.openai.com/v1 or http://vllm:8000/v1"))
+        out.append(
+            ProposerProblem(
+                f"{_FIELD}.baseUrl",
+                "backend openai needs the endpoint: an OpenAI-compatible "
+                "URL such as https://api.openai.com/v1 or http://vllm:8000/v1",
+            )
+        )
     keyless = backend == "openai" and bool(proposer.base_url) and _loopback(proposer.base_url)
     if proposer.api_key_secret is None and not keyless:
-        out.append(ProposerProblem(f"{_FIELD}.apiKeySecret", f"backend {backend} needs the API key: a Secret "
-                                   "{name, key} (and its environment variable `env` for `whale run`, default "
-                                   f"{DEFAULT_KEY_ENV})"))
+        out.append(
+            ProposerProblem(
+                f"{_FIELD}.apiKeySecret",
+                f"backend {backend} needs the API key: a Secret "
+                "{name, key} (and its environment variable `env` for `whale run`, default "
+                f"{DEFAULT_KEY_ENV})",
+            )
+        )
     return out
 
 
@@ -105,14 +115,24 @@ def environment_problems(spec: Any, environ: Mapping[str, str] | None = None) ->
     key_env = api_key_env(proposer)
     if key_env and proposer.backend != "replay" and not environ.get(key_env):
         secret = proposer.api_key_secret
-        out.append(ProposerProblem(f"{_FIELD}.apiKeySecret.env", f"environment variable {key_env} is not set: "
-                                   f"export it with the proposer's API key (on a cluster the Secret "
-                                   f"{secret.name}/{secret.key} provides it)"))
+        out.append(
+            ProposerProblem(
+                f"{_FIELD}.apiKeySecret.env",
+                f"environment variable {key_env} is not set: "
+                f"export it with the proposer's API key (on a cluster the Secret "
+                f"{secret.name}/{secret.key} provides it)",
+            )
+        )
     if proposer.backend == "cli":
         for i, path in enumerate(proposer.read_paths):
             if not Path(path).exists():
-                out.append(ProposerProblem(f"{_FIELD}.readPaths[{i}]", f"{path} does not exist on this machine "
-                                           "(the agent's install, mounted read-only into its sandbox)"))
+                out.append(
+                    ProposerProblem(
+                        f"{_FIELD}.readPaths[{i}]",
+                        f"{path} does not exist on this machine "
+                        "(the agent's install, mounted read-only into its sandbox)",
+                    )
+                )
     return out
 
 
@@ -140,21 +160,26 @@ def from_spec(proposer_spec: Any, environ: Mapping[str, str] | None = None) -> P
 
         if not proposer_spec.base_url or not proposer_spec.model:
             raise ProposerError("proposer backend 'openai' needs spec.harnessSearch.proposer.baseUrl and .model")
-        return OpenAIAgentProposer(ProposerClient(proposer_spec.base_url, proposer_spec.model, key),
-                                   reply_tokens=reply_tokens)
+        return OpenAIAgentProposer(
+            ProposerClient(proposer_spec.base_url, proposer_spec.model, key), reply_tokens=reply_tokens
+        )
     if backend == "anthropic":
         from whale.metaharness.proposer.anthropic_agent import AnthropicAgentProposer, AnthropicClient
 
         if not key_env:
             raise ProposerError("proposer backend 'anthropic' needs spec.harnessSearch.proposer.apiKeySecret")
-        return AnthropicAgentProposer(AnthropicClient(proposer_spec.base_url, proposer_spec.model or "", key or ""),
-                                      reply_tokens=reply_tokens)
+        return AnthropicAgentProposer(
+            AnthropicClient(proposer_spec.base_url, proposer_spec.model or "", key or ""), reply_tokens=reply_tokens
+        )
     if backend == "cli":
         from whale.metaharness.proposer.cli_agent import CLIAgentProposer
 
-        return CLIAgentProposer(proposer_spec.command or [], extra_env={key_env: key} if key_env and key else None,
-                                read_paths=tuple(getattr(proposer_spec, "read_paths", None) or ()),
-                                network=getattr(proposer_spec, "network", "host"))
+        return CLIAgentProposer(
+            proposer_spec.command or [],
+            extra_env={key_env: key} if key_env and key else None,
+            read_paths=tuple(getattr(proposer_spec, "read_paths", None) or ()),
+            network=getattr(proposer_spec, "network", "host"),
+        )
     if backend == "replay":
         from whale.metaharness.proposer.replay import ReplayProposer
 

@@ -128,8 +128,9 @@ class AgentProposer(Proposer):
         toolbox = Toolbox(workspace, request.tools, deadline)
         task = task_prompt(request)
         conv = self.conversation(SYSTEM_PROMPT, task)
-        report.transcript.extend([{"turn": 0, "role": "system", "content": SYSTEM_PROMPT},
-                                  {"turn": 0, "role": "user", "content": task}])
+        report.transcript.extend(
+            [{"turn": 0, "role": "system", "content": SYSTEM_PROMPT}, {"turn": 0, "role": "user", "content": task}]
+        )
         meter = TokenMeter()
         nudged = False
         report.stopped_by = "max_turns"
@@ -158,13 +159,21 @@ class AgentProposer(Proposer):
             prompt = turn.prompt_tokens if turn.prompt_tokens is not None else sent_chars // 4
             completion = turn.completion_tokens if turn.completion_tokens is not None else _reply_chars(turn) // 4
             charged = meter.charge(prompt, completion)
-            report.transcript.append({
-                "turn": report.turns, "role": "assistant", "content": turn.text,
-                "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.calls],
-                "stop_reason": turn.stop_reason,
-                "usage": {"prompt_tokens": turn.prompt_tokens, "completion_tokens": turn.completion_tokens,
-                          "cached_tokens": turn.cached_tokens, "charged": charged},
-            })
+            report.transcript.append(
+                {
+                    "turn": report.turns,
+                    "role": "assistant",
+                    "content": turn.text,
+                    "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in turn.calls],
+                    "stop_reason": turn.stop_reason,
+                    "usage": {
+                        "prompt_tokens": turn.prompt_tokens,
+                        "completion_tokens": turn.completion_tokens,
+                        "cached_tokens": turn.cached_tokens,
+                        "charged": charged,
+                    },
+                }
+            )
             if not turn.calls:
                 _take_code_blocks(turn.text, workspace, report)
                 if nudged or workspace.written:
@@ -182,8 +191,15 @@ class AgentProposer(Proposer):
                     result = await toolbox.call(call.name, call.arguments)
                 result = result[:TOOL_RESULT_CHARS]
                 results.append((call, result))
-                report.transcript.append({"turn": report.turns, "role": "tool", "name": call.name,
-                                          "tool_call_id": call.id, "content": result})
+                report.transcript.append(
+                    {
+                        "turn": report.turns,
+                        "role": "tool",
+                        "name": call.name,
+                        "tool_call_id": call.id,
+                        "content": result,
+                    }
+                )
             conv.add_tool_results(results)
             if toolbox.finished:
                 report.stopped_by = "finish"
@@ -211,5 +227,7 @@ def _take_code_blocks(text: str, workspace: Workspace, report: ProposerReport) -
         if len(workspace.written) >= workspace.max_candidates:
             break
         name = f"text{len(workspace.written) + 1}"
-        result = workspace.call("write_candidate", {"name": name, "code": block, "rationale": "taken from a plain-text reply"})
+        result = workspace.call(
+            "write_candidate", {"name": name, "code": block, "rationale": "taken from a plain-text reply"}
+        )
         report.notes.append(f"took a code block from a plain-text reply as {name}: {result[:120]}")

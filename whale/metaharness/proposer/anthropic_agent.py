@@ -64,18 +64,22 @@ class AnthropicClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ):
         if not model:
-            raise ProposerError("proposer backend 'anthropic' needs spec.harnessSearch.proposer.model "
-                                "(e.g. claude-opus-4-1)")
+            raise ProposerError(
+                "proposer backend 'anthropic' needs spec.harnessSearch.proposer.model (e.g. claude-opus-4-1)"
+            )
         if not api_key:
-            raise ProposerError("proposer backend 'anthropic' needs an API key: set spec.harnessSearch.proposer."
-                                "apiKeySecret (and its environment variable for `whale run`)")
+            raise ProposerError(
+                "proposer backend 'anthropic' needs an API key: set spec.harnessSearch.proposer."
+                "apiKeySecret (and its environment variable for `whale run`)"
+            )
         root = (base_url or DEFAULT_BASE_URL).rstrip("/")
         self.base_url = root.removesuffix("/v1")
         self.model = model
         self.retries = retries
         headers = {"x-api-key": api_key, "anthropic-version": ANTHROPIC_VERSION, "content-type": "application/json"}
-        self._http = httpx.AsyncClient(base_url=self.base_url, headers=headers, timeout=request_timeout_s,
-                                       transport=transport)
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url, headers=headers, timeout=request_timeout_s, transport=transport
+        )
 
     async def messages(self, body: dict[str, Any], timeout_s: float) -> dict[str, Any]:
         """One Messages API call (the raw response JSON). Raises ProposerError after retries."""
@@ -94,7 +98,9 @@ class AnthropicClient:
                     try:
                         data = resp.json()
                     except ValueError:
-                        raise ProposerError(f"the Messages API at {url} answered non-JSON: {resp.text[:200]!r}") from None
+                        raise ProposerError(
+                            f"the Messages API at {url} answered non-JSON: {resp.text[:200]!r}"
+                        ) from None
                     if not isinstance(data, dict) or not isinstance(data.get("content"), list):
                         raise ProposerError(f"the Messages API at {url} answered without content: {str(data)[:200]}")
                     return data
@@ -128,8 +134,13 @@ def anthropic_tools(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out = []
     for spec in specs:
         fn = spec["function"]
-        out.append({"name": fn["name"], "description": fn.get("description", ""),
-                    "input_schema": fn.get("parameters") or {"type": "object", "properties": {}}})
+        out.append(
+            {
+                "name": fn["name"],
+                "description": fn.get("description", ""),
+                "input_schema": fn.get("parameters") or {"type": "object", "properties": {}},
+            }
+        )
     return out
 
 
@@ -166,31 +177,52 @@ class AnthropicConversation(Conversation):
         return out
 
     async def ask(self, tools: list[dict[str, Any]], max_tokens: int, timeout_s: float) -> ModelTurn:
-        data = await self.client.messages({
-            "max_tokens": max_tokens,
-            "system": self.system,
-            "messages": self._with_cache_breakpoint(),
-            "tools": anthropic_tools(tools),
-            "tool_choice": {"type": "auto"},
-        }, timeout_s)
+        data = await self.client.messages(
+            {
+                "max_tokens": max_tokens,
+                "system": self.system,
+                "messages": self._with_cache_breakpoint(),
+                "tools": anthropic_tools(tools),
+                "tool_choice": {"type": "auto"},
+            },
+            timeout_s,
+        )
         blocks = [b for b in data["content"] if isinstance(b, dict) and b.get("type")]
         # an empty text block is refused when sent back; a reply with nothing is not sent back at all
         blocks = [b for b in blocks if not (b["type"] == "text" and not b.get("text"))]
         if blocks:
             self.messages.append({"role": "assistant", "content": blocks})
-        calls = [ToolCall(str(b.get("id") or ""), str(b.get("name") or ""), parse_arguments(b.get("input")))
-                 for b in blocks if b["type"] == "tool_use"]
+        calls = [
+            ToolCall(str(b.get("id") or ""), str(b.get("name") or ""), parse_arguments(b.get("input")))
+            for b in blocks
+            if b["type"] == "tool_use"
+        ]
         text = "\n".join(str(b.get("text") or "") for b in blocks if b["type"] == "text")
         usage = data.get("usage")
         usage = usage if isinstance(usage, dict) else {}
-        parts = [_count(usage.get(k)) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")]
+        parts = [
+            _count(usage.get(k)) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        ]
         prompt = None if parts[0] is None else sum(p or 0 for p in parts)
-        return ModelTurn(text=text, calls=calls, prompt_tokens=prompt, completion_tokens=_count(usage.get("output_tokens")),
-                         cached_tokens=parts[2], stop_reason=str(data.get("stop_reason") or ""))
+        return ModelTurn(
+            text=text,
+            calls=calls,
+            prompt_tokens=prompt,
+            completion_tokens=_count(usage.get("output_tokens")),
+            cached_tokens=parts[2],
+            stop_reason=str(data.get("stop_reason") or ""),
+        )
 
     def add_tool_results(self, results: list[tuple[ToolCall, str]]) -> None:
-        blocks = [{"type": "tool_result", "tool_use_id": call.id, "content": text,
-                   **({"is_error": True} if text.startswith("error:") else {})} for call, text in results]
+        blocks = [
+            {
+                "type": "tool_result",
+                "tool_use_id": call.id,
+                "content": text,
+                **({"is_error": True} if text.startswith("error:") else {}),
+            }
+            for call, text in results
+        ]
         self._add_user_blocks(blocks)
 
     def add_user(self, text: str) -> None:

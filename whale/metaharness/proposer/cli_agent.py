@@ -84,7 +84,7 @@ _FILE_NAME_RE = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,199}\.(py|md)")
 _RESULT = "whale-result.json"
 
 #: the sandbox's program: run the agent, keep its output's tail, end everything, bundle candidates/
-_DRIVER = r'''
+_DRIVER = r"""
 import json, os, select, signal, subprocess, time
 cfg = json.load(open("whale-agent.json"))
 here = os.getcwd()
@@ -159,7 +159,7 @@ for entry in sorted(os.scandir("candidates"), key=lambda e: e.name):
 with open("whale-result.json", "w") as out:
     json.dump({"files": files, "skipped": skipped, "returncode": returncode, "timed_out": timed_out,
                "error": error, "output_tail": bytes(tail).decode("utf-8", "replace")}, out)
-'''
+"""
 
 
 def render_command(template: list[str], values: Mapping[str, str]) -> list[str]:
@@ -189,8 +189,14 @@ class CLIAgentProposer(Proposer):
 
     backend = "cli"
 
-    def __init__(self, command: list[str], extra_env: Mapping[str, str] | None = None, *,
-                 read_paths: Sequence[str] = (), network: str = "host"):
+    def __init__(
+        self,
+        command: list[str],
+        extra_env: Mapping[str, str] | None = None,
+        *,
+        read_paths: Sequence[str] = (),
+        network: str = "host",
+    ):
         if not command:
             raise ProposerError("proposer backend 'cli' needs `command` (the agent CLI's argv template)")
         if network not in ("host", "none"):
@@ -205,8 +211,9 @@ class CLIAgentProposer(Proposer):
 
         if request.isolation == "none":
             return Isolation.none()
-        return Isolation(read_paths=(str(Path(request.archive_dir).resolve()), *self.read_paths),
-                         host_network=self.network == "host")
+        return Isolation(
+            read_paths=(str(Path(request.archive_dir).resolve()), *self.read_paths), host_network=self.network == "host"
+        )
 
     async def propose(self, request: ProposalRequest) -> ProposerReport:
         report = ProposerReport(stopped_by="exit")
@@ -214,16 +221,24 @@ class CLIAgentProposer(Proposer):
         scratch.mkdir(parents=True, exist_ok=True)
         prompt = task_prompt(dataclasses.replace(request, tools=None))  # its tools are its own
         inside = {
-            "scratch": _SCRATCH_MARK, "archive": str(Path(request.archive_dir).resolve()),
-            "skill": f"{_SCRATCH_MARK}/SKILL.md", "prompt": f"{_SCRATCH_MARK}/PROMPT.md", "n": str(request.count),
-            "iteration": str(request.iteration), "max_turns": str(request.max_turns),
+            "scratch": _SCRATCH_MARK,
+            "archive": str(Path(request.archive_dir).resolve()),
+            "skill": f"{_SCRATCH_MARK}/SKILL.md",
+            "prompt": f"{_SCRATCH_MARK}/PROMPT.md",
+            "n": str(request.count),
+            "iteration": str(request.iteration),
+            "max_turns": str(request.max_turns),
             "timeout": str(int(request.timeout_s)),
         }
         argv = render_command(self.command, inside)
         config = {
-            "argv": argv, "mark": _SCRATCH_MARK, "timeout_s": float(request.timeout_s),
-            "tail_bytes": OUTPUT_TAIL_BYTES, "sandboxed": request.isolation != "none",
-            "max_files": MAX_BUNDLED_FILES, "max_file_bytes": MAX_CANDIDATE_BYTES,
+            "argv": argv,
+            "mark": _SCRATCH_MARK,
+            "timeout_s": float(request.timeout_s),
+            "tail_bytes": OUTPUT_TAIL_BYTES,
+            "sandboxed": request.isolation != "none",
+            "max_files": MAX_BUNDLED_FILES,
+            "max_file_bytes": MAX_CANDIDATE_BYTES,
         }
         files = {"PROMPT.md": prompt, "SKILL.md": request.skill, _CONFIG: json.dumps(config)}
         started = time.monotonic()
@@ -241,8 +256,14 @@ class CLIAgentProposer(Proposer):
             report.stopped_by = "timeout" if result.outcome.value == "timeout" else "error"
             why = result.files_not_collected.get(_RESULT, result.describe())
             report.notes.append(f"the agent's sandbox ended without handing anything back ({result.describe()}): {why}")
-            report.transcript.append({"argv": shown, "returncode": result.returncode, "isolation": result.isolation,
-                                      "stderr_tail": result.stderr[-4000:]})
+            report.transcript.append(
+                {
+                    "argv": shown,
+                    "returncode": result.returncode,
+                    "isolation": result.isolation,
+                    "stderr_tail": result.stderr[-4000:],
+                }
+            )
             return report
         try:
             bundle = json.loads(raw)
@@ -262,8 +283,9 @@ class CLIAgentProposer(Proposer):
             report.notes.append(f"ignored candidates/{str(skipped)[:200]}")
         tail = str(bundle.get("output_tail") or "")[-OUTPUT_TAIL_BYTES:]
         _usage(tail, report)
-        report.transcript.append({"argv": shown, "returncode": bundle.get("returncode"), "output_tail": tail,
-                                  "isolation": result.isolation})
+        report.transcript.append(
+            {"argv": shown, "returncode": bundle.get("returncode"), "output_tail": tail, "isolation": result.isolation}
+        )
         _write_back(scratch, bundle.get("files"))
         report.proposals, notes = collect_candidates(scratch, request.count)
         report.notes.extend(notes)
@@ -273,14 +295,26 @@ class CLIAgentProposer(Proposer):
         from whale.sandbox import Limits, SandboxSetupError, run_python
 
         limits = Limits(
-            wall_s=float(request.timeout_s) + CLI_GRACE_S, cpu_s=int(request.timeout_s) + int(CLI_GRACE_S),
-            memory_bytes=CLI_MEMORY_BYTES, file_size_bytes=CLI_FILE_SIZE_BYTES, processes=CLI_PROCESSES,
-            open_files=CLI_OPEN_FILES, stdout_bytes=OUTPUT_TAIL_BYTES, stderr_bytes=OUTPUT_TAIL_BYTES,
-            scratch_bytes=CLI_SCRATCH_BYTES, collect_bytes=CLI_COLLECT_BYTES,
+            wall_s=float(request.timeout_s) + CLI_GRACE_S,
+            cpu_s=int(request.timeout_s) + int(CLI_GRACE_S),
+            memory_bytes=CLI_MEMORY_BYTES,
+            file_size_bytes=CLI_FILE_SIZE_BYTES,
+            processes=CLI_PROCESSES,
+            open_files=CLI_OPEN_FILES,
+            stdout_bytes=OUTPUT_TAIL_BYTES,
+            stderr_bytes=OUTPUT_TAIL_BYTES,
+            scratch_bytes=CLI_SCRATCH_BYTES,
+            collect_bytes=CLI_COLLECT_BYTES,
         )
         try:
-            return run_python(_DRIVER, files=files, env=self.extra_env, limits=limits,
-                              isolation=self._isolation(request), collect=[_RESULT])
+            return run_python(
+                _DRIVER,
+                files=files,
+                env=self.extra_env,
+                limits=limits,
+                isolation=self._isolation(request),
+                collect=[_RESULT],
+            )
         except SandboxSetupError as exc:
             raise ProposerError(f"the cli agent's sandbox cannot start: {exc}") from None
         except ValueError as exc:  # a bad read path named in the spec

@@ -34,8 +34,15 @@ from whale.metaharness.proposer.base import ProposerError
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CONTEXT_CHARS", "ELIDED", "NUDGE", "SYSTEM_PROMPT", "TOOL_RESULT_CHARS", "OpenAIAgentProposer",
-           "ProposerClient"]
+__all__ = [
+    "CONTEXT_CHARS",
+    "ELIDED",
+    "NUDGE",
+    "SYSTEM_PROMPT",
+    "TOOL_RESULT_CHARS",
+    "OpenAIAgentProposer",
+    "ProposerClient",
+]
 
 
 class ProposerClient:
@@ -61,8 +68,9 @@ class ProposerClient:
             base_url=self.base_url, headers=headers, timeout=request_timeout_s, transport=transport
         )
 
-    async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int,
-                   timeout_s: float) -> dict[str, Any]:
+    async def chat(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]], max_tokens: int, timeout_s: float
+    ) -> dict[str, Any]:
         """One completion (the raw response JSON). Raises ProposerError after retries."""
         body = {
             "model": self.model,
@@ -77,7 +85,9 @@ class ProposerClient:
             try:
                 resp = await self._http.post("/chat/completions", json=body, timeout=max(timeout_s, 1.0))
             except httpx.TimeoutException:
-                raise ProposerError(f"proposer endpoint {self.base_url} did not answer within {timeout_s:.0f} s") from None
+                raise ProposerError(
+                    f"proposer endpoint {self.base_url} did not answer within {timeout_s:.0f} s"
+                ) from None
             except httpx.TransportError as exc:
                 last = f"cannot reach {self.base_url}: {exc}"
             else:
@@ -87,7 +97,9 @@ class ProposerClient:
                     except ValueError:
                         raise ProposerError(f"proposer endpoint {self.base_url} answered non-JSON") from None
                     if not isinstance(data, dict) or not data.get("choices"):
-                        raise ProposerError(f"proposer endpoint {self.base_url} answered without choices: {str(data)[:200]}")
+                        raise ProposerError(
+                            f"proposer endpoint {self.base_url} answered without choices: {str(data)[:200]}"
+                        )
                     return data
                 last = f"HTTP {resp.status_code} from {self.base_url}: {resp.text[:300]}"
                 if resp.status_code < 500 and resp.status_code != 429:
@@ -133,14 +145,19 @@ class OpenAIConversation(Conversation):
             function = raw.get("function") or {}
             if not raw.get("id"):
                 raw["id"] = f"call_{len(self.messages)}_{n}"  # the tool message must name it
-            calls.append(ToolCall(str(raw["id"]), str(function.get("name", "")), parse_arguments(function.get("arguments") or "{}")))
+            calls.append(
+                ToolCall(
+                    str(raw["id"]), str(function.get("name", "")), parse_arguments(function.get("arguments") or "{}")
+                )
+            )
         usage = data.get("usage")
         usage = usage if isinstance(usage, dict) else {}
         details = usage.get("prompt_tokens_details")
         details = details if isinstance(details, dict) else {}
         choice = (data.get("choices") or [{}])[0] or {}
         return ModelTurn(
-            text=str(message.get("content") or ""), calls=calls,
+            text=str(message.get("content") or ""),
+            calls=calls,
             prompt_tokens=_int_or_none(usage.get("prompt_tokens")),
             completion_tokens=_int_or_none(usage.get("completion_tokens")),
             cached_tokens=_int_or_none(details.get("cached_tokens")),

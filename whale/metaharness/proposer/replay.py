@@ -22,12 +22,14 @@ class ReplayProposer(Proposer):
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
-            raise ProposerError(f"replay script {self.path} does not exist (spec.harnessSearch.proposer.script)") from None
+            raise ProposerError(
+                f"replay script {self.path} does not exist (spec.harnessSearch.proposer.script)"
+            ) from None
         except ValueError as exc:
             raise ProposerError(f"replay script {self.path} is not valid JSON: {exc}") from None
         iterations = data.get("iterations") if isinstance(data, dict) else None
         if not isinstance(iterations, dict):
-            raise ProposerError(f"replay script {self.path}: expected {{\"iterations\": {{\"2\": [...]}}}}")
+            raise ProposerError(f'replay script {self.path}: expected {{"iterations": {{"2": [...]}}}}')
         self.iterations: dict[int, list[dict[str, Any]]] = {int(k): list(v) for k, v in iterations.items()}
 
     async def propose(self, request: ProposalRequest) -> ProposerReport:

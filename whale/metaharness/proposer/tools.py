@@ -85,8 +85,11 @@ RUN_CANDIDATE_SPEC: dict[str, Any] = {
                 "name": {"type": "string", "description": "a candidate written with write_candidate"},
                 "code": {"type": "string", "description": "or: a whole harness file to try"},
                 "k": {"type": "integer", "description": f"items to run on, 1..{MAX_TRIAL_ITEMS} (default 4)"},
-                "items": {"type": "array", "items": {"type": "string"},
-                          "description": "optional: these D_harness item ids (e.g. failing ones from the traces)"},
+                "items": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "optional: these D_harness item ids (e.g. failing ones from the traces)",
+                },
             },
             "required": [],
         },
@@ -173,26 +176,44 @@ class CandidateTrials:
             unknown = [i for i in wanted if i not in self._items]
             if unknown:
                 some = ", ".join(list(self._items)[:5])
-                raise ToolError(f"not training (D_harness) items: {', '.join(repr(u[:80]) for u in unknown[:5])}; "
-                                f"run_candidate runs only on the harness split (ids like {some})")
+                raise ToolError(
+                    f"not training (D_harness) items: {', '.join(repr(u[:80]) for u in unknown[:5])}; "
+                    f"run_candidate runs only on the harness split (ids like {some})"
+                )
             return [self._items[i] for i in wanted]
         k = 4 if k is None else k
         if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.max_items:
             raise ToolError(f"k must be an integer from 1 to {self.max_items}, got {k!r}")
         return list(self._items.values())[:k]
 
-    async def run(self, code: str, *, name: str, k: int | None = None, item_ids: Sequence[str] | None = None,
-                  timeout_s: float | None = None) -> str:
+    async def run(
+        self,
+        code: str,
+        *,
+        name: str,
+        k: int | None = None,
+        item_ids: Sequence[str] | None = None,
+        timeout_s: float | None = None,
+    ) -> str:
         """One call; the answer (JSON text, bounded) for the agent. Raises ToolError for a bad call."""
         items = self.pick(k, item_ids)
         problems = self.check(code)
         if problems:
-            return _fit({"candidate": name, "valid": False, "problems": problems[:20], "rollouts_spent": 0,
-                         "rollouts_left": self.left,
-                         "note": "not run: a proposal with these problems is refused without running"})
+            return _fit(
+                {
+                    "candidate": name,
+                    "valid": False,
+                    "problems": problems[:20],
+                    "rollouts_spent": 0,
+                    "rollouts_left": self.left,
+                    "note": "not run: a proposal with these problems is refused without running",
+                }
+            )
         if len(items) > self.left:
-            raise ToolError(f"{len(items)} rollouts asked for but only {self.left} of this iteration's "
-                            f"{self.budget} are left; ask for fewer items, or propose")
+            raise ToolError(
+                f"{len(items)} rollouts asked for but only {self.left} of this iteration's "
+                f"{self.budget} are left; ask for fewer items, or propose"
+            )
         limit = self.call_timeout_s if timeout_s is None else min(self.call_timeout_s, timeout_s)
         if limit <= 0:
             raise ToolError("the proposer's time budget is spent; this candidate was not run")
@@ -204,16 +225,32 @@ class CandidateTrials:
         spent = outcome.rollouts
         self.rollouts += spent
         errors = [e for e in outcome.episodes if e.error]
-        self.log.append({"candidate": name, "sha": sha, "items": [str(i.get("id")) for i in items],
-                         "rollouts": spent, "score": round(outcome.score, 6), "errors": len(errors),
-                         "error": outcome.error})
+        self.log.append(
+            {
+                "candidate": name,
+                "sha": sha,
+                "items": [str(i.get("id")) for i in items],
+                "rollouts": spent,
+                "score": round(outcome.score, 6),
+                "errors": len(errors),
+                "error": outcome.error,
+            }
+        )
         episodes = sorted(outcome.episodes, key=lambda e: e.reward)  # failures first: they show what to fix
-        return _fit({
-            "candidate": name, "valid": True, "items": len(items), "score": round(outcome.score, 6),
-            "mean_turns": round(outcome.mean_turns, 3), "episode_errors": len(errors), "error": outcome.error,
-            "rollouts_spent": spent, "rollouts_left": self.left,
-            "episodes": [_compact(e.to_dict()) for e in episodes],
-        })
+        return _fit(
+            {
+                "candidate": name,
+                "valid": True,
+                "items": len(items),
+                "score": round(outcome.score, 6),
+                "mean_turns": round(outcome.mean_turns, 3),
+                "episode_errors": len(errors),
+                "error": outcome.error,
+                "rollouts_spent": spent,
+                "rollouts_left": self.left,
+                "episodes": [_compact(e.to_dict()) for e in episodes],
+            }
+        )
 
 
 def _clip(text: Any, limit: int) -> str:
@@ -224,13 +261,18 @@ def _clip(text: Any, limit: int) -> str:
     return f"{text[:half]} [... {len(text) - 2 * half} chars ...] {text[-half:]}"
 
 
-def _compact(episode: dict[str, Any], messages: int = TRIAL_MESSAGES, chars: int = TRIAL_MESSAGE_CHARS) -> dict[str, Any]:
+def _compact(
+    episode: dict[str, Any], messages: int = TRIAL_MESSAGES, chars: int = TRIAL_MESSAGE_CHARS
+) -> dict[str, Any]:
     """What the agent needs of one episode: outcome, error, and the end of the conversation."""
     out = {k: episode.get(k) for k in ("item_id", "reward", "turns", "end", "error")}
     if messages > 0:
         tail = (episode.get("messages") or [])[-messages:]
-        out["messages"] = [{"role": m.get("role"), "content": _clip(m.get("content") or "", chars)}
-                           for m in tail if isinstance(m, dict)]
+        out["messages"] = [
+            {"role": m.get("role"), "content": _clip(m.get("content") or "", chars)}
+            for m in tail
+            if isinstance(m, dict)
+        ]
     return out
 
 
@@ -240,8 +282,12 @@ def _fit(result: dict[str, Any], limit: int = TRIAL_RESULT_CHARS) -> str:
     if len(text) <= limit or "episodes" not in result:
         return text if len(text) <= limit else text[:limit]
     for messages, chars in ((TRIAL_MESSAGES, 200), (2, 200), (0, 0)):
-        episodes = [_compact(e, messages, chars) if messages else {k: e.get(k) for k in
-                    ("item_id", "reward", "turns", "end", "error")} for e in result["episodes"]]
+        episodes = [
+            _compact(e, messages, chars)
+            if messages
+            else {k: e.get(k) for k in ("item_id", "reward", "turns", "end", "error")}
+            for e in result["episodes"]
+        ]
         for e in episodes:
             if e.get("error"):
                 e["error"] = _clip(e["error"], 300)
@@ -294,14 +340,25 @@ class SandboxShell:
         if "\0" in command:
             raise ToolError("the command contains a NUL byte")
         wall = min(max(float(timeout_s), 1.0), SHELL_MAX_TIMEOUT_S)
-        limits = Limits(wall_s=wall, cpu_s=int(wall) + 1, memory_bytes=SHELL_MEMORY_BYTES,
-                        processes=SHELL_PROCESSES, stdout_bytes=SHELL_OUTPUT_BYTES, stderr_bytes=SHELL_OUTPUT_BYTES // 4,
-                        scratch_bytes=SHELL_SCRATCH_BYTES)
+        limits = Limits(
+            wall_s=wall,
+            cpu_s=int(wall) + 1,
+            memory_bytes=SHELL_MEMORY_BYTES,
+            processes=SHELL_PROCESSES,
+            stdout_bytes=SHELL_OUTPUT_BYTES,
+            stderr_bytes=SHELL_OUTPUT_BYTES // 4,
+            scratch_bytes=SHELL_SCRATCH_BYTES,
+        )
         env = {"CANDIDATES": str(self.candidates_dir or "")}
         self.calls += 1
         try:
-            result = run_python(_SHELL_DRIVER, args=[command, str(self.archive_dir)], limits=limits,
-                                isolation=self._isolation(), env=env)
+            result = run_python(
+                _SHELL_DRIVER,
+                args=[command, str(self.archive_dir)],
+                limits=limits,
+                isolation=self._isolation(),
+                env=env,
+            )
         except SandboxSetupError as exc:
             raise ToolError(f"the sandboxed shell cannot start here: {exc}") from None
         parts = [f"exit: {result.returncode if result.returncode is not None else result.outcome.value}"]
@@ -314,7 +371,7 @@ class SandboxShell:
         if result.stdout:
             parts.append(result.stdout)
         if result.stderr.strip():
-            parts.append("[stderr]\n" + result.stderr[-(SHELL_OUTPUT_BYTES // 4):])
+            parts.append("[stderr]\n" + result.stderr[-(SHELL_OUTPUT_BYTES // 4) :])
         return "\n".join(parts)
 
     async def run(self, command: str, timeout_s: float = SHELL_TIMEOUT_S) -> str:
@@ -393,8 +450,10 @@ class Toolbox:
             label = safe_name(str(name))
             path = self.workspace.scratch_dir / CANDIDATES_DIR / f"{label}.py"
             if not label or not path.is_file() or path.is_symlink():
-                raise ToolError(f"no candidate named {str(name)[:80]!r}; written so far: "
-                                f"{', '.join(self.workspace.written) or '(none)'}")
+                raise ToolError(
+                    f"no candidate named {str(name)[:80]!r}; written so far: "
+                    f"{', '.join(self.workspace.written) or '(none)'}"
+                )
             code = path.read_bytes()[: 4 * 1024 * 1024].decode("utf-8", errors="replace")
         k = arguments.get("k")
         items = arguments.get("items")

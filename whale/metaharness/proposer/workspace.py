@@ -61,7 +61,7 @@ TOOL_SPECS: list[dict[str, Any]] = [
         "function": {
             "name": "list_files",
             "description": f"List files under a directory of the archive (recursive, at most {LIST_LIMIT}). "
-                           "'' = the archive root.",
+            "'' = the archive root.",
             "parameters": {"type": "object", "properties": {"path": {"type": "string"}}, "required": []},
         },
     },
@@ -82,7 +82,7 @@ TOOL_SPECS: list[dict[str, Any]] = [
         "function": {
             "name": "grep",
             "description": f"Search archive files for a regular expression (RE2 syntax: no backreferences or "
-                           f"lookaround); returns path:line: text matches, at most {GREP_LIMIT}.",
+            f"lookaround); returns path:line: text matches, at most {GREP_LIMIT}.",
             "parameters": {
                 "type": "object",
                 "properties": {"pattern": {"type": "string"}, "path": {"type": "string"}},
@@ -192,8 +192,10 @@ class Workspace:
             raise ToolError(f"{rel!r} is not a file")
         offset = max(offset, 0)
         if offset > READ_MAX_OFFSET_CHARS:
-            raise ToolError(f"offset {offset} is past the {READ_MAX_OFFSET_CHARS} characters read_file can skip; "
-                            "use grep to find lines in a file this large")
+            raise ToolError(
+                f"offset {offset} is past the {READ_MAX_OFFSET_CHARS} characters read_file can skip; "
+                "use grep to find lines in a file this large"
+            )
         size = path.stat().st_size
         with path.open("rb") as raw:
             if b"\0" in raw.read(BINARY_SNIFF_BYTES):
@@ -208,8 +210,9 @@ class Workspace:
             chunk = fh.read(READ_LIMIT_CHARS)
             more = bool(fh.read(1))
         if more:
-            chunk += (f"\n[... more characters ({size} bytes in all); "
-                      f"read again with offset={offset + READ_LIMIT_CHARS}]")
+            chunk += (
+                f"\n[... more characters ({size} bytes in all); read again with offset={offset + READ_LIMIT_CHARS}]"
+            )
         return chunk
 
     def grep(self, pattern: str, rel: str = "") -> str:
@@ -234,8 +237,10 @@ class Workspace:
             name = path.relative_to(self.archive_dir).as_posix()
             for lineno, line in enumerate(data.decode("utf-8", errors="replace").splitlines(), start=1):
                 if time.monotonic() >= deadline:
-                    raise ToolError(f"grep ran out of its {GREP_TIMEOUT_S:g} s budget in {name} after "
-                                    f"{len(hits)} matches; grep one file or use a simpler pattern")
+                    raise ToolError(
+                        f"grep ran out of its {GREP_TIMEOUT_S:g} s budget in {name} after "
+                        f"{len(hits)} matches; grep one file or use a simpler pattern"
+                    )
                 if regex.search(line[:GREP_MAX_LINE_CHARS]):
                     hits.append(f"{name}:{lineno}: {line[:_MATCH_SHOWN_CHARS]}")
                     if len(hits) >= GREP_LIMIT:
@@ -289,4 +294,6 @@ def _compile(pattern: str) -> Any:
         return re2.compile(pattern, options)
     except re2.error as exc:
         detail = exc.args[0].decode("utf-8", "replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
-        raise ToolError(f"bad pattern {pattern[:80]!r}: {detail} (RE2 syntax: no backreferences or lookaround)") from None
+        raise ToolError(
+            f"bad pattern {pattern[:80]!r}: {detail} (RE2 syntax: no backreferences or lookaround)"
+        ) from None
