@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import importlib
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -87,3 +88,20 @@ async def test_the_examples_h0_passes_the_gate_and_runs_an_episode_in_the_sandbo
     assert (right.reward, right.end, right.error) == (1.0, "env_done", None)
     assert wrong.reward == 0.0
     assert right.messages[1] == {"role": "user", "content": f"Repeat: {item['word']}"}
+
+
+def test_every_name_of_the_plugin_api_resolves() -> None:
+    """whale.domain re-exports services lazily: a renamed core module must fail here, not in a domain."""
+    import whale.domain
+
+    missing = [name for name in whale.domain.__all__ if getattr(whale.domain, name, None) is None]
+    assert missing == []
+
+
+def test_loading_the_domains_imports_no_engine_or_client() -> None:
+    code = (
+        "import sys, chess_puzzles, math_reasoning, search_qa, synthetic\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'httpx', 'faiss', 'minio') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+    assert out.stdout.strip() == "[]"
