@@ -1,5 +1,6 @@
 # Two commands a new user needs (README): `make demo` runs a tiny WhaleRun end to end on this CPU,
-# `make test` runs the test suite. Both create .venv and install the project into it first.
+# `make test` runs the lint and type checks (`make lint`), then the test suite. Both create .venv and install
+# the project into it first.
 # `make compare` runs the three local SmolLM2 conditions and draws them (docs/local.md; far too slow for CI).
 PYTHON ?= python3
 VENV   ?= .venv
@@ -53,14 +54,19 @@ compare: smollm2
 	done
 	$(BIN)/whale report $(COMPARE_STORE) $(foreach run,$(COMPARE_RUNS),--run $(run)) -o html -o png --out $(COMPARE_OUT)
 
-test: install
+# CI (.ci/run) runs `make test`: lint and types first, then the suite.
+test: install lint
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
 # Opt-in checks (big downloads, a GPU, a real cluster) are skipped by default; this runs the e2e ones too.
 test-all: install
 	$(BIN)/python -m pytest -q --run-e2e $(PYTEST_ARGS)
 
+# Lint, format check, types, import layers: what CI runs before the tests (`make test`).
 lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 	$(BIN)/lint-imports
 
 crd: install

@@ -30,6 +30,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 RUN, PHASE, STEP = "bench", "c01-weight", 1
 
 
+def _loaded(state: tuple[int, dict[str, Any], dict[str, Any]] | None) -> dict[str, Any]:
+    """The optimiser state of a resume state that must be there."""
+    if state is None:
+        raise SystemExit("checkpoint_state: the state just saved did not load")
+    return state[2]
+
+
 def _status_kib(field: str) -> int:
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith(field + ":"):
@@ -109,7 +116,7 @@ def worker(variant: str, hidden: int, layers: int, vocab: int, repeats: int) -> 
             rss = _status_kib("VmRSS")
             _reset_peak()
             t0 = time.perf_counter()
-            loaded = legacy_load_state(store) if variant == "before" else ckpt.load_state(store, RUN, PHASE)[2]
+            loaded = legacy_load_state(store) if variant == "before" else _loaded(ckpt.load_state(store, RUN, PHASE))
             loads.append(time.perf_counter() - t0)
             load_peaks.append((_status_kib("VmHWM") - rss) / 1024)
             if loaded["state"].keys() != state["state"].keys():

@@ -35,7 +35,11 @@ HERE = Path(__file__).resolve().parent
 if str(HERE) not in sys.path:
     sys.path.insert(0, str(HERE))
 
-ARMS = {"separate": {"server_gpu": "1", "gpus": 2}, "colocated": {"server_gpu": "0", "gpus": 1}}
+#: arm -> the GPU its vLLM server takes, and the GPUs the arm holds
+ARMS: dict[str, dict[str, Any]] = {
+    "separate": {"server_gpu": "1", "gpus": 2},
+    "colocated": {"server_gpu": "0", "gpus": 1},
+}
 
 
 def run_arm(arm: str, colocated_memory: float, sleep_level: int, rest: list[str]) -> dict[str, Any]:
@@ -67,7 +71,7 @@ def run_arm(arm: str, colocated_memory: float, sleep_level: int, rest: list[str]
         server = Server(model_dir, port, workdir / "vllm.log", extra)
         # the trainer's CUDA context already exists: only the server's process sees this
         before = os.environ.get("CUDA_VISIBLE_DEVICES")
-        os.environ["CUDA_VISIBLE_DEVICES"] = ARMS[arm]["server_gpu"]
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(ARMS[arm]["server_gpu"])
         try:
             server.started_s = server.start()
         finally:

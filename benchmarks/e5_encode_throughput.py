@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
-from whale.tools.retrieval_index import PRESETS, Encoder  # noqa: E402
+from whale.tools.retrieval_index import PRESETS, Encoder
 
 WIKI18_ROWS = 21_015_324
 

@@ -26,17 +26,18 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import httpx  # noqa: E402
+import httpx
 
-from tests.fixtures.kube import start_emulator, wait_for  # noqa: E402
-from tests.operator.conftest import BASE_SPEC, SPLITS, deep_merge  # noqa: E402
-from tests.operator.player import WR, WorkloadPlayer  # noqa: E402
-from whale.core.layout import split_sizes_key  # noqa: E402
-from whale.crd import crd  # noqa: E402
-from whale.store import open_store  # noqa: E402
+from tests.fixtures.kube import start_emulator, wait_for
+from tests.operator.conftest import BASE_SPEC, SPLITS, deep_merge
+from tests.operator.player import WR, WorkloadPlayer
+from whale.core.layout import split_sizes_key
+from whale.crd import crd
+from whale.store import open_store
 
 NS = "bench"
 
@@ -50,9 +51,14 @@ def free_port() -> int:
 def rss_mb(pid: int) -> tuple[float, float]:
     """(current RSS, peak RSS) of a process, MB."""
     text = Path(f"/proc/{pid}/status").read_text()
-    cur = int(re.search(r"VmRSS:\s+(\d+)", text).group(1)) / 1024
-    peak = int(re.search(r"VmHWM:\s+(\d+)", text).group(1)) / 1024
-    return cur, peak
+
+    def kb(field: str) -> int:
+        found = re.search(rf"{field}:\s+(\d+)", text)
+        if found is None:
+            raise RuntimeError(f"/proc/{pid}/status has no {field}")
+        return int(found.group(1))
+
+    return kb("VmRSS") / 1024, kb("VmHWM") / 1024
 
 
 def histogram(metrics_url: str, handler: str = "reconcile") -> list[tuple[float, float]]:
@@ -102,7 +108,7 @@ def main() -> None:
         "WHALE_OPERATOR_METRICS_PORT": str(port),
         "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
     }
-    log = open(work / "operator.log", "wb")
+    log = open(work / "operator.log", "wb")  # noqa: SIM115 - the operator's stdout, closed after it stops
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -121,7 +127,7 @@ def main() -> None:
         stderr=subprocess.STDOUT,
     )
     metrics = f"http://127.0.0.1:{port}/metrics"
-    results: dict[str, object] = {}
+    results: dict[str, Any] = {}
     try:
         wait_for(lambda: _up(metrics), 60, 0.2, "the operator's metrics endpoint")
 
@@ -259,7 +265,7 @@ def main() -> None:
 
 
 def wait_all_first(
-    api, players: list[WorkloadPlayer], exclude: set[str] = frozenset(), timeout_s: float = 300
+    api, players: list[WorkloadPlayer], exclude: frozenset[str] | set[str] = frozenset(), timeout_s: float = 300
 ) -> dict[str, dict]:
     """One unfinished Job per scale run (one list call per poll, not one per run). Each poll also
     plays every run's weight-sync sidecar, as the operator creates a child only once the inference

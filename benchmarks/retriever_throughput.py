@@ -19,11 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.fixtures.tools (the service launcher)
 
-import httpx  # noqa: E402
+import httpx
 
-from search_qa.data import corpus_path, load_splits  # noqa: E402
-from whale.domain import default_data_root  # noqa: E402
-from whale.tools import retrieval_index  # noqa: E402
+from search_qa.data import corpus_path, load_splits
+from whale.domain import default_data_root
+from whale.tools import retrieval_index
 
 
 def qps_inprocess(r: retrieval_index.Retriever, queries: list[str], batch: int, topk: int) -> float:
@@ -72,11 +72,11 @@ def main() -> None:
                 retrieval_index.build(corpus, method, Path(d))
                 row["build_cold_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        r = retrieval_index.build(corpus, method, args.cache_dir)
+        retriever = retrieval_index.build(corpus, method, args.cache_dir)
         row["load_s"] = time.perf_counter() - t
-        r.search(queries[:4], args.topk)  # warm-up
-        row["qps_batch1"] = qps_inprocess(r, queries, 1, args.topk)
-        row["qps_batch64"] = qps_inprocess(r, queries, 64, args.topk)
+        retriever.search(queries[:4], args.topk)  # warm-up
+        row["qps_batch1"] = qps_inprocess(retriever, queries, 1, args.topk)
+        row["qps_batch64"] = qps_inprocess(retriever, queries, 64, args.topk)
         with tempfile.TemporaryDirectory() as d:
             extra = ["--cache-dir", str(args.cache_dir)] if args.cache_dir else []
             extra += ["--threads", str(args.threads)]

@@ -163,7 +163,7 @@ class Timers:
         setattr(owner, attr, timed)
         self._undo.append(lambda: setattr(owner, attr, raw if raw is not None else original))
 
-    def wrap_chat(self, cls: type, calls: list[dict[str, Any]]) -> None:
+    def wrap_chat(self, cls: Any, calls: list[dict[str, Any]]) -> None:
         """Every ``chat`` call: its in-flight interval, completion tokens, and the call itself (replayed
         for the ceiling)."""
         original = cls.chat
@@ -179,7 +179,7 @@ class Timers:
             calls.append({"start": start, "messages": messages, "sampling": sampling, "n": n, "tools": tools})
             return result
 
-        cls.chat = chat  # type: ignore[method-assign]
+        cls.chat = chat
         self._undo.append(lambda: setattr(cls, "chat", original))
 
     def restore(self) -> None:
@@ -334,7 +334,7 @@ def build_bench_model(name: str, out: Path, device: torch.device, *, max_updates
         accuracy = probe_accuracy(model, tokenizer, device)
     del trainer
     out.mkdir(parents=True, exist_ok=True)
-    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)  # type: ignore[arg-type]  # transformers' wrapped .to
     tokenizer.save_pretrained(out)
     del model
     gc.collect()
@@ -433,8 +433,8 @@ def instrument(timers: Timers, calls: list[dict[str, Any]], held: dict[str, Any]
         timers.wrap(cls, "sync", "sync")
     timers.wrap(WeightPhase, "save", "checkpoint")
     timers.wrap(TransformersClient, "from_pretrained", "eval_load")
-    for cls in (TransformersClient, OpenAIClient):
-        timers.wrap_chat(cls, calls)
+    for client_cls in (TransformersClient, OpenAIClient):
+        timers.wrap_chat(client_cls, calls)
 
 
 def breakdown(timeline: Timeline, gpu: GpuBusy, eval_window: tuple[float, float]) -> list[dict[str, Any]]:
@@ -518,7 +518,7 @@ def hf_ceiling(
     # holds requests the backend could batch together (equal sampling but for max_tokens), <= rows rows
     now = time.perf_counter()
     requests = [
-        _Request(c["messages"], c["sampling"], c["n"], c["tools"], None, now)  # type: ignore[arg-type]
+        _Request(c["messages"], c["sampling"], c["n"], c["tools"], None, now)  # type: ignore[arg-type]  # replayed calls: no caller future to resolve
         for c in calls
     ]
     batches: list[list[Any]] = []
@@ -674,7 +674,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         store = open_store(str(workdir / "store"))
         spec = run_spec(args, model_dir, f"{server.url}/v1" if server else None)
         eval_phase = write_requests(store, spec, args.steps)
-        timeline, calls, held = Timeline(), [], {}
+        timeline = Timeline()
+        calls: list[dict[str, Any]] = []
+        held: dict[str, Any] = {}
         timers = Timers(timeline)
         instrument(timers, calls, held)
         from whale.workloads.eval import run_eval
@@ -698,10 +700,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             held.clear()  # the trainer's model: the offline engine needs the memory
             gc.collect()
             torch.cuda.empty_cache()
+            final = store.local_path(layout.checkpoint_prefix(RUN, args.steps))
+            assert server is not None and final is not None
             server.stop()
-            ceiling = vllm_ceiling(
-                Path(store.local_path(layout.checkpoint_prefix(RUN, args.steps))), step_calls, args.max_model_len, 0.5
-            )
+            ceiling = vllm_ceiling(final, step_calls, args.max_model_len, 0.5)
         else:
             ceiling = hf_ceiling(held["model"], held["tokenizer"], step_calls, args.concurrency, args.max_model_len)
         metrics = store.read_jsonl(layout.metrics_key(RUN, PHASE))

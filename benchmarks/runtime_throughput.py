@@ -149,7 +149,7 @@ def _chat_body() -> bytes:
     ).encode()
 
 
-async def _closed_loop(concurrency: int, seconds: float, call) -> float:  # noqa: ANN001 - an async callable
+async def _closed_loop(concurrency: int, seconds: float, call) -> float:  # an async callable
     """Requests/s of ``concurrency`` callers each calling ``call()`` back to back for ``seconds``."""
     done = 0
     deadline = time.perf_counter() + seconds

@@ -19,9 +19,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.fixtures.tools (the service launcher)
 
-import httpx  # noqa: E402
+import httpx
 
-from whale.tools.code import CodeLimits, execute  # noqa: E402
+from whale.tools.code import CodeLimits, execute
 
 SNIPPETS = {
     "trivial": "print(sum(range(1000)))",
@@ -61,7 +61,7 @@ def main() -> None:
                     "path": "in-process",
                     "snippet": name,
                     "concurrency": c,
-                    "runs_per_s": rate(lambda: check(execute(code, limits)), args.runs, c),
+                    "runs_per_s": rate(lambda code=code: check(execute(code, limits)), args.runs, c),
                 }
             )
     with tempfile.TemporaryDirectory() as d:

@@ -24,14 +24,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from whale.core import layout  # noqa: E402
-from whale.core.protocol import HarnessPhaseArgs, phase_request  # noqa: E402
-from whale.inference.base import SamplingParams  # noqa: E402
-from whale.metaharness.archive import Archive  # noqa: E402
-from whale.metaharness.evaluate import EvalSettings  # noqa: E402
-from whale.metaharness.records import Status  # noqa: E402
-from whale.store import open_store  # noqa: E402
-from whale.workloads.search import run_search  # noqa: E402
+from whale.core import layout
+from whale.core.protocol import HarnessPhaseArgs, phase_request
+from whale.inference.base import SamplingParams
+from whale.metaharness.archive import Archive
+from whale.metaharness.evaluate import EvalSettings
+from whale.metaharness.records import Status
+from whale.store import open_store
+from whale.workloads.search import run_search
 
 RUN, PHASE = "bench", layout.harness_phase_key(1)
 

@@ -49,6 +49,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -57,7 +58,10 @@ from whale.rsft.collate import IGNORE_INDEX, Example, collate_micro, micro_batch
 from whale.rsft.config import RSFTConfig
 from whale.rsft.trainer import SFTTrainer
 
-MODELS = {
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
+MODELS: dict[str, dict[str, Any]] = {
     # Qwen3-1.7B's shape (config.json of Qwen/Qwen3-1.7B)
     "qwen3-1.7b": dict(
         vocab_size=151936,
@@ -96,9 +100,9 @@ class Variant:
     compile: bool = False
     attn: str | None = None
     #: rsft.padding of the run (the pre-bucketing variants keep the masked path they measured)
-    padding: str = "masked"
+    padding: Literal["bucket", "longest", "masked"] = "masked"
     #: rsft.attention of packed variants (the first packed variants measured SDPA's dense document mask)
-    attention: str = "sdpa"
+    attention: Literal["sdpa", "flex", "flash"] = "sdpa"
 
 
 def variants(micro: int, micro_gc: int) -> dict[str, Variant]:
@@ -233,7 +237,7 @@ def run_variant(args: argparse.Namespace, v: Variant, device: torch.device) -> d
     if args.deepspeed:
         from whale.rsft.deepspeed_trainer import DeepSpeedTrainer
 
-        trainer = DeepSpeedTrainer(
+        trainer: SFTTrainer | DeepSpeedTrainer = DeepSpeedTrainer(
             model,
             cfg,
             device=device,
@@ -299,7 +303,7 @@ def run_variant(args: argparse.Namespace, v: Variant, device: torch.device) -> d
     return result
 
 
-def time_save(model: torch.nn.Module) -> float:
+def time_save(model: PreTrainedModel) -> float:
     """Seconds to write the model as safetensors (what a reload-style weight sync writes per step)."""
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()

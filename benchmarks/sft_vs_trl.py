@@ -52,6 +52,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import gc
+import itertools
 import json
 import os
 import statistics
@@ -60,7 +61,7 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # the peers' libraries must not reach for the network (the GPU machine has none; CI neither)
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -68,7 +69,7 @@ os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
 
-import torch  # noqa: E402
+import torch
 
 for _path in (Path(__file__).resolve().parents[1], Path(__file__).resolve().parent):  # an uninstalled checkout
     if str(_path) not in sys.path:
@@ -79,11 +80,14 @@ from whale.rsft.collate import Example, micro_batches, pad_collate  # noqa: E402
 from whale.rsft.config import RSFTConfig  # noqa: E402
 from whale.rsft.trainer import SFTTrainer, collate_tensors, token_loss_sum  # noqa: E402
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
+
 TRAINERS = ("whale", "whale-pack", "trl", "trl-pad", "hf", "hf-flat")
 PEERS = ("trl", "trl-pad", "hf", "hf-flat")
 
 
-def build_model(name: str, device: torch.device, attn: str) -> torch.nn.Module:
+def build_model(name: str, device: torch.device, attn: str) -> PreTrainedModel:
     """The random-weight model every trainer starts from (same seed, same device: same weights)."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
@@ -121,7 +125,7 @@ def autocast(device: torch.device) -> contextlib.AbstractContextManager[Any]:
 
 
 @torch.no_grad()
-def held_out_loss(model: torch.nn.Module, examples: Sequence[Example], micro: int, device: torch.device) -> float:
+def held_out_loss(model: PreTrainedModel, examples: Sequence[Example], micro: int, device: torch.device) -> float:
     """One evaluator for every trainer's final weights: token-mean loss, masked padding, same autocast."""
     was = model.training
     model.eval()
@@ -239,7 +243,7 @@ class StepClock:
 
     @property
     def seconds(self) -> list[float]:
-        return [b - a for a, b in zip(self.marks, self.marks[1:])]
+        return [b - a for a, b in itertools.pairwise(self.marks)]
 
 
 def recording(cls: type) -> type:
@@ -248,7 +252,7 @@ def recording(cls: type) -> type:
     loss is their sum)."""
     from torch.utils.data import SequentialSampler
 
-    class Recording(cls):  # type: ignore[misc, valid-type]
+    class Recording(cls):
         micro_losses: list[float]
 
         def _get_train_sampler(self, *args: Any, **kwargs: Any) -> Any:
@@ -409,11 +413,11 @@ def summarise(
 ) -> dict[str, Any]:
     timed = range(args.warmup, len(batches))
     tokens = [sum(len(e) for e in batches[i]) for i in timed]
-    rates = [t / raw["seconds"][i] for t, i in zip(tokens, timed)]
+    rates = [t / raw["seconds"][i] for t, i in zip(tokens, timed, strict=True)]
     cfg = MODELS[args.model]
     mfus = [
         model_flops_per_token(cfg, mean_context(batches[i])) * t / raw["seconds"][i] / (args.peak_tflops * 1e12)
-        for t, i in zip(tokens, timed)
+        for t, i in zip(tokens, timed, strict=True)
     ]
     result = {k: v for k, v in raw.items() if k not in ("model", "seconds")}
     result.update(
@@ -442,7 +446,7 @@ def compare(results: list[dict[str, Any]]) -> dict[str, Any]:
                 out[f"{mine}/{peer}"] = by[mine]["tokens_per_s"] / by[peer]["tokens_per_s"]
     ref = by.get("whale") or results[0]
     for r in results:
-        gaps = [abs(a - b) for a, b in zip(r["losses"], ref["losses"]) if a is not None and b is not None]
+        gaps = [abs(a - b) for a, b in zip(r["losses"], ref["losses"], strict=False) if a is not None and b is not None]
         out[f"loss_gap/{r['trainer']}"] = max(gaps) if gaps else None
         out[f"held_out_gap/{r['trainer']}"] = abs(r["held_out_loss"] - ref["held_out_loss"])
         out[f"same_start/{r['trainer']}"] = r["digest"] == ref["digest"]
@@ -527,7 +531,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 def meta(args: argparse.Namespace, device: torch.device) -> dict[str, Any]:
     import transformers
 
-    versions = {"torch": torch.__version__, "transformers": transformers.__version__}
+    versions: dict[str, str | None] = {"torch": torch.__version__, "transformers": transformers.__version__}
     for name in ("trl", "datasets", "accelerate"):
         try:
             versions[name] = __import__(name).__version__

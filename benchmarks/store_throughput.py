@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # for tests.fixtures.s3 (the server launcher)
 
-from whale.store import Store  # noqa: E402
-from whale.store.local import LocalStore  # noqa: E402
-from whale.store.s3 import S3Store  # noqa: E402
+from whale.store import Store
+from whale.store.local import LocalStore
+from whale.store.s3 import S3Store
 
 
 def _median_seconds(fn: Callable[[], object], repeats: int) -> float:

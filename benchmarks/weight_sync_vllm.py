@@ -48,7 +48,7 @@ from whale.inference.weight_sync import WeightSyncer
 from whale.rsft.sync import StoreSync, VLLMReloadSync, save_for_serving
 from whale.store import open_store
 
-SHAPE = dict(  # Qwen/Qwen3-1.7B's config.json, vocabulary from the tokenizer
+SHAPE: dict[str, Any] = dict(  # Qwen/Qwen3-1.7B's config.json, vocabulary from the tokenizer
     hidden_size=2048,
     intermediate_size=6144,
     num_hidden_layers=28,
@@ -84,7 +84,7 @@ def predicted_fraction(model: torch.nn.Module, prompt: list[int], tokens: list[i
     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
         logits = model(ids).logits[0, len(prompt) - 1 : -1]
     predicted = logits.float().argmax(-1).tolist()
-    return sum(p == t for p, t in zip(predicted, tokens)) / len(tokens)
+    return sum(p == t for p, t in zip(predicted, tokens, strict=True)) / len(tokens)
 
 
 class Server:
@@ -94,6 +94,7 @@ class Server:
         self.model_dir, self.port, self.log_path, self.extra = model_dir, port, log_path, extra
         self.proc: subprocess.Popen | None = None
         self.url = f"http://127.0.0.1:{port}"
+        self.started_s: float | None = None  # how long start() took (set by callers that report it)
 
     def start(self, timeout_s: float = 420.0) -> float:
         # FlashInfer's sampler is vLLM's default on CUDA; vLLM's own top-k/top-p kernels serve when
@@ -118,7 +119,7 @@ class Server:
             *self.extra,
         ]
         start = time.perf_counter()
-        self.log = open(self.log_path, "ab")
+        self.log = open(self.log_path, "ab")  # noqa: SIM115 - the server's stdout, closed in stop()
         self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
@@ -326,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(
                     f"{key:>18}: median {statistics.median(values):.2f} s  (all: {', '.join(f'{v:.2f}' for v in values)})"
                 )
-    except Exception as exc:  # report what happened, with the server's log
+    except Exception as exc:  # noqa: BLE001 - report what happened, with the server's log
         results["error"] = repr(exc)
         print(f"ERROR: {exc!r}\n--- vLLM log ---\n{server.tail() if server.proc else ''}", flush=True)
     finally:

@@ -16,10 +16,10 @@ import json
 import os
 import shlex
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 from rich import box
@@ -65,7 +65,7 @@ class Target(str, enum.Enum):
 FileArg = Annotated[Path, typer.Argument(help="a WhaleRun manifest (YAML), the file `kubectl apply` takes")]
 OutputOpt = Annotated[Output, typer.Option("--output", "-o", help="table | json")]
 StoreOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
         "--store",
         help=f"DIR or s3://bucket/prefix (default: $WHALE_STORE, or ./{DEFAULT_STORE}); S3 settings from "
@@ -102,7 +102,7 @@ def _fail(problems: list[str], source: str) -> None:
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def _split_sizes(m: Manifest) -> dict[str, int]:
@@ -194,13 +194,13 @@ def plan(
     file: FileArg,
     output: OutputOpt = Output.table,
     parameters: Annotated[
-        Optional[float],
+        float | None,
         typer.Option(
             min=1e5, max=1e13, help="model parameters for the cost (default: what spec.model.name states, e.g. 2B)"
         ),
     ] = None,
     tokens_per_episode: Annotated[
-        Optional[int],
+        int | None,
         typer.Option(
             min=1, max=10_000_000, help="typical generated tokens per episode (default: the spec's cap, an upper bound)"
         ),
@@ -212,7 +212,7 @@ def plan(
         float, typer.Option(min=0.001, max=1.0, help="fraction of rollouts kept for SFT (default 1: an upper bound)")
     ] = 1.0,
     proposer_seconds: Annotated[
-        Optional[float],
+        float | None,
         typer.Option(
             min=0, max=1e7, help="wall seconds of one proposer iteration (default: its timeoutSeconds, an upper bound)"
         ),
@@ -245,7 +245,7 @@ def plan(
         ("rollouts", "right"),
         ("note", "left"),
     ):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]  # rich's Literal; these are its values
     omitted = p.get("phasesOmitted", 0)
     for row, ph in enumerate(p["phases"]):
         if omitted and row == len(p["phases"]) // 2:
@@ -351,11 +351,11 @@ def storage_env(m: Manifest) -> dict[str, str]:
 def run(
     file: FileArg,
     store: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(help="DIR or s3://bucket/prefix (default: spec.storage.uri, $WHALE_STORE, or ./.whale/store)"),
     ] = None,
-    workdir: Annotated[Optional[Path], typer.Option(help="scratch folder for logs and caches")] = None,
-    timeout: Annotated[Optional[float], typer.Option(help="give up after this many seconds (resumable)")] = None,
+    workdir: Annotated[Path | None, typer.Option(help="scratch folder for logs and caches")] = None,
+    timeout: Annotated[float | None, typer.Option(help="give up after this many seconds (resumable)")] = None,
     retry: Annotated[
         bool,
         typer.Option(
@@ -537,7 +537,7 @@ def list_runs(store: StoreOpt = None, output: OutputOpt = Output.table) -> None:
 
     st, _ = _open_existing_store(store, "list")
     try:
-        rows, more = run_rows(st, datetime.now(timezone.utc))
+        rows, more = run_rows(st, datetime.now(UTC))
     except StoreError as exc:
         _fail([str(exc)], "list")
     if output is Output.json:
@@ -565,15 +565,13 @@ def list_runs(store: StoreOpt = None, output: OutputOpt = Output.table) -> None:
 def logs(
     name: NameArg,
     phase: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(
             help="this phase's log (e.g. c01-weight, eval-c00-s000000-start); "
             "default: the phase running now, or the last one"
         ),
     ] = None,
-    attempt: Annotated[
-        Optional[int], typer.Option(min=1, help="this attempt of the phase (default: the latest)")
-    ] = None,
+    attempt: Annotated[int | None, typer.Option(min=1, help="this attempt of the phase (default: the latest)")] = None,
     follow: Annotated[
         bool,
         typer.Option(
@@ -582,7 +580,7 @@ def logs(
             help="keep printing as it is written: the phase until it ends; without --phase, the run until it stops",
         ),
     ] = False,
-    tail: Annotated[Optional[int], typer.Option(min=0, help="only the last N lines (then follow, with -f)")] = None,
+    tail: Annotated[int | None, typer.Option(min=0, help="only the last N lines (then follow, with -f)")] = None,
     store: StoreOpt = None,
 ) -> None:
     """A run's workload output, live (-f follows it).
@@ -670,7 +668,7 @@ def stop(
 
 @app.command()
 def crd(
-    check: Annotated[Optional[Path], typer.Option(help="exit 1 when this file differs from the generated CRD")] = None,
+    check: Annotated[Path | None, typer.Option(help="exit 1 when this file differs from the generated CRD")] = None,
 ) -> None:
     """Print the WhaleRun CRD generated from the spec model."""
     from whale.crd import render
@@ -688,8 +686,8 @@ def crd(
 def replay(
     domain: Annotated[str, typer.Argument(help="a registered domain")],
     item: Annotated[Path, typer.Option(help="one item in the domain's raw row format (JSON)")],
-    replies: Annotated[Optional[list[str]], typer.Argument(help="the model's replies, in order (after --)")] = None,
-    harness: Annotated[Optional[Path], typer.Option(help="a harness file (default: the domain's h0)")] = None,
+    replies: Annotated[list[str] | None, typer.Argument(help="the model's replies, in order (after --)")] = None,
+    harness: Annotated[Path | None, typer.Option(help="a harness file (default: the domain's h0)")] = None,
 ) -> None:
     """Run one episode whose model replies are given; print it as JSON (reward, turns, trace)."""
     try:
@@ -718,17 +716,16 @@ def list_domains() -> None:
 def prepare(
     file: FileArg,
     store: Annotated[
-        Optional[str],
+        str | None,
         typer.Option(help="DIR or s3://bucket/prefix (default: spec.storage.uri, $WHALE_STORE, or ./.whale/store)"),
     ] = None,
     cache_dir: Annotated[
-        Optional[Path],
-        typer.Option(help="where downloads go, resumed from there (default: $WHALE_CACHE_DIR/downloads)"),
+        Path | None, typer.Option(help="where downloads go, resumed from there (default: $WHALE_CACHE_DIR/downloads)")
     ] = None,
     splits_only: Annotated[
         bool, typer.Option("--splits-only", help="skip the tool services' data (search_qa's wiki-18 index: ~80 GB)")
     ] = False,
-    output: OutputOpt = "table",
+    output: OutputOpt = Output.table,
 ) -> None:
     """Fetch, verify and split the manifest's data into the store, before `whale run` or `kubectl apply`.
 

@@ -427,5 +427,5 @@ def fmt_hours(hours: float) -> str:
     """Hours to a short figure: 3 significant digits, no exponent."""
     if hours == 0:
         return "0"
-    digits = max(0, 2 - int(math.floor(math.log10(abs(hours)))))
+    digits = max(0, 2 - math.floor(math.log10(abs(hours))))
     return f"{hours:,.{digits}f}"

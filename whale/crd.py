@@ -15,6 +15,7 @@ import copy
 from typing import Any
 
 import yaml
+from pydantic import BaseModel
 
 from whale.core.spec import (
     API_GROUP,
@@ -32,11 +33,11 @@ from whale.core.spec import (
 )
 
 
-def _default(model: type, field: str) -> Any:
+def _default(model: type[BaseModel], field: str) -> Any:
     return model.model_fields[field].default
 
 
-def _or_default(path: str, model: type, field: str) -> str:
+def _or_default(path: str, model: type[BaseModel], field: str) -> str:
     """``self.<path>`` or the model's default where the field is absent (a rule must not lean on defaulting)."""
     return f"(has(self.{path}) ? self.{path} : {_default(model, field)!r})"
 
@@ -272,7 +273,7 @@ def _keys_by_cel(node: dict[str, Any]) -> dict[str, Any]:
     return {**rest, "additionalProperties": values, "x-kubernetes-validations": rules}
 
 
-def _schema(model: type, keep_defaults: bool) -> dict[str, Any]:
+def _schema(model: type[BaseModel], keep_defaults: bool) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True, mode="validation")
     return _structural(raw, raw.get("$defs", {}), keep_defaults)
 

@@ -59,10 +59,7 @@ def _type_name(annotation: Any, constraints: list[Any] | None = None) -> str:
 def _default(info: FieldInfo) -> str:
     if info.is_required():
         return "**required**"
-    if info.default_factory is not None:
-        value = info.default_factory()
-    else:
-        value = info.default
+    value = info.get_default(call_default_factory=True)
     if value is PydanticUndefined or value is None:
         return ""
     if isinstance(value, BaseModel):

@@ -1,23 +1,115 @@
-"""What a domain plugin supplies. The core never names a domain; it talks to this interface.
+"""What a domain plugin supplies, and all of whale a domain may use. The core never names a domain.
 
 A domain package registers an instance (or subclass) of :class:`Domain` under the ``whale.domains``
 entry-point group. The harness runtime (``whale.harness``) extends what it needs from the domain:
 its environment and tools, its verifier, its base harness h0 and the proposer's ``SKILL.md``.
+
+This module is a domain's whole view of whale (docs/domains.md; import-linter holds domains to it):
+besides the classes below it re-exports the few services a domain builds on — the store-key helper
+(:func:`data_prefix`), the full-data types, the shared retriever and code runner and their clients —
+imported on first use, so loading a domain stays cheap. A harness file (h0) imports only
+``whale.harness.api``.
 """
 
 from __future__ import annotations
 
 import abc
 import dataclasses
+import importlib
 import json
 import os
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
+    # the types a domain's signatures use, and the services re-exported below (see __getattr__)
+    from whale.core.layout import data_prefix
     from whale.core.spec import Data, Verifier
-    from whale.data.full import FullData
+    from whale.data.full import FullData, FullDataError, Source
+    from whale.data.full import load_split as load_full_split
+    from whale.harness.launch import tool_isolation
     from whale.store import Store
+    from whale.tools import retrieval_index as retrieval
+    from whale.tools.client import RetrieverClient, code_runner_from_env, retriever_from_env
+    from whale.tools.code import CodeRunner
+    from whale.tools.prepare_index import ensure_published_wiki18
+    from whale.tools.retrieval_index import Hit, Retriever, default_cache_dir
+
+#: name -> (module, attribute; None: the module itself): what a domain may use beyond this file
+_SERVICES: dict[str, tuple[str, str | None]] = {
+    # the types of a domain's method signatures
+    "Data": ("whale.core.spec", "Data"),
+    "Verifier": ("whale.core.spec", "Verifier"),
+    "Store": ("whale.store", "Store"),
+    # the store-key prefix of a domain's prepared data (splits, a retriever's corpus and index)
+    "data_prefix": ("whale.core.layout", "data_prefix"),
+    # spec.data.source: full (Domain.full_data)
+    "FullData": ("whale.data.full", "FullData"),
+    "FullDataError": ("whale.data.full", "FullDataError"),
+    "Source": ("whale.data.full", "Source"),
+    "load_full_split": ("whale.data.full", "load_split"),
+    # the shared retriever (search_qa) and its service's client
+    "retrieval": ("whale.tools.retrieval_index", None),
+    "Hit": ("whale.tools.retrieval_index", "Hit"),
+    "Retriever": ("whale.tools.retrieval_index", "Retriever"),
+    "default_cache_dir": ("whale.tools.retrieval_index", "default_cache_dir"),
+    "ensure_published_wiki18": ("whale.tools.prepare_index", "ensure_published_wiki18"),
+    "RetrieverClient": ("whale.tools.client", "RetrieverClient"),
+    "retriever_from_env": ("whale.tools.client", "retriever_from_env"),
+    # the shared code runner (math_reasoning's interpreter) and the isolation spec.sandbox asks for
+    "CodeRunner": ("whale.tools.code", "CodeRunner"),
+    "code_runner_from_env": ("whale.tools.client", "code_runner_from_env"),
+    "tool_isolation": ("whale.harness.launch", "tool_isolation"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The services of :data:`_SERVICES`, imported on first use (a domain's import must not pull in
+    faiss, httpx or torch)."""
+    try:
+        module, attr = _SERVICES[name]
+    except KeyError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    loaded = importlib.import_module(module)
+    value = loaded if attr is None else getattr(loaded, attr)
+    globals()[name] = value
+    return value
+
+
+__all__ = [  # the plugin API (docs/domains.md)
+    "DEFAULT_ALLOWED_IMPORTS",
+    "SPLITS",
+    "CodeRunner",
+    "Data",
+    "Domain",
+    "DomainError",
+    "Environment",
+    "FullData",
+    "FullDataError",
+    "Hit",
+    "Retriever",
+    "RetrieverClient",
+    "Source",
+    "SplitsInMemoryDomain",
+    "StepResult",
+    "Store",
+    "ToolService",
+    "UnknownToolError",
+    "Verifier",
+    "code_runner_from_env",
+    "data_prefix",
+    "data_root",
+    "default_cache_dir",
+    "default_data_root",
+    "ensure_published_wiki18",
+    "load_full_split",
+    "read_raw_jsonl",
+    "retrieval",
+    "retriever_from_env",
+    "sft_warmup",
+    "tool_isolation",
+]
 
 SPLITS = ("weight", "harness", "test")
 
@@ -262,3 +354,32 @@ class SplitsInMemoryDomain(Domain):
         if split not in splits:
             raise DomainError(f"unknown split {split!r}; use one of {', '.join(splits)}")
         return splits[split]
+
+
+def sft_warmup(
+    model: Any,
+    tokenizer: Any,
+    conversations: Iterable[Sequence[dict[str, Any]]],
+    *,
+    learning_rate: float,
+    seed: int = 0,
+    batch_size: int = 32,
+) -> None:
+    """Supervised fine-tuning of ``model`` on fixed chat conversations, on the CPU in fp32, with the RSFT
+    trainer (one optimizer update per ``batch_size`` conversations): how a domain's example model is
+    taught its answer format before any run (``synthetic.tiny_model``)."""
+    import torch
+
+    from whale.rsft.collate import encode_trajectory
+    from whale.rsft.config import RSFTConfig
+    from whale.rsft.rejection import Trajectory
+    from whale.rsft.trainer import SFTTrainer
+
+    cfg = RSFTConfig(
+        mini_batch_size=batch_size, micro_batch_size_per_gpu=batch_size, learning_rate=learning_rate, precision="fp32"
+    )
+    trainer = SFTTrainer(model, cfg, device=torch.device("cpu"), pad_id=tokenizer.pad_token_id)
+    examples = []
+    for conv in conversations:
+        examples += encode_trajectory(tokenizer, Trajectory(prompt_index=0, messages=tuple(conv), reward=1.0))
+    trainer.train(examples, lr=learning_rate, seed=seed)

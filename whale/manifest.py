@@ -170,7 +170,7 @@ def parse_document(doc: Any, source: str = "manifest", check_domain: bool = True
                     f"spec.domain: unknown domain {_short(raw_spec['domain'])}; registered: "
                     f"{', '.join(known) or '(none)'}"
                 )
-    if problems or spec is None:
+    if problems or spec is None or not isinstance(name, str):
         raise ManifestError(source, _bounded(problems))
     return Manifest(name=name, namespace=namespace, spec=spec, raw=doc)
 
@@ -249,24 +249,23 @@ def check_structure(text: str) -> None:
     anchors: dict[str, int] = {}
     open_at: list[tuple[str | None, int]] = []  # per open collection: (anchor, `expanded` at its start)
     for event in yaml.parse(text, Loader=_PARSER):
-        kind = type(event)
-        if kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent:
+        if isinstance(event, yaml.MappingStartEvent | yaml.SequenceStartEvent):
             depth += 1
             if depth > MAX_DEPTH:
                 raise ValueError(f"nested more than {MAX_DEPTH} levels deep at {_where(event.start_mark)}")
             open_at.append((event.anchor, expanded))
             expanded += 1
-        elif kind is yaml.MappingEndEvent or kind is yaml.SequenceEndEvent:
+        elif isinstance(event, yaml.MappingEndEvent | yaml.SequenceEndEvent):
             depth -= 1
             anchor, start = open_at.pop()
             if anchor is not None:
                 anchors[anchor] = expanded - start
-        elif kind is yaml.ScalarEvent:
+        elif isinstance(event, yaml.ScalarEvent):
             expanded += 1
             if event.anchor is not None:
                 anchors[event.anchor] = 1
-        elif kind is yaml.AliasEvent:
-            expanded += anchors.get(event.anchor, 1)
+        elif isinstance(event, yaml.AliasEvent):
+            expanded += anchors.get(event.anchor, 1) if event.anchor is not None else 1
         else:
             continue
         if expanded > MAX_NODES:
@@ -276,7 +275,7 @@ def check_structure(text: str) -> None:
             )
 
 
-class _StrictLoader(_PARSER):  # type: ignore[misc, valid-type]
+class _StrictLoader(_PARSER):  # type: ignore[misc, valid-type]  # the C loader where PyYAML has it, else the Python one
     """Safe YAML, except that a key given twice in one mapping is an error, not "the last one wins"."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:

@@ -44,7 +44,7 @@ def load(name: str) -> Domain:
         raise UnknownDomainError(name, sorted(eps))
     try:
         obj = eps[name].load()
-    except Exception as exc:  # noqa: BLE001 - re-raised typed, with the cause chained
+    except Exception as exc:  # re-raised typed, with the cause chained
         log.exception("domain %s failed to load", name)
         raise DomainLoadError(f"domain {name!r} is registered but failed to import: {exc}") from exc
     return obj() if isinstance(obj, type) else obj

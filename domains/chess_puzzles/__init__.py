@@ -17,9 +17,7 @@ from whale.domain import DEFAULT_ALLOWED_IMPORTS, Domain
 
 if TYPE_CHECKING:
     from chess_puzzles.env import ChessEnvironment
-    from whale.core.spec import Data, Verifier
-    from whale.data.full import FullData
-    from whale.store import Store
+    from whale.domain import Data, FullData, Store, Verifier
 
 HERE = Path(__file__).resolve().parent
 
@@ -59,9 +57,9 @@ class ChessPuzzles(Domain):
 
     def load_split(self, split: str, data: Data, store: Store | None = None) -> list[dict[str, Any]]:
         if data.source == "full":  # the Lichess database, prepared into the run's store (chess_puzzles.full)
-            from whale.data import full
+            from whale.domain import load_full_split
 
-            return [to_item(row) for row in full.load_split(store, self.full_data(), data, split)]
+            return [to_item(row) for row in load_full_split(store, self.full_data(), data, split)]
         from chess_puzzles import prep
 
         rows = prep.load_split(store, data, split) if store is not None else prep.rows_in_memory(data, split)

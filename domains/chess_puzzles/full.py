@@ -38,10 +38,10 @@ from chess_puzzles.puzzle import (
     parse_puzzle,
     raw_row,
 )
-from whale.data.full import FullData, FullDataError, Source
+from whale.domain import FullData, FullDataError, Source
 
 if TYPE_CHECKING:
-    from whale.core.spec import Data
+    from whale.domain import Data
 
 LICHESS = Source(
     name="lichess-puzzles",

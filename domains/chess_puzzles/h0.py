@@ -43,7 +43,7 @@ class Harness(BaseHarness):
         last = observation.get("last_reply")
         return {
             **observation,
-            "accepted": ", ".join(f"{u} ({s})" for u, s in zip(accepted, sans)) or "none yet",
+            "accepted": ", ".join(f"{u} ({s})" for u, s in zip(accepted, sans, strict=False)) or "none yet",
             "last_reply": f"{last} ({observation.get('last_reply_san')})" if last else "none",
             "legal": "\n".join(f"- [{m['uci']}] SAN={m['san']}" for m in legal),
         }

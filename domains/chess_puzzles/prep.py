@@ -12,7 +12,7 @@ Choices (docs/data.md says the same):
   (default 256, the paper's size) are D_test, the next ``harnessSize`` (256) D_harness, the rest D_weight
   (capped at ``weightSize``). Caps on D_weight never move an item between test and harness.
 
-Splits live in the store under ``data/chess_puzzles/<tag>/`` (``whale.core.layout.data_prefix``), where the tag
+Splits live in the store under ``data/chess_puzzles/<tag>/`` (``whale.domain.data_prefix``), where the tag
 hashes the source file and the split settings; ``manifest.json`` is written last and holds counts and
 SHA-256 hashes. A later call re-uses the files when the manifest matches and the hashes check out.
 """
@@ -41,12 +41,10 @@ from chess_puzzles.puzzle import (
     parse_puzzle,
     raw_row,
 )
-from whale.core import layout
-from whale.domain import SPLITS, data_root
+from whale.domain import SPLITS, data_prefix, data_root
 
 if TYPE_CHECKING:
-    from whale.core.spec import Data
-    from whale.store import Store
+    from whale.domain import Data, Store
 
 DOMAIN = "chess_puzzles"
 SOURCE_FILE = "lichess_puzzles_sample.csv"
@@ -214,7 +212,7 @@ def tag_of(config: dict[str, Any]) -> str:
 
 
 def split_prefix(config: dict[str, Any]) -> str:
-    return f"{layout.data_prefix(DOMAIN)}/{tag_of(config)}"
+    return f"{data_prefix(DOMAIN)}/{tag_of(config)}"
 
 
 def build_manifest(config: dict[str, Any], source: Path, rows: int, splits: Splits) -> dict[str, Any]:
@@ -272,7 +270,7 @@ def materialise(store: Store, data: Data) -> dict[str, Any]:
     prefix = split_prefix(config)
     manifest_key = f"{prefix}/manifest.json"
     existing = store.read_json_or_none(manifest_key)
-    if _manifest_ok(store, prefix, existing, config):
+    if existing is not None and _manifest_ok(store, prefix, existing, config):
         return existing
     for name in SPLITS:
         store.write_bytes(f"{prefix}/{name}.jsonl", split_bytes(splits.items[name]))

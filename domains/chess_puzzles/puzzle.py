@@ -92,7 +92,7 @@ def parse_puzzle(row: Mapping[str, Any]) -> Puzzle:
         raise PuzzleError(puzzle_id, f"invalid FEN {fen!r}: {exc}") from None
     status = board.status()
     if status != chess.STATUS_VALID:
-        flags = [flag.name for flag in chess.Status if flag and flag in status]
+        flags = [str(flag.name) for flag in chess.Status if flag and flag in status]
         raise PuzzleError(puzzle_id, f"impossible position in FEN {fen!r}: {', '.join(flags)}")
 
     moves = tuple(_text(row, "Moves").split())

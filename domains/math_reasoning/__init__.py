@@ -19,9 +19,7 @@ from whale.domain import DEFAULT_ALLOWED_IMPORTS, DomainError, SplitsInMemoryDom
 
 if TYPE_CHECKING:
     from math_reasoning.env import MathEnvironment
-    from whale.core.spec import Data, Verifier
-    from whale.data.full import FullData
-    from whale.tools.code import CodeRunner
+    from whale.domain import CodeRunner, Data, FullData, Verifier
 
 HERE = Path(__file__).resolve().parent
 
@@ -94,16 +92,15 @@ class MathReasoning(SplitsInMemoryDomain):
         """The code runner every episode of this process shares (resolved once, from the environment)."""
         with self._lock:
             if self._runner is None:
-                from whale.harness.launch import tool_isolation
-                from whale.tools.client import code_runner_from_env
+                from whale.domain import code_runner_from_env, tool_isolation
 
-                self._runner = code_runner_from_env(tool_isolation(self._isolation))  # type: ignore[arg-type]
+                self._runner = code_runner_from_env(tool_isolation(self._isolation))  # type: ignore[arg-type]  # a spec.sandbox.isolation value
             return self._runner
 
     def make_env(self, item: dict[str, Any]) -> MathEnvironment:
         from math_reasoning.env import MathEnvironment
 
-        return MathEnvironment(item, self.runner(), self.answer_match)  # type: ignore[arg-type]
+        return MathEnvironment(item, self.runner(), self.answer_match)  # type: ignore[arg-type]  # a spec.verifier.mathAnswer value
 
     def tool_specs(self) -> list[dict[str, Any]]:
         from math_reasoning.env import TOOL_SPEC

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import random
+from collections.abc import Set
 from pathlib import Path
 from typing import Any
 
@@ -57,7 +58,7 @@ def _key(problem: str) -> str:
     return " ".join(problem.split()).lower()
 
 
-def dedup(rows: list[Row], exclude: set[str] = frozenset()) -> list[Row]:
+def dedup(rows: list[Row], exclude: Set[str] = frozenset()) -> list[Row]:
     """Drop repeated problems (first wins) and any problem that is also a test problem."""
     seen = set(exclude)
     out = []

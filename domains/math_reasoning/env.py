@@ -12,8 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from math_reasoning.verifier import AnswerMatch, extracted_answer, score
-from whale.domain import DomainError, Environment, StepResult, UnknownToolError
-from whale.tools.code import CodeRunner
+from whale.domain import CodeRunner, DomainError, Environment, StepResult, UnknownToolError
 
 TOOL_NAME = "code_interpreter"
 TOOL_SPEC: dict[str, Any] = {

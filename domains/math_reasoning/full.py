@@ -21,10 +21,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whale.data.full import FullData, FullDataError, Source
+from whale.domain import FullData, FullDataError, Source
 
 if TYPE_CHECKING:
-    from whale.core.spec import Data
+    from whale.domain import Data
 
 DAPO_REVISION = "65877096c24ffa7abc4e4fa5edb95cf3413a5674"
 DAPO = Source(
@@ -57,7 +57,8 @@ def dedup_rows(rows: Iterator[dict[str, Any]]) -> tuple[list[dict[str, Any]], in
     """DAPO rows (``prompt``: [{role, content}], ``reward_model``: {ground_truth}) -> distinct items in file
     order, and the number of rows read. Pure over the rows."""
     seen: set[str] = set()
-    items, n = [], 0
+    items: list[dict[str, Any]] = []
+    n = 0
     for row in rows:
         n += 1
         prompt = row.get("prompt") or []

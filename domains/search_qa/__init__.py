@@ -23,22 +23,19 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whale.core import layout
 from whale.domain import (
     DEFAULT_ALLOWED_IMPORTS,
     DomainError,
     SplitsInMemoryDomain,
     ToolService,
+    data_prefix,
     data_root,
     default_data_root,
 )
 
 if TYPE_CHECKING:
     from search_qa.env import SearchEnvironment
-    from whale.core.spec import Data
-    from whale.data.full import FullData
-    from whale.store import Store
-    from whale.tools.retrieval_index import Retriever
+    from whale.domain import Data, FullData, Retriever, Store
 
 HERE = Path(__file__).resolve().parent
 CORPUS_ENV = "WHALE_SEARCH_CORPUS"
@@ -97,7 +94,7 @@ class SearchQA(SplitsInMemoryDomain):
         publish the index folder (``COMPLETE`` last); skipped when the store has it."""
         from search_qa.data import corpus_path, resolve_corpus
 
-        prefix = layout.data_prefix(self.name)
+        prefix = data_prefix(self.name)
         if resolve_corpus(data.corpus) == "local":
             key = f"{prefix}/{LOCAL_CORPUS_KEY}"
             if not store.exists(key):
@@ -106,8 +103,7 @@ class SearchQA(SplitsInMemoryDomain):
                     raise DomainError(f"{source}: missing; the local corpus is copied from there into the store")
                 store.upload_file(source, key)
             return
-        from whale.tools.prepare_index import ensure_published_wiki18
-        from whale.tools.retrieval_index import default_cache_dir
+        from whale.domain import default_cache_dir, ensure_published_wiki18
 
         work = default_cache_dir() / "wiki18-e5"  # a retry in the same pod resumes the downloads
         if ensure_published_wiki18(store, f"{prefix}/{WIKI18_INDEX_KEY.rstrip('/')}", work):
@@ -180,7 +176,7 @@ class SearchQA(SplitsInMemoryDomain):
         with self._lock:
             if self._retriever is None:
                 from search_qa.data import corpus_path
-                from whale.tools.client import retriever_from_env
+                from whale.domain import retriever_from_env
 
                 corpus = None
                 if self._corpus == "local":

@@ -218,7 +218,7 @@ def corpus_path(root: Path) -> Path:
 
 
 def _answerable_cache_dir() -> Path:
-    from whale.tools.retrieval_index import default_cache_dir
+    from whale.domain import default_cache_dir
 
     return default_cache_dir().parent / SUBDIR
 
@@ -227,7 +227,7 @@ def answerable_ids(root: Path, *, topk: int = ANSWERABLE_TOPK, cache_dir: Path |
     """Ids of the training questions whose gold answer BM25 retrieves in the top ``topk`` passages of the
     local corpus for the question itself. ~12 s of BM25 for 18 k questions the first time; then read
     from ``$WHALE_CACHE_DIR/search_qa`` (keyed by the SHA-256 of the corpus and the train files)."""
-    from whale.tools import retrieval_index
+    from whale.domain import retrieval
 
     corpus = corpus_path(root)
     files = [corpus] + [Path(root) / SUBDIR / "train" / f for f in TRAIN_FILES]
@@ -240,8 +240,8 @@ def answerable_ids(root: Path, *, topk: int = ANSWERABLE_TOPK, cache_dir: Path |
     parts = [
         ANSWERABLE_VERSION,
         str(topk),
-        f"k1={retrieval_index.BM25_K1},b={retrieval_index.BM25_B}",
-        *(retrieval_index.file_digest(f) for f in files),
+        f"k1={retrieval.BM25_K1},b={retrieval.BM25_B}",
+        *(retrieval.file_digest(f) for f in files),
     ]
     key = hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
     cache = cache_dir or _answerable_cache_dir()
@@ -249,10 +249,8 @@ def answerable_ids(root: Path, *, topk: int = ANSWERABLE_TOPK, cache_dir: Path |
     if path.is_file():
         return frozenset(json.loads(path.read_text())["ids"])
     rows = train_rows(root)
-    retriever = retrieval_index.build(
-        corpus, "bm25", retrieval_index.default_cache_dir() if cache_dir is None else cache_dir
-    )
-    ids = sorted(r["id"] for r, hit in zip(rows, answer_hits(rows, retriever, topk)) if hit)
+    retriever = retrieval.build(corpus, "bm25", retrieval.default_cache_dir() if cache_dir is None else cache_dir)
+    ids = sorted(r["id"] for r, hit in zip(rows, answer_hits(rows, retriever, topk), strict=True) if hit)
     log.info("%d of %d training questions have their answer in BM25's top %d", len(ids), len(rows), topk)
     cache.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=cache, prefix=".answerable-")
@@ -267,6 +265,6 @@ def answer_hits(items: list[Row], retriever: Any, topk: int, batch: int = 256) -
     out: list[bool] = []
     for start in range(0, len(items), batch):
         chunk = items[start : start + batch]
-        for item, hits in zip(chunk, retriever.search([i["question"] for i in chunk], topk)):
+        for item, hits in zip(chunk, retriever.search([i["question"] for i in chunk], topk), strict=True):
             out.append(any(answer_in(normalize(h.passage.contents), item["golden_answers"]) for h in hits[:topk]))
     return out

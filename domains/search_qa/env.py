@@ -14,8 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from search_qa.verifier import last_answer, score
-from whale.domain import DomainError, Environment, StepResult, UnknownToolError
-from whale.tools.retrieval_index import Hit, Retriever
+from whale.domain import DomainError, Environment, Hit, Retriever, StepResult, UnknownToolError
 
 TOOL_NAME = "search"
 MAX_QUERIES = 8
@@ -118,12 +117,12 @@ class SearchEnvironment(Environment):
         try:
             retriever = self._retriever if hasattr(self._retriever, "search") else self._retriever()
             results = retriever.search(queries, topk)
-        except Exception as exc:  # noqa: BLE001 - any retriever failure is the model's tool error
+        except Exception as exc:  # any retriever failure is the model's tool error
             raise ToolError(f"search failed: {exc}") from exc
         blocks = [format_hits(hits, doc_tokens) for hits in results]
         if len(queries) == 1:
             return blocks[0]
-        return "\n---\n".join(f"Query: {q}\n{b}" for q, b in zip(queries, blocks))
+        return "\n---\n".join(f"Query: {q}\n{b}" for q, b in zip(queries, blocks, strict=True))
 
     def reward(self) -> float:
         return score(self.final_reply, self.item["golden_answers"])

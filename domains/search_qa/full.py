@@ -27,10 +27,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from whale.data.full import FullData, FullDataError, Source
+from whale.domain import FullData, FullDataError, Source
 
 if TYPE_CHECKING:
-    from whale.core.spec import Data
+    from whale.domain import Data
 
 HUB = "https://huggingface.co/datasets/RUC-NLPIR/FlashRAG_datasets/resolve/main"
 #: benchmark -> (source name, file in the FlashRAG release, its rows)
@@ -78,7 +78,7 @@ def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
     n = 0
     try:
         with Path(path).open(encoding="utf-8") as fh:
-            for n, line in enumerate(fh, 1):
+            for n, line in enumerate(fh, 1):  # noqa: B007 - n names the bad line in the error below
                 if line.strip():
                     yield json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:

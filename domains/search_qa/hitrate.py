@@ -20,14 +20,13 @@ from typing import Any
 
 from search_qa.data import answer_in, corpus_path, load_splits, missing_benchmarks, resolve_corpus, train_filter_for
 from search_qa.verifier import normalize
-from whale.domain import default_data_root
-from whale.tools import retrieval_index
+from whale.domain import default_data_root, retrieval
 
-__all__ = ["answer_in", "hit_rates", "split_rates", "main"]
+__all__ = ["answer_in", "hit_rates", "main", "split_rates"]
 
 
 def hit_rates(
-    items: list[dict], retriever: retrieval_index.Retriever, ks: list[int], batch: int = 64
+    items: list[dict], retriever: retrieval.Retriever, ks: list[int], batch: int = 64
 ) -> dict[str, dict[int, float]]:
     """{subset: {k: hit rate}} (pure given the retriever); items without a subset count as "all"."""
     kmax = max(ks)
@@ -36,7 +35,7 @@ def hit_rates(
     for start in range(0, len(items), batch):
         chunk = items[start : start + batch]
         results = retriever.search([i["question"] for i in chunk], kmax)
-        for item, row in zip(chunk, results):
+        for item, row in zip(chunk, results, strict=True):
             sub = item.get("subset", "all")
             counts[sub] = counts.get(sub, 0) + 1
             norms = [normalize(h.passage.contents) for h in row]
@@ -57,7 +56,7 @@ def sample(items: list[dict], n: int | None, seed: int) -> list[dict]:
 
 def split_rates(
     splits: dict[str, list[dict]],
-    retriever: retrieval_index.Retriever,
+    retriever: retrieval.Retriever,
     ks: list[int],
     *,
     sample_size: int | None = None,
@@ -84,22 +83,22 @@ def split_rates(
 
 def _retriever(args: argparse.Namespace, root: Path) -> Any:
     if args.retriever_url:
-        from whale.tools.client import RetrieverClient
+        from whale.domain import RetrieverClient
 
         client = RetrieverClient(args.retriever_url, timeout_s=300)
         client.wait_ready(60)
         return client
     if args.index_dir:
-        return retrieval_index.open_dense(args.index_dir)
+        return retrieval.open_dense(args.index_dir)
     if resolve_corpus(args.corpus) == "wiki18":
         raise SystemExit("hitrate: --corpus wiki18 needs its retriever: --retriever-url or --index-dir")
-    return retrieval_index.shared(corpus_path(root), args.method)
+    return retrieval.shared(corpus_path(root), args.method)
 
 
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(prog="python -m search_qa.hitrate", description=__doc__.split("\n\n")[0])
     p.add_argument(
-        "--method", choices=retrieval_index.METHODS, default="bm25", help="in-process retriever of the local corpus"
+        "--method", choices=retrieval.METHODS, default="bm25", help="in-process retriever of the local corpus"
     )
     p.add_argument(
         "--corpus", choices=("local", "wiki18"), default="local", help="the spec.data.corpus whose splits are measured"

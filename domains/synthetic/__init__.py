@@ -15,8 +15,7 @@ from synthetic import tasks
 from whale.domain import DEFAULT_ALLOWED_IMPORTS, Domain, DomainError, Environment, StepResult
 
 if TYPE_CHECKING:
-    from whale.core.spec import Data
-    from whale.store import Store
+    from whale.domain import Data, Store
 
 HERE = Path(__file__).resolve().parent
 

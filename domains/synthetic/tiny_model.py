@@ -95,23 +95,20 @@ def format_conversations(n: int, seed: int, copy_prob: float = 0.0) -> list[list
 def build(out_dir: Path, *, seed: int = 0, format_updates: int = 50, copy_prob: float = 1.0) -> Path:
     """Tokenizer + tiny model taught the answer format (and, with ``copy_prob``, a weak prior for the
     task: it starts near ``copy_prob + (1 - copy_prob) / 10`` reward); saved as an HF checkpoint."""
-    import torch
-
-    from whale.rsft.collate import encode_trajectory
-    from whale.rsft.config import RSFTConfig
-    from whale.rsft.rejection import Trajectory
-    from whale.rsft.trainer import SFTTrainer
+    from whale.domain import sft_warmup
 
     tokenizer = build_tokenizer()
     model = build_model(len(tokenizer), seed)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
-    cfg = RSFTConfig(mini_batch_size=32, micro_batch_size_per_gpu=32, learning_rate=3e-3, precision="fp32")
-    trainer = SFTTrainer(model, cfg, device=torch.device("cpu"), pad_id=tokenizer.pad_token_id)
-    examples = []
-    for conv in format_conversations(32 * format_updates, seed, copy_prob):
-        examples += encode_trajectory(tokenizer, Trajectory(prompt_index=0, messages=tuple(conv), reward=1.0))
-    trainer.train(examples, lr=cfg.learning_rate, seed=seed)
+    sft_warmup(
+        model,
+        tokenizer,
+        format_conversations(32 * format_updates, seed, copy_prob),
+        learning_rate=3e-3,
+        seed=seed,
+        batch_size=32,
+    )
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out_dir)

@@ -763,7 +763,7 @@ def tool_deployment(
                 "-m",
                 "whale.tools.fetch",
                 store_uri,
-                *[x for pair in zip(keys, local) for x in pair],
+                *[x for pair in zip(keys, local, strict=True) for x in pair],
             ],
             "env": storage_env(spec),
             "volumeMounts": [{"name": "data", "mountPath": "/data"}],
@@ -773,7 +773,7 @@ def tool_deployment(
         if env_from:
             fetch["envFrom"] = env_from
         pod["initContainers"] = [fetch]
-        cmd += [x for (_, flag), path in zip(tool.fetch, local) for x in (flag, path)]
+        cmd += [x for (_, flag), path in zip(tool.fetch, local, strict=True) for x in (flag, path)]
         volumes.append({"name": "data", "emptyDir": {}})
     container["command"] = cmd
     pl = component_placement(spec, TOOLS)

@@ -66,7 +66,8 @@ class JobLauncher:
         if store.read_json_or_none(layout.spec_key(run.name)) != spec_wire:
             store.write_json(layout.spec_key(run.name), spec_wire)
         write_request(store, run.name, req)  # before the Job: the workload reads it first thing
-        assert spec.storage.uri is not None
+        if spec.storage.uri is None:  # config.parse_spec refuses such a spec before this
+            raise ValueError("spec.storage.uri: the operator needs an object store")
         svc = builders.rendezvous_service(run, spec, req)
         if svc is not None:
             self.ensure(svc)
@@ -94,7 +95,8 @@ class JobLauncher:
         replicas: int,
         tools: tuple[ToolService, ...],
     ) -> list[dict[str, Any]]:
-        assert spec.storage.uri is not None
+        if spec.storage.uri is None:  # config.parse_spec refuses such a spec before this
+            raise ValueError("spec.storage.uri: the operator needs an object store")
         out: list[dict[str, Any]] = []
         if builders.uses_vllm(spec):
             out.append(

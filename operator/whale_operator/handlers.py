@@ -40,7 +40,7 @@ DEFAULT_ERROR_BACKOFF_S = 5.0
 MANAGED = {"app.kubernetes.io/managed-by": names.MANAGED_BY}
 
 
-@kopf.on.startup()
+@kopf.on.startup()  # type: ignore[arg-type]  # kopf passes its kwargs by name; the handler takes the ones it uses
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
     """Clients, metrics and settings of this operator process (resolved once, here)."""
     settings.persistence.finalizer = f"{API_GROUP}/operator"
@@ -101,7 +101,7 @@ def _wakeup(memo: kopf.Memo, uid: str) -> asyncio.Event:
     return wakeups[uid]
 
 
-@kopf.daemon(API_GROUP, API_VERSION, PLURAL, cancellation_polling=0.5)
+@kopf.daemon(API_GROUP, API_VERSION, PLURAL, cancellation_polling=0.5)  # type: ignore[arg-type]  # as above
 async def whalerun_daemon(
     name: str,
     namespace: str,
@@ -123,7 +123,7 @@ async def whalerun_daemon(
             delay = memo.resync_s
             try:
                 outcome = await asyncio.to_thread(_timed_reconcile, reconciler, metrics, namespace, name)
-            except Exception as exc:  # noqa: BLE001 - logged with traceback, counted, retried
+            except Exception as exc:
                 metrics.reconcile_errors.labels(error=type(exc).__name__).inc()
                 delay = memo.error_backoff_s
                 logger.exception("reconcile of %s/%s failed; retrying in %.0f s", namespace, name, delay)

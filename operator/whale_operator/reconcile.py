@@ -284,7 +284,8 @@ class Reconciler:
                 wire = spec.to_wire()
                 if store.read_json_or_none(layout.spec_key(run.name)) != wire:
                     store.write_json(layout.spec_key(run.name), wire)  # before the Job: it reads it first thing
-                assert spec.storage.uri is not None
+                if spec.storage.uri is None:  # config.parse_spec refuses such a spec before this
+                    raise ValueError("spec.storage.uri: the operator needs an object store")
                 attempt += 1
                 if self.jobs.ensure(builders.prepare_job(run, spec, attempt, store_uri=spec.storage.uri)):
                     events.append(

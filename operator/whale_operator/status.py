@@ -23,6 +23,13 @@ FAILED = ConditionType.FAILED.value
 REWARD_INTEGRITY = ConditionType.REWARD_INTEGRITY.value
 CONDITION_TYPES = (INFERENCE_READY, PROGRESSING, SUSPENDED, SUCCEEDED, FAILED, REWARD_INTEGRITY)
 
+#: the Progressing condition's reason while a stage runs
+_STAGE_REASON: dict[Stage | None, str] = {
+    Stage.WEIGHT: "WeightPhase",
+    Stage.HARNESS: "HarnessPhase",
+    Stage.EVAL: "Evaluating",
+}
+
 NORMAL = "Normal"
 WARNING = "Warning"
 
@@ -67,9 +74,7 @@ def desired_conditions(status: WhaleRunStatus, inference: InferenceView) -> list
         prog = _cond(
             PROGRESSING,
             True,
-            {Stage.WEIGHT: "WeightPhase", Stage.HARNESS: "HarnessPhase", Stage.EVAL: "Evaluating"}.get(
-                status.stage, "Starting"
-            ),
+            _STAGE_REASON.get(status.stage, "Starting"),
             f"cycle {status.cycle}, {where}",
         )
     elif phase is RunPhase.PENDING:

@@ -64,7 +64,12 @@ def test_seeded_rows_do_not_depend_on_what_shares_the_batch(synthetic_dir: Path)
 
     batches: list[int] = []
     generate = client._generate
-    client._generate = lambda batch: (batches.append(sum(r.n for r in batch)), generate(batch))[1]  # type: ignore[method-assign]
+
+    def counting(batch):
+        batches.append(sum(r.n for r in batch))
+        return generate(batch)
+
+    client._generate = counting
     with_others = asyncio.run(crowded())
     assert batches == [9]  # one generate call for the three requests
     assert with_others[0] == alone
@@ -97,7 +102,9 @@ def test_shared_first_turn_gives_each_sample_its_own_completion_whatever_the_arr
         client, shared = NumberedClient(), SharedFirstTurn(3, seed=7)
         got = {}
         for index in order:
-            _, completion = await shared.take(client, messages, None, HOT, index)
+            taken = await shared.take(client, messages, None, HOT, index)
+            assert taken is not None
+            _, completion = taken
             got[index] = completion.message["content"]
         return got, client.calls
 
@@ -146,7 +153,7 @@ def test_same_model_and_harness_give_the_same_mean_at_k_whatever_the_concurrency
     mean, rewards, replies = first
     assert len(rewards) == 12 and len(replies) == 48
     assert 0.0 < mean < 1.0  # the rewards vary, so equal per-item rewards are a real check
-    other_mean, other_rewards, other_replies = _evaluate(
+    _other_mean, other_rewards, other_replies = _evaluate(
         tmp_path, "c", model=model, evaluation={"seed": 1}, inference={"backend": "transformers", "maxConcurrency": 48}
     )
     assert other_replies != replies and other_rewards != rewards

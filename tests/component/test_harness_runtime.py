@@ -271,7 +271,7 @@ class RecordingClient(ScriptedClient):
         super().__init__(replies)
         self.ns: list[int] = []
 
-    async def chat(self, messages, sampling, n=1, tools=None):  # noqa: ANN001, ANN201 - the interface's
+    async def chat(self, messages, sampling, n=1, tools=None):  # the interface's
         self.ns.append(n)
         return await super().chat(messages, sampling, n, tools)
 

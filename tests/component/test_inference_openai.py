@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import pytest
 
@@ -14,7 +15,7 @@ from whale.inference.base import InferenceError, SamplingParams
 from whale.inference.openai_http import OpenAIClient
 from whale.inference.server import free_port
 
-FAST_RETRIES = {"max_retries": 3, "backoff_s": 0.01, "max_backoff_s": 0.02}
+FAST_RETRIES: dict[str, Any] = {"max_retries": 3, "backoff_s": 0.01, "max_backoff_s": 0.02}
 
 
 async def test_chat_against_the_tiny_model_server(tiny_model_server: str) -> None:
@@ -26,7 +27,7 @@ async def test_chat_against_the_tiny_model_server(tiny_model_server: str) -> Non
     assert 3 <= result.completion_tokens <= 24
     assert sum(c.completion_tokens for c in result.completions) == result.completion_tokens
     assert all(c.finish_reason in ("stop", "length") for c in result.completions)
-    assert all(len(c.token_ids) == c.completion_tokens for c in result.completions)
+    assert all(len(c.token_ids or []) == c.completion_tokens for c in result.completions)
 
 
 async def test_greedy_is_reproducible_over_http(tiny_model_server: str) -> None:

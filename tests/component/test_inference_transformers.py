@@ -42,7 +42,7 @@ async def test_concurrent_requests_share_one_generate_call(fresh: tuple[Any, Any
     for result in results:
         assert len(result.completions) == 2
         assert result.prompt_tokens > 0
-        assert result.completion_tokens == sum(len(c.token_ids) for c in result.completions)
+        assert result.completion_tokens == sum(len(c.token_ids or []) for c in result.completions)
         assert all(c.completion_tokens <= 5 for c in result.completions)
 
 

@@ -39,7 +39,7 @@ def invoke(*args: str, env: dict | None = None):
 
 
 def svg_groups(path: Path) -> dict[str, ET.Element]:
-    return {g.get("id"): g for g in ET.parse(path).getroot().iter(f"{SVG}g") if g.get("id")}
+    return {str(g.get("id")): g for g in ET.parse(path).getroot().iter(f"{SVG}g") if g.get("id")}
 
 
 def test_report_of_the_three_conditions_draws_each_run_and_tables_its_status(stores, tmp_path):

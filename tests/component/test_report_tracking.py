@@ -73,7 +73,7 @@ def wandb_history(root: Path) -> tuple[list[dict], list[tuple[str, list[str]]], 
             if kind in (2, 3):
                 buf = data if kind == 2 else buf + data
                 continue
-            record = pb.Record.FromString(buf + data if kind == 4 else data)
+            record = pb.Record.FromString(buf + data if kind == 4 else data)  # type: ignore[attr-defined]  # protobuf-generated
             which = record.WhichOneof("record_type")
             if which == "history":
                 rows.append({i.key or "/".join(i.nested_key): json.loads(i.value_json) for i in record.history.item})
@@ -194,7 +194,7 @@ def test_export_phase_logs_each_finished_phase_as_the_workloads_call_it(tracked_
 
 
 def test_export_phase_is_off_by_default_and_never_fails_a_phase(tracked_store, caplog, monkeypatch):
-    store, status, _ = tracked_store
+    store, _status, _ = tracked_store
     spec_key = layout.spec_key("sim-whale")
     spec = store.read_json(spec_key)
     store.write_json(spec_key, {k: v for k, v in spec.items() if k != "tracking"})

@@ -157,7 +157,7 @@ def test_service_serves_the_e5_index_in_search_r1_shape(tmp_path, built, corpus)
         assert resp.status_code == 200
         result = resp.json()["result"]
         assert len(result) == 4 and all(len(row) == 5 for row in result)
-        for i, row in zip(picks, result):
+        for i, row in zip(picks, result, strict=True):
             assert set(row[0]) == {"document", "score"}
             assert row[0]["document"]["id"] == str(i + 1)  # a passage is retrieved for its own text
             assert row[0]["document"]["contents"] == texts[i]

@@ -93,14 +93,15 @@ def _rank_main(rank: int, world: int, port: int, store_root: str, out_dir: str) 
 
     dist.follow = follow_and_keep_weights
     store = open_store(store_root) if rank == 0 else ForbiddenStore()
-    result = train.run_train(store, RUN, PHASE)
+    result = train.run_train(store, RUN, PHASE)  # type: ignore[arg-type]  # ForbiddenStore: a double that raises on use
     assert (result is not None) == (rank == 0)
 
 
 def _checkpoint_weights(root: Path, step: int) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
-    folder = Path(open_store(str(root)).local_path(layout.checkpoint_prefix(RUN, step)))
+    folder = open_store(str(root)).local_path(layout.checkpoint_prefix(RUN, step))
+    assert folder is not None
     return load_file(folder / "model.safetensors")
 
 

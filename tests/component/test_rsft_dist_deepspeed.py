@@ -48,7 +48,8 @@ def model_dir(tmp_path_factory) -> Path:
 def _weights(root: Path, step: int) -> dict[str, torch.Tensor]:
     from safetensors.torch import load_file
 
-    folder = Path(open_store(str(root)).local_path(layout.checkpoint_prefix(RUN, step)))
+    folder = open_store(str(root)).local_path(layout.checkpoint_prefix(RUN, step))
+    assert folder is not None
     return load_file(folder / "model.safetensors")
 
 
@@ -124,7 +125,7 @@ def _zero3_rank(rank: int, world: int, port: int, out_dir: str) -> None:
     try:
         from whale.rsft.deepspeed_trainer import DeepSpeedTrainer
 
-        trainer = DeepSpeedTrainer(
+        ds_trainer = DeepSpeedTrainer(
             model,
             cfg,
             device=torch.device("cpu"),
@@ -132,9 +133,9 @@ def _zero3_rank(rank: int, world: int, port: int, out_dir: str) -> None:
             config_path=Path(out_dir) / "ds_zero3_cpu.json",
             world_size=world,
         )
-        stats = trainer.train(_examples(tok), lr=1e-3, seed=0)
-        weights = trainer.gathered_state_dict()
-        optimizer = trainer.optimizer_state()
+        stats = ds_trainer.train(_examples(tok), lr=1e-3, seed=0)
+        weights = ds_trainer.gathered_state_dict()
+        optimizer = ds_trainer.optimizer_state()
         if rank == 0:
             torch.save(
                 {"weights": weights, "loss": stats.loss, "shards": len(optimizer["shards"])}, f"{out_dir}/zero3.pt"

@@ -77,7 +77,9 @@ def test_steps_that_keep_nothing_warn_train_nothing_and_are_listed_in_the_result
     result = WeightPhaseResult.model_validate(store.read_json(layout.result_key(RUN, "c01-weight")))
     assert result.empty_steps == [1, 2] and result.final_step == 2
     # nothing trained: the final checkpoint holds the base model's weights, byte for byte
-    final = Path(store.local_path(layout.checkpoint_prefix(RUN, 2))) / "model.safetensors"
+    folder = store.local_path(layout.checkpoint_prefix(RUN, 2))
+    assert folder is not None
+    final = folder / "model.safetensors"
     from safetensors.torch import load_file
 
     base, after = load_file(model_dir / "model.safetensors"), load_file(final)

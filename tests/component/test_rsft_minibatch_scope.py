@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import socket
+from typing import Literal
 
 import pytest
 
@@ -22,7 +23,7 @@ SEQUENCES = 10
 MINI = 2
 EPOCHS = 2
 #: (scope, miniBatchSize) each rank trains with; one process also trains global with 2 x MINI
-RUNS = [("perRank", MINI), ("global", MINI), ("global", 2 * MINI)]
+RUNS: list[tuple[Literal["perRank", "global"], int]] = [("perRank", MINI), ("global", MINI), ("global", 2 * MINI)]
 
 
 def _examples(tok):
@@ -56,7 +57,7 @@ def _train(rank: int, world: int, port: int, out_dir: str) -> None:
                 mini_batch_scope=scope,
             )
             trainer = SFTTrainer(model, cfg, device=torch.device("cpu"), pad_id=tok.pad_token_id)
-            steps = []
+            steps: list[int] = []
             real_step = trainer.optimizer.step
 
             def counting_step(*args, _steps=steps, _real=real_step, **kwargs):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from whale.sandbox import Isolation, Limits, MiB, Outcome, SandboxCallError, SandboxWorker, run_python
+from whale.sandbox import Limits, MiB, Outcome, SandboxCallError, SandboxWorker, run_python
 from whale.sandbox.policy import BASE_ENV
 
 ROOT = os.geteuid() == 0

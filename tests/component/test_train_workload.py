@@ -69,7 +69,7 @@ def test_several_rsft_steps_end_to_end_with_complete_metrics_and_checkpoints(tmp
     lines = metrics(store, "c01-weight")
     assert [line["step"] for line in lines] == [1, 2, 3]
     for line in lines:
-        assert METRIC_KEYS <= set(line)
+        assert set(line) >= METRIC_KEYS
         parsed = WeightStepMetrics.model_validate(line)
         assert parsed.rollouts == 8 * 4 and 0 <= parsed.acceptance_rate <= 1
         assert parsed.kept == round(parsed.acceptance_rate * parsed.rollouts)
@@ -101,7 +101,7 @@ def test_a_killed_phase_resumes_with_the_same_data_order_and_step_count(tmp_path
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
         state = store.read_json_or_none(latest)
-        if state and state["step"] >= 2 or proc.poll() is not None:
+        if (state and state["step"] >= 2) or proc.poll() is not None:
             break
         time.sleep(0.05)
     assert proc.poll() is None, "the phase finished before it could be killed"

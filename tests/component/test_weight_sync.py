@@ -82,7 +82,7 @@ def test_the_sidecar_follows_each_step_and_the_trainer_waits_for_the_ack(store, 
                 "storage": {"uri": store.uri},
             }
         )
-        client, sync, lock = make_sampling_backend(spec, model, tok, store, RUN, None)
+        _client, sync, lock = make_sampling_backend(spec, model, tok, store, RUN, None)
         assert isinstance(sync, StoreSync) and lock is None
         sync.poll_s, sync.ack_timeout_s = 0.05, 60
         for step in (1, 2, 3):

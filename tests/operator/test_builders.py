@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from whale import plugins
@@ -30,7 +32,7 @@ STORE = "s3://whale"
 
 
 def make_spec(**over) -> WhaleRunSpec:
-    doc = {
+    doc: dict[str, Any] = {
         "domain": "math_reasoning",
         "condition": "whale",
         "model": {"name": "Qwen/Qwen3.5-2B"},

@@ -13,7 +13,6 @@ import httpx
 import pytest
 
 from tests.fixtures.kube import APIError, EmulatedCluster, json_patch, label_match, wait_for
-from tests.operator.player import WR
 
 
 def test_metadata_generation_and_status_subresource(kube_cluster: EmulatedCluster, kube_namespace: str):

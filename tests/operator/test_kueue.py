@@ -3,11 +3,15 @@ from waiting for admission even though Kubernetes clears ``status.startTime`` on
 
 from __future__ import annotations
 
+from typing import Any
+
 from whale_operator import kueue
 
 
 def job(*, suspend: bool, annotations=None, start: str | None = None, active: int = 0, conditions=()):
-    status = {"conditions": [{"type": t, "status": s, "reason": r, "message": m} for t, s, r, m in conditions]}
+    status: dict[str, Any] = {
+        "conditions": [{"type": t, "status": s, "reason": r, "message": m} for t, s, r, m in conditions]
+    }
     if start:
         status["startTime"] = start
     if active:

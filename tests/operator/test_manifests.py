@@ -96,7 +96,7 @@ def test_examples_are_the_papers_twelve_runs_plus_a_tiny_cpu_run():
     chess = specs["chess-rsft"].rsft.sampling  # the paper's 8129 assistant tokens inside a 16384 window
     assert (chess.max_response_tokens, chess.episode_token_budget, chess.episode_window_tokens) == (8129, 8129, 16384)
     assert specs["tiny-cpu"].inference.backend == "transformers" and specs["tiny-cpu"].train.gpus_per_node == 0
-    for name, s in specs.items():
+    for name in specs:
         assert docs(MANIFESTS / "examples" / f"{name}.yaml")[0]["metadata"]["name"] == name
 
 
@@ -151,7 +151,9 @@ def children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
         builders.inference_service(run, spec),
     ]
     multi = spec.model_copy(update={"train": spec.train.model_copy(update={"num_nodes": 2})})
-    out += [builders.job(run, multi, reqs[0], store_uri=store), builders.rendezvous_service(run, multi, reqs[0])]
+    rendezvous = builders.rendezvous_service(run, multi, reqs[0])
+    assert rendezvous is not None  # two nodes
+    out += [builders.job(run, multi, reqs[0], store_uri=store), rendezvous]
     return out
 
 

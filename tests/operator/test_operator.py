@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.fixtures.kube import EmulatedCluster, wait_for
-from tests.operator.player import WR, WorkloadPlayer
+from tests.operator.player import WR
 from whale.core import layout
 from whale.core.protocol import WeightRequest
 from whale_operator import names
@@ -123,7 +123,7 @@ def test_adaptive_run_stops_phases_by_patience(start_operator, make_run, store):
                     run.harness_metrics(req, i)
                 done = i
                 try:
-                    wait_for(lambda: store.exists(stop), timeout_s=1.0, what="STOP")
+                    wait_for(lambda stop=stop: store.exists(stop), timeout_s=1.0, what="STOP")
                     break
                 except AssertionError:
                     continue

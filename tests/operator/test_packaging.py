@@ -26,7 +26,7 @@ from whale_operator.metrics import OperatorMetrics
 K8S_VERSIONS = [
     v
     for v in dict.fromkeys(kubernetes_validate.utils.all_versions())
-    if (1, 30) <= tuple(int(x) for x in v.split(".")[:2])
+    if tuple(int(x) for x in v.split(".")[:2]) >= (1, 30)
 ]
 MONITORING_GROUP = "monitoring.coreos.com/v1"
 
@@ -309,7 +309,7 @@ def test_the_fallback_renderer_refuses_what_it_does_not_implement(tmp_path):
 
 # ----- the Helm chart -------------------------------------------------------------------------------
 
-CHART_CASES = {
+CHART_CASES: dict[str, tuple[dict[str, Any], tuple[str, ...], bool]] = {
     # values -> what kustomize renders for the same install (the release namespace aside, unless createNamespace)
     "defaults": ({}, ("cluster",), False),
     "namespace-created": ({"createNamespace": True}, ("cluster",), True),

@@ -194,11 +194,11 @@ def test_the_local_backend_cannot_be_selected(tmp_path: Path) -> None:
         assert not hasattr(launch, removed), removed
     assert list(inspect.signature(launch.spawn_worker).parameters) == ["harness_path", "allowed_imports", "limits"]
     with pytest.raises(TypeError):
-        HarnessProcess(path, {"re"}, backend="local")  # type: ignore[call-arg]
+        HarnessProcess(path, {"re"}, backend="local")  # type: ignore[call-arg]  # the removed option, on purpose
     with pytest.raises(TypeError):
-        HarnessPool(path, {"re"}, backend="local")  # type: ignore[call-arg]
+        HarnessPool(path, {"re"}, backend="local")  # type: ignore[call-arg]  # the removed option, on purpose
     with pytest.raises(ValueError, match="isolation must be one of"):
-        SandboxLimits(isolation="local")  # type: ignore[arg-type]
+        SandboxLimits(isolation="local")  # type: ignore[arg-type]  # an invalid value, on purpose
 
 
 # ----- fail closed: the kernel refuses namespaces for real ---------------------------------------------

@@ -150,4 +150,4 @@ def test_no_isolation_only_by_name():
     with pytest.raises(ValueError, match="Isolation.level must be one of 'namespaces', 'none'"):
         Isolation(level="off")
     with pytest.raises(TypeError):  # the old automatic network fallback knob is gone
-        Isolation(network="auto")  # type: ignore[call-arg]
+        Isolation(network="auto")

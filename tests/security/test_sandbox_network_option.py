@@ -43,7 +43,7 @@ def test_the_default_has_no_network_and_host_must_be_named():
     assert Isolation().host_network is False and not Isolation().shares_network
     assert Isolation(host_network=True).shares_network and Isolation.none().shares_network
     with pytest.raises(ValueError, match="Isolation.host_network must be True or False, got 'yes'"):
-        Isolation(host_network="yes")  # type: ignore[arg-type]
+        Isolation(host_network="yes")
 
 
 @pytest.mark.timeout(60)

@@ -77,7 +77,8 @@ def test_duplicate_positions_are_dropped_and_counted():
 def long_line_row(puzzle_id: str, solver_plies: int) -> str:
     """A legal line of the given length from a real position (random legal moves, fixed seed)."""
     fen = real_lines(1)[0].split(",")[1]
-    rng, board, moves = random.Random(7), chess.Board(fen), []
+    rng, board = random.Random(7), chess.Board(fen)
+    moves: list[str] = []
     while len(moves) < 2 * solver_plies:
         legal = sorted(board.legal_moves, key=lambda m: m.uci())
         move = rng.choice(legal)

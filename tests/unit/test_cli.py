@@ -269,7 +269,7 @@ def test_run_retry_resumes_a_failed_run(tmp_path, monkeypatch):
     res = cli.invoke(app, ["run", str(manifest), "--store", "st", "--timeout", "60"])
     assert res.exit_code == 1 and "run tiny Failed after" in res.output
     assert "c01-weight attempt 1 failed: phase c01-weight failed 1 time(s)" in res.output
-    assert f"whale logs tiny --store st --phase c01-weight" in res.output  # the next commands
+    assert "whale logs tiny --store st --phase c01-weight" in res.output  # the next commands
     assert f"`whale run {manifest} --store st --retry` resumes it" in res.output
     res = cli.invoke(app, ["status", "tiny", "--store", "st"])
     assert res.exit_code == 0 and "runner" in res.output and "none" in res.output

@@ -7,7 +7,7 @@ times), so each test replays a short sequence the runner could report and checks
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from rich.console import Console
@@ -40,7 +40,7 @@ from whale.core.spec import BestEval, EvalPoint, RunPhase, Stage, WhaleRunStatus
 MIN_SPEC = {"domain": "synthetic", "condition": "rsft_only", "model": {"name": "m"}, "schedule": {"totalSteps": 4}}
 
 
-T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
+T0 = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
 STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ ")
 
 

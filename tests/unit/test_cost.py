@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -36,7 +37,7 @@ ROUND = Figures(
 
 
 def small_spec(**over) -> WhaleRunSpec:
-    raw = {
+    raw: dict[str, Any] = {
         "domain": "synthetic",
         "condition": "whale",
         "model": {"name": "org/Thing-2B"},

@@ -73,7 +73,7 @@ def test_every_number_in_the_spec_is_bounded():
     for path, node in _walk(_spec_schema()):
         if node.get("type") in ("integer", "number"):
             assert "minimum" in node and "maximum" in node, path
-            assert -(2**63) <= node["minimum"] and node["maximum"] <= 2**63 - 1, path
+            assert node["minimum"] >= -(2**63) and node["maximum"] <= 2**63 - 1, path
 
 
 def test_collections_are_bounded_and_kubernetes_can_take_the_schema():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -28,7 +29,8 @@ def test_start_builds_system_and_user_messages_tolerating_missing_fields() -> No
 
 
 def test_parse_reads_action_then_retries_once_then_gives_up() -> None:
-    harness, state = Tagged(), {}
+    harness = Tagged()
+    state: dict[str, Any] = {}
     assert harness.parse({"content": "<a>4</a>"}, state)["actions"] == [{"kind": "env", "action": "4"}]
     retry = harness.parse({"content": "four"}, state)
     assert retry["messages"][0]["content"] == Tagged.FORMAT_RETRY_MESSAGE and not retry["done"]
@@ -47,7 +49,7 @@ def test_native_tool_calls_become_tool_actions_and_results_tool_messages() -> No
     }
     actions = harness.parse(reply, {})["actions"]
     assert actions == [tool_action("search", {"q": "x"}, "c1"), tool_action("search", {"_raw": "not json"}, "c2")]
-    results = [
+    results: list[dict[str, Any]] = [
         {"kind": "tool", "name": "search", "id": "c1", "content": "doc", "error": None},
         {"kind": "tool", "name": "search", "id": "c2", "content": "", "error": "bad args"},
         {"kind": "env", "observation": {"prompt": "next"}, "done": False},

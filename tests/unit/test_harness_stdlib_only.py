@@ -18,7 +18,7 @@ STAGED = {"whale", "whale.harness", "whale.harness.api", "whale.harness.worker"}
 
 def imported_modules(path: Path) -> set[str]:
     """Every module an ``import`` / ``from ... import`` anywhere in the file names (lazy ones too)."""
-    out = set()
+    out: set[str] = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)

@@ -42,15 +42,15 @@ def test_gsm8k_caps_and_seed() -> None:
 
 def test_the_domain_reads_the_spec_option_and_scores_gsm8k_answers() -> None:
     domain = MathReasoning()
-    test = domain.load_split("test", Data(mathSet="gsm8k", testSize=5, harnessSize=8))
+    test = domain.load_split("test", Data.model_validate({"mathSet": "gsm8k", "testSize": 5, "harnessSize": 8}))
     assert len(test) == 5 and all(r["id"].startswith("gsm8k_test_") for r in test)
-    assert domain.split_sizes(Data(mathSet="gsm8k", harnessSize=8, weightSize=40)) == {
+    assert domain.split_sizes(Data.model_validate({"mathSet": "gsm8k", "harnessSize": 8, "weightSize": 40})) == {
         "weight": 40,
         "harness": 8,
         "test": 1319,
     }
     item = test[0]
-    right, wrong = MathEnvironment(item, runner=None), MathEnvironment(item, runner=None)  # no tool call
+    right, wrong = MathEnvironment(item, runner=None), MathEnvironment(item, runner=None)  # type: ignore[arg-type]  # no tool call
     right.step(f"So the answer is \\boxed{{{item['answer']}}}.")
     wrong.step(f"So the answer is {item['answer']}.")  # no box: 0, as the h0 prompt asks for one
     assert (right.reward(), wrong.reward()) == (1.0, 0.0)

@@ -66,7 +66,7 @@ def test_math_verify_cases(reply, gold, expected):
 
 def _rows(name: str, n: int) -> list[dict]:
     with (DATA / name).open() as fh:
-        return [json.loads(line) for _, line in zip(range(n), fh)]
+        return [json.loads(line) for _, line in zip(range(n), fh, strict=False)]
 
 
 @pytest.mark.parametrize("name", ["aime_2024.jsonl", "aime_2025.jsonl"])
@@ -157,13 +157,13 @@ def test_dapo_reads_only_the_last_100_characters():
 
 def test_unknown_match_is_refused():
     with pytest.raises(ValueError, match="dapo, mathVerify"):
-        score(r"\boxed{1}", "1", "sympy")  # type: ignore[arg-type]
+        score(r"\boxed{1}", "1", "sympy")
 
 
 def test_the_spec_picks_the_environments_match():
     """spec.verifier.mathAnswer reaches every environment the domain makes (training, search and eval)."""
     item = {"id": "x", "problem": "What is 1/2?", "answer": r"\frac{1}{2}"}
-    domain = MathReasoning(runner=object())  # type: ignore[arg-type] - no tool is called here
+    domain = MathReasoning(runner=object())  # no tool is called here
     rewards = {}
     for match in ("dapo", "mathVerify"):
         domain.configure_verifier(Verifier(math_answer=match))

@@ -40,7 +40,7 @@ def test_optimizer_updates_formula(sequences, ranks, mini, epochs, scope, expect
 
 def test_a_bad_scope_or_count_is_a_clear_error():
     with pytest.raises(ValueError, match="miniBatchScope"):
-        optimizer_updates(4, ranks=1, mini_batch_size=2, sft_epochs=1, scope="perGpu")  # type: ignore[arg-type]
+        optimizer_updates(4, ranks=1, mini_batch_size=2, sft_epochs=1, scope="perGpu")
     with pytest.raises(ValueError, match="ranks"):
         optimizer_updates(4, ranks=0, mini_batch_size=2, sft_epochs=1, scope="global")
 

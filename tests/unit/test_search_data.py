@@ -121,7 +121,7 @@ def test_the_seven_benchmarks_and_triviaqa_when_the_data_has_it(tmp_path):
     """The paper's seven benchmarks; TriviaQA is optional: missing here (reported), used where a full-data
     preparation supplies its file. The other six must exist."""
     assert list(BENCHMARKS) == ["nq", "triviaqa", "popqa", "hotpotqa", "2wikimultihopqa", "musique", "bamboogle"]
-    assert OPTIONAL_BENCHMARKS == {"triviaqa"}
+    assert {"triviaqa"} == OPTIONAL_BENCHMARKS
     src = ROOT / "search_qa"
     root = tmp_path / "data"
     (root / "search_qa" / "eval").mkdir(parents=True)

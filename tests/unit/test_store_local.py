@@ -121,7 +121,7 @@ def test_failed_write_leaves_the_old_object_and_no_temp_file(tmp_path: Path) -> 
     store = LocalStore(tmp_path)
     store.write_bytes("k", b"old")
     with pytest.raises(TypeError):
-        store.write_bytes("k", object())  # type: ignore[arg-type]
+        store.write_bytes("k", object())  # type: ignore[arg-type]  # bad input, on purpose
     assert store.read_bytes("k") == b"old"
     assert os.listdir(tmp_path) == ["k"]
 

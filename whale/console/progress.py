@@ -244,17 +244,17 @@ def stage_words(child: ChildFrame) -> str:
 def describe_request(req: PhaseRequest) -> str:
     """What a phase was asked to do, in a few words."""
     if isinstance(req, WeightRequest):
-        a = req.weight
+        w = req.weight
         return (
-            f"steps {a.from_step} -> {a.target_step}"
-            + (" (or fewer, by patience)" if a.stop_rule else "")
-            + f", harness {short_key(a.harness)}"
+            f"steps {w.from_step} -> {w.target_step}"
+            + (" (or fewer, by patience)" if w.stop_rule else "")
+            + f", harness {short_key(w.harness)}"
         )
     if isinstance(req, HarnessRequest):
-        a = req.harness
-        bound = "at most " if a.stop_rule else ""
+        h = req.harness
+        bound = "at most " if h.stop_rule else ""
         return (
-            f"{bound}{a.iterations} iterations from harness {short_key(a.incoming_harness)}, weights at step {a.step}"
+            f"{bound}{h.iterations} iterations from harness {short_key(h.incoming_harness)}, weights at step {h.step}"
         )
     if isinstance(req, EvalRequest):
         a = req.eval
@@ -351,8 +351,9 @@ def _child_events(old: ChildFrame | None, cur: Frame, paces: dict[str, Pace]) ->
             )
         sampled = sampled_step(child)
         earlier = sampled_step(old) if old is not None else None
-        if sampled is not None and (earlier is None or earlier.step != sampled.step):
-            out.append(f"{child.phase} step {sampled.step} sampled: {reward_words(latest_reward(child, cur.status))}")
+        reward = latest_reward(child, cur.status) if sampled is not None else None
+        if sampled is not None and reward is not None and (earlier is None or earlier.step != sampled.step):
+            out.append(f"{child.phase} step {sampled.step} sampled: {reward_words(reward)}")
     elif child.kind is PhaseKind.HARNESS:
         for m in child.metrics[seen:]:
             out.append(

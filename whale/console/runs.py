@@ -64,7 +64,7 @@ def run_row(store: Store, name: str, now: datetime) -> RunRow:
         status = None
     lock = store.read_lease(layout.lock_key(name))
     live = lock is not None and lock.live and lock.holder is not None
-    runner = f"pid {lock.holder.pid} on {lock.holder.host}" if live and lock.holder else "-"
+    runner = f"pid {lock.holder.pid} on {lock.holder.host}" if lock is not None and live and lock.holder else "-"
     if status is None:
         return RunRow(name, "Pending" if raw is None else "unreadable", "-", "-", None, None, "-", runner)
     best = f"{status.best.mean_at_k:.4f} @{status.best.k}" if status.best else "-"

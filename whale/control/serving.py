@@ -11,7 +11,7 @@ from whale.core import layout
 from whale.store import Store
 
 
-def serving(store: Store, run: str) -> str | None | object:
+def serving(store: Store, run: str) -> str | object | None:
     """The checkpoint ``serving.json`` names now (None: the base model), or :data:`UNSET` when it has none."""
     raw = store.read_json_or_none(layout.serving_key(run))
     return raw.get("checkpoint") if isinstance(raw, dict) and "checkpoint" in raw else UNSET

@@ -25,15 +25,21 @@ from typing import Protocol
 
 
 class WeightRule(Protocol):
-    window_steps: int
-    burn_in_steps: int
-    patience_steps: int
+    @property
+    def window_steps(self) -> int: ...
+    @property
+    def burn_in_steps(self) -> int: ...
+    @property
+    def patience_steps(self) -> int: ...
 
 
 class HarnessRule(Protocol):
-    min_iterations: int
-    patience: int
-    max_iterations: int
+    @property
+    def min_iterations(self) -> int: ...
+    @property
+    def patience(self) -> int: ...
+    @property
+    def max_iterations(self) -> int: ...
 
 
 def window_means(rewards: Sequence[float], window: int) -> list[float]:

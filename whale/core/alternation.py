@@ -33,9 +33,10 @@ Semantics (REFERENCE.md, "the seed's alternation loop"):
 from __future__ import annotations
 
 import enum
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from whale.core import layout
 from whale.core.adaptive import harness_stop_iteration, weight_stop_step
@@ -161,7 +162,7 @@ class Fail:
     message: str
 
 
-Action = Union[StartPhase, StopPhase, ServeCheckpoint, SuspendRun, Finish, Fail]
+Action = StartPhase | StopPhase | ServeCheckpoint | SuspendRun | Finish | Fail
 
 
 @dataclass(frozen=True)
@@ -299,7 +300,9 @@ class _Machine:
         )
         covered = False
         if self.sched.evaluates_every_accepted_harness and hres.accepted_by_iteration:
-            history = [(a.iteration, a.candidate, a.harness, a.rollouts) for a in hres.accepted_by_iteration]
+            history: list[tuple[int, str, str | None, int]] = [
+                (a.iteration, a.candidate, a.harness, a.rollouts) for a in hres.accepted_by_iteration
+            ]
             self.owe_acceptance_evals(phase, history, before)
             last = hres.accepted_by_iteration[-1]
             # the accepted harness is already evaluated: as its iteration's point, or (never replaced)
@@ -496,7 +499,7 @@ class _Machine:
                 iteration=point.iteration,
             )
             phase = PhaseId.parse(key)
-            if not self.drive_child(phase, lambda p=phase, a=args: self.request(p, a)):
+            if not self.drive_child(phase, functools.partial(self.request, phase, args)):
                 return False
         return True
 

@@ -14,7 +14,7 @@ Every model here is camelCase on the wire, like the spec.
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter
 from pydantic.alias_generators import to_camel
@@ -138,7 +138,7 @@ class EvalRequest(_Request):
 
 
 #: a phase request, tagged by ``kind`` (the wire form of ``request.json``)
-PhaseRequest = Annotated[Union[WeightRequest, HarnessRequest, EvalRequest], Field(discriminator="kind")]
+PhaseRequest = Annotated[WeightRequest | HarnessRequest | EvalRequest, Field(discriminator="kind")]
 _REQUEST: TypeAdapter[WeightRequest | HarnessRequest | EvalRequest] = TypeAdapter(PhaseRequest)
 
 

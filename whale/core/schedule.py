@@ -38,7 +38,7 @@ class ScheduleError(ValueError):
 
 
 def round_half_up(x: float) -> int:
-    return int(math.floor(x + 0.5))
+    return math.floor(x + 0.5)
 
 
 def steps_per_epoch(weight_size: int, prompts_per_step: int) -> int:

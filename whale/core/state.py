@@ -290,7 +290,7 @@ class RunState:
         """Keep the latest step that kept no trajectory."""
         if not steps:
             return self
-        return replace(self, last_empty_step=max(self.last_empty_step or 0, max(steps)))
+        return replace(self, last_empty_step=max(self.last_empty_step or 0, *steps))
 
     def with_stop_requested(self, phase: str) -> RunState:
         return replace(self, stop_requested=(*self.stop_requested, phase))

@@ -33,7 +33,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from whale.core import layout
 from whale.data.fetch import ChecksumMismatch, Fetched, download, sha256_file
@@ -104,17 +104,17 @@ def resolve_sources(full: FullData, data: Data) -> tuple[Source, ...]:
         pins[pin.name] = pin
     out = []
     for src in full.sources:
-        pin = pins.get(src.name)
-        if pin is None:
+        pinned = pins.get(src.name)
+        if pinned is None:
             out.append(src)
             continue
         # a mirror serves the same file: the domain's pinned digest still applies unless the pin names another
         out.append(
             Source(
                 src.name,
-                pin.url or src.url,
+                pinned.url or src.url,
                 src.filename,
-                pin.sha256 or src.sha256,
+                pinned.sha256 or src.sha256,
                 src.revision,
                 src.max_bytes,
                 src.description,
@@ -195,7 +195,7 @@ def ensure_sources(
     return paths, reports
 
 
-def _record_matches(record: Any, src: Source) -> bool:
+def _record_matches(record: Any, src: Source) -> TypeGuard[dict[str, Any]]:
     return (
         isinstance(record, dict)
         and record.get("url") == src.url
@@ -280,7 +280,7 @@ def materialise(
     prefix = split_prefix(full, config)
     manifest_key = f"{prefix}/manifest.json"
     existing = store.read_json_or_none(manifest_key)
-    if _manifest_ok(store, prefix, existing, config):
+    if existing is not None and _manifest_ok(store, prefix, existing, config):
         return existing, reports
     splits, stats = full.build(paths, data)
     sizes = {name: len(splits[name]) for name in SPLITS}

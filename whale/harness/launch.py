@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import logging
 import os
 import shutil
@@ -211,15 +212,16 @@ async def _adopt(
 ) -> tuple[asyncio.StreamWriter, asyncio.StreamReader, asyncio.StreamReader, list[asyncio.BaseTransport]]:
     """asyncio streams over a Popen's pipes (the whale.sandbox launcher hands back a Popen)."""
     loop = asyncio.get_running_loop()
-    readers, transports = [], []
+    readers: list[asyncio.StreamReader] = []
+    transports: list[asyncio.BaseTransport] = []
     for pipe in (proc.stdout, proc.stderr):
         reader = asyncio.StreamReader(limit=limit)
-        transport, _ = await loop.connect_read_pipe(lambda r=reader: asyncio.StreamReaderProtocol(r), pipe)
+        read_transport, _ = await loop.connect_read_pipe(functools.partial(asyncio.StreamReaderProtocol, reader), pipe)
         readers.append(reader)
-        transports.append(transport)
-    transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, proc.stdin)
-    transports.append(transport)
-    writer = asyncio.StreamWriter(transport, protocol, None, loop)
+        transports.append(read_transport)
+    write_transport, protocol = await loop.connect_write_pipe(asyncio.streams.FlowControlMixin, proc.stdin)
+    transports.append(write_transport)
+    writer = asyncio.StreamWriter(write_transport, protocol, None, loop)
     return writer, readers[0], readers[1], transports
 
 

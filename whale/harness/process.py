@@ -111,7 +111,7 @@ class HarnessProcess:
             spawned = await launch.spawn_worker(self.path, self.allowed_imports, self.limits)
         except launch.IsolationUnavailableError:
             raise  # the host's fault, not the harness's: the phase fails (the message names the spec field)
-        except Exception as exc:  # noqa: BLE001 - the sandbox's own setup errors, re-raised typed
+        except Exception as exc:  # the sandbox's own setup errors, re-raised typed
             raise HarnessLoadError(f"{self.path.name}: the sandbox did not start: {exc}") from exc
         self._proc = spawned
         self._stderr_task = asyncio.create_task(self._drain_stderr(spawned))

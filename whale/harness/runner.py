@@ -27,7 +27,7 @@ import datetime as dt
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +112,7 @@ def check_tools(tools: list[dict[str, Any]] | None, domain: Domain) -> list[dict
     (:meth:`Domain.tool_specs`); the description and parameters are the harness's own."""
     if not tools:
         return tools
-    offered = {_tool_name(t) for t in domain.tool_specs()} - {None}
+    offered = {name for name in (_tool_name(t) for t in domain.tool_specs()) if name is not None}
     listed = [_tool_name(t) for t in tools]
     foreign = [n for n in listed if n not in offered]
     if foreign:
@@ -167,7 +167,7 @@ class EpisodeRunner:
             return episode
 
         share = self.config.share_first_turn and k > 1
-        tasks = []
+        tasks: list[Awaitable[Episode]] = []
         for item in items:
             first = SharedFirstTurn(k, self._seed(str(item.get("id", "?")), None, 0)) if share else None
             tasks.extend(one(item, s, first) for s in range(k))
@@ -195,14 +195,14 @@ class EpisodeRunner:
             episode.reward = float(env.reward())
         except (EpisodeError, HarnessError, InferenceError, DomainError) as exc:
             episode.end, episode.error, episode.reward = EndReason.ERROR, _one_line(exc), 0.0
-        except Exception as exc:  # noqa: BLE001 - a bug in domain code must not sink the other episodes
+        except Exception as exc:  # a bug in domain code must not sink the other episodes
             log.exception("episode %s failed", episode.episode_id)
             episode.end, episode.error, episode.reward = EndReason.ERROR, f"internal: {_one_line(exc)}", 0.0
         finally:
             if env is not None:
                 try:
                     env.close()
-                except Exception:  # noqa: BLE001 - closing must not hide the episode's outcome
+                except Exception:  # closing must not hide the episode's outcome
                     log.exception("closing the environment of %s failed", episode.episode_id)
             episode.seconds = time.perf_counter() - started
         return episode

@@ -186,11 +186,8 @@ def install_audit_hook(allowed: frozenset[str], harness_file: str, read_roots: I
             if path is None:
                 raise _Blocked("harness sandbox: opening a file without a path is not allowed")
             text = os.fsdecode(path)
-            if (
-                isinstance(flags, int)
-                and flags & _WRITE_FLAGS
-                or isinstance(args[1], str)
-                and set(args[1]) & set("wax+")
+            if (isinstance(flags, int) and flags & _WRITE_FLAGS) or (
+                isinstance(args[1], str) and set(args[1]) & set("wax+")
             ):
                 raise _Blocked(f"harness sandbox: opening {text!r} for writing is not allowed")
             # relative paths may be relative to a dir_fd the event does not show: refuse them
@@ -235,7 +232,7 @@ def load_harness(path: str, allowed: frozenset[str], read_roots: Iterable[str], 
     harness = cls()
     for name, types_ in api.CONSTANTS.items():
         value = getattr(harness, name)
-        if not isinstance(value, types_) or isinstance(value, bool) and int in types_:
+        if not isinstance(value, types_) or (isinstance(value, bool) and int in types_):
             want = " or ".join(t.__name__ for t in types_)
             raise TypeError(f"{name} must be {want}, got {type(value).__name__}")
     if harness.MAX_TURNS < 1:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import hashlib
-from typing import Any
+from typing import Any, Self
 
 #: call seeds stay below this (a signed 32-bit seed field takes them, with room for ``seed + j``)
 MAX_CALL_SEED = 2**31 - 2**16
@@ -150,7 +150,7 @@ class InferenceClient(abc.ABC):
     async def aclose(self) -> None:
         """Release connections/threads. Idempotent."""
 
-    async def __aenter__(self) -> InferenceClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:

@@ -97,7 +97,7 @@ class OpenAIClient(InferenceClient):
         return self._session
 
     @property
-    def model(self) -> str:  # type: ignore[override]
+    def model(self) -> str:  # type: ignore[override]  # a plain attribute in the base; here resolved from /models
         return self._model or "unknown"
 
     async def aclose(self) -> None:
@@ -116,23 +116,6 @@ class OpenAIClient(InferenceClient):
                 except (KeyError, IndexError, TypeError) as exc:
                     raise InferenceError(f"{self.base_url}/models lists no model; pass the model name") from exc
             return self._model
-
-    async def wait_ready(self, timeout_s: float = 120.0, poll_s: float = 0.5) -> None:
-        """Poll ``/models`` until the server answers or ``timeout_s`` passes (a server still loading)."""
-        deadline = time.monotonic() + timeout_s
-        last: Exception | None = None
-        while time.monotonic() < deadline:
-            try:
-                async with self._http().get(
-                    self.base_url + "/models", timeout=aiohttp.ClientTimeout(total=poll_s * 4)
-                ) as response:
-                    if response.status == 200:
-                        return
-                    last = InferenceError(f"HTTP {response.status}")
-            except (aiohttp.ClientError, TimeoutError) as exc:
-                last = exc
-            await asyncio.sleep(poll_s)
-        raise InferenceError(f"inference server {self.base_url} not ready after {timeout_s:g} s: {last}")
 
     def request_body(
         self, messages: list[dict[str, Any]], sampling: SamplingParams, n: int, tools: list[dict[str, Any]] | None
@@ -191,7 +174,7 @@ class OpenAIClient(InferenceClient):
                 problem = f"HTTP {status}: {_server_message(raw)}"
             if attempt >= self.max_retries:
                 raise InferenceError(f"{url}: gave up after {attempt + 1} attempts; last: {problem}")
-            delay = min(self.max_backoff_s, self.backoff_s * 2**attempt) * (0.5 + random.random() / 2)  # noqa: S311
+            delay = min(self.max_backoff_s, self.backoff_s * 2**attempt) * (0.5 + random.random() / 2)
             log.warning("inference %s failed (%s); retry %d in %.2f s", url, problem, attempt + 1, delay)
             attempt += 1
             await asyncio.sleep(delay)

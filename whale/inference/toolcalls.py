@@ -48,7 +48,7 @@ def parse_tool_calls(
     """``<tool_call>`` blocks -> OpenAI ``tool_calls`` (malformed blocks are skipped)."""
     if parser not in PARSERS:
         raise ValueError(f"unknown tool-call parser {parser!r}; known: {', '.join(PARSERS)}")
-    calls = []
+    calls: list[dict[str, Any]] = []
     for block in TOOL_CALL_RE.findall(text):
         coder = block.startswith("<function=")
         if parser == "qwen3_coder" or (parser == "auto" and coder):

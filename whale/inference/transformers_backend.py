@@ -66,10 +66,11 @@ def load_model(
         model = AutoModelForCausalLM.from_pretrained(name, dtype=torch_dtype, **kwargs)
     except (OSError, ValueError) as exc:
         raise InferenceError(f"cannot load model {name!r}{' / ' + gguf_file if gguf_file else ''}: {exc}") from exc
+    # (the ignores: transformers wraps PreTrainedModel.to in a decorator whose self mypy cannot bind)
     if device:
-        model.to(device)
+        model.to(device)  # type: ignore[arg-type]
     elif torch.cuda.is_available():
-        model.to("cuda")
+        model.to("cuda")  # type: ignore[arg-type]
     return model, tokenizer
 
 
@@ -237,7 +238,7 @@ class TransformersClient(InferenceClient):
                 tokenize=False,
                 **{**self.chat_template_kwargs, **(template_kwargs or {})},
             )
-        except Exception as exc:  # noqa: BLE001 - jinja errors come in many types
+        except Exception as exc:  # jinja errors come in many types
             raise InferenceError(f"the chat template failed on these messages: {exc}") from exc
 
     async def count_prompt_tokens(
@@ -371,7 +372,7 @@ def row_seeds(batch: list[_Request]) -> list[int]:
     draws its seed from torch's global generator (random, as unseeded sampling is)."""
     import torch
 
-    seeds = []
+    seeds: list[int] = []
     for request in batch:
         base = request.sampling.seed
         if base is None:

@@ -144,9 +144,14 @@ class WeightSyncer:
             and current.get("version") != target.get("version")
         )
 
+    def _control(self) -> VLLMControl:
+        if self.control is None:
+            raise WeightSyncError("no vLLM control endpoint: this syncer only materialises (init container)")
+        return self.control
+
     def step(self) -> bool:
         """One poll: reload when the target changed; True when something was reloaded."""
-        assert self.control is not None
+        control = self._control()
         target = read_target(self.store, self.run)
         current = self.current()
         if target == current:
@@ -156,7 +161,7 @@ class WeightSyncer:
             self.acknowledge(target)
             return False
         folder = self.materialise(target)
-        self.control.reload_from(str(folder))
+        control.reload_from(str(folder))
         self.point(folder, target)
         self.acknowledge(target)
         return True
@@ -164,13 +169,13 @@ class WeightSyncer:
     def follow(self, poll_s: float = 2.0, stop: Any = None, startup_timeout_s: float = 3600.0) -> None:
         """The sidecar: acknowledge what vLLM started on once it is healthy, then follow the target.
         ``stop`` (an Event) ends the loop (tests)."""
-        assert self.control is not None
+        control = self._control()
         deadline = time.monotonic() + startup_timeout_s
-        while not self.control.healthy():
+        while not control.healthy():
             if stop is not None and stop.is_set():
                 return
             if time.monotonic() > deadline:
-                raise WeightSyncError(f"vLLM at {self.control.base_url} not healthy after {startup_timeout_s:.0f} s")
+                raise WeightSyncError(f"vLLM at {control.base_url} not healthy after {startup_timeout_s:.0f} s")
             time.sleep(poll_s)
         started = self.current()
         if started is not None:
@@ -221,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
             syncer.follow(args.poll_s)
     except KeyboardInterrupt:
         return 130
-    except Exception as exc:  # noqa: BLE001 - one line for the container's termination message
+    except Exception as exc:  # one line for the container's termination message
         log.exception("weight sync failed")
         print(f"weight sync failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

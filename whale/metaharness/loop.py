@@ -27,7 +27,7 @@ import dataclasses
 import logging
 import shutil
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from whale.core.adaptive import harness_should_stop
@@ -111,7 +111,7 @@ class HarnessSearch:
         proposer: Proposer,
         incoming_code: str,
         skill: str,
-        allowed_imports: Sequence[str],
+        allowed_imports: Collection[str],
         config: SearchConfig,
         workdir: Path,
         logged: Sequence[HarnessIterationMetrics] = (),
@@ -320,7 +320,7 @@ class HarnessSearch:
             report = ProposerReport(stopped_by="timeout", notes=["the proposer did not return within its timeout"])
         except ProposerError as exc:
             report = ProposerReport(stopped_by="error", notes=[str(exc)])
-        except Exception as exc:  # noqa: BLE001 - a proposer bug must not end the phase; recorded in the archive
+        except Exception as exc:  # a proposer bug must not end the phase; recorded in the archive
             log.exception("proposer failed in iteration %d", it)
             report = ProposerReport(stopped_by="error", notes=[f"proposer crashed: {type(exc).__name__}: {exc}"])
         ids = []

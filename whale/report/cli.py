@@ -7,7 +7,7 @@ so ``whale --help`` stays fast.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -37,23 +37,21 @@ def report(
         ),
     ],
     run: Annotated[
-        Optional[list[str]],
+        list[str] | None,
         typer.Option("--run", "-r", help="only this run of the stores given (repeat for more); default: every run"),
     ] = None,
     output: Annotated[
-        Optional[list[str]],
+        list[str] | None,
         typer.Option(
             "--output",
             "-o",
             help="html | svg | png | json (repeat for more; default html). json alone without --out prints to stdout",
         ),
     ] = None,
-    out: Annotated[
-        Optional[Path], typer.Option("--out", help=f"folder for the files (default ./{DEFAULT_OUT})")
-    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", help=f"folder for the files (default ./{DEFAULT_OUT})")] = None,
     title: Annotated[str, typer.Option(help="the HTML page's title")] = "WHALE report",
     export: Annotated[
-        Optional[list[str]],
+        list[str] | None,
         typer.Option(
             "--export",
             help="also replay the runs into tensorboard | wandb | mlflow (repeatable); TensorBoard "

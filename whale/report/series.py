@@ -334,17 +334,17 @@ def build_series(records: RunRecords, label: str | None = None) -> RunSeries:
             if isinstance(p.result, WeightPhaseResult):
                 step = max(step, p.result.final_step)
         else:
-            for m in sorted(p.harness_metrics, key=lambda m: m.iteration):
-                rollouts += m.rollouts
+            for h in sorted(p.harness_metrics, key=lambda h: h.iteration):
+                rollouts += h.rollouts
                 iterations.append(
                     HarnessIteration(
                         phase=p.phase,
                         cycle=cycle,
-                        iteration=m.iteration,
+                        iteration=h.iteration,
                         index=len(iterations) + 1,
-                        best_score=m.best_score,
-                        best_candidate=m.best_candidate,
-                        candidate_scores=tuple(c.score for c in m.candidates if c.score is not None),
+                        best_score=h.best_score,
+                        best_candidate=h.best_candidate,
+                        candidate_scores=tuple(c.score for c in h.candidates if c.score is not None),
                         rollouts=rollouts,
                     )
                 )

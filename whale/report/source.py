@@ -235,7 +235,7 @@ def load_runs(args: Sequence[str], runs: Sequence[str] = (), opener: StoreOpener
         raise ReportError(f"--run {', '.join(missing)}: not found in {', '.join(s.uri for s in stores.values())}")
     labels = unique_labels([(name, store.uri) for store, name in wanted])
     out = []
-    for (store, name), label in zip(wanted, labels):
+    for (store, name), label in zip(wanted, labels, strict=True):
         try:
             records = read_run(store, name)
             out.append(LoadedRun(store, records, build_series(records, label=label)))

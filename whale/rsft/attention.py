@@ -26,11 +26,14 @@ from __future__ import annotations
 import importlib.util
 import logging
 import warnings
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 from torch.nn.attention.flex_attention import BlockMask, create_mask, flex_attention
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +115,7 @@ _compiled_flex: Any = None
 def _flex_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, **kwargs: Any) -> torch.Tensor:
     """Flex attention: traced into the surrounding graph inside a compiled layer, compiled on its own
     otherwise (the eager kernel materialises every score)."""
-    global _compiled_flex
+    global _compiled_flex  # noqa: PLW0603 - compiled once per process, on first use
     if torch.compiler.is_compiling():
         return flex_attention(query, key, value, **kwargs)
     if _compiled_flex is None:
@@ -197,7 +200,7 @@ def _sliding_layers(config: Any) -> bool:
     return bool(getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None))
 
 
-def set_training_attention(model: torch.nn.Module, kernel: Kernel) -> None:
+def set_training_attention(model: PreTrainedModel, kernel: Kernel) -> None:
     """Switch ``model`` to the attention implementation ``kernel`` needs (sdpa: leave it as loaded)."""
     if kernel == "sdpa":
         return

@@ -103,7 +103,7 @@ def encode_trajectory(
     """The training sequences of one trajectory (one, or one per assistant turn; see module doc)."""
     messages = list(trajectory.messages)
     stops = stop_ids if stop_ids is not None else stop_token_ids(tokenizer)
-    kw = dict(tools=trajectory.tools, template_kwargs=trajectory.template_kwargs)
+    kw: dict[str, Any] = {"tools": trajectory.tools, "template_kwargs": trajectory.template_kwargs}
     turns: list[tuple[list[int], list[int]]] = []  # (context ids, generated ids) per assistant turn
     for i, msg in enumerate(messages):
         if msg.get("role") != "assistant":
@@ -185,7 +185,7 @@ def update_groups(
     order = list(range(len(examples)))
     rng.shuffle(order)
     ordered = [examples[i] for i in order]
-    n = optimizer_updates(len(ordered), ranks=ranks, mini_batch_size=mini_batch_size, sft_epochs=1, scope=scope)  # type: ignore[arg-type]
+    n = optimizer_updates(len(ordered), ranks=ranks, mini_batch_size=mini_batch_size, sft_epochs=1, scope=scope)  # type: ignore[arg-type]  # a MiniBatchScope value, checked by the spec
     size = mini_batch_size
     if scope == "perRank":
         shares = [ordered[r::ranks] for r in range(ranks)]
@@ -259,8 +259,8 @@ def collate_micro(
     layer sees few shapes), and it is rounded up to ``multiple_of`` (flex attention's block edge)."""
     if pack:
         total = sum(len(e) for e in batch)
-        width = bucket_length(total, per_octave=per_octave) if padding == "bucket" else total
-        return pack_collate(batch, pad_id, width=-(-width // multiple_of) * multiple_of)
+        packed = bucket_length(total, per_octave=per_octave) if padding == "bucket" else total
+        return pack_collate(batch, pad_id, width=-(-packed // multiple_of) * multiple_of)
     if padding == "masked":
         return pad_collate(batch, pad_id)
     longest = max(len(e) for e in batch)

@@ -34,7 +34,7 @@ import logging
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -49,6 +49,9 @@ from whale.rsft.trainer import (
     sft_epochs,
     token_loss_sum,
 )
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +107,7 @@ class DeepSpeedTrainer:
 
     def __init__(
         self,
-        model: torch.nn.Module,
+        model: PreTrainedModel,
         cfg: RSFTConfig,
         *,
         device: torch.device,
@@ -157,7 +160,7 @@ class DeepSpeedTrainer:
         return {"format": STATE_FORMAT, "stage": self.stage, "world": world, "shards": shards}
 
     def load_optimizer_state(self, state: dict[str, Any]) -> None:
-        rank, world = _world()
+        _rank, world = _world()
         if state.get("format") != STATE_FORMAT or int(state.get("world", -1)) != world:
             log.warning(
                 "optimiser state is not a %d-rank DeepSpeed state (format %s, world %s); starting a fresh "

@@ -178,7 +178,7 @@ def _strip_refs(tree: Any, out: list[_TensorRef]) -> None:
 def broadcast_module(model: torch.nn.Module) -> None:
     """Overwrite every rank's parameters and buffers with the leader's, in place (same architecture)."""
     with torch.no_grad():
-        for name, t in model.state_dict(keep_vars=False).items():
+        for t in model.state_dict(keep_vars=False).values():
             torch.distributed.broadcast(t, src=LEADER)
     log.debug("module state broadcast from the leader")
 
@@ -230,7 +230,7 @@ class LeaderTrainer:
             return
         try:
             broadcast_object(("abort", reason))
-        except Exception:  # noqa: BLE001 - the group may already be broken; torchrun stops the rest
+        except Exception:  # the group may already be broken; torchrun stops the rest
             log.warning("could not tell the other ranks to abort", exc_info=True)
 
 

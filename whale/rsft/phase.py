@@ -27,7 +27,7 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -49,6 +49,9 @@ from whale.rsft.rejection import Trajectory, select
 from whale.rsft.sync import WeightSync
 from whale.rsft.trainer import SFTTrainer
 from whale.store.base import Store
+
+if TYPE_CHECKING:
+    from whale.rsft.dist import LeaderTrainer
 
 log = logging.getLogger(__name__)
 
@@ -116,7 +119,7 @@ def finish(
         rollouts=sum(int(line.get("rollouts", 0)) for line in lines),
         stopped_by=stopped_by,
         empty_steps=empty_steps(lines),
-        sandbox_isolation=sandbox_isolation,  # type: ignore[arg-type]
+        sandbox_isolation=sandbox_isolation,
     )
     store.write_json(layout.result_key(run, phase), result.to_wire())
     return result
@@ -145,7 +148,7 @@ class WeightPhase:
     items: Sequence[dict[str, Any]]
     model: Any
     tokenizer: Any
-    trainer: SFTTrainer
+    trainer: SFTTrainer | LeaderTrainer  # LeaderTrainer: rank 0 of a data-parallel group
     sampler: Sampler
     sync: WeightSync
     #: held while the optimiser changes the weights (an in-process sampler shares the model)

@@ -70,9 +70,9 @@ def save_for_serving(model: Any, tokenizer: Any, folder: Path, dtype: torch.dtyp
     if dtype is not None:  # the config says what the tensors are
         config_path = Path(folder) / "config.json"
         config = json.loads(config_path.read_text())
-        for key in ("torch_dtype", "dtype"):
-            if key in config:
-                config[key] = str(dtype).removeprefix("torch.")
+        for field in ("torch_dtype", "dtype"):
+            if field in config:
+                config[field] = str(dtype).removeprefix("torch.")
         config_path.write_text(json.dumps(config, indent=2))
 
 

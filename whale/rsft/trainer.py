@@ -23,13 +23,16 @@ import random
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 
 from whale.rsft.collate import IGNORE_INDEX, Example, collate_micro, micro_batches, update_groups
 from whale.rsft.config import RSFTConfig
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 log = logging.getLogger(__name__)
 
@@ -67,7 +70,7 @@ def _world() -> tuple[int, int]:
 
 
 def _all_reduce_sum(value: float, device: torch.device) -> float:
-    rank, world = _world()
+    _rank, world = _world()
     if world == 1:
         return value
     t = torch.tensor([value], dtype=torch.float64, device=device)
@@ -75,7 +78,7 @@ def _all_reduce_sum(value: float, device: torch.device) -> float:
     return float(t.item())
 
 
-def token_loss_sum(model: torch.nn.Module, batch: dict[str, Any]) -> tuple[torch.Tensor, int]:
+def token_loss_sum(model: PreTrainedModel, batch: dict[str, Any]) -> tuple[torch.Tensor, int]:
     """Sum of next-token cross-entropies over the loss-carrying tokens of ``batch``, and their count.
 
     ``batch['labels'][b, t]`` is the target for the prediction made at ``t - 1``; -100 = no loss.
@@ -127,7 +130,7 @@ def compile_decoder_layers(model: torch.nn.Module, *, dynamic: bool | None = Non
     return count
 
 
-def prepare_model(model: torch.nn.Module, cfg: RSFTConfig, *, compile_layers: bool | None = None) -> None:
+def prepare_model(model: PreTrainedModel, cfg: RSFTConfig, *, compile_layers: bool | None = None) -> None:
     """What every trainer does to the model before its optimiser sees it: the attention kernel of packed
     micro-batches, gradient checkpointing and regional compilation as ``cfg`` asks (``compile_layers``
     overrides ``cfg.compile_layers``)."""
@@ -211,7 +214,7 @@ def sft_epochs(
 class SFTTrainer:
     """Owns the model's optimiser and runs the SFT of each RSFT step."""
 
-    def __init__(self, model: torch.nn.Module, cfg: RSFTConfig, *, device: torch.device, pad_id: int):
+    def __init__(self, model: PreTrainedModel, cfg: RSFTConfig, *, device: torch.device, pad_id: int):
         self.model = model
         self.cfg = cfg
         self.device = device

@@ -47,7 +47,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -136,7 +136,7 @@ class RunStopped(Exception):
 
 
 def utc_now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @contextlib.contextmanager
@@ -600,8 +600,8 @@ class LocalRunner:
         child = None
         if proc is not None and proc.request is not None:
             obs = self._last_obs
-            if obs is not None and phase in obs.metrics:
-                metrics = obs.metrics[phase]
+            if obs is not None and proc.phase in obs.metrics:
+                metrics = obs.metrics[proc.phase]
             else:
                 metrics = self.store.read_jsonl(layout.metrics_key(self.name, proc.phase))
             raw = self.store.read_json_or_none(layout.progress_key(self.name, proc.phase))
@@ -613,7 +613,7 @@ class LocalRunner:
             child = ChildView(proc.request, proc.started, tuple(metrics), progress)
         try:
             self.on_view(RunnerView(status, child))
-        except Exception:  # noqa: BLE001 - a display bug must not stop the run; logged with its traceback
+        except Exception:
             log.exception("the progress display failed; the run goes on without it")
             self.on_view = None
 
@@ -708,10 +708,10 @@ class LocalRunner:
                         f"run {self.name} did not finish within {max_seconds:g} s; its status is saved, "
                         f"run `{self.resume_hint}` to resume"
                     )
-                proc = self.running()
-                if proc is not None:
+                current = self.running()
+                if current is not None:
                     try:
-                        proc.popen.wait(timeout=self.poll_interval_s)
+                        current.popen.wait(timeout=self.poll_interval_s)
                     except subprocess.TimeoutExpired:
                         pass
                 elif not decision.of_type(StartPhase):

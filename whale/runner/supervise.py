@@ -50,8 +50,8 @@ def _prctl(option, value):
 
 def _tree(root):
     """(live descendants, zombie descendants) of ``root``, from /proc."""
-    children = {}
-    state = {}
+    children: dict[int, list[int]] = {}
+    state: dict[int, bytes] = {}
     try:
         entries = os.listdir("/proc")
     except OSError:  # no procfs (not Linux): only the direct child is known, and it is waited for
@@ -68,7 +68,9 @@ def _tree(root):
         pid = int(entry)
         state[pid] = fields[0]
         children.setdefault(int(fields[1]), []).append(pid)
-    live, zombies, todo = [], [], [root]
+    live: list[int] = []
+    zombies: list[int] = []
+    todo = [root]
     while todo:
         for child in children.get(todo.pop(), []):
             (zombies if state.get(child) in (b"Z", b"X") else live).append(child)
@@ -186,10 +188,7 @@ def main(argv):
             kill_tree(me, keep=pid)
             os._exit(128 + signal.SIGKILL)
         done, wait_status = os.waitpid(pid, os.WNOHANG)
-        if done:
-            status = wait_status
-        else:
-            status = _reap(keep=pid)
+        status = wait_status if done else _reap(keep=pid)
     live, _ = _tree(me)
     if live:
         _say(f"the workload left {len(live)} process(es) running: killing them")

@@ -547,8 +547,8 @@ def _supervise(cfg, init_pid, life_fd, report_r):
 
 
 def main():
-    cfg_fd, status_fd, life_fd, result_fd = (int(a) for a in sys.argv[1:5])
-    result_fd = None if result_fd < 0 else result_fd
+    cfg_fd, status_fd, life_fd, result_arg = (int(a) for a in sys.argv[1:5])
+    result_fd = None if result_arg < 0 else result_arg
     status = {}
     for fd in (life_fd, result_fd):
         if fd is not None:

@@ -34,7 +34,7 @@ import traceback
 SETUP_FAILED_EXIT = 121
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 #: audit event -> [(index of a path the event changes, index of its dir_fd argument or None)]
-_CHANGE_EVENTS = {
+_CHANGE_EVENTS: dict[str, list[tuple[int, int | None]]] = {
     "os.remove": [(0, 1)],
     "os.rmdir": [(0, 1)],
     "os.mkdir": [(0, 2)],

@@ -95,7 +95,7 @@ def _allocate_uid() -> int:
 
 def _release_uid(uid: int | None) -> None:
     with _uid_lock:
-        _live_uids.discard(uid)  # type: ignore[arg-type]
+        _live_uids.discard(uid)
 
 
 def _pids_of_uid(uid: int) -> list[int]:
@@ -202,7 +202,7 @@ def _interpreter_mounts() -> tuple[tuple[str, ...], tuple[str, ...]]:
     trees = {p for p in prefixes if not any(_under(p, s) for s in SYSTEM_PATHS)}
     if not any(_under(python_dir, t) for t in trees | set(SYSTEM_PATHS)):
         trees.add(python_dir)
-    hide = set()
+    hide: set[str] = set()
     for prefix in prefixes | {"/usr", "/usr/local"}:
         for pattern in (
             "lib/python3*/site-packages",
@@ -353,7 +353,7 @@ def launch(
             if len(set(targets)) != len(targets):
                 raise SandboxSetupError(f"two read-only mounts want the same place: {sorted(targets)}")
             hide = tuple(h for h in hide if not any(_under(t, h) for t in targets))
-            program_uid = uid if root else INNER_UID
+            program_uid = INNER_UID if uid is None else uid  # uid: allocated when root
         else:
             host_scratch = tempfile.mkdtemp(prefix="whale-sbx-")
             scratch_path = host_scratch
@@ -516,7 +516,7 @@ def _send(fd: int, data: bytes, timeout_s: float) -> None:
 def _read_all(fd: int, timeout_s: float) -> bytes:
     """Read ``fd`` to EOF within a deadline."""
     deadline = time.monotonic() + timeout_s
-    chunks = []
+    chunks: list[bytes] = []
     while True:
         left = deadline - time.monotonic()
         if left <= 0:

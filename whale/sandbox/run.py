@@ -84,7 +84,7 @@ def run_python(
         raise ValueError("run_python(collect=...) takes a list of file names, not one string")
     limits = limits or Limits()
     isolation = isolation or Isolation()
-    program = code if code is not None else Path(path).read_text(encoding="utf-8")  # type: ignore[arg-type]
+    program = code if code is not None else Path(path).read_text(encoding="utf-8")  # type: ignore[arg-type]  # one of the two is set (checked above)
     all_files: dict[str, str | bytes] = {**(files or {}), MAIN_FILE: program}
     stdin_fd = _stdin_fd(stdin) if stdin is not None else None
     try:
@@ -173,10 +173,14 @@ def _collect(launched: Any, limits: Limits, wanted: list[str]) -> SandboxResult:
                         launched.kill_tree()
             if overflow:
                 break
-        if drain_deadline is None and not timed_out and not overflow:
-            # every pipe is closed but the program still runs: wait for it within the wall clock
-            if not select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0]:
-                timed_out = True
+        # every pipe is closed but the program still runs: wait for it within the wall clock
+        if (
+            drain_deadline is None
+            and not timed_out
+            and not overflow
+            and not select.select([pidfd], [], [], max(0.0, deadline - time.monotonic()))[0]
+        ):
+            timed_out = True
     finally:
         os.close(pidfd)
     sel.close()

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from whale.sandbox.policy import Isolation, Limits, MiB, Outcome, classify, tail_text
 from whale.sandbox.process import Launched, launch
@@ -88,7 +88,7 @@ class SandboxWorker:
     ) -> None:
         if (entry is None) == (entry_code is None):
             raise ValueError("SandboxWorker needs exactly one of `entry` or `entry_code`")
-        code = entry_code if entry_code is not None else Path(entry).read_text(encoding="utf-8")  # type: ignore[arg-type]
+        code = entry_code if entry_code is not None else Path(entry).read_text(encoding="utf-8")  # type: ignore[arg-type]  # one of the two is set (checked above)
         self._files: dict[str, str | bytes] = {**(files or {}), ENTRY_FILE: code}
         self._env = dict(env or {})
         self.limits = limits or WORKER_LIMITS
@@ -188,10 +188,9 @@ class SandboxWorker:
             except (TypeError, ValueError) as exc:
                 raise TypeError(f"arguments of sandbox call {fn!r} are not JSON values: {exc}") from exc
             try:
-                stdin = proc.launched.proc.stdin
-                assert_stream(stdin)
-                stdin.write(line.encode())  # type: ignore[union-attr]
-                stdin.flush()  # type: ignore[union-attr]
+                stdin = assert_stream(proc.launched.proc.stdin)
+                stdin.write(line.encode())
+                stdin.flush()
             except (BrokenPipeError, OSError):
                 raise self._death(proc, timed_out=False, what=f"calling {fn!r}") from None
             reply = self._read_reply(proc, timeout_s if timeout_s is not None else self.limits.wall_s, f"call {fn!r}")
@@ -208,9 +207,8 @@ class SandboxWorker:
             )
 
     def _read_reply(self, proc: _Proc, timeout_s: float, what: str) -> dict[str, Any]:
-        out = proc.launched.proc.stdout
-        assert_stream(out)
-        fd = out.fileno()  # type: ignore[union-attr]
+        out = assert_stream(proc.launched.proc.stdout)
+        fd = out.fileno()
         deadline = time.monotonic() + timeout_s
         while b"\n" not in proc.buffer:
             left = deadline - time.monotonic()
@@ -258,9 +256,11 @@ class SandboxWorker:
         )
 
 
-def assert_stream(stream: object) -> None:
+def assert_stream(stream: IO[bytes] | None) -> IO[bytes]:
+    """The pipe, or a SandboxCallError when it is gone."""
     if stream is None:
         raise SandboxCallError(Outcome.SANDBOX_ERROR, "worker pipes are closed")
+    return stream
 
 
 def _drain(launched: Launched, buf: bytearray, keep: int) -> None:
@@ -269,7 +269,7 @@ def _drain(launched: Launched, buf: bytearray, keep: int) -> None:
     if err is None:
         return
     try:
-        while chunk := err.read1(1 << 16):  # type: ignore[attr-defined]
+        while chunk := err.read1(1 << 16):  # type: ignore[attr-defined]  # Popen's pipe: a BufferedReader
             buf += chunk
             if len(buf) > 2 * keep:
                 del buf[: len(buf) - keep]

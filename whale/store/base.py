@@ -17,6 +17,7 @@ guarantees every backend keeps, and that ``docs/storage.md`` documents:
 from __future__ import annotations
 
 import abc
+import builtins
 import json
 import posixpath
 from collections.abc import Iterable
@@ -192,7 +193,7 @@ class Store(abc.ABC):
     def write_json(self, key: str, obj: Any) -> None:
         self.write_bytes(key, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode("utf-8"))
 
-    def read_jsonl(self, key: str) -> list[dict[str, Any]]:
+    def read_jsonl(self, key: str) -> builtins.list[dict[str, Any]]:  # `list` here is the method above
         """All records; a missing file is an empty list (a phase that has not logged yet)."""
         try:
             raw = self.read_bytes(key)

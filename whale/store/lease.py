@@ -27,7 +27,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from whale.store.base import StoreError
@@ -42,7 +42,7 @@ RUN_OWNER_ENV = "WHALE_RUN_OWNER"
 
 def iso(t: float, *, ms: bool = False) -> str:
     """UTC ISO 8601; ``ms`` keeps milliseconds (an expiry rounded down to the second would end early)."""
-    text = datetime.fromtimestamp(t, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%f" if ms else "%Y-%m-%dT%H:%M:%S")
+    text = datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%dT%H:%M:%S.%f" if ms else "%Y-%m-%dT%H:%M:%S")
     return (text[:-3] if ms else text) + "Z"
 
 

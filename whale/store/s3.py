@@ -635,7 +635,7 @@ class S3Store(Store):
         for i in range(0, len(keys), 1000):
             batch = [DeleteObject(self._name(k)) for k in keys[i : i + 1000]]
 
-            def remove() -> None:
+            def remove(batch: list[DeleteObject] = batch) -> None:
                 errors = [e for e in self._client.remove_objects(self.bucket, batch) if e.code not in _NOT_FOUND_CODES]
                 if errors:
                     first = errors[0]
@@ -656,7 +656,7 @@ class S3Store(Store):
             try:
                 # NOTE: the public put_object turns unknown headers into user metadata (x-amz-meta-if-match);
                 # the SDK's own PutObject call sends them as they are.
-                result = self._client._put_object(  # noqa: SLF001
+                result = self._client._put_object(
                     self.bucket, name, data, headers={"Content-Type": "application/json", **condition}
                 )
             except S3Error as exc:
@@ -738,7 +738,7 @@ class S3Store(Store):
 
         def remove() -> None:
             try:
-                self._client._execute("DELETE", self.bucket, name, headers={"If-Match": f'"{etag}"'})  # noqa: SLF001
+                self._client._execute("DELETE", self.bucket, name, headers={"If-Match": f'"{etag}"'})
             except S3Error as exc:
                 if exc.code in _PRECONDITION_CODES or exc.code in _NOT_FOUND_CODES:
                     return
@@ -793,9 +793,9 @@ class _S3Lease(Lease):
             started = time.monotonic()
             mine = self.holder.renewed(time.time(), self.ttl_s)
             data = json.dumps(mine.to_wire(), sort_keys=True).encode("utf-8")
-            etag = self.store._conditional_put(self.name, data, {"If-Match": f'"{self.etag}"'})  # noqa: SLF001
+            etag = self.store._conditional_put(self.name, data, {"If-Match": f'"{self.etag}"'})
             if etag is None:
-                current = self.store._read_lease_raw(self.name)  # noqa: SLF001
+                current = self.store._read_lease_raw(self.name)
                 if current is None or current[0] is None or current[0].owner != self.holder.owner:
                     who = current[0].describe() if current and current[0] else "nobody (deleted)"
                     self.lost = f"{self.uri} was taken over by {who} after this runner's lease expired"
@@ -809,4 +809,4 @@ class _S3Lease(Lease):
                 return
             self.released = True
             if self.lost is None:
-                self.store._conditional_delete(self.name, self.etag)  # noqa: SLF001
+                self.store._conditional_delete(self.name, self.etag)

@@ -53,7 +53,7 @@ class CodeLimits:
             wall_s=wall,
             # the wall clock is the limit the model is told about; CPU time is a backstop one second
             # later, so a busy loop on an idle machine still ends as a timeout, not a CPU kill
-            cpu_s=int(math.ceil(wall)) + 1,
+            cpu_s=math.ceil(wall) + 1,
             memory_bytes=self.memory_mb * MiB,
             file_size_bytes=64 * MiB,
             processes=self.processes,

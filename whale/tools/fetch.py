@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     from whale.store import StoreError, open_store
 
     store = open_store(args[0])
-    for key, path in zip(args[1::2], args[2::2]):
+    for key, path in zip(args[1::2], args[2::2], strict=True):
         try:
             fetch(store, key, Path(path))
         except StoreError as exc:

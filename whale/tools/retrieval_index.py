@@ -88,7 +88,7 @@ class Hit:
     @classmethod
     def from_wire(cls, obj: dict[str, Any]) -> Hit:
         """One result item, with scores (``{"document", "score"}``) or without (the document alone)."""
-        doc = obj["document"] if "document" in obj else obj
+        doc = obj.get("document", obj)
         return cls(passage_from_row(doc), float(obj.get("score", 0.0)))
 
 
@@ -165,7 +165,7 @@ class Corpus(Sequence[Passage]):
         start, end = self.offsets[i]
         return json.loads(os.pread(self._fd, int(end - start), int(start)))
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i):
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         if i < 0:
@@ -233,7 +233,10 @@ def _atomic_write(path: Path, write: Callable[[Path], None]) -> None:
 
 
 def _write_json(path: Path, obj: Any) -> None:
-    _atomic_write(path, lambda p: p.write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n"))
+    def write(p: Path) -> None:
+        p.write_text(json.dumps(obj, indent=1, sort_keys=True) + "\n")
+
+    _atomic_write(path, write)
 
 
 def _save_npy(path: Path, values: np.ndarray) -> None:
@@ -284,12 +287,14 @@ class BM25Retriever:
         with self._lock:  # the tokenizer is stateful; bm25s scoring is fast enough to serialise
             ids = self._tokenizer.tokenize(list(queries), update_vocab=False, show_progress=False, return_as="ids")
             docs, scores = self._model.retrieve(ids, k=k, show_progress=False, n_threads=1)
-        out = []
-        for row_docs, row_scores, q in zip(docs, scores, ids):
+        out: list[list[Hit]] = []
+        for row_docs, row_scores, q in zip(docs, scores, ids, strict=True):
             if not q:  # no known word in the query: nothing matches
                 out.append([])
                 continue
-            out.append([Hit(self.passages[int(d)], float(s)) for d, s in zip(row_docs, row_scores) if s > 0])
+            out.append(
+                [Hit(self.passages[int(d)], float(s)) for d, s in zip(row_docs, row_scores, strict=True) if s > 0]
+            )
         return out
 
 
@@ -486,7 +491,7 @@ class IndexManifest:
         missing = sorted(fields - set(raw) - {"format", "model_path"})
         if missing:
             raise RetrieverError(f"{where}: missing {', '.join(missing)}")
-        values = {k: raw.get(k) for k in fields}
+        values: dict[str, Any] = {k: raw.get(k) for k in fields}
         values["conventions"] = EncoderConventions.from_dict(raw["conventions"], f"{where}: conventions")
         return cls(**values)
 
@@ -702,8 +707,8 @@ class DenseRetriever:
         with self._lock:
             scores, docs = self._index.search(self._encoder.encode(list(queries), "query"), k)
         return [
-            [Hit(self.passages[int(d)], float(s)) for d, s in zip(row_d, row_s) if d >= 0]
-            for row_d, row_s in zip(docs, scores)
+            [Hit(self.passages[int(d)], float(s)) for d, s in zip(row_d, row_s, strict=True) if d >= 0]
+            for row_d, row_s in zip(docs, scores, strict=True)
         ]
 
 

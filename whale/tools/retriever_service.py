@@ -44,8 +44,16 @@ class Limits:
     default_topk: int = 3
 
 
-def _request_model(limits: Limits) -> type[BaseModel]:
-    class RetrieveRequest(BaseModel):
+class _Request(BaseModel):
+    """The request's fields; :func:`_request_model` adds the configured limits."""
+
+    queries: list[str]
+    topk: int | None = None
+    return_scores: bool = False
+
+
+def _request_model(limits: Limits) -> type[_Request]:
+    class RetrieveRequest(_Request):
         model_config = ConfigDict(extra="ignore")
         queries: list[str] = Field(..., min_length=1, max_length=limits.max_queries)
         topk: int | None = Field(None, ge=1, le=limits.max_topk)

@@ -324,7 +324,7 @@ def close_all(trackers: Iterable[Tracker]) -> None:
     for tracker in trackers:
         try:
             tracker.close()
-        except Exception:  # noqa: BLE001 - one tracker's failure must not keep the others open
+        except Exception:  # one tracker's failure must not keep the others open
             log.warning("closing the %s tracker failed", tracker.backend.value, exc_info=True)
 
 
@@ -355,7 +355,7 @@ def export_phase(store: Any, run: str, phase: str) -> int:
             return 0
         backends = ", ".join(spec.tracking.report_to)
         return _export_phase(store, run, phase, spec)
-    except Exception:  # noqa: BLE001 - a mirror must not fail a finished phase; the traceback is logged
+    except Exception:  # a mirror must not fail a finished phase; the traceback is logged
         log.warning(
             "tracking %s of %s to %s failed; the store keeps every metric (`whale report --export` replays them)",
             phase,

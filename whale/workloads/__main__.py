@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as exc:
         print(f"{args.kind} workload interrupted{f' ({exc})' if str(exc) else ''}", file=sys.stderr)
         return 130
-    except Exception as exc:  # noqa: BLE001 - the contract: non-zero exit with a one-line reason
+    except Exception as exc:  # the contract: non-zero exit with a one-line reason
         log.exception("%s workload failed", args.kind)
         reason = str(exc).replace("\n", " ").strip() or type(exc).__name__
         print(f"{args.kind} workload failed: {type(exc).__name__}: {reason}", file=sys.stderr)

@@ -166,8 +166,8 @@ def run_eval(
             from whale.inference.factory import make_client
 
             client = make_client(spec, store, request.eval.checkpoint)
-        evaluation = _evaluate(store, run, phase, request, spec, domain, items, harness_path, client, chunk_items)
-        return asyncio.run(_evaluate_and_close(client, owns_client, evaluation))
+        pending = _evaluate(store, run, phase, request, spec, domain, items, harness_path, client, chunk_items)
+        return asyncio.run(_evaluate_and_close(client, owns_client, pending))
 
 
 async def _evaluate_and_close(client: InferenceClient, owns_client: bool, evaluation: Any) -> EvalResult:

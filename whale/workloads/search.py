@@ -142,7 +142,7 @@ def run_search(
             accepted_score=float(found.accepted.score or 0.0),
             iterations=found.iterations,
             rollouts=found.rollouts,
-            stopped_by=found.stopped_by,  # type: ignore[arg-type]
+            stopped_by=found.stopped_by,
             integrity_flags=integrity_flags(found),
             sandbox_isolation=settings.limits.isolation,
             accepted_by_iteration=[

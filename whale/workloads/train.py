@@ -169,8 +169,9 @@ def load_for_training(store: Store, spec: WhaleRunSpec, prefix: str | None, work
         raise WeightPhaseError(f"cannot load the model to train from {source!r}: {exc}") from exc
     if getattr(model.config, "quantization_config", None) is not None:  # GGUF: dequantised on load
         del model.config.quantization_config
-        model.hf_quantizer = None
-        model.is_quantized = False
+        # (the ignores: attributes transformers sets on a loaded model but does not declare on the class)
+        model.hf_quantizer = None  # type: ignore[assignment]
+        model.is_quantized = False  # type: ignore[assignment]
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.config.use_cache = False
@@ -229,7 +230,11 @@ def run_distributed(
     device = dist.device_for(world)
     dist.init_process_group(world, device)
     try:
-        result = _lead(store, run, phase, world, device, domain) if world.is_leader else _follow(world, device)
+        if world.is_leader:
+            result = _lead(store, run, phase, world, device, domain)
+        else:
+            _follow(world, device)
+            result = None
         # every rank leaves together: a peer that tears down first can abort gloo's teardown in the other
         dist.barrier()
         return result

@@ -22,7 +22,6 @@ with the same tools and budgets as the ``openai`` backend, in Anthropic's wire f
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from typing import Any
@@ -39,6 +38,7 @@ from whale.metaharness.proposer.agent import (
     parse_arguments,
 )
 from whale.metaharness.proposer.base import ProposerError
+from whale.metaharness.proposer.http import Endpoint, post_json
 
 log = logging.getLogger(__name__)
 
@@ -85,36 +85,17 @@ class AnthropicClient:
         """One Messages API call (the raw response JSON). Raises ProposerError after retries."""
         body = {"model": self.model, **body}
         url = f"{self.base_url}/v1/messages"
-        last = "no attempt"
-        for attempt in range(self.retries + 1):
-            try:
-                resp = await self._http.post("/v1/messages", json=body, timeout=max(timeout_s, 1.0))
-            except httpx.TimeoutException:
-                raise ProposerError(f"the Messages API at {url} did not answer within {timeout_s:.0f} s") from None
-            except httpx.TransportError as exc:
-                last = f"cannot reach {url}: {exc}"
-            else:
-                if resp.status_code < 400:
-                    try:
-                        data = resp.json()
-                    except ValueError:
-                        raise ProposerError(
-                            f"the Messages API at {url} answered non-JSON: {resp.text[:200]!r}"
-                        ) from None
-                    if not isinstance(data, dict) or not isinstance(data.get("content"), list):
-                        raise ProposerError(f"the Messages API at {url} answered without content: {str(data)[:200]}")
-                    return data
-                last = f"HTTP {resp.status_code} from {url}: {_api_error(resp)}"
-                if resp.status_code not in _RETRY_STATUS:
-                    hint = ""
-                    if resp.status_code in (401, 403):
-                        hint = " (check the API key Secret, spec.harnessSearch.proposer.apiKeySecret)"
-                    elif resp.status_code == 404:
-                        hint = " (check spec.harnessSearch.proposer.model and baseUrl)"
-                    raise ProposerError(last + hint)
-            if attempt < self.retries:
-                await asyncio.sleep(0.5 * 2**attempt)
-        raise ProposerError(f"proposer request failed after {self.retries + 1} attempts: {last}")
+        hint_key = " (check the API key Secret, spec.harnessSearch.proposer.apiKeySecret)"
+        endpoint = Endpoint(
+            name=f"the Messages API at {url}",
+            address=url,
+            needs="content",
+            valid=lambda data: isinstance(data.get("content"), list),
+            retryable=lambda status: status in _RETRY_STATUS,
+            error_text=_api_error,
+            hints={401: hint_key, 403: hint_key, 404: " (check spec.harnessSearch.proposer.model and baseUrl)"},
+        )
+        return await post_json(self._http, "/v1/messages", body, endpoint, timeout_s=timeout_s, retries=self.retries)
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -198,7 +179,8 @@ class AnthropicConversation(Conversation):
             if b["type"] == "tool_use"
         ]
         text = "\n".join(str(b.get("text") or "") for b in blocks if b["type"] == "text")
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        usage = data.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
         parts = [
             _count(usage.get(k)) for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
         ]

@@ -213,7 +213,7 @@ def collect_candidates(
         (p for p in root.iterdir() if p.suffix == ".py" and p.is_file() and not p.is_symlink()),
         key=lambda p: (rank.get(p.stem, len(rank)), p.name),
     )
-    proposals = []
+    proposals: list[Proposal] = []
     for path in files:
         if len(proposals) == count:
             notes.append(f"ignored {path.name}: more than {count} candidates")

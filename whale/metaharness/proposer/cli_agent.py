@@ -348,7 +348,7 @@ def _usage(tail: str, report: ProposerReport) -> None:
             continue
         usage = data["usage"]
 
-        def count(key: str) -> int:
+        def count(key: str, usage: dict[str, Any] = usage) -> int:
             value = usage.get(key)
             return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
 

@@ -10,7 +10,6 @@ assistant message, one ``tool`` message per call, usage from ``usage.prompt_toke
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from typing import Any
@@ -31,6 +30,7 @@ from whale.metaharness.proposer.agent import (
     parse_arguments,
 )
 from whale.metaharness.proposer.base import ProposerError
+from whale.metaharness.proposer.http import Endpoint, post_json
 
 log = logging.getLogger(__name__)
 
@@ -80,34 +80,17 @@ class ProposerClient:
             "max_tokens": max_tokens,
             "temperature": 0.7,
         }
-        last = "no attempt"
-        for attempt in range(self.retries + 1):
-            try:
-                resp = await self._http.post("/chat/completions", json=body, timeout=max(timeout_s, 1.0))
-            except httpx.TimeoutException:
-                raise ProposerError(
-                    f"proposer endpoint {self.base_url} did not answer within {timeout_s:.0f} s"
-                ) from None
-            except httpx.TransportError as exc:
-                last = f"cannot reach {self.base_url}: {exc}"
-            else:
-                if resp.status_code < 400:
-                    try:
-                        data = resp.json()
-                    except ValueError:
-                        raise ProposerError(f"proposer endpoint {self.base_url} answered non-JSON") from None
-                    if not isinstance(data, dict) or not data.get("choices"):
-                        raise ProposerError(
-                            f"proposer endpoint {self.base_url} answered without choices: {str(data)[:200]}"
-                        )
-                    return data
-                last = f"HTTP {resp.status_code} from {self.base_url}: {resp.text[:300]}"
-                if resp.status_code < 500 and resp.status_code != 429:
-                    hint = " (check the API key Secret)" if resp.status_code in (401, 403) else ""
-                    raise ProposerError(last + hint)
-            if attempt < self.retries:
-                await asyncio.sleep(0.5 * 2**attempt)
-        raise ProposerError(f"proposer request failed after {self.retries + 1} attempts: {last}")
+        endpoint = Endpoint(
+            name=f"proposer endpoint {self.base_url}",
+            address=self.base_url,
+            needs="choices",
+            valid=lambda data: bool(data.get("choices")),
+            retryable=lambda status: status >= 500 or status == 429,
+            hints={401: " (check the API key Secret)", 403: " (check the API key Secret)"},
+        )
+        return await post_json(
+            self._http, "/chat/completions", body, endpoint, timeout_s=timeout_s, retries=self.retries
+        )
 
     async def aclose(self) -> None:
         await self._http.aclose()
@@ -150,8 +133,10 @@ class OpenAIConversation(Conversation):
                     str(raw["id"]), str(function.get("name", "")), parse_arguments(function.get("arguments") or "{}")
                 )
             )
-        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
-        details = usage.get("prompt_tokens_details") if isinstance(usage.get("prompt_tokens_details"), dict) else {}
+        usage = data.get("usage")
+        usage = usage if isinstance(usage, dict) else {}
+        details = usage.get("prompt_tokens_details")
+        details = details if isinstance(details, dict) else {}
         choice = (data.get("choices") or [{}])[0] or {}
         return ModelTurn(
             text=str(message.get("content") or ""),

@@ -429,7 +429,7 @@ class Toolbox:
                     raise ToolError("timeout_s must be a number of seconds")
                 if left is not None:
                     timeout = min(float(timeout), left)
-                return await self.tools.shell.run(arguments.get("command"), float(timeout))  # type: ignore[arg-type]
+                return await self.tools.shell.run(arguments.get("command"), float(timeout))  # type: ignore[arg-type]  # shell.run refuses a non-string command
         except ToolError as exc:
             return f"error: {exc}"
         if name in ("run_candidate", "run_shell"):
