@@ -30,6 +30,10 @@ mode (Role); manifests/overlays/{cluster,namespaced}/rbac.yaml hold the same */}
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [get, create]
+# inference.placement colocated: the train pod's GPUs, one DRA claim shared by trainer and vLLM
+- apiGroups: [resource.k8s.io]
+  resources: [resourceclaimtemplates]
+  verbs: [get, create]
 # the failed worker's termination message
 - apiGroups: [""]
   resources: [pods]

@@ -13,6 +13,7 @@ from whale.control.planner import write_request
 from whale.control.serving import serve
 from whale.core import layout
 from whale.core.alternation import Child, ChildState, StartPhase
+from whale.core.protocol import WeightRequest
 from whale.core.spec import WhaleRunSpec
 from whale.domain import ToolService
 from whale.store import Store
@@ -71,6 +72,10 @@ class JobLauncher:
         svc = builders.rendezvous_service(run, spec, req)
         if svc is not None:
             self.ensure(svc)
+        if spec.inference.placement == "colocated" and isinstance(req, WeightRequest):
+            # one pod, trainer and vLLM on the same GPUs (a DRA claim both containers reference)
+            self.ensure(builders.colocated_gpu_claim_template(run, spec, req))
+            return self.ensure(builders.colocated_train_job(run, spec, req, store_uri=spec.storage.uri, tools=tools))
         return self.ensure(builders.job(run, spec, req, store_uri=spec.storage.uri, tools=tools))
 
     def ensure(self, manifest: dict[str, Any]) -> bool:
@@ -105,6 +110,7 @@ class JobLauncher:
                 )
             )
             out.append(builders.inference_service(run, spec))
+            out.append(builders.inference_network_policy(run))  # vLLM's port: the run's own pods only
         out += builders.tool_children(run, spec, tools, store_uri=spec.storage.uri, replicas=replicas)
         return out
 

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from whale.core.spec import WhaleRunSpec
 from whale.metaharness import proposer
+from whale_operator.tenancy import StorePolicy
 
 
 class SpecError(ValueError):
@@ -53,6 +54,8 @@ class OperatorConfig:
     #: resolve split sizes with the domain plugin in the operator when the store has none, instead of
     #: a prepare Job (needs the data in the operator's reach; ``WHALE_OPERATOR_DOMAIN_SPLIT_SIZES=1``)
     domain_split_sizes: bool = False
+    #: the stores and S3 endpoints a WhaleRun may name (``WHALE_ALLOWED_STORES`` / ``WHALE_ALLOWED_S3_ENDPOINTS``)
+    store_policy: StorePolicy = field(default_factory=StorePolicy)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorConfig:
@@ -65,4 +68,5 @@ class OperatorConfig:
         return cls(
             store_options=opts,
             domain_split_sizes=env.get("WHALE_OPERATOR_DOMAIN_SPLIT_SIZES", "").lower() in ("1", "true"),
+            store_policy=StorePolicy.from_env(env),
         )

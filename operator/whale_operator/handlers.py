@@ -139,7 +139,7 @@ async def whalerun_daemon(
             await _sleep(wake, stopped, delay)
     finally:
         memo.wakeups.pop(uid, None)
-        metrics.set_run_phase(uid, None)
+        metrics.forget_run(uid, namespace, name)  # a deleted run leaves no series
 
 
 def _timed_reconcile(reconciler: Reconciler, metrics: OperatorMetrics, namespace: str, name: str) -> Any:

@@ -30,6 +30,7 @@ PLURALS: dict[tuple[str, str], str] = {
     ("v1", "Pod"): "pods",
     ("v1", "Event"): "events",
     ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
+    ("resource.k8s.io/v1", "ResourceClaimTemplate"): "resourceclaimtemplates",
     (f"{API_GROUP}/{API_VERSION}", "WhaleRun"): PLURAL,
 }
 REQUEST_TIMEOUT_S = 30

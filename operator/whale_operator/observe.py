@@ -7,7 +7,7 @@ Job                                                        ChildState
 =========================================================  ===========
 ``Complete`` / ``SuccessCriteriaMet`` True                 SUCCEEDED
 ``Failed`` / ``FailureTarget`` True                        FAILED (PREEMPTED if the cause was a disruption)
-suspended after it had started (Kueue eviction/preemption) PREEMPTED
+suspended after it ran (Kueue eviction/preemption)        PREEMPTED
 anything else, including suspended-before-start (queued)   RUNNING
 being deleted                                              RUNNING (it is gone once the delete finishes)
 =========================================================  ===========
@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from whale.core.alternation import Child, ChildState
-from whale_operator import names
+from whale_operator import kueue, names
 
 DISRUPTION = "DisruptionTarget"
 
@@ -44,11 +44,10 @@ def job_child(job: dict[str, Any], pod_message: str = "") -> Child:
             return Child(ChildState.PREEMPTED, text)
         detail = pod_message.strip().splitlines()[-1] if pod_message.strip() else ""
         return Child(ChildState.FAILED, f"{text}; {detail}" if detail else text)
-    suspended = _true(job, "Suspended")
-    if suspended and job.get("status", {}).get("startTime"):
-        why = suspended.get("message") or suspended.get("reason") or "suspended"
+    why = kueue.evicted(job)  # suspended after the operator saw it run (Kubernetes clears startTime)
+    if why is not None:
         return Child(ChildState.PREEMPTED, f"suspended after it started ({why})")
-    if suspended or job.get("spec", {}).get("suspend"):
+    if kueue.suspended(job):
         return Child(ChildState.RUNNING, "queued: waiting for admission")
     return Child(ChildState.RUNNING)
 

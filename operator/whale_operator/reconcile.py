@@ -27,7 +27,7 @@ from whale.core.spec import Reason, WhaleRunSpec, WhaleRunStatus
 from whale.core.state import RunState
 from whale.domain import ToolService
 from whale.store import Store
-from whale_operator import builders, names, observe
+from whale_operator import builders, kueue, names, observe, tenancy
 from whale_operator import status as st
 from whale_operator.children import JobLauncher
 from whale_operator.config import OperatorConfig, SpecError, parse_spec
@@ -166,6 +166,9 @@ class Reconciler:
         try:
             names.check_run_name(run.name)
             spec = parse_spec(body_spec)
+            for field_, message in self.config.store_policy.problems(spec.storage.uri, spec.storage.endpoint):
+                raise SpecError(field_, message)
+            spec = tenancy.scoped(spec, run.namespace, run.name, run.uid)  # from here on, the run's own store
             tools = self.tools_for(spec)
         except (SpecError, names.RunNameError) as exc:
             field_ = exc.field if isinstance(exc, SpecError) else "metadata.name"
@@ -176,6 +179,8 @@ class Reconciler:
             return ReconcileResult(bad, [st.Event(st.WARNING, Reason.INVALID_SPEC.value, f"{field_}: {text}")])
         if prev.reason == Reason.INVALID_SPEC:
             prev = WhaleRunStatus()  # the spec was fixed: start over
+        if prev.store_uri != spec.storage.uri:
+            prev = prev.model_copy(update={"store_uri": spec.storage.uri})
 
         store = self.store_for(spec)
         inference_managed = builders.uses_vllm(spec)
@@ -217,6 +222,11 @@ class Reconciler:
         """What ``decide`` sees of each phase's current Job (a failed one with its pod's last words)."""
         children: dict[str, Child] = {}
         for phase, job in current.items():
+            if kueue.needs_started_mark(job):
+                # what tells a later eviction from queueing: Kubernetes clears startTime on suspension
+                patch = kueue.started_patch(self.clock())
+                self.kube.merge_patch("batch/v1", "Job", run.namespace, job["metadata"]["name"], patch)
+                job["metadata"].setdefault("annotations", {}).update(patch["metadata"]["annotations"])
             child = observe.job_child(job)
             if child.state is ChildState.FAILED:
                 pods = self.kube.list(

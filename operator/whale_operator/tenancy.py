@@ -18,6 +18,8 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from whale.core.spec import WhaleRunSpec
+
 ALLOWED_STORES_ENV = "WHALE_ALLOWED_STORES"
 ALLOWED_ENDPOINTS_ENV = "WHALE_ALLOWED_S3_ENDPOINTS"
 
@@ -30,6 +32,15 @@ def run_store_uri(base_uri: str, namespace: str, name: str, uid: str, resume_fro
     if not namespace or not name or not uid:
         raise ValueError("a run's store needs its namespace, name and uid")
     return f"{base_uri.rstrip('/')}/{namespace}/{name}.{resume_from or uid}"
+
+
+def scoped(spec: WhaleRunSpec, namespace: str, name: str, uid: str) -> WhaleRunSpec:
+    """``spec`` with ``storage.uri`` replaced by the run's own store (:func:`run_store_uri`): what every child
+    and the operator itself then read and write. The one place the operator decides where a run lives."""
+    if spec.storage.uri is None:
+        raise ValueError("spec.storage.uri: the operator needs an object store")
+    uri = run_store_uri(spec.storage.uri, namespace, name, uid, spec.resume_from)
+    return spec.model_copy(update={"storage": spec.storage.model_copy(update={"uri": uri})})
 
 
 def _split_list(value: str | None) -> tuple[str, ...]:

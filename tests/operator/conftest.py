@@ -13,7 +13,7 @@ import pytest
 from kopf.testing import KopfRunner
 
 from tests.fixtures.kube import EmulatedCluster
-from tests.operator.player import WR, WorkloadPlayer
+from tests.operator.player import WorkloadPlayer, create_run
 from whale.core.layout import split_sizes_key
 from whale.store import Store, open_store
 
@@ -98,13 +98,8 @@ def make_run(kube_cluster: EmulatedCluster, kube_namespace: str, store: Store) -
             if raw_spec is not None
             else deep_merge(deep_merge(BASE_SPEC, {"storage": {"uri": store.uri}}), spec or {})
         )
-        store.write_json(split_sizes_key(name), SPLITS)
-        kube_cluster.api.create(
-            WR,
-            "whaleruns",
-            kube_namespace,
-            {"apiVersion": WR, "kind": "WhaleRun", "metadata": {"name": name}, "spec": full},
-        )
-        return WorkloadPlayer(kube_cluster.api, store, kube_namespace, name, **overrides)
+        run_store, _uid = create_run(kube_cluster.api, store, kube_namespace, name, full)
+        run_store.write_json(split_sizes_key(name), SPLITS)
+        return WorkloadPlayer(kube_cluster.api, run_store, kube_namespace, name, splits=SPLITS, **overrides)
 
     return create

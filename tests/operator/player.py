@@ -25,10 +25,23 @@ from whale.core.protocol import (
     parse_request,
 )
 from whale.core.spec import API_GROUP, API_VERSION
-from whale.store import Store
+from whale.store import Store, open_store
 from whale_operator import names
+from whale_operator.tenancy import run_store_uri
 
 WR = f"{API_GROUP}/{API_VERSION}"
+
+
+def run_store(base: Store, namespace: str, name: str, uid: str, resume_from: str | None = None) -> Store:
+    """The store the operator gives the run (``whale_operator.tenancy``): the workloads' view of it."""
+    return open_store(run_store_uri(base.uri, namespace, name, uid, resume_from))
+
+
+def create_run(api: KubeAPI, base: Store, namespace: str, name: str, spec: dict[str, Any]) -> tuple[Store, str]:
+    """Create a WhaleRun; returns (the run's store, which its UID names, and the UID)."""
+    body = {"apiVersion": WR, "kind": "WhaleRun", "metadata": {"name": name}, "spec": spec}
+    uid = api.create(WR, "whaleruns", namespace, body)["metadata"]["uid"]
+    return run_store(base, namespace, name, uid, spec.get("resumeFrom")), uid
 
 
 def job_finished(job: dict[str, Any]) -> bool:
@@ -49,6 +62,9 @@ class WorkloadPlayer:
     handled: set[str] = field(default_factory=set)
     #: acknowledge serving targets like the weight-sync sidecar (False: the test plays it itself)
     play_sidecar: bool = True
+    #: finish data-preparation Jobs like the prepare workload, writing these split sizes (False: the test does)
+    play_prepare: bool = True
+    splits: dict[str, int] | None = None
 
     # --- views ---
     def wr(self) -> dict[str, Any]:
@@ -60,7 +76,11 @@ class WorkloadPlayer:
         return self.wr().get("status") or {}
 
     def jobs(self) -> list[dict[str, Any]]:
-        return self.api.list("batch/v1", "jobs", self.namespace, f"{names.LABEL_RUN}={self.run}")
+        """The run's Jobs (with ``play_prepare``, not the data-preparation Jobs this player finishes itself)."""
+        jobs = self.api.list("batch/v1", "jobs", self.namespace, f"{names.LABEL_RUN}={self.run}")
+        if not self.play_prepare:
+            return jobs
+        return [j for j in jobs if (j["metadata"].get("labels") or {}).get(names.LABEL_KIND) != names.PREPARE]
 
     def job_names(self) -> list[str]:
         return sorted(j["metadata"]["name"] for j in self.jobs())
@@ -71,9 +91,21 @@ class WorkloadPlayer:
         if target is not None and self.store.read_json_or_none(layout.served_key(self.run)) != target:
             self.store.write_json(layout.served_key(self.run), target)
 
+    def play_prepare_jobs(self) -> None:
+        """Play data preparation: a prepare Job the operator started (it reconciled the new run before the
+        test wrote the split sizes) writes them and completes, as the real workload would."""
+        selector = f"{names.LABEL_RUN}={self.run},{names.LABEL_KIND}={names.PREPARE}"
+        for job in self.api.list("batch/v1", "jobs", self.namespace, selector):
+            if not job_finished(job):
+                if self.splits is not None:
+                    self.store.write_json(layout.split_sizes_key(self.run), self.splits)
+                self.complete(job)
+
     def pending_job(self) -> dict[str, Any] | None:
         if self.play_sidecar:
             self.ack_serving()
+        if self.play_prepare:
+            self.play_prepare_jobs()
         for job in self.jobs():
             if job["metadata"]["name"] not in self.handled and not job_finished(job):
                 return job

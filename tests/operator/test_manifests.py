@@ -154,7 +154,27 @@ def children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
     rendezvous = builders.rendezvous_service(run, multi, reqs[0])
     assert rendezvous is not None  # two nodes
     out += [builders.job(run, multi, reqs[0], store_uri=store), rendezvous]
+    out.append(builders.inference_network_policy(run))
     return out
+
+
+def colocated_children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
+    """What a colocated weight phase adds: the train Job with vLLM beside the trainer, and its GPU claim."""
+    run = builders.RunRef("example", "whale", "uid")
+    req = phase_request(
+        spec.to_wire(),
+        run="example",
+        phase="c01-weight",
+        attempt=1,
+        args=WeightPhaseArgs(
+            cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=2, steps_per_epoch=4, total_steps=2
+        ),
+    )
+    store = spec.storage.uri or "s3://whale"
+    return [
+        builders.colocated_gpu_claim_template(run, spec, req),
+        builders.colocated_train_job(run, spec, req, store_uri=store),
+    ]
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)

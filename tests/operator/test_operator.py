@@ -123,11 +123,11 @@ def test_adaptive_run_stops_phases_by_patience(start_operator, make_run, store):
                     run.harness_metrics(req, i)
                 done = i
                 try:
-                    wait_for(lambda stop=stop: store.exists(stop), timeout_s=1.0, what="STOP")
+                    wait_for(lambda stop=stop: run.store.exists(stop), timeout_s=1.0, what="STOP")
                     break
                 except AssertionError:
                     continue
-            stops[req.phase] = store.read_text(stop) if store.exists(stop) else ""
+            stops[req.phase] = run.store.read_text(stop) if run.store.exists(stop) else ""
             if weight:
                 run.finish_weight(req, req.weight.from_step + done, write_metrics=False, stopped_by="stop-request")
             else:
@@ -205,7 +205,20 @@ def test_preempted_job_is_restarted_without_counting_a_failure(start_operator, m
         run.finish(run.wait_job())
         first = run.wait_job()
         assert first["metadata"]["name"] == "preempt-c01-weight-1"
-        api.preempt_job(kube_namespace, "preempt-c01-weight-1")
+        # admitted and running: the operator marks it (what survives the eviction's clearing of startTime)
+        api.start_job(kube_namespace, "preempt-c01-weight-1")
+        wait_for(
+            lambda: (
+                "whale.dev/started"
+                in (
+                    api.get("batch/v1", "jobs", kube_namespace, "preempt-c01-weight-1")["metadata"].get("annotations")
+                    or {}
+                )
+            ),
+            what="the started mark",
+        )
+        evicted = api.preempt_job(kube_namespace, "preempt-c01-weight-1")
+        assert "startTime" not in evicted["status"]  # Kubernetes' view of a suspended Job
         second = run.wait_job()
         assert second["metadata"]["name"] == "preempt-c01-weight-2"
         # the superseded attempt is deleted: it must not come back when the queue re-admits it
@@ -329,11 +342,11 @@ def test_serving_target_follows_the_running_child(start_operator, make_run, stor
     with start_operator():
         run = make_run("serve")
         run.finish(run.wait_job())  # start eval: base model
-        assert store.read_json(serving_key("serve")) == {"checkpoint": None}
+        assert run.store.read_json(serving_key("serve")) == {"checkpoint": None}
         run.finish(run.wait_job())  # c01-weight -> checkpoint step 2
         ev = run.wait_job()
         assert ev["metadata"]["name"] == "serve-eval-c01-s000002-weight-1"
         ckpt = layout.checkpoint_prefix("serve", 2)
-        assert store.read_json(serving_key("serve")) == {"checkpoint": ckpt}
+        assert run.store.read_json(serving_key("serve")) == {"checkpoint": ckpt}
         dep = kube_cluster.api.get("apps/v1", "deployments", kube_namespace, "serve-vllm")
         assert dep["metadata"]["annotations"]["whale.dev/checkpoint"] == ckpt

@@ -166,13 +166,27 @@ def bound_to_operator(name: str) -> set[tuple[str, str, str]]:
 
 def children_kinds() -> set[tuple[str, str]]:
     """(group, resource) of every child the builders make, from one run of each domain's shape."""
-    from tests.operator.test_manifests import EXAMPLES, children_of, docs
+    from tests.operator.test_manifests import EXAMPLES, children_of, colocated_children_of, docs
     from whale.core.spec import WhaleRunSpec
 
-    plural = {"Job": "jobs", "Deployment": "deployments", "Service": "services", "NetworkPolicy": "networkpolicies"}
+    plural = {
+        "Job": "jobs",
+        "Deployment": "deployments",
+        "Service": "services",
+        "NetworkPolicy": "networkpolicies",
+        "ResourceClaimTemplate": "resourceclaimtemplates",
+    }
     out = set()
     for p in EXAMPLES:
-        for child in children_of(WhaleRunSpec.model_validate(docs(p)[0]["spec"])):
+        spec = WhaleRunSpec.model_validate(docs(p)[0]["spec"])
+        colocated = spec.model_copy(
+            update={
+                "inference": spec.inference.model_copy(update={"placement": "colocated"}),
+                "train": spec.train.model_copy(update={"num_nodes": 1}),
+            }
+        )
+        can_colocate = spec.inference.backend in ("auto", "vllm") and spec.train.gpus_per_node >= 1
+        for child in children_of(spec) + (colocated_children_of(colocated) if can_colocate else []):
             out.add((child["apiVersion"].rpartition("/")[0], plural[child["kind"]]))
     return out
 

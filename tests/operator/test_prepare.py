@@ -8,7 +8,7 @@ import pytest
 
 from tests.fixtures.kube import EmulatedCluster, wait_for
 from tests.operator.conftest import BASE_SPEC, deep_merge
-from tests.operator.player import WR, WorkloadPlayer
+from tests.operator.player import WR, WorkloadPlayer, create_run
 from whale import plugins
 from whale.core import layout
 from whale.core.spec import WhaleRunSpec
@@ -19,10 +19,8 @@ pytestmark = pytest.mark.timeout(120)
 
 def create_unprepared(api, namespace: str, store, name: str, spec: dict | None = None) -> WorkloadPlayer:
     full = deep_merge(deep_merge(BASE_SPEC, {"storage": {"uri": store.uri}}), spec or {})
-    api.create(
-        WR, "whaleruns", namespace, {"apiVersion": WR, "kind": "WhaleRun", "metadata": {"name": name}, "spec": full}
-    )
-    return WorkloadPlayer(api, store, namespace, name)
+    run_store, _uid = create_run(api, store, namespace, name, full)
+    return WorkloadPlayer(api, run_store, namespace, name, play_prepare=False)
 
 
 def reasons(api, namespace: str, run: str) -> list[str]:
@@ -40,15 +38,15 @@ def test_a_run_without_split_sizes_is_prepared_first(
         status = wait_for(lambda: run.status().get("reason") == "PreparingData" and run.status(), what="PreparingData")
         assert "prep-prepare-1" in status["message"]
         # the spec the workload reads was written before the Job
-        assert WhaleRunSpec.model_validate(store.read_json(layout.spec_key("prep"))).domain == "synthetic"
+        assert WhaleRunSpec.model_validate(run.store.read_json(layout.spec_key("prep"))).domain == "synthetic"
         assert run.job_names() == ["prep-prepare-1"]  # nothing else starts without the sizes
         # the Job's pod: the real workload, then the Job controller marks it complete
-        sizes = prepare.main(store, "prep", "prepare")
+        sizes = prepare.main(run.store, "prep", "prepare")
         run.complete(job)
         first = run.wait_job()
         assert first["metadata"]["name"] == "prep-eval-c00-s000000-start-1"
         assert sizes == plugins.load("synthetic").split_sizes(
-            WhaleRunSpec.model_validate(store.read_json(layout.spec_key("prep"))).data
+            WhaleRunSpec.model_validate(run.store.read_json(layout.spec_key("prep"))).data
         )
         final = run.play_to_end()
     assert final["phase"] == "Succeeded", final

@@ -16,14 +16,14 @@ pytestmark = pytest.mark.timeout(120)
 def test_children_wait_for_the_served_acknowledgement(start_operator, make_run, store):
     with start_operator():
         run = make_run("gated", play_sidecar=False)
-        target = wait_for(lambda: store.read_json_or_none(layout.serving_key("gated")), what="the serving target")
+        target = wait_for(lambda: run.store.read_json_or_none(layout.serving_key("gated")), what="the serving target")
         assert target == {"checkpoint": None}
         # no acknowledgement: no Job, however long the operator polls (progress interval 0.2 s)
         deadline = time.monotonic() + 1.5
         while time.monotonic() < deadline:
             assert run.jobs() == []
             time.sleep(0.1)
-        store.write_json(layout.served_key("gated"), {"checkpoint": None, "at": "2026-01-01T00:00:00Z"})
+        run.store.write_json(layout.served_key("gated"), {"checkpoint": None, "at": "2026-01-01T00:00:00Z"})
         first = run.wait_job()
         assert first["metadata"]["name"] == "gated-eval-c00-s000000-start-1"
         run.finish(first)
@@ -34,11 +34,11 @@ def test_children_wait_for_the_served_acknowledgement(start_operator, make_run, 
         # the eval of step 2 needs the new checkpoint served: it waits until the sidecar says so
         ckpt = layout.checkpoint_prefix("gated", 2)
         wait_for(
-            lambda: (store.read_json_or_none(layout.serving_key("gated")) or {}).get("checkpoint") == ckpt,
+            lambda: (run.store.read_json_or_none(layout.serving_key("gated")) or {}).get("checkpoint") == ckpt,
             what="the operator to serve the step-2 checkpoint",
         )
         assert run.pending_job() is None
         run.ack_serving()
         third = run.wait_job()
         assert third["metadata"]["labels"]["whale.dev/phase"] == "eval-c01-s000002-weight"
-        assert store.read_json(layout.spec_key("gated"))["domain"] == "synthetic"
+        assert run.store.read_json(layout.spec_key("gated"))["domain"] == "synthetic"

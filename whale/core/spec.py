@@ -1325,3 +1325,8 @@ class WhaleRunStatus(_Model):
     completion_time: str | None = None
     observed_generation: int | None = None
     conditions: list[MetaCondition] = Field(default_factory=list)
+    store_uri: str | None = Field(
+        None,
+        description="where this run's data lives: on a cluster <storage.uri>/<namespace>/<name>.<uid> (its own, "
+        "or the one spec.resumeFrom adopted); `whale status NAME --store <storeUri>` reads it",
+    )

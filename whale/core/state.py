@@ -71,6 +71,7 @@ class RunState:
     completion_time: str | None = None
     observed_generation: int | None = None
     conditions: tuple[MetaCondition, ...] = ()
+    store_uri: str | None = None
 
     # --- (de)serialisers ---
     @classmethod
