@@ -160,10 +160,4 @@ FULL = FullData(
     version=VERSION,
     sizes=sizes,
     build=build,
-    settings=lambda data: {
-        "seed": data.seed,
-        "harnessSize": data.harness_size,
-        "weightSize": data.weight_size,
-        "testSize": data.test_size,
-    },
 )

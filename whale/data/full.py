@@ -31,7 +31,7 @@ import json
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
 
@@ -72,6 +72,16 @@ class Source:
     description: str = ""
 
 
+def split_settings(data: Data) -> dict[str, Any]:
+    """The spec.data settings every domain's splits depend on: the seed and the three split sizes."""
+    return {
+        "seed": data.seed,
+        "harnessSize": data.harness_size,
+        "weightSize": data.weight_size,
+        "testSize": data.test_size,
+    }
+
+
 @dataclass(frozen=True)
 class FullData:
     """What a domain supplies for ``source: full``."""
@@ -84,8 +94,8 @@ class FullData:
     sizes: Callable[[Data], dict[str, int]]
     #: fetched files (by source name) + settings -> (splits, statistics for the manifest)
     build: Callable[[Mapping[str, Path], Data], tuple[dict[str, list[Row]], dict[str, Any]]]
-    #: spec.data settings that change the splits (they enter the tag)
-    settings: Callable[[Data], dict[str, Any]] = field(default=lambda data: {})
+    #: spec.data settings that change the splits (they enter the tag); a domain with more overrides it
+    settings: Callable[[Data], dict[str, Any]] = split_settings
 
 
 # ----- sources ------------------------------------------------------------------------------------
