@@ -23,10 +23,10 @@ from __future__ import annotations
 import dataclasses
 import enum
 import math
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from whale.core.layout import PhaseId
 from whale.core.protocol import (
     EvalResult,
     HarnessIterationMetrics,
@@ -38,8 +38,6 @@ from whale.core.protocol import (
 from whale.core.spec import WhaleRunSpec, WhaleRunStatus
 from whale.report.paper import PaperNumber, paper_number
 
-_MAIN_PHASE_RE = re.compile(r"^c(\d{2,})-(weight|harness)$")
-_EVAL_PHASE_RE = re.compile(r"^eval-c(\d{2,})-s(\d{6,})-(start|weight|harness)(?:-i(\d{4,}))?$")
 _AFTER_ORDER = {"start": 0, "weight": 1, "harness": 2}
 
 
@@ -50,26 +48,34 @@ class StatusSource(str, enum.Enum):
     STORE = "store"  #: reconstructed from phase results (a cluster run: the status is on the object)
 
 
+def _phase_id(phase: str) -> PhaseId | None:
+    """The identity a store key names (``whale.core.layout.PhaseId``, the one parser of phase keys), or None."""
+    try:
+        return PhaseId.parse(phase)
+    except ValueError:
+        return None
+
+
 def parse_main_phase(phase: str) -> tuple[int, PhaseKind] | None:
     """``c03-harness`` -> (3, HARNESS); anything else -> None."""
-    match = _MAIN_PHASE_RE.match(phase)
-    if not match:
+    pid = _phase_id(phase)
+    if pid is None or pid.kind is PhaseKind.EVAL:
         return None
-    return int(match.group(1)), PhaseKind(match.group(2))
+    return pid.cycle, pid.kind
 
 
 def parse_eval_phase(phase: str) -> tuple[int, int, str] | None:
     """``eval-c02-s000088-weight`` -> (2, 88, "weight"); anything else -> None."""
-    match = _EVAL_PHASE_RE.match(phase)
-    if not match:
+    pid = _phase_id(phase)
+    if pid is None or pid.kind is not PhaseKind.EVAL or pid.step is None or pid.after is None:
         return None
-    return int(match.group(1)), int(match.group(2)), match.group(3)
+    return pid.cycle, pid.step, pid.after
 
 
 def eval_iteration(phase: str) -> int | None:
     """``eval-c01-s000000-harness-i0007`` -> 7 (mh_only's harness accepted at iteration 7); else None."""
-    match = _EVAL_PHASE_RE.match(phase)
-    return int(match.group(4)) if match and match.group(4) else None
+    pid = _phase_id(phase)
+    return pid.iteration if pid is not None and pid.kind is PhaseKind.EVAL else None
 
 
 def run_order(phase: str) -> tuple[int, int]:
