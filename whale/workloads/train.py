@@ -101,43 +101,9 @@ def run_train(store: Store, run: str, phase: str, *, domain: Any = None) -> Weig
         trainer = SFTTrainer(model, cfg, device=device, pad_id=int(pad_id))
         if start.optimizer_state is not None:
             trainer.load_optimizer_state(start.optimizer_state)
-        harness_path = harness_file(store, args.harness, domain, Path(tmp))
-        from whale.harness.validate import validate_file
-
-        validate_file(harness_path, domain.allowed_imports)
-        client, sync, lock = make_sampling_backend(spec, model, tokenizer, store, run, start.model_prefix)
-        from whale.rsft.colocated import colocate
-        from whale.rsft.sampling import HarnessSampler
-
-        trainer, sync = colocate(spec, trainer, sync)  # inference.placement colocated: vLLM sleeps during SFT
-        sampling = sampling_params(request, spec)
-        with HarnessSampler(
-            domain,
-            harness_path,
-            client,
-            sampling,
-            max_concurrency=spec.inference.max_concurrency,
-            harness_label=args.harness or "h0",
-            limits=harness_limits(spec),
-        ) as sampler:
-            progress = ProgressWriter(store, run, phase)
-            sampler.on_episode = progress.advance
-            loop = WeightPhase(
-                store=store,
-                run=run,
-                phase=phase,
-                args=args,
-                cfg=cfg,
-                items=items,
-                model=model,
-                tokenizer=tokenizer,
-                trainer=trainer,
-                sampler=sampler,
-                sync=sync,
-                weights_lock=lock,
-                progress=progress,
-            )
-            result = loop.run_from(start)
+        result = sample_and_train(
+            store, run, phase, request, spec, cfg, domain, items, start, Path(tmp), model, tokenizer, trainer, model
+        )
     log.info("phase %s done: step %d, stopped by %s", phase, result.final_step, result.stopped_by)
     return result
 
@@ -176,6 +142,64 @@ def load_for_training(store: Store, spec: WhaleRunSpec, prefix: str | None, work
         tokenizer.pad_token = tokenizer.eos_token
     model.config.use_cache = False
     return model.to(device), tokenizer
+
+
+def sample_and_train(
+    store: Store,
+    run: str,
+    phase: str,
+    request: WeightRequest,
+    spec: WhaleRunSpec,
+    cfg: RSFTConfig,
+    domain: Any,
+    items: list[Any],
+    start: Any,
+    workdir: Path,
+    model: Any,
+    tokenizer: Any,
+    trainer: Any,
+    saved_model: Any,
+) -> WeightPhaseResult:
+    """The weight phase's loop under its harness, shared by one process and the distributed lead: check the
+    harness file, open the sampling backend (``model`` samples in process), put a colocated vLLM server to
+    sleep around each update, and run the steps. ``trainer`` makes the updates (one process's SFTTrainer, or
+    the lead that drives every rank) and ``saved_model`` is what the loop checkpoints."""
+    from whale.harness.validate import validate_file
+    from whale.rsft.colocated import colocate
+    from whale.rsft.sampling import HarnessSampler
+
+    args = request.weight
+    harness_path = harness_file(store, args.harness, domain, workdir)
+    validate_file(harness_path, domain.allowed_imports)
+    client, sync, lock = make_sampling_backend(spec, model, tokenizer, store, run, start.model_prefix)
+    trainer, sync = colocate(spec, trainer, sync)  # inference.placement colocated: vLLM sleeps during SFT
+    with HarnessSampler(
+        domain,
+        harness_path,
+        client,
+        sampling_params(request, spec),
+        max_concurrency=spec.inference.max_concurrency,
+        harness_label=args.harness or "h0",
+        limits=harness_limits(spec),
+    ) as sampler:
+        progress = ProgressWriter(store, run, phase)
+        sampler.on_episode = progress.advance
+        loop = WeightPhase(
+            store=store,
+            run=run,
+            phase=phase,
+            args=args,
+            cfg=cfg,
+            items=items,
+            model=saved_model,
+            tokenizer=tokenizer,
+            trainer=trainer,
+            sampler=sampler,
+            sync=sync,
+            weights_lock=lock,
+            progress=progress,
+        )
+        return loop.run_from(start)
 
 
 def make_sampling_backend(
@@ -295,44 +319,24 @@ def _lead(store: Store, run: str, phase: str, world: World, device: Any, domain:
                 trainer.load_optimizer_state(optimizer_state)
             leader.trainer = trainer
             leader.in_collective = False
-            harness_path = harness_file(store, args.harness, domain, Path(tmp))
-            from whale.harness.validate import validate_file
-
-            validate_file(harness_path, domain.allowed_imports)
-            client, sync, lock = make_sampling_backend(spec, model, tokenizer, store, run, start.model_prefix)
-            from whale.rsft.colocated import colocate
-            from whale.rsft.sampling import HarnessSampler
-
-            coordinator, sync = colocate(spec, leader, sync)  # inference.placement colocated: vLLM sleeps during SFT
-            sampling = sampling_params(request, spec)
+            # the loop checkpoints the weights gathered from every rank, not rank 0's local module
             saved_model = dist.GatheringModel(model, leader)
-            with HarnessSampler(
+            result = sample_and_train(
+                store,
+                run,
+                phase,
+                request,
+                spec,
+                cfg,
                 domain,
-                harness_path,
-                client,
-                sampling,
-                max_concurrency=spec.inference.max_concurrency,
-                harness_label=args.harness or "h0",
-                limits=harness_limits(spec),
-            ) as sampler:
-                progress = ProgressWriter(store, run, phase)
-                sampler.on_episode = progress.advance
-                loop = WeightPhase(
-                    store=store,
-                    run=run,
-                    phase=phase,
-                    args=args,
-                    cfg=cfg,
-                    items=items,
-                    model=saved_model,
-                    tokenizer=tokenizer,
-                    trainer=coordinator,
-                    sampler=sampler,
-                    sync=sync,
-                    weights_lock=lock,
-                    progress=progress,
-                )
-                result = loop.run_from(start)
+                items,
+                start,
+                Path(tmp),
+                model,
+                tokenizer,
+                leader,
+                saved_model,
+            )
         leader.end()
     except BaseException as exc:
         leader.abort(f"{type(exc).__name__}: {exc}")
