@@ -98,8 +98,16 @@ def make_run(kube_cluster: EmulatedCluster, kube_namespace: str, store: Store) -
             if raw_spec is not None
             else deep_merge(deep_merge(BASE_SPEC, {"storage": {"uri": store.uri}}), spec or {})
         )
-        run_store, _uid = create_run(kube_cluster.api, store, kube_namespace, name, full)
-        run_store.write_json(split_sizes_key(name), SPLITS)
-        return WorkloadPlayer(kube_cluster.api, run_store, kube_namespace, name, splits=SPLITS, **overrides)
+        return prepared_run(kube_cluster.api, store, kube_namespace, name, full, **overrides)
 
     return create
+
+
+def prepared_run(
+    api: Any, store: Store, namespace: str, name: str, spec: dict[str, Any], **overrides: Any
+) -> WorkloadPlayer:
+    """Create the WhaleRun and play its data preparation: split sizes in the run's own store (and a prepare
+    Job, should the operator start one first, finished with the same sizes)."""
+    run_store, _uid = create_run(api, store, namespace, name, spec)
+    run_store.write_json(split_sizes_key(name), SPLITS)
+    return WorkloadPlayer(api, run_store, namespace, name, splits=SPLITS, **overrides)

@@ -11,8 +11,8 @@ import pytest
 from kopf.testing import KopfRunner
 
 from tests.fixtures.kube import EmulatedCluster, wait_for
-from tests.operator.conftest import BASE_SPEC, SPLITS, deep_merge
-from tests.operator.player import WR, WorkloadPlayer, create_run
+from tests.operator.conftest import BASE_SPEC, deep_merge, prepared_run
+from tests.operator.player import WR, WorkloadPlayer
 from whale.core import layout
 from whale.store import Store
 
@@ -21,9 +21,7 @@ pytestmark = pytest.mark.timeout(120)
 
 def new_run(api: Any, store: Store, namespace: str, name: str, spec: dict[str, Any] | None = None) -> WorkloadPlayer:
     full = deep_merge(deep_merge(BASE_SPEC, {"storage": {"uri": store.uri}}), spec or {})
-    run_store, _uid = create_run(api, store, namespace, name, full)
-    run_store.write_json(layout.split_sizes_key(name), SPLITS)
-    return WorkloadPlayer(api, run_store, namespace, name, splits=SPLITS)
+    return prepared_run(api, store, namespace, name, full)
 
 
 def test_a_recreated_run_starts_clean_and_resume_from_adopts_the_old_store(
