@@ -18,6 +18,7 @@ from whale.core.spec import WhaleRunSpec
 from whale.domain import ToolService
 from whale.store import Store
 from whale_operator import builders, names, observe
+from whale_operator.config import store_uri
 from whale_operator.kube import Conflict, KubeClient
 from whale_operator.metrics import OperatorMetrics
 
@@ -67,16 +68,14 @@ class JobLauncher:
         if store.read_json_or_none(layout.spec_key(run.name)) != spec_wire:
             store.write_json(layout.spec_key(run.name), spec_wire)
         write_request(store, run.name, req)  # before the Job: the workload reads it first thing
-        if spec.storage.uri is None:  # config.parse_spec refuses such a spec before this
-            raise ValueError("spec.storage.uri: the operator needs an object store")
         svc = builders.rendezvous_service(run, spec, req)
         if svc is not None:
             self.ensure(svc)
         if spec.inference.placement == "colocated" and isinstance(req, WeightRequest):
             # one pod, trainer and vLLM on the same GPUs (a DRA claim both containers reference)
             self.ensure(builders.colocated_gpu_claim_template(run, spec, req))
-            return self.ensure(builders.colocated_train_job(run, spec, req, store_uri=spec.storage.uri, tools=tools))
-        return self.ensure(builders.job(run, spec, req, store_uri=spec.storage.uri, tools=tools))
+            return self.ensure(builders.colocated_train_job(run, spec, req, store_uri=store_uri(spec), tools=tools))
+        return self.ensure(builders.job(run, spec, req, store_uri=store_uri(spec), tools=tools))
 
     def ensure(self, manifest: dict[str, Any]) -> bool:
         try:
@@ -100,18 +99,16 @@ class JobLauncher:
         replicas: int,
         tools: tuple[ToolService, ...],
     ) -> list[dict[str, Any]]:
-        if spec.storage.uri is None:  # config.parse_spec refuses such a spec before this
-            raise ValueError("spec.storage.uri: the operator needs an object store")
         out: list[dict[str, Any]] = []
         if builders.uses_vllm(spec):
             out.append(
                 builders.inference_deployment(
-                    run, spec, store_uri=spec.storage.uri, checkpoint=checkpoint, replicas=replicas
+                    run, spec, store_uri=store_uri(spec), checkpoint=checkpoint, replicas=replicas
                 )
             )
             out.append(builders.inference_service(run, spec))
             out.append(builders.inference_network_policy(run))  # vLLM's port: the run's own pods only
-        out += builders.tool_children(run, spec, tools, store_uri=spec.storage.uri, replicas=replicas)
+        out += builders.tool_children(run, spec, tools, store_uri=store_uri(spec), replicas=replicas)
         return out
 
     def ensure_infra(

@@ -45,6 +45,13 @@ def parse_spec(body_spec: dict[str, Any] | None) -> WhaleRunSpec:
     return spec
 
 
+def store_uri(spec: WhaleRunSpec) -> str:
+    """The run's store (after ``tenancy.scoped``); :func:`parse_spec` has refused a spec without one."""
+    if spec.storage.uri is None:
+        raise SpecError("spec.storage.uri", "the operator needs an object store: set it to s3://bucket[/prefix]")
+    return spec.storage.uri
+
+
 @dataclass
 class OperatorConfig:
     """Settings of one operator process (from the environment at start-up, never read deep inside)."""

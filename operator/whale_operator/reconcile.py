@@ -30,7 +30,7 @@ from whale.store import Store
 from whale_operator import builders, kueue, names, observe, tenancy
 from whale_operator import status as st
 from whale_operator.children import JobLauncher
-from whale_operator.config import OperatorConfig, SpecError, parse_spec
+from whale_operator.config import OperatorConfig, SpecError, parse_spec, store_uri
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
 
@@ -294,10 +294,8 @@ class Reconciler:
                 wire = spec.to_wire()
                 if store.read_json_or_none(layout.spec_key(run.name)) != wire:
                     store.write_json(layout.spec_key(run.name), wire)  # before the Job: it reads it first thing
-                if spec.storage.uri is None:  # config.parse_spec refuses such a spec before this
-                    raise ValueError("spec.storage.uri: the operator needs an object store")
                 attempt += 1
-                if self.jobs.ensure(builders.prepare_job(run, spec, attempt, store_uri=spec.storage.uri)):
+                if self.jobs.ensure(builders.prepare_job(run, spec, attempt, store_uri=store_uri(spec))):
                     events.append(
                         st.Event(st.WARNING, "PrepareRetried", f"attempt {attempt}: {last_error}")
                         if failed
