@@ -12,9 +12,11 @@ never helps the other:
 
 GPU-seconds per step = the step's wall time x the GPUs it holds (ordinary steps: the first compiles,
 the last checkpoints and evaluates; both are reported too). Needs vLLM importable and, for the
-separate arm, two GPUs (with one, only the colocated arm runs and the report says so).
-
-NOT RUN YET: vLLM cannot be carried to the GPU machine of this session. On a machine with vLLM::
+separate arm, two GPUs. With one GPU, ``--separate-on-one-gpu`` runs the separate arm with both processes
+on GPU 0 (the server awake throughout, at ``--separate-memory`` of the GPU instead of 0.9) and still counts
+the 2 GPUs that placement holds: an RSFT step generates, then trains, never both at once, so its wall time
+is what two GPUs would give, up to the contention of two processes on one device (the report says it was
+emulated).
 
     PYTHONPATH=. python benchmarks/colocated_step.py --steps 4 --json colocated.json [rsft_step.py options]
 """
@@ -42,7 +44,9 @@ ARMS: dict[str, dict[str, Any]] = {
 }
 
 
-def run_arm(arm: str, colocated_memory: float, sleep_level: int, rest: list[str]) -> dict[str, Any]:
+def run_arm(
+    arm: str, colocated_memory: float, sleep_level: int, rest: list[str], server_gpu: str, separate_memory: float
+) -> dict[str, Any]:
     """One arm in this process: rsft_step.main with the server placed (and configured) for ``arm``."""
     import rsft_step
 
@@ -62,7 +66,7 @@ def run_arm(arm: str, colocated_memory: float, sleep_level: int, rest: list[str]
 
         extra = [
             "--gpu-memory-utilization",
-            str(colocated_memory if arm == "colocated" else 0.9),
+            str(colocated_memory if arm == "colocated" else separate_memory),
             "--max-model-len",
             str(max_model_len),
         ]
@@ -71,7 +75,7 @@ def run_arm(arm: str, colocated_memory: float, sleep_level: int, rest: list[str]
         server = Server(model_dir, port, workdir / "vllm.log", extra)
         # the trainer's CUDA context already exists: only the server's process sees this
         before = os.environ.get("CUDA_VISIBLE_DEVICES")
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(ARMS[arm]["server_gpu"])
+        os.environ["CUDA_VISIBLE_DEVICES"] = server_gpu
         try:
             server.started_s = server.start()
         finally:
@@ -102,6 +106,9 @@ def run_arm(arm: str, colocated_memory: float, sleep_level: int, rest: list[str]
             for s in report["steps"]
         ],
         "meta": report["meta"],
+        "ceiling": report["ceiling"],
+        "generation_vs_ceiling": report["generation_vs_ceiling"],
+        "step_reports": report["steps"],
     }
 
 
@@ -115,22 +122,51 @@ def main() -> None:
     )
     parser.add_argument("--sleep-level", type=int, choices=[1, 2], default=1, help="inference.sleepLevel")
     parser.add_argument("--json", type=Path, help="write the report here")
+    parser.add_argument(
+        "--separate-on-one-gpu",
+        action="store_true",
+        help="one GPU: run the separate arm with trainer and server both on GPU 0 (2 GPUs counted)",
+    )
+    parser.add_argument(
+        "--separate-memory", type=float, default=None, help="the separate server's --gpu-memory-utilization"
+    )
+    parser.add_argument(
+        "--arms", default="colocated,separate", help="which arms to run, comma-separated (one per call: --combine)"
+    )
+    parser.add_argument(
+        "--combine", type=Path, nargs="+", help="merge the reports of earlier calls (one arm each) into one"
+    )
     parser.add_argument("--arm", choices=sorted(ARMS), help=argparse.SUPPRESS)
+    parser.add_argument("--server-gpu", help=argparse.SUPPRESS)
     args, rest = parser.parse_known_args()
+    if args.combine:
+        arms = [arm for path in args.combine for arm in json.loads(path.read_text())["arms"]]
+        write_report(summarize(arms, gpus=None), args.json)
+        return
     if importlib.util.find_spec("vllm") is None:
         raise SystemExit(
             "colocated_step.py needs vLLM importable (it measures real servers); carry its wheels "
             "(docs/performance.md, weight sync) or run where vLLM is installed"
         )
     if args.arm:
-        print(json.dumps(run_arm(args.arm, args.colocated_memory, args.sleep_level, rest)))
+        server_gpu = args.server_gpu or ARMS[args.arm]["server_gpu"]
+        separate_memory = args.separate_memory or 0.9
+        report = run_arm(args.arm, args.colocated_memory, args.sleep_level, rest, server_gpu, separate_memory)
+        print(json.dumps(report))
         return
     import torch
 
     gpus = torch.cuda.device_count()
-    arms = ["colocated", "separate"] if gpus >= 2 else ["colocated"]
+    emulated = gpus < 2 and args.separate_on_one_gpu
+    wanted = [a for a in args.arms.split(",") if a]
+    if unknown := sorted(set(wanted) - set(ARMS)):
+        parser.error(f"--arms: unknown arm(s) {unknown}; use {sorted(ARMS)}")
+    arms = [a for a in wanted if a == "colocated" or gpus >= 2 or emulated]
     results = []
     for arm in arms:
+        placed = ["--server-gpu", "0"] if emulated else []
+        if arm == "separate" and emulated:
+            placed += ["--separate-memory", str(args.separate_memory or 0.45)]
         proc = subprocess.run(
             [
                 sys.executable,
@@ -141,6 +177,7 @@ def main() -> None:
                 str(args.colocated_memory),
                 "--sleep-level",
                 str(args.sleep_level),
+                *placed,
                 *rest,
             ],
             capture_output=True,
@@ -152,23 +189,40 @@ def main() -> None:
         if proc.returncode != 0:
             raise SystemExit(f"arm {arm} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    report: dict[str, Any] = {"arms": results}
-    if len(results) == 2:
-        # ordinary steps: neither the first (compile) nor the last (checkpoint + evaluation)
-        def ordinary(r: dict[str, Any]) -> list[float]:
-            steps = r["steps"][1:-1] or r["steps"]
-            return [s["gpu_seconds"] for s in steps]
+        if arm == "separate" and emulated:
+            results[-1]["emulated_on_one_gpu"] = True
+    write_report(summarize(results, gpus), args.json)
 
-        col, sep = (sum(ordinary(r)) / len(ordinary(r)) for r in results)
+
+def summarize(results: list[dict[str, Any]], gpus: int | None) -> dict[str, Any]:
+    """The arms side by side: GPU-seconds of an ordinary step (neither the first, which compiles, nor
+    the last, which checkpoints and evaluates), when both arms are there."""
+    report: dict[str, Any] = {"arms": results}
+    by_arm = {r["arm"]: r for r in results}
+    if set(by_arm) == set(ARMS):
+
+        def ordinary(r: dict[str, Any]) -> float:
+            steps = r["steps"][1:-1] or r["steps"]
+            return sum(s["gpu_seconds"] for s in steps) / len(steps)
+
+        col, sep = ordinary(by_arm["colocated"]), ordinary(by_arm["separate"])
         report["compare"] = {
             "gpu_seconds_per_step": {"colocated": col, "separate": sep},
             "separate/colocated": sep / col,
         }
     else:
-        report["note"] = f"{gpus} GPU(s): the separate arm needs 2; only colocated measured"
+        report["note"] = (
+            f"{gpus} GPU(s): the separate arm needs 2 (or --separate-on-one-gpu); only colocated measured"
+            if gpus is not None
+            else f"arms {sorted(by_arm)}: both are needed to compare"
+        )
+    return report
+
+
+def write_report(report: dict[str, Any], path: Path | None) -> None:
     text = json.dumps(report, indent=2)
-    if args.json:
-        args.json.write_text(text + "\n")
+    if path:
+        path.write_text(text + "\n")
     print(text)
 
 

@@ -545,6 +545,8 @@ def hf_ceiling(
 def vllm_ceiling(model_dir: Path, calls: list[dict[str, Any]], max_model_len: int, memory: float) -> dict[str, Any]:
     """vLLM's offline engine over the same calls (same messages, n and sampling), started after the
     server is gone; its start-up is not timed."""
+    # the server's setting (benchmarks/weight_sync_vllm.py): the GPU image has no FlashInfer
+    os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     from vllm import LLM
     from vllm import SamplingParams as VLLMSampling
 
@@ -703,7 +705,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             final = store.local_path(layout.checkpoint_prefix(RUN, args.steps))
             assert server is not None and final is not None
             server.stop()
-            ceiling = vllm_ceiling(final, step_calls, args.max_model_len, 0.5)
+            try:
+                ceiling = vllm_ceiling(final, step_calls, args.max_model_len, 0.5)
+            except Exception as exc:  # noqa: BLE001 - the steps were measured: report them with the failure
+                ceiling = {"backend": "vllm LLM.chat (offline)", "error": str(exc)[-1000:], "tokens": 0}
+                ceiling.update(seconds=0.0, tokens_per_s=0.0)
         else:
             ceiling = hf_ceiling(held["model"], held["tokenizer"], step_calls, args.concurrency, args.max_model_len)
         metrics = store.read_jsonl(layout.metrics_key(RUN, PHASE))
