@@ -2,13 +2,49 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from whale.core import layout
 from whale.core.alternation import Child, Observations
+from whale.core.layout import PhaseId
+from whale.core.protocol import PhaseMetrics, parse_metrics_line
 from whale.core.spec import WhaleRunStatus
 from whale.store import Store
+
+log = logging.getLogger(__name__)
+
+
+def _problem(exc: ValidationError) -> str:
+    """The first field a line got wrong, by its wire name, and why."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ())) or "the line"
+    return f"field {where}: {err.get('msg', 'invalid')}"
+
+
+def read_metrics(
+    store: Store, run: str, phase: str, warned: set[tuple[str, int]] | None = None
+) -> tuple[PhaseMetrics, ...]:
+    """The metrics lines of ``phase``, each parsed into its kind's model (``whale.core.protocol``).
+
+    A line that does not parse is skipped with a warning naming the phase, the line and the field (never
+    an error: the run goes on from the lines that do); ``warned`` remembers the lines already warned about,
+    so a controller that re-reads every poll warns once per line."""
+    kind = PhaseId.parse(phase).kind
+    key = layout.metrics_key(run, phase)
+    out: list[PhaseMetrics] = []
+    for number, raw in enumerate(store.read_jsonl(key), 1):
+        try:
+            out.append(parse_metrics_line(kind, raw))
+        except ValidationError as exc:
+            if warned is None or (phase, number) not in warned:
+                log.warning("phase %s: ignoring line %d of %s (%s)", phase, number, key, _problem(exc))
+                if warned is not None:
+                    warned.add((phase, number))
+    return tuple(out)
 
 
 class StoreObserver:
@@ -22,6 +58,7 @@ class StoreObserver:
         self.store = store
         self.run = run
         self._complete: set[int] = set()
+        self._warned: set[tuple[str, int]] = set()
 
     def results(self, status: WhaleRunStatus) -> dict[str, dict[str, Any]]:
         """result.json of every phase not yet absorbed into ``status``."""
@@ -36,11 +73,15 @@ class StoreObserver:
                 out[phase] = raw
         return out
 
-    def metrics(self, status: WhaleRunStatus) -> dict[str, list[dict[str, Any]]]:
-        """The metrics lines of the running main phase (the only ones ``decide`` reads)."""
+    def metrics(self, status: WhaleRunStatus) -> dict[str, tuple[PhaseMetrics, ...]]:
+        """The metrics lines of the running main phase (the only ones ``decide`` reads), parsed."""
         if not status.active_phase:
             return {}
-        return {status.active_phase: self.store.read_jsonl(layout.metrics_key(self.run, status.active_phase))}
+        return {status.active_phase: self.read_metrics(status.active_phase)}
+
+    def read_metrics(self, phase: str) -> tuple[PhaseMetrics, ...]:
+        """:func:`read_metrics` of one phase, warning once per line that does not parse."""
+        return read_metrics(self.store, self.run, phase, self._warned)
 
     def checkpoints(self) -> frozenset[int]:
         """Steps with a COMPLETE checkpoint."""

@@ -44,12 +44,15 @@ from whale.core.layout import EvalAfter, PhaseId
 from whale.core.protocol import (
     EvalPhaseArgs,
     EvalResult,
+    HarnessIterationMetrics,
     HarnessPhaseArgs,
     HarnessPhaseResult,
     PhaseKind,
+    PhaseMetrics,
     PhaseRequest,
     WeightPhaseArgs,
     WeightPhaseResult,
+    WeightStepMetrics,
     phase_request,
 )
 from whale.core.schedule import ResolvedSchedule, ScheduleError, resolve
@@ -93,17 +96,28 @@ class Observations:
     """Everything ``decide`` may know about the world.
 
     ``children`` is keyed by phase and describes the attempt numbered ``status.attempts[phase]``.
-    ``results`` / ``metrics`` are the wire dicts the workloads wrote (result.json, metrics.jsonl).
+    ``results`` are the wire dicts the workloads wrote (result.json); ``metrics`` their metrics.jsonl
+    lines, parsed into their models where they were observed (``whale.control.observer``).
     """
 
     run: str
     children: Mapping[str, Child] = field(default_factory=dict)
     results: Mapping[str, dict[str, Any]] = field(default_factory=dict)
-    metrics: Mapping[str, list[dict[str, Any]]] = field(default_factory=dict)
+    metrics: Mapping[str, Sequence[PhaseMetrics]] = field(default_factory=dict)
     checkpoints: frozenset[int] = frozenset()
     split_sizes: Mapping[str, int] = field(default_factory=dict)
     now: str = ""
     generation: int | None = None
+
+    def weight_steps(self, phase: str) -> list[WeightStepMetrics]:
+        """The weight phase's step lines, in step order."""
+        lines = [m for m in self.metrics.get(phase, ()) if isinstance(m, WeightStepMetrics)]
+        return sorted(lines, key=lambda m: m.step)
+
+    def harness_iterations(self, phase: str) -> list[HarnessIterationMetrics]:
+        """The harness phase's iteration lines, in iteration order."""
+        lines = [m for m in self.metrics.get(phase, ()) if isinstance(m, HarnessIterationMetrics)]
+        return sorted(lines, key=lambda m: m.iteration)
 
 
 # ----- actions ------------------------------------------------------------------------------------
@@ -389,21 +403,20 @@ class _Machine:
 
     def watch_active(self, phase: PhaseId) -> None:
         """Progress and adaptive patience of the running main phase."""
-        lines = self.obs.metrics.get(phase.key, [])
         fired: int | None = None
         if phase.kind is PhaseKind.WEIGHT:
-            steps = sorted(lines, key=lambda m: m["step"])
+            steps = self.obs.weight_steps(phase.key)
             if steps:
-                self.state = self.state.with_weight_progress(int(steps[-1]["step"]), float(steps[-1]["rewardMean"]))
-            self.state = self.state.with_empty_steps([int(m["step"]) for m in steps if int(m.get("kept", 1)) == 0])
+                self.state = self.state.with_weight_progress(steps[-1].step, steps[-1].reward_mean)
+            self.state = self.state.with_empty_steps([m.step for m in steps if m.kept == 0])
             if self.sched.weight_rule is not None:
-                fired = weight_stop_step([float(m["rewardMean"]) for m in steps], self.sched.weight_rule)
+                fired = weight_stop_step([m.reward_mean for m in steps], self.sched.weight_rule)
         else:
-            its = sorted(lines, key=lambda m: m["iteration"])
+            its = self.obs.harness_iterations(phase.key)
             if its:
-                self.state = self.state.with_harness_progress(int(its[-1]["iteration"]), float(its[-1]["bestScore"]))
+                self.state = self.state.with_harness_progress(its[-1].iteration, its[-1].best_score)
             if self.sched.harness_rule is not None:
-                fired = harness_stop_iteration([float(m["bestScore"]) for m in its], self.sched.harness_rule)
+                fired = harness_stop_iteration([m.best_score for m in its], self.sched.harness_rule)
         if fired is not None and phase.key not in self.state.stop_requested:
             unit = "step" if phase.kind is PhaseKind.WEIGHT else "iteration"
             self.state = self.state.with_stop_requested(phase.key)
@@ -455,13 +468,13 @@ class _Machine:
         history = []
         spent = 0
         seen: set[int] = set()
-        for line in sorted(self.obs.metrics.get(phase.key, []), key=lambda m: int(m["iteration"])):
-            iteration = int(line["iteration"])
+        for line in self.obs.harness_iterations(phase.key):
+            iteration = line.iteration
             if iteration in seen:
                 continue
             seen.add(iteration)
-            spent += int(line.get("rollouts", 0))
-            history.append((iteration, str(line.get("bestCandidate", "")), line.get("bestHarness"), spent))
+            spent += line.rollouts
+            history.append((iteration, line.best_candidate, line.best_harness, spent))
         if seen != set(range(1, len(seen) + 1)):
             return  # a gap: the rollouts up to an iteration are not known yet; the result will say
         self.owe_acceptance_evals(phase, history, self.state.rollouts_completed)
@@ -552,10 +565,10 @@ class _Machine:
 
     def finish_call(self) -> Transition:
         active = self.state.active_phase
-        lines = self.obs.metrics.get(active, []) if active else []
-        running = sum(int(m.get("rollouts", 0)) for m in lines)
-        weight = active is not None and PhaseId.parse(active).kind is PhaseKind.WEIGHT
-        empty = sum(int(m.get("kept", 1)) == 0 for m in lines) if weight else 0
+        steps = self.obs.weight_steps(active) if active else []
+        iterations = self.obs.harness_iterations(active) if active else []
+        running = sum(m.rollouts for m in steps) + sum(m.rollouts for m in iterations)
+        empty = sum(m.kept == 0 for m in steps)
         self.state = self.state.with_spent(running, empty)
         checkpoint = self.state.current_checkpoint
         if checkpoint != self.before.current_checkpoint and not self.state.phase.is_terminal():

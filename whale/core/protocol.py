@@ -219,6 +219,21 @@ class EvalProgress(_Wire):
     items_total: int
 
 
+#: one line of a phase's metrics.jsonl, as its kind writes it
+PhaseMetrics = WeightStepMetrics | HarnessIterationMetrics | EvalProgress
+
+_METRICS_MODEL: dict[PhaseKind, type[WeightStepMetrics | HarnessIterationMetrics | EvalProgress]] = {
+    PhaseKind.WEIGHT: WeightStepMetrics,
+    PhaseKind.HARNESS: HarnessIterationMetrics,
+    PhaseKind.EVAL: EvalProgress,
+}
+
+
+def parse_metrics_line(kind: PhaseKind, raw: Any) -> PhaseMetrics:
+    """One metrics line of a phase of ``kind`` as its model (raises pydantic's ``ValidationError``)."""
+    return _METRICS_MODEL[kind].model_validate(raw)
+
+
 class ProgressStage(str, enum.Enum):
     """What a running phase is doing now (:class:`PhaseProgress`)."""
 

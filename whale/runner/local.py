@@ -64,7 +64,7 @@ from whale.core.alternation import (
     Transition,
     decide,
 )
-from whale.core.protocol import PhaseProgress, PhaseRequest
+from whale.core.protocol import PhaseMetrics, PhaseProgress, PhaseRequest
 from whale.core.spec import ConditionType, MetaCondition, Reason, RunPhase, WhaleRunSpec, WhaleRunStatus
 from whale.core.state import RunState
 from whale.runner.control import ChildRecord, StopRequest, read_stop, write_child
@@ -370,8 +370,8 @@ class ChildView:
     request: PhaseRequest
     #: when it was launched (``time.monotonic``)
     started_s: float
-    #: its phase's metrics lines so far (an earlier attempt's included)
-    metrics: tuple[dict[str, Any], ...]
+    #: its phase's metrics lines so far (an earlier attempt's included), parsed
+    metrics: tuple[PhaseMetrics, ...]
     #: where it is now, from its progress object (None: not written yet)
     progress: PhaseProgress | None
 
@@ -603,7 +603,7 @@ class LocalRunner:
             if obs is not None and proc.phase in obs.metrics:
                 metrics = obs.metrics[proc.phase]
             else:
-                metrics = self.store.read_jsonl(layout.metrics_key(self.name, proc.phase))
+                metrics = self.observer.read_metrics(proc.phase)
             raw = self.store.read_json_or_none(layout.progress_key(self.name, proc.phase))
             try:
                 progress = PhaseProgress.model_validate(raw) if raw is not None else None
