@@ -9,6 +9,7 @@ make every create idempotent.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -214,6 +215,10 @@ class Reconciler:
         view = st.InferenceView(managed=inference_managed, ready=observe.deployment_ready(dep))
         new = st.with_conditions(new, prev.conditions, view, generation, now)
         self.metrics.rollouts.labels(namespace=run.namespace, run=run.name).set(new.rollouts_spent)
+        stalled = RunState.from_status(new).stalled()
+        self.metrics.stalled.labels(namespace=run.namespace, run=run.name).set(
+            int(stalled is not None and stalled.status == "True")
+        )
         # a start that found its child already there (or was deferred) is not news
         reported = tuple(a for a in decision.actions if not isinstance(a, StartPhase) or a.phase in created)
         return ReconcileResult(new, st.events(prev, new, reported), decision, poll=gated)
@@ -233,6 +238,7 @@ class Reconciler:
                     "v1", "Pod", run.namespace, f"batch.kubernetes.io/job-name={job['metadata']['name']}"
                 )
                 child = observe.job_child(job, observe.failed_pod_message(pods, builders.WORKER_CONTAINER))
+            child = dataclasses.replace(child, name=f"Job {job['metadata']['name']}")
             children[phase] = child
             self.jobs.time_job(job, child)
         return children

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from whale.core import layout
-from whale.core.alternation import Child, Observations
+from whale.core.alternation import Child, ChildState, Observations
 from whale.core.layout import PhaseId
 from whale.core.protocol import PhaseMetrics, parse_metrics_line
 from whale.core.spec import WhaleRunStatus
@@ -73,11 +73,15 @@ class StoreObserver:
                 out[phase] = raw
         return out
 
-    def metrics(self, status: WhaleRunStatus) -> dict[str, tuple[PhaseMetrics, ...]]:
-        """The metrics lines of the running main phase (the only ones ``decide`` reads), parsed."""
-        if not status.active_phase:
-            return {}
-        return {status.active_phase: self.read_metrics(status.active_phase)}
+    def metrics(
+        self, status: WhaleRunStatus, children: Mapping[str, Child] | None = None
+    ) -> dict[str, tuple[PhaseMetrics, ...]]:
+        """The metrics lines, parsed, of the main phase in progress and of every phase whose child runs
+        (an evaluation's lines are its progress, for the Stalled condition)."""
+        phases = {p for p, c in (children or {}).items() if c.state is ChildState.RUNNING}
+        if status.active_phase:
+            phases.add(status.active_phase)
+        return {phase: self.read_metrics(phase) for phase in sorted(phases)}
 
     def read_metrics(self, phase: str) -> tuple[PhaseMetrics, ...]:
         """:func:`read_metrics` of one phase, warning once per line that does not parse."""
@@ -108,7 +112,7 @@ class StoreObserver:
             run=self.run,
             children=dict(children),
             results=self.results(status),
-            metrics=self.metrics(status),
+            metrics=self.metrics(status, children),
             checkpoints=self.checkpoints(),
             split_sizes=dict(split_sizes),
             now=now,

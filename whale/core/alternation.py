@@ -36,6 +36,7 @@ import enum
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from whale.core import layout
@@ -86,6 +87,8 @@ class ChildState(str, enum.Enum):
 class Child:
     state: ChildState
     message: str = ""
+    #: what the child is, for a person (``Job <name>``, ``process <pid>``); the Stalled message names it
+    name: str = ""
 
 
 ABSENT = Child(ChildState.ABSENT)
@@ -563,6 +566,33 @@ class _Machine:
                 self.actions.append(Finish(f"schedule complete; {summary}"))
         return self.finish_call()
 
+    def watch_progress(self) -> None:
+        """``lastProgressTime`` follows the store; the Stalled condition is True while a child runs and
+        nothing moved for ``spec.retry.stallAfterSeconds`` (an alert only: nothing is stopped)."""
+        now = self.obs.now
+        self.state = self.state.with_progress(progress_mark(self.state, self.obs), now)
+        running = sorted((p, c) for p, c in self.obs.children.items() if c.state is ChildState.RUNNING)
+        limit = self.spec.retry.stall_after_seconds
+        quiet = seconds_between(self.state.last_progress_time, now)
+        if (
+            limit is not None
+            and running
+            and self.state.phase is RunPhase.RUNNING
+            and quiet is not None
+            and quiet >= limit
+        ):
+            children = "; ".join(
+                f"phase {p}" + (f", {c.name}" if c.name else "") + (f" ({c.message})" if c.message else "")
+                for p, c in running
+            )
+            message = (
+                f"no progress in the store for {limit / 60:g} minutes (since {self.state.last_progress_time}, "
+                f"spec.retry.stallAfterSeconds); {children}"
+            )
+            self.state = self.state.with_stalled(True, message, now)
+        elif self.state.stalled() is not None:  # listed from its first stall on (the operator lists it always)
+            self.state = self.state.with_stalled(False, f"last progress at {self.state.last_progress_time}", now)
+
     def finish_call(self) -> Transition:
         active = self.state.active_phase
         steps = self.obs.weight_steps(active) if active else []
@@ -570,10 +600,38 @@ class _Machine:
         running = sum(m.rollouts for m in steps) + sum(m.rollouts for m in iterations)
         empty = sum(m.kept == 0 for m in steps)
         self.state = self.state.with_spent(running, empty)
+        self.watch_progress()
         checkpoint = self.state.current_checkpoint
         if checkpoint != self.before.current_checkpoint and not self.state.phase.is_terminal():
             self.actions.insert(0, ServeCheckpoint(checkpoint))
         return Transition(self.state.to_status(), tuple(self.actions))
+
+
+def progress_mark(state: RunState, obs: Observations) -> str:
+    """What the store (and the children) show now, compactly: main phases and evaluations done, failed and
+    preempted attempts, metrics lines of the observed phases, complete checkpoints, the children running (a
+    child that starts counts: the stall is measured from its start). Any change is progress; the same mark
+    twice is none (``decide`` stays level-based)."""
+    evals = sum(e.mean_at_k is not None for e in state.evals)
+    lines = sum(len(v) for v in obs.metrics.values())
+    running = ",".join(sorted(p for p, c in obs.children.items() if c.state is ChildState.RUNNING))
+    return (
+        f"phases={len(state.completed_phases)} evals={evals} "
+        f"failures={sum(state.failures.values())} preemptions={state.preemptions} "
+        f"lines={lines} checkpoints={len(obs.checkpoints)} running={running}"
+    )
+
+
+def seconds_between(earlier: str | None, later: str) -> float | None:
+    """Seconds from one RFC 3339 time to another (None when either is missing or unreadable)."""
+    if not earlier or not later:
+        return None
+    try:
+        start = datetime.fromisoformat(earlier.replace("Z", "+00:00"))
+        end = datetime.fromisoformat(later.replace("Z", "+00:00"))
+        return (end - start).total_seconds()
+    except ValueError:
+        return None
 
 
 #: where each kind of point lies among the points of one step (the harness phase follows the weight phase)

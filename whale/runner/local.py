@@ -37,6 +37,7 @@ lines and progress object (:class:`RunnerView`) at most every :data:`VIEW_INTERV
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -411,6 +412,8 @@ class LocalRunner:
     on_view: Callable[[RunnerView], None] | None = None
     log_sync_interval_s: float = LOG_SYNC_INTERVAL_S
     view_interval_s: float = VIEW_INTERVAL_S
+    #: the time ``decide`` is given (RFC 3339); tests pass their own (the Stalled condition counts with it)
+    clock: Callable[[], str] = utc_now
     _last_obs: Observations | None = field(default=None, repr=False)
     _observer: StoreObserver | None = field(default=None, repr=False)
     _last_view: tuple[float, str | None, WhaleRunStatus | None] = field(default=(float("-inf"), None, None), repr=False)
@@ -449,9 +452,11 @@ class LocalRunner:
     # --- observing ---
     def observe(self, status: WhaleRunStatus) -> Observations:
         children = {
-            phase: proc.state() for phase, proc in self.procs.items() if status.attempts.get(phase, 1) == proc.attempt
+            phase: dataclasses.replace(proc.state(), name=f"process {proc.popen.pid}")
+            for phase, proc in self.procs.items()
+            if status.attempts.get(phase, 1) == proc.attempt
         }
-        self._last_obs = self.observer.observe(status, children, self.split_sizes, utc_now())
+        self._last_obs = self.observer.observe(status, children, self.split_sizes, self.clock())
         return self._last_obs
 
     # --- acting ---
