@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from whale.core.alternation import Child, ChildState, Observations, decide
 from whale.core.spec import ConditionType, WhaleRunSpec, WhaleRunStatus
+from whale.runner.local import status_summary
 
 from .sim import parsed, weight_line
 
@@ -64,6 +65,7 @@ def test_a_child_without_progress_is_stalled_then_not_after_a_new_metrics_line()
         "phase c01-weight, Job stall-c01-weight-1"
     )
     assert cond.last_transition_time == at(61)
+    assert status_summary(status)["stalled"] == cond.message  # `whale status` shows it
     assert status.phase.value == "Running" and status.active_phase == "c01-weight"  # nothing was stopped
     later = decide(spec, status, observe(90)).status
     assert later == status  # level-based: the same world, the same status (the message does not tick)
@@ -72,6 +74,7 @@ def test_a_child_without_progress_is_stalled_then_not_after_a_new_metrics_line()
     cond = stalled(status)
     assert cond is not None and cond.status == "False" and cond.reason == "ProgressSeen"
     assert status.last_progress_time == at(95) and cond.last_transition_time == at(95)
+    assert status_summary(status)["stalled"] is None
     # and again, should the next line be as long in coming
     assert stalled(decide(spec, status, observe(95 + 60, [weight_line(1, 0.5)])).status).status == "True"
 

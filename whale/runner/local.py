@@ -742,6 +742,7 @@ class LocalRunner:
 def status_summary(status: WhaleRunStatus) -> dict[str, Any]:
     """The fields a person looks at first (the CLI prints these)."""
     best = status.best
+    stalled = RunState.from_status(status).stalled()
     return {
         "phase": status.phase.value,
         "cycle": status.cycle,
@@ -764,5 +765,6 @@ def status_summary(status: WhaleRunStatus) -> dict[str, Any]:
             else None
         ),
         "interrupted": interrupted(status) is not None,
+        "stalled": stalled.message if stalled is not None and stalled.status == "True" else None,
         "message": status.message,
     }
