@@ -94,15 +94,17 @@ def test_a_metrics_line_that_does_not_parse_is_skipped_with_one_warning(tmp_path
     store.append_jsonl(key, ITERATION_1.to_wire())
     store.append_jsonl(key, {"iteration": 2, "bestScore": "high", "bestCandidate": "c", "rollouts": 4})
     store.append_jsonl(key, {"iteration": 3, "bestCandidate": "c", "rollouts": 4})
+    store.write_bytes(key, store.read_bytes(key) + b'{"iteration": 4, "bestSc\n')  # not JSON at all
     status = WhaleRunStatus(phase=RunPhase.RUNNING, active_phase="c01-harness")
     observer = StoreObserver(store, RUN)
     with caplog.at_level(logging.WARNING, logger="whale.control.observer"):
         assert observer.metrics(status) == {"c01-harness": (ITERATION_1,)}
         assert observer.metrics(status) == {"c01-harness": (ITERATION_1,)}  # re-read every poll: warned once
     warnings = [r.getMessage() for r in caplog.records]
-    assert len(warnings) == 2, warnings
+    assert len(warnings) == 3, warnings
     assert "phase c01-harness: ignoring line 2 of" in warnings[0] and "field bestScore" in warnings[0]
     assert "line 3" in warnings[1] and "field bestScore: Field required" in warnings[1]
+    assert "line 4" in warnings[2] and "not valid JSON" in warnings[2]
 
 
 def test_serving_has_one_writer_that_writes_only_a_change(tmp_path) -> None:

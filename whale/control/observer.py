@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -13,7 +14,7 @@ from whale.core.alternation import Child, ChildState, Observations
 from whale.core.layout import PhaseId
 from whale.core.protocol import PhaseMetrics, parse_metrics_line
 from whale.core.spec import WhaleRunStatus
-from whale.store import Store
+from whale.store import ObjectNotFound, Store
 
 log = logging.getLogger(__name__)
 
@@ -30,18 +31,25 @@ def read_metrics(
 ) -> tuple[PhaseMetrics, ...]:
     """The metrics lines of ``phase``, each parsed into its kind's model (``whale.core.protocol``).
 
-    A line that does not parse is skipped with a warning naming the phase, the line and the field (never
-    an error: the run goes on from the lines that do); ``warned`` remembers the lines already warned about,
-    so a controller that re-reads every poll warns once per line."""
+    A line that does not parse (not JSON, or not its model) is skipped with a warning naming the phase, the
+    line and the field (never an error: the run goes on from the lines that do); ``warned`` remembers the
+    lines already warned about, so a controller that re-reads every poll warns once per line."""
     kind = PhaseId.parse(phase).kind
     key = layout.metrics_key(run, phase)
+    try:
+        text = store.read_bytes(key).decode("utf-8", "replace")
+    except ObjectNotFound:
+        return ()  # nothing logged yet
     out: list[PhaseMetrics] = []
-    for number, raw in enumerate(store.read_jsonl(key), 1):
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
         try:
-            out.append(parse_metrics_line(kind, raw))
-        except ValidationError as exc:
+            out.append(parse_metrics_line(kind, json.loads(line)))
+        except ValueError as exc:  # not JSON, or pydantic's ValidationError (a ValueError): not its model
             if warned is None or (phase, number) not in warned:
-                log.warning("phase %s: ignoring line %d of %s (%s)", phase, number, key, _problem(exc))
+                why = _problem(exc) if isinstance(exc, ValidationError) else f"not valid JSON: {exc}"
+                log.warning("phase %s: ignoring line %d of %s (%s)", phase, number, key, why)
                 if warned is not None:
                     warned.add((phase, number))
     return tuple(out)
