@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from whale.core.alternation import Action, Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun
+from whale.core.protocol import PhaseKind
 from whale.core.spec import ConditionType, MetaCondition, Reason, RunPhase, Stage, WhaleRunStatus
 from whale.core.state import NOT_STALLED_REASON, RunState
 
@@ -198,7 +199,12 @@ def events(before: WhaleRunStatus, after: WhaleRunStatus, actions: tuple[Action,
             Event(NORMAL, "NewBest", f"best mean@{after.best.k} {after.best.mean_at_k:.4f} at {after.best.phase}")
         )
     for action in actions:
-        if isinstance(action, StartPhase):
+        if isinstance(action, StartPhase) and action.kind is PhaseKind.PREPARE:
+            if action.attempt > 1:  # why the last attempt failed: decide's retry message
+                out.append(Event(WARNING, "PrepareRetried", f"attempt {action.attempt}: {after.message or ''}"))
+            else:
+                out.append(Event(NORMAL, "Preparing", "materialising the data splits"))
+        elif isinstance(action, StartPhase):
             if action.attempt > 1:
                 out.append(Event(WARNING, "PhaseRetried", f"{action.phase}: starting attempt {action.attempt}"))
             else:

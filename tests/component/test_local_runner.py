@@ -48,7 +48,7 @@ def runner(tmp_path: Path, spec: WhaleRunSpec, store=None, sim: dict | None = No
         name=name,
         spec=spec,
         store=store,
-        split_sizes=SIZES,
+        split_sizes=kw.pop("split_sizes", SIZES),
         workdir=tmp_path / "work",
         workload_command=SIM,
         env=env,
@@ -337,3 +337,26 @@ def test_a_child_without_progress_is_stalled_in_status_json_then_not(tmp_path):
     assert seen == ["-", "True", "False"]
     saved = WhaleRunStatus.model_validate(store.read_json(layout.status_key("r1")))
     assert [c.status for c in saved.conditions if c.type == "Stalled"] == ["False"]
+
+
+def test_without_split_sizes_the_run_prepares_its_data_first_as_a_phase(tmp_path):
+    """Split sizes unknown: decide() schedules data preparation, a child like the phases, retried under
+    spec.retry.maxAttempts (counted in the status); the schedule starts once the sizes are in the store."""
+    store = open_store(str(tmp_path / "store"))
+    sim = {"splits": SIZES, "fail": {"prepare": 1}}
+    r = runner(tmp_path, spec_of("rsft_only", totalSteps=2), store, sim=sim, split_sizes=None)
+    status = r.run(max_seconds=90)
+    assert status.phase is RunPhase.SUCCEEDED, status.message
+    assert (status.attempts["prepare"], status.failures["prepare"]) == (2, 1)
+    assert store.read_json(layout.split_sizes_key("r1")) == SIZES
+    assert store.exists(layout.log_key("r1", "prepare", 1)) and store.exists(layout.log_key("r1", "prepare", 2))
+
+
+def test_data_preparation_that_keeps_failing_fails_the_run(tmp_path):
+    store = open_store(str(tmp_path / "store"))
+    r = runner(tmp_path, spec_of("rsft_only", totalSteps=2), store, sim={}, split_sizes=None)  # writes no sizes
+    status = r.run(max_seconds=60)
+    assert status.phase is RunPhase.FAILED and status.reason == "PrepareFailed"
+    assert status.message.startswith("data preparation failed 2 times (spec.retry.maxAttempts); process ")
+    assert status.message.endswith("it succeeded without writing runs/r1/control/split_sizes.json")
+    assert sorted(r.procs) == ["prepare"] and status.failures == {"prepare": 2}

@@ -12,7 +12,7 @@ from pydantic import ValidationError
 from whale.core import layout
 from whale.core.alternation import Child, ChildState, Observations
 from whale.core.layout import PhaseId
-from whale.core.protocol import PhaseMetrics, parse_metrics_line
+from whale.core.protocol import PhaseKind, PhaseMetrics, parse_metrics_line
 from whale.core.spec import WhaleRunStatus
 from whale.store import ObjectNotFound, Store
 
@@ -35,6 +35,8 @@ def read_metrics(
     line and the field (never an error: the run goes on from the lines that do); ``warned`` remembers the
     lines already warned about, so a controller that re-reads every poll warns once per line."""
     kind = PhaseId.parse(phase).kind
+    if kind is PhaseKind.PREPARE:
+        return ()  # data preparation writes no metrics lines
     key = layout.metrics_key(run, phase)
     try:
         text = store.read_bytes(key).decode("utf-8", "replace")

@@ -51,6 +51,7 @@ from whale.core.protocol import (
     PhaseKind,
     PhaseMetrics,
     PhaseRequest,
+    PreparePhaseArgs,
     WeightPhaseArgs,
     WeightPhaseResult,
     WeightStepMetrics,
@@ -566,33 +567,6 @@ class _Machine:
                 self.actions.append(Finish(f"schedule complete; {summary}"))
         return self.finish_call()
 
-    def watch_progress(self) -> None:
-        """``lastProgressTime`` follows the store; the Stalled condition is True while a child runs and
-        nothing moved for ``spec.retry.stallAfterSeconds`` (an alert only: nothing is stopped)."""
-        now = self.obs.now
-        self.state = self.state.with_progress(progress_mark(self.state, self.obs), now)
-        running = sorted((p, c) for p, c in self.obs.children.items() if c.state is ChildState.RUNNING)
-        limit = self.spec.retry.stall_after_seconds
-        quiet = seconds_between(self.state.last_progress_time, now)
-        if (
-            limit is not None
-            and running
-            and self.state.phase is RunPhase.RUNNING
-            and quiet is not None
-            and quiet >= limit
-        ):
-            children = "; ".join(
-                f"phase {p}" + (f", {c.name}" if c.name else "") + (f" ({c.message})" if c.message else "")
-                for p, c in running
-            )
-            message = (
-                f"no progress in the store for {limit / 60:g} minutes (since {self.state.last_progress_time}, "
-                f"spec.retry.stallAfterSeconds); {children}"
-            )
-            self.state = self.state.with_stalled(True, message, now)
-        elif self.state.stalled() is not None:  # listed from its first stall on (the operator lists it always)
-            self.state = self.state.with_stalled(False, f"last progress at {self.state.last_progress_time}", now)
-
     def finish_call(self) -> Transition:
         active = self.state.active_phase
         steps = self.obs.weight_steps(active) if active else []
@@ -600,11 +574,35 @@ class _Machine:
         running = sum(m.rollouts for m in steps) + sum(m.rollouts for m in iterations)
         empty = sum(m.kept == 0 for m in steps)
         self.state = self.state.with_spent(running, empty)
-        self.watch_progress()
+        self.state = watch_progress(self.state, self.spec, self.obs)
         checkpoint = self.state.current_checkpoint
         if checkpoint != self.before.current_checkpoint and not self.state.phase.is_terminal():
             self.actions.insert(0, ServeCheckpoint(checkpoint))
         return Transition(self.state.to_status(), tuple(self.actions))
+
+
+def watch_progress(state: RunState, spec: WhaleRunSpec, obs: Observations) -> RunState:
+    """``lastProgressTime`` follows the store; the Stalled condition is True while a child runs and
+    nothing moved for ``spec.retry.stallAfterSeconds`` (an alert only: nothing is stopped)."""
+    now = obs.now
+    state = state.with_progress(progress_mark(state, obs), now)
+    running = sorted((p, c) for p, c in obs.children.items() if c.state is ChildState.RUNNING)
+    limit = spec.retry.stall_after_seconds
+    quiet = seconds_between(state.last_progress_time, now)
+    active = not state.phase.is_terminal() and state.phase is not RunPhase.SUSPENDED
+    if limit is not None and running and active and quiet is not None and quiet >= limit:
+        children = "; ".join(
+            f"phase {p}" + (f", {c.name}" if c.name else "") + (f" ({c.message})" if c.message else "")
+            for p, c in running
+        )
+        message = (
+            f"no progress in the store for {limit / 60:g} minutes (since {state.last_progress_time}, "
+            f"spec.retry.stallAfterSeconds); {children}"
+        )
+        return state.with_stalled(True, message, now)
+    if state.stalled() is not None:  # listed from its first stall on (the operator lists it always)
+        return state.with_stalled(False, f"last progress at {state.last_progress_time}", now)
+    return state
 
 
 def progress_mark(state: RunState, obs: Observations) -> str:
@@ -668,10 +666,56 @@ def integrity_status(phase: str, result: HarnessPhaseResult) -> tuple[IntegrityF
     )
 
 
+# ----- data preparation ---------------------------------------------------------------------------
+
+
+def _prepare(spec: WhaleRunSpec, status: WhaleRunStatus, obs: Observations) -> Transition:
+    """No split sizes yet: the run's one phase is data preparation (``PhaseId.prepare()``), a child like any
+    other, retried up to ``retry.maxAttempts``; the run stays Pending (reason ``PreparingData``) until the
+    sizes are in the store. A child that exits 0 without writing them is a failed attempt."""
+    phase = PhaseId.prepare()
+    key = phase.key
+    state = RunState.from_status(status).with_generation(obs.generation).with_first_attempt(key)
+    child = obs.children.get(key, ABSENT)
+    actions: list[Action] = []
+    domain = f"the splits of domain {spec.domain!r}"
+    after_failure = ""
+    if child.state in (ChildState.FAILED, ChildState.SUCCEEDED):
+        why = child.message or "failed"
+        if child.state is ChildState.SUCCEEDED:
+            why = f"it succeeded without writing {layout.split_sizes_key(obs.run)}"
+        state = state.with_failure(key)
+        failures = state.failures[key]
+        which = f"{child.name}: " if child.name else ""
+        if failures >= spec.retry.max_attempts:
+            message = f"data preparation failed {failures} times (spec.retry.maxAttempts); {which}{why}"
+            state = state.refused(Reason.PREPARE_FAILED, message, obs.generation, obs.now)
+            return Transition(watch_progress(state, spec, obs).to_status(), (Fail(Reason.PREPARE_FAILED, message),))
+        state = state.with_retry(key, "")
+        after_failure = f"; attempt {failures} failed: {which}{why}"
+    elif child.state is ChildState.PREEMPTED:
+        state = state.with_preemption(key)
+    attempt = state.attempt_of(key)
+    if child.state is ChildState.RUNNING:
+        who = child.name or "the prepare child"
+        message = f"{who} is materialising {domain} and writing their sizes (attempt {attempt})"
+    elif spec.suspend:
+        message = "spec.suspend is true: data preparation waits"
+        actions.append(SuspendRun(message))  # a controller's loop may end here (the local runner's does)
+    else:
+        message = f"materialising {domain} and writing their sizes (attempt {attempt}{after_failure})"
+        request = phase_request(spec, run=obs.run, phase=key, attempt=attempt, args=PreparePhaseArgs())
+        actions.append(StartPhase(request))
+    state = state.waiting(Reason.PREPARING_DATA, message, obs.generation)
+    return Transition(watch_progress(state, spec, obs).to_status(), tuple(actions))
+
+
 def decide(spec: WhaleRunSpec, status: WhaleRunStatus, obs: Observations) -> Transition:
     """Advance the run one level-triggered step. See the module docstring for the semantics."""
     if status.phase.is_terminal():
         return Transition(status, ())
+    if not obs.split_sizes:
+        return _prepare(spec, status, obs)
     try:
         sched = resolve(spec, dict(obs.split_sizes))
     except ScheduleError as exc:

@@ -214,7 +214,8 @@ class RunState:
         message = f"retrying ({', '.join(reset) or 'no failed phase'}) after: {self.message or self.reason}"
         return replace(
             self,
-            phase=RunPhase.RUNNING,
+            # a run whose data preparation failed never started: it is prepared again first
+            phase=RunPhase.PENDING if self.reason == Reason.PREPARE_FAILED else RunPhase.RUNNING,
             reason=Reason.RETRIED.value,
             message=message,
             completion_time=None,

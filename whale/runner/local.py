@@ -392,7 +392,9 @@ class LocalRunner:
     name: str
     spec: WhaleRunSpec
     store: Store
-    split_sizes: dict[str, int]
+    #: the domain's split sizes when the caller knows them (`whale run` asks the domain); None: the run's
+    #: data preparation (a ``prepare`` child ``decide`` schedules) writes them to the store
+    split_sizes: dict[str, int] | None
     workdir: Path
     workload_command: tuple[str, ...] = DEFAULT_WORKLOAD_COMMAND
     env: dict[str, str] = field(default_factory=dict)
@@ -447,7 +449,8 @@ class LocalRunner:
             log.warning("run %s resumes with a changed manifest: %s", self.name, "; ".join(map(str, changes)))
         if existing != wire:
             self.store.write_json(key, wire)
-        self.store.write_json(layout.split_sizes_key(self.name), dict(self.split_sizes))
+        if self.split_sizes is not None:
+            self.store.write_json(layout.split_sizes_key(self.name), dict(self.split_sizes))
 
     # --- observing ---
     def observe(self, status: WhaleRunStatus) -> Observations:
@@ -456,8 +459,18 @@ class LocalRunner:
             for phase, proc in self.procs.items()
             if status.attempts.get(phase, 1) == proc.attempt
         }
-        self._last_obs = self.observer.observe(status, children, self.split_sizes, self.clock())
+        self._last_obs = self.observer.observe(status, children, self.known_split_sizes(), self.clock())
         return self._last_obs
+
+    def known_split_sizes(self) -> dict[str, int]:
+        """The split sizes: the caller's, else what data preparation wrote to the store (empty: not yet)."""
+        if self.split_sizes is not None:
+            return self.split_sizes
+        raw = self.store.read_json_or_none(layout.split_sizes_key(self.name))
+        if not isinstance(raw, dict):
+            return {}
+        self.split_sizes = {k: int(v) for k, v in raw.items()}
+        return self.split_sizes
 
     # --- acting ---
     def running(self) -> _Proc | None:
