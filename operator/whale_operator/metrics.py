@@ -41,6 +41,12 @@ class OperatorMetrics:
         self.rollouts = Gauge(
             "whale_operator_rollouts_spent", "Training rollouts spent per run", ["namespace", "run"], registry=r
         )
+        self.stalled = Gauge(
+            "whale_operator_run_stalled",
+            "1 while the run's Stalled condition is True (a child runs, the store shows no progress)",
+            ["namespace", "run"],
+            registry=r,
+        )
         self.children_created = Counter(
             "whale_operator_children_created", "Child objects created, by kind", ["kind"], registry=r
         )
@@ -61,10 +67,11 @@ class OperatorMetrics:
     def forget_run(self, uid: str, namespace: str, name: str) -> None:
         """A deleted run leaves no series behind (per-run labels would otherwise grow without bound)."""
         self.set_run_phase(uid, None)
-        try:
-            self.rollouts.remove(namespace, name)
-        except KeyError:
-            pass  # never reconciled far enough to have spent rollouts
+        for gauge in (self.rollouts, self.stalled):
+            try:
+                gauge.remove(namespace, name)
+            except KeyError:
+                pass  # never reconciled far enough to have the series
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> Any:
         """Start the /metrics endpoint; returns the HTTP server (``shutdown()`` stops it)."""

@@ -19,6 +19,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from whale.core.alternation import Child, ChildState
+from whale.core.layout import PhaseId
 from whale_operator import kueue, names
 
 DISRUPTION = "DisruptionTarget"
@@ -53,9 +54,12 @@ def job_child(job: dict[str, Any], pod_message: str = "") -> Child:
 
 
 def job_phase(job: dict[str, Any]) -> tuple[str, int] | None:
-    """(phase, attempt) from a Job's labels; None for a Job that is not a phase attempt."""
+    """(phase, attempt) from a Job's labels; None for a Job that is not a phase attempt. A data-preparation
+    Job (``builders.prepare_job``: kind ``prepare``, no phase label) is the attempt of phase ``prepare``."""
     labels = job.get("metadata", {}).get("labels") or {}
     phase, attempt = labels.get(names.LABEL_PHASE), labels.get(names.LABEL_ATTEMPT)
+    if phase is None and labels.get(names.LABEL_KIND) == names.PREPARE:
+        phase = PhaseId.prepare().key
     if not phase or not attempt or not attempt.isdigit():
         return None
     return phase, int(attempt)

@@ -9,6 +9,7 @@ make every create idempotent.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -23,6 +24,7 @@ from whale.control.planner import KEEP_SERVING, plan, write_stop
 from whale.control.storage import open_spec_store
 from whale.core import layout
 from whale.core.alternation import Child, ChildState, StartPhase, Transition, decide
+from whale.core.protocol import PhaseKind
 from whale.core.spec import Reason, WhaleRunSpec, WhaleRunStatus
 from whale.core.state import RunState
 from whale.domain import ToolService
@@ -194,12 +196,10 @@ class Reconciler:
             waiting = RunState.from_status(prev).waiting(Reason.WAITING_FOR_DATA, str(exc), generation).to_status()
             waiting = st.with_conditions(waiting, prev.conditions, st.InferenceView(inference_managed), generation, now)
             return ReconcileResult(waiting, [])
-        if sizes is None:
-            return self._prepare(run, spec, store, prev, generation, now)
-
+        # no sizes yet: decide() schedules data preparation, a child like the phases
         jobs = self.kube.list("batch/v1", "Job", run.namespace, names.run_selector(run.name))
         children = self._children(run, observe.current_jobs(jobs, prev.attempts))
-        obs = self._observer(store, run.name).observe(prev, children, sizes, now, generation)
+        obs = self._observer(store, run.name).observe(prev, children, sizes or {}, now, generation)
         decision = decide(spec, prev, obs)
         running = {p for p, c in children.items() if c.state is ChildState.RUNNING}
         # one list serves the readiness view, the ensure and the scaling of the run's Deployments
@@ -214,6 +214,10 @@ class Reconciler:
         view = st.InferenceView(managed=inference_managed, ready=observe.deployment_ready(dep))
         new = st.with_conditions(new, prev.conditions, view, generation, now)
         self.metrics.rollouts.labels(namespace=run.namespace, run=run.name).set(new.rollouts_spent)
+        stalled = RunState.from_status(new).stalled()
+        self.metrics.stalled.labels(namespace=run.namespace, run=run.name).set(
+            int(stalled is not None and stalled.status == "True")
+        )
         # a start that found its child already there (or was deferred) is not news
         reported = tuple(a for a in decision.actions if not isinstance(a, StartPhase) or a.phase in created)
         return ReconcileResult(new, st.events(prev, new, reported), decision, poll=gated)
@@ -233,85 +237,10 @@ class Reconciler:
                     "v1", "Pod", run.namespace, f"batch.kubernetes.io/job-name={job['metadata']['name']}"
                 )
                 child = observe.job_child(job, observe.failed_pod_message(pods, builders.WORKER_CONTAINER))
+            child = dataclasses.replace(child, name=f"Job {job['metadata']['name']}")
             children[phase] = child
             self.jobs.time_job(job, child)
         return children
-
-    # --- data preparation ---
-    def _prepare(
-        self,
-        run: builders.RunRef,
-        spec: WhaleRunSpec,
-        store: Store,
-        prev: WhaleRunStatus,
-        generation: int | None,
-        now: str,
-    ) -> ReconcileResult:
-        """No split sizes yet: run the prepare Job (``<run>-prepare-<attempt>``), retried up to
-        ``spec.retry.maxAttempts``; its attempts are counted from the Jobs themselves. A Job that
-        succeeded without writing the sizes counts as failed."""
-        selector = f"{names.run_selector(run.name)},{names.LABEL_KIND}={names.PREPARE}"
-        jobs: dict[int, dict[str, Any]] = {}
-        for job in self.kube.list("batch/v1", "Job", run.namespace, selector):
-            attempt = (job["metadata"].get("labels") or {}).get(names.LABEL_ATTEMPT, "")
-            if attempt.isdigit():
-                jobs[int(attempt)] = job
-        failed, last_error, running = 0, "", None
-        for attempt in sorted(jobs):
-            child = observe.job_child(jobs[attempt])
-            if child.state is ChildState.FAILED:
-                pods = self.kube.list(
-                    "v1", "Pod", run.namespace, f"batch.kubernetes.io/job-name={jobs[attempt]['metadata']['name']}"
-                )
-                child = observe.job_child(jobs[attempt], observe.failed_pod_message(pods, builders.WORKER_CONTAINER))
-            if child.state is ChildState.FAILED or child.state is ChildState.SUCCEEDED:
-                failed += 1
-                last_error = (
-                    child.message
-                    if child.state is ChildState.FAILED
-                    else (f"it succeeded without writing {store.uri_for(layout.split_sizes_key(run.name))}")
-                )
-            elif child.state is ChildState.RUNNING:
-                running = attempt
-        events: list[st.Event] = []
-        attempt = max(jobs, default=0)
-        state = RunState.from_status(prev)
-        if failed >= spec.retry.max_attempts:
-            job_name = names.prepare_job_name(run.name, attempt)
-            new = state.refused(
-                Reason.PREPARE_FAILED,
-                f"data preparation failed {failed} times (spec.retry.maxAttempts); Job {job_name}: {last_error}",
-                generation,
-                now,
-            ).to_status()
-            events = st.events(prev, new, ())
-        elif spec.suspend and running is None:
-            new = state.waiting(
-                Reason.PREPARING_DATA, "spec.suspend is true: data preparation waits", generation
-            ).to_status()
-        else:
-            if running is None:
-                wire = spec.to_wire()
-                if store.read_json_or_none(layout.spec_key(run.name)) != wire:
-                    store.write_json(layout.spec_key(run.name), wire)  # before the Job: it reads it first thing
-                attempt += 1
-                if self.jobs.ensure(builders.prepare_job(run, spec, attempt, store_uri=store_uri(spec))):
-                    events.append(
-                        st.Event(st.WARNING, "PrepareRetried", f"attempt {attempt}: {last_error}")
-                        if failed
-                        else st.Event(st.NORMAL, "Preparing", "materialising the data splits")
-                    )
-            else:
-                attempt = running
-            new = state.waiting(
-                Reason.PREPARING_DATA,
-                f"Job {names.prepare_job_name(run.name, attempt)} is "
-                f"materialising the splits of domain {spec.domain!r} and writing their sizes "
-                f"(attempt {attempt})",
-                generation,
-            ).to_status()
-        new = st.with_conditions(new, prev.conditions, st.InferenceView(builders.uses_vllm(spec)), generation, now)
-        return ReconcileResult(new, events)
 
     # --- acting ---
     def _apply(
@@ -336,6 +265,8 @@ class Reconciler:
         if step.end is not None:
             self.jobs.stop_children(run)
             self.jobs.scale_infra(run, 0, deps)
+        if step.start is not None and step.start.kind is PhaseKind.PREPARE:
+            return False, {step.start.phase} if self._start_prepare(run, spec, store, step.start) else set()
         if step.start is not None:
             self.jobs.ensure_infra(run, spec, decision.status.current_checkpoint, deps, tools)
         if step.serve is not KEEP_SERVING:
@@ -344,6 +275,14 @@ class Reconciler:
             return False, set()
         made = self.jobs.start(run, spec, store, step.start, step.serve, tools)  # type: ignore[arg-type]
         return made is None, {step.start.phase} if made else set()
+
+    def _start_prepare(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, start: StartPhase) -> bool:
+        """The prepare Job of ``start``'s attempt (no inference server, nothing served: it samples nothing),
+        after the spec it reads first thing. True when this call created it."""
+        wire = spec.to_wire()
+        if store.read_json_or_none(layout.spec_key(run.name)) != wire:
+            store.write_json(layout.spec_key(run.name), wire)
+        return self.jobs.ensure(builders.prepare_job(run, spec, start.attempt, store_uri=store_uri(spec)))
 
     def _write_status(self, namespace: str, name: str, raw_old: dict[str, Any], new: WhaleRunStatus) -> None:
         patch = st.merge_patch(raw_old, st.status_wire(new))

@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from whale.core.alternation import Action, Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun
+from whale.core.protocol import PhaseKind
 from whale.core.spec import ConditionType, MetaCondition, Reason, RunPhase, Stage, WhaleRunStatus
-from whale.core.state import RunState
+from whale.core.state import NOT_STALLED_REASON, RunState
 
 #: condition types, in the order they are listed (Interrupted belongs to the local runner)
 INFERENCE_READY = ConditionType.INFERENCE_READY.value
@@ -21,7 +22,8 @@ SUSPENDED = ConditionType.SUSPENDED.value
 SUCCEEDED = ConditionType.SUCCEEDED.value
 FAILED = ConditionType.FAILED.value
 REWARD_INTEGRITY = ConditionType.REWARD_INTEGRITY.value
-CONDITION_TYPES = (INFERENCE_READY, PROGRESSING, SUSPENDED, SUCCEEDED, FAILED, REWARD_INTEGRITY)
+STALLED = ConditionType.STALLED.value
+CONDITION_TYPES = (INFERENCE_READY, PROGRESSING, SUSPENDED, SUCCEEDED, FAILED, REWARD_INTEGRITY, STALLED)
 
 #: the Progressing condition's reason while a stage runs
 _STAGE_REASON: dict[Stage | None, str] = {
@@ -103,7 +105,16 @@ def desired_conditions(status: WhaleRunStatus, inference: InferenceView) -> list
             (status.message or "") if phase is RunPhase.FAILED else "",
         ),
         integrity_condition(status),
+        stalled_condition(status),
     ]
+
+
+def stalled_condition(status: WhaleRunStatus) -> tuple[str, str, str, str]:
+    """Stalled as ``decide`` set it (it knows the store's progress and the threshold); False before it did."""
+    cond = RunState.from_status(status).stalled()
+    if cond is None:
+        return _cond(STALLED, False, NOT_STALLED_REASON, "")
+    return STALLED, cond.status, cond.reason, cond.message
 
 
 def integrity_condition(status: WhaleRunStatus) -> tuple[str, str, str, str]:
@@ -188,7 +199,12 @@ def events(before: WhaleRunStatus, after: WhaleRunStatus, actions: tuple[Action,
             Event(NORMAL, "NewBest", f"best mean@{after.best.k} {after.best.mean_at_k:.4f} at {after.best.phase}")
         )
     for action in actions:
-        if isinstance(action, StartPhase):
+        if isinstance(action, StartPhase) and action.kind is PhaseKind.PREPARE:
+            if action.attempt > 1:  # why the last attempt failed: decide's retry message
+                out.append(Event(WARNING, "PrepareRetried", f"attempt {action.attempt}: {after.message or ''}"))
+            else:
+                out.append(Event(NORMAL, "Preparing", "materialising the data splits"))
+        elif isinstance(action, StartPhase):
             if action.attempt > 1:
                 out.append(Event(WARNING, "PhaseRetried", f"{action.phase}: starting attempt {action.attempt}"))
             else:

@@ -105,7 +105,7 @@ def test_the_view_shows_the_reward_of_the_step_just_sampled_before_its_metrics_l
     with pytest.raises(Seen):
         r.run(max_seconds=60)
     view = seen[0]
-    assert [m["step"] for m in view.child.metrics] == [1]
+    assert [m.step for m in view.child.metrics] == [1]
     assert view.status.step == 1 and view.status.training_reward == REWARDS[0]
     reward = latest_reward(display.prev.child, view.status)
     assert (reward.step, reward.reward, reward.sampled_only) == (2, REWARDS[1], True)

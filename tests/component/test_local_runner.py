@@ -48,7 +48,7 @@ def runner(tmp_path: Path, spec: WhaleRunSpec, store=None, sim: dict | None = No
         name=name,
         spec=spec,
         store=store,
-        split_sizes=SIZES,
+        split_sizes=kw.pop("split_sizes", SIZES),
         workdir=tmp_path / "work",
         workload_command=SIM,
         env=env,
@@ -287,3 +287,76 @@ def test_whale_run_on_s3(tmp_path, s3_server, s3_store):
     saved = WhaleRunStatus.model_validate(s3_store.read_json(layout.status_key("s3run")))
     assert saved == status
     assert s3_store.exists(layout.checkpoint_complete_key("s3run", 6))
+
+
+def test_a_child_without_progress_is_stalled_in_status_json_then_not(tmp_path):
+    """`whale run`'s status.json shows Stalled while the child hangs past spec.retry.stallAfterSeconds (the
+    runner's clock is the test's: a minute per decision), and False once a metrics line appears."""
+    store = open_store(str(tmp_path / "store"))
+    wire = spec_of("rsft_only", totalSteps=3).to_wire()
+    spec = WhaleRunSpec.model_validate({**wire, "retry": {"maxAttempts": 2, "stallAfterSeconds": 600}})
+    minutes = [0]
+    seen: list[str] = []
+
+    def clock() -> str:
+        """Still until the weight phase has logged its step (however slowly the children start here), then a
+        minute per decision."""
+        if store.read_jsonl(layout.metrics_key("r1", "c01-weight")):
+            minutes[0] += 1
+        m = minutes[0]
+        return f"2026-01-0{1 + m // 1440}T{m // 60 % 24:02d}:{m % 60:02d}:00Z"
+
+    class Done(KeyboardInterrupt):
+        pass
+
+    def watch(status, previous, decision):
+        cond = next((c for c in status.conditions if c.type == "Stalled"), None)
+        state = cond.status if cond is not None else "-"
+        if not seen or seen[-1] != state:
+            seen.append(state)
+            if state == "True":
+                saved = WhaleRunStatus.model_validate(store.read_json(layout.status_key("r1")))
+                assert [c.status for c in saved.conditions if c.type == "Stalled"] == ["True"]  # status.json
+                assert "phase c01-weight, process " in cond.message
+                # the hung child's next step lands in the store
+                line = store.read_jsonl(layout.metrics_key("r1", "c01-weight"))[-1]
+                store.append_jsonl(layout.metrics_key("r1", "c01-weight"), {**line, "step": line["step"] + 1})
+            elif state == "False":
+                raise Done()
+
+    r = runner(
+        tmp_path,
+        spec,
+        store,
+        sim={"hang": {"c01-weight": 1}},
+        on_status=watch,
+        clock=clock,
+    )
+    with pytest.raises(Done):
+        r.run(max_seconds=90)
+    assert seen == ["-", "True", "False"]
+    saved = WhaleRunStatus.model_validate(store.read_json(layout.status_key("r1")))
+    assert [c.status for c in saved.conditions if c.type == "Stalled"] == ["False"]
+
+
+def test_without_split_sizes_the_run_prepares_its_data_first_as_a_phase(tmp_path):
+    """Split sizes unknown: decide() schedules data preparation, a child like the phases, retried under
+    spec.retry.maxAttempts (counted in the status); the schedule starts once the sizes are in the store."""
+    store = open_store(str(tmp_path / "store"))
+    sim = {"splits": SIZES, "fail": {"prepare": 1}}
+    r = runner(tmp_path, spec_of("rsft_only", totalSteps=2), store, sim=sim, split_sizes=None)
+    status = r.run(max_seconds=90)
+    assert status.phase is RunPhase.SUCCEEDED, status.message
+    assert (status.attempts["prepare"], status.failures["prepare"]) == (2, 1)
+    assert store.read_json(layout.split_sizes_key("r1")) == SIZES
+    assert store.exists(layout.log_key("r1", "prepare", 1)) and store.exists(layout.log_key("r1", "prepare", 2))
+
+
+def test_data_preparation_that_keeps_failing_fails_the_run(tmp_path):
+    store = open_store(str(tmp_path / "store"))
+    r = runner(tmp_path, spec_of("rsft_only", totalSteps=2), store, sim={}, split_sizes=None)  # writes no sizes
+    status = r.run(max_seconds=60)
+    assert status.phase is RunPhase.FAILED and status.reason == "PrepareFailed"
+    assert status.message.startswith("data preparation failed 2 times (spec.retry.maxAttempts); process ")
+    assert status.message.endswith("it succeeded without writing runs/r1/control/split_sizes.json")
+    assert sorted(r.procs) == ["prepare"] and status.failures == {"prepare": 2}

@@ -259,6 +259,7 @@ def exported_metric_names() -> set[str]:
     m.reconcile_errors.labels(error="E").inc()
     m.phase_duration.labels(kind="weight", outcome="Failed").observe(1)
     m.rollouts.labels(namespace="n", run="r").set(1)
+    m.stalled.labels(namespace="n", run="r").set(1)
     m.children_created.labels(kind="Job").inc()
     m.actions.labels(action="Fail").inc()
     from whale.core.spec import RunPhase

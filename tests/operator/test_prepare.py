@@ -35,8 +35,11 @@ def test_a_run_without_split_sizes_is_prepared_first(
         run = create_unprepared(api, kube_namespace, store, "prep")
         job = wait_for(lambda: api.get("batch/v1", "jobs", kube_namespace, "prep-prepare-1"), what="the prepare Job")
         assert job["spec"]["template"]["spec"]["containers"][0]["command"][2:4] == ["whale.workloads", "prepare"]
-        status = wait_for(lambda: run.status().get("reason") == "PreparingData" and run.status(), what="PreparingData")
-        assert "prep-prepare-1" in status["message"]
+        # decide() names the Job once it sees it run (the reconcile that creates it knows no Job yet)
+        status = wait_for(
+            lambda: "prep-prepare-1" in ((st := run.status()).get("message") or "") and st, what="PreparingData"
+        )
+        assert status["reason"] == "PreparingData" and status["attempts"] == {"prepare": 1}
         # the spec the workload reads was written before the Job
         assert WhaleRunSpec.model_validate(run.store.read_json(layout.spec_key("prep"))).domain == "synthetic"
         assert run.job_names() == ["prep-prepare-1"]  # nothing else starts without the sizes

@@ -23,10 +23,30 @@ from whale.core.alternation import (
     Transition,
     decide,
 )
-from whale.core.protocol import PhaseKind
+from whale.core.layout import PhaseId
+from whale.core.protocol import PhaseKind, PhaseMetrics, WeightStepMetrics, parse_metrics_line
 from whale.core.spec import WhaleRunSpec, WhaleRunStatus
 
 RUN = "sim"
+
+
+def parsed(metrics: dict[str, list[dict[str, Any]]]) -> dict[str, tuple[PhaseMetrics, ...]]:
+    """Metrics lines as the observer hands them to ``decide``: each parsed into its phase kind's model."""
+    return {k: tuple(parse_metrics_line(PhaseId.parse(k).kind, m) for m in v) for k, v in metrics.items()}
+
+
+def weight_line(step: int, reward: float, kept: int = 1, rollouts: int = 16) -> dict[str, Any]:
+    """A weight phase's metrics line (the wire form), with the numbers the state machine reads."""
+    return WeightStepMetrics(
+        step=step,
+        epoch=step / 10,
+        reward_mean=reward,
+        acceptance_rate=reward,
+        kept=kept,
+        loss=0.5,
+        learning_rate=1e-7,
+        rollouts=rollouts,
+    ).to_wire()
 
 
 @dataclass
@@ -55,7 +75,7 @@ class World:
             run=RUN,
             children=dict(self.children),
             results=dict(self.results),
-            metrics={k: list(v) for k, v in self.metrics.items()},
+            metrics=parsed(self.metrics),
             checkpoints=frozenset(self.checkpoints),
             split_sizes=self.split_sizes,
             now="2026-01-01T00:00:00Z",
@@ -119,7 +139,7 @@ class World:
             if halt is not None and step >= halt:
                 return False  # still running: the controller gets to look at the metrics
             step += 1
-            lines.append({"step": step, "rewardMean": self.reward(step), "rollouts": 16})
+            lines.append(weight_line(step, self.reward(step)))
             if step in a.save_steps:
                 self.checkpoints.add(step)
         self.checkpoints.add(step)

@@ -10,7 +10,7 @@ from whale.core.protocol import HarnessStopRule, WeightStopRule
 from whale.core.schedule import resolve
 from whale.core.spec import RunPhase, Stage, WhaleRunSpec, WhaleRunStatus
 
-from .sim import RUN, World, drive, main_phases
+from .sim import RUN, World, drive, main_phases, parsed, weight_line
 
 SIZES = {"weight": 256 * 10, "harness": 4, "test": 10}  # 10 steps per epoch at promptsPerStep 256
 
@@ -213,9 +213,12 @@ def test_decide_asks_a_running_phase_to_stop_once():
         adaptive={"weight": {"windowSteps": 1, "burnInSteps": 2, "patienceSteps": 2}},
     )
     status = decide(spec, WhaleRunStatus(), Observations(run=RUN, split_sizes=SIZES)).status
-    metrics = [{"step": i, "rewardMean": r, "rollouts": 1} for i, r in enumerate([0.9, 0.1, 0.1], start=1)]
+    metrics = [weight_line(i, r, rollouts=1) for i, r in enumerate([0.9, 0.1, 0.1], start=1)]
     obs = Observations(
-        run=RUN, split_sizes=SIZES, children={"c01-weight": Child(ChildState.RUNNING)}, metrics={"c01-weight": metrics}
+        run=RUN,
+        split_sizes=SIZES,
+        children={"c01-weight": Child(ChildState.RUNNING)},
+        metrics=parsed({"c01-weight": metrics}),
     )
     d = decide(spec, status, obs)
     stops = d.of_type(StopPhase)
@@ -510,7 +513,10 @@ def test_only_a_file_of_the_phases_archive_is_evaluated_as_an_accepted_harness(h
         {"iteration": 2, "bestScore": 0.3, "bestCandidate": "i02-c1", "rollouts": 4, "bestHarness": harness},
     ]
     running = Observations(
-        run=RUN, split_sizes=SIZES, children={"c01-harness": Child(ChildState.RUNNING)}, metrics={"c01-harness": lines}
+        run=RUN,
+        split_sizes=SIZES,
+        children={"c01-harness": Child(ChildState.RUNNING)},
+        metrics=parsed({"c01-harness": lines}),
     )
     status = decide(spec, status, running).status
     assert [e.phase for e in status.evals] == ["eval-c00-s000000-start"]

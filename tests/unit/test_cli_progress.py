@@ -26,6 +26,8 @@ from whale.console.progress import (
 from whale.console.summary import final_summary, next_commands
 from whale.core.protocol import (
     EvalPhaseArgs,
+    EvalProgress,
+    HarnessIterationMetrics,
     HarnessPhaseArgs,
     PhaseProgress,
     PhaseRequest,
@@ -84,7 +86,7 @@ def eval_request() -> PhaseRequest:
     )
 
 
-def step_line(step: int, reward: float, loss: float = 0.5, seconds: float = 10.0) -> dict:
+def step_line(step: int, reward: float, loss: float = 0.5, seconds: float = 10.0) -> WeightStepMetrics:
     return WeightStepMetrics(
         step=step,
         epoch=step / 10,
@@ -96,7 +98,7 @@ def step_line(step: int, reward: float, loss: float = 0.5, seconds: float = 10.0
         rollouts=16,
         seconds_sampling=seconds * 0.8,
         seconds_training=seconds * 0.2,
-    ).to_wire()
+    )
 
 
 def status(step: int = 0, **kw) -> WhaleRunStatus:
@@ -235,7 +237,7 @@ def test_a_harness_phase_says_what_it_does_within_an_iteration():
             ChildFrame(
                 req,
                 1000.0,
-                metrics=({"iteration": 1, "bestScore": 0.25, "bestCandidate": "incoming", "rollouts": 4},),
+                metrics=(HarnessIterationMetrics(iteration=1, best_score=0.25, best_candidate="incoming", rollouts=4),),
                 progress=PhaseProgress(stage=ProgressStage.PROPOSING, iteration=2),
             ),
         ),
@@ -245,7 +247,7 @@ def test_a_harness_phase_says_what_it_does_within_an_iteration():
             ChildFrame(
                 req,
                 1000.0,
-                metrics=({"iteration": 1, "bestScore": 0.25, "bestCandidate": "incoming", "rollouts": 4},),
+                metrics=(HarnessIterationMetrics(iteration=1, best_score=0.25, best_candidate="incoming", rollouts=4),),
                 progress=PhaseProgress(
                     stage=ProgressStage.SCORING, iteration=2, candidate="c01-i2-p1", done=0, total=3, unit="candidates"
                 ),
@@ -275,7 +277,9 @@ def test_an_evaluation_shows_items_done_of_total_from_its_start():
         ChildFrame(req, 1000.0, progress=PhaseProgress(stage=ProgressStage.EVALUATING, done=0, total=64, unit="items")),
     )
     mid = frame(
-        20, st, ChildFrame(req, 1000.0, metrics=({"itemsDone": 32, "itemsTotal": 64},), progress=first.child.progress)
+        20,
+        st,
+        ChildFrame(req, 1000.0, metrics=(EvalProgress(items_done=32, items_total=64),), progress=first.child.progress),
     )
     paces = update_paces(update_paces({}, first), mid)
     lines = events(None, first, paces) + events(first, mid, paces)
@@ -310,7 +314,7 @@ def test_run_level_events_phases_done_evaluations_failures_and_the_end_last():
     # the child's last lines come before its phase's end
     req = eval_request()
     child = ChildFrame(req, 1000.0, progress=PhaseProgress(stage=ProgressStage.EVALUATING, done=0, total=10))
-    ended = ChildFrame(req, 1000.0, metrics=({"itemsDone": 10, "itemsTotal": 10},), progress=child.progress)
+    ended = ChildFrame(req, 1000.0, metrics=(EvalProgress(items_done=10, items_total=10),), progress=child.progress)
     done = status(
         evals=[EvalPoint(phase=req.phase, cycle=0, step=0, after="start", mean_at_k=0.5)],
         best=BestEval(mean_at_k=0.5, k=8, phase=req.phase, cycle=0, step=0),

@@ -3,13 +3,21 @@ target's one writer and the one storage-connection builder."""
 
 from __future__ import annotations
 
+import logging
+
 from whale.control import storage
 from whale.control.observer import StoreObserver
 from whale.control.planner import KEEP_SERVING, RunEnd, plan, write_request
 from whale.control.serving import UNSET, serve, serving
 from whale.core import layout
 from whale.core.alternation import Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun, Transition
-from whale.core.protocol import EvalPhaseArgs, HarnessPhaseArgs, parse_request, phase_request
+from whale.core.protocol import (
+    EvalPhaseArgs,
+    HarnessIterationMetrics,
+    HarnessPhaseArgs,
+    parse_request,
+    phase_request,
+)
 from whale.core.spec import EvalPoint, Reason, RunPhase, Storage, WhaleRunStatus
 from whale.store import open_store, s3
 
@@ -18,6 +26,7 @@ MIN_SPEC = {"domain": "synthetic", "condition": "rsft_only", "model": {"name": "
 
 
 RUN = "ctl"
+ITERATION_1 = HarnessIterationMetrics(iteration=1, best_score=0.5, best_candidate="i01-incoming", rollouts=4)
 RUNNING = WhaleRunStatus(phase=RunPhase.RUNNING)
 
 
@@ -60,7 +69,7 @@ def test_the_observer_reads_only_what_can_change_the_status(tmp_path) -> None:
     store.write_json(layout.result_key(RUN, "c01-weight"), {"finalStep": 2})
     store.write_json(layout.result_key(RUN, "eval-c01-s000002-weight"), {"meanAtK": 0.5, "k": 1, "items": 1})
     store.write_json(layout.request_key(RUN, "c01-harness"), {})  # no result yet
-    store.append_jsonl(layout.metrics_key(RUN, "c01-harness"), {"iteration": 1})
+    store.append_jsonl(layout.metrics_key(RUN, "c01-harness"), ITERATION_1.to_wire())
     store.write_bytes(layout.checkpoint_prefix(RUN, 2) + "/model.safetensors", b"x")
     store.write_bytes(layout.checkpoint_prefix(RUN, 4) + "/model.safetensors", b"x")  # incomplete
     store.write_bytes(layout.checkpoint_complete_key(RUN, 2), b"")
@@ -72,9 +81,30 @@ def test_the_observer_reads_only_what_can_change_the_status(tmp_path) -> None:
     )
     obs = StoreObserver(store, RUN).observe(status, {}, {"weight": 1}, now="t")
     assert obs.results == {"eval-c01-s000002-weight": {"meanAtK": 0.5, "k": 1, "items": 1}}
-    assert obs.metrics == {"c01-harness": [{"iteration": 1}]} and obs.checkpoints == frozenset({2})
+    assert obs.metrics == {"c01-harness": (ITERATION_1,)} and obs.checkpoints == frozenset({2})
     absorbed = status.model_copy(update={"evals": [status.evals[0].finished(0.5, 1)]})
     assert StoreObserver(store, RUN).results(absorbed) == {}
+
+
+def test_a_metrics_line_that_does_not_parse_is_skipped_with_one_warning(tmp_path, caplog) -> None:
+    """A workload that wrote a bad line (a crash mid-write is not one: jsonl appends are whole lines) does not
+    stop the controller: the line is skipped, the warning names the phase, the line and the field, once."""
+    store = open_store(str(tmp_path / "store"))
+    key = layout.metrics_key(RUN, "c01-harness")
+    store.append_jsonl(key, ITERATION_1.to_wire())
+    store.append_jsonl(key, {"iteration": 2, "bestScore": "high", "bestCandidate": "c", "rollouts": 4})
+    store.append_jsonl(key, {"iteration": 3, "bestCandidate": "c", "rollouts": 4})
+    store.write_bytes(key, store.read_bytes(key) + b'{"iteration": 4, "bestSc\n')  # not JSON at all
+    status = WhaleRunStatus(phase=RunPhase.RUNNING, active_phase="c01-harness")
+    observer = StoreObserver(store, RUN)
+    with caplog.at_level(logging.WARNING, logger="whale.control.observer"):
+        assert observer.metrics(status) == {"c01-harness": (ITERATION_1,)}
+        assert observer.metrics(status) == {"c01-harness": (ITERATION_1,)}  # re-read every poll: warned once
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 3, warnings
+    assert "phase c01-harness: ignoring line 2 of" in warnings[0] and "field bestScore" in warnings[0]
+    assert "line 3" in warnings[1] and "field bestScore: Field required" in warnings[1]
+    assert "line 4" in warnings[2] and "not valid JSON" in warnings[2]
 
 
 def test_serving_has_one_writer_that_writes_only_a_change(tmp_path) -> None:

@@ -9,6 +9,8 @@ from whale.core.spec import WhaleRunSpec, WhaleRunStatus
 from whale.rsft.phase import empty_steps
 from whale.runner.local import status_summary
 
+from .sim import parsed, weight_line
+
 RUN = "empty"
 SIZES = {"weight": 256 * 10, "harness": 4, "test": 10}
 SPEC = WhaleRunSpec.model_validate(
@@ -23,11 +25,11 @@ SPEC = WhaleRunSpec.model_validate(
 
 
 def line(step: int, kept: int) -> dict:
-    return {"step": step, "rewardMean": 0.0 if kept == 0 else 0.5, "kept": kept, "rollouts": 4}
+    return weight_line(step, 0.0 if kept == 0 else 0.5, kept=kept, rollouts=4)
 
 
-def observe(**kw) -> Observations:
-    return Observations(run=RUN, split_sizes=SIZES, **kw)
+def observe(metrics: dict | None = None, **kw) -> Observations:
+    return Observations(run=RUN, split_sizes=SIZES, metrics=parsed(metrics or {}), **kw)
 
 
 def test_the_running_phase_counts_its_empty_steps_from_its_metrics() -> None:

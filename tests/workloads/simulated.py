@@ -9,9 +9,10 @@ local runner can be tested on every path in seconds. Behaviour is scripted throu
 * ``hang``: {phase: step_or_iteration} — block there until killed (a crash mid-phase);
 * ``hang_training``: {phase: step} — block after sampling that (1-based) step: its progress object
   (stage ``training``, with its reward) is written, its metrics line is not;
-* ``reward``: a list of training rewards indexed by global step (cycled), default rising.
+* ``reward``: a list of training rewards indexed by global step (cycled), default rising;
+* ``splits``: the split sizes data preparation writes (absent: it exits 0 writing nothing).
 
-Run as ``python -m tests.workloads.simulated <train|search|eval> --store URI --run R --phase P``.
+Run as ``python -m tests.workloads.simulated <train|search|eval|prepare> --store URI --run R --phase P``.
 """
 
 from __future__ import annotations
@@ -193,9 +194,15 @@ def evaluate(store, req: PhaseRequest, sim: dict) -> None:
     )
 
 
+def prepare(store, req: PhaseRequest, sim: dict) -> None:
+    """Like the prepare workload: the split sizes, written last (here: the scripted ones)."""
+    if "splits" in sim:
+        store.write_json(layout.split_sizes_key(req.run), sim["splits"])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("kind", choices=["train", "search", "eval"])
+    parser.add_argument("kind", choices=["train", "search", "eval", "prepare"])
     parser.add_argument("--store", required=True)
     parser.add_argument("--run", required=True)
     parser.add_argument("--phase", required=True)
@@ -206,7 +213,7 @@ def main() -> None:
     if req.attempt <= sim.get("fail", {}).get(req.phase, 0):
         print(f"simulated failure of {req.phase} attempt {req.attempt}", file=sys.stderr)
         raise SystemExit(3)
-    {"train": train, "search": search, "eval": evaluate}[args.kind](store, req, sim)
+    {"train": train, "search": search, "eval": evaluate, "prepare": prepare}[args.kind](store, req, sim)
 
 
 if __name__ == "__main__":

@@ -24,13 +24,17 @@ from rich.table import Table
 from rich.text import Text
 
 from whale.core.protocol import (
+    EvalProgress,
     EvalRequest,
+    HarnessIterationMetrics,
     HarnessRequest,
     PhaseKind,
+    PhaseMetrics,
     PhaseProgress,
     PhaseRequest,
     ProgressStage,
     WeightRequest,
+    WeightStepMetrics,
 )
 from whale.core.spec import RunPhase, WhaleRunStatus
 
@@ -42,7 +46,16 @@ class ChildFrame:
     request: PhaseRequest
     #: monotonic seconds at launch
     started_s: float
-    metrics: tuple[dict[str, Any], ...] = ()
+    #: its metrics lines, parsed (``whale.control.observer.read_metrics``)
+    metrics: tuple[PhaseMetrics, ...] = ()
+
+    def steps(self) -> list[WeightStepMetrics]:
+        """A weight phase's step lines, in step order."""
+        return sorted((m for m in self.metrics if isinstance(m, WeightStepMetrics)), key=lambda m: m.step)
+
+    def iterations(self) -> list[HarnessIterationMetrics]:
+        return [m for m in self.metrics if isinstance(m, HarnessIterationMetrics)]
+
     progress: PhaseProgress | None = None
 
     @property
@@ -125,25 +138,26 @@ def phase_counts(child: ChildFrame) -> PhaseCounts:
     req = child.request
     if isinstance(req, WeightRequest):
         a = req.weight
-        last = max((int(m.get("step", 0)) for m in child.metrics), default=a.from_step)
+        last = max((m.step for m in child.steps()), default=a.from_step)
         return PhaseCounts(max(0, last - a.from_step), a.target_step - a.from_step, "steps", a.stop_rule is not None)
     if isinstance(req, HarnessRequest):
-        done = max((int(m.get("iteration", 0)) for m in child.metrics), default=0)
+        done = max((m.iteration for m in child.iterations()), default=0)
         return PhaseCounts(done, req.harness.iterations, "iterations", req.harness.stop_rule is not None)
     done, total = 0, None
     for m in child.metrics:
-        if "itemsDone" in m:
-            done, total = max(done, int(m["itemsDone"])), int(m.get("itemsTotal", 0)) or total
+        if isinstance(m, EvalProgress):
+            done, total = max(done, m.items_done), m.items_total or total
     p = child.progress
     if p is not None and p.stage is ProgressStage.EVALUATING and p.done is not None:
         done, total = max(done, p.done), total or p.total
     return PhaseCounts(done, total, "items")
 
 
-def last_step_metrics(child: ChildFrame | None) -> dict[str, Any] | None:
-    if child is None or child.kind is not PhaseKind.WEIGHT or not child.metrics:
+def last_step_metrics(child: ChildFrame | None) -> WeightStepMetrics | None:
+    if child is None or child.kind is not PhaseKind.WEIGHT:
         return None
-    return max(child.metrics, key=lambda m: int(m.get("step", 0)))
+    steps = child.steps()
+    return steps[-1] if steps else None
 
 
 def sampled_step(child: ChildFrame | None) -> PhaseProgress | None:
@@ -153,7 +167,7 @@ def sampled_step(child: ChildFrame | None) -> PhaseProgress | None:
         return None
     p = child.progress
     last = last_step_metrics(child)
-    if p.reward_mean is None or p.step is None or (last is not None and int(last["step"]) >= p.step):
+    if p.reward_mean is None or p.step is None or (last is not None and last.step >= p.step):
         return None
     return p
 
@@ -181,18 +195,15 @@ def latest_reward(child: ChildFrame | None, status: WhaleRunStatus) -> Reward | 
         )
     last = last_step_metrics(child)
     if last is not None:
-        return Reward(
-            int(last["step"]),
-            float(last["rewardMean"]),
-            last.get("kept"),
-            last.get("rollouts"),
-            last.get("acceptanceRate"),
-            last.get("loss"),
-            last.get("learningRate"),
-        )
+        return step_reward(last)
     if status.training_reward is not None:
         return Reward(status.step, status.training_reward, None, None, None)
     return None
+
+
+def step_reward(m: WeightStepMetrics) -> Reward:
+    """A step's metrics line as the numbers the display shows."""
+    return Reward(m.step, m.reward_mean, m.kept, m.rollouts, m.acceptance_rate, m.loss, m.learning_rate)
 
 
 def run_counts(status: WhaleRunStatus) -> PhaseCounts | None:
@@ -334,19 +345,12 @@ def _child_events(old: ChildFrame | None, cur: Frame, paces: dict[str, Pace]) ->
     of = f"/{counts.total}" if counts.total is not None else ""
     eta = _eta_words(cur, child, counts, paces)
     if child.kind is PhaseKind.WEIGHT:
-        for m in sorted(child.metrics[seen:], key=lambda m: int(m.get("step", 0))):
-            seconds = sum(float(m.get(k, 0.0)) for k in ("secondsSampling", "secondsTraining", "secondsSyncing"))
-            r = Reward(
-                int(m["step"]),
-                float(m["rewardMean"]),
-                m.get("kept"),
-                m.get("rollouts"),
-                m.get("acceptanceRate"),
-                m.get("loss"),
-                m.get("learningRate"),
-            )
+        new = [m for m in child.metrics[seen:] if isinstance(m, WeightStepMetrics)]
+        for m in sorted(new, key=lambda m: m.step):
+            seconds = m.seconds_sampling + m.seconds_training + m.seconds_syncing
+            r = step_reward(m)
             out.append(
-                f"{child.phase} step {r.step} done ({int(m['step']) - _from_step(child)}{of}): "
+                f"{child.phase} step {r.step} done ({m.step - _from_step(child)}{of}): "
                 f"{reward_words(r)}, {duration(seconds)}/step{eta}"
             )
         sampled = sampled_step(child)
@@ -355,10 +359,12 @@ def _child_events(old: ChildFrame | None, cur: Frame, paces: dict[str, Pace]) ->
         if sampled is not None and reward is not None and (earlier is None or earlier.step != sampled.step):
             out.append(f"{child.phase} step {sampled.step} sampled: {reward_words(reward)}")
     elif child.kind is PhaseKind.HARNESS:
-        for m in child.metrics[seen:]:
+        for it in child.metrics[seen:]:
+            if not isinstance(it, HarnessIterationMetrics):
+                continue
             out.append(
-                f"{child.phase} iteration {m.get('iteration')}{of} done: best {_num(m.get('bestScore'))} "
-                f"({m.get('bestCandidate') or '-'}), {m.get('rollouts', 0)} rollouts{eta}"
+                f"{child.phase} iteration {it.iteration}{of} done: best {_num(it.best_score)} "
+                f"({it.best_candidate or '-'}), {it.rollouts} rollouts{eta}"
             )
         p, q = child.progress, old.progress if old else None
         if p is not None and p.stage in (ProgressStage.PROPOSING, ProgressStage.SCORING) and p != q:

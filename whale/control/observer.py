@@ -2,13 +2,59 @@
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Mapping
 from typing import Any
 
+from pydantic import ValidationError
+
 from whale.core import layout
-from whale.core.alternation import Child, Observations
+from whale.core.alternation import Child, ChildState, Observations
+from whale.core.layout import PhaseId
+from whale.core.protocol import PhaseKind, PhaseMetrics, parse_metrics_line
 from whale.core.spec import WhaleRunStatus
-from whale.store import Store
+from whale.store import ObjectNotFound, Store
+
+log = logging.getLogger(__name__)
+
+
+def _problem(exc: ValidationError) -> str:
+    """The first field a line got wrong, by its wire name, and why."""
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err.get("loc", ())) or "the line"
+    return f"field {where}: {err.get('msg', 'invalid')}"
+
+
+def read_metrics(
+    store: Store, run: str, phase: str, warned: set[tuple[str, int]] | None = None
+) -> tuple[PhaseMetrics, ...]:
+    """The metrics lines of ``phase``, each parsed into its kind's model (``whale.core.protocol``).
+
+    A line that does not parse (not JSON, or not its model) is skipped with a warning naming the phase, the
+    line and the field (never an error: the run goes on from the lines that do); ``warned`` remembers the
+    lines already warned about, so a controller that re-reads every poll warns once per line."""
+    kind = PhaseId.parse(phase).kind
+    if kind is PhaseKind.PREPARE:
+        return ()  # data preparation writes no metrics lines
+    key = layout.metrics_key(run, phase)
+    try:
+        text = store.read_bytes(key).decode("utf-8", "replace")
+    except ObjectNotFound:
+        return ()  # nothing logged yet
+    out: list[PhaseMetrics] = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            out.append(parse_metrics_line(kind, json.loads(line)))
+        except ValueError as exc:  # not JSON, or pydantic's ValidationError (a ValueError): not its model
+            if warned is None or (phase, number) not in warned:
+                why = _problem(exc) if isinstance(exc, ValidationError) else f"not valid JSON: {exc}"
+                log.warning("phase %s: ignoring line %d of %s (%s)", phase, number, key, why)
+                if warned is not None:
+                    warned.add((phase, number))
+    return tuple(out)
 
 
 class StoreObserver:
@@ -22,6 +68,7 @@ class StoreObserver:
         self.store = store
         self.run = run
         self._complete: set[int] = set()
+        self._warned: set[tuple[str, int]] = set()
 
     def results(self, status: WhaleRunStatus) -> dict[str, dict[str, Any]]:
         """result.json of every phase not yet absorbed into ``status``."""
@@ -36,11 +83,19 @@ class StoreObserver:
                 out[phase] = raw
         return out
 
-    def metrics(self, status: WhaleRunStatus) -> dict[str, list[dict[str, Any]]]:
-        """The metrics lines of the running main phase (the only ones ``decide`` reads)."""
-        if not status.active_phase:
-            return {}
-        return {status.active_phase: self.store.read_jsonl(layout.metrics_key(self.run, status.active_phase))}
+    def metrics(
+        self, status: WhaleRunStatus, children: Mapping[str, Child] | None = None
+    ) -> dict[str, tuple[PhaseMetrics, ...]]:
+        """The metrics lines, parsed, of the main phase in progress and of every phase whose child runs
+        (an evaluation's lines are its progress, for the Stalled condition)."""
+        phases = {p for p, c in (children or {}).items() if c.state is ChildState.RUNNING}
+        if status.active_phase:
+            phases.add(status.active_phase)
+        return {phase: self.read_metrics(phase) for phase in sorted(phases)}
+
+    def read_metrics(self, phase: str) -> tuple[PhaseMetrics, ...]:
+        """:func:`read_metrics` of one phase, warning once per line that does not parse."""
+        return read_metrics(self.store, self.run, phase, self._warned)
 
     def checkpoints(self) -> frozenset[int]:
         """Steps with a COMPLETE checkpoint."""
@@ -67,7 +122,7 @@ class StoreObserver:
             run=self.run,
             children=dict(children),
             results=self.results(status),
-            metrics=self.metrics(status),
+            metrics=self.metrics(status, children),
             checkpoints=self.checkpoints(),
             split_sizes=dict(split_sizes),
             now=now,

@@ -49,7 +49,8 @@ class Plan:
 def plan(decision: Transition, running: Collection[str]) -> Plan:
     """The plan for ``decision`` when the phases ``running`` have a child that runs now.
 
-    A start is chosen only while the run is Running, and only when no other phase's child runs; among
+    A start is chosen only while the run is Running (or Pending: its data preparation), and only when no
+    other phase's child runs; among
     the starts, owed evaluations come first. The server serves what that child samples from, or else
     the checkpoint ``decide`` asks for."""
     end: RunEnd | None = None
@@ -65,10 +66,13 @@ def plan(decision: Transition, running: Collection[str]) -> Plan:
         elif isinstance(action, ServeCheckpoint):
             serve = action.checkpoint
     start = None
-    if decision.status.phase is RunPhase.RUNNING:
+    phase = decision.status.phase
+    if phase is RunPhase.RUNNING or phase is RunPhase.PENDING:
         starts = sorted(decision.of_type(StartPhase), key=lambda a: a.kind is not PhaseKind.EVAL)
+        if phase is RunPhase.PENDING:  # before the run starts only its data preparation does
+            starts = [a for a in starts if a.kind is PhaseKind.PREPARE]
         start = next((a for a in starts if not set(running) - {a.phase}), None)
-    if start is not None:
+    if start is not None and start.kind is not PhaseKind.PREPARE:  # data preparation samples nothing
         serve = start.request.samples_from
     return Plan(start=start, stops=tuple(decision.of_type(StopPhase)), serve=serve, end=end, end_reason=end_reason)
 

@@ -36,6 +36,7 @@ import enum
 import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from whale.core import layout
@@ -44,12 +45,16 @@ from whale.core.layout import EvalAfter, PhaseId
 from whale.core.protocol import (
     EvalPhaseArgs,
     EvalResult,
+    HarnessIterationMetrics,
     HarnessPhaseArgs,
     HarnessPhaseResult,
     PhaseKind,
+    PhaseMetrics,
     PhaseRequest,
+    PreparePhaseArgs,
     WeightPhaseArgs,
     WeightPhaseResult,
+    WeightStepMetrics,
     phase_request,
 )
 from whale.core.schedule import ResolvedSchedule, ScheduleError, resolve
@@ -83,6 +88,8 @@ class ChildState(str, enum.Enum):
 class Child:
     state: ChildState
     message: str = ""
+    #: what the child is, for a person (``Job <name>``, ``process <pid>``); the Stalled message names it
+    name: str = ""
 
 
 ABSENT = Child(ChildState.ABSENT)
@@ -93,17 +100,28 @@ class Observations:
     """Everything ``decide`` may know about the world.
 
     ``children`` is keyed by phase and describes the attempt numbered ``status.attempts[phase]``.
-    ``results`` / ``metrics`` are the wire dicts the workloads wrote (result.json, metrics.jsonl).
+    ``results`` are the wire dicts the workloads wrote (result.json); ``metrics`` their metrics.jsonl
+    lines, parsed into their models where they were observed (``whale.control.observer``).
     """
 
     run: str
     children: Mapping[str, Child] = field(default_factory=dict)
     results: Mapping[str, dict[str, Any]] = field(default_factory=dict)
-    metrics: Mapping[str, list[dict[str, Any]]] = field(default_factory=dict)
+    metrics: Mapping[str, Sequence[PhaseMetrics]] = field(default_factory=dict)
     checkpoints: frozenset[int] = frozenset()
     split_sizes: Mapping[str, int] = field(default_factory=dict)
     now: str = ""
     generation: int | None = None
+
+    def weight_steps(self, phase: str) -> list[WeightStepMetrics]:
+        """The weight phase's step lines, in step order."""
+        lines = [m for m in self.metrics.get(phase, ()) if isinstance(m, WeightStepMetrics)]
+        return sorted(lines, key=lambda m: m.step)
+
+    def harness_iterations(self, phase: str) -> list[HarnessIterationMetrics]:
+        """The harness phase's iteration lines, in iteration order."""
+        lines = [m for m in self.metrics.get(phase, ()) if isinstance(m, HarnessIterationMetrics)]
+        return sorted(lines, key=lambda m: m.iteration)
 
 
 # ----- actions ------------------------------------------------------------------------------------
@@ -389,21 +407,20 @@ class _Machine:
 
     def watch_active(self, phase: PhaseId) -> None:
         """Progress and adaptive patience of the running main phase."""
-        lines = self.obs.metrics.get(phase.key, [])
         fired: int | None = None
         if phase.kind is PhaseKind.WEIGHT:
-            steps = sorted(lines, key=lambda m: m["step"])
+            steps = self.obs.weight_steps(phase.key)
             if steps:
-                self.state = self.state.with_weight_progress(int(steps[-1]["step"]), float(steps[-1]["rewardMean"]))
-            self.state = self.state.with_empty_steps([int(m["step"]) for m in steps if int(m.get("kept", 1)) == 0])
+                self.state = self.state.with_weight_progress(steps[-1].step, steps[-1].reward_mean)
+            self.state = self.state.with_empty_steps([m.step for m in steps if m.kept == 0])
             if self.sched.weight_rule is not None:
-                fired = weight_stop_step([float(m["rewardMean"]) for m in steps], self.sched.weight_rule)
+                fired = weight_stop_step([m.reward_mean for m in steps], self.sched.weight_rule)
         else:
-            its = sorted(lines, key=lambda m: m["iteration"])
+            its = self.obs.harness_iterations(phase.key)
             if its:
-                self.state = self.state.with_harness_progress(int(its[-1]["iteration"]), float(its[-1]["bestScore"]))
+                self.state = self.state.with_harness_progress(its[-1].iteration, its[-1].best_score)
             if self.sched.harness_rule is not None:
-                fired = harness_stop_iteration([float(m["bestScore"]) for m in its], self.sched.harness_rule)
+                fired = harness_stop_iteration([m.best_score for m in its], self.sched.harness_rule)
         if fired is not None and phase.key not in self.state.stop_requested:
             unit = "step" if phase.kind is PhaseKind.WEIGHT else "iteration"
             self.state = self.state.with_stop_requested(phase.key)
@@ -455,13 +472,13 @@ class _Machine:
         history = []
         spent = 0
         seen: set[int] = set()
-        for line in sorted(self.obs.metrics.get(phase.key, []), key=lambda m: int(m["iteration"])):
-            iteration = int(line["iteration"])
+        for line in self.obs.harness_iterations(phase.key):
+            iteration = line.iteration
             if iteration in seen:
                 continue
             seen.add(iteration)
-            spent += int(line.get("rollouts", 0))
-            history.append((iteration, str(line.get("bestCandidate", "")), line.get("bestHarness"), spent))
+            spent += line.rollouts
+            history.append((iteration, line.best_candidate, line.best_harness, spent))
         if seen != set(range(1, len(seen) + 1)):
             return  # a gap: the rollouts up to an iteration are not known yet; the result will say
         self.owe_acceptance_evals(phase, history, self.state.rollouts_completed)
@@ -552,15 +569,67 @@ class _Machine:
 
     def finish_call(self) -> Transition:
         active = self.state.active_phase
-        lines = self.obs.metrics.get(active, []) if active else []
-        running = sum(int(m.get("rollouts", 0)) for m in lines)
-        weight = active is not None and PhaseId.parse(active).kind is PhaseKind.WEIGHT
-        empty = sum(int(m.get("kept", 1)) == 0 for m in lines) if weight else 0
+        steps = self.obs.weight_steps(active) if active else []
+        iterations = self.obs.harness_iterations(active) if active else []
+        running = sum(m.rollouts for m in steps) + sum(m.rollouts for m in iterations)
+        empty = sum(m.kept == 0 for m in steps)
         self.state = self.state.with_spent(running, empty)
+        self.state = watch_progress(self.state, self.spec, self.obs)
         checkpoint = self.state.current_checkpoint
         if checkpoint != self.before.current_checkpoint and not self.state.phase.is_terminal():
             self.actions.insert(0, ServeCheckpoint(checkpoint))
         return Transition(self.state.to_status(), tuple(self.actions))
+
+
+def watch_progress(state: RunState, spec: WhaleRunSpec, obs: Observations) -> RunState:
+    """``lastProgressTime`` follows the store; the Stalled condition is True while a child runs and
+    nothing moved for ``spec.retry.stallAfterSeconds`` (an alert only: nothing is stopped)."""
+    now = obs.now
+    state = state.with_progress(progress_mark(state, obs), now)
+    running = sorted((p, c) for p, c in obs.children.items() if c.state is ChildState.RUNNING)
+    limit = spec.retry.stall_after_seconds
+    quiet = seconds_between(state.last_progress_time, now)
+    active = not state.phase.is_terminal() and state.phase is not RunPhase.SUSPENDED
+    if limit is not None and running and active and quiet is not None and quiet >= limit:
+        children = "; ".join(
+            f"phase {p}" + (f", {c.name}" if c.name else "") + (f" ({c.message})" if c.message else "")
+            for p, c in running
+        )
+        message = (
+            f"no progress in the store for {limit / 60:g} minutes (since {state.last_progress_time}, "
+            f"spec.retry.stallAfterSeconds); {children}"
+        )
+        return state.with_stalled(True, message, now)
+    if state.stalled() is not None:  # listed from its first stall on (the operator lists it always)
+        return state.with_stalled(False, f"last progress at {state.last_progress_time}", now)
+    return state
+
+
+def progress_mark(state: RunState, obs: Observations) -> str:
+    """What the store (and the children) show now, compactly: main phases and evaluations done, failed and
+    preempted attempts, metrics lines of the observed phases, complete checkpoints, the children running (a
+    child that starts counts: the stall is measured from its start). Any change is progress; the same mark
+    twice is none (``decide`` stays level-based)."""
+    evals = sum(e.mean_at_k is not None for e in state.evals)
+    lines = sum(len(v) for v in obs.metrics.values())
+    running = ",".join(sorted(p for p, c in obs.children.items() if c.state is ChildState.RUNNING))
+    return (
+        f"phases={len(state.completed_phases)} evals={evals} "
+        f"failures={sum(state.failures.values())} preemptions={state.preemptions} "
+        f"lines={lines} checkpoints={len(obs.checkpoints)} running={running}"
+    )
+
+
+def seconds_between(earlier: str | None, later: str) -> float | None:
+    """Seconds from one RFC 3339 time to another (None when either is missing or unreadable)."""
+    if not earlier or not later:
+        return None
+    try:
+        start = datetime.fromisoformat(earlier.replace("Z", "+00:00"))
+        end = datetime.fromisoformat(later.replace("Z", "+00:00"))
+        return (end - start).total_seconds()
+    except ValueError:
+        return None
 
 
 #: where each kind of point lies among the points of one step (the harness phase follows the weight phase)
@@ -597,10 +666,56 @@ def integrity_status(phase: str, result: HarnessPhaseResult) -> tuple[IntegrityF
     )
 
 
+# ----- data preparation ---------------------------------------------------------------------------
+
+
+def _prepare(spec: WhaleRunSpec, status: WhaleRunStatus, obs: Observations) -> Transition:
+    """No split sizes yet: the run's one phase is data preparation (``PhaseId.prepare()``), a child like any
+    other, retried up to ``retry.maxAttempts``; the run stays Pending (reason ``PreparingData``) until the
+    sizes are in the store. A child that exits 0 without writing them is a failed attempt."""
+    phase = PhaseId.prepare()
+    key = phase.key
+    state = RunState.from_status(status).with_generation(obs.generation).with_first_attempt(key)
+    child = obs.children.get(key, ABSENT)
+    actions: list[Action] = []
+    domain = f"the splits of domain {spec.domain!r}"
+    after_failure = ""
+    if child.state in (ChildState.FAILED, ChildState.SUCCEEDED):
+        why = child.message or "failed"
+        if child.state is ChildState.SUCCEEDED:
+            why = f"it succeeded without writing {layout.split_sizes_key(obs.run)}"
+        state = state.with_failure(key)
+        failures = state.failures[key]
+        which = f"{child.name}: " if child.name else ""
+        if failures >= spec.retry.max_attempts:
+            message = f"data preparation failed {failures} times (spec.retry.maxAttempts); {which}{why}"
+            state = state.refused(Reason.PREPARE_FAILED, message, obs.generation, obs.now)
+            return Transition(watch_progress(state, spec, obs).to_status(), (Fail(Reason.PREPARE_FAILED, message),))
+        state = state.with_retry(key, "")
+        after_failure = f"; attempt {failures} failed: {which}{why}"
+    elif child.state is ChildState.PREEMPTED:
+        state = state.with_preemption(key)
+    attempt = state.attempt_of(key)
+    if child.state is ChildState.RUNNING:
+        who = child.name or "the prepare child"
+        message = f"{who} is materialising {domain} and writing their sizes (attempt {attempt})"
+    elif spec.suspend:
+        message = "spec.suspend is true: data preparation waits"
+        actions.append(SuspendRun(message))  # a controller's loop may end here (the local runner's does)
+    else:
+        message = f"materialising {domain} and writing their sizes (attempt {attempt}{after_failure})"
+        request = phase_request(spec, run=obs.run, phase=key, attempt=attempt, args=PreparePhaseArgs())
+        actions.append(StartPhase(request))
+    state = state.waiting(Reason.PREPARING_DATA, message, obs.generation)
+    return Transition(watch_progress(state, spec, obs).to_status(), tuple(actions))
+
+
 def decide(spec: WhaleRunSpec, status: WhaleRunStatus, obs: Observations) -> Transition:
     """Advance the run one level-triggered step. See the module docstring for the semantics."""
     if status.phase.is_terminal():
         return Transition(status, ())
+    if not obs.split_sizes:
+        return _prepare(spec, status, obs)
     try:
         sched = resolve(spec, dict(obs.split_sizes))
     except ScheduleError as exc:

@@ -81,7 +81,7 @@ def run_prefix(run: str) -> str:
 #: which point of the schedule an evaluation measures
 EvalAfter = Literal["start", "weight", "harness"]
 _PHASE_RE = re.compile(
-    r"^(?:c(?P<cycle>\d{2,})-(?P<main>weight|harness)"
+    r"^(?:(?P<prepare>prepare)|c(?P<cycle>\d{2,})-(?P<main>weight|harness)"
     r"|eval-c(?P<ecycle>\d{2,})-s(?P<step>\d{6,})-(?P<after>start|weight|harness)(?:-i(?P<iteration>\d{4,}))?)$"
 )
 
@@ -89,7 +89,7 @@ _PHASE_RE = re.compile(
 @dataclass(frozen=True, order=True)
 class PhaseId:
     """Who a phase is: its kind and place in the schedule. ``key`` is its name in the store and in
-    Kubernetes labels (``c01-weight``, ``c01-harness``, ``eval-c01-s000004-weight[-i0007]``) and
+    Kubernetes labels (``prepare``, ``c01-weight``, ``c01-harness``, ``eval-c01-s000004-weight[-i0007]``) and
     :meth:`parse` reads it back, so no caller builds or splits a phase key by hand.
 
     ``step``/``after``/``iteration`` belong to evaluations only: the step it evaluates, which point
@@ -109,6 +109,11 @@ class PhaseId:
             raise ValueError(f"only an evaluation has a step, point or iteration: {self!r}")
 
     @classmethod
+    def prepare(cls) -> PhaseId:
+        """Data preparation: the run's one phase before the schedule (it needs the split sizes it writes)."""
+        return cls(PhaseKind.PREPARE, 0)
+
+    @classmethod
     def weight(cls, cycle: int) -> PhaseId:
         return cls(PhaseKind.WEIGHT, cycle)
 
@@ -126,6 +131,8 @@ class PhaseId:
         m = _PHASE_RE.match(key)
         if m is None:
             raise ValueError(f"not a phase key: {key!r}")
+        if m["prepare"]:
+            return cls.prepare()
         if m["main"]:
             return cls(PhaseKind(m["main"]), int(m["cycle"]))
         iteration = int(m["iteration"]) if m["iteration"] else None
@@ -136,6 +143,8 @@ class PhaseId:
         if self.kind is PhaseKind.EVAL:
             key = f"eval-c{self.cycle:02d}-s{self.step:06d}-{self.after}"
             return key if self.iteration is None else f"{key}-i{self.iteration:04d}"
+        if self.kind is PhaseKind.PREPARE:
+            return PhaseKind.PREPARE.value
         return f"c{self.cycle:02d}-{self.kind.value}"
 
     def __str__(self) -> str:

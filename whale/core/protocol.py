@@ -33,11 +33,13 @@ class PhaseKind(str, enum.Enum):
     WEIGHT = "weight"
     HARNESS = "harness"
     EVAL = "eval"
+    #: data preparation: materialise the splits, write their sizes (before anything else can be scheduled)
+    PREPARE = "prepare"
 
     @property
     def workload(self) -> str:
         """The workload entrypoint that runs this kind of phase."""
-        return {"weight": "train", "harness": "search", "eval": "eval"}[self.value]
+        return {"weight": "train", "harness": "search", "eval": "eval", "prepare": "prepare"}[self.value]
 
 
 class WeightStopRule(_Wire):
@@ -98,6 +100,11 @@ class EvalPhaseArgs(_Wire):
     )
 
 
+class PreparePhaseArgs(_Wire):
+    """Data preparation needs nothing beyond the run's spec (``layout.spec_key``, written before it starts);
+    it writes ``layout.split_sizes_key`` last (``whale.workloads.prepare``)."""
+
+
 class _Request(_Wire):
     """What every request names: the run, the phase, the attempt, and the sampling its rollouts use —
     resolved by ``decide`` (``rsft.sampling``; evaluations at ``evaluation.temperature``). Everything else a
@@ -137,9 +144,18 @@ class EvalRequest(_Request):
         return self.eval.checkpoint
 
 
+class PrepareRequest(_Request):
+    kind: Literal[PhaseKind.PREPARE] = PhaseKind.PREPARE
+    prepare: PreparePhaseArgs = Field(default_factory=PreparePhaseArgs)
+
+    @property
+    def samples_from(self) -> str | None:
+        return None  # it samples nothing
+
+
 #: a phase request, tagged by ``kind`` (the wire form of ``request.json``)
-PhaseRequest = Annotated[WeightRequest | HarnessRequest | EvalRequest, Field(discriminator="kind")]
-_REQUEST: TypeAdapter[WeightRequest | HarnessRequest | EvalRequest] = TypeAdapter(PhaseRequest)
+PhaseRequest = Annotated[WeightRequest | HarnessRequest | EvalRequest | PrepareRequest, Field(discriminator="kind")]
+_REQUEST: TypeAdapter[WeightRequest | HarnessRequest | EvalRequest | PrepareRequest] = TypeAdapter(PhaseRequest)
 
 
 def phase_request(
@@ -148,8 +164,8 @@ def phase_request(
     run: str,
     phase: str,
     attempt: int,
-    args: WeightPhaseArgs | HarnessPhaseArgs | EvalPhaseArgs,
-) -> WeightRequest | HarnessRequest | EvalRequest:
+    args: WeightPhaseArgs | HarnessPhaseArgs | EvalPhaseArgs | PreparePhaseArgs,
+) -> WeightRequest | HarnessRequest | EvalRequest | PrepareRequest:
     """The request for ``args``, with the sampling its rollouts use resolved from ``spec``: ``rsft.sampling``,
     at ``evaluation.temperature`` for an evaluation. The one place a request is built (``decide`` uses it)."""
     if not isinstance(spec, WhaleRunSpec):
@@ -159,11 +175,13 @@ def phase_request(
         return WeightRequest(run=run, phase=phase, attempt=attempt, sampling=sampling, weight=args)
     if isinstance(args, HarnessPhaseArgs):
         return HarnessRequest(run=run, phase=phase, attempt=attempt, sampling=sampling, harness=args)
+    if isinstance(args, PreparePhaseArgs):
+        return PrepareRequest(run=run, phase=phase, attempt=attempt, sampling=sampling, prepare=args)
     at_eval = sampling.model_copy(update={"temperature": spec.evaluation.temperature})
     return EvalRequest(run=run, phase=phase, attempt=attempt, sampling=at_eval, eval=args)
 
 
-def parse_request(raw: Any) -> WeightRequest | HarnessRequest | EvalRequest:
+def parse_request(raw: Any) -> WeightRequest | HarnessRequest | EvalRequest | PrepareRequest:
     """A request from its wire form; ``pydantic.ValidationError`` when it is none."""
     return _REQUEST.validate_python(raw)
 
@@ -217,6 +235,25 @@ class EvalProgress(_Wire):
 
     items_done: int
     items_total: int
+
+
+#: one line of a phase's metrics.jsonl, as its kind writes it
+PhaseMetrics = WeightStepMetrics | HarnessIterationMetrics | EvalProgress
+
+_METRICS_MODEL: dict[PhaseKind, type[WeightStepMetrics | HarnessIterationMetrics | EvalProgress]] = {
+    PhaseKind.WEIGHT: WeightStepMetrics,
+    PhaseKind.HARNESS: HarnessIterationMetrics,
+    PhaseKind.EVAL: EvalProgress,
+}
+
+
+def parse_metrics_line(kind: PhaseKind, raw: Any) -> PhaseMetrics:
+    """One metrics line of a phase of ``kind`` as its model (raises pydantic's ``ValidationError``; a
+    ``ValueError`` for data preparation, which writes no metrics)."""
+    model = _METRICS_MODEL.get(kind)
+    if model is None:
+        raise ValueError(f"a {kind.value} phase writes no metrics lines")
+    return model.model_validate(raw)
 
 
 class ProgressStage(str, enum.Enum):

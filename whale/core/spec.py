@@ -780,6 +780,12 @@ class Retry(_Model):
     active_deadline_seconds: Annotated[int, Strict(), Field(ge=1, le=MAX_DEADLINE_S)] | None = Field(
         None, description="wall time of one attempt's Job (cluster)"
     )
+    stall_after_seconds: Annotated[int, Strict(), Field(ge=60, le=MAX_DEADLINE_S)] | None = Field(
+        3600,
+        description="the Stalled condition turns True when a phase's child runs and the store showed no "
+        "progress (a metrics line, a result, a checkpoint) for this long; it only alerts, nothing is stopped. "
+        "null: never",
+    )
 
 
 # ----- cluster-only fields (ignored by `whale run`) -----------------------------------------------
@@ -1203,6 +1209,8 @@ class ConditionType(str, enum.Enum):
     REWARD_INTEGRITY = "RewardIntegrity"
     #: the local runner only: the last runner stopped before the run ended
     INTERRUPTED = "Interrupted"
+    #: True while a child runs and the store showed no progress for ``spec.retry.stallAfterSeconds`` (an alert)
+    STALLED = "Stalled"
 
 
 class BestEval(_Model):
@@ -1323,6 +1331,17 @@ class WhaleRunStatus(_Model):
     message: str | None = None
     start_time: str | None = None
     completion_time: str | None = None
+    last_progress_time: str | None = Field(
+        None,
+        description="when the store last showed progress (a metrics line, a result, a checkpoint) or a phase's "
+        "child started or ended; the Stalled condition counts from here",
+    )
+    progress_mark: str | None = Field(
+        None,
+        description="what the store showed at lastProgressTime (main phases and evaluations done, failed attempts, "
+        "metrics lines of the running phases, complete checkpoints, the children running); "
+        "a different mark is progress",
+    )
     observed_generation: int | None = None
     conditions: list[MetaCondition] = Field(default_factory=list)
     store_uri: str | None = Field(

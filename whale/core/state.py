@@ -26,6 +26,10 @@ from whale.core.spec import (
     WhaleRunStatus,
 )
 
+#: the Stalled condition's reasons
+STALLED_REASON = "NoProgress"
+NOT_STALLED_REASON = "ProgressSeen"
+
 
 def _inc(counts: Mapping[str, int], phase: str, by: int = 1, start: int = 0) -> dict[str, int]:
     return {**counts, phase: counts.get(phase, start) + by}
@@ -69,6 +73,8 @@ class RunState:
     message: str | None = None
     start_time: str | None = None
     completion_time: str | None = None
+    last_progress_time: str | None = None
+    progress_mark: str | None = None
     observed_generation: int | None = None
     conditions: tuple[MetaCondition, ...] = ()
     store_uri: str | None = None
@@ -208,13 +214,40 @@ class RunState:
         message = f"retrying ({', '.join(reset) or 'no failed phase'}) after: {self.message or self.reason}"
         return replace(
             self,
-            phase=RunPhase.RUNNING,
+            # a run whose data preparation failed never started: it is prepared again first
+            phase=RunPhase.PENDING if self.reason == Reason.PREPARE_FAILED else RunPhase.RUNNING,
             reason=Reason.RETRIED.value,
             message=message,
             completion_time=None,
             failures={p: n for p, n in self.failures.items() if p in done},
             attempts=attempts,
         )
+
+    # --- progress and the Stalled condition ---
+    def with_progress(self, mark: str, now: str) -> RunState:
+        """``mark`` is what the store shows now (see ``WhaleRunStatus.progressMark``): a new one is progress."""
+        if mark == self.progress_mark:
+            return self
+        return replace(self, progress_mark=mark, last_progress_time=now or self.last_progress_time)
+
+    def stalled(self) -> MetaCondition | None:
+        return next((c for c in self.conditions if c.type == ConditionType.STALLED), None)
+
+    def with_stalled(self, stalled: bool, message: str, now: str) -> RunState:
+        """The Stalled condition, True or False; its lastTransitionTime changes only when its status flips."""
+        status = "True" if stalled else "False"
+        old = self.stalled()
+        since = old.last_transition_time if old is not None and old.status == status else now
+        cond = MetaCondition(
+            type=ConditionType.STALLED.value,
+            status=status,
+            reason=STALLED_REASON if stalled else NOT_STALLED_REASON,
+            message=message,
+            last_transition_time=since or None,
+        )
+        if old == cond:
+            return self
+        return replace(self, conditions=(*self._without(ConditionType.STALLED), cond))
 
     def _without(self, kind: ConditionType) -> tuple[MetaCondition, ...]:
         return tuple(c for c in self.conditions if c.type != kind)

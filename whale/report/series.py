@@ -59,7 +59,7 @@ def _phase_id(phase: str) -> PhaseId | None:
 def parse_main_phase(phase: str) -> tuple[int, PhaseKind] | None:
     """``c03-harness`` -> (3, HARNESS); anything else -> None."""
     pid = _phase_id(phase)
-    if pid is None or pid.kind is PhaseKind.EVAL:
+    if pid is None or pid.kind not in (PhaseKind.WEIGHT, PhaseKind.HARNESS):
         return None
     return pid.cycle, pid.kind
 

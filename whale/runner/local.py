@@ -37,6 +37,7 @@ lines and progress object (:class:`RunnerView`) at most every :data:`VIEW_INTERV
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import logging
 import os
@@ -64,7 +65,7 @@ from whale.core.alternation import (
     Transition,
     decide,
 )
-from whale.core.protocol import PhaseProgress, PhaseRequest
+from whale.core.protocol import PhaseMetrics, PhaseProgress, PhaseRequest
 from whale.core.spec import ConditionType, MetaCondition, Reason, RunPhase, WhaleRunSpec, WhaleRunStatus
 from whale.core.state import RunState
 from whale.runner.control import ChildRecord, StopRequest, read_stop, write_child
@@ -370,8 +371,8 @@ class ChildView:
     request: PhaseRequest
     #: when it was launched (``time.monotonic``)
     started_s: float
-    #: its phase's metrics lines so far (an earlier attempt's included)
-    metrics: tuple[dict[str, Any], ...]
+    #: its phase's metrics lines so far (an earlier attempt's included), parsed
+    metrics: tuple[PhaseMetrics, ...]
     #: where it is now, from its progress object (None: not written yet)
     progress: PhaseProgress | None
 
@@ -391,7 +392,9 @@ class LocalRunner:
     name: str
     spec: WhaleRunSpec
     store: Store
-    split_sizes: dict[str, int]
+    #: the domain's split sizes when the caller knows them (`whale run` asks the domain); None: the run's
+    #: data preparation (a ``prepare`` child ``decide`` schedules) writes them to the store
+    split_sizes: dict[str, int] | None
     workdir: Path
     workload_command: tuple[str, ...] = DEFAULT_WORKLOAD_COMMAND
     env: dict[str, str] = field(default_factory=dict)
@@ -411,6 +414,8 @@ class LocalRunner:
     on_view: Callable[[RunnerView], None] | None = None
     log_sync_interval_s: float = LOG_SYNC_INTERVAL_S
     view_interval_s: float = VIEW_INTERVAL_S
+    #: the time ``decide`` is given (RFC 3339); tests pass their own (the Stalled condition counts with it)
+    clock: Callable[[], str] = utc_now
     _last_obs: Observations | None = field(default=None, repr=False)
     _observer: StoreObserver | None = field(default=None, repr=False)
     _last_view: tuple[float, str | None, WhaleRunStatus | None] = field(default=(float("-inf"), None, None), repr=False)
@@ -444,15 +449,28 @@ class LocalRunner:
             log.warning("run %s resumes with a changed manifest: %s", self.name, "; ".join(map(str, changes)))
         if existing != wire:
             self.store.write_json(key, wire)
-        self.store.write_json(layout.split_sizes_key(self.name), dict(self.split_sizes))
+        if self.split_sizes is not None:
+            self.store.write_json(layout.split_sizes_key(self.name), dict(self.split_sizes))
 
     # --- observing ---
     def observe(self, status: WhaleRunStatus) -> Observations:
         children = {
-            phase: proc.state() for phase, proc in self.procs.items() if status.attempts.get(phase, 1) == proc.attempt
+            phase: dataclasses.replace(proc.state(), name=f"process {proc.popen.pid}")
+            for phase, proc in self.procs.items()
+            if status.attempts.get(phase, 1) == proc.attempt
         }
-        self._last_obs = self.observer.observe(status, children, self.split_sizes, utc_now())
+        self._last_obs = self.observer.observe(status, children, self.known_split_sizes(), self.clock())
         return self._last_obs
+
+    def known_split_sizes(self) -> dict[str, int]:
+        """The split sizes: the caller's, else what data preparation wrote to the store (empty: not yet)."""
+        if self.split_sizes is not None:
+            return self.split_sizes
+        raw = self.store.read_json_or_none(layout.split_sizes_key(self.name))
+        if not isinstance(raw, dict):
+            return {}
+        self.split_sizes = {k: int(v) for k, v in raw.items()}
+        return self.split_sizes
 
     # --- acting ---
     def running(self) -> _Proc | None:
@@ -603,7 +621,7 @@ class LocalRunner:
             if obs is not None and proc.phase in obs.metrics:
                 metrics = obs.metrics[proc.phase]
             else:
-                metrics = self.store.read_jsonl(layout.metrics_key(self.name, proc.phase))
+                metrics = self.observer.read_metrics(proc.phase)
             raw = self.store.read_json_or_none(layout.progress_key(self.name, proc.phase))
             try:
                 progress = PhaseProgress.model_validate(raw) if raw is not None else None
@@ -737,6 +755,7 @@ class LocalRunner:
 def status_summary(status: WhaleRunStatus) -> dict[str, Any]:
     """The fields a person looks at first (the CLI prints these)."""
     best = status.best
+    stalled = RunState.from_status(status).stalled()
     return {
         "phase": status.phase.value,
         "cycle": status.cycle,
@@ -759,5 +778,6 @@ def status_summary(status: WhaleRunStatus) -> dict[str, Any]:
             else None
         ),
         "interrupted": interrupted(status) is not None,
+        "stalled": stalled.message if stalled is not None and stalled.status == "True" else None,
         "message": status.message,
     }
