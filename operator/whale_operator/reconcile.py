@@ -20,7 +20,6 @@ from pydantic import ValidationError
 
 from whale.control.observer import StoreObserver
 from whale.control.planner import KEEP_SERVING, plan, write_stop
-from whale.control.storage import open_spec_store
 from whale.core import layout
 from whale.core.alternation import Child, ChildState, StartPhase, Transition, decide
 from whale.core.spec import Reason, WhaleRunSpec, WhaleRunStatus
@@ -31,6 +30,7 @@ from whale_operator import builders, kueue, names, observe, tenancy
 from whale_operator import status as st
 from whale_operator.children import JobLauncher
 from whale_operator.config import OperatorConfig, SpecError, parse_spec, store_uri
+from whale_operator.credentials import CredentialsUnavailable, RunStores
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
 
@@ -70,20 +70,16 @@ class Reconciler:
         self.metrics = metrics
         self.config = config or OperatorConfig()
         self.clock = clock
-        self._stores: dict[tuple[str, str | None, bool], Store] = {}
+        self.stores = RunStores(kube, self.config.store_options)
         self._observers: dict[str, StoreObserver] = {}
         self.jobs = JobLauncher(kube, metrics)
         self._tools: dict[str, Any] = {}  # domain name -> its loaded plugin
         self._lock = threading.Lock()
 
     # --- store ---
-    def store_for(self, spec: WhaleRunSpec) -> Store:
-        s = spec.storage
-        key = (s.uri or "", s.endpoint, s.secure)
-        with self._lock:
-            if key not in self._stores:
-                self._stores[key] = open_spec_store(s, **self.config.store_options)
-            return self._stores[key]
+    def store_for(self, spec: WhaleRunSpec, namespace: str) -> Store:
+        """The run's store, opened with the run's own credentials (:mod:`whale_operator.credentials`)."""
+        return self.stores.open(namespace, spec)
 
     def tools_for(self, spec: WhaleRunSpec) -> tuple[ToolService, ...]:
         """The tool services the run's domain declares for its data settings
@@ -168,6 +164,8 @@ class Reconciler:
             spec = parse_spec(body_spec)
             for field_, message in self.config.store_policy.problems(spec.storage.uri, spec.storage.endpoint):
                 raise SpecError(field_, message)
+            for field_, message in self.config.credentials_problems(spec):
+                raise SpecError(field_, message)
             spec = tenancy.scoped(spec, run.namespace, run.name, run.uid)  # from here on, the run's own store
             tools = self.tools_for(spec)
         except (SpecError, names.RunNameError) as exc:
@@ -182,11 +180,16 @@ class Reconciler:
         if prev.store_uri != spec.storage.uri:
             prev = prev.model_copy(update={"store_uri": spec.storage.uri})
 
-        store = self.store_for(spec)
         inference_managed = builders.uses_vllm(spec)
         if prev.phase.is_terminal():
             self.jobs.scale_infra(run, 0)
             return ReconcileResult(prev, [])
+        try:
+            store = self.store_for(spec, run.namespace)
+        except CredentialsUnavailable as exc:  # the Secret may yet appear: wait (polled), saying what to do
+            return self._waiting_for_credentials(prev, str(exc), inference_managed, generation, now)
+        if prev.reason == Reason.WAITING_FOR_CREDENTIALS.value:  # the Secret is usable now: the wait is over
+            prev = prev.model_copy(update={"reason": None, "message": None})
 
         try:
             sizes = self.split_sizes(store, run.name, spec)
@@ -217,6 +220,15 @@ class Reconciler:
         # a start that found its child already there (or was deferred) is not news
         reported = tuple(a for a in decision.actions if not isinstance(a, StartPhase) or a.phase in created)
         return ReconcileResult(new, st.events(prev, new, reported), decision, poll=gated)
+
+    def _waiting_for_credentials(
+        self, prev: WhaleRunStatus, message: str, inference_managed: bool, generation: int | None, now: str
+    ) -> ReconcileResult:
+        """The run waits for its credentials Secret; an Event when the problem is new or changed."""
+        waiting = RunState.from_status(prev).waiting(Reason.WAITING_FOR_CREDENTIALS, message, generation).to_status()
+        new = st.with_conditions(waiting, prev.conditions, st.InferenceView(inference_managed), generation, now)
+        news = [] if prev.message == message else [st.Event(st.WARNING, Reason.WAITING_FOR_CREDENTIALS.value, message)]
+        return ReconcileResult(new, news, poll=True)
 
     def _children(self, run: builders.RunRef, current: dict[str, dict[str, Any]]) -> dict[str, Child]:
         """What ``decide`` sees of each phase's current Job (a failed one with its pod's last words)."""

@@ -77,6 +77,8 @@ def desired_conditions(status: WhaleRunStatus, inference: InferenceView) -> list
             _STAGE_REASON.get(status.stage, "Starting"),
             f"cycle {status.cycle}, {where}",
         )
+    elif phase is RunPhase.PENDING and status.reason and status.message:  # waiting, and why (data, credentials)
+        prog = _cond(PROGRESSING, False, status.reason, status.message)
     elif phase is RunPhase.PENDING:
         prog = _cond(PROGRESSING, False, "Pending", "not started yet")
     else:

@@ -1181,6 +1181,8 @@ class Reason(str, enum.Enum):
     WAITING_FOR_DATA = "WaitingForData"
     PREPARING_DATA = "PreparingData"
     PREPARE_FAILED = "PrepareFailed"
+    #: the operator: the run's credentials Secret (spec.storage.credentialsSecret) is missing or unusable
+    WAITING_FOR_CREDENTIALS = "WaitingForCredentials"
     #: the local runner stopped before the run ended (the condition's reason says why: the members below)
     INTERRUPTED = "Interrupted"
     RETRIED = "Retried"
