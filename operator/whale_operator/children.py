@@ -6,6 +6,7 @@ tool services (Deployments). What runs when is decided elsewhere (``decide`` and
 from __future__ import annotations
 
 import logging
+import secrets
 from datetime import datetime
 from typing import Any
 
@@ -91,6 +92,15 @@ class JobLauncher:
             self.metrics.children_created.labels(kind=manifest["kind"]).inc()
         return created
 
+    def ensure_auth_secret(self, run: builders.RunRef) -> bool:
+        """The run's auth Secret exists: made once with fresh random values, never overwritten (a create that
+        finds it keeps what is there, so the running server and its clients keep agreeing). True when created."""
+        name = names.auth_secret_name(run.name)
+        if self.kube.get("v1", "Secret", run.namespace, name) is not None:
+            return False
+        values = {key: secrets.token_urlsafe(32) for key in builders.AUTH_SECRET_KEYS}
+        return self.ensure(builders.auth_secret(run, values))
+
     def infra(
         self,
         run: builders.RunRef,
@@ -119,7 +129,9 @@ class JobLauncher:
         existing: dict[str, dict[str, Any]],
         tools: tuple[ToolService, ...],
     ) -> None:
-        """The inference server and tool services exist and are scaled up while phases run."""
+        """The inference server and tool services exist and are scaled up while phases run (the run's auth
+        Secret first: the pods take their keys from it)."""
+        self.ensure_auth_secret(run)
         for manifest in self.infra(run, spec, checkpoint, 1, tools):
             name = manifest["metadata"]["name"]
             if manifest["kind"] == "Deployment" and name in existing:
