@@ -20,10 +20,19 @@ from whale.domain import ToolService
 from whale.store import Store
 from whale_operator import builders, names, observe
 from whale_operator.config import store_uri
-from whale_operator.kube import Conflict, KubeClient
+from whale_operator.kube import Conflict, KubeClient, Refused
 from whale_operator.metrics import OperatorMetrics
 
 log = logging.getLogger(__name__)
+
+
+class ChildRejected(RuntimeError):
+    """The API server refused to create or update a child for good as it stands (RBAC, admission, an invalid
+    object): shown in status (the ChildCreateFailed condition) and retried with a growing back-off."""
+
+    def __init__(self, kind: str, name: str, status: int, message: str):
+        self.kind, self.name, self.status, self.message = kind, name, status, message
+        super().__init__(f"{kind} {name}: HTTP {status}: {message}")
 
 
 class JobLauncher:
@@ -78,9 +87,20 @@ class JobLauncher:
             return self.ensure(builders.colocated_train_job(run, spec, req, store_uri=store_uri(spec), tools=tools))
         return self.ensure(builders.job(run, spec, req, store_uri=store_uri(spec), tools=tools))
 
+    def patch(self, api_version: str, kind: str, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """A merge patch of a child; a refusal is a :class:`ChildRejected`."""
+        try:
+            self.kube.merge_patch(api_version, kind, namespace, name, patch)
+        except Refused as exc:
+            raise ChildRejected(kind, name, exc.status, str(exc).removeprefix(f"HTTP {exc.status}: ")) from None
+
     def ensure(self, manifest: dict[str, Any]) -> bool:
         try:
             _, created = self.kube.ensure(manifest)
+        except Refused as exc:
+            meta = manifest["metadata"]
+            message = str(exc).removeprefix(f"HTTP {exc.status}: ")
+            raise ChildRejected(manifest["kind"], meta["name"], exc.status, message) from None
         except Conflict:
             log.info(
                 "%s %s is still being deleted; next reconcile creates it",
@@ -96,8 +116,11 @@ class JobLauncher:
         """The run's auth Secret exists: made once with fresh random values, never overwritten (a create that
         finds it keeps what is there, so the running server and its clients keep agreeing). True when created."""
         name = names.auth_secret_name(run.name)
-        if self.kube.get("v1", "Secret", run.namespace, name) is not None:
-            return False
+        try:
+            if self.kube.get("v1", "Secret", run.namespace, name) is not None:
+                return False
+        except Refused as exc:
+            raise ChildRejected("Secret", name, exc.status, str(exc).removeprefix(f"HTTP {exc.status}: ")) from None
         values = {key: secrets.token_urlsafe(32) for key in builders.AUTH_SECRET_KEYS}
         return self.ensure(builders.auth_secret(run, values))
 
@@ -136,7 +159,7 @@ class JobLauncher:
             name = manifest["metadata"]["name"]
             if manifest["kind"] == "Deployment" and name in existing:
                 if existing[name].get("spec", {}).get("replicas") != 1:
-                    self.kube.merge_patch("apps/v1", "Deployment", run.namespace, name, {"spec": {"replicas": 1}})
+                    self.patch("apps/v1", "Deployment", run.namespace, name, {"spec": {"replicas": 1}})
                 continue
             if manifest["kind"] != "Deployment" and manifest["metadata"]["name"] in existing:
                 continue
@@ -145,7 +168,7 @@ class JobLauncher:
     def scale_infra(self, run: builders.RunRef, replicas: int, deps: dict[str, dict[str, Any]] | None = None) -> None:
         for dep in (self.deployments(run) if deps is None else deps).values():
             if dep.get("spec", {}).get("replicas") != replicas:
-                self.kube.merge_patch(
+                self.patch(
                     "apps/v1", "Deployment", run.namespace, dep["metadata"]["name"], {"spec": {"replicas": replicas}}
                 )
 
@@ -163,7 +186,7 @@ class JobLauncher:
         if builders.uses_vllm(spec):
             name = names.inference_name(run.name)
             if self.kube.get("apps/v1", "Deployment", run.namespace, name) is not None:
-                self.kube.merge_patch(
+                self.patch(
                     "apps/v1",
                     "Deployment",
                     run.namespace,

@@ -106,3 +106,8 @@ class OperatorConfig:
                 )
             ]
         return []
+
+
+def backoff_s(failures: int, first_s: float, cap_s: float) -> float:
+    """The wait before retry number ``failures`` (1, 2, ...): ``first_s`` doubled each time, at most ``cap_s``."""
+    return min(cap_s, first_s * 2 ** min(max(failures - 1, 0), 30))

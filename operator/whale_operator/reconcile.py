@@ -28,7 +28,7 @@ from whale.domain import ToolService
 from whale.store import Store
 from whale_operator import builders, kueue, names, observe, tenancy
 from whale_operator import status as st
-from whale_operator.children import JobLauncher
+from whale_operator.children import ChildRejected, JobLauncher
 from whale_operator.config import OperatorConfig, SpecError, parse_spec, store_uri
 from whale_operator.credentials import CredentialsUnavailable, RunStores
 from whale_operator.kube import KubeClient
@@ -54,6 +54,8 @@ class ReconcileResult:
     #: something the operator waits for raises no Kubernetes event (the inference server's
     #: acknowledgement in the store): reconcile again at the progress interval
     poll: bool = False
+    #: the API server refused a child (the ChildCreateFailed condition): retry after a growing back-off
+    rejected: bool = False
 
 
 class Reconciler:
@@ -144,11 +146,25 @@ class Reconciler:
             log.warning("status of %s/%s does not parse; starting from an empty status", namespace, name)
             prev = WhaleRunStatus()
         run = builders.RunRef(name, namespace, meta["uid"])
-        outcome = self._step(run, obj.get("spec"), prev, meta.get("generation"), self.clock())
+        try:
+            outcome = self._step(run, obj.get("spec"), prev, meta.get("generation"), self.clock())
+        except ChildRejected as exc:  # the API server said no: into status, not a log line every 5 s
+            outcome = self._rejected(prev, exc, meta.get("generation"))
         if outcome.status is not prev:
             self._write_status(namespace, name, raw_status, outcome.status)
             self.metrics.set_run_phase(run.uid, outcome.status.phase)
         return outcome
+
+    def _rejected(self, prev: WhaleRunStatus, exc: ChildRejected, generation: int | None) -> ReconcileResult:
+        """The API server refused a child: the ChildCreateFailed condition (and an Event when the refusal is new or
+        different); nothing else changes, and the daemon retries after a growing back-off."""
+        log.warning("the API server refused %s; retrying with back-off", exc)
+        new = st.child_rejected_status(prev, exc.kind, exc.name, exc.status, exc.message, generation, self.clock())
+        before = {c.type: c.message for c in prev.conditions}
+        after = {c.type: c.message for c in new.conditions}
+        same = before.get(st.CHILD_CREATE_FAILED) == after[st.CHILD_CREATE_FAILED]
+        events = [] if same else [st.Event(st.WARNING, st.CHILD_CREATE_FAILED, str(exc))]
+        return ReconcileResult(new, events, rejected=True)
 
     def _step(
         self,

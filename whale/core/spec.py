@@ -1205,6 +1205,9 @@ class ConditionType(str, enum.Enum):
     REWARD_INTEGRITY = "RewardIntegrity"
     #: the local runner only: the last runner stopped before the run ended
     INTERRUPTED = "Interrupted"
+    #: the operator: the API server refused to create or update one of the run's children (present only while
+    #: it does: the reason is the HTTP status' name, the message names the child and the server's words)
+    CHILD_CREATE_FAILED = "ChildCreateFailed"
 
 
 class BestEval(_Model):
