@@ -20,6 +20,8 @@ workers, tools) takes its pod template from ``spec.cluster.placement.<component>
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -920,6 +922,20 @@ def inference_network_policy(run: RunRef) -> Manifest:
             ],
         },
     }
+
+
+def template_hash(deployment: Manifest) -> str:
+    """A short hash of a Deployment's rendered pod template (canonical JSON): what changes it changes the pods."""
+    canonical = json.dumps(deployment["spec"]["template"], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def with_template_hash(deployment: Manifest) -> Manifest:
+    """The Deployment stamped with :func:`template_hash` (annotation ``whale.dev/template-hash``), so the operator
+    can tell a spec edit that changes its pods from the API server's defaults (never compared field by field)."""
+    meta = {**deployment["metadata"]}
+    meta["annotations"] = {**meta.get("annotations", {}), names.ANNOTATION_TEMPLATE_HASH: template_hash(deployment)}
+    return {**deployment, "metadata": meta}
 
 
 def tool_children(

@@ -142,7 +142,31 @@ class JobLauncher:
             out.append(builders.inference_service(run, spec))
             out.append(builders.inference_network_policy(run))  # vLLM's port: the run's own pods only
         out += builders.tool_children(run, spec, tools, store_uri=store_uri(spec), replicas=replicas)
-        return out
+        return [builders.with_template_hash(m) if m["kind"] == "Deployment" else m for m in out]
+
+    def rerender(self, run: builders.RunRef, desired: dict[str, Any], existing: dict[str, Any]) -> bool:
+        """Replace the pod template of an existing Deployment when the spec changed it (its template hash
+        differs), which rolls its pods; scale it to 1 on the way. True when it was re-rendered. A JSON patch
+        ``replace``: what the new template leaves out goes (a merge patch would keep an old map key)."""
+        name = desired["metadata"]["name"]
+        want = desired["metadata"]["annotations"][names.ANNOTATION_TEMPLATE_HASH]
+        meta = existing.get("metadata", {})
+        if (meta.get("annotations") or {}).get(names.ANNOTATION_TEMPLATE_HASH) == want:
+            return False
+        key = names.ANNOTATION_TEMPLATE_HASH.replace("~", "~0").replace("/", "~1")
+        ops: list[dict[str, Any]] = [
+            {"op": "replace", "path": "/spec/template", "value": desired["spec"]["template"]},
+            {"op": "add", "path": "/spec/replicas", "value": 1},
+            {"op": "add", "path": f"/metadata/annotations/{key}", "value": want}
+            if meta.get("annotations")
+            else {"op": "add", "path": "/metadata/annotations", "value": {names.ANNOTATION_TEMPLATE_HASH: want}},
+        ]
+        try:
+            self.kube.json_patch("apps/v1", "Deployment", run.namespace, name, ops)
+        except Refused as exc:
+            raise ChildRejected("Deployment", name, exc.status, str(exc).removeprefix(f"HTTP {exc.status}: ")) from None
+        log.info("%s/%s: the spec changed Deployment %s's pods: re-rendered (rolling)", run.namespace, run.name, name)
+        return True
 
     def ensure_infra(
         self,
@@ -158,6 +182,8 @@ class JobLauncher:
         for manifest in self.infra(run, spec, checkpoint, 1, tools):
             name = manifest["metadata"]["name"]
             if manifest["kind"] == "Deployment" and name in existing:
+                if self.rerender(run, manifest, existing[name]):
+                    continue
                 if existing[name].get("spec", {}).get("replicas") != 1:
                     self.patch("apps/v1", "Deployment", run.namespace, name, {"spec": {"replicas": 1}})
                 continue

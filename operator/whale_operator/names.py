@@ -26,6 +26,8 @@ MANAGED_BY = "whale-operator"
 #: annotations the operator writes on children
 ANNOTATION_CHECKPOINT = f"{API_GROUP}/checkpoint"
 ANNOTATION_REQUEST = f"{API_GROUP}/request"
+#: a Deployment's rendered pod template, hashed: a differing hash means the spec changed it (re-rendered)
+ANNOTATION_TEMPLATE_HASH = f"{API_GROUP}/template-hash"
 
 #: Jobs leave room for ``-<index>`` (Indexed pods' hostnames) and ``-rdzv`` (the headless Service)
 MAX_JOB_NAME = 56

@@ -29,7 +29,7 @@ from whale.store import Store
 from whale_operator import builders, kueue, names, observe, tenancy
 from whale_operator import status as st
 from whale_operator.children import ChildRejected, JobLauncher
-from whale_operator.config import OperatorConfig, SpecError, parse_spec, store_uri
+from whale_operator.config import OperatorConfig, SpecError, identity_changes, parse_spec, store_uri
 from whale_operator.credentials import CredentialsUnavailable, RunStores
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
@@ -206,6 +206,11 @@ class Reconciler:
             return self._waiting_for_credentials(prev, str(exc), inference_managed, generation, now)
         if prev.reason == Reason.WAITING_FOR_CREDENTIALS.value:  # the Secret is usable now: the wait is over
             prev = prev.model_copy(update={"reason": None, "message": None})
+        changed = self._identity_changes(store, run.name, spec)
+        if changed:  # refused, children left as they are: setting the fields back resumes the run unchanged
+            return self._immutable(prev, changed, generation)
+        if prev.reason == Reason.IMMUTABLE_FIELD_CHANGED.value:
+            prev = prev.model_copy(update={"reason": None, "message": None})
 
         try:
             sizes = self.split_sizes(store, run.name, spec)
@@ -236,6 +241,28 @@ class Reconciler:
         # a start that found its child already there (or was deferred) is not news
         reported = tuple(a for a in decision.actions if not isinstance(a, StartPhase) or a.phase in created)
         return ReconcileResult(new, st.events(prev, new, reported), decision, poll=gated)
+
+    def _identity_changes(self, store: Store, run: str, spec: WhaleRunSpec) -> list[str]:
+        """The identity fields the spec changed since the run's children last ran with it (its store's spec)."""
+        wire = store.read_json_or_none(layout.spec_key(run))
+        if not isinstance(wire, dict):
+            return []
+        try:
+            ran = WhaleRunSpec.model_validate(wire)
+        except ValidationError:
+            return []  # written by another version: nothing to compare with
+        return identity_changes(ran, spec)
+
+    def _immutable(self, prev: WhaleRunStatus, changed: list[str], generation: int | None) -> ReconcileResult:
+        message = (
+            f"{', '.join(changed)} changed mid-run: {'they name' if len(changed) > 1 else 'it names'} what the run "
+            "is (its phases, checkpoints and data); set it back, or create a new WhaleRun"
+        )
+        new = RunState.from_status(prev).waiting(Reason.IMMUTABLE_FIELD_CHANGED, message, generation).to_status()
+        events = (
+            [] if prev.message == message else [st.Event(st.WARNING, Reason.IMMUTABLE_FIELD_CHANGED.value, message)]
+        )
+        return ReconcileResult(new, events)
 
     def _waiting_for_credentials(
         self, prev: WhaleRunStatus, message: str, inference_managed: bool, generation: int | None, now: str
