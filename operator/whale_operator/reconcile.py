@@ -25,7 +25,7 @@ from whale.core.alternation import Child, ChildState, StartPhase, Transition, de
 from whale.core.spec import Reason, WhaleRunSpec, WhaleRunStatus
 from whale.core.state import RunState
 from whale.domain import ToolService
-from whale.store import Store
+from whale.store import Store, StoreAuthError
 from whale_operator import builders, kueue, names, observe, tenancy
 from whale_operator import status as st
 from whale_operator.children import ChildRejected, JobLauncher
@@ -150,10 +150,28 @@ class Reconciler:
             outcome = self._step(run, obj.get("spec"), prev, meta.get("generation"), self.clock())
         except ChildRejected as exc:  # the API server said no: into status, not a log line every 5 s
             outcome = self._rejected(prev, exc, meta.get("generation"))
+        except StoreAuthError as exc:  # the store refused the run's own keys: the Secret must change
+            outcome = self._store_refused(prev, obj.get("spec") or {}, exc, meta.get("generation"))
         if outcome.status is not prev:
             self._write_status(namespace, name, raw_status, outcome.status)
             self.metrics.set_run_phase(run.uid, outcome.status.phase)
         return outcome
+
+    def _store_refused(
+        self, prev: WhaleRunStatus, body_spec: dict[str, Any], exc: StoreAuthError, generation: int | None
+    ) -> ReconcileResult:
+        """The run's store refused its credentials: the run waits (polled) naming the Secret, as for a missing one."""
+        secret = (body_spec.get("storage") or {}).get("credentialsSecret")
+        whose = f"Secret {secret}'s keys" if secret else "the operator's own keys"
+        message = (
+            f"spec.storage.credentialsSecret: the store refused {whose} ({exc}); put keys that may read and write "
+            "the run's store in the Secret (a rotated Secret is used at once)"
+        )
+        new = RunState.from_status(prev).waiting(Reason.WAITING_FOR_CREDENTIALS, message, generation).to_status()
+        events = (
+            [] if prev.message == message else [st.Event(st.WARNING, Reason.WAITING_FOR_CREDENTIALS.value, message)]
+        )
+        return ReconcileResult(new, events, poll=True)
 
     def _rejected(self, prev: WhaleRunStatus, exc: ChildRejected, generation: int | None) -> ReconcileResult:
         """The API server refused a child: the ChildCreateFailed condition (and an Event when the refusal is new or

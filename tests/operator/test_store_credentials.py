@@ -14,6 +14,7 @@ import pytest
 from tests.fixtures.kube import EmulatedCluster, wait_for
 from tests.fixtures.s3 import TEST_BUCKET, S3ServerInfo
 from tests.operator.conftest import BASE_SPEC, deep_merge, prepared_run
+from tests.operator.player import WR
 from whale.core.spec import WhaleRunSpec
 from whale.store.base import StoreAuthError
 from whale_operator.config import OperatorConfig
@@ -134,3 +135,44 @@ def test_a_run_waits_for_its_secret_then_starts(start_operator, kube_cluster: Em
         job = run.wait_job()  # polled, not watched: within the progress interval
         assert job["metadata"]["name"] == "keyed-eval-c00-s000000-start-1"
         assert run.status().get("reason") != "WaitingForCredentials"
+
+
+def test_keys_the_store_refuses_make_the_run_wait_naming_the_secret(
+    start_operator, kube_cluster: EmulatedCluster, kube_namespace: str, s3_server: S3ServerInfo
+):
+    api = kube_cluster.api
+    wrong = {"AWS_ACCESS_KEY_ID": "someone-else", "AWS_SECRET_ACCESS_KEY": "not-the-key"}
+    api.create("v1", "secrets", kube_namespace, secret("bad-keys", wrong))
+    storage = {
+        "uri": f"s3://{TEST_BUCKET}/refused-{uuid.uuid4().hex[:8]}",
+        "endpoint": s3_server.url,
+        "credentialsSecret": "bad-keys",
+    }
+    body = {
+        "apiVersion": WR,
+        "kind": "WhaleRun",
+        "metadata": {"name": "refused"},
+        "spec": deep_merge(BASE_SPEC, {"storage": storage}),
+    }
+    with start_operator():
+        api.create(WR, "whaleruns", kube_namespace, body)
+        st = wait_for(
+            lambda: (
+                (s := api.get(WR, "whaleruns", kube_namespace, "refused").get("status") or {}).get("reason")
+                == "WaitingForCredentials"
+                and s
+            ),
+            what="the refusal in status",
+        )
+        assert "spec.storage.credentialsSecret: the store refused Secret bad-keys's keys" in st["message"]
+        assert "not-the-key" not in st["message"]
+        valid = {"AWS_ACCESS_KEY_ID": s3_server.access_key, "AWS_SECRET_ACCESS_KEY": s3_server.secret_key}
+        api.patch("v1", "secrets", kube_namespace, "bad-keys", {"data": secret("x", valid)["data"]})
+        # the rotated Secret is used: the run leaves the wait (its data preparation starts)
+        wait_for(
+            lambda: (
+                (api.get(WR, "whaleruns", kube_namespace, "refused").get("status") or {}).get("reason")
+                not in (None, "WaitingForCredentials")
+            ),
+            what="the run to go on with the rotated keys",
+        )
