@@ -36,7 +36,7 @@ def test_a_refused_child_is_in_status_backs_off_and_clears(
     start_operator, make_run, kube_cluster: EmulatedCluster, kube_namespace: str, monkeypatch
 ):
     monkeypatch.setenv("WHALE_OPERATOR_ERROR_BACKOFF_S", "0.3")
-    monkeypatch.setenv("WHALE_OPERATOR_MAX_BACKOFF_S", "2.4")
+    monkeypatch.setenv("WHALE_OPERATOR_MAX_BACKOFF_S", "2.4")  # over the conftest's 2 s (set after it)
     emulator, api = kube_cluster.emulator, kube_cluster.api
     kube_cluster.call(emulator.refuse_creates.__setitem__, "deployments", FORBIDDEN)
     try:

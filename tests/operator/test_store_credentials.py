@@ -19,7 +19,7 @@ from whale.core.spec import WhaleRunSpec
 from whale.store.base import StoreAuthError
 from whale_operator.config import OperatorConfig
 from whale_operator.credentials import CredentialsUnavailable, RunStores, StoreCredentials, credentials_from_secret
-from whale_operator.kube import KubeClient
+from whale_operator.kube import KubeClient, Refused
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -176,3 +176,22 @@ def test_keys_the_store_refuses_make_the_run_wait_naming_the_secret(
             ),
             what="the run to go on with the rotated keys",
         )
+
+
+class _ForbiddenKube:
+    """Our boundary, not the transport: the API server answering 403 to the Secret's read (RBAC without
+    ``secrets: get`` in this namespace)."""
+
+    def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        raise Refused(
+            403, f'secrets "{name}" is forbidden: User "system:serviceaccount:whale-system:whale-operator" cannot get'
+        )
+
+
+def test_a_secret_the_operator_may_not_read_names_the_rbac_fix(s3_server: S3ServerInfo):
+    stores = RunStores(_ForbiddenKube())  # type: ignore[arg-type]  # the one method RunStores calls
+    with pytest.raises(CredentialsUnavailable) as refused:
+        stores.open("team-a", s3_spec(s3_server, "keys", "never"))
+    text = str(refused.value)
+    assert "spec.storage.credentialsSecret" in text and "may not read Secret team-a/keys (HTTP 403" in text
+    assert "`get` on secrets" in text
