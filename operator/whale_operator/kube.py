@@ -3,7 +3,7 @@
 The only module that imports the ``kubernetes`` SDK. It speaks the REST API directly (generic
 paths per kind) so builders' dicts go to the server unchanged and come back as dicts; typed errors
 carry retry meaning (:class:`Conflict` when a name is taken by an object being deleted: try again
-soon).
+soon; :class:`Refused` for a 4xx that says the request itself is wrong or not allowed: a human must act).
 """
 
 from __future__ import annotations
