@@ -256,9 +256,9 @@ def with_queue(labels: dict[str, str], spec: WhaleRunSpec) -> dict[str, str]:
 
 #: keys of the run's auth Secret (``names.auth_secret_name``): the vLLM server's ``--api-key`` and the harness
 #: host's caller token; each pod gets only the key it needs, through ``secretKeyRef``
-VLLM_API_KEY = "vllm-api-key"
-HARNESS_TOKEN = "harness-token"
-AUTH_SECRET_KEYS = (VLLM_API_KEY, HARNESS_TOKEN)
+AUTH_VLLM_API_KEY = "vllm-api-key"
+AUTH_HARNESS_TOKEN = "harness-token"
+AUTH_SECRET_KEYS = (AUTH_VLLM_API_KEY, AUTH_HARNESS_TOKEN)
 #: what clients of the run's vLLM server read the key from (``whale.inference.vllm_control.API_KEY_ENV``)
 INFERENCE_API_KEY_ENV = "WHALE_INFERENCE_API_KEY"
 
@@ -282,7 +282,7 @@ def auth_key_env(run: RunRef, env_name: str, key: str) -> dict[str, Any]:
 
 def inference_api_key_env(run: RunRef) -> dict[str, Any]:
     """``$WHALE_INFERENCE_API_KEY`` for a client of the run's vLLM server."""
-    return auth_key_env(run, INFERENCE_API_KEY_ENV, VLLM_API_KEY)
+    return auth_key_env(run, INFERENCE_API_KEY_ENV, AUTH_VLLM_API_KEY)
 
 
 def uses_vllm(spec: WhaleRunSpec) -> bool:
@@ -689,7 +689,7 @@ def inference_deployment(
             # a non-root user without a home in the image: caches (torch compile, triton) go to /tmp
             {"name": "HOME", "value": "/tmp"},
             # `vllm serve --api-key` from its environment: the run's shared secret, checked on /v1 (docs/security.md)
-            auth_key_env(run, "VLLM_API_KEY", VLLM_API_KEY),
+            auth_key_env(run, "VLLM_API_KEY", AUTH_VLLM_API_KEY),
         ],
         "ports": [{"name": "http", "containerPort": VLLM_PORT}],
         "volumeMounts": [*mounts, {"name": "dshm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}],
@@ -1107,7 +1107,7 @@ def colocated_train_job(
         "env": [
             {"name": "HF_HOME", "value": f"{MODELS_DIR}/hf"},
             {"name": "VLLM_SERVER_DEV_MODE", "value": "1"},
-            auth_key_env(run, "VLLM_API_KEY", VLLM_API_KEY),  # the trainer sends it ($WHALE_INFERENCE_API_KEY)
+            auth_key_env(run, "VLLM_API_KEY", AUTH_VLLM_API_KEY),  # the trainer sends it ($WHALE_INFERENCE_API_KEY)
         ],
         "ports": [{"name": "http", "containerPort": VLLM_PORT}],
         "volumeMounts": [

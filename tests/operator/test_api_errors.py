@@ -97,3 +97,21 @@ def test_an_invalid_job_names_the_api_server_s_message(
             assert run.status().get("phase") != "Failed"  # a refusal is not a failed phase: no attempt was spent
     finally:
         kube_cluster.call(emulator.refuse_creates.clear)
+
+
+def test_a_refused_auth_secret_is_named_too(start_operator, make_run, kube_cluster: EmulatedCluster):
+    emulator = kube_cluster.emulator
+    no = (
+        403,
+        "Forbidden",
+        'secrets is forbidden: User "system:serviceaccount:whale-system:whale-operator" cannot create',
+    )
+    kube_cluster.call(emulator.refuse_creates.__setitem__, "secrets", no)
+    try:
+        with start_operator():
+            run = make_run("nosecret")
+            st = wait_for(lambda: condition(run.status(), "ChildCreateFailed"), what="ChildCreateFailed")
+            assert st["message"].startswith("Secret nosecret-auth: HTTP 403: secrets is forbidden")
+            assert run.jobs() == []  # no pod is made that would wait for a key that does not exist
+    finally:
+        kube_cluster.call(emulator.refuse_creates.clear)
