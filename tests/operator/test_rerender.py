@@ -103,3 +103,35 @@ def test_an_identity_edit_is_refused_by_the_operator_and_undone_by_setting_it_ba
         second = run.wait_job()
         assert second["metadata"]["labels"]["whale.dev/phase"] == "c01-weight"
         assert run.status().get("reason") != "ImmutableFieldChanged"
+
+
+def test_a_deployment_without_annotations_is_re_rendered_and_stamped(
+    kube_cluster: EmulatedCluster, kube_namespace: str, monkeypatch
+):
+    """A Deployment made by an older operator (no annotations at all, an old template) is brought to what this
+    spec renders; what the new template leaves out goes (a JSON patch ``replace``, not a merge)."""
+    from whale.domain import ToolService
+    from whale_operator.children import JobLauncher
+    from whale_operator.kube import KubeClient
+    from whale_operator.metrics import OperatorMetrics
+
+    monkeypatch.setenv("KUBECONFIG", str(kube_cluster.kubeconfig))
+    run = builders.RunRef("tools", kube_namespace, "uid-t")
+    spec = make_spec()
+    tool = ToolService(name="retriever", module="whale.tools.retriever", port=8090, url_env="WHALE_RETRIEVER_URL")
+    desired = builders.with_template_hash(builders.tool_deployment(run, spec, tool, store_uri=STORE))
+    old = builders.tool_deployment(run, make_spec(cluster={"nodeSelector": {"old": "pool"}}), tool, store_uri=STORE)
+    old["spec"]["replicas"] = 0
+    kube_cluster.api.create("apps/v1", "deployments", kube_namespace, old)
+    kube = KubeClient.from_environment()
+    try:
+        launcher = JobLauncher(kube, OperatorMetrics())
+        existing = kube.get("apps/v1", "Deployment", kube_namespace, "tools-retriever") or {}
+        assert launcher.rerender(run, desired, existing) is True
+        now = kube.get("apps/v1", "Deployment", kube_namespace, "tools-retriever") or {}
+        assert now["metadata"]["annotations"] == {HASH: desired["metadata"]["annotations"][HASH]}
+        assert now["spec"]["template"]["spec"].get("nodeSelector") == {"gpu": "h200"}  # "old" is gone
+        assert now["spec"]["replicas"] == 1
+        assert launcher.rerender(run, desired, now) is False  # the same spec again: nothing to do
+    finally:
+        kube.close()
