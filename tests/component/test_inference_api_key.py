@@ -53,9 +53,11 @@ async def test_the_openai_client_sends_the_key_and_a_wrong_one_is_refused(failur
     assert KEY not in caplog.text  # never logged
 
 
-def test_the_key_is_never_sent_to_an_endpoint_the_spec_names():
+def test_the_key_is_never_sent_to_an_endpoint_the_spec_names_and_whale_run_needs_none():
     client = make_client(spec(base_url="https://elsewhere.example/v1"), environ={API_KEY_ENV: KEY})
     assert "Authorization" not in client._headers  # an OpenAIClient
+    local = make_client(spec(), environ={"WHALE_INFERENCE_URL": "http://127.0.0.1:1/v1"})  # no key in the env
+    assert "Authorization" not in local._headers
 
 
 def test_the_vllm_control_calls_send_the_key(monkeypatch, tmp_path):
