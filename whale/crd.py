@@ -119,6 +119,15 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
         _immutable("condition"),
         _immutable("model.name"),
         {
+            "rule": "has(self.model.revision) == has(oldSelf.model.revision) && "
+            "(!has(self.model.revision) || self.model.revision == oldSelf.model.revision)",
+            "message": "model.revision is immutable: the base weights are what the run trains from",
+        },
+        {
+            "rule": "has(self.data) == has(oldSelf.data) && (!has(self.data) || self.data == oldSelf.data)",
+            "message": "data is immutable: the run's splits (and their sizes) were made from it",
+        },
+        {
             "rule": "has(self.resumeFrom) == has(oldSelf.resumeFrom) && "
             "(!has(self.resumeFrom) || self.resumeFrom == oldSelf.resumeFrom)",
             "message": "resumeFrom is immutable: it chose the store the run lives in",
@@ -132,6 +141,11 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
         {
             "rule": "has(self.uri) == has(oldSelf.uri) && (!has(self.uri) || self.uri == oldSelf.uri)",
             "message": "storage.uri is immutable: the run's phases, checkpoints and status live there",
+        },
+        {
+            "rule": "has(self.endpoint) == has(oldSelf.endpoint) && "
+            "(!has(self.endpoint) || self.endpoint == oldSelf.endpoint)",
+            "message": "storage.endpoint is immutable: another endpoint is another store",
         },
     ],
     "schedule": [

@@ -34,6 +34,11 @@ mode (Role); manifests/overlays/{cluster,namespaced}/rbac.yaml hold the same */}
 - apiGroups: [resource.k8s.io]
   resources: [resourceclaimtemplates]
   verbs: [get, create]
+# spec.storage.credentialsSecret: the run's own store keys, read to open ITS store (never the operator's own);
+# the run's auth Secret (the vLLM API key), created once per run (docs/operator.md#store-credentials)
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get, create]
 # the failed worker's termination message
 - apiGroups: [""]
   resources: [pods]

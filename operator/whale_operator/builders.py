@@ -20,6 +20,8 @@ workers, tools) takes its pod template from ``spec.cluster.placement.<component>
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -250,6 +252,39 @@ def with_queue(labels: dict[str, str], spec: WhaleRunSpec) -> dict[str, str]:
     return labels
 
 
+# ----- the run's auth Secret ----------------------------------------------------------------------------
+
+#: keys of the run's auth Secret (``names.auth_secret_name``): the vLLM server's ``--api-key`` and the harness
+#: host's caller token; each pod gets only the key it needs, through ``secretKeyRef``
+AUTH_VLLM_API_KEY = "vllm-api-key"
+AUTH_HARNESS_TOKEN = "harness-token"
+AUTH_SECRET_KEYS = (AUTH_VLLM_API_KEY, AUTH_HARNESS_TOKEN)
+#: what clients of the run's vLLM server read the key from (``whale.inference.vllm_control.API_KEY_ENV``)
+INFERENCE_API_KEY_ENV = "WHALE_INFERENCE_API_KEY"
+
+
+def auth_secret(run: RunRef, values: dict[str, str]) -> Manifest:
+    """The run's own Secret: made once by the operator with freshly generated ``values`` (never rotated, never
+    overwritten), owned by the WhaleRun so it goes with it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": run.metadata(names.auth_secret_name(run.name), names.child_labels(run.name, "auth")),
+        "type": "Opaque",
+        "stringData": dict(values),
+    }
+
+
+def auth_key_env(run: RunRef, env_name: str, key: str) -> dict[str, Any]:
+    """One key of the run's auth Secret as an environment variable (the value never enters a manifest)."""
+    return {"name": env_name, "valueFrom": {"secretKeyRef": {"name": names.auth_secret_name(run.name), "key": key}}}
+
+
+def inference_api_key_env(run: RunRef) -> dict[str, Any]:
+    """``$WHALE_INFERENCE_API_KEY`` for a client of the run's vLLM server."""
+    return auth_key_env(run, INFERENCE_API_KEY_ENV, AUTH_VLLM_API_KEY)
+
+
 def uses_vllm(spec: WhaleRunSpec) -> bool:
     """``auto`` means vLLM on a cluster; ``transformers`` runs in the worker; ``openai`` is external."""
     return spec.inference.backend in ("auto", "vllm")
@@ -283,6 +318,8 @@ def workload_env(
     if url:
         env.append({"name": "WHALE_INFERENCE_URL", "value": url})
         env.append({"name": "WHALE_SERVED_MODEL_NAME", "value": served_model_name(spec)})
+    if uses_vllm(spec):  # the run's own server: its shared secret (an external endpoint gets nothing of ours)
+        env.append(inference_api_key_env(run))
     for tool in tools:
         env.append({"name": tool.url_env, "value": tool_url(run, tool)})
     key = spec.harness_search.proposer.api_key_secret
@@ -629,7 +666,8 @@ def inference_deployment(
             "image": img.worker,
             "imagePullPolicy": img.pull_policy,
             "command": _weight_sync_command(run, spec, store_uri, once),
-            "env": shared_env,
+            # the sidecar calls vLLM's reload endpoints: the key; the init container (before vLLM) needs none
+            "env": shared_env if once else [*shared_env, inference_api_key_env(run)],
             "volumeMounts": mounts,
             "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
             "securityContext": restricted_container_security_context(),
@@ -650,6 +688,8 @@ def inference_deployment(
             {"name": "VLLM_SERVER_DEV_MODE", "value": "1"},
             # a non-root user without a home in the image: caches (torch compile, triton) go to /tmp
             {"name": "HOME", "value": "/tmp"},
+            # `vllm serve --api-key` from its environment: the run's shared secret, checked on /v1 (docs/security.md)
+            auth_key_env(run, "VLLM_API_KEY", AUTH_VLLM_API_KEY),
         ],
         "ports": [{"name": "http", "containerPort": VLLM_PORT}],
         "volumeMounts": [*mounts, {"name": "dshm", "mountPath": "/dev/shm"}, {"name": "tmp", "mountPath": "/tmp"}],
@@ -884,6 +924,20 @@ def inference_network_policy(run: RunRef) -> Manifest:
     }
 
 
+def template_hash(deployment: Manifest) -> str:
+    """A short hash of a Deployment's rendered pod template (canonical JSON): what changes it changes the pods."""
+    canonical = json.dumps(deployment["spec"]["template"], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+def with_template_hash(deployment: Manifest) -> Manifest:
+    """The Deployment stamped with :func:`template_hash` (annotation ``whale.dev/template-hash``), so the operator
+    can tell a spec edit that changes its pods from the API server's defaults (never compared field by field)."""
+    meta = {**deployment["metadata"]}
+    meta["annotations"] = {**meta.get("annotations", {}), names.ANNOTATION_TEMPLATE_HASH: template_hash(deployment)}
+    return {**deployment, "metadata": meta}
+
+
 def tool_children(
     run: RunRef, spec: WhaleRunSpec, tools: tuple[ToolService, ...], *, store_uri: str, replicas: int = 1
 ) -> list[Manifest]:
@@ -1014,8 +1068,9 @@ def colocated_train_job(
     pod = manifest["spec"]["template"]["spec"]
     worker = pod["containers"][0]
     local_url = f"http://127.0.0.1:{VLLM_PORT}/v1"
-    worker["env"] = [e for e in worker["env"] if e["name"] != "WHALE_INFERENCE_URL"] + [
+    worker["env"] = [e for e in worker["env"] if e["name"] not in ("WHALE_INFERENCE_URL", INFERENCE_API_KEY_ENV)] + [
         {"name": "WHALE_INFERENCE_URL", "value": local_url},
+        inference_api_key_env(run),  # the sidecar server below checks it
         {"name": "WHALE_SYNC_DIR", "value": COLOCATED_SYNC_DIR},
         {"name": "WHALE_SYNC_SERVER_DIR", "value": COLOCATED_SYNC_DIR},
     ]
@@ -1049,7 +1104,11 @@ def colocated_train_job(
         "command": ["vllm", "serve"],
         "args": colocated_vllm_args(spec),
         # dev mode: /sleep, /wake_up, /collective_rpc reload_weights, /reset_prefix_cache
-        "env": [{"name": "HF_HOME", "value": f"{MODELS_DIR}/hf"}, {"name": "VLLM_SERVER_DEV_MODE", "value": "1"}],
+        "env": [
+            {"name": "HF_HOME", "value": f"{MODELS_DIR}/hf"},
+            {"name": "VLLM_SERVER_DEV_MODE", "value": "1"},
+            auth_key_env(run, "VLLM_API_KEY", AUTH_VLLM_API_KEY),  # the trainer sends it ($WHALE_INFERENCE_API_KEY)
+        ],
         "ports": [{"name": "http", "containerPort": VLLM_PORT}],
         "volumeMounts": [
             *mounts,

@@ -6,6 +6,7 @@ tool services (Deployments). What runs when is decided elsewhere (``decide`` and
 from __future__ import annotations
 
 import logging
+import secrets
 from datetime import datetime
 from typing import Any
 
@@ -19,10 +20,19 @@ from whale.domain import ToolService
 from whale.store import Store
 from whale_operator import builders, names, observe
 from whale_operator.config import store_uri
-from whale_operator.kube import Conflict, KubeClient
+from whale_operator.kube import Conflict, KubeClient, Refused, collection_path
 from whale_operator.metrics import OperatorMetrics
 
 log = logging.getLogger(__name__)
+
+
+class ChildRejected(RuntimeError):
+    """The API server refused to create or update a child for good as it stands (RBAC, admission, an invalid
+    object): shown in status (the ChildCreateFailed condition) and retried with a growing back-off."""
+
+    def __init__(self, kind: str, name: str, status: int, message: str):
+        self.kind, self.name, self.status, self.message = kind, name, status, message
+        super().__init__(f"{kind} {name}: HTTP {status}: {message}")
 
 
 class JobLauncher:
@@ -77,9 +87,20 @@ class JobLauncher:
             return self.ensure(builders.colocated_train_job(run, spec, req, store_uri=store_uri(spec), tools=tools))
         return self.ensure(builders.job(run, spec, req, store_uri=store_uri(spec), tools=tools))
 
+    def patch(self, api_version: str, kind: str, namespace: str, name: str, patch: dict[str, Any]) -> None:
+        """A merge patch of a child; a refusal is a :class:`ChildRejected`."""
+        try:
+            self.kube.merge_patch(api_version, kind, namespace, name, patch)
+        except Refused as exc:
+            raise ChildRejected(kind, name, exc.status, str(exc).removeprefix(f"HTTP {exc.status}: ")) from None
+
     def ensure(self, manifest: dict[str, Any]) -> bool:
         try:
             _, created = self.kube.ensure(manifest)
+        except Refused as exc:
+            meta = manifest["metadata"]
+            message = str(exc).removeprefix(f"HTTP {exc.status}: ")
+            raise ChildRejected(manifest["kind"], meta["name"], exc.status, message) from None
         except Conflict:
             log.info(
                 "%s %s is still being deleted; next reconcile creates it",
@@ -90,6 +111,20 @@ class JobLauncher:
         if created:
             self.metrics.children_created.labels(kind=manifest["kind"]).inc()
         return created
+
+    def ensure_auth_secret(self, run: builders.RunRef) -> bool:
+        """The run's auth Secret exists: made once with fresh random values, never overwritten (a create that
+        finds it keeps what is there, so the running server and its clients keep agreeing). True when created."""
+        manifest = builders.auth_secret(run, {key: secrets.token_urlsafe(32) for key in builders.AUTH_SECRET_KEYS})
+        try:  # create, and a clash means it is there: the Secret's values are never read back
+            self.kube.request("POST", collection_path("v1", "Secret", run.namespace), body=manifest)
+        except Conflict:
+            return False
+        except Refused as exc:
+            message = str(exc).removeprefix(f"HTTP {exc.status}: ")
+            raise ChildRejected("Secret", manifest["metadata"]["name"], exc.status, message) from None
+        self.metrics.children_created.labels(kind="Secret").inc()
+        return True
 
     def infra(
         self,
@@ -109,7 +144,31 @@ class JobLauncher:
             out.append(builders.inference_service(run, spec))
             out.append(builders.inference_network_policy(run))  # vLLM's port: the run's own pods only
         out += builders.tool_children(run, spec, tools, store_uri=store_uri(spec), replicas=replicas)
-        return out
+        return [builders.with_template_hash(m) if m["kind"] == "Deployment" else m for m in out]
+
+    def rerender(self, run: builders.RunRef, desired: dict[str, Any], existing: dict[str, Any]) -> bool:
+        """Replace the pod template of an existing Deployment when the spec changed it (its template hash
+        differs), which rolls its pods; scale it to 1 on the way. True when it was re-rendered. A JSON patch
+        ``replace``: what the new template leaves out goes (a merge patch would keep an old map key)."""
+        name = desired["metadata"]["name"]
+        want = desired["metadata"]["annotations"][names.ANNOTATION_TEMPLATE_HASH]
+        meta = existing.get("metadata", {})
+        if (meta.get("annotations") or {}).get(names.ANNOTATION_TEMPLATE_HASH) == want:
+            return False
+        key = names.ANNOTATION_TEMPLATE_HASH.replace("~", "~0").replace("/", "~1")
+        ops: list[dict[str, Any]] = [
+            {"op": "replace", "path": "/spec/template", "value": desired["spec"]["template"]},
+            {"op": "add", "path": "/spec/replicas", "value": 1},
+            {"op": "add", "path": f"/metadata/annotations/{key}", "value": want}
+            if meta.get("annotations")
+            else {"op": "add", "path": "/metadata/annotations", "value": {names.ANNOTATION_TEMPLATE_HASH: want}},
+        ]
+        try:
+            self.kube.json_patch("apps/v1", "Deployment", run.namespace, name, ops)
+        except Refused as exc:
+            raise ChildRejected("Deployment", name, exc.status, str(exc).removeprefix(f"HTTP {exc.status}: ")) from None
+        log.info("%s/%s: the spec changed Deployment %s's pods: re-rendered (rolling)", run.namespace, run.name, name)
+        return True
 
     def ensure_infra(
         self,
@@ -119,12 +178,16 @@ class JobLauncher:
         existing: dict[str, dict[str, Any]],
         tools: tuple[ToolService, ...],
     ) -> None:
-        """The inference server and tool services exist and are scaled up while phases run."""
+        """The inference server and tool services exist and are scaled up while phases run (the run's auth
+        Secret first: the pods take their keys from it)."""
+        self.ensure_auth_secret(run)
         for manifest in self.infra(run, spec, checkpoint, 1, tools):
             name = manifest["metadata"]["name"]
             if manifest["kind"] == "Deployment" and name in existing:
+                if self.rerender(run, manifest, existing[name]):
+                    continue
                 if existing[name].get("spec", {}).get("replicas") != 1:
-                    self.kube.merge_patch("apps/v1", "Deployment", run.namespace, name, {"spec": {"replicas": 1}})
+                    self.patch("apps/v1", "Deployment", run.namespace, name, {"spec": {"replicas": 1}})
                 continue
             if manifest["kind"] != "Deployment" and manifest["metadata"]["name"] in existing:
                 continue
@@ -133,7 +196,7 @@ class JobLauncher:
     def scale_infra(self, run: builders.RunRef, replicas: int, deps: dict[str, dict[str, Any]] | None = None) -> None:
         for dep in (self.deployments(run) if deps is None else deps).values():
             if dep.get("spec", {}).get("replicas") != replicas:
-                self.kube.merge_patch(
+                self.patch(
                     "apps/v1", "Deployment", run.namespace, dep["metadata"]["name"], {"spec": {"replicas": replicas}}
                 )
 
@@ -151,7 +214,7 @@ class JobLauncher:
         if builders.uses_vllm(spec):
             name = names.inference_name(run.name)
             if self.kube.get("apps/v1", "Deployment", run.namespace, name) is not None:
-                self.kube.merge_patch(
+                self.patch(
                     "apps/v1",
                     "Deployment",
                     run.namespace,

@@ -52,12 +52,26 @@ def store_uri(spec: WhaleRunSpec) -> str:
     return spec.storage.uri
 
 
+#: may the operator open a run's s3:// store with its OWN credentials when the run names no Secret?
+OWN_STORE_CREDENTIALS_ENV = "WHALE_OPERATOR_OWN_STORE_CREDENTIALS"
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes")
+
+
 @dataclass
 class OperatorConfig:
     """Settings of one operator process (from the environment at start-up, never read deep inside)."""
 
-    #: extra options for ``open_store`` (credentials of the operator itself)
+    #: extra options for ``open_store`` (credentials of the operator itself): used only for a run that names no
+    #: ``spec.storage.credentialsSecret``, and for an s3:// store only when ``own_store_credentials`` allows it
     store_options: dict[str, Any] = field(default_factory=dict)
+    #: a run whose s3:// store names no credentials Secret is opened with the operator's own credentials
+    #: (``WHALE_OPERATOR_OWN_STORE_CREDENTIALS=1``: a single-tenant install, the dev overlay). Off by default: on a
+    #: shared cluster every run reaches its store with its own namespace's Secret, never with the operator's keys.
+    #: A ``file://`` store needs no credentials and is always allowed.
+    own_store_credentials: bool = False
     #: resolve split sizes with the domain plugin in the operator when the store has none, instead of
     #: a prepare Job (needs the data in the operator's reach; ``WHALE_OPERATOR_DOMAIN_SPLIT_SIZES=1``)
     domain_split_sizes: bool = False
@@ -76,4 +90,48 @@ class OperatorConfig:
             store_options=opts,
             domain_split_sizes=env.get("WHALE_OPERATOR_DOMAIN_SPLIT_SIZES", "").lower() in ("1", "true"),
             store_policy=StorePolicy.from_env(env),
+            own_store_credentials=_flag(env.get(OWN_STORE_CREDENTIALS_ENV)),
         )
+
+    def credentials_problems(self, spec: WhaleRunSpec) -> list[tuple[str, str]]:
+        """(field, message) when the run's store would need credentials this operator may not lend it."""
+        s = spec.storage
+        if s.uri and s.uri.startswith("s3://") and not s.credentials_secret and not self.own_store_credentials:
+            return [
+                (
+                    "spec.storage.credentialsSecret",
+                    "an s3:// store needs the Secret holding its keys (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) in "
+                    "the run's namespace: name it here. This operator does not lend its own credentials to runs "
+                    f"({OWN_STORE_CREDENTIALS_ENV} is off)",
+                )
+            ]
+        return []
+
+
+def backoff_s(failures: int, first_s: float, cap_s: float) -> float:
+    """The wait before retry number ``failures`` (1, 2, ...): ``first_s`` doubled each time, at most ``cap_s``."""
+    return min(cap_s, first_s * 2 ** min(max(failures - 1, 0), 30))
+
+
+#: fields that name what a run is: changed mid-run, the run's completed phases, checkpoints and split sizes would
+#: describe another run. The CRD refuses an update of each (CEL ``self == oldSelf``, whale/crd.py); the operator
+#: checks them again against the spec the run's store holds (a cluster without CEL, an edit of the store).
+IDENTITY_FIELDS: tuple[tuple[str, ...], ...] = (
+    ("domain",),
+    ("condition",),
+    ("model", "name"),
+    ("model", "revision"),
+    ("data",),
+)
+
+
+def _field(spec: WhaleRunSpec, path: tuple[str, ...]) -> Any:
+    value: Any = spec
+    for part in path:
+        value = getattr(value, part)
+    return value
+
+
+def identity_changes(ran: WhaleRunSpec, now: WhaleRunSpec) -> list[str]:
+    """The identity fields (``spec.model.name`` ...) in which ``now`` differs from the spec the run ran with."""
+    return ["spec." + ".".join(path) for path in IDENTITY_FIELDS if _field(ran, path) != _field(now, path)]

@@ -23,7 +23,7 @@ import kopf
 
 from whale.core.spec import API_GROUP, API_VERSION, PLURAL, RunPhase
 from whale_operator import names
-from whale_operator.config import OperatorConfig
+from whale_operator.config import OperatorConfig, backoff_s
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
 from whale_operator.reconcile import Reconciler
@@ -35,8 +35,10 @@ DEFAULT_RESYNC_S = 30.0
 #: how often a run with a running main phase re-reads its metrics (adaptive patience, progress);
 #: store writes raise no Kubernetes events, so this is a poll (``WHALE_OPERATOR_PROGRESS_S``)
 DEFAULT_PROGRESS_S = 15.0
-#: back-off after a reconcile raised (``WHALE_OPERATOR_ERROR_BACKOFF_S``)
+#: back-off after a reconcile raised or the API server refused a child (``WHALE_OPERATOR_ERROR_BACKOFF_S``),
+#: doubled after each failure in a row up to ``WHALE_OPERATOR_MAX_BACKOFF_S``
 DEFAULT_ERROR_BACKOFF_S = 5.0
+DEFAULT_MAX_BACKOFF_S = 300.0
 MANAGED = {"app.kubernetes.io/managed-by": names.MANAGED_BY}
 
 
@@ -59,6 +61,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     memo.resync_s = float(os.environ.get("WHALE_OPERATOR_RESYNC_S", DEFAULT_RESYNC_S))
     memo.progress_s = float(os.environ.get("WHALE_OPERATOR_PROGRESS_S", DEFAULT_PROGRESS_S))
     memo.error_backoff_s = float(os.environ.get("WHALE_OPERATOR_ERROR_BACKOFF_S", DEFAULT_ERROR_BACKOFF_S))
+    memo.max_backoff_s = float(os.environ.get("WHALE_OPERATOR_MAX_BACKOFF_S", DEFAULT_MAX_BACKOFF_S))
     kube = KubeClient.from_environment()
     kube.api.configuration.connection_pool_maxsize = 32
     memo.metrics = metrics
@@ -116,6 +119,7 @@ async def whalerun_daemon(
     reconciler: Reconciler = memo.reconciler
     metrics: OperatorMetrics = memo.metrics
     wake = _wakeup(memo, uid)
+    failures = 0  # reconciles in a row that raised or were refused by the API server: the back-off grows
     try:
         while not stopped:
             wake.clear()
@@ -125,13 +129,22 @@ async def whalerun_daemon(
                 outcome = await asyncio.to_thread(_timed_reconcile, reconciler, metrics, namespace, name)
             except Exception as exc:
                 metrics.reconcile_errors.labels(error=type(exc).__name__).inc()
-                delay = memo.error_backoff_s
+                failures += 1
+                delay = backoff_s(failures, memo.error_backoff_s, memo.max_backoff_s)
                 logger.exception("reconcile of %s/%s failed; retrying in %.0f s", namespace, name, delay)
             else:
                 for ev in outcome.events if outcome is not None else []:
                     kopf.event(body, type=ev.type, reason=ev.reason, message=ev.message[:1000])
-                if outcome is not None and (
-                    outcome.poll or (outcome.status.phase is RunPhase.RUNNING and outcome.status.active_phase)
+                if outcome is not None and outcome.rejected:
+                    metrics.reconcile_errors.labels(error="ChildRejected").inc()
+                    failures += 1
+                    delay = backoff_s(failures, memo.error_backoff_s, memo.max_backoff_s)
+                else:
+                    failures = 0
+                if (
+                    outcome is not None
+                    and not outcome.rejected
+                    and (outcome.poll or (outcome.status.phase is RunPhase.RUNNING and outcome.status.active_phase))
                 ):
                     delay = min(delay, memo.progress_s)
             finally:

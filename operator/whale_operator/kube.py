@@ -3,7 +3,7 @@
 The only module that imports the ``kubernetes`` SDK. It speaks the REST API directly (generic
 paths per kind) so builders' dicts go to the server unchanged and come back as dicts; typed errors
 carry retry meaning (:class:`Conflict` when a name is taken by an object being deleted: try again
-soon).
+soon; :class:`Refused` for a 4xx that says the request itself is wrong or not allowed: a human must act).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -29,6 +30,7 @@ PLURALS: dict[tuple[str, str], str] = {
     ("v1", "Service"): "services",
     ("v1", "Pod"): "pods",
     ("v1", "Event"): "events",
+    ("v1", "Secret"): "secrets",
     ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
     ("resource.k8s.io/v1", "ResourceClaimTemplate"): "resourceclaimtemplates",
     (f"{API_GROUP}/{API_VERSION}", "WhaleRun"): PLURAL,
@@ -48,6 +50,15 @@ class NotFound(KubeError):
 
 class Conflict(KubeError):
     """The name is taken by an object that is being deleted: temporary."""
+
+
+class Refused(KubeError):
+    """The API server refused the request for good as it stands (a 4xx other than 404/409/429: forbidden by
+    RBAC or admission, invalid): retrying the same request at once cannot help, a human must act."""
+
+
+#: 4xx statuses that say "try again later", not "this request is wrong"
+_TRANSIENT_4XX = frozenset({408, 429})
 
 
 def collection_path(api_version: str, kind: str, namespace: str) -> str:
@@ -113,6 +124,8 @@ class KubeClient:
             raise NotFound(status, message)
         if status == 409:
             raise Conflict(status, message)
+        if 400 <= status < 500 and status not in _TRANSIENT_4XX:
+            raise Refused(status, message)
         raise KubeError(status, message)
 
     # --- objects ---
@@ -125,6 +138,20 @@ class KubeClient:
     def list(self, api_version: str, kind: str, namespace: str, selector: str | None = None) -> list[dict[str, Any]]:
         query = {"labelSelector": selector} if selector else None
         return list(self.request("GET", collection_path(api_version, kind, namespace), query=query).get("items", []))
+
+    def read_secret(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Secret ``name`` (``data`` base64 as the API returns it), None when it does not exist; a
+        :class:`Refused` (403) when the operator may not read it."""
+        return self.get("v1", "Secret", namespace, name)
+
+    def json_patch(self, api_version: str, kind: str, namespace: str, name: str, ops: Sequence[dict[str, Any]]) -> Any:
+        """RFC 6902 (``replace`` drops what the new value leaves out, which a merge patch would keep)."""
+        return self.request(
+            "PATCH",
+            object_path(api_version, kind, namespace, name),
+            body=ops,
+            content_type="application/json-patch+json",
+        )
 
     def ensure(self, manifest: dict[str, Any]) -> tuple[dict[str, Any], bool]:
         """Create unless it exists (deterministic names make this idempotent); (object, created)."""

@@ -26,6 +26,8 @@ MANAGED_BY = "whale-operator"
 #: annotations the operator writes on children
 ANNOTATION_CHECKPOINT = f"{API_GROUP}/checkpoint"
 ANNOTATION_REQUEST = f"{API_GROUP}/request"
+#: a Deployment's rendered pod template, hashed: a differing hash means the spec changed it (re-rendered)
+ANNOTATION_TEMPLATE_HASH = f"{API_GROUP}/template-hash"
 
 #: Jobs leave room for ``-<index>`` (Indexed pods' hostnames) and ``-rdzv`` (the headless Service)
 MAX_JOB_NAME = 56
@@ -34,6 +36,7 @@ _HASH_LEN = 8
 #: the suffixes of the children named ``<run>-<suffix>``; each fits ``layout.LONGEST_CHILD_SUFFIX``,
 #: so a valid run name is never cut in them (tests/security/test_manifests.py checks it)
 INFERENCE_SUFFIX = "vllm"
+AUTH_SUFFIX = "auth"
 SANDBOX_POLICY_SUFFIX = layout.LONGEST_CHILD_SUFFIX.removeprefix("-")
 
 
@@ -82,6 +85,11 @@ def rendezvous_service_name(job: str) -> str:
 def inference_name(run: str) -> str:
     """The vLLM Deployment and its Service."""
     return _fit(run, INFERENCE_SUFFIX, MAX_NAME)
+
+
+def auth_secret_name(run: str) -> str:
+    """``<run>-auth``: the run's own Secret (its vLLM API key, its harness host's caller token), made once."""
+    return _fit(run, AUTH_SUFFIX, MAX_NAME)
 
 
 def tool_name(run: str, tool: str) -> str:

@@ -21,18 +21,18 @@ from pydantic import ValidationError
 
 from whale.control.observer import StoreObserver
 from whale.control.planner import KEEP_SERVING, plan, write_stop
-from whale.control.storage import open_spec_store
 from whale.core import layout
 from whale.core.alternation import Child, ChildState, StartPhase, Transition, decide
 from whale.core.protocol import PhaseKind
 from whale.core.spec import Reason, WhaleRunSpec, WhaleRunStatus
 from whale.core.state import RunState
 from whale.domain import ToolService
-from whale.store import Store
+from whale.store import Store, StoreAuthError
 from whale_operator import builders, kueue, names, observe, tenancy
 from whale_operator import status as st
-from whale_operator.children import JobLauncher
-from whale_operator.config import OperatorConfig, SpecError, parse_spec, store_uri
+from whale_operator.children import ChildRejected, JobLauncher
+from whale_operator.config import OperatorConfig, SpecError, identity_changes, parse_spec, store_uri
+from whale_operator.credentials import CredentialsUnavailable, RunStores
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
 
@@ -56,6 +56,8 @@ class ReconcileResult:
     #: something the operator waits for raises no Kubernetes event (the inference server's
     #: acknowledgement in the store): reconcile again at the progress interval
     poll: bool = False
+    #: the API server refused a child (the ChildCreateFailed condition): retry after a growing back-off
+    rejected: bool = False
 
 
 class Reconciler:
@@ -72,20 +74,16 @@ class Reconciler:
         self.metrics = metrics
         self.config = config or OperatorConfig()
         self.clock = clock
-        self._stores: dict[tuple[str, str | None, bool], Store] = {}
+        self.stores = RunStores(kube, self.config.store_options)
         self._observers: dict[str, StoreObserver] = {}
         self.jobs = JobLauncher(kube, metrics)
         self._tools: dict[str, Any] = {}  # domain name -> its loaded plugin
         self._lock = threading.Lock()
 
     # --- store ---
-    def store_for(self, spec: WhaleRunSpec) -> Store:
-        s = spec.storage
-        key = (s.uri or "", s.endpoint, s.secure)
-        with self._lock:
-            if key not in self._stores:
-                self._stores[key] = open_spec_store(s, **self.config.store_options)
-            return self._stores[key]
+    def store_for(self, spec: WhaleRunSpec, namespace: str) -> Store:
+        """The run's store, opened with the run's own credentials (:mod:`whale_operator.credentials`)."""
+        return self.stores.open(namespace, spec)
 
     def tools_for(self, spec: WhaleRunSpec) -> tuple[ToolService, ...]:
         """The tool services the run's domain declares for its data settings
@@ -150,11 +148,43 @@ class Reconciler:
             log.warning("status of %s/%s does not parse; starting from an empty status", namespace, name)
             prev = WhaleRunStatus()
         run = builders.RunRef(name, namespace, meta["uid"])
-        outcome = self._step(run, obj.get("spec"), prev, meta.get("generation"), self.clock())
+        try:
+            outcome = self._step(run, obj.get("spec"), prev, meta.get("generation"), self.clock())
+        except ChildRejected as exc:  # the API server said no: into status, not a log line every 5 s
+            outcome = self._rejected(prev, exc, meta.get("generation"))
+        except StoreAuthError as exc:  # the store refused the run's own keys: the Secret must change
+            outcome = self._store_refused(prev, obj.get("spec") or {}, exc, meta.get("generation"))
         if outcome.status is not prev:
             self._write_status(namespace, name, raw_status, outcome.status)
             self.metrics.set_run_phase(run.uid, outcome.status.phase)
         return outcome
+
+    def _store_refused(
+        self, prev: WhaleRunStatus, body_spec: dict[str, Any], exc: StoreAuthError, generation: int | None
+    ) -> ReconcileResult:
+        """The run's store refused its credentials: the run waits (polled) naming the Secret, as for a missing one."""
+        secret = (body_spec.get("storage") or {}).get("credentialsSecret")
+        whose = f"Secret {secret}'s keys" if secret else "the operator's own keys"
+        message = (
+            f"spec.storage.credentialsSecret: the store refused {whose} ({exc}); put keys that may read and write "
+            "the run's store in the Secret (a rotated Secret is used at once)"
+        )
+        new = RunState.from_status(prev).waiting(Reason.WAITING_FOR_CREDENTIALS, message, generation).to_status()
+        events = (
+            [] if prev.message == message else [st.Event(st.WARNING, Reason.WAITING_FOR_CREDENTIALS.value, message)]
+        )
+        return ReconcileResult(new, events, poll=True)
+
+    def _rejected(self, prev: WhaleRunStatus, exc: ChildRejected, generation: int | None) -> ReconcileResult:
+        """The API server refused a child: the ChildCreateFailed condition (and an Event when the refusal is new or
+        different); nothing else changes, and the daemon retries after a growing back-off."""
+        log.warning("the API server refused %s; retrying with back-off", exc)
+        new = st.child_rejected_status(prev, exc.kind, exc.name, exc.status, exc.message, generation, self.clock())
+        before = {c.type: c.message for c in prev.conditions}
+        after = {c.type: c.message for c in new.conditions}
+        same = before.get(st.CHILD_CREATE_FAILED) == after[st.CHILD_CREATE_FAILED]
+        events = [] if same else [st.Event(st.WARNING, st.CHILD_CREATE_FAILED, str(exc))]
+        return ReconcileResult(new, events, rejected=True)
 
     def _step(
         self,
@@ -170,6 +200,8 @@ class Reconciler:
             spec = parse_spec(body_spec)
             for field_, message in self.config.store_policy.problems(spec.storage.uri, spec.storage.endpoint):
                 raise SpecError(field_, message)
+            for field_, message in self.config.credentials_problems(spec):
+                raise SpecError(field_, message)
             spec = tenancy.scoped(spec, run.namespace, run.name, run.uid)  # from here on, the run's own store
             tools = self.tools_for(spec)
         except (SpecError, names.RunNameError) as exc:
@@ -184,11 +216,21 @@ class Reconciler:
         if prev.store_uri != spec.storage.uri:
             prev = prev.model_copy(update={"store_uri": spec.storage.uri})
 
-        store = self.store_for(spec)
         inference_managed = builders.uses_vllm(spec)
         if prev.phase.is_terminal():
             self.jobs.scale_infra(run, 0)
             return ReconcileResult(prev, [])
+        try:
+            store = self.store_for(spec, run.namespace)
+        except CredentialsUnavailable as exc:  # the Secret may yet appear: wait (polled), saying what to do
+            return self._waiting_for_credentials(prev, str(exc), inference_managed, generation, now)
+        if prev.reason == Reason.WAITING_FOR_CREDENTIALS.value:  # the Secret is usable now: the wait is over
+            prev = prev.model_copy(update={"reason": None, "message": None})
+        changed = self._identity_changes(store, run.name, spec)
+        if changed:  # refused, children left as they are: setting the fields back resumes the run unchanged
+            return self._immutable(prev, changed, generation)
+        if prev.reason == Reason.IMMUTABLE_FIELD_CHANGED.value:
+            prev = prev.model_copy(update={"reason": None, "message": None})
 
         try:
             sizes = self.split_sizes(store, run.name, spec)
@@ -221,6 +263,37 @@ class Reconciler:
         # a start that found its child already there (or was deferred) is not news
         reported = tuple(a for a in decision.actions if not isinstance(a, StartPhase) or a.phase in created)
         return ReconcileResult(new, st.events(prev, new, reported), decision, poll=gated)
+
+    def _identity_changes(self, store: Store, run: str, spec: WhaleRunSpec) -> list[str]:
+        """The identity fields the spec changed since the run's children last ran with it (its store's spec)."""
+        wire = store.read_json_or_none(layout.spec_key(run))
+        if not isinstance(wire, dict):
+            return []
+        try:
+            ran = WhaleRunSpec.model_validate(wire)
+        except ValidationError:
+            return []  # written by another version: nothing to compare with
+        return identity_changes(ran, spec)
+
+    def _immutable(self, prev: WhaleRunStatus, changed: list[str], generation: int | None) -> ReconcileResult:
+        message = (
+            f"{', '.join(changed)} changed mid-run: {'they name' if len(changed) > 1 else 'it names'} what the run "
+            "is (its phases, checkpoints and data); set it back, or create a new WhaleRun"
+        )
+        new = RunState.from_status(prev).waiting(Reason.IMMUTABLE_FIELD_CHANGED, message, generation).to_status()
+        events = (
+            [] if prev.message == message else [st.Event(st.WARNING, Reason.IMMUTABLE_FIELD_CHANGED.value, message)]
+        )
+        return ReconcileResult(new, events)
+
+    def _waiting_for_credentials(
+        self, prev: WhaleRunStatus, message: str, inference_managed: bool, generation: int | None, now: str
+    ) -> ReconcileResult:
+        """The run waits for its credentials Secret; an Event when the problem is new or changed."""
+        waiting = RunState.from_status(prev).waiting(Reason.WAITING_FOR_CREDENTIALS, message, generation).to_status()
+        new = st.with_conditions(waiting, prev.conditions, st.InferenceView(inference_managed), generation, now)
+        news = [] if prev.message == message else [st.Event(st.WARNING, Reason.WAITING_FOR_CREDENTIALS.value, message)]
+        return ReconcileResult(new, news, poll=True)
 
     def _children(self, run: builders.RunRef, current: dict[str, dict[str, Any]]) -> dict[str, Child]:
         """What ``decide`` sees of each phase's current Job (a failed one with its pod's last words)."""

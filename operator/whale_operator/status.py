@@ -79,6 +79,8 @@ def desired_conditions(status: WhaleRunStatus, inference: InferenceView) -> list
             _STAGE_REASON.get(status.stage, "Starting"),
             f"cycle {status.cycle}, {where}",
         )
+    elif phase is RunPhase.PENDING and status.reason and status.message:  # waiting, and why (data, credentials)
+        prog = _cond(PROGRESSING, False, status.reason, status.message)
     elif phase is RunPhase.PENDING:
         prog = _cond(PROGRESSING, False, "Pending", "not started yet")
     else:
@@ -243,3 +245,29 @@ def invalid_spec_status(
     """A spec that fails validation: Failed, with a condition that names the field — never a crash loop."""
     bad = RunState.from_status(previous).refused(Reason.INVALID_SPEC, f"{field}: {message}", generation, now)
     return with_conditions(bad.to_status(), previous.conditions, InferenceView(managed=False), generation, now)
+
+
+#: reasons of the ChildCreateFailed condition, by HTTP status (others: ``HTTP<status>``)
+_REFUSAL_REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 413: "TooLarge", 422: "Invalid"}
+CHILD_CREATE_FAILED = ConditionType.CHILD_CREATE_FAILED.value
+
+
+def child_rejected_status(
+    previous: WhaleRunStatus, kind: str, name: str, http_status: int, message: str, generation: int | None, now: str
+) -> WhaleRunStatus:
+    """``previous`` with the ChildCreateFailed condition saying which child the API server refused, with what
+    status and words; everything else as it was (nothing was decided: the next reconcile decides again). The
+    condition goes when a reconcile gets through (:func:`with_conditions` writes only the standard types)."""
+    text = f"{kind} {name}: HTTP {http_status}: {message}"[:1000]
+    old = next((c for c in previous.conditions if c.type == CHILD_CREATE_FAILED), None)
+    cond = MetaCondition(
+        type=CHILD_CREATE_FAILED,
+        status="True",
+        reason=_REFUSAL_REASONS.get(http_status, f"HTTP{http_status}"),
+        message=text,
+        last_transition_time=old.last_transition_time if old is not None and old.last_transition_time else now,
+        observed_generation=generation,
+    )
+    others = tuple(c for c in previous.conditions if c.type != CHILD_CREATE_FAILED)
+    state = RunState.from_status(previous).with_conditions((*others, cond)).with_generation(generation)
+    return state.to_status()

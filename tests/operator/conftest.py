@@ -55,6 +55,7 @@ def operator_env(kube_cluster: EmulatedCluster, monkeypatch: pytest.MonkeyPatch)
     monkeypatch.setenv("WHALE_OPERATOR_RESYNC_S", "300")
     monkeypatch.setenv("WHALE_OPERATOR_PROGRESS_S", "0.2")
     monkeypatch.setenv("WHALE_OPERATOR_ERROR_BACKOFF_S", "0.5")
+    monkeypatch.setenv("WHALE_OPERATOR_MAX_BACKOFF_S", "2")  # the back-off doubles: bounded for the tests
 
 
 @pytest.fixture()

@@ -156,6 +156,11 @@ def test_train_job_whole_manifest():
                                 *STORAGE_ENV,
                                 {"name": "WHALE_INFERENCE_URL", "value": "http://demo-vllm.team-a.svc:8000/v1"},
                                 {"name": "WHALE_SERVED_MODEL_NAME", "value": "Qwen/Qwen3.5-2B"},
+                                # the run's vLLM --api-key, by reference only
+                                {
+                                    "name": "WHALE_INFERENCE_API_KEY",
+                                    "valueFrom": {"secretKeyRef": {"name": "demo-auth", "key": "vllm-api-key"}},
+                                },
                                 {"name": "WHALE_CODE_URL", "value": "http://demo-sandbox.team-a.svc:8080"},
                             ],
                             "envFrom": [{"secretRef": {"name": "whale-s3"}}],

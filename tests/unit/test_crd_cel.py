@@ -363,6 +363,9 @@ def test_hostile_manifests_of_the_security_suite_are_refused_with_cel_evaluated(
         ("condition", "rsft_only"),
         ("model.name", "other"),
         ("storage.uri", "s3://elsewhere/runs"),
+        ("storage.endpoint", "elsewhere:9000"),
+        ("model.revision", "a1b2c3"),
+        ("data", {"source": "full"}),
         ("resumeFrom", "0b6f1c9e-3d4a-4f5b-8c7d-2e1f0a9b8c7d"),
     ],
 )

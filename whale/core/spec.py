@@ -1187,6 +1187,10 @@ class Reason(str, enum.Enum):
     WAITING_FOR_DATA = "WaitingForData"
     PREPARING_DATA = "PreparingData"
     PREPARE_FAILED = "PrepareFailed"
+    #: the operator: the run's credentials Secret (spec.storage.credentialsSecret) is missing or unusable
+    WAITING_FOR_CREDENTIALS = "WaitingForCredentials"
+    #: the operator: a field that names what the run is changed mid-run (where the CRD's CEL rules did not stop it)
+    IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
     #: the local runner stopped before the run ended (the condition's reason says why: the members below)
     INTERRUPTED = "Interrupted"
     RETRIED = "Retried"
@@ -1211,6 +1215,9 @@ class ConditionType(str, enum.Enum):
     INTERRUPTED = "Interrupted"
     #: True while a child runs and the store showed no progress for ``spec.retry.stallAfterSeconds`` (an alert)
     STALLED = "Stalled"
+    #: the operator: the API server refused to create or update one of the run's children (present only while
+    #: it does: the reason is the HTTP status' name, the message names the child and the server's words)
+    CHILD_CREATE_FAILED = "ChildCreateFailed"
 
 
 class BestEval(_Model):

@@ -66,9 +66,13 @@ def make_client(
     """The client for this spec; ``checkpoint`` (a store prefix) overrides ``spec.model`` in-process."""
     if backend_kind(spec, environ) == "http":
         from whale.inference.openai_http import OpenAIClient
+        from whale.inference.vllm_control import api_key_from_env
 
         return OpenAIClient(
             inference_url(spec, environ),
+            # the run's own vLLM server's --api-key (set in the operator's pods; none in `whale run`), never sent to
+            # an endpoint the spec names itself (spec.inference.baseUrl)
+            api_key=None if spec.inference.base_url else api_key_from_env(environ),
             model=spec.model.served_model_name,
             timeout_s=float(spec.inference.request_timeout_seconds),
             max_connections=max(16, spec.inference.max_concurrency),

@@ -169,6 +169,11 @@ class OpenAIClient(InferenceClient):
                         return json.loads(raw)
                     except json.JSONDecodeError as exc:
                         raise InferenceError(f"{url}: the answer is not JSON ({exc})") from exc
+                if status == 401:  # never retried, and the key itself is never part of a message
+                    raise InferenceError(
+                        f"{url}: HTTP 401: {_server_message(raw)}; the server wants its API key "
+                        "($WHALE_INFERENCE_API_KEY in the run's pods, from the run's auth Secret)"
+                    )
                 if status not in RETRY_STATUSES:
                     raise InferenceError(f"{url}: HTTP {status}: {_server_message(raw)}")
                 problem = f"HTTP {status}: {_server_message(raw)}"

@@ -24,6 +24,7 @@ generation, through the dev-mode sleep endpoints (vLLM docs, "Sleep Mode")::
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -31,6 +32,21 @@ from typing import Any
 import httpx
 
 log = logging.getLogger(__name__)
+
+
+#: the run's shared secret with its vLLM server (``vllm serve --api-key``; the operator sets both from the run's
+#: auth Secret). Sent as ``Authorization: Bearer`` on every request, never logged.
+API_KEY_ENV = "WHALE_INFERENCE_API_KEY"
+
+
+def api_key_from_env(environ: dict[str, str] | None = None) -> str | None:
+    """The run's vLLM API key from ``$WHALE_INFERENCE_API_KEY`` (None: the server wants none, as in `whale run`)."""
+    env = os.environ if environ is None else environ
+    return env.get(API_KEY_ENV) or None
+
+
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 class WeightSyncError(RuntimeError):
@@ -46,10 +62,22 @@ def control_root(base_url: str) -> str:
 class VLLMControl:
     """Reload-in-place requests to one vLLM server."""
 
-    def __init__(self, base_url: str, *, timeout_s: float = 600.0, client: httpx.Client | None = None):
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 600.0,
+        client: httpx.Client | None = None,
+        api_key: str | None = None,
+    ):
+        """``api_key``: the server's ``--api-key``; None reads ``$WHALE_INFERENCE_API_KEY`` (set by the operator
+        in the run's pods), so every caller authenticates without passing it through. vLLM checks the key only on
+        /v1 (its security guide): sending it to the dev-mode endpoints too costs nothing and is right should a
+        later vLLM check them."""
         self.base_url = control_root(base_url)
         self.timeout_s = timeout_s
         self.client = client or httpx.Client(timeout=timeout_s)
+        self._headers = auth_headers(api_key if api_key is not None else api_key_from_env())
         self.legacy: bool | None = None  # None: not known yet; True: update_config + bare reload_weights
 
     def close(self) -> None:
@@ -59,9 +87,9 @@ class VLLMControl:
         url = f"{self.base_url}{path}"
         try:
             response = (
-                self.client.post(url, json=body, params=params)
+                self.client.post(url, json=body, params=params, headers=self._headers)
                 if body is not None
-                else self.client.post(url, params=params)
+                else self.client.post(url, params=params, headers=self._headers)
             )
         except httpx.HTTPError as exc:
             raise WeightSyncError(f"weight sync: cannot reach the inference server at {url}: {exc}") from exc
@@ -72,6 +100,11 @@ class VLLMControl:
                 else "VLLM_SERVER_DEV_MODE=1 so its /collective_rpc and /reset_prefix_cache"
             )
             raise WeightSyncError(f"weight sync: {url} answered 404; start vLLM with {needs} endpoints exist")
+        if response.status_code == 401:
+            raise WeightSyncError(
+                f"weight sync: {url} answered 401: the server wants its API key; set ${API_KEY_ENV} to the run's "
+                "vllm-api-key (the operator does, from the run's auth Secret)"
+            )
         if response.status_code >= 400:
             raise WeightSyncError(f"weight sync: {url} answered {response.status_code}: {response.text[:500]}")
         return response.json() if response.content else None
@@ -79,7 +112,7 @@ class VLLMControl:
     def healthy(self) -> bool:
         """``GET /health`` answers 200 (the server is up and serving what it loaded)."""
         try:
-            return self.client.get(f"{self.base_url}/health", timeout=5.0).status_code == 200
+            return self.client.get(f"{self.base_url}/health", timeout=5.0, headers=self._headers).status_code == 200
         except httpx.HTTPError:
             return False
 
@@ -100,7 +133,7 @@ class VLLMControl:
     def is_sleeping(self) -> bool:
         url = f"{self.base_url}/is_sleeping"
         try:
-            response = self.client.get(url, timeout=10.0)
+            response = self.client.get(url, timeout=10.0, headers=self._headers)
         except httpx.HTTPError as exc:
             raise WeightSyncError(f"cannot reach the inference server at {url}: {exc}") from exc
         if response.status_code != 200:

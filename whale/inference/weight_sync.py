@@ -20,7 +20,8 @@ endpoints, :mod:`whale.inference.vllm_control`) the sidecar writes the acknowled
 ``control/served.json`` {"checkpoint", "version", "at"} that trainers and the operator wait for.
 
 Transient failures (store or server unreachable) are retried every poll; a server without dev
-mode is a configuration error: exit non-zero with the fix.
+mode is a configuration error: exit non-zero with the fix. On a cluster the sidecar authenticates with the
+run's vLLM API key (``$WHALE_INFERENCE_API_KEY``, read by :class:`VLLMControl`; the init container needs none).
 """
 
 from __future__ import annotations
