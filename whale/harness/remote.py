@@ -1,0 +1,173 @@
+"""The workloads' side of the run's harness host: a harness process that runs in the harness pod.
+
+On a cluster the harness files (untrusted) do not run in the workload pods, which hold the store
+credentials and have egress; they run in the run's harness pod (``whale.harness.host``), which holds
+neither. :func:`spawn_remote` opens one TCP connection per harness process and returns the same
+:class:`~whale.harness.launch.Spawned` a local sandbox gives, so :class:`~whale.harness.process.HarnessProcess`
+(its ids, its per-call clock, its restarts) runs unchanged over it. Closing the connection kills the
+process (the host kills its process group).
+
+Wire protocol (one connection = one harness process):
+
+1. the caller sends one JSON line (at most :data:`MAX_HELLO_BYTES`): ``{"token", "harness"`` (the
+   file's text), ``"allowed"`` (import allow list), ``"limits"`` (:data:`LIMIT_FIELDS`)``}``;
+2. the host answers with frames ``<channel byte><4-byte big-endian length><payload>``: first one
+   ``s`` frame (JSON ``{"ok": true, "isolation": {...}}`` or ``{"ok": false, "error", "kind"}``),
+   then ``o`` (the process's stdout) and ``e`` (its stderr) frames, and one ``x`` frame (JSON
+   ``{"returncode"}``) when the process ended, before it closes the connection;
+3. after the first line, whatever the caller sends is the process's stdin (JSON lines, each at most
+   the host's message limit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import struct
+from pathlib import Path
+from typing import Any
+
+from whale.harness import launch
+
+#: channel bytes of the host's frames
+STATUS, STDOUT, STDERR, EXIT = b"s", b"o", b"e", b"x"
+FRAME_HEADER = struct.Struct(">cI")
+#: the largest frame the host sends (stdout/stderr chunks are cut to this)
+MAX_FRAME_BYTES = 1 << 20
+#: the caller's first line: the harness file (at most launch.MAX_HARNESS_BYTES) and a little JSON around it
+MAX_HELLO_BYTES = 2 * launch.MAX_HARNESS_BYTES + (64 << 10)
+#: the SandboxLimits fields that travel to the host (it clamps each to its own maximum)
+LIMIT_FIELDS = (
+    "memory_bytes",
+    "cpu_seconds",
+    "file_size_bytes",
+    "hook_timeout_s",
+    "start_timeout_s",
+    "max_response_bytes",
+    "stderr_tail_bytes",
+)
+#: how long closing waits for the host to confirm the process is gone
+CLOSE_TIMEOUT_S = 10.0
+
+
+class HarnessHostError(launch.IsolationUnavailableError):
+    """The harness host could not be reached, refused the caller, or could not start a process for a reason
+    that is not the harness file's: the phase fails (like missing isolation), no candidate scores 0 for it."""
+
+
+def frame(channel: bytes, payload: bytes) -> bytes:
+    return FRAME_HEADER.pack(channel, len(payload)) + payload
+
+
+async def read_frame(reader: asyncio.StreamReader) -> tuple[bytes, bytes] | None:
+    """The next frame, or None at the end of the stream; ValueError for a frame over the limit."""
+    try:
+        header = await reader.readexactly(FRAME_HEADER.size)
+    except asyncio.IncompleteReadError:
+        return None
+    channel, size = FRAME_HEADER.unpack(header)
+    if size > MAX_FRAME_BYTES:
+        raise ValueError(f"harness host sent a {size}-byte frame (limit {MAX_FRAME_BYTES})")
+    try:
+        return channel, await reader.readexactly(size)
+    except asyncio.IncompleteReadError:
+        return None
+
+
+def hello(host: launch.HarnessHost, source: str, allowed: frozenset[str], limits: launch.SandboxLimits) -> bytes:
+    body = {
+        "token": host.token,
+        "harness": source,
+        "allowed": sorted(allowed),
+        "limits": {name: getattr(limits, name) for name in LIMIT_FIELDS},
+    }
+    return json.dumps(body).encode("utf-8") + b"\n"
+
+
+@dataclasses.dataclass
+class RemoteSpawned(launch.Spawned):
+    """A harness process on the harness host; killing it is closing its connection."""
+
+    _demux: asyncio.Task[None] | None = None
+    _writer: asyncio.StreamWriter | None = None
+
+    async def kill(self) -> None:
+        writer, demux = self._writer, self._demux
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(OSError, ConnectionError):
+                await asyncio.wait_for(writer.wait_closed(), CLOSE_TIMEOUT_S)
+        if demux is not None and not demux.done():
+            try:  # the host closes its side once the process group is gone
+                await asyncio.wait_for(asyncio.shield(demux), CLOSE_TIMEOUT_S)
+            except TimeoutError:
+                demux.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await demux
+
+
+async def spawn_remote(
+    host: launch.HarnessHost, harness_path: Path, allowed_imports: frozenset[str], limits: launch.SandboxLimits
+) -> launch.Spawned:
+    """Start one harness process on ``host`` (see the module doc); raises :class:`HarnessHostError` when the
+    host cannot be reached or refuses, ``ValueError`` for a harness file over the size limit."""
+    source = launch._read_harness(harness_path)
+    try:
+        reader, writer = await asyncio.wait_for(
+            asyncio.open_connection(host.address, host.port), limits.start_timeout_s
+        )
+    except (OSError, TimeoutError) as exc:
+        raise HarnessHostError(f"the run's harness host {host.address}:{host.port} is unreachable: {exc}") from exc
+    try:
+        writer.write(hello(host, source, allowed_imports, limits))
+        await writer.drain()
+        first = await asyncio.wait_for(read_frame(reader), limits.start_timeout_s)
+        status = json.loads(first[1]) if first is not None and first[0] == STATUS else None
+    except (OSError, TimeoutError, ValueError) as exc:
+        writer.close()
+        raise HarnessHostError(f"the harness host {host.address}:{host.port} did not answer: {exc}") from exc
+    except BaseException:
+        writer.close()
+        raise
+    if not isinstance(status, dict) or not status.get("ok"):
+        writer.close()
+        error = status.get("error") if isinstance(status, dict) else "the connection closed"
+        raise HarnessHostError(f"the harness host {host.address}:{host.port} refused: {str(error)[:500]}")
+
+    stdout = asyncio.StreamReader(limit=limits.max_response_bytes)
+    stderr = asyncio.StreamReader(limit=limits.max_response_bytes)
+    exit_code: list[int] = []
+
+    async def demux() -> None:
+        try:
+            while (got := await read_frame(reader)) is not None:
+                channel, payload = got
+                if channel == STDOUT:
+                    stdout.feed_data(payload)
+                elif channel == STDERR:
+                    stderr.feed_data(payload)
+                elif channel == EXIT:
+                    code = json.loads(payload).get("returncode")
+                    exit_code.append(code if isinstance(code, int) else -1)
+        except (OSError, ValueError):
+            pass  # a broken connection is a dead process, reported below
+        finally:
+            if not exit_code:
+                exit_code.append(-9)
+            stdout.feed_eof()
+            stderr.feed_eof()
+
+    task = asyncio.create_task(demux())
+    isolation: dict[str, Any] = {**dict(status.get("isolation") or {}), "host": f"{host.address}:{host.port}"}
+    return RemoteSpawned(
+        stdin=writer,
+        stdout=stdout,
+        stderr=stderr,
+        isolation=isolation,
+        _kill=lambda: None,
+        _poll=lambda: exit_code[0] if exit_code else None,
+        _demux=task,
+        _writer=writer,
+    )
