@@ -51,6 +51,8 @@ CREDENTIAL_ENV_RE = re.compile(
 )
 #: extra seconds the host waits past the caller's deadline before it kills a process itself
 DEADLINE_GRACE_S = 5.0
+#: the most a caller may take to send its first line
+HELLO_TIMEOUT_S = 30.0
 #: pipe reads are relayed in chunks of at most this size
 CHUNK_BYTES = 64 << 10
 
@@ -107,11 +109,13 @@ class _Refused(Exception):
 
 
 class HarnessHost:
-    """``await HarnessHost(config).serve(host, port)``; ``connections`` counts live processes."""
+    """``await HarnessHost(config).serve(host, port)``."""
 
     def __init__(self, config: HostConfig):
         self.config = config
-        self.connections = 0
+        #: connections still in their first line (not yet authenticated), and live harness processes
+        self.handshakes = 0
+        self.processes = 0
 
     async def serve(self, address: str, port: int, ready: asyncio.Future[int] | None = None) -> None:
         server = await asyncio.start_server(self._handle, address, port, limit=self.config.max_message_bytes)
@@ -123,29 +127,31 @@ class HarnessHost:
             await server.serve_forever()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
         try:
-            if self.connections > self.config.max_connections:
-                raise _Refused(f"the harness host is busy ({self.config.max_connections} processes)")
             await self._serve_one(reader, writer)
         except _Refused as exc:
             log.warning("refused a caller: %s", exc)
-            await _send(writer, remote.STATUS, json.dumps({"ok": False, "error": str(exc)}).encode())
+            with contextlib.suppress(OSError, ConnectionError):
+                await _send(writer, remote.STATUS, json.dumps({"ok": False, "error": str(exc)}).encode())
         except (OSError, ConnectionError):
             pass  # the caller went away
         finally:
-            self.connections -= 1
             writer.close()
             with contextlib.suppress(OSError, ConnectionError):
                 await writer.wait_closed()
 
     async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         cfg = self.config
+        if self.handshakes >= cfg.max_connections:
+            raise _Refused(f"the harness host has {cfg.max_connections} callers still sending their first line")
+        self.handshakes += 1
         try:
-            line = await asyncio.wait_for(reader.readline(), cfg.limits.start_timeout_s)
+            line = await asyncio.wait_for(reader.readline(), min(cfg.limits.start_timeout_s, HELLO_TIMEOUT_S))
             request = json.loads(line)
         except (TimeoutError, ValueError, asyncio.LimitOverrunError) as exc:
             raise _Refused(f"the first line must be one JSON object within the limits ({type(exc).__name__})") from None
+        finally:
+            self.handshakes -= 1
         if not isinstance(request, dict) or not isinstance(request.get("token"), str):
             raise _Refused("the first line must be a JSON object with a token")
         if not hmac.compare_digest(request["token"].encode(), cfg.token.encode()):
@@ -154,6 +160,9 @@ class HarnessHost:
         if not isinstance(source, str) or not isinstance(allowed, list) or not all(isinstance(a, str) for a in allowed):
             raise _Refused("harness must be the file's text and allowed a list of module names")
         limits = cfg.clamp(request.get("limits"))
+        if self.processes >= cfg.max_connections:
+            raise _Refused(f"the harness host is busy ({cfg.max_connections} processes)")
+        self.processes += 1
         workdir = Path(tempfile.mkdtemp(prefix="whale-harness-conn-"))
         try:
             path = workdir / "harness.py"
@@ -164,15 +173,21 @@ class HarnessHost:
                 raise _Refused(str(exc)) from None
             except (OSError, ValueError, RuntimeError) as exc:
                 raise _Refused(f"the sandbox did not start: {exc}") from None
+            errors = asyncio.create_task(_drain(spawned.stderr, writer))
             try:
                 await _send(writer, remote.STATUS, json.dumps({"ok": True, "isolation": spawned.isolation}).encode())
                 await self._relay(spawned, reader, writer, limits)
             finally:
                 await spawned.kill()
+                with contextlib.suppress(TimeoutError, OSError, ConnectionError):
+                    await asyncio.wait_for(errors, 1.0)  # the stderr tail of a process that ended, for the caller
+                errors.cancel()
+                await asyncio.gather(errors, return_exceptions=True)
             code = spawned.returncode
             with contextlib.suppress(OSError, ConnectionError):
                 await _send(writer, remote.EXIT, json.dumps({"returncode": code}).encode())
         finally:
+            self.processes -= 1
             shutil.rmtree(workdir, ignore_errors=True)
 
     async def _relay(
@@ -186,7 +201,6 @@ class HarnessHost:
         side ends or a bound is hit."""
         cfg = self.config
         clock = {"owed": 1, "since": time.monotonic(), "active": time.monotonic()}  # the ready line is owed first
-        write_lock = asyncio.Lock()
 
         async def to_process() -> str:
             line_bytes = 0
@@ -203,13 +217,11 @@ class HarnessHost:
                 await spawned.stdin.drain()
             return "the caller closed the connection"
 
-        async def from_process(stream: asyncio.StreamReader, channel: bytes) -> str:
-            while chunk := await stream.read(CHUNK_BYTES):
-                if channel == remote.STDOUT:
-                    clock["owed"] = max(0, clock["owed"] - chunk.count(b"\n"))
-                    clock["since"] = clock["active"] = time.monotonic()
-                async with write_lock:
-                    await _send(writer, channel, chunk)
+        async def from_process() -> str:
+            while chunk := await spawned.stdout.read(CHUNK_BYTES):
+                clock["owed"] = max(0, clock["owed"] - chunk.count(b"\n"))
+                clock["since"] = clock["active"] = time.monotonic()
+                await _send(writer, remote.STDOUT, chunk)
             return "the process ended"
 
         async def watchdog() -> str:
@@ -224,28 +236,30 @@ class HarnessHost:
 
         tasks = {
             asyncio.create_task(to_process()),
-            asyncio.create_task(from_process(spawned.stdout, remote.STDOUT)),
+            asyncio.create_task(from_process()),
             asyncio.create_task(watchdog()),
         }
-        errors = asyncio.create_task(from_process(spawned.stderr, remote.STDERR))
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 with contextlib.suppress(OSError, ConnectionError, asyncio.CancelledError):
-                    log.debug("harness connection ends: %s", task.result())
+                    log.info("harness connection ends: %s", task.result())
         finally:
             for task in tasks:
                 task.cancel()
-            with contextlib.suppress(TimeoutError, OSError, ConnectionError):
-                await asyncio.wait_for(errors, 1.0)  # the stderr tail of a process that ended, for the caller
-            errors.cancel()
-            await asyncio.gather(*tasks, errors, return_exceptions=True)
+            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _send(writer: asyncio.StreamWriter, channel: bytes, payload: bytes) -> None:
     for start in range(0, max(len(payload), 1), remote.MAX_FRAME_BYTES):
         writer.write(remote.frame(channel, payload[start : start + remote.MAX_FRAME_BYTES]))
     await writer.drain()
+
+
+async def _drain(stderr: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """The process's stderr to the caller (its tail names why a harness failed to load)."""
+    while chunk := await stderr.read(CHUNK_BYTES):
+        await _send(writer, remote.STDERR, chunk)
 
 
 def _not_dumpable() -> None:

@@ -94,18 +94,23 @@ class RemoteSpawned(launch.Spawned):
     _writer: asyncio.StreamWriter | None = None
 
     async def kill(self) -> None:
+        """Half-close the connection (the host then kills the process group), wait until the host closes its
+        side (the process is gone), then close ours; bounded by :data:`CLOSE_TIMEOUT_S`."""
         writer, demux = self._writer, self._demux
-        if writer is not None:
-            writer.close()
-            with contextlib.suppress(OSError, ConnectionError):
-                await asyncio.wait_for(writer.wait_closed(), CLOSE_TIMEOUT_S)
+        if writer is not None and not writer.is_closing():
+            with contextlib.suppress(OSError, ConnectionError, RuntimeError):
+                writer.write_eof()
         if demux is not None and not demux.done():
-            try:  # the host closes its side once the process group is gone
+            try:
                 await asyncio.wait_for(asyncio.shield(demux), CLOSE_TIMEOUT_S)
             except TimeoutError:
                 demux.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await demux
+        if writer is not None:
+            writer.close()
+            with contextlib.suppress(OSError, ConnectionError):
+                await asyncio.wait_for(writer.wait_closed(), CLOSE_TIMEOUT_S)
 
 
 async def spawn_remote(
