@@ -6,6 +6,7 @@ tool services (Deployments). What runs when is decided elsewhere (``decide`` and
 from __future__ import annotations
 
 import logging
+import secrets
 from datetime import datetime
 from typing import Any
 
@@ -19,7 +20,7 @@ from whale.domain import ToolService
 from whale.store import Store
 from whale_operator import builders, names, observe
 from whale_operator.config import store_uri
-from whale_operator.kube import Conflict, KubeClient
+from whale_operator.kube import Conflict, KubeClient, collection_path
 from whale_operator.metrics import OperatorMetrics
 
 log = logging.getLogger(__name__)
@@ -91,6 +92,17 @@ class JobLauncher:
             self.metrics.children_created.labels(kind=manifest["kind"]).inc()
         return created
 
+    def ensure_secret(self, manifest: dict[str, Any]) -> bool:
+        """Create a Secret unless it exists: a clash means it does (the operator may create Secrets, never read
+        them, so there is no get after the clash as in :meth:`ensure`)."""
+        meta = manifest["metadata"]
+        try:
+            self.kube.request("POST", collection_path("v1", "Secret", meta["namespace"]), body=manifest)
+        except Conflict:
+            return False
+        self.metrics.children_created.labels(kind="Secret").inc()
+        return True
+
     def infra(
         self,
         run: builders.RunRef,
@@ -109,6 +121,7 @@ class JobLauncher:
             out.append(builders.inference_service(run, spec))
             out.append(builders.inference_network_policy(run))  # vLLM's port: the run's own pods only
         out += builders.tool_children(run, spec, tools, store_uri=store_uri(spec), replicas=replicas)
+        out += builders.harness_children(run, spec, replicas=replicas)
         return out
 
     def ensure_infra(
@@ -119,7 +132,10 @@ class JobLauncher:
         existing: dict[str, dict[str, Any]],
         tools: tuple[ToolService, ...],
     ) -> None:
-        """The inference server and tool services exist and are scaled up while phases run."""
+        """The inference server, tool services and harness host exist and are scaled up while phases run."""
+        if builders.uses_harness_host(spec) and names.harness_name(run.name) not in existing:
+            # before the pods that read it; generated once, an existing Secret is never overwritten (nor read)
+            self.ensure_secret(builders.auth_secret(run, new_auth_values()))
         for manifest in self.infra(run, spec, checkpoint, 1, tools):
             name = manifest["metadata"]["name"]
             if manifest["kind"] == "Deployment" and name in existing:
@@ -173,6 +189,14 @@ class JobLauncher:
             seconds = (_parse_time(end) - _parse_time(start)).total_seconds()
             kind = job["metadata"].get("labels", {}).get(names.LABEL_KIND, "unknown")
             self.metrics.phase_duration.labels(kind=kind, outcome=child.state.value).observe(max(seconds, 0.0))
+
+
+def new_auth_values() -> dict[str, str]:
+    """Fresh values of the run's own Secret (``builders.auth_secret``)."""
+    return {
+        builders.AUTH_HARNESS_TOKEN: secrets.token_urlsafe(32),
+        builders.AUTH_VLLM_API_KEY: secrets.token_urlsafe(32),
+    }
 
 
 def _parse_time(text: str) -> datetime:

@@ -35,6 +35,10 @@ _HASH_LEN = 8
 #: so a valid run name is never cut in them (tests/security/test_manifests.py checks it)
 INFERENCE_SUFFIX = "vllm"
 SANDBOX_POLICY_SUFFIX = layout.LONGEST_CHILD_SUFFIX.removeprefix("-")
+#: the run's own Secret (the harness host's caller token, vLLM's API key) and the harness host's children
+AUTH_SUFFIX = "auth"
+HARNESS_SUFFIX = "harness"
+HARNESS_POLICY_SUFFIX = "harness-isolation"
 
 
 class RunNameError(ValueError):
@@ -91,6 +95,21 @@ def tool_name(run: str, tool: str) -> str:
 
 def sandbox_policy_name(run: str) -> str:
     return _fit(run, SANDBOX_POLICY_SUFFIX, MAX_NAME)
+
+
+def auth_secret_name(run: str) -> str:
+    """The run's own Secret (created once by the operator, never rotated): ``<run>-auth``."""
+    return _fit(run, AUTH_SUFFIX, MAX_NAME)
+
+
+def harness_name(run: str) -> str:
+    """The run's harness host (where harness files run): Deployment + Service, ``<run>-harness``."""
+    return _fit(run, HARNESS_SUFFIX, MAX_NAME)
+
+
+def harness_policy_name(run: str) -> str:
+    """The harness pod's NetworkPolicy (no egress, ingress from the run's pods only)."""
+    return _fit(run, HARNESS_POLICY_SUFFIX, MAX_NAME)
 
 
 def run_labels(run: str) -> dict[str, str]:

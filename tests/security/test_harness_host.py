@@ -256,3 +256,27 @@ async def test_an_oversize_request_line_ends_the_connection(harness_host: Harnes
         frames.append(got[0])
     assert frames[-1] == remote.EXIT
     writer.close()
+
+
+def test_pod_without_a_harness_host_fails_closed_naming_the_field(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``whale run`` has no harness pod: ``pod`` is refused before any phase, and a workload that somehow runs
+    without one refuses to start a harness process (never a silent local fallback)."""
+    import dataclasses as dc
+
+    from whale.manifest import load_manifest, local_problems
+    from whale.workloads.common import harness_limits
+
+    monkeypatch.delenv(launch.HARNESS_HOST_ENV, raising=False)
+    m = load_manifest(ROOT / "manifests" / "examples" / "local" / "tiny-synthetic-whale.yaml")
+    spec = m.spec.model_copy(update={"sandbox": m.spec.sandbox.model_copy(update={"isolation": "pod"})})
+    assert any("spec.sandbox.isolation is pod" in p for p in local_problems(dc.replace(m, spec=spec)))
+    with pytest.raises(launch.IsolationUnavailableError, match="spec.sandbox.isolation"):
+        harness_limits(spec)
+    with pytest.raises(launch.IsolationUnavailableError, match="spec.sandbox.isolation"):
+        async_spawn = launch.spawn_worker(SYNTHETIC.h0_path(), frozenset(), SandboxLimits(isolation="pod"))
+        asyncio.run(async_spawn)
+    # with the operator's environment the workload goes to the host
+    monkeypatch.setenv(launch.HARNESS_HOST_ENV, "demo-harness.team-a.svc:7070")
+    monkeypatch.setenv(launch.HARNESS_TOKEN_ENV, "tok")
+    limits = harness_limits(spec)
+    assert limits.host == HarnessHost("demo-harness.team-a.svc", 7070, "tok") and "tok" not in repr(limits)
