@@ -51,6 +51,8 @@ CREDENTIAL_ENV_RE = re.compile(
 )
 #: extra seconds the host waits past the caller's deadline before it kills a process itself
 DEADLINE_GRACE_S = 5.0
+#: callers in their first line beyond max_connections (a TCP probe, a caller whose process is being replaced)
+HANDSHAKE_SLACK = 16
 #: the most a caller may take to send its first line
 HELLO_TIMEOUT_S = 30.0
 #: pipe reads are relayed in chunks of at most this size
@@ -142,8 +144,8 @@ class HarnessHost:
 
     async def _serve_one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         cfg = self.config
-        if self.handshakes >= cfg.max_connections:
-            raise _Refused(f"the harness host has {cfg.max_connections} callers still sending their first line")
+        if self.handshakes >= cfg.max_connections + HANDSHAKE_SLACK:
+            raise _Refused(f"the harness host has {self.handshakes} callers still sending their first line")
         self.handshakes += 1
         try:
             line = await asyncio.wait_for(reader.readline(), min(cfg.limits.start_timeout_s, HELLO_TIMEOUT_S))
