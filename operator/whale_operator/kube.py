@@ -29,6 +29,7 @@ PLURALS: dict[tuple[str, str], str] = {
     ("v1", "Service"): "services",
     ("v1", "Pod"): "pods",
     ("v1", "Event"): "events",
+    ("v1", "Secret"): "secrets",
     ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
     ("resource.k8s.io/v1", "ResourceClaimTemplate"): "resourceclaimtemplates",
     (f"{API_GROUP}/{API_VERSION}", "WhaleRun"): PLURAL,

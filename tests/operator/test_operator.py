@@ -298,6 +298,11 @@ def test_deleted_whalerun_takes_its_children(start_operator, make_run, kube_clus
         run.wait_job()
         wait_for(lambda: api.get("apps/v1", "deployments", kube_namespace, "doomed-sandbox"), what="the sandbox")
         assert api.get("networking.k8s.io/v1", "networkpolicies", kube_namespace, "doomed-sandbox-isolation")
+        # the harness host, its NetworkPolicy and the run's own Secret (before the host's pods that read it)
+        wait_for(lambda: api.get("apps/v1", "deployments", kube_namespace, "doomed-harness"), what="the harness host")
+        assert api.get("networking.k8s.io/v1", "networkpolicies", kube_namespace, "doomed-harness-isolation")
+        secret = api.get("v1", "secrets", kube_namespace, "doomed-auth")
+        assert len(secret.get("stringData", secret.get("data", {}))["harness-token"]) >= 32
         api.delete(WR, "whaleruns", kube_namespace, "doomed")
         wait_for(lambda: api.get(WR, "whaleruns", kube_namespace, "doomed") is None, what="the WhaleRun to go")
         for api_version, plural in (
@@ -305,6 +310,7 @@ def test_deleted_whalerun_takes_its_children(start_operator, make_run, kube_clus
             ("apps/v1", "deployments"),
             ("v1", "services"),
             ("networking.k8s.io/v1", "networkpolicies"),
+            ("v1", "secrets"),
         ):
             assert api.list(api_version, plural, kube_namespace, f"{names.LABEL_RUN}=doomed") == [], plural
 
