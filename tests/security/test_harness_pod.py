@@ -152,3 +152,37 @@ def test_the_harness_children_keep_the_longest_run_name_whole() -> None:
     assert names.harness_name(run) == f"{run}-harness"
     assert names.harness_policy_name(run) == f"{run}-harness-isolation"
     assert names.auth_secret_name(run) == f"{run}-auth"
+
+
+def test_the_code_tool_at_pod_refuses_to_serve_while_it_sees_a_credential() -> None:
+    """``--isolation pod`` drops the kernel namespaces (its pod is the wall), so, like the harness host, it refuses
+    to start where a credential is in reach."""
+    import subprocess
+    import sys
+
+    from tests.fixtures.harness_host import ROOT, free_port, host_env
+
+    done = subprocess.run(
+        [sys.executable, "-m", "whale.tools.code_interpreter", "--port", str(free_port()), "--isolation", "pod"],
+        env=host_env("unused", {"AWS_SECRET_ACCESS_KEY": "fake"}),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode != 0
+    assert "refuses to serve at isolation pod" in done.stderr and "$AWS_SECRET_ACCESS_KEY" in done.stderr
+
+
+def test_the_code_tool_at_pod_runs_code_without_namespaces_but_with_its_limits() -> None:
+    from fastapi.testclient import TestClient
+
+    from whale.sandbox import Isolation
+    from whale.tools.code import CodeLimits
+    from whale.tools.code_interpreter import create_app
+
+    client = TestClient(create_app(CodeLimits(timeout_s=2.0), 1, isolation=Isolation.none()))
+    ok = client.post("/run", json={"code": "print(6 * 7)"}).json()
+    assert ok["error"] is None and ok["output"] == "42\n"
+    hung = client.post("/run", json={"code": "while True: pass"}).json()
+    assert hung["outcome"] == "timeout" and hung["error"]
