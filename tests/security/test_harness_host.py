@@ -216,6 +216,9 @@ async def test_closing_the_connection_kills_the_process_and_the_level_is_the_hos
         harness = HarnessProcess(SYNTHETIC.h0_path(), SYNTHETIC.allowed_imports, SandboxLimits(host=host))
         await harness.start()
         assert harness.isolation["level"] == isolation and harness.isolation["host"].endswith(str(host.port))
+        # (c) under namespaces the process has a network namespace of its own, with no interface; under pod the
+        # harness pod's NetworkPolicy is the wall (tests/security/test_harness_pod.py)
+        assert harness.isolation["network"] == ("netns" if isolation == "namespaces" else "host")
         assert descendants(proc.pid)
         await harness.aclose()
         await poll(lambda: not descendants(proc.pid), "the harness process is gone")

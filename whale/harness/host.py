@@ -149,6 +149,8 @@ class HarnessHost:
         self.handshakes += 1
         try:
             line = await asyncio.wait_for(reader.readline(), min(cfg.limits.start_timeout_s, HELLO_TIMEOUT_S))
+            if not line:
+                return  # connected and closed: a TCP probe (the pod's readiness and liveness)
             request = json.loads(line)
         except (TimeoutError, ValueError, asyncio.LimitOverrunError) as exc:
             raise _Refused(f"the first line must be one JSON object within the limits ({type(exc).__name__})") from None
