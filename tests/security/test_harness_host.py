@@ -253,7 +253,7 @@ async def test_an_oversize_request_line_ends_the_connection(harness_host: Harnes
     writer.write(remote.hello(harness_host, source, frozenset(SYNTHETIC.allowed_imports), SandboxLimits()))
     status = await asyncio.wait_for(remote.read_frame(reader), DEADLINE_S)
     assert status is not None and json.loads(status[1])["ok"]
-    writer.write(b"x" * (remote.MAX_HELLO_BYTES + 1))  # no newline: one line over the host's limit
+    writer.write(b"x" * (HostConfig(token="x").max_message_bytes + 1))  # no newline: one line over the limit
     frames = []
     while (got := await asyncio.wait_for(remote.read_frame(reader), DEADLINE_S)) is not None:
         frames.append(got[0])
@@ -283,3 +283,25 @@ def test_pod_without_a_harness_host_fails_closed_naming_the_field(monkeypatch: p
     monkeypatch.setenv(launch.HARNESS_TOKEN_ENV, "tok")
     limits = harness_limits(spec)
     assert limits.host == HarnessHost("demo-harness.team-a.svc", 7070, "tok") and "tok" not in repr(limits)
+
+
+@pytest.mark.usefixtures("transport")
+async def test_an_answer_over_the_limit_fails_the_call_and_the_process_comes_back(tmp_path: Path) -> None:
+    """Locally the pipe's reader refuses the line; over the connection the demultiplexer ends it (no buffer grows
+    past the limit in the workload)."""
+    from whale.harness.process import HarnessError
+
+    path = tmp_path / "big.py"
+    path.write_text(
+        "from whale.harness.api import BaseHarness, Decision\n\n"
+        "class Harness(BaseHarness):\n"
+        "    def start(self, task, state):\n"
+        "        size = 10 if task.get('small') else 400000\n"
+        "        return Decision(messages=[{'role': 'user', 'content': 'x' * size}])\n"
+    )
+    limits = SandboxLimits(max_response_bytes=1 << 16, hook_timeout_s=5.0)
+    async with HarnessProcess(path, SYNTHETIC.allowed_imports, limits) as harness:
+        with pytest.raises(HarnessError):
+            await harness.call("start", {"task": {}}, {})
+        decision, _ = await harness.call("start", {"task": {"small": True}}, {})
+        assert decision["messages"][0]["content"] == "x" * 10

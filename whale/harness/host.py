@@ -82,8 +82,9 @@ class HostConfig:
     isolation: launch.IsolationLevel = "pod"
     #: harness processes at once (each connection is one)
     max_connections: int = 64
-    #: the caller's first line (the harness file) and each request line
-    max_message_bytes: int = remote.MAX_HELLO_BYTES
+    #: the caller's first line (the harness file) and each request line (a hook's arguments carry the episode's
+    #: state, which the harness may grow up to its answer limit, 8 MiB by default)
+    max_message_bytes: int = 16 << 20
     #: a connection with nothing in flight and no traffic for this long is closed
     idle_timeout_s: float = 900.0
     #: the most any caller may ask for (memory, CPU seconds, timeouts, ...)

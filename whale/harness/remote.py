@@ -146,10 +146,18 @@ async def spawn_remote(
     exit_code: list[int] = []
 
     async def demux() -> None:
+        # NOTE: feed_data has no backpressure (a pipe's transport pauses itself): an answer line longer than the
+        # limit ends the connection here, so a harness cannot fill this process's memory
+        line_bytes = 0
         try:
             while (got := await read_frame(reader)) is not None:
                 channel, payload = got
                 if channel == STDOUT:
+                    newline = payload.rfind(b"\n")
+                    line_bytes = len(payload) - newline - 1 if newline >= 0 else line_bytes + len(payload)
+                    if line_bytes > limits.max_response_bytes:
+                        stdout.feed_data(b"\n")  # the reader sees one unreadable answer and the process as dead
+                        break
                     stdout.feed_data(payload)
                 elif channel == STDERR:
                     stderr.feed_data(payload)
@@ -159,6 +167,7 @@ async def spawn_remote(
         except (OSError, ValueError):
             pass  # a broken connection is a dead process, reported below
         finally:
+            writer.close()
             if not exit_code:
                 exit_code.append(-9)
             stdout.feed_eof()
