@@ -25,7 +25,7 @@ import pytest
 
 from synthetic import DOMAIN as SYNTHETIC
 from tests.fixtures.harness_host import ROOT, free_port, host_env, start_harness_host
-from tests.security.harness_probes import FAKE_SECRET, probe_harness, report
+from tests.security.harness_probes import FAKE_SECRET, attack_attempts, gold_file, probe_harness, report
 from whale.harness import launch, remote
 from whale.harness.host import HostConfig, credential_exposure
 from whale.harness.launch import HarnessHost, SandboxLimits
@@ -108,7 +108,11 @@ async def test_a_harness_on_the_host_finds_no_credential_and_no_way_out(
     tmp_path: Path, isolation: str, listener
 ) -> None:
     port, connected = listener
-    attempts = {**ATTEMPTS, "connecting out": f"socket.create_connection(('127.0.0.1', {port}), timeout=2)"}
+    gold, _ = gold_file(tmp_path)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    # every way in of the attack report (gold file, checkout, writes, sockets, ...) and the credential probes
+    attempts = {**attack_attempts(gold, outside, port), **ATTEMPTS}
     token, host_port = "t0ken-for-this-test", free_port()
     secret_env = {"AWS_SECRET_ACCESS_KEY": FAKE_SECRET, "WHALE_S3_SECRET_KEY": FAKE_SECRET}
     proc = subprocess.Popen(
@@ -126,6 +130,7 @@ async def test_a_harness_on_the_host_finds_no_credential_and_no_way_out(
         proc.wait(timeout=10)
     assert set(results) == set(attempts)
     assert results["its own environ"].startswith("OK: {") and FAKE_SECRET not in results["its own environ"]
+    assert not list(outside.iterdir())
     assert "AWS_" not in results["its own environ"] and launch.HARNESS_TOKEN_ENV not in results["its own environ"]
     opened = {k: v for k, v in results.items() if k != "its own environ" and not v.startswith("BLOCKED")}
     assert opened == {}
