@@ -184,9 +184,37 @@ async def test_a_wrong_token_is_refused(tmp_path: Path, harness_host: HarnessHos
 
 async def test_an_unreachable_host_fails_the_phase_not_the_candidate() -> None:
     gone = HarnessHost("127.0.0.1", free_port(), "x")
-    with pytest.raises(launch.IsolationUnavailableError, match="unreachable"):
-        async with HarnessProcess(SYNTHETIC.h0_path(), SYNTHETIC.allowed_imports, SandboxLimits(host=gone)):
-            pass
+    started = time.monotonic()
+    with pytest.raises(launch.IsolationUnavailableError, match="unreachable after 1 s"):
+        await remote.spawn_remote(gone, SYNTHETIC.h0_path(), frozenset(), SandboxLimits(host=gone), ready_timeout_s=1)
+    assert time.monotonic() - started < 5
+
+
+async def test_a_caller_waits_for_a_host_that_is_still_starting() -> None:
+    """The operator scales the harness pod up with the phase: a workload may be first."""
+    port, token = free_port(), "t0ken"
+    waiting = asyncio.create_task(
+        remote.spawn_remote(
+            HarnessHost("127.0.0.1", port, token),
+            SYNTHETIC.h0_path(),
+            frozenset(SYNTHETIC.allowed_imports),
+            SandboxLimits(),
+            ready_timeout_s=60,
+        )
+    )
+    # the caller starts first; the host's interpreter takes a while to start, so its first attempts are refused
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "whale.harness.host", "--host", "127.0.0.1", "--port", str(port)],
+        env=host_env(token),
+        cwd=ROOT,
+    )
+    try:
+        spawned = await asyncio.wait_for(waiting, 60)
+        assert spawned.isolation["level"] == "pod"
+        await spawned.kill()
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
 
 
 def descendants(pid: int) -> set[int]:

@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import json
 import struct
+import time
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,9 @@ LIMIT_FIELDS = (
 )
 #: how long closing waits for the host to confirm the process is gone
 CLOSE_TIMEOUT_S = 10.0
+#: one connection attempt, and how long a caller waits for a host that is not up yet (its pod starting)
+CONNECT_TIMEOUT_S = 10.0
+HOST_READY_TIMEOUT_S = 300.0
 
 
 class HarnessHostError(launch.IsolationUnavailableError):
@@ -113,18 +117,36 @@ class RemoteSpawned(launch.Spawned):
                 await asyncio.wait_for(writer.wait_closed(), CLOSE_TIMEOUT_S)
 
 
+async def connect(
+    host: launch.HarnessHost, ready_timeout_s: float
+) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A connection to the host, retried while it is not up yet (its pod may start after the workload's: the
+    operator scales it up with the phase), for at most ``ready_timeout_s``."""
+    deadline = time.monotonic() + ready_timeout_s
+    delay_s = 0.2
+    while True:
+        try:
+            return await asyncio.wait_for(asyncio.open_connection(host.address, host.port), CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError) as exc:
+            if time.monotonic() + delay_s > deadline:
+                raise HarnessHostError(
+                    f"the run's harness host {host.address}:{host.port} is unreachable after {ready_timeout_s:g} s: {exc}"
+                ) from exc
+        await asyncio.sleep(delay_s)  # NOTE: a backoff between attempts, not a synchronisation
+        delay_s = min(delay_s * 2, 5.0)
+
+
 async def spawn_remote(
-    host: launch.HarnessHost, harness_path: Path, allowed_imports: frozenset[str], limits: launch.SandboxLimits
+    host: launch.HarnessHost,
+    harness_path: Path,
+    allowed_imports: frozenset[str],
+    limits: launch.SandboxLimits,
+    ready_timeout_s: float = HOST_READY_TIMEOUT_S,
 ) -> launch.Spawned:
     """Start one harness process on ``host`` (see the module doc); raises :class:`HarnessHostError` when the
     host cannot be reached or refuses, ``ValueError`` for a harness file over the size limit."""
     source = launch._read_harness(harness_path)
-    try:
-        reader, writer = await asyncio.wait_for(
-            asyncio.open_connection(host.address, host.port), limits.start_timeout_s
-        )
-    except (OSError, TimeoutError) as exc:
-        raise HarnessHostError(f"the run's harness host {host.address}:{host.port} is unreachable: {exc}") from exc
+    reader, writer = await connect(host, ready_timeout_s)
     try:
         writer.write(hello(host, source, allowed_imports, limits))
         await writer.drain()
