@@ -291,6 +291,19 @@ def test_operator_restart_in_every_stage(start_operator, make_run):
     assert len(run.job_names()) == 7 and final["attempts"] == {k: 1 for k in final["attempts"]}
 
 
+def test_an_existing_run_secret_is_never_overwritten(start_operator, make_run, kube_cluster, kube_namespace):
+    """The run's Secret is generated once: a later reconcile (or an operator restart) keeps the token the harness
+    host and the running workloads already hold."""
+    api = kube_cluster.api
+    body = {"metadata": {"name": "keeper-auth"}, "type": "Opaque", "stringData": {"harness-token": "kept"}}
+    api.create("v1", "secrets", kube_namespace, {"apiVersion": "v1", "kind": "Secret", **body})
+    with start_operator():
+        make_run("keeper", {"domain": "math_reasoning"}).wait_job()
+        wait_for(lambda: api.get("apps/v1", "deployments", kube_namespace, "keeper-harness"), what="the harness host")
+    secret = api.get("v1", "secrets", kube_namespace, "keeper-auth")
+    assert secret.get("stringData", secret.get("data", {})) == {"harness-token": "kept"}
+
+
 def test_deleted_whalerun_takes_its_children(start_operator, make_run, kube_cluster, kube_namespace):
     api = kube_cluster.api
     with start_operator():
