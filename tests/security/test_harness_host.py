@@ -277,7 +277,7 @@ async def test_an_idle_connection_is_closed_and_the_caller_restarts_its_process(
             await poll(lambda: first.returncode is not None, "the idle connection is closed")
             assert not descendants(proc.pid)
             decision, _ = await h.call("start", {"task": {"prompt": "3"}}, {})
-            assert h.restarts == 1 and decision["messages"]
+            assert h.restarts == 0 and decision["messages"]  # a new process, but nothing failed
 
 
 async def test_an_oversize_request_line_ends_the_connection(harness_host: HarnessHost) -> None:

@@ -49,6 +49,9 @@ SERVICE_ACCOUNT_TOKEN = Path("/var/run/secrets/kubernetes.io/serviceaccount/toke
 CREDENTIAL_ENV_RE = re.compile(
     r"^(AWS_|AZURE_|GOOGLE_APPLICATION_CREDENTIALS$)|(S3|MINIO).*(KEY|SECRET|TOKEN|PASSWORD)", re.IGNORECASE
 )
+#: why a connection ended when the host closed it for idleness (the caller then starts a new process when it needs
+#: one, without counting a restart: nothing failed)
+IDLE = "idle"
 #: extra seconds the host waits past the caller's deadline before it kills a process itself
 DEADLINE_GRACE_S = 5.0
 #: callers in their first line beyond max_connections (a TCP probe, a caller whose process is being replaced)
@@ -86,7 +89,7 @@ class HostConfig:
     #: state, which the harness may grow up to its answer limit, 8 MiB by default)
     max_message_bytes: int = 16 << 20
     #: a connection with nothing in flight and no traffic for this long is closed
-    idle_timeout_s: float = 900.0
+    idle_timeout_s: float = 3600.0
     #: the most any caller may ask for (memory, CPU seconds, timeouts, ...)
     limits: launch.SandboxLimits = launch.SandboxLimits()
 
@@ -181,7 +184,7 @@ class HarnessHost:
             errors = asyncio.create_task(_drain(spawned.stderr, writer))
             try:
                 await _send(writer, remote.STATUS, json.dumps({"ok": True, "isolation": spawned.isolation}).encode())
-                await self._relay(spawned, reader, writer, limits)
+                ended = await self._relay(spawned, reader, writer, limits)
             finally:
                 await spawned.kill()
                 with contextlib.suppress(TimeoutError, OSError, ConnectionError):
@@ -190,7 +193,7 @@ class HarnessHost:
                 await asyncio.gather(errors, return_exceptions=True)
             code = spawned.returncode
             with contextlib.suppress(OSError, ConnectionError):
-                await _send(writer, remote.EXIT, json.dumps({"returncode": code}).encode())
+                await _send(writer, remote.EXIT, json.dumps({"returncode": code, "idle": ended == IDLE}).encode())
         finally:
             self.processes -= 1
             shutil.rmtree(workdir, ignore_errors=True)
@@ -201,9 +204,9 @@ class HarnessHost:
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         limits: launch.SandboxLimits,
-    ) -> None:
-        """Pipe the caller's bytes to the process's stdin and its stdout/stderr back as frames until either
-        side ends or a bound is hit."""
+    ) -> str:
+        """Pipe the caller's bytes to the process's stdin and its stdout back as frames until either side ends or
+        a bound is hit; returns why it ended (:data:`IDLE` for an idle connection)."""
         cfg = self.config
         clock = {"owed": 1, "since": time.monotonic(), "active": time.monotonic()}  # the ready line is owed first
 
@@ -236,7 +239,7 @@ class HarnessHost:
                 if clock["owed"] and now - clock["since"] > deadline_s:
                     return f"a request went unanswered for {deadline_s:g} s"
                 if not clock["owed"] and now - clock["active"] > cfg.idle_timeout_s:
-                    return f"idle for {cfg.idle_timeout_s:g} s"
+                    return IDLE
                 await asyncio.sleep(min(1.0, deadline_s / 4))
 
         tasks = {
@@ -244,11 +247,14 @@ class HarnessHost:
             asyncio.create_task(from_process()),
             asyncio.create_task(watchdog()),
         }
+        reason = "the connection broke"
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 with contextlib.suppress(OSError, ConnectionError, asyncio.CancelledError):
-                    log.info("harness connection ends: %s", task.result())
+                    reason = task.result()
+            log.info("harness connection ends: %s", reason if reason != IDLE else f"idle for {cfg.idle_timeout_s:g} s")
+            return reason
         finally:
             for task in tasks:
                 task.cancel()
@@ -285,7 +291,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=7070)
     parser.add_argument("--isolation", choices=("pod", "namespaces"), default="pod")
     parser.add_argument("--max-connections", type=int, default=64)
-    parser.add_argument("--idle-timeout-s", type=float, default=900.0)
+    parser.add_argument("--idle-timeout-s", type=float, default=3600.0)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     exposed = credential_exposure(os.environ, allowed_env=(launch.HARNESS_TOKEN_ENV,))

@@ -233,6 +233,11 @@ class Spawned:
     def returncode(self) -> int | None:
         return self._poll()
 
+    @property
+    def idle_closed(self) -> bool:
+        """The harness host closed this process's connection for idleness (a local process never is)."""
+        return False
+
     async def kill(self) -> None:
         """Kill the process tree, close the pipes, remove its scratch and package directories."""
         await asyncio.to_thread(self._kill)

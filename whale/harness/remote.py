@@ -96,6 +96,11 @@ class RemoteSpawned(launch.Spawned):
 
     _demux: asyncio.Task[None] | None = None
     _writer: asyncio.StreamWriter | None = None
+    _idle: list[bool] = dataclasses.field(default_factory=list)
+
+    @property
+    def idle_closed(self) -> bool:
+        return bool(self._idle)
 
     async def kill(self) -> None:
         """Half-close the connection (the host then kills the process group), wait until the host closes its
@@ -166,6 +171,7 @@ async def spawn_remote(
     stdout = asyncio.StreamReader(limit=limits.max_response_bytes)
     stderr = asyncio.StreamReader(limit=limits.max_response_bytes)
     exit_code: list[int] = []
+    idle: list[bool] = []
 
     async def demux() -> None:
         # NOTE: feed_data has no backpressure (a pipe's transport pauses itself): an answer line longer than the
@@ -184,8 +190,11 @@ async def spawn_remote(
                 elif channel == STDERR:
                     stderr.feed_data(payload)
                 elif channel == EXIT:
-                    code = json.loads(payload).get("returncode")
+                    ended = json.loads(payload)
+                    code = ended.get("returncode") if isinstance(ended, dict) else None
                     exit_code.append(code if isinstance(code, int) else -1)
+                    if isinstance(ended, dict) and ended.get("idle") is True:
+                        idle.append(True)
         except (OSError, ValueError):
             pass  # a broken connection is a dead process, reported below
         finally:
@@ -206,4 +215,5 @@ async def spawn_remote(
         _poll=lambda: exit_code[0] if exit_code else None,
         _demux=task,
         _writer=writer,
+        _idle=idle,
     )
