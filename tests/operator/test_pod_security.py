@@ -101,10 +101,11 @@ def test_every_pod_is_restricted_but_the_listed_sandbox_hosts(path: Path, isolat
 SHAPES = [p for p in EXAMPLES if p.stem in ("chess-whale", "math-whale", "searchqa-whale", "tiny-cpu")]
 
 
+@pytest.mark.parametrize("isolation", ["namespaces", "pod"])
 @pytest.mark.parametrize("path", SHAPES, ids=lambda p: p.stem)
-def test_every_child_validates_for_every_supported_kubernetes(path: Path):
+def test_every_child_validates_for_every_supported_kubernetes(path: Path, isolation: str):
     spec = spec_of(path, cluster={"placement": FULL_PLACEMENT, "lifecycle": {"ttlSecondsAfterFinished": 600}})
-    for obj in everything(spec):
+    for obj in everything(with_isolation(spec, isolation)):
         for version in K8S_VERSIONS:
             kubernetes_validate.validate(obj, version, strict=True)
 
@@ -144,6 +145,7 @@ SPREAD = [
     }
 ]
 FULL_PLACEMENT = {
+    "harness": {"runtimeClassName": "gvisor", "resources": {"requests": {"cpu": "1"}, "limits": {"memory": "8Gi"}}},
     "train": {
         "affinity": AFFINITY,
         "runtimeClassName": "nvidia",
@@ -244,6 +246,11 @@ def test_each_component_takes_its_own_template():
             assert "annotations" not in p["meta"]
     (prepare,) = pods["prepare"]
     assert prepare["pod"]["securityContext"]["runAsUser"] == 2000
+
+    (harness,) = pods["harness"]  # its own template: gVisor, its resources, no run-wide GPU toleration
+    assert harness["pod"]["runtimeClassName"] == "gvisor"
+    assert all("gpu" not in t["key"] for t in harness["pod"].get("tolerations", []))
+    assert harness["pod"]["containers"][0]["resources"] == {"requests": {"cpu": "1"}, "limits": {"memory": "8Gi"}}
 
     for p in pods.get("code", []) + pods.get("sandbox", []):
         assert p["pod"]["tolerations"] == [{"key": "cpu-only", "operator": "Exists", "effect": "NoSchedule"}], (
