@@ -18,6 +18,7 @@ pytest_plugins = [
     "tests.fixtures.models",
     "tests.fixtures.servers",
     "tests.fixtures.tools",
+    "tests.fixtures.harness_host",
 ]
 
 OPT_IN = {"e2e": "--run-e2e", "gpu": "--run-gpu", "cluster": "--run-cluster"}

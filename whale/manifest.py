@@ -473,4 +473,8 @@ def local_problems(manifest: Manifest, cwd: Path | None = None, environ: Mapping
     problems = model_problems(spec, cwd, env)
     problems += replay_script_problems(spec, cwd)
     problems += data_dir_problems(spec, cwd, env)
+    if spec.sandbox.isolation == "pod":  # the harness pod exists only on a cluster: fail closed here
+        from whale.harness.launch import POD_WITHOUT_HOST
+
+        problems.append(POD_WITHOUT_HOST)
     return problems

@@ -30,6 +30,10 @@ mode (Role); manifests/overlays/{cluster,namespaced}/rbac.yaml hold the same */}
 - apiGroups: [networking.k8s.io]
   resources: [networkpolicies]
   verbs: [get, create]
+# the run's own Secret (<run>-auth: the harness host's caller token): created once, never read
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [create]
 # inference.placement colocated: the train pod's GPUs, one DRA claim shared by trainer and vLLM
 - apiGroups: [resource.k8s.io]
   resources: [resourceclaimtemplates]

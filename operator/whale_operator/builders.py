@@ -9,12 +9,15 @@ dicts and the handlers stay thin. The children of a WhaleRun:
   ``weight-sync`` sidecar, never by recreating the pod);
 * the tool services the domain declares (``Domain.tool_services``: retriever, code sandbox) and a
   NetworkPolicy that lets sandboxed pods reach nothing;
-* a prepare Job before anything else when the store has no split sizes for the run.
+* a prepare Job before anything else when the store has no split sizes for the run;
+* the harness host (Deployment + Service + a NetworkPolicy with no egress) where the run's harness files run,
+  and the run's own Secret (``<run>-auth``: the host's caller token), unless ``spec.sandbox.isolation`` is none.
 
 Every child carries an owner reference to the WhaleRun (garbage-collected with it) and the labels of
 :mod:`whale_operator.names`. Every pod meets the restricted Pod Security Standard, except the containers that
-start harness sandboxes (:func:`sandbox_host_security_context`: the workload Jobs when
-``spec.sandbox.isolation`` is ``namespaces``, and the code-sandbox tool). Each component (train, inference,
+start sandboxes at ``spec.sandbox.isolation: namespaces`` (:func:`sandbox_host_security_context`: the
+harness-search Job, for the proposer's sandboxes, the harness host and the code-sandbox tool; at ``pod`` the
+harness host and the code tool are restricted too). Each component (train, inference,
 workers, tools) takes its pod template from ``spec.cluster.placement.<component>`` over the run-wide placement.
 """
 
@@ -31,6 +34,7 @@ from whale.core.layout import PhaseId
 from whale.core.protocol import PhaseKind, PhaseRequest
 from whale.core.spec import API_GROUP, API_VERSION, KIND, PodPlacement, Resources, Toleration, WhaleRunSpec
 from whale.domain import ToolService
+from whale.harness.launch import HARNESS_HOST_ENV, HARNESS_TOKEN_ENV
 from whale_operator import names
 
 Manifest = dict[str, Any]
@@ -53,6 +57,8 @@ PREPARE_DOWNLOADS_DIR = "/downloads"
 PREPARE_DOWNLOADS_SIZE = "16Gi"
 #: the components of a run, each with its pod template (``spec.cluster.placement.<component>``)
 TRAIN, INFERENCE, WORKERS, TOOLS = "train", "inference", "workers", "tools"
+#: the run's harness pod's component (spec.cluster.placement.harness)
+HARNESS = "harness"
 #: the non-root users of the images (images/*/Dockerfile); vLLM's upstream image runs as root, so its pod
 #: gets the worker's uid (it writes only to its volumes and HOME=/tmp)
 WORKER_UID = 10001
@@ -425,7 +431,7 @@ def job(
         component = WORKERS
         resources = resources_dict(component_resources(spec, WORKERS, spec.cluster.worker_resources))
 
-    env = workload_env(run, spec, request, tools)
+    env = workload_env(run, spec, request, tools) + harness_host_env(run, spec)
     if multi_node:
         env += [
             {"name": "WHALE_NUM_NODES", "value": str(spec.train.num_nodes)},
@@ -450,8 +456,8 @@ def job(
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
-    sandbox_host = spec.sandbox.isolation == "namespaces"
-    if sandbox_host:  # every workload runs harness files (and the code tool) in sandboxes: the exception
+    sandbox_host = workload_needs_sandbox_host(spec, kind)
+    if sandbox_host:  # the harness search starts the proposer's sandboxes itself: the exception
         container["securityContext"] = sandbox_host_security_context()
         pod_security: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
     else:
@@ -938,16 +944,164 @@ def with_template_hash(deployment: Manifest) -> Manifest:
     return {**deployment, "metadata": meta}
 
 
+def pod_walled(deployment: Manifest, spec: WhaleRunSpec, tool: ToolService) -> Manifest:
+    """A sandboxed tool at ``spec.sandbox.isolation: pod``: its pod (no credentials, no token, no egress) is the
+    wall, so its container is restricted and its server runs each snippet without kernel namespaces
+    (``--isolation pod``; it refuses to serve where it sees a credential). Other tools and levels: unchanged."""
+    if not tool.sandboxed or spec.sandbox.isolation != "pod":
+        return deployment
+    pod = deployment["spec"]["template"]["spec"]
+    for container in pod["containers"]:
+        container["command"] = [*container["command"], "--isolation", "pod"]
+        container["securityContext"] = {**restricted_container_security_context(), "readOnlyRootFilesystem": True}
+    pod["securityContext"] = restricted_pod_security_context(spec, TOOLS, TOOLS_UID)
+    return deployment
+
+
 def tool_children(
     run: RunRef, spec: WhaleRunSpec, tools: tuple[ToolService, ...], *, store_uri: str, replicas: int = 1
 ) -> list[Manifest]:
     out: list[Manifest] = []
     for tool in tools:
-        out.append(tool_deployment(run, spec, tool, store_uri=store_uri, replicas=replicas))
+        out.append(pod_walled(tool_deployment(run, spec, tool, store_uri=store_uri, replicas=replicas), spec, tool))
         out.append(tool_service(run, tool))
         if tool.sandboxed:
             out.append(sandbox_network_policy(run, tool))
     return out
+
+
+# ----- the run's own Secret and the harness host ---------------------------------------------------------
+
+#: the harness host's port (``python -m whale.harness.host``)
+HARNESS_PORT = 7070
+#: the harness pod's user at level pod (the tools image's nobody, like the tool services)
+HARNESS_UID = TOOLS_UID
+#: the harness pod's resources unless spec.cluster.placement.harness.resources says otherwise (each harness process
+#: may take 1 GiB of address space; the workloads open a few per pool)
+HARNESS_DEFAULT_RESOURCES = Resources(requests={"cpu": "2", "memory": "4Gi"}, limits={"cpu": "8", "memory": "16Gi"})
+
+
+def uses_harness_host(spec: WhaleRunSpec) -> bool:
+    """Harness files run in the run's harness pod, not in the workload pods, unless the spec asked for no
+    isolation at all (``spec.sandbox.isolation: none``, trusted use)."""
+    return spec.sandbox.isolation != "none"
+
+
+def harness_token_env(run: RunRef) -> dict[str, Any]:
+    """``$WHALE_HARNESS_TOKEN``: the harness host's caller token, for the host and its callers only."""
+    return auth_key_env(run, HARNESS_TOKEN_ENV, AUTH_HARNESS_TOKEN)
+
+
+def harness_host_env(run: RunRef, spec: WhaleRunSpec) -> list[dict[str, Any]]:
+    """What tells a workload to start its harness processes on the run's harness host (``$WHALE_HARNESS_HOST``)
+    and the caller token; empty when the run has no harness host."""
+    if not uses_harness_host(spec):
+        return []
+    address = f"{names.harness_name(run.name)}.{run.namespace}.svc:{HARNESS_PORT}"
+    return [{"name": HARNESS_HOST_ENV, "value": address}, harness_token_env(run)]
+
+
+def workload_needs_sandbox_host(spec: WhaleRunSpec, kind: PhaseKind) -> bool:
+    """Whether a workload Job's container must start ``whale.sandbox`` sandboxes itself. With a harness host,
+    only the harness search does (the proposer's shell and agent sandboxes run there); the train and eval Jobs
+    run no untrusted code and are restricted."""
+    if spec.sandbox.isolation == "none":
+        return False
+    return kind is PhaseKind.HARNESS or not uses_harness_host(spec)
+
+
+def harness_host_deployment(run: RunRef, spec: WhaleRunSpec, *, replicas: int = 1) -> Manifest:
+    """The run's harness host: one small server (``python -m whale.harness.host``) that starts one harness process
+    per connection from the run's workload pods and relays its stdio. The pod holds nothing worth taking: no
+    service-account token, no store credentials (its only secret is the run's caller token), no volume but an
+    emptyDir scratch, a read-only root; no egress (:func:`harness_network_policy`); ``runtimeClassName`` from
+    ``spec.cluster.placement.harness``. At ``spec.sandbox.isolation: pod`` it is restricted (the pod is the wall);
+    at ``namespaces`` it is the sandbox host (each process gets its own namespaces as well)."""
+    name = names.harness_name(run.name)
+    selector = {names.LABEL_RUN: run.name, "app.kubernetes.io/component": HARNESS}
+    labels = names.child_labels(run.name, HARNESS)
+    level = spec.sandbox.isolation
+    resources = component_resources(spec, HARNESS, HARNESS_DEFAULT_RESOURCES).to_wire()
+    probe = {"tcpSocket": {"port": HARNESS_PORT}}
+    container: dict[str, Any] = {
+        "name": HARNESS,
+        "image": spec.cluster.images.tools,
+        "imagePullPolicy": spec.cluster.images.pull_policy,
+        "command": ["python", "-m", "whale.harness.host", "--port", str(HARNESS_PORT), "--isolation", level],
+        "env": [harness_token_env(run), {"name": "PYTHONUNBUFFERED", "value": "1"}],
+        "ports": [{"name": "harness", "containerPort": HARNESS_PORT}],
+        "readinessProbe": {**probe, "periodSeconds": 5},
+        "livenessProbe": {**probe, "periodSeconds": 20, "failureThreshold": 3},
+        "resources": {k: v for k, v in resources.items() if v},
+        "volumeMounts": [{"name": "scratch", "mountPath": "/tmp"}],
+    }
+    pod: dict[str, Any] = {**pod_template_fields(spec, HARNESS, gpu=False)}
+    pod.pop("serviceAccountName", None)
+    if level == "pod":
+        container["securityContext"] = {**restricted_container_security_context(), "readOnlyRootFilesystem": True}
+        pod["securityContext"] = restricted_pod_security_context(spec, HARNESS, HARNESS_UID)
+    else:  # namespaces: the launcher builds each process's namespaces (the exception to restricted)
+        container["securityContext"] = {**sandbox_host_security_context(), "readOnlyRootFilesystem": True}
+        pod["securityContext"] = {"seccompProfile": {"type": "RuntimeDefault"}}
+    pod["automountServiceAccountToken"] = False
+    pod["enableServiceLinks"] = False
+    pod["containers"] = [container]
+    pod["volumes"] = [{"name": "scratch", "emptyDir": {"sizeLimit": "2Gi"}}]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": run.metadata(name, labels),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector},
+            "template": {"metadata": pod_metadata(spec, HARNESS, {**labels, **selector}), "spec": pod},
+        },
+    }
+
+
+def harness_host_service(run: RunRef) -> Manifest:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": run.metadata(names.harness_name(run.name), names.child_labels(run.name, HARNESS)),
+        "spec": {
+            "selector": {names.LABEL_RUN: run.name, "app.kubernetes.io/component": HARNESS},
+            "ports": [{"name": "harness", "port": HARNESS_PORT, "targetPort": HARNESS_PORT}],
+        },
+    }
+
+
+def harness_network_policy(run: RunRef) -> Manifest:
+    """The harness pod reaches nothing (no egress at all, DNS included); only the run's own pods may connect, on
+    the harness port."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": run.metadata(names.harness_policy_name(run.name), names.child_labels(run.name, HARNESS)),
+        "spec": {
+            "podSelector": {"matchLabels": {names.LABEL_RUN: run.name, "app.kubernetes.io/component": HARNESS}},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": [
+                {
+                    "from": [{"podSelector": {"matchLabels": {names.LABEL_RUN: run.name}}}],
+                    "ports": [{"protocol": "TCP", "port": HARNESS_PORT}],
+                }
+            ],
+            "egress": [],
+        },
+    }
+
+
+def harness_children(run: RunRef, spec: WhaleRunSpec, *, replicas: int = 1) -> list[Manifest]:
+    """The harness host's Deployment, Service and NetworkPolicy (none when the run has no harness host). The run's
+    Secret it needs is created apart (:func:`auth_secret`, with generated values)."""
+    if not uses_harness_host(spec):
+        return []
+    return [
+        harness_host_deployment(run, spec, replicas=replicas),
+        harness_host_service(run),
+        harness_network_policy(run),
+    ]
 
 
 # ----- colocated placement (inference.placement: colocated) ---------------------------------------------

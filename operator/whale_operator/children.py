@@ -144,6 +144,7 @@ class JobLauncher:
             out.append(builders.inference_service(run, spec))
             out.append(builders.inference_network_policy(run))  # vLLM's port: the run's own pods only
         out += builders.tool_children(run, spec, tools, store_uri=store_uri(spec), replicas=replicas)
+        out += builders.harness_children(run, spec, replicas=replicas)
         return [builders.with_template_hash(m) if m["kind"] == "Deployment" else m for m in out]
 
     def rerender(self, run: builders.RunRef, desired: dict[str, Any], existing: dict[str, Any]) -> bool:

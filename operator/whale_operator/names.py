@@ -38,6 +38,9 @@ _HASH_LEN = 8
 INFERENCE_SUFFIX = "vllm"
 AUTH_SUFFIX = "auth"
 SANDBOX_POLICY_SUFFIX = layout.LONGEST_CHILD_SUFFIX.removeprefix("-")
+#: the harness host's children
+HARNESS_SUFFIX = "harness"
+HARNESS_POLICY_SUFFIX = "harness-isolation"
 
 
 class RunNameError(ValueError):
@@ -99,6 +102,16 @@ def tool_name(run: str, tool: str) -> str:
 
 def sandbox_policy_name(run: str) -> str:
     return _fit(run, SANDBOX_POLICY_SUFFIX, MAX_NAME)
+
+
+def harness_name(run: str) -> str:
+    """The run's harness host (where harness files run): Deployment + Service, ``<run>-harness``."""
+    return _fit(run, HARNESS_SUFFIX, MAX_NAME)
+
+
+def harness_policy_name(run: str) -> str:
+    """The harness pod's NetworkPolicy (no egress, ingress from the run's pods only)."""
+    return _fit(run, HARNESS_POLICY_SUFFIX, MAX_NAME)
 
 
 def run_labels(run: str) -> dict[str, str]:

@@ -40,6 +40,7 @@ async def one(path: Path, replies: list[Any], item: dict[str, Any] = SECRET_7, l
         return await runner.run_episode(item)
 
 
+@pytest.mark.usefixtures("transport")
 async def test_solved_episode_has_a_complete_trace() -> None:
     episode = await one(DOMAIN.h0_path(), ["<guess>50</guess>", "I think <guess>7</guess>"])
     assert (episode.reward, episode.turns, episode.end, episode.error) == (1.0, 2, "env_done", None)
@@ -130,6 +131,7 @@ async def test_harness_may_call_a_tool_before_the_first_model_turn(tmp_path: Pat
     assert episode.reward == 1.0 and episode.turns == 1
 
 
+@pytest.mark.usefixtures("transport")
 async def test_a_failing_hook_ends_only_its_episode_with_the_harness_line(tmp_path: Path) -> None:
     path = harness_file(
         tmp_path,
@@ -151,6 +153,7 @@ async def test_a_failing_hook_ends_only_its_episode_with_the_harness_line(tmp_pa
     assert solved.reward == 1.0
 
 
+@pytest.mark.usefixtures("transport")
 async def test_a_hung_hook_times_out_and_the_process_comes_back(tmp_path: Path) -> None:
     path = harness_file(
         tmp_path,
@@ -234,6 +237,7 @@ async def test_environment_bug_is_an_error_episode_not_a_crash() -> None:
         ("class Other:\n    pass\n", "must define class Harness"),
     ],
 )
+@pytest.mark.usefixtures("transport")
 async def test_load_errors_name_the_cause(tmp_path: Path, source: str, needle: str) -> None:
     from whale.harness.process import HarnessLoadError
 
@@ -242,6 +246,7 @@ async def test_load_errors_name_the_cause(tmp_path: Path, source: str, needle: s
             pass
 
 
+@pytest.mark.usefixtures("transport")
 async def test_a_pool_spreads_concurrent_hooks_over_its_processes(tmp_path: Path) -> None:
     from whale.harness.process import HarnessPool
 

@@ -130,7 +130,13 @@ def test_train_job_whole_manifest():
                 "spec": {
                     "restartPolicy": "Never",
                     **PLACEMENT,
-                    "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": 10001,
+                        "runAsGroup": 10001,
+                        "fsGroup": 10001,
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
                     "containers": [
                         {
                             "name": "worker",
@@ -162,6 +168,11 @@ def test_train_job_whole_manifest():
                                     "valueFrom": {"secretKeyRef": {"name": "demo-auth", "key": "vllm-api-key"}},
                                 },
                                 {"name": "WHALE_CODE_URL", "value": "http://demo-sandbox.team-a.svc:8080"},
+                                {"name": "WHALE_HARNESS_HOST", "value": "demo-harness.team-a.svc:7070"},
+                                {
+                                    "name": "WHALE_HARNESS_TOKEN",
+                                    "valueFrom": {"secretKeyRef": {"name": "demo-auth", "key": "harness-token"}},
+                                },
                             ],
                             "envFrom": [{"secretRef": {"name": "whale-s3"}}],
                             "resources": {
@@ -170,25 +181,8 @@ def test_train_job_whole_manifest():
                             },
                             "terminationMessagePolicy": "FallbackToLogsOnError",
                             "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
-                            # the harness processes it starts are sandboxes: root with only the launcher's capabilities
-                            "securityContext": {
-                                "runAsUser": 0,
-                                "runAsNonRoot": False,
-                                "capabilities": {
-                                    "drop": ["ALL"],
-                                    "add": [
-                                        "CHOWN",
-                                        "DAC_OVERRIDE",
-                                        "KILL",
-                                        "SETGID",
-                                        "SETPCAP",
-                                        "SETUID",
-                                        "SYS_ADMIN",
-                                    ],
-                                },
-                                "seccompProfile": {"type": "RuntimeDefault"},
-                                "appArmorProfile": {"type": "Unconfined"},
-                            },
+                            # its harness processes run in the run's harness pod: nothing here starts a sandbox
+                            "securityContext": RESTRICTED,
                         }
                     ],
                     "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],

@@ -145,6 +145,8 @@ def children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
     tools = plugins.load(spec.domain).tool_services
     out = [builders.job(run, spec, r, store_uri=store, tools=tools) for r in reqs]
     out += builders.tool_children(run, spec, tools, store_uri=store)
+    out += builders.harness_children(run, spec)
+    out.append(builders.auth_secret(run, {builders.AUTH_HARNESS_TOKEN: "t", builders.AUTH_VLLM_API_KEY: "k"}))
     out.append(builders.prepare_job(run, spec, 1, store_uri=store))
     out += [
         builders.inference_deployment(run, spec, store_uri=store, checkpoint=None),

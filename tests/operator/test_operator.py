@@ -291,6 +291,19 @@ def test_operator_restart_in_every_stage(start_operator, make_run):
     assert len(run.job_names()) == 7 and final["attempts"] == {k: 1 for k in final["attempts"]}
 
 
+def test_an_existing_run_secret_is_never_overwritten(start_operator, make_run, kube_cluster, kube_namespace):
+    """The run's Secret is generated once: a later reconcile (or an operator restart) keeps the token the harness
+    host and the running workloads already hold."""
+    api = kube_cluster.api
+    body = {"metadata": {"name": "keeper-auth"}, "type": "Opaque", "stringData": {"harness-token": "kept"}}
+    api.create("v1", "secrets", kube_namespace, {"apiVersion": "v1", "kind": "Secret", **body})
+    with start_operator():
+        make_run("keeper", {"domain": "math_reasoning"}).wait_job()
+        wait_for(lambda: api.get("apps/v1", "deployments", kube_namespace, "keeper-harness"), what="the harness host")
+    secret = api.get("v1", "secrets", kube_namespace, "keeper-auth")
+    assert secret.get("stringData", secret.get("data", {})) == {"harness-token": "kept"}
+
+
 def test_deleted_whalerun_takes_its_children(start_operator, make_run, kube_cluster, kube_namespace):
     api = kube_cluster.api
     with start_operator():
@@ -298,6 +311,11 @@ def test_deleted_whalerun_takes_its_children(start_operator, make_run, kube_clus
         run.wait_job()
         wait_for(lambda: api.get("apps/v1", "deployments", kube_namespace, "doomed-sandbox"), what="the sandbox")
         assert api.get("networking.k8s.io/v1", "networkpolicies", kube_namespace, "doomed-sandbox-isolation")
+        # the harness host, its NetworkPolicy and the run's own Secret (before the host's pods that read it)
+        wait_for(lambda: api.get("apps/v1", "deployments", kube_namespace, "doomed-harness"), what="the harness host")
+        assert api.get("networking.k8s.io/v1", "networkpolicies", kube_namespace, "doomed-harness-isolation")
+        secret = api.get("v1", "secrets", kube_namespace, "doomed-auth")
+        assert len(secret.get("stringData", secret.get("data", {}))["harness-token"]) >= 32
         api.delete(WR, "whaleruns", kube_namespace, "doomed")
         wait_for(lambda: api.get(WR, "whaleruns", kube_namespace, "doomed") is None, what="the WhaleRun to go")
         for api_version, plural in (
@@ -305,6 +323,7 @@ def test_deleted_whalerun_takes_its_children(start_operator, make_run, kube_clus
             ("apps/v1", "deployments"),
             ("v1", "services"),
             ("networking.k8s.io/v1", "networkpolicies"),
+            ("v1", "secrets"),
         ):
             assert api.list(api_version, plural, kube_namespace, f"{names.LABEL_RUN}=doomed") == [], plural
 

@@ -175,6 +175,7 @@ def children_kinds() -> set[tuple[str, str]]:
         "Service": "services",
         "NetworkPolicy": "networkpolicies",
         "ResourceClaimTemplate": "resourceclaimtemplates",
+        "Secret": "secrets",
     }
     out = set()
     for p in EXAMPLES:

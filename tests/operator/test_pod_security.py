@@ -2,12 +2,16 @@
 Kubernetes 1.29-1.37; per-component pod templates land where they should (and GPU tolerations do not land on
 CPU pods); the lifecycle defaults; the vLLM NetworkPolicy builder.
 
-THE EXCEPTION (docs/operator.md#pod-security, docs/security.md#on-a-cluster): with
-``spec.sandbox.isolation: namespaces`` the containers that start harness sandboxes run as root with exactly
-:data:`builders.SANDBOX_HOST_CAPABILITIES` and AppArmor unconfined, so that the launcher can build each
-sandbox's namespaces; the untrusted program inside has no capability. Those containers are:
-the ``worker`` container of the train, search and eval Jobs (every workload runs harness code), and the
-``sandbox`` code tool's container. Nothing else.
+THE EXCEPTION (docs/operator.md#pod-security, docs/security.md#on-a-cluster): containers that start
+``whale.sandbox`` sandboxes with kernel namespaces run as root with exactly :data:`builders.SANDBOX_HOST_CAPABILITIES`
+and AppArmor unconfined, so that the launcher can build each sandbox's namespaces; the untrusted program inside has
+no capability. Harness files run in the run's harness pod (not in the workload Jobs), so those containers are:
+
+* ``spec.sandbox.isolation: namespaces``: the ``worker`` container of the harness-search Job (the proposer's shell
+  and agent sandboxes), the harness host's container and the ``sandbox`` code tool's container;
+* ``pod``: the harness-search Job's ``worker`` only (the harness pod and the code tool are restricted: the pod is
+  the wall);
+* ``none``: nothing starts namespaces (the ``sandbox`` code tool keeps its own default). Nothing else.
 """
 
 from __future__ import annotations
@@ -29,12 +33,15 @@ from whale_operator import builders
 
 RUN = builders.RunRef("demo", "team-a", "uid-1")
 STORE = "s3://whale"
-#: (kind of object, component label, container) allowed to be the sandbox host when isolation is namespaces
+#: (kind of object, component label, container) allowed to be the sandbox host, per spec.sandbox.isolation
 EXCEPTIONS = {
-    ("Job", "train", "worker"),
-    ("Job", "search", "worker"),
-    ("Job", "eval", "worker"),
-    ("Deployment", "sandbox", "sandbox"),
+    "namespaces": {
+        ("Job", "search", "worker"),
+        ("Deployment", "harness", "harness"),
+        ("Deployment", "sandbox", "sandbox"),
+    },
+    "pod": {("Job", "search", "worker")},
+    "none": {("Deployment", "sandbox", "sandbox")},
 }
 
 
@@ -50,14 +57,14 @@ def with_isolation(spec: WhaleRunSpec, isolation: str) -> WhaleRunSpec:
 
 
 def everything(spec: WhaleRunSpec) -> list[dict[str, Any]]:
-    return [*children_of(spec), builders.inference_network_policy(RUN)]
+    return [*children_of(spec), builders.inference_network_policy(RUN)]  # the harness host's too (children_of)
 
 
 def component(obj: dict[str, Any]) -> str:
     return obj["metadata"]["labels"].get("app.kubernetes.io/component", "")
 
 
-@pytest.mark.parametrize("isolation", ["namespaces", "none"])
+@pytest.mark.parametrize("isolation", ["namespaces", "pod", "none"])
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_every_pod_is_restricted_but_the_listed_sandbox_hosts(path: Path, isolation: str):
     spec = with_isolation(spec_of(path), isolation)
@@ -71,8 +78,7 @@ def test_every_pod_is_restricted_but_the_listed_sandbox_hosts(path: Path, isolat
         }
         for name in hosts:
             where = (obj["kind"], component(obj), name)
-            assert where in EXCEPTIONS, f"{where} is not a listed sandbox host"
-            assert isolation == "namespaces" or where[1] == "sandbox", f"{where}: isolation none starts no sandbox"
+            assert where in EXCEPTIONS[isolation], f"{where} is not a listed sandbox host at {isolation}"
             ctx = next(c for c in pod["containers"] if c["name"] == name)["securityContext"]
             assert set(ctx["capabilities"]["add"]) == set(builders.SANDBOX_HOST_CAPABILITIES)
             assert ctx["capabilities"]["drop"] == ["ALL"] and not ctx.get("privileged")
@@ -85,18 +91,21 @@ def test_every_pod_is_restricted_but_the_listed_sandbox_hosts(path: Path, isolat
                 continue
             others = {"kind": "Pod", "spec": stripped}
         assert violations(others) == [], (obj["kind"], obj["metadata"]["name"])
+    if isolation != "none":
+        assert ("Job", "search", "worker") in hosts_seen
     if isolation == "namespaces":
-        assert {("Job", "train", "worker"), ("Job", "search", "worker"), ("Job", "eval", "worker")} <= hosts_seen
+        assert ("Deployment", "harness", "harness") in hosts_seen
 
 
 #: one run of each domain and the CPU one (the others differ in numbers, not in shape)
 SHAPES = [p for p in EXAMPLES if p.stem in ("chess-whale", "math-whale", "searchqa-whale", "tiny-cpu")]
 
 
+@pytest.mark.parametrize("isolation", ["namespaces", "pod"])
 @pytest.mark.parametrize("path", SHAPES, ids=lambda p: p.stem)
-def test_every_child_validates_for_every_supported_kubernetes(path: Path):
+def test_every_child_validates_for_every_supported_kubernetes(path: Path, isolation: str):
     spec = spec_of(path, cluster={"placement": FULL_PLACEMENT, "lifecycle": {"ttlSecondsAfterFinished": 600}})
-    for obj in everything(spec):
+    for obj in everything(with_isolation(spec, isolation)):
         for version in K8S_VERSIONS:
             kubernetes_validate.validate(obj, version, strict=True)
 
@@ -136,6 +145,7 @@ SPREAD = [
     }
 ]
 FULL_PLACEMENT = {
+    "harness": {"runtimeClassName": "gvisor", "resources": {"requests": {"cpu": "1"}, "limits": {"memory": "8Gi"}}},
     "train": {
         "affinity": AFFINITY,
         "runtimeClassName": "nvidia",
@@ -236,6 +246,11 @@ def test_each_component_takes_its_own_template():
             assert "annotations" not in p["meta"]
     (prepare,) = pods["prepare"]
     assert prepare["pod"]["securityContext"]["runAsUser"] == 2000
+
+    (harness,) = pods["harness"]  # its own template: gVisor, its resources, no run-wide GPU toleration
+    assert harness["pod"]["runtimeClassName"] == "gvisor"
+    assert all("gpu" not in t["key"] for t in harness["pod"].get("tolerations", []))
+    assert harness["pod"]["containers"][0]["resources"] == {"requests": {"cpu": "1"}, "limits": {"memory": "8Gi"}}
 
     for p in pods.get("code", []) + pods.get("sandbox", []):
         assert p["pod"]["tolerations"] == [{"key": "cpu-only", "operator": "Exists", "effect": "NoSchedule"}], (

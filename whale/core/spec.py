@@ -993,6 +993,10 @@ class Placement(_Model):
     inference: PodPlacement = Field(PodPlacement(), description="the vLLM Deployment")
     workers: PodPlacement = Field(PodPlacement(), description="harness-search, evaluation and prepare Jobs")
     tools: PodPlacement = Field(PodPlacement(), description="the domain's tool services (retriever, code sandbox)")
+    harness: PodPlacement = Field(
+        PodPlacement(),
+        description="the run's harness pod, where harness files run (e.g. runtimeClassName: gvisor)",
+    )
 
 
 #: a Job's default wall time when spec.retry.activeDeadlineSeconds is unset: 7 days
@@ -1060,10 +1064,14 @@ class Tracking(_Model):
 class Sandbox(_Model):
     """How untrusted code runs: proposer-written harness files and the model's code (math's code tool)."""
 
-    isolation: Literal["namespaces", "none"] = Field(
+    isolation: Literal["namespaces", "pod", "none"] = Field(
         "namespaces",
         description="namespaces: kernel isolation (own network and mount namespaces, a fresh unprivileged uid, "
         "only the standard library and the harness visible); a phase fails when the host cannot provide it. "
+        "pod (cluster only; `whale run` refuses it): the run's harness pod and the code tool's pod are the wall "
+        "(no credentials, no service-account token, no egress, restricted securityContext, optionally "
+        "placement.harness.runtimeClassName), processes there keep rlimits, a fresh scratch directory and the "
+        "allow-listed environment but no kernel namespaces, so every pod but the harness search's is restricted. "
         "none: NO isolation - harness processes and the code tool run as the workload's user and can read "
         "what it can (its files, the data, the checkout); for trusted local use only",
     )

@@ -7,9 +7,13 @@ process imports ``whale.harness.api`` and must stay light):
   action/decision shapes). What a harness file imports.
 * ``validate`` — static + load-time checks of a harness file (imports, required names, signatures,
   promptOnly diff against h0). Errors name the line and the rule.
-* ``sandbox``  — how the harness process is started: always through ``whale.sandbox`` (namespaces or,
-  asked for by name, ``spec.sandbox.isolation: none``), with a staged stdlib-only package as its
-  only import path; no fallback.
+* ``launch``   — how the harness process is started: always through ``whale.sandbox`` (namespaces; in
+  the run's harness pod, ``pod``; asked for by name, ``spec.sandbox.isolation: none``), with a staged
+  stdlib-only package as its only import path; no fallback.
+* ``host``     — the run's harness host (``python -m whale.harness.host``, the harness pod on a
+  cluster): one harness process per connection from the run's workloads, no credentials in reach.
+* ``remote``   — the workloads' side of it: a harness process over one TCP connection, the same
+  :class:`~whale.harness.launch.Spawned` a local one is.
 * ``worker``   — the program inside the sandboxed process (standard library only): confines imports,
   puts up the audit hook, loads the harness, answers hook calls.
 * ``process``  — :class:`~whale.harness.process.HarnessProcess`, the runtime's handle on that

@@ -20,6 +20,12 @@ Isolation levels (``spec.sandbox.isolation``, :data:`IsolationLevel`):
 
 * ``namespaces`` (default): kernel isolation or nothing. When the sandbox cannot isolate on this host,
   starting fails with :class:`IsolationUnavailableError` — never a silent fallback.
+* ``pod``: on a cluster only. The run's harness pod is the wall (no credentials, no service-account
+  token, no egress, restricted securityContext, optionally gVisor/Kata): the harness host
+  (``whale.harness.host``) starts each process there without kernel namespaces but with everything
+  else (rlimits, a fresh scratch directory, the allow-listed environment, the confined imports), and
+  the workloads reach it over :mod:`whale.harness.remote`. Without a harness host (``whale run``)
+  starting fails closed with :class:`IsolationUnavailableError` naming ``spec.sandbox.isolation``.
 * ``none``: trusted local use only, asked for by name. The process still starts through
   ``whale.sandbox`` (rlimits, allow-listed environment, its own session, the worker's audit hook) but
   runs as the caller, in the caller's namespaces: it can read whatever the caller can. A warning is
@@ -37,7 +43,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -45,8 +51,9 @@ log = logging.getLogger(__name__)
 
 _HERE = Path(__file__).resolve().parent
 
-#: ``spec.sandbox.isolation``: kernel namespaces (fail closed) or none at all (trusted local use)
-IsolationLevel = Literal["namespaces", "none"]
+#: ``spec.sandbox.isolation``: kernel namespaces (fail closed), the harness pod as the wall (cluster only), or
+#: none at all (trusted local use)
+IsolationLevel = Literal["namespaces", "pod", "none"]
 ISOLATION_LEVELS: tuple[str, ...] = get_args(IsolationLevel)
 
 #: the files of the staged package, relative to its root, and where their text comes from (None: empty)
@@ -71,6 +78,39 @@ def unavailable_message(why: str) -> str:
     return f"kernel isolation is unavailable here: {why}; set spec.sandbox.isolation: none only for trusted local use"
 
 
+#: why ``pod`` cannot run where no harness host is configured (``whale run``, a workload without one)
+POD_WITHOUT_HOST = (
+    "spec.sandbox.isolation is pod, which runs harness files only in the run's harness pod on a cluster "
+    "(WHALE_HARNESS_HOST is not set here); use namespaces (or none, for trusted local use) outside a cluster"
+)
+#: the environment that names the run's harness host (the operator sets both in the workload pods)
+HARNESS_HOST_ENV = "WHALE_HARNESS_HOST"
+HARNESS_TOKEN_ENV = "WHALE_HARNESS_TOKEN"
+
+
+@dataclasses.dataclass(frozen=True)
+class HarnessHost:
+    """Where the run's harness host listens (``host:port``) and the run's caller token (not in the repr)."""
+
+    address: str
+    port: int
+    token: str = dataclasses.field(repr=False)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str]) -> HarnessHost | None:
+        """The host the operator configured (:data:`HARNESS_HOST_ENV`, :data:`HARNESS_TOKEN_ENV`), else None."""
+        value = environ.get(HARNESS_HOST_ENV, "").strip()
+        if not value:
+            return None
+        address, sep, port = value.rpartition(":")
+        if not sep or not address or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{HARNESS_HOST_ENV} must be host:port, got {value!r}")
+        token = environ.get(HARNESS_TOKEN_ENV, "")
+        if not token:
+            raise ValueError(f"{HARNESS_HOST_ENV} is set but {HARNESS_TOKEN_ENV} (the run's harness token) is empty")
+        return cls(address, int(port), token)
+
+
 @dataclasses.dataclass(frozen=True)
 class SandboxLimits:
     """Resource limits and isolation level of one harness process (which serves many episodes)."""
@@ -89,8 +129,11 @@ class SandboxLimits:
     max_response_bytes: int = 8 << 20
     #: tail of the process's stderr kept for error messages
     stderr_tail_bytes: int = 16 << 10
-    #: ``spec.sandbox.isolation``: "namespaces" (fail closed) or "none" (trusted local use only)
+    #: ``spec.sandbox.isolation``: "namespaces" (fail closed), "pod" (the harness pod is the wall) or "none"
+    #: (trusted local use only)
     isolation: IsolationLevel = "namespaces"
+    #: the run's harness host: processes start there (:mod:`whale.harness.remote`) instead of here
+    host: HarnessHost | None = None
 
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_LEVELS:
@@ -99,19 +142,22 @@ class SandboxLimits:
 
 def sandbox_isolation(level: IsolationLevel) -> Any:
     """The ``whale.sandbox.Isolation`` for a level: every namespace the launcher offers with no
-    fallback for ``namespaces``; nothing for ``none``."""
+    fallback for ``namespaces``; no namespaces for ``none`` and ``pod`` (there the pod is the wall; the
+    launcher still applies rlimits, the allow-listed environment and a fresh scratch directory)."""
     from whale.sandbox import Isolation
 
     if level not in ISOLATION_LEVELS:
         raise ValueError(f"isolation must be one of {list(ISOLATION_LEVELS)}, got {level!r}")
-    return Isolation.none() if level == "none" else Isolation()
+    return Isolation() if level == "namespaces" else Isolation.none()
 
 
 def tool_isolation(level: IsolationLevel) -> Any:
     """The isolation for a tool that runs model-written code with its own default (the math domain's
     code interpreter, which adds its allowed packages): None = keep the tool's default when that is
-    already the fail-closed wall; otherwise :func:`sandbox_isolation`. One spec field sets both."""
-    if level == "namespaces":
+    already the fail-closed wall; otherwise :func:`sandbox_isolation`. One spec field sets both.
+    ``pod`` keeps the namespaces here too: under ``pod`` the code tool runs in its own pod (its server is
+    told so there); a local runner in a workload pod, which holds credentials, never runs code unwalled."""
+    if level in ("namespaces", "pod"):
         return None
     return sandbox_isolation(level)
 
@@ -187,6 +233,11 @@ class Spawned:
     def returncode(self) -> int | None:
         return self._poll()
 
+    @property
+    def idle_closed(self) -> bool:
+        """The harness host closed this process's connection for idleness (a local process never is)."""
+        return False
+
     async def kill(self) -> None:
         """Kill the process tree, close the pipes, remove its scratch and package directories."""
         await asyncio.to_thread(self._kill)
@@ -233,13 +284,31 @@ def _read_harness(path: Path) -> str:
 
 
 async def spawn_worker(harness_path: Path, allowed_imports: frozenset[str], limits: SandboxLimits) -> Spawned:
-    """Start a harness worker for ``harness_path`` through ``whale.sandbox``.
+    """Start a harness worker for ``harness_path``: on the run's harness host when ``limits.host`` names
+    one (:mod:`whale.harness.remote`), else here through ``whale.sandbox`` (:func:`spawn_local`).
 
-    Raises :class:`IsolationUnavailableError` when ``limits.isolation`` is ``namespaces`` and the host
-    cannot provide them (the message names ``spec.sandbox.isolation``)."""
+    Raises :class:`IsolationUnavailableError` when ``limits.isolation`` is ``namespaces`` and this host
+    cannot provide them, or is ``pod`` and no harness host is configured (the message names
+    ``spec.sandbox.isolation``)."""
+    if limits.host is not None:
+        from whale.harness import remote
+
+        return await remote.spawn_remote(limits.host, Path(harness_path), allowed_imports, limits)
+    if limits.isolation == "pod":
+        raise IsolationUnavailableError(POD_WITHOUT_HOST)
+    return await spawn_local(harness_path, allowed_imports, limits)
+
+
+async def spawn_local(
+    harness_path: Path, allowed_imports: frozenset[str], limits: SandboxLimits, *, in_harness_pod: bool = False
+) -> Spawned:
+    """Start a harness worker here through ``whale.sandbox``. ``in_harness_pod``: the caller is the harness
+    host (``whale.harness.host``), the only place level ``pod`` may start a process."""
     from whale.sandbox import Limits, SandboxSetupError
     from whale.sandbox.process import launch
 
+    if limits.isolation == "pod" and not in_harness_pod:
+        raise IsolationUnavailableError(POD_WITHOUT_HOST)
     warn_if_unisolated(limits.isolation)
     source = _read_harness(Path(harness_path))
     package = stage_worker_package(Path(tempfile.mkdtemp(prefix="whale-harness-pkg-")))
@@ -268,7 +337,7 @@ async def spawn_worker(harness_path: Path, allowed_imports: frozenset[str], limi
         )
     except SandboxSetupError as exc:
         _remove_tree(package)
-        if limits.isolation == "none":
+        if limits.isolation != "namespaces":
             raise
         raise IsolationUnavailableError(unavailable_message(str(exc).strip())) from exc
     except BaseException:

@@ -212,9 +212,10 @@ class HarnessProcess:
                 return
             if self._closed:
                 raise HarnessError("harness process is closed")
-            if self.restarts >= self.max_restarts:
-                raise HarnessError(f"harness process died {self.restarts} times; giving up")
-            self.restarts += 1
+            if self._proc is None or not self._proc.idle_closed:  # an idle connection the host closed is no failure
+                if self.restarts >= self.max_restarts:
+                    raise HarnessError(f"harness process died {self.restarts} times; giving up")
+                self.restarts += 1
             await self._kill()
             self.info = await self._spawn()
 

@@ -22,12 +22,19 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from whale.sandbox import Isolation
 from whale.tools.code import CodeLimits, execute
 
 log = logging.getLogger(__name__)
 
 
-def create_app(limits: CodeLimits = CodeLimits(), concurrency: int | None = None, max_waiting: int = 256) -> FastAPI:
+def create_app(
+    limits: CodeLimits = CodeLimits(),
+    concurrency: int | None = None,
+    max_waiting: int = 256,
+    isolation: Isolation | None = None,
+) -> FastAPI:
+    """``isolation``: each run's sandbox (None: the code tool's default, kernel namespaces)."""
     concurrency = concurrency or max(1, os.cpu_count() or 1)
 
     class RunRequest(BaseModel):
@@ -63,7 +70,7 @@ def create_app(limits: CodeLimits = CodeLimits(), concurrency: int | None = None
         finally:
             counters["waiting"] -= 1
         try:
-            result = await run_in_threadpool(execute, req.code, limits, req.timeout_s)
+            result = await run_in_threadpool(execute, req.code, limits, req.timeout_s, isolation)
         finally:
             slots.release()
         counters["runs"] += 1
@@ -80,12 +87,28 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--concurrency", type=int, default=None, help="sandboxes running at once (default: CPU count)")
     p.add_argument("--timeout-s", type=float, default=CodeLimits.timeout_s, help="max wall time per run")
     p.add_argument("--memory-mb", type=int, default=CodeLimits.memory_mb)
+    p.add_argument(
+        "--isolation",
+        choices=("namespaces", "pod"),
+        default="namespaces",
+        help="spec.sandbox.isolation: pod = this pod is the wall (no credentials, no token, no egress), each run "
+        "keeps its rlimits, scratch directory and allow-listed environment but no kernel namespaces",
+    )
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     import uvicorn
 
+    isolation = None
+    if args.isolation == "pod":  # the pod is the wall: refuse to serve where a credential is in reach
+        from whale.harness.host import credential_exposure
+
+        exposed = credential_exposure(os.environ)
+        if exposed:
+            raise SystemExit("code interpreter refuses to serve at isolation pod: it can see " + "; ".join(exposed))
+        isolation = Isolation.none()
     limits = CodeLimits(timeout_s=args.timeout_s, memory_mb=args.memory_mb)
-    uvicorn.run(create_app(limits, args.concurrency), host=args.host, port=args.port, log_level="warning")
+    app = create_app(limits, args.concurrency, isolation=isolation)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ runs under."""
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -76,11 +77,22 @@ def load_domain(spec: Any, domain: Any = None) -> Any:
 
 
 def harness_limits(spec: Any) -> Any:
-    """The harness processes' limits, with ``spec.sandbox.isolation`` (warned about once when none)."""
-    from whale.harness.launch import SandboxLimits, warn_if_unisolated
+    """The harness processes' limits, with ``spec.sandbox.isolation`` (warned about once when none) and the
+    run's harness host when the operator configured one (``$WHALE_HARNESS_HOST``): the processes then start
+    in the harness pod, not here. Level ``pod`` without a host fails closed (IsolationUnavailableError)."""
+    from whale.harness.launch import (
+        POD_WITHOUT_HOST,
+        HarnessHost,
+        IsolationUnavailableError,
+        SandboxLimits,
+        warn_if_unisolated,
+    )
 
+    host = HarnessHost.from_env(os.environ)
+    if spec.sandbox.isolation == "pod" and host is None:
+        raise IsolationUnavailableError(POD_WITHOUT_HOST)
     warn_if_unisolated(spec.sandbox.isolation)
-    return SandboxLimits(isolation=spec.sandbox.isolation)
+    return SandboxLimits(isolation=spec.sandbox.isolation, host=host)
 
 
 def harness_file(store: Store, key: str | None, domain: Any, tmp: Path) -> Path:
