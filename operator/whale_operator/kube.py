@@ -31,6 +31,8 @@ PLURALS: dict[tuple[str, str], str] = {
     ("v1", "Event"): "events",
     ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
     ("resource.k8s.io/v1", "ResourceClaimTemplate"): "resourceclaimtemplates",
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): "jobsets",
+    ("scheduling.x-k8s.io/v1alpha1", "PodGroup"): "podgroups",
     (f"{API_GROUP}/{API_VERSION}", "WhaleRun"): PLURAL,
 }
 REQUEST_TIMEOUT_S = 30

@@ -197,7 +197,7 @@ class Reconciler:
         if sizes is None:
             return self._prepare(run, spec, store, prev, generation, now)
 
-        jobs = self.kube.list("batch/v1", "Job", run.namespace, names.run_selector(run.name))
+        jobs = self.jobs.phase_children(run, spec)  # Jobs, and JobSets with cluster.admission jobSet
         children = self._children(run, observe.current_jobs(jobs, prev.attempts))
         obs = self._observer(store, run.name).observe(prev, children, sizes, now, generation)
         decision = decide(spec, prev, obs)
@@ -209,7 +209,7 @@ class Reconciler:
         new = decision.status
         # superseded attempts (a preempted Job left suspended by the queue) must not hold resources
         for job in observe.stale_jobs(jobs, new.attempts):
-            self.kube.delete("batch/v1", "Job", run.namespace, job["metadata"]["name"])
+            self.jobs.delete_child(run, job)
         dep = deps.get(names.inference_name(run.name))
         view = st.InferenceView(managed=inference_managed, ready=observe.deployment_ready(dep))
         new = st.with_conditions(new, prev.conditions, view, generation, now)
@@ -225,7 +225,7 @@ class Reconciler:
             if kueue.needs_started_mark(job):
                 # what tells a later eviction from queueing: Kubernetes clears startTime on suspension
                 patch = kueue.started_patch(self.clock())
-                self.kube.merge_patch("batch/v1", "Job", run.namespace, job["metadata"]["name"], patch)
+                self.jobs.patch_child(run, job, patch)
                 job["metadata"].setdefault("annotations", {}).update(patch["metadata"]["annotations"])
             child = observe.job_child(job)
             if child.state is ChildState.FAILED:
@@ -334,7 +334,7 @@ class Reconciler:
         for stop in step.stops:
             write_stop(store, run.name, stop)
         if step.end is not None:
-            self.jobs.stop_children(run)
+            self.jobs.stop_children(run, spec)
             self.jobs.scale_infra(run, 0, deps)
         if step.start is not None:
             self.jobs.ensure_infra(run, spec, decision.status.current_checkpoint, deps, tools)
