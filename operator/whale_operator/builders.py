@@ -1228,3 +1228,16 @@ def in_pod_group(manifest: Manifest, group: str) -> Manifest:
         template = manifest["spec"]["template"]
     template["metadata"]["labels"] = {**template["metadata"]["labels"], POD_GROUP_LABEL: group}
     return manifest
+
+
+def required_apis(spec: WhaleRunSpec) -> list[tuple[str, str, str]]:
+    """(spec field, API group/version, what installs it) of the custom kinds this spec's children need: the run
+    cannot start without them, and says so on the field that asks for them."""
+    out = []
+    if uses_jobset(spec):
+        out.append(("spec.cluster.admission", JOBSET_API_VERSION, "JobSet >= 0.8 (kubernetes-sigs/jobset)"))
+    if spec.cluster.gang_scheduling == "podGroup" and spec.train.num_nodes > 1:
+        out.append(
+            ("spec.cluster.gangScheduling", PODGROUP_API_VERSION, "scheduler-plugins' coscheduling PodGroup CRD")
+        )
+    return out

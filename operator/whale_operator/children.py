@@ -18,7 +18,7 @@ from whale.core.spec import WhaleRunSpec
 from whale.domain import ToolService
 from whale.store import Store
 from whale_operator import builders, names, observe
-from whale_operator.config import store_uri
+from whale_operator.config import SpecError, store_uri
 from whale_operator.kube import Conflict, KubeClient
 from whale_operator.metrics import OperatorMetrics
 
@@ -32,6 +32,7 @@ class JobLauncher:
         self.kube = kube
         self.metrics = metrics
         self._timed: set[str] = set()
+        self._served_apis: set[str] = set()
 
     def deployments(self, run: builders.RunRef) -> dict[str, dict[str, Any]]:
         return {
@@ -108,6 +109,18 @@ class JobLauncher:
             self.ensure(group)
             manifest = builders.in_pod_group(manifest, group["metadata"]["name"])
         return self.ensure(manifest)
+
+    def check_apis(self, spec: WhaleRunSpec) -> None:
+        """Raise :class:`SpecError` on the field that asks for a kind this cluster does not serve (JobSet for
+        ``cluster.admission`` jobSet, PodGroup for ``cluster.gangScheduling`` podGroup). A served API is
+        remembered; a missing one is asked again next time (it may be installed meanwhile)."""
+        for field_, api, what in builders.required_apis(spec):
+            if api in self._served_apis:
+                continue
+            if not self.kube.has_api(api):
+                fix = "set cluster.admission: perChild" if field_.endswith("admission") else "set gangScheduling: none"
+                raise SpecError(field_, f"this cluster does not serve {api}: install {what}, or {fix}")
+            self._served_apis.add(api)
 
     def phase_children(self, run: builders.RunRef, spec: WhaleRunSpec) -> list[dict[str, Any]]:
         """The run's Jobs and, with ``cluster.admission: jobSet``, its JobSets: what ``decide()`` observes."""

@@ -161,6 +161,14 @@ class KubeClient:
             return False
         return True
 
+    def has_api(self, group_version: str) -> bool:
+        """The API server serves ``group/version`` (discovery; e.g. a CRD's API is installed)."""
+        try:
+            self.request("GET", f"/apis/{group_version}")
+        except NotFound:
+            return False
+        return True
+
     # --- WhaleRun ---
     def get_run(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.get(f"{API_GROUP}/{API_VERSION}", "WhaleRun", namespace, name)

@@ -170,6 +170,7 @@ class Reconciler:
                 raise SpecError(field_, message)
             spec = tenancy.scoped(spec, run.namespace, run.name, run.uid)  # from here on, the run's own store
             tools = self.tools_for(spec)
+            self.jobs.check_apis(spec)  # JobSet / PodGroup where the spec asks for them
         except (SpecError, names.RunNameError) as exc:
             field_ = exc.field if isinstance(exc, SpecError) else "metadata.name"
             text = str(exc).split(": ", 1)[-1] if isinstance(exc, SpecError) else str(exc)

@@ -328,3 +328,13 @@ def test_a_finished_jobset_succeeds_or_fails():
     )
     child = observe.job_child(failed)
     assert child.state is ChildState.FAILED and "workload-0" in child.message
+
+
+def test_the_custom_kinds_a_spec_needs_are_named_with_their_field():
+    assert builders.required_apis(example_spec()) == []
+    assert builders.required_apis(example_spec(queueName="gpu")) == [
+        ("spec.cluster.admission", "jobset.x-k8s.io/v1alpha2", "JobSet >= 0.8 (kubernetes-sigs/jobset)")
+    ]
+    gang = multi_node(example_spec(gangScheduling="podGroup"), 2)
+    assert [field for field, _, _ in builders.required_apis(gang)] == ["spec.cluster.gangScheduling"]
+    assert builders.required_apis(example_spec(gangScheduling="podGroup")) == []  # one node: no group

@@ -218,3 +218,34 @@ def test_a_phase_is_one_jobset_admitted_whole(
         st = wait_for(lambda: run.status() if run.status().get("phase") == "Succeeded" else None, what="Succeeded")
         assert st["failures"] == {} and st["preemptions"] == 1
         assert run.jobs() == [] and api.get("apps/v1", "deployments", ns, names.inference_name("unit")) is None
+
+
+def test_gang_scheduling_needs_the_pod_group_api_and_then_groups_the_train_pods(
+    start_operator, make_run, kube_cluster: EmulatedCluster, kube_namespace: str
+):
+    """No PodGroup API: the run says so on the field that asks for it (no crash loop); installed (the spec touched
+    to wake the run), a multi-node train's pods are placed all together by a PodGroup of numNodes."""
+    api, ns = kube_cluster.api, kube_namespace
+    spec = {
+        "train": {"numNodes": 2, "gpusPerNode": 1},
+        "cluster": {"gangScheduling": "podGroup", "schedulerName": "scheduler-plugins-scheduler"},
+    }
+    with start_operator():
+        run = make_run("gang", spec)
+        st = wait_for(lambda: run.status() if run.status().get("reason") == "InvalidSpec" else None, what="refusal")
+        assert st["message"].startswith("spec.cluster.gangScheduling: this cluster does not serve scheduling.x-k8s.io")
+        assert "set gangScheduling: none" in st["message"] and run.jobs() == []
+
+        crd = yaml.safe_load((CRDS / "scheduling.x-k8s.io_podgroups.yaml").read_text())
+        api.create("apiextensions.k8s.io/v1", "customresourcedefinitions", None, crd)
+        api.patch("whale.dev/v1alpha1", "whaleruns", ns, "gang", {"spec": {"suspend": False}})
+        run.finish(run.wait_job())  # the start evaluation: one pod, no group
+        train = run.wait_job()
+        assert train["metadata"]["name"] == "gang-c01-weight-1" and train["spec"]["parallelism"] == 2
+        pod = train["spec"]["template"]
+        assert pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"] == "gang-c01-weight-1"
+        assert pod["spec"]["schedulerName"] == "scheduler-plugins-scheduler"
+        group = api.get("scheduling.x-k8s.io/v1alpha1", "podgroups", ns, "gang-c01-weight-1")
+        assert group is not None and group["spec"] == {"minMember": 2}
+        run.finish(train)
+        assert run.play_to_end()["phase"] == "Succeeded"
