@@ -338,3 +338,17 @@ def test_the_custom_kinds_a_spec_needs_are_named_with_their_field():
     gang = multi_node(example_spec(gangScheduling="podGroup"), 2)
     assert [field for field, _, _ in builders.required_apis(gang)] == ["spec.cluster.gangScheduling"]
     assert builders.required_apis(example_spec(gangScheduling="podGroup")) == []  # one node: no group
+
+
+@pytest.mark.parametrize("overlay", ["cluster", "namespaced"])
+def test_the_operator_may_manage_jobsets_and_create_pod_groups(overlay):
+    """What the operator does to them (tests/operator/test_packaging.py keeps the chart equal to the overlays):
+    JobSets created, listed, watched, patched (the started mark), deleted (a superseded attempt); PodGroups created;
+    Jobs patched too (the started mark)."""
+    from tests.operator.test_packaging import bound_to_operator
+
+    held = bound_to_operator(overlay)
+    for verb in ("get", "list", "watch", "create", "patch", "delete"):
+        assert ("jobset.x-k8s.io", "jobsets", verb) in held, verb
+    assert ("scheduling.x-k8s.io", "podgroups", "create") in held
+    assert ("batch", "jobs", "patch") in held

@@ -249,3 +249,22 @@ def test_gang_scheduling_needs_the_pod_group_api_and_then_groups_the_train_pods(
         assert group is not None and group["spec"] == {"minMember": 2}
         run.finish(train)
         assert run.play_to_end()["phase"] == "Succeeded"
+
+
+def test_suspending_the_run_deletes_its_running_jobset_and_resuming_queues_it_again(
+    jobset_crd, start_operator, make_run, kube_cluster: EmulatedCluster, kube_namespace: str
+):
+    api, ns = kube_cluster.api, kube_namespace
+    with start_operator():
+        run = make_run("pause", SPEC, play_sidecar=False)
+        start = "pause-eval-c00-s000000-start-1"
+        wait_jobset(api, ns, start)
+        admit(api, ns, start)
+        wait_for(lambda: marked(api, ns, start), what="the started mark")
+        api.patch("whale.dev/v1alpha1", "whaleruns", ns, "pause", {"spec": {"suspend": True}})
+        wait_for(lambda: start not in jobsets(api, ns, "pause"), what="the running JobSet to be deleted")
+        st = wait_for(lambda: run.status() if run.status().get("phase") == "Suspended" else None, what="Suspended")
+        assert st["failures"] == {}
+        api.patch("whale.dev/v1alpha1", "whaleruns", ns, "pause", {"spec": {"suspend": False}})
+        again = wait_jobset(api, ns, start)  # the same attempt, back in the queue as one unit
+        assert again["spec"]["suspend"] is True and not marked(api, ns, start)
