@@ -1014,7 +1014,9 @@ class Cluster(_Model):
     """Kubernetes placement for the children; `whale run` ignores all of it."""
 
     images: Images = Images()
-    queue_name: QueueName | None = Field(None, description="Kueue LocalQueue; labels every Job and the Deployment")
+    queue_name: QueueName | None = Field(
+        None, description="Kueue LocalQueue; labels every Job, phase JobSet (see admission) and Deployment"
+    )
     priority_class_name: K8sName | None = None
     node_selector: dict[QualifiedName, LabelValue] = Field(default_factory=dict, max_length=64)
     tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
