@@ -1155,6 +1155,11 @@ def phase_jobset(
     server = inference_deployment(run, spec, store_uri=store_uri, checkpoint=checkpoint)["spec"]["template"]
     server_pod = {**server["spec"], "restartPolicy": "OnFailure"}
     server_job = {
+        # one pod, Indexed (JobSet's default, written out): its DNS name <jobset>-inference-0-0 is what the workload
+        # calls
+        "completionMode": "Indexed",
+        "completions": 1,
+        "parallelism": 1,
         "backoffLimit": INFERENCE_JOB_RESTARTS,
         "template": {"metadata": _without_queue(server["metadata"]), "spec": server_pod},
     }

@@ -159,6 +159,8 @@ def test_a_phase_under_a_queue_is_one_suspended_jobset_with_its_server_first():
     assert server == {**dep, "restartPolicy": "OnFailure"}
     assert [c["name"] for c in server["containers"]] == ["vllm", "weight-sync"]
     assert [c["name"] for c in server["initContainers"]] == ["fetch-weights"]
+    server_job = replicated(js, "inference")["template"]["spec"]
+    assert (server_job["completionMode"], server_job["completions"]) == ("Indexed", 1)  # pod <jobset>-inference-0-0
     # the workload is today's Job, reaching its own server by JobSet's pod DNS name
     job = builders.job(RUN, spec, req, store_uri=STORE)
     workload = replicated(js, "workload")["template"]["spec"]
