@@ -44,7 +44,14 @@ def child_kind(child: dict[str, Any]) -> tuple[str, str]:
     return (names.JOBSET_API_VERSION, "JobSet") if is_jobset(child) else ("batch/v1", "Job")
 
 
-def jobset_child(jobset: dict[str, Any]) -> Child:
+def pod_selector(child: dict[str, Any]) -> str:
+    """The label selector of a phase child's pods (a JobSet's: all of its Jobs')."""
+    if is_jobset(child):
+        return f"jobset.sigs.k8s.io/jobset-name={child['metadata']['name']}"
+    return f"batch.kubernetes.io/job-name={child['metadata']['name']}"
+
+
+def jobset_child(jobset: dict[str, Any], pod_message: str = "") -> Child:
     """The ChildState of a phase JobSet, read as :func:`job_child` reads a Job: ``Completed`` (its workload
     succeeded, ``successPolicy``) is SUCCEEDED, ``Failed`` is FAILED, suspended again after the operator saw it run
     is PREEMPTED (Kueue evicted the whole unit), suspended before that is queued."""
@@ -57,7 +64,8 @@ def jobset_child(jobset: dict[str, Any]) -> Child:
         text = f"{failed.get('reason', 'Failed')}: {failed.get('message', '')}".strip(": ")
         if DISRUPTION in text:
             return Child(ChildState.PREEMPTED, text)
-        return Child(ChildState.FAILED, text)
+        detail = pod_message.strip().splitlines()[-1] if pod_message.strip() else ""
+        return Child(ChildState.FAILED, f"{text}; {detail}" if detail else text)
     why = kueue.evicted(jobset)
     if why is not None:
         return Child(ChildState.PREEMPTED, f"suspended after it started ({why})")
@@ -70,7 +78,7 @@ def job_child(job: dict[str, Any], pod_message: str = "") -> Child:
     """The ChildState of one Job (or phase JobSet: :func:`jobset_child`); ``pod_message`` is the failed
     container's termination message."""
     if is_jobset(job):
-        return jobset_child(job)
+        return jobset_child(job, pod_message)
     if job.get("metadata", {}).get("deletionTimestamp"):
         return Child(ChildState.RUNNING, "terminating")
     if _true(job, "Complete", "SuccessCriteriaMet"):

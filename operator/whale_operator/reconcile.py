@@ -230,9 +230,7 @@ class Reconciler:
                 job["metadata"].setdefault("annotations", {}).update(patch["metadata"]["annotations"])
             child = observe.job_child(job)
             if child.state is ChildState.FAILED:
-                pods = self.kube.list(
-                    "v1", "Pod", run.namespace, f"batch.kubernetes.io/job-name={job['metadata']['name']}"
-                )
+                pods = self.kube.list("v1", "Pod", run.namespace, observe.pod_selector(job))
                 child = observe.job_child(job, observe.failed_pod_message(pods, builders.WORKER_CONTAINER))
             children[phase] = child
             self.jobs.time_job(job, child)

@@ -330,6 +330,10 @@ def test_a_finished_jobset_succeeds_or_fails():
     )
     child = observe.job_child(failed)
     assert child.state is ChildState.FAILED and "workload-0" in child.message
+    # with the failed worker's last words, found among the JobSet's pods
+    assert observe.pod_selector(failed) == "jobset.sigs.k8s.io/jobset-name=js"
+    worded = observe.job_child(failed, "Traceback ...\nRuntimeError: CUDA out of memory")
+    assert worded.message.endswith("; RuntimeError: CUDA out of memory")
 
 
 def test_the_custom_kinds_a_spec_needs_are_named_with_their_field():

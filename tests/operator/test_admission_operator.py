@@ -268,3 +268,41 @@ def test_suspending_the_run_deletes_its_running_jobset_and_resuming_queues_it_ag
         api.patch("whale.dev/v1alpha1", "whaleruns", ns, "pause", {"spec": {"suspend": False}})
         again = wait_jobset(api, ns, start)  # the same attempt, back in the queue as one unit
         assert again["spec"]["suspend"] is True and not marked(api, ns, start)
+
+
+def test_a_failed_jobset_spends_the_failure_budget_with_its_workers_last_words(
+    jobset_crd, start_operator, make_run, kube_cluster: EmulatedCluster, kube_namespace: str
+):
+    """A failure (not an eviction) of the unit: JobSet fails at once (maxRestarts 0), the operator counts it and
+    retries; the run's message carries the failed worker's termination message, found among the JobSet's pods."""
+    api, ns = kube_cluster.api, kube_namespace
+    with start_operator():
+        run = make_run("flaky", {**SPEC, "retry": {"maxAttempts": 1}}, play_sidecar=False)
+        name = "flaky-eval-c00-s000000-start-1"
+        wait_jobset(api, ns, name)
+        admit(api, ns, name)
+        pod = f"{name}-workload-0-0-abcde"
+        api.create("v1", "pods", ns, {"metadata": {"name": pod, "labels": {"jobset.sigs.k8s.io/jobset-name": name}}})
+        terminated = {"exitCode": 1, "message": "Traceback ...\nRuntimeError: CUDA out of memory"}
+        api.patch(
+            "v1",
+            "pods",
+            ns,
+            pod,
+            {"status": {"containerStatuses": [{"name": "worker", "state": {"terminated": terminated}}]}},
+            sub="status",
+        )
+        failed = {
+            "type": "Failed",
+            "status": "True",
+            "reason": "FailedJobs",
+            "message": f"jobset failed due to job {name}-workload-0",
+            "lastTransitionTime": now_rfc3339(),
+        }
+        api.patch(
+            JS, "jobsets", ns, name, {"status": {"terminalState": "Failed", "conditions": [failed]}}, sub="status"
+        )
+        final = wait_for(lambda: run.status() if run.status().get("phase") == "Failed" else None, what="run Failed")
+    assert final["reason"] == "PhaseFailed" and final["failures"] == {"eval-c00-s000000-start": 1}
+    assert "RuntimeError: CUDA out of memory" in final["message"] and "FailedJobs" in final["message"]
+    assert final.get("preemptions", 0) == 0
