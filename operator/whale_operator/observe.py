@@ -148,3 +148,17 @@ def deployment_ready(dep: dict[str, Any] | None) -> bool:
         return False
     want = dep.get("spec", {}).get("replicas", 1)
     return want > 0 and int(dep.get("status", {}).get("readyReplicas") or 0) >= want
+
+
+def inference_ready(dep: dict[str, Any] | None, children: Iterable[dict[str, Any]] = ()) -> bool:
+    """The run's vLLM server is ready: the run-wide Deployment, or (``cluster.admission: jobSet``) the server Job
+    of a phase JobSet that runs now (``status.replicatedJobsStatus``)."""
+    if deployment_ready(dep):
+        return True
+    for child in children:
+        if not is_jobset(child) or job_child(child).state is not ChildState.RUNNING or kueue.suspended(child):
+            continue
+        for rjob in child.get("status", {}).get("replicatedJobsStatus") or ():
+            if rjob.get("name") == names.JOBSET_INFERENCE and int(rjob.get("ready") or 0) >= 1:
+                return True
+    return False

@@ -212,7 +212,7 @@ class Reconciler:
         for job in observe.stale_jobs(jobs, new.attempts):
             self.jobs.delete_child(run, job)
         dep = deps.get(names.inference_name(run.name))
-        view = st.InferenceView(managed=inference_managed, ready=observe.deployment_ready(dep))
+        view = st.InferenceView(managed=inference_managed, ready=observe.inference_ready(dep, jobs))
         new = st.with_conditions(new, prev.conditions, view, generation, now)
         self.metrics.rollouts.labels(namespace=run.namespace, run=run.name).set(new.rollouts_spent)
         # a start that found its child already there (or was deferred) is not news

@@ -358,3 +358,13 @@ def test_the_operator_may_manage_jobsets_and_create_pod_groups(overlay):
         assert ("jobset.x-k8s.io", "jobsets", verb) in held, verb
     assert ("scheduling.x-k8s.io", "podgroups", "create") in held
     assert ("batch", "jobs", "patch") in held
+
+
+def test_inference_is_ready_when_a_running_phase_jobset_has_its_server_ready():
+    admitted = jobset(suspend=False, active=2, annotations=MARK)
+    assert observe.inference_ready(None, [admitted])
+    queued = jobset(suspend=True)
+    assert not observe.inference_ready(None, [queued])
+    done = jobset(suspend=False, active=2, annotations=MARK, conditions=[("Completed", "True", "AllJobsCompleted", "")])
+    assert not observe.inference_ready(None, [done])  # JobSet stops the server of a finished unit
+    assert not observe.inference_ready(None, [{"metadata": {"name": "j"}, "spec": {"template": {}}, "status": {}}])

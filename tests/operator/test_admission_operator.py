@@ -178,6 +178,14 @@ def test_a_phase_is_one_jobset_admitted_whole(
         # admitted: the operator marks it (what tells a later eviction from queueing); the phase completes
         admit(api, ns, start)
         wait_for(lambda: marked(api, ns, start), what="the started mark on the JobSet")
+        # the phase's own server is what InferenceReady reads now
+        wait_for(
+            lambda: any(
+                c["type"] == "InferenceReady" and c["status"] == "True" and c["reason"] == "Serving"
+                for c in run.status().get("conditions", [])
+            ),
+            what="InferenceReady from the JobSet's server",
+        )
         run.finish_eval(run.request(js))
         complete(api, ns, start)
         run.handled.add(start)
