@@ -368,3 +368,17 @@ def test_inference_is_ready_when_a_running_phase_jobset_has_its_server_ready():
     done = jobset(suspend=False, active=2, annotations=MARK, conditions=[("Completed", "True", "AllJobsCompleted", "")])
     assert not observe.inference_ready(None, [done])  # JobSet stops the server of a finished unit
     assert not observe.inference_ready(None, [{"metadata": {"name": "j"}, "spec": {"template": {}}, "status": {}}])
+
+
+def test_the_operators_client_knows_the_new_kinds():
+    """kube.PLURALS maps every kind the operator creates to its REST path (a kind missing there is a KeyError at
+    the first create on a cluster)."""
+    from whale_operator.kube import PLURALS
+
+    spec = multi_node(example_spec(queueName="gpu", gangScheduling="podGroup"), 2)
+    req = weight_request(spec)
+    js = builders.phase_jobset(RUN, spec, req, store_uri=STORE, checkpoint=None)
+    group = builders.pod_group(RUN, spec, req, js["metadata"]["name"])
+    assert group is not None
+    for manifest in (js, group):
+        assert PLURALS[(manifest["apiVersion"], manifest["kind"])] in ("jobsets", "podgroups")
