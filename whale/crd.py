@@ -115,6 +115,13 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "rule": "has(self.storage) && has(self.storage.uri)",
             "message": "storage.uri: the operator needs an object store: set it to s3://bucket[/prefix]",
         },
+        {
+            "rule": "!has(self.cluster) || !has(self.cluster.admission) || self.cluster.admission != 'jobSet' || "
+            "!has(self.inference) || (!has(self.inference.backend) || self.inference.backend in ['auto', 'vllm']) && "
+            "(!has(self.inference.placement) || self.inference.placement == 'separate')",
+            "message": "cluster.admission: jobSet puts each phase's own vLLM server beside its workload; it needs "
+            "inference.backend vllm (or auto) and inference.placement separate",
+        },
         _immutable("domain"),
         _immutable("condition"),
         _immutable("model.name"),

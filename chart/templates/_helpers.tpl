@@ -20,7 +20,7 @@ mode (Role); manifests/overlays/{cluster,namespaced}/rbac.yaml hold the same */}
 # children: created, watched, read after a name clash, deleted on suspend/retry
 - apiGroups: [batch]
   resources: [jobs]
-  verbs: [get, list, watch, create, delete]
+  verbs: [get, list, watch, create, delete, patch]
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, patch]
@@ -42,6 +42,14 @@ mode (Role); manifests/overlays/{cluster,namespaced}/rbac.yaml hold the same */}
 # the run's auth Secret (the vLLM API key), created once per run (docs/operator.md#store-credentials)
 - apiGroups: [""]
   resources: [secrets]
+  verbs: [get, create]
+# cluster.admission jobSet: a phase's vLLM server and workload as one JobSet (one Kueue Workload)
+- apiGroups: [jobset.x-k8s.io]
+  resources: [jobsets]
+  verbs: [get, list, watch, create, delete, patch]
+# cluster.gangScheduling podGroup: a multi-node train's coscheduling PodGroup (scheduler-plugins)
+- apiGroups: [scheduling.x-k8s.io]
+  resources: [podgroups]
   verbs: [get, create]
 # the failed worker's termination message
 - apiGroups: [""]

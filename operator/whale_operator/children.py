@@ -14,12 +14,12 @@ from whale.control.planner import write_request
 from whale.control.serving import serve
 from whale.core import layout
 from whale.core.alternation import Child, ChildState, StartPhase
-from whale.core.protocol import WeightRequest
+from whale.core.protocol import PhaseRequest, WeightRequest
 from whale.core.spec import WhaleRunSpec
 from whale.domain import ToolService
 from whale.store import Store
 from whale_operator import builders, names, observe
-from whale_operator.config import store_uri
+from whale_operator.config import SpecError, store_uri
 from whale_operator.kube import Conflict, KubeClient, Refused, collection_path
 from whale_operator.metrics import OperatorMetrics
 
@@ -42,6 +42,7 @@ class JobLauncher:
         self.kube = kube
         self.metrics = metrics
         self._timed: set[str] = set()
+        self._served_apis: set[str] = set()
 
     def deployments(self, run: builders.RunRef) -> dict[str, dict[str, Any]]:
         return {
@@ -63,6 +64,9 @@ class JobLauncher:
         weights ``target`` the child samples from (``control/served.json``), so no child ever samples
         from stale weights; decide() asks again on the next reconcile."""
         req = action.request
+        if builders.uses_jobset(spec):
+            # the phase's own server starts from serving.json's target and is Ready before its workload starts
+            return self._start_jobset(run, spec, store, req, target, tools)
         if builders.uses_vllm(spec):
             served = store.read_json_or_none(layout.served_key(run.name))
             if not isinstance(served, dict) or served.get("checkpoint") != target:
@@ -85,7 +89,63 @@ class JobLauncher:
             # one pod, trainer and vLLM on the same GPUs (a DRA claim both containers reference)
             self.ensure(builders.colocated_gpu_claim_template(run, spec, req))
             return self.ensure(builders.colocated_train_job(run, spec, req, store_uri=store_uri(spec), tools=tools))
-        return self.ensure(builders.job(run, spec, req, store_uri=store_uri(spec), tools=tools))
+        return self._ensure_gang(run, spec, req, builders.job(run, spec, req, store_uri=store_uri(spec), tools=tools))
+
+    def _start_jobset(
+        self,
+        run: builders.RunRef,
+        spec: WhaleRunSpec,
+        store: Store,
+        req: PhaseRequest,
+        target: str | None,
+        tools: tuple[ToolService, ...],
+    ) -> bool:
+        """``cluster.admission: jobSet``: the phase's JobSet (its vLLM server and its workload, one Kueue
+        Workload). No wait for ``served.json``: the server is the JobSet's own, it loads the serving target
+        (written before this call) when it starts, and JobSet starts the workload only once it is Ready."""
+        spec_wire = spec.to_wire()
+        if store.read_json_or_none(layout.spec_key(run.name)) != spec_wire:
+            store.write_json(layout.spec_key(run.name), spec_wire)
+        write_request(store, run.name, req)  # before the JobSet: the workload reads it first thing
+        manifest = builders.phase_jobset(run, spec, req, store_uri=store_uri(spec), checkpoint=target, tools=tools)
+        return self._ensure_gang(run, spec, req, manifest)
+
+    def _ensure_gang(
+        self, run: builders.RunRef, spec: WhaleRunSpec, req: PhaseRequest, manifest: dict[str, Any]
+    ) -> bool:
+        """Ensure the phase child, after its coscheduling PodGroup when ``cluster.gangScheduling`` gives it one."""
+        group = builders.pod_group(run, spec, req, manifest["metadata"]["name"])
+        if group is not None:
+            self.ensure(group)
+            manifest = builders.in_pod_group(manifest, group["metadata"]["name"])
+        return self.ensure(manifest)
+
+    def check_apis(self, spec: WhaleRunSpec) -> None:
+        """Raise :class:`SpecError` on the field that asks for a kind this cluster does not serve (JobSet for
+        ``cluster.admission`` jobSet, PodGroup for ``cluster.gangScheduling`` podGroup). A served API is
+        remembered; a missing one is asked again next time (it may be installed meanwhile)."""
+        for field_, api, what in builders.required_apis(spec):
+            if api in self._served_apis:
+                continue
+            if not self.kube.has_api(api):
+                fix = "set cluster.admission: perChild" if field_.endswith("admission") else "set gangScheduling: none"
+                raise SpecError(field_, f"this cluster does not serve {api}: install {what}, or {fix}")
+            self._served_apis.add(api)
+
+    def phase_children(self, run: builders.RunRef, spec: WhaleRunSpec) -> list[dict[str, Any]]:
+        """The run's Jobs and, with ``cluster.admission: jobSet``, its JobSets: what ``decide()`` observes."""
+        out = self.kube.list("batch/v1", "Job", run.namespace, names.run_selector(run.name))
+        if builders.uses_jobset(spec):
+            out += self.kube.list(builders.JOBSET_API_VERSION, "JobSet", run.namespace, names.run_selector(run.name))
+        return out
+
+    def patch_child(self, run: builders.RunRef, child: dict[str, Any], patch: dict[str, Any]) -> None:
+        """Merge-patch a phase child (Job or JobSet)."""
+        self.patch(*observe.child_kind(child), run.namespace, child["metadata"]["name"], patch)
+
+    def delete_child(self, run: builders.RunRef, child: dict[str, Any]) -> None:
+        """Delete a phase child (Job or JobSet; the JobSet's Jobs and pods go with it)."""
+        self.kube.delete(*observe.child_kind(child), run.namespace, child["metadata"]["name"])
 
     def patch(self, api_version: str, kind: str, namespace: str, name: str, patch: dict[str, Any]) -> None:
         """A merge patch of a child; a refusal is a :class:`ChildRejected`."""
@@ -135,13 +195,14 @@ class JobLauncher:
         tools: tuple[ToolService, ...],
     ) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        if builders.uses_vllm(spec):
+        if builders.uses_vllm(spec) and not builders.uses_jobset(spec):  # jobSet: each phase has its own server
             out.append(
                 builders.inference_deployment(
                     run, spec, store_uri=store_uri(spec), checkpoint=checkpoint, replicas=replicas
                 )
             )
             out.append(builders.inference_service(run, spec))
+        if builders.uses_vllm(spec):
             out.append(builders.inference_network_policy(run))  # vLLM's port: the run's own pods only
         out += builders.tool_children(run, spec, tools, store_uri=store_uri(spec), replicas=replicas)
         out += builders.harness_children(run, spec, replicas=replicas)
@@ -201,11 +262,17 @@ class JobLauncher:
                     "apps/v1", "Deployment", run.namespace, dep["metadata"]["name"], {"spec": {"replicas": replicas}}
                 )
 
-    def stop_children(self, run: builders.RunRef) -> None:
-        """Delete the run's unfinished Jobs (suspend / end of run); finished ones stay for inspection."""
-        for job in self.kube.list("batch/v1", "Job", run.namespace, names.run_selector(run.name)):
-            if observe.job_child(job).state is ChildState.RUNNING and not job["metadata"].get("deletionTimestamp"):
-                self.kube.delete("batch/v1", "Job", run.namespace, job["metadata"]["name"])
+    def stop_children(self, run: builders.RunRef, spec: WhaleRunSpec | None = None) -> None:
+        """Delete the run's unfinished Jobs (and JobSets, given the spec that makes them) on suspend / end of
+        run; finished ones stay for inspection."""
+        children = (
+            self.phase_children(run, spec)
+            if spec is not None
+            else self.kube.list("batch/v1", "Job", run.namespace, names.run_selector(run.name))
+        )
+        for child in children:
+            if observe.job_child(child).state is ChildState.RUNNING and not child["metadata"].get("deletionTimestamp"):
+                self.delete_child(run, child)
 
     def serve_checkpoint(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, checkpoint: str | None) -> None:
         """The one place the operator names what inference serves: ``serving.json`` and, for the vLLM

@@ -189,6 +189,12 @@ def job_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     memo.metrics.handler_duration.labels(handler="job_event").observe(time.perf_counter() - started)
 
 
+@kopf.on.event("jobset.x-k8s.io", "v1alpha2", "jobsets", labels=MANAGED)
+def jobset_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """A phase JobSet changed (cluster.admission jobSet: admitted, evicted, finished): wake its run."""
+    _wake_owner(body, memo)
+
+
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
 def deployment_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """The inference server became (un)ready: wake the run to update InferenceReady."""

@@ -33,6 +33,8 @@ PLURALS: dict[tuple[str, str], str] = {
     ("v1", "Secret"): "secrets",
     ("networking.k8s.io/v1", "NetworkPolicy"): "networkpolicies",
     ("resource.k8s.io/v1", "ResourceClaimTemplate"): "resourceclaimtemplates",
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): "jobsets",
+    ("scheduling.x-k8s.io/v1alpha1", "PodGroup"): "podgroups",
     (f"{API_GROUP}/{API_VERSION}", "WhaleRun"): PLURAL,
 }
 REQUEST_TIMEOUT_S = 30
@@ -182,6 +184,14 @@ class KubeClient:
         body = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": "Background"}
         try:
             self.request("DELETE", object_path(api_version, kind, namespace, name), body=body)
+        except NotFound:
+            return False
+        return True
+
+    def has_api(self, group_version: str) -> bool:
+        """The API server serves ``group/version`` (discovery; e.g. a CRD's API is installed)."""
+        try:
+            self.request("GET", f"/apis/{group_version}")
         except NotFound:
             return False
         return True

@@ -4,7 +4,9 @@ Kueue admits a Job by unsuspending it and evicts (preempts) one by suspending it
 clears ``status.startTime``, so "suspended with a start time" misses every real eviction. What survives
 the eviction is what the operator wrote on the Job when it first saw it run: the ``whale.dev/started``
 annotation (:func:`started_patch`). An evicted Job is one that carries it and is suspended again; a
-suspended Job without it is still waiting for admission. Pure: Job dicts in, facts out.
+suspended Job without it is still waiting for admission. A phase JobSet (``cluster.admission: jobSet``) is read
+the same way: Kueue admits and evicts the JobSet as one Workload through its ``spec.suspend``, and its
+``Suspended`` condition carries the reason. Pure: Job (or JobSet) dicts in, facts out.
 """
 
 from __future__ import annotations
@@ -28,9 +30,16 @@ def suspended(job: dict[str, Any]) -> bool:
 
 
 def running_now(job: dict[str, Any]) -> bool:
-    """The Job runs pods now (admitted and started): what makes it worth marking as started."""
+    """The Job runs pods now (admitted and started): what makes it worth marking as started. A JobSet runs
+    when one of its Jobs is active or ready (``status.replicatedJobsStatus``)."""
     status = job.get("status", {})
-    return not suspended(job) and bool(status.get("startTime") or status.get("active") or status.get("ready"))
+    jobs = status.get("replicatedJobsStatus") or ()
+    return not suspended(job) and bool(
+        status.get("startTime")
+        or status.get("active")
+        or status.get("ready")
+        or any(r.get("active") or r.get("ready") for r in jobs)
+    )
 
 
 def marked_started(job: dict[str, Any]) -> bool:

@@ -72,6 +72,27 @@ def job_name(run: str, phase: str, attempt: int) -> str:
     return _fit(run, f"{phase}-{attempt}", MAX_JOB_NAME)
 
 
+#: the JobSet API the phase JobSets use (JobSet >= 0.8: ``dependsOn``)
+JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
+#: the two replicated Jobs of a phase JobSet (``cluster.admission: jobSet``): the phase's vLLM server and its
+#: workload (today's Job template); JobSet names their pods ``<jobset>-<replicatedJob>-<job>-<pod>-<5 random>``
+JOBSET_INFERENCE = "inference"
+JOBSET_WORKLOAD = "workload"
+#: JobSet's webhook refuses a JobSet whose longest pod name would pass 63 characters: leave room for
+#: ``-workload-0-1023`` (train.numNodes <= 1024) and the ``-abcde`` the Job controller appends
+MAX_JOBSET_NAME = MAX_NAME - len(f"-{JOBSET_WORKLOAD}-0-1023") - len("-abcde")
+
+
+def jobset_name(run: str, phase: str, attempt: int) -> str:
+    """The JobSet of one phase attempt, ``<run>-<phase>-<attempt>``; beyond :data:`MAX_JOBSET_NAME` its head
+    and a hash of the whole (a long phase key alone can pass the limit, so the tail is not kept whole)."""
+    full = f"{run}-{phase}-{attempt}"
+    if len(full) <= MAX_JOBSET_NAME:
+        return full
+    digest = hashlib.sha256(full.encode()).hexdigest()[:_HASH_LEN]
+    return f"{full[: MAX_JOBSET_NAME - _HASH_LEN - 1].rstrip('-')}-{digest}"
+
+
 PREPARE = "prepare"
 
 

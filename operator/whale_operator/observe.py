@@ -11,6 +11,9 @@ suspended after it ran (Kueue eviction/preemption)        PREEMPTED
 anything else, including suspended-before-start (queued)   RUNNING
 being deleted                                              RUNNING (it is gone once the delete finishes)
 =========================================================  ===========
+
+A phase JobSet (``cluster.admission: jobSet``) reads the same way, with its ``Completed`` / ``Failed``
+conditions (:func:`jobset_child`).
 """
 
 from __future__ import annotations
@@ -32,8 +35,51 @@ def _true(job: dict[str, Any], *types: str) -> dict[str, Any] | None:
     return None
 
 
+def is_jobset(child: dict[str, Any]) -> bool:
+    """A phase JobSet (``cluster.admission: jobSet``), not a Job. By shape: list items need not carry a kind."""
+    return child.get("kind") == "JobSet" or "replicatedJobs" in (child.get("spec") or {})
+
+
+def child_kind(child: dict[str, Any]) -> tuple[str, str]:
+    """(apiVersion, kind) of a phase child, to patch or delete it."""
+    return (names.JOBSET_API_VERSION, "JobSet") if is_jobset(child) else ("batch/v1", "Job")
+
+
+def pod_selector(child: dict[str, Any]) -> str:
+    """The label selector of a phase child's pods (a JobSet's: all of its Jobs')."""
+    if is_jobset(child):
+        return f"jobset.sigs.k8s.io/jobset-name={child['metadata']['name']}"
+    return f"batch.kubernetes.io/job-name={child['metadata']['name']}"
+
+
+def jobset_child(jobset: dict[str, Any], pod_message: str = "") -> Child:
+    """The ChildState of a phase JobSet, read as :func:`job_child` reads a Job: ``Completed`` (its workload
+    succeeded, ``successPolicy``) is SUCCEEDED, ``Failed`` is FAILED, suspended again after the operator saw it run
+    is PREEMPTED (Kueue evicted the whole unit), suspended before that is queued."""
+    if jobset.get("metadata", {}).get("deletionTimestamp"):
+        return Child(ChildState.RUNNING, "terminating")
+    if _true(jobset, "Completed"):
+        return Child(ChildState.SUCCEEDED)
+    failed = _true(jobset, "Failed")
+    if failed:
+        text = f"{failed.get('reason', 'Failed')}: {failed.get('message', '')}".strip(": ")
+        if DISRUPTION in text:
+            return Child(ChildState.PREEMPTED, text)
+        detail = pod_message.strip().splitlines()[-1] if pod_message.strip() else ""
+        return Child(ChildState.FAILED, f"{text}; {detail}" if detail else text)
+    why = kueue.evicted(jobset)
+    if why is not None:
+        return Child(ChildState.PREEMPTED, f"suspended after it started ({why})")
+    if kueue.suspended(jobset):
+        return Child(ChildState.RUNNING, "queued: waiting for admission")
+    return Child(ChildState.RUNNING)
+
+
 def job_child(job: dict[str, Any], pod_message: str = "") -> Child:
-    """The ChildState of one Job; ``pod_message`` is the failed container's termination message."""
+    """The ChildState of one Job (or phase JobSet: :func:`jobset_child`); ``pod_message`` is the failed
+    container's termination message."""
+    if is_jobset(job):
+        return jobset_child(job, pod_message)
     if job.get("metadata", {}).get("deletionTimestamp"):
         return Child(ChildState.RUNNING, "terminating")
     if _true(job, "Complete", "SuccessCriteriaMet"):
@@ -106,3 +152,17 @@ def deployment_ready(dep: dict[str, Any] | None) -> bool:
         return False
     want = dep.get("spec", {}).get("replicas", 1)
     return want > 0 and int(dep.get("status", {}).get("readyReplicas") or 0) >= want
+
+
+def inference_ready(dep: dict[str, Any] | None, children: Iterable[dict[str, Any]] = ()) -> bool:
+    """The run's vLLM server is ready: the run-wide Deployment, or (``cluster.admission: jobSet``) the server Job
+    of a phase JobSet that runs now (``status.replicatedJobsStatus``)."""
+    if deployment_ready(dep):
+        return True
+    for child in children:
+        if not is_jobset(child) or job_child(child).state is not ChildState.RUNNING or kueue.suspended(child):
+            continue
+        for rjob in child.get("status", {}).get("replicatedJobsStatus") or ():
+            if rjob.get("name") == names.JOBSET_INFERENCE and int(rjob.get("ready") or 0) >= 1:
+                return True
+    return False

@@ -204,6 +204,7 @@ class Reconciler:
                 raise SpecError(field_, message)
             spec = tenancy.scoped(spec, run.namespace, run.name, run.uid)  # from here on, the run's own store
             tools = self.tools_for(spec)
+            self.jobs.check_apis(spec)  # JobSet / PodGroup where the spec asks for them
         except (SpecError, names.RunNameError) as exc:
             field_ = exc.field if isinstance(exc, SpecError) else "metadata.name"
             text = str(exc).split(": ", 1)[-1] if isinstance(exc, SpecError) else str(exc)
@@ -239,7 +240,7 @@ class Reconciler:
             waiting = st.with_conditions(waiting, prev.conditions, st.InferenceView(inference_managed), generation, now)
             return ReconcileResult(waiting, [])
         # no sizes yet: decide() schedules data preparation, a child like the phases
-        jobs = self.kube.list("batch/v1", "Job", run.namespace, names.run_selector(run.name))
+        jobs = self.jobs.phase_children(run, spec)  # Jobs, and JobSets with cluster.admission jobSet
         children = self._children(run, observe.current_jobs(jobs, prev.attempts))
         obs = self._observer(store, run.name).observe(prev, children, sizes or {}, now, generation)
         decision = decide(spec, prev, obs)
@@ -251,9 +252,9 @@ class Reconciler:
         new = decision.status
         # superseded attempts (a preempted Job left suspended by the queue) must not hold resources
         for job in observe.stale_jobs(jobs, new.attempts):
-            self.kube.delete("batch/v1", "Job", run.namespace, job["metadata"]["name"])
+            self.jobs.delete_child(run, job)
         dep = deps.get(names.inference_name(run.name))
-        view = st.InferenceView(managed=inference_managed, ready=observe.deployment_ready(dep))
+        view = st.InferenceView(managed=inference_managed, ready=observe.inference_ready(dep, jobs))
         new = st.with_conditions(new, prev.conditions, view, generation, now)
         self.metrics.rollouts.labels(namespace=run.namespace, run=run.name).set(new.rollouts_spent)
         stalled = RunState.from_status(new).stalled()
@@ -302,15 +303,13 @@ class Reconciler:
             if kueue.needs_started_mark(job):
                 # what tells a later eviction from queueing: Kubernetes clears startTime on suspension
                 patch = kueue.started_patch(self.clock())
-                self.kube.merge_patch("batch/v1", "Job", run.namespace, job["metadata"]["name"], patch)
+                self.jobs.patch_child(run, job, patch)
                 job["metadata"].setdefault("annotations", {}).update(patch["metadata"]["annotations"])
             child = observe.job_child(job)
             if child.state is ChildState.FAILED:
-                pods = self.kube.list(
-                    "v1", "Pod", run.namespace, f"batch.kubernetes.io/job-name={job['metadata']['name']}"
-                )
+                pods = self.kube.list("v1", "Pod", run.namespace, observe.pod_selector(job))
                 child = observe.job_child(job, observe.failed_pod_message(pods, builders.WORKER_CONTAINER))
-            child = dataclasses.replace(child, name=f"Job {job['metadata']['name']}")
+            child = dataclasses.replace(child, name=f"{observe.child_kind(job)[1]} {job['metadata']['name']}")
             children[phase] = child
             self.jobs.time_job(job, child)
         return children
@@ -336,7 +335,7 @@ class Reconciler:
         for stop in step.stops:
             write_stop(store, run.name, stop)
         if step.end is not None:
-            self.jobs.stop_children(run)
+            self.jobs.stop_children(run, spec)
             self.jobs.scale_infra(run, 0, deps)
         if step.start is not None and step.start.kind is PhaseKind.PREPARE:
             return False, {step.start.phase} if self._start_prepare(run, spec, store, step.start) else set()

@@ -306,6 +306,19 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         "WHALE_ variables are the workloads' own",
     ),
     (
+        "jobset-colocated",
+        patched({"cluster.admission": "jobSet", "inference": {"backend": "vllm", "placement": "colocated"}}),
+        "cluster.admission: jobSet puts each phase's own vLLM server beside its workload",
+    ),
+    (
+        "jobset-external-server",
+        patched({"cluster.admission": "jobSet", "inference": {"backend": "openai", "baseUrl": "http://x/v1"}}),
+        "cluster.admission: jobSet puts each phase's own vLLM server beside its workload",
+    ),
+    ("admission-unknown", patched({"cluster.admission": "kueue"}), "is not one of"),
+    ("gang-unknown", patched({"cluster.gangScheduling": "volcano"}), "is not one of"),
+    ("scheduler-name-bad", patched({"cluster.schedulerName": "My Scheduler"}), "does not match"),
+    (
         "resource-key",
         patched({"cluster.workerResources": {"requests": {"cpu; rm -rf": "1"}}}),
         "every key must be a qualified name",

@@ -1024,7 +1024,9 @@ class Cluster(_Model):
     """Kubernetes placement for the children; `whale run` ignores all of it."""
 
     images: Images = Images()
-    queue_name: QueueName | None = Field(None, description="Kueue LocalQueue; labels every Job and the Deployment")
+    queue_name: QueueName | None = Field(
+        None, description="Kueue LocalQueue; labels every Job, phase JobSet (see admission) and Deployment"
+    )
     priority_class_name: K8sName | None = None
     node_selector: dict[QualifiedName, LabelValue] = Field(default_factory=dict, max_length=64)
     tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
@@ -1040,6 +1042,21 @@ class Cluster(_Model):
         None,
         description="a PersistentVolumeClaim for vLLM's model cache (/models) instead of an emptyDir of "
         "modelCacheSize; with more than one inference replica it must be ReadWriteMany",
+    )
+    admission: Literal["auto", "perChild", "jobSet"] = Field(
+        "auto",
+        description="how a phase reaches the cluster: perChild = a Job per phase beside one run-wide vLLM "
+        "Deployment (each admitted by Kueue on its own); jobSet = one JobSet per phase holding its vLLM server and "
+        "its workload, admitted by Kueue as one unit (needs JobSet >= 0.8 installed; no run-wide vLLM Deployment); "
+        "auto = jobSet when queueName is set and the vLLM server is placed separately, else perChild",
+    )
+    scheduler_name: K8sName | None = Field(
+        None, description="the scheduler of every pod of the run (e.g. scheduler-plugins' coscheduling scheduler)"
+    )
+    gang_scheduling: Literal["none", "podGroup"] = Field(
+        "none",
+        description="podGroup: a multi-node train Job (train.numNodes > 1) gets a scheduler-plugins PodGroup "
+        "(scheduling.x-k8s.io/v1alpha1, minMember = its pods), so its pods are placed all together or not at all",
     )
 
 
@@ -1123,6 +1140,16 @@ class WhaleRunSpec(_Model):
         "in its status.storeUri) instead of starting clean; a run's store is <storage.uri>/<namespace>/<name>.<uid>. "
         "`whale run` ignores it (a local store is keyed by the run name)",
     )
+
+    @model_validator(mode="after")
+    def _admission_fields(self) -> WhaleRunSpec:
+        inf = self.inference
+        if self.cluster.admission == "jobSet" and (inf.backend not in ("auto", "vllm") or inf.placement != "separate"):
+            raise ValueError(
+                "cluster.admission: jobSet puts each phase's own vLLM server beside its workload; it needs "
+                "inference.backend vllm (or auto) and inference.placement separate: set them, or admission auto"
+            )
+        return self
 
     @model_validator(mode="after")
     def _condition_fields(self) -> WhaleRunSpec:
