@@ -49,10 +49,16 @@ def test_only_the_pods_that_call_vllm_get_its_key_and_only_by_reference():
     assert tool_pods
     for manifest in [prepare, *tool_pods]:
         assert "demo-auth" not in json.dumps(manifest), manifest["metadata"]["name"]
-    # an external endpoint (inference.backend openai) gets nothing of the run's secret
+    # an external endpoint (inference.backend openai) gets no vLLM key (only the harness host's caller token)
     external = make_spec(inference={"backend": "openai", "baseUrl": "https://models.example/v1"})
     ext_job = builders.job(RUN, external, weight_request(external), store_uri=STORE, tools=tools)
-    assert "demo-auth" not in json.dumps(ext_job)
+    assert "vllm-api-key" not in json.dumps(ext_job)
+    refs = {
+        e["valueFrom"]["secretKeyRef"]["key"]
+        for e in ext_job["spec"]["template"]["spec"]["containers"][0]["env"]
+        if "secretKeyRef" in e.get("valueFrom", {}) and e["valueFrom"]["secretKeyRef"]["name"] == "demo-auth"
+    }
+    assert refs == {"harness-token"}
     # a key travels by reference only: no manifest but the Secret itself holds a value
     for manifest in [dep, job]:
         assert "stringData" not in json.dumps(manifest)

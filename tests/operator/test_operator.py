@@ -6,6 +6,8 @@ the objects, status, conditions and events through the API.
 
 from __future__ import annotations
 
+import base64
+
 import pytest
 
 from tests.fixtures.kube import EmulatedCluster, wait_for
@@ -301,7 +303,8 @@ def test_an_existing_run_secret_is_never_overwritten(start_operator, make_run, k
         make_run("keeper", {"domain": "math_reasoning"}).wait_job()
         wait_for(lambda: api.get("apps/v1", "deployments", kube_namespace, "keeper-harness"), what="the harness host")
     secret = api.get("v1", "secrets", kube_namespace, "keeper-auth")
-    assert secret.get("stringData", secret.get("data", {})) == {"harness-token": "kept"}
+    # the API server keeps stringData as base64 data
+    assert {k: base64.b64decode(v).decode() for k, v in secret["data"].items()} == {"harness-token": "kept"}
 
 
 def test_deleted_whalerun_takes_its_children(start_operator, make_run, kube_cluster, kube_namespace):
