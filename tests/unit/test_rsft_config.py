@@ -98,6 +98,7 @@ def test_from_spec_takes_every_rsft_field_of_the_same_name():
         "checkpoint_every_steps": 2,
         "mini_batch_scope": "global",
         "attention": "sdpa",
+        "async_checkpoint": False,
     }
     assert set(changed) == set(shared), "a new shared field: give it a non-default value here"
     spec = WhaleRunSpec.model_validate(

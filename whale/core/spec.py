@@ -441,6 +441,14 @@ class RSFT(_Model):
         "flex when packing. flex and flash need packSequences: true (padded micro-batches already run SDPA's "
         "flash kernel)",
     )
+    async_checkpoint: StrictBool = Field(
+        True,
+        description="checkpoint without stopping training: the weights and optimiser state are copied to host "
+        "memory (the trainer waits for that copy only) and written by a background thread while the next step "
+        "samples; the checkpoint counts (COMPLETE marker) only once fully written, the same bytes as a "
+        "synchronous write. Needs host memory for one copy of weights + optimiser state (about 12 bytes per "
+        "parameter in fp32). false = write before the next step",
+    )
 
     @model_validator(mode="after")
     def _batches(self) -> RSFT:

@@ -75,6 +75,8 @@ class RSFTConfig:
     #: document mask; "sdpa" = transformers' dense document mask; "flash" = flash-attn varlen
     #: (:mod:`whale.rsft.attention`)
     attention: Literal["auto", "sdpa", "flex", "flash"] = "auto"
+    #: write checkpoints from a host snapshot in a background thread (:mod:`whale.rsft.checkpoint_writer`)
+    async_checkpoint: bool = True
 
     @classmethod
     def from_spec(cls, spec: WhaleRunSpec, args: WeightPhaseArgs) -> RSFTConfig:
