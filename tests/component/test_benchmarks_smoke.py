@@ -136,12 +136,12 @@ def test_rsft_step_splits_a_whole_step_through_the_workload(tmp_path):
     report = json.loads(out.read_text())
     steps = report["steps"]
     assert [s["step"] for s in steps] == [1, 2]
-    main = ("generation", "reward", "collation", "sft", "sync", "checkpoint", "other")
+    main = ("generation", "reward", "collation", "sft", "sync", "checkpoint", "checkpoint_wait", "other")
     for step in steps:
         seconds = step["seconds"]
         total = sum(seconds[k] for k in main) + seconds.get("evaluation", 0.0)
         assert total == pytest.approx(step["wall_s"], rel=1e-6)
-        assert all(seconds[k] >= 0 for k in ("generation", "collation", "sft", "sync", "checkpoint"))
+        assert all(seconds[k] >= 0 for k in ("generation", "collation", "sft", "sync", "checkpoint", "checkpoint_wait"))
         assert seconds["generation"] > 0 and step["generated_tokens"] > 0
         assert 0 < step["overhead_share"] < 1
     last = steps[-1]
@@ -155,3 +155,16 @@ def test_rsft_step_splits_a_whole_step_through_the_workload(tmp_path):
     assert ceiling["tokens"] > 0 and report["generation_vs_ceiling"] > 0
     assert report["eval"]["items"] == 2 and report["meta"]["backend"] == "transformers"
     assert report["meta"]["nvml"] is False or last["gpu_busy"] is not None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_checkpoint_async_compares_the_two_writers_on_the_same_files(tmp_path):
+    out = tmp_path / "ckpt.json"
+    run_script("checkpoint_async.py", "--smoke", "--dir", str(tmp_path), "--json", str(out), timeout_s=280)
+    report = json.loads(out.read_text())
+    assert [r["variant"] for r in report["results"]] == ["sync", "async"]
+    for r in report["results"]:
+        assert len(r["blocked_s"]) == len(r["write_s"]) == 2 and all(s > 0 for s in r["write_s"])
+        assert r["parameters"] > 0
+    assert report["compare"]["same_files"] is True  # the asynchronous writer wrote what the synchronous one did

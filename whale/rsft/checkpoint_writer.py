@@ -120,8 +120,9 @@ class CheckpointWriter:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self._step: int | None = None
-        #: seconds each save() held the caller (the trainer), newest last
+        #: seconds each save() held the caller (the trainer), and each write took, newest last
         self.blocked_s: list[float] = []
+        self.write_s: list[float] = []
 
     @property
     def in_flight(self) -> int | None:
@@ -142,12 +143,14 @@ class CheckpointWriter:
         self.wait()
         write_weights = not ckpt.checkpoint_complete(self.store, self.run, step)
         staging = Path(tempfile.mkdtemp(prefix="whale-ckpt-"))
+        # in place: the live tensors, as the synchronous path always wrote them; in the background: a snapshot
+        take = (lambda tree, _snap: tree) if not self.background else (lambda tree, snap: snap.copy(tree))
         try:
             weights = None
             if write_weights:
-                weights = self._weights.copy(model.state_dict())
+                weights = take(model.state_dict(), self._weights)
                 tokenizer.save_pretrained(staging)  # small; here, not beside a sampler using the tokenizer
-            optim = self._optimizer.copy(optimizer_state())
+            optim = take(optimizer_state(), self._optimizer)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
@@ -177,7 +180,8 @@ class CheckpointWriter:
             if weights is not None:
                 ckpt.write_checkpoint_dir(self.store, self.run, step, hf_model, staging, dict(weights))
             ckpt.save_state(self.store, self.run, self.phase, step, optim, meta)
-            log.info("checkpoint of step %d written in %.1f s", step, time.perf_counter() - start)
+            self.write_s.append(time.perf_counter() - start)
+            log.info("checkpoint of step %d written in %.1f s", step, self.write_s[-1])
         except BaseException as exc:  # noqa: BLE001 - not swallowed: kept for the next save() / wait(), which raise it
             self._error = exc
         finally:

@@ -1,0 +1,202 @@
+"""How long a checkpoint holds the trainer: synchronous write vs the asynchronous writer (issue #17).
+
+``whale.rsft.checkpoint_writer.CheckpointWriter`` is what the weight phase checkpoints through
+(``rsft.asyncCheckpoint``). This script makes a Qwen3-layout model with random weights on the device there
+is (CUDA if present), gives it a real AdamW update (so the state holds 2 fp32 moments per parameter), and
+checkpoints it ``--checkpoints`` times into a local-folder store, with one more real update of the model
+between checkpoints (the next step's work, which the background write overlaps), once with
+``background=False`` (the old path: the trainer waits for every file) and once with ``background=True``
+(the trainer waits for the host snapshot only), in one process, side by side. Per variant: the seconds the
+trainer was held by each ``save`` (the first one of the asynchronous writer also allocates its pinned host
+buffers), the background write's duration, the update time between checkpoints, and the time waited
+at the end for the last write (what a phase end pays before its result). The files of both variants
+are checked to be the same (weights byte for byte, optimiser state tensor for tensor, at each step).
+
+    PYTHONPATH=. python benchmarks/checkpoint_async.py --json out.json                      # ~110 M parameters
+    PYTHONPATH=. python benchmarks/checkpoint_async.py --model qwen3-1.7b --json out.json   # on the H200
+    PYTHONPATH=. python benchmarks/checkpoint_async.py --smoke                              # CPU smoke test
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+RUN, PHASE = "bench", "c01-weight"
+
+SHAPES: dict[str, dict[str, Any]] = {
+    # Qwen3-1.7B (config.json of Qwen/Qwen3-1.7B)
+    "qwen3-1.7b": dict(hidden=2048, layers=28, vocab=151936, inter=6144, heads=16, kv=8, head_dim=128),
+    "110m": dict(hidden=768, layers=12, vocab=32000, inter=2048, heads=12, kv=4, head_dim=64),
+    "smoke": dict(hidden=64, layers=2, vocab=512, inter=128, heads=4, kv=2, head_dim=16),
+}
+
+
+def tokenizer() -> Any:
+    """A small real tokenizer (what a checkpoint saves beside the weights)."""
+    from tokenizers import Tokenizer, models
+    from transformers import PreTrainedTokenizerFast
+
+    return PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(models.WordLevel({"<unk>": 0, "a": 1}, unk_token="<unk>")), unk_token="<unk>"
+    )
+
+
+def build(shape: dict[str, Any], device: torch.device) -> tuple[Any, Any]:
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=shape["vocab"],
+        hidden_size=shape["hidden"],
+        intermediate_size=shape["inter"],
+        num_hidden_layers=shape["layers"],
+        num_attention_heads=shape["heads"],
+        num_key_value_heads=shape["kv"],
+        head_dim=shape["head_dim"],
+        tie_word_embeddings=True,
+    )
+    with torch.device(device):
+        model = Qwen3ForCausalLM._from_config(config, dtype=torch.float32)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
+    return model, optimizer
+
+
+def update(model: Any, optimizer: Any, device: torch.device, seq: int) -> float:
+    """One real training update (the work the next RSFT step does); returns its seconds."""
+    start = time.perf_counter()
+    ids = torch.randint(0, model.config.vocab_size, (1, seq), device=device)
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=device.type == "cuda"):
+        loss = model(input_ids=ids, labels=ids).loss
+    loss.backward()
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter() - start
+
+
+def run(background: bool, args: argparse.Namespace, device: torch.device, root: Path) -> dict[str, Any]:
+    from whale.rsft.checkpoint_writer import CheckpointWriter
+    from whale.store.local import LocalStore
+
+    model, optimizer = build(SHAPES[args.model], device)
+    tok = tokenizer()
+    update(model, optimizer, device, args.seq)
+    store = LocalStore(root)
+    writer = CheckpointWriter(store, RUN, PHASE, background=background)
+    blocked, updates = [], []
+    for step in range(1, args.checkpoints + 1):
+        blocked.append(writer.save(step, model, tok, optimizer.state_dict, {"cursor": step}))
+        updates.append(sum(update(model, optimizer, device, args.seq) for _ in range(args.updates_between)))
+    end_start = time.perf_counter()
+    writer.wait()
+    end_wait = time.perf_counter() - end_start
+    params = sum(p.numel() for p in model.parameters())
+    del model, optimizer
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return {
+        "variant": "async" if background else "sync",
+        "parameters": params,
+        "blocked_s": blocked,
+        "blocked_median_s": statistics.median(blocked),
+        "blocked_after_first_median_s": statistics.median(blocked[1:]) if len(blocked) > 1 else blocked[0],
+        "write_s": writer.write_s,
+        "updates_between_s": updates,
+        "end_wait_s": end_wait,
+    }
+
+
+def same_files(a: Path, b: Path) -> bool:
+    """Weights and metadata byte for byte, optimiser states tensor for tensor (torch.save's archive
+    names differ per file, its tensors do not)."""
+    from whale.rsft.checkpoint import OPTIMIZER_FILE
+
+    names_a = sorted(p.relative_to(a).as_posix() for p in a.rglob("*") if p.is_file())
+    names_b = sorted(p.relative_to(b).as_posix() for p in b.rglob("*") if p.is_file())
+    if names_a != names_b:
+        return False
+    for name in names_a:
+        if name.endswith(OPTIMIZER_FILE):
+            sa = torch.load(a / name, weights_only=True)
+            sb = torch.load(b / name, weights_only=True)
+            flat_a = [t for e in sa["state"].values() for t in e.values()]
+            flat_b = [t for e in sb["state"].values() for t in e.values()]
+            if sa["param_groups"] != sb["param_groups"] or not all(map(torch.equal, flat_a, flat_b)):
+                return False
+        elif (a / name).read_bytes() != (b / name).read_bytes():
+            return False
+    return True
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", choices=sorted(SHAPES), default="110m")
+    parser.add_argument("--checkpoints", type=int, default=3)
+    parser.add_argument("--updates-between", type=int, default=2, help="training updates between checkpoints")
+    parser.add_argument("--seq", type=int, default=512, help="tokens of each update")
+    parser.add_argument("--dir", type=Path, default=None, help="the store's disk (default: $TMPDIR)")
+    parser.add_argument("--smoke", action="store_true", help="tiny model, 2 checkpoints (CPU smoke test)")
+    parser.add_argument("--json", "--out", dest="out", type=Path, help="write the report here")
+    args = parser.parse_args(argv)
+    if args.smoke:
+        args.model, args.checkpoints, args.updates_between, args.seq = "smoke", 2, 1, 32
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    results = []
+    with tempfile.TemporaryDirectory(prefix="whale-ckpt-bench-", dir=args.dir) as tmp:
+        for background in (False, True):
+            results.append(run(background, args, device, Path(tmp) / ("async" if background else "sync")))
+            print(json.dumps(results[-1]), flush=True)
+        identical = same_files(Path(tmp) / "sync", Path(tmp) / "async")
+    sync, async_ = results
+    report = {
+        "meta": {
+            "model": args.model,
+            "shape": SHAPES[args.model],
+            "checkpoints": args.checkpoints,
+            "updates_between": args.updates_between,
+            "seq": args.seq,
+            "device": str(device),
+            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+            "torch": torch.__version__,
+            "store": "local directory",
+        },
+        "results": results,
+        "compare": {
+            "blocked_median_s": [sync["blocked_median_s"], async_["blocked_median_s"]],
+            "blocked_after_first_median_s": [
+                sync["blocked_after_first_median_s"],
+                async_["blocked_after_first_median_s"],
+            ],
+            "trainer_time_saved_per_checkpoint_s": sync["blocked_after_first_median_s"]
+            - async_["blocked_after_first_median_s"],
+            "same_files": identical,
+        },
+    }
+    print(f"\n{'variant':<8} {'params':>12} {'blocked s (each)':>28} {'write s':>20} {'end wait s':>10}")
+    for r in results:
+        print(
+            f"{r['variant']:<8} {r['parameters']:>12,} {' / '.join(f'{b:.3f}' for b in r['blocked_s']):>28} "
+            f"{' / '.join(f'{w:.3f}' for w in r['write_s']):>20} {r['end_wait_s']:>10.3f}"
+        )
+    print(f"same files: {identical}")
+    if args.out:
+        args.out.write_text(json.dumps(report, indent=2) + "\n")
+    if not identical:
+        raise SystemExit("checkpoint_async: the asynchronous writer wrote other files than the synchronous one")
+    return report
+
+
+if __name__ == "__main__":
+    main()
