@@ -72,11 +72,14 @@ class RSFTConfig:
     mini_batch_scope: MiniBatchScope = "perRank"
     extra: dict[str, Any] = field(default_factory=dict)
     #: attention kernel of packed micro-batches (``pack_sequences``): "auto" = "flex", a block-sparse
-    #: document mask; "sdpa" = transformers' dense document mask; "flash" = flash-attn varlen
-    #: (:mod:`whale.rsft.attention`)
-    attention: Literal["auto", "sdpa", "flex", "flash"] = "auto"
+    #: document mask; "varlen" = torch's flash varlen kernel; "sdpa" = transformers' dense document mask;
+    #: "flash" = flash-attn varlen (:mod:`whale.rsft.attention`)
+    attention: Literal["auto", "sdpa", "flex", "flash", "varlen"] = "auto"
     #: write checkpoints from a host snapshot in a background thread (:mod:`whale.rsft.checkpoint_writer`)
     async_checkpoint: bool = True
+    #: packed rows of exactly this many tokens, filled first-fit longest first (None: ``micro_batch_size_per_gpu``
+    #: sequences per row, on the bucket ladder with compiled layers); :func:`whale.rsft.collate.micro_batches`
+    pack_tokens: int | None = None
 
     @classmethod
     def from_spec(cls, spec: WhaleRunSpec, args: WeightPhaseArgs) -> RSFTConfig:
@@ -101,11 +104,16 @@ class RSFTConfig:
         return self.prompts_per_step * self.rollouts_per_prompt
 
     @property
-    def attention_kernel(self) -> Literal["sdpa", "flex", "flash"]:
+    def attention_kernel(self) -> Literal["sdpa", "flex", "flash", "varlen"]:
         """``attention`` with "auto" resolved: flex for packed micro-batches, else SDPA."""
         if self.attention == "auto":
             return "flex" if self.pack_sequences else "sdpa"
         return self.attention
+
+    @property
+    def row_tokens(self) -> int | None:
+        """Tokens per packed row when rows have one fixed size (``pack_tokens`` with ``pack_sequences``)."""
+        return self.pack_tokens if self.pack_sequences else None
 
     @property
     def micro_padding(self) -> Literal["bucket", "longest", "masked"]:
