@@ -332,6 +332,31 @@ def test_compiled_flex_layers_match_eager_on_the_gpu():
     assert losses[0] == pytest.approx(ref, rel=2e-2) and losses[1] == pytest.approx(losses[0], rel=2e-2)
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")  # dynamo's own
+def test_compiled_varlen_layers_compile_once_for_every_row_layout():
+    """With packTokens every row has one shape, and the offsets reach the kernel outside the compiled graphs:
+    rows of different layouts reuse the first one's graphs, with the unpacked loss (the CPU stand-in runs
+    where the GPU kernel would)."""
+    from torch._dynamo.utils import counters
+
+    layouts = [(150, 7, 300), (600, 2, 9, 40), (1000, 12), (5, 5, 5, 5, 5, 700)]
+    cfg = RSFTConfig(precision="fp32", pack_sequences=True, attention="varlen", compile_layers=True, pack_tokens=1024)
+    model = tiny_model()
+    prepare_model(model, cfg)
+    before = counters["stats"]["unique_graphs"]
+    graphs = []
+    for i, lengths in enumerate(layouts):
+        exs = make_examples(lengths=lengths, seed=i)
+        loss, _ = token_loss_sum(model, collate_tensors(exs, cfg, 0, CPU))
+        loss.backward()
+        graphs.append(counters["stats"]["unique_graphs"])
+        ref = loss_and_grads(RSFTConfig(precision="fp32", padding="masked"), exs)[0]
+        assert loss.item() == pytest.approx(ref, rel=1e-5)
+    assert graphs[0] > before and graphs == [graphs[0]] * len(layouts), (before, graphs)
+
+
 @pytest.mark.gpu
 def test_the_varlen_kernel_is_dense_document_attention_on_the_gpu():
     """torch's flash varlen kernel (bf16) with the offsets of a packed row, GQA included, against the dense

@@ -37,7 +37,6 @@ import importlib.util
 import inspect
 import logging
 import warnings
-from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -125,13 +124,19 @@ def document_block_mask(position_ids: torch.Tensor, block_size: int = FLEX_BLOCK
 # ----- the varlen offsets ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False)
 class VarlenMask:
     """Where the sequences of a packed batch lie in its flattened rows: ``cu_seqlens`` [N + 1] (int32, on
-    the model's device) = 0, the end of the first sequence, ..., the total; ``max_len`` the longest."""
+    the model's device) = 0, the end of the first sequence, ..., the total; ``max_len`` the longest.
 
-    cu_seqlens: torch.Tensor
-    max_len: int
+    NOTE: a plain object on purpose, not a (frozen) dataclass: torch.compile reads a frozen dataclass's
+    fields as constants of the graph and would compile a new graph per row layout; the compiled layers only
+    hand this object to the kernel call outside the graph, so it adds no guard on its values."""
+
+    __slots__ = ("cu_seqlens", "max_len")
+
+    def __init__(self, cu_seqlens: torch.Tensor, max_len: int):
+        self.cu_seqlens = cu_seqlens
+        self.max_len = max_len
 
 
 def varlen_mask(position_ids: torch.Tensor, device: torch.device | None = None) -> VarlenMask:
