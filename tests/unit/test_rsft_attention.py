@@ -168,8 +168,9 @@ def loss_and_grads(cfg: RSFTConfig, exs, **model_config):
         ("sdpa", "longest", None),
         ("varlen", "longest", None),
         ("varlen", "bucket", None),
-        ("varlen", "bucket", 1500),
-        ("flex", "bucket", 1500),
+        ("varlen", "longest", 1500),
+        ("varlen", "bucket", 1010),
+        ("flex", "bucket", 1010),
     ],
 )
 def test_packed_rows_give_the_loss_and_gradients_of_unpacked_ones(attention, padding, pack_tokens):
@@ -178,9 +179,9 @@ def test_packed_rows_give_the_loss_and_gradients_of_unpacked_ones(attention, pad
     cfg = RSFTConfig(
         precision="fp32", pack_sequences=True, attention=attention, padding=padding, pack_tokens=pack_tokens
     )
-    if pack_tokens:  # one row of exactly packTokens (rounded up to the flex block for flex)
+    if pack_tokens:  # the row's width: its total (longest), or its rung (1024) capped at packTokens
         width = collate_tensors(exs, cfg, 0, CPU)["input_ids"].shape[1]
-        assert width == (1536 if attention == "flex" else 1500)
+        assert width == {"longest": 908, "bucket": 1024 if attention == "flex" else 1010}[padding]
     loss, n, grads = loss_and_grads(cfg, exs)
     assert n == ref_n == sum(e.n_target for e in exs)
     assert loss == pytest.approx(ref_loss, rel=1e-6)
@@ -215,7 +216,7 @@ def test_the_varlen_stand_in_is_dense_document_attention():
     torch.testing.assert_close(out, expected.transpose(1, 2), rtol=1e-5, atol=1e-5)
 
 
-def test_fixed_rows_hold_every_sequence_once_within_the_budget():
+def test_rows_filled_by_tokens_hold_every_sequence_once_within_the_budget():
     from whale.rsft.collate import micro_batches
 
     exs = make_examples() * 3
@@ -336,12 +337,12 @@ def test_compiled_flex_layers_match_eager_on_the_gpu():
 @pytest.mark.timeout(300)
 @pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")  # dynamo's own
 def test_compiled_varlen_layers_compile_once_for_every_row_layout():
-    """With packTokens every row has one shape, and the offsets reach the kernel outside the compiled graphs:
-    rows of different layouts reuse the first one's graphs, with the unpacked loss (the CPU stand-in runs
-    where the GPU kernel would)."""
+    """The offsets reach the kernel outside the compiled graphs: rows of one width (here 1000 tokens each, the
+    1024 rung) but different layouts reuse the first one's graphs, with the unpacked loss (the CPU stand-in
+    runs where the GPU kernel would)."""
     from torch._dynamo.utils import counters
 
-    layouts = [(150, 7, 300), (600, 2, 9, 40), (1000, 12), (5, 5, 5, 5, 5, 700)]
+    layouts = [(150, 7, 300, 543), (600, 2, 9, 40, 349), (1000,), (5, 5, 5, 5, 5, 975)]
     cfg = RSFTConfig(precision="fp32", pack_sequences=True, attention="varlen", compile_layers=True, pack_tokens=1024)
     model = tiny_model()
     prepare_model(model, cfg)

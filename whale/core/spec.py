@@ -452,12 +452,12 @@ class RSFT(_Model):
     )
     pack_tokens: Annotated[int, Strict(), Field(ge=128, le=1 << 20)] | None = Field(
         None,
-        description="packed micro-batches (packSequences: true) of one fixed size: sequences are packed "
-        "(longest first, first fit) into rows of exactly this many tokens, so compiled layers see one shape and "
-        "no row is padded to the bucket ladder; the number of sequences per micro-batch then varies and "
-        "microBatchSizePerGpu is not used for packed rows (the loss is the same token mean per minibatch). Must "
-        "be at least the longest training sequence (e.g. model.maxModelLen x microBatchSizePerGpu); null = "
-        "microBatchSizePerGpu sequences per row, padded to the bucket ladder with compileLayers",
+        description="packed micro-batches (packSequences: true) by tokens instead of by sequences: each row is "
+        "filled with up to this many tokens (longest first, first fit), so rows are nearly full and most land on "
+        "one width (with compileLayers a row is padded to its bucket rung, at most packTokens); the number of "
+        "sequences per micro-batch varies and microBatchSizePerGpu is not used for packed rows (the loss is the "
+        "same token mean per minibatch). At least the longest training sequence, e.g. model.maxModelLen x "
+        "microBatchSizePerGpu; null = microBatchSizePerGpu sequences per row",
     )
 
     @model_validator(mode="after")

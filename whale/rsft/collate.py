@@ -277,15 +277,15 @@ def collate_micro(
     """One micro-batch as the trainers feed it: packed, or right-padded per ``padding``
     ("bucket": to :func:`bucket_length`, no mask; "longest": no mask; "masked": with the mask).
 
-    Packed: one row of every sequence; its width is ``row_tokens`` when given (one fixed shape), else with
-    "bucket" the bucket of the total (a compiled layer sees few shapes); either is rounded up to
-    ``multiple_of`` (flex attention's block edge)."""
+    Packed: one row of every sequence; with "bucket" its width is the bucket of the total (a compiled
+    layer sees few shapes), at most ``row_tokens`` (``rsft.packTokens``: rows filled up to it by
+    :func:`micro_batches` mostly land on that one width), and it is rounded up to ``multiple_of`` (flex
+    attention's block edge)."""
     if pack:
         total = sum(len(e) for e in batch)
+        packed = bucket_length(total, per_octave=per_octave) if padding == "bucket" else total
         if row_tokens is not None:
-            packed = row_tokens
-        else:
-            packed = bucket_length(total, per_octave=per_octave) if padding == "bucket" else total
+            packed = min(packed, max(row_tokens, total))
         return pack_collate(batch, pad_id, width=-(-packed // multiple_of) * multiple_of)
     if padding == "masked":
         return pad_collate(batch, pad_id)

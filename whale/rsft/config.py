@@ -77,8 +77,8 @@ class RSFTConfig:
     attention: Literal["auto", "sdpa", "flex", "flash", "varlen"] = "auto"
     #: write checkpoints from a host snapshot in a background thread (:mod:`whale.rsft.checkpoint_writer`)
     async_checkpoint: bool = True
-    #: packed rows of exactly this many tokens, filled first-fit longest first (None: ``micro_batch_size_per_gpu``
-    #: sequences per row, on the bucket ladder with compiled layers); :func:`whale.rsft.collate.micro_batches`
+    #: packed rows filled with up to this many tokens, first fit longest first (None: ``micro_batch_size_per_gpu``
+    #: sequences per row); their width follows ``padding``, capped at it (:func:`whale.rsft.collate.collate_micro`)
     pack_tokens: int | None = None
 
     @classmethod
@@ -112,7 +112,7 @@ class RSFTConfig:
 
     @property
     def row_tokens(self) -> int | None:
-        """Tokens per packed row when rows have one fixed size (``pack_tokens`` with ``pack_sequences``)."""
+        """Most tokens a packed row holds when rows are filled by tokens (``pack_tokens`` with ``pack_sequences``)."""
         return self.pack_tokens if self.pack_sequences else None
 
     @property

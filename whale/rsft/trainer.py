@@ -13,7 +13,7 @@ update and the token count is all-reduced, so the normalisation is global. Micro
 (``rsft.padding``) or packed into one row (``rsft.packSequences``), whose sequences are kept apart by
 the attention kernel ``rsft.attention`` picks (:mod:`whale.rsft.attention`: a flex-attention document
 mask by default; torch's flash varlen kernel with ``rsft.attention: varlen``), and with ``rsft.packTokens``
-packed into rows of one fixed size (:func:`whale.rsft.collate.micro_batches`).
+packed by tokens into nearly full rows (:func:`whale.rsft.collate.micro_batches`).
 """
 
 from __future__ import annotations
@@ -142,9 +142,8 @@ def prepare_model(model: PreTrainedModel, cfg: RSFTConfig, *, compile_layers: bo
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.compile_layers if compile_layers is None else compile_layers:
-        # bucketed or fixed widths: static graphs; otherwise let torch go dynamic
-        static = cfg.micro_padding == "bucket" or cfg.row_tokens is not None
-        compile_decoder_layers(model, dynamic=False if static else None)
+        # bucketed widths: static graphs; otherwise let torch go dynamic
+        compile_decoder_layers(model, dynamic=False if cfg.micro_padding == "bucket" else None)
 
 
 def collate_tensors(micro: Sequence[Example], cfg: RSFTConfig, pad_id: int, device: torch.device) -> dict[str, Any]:
