@@ -51,15 +51,19 @@ def test_sft_throughput_packed_variants_train_like_the_padded_one(tmp_path):
         "--warmup",
         "0",
         "--variants",
-        "var-bucket,var-pack,var-pack-flex",
+        "var-bucket,var-pack,var-pack-flex,var-pack-varlen,var-pack-varlen-fixed-compile",
         "--json",
         str(out),
     )
     results = {r["variant"]: r for r in json.loads(out.read_text())["results"]}
     assert results["var-pack-flex"]["attention"] == "flex" and results["var-pack"]["attention"] == "sdpa"
-    # the same sequences, the same update: padding, dense-mask packing and flex packing agree (fp32 on the CPU)
-    for name in ("var-pack", "var-pack-flex"):
+    assert results["var-pack-varlen"]["attention"] == "varlen"
+    # the same sequences, the same update: padding, dense-mask packing, flex and varlen packing (the CPU stand-in),
+    # and rows filled by tokens through compiled layers agree (fp32 on the CPU)
+    for name in ("var-pack", "var-pack-flex", "var-pack-varlen", "var-pack-varlen-fixed-compile"):
         assert results[name]["loss"] == pytest.approx(results["var-bucket"]["loss"], rel=1e-5)
+    fixed = results["var-pack-varlen-fixed-compile"]
+    assert fixed["pack_tokens"] == 256 * 2 and fixed["graphs_warmup"] > 0 and fixed["graphs_timed"] == 0
     assert results["var-pack"]["token_efficiency"] == 1.0  # packed without padding
     assert results["var-bucket"]["token_efficiency"] < 1.0
 
