@@ -3,14 +3,16 @@
 ``whale.rsft.checkpoint_writer.CheckpointWriter`` is what the weight phase checkpoints through
 (``rsft.asyncCheckpoint``). This script makes a Qwen3-layout model with random weights on the device there
 is (CUDA if present), gives it a real AdamW update (so the state holds 2 fp32 moments per parameter), and
-checkpoints it ``--checkpoints`` times into a local-folder store, with one more real update of the model
-between checkpoints (the next step's work, which the background write overlaps), once with
+checkpoints it ``--checkpoints`` times into a local-folder store, with ``--updates-between`` real updates of
+the model after each checkpoint (the next step's work, which the background write overlaps), once with
 ``background=False`` (the old path: the trainer waits for every file) and once with ``background=True``
 (the trainer waits for the host snapshot only), in one process, side by side. Per variant: the seconds the
 trainer was held by each ``save`` (the first one of the asynchronous writer also allocates its pinned host
-buffers), the background write's duration, the update time between checkpoints, and the time waited
-at the end for the last write (what a phase end pays before its result). The files of both variants
-are checked to be the same (weights byte for byte, optimiser state tensor for tensor, at each step).
+buffers), each write's duration, the updates' time after each checkpoint (slower while a write runs beside
+them: the disk and the host copies share the machine), and what was left of the write after those updates
+(what the next checkpoint or the phase end would wait if it came right after them; in a run checkpoints
+come at evaluation points, many steps apart, so each write is let finish before the next). The files of
+both variants are checked to be the same (weights byte for byte, optimiser state tensor for tensor, at each step).
 
     PYTHONPATH=. python benchmarks/checkpoint_async.py --json out.json                      # ~110 M parameters
     PYTHONPATH=. python benchmarks/checkpoint_async.py --model qwen3-1.7b --json out.json   # on the H200
@@ -95,13 +97,13 @@ def run(background: bool, args: argparse.Namespace, device: torch.device, root: 
     update(model, optimizer, device, args.seq)
     store = LocalStore(root)
     writer = CheckpointWriter(store, RUN, PHASE, background=background)
-    blocked, updates = [], []
+    blocked, updates, waited = [], [], []
     for step in range(1, args.checkpoints + 1):
         blocked.append(writer.save(step, model, tok, optimizer.state_dict, {"cursor": step}))
         updates.append(sum(update(model, optimizer, device, args.seq) for _ in range(args.updates_between)))
-    end_start = time.perf_counter()
-    writer.wait()
-    end_wait = time.perf_counter() - end_start
+        wait_start = time.perf_counter()
+        writer.wait()
+        waited.append(time.perf_counter() - wait_start)
     params = sum(p.numel() for p in model.parameters())
     del model, optimizer
     if device.type == "cuda":
@@ -114,7 +116,7 @@ def run(background: bool, args: argparse.Namespace, device: torch.device, root: 
         "blocked_after_first_median_s": statistics.median(blocked[1:]) if len(blocked) > 1 else blocked[0],
         "write_s": writer.write_s,
         "updates_between_s": updates,
-        "end_wait_s": end_wait,
+        "waited_after_updates_s": waited,
     }
 
 
@@ -184,11 +186,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "same_files": identical,
         },
     }
-    print(f"\n{'variant':<8} {'params':>12} {'blocked s (each)':>28} {'write s':>20} {'end wait s':>10}")
+
+    def row(values: list[float]) -> str:
+        return " / ".join(f"{v:.2f}" for v in values)
+
+    print(f"\n{'variant':<8} {'params':>12} {'blocked s':>22} {'write s':>22} {'updates s':>22} {'waited s':>22}")
     for r in results:
         print(
-            f"{r['variant']:<8} {r['parameters']:>12,} {' / '.join(f'{b:.3f}' for b in r['blocked_s']):>28} "
-            f"{' / '.join(f'{w:.3f}' for w in r['write_s']):>20} {r['end_wait_s']:>10.3f}"
+            f"{r['variant']:<8} {r['parameters']:>12,} {row(r['blocked_s']):>22} {row(r['write_s']):>22} "
+            f"{row(r['updates_between_s']):>22} {row(r['waited_after_updates_s']):>22}"
         )
     print(f"same files: {identical}")
     if args.out:
