@@ -145,8 +145,9 @@ def run(background: bool, args: argparse.Namespace, device: torch.device, root: 
     writer = CheckpointWriter(store, RUN, PHASE, background=background)
     blocked, updates, waited, exact = [], [], [], []
     for step in range(1, args.checkpoints + 1):
-        if step > 1:
+        if step > 1:  # one checkpoint on disk at a time
             store.delete_prefix(layout.checkpoint_prefix(RUN, step - 1) + "/")
+            store.delete_prefix(layout.state_prefix(RUN, PHASE) + "/")
         expected = checksums(state_tensors(model.state_dict(), optimizer.state_dict()))
         blocked.append(writer.save(step, model, tok, optimizer.state_dict, {"cursor": step}))
         updates.append(sum(update(model, optimizer, device, args.seq) for _ in range(args.updates_between)))

@@ -179,6 +179,7 @@ class CheckpointWriter:
             start = time.perf_counter()
             if weights is not None:
                 ckpt.write_checkpoint_dir(self.store, self.run, step, hf_model, staging, dict(weights))
+                shutil.rmtree(staging, ignore_errors=True)  # before the state's own temporary file: less disk
             ckpt.save_state(self.store, self.run, self.phase, step, optim, meta)
             self.write_s.append(time.perf_counter() - start)
             log.info("checkpoint of step %d written in %.1f s", step, self.write_s[-1])
