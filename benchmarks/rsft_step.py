@@ -635,7 +635,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "through the compiled layers at every decode shape)",
     )
     p.add_argument("--pack", action="store_true", help="rsft.packSequences (the varlen path)")
-    p.add_argument("--attention", default="auto", choices=["auto", "sdpa", "flex", "flash"], help="rsft.attention")
+    p.add_argument(
+        "--attention", default="auto", choices=["auto", "sdpa", "flex", "flash", "varlen"], help="rsft.attention"
+    )
     p.add_argument("--checkpoint-every", type=int, default=0, help="rsft.checkpointEverySteps (a checkpoint mid-phase)")
     p.add_argument(
         "--sync-checkpoint", action="store_true", help="rsft.asyncCheckpoint: false (write before the next step)"
