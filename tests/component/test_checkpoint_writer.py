@@ -35,17 +35,21 @@ def model_dir(tmp_path_factory) -> Path:
     return tiny_model_dir(tmp_path_factory.getbasetemp())
 
 
-def trained(model_dir: Path):
+def trained(model_dir: Path, device: str = "cpu"):
     """(model, tokenizer, optimizer) after one real AdamW update: moments and step counters exist."""
     torch.manual_seed(0)
-    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    model = transformers.AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(device)
     tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    ids = torch.randint(0, model.config.vocab_size, (2, 16))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=device == "cuda")
+    update(model, optimizer)
+    return model, tokenizer, optimizer
+
+
+def update(model, optimizer) -> None:
+    ids = torch.randint(0, model.config.vocab_size, (2, 16), device=model.device)
     model(input_ids=ids, labels=ids).loss.backward()
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
-    return model, tokenizer, optimizer
 
 
 class GatedStore(LocalStore):
@@ -81,14 +85,17 @@ def assert_same_state(a: dict, b: dict) -> None:
             assert torch.equal(value, b["state"][idx][name]), (idx, name)
 
 
-def test_the_background_write_is_the_synchronous_one_of_the_state_at_the_snapshot(tmp_path, model_dir):
-    model, tokenizer, optimizer = trained(model_dir)
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_the_background_write_is_the_synchronous_one_of_the_state_at_the_snapshot(tmp_path, model_dir, device):
+    """On a GPU the snapshot is a pinned, non-blocking copy synchronised before the write starts."""
+    model, tokenizer, optimizer = trained(model_dir, device)
     sync_store = LocalStore(tmp_path / "sync")
     CheckpointWriter(sync_store, RUN, PHASE, background=False).save(
         3, model, tokenizer, optimizer.state_dict, {"cursor": 3}
     )
     expected_opt = torch.load(
         sync_store.local_path(f"{layout.state_prefix(RUN, PHASE)}/step-000003/{ckpt.OPTIMIZER_FILE}"),
+        map_location="cpu",
         weights_only=True,
     )
 
@@ -100,10 +107,7 @@ def test_the_background_write_is_the_synchronous_one_of_the_state_at_the_snapsho
     assert not ckpt.checkpoint_complete(store, RUN, 3) and ckpt.load_state(store, RUN, PHASE) is None
     # the trainer goes on: the next updates change the weights and the moments in place
     for _ in range(2):
-        ids = torch.randint(0, model.config.vocab_size, (2, 16))
-        model(input_ids=ids, labels=ids).loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        update(model, optimizer)
     store.gate.set()
     writer.wait()
     assert writer.in_flight is None and ckpt.checkpoint_complete(store, RUN, 3)
@@ -115,7 +119,8 @@ def test_the_background_write_is_the_synchronous_one_of_the_state_at_the_snapsho
     step, meta, loaded = ckpt.load_state(store, RUN, PHASE)
     assert (step, meta["cursor"]) == (3, 3)
     assert_same_state(loaded, expected_opt)
-    assert not all(torch.equal(loaded["state"][0][k], v) for k, v in optimizer.state_dict()["state"][0].items())
+    live = optimizer.state_dict()["state"][0]
+    assert not all(torch.equal(loaded["state"][0][k], v.cpu()) for k, v in live.items())  # the trainer moved on
 
 
 def test_one_write_in_flight_the_next_checkpoint_waits_for_it(tmp_path, model_dir):
