@@ -11,7 +11,10 @@ synthetic domain for ``--steps`` steps (the phase's end checkpoints, as at an ev
                   (``collate_tensors``, CUDA-synchronised)
   sft             ``SFTTrainer.train`` minus its collation: forward, backward, optimiser
   sync            weight sync to the sampler (in-process: none; vLLM: bf16 write + reload)
-  checkpoint      the checkpoint and the resume state (optimiser moments)
+  checkpoint      what the trainer waits for at a checkpoint (``WeightPhase.save``): the whole write of the
+                  checkpoint and the resume state, or with ``rsft.asyncCheckpoint`` (the default; off with
+                  ``--sync-checkpoint``) the host snapshot only, the write going on in the background
+  checkpoint_wait waiting for a background write outside ``save`` (at the phase end, before its result)
   evaluation      ``run_eval`` of the checkpoint: its model calls, loading (in-process) and the rest
   other           the loop's own bookkeeping (rejection, metrics line, STOP check)
 
@@ -359,6 +362,8 @@ def run_spec(args: argparse.Namespace, model_dir: Path, base_url: str | None) ->
         "compileLayers": args.compile_layers,
         "packSequences": args.pack,
         "sampling": {"maxResponseTokens": args.max_tokens},
+        "checkpointEverySteps": args.checkpoint_every,
+        "asyncCheckpoint": not args.sync_checkpoint,
     }
     if args.pack:
         rsft["attention"] = args.attention
@@ -416,6 +421,7 @@ def instrument(timers: Timers, calls: list[dict[str, Any]], held: dict[str, Any]
     import whale.workloads.train as train_module
     from whale.inference.openai_http import OpenAIClient
     from whale.inference.transformers_backend import TransformersClient
+    from whale.rsft.checkpoint_writer import CheckpointWriter
     from whale.rsft.phase import WeightPhase
     from whale.rsft.sampling import HarnessSampler
     from whale.rsft.sync import SharedModelSync, StoreSync, VLLMReloadSync
@@ -432,6 +438,7 @@ def instrument(timers: Timers, calls: list[dict[str, Any]], held: dict[str, Any]
     for cls in (SharedModelSync, VLLMReloadSync, StoreSync):
         timers.wrap(cls, "sync", "sync")
     timers.wrap(WeightPhase, "save", "checkpoint")
+    timers.wrap(CheckpointWriter, "wait", "checkpoint_wait")
     timers.wrap(TransformersClient, "from_pretrained", "eval_load")
     for client_cls in (TransformersClient, OpenAIClient):
         timers.wrap_chat(client_cls, calls)
@@ -457,6 +464,7 @@ def breakdown(timeline: Timeline, gpu: GpuBusy, eval_window: tuple[float, float]
             "sft": train - collate,
             "sync": timeline.total("sync", window),
             "checkpoint": timeline.total("checkpoint", window),
+            "checkpoint_wait": _outside(timeline.named("checkpoint_wait", window), timeline.named("checkpoint")),
         }
         wall = window[1] - window[0]
         parts["other"] = wall - sum(parts.values())
@@ -496,6 +504,12 @@ def breakdown(timeline: Timeline, gpu: GpuBusy, eval_window: tuple[float, float]
             }
         )
     return out
+
+
+def _outside(intervals: list[Interval], containers: list[Interval]) -> float:
+    """Seconds of ``intervals`` that do not start inside one of ``containers`` (a wait that ``save`` makes is
+    counted as the checkpoint's)."""
+    return sum(i.seconds for i in intervals if not any(c.start <= i.start and i.end <= c.end for c in containers))
 
 
 def _busy_in(gpu: GpuBusy, intervals: list[Interval]) -> float | None:
@@ -623,7 +637,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "through the compiled layers at every decode shape)",
     )
     p.add_argument("--pack", action="store_true", help="rsft.packSequences (the varlen path)")
-    p.add_argument("--attention", default="auto", choices=["auto", "sdpa", "flex", "flash"], help="rsft.attention")
+    p.add_argument(
+        "--attention", default="auto", choices=["auto", "sdpa", "flex", "flash", "varlen"], help="rsft.attention"
+    )
+    p.add_argument("--checkpoint-every", type=int, default=0, help="rsft.checkpointEverySteps (a checkpoint mid-phase)")
+    p.add_argument(
+        "--sync-checkpoint", action="store_true", help="rsft.asyncCheckpoint: false (write before the next step)"
+    )
     p.add_argument("--eval-items", type=int, default=64, help="evaluation.maxItems")
     p.add_argument("--eval-samples", type=int, default=4, help="evaluation.samplesPerItem")
     p.add_argument("--format-updates", type=int, default=200, help="most warm-up updates on the answer format")

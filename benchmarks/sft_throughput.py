@@ -28,6 +28,13 @@ Variants (``--variants``):
               whale.rsft.attention); var-pack-flex-compile: with compiled layers, each packed row
               padded to the bucket ladder (and a multiple of 128), one static graph per width
   var-pack-flash packed, flash-attn's varlen kernel (rsft.attention=flash; needs flash-attn)
+  var-pack-varlen packed, torch's flash varlen kernel over the rows' sequence offsets (rsft.attention=varlen,
+              torch >= 2.10, GPU); var-pack-varlen-compile: with compiled layers, rows on the bucket ladder
+              (the kernel call stays outside the compiled graphs)
+  *-fixed-compile  packed by tokens (rsft.packTokens = --seq x micro): each row filled with up to that many
+              tokens (longest first, first fit), padded to its rung capped at packTokens, so most rows share
+              one width; the number of sequences per row varies (var-pack-flex-fixed-compile,
+              var-pack-varlen-fixed-compile)
 
 GPU (one H200)::
 
@@ -102,7 +109,9 @@ class Variant:
     #: rsft.padding of the run (the pre-bucketing variants keep the masked path they measured)
     padding: Literal["bucket", "longest", "masked"] = "masked"
     #: rsft.attention of packed variants (the first packed variants measured SDPA's dense document mask)
-    attention: Literal["sdpa", "flex", "flash"] = "sdpa"
+    attention: Literal["sdpa", "flex", "flash", "varlen"] = "sdpa"
+    #: rsft.packTokens = --seq x micro (rows filled by tokens) instead of micro sequences per row
+    fill_rows: bool = False
 
 
 def variants(micro: int, micro_gc: int) -> dict[str, Variant]:
@@ -125,6 +134,32 @@ def variants(micro: int, micro_gc: int) -> dict[str, Variant]:
         "var-pack-flash": Variant("var-pack-flash", True, True, False, micro, attention="flash"),
         "var-pack-flash-compile": Variant(
             "var-pack-flash-compile", True, True, False, micro, compile=True, padding="bucket", attention="flash"
+        ),
+        "var-pack-varlen": Variant("var-pack-varlen", True, True, False, micro, attention="varlen"),
+        "var-pack-varlen-compile": Variant(
+            "var-pack-varlen-compile", True, True, False, micro, compile=True, padding="bucket", attention="varlen"
+        ),
+        "var-pack-flex-fixed-compile": Variant(
+            "var-pack-flex-fixed-compile",
+            True,
+            True,
+            False,
+            micro,
+            compile=True,
+            padding="bucket",
+            attention="flex",
+            fill_rows=True,
+        ),
+        "var-pack-varlen-fixed-compile": Variant(
+            "var-pack-varlen-fixed-compile",
+            True,
+            True,
+            False,
+            micro,
+            compile=True,
+            padding="bucket",
+            attention="varlen",
+            fill_rows=True,
         ),
         "var-longest": Variant("var-longest", True, False, False, micro, padding="longest"),
         "var-bucket": Variant("var-bucket", True, False, False, micro, padding="bucket"),
@@ -173,6 +208,7 @@ def collated_rows(micro: list[Example], cfg: RSFTConfig) -> list[list[int]]:
         max_len=cfg.max_seq_len,
         per_octave=cfg.buckets_per_octave,
         multiple_of=FLEX_BLOCK if flex else 1,
+        row_tokens=cfg.row_tokens,
     )["input_ids"]
 
 
@@ -180,7 +216,9 @@ def forwarded_tokens(examples: list[Example], cfg: RSFTConfig) -> int:
     """Token positions the model runs on for one minibatch (real tokens + padding), as the trainer
     collates them."""
     return sum(
-        len(row) for micro in micro_batches(examples, cfg.micro_batch_size_per_gpu) for row in collated_rows(micro, cfg)
+        len(row)
+        for micro in micro_batches(examples, cfg.micro_batch_size_per_gpu, row_tokens=cfg.row_tokens)
+        for row in collated_rows(micro, cfg)
     )
 
 
@@ -193,7 +231,7 @@ def shape_warmup(cfg: RSFTConfig, batches: list[list[Example]], vocab: int) -> l
         {
             (len(rows), len(rows[0]))
             for b in batches
-            for micro in micro_batches(b, cfg.micro_batch_size_per_gpu)
+            for micro in micro_batches(b, cfg.micro_batch_size_per_gpu, row_tokens=cfg.row_tokens)
             for rows in [collated_rows(micro, cfg)]
         }
     )
@@ -233,6 +271,7 @@ def run_variant(args: argparse.Namespace, v: Variant, device: torch.device) -> d
         padding=v.padding,
         buckets_per_octave=args.buckets_per_octave,
         attention=v.attention if v.pack else "auto",
+        pack_tokens=args.seq * v.micro if v.fill_rows else None,
     )
     if args.deepspeed:
         from whale.rsft.deepspeed_trainer import DeepSpeedTrainer
@@ -282,6 +321,11 @@ def run_variant(args: argparse.Namespace, v: Variant, device: torch.device) -> d
         "compiled": v.compile,
         "attn": v.attn or args.attn,
         "attention": cfg.attention_kernel if v.pack else "sdpa",
+        "pack_tokens": cfg.row_tokens,
+        # micro-batches (rows) forwarded per optimiser update, mean over the timed updates
+        "micro_batches_per_update": statistics.fmean(
+            len(micro_batches(b, cfg.micro_batch_size_per_gpu, row_tokens=cfg.row_tokens)) for b in timed
+        ),
         "variable_lengths": v.variable,
         "tokens_per_s": statistics.median(rates),
         "mfu": statistics.median(mfus),
@@ -350,11 +394,10 @@ def main(argv: list[str] | None = None) -> None:
             os.environ.setdefault(key, value)
         init_process_group(world_from_env(), device)
     table = variants(args.micro, args.micro_gc)
-    results = []
-    for name in args.variants.split(","):
-        res = run_variant(args, table[name.strip()], device)
-        results.append(res)
-        print(json.dumps(res), flush=True)
+    names = [name.strip() for name in args.variants.split(",")]
+    unknown = [name for name in names if name not in table]
+    if unknown:
+        parser.error(f"--variants: unknown {unknown}; known: {', '.join(sorted(table))}")
     meta = {
         "model": args.model,
         "seq": args.seq,
@@ -369,15 +412,20 @@ def main(argv: list[str] | None = None) -> None:
         "updates": args.updates,
         "warmup": args.warmup,
     }
-    if args.out:
-        args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    results = []
+    for name in names:
+        res = run_variant(args, table[name], device)
+        results.append(res)
+        print(json.dumps(res), flush=True)
+        if args.out:  # after every variant: a run cut short by a time limit keeps what it measured
+            args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=2))
     print(
-        f"\n{'variant':<24} {'micro':>5} {'gc':>3} {'tokens/s':>10} {'MFU':>6} {'mem GiB':>8} {'real/fwd':>8} "
+        f"\n{'variant':<30} {'micro':>5} {'gc':>3} {'tokens/s':>10} {'MFU':>6} {'mem GiB':>8} {'real/fwd':>8} "
         f"{'graphs':>7} {'warm s':>7} {'loss':>10}"
     )
     for r in results:
         print(
-            f"{r['variant']:<24} {r['micro_batch']:>5} {('y' if r['grad_ckpt'] else 'n'):>3} "
+            f"{r['variant']:<30} {r['micro_batch']:>5} {('y' if r['grad_ckpt'] else 'n'):>3} "
             f"{r['tokens_per_s']:>10.0f} {100 * r['mfu']:>5.1f}% {r['peak_mem_gib']:>8.1f} "
             f"{r['token_efficiency']:>8.2f} {r['graphs_warmup']:>3}+{r['graphs_timed']:<3} {r['warmup_s']:>7.0f} "
             f"{r['loss']:>10.5f}"

@@ -51,15 +51,19 @@ def test_sft_throughput_packed_variants_train_like_the_padded_one(tmp_path):
         "--warmup",
         "0",
         "--variants",
-        "var-bucket,var-pack,var-pack-flex",
+        "var-bucket,var-pack,var-pack-flex,var-pack-varlen,var-pack-varlen-fixed-compile",
         "--json",
         str(out),
     )
     results = {r["variant"]: r for r in json.loads(out.read_text())["results"]}
     assert results["var-pack-flex"]["attention"] == "flex" and results["var-pack"]["attention"] == "sdpa"
-    # the same sequences, the same update: padding, dense-mask packing and flex packing agree (fp32 on the CPU)
-    for name in ("var-pack", "var-pack-flex"):
+    assert results["var-pack-varlen"]["attention"] == "varlen"
+    # the same sequences, the same update: padding, dense-mask packing, flex and varlen packing (the CPU stand-in),
+    # and rows filled by tokens through compiled layers agree (fp32 on the CPU)
+    for name in ("var-pack", "var-pack-flex", "var-pack-varlen", "var-pack-varlen-fixed-compile"):
         assert results[name]["loss"] == pytest.approx(results["var-bucket"]["loss"], rel=1e-5)
+    fixed = results["var-pack-varlen-fixed-compile"]
+    assert fixed["pack_tokens"] == 256 * 2 and fixed["graphs_warmup"] > 0 and fixed["graphs_timed"] == 0
     assert results["var-pack"]["token_efficiency"] == 1.0  # packed without padding
     assert results["var-bucket"]["token_efficiency"] < 1.0
 
@@ -136,12 +140,12 @@ def test_rsft_step_splits_a_whole_step_through_the_workload(tmp_path):
     report = json.loads(out.read_text())
     steps = report["steps"]
     assert [s["step"] for s in steps] == [1, 2]
-    main = ("generation", "reward", "collation", "sft", "sync", "checkpoint", "other")
+    main = ("generation", "reward", "collation", "sft", "sync", "checkpoint", "checkpoint_wait", "other")
     for step in steps:
         seconds = step["seconds"]
         total = sum(seconds[k] for k in main) + seconds.get("evaluation", 0.0)
         assert total == pytest.approx(step["wall_s"], rel=1e-6)
-        assert all(seconds[k] >= 0 for k in ("generation", "collation", "sft", "sync", "checkpoint"))
+        assert all(seconds[k] >= 0 for k in ("generation", "collation", "sft", "sync", "checkpoint", "checkpoint_wait"))
         assert seconds["generation"] > 0 and step["generated_tokens"] > 0
         assert 0 < step["overhead_share"] < 1
     last = steps[-1]
@@ -155,3 +159,18 @@ def test_rsft_step_splits_a_whole_step_through_the_workload(tmp_path):
     assert ceiling["tokens"] > 0 and report["generation_vs_ceiling"] > 0
     assert report["eval"]["items"] == 2 and report["meta"]["backend"] == "transformers"
     assert report["meta"]["nvml"] is False or last["gpu_busy"] is not None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_checkpoint_async_times_both_writers_and_reads_back_the_snapshot(tmp_path):
+    out = tmp_path / "ckpt.json"
+    run_script("checkpoint_async.py", "--smoke", "--dir", str(tmp_path), "--json", str(out), timeout_s=280)
+    report = json.loads(out.read_text())
+    assert [r["variant"] for r in report["results"]] == ["sync", "async"]
+    for r in report["results"]:
+        assert len(r["blocked_s"]) == len(r["write_s"]) == 2 and all(s > 0 for s in r["write_s"])
+        assert r["parameters"] > 0
+    # each checkpoint read back is the state at its save, not the one after the updates that followed
+    assert all(r["written_equals_snapshot"] is True for r in report["results"])
+    assert report["compare"]["written_equals_snapshot"] is True

@@ -1,6 +1,8 @@
 """The varlen attention path (``rsft.packSequences`` + ``rsft.attention``): packed rows train exactly
-like unpacked ones, the block mask marks exactly the blocks a sequence reaches, the flex kernel with it
-equals dense document attention, and the model still generates as before."""
+like unpacked ones (flex, varlen, sdpa; rows on the bucket ladder or of one fixed size, ``rsft.packTokens``),
+the block mask marks exactly the blocks a sequence reaches, the varlen offsets are exactly the sequences,
+the flex kernel with the mask equals dense document attention (the varlen kernel too, on a GPU), and the
+model still generates as before."""
 
 from __future__ import annotations
 
@@ -158,16 +160,74 @@ def loss_and_grads(cfg: RSFTConfig, exs, **model_config):
     return loss.item(), n, [p.grad.clone() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("attention,padding", [("flex", "longest"), ("auto", "bucket"), ("sdpa", "longest")])
-def test_packed_rows_give_the_loss_and_gradients_of_unpacked_ones(attention, padding):
+@pytest.mark.parametrize(
+    "attention,padding,pack_tokens",
+    [
+        ("flex", "longest", None),
+        ("auto", "bucket", None),
+        ("sdpa", "longest", None),
+        ("varlen", "longest", None),
+        ("varlen", "bucket", None),
+        ("varlen", "longest", 1500),
+        ("varlen", "bucket", 1010),
+        ("flex", "bucket", 1010),
+    ],
+)
+def test_packed_rows_give_the_loss_and_gradients_of_unpacked_ones(attention, padding, pack_tokens):
     exs = make_examples()
     ref_loss, ref_n, ref_grads = loss_and_grads(RSFTConfig(precision="fp32", padding="masked"), exs)
-    cfg = RSFTConfig(precision="fp32", pack_sequences=True, attention=attention, padding=padding)
+    cfg = RSFTConfig(
+        precision="fp32", pack_sequences=True, attention=attention, padding=padding, pack_tokens=pack_tokens
+    )
+    if pack_tokens:  # the row's width: its total (longest), or its rung (1024) capped at packTokens
+        width = collate_tensors(exs, cfg, 0, CPU)["input_ids"].shape[1]
+        assert width == {"longest": 908, "bucket": 1024 if attention == "flex" else 1010}[padding]
     loss, n, grads = loss_and_grads(cfg, exs)
     assert n == ref_n == sum(e.n_target for e in exs)
     assert loss == pytest.approx(ref_loss, rel=1e-6)
     for a, b in zip(grads, ref_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+def test_varlen_offsets_are_the_packed_sequences():
+    lengths = (150, 7, 300, 1)
+    pos = packed_positions(lengths, 512)  # padding: one more sequence of 54 positions
+    mask = attn.varlen_mask(pos)
+    assert mask.cu_seqlens.dtype == torch.int32
+    assert mask.cu_seqlens.tolist() == [0, 150, 157, 457, 458, 512] and mask.max_len == 300
+    two_rows = attn.varlen_mask(torch.cat([packed_positions((3, 5), 8), packed_positions((8,), 8)]))
+    assert two_rows.cu_seqlens.tolist() == [0, 3, 8, 16] and two_rows.max_len == 8  # rows flatten end to end
+    with pytest.raises(ValueError, match="first position id must be 0"):
+        attn.varlen_mask(torch.tensor([[1, 0, 1]]))
+    with pytest.raises(ValueError, match=r"\[batch, length\]"):
+        attn.varlen_mask(torch.arange(4))
+
+
+def test_the_varlen_stand_in_is_dense_document_attention():
+    pos = packed_positions(LENGTHS, 1024)
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 4, 1024, 8, generator=gen)
+    k, v = torch.randn(1, 2, 1024, 8, generator=gen), torch.randn(1, 2, 1024, 8, generator=gen)
+    out, _ = attn.whale_flex_attention(torch.nn.Module(), q, k, v, attn.varlen_mask(pos), scaling=None)
+    expected = torch.nn.functional.scaled_dot_product_attention(
+        q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), attn_mask=dense_document_mask(pos)
+    )
+    assert out.shape == (1, 1024, 4, 8)
+    torch.testing.assert_close(out, expected.transpose(1, 2), rtol=1e-5, atol=1e-5)
+
+
+def test_rows_filled_by_tokens_hold_every_sequence_once_within_the_budget():
+    from whale.rsft.collate import micro_batches
+
+    exs = make_examples() * 3
+    micros = micro_batches(exs, 2, row_tokens=700)
+    assert sorted(id(e) for m in micros for e in m) == sorted(id(e) for e in exs)
+    assert all(sum(len(e) for e in m) <= 700 for m in micros)
+    # first fit, longest first: no two micro-batches could have been one
+    loads = sorted(sum(len(e) for e in m) for m in micros)
+    assert loads[0] + loads[1] > 700 and len(micros) == -(-sum(len(e) for e in exs) // 700)
+    with pytest.raises(ValueError, match="packTokens"):
+        micro_batches(exs, 2, row_tokens=200)
 
 
 def test_the_check_sees_attention_across_a_boundary():
@@ -184,9 +244,20 @@ def test_the_check_sees_attention_across_a_boundary():
     leaky, _ = token_loss_sum(model, batch)
     # a hundred times the tolerance the exactness test allows (rel 1e-6)
     assert abs(leaky.item() - exact.item()) > 1e-4 * abs(exact.item())
+    # and for varlen: offsets of one sequence over the whole row
+    cfg = RSFTConfig(precision="fp32", pack_sequences=True, attention="varlen")
+    model = tiny_model()
+    prepare_model(model, cfg)
+    batch = collate_tensors(exs, cfg, 0, CPU)
+    assert token_loss_sum(model, batch)[0].item() == pytest.approx(exact.item(), rel=1e-6)
+    batch["attention_mask"] = {"full_attention": attn.varlen_mask(torch.arange(batch["input_ids"].shape[1])[None])}
+    assert abs(token_loss_sum(model, batch)[0].item() - exact.item()) > 1e-4 * abs(exact.item())
 
 
-def test_a_packed_trainer_makes_the_update_of_a_padded_one():
+@pytest.mark.parametrize("attention,pack_tokens", [("auto", None), ("varlen", 800), ("flex", 640)])
+def test_a_packed_trainer_makes_the_update_of_a_padded_one(attention, pack_tokens):
+    """The loss is the token mean over each minibatch whatever its micro-batches: rows of a fixed token
+    budget (a varying number of sequences each) make the same update as padded micro-batches of 3."""
     exs = make_examples() * 2
     states = []
     for pack in (False, True):
@@ -198,6 +269,8 @@ def test_a_packed_trainer_makes_the_update_of_a_padded_one():
             learning_rate=1e-2,
             pack_sequences=pack,
             padding="masked",
+            attention=attention if pack else "auto",
+            pack_tokens=pack_tokens,
         )
         stats = SFTTrainer(model, cfg, device=CPU, pad_id=0).train(exs, lr=1e-2, seed=3)
         assert stats.updates == 2
@@ -208,16 +281,17 @@ def test_a_packed_trainer_makes_the_update_of_a_padded_one():
     assert not torch.equal(states[0][1]["model.norm.weight"], tiny_model().state_dict()["model.norm.weight"])
 
 
-def test_the_model_still_generates_as_with_sdpa():
-    """The flex implementation is SDPA for everything but packed training rows: in-process sampling shares
-    the model, so a left-padded batch must decode the same tokens."""
+@pytest.mark.parametrize("attention,implementation", [("flex", attn.WHALE_FLEX), ("varlen", attn.WHALE_VARLEN)])
+def test_the_model_still_generates_as_with_sdpa(attention, implementation):
+    """The flex and varlen implementations are SDPA for everything but packed training rows: in-process
+    sampling shares the model, so a left-padded batch must decode the same tokens."""
     prompts = torch.tensor([[0, 0, 5, 6, 7], [1, 2, 3, 4, 5]])
     mask = torch.tensor([[0, 0, 1, 1, 1], [1, 1, 1, 1, 1]])
     outputs = []
     for pack in (False, True):
         model = tiny_model().eval()
-        prepare_model(model, RSFTConfig(precision="fp32", pack_sequences=pack))
-        assert model.config._attn_implementation == (attn.WHALE_FLEX if pack else "sdpa")
+        prepare_model(model, RSFTConfig(precision="fp32", pack_sequences=pack, attention=attention if pack else "auto"))
+        assert model.config._attn_implementation == (implementation if pack else "sdpa")
         outputs.append(
             model.generate(input_ids=prompts, attention_mask=mask, max_new_tokens=6, do_sample=False, pad_token_id=0)
         )
@@ -225,11 +299,12 @@ def test_the_model_still_generates_as_with_sdpa():
 
 
 def test_attention_choices_fail_closed_with_the_fix():
-    with pytest.raises(attn.AttentionConfigError, match="sliding-window"):
-        prepare_model(
-            tiny_model(use_sliding_window=True, sliding_window=16, max_window_layers=0),
-            RSFTConfig(pack_sequences=True, attention="flex"),
-        )
+    for kernel in ("flex", "varlen"):
+        with pytest.raises(attn.AttentionConfigError, match=f"{kernel}: .*sliding-window"):
+            prepare_model(
+                tiny_model(use_sliding_window=True, sliding_window=16, max_window_layers=0),
+                RSFTConfig(pack_sequences=True, attention=kernel),
+            )
     import importlib.util
 
     if importlib.util.find_spec("flash_attn") is None:
@@ -253,6 +328,82 @@ def test_compiled_flex_layers_match_eager_on_the_gpu():
         prepare_model(model, cfg)
         with torch.autocast("cuda", dtype=torch.bfloat16):
             loss, _ = token_loss_sum(model, collate_tensors(exs, cfg, 0, gpu))
+        losses.append(loss.item())
+    ref = loss_and_grads(RSFTConfig(precision="fp32", padding="masked"), exs, head_dim=16)[0]
+    assert losses[0] == pytest.approx(ref, rel=2e-2) and losses[1] == pytest.approx(losses[0], rel=2e-2)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")  # dynamo's own
+def test_compiled_varlen_layers_compile_once_for_every_row_layout():
+    """The offsets reach the kernel outside the compiled graphs: rows of one width (here 1000 tokens each, the
+    1024 rung) but different layouts reuse the first one's graphs, with the unpacked loss (the CPU stand-in
+    runs where the GPU kernel would)."""
+    from torch._dynamo.utils import counters
+
+    layouts = [(150, 7, 300, 543), (600, 2, 9, 40, 349), (1000,), (5, 5, 5, 5, 5, 975)]
+    cfg = RSFTConfig(precision="fp32", pack_sequences=True, attention="varlen", compile_layers=True, pack_tokens=1024)
+    model = tiny_model()
+    prepare_model(model, cfg)
+    before = counters["stats"]["unique_graphs"]
+    graphs = []
+    for i, lengths in enumerate(layouts):
+        exs = make_examples(lengths=lengths, seed=i)
+        loss, _ = token_loss_sum(model, collate_tensors(exs, cfg, 0, CPU))
+        loss.backward()
+        graphs.append(counters["stats"]["unique_graphs"])
+        ref = loss_and_grads(RSFTConfig(precision="fp32", padding="masked"), exs)[0]
+        assert loss.item() == pytest.approx(ref, rel=1e-5)
+    assert graphs[0] > before and graphs == [graphs[0]] * len(layouts), (before, graphs)
+
+
+@pytest.mark.gpu
+def test_the_varlen_kernel_is_dense_document_attention_on_the_gpu():
+    """torch's flash varlen kernel (bf16) with the offsets of a packed row, GQA included, against the dense
+    reference in fp32; forward and the gradients of q, k and v."""
+    gpu = torch.device("cuda")
+    pos = packed_positions(LENGTHS, 1024)
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 4, 1024, 64, generator=gen).to(gpu)
+    k, v = torch.randn(1, 2, 1024, 64, generator=gen).to(gpu), torch.randn(1, 2, 1024, 64, generator=gen).to(gpu)
+    grads = []
+    for kernel in ("varlen", "dense"):
+        qq, kk, vv = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+        if kernel == "varlen":
+            out, _ = attn.whale_flex_attention(
+                torch.nn.Module(), qq.bfloat16(), kk.bfloat16(), vv.bfloat16(), attn.varlen_mask(pos, gpu), scaling=None
+            )
+            out = out.float()
+        else:
+            out = torch.nn.functional.scaled_dot_product_attention(
+                qq, kk.repeat_interleave(2, 1), vv.repeat_interleave(2, 1), attn_mask=dense_document_mask(pos).to(gpu)
+            ).transpose(1, 2)
+        out.square().sum().backward()
+        grads.append((out.detach(), qq.grad, kk.grad, vv.grad))
+    for a, b in zip(grads[0], grads[1], strict=True):
+        torch.testing.assert_close(a, b, rtol=3e-2, atol=3e-2)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pack_tokens", [None, 1536])
+def test_compiled_varlen_layers_match_eager_on_the_gpu(pack_tokens):
+    gpu = torch.device("cuda")
+    exs = make_examples(seed=1)
+    losses = []
+    for compile_layers in (False, True):
+        cfg = RSFTConfig(
+            precision="bf16",
+            pack_sequences=True,
+            attention="varlen",
+            compile_layers=compile_layers,
+            pack_tokens=pack_tokens,
+        )
+        model = tiny_model(head_dim=16).to(gpu)
+        prepare_model(model, cfg)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss, _ = token_loss_sum(model, collate_tensors(exs, cfg, 0, gpu))
+        loss.backward()
         losses.append(loss.item())
     ref = loss_and_grads(RSFTConfig(precision="fp32", padding="masked"), exs, head_dim=16)[0]
     assert losses[0] == pytest.approx(ref, rel=2e-2) and losses[1] == pytest.approx(losses[0], rel=2e-2)
@@ -282,6 +433,19 @@ def test_the_spec_field_is_strict_and_reaches_the_config():
     with pytest.raises(ManifestError) as info:
         parse_document(doc)
     assert any("rsft" in p and "packSequences: true" in p for p in info.value.problems)
+    doc["spec"]["rsft"] = {"attention": "varlen"}
+    with pytest.raises(ManifestError) as info:
+        parse_document(doc)
+    assert any("rsft" in p and "packSequences: true" in p for p in info.value.problems)
+    doc["spec"]["rsft"] = {"packTokens": 8192}
+    with pytest.raises(ManifestError) as info:
+        parse_document(doc)
+    assert any("packTokens" in p and "packSequences: true" in p for p in info.value.problems)
+    spec = WhaleRunSpec.model_validate(
+        {**base, "rsft": {"packSequences": True, "attention": "varlen", "packTokens": 16384}}
+    )
+    cfg = RSFTConfig.from_spec(spec, args)
+    assert (cfg.attention_kernel, cfg.pack_tokens, cfg.row_tokens) == ("varlen", 16384, 16384)
     doc["spec"]["rsft"] = {"packSequences": True, "attention": "xformers"}
     with pytest.raises(ManifestError) as info:
         parse_document(doc)

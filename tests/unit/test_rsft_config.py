@@ -98,6 +98,8 @@ def test_from_spec_takes_every_rsft_field_of_the_same_name():
         "checkpoint_every_steps": 2,
         "mini_batch_scope": "global",
         "attention": "sdpa",
+        "async_checkpoint": False,
+        "pack_tokens": 8192,
     }
     assert set(changed) == set(shared), "a new shared field: give it a non-default value here"
     spec = WhaleRunSpec.model_validate(

@@ -432,14 +432,32 @@ class RSFT(_Model):
         "over all ranks, sftEpochs x ceil(kept / miniBatchSize) updates (ranks times more at the same learning "
         "rate). `whale plan` prints the figure",
     )
-    attention: Literal["auto", "sdpa", "flex", "flash"] = Field(
+    attention: Literal["auto", "sdpa", "flex", "flash", "varlen"] = Field(
         "auto",
         description="attention kernel of packed micro-batches (packSequences: true), where several trajectories "
         "share a row and none may attend to another: flex = flex attention with a block-sparse document mask "
-        "(compiled with the layers on a GPU); sdpa = transformers' dense document mask (exact, but off the flash "
-        "kernel); flash = flash-attn's varlen kernel (needs the flash-attn package in the worker image); auto = "
-        "flex when packing. flex and flash need packSequences: true (padded micro-batches already run SDPA's "
-        "flash kernel)",
+        "(compiled with the layers on a GPU); varlen = torch's flash varlen kernel "
+        "(torch.nn.attention.varlen, GPU) over the row's sequence offsets; sdpa = transformers' dense document "
+        "mask (exact, but off the flash kernel); flash = flash-attn's varlen kernel (needs the flash-attn package "
+        "in the worker image); auto = flex when packing. flex, varlen and flash need packSequences: true (padded "
+        "micro-batches already run SDPA's flash kernel)",
+    )
+    async_checkpoint: StrictBool = Field(
+        True,
+        description="checkpoint without stopping training: the weights and optimiser state are copied to host "
+        "memory (the trainer waits for that copy only) and written by a background thread while the next step "
+        "samples; the checkpoint counts (COMPLETE marker) only once fully written, the same bytes as a "
+        "synchronous write. Needs host memory for one copy of weights + optimiser state (about 12 bytes per "
+        "parameter in fp32). false = write before the next step",
+    )
+    pack_tokens: Annotated[int, Strict(), Field(ge=128, le=1 << 20)] | None = Field(
+        None,
+        description="packed micro-batches (packSequences: true) by tokens instead of by sequences: each row is "
+        "filled with up to this many tokens (longest first, first fit), so rows are nearly full and most land on "
+        "one width (with compileLayers a row is padded to its bucket rung, at most packTokens); the number of "
+        "sequences per micro-batch varies and microBatchSizePerGpu is not used for packed rows (the loss is the "
+        "same token mean per minibatch). At least the longest training sequence, e.g. model.maxModelLen x "
+        "microBatchSizePerGpu; null = microBatchSizePerGpu sequences per row",
     )
 
     @model_validator(mode="after")
@@ -449,10 +467,14 @@ class RSFT(_Model):
                 f"microBatchSizePerGpu ({self.micro_batch_size_per_gpu}) must be <= miniBatchSize "
                 f"({self.mini_batch_size})"
             )
-        if self.attention in ("flex", "flash") and not self.pack_sequences:
+        if self.attention in ("flex", "flash", "varlen") and not self.pack_sequences:
             raise ValueError(
                 f"attention: {self.attention} is the kernel of packed micro-batches; set packSequences: true, or "
                 "leave attention at auto (padded micro-batches run SDPA's flash kernel)"
+            )
+        if self.pack_tokens is not None and not self.pack_sequences:
+            raise ValueError(
+                "packTokens sizes packed micro-batches; set packSequences: true, or leave packTokens unset"
             )
         return self
 

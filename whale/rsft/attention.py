@@ -13,19 +13,31 @@ token may attend across a sequence boundary.
   GPU flex attention is compiled (inside the compiled decoder layers with ``compileLayers``); torch has
   no flex backward on the CPU, so there the same document-causal mask is evaluated densely and SDPA runs
   on it (the same maths; the tests compare both kernels' forward on the CPU).
+* ``varlen``: torch's own flash varlen kernel (``torch.nn.attention.varlen.varlen_attn``, torch >= 2.10, GPU)
+  over the row's sequence offsets (:func:`varlen_mask`: ``cu_seqlens`` from the restarted position ids,
+  built once per micro-batch on the host). No mask, no block list: each sequence is its own causal
+  attention, on the dense flash kernel. The trainer passes a :class:`VarlenMask` as the decoder's prepared
+  mask (``attention_mask={"full_attention": mask}``, which transformers 5 decoders take as is); the model's
+  implementation is :data:`WHALE_VARLEN`, SDPA for every other call. Inside compiled layers the kernel call
+  is left out of the graph (``torch.compiler.disable``: the layer compiles into a graph before and one
+  after it), so the offsets and the longest length reach the kernel exactly and no shape recompiles.
+  Torch has no CPU kernel; on the CPU the same document-causal attention runs densely under SDPA.
 * ``sdpa``: transformers itself detects the restarted position ids and builds a dense 4-D document mask,
   which is exact but moves SDPA off its flash kernel (measured 15 % MFU against 47 % with bucket padding).
 * ``flash``: transformers' ``flash_attention_2`` (``flash_attn_varlen_func`` over the position ids);
   needs the flash-attn package, which has no wheel for every torch/CUDA pairing.
 
-Models with sliding-window layers are refused for ``flex`` (their windows are not part of the mask).
+Models with sliding-window layers are refused for ``flex`` and ``varlen`` (their windows are not part of
+the mask).
 """
 
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import logging
 import warnings
+from functools import cache
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
@@ -39,11 +51,13 @@ log = logging.getLogger(__name__)
 
 #: the name of the attention implementation registered with transformers (see the module doc)
 WHALE_FLEX = "whale_flex"
+#: the attention implementation of packed rows under ``rsft.attention: varlen`` (see the module doc)
+WHALE_VARLEN = "whale_varlen"
 #: flex attention's block edge; a packed row is padded to a multiple of it
 FLEX_BLOCK = 128
 
 #: the kernels ``rsft.attention`` resolves to (:attr:`whale.rsft.config.RSFTConfig.attention_kernel`)
-Kernel = Literal["sdpa", "flex", "flash"]
+Kernel = Literal["sdpa", "flex", "flash", "varlen"]
 
 
 class AttentionConfigError(ValueError):
@@ -107,6 +121,103 @@ def document_block_mask(position_ids: torch.Tensor, block_size: int = FLEX_BLOCK
     )
 
 
+# ----- the varlen offsets ----------------------------------------------------------------------------
+
+
+class VarlenMask:
+    """Where the sequences of a packed batch lie in its flattened rows: ``cu_seqlens`` [N + 1] (int32, on
+    the model's device) = 0, the end of the first sequence, ..., the total; ``max_len`` the longest.
+
+    NOTE: a plain object on purpose, not a (frozen) dataclass: torch.compile reads a frozen dataclass's
+    fields as constants of the graph and would compile a new graph per row layout; the compiled layers only
+    hand this object to the kernel call outside the graph, so it adds no guard on its values."""
+
+    __slots__ = ("cu_seqlens", "max_len")
+
+    def __init__(self, cu_seqlens: torch.Tensor, max_len: int):
+        self.cu_seqlens = cu_seqlens
+        self.max_len = max_len
+
+
+def varlen_mask(position_ids: torch.Tensor, device: torch.device | None = None) -> VarlenMask:
+    """The :class:`VarlenMask` of a packed batch ([B, L] position ids restarting at 0 per sequence; the
+    padding is a sequence of its own), computed on the host (one small copy to ``device``, no sync)."""
+    if position_ids.dim() != 2:
+        raise ValueError(f"position_ids must be [batch, length], got shape {tuple(position_ids.shape)}")
+    pos = position_ids.detach().to("cpu")
+    if pos.numel() == 0 or bool((pos[:, 0] != 0).any()):
+        raise ValueError("a packed row must start a sequence: its first position id must be 0")
+    flat = pos.reshape(-1)
+    starts = torch.nonzero(flat == 0).reshape(-1)
+    cu = torch.cat([starts, torch.tensor([flat.numel()])]).to(torch.int32)
+    max_len = int((cu[1:] - cu[:-1]).max())
+    return VarlenMask(cu.to(device if device is not None else position_ids.device), max_len)
+
+
+@cache
+def _varlen_signature() -> frozenset[str]:
+    """The keyword arguments this torch's ``varlen_attn`` takes (2.10: ``is_causal``; later: ``window_size``,
+    ``scale``, ``enable_gqa``)."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    return frozenset(inspect.signature(varlen_attn).parameters)
+
+
+def _dense_varlen_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: VarlenMask, scale: float | None
+) -> torch.Tensor:
+    """The CPU stand-in of the varlen kernel ([T, H, D] in and out; k/v already at the query's heads): the
+    offsets' document-causal mask evaluated densely, then SDPA."""
+    total = query.shape[0]
+    index = torch.arange(total, device=query.device)
+    seq = torch.bucketize(index, mask.cu_seqlens[1:].to(query.device), right=True)
+    allowed = (seq[:, None] == seq[None, :]) & (index[:, None] >= index[None, :])
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query.transpose(0, 1)[None],
+        key.transpose(0, 1)[None],
+        value.transpose(0, 1)[None],
+        attn_mask=allowed,
+        scale=scale,
+    )
+    return out[0].transpose(0, 1)
+
+
+@torch.compiler.disable
+def _varlen_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: VarlenMask, scale: float | None
+) -> torch.Tensor:
+    """[B, H, L, D] q/k/v of packed rows -> [B, L, H, D], each sequence attending causally to itself only.
+    Outside any compiled graph (see the module doc)."""
+    batch, heads, length, dim = query.shape
+    q = query.transpose(1, 2).reshape(batch * length, heads, dim)
+    k = key.transpose(1, 2).reshape(batch * length, key.shape[1], dim)
+    v = value.transpose(1, 2).reshape(batch * length, value.shape[1], dim)
+    groups = heads // k.shape[1]
+    params = _varlen_signature() if query.device.type != "cpu" else frozenset()
+    if groups > 1 and "enable_gqa" not in params:
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    if query.device.type == "cpu":
+        out = _dense_varlen_attention(q, k, v, mask, scale)
+    else:
+        from torch.nn.attention.varlen import varlen_attn
+
+        kwargs: dict[str, Any] = {"is_causal": True} if "is_causal" in params else {"window_size": (-1, 0)}
+        if groups > 1 and "enable_gqa" in params:
+            kwargs["enable_gqa"] = True
+        if scale is not None:
+            if "scale" in params:
+                kwargs["scale"] = scale
+            elif abs(scale - dim**-0.5) > 1e-12:
+                raise AttentionConfigError(
+                    "rsft.attention varlen: this torch's varlen_attn has no scale argument and the model's attention "
+                    "scale is not 1/sqrt(head_dim); use attention: flex"
+                )
+        cu = mask.cu_seqlens
+        result = varlen_attn(q, k, v, cu, cu, mask.max_len, mask.max_len, **kwargs)
+        out = result[0] if isinstance(result, tuple) else result  # (out, lse) only when asked for the lse
+    return out.reshape(batch, length, heads, dim)
+
+
 # ----- the attention function ------------------------------------------------------------------------
 
 _compiled_flex: Any = None
@@ -159,22 +270,31 @@ def whale_flex_attention(
     **kwargs: Any,
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-function contract ([B, H, L, D] in, [B, L, H, D] out): flex attention
-    for a ``BlockMask`` (packed rows from the trainer), transformers' SDPA for anything else. Imports
-    are at module level: inside a compiled decoder layer this function is traced."""
-    if not isinstance(attention_mask, BlockMask):
+    for a ``BlockMask``, the varlen kernel for a :class:`VarlenMask` (packed rows from the trainer),
+    transformers' SDPA for anything else. Imports are at module level: inside a compiled decoder layer this
+    function is traced."""
+    if not isinstance(attention_mask, (BlockMask, VarlenMask)):
         return sdpa_attention_forward(
             module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
         )
+    kernel = "flex" if isinstance(attention_mask, BlockMask) else "varlen"
     if dropout:
         raise AttentionConfigError(
-            "rsft.attention flex: attention dropout is not supported; set the model's "
+            f"rsft.attention {kernel}: attention dropout is not supported; set the model's "
             "attention_dropout to 0 or use attention: sdpa"
         )
     if kwargs.get("s_aux") is not None or kwargs.get("softcap") is not None:
         raise AttentionConfigError(
-            "rsft.attention flex: attention sinks and logit soft-capping are not supported; use attention: sdpa"
+            f"rsft.attention {kernel}: attention sinks and logit soft-capping are not supported; use attention: sdpa"
         )
     query, key, value = one_dtype(query, key, value)
+    if isinstance(attention_mask, VarlenMask):
+        if query.device.type != "cpu" and query.dtype not in (torch.float16, torch.bfloat16):
+            raise AttentionConfigError(
+                f"rsft.attention varlen: the flash kernel computes in bf16/fp16, not {query.dtype}; "
+                "set rsft.precision auto or bf16, or use attention: flex"
+            )
+        return _varlen_attention(query, key, value, attention_mask, scaling), None
     enable_gqa = query.shape[1] != key.shape[1]
     if query.device.type == "cpu":
         out = _dense_document_attention(query, key, value, attention_mask, scaling, enable_gqa)
@@ -184,13 +304,14 @@ def whale_flex_attention(
 
 
 def register() -> None:
-    """Make :data:`WHALE_FLEX` known to transformers (idempotent): our attention function, and SDPA's
-    mask builder for the calls that do not bring a ``BlockMask``."""
+    """Make :data:`WHALE_FLEX` and :data:`WHALE_VARLEN` known to transformers (idempotent): our attention
+    function, and SDPA's mask builder for the calls that do not bring a packed row's mask."""
     from transformers import AttentionInterface
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-    AttentionInterface.register(WHALE_FLEX, whale_flex_attention)
-    AttentionMaskInterface.register(WHALE_FLEX, sdpa_mask)
+    for name in (WHALE_FLEX, WHALE_VARLEN):
+        AttentionInterface.register(name, whale_flex_attention)
+        AttentionMaskInterface.register(name, sdpa_mask)
 
 
 def _sliding_layers(config: Any) -> bool:
@@ -205,14 +326,19 @@ def set_training_attention(model: PreTrainedModel, kernel: Kernel) -> None:
     if kernel == "sdpa":
         return
     config = getattr(model, "config", None)
-    if kernel == "flex":
+    if kernel in ("flex", "varlen"):
         if config is not None and _sliding_layers(config):
             raise AttentionConfigError(
-                "rsft.attention flex: this model has sliding-window attention layers, which the document mask does "
-                "not model; use attention: sdpa (or packSequences: false)"
+                f"rsft.attention {kernel}: this model has sliding-window attention layers, which the document mask "
+                "does not model; use attention: sdpa (or packSequences: false)"
+            )
+        if kernel == "varlen" and importlib.util.find_spec("torch.nn.attention.varlen") is None:
+            raise AttentionConfigError(
+                f"rsft.attention varlen needs torch.nn.attention.varlen (torch >= 2.10; this is {torch.__version__}); "
+                "use attention: flex"
             )
         register()
-        model.set_attn_implementation(WHALE_FLEX)
+        model.set_attn_implementation(WHALE_FLEX if kernel == "flex" else WHALE_VARLEN)
         return
     if importlib.util.find_spec("flash_attn") is None:
         raise AttentionConfigError(

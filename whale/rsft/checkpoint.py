@@ -66,11 +66,20 @@ def require_complete(store: Store, prefix: str) -> None:
 
 def save_checkpoint(store: Store, run: str, step: int, model: Any, tokenizer: Any) -> str:
     """Upload an HF checkpoint of ``model`` at ``step``; returns its store prefix."""
-    prefix = layout.checkpoint_prefix(run, step)
     with tempfile.TemporaryDirectory(prefix="whale-ckpt-") as tmp:
-        model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        store.upload_dir(Path(tmp), prefix, marker=layout.CHECKPOINT_COMPLETE_MARKER)
+        return write_checkpoint_dir(store, run, step, model, Path(tmp))
+
+
+def write_checkpoint_dir(
+    store: Store, run: str, step: int, model: Any, folder: Path, state_dict: dict[str, Any] | None = None
+) -> str:
+    """Write ``model``'s weights (``state_dict``: these tensors instead of the model's, e.g. a host
+    snapshot) and config into ``folder`` beside whatever it holds (the tokenizer), then upload it as the
+    checkpoint of ``step``, COMPLETE marker last; returns its store prefix."""
+    prefix = layout.checkpoint_prefix(run, step)
+    model.save_pretrained(folder, safe_serialization=True, state_dict=state_dict)
+    store.upload_dir(folder, prefix, marker=layout.CHECKPOINT_COMPLETE_MARKER)
     return prefix
 
 

@@ -193,11 +193,32 @@ def update_groups(
     return [tuple(ordered[j * size : (j + 1) * size][r::ranks] for r in range(ranks)) for j in range(n)]
 
 
-def micro_batches(minibatch: Sequence[Example], size: int) -> list[list[Example]]:
+def micro_batches(minibatch: Sequence[Example], size: int, *, row_tokens: int | None = None) -> list[list[Example]]:
     """Cut a minibatch into micro-batches of ``size`` sequences, longest first, so each micro-batch
-    pads little. The minibatch is one token-mean update, so the order inside it changes nothing."""
+    pads little. The minibatch is one token-mean update, so the order inside it changes nothing.
+
+    ``row_tokens`` (``rsft.packTokens``): micro-batches of up to that many tokens instead, for packed rows of
+    one fixed size; first fit, longest first (each sequence goes to the first micro-batch it fits in), so
+    the rows are nearly full and the number of sequences per micro-batch varies."""
     ordered = sorted(minibatch, key=len, reverse=True)
-    return [list(ordered[j : j + size]) for j in range(0, len(ordered), size)]
+    if row_tokens is None:
+        return [list(ordered[j : j + size]) for j in range(0, len(ordered), size)]
+    bins: list[list[Example]] = []
+    room: list[int] = []
+    for example in ordered:
+        if len(example) > row_tokens:
+            raise ValueError(
+                f"a training sequence of {len(example)} tokens does not fit in a packed row of rsft.packTokens = "
+                f"{row_tokens}; set packTokens to at least the longest sequence (model.maxModelLen)"
+            )
+        slot = next((i for i, free in enumerate(room) if free >= len(example)), None)
+        if slot is None:
+            bins.append([])
+            room.append(row_tokens)
+            slot = len(bins) - 1
+        bins[slot].append(example)
+        room[slot] -= len(example)
+    return bins
 
 
 #: how a padded micro-batch is shaped; "masked" is the pre-bucketing behaviour, kept as an opt-out
@@ -251,15 +272,20 @@ def collate_micro(
     max_len: int | None = None,
     per_octave: int = 2,
     multiple_of: int = 1,
+    row_tokens: int | None = None,
 ) -> dict[str, list[list[int]]]:
     """One micro-batch as the trainers feed it: packed, or right-padded per ``padding``
     ("bucket": to :func:`bucket_length`, no mask; "longest": no mask; "masked": with the mask).
 
     Packed: one row of every sequence; with "bucket" its width is the bucket of the total (a compiled
-    layer sees few shapes), and it is rounded up to ``multiple_of`` (flex attention's block edge)."""
+    layer sees few shapes), at most ``row_tokens`` (``rsft.packTokens``: rows filled up to it by
+    :func:`micro_batches` mostly land on that one width), and it is rounded up to ``multiple_of`` (flex
+    attention's block edge)."""
     if pack:
         total = sum(len(e) for e in batch)
         packed = bucket_length(total, per_octave=per_octave) if padding == "bucket" else total
+        if row_tokens is not None:
+            packed = min(packed, max(row_tokens, total))
         return pack_collate(batch, pad_id, width=-(-packed // multiple_of) * multiple_of)
     if padding == "masked":
         return pad_collate(batch, pad_id)

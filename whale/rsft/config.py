@@ -72,9 +72,14 @@ class RSFTConfig:
     mini_batch_scope: MiniBatchScope = "perRank"
     extra: dict[str, Any] = field(default_factory=dict)
     #: attention kernel of packed micro-batches (``pack_sequences``): "auto" = "flex", a block-sparse
-    #: document mask; "sdpa" = transformers' dense document mask; "flash" = flash-attn varlen
-    #: (:mod:`whale.rsft.attention`)
-    attention: Literal["auto", "sdpa", "flex", "flash"] = "auto"
+    #: document mask; "varlen" = torch's flash varlen kernel; "sdpa" = transformers' dense document mask;
+    #: "flash" = flash-attn varlen (:mod:`whale.rsft.attention`)
+    attention: Literal["auto", "sdpa", "flex", "flash", "varlen"] = "auto"
+    #: write checkpoints from a host snapshot in a background thread (:mod:`whale.rsft.checkpoint_writer`)
+    async_checkpoint: bool = True
+    #: packed rows filled with up to this many tokens, first fit longest first (None: ``micro_batch_size_per_gpu``
+    #: sequences per row); their width follows ``padding``, capped at it (:func:`whale.rsft.collate.collate_micro`)
+    pack_tokens: int | None = None
 
     @classmethod
     def from_spec(cls, spec: WhaleRunSpec, args: WeightPhaseArgs) -> RSFTConfig:
@@ -99,11 +104,16 @@ class RSFTConfig:
         return self.prompts_per_step * self.rollouts_per_prompt
 
     @property
-    def attention_kernel(self) -> Literal["sdpa", "flex", "flash"]:
+    def attention_kernel(self) -> Literal["sdpa", "flex", "flash", "varlen"]:
         """``attention`` with "auto" resolved: flex for packed micro-batches, else SDPA."""
         if self.attention == "auto":
             return "flex" if self.pack_sequences else "sdpa"
         return self.attention
+
+    @property
+    def row_tokens(self) -> int | None:
+        """Most tokens a packed row holds when rows are filled by tokens (``pack_tokens`` with ``pack_sequences``)."""
+        return self.pack_tokens if self.pack_sequences else None
 
     @property
     def micro_padding(self) -> Literal["bucket", "longest", "masked"]:

@@ -208,8 +208,15 @@ class DeepSpeedTrainer:
         sequences backs a zero-weighted one), so the accumulation boundary is collective."""
         world = _world()[1]
         micro_size = self.cfg.micro_batch_size_per_gpu
-        micros = micro_batches(local, micro_size)
-        n_micro = max(math.ceil(len(share) / micro_size) for share in shares)  # the same on every rank
+        row_tokens = self.cfg.row_tokens
+        micros = micro_batches(local, micro_size, row_tokens=row_tokens)
+        # the same on every rank
+        n_micro = max(
+            len(micro_batches(share, micro_size, row_tokens=row_tokens))
+            if row_tokens is not None
+            else math.ceil(len(share) / micro_size)
+            for share in shares
+        )
         filler = next(e for share in shares for e in share)
         loss_sum = 0.0
         for i in range(n_micro):

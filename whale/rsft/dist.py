@@ -272,5 +272,15 @@ class GatheringModel:
             kwargs["state_dict"] = state
         return self._model.save_pretrained(path, **kwargs)
 
+    def state_dict(self) -> dict[str, Any]:
+        """The full weights (gathered from every rank when sharded): what a checkpoint snapshot copies."""
+        state = self._leader.gathered_state_dict()
+        return state if state is not None else self._model.state_dict()
+
+    @property
+    def unwrapped(self) -> Any:
+        """The model itself, which writes a snapshot's files without gathering again."""
+        return self._model
+
     def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)

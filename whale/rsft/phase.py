@@ -9,7 +9,9 @@ Each global step ``s`` (0-based; the metrics line says ``step = s + 1``, the num
    run's status (``emptySteps``, ``lastEmptyStep``);
 4. SFT on the kept trajectories (``SFTTrainer``);
 5. weight sync, so step ``s + 1`` samples from the new weights;
-6. one metrics line; a checkpoint at saveSteps / every N steps / the end, then the resume state.
+6. one metrics line; a checkpoint at saveSteps / every N steps / the end, then the resume state
+   (:class:`whale.rsft.checkpoint_writer.CheckpointWriter`: with ``rsft.asyncCheckpoint`` a host
+   snapshot written in the background while the next step samples; the result waits for it).
 
 ``progress`` (optional) hears where the step is (``PhaseProgress``: sampling, then training with the
 reward of the rollouts just sampled, syncing, checkpointing), so a display shows a step's reward as soon
@@ -26,7 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
@@ -42,6 +44,7 @@ from whale.core.protocol import (
     WeightStepMetrics,
 )
 from whale.rsft import checkpoint as ckpt
+from whale.rsft.checkpoint_writer import CheckpointWriter
 from whale.rsft.collate import Example, encode_trajectory, stop_token_ids
 from whale.rsft.config import RSFTConfig, lr_at, should_checkpoint
 from whale.rsft.order import PromptOrder
@@ -156,6 +159,9 @@ class WeightPhase:
     clock: Callable[[], float] = time.perf_counter
     #: hears where the phase is (see the module doc); None: nobody listens
     progress: Callable[[PhaseProgress], None] | None = None
+    #: writes checkpoints and resume state (None: one made from ``cfg.async_checkpoint``)
+    writer: CheckpointWriter | None = None
+    checkpoints: CheckpointWriter = field(init=False)
 
     def __post_init__(self) -> None:
         self.order = PromptOrder(len(self.items), self.cfg.prompts_per_step, self.cfg.seed)
@@ -163,6 +169,9 @@ class WeightPhase:
         extra_ids = [extra] if isinstance(extra, int) else list(extra or [])
         self.stop_ids = stop_token_ids(self.tokenizer, extra_ids)
         self.save_steps = frozenset(self.args.save_steps)
+        self.checkpoints = self.writer or CheckpointWriter(
+            self.store, self.run, self.phase, background=self.cfg.async_checkpoint
+        )
 
     # ----- one step -------------------------------------------------------------------------------
 
@@ -261,16 +270,14 @@ class WeightPhase:
     # ----- the phase ------------------------------------------------------------------------------
 
     def save(self, step: int) -> None:
-        """Checkpoint (marker last), then the resume state that points at it."""
+        """Checkpoint (marker last), then the resume state that points at it; in the background with
+        ``rsft.asyncCheckpoint`` (this returns once the state is copied to host memory)."""
         self.report(ProgressStage.CHECKPOINTING, step)
-        if not ckpt.checkpoint_complete(self.store, self.run, step):
-            ckpt.save_checkpoint(self.store, self.run, step, self.model, self.tokenizer)
-        ckpt.save_state(
-            self.store,
-            self.run,
-            self.phase,
+        blocked = self.checkpoints.save(
             step,
-            self.trainer.optimizer_state(),
+            self.model,
+            self.tokenizer,
+            self.trainer.optimizer_state,
             {
                 "cursor": self.order.cursor(step),
                 "seed": self.cfg.seed,
@@ -278,8 +285,29 @@ class WeightPhase:
                 "datasetSize": len(self.items),
             },
         )
+        log.info("checkpoint of step %d: the trainer waited %.2f s", step, blocked)
 
     def run_from(self, start: StartPoint) -> WeightPhaseResult:
+        try:
+            step, stopped_by = self._steps(start)
+            self.checkpoints.wait()  # a checkpoint counts once written; its error surfaces here at the latest
+            if not ckpt.checkpoint_complete(self.store, self.run, step):
+                self.save(step)
+                self.checkpoints.wait()
+        except BaseException:
+            self.checkpoints.close_after_error()
+            raise
+        return finish(
+            self.store,
+            self.run,
+            self.phase,
+            step,
+            stopped_by,
+            getattr(getattr(self.sampler, "limits", None), "isolation", None),
+        )
+
+    def _steps(self, start: StartPoint) -> tuple[int, StopReason]:
+        """The steps up to the target or a stop, checkpointing as asked; (steps done, why it stopped)."""
         lines = _keep_metrics_up_to(self.store, self.run, self.phase, start.step)
         rewards = [float(line["rewardMean"]) for line in lines]
         target = self.args.target_step
@@ -305,16 +333,7 @@ class WeightPhase:
                 self.save(step)
         if stopped_by == "stop-request" and self.store.exists(layout.stop_key(self.run, self.phase)):
             log.info("stop requested; ending phase %s at step %d", self.phase, step)
-        if not ckpt.checkpoint_complete(self.store, self.run, step):
-            self.save(step)
-        return finish(
-            self.store,
-            self.run,
-            self.phase,
-            step,
-            stopped_by,
-            getattr(getattr(self.sampler, "limits", None), "isolation", None),
-        )
+        return step, stopped_by
 
 
 def _step_seed(seed: int, step: int) -> int:

@@ -12,7 +12,8 @@ forward/backward runs under bf16 autocast. Data-parallel: each rank trains on it
 update and the token count is all-reduced, so the normalisation is global. Micro-batches are padded
 (``rsft.padding``) or packed into one row (``rsft.packSequences``), whose sequences are kept apart by
 the attention kernel ``rsft.attention`` picks (:mod:`whale.rsft.attention`: a flex-attention document
-mask by default).
+mask by default; torch's flash varlen kernel with ``rsft.attention: varlen``), and with ``rsft.packTokens``
+packed by tokens into nearly full rows (:func:`whale.rsft.collate.micro_batches`).
 """
 
 from __future__ import annotations
@@ -147,10 +148,14 @@ def prepare_model(model: PreTrainedModel, cfg: RSFTConfig, *, compile_layers: bo
 
 def collate_tensors(micro: Sequence[Example], cfg: RSFTConfig, pad_id: int, device: torch.device) -> dict[str, Any]:
     """A micro-batch on ``device`` shaped the way ``cfg`` says (every trainer's collation): tensors, and
-    for packed rows under flex attention the document mask (a ``BlockMask``) as ``attention_mask``."""
+    for packed rows under flex attention the document mask (a ``BlockMask``) as ``attention_mask``, under
+    varlen the sequence offsets (a ``VarlenMask``) as the decoder's prepared mask."""
     flex = cfg.pack_sequences and cfg.attention_kernel == "flex"
+    varlen = cfg.pack_sequences and cfg.attention_kernel == "varlen"
     if flex:
         from whale.rsft.attention import FLEX_BLOCK, document_block_mask
+    if varlen:
+        from whale.rsft.attention import varlen_mask
     raw = collate_micro(
         micro,
         pad_id,
@@ -159,10 +164,14 @@ def collate_tensors(micro: Sequence[Example], cfg: RSFTConfig, pad_id: int, devi
         max_len=cfg.max_seq_len,
         per_octave=cfg.buckets_per_octave,
         multiple_of=FLEX_BLOCK if flex else 1,
+        row_tokens=cfg.row_tokens,
     )
     batch: dict[str, Any] = {k: torch.tensor(v, dtype=torch.long, device=device) for k, v in raw.items()}
     if flex:  # the packed row's document-causal block mask, built once and shared by every layer
         batch["attention_mask"] = document_block_mask(batch["position_ids"])
+    if varlen:  # the sequence offsets, from the host's position ids; every (full-attention) layer takes them
+        mask = varlen_mask(torch.tensor(raw["position_ids"], dtype=torch.long), device)
+        batch["attention_mask"] = {"full_attention": mask}
     return batch
 
 
@@ -256,7 +265,7 @@ class SFTTrainer:
         """One optimiser update on this rank's share of it; returns its summed token loss."""
         world = _world()[1]
         loss_sum = 0.0
-        for micro in micro_batches(local, self.cfg.micro_batch_size_per_gpu):
+        for micro in micro_batches(local, self.cfg.micro_batch_size_per_gpu, row_tokens=self.cfg.row_tokens):
             batch = self.collate(micro)
             with self._autocast():
                 loss, _ = token_loss_sum(self.model, batch)
