@@ -6,7 +6,7 @@ from __future__ import annotations
 from whale.core import layout
 from whale.core.alternation import Child, ChildState, Observations, decide
 from whale.core.spec import WhaleRunSpec, WhaleRunStatus
-from whale.rsft.phase import empty_steps
+from whale.rsft.phase import empty_steps, step_lines
 from whale.runner.local import status_summary
 
 from .sim import parsed, weight_line
@@ -80,4 +80,4 @@ def test_a_result_from_before_the_field_and_lines_without_kept_count_nothing() -
     done = decide(SPEC, status, observe(results={"c01-weight": old}, checkpoints=frozenset({3}))).status
     assert (done.empty_steps, done.last_empty_step) == (0, None)
     assert status_summary(done)["emptySteps"] is None
-    assert empty_steps([{"step": 2}, line(1, 0), line(4, 1), line(3, 0)]) == [1, 3]
+    assert empty_steps(step_lines([{"step": 2}, line(1, 0), line(4, 1), line(3, 0)])) == [1, 3]

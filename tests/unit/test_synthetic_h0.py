@@ -1,4 +1,4 @@
-"""The synthetic domain's h0 and the tiny model agree on the prompt, and h0 shows the tag's format by example."""
+"""The synthetic domain's h0: the tiny model's instruction, then one worked reply that shows the tag's format."""
 
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ def h0_system_prompt() -> str:
     raise AssertionError("h0 has no SYSTEM_PROMPT")
 
 
-def test_h0_asks_with_the_prompt_the_tiny_model_learns() -> None:
-    assert h0_system_prompt() == tasks.SYSTEM_PROMPT
+def test_h0_starts_with_the_instruction_the_tiny_model_learns() -> None:
+    # the tiny model is taught the format on the bare instruction; h0 adds the worked reply after it
+    assert h0_system_prompt().startswith(tasks.SYSTEM_PROMPT + " ")
 
 
 def test_h0_shows_one_worked_reply_in_the_tag() -> None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
+from pydantic import ValidationError
 
 from whale.core import layout
 from whale.core.adaptive import weight_should_stop
@@ -101,13 +102,21 @@ def find_start(store: Store, run: str, phase: str, args: WeightPhaseArgs) -> Sta
     return StartPoint(args.from_step, args.from_checkpoint, carried, False)
 
 
-def phase_rollouts(store: Store, run: str, phase: str) -> int:
-    return sum(int(line.get("rollouts", 0)) for line in store.read_jsonl(layout.metrics_key(run, phase)))
+def step_lines(raw: Sequence[dict[str, Any]]) -> list[WeightStepMetrics]:
+    """The phase's metrics lines as their protocol model; a line that does not parse (written by an older
+    version, or cut short) counts as no step, as the controllers' observer treats it. Pure."""
+    lines = []
+    for line in raw:
+        try:
+            lines.append(WeightStepMetrics.model_validate(line))
+        except ValidationError:
+            log.warning("skipping a metrics line that is no weight step: %.200s", line)
+    return lines
 
 
-def empty_steps(lines: Sequence[dict[str, Any]]) -> list[int]:
+def empty_steps(lines: Sequence[WeightStepMetrics]) -> list[int]:
     """The steps of these metrics lines that kept no trajectory (SFT skipped). Pure."""
-    return sorted(int(line["step"]) for line in lines if int(line.get("kept", 1)) == 0)
+    return sorted(line.step for line in lines if line.kept == 0)
 
 
 def finish(
@@ -115,11 +124,11 @@ def finish(
 ) -> WeightPhaseResult:
     """Write the result (last): the checkpoint at ``step`` must already be complete.
     ``sandbox_isolation``: what the rollouts' harness process ran under (None: no rollouts this attempt)."""
-    lines = store.read_jsonl(layout.metrics_key(run, phase))
+    lines = step_lines(store.read_jsonl(layout.metrics_key(run, phase)))
     result = WeightPhaseResult(
         final_step=step,
         checkpoint=layout.checkpoint_prefix(run, step),
-        rollouts=sum(int(line.get("rollouts", 0)) for line in lines),
+        rollouts=sum(line.rollouts for line in lines),
         stopped_by=stopped_by,
         empty_steps=empty_steps(lines),
         sandbox_isolation=sandbox_isolation,
@@ -128,15 +137,16 @@ def finish(
     return result
 
 
-def _keep_metrics_up_to(store: Store, run: str, phase: str, step: int) -> list[dict[str, Any]]:
+def _keep_metrics_up_to(store: Store, run: str, phase: str, step: int) -> list[WeightStepMetrics]:
     """Drop metrics lines of steps after ``step`` (an attempt killed after its last checkpoint
     logged steps that are now trained again), so every step has exactly one line."""
     key = layout.metrics_key(run, phase)
-    lines = store.read_jsonl(key)
-    kept = [line for line in lines if int(line["step"]) <= step]
-    if len(kept) != len(lines):
-        store.write_bytes(key, "".join(ckpt.dump_json_line(line) + "\n" for line in kept).encode("utf-8"))
-    return kept
+    raw = store.read_jsonl(key)
+    pairs = [(line, step_lines([line])) for line in raw]  # an unparsed line is dropped with the later steps
+    kept = [(line, parsed[0]) for line, parsed in pairs if parsed and parsed[0].step <= step]
+    if len(kept) != len(raw):
+        store.write_bytes(key, "".join(ckpt.dump_json_line(line) + "\n" for line, _ in kept).encode("utf-8"))
+    return [parsed for _, parsed in kept]
 
 
 @dataclass
@@ -309,7 +319,7 @@ class WeightPhase:
     def _steps(self, start: StartPoint) -> tuple[int, StopReason]:
         """The steps up to the target or a stop, checkpointing as asked; (steps done, why it stopped)."""
         lines = _keep_metrics_up_to(self.store, self.run, self.phase, start.step)
-        rewards = [float(line["rewardMean"]) for line in lines]
+        rewards = [line.reward_mean for line in lines]
         target = self.args.target_step
         stopped_by: StopReason = "target"
         step = start.step
@@ -323,10 +333,9 @@ class WeightPhase:
             line = self.step(step)
             step += 1
             self.store.append_jsonl(layout.metrics_key(self.run, self.phase), line)
-            rewards.append(float(line["rewardMean"]))
-            log.info(
-                "step %d/%d reward %.3f kept %d loss %s", step, target, line["rewardMean"], line["kept"], line["loss"]
-            )
+            done = WeightStepMetrics.model_validate(line)
+            rewards.append(done.reward_mean)
+            log.info("step %d/%d reward %.3f kept %d loss %s", step, target, done.reward_mean, done.kept, done.loss)
             if rule is not None and weight_should_stop(rewards, rule):
                 stopped_by = "patience"
             if should_checkpoint(step, self.cfg, self.save_steps, target) or stopped_by != "target":
