@@ -1,8 +1,8 @@
 """A candidate harness for the synthetic domain (SmolLM2 example): read the answer from the reply's words.
 
-Traces show SmolLM2 answering the right digit in plain words ("The answer is 7.") and never writing the
-<answer></answer> tag the verifier reads. When the tag is missing, submit the last digit of the reply in the
-tag; the model still has to say the digit."""
+Traces show SmolLM2 answering the right digit in plain words ("The answer is 7.") and, most of the time, not
+writing the <answer></answer> tag the verifier reads, even with h0's worked reply in the prompt. Keep h0's prompt;
+when the tag is missing, submit the last digit of the reply in the tag; the model still has to say the digit."""
 
 import re
 
@@ -12,7 +12,7 @@ ANSWER_TAG = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.DOTALL)
 
 
 class Harness(BaseHarness):
-    SYSTEM_PROMPT = "Answer inside <answer></answer>."
+    SYSTEM_PROMPT = "Answer inside <answer></answer>. For example, to repeat the digit 3, reply <answer>3</answer>."
     USER_TEMPLATE = "{question}"
     MAX_TURNS = 1
     MAX_FORMAT_RETRIES = 0
