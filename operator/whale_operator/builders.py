@@ -858,16 +858,7 @@ def tool_deployment(
             volumes.append({"name": "data", "emptyDir": {}})
     pod["volumes"] = volumes
     pod["containers"] = [container]
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": run.metadata(name, labels),
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": selector},
-            "template": {"metadata": pod_metadata(spec, TOOLS, {**labels, **selector}), "spec": pod},
-        },
-    }
+    return service_deployment(run, spec, TOOLS, name, labels, selector, pod, replicas)
 
 
 def tool_service(run: RunRef, tool: ToolService) -> Manifest:
@@ -960,6 +951,29 @@ def pod_walled(deployment: Manifest, spec: WhaleRunSpec, tool: ToolService) -> M
     return deployment
 
 
+def service_deployment(
+    run: RunRef,
+    spec: WhaleRunSpec,
+    component: str,
+    name: str,
+    labels: dict[str, str],
+    selector: dict[str, str],
+    pod: dict[str, Any],
+    replicas: int,
+) -> Manifest:
+    """A Deployment of one of the run's services (a tool, the harness host) around its pod spec."""
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": run.metadata(name, labels),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector},
+            "template": {"metadata": pod_metadata(spec, component, {**labels, **selector}), "spec": pod},
+        },
+    }
+
+
 def tool_children(
     run: RunRef, spec: WhaleRunSpec, tools: tuple[ToolService, ...], *, store_uri: str, replicas: int = 1
 ) -> list[Manifest]:
@@ -1049,16 +1063,7 @@ def harness_host_deployment(run: RunRef, spec: WhaleRunSpec, *, replicas: int = 
     pod["enableServiceLinks"] = False
     pod["containers"] = [container]
     pod["volumes"] = [{"name": "scratch", "emptyDir": {"sizeLimit": "2Gi"}}]
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": run.metadata(name, labels),
-        "spec": {
-            "replicas": replicas,
-            "selector": {"matchLabels": selector},
-            "template": {"metadata": pod_metadata(spec, HARNESS, {**labels, **selector}), "spec": pod},
-        },
-    }
+    return service_deployment(run, spec, HARNESS, name, labels, selector, pod, replicas)
 
 
 def harness_host_service(run: RunRef) -> Manifest:

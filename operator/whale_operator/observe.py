@@ -62,11 +62,7 @@ def jobset_child(jobset: dict[str, Any], pod_message: str = "") -> Child:
         return Child(ChildState.SUCCEEDED)
     failed = _true(jobset, "Failed")
     if failed:
-        text = f"{failed.get('reason', 'Failed')}: {failed.get('message', '')}".strip(": ")
-        if DISRUPTION in text:
-            return Child(ChildState.PREEMPTED, text)
-        detail = pod_message.strip().splitlines()[-1] if pod_message.strip() else ""
-        return Child(ChildState.FAILED, f"{text}; {detail}" if detail else text)
+        return _failed_child(failed, pod_message)
     why = kueue.evicted(jobset)
     if why is not None:
         return Child(ChildState.PREEMPTED, f"suspended after it started ({why})")
@@ -86,11 +82,7 @@ def job_child(job: dict[str, Any], pod_message: str = "") -> Child:
         return Child(ChildState.SUCCEEDED)
     failed = _true(job, "Failed", "FailureTarget")
     if failed:
-        text = f"{failed.get('reason', 'Failed')}: {failed.get('message', '')}".strip(": ")
-        if DISRUPTION in text:
-            return Child(ChildState.PREEMPTED, text)
-        detail = pod_message.strip().splitlines()[-1] if pod_message.strip() else ""
-        return Child(ChildState.FAILED, f"{text}; {detail}" if detail else text)
+        return _failed_child(failed, pod_message)
     why = kueue.evicted(job)  # suspended after the operator saw it run (Kubernetes clears startTime)
     if why is not None:
         return Child(ChildState.PREEMPTED, f"suspended after it started ({why})")
@@ -166,3 +158,13 @@ def inference_ready(dep: dict[str, Any] | None, children: Iterable[dict[str, Any
             if rjob.get("name") == names.JOBSET_INFERENCE and int(rjob.get("ready") or 0) >= 1:
                 return True
     return False
+
+
+def _failed_child(failed: dict[str, Any], pod_message: str) -> Child:
+    """A child whose Failed condition is set: preempted when a disruption failed it (no failure spent), else failed
+    with the condition's words and the failed container's last line."""
+    text = f"{failed.get('reason', 'Failed')}: {failed.get('message', '')}".strip(": ")
+    if DISRUPTION in text:
+        return Child(ChildState.PREEMPTED, text)
+    detail = pod_message.strip().splitlines()[-1] if pod_message.strip() else ""
+    return Child(ChildState.FAILED, f"{text}; {detail}" if detail else text)

@@ -169,10 +169,7 @@ class Reconciler:
             f"spec.storage.credentialsSecret: the store refused {whose} ({exc}); put keys that may read and write "
             "the run's store in the Secret (a rotated Secret is used at once)"
         )
-        new = RunState.from_status(prev).waiting(Reason.WAITING_FOR_CREDENTIALS, message, generation).to_status()
-        events = (
-            [] if prev.message == message else [st.Event(st.WARNING, Reason.WAITING_FOR_CREDENTIALS.value, message)]
-        )
+        new, events = _waiting(prev, Reason.WAITING_FOR_CREDENTIALS, message, generation)
         return ReconcileResult(new, events, poll=True)
 
     def _rejected(self, prev: WhaleRunStatus, exc: ChildRejected, generation: int | None) -> ReconcileResult:
@@ -281,19 +278,15 @@ class Reconciler:
             f"{', '.join(changed)} changed mid-run: {'they name' if len(changed) > 1 else 'it names'} what the run "
             "is (its phases, checkpoints and data); set it back, or create a new WhaleRun"
         )
-        new = RunState.from_status(prev).waiting(Reason.IMMUTABLE_FIELD_CHANGED, message, generation).to_status()
-        events = (
-            [] if prev.message == message else [st.Event(st.WARNING, Reason.IMMUTABLE_FIELD_CHANGED.value, message)]
-        )
+        new, events = _waiting(prev, Reason.IMMUTABLE_FIELD_CHANGED, message, generation)
         return ReconcileResult(new, events)
 
     def _waiting_for_credentials(
         self, prev: WhaleRunStatus, message: str, inference_managed: bool, generation: int | None, now: str
     ) -> ReconcileResult:
         """The run waits for its credentials Secret; an Event when the problem is new or changed."""
-        waiting = RunState.from_status(prev).waiting(Reason.WAITING_FOR_CREDENTIALS, message, generation).to_status()
+        waiting, news = _waiting(prev, Reason.WAITING_FOR_CREDENTIALS, message, generation)
         new = st.with_conditions(waiting, prev.conditions, st.InferenceView(inference_managed), generation, now)
-        news = [] if prev.message == message else [st.Event(st.WARNING, Reason.WAITING_FOR_CREDENTIALS.value, message)]
         return ReconcileResult(new, news, poll=True)
 
     def _children(self, run: builders.RunRef, current: dict[str, dict[str, Any]]) -> dict[str, Child]:
@@ -360,3 +353,11 @@ class Reconciler:
         patch = st.merge_patch(raw_old, st.status_wire(new))
         if patch:
             self.kube.patch_run_status(namespace, name, patch)
+
+
+def _waiting(
+    prev: WhaleRunStatus, reason: Reason, message: str, generation: int | None
+) -> tuple[WhaleRunStatus, list[st.Event]]:
+    """The run waits for ``reason``; a Warning Event only when the problem is new or changed."""
+    new = RunState.from_status(prev).waiting(reason, message, generation).to_status()
+    return new, [] if prev.message == message else [st.Event(st.WARNING, reason.value, message)]
