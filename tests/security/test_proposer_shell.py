@@ -39,7 +39,9 @@ def archive(tmp_path: Path) -> Path:
 
 
 @pytest.mark.timeout(60)
-def test_the_shell_reads_the_archive_and_runs_the_standard_tools(archive: Path, tmp_path: Path, host: HarnessHost | None):
+def test_the_shell_reads_the_archive_and_runs_the_standard_tools(
+    archive: Path, tmp_path: Path, host: HarnessHost | None
+):
     candidates = tmp_path / "scratch" / "candidates"
     candidates.mkdir(parents=True)
     (candidates / "mine.py").write_text("# my candidate\n")
@@ -49,7 +51,11 @@ def test_the_shell_reads_the_archive_and_runs_the_standard_tools(archive: Path, 
         "cat $CANDIDATES/mine.py; python3 -c 'import json, statistics; print(statistics.mean([0, 1]))'"
     )
     assert out.startswith("exit: 0\n")
-    assert (str(archive) in out if host is None else "/archive\n" in out) and "Best so far: i01-incoming" in out and "\n2\n" in out
+    assert (
+        (str(archive) in out if host is None else "/archive\n" in out)
+        and "Best so far: i01-incoming" in out
+        and "\n2\n" in out
+    )
     assert "# my candidate" in out and "0.5" in out
 
 
@@ -109,7 +115,9 @@ def test_every_call_is_bounded_in_time_and_output(archive: Path, host: HarnessHo
     out = shell.run_sync("yes")
     assert out.startswith(f"exit: stopped: the output passed {SHELL_OUTPUT_BYTES} bytes")
     assert len(out) < SHELL_OUTPUT_BYTES + 2000
-    assert SandboxShell(archive, host=host).run_sync("echo x", timeout_s=10_000).startswith("exit: 0")  # capped, not refused
+    assert (
+        SandboxShell(archive, host=host).run_sync("echo x", timeout_s=10_000).startswith("exit: 0")
+    )  # capped, not refused
 
 
 @pytest.mark.timeout(60)
