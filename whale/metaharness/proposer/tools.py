@@ -20,7 +20,9 @@ giving them anything the threat model forbids (the proposer and every harness it
   runtime (``/usr``: bash, coreutils, grep, python3 with its standard library) comes with the
   sandbox. No network, no data root, no checkout, no credentials; ``SHELL_TIMEOUT_S`` per call (at
   most ``SHELL_MAX_TIMEOUT_S``), ``SHELL_OUTPUT_BYTES`` of output. Where the sandbox cannot isolate,
-  the call fails with the sandbox's message (fail closed).
+  the call fails with the sandbox's message (fail closed). On a cluster (a harness host configured) the
+  command runs on the run's harness host over a snapshot of the archive and candidates
+  (:mod:`whale.harness.shell`), so the search pod, which holds the store credentials, starts no sandbox.
 
 Every failure comes back to the agent as ``error: ...`` text, never as an exception.
 """
