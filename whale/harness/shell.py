@@ -89,8 +89,9 @@ def shell_limits(wall_s: float) -> Any:
 
 
 def shell_isolation(level: str, read_paths: tuple[str, ...]) -> Any:
-    """``namespaces`` (and ``pod`` outside the harness pod, which never runs unwalled): the kernel walls with
-    ``read_paths`` read-only; ``none`` and ``pod`` in the harness pod (``in_harness_pod``): no namespaces."""
+    """``none`` (trusted local use) and ``pod-host`` (the harness host at ``pod``: the pod is the wall): no kernel
+    namespaces. Any other level (``namespaces``, and ``pod`` anywhere but the harness host, which never runs a
+    command unwalled): the kernel walls, ``read_paths`` read-only."""
     from whale.sandbox import Isolation
 
     if level in ("none", "pod-host"):
