@@ -20,6 +20,7 @@ from pydantic import BaseModel
 from whale.core.spec import (
     API_GROUP,
     API_VERSION,
+    CLI_AT_POD,
     KIND,
     PATTERN_HINTS,
     PLURAL,
@@ -110,6 +111,11 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             f"{_PROPOSER}.baseUrl.matches(r'{_LOOPBACK_URL}'))",
             "message": "harnessSearch.proposer.apiKeySecret: backends openai and anthropic need the API key Secret "
             "(an openai baseUrl on loopback needs none)",
+        },
+        {
+            "rule": f"!({_SEARCHES}) || !has(self.sandbox) || !has(self.sandbox.isolation) || "
+            f"self.sandbox.isolation != 'pod' || {_BACKEND} != 'cli'",
+            "message": CLI_AT_POD,
         },
         {
             "rule": "has(self.storage) && has(self.storage.uri)",

@@ -16,8 +16,9 @@ dicts and the handlers stay thin. The children of a WhaleRun:
 Every child carries an owner reference to the WhaleRun (garbage-collected with it) and the labels of
 :mod:`whale_operator.names`. Every pod meets the restricted Pod Security Standard, except the containers that
 start sandboxes at ``spec.sandbox.isolation: namespaces`` (:func:`sandbox_host_security_context`: the
-harness-search Job, for the proposer's sandboxes, the harness host and the code-sandbox tool; at ``pod`` the
-harness host and the code tool are restricted too). Each component (train, inference,
+harness-search Job, for the ``cli`` agent's sandbox, the harness host and the code-sandbox tool). At ``pod``
+every pod of a run is restricted: harness files and the proposer's ``run_shell`` commands run on the harness
+host, the code tool's snippets in its own pod, and the ``cli`` backend is refused. Each component (train, inference,
 workers, tools) takes its pod template from ``spec.cluster.placement.<component>`` over the run-wide placement.
 """
 
@@ -459,7 +460,7 @@ def job(
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
     sandbox_host = workload_needs_sandbox_host(spec, kind)
-    if sandbox_host:  # the harness search starts the proposer's sandboxes itself: the exception
+    if sandbox_host:  # the harness search starts the cli agent's sandbox itself (namespaces): the exception
         container["securityContext"] = sandbox_host_security_context()
         pod_security: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
     else:
@@ -1018,12 +1019,19 @@ def harness_host_env(run: RunRef, spec: WhaleRunSpec) -> list[dict[str, Any]]:
 
 
 def workload_needs_sandbox_host(spec: WhaleRunSpec, kind: PhaseKind) -> bool:
-    """Whether a workload Job's container must start ``whale.sandbox`` sandboxes itself. With a harness host,
-    only the harness search does (the proposer's shell and agent sandboxes run there); the train and eval Jobs
-    run no untrusted code and are restricted."""
+    """Whether a workload Job's container must start ``whale.sandbox`` sandboxes itself. With a harness host the
+    train and eval Jobs run no untrusted code, and neither does the harness search at ``pod``: the proposer's
+    ``run_shell`` commands run on the harness host too (:mod:`whale.harness.shell`). At ``namespaces`` the
+    harness search keeps the sandbox-host context (the ``cli`` agent's sandbox starts there); the ``cli``
+    backend is refused at ``pod`` (spec.CLI_AT_POD), and kept a sandbox host here should a spec reach this
+    without that check."""
     if spec.sandbox.isolation == "none":
         return False
-    return kind is PhaseKind.HARNESS or not uses_harness_host(spec)
+    if not uses_harness_host(spec):
+        return True
+    if kind is not PhaseKind.HARNESS:
+        return False
+    return spec.sandbox.isolation == "namespaces" or spec.harness_search.proposer.backend == "cli"
 
 
 def harness_host_deployment(run: RunRef, spec: WhaleRunSpec, *, replicas: int = 1) -> Manifest:

@@ -7,20 +7,29 @@ and the phase still ends with a result."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import json
 import socket
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.component.test_search_phase import GOOD, PHASE, RUN, SETTINGS, _request, _spec
+from tests.fixtures.harness_host import start_harness_host
 from tests.fixtures.messages_api_double import MessagesAPIDouble, paper_count, text, tool_use
 from tests.fixtures.proposer_double import DigitSayerPolicyDouble, ScriptedProposerServerDouble, assistant, tool_call
 from whale.core import layout
+from whale.harness.launch import SandboxLimits
 from whale.metaharness.archive import Archive
+from whale.metaharness.evaluate import EvalSettings
 from whale.metaharness.proposer.base import ProposalRequest
 from whale.metaharness.proposer.openai_agent import OpenAIAgentProposer, ProposerClient
+from whale.sandbox import process as sandbox_process
+from whale.sandbox import run as sandbox_run
+from whale.sandbox import worker as sandbox_worker
 from whale.sandbox.process import base_python
 from whale.store import open_store
 from whale.workloads.search import run_search
@@ -142,8 +151,29 @@ def _anthropic_script() -> list:
     ]
 
 
+def _no_sandbox_here(*args: object, **kwargs: object) -> None:
+    raise AssertionError("at sandbox.isolation pod the search pod starts no sandbox itself")
+
+
 @pytest.mark.timeout(240)
-def test_anthropic_backend_tests_a_candidate_then_proposes_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+@pytest.mark.parametrize("where", ["local", "pod"])
+def test_anthropic_backend_tests_a_candidate_then_proposes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+):
+    """``pod``: the search phase as it runs at spec.sandbox.isolation pod: every harness process and every run_shell
+    command on a real harness host at level pod (this process may start no sandbox at all)."""
+    settings = SETTINGS
+    with contextlib.ExitStack() as stack:
+        if where == "pod":
+            host, _ = stack.enter_context(start_harness_host("pod"))
+            settings = dataclasses.replace(SETTINGS, limits=SandboxLimits(isolation="pod", host=host))
+            for module in (sandbox_process, sandbox_run, sandbox_worker):
+                monkeypatch.setattr(module, "launch", _no_sandbox_here)
+        api, result, store = _anthropic_search(tmp_path, monkeypatch, settings)
+    _check_anthropic_search(api, result, store)
+
+
+def _anthropic_search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings: EvalSettings) -> tuple:
     store = open_store(str(tmp_path / "store"))
     with MessagesAPIDouble(_anthropic_script(), key="sk-ant-double", fail_first=1) as api:  # 529 first: retried
         monkeypatch.setenv("TEST_ANTHROPIC_API_KEY", "sk-ant-double")
@@ -156,8 +186,11 @@ def test_anthropic_backend_tests_a_candidate_then_proposes_it(tmp_path: Path, mo
             "apiKeySecret": {"name": "proposer", "key": "api-key", "env": "TEST_ANTHROPIC_API_KEY"},
         }
         _request(store, spec, iterations=2)
-        result = run_search(store, RUN, PHASE, client=DigitSayerPolicyDouble(), settings=SETTINGS)
+        result = run_search(store, RUN, PHASE, client=DigitSayerPolicyDouble(), settings=settings)
+    return api, result, store
 
+
+def _check_anthropic_search(api: MessagesAPIDouble, result: Any, store: Any) -> None:
     assert api.refusals == []  # every request was well-formed for the real API
     assert result.accepted_candidate == "i02-c1" and result.accepted_score == 1.0
     request = api.requests[0]

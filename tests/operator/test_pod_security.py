@@ -7,10 +7,10 @@ THE EXCEPTION (docs/operator.md#pod-security, docs/security.md#on-a-cluster): co
 and AppArmor unconfined, so that the launcher can build each sandbox's namespaces; the untrusted program inside has
 no capability. Harness files run in the run's harness pod (not in the workload Jobs), so those containers are:
 
-* ``spec.sandbox.isolation: namespaces``: the ``worker`` container of the harness-search Job (the proposer's shell
-  and agent sandboxes), the harness host's container and the ``sandbox`` code tool's container;
-* ``pod``: the harness-search Job's ``worker`` only (the harness pod and the code tool are restricted: the pod is
-  the wall);
+* ``spec.sandbox.isolation: namespaces``: the ``worker`` container of the harness-search Job (the ``cli`` agent's
+  sandbox), the harness host's container and the ``sandbox`` code tool's container;
+* ``pod``: none: every pod of a run is restricted (the harness pod and the code tool are the walls; the proposer's
+  ``run_shell`` commands run on the harness host, and the ``cli`` backend is refused);
 * ``none``: nothing starts namespaces (the ``sandbox`` code tool keeps its own default). Nothing else.
 """
 
@@ -40,7 +40,7 @@ EXCEPTIONS = {
         ("Deployment", "harness", "harness"),
         ("Deployment", "sandbox", "sandbox"),
     },
-    "pod": {("Job", "search", "worker")},
+    "pod": set(),
     "none": {("Deployment", "sandbox", "sandbox")},
 }
 
@@ -91,10 +91,11 @@ def test_every_pod_is_restricted_but_the_listed_sandbox_hosts(path: Path, isolat
                 continue
             others = {"kind": "Pod", "spec": stripped}
         assert violations(others) == [], (obj["kind"], obj["metadata"]["name"])
-    if isolation != "none":
-        assert ("Job", "search", "worker") in hosts_seen
     if isolation == "namespaces":
+        assert ("Job", "search", "worker") in hosts_seen
         assert ("Deployment", "harness", "harness") in hosts_seen
+    if isolation == "pod":
+        assert hosts_seen == set()  # not even the harness search: run_shell runs on the harness host
 
 
 #: one run of each domain and the CPU one (the others differ in numbers, not in shape)

@@ -1,8 +1,9 @@
 """The run's harness pod as the operator renders it (issue #16): it holds no credential and no token, reaches
 nothing, admits only the run's pods, takes its runtimeClassName from spec.cluster.placement.harness, and is
 restricted at ``spec.sandbox.isolation: pod`` — as are then the train and eval Jobs, which no longer start any
-sandbox, and the code tool. The harness search keeps the sandbox host (the proposer's own sandboxes); ``whale run``
-refuses ``pod``. Every object validates for every supported Kubernetes (tests/operator/test_pod_security.py)."""
+sandbox, the code tool, and the harness search, whose proposer's ``run_shell`` commands run on the harness host
+(at ``namespaces`` it keeps the sandbox host, for the ``cli`` agent's sandbox; ``cli`` is refused at ``pod``);
+``whale run`` refuses ``pod``. Every object validates for every supported Kubernetes (tests/operator/test_pod_security.py)."""
 
 from __future__ import annotations
 
@@ -94,7 +95,7 @@ def test_the_harness_pod_reaches_nothing_and_admits_only_the_runs_pods() -> None
 
 
 @pytest.mark.parametrize("isolation", ["pod", "namespaces"])
-def test_the_workers_call_the_harness_host_and_only_the_search_starts_sandboxes(isolation: str) -> None:
+def test_the_workers_call_the_harness_host_and_only_the_search_at_namespaces_starts_sandboxes(isolation: str) -> None:
     spec = spec_at(isolation)
     for kind in (PhaseKind.WEIGHT, PhaseKind.EVAL, PhaseKind.HARNESS):
         job = job_of(spec, kind)
@@ -103,10 +104,26 @@ def test_the_workers_call_the_harness_host_and_only_the_search_starts_sandboxes(
         assert env[launch.HARNESS_HOST_ENV]["value"] == f"demo-harness.team-a.svc:{builders.HARNESS_PORT}"
         ref = env[launch.HARNESS_TOKEN_ENV]["valueFrom"]["secretKeyRef"]
         assert ref == {"name": names.auth_secret_name("demo"), "key": builders.AUTH_HARNESS_TOKEN}
-        if kind is PhaseKind.HARNESS:  # the proposer's shell and agent sandboxes start here
+        if kind is PhaseKind.HARNESS and isolation == "namespaces":  # the cli agent's sandbox may start here
             assert container["securityContext"]["capabilities"]["add"] == list(builders.SANDBOX_HOST_CAPABILITIES)
-        else:
+        else:  # at pod no pod of the run starts a sandbox itself: the search too is restricted
             assert violations(job) == [], kind
+            ctx = container["securityContext"]
+            assert ctx["allowPrivilegeEscalation"] is False and ctx["capabilities"] == {"drop": ["ALL"]}
+            pod = pod_spec(job)["securityContext"]
+            assert pod["runAsNonRoot"] is True and pod["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_the_cli_backend_is_refused_at_pod_with_the_field_and_the_fix() -> None:
+    """The cli agent needs egress to its model's API, which the harness pod, where sandboxes run at pod, has not."""
+    proposer = {"backend": "cli", "command": ["agent", "{prompt}"]}
+    with pytest.raises(
+        ValueError, match="harnessSearch.proposer.backend: cli cannot run at sandbox.isolation pod"
+    ) as err:
+        make_spec(sandbox={"isolation": "pod"}, harnessSearch={"proposer": proposer})
+    assert "openai or anthropic" in str(err.value) and "sandbox.isolation namespaces" in str(err.value)
+    at_namespaces = make_spec(sandbox={"isolation": "namespaces"}, harnessSearch={"proposer": proposer})
+    assert builders.workload_needs_sandbox_host(at_namespaces, PhaseKind.HARNESS)
 
 
 def test_isolation_none_has_no_harness_host() -> None:

@@ -263,6 +263,13 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
     ("flex-without-packing", patched({"rsft": {"attention": "flex"}}), "set packSequences: true"),
     ("cli-without-command", patched({"harnessSearch.proposer": {"backend": "cli"}}), "backend 'cli' needs `command`"),
     (
+        "cli-at-pod",
+        patched(
+            {"harnessSearch.proposer": {"backend": "cli", "command": ["agent", "{prompt}"]}, "sandbox.isolation": "pod"}
+        ),
+        "backend: cli cannot run at sandbox.isolation pod",
+    ),
+    (
         "replay-without-script",
         patched({"harnessSearch.proposer": {"backend": "replay"}}),
         "backend 'replay' needs `script`",

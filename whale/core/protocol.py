@@ -293,11 +293,13 @@ class PhaseProgress(_Wire):
 
 
 StopReason = Literal["target", "patience", "stop-request", "iterations"]
-#: spec.sandbox.isolation a phase's untrusted code ran under ("namespaces" fails closed, so it was achieved)
-SandboxIsolation = Literal["namespaces", "none"]
+#: spec.sandbox.isolation a phase's untrusted code ran under ("namespaces" fails closed, so it was achieved; "pod"
+#: runs only on a cluster, in the harness pod)
+SandboxIsolation = Literal["namespaces", "pod", "none"]
 _ISOLATION_HELP = (
     "spec.sandbox.isolation the phase's harness processes and code tools ran under; "
-    "none = NOT isolated (trusted local use only); None = not recorded"
+    "pod = in the run's harness pod, walled by the pod; none = NOT isolated (trusted local use only); "
+    "None = not recorded"
 )
 
 

@@ -1100,6 +1100,15 @@ class Tracking(_Model):
     )
 
 
+#: why ``harnessSearch.proposer.backend: cli`` and ``sandbox.isolation: pod`` do not go together (the spec's check
+#: and its CEL rule in whale.crd say the same)
+CLI_AT_POD = (
+    "harnessSearch.proposer.backend: cli cannot run at sandbox.isolation pod: its agent CLI must reach its "
+    "model's API, and at pod the harness search's pod starts no sandbox (its untrusted code runs in the harness "
+    "pod, which has no egress); use a built-in agent backend (openai or anthropic), or sandbox.isolation namespaces"
+)
+
+
 class Sandbox(_Model):
     """How untrusted code runs: proposer-written harness files and the model's code (math's code tool)."""
 
@@ -1171,6 +1180,16 @@ class WhaleRunSpec(_Model):
                 "cluster.admission: jobSet puts each phase's own vLLM server beside its workload; it needs "
                 "inference.backend vllm (or auto) and inference.placement separate: set them, or admission auto"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _proposer_isolation(self) -> WhaleRunSpec:
+        if (
+            self.condition.searches_harness
+            and self.sandbox.isolation == "pod"
+            and self.harness_search.proposer.backend == "cli"
+        ):
+            raise ValueError(CLI_AT_POD)
         return self
 
     @model_validator(mode="after")

@@ -6,7 +6,9 @@ run's workload pods it checks the token, starts one harness worker process throu
 as a local run (:func:`whale.harness.launch.spawn_local`: rlimits, a fresh scratch directory, the
 allow-listed environment, the confined imports; kernel namespaces too at level ``namespaces``), and
 relays its stdio over the connection (:mod:`whale.harness.remote` has the wire protocol). Closing the
-connection kills the process group.
+connection kills the process group. A ``shell`` request runs one of the proposer's ``run_shell`` commands
+(:mod:`whale.harness.shell`) over the archive snapshot it carries, in a fresh directory, and answers with its
+output: so at level ``pod`` the harness-search pod starts no sandbox itself.
 
 Bounded everywhere: at most ``max_connections`` processes at once (one more is refused), the caller's
 first line and every stdin line at most ``max_message_bytes``, a connection idle (no request in flight,
@@ -38,7 +40,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from whale.harness import launch, remote
+from whale.harness import launch, remote, shell
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +94,8 @@ class HostConfig:
     idle_timeout_s: float = 3600.0
     #: the most any caller may ask for (memory, CPU seconds, timeouts, ...)
     limits: launch.SandboxLimits = launch.SandboxLimits()
+    #: the longest wall clock of one run_shell command
+    shell_timeout_s: float = shell.SHELL_MAX_TIMEOUT_S
 
     def __post_init__(self) -> None:
         if self.isolation not in ("pod", "namespaces"):
@@ -164,6 +168,9 @@ class HarnessHost:
             raise _Refused("the first line must be a JSON object with a token")
         if not hmac.compare_digest(request["token"].encode(), cfg.token.encode()):
             raise _Refused("wrong token")
+        if request.get("kind") == remote.SHELL:
+            await self._serve_shell(request, reader, writer)
+            return
         source, allowed = request.get("harness"), request.get("allowed")
         if not isinstance(source, str) or not isinstance(allowed, list) or not all(isinstance(a, str) for a in allowed):
             raise _Refused("harness must be the file's text and allowed a list of module names")
@@ -197,6 +204,44 @@ class HarnessHost:
         finally:
             self.processes -= 1
             shutil.rmtree(workdir, ignore_errors=True)
+
+    async def _serve_shell(
+        self, request: dict[str, Any], reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        """One ``run_shell`` command (:mod:`whale.harness.shell`): read the snapshot, extract it into a fresh
+        directory, run the command there (without kernel namespaces at ``pod``, with them at ``namespaces``),
+        answer with its output, remove the directory."""
+        cfg = self.config
+        try:
+            command = shell.check_command(request.get("command"))
+        except ValueError as exc:
+            raise _Refused(str(exc)) from None
+        size = request.get("snapshot_bytes")
+        if isinstance(size, bool) or not isinstance(size, int) or not 0 <= size <= shell.MAX_SNAPSHOT_BYTES:
+            raise _Refused(f"snapshot_bytes must be an integer from 0 to {shell.MAX_SNAPSHOT_BYTES}")
+        wall_s = shell.wall_clock(request.get("timeout_s"), cfg.shell_timeout_s)
+        if self.processes >= cfg.max_connections:
+            raise _Refused(f"the harness host is busy ({cfg.max_connections} processes)")
+        self.processes += 1
+        workdir = Path(tempfile.mkdtemp(prefix="whale-shell-conn-"))
+        try:
+            try:
+                data = await asyncio.wait_for(reader.readexactly(size), HELLO_TIMEOUT_S)
+            except (TimeoutError, asyncio.IncompleteReadError) as exc:
+                raise _Refused(f"the snapshot did not arrive ({type(exc).__name__})") from None
+            try:
+                archive, candidates = await asyncio.to_thread(shell.unpack, data, workdir)
+            except shell.SnapshotError as exc:
+                raise _Refused(str(exc)) from None
+            level = "pod-host" if cfg.isolation == "pod" else "namespaces"
+            try:
+                output = await asyncio.to_thread(shell.run_command, command, archive, candidates, wall_s, level=level)
+            except (OSError, ValueError, RuntimeError) as exc:  # SandboxSetupError is a RuntimeError
+                raise _Refused(f"the sandboxed shell cannot start on the harness host: {exc}") from None
+            await _send(writer, remote.STATUS, json.dumps({"ok": True, "output": output}).encode())
+        finally:
+            self.processes -= 1
+            await asyncio.to_thread(shutil.rmtree, workdir, True)
 
     async def _relay(
         self,

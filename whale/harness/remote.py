@@ -17,6 +17,11 @@ Wire protocol (one connection = one harness process):
    ``{"returncode"}``) when the process ended, before it closes the connection;
 3. after the first line, whatever the caller sends is the process's stdin (JSON lines, each at most
    the host's message limit).
+
+A ``run_shell`` request (:func:`run_shell`, one connection per command) is a first line with ``"kind":
+"shell"``, ``"command"``, ``"timeout_s"`` and ``"snapshot_bytes"``, followed by that many bytes of the snapshot
+(:mod:`whale.harness.shell`); the host answers with one ``s`` frame: ``{"ok": true, "output"}`` (the agent's
+answer text) or ``{"ok": false, "error"}``, and closes the connection.
 """
 
 from __future__ import annotations
@@ -54,6 +59,10 @@ CLOSE_TIMEOUT_S = 10.0
 #: one connection attempt, and how long a caller waits for a host that is not up yet (its pod starting)
 CONNECT_TIMEOUT_S = 10.0
 HOST_READY_TIMEOUT_S = 300.0
+#: the first line's ``kind`` of a run_shell request (without one: a harness process)
+SHELL = "shell"
+#: how long past a command's wall clock a caller waits for the host's answer (the sandbox's teardown, the transfer)
+SHELL_ANSWER_GRACE_S = 30.0
 
 
 class HarnessHostError(launch.IsolationUnavailableError):
@@ -217,3 +226,41 @@ async def spawn_remote(
         _writer=writer,
         _idle=idle,
     )
+
+
+# ----- the proposer's run_shell on the host --------------------------------------------------------------
+
+
+def shell_hello(host: launch.HarnessHost, command: str, timeout_s: float, snapshot: bytes) -> bytes:
+    """The first line of a ``shell`` request; the snapshot's ``snapshot_bytes`` raw bytes follow it."""
+    body = {"token": host.token, "kind": SHELL, "command": command, "timeout_s": timeout_s}
+    return json.dumps({**body, "snapshot_bytes": len(snapshot)}).encode("utf-8") + b"\n"
+
+
+async def run_shell(
+    host: launch.HarnessHost,
+    command: str,
+    timeout_s: float,
+    snapshot: bytes,
+    ready_timeout_s: float = HOST_READY_TIMEOUT_S,
+) -> str:
+    """Run one ``run_shell`` command on ``host`` over a snapshot of the archive and candidates
+    (:func:`whale.harness.shell.pack`) and return its answer text; :class:`HarnessHostError` when the host
+    cannot be reached, refuses, or does not answer within the command's wall clock plus a grace."""
+    reader, writer = await connect(host, ready_timeout_s)
+    try:
+        writer.write(shell_hello(host, command, timeout_s, snapshot))
+        writer.write(snapshot)
+        await writer.drain()
+        got = await asyncio.wait_for(read_frame(reader), timeout_s + SHELL_ANSWER_GRACE_S)
+        answer = json.loads(got[1]) if got is not None and got[0] == STATUS else None
+    except (OSError, TimeoutError, ValueError) as exc:
+        raise HarnessHostError(f"the harness host {host.address}:{host.port} did not answer: {exc!r}") from exc
+    finally:
+        writer.close()
+        with contextlib.suppress(OSError, ConnectionError):
+            await asyncio.wait_for(writer.wait_closed(), CLOSE_TIMEOUT_S)
+    if not isinstance(answer, dict) or not answer.get("ok") or not isinstance(answer.get("output"), str):
+        error = answer.get("error") if isinstance(answer, dict) else "the connection closed"
+        raise HarnessHostError(f"the harness host {host.address}:{host.port} refused: {str(error)[:500]}")
+    return str(answer["output"])

@@ -375,9 +375,9 @@ class HarnessSearch:
             )
         shell = None
         if self.config.proposer_shell:
-            shell = SandboxShell(
-                archive_dir, scratch / CANDIDATES_DIR, isolation=self.evaluator.settings.limits.isolation
-            )
+            limits = self.evaluator.settings.limits
+            # on a cluster the commands run on the run's harness host (the search pod starts no sandbox itself)
+            shell = SandboxShell(archive_dir, scratch / CANDIDATES_DIR, isolation=limits.isolation, host=limits.host)
         return ProposerTools(trials=trials, shell=shell)
 
     async def _evaluate(self, cand: Candidate) -> None:

@@ -20,7 +20,9 @@ giving them anything the threat model forbids (the proposer and every harness it
   runtime (``/usr``: bash, coreutils, grep, python3 with its standard library) comes with the
   sandbox. No network, no data root, no checkout, no credentials; ``SHELL_TIMEOUT_S`` per call (at
   most ``SHELL_MAX_TIMEOUT_S``), ``SHELL_OUTPUT_BYTES`` of output. Where the sandbox cannot isolate,
-  the call fails with the sandbox's message (fail closed).
+  the call fails with the sandbox's message (fail closed). On a cluster (a harness host configured) the
+  command runs on the run's harness host over a snapshot of the archive and candidates
+  (:mod:`whale.harness.shell`), so the search pod, which holds the store credentials, starts no sandbox.
 
 Every failure comes back to the agent as ``error: ...`` text, never as an exception.
 """
@@ -38,10 +40,17 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from whale.harness import shell
+from whale.harness.shell import (
+    SHELL_MAX_TIMEOUT_S,
+    SHELL_OUTPUT_BYTES,
+    SHELL_TIMEOUT_S,
+)
 from whale.metaharness.proposer.base import CANDIDATES_DIR
 from whale.metaharness.proposer.workspace import TOOL_SPECS, ToolError, Workspace, safe_name
 
 if TYPE_CHECKING:
+    from whale.harness.launch import HarnessHost
     from whale.metaharness.evaluate import CandidateEvaluator
 
 log = logging.getLogger(__name__)
@@ -53,22 +62,6 @@ TRIAL_RESULT_CHARS = 16_000
 #: of each episode's conversation: the last this many messages, each cut to this many characters
 TRIAL_MESSAGES = 6
 TRIAL_MESSAGE_CHARS = 600
-#: run_shell: default and largest wall clock of one command, the output kept, the command's length
-SHELL_TIMEOUT_S = 30.0
-SHELL_MAX_TIMEOUT_S = 120.0
-SHELL_OUTPUT_BYTES = 32_000
-SHELL_COMMAND_CHARS = 8_000
-#: run_shell's process limits: address space per process, processes, its scratch (HOME, TMPDIR)
-SHELL_MEMORY_BYTES = 2 << 30
-SHELL_PROCESSES = 64
-SHELL_SCRATCH_BYTES = 64 << 20
-
-#: the program run_shell starts in its sandbox: bash in the archive copy (the walls are the sandbox's)
-_SHELL_DRIVER = """import os, sys
-os.chdir(sys.argv[2])
-os.execv("/bin/bash", ["bash", "-c", sys.argv[1]])
-"""
-
 RUN_CANDIDATE_SPEC: dict[str, Any] = {
     "type": "function",
     "function": {
@@ -305,78 +298,68 @@ def _fit(result: dict[str, Any], limit: int = TRIAL_RESULT_CHARS) -> str:
 
 
 class SandboxShell:
-    """``run_shell``: one bash command per call in a fresh sandbox over the read-only archive copy.
+    """``run_shell``: one bash command per call in a fresh sandbox over the read-only archive copy
+    (:mod:`whale.harness.shell` holds the command's limits and walls).
 
     Args:
         archive_dir: the archive copy (the working directory, read-only).
         candidates_dir: the agent's candidates (read-only, at ``$CANDIDATES``); mounted when it exists.
         isolation: ``spec.sandbox.isolation`` (``namespaces``: the wall, fail closed; ``none``: trusted
-            local use only, like the harness processes).
+            local use only, like the harness processes; ``pod`` without a harness host: the namespaces).
+        host: the run's harness host (``SandboxLimits.host``, from ``$WHALE_HARNESS_HOST``): each command
+            runs there over a snapshot of the archive and candidates (:func:`whale.harness.remote.run_shell`),
+            so the harness-search pod starts no sandbox itself; None: here.
     """
 
-    def __init__(self, archive_dir: Path, candidates_dir: Path | None = None, *, isolation: str = "namespaces"):
+    def __init__(
+        self,
+        archive_dir: Path,
+        candidates_dir: Path | None = None,
+        *,
+        isolation: str = "namespaces",
+        host: HarnessHost | None = None,
+    ):
         self.archive_dir = Path(archive_dir).resolve()
         self.candidates_dir = Path(candidates_dir).resolve() if candidates_dir is not None else None
         self.isolation = isolation
+        self.host = host
         self.calls = 0
 
-    def _isolation(self) -> Any:
-        from whale.sandbox import Isolation
-
-        read = [str(self.archive_dir)]
-        if self.candidates_dir is not None and self.candidates_dir.is_dir():
-            read.append(str(self.candidates_dir))
-        if self.isolation == "none":
-            return Isolation.none()
-        return Isolation(read_paths=tuple(read))
+    def _checked(self, command: Any, timeout_s: float) -> tuple[str, float]:
+        try:
+            command = shell.check_command(command)
+        except ValueError as exc:
+            raise ToolError(str(exc)) from None
+        self.calls += 1
+        return command, shell.wall_clock(timeout_s)
 
     def run_sync(self, command: str, timeout_s: float = SHELL_TIMEOUT_S) -> str:
-        from whale.sandbox import Limits, Outcome, SandboxSetupError, run_python
+        if self.host is not None:
+            return asyncio.run(self.run(command, timeout_s))
+        from whale.sandbox import SandboxSetupError
 
-        if not isinstance(command, str) or not command.strip():
-            raise ToolError("`command` must be a non-empty string")
-        if len(command) > SHELL_COMMAND_CHARS:
-            raise ToolError(f"the command is {len(command)} characters; at most {SHELL_COMMAND_CHARS}")
-        if "\0" in command:
-            raise ToolError("the command contains a NUL byte")
-        wall = min(max(float(timeout_s), 1.0), SHELL_MAX_TIMEOUT_S)
-        limits = Limits(
-            wall_s=wall,
-            cpu_s=int(wall) + 1,
-            memory_bytes=SHELL_MEMORY_BYTES,
-            processes=SHELL_PROCESSES,
-            stdout_bytes=SHELL_OUTPUT_BYTES,
-            stderr_bytes=SHELL_OUTPUT_BYTES // 4,
-            scratch_bytes=SHELL_SCRATCH_BYTES,
-        )
-        env = {"CANDIDATES": str(self.candidates_dir or "")}
-        self.calls += 1
+        command, wall = self._checked(command, timeout_s)
+        level = "none" if self.isolation == "none" else "namespaces"
         try:
-            result = run_python(
-                _SHELL_DRIVER,
-                args=[command, str(self.archive_dir)],
-                limits=limits,
-                isolation=self._isolation(),
-                env=env,
-            )
+            return shell.run_command(command, self.archive_dir, self.candidates_dir, wall, level=level)
         except SandboxSetupError as exc:
             raise ToolError(f"the sandboxed shell cannot start here: {exc}") from None
-        parts = [f"exit: {result.returncode if result.returncode is not None else result.outcome.value}"]
-        if result.outcome is Outcome.TIMEOUT:
-            parts[0] = f"exit: stopped after {wall:g} s (timeout_s)"
-        elif result.outcome is Outcome.OUTPUT_LIMIT:
-            parts[0] = f"exit: stopped: the output passed {SHELL_OUTPUT_BYTES} bytes (use head, grep or wc)"
-        elif result.outcome.is_limit:
-            parts[0] = f"exit: stopped by the sandbox's {result.outcome.value}"
-        if result.stdout:
-            parts.append(result.stdout)
-        if result.stderr.strip():
-            parts.append("[stderr]\n" + result.stderr[-(SHELL_OUTPUT_BYTES // 4) :])
-        return "\n".join(parts)
 
     async def run(self, command: str, timeout_s: float = SHELL_TIMEOUT_S) -> str:
-        # the sandbox's own wall clock bounds the thread (at most SHELL_MAX_TIMEOUT_S plus its teardown)
-        return await asyncio.to_thread(self.run_sync, command, timeout_s)
+        if self.host is None:
+            # the sandbox's own wall clock bounds the thread (at most SHELL_MAX_TIMEOUT_S plus its teardown)
+            return await asyncio.to_thread(self.run_sync, command, timeout_s)
+        from whale.harness import remote
+
+        command, wall = self._checked(command, timeout_s)
+        try:
+            snapshot = await asyncio.to_thread(shell.pack, self.archive_dir, self.candidates_dir)
+        except shell.SnapshotError as exc:
+            raise ToolError(str(exc)) from None
+        try:
+            return await remote.run_shell(self.host, command, wall, snapshot)
+        except remote.HarnessHostError as exc:
+            raise ToolError(f"the sandboxed shell did not run: {exc}") from None
 
 
 # ----- the toolbox ------------------------------------------------------------------------------------
