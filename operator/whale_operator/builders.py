@@ -505,8 +505,8 @@ def job(
 def prepare_job(run: RunRef, spec: WhaleRunSpec, attempt: int, *, store_uri: str) -> Manifest:
     """The Job that materialises the run's data splits and writes their sizes
     (``python -m whale.workloads prepare``; reads ``layout.spec_key``, writes
-    ``layout.split_sizes_key`` last). No phase label: it is not a ``decide()`` child; the operator
-    counts its attempts from the Jobs themselves (``whale.dev/attempt``)."""
+    ``layout.split_sizes_key`` last). The attempt of ``decide()``'s phase ``prepare``: no phase label, its kind
+    and ``whale.dev/attempt`` label say which (``observe.current_jobs``)."""
     name = names.prepare_job_name(run.name, attempt)
     labels = with_queue(
         {**names.child_labels(run.name, names.PREPARE, attempt=attempt), names.LABEL_KIND: names.PREPARE}, spec

@@ -78,9 +78,7 @@ class JobLauncher:
                     target or "the base model",
                 )
                 return None
-        spec_wire = spec.to_wire()
-        if store.read_json_or_none(layout.spec_key(run.name)) != spec_wire:
-            store.write_json(layout.spec_key(run.name), spec_wire)
+        write_spec(store, run.name, spec)
         write_request(store, run.name, req)  # before the Job: the workload reads it first thing
         svc = builders.rendezvous_service(run, spec, req)
         if svc is not None:
@@ -103,9 +101,7 @@ class JobLauncher:
         """``cluster.admission: jobSet``: the phase's JobSet (its vLLM server and its workload, one Kueue
         Workload). No wait for ``served.json``: the server is the JobSet's own, it loads the serving target
         (written before this call) when it starts, and JobSet starts the workload only once it is Ready."""
-        spec_wire = spec.to_wire()
-        if store.read_json_or_none(layout.spec_key(run.name)) != spec_wire:
-            store.write_json(layout.spec_key(run.name), spec_wire)
+        write_spec(store, run.name, spec)
         write_request(store, run.name, req)  # before the JobSet: the workload reads it first thing
         manifest = builders.phase_jobset(run, spec, req, store_uri=store_uri(spec), checkpoint=target, tools=tools)
         return self._ensure_gang(run, spec, req, manifest)
@@ -153,6 +149,12 @@ class JobLauncher:
             self.kube.merge_patch(api_version, kind, namespace, name, patch)
         except Refused as exc:
             raise ChildRejected(kind, name, exc.status, str(exc).removeprefix(f"HTTP {exc.status}: ")) from None
+
+    def start_prepare(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, start: StartPhase) -> bool:
+        """The prepare Job of ``start``'s attempt (no inference server, nothing served: it samples nothing),
+        after the spec it reads first thing. True when this call created it."""
+        write_spec(store, run.name, spec)
+        return self.ensure(builders.prepare_job(run, spec, start.attempt, store_uri=store_uri(spec)))
 
     def ensure(self, manifest: dict[str, Any]) -> bool:
         try:
@@ -315,3 +317,10 @@ def _condition_time(job: dict[str, Any]) -> str | None:
         if cond.get("type") in ("Complete", "Failed") and cond.get("status") == "True":
             return cond.get("lastTransitionTime")
     return None
+
+
+def write_spec(store: Store, run: str, spec: WhaleRunSpec) -> None:
+    """The spec a child reads first thing (``layout.spec_key``), written only when it changed."""
+    wire = spec.to_wire()
+    if store.read_json_or_none(layout.spec_key(run)) != wire:
+        store.write_json(layout.spec_key(run), wire)

@@ -14,7 +14,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -28,36 +27,22 @@ from whale.core.spec import Reason, WhaleRunSpec, WhaleRunStatus
 from whale.core.state import RunState
 from whale.domain import ToolService
 from whale.store import Store, StoreAuthError
-from whale_operator import builders, kueue, names, observe, tenancy
+from whale_operator import builders, kueue, names, observe, outcomes, tenancy
 from whale_operator import status as st
 from whale_operator.children import ChildRejected, JobLauncher
-from whale_operator.config import OperatorConfig, SpecError, identity_changes, parse_spec, store_uri
+from whale_operator.config import OperatorConfig, SpecError, identity_changes, parse_spec
 from whale_operator.credentials import CredentialsUnavailable, RunStores
+from whale_operator.domains import DomainCatalog, WaitingForData
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
+from whale_operator.outcomes import ReconcileResult
 
 log = logging.getLogger(__name__)
-
-
-class WaitingForData(RuntimeError):
-    """The split sizes of the run's domain are unknown yet (temporary)."""
 
 
 def utc_now() -> str:
     """RFC 3339, second precision (what Kubernetes timestamps look like)."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-@dataclass(frozen=True)
-class ReconcileResult:
-    status: WhaleRunStatus
-    events: list[st.Event]
-    decision: Transition | None = None
-    #: something the operator waits for raises no Kubernetes event (the inference server's
-    #: acknowledgement in the store): reconcile again at the progress interval
-    poll: bool = False
-    #: the API server refused a child (the ChildCreateFailed condition): retry after a growing back-off
-    rejected: bool = False
 
 
 class Reconciler:
@@ -77,54 +62,13 @@ class Reconciler:
         self.stores = RunStores(kube, self.config.store_options)
         self._observers: dict[str, StoreObserver] = {}
         self.jobs = JobLauncher(kube, metrics)
-        self._tools: dict[str, Any] = {}  # domain name -> its loaded plugin
+        self.domains = DomainCatalog(self.config)
         self._lock = threading.Lock()
 
     # --- store ---
     def store_for(self, spec: WhaleRunSpec, namespace: str) -> Store:
         """The run's store, opened with the run's own credentials (:mod:`whale_operator.credentials`)."""
         return self.stores.open(namespace, spec)
-
-    def tools_for(self, spec: WhaleRunSpec) -> tuple[ToolService, ...]:
-        """The tool services the run's domain declares for its data settings
-        (``Domain.tool_services_for``); the plugin is loaded once per domain."""
-        with self._lock:
-            if spec.domain not in self._tools:
-                from whale import plugins
-
-                try:
-                    self._tools[spec.domain] = plugins.load(spec.domain)
-                except Exception as exc:  # noqa: BLE001 - an unknown/broken plugin is a spec problem
-                    raise SpecError(
-                        "spec.domain",
-                        f"cannot load domain {spec.domain!r} in the operator ({exc}); "
-                        "use an installed domain (`whale domains` lists them)",
-                    ) from None
-            domain = self._tools[spec.domain]
-        try:
-            return tuple(domain.tool_services_for(spec.data))
-        except Exception as exc:  # noqa: BLE001 - the plugin refused the data settings
-            raise SpecError("spec.data", f"domain {spec.domain!r}: {exc}") from None
-
-    def split_sizes(self, store: Store, run: str, spec: WhaleRunSpec) -> dict[str, int] | None:
-        """The run's split sizes from the store; None when a prepare Job must write them."""
-        key = layout.split_sizes_key(run)
-        sizes = store.read_json_or_none(key)
-        if sizes:
-            return {k: int(v) for k, v in sizes.items()}
-        if not self.config.domain_split_sizes or spec.data.source == "full":
-            return None  # the prepare Job writes them (full data: after fetching it into the store)
-        from whale import plugins
-
-        try:
-            sizes = dict(plugins.load(spec.domain).split_sizes(spec.data))
-        except Exception as exc:  # noqa: BLE001 - any plugin failure means "not known here"
-            raise WaitingForData(
-                f"split sizes of domain {spec.domain!r} are unknown here ({exc}); write {store.uri_for(key)} "
-                f'with {{"weight": N, "harness": N, "test": N}} (`whale plan` prints them)'
-            ) from None
-        store.write_json(key, sizes)
-        return sizes
 
     def _observer(self, store: Store, run: str) -> StoreObserver:
         """The store observer of one run (it caches the run's complete checkpoints)."""
@@ -151,37 +95,17 @@ class Reconciler:
         try:
             outcome = self._step(run, obj.get("spec"), prev, meta.get("generation"), self.clock())
         except ChildRejected as exc:  # the API server said no: into status, not a log line every 5 s
-            outcome = self._rejected(prev, exc, meta.get("generation"))
+            log.warning("the API server refused %s; retrying with back-off", exc)
+            outcome = outcomes.child_rejected(
+                prev, exc.kind, exc.name, exc.status, exc.message, meta.get("generation"), self.clock()
+            )
         except StoreAuthError as exc:  # the store refused the run's own keys: the Secret must change
-            outcome = self._store_refused(prev, obj.get("spec") or {}, exc, meta.get("generation"))
+            secret = ((obj.get("spec") or {}).get("storage") or {}).get("credentialsSecret")
+            outcome = outcomes.store_refused(prev, secret, str(exc), meta.get("generation"))
         if outcome.status is not prev:
             self._write_status(namespace, name, raw_status, outcome.status)
             self.metrics.set_run_phase(run.uid, outcome.status.phase)
         return outcome
-
-    def _store_refused(
-        self, prev: WhaleRunStatus, body_spec: dict[str, Any], exc: StoreAuthError, generation: int | None
-    ) -> ReconcileResult:
-        """The run's store refused its credentials: the run waits (polled) naming the Secret, as for a missing one."""
-        secret = (body_spec.get("storage") or {}).get("credentialsSecret")
-        whose = f"Secret {secret}'s keys" if secret else "the operator's own keys"
-        message = (
-            f"spec.storage.credentialsSecret: the store refused {whose} ({exc}); put keys that may read and write "
-            "the run's store in the Secret (a rotated Secret is used at once)"
-        )
-        new, events = _waiting(prev, Reason.WAITING_FOR_CREDENTIALS, message, generation)
-        return ReconcileResult(new, events, poll=True)
-
-    def _rejected(self, prev: WhaleRunStatus, exc: ChildRejected, generation: int | None) -> ReconcileResult:
-        """The API server refused a child: the ChildCreateFailed condition (and an Event when the refusal is new or
-        different); nothing else changes, and the daemon retries after a growing back-off."""
-        log.warning("the API server refused %s; retrying with back-off", exc)
-        new = st.child_rejected_status(prev, exc.kind, exc.name, exc.status, exc.message, generation, self.clock())
-        before = {c.type: c.message for c in prev.conditions}
-        after = {c.type: c.message for c in new.conditions}
-        same = before.get(st.CHILD_CREATE_FAILED) == after[st.CHILD_CREATE_FAILED]
-        events = [] if same else [st.Event(st.WARNING, st.CHILD_CREATE_FAILED, str(exc))]
-        return ReconcileResult(new, events, rejected=True)
 
     def _step(
         self,
@@ -200,15 +124,12 @@ class Reconciler:
             for field_, message in self.config.credentials_problems(spec):
                 raise SpecError(field_, message)
             spec = tenancy.scoped(spec, run.namespace, run.name, run.uid)  # from here on, the run's own store
-            tools = self.tools_for(spec)
+            tools = self.domains.tools_for(spec)
             self.jobs.check_apis(spec)  # JobSet / PodGroup where the spec asks for them
         except (SpecError, names.RunNameError) as exc:
             field_ = exc.field if isinstance(exc, SpecError) else "metadata.name"
             text = str(exc).split(": ", 1)[-1] if isinstance(exc, SpecError) else str(exc)
-            if prev.reason == Reason.INVALID_SPEC and prev.observed_generation == generation:
-                return ReconcileResult(prev, [])
-            bad = st.invalid_spec_status(prev, field_, text, generation, now)
-            return ReconcileResult(bad, [st.Event(st.WARNING, Reason.INVALID_SPEC.value, f"{field_}: {text}")])
+            return outcomes.invalid_spec(prev, field_, text, generation, now)
         if prev.reason == Reason.INVALID_SPEC:
             prev = WhaleRunStatus()  # the spec was fixed: start over
         if prev.store_uri != spec.storage.uri:
@@ -221,21 +142,19 @@ class Reconciler:
         try:
             store = self.store_for(spec, run.namespace)
         except CredentialsUnavailable as exc:  # the Secret may yet appear: wait (polled), saying what to do
-            return self._waiting_for_credentials(prev, str(exc), inference_managed, generation, now)
+            return outcomes.waiting_for_credentials(prev, str(exc), inference_managed, generation, now)
         if prev.reason == Reason.WAITING_FOR_CREDENTIALS.value:  # the Secret is usable now: the wait is over
             prev = prev.model_copy(update={"reason": None, "message": None})
         changed = self._identity_changes(store, run.name, spec)
         if changed:  # refused, children left as they are: setting the fields back resumes the run unchanged
-            return self._immutable(prev, changed, generation)
+            return outcomes.identity_changed(prev, changed, generation)
         if prev.reason == Reason.IMMUTABLE_FIELD_CHANGED.value:
             prev = prev.model_copy(update={"reason": None, "message": None})
 
         try:
-            sizes = self.split_sizes(store, run.name, spec)
+            sizes = self.domains.split_sizes(store, run.name, spec)
         except WaitingForData as exc:
-            waiting = RunState.from_status(prev).waiting(Reason.WAITING_FOR_DATA, str(exc), generation).to_status()
-            waiting = st.with_conditions(waiting, prev.conditions, st.InferenceView(inference_managed), generation, now)
-            return ReconcileResult(waiting, [])
+            return outcomes.waiting_for_data(prev, str(exc), inference_managed, generation, now)
         # no sizes yet: decide() schedules data preparation, a child like the phases
         jobs = self.jobs.phase_children(run, spec)  # Jobs, and JobSets with cluster.admission jobSet
         children = self._children(run, observe.current_jobs(jobs, prev.attempts))
@@ -272,22 +191,6 @@ class Reconciler:
         except ValidationError:
             return []  # written by another version: nothing to compare with
         return identity_changes(ran, spec)
-
-    def _immutable(self, prev: WhaleRunStatus, changed: list[str], generation: int | None) -> ReconcileResult:
-        message = (
-            f"{', '.join(changed)} changed mid-run: {'they name' if len(changed) > 1 else 'it names'} what the run "
-            "is (its phases, checkpoints and data); set it back, or create a new WhaleRun"
-        )
-        new, events = _waiting(prev, Reason.IMMUTABLE_FIELD_CHANGED, message, generation)
-        return ReconcileResult(new, events)
-
-    def _waiting_for_credentials(
-        self, prev: WhaleRunStatus, message: str, inference_managed: bool, generation: int | None, now: str
-    ) -> ReconcileResult:
-        """The run waits for its credentials Secret; an Event when the problem is new or changed."""
-        waiting, news = _waiting(prev, Reason.WAITING_FOR_CREDENTIALS, message, generation)
-        new = st.with_conditions(waiting, prev.conditions, st.InferenceView(inference_managed), generation, now)
-        return ReconcileResult(new, news, poll=True)
 
     def _children(self, run: builders.RunRef, current: dict[str, dict[str, Any]]) -> dict[str, Child]:
         """What ``decide`` sees of each phase's current Job (a failed one with its pod's last words)."""
@@ -331,7 +234,7 @@ class Reconciler:
             self.jobs.stop_children(run, spec)
             self.jobs.scale_infra(run, 0, deps)
         if step.start is not None and step.start.kind is PhaseKind.PREPARE:
-            return False, {step.start.phase} if self._start_prepare(run, spec, store, step.start) else set()
+            return False, {step.start.phase} if self.jobs.start_prepare(run, spec, store, step.start) else set()
         if step.start is not None:
             self.jobs.ensure_infra(run, spec, decision.status.current_checkpoint, deps, tools)
         if step.serve is not KEEP_SERVING:
@@ -341,23 +244,7 @@ class Reconciler:
         made = self.jobs.start(run, spec, store, step.start, step.serve, tools)  # type: ignore[arg-type]
         return made is None, {step.start.phase} if made else set()
 
-    def _start_prepare(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, start: StartPhase) -> bool:
-        """The prepare Job of ``start``'s attempt (no inference server, nothing served: it samples nothing),
-        after the spec it reads first thing. True when this call created it."""
-        wire = spec.to_wire()
-        if store.read_json_or_none(layout.spec_key(run.name)) != wire:
-            store.write_json(layout.spec_key(run.name), wire)
-        return self.jobs.ensure(builders.prepare_job(run, spec, start.attempt, store_uri=store_uri(spec)))
-
     def _write_status(self, namespace: str, name: str, raw_old: dict[str, Any], new: WhaleRunStatus) -> None:
         patch = st.merge_patch(raw_old, st.status_wire(new))
         if patch:
             self.kube.patch_run_status(namespace, name, patch)
-
-
-def _waiting(
-    prev: WhaleRunStatus, reason: Reason, message: str, generation: int | None
-) -> tuple[WhaleRunStatus, list[st.Event]]:
-    """The run waits for ``reason``; a Warning Event only when the problem is new or changed."""
-    new = RunState.from_status(prev).waiting(reason, message, generation).to_status()
-    return new, [] if prev.message == message else [st.Event(st.WARNING, reason.value, message)]

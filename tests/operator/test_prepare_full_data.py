@@ -6,8 +6,7 @@ from __future__ import annotations
 from whale.core.spec import WhaleRunSpec
 from whale.store import open_store
 from whale_operator.config import OperatorConfig
-from whale_operator.metrics import OperatorMetrics
-from whale_operator.reconcile import Reconciler
+from whale_operator.domains import DomainCatalog
 
 
 def spec(source: str) -> WhaleRunSpec:
@@ -23,7 +22,8 @@ def spec(source: str) -> WhaleRunSpec:
 
 
 def test_full_data_is_never_sized_by_the_operator(tmp_path):
-    reconciler = Reconciler(kube=None, metrics=OperatorMetrics(), config=OperatorConfig(domain_split_sizes=True))
+    domains = DomainCatalog(OperatorConfig(domain_split_sizes=True))
     store = open_store(str(tmp_path / "st"))
-    assert reconciler.split_sizes(store, "full-run", spec("full")) is None  # -> the prepare Job runs
-    assert reconciler.split_sizes(store, "sample-run", spec("sample"))["harness"] > 0  # sized in the operator
+    assert domains.split_sizes(store, "full-run", spec("full")) is None  # -> the prepare Job runs
+    sized = domains.split_sizes(store, "sample-run", spec("sample"))
+    assert sized is not None and sized["harness"] > 0  # sized in the operator

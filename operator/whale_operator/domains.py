@@ -1,0 +1,73 @@
+"""What the operator asks of a run's domain plugin: its tool services and its split sizes.
+
+The plugins are loaded once per domain and operator process; a plugin that cannot load or refuses the run's
+data settings is a spec problem (:class:`~whale_operator.config.SpecError`), split sizes it cannot compute here
+are a temporary wait (:class:`WaitingForData`).
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from whale.core import layout
+from whale.core.spec import WhaleRunSpec
+from whale.domain import ToolService
+from whale.store import Store
+from whale_operator.config import OperatorConfig, SpecError
+
+
+class WaitingForData(RuntimeError):
+    """The split sizes of the run's domain are unknown yet (temporary)."""
+
+
+class DomainCatalog:
+    """The domain plugins this operator process has loaded, by name."""
+
+    def __init__(self, config: OperatorConfig):
+        self.config = config
+        self._plugins: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def _plugin(self, name: str) -> Any:
+        with self._lock:
+            if name not in self._plugins:
+                from whale import plugins
+
+                try:
+                    self._plugins[name] = plugins.load(name)
+                except Exception as exc:  # noqa: BLE001 - an unknown/broken plugin is a spec problem
+                    raise SpecError(
+                        "spec.domain",
+                        f"cannot load domain {name!r} in the operator ({exc}); "
+                        "use an installed domain (`whale domains` lists them)",
+                    ) from None
+            return self._plugins[name]
+
+    def tools_for(self, spec: WhaleRunSpec) -> tuple[ToolService, ...]:
+        """The tool services the run's domain declares for its data settings (``Domain.tool_services_for``)."""
+        domain = self._plugin(spec.domain)
+        try:
+            return tuple(domain.tool_services_for(spec.data))
+        except Exception as exc:  # noqa: BLE001 - the plugin refused the data settings
+            raise SpecError("spec.data", f"domain {spec.domain!r}: {exc}") from None
+
+    def split_sizes(self, store: Store, run: str, spec: WhaleRunSpec) -> dict[str, int] | None:
+        """The run's split sizes from the store; None when a prepare Job must write them."""
+        key = layout.split_sizes_key(run)
+        sizes = store.read_json_or_none(key)
+        if sizes:
+            return {k: int(v) for k, v in sizes.items()}
+        if not self.config.domain_split_sizes or spec.data.source == "full":
+            return None  # the prepare Job writes them (full data: after fetching it into the store)
+        from whale import plugins
+
+        try:
+            sizes = dict(plugins.load(spec.domain).split_sizes(spec.data))
+        except Exception as exc:  # noqa: BLE001 - any plugin failure means "not known here"
+            raise WaitingForData(
+                f"split sizes of domain {spec.domain!r} are unknown here ({exc}); write {store.uri_for(key)} "
+                f'with {{"weight": N, "harness": N, "test": N}} (`whale plan` prints them)'
+            ) from None
+        store.write_json(key, sizes)
+        return sizes

@@ -1,0 +1,94 @@
+"""What one reconcile returns, and the reconciles that end before ``decide()``: the run waits (for its data,
+its credentials, an identity field set back) or the API server refused a child. Pure: previous status and
+facts in, the new status and its Events out; the reconciler writes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from whale.core.alternation import Transition
+from whale.core.spec import Reason, WhaleRunStatus
+from whale.core.state import RunState
+from whale_operator import status as st
+
+
+@dataclass(frozen=True)
+class ReconcileResult:
+    status: WhaleRunStatus
+    events: list[st.Event]
+    decision: Transition | None = None
+    #: something the operator waits for raises no Kubernetes event (the inference server's
+    #: acknowledgement in the store): reconcile again at the progress interval
+    poll: bool = False
+    #: the API server refused a child (the ChildCreateFailed condition): retry after a growing back-off
+    rejected: bool = False
+
+
+def waiting(
+    prev: WhaleRunStatus, reason: Reason, message: str, generation: int | None
+) -> tuple[WhaleRunStatus, list[st.Event]]:
+    """The run waits for ``reason``; a Warning Event only when the problem is new or changed."""
+    new = RunState.from_status(prev).waiting(reason, message, generation).to_status()
+    return new, [] if prev.message == message else [st.Event(st.WARNING, reason.value, message)]
+
+
+def waiting_for_credentials(
+    prev: WhaleRunStatus, message: str, inference_managed: bool, generation: int | None, now: str
+) -> ReconcileResult:
+    """The run waits for its credentials Secret (polled: a Secret's arrival wakes no WhaleRun)."""
+    new, events = waiting(prev, Reason.WAITING_FOR_CREDENTIALS, message, generation)
+    new = st.with_conditions(new, prev.conditions, st.InferenceView(inference_managed), generation, now)
+    return ReconcileResult(new, events, poll=True)
+
+
+def store_refused(prev: WhaleRunStatus, secret: str | None, error: str, generation: int | None) -> ReconcileResult:
+    """The run's store refused its credentials: the run waits (polled) naming the Secret, as for a missing one."""
+    whose = f"Secret {secret}'s keys" if secret else "the operator's own keys"
+    message = (
+        f"spec.storage.credentialsSecret: the store refused {whose} ({error}); put keys that may read and write "
+        "the run's store in the Secret (a rotated Secret is used at once)"
+    )
+    new, events = waiting(prev, Reason.WAITING_FOR_CREDENTIALS, message, generation)
+    return ReconcileResult(new, events, poll=True)
+
+
+def identity_changed(prev: WhaleRunStatus, changed: list[str], generation: int | None) -> ReconcileResult:
+    """An identity field changed mid-run: refused, children left as they are (setting it back resumes)."""
+    message = (
+        f"{', '.join(changed)} changed mid-run: {'they name' if len(changed) > 1 else 'it names'} what the run "
+        "is (its phases, checkpoints and data); set it back, or create a new WhaleRun"
+    )
+    new, events = waiting(prev, Reason.IMMUTABLE_FIELD_CHANGED, message, generation)
+    return ReconcileResult(new, events)
+
+
+def child_rejected(
+    prev: WhaleRunStatus, kind: str, name: str, http_status: int, message: str, generation: int | None, now: str
+) -> ReconcileResult:
+    """The API server refused a child: the ChildCreateFailed condition (and an Event when the refusal is new or
+    different); nothing else changes, and the daemon retries after a growing back-off."""
+    new = st.child_rejected_status(prev, kind, name, http_status, message, generation, now)
+    before = {c.type: c.message for c in prev.conditions}
+    after = {c.type: c.message for c in new.conditions}
+    same = before.get(st.CHILD_CREATE_FAILED) == after[st.CHILD_CREATE_FAILED]
+    text = f"{kind} {name}: HTTP {http_status}: {message}"
+    events = [] if same else [st.Event(st.WARNING, st.CHILD_CREATE_FAILED, text)]
+    return ReconcileResult(new, events, rejected=True)
+
+
+def invalid_spec(prev: WhaleRunStatus, field: str, text: str, generation: int | None, now: str) -> ReconcileResult:
+    """The spec (or the run's name) cannot run: InvalidSpec naming the field, once per generation."""
+    if prev.reason == Reason.INVALID_SPEC and prev.observed_generation == generation:
+        return ReconcileResult(prev, [])
+    bad = st.invalid_spec_status(prev, field, text, generation, now)
+    return ReconcileResult(bad, [st.Event(st.WARNING, Reason.INVALID_SPEC.value, f"{field}: {text}")])
+
+
+def waiting_for_data(
+    prev: WhaleRunStatus, message: str, inference_managed: bool, generation: int | None, now: str
+) -> ReconcileResult:
+    """The domain's split sizes are unknown here yet."""
+    new = RunState.from_status(prev).waiting(Reason.WAITING_FOR_DATA, message, generation).to_status()
+    new = st.with_conditions(new, prev.conditions, st.InferenceView(inference_managed), generation, now)
+    return ReconcileResult(new, [])
