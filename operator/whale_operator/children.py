@@ -5,21 +5,24 @@ tool services (Deployments). What runs when is decided elsewhere (``decide`` and
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import secrets
 from datetime import datetime
 from typing import Any
 
-from whale.control.planner import write_request
+from pydantic import ValidationError
+
+from whale.control.planner import KEEP_SERVING, plan, write_request, write_stop
 from whale.control.serving import serve
 from whale.core import layout
-from whale.core.alternation import Child, ChildState, StartPhase
-from whale.core.protocol import PhaseRequest, WeightRequest
+from whale.core.alternation import Child, ChildState, StartPhase, Transition
+from whale.core.protocol import PhaseKind, PhaseRequest, WeightRequest
 from whale.core.spec import WhaleRunSpec
 from whale.domain import ToolService
 from whale.store import Store
-from whale_operator import builders, names, observe
-from whale_operator.config import SpecError, store_uri
+from whale_operator import builders, kueue, names, observe
+from whale_operator.config import SpecError, identity_changes, store_uri
 from whale_operator.kube import Conflict, KubeClient, Refused, collection_path
 from whale_operator.metrics import OperatorMetrics
 
@@ -149,6 +152,58 @@ class JobLauncher:
             self.kube.merge_patch(api_version, kind, namespace, name, patch)
         except Refused as exc:
             raise ChildRejected(kind, name, exc.status, str(exc).removeprefix(f"HTTP {exc.status}: ")) from None
+
+    def observe_children(self, run: builders.RunRef, current: dict[str, dict[str, Any]], now: str) -> dict[str, Child]:
+        """What ``decide`` sees of each phase's current Job (a failed one with its pod's last words); a Job seen
+        running for the first time gets the started mark (what tells a later eviction from queueing: Kubernetes
+        clears startTime on suspension)."""
+        children: dict[str, Child] = {}
+        for phase, job in current.items():
+            if kueue.needs_started_mark(job):
+                patch = kueue.started_patch(now)
+                self.patch_child(run, job, patch)
+                job["metadata"].setdefault("annotations", {}).update(patch["metadata"]["annotations"])
+            child = observe.job_child(job)
+            if child.state is ChildState.FAILED:
+                pods = self.kube.list("v1", "Pod", run.namespace, observe.pod_selector(job))
+                child = observe.job_child(job, observe.failed_pod_message(pods, builders.WORKER_CONTAINER))
+            child = dataclasses.replace(child, name=f"{observe.child_kind(job)[1]} {job['metadata']['name']}")
+            children[phase] = child
+            self.time_job(job, child)
+        return children
+
+    def carry_out(
+        self,
+        run: builders.RunRef,
+        spec: WhaleRunSpec,
+        store: Store,
+        decision: Transition,
+        running: set[str],
+        deps: dict[str, dict[str, Any]],
+        tools: tuple[ToolService, ...],
+    ) -> tuple[bool, set[str]]:
+        """Carry out the shared plan (:func:`whale.control.planner.plan`): one phase child at a time,
+        owed evaluations first. Returns (gated, created): gated is True when the start waits for the
+        inference server to acknowledge the weights it must serve; created names the phase whose child
+        this call really created (the only start worth an Event)."""
+        for action in decision.actions:
+            self.metrics.actions.labels(action=type(action).__name__).inc()
+        step = plan(decision, running)
+        for stop in step.stops:
+            write_stop(store, run.name, stop)
+        if step.end is not None:
+            self.stop_children(run, spec)
+            self.scale_infra(run, 0, deps)
+        if step.start is not None and step.start.kind is PhaseKind.PREPARE:
+            return False, {step.start.phase} if self.start_prepare(run, spec, store, step.start) else set()
+        if step.start is not None:
+            self.ensure_infra(run, spec, decision.status.current_checkpoint, deps, tools)
+        if step.serve is not KEEP_SERVING:
+            self.serve_checkpoint(run, spec, store, step.serve)  # type: ignore[arg-type]
+        if step.start is None:
+            return False, set()
+        made = self.start(run, spec, store, step.start, step.serve, tools)  # type: ignore[arg-type]
+        return made is None, {step.start.phase} if made else set()
 
     def start_prepare(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, start: StartPhase) -> bool:
         """The prepare Job of ``start``'s attempt (no inference server, nothing served: it samples nothing),
@@ -324,3 +379,16 @@ def write_spec(store: Store, run: str, spec: WhaleRunSpec) -> None:
     wire = spec.to_wire()
     if store.read_json_or_none(layout.spec_key(run)) != wire:
         store.write_json(layout.spec_key(run), wire)
+
+
+def stored_identity_changes(store: Store, run: str, spec: WhaleRunSpec) -> list[str]:
+    """The identity fields ``spec`` changed since the run's children last ran with it (what :func:`write_spec`
+    wrote); none when the store holds no spec yet, or one of another version."""
+    wire = store.read_json_or_none(layout.spec_key(run))
+    if not isinstance(wire, dict):
+        return []
+    try:
+        ran = WhaleRunSpec.model_validate(wire)
+    except ValidationError:
+        return []  # written by another version: nothing to compare with
+    return identity_changes(ran, spec)

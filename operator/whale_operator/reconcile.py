@@ -9,7 +9,6 @@ make every create idempotent.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import threading
 import time
@@ -19,18 +18,14 @@ from typing import Any
 from pydantic import ValidationError
 
 from whale.control.observer import StoreObserver
-from whale.control.planner import KEEP_SERVING, plan, write_stop
-from whale.core import layout
-from whale.core.alternation import Child, ChildState, StartPhase, Transition, decide
-from whale.core.protocol import PhaseKind
+from whale.core.alternation import ChildState, StartPhase, decide
 from whale.core.spec import Reason, WhaleRunSpec, WhaleRunStatus
 from whale.core.state import RunState
-from whale.domain import ToolService
 from whale.store import Store, StoreAuthError
-from whale_operator import builders, kueue, names, observe, outcomes, tenancy
+from whale_operator import builders, names, observe, outcomes, tenancy
 from whale_operator import status as st
-from whale_operator.children import ChildRejected, JobLauncher
-from whale_operator.config import OperatorConfig, SpecError, identity_changes, parse_spec
+from whale_operator.children import ChildRejected, JobLauncher, stored_identity_changes
+from whale_operator.config import OperatorConfig, SpecError, parse_spec
 from whale_operator.credentials import CredentialsUnavailable, RunStores
 from whale_operator.domains import DomainCatalog, WaitingForData
 from whale_operator.kube import KubeClient
@@ -145,7 +140,7 @@ class Reconciler:
             return outcomes.waiting_for_credentials(prev, str(exc), inference_managed, generation, now)
         if prev.reason == Reason.WAITING_FOR_CREDENTIALS.value:  # the Secret is usable now: the wait is over
             prev = prev.model_copy(update={"reason": None, "message": None})
-        changed = self._identity_changes(store, run.name, spec)
+        changed = stored_identity_changes(store, run.name, spec)
         if changed:  # refused, children left as they are: setting the fields back resumes the run unchanged
             return outcomes.identity_changed(prev, changed, generation)
         if prev.reason == Reason.IMMUTABLE_FIELD_CHANGED.value:
@@ -157,13 +152,13 @@ class Reconciler:
             return outcomes.waiting_for_data(prev, str(exc), inference_managed, generation, now)
         # no sizes yet: decide() schedules data preparation, a child like the phases
         jobs = self.jobs.phase_children(run, spec)  # Jobs, and JobSets with cluster.admission jobSet
-        children = self._children(run, observe.current_jobs(jobs, prev.attempts))
+        children = self.jobs.observe_children(run, observe.current_jobs(jobs, prev.attempts), self.clock())
         obs = self._observer(store, run.name).observe(prev, children, sizes or {}, now, generation)
         decision = decide(spec, prev, obs)
         running = {p for p, c in children.items() if c.state is ChildState.RUNNING}
         # one list serves the readiness view, the ensure and the scaling of the run's Deployments
         deps = self.jobs.deployments(run) if inference_managed or tools else {}
-        gated, created = self._apply(run, spec, store, decision, running, deps, tools)
+        gated, created = self.jobs.carry_out(run, spec, store, decision, running, deps, tools)
 
         new = decision.status
         # superseded attempts (a preempted Job left suspended by the queue) must not hold resources
@@ -180,69 +175,6 @@ class Reconciler:
         # a start that found its child already there (or was deferred) is not news
         reported = tuple(a for a in decision.actions if not isinstance(a, StartPhase) or a.phase in created)
         return ReconcileResult(new, st.events(prev, new, reported), decision, poll=gated)
-
-    def _identity_changes(self, store: Store, run: str, spec: WhaleRunSpec) -> list[str]:
-        """The identity fields the spec changed since the run's children last ran with it (its store's spec)."""
-        wire = store.read_json_or_none(layout.spec_key(run))
-        if not isinstance(wire, dict):
-            return []
-        try:
-            ran = WhaleRunSpec.model_validate(wire)
-        except ValidationError:
-            return []  # written by another version: nothing to compare with
-        return identity_changes(ran, spec)
-
-    def _children(self, run: builders.RunRef, current: dict[str, dict[str, Any]]) -> dict[str, Child]:
-        """What ``decide`` sees of each phase's current Job (a failed one with its pod's last words)."""
-        children: dict[str, Child] = {}
-        for phase, job in current.items():
-            if kueue.needs_started_mark(job):
-                # what tells a later eviction from queueing: Kubernetes clears startTime on suspension
-                patch = kueue.started_patch(self.clock())
-                self.jobs.patch_child(run, job, patch)
-                job["metadata"].setdefault("annotations", {}).update(patch["metadata"]["annotations"])
-            child = observe.job_child(job)
-            if child.state is ChildState.FAILED:
-                pods = self.kube.list("v1", "Pod", run.namespace, observe.pod_selector(job))
-                child = observe.job_child(job, observe.failed_pod_message(pods, builders.WORKER_CONTAINER))
-            child = dataclasses.replace(child, name=f"{observe.child_kind(job)[1]} {job['metadata']['name']}")
-            children[phase] = child
-            self.jobs.time_job(job, child)
-        return children
-
-    # --- acting ---
-    def _apply(
-        self,
-        run: builders.RunRef,
-        spec: WhaleRunSpec,
-        store: Store,
-        decision: Transition,
-        running: set[str],
-        deps: dict[str, dict[str, Any]],
-        tools: tuple[ToolService, ...],
-    ) -> tuple[bool, set[str]]:
-        """Carry out the shared plan (:func:`whale.control.planner.plan`): one phase child at a time,
-        owed evaluations first. Returns (gated, created): gated is True when the start waits for the
-        inference server to acknowledge the weights it must serve; created names the phase whose child
-        this call really created (the only start worth an Event)."""
-        for action in decision.actions:
-            self.metrics.actions.labels(action=type(action).__name__).inc()
-        step = plan(decision, running)
-        for stop in step.stops:
-            write_stop(store, run.name, stop)
-        if step.end is not None:
-            self.jobs.stop_children(run, spec)
-            self.jobs.scale_infra(run, 0, deps)
-        if step.start is not None and step.start.kind is PhaseKind.PREPARE:
-            return False, {step.start.phase} if self.jobs.start_prepare(run, spec, store, step.start) else set()
-        if step.start is not None:
-            self.jobs.ensure_infra(run, spec, decision.status.current_checkpoint, deps, tools)
-        if step.serve is not KEEP_SERVING:
-            self.jobs.serve_checkpoint(run, spec, store, step.serve)  # type: ignore[arg-type]
-        if step.start is None:
-            return False, set()
-        made = self.jobs.start(run, spec, store, step.start, step.serve, tools)  # type: ignore[arg-type]
-        return made is None, {step.start.phase} if made else set()
 
     def _write_status(self, namespace: str, name: str, raw_old: dict[str, Any], new: WhaleRunStatus) -> None:
         patch = st.merge_patch(raw_old, st.status_wire(new))
