@@ -19,6 +19,7 @@ pytest_plugins = [
     "tests.fixtures.servers",
     "tests.fixtures.tools",
     "tests.fixtures.harness_host",
+    "tests.fixtures.network",
 ]
 
 OPT_IN = {"e2e": "--run-e2e", "gpu": "--run-gpu", "cluster": "--run-cluster"}

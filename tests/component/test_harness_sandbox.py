@@ -32,27 +32,6 @@ async def start_hook(path: Path, limits: SandboxLimits | None = None) -> dict:
         return decision
 
 
-@pytest.fixture()
-def listener():
-    """A TCP listener on loopback; after the test, a non-blocking accept says whether anyone connected
-    (the kernel completes connections into the backlog without us accepting them)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    server.setblocking(False)
-
-    def connected() -> bool:
-        try:
-            conn, _ = server.accept()
-        except BlockingIOError:
-            return False
-        conn.close()
-        return True
-
-    yield server.getsockname()[1], connected
-    server.close()
-
-
 def test_listener_sees_a_connection(listener) -> None:
     port, connected = listener
     socket.create_connection(("127.0.0.1", port), timeout=2).close()

@@ -13,7 +13,6 @@ from __future__ import annotations
 import inspect
 import json
 import os
-import socket
 import subprocess
 import sys
 import textwrap
@@ -43,27 +42,6 @@ from whale.inference.scripted import ScriptedClient
 from whale.tools.code import CodeLimits, LocalCodeRunner
 
 ITEM = {"id": "probe-0", "digit": 3, "answer": "3"}
-
-
-@pytest.fixture()
-def listener():
-    """A TCP listener on loopback; ``connected()`` says whether anyone connected (the kernel completes
-    connections into the backlog without an accept)."""
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    server.setblocking(False)
-
-    def connected() -> bool:
-        try:
-            conn, _ = server.accept()
-        except BlockingIOError:
-            return False
-        conn.close()
-        return True
-
-    yield server.getsockname()[1], connected
-    server.close()
 
 
 async def run_probe(path: Path, limits: SandboxLimits | None = None) -> tuple[dict[str, str], str]:

@@ -18,7 +18,6 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -44,25 +43,6 @@ from whale.harness.host import HarnessHost, HostConfig, _not_dumpable
 _not_dumpable()
 asyncio.run(HarnessHost(HostConfig(token=sys.argv[3], isolation=sys.argv[2])).serve("127.0.0.1", int(sys.argv[1])))
 """
-
-
-@pytest.fixture()
-def listener() -> Iterator[tuple[int, object]]:
-    server = socket.socket()
-    server.bind(("127.0.0.1", 0))
-    server.listen()
-    server.setblocking(False)
-
-    def connected() -> bool:
-        try:
-            conn, _ = server.accept()
-        except BlockingIOError:
-            return False
-        conn.close()
-        return True
-
-    yield server.getsockname()[1], connected
-    server.close()
 
 
 def wait_listening(port: int, proc: subprocess.Popen[bytes]) -> None:
