@@ -4,6 +4,7 @@ domain and a policy double whose format only a better harness can fix."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -214,9 +215,8 @@ def test_search_accepts_the_better_candidate_and_rejects_broken_ones(tmp_path: P
 @pytest.mark.timeout(120)
 def test_prompt_only_refuses_code_changes_and_adaptive_rule_stops(tmp_path: Path):
     store = open_store(str(tmp_path / "store"))
-    prompt_change = _h0().replace(
-        'SYSTEM_PROMPT = "Answer inside <answer></answer>."',
-        'SYSTEM_PROMPT = "Reply with the digit inside <answer></answer>."',
+    prompt_change = re.sub(
+        r'SYSTEM_PROMPT = ".*"', 'SYSTEM_PROMPT = "Reply with the digit inside <answer></answer>."', _h0(), count=1
     )
     assert prompt_change != _h0()
     script = [
