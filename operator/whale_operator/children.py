@@ -37,6 +37,11 @@ class ChildRejected(RuntimeError):
         self.kind, self.name, self.status, self.message = kind, name, status, message
         super().__init__(f"{kind} {name}: HTTP {status}: {message}")
 
+    @classmethod
+    def of(cls, kind: str, name: str, refusal: Refused) -> ChildRejected:
+        """The API server's refusal of the child ``kind``/``name``, with the server's own words."""
+        return cls(kind, name, refusal.status, refusal.message)
+
 
 class JobLauncher:
     """The operator's children of every run, through one Kubernetes client."""
@@ -151,7 +156,7 @@ class JobLauncher:
         try:
             self.kube.merge_patch(api_version, kind, namespace, name, patch)
         except Refused as exc:
-            raise ChildRejected(kind, name, exc.status, str(exc).removeprefix(f"HTTP {exc.status}: ")) from None
+            raise ChildRejected.of(kind, name, exc) from None
 
     def observe_children(self, run: builders.RunRef, current: dict[str, dict[str, Any]], now: str) -> dict[str, Child]:
         """What ``decide`` sees of each phase's current Job (a failed one with its pod's last words); a Job seen
@@ -215,9 +220,7 @@ class JobLauncher:
         try:
             _, created = self.kube.ensure(manifest)
         except Refused as exc:
-            meta = manifest["metadata"]
-            message = str(exc).removeprefix(f"HTTP {exc.status}: ")
-            raise ChildRejected(manifest["kind"], meta["name"], exc.status, message) from None
+            raise ChildRejected.of(manifest["kind"], manifest["metadata"]["name"], exc) from None
         except Conflict:
             log.info(
                 "%s %s is still being deleted; next reconcile creates it",
@@ -238,8 +241,7 @@ class JobLauncher:
         except Conflict:
             return False
         except Refused as exc:
-            message = str(exc).removeprefix(f"HTTP {exc.status}: ")
-            raise ChildRejected("Secret", manifest["metadata"]["name"], exc.status, message) from None
+            raise ChildRejected.of("Secret", manifest["metadata"]["name"], exc) from None
         self.metrics.children_created.labels(kind="Secret").inc()
         return True
 
@@ -285,7 +287,7 @@ class JobLauncher:
         try:
             self.kube.json_patch("apps/v1", "Deployment", run.namespace, name, ops)
         except Refused as exc:
-            raise ChildRejected("Deployment", name, exc.status, str(exc).removeprefix(f"HTTP {exc.status}: ")) from None
+            raise ChildRejected.of("Deployment", name, exc) from None
         log.info("%s/%s: the spec changed Deployment %s's pods: re-rendered (rolling)", run.namespace, run.name, name)
         return True
 

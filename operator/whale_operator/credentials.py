@@ -102,7 +102,7 @@ class RunStores:
             secret = self.kube.read_secret(namespace, secret_name)
         except Refused as exc:
             raise CredentialsUnavailable(
-                f"{FIELD}: the operator may not read Secret {where} (HTTP {exc.status}: {exc}); grant its "
+                f"{FIELD}: the operator may not read Secret {where} ({exc}); grant its "
                 "ServiceAccount `get` on secrets in this namespace (docs/operator.md#store-credentials)"
             ) from None
         if secret is None:

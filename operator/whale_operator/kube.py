@@ -42,7 +42,7 @@ REQUEST_TIMEOUT_S = 30
 
 class KubeError(RuntimeError):
     def __init__(self, status: int, message: str):
-        self.status = status
+        self.status, self.message = status, message
         super().__init__(f"HTTP {status}: {message}")
 
 
