@@ -444,7 +444,8 @@ def estimate(
             f"{tp} of them (tensorParallelSize) and sleeps during SFT, sleep/wake {step_sleep_wake:,.1f} s a "
             f"step (measured {figures.colocated_sleep_wake_s.value:,.1f} s at "
             f"{fmt_parameters(figures.colocated_sleep_wake_s.parameters)}, sleep level 1, x N / N_measured); "
-            f"harness and eval phases on the vLLM Deployment's {tp} GPUs, which the operator keeps up, idle, "
+            f"harness and eval phases on the vLLM Deployment's {tp} GPU{'s' if tp != 1 else ''}, which the operator "
+            "keeps up, idle, "
             "through the weight phases (not counted)",
             Placement.IN_PROCESS: "the trainer generates in process on its own GPUs (transformers rate)",
             Placement.EXTERNAL: "generation on an external endpoint: its GPUs are not counted",
