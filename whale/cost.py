@@ -11,18 +11,24 @@ The model (issue #17):
   JSON under ``benchmarks/results/`` and the model size it was measured at.
 * **Scaling rule**: a model of N parameters runs at the measured rate x N_measured / N (a token costs
   ~2N FLOPs forward, ~6N in training: the same GPU at the same utilisation does proportionally fewer
-  tokens per second); checkpoint and weight-sync seconds grow x N / N_measured (their bytes are
-  proportional to N). Several GPUs divide the time of their part linearly (data-parallel SFT ranks,
+  tokens per second); checkpoint (write and snapshot), weight-sync and sleep/wake seconds grow x
+  N / N_measured (the bytes they move are proportional to N). Several GPUs divide the time of their part linearly (data-parallel SFT ranks,
   tensor-parallel generation): an optimistic assumption, printed.
 * **RSFT step** = generation (rollouts x tokens per episode / generation rate) + weight sync + SFT
-  (kept rollouts x (prompt + generated tokens) x sftEpochs / SFT rate). Its GPU-seconds are its wall
-  time x the GPUs it holds: the trainer's GPUs (nodes x gpusPerNode) plus, with the vLLM server on
-  GPUs of its own (``inference.placement: separate``), the server's tensorParallelSize GPUs (each
-  side idles while the other works). Colocated and in-process generation hold the trainer's GPUs
-  only. Checkpoints come on top: one per checkpointEverySteps, evaluation point and weight phase.
+  (kept rollouts x (prompt + generated tokens) x sftEpochs / SFT rate), + with ``inference.placement:
+  colocated`` the measured sleep/wake (vLLM put to sleep for SFT and woken, and the slower sync after the
+  wake; grows x N / N_measured). Its GPU-seconds are its wall time x the GPUs it holds: the trainer's
+  GPUs (nodes x gpusPerNode) plus, with the vLLM server on GPUs of its own (``separate``), the server's
+  tensorParallelSize GPUs (each side idles while the other works). Colocated, the server generates on
+  tensorParallelSize of the trainer's GPUs and the step holds the trainer's only; in-process generation
+  likewise. Checkpoints come on top, one per checkpointEverySteps, evaluation point and weight phase,
+  each priced at what the trainer waits for: with ``rsft.asyncCheckpoint`` (the default) the host
+  snapshot, the write overlapping the next steps, except at a phase end, which waits for the whole
+  write before its result; without it, the whole write.
 * **Harness phase** = rollouts (the incoming evaluation + proposer iterations x candidates) /
   generation rate + proposer iterations x the proposer's wall time (an assumption: by default its
-  timeout, an upper bound), on the inference GPUs.
+  timeout, an upper bound), on the inference GPUs (colocated too: harness and eval phases keep the vLLM
+  Deployment, tensorParallelSize GPUs).
 * **Evaluations**: their rollouts / generation rate, on the inference GPUs.
 
 Where the inputs are upper bounds (every rollout kept, every episode at its token cap, adaptive
@@ -40,6 +46,15 @@ from typing import Any
 
 from whale.core.spec import WhaleRunSpec
 
+#: where a value sits inside a raw result: keys and list indices, outermost first
+JSONPath = tuple[str | int, ...]
+
+
+def _at(result: Any, path: JSONPath) -> Any:
+    for part in path:
+        result = result[part]
+    return result
+
 
 @dataclass(frozen=True)
 class Figure:
@@ -50,9 +65,34 @@ class Figure:
     what: str
     #: the raw result under benchmarks/results/ and the path of the value inside it (a test reads it back)
     source: str
-    path: tuple[str | int, ...]
+    path: JSONPath
     #: parameters of the model it was measured with (the scaling rule's N_measured)
     parameters: float
+    #: a difference of measurements: (value at ``path`` + values at ``plus``) - (values at ``minus``)
+    plus: tuple[JSONPath, ...] = ()
+    minus: tuple[JSONPath, ...] = ()
+    #: where the raw result states ``parameters``, when it does (the test reads that back too)
+    parameters_path: JSONPath | None = None
+
+    def read(self, result: Mapping[str, Any]) -> float:
+        """The figure as computed from its raw result (already parsed: this module does no I/O)."""
+        measured = float(_at(result, self.path)) + sum(float(_at(result, p)) for p in self.plus)
+        return measured - sum(float(_at(result, p)) for p in self.minus)
+
+
+def async_snapshot_figure(source: str, trainer_held_s: float, parameters: int) -> Figure:
+    """The asynchronous checkpoint's snapshot seconds from a ``benchmarks/checkpoint_async.py`` result:
+    the async writer (``results[1]``) ``blocked_median_s``, the median over its checkpoints of the
+    seconds the trainer was held, at the parameter count that result states."""
+    return Figure(
+        trainer_held_s,
+        "s",
+        f"asynchronous checkpoint: the trainer's wait for the host snapshot (median; {source})",
+        source,
+        ("results", 1, "blocked_median_s"),
+        parameters,
+        parameters_path=("results", 1, "parameters"),
+    )
 
 
 @dataclass(frozen=True)
@@ -66,6 +106,8 @@ class Figures:
     sft_packed_tokens_per_s: Figure
     weight_sync_s: Figure
     checkpoint_s: Figure
+    checkpoint_snapshot_s: Figure
+    colocated_sleep_wake_s: Figure
 
     def all(self) -> dict[str, Figure]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "gpu"}
@@ -122,10 +164,25 @@ H200 = Figures(
     checkpoint_s=Figure(
         45.105831051999985,
         "s",
-        "HF checkpoint + resume state (AdamW moments), before streaming the state",
+        "HF checkpoint + resume state (AdamW moments) written in place (before streaming the state)",
         "rsft_step_h200_transformers.json",
         ("steps", 1, "seconds", "checkpoint"),
         QWEN3_1_7B_PARAMETERS,
+    ),
+    # NOTE: the CPU figure (100 M parameters) until benchmarks/results/checkpoint_async_h200.json exists;
+    # then this one line becomes async_snapshot_figure("checkpoint_async_h200.json", <its value>, <its
+    # parameters>), which test_every_figure_is_the_value_in_its_raw_json prints when they differ
+    checkpoint_snapshot_s=async_snapshot_figure("checkpoint_async_cpu.json", 0.6931767829992168, 100_094_208),
+    colocated_sleep_wake_s=Figure(
+        9.784650464000492,
+        "s",
+        "colocated vLLM sleep + wake and the slower sync after the wake, per RSFT step that updates: "
+        "(SFT + sync) colocated - (SFT + sync) separate, the ordinary step 2 (sleep level 1)",
+        "colocated_step_h200.json",
+        ("arms", 0, "steps", 1, "seconds", "sft"),
+        QWEN3_1_7B_PARAMETERS,
+        plus=(("arms", 0, "steps", 1, "seconds", "sync"),),
+        minus=(("arms", 1, "steps", 1, "seconds", "sft"), ("arms", 1, "steps", 1, "seconds", "sync")),
     ),
 )
 
@@ -198,6 +255,8 @@ class CostEstimate:
     #: one RSFT step, seconds: generation, sync, sft, wall; its GPU-seconds
     step: dict[str, float]
     checkpoints: int
+    #: seconds the trainer waits for them, in all (asyncCheckpoint: snapshots, whole writes at phase ends)
+    checkpoint_seconds: float
     weight: PartCost
     harness: PartCost
     evaluation: PartCost
@@ -221,6 +280,7 @@ class CostEstimate:
             "tokensPerEpisode": self.tokens_per_episode,
             "rsftStepSeconds": dict(self.step),
             "checkpoints": self.checkpoints,
+            "checkpointSeconds": self.checkpoint_seconds,
             "weight": self.weight.to_wire(),
             "harness": self.harness.to_wire(),
             "evaluation": self.evaluation.to_wire(),
@@ -299,7 +359,9 @@ def estimate(
         gen_gpus, inference_gpus = tp, tp
         gen_rate = _scaled_rate(figures.vllm_generation_tokens_per_s, n)
     elif placement is Placement.COLOCATED:
-        gen_gpus, inference_gpus = max(train_gpus, 1), max(train_gpus, 1)
+        # the sidecar server generates on tensorParallelSize of the trainer's GPUs; harness and eval
+        # phases keep the vLLM Deployment (tensorParallelSize GPUs of its own)
+        gen_gpus, inference_gpus = tp, tp
         gen_rate = _scaled_rate(figures.vllm_generation_tokens_per_s, n)
     elif placement is Placement.IN_PROCESS:
         gen_gpus, inference_gpus = max(train_gpus, 1), (1 if train_gpus else 0)
@@ -320,7 +382,9 @@ def estimate(
     step_sft = kept_tokens / (sft_rate * max(train_gpus, 1))
     syncs = total_steps and placement in (Placement.SEPARATE, Placement.COLOCATED)
     step_sync = _scaled_seconds(figures.weight_sync_s, n) if syncs else 0.0
-    step_wall = step_gen + step_sync + step_sft
+    colocated_steps = total_steps and placement is Placement.COLOCATED
+    step_sleep_wake = _scaled_seconds(figures.colocated_sleep_wake_s, n) if colocated_steps else 0.0
+    step_wall = step_gen + step_sync + step_sft + step_sleep_wake
     weight_held = (train_gpus + (inference_gpus if placement is Placement.SEPARATE else 0)) if total_steps else 0
     counts = plan.get("counts", {})
     every = spec.rsft.checkpoint_every_steps
@@ -330,8 +394,14 @@ def estimate(
             total_steps,
             (total_steps // every if every else 0) + int(counts.get("weight", 0)) + int(counts.get("eval", 0)),
         )
-    ckpt_s = _scaled_seconds(figures.checkpoint_s, n)
-    weight_wall = total_steps * step_wall + checkpoints * ckpt_s
+    # the trainer's wait per checkpoint: asynchronous, the host snapshot (the write overlaps the next
+    # steps), except at a phase end, which waits for its last write before the phase result
+    write_s = _scaled_seconds(figures.checkpoint_s, n)
+    asynchronous = spec.rsft.async_checkpoint
+    phase_end_checkpoints = min(int(counts.get("weight", 0)), checkpoints) if asynchronous else checkpoints
+    held_s = _scaled_seconds(figures.checkpoint_snapshot_s, n) if asynchronous else write_s
+    checkpoints_s = phase_end_checkpoints * write_s + (checkpoints - phase_end_checkpoints) * held_s
+    weight_wall = total_steps * step_wall + checkpoints_s
     weight = PartCost(_hours(weight_wall), _hours(weight_wall * weight_held), weight_held)
 
     harness_rollouts = max(int(plan.get("rollouts", 0)) - total_steps * per_step, 0)
@@ -347,7 +417,8 @@ def estimate(
     default_proposer = assumptions.proposer_seconds is None
     notes = [
         f"figures measured on one {figures.gpu} (benchmarks/results/); scaled by parameters: rate x "
-        f"N_measured / {fmt_parameters(n)}, checkpoint and sync seconds x {fmt_parameters(n)} / N_measured",
+        f"N_measured / {fmt_parameters(n)}, checkpoint, sync and sleep/wake seconds x {fmt_parameters(n)} / "
+        "N_measured",
         "parameters: "
         + (
             f"{fmt_parameters(n)} (given)"
@@ -369,14 +440,26 @@ def estimate(
         + {
             Placement.SEPARATE: f"a weight phase holds {train_gpus} trainer + {inference_gpus} vLLM GPUs for "
             "its whole wall time",
-            Placement.COLOCATED: f"vLLM sleeps on the {train_gpus} trainer GPUs during SFT (sleep/wake "
-            "seconds not measured, not counted)",
+            Placement.COLOCATED: f"a weight phase holds the {train_gpus} trainer GPUs only: vLLM generates on "
+            f"{tp} of them (tensorParallelSize) and sleeps during SFT, sleep/wake {step_sleep_wake:,.1f} s a "
+            f"step (measured {figures.colocated_sleep_wake_s.value:,.1f} s at "
+            f"{fmt_parameters(figures.colocated_sleep_wake_s.parameters)}, sleep level 1, x N / N_measured); "
+            f"harness and eval phases on the vLLM Deployment's {tp} GPU{'s' if tp != 1 else ''}, which the operator "
+            "keeps up, idle, "
+            "through the weight phases (not counted)",
             Placement.IN_PROCESS: "the trainer generates in process on its own GPUs (transformers rate)",
             Placement.EXTERNAL: "generation on an external endpoint: its GPUs are not counted",
         }[placement],
         "GPUs split work linearly (data-parallel SFT, tensor-parallel generation): optimistic",
         f"checkpoints: {checkpoints} (checkpointEverySteps, evaluation points, phase ends; at most one per "
-        "step), at the measured pre-streaming time",
+        "step), each priced at the trainer's wait: "
+        + (
+            f"asyncCheckpoint: the host snapshot, {held_s:,.1f} s ({figures.checkpoint_snapshot_s.source}), "
+            f"the write overlapping the next steps; the {phase_end_checkpoints} at phase ends wait for the "
+            f"whole write, {write_s:,.1f} s"
+            if asynchronous
+            else f"asyncCheckpoint false: the whole write, {write_s:,.1f} s"
+        ),
         "idle GPUs between phases (a vLLM server kept up) are not counted",
     ]
     if train_gpus == 0:
@@ -405,10 +488,12 @@ def estimate(
             "generation": step_gen,
             "sync": step_sync,
             "sft": step_sft,
+            "sleepWake": step_sleep_wake,
             "wall": step_wall,
             "gpuSeconds": step_wall * weight_held,
         },
         checkpoints=checkpoints,
+        checkpoint_seconds=checkpoints_s,
         weight=weight,
         harness=harness,
         evaluation=evaluation,

@@ -5,6 +5,7 @@ equal to what the code prints (as the CRD drift test)."""
 from __future__ import annotations
 
 import json
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,8 @@ ROUND = Figures(
     sft_packed_tokens_per_s=fig(4000),
     weight_sync_s=fig(3),
     checkpoint_s=fig(10),
+    checkpoint_snapshot_s=fig(1),
+    colocated_sleep_wake_s=fig(5),
 )
 
 
@@ -77,14 +80,22 @@ def test_the_arithmetic_of_a_small_separate_run():
     assert est.step["sft"] == pytest.approx(8 * 0.5 * 1000 / (1000 * 2))  # 2 s
     assert est.step["sync"] == pytest.approx(3 * 2)  # 6 s: sync seconds grow with N
     assert est.step["wall"] == pytest.approx(24) and est.step["gpuSeconds"] == pytest.approx(24 * 3)
-    # checkpoints: every phase end + every evaluation point (checkpointEverySteps 0), 20 s each at 2 B
-    assert est.checkpoints == 4
-    assert est.weight.gpu_hours == pytest.approx((10 * 24 + 4 * 20) * 3 / 3600)
+    # checkpoints: every phase end + every evaluation point (checkpointEverySteps 0); asyncCheckpoint (the
+    # default): the trainer waits for the snapshot (2 s at 2 B), but for the whole write (20 s) at the 2 phase ends
+    assert est.checkpoints == 4 and est.checkpoint_seconds == pytest.approx(2 * 20 + 2 * 2)
+    assert est.weight.gpu_hours == pytest.approx((10 * 24 + 2 * 20 + 2 * 2) * 3 / 3600)
     # harness: 48 rollouts x 1000 tokens / 500 + 2 proposer iterations x 100 s, on the vLLM GPU
     assert est.harness.gpu_hours == pytest.approx((48 * 1000 / 500 + 2 * 100) / 3600)
     assert est.evaluation.gpu_hours == pytest.approx(40 * 1000 / 500 / 3600)
     assert est.total_gpu_hours == pytest.approx(est.weight.gpu_hours + est.harness.gpu_hours + est.evaluation.gpu_hours)
     assert est.upper_bound  # tokens at the cap, proposer at its timeout
+
+
+def test_a_synchronous_checkpoint_is_priced_at_the_whole_write():
+    est = estimate(PLAN, small_spec(rsft={"asyncCheckpoint": False}), Assumptions(prompt_tokens=0), ROUND)
+    assert est.checkpoints == 4 and est.checkpoint_seconds == pytest.approx(4 * 20)
+    assert est.weight.wall_hours == pytest.approx((10 * est.step["wall"] + 4 * 20) / 3600)
+    assert any("asyncCheckpoint false: the whole write, 20.0 s" in a for a in est.assumptions)
 
 
 def test_colocated_and_in_process_hold_only_the_trainer_gpus():
@@ -95,9 +106,27 @@ def test_colocated_and_in_process_hold_only_the_trainer_gpus():
         ROUND,
     )
     assert colocated.placement is Placement.COLOCATED and not colocated.upper_bound
-    # generation on both trainer GPUs, the step holds 2 GPUs, not 3
-    assert colocated.step["generation"] == pytest.approx(8 * 1000 / (500 * 2))
+    # the sidecar server generates on tensorParallelSize (1) of the trainer's GPUs; sleep/wake 5 s at 1 B -> 10 s
+    assert colocated.step["generation"] == pytest.approx(8 * 1000 / 500)
+    assert colocated.step["sleepWake"] == pytest.approx(10)
+    assert colocated.step["wall"] == pytest.approx(16 + 6 + 2 + 10)
+    # the step holds the 2 trainer GPUs, not 3: the server's are the trainer's
     assert colocated.step["gpuSeconds"] == pytest.approx(colocated.step["wall"] * 2)
+    assert colocated.weight.gpus == 2
+    # harness and eval phases keep the vLLM Deployment: tensorParallelSize (1) GPUs
+    assert (colocated.harness.gpus, colocated.evaluation.gpus) == (1, 1)
+    assert colocated.evaluation.gpu_hours == pytest.approx(40 * 1000 / 500 / 3600)
+    assert any("sleep/wake 10.0 s a step" in a for a in colocated.assumptions)
+    wide = estimate(
+        PLAN,
+        small_spec(inference={"backend": "vllm", "placement": "colocated", "tensorParallelSize": 2}),
+        Assumptions(prompt_tokens=0, acceptance=0.5),
+        ROUND,
+    )
+    assert wide.step["generation"] == pytest.approx(8 * 1000 / (500 * 2)) and wide.weight.gpus == 2
+    assert (wide.harness.gpus, wide.evaluation.gpus) == (2, 2)
+    separate = estimate(PLAN, small_spec(), Assumptions(prompt_tokens=0, acceptance=0.5), ROUND)
+    assert separate.step["sleepWake"] == 0 and separate.weight.gpus == 3
     local = estimate(PLAN, small_spec(inference={"backend": "transformers"}), Assumptions(prompt_tokens=0), ROUND)
     assert local.placement is Placement.IN_PROCESS and local.step["sync"] == 0
     assert local.step["generation"] == pytest.approx(8 * 1000 / (50 * 2))  # the transformers rate, scaled
@@ -133,7 +162,37 @@ def resolve_path(obj, path):
 @pytest.mark.parametrize("name", sorted(H200.all()))
 def test_every_figure_is_the_value_in_its_raw_json(name):
     f = H200.all()[name]
-    assert resolve_path(json.loads((RESULTS / f.source).read_text()), f.path) == f.value
+    raw = json.loads((RESULTS / f.source).read_text())
+    # computed from the JSON as the figure says: the value at path, plus the ones at plus, minus the ones at minus
+    expected = (resolve_path(raw, f.path) + sum(resolve_path(raw, p) for p in f.plus)) - sum(
+        resolve_path(raw, p) for p in f.minus
+    )
+    stated = resolve_path(raw, f.parameters_path) if f.parameters_path is not None else f.parameters
+    assert (f.value, f.parameters) == (expected, stated), (
+        f"{name} does not match benchmarks/results/{f.source}: its value there is {expected!r} at "
+        f"{stated!r} parameters"
+        + (
+            f"; write: checkpoint_snapshot_s=async_snapshot_figure({f.source!r}, {expected!r}, {stated!r})"
+            if name == "checkpoint_snapshot_s"
+            else ""
+        )
+    )
+    assert f.read(raw) == f.value
+
+
+def test_the_derived_figures_read_what_they_say():
+    """sleep/wake is colocated minus separate at the ordinary step 2; the snapshot is the async writer's."""
+    sleep_wake = H200.colocated_sleep_wake_s
+    raw = json.loads((RESULTS / sleep_wake.source).read_text())
+    assert [arm["arm"] for arm in raw["arms"]] == ["colocated", "separate"]
+    assert all(arm["steps"][1]["step"] == 2 and arm["meta"]["model"] == "qwen3-1.7b" for arm in raw["arms"])
+    assert {sleep_wake.path[1], *(p[1] for p in sleep_wake.plus)} == {0}
+    assert {p[1] for p in sleep_wake.minus} == {1}
+    assert 0 < sleep_wake.value == pytest.approx((10.76 + 7.43) - (3.92 + 4.48), abs=0.01)
+    snapshot = H200.checkpoint_snapshot_s
+    raw = json.loads((RESULTS / snapshot.source).read_text())
+    assert raw["results"][1]["variant"] == "async" and snapshot.path == ("results", 1, "blocked_median_s")
+    assert snapshot.value == statistics.median(raw["results"][1]["blocked_s"])
 
 
 def test_the_doc_table_is_what_the_code_prints():
@@ -156,6 +215,25 @@ def test_plan_prints_the_cost_with_its_assumptions_and_gives_it_in_json():
     assert cost["total"]["gpuHours"] == pytest.approx(
         cost["weight"]["gpuHours"] + cost["harness"]["gpuHours"] + cost["evaluation"]["gpuHours"]
     )
+
+
+def test_plan_of_a_colocated_run_prints_its_sleep_wake_and_its_checkpoints(tmp_path):
+    text = (ROOT / "manifests" / "examples" / "math-whale.yaml").read_text()
+    separate = "  inference:\n    backend: vllm\n"
+    assert text.count(separate) == 1
+    colocated = text.replace(separate, separate + "    placement: colocated\n")
+    path = tmp_path / "colocated.yaml"
+    path.write_text(colocated)
+    res = CliRunner().invoke(app, ["plan", str(path)])
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.output.split())
+    assert "placement: colocated; a weight phase holds the 8 trainer GPUs only" in out
+    # 9.78 s measured at 1.72 B, x 2 B / 1.72 B
+    assert "sleep/wake 11.4 s a step" in out and "+ sleep/wake 11.4;" in out
+    assert "asyncCheckpoint: the host snapshot" in out
+    cost = json.loads(CliRunner().invoke(app, ["plan", str(path), "-o", "json"]).output)["cost"]
+    assert cost["gpus"] == {"train": 8, "inference": 1} and cost["weight"]["gpus"] == 8
+    assert cost["rsftStepSeconds"]["sleepWake"] == pytest.approx(H200.colocated_sleep_wake_s.value * 2e9 / 1720574976)
 
 
 def test_plan_of_a_model_without_a_size_says_why_there_is_no_cost():

@@ -33,7 +33,9 @@ def cost_lines(est: CostEstimate) -> list[str]:
         (
             f"  weight phases: {fmt_hours(est.weight.gpu_hours)} GPU-h ({fmt_hours(est.weight.wall_hours)} h x {gpus} GPUs); "
             f"one RSFT step {s['wall']:,.1f} s = generation {s['generation']:,.1f} + sync {s['sync']:,.1f} + "
-            f"SFT {s['sft']:,.1f}; {est.checkpoints} checkpoints"
+            f"SFT {s['sft']:,.1f}"
+            + (f" + sleep/wake {s['sleepWake']:,.1f}" if s["sleepWake"] else "")
+            + f"; {est.checkpoints} checkpoints, the trainer waiting {est.checkpoint_seconds:,.0f} s for them"
         )
         if s["wall"]
         else "  weight phases: none",
@@ -56,8 +58,8 @@ def cost_lines(est: CostEstimate) -> list[str]:
 
 
 HEADER = (
-    "| example | condition | parameters | GPUs: trainer + vLLM | RSFT step s: generation + sync + SFT | "
-    "checkpoints | weight GPU-h | harness GPU-h | eval GPU-h | total GPU-h |\n"
+    "| example | condition | parameters | GPUs: trainer + vLLM | RSFT step s: generation + sync + SFT (+ colocated sleep/wake) | "
+    "checkpoints (trainer waits, s) | weight GPU-h | harness GPU-h | eval GPU-h | total GPU-h |\n"
     "|---|---|---|---|---|---|---|---|---|---|"
 )
 
@@ -65,10 +67,15 @@ HEADER = (
 def table_row(name: str, condition: str, est: CostEstimate) -> str:
     s = est.step
     vllm = est.inference_gpus if est.placement.value == "separate" else 0
-    step = f"{s['wall']:,.0f} = {s['generation']:,.0f} + {s['sync']:,.1f} + {s['sft']:,.0f}" if s["wall"] else "—"
+    sleep_wake = f" + {s['sleepWake']:,.1f} sleep/wake" if s["sleepWake"] else ""
+    step = (
+        f"{s['wall']:,.0f} = {s['generation']:,.0f} + {s['sync']:,.1f} + {s['sft']:,.0f}{sleep_wake}"
+        if s["wall"]
+        else "—"
+    )
     return (
         f"| {name} | {condition} | {fmt_parameters(est.parameters)} | {est.train_gpus if s['wall'] else 0} + {vllm} | {step} | "
-        f"{est.checkpoints} | {fmt_hours(est.weight.gpu_hours)} | {fmt_hours(est.harness.gpu_hours)} | "
+        f"{est.checkpoints} ({est.checkpoint_seconds:,.0f}) | {fmt_hours(est.weight.gpu_hours)} | {fmt_hours(est.harness.gpu_hours)} | "
         f"{fmt_hours(est.evaluation.gpu_hours)} | **{fmt_hours(est.total_gpu_hours)}** |"
     )
 
