@@ -18,6 +18,10 @@ the 2 GPUs that placement holds: an RSFT step generates, then trains, never both
 is what two GPUs would give, up to the contention of two processes on one device (the report says it was
 emulated).
 
+Options this script does not know go to ``rsft_step.py`` as they are (``--steps``, ``--prompts``,
+``--reply-tokens``, ``--max-tokens``, ``--ceiling``...); each arm's report carries rsft_step's ceiling
+(default: the server replay of the last step's calls) and its per-step reports.
+
     PYTHONPATH=. python benchmarks/colocated_step.py --steps 4 --json colocated.json [rsft_step.py options]
 """
 
@@ -102,6 +106,8 @@ def run_arm(
                 "gpu_seconds": s["wall_s"] * gpus,
                 "seconds": s["seconds"],
                 "gpu_busy": s.get("gpu_busy"),
+                "generated_tokens": s.get("generated_tokens"),
+                "kept": s.get("kept"),
             }
             for s in report["steps"]
         ],
@@ -112,8 +118,9 @@ def run_arm(
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def parse(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, argparse.Namespace, list[str]]:
+    """This script's options; the rest (``--steps``, ``--reply-tokens``, ``--ceiling``...) go to rsft_step."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument(
         "--colocated-memory",
         type=float,
@@ -138,7 +145,12 @@ def main() -> None:
     )
     parser.add_argument("--arm", choices=sorted(ARMS), help=argparse.SUPPRESS)
     parser.add_argument("--server-gpu", help=argparse.SUPPRESS)
-    args, rest = parser.parse_known_args()
+    args, rest = parser.parse_known_args(argv)
+    return parser, args, rest
+
+
+def main() -> None:
+    parser, args, rest = parse()
     if args.combine:
         arms = [arm for path in args.combine for arm in json.loads(path.read_text())["arms"]]
         write_report(summarize(arms, gpus=None), args.json)

@@ -21,7 +21,8 @@ synthetic domain for ``--steps`` steps (the phase's end checkpoints, as at an ev
 by wrapping those very functions with timers (nothing else changes). The last step is a step at an
 evaluation point (checkpoint + evaluation), the one before it an ordinary step, and the first pays
 torch.compile's warm-up when layers are compiled. Each step reports the GPU busy
-fraction (NVML utilisation sampled every 50 ms in a thread), generated tokens/s of its rollouts and the
+fraction (NVML utilisation sampled every 50 ms in a thread), generated tokens/s of its rollouts (and the
+tokens, the mean a rollout, the replies cut at ``maxResponseTokens``, the rollouts kept) and the
 non-generation overhead: the step's wall time minus generation, SFT and evaluation's generation, as a
 share of it (target <= 5 %); the last step's rollouts are replayed for the backend's own ceiling in the
 same run (target: the runtime at >= 0.9 of it).
@@ -30,18 +31,28 @@ The model: Qwen3-1.7B's shape with random weights (``--model qwen3-1.7b``; vocab
 synthetic domain's tokenizer padded with tokens that only decode), given a short supervised warm-up
 on the domain's answer format until greedy answers are right on a probe (the synthetic tasks' rewards
 then keep some rollouts, so SFT has sequences). ``--model tiny`` is the domain's own tiny model.
+The bare answer is ~8 tokens, so a step generates little and fixed costs (the weight sync) dominate;
+``--reply-tokens N`` teaches replies of ``<answer>d</answer>`` followed by N filler tokens (the digit
+repeated) and EOS, so a step generates and trains on long sequences as the paper's do. The answer comes
+first: a reply cut at ``--max-tokens`` still scores, and rejection keeps it like any other (it keeps by
+reward only; the SFT sequence ends with EOS after the cut text).
 
 Backends: the in-process transformers backend (default; the ceiling is the backend's batched
 ``generate`` over the same calls, without the harness runtime), or ``--vllm`` when vLLM is importable:
-``vllm serve`` (dev mode, as benchmarks/weight_sync_vllm.py) with ``VLLMReloadSync``, and for the
-ceiling vLLM's offline ``LLM.chat`` over the same calls after the server is stopped.
+``vllm serve`` (dev mode, as benchmarks/weight_sync_vllm.py) with ``VLLMReloadSync``. The vLLM ceiling
+(``--ceiling server``, the default) replays the reported step's recorded calls (same messages, n, tools,
+sampling) against the same server before it stops, all in flight at once through the runtime's own
+client: once untimed, once timed, tokens as the server reports them. ``--ceiling offline``: vLLM's
+offline ``LLM.chat`` over the same calls after the server is stopped (a 60-90 s engine start; one
+untimed pass first).
 
 GPU (one H200)::
 
     PYTHONPATH=. python benchmarks/rsft_step.py --json step.json                # in-process generation
     PYTHONPATH=. python benchmarks/rsft_step.py --vllm --json step_vllm.json    # vLLM carried as wheels
+    PYTHONPATH=. python benchmarks/rsft_step.py --vllm --prompts 256 --reply-tokens 480 --max-tokens 512 ...
 
-CPU smoke test (tiny model, 2 prompts x 2 rollouts, two steps)::
+CPU smoke test (tiny model, 2 prompts x 2 rollouts, two steps; ``--reply-tokens 16`` for long replies)::
 
     PYTHONPATH=. python benchmarks/rsft_step.py --smoke
 """
@@ -83,6 +94,10 @@ PHASE = "c01-weight"
 SERVED_NAME = "bench"
 #: the tiny model's warm-up: 50 (the domain's default) copies the digit in ~1/5 of replies, 100 in most
 TINY_FORMAT_UPDATES = 100
+#: --max-tokens over --reply-tokens: the answer tag (7 tokens), EOS, some slack
+REPLY_ROOM = 16
+#: --max-model-len over --max-tokens: h0's prompt in the chat template (about 60 tokens) with room
+PROMPT_ROOM = 128
 
 
 # ----- timers around the workload's own functions ----------------------------------------------------
@@ -178,7 +193,14 @@ class Timers:
             end = time.perf_counter()
             n = kwargs.get("n", args[0] if args else 1)
             tools = kwargs.get("tools", args[1] if len(args) > 1 else None)
-            timeline.add("chat", start, end, tokens=result.completion_tokens)
+            timeline.add(
+                "chat",
+                start,
+                end,
+                tokens=result.completion_tokens,
+                completions=len(result.completions),
+                truncated=sum(c.finish_reason == "length" for c in result.completions),
+            )
             calls.append({"start": start, "messages": messages, "sampling": sampling, "n": n, "tools": tools})
             return result
 
@@ -265,7 +287,9 @@ def padded_tokenizer(vocab_size: int) -> Any:
 
 
 def probe_accuracy(model: Any, tokenizer: Any, device: torch.device, n: int = 16) -> float:
-    """Greedy answers right on ``n`` test items of the synthetic task."""
+    """Greedy answers right on ``n`` test items of the synthetic task. 12 new tokens hold the answer tag
+    (7 tokens), which comes first in a long reply too (:func:`bench_conversations`): the filler after it
+    is never generated here."""
     from synthetic import tasks
 
     items = tasks.make_split("test", n, 0)
@@ -297,16 +321,44 @@ def probe_accuracy(model: Any, tokenizer: Any, device: torch.device, n: int = 16
     return statistics.fmean(tasks.score(r, it) for r, it in zip(replies, items, strict=True))
 
 
-def build_bench_model(name: str, out: Path, device: torch.device, *, max_updates: int, lr: float) -> dict[str, Any]:
+def bench_conversations(n: int, seed: int, reply_tokens: int = 0) -> list[list[dict[str, str]]]:
+    """The format warm-up's conversations: the domain's (``<answer>d</answer>``, the asked digit), each
+    reply followed by ``reply_tokens`` filler tokens, the digit repeated (the tokenizer splits digits one
+    a token). The answer comes first, so a reply cut at ``maxResponseTokens`` still scores (the verifier
+    reads the last tag); the filler only makes generation and SFT sequences long, as in the paper's steps.
+    A filler the model can predict keeps the warm-up's loss on the answer, not on noise."""
+    from synthetic import tasks
+    from synthetic.tiny_model import format_conversations
+
+    conversations = format_conversations(n, seed, copy_prob=1.0)
+    if reply_tokens:
+        for conv in conversations:
+            reply = conv[-1]["content"]
+            conv[-1] = {**conv[-1], "content": reply + str(tasks.extract_answer(reply)) * reply_tokens}
+    return conversations
+
+
+def build_bench_model(
+    name: str, out: Path, device: torch.device, *, max_updates: int, lr: float, reply_tokens: int = 0
+) -> dict[str, Any]:
     """The model folder the run starts from (see the module doc); returns what the warm-up did."""
     if name == "tiny":  # the domain's own model, taught a little longer: it then copies the digit (rewards)
-        from synthetic.tiny_model import build
+        from synthetic.tiny_model import build_model, build_tokenizer
+        from whale.domain import sft_warmup
 
-        build(out, format_updates=TINY_FORMAT_UPDATES)
+        # synthetic.tiny_model.build with the benchmark's conversations (the same with reply_tokens=0)
+        tokenizer = build_tokenizer()
+        model = build_model(len(tokenizer), 0)
+        model.generation_config.eos_token_id = tokenizer.eos_token_id
+        model.generation_config.pad_token_id = tokenizer.pad_token_id
+        conversations = bench_conversations(32 * TINY_FORMAT_UPDATES, 0, reply_tokens)
+        sft_warmup(model, tokenizer, conversations, learning_rate=3e-3, seed=0, batch_size=32)
+        out.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out)
         return {"format_updates": TINY_FORMAT_UPDATES, "probe_accuracy": None}
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from synthetic.tiny_model import format_conversations
     from whale.rsft.collate import encode_trajectory
     from whale.rsft.config import RSFTConfig
     from whale.rsft.rejection import Trajectory
@@ -321,13 +373,14 @@ def build_bench_model(name: str, out: Path, device: torch.device, *, max_updates
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     trainer = SFTTrainer(
         model,
-        RSFTConfig(mini_batch_size=32, micro_batch_size_per_gpu=32, learning_rate=lr),
+        # long replies: micro-batches of 16 (~16 x 600 tokens), the update is the same
+        RSFTConfig(mini_batch_size=32, micro_batch_size_per_gpu=16 if reply_tokens else 32, learning_rate=lr),
         device=device,
         pad_id=tokenizer.pad_token_id,
     )
     examples = [
         e
-        for conv in format_conversations(32 * max_updates, 0, copy_prob=1.0)
+        for conv in bench_conversations(32 * max_updates, 0, reply_tokens)
         for e in encode_trajectory(tokenizer, Trajectory(prompt_index=0, messages=tuple(conv), reward=1.0))
     ]
     updates, accuracy, chunk = 0, 0.0, 10
@@ -482,7 +535,9 @@ def breakdown(timeline: Timeline, gpu: GpuBusy, eval_window: tuple[float, float]
             )
             wall += eval_wall
             busy_window = (window[0], eval_window[1])
-        tokens = sum(i.data.get("tokens", 0) for i in timeline.named("chat", window))
+        chats = timeline.named("chat", window)
+        tokens = sum(i.data.get("tokens", 0) for i in chats)
+        completions = sum(i.data.get("completions", 0) for i in chats)
         overhead = wall - generation - parts["sft"] - eval_generation
         out.append(
             {
@@ -496,6 +551,10 @@ def breakdown(timeline: Timeline, gpu: GpuBusy, eval_window: tuple[float, float]
                 },
                 "generated_tokens": tokens,
                 "generated_tokens_per_s": tokens / generation if generation else 0.0,
+                # one completion per rollout in the synthetic domain (one turn)
+                "completions": completions,
+                "mean_completion_tokens": tokens / completions if completions else 0.0,
+                "truncated": sum(i.data.get("truncated", 0) for i in chats),
                 "overhead_s": overhead,
                 "overhead_share": overhead / wall if wall else 0.0,
                 "gpu_busy": gpu.mean(*busy_window),
@@ -556,9 +615,52 @@ def hf_ceiling(
     }
 
 
+SERVER_REPLAY = "vllm server replay (same calls, all in flight)"
+
+
+def server_replay(
+    base_url: str, model: str | None, calls: list[dict[str, Any]], api_key: str | None = None
+) -> dict[str, Any]:
+    """The step's calls again, straight to the same OpenAI endpoint the rollouts used (same messages, n,
+    tools and sampling: the request the runtime sent, through the same client), all in flight at once:
+    once untimed (warm-up), once timed. Tokens: the completion tokens the server reports (``usage``)."""
+    import asyncio
+
+    from whale.inference.openai_http import OpenAIClient
+
+    async def replay() -> list[tuple[int, int, float]]:
+        client = OpenAIClient(base_url, model=model, api_key=api_key, max_connections=max(16, len(calls)))
+        passes = []
+        try:
+            for _ in ("warm-up", "timed"):
+                start = time.perf_counter()
+                results = await asyncio.gather(
+                    *(client.chat(c["messages"], c["sampling"], c["n"], c["tools"]) for c in calls)
+                )
+                seconds = time.perf_counter() - start
+                completions = sum(len(r.completions) for r in results)
+                passes.append((sum(r.completion_tokens for r in results), completions, seconds))
+        finally:
+            await client.aclose()
+        return passes
+
+    (warm_tokens, _, warm_seconds), (tokens, completions, seconds) = asyncio.run(replay())
+    return {
+        "backend": SERVER_REPLAY,
+        "tokens": tokens,
+        "seconds": seconds,
+        "tokens_per_s": tokens / seconds if seconds else 0.0,
+        "requests": len(calls),
+        "completions": completions,
+        "warmup_tokens": warm_tokens,
+        "warmup_seconds": warm_seconds,
+    }
+
+
 def vllm_ceiling(model_dir: Path, calls: list[dict[str, Any]], max_model_len: int, memory: float) -> dict[str, Any]:
     """vLLM's offline engine over the same calls (same messages, n and sampling), started after the
-    server is gone; its start-up is not timed."""
+    server is gone (``--ceiling offline``); its start-up and one untimed pass of the same calls (the
+    first pass pays the engine's JIT / Triton warm-up) are not timed."""
     # the server's setting (benchmarks/weight_sync_vllm.py): the GPU image has no FlashInfer
     os.environ.setdefault("VLLM_USE_FLASHINFER_SAMPLER", "0")
     from vllm import LLM
@@ -577,8 +679,10 @@ def vllm_ceiling(model_dir: Path, calls: list[dict[str, Any]], max_model_len: in
         )
         for c in calls
     ]
+    conversations = [c["messages"] for c in calls]
+    llm.chat(conversations, sampling_params=params, use_tqdm=False)  # warm-up, untimed
     start = time.perf_counter()
-    outputs = llm.chat([c["messages"] for c in calls], sampling_params=params, use_tqdm=False)
+    outputs = llm.chat(conversations, sampling_params=params, use_tqdm=False)
     seconds = time.perf_counter() - start
     tokens = sum(len(o.token_ids) for out in outputs for o in out.outputs)
     return {
@@ -628,7 +732,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--micro", type=int, default=16, help="rsft.microBatchSizePerGpu")
     p.add_argument("--lr", type=float, default=1e-6, help="rsft.learningRate")
     p.add_argument("--concurrency", type=int, default=256, help="inference.maxConcurrency (in-process: rows a batch)")
-    p.add_argument("--max-model-len", type=int, default=1024)
+    p.add_argument("--max-model-len", type=int, default=1024, help="model.maxModelLen (and the vLLM server's)")
+    p.add_argument(
+        "--reply-tokens",
+        type=int,
+        default=0,
+        help="qwen3-1.7b/tiny warm-up: replies are <answer>d</answer> then this many filler tokens, then EOS "
+        "(long generation and SFT sequences, as in the paper's steps); 0 = the bare answer",
+    )
     p.add_argument(
         "--compile-layers",
         choices=["auto", "on", "off"],
@@ -650,6 +761,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--format-lr", type=float, default=1e-4)
     p.add_argument("--vllm", action="store_true", help="sample through a vLLM server (needs vllm importable)")
     p.add_argument("--vllm-memory", type=float, default=0.35, help="server's --gpu-memory-utilization")
+    p.add_argument(
+        "--ceiling",
+        choices=["server", "offline"],
+        default="server",
+        help="with --vllm: replay the reported step's calls against the same server, all in flight (server), "
+        "or through vLLM's offline engine after the server stops (offline)",
+    )
     p.add_argument("--port", type=int, default=8765)
     p.add_argument(
         "--isolation",
@@ -662,11 +780,24 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--json", "--out", dest="out", type=Path, help="write the report here")
     args = p.parse_args(argv)
     if args.smoke:
-        args.model, args.steps, args.prompts, args.rollouts, args.max_tokens = "tiny", 2, 2, 2, 12
+        args.model, args.steps, args.prompts, args.rollouts = "tiny", 2, 2, 2
+        args.max_tokens = args.reply_tokens + REPLY_ROOM if args.reply_tokens else 12
         args.minibatch, args.micro, args.lr, args.concurrency = 4, 4, 3e-4, 8
         args.eval_items, args.eval_samples, args.max_model_len = 2, 1, 256
     if args.micro > args.minibatch:
         p.error(f"--micro ({args.micro}) must be <= --minibatch ({args.minibatch})")
+    if args.reply_tokens < 0:
+        p.error(f"--reply-tokens ({args.reply_tokens}) must be >= 0")
+    if args.reply_tokens and args.max_tokens < args.reply_tokens + REPLY_ROOM:
+        p.error(
+            f"--max-tokens ({args.max_tokens}) must be >= --reply-tokens + {REPLY_ROOM} "
+            f"({args.reply_tokens + REPLY_ROOM}): the answer tag and EOS come on top of the filler"
+        )
+    if args.max_model_len < args.max_tokens + PROMPT_ROOM:
+        p.error(
+            f"--max-model-len ({args.max_model_len}) must be >= --max-tokens + {PROMPT_ROOM} "
+            f"({args.max_tokens + PROMPT_ROOM}): the prompt and the reply must fit"
+        )
     if args.vllm:
         import importlib.util
 
@@ -685,7 +816,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         workdir.mkdir(parents=True, exist_ok=True)
         model_dir = workdir / "model"
         setup_start = time.perf_counter()
-        warm = build_bench_model(args.model, model_dir, device, max_updates=args.format_updates, lr=args.format_lr)
+        warm = build_bench_model(
+            args.model,
+            model_dir,
+            device,
+            max_updates=args.format_updates,
+            lr=args.format_lr,
+            reply_tokens=args.reply_tokens,
+        )
         setup_s = time.perf_counter() - setup_start
         server = None
         if args.vllm:
@@ -718,7 +856,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         last = steps[-1]
         last_start = max(i.start for i in timeline.named("step"))
         step_calls = [c for c in calls if last_start <= c["start"] < eval_window[0]]  # the reported step's
-        if args.vllm:
+        if args.vllm and args.ceiling == "server":
+            assert server is not None
+            try:  # the benchmark's server has no --api-key (the spec's baseUrl: none is sent either)
+                ceiling = server_replay(f"{server.url}/v1", SERVED_NAME, step_calls)
+            except Exception as exc:  # noqa: BLE001 - the steps were measured: report them with the failure
+                ceiling = {"backend": SERVER_REPLAY, "error": str(exc)[-1000:], "tokens": 0}
+                ceiling.update(seconds=0.0, tokens_per_s=0.0)
+        elif args.vllm:
             held.clear()  # the trainer's model: the offline engine needs the memory
             gc.collect()
             torch.cuda.empty_cache()
@@ -733,6 +878,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         else:
             ceiling = hf_ceiling(held["model"], held["tokenizer"], step_calls, args.concurrency, args.max_model_len)
         metrics = store.read_jsonl(layout.metrics_key(RUN, PHASE))
+        for step in steps:
+            step["kept"] = next((m.get("kept") for m in metrics if int(m["step"]) == step["step"]), None)
         report = {
             "meta": {
                 "model": args.model,
@@ -773,7 +920,9 @@ def print_report(report: dict[str, Any]) -> None:
             print(f"  {name:<16} {seconds:>9.3f} s" + (f"  {100 * share:5.1f} %" if share is not None else ""))
         busy = step["gpu_busy"]
         print(
-            f"  generated tokens/s {step['generated_tokens_per_s']:.0f} ({step['generated_tokens']} tokens); "
+            f"  generated tokens/s {step['generated_tokens_per_s']:.0f} ({step['generated_tokens']} tokens, "
+            f"{step['mean_completion_tokens']:.1f} a rollout, {step['truncated']} of {step['completions']} cut "
+            "at max tokens); "
             f"GPU busy {'n/a' if busy is None else f'{100 * busy:.1f} %'}; "
             f"non-generation overhead {100 * step['overhead_share']:.1f} % (target <= 5 %)"
         )

@@ -134,11 +134,22 @@ def test_sft_vs_trl_makes_the_same_updates(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_rsft_step_splits_a_whole_step_through_the_workload(tmp_path):
+@pytest.mark.parametrize("reply_tokens", [0, 16])
+def test_rsft_step_splits_a_whole_step_through_the_workload(tmp_path, reply_tokens):
     out = tmp_path / "step.json"
-    run_script("rsft_step.py", "--smoke", "--workdir", str(tmp_path / "work"), "--json", str(out))
+    extra = ["--reply-tokens", str(reply_tokens)] if reply_tokens else []
+    run_script("rsft_step.py", "--smoke", *extra, "--workdir", str(tmp_path / "work"), "--json", str(out))
     report = json.loads(out.read_text())
     steps = report["steps"]
+    kept = {m["step"]: m["kept"] for m in report["metrics"]}
+    for step in steps:
+        assert step["completions"] == 4 and 0 <= step["truncated"] <= 4  # 2 prompts x 2 rollouts, one turn each
+        assert step["mean_completion_tokens"] == pytest.approx(step["generated_tokens"] / 4)
+        assert step["kept"] == kept[step["step"]]
+    if reply_tokens:
+        # the bare answer is 8 tokens (and the smoke run's default cap 12): the filler made the replies long
+        assert report["meta"]["args"]["max_tokens"] == reply_tokens + 16
+        assert all(s["mean_completion_tokens"] > 12 for s in steps)
     assert [s["step"] for s in steps] == [1, 2]
     main = ("generation", "reward", "collation", "sft", "sync", "checkpoint", "checkpoint_wait", "other")
     for step in steps:
@@ -159,6 +170,118 @@ def test_rsft_step_splits_a_whole_step_through_the_workload(tmp_path):
     assert ceiling["tokens"] > 0 and report["generation_vs_ceiling"] > 0
     assert report["eval"]["items"] == 2 and report["meta"]["backend"] == "transformers"
     assert report["meta"]["nvml"] is False or last["gpu_busy"] is not None
+
+
+def load_benchmark(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_rsft_step_long_replies_put_the_answer_first_then_the_filler_then_eos():
+    rsft_step = load_benchmark("rsft_step")
+    from synthetic import tasks
+    from synthetic.tiny_model import build_tokenizer, format_conversations
+    from whale.rsft.collate import encode_trajectory
+    from whale.rsft.rejection import Trajectory
+
+    tokenizer = build_tokenizer()
+    assert rsft_step.bench_conversations(8, 0) == format_conversations(8, 0, copy_prob=1.0)  # 0: as before
+    for conv in rsft_step.bench_conversations(8, 0, reply_tokens=40):
+        digit = tasks.extract_answer(conv[-1]["content"])
+        assert conv[1]["content"] == tasks.user_prompt({"digit": digit})  # the asked digit, copied
+        ids = tokenizer(conv[-1]["content"], add_special_tokens=False)["input_ids"]
+        assert len(ids) == 7 + 40  # the answer tag, then exactly the filler
+        # cut anywhere after the answer tag (maxResponseTokens), the reply still scores
+        assert tasks.score(tokenizer.decode(ids[:7]), {"answer": digit}) == 1.0
+        (example,) = encode_trajectory(tokenizer, Trajectory(prompt_index=0, messages=tuple(conv), reward=1.0))
+        assert example.input_ids[-1] == tokenizer.eos_token_id
+
+
+@pytest.mark.parametrize(
+    ("argv", "named"),
+    [
+        (["--reply-tokens", "480"], "--max-tokens (64) must be >= --reply-tokens + 16 (496)"),
+        (["--reply-tokens", "480", "--max-tokens", "512", "--max-model-len", "600"], "--max-model-len (600)"),
+        (["--reply-tokens", "-1"], "--reply-tokens (-1) must be >= 0"),
+    ],
+)
+def test_rsft_step_refuses_long_replies_that_do_not_fit(argv, named, capsys):
+    rsft_step = load_benchmark("rsft_step")
+    with pytest.raises(SystemExit) as exit_info:
+        rsft_step.parse(argv)
+    assert exit_info.value.code == 2 and named in capsys.readouterr().err
+    args = rsft_step.parse(["--reply-tokens", "480", "--max-tokens", "512"])
+    assert (args.reply_tokens, args.max_tokens, args.max_model_len, args.ceiling) == (480, 512, 1024, "server")
+
+
+def test_rsft_step_server_replay_sends_the_step_calls_all_in_flight(failures):
+    """The vLLM ceiling's client, against the OpenAI-shaped test double (no vLLM here): the recorded calls go
+    out as the runtime sent them, twice (warm-up, timed), all at once, with the key; tokens from ``usage``."""
+    rsft_step = load_benchmark("rsft_step")
+    from whale.inference.base import InferenceError, SamplingParams
+
+    sampling = SamplingParams(temperature=0.7, top_p=0.9, top_k=20, max_tokens=33)
+    calls = [
+        {"messages": [{"role": "user", "content": f"Repeat the digit {i}."}], "sampling": sampling, "n": 1 + i % 2}
+        for i in range(6)
+    ]
+    for c in calls:
+        c["tools"] = None
+    hang_s = 1.0
+    failures.hang_s = hang_s
+    failures.reset(script=["hang"] * 2 * len(calls), api_key="bench-key")
+    try:
+        ceiling = rsft_step.server_replay(failures.url, "failure-double", calls, api_key="bench-key")
+    finally:
+        failures.hang_s = 5.0
+    assert ceiling["backend"] == "vllm server replay (same calls, all in flight)"
+    completions = sum(c["n"] for c in calls)
+    assert ceiling["completions"] == completions and ceiling["requests"] == len(calls)
+    assert ceiling["tokens"] == ceiling["warmup_tokens"] == 3 * completions  # the double's usage: 3 a completion
+    assert ceiling["tokens_per_s"] == pytest.approx(ceiling["tokens"] / ceiling["seconds"])
+    # each pass: six requests that each take 1 s server-side; one at a time would be >= 6 s
+    assert ceiling["seconds"] < 3 * hang_s and ceiling["warmup_seconds"] < 3 * hang_s
+    sent = failures.requests
+    assert len(sent) == 2 * len(calls)
+    expected = sorted((c["messages"][0]["content"], c["n"]) for c in calls) * 2
+    assert sorted((b["messages"][0]["content"], b["n"]) for b in sent) == sorted(expected)
+    for body in sent:
+        assert (body["model"], body["temperature"], body["top_p"], body["top_k"], body["max_tokens"]) == (
+            "failure-double",
+            0.7,
+            0.9,
+            20,
+            33,
+        )
+    failures.reset(api_key="bench-key")
+    with pytest.raises(InferenceError, match="401"):
+        rsft_step.server_replay(failures.url, "failure-double", calls[:1], api_key="wrong")
+
+
+def test_colocated_step_passes_rsft_step_options_through():
+    colocated_step = load_benchmark("colocated_step")
+    rest_in = [
+        "--steps",
+        "3",
+        "--prompts",
+        "256",
+        "--reply-tokens",
+        "480",
+        "--max-tokens",
+        "512",
+        "--ceiling",
+        "server",
+    ]
+    _, args, rest = colocated_step.parse(["--arms", "separate", "--separate-on-one-gpu", *rest_in, "--json", "a.json"])
+    assert rest == rest_in and args.arms == "separate" and args.separate_on_one_gpu and str(args.json) == "a.json"
+    # and rsft_step takes them (its --vllm check aside)
+    rsft_step = load_benchmark("rsft_step")
+    parsed = rsft_step.parse(rest)
+    assert (parsed.steps, parsed.prompts, parsed.reply_tokens, parsed.max_tokens) == (3, 256, 480, 512)
 
 
 @pytest.mark.slow
