@@ -61,6 +61,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import copy
 import gc
 import json
 import os
@@ -188,6 +189,7 @@ class Timers:
         timeline = self.timeline
 
         async def chat(client: Any, messages: Any, sampling: Any, *args: Any, **kwargs: Any) -> Any:
+            sent = copy.deepcopy(messages)  # the runtime appends the reply to the same list afterwards
             start = time.perf_counter()
             result = await original(client, messages, sampling, *args, **kwargs)
             end = time.perf_counter()
@@ -201,7 +203,7 @@ class Timers:
                 completions=len(result.completions),
                 truncated=sum(c.finish_reason == "length" for c in result.completions),
             )
-            calls.append({"start": start, "messages": messages, "sampling": sampling, "n": n, "tools": tools})
+            calls.append({"start": start, "messages": sent, "sampling": sampling, "n": n, "tools": tools})
             return result
 
         cls.chat = chat

@@ -169,10 +169,7 @@ H200 = Figures(
         ("steps", 1, "seconds", "checkpoint"),
         QWEN3_1_7B_PARAMETERS,
     ),
-    # NOTE: the CPU figure (100 M parameters) until benchmarks/results/checkpoint_async_h200.json exists;
-    # then this one line becomes async_snapshot_figure("checkpoint_async_h200.json", <its value>, <its
-    # parameters>), which test_every_figure_is_the_value_in_its_raw_json prints when they differ
-    checkpoint_snapshot_s=async_snapshot_figure("checkpoint_async_cpu.json", 0.6931767829992168, 100_094_208),
+    checkpoint_snapshot_s=async_snapshot_figure("checkpoint_async_h200.json", 5.171840931499986, 1_720_574_976),
     colocated_sleep_wake_s=Figure(
         9.784650464000492,
         "s",

@@ -262,6 +262,30 @@ def test_rsft_step_server_replay_sends_the_step_calls_all_in_flight(failures):
         rsft_step.server_replay(failures.url, "failure-double", calls[:1], api_key="wrong")
 
 
+def test_rsft_step_records_each_call_as_it_was_sent():
+    """The runtime appends the reply to the very message list it sent; a replay of the recorded list would send
+    the reply back as prompt (on the H200 this overflowed the context: 513 prompt tokens for a 64-token
+    prompt). The recorded call keeps the messages as they were at the call."""
+    import asyncio
+    from types import SimpleNamespace
+
+    rsft_step = load_benchmark("rsft_step")
+
+    class Client:  # the wrapped method's shape: chat(messages, sampling, n, tools)
+        async def chat(self, messages, sampling, n=1, tools=None):
+            return SimpleNamespace(completion_tokens=2, completions=[SimpleNamespace(finish_reason="stop")])
+
+    timers, calls = rsft_step.Timers(rsft_step.Timeline()), []
+    timers.wrap_chat(Client, calls)
+    try:
+        messages = [{"role": "user", "content": "Repeat the digit 3."}]
+        asyncio.run(Client().chat(messages, None, 1))
+        messages.append({"role": "assistant", "content": "<answer>3</answer>"})
+    finally:
+        timers.restore()
+    assert [c["messages"] for c in calls] == [[{"role": "user", "content": "Repeat the digit 3."}]]
+
+
 def test_colocated_step_passes_rsft_step_options_through():
     colocated_step = load_benchmark("colocated_step")
     rest_in = [
