@@ -778,6 +778,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="spec.sandbox.isolation of the harness processes; none only on a machine without "
         "namespaces (the harness is the domain's own h0, the model a random one)",
     )
+    p.add_argument(
+        "--sync-dir",
+        type=Path,
+        help="the folder the weights reach the server through (WHALE_SYNC_DIR; default WORKDIR/sync; "
+        "/dev/shm/... measures a memory-backed one, as an emptyDir with medium: Memory)",
+    )
     p.add_argument("--workdir", type=Path, help="keep the model, store and logs here (default: a temp dir)")
     p.add_argument("--json", "--out", dest="out", type=Path, help="write the report here")
     args = p.parse_args(argv)
@@ -832,7 +838,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             server = stack.enter_context(
                 vllm_server(model_dir, workdir, args.port, args.vllm_memory, args.max_model_len)
             )
-            os.environ["WHALE_SYNC_DIR"] = str(workdir / "sync")
+            os.environ["WHALE_SYNC_DIR"] = str(args.sync_dir or workdir / "sync")
         store = open_store(str(workdir / "store"))
         spec = run_spec(args, model_dir, f"{server.url}/v1" if server else None)
         eval_phase = write_requests(store, spec, args.steps)
