@@ -321,3 +321,15 @@ def test_checkpoint_async_times_both_writers_and_reads_back_the_snapshot(tmp_pat
     # each checkpoint read back is the state at its save, not the one after the updates that followed
     assert all(r["written_equals_snapshot"] is True for r in report["results"])
     assert report["compare"]["written_equals_snapshot"] is True
+
+
+@pytest.mark.timeout(200)
+def test_sync_write_times_both_writers_and_they_write_the_same_folder(tmp_path):
+    out = tmp_path / "sync_write.json"
+    run_script("sync_write.py", "--smoke", "--dir", str(tmp_path), "--json", str(out), timeout_s=180)
+    report = json.loads(out.read_text())
+    assert len(report["old_s"]) == len(report["new_s"]) == 3 and all(s > 0 for s in report["old_s"] + report["new_s"])
+    # each slot folder written whole once, then only its weights file
+    assert report["new_kinds"] == ["whole", "whole", "weights"]
+    assert report["same_files"] is report["same_tensor_names"] is report["equal_tensors"] is True
+    assert report["parameters"] > 0 and report["weights_bytes"] > 0

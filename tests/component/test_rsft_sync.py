@@ -10,7 +10,14 @@ from __future__ import annotations
 import pytest
 
 from tests.fixtures.vllm_double import running_vllm_double
-from whale.rsft.sync import SharedModelSync, VLLMReloadSync, WeightSyncError, save_for_serving
+from whale.rsft.sync import (
+    ServingFolderWriter,
+    SharedModelSync,
+    VLLMReloadSync,
+    WeightSyncError,
+    save_for_serving,
+    serving_state,
+)
 
 pytest.importorskip("transformers")
 
@@ -45,6 +52,11 @@ def test_each_step_writes_a_checkpoint_and_asks_the_server_to_reload_it(double, 
     assert double.rpc_methods() == RELOAD * 2
     # two alternating folders: the one being written is never the one being served
     assert double.loaded == [str(tmp_path / "local" / "slot-1"), str(tmp_path / "local" / "slot-0")]
+    # the third step reuses slot-1: its weights file is replaced, nothing else (no temporary file left)
+    before = sorted(p.name for p in (tmp_path / "local" / "slot-1").iterdir())
+    sync.sync(model, tok, step=3)
+    assert sorted(p.name for p in (tmp_path / "local" / "slot-1").iterdir()) == before
+    assert double.loaded[-1] == str(tmp_path / "local" / "slot-1") and double.rpc_methods() == RELOAD * 3
 
 
 def test_an_older_server_is_pointed_at_the_folder_first_and_the_client_remembers(tiny, tmp_path):
@@ -100,3 +112,107 @@ def test_an_unreachable_server_names_the_url(tiny, tmp_path):
 
 def test_in_process_sharing_needs_no_sync(tiny):
     assert SharedModelSync().sync(*tiny, step=1) == 0.0
+
+
+def read_weights(folder):
+    from safetensors import safe_open
+
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        return {name: f.get_tensor(name) for name in f.keys()}, f.metadata()  # noqa: SIM118 - safe_open is not iterable
+
+
+def file_ids(folder):
+    return {p.name: (p.stat().st_ino, p.stat().st_mtime_ns) for p in folder.iterdir()}
+
+
+@pytest.fixture()
+def trained(tiny):
+    """A copy of the tiny model and one optimiser update to apply to it (the module's model stays as it is)."""
+    import copy
+
+    import torch
+
+    model = copy.deepcopy(tiny[0])
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+
+    def update():
+        ids = torch.arange(12).reshape(2, 6)
+        model(input_ids=ids, labels=ids).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    return model, update
+
+
+def test_the_reused_folder_holds_what_save_pretrained_writes_and_takes_each_new_step(trained, tiny, tmp_path):
+    import json
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model, update = trained
+    tok = tiny[1]
+    writer = ServingFolderWriter()
+    slot = tmp_path / "slot-1"
+    assert writer.write(model, tok, slot) == "whole"
+    first = {k: v.clone() for k, v in serving_state(model).items()}
+    kept = {name: ids for name, ids in file_ids(slot).items() if name != "model.safetensors"}
+    assert {"config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"} <= kept.keys()
+
+    update()  # the next step's weights
+    assert writer.write(model, tok, slot) == "weights"
+    save_for_serving(model, tok, tmp_path / "old")  # the old path, whole, of the same weights
+    # the same files, the same config (bf16), the same tensor names (lm_head.weight tied, left out), metadata, tensors
+    assert sorted(p.name for p in slot.iterdir()) == sorted(p.name for p in (tmp_path / "old").iterdir())
+    assert json.loads((slot / "config.json").read_text()) == json.loads((tmp_path / "old" / "config.json").read_text())
+    assert json.loads((slot / "config.json").read_text())["dtype"] == "bfloat16"
+    new, new_meta = read_weights(slot)
+    old, old_meta = read_weights(tmp_path / "old")
+    assert new.keys() == old.keys() and "lm_head.weight" not in new and new_meta == old_meta
+    assert all(torch.equal(new[k], old[k]) and new[k].dtype == torch.bfloat16 for k in new)
+    # transformers loads the new step's weights exactly, not the first step's
+    loaded = AutoModelForCausalLM.from_pretrained(slot, dtype=torch.bfloat16).state_dict()
+    cast = serving_state(model)
+    assert loaded.keys() == cast.keys()
+    assert all(torch.equal(loaded[k], cast[k]) for k in cast)
+    assert not torch.equal(loaded["model.embed_tokens.weight"], first["model.embed_tokens.weight"])
+    # config, generation config and tokenizer were not rewritten (same inode, same mtime); no temporary file left
+    assert {name: ids for name, ids in file_ids(slot).items() if name != "model.safetensors"} == kept
+    assert model.dtype == torch.float32  # the trainer's master weights are untouched
+
+
+def test_a_failed_weights_write_never_leaves_part_of_a_file_and_the_next_write_is_whole(
+    trained, tiny, tmp_path, monkeypatch
+):
+    import torch
+
+    import whale.rsft.sync as sync_module
+
+    model, update = trained
+    writer = ServingFolderWriter()
+    slot = tmp_path / "slot-0"
+    writer.write(model, tiny[1], slot)
+
+    def crash(tensors, path, metadata=None):  # half a file written, then the process fails (disk full, a signal)
+        with open(path, "wb") as f:
+            f.write(b"x" * 100)
+        raise OSError("no space left on device")
+
+    update()
+    monkeypatch.setattr(sync_module, "save_file", crash)
+    with pytest.raises(OSError, match="no space"):
+        writer.write(model, tiny[1], slot)
+    # no weights file at all (a reload of this folder fails cleanly), and no half-written one under any name
+    assert [p.name for p in slot.iterdir() if "safetensors" in p.name] == []
+    monkeypatch.undo()
+    # the next write sees the folder incomplete and writes it whole: the new weights, exactly
+    assert writer.write(model, tiny[1], slot) == "whole"
+    written, _ = read_weights(slot)
+    cast = serving_state(model)
+    assert written.keys() == cast.keys() - {"lm_head.weight"}
+    assert all(torch.equal(written[k], cast[k]) for k in written)
+    # and a folder removed behind the writer's back is written whole again
+    import shutil
+
+    shutil.rmtree(slot)
+    assert writer.write(model, tiny[1], slot) == "whole" and (slot / "tokenizer.json").is_file()

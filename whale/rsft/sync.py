@@ -11,7 +11,9 @@ Three implementations behind one interface:
   them, reload vLLM in place and acknowledge in ``control/served.json``. No shared volume, no
   process group between the pods; the same transport the operator uses between phases.
 * :class:`VLLMReloadSync` — a vLLM server that can read a folder this process writes (a volume
-  shared by the trainer and the server, or one machine): write the checkpoint, then reload.
+  shared by the trainer and the server, or one machine): write the checkpoint, then reload. Its two
+  slot folders are written whole once; after that each step replaces only the weights file
+  (:class:`ServingFolderWriter`: ``safetensors`` from a pinned host copy, renamed into place).
 
 Both vLLM paths reload through the dev-mode control endpoints (:mod:`whale.inference.vllm_control`)
 and write the weights in the dtype the server computes in (bf16), not the trainer's fp32 master
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -41,31 +44,66 @@ from typing import Any, Protocol
 
 import httpx
 import torch
+from safetensors.torch import save_file
 
 from whale.core import layout
 from whale.inference.vllm_control import VLLMControl, WeightSyncError
+from whale.rsft.checkpoint_writer import HostSnapshot
 
-__all__ = ["SharedModelSync", "StoreSync", "VLLMReloadSync", "WeightSync", "WeightSyncError", "save_for_serving"]
+__all__ = [
+    "ServingFolderWriter",
+    "SharedModelSync",
+    "StoreSync",
+    "VLLMReloadSync",
+    "WeightSync",
+    "WeightSyncError",
+    "save_for_serving",
+    "serving_state",
+]
 
 log = logging.getLogger(__name__)
 
 #: the marker written last under each sync folder
 SYNC_MARKER = layout.CHECKPOINT_COMPLETE_MARKER
+#: the weights file (or, sharded, the index's stem) ``save_pretrained`` writes with safe serialisation
+SAFE_WEIGHTS_NAME = "model.safetensors"
 
 
-def save_for_serving(model: Any, tokenizer: Any, folder: Path, dtype: torch.dtype | None = torch.bfloat16) -> None:
-    """An HF checkpoint of ``model`` in ``dtype`` (None: as it is) for the inference server to load.
-    Tensors shared in the model (tied embeddings) stay shared, so they are written once."""
-    state = None
-    if dtype is not None:
-        cast: dict[tuple[Any, ...], torch.Tensor] = {}
-        state = {}
-        for name, tensor in model.state_dict().items():
-            key = (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape))
-            if key not in cast:
-                cast[key] = tensor.detach().to(dtype) if tensor.is_floating_point() else tensor.detach()
-            state[name] = cast[key]
-    model.save_pretrained(folder, safe_serialization=True, state_dict=state)
+def serving_state(
+    model: Any, dtype: torch.dtype | None = torch.bfloat16, host: HostSnapshot | None = None
+) -> dict[str, torch.Tensor]:
+    """``model``'s state dict in ``dtype`` (None: as it is). Tensors shared in the model (tied
+    embeddings) stay shared. With ``host``, tensors on a device are copied into its host buffers
+    (pinned and reused across calls on a GPU; one synchronize); tensors on the CPU are not copied."""
+    cast: dict[tuple[Any, ...], torch.Tensor] = {}
+    state: dict[str, torch.Tensor] = {}
+    for name, tensor in model.state_dict().items():
+        key = (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape))
+        if key not in cast:
+            src = tensor.detach()
+            cast[key] = src.to(dtype) if dtype is not None and src.is_floating_point() else src
+        state[name] = cast[key]
+    if host is not None and any(t.device.type != "cpu" for t in state.values()):
+        state = host.copy(state)
+    return state
+
+
+def save_for_serving(
+    model: Any,
+    tokenizer: Any,
+    folder: Path,
+    dtype: torch.dtype | None = torch.bfloat16,
+    *,
+    state: dict[str, torch.Tensor] | None = None,
+) -> None:
+    """An HF checkpoint of ``model`` in ``dtype`` (None: as it is) for the inference server to load,
+    written whole by ``save_pretrained`` (weights, config, generation config, tokenizer). Tensors shared
+    in the model (tied embeddings) stay shared, so they are written once. ``state``: the state dict
+    to write (:func:`serving_state`), when the caller has it already."""
+    if state is None and dtype is not None:
+        state = serving_state(model, dtype)
+    # a copy of the dict: save_pretrained empties the one it is given as it writes
+    model.save_pretrained(folder, safe_serialization=True, state_dict=None if state is None else dict(state))
     tokenizer.save_pretrained(folder)
     if dtype is not None:  # the config says what the tensors are
         config_path = Path(folder) / "config.json"
@@ -74,6 +112,87 @@ def save_for_serving(model: Any, tokenizer: Any, folder: Path, dtype: torch.dtyp
             if field in config:
                 config[field] = str(dtype).removeprefix("torch.")
         config_path.write_text(json.dumps(config, indent=2))
+
+
+def _weight_files(folder: Path) -> dict[str, tuple[list[str], dict[str, str] | None]]:
+    """The safetensors files of an HF folder: file name -> (tensor names, metadata), as written."""
+    from safetensors import safe_open
+
+    index = folder / f"{SAFE_WEIGHTS_NAME}.index.json"
+    if index.is_file():
+        names = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+    else:
+        names = [SAFE_WEIGHTS_NAME]
+    files = {}
+    for name in names:
+        with safe_open(str(folder / name), "pt") as f:
+            files[name] = (list(f.keys()), f.metadata())
+    return files
+
+
+class ServingFolderWriter:
+    """Writes the serving checkpoint of each step into reused folders, faster than :func:`save_for_serving`.
+
+    The first write into a folder (per writer) is :func:`save_for_serving`'s, whole: weights, config
+    with the serving dtype, generation config, tokenizer. The writer remembers the safetensors files
+    ``save_pretrained`` produced there (names, the tensors in each, their metadata: tied tensors written
+    once under the name it kept). Each later write into that folder replaces only those files with
+    ``safetensors.torch.save_file`` of the same tensor names; config and tokenizer files are left as they
+    are. The cast weights are copied off the GPU into host buffers pinned and reused across writes
+    (:class:`~whale.rsft.checkpoint_writer.HostSnapshot`); on the CPU they are only cast.
+
+    A weights file is deleted first (the old writer deleted the whole folder first), then written under a
+    temporary name (no ``*.safetensors`` match) and renamed to its own name once complete: a reader finds
+    it absent or whole, never part of it. The server is serving the other slot meanwhile and holds its
+    weights in memory. Measured (benchmarks/sync_write.py, ext4): writing the new file beside the old one
+    and renaming it over the old made the write 2.2x slower than ``save_pretrained`` into an emptied
+    folder, deleting first made it faster; docs/performance.md.
+
+    A folder found missing or incomplete (a failed write) is written whole again; a model whose files
+    hold names its state dict lacks (a key conversion on save) is always written whole."""
+
+    def __init__(self, dtype: torch.dtype | None = torch.bfloat16, *, pin: bool | None = None):
+        self.dtype = dtype
+        self.host = HostSnapshot(pin=pin)
+        self._files: dict[Path, dict[str, tuple[list[str], dict[str, str] | None]]] = {}
+        self._whole_only = False
+
+    def write(self, model: Any, tokenizer: Any, folder: Path) -> str:
+        """Write ``model``'s serving checkpoint into ``folder``; returns ``"whole"`` or ``"weights"``."""
+        folder = Path(folder)
+        state = serving_state(model, self.dtype, self.host)
+        files = self._files.get(folder)
+        if (
+            files is None
+            or self._whole_only
+            or not (folder / "config.json").is_file()
+            or not all((folder / name).is_file() for name in files)
+        ):
+            self._write_whole(model, tokenizer, folder, state)
+            return "whole"
+        for name, (keys, metadata) in files.items():
+            final, tmp = folder / name, folder / f".{name}.{uuid.uuid4().hex[:8]}.tmp"
+            final.unlink(missing_ok=True)  # first: see the class doc
+            try:
+                save_file({k: state[k].contiguous() for k in keys}, str(tmp), metadata=metadata)
+                os.replace(tmp, final)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+        return "weights"
+
+    def _write_whole(self, model: Any, tokenizer: Any, folder: Path, state: dict[str, torch.Tensor]) -> None:
+        self._files.pop(folder, None)
+        if folder.exists():
+            shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        save_for_serving(model, tokenizer, folder, self.dtype, state=state)
+        files = _weight_files(folder)
+        if any(k not in state for keys, _ in files.values() for k in keys):
+            log.info("the serving checkpoint renames tensors on save: each sync writes the whole folder")
+            self._whole_only = True
+            return
+        self._files[folder] = files
 
 
 class WeightSync(Protocol):
@@ -92,7 +211,9 @@ class VLLMReloadSync:
     """Reload-from-folder weight sync for a long-lived vLLM server that sees this process's disk.
 
     ``local_dir`` is where this process writes; ``server_dir`` is the same folder as the server
-    sees it (a shared volume may be mounted at different paths)."""
+    sees it (a shared volume may be mounted at different paths). Two slot folders alternate; each is
+    written whole at its first sync and then only its weights file is replaced
+    (:class:`ServingFolderWriter`)."""
 
     def __init__(
         self,
@@ -106,6 +227,7 @@ class VLLMReloadSync:
     ):
         self.control = VLLMControl(base_url, timeout_s=timeout_s, client=client)
         self.dtype = dtype
+        self.writer = ServingFolderWriter(dtype)
         self.base_url = self.control.base_url
         self.local_dir = Path(local_dir)
         self.server_dir = server_dir or str(self.local_dir)
@@ -116,11 +238,7 @@ class VLLMReloadSync:
     def sync(self, model: Any, tokenizer: Any, step: int) -> float:
         start = time.perf_counter()
         slot = f"slot-{step % 2}"
-        folder = self.local_dir / slot
-        if folder.exists():
-            shutil.rmtree(folder)
-        folder.mkdir(parents=True)
-        save_for_serving(model, tokenizer, folder, self.dtype)
+        self.writer.write(model, tokenizer, self.local_dir / slot)
         self.control.reload_from(f"{self.server_dir.rstrip('/')}/{slot}")
         return time.perf_counter() - start
 
@@ -142,6 +260,7 @@ class StoreSync:
         dtype: torch.dtype | None = torch.bfloat16,
     ):
         self.dtype = dtype
+        self.host = HostSnapshot()  # the weights' host copy: pinned and reused on a GPU
         self.store = store
         self.run = run
         self.ack_timeout_s = ack_timeout_s
@@ -182,7 +301,9 @@ class StoreSync:
         start = time.perf_counter()
         prefix = layout.sync_step_prefix(self.run, step)
         with tempfile.TemporaryDirectory(prefix="whale-sync-") as tmp:
-            save_for_serving(model, tokenizer, Path(tmp), self.dtype)
+            # the whole folder each step: it is uploaded whole under a new prefix
+            state = serving_state(model, self.dtype, self.host)
+            save_for_serving(model, tokenizer, Path(tmp), self.dtype, state=state)
             Path(tmp, SYNC_MARKER).write_text(f"step {step}\n")
             self.store.upload_dir(Path(tmp), prefix, marker=SYNC_MARKER)
         self.serve(prefix)
