@@ -58,7 +58,8 @@ def tokenizer() -> Any:
     )
 
 
-def build(shape: dict[str, Any], device: torch.device) -> tuple[Any, Any]:
+def build_model(shape: dict[str, Any], device: torch.device) -> Any:
+    """A Qwen3-layout model of ``shape`` with random fp32 weights (seed 0, tied embeddings) on ``device``."""
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     torch.manual_seed(0)
@@ -73,7 +74,11 @@ def build(shape: dict[str, Any], device: torch.device) -> tuple[Any, Any]:
         tie_word_embeddings=True,
     )
     with torch.device(device):
-        model = Qwen3ForCausalLM._from_config(config, dtype=torch.float32)
+        return Qwen3ForCausalLM._from_config(config, dtype=torch.float32)
+
+
+def build(shape: dict[str, Any], device: torch.device) -> tuple[Any, Any]:
+    model = build_model(shape, device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
     return model, optimizer
 

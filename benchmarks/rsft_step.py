@@ -345,19 +345,9 @@ def build_bench_model(
 ) -> dict[str, Any]:
     """The model folder the run starts from (see the module doc); returns what the warm-up did."""
     if name == "tiny":  # the domain's own model, taught a little longer: it then copies the digit (rewards)
-        from synthetic.tiny_model import build_model, build_tokenizer
-        from whale.domain import sft_warmup
+        from synthetic.tiny_model import build
 
-        # synthetic.tiny_model.build with the benchmark's conversations (the same with reply_tokens=0)
-        tokenizer = build_tokenizer()
-        model = build_model(len(tokenizer), 0)
-        model.generation_config.eos_token_id = tokenizer.eos_token_id
-        model.generation_config.pad_token_id = tokenizer.pad_token_id
-        conversations = bench_conversations(32 * TINY_FORMAT_UPDATES, 0, reply_tokens)
-        sft_warmup(model, tokenizer, conversations, learning_rate=3e-3, seed=0, batch_size=32)
-        out.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(out)
-        tokenizer.save_pretrained(out)
+        build(out, conversations=bench_conversations(32 * TINY_FORMAT_UPDATES, 0, reply_tokens))
         return {"format_updates": TINY_FORMAT_UPDATES, "probe_accuracy": None}
     from transformers import Qwen3Config, Qwen3ForCausalLM
 

@@ -37,13 +37,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-# the layer shape of the ~100 M default (the 110 M shape of benchmarks/checkpoint_async.py); --params sets the depth
-SMALL = dict(hidden=768, vocab=32000, inter=2048, heads=12, kv=4, head_dim=64)
-SHAPES: dict[str, dict[str, Any]] = {
-    # Qwen3-1.7B (config.json of Qwen/Qwen3-1.7B)
-    "qwen3-1.7b": dict(hidden=2048, layers=28, vocab=151936, inter=6144, heads=16, kv=8, head_dim=128),
-    "smoke": dict(hidden=64, layers=2, vocab=512, inter=128, heads=4, kv=2, head_dim=16),
-}
+from checkpoint_async import SHAPES, build_model, tokenizer  # the benchmarks' shared model and tokenizer
+
+# the layer shape of the ~100 M default (checkpoint_async's 110 M shape); --params sets the depth
+SMALL = {k: v for k, v in SHAPES["110m"].items() if k != "layers"}
 
 
 def shape_for(params: float) -> dict[str, Any]:
@@ -53,34 +50,6 @@ def shape_for(params: float) -> dict[str, Any]:
     per_layer = attn + 3 * s["hidden"] * s["inter"]
     layers = max(1, round((params - s["vocab"] * s["hidden"]) / per_layer))
     return {**s, "layers": layers}
-
-
-def tokenizer() -> Any:
-    """A small real tokenizer (what the folder holds beside the weights)."""
-    from tokenizers import Tokenizer, models
-    from transformers import PreTrainedTokenizerFast
-
-    return PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer(models.WordLevel({"<unk>": 0, "a": 1}, unk_token="<unk>")), unk_token="<unk>"
-    )
-
-
-def build(shape: dict[str, Any], device: torch.device) -> Any:
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=shape["vocab"],
-        hidden_size=shape["hidden"],
-        intermediate_size=shape["inter"],
-        num_hidden_layers=shape["layers"],
-        num_attention_heads=shape["heads"],
-        num_key_value_heads=shape["kv"],
-        head_dim=shape["head_dim"],
-        tie_word_embeddings=True,
-    )
-    with torch.device(device):
-        return Qwen3ForCausalLM._from_config(config, dtype=torch.float32)
 
 
 def write_old(model: Any, tok: Any, folder: Path) -> None:
@@ -121,7 +90,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     shape = SHAPES[args.model] if args.model else shape_for(args.params)
-    model, tok = build(shape, device), tokenizer()
+    model, tok = build_model(shape, device), tokenizer()
     params = sum(p.numel() for p in model.parameters())
     root = Path(tempfile.mkdtemp(prefix="whale-sync-write-", dir=args.dir))
     writer = ServingFolderWriter()

@@ -92,9 +92,17 @@ def format_conversations(n: int, seed: int, copy_prob: float = 0.0) -> list[list
     return out
 
 
-def build(out_dir: Path, *, seed: int = 0, format_updates: int = 50, copy_prob: float = 1.0) -> Path:
+def build(
+    out_dir: Path,
+    *,
+    seed: int = 0,
+    format_updates: int = 50,
+    copy_prob: float = 1.0,
+    conversations: list[list[dict[str, str]]] | None = None,
+) -> Path:
     """Tokenizer + tiny model taught the answer format (and, with ``copy_prob``, a weak prior for the
-    task: it starts near ``copy_prob + (1 - copy_prob) / 10`` reward); saved as an HF checkpoint."""
+    task: it starts near ``copy_prob + (1 - copy_prob) / 10`` reward); saved as an HF checkpoint.
+    ``conversations``: warm-up data other than :func:`format_conversations`' (a benchmark's long replies)."""
     from whale.domain import sft_warmup
 
     tokenizer = build_tokenizer()
@@ -104,7 +112,7 @@ def build(out_dir: Path, *, seed: int = 0, format_updates: int = 50, copy_prob: 
     sft_warmup(
         model,
         tokenizer,
-        format_conversations(32 * format_updates, seed, copy_prob),
+        format_conversations(32 * format_updates, seed, copy_prob) if conversations is None else conversations,
         learning_rate=3e-3,
         seed=seed,
         batch_size=32,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import subprocess
 from pathlib import Path
 
@@ -67,25 +66,6 @@ BLOCKED = (
     "init's environ",
     "the parent's environ",
 )
-
-
-@pytest.fixture
-def listener():
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen()
-    srv.setblocking(False)
-
-    def connected() -> bool:
-        try:
-            conn, _ = srv.accept()
-        except BlockingIOError:
-            return False
-        conn.close()
-        return True
-
-    yield srv.getsockname()[1], connected
-    srv.close()
 
 
 @pytest.fixture

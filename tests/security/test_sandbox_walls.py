@@ -177,25 +177,6 @@ report()
 
 
 @pytest.fixture
-def tcp_server():
-    srv = socket.socket()
-    srv.bind(("127.0.0.1", 0))
-    srv.listen()
-    srv.setblocking(False)
-
-    def connected() -> bool:
-        try:
-            conn, _ = srv.accept()
-        except BlockingIOError:
-            return False
-        conn.close()
-        return True
-
-    yield srv.getsockname()[1], connected
-    srv.close()
-
-
-@pytest.fixture
 def abstract_unix_server():
     name = f"\0whale-test-{os.getpid()}-{time.monotonic_ns()}"
     srv = socket.socket(socket.AF_UNIX)
@@ -206,8 +187,8 @@ def abstract_unix_server():
     srv.close()
 
 
-def test_no_network_to_the_host(tcp_server, abstract_unix_server):
-    port, connected = tcp_server
+def test_no_network_to_the_host(listener, abstract_unix_server):
+    port, connected = listener
     name, unix_srv = abstract_unix_server
     code = (
         attacks.PRELUDE
