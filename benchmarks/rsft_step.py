@@ -144,6 +144,26 @@ class Timeline:
         return covered
 
 
+def burst_shape(spans: list[tuple[float, float]]) -> dict[str, float]:
+    """How a burst of model calls filled its time: ``ramp_s`` from the first call sent to the last one,
+    ``drain_s`` from the first answer to the last, ``mean_in_flight`` the calls in flight on average over
+    the time any was (their summed durations over that union). A replay sends everything at once; a runtime
+    whose calls trickle out (harness hooks queueing) shows a longer ramp and fewer in flight."""
+    if not spans:
+        return {"ramp_s": 0.0, "drain_s": 0.0, "mean_in_flight": 0.0}
+    covered, edge = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > edge:
+            covered += end - max(start, edge)
+            edge = end
+    starts, ends = [s for s, _ in spans], [e for _, e in spans]
+    return {
+        "ramp_s": max(starts) - min(starts),
+        "drain_s": max(ends) - min(ends),
+        "mean_in_flight": sum(e - s for s, e in spans) / covered if covered else 0.0,
+    }
+
+
 def _cuda_sync() -> None:
     if torch.cuda.is_available():
         torch.cuda.synchronize()
@@ -547,6 +567,8 @@ def breakdown(timeline: Timeline, gpu: GpuBusy, eval_window: tuple[float, float]
                 "completions": completions,
                 "mean_completion_tokens": tokens / completions if completions else 0.0,
                 "truncated": sum(i.data.get("truncated", 0) for i in chats),
+                "requests": len(chats),
+                "calls": burst_shape([(i.start, i.end) for i in chats]),
                 "overhead_s": overhead,
                 "overhead_share": overhead / wall if wall else 0.0,
                 "gpu_busy": gpu.mean(*busy_window),
@@ -611,32 +633,55 @@ SERVER_REPLAY = "vllm server replay (same calls, all in flight)"
 
 
 def server_replay(
-    base_url: str, model: str | None, calls: list[dict[str, Any]], api_key: str | None = None
+    base_url: str,
+    model: str | None,
+    calls: list[dict[str, Any]],
+    api_key: str | None = None,
+    *,
+    cold_cache: bool = True,
 ) -> dict[str, Any]:
     """The step's calls again, straight to the same OpenAI endpoint the rollouts used (same messages, n,
     tools and sampling: the request the runtime sent, through the same client), all in flight at once:
-    once untimed (warm-up), once timed. Tokens: the completion tokens the server reports (``usage``)."""
+    once untimed (warm-up), once timed. Tokens: the completion tokens the server reports (``usage``).
+
+    ``cold_cache``: empty the server's prefix cache before the timed pass (``POST /reset_prefix_cache``, the
+    dev-mode endpoint the weight sync uses). A step's rollouts start right after a weight sync, which empties
+    it, so they pay every prompt's prefill; a timed pass right after the warm-up would find all of them
+    cached and set the ceiling too high."""
     import asyncio
 
     from whale.inference.openai_http import OpenAIClient
+    from whale.inference.vllm_control import VLLMControl
 
-    async def replay() -> list[tuple[int, int, float]]:
+    async def replay() -> list[tuple[int, int, float, list[tuple[float, float]]]]:
         client = OpenAIClient(base_url, model=model, api_key=api_key, max_connections=max(16, len(calls)))
         passes = []
+
+        async def one(c: dict[str, Any], spans: list[tuple[float, float]]) -> Any:
+            start = time.perf_counter()
+            result = await client.chat(c["messages"], c["sampling"], c["n"], c["tools"])
+            spans.append((start, time.perf_counter()))
+            return result
+
         try:
-            for _ in ("warm-up", "timed"):
+            for name in ("warm-up", "timed"):
+                if name == "timed" and cold_cache:
+                    control = VLLMControl(base_url, timeout_s=60.0, api_key=api_key)
+                    try:
+                        control.reset_prefix_cache()
+                    finally:
+                        control.close()
+                spans: list[tuple[float, float]] = []
                 start = time.perf_counter()
-                results = await asyncio.gather(
-                    *(client.chat(c["messages"], c["sampling"], c["n"], c["tools"]) for c in calls)
-                )
+                results = await asyncio.gather(*(one(c, spans) for c in calls))
                 seconds = time.perf_counter() - start
                 completions = sum(len(r.completions) for r in results)
-                passes.append((sum(r.completion_tokens for r in results), completions, seconds))
+                passes.append((sum(r.completion_tokens for r in results), completions, seconds, spans))
         finally:
             await client.aclose()
         return passes
 
-    (warm_tokens, _, warm_seconds), (tokens, completions, seconds) = asyncio.run(replay())
+    (warm_tokens, _, warm_seconds, _), (tokens, completions, seconds, spans) = asyncio.run(replay())
     return {
         "backend": SERVER_REPLAY,
         "tokens": tokens,
@@ -644,6 +689,8 @@ def server_replay(
         "tokens_per_s": tokens / seconds if seconds else 0.0,
         "requests": len(calls),
         "completions": completions,
+        "prefix_cache": "emptied before the timed pass" if cold_cache else "warm (kept from the warm-up)",
+        "calls": burst_shape(spans),
         "warmup_tokens": warm_tokens,
         "warmup_seconds": warm_seconds,
     }
@@ -760,6 +807,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="with --vllm: replay the reported step's calls against the same server, all in flight (server), "
         "or through vLLM's offline engine after the server stops (offline)",
     )
+    p.add_argument(
+        "--warm-replay",
+        action="store_true",
+        help="with --ceiling server: keep the prefix cache the warm-up filled for the timed replay (default: empty "
+        "it first, as the weight sync does before every step's rollouts)",
+    )
     p.add_argument("--port", type=int, default=8765)
     p.add_argument(
         "--isolation",
@@ -857,7 +910,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         if args.vllm and args.ceiling == "server":
             assert server is not None
             try:  # the benchmark's server has no --api-key (the spec's baseUrl: none is sent either)
-                ceiling = server_replay(f"{server.url}/v1", SERVED_NAME, step_calls)
+                ceiling = server_replay(f"{server.url}/v1", SERVED_NAME, step_calls, cold_cache=not args.warm_replay)
             except Exception as exc:  # noqa: BLE001 - the steps were measured: report them with the failure
                 ceiling = {"backend": SERVER_REPLAY, "error": str(exc)[-1000:], "tokens": 0}
                 ceiling.update(seconds=0.0, tokens_per_s=0.0)
@@ -906,6 +959,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return report
 
 
+def _shape_text(shape: dict[str, float]) -> str:
+    return (
+        f"sent over {shape['ramp_s']:.2f} s, answered over {shape['drain_s']:.2f} s, "
+        f"{shape['mean_in_flight']:.0f} in flight on average"
+    )
+
+
 def print_report(report: dict[str, Any]) -> None:
     for step in report["steps"]:
         line = metrics_line(report, step["step"])
@@ -924,6 +984,7 @@ def print_report(report: dict[str, Any]) -> None:
             f"GPU busy {'n/a' if busy is None else f'{100 * busy:.1f} %'}; "
             f"non-generation overhead {100 * step['overhead_share']:.1f} % (target <= 5 %)"
         )
+        print(f"  model calls: {step['requests']} requests, {_shape_text(step['calls'])}")
     c = report["ceiling"]
     ratio = report["generation_vs_ceiling"]
     share = "n/a" if ratio is None else f"{100 * ratio:.1f} %"
@@ -931,6 +992,8 @@ def print_report(report: dict[str, Any]) -> None:
         f"\nceiling ({c['backend']}): {c['tokens_per_s']:.0f} tokens/s ({c['tokens']} tokens in "
         f"{c['seconds']:.2f} s); rollouts at {share} of it (target >= 90 %)"
     )
+    if "calls" in c:
+        print(f"  replay: {c['requests']} requests, {_shape_text(c['calls'])}; prefix cache {c['prefix_cache']}")
     print(json.dumps({"eval": report["eval"], "meta": {k: v for k, v in report["meta"].items() if k != "args"}}))
 
 

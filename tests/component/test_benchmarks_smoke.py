@@ -247,6 +247,12 @@ def test_rsft_step_server_replay_sends_the_step_calls_all_in_flight(failures):
     assert ceiling["seconds"] < 3 * hang_s and ceiling["warmup_seconds"] < 3 * hang_s
     sent = failures.requests
     assert len(sent) == 2 * len(calls)
+    # the prefix cache is emptied once, between the warm-up and the timed pass (the step's rollouts follow a
+    # weight sync, which empties it)
+    assert failures.cache_resets == [len(calls)] and ceiling["prefix_cache"] == "emptied before the timed pass"
+    shape = ceiling["calls"]
+    assert shape["mean_in_flight"] > 2  # all at once: six 1 s requests overlap
+    assert 0 <= shape["ramp_s"] < hang_s and 0 <= shape["drain_s"] < hang_s
     expected = sorted((c["messages"][0]["content"], c["n"]) for c in calls) * 2
     assert sorted((b["messages"][0]["content"], b["n"]) for b in sent) == sorted(expected)
     for body in sent:
@@ -258,8 +264,21 @@ def test_rsft_step_server_replay_sends_the_step_calls_all_in_flight(failures):
             33,
         )
     failures.reset(api_key="bench-key")
+    warm = rsft_step.server_replay(failures.url, "failure-double", calls[:2], api_key="bench-key", cold_cache=False)
+    assert failures.cache_resets == [] and warm["prefix_cache"].startswith("warm")
+    failures.reset(api_key="bench-key")
     with pytest.raises(InferenceError, match="401"):
         rsft_step.server_replay(failures.url, "failure-double", calls[:1], api_key="wrong")
+
+
+def test_burst_shape_tells_a_trickle_from_a_burst():
+    rsft_step = load_benchmark("rsft_step")
+    burst = rsft_step.burst_shape([(0.0, 10.0), (0.0, 10.0), (0.1, 10.2), (0.1, 9.9)])
+    trickle = rsft_step.burst_shape([(0.0, 4.0), (2.0, 6.0), (4.0, 8.0), (6.0, 10.0)])
+    assert burst["ramp_s"] == pytest.approx(0.1) and burst["drain_s"] == pytest.approx(0.3)
+    assert burst["mean_in_flight"] == pytest.approx(39.9 / 10.2)
+    assert trickle["ramp_s"] == pytest.approx(6.0) and trickle["mean_in_flight"] == pytest.approx(1.6)
+    assert rsft_step.burst_shape([]) == {"ramp_s": 0.0, "drain_s": 0.0, "mean_in_flight": 0.0}
 
 
 def test_rsft_step_records_each_call_as_it_was_sent():

@@ -167,10 +167,14 @@ class VLLMControl:
                     "%s: reload_weights takes no weights_path; pointing the server with update_config", self.base_url
                 )
                 self.legacy = True
-        self._post("/reset_prefix_cache")
+        self.reset_prefix_cache()
         seconds = time.perf_counter() - start
         log.info("%s reloaded its weights from %s in %.1f s", self.base_url, folder, seconds)
         return seconds
+
+    def reset_prefix_cache(self) -> None:
+        """Drop the server's cached KV blocks (after a reload they were computed with the old weights)."""
+        self._post("/reset_prefix_cache")
 
     def _legacy_reload(self, folder: str) -> None:
         self._post("/collective_rpc", {"method": "update_config", "args": [{"model_config": {"model": folder}}]})

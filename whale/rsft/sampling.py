@@ -1,8 +1,20 @@
 """Rollouts for RSFT through the harness runtime: episodes under the current harness -> trajectories.
 
-One :class:`HarnessSampler` lives for the whole phase: it owns an event loop, one sandboxed harness
-process and the inference client (in-process sharing the trainer's model, or HTTP to vLLM), and
-runs each step's ``prompts x rollouts`` episodes concurrently with ``whale.harness.runner``. The
+One :class:`HarnessSampler` lives for the whole phase: it owns an event loop, a pool of sandboxed harness
+processes and the inference client (in-process sharing the trainer's model, or HTTP to vLLM), and
+runs each step's ``prompts x rollouts`` episodes concurrently with ``whale.harness.runner``.
+
+Two things keep a step's burst of rollouts fed as fast as the server can answer them, as in eval:
+
+* a :class:`~whale.harness.process.HarnessPool` (``default_processes()``: up to 4), not one process: every
+  episode's hooks (``start``, ``parse``, ...) go through a harness process, and one process answers the
+  step's thousands of hook calls one after another;
+* an item's rollouts share their first model call when their first prompts are equal: one ``n=rollouts``
+  request (``RunnerConfig.share_first_turn``), so the server prefills the prompt once and the client sends
+  ``prompts`` requests, not ``prompts x rollouts``. The ``rollouts`` completions are independent samples
+  of the same prompt either way; a harness whose first prompt varies makes its own requests.
+
+The
 episodes' messages are the exact conversations (assistant messages as generated); the tools and
 chat-template variables generation used are carried along so SFT renders the same template.
 """
@@ -17,7 +29,7 @@ from typing import Any
 
 from whale.domain import Domain
 from whale.harness.launch import SandboxLimits
-from whale.harness.process import HarnessProcess
+from whale.harness.process import HarnessPool
 from whale.harness.runner import EpisodeRunner, RunnerConfig
 from whale.harness.trace import EndReason, Episode
 from whale.inference.base import InferenceClient, SamplingParams
@@ -51,7 +63,8 @@ def episode_to_trajectory(
 
 
 class HarnessSampler:
-    """See the module doc. Use as a context manager (starts/stops the harness process)."""
+    """See the module doc. Use as a context manager (starts/stops the harness processes).
+    ``processes``: harness processes in the pool (None: ``whale.harness.process.default_processes()``)."""
 
     def __init__(
         self,
@@ -64,12 +77,15 @@ class HarnessSampler:
         harness_label: str | None = None,
         template_kwargs: dict[str, Any] | None = None,
         limits: SandboxLimits | None = None,
+        processes: int | None = None,
     ):
         self.domain = domain
         self.harness_path = Path(harness_path)
         self.client = client
         self.sampling = sampling
-        self.config = RunnerConfig(max_concurrency=max_concurrency, harness_label=harness_label or str(harness_path))
+        self.config = RunnerConfig(
+            max_concurrency=max_concurrency, harness_label=harness_label or str(harness_path), share_first_turn=True
+        )
         # the chat-template variables generation used (the client's, then every request's), so SFT
         # renders the trajectory the way generation saw it (enable_thinking)
         self.template_kwargs = dict(
@@ -82,13 +98,17 @@ class HarnessSampler:
         #: called as each rollout finishes (progress: ``whale.workloads.common.ProgressWriter.advance``)
         self.on_episode: Callable[[Episode], None] | None = None
         self._loop = asyncio.new_event_loop()
-        self._process: HarnessProcess | None = None
+        self.processes = processes
+        self._process: HarnessPool | None = None
         self._tools: list[dict[str, Any]] | None = None
 
     def __enter__(self) -> HarnessSampler:
-        self._process = HarnessProcess(self.harness_path, self.domain.allowed_imports, self.limits)
-        self._loop.run_until_complete(self._process.__aenter__())
-        info = self._loop.run_until_complete(self._process.start())
+        self._process = HarnessPool(self.harness_path, self.domain.allowed_imports, self.limits, self.processes)
+        try:
+            info = self._loop.run_until_complete(self._process.start())
+        except BaseException:
+            self._loop.run_until_complete(self._process.aclose())  # the workers that did start
+            raise
         self._tools = info.tools or None
         return self
 
