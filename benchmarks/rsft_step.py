@@ -84,6 +84,7 @@ HERE = Path(__file__).resolve().parent
 for _path in (HERE.parent / "domains", HERE.parent, HERE):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
+from runtime_throughput import burst_shape  # noqa: E402
 from sft_throughput import MODELS  # noqa: E402
 
 from whale.core import layout  # noqa: E402
@@ -142,26 +143,6 @@ class Timeline:
                 covered += i.end - max(i.start, end)
                 end = i.end
         return covered
-
-
-def burst_shape(spans: list[tuple[float, float]]) -> dict[str, float]:
-    """How a burst of model calls filled its time: ``ramp_s`` from the first call sent to the last one,
-    ``drain_s`` from the first answer to the last, ``mean_in_flight`` the calls in flight on average over
-    the time any was (their summed durations over that union). A replay sends everything at once; a runtime
-    whose calls trickle out (harness hooks queueing) shows a longer ramp and fewer in flight."""
-    if not spans:
-        return {"ramp_s": 0.0, "drain_s": 0.0, "mean_in_flight": 0.0}
-    covered, edge = 0.0, float("-inf")
-    for start, end in sorted(spans):
-        if end > edge:
-            covered += end - max(start, edge)
-            edge = end
-    starts, ends = [s for s, _ in spans], [e for _, e in spans]
-    return {
-        "ramp_s": max(starts) - min(starts),
-        "drain_s": max(ends) - min(ends),
-        "mean_in_flight": sum(e - s for s, e in spans) / covered if covered else 0.0,
-    }
 
 
 def _cuda_sync() -> None:

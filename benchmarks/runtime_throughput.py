@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -29,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,6 +110,48 @@ def serve(port: int, latency_ms: float) -> None:
 
     app = create_app(FixedLatencyClient("<n>1</n>", latency_ms / 1000.0), "fixed-latency")
     uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+@contextlib.contextmanager
+def fixed_latency_server(latency_ms: float) -> Iterator[str]:
+    """The fixed-latency server in its own process (as vLLM would be); yields its ``/v1`` URL."""
+    port = free_port()
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--serve", str(port), "--latency-ms", str(latency_ms)],
+        env={
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(
+                filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")])
+            ),
+        },
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/v1"
+        wait_ready(url)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def burst_shape(spans: list[tuple[float, float]]) -> dict[str, float]:
+    """How a burst of model calls filled its time: ``ramp_s`` from the first call sent to the last one,
+    ``drain_s`` from the first answer to the last, ``mean_in_flight`` the calls in flight on average over
+    the time any was (their summed durations over that union). A replay sends everything at once; a runtime
+    whose calls trickle out (harness hooks queueing) shows a longer ramp and fewer in flight."""
+    if not spans:
+        return {"ramp_s": 0.0, "drain_s": 0.0, "mean_in_flight": 0.0}
+    covered, edge = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        if end > edge:
+            covered += end - max(start, edge)
+            edge = end
+    starts, ends = [s for s, _ in spans], [e for _, e in spans]
+    return {
+        "ramp_s": max(starts) - min(starts),
+        "drain_s": max(ends) - min(ends),
+        "mean_in_flight": sum(e - s for s, e in spans) / covered if covered else 0.0,
+    }
 
 
 def wait_ready(url: str, timeout_s: float = 60.0) -> None:
@@ -277,28 +321,10 @@ def main(argv: list[str] | None = None) -> int:
         serve(args.serve, args.latency_ms)
         return 0
 
-    port = free_port()
-    server = subprocess.Popen(
-        [sys.executable, __file__, "--serve", str(port), "--latency-ms", str(args.latency_ms)],
-        env={
-            **os.environ,
-            "PYTHONPATH": os.pathsep.join(
-                filter(None, [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH")])
-            ),
-        },
-    )
-    try:
-        url = f"http://127.0.0.1:{port}/v1"
-        wait_ready(url)
-        with tempfile.TemporaryDirectory() as tmp:
-            harness = Path(tmp) / "count_harness.py"
-            harness.write_text(HARNESS)
-            rows = asyncio.run(
-                measure(url, CountDomain(args.turns, harness), args.levels, args.seconds, args.latency_ms)
-            )
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    with fixed_latency_server(args.latency_ms) as url, tempfile.TemporaryDirectory() as tmp:
+        harness = Path(tmp) / "count_harness.py"
+        harness.write_text(HARNESS)
+        rows = asyncio.run(measure(url, CountDomain(args.turns, harness), args.levels, args.seconds, args.latency_ms))
     print(
         f"runtime throughput vs server ceiling (latency {args.latency_ms:g} ms/request, {args.turns} requests/episode, "
         f"{os.cpu_count()} CPUs; ceiling = aiohttp at the runtime's pool size, raw = raw sockets)"

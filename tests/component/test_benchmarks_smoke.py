@@ -352,3 +352,24 @@ def test_sync_write_times_both_writers_and_they_write_the_same_folder(tmp_path):
     assert report["new_kinds"] == ["whole", "whole", "weights"]
     assert report["same_files"] is report["same_tensor_names"] is report["equal_tensors"] is True
     assert report["parameters"] > 0 and report["weights_bytes"] > 0
+
+
+@pytest.mark.timeout(300)
+def test_rollout_burst_compares_each_runtime_with_a_replay_of_its_own_calls(tmp_path):
+    """The burst benchmark runs both samplers against the loopback server: the old one sends a request per
+    rollout through one harness process, HarnessSampler one n=rollouts request per prompt through its pool,
+    and each replay sends exactly the calls its runtime made."""
+    out = tmp_path / "burst.json"
+    run_script(
+        "rollout_burst.py", "--prompts", "4", "--rollouts", "3", "--latency-ms", "100", "--json", str(out),
+        timeout_s=240,
+    )  # fmt: skip
+    report = json.loads(out.read_text())
+    before, after = report["rows"]
+    assert (before["requests"], before["completions"], before["harness_processes"]) == (12, 12, 1)
+    assert (after["requests"], after["completions"]) == (4, 12) and after["harness_processes"] >= 1
+    for row in (before, after):
+        replay = row["replay"]
+        assert (replay["requests"], replay["completions"]) == (row["requests"], row["completions"])
+        assert row["span_s"] >= 0.1 and replay["span_s"] >= 0.1  # each request takes the server's 100 ms
+        assert row["span_ratio"] == pytest.approx(replay["span_s"] / row["span_s"])
