@@ -45,6 +45,10 @@ VLLM_PORT = 8000
 RENDEZVOUS_PORT = 29500
 GPU_RESOURCE = "nvidia.com/gpu"
 MODELS_DIR = "/models"
+#: the colocated server's startup probe (it listens on loopback only): its /health answers 200 within 5 s
+LOOPBACK_HEALTH_PROBE = (
+    f"import urllib.request; urllib.request.urlopen('http://127.0.0.1:{VLLM_PORT}/health', timeout=5)"
+)
 #: Startup can take many minutes (weights download + load); probes give it 30 min.
 VLLM_STARTUP_PERIOD_S = 10
 VLLM_STARTUP_FAILURES = 180
@@ -1138,11 +1142,17 @@ def colocated_claim_name(run: RunRef, request: PhaseRequest) -> str:
 
 
 def colocated_vllm_args(spec: WhaleRunSpec) -> list[str]:
-    """``vllm serve`` arguments of the colocated server: its share of the GPUs, and sleep mode."""
+    """``vllm serve`` arguments of the colocated server: its share of the GPUs, sleep mode, and with
+    ``weightSync: cudaIpc`` vLLM's IPC weight-transfer engine (``whale.rsft.sync.VLLMIpcSync``)."""
     args = vllm_args(spec)
     at = args.index("--gpu-memory-utilization")
     args[at + 1] = str(spec.inference.colocated_gpu_memory_utilization)
-    return [*args, "--enable-sleep-mode"]
+    # only the trainer beside it calls this server (its dev-mode endpoints included): loopback, no other pod
+    args[args.index("--host") + 1] = "127.0.0.1"
+    args.append("--enable-sleep-mode")
+    if spec.inference.weight_sync == "cudaIpc":
+        args += ["--weight-transfer-config", json.dumps({"backend": "ipc"})]
+    return args
 
 
 def _check_colocated(spec: WhaleRunSpec, request: PhaseRequest) -> None:
@@ -1265,6 +1275,10 @@ def colocated_train_job(
     if env_from:
         fetch["envFrom"] = env_from
     server_resources = _without_gpus(resources_dict(spec.cluster.inference_resources))
+    # weightSync cudaIpc: the server unpickles the trainer's CUDA IPC handles (vLLM's HTTP transport of them);
+    # only this pod reaches its port (the trainer on loopback: the server is no Service's endpoint)
+    ipc = spec.inference.weight_sync == "cudaIpc"
+    ipc_env = [{"name": "VLLM_ALLOW_INSECURE_SERIALIZATION", "value": "1"}] if ipc else []
     vllm: dict[str, Any] = {
         "name": "vllm",
         "image": img.vllm,
@@ -1277,21 +1291,24 @@ def colocated_train_job(
             {"name": "HF_HOME", "value": f"{MODELS_DIR}/hf"},
             {"name": "VLLM_SERVER_DEV_MODE", "value": "1"},
             auth_key_env(run, "VLLM_API_KEY", AUTH_VLLM_API_KEY),  # the trainer sends it ($WHALE_INFERENCE_API_KEY)
+            *ipc_env,
         ],
-        "ports": [{"name": "http", "containerPort": VLLM_PORT}],
         "volumeMounts": [
             *mounts,
             {"name": "sync", "mountPath": COLOCATED_SYNC_DIR},
             {"name": "dshm", "mountPath": "/dev/shm"},
         ],
+        # the server listens on loopback, which the kubelet's HTTP probe (to the pod IP) cannot reach
         "startupProbe": {
-            "httpGet": {"path": "/health", "port": VLLM_PORT},
+            "exec": {"command": ["python3", "-c", LOOPBACK_HEALTH_PROBE]},
             "periodSeconds": VLLM_STARTUP_PERIOD_S,
             "failureThreshold": VLLM_STARTUP_FAILURES,
         },
         "resources": {**server_resources, "claims": [{"name": GPU_CLAIM}]},
     }
     pod["initContainers"] = [fetch, vllm]
+    if ipc:  # CUDA IPC opens another process's memory only within one PID namespace
+        pod["shareProcessNamespace"] = True
     pod["resourceClaims"] = [{"name": GPU_CLAIM, "resourceClaimTemplateName": colocated_claim_name(run, request)}]
     pod["volumes"] = [
         *pod["volumes"],

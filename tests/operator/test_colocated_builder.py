@@ -4,6 +4,8 @@ DRA claim; weights synced through a shared folder."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tests.operator.test_builders import RUN, STORE, make_spec, tools_of, weight_request
@@ -25,9 +27,14 @@ def test_the_colocated_train_pod():
     worker = pod["containers"][0]
     fetch, vllm = pod["initContainers"]
     # the server: a native sidecar, started (and healthy) before the trainer, on its share of the same GPUs
-    assert vllm["restartPolicy"] == "Always" and vllm["startupProbe"]["httpGet"]["path"] == "/health"
+    assert vllm["restartPolicy"] == "Always"
+    assert vllm["startupProbe"]["exec"]["command"] == ["python3", "-c", builders.LOOPBACK_HEALTH_PROBE]
     args = vllm["args"]
     assert args[-1] == "--enable-sleep-mode"
+    # only the trainer beside it calls it: loopback, no port for other pods, no pickled input accepted
+    assert args[args.index("--host") + 1] == "127.0.0.1" and "ports" not in vllm
+    assert "--weight-transfer-config" not in args and "INSECURE" not in str(vllm["env"])
+    assert "shareProcessNamespace" not in pod
     assert args[args.index("--gpu-memory-utilization") + 1] == "0.3"
     assert {"name": "VLLM_SERVER_DEV_MODE", "value": "1"} in vllm["env"]
     assert fetch["command"][-1] == "--once"  # the serving target's weights, before the server starts
@@ -47,6 +54,52 @@ def test_the_colocated_train_pod():
     # the rest is the plain train Job's
     assert job["spec"]["backoffLimit"] == 0 and pod["restartPolicy"] == "Never"
     assert worker["command"] == plain["spec"]["template"]["spec"]["containers"][0]["command"]
+
+
+def test_cuda_ipc_weight_sync_turns_on_vllms_ipc_engine_in_one_pid_namespace():
+    spec = make_spec(
+        train={"gpusPerNode": 1}, inference={"backend": "vllm", "placement": "colocated", "weightSync": "cudaIpc"}
+    )
+    job = builders.colocated_train_job(RUN, spec, weight_request(spec), store_uri=STORE, tools=())
+    pod = job["spec"]["template"]["spec"]
+    vllm = pod["initContainers"][1]
+    args = vllm["args"]
+    assert json.loads(args[args.index("--weight-transfer-config") + 1]) == {"backend": "ipc"}
+    assert {"name": "VLLM_ALLOW_INSECURE_SERIALIZATION", "value": "1"} in vllm["env"]
+    assert pod["shareProcessNamespace"] is True  # CUDA IPC maps the trainer's memory only in its PID namespace
+    assert args[args.index("--host") + 1] == "127.0.0.1"
+
+
+def test_the_loopback_probe_passes_on_a_healthy_server_and_fails_without_one():
+    """The probe the kubelet runs in the vLLM container (python3 -c ...), against a real server on
+    loopback at the server's port."""
+    import http.server
+    import subprocess
+    import sys
+    import threading
+
+    class Health(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/health" else 404)
+            self.end_headers()
+
+        def log_message(self, *args):
+            pass
+
+    try:
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", builders.VLLM_PORT), Health)
+    except OSError:
+        pytest.skip(f"port {builders.VLLM_PORT} is taken on this machine")
+    probe = [sys.executable, "-c", builders.LOOPBACK_HEALTH_PROBE]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        assert subprocess.run(probe, capture_output=True, timeout=30, check=False).returncode == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+    assert subprocess.run(probe, capture_output=True, timeout=30, check=False).returncode != 0
 
 
 def test_the_gpu_claim_template():

@@ -85,12 +85,26 @@ def test_round_trip_wire_names():
         ),
         ({"rsft": {"promptsPerStepp": 3}}, "spec.rsft.promptsPerStepp: unknown field"),
         ({"harnessSearch": {"proposer": {"backend": "cli"}}}, "backend 'cli' needs `command`"),
+        ({"inference": {"backend": "vllm", "weightSync": "cudaIpc"}}, "set placement colocated, or weightSync auto"),
+        (
+            {"inference": {"placement": "colocated", "weightSync": "cudaIpc", "tensorParallelSize": 2}},
+            "tensorParallelSize is 2",
+        ),
+        ({"inference": {"weightSync": "nccl"}}, "spec.inference.weightSync: must be one of: 'auto' or 'cudaIpc'"),
     ],
 )
 def test_errors_name_the_field(patch, expected):
     spec = {**BASE, **patch}
     found = problems_of(spec)
     assert any(expected in p for p in found), found
+
+
+def test_cuda_ipc_weight_sync_is_a_colocated_option():
+    spec = WhaleRunSpec.model_validate(
+        {**BASE, "inference": {"backend": "vllm", "placement": "colocated", "weightSync": "cudaIpc"}}
+    )
+    assert spec.inference.weight_sync == "cudaIpc"
+    assert WhaleRunSpec.model_validate(BASE).inference.weight_sync == "auto"
 
 
 def test_every_problem_is_listed_and_the_envelope_checked():

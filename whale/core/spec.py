@@ -785,6 +785,17 @@ class Inference(_Model):
         "KV cache; 2 drops both (the weight sync after SFT reloads the weights anyway)",
     )
 
+    weight_sync: Literal["auto", "cudaIpc"] = Field(
+        "auto",
+        description="how each RSFT step's weights reach the vLLM server. auto: through the object store and the "
+        "server pod's weight-sync sidecar (separate), or a folder shared in the pod (colocated): the trainer writes "
+        "a bf16 checkpoint and the server reloads it. cudaIpc (colocated only, tensorParallelSize 1): the trainer "
+        "hands the server CUDA IPC handles of bf16 copies of its weights, on the GPU they share, through vLLM's "
+        "weight-transfer API (the server runs with --weight-transfer-config backend ipc and "
+        "VLLM_ALLOW_INSECURE_SERIALIZATION=1: it unpickles the handles); nothing is written or read. A speed-only "
+        "setting: the same weights reach the server",
+    )
+
     @model_validator(mode="after")
     def _placement_fields(self) -> Inference:
         if self.placement == "colocated" and self.backend not in ("auto", "vllm"):
@@ -792,6 +803,18 @@ class Inference(_Model):
                 f"placement colocated puts a vLLM server on the trainer's GPUs; backend {self.backend!r} "
                 "has none: set backend vllm (or auto), or placement separate"
             )
+        if self.weight_sync == "cudaIpc":
+            if self.placement != "colocated":
+                raise ValueError(
+                    "weightSync cudaIpc hands the server handles to GPU memory, so the trainer and the server must "
+                    "share the GPU: set placement colocated, or weightSync auto"
+                )
+            if self.tensor_parallel_size != 1:
+                raise ValueError(
+                    f"weightSync cudaIpc sends the weights from the trainer's one GPU; tensorParallelSize is "
+                    f"{self.tensor_parallel_size}, so the server's other GPUs would get none: set "
+                    "tensorParallelSize 1, or weightSync auto"
+                )
         return self
 
 

@@ -19,6 +19,14 @@ generation, through the dev-mode sleep endpoints (vLLM docs, "Sleep Mode")::
     POST /sleep?level=1|2             (1: weights to host memory, KV cache dropped; 2: both dropped)
     POST /wake_up[?tags=weights|kv_cache]
     GET  /is_sleeping                 -> {"is_sleeping": bool}
+
+With ``inference.weightSync: cudaIpc`` (``whale.rsft.sync.VLLMIpcSync``) the weights come through vLLM's
+weight-transfer API instead of a folder (server started with ``--weight-transfer-config '{"backend": "ipc"}'``)::
+
+    POST /start_weight_update {"is_checkpoint_format": true}
+    POST /update_weights {"update_info": {names, dtype_names, shapes, ipc_handles_pickled}}   (per chunk)
+    POST /finish_weight_update
+    POST /reset_prefix_cache
 """
 
 from __future__ import annotations
@@ -94,11 +102,10 @@ class VLLMControl:
         except httpx.HTTPError as exc:
             raise WeightSyncError(f"weight sync: cannot reach the inference server at {url}: {exc}") from exc
         if response.status_code == 404:
-            needs = (
-                "--enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 so its /sleep and /wake_up"
-                if path in ("/sleep", "/wake_up")
-                else "VLLM_SERVER_DEV_MODE=1 so its /collective_rpc and /reset_prefix_cache"
-            )
+            needs = {
+                "/sleep": "--enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 so its /sleep and /wake_up",
+                "/wake_up": "--enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 so its /sleep and /wake_up",
+            }.get(path, "VLLM_SERVER_DEV_MODE=1 so its /collective_rpc, /reset_prefix_cache and weight-transfer")
             raise WeightSyncError(f"weight sync: {url} answered 404; start vLLM with {needs} endpoints exist")
         if response.status_code == 401:
             raise WeightSyncError(
@@ -106,7 +113,13 @@ class VLLMControl:
                 "vllm-api-key (the operator does, from the run's auth Secret)"
             )
         if response.status_code >= 400:
-            raise WeightSyncError(f"weight sync: {url} answered {response.status_code}: {response.text[:500]}")
+            hint = ""
+            if path in ("/start_weight_update", "/update_weights", "/finish_weight_update"):
+                hint = (
+                    ' (weightSync cudaIpc: start vLLM with --weight-transfer-config \'{"backend": "ipc"}\' and '
+                    "VLLM_ALLOW_INSECURE_SERIALIZATION=1, on the trainer's GPU, in its PID namespace)"
+                )
+            raise WeightSyncError(f"weight sync: {url} answered {response.status_code}: {response.text[:500]}{hint}")
         return response.json() if response.content else None
 
     def healthy(self) -> bool:
@@ -171,6 +184,18 @@ class VLLMControl:
         seconds = time.perf_counter() - start
         log.info("%s reloaded its weights from %s in %.1f s", self.base_url, folder, seconds)
         return seconds
+
+    def start_weight_update(self) -> None:
+        """Open a weight update through vLLM's weight-transfer API (checkpoint-format names: the model's own
+        ``load_weights`` maps them, layer by layer)."""
+        self._post("/start_weight_update", {"is_checkpoint_format": True})
+
+    def update_weights(self, update_info: dict[str, Any]) -> None:
+        """One chunk of the update: the server loads the tensors ``update_info`` describes before answering."""
+        self._post("/update_weights", {"update_info": update_info})
+
+    def finish_weight_update(self) -> None:
+        self._post("/finish_weight_update", {})
 
     def reset_prefix_cache(self) -> None:
         """Drop the server's cached KV blocks (after a reload they were computed with the old weights)."""

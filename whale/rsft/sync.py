@@ -1,6 +1,6 @@
 """Weight sync: make the weights SFT just produced the ones the next step samples from.
 
-Three implementations behind one interface:
+Four implementations behind one interface:
 
 * :class:`SharedModelSync` — the in-process transformers backend samples from the very model
   object the trainer updates, so there is nothing to move (CPU runs, tests).
@@ -14,15 +14,18 @@ Three implementations behind one interface:
   shared by the trainer and the server, or one machine): write the checkpoint, then reload. Its two
   slot folders are written whole once; after that each step replaces only the weights file
   (:class:`ServingFolderWriter`: ``safetensors`` from a pinned host copy, renamed into place).
+* :class:`VLLMIpcSync` — a vLLM server on the trainer's GPU (``inference.weightSync: cudaIpc``, colocated):
+  no file at all; the server maps bf16 copies of the weights through CUDA IPC handles and loads them
+  (vLLM's weight-transfer API, ``--weight-transfer-config '{"backend": "ipc"}'``).
 
-Both vLLM paths reload through the dev-mode control endpoints (:mod:`whale.inference.vllm_control`)
+The two folder paths reload through the dev-mode control endpoints (:mod:`whale.inference.vllm_control`)
 and write the weights in the dtype the server computes in (bf16), not the trainer's fp32 master
 copy: half the bytes, and the very numbers vLLM would have rounded them to.
 
-Why reload-from-folder and not vLLM's NCCL/IPC weight-transfer engine (``/update_weights``): it needs
-no process group between the train Job and the inference pod (different pods, possibly different
+Why reload-from-folder by default and not vLLM's NCCL/IPC weight-transfer engine (``/update_weights``): it
+needs no process group between the train Job and the inference pod (different pods, possibly different
 nodes and GPU counts, and a preempted train pod would leave a dangling communicator), and it is
-cheap. Measured on one H200 with vLLM 0.24.0 and a 1.5 B-parameter Qwen3 model
+cheap. CUDA IPC needs none either, only the same GPU, hence :class:`VLLMIpcSync` for the colocated pod. Measured on one H200 with vLLM 0.24.0 and a 1.5 B-parameter Qwen3 model
 (``benchmarks/weight_sync_vllm.py``, docs/performance.md): 2.3 s per step for VLLMReloadSync (bf16
 write + a 0.4-0.7 s reload), 5-8.6 s writing fp32, 5.7-9.5 s through the store and the sidecar,
 against 46-110 s to restart the server and minutes of sampling per RSFT step; decoding speed is
@@ -32,13 +35,16 @@ so the server never reads a folder being written.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
+import pickle
 import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -54,9 +60,12 @@ __all__ = [
     "ServingFolderWriter",
     "SharedModelSync",
     "StoreSync",
+    "VLLMIpcSync",
     "VLLMReloadSync",
     "WeightSync",
     "WeightSyncError",
+    "ipc_chunks",
+    "ipc_update_info",
     "save_for_serving",
     "serving_state",
 ]
@@ -241,6 +250,118 @@ class VLLMReloadSync:
         self.writer.write(model, tokenizer, self.local_dir / slot)
         self.control.reload_from(f"{self.server_dir.rstrip('/')}/{slot}")
         return time.perf_counter() - start
+
+
+#: bytes of bf16 weights per ``/update_weights`` call of :class:`VLLMIpcSync`: the trainer holds one chunk's
+#: copies at a time (the server loads each chunk before it answers), so the sync costs the GPU this much extra
+IPC_CHUNK_BYTES = 1 << 30
+
+
+def ipc_chunks(
+    model: Any, dtype: torch.dtype | None = torch.bfloat16, chunk_bytes: int = IPC_CHUNK_BYTES
+) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """``model``'s state dict as the server loads it, in chunks of about ``chunk_bytes``: (name, tensor in
+    ``dtype``, contiguous, on the model's device). A tensor shared in the model (tied embeddings) is sent once,
+    under its first name (``model.embed_tokens.weight``; the server ties ``lm_head`` itself). Each chunk's
+    tensors are made when it is taken, so only one chunk's copies exist at a time."""
+    seen: set[tuple[int, torch.dtype, tuple[int, ...]]] = set()
+    chunk: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, tensor in model.state_dict().items():
+        key = (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape))
+        if tensor.numel() and key in seen:
+            continue
+        seen.add(key)
+        src = tensor.detach()
+        out = (src.to(dtype) if dtype is not None and src.is_floating_point() else src).contiguous()
+        chunk.append((name, out))
+        size += out.numel() * out.element_size()
+        if size >= chunk_bytes:
+            yield chunk
+            chunk, size = [], 0
+    if chunk:
+        yield chunk
+
+
+def cuda_ipc_handle(tensor: torch.Tensor) -> dict[str, tuple[Any, ...]]:
+    """``{GPU UUID: rebuild args}`` of a CUDA tensor, as vLLM's IPC weight-transfer engine reads it
+    (``torch.multiprocessing.reductions.reduce_tensor``; the receiver puts its own device index in)."""
+    from torch.multiprocessing.reductions import reduce_tensor
+
+    _, args = reduce_tensor(tensor)
+    return {str(torch.cuda.get_device_properties(tensor.device).uuid): args}
+
+
+def ipc_update_info(
+    chunk: list[tuple[str, torch.Tensor]], handle: Callable[[torch.Tensor], dict[str, tuple[Any, ...]]]
+) -> dict[str, Any]:
+    """The ``update_info`` of one ``POST /update_weights`` (vLLM's ``IPCWeightTransferUpdateInfo``, unpacked):
+    names, dtypes, shapes and the handles, pickled and base64-encoded as vLLM's HTTP transport sends them."""
+    return {
+        "names": [name for name, _ in chunk],
+        "dtype_names": [str(t.dtype).removeprefix("torch.") for _, t in chunk],
+        "shapes": [list(t.shape) for _, t in chunk],
+        "ipc_handles_pickled": base64.b64encode(pickle.dumps([handle(t) for _, t in chunk])).decode("ascii"),
+        "packed": False,
+    }
+
+
+class VLLMIpcSync:
+    """CUDA-IPC weight sync into a vLLM server on the trainer's GPU (``inference.weightSync: cudaIpc``).
+
+    Per step: ``/start_weight_update``; for each chunk of bf16 copies of the trainer's weights
+    (:func:`ipc_chunks`), ``/update_weights`` with their CUDA IPC handles: the server maps the trainer's
+    memory, loads the tensors through its model's ``load_weights`` and answers; the chunk's copies are then
+    freed. ``/finish_weight_update`` and ``/reset_prefix_cache`` end it. No file is written or read: the
+    reload path (:class:`VLLMReloadSync`) writes a bf16 checkpoint to disk and the server reads it back.
+
+    The server must run on the same GPU, in the trainer's PID namespace (CUDA IPC checks the process; the
+    operator's colocated pod shares it), with ``--weight-transfer-config '{"backend": "ipc"}'`` and
+    ``VLLM_ALLOW_INSECURE_SERIALIZATION=1`` (it unpickles the handles, as vLLM's own HTTP sender sends them).
+    ``handle``: how a tensor becomes a handle (:func:`cuda_ipc_handle`; tests on the CPU pass their own)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 600.0,
+        client: httpx.Client | None = None,
+        dtype: torch.dtype | None = torch.bfloat16,
+        chunk_bytes: int = IPC_CHUNK_BYTES,
+        handle: Callable[[torch.Tensor], dict[str, tuple[Any, ...]]] | None = None,
+    ):
+        self.control = VLLMControl(base_url, timeout_s=timeout_s, client=client)
+        self.base_url = self.control.base_url
+        self.dtype = dtype
+        self.chunk_bytes = chunk_bytes
+        self.handle = handle or cuda_ipc_handle
+
+    def close(self) -> None:
+        self.control.close()
+
+    def sync(self, model: Any, tokenizer: Any, step: int) -> float:
+        start = time.perf_counter()
+        device = next(iter(model.parameters())).device
+        if self.handle is cuda_ipc_handle and device.type != "cuda":
+            raise WeightSyncError(
+                f"weightSync cudaIpc hands the server CUDA memory, but the trainer's model is on {device}: run the "
+                "trainer on the server's GPU, or set spec.inference.weightSync auto"
+            )
+        self.control.start_weight_update()
+        try:
+            for chunk in ipc_chunks(model, self.dtype, self.chunk_bytes):
+                if device.type == "cuda":
+                    torch.cuda.current_stream(device).synchronize()  # the copies exist before the server reads them
+                self.control.update_weights(ipc_update_info(chunk, self.handle))
+                del chunk  # loaded: the server holds no reference once it answered
+        finally:
+            self.control.finish_weight_update()
+        if device.type == "cuda":
+            torch.cuda.ipc_collect()
+        self.control.reset_prefix_cache()
+        seconds = time.perf_counter() - start
+        log.info("weights of step %d sent to %s over CUDA IPC in %.2f s", step, self.base_url, seconds)
+        return seconds
 
 
 class StoreSync:

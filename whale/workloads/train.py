@@ -210,17 +210,20 @@ def make_sampling_backend(
     run: str | None = None,
     start_prefix: str | None = None,
 ):
-    """(client, weight sync, weights lock): in-process sharing ``model``, or a vLLM server with
-    ``$WHALE_SYNC_DIR`` (a folder the server reads: reload sync), else the store-based sync of a
+    """(client, weight sync, weights lock): in-process sharing ``model``, or a vLLM server on this GPU with
+    ``inference.weightSync: cudaIpc`` (IPC sync), or one with ``$WHALE_SYNC_DIR`` (a folder the server reads:
+    reload sync), else the store-based sync of a
     cluster (the vLLM pod's weight-sync sidecar), which first makes the server serve
     ``start_prefix``, the weights this attempt starts from (None = the base model)."""
     from whale.inference.factory import backend_kind, inference_url, make_client
-    from whale.rsft.sync import SharedModelSync, StoreSync, VLLMReloadSync
+    from whale.rsft.sync import SharedModelSync, StoreSync, VLLMIpcSync, VLLMReloadSync
 
     if backend_kind(spec) == "http":
         sync_dir = os.environ.get(SYNC_DIR_ENV)
-        if sync_dir:
-            sync: Any = VLLMReloadSync(inference_url(spec), Path(sync_dir), os.environ.get(SYNC_SERVER_DIR_ENV))
+        if spec.inference.weight_sync == "cudaIpc":  # colocated: the server shares the trainer's GPU
+            sync: Any = VLLMIpcSync(inference_url(spec), timeout_s=float(spec.inference.request_timeout_seconds))
+        elif sync_dir:
+            sync = VLLMReloadSync(inference_url(spec), Path(sync_dir), os.environ.get(SYNC_SERVER_DIR_ENV))
         elif store is not None and run is not None:
             sync = StoreSync(store, run)
             sync.serve(start_prefix)
