@@ -10,6 +10,10 @@ never helps the other:
   ``--enable-sleep-mode`` at ``--colocated-memory`` of the GPU, put to sleep around each SFT update
   (``whale.rsft.colocated``). A step holds 1 GPU.
 
+``--weight-sync cudaIpc`` makes the colocated arm sync through CUDA IPC (``inference.weightSync: cudaIpc``,
+``whale.rsft.sync.VLLMIpcSync``; the server with ``--weight-transfer-config '{"backend": "ipc"}'`` and
+``VLLM_ALLOW_INSECURE_SERIALIZATION=1``, as the operator renders it) instead of a shared folder.
+
 GPU-seconds per step = the step's wall time x the GPUs it holds (ordinary steps: the first compiles,
 the last checkpoints and evaluates; both are reported too). Needs vLLM importable and, for the
 separate arm, two GPUs. With one GPU, ``--separate-on-one-gpu`` runs the separate arm with both processes
@@ -49,9 +53,16 @@ ARMS: dict[str, dict[str, Any]] = {
 
 
 def run_arm(
-    arm: str, colocated_memory: float, sleep_level: int, rest: list[str], server_gpu: str, separate_memory: float
+    arm: str,
+    colocated_memory: float,
+    sleep_level: int,
+    rest: list[str],
+    server_gpu: str,
+    separate_memory: float,
+    weight_sync: str = "auto",
 ) -> dict[str, Any]:
     """One arm in this process: rsft_step.main with the server placed (and configured) for ``arm``."""
+    ipc = arm == "colocated" and weight_sync == "cudaIpc"
     import rsft_step
 
     base_spec, base_server = rsft_step.run_spec, rsft_step.vllm_server
@@ -62,6 +73,8 @@ def run_arm(
             spec["inference"].update(
                 placement="colocated", colocatedGpuMemoryUtilization=colocated_memory, sleepLevel=sleep_level
             )
+            if ipc:
+                spec["inference"]["weightSync"] = "cudaIpc"
         return spec
 
     @contextlib.contextmanager
@@ -76,6 +89,9 @@ def run_arm(
         ]
         if arm == "colocated":
             extra.append("--enable-sleep-mode")
+        if ipc:  # what the operator renders for weightSync cudaIpc
+            extra += ["--weight-transfer-config", json.dumps({"backend": "ipc"})]
+            os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
         server = Server(model_dir, port, workdir / "vllm.log", extra)
         # the trainer's CUDA context already exists: only the server's process sees this
         before = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -98,6 +114,7 @@ def run_arm(
     gpus = ARMS[arm]["gpus"]
     return {
         "arm": arm,
+        "weight_sync": "cudaIpc" if ipc else "auto",
         "gpus": gpus,
         "steps": [
             {
@@ -129,6 +146,12 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, argpa
     )
     parser.add_argument("--sleep-level", type=int, choices=[1, 2], default=1, help="inference.sleepLevel")
     parser.add_argument("--json", type=Path, help="write the report here")
+    parser.add_argument(
+        "--weight-sync",
+        choices=["auto", "cudaIpc"],
+        default="auto",
+        help="inference.weightSync of the colocated arm (auto: the shared folder; cudaIpc: CUDA IPC handles)",
+    )
     parser.add_argument(
         "--separate-on-one-gpu",
         action="store_true",
@@ -163,7 +186,9 @@ def main() -> None:
     if args.arm:
         server_gpu = args.server_gpu or ARMS[args.arm]["server_gpu"]
         separate_memory = args.separate_memory or 0.9
-        report = run_arm(args.arm, args.colocated_memory, args.sleep_level, rest, server_gpu, separate_memory)
+        report = run_arm(
+            args.arm, args.colocated_memory, args.sleep_level, rest, server_gpu, separate_memory, args.weight_sync
+        )
         print(json.dumps(report))
         return
     import torch
@@ -189,6 +214,8 @@ def main() -> None:
                 str(args.colocated_memory),
                 "--sleep-level",
                 str(args.sleep_level),
+                "--weight-sync",
+                args.weight_sync,
                 *placed,
                 *rest,
             ],

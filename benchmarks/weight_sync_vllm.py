@@ -8,6 +8,10 @@ production) and measures, for the code paths the RSFT weight phase uses:
 * ``VLLMReloadSync`` (``whale.rsft.sync``): save the trainer's fp32 model to a folder the server
   reads, then ``collective_rpc reload_weights(weights_path)`` + ``reset_prefix_cache``; writing the
   fp32 master weights as they are, and cast to bf16 (the dtype vLLM serves; the default);
+* ``VLLMIpcSync`` (``inference.weightSync: cudaIpc``; ``--ipc-repeats``, on by default): bf16 copies of the
+  weights handed to the server, on the same GPU, through CUDA IPC handles and vLLM's weight-transfer API (the
+  server then runs with ``--weight-transfer-config '{"backend": "ipc"}'`` and
+  ``VLLM_ALLOW_INSECURE_SERIALIZATION=1``); no file;
 * ``StoreSync`` + the vLLM pod's weight-sync sidecar (``whale.inference.weight_sync``), with a
   local-folder store: upload, sidecar download, reload, acknowledgement;
 * the alternative the issue rules out: restarting the server on the new weights (time to healthy);
@@ -45,7 +49,7 @@ from whale.inference.base import SamplingParams
 from whale.inference.openai_http import OpenAIClient
 from whale.inference.vllm_control import VLLMControl
 from whale.inference.weight_sync import WeightSyncer
-from whale.rsft.sync import StoreSync, VLLMReloadSync, save_for_serving
+from whale.rsft.sync import StoreSync, VLLMIpcSync, VLLMReloadSync, save_for_serving
 from whale.store import open_store
 
 SHAPE: dict[str, Any] = dict(  # Qwen/Qwen3-1.7B's config.json, vocabulary from the tokenizer
@@ -221,6 +225,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decode-tokens", type=int, default=256)
     parser.add_argument("--decode-repeats", type=int, default=3, help="decode-rate waves before and after the reloads")
     parser.add_argument("--skip-restart", action="store_true", help="do not time a restart at the end")
+    parser.add_argument(
+        "--ipc-repeats",
+        type=int,
+        default=2,
+        help="VLLMIpcSync rounds (B then A each); 0: start the server without the IPC weight-transfer engine",
+    )
     parser.add_argument("--vllm-arg", action="append", default=[], help="extra argument for vllm serve")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
@@ -244,7 +254,11 @@ def main(argv: list[str] | None = None) -> int:
     results["save_bf16_s_first"] = time.perf_counter() - start
     print(f"model: {n_params / 1e9:.2f} B parameters, vocab {vocab}", flush=True)
 
-    server = Server(base, args.port, args.work / "vllm.log", args.vllm_arg)
+    vllm_args = list(args.vllm_arg)
+    if args.ipc_repeats > 0:  # what the operator renders for weightSync cudaIpc
+        vllm_args += ["--weight-transfer-config", json.dumps({"backend": "ipc"})]
+        os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
+    server = Server(base, args.port, args.work / "vllm.log", vllm_args)
     client = httpx.Client()
 
     def check(name: str, label: str) -> dict[str, Any]:
@@ -289,6 +303,16 @@ def main(argv: list[str] | None = None) -> int:
                 rows["fp32_total" if fp32 else "bf16_total"].append(seconds)
                 checks.append(check(name, f"VLLMReloadSync step {step} ({'fp32' if fp32 else 'bf16'}) {seconds:.1f} s"))
                 rows["reload_only"].append(control.reload_from(str(local / f"slot-{step % 2}")))
+        if args.ipc_repeats > 0:
+            rows["ipc_bf16_total"] = []
+            ipc = VLLMIpcSync(server.url)
+            for _ in range(args.ipc_repeats):
+                for name in ("B", "A"):
+                    step += 1
+                    seconds = ipc.sync(models[name], tokenizer, step)
+                    rows["ipc_bf16_total"].append(seconds)
+                    checks.append(check(name, f"VLLMIpcSync step {step} (bf16) {seconds:.2f} s"))
+            ipc.close()
         results["decode_tok_s_after"] = [
             decode_rate(server.url, prompt, args.decode_concurrency, args.decode_tokens)
             for _ in range(args.decode_repeats)

@@ -319,8 +319,12 @@ def test_colocated_step_passes_rsft_step_options_through():
         "--ceiling",
         "server",
     ]
-    _, args, rest = colocated_step.parse(["--arms", "separate", "--separate-on-one-gpu", *rest_in, "--json", "a.json"])
+    _, args, rest = colocated_step.parse(
+        ["--arms", "separate", "--separate-on-one-gpu", *rest_in, "--json", "a.json", "--weight-sync", "cudaIpc"]
+    )
     assert rest == rest_in and args.arms == "separate" and args.separate_on_one_gpu and str(args.json) == "a.json"
+    assert args.weight_sync == "cudaIpc"  # the colocated arm's, not rsft_step's
+    assert colocated_step.parse([])[1].weight_sync == "auto"
     # and rsft_step takes them (its --vllm check aside)
     rsft_step = load_benchmark("rsft_step")
     parsed = rsft_step.parse(rest)
