@@ -461,6 +461,11 @@ def estimate(
     ]
     if train_gpus == 0:
         notes.append("train.gpusPerNode is 0: a CPU run, no GPU-hours")
+    if spec.inference.weight_sync == "cudaIpc" and syncs:
+        notes.append(
+            f"weightSync cudaIpc is not measured yet: its sync is priced as the folder's, {step_sync:,.1f} s a step "
+            "(likely an upper bound: no file is written or read)"
+        )
     upper = (
         default_tokens
         or assumptions.acceptance == 1

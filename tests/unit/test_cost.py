@@ -117,6 +117,16 @@ def test_colocated_and_in_process_hold_only_the_trainer_gpus():
     assert (colocated.harness.gpus, colocated.evaluation.gpus) == (1, 1)
     assert colocated.evaluation.gpu_hours == pytest.approx(40 * 1000 / 500 / 3600)
     assert any("sleep/wake 10.0 s a step" in a for a in colocated.assumptions)
+    assert not any("cudaIpc" in a for a in colocated.assumptions)
+    ipc = estimate(
+        PLAN,
+        small_spec(inference={"backend": "vllm", "placement": "colocated", "weightSync": "cudaIpc"}),
+        Assumptions(prompt_tokens=0, acceptance=0.5, tokens_per_episode=1000, proposer_seconds=0),
+        ROUND,
+    )
+    # not measured: priced as the folder sync, and said so
+    assert ipc.step == colocated.step
+    assert any("weightSync cudaIpc is not measured yet" in a and "6.0 s a step" in a for a in ipc.assumptions)
     wide = estimate(
         PLAN,
         small_spec(inference={"backend": "vllm", "placement": "colocated", "tensorParallelSize": 2}),
