@@ -377,3 +377,13 @@ def test_rollout_burst_compares_each_runtime_with_a_replay_of_its_own_calls(tmp_
         assert (replay["requests"], replay["completions"]) == (row["requests"], row["completions"])
         assert row["span_s"] >= 0.1 and replay["span_s"] >= 0.1  # each request takes the server's 100 ms
         assert row["span_ratio"] == pytest.approx(replay["span_s"] / row["span_s"])
+
+
+def test_collation_benchmark_encodes_the_same_sequences_with_fewer_renders(tmp_path):
+    out = tmp_path / "collation.json"
+    run_script("collation.py", "--prompts", "4", "--kept", "3", "--reply-tokens", "8", "--repeats", "1", "--json",
+               str(out), timeout_s=120)  # fmt: skip
+    report = json.loads(out.read_text())
+    assert report["same"] is True and report["trajectories"] == 12
+    # one by one: context + turn per trajectory; as a step: each prompt's context once
+    assert report["rows"]["one by one"]["renders"] == 24 and report["rows"]["as a step"]["renders"] == 4 + 12

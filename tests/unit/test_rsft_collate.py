@@ -12,6 +12,7 @@ from whale.rsft.collate import (
     TemplateMismatchError,
     bucket_length,
     collate_micro,
+    encode_trajectories,
     encode_trajectory,
     micro_batches,
     minibatches,
@@ -76,6 +77,46 @@ def test_multi_turn_keeps_every_assistant_turn_and_masks_tool_and_user_turns(tok
     [ex] = encode_trajectory(tok, Trajectory(0, msgs, 1.0))
     assert labelled_text(tok, ex) == ["first<|im_end|>", "second<|im_end|>"]
     assert "tool says 42" in tok.decode(list(ex.input_ids)) and "trailing" not in tok.decode(list(ex.input_ids))
+
+
+class CountingTokenizer:
+    """The tokenizer, counting chat-template renders."""
+
+    def __init__(self, tok):
+        self.tok, self.renders = tok, 0
+        self.eos_token_id, self.pad_token_id = tok.eos_token_id, tok.pad_token_id
+
+    def apply_chat_template(self, conversation, **kwargs):
+        self.renders += 1
+        return self.tok.apply_chat_template(conversation, **kwargs)
+
+    def __call__(self, text, **kwargs):
+        return self.tok(text, **kwargs)
+
+    def convert_tokens_to_ids(self, *args, **kwargs):
+        return self.tok.convert_tokens_to_ids(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.tok, name)
+
+
+def test_a_steps_trajectories_share_their_prompts_renders_and_encode_as_one_by_one(tok):
+    prompt = conversation(("system", "Answer inside <answer></answer>."), ("user", "Repeat the digit 7."))
+    other = conversation(("user", "Repeat the digit 3."))
+    multi = conversation(("user", "q1"), ("assistant", "first"), ("tool", "tool says 42"), ("assistant", "second"))
+    kept = [
+        Trajectory(0, (*prompt, {"role": "assistant", "content": "<answer>7</answer>"}), 1.0, rollout=0),
+        Trajectory(0, (*prompt, {"role": "assistant", "content": "<answer>7</answer> 7"}), 1.0, rollout=1),
+        Trajectory(1, (*other, {"role": "assistant", "content": "<answer>3</answer>"}), 1.0),
+        Trajectory(2, multi, 1.0),
+    ]
+    one_by_one = [e for t in kept for e in encode_trajectory(tok, t)]
+    counting = CountingTokenizer(tok)
+    assert encode_trajectories(counting, kept) == one_by_one
+    # prompt 0's two rollouts: its context once + each reply's rendering (which is the whole conversation's
+    # too); prompt 1: 2; the two-turn trajectory: 2 per turn. One by one it was 3 per single-turn trajectory
+    # (prefix, turn, whole) and 5 for the two-turn one: 14
+    assert counting.renders == 3 + 2 + 4
 
 
 HISTORY_REWRITING = (

@@ -16,6 +16,7 @@ saw. System, user and tool tokens never carry loss. Pure apart from the tokenize
 
 from __future__ import annotations
 
+import json
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -58,6 +59,11 @@ class Example:
         return len(self.input_ids)
 
 
+#: renders already made in one :func:`encode_trajectories` call: (messages, tools, kwargs, generation prompt) as
+#: JSON -> token ids. A step's rollouts of one prompt share every context up to their first reply.
+RenderCache = dict[str, list[int]]
+
+
 def render_ids(
     tokenizer: ChatTokenizer,
     messages: Sequence[dict[str, Any]],
@@ -65,9 +71,32 @@ def render_ids(
     tools: Sequence[dict[str, Any]] | None,
     add_generation_prompt: bool,
     template_kwargs: dict[str, Any],
+    cache: RenderCache | None = None,
 ) -> list[int]:
     """The chat template's text, tokenised the way an OpenAI-compatible server tokenises a rendered
-    prompt (no extra special tokens: the template already placed them)."""
+    prompt (no extra special tokens: the template already placed them). ``cache``: renders to reuse (the
+    same arguments render the same ids); the ids returned are then shared, not to be changed."""
+    key = None
+    if cache is not None:
+        try:
+            key = json.dumps([messages, tools, template_kwargs, add_generation_prompt], sort_keys=True)
+        except (TypeError, ValueError):  # a value JSON cannot hold: render it without the cache
+            key = None
+        if key is not None and key in cache:
+            return cache[key]
+    ids = _render(tokenizer, messages, tools, add_generation_prompt, template_kwargs)
+    if key is not None and cache is not None:
+        cache[key] = ids
+    return ids
+
+
+def _render(
+    tokenizer: ChatTokenizer,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]] | None,
+    add_generation_prompt: bool,
+    template_kwargs: dict[str, Any],
+) -> list[int]:
     text = tokenizer.apply_chat_template(
         [dict(m) for m in messages],
         tools=list(tools) if tools else None,
@@ -99,17 +128,24 @@ def encode_trajectory(
     *,
     stop_ids: frozenset[int] | None = None,
     max_length: int | None = None,
+    cache: RenderCache | None = None,
 ) -> list[Example]:
-    """The training sequences of one trajectory (one, or one per assistant turn; see module doc)."""
+    """The training sequences of one trajectory (one, or one per assistant turn; see module doc).
+    ``cache``: renders shared with the other trajectories of one call (:func:`encode_trajectories`)."""
     messages = list(trajectory.messages)
     stops = stop_ids if stop_ids is not None else stop_token_ids(tokenizer)
-    kw: dict[str, Any] = {"tools": trajectory.tools, "template_kwargs": trajectory.template_kwargs}
+    kw: dict[str, Any] = {"tools": trajectory.tools, "template_kwargs": trajectory.template_kwargs, "cache": cache}
     turns: list[tuple[list[int], list[int]]] = []  # (context ids, generated ids) per assistant turn
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
+    whole: list[int] | None = None
     for i, msg in enumerate(messages):
         if msg.get("role") != "assistant":
             continue
         prefix = render_ids(tokenizer, messages[:i], add_generation_prompt=True, **kw)
-        full = render_ids(tokenizer, messages[: i + 1], add_generation_prompt=False, **kw)
+        # the last turn's rendering is the whole conversation's too: rendered once
+        full = render_ids(tokenizer, messages[: i + 1], add_generation_prompt=False, **{**kw, "cache": None})
+        if i == last:
+            whole = full
         if full[: len(prefix)] == prefix and len(full) > len(prefix):
             generated = _cut_after_stop(full[len(prefix) :], stops)
         elif msg.get("tool_calls"):
@@ -126,11 +162,8 @@ def encode_trajectory(
             if tokenizer.eos_token_id is not None:
                 generated.append(int(tokenizer.eos_token_id))
         turns.append((prefix, generated))
-    if not turns:
+    if not turns or whole is None:
         return []
-
-    last = max(i for i, m in enumerate(messages) if m.get("role") == "assistant")
-    whole = render_ids(tokenizer, messages[: last + 1], add_generation_prompt=False, **kw)
     merged = _merge(turns, whole)
     examples = (
         [merged]
@@ -138,6 +171,23 @@ def encode_trajectory(
         else [Example(tuple(p + g), tuple([IGNORE_INDEX] * len(p) + g)) for p, g in turns]
     )
     return [_truncate(e, max_length) for e in examples]
+
+
+def encode_trajectories(
+    tokenizer: ChatTokenizer,
+    trajectories: Iterable[Trajectory],
+    *,
+    stop_ids: frozenset[int] | None = None,
+    max_length: int | None = None,
+) -> list[Example]:
+    """The training sequences of a step's kept trajectories, in order. The contexts they share (a prompt's
+    rollouts: the same messages up to the first reply) are rendered and tokenised once."""
+    stops = stop_ids if stop_ids is not None else stop_token_ids(tokenizer)
+    cache: RenderCache = {}
+    out: list[Example] = []
+    for trajectory in trajectories:
+        out.extend(encode_trajectory(tokenizer, trajectory, stop_ids=stops, max_length=max_length, cache=cache))
+    return out
 
 
 def _merge(turns: list[tuple[list[int], list[int]]], whole: list[int]) -> Example | None:

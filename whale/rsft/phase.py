@@ -46,7 +46,7 @@ from whale.core.protocol import (
 )
 from whale.rsft import checkpoint as ckpt
 from whale.rsft.checkpoint_writer import CheckpointWriter
-from whale.rsft.collate import Example, encode_trajectory, stop_token_ids
+from whale.rsft.collate import Example, encode_trajectories, stop_token_ids
 from whale.rsft.config import RSFTConfig, lr_at, should_checkpoint
 from whale.rsft.order import PromptOrder
 from whale.rsft.rejection import Trajectory, select
@@ -186,12 +186,7 @@ class WeightPhase:
     # ----- one step -------------------------------------------------------------------------------
 
     def encode(self, kept: Sequence[Trajectory]) -> list[Example]:
-        out: list[Example] = []
-        for trajectory in kept:
-            out.extend(
-                encode_trajectory(self.tokenizer, trajectory, stop_ids=self.stop_ids, max_length=self.cfg.max_seq_len)
-            )
-        return out
+        return encode_trajectories(self.tokenizer, kept, stop_ids=self.stop_ids, max_length=self.cfg.max_seq_len)
 
     def report(self, stage: ProgressStage, step: int, **fields: Any) -> None:
         if self.progress is not None:
