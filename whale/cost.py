@@ -442,8 +442,7 @@ def estimate(
             f"step (measured {figures.colocated_sleep_wake_s.value:,.1f} s at "
             f"{fmt_parameters(figures.colocated_sleep_wake_s.parameters)}, sleep level 1, x N / N_measured); "
             f"harness and eval phases on the vLLM Deployment's {tp} GPU{'s' if tp != 1 else ''}, which the operator "
-            "keeps up, idle, "
-            "through the weight phases (not counted)",
+            "scales to 0 during the weight phases (a vLLM start per phase that needs it again: not counted)",
             Placement.IN_PROCESS: "the trainer generates in process on its own GPUs (transformers rate)",
             Placement.EXTERNAL: "generation on an external endpoint: its GPUs are not counted",
         }[placement],

@@ -303,6 +303,12 @@ def uses_vllm(spec: WhaleRunSpec) -> bool:
     return spec.inference.backend in ("auto", "vllm")
 
 
+def colocated_weight(spec: WhaleRunSpec, kind: PhaseKind) -> bool:
+    """A weight phase of ``inference.placement: colocated``: one pod with a vLLM server of its own
+    (:func:`colocated_train_job`), so it needs nothing of the run's vLLM Deployment."""
+    return kind is PhaseKind.WEIGHT and uses_vllm(spec) and spec.inference.placement == "colocated"
+
+
 def inference_url(run: RunRef, spec: WhaleRunSpec) -> str | None:
     if uses_vllm(spec):
         return f"http://{names.inference_name(run.name)}.{run.namespace}.svc:{VLLM_PORT}/v1"

@@ -75,7 +75,8 @@ class JobLauncher:
         if builders.uses_jobset(spec):
             # the phase's own server starts from serving.json's target and is Ready before its workload starts
             return self._start_jobset(run, spec, store, req, target, tools)
-        if builders.uses_vllm(spec):
+        # a colocated weight phase samples from its own pod's server, which fetches the serving target itself
+        if builders.uses_vllm(spec) and not builders.colocated_weight(spec, req.kind):
             served = store.read_json_or_none(layout.served_key(run.name))
             if not isinstance(served, dict) or served.get("checkpoint") != target:
                 log.info(
@@ -202,7 +203,8 @@ class JobLauncher:
         if step.start is not None and step.start.kind is PhaseKind.PREPARE:
             return False, {step.start.phase} if self.start_prepare(run, spec, store, step.start) else set()
         if step.start is not None:
-            self.ensure_infra(run, spec, decision.status.current_checkpoint, deps, tools)
+            serving = not builders.colocated_weight(spec, step.start.kind)
+            self.ensure_infra(run, spec, decision.status.current_checkpoint, deps, tools, serving=serving)
         if step.serve is not KEEP_SERVING:
             self.serve_checkpoint(run, spec, store, step.serve)  # type: ignore[arg-type]
         if step.start is None:
@@ -267,10 +269,12 @@ class JobLauncher:
         out += builders.harness_children(run, spec, replicas=replicas)
         return [builders.with_template_hash(m) if m["kind"] == "Deployment" else m for m in out]
 
-    def rerender(self, run: builders.RunRef, desired: dict[str, Any], existing: dict[str, Any]) -> bool:
+    def rerender(
+        self, run: builders.RunRef, desired: dict[str, Any], existing: dict[str, Any], replicas: int = 1
+    ) -> bool:
         """Replace the pod template of an existing Deployment when the spec changed it (its template hash
-        differs), which rolls its pods; scale it to 1 on the way. True when it was re-rendered. A JSON patch
-        ``replace``: what the new template leaves out goes (a merge patch would keep an old map key)."""
+        differs), which rolls its pods; scale it to ``replicas`` on the way. True when it was re-rendered. A JSON
+        patch ``replace``: what the new template leaves out goes (a merge patch would keep an old map key)."""
         name = desired["metadata"]["name"]
         want = desired["metadata"]["annotations"][names.ANNOTATION_TEMPLATE_HASH]
         meta = existing.get("metadata", {})
@@ -279,7 +283,7 @@ class JobLauncher:
         key = names.ANNOTATION_TEMPLATE_HASH.replace("~", "~0").replace("/", "~1")
         ops: list[dict[str, Any]] = [
             {"op": "replace", "path": "/spec/template", "value": desired["spec"]["template"]},
-            {"op": "add", "path": "/spec/replicas", "value": 1},
+            {"op": "add", "path": "/spec/replicas", "value": replicas},
             {"op": "add", "path": f"/metadata/annotations/{key}", "value": want}
             if meta.get("annotations")
             else {"op": "add", "path": "/metadata/annotations", "value": {names.ANNOTATION_TEMPLATE_HASH: want}},
@@ -298,20 +302,28 @@ class JobLauncher:
         checkpoint: str | None,
         existing: dict[str, dict[str, Any]],
         tools: tuple[ToolService, ...],
+        *,
+        serving: bool = True,
     ) -> None:
         """The inference server and tool services exist and are scaled up while phases run (the run's auth
-        Secret first: the pods take their keys from it)."""
+        Secret first: the pods take their keys from it). ``serving`` False (a colocated weight phase, whose pod
+        has a server of its own): the run's vLLM Deployment is scaled to 0 meanwhile, so its GPUs are not held
+        idle; the next phase that samples from it scales it up again and waits for it to serve."""
         self.ensure_auth_secret(run)
+        inference = names.inference_name(run.name)
         for manifest in self.infra(run, spec, checkpoint, 1, tools):
             name = manifest["metadata"]["name"]
+            replicas = 0 if name == inference and not serving else 1
             if manifest["kind"] == "Deployment" and name in existing:
-                if self.rerender(run, manifest, existing[name]):
+                if self.rerender(run, manifest, existing[name], replicas):
                     continue
-                if existing[name].get("spec", {}).get("replicas") != 1:
-                    self.patch("apps/v1", "Deployment", run.namespace, name, {"spec": {"replicas": 1}})
+                if existing[name].get("spec", {}).get("replicas") != replicas:
+                    self.patch("apps/v1", "Deployment", run.namespace, name, {"spec": {"replicas": replicas}})
                 continue
             if manifest["kind"] != "Deployment" and manifest["metadata"]["name"] in existing:
                 continue
+            if manifest["kind"] == "Deployment":
+                manifest["spec"]["replicas"] = replicas
             self.ensure(manifest)
 
     def scale_infra(self, run: builders.RunRef, replicas: int, deps: dict[str, dict[str, Any]] | None = None) -> None:

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from whale.control.observer import StoreObserver
 from whale.core.alternation import ChildState, StartPhase, decide
+from whale.core.layout import PhaseId
 from whale.core.spec import Reason, WhaleRunSpec, WhaleRunStatus
 from whale.core.state import RunState
 from whale.store import Store, StoreAuthError
@@ -165,7 +166,13 @@ class Reconciler:
         for job in observe.stale_jobs(jobs, new.attempts):
             self.jobs.delete_child(run, job)
         dep = deps.get(names.inference_name(run.name))
-        view = st.InferenceView(managed=inference_managed, ready=observe.inference_ready(dep, jobs))
+        view = st.InferenceView(
+            managed=inference_managed,
+            ready=observe.inference_ready(dep, jobs),
+            # what runs now is a colocated weight phase (its own server; the Deployment scaled to 0)
+            colocated_training=bool(running)
+            and all(builders.colocated_weight(spec, PhaseId.parse(p).kind) for p in running),
+        )
         new = st.with_conditions(new, prev.conditions, view, generation, now)
         self.metrics.rollouts.labels(namespace=run.namespace, run=run.name).set(new.rollouts_spent)
         stalled = RunState.from_status(new).stalled()

@@ -51,6 +51,8 @@ class InferenceView:
 
     managed: bool  # False: no vLLM Deployment (transformers in the worker, or an external endpoint)
     ready: bool = False
+    #: a colocated weight phase runs: it has its own server, and the Deployment is scaled to 0 meanwhile
+    colocated_training: bool = False
 
 
 def _cond(type_: str, ok: bool, reason: str, message: str = "") -> tuple[str, str, str, str]:
@@ -65,6 +67,14 @@ def desired_conditions(status: WhaleRunStatus, inference: InferenceView) -> list
         inf = _cond(INFERENCE_READY, True, "NotManaged", "no vLLM Deployment for this inference backend")
     elif phase.is_terminal() or phase is RunPhase.SUSPENDED:
         inf = _cond(INFERENCE_READY, False, "ScaledDown", "the run does not need inference now")
+    elif running and inference.colocated_training:
+        inf = _cond(
+            INFERENCE_READY,
+            False,
+            "ScaledDown",
+            f"{status.active_phase} samples from the vLLM server in its own pod (placement colocated); the run's "
+            "Deployment is scaled to 0 until a phase needs it",
+        )
     elif inference.ready:
         inf = _cond(INFERENCE_READY, True, "Serving", f"serving {status.current_checkpoint or 'the base model'}")
     else:
