@@ -102,10 +102,11 @@ class VLLMControl:
         except httpx.HTTPError as exc:
             raise WeightSyncError(f"weight sync: cannot reach the inference server at {url}: {exc}") from exc
         if response.status_code == 404:
-            needs = {
-                "/sleep": "--enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 so its /sleep and /wake_up",
-                "/wake_up": "--enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 so its /sleep and /wake_up",
-            }.get(path, "VLLM_SERVER_DEV_MODE=1 so its /collective_rpc, /reset_prefix_cache and weight-transfer")
+            needs = (
+                "--enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 so its /sleep and /wake_up"
+                if path in ("/sleep", "/wake_up")
+                else "VLLM_SERVER_DEV_MODE=1 so its /collective_rpc, /reset_prefix_cache and weight-transfer"
+            )
             raise WeightSyncError(f"weight sync: {url} answered 404; start vLLM with {needs} endpoints exist")
         if response.status_code == 401:
             raise WeightSyncError(

@@ -76,18 +76,15 @@ def render_ids(
     """The chat template's text, tokenised the way an OpenAI-compatible server tokenises a rendered
     prompt (no extra special tokens: the template already placed them). ``cache``: renders to reuse (the
     same arguments render the same ids); the ids returned are then shared, not to be changed."""
-    key = None
-    if cache is not None:
-        try:
-            key = json.dumps([messages, tools, template_kwargs, add_generation_prompt], sort_keys=True)
-        except (TypeError, ValueError):  # a value JSON cannot hold: render it without the cache
-            key = None
-        if key is not None and key in cache:
-            return cache[key]
-    ids = _render(tokenizer, messages, tools, add_generation_prompt, template_kwargs)
-    if key is not None and cache is not None:
-        cache[key] = ids
-    return ids
+    if cache is None:
+        return _render(tokenizer, messages, tools, add_generation_prompt, template_kwargs)
+    try:
+        key = json.dumps([messages, tools, template_kwargs, add_generation_prompt], sort_keys=True)
+    except (TypeError, ValueError):  # a value JSON cannot hold: render it without the cache
+        return _render(tokenizer, messages, tools, add_generation_prompt, template_kwargs)
+    if key not in cache:
+        cache[key] = _render(tokenizer, messages, tools, add_generation_prompt, template_kwargs)
+    return cache[key]
 
 
 def _render(
@@ -134,18 +131,15 @@ def encode_trajectory(
     ``cache``: renders shared with the other trajectories of one call (:func:`encode_trajectories`)."""
     messages = list(trajectory.messages)
     stops = stop_ids if stop_ids is not None else stop_token_ids(tokenizer)
-    kw: dict[str, Any] = {"tools": trajectory.tools, "template_kwargs": trajectory.template_kwargs, "cache": cache}
+    kw: dict[str, Any] = {"tools": trajectory.tools, "template_kwargs": trajectory.template_kwargs}
     turns: list[tuple[list[int], list[int]]] = []  # (context ids, generated ids) per assistant turn
-    last = max((i for i, m in enumerate(messages) if m.get("role") == "assistant"), default=-1)
-    whole: list[int] | None = None
+    whole: list[int] | None = None  # the rendering up to the last assistant turn: that turn's ``full``
     for i, msg in enumerate(messages):
         if msg.get("role") != "assistant":
             continue
-        prefix = render_ids(tokenizer, messages[:i], add_generation_prompt=True, **kw)
-        # the last turn's rendering is the whole conversation's too: rendered once
-        full = render_ids(tokenizer, messages[: i + 1], add_generation_prompt=False, **{**kw, "cache": None})
-        if i == last:
-            whole = full
+        # contexts repeat across a prompt's rollouts (the cache); a turn with its reply does not
+        prefix = render_ids(tokenizer, messages[:i], add_generation_prompt=True, cache=cache, **kw)
+        full = whole = render_ids(tokenizer, messages[: i + 1], add_generation_prompt=False, **kw)
         if full[: len(prefix)] == prefix and len(full) > len(prefix):
             generated = _cut_after_stop(full[len(prefix) :], stops)
         elif msg.get("tool_calls"):
@@ -162,7 +156,7 @@ def encode_trajectory(
             if tokenizer.eos_token_id is not None:
                 generated.append(int(tokenizer.eos_token_id))
         turns.append((prefix, generated))
-    if not turns or whole is None:
+    if whole is None:  # no assistant turn
         return []
     merged = _merge(turns, whole)
     examples = (
