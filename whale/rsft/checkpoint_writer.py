@@ -49,6 +49,15 @@ class CheckpointWriteError(RuntimeError):
     """A background checkpoint write failed; the message names the step and the cause."""
 
 
+#: what makes two state-dict entries one tensor (tied weights): the same memory, dtype and shape
+TensorIdentity = tuple[int, torch.dtype, tuple[int, ...]]
+
+
+def tensor_identity(tensor: torch.Tensor) -> TensorIdentity:
+    """Equal for the entries of a tensor shared in a model (tied embeddings); empty tensors all look alike."""
+    return (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape))
+
+
 class HostSnapshot:
     """Host copies of a tree of tensors (dicts, lists, tuples; other leaves deep-copied), in buffers
     kept between snapshots: the same tree shape reuses every buffer, a new shape allocates once."""
@@ -70,14 +79,14 @@ class HostSnapshot:
 
     def copy(self, tree: Any) -> Any:
         """The host copy of ``tree``; device copies are complete when this returns."""
-        seen: dict[tuple[int, torch.dtype, tuple[int, ...]], torch.Tensor] = {}
+        seen: dict[TensorIdentity, torch.Tensor] = {}
         device_copies = False
 
         def walk(node: Any, path: str) -> Any:
             nonlocal device_copies
             if isinstance(node, torch.Tensor):
                 src = node.detach()
-                key = (src.data_ptr(), src.dtype, tuple(src.shape))
+                key = tensor_identity(src)
                 if src.numel() and key in seen:  # tied weights: one copy, shared as in the model
                     return seen[key]
                 buf = self._buffer(path, src)

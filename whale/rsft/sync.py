@@ -54,7 +54,7 @@ from safetensors.torch import save_file
 
 from whale.core import layout
 from whale.inference.vllm_control import VLLMControl, WeightSyncError
-from whale.rsft.checkpoint_writer import HostSnapshot
+from whale.rsft.checkpoint_writer import HostSnapshot, TensorIdentity, tensor_identity
 
 __all__ = [
     "ServingFolderWriter",
@@ -84,17 +84,22 @@ def serving_state(
     """``model``'s state dict in ``dtype`` (None: as it is). Tensors shared in the model (tied
     embeddings) stay shared. With ``host``, tensors on a device are copied into its host buffers
     (pinned and reused across calls on a GPU; one synchronize); tensors on the CPU are not copied."""
-    cast: dict[tuple[Any, ...], torch.Tensor] = {}
+    cast: dict[TensorIdentity, torch.Tensor] = {}
     state: dict[str, torch.Tensor] = {}
     for name, tensor in model.state_dict().items():
-        key = (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape))
+        key = tensor_identity(tensor)
         if key not in cast:
-            src = tensor.detach()
-            cast[key] = src.to(dtype) if dtype is not None and src.is_floating_point() else src
+            cast[key] = _in_serving_dtype(tensor, dtype)
         state[name] = cast[key]
     if host is not None and any(t.device.type != "cpu" for t in state.values()):
         state = host.copy(state)
     return state
+
+
+def _in_serving_dtype(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """A floating-point tensor cast to ``dtype`` (None: as it is); integer buffers stay as they are."""
+    src = tensor.detach()
+    return src.to(dtype) if dtype is not None and src.is_floating_point() else src
 
 
 def save_for_serving(
@@ -264,16 +269,15 @@ def ipc_chunks(
     ``dtype``, contiguous, on the model's device). A tensor shared in the model (tied embeddings) is sent once,
     under its first name (``model.embed_tokens.weight``; the server ties ``lm_head`` itself). Each chunk's
     tensors are made when it is taken, so only one chunk's copies exist at a time."""
-    seen: set[tuple[int, torch.dtype, tuple[int, ...]]] = set()
+    seen: set[TensorIdentity] = set()
     chunk: list[tuple[str, torch.Tensor]] = []
     size = 0
     for name, tensor in model.state_dict().items():
-        key = (tensor.data_ptr(), tensor.dtype, tuple(tensor.shape))
+        key = tensor_identity(tensor)
         if tensor.numel() and key in seen:
             continue
         seen.add(key)
-        src = tensor.detach()
-        out = (src.to(dtype) if dtype is not None and src.is_floating_point() else src).contiguous()
+        out = _in_serving_dtype(tensor, dtype).contiguous()
         chunk.append((name, out))
         size += out.numel() * out.element_size()
         if size >= chunk_bytes:
