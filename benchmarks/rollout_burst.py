@@ -37,7 +37,7 @@ for _path in (HERE.parent, HERE):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from runtime_throughput import HARNESS, CountDomain, burst_shape, fixed_latency_server  # noqa: E402
+from runtime_throughput import HARNESS, CountDomain, burst_shape, fixed_latency_server, send_all  # noqa: E402
 
 from whale.harness.process import HarnessPool  # noqa: E402
 from whale.harness.runner import EpisodeRunner, RunnerConfig  # noqa: E402
@@ -69,7 +69,7 @@ class RecordingClient(InferenceClient):
         start = time.perf_counter()
         result = await self.inner.chat(messages, sampling, n, tools)
         self.spans.append((start, time.perf_counter()))
-        self.calls.append({"messages": sent, "n": n, "tools": tools})
+        self.calls.append({"messages": sent, "sampling": sampling, "n": n, "tools": tools})
         return result
 
     async def aclose(self) -> None:
@@ -96,21 +96,11 @@ def summary(label: str, spans: list[tuple[float, float]], wall: float, completio
 async def replay(url: str, calls: list[dict[str, Any]], pool: int) -> tuple[list[tuple[float, float]], float, int]:
     """The calls again, all at once, through the same client library and pool size."""
     client = OpenAIClient(url, model="fixed-latency", max_connections=pool)
-    spans: list[tuple[float, float]] = []
-
-    async def one(c: dict[str, Any]) -> int:
-        start = time.perf_counter()
-        result = await client.chat(c["messages"], SAMPLING, c["n"], c["tools"])
-        spans.append((start, time.perf_counter()))
-        return len(result.completions)
-
     try:
-        start = time.perf_counter()
-        completions = sum(await asyncio.gather(*(one(c) for c in calls)))
-        wall = time.perf_counter() - start
+        results, spans, wall = await send_all(client, calls)
     finally:
         await client.aclose()
-    return spans, wall, completions
+    return spans, wall, sum(len(r.completions) for r in results)
 
 
 def before(url: str, domain: CountDomain, items: list[dict[str, Any]], rollouts: int) -> dict[str, Any]:

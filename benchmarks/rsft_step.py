@@ -84,7 +84,7 @@ HERE = Path(__file__).resolve().parent
 for _path in (HERE.parent / "domains", HERE.parent, HERE):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
-from runtime_throughput import burst_shape  # noqa: E402
+from runtime_throughput import burst_shape, send_all  # noqa: E402
 from sft_throughput import MODELS  # noqa: E402
 
 from whale.core import layout  # noqa: E402
@@ -637,13 +637,6 @@ def server_replay(
     async def replay() -> list[tuple[int, int, float, list[tuple[float, float]]]]:
         client = OpenAIClient(base_url, model=model, api_key=api_key, max_connections=max(16, len(calls)))
         passes = []
-
-        async def one(c: dict[str, Any], spans: list[tuple[float, float]]) -> Any:
-            start = time.perf_counter()
-            result = await client.chat(c["messages"], c["sampling"], c["n"], c["tools"])
-            spans.append((start, time.perf_counter()))
-            return result
-
         try:
             for name in ("warm-up", "timed"):
                 if name == "timed" and cold_cache:
@@ -652,10 +645,7 @@ def server_replay(
                         control.reset_prefix_cache()
                     finally:
                         control.close()
-                spans: list[tuple[float, float]] = []
-                start = time.perf_counter()
-                results = await asyncio.gather(*(one(c, spans) for c in calls))
-                seconds = time.perf_counter() - start
+                results, spans, seconds = await send_all(client, calls)
                 completions = sum(len(r.completions) for r in results)
                 passes.append((sum(r.completion_tokens for r in results), completions, seconds, spans))
         finally:

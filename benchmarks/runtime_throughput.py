@@ -154,6 +154,24 @@ def burst_shape(spans: list[tuple[float, float]]) -> dict[str, float]:
     }
 
 
+async def send_all(
+    client: OpenAIClient, calls: list[dict[str, Any]]
+) -> tuple[list[Any], list[tuple[float, float]], float]:
+    """Every recorded call (``messages``, ``sampling``, ``n``, ``tools``) sent at once through ``client``: the
+    results in order, each call's in-flight span (for :func:`burst_shape`) and the wall seconds of them all."""
+    spans: list[tuple[float, float]] = []
+
+    async def one(c: dict[str, Any]) -> Any:
+        start = time.perf_counter()
+        result = await client.chat(c["messages"], c["sampling"], c["n"], c["tools"])
+        spans.append((start, time.perf_counter()))
+        return result
+
+    start = time.perf_counter()
+    results = await asyncio.gather(*(one(c) for c in calls))
+    return list(results), spans, time.perf_counter() - start
+
+
 def wait_ready(url: str, timeout_s: float = 60.0) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
