@@ -90,8 +90,10 @@ def run_arm(
         if arm == "colocated":
             extra.append("--enable-sleep-mode")
         if ipc:  # what the operator renders for weightSync cudaIpc
-            extra += ["--weight-transfer-config", json.dumps({"backend": "ipc"})]
-            os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
+            from whale.inference.vllm_control import IPC_WEIGHT_TRANSFER_ARGS, IPC_WEIGHT_TRANSFER_ENV
+
+            extra += IPC_WEIGHT_TRANSFER_ARGS
+            os.environ.update(IPC_WEIGHT_TRANSFER_ENV)
         server = Server(model_dir, port, workdir / "vllm.log", extra)
         # the trainer's CUDA context already exists: only the server's process sees this
         before = os.environ.get("CUDA_VISIBLE_DEVICES")

@@ -47,7 +47,7 @@ import torch
 
 from whale.inference.base import SamplingParams
 from whale.inference.openai_http import OpenAIClient
-from whale.inference.vllm_control import VLLMControl
+from whale.inference.vllm_control import IPC_WEIGHT_TRANSFER_ARGS, IPC_WEIGHT_TRANSFER_ENV, VLLMControl
 from whale.inference.weight_sync import WeightSyncer
 from whale.rsft.sync import StoreSync, VLLMIpcSync, VLLMReloadSync, save_for_serving
 from whale.store import open_store
@@ -256,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
 
     vllm_args = list(args.vllm_arg)
     if args.ipc_repeats > 0:  # what the operator renders for weightSync cudaIpc
-        vllm_args += ["--weight-transfer-config", json.dumps({"backend": "ipc"})]
-        os.environ["VLLM_ALLOW_INSECURE_SERIALIZATION"] = "1"
+        vllm_args += IPC_WEIGHT_TRANSFER_ARGS
+        os.environ.update(IPC_WEIGHT_TRANSFER_ENV)
     server = Server(base, args.port, args.work / "vllm.log", vllm_args)
     client = httpx.Client()
 

@@ -36,6 +36,7 @@ from whale.core.protocol import PhaseKind, PhaseRequest
 from whale.core.spec import API_GROUP, API_VERSION, KIND, PodPlacement, Resources, Toleration, WhaleRunSpec
 from whale.domain import ToolService
 from whale.harness.launch import HARNESS_HOST_ENV, HARNESS_TOKEN_ENV
+from whale.inference.vllm_control import IPC_WEIGHT_TRANSFER_ARGS, IPC_WEIGHT_TRANSFER_ENV
 from whale_operator import names
 
 Manifest = dict[str, Any]
@@ -1157,7 +1158,7 @@ def colocated_vllm_args(spec: WhaleRunSpec) -> list[str]:
     args[args.index("--host") + 1] = "127.0.0.1"
     args.append("--enable-sleep-mode")
     if spec.inference.weight_sync == "cudaIpc":
-        args += ["--weight-transfer-config", json.dumps({"backend": "ipc"})]
+        args += IPC_WEIGHT_TRANSFER_ARGS
     return args
 
 
@@ -1284,7 +1285,7 @@ def colocated_train_job(
     # weightSync cudaIpc: the server unpickles the trainer's CUDA IPC handles (vLLM's HTTP transport of them);
     # only this pod reaches its port (the trainer on loopback: the server is no Service's endpoint)
     ipc = spec.inference.weight_sync == "cudaIpc"
-    ipc_env = [{"name": "VLLM_ALLOW_INSECURE_SERIALIZATION", "value": "1"}] if ipc else []
+    ipc_env = [{"name": k, "value": v} for k, v in IPC_WEIGHT_TRANSFER_ENV.items()] if ipc else []
     vllm: dict[str, Any] = {
         "name": "vllm",
         "image": img.vllm,

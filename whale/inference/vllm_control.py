@@ -57,6 +57,13 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
+#: what a vLLM server needs to take weights over CUDA IPC (``inference.weightSync: cudaIpc``,
+#: ``whale.rsft.sync.VLLMIpcSync``): its IPC weight-transfer engine, and leave to unpickle the handles (vLLM's
+#: HTTP transport of them). The operator's colocated pod and the benchmarks start the server with both.
+IPC_WEIGHT_TRANSFER_ARGS = ("--weight-transfer-config", '{"backend": "ipc"}')
+IPC_WEIGHT_TRANSFER_ENV = {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
+
+
 class WeightSyncError(RuntimeError):
     """The inference server did not take the new weights; the message says what to check."""
 
@@ -116,9 +123,11 @@ class VLLMControl:
         if response.status_code >= 400:
             hint = ""
             if path in ("/start_weight_update", "/update_weights", "/finish_weight_update"):
+                flags = " ".join(IPC_WEIGHT_TRANSFER_ARGS[:1] + (f"'{IPC_WEIGHT_TRANSFER_ARGS[1]}'",))
+                env = " ".join(f"{k}={v}" for k, v in IPC_WEIGHT_TRANSFER_ENV.items())
                 hint = (
-                    ' (weightSync cudaIpc: start vLLM with --weight-transfer-config \'{"backend": "ipc"}\' and '
-                    "VLLM_ALLOW_INSECURE_SERIALIZATION=1, on the trainer's GPU, in its PID namespace)"
+                    f" (weightSync cudaIpc: start vLLM with {flags} and {env}, on the trainer's GPU, in its PID "
+                    "namespace)"
                 )
             raise WeightSyncError(f"weight sync: {url} answered {response.status_code}: {response.text[:500]}{hint}")
         return response.json() if response.content else None
