@@ -139,7 +139,7 @@ def sampler(
         trajectories = s.sample(items, list(range(len(items))), rollouts, seed=0)
         wall = time.perf_counter() - start
     assert len(trajectories) == len(items) * rollouts
-    return {"client": client, "wall": wall, "processes": len(s._process.workers) if s._process else None}
+    return {"client": client, "wall": wall, "processes": len(s._pool.workers) if s._pool else None}
 
 
 def measure(url: str, harness: Path, prompts: int, rollouts: int, processes: int | None) -> list[dict[str, Any]]:

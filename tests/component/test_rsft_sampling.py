@@ -22,7 +22,7 @@ def test_an_items_rollouts_share_one_first_request_and_each_takes_its_own_sample
     # then guess 7 with one request each
     client = ScriptedClient([guess(7), guess(1), guess(2), guess(7), guess(7)])
     with HarnessSampler(domain, domain.h0_path(), client, SamplingParams(max_tokens=8), processes=2) as sampler:
-        assert len(sampler._process.workers) == 2  # the pool, not one process
+        assert len(sampler._pool.workers) == 2  # the pool, not one process
         trajectories = sampler.sample(domain.items, [0], rollouts=3, seed=0)
 
     first_prompts = [p for p in client.prompts if len(p) == 2]  # system + the first user turn
@@ -47,5 +47,5 @@ def test_a_harness_that_fails_to_start_leaves_no_process(tmp_path) -> None:
     sampler = HarnessSampler(domain, broken, ScriptedClient([]), SamplingParams(max_tokens=8), processes=2)
     with pytest.raises(HarnessError, match="no harness here"), sampler:
         pass
-    assert sampler._process is not None
-    assert all(w._proc is None or w._proc.returncode is not None for w in sampler._process.workers)
+    assert sampler._pool is not None
+    assert all(w._proc is None or w._proc.returncode is not None for w in sampler._pool.workers)

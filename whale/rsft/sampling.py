@@ -99,23 +99,23 @@ class HarnessSampler:
         self.on_episode: Callable[[Episode], None] | None = None
         self._loop = asyncio.new_event_loop()
         self.processes = processes
-        self._process: HarnessPool | None = None
+        self._pool: HarnessPool | None = None
         self._tools: list[dict[str, Any]] | None = None
 
     def __enter__(self) -> HarnessSampler:
-        self._process = HarnessPool(self.harness_path, self.domain.allowed_imports, self.limits, self.processes)
+        self._pool = HarnessPool(self.harness_path, self.domain.allowed_imports, self.limits, self.processes)
         try:
-            info = self._loop.run_until_complete(self._process.start())
+            info = self._loop.run_until_complete(self._pool.start())
         except BaseException:
-            self._loop.run_until_complete(self._process.aclose())  # the workers that did start
+            self._loop.run_until_complete(self._pool.aclose())  # the workers that did start
             raise
         self._tools = info.tools or None
         return self
 
     def __exit__(self, *exc: object) -> None:
         try:
-            if self._process is not None:
-                self._loop.run_until_complete(self._process.__aexit__(None, None, None))
+            if self._pool is not None:
+                self._loop.run_until_complete(self._pool.__aexit__(None, None, None))
             self._loop.run_until_complete(self.client.aclose())
         finally:
             self._loop.close()
@@ -123,9 +123,9 @@ class HarnessSampler:
     def sample(
         self, items: Sequence[dict[str, Any]], prompt_indices: Sequence[int], rollouts: int, seed: int
     ) -> list[Trajectory]:
-        if self._process is None:
+        if self._pool is None:
             raise RuntimeError("HarnessSampler must be entered (with ...) before sampling")
-        runner = EpisodeRunner(self.domain, self._process, self.client, self.sampling, self.config)
+        runner = EpisodeRunner(self.domain, self._pool, self.client, self.sampling, self.config)
         episodes = self._loop.run_until_complete(runner.run(list(items), k=rollouts, on_episode=self.on_episode))
         errors = [e for e in episodes if e.end == EndReason.ERROR]
         if episodes and len(errors) == len(episodes):
