@@ -10,7 +10,8 @@ synthetic domain for ``--steps`` steps (the phase's end checkpoints, as at an ev
   collation       trajectories -> token sequences (``WeightPhase.encode``) and micro-batches -> tensors
                   (``collate_tensors``, CUDA-synchronised)
   sft             ``SFTTrainer.train`` minus its collation: forward, backward, optimiser
-  sync            weight sync to the sampler (in-process: none; vLLM: bf16 write + reload)
+  sync            weight sync to the sampler (in-process: none; vLLM: bf16 write + reload, or CUDA IPC)
+  sleep_wake      colocated placement: the server's /sleep before and /wake_up after each SFT update
   checkpoint      what the trainer waits for at a checkpoint (``WeightPhase.save``): the whole write of the
                   checkpoint and the resume state, or with ``rsft.asyncCheckpoint`` (the default; off with
                   ``--sync-checkpoint``) the host snapshot only, the write going on in the background
@@ -467,10 +468,11 @@ def instrument(timers: Timers, calls: list[dict[str, Any]], held: dict[str, Any]
     import whale.workloads.train as train_module
     from whale.inference.openai_http import OpenAIClient
     from whale.inference.transformers_backend import TransformersClient
+    from whale.inference.vllm_control import VLLMControl
     from whale.rsft.checkpoint_writer import CheckpointWriter
     from whale.rsft.phase import WeightPhase
     from whale.rsft.sampling import HarnessSampler
-    from whale.rsft.sync import SharedModelSync, StoreSync, VLLMReloadSync
+    from whale.rsft.sync import SharedModelSync, StoreSync, VLLMIpcSync, VLLMReloadSync
     from whale.rsft.trainer import SFTTrainer
 
     timers.wrap(train_module, "load_for_training", "startup", keep=lambda r: held.update(model=r[0], tokenizer=r[1]))
@@ -481,8 +483,10 @@ def instrument(timers: Timers, calls: list[dict[str, Any]], held: dict[str, Any]
     timers.wrap(WeightPhase, "encode", "encode")
     timers.wrap(trainer_module, "collate_tensors", "collate", cuda_sync=True)
     timers.wrap(SFTTrainer, "train", "train")
-    for cls in (SharedModelSync, VLLMReloadSync, StoreSync):
+    for cls in (SharedModelSync, VLLMReloadSync, VLLMIpcSync, StoreSync):
         timers.wrap(cls, "sync", "sync")
+    timers.wrap(VLLMControl, "sleep", "sleep_wake")  # colocated: around each SFT update
+    timers.wrap(VLLMControl, "wake_up", "sleep_wake")
     timers.wrap(WeightPhase, "save", "checkpoint")
     timers.wrap(CheckpointWriter, "wait", "checkpoint_wait")
     timers.wrap(TransformersClient, "from_pretrained", "eval_load")
@@ -511,6 +515,9 @@ def breakdown(timeline: Timeline, gpu: GpuBusy, eval_window: tuple[float, float]
             "sync": timeline.total("sync", window),
             "checkpoint": timeline.total("checkpoint", window),
             "checkpoint_wait": _outside(timeline.named("checkpoint_wait", window), timeline.named("checkpoint")),
+            # colocated placement's sleep before and wake after each SFT update (a level-2 wake of the KV
+            # cache after the sync is the sync's)
+            "sleep_wake": _outside(timeline.named("sleep_wake", window), timeline.named("sync")),
         }
         wall = window[1] - window[0]
         parts["other"] = wall - sum(parts.values())

@@ -34,7 +34,8 @@ Variants (``--variants``):
   *-fixed-compile  packed by tokens (rsft.packTokens = --seq x micro): each row filled with up to that many
               tokens (longest first, first fit), padded to its rung capped at packTokens, so most rows share
               one width; the number of sequences per row varies (var-pack-flex-fixed-compile,
-              var-pack-varlen-fixed-compile)
+              var-pack-varlen-fixed-compile); var-pack-flex-fixed-compile-tuned: the same with the flex
+              kernels' block sizes autotuned (inductor max_autotune, matmuls left to ATen)
 
 GPU (one H200)::
 
@@ -112,6 +113,8 @@ class Variant:
     attention: Literal["sdpa", "flex", "flash", "varlen"] = "sdpa"
     #: rsft.packTokens = --seq x micro (rows filled by tokens) instead of micro sequences per row
     fill_rows: bool = False
+    #: autotune the compiled flex-attention kernels (inductor's max_autotune, matmuls left to ATen)
+    flex_autotune: bool = False
 
 
 def variants(micro: int, micro_gc: int) -> dict[str, Variant]:
@@ -149,6 +152,18 @@ def variants(micro: int, micro_gc: int) -> dict[str, Variant]:
             padding="bucket",
             attention="flex",
             fill_rows=True,
+        ),
+        "var-pack-flex-fixed-compile-tuned": Variant(
+            "var-pack-flex-fixed-compile-tuned",
+            True,
+            True,
+            False,
+            micro,
+            compile=True,
+            padding="bucket",
+            attention="flex",
+            fill_rows=True,
+            flex_autotune=True,
         ),
         "var-pack-varlen-fixed-compile": Variant(
             "var-pack-varlen-fixed-compile",
@@ -253,6 +268,18 @@ def compiled_graphs() -> int:
 
 
 def run_variant(args: argparse.Namespace, v: Variant, device: torch.device) -> dict:
+    if not v.flex_autotune:
+        return _run_variant(args, v, device)
+    import torch._inductor.config as inductor_config
+
+    torch._dynamo.reset()  # graphs of an earlier variant were compiled without autotuning
+    with inductor_config.patch(max_autotune=True, max_autotune_gemm_backends="ATEN"):
+        result = _run_variant(args, v, device)
+    torch._dynamo.reset()
+    return result
+
+
+def _run_variant(args: argparse.Namespace, v: Variant, device: torch.device) -> dict:
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
     mcfg = MODELS[args.model]

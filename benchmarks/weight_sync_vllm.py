@@ -218,6 +218,11 @@ def main(argv: list[str] | None = None) -> int:
         "--tokenizer", required=True, type=Path, help="a tokenizer folder (its vocabulary sizes the model)"
     )
     parser.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "whale-wsync")
+    parser.add_argument(
+        "--keep-work",
+        action="store_true",
+        help="keep --work (model folders, sync slots, the store: several GB at 1.7 B) instead of removing it at the end",
+    )
     parser.add_argument("--layers", type=int, default=SHAPE["num_hidden_layers"])
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--repeats", type=int, default=2)
@@ -363,6 +368,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"checks: {len(checks)}, all agree: {results['all_checks_pass']}")
         if args.json:
             args.json.write_text(json.dumps(results, indent=2))
+        if not args.keep_work:  # a benchmark run after this one on the same disk needs the room
+            shutil.rmtree(args.work, ignore_errors=True)
     return 0 if results["all_checks_pass"] and "error" not in results else 1
 
 
