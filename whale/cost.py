@@ -108,6 +108,8 @@ class Figures:
     checkpoint_s: Figure
     checkpoint_snapshot_s: Figure
     colocated_sleep_wake_s: Figure
+    ipc_sync_s: Figure
+    colocated_ipc_sleep_wake_s: Figure
 
     def all(self) -> dict[str, Figure]:
         return {name: getattr(self, name) for name in self.__dataclass_fields__ if name != "gpu"}
@@ -180,6 +182,24 @@ H200 = Figures(
         QWEN3_1_7B_PARAMETERS,
         plus=(("arms", 0, "steps", 1, "seconds", "sync"),),
         minus=(("arms", 1, "steps", 1, "seconds", "sft"), ("arms", 1, "steps", 1, "seconds", "sync")),
+    ),
+    ipc_sync_s=Figure(
+        0.21052500500002225,
+        "s",
+        "VLLMIpcSync (weightSync cudaIpc): bf16 weights over CUDA IPC into the colocated server, per RSFT step "
+        "(the ordinary step 2 of a long-reply step)",
+        "colocated_step_h200_colocated_ipc_long.json",
+        ("arms", 0, "steps", 1, "seconds", "sync"),
+        QWEN3_1_7B_PARAMETERS,
+    ),
+    colocated_ipc_sleep_wake_s=Figure(
+        0.3367025210000065,
+        "s",
+        "colocated vLLM sleep + wake around the SFT update, timed on their own, with the CUDA IPC sync (the "
+        "ordinary step 2 of a long-reply step, sleep level 1)",
+        "colocated_step_h200_colocated_ipc_long.json",
+        ("arms", 0, "steps", 1, "seconds", "sleep_wake"),
+        QWEN3_1_7B_PARAMETERS,
     ),
 )
 
@@ -378,9 +398,11 @@ def estimate(
     step_gen = generation_s(per_step)
     step_sft = kept_tokens / (sft_rate * max(train_gpus, 1))
     syncs = total_steps and placement in (Placement.SEPARATE, Placement.COLOCATED)
-    step_sync = _scaled_seconds(figures.weight_sync_s, n) if syncs else 0.0
+    ipc = spec.inference.weight_sync == "cudaIpc"
+    step_sync = _scaled_seconds(figures.ipc_sync_s if ipc else figures.weight_sync_s, n) if syncs else 0.0
     colocated_steps = total_steps and placement is Placement.COLOCATED
-    step_sleep_wake = _scaled_seconds(figures.colocated_sleep_wake_s, n) if colocated_steps else 0.0
+    sleep_wake_fig = figures.colocated_ipc_sleep_wake_s if ipc else figures.colocated_sleep_wake_s
+    step_sleep_wake = _scaled_seconds(sleep_wake_fig, n) if colocated_steps else 0.0
     step_wall = step_gen + step_sync + step_sft + step_sleep_wake
     weight_held = (train_gpus + (inference_gpus if placement is Placement.SEPARATE else 0)) if total_steps else 0
     counts = plan.get("counts", {})
@@ -439,8 +461,8 @@ def estimate(
             "its whole wall time",
             Placement.COLOCATED: f"a weight phase holds the {train_gpus} trainer GPUs only: vLLM generates on "
             f"{tp} of them (tensorParallelSize) and sleeps during SFT, sleep/wake {step_sleep_wake:,.1f} s a "
-            f"step (measured {figures.colocated_sleep_wake_s.value:,.1f} s at "
-            f"{fmt_parameters(figures.colocated_sleep_wake_s.parameters)}, sleep level 1, x N / N_measured); "
+            f"step (measured {sleep_wake_fig.value:,.1f} s at "
+            f"{fmt_parameters(sleep_wake_fig.parameters)}, sleep level 1, x N / N_measured); "
             f"harness and eval phases on the vLLM Deployment's {tp} GPU{'s' if tp != 1 else ''}, which the operator "
             "scales to 0 during the weight phases (a vLLM start per phase that needs it again: not counted)",
             Placement.IN_PROCESS: "the trainer generates in process on its own GPUs (transformers rate)",
@@ -460,10 +482,10 @@ def estimate(
     ]
     if train_gpus == 0:
         notes.append("train.gpusPerNode is 0: a CPU run, no GPU-hours")
-    if spec.inference.weight_sync == "cudaIpc" and syncs:
+    if ipc and syncs:
         notes.append(
-            f"weightSync cudaIpc is not measured yet: its sync is priced as the folder's, {step_sync:,.1f} s a step "
-            "(likely an upper bound: no file is written or read)"
+            f"weightSync cudaIpc: sync {step_sync:,.2f} s a step (measured {figures.ipc_sync_s.value:,.2f} s at "
+            f"{fmt_parameters(figures.ipc_sync_s.parameters)}, no file), sleep/wake timed on their own"
         )
     upper = (
         default_tokens

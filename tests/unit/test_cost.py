@@ -36,6 +36,8 @@ ROUND = Figures(
     checkpoint_s=fig(10),
     checkpoint_snapshot_s=fig(1),
     colocated_sleep_wake_s=fig(5),
+    ipc_sync_s=fig(0.25),
+    colocated_ipc_sleep_wake_s=fig(0.5),
 )
 
 
@@ -124,9 +126,12 @@ def test_colocated_and_in_process_hold_only_the_trainer_gpus():
         Assumptions(prompt_tokens=0, acceptance=0.5, tokens_per_episode=1000, proposer_seconds=0),
         ROUND,
     )
-    # not measured: priced as the folder sync, and said so
-    assert ipc.step == colocated.step
-    assert any("weightSync cudaIpc is not measured yet" in a and "6.0 s a step" in a for a in ipc.assumptions)
+    # its own measured sync and sleep/wake (x N / N_measured = 2), everything else as the folder sync's
+    assert ipc.step["sync"] == pytest.approx(0.5) and ipc.step["sleepWake"] == pytest.approx(1)
+    assert ipc.step["generation"] == colocated.step["generation"] and ipc.step["sft"] == colocated.step["sft"]
+    assert ipc.step["wall"] == pytest.approx(16 + 0.5 + 2 + 1)
+    assert any("weightSync cudaIpc: sync 0.50 s a step" in a for a in ipc.assumptions)
+    assert any("sleep/wake 1.0 s a step" in a for a in ipc.assumptions)
     wide = estimate(
         PLAN,
         small_spec(inference={"backend": "vllm", "placement": "colocated", "tensorParallelSize": 2}),
