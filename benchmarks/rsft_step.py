@@ -536,6 +536,7 @@ def breakdown(timeline: Timeline, gpu: GpuBusy, eval_window: tuple[float, float]
             wall += eval_wall
             busy_window = (window[0], eval_window[1])
         chats = timeline.named("chat", window)
+        samples = timeline.named("sample", window)
         tokens = sum(i.data.get("tokens", 0) for i in chats)
         completions = sum(i.data.get("completions", 0) for i in chats)
         overhead = wall - generation - parts["sft"] - eval_generation
@@ -557,6 +558,9 @@ def breakdown(timeline: Timeline, gpu: GpuBusy, eval_window: tuple[float, float]
                 "truncated": sum(i.data.get("truncated", 0) for i in chats),
                 "requests": len(chats),
                 "calls": burst_shape([(i.start, i.end) for i in chats]),
+                # where "reward" (sampling outside model calls) lies: before the first call, after the last
+                "sample_head_s": min(i.start for i in chats) - samples[0].start if chats and samples else 0.0,
+                "sample_tail_s": samples[-1].end - max(i.end for i in chats) if chats and samples else 0.0,
                 "overhead_s": overhead,
                 "overhead_share": overhead / wall if wall else 0.0,
                 "gpu_busy": gpu.mean(*busy_window),
@@ -962,7 +966,10 @@ def print_report(report: dict[str, Any]) -> None:
             f"GPU busy {'n/a' if busy is None else f'{100 * busy:.1f} %'}; "
             f"non-generation overhead {100 * step['overhead_share']:.1f} % (target <= 5 %)"
         )
-        print(f"  model calls: {step['requests']} requests, {_shape_text(step['calls'])}")
+        print(
+            f"  model calls: {step['requests']} requests, {_shape_text(step['calls'])}; sampling before the first "
+            f"{step['sample_head_s']:.2f} s, after the last {step['sample_tail_s']:.2f} s"
+        )
     c = report["ceiling"]
     ratio = report["generation_vs_ceiling"]
     share = "n/a" if ratio is None else f"{100 * ratio:.1f} %"

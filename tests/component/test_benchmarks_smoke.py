@@ -151,7 +151,7 @@ def test_rsft_step_splits_a_whole_step_through_the_workload(tmp_path, reply_toke
         assert report["meta"]["args"]["max_tokens"] == reply_tokens + 16
         assert all(s["mean_completion_tokens"] > 12 for s in steps)
     assert [s["step"] for s in steps] == [1, 2]
-    main = ("generation", "reward", "collation", "sft", "sync", "checkpoint", "checkpoint_wait", "other")
+    main = ("generation", "reward", "collation", "sft", "sync", "checkpoint", "checkpoint_wait", "sleep_wake", "other")
     for step in steps:
         seconds = step["seconds"]
         total = sum(seconds[k] for k in main) + seconds.get("evaluation", 0.0)
@@ -159,6 +159,10 @@ def test_rsft_step_splits_a_whole_step_through_the_workload(tmp_path, reply_toke
         assert all(seconds[k] >= 0 for k in ("generation", "collation", "sft", "sync", "checkpoint", "checkpoint_wait"))
         assert seconds["generation"] > 0 and step["generated_tokens"] > 0
         assert 0 < step["overhead_share"] < 1
+        assert seconds["sleep_wake"] == 0.0  # the in-process backend has no server to put to sleep
+        # sampling outside the model calls: before the first and after the last are part of it
+        assert step["sample_head_s"] >= 0 and step["sample_tail_s"] >= 0
+        assert step["sample_head_s"] + step["sample_tail_s"] <= seconds["reward"] + 1e-6
     last = steps[-1]
     assert last["seconds"]["checkpoint"] > 0 and last["seconds"]["evaluation"] > 0  # the evaluation-point step
     assert steps[0]["seconds"]["checkpoint"] == 0.0  # an ordinary step saves nothing
