@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import socket
 import subprocess
@@ -73,6 +74,8 @@ class ForbiddenStore:
 
 
 def _rank_main(rank: int, world: int, port: int, store_root: str, out_dir: str) -> None:
+    # a rank that aborts (a rare SIGABRT in gloo's teardown, once in CI) prints every thread's Python stack
+    faulthandler.enable()
     os.environ.update(
         RANK=str(rank),
         LOCAL_RANK=str(rank),
