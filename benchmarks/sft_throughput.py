@@ -118,6 +118,12 @@ class Variant:
 
 
 def variants(micro: int, micro_gc: int) -> dict[str, Variant]:
+    #: packed by tokens (*-fixed-compile): name, attention, flex kernels autotuned
+    filled_rows: tuple[tuple[str, Literal["flex", "varlen"], bool], ...] = (
+        ("var-pack-flex-fixed-compile", "flex", False),
+        ("var-pack-flex-fixed-compile-tuned", "flex", True),
+        ("var-pack-varlen-fixed-compile", "varlen", False),
+    )
     return {
         "fixed": Variant("fixed", False, False, False, micro),
         "fixed-gc": Variant("fixed-gc", False, False, True, micro_gc),
@@ -142,40 +148,21 @@ def variants(micro: int, micro_gc: int) -> dict[str, Variant]:
         "var-pack-varlen-compile": Variant(
             "var-pack-varlen-compile", True, True, False, micro, compile=True, padding="bucket", attention="varlen"
         ),
-        "var-pack-flex-fixed-compile": Variant(
-            "var-pack-flex-fixed-compile",
-            True,
-            True,
-            False,
-            micro,
-            compile=True,
-            padding="bucket",
-            attention="flex",
-            fill_rows=True,
-        ),
-        "var-pack-flex-fixed-compile-tuned": Variant(
-            "var-pack-flex-fixed-compile-tuned",
-            True,
-            True,
-            False,
-            micro,
-            compile=True,
-            padding="bucket",
-            attention="flex",
-            fill_rows=True,
-            flex_autotune=True,
-        ),
-        "var-pack-varlen-fixed-compile": Variant(
-            "var-pack-varlen-fixed-compile",
-            True,
-            True,
-            False,
-            micro,
-            compile=True,
-            padding="bucket",
-            attention="varlen",
-            fill_rows=True,
-        ),
+        **{
+            name: Variant(
+                name,
+                True,
+                True,
+                False,
+                micro,
+                compile=True,
+                padding="bucket",
+                attention=attention,
+                fill_rows=True,
+                flex_autotune=tuned,
+            )
+            for name, attention, tuned in filled_rows
+        },
         "var-longest": Variant("var-longest", True, False, False, micro, padding="longest"),
         "var-bucket": Variant("var-bucket", True, False, False, micro, padding="bucket"),
         "var-longest-compile": Variant(
