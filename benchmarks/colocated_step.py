@@ -87,7 +87,7 @@ def run_arm(
             "--max-model-len",
             str(max_model_len),
         ]
-        if arm == "colocated":
+        if arm == "colocated" and sleep_level:  # what the operator renders (level 0: it never sleeps)
             extra.append("--enable-sleep-mode")
         if ipc:  # what the operator renders for weightSync cudaIpc
             from whale.inference.vllm_control import IPC_WEIGHT_TRANSFER_ARGS, IPC_WEIGHT_TRANSFER_ENV
@@ -146,7 +146,9 @@ def parse(argv: list[str] | None = None) -> tuple[argparse.ArgumentParser, argpa
         default=0.35,
         help="inference.colocatedGpuMemoryUtilization of the colocated server",
     )
-    parser.add_argument("--sleep-level", type=int, choices=[1, 2], default=1, help="inference.sleepLevel")
+    parser.add_argument(
+        "--sleep-level", type=int, choices=[0, 1, 2], default=1, help="inference.sleepLevel (0: never sleeps)"
+    )
     parser.add_argument("--json", type=Path, help="write the report here")
     parser.add_argument(
         "--weight-sync",

@@ -400,7 +400,7 @@ def estimate(
     syncs = total_steps and placement in (Placement.SEPARATE, Placement.COLOCATED)
     ipc = spec.inference.weight_sync == "cudaIpc"
     step_sync = _scaled_seconds(figures.ipc_sync_s if ipc else figures.weight_sync_s, n) if syncs else 0.0
-    colocated_steps = total_steps and placement is Placement.COLOCATED
+    colocated_steps = total_steps and placement is Placement.COLOCATED and spec.inference.sleep_level > 0
     sleep_wake_fig = figures.colocated_ipc_sleep_wake_s if ipc else figures.colocated_sleep_wake_s
     step_sleep_wake = _scaled_seconds(sleep_wake_fig, n) if colocated_steps else 0.0
     step_wall = step_gen + step_sync + step_sft + step_sleep_wake
@@ -460,10 +460,15 @@ def estimate(
             Placement.SEPARATE: f"a weight phase holds {train_gpus} trainer + {inference_gpus} vLLM GPUs for "
             "its whole wall time",
             Placement.COLOCATED: f"a weight phase holds the {train_gpus} trainer GPUs only: vLLM generates on "
-            f"{tp} of them (tensorParallelSize) and sleeps during SFT, sleep/wake {step_sleep_wake:,.1f} s a "
-            f"step (measured {sleep_wake_fig.value:,.1f} s at "
-            f"{fmt_parameters(sleep_wake_fig.parameters)}, sleep level 1, x N / N_measured); "
-            f"harness and eval phases on the vLLM Deployment's {tp} GPU{'s' if tp != 1 else ''}, which the operator "
+            f"{tp} of them (tensorParallelSize) and "
+            + (
+                f"sleeps during SFT, sleep/wake {step_sleep_wake:,.1f} s a step (measured "
+                f"{sleep_wake_fig.value:,.1f} s at {fmt_parameters(sleep_wake_fig.parameters)}, sleep level 1, "
+                "x N / N_measured); "
+                if spec.inference.sleep_level
+                else "stays awake through SFT (sleepLevel 0: no sleep/wake; SFT has the GPU memory vLLM leaves); "
+            )
+            + f"harness and eval phases on the vLLM Deployment's {tp} GPU{'s' if tp != 1 else ''}, which the operator "
             "scales to 0 during the weight phases (a vLLM start per phase that needs it again: not counted)",
             Placement.IN_PROCESS: "the trainer generates in process on its own GPUs (transformers rate)",
             Placement.EXTERNAL: "generation on an external endpoint: its GPUs are not counted",

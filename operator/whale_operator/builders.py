@@ -1149,14 +1149,16 @@ def colocated_claim_name(run: RunRef, request: PhaseRequest) -> str:
 
 
 def colocated_vllm_args(spec: WhaleRunSpec) -> list[str]:
-    """``vllm serve`` arguments of the colocated server: its share of the GPUs, sleep mode, and with
-    ``weightSync: cudaIpc`` vLLM's IPC weight-transfer engine (``whale.rsft.sync.VLLMIpcSync``)."""
+    """``vllm serve`` arguments of the colocated server: its share of the GPUs, sleep mode (unless
+    ``sleepLevel: 0``: it never sleeps), and with ``weightSync: cudaIpc`` vLLM's IPC weight-transfer engine
+    (``whale.rsft.sync.VLLMIpcSync``)."""
     args = vllm_args(spec)
     at = args.index("--gpu-memory-utilization")
     args[at + 1] = str(spec.inference.colocated_gpu_memory_utilization)
     # only the trainer beside it calls this server (its dev-mode endpoints included): loopback, no other pod
     args[args.index("--host") + 1] = "127.0.0.1"
-    args.append("--enable-sleep-mode")
+    if spec.inference.sleep_level:
+        args.append("--enable-sleep-mode")
     if spec.inference.weight_sync == "cudaIpc":
         args += IPC_WEIGHT_TRANSFER_ARGS
     return args
@@ -1244,9 +1246,10 @@ def colocated_train_job(
     vLLM server on the same GPUs (verl's hybrid engine). The server is a native sidecar (an init
     container with ``restartPolicy: Always``: it is up, healthy and serving the phase's start weights,
     fetched by ``fetch-weights`` from the serving target, before the trainer starts, and the Job completes
-    when the trainer exits). It runs with ``--enable-sleep-mode`` and ``colocatedGpuMemoryUtilization``;
-    the trainer (``whale.rsft.colocated``) puts it to sleep during each SFT update and wakes it before the
-    next generation, and syncs weights through a shared folder (``VLLMReloadSync``), not the store. Both
+    when the trainer exits). It runs with ``--enable-sleep-mode`` (not at ``sleepLevel: 0``) and
+    ``colocatedGpuMemoryUtilization``; the trainer (``whale.rsft.colocated``) puts it to sleep during each SFT
+    update and wakes it before the next generation, and syncs weights through a shared folder
+    (``VLLMReloadSync``) or CUDA IPC (``VLLMIpcSync``), not the store. Both
     containers take the GPUs through one DRA claim (:func:`colocated_gpu_claim_template`, created with
     the Job). Pure, like every builder here; raises :class:`ColocatedPlacementError` naming the field."""
     _check_colocated(spec, request)

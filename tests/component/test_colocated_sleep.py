@@ -114,6 +114,24 @@ def test_level_2_wakes_the_weights_for_the_reload_then_the_kv_cache(tiny_qwen3, 
         assert server.asleep == set() and len(server.loaded) == 1
 
 
+def test_level_0_never_sleeps_and_only_syncs(tiny_qwen3, tmp_path):
+    """verl's free_cache_engine false: the server keeps its memory through the update."""
+    from whale.rsft.sync import VLLMReloadSync
+
+    model, tokenizer = tiny_qwen3
+    with running_vllm_double() as server:
+        stub = RecordingTrainer(server)
+        trainer, sync = colocate(
+            spec(placement="colocated", sleepLevel=0), stub, VLLMReloadSync(server.url, tmp_path / "sync"), server.url
+        )
+        assert trainer is stub  # no sleep wrapper
+        trainer.train(["a"], lr=1e-5, seed=1)
+        sync.sync(model, tokenizer, 1)
+        assert stub.asleep_during_update == [set()]  # awake while the trainer updated
+        assert paths(server) == ["/collective_rpc", "/reset_prefix_cache"]
+        assert server.loaded == [str(tmp_path / "sync" / "slot-1")]
+
+
 def test_a_reload_into_sleeping_weights_is_refused_by_the_double(tiny_qwen3, tmp_path):
     """What the wake-before-sync order prevents: the double refuses it, as a sleeping server would."""
     from whale.rsft.sync import VLLMReloadSync

@@ -70,6 +70,14 @@ def test_cuda_ipc_weight_sync_turns_on_vllms_ipc_engine_in_one_pid_namespace():
     assert args[args.index("--host") + 1] == "127.0.0.1"
 
 
+def test_a_server_that_never_sleeps_runs_without_sleep_mode():
+    for level, sleeps in ((0, False), (1, True), (2, True)):
+        spec = colocated(sleepLevel=level)
+        job = builders.colocated_train_job(RUN, spec, weight_request(spec), store_uri=STORE, tools=())
+        args = job["spec"]["template"]["spec"]["initContainers"][1]["args"]
+        assert ("--enable-sleep-mode" in args) is sleeps, level
+
+
 def test_the_loopback_probe_passes_on_a_healthy_server_and_fails_without_one():
     """The probe the kubelet runs in the vLLM container (python3 -c ...), against a real server on
     loopback at the server's port."""

@@ -132,6 +132,15 @@ def test_colocated_and_in_process_hold_only_the_trainer_gpus():
     assert ipc.step["wall"] == pytest.approx(16 + 0.5 + 2 + 1)
     assert any("weightSync cudaIpc: sync 0.50 s a step" in a for a in ipc.assumptions)
     assert any("sleep/wake 1.0 s a step" in a for a in ipc.assumptions)
+    awake = estimate(
+        PLAN,
+        small_spec(inference={"backend": "vllm", "placement": "colocated", "sleepLevel": 0}),
+        Assumptions(prompt_tokens=0, acceptance=0.5, tokens_per_episode=1000, proposer_seconds=0),
+        ROUND,
+    )
+    # sleepLevel 0: the server never sleeps, so no step pays a sleep and a wake
+    assert awake.step["sleepWake"] == 0 and awake.step["wall"] == pytest.approx(16 + 6 + 2)
+    assert any("stays awake through SFT (sleepLevel 0" in a for a in awake.assumptions)
     wide = estimate(
         PLAN,
         small_spec(inference={"backend": "vllm", "placement": "colocated", "tensorParallelSize": 2}),

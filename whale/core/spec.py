@@ -779,10 +779,12 @@ class Inference(_Model):
         description="colocated: vLLM --gpu-memory-utilization, its share of each trainer GPU while awake (the "
         "trainer's weights and optimiser state stay on the GPU: leave them the rest)",
     )
-    sleep_level: Annotated[int, Strict(), Field(ge=1, le=2)] = Field(
+    sleep_level: Annotated[int, Strict(), Field(ge=0, le=2)] = Field(
         1,
         description="colocated: vLLM /sleep level during SFT: 1 offloads the weights to host memory and drops the "
-        "KV cache; 2 drops both (the weight sync after SFT reloads the weights anyway)",
+        "KV cache; 2 drops both (the weight sync after SFT reloads the weights anyway); 0 never sleeps (verl's "
+        "free_cache_engine false): the server keeps its colocatedGpuMemoryUtilization share through SFT, so the "
+        "trainer must fit in the rest, and no step pays a sleep and a wake",
     )
 
     weight_sync: Literal["auto", "cudaIpc"] = Field(

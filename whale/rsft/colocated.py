@@ -13,7 +13,9 @@ other works. Colocated, one set of GPUs does both in turn; per RSFT step:
     POST /wake_up?tags=kv_cache         ... then the KV cache (verl's order: never both at once)
     generation of the next step
 
-A step that keeps no trajectory makes no update, so the server is not put to sleep. The trainer's own
+A step that keeps no trajectory makes no update, so the server is not put to sleep. With
+``inference.sleepLevel: 0`` it is never put to sleep (verl's ``free_cache_engine: false``): the server keeps its
+share of the GPU through SFT and only the weight sync remains. The trainer's own
 weights and optimiser state stay on the GPU throughout: the server's share while awake is
 ``inference.colocatedGpuMemoryUtilization``. The in-process transformers backend needs none of this: it
 generates with the very model it trains, on the same GPU (it is always colocated).
@@ -86,8 +88,8 @@ def colocate(spec: WhaleRunSpec, trainer: Any, sync: Any, base_url: str | None =
     sleeps during each update. ``base_url``: the server's OpenAI URL (default: the spec's HTTP backend's,
     ``$WHALE_INFERENCE_URL``); the in-process backend has no server and is returned unchanged."""
     inf = spec.inference
-    if inf.placement != "colocated":
-        return trainer, sync
+    if inf.placement != "colocated" or inf.sleep_level == 0:
+        return trainer, sync  # level 0: the server stays awake; the sync alone brings it the new weights
     if base_url is None:
         from whale.inference.factory import backend_kind, inference_url
 
