@@ -75,15 +75,21 @@ def test_a_server_without_sleep_mode_fails_naming_the_flag():
             VLLMControl(server.url).sleep(1)
 
 
-def test_level_1_sleeps_during_the_update_and_wakes_before_the_sync(tiny_qwen3, tmp_path):
+def colocated_with(server: Any, sync_dir: Any, **inference: Any) -> tuple[RecordingTrainer, Any, Any]:
+    """(the recording stub, the trainer and the folder sync as the colocated placement wraps them)."""
     from whale.rsft.sync import VLLMReloadSync
 
+    stub = RecordingTrainer(server)
+    trainer, sync = colocate(
+        spec(placement="colocated", **inference), stub, VLLMReloadSync(server.url, sync_dir), server.url
+    )
+    return stub, trainer, sync
+
+
+def test_level_1_sleeps_during_the_update_and_wakes_before_the_sync(tiny_qwen3, tmp_path):
     model, tokenizer = tiny_qwen3
     with running_vllm_double() as server:
-        stub = RecordingTrainer(server)
-        trainer, sync = colocate(
-            spec(placement="colocated"), stub, VLLMReloadSync(server.url, tmp_path / "sync"), server.url
-        )
+        stub, trainer, sync = colocated_with(server, tmp_path / "sync")
         assert trainer.train(["a", "b"], lr=1e-5, seed=1) == "stats of 2"
         sync.sync(model, tokenizer, 1)
         assert stub.asleep_during_update == [{"weights", "kv_cache"}]
@@ -93,14 +99,9 @@ def test_level_1_sleeps_during_the_update_and_wakes_before_the_sync(tiny_qwen3, 
 
 
 def test_level_2_wakes_the_weights_for_the_reload_then_the_kv_cache(tiny_qwen3, tmp_path):
-    from whale.rsft.sync import VLLMReloadSync
-
     model, tokenizer = tiny_qwen3
     with running_vllm_double() as server:
-        stub = RecordingTrainer(server)
-        trainer, sync = colocate(
-            spec(placement="colocated", sleepLevel=2), stub, VLLMReloadSync(server.url, tmp_path / "sync"), server.url
-        )
+        _, trainer, sync = colocated_with(server, tmp_path / "sync", sleepLevel=2)
         trainer.train(["a"], lr=1e-5, seed=1)
         assert server.asleep == {"kv_cache"}  # only the weights are back: the reload has room, no KV cache yet
         sync.sync(model, tokenizer, 1)
@@ -116,14 +117,9 @@ def test_level_2_wakes_the_weights_for_the_reload_then_the_kv_cache(tiny_qwen3, 
 
 def test_level_0_never_sleeps_and_only_syncs(tiny_qwen3, tmp_path):
     """verl's free_cache_engine false: the server keeps its memory through the update."""
-    from whale.rsft.sync import VLLMReloadSync
-
     model, tokenizer = tiny_qwen3
     with running_vllm_double() as server:
-        stub = RecordingTrainer(server)
-        trainer, sync = colocate(
-            spec(placement="colocated", sleepLevel=0), stub, VLLMReloadSync(server.url, tmp_path / "sync"), server.url
-        )
+        stub, trainer, sync = colocated_with(server, tmp_path / "sync", sleepLevel=0)
         assert trainer is stub  # no sleep wrapper
         trainer.train(["a"], lr=1e-5, seed=1)
         sync.sync(model, tokenizer, 1)
