@@ -19,6 +19,11 @@ synthetic domain for ``--steps`` steps (the phase's end checkpoints, as at an ev
   evaluation      ``run_eval`` of the checkpoint: its model calls, loading (in-process) and the rest
   other           the loop's own bookkeeping (rejection, metrics line, STOP check)
 
+and reports, per step, the interpreter's garbage-collection pauses inside it (they overlap the parts
+above): all collections, and the full ones, which walk every tracked object. The process freezes its
+long-lived objects out of those as the train workload's process does (``whale.rsft.heap``;
+``--no-gc-freeze`` leaves the collector alone, for the comparison).
+
 by wrapping those very functions with timers (nothing else changes). The last step is a step at an
 evaluation point (checkpoint + evaluation), the one before it an ordinary step, and the first pays
 torch.compile's warm-up when layers are compiled. Each step reports the GPU busy
@@ -210,6 +215,23 @@ class Timers:
 
         cls.chat = chat
         self._undo.append(lambda: setattr(cls, "chat", original))
+
+    def record_gc(self) -> None:
+        """Every garbage collection as an interval "gc" with its generation (2: a full collection, which walks
+        every tracked object; ``whale.rsft.heap`` freezes the long-lived ones out of it)."""
+        import gc
+
+        timeline = self.timeline
+        started: list[float] = []
+
+        def on_gc(phase: str, info: dict[str, Any]) -> None:
+            if phase == "start":
+                started.append(time.perf_counter())
+            elif started:
+                timeline.add("gc", started.pop(), time.perf_counter(), generation=info.get("generation"))
+
+        gc.callbacks.append(on_gc)
+        self._undo.append(lambda: gc.callbacks.remove(on_gc))
 
     def restore(self) -> None:
         while self._undo:
@@ -537,6 +559,8 @@ def breakdown(timeline: Timeline, gpu: GpuBusy, eval_window: tuple[float, float]
             busy_window = (window[0], eval_window[1])
         chats = timeline.named("chat", window)
         samples = timeline.named("sample", window)
+        gcs = timeline.named("gc", window)
+        full = [i for i in gcs if i.data.get("generation") == 2]
         tokens = sum(i.data.get("tokens", 0) for i in chats)
         completions = sum(i.data.get("completions", 0) for i in chats)
         overhead = wall - generation - parts["sft"] - eval_generation
@@ -561,6 +585,10 @@ def breakdown(timeline: Timeline, gpu: GpuBusy, eval_window: tuple[float, float]
                 # where "reward" (sampling outside model calls) lies: before the first call, after the last
                 "sample_head_s": min(i.start for i in chats) - samples[0].start if chats and samples else 0.0,
                 "sample_tail_s": samples[-1].end - max(i.end for i in chats) if chats and samples else 0.0,
+                # the interpreter's pauses inside the step (they overlap the parts above)
+                "gc_pause_s": sum(i.seconds for i in gcs),
+                "gc_full_collections": len(full),
+                "gc_full_s": sum(i.seconds for i in full),
                 "overhead_s": overhead,
                 "overhead_share": overhead / wall if wall else 0.0,
                 "gpu_busy": gpu.mean(*busy_window),
@@ -795,6 +823,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="with --ceiling server: keep the prefix cache the warm-up filled for the timed replay (default: empty "
         "it first, as the weight sync does before every step's rollouts)",
     )
+    p.add_argument(
+        "--no-gc-freeze",
+        action="store_true",
+        help="leave the interpreter's collector as a library caller has it (default: freeze the long-lived objects "
+        "before the first step and after it, as the train workload's process does; whale.rsft.heap)",
+    )
     p.add_argument("--port", type=int, default=8765)
     p.add_argument(
         "--isolation",
@@ -872,6 +906,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         held: dict[str, Any] = {}
         timers = Timers(timeline)
         instrument(timers, calls, held)
+        timers.record_gc()
+        from whale.rsft.heap import freeze_in_this_process
+
+        freeze_in_this_process(not args.no_gc_freeze)  # this process is the workload's, as under python -m
         from whale.workloads.eval import run_eval
         from whale.workloads.train import run_train
 
@@ -885,6 +923,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 eval_window = (eval_start, time.perf_counter())
         finally:
             timers.restore()
+            freeze_in_this_process(False)
         steps = breakdown(timeline, gpu, eval_window)
         last = steps[-1]
         last_start = max(i.start for i in timeline.named("step"))
@@ -969,6 +1008,10 @@ def print_report(report: dict[str, Any]) -> None:
         print(
             f"  model calls: {step['requests']} requests, {_shape_text(step['calls'])}; sampling before the first "
             f"{step['sample_head_s']:.2f} s, after the last {step['sample_tail_s']:.2f} s"
+        )
+        print(
+            f"  garbage collection: {step['gc_pause_s']:.3f} s paused, {step['gc_full_collections']} full "
+            f"collections ({step['gc_full_s']:.3f} s)"
         )
     c = report["ceiling"]
     ratio = report["generation_vs_ceiling"]

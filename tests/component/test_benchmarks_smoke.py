@@ -163,6 +163,8 @@ def test_rsft_step_splits_a_whole_step_through_the_workload(tmp_path, reply_toke
         # sampling outside the model calls: before the first and after the last are part of it
         assert step["sample_head_s"] >= 0 and step["sample_tail_s"] >= 0
         assert step["sample_head_s"] + step["sample_tail_s"] <= seconds["reward"] + 1e-6
+        assert 0 <= step["gc_full_s"] <= step["gc_pause_s"] < step["wall_s"]
+        assert step["gc_full_collections"] >= 0
     last = steps[-1]
     assert last["seconds"]["checkpoint"] > 0 and last["seconds"]["evaluation"] > 0  # the evaluation-point step
     assert steps[0]["seconds"]["checkpoint"] == 0.0  # an ordinary step saves nothing
@@ -381,6 +383,20 @@ def test_rollout_burst_compares_each_runtime_with_a_replay_of_its_own_calls(tmp_
         assert (replay["requests"], replay["completions"]) == (row["requests"], row["completions"])
         assert row["span_s"] >= 0.1 and replay["span_s"] >= 0.1  # each request takes the server's 100 ms
         assert row["span_ratio"] == pytest.approx(replay["span_s"] / row["span_s"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_gc_freeze_runs_the_step_with_and_without_the_workloads_freeze(tmp_path):
+    out = tmp_path / "gc.json"
+    run_script("gc_freeze.py", "--rounds", "1", "--json", str(out), "--", "--smoke", timeout_s=280)
+    report = json.loads(out.read_text())
+    assert report["collector"] == {"frozen": "frozen", "not frozen": "left alone"}
+    for arm in ("frozen", "not frozen"):
+        (step,) = report["ordinary_steps"][arm]  # the smoke run's two steps: the last stands in
+        assert step["step"] == 2 and 0 <= step["gc_full_s"] <= step["gc_pause_s"] < step["wall_s"]
+        assert report["medians"][arm]["wall_s"] == step["wall_s"]
+    assert report["wall_not_frozen_over_frozen"] > 0
 
 
 def test_collation_benchmark_encodes_the_same_sequences_with_fewer_renders(tmp_path):

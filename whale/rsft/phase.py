@@ -48,6 +48,7 @@ from whale.rsft import checkpoint as ckpt
 from whale.rsft.checkpoint_writer import CheckpointWriter
 from whale.rsft.collate import Example, encode_trajectories, stop_token_ids
 from whale.rsft.config import RSFTConfig, lr_at, should_checkpoint
+from whale.rsft.heap import freeze_long_lived
 from whale.rsft.order import PromptOrder
 from whale.rsft.rejection import Trajectory, select
 from whale.rsft.sync import WeightSync
@@ -321,11 +322,14 @@ class WeightPhase:
         rule = self.args.stop_rule
         if rule is not None and rewards and weight_should_stop(rewards, rule):
             stopped_by = "patience"  # the killed attempt had already reached the stop
+        freeze_long_lived()  # the model, optimiser and libraries: no full collection walks them again
         while step < target and stopped_by == "target":
             if self.store.exists(layout.stop_key(self.run, self.phase)):
                 stopped_by = "stop-request"
                 break
             line = self.step(step)
+            if step == start.step:
+                freeze_long_lived()  # and what the first step made to last: compiled graphs, connections
             step += 1
             self.store.append_jsonl(layout.metrics_key(self.run, self.phase), line)
             done = WeightStepMetrics.model_validate(line)

@@ -76,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         store = open_store(args.store)
         check_run_owner(store, args.run)
         module = importlib.import_module(f"whale.workloads.{args.kind}")
+        from whale.rsft.heap import freeze_in_this_process
+
+        freeze_in_this_process()  # this process runs one phase and exits (whale.rsft.heap)
         module.main(store, args.run, args.phase)
         from whale.tracking import export_phase  # spec.tracking.reportTo (off by default); never raises
 
