@@ -937,6 +937,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 ceiling.update(seconds=0.0, tokens_per_s=0.0)
         elif args.vllm:
             held.clear()  # the trainer's model: the offline engine needs the memory
+            gc.unfreeze()  # the workload froze the model with the rest (whale.rsft.heap): let it be collected
             gc.collect()
             torch.cuda.empty_cache()
             final = store.local_path(layout.checkpoint_prefix(RUN, args.steps))
