@@ -53,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
     collector: dict[str, str] = {}  # how each arm's rsft_step.py ran, as it reports it
     with tempfile.TemporaryDirectory(prefix="gc-freeze-") as tmp:
         for r in range(args.rounds):
-            for arm, extra in ARMS.items():
-                report = run_arm(rest, extra, Path(tmp) / f"{r}-{len(extra)}.json", args.timeout_s)
+            for a, (arm, extra) in enumerate(ARMS.items()):
+                report = run_arm(rest, extra, Path(tmp) / f"round{r}-arm{a}.json", args.timeout_s)
                 steps[arm] += [{k: s[k] for k in ("step", *FIGURES)} for s in ordinary_steps(report)]
                 collector[arm] = "left alone" if report["meta"]["args"]["no_gc_freeze"] else "frozen"
     medians = {arm: {k: statistics.median(s[k] for s in rows) for k in FIGURES} for arm, rows in steps.items()}
