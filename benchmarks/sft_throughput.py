@@ -35,7 +35,9 @@ Variants (``--variants``):
               tokens (longest first, first fit), padded to its rung capped at packTokens, so most rows share
               one width; the number of sequences per row varies (var-pack-flex-fixed-compile,
               var-pack-varlen-fixed-compile); var-pack-flex-fixed-compile-tuned: the same with the flex
-              kernels' block sizes autotuned (inductor max_autotune, matmuls left to ATen)
+              kernels' block sizes autotuned (inductor max_autotune, matmuls left to ATen);
+              var-pack-flex-fixed-compile-eager-loss: the LM head's cross-entropy left eager (before
+              compiled layers also compiled it: fp32 logits of every token, materialised)
 
 GPU (one H200)::
 
@@ -115,14 +117,17 @@ class Variant:
     fill_rows: bool = False
     #: autotune the compiled flex-attention kernels (inductor's max_autotune, matmuls left to ATen)
     flex_autotune: bool = False
+    #: keep the LM head's cross-entropy eager under compiled layers (the path before it was compiled)
+    eager_loss: bool = False
 
 
 def variants(micro: int, micro_gc: int) -> dict[str, Variant]:
-    #: packed by tokens (*-fixed-compile): name, attention, flex kernels autotuned
-    filled_rows: tuple[tuple[str, Literal["flex", "varlen"], bool], ...] = (
-        ("var-pack-flex-fixed-compile", "flex", False),
-        ("var-pack-flex-fixed-compile-tuned", "flex", True),
-        ("var-pack-varlen-fixed-compile", "varlen", False),
+    #: packed by tokens (*-fixed-compile): name, attention, flex kernels autotuned, loss left eager
+    filled_rows: tuple[tuple[str, Literal["flex", "varlen"], bool, bool], ...] = (
+        ("var-pack-flex-fixed-compile", "flex", False, False),
+        ("var-pack-flex-fixed-compile-tuned", "flex", True, False),
+        ("var-pack-flex-fixed-compile-eager-loss", "flex", False, True),
+        ("var-pack-varlen-fixed-compile", "varlen", False, False),
     )
     return {
         "fixed": Variant("fixed", False, False, False, micro),
@@ -160,8 +165,9 @@ def variants(micro: int, micro_gc: int) -> dict[str, Variant]:
                 attention=attention,
                 fill_rows=True,
                 flex_autotune=tuned,
+                eager_loss=eager_loss,
             )
-            for name, attention, tuned in filled_rows
+            for name, attention, tuned, eager_loss in filled_rows
         },
         "var-longest": Variant("var-longest", True, False, False, micro, padding="longest"),
         "var-bucket": Variant("var-bucket", True, False, False, micro, padding="bucket"),
@@ -255,6 +261,14 @@ def compiled_graphs() -> int:
 
 
 def run_variant(args: argparse.Namespace, v: Variant, device: torch.device) -> dict:
+    if v.eager_loss:  # the trainer's own eager loss function stands in for its compiled one
+        from unittest import mock
+
+        from whale.rsft import trainer as trainer_module
+
+        eager = trainer_module.head_cross_entropy
+        with mock.patch.object(trainer_module, "compiled_head_cross_entropy", lambda: eager):
+            return _run_variant(args, v, device)
     if not v.flex_autotune:
         return _run_variant(args, v, device)
     import torch._inductor.config as inductor_config
@@ -433,13 +447,14 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps(res), flush=True)
         if args.out:  # after every variant: a run cut short by a time limit keeps what it measured
             args.out.write_text(json.dumps({"meta": meta, "results": results}, indent=2))
+    width = max([30, *(len(r["variant"]) for r in results)])
     print(
-        f"\n{'variant':<30} {'micro':>5} {'gc':>3} {'tokens/s':>10} {'MFU':>6} {'mem GiB':>8} {'real/fwd':>8} "
+        f"\n{'variant':<{width}} {'micro':>5} {'gc':>3} {'tokens/s':>10} {'MFU':>6} {'mem GiB':>8} {'real/fwd':>8} "
         f"{'graphs':>7} {'warm s':>7} {'loss':>10}"
     )
     for r in results:
         print(
-            f"{r['variant']:<30} {r['micro_batch']:>5} {('y' if r['grad_ckpt'] else 'n'):>3} "
+            f"{r['variant']:<{width}} {r['micro_batch']:>5} {('y' if r['grad_ckpt'] else 'n'):>3} "
             f"{r['tokens_per_s']:>10.0f} {100 * r['mfu']:>5.1f}% {r['peak_mem_gib']:>8.1f} "
             f"{r['token_efficiency']:>8.2f} {r['graphs_warmup']:>3}+{r['graphs_timed']:<3} {r['warmup_s']:>7.0f} "
             f"{r['loss']:>10.5f}"

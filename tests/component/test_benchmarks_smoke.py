@@ -51,7 +51,8 @@ def test_sft_throughput_packed_variants_train_like_the_padded_one(tmp_path):
         "--warmup",
         "0",
         "--variants",
-        "var-bucket,var-pack,var-pack-flex,var-pack-varlen,var-pack-varlen-fixed-compile",
+        "var-bucket,var-pack,var-pack-flex,var-pack-varlen,var-pack-varlen-fixed-compile,"
+        "var-pack-flex-fixed-compile,var-pack-flex-fixed-compile-eager-loss",
         "--json",
         str(out),
     )
@@ -59,8 +60,16 @@ def test_sft_throughput_packed_variants_train_like_the_padded_one(tmp_path):
     assert results["var-pack-flex"]["attention"] == "flex" and results["var-pack"]["attention"] == "sdpa"
     assert results["var-pack-varlen"]["attention"] == "varlen"
     # the same sequences, the same update: padding, dense-mask packing, flex and varlen packing (the CPU stand-in),
-    # and rows filled by tokens through compiled layers agree (fp32 on the CPU)
-    for name in ("var-pack", "var-pack-flex", "var-pack-varlen", "var-pack-varlen-fixed-compile"):
+    # and rows filled by tokens through compiled layers, with the LM head's loss compiled or eager, agree
+    # (fp32 on the CPU)
+    for name in (
+        "var-pack",
+        "var-pack-flex",
+        "var-pack-varlen",
+        "var-pack-varlen-fixed-compile",
+        "var-pack-flex-fixed-compile",
+        "var-pack-flex-fixed-compile-eager-loss",
+    ):
         assert results[name]["loss"] == pytest.approx(results["var-bucket"]["loss"], rel=1e-5)
     fixed = results["var-pack-varlen-fixed-compile"]
     assert fixed["pack_tokens"] == 256 * 2 and fixed["graphs_warmup"] > 0 and fixed["graphs_timed"] == 0

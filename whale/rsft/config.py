@@ -43,7 +43,8 @@ class RSFTConfig:
     #: "auto" = bf16 autocast over fp32 master weights on a GPU, fp32 on the CPU
     precision: Literal["auto", "bf16", "fp32"] = "auto"
     gradient_checkpointing: bool = False
-    #: torch.compile each decoder layer (regional compilation: one graph, reused by every layer)
+    #: torch.compile each decoder layer (regional compilation: one graph, reused by every layer) and the
+    #: LM head's cross-entropy (:func:`whale.rsft.trainer.compiled_head_cross_entropy`)
     compile_layers: bool = False
     #: concatenate a micro-batch's sequences into one row (no padding) instead of padding them
     pack_sequences: bool = False

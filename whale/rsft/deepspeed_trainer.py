@@ -191,7 +191,7 @@ class DeepSpeedTrainer:
         full forward, so a weight tied between embedding and head gets both gradients (calling the
         decoder and the head separately lost the embedding's share under ZeRO-3's partitioning)."""
         if self.stage < 3:
-            return token_loss_sum(self.engine.module, batch)[0]
+            return token_loss_sum(self.engine.module, batch, compiled=self.cfg.compile_layers)[0]
         labels = batch["labels"]
         target = labels[:, 1:]
         mask = target != IGNORE_INDEX
