@@ -19,6 +19,7 @@ packed by tokens into nearly full rows (:func:`whale.rsft.collate.micro_batches`
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import random
 import time
@@ -87,25 +88,22 @@ def head_cross_entropy(
     return F.cross_entropy(F.linear(hidden, weight, bias).float(), target, reduction="sum")
 
 
-_compiled_head_cross_entropy: Callable[..., torch.Tensor] | None = None
-
-
+@functools.cache
 def compiled_head_cross_entropy() -> Callable[..., torch.Tensor]:
     """:func:`head_cross_entropy` compiled once per process (dynamic in the token count). Eagerly the fp32
     upcast, the log-softmax and their gradients each pass over a tokens x vocabulary tensor (20 GB of fp32
     logits at 32k tokens x Qwen3's 152k vocabulary); compiled, the upcast is fused into the softmax's
     reductions and the backward writes the bf16 gradient of the logits directly."""
-    global _compiled_head_cross_entropy
-    if _compiled_head_cross_entropy is None:
-        compiled = torch.compile(head_cross_entropy, dynamic=True)
+    compiled = torch.compile(head_cross_entropy, dynamic=True)
 
-        def quiet(*args: torch.Tensor | None) -> torch.Tensor:
-            with warnings.catch_warnings():  # dynamo reads ``.grad`` of the (non-leaf) hidden states when tracing
-                warnings.filterwarnings("ignore", message="The .grad attribute of a Tensor that is not a leaf")
-                return compiled(*args)
+    def quiet(
+        hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, target: torch.Tensor
+    ) -> torch.Tensor:
+        with warnings.catch_warnings():  # dynamo reads ``.grad`` of the (non-leaf) hidden states when tracing
+            warnings.filterwarnings("ignore", message="The .grad attribute of a Tensor that is not a leaf")
+            return compiled(hidden, weight, bias, target)
 
-        _compiled_head_cross_entropy = quiet
-    return _compiled_head_cross_entropy
+    return quiet
 
 
 def token_loss_sum(
