@@ -7,10 +7,14 @@ synthetic tokenizer, ``--prompts`` prompts with ``--kept`` rollouts kept each, r
 and times
 
 * one by one: ``encode_trajectory`` per trajectory, no render shared (each renders its context and its turn);
+* shared renders, tokenised one text at a time: ``encode_trajectory`` per trajectory with one render cache
+  for the step (the weight phase's path before its renders were tokenised together);
 * as a step: ``encode_trajectories``, which the weight phase calls: a prompt's rollouts render their shared
-  context once;
+  context once, and every text of the step is tokenised in one batched call (``prerender``: a fast
+  tokenizer spreads a batch over the cores);
 
-side by side in one run, checking they give the same sequences, and counting the chat-template renders.
+side by side in one run, checking they give the same sequences, and counting the chat-template renders and
+the tokenizer calls.
 
     PYTHONPATH=.:domains .venv/bin/python benchmarks/collation.py [--repeats 7] [--json OUT]
 """
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -30,22 +35,23 @@ for _path in (HERE.parent / "domains", HERE.parent):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from whale.rsft.collate import encode_trajectories, encode_trajectory, stop_token_ids  # noqa: E402
+from whale.rsft.collate import RenderCache, encode_trajectories, encode_trajectory, stop_token_ids  # noqa: E402
 from whale.rsft.rejection import Trajectory  # noqa: E402
 
 
 class CountingTokenizer:
-    """The tokenizer, counting chat-template renders."""
+    """The tokenizer, counting chat-template renders and tokenizer calls."""
 
     def __init__(self, tok: Any):
-        self.tok, self.renders = tok, 0
+        self.tok, self.renders, self.calls = tok, 0, 0
         self.eos_token_id, self.pad_token_id = tok.eos_token_id, tok.pad_token_id
 
     def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any:
         self.renders += 1
         return self.tok.apply_chat_template(conversation, **kwargs)
 
-    def __call__(self, text: str, **kwargs: Any) -> Any:
+    def __call__(self, text: str | list[str], **kwargs: Any) -> Any:
+        self.calls += 1
         return self.tok(text, **kwargs)
 
     def __getattr__(self, name: str) -> Any:
@@ -61,7 +67,7 @@ def step_trajectories(prompts: int, kept: int, reply_tokens: int) -> list[Trajec
             {"role": "user", "content": f"Item {p}: repeat the digit {digit}."},
         )
         for r in range(kept):
-            reply = f"<answer>{digit}</answer>" + digit * reply_tokens
+            reply = f"<answer>{digit}</answer>" + digit * reply_tokens + f" (rollout {r})"  # rollouts differ
             out.append(Trajectory(p, (*context, {"role": "assistant", "content": reply}), 1.0, rollout=r))
     return out
 
@@ -87,12 +93,17 @@ def main(argv: list[str] | None = None) -> int:
     def one_by_one(t: Any) -> list[Any]:
         return [e for tr in kept for e in encode_trajectory(t, tr, stop_ids=stops)]
 
+    def shared_renders(t: Any) -> list[Any]:
+        cache: RenderCache = {}
+        return [e for tr in kept for e in encode_trajectory(t, tr, stop_ids=stops, cache=cache)]
+
     def as_a_step(t: Any) -> list[Any]:
         return encode_trajectories(t, kept, stop_ids=stops)
 
     rows: dict[str, Any] = {}
     results = {}
-    for name, fn in (("one by one", one_by_one), ("as a step", as_a_step)):
+    paths = (("one by one", one_by_one), ("shared renders", shared_renders), ("as a step", as_a_step))
+    for name, fn in paths:
         counting = CountingTokenizer(tok)
         results[name] = fn(counting)
         times = []
@@ -100,21 +111,32 @@ def main(argv: list[str] | None = None) -> int:
             start = time.perf_counter()
             fn(tok)
             times.append(time.perf_counter() - start)
-        rows[name] = {"median_s": statistics.median(times), "all_s": times, "renders": counting.renders}
-    same = results["one by one"] == results["as a step"]
+        rows[name] = {
+            "median_s": statistics.median(times),
+            "all_s": times,
+            "renders": counting.renders,
+            "tokenizer_calls": counting.calls,
+        }
+    same = results["one by one"] == results["shared renders"] == results["as a step"]
     ratio = rows["one by one"]["median_s"] / rows["as a step"]["median_s"]
+    batched = rows["shared renders"]["median_s"] / rows["as a step"]["median_s"]
     tokens = sum(len(e) for e in results["as a step"])
     print(
         f"{len(kept)} trajectories ({args.prompts} prompts x {args.kept} kept, {tokens:,} tokens), "
-        f"median of {args.repeats}"
+        f"median of {args.repeats}, {os.cpu_count()} CPUs"
     )
     for name, row in rows.items():
-        print(f"  {name:<11} {row['median_s']:.3f} s  {row['renders']:>4} renders")
-    print(f"  one by one / as a step: {ratio:.2f}x; same sequences: {same}")
+        print(
+            f"  {name:<14} {row['median_s']:.3f} s  {row['renders']:>4} renders  "
+            f"{row['tokenizer_calls']:>4} tokenizer calls"
+        )
+    print(f"  one by one / as a step: {ratio:.2f}x; shared renders / as a step (batched tokenising): {batched:.2f}x")
+    print(f"  same sequences: {same}")
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         report = {"args": vars(args) | {"json": str(args.json)}, "trajectories": len(kept), "tokens": tokens}
-        args.json.write_text(json.dumps({**report, "rows": rows, "ratio": ratio, "same": same}, indent=1) + "\n")
+        report |= {"cpus": os.cpu_count(), "rows": rows, "ratio": ratio, "batched_ratio": batched, "same": same}
+        args.json.write_text(json.dumps(report, indent=1) + "\n")
     return 0 if same else 1
 
 

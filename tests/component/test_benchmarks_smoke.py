@@ -414,5 +414,10 @@ def test_collation_benchmark_encodes_the_same_sequences_with_fewer_renders(tmp_p
                str(out), timeout_s=120)  # fmt: skip
     report = json.loads(out.read_text())
     assert report["same"] is True and report["trajectories"] == 12
-    # one by one: context + turn per trajectory; as a step: each prompt's context once
-    assert report["rows"]["one by one"]["renders"] == 24 and report["rows"]["as a step"]["renders"] == 4 + 12
+    # one by one: context + turn per trajectory; shared or as a step: each prompt's context once
+    rows = report["rows"]
+    assert rows["one by one"]["renders"] == 24 and rows["as a step"]["renders"] == 4 + 12
+    assert rows["shared renders"]["renders"] == 4 + 12
+    # tokenised one text at a time, except as a step: all the step's texts in one batched call
+    assert rows["one by one"]["tokenizer_calls"] == 24 and rows["shared renders"]["tokenizer_calls"] == 4 + 12
+    assert rows["as a step"]["tokenizer_calls"] == 1

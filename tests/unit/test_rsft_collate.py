@@ -80,10 +80,10 @@ def test_multi_turn_keeps_every_assistant_turn_and_masks_tool_and_user_turns(tok
 
 
 class CountingTokenizer:
-    """The tokenizer, counting chat-template renders."""
+    """The tokenizer, counting chat-template renders and the texts of each tokenizer call."""
 
     def __init__(self, tok):
-        self.tok, self.renders = tok, 0
+        self.tok, self.renders, self.calls = tok, 0, []
         self.eos_token_id, self.pad_token_id = tok.eos_token_id, tok.pad_token_id
 
     def apply_chat_template(self, conversation, **kwargs):
@@ -91,6 +91,7 @@ class CountingTokenizer:
         return self.tok.apply_chat_template(conversation, **kwargs)
 
     def __call__(self, text, **kwargs):
+        self.calls.append(len(text) if isinstance(text, list) else 1)
         return self.tok(text, **kwargs)
 
     def convert_tokens_to_ids(self, *args, **kwargs):
@@ -117,6 +118,8 @@ def test_a_steps_trajectories_share_their_prompts_renders_and_encode_as_one_by_o
     # too); prompt 1: 2; the two-turn trajectory: 2 per turn. One by one it was 3 per single-turn trajectory
     # (prefix, turn, whole) and 5 for the two-turn one: 14
     assert counting.renders == 3 + 2 + 4
+    # every render tokenised in one batched call (a fast tokenizer spreads it over the cores)
+    assert counting.calls == [3 + 2 + 4]
 
 
 HISTORY_REWRITING = (

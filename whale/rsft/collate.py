@@ -35,7 +35,7 @@ class ChatTokenizer(Protocol):
 
     def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any: ...
 
-    def __call__(self, text: str, **kwargs: Any) -> Any: ...
+    def __call__(self, text: str | list[str], **kwargs: Any) -> Any: ...
 
 
 class TemplateMismatchError(ValueError):
@@ -76,15 +76,42 @@ def render_ids(
     """The chat template's text, tokenised the way an OpenAI-compatible server tokenises a rendered
     prompt (no extra special tokens: the template already placed them). ``cache``: renders to reuse (the
     same arguments render the same ids); the ids returned are then shared, not to be changed."""
-    if cache is None:
-        return _render(tokenizer, messages, tools, add_generation_prompt, template_kwargs)
-    try:
-        key = json.dumps([messages, tools, template_kwargs, add_generation_prompt], sort_keys=True)
-    except (TypeError, ValueError):  # a value JSON cannot hold: render it without the cache
+    key = None if cache is None else _render_key(messages, tools, add_generation_prompt, template_kwargs)
+    if cache is None or key is None:  # no cache, or a value JSON cannot hold: render it without the cache
         return _render(tokenizer, messages, tools, add_generation_prompt, template_kwargs)
     if key not in cache:
         cache[key] = _render(tokenizer, messages, tools, add_generation_prompt, template_kwargs)
     return cache[key]
+
+
+def _render_key(
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]] | None,
+    add_generation_prompt: bool,
+    template_kwargs: dict[str, Any],
+) -> str | None:
+    try:
+        return json.dumps([messages, tools, template_kwargs, add_generation_prompt], sort_keys=True)
+    except (TypeError, ValueError):
+        return None
+
+
+def _render_text(
+    tokenizer: ChatTokenizer,
+    messages: Sequence[dict[str, Any]],
+    tools: Sequence[dict[str, Any]] | None,
+    add_generation_prompt: bool,
+    template_kwargs: dict[str, Any],
+) -> str:
+    return str(
+        tokenizer.apply_chat_template(
+            [dict(m) for m in messages],
+            tools=list(tools) if tools else None,
+            tokenize=False,
+            add_generation_prompt=add_generation_prompt,
+            **template_kwargs,
+        )
+    )
 
 
 def _render(
@@ -94,14 +121,28 @@ def _render(
     add_generation_prompt: bool,
     template_kwargs: dict[str, Any],
 ) -> list[int]:
-    text = tokenizer.apply_chat_template(
-        [dict(m) for m in messages],
-        tools=list(tools) if tools else None,
-        tokenize=False,
-        add_generation_prompt=add_generation_prompt,
-        **template_kwargs,
-    )
+    text = _render_text(tokenizer, messages, tools, add_generation_prompt, template_kwargs)
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def prerender(tokenizer: ChatTokenizer, trajectories: Iterable[Trajectory], cache: RenderCache) -> None:
+    """Put into ``cache`` every render the trajectories' encoding will ask for (each assistant turn's context
+    and the conversation up to that turn), the texts tokenised in one batched call: a fast tokenizer encodes
+    a batch on all cores, where one text at a time is one core's work (most of a step's encoding)."""
+    texts: dict[str, str] = {}
+    for trajectory in trajectories:
+        messages = list(trajectory.messages)
+        for i, msg in enumerate(messages):
+            if msg.get("role") != "assistant":
+                continue
+            for upto, generation_prompt in ((i, True), (i + 1, False)):
+                args = (messages[:upto], trajectory.tools, generation_prompt, trajectory.template_kwargs)
+                key = _render_key(*args)
+                if key is not None and key not in cache and key not in texts:
+                    texts[key] = _render_text(tokenizer, *args)
+    if texts:
+        batch = tokenizer(list(texts.values()), add_special_tokens=False)["input_ids"]
+        cache.update(zip(texts, (list(ids) for ids in batch), strict=True))
 
 
 def _cut_after_stop(turn: list[int], stop_ids: frozenset[int]) -> list[int]:
@@ -137,9 +178,10 @@ def encode_trajectory(
     for i, msg in enumerate(messages):
         if msg.get("role") != "assistant":
             continue
-        # contexts repeat across a prompt's rollouts (the cache); a turn with its reply does not
+        # contexts repeat across a prompt's rollouts (the cache); a turn with its reply is in the cache when
+        # :func:`prerender` tokenised the step's renders together
         prefix = render_ids(tokenizer, messages[:i], add_generation_prompt=True, cache=cache, **kw)
-        full = whole = render_ids(tokenizer, messages[: i + 1], add_generation_prompt=False, **kw)
+        full = whole = render_ids(tokenizer, messages[: i + 1], add_generation_prompt=False, cache=cache, **kw)
         if full[: len(prefix)] == prefix and len(full) > len(prefix):
             generated = _cut_after_stop(full[len(prefix) :], stops)
         elif msg.get("tool_calls"):
@@ -175,9 +217,12 @@ def encode_trajectories(
     max_length: int | None = None,
 ) -> list[Example]:
     """The training sequences of a step's kept trajectories, in order. The contexts they share (a prompt's
-    rollouts: the same messages up to the first reply) are rendered and tokenised once."""
+    rollouts: the same messages up to the first reply) are rendered and tokenised once, and all the step's
+    renders are tokenised together (:func:`prerender`)."""
+    trajectories = list(trajectories)
     stops = stop_ids if stop_ids is not None else stop_token_ids(tokenizer)
     cache: RenderCache = {}
+    prerender(tokenizer, trajectories, cache)
     out: list[Example] = []
     for trajectory in trajectories:
         out.extend(encode_trajectory(tokenizer, trajectory, stop_ids=stops, max_length=max_length, cache=cache))
