@@ -585,6 +585,9 @@ def breakdown(timeline: Timeline, gpu: GpuBusy, eval_window: tuple[float, float]
                 # where "reward" (sampling outside model calls) lies: before the first call, after the last
                 "sample_head_s": min(i.start for i in chats) - samples[0].start if chats and samples else 0.0,
                 "sample_tail_s": samples[-1].end - max(i.end for i in chats) if chats and samples else 0.0,
+                # collation's two halves: trajectories -> token sequences, micro-batches -> tensors
+                "collation_encode_s": timeline.total("encode", window),
+                "collation_batches_s": collate,
                 # the interpreter's pauses inside the step (they overlap the parts above)
                 "gc_pause_s": sum(i.seconds for i in gcs),
                 "gc_full_collections": len(full),

@@ -172,6 +172,8 @@ def test_rsft_step_splits_a_whole_step_through_the_workload(tmp_path, reply_toke
         # sampling outside the model calls: before the first and after the last are part of it
         assert step["sample_head_s"] >= 0 and step["sample_tail_s"] >= 0
         assert step["sample_head_s"] + step["sample_tail_s"] <= seconds["reward"] + 1e-6
+        assert step["collation_encode_s"] >= 0 and step["collation_batches_s"] >= 0
+        assert step["collation_encode_s"] + step["collation_batches_s"] == pytest.approx(seconds["collation"])
         assert 0 <= step["gc_full_s"] <= step["gc_pause_s"] < step["wall_s"]
         assert step["gc_full_collections"] >= 0
     last = steps[-1]
