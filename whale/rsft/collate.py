@@ -76,53 +76,46 @@ def render_ids(
     """The chat template's text, tokenised the way an OpenAI-compatible server tokenises a rendered
     prompt (no extra special tokens: the template already placed them). ``cache``: renders to reuse (the
     same arguments render the same ids); the ids returned are then shared, not to be changed."""
-    key = None if cache is None else _render_key(messages, tools, add_generation_prompt, template_kwargs)
+    render = _Render(messages, tools, add_generation_prompt, template_kwargs)
+    key = None if cache is None else render.key()
     if cache is None or key is None:  # no cache, or a value JSON cannot hold: render it without the cache
-        return _render(tokenizer, messages, tools, add_generation_prompt, template_kwargs)
+        return render.ids(tokenizer)
     if key not in cache:
-        cache[key] = _render(tokenizer, messages, tools, add_generation_prompt, template_kwargs)
+        cache[key] = render.ids(tokenizer)
     return cache[key]
 
 
-def _render_key(
-    messages: Sequence[dict[str, Any]],
-    tools: Sequence[dict[str, Any]] | None,
-    add_generation_prompt: bool,
-    template_kwargs: dict[str, Any],
-) -> str | None:
-    try:
-        return json.dumps([messages, tools, template_kwargs, add_generation_prompt], sort_keys=True)
-    except (TypeError, ValueError):
-        return None
+@dataclass(frozen=True)
+class _Render:
+    """The arguments of one chat-template rendering."""
 
+    messages: Sequence[dict[str, Any]]
+    tools: Sequence[dict[str, Any]] | None
+    add_generation_prompt: bool
+    template_kwargs: dict[str, Any]
 
-def _render_text(
-    tokenizer: ChatTokenizer,
-    messages: Sequence[dict[str, Any]],
-    tools: Sequence[dict[str, Any]] | None,
-    add_generation_prompt: bool,
-    template_kwargs: dict[str, Any],
-) -> str:
-    return str(
-        tokenizer.apply_chat_template(
-            [dict(m) for m in messages],
-            tools=list(tools) if tools else None,
-            tokenize=False,
-            add_generation_prompt=add_generation_prompt,
-            **template_kwargs,
+    def key(self) -> str | None:
+        """The arguments as JSON (a :data:`RenderCache` key); None when a value is not JSON."""
+        try:
+            return json.dumps(
+                [self.messages, self.tools, self.template_kwargs, self.add_generation_prompt], sort_keys=True
+            )
+        except (TypeError, ValueError):
+            return None
+
+    def text(self, tokenizer: ChatTokenizer) -> str:
+        return str(
+            tokenizer.apply_chat_template(
+                [dict(m) for m in self.messages],
+                tools=list(self.tools) if self.tools else None,
+                tokenize=False,
+                add_generation_prompt=self.add_generation_prompt,
+                **self.template_kwargs,
+            )
         )
-    )
 
-
-def _render(
-    tokenizer: ChatTokenizer,
-    messages: Sequence[dict[str, Any]],
-    tools: Sequence[dict[str, Any]] | None,
-    add_generation_prompt: bool,
-    template_kwargs: dict[str, Any],
-) -> list[int]:
-    text = _render_text(tokenizer, messages, tools, add_generation_prompt, template_kwargs)
-    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+    def ids(self, tokenizer: ChatTokenizer) -> list[int]:
+        return list(tokenizer(self.text(tokenizer), add_special_tokens=False)["input_ids"])
 
 
 def prerender(tokenizer: ChatTokenizer, trajectories: Iterable[Trajectory], cache: RenderCache) -> None:
@@ -136,10 +129,10 @@ def prerender(tokenizer: ChatTokenizer, trajectories: Iterable[Trajectory], cach
             if msg.get("role") != "assistant":
                 continue
             for upto, generation_prompt in ((i, True), (i + 1, False)):
-                args = (messages[:upto], trajectory.tools, generation_prompt, trajectory.template_kwargs)
-                key = _render_key(*args)
+                render = _Render(messages[:upto], trajectory.tools, generation_prompt, trajectory.template_kwargs)
+                key = render.key()
                 if key is not None and key not in cache and key not in texts:
-                    texts[key] = _render_text(tokenizer, *args)
+                    texts[key] = render.text(tokenizer)
     if texts:
         batch = tokenizer(list(texts.values()), add_special_tokens=False)["input_ids"]
         cache.update(zip(texts, (list(ids) for ids in batch), strict=True))
