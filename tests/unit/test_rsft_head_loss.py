@@ -1,4 +1,4 @@
-"""The compiled LM-head cross-entropy (used with compiled decoder layers) against the eager one."""
+"""The LM head's loss: compiled against eager, and through the loss positions the host found."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from whale.rsft.trainer import (  # noqa: E402
     collate_tensors,
     compiled_head_cross_entropy,
     head_cross_entropy,
+    prepare_model,
     token_loss_sum,
 )
 
@@ -62,3 +63,74 @@ def test_token_loss_sum_compiled_equals_eager_on_a_model_and_uses_the_compiled_f
     assert calls == [1]
     assert n_fused == n_eager == 8 + 5
     torch.testing.assert_close(fused, eager, rtol=1e-5, atol=1e-5)
+
+
+def test_loss_positions_are_the_labelled_predictions_in_row_major_order():
+    from whale.rsft.trainer import loss_positions
+
+    labels = torch.tensor([[IGNORE_INDEX, IGNORE_INDEX, 5, 6], [IGNORE_INDEX, 7, IGNORE_INDEX, 8]])
+    index, target, n = loss_positions(labels)
+    # row 0 predicts 5 at t=1 and 6 at t=2; row 1 predicts 7 at t=0 and 8 at t=2 (width 4)
+    assert index.tolist() == [1, 2, 4 + 0, 4 + 2] and target.tolist() == [5, 6, 7, 8] and n == 4
+
+
+@pytest.mark.parametrize("pack", [False, True])
+def test_the_hosts_loss_positions_give_the_loss_the_labels_give(pack):
+    """collate_tensors finds the loss positions on the host (no GPU read-back to size a boolean mask); the
+    loss through them equals the loss from the labels alone, padded and packed."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from whale.rsft.trainer import LOSS_INDEX, LOSS_TARGET, LOSS_TOKENS
+
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+    )  # fmt: skip
+    model = Qwen3ForCausalLM._from_config(config, dtype=torch.float32)
+    ids = tuple(range(3, 20))
+    examples = [
+        Example(ids, (IGNORE_INDEX,) * 5 + ids[5:]),
+        Example(ids[:9], (IGNORE_INDEX,) * 2 + ids[2:9]),
+        Example(ids[:4], (IGNORE_INDEX,) * 4),  # no loss at all
+    ]
+    cfg = RSFTConfig(precision="fp32", pack_sequences=pack)
+    prepare_model(model, cfg)  # packed rows: the document-masking attention kernel
+    batch = collate_tensors(examples, cfg, 0, CPU)
+    assert batch[LOSS_TOKENS] == 12 + 7 and batch[LOSS_TARGET].tolist() == list(ids[5:]) + list(ids[2:9])
+    from_host, n_host = token_loss_sum(model, batch)
+    labels_only = {k: v for k, v in batch.items() if k not in (LOSS_INDEX, LOSS_TARGET, LOSS_TOKENS)}
+    from_labels, n_labels = token_loss_sum(model, labels_only)
+    assert n_host == n_labels == 19
+    torch.testing.assert_close(from_host, from_labels, rtol=0, atol=0)
+
+
+@pytest.mark.gpu
+def test_a_micro_batchs_forward_and_backward_never_wait_for_the_gpu():
+    """Opt-in (--run-gpu): with the loss positions found on the host and the batch copied from pinned memory,
+    the forward, the compiled loss and the backward of a packed micro-batch make no device-to-host sync, so
+    the host prepares the next micro-batch while the GPU runs this one."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    gpu = torch.device("cuda")
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
+    )  # fmt: skip
+    model = Qwen3ForCausalLM._from_config(config, dtype=torch.float32).to(gpu)
+    cfg = RSFTConfig(precision="bf16", pack_sequences=True, compile_layers=True, pack_tokens=512)
+    prepare_model(model, cfg)
+    ids = tuple(range(3, 200))
+    examples = [Example(ids, (IGNORE_INDEX,) * 50 + ids[50:]), Example(ids[:90], (IGNORE_INDEX,) * 9 + ids[9:90])]
+    for attempt in range(2):  # the first compiles (compilation may read back); the second must not
+        batch = collate_tensors(examples, cfg, 0, gpu)
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error" if attempt else "default")
+        try:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss, n = token_loss_sum(model, batch, compiled=True)
+            loss.backward()
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+        assert n == 147 + 81 and torch.isfinite(loss).item()

@@ -38,9 +38,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from whale.rsft.collate import IGNORE_INDEX, Example, micro_batches
+from whale.rsft.collate import Example, micro_batches
 from whale.rsft.config import RSFTConfig
 from whale.rsft.trainer import (
+    LOSS_INDEX,
+    LOSS_TARGET,
     SFTStats,
     _world,
     collate_tensors,
@@ -192,12 +194,10 @@ class DeepSpeedTrainer:
         decoder and the head separately lost the embedding's share under ZeRO-3's partitioning)."""
         if self.stage < 3:
             return token_loss_sum(self.engine.module, batch, compiled=self.cfg.compile_layers)[0]
-        labels = batch["labels"]
-        target = labels[:, 1:]
-        mask = target != IGNORE_INDEX
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
-        logits = self.engine(**inputs, use_cache=False).logits[:, :-1][mask]
-        return torch.nn.functional.cross_entropy(logits.float(), target[mask], reduction="sum")
+        logits = self.engine(**inputs, use_cache=False).logits
+        logits = logits.reshape(-1, logits.shape[-1]).index_select(0, batch[LOSS_INDEX])
+        return torch.nn.functional.cross_entropy(logits.float(), batch[LOSS_TARGET], reduction="sum")
 
     def train(self, examples: Sequence[Example], *, lr: float, seed: str | int) -> SFTStats:
         self.engine.train()
@@ -218,7 +218,7 @@ class DeepSpeedTrainer:
             for share in shares
         )
         filler = next(e for share in shares for e in share)
-        loss_sum = 0.0
+        losses = []  # read back once per update, not per micro-batch (each read waits for the GPU)
         for i in range(n_micro):
             real = i < len(micros)
             batch = self.collate(micros[i] if real else [filler])
@@ -226,6 +226,6 @@ class DeepSpeedTrainer:
             loss = self._loss_sum(batch)
             self.engine.backward(loss * (world / n_tokens if real else 0.0), scale_wrt_gas=False)
             if real:
-                loss_sum += float(loss.detach())
+                losses.append(loss.detach())
         self.engine.step()
-        return loss_sum
+        return float(sum(torch.stack(losses).tolist())) if losses else 0.0

@@ -106,18 +106,34 @@ def compiled_head_cross_entropy() -> Callable[..., torch.Tensor]:
     return quiet
 
 
+#: keys of a collated batch (:func:`collate_tensors`) naming the positions that carry loss, found on the host:
+#: selecting them on the GPU by a boolean mask would wait for the GPU (the result's size is read back), which
+#: keeps the host from preparing the next micro-batch while the GPU runs this one
+LOSS_INDEX, LOSS_TARGET, LOSS_TOKENS = "loss_index", "loss_target", "loss_tokens"
+
+
+def loss_positions(labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """Where ``labels`` (rows x width) put loss: each predicting position as an index into the rows' flattened
+    positions (row * width + t, predicting ``labels[row, t + 1]``), the targets in that order, their count."""
+    target = labels[:, 1:]
+    selected = target != IGNORE_INDEX
+    rows, cols = selected.nonzero(as_tuple=True)
+    return rows * labels.shape[1] + cols, target[selected], len(rows)
+
+
 def token_loss_sum(
     model: PreTrainedModel, batch: dict[str, Any], *, compiled: bool = False
 ) -> tuple[torch.Tensor, int]:
     """Sum of next-token cross-entropies over the loss-carrying tokens of ``batch``, and their count.
 
     ``batch['labels'][b, t]`` is the target for the prediction made at ``t - 1``; -100 = no loss.
-    Only the hidden states that predict a labelled token go through the LM head; ``compiled`` runs the
-    head and the loss through :func:`compiled_head_cross_entropy` (with compiled decoder layers)."""
-    labels = batch["labels"]
-    target = labels[:, 1:]
-    mask = target != IGNORE_INDEX
-    n = int(mask.sum())
+    Only the hidden states that predict a labelled token go through the LM head, chosen by the positions
+    :func:`collate_tensors` found on the host (else from the labels here); ``compiled`` runs the head and
+    the loss through :func:`compiled_head_cross_entropy` (with compiled decoder layers)."""
+    if LOSS_INDEX in batch:
+        index, target, n = batch[LOSS_INDEX], batch[LOSS_TARGET], batch[LOSS_TOKENS]
+    else:
+        index, target, n = loss_positions(batch["labels"])
     inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
     head = model.get_output_embeddings()
     config = getattr(model, "config", None)
@@ -128,15 +144,15 @@ def token_loss_sum(
     )
     if plain_head:
         decoder = getattr(model, model.base_model_prefix)
-        hidden = decoder(**inputs, use_cache=False).last_hidden_state[:, :-1][mask]
+        hidden = decoder(**inputs, use_cache=False).last_hidden_state
+        hidden = hidden.reshape(-1, hidden.shape[-1]).index_select(0, index)
         if compiled and isinstance(head, torch.nn.Linear):
-            loss = compiled_head_cross_entropy()(hidden, head.weight, head.bias, target[mask])
-            return loss, n
+            return compiled_head_cross_entropy()(hidden, head.weight, head.bias, target), n
         logits = head(hidden)
     else:  # models whose head does more than a matmul: take their logits as they are
-        logits = model(**inputs, use_cache=False).logits[:, :-1][mask]
-    loss = F.cross_entropy(logits.float(), target[mask], reduction="sum")
-    return loss, n
+        logits = model(**inputs, use_cache=False).logits
+        logits = logits.reshape(-1, logits.shape[-1]).index_select(0, index)
+    return F.cross_entropy(logits.float(), target, reduction="sum"), n
 
 
 #: compiled graphs a decoder layer may hold (one per bucket width x micro-batch rows) before torch
@@ -199,13 +215,22 @@ def collate_tensors(micro: Sequence[Example], cfg: RSFTConfig, pad_id: int, devi
         multiple_of=FLEX_BLOCK if flex else 1,
         row_tokens=cfg.row_tokens,
     )
-    batch: dict[str, Any] = {k: torch.tensor(v, dtype=torch.long, device=device) for k, v in raw.items()}
+    host = {k: torch.tensor(v, dtype=torch.long) for k, v in raw.items()}
+    host[LOSS_INDEX], host[LOSS_TARGET], n = loss_positions(host["labels"])
+    batch: dict[str, Any] = {k: _to_device(t, device) for k, t in host.items()}
+    batch[LOSS_TOKENS] = n
     if flex:  # the packed row's document-causal block mask, built once and shared by every layer
         batch["attention_mask"] = document_block_mask(batch["position_ids"])
     if varlen:  # the sequence offsets, from the host's position ids; every (full-attention) layer takes them
-        mask = varlen_mask(torch.tensor(raw["position_ids"], dtype=torch.long), device)
-        batch["attention_mask"] = {"full_attention": mask}
+        batch["attention_mask"] = {"full_attention": varlen_mask(host["position_ids"], device)}
     return batch
+
+
+def _to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """To a GPU from pinned memory without waiting for the GPU's queue (a pageable copy waits)."""
+    if device.type != "cuda":
+        return tensor.to(device)
+    return tensor.pin_memory().to(device, non_blocking=True)
 
 
 def sft_epochs(
@@ -297,13 +322,13 @@ class SFTTrainer:
     def _update(self, shares: Sequence[Sequence[Example]], local: Sequence[Example], n_tokens: int) -> float:
         """One optimiser update on this rank's share of it; returns its summed token loss."""
         world = _world()[1]
-        loss_sum = 0.0
+        losses = []  # read back once per update: a read per micro-batch would wait for the GPU each time
         for micro in micro_batches(local, self.cfg.micro_batch_size_per_gpu, row_tokens=self.cfg.row_tokens):
             batch = self.collate(micro)
             with self._autocast():
                 loss, _ = token_loss_sum(self.model, batch, compiled=self.cfg.compile_layers)
             (loss / n_tokens).backward()
-            loss_sum += float(loss.detach())
+            losses.append(loss.detach())
         if world > 1:  # each rank's loss is already over the global token count: sum the grads
             for p in self.model.parameters():
                 if p.requires_grad:
@@ -314,4 +339,4 @@ class SFTTrainer:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return loss_sum
+        return float(sum(torch.stack(losses).tolist())) if losses else 0.0
