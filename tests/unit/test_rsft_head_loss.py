@@ -21,6 +21,18 @@ from whale.rsft.trainer import (  # noqa: E402
 CPU = torch.device("cpu")
 
 
+def tiny_qwen3(vocab: int = 128, hidden: int = 32, max_positions: int = 64) -> torch.nn.Module:
+    """A two-layer Qwen3 with random weights (seeded), fp32."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen3Config(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=hidden // 4, max_position_embeddings=max_positions,
+    )  # fmt: skip
+    return Qwen3ForCausalLM._from_config(config, dtype=torch.float32)
+
+
 def test_compiled_head_loss_matches_eager_loss_and_gradients_over_varying_token_counts():
     torch.manual_seed(0)
     weight = torch.randn(97, 16, requires_grad=True)
@@ -39,14 +51,7 @@ def test_compiled_head_loss_matches_eager_loss_and_gradients_over_varying_token_
 
 
 def test_token_loss_sum_compiled_equals_eager_on_a_model_and_uses_the_compiled_function(monkeypatch):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
-    )  # fmt: skip
-    model = Qwen3ForCausalLM._from_config(config, dtype=torch.float32)
+    model = tiny_qwen3()
     ids = tuple(range(3, 15))
     examples = [Example(ids, (IGNORE_INDEX,) * 4 + ids[4:]), Example(ids[:7], (IGNORE_INDEX,) * 2 + ids[2:7])]
     batch = collate_tensors(examples, RSFTConfig(precision="fp32"), 0, CPU)
@@ -78,16 +83,9 @@ def test_loss_positions_are_the_labelled_predictions_in_row_major_order():
 def test_the_hosts_loss_positions_give_the_loss_the_labels_give(pack):
     """collate_tensors finds the loss positions on the host (no GPU read-back to size a boolean mask); the
     loss through them equals the loss from the labels alone, padded and packed."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
     from whale.rsft.trainer import LOSS_INDEX, LOSS_TARGET, LOSS_TOKENS
 
-    torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
-    )  # fmt: skip
-    model = Qwen3ForCausalLM._from_config(config, dtype=torch.float32)
+    model = tiny_qwen3()
     ids = tuple(range(3, 20))
     examples = [
         Example(ids, (IGNORE_INDEX,) * 5 + ids[5:]),
@@ -110,15 +108,8 @@ def test_a_micro_batchs_forward_and_backward_never_wait_for_the_gpu():
     """Opt-in (--run-gpu): with the loss positions found on the host and the batch copied from pinned memory,
     the forward, the compiled loss and the backward of a packed micro-batch make no device-to-host sync, so
     the host prepares the next micro-batch while the GPU runs this one."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
     gpu = torch.device("cuda")
-    torch.manual_seed(0)
-    config = Qwen3Config(
-        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=16, max_position_embeddings=512,
-    )  # fmt: skip
-    model = Qwen3ForCausalLM._from_config(config, dtype=torch.float32).to(gpu)
+    model = tiny_qwen3(vocab=512, hidden=64, max_positions=512).to(gpu)
     cfg = RSFTConfig(precision="bf16", pack_sequences=True, compile_layers=True, pack_tokens=512)
     prepare_model(model, cfg)
     ids = tuple(range(3, 200))
