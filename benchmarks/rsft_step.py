@@ -528,11 +528,12 @@ def breakdown(timeline: Timeline, gpu: GpuBusy, eval_window: tuple[float, float]
         sample = timeline.total("sample", window)
         generation = timeline.union("chat", window)
         collate = timeline.total("collate", window)
+        encode = timeline.total("encode", window)
         train = timeline.total("train", window)
         parts = {
             "generation": generation,
             "reward": sample - generation,
-            "collation": timeline.total("encode", window) + collate,
+            "collation": encode + collate,
             "sft": train - collate,
             "sync": timeline.total("sync", window),
             "checkpoint": timeline.total("checkpoint", window),
@@ -586,7 +587,7 @@ def breakdown(timeline: Timeline, gpu: GpuBusy, eval_window: tuple[float, float]
                 "sample_head_s": min(i.start for i in chats) - samples[0].start if chats and samples else 0.0,
                 "sample_tail_s": samples[-1].end - max(i.end for i in chats) if chats and samples else 0.0,
                 # collation's two halves: trajectories -> token sequences, micro-batches -> tensors
-                "collation_encode_s": timeline.total("encode", window),
+                "collation_encode_s": encode,
                 "collation_batches_s": collate,
                 # the interpreter's pauses inside the step (they overlap the parts above)
                 "gc_pause_s": sum(i.seconds for i in gcs),

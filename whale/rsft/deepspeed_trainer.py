@@ -46,7 +46,9 @@ from whale.rsft.trainer import (
     SFTStats,
     _world,
     collate_tensors,
+    logits_loss_sum,
     prepare_model,
+    read_back_loss_sum,
     resolve_precision,
     sft_epochs,
     token_loss_sum,
@@ -195,9 +197,7 @@ class DeepSpeedTrainer:
         if self.stage < 3:
             return token_loss_sum(self.engine.module, batch, compiled=self.cfg.compile_layers)[0]
         inputs = {k: batch[k] for k in ("input_ids", "attention_mask", "position_ids") if k in batch}
-        logits = self.engine(**inputs, use_cache=False).logits
-        logits = logits.reshape(-1, logits.shape[-1]).index_select(0, batch[LOSS_INDEX])
-        return torch.nn.functional.cross_entropy(logits.float(), batch[LOSS_TARGET], reduction="sum")
+        return logits_loss_sum(self.engine(**inputs, use_cache=False).logits, batch[LOSS_INDEX], batch[LOSS_TARGET])
 
     def train(self, examples: Sequence[Example], *, lr: float, seed: str | int) -> SFTStats:
         self.engine.train()
@@ -228,4 +228,4 @@ class DeepSpeedTrainer:
             if real:
                 losses.append(loss.detach())
         self.engine.step()
-        return float(sum(torch.stack(losses).tolist())) if losses else 0.0
+        return read_back_loss_sum(losses)

@@ -150,9 +150,19 @@ def token_loss_sum(
             return compiled_head_cross_entropy()(hidden, head.weight, head.bias, target), n
         logits = head(hidden)
     else:  # models whose head does more than a matmul: take their logits as they are
-        logits = model(**inputs, use_cache=False).logits
-        logits = logits.reshape(-1, logits.shape[-1]).index_select(0, index)
+        return logits_loss_sum(model(**inputs, use_cache=False).logits, index, target), n
     return F.cross_entropy(logits.float(), target, reduction="sum"), n
+
+
+def logits_loss_sum(logits: torch.Tensor, index: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Summed fp32 cross-entropy of ``target`` at the flattened positions ``index`` of full ``logits``."""
+    picked = logits.reshape(-1, logits.shape[-1]).index_select(0, index)
+    return F.cross_entropy(picked.float(), target, reduction="sum")
+
+
+def read_back_loss_sum(losses: Sequence[torch.Tensor]) -> float:
+    """An update's micro-batch losses read back at once (one wait for the GPU), summed in order."""
+    return float(sum(torch.stack(list(losses)).tolist())) if losses else 0.0
 
 
 #: compiled graphs a decoder layer may hold (one per bucket width x micro-batch rows) before torch
@@ -339,4 +349,4 @@ class SFTTrainer:
             torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.max_grad_norm)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
-        return float(sum(torch.stack(losses).tolist())) if losses else 0.0
+        return read_back_loss_sum(losses)
