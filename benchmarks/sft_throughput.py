@@ -39,9 +39,10 @@ Variants (``--variants``):
               var-pack-flex-fixed-compile-eager-loss: the LM head's cross-entropy left eager (before
               compiled layers also compiled it: fp32 logits of every token, materialised)
 
-GPU (one H200)::
+GPU (one H200; the paper's models: --model qwen3.5-2b, qwen3.5-4b, random weights of their shapes; the
+packed path of their linear-attention layers needs flash-linear-attention, ``fla-core``)::
 
-    python benchmarks/sft_throughput.py --model qwen3-1.7b --seq 4096 --json sft.json
+    python benchmarks/sft_throughput.py --model qwen3.5-2b --seq 4096 --json sft.json
 
 CPU smoke test of the script itself::
 
@@ -97,7 +98,85 @@ MODELS: dict[str, dict[str, Any]] = {
         max_position_embeddings=4096,
         tie_word_embeddings=True,
     ),
+    # The paper's models (Qwen3.5-2B: search QA, math; Qwen3.5-4B: chess), their language models' shapes:
+    # three gated delta-net linear-attention layers to every full (gated) attention layer
+    "qwen3.5-2b": dict(
+        model_type="qwen3_5",
+        vocab_size=248320,
+        hidden_size=2048,
+        intermediate_size=6144,
+        num_hidden_layers=24,
+        num_attention_heads=8,
+        num_key_value_heads=2,
+        head_dim=256,
+        linear_num_key_heads=16,
+        linear_num_value_heads=16,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_conv_kernel_dim=4,
+        max_position_embeddings=262144,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-6,
+    ),
+    "qwen3.5-4b": dict(
+        model_type="qwen3_5",
+        vocab_size=248320,
+        hidden_size=2560,
+        intermediate_size=9216,
+        num_hidden_layers=32,
+        num_attention_heads=16,
+        num_key_value_heads=4,
+        head_dim=256,
+        linear_num_key_heads=16,
+        linear_num_value_heads=32,
+        linear_key_head_dim=128,
+        linear_value_head_dim=128,
+        linear_conv_kernel_dim=4,
+        max_position_embeddings=262144,
+        tie_word_embeddings=True,
+        rms_norm_eps=1e-6,
+    ),
+    "tiny-qwen3.5": dict(
+        model_type="qwen3_5",
+        vocab_size=512,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=4,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=16,
+        linear_num_key_heads=2,
+        linear_num_value_heads=4,
+        linear_key_head_dim=16,
+        linear_value_head_dim=16,
+        linear_conv_kernel_dim=4,
+        max_position_embeddings=4096,
+        tie_word_embeddings=True,
+    ),
 }
+
+
+def model_config(name: str) -> Any:
+    """The transformers config of ``MODELS[name]`` (Qwen3, or Qwen3.5's language model)."""
+    shape = dict(MODELS[name])
+    if shape.pop("model_type", "qwen3") == "qwen3_5":
+        from transformers import Qwen3_5TextConfig
+
+        return Qwen3_5TextConfig(**shape)
+    from transformers import Qwen3Config
+
+    return Qwen3Config(**shape)
+
+
+def build_random_model(name: str, device: torch.device, attn: str) -> PreTrainedModel:
+    """``MODELS[name]`` with random weights (seed 0, fp32 master weights) on ``device``."""
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = AutoModelForCausalLM.from_config(model_config(name), attn_implementation=attn, dtype=torch.float32)
+    model.config.use_cache = False
+    return model  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)
@@ -179,12 +258,31 @@ def variants(micro: int, micro_gc: int) -> dict[str, Variant]:
 
 
 def model_flops_per_token(cfg: dict, mean_ctx: float) -> float:
+    """Model FLOPs per trained token: 3 x forward (backward = 2 x forward). Forward = 2 x every matmul's
+    parameters (LM head included) + per full-attention layer 2 x 2 x (heads x head_dim) x mean context + per
+    linear-attention layer (Qwen3.5's gated delta-net) the depthwise conv, 2 x taps x conv channels, and the
+    gated delta rule's recurrence, 2 x 3 x key_dim x value_dim per value head (the state's prediction S k,
+    its rank-1 update and the read-out S q); the chunked kernel's extra intra-chunk work is not counted, as
+    recomputation is not (MFU, not hardware FLOPs utilisation). Formula in docs/performance.md."""
     h, inter, layers = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
     q = cfg["num_attention_heads"] * cfg["head_dim"]
     kv = cfg["num_key_value_heads"] * cfg["head_dim"]
-    per_layer = h * q + 2 * h * kv + q * h + 3 * h * inter
-    matmul_params = layers * per_layer + h * cfg["vocab_size"]
-    forward = 2 * matmul_params + 4 * layers * q * mean_ctx
+    mlp = 3 * h * inter
+    if cfg.get("model_type") != "qwen3_5":
+        per_layer = h * q + 2 * h * kv + q * h + mlp
+        matmul_params = layers * per_layer + h * cfg["vocab_size"]
+        return 3 * (2 * matmul_params + 4 * layers * q * mean_ctx)
+    interval = cfg.get("full_attention_interval", 4)
+    full_layers = layers // interval
+    linear_layers = layers - full_layers
+    full = h * 2 * q + 2 * h * kv + q * h + mlp  # q_proj carries the output gate: 2 x heads x head_dim
+    v_heads, dk, dv = cfg["linear_num_value_heads"], cfg["linear_key_head_dim"], cfg["linear_value_head_dim"]
+    key_dim, value_dim = cfg["linear_num_key_heads"] * dk, v_heads * dv
+    conv = 2 * key_dim + value_dim
+    linear = h * conv + h * value_dim + 2 * h * v_heads + value_dim * h + mlp  # in_proj_qkv, _z, _b, _a; out_proj
+    matmul_params = full_layers * full + linear_layers * linear + h * cfg["vocab_size"]
+    forward = 2 * matmul_params + 4 * full_layers * q * mean_ctx
+    forward += linear_layers * (2 * cfg["linear_conv_kernel_dim"] * conv + 6 * v_heads * dk * dv)
     return 3 * forward
 
 
@@ -281,13 +379,8 @@ def run_variant(args: argparse.Namespace, v: Variant, device: torch.device) -> d
 
 
 def _run_variant(args: argparse.Namespace, v: Variant, device: torch.device) -> dict:
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
     mcfg = MODELS[args.model]
-    torch.manual_seed(0)
-    config = Qwen3Config(**mcfg)
-    with torch.device(device):
-        model = Qwen3ForCausalLM._from_config(config, attn_implementation=v.attn or args.attn, dtype=torch.float32)
+    model = build_random_model(args.model, device, v.attn or args.attn)
     cfg = RSFTConfig(
         mini_batch_size=args.minibatch,
         micro_batch_size_per_gpu=v.micro,

@@ -74,7 +74,7 @@ import torch
 for _path in (Path(__file__).resolve().parents[1], Path(__file__).resolve().parent):  # an uninstalled checkout
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
-from sft_throughput import MODELS, make_examples, mean_context, model_flops_per_token  # noqa: E402
+from sft_throughput import MODELS, build_random_model, make_examples, mean_context, model_flops_per_token  # noqa: E402
 
 from whale.rsft.collate import Example, micro_batches, pad_collate  # noqa: E402
 from whale.rsft.config import RSFTConfig  # noqa: E402
@@ -89,15 +89,7 @@ PEERS = ("trl", "trl-pad", "hf", "hf-flat")
 
 def build_model(name: str, device: torch.device, attn: str) -> PreTrainedModel:
     """The random-weight model every trainer starts from (same seed, same device: same weights)."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = Qwen3ForCausalLM._from_config(
-            Qwen3Config(**MODELS[name]), attn_implementation=attn, dtype=torch.float32
-        )
-    model.config.use_cache = False
-    return model
+    return build_random_model(name, device, attn)
 
 
 def weights_digest(model: torch.nn.Module) -> float:

@@ -36,12 +36,14 @@ def run_script(name: str, *args: str, timeout_s: float = 540) -> None:
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_sft_throughput_packed_variants_train_like_the_padded_one(tmp_path):
+@pytest.mark.parametrize("model", ["tiny", "tiny-qwen3.5"])
+def test_sft_throughput_packed_variants_train_like_the_padded_one(tmp_path, model):
+    """Qwen3's shape, and Qwen3.5's hybrid (linear-attention layers get the packed rows' boundaries)."""
     out = tmp_path / "sft.json"
     run_script(
         "sft_throughput.py",
         "--model",
-        "tiny",
+        model,
         "--seq",
         "256",
         "--minibatch",
@@ -119,6 +121,19 @@ def test_sft_vs_hf_trainer_makes_the_same_updates(tmp_path):
     out = tmp_path / "cmp.json"
     trainers = ["whale", "whale-pack", "hf", "hf-flat"]
     run_script("sft_vs_trl.py", *SMOKE, "--lengths", "variable", "--trainers", ",".join(trainers), "--json", str(out))
+    check_comparison(json.loads(out.read_text()), trainers, ["variable"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_sft_vs_hf_trainer_on_the_hybrid_model_makes_the_same_updates(tmp_path):
+    """Qwen3.5's shape: whale padded and packed against the HF Trainer padded (its padding-free mode runs the
+    linear-attention layers across the packed row on the CPU, so it is not a peer of the same updates here)."""
+    out = tmp_path / "cmp.json"
+    trainers = ["whale", "whale-pack", "hf"]
+    smoke = [*SMOKE]
+    smoke[smoke.index("tiny")] = "tiny-qwen3.5"
+    run_script("sft_vs_trl.py", *smoke, "--lengths", "variable", "--trainers", ",".join(trainers), "--json", str(out))
     check_comparison(json.loads(out.read_text()), trainers, ["variable"])
 
 

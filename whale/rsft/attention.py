@@ -22,13 +22,16 @@ token may attend across a sequence boundary.
   is left out of the graph (``torch.compiler.disable``: the layer compiles into a graph before and one
   after it), so the offsets and the longest length reach the kernel exactly and no shape recompiles.
   Torch has no CPU kernel; on the CPU the same document-causal attention runs densely under SDPA.
-* ``sdpa``: transformers itself detects the restarted position ids and builds a dense 4-D document mask,
+* ``sdpa``: the same document-causal mask built densely (:func:`dense_document_mask`, [B, 1, L, L]),
   which is exact but moves SDPA off its flash kernel (measured 15 % MFU against 47 % with bucket padding).
 * ``flash``: transformers' ``flash_attention_2`` (``flash_attn_varlen_func`` over the position ids);
   needs the flash-attn package, which has no wheel for every torch/CUDA pairing.
 
-Models with sliding-window layers are refused for ``flex`` and ``varlen`` (their windows are not part of
-the mask).
+The trainer hands these masks to the decoder by layer type (``{"full_attention": ..., "linear_attention":
+...}``, :func:`whale.rsft.trainer.packed_masks`); the linear-attention layers of hybrid models (Qwen3.5)
+get the row's sequence boundaries instead (:mod:`whale.rsft.linear_attention`). Models with sliding-window
+layers are refused for packing (their windows are not part of any of these masks):
+:func:`packing_problem` says so, for ``whale validate`` and for the trainer.
 """
 
 from __future__ import annotations
@@ -314,24 +317,47 @@ def register() -> None:
         AttentionMaskInterface.register(name, sdpa_mask)
 
 
-def _sliding_layers(config: Any) -> bool:
-    layer_types = getattr(config, "layer_types", None) or []
-    if any(t != "full_attention" for t in layer_types):
-        return True
-    return bool(getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None))
+def dense_document_mask(position_ids: torch.Tensor) -> torch.Tensor:
+    """The document-causal mask of packed rows as a dense boolean [B, 1, L, L] (True: may attend), for SDPA."""
+    doc = document_ids(position_ids)
+    length = doc.shape[-1]
+    causal = torch.ones(length, length, dtype=torch.bool, device=doc.device).tril()
+    return ((doc[:, :, None] == doc[:, None, :]) & causal)[:, None]
+
+
+#: layer types a packed row's masks cover: full attention by the document mask, linear attention by the
+#: sequence boundaries (:mod:`whale.rsft.linear_attention`)
+PACKABLE_LAYER_TYPES = frozenset({"full_attention", "linear_attention"})
+
+
+def _text_config(config: Any) -> Any:
+    """The language model's config of a multimodal checkpoint (Qwen3.5's ``text_config``), else ``config``."""
+    text = getattr(config, "text_config", None)
+    return text if text is not None and getattr(text, "layer_types", None) is not None else config
+
+
+def packing_problem(config: Any) -> str | None:
+    """Why rows of this model cannot be packed exactly (None: they can): sliding-window layers, whose
+    windows no packed mask models. Reads only the config (``whale validate`` passes a plain namespace)."""
+    text = _text_config(config)
+    layer_types = getattr(text, "layer_types", None) or []
+    other = sorted({t for t in layer_types if t not in PACKABLE_LAYER_TYPES})
+    if other:
+        return f"this model has {', '.join(other)} layers, which no packed mask models"
+    if getattr(text, "use_sliding_window", False) and getattr(text, "sliding_window", None):
+        return "this model has sliding-window attention layers, which no packed mask models"
+    return None
 
 
 def set_training_attention(model: PreTrainedModel, kernel: Kernel) -> None:
-    """Switch ``model`` to the attention implementation ``kernel`` needs (sdpa: leave it as loaded)."""
+    """Switch ``model`` to the attention implementation ``kernel`` needs for packed rows (sdpa: leave it as
+    loaded), after checking that its layers can be packed at all (:func:`packing_problem`)."""
+    config = getattr(model, "config", None)
+    if config is not None and (problem := packing_problem(config)):
+        raise AttentionConfigError(f"rsft.packSequences: {problem}; set rsft.packSequences: false")
     if kernel == "sdpa":
         return
-    config = getattr(model, "config", None)
     if kernel in ("flex", "varlen"):
-        if config is not None and _sliding_layers(config):
-            raise AttentionConfigError(
-                f"rsft.attention {kernel}: this model has sliding-window attention layers, which the document mask "
-                "does not model; use attention: sdpa (or packSequences: false)"
-            )
         if kernel == "varlen" and importlib.util.find_spec("torch.nn.attention.varlen") is None:
             raise AttentionConfigError(
                 f"rsft.attention varlen needs torch.nn.attention.varlen (torch >= 2.10; this is {torch.__version__}); "

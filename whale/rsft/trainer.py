@@ -33,6 +33,7 @@ import torch.nn.functional as F
 
 from whale.rsft.collate import IGNORE_INDEX, Example, collate_micro, micro_batches, update_groups
 from whale.rsft.config import RSFTConfig
+from whale.rsft.linear_attention import LINEAR_ATTENTION
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -195,9 +196,11 @@ def prepare_model(model: PreTrainedModel, cfg: RSFTConfig, *, compile_layers: bo
     micro-batches, gradient checkpointing and regional compilation as ``cfg`` asks (``compile_layers``
     overrides ``cfg.compile_layers``)."""
     if cfg.pack_sequences:
+        from whale.rsft import linear_attention
         from whale.rsft.attention import set_training_attention
 
         set_training_attention(model, cfg.attention_kernel)
+        linear_attention.install(model)
     if cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if cfg.compile_layers if compile_layers is None else compile_layers:
@@ -206,15 +209,16 @@ def prepare_model(model: PreTrainedModel, cfg: RSFTConfig, *, compile_layers: bo
 
 
 def collate_tensors(micro: Sequence[Example], cfg: RSFTConfig, pad_id: int, device: torch.device) -> dict[str, Any]:
-    """A micro-batch on ``device`` shaped the way ``cfg`` says (every trainer's collation): tensors, and
-    for packed rows under flex attention the document mask (a ``BlockMask``) as ``attention_mask``, under
-    varlen the sequence offsets (a ``VarlenMask``) as the decoder's prepared mask."""
-    flex = cfg.pack_sequences and cfg.attention_kernel == "flex"
-    varlen = cfg.pack_sequences and cfg.attention_kernel == "varlen"
-    if flex:
-        from whale.rsft.attention import FLEX_BLOCK, document_block_mask
-    if varlen:
-        from whale.rsft.attention import varlen_mask
+    """A micro-batch on ``device`` shaped the way ``cfg`` says (every trainer's collation): tensors, and for
+    packed rows the decoder's prepared masks as ``attention_mask``, one per layer type: the full-attention
+    layers' document mask (flex: a ``BlockMask``; varlen: the sequence offsets, a ``VarlenMask``; sdpa: the
+    dense document-causal mask; flash: none, transformers reads the restarted position ids) and the
+    linear-attention layers' sequence boundaries (:mod:`whale.rsft.linear_attention`; models without such
+    layers never read them)."""
+    from whale.rsft.attention import FLEX_BLOCK
+
+    kernel = cfg.attention_kernel
+    flex = cfg.pack_sequences and kernel == "flex"
     raw = collate_micro(
         micro,
         pad_id,
@@ -229,11 +233,27 @@ def collate_tensors(micro: Sequence[Example], cfg: RSFTConfig, pad_id: int, devi
     host[LOSS_INDEX], host[LOSS_TARGET], n = loss_positions(host["labels"])
     batch: dict[str, Any] = {k: _to_device(t, device) for k, t in host.items()}
     batch[LOSS_TOKENS] = n
-    if flex:  # the packed row's document-causal block mask, built once and shared by every layer
-        batch["attention_mask"] = document_block_mask(batch["position_ids"])
-    if varlen:  # the sequence offsets, from the host's position ids; every (full-attention) layer takes them
-        batch["attention_mask"] = {"full_attention": varlen_mask(host["position_ids"], device)}
+    if cfg.pack_sequences:
+        batch["attention_mask"] = packed_masks(kernel, host["position_ids"], batch["position_ids"], device)
     return batch
+
+
+def packed_masks(
+    kernel: str, host_positions: torch.Tensor, positions: torch.Tensor, device: torch.device
+) -> dict[str, Any]:
+    """The prepared masks of a packed batch, by layer type (see :func:`collate_tensors`), each built once
+    and shared by every layer of its type."""
+    from whale.rsft.attention import dense_document_mask, document_block_mask, varlen_mask
+    from whale.rsft.linear_attention import sequence_boundaries
+
+    full: Any = None
+    if kernel == "flex":
+        full = document_block_mask(positions)
+    elif kernel == "varlen":
+        full = varlen_mask(host_positions, device)
+    elif kernel == "sdpa":
+        full = _to_device(dense_document_mask(host_positions), device)
+    return {"full_attention": full, LINEAR_ATTENTION: sequence_boundaries(host_positions, device)}
 
 
 def _to_device(tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
