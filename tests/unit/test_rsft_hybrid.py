@@ -233,7 +233,8 @@ def test_packed_rows_on_the_gpu_kernels_train_each_sequence_as_if_alone(attentio
     parts = [loss_and_grads(alone, [e], device=gpu, dtype=torch.bfloat16) for e in examples]
     ref_loss = sum(p[0] for p in parts)
     assert n == sum(p[1] for p in parts)
-    assert abs(float(loss - ref_loss)) <= fp32_tolerance(ref_loss, sum(LENGTHS), torch.bfloat16)
+    # bf16 activations: the mean token loss within a few bf16 roundings of each other
+    assert abs(float(loss - ref_loss)) / n <= 4 * torch.finfo(torch.bfloat16).eps
     ref_grads = [torch.stack(g).sum(0) for g in zip(*(p[2] for p in parts), strict=True)]
     cos = torch.nn.functional.cosine_similarity(
         torch.cat([g.flatten() for g in grads]), torch.cat([g.flatten() for g in ref_grads]), dim=0

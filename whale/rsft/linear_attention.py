@@ -166,7 +166,7 @@ def gated_delta_rule(
     zero state at every sequence start. Outside any compiled graph: the offsets reach the kernel as they
     are and no row layout recompiles. ``reference`` is the model's own PyTorch chunked rule."""
     batch, length = query.shape[:2]
-    flat = [t.reshape(1, batch * length, *t.shape[2:]) for t in (query, key, value, g, beta)]
+    flat = [t.reshape(1, batch * length, *t.shape[2:]).contiguous() for t in (query, key, value, g, beta)]
     q, k, v, gg, bb = flat
     if q.shape[2] != v.shape[2]:  # grouped value heads: each q/k head serves consecutive value heads
         groups = v.shape[2] // q.shape[2]
