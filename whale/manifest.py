@@ -453,8 +453,8 @@ def data_dir_problems(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str])
     path = _resolve(text, cwd)
     if not path.is_dir():
         return [
-            f"{where}: {text} is not a folder on this machine; point it at the data root (see "
-            "../shared/data/README.md), or unset it for the default"
+            f"{where}: {text} is not a folder on this machine; point it at a data root laid out as the "
+            "shipped sample (whale/data/sample/README.md), or unset it for that sample"
         ]
     if not os.access(path, os.R_OK | os.X_OK):
         return [f"{where}: {path} is not readable by this user; fix its permissions or use another data root"]

@@ -685,7 +685,7 @@ class Data(_Model):
 
     source: Literal["sample", "full"] = Field(
         "sample",
-        description="sample: the small files under dataDir (../shared/data), what `whale run` and CI use; "
+        description="sample: the small files under dataDir (default: the sample data shipped with whale), what `whale run` and CI use; "
         "full: the paper's datasets, fetched, checksummed and split by the prepare phase (`whale prepare` locally, "
         "the prepare Job on a cluster) into the run's store, with the paper's split sizes (docs/data.md)",
     )
@@ -695,7 +695,9 @@ class Data(_Model):
         description="source: full only: mirrors and pinned digests of named sources",
     )
     data_dir: str | None = Field(
-        None, max_length=4096, description="raw data root (default: $WHALE_DATA_DIR or ../shared/data)"
+        None,
+        max_length=4096,
+        description="raw data root (default: $WHALE_DATA_DIR, else the sample data shipped in the package, whale/data/sample)",
     )
     seed: Int64 = Field(
         42,
