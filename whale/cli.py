@@ -6,7 +6,8 @@ need them. What the commands show is computed in :mod:`whale.console`; the funct
 arguments, call it, and turn failures into a message naming the field or option and exit 1.
 
 Exit codes of `whale run`: 0 the run ended (or was already done), 1 it failed or could not start,
-3 `whale stop` stopped it (resumable), 130 Ctrl-C, 128+N signal N (both resumable).
+3 `whale stop` stopped it (resumable), 124 its --timeout passed (resumable), 130 Ctrl-C, 128+N signal N
+(both resumable).
 """
 
 from __future__ import annotations
@@ -22,12 +23,13 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import typer.core
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from whale import plugins
+from whale.console.streams import cli_console, invoked_as
 from whale.core import layout
 from whale.core.schedule import ScheduleError, resolve
 from whale.core.schedule import plan as make_plan
@@ -42,12 +44,22 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-console = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+console = cli_console()
+err = cli_console(stderr=True)
+
+_option_type = getattr(typer.core.TyperOption, "display_type_rich", None)
+if _option_type is not None:  # typer's rich help labels every flag `<bool>` (0.2x): a flag takes no value
+
+    def _no_type_for_flags(self: typer.core.TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else _option_type(self, ctx)
+
+    setattr(typer.core.TyperOption, "display_type_rich", _no_type_for_flags)  # noqa: B010
 
 DEFAULT_STORE = ".whale/store"
 #: `whale run` was stopped by `whale stop` (resumable)
 EXIT_STOPPED = 3
+#: `whale run --timeout` passed before the run ended (resumable); 124 as coreutils' `timeout`
+EXIT_TIMEOUT = 124
 DISTRIBUTION = "whale-k8s"
 
 
@@ -355,7 +367,7 @@ def run(
         typer.Option(help="DIR or s3://bucket/prefix (default: spec.storage.uri, $WHALE_STORE, or ./.whale/store)"),
     ] = None,
     workdir: Annotated[Path | None, typer.Option(help="scratch folder for logs and caches")] = None,
-    timeout: Annotated[float | None, typer.Option(help="give up after this many seconds (resumable)")] = None,
+    timeout: Annotated[float | None, typer.Option(help="give up after this many seconds (exit 124; resumable)")] = None,
     retry: Annotated[
         bool,
         typer.Option(
@@ -386,6 +398,7 @@ def run(
         RunConflictError,
         RunInterrupted,
         RunStopped,
+        RunTimeout,
         interrupt_on_signals,
         status_summary,
     )
@@ -408,7 +421,8 @@ def run(
     extra: dict[str, Any] = {}
     if os.environ.get("WHALE_WORKLOAD_COMMAND"):  # e.g. wrap workloads in a profiler, or a test double
         extra["workload_command"] = tuple(shlex.split(os.environ["WHALE_WORKLOAD_COMMAND"]))
-    hint = " ".join(["whale", "run", shlex.quote(str(file)), *(["--store", shlex.quote(store)] if store else [])])
+    prog = invoked_as()
+    hint = " ".join([prog, "run", shlex.quote(str(file)), *(["--store", shlex.quote(store)] if store else [])])
     started = time.monotonic()
     # -o json: the progress lines go to stderr, so stdout is the JSON alone
     display = RunDisplay(m.name, console, live=None) if output is Output.table else RunDisplay(m.name, err, live=False)
@@ -432,6 +446,9 @@ def run(
     except RunStopped as exc:
         err.print(f"{exc}; the status is saved: run `{hint}` to resume", highlight=False, markup=False)
         raise typer.Exit(code=EXIT_STOPPED) from None
+    except RunTimeout as exc:
+        err.print(str(exc), highlight=False, markup=False)
+        raise typer.Exit(code=EXIT_TIMEOUT) from None
     except RunInterrupted as exc:
         err.print(f"stopped by {exc}; the status is saved: run `{hint}` to resume", highlight=False, markup=False)
         raise typer.Exit(code=128 + exc.signum) from None
@@ -447,7 +464,13 @@ def run(
         store_arg = store or st.uri
         console.print(
             final_summary(
-                m.name, status, {k: st.uri_for(k) for k in keys}, store_arg, hint, duration(time.monotonic() - started)
+                m.name,
+                status,
+                {k: st.uri_for(k) for k in keys},
+                store_arg,
+                hint,
+                duration(time.monotonic() - started),
+                prog,
             )
         )
     if status.phase.value == "Failed":

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -280,3 +281,40 @@ def test_run_retry_resumes_a_failed_run(tmp_path, monkeypatch):
     assert "run tiny Succeeded" in res.output
     status = json.loads(cli.invoke(app, ["status", "tiny", "--store", "st", "-o", "json"]).output)
     assert status["attempts"]["c01-weight"] == 2 and "c01-weight" not in status["failures"]
+
+
+def test_a_timeout_exits_with_its_own_code_and_is_resumable(tmp_path, monkeypatch):
+    from whale.cli import EXIT_TIMEOUT
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WHALE_WORKLOAD_COMMAND", f"{sys.executable} -m tests.workloads.simulated")
+    monkeypatch.setenv("WHALE_SIM", json.dumps({"hang": {"c01-weight": 1}}))
+    manifest = write(tmp_path, {**WHALE, "condition": "rsft_only", "schedule": {"totalSteps": 2}})
+    res = cli.invoke(app, ["run", str(manifest), "--store", "st", "--timeout", "2"])
+    assert res.exit_code == EXIT_TIMEOUT == 124, res.output
+    assert "did not finish within 2 s" in res.output and f"whale run {manifest} --store st" in res.output
+    status = json.loads(cli.invoke(app, ["status", "tiny", "--store", "st", "-o", "json"]).output)
+    assert status["phase"] == "Interrupted"
+
+
+def test_help_shows_no_value_type_for_flags():
+    """typer labels every flag `<bool>`: a flag takes no value, so -h shows none (options that take one keep it)."""
+    for command in ([], ["run"], ["validate"], ["report"], ["prepare"], ["logs"]):
+        res = cli.invoke(app, [*command, "-h"], env={"COLUMNS": "200"})
+        assert res.exit_code == 0 and "<bool>" not in res.output, (command, res.output)
+    assert "<float>" in cli.invoke(app, ["run", "-h"], env={"COLUMNS": "200"}).output
+
+
+def test_piped_tables_are_not_cut_at_80_columns_and_commands_name_whale_as_invoked():
+    code = (
+        "from rich.table import Table; from whale.console.streams import cli_console;"
+        "t = Table(); [t.add_column(c) for c in 'abc']; t.add_row(*['x' * 60] * 3); cli_console().print(t)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env, check=True)
+    assert ("x" * 60 + " ") in out.stdout and max(len(line) for line in out.stdout.splitlines()) > 180
+    from whale.console.streams import invoked_as
+
+    assert invoked_as(".venv/bin/whale") == ".venv/bin/whale"
+    assert invoked_as("/usr/local/bin/whale") == "/usr/local/bin/whale"
+    assert invoked_as("/repo/whale/cli.py") == invoked_as("") == "whale"

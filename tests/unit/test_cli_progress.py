@@ -398,6 +398,12 @@ def test_next_commands_after_a_failure_and_an_interruption():
         "whale run r.yaml",
         "whale status r --store 'my store'",
     ]
+    # whale as the person invoked it (README: .venv/bin/whale)
+    assert next_commands("r", failed, "st", ".venv/bin/whale run r.yaml", ".venv/bin/whale") == [
+        ".venv/bin/whale logs r --store st --phase c01-harness",
+        ".venv/bin/whale run r.yaml --retry",
+        ".venv/bin/whale status r --store st",
+    ]
     text = summary_text(
         status(phase=RunPhase.FAILED, message="phase c01-weight failed 3 time(s)", failures={"c01-weight": 3})
     )

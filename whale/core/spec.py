@@ -1117,7 +1117,9 @@ class Tracking(_Model):
     ends (docs/report.md); ``whale report --export`` replays a whole run from the store."""
 
     report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
-        default_factory=list, max_length=3, description="tracking backends (extras whale-k8s[tensorboard|wandb|mlflow])"
+        default_factory=list,
+        max_length=3,
+        description="tracking backends (the package extras tensorboard|wandb|mlflow; `make install` has all three)",
     )
     project: str | None = Field(None, max_length=128, description="W&B project / MLflow experiment (default: whale)")
     tensorboard_dir: str = Field(
