@@ -33,7 +33,7 @@ from whale.console.streams import cli_console, invoked_as
 from whale.core import layout
 from whale.core.schedule import ScheduleError, resolve
 from whale.core.schedule import plan as make_plan
-from whale.manifest import Manifest, ManifestError, load_manifest, local_problems
+from whale.manifest import Manifest, ManifestError, hub_model, load_manifest, local_problems
 from whale.report.cli import report as report_command
 
 app = typer.Typer(
@@ -157,8 +157,8 @@ def validate(
 ) -> None:
     """Check a manifest: exit 0 with a one-line summary, or exit 1 listing every problem."""
     m, sizes = _load_checked(file)
-    here = local_problems(m)
     local = _is_local(m, target)
+    here = local_problems(m, hub_check=local)
     if here and local:
         _fail(here, str(file))
     p = make_plan(m.spec, sizes)
@@ -183,6 +183,9 @@ def validate(
         console.print(
             f"note: not on this machine, so `whale run` would refuse it here: {problem}", markup=False, highlight=False
         )
+    location = hub_model(m.spec, Path.cwd(), os.environ) if local else None
+    if location is not None:  # where the Hugging Face model loads from (a problem has failed above)
+        console.print(f"note: {location.note()}", markup=False, highlight=False)
 
 
 def plan_with_cost(m: Manifest, sizes: dict[str, int], assumptions: Any = None) -> tuple[dict[str, Any], Any]:
