@@ -290,6 +290,30 @@ def test_an_evaluation_shows_items_done_of_total_from_its_start():
     assert "eval-c00-s000000-start (attempt 1): 32/64 items, 20s, ETA 20s" in view.export_text()
 
 
+def test_an_evaluation_shows_episodes_as_they_finish_and_items_per_chunk():
+    req = eval_request()
+    st = status(stage=Stage.EVAL, active_phase=None)
+
+    def at(seconds, episodes, items=None):
+        progress = PhaseProgress(stage=ProgressStage.EVALUATING, done=episodes, total=256, unit="episodes")
+        metrics = (EvalProgress(items_done=items, items_total=32),) if items is not None else ()
+        return frame(seconds, st, ChildFrame(req, 1000.0, metrics=metrics, progress=progress))
+
+    first, some, chunk = at(0, 0), at(30, 40), at(60, 128, items=16)
+    paces = update_paces({}, first)
+    lines = [line[21:] for line in events(None, first, paces) + events(first, some, paces) + events(some, chunk, paces)]
+    assert lines[-3:] == [
+        "eval-c00-s000000-start: 0/256 episodes",
+        "eval-c00-s000000-start: 40/256 episodes; phase ETA 2m42s",  # not 0/32 items until a chunk ends
+        "eval-c00-s000000-start: 128/256 episodes (16/32 items); phase ETA 1m00s",
+    ]
+    view = Console(record=True, width=150)
+    view.print(render(chunk, paces))
+    text = view.export_text()
+    assert "eval-c00-s000000-start (attempt 1): 128/256 episodes, 1m00s, ETA 1m00s" in text
+    assert "evaluating (16/32 items)" in text
+
+
 def test_run_level_events_phases_done_evaluations_failures_and_the_end_last():
     before = status(
         step=4, completed_phases=[], evals=[EvalPoint(phase="eval-c01-s000004-weight", cycle=1, step=4, after="weight")]

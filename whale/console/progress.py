@@ -134,7 +134,7 @@ class PhaseCounts:
 
 
 def phase_counts(child: ChildFrame) -> PhaseCounts:
-    """Steps of a weight phase, iterations of a harness phase, items of an evaluation."""
+    """Steps of a weight phase, iterations of a harness phase, episodes (else items) of an evaluation."""
     req = child.request
     if isinstance(req, WeightRequest):
         a = req.weight
@@ -143,14 +143,22 @@ def phase_counts(child: ChildFrame) -> PhaseCounts:
     if isinstance(req, HarnessRequest):
         done = max((m.iteration for m in child.iterations()), default=0)
         return PhaseCounts(done, req.harness.iterations, "iterations", req.harness.stop_rule is not None)
+    done, total = eval_items(child)
+    p = child.progress
+    if p is not None and p.stage is ProgressStage.EVALUATING and p.done is not None and p.total:
+        if p.unit == "episodes":  # reported as each finishes: the finer count, for the bar and the ETA
+            return PhaseCounts(p.done, p.total, "episodes")
+        done, total = max(done, p.done), total or p.total  # an older workload's items at its start
+    return PhaseCounts(done, total, "items")
+
+
+def eval_items(child: ChildFrame) -> tuple[int, int | None]:
+    """Items done/total of an evaluation, from its metrics lines (one per chunk of items)."""
     done, total = 0, None
     for m in child.metrics:
         if isinstance(m, EvalProgress):
             done, total = max(done, m.items_done), m.items_total or total
-    p = child.progress
-    if p is not None and p.stage is ProgressStage.EVALUATING and p.done is not None:
-        done, total = max(done, p.done), total or p.total
-    return PhaseCounts(done, total, "items")
+    return done, total
 
 
 def last_step_metrics(child: ChildFrame | None) -> WeightStepMetrics | None:
@@ -249,6 +257,9 @@ def stage_words(child: ChildFrame) -> str:
         words += f" {p.candidate}"
     if p.done is not None and p.total is not None and p.stage is not ProgressStage.EVALUATING:
         words += f" ({p.done}/{p.total} {p.unit or ''})".replace(" )", ")")
+    if p.stage is ProgressStage.EVALUATING and p.unit == "episodes":
+        items_done, items_total = eval_items(child)
+        words += f" ({items_done}/{items_total} items)" if items_total else ""
     return words
 
 
@@ -373,7 +384,11 @@ def _child_events(old: ChildFrame | None, cur: Frame, paces: dict[str, Pace]) ->
         before = phase_counts(old) if old is not None else None
         known = counts.total is not None or counts.done > 0
         if known and (before is None or (counts.done, counts.total) != (before.done, before.total)):
-            out.append(f"{child.phase}: {counts.done}{of} items{eta}")
+            items = ""
+            if counts.unit == "episodes":
+                items_done, items_total = eval_items(child)
+                items = f" ({items_done}/{items_total} items)" if items_total else ""
+            out.append(f"{child.phase}: {counts.done}{of} {counts.unit}{items}{eta}")
     return out
 
 
@@ -459,6 +474,9 @@ def render(frame: Frame, paces: dict[str, Pace] | None = None) -> RenderableType
         inner: RenderableType = _bar(0, None)
         if p is not None and p.done is not None and p.total and p.stage is not ProgressStage.EVALUATING:
             inner = _bar(p.done, p.total)
+        elif counts.unit == "episodes":  # the phase bar counts episodes: this one the items finished
+            items_done, items_total = eval_items(child)
+            inner = _bar(items_done, items_total)
         bars.add_row(Text("now"), inner, Text(stage_words(child)))
     rows.append(bars)
     best = f"best {s.best.mean_at_k:.4f} (mean@{s.best.k}, {s.best.phase})" if s.best else "best -"
