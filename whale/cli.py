@@ -394,7 +394,7 @@ def run(
     command resumes where it stopped. Live progress on a terminal, timestamped lines otherwise; at the
     end, the evaluation table, the accepted harness and the next commands."""
     from whale.console.display import RunDisplay
-    from whale.console.progress import duration
+    from whale.console.progress import RunWork, duration
     from whale.console.summary import final_summary
     from whale.runner.local import (
         LocalRunner,
@@ -428,7 +428,12 @@ def run(
     hint = " ".join([prog, "run", shlex.quote(str(file)), *(["--store", shlex.quote(store)] if store else [])])
     started = time.monotonic()
     # -o json: the progress lines go to stderr, so stdout is the JSON alone
-    display = RunDisplay(m.name, console, live=None) if output is Output.table else RunDisplay(m.name, err, live=False)
+    planned = RunWork.from_plan(make_plan(m.spec, sizes))  # the run ETA counts every phase of the plan
+    display = (
+        RunDisplay(m.name, console, live=None, work=planned)
+        if output is Output.table
+        else RunDisplay(m.name, err, live=False, work=planned)
+    )
     runner = LocalRunner(
         name=m.name,
         spec=m.spec,

@@ -6,6 +6,7 @@ times), so each test replays a short sequence the runner could report and checks
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -16,12 +17,15 @@ from whale.console.progress import (
     ChildFrame,
     Frame,
     Pace,
+    RunWork,
     duration,
     events,
     latest_reward,
     phase_counts,
     render,
+    run_eta_s,
     update_paces,
+    work_counts,
 )
 from whale.console.summary import final_summary, next_commands
 from whale.core.protocol import (
@@ -312,6 +316,31 @@ def test_an_evaluation_shows_episodes_as_they_finish_and_items_per_chunk():
     text = view.export_text()
     assert "eval-c00-s000000-start (attempt 1): 128/256 episodes, 1m00s, ETA 1m00s" in text
     assert "evaluating (16/32 items)" in text
+
+
+def test_the_run_eta_counts_the_evaluations_left_after_the_last_step():
+    """Every weight step is done, two of four evaluations remain: the run ETA is theirs, not ~0s."""
+    work = RunWork.from_plan({"rollouts": 480, "evaluation": {"count": 4, "rolloutsEach": 128}})
+    req = eval_request()
+
+    def at(seconds, evals_done, episodes):
+        evals = [
+            EvalPoint(phase=f"eval-{i}", cycle=1, step=8, after="weight", mean_at_k=0.5 if i < evals_done else None)
+            for i in range(4)
+        ]
+        st = status(step=8, stage=Stage.EVAL, active_phase=None, rollouts_spent=480, evals=evals)
+        progress = PhaseProgress(stage=ProgressStage.EVALUATING, done=episodes, total=128, unit="episodes")
+        return dataclasses.replace(frame(seconds, st, ChildFrame(req, 1000.0, progress=progress)), work=work)
+
+    first, later = at(0, 2, 0), at(100, 2, 64)
+    assert (work_counts(first).done, work_counts(first).total) == (480 + 256, 992)
+    paces = update_paces({}, first)
+    assert run_eta_s(later, paces) == (pytest.approx(300.0), False)  # 64 of the 256 evaluation rollouts left took 100 s
+    assert events(first, later, paces)[-1].endswith("64/128 episodes; phase ETA 1m40s, run ETA ~5m00s")
+    # without the plan, only the (finished) steps count: the old ~0s
+    bare = [dataclasses.replace(f, work=None) for f in (first, later)]
+    steps_paces = update_paces({}, bare[0])
+    assert "run ETA" not in events(bare[0], bare[1], steps_paces)[-1]  # no step moved: no pace to tell
 
 
 def test_run_level_events_phases_done_evaluations_failures_and_the_end_last():

@@ -68,6 +68,33 @@ class ChildFrame:
 
 
 @dataclasses.dataclass(frozen=True)
+class RunWork:
+    """The run's whole work in rollouts, from its plan (`whale plan`): training (weight steps and harness
+    scoring, an upper bound when adaptive patience may end phases early) and evaluations. The run ETA counts
+    these, so evaluations and harness phases still to come are in it (an ETA over weight steps alone said ~0s
+    with evaluations left)."""
+
+    training_rollouts: int
+    evaluations: int
+    rollouts_per_evaluation: int
+    bound: bool = False
+
+    @classmethod
+    def from_plan(cls, plan: dict[str, Any]) -> RunWork:
+        evaluation = plan.get("evaluation") or {}
+        return cls(
+            training_rollouts=int(plan.get("rollouts") or 0),
+            evaluations=int(evaluation.get("count") or 0),
+            rollouts_per_evaluation=int(evaluation.get("rolloutsEach") or 0),
+            bound=bool(plan.get("rolloutsUpperBound")),
+        )
+
+    @property
+    def total(self) -> int:
+        return self.training_rollouts + self.evaluations * self.rollouts_per_evaluation
+
+
+@dataclasses.dataclass(frozen=True)
 class Frame:
     """One moment of a run."""
 
@@ -79,6 +106,8 @@ class Frame:
     started_s: float
     status: WhaleRunStatus
     child: ChildFrame | None = None
+    #: the plan's work, for the run ETA; None: the ETA counts weight steps only
+    work: RunWork | None = None
 
     @property
     def elapsed_s(self) -> float:
@@ -219,6 +248,38 @@ def run_counts(status: WhaleRunStatus) -> PhaseCounts | None:
     if status.total_steps:
         return PhaseCounts(status.step, status.total_steps, "steps")
     return None
+
+
+def work_counts(frame: Frame) -> PhaseCounts | None:
+    """The run's rollouts done of its plan's (:class:`RunWork`): training rollouts spent, the finished
+    evaluations' and the running evaluation's episodes."""
+    work = frame.work
+    if work is None or not work.total:
+        return None
+    finished = sum(e.mean_at_k is not None for e in frame.status.evals)
+    running = 0
+    child = frame.child
+    if (
+        child is not None
+        and child.kind is PhaseKind.EVAL
+        and child.phase not in {e.phase for e in frame.status.evals if e.mean_at_k is not None}
+    ):
+        counts = phase_counts(child)
+        running = counts.done if counts.unit == "episodes" else 0
+    done = frame.status.rollouts_spent + finished * work.rollouts_per_evaluation + running
+    return PhaseCounts(min(done, work.total), work.total, "rollouts", work.bound)
+
+
+def run_eta_s(frame: Frame, paces: dict[str, Pace]) -> tuple[float | None, bool]:
+    """Seconds left in the run (and whether that is a bound): at the pace of all its rollouts, evaluations
+    included, when the plan is known; else at the pace of its weight steps."""
+    work = work_counts(frame)
+    if work is not None:
+        pace = paces.get("work")
+        return (pace.eta_s(work.done, work.total, frame.now_s) if pace else None), work.bound
+    run = run_counts(frame.status)
+    pace = paces.get("run")
+    return (pace.eta_s(run.done, run.total, frame.now_s) if run and pace else None), False
 
 
 # ----- words ------------------------------------------------------------------------------------------
@@ -402,11 +463,9 @@ def _eta_words(cur: Frame, child: ChildFrame, counts: PhaseCounts, paces: dict[s
     phase_eta = pace.eta_s(counts.done, counts.total, cur.now_s) if pace else None
     if phase_eta is not None:
         words.append(f"phase ETA {'<= ' if counts.bound else ''}{duration(phase_eta)}")
-    run = run_counts(cur.status)
-    run_pace = paces.get("run")
-    run_eta = run_pace.eta_s(run.done, run.total, cur.now_s) if run and run_pace else None
+    run_eta, bound = run_eta_s(cur, paces)
     if run_eta is not None:
-        words.append(f"run ETA ~{duration(run_eta)}")
+        words.append(f"run ETA {'<= ' if bound else '~'}{duration(run_eta)}")
     return ("; " + ", ".join(words)) if words else ""
 
 
@@ -420,6 +479,9 @@ def update_paces(paces: dict[str, Pace], frame: Frame) -> dict[str, Pace]:
     run = run_counts(frame.status)
     if run is not None and "run" not in out:
         out["run"] = Pace(run.done, frame.now_s)
+    work = work_counts(frame)
+    if work is not None and "work" not in out:
+        out["work"] = Pace(work.done, frame.now_s)
     if frame.child is not None:
         key = child_pace_key(frame.child)
         if key not in out:
@@ -442,12 +504,11 @@ def render(frame: Frame, paces: dict[str, Pace] | None = None) -> RenderableType
     paces = paces or {}
     s = frame.status
     run = run_counts(s)
-    run_pace = paces.get("run")
-    run_eta = run_pace.eta_s(run.done, run.total, frame.now_s) if run and run_pace else None
+    run_eta, bound = run_eta_s(frame, paces)
     head = Text.assemble(
         (frame.run, "bold"),
         f"  {s.phase.value}, cycle {s.cycle}, elapsed {duration(frame.elapsed_s)}"
-        + (f", ETA ~{duration(run_eta)}" if run_eta is not None else ""),
+        + (f", ETA {'<= ' if bound else '~'}{duration(run_eta)}" if run_eta is not None else ""),
     )
     bars = Table.grid(padding=(0, 1))
     bars.add_column(no_wrap=True)
