@@ -1,5 +1,5 @@
 """`whale`: the command line. A shell over the library: validate, plan, prepare, run, list, status, logs, stop,
-report, replay, crd, domains.
+delete, report, replay, crd, domains.
 
 Starts fast (no torch, kopf or vllm imports here); heavy modules load inside the commands that
 need them. What the commands show is computed in :mod:`whale.console`; the functions here parse
@@ -695,6 +695,36 @@ def stop(
     console.print(
         f"stopped: run {name} is {saved.phase.value}; {saved.message or ''}".rstrip("; "), highlight=False, markup=False
     )
+
+
+@app.command()
+def delete(
+    name: NameArg,
+    store: StoreOpt = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="delete without asking")] = False,
+) -> None:
+    """Delete a run from its store (everything under runs/NAME/), after confirmation.
+
+    Refused while a `whale run` runs it (`whale stop NAME` first). The domains' prepared data (data/) is shared
+    by runs and stays. A deleted run cannot be resumed; `whale run FILE` then starts it afresh."""
+    from whale.runner.control import RunBusyError, delete_run, run_keys
+    from whale.store import StoreError
+
+    st, _ = _open_existing_store(store, "delete")
+    try:
+        _require_run(st, name, "delete")
+        keys = run_keys(st, name)
+    except StoreError as exc:
+        _fail([str(exc)], "delete")
+    where = st.uri_for(layout.run_prefix(name)) + "/"
+    if not yes and not typer.confirm(f"delete run {name}: {len(keys)} objects under {where}?", default=False):
+        console.print("nothing deleted", highlight=False, markup=False)
+        raise typer.Exit(code=1)
+    try:
+        deleted = delete_run(st, name, keys)
+    except (RunBusyError, StoreError) as exc:
+        _fail([str(exc)], "delete")
+    console.print(f"deleted run {name}: {deleted} objects under {where}", highlight=False, markup=False)
 
 
 @app.command()

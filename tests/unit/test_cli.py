@@ -318,3 +318,38 @@ def test_piped_tables_are_not_cut_at_80_columns_and_commands_name_whale_as_invok
     assert invoked_as(".venv/bin/whale") == ".venv/bin/whale"
     assert invoked_as("/usr/local/bin/whale") == "/usr/local/bin/whale"
     assert invoked_as("/repo/whale/cli.py") == invoked_as("") == "whale"
+
+
+def test_delete_asks_first_refuses_while_the_run_runs_and_keeps_the_shared_data(tmp_path, monkeypatch):
+    from whale.core import layout
+    from whale.store import open_store
+    from whale.store.lease import this_process
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WHALE_WORKLOAD_COMMAND", f"{sys.executable} -m tests.workloads.simulated")
+    manifest = write(tmp_path, {**WHALE, "condition": "rsft_only", "schedule": {"totalSteps": 2}})
+    assert cli.invoke(app, ["run", str(manifest), "--store", "st", "--timeout", "60"]).exit_code == 0
+    (tmp_path / "st" / "data" / "counting").mkdir(parents=True)
+    (tmp_path / "st" / "data" / "counting" / "splits.json").write_text("{}")  # prepared data, shared by runs
+    run_dir = tmp_path / "st" / "runs" / "tiny"
+    objects = sum(1 for p in run_dir.rglob("*") if p.is_file())
+
+    res = cli.invoke(app, ["delete", "tiny", "--store", "st"], input="n\n")
+    assert res.exit_code == 1 and f"delete run tiny: {objects} objects under file://{run_dir}/?" in res.output
+    assert "nothing deleted" in res.output and (run_dir / "status.json").is_file()
+
+    store = open_store("st")  # a runner holds the run: refused, naming it, nothing deleted
+    lease = store.acquire_lease(layout.lock_key("tiny"), this_process("whale run tiny"), 60.0)
+    try:
+        res = cli.invoke(app, ["delete", "tiny", "--store", "st", "--yes"])
+    finally:
+        lease.release()
+    assert res.exit_code == 1 and "is being run now by pid" in res.output and "whale stop tiny" in res.output
+    assert (run_dir / "status.json").is_file()
+
+    res = cli.invoke(app, ["delete", "tiny", "--store", "st"], input="y\n")
+    assert res.exit_code == 0 and f"deleted run tiny: {objects} objects" in res.output, res.output
+    assert not [p for p in run_dir.rglob("*") if p.is_file()]
+    assert (tmp_path / "st" / "data" / "counting" / "splits.json").is_file()
+    res = cli.invoke(app, ["delete", "tiny", "--store", "st", "--yes"])
+    assert res.exit_code == 1 and "no run named 'tiny'" in res.output
