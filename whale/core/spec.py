@@ -372,6 +372,10 @@ class Sampling(_Model):
     )
 
 
+#: spec.rsft.keepCheckpoints (whale.core.retention)
+KeepCheckpoints = Literal["lastAndBest", "all"]
+
+
 class RSFT(_Model):
     """Online rejection-sampling fine-tuning: one step = promptsPerStep x rolloutsPerPrompt rollouts,
     keep reward > scoreThreshold, SFT on the kept trajectories."""
@@ -417,6 +421,11 @@ class RSFT(_Model):
     )
     checkpoint_every_steps: StepsOrZero = Field(
         0, description="also checkpoint every N steps for resume (0 = only at evaluation points and phase end)"
+    )
+    keep_checkpoints: KeepCheckpoints = Field(
+        "lastAndBest",
+        description="checkpoints kept in the store once the run succeeds: lastAndBest = the last one and the best "
+        "(and final) evaluation's, the others deleted; all = every one (a few GB each for a real model)",
     )
     seed: Int64 = Field(
         42,
