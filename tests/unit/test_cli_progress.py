@@ -343,6 +343,19 @@ def test_the_run_eta_counts_the_evaluations_left_after_the_last_step():
     assert "run ETA" not in events(bare[0], bare[1], steps_paces)[-1]  # no step moved: no pace to tell
 
 
+def test_a_resumed_phase_does_not_print_its_earlier_steps_as_just_done():
+    """A `whale run` resumed after Ctrl-C (or a second attempt) first sees a weight phase whose steps 1-2 are done:
+    it says so once, and prints only the steps that finish now."""
+    req = weight_request(attempt=2)
+    earlier = (step_line(1, 0.2), step_line(2, 0.3))
+    first = frame(0, status(step=2), ChildFrame(req, 1000.0, metrics=earlier))
+    later = frame(30, status(step=3), ChildFrame(req, 1000.0, metrics=(*earlier, step_line(3, 0.4))))
+    lines = [line[21:] for line in events(None, first) + events(first, later)]
+    assert lines[-2] == "c01-weight started (attempt 2): steps 0 -> 4, harness h0; resumes after step 2"
+    assert [line for line in lines if " done (" in line] == [lines[-1]]
+    assert lines[-1].startswith("c01-weight step 3 done (3/4): reward 0.400")
+
+
 def test_run_level_events_phases_done_evaluations_failures_and_the_end_last():
     before = status(
         step=4, completed_phases=[], evals=[EvalPoint(phase="eval-c01-s000004-weight", cycle=1, step=4, after="weight")]

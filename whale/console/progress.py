@@ -409,10 +409,17 @@ def _child_events(old: ChildFrame | None, cur: Frame, paces: dict[str, Pace]) ->
         return []
     out: list[str] = []
     same = old is not None and (old.phase, old.request.attempt) == (child.phase, child.request.attempt)
+    seen = len(old.metrics) if same and old is not None else 0
     if not same:
-        out.append(f"{child.phase} started (attempt {child.request.attempt}): {describe_request(child.request)}")
+        # lines already there when a child is first seen are an earlier attempt's (or an earlier `whale run`'s):
+        # said once here, never printed as if they had just finished
+        seen = len(child.metrics)
+        before = _done_before(child)
+        out.append(
+            f"{child.phase} started (attempt {child.request.attempt}): {describe_request(child.request)}"
+            + (f"; {before}" if before else "")
+        )
         old = None
-    seen = len(old.metrics) if old is not None else 0
     counts = phase_counts(child)
     of = f"/{counts.total}" if counts.total is not None else ""
     eta = _eta_words(cur, child, counts, paces)
@@ -451,6 +458,16 @@ def _child_events(old: ChildFrame | None, cur: Frame, paces: dict[str, Pace]) ->
                 items = f" ({items_done}/{items_total} items)" if items_total else ""
             out.append(f"{child.phase}: {counts.done}{of} {counts.unit}{items}{eta}")
     return out
+
+
+def _done_before(child: ChildFrame) -> str:
+    """What the phase had done when this child was first seen: ``resumes after step 5`` (weight),
+    ``2 iterations done before`` (harness); empty when nothing."""
+    if child.kind is PhaseKind.WEIGHT and child.steps():
+        return f"resumes after step {max(m.step for m in child.steps())}"
+    if child.kind is PhaseKind.HARNESS and child.iterations():
+        return f"{max(m.iteration for m in child.iterations())} iterations done before"
+    return ""
 
 
 def _from_step(child: ChildFrame) -> int:

@@ -422,6 +422,13 @@ class RSFT(_Model):
     checkpoint_every_steps: StepsOrZero = Field(
         0, description="also checkpoint every N steps for resume (0 = only at evaluation points and phase end)"
     )
+    step_resume: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="a light resume point after every step (a checkpoint of the weights and optimiser; the one "
+        "before it deleted), so an interrupted weight phase resumes at the next step: auto = when the weights and "
+        "Adam moments take at most 4 GiB (12 bytes a parameter: SmolLM2-135M yes, Qwen3.5-4B no), on, off = "
+        "resume from the last checkpoint (evaluation points, checkpointEverySteps), redoing the steps since",
+    )
     keep_checkpoints: KeepCheckpoints = Field(
         "lastAndBest",
         description="checkpoints kept in the store once the run succeeds: lastAndBest = the last one and the best "
