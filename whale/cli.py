@@ -17,6 +17,7 @@ import json
 import os
 import shlex
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -47,13 +48,21 @@ app = typer.Typer(
 console = cli_console()
 err = cli_console(stderr=True)
 
-_option_type = getattr(typer.core.TyperOption, "display_type_rich", None)
-if _option_type is not None:  # typer's rich help labels every flag `<bool>` (0.2x): a flag takes no value
 
-    def _no_type_for_flags(self: typer.core.TyperOption, ctx: Any) -> str | None:
-        return None if self.is_flag else _option_type(self, ctx)
+def _hide_flag_types() -> None:
+    """typer's rich help labels every flag `<bool>` (0.2x): a flag takes no value, so -h shows none."""
+    original = getattr(typer.core.TyperOption, "display_type_rich", None)
+    if original is None:
+        return
+    show: Callable[[typer.core.TyperOption, Any], str | None] = original
 
-    setattr(typer.core.TyperOption, "display_type_rich", _no_type_for_flags)  # noqa: B010
+    def no_type_for_flags(self: typer.core.TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else show(self, ctx)
+
+    setattr(typer.core.TyperOption, "display_type_rich", no_type_for_flags)  # noqa: B010
+
+
+_hide_flag_types()
 
 DEFAULT_STORE = ".whale/store"
 #: `whale run` was stopped by `whale stop` (resumable)

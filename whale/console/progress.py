@@ -414,10 +414,10 @@ def _child_events(old: ChildFrame | None, cur: Frame, paces: dict[str, Pace]) ->
         # lines already there when a child is first seen are an earlier attempt's (or an earlier `whale run`'s):
         # said once here, never printed as if they had just finished
         seen = len(child.metrics)
-        before = _done_before(child)
+        done_before = _done_before(child)
         out.append(
             f"{child.phase} started (attempt {child.request.attempt}): {describe_request(child.request)}"
-            + (f"; {before}" if before else "")
+            + (f"; {done_before}" if done_before else "")
         )
         old = None
     counts = phase_counts(child)
