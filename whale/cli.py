@@ -571,8 +571,8 @@ def status(
 
 @app.command("list")
 def list_runs(store: StoreOpt = None, output: OutputOpt = Output.table) -> None:
-    """The runs of a store: phase, what runs now, best, rollouts, age, runner."""
-    from whale.console.runs import run_rows
+    """The runs of a store: phase, what runs now, best, rollouts, age, disk use, runner."""
+    from whale.console.runs import run_rows, size_words
     from whale.store import StoreError
 
     st, _ = _open_existing_store(store, "list")
@@ -587,15 +587,16 @@ def list_runs(store: StoreOpt = None, output: OutputOpt = Output.table) -> None:
         console.print(f"no runs in {st.uri}", highlight=False, markup=False)
         return
     table = Table(title=f"runs in {st.uri}", box=box.SIMPLE_HEAD, title_justify="left")
-    for col in ("name", "phase", "now", "best", "rollouts", "age", "runner"):
+    for col in ("name", "phase", "now", "best", "rollouts", "age", "disk", "runner"):
         table.add_column(
             col,
-            justify="right" if col in ("rollouts", "age") else "left",
-            no_wrap=col in ("name", "phase", "best", "rollouts", "age"),
+            justify="right" if col in ("rollouts", "age", "disk") else "left",
+            no_wrap=col in ("name", "phase", "best", "rollouts", "age", "disk"),
             min_width=6,
         )
     for r in rows:
-        table.add_row(r.name, r.phase, r.now, r.best, "-" if r.rollouts is None else f"{r.rollouts:,}", r.age, r.runner)
+        rollouts = "-" if r.rollouts is None else f"{r.rollouts:,}"
+        table.add_row(r.name, r.phase, r.now, r.best, rollouts, r.age, size_words(r.disk_bytes), r.runner)
     console.print(table)
     if more:
         console.print(f"... and {more} more runs not listed", highlight=False)

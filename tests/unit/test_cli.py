@@ -333,6 +333,13 @@ def test_delete_asks_first_refuses_while_the_run_runs_and_keeps_the_shared_data(
     (tmp_path / "st" / "data" / "counting" / "splits.json").write_text("{}")  # prepared data, shared by runs
     run_dir = tmp_path / "st" / "runs" / "tiny"
     objects = sum(1 for p in run_dir.rglob("*") if p.is_file())
+    # `whale list` shows what the run takes in the store
+    (row,) = json.loads(cli.invoke(app, ["list", "--store", "st", "-o", "json"]).output)["runs"]
+    assert row["diskBytes"] == sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file()) > 0
+    from whale.console.runs import size_words
+
+    assert size_words(row["diskBytes"]) in cli.invoke(app, ["list", "--store", "st"], env={"COLUMNS": "200"}).output
+    assert [size_words(n) for n in (None, 812, 4_200_000, 5_100_000_000)] == ["-", "812 B", "4.2 MB", "5.1 GB"]
 
     res = cli.invoke(app, ["delete", "tiny", "--store", "st"], input="n\n")
     assert res.exit_code == 1 and f"delete run tiny: {objects} objects under file://{run_dir}/?" in res.output
