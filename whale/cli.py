@@ -396,6 +396,15 @@ def run(
             "timestamped progress lines on stderr, the status summary as JSON on stdout",
         ),
     ] = Output.table,
+    detach: Annotated[
+        bool,
+        typer.Option(
+            "--detach",
+            "-d",
+            help="run in the background (its output to WORKDIR/runner.log); follow it with `whale logs NAME -f`, "
+            "`whale status NAME`, end it with `whale stop NAME`",
+        ),
+    ] = False,
 ) -> None:
     """Run the manifest on this machine, with live progress; run it again to resume.
 
@@ -429,6 +438,9 @@ def run(
     except StoreError as exc:
         _fail([f"--store: {exc}"], str(file))
     work = workdir or Path(".whale") / "work" / m.name
+    if detach:
+        _detach(file, m.name, st, store, work, timeout, retry)
+        return
     env = storage_env(m)
     extra: dict[str, Any] = {}
     if os.environ.get("WHALE_WORKLOAD_COMMAND"):  # e.g. wrap workloads in a profiler, or a test double
@@ -498,6 +510,54 @@ def run(
                 markup=False,
             )
         raise typer.Exit(code=1)
+
+
+#: seconds `whale run --detach` waits for the background runner to hold the run lock
+DETACH_START_S = 60.0
+
+
+def _detach(file: Path, name: str, st: Any, store: str | None, work: Path, timeout: float | None, retry: bool) -> None:
+    """Start this `whale run` again in the background, in its own session (a closed terminal does not end it),
+    its output to ``work/runner.log``; return once it holds the run lock (or exit 1 with its output's end)."""
+    import subprocess
+    import sys
+
+    work.mkdir(parents=True, exist_ok=True)
+    log_path = work / "runner.log"
+    argv = [sys.executable, "-m", "whale.cli", "run", str(file), "--workdir", str(work)]
+    argv += ["--store", store] if store else []
+    argv += ["--timeout", f"{timeout:g}"] if timeout is not None else []
+    argv += ["--retry"] if retry else []
+    with log_path.open("ab") as log_file:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    deadline = time.monotonic() + DETACH_START_S
+    while True:
+        lock = st.read_lease(layout.lock_key(name))
+        if lock is not None and lock.live and lock.holder is not None and lock.holder.pid == proc.pid:
+            break
+        code = proc.poll()
+        if code is not None or time.monotonic() > deadline:
+            tail = log_path.read_text(errors="replace").splitlines()[-5:]
+            why = (
+                f"exited with {code}" if code is not None else f"did not take the run lock within {DETACH_START_S:g} s"
+            )
+            if code == 0:
+                console.print(f"run {name} had nothing left to do; {log_path}:", highlight=False, markup=False)
+                for line in tail:
+                    console.print(f"  {line}", highlight=False, markup=False)
+                return
+            _fail([f"the background runner {why}; the end of {log_path}:", *tail], str(file))
+        time.sleep(0.1)
+    prog = invoked_as()
+    where = f" --store {shlex.quote(store)}" if store else ""
+    console.print(
+        f"run {name} runs in the background (pid {proc.pid}); its output: {log_path}\n"
+        f"  {prog} logs {name}{where} -f\n  {prog} status {name}{where}\n  {prog} stop {name}{where}",
+        highlight=False,
+        markup=False,
+    )
 
 
 def _runner_line(st: Any, name: str, phase: str) -> str:
