@@ -78,9 +78,6 @@ def run_train(store: Store, run: str, phase: str, *, domain: Any = None) -> Weig
         log.info("checkpoint at target step %d exists: phase %s is done", args.target_step, phase)
         return finish(store, run, phase, args.target_step, "target")
 
-    # an earlier attempt's progress (its step sampled, its stage) is not where this one is: a display would show
-    # it as current until this attempt reports
-    store.delete(layout.progress_key(run, phase))
     spec = read_spec(store, run, WeightPhaseError)
     cfg = RSFTConfig.from_spec(spec, args)
     if spec.train.deepspeed_config:
