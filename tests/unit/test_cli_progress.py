@@ -356,6 +356,13 @@ def test_a_resumed_phase_does_not_print_its_earlier_steps_as_just_done():
     assert lines[-1].startswith("c01-weight step 3 done (3/4): reward 0.400")
 
 
+def test_a_new_weight_phase_does_not_show_the_last_phase_s_step_as_its_own():
+    fresh = ChildFrame(weight_request(from_step=4, target=8), 1000.0)
+    view = Console(record=True, width=150)
+    view.print(render(frame(5, status(step=4, training_reward=0.2), fresh)))
+    assert "step 4 (done, before this phase): reward 0.200" in view.export_text()
+
+
 def test_run_level_events_phases_done_evaluations_failures_and_the_end_last():
     before = status(
         step=4, completed_phases=[], evals=[EvalPoint(phase="eval-c01-s000004-weight", cycle=1, step=4, after="weight")]

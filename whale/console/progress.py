@@ -222,6 +222,8 @@ class Reward:
     learning_rate: float | None = None
     #: True: the step is sampled, its SFT update is still running (no loss yet)
     sampled_only: bool = False
+    #: True: from the run's status, a step of an earlier phase (the running one has not reported a step yet)
+    earlier_phase: bool = False
 
 
 def latest_reward(child: ChildFrame | None, status: WhaleRunStatus) -> Reward | None:
@@ -234,7 +236,7 @@ def latest_reward(child: ChildFrame | None, status: WhaleRunStatus) -> Reward | 
     if last is not None:
         return step_reward(last)
     if status.training_reward is not None:
-        return Reward(status.step, status.training_reward, None, None, None)
+        return Reward(status.step, status.training_reward, None, None, None, earlier_phase=child is not None)
     return None
 
 
@@ -561,7 +563,13 @@ def render(frame: Frame, paces: dict[str, Pace] | None = None) -> RenderableType
     rows.append(Text(f"{best}; rollouts {s.rollouts_spent:,}"))
     reward = latest_reward(child, s) if child is None or child.kind is PhaseKind.WEIGHT else None
     if reward is not None:
-        when = "sampled, training" if reward.sampled_only else "done"
+        when = (
+            "sampled, training"
+            if reward.sampled_only
+            else "done, before this phase"
+            if reward.earlier_phase
+            else "done"
+        )
         rows.append(Text(f"step {reward.step} ({when}): {reward_words(reward)}"))
     elif child is not None and child.kind is PhaseKind.HARNESS and s.harness_score is not None:
         rows.append(Text(f"iteration {s.iteration}: best harness score {s.harness_score:.3f}"))
