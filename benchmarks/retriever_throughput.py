@@ -1,4 +1,4 @@
-"""Retriever throughput: queries/s of BM25 and dense (MiniLM + FAISS) over the shared search corpus,
+"""Retriever throughput: queries/s of BM25 and dense (MiniLM + FAISS) over the shipped search corpus,
 in-process (batch 1 and batch 64) and through the ``/retrieve`` HTTP service (concurrent clients).
 
 Queries are the real D_test questions (600). Index build time is reported separately (cold = built

@@ -1,12 +1,13 @@
 """`whale`: the command line. A shell over the library: validate, plan, prepare, run, list, status, logs, stop,
-report, replay, crd, domains.
+delete, report, replay, crd, domains.
 
 Starts fast (no torch, kopf or vllm imports here); heavy modules load inside the commands that
 need them. What the commands show is computed in :mod:`whale.console`; the functions here parse
 arguments, call it, and turn failures into a message naming the field or option and exit 1.
 
 Exit codes of `whale run`: 0 the run ended (or was already done), 1 it failed or could not start,
-3 `whale stop` stopped it (resumable), 130 Ctrl-C, 128+N signal N (both resumable).
+3 `whale stop` stopped it (resumable), 124 its --timeout passed (resumable), 130 Ctrl-C, 128+N signal N
+(both resumable).
 """
 
 from __future__ import annotations
@@ -16,22 +17,24 @@ import json
 import os
 import shlex
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+import typer.core
 from rich import box
-from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
 from whale import plugins
+from whale.console.streams import cli_console, invoked_as
 from whale.core import layout
 from whale.core.schedule import ScheduleError, resolve
 from whale.core.schedule import plan as make_plan
-from whale.manifest import Manifest, ManifestError, load_manifest, local_problems
+from whale.manifest import Manifest, ManifestError, hub_model, load_manifest, local_problems
 from whale.report.cli import report as report_command
 
 app = typer.Typer(
@@ -42,12 +45,30 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-console = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+console = cli_console()
+err = cli_console(stderr=True)
+
+
+def _hide_flag_types() -> None:
+    """typer's rich help labels every flag `<bool>` (0.2x): a flag takes no value, so -h shows none."""
+    original = getattr(typer.core.TyperOption, "display_type_rich", None)
+    if original is None:
+        return
+    show: Callable[[typer.core.TyperOption, Any], str | None] = original
+
+    def no_type_for_flags(self: typer.core.TyperOption, ctx: Any) -> str | None:
+        return None if self.is_flag else show(self, ctx)
+
+    setattr(typer.core.TyperOption, "display_type_rich", no_type_for_flags)  # noqa: B010
+
+
+_hide_flag_types()
 
 DEFAULT_STORE = ".whale/store"
 #: `whale run` was stopped by `whale stop` (resumable)
 EXIT_STOPPED = 3
+#: `whale run --timeout` passed before the run ended (resumable); 124 as coreutils' `timeout`
+EXIT_TIMEOUT = 124
 DISTRIBUTION = "whale-k8s"
 
 
@@ -145,8 +166,8 @@ def validate(
 ) -> None:
     """Check a manifest: exit 0 with a one-line summary, or exit 1 listing every problem."""
     m, sizes = _load_checked(file)
-    here = local_problems(m)
     local = _is_local(m, target)
+    here = local_problems(m, hub_check=local)
     if here and local:
         _fail(here, str(file))
     p = make_plan(m.spec, sizes)
@@ -171,6 +192,9 @@ def validate(
         console.print(
             f"note: not on this machine, so `whale run` would refuse it here: {problem}", markup=False, highlight=False
         )
+    location = hub_model(m.spec, Path.cwd(), os.environ) if local else None
+    if location is not None:  # where the Hugging Face model loads from (a problem has failed above)
+        console.print(f"note: {location.note()}", markup=False, highlight=False)
 
 
 def plan_with_cost(m: Manifest, sizes: dict[str, int], assumptions: Any = None) -> tuple[dict[str, Any], Any]:
@@ -355,7 +379,7 @@ def run(
         typer.Option(help="DIR or s3://bucket/prefix (default: spec.storage.uri, $WHALE_STORE, or ./.whale/store)"),
     ] = None,
     workdir: Annotated[Path | None, typer.Option(help="scratch folder for logs and caches")] = None,
-    timeout: Annotated[float | None, typer.Option(help="give up after this many seconds (resumable)")] = None,
+    timeout: Annotated[float | None, typer.Option(help="give up after this many seconds (exit 124; resumable)")] = None,
     retry: Annotated[
         bool,
         typer.Option(
@@ -372,6 +396,15 @@ def run(
             "timestamped progress lines on stderr, the status summary as JSON on stdout",
         ),
     ] = Output.table,
+    detach: Annotated[
+        bool,
+        typer.Option(
+            "--detach",
+            "-d",
+            help="run in the background (its output to WORKDIR/runner.log); follow it with `whale logs NAME -f`, "
+            "`whale status NAME`, end it with `whale stop NAME`",
+        ),
+    ] = False,
 ) -> None:
     """Run the manifest on this machine, with live progress; run it again to resume.
 
@@ -379,13 +412,14 @@ def run(
     command resumes where it stopped. Live progress on a terminal, timestamped lines otherwise; at the
     end, the evaluation table, the accepted harness and the next commands."""
     from whale.console.display import RunDisplay
-    from whale.console.progress import duration
+    from whale.console.progress import RunWork, duration
     from whale.console.summary import final_summary
     from whale.runner.local import (
         LocalRunner,
         RunConflictError,
         RunInterrupted,
         RunStopped,
+        RunTimeout,
         interrupt_on_signals,
         status_summary,
     )
@@ -404,14 +438,23 @@ def run(
     except StoreError as exc:
         _fail([f"--store: {exc}"], str(file))
     work = workdir or Path(".whale") / "work" / m.name
+    if detach:
+        _detach(file, m.name, st, store, work, timeout, retry)
+        return
     env = storage_env(m)
     extra: dict[str, Any] = {}
     if os.environ.get("WHALE_WORKLOAD_COMMAND"):  # e.g. wrap workloads in a profiler, or a test double
         extra["workload_command"] = tuple(shlex.split(os.environ["WHALE_WORKLOAD_COMMAND"]))
-    hint = " ".join(["whale", "run", shlex.quote(str(file)), *(["--store", shlex.quote(store)] if store else [])])
+    prog = invoked_as()
+    hint = " ".join([prog, "run", shlex.quote(str(file)), *(["--store", shlex.quote(store)] if store else [])])
     started = time.monotonic()
     # -o json: the progress lines go to stderr, so stdout is the JSON alone
-    display = RunDisplay(m.name, console, live=None) if output is Output.table else RunDisplay(m.name, err, live=False)
+    planned = RunWork.from_plan(make_plan(m.spec, sizes))  # the run ETA counts every phase of the plan
+    display = (
+        RunDisplay(m.name, console, live=None, work=planned)
+        if output is Output.table
+        else RunDisplay(m.name, err, live=False, work=planned)
+    )
     runner = LocalRunner(
         name=m.name,
         spec=m.spec,
@@ -432,6 +475,9 @@ def run(
     except RunStopped as exc:
         err.print(f"{exc}; the status is saved: run `{hint}` to resume", highlight=False, markup=False)
         raise typer.Exit(code=EXIT_STOPPED) from None
+    except RunTimeout as exc:
+        err.print(str(exc), highlight=False, markup=False)
+        raise typer.Exit(code=EXIT_TIMEOUT) from None
     except RunInterrupted as exc:
         err.print(f"stopped by {exc}; the status is saved: run `{hint}` to resume", highlight=False, markup=False)
         raise typer.Exit(code=128 + exc.signum) from None
@@ -447,7 +493,13 @@ def run(
         store_arg = store or st.uri
         console.print(
             final_summary(
-                m.name, status, {k: st.uri_for(k) for k in keys}, store_arg, hint, duration(time.monotonic() - started)
+                m.name,
+                status,
+                {k: st.uri_for(k) for k in keys},
+                store_arg,
+                hint,
+                duration(time.monotonic() - started),
+                prog,
             )
         )
     if status.phase.value == "Failed":
@@ -458,6 +510,54 @@ def run(
                 markup=False,
             )
         raise typer.Exit(code=1)
+
+
+#: seconds `whale run --detach` waits for the background runner to hold the run lock
+DETACH_START_S = 60.0
+
+
+def _detach(file: Path, name: str, st: Any, store: str | None, work: Path, timeout: float | None, retry: bool) -> None:
+    """Start this `whale run` again in the background, in its own session (a closed terminal does not end it),
+    its output to ``work/runner.log``; return once it holds the run lock (or exit 1 with its output's end)."""
+    import subprocess
+    import sys
+
+    work.mkdir(parents=True, exist_ok=True)
+    log_path = work / "runner.log"
+    argv = [sys.executable, "-m", "whale.cli", "run", str(file), "--workdir", str(work)]
+    argv += ["--store", store] if store else []
+    argv += ["--timeout", f"{timeout:g}"] if timeout is not None else []
+    argv += ["--retry"] if retry else []
+    with log_path.open("ab") as log_file:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    deadline = time.monotonic() + DETACH_START_S
+    while True:
+        lock = st.read_lease(layout.lock_key(name))
+        if lock is not None and lock.live and lock.holder is not None and lock.holder.pid == proc.pid:
+            break
+        code = proc.poll()
+        if code is not None or time.monotonic() > deadline:
+            tail = log_path.read_text(errors="replace").splitlines()[-5:]
+            why = (
+                f"exited with {code}" if code is not None else f"did not take the run lock within {DETACH_START_S:g} s"
+            )
+            if code == 0:
+                console.print(f"run {name} had nothing left to do; {log_path}:", highlight=False, markup=False)
+                for line in tail:
+                    console.print(f"  {line}", highlight=False, markup=False)
+                return
+            _fail([f"the background runner {why}; the end of {log_path}:", *tail], str(file))
+        time.sleep(0.1)
+    prog = invoked_as()
+    where = f" --store {shlex.quote(store)}" if store else ""
+    console.print(
+        f"run {name} runs in the background (pid {proc.pid}); its output: {log_path}\n"
+        f"  {prog} logs {name}{where} -f\n  {prog} status {name}{where}\n  {prog} stop {name}{where}",
+        highlight=False,
+        markup=False,
+    )
 
 
 def _runner_line(st: Any, name: str, phase: str) -> str:
@@ -531,8 +631,8 @@ def status(
 
 @app.command("list")
 def list_runs(store: StoreOpt = None, output: OutputOpt = Output.table) -> None:
-    """The runs of a store: phase, what runs now, best, rollouts, age, runner."""
-    from whale.console.runs import run_rows
+    """The runs of a store: phase, what runs now, best, rollouts, age, disk use, runner."""
+    from whale.console.runs import run_rows, size_words
     from whale.store import StoreError
 
     st, _ = _open_existing_store(store, "list")
@@ -547,15 +647,16 @@ def list_runs(store: StoreOpt = None, output: OutputOpt = Output.table) -> None:
         console.print(f"no runs in {st.uri}", highlight=False, markup=False)
         return
     table = Table(title=f"runs in {st.uri}", box=box.SIMPLE_HEAD, title_justify="left")
-    for col in ("name", "phase", "now", "best", "rollouts", "age", "runner"):
+    for col in ("name", "phase", "now", "best", "rollouts", "age", "disk", "runner"):
         table.add_column(
             col,
-            justify="right" if col in ("rollouts", "age") else "left",
-            no_wrap=col in ("name", "phase", "best", "rollouts", "age"),
+            justify="right" if col in ("rollouts", "age", "disk") else "left",
+            no_wrap=col in ("name", "phase", "best", "rollouts", "age", "disk"),
             min_width=6,
         )
     for r in rows:
-        table.add_row(r.name, r.phase, r.now, r.best, "-" if r.rollouts is None else f"{r.rollouts:,}", r.age, r.runner)
+        rollouts = "-" if r.rollouts is None else f"{r.rollouts:,}"
+        table.add_row(r.name, r.phase, r.now, r.best, rollouts, r.age, size_words(r.disk_bytes), r.runner)
     console.print(table)
     if more:
         console.print(f"... and {more} more runs not listed", highlight=False)
@@ -664,6 +765,36 @@ def stop(
     console.print(
         f"stopped: run {name} is {saved.phase.value}; {saved.message or ''}".rstrip("; "), highlight=False, markup=False
     )
+
+
+@app.command()
+def delete(
+    name: NameArg,
+    store: StoreOpt = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="delete without asking")] = False,
+) -> None:
+    """Delete a run from its store (everything under runs/NAME/), after confirmation.
+
+    Refused while a `whale run` runs it (`whale stop NAME` first). The domains' prepared data (data/) is shared
+    by runs and stays. A deleted run cannot be resumed; `whale run FILE` then starts it afresh."""
+    from whale.runner.control import RunBusyError, delete_run, run_keys
+    from whale.store import StoreError
+
+    st, _ = _open_existing_store(store, "delete")
+    try:
+        _require_run(st, name, "delete")
+        keys = run_keys(st, name)
+    except StoreError as exc:
+        _fail([str(exc)], "delete")
+    where = st.uri_for(layout.run_prefix(name)) + "/"
+    if not yes and not typer.confirm(f"delete run {name}: {len(keys)} objects under {where}?", default=False):
+        console.print("nothing deleted", highlight=False, markup=False)
+        raise typer.Exit(code=1)
+    try:
+        deleted = delete_run(st, name, keys)
+    except (RunBusyError, StoreError) as exc:
+        _fail([str(exc)], "delete")
+    console.print(f"deleted run {name}: {deleted} objects under {where}", highlight=False, markup=False)
 
 
 @app.command()

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import gzip
 import importlib
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import IO, TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     # the types a domain's signatures use, and the services re-exported below (see __getattr__)
@@ -79,6 +82,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [  # the plugin API (docs/domains.md)
     "DEFAULT_ALLOWED_IMPORTS",
+    "SAMPLE_DATA_ROOT",
     "SPLITS",
     "CodeRunner",
     "Data",
@@ -104,30 +108,79 @@ __all__ = [  # the plugin API (docs/domains.md)
     "default_data_root",
     "ensure_published_wiki18",
     "load_full_split",
+    "open_raw",
+    "raw_exists",
+    "raw_file",
     "read_raw_jsonl",
     "retrieval",
     "retriever_from_env",
     "sft_warmup",
     "tool_isolation",
+    "unpacked_raw_file",
 ]
 
 SPLITS = ("weight", "harness", "test")
 
 
+#: the sample data shipped inside the package (README.md there: sources, commits, licences, processing)
+SAMPLE_DATA_ROOT = Path(__file__).resolve().parent / "data" / "sample"
+#: a raw data file may be shipped gzipped beside its name (``rows.jsonl`` as ``rows.jsonl.gz``)
+PACKED_SUFFIX = ".gz"
+
+
 def default_data_root() -> Path:
-    """$WHALE_DATA_DIR, else the ``shared/data`` folder beside the checkout."""
+    """$WHALE_DATA_DIR, else the sample data shipped with the package (``whale/data/sample``)."""
     env = os.environ.get("WHALE_DATA_DIR")
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve().parent.parent
-    for candidate in (here.parent / "shared" / "data", here / "shared" / "data"):
-        if candidate.is_dir():
-            return candidate
-    return here.parent / "shared" / "data"
+    return Path(env) if env else SAMPLE_DATA_ROOT
 
 
 def data_root(data: Data) -> Path:
     return Path(data.data_dir) if data.data_dir else default_data_root()
+
+
+def raw_file(path: Path) -> Path:
+    """The file that holds a raw data file's rows: ``path`` itself, else its gzipped copy ``path.gz`` (the
+    shipped sample gzips its large files), else ``path`` (absent: the caller's error names it)."""
+    path = Path(path)
+    packed = path.with_name(path.name + PACKED_SUFFIX)
+    return packed if not path.is_file() and packed.is_file() else path
+
+
+def raw_exists(path: Path) -> bool:
+    """``path`` or its gzipped copy is a file."""
+    return raw_file(path).is_file()
+
+
+def open_raw(path: Path) -> IO[str]:
+    """A raw data file opened as UTF-8 text, gzipped or not (:func:`raw_file`)."""
+    found = raw_file(path)
+    if found.name.endswith(PACKED_SUFFIX):
+        return gzip.open(found, "rt", encoding="utf-8")
+    return found.open(encoding="utf-8")
+
+
+def unpacked_raw_file(path: Path) -> Path:
+    """A plain copy of a raw data file, for readers that seek (the retrieval corpus): ``path`` itself when it
+    is plain, else its ``.gz`` decompressed once into ``$WHALE_CACHE_DIR/data/<digest>/`` (written atomically;
+    keyed by the packed file's SHA-256, so a changed file is unpacked again)."""
+    found = raw_file(path)
+    if not found.name.endswith(PACKED_SUFFIX):
+        return found
+    from whale.tools.retrieval_index import default_cache_dir, file_digest
+
+    target = default_cache_dir().parent / "data" / file_digest(found)[:16] / found.name.removesuffix(PACKED_SUFFIX)
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    try:
+        with os.fdopen(fd, "wb") as out, gzip.open(found, "rb") as src:
+            shutil.copyfileobj(src, out, 1 << 20)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return target
 
 
 #: the paper's allow list for chess harness files (no engine, no search library)
@@ -139,22 +192,23 @@ class DomainError(ValueError):
 
 
 def read_raw_jsonl(path: Path, subdir: str, error: type[DomainError] = DomainError) -> list[dict[str, Any]]:
-    """The rows of a raw JSON-lines data file under the data root's ``subdir``; a missing or broken
-    file raises ``error`` (a :class:`DomainError`) naming the file, the line and the fix."""
-    if not path.is_file():
+    """The rows of a raw JSON-lines data file under the data root's ``subdir`` (plain or gzipped,
+    :func:`raw_file`); a missing or broken file raises ``error`` (a :class:`DomainError`) naming the file,
+    the line and the fix."""
+    if not raw_exists(path):
         raise error(
-            f"{path}: missing. Point spec.data.dataDir (or $WHALE_DATA_DIR) at the shared data root "
-            f"that holds {subdir}/ (see ../shared/data/README.md)"
+            f"{path}: missing. Point spec.data.dataDir (or $WHALE_DATA_DIR) at a data root that holds "
+            f"{subdir}/, or unset both for the sample data shipped with whale ({SAMPLE_DATA_ROOT})"
         )
     rows = []
-    with path.open(encoding="utf-8") as fh:
+    with open_raw(path) as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
                 continue
             try:
                 rows.append(json.loads(line))
             except json.JSONDecodeError as exc:
-                raise error(f"{path}:{n}: not valid JSON ({exc.msg})") from exc
+                raise error(f"{raw_file(path)}:{n}: not valid JSON ({exc.msg})") from exc
     return rows
 
 

@@ -33,7 +33,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from whale import plugins
+from whale import hub, plugins
 from whale.core.layout import RUN_NAME_MAX_LEN, check_run_name
 from whale.core.spec import API_GROUP, API_VERSION, DNS1123_LABEL, KIND, PATTERN_HINTS, WhaleRunSpec
 from whale.metaharness import proposer
@@ -380,14 +380,28 @@ def _loads_model_here(spec: WhaleRunSpec, environ: Mapping[str, str]) -> bool:
     return spec.condition.trains_weights or in_process
 
 
-def model_problems(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str]) -> list[str]:
+def hub_model(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str]) -> hub.Location | None:
+    """Where spec.model.name loads from when it is a Hugging Face id (``org/name``) this machine loads: the
+    local cache, the Hub, or neither (:mod:`whale.hub`; a bounded probe). None for a folder, an S3 model, a
+    model only a server loads, or a legacy id without an organisation (checked when the phase loads it)."""
+    name = spec.model.name
+    if name.startswith("s3://") or not _loads_model_here(spec, environ) or looks_like_path(name) or "/" not in name:
+        return None
+    if _resolve(name, cwd).exists():
+        return None
+    return hub.locate(name, environ, revision=spec.model.revision, filename=spec.model.gguf_file or "config.json")
+
+
+def model_problems(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str], *, hub_check: bool = True) -> list[str]:
     name = spec.model.name
     if name.startswith("s3://") or not _loads_model_here(spec, environ):
         return []
     path = _resolve(name, cwd)
     if not path.exists():
-        if not looks_like_path(name):
-            return []  # a Hugging Face id (downloaded, or found in the HF cache, when the phase starts)
+        if not looks_like_path(name):  # a Hugging Face id: in the local cache, or on a Hub that answers
+            location = hub_model(spec, cwd, environ) if hub_check else None
+            problem = location.problem() if location else None
+            return [problem] if problem else []
         return [
             f"spec.model.name: {name} does not exist (relative paths are from the current folder, {cwd}); "
             "create the model folder (config.json, weights, tokenizer) or give a Hugging Face model id"
@@ -453,24 +467,27 @@ def data_dir_problems(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str])
     path = _resolve(text, cwd)
     if not path.is_dir():
         return [
-            f"{where}: {text} is not a folder on this machine; point it at the data root (see "
-            "../shared/data/README.md), or unset it for the default"
+            f"{where}: {text} is not a folder on this machine; point it at a data root laid out as the "
+            "shipped sample (whale/data/sample/README.md), or unset it for that sample"
         ]
     if not os.access(path, os.R_OK | os.X_OK):
         return [f"{where}: {path} is not readable by this user; fix its permissions or use another data root"]
     return []
 
 
-def local_problems(manifest: Manifest, cwd: Path | None = None, environ: Mapping[str, str] | None = None) -> list[str]:
+def local_problems(
+    manifest: Manifest, cwd: Path | None = None, environ: Mapping[str, str] | None = None, *, hub_check: bool = True
+) -> list[str]:
     """What a run on this machine needs that the schema cannot check, each problem naming its field and the
     fix: the local model folder, the replay script, the data root. `whale run` refuses to start on any;
     `whale validate` reports them (as notes for a manifest meant for a cluster, whose paths are the
     image's). The proposer's key variable is `whale run`'s own check (``proposer.environment_problems``):
-    validating a manifest needs no secret."""
+    validating a manifest needs no secret. ``hub_check``: also ask where a Hugging Face model id loads from
+    (off for a manifest meant for a cluster, whose pods load the model)."""
     cwd = Path.cwd() if cwd is None else cwd
     env = os.environ if environ is None else environ
     spec = manifest.spec
-    problems = model_problems(spec, cwd, env)
+    problems = model_problems(spec, cwd, env, hub_check=hub_check)
     problems += replay_script_problems(spec, cwd)
     problems += data_dir_problems(spec, cwd, env)
     if spec.sandbox.isolation == "pod":  # the harness pod exists only on a cluster: fail closed here

@@ -122,8 +122,9 @@ def source_path(data: Data) -> Path:
     path = data_root(data) / DOMAIN / SOURCE_FILE
     if not path.is_file():
         raise ChessDataError(
-            f"chess puzzle data not found: {path} does not exist. Put the Lichess CSV there, or point "
-            "spec.data.dataDir (or $WHALE_DATA_DIR) at a folder holding chess_puzzles/" + SOURCE_FILE
+            f"chess puzzle data not found: {path} does not exist. Put the Lichess CSV there, point "
+            f"spec.data.dataDir (or $WHALE_DATA_DIR) at a folder holding chess_puzzles/{SOURCE_FILE}, or unset "
+            "both for the sample shipped with whale (whale/data/sample/README.md)"
         )
     return path
 

@@ -4,7 +4,7 @@ As the reference (``krafton-ai/WHALE`` docs/data.md): **D_weight** = the de-dupl
 17,917 problems (70 steps of 256 prompts per epoch); **D_harness** = ``harnessSize`` (256) problems drawn
 from the same pool with ``random.Random(seed)`` (the paper's seed is 42), so D_harness is a subset of
 D_weight as in the paper; **D_test** = AIME 2024 + AIME 2025, the 60 problems shipped under the data root
-(``aime_2024.jsonl``, ``aime_2025.jsonl``: the paper's test set, hand-checked, see ../shared/data/README.md).
+(``aime_2024.jsonl``, ``aime_2025.jsonl``: the paper's test set, hand-checked, see whale/data/sample/README.md).
 
 The upstream parquet repeats every prompt about 100 times (1,791,700 rows). De-duplication keeps the first
 row of each distinct prompt text, in file order. Each prompt wraps the problem in DAPO's instruction

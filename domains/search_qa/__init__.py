@@ -2,7 +2,7 @@
 
 Registered under ``whale.domains`` as ``search_qa = "search_qa:DOMAIN"``. Items are the raw row format
 ``{"id", "question", "golden_answers"}`` plus ``"subset"`` (the benchmark) for test items. D_test is 100
-questions from each of the seven benchmarks the data has (TriviaQA is missing from the shared data: the
+questions from each of the seven benchmarks the data has (TriviaQA is missing from the sample data: the
 eval notes name every benchmark the test split lacks). The tool is ``search``
 (``search_qa.env``).
 
@@ -11,7 +11,7 @@ eval notes name every benchmark the test split lacks). The tool is ``search``
 training questions it can answer; ``wiki18`` (a cluster's default, the paper's) = e5-base-v2 over wiki-18
 and every training question. Retrieval goes to ``$WHALE_RETRIEVER_URL`` when set (the cluster's
 ``/retrieve`` service, waited for before the first episode), else to a prepared dense index named by
-``$WHALE_SEARCH_INDEX``, else (local corpus only) to an in-process index over the shared corpus
+``$WHALE_SEARCH_INDEX``, else (local corpus only) to an in-process index over the shipped corpus
 (``$WHALE_SEARCH_CORPUS`` overrides the file, ``$WHALE_RETRIEVER_METHOD`` picks ``bm25`` or ``dense``).
 """
 

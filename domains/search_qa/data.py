@@ -1,7 +1,7 @@
 """Raw files -> the three search-QA splits.
 
 D_test = the paper's seven benchmarks, ``testSize`` (100 by default) questions of each, sampled with the
-spec's seed. TriviaQA (``eval/triviaqa_test.jsonl``) has no file in the shared data: an optional benchmark
+spec's seed. TriviaQA (``eval/triviaqa_test.jsonl``) has no file in the sample data: an optional benchmark
 whose file is absent is left out and reported missing (:func:`missing_benchmarks`, surfaced in the eval
 result's notes), and the other six are used; a data root that has the file (a full-data preparation) gets
 all seven. HotpotQA, 2Wiki and MuSiQue use the
@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from search_qa.verifier import normalize
-from whale.domain import DomainError, read_raw_jsonl
+from whale.domain import DomainError, raw_exists, raw_file, read_raw_jsonl, unpacked_raw_file
 
 log = logging.getLogger(__name__)
 
@@ -51,14 +51,14 @@ BENCHMARKS: dict[str, str] = {
     "bamboogle": "bamboogle_test.jsonl",
 }
 #: benchmarks whose file may be absent (then left out of D_test and reported missing); the others must exist.
-#: TriviaQA has no file in the shared data (../shared/data/README.md, Gaps)
+#: TriviaQA has no file in the sample data (whale/data/sample/README.md, Gaps)
 OPTIONAL_BENCHMARKS = frozenset({"triviaqa"})
 
 
 def missing_benchmarks(root: Path) -> tuple[str, ...]:
     """The optional benchmarks whose file the data root lacks, in the paper's order."""
     base = Path(root) / SUBDIR / "eval"
-    return tuple(b for b, f in BENCHMARKS.items() if b in OPTIONAL_BENCHMARKS and not (base / f).is_file())
+    return tuple(b for b, f in BENCHMARKS.items() if b in OPTIONAL_BENCHMARKS and not raw_exists(base / f))
 
 
 TRAIN_FILES = ("ambigqa_train_nq_open_proxy.jsonl", "hotpotqa_2wiki_train_r1searcher.jsonl")
@@ -214,7 +214,9 @@ def load_splits(
 
 
 def corpus_path(root: Path) -> Path:
-    return Path(root) / SUBDIR / CORPUS_FILE
+    """The local corpus as a plain file (the retriever reads rows by offset): the data root's own, or its
+    shipped ``.gz`` unpacked once into the cache (:func:`whale.domain.unpacked_raw_file`)."""
+    return unpacked_raw_file(Path(root) / SUBDIR / CORPUS_FILE)
 
 
 def _answerable_cache_dir() -> Path:
@@ -232,16 +234,16 @@ def answerable_ids(root: Path, *, topk: int = ANSWERABLE_TOPK, cache_dir: Path |
     corpus = corpus_path(root)
     files = [corpus] + [Path(root) / SUBDIR / "train" / f for f in TRAIN_FILES]
     for f in files:
-        if not f.is_file():
+        if not raw_exists(f):
             raise DataError(
-                f"{f}: missing. Point spec.data.dataDir (or $WHALE_DATA_DIR) at the shared data root, "
-                "or use spec.data.corpus wiki18"
+                f"{f}: missing. Point spec.data.dataDir (or $WHALE_DATA_DIR) at a data root that holds "
+                f"{SUBDIR}/ (unset both for the shipped sample data), or use spec.data.corpus wiki18"
             )
     parts = [
         ANSWERABLE_VERSION,
         str(topk),
         f"k1={retrieval.BM25_K1},b={retrieval.BM25_B}",
-        *(retrieval.file_digest(f) for f in files),
+        *(retrieval.file_digest(raw_file(f)) for f in files),
     ]
     key = hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
     cache = cache_dir or _answerable_cache_dir()

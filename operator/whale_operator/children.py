@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from whale.control.planner import KEEP_SERVING, plan, write_request, write_stop
+from whale.control.planner import KEEP_SERVING, RunEnd, plan, prune_checkpoints, write_request, write_stop
 from whale.control.serving import serve
 from whale.core import layout
 from whale.core.alternation import Child, ChildState, StartPhase, Transition
@@ -200,6 +200,8 @@ class JobLauncher:
         if step.end is not None:
             self.stop_children(run, spec)
             self.scale_infra(run, 0, deps)
+        if step.end is RunEnd.FINISHED:  # idempotent: a later reconcile finds nothing left to delete
+            prune_checkpoints(store, run.name, decision.status, spec.rsft.keep_checkpoints)
         if step.start is not None and step.start.kind is PhaseKind.PREPARE:
             return False, {step.start.phase} if self.start_prepare(run, spec, store, step.start) else set()
         if step.start is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -373,3 +374,26 @@ def test_a_broken_display_does_not_stop_the_run(tmp_path, caplog):
     r = runner(tmp_path, open_store(str(tmp_path / "store")), on_view=broken)
     assert r.run(max_seconds=60).phase is RunPhase.SUCCEEDED
     assert r.on_view is None and "the progress display failed; the run goes on without it" in caplog.text
+
+
+def test_a_detached_run_runs_in_the_background_until_stopped(tmp_path, no_leftovers):
+    store_dir, work = str(tmp_path / "store"), tmp_path / "work"
+    argv = ["run", str(manifest(tmp_path)), "--store", store_dir, "--workdir", str(work), "--detach"]
+    detaching = start(tmp_path, argv, {"hang": {"c01-weight": 1}}, "detach.out")
+    assert detaching.wait(timeout=90) == 0, (tmp_path / "detach.out").read_text()
+    out = (tmp_path / "detach.out").read_text()
+    pid = int(re.search(r"runs in the background \(pid (\d+)\); its output: (\S+)", out).group(1))
+    assert f"logs sig --store {store_dir} -f" in out and f"stop sig --store {store_dir}" in out
+    lock = open_store(store_dir).read_lease(layout.lock_key("sig"))
+    assert lock is not None and lock.live and lock.holder.pid == pid  # the background runner holds the run
+    work_log = work / "logs" / "c01-weight.attempt-1.log"
+    wait_for(lambda: work_log.is_file() and "simulated hang" in work_log.read_text(), 60, "the weight phase to hang")
+
+    res = cli.invoke(app, ["stop", "sig", "--store", store_dir])
+    assert res.exit_code == 0 and "stopped: run sig is Interrupted" in res.output, res.output
+    wait_for(
+        lambda: not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text(),
+        30,
+        "the background runner to end",
+    )
+    assert "stopped by `whale stop`" in (work / "runner.log").read_text()

@@ -19,6 +19,8 @@ from whale.core.protocol import (
     EvalPhaseArgs,
     EvalProgress,
     EvalResult,
+    PhaseProgress,
+    ProgressStage,
     phase_request,
 )
 from whale.inference.base import ChatResult, InferenceClient, InferenceError
@@ -112,6 +114,9 @@ def test_eval_writes_items_progress_traces_and_result(store) -> None:
     assert items[0]["mean_completion_tokens"] == 30.0 and items[0]["rewarded_without_model"] == 0
     progress = [EvalProgress.model_validate(line) for line in store.read_jsonl(layout.metrics_key(RUN, PHASE))]
     assert [(p.items_done, p.items_total) for p in progress] == [(2, 4), (4, 4)]
+    # the episodes as they finish: the last progress object counts all 8 (written at once when done == total)
+    last = PhaseProgress.model_validate(store.read_json(layout.progress_key(RUN, PHASE)))
+    assert (last.stage, last.done, last.total, last.unit) == (ProgressStage.EVALUATING, 8, 8, "episodes")
     traces = read_traces(store, RUN, PHASE)
     assert len(traces) == 8 and {t["item_id"] for t in traces} == {"g0", "g1", "g2", "g3"}
     assert all(sum(m["role"] == "assistant" for m in t["messages"]) == t["turns"] for t in traces)

@@ -131,6 +131,10 @@ def test_json_alone_goes_to_stdout_and_run_selection(stores):
     assert json.loads(res.stdout)["runs"][0]["name"] == "sim-whale"
     res = invoke(*(str(d) for d, _ in stores.values()), "--run", "sim-mh-only", "-o", "json")
     assert [r["name"] for r in json.loads(res.stdout)["runs"]] == ["sim-mh-only"]
+    # the runs in the order of --run, not of the stores or the alphabet
+    order = ["sim-whale", "sim-rsft-only", "sim-mh-only"]
+    res = invoke(*(str(d) for d, _ in stores.values()), *(x for name in order for x in ("--run", name)), "-o", "json")
+    assert [r["name"] for r in json.loads(res.stdout)["runs"]] == order
 
 
 def test_a_store_without_status_json_is_reconstructed_to_the_same_values(stores, tmp_path):

@@ -163,6 +163,14 @@ def test_deleted_folders_vanish_from_listings(store: Store) -> None:
     assert store.list("runs/a", recursive=False) == ["runs/a/spec.json"]
 
 
+def test_usage_sums_the_objects_under_a_folder(store: Store) -> None:
+    store.write_bytes("runs/a/x.bin", b"12345")
+    store.write_bytes("runs/a/deep/y.bin", b"123")
+    store.write_bytes("runs/ab/z.bin", b"1234567")  # a sibling whose name starts the same: not counted
+    assert store.usage("runs/a") == store.usage("runs/a/") == 8
+    assert store.usage("runs") == 15 and store.usage("runs/none") == 0
+
+
 def test_delete_prefix(store: Store) -> None:
     for i in range(5):
         store.write_bytes(f"runs/a/checkpoints/step-00000{i}/model.safetensors", b"w")

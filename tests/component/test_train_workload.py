@@ -120,6 +120,36 @@ def test_a_killed_phase_resumes_with_the_same_data_order_and_step_count(tmp_path
     assert result["finalStep"] == 5 and result["rollouts"] == 5 * 32
 
 
+def test_an_interrupted_phase_resumes_at_the_next_step_and_keeps_no_light_point(tmp_path, model_dir):
+    """rsft.stepResume auto (the tiny model is small): a light resume point after every step, so a phase killed
+    after step 2 resumes at step 3, never sampling step 2 again (before: from step 0, its last checkpoint); the
+    light points go as later saves complete, so the phase leaves only its checkpoints (save step 4, target 5)."""
+    store = open_store(str(tmp_path))
+    write_request(store, "c01-weight", spec(model_dir), target=5, save_steps=[4])
+    proc = launch(tmp_path, "c01-weight")
+    latest = f"{layout.state_prefix(RUN, 'c01-weight')}/latest.json"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        state = store.read_json_or_none(latest)
+        if (state and state["step"] >= 2) or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the phase finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)
+    killed_at = store.read_json(latest)["step"]
+    assert 2 <= killed_at < 4  # a light point: no save step or checkpointEverySteps asked for one
+
+    out = run_to_end(tmp_path, "c01-weight")
+    assert f"resuming phase c01-weight at step {killed_at}" in out
+    assert f"step {killed_at}/5 reward" not in out and f"step {killed_at + 1}/5 reward" in out, out[-3000:]
+    assert [line["step"] for line in metrics(store, "c01-weight")] == [1, 2, 3, 4, 5]  # none twice
+    folders = {
+        k.rstrip("/").rsplit("/", 1)[-1] for k in store.list(layout.checkpoints_prefix(RUN) + "/", recursive=False)
+    }
+    assert folders == {"step-000004", "step-000005"}
+
+
 def test_a_step_with_no_accepted_trajectory_leaves_the_weights_untouched(tmp_path, model_dir):
     from safetensors.torch import load_file
 

@@ -24,20 +24,11 @@ CHECKOUT = Path(whale.__file__).resolve().parents[1]
 FAKE_SECRET = "sk-whale-fake-secret-0123456789"
 
 
-def gold_file(tmp_path: Path) -> tuple[Path, dict[str, Any]]:
-    """The AIME 2024 file of the shared data (the report's target) and its first row; where the data is
-    not on this machine, a stand-in with the same shape under ``tmp_path``."""
-    candidates = [default_data_root()] + [p / "shared" / "data" for p in Path(__file__).resolve().parents]
-    for root in candidates:
-        path = root / "math_reasoning" / "aime_2024.jsonl"
-        if path.is_file():
-            row = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
-            return path, {"id": str(row["id"]), "problem": row["problem"], "answer": str(row["answer"]).strip()}
-    path = tmp_path / "shared" / "data" / "math_reasoning" / "aime_2024.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    row = {"id": "aime-2024-standin", "problem": "Find the stand-in answer.", "answer": "731"}
-    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
-    return path, row
+def gold_file() -> tuple[Path, dict[str, Any]]:
+    """The AIME 2024 file of the shipped sample data (the report's target) and its first row."""
+    path = default_data_root() / "math_reasoning" / "aime_2024.jsonl"
+    row = json.loads(path.read_text(encoding="utf-8").splitlines()[0])
+    return path, {"id": str(row["id"]), "problem": row["problem"], "answer": str(row["answer"]).strip()}
 
 
 PROBE_HEADER = """\

@@ -63,7 +63,7 @@ def test_the_random_os_route_is_rejected_by_the_gate(tmp_path: Path) -> None:
 
 def test_every_way_in_is_contained_at_runtime(tmp_path: Path, listener) -> None:
     port, connected = listener
-    gold, row = gold_file(tmp_path)
+    gold, row = gold_file()
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "verifier.py").write_text("def score(): return 0.0\n")
@@ -109,7 +109,7 @@ async def test_inside_only_the_staged_package_and_the_stdlib_are_importable(tmp_
 
 
 async def test_a_reward_hack_that_answers_from_gold_scores_zero(tmp_path: Path) -> None:
-    gold, row = gold_file(tmp_path)
+    gold, row = gold_file()
     path = tmp_path / "hack.py"
     path.write_text(
         textwrap.dedent(f"""\

@@ -88,7 +88,7 @@ async def test_a_harness_on_the_host_finds_no_credential_and_no_way_out(
     tmp_path: Path, isolation: str, listener
 ) -> None:
     port, connected = listener
-    gold, _ = gold_file(tmp_path)
+    gold, _ = gold_file()
     outside = tmp_path / "outside"
     outside.mkdir()
     # every way in of the attack report (gold file, checkout, writes, sockets, ...) and the credential probes

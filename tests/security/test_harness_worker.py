@@ -92,7 +92,7 @@ def test_confinement_alone_leaves_only_the_stdlib_and_the_package(package: Path,
 
 
 def test_the_audit_hook_alone_blocks_every_way_in(package: Path, tmp_path: Path) -> None:
-    gold, row = gold_file(tmp_path)
+    gold, row = gold_file()
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "verifier.py").write_text("original\n")

@@ -70,7 +70,7 @@ BLOCKED = (
 
 @pytest.fixture
 def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    gold, row = gold_file(tmp_path)
+    gold, row = gold_file()
     archive = tmp_path / "work" / "archive"
     archive.mkdir(parents=True)
     (archive / "summary.md").write_text("# summary\nBest so far: i01-incoming\n")

@@ -82,7 +82,7 @@ def test_the_static_gate_comes_first(harness_items, tmp_path: Path):
 
 @pytest.mark.timeout(180)
 def test_a_candidate_past_the_gate_still_runs_inside_the_sandbox(harness_items, tmp_path: Path, monkeypatch):
-    gold, row = gold_file(tmp_path)
+    gold, row = gold_file()
     monkeypatch.setenv("WHALE_PROBE_MARKER", "runtime-marker-91c2")
     attempts = {
         "gold": f"read_fd(os.open({str(gold)!r}, os.O_RDONLY))",

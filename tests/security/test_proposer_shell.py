@@ -63,7 +63,7 @@ def test_the_shell_reads_the_archive_and_runs_the_standard_tools(
 def test_the_shell_cannot_read_the_data_root_or_the_checkout_or_the_parent_environment(
     archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, host: HarnessHost | None
 ):
-    gold, row = gold_file(tmp_path)
+    gold, row = gold_file()
     assert row["problem"][:30] in gold.read_text()  # it is there, on the host
     monkeypatch.setenv("WHALE_PARENT_MARKER", "parent-marker-7f3a")
     out = SandboxShell(archive, host=host).run_sync(

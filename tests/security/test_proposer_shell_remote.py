@@ -52,7 +52,7 @@ def test_a_remote_command_finds_no_credential_and_no_way_out(
     level_host: tuple[str, HarnessHost], archive: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     level, host = level_host
-    gold, row = gold_file(tmp_path)
+    gold, row = gold_file()
     (archive / "data").symlink_to(gold.parent)  # a link planted in the archive: never followed into the snapshot
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", FAKE_SECRET)  # the search pod's store credentials
     monkeypatch.setenv("WHALE_S3_SECRET_KEY", FAKE_SECRET)

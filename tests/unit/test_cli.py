@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -280,3 +281,82 @@ def test_run_retry_resumes_a_failed_run(tmp_path, monkeypatch):
     assert "run tiny Succeeded" in res.output
     status = json.loads(cli.invoke(app, ["status", "tiny", "--store", "st", "-o", "json"]).output)
     assert status["attempts"]["c01-weight"] == 2 and "c01-weight" not in status["failures"]
+
+
+def test_a_timeout_exits_with_its_own_code_and_is_resumable(tmp_path, monkeypatch):
+    from whale.cli import EXIT_TIMEOUT
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WHALE_WORKLOAD_COMMAND", f"{sys.executable} -m tests.workloads.simulated")
+    monkeypatch.setenv("WHALE_SIM", json.dumps({"hang": {"c01-weight": 1}}))
+    manifest = write(tmp_path, {**WHALE, "condition": "rsft_only", "schedule": {"totalSteps": 2}})
+    res = cli.invoke(app, ["run", str(manifest), "--store", "st", "--timeout", "2"])
+    assert res.exit_code == EXIT_TIMEOUT == 124, res.output
+    assert "did not finish within 2 s" in res.output and f"whale run {manifest} --store st" in res.output
+    status = json.loads(cli.invoke(app, ["status", "tiny", "--store", "st", "-o", "json"]).output)
+    assert status["phase"] == "Interrupted"
+
+
+def test_help_shows_no_value_type_for_flags():
+    """typer labels every flag `<bool>`: a flag takes no value, so -h shows none (options that take one keep it)."""
+    for command in ([], ["run"], ["validate"], ["report"], ["prepare"], ["logs"]):
+        res = cli.invoke(app, [*command, "-h"], env={"COLUMNS": "200"})
+        assert res.exit_code == 0 and "<bool>" not in res.output, (command, res.output)
+    assert "<float>" in cli.invoke(app, ["run", "-h"], env={"COLUMNS": "200"}).output
+
+
+def test_piped_tables_are_not_cut_at_80_columns_and_commands_name_whale_as_invoked():
+    code = (
+        "from rich.table import Table; from whale.console.streams import cli_console;"
+        "t = Table(); [t.add_column(c) for c in 'abc']; t.add_row(*['x' * 60] * 3); cli_console().print(t)"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env, check=True)
+    assert ("x" * 60 + " ") in out.stdout and max(len(line) for line in out.stdout.splitlines()) > 180
+    from whale.console.streams import invoked_as
+
+    assert invoked_as(".venv/bin/whale") == ".venv/bin/whale"
+    assert invoked_as("/usr/local/bin/whale") == "/usr/local/bin/whale"
+    assert invoked_as("/repo/whale/cli.py") == invoked_as("") == "whale"
+
+
+def test_delete_asks_first_refuses_while_the_run_runs_and_keeps_the_shared_data(tmp_path, monkeypatch):
+    from whale.core import layout
+    from whale.store import open_store
+    from whale.store.lease import this_process
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("WHALE_WORKLOAD_COMMAND", f"{sys.executable} -m tests.workloads.simulated")
+    manifest = write(tmp_path, {**WHALE, "condition": "rsft_only", "schedule": {"totalSteps": 2}})
+    assert cli.invoke(app, ["run", str(manifest), "--store", "st", "--timeout", "60"]).exit_code == 0
+    (tmp_path / "st" / "data" / "counting").mkdir(parents=True)
+    (tmp_path / "st" / "data" / "counting" / "splits.json").write_text("{}")  # prepared data, shared by runs
+    run_dir = tmp_path / "st" / "runs" / "tiny"
+    objects = sum(1 for p in run_dir.rglob("*") if p.is_file())
+    # `whale list` shows what the run takes in the store
+    (row,) = json.loads(cli.invoke(app, ["list", "--store", "st", "-o", "json"]).output)["runs"]
+    assert row["diskBytes"] == sum(p.stat().st_size for p in run_dir.rglob("*") if p.is_file()) > 0
+    from whale.console.runs import size_words
+
+    assert size_words(row["diskBytes"]) in cli.invoke(app, ["list", "--store", "st"], env={"COLUMNS": "200"}).output
+    assert [size_words(n) for n in (None, 812, 4_200_000, 5_100_000_000)] == ["-", "812 B", "4.2 MB", "5.1 GB"]
+
+    res = cli.invoke(app, ["delete", "tiny", "--store", "st"], input="n\n")
+    assert res.exit_code == 1 and f"delete run tiny: {objects} objects under file://{run_dir}/?" in res.output
+    assert "nothing deleted" in res.output and (run_dir / "status.json").is_file()
+
+    store = open_store("st")  # a runner holds the run: refused, naming it, nothing deleted
+    lease = store.acquire_lease(layout.lock_key("tiny"), this_process("whale run tiny"), 60.0)
+    try:
+        res = cli.invoke(app, ["delete", "tiny", "--store", "st", "--yes"])
+    finally:
+        lease.release()
+    assert res.exit_code == 1 and "is being run now by pid" in res.output and "whale stop tiny" in res.output
+    assert (run_dir / "status.json").is_file()
+
+    res = cli.invoke(app, ["delete", "tiny", "--store", "st"], input="y\n")
+    assert res.exit_code == 0 and f"deleted run tiny: {objects} objects" in res.output, res.output
+    assert not [p for p in run_dir.rglob("*") if p.is_file()]
+    assert (tmp_path / "st" / "data" / "counting" / "splits.json").is_file()
+    res = cli.invoke(app, ["delete", "tiny", "--store", "st", "--yes"])
+    assert res.exit_code == 1 and "no run named 'tiny'" in res.output

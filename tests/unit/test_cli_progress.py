@@ -6,6 +6,7 @@ times), so each test replays a short sequence the runner could report and checks
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from datetime import UTC, datetime, timedelta
 
@@ -16,12 +17,15 @@ from whale.console.progress import (
     ChildFrame,
     Frame,
     Pace,
+    RunWork,
     duration,
     events,
     latest_reward,
     phase_counts,
     render,
+    run_eta_s,
     update_paces,
+    work_counts,
 )
 from whale.console.summary import final_summary, next_commands
 from whale.core.protocol import (
@@ -290,6 +294,75 @@ def test_an_evaluation_shows_items_done_of_total_from_its_start():
     assert "eval-c00-s000000-start (attempt 1): 32/64 items, 20s, ETA 20s" in view.export_text()
 
 
+def test_an_evaluation_shows_episodes_as_they_finish_and_items_per_chunk():
+    req = eval_request()
+    st = status(stage=Stage.EVAL, active_phase=None)
+
+    def at(seconds, episodes, items=None):
+        progress = PhaseProgress(stage=ProgressStage.EVALUATING, done=episodes, total=256, unit="episodes")
+        metrics = (EvalProgress(items_done=items, items_total=32),) if items is not None else ()
+        return frame(seconds, st, ChildFrame(req, 1000.0, metrics=metrics, progress=progress))
+
+    first, some, chunk = at(0, 0), at(30, 40), at(60, 128, items=16)
+    paces = update_paces({}, first)
+    lines = [line[21:] for line in events(None, first, paces) + events(first, some, paces) + events(some, chunk, paces)]
+    assert lines[-3:] == [
+        "eval-c00-s000000-start: 0/256 episodes",
+        "eval-c00-s000000-start: 40/256 episodes; phase ETA 2m42s",  # not 0/32 items until a chunk ends
+        "eval-c00-s000000-start: 128/256 episodes (16/32 items); phase ETA 1m00s",
+    ]
+    view = Console(record=True, width=150)
+    view.print(render(chunk, paces))
+    text = view.export_text()
+    assert "eval-c00-s000000-start (attempt 1): 128/256 episodes, 1m00s, ETA 1m00s" in text
+    assert "evaluating (16/32 items)" in text
+
+
+def test_the_run_eta_counts_the_evaluations_left_after_the_last_step():
+    """Every weight step is done, two of four evaluations remain: the run ETA is theirs, not ~0s."""
+    work = RunWork.from_plan({"rollouts": 480, "evaluation": {"count": 4, "rolloutsEach": 128}})
+    req = eval_request()
+
+    def at(seconds, evals_done, episodes):
+        evals = [
+            EvalPoint(phase=f"eval-{i}", cycle=1, step=8, after="weight", mean_at_k=0.5 if i < evals_done else None)
+            for i in range(4)
+        ]
+        st = status(step=8, stage=Stage.EVAL, active_phase=None, rollouts_spent=480, evals=evals)
+        progress = PhaseProgress(stage=ProgressStage.EVALUATING, done=episodes, total=128, unit="episodes")
+        return dataclasses.replace(frame(seconds, st, ChildFrame(req, 1000.0, progress=progress)), work=work)
+
+    first, later = at(0, 2, 0), at(100, 2, 64)
+    assert (work_counts(first).done, work_counts(first).total) == (480 + 256, 992)
+    paces = update_paces({}, first)
+    assert run_eta_s(later, paces) == (pytest.approx(300.0), False)  # 64 of the 256 evaluation rollouts left took 100 s
+    assert events(first, later, paces)[-1].endswith("64/128 episodes; phase ETA 1m40s, run ETA ~5m00s")
+    # without the plan, only the (finished) steps count: the old ~0s
+    bare = [dataclasses.replace(f, work=None) for f in (first, later)]
+    steps_paces = update_paces({}, bare[0])
+    assert "run ETA" not in events(bare[0], bare[1], steps_paces)[-1]  # no step moved: no pace to tell
+
+
+def test_a_resumed_phase_does_not_print_its_earlier_steps_as_just_done():
+    """A `whale run` resumed after Ctrl-C (or a second attempt) first sees a weight phase whose steps 1-2 are done:
+    it says so once, and prints only the steps that finish now."""
+    req = weight_request(attempt=2)
+    earlier = (step_line(1, 0.2), step_line(2, 0.3))
+    first = frame(0, status(step=2), ChildFrame(req, 1000.0, metrics=earlier))
+    later = frame(30, status(step=3), ChildFrame(req, 1000.0, metrics=(*earlier, step_line(3, 0.4))))
+    lines = [line[21:] for line in events(None, first) + events(first, later)]
+    assert lines[-2] == "c01-weight started (attempt 2): steps 0 -> 4, harness h0; resumes after step 2"
+    assert [line for line in lines if " done (" in line] == [lines[-1]]
+    assert lines[-1].startswith("c01-weight step 3 done (3/4): reward 0.400")
+
+
+def test_a_new_weight_phase_does_not_show_the_last_phase_s_step_as_its_own():
+    fresh = ChildFrame(weight_request(from_step=4, target=8), 1000.0)
+    view = Console(record=True, width=150)
+    view.print(render(frame(5, status(step=4, training_reward=0.2), fresh)))
+    assert "step 4 (done, before this phase): reward 0.200" in view.export_text()
+
+
 def test_run_level_events_phases_done_evaluations_failures_and_the_end_last():
     before = status(
         step=4, completed_phases=[], evals=[EvalPoint(phase="eval-c01-s000004-weight", cycle=1, step=4, after="weight")]
@@ -397,6 +470,12 @@ def test_next_commands_after_a_failure_and_an_interruption():
     assert next_commands("r", running, "my store", "whale run r.yaml")[:2] == [
         "whale run r.yaml",
         "whale status r --store 'my store'",
+    ]
+    # whale as the person invoked it (README: .venv/bin/whale)
+    assert next_commands("r", failed, "st", ".venv/bin/whale run r.yaml", ".venv/bin/whale") == [
+        ".venv/bin/whale logs r --store st --phase c01-harness",
+        ".venv/bin/whale run r.yaml --retry",
+        ".venv/bin/whale status r --store st",
     ]
     text = summary_text(
         status(phase=RunPhase.FAILED, message="phase c01-weight failed 3 time(s)", failures={"c01-weight": 3})

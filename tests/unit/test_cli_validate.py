@@ -4,9 +4,13 @@ command line's own manners: `whale -h`, `whale --version`."""
 
 from __future__ import annotations
 
+import http.server
 import json
+import socket
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -72,8 +76,91 @@ def test_a_missing_local_model_folder_is_named_before_anything_runs(tmp_path):
     assert res.exit_code == 1 and f"spec.model.ggufFile: {tmp_path}/models/tiny/m.gguf does not exist" in res.output
 
 
-def test_model_ids_and_models_only_a_server_loads_are_not_checked_here(tmp_path):
-    assert validate(write(tmp_path, model={"name": "Qwen/Qwen3-0.6B"})).exit_code == 0  # a Hugging Face id
+def fake_hf_cache(root: Path, model: str, files: tuple[str, ...] = ("config.json",)) -> Path:
+    """A Hugging Face cache folder as huggingface_hub lays it out: refs/main -> a snapshot holding ``files``."""
+    repo = root / f"models--{model.replace('/', '--')}"
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text("0123abcd")
+    for name in files:
+        path = repo / "snapshots" / "0123abcd" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("{}")
+    return root
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A loopback port nothing listens on: a Hub that is unreachable at once."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def stand_in_hub() -> Iterator[str]:
+    """A stand-in for the Hub's model API on loopback (a real HTTP server; the real Hub is not reachable from
+    CI): it has org/present, and nothing else."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200 if self.path == "/api/models/org/present" else 404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_model_id_is_found_in_the_local_cache_or_on_the_hub_or_refused(tmp_path, monkeypatch, closed_port):
+    cache = fake_hf_cache(tmp_path / "hf", "Qwen/Qwen3-0.6B")
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed_port}")
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    res = validate(write(tmp_path, model={"name": "Qwen/Qwen3-0.6B"}))
+    assert res.exit_code == 0, res.output
+    assert (
+        f"note: model Qwen/Qwen3-0.6B: in the local Hugging Face cache ({cache}/models--Qwen--Qwen3-0.6B" in res.output
+    )
+    # not cached, and the Hub unreachable: refused, by validate and by run, before anything is written
+    res = validate(write(tmp_path, model={"name": "Qwen/Qwen3-1.7B"}))
+    assert res.exit_code == 1
+    assert "spec.model.name: Qwen/Qwen3-1.7B is not in the local Hugging Face cache and" in res.output
+    assert (
+        f"http://127.0.0.1:{closed_port} is unreachable" in res.output and "hf download Qwen/Qwen3-1.7B" in res.output
+    )
+    res = cli.invoke(app, ["run", str(tmp_path / "tiny.yaml"), "--store", "st"])
+    assert res.exit_code == 1 and "is not in the local Hugging Face cache" in res.output
+    assert not (tmp_path / "st").exists()
+    # offline by setting: not even asked
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert "HF_HUB_OFFLINE is set" in validate(tmp_path / "tiny.yaml").output
+    # for a cluster the pods load it: not probed from here
+    res = validate(write(tmp_path, namespace="whale", model={"name": "Qwen/Qwen3-1.7B"}))
+    assert res.exit_code == 0 and "Hugging Face" not in res.output
+
+
+def test_a_model_id_the_hub_answers_for(tmp_path, monkeypatch, stand_in_hub):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-cache"))
+    monkeypatch.setenv("HF_ENDPOINT", stand_in_hub)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    res = validate(write(tmp_path, model={"name": "org/present"}))
+    assert res.exit_code == 0, res.output
+    assert f"note: model org/present: not cached; {stand_in_hub} has it, the first phase downloads it" in res.output
+    res = validate(write(tmp_path, model={"name": "org/misspelt"}))
+    assert res.exit_code == 1 and "/api/models/org/misspelt answered HTTP 404 (no such model to read)" in res.output
+    assert "check the id (org/name), set HF_TOKEN" in res.output
+
+
+def test_model_ids_and_models_only_a_server_loads_are_not_checked_here(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(fake_hf_cache(tmp_path / "hf", "Qwen/Qwen3-0.6B")))
+    assert validate(write(tmp_path, model={"name": "Qwen/Qwen3-0.6B"})).exit_code == 0  # a cached Hugging Face id
+    assert validate(write(tmp_path, model={"name": "tiny"})).exit_code == 0  # no organisation: a legacy id, unchecked
     served = write(
         tmp_path,
         condition="mh_only",

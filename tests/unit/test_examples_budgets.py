@@ -32,7 +32,7 @@ def plan_of(path) -> dict:
 
 @pytest.fixture(autouse=True)
 def no_local_data(tmp_path, monkeypatch):
-    """The numbers come from the manifests and the full data's declared sizes, not from ../shared/data."""
+    """The numbers come from the manifests and the full data's declared sizes, not from the sample data."""
     monkeypatch.setenv("WHALE_DATA_DIR", str(tmp_path / "no-data-here"))
 
 

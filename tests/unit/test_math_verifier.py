@@ -19,7 +19,7 @@ from math_reasoning.verifier import (
     score,
 )
 from whale.core.spec import Verifier
-from whale.domain import default_data_root
+from whale.domain import default_data_root, open_raw
 
 DATA = default_data_root() / "math_reasoning"
 
@@ -65,7 +65,7 @@ def test_math_verify_cases(reply, gold, expected):
 
 
 def _rows(name: str, n: int) -> list[dict]:
-    with (DATA / name).open() as fh:
+    with open_raw(DATA / name) as fh:
         return [json.loads(line) for _, line in zip(range(n), fh, strict=False)]
 
 

@@ -14,6 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from tests.fixtures.tolerance import assert_reordered_close, reorder_tol  # noqa: E402
 from whale.rsft import attention as attn  # noqa: E402
 from whale.rsft.collate import IGNORE_INDEX, Example, collate_micro  # noqa: E402
 from whale.rsft.config import RSFTConfig  # noqa: E402
@@ -105,10 +106,10 @@ def test_the_flex_kernel_with_the_block_mask_is_dense_document_attention():
     expected = torch.nn.functional.scaled_dot_product_attention(
         q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), attn_mask=dense_document_mask(pos)
     )
-    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    assert_reordered_close(out, expected, terms=1024)
     # and the trainer's CPU stand-in computes the same
     stand_in = attn._dense_document_attention(q, k, v, attn.document_block_mask(pos), None, True)
-    torch.testing.assert_close(stand_in, expected, rtol=1e-5, atol=1e-5)
+    assert_reordered_close(stand_in, expected, terms=1024)
 
 
 def test_mixed_dtypes_under_autocast_meet_in_the_autocast_dtype():
@@ -184,9 +185,10 @@ def test_packed_rows_give_the_loss_and_gradients_of_unpacked_ones(attention, pad
         assert width == {"longest": 908, "bucket": 1024 if attention == "flex" else 1010}[padding]
     loss, n, grads = loss_and_grads(cfg, exs)
     assert n == ref_n == sum(e.n_target for e in exs)
-    assert loss == pytest.approx(ref_loss, rel=1e-6)
+    terms = sum(len(e) for e in exs)  # the row's tokens: what a weight's gradient sums over
+    assert loss == pytest.approx(ref_loss, rel=reorder_tol(terms))
     for a, b in zip(grads, ref_grads, strict=True):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+        assert_reordered_close(a, b, terms)
 
 
 def test_varlen_offsets_are_the_packed_sequences():
@@ -213,7 +215,7 @@ def test_the_varlen_stand_in_is_dense_document_attention():
         q, k.repeat_interleave(2, 1), v.repeat_interleave(2, 1), attn_mask=dense_document_mask(pos)
     )
     assert out.shape == (1, 1024, 4, 8)
-    torch.testing.assert_close(out, expected.transpose(1, 2), rtol=1e-5, atol=1e-5)
+    assert_reordered_close(out, expected.transpose(1, 2), terms=1024)
 
 
 def test_rows_filled_by_tokens_hold_every_sequence_once_within_the_budget():
@@ -242,14 +244,14 @@ def test_the_check_sees_attention_across_a_boundary():
     width = batch["input_ids"].shape[1]
     batch["attention_mask"] = attn.document_block_mask(torch.arange(width)[None])  # one document: plain causal
     leaky, _ = token_loss_sum(model, batch)
-    # a hundred times the tolerance the exactness test allows (rel 1e-6)
+    # over three times the tolerance the exactness test allows (reorder_tol(1024) = 3.1e-5; the leak: 3.2e-4)
     assert abs(leaky.item() - exact.item()) > 1e-4 * abs(exact.item())
     # and for varlen: offsets of one sequence over the whole row
     cfg = RSFTConfig(precision="fp32", pack_sequences=True, attention="varlen")
     model = tiny_model()
     prepare_model(model, cfg)
     batch = collate_tensors(exs, cfg, 0, CPU)
-    assert token_loss_sum(model, batch)[0].item() == pytest.approx(exact.item(), rel=1e-6)
+    assert token_loss_sum(model, batch)[0].item() == pytest.approx(exact.item(), rel=reorder_tol(width))
     batch["attention_mask"] = {"full_attention": attn.varlen_mask(torch.arange(batch["input_ids"].shape[1])[None])}
     assert abs(token_loss_sum(model, batch)[0].item() - exact.item()) > 1e-4 * abs(exact.item())
 
@@ -275,9 +277,12 @@ def test_a_packed_trainer_makes_the_update_of_a_padded_one(attention, pack_token
         stats = SFTTrainer(model, cfg, device=CPU, pad_id=0).train(exs, lr=1e-2, seed=3)
         assert stats.updates == 2
         states.append((stats.loss, model.state_dict()))
-    assert states[1][0] == pytest.approx(states[0][0], rel=1e-6)
+    assert states[1][0] == pytest.approx(states[0][0], rel=reorder_tol(sum(len(e) for e in exs)))
+    # AdamW's step is about lr whatever the gradient, except for a gradient near zero, whose rounding decides
+    # its step (measured: 9e-5 of a step per update, flex-640): the weights agree to 1% of the steps taken,
+    # a wrong update moves them by whole steps
     for key, value in states[0][1].items():
-        torch.testing.assert_close(states[1][1][key], value, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(states[1][1][key], value, rtol=0, atol=0.01 * 1e-2 * stats.updates)
     assert not torch.equal(states[0][1]["model.norm.weight"], tiny_model().state_dict()["model.norm.weight"])
 
 
@@ -354,7 +359,7 @@ def test_compiled_varlen_layers_compile_once_for_every_row_layout():
         loss.backward()
         graphs.append(counters["stats"]["unique_graphs"])
         ref = loss_and_grads(RSFTConfig(precision="fp32", padding="masked"), exs)[0]
-        assert loss.item() == pytest.approx(ref, rel=1e-5)
+        assert loss.item() == pytest.approx(ref, rel=reorder_tol(sum(lengths)))
     assert graphs[0] > before and graphs == [graphs[0]] * len(layouts), (before, graphs)
 
 

@@ -141,7 +141,7 @@ def test_the_seven_benchmarks_and_triviaqa_when_the_data_has_it(tmp_path):
     domain = search_qa.SearchQA()
     domain.load_split("test", Data(data_dir=str(root), corpus="wiki18", harness_size=8, weight_size=50))
     assert domain.notes() == []
-    domain.load_split("test", Data(corpus="wiki18", harness_size=8, weight_size=50))  # the shared data
+    domain.load_split("test", Data(corpus="wiki18", harness_size=8, weight_size=50))  # the shipped sample data
     assert domain.notes() == ["benchmark triviaqa is missing from the data; D_test uses the other 6 of the paper's 7"]
     # a required benchmark's file is not optional
     (root / "search_qa" / "eval" / BENCHMARKS["bamboogle"]).unlink()

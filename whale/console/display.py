@@ -16,7 +16,7 @@ from types import TracebackType
 from rich.console import Console
 from rich.live import Live
 
-from whale.console.progress import ChildFrame, Frame, Pace, events, render, update_paces
+from whale.console.progress import ChildFrame, Frame, Pace, RunWork, events, render, update_paces
 from whale.runner.local import RunnerView
 
 
@@ -35,8 +35,11 @@ class RunDisplay:
         live: bool | None = None,
         clock: Callable[[], float] = time.monotonic,
         wall: Callable[[], datetime] = _utc_now,
+        work: RunWork | None = None,
     ):
-        self.run, self.console, self.clock, self.wall = run, console, clock, wall
+        """``work``: the plan's rollouts (:class:`RunWork`), so the run ETA counts evaluations and harness
+        phases too."""
+        self.run, self.console, self.clock, self.wall, self.work = run, console, clock, wall, work
         self.live_mode = console.is_terminal if live is None else live
         self.started_s = clock()
         self.prev: Frame | None = None
@@ -63,7 +66,7 @@ class RunDisplay:
         if view.child is not None:
             c = view.child
             child = ChildFrame(c.request, c.started_s, c.metrics, c.progress)
-        return Frame(self.run, self.wall(), self.clock(), self.started_s, view.status, child)
+        return Frame(self.run, self.wall(), self.clock(), self.started_s, view.status, child, self.work)
 
     def __call__(self, view: RunnerView) -> None:
         frame = self.frame(view)

@@ -68,6 +68,33 @@ class ChildFrame:
 
 
 @dataclasses.dataclass(frozen=True)
+class RunWork:
+    """The run's whole work in rollouts, from its plan (`whale plan`): training (weight steps and harness
+    scoring, an upper bound when adaptive patience may end phases early) and evaluations. The run ETA counts
+    these, so evaluations and harness phases still to come are in it (an ETA over weight steps alone said ~0s
+    with evaluations left)."""
+
+    training_rollouts: int
+    evaluations: int
+    rollouts_per_evaluation: int
+    bound: bool = False
+
+    @classmethod
+    def from_plan(cls, plan: dict[str, Any]) -> RunWork:
+        evaluation = plan.get("evaluation") or {}
+        return cls(
+            training_rollouts=int(plan.get("rollouts") or 0),
+            evaluations=int(evaluation.get("count") or 0),
+            rollouts_per_evaluation=int(evaluation.get("rolloutsEach") or 0),
+            bound=bool(plan.get("rolloutsUpperBound")),
+        )
+
+    @property
+    def total(self) -> int:
+        return self.training_rollouts + self.evaluations * self.rollouts_per_evaluation
+
+
+@dataclasses.dataclass(frozen=True)
 class Frame:
     """One moment of a run."""
 
@@ -79,6 +106,8 @@ class Frame:
     started_s: float
     status: WhaleRunStatus
     child: ChildFrame | None = None
+    #: the plan's work, for the run ETA; None: the ETA counts weight steps only
+    work: RunWork | None = None
 
     @property
     def elapsed_s(self) -> float:
@@ -134,7 +163,7 @@ class PhaseCounts:
 
 
 def phase_counts(child: ChildFrame) -> PhaseCounts:
-    """Steps of a weight phase, iterations of a harness phase, items of an evaluation."""
+    """Steps of a weight phase, iterations of a harness phase, episodes (else items) of an evaluation."""
     req = child.request
     if isinstance(req, WeightRequest):
         a = req.weight
@@ -143,14 +172,22 @@ def phase_counts(child: ChildFrame) -> PhaseCounts:
     if isinstance(req, HarnessRequest):
         done = max((m.iteration for m in child.iterations()), default=0)
         return PhaseCounts(done, req.harness.iterations, "iterations", req.harness.stop_rule is not None)
+    done, total = eval_items(child)
+    p = child.progress
+    if p is not None and p.stage is ProgressStage.EVALUATING and p.done is not None and p.total:
+        if p.unit == "episodes":  # reported as each finishes: the finer count, for the bar and the ETA
+            return PhaseCounts(p.done, p.total, "episodes")
+        done, total = max(done, p.done), total or p.total  # an older workload's items at its start
+    return PhaseCounts(done, total, "items")
+
+
+def eval_items(child: ChildFrame) -> tuple[int, int | None]:
+    """Items done/total of an evaluation, from its metrics lines (one per chunk of items)."""
     done, total = 0, None
     for m in child.metrics:
         if isinstance(m, EvalProgress):
             done, total = max(done, m.items_done), m.items_total or total
-    p = child.progress
-    if p is not None and p.stage is ProgressStage.EVALUATING and p.done is not None:
-        done, total = max(done, p.done), total or p.total
-    return PhaseCounts(done, total, "items")
+    return done, total
 
 
 def last_step_metrics(child: ChildFrame | None) -> WeightStepMetrics | None:
@@ -185,6 +222,8 @@ class Reward:
     learning_rate: float | None = None
     #: True: the step is sampled, its SFT update is still running (no loss yet)
     sampled_only: bool = False
+    #: True: from the run's status, a step of an earlier phase (the running one has not reported a step yet)
+    earlier_phase: bool = False
 
 
 def latest_reward(child: ChildFrame | None, status: WhaleRunStatus) -> Reward | None:
@@ -197,7 +236,7 @@ def latest_reward(child: ChildFrame | None, status: WhaleRunStatus) -> Reward | 
     if last is not None:
         return step_reward(last)
     if status.training_reward is not None:
-        return Reward(status.step, status.training_reward, None, None, None)
+        return Reward(status.step, status.training_reward, None, None, None, earlier_phase=child is not None)
     return None
 
 
@@ -211,6 +250,38 @@ def run_counts(status: WhaleRunStatus) -> PhaseCounts | None:
     if status.total_steps:
         return PhaseCounts(status.step, status.total_steps, "steps")
     return None
+
+
+def work_counts(frame: Frame) -> PhaseCounts | None:
+    """The run's rollouts done of its plan's (:class:`RunWork`): training rollouts spent, the finished
+    evaluations' and the running evaluation's episodes."""
+    work = frame.work
+    if work is None or not work.total:
+        return None
+    finished = sum(e.mean_at_k is not None for e in frame.status.evals)
+    running = 0
+    child = frame.child
+    if (
+        child is not None
+        and child.kind is PhaseKind.EVAL
+        and child.phase not in {e.phase for e in frame.status.evals if e.mean_at_k is not None}
+    ):
+        counts = phase_counts(child)
+        running = counts.done if counts.unit == "episodes" else 0
+    done = frame.status.rollouts_spent + finished * work.rollouts_per_evaluation + running
+    return PhaseCounts(min(done, work.total), work.total, "rollouts", work.bound)
+
+
+def run_eta_s(frame: Frame, paces: dict[str, Pace]) -> tuple[float | None, bool]:
+    """Seconds left in the run (and whether that is a bound): at the pace of all its rollouts, evaluations
+    included, when the plan is known; else at the pace of its weight steps."""
+    work = work_counts(frame)
+    if work is not None:
+        pace = paces.get("work")
+        return (pace.eta_s(work.done, work.total, frame.now_s) if pace else None), work.bound
+    run = run_counts(frame.status)
+    pace = paces.get("run")
+    return (pace.eta_s(run.done, run.total, frame.now_s) if run and pace else None), False
 
 
 # ----- words ------------------------------------------------------------------------------------------
@@ -249,6 +320,9 @@ def stage_words(child: ChildFrame) -> str:
         words += f" {p.candidate}"
     if p.done is not None and p.total is not None and p.stage is not ProgressStage.EVALUATING:
         words += f" ({p.done}/{p.total} {p.unit or ''})".replace(" )", ")")
+    if p.stage is ProgressStage.EVALUATING and p.unit == "episodes":
+        items_done, items_total = eval_items(child)
+        words += f" ({items_done}/{items_total} items)" if items_total else ""
     return words
 
 
@@ -337,10 +411,17 @@ def _child_events(old: ChildFrame | None, cur: Frame, paces: dict[str, Pace]) ->
         return []
     out: list[str] = []
     same = old is not None and (old.phase, old.request.attempt) == (child.phase, child.request.attempt)
+    seen = len(old.metrics) if same and old is not None else 0
     if not same:
-        out.append(f"{child.phase} started (attempt {child.request.attempt}): {describe_request(child.request)}")
+        # lines already there when a child is first seen are an earlier attempt's (or an earlier `whale run`'s):
+        # said once here, never printed as if they had just finished
+        seen = len(child.metrics)
+        done_before = _done_before(child)
+        out.append(
+            f"{child.phase} started (attempt {child.request.attempt}): {describe_request(child.request)}"
+            + (f"; {done_before}" if done_before else "")
+        )
         old = None
-    seen = len(old.metrics) if old is not None else 0
     counts = phase_counts(child)
     of = f"/{counts.total}" if counts.total is not None else ""
     eta = _eta_words(cur, child, counts, paces)
@@ -373,8 +454,22 @@ def _child_events(old: ChildFrame | None, cur: Frame, paces: dict[str, Pace]) ->
         before = phase_counts(old) if old is not None else None
         known = counts.total is not None or counts.done > 0
         if known and (before is None or (counts.done, counts.total) != (before.done, before.total)):
-            out.append(f"{child.phase}: {counts.done}{of} items{eta}")
+            items = ""
+            if counts.unit == "episodes":
+                items_done, items_total = eval_items(child)
+                items = f" ({items_done}/{items_total} items)" if items_total else ""
+            out.append(f"{child.phase}: {counts.done}{of} {counts.unit}{items}{eta}")
     return out
+
+
+def _done_before(child: ChildFrame) -> str:
+    """What the phase had done when this child was first seen: ``resumes after step 5`` (weight),
+    ``2 iterations done before`` (harness); empty when nothing."""
+    if child.kind is PhaseKind.WEIGHT and child.steps():
+        return f"resumes after step {max(m.step for m in child.steps())}"
+    if child.kind is PhaseKind.HARNESS and child.iterations():
+        return f"{max(m.iteration for m in child.iterations())} iterations done before"
+    return ""
 
 
 def _from_step(child: ChildFrame) -> int:
@@ -387,11 +482,9 @@ def _eta_words(cur: Frame, child: ChildFrame, counts: PhaseCounts, paces: dict[s
     phase_eta = pace.eta_s(counts.done, counts.total, cur.now_s) if pace else None
     if phase_eta is not None:
         words.append(f"phase ETA {'<= ' if counts.bound else ''}{duration(phase_eta)}")
-    run = run_counts(cur.status)
-    run_pace = paces.get("run")
-    run_eta = run_pace.eta_s(run.done, run.total, cur.now_s) if run and run_pace else None
+    run_eta, bound = run_eta_s(cur, paces)
     if run_eta is not None:
-        words.append(f"run ETA ~{duration(run_eta)}")
+        words.append(f"run ETA {'<= ' if bound else '~'}{duration(run_eta)}")
     return ("; " + ", ".join(words)) if words else ""
 
 
@@ -405,6 +498,9 @@ def update_paces(paces: dict[str, Pace], frame: Frame) -> dict[str, Pace]:
     run = run_counts(frame.status)
     if run is not None and "run" not in out:
         out["run"] = Pace(run.done, frame.now_s)
+    work = work_counts(frame)
+    if work is not None and "work" not in out:
+        out["work"] = Pace(work.done, frame.now_s)
     if frame.child is not None:
         key = child_pace_key(frame.child)
         if key not in out:
@@ -427,12 +523,11 @@ def render(frame: Frame, paces: dict[str, Pace] | None = None) -> RenderableType
     paces = paces or {}
     s = frame.status
     run = run_counts(s)
-    run_pace = paces.get("run")
-    run_eta = run_pace.eta_s(run.done, run.total, frame.now_s) if run and run_pace else None
+    run_eta, bound = run_eta_s(frame, paces)
     head = Text.assemble(
         (frame.run, "bold"),
         f"  {s.phase.value}, cycle {s.cycle}, elapsed {duration(frame.elapsed_s)}"
-        + (f", ETA ~{duration(run_eta)}" if run_eta is not None else ""),
+        + (f", ETA {'<= ' if bound else '~'}{duration(run_eta)}" if run_eta is not None else ""),
     )
     bars = Table.grid(padding=(0, 1))
     bars.add_column(no_wrap=True)
@@ -459,13 +554,22 @@ def render(frame: Frame, paces: dict[str, Pace] | None = None) -> RenderableType
         inner: RenderableType = _bar(0, None)
         if p is not None and p.done is not None and p.total and p.stage is not ProgressStage.EVALUATING:
             inner = _bar(p.done, p.total)
+        elif counts.unit == "episodes":  # the phase bar counts episodes: this one the items finished
+            items_done, items_total = eval_items(child)
+            inner = _bar(items_done, items_total)
         bars.add_row(Text("now"), inner, Text(stage_words(child)))
     rows.append(bars)
     best = f"best {s.best.mean_at_k:.4f} (mean@{s.best.k}, {s.best.phase})" if s.best else "best -"
     rows.append(Text(f"{best}; rollouts {s.rollouts_spent:,}"))
     reward = latest_reward(child, s) if child is None or child.kind is PhaseKind.WEIGHT else None
     if reward is not None:
-        when = "sampled, training" if reward.sampled_only else "done"
+        when = (
+            "sampled, training"
+            if reward.sampled_only
+            else "done, before this phase"
+            if reward.earlier_phase
+            else "done"
+        )
         rows.append(Text(f"step {reward.step} ({when}): {reward_words(reward)}"))
     elif child is not None and child.kind is PhaseKind.HARNESS and s.harness_score is not None:
         rows.append(Text(f"iteration {s.iteration}: best harness score {s.harness_score:.3f}"))

@@ -1,6 +1,7 @@
-"""`whale list`: the runs of a store, one row each — phase, what runs now, best, rollouts, age, runner.
+"""`whale list`: the runs of a store, one row each — phase, what runs now, best, rollouts, age, runner, disk use.
 
-Reads per run its status, its lock and the runner's child record (three small objects), for at most
+Reads per run its status, its lock and the runner's child record (three small objects) and lists its objects'
+sizes (the disk use), for at most
 :data:`MAX_LISTED_RUNS` runs (the rest are counted), so a listing stays bounded on a large bucket.
 """
 
@@ -37,9 +38,12 @@ class RunRow:
     age: str
     #: the live lock holder, or "-"
     runner: str
+    #: bytes the run takes in the store (checkpoints, traces, logs), None: not read
+    disk_bytes: int | None = None
 
     def to_wire(self) -> dict[str, Any]:
         return {
+            "diskBytes": self.disk_bytes,
             "name": self.name,
             "phase": self.phase,
             "now": self.now,
@@ -56,7 +60,23 @@ def run_names(store: Store) -> list[str]:
     return list_runs(store)
 
 
+def size_words(n: int | None) -> str:
+    """``812 B``, ``4.2 MB``, ``5.1 GB`` (powers of 1000); ``-`` for None."""
+    if n is None:
+        return "-"
+    value, unit = float(n), "B"
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if value < 1000 or unit == "TB":
+            break
+        value /= 1000
+    return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+
+
 def run_row(store: Store, name: str, now: datetime) -> RunRow:
+    return dataclasses.replace(_row(store, name, now), disk_bytes=store.usage(layout.run_prefix(name)))
+
+
+def _row(store: Store, name: str, now: datetime) -> RunRow:
     raw = store.read_json_or_none(layout.status_key(name))
     try:
         status = WhaleRunStatus.model_validate(raw) if raw is not None else None

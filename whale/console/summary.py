@@ -46,27 +46,35 @@ def _harness(key: str | None) -> str:
     return "h0" if key is None else key.rstrip("/").rsplit("/", 1)[-1].removesuffix(".py")
 
 
-def next_commands(name: str, status: WhaleRunStatus, store_arg: str, run_command: str) -> list[str]:
+def next_commands(
+    name: str, status: WhaleRunStatus, store_arg: str, run_command: str, prog: str = "whale"
+) -> list[str]:
     """What to run next. ``store_arg`` is the store as the person gave it (a folder or s3://...);
-    ``run_command`` the `whale run` command that resumes this run."""
+    ``run_command`` the `whale run` command that resumes this run; ``prog`` whale as they invoked it."""
     store = shlex.quote(store_arg)
     run_path = shlex.quote(f"{store_arg.rstrip('/')}/runs/{name}")
     out = []
     if status.phase is RunPhase.FAILED:
         failed = sorted(status.failures, key=lambda p: status.failures[p], reverse=True)
         if failed:
-            out.append(f"whale logs {name} --store {store} --phase {failed[0]}")
+            out.append(f"{prog} logs {name} --store {store} --phase {failed[0]}")
         out.append(f"{run_command} --retry")
     elif not status.phase.is_terminal():
         out.append(run_command)
-    out.append(f"whale status {name} --store {store}")
+    out.append(f"{prog} status {name} --store {store}")
     if status.evals:
-        out.append(f"whale report {run_path}")
+        out.append(f"{prog} report {run_path}")
     return out
 
 
 def final_summary(
-    name: str, status: WhaleRunStatus, uri_for: dict[str, str], store_arg: str, run_command: str, elapsed: str
+    name: str,
+    status: WhaleRunStatus,
+    uri_for: dict[str, str],
+    store_arg: str,
+    run_command: str,
+    elapsed: str,
+    prog: str = "whale",
 ) -> RenderableType:
     """The end of a run. ``uri_for`` maps the store keys the status names (current harness and checkpoint)
     to their URIs; ``elapsed`` is this session's wall time, already worded."""
@@ -98,5 +106,5 @@ def final_summary(
     )
     rows.extend(Text(line) for line in lines)
     rows.append(Text("next:"))
-    rows.extend(Text(f"  {command}") for command in next_commands(name, status, store_arg, run_command))
+    rows.extend(Text(f"  {command}") for command in next_commands(name, status, store_arg, run_command, prog))
     return Group(*rows)

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from whale.core import layout
 from whale.core.alternation import Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun, Transition
 from whale.core.protocol import PhaseKind, PhaseRequest
-from whale.core.spec import RunPhase
+from whale.core.retention import prunable
+from whale.core.spec import KeepCheckpoints, RunPhase, WhaleRunStatus
 from whale.store import Store
 
 
@@ -88,3 +89,17 @@ def write_request(store: Store, run: str, request: PhaseRequest) -> None:
     wire = request.to_wire()
     if store.read_json_or_none(key) != wire:
         store.write_json(key, wire)
+
+
+def prune_checkpoints(store: Store, run: str, status: WhaleRunStatus, keep: KeepCheckpoints) -> tuple[int, ...]:
+    """Delete the checkpoints a Succeeded run does not keep (:func:`whale.core.retention.prunable`); returns
+    their steps. Idempotent: a second call finds nothing to delete."""
+    present = []
+    for entry in store.list(layout.checkpoints_prefix(run) + "/", recursive=False):
+        step = layout.parse_checkpoint_step(entry.rstrip("/").rsplit("/", 1)[-1])
+        if step is not None:
+            present.append(step)
+    steps = prunable(status, present, keep)
+    for step in steps:
+        store.delete_prefix(layout.checkpoint_prefix(run, step) + "/")
+    return steps

@@ -277,7 +277,8 @@ class PhaseProgress(_Wire):
         and kept count of the rollouts it just sampled (known before its SFT update and its metrics line), then
         ``syncing`` and ``checkpointing``. A harness iteration reports ``proposing``, then ``scoring`` each
         candidate (``done``/``total`` candidates of the iteration). An evaluation reports ``evaluating`` with
-    ``done``/``total`` items at its start (its metrics lines follow after each chunk)."""
+    ``done``/``total`` episodes as they finish (its items' metrics lines follow after each chunk; ``unit`` items:
+    an older workload's count of items at its start)."""
 
     stage: ProgressStage
     step: int | None = Field(None, description="weight: the global step being worked on (1-based)")

@@ -372,6 +372,10 @@ class Sampling(_Model):
     )
 
 
+#: spec.rsft.keepCheckpoints (whale.core.retention)
+KeepCheckpoints = Literal["lastAndBest", "all"]
+
+
 class RSFT(_Model):
     """Online rejection-sampling fine-tuning: one step = promptsPerStep x rolloutsPerPrompt rollouts,
     keep reward > scoreThreshold, SFT on the kept trajectories."""
@@ -417,6 +421,18 @@ class RSFT(_Model):
     )
     checkpoint_every_steps: StepsOrZero = Field(
         0, description="also checkpoint every N steps for resume (0 = only at evaluation points and phase end)"
+    )
+    step_resume: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="a light resume point after every step (a checkpoint of the weights and optimiser; the one "
+        "before it deleted), so an interrupted weight phase resumes at the next step: auto = when the weights and "
+        "Adam moments take at most 4 GiB (12 bytes a parameter: SmolLM2-135M yes, Qwen3.5-4B no), on, off = "
+        "resume from the last checkpoint (evaluation points, checkpointEverySteps), redoing the steps since",
+    )
+    keep_checkpoints: KeepCheckpoints = Field(
+        "lastAndBest",
+        description="checkpoints kept in the store once the run succeeds: lastAndBest = the last one and the best "
+        "(and final) evaluation's, the others deleted; all = every one (a few GB each for a real model)",
     )
     seed: Int64 = Field(
         42,
@@ -685,7 +701,7 @@ class Data(_Model):
 
     source: Literal["sample", "full"] = Field(
         "sample",
-        description="sample: the small files under dataDir (../shared/data), what `whale run` and CI use; "
+        description="sample: the small files under dataDir (default: the sample data shipped with whale), what `whale run` and CI use; "
         "full: the paper's datasets, fetched, checksummed and split by the prepare phase (`whale prepare` locally, "
         "the prepare Job on a cluster) into the run's store, with the paper's split sizes (docs/data.md)",
     )
@@ -695,7 +711,9 @@ class Data(_Model):
         description="source: full only: mirrors and pinned digests of named sources",
     )
     data_dir: str | None = Field(
-        None, max_length=4096, description="raw data root (default: $WHALE_DATA_DIR or ../shared/data)"
+        None,
+        max_length=4096,
+        description="raw data root (default: $WHALE_DATA_DIR, else the sample data shipped in the package, whale/data/sample)",
     )
     seed: Int64 = Field(
         42,
@@ -1115,7 +1133,9 @@ class Tracking(_Model):
     ends (docs/report.md); ``whale report --export`` replays a whole run from the store."""
 
     report_to: list[Literal["tensorboard", "wandb", "mlflow"]] = Field(
-        default_factory=list, max_length=3, description="tracking backends (extras whale-k8s[tensorboard|wandb|mlflow])"
+        default_factory=list,
+        max_length=3,
+        description="tracking backends (the package extras tensorboard|wandb|mlflow; `make install` has all three)",
     )
     project: str | None = Field(None, max_length=128, description="W&B project / MLflow experiment (default: whale)")
     tensorboard_dir: str = Field(

@@ -10,11 +10,12 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-console = Console(soft_wrap=True)
-err = Console(stderr=True, soft_wrap=True)
+from whale.console.streams import cli_console
+
+console = cli_console()
+err = cli_console(stderr=True)
 
 DEFAULT_OUT = Path("whale-report")
 DASH = "–"

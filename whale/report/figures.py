@@ -45,7 +45,7 @@ def _mpl() -> Any:
         import matplotlib
     except ImportError:
         raise RuntimeError(
-            "figures need matplotlib: pip install 'whale-k8s[plot]' (or -o json, which needs nothing)"
+            "figures need matplotlib: pip install -e '.[plot]' in the checkout (or -o json, which needs nothing)"
         ) from None
     return matplotlib
 

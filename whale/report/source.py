@@ -189,7 +189,7 @@ def load_series(
 
 
 def load_runs(args: Sequence[str], runs: Sequence[str] = (), opener: StoreOpener = open_for_reading) -> list[LoadedRun]:
-    """Every run the arguments name, in argument order.
+    """Every run the arguments name, in argument order (in the order of ``runs`` when given).
 
     ``args``: stores (``DIR``, ``file:///DIR``, ``s3://bucket/prefix``) or runs (``STORE/runs/NAME``).
     ``runs``: only these run names from the stores given whole (each must be found in one of them).
@@ -230,6 +230,8 @@ def load_runs(args: Sequence[str], runs: Sequence[str] = (), opener: StoreOpener
                     found.add(name)
         except StoreError as exc:
             raise ReportError(f"{arg}: {exc}") from None
+    if runs:  # the order of --run, as the command line gives it (a stable sort: stores in argument order)
+        wanted.sort(key=lambda store_and_name: list(runs).index(store_and_name[1]))
     missing = [name for name in runs if name not in found]
     if missing:
         raise ReportError(f"--run {', '.join(missing)}: not found in {', '.join(s.uri for s in stores.values())}")

@@ -175,6 +175,10 @@ class WeightPhase:
     checkpoints: CheckpointWriter = field(init=False)
 
     def __post_init__(self) -> None:
+        self.light = light_resume(self.cfg.step_resume, self.model)
+        #: steps saved only as light resume points (deleted once a later save is complete), and the last save
+        self._light_steps: list[int] = []
+        self._last_saved: int | None = None
         self.order = PromptOrder(len(self.items), self.cfg.prompts_per_step, self.cfg.seed)
         extra = getattr(getattr(self.model, "generation_config", None), "eos_token_id", None)
         extra_ids = [extra] if isinstance(extra, int) else list(extra or [])
@@ -275,10 +279,12 @@ class WeightPhase:
 
     # ----- the phase ------------------------------------------------------------------------------
 
-    def save(self, step: int) -> None:
+    def save(self, step: int, light: bool = False) -> None:
         """Checkpoint (marker last), then the resume state that points at it; in the background with
-        ``rsft.asyncCheckpoint`` (this returns once the state is copied to host memory)."""
-        self.report(ProgressStage.CHECKPOINTING, step)
+        ``rsft.asyncCheckpoint`` (this returns once the state is copied to host memory). ``light``: only a
+        resume point (``rsft.stepResume``), deleted once a later save is complete."""
+        if not light:
+            self.report(ProgressStage.CHECKPOINTING, step)
         blocked = self.checkpoints.save(
             step,
             self.model,
@@ -291,15 +297,48 @@ class WeightPhase:
                 "datasetSize": len(self.items),
             },
         )
-        log.info("checkpoint of step %d: the trainer waited %.2f s", step, blocked)
+        log.info("%s of step %d: the trainer waited %.2f s", "resume point" if light else "checkpoint", step, blocked)
+        # the writer waits for the previous write before it takes a new one: the previous save is complete now,
+        # so the light points before it are resume points no more
+        previous, self._last_saved = self._last_saved, step
+        if light:
+            self._light_steps.append(step)
+        if previous is not None:
+            self.prune_light(below=previous)
+
+    def prune_light(self, below: int) -> None:
+        """Delete the light resume points (their checkpoints) before step ``below``, whose save is complete."""
+        for step in [s for s in self._light_steps if s < below]:
+            self.store.delete_prefix(layout.checkpoint_prefix(self.run, step) + "/")
+            self._light_steps.remove(step)
+
+    def adopt_light_points(self, start: StartPoint) -> None:
+        """A resumed attempt: the light points an earlier attempt left (up to the one it resumes from) are
+        deleted with this attempt's own once a later save is complete."""
+        if not start.resumed:
+            return
+        target = self.args.target_step
+        for entry in self.store.list(layout.checkpoints_prefix(self.run) + "/", recursive=False):
+            step = layout.parse_checkpoint_step(entry.rstrip("/").rsplit("/", 1)[-1])
+            if (
+                step is not None
+                and self.args.from_step < step <= start.step
+                and not should_checkpoint(step, self.cfg, self.save_steps, target)
+            ):
+                self._light_steps.append(step)
+        self._last_saved = start.step
 
     def run_from(self, start: StartPoint) -> WeightPhaseResult:
         try:
+            self.adopt_light_points(start)
             step, stopped_by = self._steps(start)
             self.checkpoints.wait()  # a checkpoint counts once written; its error surfaces here at the latest
-            if not ckpt.checkpoint_complete(self.store, self.run, step):
+            if not ckpt.checkpoint_complete(self.store, self.run, step) or step in self._light_steps:
+                if step in self._light_steps:  # the phase ends on a light point: make it a checkpoint to keep
+                    self._light_steps.remove(step)
                 self.save(step)
                 self.checkpoints.wait()
+            self.prune_light(below=step + 1)
         except BaseException:
             self.checkpoints.close_after_error()
             raise
@@ -339,9 +378,24 @@ class WeightPhase:
                 stopped_by = "patience"
             if should_checkpoint(step, self.cfg, self.save_steps, target) or stopped_by != "target":
                 self.save(step)
+            elif self.light:  # a resume point, so an interruption before the next step resumes there
+                self.save(step, light=True)
         if stopped_by == "stop-request" and self.store.exists(layout.stop_key(self.run, self.phase)):
             log.info("stop requested; ending phase %s at step %d", self.phase, step)
         return step, stopped_by
+
+
+#: rsft.stepResume auto: a light resume point after every step when the weights and Adam's two moments
+#: (fp32: 12 bytes a parameter) take at most this much (SmolLM2-135M: 1.6 GB; Qwen3.5-4B: 48 GB, not)
+LIGHT_RESUME_MAX_BYTES = 4 * 2**30
+
+
+def light_resume(mode: str, model: Any) -> bool:
+    """Whether to save a light resume point after every step (``rsft.stepResume``)."""
+    if mode != "auto":
+        return mode == "on"
+    params = sum(p.numel() for p in model.parameters()) if hasattr(model, "parameters") else None
+    return params is not None and 12 * params <= LIGHT_RESUME_MAX_BYTES
 
 
 def _step_seed(seed: int, step: int) -> int:

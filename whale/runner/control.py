@@ -84,3 +84,37 @@ def request_stop(store: Store, run: str, now: str) -> LeaseInfo | None:
     )
     store.write_json(layout.stop_request_key(run), request.to_wire())
     return info
+
+
+class RunBusyError(Exception):
+    """The run is being run now; the message names its runner."""
+
+
+def run_keys(store: Store, run: str) -> list[str]:
+    """Every object of the run (its store prefix ``runs/NAME/``), the run lock last."""
+    lock = layout.lock_key(run)
+    keys = [k for k in store.list(layout.run_prefix(run) + "/") if k != lock]
+    return keys + ([lock] if store.exists(lock) else [])
+
+
+def delete_run(store: Store, run: str, keys: list[str]) -> int:
+    """Delete ``keys`` (:func:`run_keys`) while holding the run lock, so no `whale run` drives the run
+    meanwhile; the lock itself goes last, after its release. Raises :class:`RunBusyError` naming the runner
+    that holds it. The domains' prepared data (``data/``) is shared by runs and stays. Returns the count."""
+    from whale.store.lease import LeaseHeld, this_process
+
+    lock = layout.lock_key(run)
+    try:
+        lease = store.acquire_lease(lock, this_process(f"whale delete {run}"), 60.0)
+    except LeaseHeld as exc:
+        raise RunBusyError(
+            f"run {run!r} is being run now by {exc.info.describe()}; `whale stop {run}` first, then delete it"
+        ) from None
+    try:
+        for key in keys:
+            if key != lock:
+                store.delete(key)
+    finally:
+        lease.release()
+    store.delete(lock)
+    return len(keys)

@@ -55,7 +55,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from whale.control.observer import StoreObserver
-from whale.control.planner import RunEnd, plan, write_request, write_stop
+from whale.control.planner import RunEnd, plan, prune_checkpoints, write_request, write_stop
 from whale.core import layout
 from whale.core.alternation import (
     Child,
@@ -720,6 +720,11 @@ class LocalRunner:
                 if outcome is not None or status.phase.is_terminal():
                     if outcome is RunEnd.FINISHED:
                         self.let_children_exit(finished_logs)
+                        pruned = prune_checkpoints(self.store, self.name, status, self.spec.rsft.keep_checkpoints)
+                        if pruned:
+                            log.info(
+                                "run %s: deleted the checkpoints of steps %s (rsft.keepCheckpoints)", self.name, pruned
+                            )
                     return status
                 if deadline is not None and time.monotonic() > deadline:
                     raise RunTimeout(

@@ -141,6 +141,10 @@ class Store(abc.ABC):
     def delete(self, key: str) -> None:
         """Delete one object; missing is fine."""
 
+    @abc.abstractmethod
+    def usage(self, prefix: str) -> int:
+        """Bytes of the objects under the folder ``prefix`` (0 for none): what `whale list` shows per run."""
+
     def read_range(self, key: str, offset: int, length: int) -> bytes:
         """At most ``length`` bytes of the object from ``offset`` (fewer at its end, b"" past it);
         :class:`ObjectNotFound` when missing. Backends override it to read only that part (a log followed

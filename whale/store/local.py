@@ -135,6 +135,18 @@ class LocalStore(Store):
                 out.append(self._rel(p))
         return sorted(out)
 
+    def usage(self, prefix: str) -> int:
+        base = self._path(prefix, allow_root=True)
+        if not base.is_dir():
+            return 0
+        total = 0
+        for path in _files_under(base):
+            try:
+                total += path.stat().st_size
+            except FileNotFoundError:  # deleted while listed
+                pass
+        return total
+
     def _rel(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix()
 

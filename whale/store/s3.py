@@ -591,6 +591,19 @@ class S3Store(Store):
 
         return self._call(f"stat of {self._where(name)}", stat)
 
+    def usage(self, prefix: str) -> int:
+        folder = self._folder(prefix)
+
+        def total() -> int:
+            try:
+                return sum(o.size or 0 for o in self._client.list_objects(self.bucket, prefix=folder, recursive=True))
+            except S3Error as exc:
+                if exc.code == "NoSuchBucket":
+                    return 0
+                raise
+
+        return int(self._call(f"listing of {self._where(folder)}", total))
+
     def list(self, prefix: str, recursive: bool = True) -> list[str]:
         folder = self._folder(prefix)
 

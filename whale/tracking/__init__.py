@@ -168,7 +168,7 @@ def _needs(module: str, extra: str) -> Any:
         return importlib.import_module(module)
     except ImportError:
         raise TrackingError(
-            f"tracking backend {extra!r} needs the {module} package: pip install 'whale-k8s[{extra}]'"
+            f"tracking backend {extra!r} needs the {module} package: pip install -e '.[{extra}]' in the checkout"
         ) from None
 
 

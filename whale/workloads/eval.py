@@ -18,8 +18,8 @@ server at the checkpoint); ``auto`` → HTTP when ``$WHALE_INFERENCE_URL`` is se
 Writes, per the layout: per-item results (JSON lines) to ``layout.eval_items_key`` — rewards, turns and
 the model's usage (mean completion tokens, episodes with no model call, rewarded ones among them), so a
 harness that answers without the model shows per item, summed up in ``EvalResult.modelUsage`` — the episode
-traces next to them (``traces/*.jsonl``, one object per chunk), items done/total to ``layout.progress_key`` at the
-start, one ``EvalProgress`` line per chunk of items to
+traces next to them (``traces/*.jsonl``, one object per chunk), episodes done/total to ``layout.progress_key`` as
+they finish (at most every few seconds), one ``EvalProgress`` line per chunk of items to
 ``layout.metrics_key``, and the ``EvalResult`` to ``layout.result_key`` last. Items already in
 the per-item file (an earlier attempt) are not run again. A STOP request ends the phase after the
 current chunk, with a result over the items done and a note. If every episode of the first chunk
@@ -212,9 +212,10 @@ async def _evaluate(
     isolation = spec.sandbox.isolation
     if isolation == "none":
         notes.append("spec.sandbox.isolation was none: harness processes and code tools ran WITHOUT isolation")
-    # items done/total at once, for a display (the metrics lines come after each chunk)
-    ProgressWriter(store, run, phase)(
-        PhaseProgress(stage=ProgressStage.EVALUATING, done=len(records), total=len(items), unit="items")
+    # episodes done/total as each finishes, for a display (the items' metrics lines come after each chunk)
+    progress = ProgressWriter(store, run, phase)
+    progress(
+        PhaseProgress(stage=ProgressStage.EVALUATING, done=len(records) * k, total=len(items) * k, unit="episodes")
     )
     async with HarnessPool(harness_path, domain.allowed_imports, harness_limits(spec)) as harness:
         runner = EpisodeRunner(domain, harness, client, sampling_params(request, spec), config)
@@ -223,7 +224,7 @@ async def _evaluate(
                 notes.append(f"stopped by request after {len(records)} of {len(items)} items")
                 break
             batch = todo[start : start + chunk]
-            episodes = await runner.run(batch, k=k)
+            episodes = await runner.run(batch, k=k, on_episode=progress.advance)
             failed = [e for e in episodes if e.end == EndReason.ERROR]
             if failed and len(failed) == len(episodes) and not records:
                 raise EvalError(f"every episode of the first {len(batch)} items failed; first error: {failed[0].error}")
