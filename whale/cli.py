@@ -34,7 +34,14 @@ from whale.console.streams import cli_console, invoked_as
 from whale.core import layout
 from whale.core.schedule import ScheduleError, resolve
 from whale.core.schedule import plan as make_plan
-from whale.manifest import Manifest, ManifestError, hub_model, load_manifest, local_problems
+from whale.manifest import (
+    Manifest,
+    ManifestError,
+    architecture_problems,
+    hub_model,
+    load_manifest,
+    local_problems,
+)
 from whale.report.cli import report as report_command
 
 app = typer.Typer(
@@ -168,8 +175,9 @@ def validate(
     m, sizes = _load_checked(file)
     local = _is_local(m, target)
     here = local_problems(m, hub_check=local)
-    if here and local:
-        _fail(here, str(file))
+    refused, arch_notes = architecture_problems(m.spec, Path.cwd(), os.environ)
+    if refused or (here and local):
+        _fail(refused + (here if local else []), str(file))
     p = make_plan(m.spec, sizes)
     spec = m.spec
     bits = [f"{p['stepsPerEpoch']} steps/epoch"]
@@ -195,6 +203,8 @@ def validate(
     location = hub_model(m.spec, Path.cwd(), os.environ) if local else None
     if location is not None:  # where the Hugging Face model loads from (a problem has failed above)
         console.print(f"note: {location.note()}", markup=False, highlight=False)
+    for note in arch_notes:
+        console.print(f"note: {note}", markup=False, highlight=False)
 
 
 def plan_with_cost(m: Manifest, sizes: dict[str, int], assumptions: Any = None) -> tuple[dict[str, Any], Any]:
@@ -429,7 +439,8 @@ def run(
     from whale.metaharness.proposer import environment_problems
 
     # what `whale validate` checks, and the proposer's key variable: refused before any phase starts
-    problems = local_problems(m) + [str(p) for p in environment_problems(m.spec)]
+    problems = local_problems(m) + architecture_problems(m.spec, Path.cwd(), os.environ)[0]
+    problems += [str(p) for p in environment_problems(m.spec)]
     if problems:
         _fail(problems, str(file))
     try:

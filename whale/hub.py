@@ -78,6 +78,18 @@ class Settings:
         )
 
 
+def cached(
+    model: str, environ: Mapping[str, str], *, revision: str | None = None, filename: str = "config.json"
+) -> Path | None:
+    """``filename`` of ``model`` in the local Hugging Face cache (no network), or None."""
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    found = try_to_load_from_cache(model, filename, cache_dir=Settings.from_env(environ).cache_dir, revision=revision)
+    return Path(found) if isinstance(found, str) else None
+
+
 def locate(
     model: str,
     environ: Mapping[str, str],

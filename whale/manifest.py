@@ -37,6 +37,7 @@ from whale import hub, plugins
 from whale.core.layout import RUN_NAME_MAX_LEN, check_run_name
 from whale.core.spec import API_GROUP, API_VERSION, DNS1123_LABEL, KIND, PATTERN_HINTS, WhaleRunSpec
 from whale.metaharness import proposer
+from whale.rsft.architecture import Architecture, training_problems
 
 #: a WhaleRun manifest is a few kilobytes; this leaves room for comments and neighbouring documents
 MAX_MANIFEST_BYTES = 1024 * 1024
@@ -417,6 +418,53 @@ def model_problems(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str], *,
             "Hugging Face model (config.json, weights, tokenizer) or give a model id"
         ]
     return []
+
+
+#: the largest config.json read for the architecture check (real ones are a few KiB)
+MAX_MODEL_CONFIG_BYTES = 1024 * 1024
+
+
+def model_architecture(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str]) -> tuple[Architecture | None, str]:
+    """The architecture of ``spec.model`` from its ``config.json`` on this machine (a local model folder, or the
+    local Hugging Face cache; never the network), and where it was read; or None and why not."""
+    name = spec.model.name
+    if spec.model.gguf_file:
+        return None, "a GGUF model's architecture is read from the file when the phase loads it"
+    if name.startswith("s3://"):
+        return None, "a model in the store is read when the phase loads it"
+    path = _resolve(name, cwd)
+    if path.is_dir():
+        config_path = path / "config.json"
+    elif looks_like_path(name) or "/" not in name:
+        return None, f"{name} is not a model folder here"
+    else:
+        found = hub.cached(name, environ, revision=spec.model.revision)
+        if found is None:
+            return None, f"{name}'s config.json is not in the local Hugging Face cache"
+        config_path = found
+    try:
+        if config_path.stat().st_size > MAX_MODEL_CONFIG_BYTES:
+            return None, f"{config_path} is larger than {MAX_MODEL_CONFIG_BYTES // 1024} KiB"
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        return None, f"cannot read {config_path} ({exc})"
+    if not isinstance(config, dict):
+        return None, f"{config_path} is not a JSON object"
+    return Architecture.from_config(config), str(config_path)
+
+
+def architecture_problems(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """(problems, notes): the ``spec.rsft`` settings the model's architecture refuses
+    (:func:`whale.rsft.architecture.training_problems`: they cannot run, or would leak between packed
+    sequences, on any machine), and what was read or why nothing could be (the train workload then checks
+    the same before it loads any weights)."""
+    if not spec.condition.trains_weights:
+        return [], []
+    arch, where = model_architecture(spec, cwd, environ)
+    if arch is None:
+        return [], [f"model architecture not checked: {where}; the train workload checks it before loading weights"]
+    problems = training_problems(arch, pack_sequences=spec.rsft.pack_sequences)
+    return problems, [f"model architecture: {arch.describe()} ({where})"]
 
 
 def replay_script_problems(spec: WhaleRunSpec, cwd: Path) -> list[str]:

@@ -142,7 +142,7 @@ def test_a_model_id_is_found_in_the_local_cache_or_on_the_hub_or_refused(tmp_pat
     assert "HF_HUB_OFFLINE is set" in validate(tmp_path / "tiny.yaml").output
     # for a cluster the pods load it: not probed from here
     res = validate(write(tmp_path, namespace="whale", model={"name": "Qwen/Qwen3-1.7B"}))
-    assert res.exit_code == 0 and "Hugging Face" not in res.output
+    assert res.exit_code == 0 and "unreachable" not in res.output and "model Qwen/Qwen3-1.7B:" not in res.output
 
 
 def test_a_model_id_the_hub_answers_for(tmp_path, monkeypatch, stand_in_hub):
@@ -261,3 +261,60 @@ def test_the_demo_manifest_needs_its_model_built_first(tmp_path):
     (model / "config.json").write_text("{}")
     res = cli.invoke(app, ["validate", demo])
     assert res.exit_code == 0 and res.output.startswith("ok: WhaleRun tiny-synthetic-whale"), res.output
+
+
+QWEN35_CONFIG = {  # Qwen3.5's checkpoints are multimodal: the language model's config is text_config
+    "model_type": "qwen3_5",
+    "text_config": {"model_type": "qwen3_5_text", "layer_types": ["linear_attention"] * 3 + ["full_attention"]},
+}
+SLIDING_CONFIG = {"model_type": "qwen3", "layer_types": ["sliding_attention", "full_attention"]}
+OTHER_LINEAR_CONFIG = {"model_type": "qwen3_next", "layer_types": ["linear_attention"] * 3 + ["full_attention"]}
+
+
+def model_folder(tmp_path: Path, config: dict, name: str = "m") -> str:
+    folder = tmp_path / "models" / name
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    return f"./models/{name}"
+
+
+@pytest.mark.parametrize("config", [SLIDING_CONFIG, OTHER_LINEAR_CONFIG])
+def test_packing_a_model_whose_layers_would_leak_is_refused_with_the_setting_that_works(tmp_path, config):
+    name = model_folder(tmp_path, config)
+    res = validate(write(tmp_path, model={"name": name}, rsft={"packSequences": True}))
+    assert res.exit_code == 1, res.output
+    assert "spec.rsft.packSequences: this model" in res.output and "set rsft.packSequences: false" in res.output
+    # the same refusal stops `whale run` before it writes anything, and holds for a cluster manifest too
+    res = cli.invoke(app, ["run", str(tmp_path / "tiny.yaml"), "--store", "st"])
+    assert res.exit_code == 1 and "spec.rsft.packSequences" in res.output and not (tmp_path / "st").exists()
+    cluster = write(tmp_path, namespace="whale", model={"name": name}, rsft={"packSequences": True})
+    assert validate(cluster, "--target", "cluster").exit_code == 1
+    # the setting that works: padded micro-batches
+    res = validate(write(tmp_path, model={"name": name}, rsft={"packSequences": False}))
+    assert res.exit_code == 0, res.output
+
+
+def test_a_hybrid_qwen35_packs_and_the_architecture_is_named(tmp_path):
+    name = model_folder(tmp_path, QWEN35_CONFIG)
+    res = validate(write(tmp_path, model={"name": name}, rsft={"packSequences": True}))
+    assert res.exit_code == 0, res.output
+    assert "note: model architecture: qwen3_5_text: 3 of 4 layers linear attention (hybrid)" in res.output
+
+
+def test_the_architecture_is_read_from_the_hugging_face_cache_or_said_unchecked(tmp_path, monkeypatch, closed_port):
+    cache = fake_hf_cache(tmp_path / "hf", "Qwen/Qwen3.5-2B")
+    config = next(cache.glob("models--Qwen--Qwen3.5-2B/snapshots/*/config.json"))
+    config.write_text(json.dumps(SLIDING_CONFIG))
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{closed_port}")
+    cluster = {"namespace": "whale", "model": {"name": "Qwen/Qwen3.5-2B"}, "rsft": {"packSequences": True}}
+    res = validate(write(tmp_path, **cluster))
+    assert res.exit_code == 1 and "sliding_attention layers" in res.output
+    config.write_text(json.dumps(QWEN35_CONFIG))
+    res = validate(write(tmp_path, **cluster))
+    assert res.exit_code == 0 and f"3 of 4 layers linear attention (hybrid) ({config})" in res.output
+    # not cached (a cluster's pods download it): said so, and left to the train workload's own check
+    res = validate(write(tmp_path, **{**cluster, "model": {"name": "Qwen/Qwen3.5-4B"}}))
+    assert res.exit_code == 0, res.output
+    assert "note: model architecture not checked: Qwen/Qwen3.5-4B's config.json is not in the local" in res.output
+    assert "the train workload checks it before loading weights" in res.output

@@ -325,28 +325,13 @@ def dense_document_mask(position_ids: torch.Tensor) -> torch.Tensor:
     return ((doc[:, :, None] == doc[:, None, :]) & causal)[:, None]
 
 
-#: layer types a packed row's masks cover: full attention by the document mask, linear attention by the
-#: sequence boundaries (:mod:`whale.rsft.linear_attention`)
-PACKABLE_LAYER_TYPES = frozenset({"full_attention", "linear_attention"})
-
-
-def _text_config(config: Any) -> Any:
-    """The language model's config of a multimodal checkpoint (Qwen3.5's ``text_config``), else ``config``."""
-    text = getattr(config, "text_config", None)
-    return text if text is not None and getattr(text, "layer_types", None) is not None else config
-
-
 def packing_problem(config: Any) -> str | None:
-    """Why rows of this model cannot be packed exactly (None: they can): sliding-window layers, whose
-    windows no packed mask models. Reads only the config (``whale validate`` passes a plain namespace)."""
-    text = _text_config(config)
-    layer_types = getattr(text, "layer_types", None) or []
-    other = sorted({t for t in layer_types if t not in PACKABLE_LAYER_TYPES})
-    if other:
-        return f"this model has {', '.join(other)} layers, which no packed mask models"
-    if getattr(text, "use_sliding_window", False) and getattr(text, "sliding_window", None):
-        return "this model has sliding-window attention layers, which no packed mask models"
-    return None
+    """Why rows of this model cannot be packed exactly (None: they can), from its config
+    (:func:`whale.rsft.architecture.packing_problem`, which ``whale validate`` applies to the same config)."""
+    from whale.rsft.architecture import Architecture
+    from whale.rsft.architecture import packing_problem as problem_of
+
+    return problem_of(Architecture.from_config(config))
 
 
 def set_training_attention(model: PreTrainedModel, kernel: Kernel) -> None:

@@ -61,9 +61,6 @@ _QWEN35_PARTS = (
     "head_v_dim",
 )
 
-#: marks a layer whose forward :func:`install` already wrapped
-_INSTALLED = "_whale_packed_forward"
-
 
 class PackedLinearAttentionError(ValueError):
     """A linear-attention layer whale cannot keep packed sequences apart in; the message says what to change."""
@@ -256,9 +253,8 @@ def install(model: torch.nn.Module) -> int:
                 "set rsft.packSequences: false"
             )
         _reference_rule(module)
-        if not getattr(module, _INSTALLED, False):
-            module.forward = _packed_forward(module, module.forward)
-            setattr(module, _INSTALLED, True)
+        if not isinstance(module, _PackedLayer):
+            module.__class__ = _packed_class(type(module))
         count += 1
     if count and not fla_available() and torch.cuda.is_available():
         log.warning(
@@ -269,14 +265,25 @@ def install(model: torch.nn.Module) -> int:
     return count
 
 
-def _packed_forward(module: torch.nn.Module, original: Callable[..., Any]) -> Callable[..., Any]:
-    def forward(*args: Any, **kwargs: Any) -> Any:
+class _PackedLayer:
+    """Mixed into a linear-attention layer's class by :func:`install`: a packed row goes through
+    :func:`packed_gated_delta_net`, anything else to the layer's own forward.
+
+    NOTE: a subclass swapped in, not an instance attribute ``forward``: compiled decoder layers (dynamo) and
+    the ``kernels`` package's hub-layer wrapper both resolve ``forward`` on the class."""
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         mask = kwargs.get("attention_mask")
         if isinstance(mask, SequenceBoundaries):
             hidden = kwargs["hidden_states"] if "hidden_states" in kwargs else args[0]
             if kwargs.get("cache") is not None or kwargs.get("cache_params") is not None:
                 raise PackedLinearAttentionError("a packed row is a training input: it takes no cache")
-            return packed_gated_delta_net(module, hidden, mask)
-        return original(*args, **kwargs)
+            return packed_gated_delta_net(self, hidden, mask)  # type: ignore[arg-type]
+        return super().forward(*args, **kwargs)  # type: ignore[misc]
 
-    return forward
+
+@cache
+def _packed_class(base: type) -> type:
+    """``base`` with :class:`_PackedLayer`'s forward in front (one class per layer class; pickles by name is
+    not needed: the trainer never pickles the model, checkpoints are state dicts)."""
+    return type(f"Packed{base.__name__}", (_PackedLayer, base), {"__module__": base.__module__})

@@ -116,10 +116,20 @@ def weight_items(domain: Any, spec: WhaleRunSpec, store: Store) -> list[Any]:
     return items
 
 
+def check_architecture(config: Any, spec: WhaleRunSpec) -> None:
+    """Refuse, before any weights are loaded, an ``spec.rsft`` setting the model's architecture cannot train
+    (``whale validate``'s check, on the config the phase really loads)."""
+    from whale.rsft.architecture import Architecture, training_problems
+
+    problems = training_problems(Architecture.from_config(config), pack_sequences=spec.rsft.pack_sequences)
+    if problems:
+        raise WeightPhaseError("; ".join(problems))
+
+
 def load_for_training(store: Store, spec: WhaleRunSpec, prefix: str | None, workdir: Path, device: Any):
     """(model, tokenizer) in fp32 (master weights) on ``device``: a store checkpoint or ``spec.model``."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     if prefix is not None:
         source, kwargs = str(ckpt.materialise(store, prefix, workdir)), {}
@@ -129,6 +139,7 @@ def load_for_training(store: Store, spec: WhaleRunSpec, prefix: str | None, work
         if spec.model.gguf_file:
             kwargs["gguf_file"] = spec.model.gguf_file
     try:
+        check_architecture(AutoConfig.from_pretrained(source, **kwargs), spec)
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
         model = AutoModelForCausalLM.from_pretrained(source, dtype=torch.float32, **kwargs)
     except (OSError, ValueError) as exc:
