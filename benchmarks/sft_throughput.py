@@ -176,7 +176,7 @@ def build_random_model(name: str, device: torch.device, attn: str) -> PreTrained
     with torch.device(device):
         model = AutoModelForCausalLM.from_config(model_config(name), attn_implementation=attn, dtype=torch.float32)
     model.config.use_cache = False
-    return model  # type: ignore[no-any-return]
+    return model
 
 
 @dataclass(frozen=True)

@@ -147,3 +147,25 @@ async def test_one_bad_prompt_fails_only_its_own_request(fresh: tuple[Any, Any])
         await client.aclose()
     assert len(good.completions) == 1
     assert isinstance(failed, InferenceError)
+
+
+async def test_the_hybrid_qwen35_generates_before_and_after_the_trainer_prepares_it(tiny_qwen35_dir: Path) -> None:
+    """Qwen3.5's linear-attention layers generate with their recurrent cache in the in-process backend, and
+    still do once the trainer has swapped in its packed path (which only a packed row's boundaries take): the
+    same greedy tokens, batched with a padded neighbour or alone."""
+    from whale.rsft.config import RSFTConfig
+    from whale.rsft.trainer import prepare_model
+
+    model, tokenizer = load_tiny(tiny_qwen35_dir)
+    assert model.config.layer_types.count("linear_attention") == 3
+    greedy = SamplingParams(temperature=0.0, max_tokens=6)
+    longer = [*MESSAGES[:1], {"role": "user", "content": "Guess a number between 1 and 100, then say why"}]
+    client = TransformersClient(model, tokenizer, max_batch_size=4, batch_wait_s=0.2)
+    try:
+        alone = (await client.chat(MESSAGES, greedy)).completions[0]
+        prepare_model(model, RSFTConfig(pack_sequences=True))
+        batched, _ = await asyncio.gather(client.chat(MESSAGES, greedy), client.chat(longer, greedy))
+    finally:
+        await client.aclose()
+    assert alone.completion_tokens == 6 or alone.finish_reason == "stop"
+    assert batched.completions[0].token_ids == alone.token_ids

@@ -32,9 +32,9 @@ from __future__ import annotations
 import importlib.util
 import logging
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from functools import cache
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -144,9 +144,9 @@ def fla_available() -> bool:
 
 
 def _fla_chunk_gated_delta_rule() -> Callable[..., Any]:
-    from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    from fla.ops.gated_delta_rule import chunk_gated_delta_rule  # type: ignore[import-not-found,unused-ignore]
 
-    return chunk_gated_delta_rule  # type: ignore[no-any-return]
+    return chunk_gated_delta_rule  # type: ignore[no-any-return,unused-ignore]
 
 
 @torch.compiler.disable
@@ -215,7 +215,7 @@ def _activation(name: str | None) -> Callable[[torch.Tensor], torch.Tensor] | No
         return None
     from transformers.activations import ACT2FN
 
-    return ACT2FN[name]  # type: ignore[no-any-return]
+    return ACT2FN[name]
 
 
 def _reference_rule(module: torch.nn.Module) -> Callable[..., Any]:
@@ -226,7 +226,7 @@ def _reference_rule(module: torch.nn.Module) -> Callable[..., Any]:
             f"{type(module).__name__}: this transformers has no torch_chunk_gated_delta_rule beside the layer; "
             "upgrade transformers (>= 5.2) or set rsft.packSequences: false"
         )
-    return rule  # type: ignore[no-any-return]
+    return rule
 
 
 # ----- installing the packed path ---------------------------------------------------------------------
@@ -254,7 +254,7 @@ def install(model: torch.nn.Module) -> int:
             )
         _reference_rule(module)
         if not isinstance(module, _PackedLayer):
-            module.__class__ = _packed_class(type(module))
+            module.__class__ = _packed_class(cast(Hashable, type(module)))
         count += 1
     if count and not fla_available() and torch.cuda.is_available():
         log.warning(
@@ -283,7 +283,8 @@ class _PackedLayer:
 
 
 @cache
-def _packed_class(base: type) -> type:
+def _packed_class(base: Hashable) -> type:
     """``base`` with :class:`_PackedLayer`'s forward in front (one class per layer class; pickles by name is
     not needed: the trainer never pickles the model, checkpoints are state dicts)."""
-    return type(f"Packed{base.__name__}", (_PackedLayer, base), {"__module__": base.__module__})
+    cls = cast(type, base)
+    return type(f"Packed{cls.__name__}", (_PackedLayer, cls), {"__module__": cls.__module__})
