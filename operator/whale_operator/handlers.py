@@ -23,7 +23,7 @@ import kopf
 
 from whale.core.spec import API_GROUP, API_VERSION, PLURAL, RunPhase
 from whale_operator import names
-from whale_operator.config import OperatorConfig, backoff_s
+from whale_operator.config import OperatorConfig, backoff_s, worker_threads
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
 from whale_operator.reconcile import Reconciler
@@ -62,8 +62,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     memo.progress_s = float(os.environ.get("WHALE_OPERATOR_PROGRESS_S", DEFAULT_PROGRESS_S))
     memo.error_backoff_s = float(os.environ.get("WHALE_OPERATOR_ERROR_BACKOFF_S", DEFAULT_ERROR_BACKOFF_S))
     memo.max_backoff_s = float(os.environ.get("WHALE_OPERATOR_MAX_BACKOFF_S", DEFAULT_MAX_BACKOFF_S))
-    kube = KubeClient.from_environment()
-    kube.api.configuration.connection_pool_maxsize = 32
+    kube = KubeClient.from_environment(pool_size=worker_threads())
     memo.metrics = metrics
     memo.kube = kube
     memo.reconciler = Reconciler(kube, metrics, OperatorConfig.from_env())
@@ -72,11 +71,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
 
 @kopf.on.startup()
 async def thread_pool(**_: Any) -> None:
-    """Reconciles are I/O-bound (API server, object store): more threads than cores
-    (``WHALE_OPERATOR_WORKERS``, default 16) so runs do not queue behind each other's network waits."""
-    workers = int(os.environ.get("WHALE_OPERATOR_WORKERS", "16"))
+    """The reconciles' worker threads (:func:`~whale_operator.config.worker_threads`)."""
     asyncio.get_running_loop().set_default_executor(
-        concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reconcile")
+        concurrent.futures.ThreadPoolExecutor(max_workers=worker_threads(), thread_name_prefix="reconcile")
     )
 
 

@@ -80,14 +80,18 @@ class KubeClient:
     api: k8s_client.ApiClient
 
     @classmethod
-    def from_environment(cls) -> KubeClient:
-        """In-cluster service account, else $KUBECONFIG / ~/.kube/config."""
+    def from_environment(cls, pool_size: int | None = None) -> KubeClient:
+        """In-cluster service account, else $KUBECONFIG / ~/.kube/config; ``pool_size`` connections kept open
+        (the operator: one per worker thread; the SDK's default, 5 per CPU, leaves threads opening and discarding
+        connections). Set before the API client exists: its pool is built with it and never reads it again."""
         cfg = k8s_client.Configuration()
         try:
             k8s_config.load_incluster_config(client_configuration=cfg)
         except k8s_config.ConfigException:
             # read $KUBECONFIG now: the SDK reads it once, at import time
             k8s_config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None, client_configuration=cfg)
+        if pool_size is not None:
+            cfg.connection_pool_maxsize = pool_size
         return cls(k8s_client.ApiClient(cfg))
 
     def close(self) -> None:
