@@ -153,11 +153,13 @@ async def whalerun_daemon(
 
 
 def _timed_reconcile(reconciler: Reconciler, metrics: OperatorMetrics, namespace: str, name: str) -> Any:
-    """The reconcile itself, timed apart from the wait for a worker thread (``reconcile_work``)."""
-    started = time.perf_counter()
+    """The reconcile itself, timed apart from the wait for a worker thread (``reconcile_work``), and its own
+    thread's CPU time (``whale_operator_reconcile_cpu_seconds``)."""
+    started, cpu = time.perf_counter(), time.thread_time()
     try:
         return reconciler.reconcile(namespace, name)
     finally:
+        metrics.reconcile_cpu.observe(time.thread_time() - cpu)
         metrics.handler_duration.labels(handler="reconcile_work").observe(time.perf_counter() - started)
 
 
