@@ -263,6 +263,7 @@ class JobLauncher:
                 )
             )
             out.append(builders.inference_service(run, spec))
+            out += builders.served_doorbell(run, spec)  # the sidecar's acknowledgement wakes the waiting run
         if builders.uses_vllm(spec):
             out.append(builders.inference_network_policy(run))  # vLLM's port: the run's own pods only
         out += builders.tool_children(run, spec, tools, store_uri=store_uri(spec), replicas=replicas)

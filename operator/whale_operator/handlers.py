@@ -4,7 +4,8 @@
   woken by a change of one of its children (Job / Deployment watch events) or of its spec, with a
   timer only as a safety net (``WHALE_OPERATOR_RESYNC_S``);
 * the watch handlers only wake the owning run's daemon, so a finished Job leads to the next child
-  within a watch round-trip plus one reconcile.
+  within a watch round-trip plus one reconcile; the same for the served-weights acknowledgement, which the
+  vLLM pod's sidecar stamps on the run's ConfigMap ``<run>-served`` (:mod:`whale.inference.doorbell`).
 
 Run: ``kopf run -m whale_operator.handlers --all-namespaces`` (see docs/operator.md).
 """
@@ -197,6 +198,13 @@ def jobset_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
 def deployment_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     """The inference server became (un)ready: wake the run to update InferenceReady."""
+    _wake_owner(body, memo)
+
+
+@kopf.on.event("", "v1", "configmaps", labels=MANAGED)
+def doorbell_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    """The weight-sync sidecar stamped an acknowledgement on the run's doorbell (``<run>-served``): a run waiting
+    for the inference server to serve a child's weights starts that child now, not at the next progress poll."""
     _wake_owner(body, memo)
 
 

@@ -25,6 +25,7 @@ from whale.core.protocol import (
     parse_request,
 )
 from whale.core.spec import API_GROUP, API_VERSION
+from whale.inference.doorbell import Doorbell
 from whale.store import Store, open_store
 from whale_operator import names
 from whale_operator.tenancy import run_store_uri
@@ -62,6 +63,8 @@ class WorkloadPlayer:
     handled: set[str] = field(default_factory=set)
     #: acknowledge serving targets like the weight-sync sidecar (False: the test plays it itself)
     play_sidecar: bool = True
+    #: the sidecar rings the operator's doorbell after acknowledging (False: the store alone, an old sidecar)
+    ring_doorbell: bool = True
     #: finish data-preparation Jobs like the prepare workload, writing these split sizes (False: the test does)
     play_prepare: bool = True
     splits: dict[str, int] | None = None
@@ -86,10 +89,13 @@ class WorkloadPlayer:
         return sorted(j["metadata"]["name"] for j in self.jobs())
 
     def ack_serving(self) -> None:
-        """Play the vLLM pod's weight-sync sidecar: acknowledge the serving target (served.json)."""
+        """Play the vLLM pod's weight-sync sidecar: acknowledge the serving target (served.json), then ring the
+        operator's doorbell with the real :class:`Doorbell` (its ConfigMap, where the run has one)."""
         target = self.store.read_json_or_none(layout.serving_key(self.run))
         if target is not None and self.store.read_json_or_none(layout.served_key(self.run)) != target:
             self.store.write_json(layout.served_key(self.run), target)
+            if self.ring_doorbell:
+                Doorbell(self.api.url, self.namespace, names.served_doorbell_name(self.run)).ring(target)
 
     def play_prepare_jobs(self) -> None:
         """Play data preparation: a prepare Job the operator started (it reconciled the new run before the
