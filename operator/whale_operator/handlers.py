@@ -23,7 +23,7 @@ from typing import Any
 import kopf
 
 from whale.core.spec import API_GROUP, API_VERSION, PLURAL, RunPhase
-from whale_operator import names
+from whale_operator import names, observe
 from whale_operator.config import OperatorConfig, backoff_s, worker_threads
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
@@ -68,6 +68,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     memo.kube = kube
     memo.reconciler = Reconciler(kube, metrics, OperatorConfig.from_env())
     memo.wakeups = {}
+    memo.seen = {}  # child UID -> what a reconcile reads of it, as last seen (observe.wake_digest)
 
 
 @kopf.on.startup()
@@ -150,6 +151,7 @@ async def whalerun_daemon(
             await _sleep(wake, stopped, delay)
     finally:
         memo.wakeups.pop(uid, None)
+        reconciler.forget(uid)
         metrics.forget_run(uid, namespace, name)  # a deleted run leaves no series
 
 
@@ -175,37 +177,52 @@ async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float)
         halted.cancel()
 
 
-def _wake_owner(body: kopf.Body, memo: kopf.Memo) -> None:
+def _wake_owner(body: kopf.Body, memo: kopf.Memo, event: str | None) -> None:
+    """Wake the run that owns the child, unless nothing a reconcile reads of it changed
+    (:func:`~whale_operator.observe.wake_digest`): every wake is a reconcile, and with hundreds of runs the
+    reconciles of changes that matter wait behind the rest."""
+    uid = body.get("metadata", {}).get("uid", "")
+    seen: dict[str, str | None] = memo.seen
+    if event == "DELETED":
+        seen.pop(uid, None)
+        digest: str | None = "deleted"
+    else:
+        digest = observe.wake_digest(body)
+        if seen.get(uid) == digest:
+            return
+        seen[uid] = digest
+        if digest is None:
+            return
     for ref in body.get("metadata", {}).get("ownerReferences") or []:
         if ref.get("kind") == "WhaleRun" and ref.get("uid") in memo.wakeups:
             memo.wakeups[ref["uid"]].set()
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
-def job_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+def job_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
     """A child Job changed: wake its run (fast reaction; no polling)."""
     started = time.perf_counter()
-    _wake_owner(body, memo)
+    _wake_owner(body, memo, type)
     memo.metrics.handler_duration.labels(handler="job_event").observe(time.perf_counter() - started)
 
 
 @kopf.on.event("jobset.x-k8s.io", "v1alpha2", "jobsets", labels=MANAGED)
-def jobset_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+def jobset_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
     """A phase JobSet changed (cluster.admission jobSet: admitted, evicted, finished): wake its run."""
-    _wake_owner(body, memo)
+    _wake_owner(body, memo, type)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
-def deployment_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """The inference server became (un)ready: wake the run to update InferenceReady."""
-    _wake_owner(body, memo)
+def deployment_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
+    """The inference server became (un)ready, or was scaled: wake the run to update InferenceReady."""
+    _wake_owner(body, memo, type)
 
 
 @kopf.on.event("", "v1", "configmaps", labels=MANAGED)
-def doorbell_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+def doorbell_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
     """The weight-sync sidecar stamped an acknowledgement on the run's doorbell (``<run>-served``): a run waiting
     for the inference server to serve a child's weights starts that child now, not at the next progress poll."""
-    _wake_owner(body, memo)
+    _wake_owner(body, memo, type)
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)

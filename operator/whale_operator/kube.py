@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,9 @@ PLURALS: dict[tuple[str, str], str] = {
     (f"{API_GROUP}/{API_VERSION}", "WhaleRun"): PLURAL,
 }
 REQUEST_TIMEOUT_S = 30
+#: a kubeconfig's credentials are reloaded at most this often (the SDK reloads them before every request, a fifth
+#: of a request's CPU; the in-cluster loader already reloads its token once a minute)
+TOKEN_REFRESH_S = 30.0
 
 
 class KubeError(RuntimeError):
@@ -65,6 +69,19 @@ class Refused(KubeError):
 
 #: 4xx statuses that say "try again later", not "this request is wrong"
 _TRANSIENT_4XX = frozenset({408, 429})
+
+
+def _at_most_every(seconds: float, hook: Any) -> Any:
+    """``hook(configuration)`` called at most once per ``seconds`` (the first call always)."""
+    last = [float("-inf")]
+
+    def throttled(configuration: Any) -> None:
+        now = time.monotonic()
+        if now - last[0] >= seconds:
+            last[0] = now
+            hook(configuration)
+
+    return throttled
 
 
 def collection_path(api_version: str, kind: str, namespace: str) -> str:
@@ -96,6 +113,8 @@ class KubeClient:
             k8s_config.load_kube_config(config_file=os.environ.get("KUBECONFIG") or None, client_configuration=cfg)
         if pool_size is not None:
             cfg.connection_pool_maxsize = pool_size
+        if cfg.refresh_api_key_hook is not None:
+            cfg.refresh_api_key_hook = _at_most_every(TOKEN_REFRESH_S, cfg.refresh_api_key_hook)
         return cls(k8s_client.ApiClient(cfg))
 
     def close(self) -> None:

@@ -22,6 +22,7 @@ from whale.core.alternation import ChildState, StartPhase, decide
 from whale.core.layout import PhaseId
 from whale.core.spec import Reason, WhaleRunSpec, WhaleRunStatus
 from whale.core.state import RunState
+from whale.domain import ToolService
 from whale.store import Store, StoreAuthError
 from whale_operator import builders, names, observe, outcomes, tenancy
 from whale_operator import status as st
@@ -60,6 +61,19 @@ class Reconciler:
         self.jobs = JobLauncher(kube, metrics)
         self.domains = DomainCatalog(self.config)
         self._lock = threading.Lock()
+        #: per run UID: the spec as checked and scoped, with its tools, for the generation it was parsed at
+        #: (a spec changes only with a new generation: parsed once per generation, not once per reconcile)
+        self._specs: dict[str, tuple[int, WhaleRunSpec, tuple[ToolService, ...]]] = {}
+        #: per run UID: the last status read, as it came and as parsed (most reconciles read what the last wrote)
+        self._statuses: dict[str, tuple[dict[str, Any], WhaleRunStatus]] = {}
+        #: per run UID: the generation whose spec was found to keep the identity of the spec the store holds
+        self._identity_checked: dict[str, int | None] = {}
+
+    def forget(self, uid: str) -> None:
+        """The run is gone (or this replica stopped serving it): drop what is held for it."""
+        self._specs.pop(uid, None)
+        self._statuses.pop(uid, None)
+        self._identity_checked.pop(uid, None)
 
     # --- store ---
     def store_for(self, spec: WhaleRunSpec, namespace: str) -> Store:
@@ -82,11 +96,7 @@ class Reconciler:
             return None
         meta = obj["metadata"]
         raw_status = obj.get("status") or {}
-        try:
-            prev = WhaleRunStatus.model_validate(raw_status)
-        except ValidationError:
-            log.warning("status of %s/%s does not parse; starting from an empty status", namespace, name)
-            prev = WhaleRunStatus()
+        prev = self._status(meta["uid"], raw_status, namespace, name)
         run = builders.RunRef(name, namespace, meta["uid"])
         try:
             outcome = self._step(run, obj.get("spec"), prev, meta.get("generation"), self.clock())
@@ -99,9 +109,45 @@ class Reconciler:
             secret = ((obj.get("spec") or {}).get("storage") or {}).get("credentialsSecret")
             outcome = outcomes.store_refused(prev, secret, str(exc), meta.get("generation"))
         if outcome.status is not prev:
-            self._write_status(namespace, name, raw_status, outcome.status)
+            written = self._write_status(namespace, name, raw_status, outcome.status)
+            if written is not None:  # what the next reconcile will most likely read back
+                self._statuses[run.uid] = (written, outcome.status)
             self.metrics.set_run_phase(run.uid, outcome.status.phase)
         return outcome
+
+    def _status(self, uid: str, raw: dict[str, Any], namespace: str, name: str) -> WhaleRunStatus:
+        """``raw`` parsed, or the status parsed last time when ``raw`` is the same."""
+        held = self._statuses.get(uid)
+        if held is not None and held[0] == raw:
+            return held[1]
+        try:
+            status = WhaleRunStatus.model_validate(raw)
+        except ValidationError:
+            log.warning("status of %s/%s does not parse; starting from an empty status", namespace, name)
+            return WhaleRunStatus()
+        self._statuses[uid] = (raw, status)
+        return status
+
+    def _spec(
+        self, run: builders.RunRef, body_spec: dict[str, Any] | None, generation: int | None
+    ) -> tuple[WhaleRunSpec, tuple[ToolService, ...]]:
+        """The run's spec checked and scoped to its own store, and its domain's tools: from the cache while the
+        generation is the one they were made for. A spec refused (:class:`SpecError`) is checked again each time."""
+        held = self._specs.get(run.uid)
+        if held is not None and generation is not None and held[0] == generation:
+            return held[1], held[2]
+        names.check_run_name(run.name)
+        spec = parse_spec(body_spec)
+        for field_, message in self.config.store_policy.problems(spec.storage.uri, spec.storage.endpoint):
+            raise SpecError(field_, message)
+        for field_, message in self.config.credentials_problems(spec):
+            raise SpecError(field_, message)
+        spec = tenancy.scoped(spec, run.namespace, run.name, run.uid)  # from here on, the run's own store
+        tools = self.domains.tools_for(spec)
+        self.jobs.check_apis(spec)  # JobSet / PodGroup where the spec asks for them
+        if generation is not None:
+            self._specs[run.uid] = (generation, spec, tools)
+        return spec, tools
 
     def _step(
         self,
@@ -113,15 +159,7 @@ class Reconciler:
     ) -> ReconcileResult:
         """Everything but the status write: returns ``prev`` itself when nothing is to be written."""
         try:
-            names.check_run_name(run.name)
-            spec = parse_spec(body_spec)
-            for field_, message in self.config.store_policy.problems(spec.storage.uri, spec.storage.endpoint):
-                raise SpecError(field_, message)
-            for field_, message in self.config.credentials_problems(spec):
-                raise SpecError(field_, message)
-            spec = tenancy.scoped(spec, run.namespace, run.name, run.uid)  # from here on, the run's own store
-            tools = self.domains.tools_for(spec)
-            self.jobs.check_apis(spec)  # JobSet / PodGroup where the spec asks for them
+            spec, tools = self._spec(run, body_spec, generation)
         except (SpecError, names.RunNameError) as exc:
             field_ = exc.field if isinstance(exc, SpecError) else "metadata.name"
             text = str(exc).split(": ", 1)[-1] if isinstance(exc, SpecError) else str(exc)
@@ -141,9 +179,11 @@ class Reconciler:
             return outcomes.waiting_for_credentials(prev, str(exc), inference_managed, generation, now)
         if prev.reason == Reason.WAITING_FOR_CREDENTIALS.value:  # the Secret is usable now: the wait is over
             prev = prev.model_copy(update={"reason": None, "message": None})
-        changed = stored_identity_changes(store, run.name, spec)
-        if changed:  # refused, children left as they are: setting the fields back resumes the run unchanged
-            return outcomes.identity_changed(prev, changed, generation)
+        if self._identity_checked.get(run.uid) != generation or generation is None:
+            changed = stored_identity_changes(store, run.name, spec)
+            if changed:  # refused, children left as they are: setting the fields back resumes the run unchanged
+                return outcomes.identity_changed(prev, changed, generation)
+            self._identity_checked[run.uid] = generation  # the store's spec is the operator's own write since
         if prev.reason == Reason.IMMUTABLE_FIELD_CHANGED.value:
             prev = prev.model_copy(update={"reason": None, "message": None})
 
@@ -183,7 +223,11 @@ class Reconciler:
         reported = tuple(a for a in decision.actions if not isinstance(a, StartPhase) or a.phase in created)
         return ReconcileResult(new, st.events(prev, new, reported), decision, poll=gated)
 
-    def _write_status(self, namespace: str, name: str, raw_old: dict[str, Any], new: WhaleRunStatus) -> None:
+    def _write_status(
+        self, namespace: str, name: str, raw_old: dict[str, Any], new: WhaleRunStatus
+    ) -> dict[str, Any] | None:
+        """Patch the change in; the status as the API server now holds it (None: nothing was written)."""
         patch = st.merge_patch(raw_old, st.status_wire(new))
-        if patch:
-            self.kube.patch_run_status(namespace, name, patch)
+        if not patch:
+            return None
+        return self.kube.patch_run_status(namespace, name, patch).get("status") or {}
