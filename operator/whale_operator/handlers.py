@@ -180,7 +180,8 @@ async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float)
 def _wake_owner(body: kopf.Body, memo: kopf.Memo, event: str | None) -> None:
     """Wake the run that owns the child, unless nothing a reconcile reads of it changed
     (:func:`~whale_operator.observe.wake_digest`): every wake is a reconcile, and with hundreds of runs the
-    reconciles of changes that matter wait behind the rest."""
+    reconciles of changes that matter wait behind the rest. The handlers that call it are coroutines: they run on
+    the event loop, where the daemons' events live, not queued behind reconciles for a worker thread."""
     uid = body.get("metadata", {}).get("uid", "")
     seen: dict[str, str | None] = memo.seen
     if event == "DELETED":
@@ -199,7 +200,7 @@ def _wake_owner(body: kopf.Body, memo: kopf.Memo, event: str | None) -> None:
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
-def job_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
+async def job_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
     """A child Job changed: wake its run (fast reaction; no polling)."""
     started = time.perf_counter()
     _wake_owner(body, memo, type)
@@ -207,26 +208,26 @@ def job_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> N
 
 
 @kopf.on.event("jobset.x-k8s.io", "v1alpha2", "jobsets", labels=MANAGED)
-def jobset_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
+async def jobset_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
     """A phase JobSet changed (cluster.admission jobSet: admitted, evicted, finished): wake its run."""
     _wake_owner(body, memo, type)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
-def deployment_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
+async def deployment_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
     """The inference server became (un)ready, or was scaled: wake the run to update InferenceReady."""
     _wake_owner(body, memo, type)
 
 
 @kopf.on.event("", "v1", "configmaps", labels=MANAGED)
-def doorbell_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
+async def doorbell_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
     """The weight-sync sidecar stamped an acknowledgement on the run's doorbell (``<run>-served``): a run waiting
     for the inference server to serve a child's weights starts that child now, not at the next progress poll."""
     _wake_owner(body, memo, type)
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)
-def whalerun_event(body: kopf.Body, uid: str, memo: kopf.Memo, **_: Any) -> None:
+async def whalerun_event(body: kopf.Body, uid: str, memo: kopf.Memo, **_: Any) -> None:
     """The spec changed (e.g. suspend flipped): wake the run's daemon. Status-only updates (our own
     writes) are skipped: observedGeneration already matches."""
     generation = body.get("metadata", {}).get("generation")

@@ -31,3 +31,9 @@ def test_only_an_acknowledgement_on_the_doorbell_wakes() -> None:
     assert wake_digest(rung) is not None
     again = {"kind": "ConfigMap", "metadata": {"name": "r-served", "annotations": {"whale.dev/served": '{"a": 2}'}}}
     assert wake_digest(again) != wake_digest(rung)
+
+
+def test_the_operators_started_mark_wakes_nothing() -> None:
+    running = job({"active": 1, "startTime": "2026-01-01T00:00:00Z"})
+    marked = job({"active": 1, "startTime": "2026-01-01T00:00:00Z"}, annotations={"whale.dev/started": "now"})
+    assert wake_digest(marked) == wake_digest(running)
