@@ -119,13 +119,16 @@ async def whalerun_daemon(
     metrics: OperatorMetrics = memo.metrics
     wake = _wakeup(memo, uid)
     failures = 0  # reconciles in a row that raised or were refused by the API server: the back-off grows
+    fresh, read_at = True, time.monotonic()  # fresh: read everything from the API server (not a mere progress poll)
     try:
         while not stopped:
             wake.clear()
             started = time.perf_counter()
             delay = memo.resync_s
+            if fresh:
+                read_at = time.monotonic()
             try:
-                outcome = await asyncio.to_thread(_timed_reconcile, reconciler, metrics, namespace, name)
+                outcome = await asyncio.to_thread(_timed_reconcile, reconciler, metrics, namespace, name, not fresh)
             except Exception as exc:
                 metrics.reconcile_errors.labels(error=type(exc).__name__).inc()
                 failures += 1
@@ -148,26 +151,28 @@ async def whalerun_daemon(
                     delay = min(delay, memo.progress_s)
             finally:
                 metrics.handler_duration.labels(handler="reconcile").observe(time.perf_counter() - started)
-            await _sleep(wake, stopped, delay)
+            woken = await _sleep(wake, stopped, delay)
+            # a progress poll may reuse the last reads; a watch event, a failure or the resync reads afresh
+            fresh = woken or failures > 0 or time.monotonic() - read_at >= memo.resync_s
     finally:
         memo.wakeups.pop(uid, None)
-        reconciler.forget(uid)
+        reconciler.forget(uid, namespace, name)
         metrics.forget_run(uid, namespace, name)  # a deleted run leaves no series
 
 
-def _timed_reconcile(reconciler: Reconciler, metrics: OperatorMetrics, namespace: str, name: str) -> Any:
+def _timed_reconcile(reconciler: Reconciler, metrics: OperatorMetrics, namespace: str, name: str, reuse: bool) -> Any:
     """The reconcile itself, timed apart from the wait for a worker thread (``reconcile_work``), and its own
     thread's CPU time (``whale_operator_reconcile_cpu_seconds``)."""
     started, cpu = time.perf_counter(), time.thread_time()
     try:
-        return reconciler.reconcile(namespace, name)
+        return reconciler.reconcile(namespace, name, reuse)
     finally:
         metrics.reconcile_cpu.observe(time.thread_time() - cpu)
         metrics.handler_duration.labels(handler="reconcile_work").observe(time.perf_counter() - started)
 
 
-async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float) -> None:
-    """Until woken, stopped (the run is being deleted / the operator exits) or ``delay`` passes."""
+async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float) -> bool:
+    """Until woken, stopped (the run is being deleted / the operator exits) or ``delay`` passes; True when woken."""
     woken = asyncio.ensure_future(wake.wait())
     halted = asyncio.ensure_future(stopped.wait(delay))
     try:
@@ -175,6 +180,7 @@ async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float)
     finally:
         woken.cancel()
         halted.cancel()
+    return wake.is_set()
 
 
 def _wake_owner(body: kopf.Body, memo: kopf.Memo, event: str | None) -> None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -100,6 +101,12 @@ class KubeClient:
     """A thin synchronous client (kopf runs it in worker threads)."""
 
     api: k8s_client.ApiClient
+    #: per thread, how many requests that change something were sent (:meth:`writes`)
+    _local: threading.local = field(default_factory=threading.local, init=False, repr=False)
+
+    def writes(self) -> int:
+        """Requests other than GET sent by this thread so far: a reconcile that sent none changed nothing here."""
+        return int(getattr(self._local, "writes", 0))
 
     @classmethod
     def from_environment(cls, pool_size: int | None = None) -> KubeClient:
@@ -133,6 +140,8 @@ class KubeClient:
     ) -> dict[str, Any]:
         # straight through the SDK's connection pool (its TLS, client certificate and proxy settings): the SDK's own
         # call path re-serialises every body and rebuilds every request, twice the CPU of the request itself
+        if method != "GET":
+            self._local.writes = self.writes() + 1
         cfg = self.api.configuration
         headers = {**self.api.default_headers, "Accept": "application/json", "Content-Type": content_type}
         for auth in cfg.auth_settings().values():  # the bearer token, refreshed by the configuration's hook

@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -35,6 +36,17 @@ from whale_operator.metrics import OperatorMetrics
 from whale_operator.outcomes import ReconcileResult
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Reads:
+    """What one reconcile read from the API server (the WhaleRun, its phase children, its Deployments): the next
+    reconcile of the run reuses it when nothing there can have changed (a progress poll: no watch event since, and
+    this reconcile sent no write)."""
+
+    run: dict[str, Any]
+    jobs: list[dict[str, Any]] | None = None
+    deps: dict[str, dict[str, Any]] | None = None
 
 
 def utc_now() -> str:
@@ -68,9 +80,12 @@ class Reconciler:
         self._statuses: dict[str, tuple[dict[str, Any], WhaleRunStatus]] = {}
         #: per run UID: the generation whose spec was found to keep the identity of the spec the store holds
         self._identity_checked: dict[str, int | None] = {}
+        #: per run (namespace, name): what its last reconcile read, when that reconcile changed nothing (:class:`Reads`)
+        self._reads: dict[tuple[str, str], Reads] = {}
 
-    def forget(self, uid: str) -> None:
+    def forget(self, uid: str, namespace: str, name: str) -> None:
         """The run is gone (or this replica stopped serving it): drop what is held for it."""
+        self._reads.pop((namespace, name), None)
         self._specs.pop(uid, None)
         self._statuses.pop(uid, None)
         self._identity_checked.pop(uid, None)
@@ -89,17 +104,23 @@ class Reconciler:
             return self._observers[key]
 
     # --- the reconcile ---
-    def reconcile(self, namespace: str, name: str) -> ReconcileResult | None:
-        """One reconcile; the status is written once, at the end, when it changed."""
-        obj = self.kube.get_run(namespace, name)
+    def reconcile(self, namespace: str, name: str, reuse: bool = False) -> ReconcileResult | None:
+        """One reconcile; the status is written once, at the end, when it changed. ``reuse``: nothing in Kubernetes
+        changed that the operator was told of (a progress poll): what the last reconcile read is read again only if
+        that reconcile changed something itself."""
+        held = self._reads.pop((namespace, name), None)
+        reads = held if reuse else None
+        obj = reads.run if reads is not None else self.kube.get_run(namespace, name)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return None
+        reads = reads or Reads(obj)
+        before = self.kube.writes()
         meta = obj["metadata"]
         raw_status = obj.get("status") or {}
         prev = self._status(meta["uid"], raw_status, namespace, name)
         run = builders.RunRef(name, namespace, meta["uid"])
         try:
-            outcome = self._step(run, obj.get("spec"), prev, meta.get("generation"), self.clock())
+            outcome = self._step(run, obj.get("spec"), prev, meta.get("generation"), self.clock(), reads)
         except ChildRejected as exc:  # the API server said no: into status, not a log line every 5 s
             log.warning("the API server refused %s; retrying with back-off", exc)
             outcome = outcomes.child_rejected(
@@ -113,6 +134,8 @@ class Reconciler:
             if written is not None:  # what the next reconcile will most likely read back
                 self._statuses[run.uid] = (written, outcome.status)
             self.metrics.set_run_phase(run.uid, outcome.status.phase)
+        if self.kube.writes() == before and not outcome.rejected:
+            self._reads[(namespace, name)] = reads
         return outcome
 
     def _status(self, uid: str, raw: dict[str, Any], namespace: str, name: str) -> WhaleRunStatus:
@@ -156,8 +179,10 @@ class Reconciler:
         prev: WhaleRunStatus,
         generation: int | None,
         now: str,
+        reads: Reads,
     ) -> ReconcileResult:
-        """Everything but the status write: returns ``prev`` itself when nothing is to be written."""
+        """Everything but the status write: returns ``prev`` itself when nothing is to be written. The run's children
+        come from ``reads`` when it holds them (and go into it when they are listed)."""
         try:
             spec, tools = self._spec(run, body_spec, generation)
         except (SpecError, names.RunNameError) as exc:
@@ -192,13 +217,17 @@ class Reconciler:
         except WaitingForData as exc:
             return outcomes.waiting_for_data(prev, str(exc), inference_managed, generation, now)
         # no sizes yet: decide() schedules data preparation, a child like the phases
-        jobs = self.jobs.phase_children(run, spec)  # Jobs, and JobSets with cluster.admission jobSet
+        if reads.jobs is None:
+            reads.jobs = self.jobs.phase_children(run, spec)  # Jobs, and JobSets with cluster.admission jobSet
+        jobs = reads.jobs
         children = self.jobs.observe_children(run, observe.current_jobs(jobs, prev.attempts), self.clock())
         obs = self._observer(store, run.name).observe(prev, children, sizes or {}, now, generation)
         decision = decide(spec, prev, obs)
         running = {p for p, c in children.items() if c.state is ChildState.RUNNING}
         # one list serves the readiness view, the ensure and the scaling of the run's Deployments
-        deps = self.jobs.deployments(run) if inference_managed or tools else {}
+        if reads.deps is None:
+            reads.deps = self.jobs.deployments(run) if inference_managed or tools else {}
+        deps = reads.deps
         gated, created = self.jobs.carry_out(run, spec, store, decision, running, deps, tools)
 
         new = decision.status
