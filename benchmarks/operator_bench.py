@@ -169,7 +169,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=200)
     ap.add_argument("--transitions", type=int, default=12, help="children finished one after another, one run")
     ap.add_argument("--steady", type=int, default=40, help="children finished one by one with all runs present")
-    ap.add_argument("--idle-s", type=float, default=20.0, help="all runs waiting: the progress polls' reconciles")
+    ap.add_argument("--idle-s", type=float, default=45.0, help="all runs waiting: the progress polls' reconciles")
     ap.add_argument("--out", type=Path, help="write the raw JSON here (benchmarks/results/...)")
     ap.add_argument("--json", action="store_true", help="print the raw JSON")
     args = ap.parse_args()
