@@ -13,8 +13,8 @@ and times
   context once, and every text of the step is tokenised in one batched call (``prerender``: a fast
   tokenizer spreads a batch over the cores);
 
-side by side in one run, checking they give the same sequences, and counting the chat-template renders and
-the tokenizer calls.
+side by side in one run, interleaved (each repeat times all three, in a rotating order), checking they give the
+same sequences, and counting the chat-template renders and the tokenizer calls.
 
     PYTHONPATH=.:domains .venv/bin/python benchmarks/collation.py [--repeats 7] [--json OUT]
 """
@@ -103,19 +103,25 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, Any] = {}
     results = {}
     paths = (("one by one", one_by_one), ("shared renders", shared_renders), ("as a step", as_a_step))
+    counted = {}
     for name, fn in paths:
         counting = CountingTokenizer(tok)
         results[name] = fn(counting)
-        times = []
-        for _ in range(args.repeats):
+        counted[name] = counting
+    # interleaved: each repeat times every path once, in an order rotated by one each time, so a machine whose load
+    # changes (a shared one) weighs on all of them alike, not on whichever ran while it was busy
+    times: dict[str, list[float]] = {name: [] for name, _ in paths}
+    for repeat in range(args.repeats):
+        for name, fn in paths[repeat % len(paths) :] + paths[: repeat % len(paths)]:
             start = time.perf_counter()
             fn(tok)
-            times.append(time.perf_counter() - start)
+            times[name].append(time.perf_counter() - start)
+    for name, _ in paths:
         rows[name] = {
-            "median_s": statistics.median(times),
-            "all_s": times,
-            "renders": counting.renders,
-            "tokenizer_calls": counting.calls,
+            "median_s": statistics.median(times[name]),
+            "all_s": times[name],
+            "renders": counted[name].renders,
+            "tokenizer_calls": counted[name].calls,
         }
     same = results["one by one"] == results["shared renders"] == results["as a step"]
     ratio = rows["one by one"]["median_s"] / rows["as a step"]["median_s"]
@@ -135,7 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         report = {"args": vars(args) | {"json": str(args.json)}, "trajectories": len(kept), "tokens": tokens}
-        report |= {"cpus": os.cpu_count(), "rows": rows, "ratio": ratio, "batched_ratio": batched, "same": same}
+        report |= {"cpus": os.cpu_count(), "loadavg": os.getloadavg(), "interleaved": True}
+        report |= {"rows": rows, "ratio": ratio, "batched_ratio": batched, "same": same}
         args.json.write_text(json.dumps(report, indent=1) + "\n")
     return 0 if same else 1
 

@@ -34,6 +34,18 @@ mode (Role); manifests/overlays/{cluster,namespaced}/rbac.yaml hold the same */}
 - apiGroups: [""]
   resources: [secrets]
   verbs: [create]
+# the weight-sync sidecar's doorbell (<run>-served, watched: its acknowledgement wakes the run), the vLLM pod's
+# service account, and the Role + RoleBinding that let the sidecar stamp that one ConfigMap (get, patch: held here
+# too, since a Role may grant only what its maker holds)
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, list, watch, create, patch]
+- apiGroups: [""]
+  resources: [serviceaccounts]
+  verbs: [get, create]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, create]
 # inference.placement colocated: the train pod's GPUs, one DRA claim shared by trainer and vLLM
 - apiGroups: [resource.k8s.io]
   resources: [resourceclaimtemplates]

@@ -16,7 +16,8 @@ from typing import Any
 SPLIT_SIZES = {"weight": 1000, "harness": 256, "test": 200}
 _SPLIT_SALT = {"weight": 0, "harness": 1, "test": 2}
 ANSWER_RE = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.DOTALL)
-#: the instruction the tiny model is taught the format on; h0 adds one worked reply after it (for real models)
+#: the bare instruction; h0 adds one worked reply after it (for real models), and the tiny model is taught under h0's
+#: whole prompt (:func:`synthetic.tiny_model.h0_system_prompt`)
 SYSTEM_PROMPT = "Answer inside <answer></answer>."
 USER_TEMPLATE = "Repeat the digit {digit}."
 

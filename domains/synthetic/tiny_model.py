@@ -1,7 +1,9 @@
 """A tiny chat model for the synthetic domain, built offline in seconds (``python -m synthetic.tiny_model DIR``).
 
 A byte-level BPE tokenizer trained on the domain's own texts, a ChatML chat template, and a
-two-layer Qwen3-architecture model given a short supervised warm-up (50 updates): enough to answer
+two-layer Qwen3-architecture model given a short supervised warm-up (100 updates) under h0's own system prompt
+(the one every run starts from: a model this small answers a prompt it was not taught on far worse, and under h0's
+longer prompt 50 updates left it at chance): enough to answer
 ``<answer>D</answer>`` reliably, too little to copy the asked digit D most of the time (it does in
 roughly a fifth of sampled replies). So it starts well below perfect and everything above that
 start must come from RSFT. Deterministic for a given seed. The result is a normal HF checkpoint folder (safetensors + config + tokenizer) that
@@ -11,6 +13,7 @@ start must come from RSFT. Deterministic for a given seed. The result is a norma
 from __future__ import annotations
 
 import argparse
+import ast
 import random
 from pathlib import Path
 
@@ -21,6 +24,18 @@ CHAT_TEMPLATE = (
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+H0_PATH = Path(__file__).resolve().parent / "h0.py"
+
+
+def h0_system_prompt() -> str:
+    """h0's ``SYSTEM_PROMPT``, read from its source (a harness file is data to the domain, never imported):
+    the prompt the warm-up teaches under, so the demo's first evaluation asks what the model was taught."""
+    for node in ast.walk(ast.parse(H0_PATH.read_text())):
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == ["SYSTEM_PROMPT"]:
+            value = ast.literal_eval(node.value)
+            if isinstance(value, str):
+                return value
+    raise ValueError(f"{H0_PATH} has no SYSTEM_PROMPT string")
 
 
 def build_tokenizer(vocab_size: int = 320):
@@ -31,9 +46,10 @@ def build_tokenizer(vocab_size: int = 320):
     from synthetic import tasks
 
     corpus = []
+    prompt = h0_system_prompt()
     for d in range(10):
         item = {"digit": d, "answer": str(d)}
-        corpus += [tasks.SYSTEM_PROMPT, tasks.user_prompt(item), f"<answer>{d}</answer>", "system\nuser\nassistant\n"]
+        corpus += [prompt, tasks.user_prompt(item), f"<answer>{d}</answer>", "system\nuser\nassistant\n"]
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
@@ -78,13 +94,14 @@ def format_conversations(n: int, seed: int, copy_prob: float = 0.0) -> list[list
     from synthetic import tasks
 
     rng = random.Random(f"whale-synthetic-format:{seed}")
+    prompt = h0_system_prompt()
     out = []
     for _ in range(n):
         item = {"digit": rng.randrange(10)}
         answer = item["digit"] if rng.random() < copy_prob else rng.randrange(10)
         out.append(
             [
-                {"role": "system", "content": tasks.SYSTEM_PROMPT},
+                {"role": "system", "content": prompt},
                 {"role": "user", "content": tasks.user_prompt(item)},
                 {"role": "assistant", "content": f"<answer>{answer}</answer>"},
             ]
@@ -96,7 +113,7 @@ def build(
     out_dir: Path,
     *,
     seed: int = 0,
-    format_updates: int = 50,
+    format_updates: int = 100,
     copy_prob: float = 1.0,
     conversations: list[list[dict[str, str]]] | None = None,
 ) -> Path:

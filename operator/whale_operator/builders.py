@@ -36,6 +36,7 @@ from whale.core.protocol import PhaseKind, PhaseRequest
 from whale.core.spec import API_GROUP, API_VERSION, KIND, PodPlacement, Resources, Toleration, WhaleRunSpec
 from whale.domain import ToolService
 from whale.harness.launch import HARNESS_HOST_ENV, HARNESS_TOKEN_ENV
+from whale.inference.doorbell import ACCOUNT_DIR, CONFIGMAP_ENV
 from whale.inference.vllm_control import IPC_WEIGHT_TRANSFER_ARGS, IPC_WEIGHT_TRANSFER_ENV
 from whale_operator import names
 
@@ -661,12 +662,89 @@ def _weight_sync_command(run: RunRef, spec: WhaleRunSpec, store_uri: str, once: 
     return cmd + ["--server", f"http://127.0.0.1:{VLLM_PORT}"]
 
 
+DOORBELL_VOLUME = "doorbell-token"
+#: the projected token's lifetime; the kubelet renews it at 80 % (the sidecar reads it anew for each ring)
+DOORBELL_TOKEN_S = 3600
+
+
+def weight_sync_account(run: RunRef, spec: WhaleRunSpec) -> str:
+    """The vLLM pod's service account: ``cluster.serviceAccountName`` when set (workload identity for the store),
+    else the run's own ``<run>-weight-sync``."""
+    return spec.cluster.service_account_name or names.weight_sync_account_name(run.name)
+
+
+def served_doorbell(run: RunRef, spec: WhaleRunSpec) -> list[Manifest]:
+    """The weight-sync sidecar's doorbell (:mod:`whale.inference.doorbell`): the ConfigMap ``<run>-served`` whose
+    watch event wakes a run waiting for the served-weights acknowledgement, and the right to stamp it and nothing
+    else (``get``/``patch`` on that one ConfigMap), bound to the vLLM pod's service account (the run's own,
+    made here with no token of its own, unless ``cluster.serviceAccountName`` names one)."""
+    cm = names.served_doorbell_name(run.name)
+    access = names.weight_sync_account_name(run.name)
+    labels = names.child_labels(run.name, INFERENCE)
+    out: list[Manifest] = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": run.metadata(cm, labels)}]
+    if not spec.cluster.service_account_name:
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": run.metadata(access, labels),
+                "automountServiceAccountToken": False,
+            }
+        )
+    rbac = "rbac.authorization.k8s.io"
+    out.append(
+        {
+            "apiVersion": f"{rbac}/v1",
+            "kind": "Role",
+            "metadata": run.metadata(access, labels),
+            "rules": [
+                {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [cm], "verbs": ["get", "patch"]}
+            ],
+        }
+    )
+    out.append(
+        {
+            "apiVersion": f"{rbac}/v1",
+            "kind": "RoleBinding",
+            "metadata": run.metadata(access, labels),
+            "roleRef": {"apiGroup": rbac, "kind": "Role", "name": access},
+            "subjects": [
+                {"kind": "ServiceAccount", "name": weight_sync_account(run, spec), "namespace": run.namespace}
+            ],
+        }
+    )
+    return out
+
+
+def doorbell_token_volume() -> dict[str, Any]:
+    """What in-cluster clients read under :data:`~whale.inference.doorbell.ACCOUNT_DIR` (token, CA, namespace),
+    as a projected volume mounted into the weight-sync sidecar alone (the pod itself mounts no token)."""
+    return {
+        "name": DOORBELL_VOLUME,
+        "projected": {
+            "sources": [
+                {"serviceAccountToken": {"path": "token", "expirationSeconds": DOORBELL_TOKEN_S}},
+                {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+            ]
+        },
+    }
+
+
 def inference_deployment(
-    run: RunRef, spec: WhaleRunSpec, *, store_uri: str, checkpoint: str | None, replicas: int = 1
+    run: RunRef,
+    spec: WhaleRunSpec,
+    *,
+    store_uri: str,
+    checkpoint: str | None,
+    replicas: int = 1,
+    doorbell: bool = True,
 ) -> Manifest:
     """vLLM serving the run's current weights. ``checkpoint`` is recorded as an annotation on the
     Deployment (not the pod template: changing it must not restart the pod); the weight-sync
-    sidecar reads the serving target from the store (``control/serving.json``) and reloads vLLM."""
+    sidecar reads the serving target from the store (``control/serving.json``) and reloads vLLM, and with
+    ``doorbell`` stamps each acknowledgement on :func:`served_doorbell`'s ConfigMap (its token is the sidecar's
+    alone: the pod mounts none)."""
     name = names.inference_name(run.name)
     selector = {names.LABEL_RUN: run.name, "app.kubernetes.io/component": "inference"}
     labels = with_queue(names.child_labels(run.name, "inference"), spec)
@@ -681,14 +759,22 @@ def inference_deployment(
     mounts = [{"name": "models", "mountPath": MODELS_DIR}]
 
     def helper(name_: str, once: bool) -> dict[str, Any]:
+        rings = doorbell and not once
         c: dict[str, Any] = {
             "name": name_,
             "image": img.worker,
             "imagePullPolicy": img.pull_policy,
             "command": _weight_sync_command(run, spec, store_uri, once),
             # the sidecar calls vLLM's reload endpoints: the key; the init container (before vLLM) needs none
-            "env": shared_env if once else [*shared_env, inference_api_key_env(run)],
-            "volumeMounts": mounts,
+            "env": shared_env
+            if once
+            else [
+                *shared_env,
+                inference_api_key_env(run),
+                *([{"name": CONFIGMAP_ENV, "value": names.served_doorbell_name(run.name)}] if rings else []),
+            ],
+            "volumeMounts": mounts
+            + ([{"name": DOORBELL_VOLUME, "mountPath": str(ACCOUNT_DIR), "readOnly": True}] if rings else []),
             "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
             "securityContext": restricted_container_security_context(),
         }
@@ -756,10 +842,20 @@ def inference_deployment(
                 "metadata": pod_metadata(spec, INFERENCE, {**labels, **selector}),
                 "spec": {
                     **pod_template_fields(spec, INFERENCE, gpu=requests_gpu(res)),
+                    **(
+                        {"serviceAccountName": weight_sync_account(run, spec), "automountServiceAccountToken": False}
+                        if doorbell
+                        else {}
+                    ),
                     "securityContext": restricted_pod_security_context(spec, INFERENCE, WORKER_UID),
                     "initContainers": [helper("fetch-weights", once=True)],
                     "containers": [vllm, helper("weight-sync", once=False)],
-                    "volumes": [models, shm_volume(res), {"name": "tmp", "emptyDir": {}}],
+                    "volumes": [
+                        models,
+                        shm_volume(res),
+                        {"name": "tmp", "emptyDir": {}},
+                        *([doorbell_token_volume()] if doorbell else []),
+                    ],
                 },
             },
         },
@@ -1405,7 +1501,10 @@ def phase_jobset(
             env["value"] = master
     wl_spec["template"]["metadata"] = _without_queue(wl_spec["template"]["metadata"])
 
-    server = inference_deployment(run, spec, store_uri=store_uri, checkpoint=checkpoint)["spec"]["template"]
+    # no doorbell: the operator never waits for this server's acknowledgement (JobSet starts the workload on Ready)
+    server = inference_deployment(run, spec, store_uri=store_uri, checkpoint=checkpoint, doorbell=False)["spec"][
+        "template"
+    ]
     server_pod = {**server["spec"], "restartPolicy": "OnFailure"}
     server_job = {
         # one pod, Indexed (JobSet's default, written out): its DNS name <jobset>-inference-0-0 is what the workload

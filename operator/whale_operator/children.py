@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import secrets
+import time
 from datetime import datetime
 from typing import Any
 
@@ -43,14 +44,34 @@ class ChildRejected(RuntimeError):
         return cls(kind, name, refusal.status, refusal.message)
 
 
+#: how long a fixed child found or made (a Service, a NetworkPolicy, the doorbell, the auth Secret) is taken to be there
+#: without asking the API server again: every start asked for all of them (a create and a read each), the costliest
+#: part of a reconcile. One deleted by hand is made again within this time (the Deployments, listed by every
+#: reconcile, at once).
+PRESENT_TTL_S = 300.0
+
+
 class JobLauncher:
     """The operator's children of every run, through one Kubernetes client."""
 
-    def __init__(self, kube: KubeClient, metrics: OperatorMetrics):
+    def __init__(self, kube: KubeClient, metrics: OperatorMetrics, clock: Any = time.monotonic):
         self.kube = kube
         self.metrics = metrics
+        self.clock = clock
         self._timed: set[str] = set()
         self._served_apis: set[str] = set()
+        #: fixed children (:func:`_present_key`) -> when they were last found or made
+        self._present: dict[str, float] = {}
+
+    def _recently_present(self, manifest: dict[str, Any]) -> bool:
+        seen = self._present.get(_present_key(manifest))
+        return seen is not None and self.clock() - seen < PRESENT_TTL_S
+
+    def _found(self, manifest: dict[str, Any]) -> None:
+        now = self.clock()
+        if len(self._present) > 8192:  # runs come and go: forget what is stale anyway
+            self._present = {k: t for k, t in self._present.items() if now - t < PRESENT_TTL_S}
+        self._present[_present_key(manifest)] = now
 
     def deployments(self, run: builders.RunRef) -> dict[str, dict[str, Any]]:
         return {
@@ -221,6 +242,11 @@ class JobLauncher:
         return self.ensure(builders.prepare_job(run, spec, start.attempt, store_uri=store_uri(spec)))
 
     def ensure(self, manifest: dict[str, Any]) -> bool:
+        """Create the child unless it exists; True when this call created it."""
+        return self._ensure(manifest) is True
+
+    def _ensure(self, manifest: dict[str, Any]) -> bool | None:
+        """True: created; False: it was there; None: a namesake is still being deleted (the next reconcile)."""
         try:
             _, created = self.kube.ensure(manifest)
         except Refused as exc:
@@ -231,21 +257,32 @@ class JobLauncher:
                 manifest["kind"],
                 manifest["metadata"]["name"],
             )
-            return False
+            return None
         if created:
             self.metrics.children_created.labels(kind=manifest["kind"]).inc()
         return created
 
+    def ensure_fixed(self, manifest: dict[str, Any]) -> None:
+        """:meth:`ensure` a child that never changes once made, asking the API server at most once per
+        :data:`PRESENT_TTL_S`."""
+        if not self._recently_present(manifest) and self._ensure(manifest) is not None:
+            self._found(manifest)
+
     def ensure_auth_secret(self, run: builders.RunRef) -> bool:
         """The run's auth Secret exists: made once with fresh random values, never overwritten (a create that
         finds it keeps what is there, so the running server and its clients keep agreeing). True when created."""
+        placeholder = builders.auth_secret(run, {})
+        if self._recently_present(placeholder):
+            return False
         manifest = builders.auth_secret(run, {key: secrets.token_urlsafe(32) for key in builders.AUTH_SECRET_KEYS})
         try:  # create, and a clash means it is there: the Secret's values are never read back
             self.kube.request("POST", collection_path("v1", "Secret", run.namespace), body=manifest)
         except Conflict:
+            self._found(placeholder)
             return False
         except Refused as exc:
             raise ChildRejected.of("Secret", manifest["metadata"]["name"], exc) from None
+        self._found(placeholder)
         self.metrics.children_created.labels(kind="Secret").inc()
         return True
 
@@ -265,6 +302,7 @@ class JobLauncher:
                 )
             )
             out.append(builders.inference_service(run, spec))
+            out += builders.served_doorbell(run, spec)  # the sidecar's acknowledgement wakes the waiting run
         if builders.uses_vllm(spec):
             out.append(builders.inference_network_policy(run))  # vLLM's port: the run's own pods only
         out += builders.tool_children(run, spec, tools, store_uri=store_uri(spec), replicas=replicas)
@@ -322,11 +360,11 @@ class JobLauncher:
                 if existing[name].get("spec", {}).get("replicas") != replicas:
                     self.patch("apps/v1", "Deployment", run.namespace, name, {"spec": {"replicas": replicas}})
                 continue
-            if manifest["kind"] != "Deployment" and manifest["metadata"]["name"] in existing:
-                continue
             if manifest["kind"] == "Deployment":
                 manifest["spec"]["replicas"] = replicas
-            self.ensure(manifest)
+                self.ensure(manifest)
+            else:
+                self.ensure_fixed(manifest)
 
     def scale_infra(self, run: builders.RunRef, replicas: int, deps: dict[str, dict[str, Any]] | None = None) -> None:
         for dep in (self.deployments(run) if deps is None else deps).values():
@@ -377,6 +415,14 @@ class JobLauncher:
             seconds = (_parse_time(end) - _parse_time(start)).total_seconds()
             kind = job["metadata"].get("labels", {}).get(names.LABEL_KIND, "unknown")
             self.metrics.phase_duration.labels(kind=kind, outcome=child.state.value).observe(max(seconds, 0.0))
+
+
+def _present_key(manifest: dict[str, Any]) -> str:
+    """A child of one WhaleRun object: its owner's UID in the key, so a run deleted and made again under the same
+    name (whose children went with the old one) finds none of them known."""
+    meta = manifest["metadata"]
+    owner = (meta.get("ownerReferences") or [{}])[0].get("uid", "")
+    return f"{owner}/{meta['namespace']}/{manifest['kind']}/{meta['name']}"
 
 
 def _parse_time(text: str) -> datetime:

@@ -108,6 +108,20 @@ class OperatorConfig:
         return []
 
 
+#: worker threads that run reconciles (``WHALE_OPERATOR_WORKERS``); the API client keeps as many connections
+DEFAULT_WORKERS = 16
+
+
+def worker_threads(env: dict[str, str] | None = None) -> int:
+    """Reconciles are I/O-bound (API server, object store): more threads than cores, so runs do not queue behind
+    each other's network waits; the Kubernetes client's connection pool has one connection per thread."""
+    value = (os.environ if env is None else env).get("WHALE_OPERATOR_WORKERS", str(DEFAULT_WORKERS))
+    workers = int(value)
+    if workers < 1:
+        raise ValueError(f"WHALE_OPERATOR_WORKERS must be at least 1, got {value!r}")
+    return workers
+
+
 def backoff_s(failures: int, first_s: float, cap_s: float) -> float:
     """The wait before retry number ``failures`` (1, 2, ...): ``first_s`` doubled each time, at most ``cap_s``."""
     return min(cap_s, first_s * 2 ** min(max(failures - 1, 0), 30))

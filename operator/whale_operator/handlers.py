@@ -4,7 +4,8 @@
   woken by a change of one of its children (Job / Deployment watch events) or of its spec, with a
   timer only as a safety net (``WHALE_OPERATOR_RESYNC_S``);
 * the watch handlers only wake the owning run's daemon, so a finished Job leads to the next child
-  within a watch round-trip plus one reconcile.
+  within a watch round-trip plus one reconcile; the same for the served-weights acknowledgement, which the
+  vLLM pod's sidecar stamps on the run's ConfigMap ``<run>-served`` (:mod:`whale.inference.doorbell`).
 
 Run: ``kopf run -m whale_operator.handlers --all-namespaces`` (see docs/operator.md).
 """
@@ -22,8 +23,8 @@ from typing import Any
 import kopf
 
 from whale.core.spec import API_GROUP, API_VERSION, PLURAL, RunPhase
-from whale_operator import names
-from whale_operator.config import OperatorConfig, backoff_s
+from whale_operator import names, observe
+from whale_operator.config import OperatorConfig, backoff_s, worker_threads
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
 from whale_operator.reconcile import Reconciler
@@ -62,21 +63,19 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     memo.progress_s = float(os.environ.get("WHALE_OPERATOR_PROGRESS_S", DEFAULT_PROGRESS_S))
     memo.error_backoff_s = float(os.environ.get("WHALE_OPERATOR_ERROR_BACKOFF_S", DEFAULT_ERROR_BACKOFF_S))
     memo.max_backoff_s = float(os.environ.get("WHALE_OPERATOR_MAX_BACKOFF_S", DEFAULT_MAX_BACKOFF_S))
-    kube = KubeClient.from_environment()
-    kube.api.configuration.connection_pool_maxsize = 32
+    kube = KubeClient.from_environment(pool_size=worker_threads())
     memo.metrics = metrics
     memo.kube = kube
     memo.reconciler = Reconciler(kube, metrics, OperatorConfig.from_env())
     memo.wakeups = {}
+    memo.seen = {}  # child UID -> what a reconcile reads of it, as last seen (observe.wake_digest)
 
 
 @kopf.on.startup()
 async def thread_pool(**_: Any) -> None:
-    """Reconciles are I/O-bound (API server, object store): more threads than cores
-    (``WHALE_OPERATOR_WORKERS``, default 16) so runs do not queue behind each other's network waits."""
-    workers = int(os.environ.get("WHALE_OPERATOR_WORKERS", "16"))
+    """The reconciles' worker threads (:func:`~whale_operator.config.worker_threads`)."""
     asyncio.get_running_loop().set_default_executor(
-        concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="reconcile")
+        concurrent.futures.ThreadPoolExecutor(max_workers=worker_threads(), thread_name_prefix="reconcile")
     )
 
 
@@ -120,13 +119,16 @@ async def whalerun_daemon(
     metrics: OperatorMetrics = memo.metrics
     wake = _wakeup(memo, uid)
     failures = 0  # reconciles in a row that raised or were refused by the API server: the back-off grows
+    fresh, read_at = True, time.monotonic()  # fresh: read everything from the API server (not a mere progress poll)
     try:
         while not stopped:
             wake.clear()
             started = time.perf_counter()
             delay = memo.resync_s
+            if fresh:
+                read_at = time.monotonic()
             try:
-                outcome = await asyncio.to_thread(_timed_reconcile, reconciler, metrics, namespace, name)
+                outcome = await asyncio.to_thread(_timed_reconcile, reconciler, metrics, namespace, name, not fresh)
             except Exception as exc:
                 metrics.reconcile_errors.labels(error=type(exc).__name__).inc()
                 failures += 1
@@ -149,23 +151,28 @@ async def whalerun_daemon(
                     delay = min(delay, memo.progress_s)
             finally:
                 metrics.handler_duration.labels(handler="reconcile").observe(time.perf_counter() - started)
-            await _sleep(wake, stopped, delay)
+            woken = await _sleep(wake, stopped, delay)
+            # a progress poll may reuse the last reads; a watch event, a failure or the resync reads afresh
+            fresh = woken or failures > 0 or time.monotonic() - read_at >= memo.resync_s
     finally:
         memo.wakeups.pop(uid, None)
+        reconciler.forget(uid, namespace, name)
         metrics.forget_run(uid, namespace, name)  # a deleted run leaves no series
 
 
-def _timed_reconcile(reconciler: Reconciler, metrics: OperatorMetrics, namespace: str, name: str) -> Any:
-    """The reconcile itself, timed apart from the wait for a worker thread (``reconcile_work``)."""
-    started = time.perf_counter()
+def _timed_reconcile(reconciler: Reconciler, metrics: OperatorMetrics, namespace: str, name: str, reuse: bool) -> Any:
+    """The reconcile itself, timed apart from the wait for a worker thread (``reconcile_work``), and its own
+    thread's CPU time (``whale_operator_reconcile_cpu_seconds``)."""
+    started, cpu = time.perf_counter(), time.thread_time()
     try:
-        return reconciler.reconcile(namespace, name)
+        return reconciler.reconcile(namespace, name, reuse)
     finally:
+        metrics.reconcile_cpu.observe(time.thread_time() - cpu)
         metrics.handler_duration.labels(handler="reconcile_work").observe(time.perf_counter() - started)
 
 
-async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float) -> None:
-    """Until woken, stopped (the run is being deleted / the operator exits) or ``delay`` passes."""
+async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float) -> bool:
+    """Until woken, stopped (the run is being deleted / the operator exits) or ``delay`` passes; True when woken."""
     woken = asyncio.ensure_future(wake.wait())
     halted = asyncio.ensure_future(stopped.wait(delay))
     try:
@@ -173,36 +180,60 @@ async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float)
     finally:
         woken.cancel()
         halted.cancel()
+    return wake.is_set()
 
 
-def _wake_owner(body: kopf.Body, memo: kopf.Memo) -> None:
+def _wake_owner(body: kopf.Body, memo: kopf.Memo, event: str | None) -> None:
+    """Wake the run that owns the child, unless nothing a reconcile reads of it changed
+    (:func:`~whale_operator.observe.wake_digest`): every wake is a reconcile, and with hundreds of runs the
+    reconciles of changes that matter wait behind the rest. The handlers that call it are coroutines: they run on
+    the event loop, where the daemons' events live, not queued behind reconciles for a worker thread."""
+    uid = body.get("metadata", {}).get("uid", "")
+    seen: dict[str, str | None] = memo.seen
+    if event == "DELETED":
+        seen.pop(uid, None)
+        digest: str | None = "deleted"
+    else:
+        digest = observe.wake_digest(body)
+        if seen.get(uid) == digest:
+            return
+        seen[uid] = digest
+        if digest is None:
+            return
     for ref in body.get("metadata", {}).get("ownerReferences") or []:
         if ref.get("kind") == "WhaleRun" and ref.get("uid") in memo.wakeups:
             memo.wakeups[ref["uid"]].set()
 
 
 @kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
-def job_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+async def job_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
     """A child Job changed: wake its run (fast reaction; no polling)."""
     started = time.perf_counter()
-    _wake_owner(body, memo)
+    _wake_owner(body, memo, type)
     memo.metrics.handler_duration.labels(handler="job_event").observe(time.perf_counter() - started)
 
 
 @kopf.on.event("jobset.x-k8s.io", "v1alpha2", "jobsets", labels=MANAGED)
-def jobset_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+async def jobset_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
     """A phase JobSet changed (cluster.admission jobSet: admitted, evicted, finished): wake its run."""
-    _wake_owner(body, memo)
+    _wake_owner(body, memo, type)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
-def deployment_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
-    """The inference server became (un)ready: wake the run to update InferenceReady."""
-    _wake_owner(body, memo)
+async def deployment_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
+    """The inference server became (un)ready, or was scaled: wake the run to update InferenceReady."""
+    _wake_owner(body, memo, type)
+
+
+@kopf.on.event("", "v1", "configmaps", labels=MANAGED)
+async def doorbell_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
+    """The weight-sync sidecar stamped an acknowledgement on the run's doorbell (``<run>-served``): a run waiting
+    for the inference server to serve a child's weights starts that child now, not at the next progress poll."""
+    _wake_owner(body, memo, type)
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)
-def whalerun_event(body: kopf.Body, uid: str, memo: kopf.Memo, **_: Any) -> None:
+async def whalerun_event(body: kopf.Body, uid: str, memo: kopf.Memo, **_: Any) -> None:
     """The spec changed (e.g. suspend flipped): wake the run's daemon. Status-only updates (our own
     writes) are skipped: observedGeneration already matches."""
     generation = body.get("metadata", {}).get("generation")

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from whale.core.spec import RunPhase
 
 HANDLER_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+CPU_BUCKETS_S = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25)
 PHASE_BUCKETS_S = (60, 300, 900, 1800, 3600, 7200, 14400, 28800, 86400)
 
 
@@ -25,6 +26,12 @@ class OperatorMetrics:
             "Time spent in one reconcile / handler call",
             ["handler"],
             buckets=HANDLER_BUCKETS_S,
+            registry=r,
+        )
+        self.reconcile_cpu = Histogram(
+            "whale_operator_reconcile_cpu_seconds",
+            "CPU time of one reconcile's own thread (what a reconcile costs, apart from waits)",
+            buckets=CPU_BUCKETS_S,
             registry=r,
         )
         self.reconcile_errors = Counter(

@@ -37,6 +37,8 @@ _HASH_LEN = 8
 #: so a valid run name is never cut in them (tests/security/test_manifests.py checks it)
 INFERENCE_SUFFIX = "vllm"
 AUTH_SUFFIX = "auth"
+SERVED_SUFFIX = "served"
+WEIGHT_SYNC_SUFFIX = "weight-sync"
 SANDBOX_POLICY_SUFFIX = layout.LONGEST_CHILD_SUFFIX.removeprefix("-")
 #: the harness host's children
 HARNESS_SUFFIX = "harness"
@@ -109,6 +111,18 @@ def rendezvous_service_name(job: str) -> str:
 def inference_name(run: str) -> str:
     """The vLLM Deployment and its Service."""
     return _fit(run, INFERENCE_SUFFIX, MAX_NAME)
+
+
+def served_doorbell_name(run: str) -> str:
+    """``<run>-served``: the ConfigMap the vLLM pod's weight-sync sidecar stamps each acknowledgement on
+    (:mod:`whale.inference.doorbell`); its watch event wakes the run."""
+    return _fit(run, SERVED_SUFFIX, MAX_NAME)
+
+
+def weight_sync_account_name(run: str) -> str:
+    """``<run>-weight-sync``: the vLLM pod's service account (unless ``cluster.serviceAccountName`` names one) and
+    the Role + RoleBinding that let its sidecar stamp the doorbell, nothing else."""
+    return _fit(run, WEIGHT_SYNC_SUFFIX, MAX_NAME)
 
 
 def auth_secret_name(run: str) -> str:

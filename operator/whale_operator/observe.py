@@ -18,11 +18,13 @@ conditions (:func:`jobset_child`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from whale.core.alternation import Child, ChildState
 from whale.core.layout import PhaseId
+from whale.inference.doorbell import ANNOTATION as DOORBELL_ANNOTATION
 from whale_operator import kueue, names
 
 DISRUPTION = "DisruptionTarget"
@@ -168,3 +170,29 @@ def _failed_child(failed: dict[str, Any], pod_message: str) -> Child:
         return Child(ChildState.PREEMPTED, text)
     detail = pod_message.strip().splitlines()[-1] if pod_message.strip() else ""
     return Child(ChildState.FAILED, f"{text}; {detail}" if detail else text)
+
+
+def wake_digest(body: Mapping[str, Any]) -> str | None:
+    """What a reconcile reads of a child (a Job or JobSet, a Deployment, the doorbell ConfigMap) that the operator
+    did not write itself, as one string:
+    a watch event that leaves it unchanged (the operator's own annotation of the served checkpoint, say) need not
+    wake the run. None when there is nothing to read yet (a child the operator has just made, no status, no
+    acknowledgement): its creation wakes nothing either, the reconcile that made it knows it is there."""
+    meta = body.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    kind = body.get("kind")
+    if kind == "ConfigMap":
+        read: dict[str, Any] = {"served": annotations.get(DOORBELL_ANNOTATION)}
+        empty = read["served"] is None
+    else:
+        spec = body.get("spec") or {}
+        read = {
+            "status": body.get("status") or {},
+            "suspend": spec.get("suspend"),
+            "replicas": spec.get("replicas"),
+            "template": annotations.get(names.ANNOTATION_TEMPLATE_HASH),
+        }  # not the operator's own marks (whale.dev/started, the served checkpoint): writing them wakes nothing
+        empty = not read["status"]
+    if meta.get("deletionTimestamp"):
+        return "deleting"
+    return None if empty else json.dumps(read, sort_keys=True, default=str)

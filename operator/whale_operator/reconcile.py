@@ -13,6 +13,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
@@ -22,6 +23,7 @@ from whale.core.alternation import ChildState, StartPhase, decide
 from whale.core.layout import PhaseId
 from whale.core.spec import Reason, WhaleRunSpec, WhaleRunStatus
 from whale.core.state import RunState
+from whale.domain import ToolService
 from whale.store import Store, StoreAuthError
 from whale_operator import builders, names, observe, outcomes, tenancy
 from whale_operator import status as st
@@ -34,6 +36,17 @@ from whale_operator.metrics import OperatorMetrics
 from whale_operator.outcomes import ReconcileResult
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Reads:
+    """What one reconcile read from the API server (the WhaleRun, its phase children, its Deployments): the next
+    reconcile of the run reuses it when nothing there can have changed (a progress poll: no watch event since, and
+    this reconcile sent no write)."""
+
+    run: dict[str, Any]
+    jobs: list[dict[str, Any]] | None = None
+    deps: dict[str, dict[str, Any]] | None = None
 
 
 def utc_now() -> str:
@@ -60,6 +73,22 @@ class Reconciler:
         self.jobs = JobLauncher(kube, metrics)
         self.domains = DomainCatalog(self.config)
         self._lock = threading.Lock()
+        #: per run UID: the spec as checked and scoped, with its tools, for the generation it was parsed at
+        #: (a spec changes only with a new generation: parsed once per generation, not once per reconcile)
+        self._specs: dict[str, tuple[int, WhaleRunSpec, tuple[ToolService, ...]]] = {}
+        #: per run UID: the last status read, as it came and as parsed (most reconciles read what the last wrote)
+        self._statuses: dict[str, tuple[dict[str, Any], WhaleRunStatus]] = {}
+        #: per run UID: the generation whose spec was found to keep the identity of the spec the store holds
+        self._identity_checked: dict[str, int | None] = {}
+        #: per run (namespace, name): what its last reconcile read, when that reconcile changed nothing (:class:`Reads`)
+        self._reads: dict[tuple[str, str], Reads] = {}
+
+    def forget(self, uid: str, namespace: str, name: str) -> None:
+        """The run is gone (or this replica stopped serving it): drop what is held for it."""
+        self._reads.pop((namespace, name), None)
+        self._specs.pop(uid, None)
+        self._statuses.pop(uid, None)
+        self._identity_checked.pop(uid, None)
 
     # --- store ---
     def store_for(self, spec: WhaleRunSpec, namespace: str) -> Store:
@@ -75,21 +104,23 @@ class Reconciler:
             return self._observers[key]
 
     # --- the reconcile ---
-    def reconcile(self, namespace: str, name: str) -> ReconcileResult | None:
-        """One reconcile; the status is written once, at the end, when it changed."""
-        obj = self.kube.get_run(namespace, name)
+    def reconcile(self, namespace: str, name: str, reuse: bool = False) -> ReconcileResult | None:
+        """One reconcile; the status is written once, at the end, when it changed. ``reuse``: nothing in Kubernetes
+        changed that the operator was told of (a progress poll): what the last reconcile read is read again only if
+        that reconcile changed something itself."""
+        held = self._reads.pop((namespace, name), None)
+        reads = held if reuse else None
+        obj = reads.run if reads is not None else self.kube.get_run(namespace, name)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return None
+        reads = reads or Reads(obj)
+        before = self.kube.writes()
         meta = obj["metadata"]
         raw_status = obj.get("status") or {}
-        try:
-            prev = WhaleRunStatus.model_validate(raw_status)
-        except ValidationError:
-            log.warning("status of %s/%s does not parse; starting from an empty status", namespace, name)
-            prev = WhaleRunStatus()
+        prev = self._status(meta["uid"], raw_status, namespace, name)
         run = builders.RunRef(name, namespace, meta["uid"])
         try:
-            outcome = self._step(run, obj.get("spec"), prev, meta.get("generation"), self.clock())
+            outcome = self._step(run, obj.get("spec"), prev, meta.get("generation"), self.clock(), reads)
         except ChildRejected as exc:  # the API server said no: into status, not a log line every 5 s
             log.warning("the API server refused %s; retrying with back-off", exc)
             outcome = outcomes.child_rejected(
@@ -99,9 +130,47 @@ class Reconciler:
             secret = ((obj.get("spec") or {}).get("storage") or {}).get("credentialsSecret")
             outcome = outcomes.store_refused(prev, secret, str(exc), meta.get("generation"))
         if outcome.status is not prev:
-            self._write_status(namespace, name, raw_status, outcome.status)
+            written = self._write_status(namespace, name, raw_status, outcome.status)
+            if written is not None:  # what the next reconcile will most likely read back
+                self._statuses[run.uid] = (written, outcome.status)
             self.metrics.set_run_phase(run.uid, outcome.status.phase)
+        if self.kube.writes() == before and not outcome.rejected:
+            self._reads[(namespace, name)] = reads
         return outcome
+
+    def _status(self, uid: str, raw: dict[str, Any], namespace: str, name: str) -> WhaleRunStatus:
+        """``raw`` parsed, or the status parsed last time when ``raw`` is the same."""
+        held = self._statuses.get(uid)
+        if held is not None and held[0] == raw:
+            return held[1]
+        try:
+            status = WhaleRunStatus.model_validate(raw)
+        except ValidationError:
+            log.warning("status of %s/%s does not parse; starting from an empty status", namespace, name)
+            return WhaleRunStatus()
+        self._statuses[uid] = (raw, status)
+        return status
+
+    def _spec(
+        self, run: builders.RunRef, body_spec: dict[str, Any] | None, generation: int | None
+    ) -> tuple[WhaleRunSpec, tuple[ToolService, ...]]:
+        """The run's spec checked and scoped to its own store, and its domain's tools: from the cache while the
+        generation is the one they were made for. A spec refused (:class:`SpecError`) is checked again each time."""
+        held = self._specs.get(run.uid)
+        if held is not None and generation is not None and held[0] == generation:
+            return held[1], held[2]
+        names.check_run_name(run.name)
+        spec = parse_spec(body_spec)
+        for field_, message in self.config.store_policy.problems(spec.storage.uri, spec.storage.endpoint):
+            raise SpecError(field_, message)
+        for field_, message in self.config.credentials_problems(spec):
+            raise SpecError(field_, message)
+        spec = tenancy.scoped(spec, run.namespace, run.name, run.uid)  # from here on, the run's own store
+        tools = self.domains.tools_for(spec)
+        self.jobs.check_apis(spec)  # JobSet / PodGroup where the spec asks for them
+        if generation is not None:
+            self._specs[run.uid] = (generation, spec, tools)
+        return spec, tools
 
     def _step(
         self,
@@ -110,18 +179,12 @@ class Reconciler:
         prev: WhaleRunStatus,
         generation: int | None,
         now: str,
+        reads: Reads,
     ) -> ReconcileResult:
-        """Everything but the status write: returns ``prev`` itself when nothing is to be written."""
+        """Everything but the status write: returns ``prev`` itself when nothing is to be written. The run's children
+        come from ``reads`` when it holds them (and go into it when they are listed)."""
         try:
-            names.check_run_name(run.name)
-            spec = parse_spec(body_spec)
-            for field_, message in self.config.store_policy.problems(spec.storage.uri, spec.storage.endpoint):
-                raise SpecError(field_, message)
-            for field_, message in self.config.credentials_problems(spec):
-                raise SpecError(field_, message)
-            spec = tenancy.scoped(spec, run.namespace, run.name, run.uid)  # from here on, the run's own store
-            tools = self.domains.tools_for(spec)
-            self.jobs.check_apis(spec)  # JobSet / PodGroup where the spec asks for them
+            spec, tools = self._spec(run, body_spec, generation)
         except (SpecError, names.RunNameError) as exc:
             field_ = exc.field if isinstance(exc, SpecError) else "metadata.name"
             text = str(exc).split(": ", 1)[-1] if isinstance(exc, SpecError) else str(exc)
@@ -141,9 +204,11 @@ class Reconciler:
             return outcomes.waiting_for_credentials(prev, str(exc), inference_managed, generation, now)
         if prev.reason == Reason.WAITING_FOR_CREDENTIALS.value:  # the Secret is usable now: the wait is over
             prev = prev.model_copy(update={"reason": None, "message": None})
-        changed = stored_identity_changes(store, run.name, spec)
-        if changed:  # refused, children left as they are: setting the fields back resumes the run unchanged
-            return outcomes.identity_changed(prev, changed, generation)
+        if self._identity_checked.get(run.uid) != generation or generation is None:
+            changed = stored_identity_changes(store, run.name, spec)
+            if changed:  # refused, children left as they are: setting the fields back resumes the run unchanged
+                return outcomes.identity_changed(prev, changed, generation)
+            self._identity_checked[run.uid] = generation  # the store's spec is the operator's own write since
         if prev.reason == Reason.IMMUTABLE_FIELD_CHANGED.value:
             prev = prev.model_copy(update={"reason": None, "message": None})
 
@@ -152,13 +217,17 @@ class Reconciler:
         except WaitingForData as exc:
             return outcomes.waiting_for_data(prev, str(exc), inference_managed, generation, now)
         # no sizes yet: decide() schedules data preparation, a child like the phases
-        jobs = self.jobs.phase_children(run, spec)  # Jobs, and JobSets with cluster.admission jobSet
+        if reads.jobs is None:
+            reads.jobs = self.jobs.phase_children(run, spec)  # Jobs, and JobSets with cluster.admission jobSet
+        jobs = reads.jobs
         children = self.jobs.observe_children(run, observe.current_jobs(jobs, prev.attempts), self.clock())
         obs = self._observer(store, run.name).observe(prev, children, sizes or {}, now, generation)
         decision = decide(spec, prev, obs)
         running = {p for p, c in children.items() if c.state is ChildState.RUNNING}
         # one list serves the readiness view, the ensure and the scaling of the run's Deployments
-        deps = self.jobs.deployments(run) if inference_managed or tools else {}
+        if reads.deps is None:
+            reads.deps = self.jobs.deployments(run) if inference_managed or tools else {}
+        deps = reads.deps
         gated, created = self.jobs.carry_out(run, spec, store, decision, running, deps, tools)
 
         new = decision.status
@@ -183,7 +252,11 @@ class Reconciler:
         reported = tuple(a for a in decision.actions if not isinstance(a, StartPhase) or a.phase in created)
         return ReconcileResult(new, st.events(prev, new, reported), decision, poll=gated)
 
-    def _write_status(self, namespace: str, name: str, raw_old: dict[str, Any], new: WhaleRunStatus) -> None:
+    def _write_status(
+        self, namespace: str, name: str, raw_old: dict[str, Any], new: WhaleRunStatus
+    ) -> dict[str, Any] | None:
+        """Patch the change in; the status as the API server now holds it (None: nothing was written)."""
         patch = st.merge_patch(raw_old, st.status_wire(new))
-        if patch:
-            self.kube.patch_run_status(namespace, name, patch)
+        if not patch:
+            return None
+        return self.kube.patch_run_status(namespace, name, patch).get("status") or {}

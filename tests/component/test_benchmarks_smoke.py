@@ -438,3 +438,30 @@ def test_collation_benchmark_encodes_the_same_sequences_with_fewer_renders(tmp_p
     # tokenised one text at a time, except as a step: all the step's texts in one batched call
     assert rows["one by one"]["tokenizer_calls"] == 24 and rows["shared renders"]["tokenizer_calls"] == 4 + 12
     assert rows["as a step"]["tokenizer_calls"] == 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_operator_bench_runs_five_runs_through_every_section(tmp_path):
+    # the operator benchmark as CI can afford it (5 runs): it runs at HEAD, every section reports, and no run
+    # starts a prepare Job (split sizes come from the domain, in each run's own store)
+    out = tmp_path / "operator.json"
+    run_script(
+        "operator_bench.py", "--runs", "5", "--transitions", "3", "--steady", "3", "--out", str(out), timeout_s=240
+    )
+    report = json.loads(out.read_text())
+    assert report["prepare_jobs"] == 0 and report["runs"] == 6
+    assert report["reaction_1_run_s"]["n"] == 3 and report["steady"]["reaction_s"]["n"] == 3
+    for section in ("creation_burst", "finish_burst", "steady", "idle"):
+        assert report[section]["reconciles"] >= 3, section  # idle: each run's progress poll (15 s) at least
+        assert report[section]["cpu_per_reconcile_mean_s"] > 0, section
+        assert report[section]["process_cpu_s"] >= report[section]["cpu_per_reconcile_mean_s"], section
+    for section in ("creation_burst", "finish_burst"):
+        assert report[section]["per_run_s"]["n"] == 5, section
+    assert set(report["targets"]) == {
+        "reaction_200_p95_over_1_run_p95",
+        "reaction_max_s",
+        "burst_p99_incl_wait_s",
+        "steady_cpu_per_reconcile_s",
+        "idle_cpu_per_reconcile_s",
+    }

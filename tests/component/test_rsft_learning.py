@@ -8,14 +8,12 @@ whole loop runs through the workload entrypoint in-process (``run_train``) and t
 
 from __future__ import annotations
 
-import re
 import statistics
 from pathlib import Path
 
 import pytest
 
 from tests.component.rsft_support import RUN, spec, tiny_model_dir, write_request
-from whale import plugins
 from whale.core import layout
 from whale.store import open_store
 
@@ -42,18 +40,7 @@ def test_training_reward_rises_over_rsft_steps(tmp_path, model_dir):
         learningRate=3e-4,
         sftEpochs=4,
     )
-    request = write_request(store, "c01-weight", wire, target=10)
-    # under the instruction the tiny model learnt the format on (h0 adds a worked reply for real models, which
-    # the 2-layer model has never seen): what is measured is RSFT, not how the model takes an unseen prompt
-    from synthetic import tasks
-
-    h0 = plugins.load("synthetic").h0_path().read_text()
-    source = re.sub(r'SYSTEM_PROMPT = ".*"', f"SYSTEM_PROMPT = {tasks.SYSTEM_PROMPT!r}", h0, count=1)
-    assert source != h0
-    key = layout.harness_key(RUN, "tiny-instruction")
-    store.write_text(key, source)
-    weight = request.weight.model_copy(update={"harness": key})
-    store.write_json(layout.request_key(RUN, "c01-weight"), request.model_copy(update={"weight": weight}).to_wire())
+    write_request(store, "c01-weight", wire, target=10)  # h0 as it is: the tiny model is taught under its prompt
     result = run_train(store, RUN, "c01-weight")
     rewards = [line["rewardMean"] for line in store.read_jsonl(layout.metrics_key(RUN, "c01-weight"))]
     assert result.final_step == 10 and len(rewards) == 10

@@ -8,11 +8,12 @@ exactly what it would see on a cluster.
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from tests.fixtures.kube import KubeAPI, wait_for
+from tests.fixtures.kube import APIError, KubeAPI, wait_for
 from whale.core import layout
 from whale.core.protocol import (
     EvalResult,
@@ -25,6 +26,7 @@ from whale.core.protocol import (
     parse_request,
 )
 from whale.core.spec import API_GROUP, API_VERSION
+from whale.inference.doorbell import ANNOTATION as DOORBELL_ANNOTATION
 from whale.store import Store, open_store
 from whale_operator import names
 from whale_operator.tenancy import run_store_uri
@@ -62,6 +64,8 @@ class WorkloadPlayer:
     handled: set[str] = field(default_factory=set)
     #: acknowledge serving targets like the weight-sync sidecar (False: the test plays it itself)
     play_sidecar: bool = True
+    #: the sidecar rings the operator's doorbell after acknowledging (False: the store alone, an old sidecar)
+    ring_doorbell: bool = True
     #: finish data-preparation Jobs like the prepare workload, writing these split sizes (False: the test does)
     play_prepare: bool = True
     splits: dict[str, int] | None = None
@@ -86,10 +90,23 @@ class WorkloadPlayer:
         return sorted(j["metadata"]["name"] for j in self.jobs())
 
     def ack_serving(self) -> None:
-        """Play the vLLM pod's weight-sync sidecar: acknowledge the serving target (served.json)."""
+        """Play the vLLM pod's weight-sync sidecar: acknowledge the serving target (served.json), then ring the
+        operator's doorbell with the real :class:`Doorbell` (its ConfigMap, where the run has one)."""
         target = self.store.read_json_or_none(layout.serving_key(self.run))
         if target is not None and self.store.read_json_or_none(layout.served_key(self.run)) != target:
             self.store.write_json(layout.served_key(self.run), target)
+            if self.ring_doorbell:
+                self.ring(target)
+
+    def ring(self, ack: dict[str, Any]) -> None:
+        """Ring the doorbell as :class:`~whale.inference.doorbell.Doorbell` does (its test rings the real one): the
+        same patch of ``<run>-served``, through this player's client (a client per ring is slow with 200 runs)."""
+        body = {"metadata": {"annotations": {DOORBELL_ANNOTATION: json.dumps(ack, sort_keys=True)}}}
+        try:
+            self.api.patch("v1", "configmaps", self.namespace, names.served_doorbell_name(self.run), body)
+        except APIError as exc:
+            if exc.code != 404:  # a run without the doorbell (JobSet admission, no vLLM): nothing to ring
+                raise
 
     def play_prepare_jobs(self) -> None:
         """Play data preparation: a prepare Job the operator started (it reconciled the new run before the

@@ -580,3 +580,46 @@ def test_prepare_job_of_full_data_gets_a_bounded_scratch_volume_for_the_download
     assert pod["volumes"] == [{"name": "downloads", "emptyDir": {"sizeLimit": builders.PREPARE_DOWNLOADS_SIZE}}]
     sample = builders.prepare_job(RUN, spec, 1, store_uri=STORE)["spec"]["template"]["spec"]
     assert "volumes" not in sample and "volumeMounts" not in sample["containers"][0]
+
+
+def test_the_doorbell_token_reaches_the_weight_sync_sidecar_alone_and_opens_one_configmap() -> None:
+    spec = make_spec()
+    pod = builders.inference_deployment(RUN, spec, store_uri=STORE, checkpoint=None)["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "demo-weight-sync" and pod["automountServiceAccountToken"] is False
+    mounted = {c["name"]: [m["mountPath"] for m in c["volumeMounts"]] for c in pod["containers"]}
+    account = "/var/run/secrets/kubernetes.io/serviceaccount"
+    assert account in mounted["weight-sync"] and account not in mounted["vllm"]
+    assert all(account not in [m["mountPath"] for m in c["volumeMounts"]] for c in pod["initContainers"])
+    sidecar = next(c for c in pod["containers"] if c["name"] == "weight-sync")
+    assert {"name": "WHALE_SERVED_CONFIGMAP", "value": "demo-served"} in sidecar["env"]
+    cm, account_obj, role, binding = builders.served_doorbell(RUN, spec)
+    assert (cm["kind"], cm["metadata"]["name"], cm["metadata"]["ownerReferences"]) == (
+        "ConfigMap",
+        "demo-served",
+        OWNER,
+    )
+    assert cm["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "whale-operator"  # what the operator watches
+    assert account_obj["kind"] == "ServiceAccount" and account_obj["automountServiceAccountToken"] is False
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": ["demo-served"], "verbs": ["get", "patch"]}
+    ]
+    assert binding["roleRef"]["name"] == role["metadata"]["name"] == "demo-weight-sync"
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "demo-weight-sync", "namespace": "team-a"}]
+
+
+def test_a_named_service_account_keeps_its_identity_and_gets_the_doorbell() -> None:
+    spec = make_spec(cluster={"serviceAccountName": "whale-workloads"})
+    pod = builders.inference_deployment(RUN, spec, store_uri=STORE, checkpoint=None)["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "whale-workloads"
+    kinds = [m["kind"] for m in builders.served_doorbell(RUN, spec)]
+    assert kinds == ["ConfigMap", "Role", "RoleBinding"]  # no account of the run's own
+    assert builders.served_doorbell(RUN, spec)[-1]["subjects"][0]["name"] == "whale-workloads"
+
+
+def test_a_phase_jobsets_server_has_no_doorbell() -> None:
+    # the operator never waits for its acknowledgement: JobSet starts the workload once the server is Ready
+    spec = make_spec(inference={"backend": "vllm"}, cluster={"admission": "jobSet"})
+    js = builders.phase_jobset(RUN, spec, weight_request(spec), store_uri=STORE, checkpoint=None)
+    server = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+    assert "doorbell-token" not in [v["name"] for v in server["volumes"]]
+    assert "serviceAccountName" not in server or server["serviceAccountName"] != "demo-weight-sync"

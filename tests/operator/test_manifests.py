@@ -151,6 +151,7 @@ def children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
     out += [
         builders.inference_deployment(run, spec, store_uri=store, checkpoint=None),
         builders.inference_service(run, spec),
+        *builders.served_doorbell(run, spec),
     ]
     multi = spec.model_copy(update={"train": spec.train.model_copy(update={"num_nodes": 2})})
     rendezvous = builders.rendezvous_service(run, multi, reqs[0])

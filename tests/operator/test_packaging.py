@@ -176,6 +176,10 @@ def children_kinds() -> set[tuple[str, str]]:
         "NetworkPolicy": "networkpolicies",
         "ResourceClaimTemplate": "resourceclaimtemplates",
         "Secret": "secrets",
+        "ConfigMap": "configmaps",
+        "ServiceAccount": "serviceaccounts",
+        "Role": "roles",
+        "RoleBinding": "rolebindings",
     }
     out = set()
     for p in EXAMPLES:

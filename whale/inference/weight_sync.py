@@ -17,7 +17,9 @@ folder (an image-baked model such as /opt/whale/models/synthetic-tiny) is linked
 Hugging Face id is resolved to its snapshot in the hub cache ($HF_HOME, on the pod's volume),
 downloaded once on first use exactly as ``vllm serve <id>`` would. After vLLM reloads (dev-mode
 endpoints, :mod:`whale.inference.vllm_control`) the sidecar writes the acknowledgement
-``control/served.json`` {"checkpoint", "version", "at"} that trainers and the operator wait for.
+``control/served.json`` {"checkpoint", "version", "at"} that trainers and the operator wait for, then rings
+the operator's doorbell (:mod:`whale.inference.doorbell`: the same acknowledgement on a ConfigMap the operator
+watches, so a run waiting for it wakes at once).
 
 Transient failures (store or server unreachable) are retried every poll; a server without dev
 mode is a configuration error: exit non-zero with the fix. On a cluster the sidecar authenticates with the
@@ -38,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.core import layout
+from whale.inference.doorbell import Doorbell
 from whale.inference.vllm_control import VLLMControl, WeightSyncError
 
 log = logging.getLogger("whale.inference.weight_sync")
@@ -88,6 +91,8 @@ class WeightSyncer:
     dest: Path
     revision: str | None = None
     control: VLLMControl | None = None
+    #: the operator's doorbell, rung after each acknowledgement (None: no operator watches, e.g. a local run)
+    doorbell: Doorbell | None = None
 
     def current(self) -> dict[str, Any] | None:
         path = self.dest / CURRENT_INFO
@@ -122,7 +127,11 @@ class WeightSyncer:
         os.replace(info, self.dest / CURRENT_INFO)
 
     def acknowledge(self, target: dict[str, Any]) -> None:
-        self.store.write_json(layout.served_key(self.run), {**target, "at": utc_now()})
+        """The acknowledgement in the store (the record), then on the doorbell (the operator's wake-up)."""
+        ack = {**target, "at": utc_now()}
+        self.store.write_json(layout.served_key(self.run), ack)
+        if self.doorbell is not None:
+            self.doorbell.ring(ack)
 
     def prepare_once(self) -> dict[str, Any]:
         """The init container: the current target on disk, ``current`` pointing at it."""
@@ -220,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
             args.dest,
             args.revision,
             None if args.once else VLLMControl(args.server),
+            None if args.once else Doorbell.from_environment(),
         )
         if args.once:
             syncer.prepare_once()

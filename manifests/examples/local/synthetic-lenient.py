@@ -1,4 +1,5 @@
-"""A candidate harness for the synthetic domain: accept the last digit when the answer tag is malformed."""
+"""A candidate harness for the synthetic domain: h0 (its prompt unchanged), but accept the last digit when the answer
+tag is malformed."""
 
 import re
 
@@ -8,7 +9,7 @@ ANSWER_TAG = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.DOTALL)
 
 
 class Harness(BaseHarness):
-    SYSTEM_PROMPT = "Answer inside <answer></answer>."
+    SYSTEM_PROMPT = "Answer inside <answer></answer>. For example, to repeat the digit 3, reply <answer>3</answer>."
     USER_TEMPLATE = "{question}"
     MAX_TURNS = 1
     MAX_FORMAT_RETRIES = 0

@@ -1,0 +1,45 @@
+"""The operator's Kubernetes client against the API emulator: the connection pool it is given is the one its
+requests use (the SDK builds its pool with the API client and never reads the setting again)."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import threading
+
+import pytest
+
+from tests.fixtures.kube import EmulatedCluster
+from whale_operator.config import worker_threads
+from whale_operator.kube import KubeClient
+
+
+@pytest.mark.timeout(60)
+def test_the_pool_size_is_the_pool_concurrent_requests_use(
+    kube_cluster: EmulatedCluster, kube_namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("KUBECONFIG", str(kube_cluster.kubeconfig))
+    monkeypatch.setenv("WHALE_OPERATOR_WORKERS", "24")
+    workers = worker_threads()
+    kube = KubeClient.from_environment(pool_size=workers)
+    try:
+        pool = kube.api.rest_client.pool_manager.connection_from_url(kube_cluster.url)
+        assert workers == 24 and pool.pool.maxsize == 24  # the SDK's default here would be 5 per CPU
+        barrier = threading.Barrier(workers, timeout=30)
+
+        def one(_: int) -> int:
+            barrier.wait()  # all in flight together: each needs a connection of its own
+            return len(kube.list("batch/v1", "Job", kube_namespace))
+
+        with concurrent.futures.ThreadPoolExecutor(workers) as threads:
+            assert list(threads.map(one, range(workers))) == [0] * workers
+        # every connection opened went back into the pool (a pool smaller than the threads would discard them)
+        kept = sum(conn is not None for conn in list(pool.pool.queue))
+        assert 1 <= pool.num_connections <= workers and kept == pool.num_connections
+    finally:
+        kube.close()
+
+
+def test_worker_threads_refuses_nonsense() -> None:
+    assert worker_threads({}) == 16
+    with pytest.raises(ValueError, match="WHALE_OPERATOR_WORKERS must be at least 1"):
+        worker_threads({"WHALE_OPERATOR_WORKERS": "0"})
