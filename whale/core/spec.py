@@ -1371,18 +1371,23 @@ class EvalPoint(_Model):
     )
     mean_at_k: float | None = Field(None, description="set when the evaluation finished")
     k: int | None = Field(None, description="k of meanAtK, set with it")
+    flagged: bool = Field(
+        False, description="the evaluation was flagged for reward integrity (never the run's best; see integrityFlags)"
+    )
 
-    def finished(self, mean_at_k: float, k: int) -> EvalPoint:
+    def finished(self, mean_at_k: float, k: int, flagged: bool = False) -> EvalPoint:
         """This point with its evaluation's result."""
-        return self.model_copy(update={"mean_at_k": mean_at_k, "k": k})
+        return self.model_copy(update={"mean_at_k": mean_at_k, "k": k, "flagged": flagged})
 
 
 class IntegrityFlagStatus(_Model):
-    """A harness candidate whose reward did not come through the model (from its phase's result)."""
+    """A harness candidate, or an evaluation, whose reward did not come through the model (from its phase's
+    result)."""
 
     phase: str
-    candidate: str
+    candidate: str = Field(description="the candidate's id; for an evaluation, the harness it evaluated (h0: `h0`)")
     accepted: bool = Field(False, description="true: the run went on with this harness (integrity action flag)")
+    evaluation: bool = Field(False, description="true: an evaluation was flagged (its mean is never the best)")
     reasons: list[str] = Field(default_factory=list, description="`[rule] message with the numbers`")
 
 

@@ -136,6 +136,11 @@ def run_search(
                 await client.aclose()
         accepted_key = layout.harness_key(run, f"c{args.cycle:02d}-accepted")
         store.write_text(accepted_key, found.accepted_code)
+        if found.accepted.usage is not None:
+            store.write_json(
+                layout.harness_usage_key(accepted_key),
+                {"candidate": found.accepted.id, "usage": found.accepted.usage.to_dict()},
+            )
         return HarnessPhaseResult(
             accepted_harness=accepted_key,
             accepted_candidate=found.accepted.id,
