@@ -236,3 +236,19 @@ def test_the_rule_matches_whole_tokens_after_normalisation() -> None:
     messages = [{"role": "user", "content": "q"}, {"role": "assistant", "content": "42"}]
     assert provenance.check(messages, [], [], [("42",)], ()).not_model == ("42",)
     assert provenance.check(messages, [1], [], [("42",)], ()).not_model == ()
+
+
+@pytest.mark.timeout(120)
+async def test_without_the_rule_every_attack_here_scores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attacks are real: with the provenance check replaced by one that finds nothing, each scores 1.0."""
+    monkeypatch.setattr(provenance, "check", lambda *args, **kwargs: provenance.Verdict())
+    syn = {"id": "test-00001", "digit": 7, "answer": "7"}
+    math_item = {"id": "prov-math-1", "problem": "What is the secret number?", "answer": "98765"}
+    runs = [
+        (SYNTHETIC, SYNTHETIC_SUBSTITUTE, syn, ScriptedClient(["I do not know."])),
+        (math_domain(), MATH_SUBSTITUTE, math_item, ScriptedClient(["It is \\boxed{12}."])),
+        (CHESS, CHESS_SUBSTITUTE, CHESS.item_from_raw(MATE_ROW), ScriptedClient(["<move>a2a3</move>"])),
+    ]
+    for domain, code, item, client in runs:
+        ep = await episode(tmp_path, domain, code, item, client)
+        assert ep.reward == 1.0 and ep.turns == 1 and not ep.answer_not_model, domain.name

@@ -23,17 +23,17 @@ from typing import Any
 
 import pytest
 
+from synthetic import Synthetic, SyntheticEnvironment
 from tests.component.test_search_phase import GOOD
 from tests.fixtures.proposer_double import DigitSayerPolicyDouble
 from whale.core import layout
 from whale.core.alternation import Observations, decide
 from whale.core.protocol import EvalPhaseArgs, HarnessPhaseArgs, HarnessPhaseResult, phase_request
 from whale.core.spec import WhaleRunSpec, WhaleRunStatus
+from whale.domain import StepResult
 from whale.inference.base import ChatResult, Completion, SamplingParams
 from whale.metaharness.archive import Archive
 from whale.metaharness.evaluate import EvalSettings
-from synthetic import Synthetic, SyntheticEnvironment
-from whale.domain import StepResult
 from whale.metaharness.integrity import ANSWER_NOT_FROM_MODEL, REWARDED_WITHOUT_MODEL, SCORE_UP_TOKENS_DOWN
 from whale.metaharness.records import INCOMING_ID, Candidate, Status
 from whale.store import Store, open_store
