@@ -631,6 +631,11 @@ class Evaluation(_Model):
     )
     max_items: Items | None = Field(None, description="cap the test items (smoke runs)")
     split: Literal["test", "harness", "weight"] = "test"
+    timeout_seconds: Seconds = Field(
+        86400,
+        description="wall time of one evaluation; past it every episode not yet done ends failed (reward 0, "
+        "end: limit) and the result says how many",
+    )
     seed: Int64 | None = Field(
         0,
         description="sampling seed of every evaluation: each model call's seed is derived from (seed, item id, "
@@ -1135,8 +1140,27 @@ CLI_AT_POD = (
 )
 
 
+class EpisodeBounds(_Model):
+    """What one episode may take, whatever its harness does (docs/security.md, "Bounds"): on reaching a bound
+    the episode ends failed (``end: limit``, reward 0, the reason in its trace). Not the paper's (it has
+    none): generous enough that no harness of the paper's kind meets them."""
+
+    max_actions: Annotated[int, Strict(), Field(ge=1, le=1_000_000)] = Field(
+        256, description="environment steps and tool calls of one episode"
+    )
+    max_message_bytes: Annotated[int, Strict(), Field(ge=1024, le=1 << 30)] = Field(
+        256 << 10, description="UTF-8 bytes of one message a harness hook adds, or of one action"
+    )
+    max_episode_bytes: Annotated[int, Strict(), Field(ge=1024, le=1 << 34)] = Field(
+        4 << 20, description="UTF-8 bytes of all the messages of one episode (the model's replies included)"
+    )
+    timeout_seconds: Seconds = Field(1800, description="wall time of one episode (hooks, model calls, tools)")
+
+
 class Sandbox(_Model):
     """How untrusted code runs: proposer-written harness files and the model's code (math's code tool)."""
+
+    episode: EpisodeBounds = Field(EpisodeBounds(), description="what one episode may take (actions, bytes, time)")
 
     isolation: Literal["namespaces", "pod", "none"] = Field(
         "namespaces",

@@ -100,6 +100,21 @@ class EpisodeLimit(EpisodeError):
 
 
 @dataclasses.dataclass(frozen=True)
+class EpisodeBounds:
+    """What one episode may take, whatever its harness does (``spec.sandbox.episode``). On reaching one the
+    episode ends with ``end="limit"``, reward 0 and the reason in ``error``."""
+
+    #: actions (environment steps and tool calls) one episode may ask for
+    max_actions: int = DEFAULT_MAX_ACTIONS
+    #: UTF-8 bytes of one message a hook adds, or of one action's JSON
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    #: UTF-8 bytes of every message of one episode together (the model's replies included)
+    max_episode_bytes: int = DEFAULT_MAX_EPISODE_BYTES
+    #: wall seconds of one episode (harness hooks, model calls, tools), not counting its wait for a slot
+    timeout_s: float = DEFAULT_EPISODE_TIMEOUT_S
+
+
+@dataclasses.dataclass(frozen=True)
 class RunnerConfig:
     """Knobs of the episode loop."""
 
@@ -117,16 +132,10 @@ class RunnerConfig:
     #: seed every model call from (seed, item id, sample, turn) (:func:`whale.inference.base.call_seed`),
     #: so the same model and harness sample the same episodes whatever the concurrency; None: unseeded
     seed: int | None = None
-    #: actions (environment steps and tool calls) one episode may ask for
-    max_actions: int = DEFAULT_MAX_ACTIONS
-    #: UTF-8 bytes of one message a hook adds, or of one action's JSON
-    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
-    #: UTF-8 bytes of every message of one episode together (the model's replies included)
-    max_episode_bytes: int = DEFAULT_MAX_EPISODE_BYTES
-    #: wall seconds of one episode (harness hooks, model calls, tools), not counting its wait for a slot
-    episode_timeout_s: float = DEFAULT_EPISODE_TIMEOUT_S
+    #: what one episode may take (``spec.sandbox.episode``)
+    bounds: EpisodeBounds = EpisodeBounds()
     #: ``time.monotonic()`` after which every episode ends at once with ``end="limit"`` (an evaluation's
-    #: wall-time bound); None: none
+    #: wall-time bound, ``spec.evaluation.timeoutSeconds``); None: none
     deadline: float | None = None
 
 
@@ -228,7 +237,7 @@ class EpisodeRunner:
             episode.error = (
                 "the evaluation's wall-time bound had passed"
                 if self.config.deadline is not None and time.monotonic() >= self.config.deadline
-                else f"the episode ran past its wall-time bound of {self.config.episode_timeout_s:g} s"
+                else f"the episode ran past its wall-time bound of {self.config.bounds.timeout_s:g} s"
             )
         except (EpisodeError, HarnessError, InferenceError, DomainError) as exc:
             episode.end, episode.error, episode.reward = EndReason.ERROR, _one_line(exc), 0.0
@@ -247,7 +256,7 @@ class EpisodeRunner:
 
     def _episode_seconds(self) -> float:
         """Wall seconds this episode may run: its own bound, cut by the evaluation's deadline."""
-        seconds = self.config.episode_timeout_s
+        seconds = self.config.bounds.timeout_s
         if self.config.deadline is not None:
             seconds = min(seconds, self.config.deadline - time.monotonic())
         return max(0.0, seconds)
@@ -316,7 +325,7 @@ class EpisodeRunner:
 
     def _bound(self, ep: Episode, hook: str, decision: dict[str, Any]) -> None:
         """Refuse a decision past the episode's bounds (actions, message bytes) before any of it is kept."""
-        cfg = self.config
+        cfg = self.config.bounds
         used = self._used.setdefault(id(ep), [0, 0])  # [actions, message bytes] so far
         actions = used[0] + len(decision["actions"])
         if actions > cfg.max_actions:

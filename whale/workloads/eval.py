@@ -32,6 +32,7 @@ import asyncio
 import logging
 import statistics
 import tempfile
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -59,6 +60,7 @@ from whale.rsft.checkpoint import require_complete
 from whale.store import Store
 from whale.workloads.common import (
     ProgressWriter,
+    episode_bounds,
     harness_file,
     harness_limits,
     load_domain,
@@ -94,6 +96,7 @@ def item_record(item_id: str, subset: str, episodes: Sequence[Episode]) -> dict[
         "mean": statistics.fmean(rewards) if rewards else 0.0,
         "turns": [e.turns for e in episodes],
         "errors": [e.error for e in episodes if e.end == EndReason.ERROR],
+        "limits": [e.error for e in episodes if e.end == EndReason.LIMIT],
         "completion_tokens": usage.completion_tokens,
         "mean_completion_tokens": round(usage.mean_completion_tokens, 3),
         "mean_turns": round(usage.mean_turns, 3),
@@ -238,6 +241,7 @@ async def _evaluate(
     chunk = chunk_items or max(1, 4 * spec.inference.max_concurrency // k)
     notes: list[str] = list(domain.notes())
     errors = sum(len(r.get("errors", [])) for r in records)
+    limited = sum(len(r.get("limits", [])) for r in records)
     # an item's k first turns share one n=k request (one prefill) when their prompts are equal
     # seeded per (evaluation seed, item, sample, turn): the same checkpoint and harness give the same mean@k
     config = RunnerConfig(
@@ -245,6 +249,8 @@ async def _evaluate(
         harness_label=request.eval.harness or "h0",
         share_first_turn=True,
         seed=spec.evaluation.seed,
+        bounds=episode_bounds(spec),
+        deadline=time.monotonic() + spec.evaluation.timeout_seconds,
     )
     isolation = spec.sandbox.isolation
     if isolation == "none":
@@ -265,6 +271,7 @@ async def _evaluate(
             if failed and len(failed) == len(episodes) and not records:
                 raise EvalError(f"every episode of the first {len(batch)} items failed; first error: {failed[0].error}")
             errors += len(failed)
+            limited += sum(1 for e in episodes if e.end == EndReason.LIMIT)
             new = [
                 item_record(str(item.get("id")), domain.subset(item), episodes[i * k : (i + 1) * k])
                 for i, item in enumerate(batch)
@@ -277,6 +284,11 @@ async def _evaluate(
             log.info("eval %s: %d/%d items", phase, len(records), len(items))
     if errors:
         notes.append(f"{errors} episodes ended in an error (scored 0); see {layout.eval_traces_prefix(run, phase)}")
+    if limited:
+        notes.append(
+            f"{limited} episodes reached a bound (spec.sandbox.episode, spec.evaluation.timeoutSeconds) and were "
+            f"ended (scored 0); see limits in {items_key}"
+        )
     mean, per_subset = summarise(records, k)
     usage = usage_summary(records)
     policy = IntegrityPolicy(

@@ -39,7 +39,15 @@ from whale.metaharness.proposer import Proposer
 from whale.metaharness.proposer import from_spec as proposer_from_spec
 from whale.rsft.checkpoint import require_complete
 from whale.store import Store
-from whale.workloads.common import ProgressWriter, harness_limits, load_domain, read_request, read_spec, sampling_params
+from whale.workloads.common import (
+    ProgressWriter,
+    episode_bounds,
+    harness_limits,
+    load_domain,
+    read_request,
+    read_spec,
+    sampling_params,
+)
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +110,7 @@ def run_search(
             sampling=sampling_params(request, spec),
             max_concurrency=spec.inference.max_concurrency,
             limits=harness_limits(spec),
+            bounds=episode_bounds(spec),
         )
     if proposer is None:
         proposer = proposer_from_spec(hs.proposer)  # a missing key / endpoint fails here, before any work
