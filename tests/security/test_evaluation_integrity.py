@@ -20,7 +20,6 @@ from whale.core import layout
 from whale.core.alternation import Observations, decide
 from whale.core.protocol import EvalPhaseArgs, EvalResult, phase_request
 from whale.core.spec import WhaleRunSpec, WhaleRunStatus
-from whale.harness import provenance
 from whale.metaharness.integrity import ANSWER_NOT_FROM_MODEL, SPLIT_DEPENDENT, ModelUsage
 from whale.store import open_store
 from whale.workloads.eval import run_eval
@@ -129,12 +128,8 @@ def test_a_split_dependent_harness_is_flagged_and_never_the_best(tmp_path: Path)
 
 
 @pytest.mark.timeout(120)
-def test_action_off_checks_no_evaluation_and_the_attack_needs_both_walls_gone(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    result, _, _ = evaluate(tmp_path / "off", {"action": "off"})
-    assert result.integrity_flags == [] and result.mean_at_k == 0.0  # provenance still scores, off flags nothing
-    # without the provenance rule as well, the attack of issue 27 is back: a perfect, unflagged test mean
-    monkeypatch.setattr(provenance, "check", lambda *args, **kwargs: provenance.Verdict())
-    result, _, _ = evaluate(tmp_path / "bare", {"action": "off"})
+def test_with_the_walls_off_the_attack_reports_a_perfect_unflagged_mean(tmp_path: Path) -> None:
+    """``integrity.action: off`` (a spec author's explicit choice) lifts both walls: the attack of issue 27."""
+    result, _, _ = evaluate(tmp_path, {"action": "off"})
     assert result.integrity_flags == [] and result.mean_at_k == 1.0
+    assert result.model_usage is not None and result.model_usage.answer_not_model == 12  # still measured

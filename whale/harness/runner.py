@@ -137,6 +137,9 @@ class RunnerConfig:
     #: ``time.monotonic()`` after which every episode ends at once with ``end="limit"`` (an evaluation's
     #: wall-time bound, ``spec.evaluation.timeoutSeconds``); None: none
     deadline: float | None = None
+    #: score 0 an episode whose graded answer is not model text (the provenance rule); False only under
+    #: ``spec.harnessSearch.integrity.action: off`` (the verdict is still recorded in the trace)
+    enforce_provenance: bool = True
 
 
 def check_tools(tools: list[dict[str, Any]] | None, domain: Domain) -> list[dict[str, Any]] | None:
@@ -275,7 +278,7 @@ class EpisodeRunner:
             bool(verdict.injected),
             verdict.reason,
         )
-        if verdict.not_model:
+        if verdict.not_model and self.config.enforce_provenance:
             ep.reward = 0.0
 
     async def _loop(

@@ -43,6 +43,8 @@ class EvalSettings:
     max_concurrency: int = 64
     #: what one episode may take (spec.sandbox.episode)
     bounds: EpisodeBounds = EpisodeBounds()
+    #: an answer that is not model text scores 0 (False only under integrity action off)
+    enforce_provenance: bool = True
 
 
 @dataclasses.dataclass
@@ -125,7 +127,10 @@ class CandidateEvaluator:
     ) -> RunOutcome:
         done: list[Episode] = []
         config = RunnerConfig(
-            max_concurrency=self.settings.max_concurrency, harness_label=label, bounds=self.settings.bounds
+            max_concurrency=self.settings.max_concurrency,
+            harness_label=label,
+            bounds=self.settings.bounds,
+            enforce_provenance=self.settings.enforce_provenance,
         )
         try:
             episodes = await asyncio.wait_for(

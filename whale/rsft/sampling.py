@@ -79,6 +79,7 @@ class HarnessSampler:
         limits: SandboxLimits | None = None,
         processes: int | None = None,
         bounds: EpisodeBounds | None = None,
+        enforce_provenance: bool = True,
     ):
         self.domain = domain
         self.harness_path = Path(harness_path)
@@ -89,6 +90,7 @@ class HarnessSampler:
             harness_label=harness_label or str(harness_path),
             share_first_turn=True,
             bounds=bounds or EpisodeBounds(),
+            enforce_provenance=enforce_provenance,
         )
         # the chat-template variables generation used (the client's, then every request's), so SFT
         # renders the trajectory the way generation saw it (enable_thinking)

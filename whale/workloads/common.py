@@ -108,6 +108,12 @@ def episode_bounds(spec: Any) -> Any:
     )
 
 
+def enforces_provenance(spec: Any) -> bool:
+    """Whether an answer that is not model text scores 0 (``whale.harness.provenance``): always, unless the
+    spec author turned the integrity walls off (``spec.harnessSearch.integrity.action: off``)."""
+    return bool(spec.harness_search.integrity.action != "off")
+
+
 def harness_file(store: Store, key: str | None, domain: Any, tmp: Path) -> Path:
     """The harness to run under: a store key (read in place on a local store), or the domain's h0."""
     if key is None:

@@ -60,6 +60,7 @@ from whale.rsft.checkpoint import require_complete
 from whale.store import Store
 from whale.workloads.common import (
     ProgressWriter,
+    enforces_provenance,
     episode_bounds,
     harness_file,
     harness_limits,
@@ -251,6 +252,7 @@ async def _evaluate(
         seed=spec.evaluation.seed,
         bounds=episode_bounds(spec),
         deadline=time.monotonic() + spec.evaluation.timeout_seconds,
+        enforce_provenance=enforces_provenance(spec),
     )
     isolation = spec.sandbox.isolation
     if isolation == "none":

@@ -41,6 +41,7 @@ from whale.rsft.checkpoint import require_complete
 from whale.store import Store
 from whale.workloads.common import (
     ProgressWriter,
+    enforces_provenance,
     episode_bounds,
     harness_limits,
     load_domain,
@@ -111,6 +112,7 @@ def run_search(
             max_concurrency=spec.inference.max_concurrency,
             limits=harness_limits(spec),
             bounds=episode_bounds(spec),
+            enforce_provenance=enforces_provenance(spec),
         )
     if proposer is None:
         proposer = proposer_from_spec(hs.proposer)  # a missing key / endpoint fails here, before any work
