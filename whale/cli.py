@@ -31,7 +31,7 @@ from whale import plugins
 from whale.core import layout
 from whale.core.schedule import ScheduleError, resolve
 from whale.core.schedule import plan as make_plan
-from whale.manifest import Manifest, ManifestError, load_manifest, local_problems
+from whale.manifest import Manifest, ManifestError, load_manifest, local_problems, spec_warnings
 from whale.report.cli import report as report_command
 
 app = typer.Typer(
@@ -124,6 +124,8 @@ def _load_checked(path: Path) -> tuple[Manifest, dict[str, int]]:
     except (plugins.DomainLoadError, OSError, ValueError) as exc:
         where = "spec.data.dataDir" if m.spec.data.data_dir or os.environ.get("WHALE_DATA_DIR") else "spec.data"
         _fail([f"{where}: cannot read the {m.spec.domain} data: {exc}"], str(path))
+    for warning in spec_warnings(m.spec, sizes):  # on stderr: `whale plan -o json` stays JSON
+        err.print(f"warning: {warning}", markup=False, highlight=False)
     return m, sizes
 
 
