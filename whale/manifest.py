@@ -555,9 +555,9 @@ def _guarded(field_name: str, check: Any, *args: Any) -> list[str]:
 #: where a ``cli`` proposer's ``readPaths`` may never point: folders that hold credentials or the project's
 #: data (the agent is untrusted; what it can read it can copy into a harness file or its reply)
 _SECRET_HOME_DIRS = (".ssh", ".aws", ".kube", ".config", ".docker", ".gnupg", ".netrc", ".git-credentials")
-_SYSTEM_DIRS = ("/etc", "/proc", "/sys", "/dev", "/run", "/var", "/tmp", "/boot")
-#: folders of homes: refused themselves and as an ancestor; a folder inside one is checked as the home is
-_HOME_ROOTS = ("/home", "/root")
+_SYSTEM_DIRS = ("/etc", "/proc", "/sys", "/dev", "/run", "/boot")
+#: folders that hold others' files: refused themselves and as an ancestor, not what lies inside them
+_HOME_ROOTS = ("/home", "/root", "/tmp", "/var")
 
 
 def read_path_problems(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str]) -> list[str]:

@@ -130,6 +130,6 @@ def test_a_split_dependent_harness_is_flagged_and_never_the_best(tmp_path: Path)
 @pytest.mark.timeout(120)
 def test_with_the_walls_off_the_attack_reports_a_perfect_unflagged_mean(tmp_path: Path) -> None:
     """``integrity.action: off`` (a spec author's explicit choice) lifts both walls: the attack of issue 27."""
-    result, _, _ = evaluate(tmp_path, {"action": "off"})
+    result, _, _ = evaluate(tmp_path, {"action": "off", "acknowledgeOff": True})
     assert result.integrity_flags == [] and result.mean_at_k == 1.0
     assert result.model_usage is not None and result.model_usage.answer_not_model == 12  # still measured

@@ -251,7 +251,7 @@ def test_action_flag_accepts_the_cheater_but_the_result_and_status_show_it(tmp_p
 
 @pytest.mark.timeout(240)
 def test_action_off_measures_but_flags_nothing(tmp_path: Path):
-    store, _, result = _run_phase(tmp_path, integrity={"action": "off"})
+    store, _, result = _run_phase(tmp_path, integrity={"action": "off", "acknowledgeOff": True})
     cheater = _candidates(store)["i02-c2"]
     assert cheater.usage.rewarded_without_model == HARNESS_ITEMS and not cheater.integrity_flags
     assert result.accepted_candidate == "i02-c2" and result.integrity_flags == []
