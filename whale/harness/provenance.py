@@ -106,7 +106,8 @@ def check(
     results; any JSON), each with the number of messages the episode had when it came; ``graded``: the spellings of every answer submitted for grading;
     ``gold``: the item's gold answers (empty: no injection check)."""
     by_model = set(model_indices)
-    model_text = "\n".join(text_of(messages[i]) for i in sorted(by_model) if 0 <= i < len(messages))
+    texts = [text_of(m) for m in messages]  # each message normalised once
+    model_text = "\n".join(texts[i] for i in sorted(by_model) if 0 <= i < len(messages))
     submitted = [tuple(s for s in (normalise(x) for x in spellings) if s) for spellings in graded]
     submitted = [s for s in submitted if s]
     not_model = tuple(s[0] for s in submitted if not any(occurs(x, model_text) for x in s))
@@ -117,7 +118,7 @@ def check(
         env = sorted(((position, text_of(value)) for position, value in env_texts), key=lambda e: e[0])
         for g in golds:
             # the first message that holds it; the environment must not have shown it before that message
-            first = next((i for i, m in enumerate(messages) if occurs(g, text_of(m))), None)
+            first = next((i for i, text in enumerate(texts) if occurs(g, text)), None)
             if first is None or first in by_model:
                 continue
             if not any(position <= first and occurs(g, text) for position, text in env):
