@@ -1528,7 +1528,8 @@ class WhaleRunStatus(_Model):
     integrity_flags: list[IntegrityFlagStatus] = Field(
         default_factory=list,
         description="harness candidates flagged for reward integrity (at most 20 per phase, "
-        "the accepted one first; the phase's result.json lists them all)",
+        "the accepted one first; the phase's result.json lists them all) and flagged evaluations (evaluation: "
+        "true; never the best)",
     )
     last_eval_mean: float | None = None
     reason: str | None = None
