@@ -244,7 +244,7 @@ async def test_without_the_rule_every_attack_here_scores(tmp_path: Path, monkeyp
     monkeypatch.setattr(provenance, "check", lambda *args, **kwargs: provenance.Verdict())
     syn = {"id": "test-00001", "digit": 7, "answer": "7"}
     math_item = {"id": "prov-math-1", "problem": "What is the secret number?", "answer": "98765"}
-    runs = [
+    runs: list[tuple[Domain, str, dict[str, Any], InferenceClient]] = [
         (SYNTHETIC, SYNTHETIC_SUBSTITUTE, syn, ScriptedClient(["I do not know."])),
         (math_domain(), MATH_SUBSTITUTE, math_item, ScriptedClient(["It is \\boxed{12}."])),
         (CHESS, CHESS_SUBSTITUTE, CHESS.item_from_raw(MATE_ROW), ScriptedClient(["<move>a2a3</move>"])),

@@ -138,6 +138,7 @@ def test_whale_validate_refuses_with_a_clear_message(tmp_path: Path, case: Case)
 
 @pytest.mark.parametrize("case", [c for c in CASES if isinstance(c.content, dict)], ids=lambda c: c.id)
 def test_the_crd_refuses_what_its_schema_can_express(case: Case) -> None:
+    assert isinstance(case.content, dict)
     if case.crd == "reject":
         assert crd_errors(case.content), "the CRD schema accepts what `whale validate` refuses"
     elif case.crd.startswith("cel:"):
