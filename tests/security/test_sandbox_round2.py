@@ -15,7 +15,7 @@ import platform
 
 import pytest
 
-from whale.sandbox import Outcome, run_python
+from whale.sandbox import GiB, Limits, Outcome, run_python
 
 EAFNOSUPPORT, EPERM = 97, 1
 
@@ -83,3 +83,24 @@ def test_a_note_in_the_callers_session_keyring_is_out_of_reach() -> None:
         pytest.skip(f"this kernel gives the test no session keyring (errno {ctypes.get_errno()})")
     assert libc.syscall(250, 10, -3, b"user", b"whale-note", 0) == key  # the caller finds its note ...
     assert probe()["keyring search"] == EPERM  # ... a sandbox does not
+
+
+HOARD = r"""
+import os, time
+for _ in range(4):
+    if os.fork() == 0:
+        block = b"x" * (400 * 1024 * 1024)  # each child well under its own 1 GiB address-space limit
+        time.sleep(60)
+        os._exit(0)
+for _ in range(4):
+    os.wait()
+print("held 1.6 GiB together")
+"""
+
+
+def test_memory_is_bounded_per_sandbox_not_only_per_process() -> None:
+    """Four children x 400 MiB in a sandbox limited to 1 GiB: its init counts their memory together and ends
+    the sandbox, reported as the memory limit (it held 1.6 GiB, then 2.9 GiB with larger children, before)."""
+    r = run_python(HOARD, limits=Limits(memory_bytes=GiB, wall_s=30))
+    assert r.outcome is Outcome.MEMORY_LIMIT, r.describe()
+    assert "the sandbox's processes held" in r.stderr and "held 1.6 GiB" not in r.stdout

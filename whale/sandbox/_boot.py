@@ -108,6 +108,8 @@ _DENIED_CALLS = (
 #: cannot read, answers ENOSYS, and the C library falls back to clone)
 _NAMESPACE_FLAGS = (CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET, 0x02000000)
 KEYCTL_JOIN_SESSION_KEYRING = 1
+#: seconds between two counts of the sandbox's memory by its init
+MEMORY_POLL_S = 0.05
 _KEYCTL = {"x86_64": 250, "aarch64": 219}
 
 
@@ -554,18 +556,29 @@ def _init(cfg, status, status_fd, alive_r, report_w, result_fd):
     except BaseException as exc:  # noqa: BLE001
         _report_error(status_fd, status, exc)
         os._exit(SETUP_FAILED_EXIT)
+    limit = cfg.get("sandbox_memory_bytes") if cfg["sandboxed"] else None
+    # the caller's stderr, kept (by the init only) to say why it killed the sandbox for its memory
+    err = os.dup(2) if limit else None
     null = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):  # only the program holds the caller's pipes
         os.dup2(null, fd)
     os.write(report_w, (json.dumps({"program_pid": pid}) + "\n").encode())
     wait_status = None
+    over = None
     while wait_status is None:
         try:
-            done, ws = os.waitpid(-1, 0)
+            done, ws = os.waitpid(-1, os.WNOHANG if limit and over is None else 0)
         except ChildProcessError:
             break
         if done == pid:
             wait_status = ws
+        elif done == 0:  # nothing ended: count the namespace's memory, then look again shortly
+            held = _namespace_private_bytes()
+            if held > limit:
+                over = held
+                os.kill(-1, signal.SIGKILL)  # the whole sandbox: its processes together went over
+            else:
+                select.select([], [], [], MEMORY_POLL_S)
     # the program is gone: nothing it started may outlive it
     try:
         if cfg["sandboxed"]:
@@ -586,8 +599,37 @@ def _init(cfg, status, status_fd, alive_r, report_w, result_fd):
                 json.dump(payload, f)
         except OSError:
             pass
+    if err is not None:
+        if over is not None:  # read as the memory limit (like a MemoryError), not an unexplained kill
+            message = (
+                f"\nMemoryError: the sandbox's processes held {over} bytes together, over its limit of {limit}; "
+                "all were killed\n"
+            )
+            try:
+                os.write(err, message.encode())
+            except OSError:
+                pass
+        os.close(err)
     os.write(report_w, (json.dumps({"wait_status": wait_status}) + "\n").encode())
     os._exit(0)
+
+
+def _namespace_private_bytes():
+    """Private resident memory of every process of the namespace but the init (``statm``: resident minus
+    file-backed and shared pages; memfd and new tmpfs mounts are refused by the filter, the scratch tmpfs
+    has its own size)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or entry == "1":
+            continue
+        try:
+            with open(f"/proc/{entry}/statm", "rb") as f:
+                fields = f.read().split()
+            total += (int(fields[1]) - int(fields[2])) * page
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    return total
 
 
 # ----- boot ---------------------------------------------------------------------------------------------------
