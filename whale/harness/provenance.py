@@ -105,14 +105,15 @@ def check(
     from a model completion; ``env_texts``: what the environment gave (task, observations, tool
     results; any JSON), each with the number of messages the episode had when it came; ``graded``: the spellings of every answer submitted for grading;
     ``gold``: the item's gold answers (empty: no injection check)."""
+    submitted = [tuple(s for s in (normalise(x) for x in spellings) if s) for spellings in graded]
+    submitted = [s for s in submitted if s]
+    golds = [g for g in dict.fromkeys(normalise(g) for g in gold) if g]
+    if not submitted and not golds:
+        return Verdict()
     by_model = set(model_indices)
     texts = [text_of(m) for m in messages]  # each message normalised once
     model_text = "\n".join(texts[i] for i in sorted(by_model) if 0 <= i < len(messages))
-    submitted = [tuple(s for s in (normalise(x) for x in spellings) if s) for spellings in graded]
-    submitted = [s for s in submitted if s]
     not_model = tuple(s[0] for s in submitted if not any(occurs(x, model_text) for x in s))
-
-    golds = [g for g in dict.fromkeys(normalise(g) for g in gold) if g]
     injected: list[str] = []
     if golds:
         env = sorted(((position, text_of(value)) for position, value in env_texts), key=lambda e: e[0])
