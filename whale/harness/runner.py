@@ -7,6 +7,11 @@ an exception: a failing harness hook, inference call or environment ends the epi
 ``end="error"``, reward 0 and a one-line ``error`` (the proposer reads these). Rewards come from the
 domain's verifier (``Environment.reward``) after the episode ends, however it ends, except on error.
 
+Answer provenance (:mod:`whale.harness.provenance`): after the verifier, an episode whose graded answer no
+model reply holds scores 0, and gold in the harness's own messages is marked. Bounds
+(:class:`EpisodeBounds`, ``spec.sandbox.episode``): actions, bytes per message and per episode, wall time
+(and an evaluation's deadline); past one the episode ends with ``end="limit"``, reward 0.
+
 Token budget of an episode (the paper's, ``SamplingParams.episode_*``): every model call's
 ``max_tokens`` is the least of the per-call cap (``max_tokens``), the episode's generated tokens
 left (``episode_tokens`` minus what its calls generated), the window left (``episode_window`` minus
@@ -229,19 +234,11 @@ class EpisodeRunner:
         env_texts: list[tuple[int, Any]] = []
         try:
             env = self.domain.make_env(item)
-            async with asyncio.timeout(self._episode_seconds()):
-                episode.end = await self._loop(env, episode, first, env_texts)
+            episode.end = await self._bounded_loop(env, episode, first, env_texts)
             episode.reward = float(env.reward())
             self._check_provenance(env, episode, env_texts)
         except EpisodeLimit as exc:
             episode.end, episode.error, episode.reward = EndReason.LIMIT, _one_line(exc), 0.0
-        except TimeoutError:
-            episode.end, episode.reward = EndReason.LIMIT, 0.0
-            episode.error = (
-                "the evaluation's wall-time bound had passed"
-                if self.config.deadline is not None and time.monotonic() >= self.config.deadline
-                else f"the episode ran past its wall-time bound of {self.config.bounds.timeout_s:g} s"
-            )
         except (EpisodeError, HarnessError, InferenceError, DomainError) as exc:
             episode.end, episode.error, episode.reward = EndReason.ERROR, _one_line(exc), 0.0
         except Exception as exc:  # a bug in domain code must not sink the other episodes
@@ -257,12 +254,24 @@ class EpisodeRunner:
             episode.seconds = time.perf_counter() - started
         return episode
 
-    def _episode_seconds(self) -> float:
-        """Wall seconds this episode may run: its own bound, cut by the evaluation's deadline."""
-        seconds = self.config.bounds.timeout_s
-        if self.config.deadline is not None:
-            seconds = min(seconds, self.config.deadline - time.monotonic())
-        return max(0.0, seconds)
+    async def _bounded_loop(
+        self, env: Environment, ep: Episode, first: SharedFirstTurn | None, env_texts: list[tuple[int, Any]]
+    ) -> str:
+        """:meth:`_loop` within the episode's wall time, cut by the evaluation's deadline (EpisodeLimit past it)."""
+        cfg = self.config
+        seconds = cfg.bounds.timeout_s
+        if cfg.deadline is not None:
+            seconds = min(seconds, cfg.deadline - time.monotonic())
+        timeout = asyncio.timeout(max(0.0, seconds))
+        try:
+            async with timeout:
+                return await self._loop(env, ep, first, env_texts)
+        except TimeoutError:
+            if not timeout.expired():
+                raise  # not ours: a step's own timeout
+            if cfg.deadline is not None and time.monotonic() >= cfg.deadline:
+                raise EpisodeLimit("the evaluation's wall-time bound had passed") from None
+            raise EpisodeLimit(f"the episode ran past its wall-time bound of {cfg.bounds.timeout_s:g} s") from None
 
     def _check_provenance(self, env: Environment, ep: Episode, env_texts: list[tuple[int, Any]]) -> None:
         """The answer-provenance rule (:mod:`whale.harness.provenance`): an answer no model reply holds scores 0."""
