@@ -110,19 +110,16 @@ def item_record(item_id: str, subset: str, episodes: Sequence[Episode]) -> dict[
 
 def usage_summary(records: Sequence[dict[str, Any]]) -> EvalModelUsage:
     """The model usage of a whole evaluation from its per-item records (an earlier attempt's included)."""
-    episodes = sum(int(r.get("k", len(r.get("rewards", [])))) for r in records)
-    tokens = sum(int(r.get("completion_tokens", 0)) for r in records)
-    turns = sum(sum(r.get("turns", [])) for r in records)
-    rewarded_without = [int(r.get("rewarded_without_model", 0)) for r in records]
+    usage = as_model_usage(records)
     return EvalModelUsage(
-        episodes=episodes,
-        episodes_without_model=sum(int(r.get("episodes_without_model", 0)) for r in records),
-        rewarded_without_model=sum(rewarded_without),
-        items_answered_without_model=sum(1 for n in rewarded_without if n > 0),
-        mean_completion_tokens=round(tokens / episodes, 3) if episodes else 0.0,
-        mean_turns=round(turns / episodes, 3) if episodes else 0.0,
-        answer_not_model=sum(int(r.get("answer_not_model", 0)) for r in records),
-        rewarded_injected=sum(int(r.get("rewarded_injected", 0)) for r in records),
+        episodes=usage.episodes,
+        episodes_without_model=usage.without_model,
+        rewarded_without_model=usage.rewarded_without_model,
+        items_answered_without_model=sum(1 for r in records if int(r.get("rewarded_without_model", 0)) > 0),
+        mean_completion_tokens=round(usage.mean_completion_tokens, 3),
+        mean_turns=round(usage.mean_turns, 3),
+        answer_not_model=usage.answer_not_model,
+        rewarded_injected=usage.rewarded_injected,
     )
 
 
