@@ -41,6 +41,7 @@ from whale.manifest import (
     hub_model,
     load_manifest,
     local_problems,
+    spec_warnings,
 )
 from whale.report.cli import report as report_command
 
@@ -152,6 +153,8 @@ def _load_checked(path: Path) -> tuple[Manifest, dict[str, int]]:
     except (plugins.DomainLoadError, OSError, ValueError) as exc:
         where = "spec.data.dataDir" if m.spec.data.data_dir or os.environ.get("WHALE_DATA_DIR") else "spec.data"
         _fail([f"{where}: cannot read the {m.spec.domain} data: {exc}"], str(path))
+    for warning in spec_warnings(m.spec, sizes):  # on stderr: `whale plan -o json` stays JSON
+        err.print(f"warning: {warning}", markup=False, highlight=False)
     return m, sizes
 
 

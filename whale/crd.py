@@ -21,12 +21,14 @@ from whale.core.spec import (
     API_GROUP,
     API_VERSION,
     CLI_AT_POD,
+    INTEGRITY_OFF_UNACKNOWLEDGED,
     KIND,
     PATTERN_HINTS,
     PLURAL,
     RSFT,
     SHORT_NAMES,
     SINGULAR,
+    UNISOLATED_UNACKNOWLEDGED,
     AdaptiveHarness,
     Proposer,
     WhaleRunSpec,
@@ -116,6 +118,17 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "rule": f"!({_SEARCHES}) || !has(self.sandbox) || !has(self.sandbox.isolation) || "
             f"self.sandbox.isolation != 'pod' || {_BACKEND} != 'cli'",
             "message": CLI_AT_POD,
+        },
+        {
+            "rule": "!has(self.sandbox) || !has(self.sandbox.isolation) || self.sandbox.isolation != 'none' || "
+            "(has(self.sandbox.acknowledgeUnisolated) && self.sandbox.acknowledgeUnisolated)",
+            "message": UNISOLATED_UNACKNOWLEDGED,
+        },
+        {
+            "rule": "!has(self.harnessSearch) || !has(self.harnessSearch.integrity) || "
+            "!has(self.harnessSearch.integrity.action) || self.harnessSearch.integrity.action != 'off' || "
+            "(has(self.harnessSearch.integrity.acknowledgeOff) && self.harnessSearch.integrity.acknowledgeOff)",
+            "message": INTEGRITY_OFF_UNACKNOWLEDGED,
         },
         {
             "rule": "has(self.storage) && has(self.storage.uri)",

@@ -227,6 +227,10 @@ class StepResult:
     done: bool = False
     #: JSON extras recorded in the trace only (never shown to the harness)
     info: dict[str, Any] = dataclasses.field(default_factory=dict)
+    #: the answer this step submits for grading, as the verifier reads it, in each spelling it accepts
+    #: (math: the boxed content; chess: the move's UCI and SAN); empty: the step grades nothing. The
+    #: runtime scores 0 an episode whose graded answer no model reply contains (whale.harness.provenance)
+    graded: tuple[str, ...] = ()
 
 
 class Environment(abc.ABC):
@@ -257,6 +261,11 @@ class Environment(abc.ABC):
     def reward(self) -> float:
         """The verifier on the final state (called once, after the episode ends, also after a turn
         budget or harness stop): 1.0 solved, 0.0 not; values in [0, 1]."""
+
+    def gold_answers(self) -> tuple[str, ...]:
+        """The item's gold answers as text, for the runtime's answer-injection check (never sent to the
+        harness; ``whale.harness.provenance``). Default: none (no injection check)."""
+        return ()
 
     def close(self) -> None:
         """Free per-episode resources. Called once after :meth:`reward`."""

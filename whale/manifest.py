@@ -35,7 +35,16 @@ from pydantic import ValidationError
 
 from whale import hub, plugins
 from whale.core.layout import RUN_NAME_MAX_LEN, check_run_name
-from whale.core.spec import API_GROUP, API_VERSION, DNS1123_LABEL, KIND, PATTERN_HINTS, WhaleRunSpec
+from whale.core.spec import (
+    API_GROUP,
+    API_VERSION,
+    DNS1123_LABEL,
+    KIND,
+    LABEL_VALUE,
+    PATTERN_HINTS,
+    QUALIFIED_NAME,
+    WhaleRunSpec,
+)
 from whale.metaharness import proposer
 from whale.rsft.architecture import Architecture, training_problems
 
@@ -147,6 +156,7 @@ def parse_document(doc: Any, source: str = "manifest", check_domain: bool = True
             check_run_name(name)
         except ValueError as exc:
             problems.append(f"metadata.name: {exc}")
+    problems.extend(_label_problems(meta.get("labels")))
     namespace = meta.get("namespace")
     if namespace is not None:
         try:
@@ -177,6 +187,29 @@ def parse_document(doc: Any, source: str = "manifest", check_domain: bool = True
 
 
 _NAMESPACE_RE = re.compile(DNS1123_LABEL.removeprefix("^").removesuffix("$"))
+_LABEL_KEY_RE = re.compile(QUALIFIED_NAME.removeprefix("^").removesuffix("$"))
+_LABEL_VALUE_RE = re.compile(LABEL_VALUE.removeprefix("^").removesuffix("$"))
+
+
+def _label_problems(labels: Any) -> list[str]:
+    """``metadata.labels`` as Kubernetes has them (the operator copies them onto the run's children): no
+    newline, no space, bounded."""
+    if labels is None:
+        return []
+    if not isinstance(labels, dict):
+        return ["metadata.labels: must be a mapping of label keys to values"]
+    out = []
+    for key, value in list(labels.items())[:64]:
+        if not isinstance(key, str) or len(key) > 317 or not _LABEL_KEY_RE.fullmatch(key):
+            out.append(f"metadata.labels: key {_short(key)} is not a label key ([prefix/]name of letters, digits, -_.)")
+        elif not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE_RE.fullmatch(value):
+            out.append(
+                f"metadata.labels.{key}: {_short(value)} is not a label value: at most 63 letters, digits, '-', '_' "
+                "and '.', starting and ending with a letter or digit (no spaces or newlines)"
+            )
+    if len(labels) > 64:
+        out.append(f"metadata.labels: {len(labels)} labels; at most 64")
+    return out
 
 
 def _check_namespace(namespace: Any) -> None:
@@ -265,6 +298,8 @@ def check_structure(text: str) -> None:
             expanded += 1
             if event.anchor is not None:
                 anchors[event.anchor] = 1
+            if not event.style and event.implicit[0]:  # plain (the C parser says "", the Python one None)
+                _check_plain_scalar(event)
         elif isinstance(event, yaml.AliasEvent):
             expanded += anchors.get(event.anchor, 1) if event.anchor is not None else 1
         else:
@@ -273,6 +308,30 @@ def check_structure(text: str) -> None:
             raise ValueError(
                 f"more than {MAX_NODES} YAML nodes (aliases counted as what they stand for) by "
                 f"{_where(event.start_mark)}; a WhaleRun manifest has a few hundred"
+            )
+
+
+#: plain scalars whose value differs between YAML 1.1 (PyYAML, kubectl's older decoders) and YAML 1.2: a
+#: base-60 number (``1:30`` is 90 in 1.1, a string in 1.2), a leading-zero number (``010``: 8 in 1.1, 10 in
+#: 1.2), an underscore in a number (``1_000``), and the 1.1-only booleans (``yes``, ``no``, ``on``, ``off``)
+_AMBIGUOUS_SCALARS = (
+    (re.compile(r"[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+(\.[0-9_]*)?"), "a base-60 number in YAML 1.1"),
+    (re.compile(r"[-+]?0[0-9_]+(\.[0-9_]*)?"), "octal in YAML 1.1, decimal in YAML 1.2"),
+    (re.compile(r"[-+]?[0-9][0-9_]*_[0-9_]*(\.[0-9_]*)?"), "a number in YAML 1.1, a string in YAML 1.2"),
+    (re.compile(r"yes|no|on|off", re.IGNORECASE), "a boolean in YAML 1.1, a string in YAML 1.2"),
+)
+
+
+def _check_plain_scalar(event: Any) -> None:
+    """Refuse an unquoted scalar that YAML 1.1 and 1.2 read differently: quote it, or write it plainly."""
+    value = event.value
+    if len(value) > 40:
+        return
+    for pattern, why in _AMBIGUOUS_SCALARS:
+        if pattern.fullmatch(value):
+            raise ValueError(
+                f"{value!r} at {_where(event.start_mark)} is {why}, so tools read it differently: write the value "
+                f"you mean plainly (a number without leading zeros, ':' or '_'; true or false) or quote it ('{value}')"
             )
 
 
@@ -460,7 +519,10 @@ def architecture_problems(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, s
     the same before it loads any weights)."""
     if not spec.condition.trains_weights:
         return [], []
-    arch, where = model_architecture(spec, cwd, environ)
+    try:
+        arch, where = model_architecture(spec, cwd, environ)
+    except OSError as exc:  # a name too long for the file system, a loop of links: said, never a traceback
+        arch, where = None, f"cannot read the model's path ({exc.strerror or exc})"
     if arch is None:
         return [], [f"model architecture not checked: {where}; the train workload checks it before loading weights"]
     problems = training_problems(arch, pack_sequences=spec.rsft.pack_sequences)
@@ -487,6 +549,8 @@ def replay_script_problems(spec: WhaleRunSpec, cwd: Path) -> list[str]:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         return [f"{field_name}: cannot read {path} as JSON: {exc}"]
+    except RecursionError:
+        return [f"{field_name}: {path} is nested too deeply to read; a replay script is a few levels deep"]
     iterations = data.get("iterations") if isinstance(data, dict) else None
     if not isinstance(iterations, dict):
         return [f'{field_name}: {path} must be {{"iterations": {{"2": [...]}}}} (candidates per iteration)']
@@ -523,6 +587,77 @@ def data_dir_problems(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str])
     return []
 
 
+def spec_warnings(spec: WhaleRunSpec, split_sizes: Mapping[str, int]) -> list[str]:
+    """What `whale validate`, `whale plan` and `whale run` print before anything else: the settings that lift
+    a wall (acknowledged, or the spec would not have loaded) and a budget the schedule does not reach."""
+    from whale.core.schedule import plan
+
+    out = []
+    if spec.sandbox.isolation == "none":
+        out.append(
+            "spec.sandbox.isolation: none (acknowledged): harness files and model-written code run WITHOUT "
+            "isolation and can read what this run can; trusted local use only"
+        )
+    if spec.condition.searches_harness and spec.harness_search.integrity.action == "off":
+        out.append(
+            "spec.harnessSearch.integrity.action: off (acknowledged): answers the model did not write keep their "
+            "reward and no candidate or evaluation is flagged; the run's numbers can be faked by its harnesses"
+        )
+    out += [str(w) for w in plan(spec, dict(split_sizes)).get("warnings", [])]
+    return out
+
+
+def _guarded(field_name: str, check: Any, *args: Any) -> list[str]:
+    """``check(*args)``, with an OS error on the way (a name too long for the file system, a loop of links,
+    no permission) reported as a problem of ``field_name``, never a traceback."""
+    try:
+        return list(check(*args))
+    except OSError as exc:
+        where = f" ({_short(exc.filename, 80)})" if exc.filename else ""
+        return [f"{field_name}: cannot check the path{where}: {exc.strerror or exc}"]
+
+
+#: where a ``cli`` proposer's ``readPaths`` may never point: folders that hold credentials or the project's
+#: data (the agent is untrusted; what it can read it can copy into a harness file or its reply)
+_SECRET_HOME_DIRS = (".ssh", ".aws", ".kube", ".config", ".docker", ".gnupg", ".netrc", ".git-credentials")
+_SYSTEM_DIRS = ("/etc", "/proc", "/sys", "/dev", "/run", "/boot")
+#: folders that hold others' files: refused themselves and as an ancestor, not what lies inside them
+_HOME_ROOTS = ("/home", "/root", "/tmp", "/var")
+
+
+def read_path_problems(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str]) -> list[str]:
+    """A ``cli`` proposer's ``readPaths`` (its own install, mounted read-only into its sandbox) must not show it
+    the data root (gold answers, the test split), the checkout, a home folder or its credential folders, or
+    a system folder: each entry must be a folder of its own that holds none of them and is inside none of
+    them (a home's ``~/.local/share/claude`` is fine; ``~`` is not)."""
+    proposer = spec.harness_search.proposer
+    if proposer.backend != "cli" or not spec.condition.searches_harness:
+        return []
+    home = Path(environ.get("HOME") or Path.home()).resolve()
+    from whale.domain import default_data_root
+
+    data = [text for text in (spec.data.data_dir, environ.get("WHALE_DATA_DIR")) if text] or [str(default_data_root())]
+    checkout = Path(__file__).resolve().parent.parent
+    # overlapping either way: the entry holds it, or lies inside it
+    protected = [_resolve(text, cwd).resolve() for text in data] + [checkout]
+    protected += [home / name for name in _SECRET_HOME_DIRS] + [Path(d) for d in _SYSTEM_DIRS]
+    # holding it is refused; inside it is fine (an install under ~/.local)
+    containers = [home, *(Path(d) for d in _HOME_ROOTS)]
+    out = []
+    for i, text in enumerate(proposer.read_paths):
+        path = _resolve(text, cwd).resolve()
+        field_name = f"spec.harnessSearch.proposer.readPaths[{i}]"
+        clash = next((p for p in protected if p == path or p.is_relative_to(path) or path.is_relative_to(p)), None)
+        if clash is None:
+            clash = next((p for p in containers if p == path or p.is_relative_to(path)), None)
+        if clash is not None:
+            out.append(
+                f"{field_name}: {text} would show the untrusted agent {clash} (data, the checkout, a home folder, "
+                "credentials or a system folder); name only the agent's own install (e.g. /opt/claude-code)"
+            )
+    return out
+
+
 def local_problems(
     manifest: Manifest, cwd: Path | None = None, environ: Mapping[str, str] | None = None, *, hub_check: bool = True
 ) -> list[str]:
@@ -535,9 +670,10 @@ def local_problems(
     cwd = Path.cwd() if cwd is None else cwd
     env = os.environ if environ is None else environ
     spec = manifest.spec
-    problems = model_problems(spec, cwd, env, hub_check=hub_check)
-    problems += replay_script_problems(spec, cwd)
-    problems += data_dir_problems(spec, cwd, env)
+    problems = _guarded("spec.model.name", lambda: model_problems(spec, cwd, env, hub_check=hub_check))
+    problems += _guarded("spec.harnessSearch.proposer.script", replay_script_problems, spec, cwd)
+    problems += _guarded("spec.data.dataDir", data_dir_problems, spec, cwd, env)
+    problems += _guarded("spec.harnessSearch.proposer.readPaths", read_path_problems, spec, cwd, env)
     if spec.sandbox.isolation == "pod":  # the harness pod exists only on a cluster: fail closed here
         from whale.harness.launch import POD_WITHOUT_HOST
 

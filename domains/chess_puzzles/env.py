@@ -192,6 +192,7 @@ class ChessEnvironment(Environment):
         return self.episode.observation()
 
     def step(self, action: Any) -> StepResult:
+        before = self.episode.board.copy(stack=False)
         judgement = self.episode.play(action)
         observation = self.episode.observation()
         observation["verdict"] = judgement.verdict.value
@@ -199,10 +200,30 @@ class ChessEnvironment(Environment):
         if judgement.verdict in (Verdict.MALFORMED, Verdict.ILLEGAL):
             observation["error"] = judgement.feedback
         info = {"puzzle_id": self.episode.puzzle.puzzle_id, **self.episode.history[-1]}
-        return StepResult(observation=observation, done=judgement.done, info=info)
+        return StepResult(
+            observation=observation,
+            done=judgement.done,
+            info=info,
+            graded=_spellings(before, info["answer"], judgement.verdict),
+        )
+
+    def gold_answers(self) -> tuple[str, ...]:
+        """The solver's moves of the stored line, UCI."""
+        return self.episode.puzzle.solver_moves
 
     def reward(self) -> float:
         return self.episode.reward
+
+
+def _spellings(board: chess.Board, uci: str, verdict: Verdict) -> tuple[str, ...]:
+    """The judged move as the model may have written it: UCI, SAN, SAN without ``+``/``#`` (none for
+    a malformed answer: no move was judged)."""
+    if verdict is Verdict.MALFORMED:
+        return ()
+    if verdict is Verdict.ILLEGAL:
+        return (uci,)
+    san = board.san(chess.Move.from_uci(uci))
+    return tuple(dict.fromkeys((uci, san, san.rstrip("+#"))))
 
 
 def score_line(row: Mapping[str, Any], answers: list[str | None], accept_any_mate: bool = False) -> float:

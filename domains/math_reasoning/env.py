@@ -58,6 +58,7 @@ class MathEnvironment(Environment):
             observation={"answer": self.final_reply, "boxed": boxed},
             done=True,
             info={"boxed": boxed, "gold": self.item["answer"], "match": self.match},
+            graded=(boxed,) if boxed else (),
         )
 
     def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
@@ -71,6 +72,9 @@ class MathEnvironment(Environment):
             before = f" Output before the error: {result.output[:300]}" if result.output.strip() else ""
             raise ToolError(result.error + before)
         return result.output if result.output.strip() else EMPTY_OUTPUT
+
+    def gold_answers(self) -> tuple[str, ...]:
+        return (str(self.item["answer"]),)
 
     def reward(self) -> float:
         return score(self.final_reply, self.item["answer"], self.match)

@@ -108,6 +108,7 @@ class SearchEnvironment(Environment):
             observation={"answer": answer},
             done=True,
             info={"answer": answer, "golden_answers": list(self.item["golden_answers"])},
+            graded=(answer,) if answer else (),
         )
 
     def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
@@ -123,6 +124,9 @@ class SearchEnvironment(Environment):
         if len(queries) == 1:
             return blocks[0]
         return "\n---\n".join(f"Query: {q}\n{b}" for q, b in zip(queries, blocks, strict=True))
+
+    def gold_answers(self) -> tuple[str, ...]:
+        return tuple(str(g) for g in self.item["golden_answers"])
 
     def reward(self) -> float:
         return score(self.final_reply, self.item["golden_answers"])

@@ -28,11 +28,20 @@ class SyntheticEnvironment(Environment):
         self.answer: str | None = None
 
     def reset(self) -> dict[str, Any]:
-        return {"digit": self.item["digit"], "question": tasks.user_prompt(self.item)}
+        return {"id": self.item["id"], "digit": self.item["digit"], "question": tasks.user_prompt(self.item)}
 
     def step(self, action: Any) -> StepResult:
         self.answer = action if isinstance(action, str) else ("" if action is None else str(action))
-        return StepResult(observation={"answered": True}, done=True, info={"expected": self.item["answer"]})
+        submitted = tasks.extract_answer(self.answer)
+        return StepResult(
+            observation={"answered": True},
+            done=True,
+            info={"expected": self.item["answer"]},
+            graded=(submitted,) if submitted else (),
+        )
+
+    def gold_answers(self) -> tuple[str, ...]:
+        return (str(self.item["answer"]),)
 
     def reward(self) -> float:
         return tasks.score(self.answer or "", self.item)

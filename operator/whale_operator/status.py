@@ -130,9 +130,20 @@ def stalled_condition(status: WhaleRunStatus) -> tuple[str, str, str, str]:
 
 
 def integrity_condition(status: WhaleRunStatus) -> tuple[str, str, str, str]:
-    """RewardIntegrity from ``status.integrityFlags``: True while no accepted harness is flagged (flagged
-    candidates that were not accepted only show in the message), False once the run went on with one."""
+    """RewardIntegrity from ``status.integrityFlags``: True while no accepted harness and no evaluation is
+    flagged (flagged candidates that were not accepted only show in the message), False once the run went on
+    with one or an evaluation was flagged (its mean is never the best)."""
     flags = status.integrity_flags
+    evaluations = [f for f in flags if f.evaluation]
+    if evaluations:
+        names = ", ".join(f"{f.phase} ({f.candidate})" for f in evaluations[:10])
+        why = "; ".join(evaluations[-1].reasons[:1])
+        return _cond(
+            REWARD_INTEGRITY,
+            False,
+            "FlaggedEvaluation",
+            f"evaluation(s) flagged, never the best: {names}; {why}",
+        )
     accepted = [f for f in flags if f.accepted]
     if accepted:
         names = ", ".join(f"{f.candidate} ({f.phase})" for f in accepted)
@@ -198,7 +209,8 @@ def events(before: WhaleRunStatus, after: WhaleRunStatus, actions: tuple[Action,
                 WARNING,
                 REWARD_INTEGRITY,
                 "; ".join(
-                    f"{f.phase}/{f.candidate} {'ACCEPTED' if f.accepted else 'not accepted'}: "
+                    f"{f.phase}/{f.candidate} "
+                    f"{'evaluation flagged' if f.evaluation else 'ACCEPTED' if f.accepted else 'not accepted'}: "
                     f"{f.reasons[0] if f.reasons else 'flagged'}"
                     for f in new
                 )[:1000],

@@ -139,7 +139,7 @@ def test_the_eval_workload_records_the_isolation_it_ran_under(tmp_path: Path) ->
             "condition": "mh_only",
             "model": {"name": "unused"},
             "evaluation": {"samplesPerItem": 1},
-            "sandbox": {"isolation": isolation},
+            "sandbox": {"isolation": isolation, "acknowledgeUnisolated": isolation == "none"},
         }
         request = phase_request(
             spec,

@@ -125,6 +125,9 @@ def test_whale_run_trains_the_next_weight_phase_under_the_accepted_harness(tmp_p
                 "proposalsPerIteration": 1,
                 "smokeTestItems": 2,
                 "proposer": {"backend": "replay", "script": str(script)},
+                # the oracle answers from the task (not model text): only with the integrity walls off does it
+                # keep its reward, which is what makes "trained under the accepted harness" visible here
+                "integrity": {"action": "off", "acknowledgeOff": True},
             },
         }
     )

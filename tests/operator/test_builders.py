@@ -194,7 +194,7 @@ def test_train_job_whole_manifest():
 
 def test_workers_without_isolation_get_no_sandbox_capabilities():
     """spec.sandbox.isolation: none starts no sandbox, so the worker is restricted, as the image's plain user."""
-    spec = make_spec(sandbox={"isolation": "none"})
+    spec = make_spec(sandbox={"isolation": "none", "acknowledgeUnisolated": True})
     for request in (weight_request(spec),):
         pod = builders.job(RUN, spec, request, store_uri=STORE)["spec"]["template"]["spec"]
         assert pod["containers"][0]["securityContext"] == RESTRICTED

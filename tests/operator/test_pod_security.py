@@ -53,7 +53,13 @@ def spec_of(path: Path, **cluster: Any) -> WhaleRunSpec:
 
 
 def with_isolation(spec: WhaleRunSpec, isolation: str) -> WhaleRunSpec:
-    return spec.model_copy(update={"sandbox": spec.sandbox.model_copy(update={"isolation": isolation})})
+    return spec.model_copy(
+        update={
+            "sandbox": spec.sandbox.model_copy(
+                update={"isolation": isolation, "acknowledge_unisolated": isolation == "none"}
+            )
+        }
+    )
 
 
 def everything(spec: WhaleRunSpec) -> list[dict[str, Any]]:

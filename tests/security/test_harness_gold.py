@@ -161,5 +161,5 @@ async def test_synthetic_task_carries_no_answer_field() -> None:
     episode, tap = await episode_through_tap(SYNTHETIC, item, ["<answer>4</answer>"])
     assert episode.reward == 1.0
     start = json.loads(next(line for line in tap.sent if json.loads(line)["fn"] == "start"))
-    assert set(start["kwargs"]["task"]) == {"digit", "question"}
+    assert set(start["kwargs"]["task"]) == {"id", "digit", "question"}
     assert all(not keys(json.loads(line)) & {"answer", "expected"} for line in tap.sent)

@@ -26,10 +26,11 @@ STORE = "s3://whale"
 
 
 def spec_at(isolation: str, **placement: Any) -> WhaleRunSpec:
-    spec = make_spec(sandbox={"isolation": isolation})
+    sandbox = {"isolation": isolation, "acknowledgeUnisolated": isolation == "none"}
+    spec = make_spec(sandbox=sandbox)
     if placement:
         cluster = spec.cluster.to_wire() | {"placement": {"harness": placement}}
-        spec = make_spec(sandbox={"isolation": isolation}, cluster=cluster)
+        spec = make_spec(sandbox=sandbox, cluster=cluster)
     return spec
 
 

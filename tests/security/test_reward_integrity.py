@@ -6,10 +6,16 @@ in ``start`` and never calls the model. The cheater passes validation and the sm
 higher; the attack is that it gets accepted. The loop must flag it, refuse it by default, accept it
 under ``action: flag`` only with the flag in the phase result and in the run's status, and an
 evaluation of such a harness must show, per item, that the model was never called.
+
+Since the answer-provenance rule (``whale.harness.provenance``; tests/security/test_answer_provenance.py),
+the real synthetic domain scores such an answer 0 before these rules see it (the last test here). The rules
+below stay the line for a domain whose environment declares no graded answer, so the phases here run on
+:class:`UndeclaredAnswerSyntheticDouble`, the synthetic domain with that declaration removed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -17,16 +23,18 @@ from typing import Any
 
 import pytest
 
+from synthetic import Synthetic, SyntheticEnvironment
 from tests.component.test_search_phase import GOOD
 from tests.fixtures.proposer_double import DigitSayerPolicyDouble
 from whale.core import layout
 from whale.core.alternation import Observations, decide
 from whale.core.protocol import EvalPhaseArgs, HarnessPhaseArgs, HarnessPhaseResult, phase_request
 from whale.core.spec import WhaleRunSpec, WhaleRunStatus
+from whale.domain import StepResult
 from whale.inference.base import ChatResult, Completion, SamplingParams
 from whale.metaharness.archive import Archive
 from whale.metaharness.evaluate import EvalSettings
-from whale.metaharness.integrity import REWARDED_WITHOUT_MODEL, SCORE_UP_TOKENS_DOWN
+from whale.metaharness.integrity import ANSWER_NOT_FROM_MODEL, REWARDED_WITHOUT_MODEL, SCORE_UP_TOKENS_DOWN
 from whale.metaharness.records import INCOMING_ID, Candidate, Status
 from whale.store import Store, open_store
 from whale.workloads.eval import run_eval
@@ -74,6 +82,19 @@ class EvenDigitSayerPolicyDouble(DigitSayerPolicyDouble):
         return ChatResult(completions, prompt_tokens=10, completion_tokens=5 * n)
 
 
+class _UndeclaredAnswerEnvDouble(SyntheticEnvironment):
+    def step(self, action: Any) -> StepResult:
+        return dataclasses.replace(super().step(action), graded=())
+
+
+class UndeclaredAnswerSyntheticDouble(Synthetic):
+    """The synthetic domain whose environment declares no graded answer (a plugin without
+    ``StepResult.graded``): the provenance rule has nothing to check there; the model-usage rules do."""
+
+    def make_env(self, item: dict[str, Any]) -> SyntheticEnvironment:
+        return _UndeclaredAnswerEnvDouble(item)
+
+
 SETTINGS = EvalSettings(
     smoke_items=2, smoke_hook_timeout_s=3.0, smoke_timeout_s=30, candidate_timeout_s=60, max_concurrency=8
 )
@@ -98,7 +119,9 @@ def _spec(script: Path, integrity: dict[str, Any] | None) -> dict[str, Any]:
     }
 
 
-def _run_phase(tmp_path: Path, integrity: dict[str, Any] | None) -> tuple[Store, dict[str, Any], HarnessPhaseResult]:
+def _run_phase(
+    tmp_path: Path, integrity: dict[str, Any] | None, domain: Synthetic | None = None
+) -> tuple[Store, dict[str, Any], HarnessPhaseResult]:
     script = tmp_path / "proposals.json"
     script.write_text(
         json.dumps(
@@ -125,7 +148,14 @@ def _run_phase(tmp_path: Path, integrity: dict[str, Any] | None) -> tuple[Store,
     )
     store.write_json(layout.spec_key(RUN), spec)
     store.write_json(layout.request_key(RUN, PHASE), request.to_wire())
-    result = run_search(store, RUN, PHASE, client=EvenDigitSayerPolicyDouble(), settings=SETTINGS)
+    result = run_search(
+        store,
+        RUN,
+        PHASE,
+        domain=domain or UndeclaredAnswerSyntheticDouble(),
+        client=EvenDigitSayerPolicyDouble(),
+        settings=SETTINGS,
+    )
     assert HarnessPhaseResult.model_validate(store.read_json(layout.result_key(RUN, PHASE))) == result
     return store, spec, result
 
@@ -221,7 +251,7 @@ def test_action_flag_accepts_the_cheater_but_the_result_and_status_show_it(tmp_p
 
 @pytest.mark.timeout(240)
 def test_action_off_measures_but_flags_nothing(tmp_path: Path):
-    store, _, result = _run_phase(tmp_path, integrity={"action": "off"})
+    store, _, result = _run_phase(tmp_path, integrity={"action": "off", "acknowledgeOff": True})
     cheater = _candidates(store)["i02-c2"]
     assert cheater.usage.rewarded_without_model == HARNESS_ITEMS and not cheater.integrity_flags
     assert result.accepted_candidate == "i02-c2" and result.integrity_flags == []
@@ -251,7 +281,7 @@ def test_an_eval_of_a_harness_that_skips_the_model_shows_it_per_item(tmp_path: P
     store.write_json(layout.spec_key(RUN), spec)
     store.write_json(layout.request_key(RUN, phase), request.to_wire())
     policy = EvenDigitSayerPolicyDouble()
-    result = run_eval(store, RUN, phase, client=policy)
+    result = run_eval(store, RUN, phase, domain=UndeclaredAnswerSyntheticDouble(), client=policy)
 
     assert result.mean_at_k == 1.0 and policy.calls == 0  # a perfect score, and the model never asked
     items = store.read_jsonl(layout.eval_items_key(RUN, phase))
@@ -264,3 +294,17 @@ def test_an_eval_of_a_harness_that_skips_the_model_shows_it_per_item(tmp_path: P
     assert (usage.episodes, usage.episodes_without_model, usage.items_answered_without_model) == (10, 10, 5)
     assert usage.mean_completion_tokens == 0.0
     assert any("5 of 5 items were answered without calling the model" in n for n in result.notes)
+
+
+@pytest.mark.timeout(240)
+def test_on_a_domain_that_declares_its_graded_answer_the_cheater_scores_zero(tmp_path: Path):
+    """The real synthetic domain: the answer the cheater submits is in no model reply, so it scores 0,
+    is flagged by the provenance rule and is refused, even under ``action: flag`` (the honest harness wins)."""
+    store, spec, result = _run_phase(tmp_path, integrity={"action": "flag"}, domain=Synthetic())
+    cheater = _candidates(store)["i02-c2"]
+    assert cheater.status is Status.SCORED and cheater.score == 0.0
+    assert cheater.usage.answer_not_model == HARNESS_ITEMS and cheater.usage.rewarded == 0
+    assert [f.split("]")[0] + "]" for f in cheater.integrity_flags] == [f"[{ANSWER_NOT_FROM_MODEL}]"]
+    assert result.accepted_candidate == "i02-c1"
+    status = _status_after(spec, result)
+    assert [(f.candidate, f.accepted) for f in status.integrity_flags] == [("i02-c2", False)]

@@ -19,7 +19,7 @@ from whale.core.spec import RunPhase, WhaleRunStatus
 
 def evaluation_table(status: WhaleRunStatus) -> Table:
     """Each evaluation point: phase (it names cycle and what it follows), step, harness, training rollouts
-    spent by then, mean@k; the best marked with ``*``."""
+    spent by then, mean@k; the best marked with ``*``, an evaluation flagged for reward integrity ``FLAGGED``."""
     best = status.best.phase if status.best else None
     k = status.best.k if status.best else None
     table = Table(title="evaluations", title_justify="left")
@@ -31,6 +31,8 @@ def evaluation_table(status: WhaleRunStatus) -> Table:
     table.add_column(f"mean@{k or 'k'}", justify="right", no_wrap=True)
     for e in status.evals:
         mean = "-" if e.mean_at_k is None else f"{e.mean_at_k:.4f}" + (" *" if e.phase == best else "  ")
+        if e.flagged:
+            mean += " FLAGGED"
         table.add_row(
             e.phase,
             str(e.step),
@@ -104,6 +106,10 @@ def final_summary(
     lines.append(
         "checkpoint: " + (uri_for.get(checkpoint, checkpoint) if checkpoint else "the base model (no step trained)")
     )
+    for flag in status.integrity_flags:
+        what = "evaluation" if flag.evaluation else "ACCEPTED candidate" if flag.accepted else "candidate (refused)"
+        reason = flag.reasons[0] if flag.reasons else "flagged"
+        lines.append(f"reward integrity: {flag.phase} {what} {flag.candidate}: {reason}")
     rows.extend(Text(line) for line in lines)
     rows.append(Text("next:"))
     rows.extend(Text(f"  {command}") for command in next_commands(name, status, store_arg, run_command, prog))

@@ -505,7 +505,16 @@ class _Machine:
             key = point.phase
             if key in self.obs.results:
                 res = EvalResult.model_validate(self.obs.results[key])
-                self.state = self.state.with_eval_result(key, res.mean_at_k, res.k)
+                flags = (
+                    (
+                        IntegrityFlagStatus(
+                            phase=key, candidate=point.harness or "h0", evaluation=True, reasons=res.integrity_flags
+                        ),
+                    )
+                    if res.integrity_flags
+                    else ()
+                )
+                self.state = self.state.with_eval_result(key, res.mean_at_k, res.k, flags)
                 continue
             args = EvalPhaseArgs(
                 cycle=point.cycle,

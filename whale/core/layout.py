@@ -237,6 +237,11 @@ def harness_key(run: str, name: str) -> str:
     return f"{run_prefix(run)}/harnesses/{name}.py"
 
 
+def harness_usage_key(harness: str) -> str:
+    """Beside a harness file the search hands on: its model usage on D_harness (the evaluation's split rule)."""
+    return harness.removesuffix(".py") + ".usage.json"
+
+
 def archive_prefix(run: str, cycle: int) -> str:
     return f"{run_prefix(run)}/archive/c{cycle:02d}"
 

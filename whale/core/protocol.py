@@ -371,6 +371,12 @@ class EvalModelUsage(_Wire):
     )
     mean_completion_tokens: float = Field(0.0, description="model completion tokens per episode")
     mean_turns: float = Field(0.0, description="model calls per episode")
+    answer_not_model: int = Field(
+        0, description="episodes whose graded answer no model reply held (scored 0: whale.harness.provenance)"
+    )
+    rewarded_injected: int = Field(
+        0, description="rewarded episodes whose harness messages held the gold answer before the model wrote it"
+    )
 
 
 class EvalResult(_Wire):
@@ -383,6 +389,11 @@ class EvalResult(_Wire):
     notes: list[str] = Field(default_factory=list, description="e.g. benchmarks missing from the data")
     model_usage: EvalModelUsage | None = Field(None, description="model usage over the evaluation's episodes")
     sandbox_isolation: SandboxIsolation | None = Field(None, description=_ISOLATION_HELP)
+    integrity_flags: list[str] = Field(
+        default_factory=list,
+        description="reward-integrity flags of this evaluation, `[rule] message` (whale.metaharness.integrity); "
+        "a flagged evaluation is never the run's best",
+    )
 
 
 RESULT_MODELS: dict[PhaseKind, type[_Wire]] = {

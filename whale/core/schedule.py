@@ -236,10 +236,12 @@ def plan(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> dict[str, Any]:
     rollouts = 0
     entries = _plan_entries(spec, sched)
     head.extend(islice(entries, half))
+    reached = 0
     for entry in chain(head, _count_rest(entries, tail)):
         counts[entry["kind"]] += 1
         if entry["kind"] == "weight":
             rollouts += (entry["toStep"] - entry["fromStep"]) * sched.rollouts_per_step
+            reached = max(reached, entry["toStep"])
         elif entry["kind"] == "harness":
             rollouts += harness_phase_rollouts(sched, entry["iterations"])
     total_entries = sum(counts.values())
@@ -254,6 +256,15 @@ def plan(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> dict[str, Any]:
     }
     if total_entries > len(listed):
         out["phasesOmitted"] = total_entries - len(listed)
+    if cond.trains_weights and reached < sched.total_steps:
+        # the run ends at maxCycles before its budget: say so, and price what it trains
+        out["totalSteps"] = reached
+        out["requestedTotalSteps"] = sched.total_steps
+        out["warnings"] = [
+            f"schedule.maxCycles ({sched.max_cycles}) ends the run after {sched.max_cycles} cycles, at step "
+            f"{reached:,} of the {sched.total_steps:,} the weight budget asks for; raise schedule.maxCycles "
+            "or lower schedule.totalSteps/totalEpochs"
+        ]
     if sched.cycle_steps:
         out["weightStepsPerCycle"] = sched.cycle_steps
     if cond.trains_weights:

@@ -112,11 +112,24 @@ QUANTITY = (
     r"(([KMGTPE]i)|[numkMGTPE]|([eE][-+]?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
 )
 ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
-#: a download address of a data source: http(s) only, no whitespace
-SOURCE_URL = r"^https?://[^\s]+$"
+#: a download address of a data source: http(s) only, no whitespace, no credentials (user:password@)
+SOURCE_URL = r"^https?://[^/@\s?#]+([/?#]\S*)?$"
+#: an endpoint or store address: a scheme, then no credentials (user:password@) before the path, no whitespace
+URL = r"^[A-Za-z][-A-Za-z0-9+.]*://[^/@\s?#]*([/?#]\S*)?$"
+#: host[:port] (an S3 endpoint), optionally with a scheme: no credentials, no whitespace
+ENDPOINT = r"^([A-Za-z][-A-Za-z0-9+.]*://)?[^/@\s?#]+/?$"
+#: a container image reference: registry/name[:tag][@digest]; no whitespace or control characters
+IMAGE_REF = r"^[A-Za-z0-9][-A-Za-z0-9._/:@+]*$"
+_NO_CREDENTIALS = (
+    "no credentials in it (user:password@): put them in a Secret (storage.credentialsSecret, proposer.apiKeySecret)"
+)
 SHA256_HEX = r"^[0-9a-f]{64}$"
 #: an absolute path other than "/" itself, without a trailing "/"
 ABSOLUTE_PATH = r"^/[^\x00]*[^/\x00]$"
+#: a path inside a folder: relative (no leading '/' or '~'), no '..' component, no NUL, no newline
+RELATIVE_PATH = (
+    r"^([^/~.\x00\n]|\.[^./\x00\n]|\.\.[^/\x00\n])[^/\x00\n]*(/([^/.\x00\n]|\.[^./\x00\n]|\.\.[^/\x00\n])[^/\x00\n]*)*$"
+)
 
 #: what each pattern means, for error messages (``whale.manifest`` turns a pattern mismatch into this)
 PATTERN_HINTS: dict[str, str] = {
@@ -131,9 +144,15 @@ PATTERN_HINTS: dict[str, str] = {
     SECRET_KEY: "must be a Secret key: letters, digits, '-', '_' and '.'",
     QUANTITY: "must be a Kubernetes quantity like '8', '500m', '32Gi' or '1.5' (quote it in YAML)",
     ENV_NAME: "must be an environment variable name: letters, digits and '_', not starting with a digit",
-    SOURCE_URL: "must be an http:// or https:// URL without spaces",
+    SOURCE_URL: f"must be an http:// or https:// URL without spaces and {_NO_CREDENTIALS}",
+    URL: f"must be a URL (scheme://host/path) without spaces and {_NO_CREDENTIALS}",
+    ENDPOINT: f"must be host[:port] (optionally with http:// or https://), {_NO_CREDENTIALS}",
+    IMAGE_REF: "must be a container image reference (registry/name:tag or name@sha256:digest): no spaces, "
+    "newlines or quotes",
     SHA256_HEX: "must be a SHA-256 digest: 64 lowercase hexadecimal digits",
     ABSOLUTE_PATH: "must be an absolute path like /opt/agent (not '/' itself, no trailing '/')",
+    RELATIVE_PATH: "must be a path inside the folder it names a file of: relative (no leading '/' or '~'), "
+    "no '.' or '..' component, no newline",
 }
 
 #: variables that change how a program loads, runs, finds files or reaches the network, or that the
@@ -535,7 +554,7 @@ class Proposer(_Model):
     model: Annotated[str, Strict(), Field(min_length=1, max_length=256)] | None = Field(
         None, description="openai/anthropic: the model to ask (e.g. claude-opus-4-1)"
     )
-    base_url: Annotated[str, Strict(), Field(min_length=1, max_length=2048)] | None = Field(
+    base_url: Annotated[str, Strict(), Field(min_length=1, max_length=2048, pattern=URL)] | None = Field(
         None,
         description="openai: the OpenAI-compatible endpoint (.../v1); anthropic: the Messages API root "
         "(default https://api.anthropic.com)",
@@ -593,6 +612,20 @@ class Proposer(_Model):
         return self
 
 
+#: the refusals of the two settings that lift a wall, until the spec says it means it (the CRD's CEL rules say
+#: the same)
+INTEGRITY_OFF_UNACKNOWLEDGED = (
+    "harnessSearch.integrity.action: off lifts the reward-integrity walls (answers the model did not write keep "
+    "their reward, no candidate or evaluation is flagged); set harnessSearch.integrity.acknowledgeOff: true to "
+    "confirm, or use action flag"
+)
+UNISOLATED_UNACKNOWLEDGED = (
+    "sandbox.isolation: none runs harness files and model-written code WITHOUT isolation (they can read what "
+    "the run can: its files, the data, the checkout, its credentials); set sandbox.acknowledgeUnisolated: true "
+    "to confirm (trusted local use only), or use namespaces"
+)
+
+
 class RewardIntegrity(_Model):
     """Reward-integrity checks of the harness search: a candidate whose reward does not come through the
     model (rewarded episodes with no model call; a better score while the model's completion tokens per
@@ -609,6 +642,17 @@ class RewardIntegrity(_Model):
         description="flag a candidate that beats the incoming harness's score with fewer completion "
         "tokens per episode than this fraction of the incoming's (0 disables this rule)",
     )
+    acknowledge_off: StrictBool = Field(
+        False,
+        description="required with action off: true says the spec's author accepts reward that does not come "
+        "through the model (answers the model did not write keep their reward, nothing is flagged)",
+    )
+
+    @model_validator(mode="after")
+    def _acknowledged(self) -> RewardIntegrity:
+        if self.action == "off" and not self.acknowledge_off:
+            raise ValueError(INTEGRITY_OFF_UNACKNOWLEDGED)
+        return self
 
 
 class HarnessSearch(_Model):
@@ -647,6 +691,11 @@ class Evaluation(_Model):
     )
     max_items: Items | None = Field(None, description="cap the test items (smoke runs)")
     split: Literal["test", "harness", "weight"] = "test"
+    timeout_seconds: Seconds = Field(
+        86400,
+        description="wall time of one evaluation; past it every episode not yet done ends failed (reward 0, "
+        "end: limit) and the result says how many",
+    )
     seed: Int64 | None = Field(
         0,
         description="sampling seed of every evaluation: each model call's seed is derived from (seed, item id, "
@@ -663,14 +712,16 @@ class Evaluation(_Model):
 
 
 class Model(_Model):
-    name: Annotated[str, Strict(), Field(min_length=1)] = Field(
+    name: Annotated[str, Strict(), Field(min_length=1, max_length=4096)] = Field(
         ..., description="HF model id, or a local path / store URI of a checkpoint"
     )
     revision: str | None = Field(None, description="HF revision (branch, tag or commit)")
     served_model_name: str | None = Field(None, description="the name vLLM serves the model under")
     max_model_len: Tokens = Field(32768, description="vLLM --max-model-len")
     trust_remote_code: StrictBool = False
-    gguf_file: str | None = Field(None, description="load from this GGUF file inside `name` (CPU demo models)")
+    gguf_file: Annotated[str, Strict(), Field(min_length=1, max_length=1024, pattern=RELATIVE_PATH)] | None = Field(
+        None, description="load from this GGUF file inside `name` (CPU demo models): a relative path without '..'"
+    )
     enable_thinking: StrictBool = Field(
         True,
         description="the chat template's enable_thinking: sent as chat_template_kwargs on every request "
@@ -752,8 +803,12 @@ class Data(_Model):
 
 
 class Storage(_Model):
-    uri: str | None = Field(None, description="file:///path or s3://bucket/prefix; `whale run --store` overrides it")
-    endpoint: str | None = Field(None, description="S3 endpoint host:port (MinIO)")
+    uri: Annotated[str, Strict(), Field(max_length=2048, pattern=URL)] | None = Field(
+        None, description="file:///path or s3://bucket/prefix; `whale run --store` overrides it"
+    )
+    endpoint: Annotated[str, Strict(), Field(max_length=1024, pattern=ENDPOINT)] | None = Field(
+        None, description="S3 endpoint host:port (MinIO)"
+    )
     secure: StrictBool = Field(False, description="HTTPS to the S3 endpoint")
     region: str | None = None
     credentials_secret: K8sName | None = Field(
@@ -767,7 +822,9 @@ class Inference(_Model):
     backend: Literal["auto", "vllm", "transformers", "openai"] = Field(
         "auto", description="auto: vllm on a cluster, transformers in `whale run`"
     )
-    base_url: str | None = Field(None, description="openai backend: an existing OpenAI-compatible endpoint")
+    base_url: Annotated[str, Strict(), Field(max_length=2048, pattern=URL)] | None = Field(
+        None, description="openai backend: an existing OpenAI-compatible endpoint"
+    )
     max_concurrency: Annotated[int, Strict(), Field(ge=1, le=100_000)] = Field(
         64, description="episodes in flight against the server"
     )
@@ -903,10 +960,13 @@ class Toleration(_Model):
         return self
 
 
+ImageRef = Annotated[str, Strict(), Field(min_length=1, max_length=512, pattern=IMAGE_REF)]
+
+
 class Images(_Model):
-    worker: str = "ghcr.io/whale-dev/whale-worker:0.1.0"
-    vllm: str = "vllm/vllm-openai:v0.24.0"
-    tools: str = "ghcr.io/whale-dev/whale-tools:0.1.0"
+    worker: ImageRef = "ghcr.io/whale-dev/whale-worker:0.1.0"
+    vllm: ImageRef = "vllm/vllm-openai:v0.24.0"
+    tools: ImageRef = "ghcr.io/whale-dev/whale-tools:0.1.0"
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
 
 
@@ -1155,8 +1215,38 @@ CLI_AT_POD = (
 )
 
 
+class EpisodeBounds(_Model):
+    """What one episode may take, whatever its harness does (docs/security.md, "Bounds"): on reaching a bound
+    the episode ends failed (``end: limit``, reward 0, the reason in its trace). Not the paper's (it has
+    none): generous enough that no harness of the paper's kind meets them."""
+
+    max_actions: Annotated[int, Strict(), Field(ge=1, le=1_000_000)] = Field(
+        256, description="environment steps and tool calls of one episode"
+    )
+    max_message_bytes: Annotated[int, Strict(), Field(ge=1024, le=1 << 30)] = Field(
+        256 << 10, description="UTF-8 bytes of one message a harness hook adds, or of one action"
+    )
+    max_episode_bytes: Annotated[int, Strict(), Field(ge=1024, le=1 << 34)] = Field(
+        4 << 20, description="UTF-8 bytes of all the messages of one episode (the model's replies included)"
+    )
+    timeout_seconds: Seconds = Field(1800, description="wall time of one episode (hooks, model calls, tools)")
+
+
 class Sandbox(_Model):
     """How untrusted code runs: proposer-written harness files and the model's code (math's code tool)."""
+
+    episode: EpisodeBounds = Field(EpisodeBounds(), description="what one episode may take (actions, bytes, time)")
+    acknowledge_unisolated: StrictBool = Field(
+        False,
+        description="required with isolation none: true says the spec's author accepts untrusted code running "
+        "without isolation (trusted local use only)",
+    )
+
+    @model_validator(mode="after")
+    def _acknowledged(self) -> Sandbox:
+        if self.isolation == "none" and not self.acknowledge_unisolated:
+            raise ValueError(UNISOLATED_UNACKNOWLEDGED)
+        return self
 
     isolation: Literal["namespaces", "pod", "none"] = Field(
         "namespaces",
@@ -1391,18 +1481,23 @@ class EvalPoint(_Model):
     )
     mean_at_k: float | None = Field(None, description="set when the evaluation finished")
     k: int | None = Field(None, description="k of meanAtK, set with it")
+    flagged: bool = Field(
+        False, description="the evaluation was flagged for reward integrity (never the run's best; see integrityFlags)"
+    )
 
-    def finished(self, mean_at_k: float, k: int) -> EvalPoint:
+    def finished(self, mean_at_k: float, k: int, flagged: bool = False) -> EvalPoint:
         """This point with its evaluation's result."""
-        return self.model_copy(update={"mean_at_k": mean_at_k, "k": k})
+        return self.model_copy(update={"mean_at_k": mean_at_k, "k": k, "flagged": flagged})
 
 
 class IntegrityFlagStatus(_Model):
-    """A harness candidate whose reward did not come through the model (from its phase's result)."""
+    """A harness candidate, or an evaluation, whose reward did not come through the model (from its phase's
+    result)."""
 
     phase: str
-    candidate: str
+    candidate: str = Field(description="the candidate's id; for an evaluation, the harness it evaluated (h0: `h0`)")
     accepted: bool = Field(False, description="true: the run went on with this harness (integrity action flag)")
+    evaluation: bool = Field(False, description="true: an evaluation was flagged (its mean is never the best)")
     reasons: list[str] = Field(default_factory=list, description="`[rule] message with the numbers`")
 
 
@@ -1453,7 +1548,8 @@ class WhaleRunStatus(_Model):
     integrity_flags: list[IntegrityFlagStatus] = Field(
         default_factory=list,
         description="harness candidates flagged for reward integrity (at most 20 per phase, "
-        "the accepted one first; the phase's result.json lists them all)",
+        "the accepted one first; the phase's result.json lists them all) and flagged evaluations (evaluation: "
+        "true; never the best)",
     )
     last_eval_mean: float | None = None
     reason: str | None = None

@@ -341,14 +341,19 @@ class RunState:
     def with_owed_eval(self, point: EvalPoint) -> RunState:
         return replace(self, evals=(*self.evals, point))
 
-    def with_eval_result(self, phase: str, mean_at_k: float, k: int) -> RunState:
-        """Record an evaluation's result; ``best`` follows when it beats the best so far."""
-        evals = tuple(e.finished(mean_at_k, k) if e.phase == phase else e for e in self.evals)
+    def with_eval_result(
+        self, phase: str, mean_at_k: float, k: int, flags: tuple[IntegrityFlagStatus, ...] = ()
+    ) -> RunState:
+        """Record an evaluation's result; ``best`` follows when it beats the best so far, unless the
+        evaluation was flagged for reward integrity (``flags``, added to the status's)."""
+        evals = tuple(e.finished(mean_at_k, k, bool(flags)) if e.phase == phase else e for e in self.evals)
         point = next(e for e in evals if e.phase == phase)
         best = self.best
-        if best is None or mean_at_k > best.mean_at_k:
+        if not flags and (best is None or mean_at_k > best.mean_at_k):
             best = best_eval(point)
-        return replace(self, evals=evals, last_eval_mean=mean_at_k, best=best)
+        return replace(
+            self, evals=evals, last_eval_mean=mean_at_k, best=best, integrity_flags=self.integrity_flags + flags
+        )
 
 
 def best_eval(point: EvalPoint, default_k: int | None = None) -> BestEval:

@@ -7,6 +7,11 @@ an exception: a failing harness hook, inference call or environment ends the epi
 ``end="error"``, reward 0 and a one-line ``error`` (the proposer reads these). Rewards come from the
 domain's verifier (``Environment.reward``) after the episode ends, however it ends, except on error.
 
+Answer provenance (:mod:`whale.harness.provenance`): after the verifier, an episode whose graded answer no
+model reply holds scores 0, and gold in the harness's own messages is marked. Bounds
+(:class:`EpisodeBounds`, ``spec.sandbox.episode``): actions, bytes per message and per episode, wall time
+(and an evaluation's deadline); past one the episode ends with ``end="limit"``, reward 0.
+
 Token budget of an episode (the paper's, ``SamplingParams.episode_*``): every model call's
 ``max_tokens`` is the least of the per-call cap (``max_tokens``), the episode's generated tokens
 left (``episode_tokens`` minus what its calls generated), the window left (``episode_window`` minus
@@ -32,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from whale.domain import Domain, DomainError, Environment
+from whale.harness import provenance
 from whale.harness.launch import SandboxLimits
 from whale.harness.process import HarnessError, HarnessPool, HarnessProcess
 from whale.harness.trace import EndReason, Episode
@@ -44,6 +50,13 @@ TRACE_FLUSH_S = 1.0
 #: tokens a chat template may add around one message (role header, end-of-turn, newlines) on top of
 #: its content, for the prompt estimate of a client that cannot count tokens
 MESSAGE_FRAMING_TOKENS = 8
+
+#: bounds of one episode (RunnerConfig; docs/security.md, "Bounds"): a harness that loops tool actions or
+#: sends huge messages ends its episode with ``end="limit"``, reward 0, and the runner's memory stays bounded
+DEFAULT_MAX_ACTIONS = 256
+DEFAULT_MAX_MESSAGE_BYTES = 256 << 10
+DEFAULT_MAX_EPISODE_BYTES = 4 << 20
+DEFAULT_EPISODE_TIMEOUT_S = 1800.0
 
 
 @dataclasses.dataclass
@@ -87,6 +100,25 @@ class EpisodeError(RuntimeError):
     """Ends one episode with ``end="error"``; carries the one-line reason."""
 
 
+class EpisodeLimit(EpisodeError):
+    """Ends one episode with ``end="limit"``: it reached a bound of :class:`RunnerConfig`."""
+
+
+@dataclasses.dataclass(frozen=True)
+class EpisodeBounds:
+    """What one episode may take, whatever its harness does (``spec.sandbox.episode``). On reaching one the
+    episode ends with ``end="limit"``, reward 0 and the reason in ``error``."""
+
+    #: actions (environment steps and tool calls) one episode may ask for
+    max_actions: int = DEFAULT_MAX_ACTIONS
+    #: UTF-8 bytes of one message a hook adds, or of one action's JSON
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
+    #: UTF-8 bytes of every message of one episode together (the model's replies included)
+    max_episode_bytes: int = DEFAULT_MAX_EPISODE_BYTES
+    #: wall seconds of one episode (harness hooks, model calls, tools), not counting its wait for a slot
+    timeout_s: float = DEFAULT_EPISODE_TIMEOUT_S
+
+
 @dataclasses.dataclass(frozen=True)
 class RunnerConfig:
     """Knobs of the episode loop."""
@@ -105,6 +137,14 @@ class RunnerConfig:
     #: seed every model call from (seed, item id, sample, turn) (:func:`whale.inference.base.call_seed`),
     #: so the same model and harness sample the same episodes whatever the concurrency; None: unseeded
     seed: int | None = None
+    #: what one episode may take (``spec.sandbox.episode``)
+    bounds: EpisodeBounds = EpisodeBounds()
+    #: ``time.monotonic()`` after which every episode ends at once with ``end="limit"`` (an evaluation's
+    #: wall-time bound, ``spec.evaluation.timeoutSeconds``); None: none
+    deadline: float | None = None
+    #: score 0 an episode whose graded answer is not model text (the provenance rule); False only under
+    #: ``spec.harnessSearch.integrity.action: off`` (the verdict is still recorded in the trace)
+    enforce_provenance: bool = True
 
 
 def check_tools(tools: list[dict[str, Any]] | None, domain: Domain) -> list[dict[str, Any]] | None:
@@ -148,6 +188,8 @@ class EpisodeRunner:
         self.sampling = sampling
         self.config = config or RunnerConfig()
         self._slots = asyncio.Semaphore(self.config.max_concurrency)
+        #: per running episode (by id): [actions, message bytes] so far, for the bounds
+        self._used: dict[int, list[int]] = {}
 
     async def run(
         self,
@@ -189,16 +231,21 @@ class EpisodeRunner:
         )
         started = time.perf_counter()
         env: Environment | None = None
+        env_texts: list[tuple[int, Any]] = []
         try:
             env = self.domain.make_env(item)
-            episode.end = await self._loop(env, episode, first)
+            episode.end = await self._bounded_loop(env, episode, first, env_texts)
             episode.reward = float(env.reward())
+            self._check_provenance(env, episode, env_texts)
+        except EpisodeLimit as exc:
+            episode.end, episode.error, episode.reward = EndReason.LIMIT, _one_line(exc), 0.0
         except (EpisodeError, HarnessError, InferenceError, DomainError) as exc:
             episode.end, episode.error, episode.reward = EndReason.ERROR, _one_line(exc), 0.0
         except Exception as exc:  # a bug in domain code must not sink the other episodes
             log.exception("episode %s failed", episode.episode_id)
             episode.end, episode.error, episode.reward = EndReason.ERROR, f"internal: {_one_line(exc)}", 0.0
         finally:
+            self._used.pop(id(episode), None)
             if env is not None:
                 try:
                     env.close()
@@ -207,7 +254,45 @@ class EpisodeRunner:
             episode.seconds = time.perf_counter() - started
         return episode
 
-    async def _loop(self, env: Environment, ep: Episode, first: SharedFirstTurn | None) -> str:
+    async def _bounded_loop(
+        self, env: Environment, ep: Episode, first: SharedFirstTurn | None, env_texts: list[tuple[int, Any]]
+    ) -> str:
+        """:meth:`_loop` within the episode's wall time, cut by the evaluation's deadline (EpisodeLimit past it)."""
+        cfg = self.config
+        seconds = cfg.bounds.timeout_s
+        if cfg.deadline is not None:
+            seconds = min(seconds, cfg.deadline - time.monotonic())
+        timeout = asyncio.timeout(max(0.0, seconds))
+        try:
+            async with timeout:
+                return await self._loop(env, ep, first, env_texts)
+        except TimeoutError:
+            if not timeout.expired():
+                raise  # not ours: a step's own timeout
+            if cfg.deadline is not None and time.monotonic() >= cfg.deadline:
+                raise EpisodeLimit("the evaluation's wall-time bound had passed") from None
+            raise EpisodeLimit(f"the episode ran past its wall-time bound of {cfg.bounds.timeout_s:g} s") from None
+
+    def _check_provenance(self, env: Environment, ep: Episode, env_texts: list[tuple[int, Any]]) -> None:
+        """The answer-provenance rule (:mod:`whale.harness.provenance`): an answer no model reply holds scores 0."""
+        verdict = provenance.check(
+            ep.messages,
+            (s["message_index"] for s in ep.steps if s.get("type") == "model"),
+            env_texts,
+            (s["graded"] for s in ep.steps if s.get("graded")),
+            env.gold_answers(),
+        )
+        ep.answer_not_model, ep.answer_injected, ep.integrity = (
+            bool(verdict.not_model),
+            bool(verdict.injected),
+            verdict.reason,
+        )
+        if verdict.not_model and self.config.enforce_provenance:
+            ep.reward = 0.0
+
+    async def _loop(
+        self, env: Environment, ep: Episode, first: SharedFirstTurn | None, env_texts: list[tuple[int, Any]]
+    ) -> str:
         info = await self.harness.start()
         max_turns = info.max_turns
         if self.domain.max_turns_limit is not None:
@@ -219,10 +304,12 @@ class EpisodeRunner:
         t0 = time.perf_counter()
         task = env.reset()
         ep.env_seconds += time.perf_counter() - t0
+        env_texts.append((0, task))
         decision, state = await self._hook(ep, "start", {"task": task}, state)
         while True:
             while decision["actions"]:
                 results, env_done = await self._execute(env, ep, decision["actions"])
+                env_texts.append((len(ep.messages), results))
                 if env_done:
                     return EndReason.ENV_DONE
                 if decision["done"]:
@@ -241,11 +328,34 @@ class EpisodeRunner:
         t0 = time.perf_counter()
         decision, state = await self.harness.call(hook, args, state)
         ep.harness_seconds += time.perf_counter() - t0
+        self._bound(ep, hook, decision)
         ep.messages.extend(decision["messages"])
         ep.steps.append(
             {"type": "decision", "hook": hook, "messages_added": len(decision["messages"]), "done": decision["done"]}
         )
         return decision, state
+
+    def _bound(self, ep: Episode, hook: str, decision: dict[str, Any]) -> None:
+        """Refuse a decision past the episode's bounds (actions, message bytes) before any of it is kept."""
+        cfg = self.config.bounds
+        used = self._used.setdefault(id(ep), [0, 0])  # [actions, message bytes] so far
+        actions = used[0] + len(decision["actions"])
+        if actions > cfg.max_actions:
+            raise EpisodeLimit(f"hook {hook} asked for action {actions}; an episode may take at most {cfg.max_actions}")
+        for what, values in (("message", decision["messages"]), ("action", decision["actions"])):
+            for value in values:
+                size = _json_bytes(value)
+                if size > cfg.max_message_bytes:
+                    raise EpisodeLimit(
+                        f"hook {hook} sent a {what} of {size} bytes; one may have at most {cfg.max_message_bytes}"
+                    )
+        total = used[1] + sum(_json_bytes(m) for m in decision["messages"])
+        if total > cfg.max_episode_bytes:
+            raise EpisodeLimit(
+                f"hook {hook} took the episode's messages to {total} bytes; "
+                f"an episode may hold at most {cfg.max_episode_bytes}"
+            )
+        used[0], used[1] = actions, total
 
     async def _max_tokens(
         self, ep: Episode, tools: list[dict[str, Any]] | None, used: EpisodeTokens
@@ -304,6 +414,7 @@ class EpisodeRunner:
         ep.inference_seconds += result.latency_s
         message = dict(completion.message)
         message["role"] = "assistant"
+        self._used.setdefault(id(ep), [0, 0])[1] += _json_bytes(message)
         ep.messages.append(message)
         if used.first_prompt is None:  # the window counts from here (a server without usage: the estimate)
             used.first_prompt = result.prompt_tokens or assumed_prompt
@@ -342,14 +453,17 @@ class EpisodeRunner:
                 step = env.step(action["action"])
                 result = {"kind": "env", "observation": _jsonable(step.observation), "done": bool(step.done)}
                 info = _jsonable(step.info)
+                graded = [str(g) for g in step.graded if g]
                 env_done = env_done or step.done
             else:
-                result, info = await self._tool(env, action), {}
+                result, info, graded = await self._tool(env, action), {}, []
             seconds = time.perf_counter() - t0
             ep.env_seconds += seconds
             record = {"type": "action", "action": action, "result": result, "seconds": round(seconds, 6)}
             if info:
                 record["info"] = info
+            if graded:
+                record["graded"] = graded
             ep.steps.append(record)
             results.append(result)
             if env_done:
@@ -416,6 +530,11 @@ class SharedFirstTurn:
         if len(result.completions) <= index:
             raise InferenceError(f"asked for {self.n} completions, the backend answered {len(result.completions)}")
         return result, result.completions[index]
+
+
+def _json_bytes(value: Any) -> int:
+    """UTF-8 bytes of a JSON value as the trace stores it."""
+    return len(json.dumps(value, ensure_ascii=False).encode("utf-8"))
 
 
 def _one_line(exc: BaseException) -> str:

@@ -6,17 +6,18 @@ Field names are snake_case (internal data files, not Kubernetes wire objects). L
     {"episode_id", "item_id", "subset", "sample", "domain", "harness", "model",
      "messages": [...],        # the whole conversation, in order; assistant messages exactly as generated
      "steps": [...],           # everything that happened, in order (below)
-     "reward", "turns", "end": "env_done"|"harness_done"|"max_turns"|"token_budget"|"error", "error",
+     "reward", "turns", "end": "env_done"|"harness_done"|"max_turns"|"token_budget"|"error"|"limit", "error",
      "prompt_tokens", "completion_tokens", "seconds", "inference_seconds", "harness_seconds",
-     "env_seconds", "started_at"}
+     "env_seconds", "started_at", "answer_not_model", "answer_injected", "integrity"}
 
 ``steps`` entries (``"type"`` says which):
 
 * ``{"type": "model", "turn", "message_index", "finish_reason", "prompt_tokens", "completion_tokens",
   "max_tokens", "latency_s", ["token_ids"]}`` — one model call (``max_tokens``: what it was allowed,
   after the episode's token budget); ``messages[message_index]`` is its reply;
-* ``{"type": "action", "action": {...}, "result": {...}, "seconds"}`` — one parsed action (env step or
-  tool call) with the result the harness saw; tool calls are the actions with ``kind == "tool"``;
+* ``{"type": "action", "action": {...}, "result": {...}, "seconds", ["info"], ["graded"]}`` — one parsed
+  action (env step or tool call) with the result the harness saw; tool calls are the actions with
+  ``kind == "tool"``; ``graded``: the spellings of the answer the step submitted for grading;
 * ``{"type": "decision", "hook", "messages_added", "done"}`` — a harness hook's answer.
 
 RSFT masking: train on ``messages[i]`` with ``role == "assistant"`` only; every other message is
@@ -42,6 +43,8 @@ class EndReason:
     #: the model's context) left nothing for the next model call
     TOKEN_BUDGET = "token_budget"
     ERROR = "error"
+    #: a bound of the episode (actions, message bytes, wall time; ``RunnerConfig``) was reached: reward 0
+    LIMIT = "limit"
 
 
 @dataclasses.dataclass
@@ -74,6 +77,12 @@ class Episode:
     env_seconds: float = 0.0
     #: wall-clock start, ISO 8601 UTC
     started_at: str | None = None
+    #: an answer submitted for grading is in no model reply (the reward was set to 0; whale.harness.provenance)
+    answer_not_model: bool = False
+    #: the harness's own messages held the gold answer before the model wrote it
+    answer_injected: bool = False
+    #: one line saying what the provenance check found (None: nothing)
+    integrity: str | None = None
 
     # ----- derived views ----------------------------------------------------------------------------
 

@@ -46,10 +46,13 @@ README_TEXT = (
     "Scores are success rates on the D_harness items (mean reward). Traces are JSON lines: each has "
     "`messages` (the whole conversation), `steps` (model calls, parsed actions with results, harness "
     "decisions), `reward`, `turns`, `end` and `error`.\n\n"
-    "Reward integrity: a harness must earn its reward through the model's replies. A candidate whose rewarded "
-    "episodes never called the model, or whose score rises while the model's completion tokens per episode "
-    "collapse against the incoming harness's, is flagged (`integrity_flags` in meta.json and summary.json, "
-    "`REFUSED` in summary.md) and, by default, never accepted.\n"
+    "Reward integrity: a harness must earn its reward through the model's replies. The answer graded must be "
+    "text the model wrote in that episode (a harness picks which reply is final and may cut the answer out of "
+    "it, but an answer it writes itself scores 0; a trace step's `graded` shows what was graded). A candidate "
+    "whose rewarded episodes never called the model, that submits answers the model did not write, that tells "
+    "the model the answer, or whose score rises while the model's completion tokens per episode collapse "
+    "against the incoming harness's, is flagged (`integrity_flags` in meta.json and summary.json, `REFUSED` in "
+    "summary.md) and, by default, never accepted. Its test evaluation is checked the same way.\n"
 )
 
 

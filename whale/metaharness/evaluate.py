@@ -21,7 +21,7 @@ from typing import Any
 from whale.domain import Domain
 from whale.harness.launch import SandboxLimits
 from whale.harness.process import HarnessError
-from whale.harness.runner import RunnerConfig, run_episodes
+from whale.harness.runner import EpisodeBounds, RunnerConfig, run_episodes
 from whale.harness.trace import EndReason, Episode
 from whale.inference.base import InferenceClient, SamplingParams
 
@@ -41,6 +41,10 @@ class EvalSettings:
     sampling: SamplingParams = SamplingParams()
     limits: SandboxLimits = SandboxLimits()
     max_concurrency: int = 64
+    #: what one episode may take (spec.sandbox.episode)
+    bounds: EpisodeBounds = EpisodeBounds()
+    #: an answer that is not model text scores 0 (False only under integrity action off)
+    enforce_provenance: bool = True
 
 
 @dataclasses.dataclass
@@ -122,7 +126,12 @@ class CandidateEvaluator:
         self, path: Path, label: str, items: list[dict[str, Any]], k: int, limits: SandboxLimits, timeout_s: float
     ) -> RunOutcome:
         done: list[Episode] = []
-        config = RunnerConfig(max_concurrency=self.settings.max_concurrency, harness_label=label)
+        config = RunnerConfig(
+            max_concurrency=self.settings.max_concurrency,
+            harness_label=label,
+            bounds=self.settings.bounds,
+            enforce_provenance=self.settings.enforce_provenance,
+        )
         try:
             episodes = await asyncio.wait_for(
                 run_episodes(

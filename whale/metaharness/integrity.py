@@ -18,8 +18,19 @@ re-evaluation under the same weights):
   most a halving; a fourfold drop *with* a better score is rare enough to be refused until a person has
   looked (``action: flag`` accepts it, flagged). The default ratio 0.25 is that margin.
 
-Not detectable here: a harness that calls the model normally and then ignores the reply. Those pass
-these checks; the test evaluation's per-item records (``whale.workloads.eval``) and the traces show them.
+* ``answer-not-from-model`` — an episode submitted an answer no model reply of it holds (the runtime's
+  answer-provenance rule, :mod:`whale.harness.provenance`, already scored it 0): the harness wrote the
+  answer itself (a known key, the task, the archive's gold).
+* ``answer-injection`` — more than ``MAX_INJECTED_SHARE`` of the rewarded episodes had the gold answer in
+  the harness's own messages before the model wrote it (the harness told the model the answer). A share,
+  not one episode: a prompt constant that holds a number matches the few items whose answer it is.
+* ``split-dependent`` (evaluations) — the harness behaves differently on the evaluated split than on
+  D_harness, where it was searched and checked: its share of episodes without a model call is
+  ``MAX_WITHOUT_MODEL_SHIFT`` above D_harness's, or its completion tokens (or model calls) per episode
+  fall below ``min_token_ratio`` x D_harness's.
+
+Every evaluation is checked with the same rules as the candidates (``whale.workloads.eval``); a flagged
+evaluation is shown in the run's status and is never the run's best.
 """
 
 from __future__ import annotations
@@ -37,6 +48,13 @@ MAX_REASON_CHARS = 240
 
 REWARDED_WITHOUT_MODEL = "rewarded-without-model"
 SCORE_UP_TOKENS_DOWN = "score-up-tokens-down"
+ANSWER_NOT_FROM_MODEL = "answer-not-from-model"
+ANSWER_INJECTION = "answer-injection"
+SPLIT_DEPENDENT = "split-dependent"
+#: share of rewarded episodes with the gold in the harness's own messages above which a harness is flagged
+MAX_INJECTED_SHARE = 0.1
+#: the evaluated split's share of episodes without a model call may exceed D_harness's by at most this
+MAX_WITHOUT_MODEL_SHIFT = 0.25
 
 
 class IntegrityAction(str, enum.Enum):
@@ -82,6 +100,10 @@ class ModelUsage:
     completion_tokens: int = 0
     #: model calls, summed over the episodes
     turns: int = 0
+    #: episodes that submitted an answer no model reply held (scored 0 by the provenance rule)
+    answer_not_model: int = 0
+    #: rewarded episodes whose harness messages held the gold answer before the model wrote it
+    rewarded_injected: int = 0
 
     @property
     def mean_completion_tokens(self) -> float:
@@ -90,6 +112,11 @@ class ModelUsage:
     @property
     def mean_turns(self) -> float:
         return self.turns / self.episodes if self.episodes else 0.0
+
+    @property
+    def without_model_share(self) -> float:
+        """Of the episodes, the share that never called the model."""
+        return self.without_model / self.episodes if self.episodes else 0.0
 
     @property
     def rewarded_without_model_share(self) -> float:
@@ -124,7 +151,7 @@ def called_model(episode: Any) -> bool:
 
 def model_usage(episodes: Iterable[Any]) -> ModelUsage:
     """Usage of ``episodes`` (Episode objects or their dicts)."""
-    n = rewarded = without = rewarded_without = tokens = turns = 0
+    n = rewarded = without = rewarded_without = tokens = turns = not_model = injected = 0
     for e in episodes:
         won = float(_field(e, "reward") or 0.0) > 0.0
         used = called_model(e)
@@ -134,7 +161,9 @@ def model_usage(episodes: Iterable[Any]) -> ModelUsage:
         rewarded_without += won and not used
         tokens += int(_field(e, "completion_tokens") or 0)
         turns += int(_field(e, "turns") or 0)
-    return ModelUsage(n, rewarded, without, rewarded_without, tokens, turns)
+        not_model += bool(_field(e, "answer_not_model"))
+        injected += won and bool(_field(e, "answer_injected"))
+    return ModelUsage(n, rewarded, without, rewarded_without, tokens, turns, not_model, injected)
 
 
 def integrity_flags(
@@ -144,12 +173,14 @@ def integrity_flags(
     baseline: ModelUsage | None,
     baseline_score: float | None,
     policy: IntegrityPolicy,
+    reference: ModelUsage | None = None,
 ) -> tuple[str, ...]:
-    """The reasons to flag a candidate (empty: none), each ``[rule] message with the numbers``.
+    """The reasons to flag a candidate or an evaluation (empty: none), each ``[rule] message with the numbers``.
 
     ``baseline`` / ``baseline_score``: the incoming harness's usage and score in this phase (None for the
-    incoming harness itself, or when it was scored before usage was recorded: then only the first rule
-    applies)."""
+    incoming harness itself, for an evaluation, or when it was scored before usage was recorded: then the
+    score rule does not apply). ``reference``: the same harness's usage on D_harness, for an evaluation of
+    another split (None: no split rule)."""
     if not policy.action.checks:
         return ()
     reasons: list[str] = []
@@ -171,4 +202,25 @@ def integrity_flags(
             f"per episode {usage.mean_completion_tokens:.1f} < {policy.min_token_ratio:g} x incoming "
             f"{baseline.mean_completion_tokens:.1f}"
         )
+    if usage.answer_not_model:
+        reasons.append(
+            f"[{ANSWER_NOT_FROM_MODEL}] {usage.answer_not_model} of {usage.episodes} episodes submitted an answer "
+            "that no model reply of the episode holds (each scored 0)"
+        )
+    if usage.rewarded_injected > MAX_INJECTED_SHARE * usage.rewarded:
+        reasons.append(
+            f"[{ANSWER_INJECTION}] {usage.rewarded_injected} of {usage.rewarded} rewarded episodes had the gold answer "
+            f"in the harness's own messages before the model wrote it (at most {MAX_INJECTED_SHARE:.0%} may)"
+        )
+    if reference is not None and reference.episodes and usage.episodes:
+        shift = usage.without_model_share - reference.without_model_share
+        tokens_low = usage.mean_completion_tokens < policy.min_token_ratio * reference.mean_completion_tokens
+        turns_low = usage.mean_turns < policy.min_token_ratio * reference.mean_turns
+        if shift > MAX_WITHOUT_MODEL_SHIFT or tokens_low or turns_low:
+            reasons.append(
+                f"[{SPLIT_DEPENDENT}] here {usage.without_model_share:.0%} of episodes made no model call "
+                f"({reference.without_model_share:.0%} on D_harness), {usage.mean_turns:.2f} model calls and "
+                f"{usage.mean_completion_tokens:.1f} completion tokens per episode ({reference.mean_turns:.2f} and "
+                f"{reference.mean_completion_tokens:.1f} on D_harness)"
+            )
     return tuple(r[:MAX_REASON_CHARS] for r in reasons)

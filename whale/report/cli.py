@@ -139,6 +139,14 @@ def _print_summary(series: list) -> None:
             row["rolloutsSpent"],
         )
     console.print(table)
+    for s in series:  # a flagged evaluation is never the best; say which and why under the table
+        for e in s.evals:
+            if e.flagged:
+                console.print(
+                    f"{s.label}: {e.phase} FLAGGED for reward integrity (never the best); see its result.json",
+                    markup=False,
+                    highlight=False,
+                )
 
 
 def _export(loaded: list, backends: list[str], folder: Path, project: str) -> None:

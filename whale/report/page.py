@@ -215,6 +215,7 @@ def html_page(
         for e in run.evals:
             mark = " (best)" if run.best and e.phase == run.best.phase else ""
             mark += " (final)" if run.final and e.phase == run.final.phase and run.final_is_end else ""
+            mark += " (FLAGGED: reward integrity)" if e.flagged else ""
             out.append(
                 f'<tr><td>{_esc(e.phase)}{mark}</td><td class="num">{e.step}</td>'
                 f'<td class="num">{e.rollouts:,}</td><td class="num">{percent(e.mean_at_k)}</td>'

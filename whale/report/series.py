@@ -137,6 +137,8 @@ class EvalSample:
     checkpoint: str | None = None
     #: mh_only: the search iteration whose accepted harness this evaluates
     iteration: int | None = None
+    #: flagged for reward integrity (never the best; the notes say why)
+    flagged: bool = False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -388,6 +390,7 @@ def build_series(records: RunRecords, label: str | None = None) -> RunSeries:
                 harness=e.harness,
                 checkpoint=e.checkpoint,
                 iteration=e.iteration,
+                flagged=e.flagged,
             )
             for e in status.evals
         ]
@@ -418,6 +421,8 @@ def build_series(records: RunRecords, label: str | None = None) -> RunSeries:
         k = next(iter(records.evals.values())).k
     for key, res in sorted(records.evals.items()):
         notes += [f"{key}: {note}" for note in res.notes]
+        if res.integrity_flags:
+            notes.append(f"{key}: FLAGGED for reward integrity (never the best): {'; '.join(res.integrity_flags)}")
     return RunSeries(
         name=records.name,
         label=label or records.name,
@@ -517,6 +522,7 @@ def _evals_from_store(
                 harness=res.harness,
                 checkpoint=res.checkpoint,
                 iteration=it,
+                flagged=bool(res.integrity_flags),
             )
         )
     return out
@@ -553,7 +559,7 @@ def _rollouts_at(
 def _first_best(evals: Sequence[EvalSample], results: Mapping[str, EvalResult]) -> BestPoint | None:
     best: EvalSample | None = None
     for e in sorted(evals, key=_eval_order):
-        if e.mean_at_k is not None and (best is None or e.mean_at_k > (best.mean_at_k or 0.0)):
+        if e.mean_at_k is not None and not e.flagged and (best is None or e.mean_at_k > (best.mean_at_k or 0.0)):
             best = e
     if best is None or best.mean_at_k is None:
         return None

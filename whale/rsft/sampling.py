@@ -30,7 +30,7 @@ from typing import Any
 from whale.domain import Domain
 from whale.harness.launch import SandboxLimits
 from whale.harness.process import HarnessPool
-from whale.harness.runner import EpisodeRunner, RunnerConfig
+from whale.harness.runner import EpisodeBounds, EpisodeRunner, RunnerConfig
 from whale.harness.trace import EndReason, Episode
 from whale.inference.base import InferenceClient, SamplingParams
 from whale.rsft.rejection import Trajectory
@@ -78,13 +78,19 @@ class HarnessSampler:
         template_kwargs: dict[str, Any] | None = None,
         limits: SandboxLimits | None = None,
         processes: int | None = None,
+        bounds: EpisodeBounds | None = None,
+        enforce_provenance: bool = True,
     ):
         self.domain = domain
         self.harness_path = Path(harness_path)
         self.client = client
         self.sampling = sampling
         self.config = RunnerConfig(
-            max_concurrency=max_concurrency, harness_label=harness_label or str(harness_path), share_first_turn=True
+            max_concurrency=max_concurrency,
+            harness_label=harness_label or str(harness_path),
+            share_first_turn=True,
+            bounds=bounds or EpisodeBounds(),
+            enforce_provenance=enforce_provenance,
         )
         # the chat-template variables generation used (the client's, then every request's), so SFT
         # renders the trajectory the way generation saw it (enable_thinking)

@@ -83,6 +83,120 @@ _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 _libc.syscall.restype = ctypes.c_long
 
 
+# --- the program's system-call filter (seccomp, through the system's libseccomp) ---
+SCMP_ACT_ALLOW = 0x7FFF0000
+SCMP_CMP_EQ = 4
+SCMP_CMP_GT = 6
+SCMP_CMP_MASKED_EQ = 7
+EPERM, ENOSYS, EAFNOSUPPORT = 1, 38, 97
+AF_UNIX, AF_INET, AF_INET6, AF_NETLINK = 1, 2, 10, 16
+#: socket families a sandboxed program may open: local and IP (there is no interface in its network
+#: namespace); netlink too where it shares the host's network (name resolution asks the kernel for its
+#: addresses). AF_VSOCK (40), packet, Bluetooth, AF_ALG, ... are refused with EAFNOSUPPORT
+_SOCKET_FAMILIES = (AF_UNIX, AF_INET, AF_INET6)
+#: calls no sandboxed program needs, refused with EPERM: new mounts and namespaces (a tmpfs in a nested
+#: user namespace held memory outside every limit), anonymous memory files, the kernel keyrings (a
+#: keyring shared with the caller carried notes between sandboxes), and kernel interfaces that widen the
+#: attack surface (io_uring also opens sockets of any family)
+_DENIED_CALLS = (
+    "mount", "umount2", "pivot_root", "unshare", "setns", "open_tree", "move_mount", "fsopen", "fsmount",
+    "fsconfig", "fspick", "mount_setattr", "memfd_create", "memfd_secret", "keyctl", "add_key", "request_key",
+    "bpf", "perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter", "io_uring_register",
+    "kexec_load", "kexec_file_load", "init_module", "finit_module", "delete_module", "quotactl",
+)  # fmt: skip
+#: clone flags that make a namespace: a clone with any of them is refused (clone3, whose flags a filter
+#: cannot read, answers ENOSYS, and the C library falls back to clone)
+_NAMESPACE_FLAGS = (CLONE_NEWNS, CLONE_NEWUTS, CLONE_NEWIPC, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET, 0x02000000)
+KEYCTL_JOIN_SESSION_KEYRING = 1
+#: seconds between two counts of the sandbox's memory by its init
+MEMORY_POLL_S = 0.05
+_KEYCTL = {"x86_64": 250, "aarch64": 219}
+
+
+class _ArgCmp(ctypes.Structure):
+    _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("a", ctypes.c_uint64), ("b", ctypes.c_uint64)]
+
+
+def _errno_action(errno):
+    return 0x00050000 | (errno & 0xFFFF)
+
+
+def _load_libseccomp():
+    name = ctypes.util.find_library("seccomp") or "libseccomp.so.2"
+    try:
+        lib = ctypes.CDLL(name, use_errno=True)
+    except OSError:
+        return None
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_syscall_resolve_name.argtypes = [ctypes.c_char_p]
+    lib.seccomp_rule_add_array.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_uint32,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.POINTER(_ArgCmp),
+    ]
+    lib.seccomp_load.argtypes = [ctypes.c_void_p]
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    return lib
+
+
+#: loaded before the new root exists (its /usr has the library too, but the boot maps it once)
+_seccomp = _load_libseccomp()
+
+
+def _install_filter(share_network):
+    """The program's seccomp filter (inherited across exec, kept by no_new_privs): everything allowed but
+    the calls of ``_DENIED_CALLS``, namespace clones and socket families outside ``_SOCKET_FAMILIES``."""
+    if _seccomp is None:
+        raise SetupError("seccomp: libseccomp (libseccomp.so.2) is not installed; install libseccomp2")
+    ctx = _seccomp.seccomp_init(SCMP_ACT_ALLOW)
+    if not ctx:
+        raise SetupError("seccomp: seccomp_init failed")
+
+    def rule(call, errno, *cmps):
+        nr = _seccomp.seccomp_syscall_resolve_name(call.encode())
+        if nr < 0:
+            return  # not a system call of this architecture
+        array = (_ArgCmp * max(1, len(cmps)))(*cmps)
+        ret = _seccomp.seccomp_rule_add_array(ctx, _errno_action(errno), nr, len(cmps), array)
+        if ret < 0:
+            raise SetupError(f"seccomp: adding the rule for {call} failed ({os.strerror(-ret)})")
+
+    try:
+        for call in _DENIED_CALLS:
+            rule(call, EPERM)
+        rule("clone3", ENOSYS)
+        for flag in _NAMESPACE_FLAGS:
+            rule("clone", EPERM, _ArgCmp(0, SCMP_CMP_MASKED_EQ, flag, flag))
+        families = _SOCKET_FAMILIES + ((AF_NETLINK,) if share_network else ())
+        for call in ("socket", "socketpair"):
+            # above the largest allowed family (and every value with high bits set) ...
+            rule(call, EAFNOSUPPORT, _ArgCmp(0, SCMP_CMP_GT, max(families), 0))
+            # ... and every one below it that is not allowed
+            for family in range(max(families)):
+                if family not in families:
+                    rule(call, EAFNOSUPPORT, _ArgCmp(0, SCMP_CMP_EQ, family, 0))
+        ret = _seccomp.seccomp_load(ctx)
+        if ret < 0:
+            raise SetupError(f"seccomp: loading the filter failed ({os.strerror(-ret)})")
+    finally:
+        _seccomp.seccomp_release(ctx)
+
+
+def _fresh_session_keyring():
+    """A new anonymous session keyring, so nothing the caller's session keyring holds is reachable (the
+    filter then refuses the keyring calls altogether). A kernel without keyrings has nothing to share."""
+    nr = _KEYCTL.get(platform.machine())
+    if nr is None:
+        raise SetupError(f"keyrings: no keyctl system call number for {platform.machine()}")
+    if _libc.syscall(nr, KEYCTL_JOIN_SESSION_KEYRING, None) < 0:
+        err = ctypes.get_errno()
+        if err != ENOSYS:
+            raise SetupError(f"keyrings: joining a fresh session keyring failed: {os.strerror(err)}")
+
+
 class SetupError(Exception):
     """One isolation step failed; the message says which and why."""
 
@@ -396,6 +510,9 @@ def _program(cfg, status, status_fd):
         _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
         for name, (soft, hard) in cfg["rlimits"].items():
             resource.setrlimit(getattr(resource, name), (soft, hard))
+        if cfg["sandboxed"]:
+            _fresh_session_keyring()
+            _install_filter(cfg["share_network"])
         os.chdir(cfg["scratch"])
         for sig in range(1, signal.NSIG):
             if sig not in (signal.SIGKILL, signal.SIGSTOP):
@@ -439,18 +556,29 @@ def _init(cfg, status, status_fd, alive_r, report_w, result_fd):
     except BaseException as exc:  # noqa: BLE001
         _report_error(status_fd, status, exc)
         os._exit(SETUP_FAILED_EXIT)
+    limit = cfg.get("sandbox_memory_bytes") if cfg["sandboxed"] else None
+    # the caller's stderr, kept (by the init only) to say why it killed the sandbox for its memory
+    err = os.dup(2) if limit else None
     null = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):  # only the program holds the caller's pipes
         os.dup2(null, fd)
     os.write(report_w, (json.dumps({"program_pid": pid}) + "\n").encode())
     wait_status = None
+    over = None
     while wait_status is None:
         try:
-            done, ws = os.waitpid(-1, 0)
+            done, ws = os.waitpid(-1, os.WNOHANG if limit and over is None else 0)
         except ChildProcessError:
             break
         if done == pid:
             wait_status = ws
+        elif done == 0:  # nothing ended: count the namespace's memory, then look again shortly
+            held = _namespace_private_bytes()
+            if held > limit:
+                over = held
+                os.kill(-1, signal.SIGKILL)  # the whole sandbox: its processes together went over
+            else:
+                select.select([], [], [], MEMORY_POLL_S)
     # the program is gone: nothing it started may outlive it
     try:
         if cfg["sandboxed"]:
@@ -471,8 +599,37 @@ def _init(cfg, status, status_fd, alive_r, report_w, result_fd):
                 json.dump(payload, f)
         except OSError:
             pass
+    if err is not None:
+        if over is not None:  # read as the memory limit (like a MemoryError), not an unexplained kill
+            message = (
+                f"\nMemoryError: the sandbox's processes held {over} bytes together, over its limit of {limit}; "
+                "all were killed\n"
+            )
+            try:
+                os.write(err, message.encode())
+            except OSError:
+                pass
+        os.close(err)
     os.write(report_w, (json.dumps({"wait_status": wait_status}) + "\n").encode())
     os._exit(0)
+
+
+def _namespace_private_bytes():
+    """Private resident memory of every process of the namespace but the init (``statm``: resident minus
+    file-backed and shared pages; memfd and new tmpfs mounts are refused by the filter, the scratch tmpfs
+    has its own size)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or entry == "1":
+            continue
+        try:
+            with open(f"/proc/{entry}/statm", "rb") as f:
+                fields = f.read().split()
+            total += (int(fields[1]) - int(fields[2])) * page
+        except (OSError, IndexError, ValueError):
+            continue  # gone meanwhile
+    return total
 
 
 # ----- boot ---------------------------------------------------------------------------------------------------

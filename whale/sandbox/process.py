@@ -387,6 +387,8 @@ def launch(
             "collect": list(collect),
             "collect_bytes": limits.collect_bytes,
             "rlimits": limits.rlimits(),
+            # the sandbox's processes together (their private resident memory), checked by its init
+            "sandbox_memory_bytes": limits.memory_bytes if sandboxed else None,
             "python": base_python(),
             "guard_path": guard_path,
             "guard_source": Path(GUARD_PATH).read_text(encoding="utf-8") if sandboxed else "",

@@ -176,17 +176,32 @@ class Store(abc.ABC):
         return f"{self.uri.rstrip('/')}/{normalize_key(key)}"
 
     def read_text(self, key: str) -> str:
-        return self.read_bytes(key).decode("utf-8")
+        return self._decode(key, self.read_bytes(key))
+
+    def _decode(self, key: str, raw: bytes) -> str:
+        """UTF-8 text of an object; bytes that are not UTF-8 raise a StoreError naming the object."""
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = raw.count(b"\n", 0, exc.start) + 1
+            raise StoreError(
+                f"{self.uri_for(key)} is not UTF-8 text (byte 0x{raw[exc.start]:02x} at line {line}, offset "
+                f"{exc.start}); it was not written by whale: restore or delete it"
+            ) from None
 
     def write_text(self, key: str, text: str) -> None:
         self.write_bytes(key, text.encode("utf-8"))
 
     def read_json(self, key: str) -> Any:
-        raw = self.read_bytes(key)
+        text = self._decode(key, self.read_bytes(key))
         try:
-            return json.loads(raw)
+            return json.loads(text)
         except ValueError as exc:
             raise StoreError(f"{self.uri_for(key)} is not valid JSON ({exc}); rewrite or delete it") from None
+        except RecursionError:
+            raise StoreError(
+                f"{self.uri_for(key)} is nested too deeply to read as JSON; rewrite or delete it"
+            ) from None
 
     def read_json_or_none(self, key: str) -> Any | None:
         try:
@@ -204,13 +219,15 @@ class Store(abc.ABC):
         except ObjectNotFound:
             return []
         records = []
-        for lineno, line in enumerate(raw.decode("utf-8").splitlines(), start=1):
+        for lineno, line in enumerate(self._decode(key, raw).splitlines(), start=1):
             if not line.strip():
                 continue
             try:
                 records.append(json.loads(line))
             except ValueError as exc:
                 raise StoreError(f"{self.uri_for(key)} line {lineno} is not valid JSON ({exc})") from None
+            except RecursionError:
+                raise StoreError(f"{self.uri_for(key)} line {lineno} is nested too deeply to read as JSON") from None
         return records
 
     def append_jsonl(self, key: str, records: Iterable[dict[str, Any]] | dict[str, Any]) -> None:

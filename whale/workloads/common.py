@@ -95,6 +95,25 @@ def harness_limits(spec: Any) -> Any:
     return SandboxLimits(isolation=spec.sandbox.isolation, host=host)
 
 
+def episode_bounds(spec: Any) -> Any:
+    """``spec.sandbox.episode`` as the episode runner takes it."""
+    from whale.harness.runner import EpisodeBounds
+
+    b = spec.sandbox.episode
+    return EpisodeBounds(
+        max_actions=b.max_actions,
+        max_message_bytes=b.max_message_bytes,
+        max_episode_bytes=b.max_episode_bytes,
+        timeout_s=float(b.timeout_seconds),
+    )
+
+
+def enforces_provenance(spec: Any) -> bool:
+    """Whether an answer that is not model text scores 0 (``whale.harness.provenance``): always, unless the
+    spec author turned the integrity walls off (``spec.harnessSearch.integrity.action: off``)."""
+    return bool(spec.harness_search.integrity.action != "off")
+
+
 def harness_file(store: Store, key: str | None, domain: Any, tmp: Path) -> Path:
     """The harness to run under: a store key (read in place on a local store), or the domain's h0."""
     if key is None:

@@ -32,6 +32,7 @@ import asyncio
 import logging
 import statistics
 import tempfile
+import time
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -54,11 +55,13 @@ from whale.harness.runner import EpisodeRunner, RunnerConfig
 from whale.harness.trace import EndReason, Episode
 from whale.harness.validate import validate_file
 from whale.inference.base import InferenceClient
-from whale.metaharness.integrity import model_usage
+from whale.metaharness.integrity import IntegrityAction, IntegrityPolicy, ModelUsage, integrity_flags, model_usage
 from whale.rsft.checkpoint import require_complete
 from whale.store import Store
 from whale.workloads.common import (
     ProgressWriter,
+    enforces_provenance,
+    episode_bounds,
     harness_file,
     harness_limits,
     load_domain,
@@ -94,28 +97,63 @@ def item_record(item_id: str, subset: str, episodes: Sequence[Episode]) -> dict[
         "mean": statistics.fmean(rewards) if rewards else 0.0,
         "turns": [e.turns for e in episodes],
         "errors": [e.error for e in episodes if e.end == EndReason.ERROR],
+        "limits": [e.error for e in episodes if e.end == EndReason.LIMIT],
         "completion_tokens": usage.completion_tokens,
         "mean_completion_tokens": round(usage.mean_completion_tokens, 3),
         "mean_turns": round(usage.mean_turns, 3),
         "episodes_without_model": usage.without_model,
         "rewarded_without_model": usage.rewarded_without_model,
+        "answer_not_model": usage.answer_not_model,
+        "rewarded_injected": usage.rewarded_injected,
     }
 
 
 def usage_summary(records: Sequence[dict[str, Any]]) -> EvalModelUsage:
     """The model usage of a whole evaluation from its per-item records (an earlier attempt's included)."""
-    episodes = sum(int(r.get("k", len(r.get("rewards", [])))) for r in records)
-    tokens = sum(int(r.get("completion_tokens", 0)) for r in records)
-    turns = sum(sum(r.get("turns", [])) for r in records)
-    rewarded_without = [int(r.get("rewarded_without_model", 0)) for r in records]
+    usage = as_model_usage(records)
     return EvalModelUsage(
-        episodes=episodes,
-        episodes_without_model=sum(int(r.get("episodes_without_model", 0)) for r in records),
-        rewarded_without_model=sum(rewarded_without),
-        items_answered_without_model=sum(1 for n in rewarded_without if n > 0),
-        mean_completion_tokens=round(tokens / episodes, 3) if episodes else 0.0,
-        mean_turns=round(turns / episodes, 3) if episodes else 0.0,
+        episodes=usage.episodes,
+        episodes_without_model=usage.without_model,
+        rewarded_without_model=usage.rewarded_without_model,
+        items_answered_without_model=sum(1 for r in records if int(r.get("rewarded_without_model", 0)) > 0),
+        mean_completion_tokens=round(usage.mean_completion_tokens, 3),
+        mean_turns=round(usage.mean_turns, 3),
+        answer_not_model=usage.answer_not_model,
+        rewarded_injected=usage.rewarded_injected,
     )
+
+
+def as_model_usage(records: Sequence[dict[str, Any]]) -> ModelUsage:
+    """The evaluation's usage in the integrity rules' terms (``whale.metaharness.integrity``)."""
+    return ModelUsage(
+        episodes=sum(int(r.get("k", len(r.get("rewards", [])))) for r in records),
+        rewarded=sum(sum(1 for x in r.get("rewards", []) if x > 0) for r in records),
+        without_model=sum(int(r.get("episodes_without_model", 0)) for r in records),
+        rewarded_without_model=sum(int(r.get("rewarded_without_model", 0)) for r in records),
+        completion_tokens=sum(int(r.get("completion_tokens", 0)) for r in records),
+        turns=sum(sum(r.get("turns", [])) for r in records),
+        answer_not_model=sum(int(r.get("answer_not_model", 0)) for r in records),
+        rewarded_injected=sum(int(r.get("rewarded_injected", 0)) for r in records),
+    )
+
+
+def evaluation_split_differs(spec: WhaleRunSpec) -> bool:
+    """Whether the evaluation's split is not D_harness (where the split rule has something to compare)."""
+    return spec.evaluation.split != "harness"
+
+
+def reference_usage(store: Store, harness: str | None) -> ModelUsage | None:
+    """The evaluated harness's model usage on D_harness, as its harness phase measured it: an archive
+    candidate's ``meta.json`` beside its ``harness.py``, or the ``.usage.json`` the search writes beside an
+    accepted harness. None for h0 and for a harness with no such record (no split rule then)."""
+    if harness is None:
+        return None
+    for key in (harness.removesuffix("harness.py") + "meta.json", layout.harness_usage_key(harness)):
+        if key != harness and store.exists(key):
+            usage = store.read_json(key).get("usage")
+            if isinstance(usage, dict):
+                return ModelUsage.from_dict(usage)
+    return None
 
 
 def summarise(records: Sequence[dict[str, Any]], k: int) -> tuple[float, dict[str, float]]:
@@ -201,6 +239,7 @@ async def _evaluate(
     chunk = chunk_items or max(1, 4 * spec.inference.max_concurrency // k)
     notes: list[str] = list(domain.notes())
     errors = sum(len(r.get("errors", [])) for r in records)
+    limited = sum(len(r.get("limits", [])) for r in records)
     # an item's k first turns share one n=k request (one prefill) when their prompts are equal
     # seeded per (evaluation seed, item, sample, turn): the same checkpoint and harness give the same mean@k
     config = RunnerConfig(
@@ -208,6 +247,9 @@ async def _evaluate(
         harness_label=request.eval.harness or "h0",
         share_first_turn=True,
         seed=spec.evaluation.seed,
+        bounds=episode_bounds(spec),
+        deadline=time.monotonic() + spec.evaluation.timeout_seconds,
+        enforce_provenance=enforces_provenance(spec),
     )
     isolation = spec.sandbox.isolation
     if isolation == "none":
@@ -229,6 +271,7 @@ async def _evaluate(
             if failed and len(failed) == len(episodes) and not records:
                 raise EvalError(f"every episode of the first {len(batch)} items failed; first error: {failed[0].error}")
             errors += len(failed)
+            limited += sum(1 for e in episodes if e.end == EndReason.LIMIT)
             new = [
                 item_record(str(item.get("id")), domain.subset(item), episodes[i * k : (i + 1) * k])
                 for i, item in enumerate(batch)
@@ -241,8 +284,22 @@ async def _evaluate(
             log.info("eval %s: %d/%d items", phase, len(records), len(items))
     if errors:
         notes.append(f"{errors} episodes ended in an error (scored 0); see {layout.eval_traces_prefix(run, phase)}")
+    if limited:
+        notes.append(
+            f"{limited} episodes reached a bound (spec.sandbox.episode, spec.evaluation.timeoutSeconds) and were "
+            f"ended (scored 0); see limits in {items_key}"
+        )
     mean, per_subset = summarise(records, k)
     usage = usage_summary(records)
+    policy = IntegrityPolicy(
+        IntegrityAction(spec.harness_search.integrity.action), spec.harness_search.integrity.min_token_ratio
+    )
+    reference = reference_usage(store, request.eval.harness) if evaluation_split_differs(spec) else None
+    flags = integrity_flags(
+        as_model_usage(records), mean, baseline=None, baseline_score=None, policy=policy, reference=reference
+    )
+    for flag in flags:
+        log.warning("eval %s: reward integrity: %s", phase, flag)
     if usage.items_answered_without_model:
         notes.append(
             f"reward integrity: {usage.items_answered_without_model} of {len(records)} items were answered "
@@ -260,6 +317,7 @@ async def _evaluate(
         notes=notes,
         model_usage=usage,
         sandbox_isolation=isolation,
+        integrity_flags=list(flags),
     )
     store.write_json(layout.result_key(run, phase), result.to_wire())
     return result

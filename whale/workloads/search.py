@@ -39,7 +39,16 @@ from whale.metaharness.proposer import Proposer
 from whale.metaharness.proposer import from_spec as proposer_from_spec
 from whale.rsft.checkpoint import require_complete
 from whale.store import Store
-from whale.workloads.common import ProgressWriter, harness_limits, load_domain, read_request, read_spec, sampling_params
+from whale.workloads.common import (
+    ProgressWriter,
+    enforces_provenance,
+    episode_bounds,
+    harness_limits,
+    load_domain,
+    read_request,
+    read_spec,
+    sampling_params,
+)
 
 log = logging.getLogger(__name__)
 
@@ -102,6 +111,8 @@ def run_search(
             sampling=sampling_params(request, spec),
             max_concurrency=spec.inference.max_concurrency,
             limits=harness_limits(spec),
+            bounds=episode_bounds(spec),
+            enforce_provenance=enforces_provenance(spec),
         )
     if proposer is None:
         proposer = proposer_from_spec(hs.proposer)  # a missing key / endpoint fails here, before any work
@@ -136,6 +147,11 @@ def run_search(
                 await client.aclose()
         accepted_key = layout.harness_key(run, f"c{args.cycle:02d}-accepted")
         store.write_text(accepted_key, found.accepted_code)
+        if found.accepted.usage is not None:
+            store.write_json(
+                layout.harness_usage_key(accepted_key),
+                {"candidate": found.accepted.id, "usage": found.accepted.usage.to_dict()},
+            )
         return HarnessPhaseResult(
             accepted_harness=accepted_key,
             accepted_candidate=found.accepted.id,

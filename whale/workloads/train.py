@@ -44,6 +44,8 @@ from whale.rsft.phase import WeightPhase, WeightPhaseError, find_start, finish
 from whale.store import Store
 from whale.workloads.common import (
     ProgressWriter,
+    enforces_provenance,
+    episode_bounds,
     harness_file,
     harness_limits,
     load_domain,
@@ -192,6 +194,8 @@ def sample_and_train(
         max_concurrency=spec.inference.max_concurrency,
         harness_label=args.harness or "h0",
         limits=harness_limits(spec),
+        bounds=episode_bounds(spec),
+        enforce_provenance=enforces_provenance(spec),
     ) as sampler:
         progress = ProgressWriter(store, run, phase)
         sampler.on_episode = progress.advance

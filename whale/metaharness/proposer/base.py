@@ -164,9 +164,11 @@ def task_prompt(request: ProposalRequest) -> str:
         "Read the archive first: summary.md, the best candidates' harness.py, and their traces.jsonl "
         "(failed episodes show what to fix).",
         "You may re-propose an earlier candidate's code unchanged (a revert): it is not evaluated again.",
-        "The reward must come through the model's replies: a candidate whose rewarded episodes never call the "
-        "model, or that scores higher while the model's output collapses, is flagged for reward integrity "
-        "(see `integrity_flags` in summary.json) and, by default, never accepted.",
+        "The reward must come through the model's replies: the answer graded must be text the model wrote in "
+        "that episode (choose which reply is final, cut the answer out of it; an answer the harness writes "
+        "itself scores 0). A candidate whose rewarded episodes never call the model, that submits answers the "
+        "model did not write or tells it the answer, or that scores higher while the model's output collapses, "
+        "is flagged for reward integrity (see `integrity_flags` in summary.json) and, by default, never accepted.",
     ]
     tools = request.tools
     if tools is not None and tools.trials is not None:

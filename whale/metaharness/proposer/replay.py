@@ -27,6 +27,10 @@ class ReplayProposer(Proposer):
             ) from None
         except ValueError as exc:
             raise ProposerError(f"replay script {self.path} is not valid JSON: {exc}") from None
+        except OSError as exc:
+            raise ProposerError(f"replay script {self.path}: cannot read it: {exc.strerror or exc}") from None
+        except RecursionError:
+            raise ProposerError(f"replay script {self.path} is nested too deeply to read") from None
         iterations = data.get("iterations") if isinstance(data, dict) else None
         if not isinstance(iterations, dict):
             raise ProposerError(f'replay script {self.path}: expected {{"iterations": {{"2": [...]}}}}')
