@@ -150,7 +150,8 @@ def test_packed_collation_pads_to_the_flex_block_and_the_bucket_ladder():
     )
     cfg = RSFTConfig(precision="fp32", pack_sequences=True)
     batch = collate_tensors(exs, cfg, 0, CPU)
-    assert cfg.attention_kernel == "flex" and batch["attention_mask"].shape == (1, 1, 1024, 1024)
+    full = batch["attention_mask"]["full_attention"]  # the full-attention layers' mask, by layer type
+    assert cfg.attention_kernel == "flex" and full.shape == (1, 1, 1024, 1024)
 
 
 def loss_and_grads(cfg: RSFTConfig, exs, **model_config):
@@ -305,7 +306,7 @@ def test_the_model_still_generates_as_with_sdpa(attention, implementation):
 
 def test_attention_choices_fail_closed_with_the_fix():
     for kernel in ("flex", "varlen"):
-        with pytest.raises(attn.AttentionConfigError, match=f"{kernel}: .*sliding-window"):
+        with pytest.raises(attn.AttentionConfigError, match="sliding.*packSequences: false"):
             prepare_model(
                 tiny_model(use_sliding_window=True, sliding_window=16, max_window_layers=0),
                 RSFTConfig(pack_sequences=True, attention=kernel),
@@ -365,29 +366,48 @@ def test_compiled_varlen_layers_compile_once_for_every_row_layout():
 
 @pytest.mark.gpu
 def test_the_varlen_kernel_is_dense_document_attention_on_the_gpu():
-    """torch's flash varlen kernel (bf16) with the offsets of a packed row, GQA included, against the dense
-    reference in fp32; forward and the gradients of q, k and v."""
+    """torch's flash varlen kernel (bf16) with the offsets of a packed row, GQA included: forward and the
+    gradients of q, k and v against the dense document-causal attention in fp32 on the same bf16 inputs.
+
+    The bound is FlashAttention's own test rule: the kernel's error may be at most twice that of the plain
+    bf16 computation of the same attention (SDPA's math in bf16, the same mask) plus a few fp32 ulps. A fixed
+    absolute tolerance (0.03) failed on an H200 for 4 of 262,144 elements (0.062): the kernel rounds the
+    probabilities to bf16 before P·V and its backward sums over up to 300 keys, so its largest elementwise
+    error scales with the values, not a constant."""
     gpu = torch.device("cuda")
     pos = packed_positions(LENGTHS, 1024)
     gen = torch.Generator().manual_seed(0)
-    q = torch.randn(1, 4, 1024, 64, generator=gen).to(gpu)
-    k, v = torch.randn(1, 2, 1024, 64, generator=gen).to(gpu), torch.randn(1, 2, 1024, 64, generator=gen).to(gpu)
-    grads = []
-    for kernel in ("varlen", "dense"):
-        qq, kk, vv = (t.detach().clone().requires_grad_(True) for t in (q, k, v))
+    q = torch.randn(1, 4, 1024, 64, generator=gen).bfloat16().to(gpu)
+    k = torch.randn(1, 2, 1024, 64, generator=gen).bfloat16().to(gpu)
+    v = torch.randn(1, 2, 1024, 64, generator=gen).bfloat16().to(gpu)
+    mask = dense_document_mask(pos).to(gpu)
+    results = {}
+    for kernel, dtype in (("varlen", torch.bfloat16), ("dense", torch.float32), ("dense", torch.bfloat16)):
+        qq, kk, vv = (t.detach().to(dtype).clone().requires_grad_(True) for t in (q, k, v))
         if kernel == "varlen":
-            out, _ = attn.whale_flex_attention(
-                torch.nn.Module(), qq.bfloat16(), kk.bfloat16(), vv.bfloat16(), attn.varlen_mask(pos, gpu), scaling=None
-            )
-            out = out.float()
+            out, _ = attn.whale_flex_attention(torch.nn.Module(), qq, kk, vv, attn.varlen_mask(pos, gpu), scaling=None)
         else:
-            out = torch.nn.functional.scaled_dot_product_attention(
-                qq, kk.repeat_interleave(2, 1), vv.repeat_interleave(2, 1), attn_mask=dense_document_mask(pos).to(gpu)
-            ).transpose(1, 2)
-        out.square().sum().backward()
-        grads.append((out.detach(), qq.grad, kk.grad, vv.grad))
-    for a, b in zip(grads[0], grads[1], strict=True):
-        torch.testing.assert_close(a, b, rtol=3e-2, atol=3e-2)
+            with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
+                out = torch.nn.functional.scaled_dot_product_attention(
+                    qq, kk.repeat_interleave(2, 1), vv.repeat_interleave(2, 1), attn_mask=mask
+                ).transpose(1, 2)
+        out.float().square().sum().backward()
+        results[(kernel, dtype)] = [t.detach().float() for t in (out, qq.grad, kk.grad, vv.grad)]
+    reference = results[("dense", torch.float32)]
+    for name, got, plain, want in zip(
+        ("out", "dq", "dk", "dv"),
+        results[("varlen", torch.bfloat16)],
+        results[("dense", torch.bfloat16)],
+        reference,
+        strict=True,
+    ):
+        kernel_error = float((got - want).abs().max())
+        plain_error = float((plain - want).abs().max())
+        assert kernel_error <= 2 * plain_error + 4 * torch.finfo(torch.float32).eps * float(want.abs().max()), (
+            name,
+            kernel_error,
+            plain_error,
+        )
 
 
 @pytest.mark.gpu
