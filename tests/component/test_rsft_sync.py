@@ -216,3 +216,38 @@ def test_a_failed_weights_write_never_leaves_part_of_a_file_and_the_next_write_i
 
     shutil.rmtree(slot)
     assert writer.write(model, tiny[1], slot) == "whole" and (slot / "tokenizer.json").is_file()
+
+
+def test_the_hybrid_qwen35_syncs_every_weight_and_serves_the_trainers_predictions(tiny_qwen35_dir, tmp_path):
+    """Qwen3.5's linear-attention weights (conv1d, A_log, dt_bias, the gated norm, the four input projections)
+    travel with the rest: the serving folder and the CUDA IPC chunks carry every tensor of the state dict, and a
+    model loaded from the folder (the folder-sync path's server, here transformers on the CPU) predicts what
+    the trainer's model predicts in bf16. The same against vLLM is a GPU measurement (docs/performance.md)."""
+    import torch
+    from safetensors import safe_open
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from whale.rsft.sync import ipc_chunks, save_for_serving
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_qwen35_dir, dtype=torch.float32)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_qwen35_dir)
+    with torch.no_grad():  # a trained step: every weight moved, the linear layers' own ones included
+        for p in model.parameters():
+            p.add_(0.01 * torch.randn_like(p))
+    names = set(model.state_dict())
+    linear = {n for n in names if ".linear_attn." in n}
+    assert {n.rsplit(".", 2)[-2] for n in linear} >= {"conv1d", "norm", "in_proj_qkv", "in_proj_z", "out_proj"}
+    assert any(n.endswith("A_log") for n in linear) and any(n.endswith("dt_bias") for n in linear)
+    sent = {name for chunk in ipc_chunks(model, chunk_bytes=4096) for name, _ in chunk}
+    assert names - sent <= {"lm_head.weight"}  # tied to the embeddings: sent once, under their name
+    folder = tmp_path / "served"
+    save_for_serving(model, tokenizer, folder)
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        assert names - set(f.keys()) <= {"lm_head.weight"}
+    served = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.bfloat16)
+    prompt = torch.tensor([tokenizer.encode("Guess a number between 1 and 100.")])
+    with torch.no_grad():
+        want = model.to(torch.bfloat16)(prompt).logits.float().log_softmax(-1)
+        got = served(prompt).logits.float().log_softmax(-1)
+    assert torch.equal(got.argmax(-1), want.argmax(-1))
+    torch.testing.assert_close(got, want, rtol=0, atol=0)  # the same bf16 weights, the same bf16 forward
