@@ -69,3 +69,23 @@ def test_a_finished_run_deletes_the_others_and_all_keeps_them(tmp_path, monkeypa
         else:  # the last (6) and the best evaluation's: at least one of 2 and 4 is gone
             assert folders == sorted(f"step-{s:06d}" for s in kept_steps(status)) and "step-000006" in folders
             assert len(folders) < 3, folders
+
+
+def test_both_controllers_prune_through_one_idempotent_function(tmp_path):
+    """What the local runner and the operator call when the run finishes: a second call deletes nothing."""
+    from whale.control.planner import prune_checkpoints
+    from whale.store import open_store
+
+    store = open_store(str(tmp_path / "st"))
+    for step in (2, 4, 6, 8):
+        store.write_bytes(f"{layout.checkpoint_prefix('r', step)}/model.safetensors", b"w")
+        store.write_bytes(layout.checkpoint_complete_key("r", step), b"")
+    status = WhaleRunStatus(
+        phase=RunPhase.SUCCEEDED, current_checkpoint=layout.checkpoint_prefix("r", 8), best=best(4), final=best(8)
+    )
+    assert prune_checkpoints(store, "r", status, "lastAndBest") == (2, 6)
+    assert prune_checkpoints(store, "r", status, "lastAndBest") == ()
+    assert store.list(layout.checkpoints_prefix("r") + "/", recursive=False) == [
+        f"{layout.checkpoint_prefix('r', 4)}/",
+        f"{layout.checkpoint_prefix('r', 8)}/",
+    ]

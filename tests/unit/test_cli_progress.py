@@ -303,6 +303,7 @@ def test_an_evaluation_shows_episodes_as_they_finish_and_items_per_chunk():
         metrics = (EvalProgress(items_done=items, items_total=32),) if items is not None else ()
         return frame(seconds, st, ChildFrame(req, 1000.0, metrics=metrics, progress=progress))
 
+    assert phase_counts(at(0, 0, items=16).child).done == 128  # a chunk's line ahead of the progress object
     first, some, chunk = at(0, 0), at(30, 40), at(60, 128, items=16)
     paces = update_paces({}, first)
     lines = [line[21:] for line in events(None, first, paces) + events(first, some, paces) + events(some, chunk, paces)]

@@ -176,7 +176,9 @@ def phase_counts(child: ChildFrame) -> PhaseCounts:
     p = child.progress
     if p is not None and p.stage is ProgressStage.EVALUATING and p.done is not None and p.total:
         if p.unit == "episodes":  # reported as each finishes: the finer count, for the bar and the ETA
-            return PhaseCounts(p.done, p.total, "episodes")
+            # (written at most every few seconds: the items' lines, k episodes each, may be ahead of it)
+            per_item = p.total // total if total else 0
+            return PhaseCounts(max(p.done, done * per_item), p.total, "episodes")
         done, total = max(done, p.done), total or p.total  # an older workload's items at its start
     return PhaseCounts(done, total, "items")
 
