@@ -47,6 +47,8 @@ import torch
 from torch.nn.attention.flex_attention import BlockMask, create_mask, flex_attention
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+from whale.rsft.linear_attention import sequence_offsets
+
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
@@ -145,14 +147,7 @@ class VarlenMask:
 def varlen_mask(position_ids: torch.Tensor, device: torch.device | None = None) -> VarlenMask:
     """The :class:`VarlenMask` of a packed batch ([B, L] position ids restarting at 0 per sequence; the
     padding is a sequence of its own), computed on the host (one small copy to ``device``, no sync)."""
-    if position_ids.dim() != 2:
-        raise ValueError(f"position_ids must be [batch, length], got shape {tuple(position_ids.shape)}")
-    pos = position_ids.detach().to("cpu")
-    if pos.numel() == 0 or bool((pos[:, 0] != 0).any()):
-        raise ValueError("a packed row must start a sequence: its first position id must be 0")
-    flat = pos.reshape(-1)
-    starts = torch.nonzero(flat == 0).reshape(-1)
-    cu = torch.cat([starts, torch.tensor([flat.numel()])]).to(torch.int32)
+    cu = sequence_offsets(position_ids).to(torch.int32)
     max_len = int((cu[1:] - cu[:-1]).max())
     return VarlenMask(cu.to(device if device is not None else position_ids.device), max_len)
 

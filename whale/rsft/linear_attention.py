@@ -83,9 +83,9 @@ class SequenceBoundaries:
         self.lengths = lengths
 
 
-def sequence_boundaries(position_ids: torch.Tensor, device: torch.device | None = None) -> SequenceBoundaries:
-    """The :class:`SequenceBoundaries` of a packed batch ([B, L] host position ids restarting at 0 per
-    sequence; the row's padding is a sequence of its own)."""
+def sequence_offsets(position_ids: torch.Tensor) -> torch.Tensor:
+    """Where each sequence of a packed batch starts in its flattened rows, and the total (int64, on the host):
+    [B, L] position ids restart at 0 per sequence; each row starts one (its padding is a sequence of its own)."""
     if position_ids.dim() != 2:
         raise ValueError(f"position_ids must be [batch, length], got shape {tuple(position_ids.shape)}")
     pos = position_ids.detach().to("cpu")
@@ -93,7 +93,13 @@ def sequence_boundaries(position_ids: torch.Tensor, device: torch.device | None 
         raise ValueError("a packed row must start a sequence: its first position id must be 0")
     flat = pos.reshape(-1)
     starts = torch.nonzero(flat == 0).reshape(-1)
-    cu = torch.cat([starts, torch.tensor([flat.numel()])]).to(torch.int64)
+    return torch.cat([starts, torch.tensor([flat.numel()])]).to(torch.int64)
+
+
+def sequence_boundaries(position_ids: torch.Tensor, device: torch.device | None = None) -> SequenceBoundaries:
+    """The :class:`SequenceBoundaries` of a packed batch ([B, L] host position ids restarting at 0 per
+    sequence; the row's padding is a sequence of its own)."""
+    cu = sequence_offsets(position_ids)
     lengths = tuple(int(n) for n in (cu[1:] - cu[:-1]).tolist())
     target = device if device is not None else position_ids.device
     return SequenceBoundaries(position_ids.to(target), cu.to(target), lengths)
