@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -105,14 +106,30 @@ def _rank_main_phase(rank: int, world: int, port: int, store_root: str, out_dir:
     _rank_main(rank, world, port, store_root, out_dir)
 
 
-def _zero3_rank(rank: int, world: int, port: int, out_dir: str) -> None:
+def _zero3_model(kind: str) -> tuple[Any, Any, Any]:
+    """(tokenizer, model, config) of a ZeRO-3 test: the synthetic tiny model padded, or the tiny Qwen3.5
+    hybrid packed (its linear-attention layers get the packed rows' boundaries under ZeRO-3's gathered
+    parameters too)."""
     from synthetic.tiny_model import build_model, build_tokenizer
     from whale.rsft.config import RSFTConfig
+
+    if kind == "qwen35":
+        from tests.fixtures.models import build_tiny_qwen35, build_tiny_tokenizer
+
+        tok = build_tiny_tokenizer()
+        cfg = RSFTConfig(
+            mini_batch_size=8, micro_batch_size_per_gpu=2, precision="fp32", max_grad_norm=0.0, pack_sequences=True
+        )
+        return tok, build_tiny_qwen35(len(tok), seed=0), cfg
+    tok = build_tokenizer()
+    cfg = RSFTConfig(mini_batch_size=8, micro_batch_size_per_gpu=2, precision="fp32", max_grad_norm=0.0)
+    return tok, build_model(len(tok), seed=0), cfg
+
+
+def _zero3_rank(rank: int, world: int, port: int, out_dir: str, kind: str = "synthetic") -> None:
     from whale.rsft.trainer import SFTTrainer
 
-    cfg = RSFTConfig(mini_batch_size=8, micro_batch_size_per_gpu=2, precision="fp32", max_grad_norm=0.0)
-    tok = build_tokenizer()
-    model = build_model(len(tok), seed=0)
+    tok, model, cfg = _zero3_model(kind)
     if world == 1:
         trainer = SFTTrainer(model, cfg, device=torch.device("cpu"), pad_id=tok.pad_token_id)
         stats = trainer.train(_examples(tok), lr=1e-3, seed=0)
@@ -144,17 +161,17 @@ def _zero3_rank(rank: int, world: int, port: int, out_dir: str) -> None:
         torch.distributed.destroy_process_group()
 
 
-def test_zero3_update_equals_one_process_and_gathers_full_weights(tmp_path):
+@pytest.mark.parametrize("kind", ["synthetic", "qwen35"])
+def test_zero3_update_equals_one_process_and_gathers_full_weights(tmp_path, kind):
+    """ZeRO-3 on two gloo ranks makes the one-process update; ``qwen35``: the tiny Qwen3.5 hybrid, packed."""
     _cpu_config(3, tmp_path)
-    _zero3_rank(0, 1, 0, str(tmp_path))
-    mp.spawn(_zero3_rank, args=(2, _free_port(), str(tmp_path)), nprocs=2, join=True)
+    _zero3_rank(0, 1, 0, str(tmp_path), kind)
+    mp.spawn(_zero3_rank, args=(2, _free_port(), str(tmp_path), kind), nprocs=2, join=True)
     single = torch.load(tmp_path / "single.pt")
     zero3 = torch.load(tmp_path / "zero3.pt")
     assert zero3["shards"] == 2
     assert zero3["loss"] == pytest.approx(single["loss"], rel=1e-5)
-    from synthetic.tiny_model import build_model, build_tokenizer
-
-    start = build_model(len(build_tokenizer()), seed=0).state_dict()
+    start = _zero3_model(kind)[1].state_dict()
     assert sorted(zero3["weights"]) == sorted(single["weights"])
     for name, value in single["weights"].items():
         got = zero3["weights"][name].float()
