@@ -84,9 +84,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tiny_model_dir(tmp_path_factory.getbasetemp())
 
 
-def whale_run(
-    tmp_path: Path, model: Path, name: str, code: str, harness_items: int = 12
-) -> tuple[WhaleRunStatus, Any]:
+def whale_run(tmp_path: Path, model: Path, name: str, code: str, harness_items: int = 12) -> tuple[WhaleRunStatus, Any]:
     script = tmp_path / "proposals.json"
     script.write_text(json.dumps({"iterations": {"2": [{"name": name, "code": code, "rationale": "cheat"}]}}))
     spec = {
@@ -127,6 +125,8 @@ def test_answer_substitution_is_refused_and_the_best_is_the_models(tmp_path: Pat
     (flag,) = status.integrity_flags
     assert (flag.candidate, flag.accepted, flag.evaluation) == ("i02-c1", False, False)
     assert flag.reasons[0].startswith(f"[{ANSWER_NOT_FROM_MODEL}]")
+    (cond,) = [c for c in status.conditions if c.type == "RewardIntegrity"]
+    assert (cond.status, cond.reason) == ("True", "FlaggedNotAccepted") and "i02-c1" in cond.message
     start = layout.eval_phase_key(0, 0, "start")
     h0 = EvalResult.model_validate(store.read_json(layout.result_key("substitute", start)))
     assert status.best is not None and status.best.phase == start and status.best.mean_at_k == h0.mean_at_k
@@ -149,6 +149,8 @@ def test_a_split_dependent_harness_is_evaluated_flagged_and_never_best(tmp_path:
     rules = [f.split("]")[0] + "]" for f in result.integrity_flags]
     assert rules == [f"[{ANSWER_NOT_FROM_MODEL}]", f"[{SPLIT_DEPENDENT}]"]
     assert [(f.phase, f.evaluation) for f in status.integrity_flags] == [(flagged[0].phase, True)]
+    (cond,) = [c for c in status.conditions if c.type == "RewardIntegrity"]
+    assert (cond.status, cond.reason) == ("False", "FlaggedEvaluation")
     assert status.best is not None and status.best.phase == layout.eval_phase_key(0, 0, "start")
     # `whale report` marks it
     res = CliRunner().invoke(app, ["report", f"{tmp_path / 'store'}/runs/splitdep", "--out", str(tmp_path / "r")])
