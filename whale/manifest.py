@@ -598,7 +598,7 @@ def spec_warnings(spec: WhaleRunSpec, split_sizes: Mapping[str, int]) -> list[st
             "spec.sandbox.isolation: none (acknowledged): harness files and model-written code run WITHOUT "
             "isolation and can read what this run can; trusted local use only"
         )
-    if spec.condition.searches_harness and spec.harness_search.integrity.action == "off":
+    if spec.harness_search.integrity.action == "off":  # every condition: training and evaluation use it too
         out.append(
             "spec.harnessSearch.integrity.action: off (acknowledged): answers the model did not write keep their "
             "reward and no candidate or evaluation is flagged; the run's numbers can be faked by its harnesses"

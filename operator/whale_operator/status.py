@@ -14,6 +14,7 @@ from whale.core.alternation import Action, Fail, Finish, ServeCheckpoint, StartP
 from whale.core.protocol import PhaseKind
 from whale.core.spec import ConditionType, MetaCondition, Reason, RunPhase, Stage, WhaleRunStatus
 from whale.core.state import NOT_STALLED_REASON, RunState
+from whale.core.state import integrity_condition as core_integrity_condition
 
 #: condition types, in the order they are listed (Interrupted belongs to the local runner)
 INFERENCE_READY = ConditionType.INFERENCE_READY.value
@@ -130,39 +131,9 @@ def stalled_condition(status: WhaleRunStatus) -> tuple[str, str, str, str]:
 
 
 def integrity_condition(status: WhaleRunStatus) -> tuple[str, str, str, str]:
-    """RewardIntegrity from ``status.integrityFlags``: True while no accepted harness and no evaluation is
-    flagged (flagged candidates that were not accepted only show in the message), False once the run went on
-    with one or an evaluation was flagged (its mean is never the best)."""
-    flags = status.integrity_flags
-    evaluations = [f for f in flags if f.evaluation]
-    if evaluations:
-        names = ", ".join(f"{f.phase} ({f.candidate})" for f in evaluations[:10])
-        why = "; ".join(evaluations[-1].reasons[:1])
-        return _cond(
-            REWARD_INTEGRITY,
-            False,
-            "FlaggedEvaluation",
-            f"evaluation(s) flagged, never the best: {names}; {why}",
-        )
-    accepted = [f for f in flags if f.accepted]
-    if accepted:
-        names = ", ".join(f"{f.candidate} ({f.phase})" for f in accepted)
-        why = "; ".join(accepted[-1].reasons[:1])
-        return _cond(
-            REWARD_INTEGRITY,
-            False,
-            "FlaggedHarnessAccepted",
-            f"accepted although it scored without the model: {names}; {why}",
-        )
-    if flags:
-        return _cond(
-            REWARD_INTEGRITY,
-            True,
-            "FlaggedNotAccepted",
-            f"{len(flags)} harness candidate(s) scored without the model; none was accepted: "
-            + ", ".join(f.candidate for f in flags[:10]),
-        )
-    return _cond(REWARD_INTEGRITY, True, "NoFlags", "")
+    """RewardIntegrity from ``status.integrityFlags`` (the rule is the core's, shared with ``whale run``)."""
+    st, reason, message = core_integrity_condition(status.integrity_flags)
+    return REWARD_INTEGRITY, st, reason, message
 
 
 def with_conditions(

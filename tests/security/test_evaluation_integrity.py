@@ -115,6 +115,8 @@ def test_a_split_dependent_harness_is_flagged_and_never_the_best(tmp_path: Path)
     assert after.best is not None and after.best.phase == start
     assert [(e.phase, e.flagged) for e in after.evals] == [(start, False), (phase, True)]
     assert [(f.phase, f.candidate, f.evaluation) for f in after.integrity_flags] == [(phase, harness, True)]
+    (cond,) = [c for c in after.conditions if c.type == "RewardIntegrity"]  # `whale run`'s status has it too
+    assert (cond.status, cond.reason) == ("False", "FlaggedEvaluation") and phase in cond.message
 
     from whale_operator import status as st
 

@@ -84,7 +84,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tiny_model_dir(tmp_path_factory.getbasetemp())
 
 
-def whale_run(tmp_path: Path, model: Path, name: str, code: str) -> tuple[WhaleRunStatus, Any]:
+def whale_run(tmp_path: Path, model: Path, name: str, code: str, harness_items: int = 12) -> tuple[WhaleRunStatus, Any]:
     script = tmp_path / "proposals.json"
     script.write_text(json.dumps({"iterations": {"2": [{"name": name, "code": code, "rationale": "cheat"}]}}))
     spec = {
@@ -99,7 +99,7 @@ def whale_run(tmp_path: Path, model: Path, name: str, code: str) -> tuple[WhaleR
             "proposer": {"backend": "replay", "script": str(script)},
         },
         "evaluation": {"samplesPerItem": 2, "maxItems": 12},
-        "data": {"harnessSize": 12},
+        "data": {"harnessSize": harness_items},
         "inference": {"backend": "transformers", "maxConcurrency": 16},
         "retry": {"maxAttempts": 1},
     }
@@ -125,6 +125,8 @@ def test_answer_substitution_is_refused_and_the_best_is_the_models(tmp_path: Pat
     (flag,) = status.integrity_flags
     assert (flag.candidate, flag.accepted, flag.evaluation) == ("i02-c1", False, False)
     assert flag.reasons[0].startswith(f"[{ANSWER_NOT_FROM_MODEL}]")
+    (cond,) = [c for c in status.conditions if c.type == "RewardIntegrity"]
+    assert (cond.status, cond.reason) == ("True", "FlaggedNotAccepted") and "i02-c1" in cond.message
     start = layout.eval_phase_key(0, 0, "start")
     h0 = EvalResult.model_validate(store.read_json(layout.result_key("substitute", start)))
     assert status.best is not None and status.best.phase == start and status.best.mean_at_k == h0.mean_at_k
@@ -134,7 +136,9 @@ def test_answer_substitution_is_refused_and_the_best_is_the_models(tmp_path: Pat
 
 @pytest.mark.timeout(600)
 def test_a_split_dependent_harness_is_evaluated_flagged_and_never_best(tmp_path: Path, tiny_model: Path) -> None:
-    status, store = whale_run(tmp_path, tiny_model, "splitdep", SPLIT_DEPENDENT_HARNESS)
+    # 96 items: the search is unseeded, and picking the right one of up to three replies (about 0.27 with this
+    # model) must beat h0's one reply (about 0.1) on D_harness for sure (measured on 48 items, two seeds)
+    status, store = whale_run(tmp_path, tiny_model, "splitdep", SPLIT_DEPENDENT_HARNESS, harness_items=96)
     assert status.phase is RunPhase.SUCCEEDED
     # accepted on D_harness (nothing there to flag) ...
     assert status.current_harness is not None and store.read_text(status.current_harness) == SPLIT_DEPENDENT_HARNESS
@@ -145,6 +149,8 @@ def test_a_split_dependent_harness_is_evaluated_flagged_and_never_best(tmp_path:
     rules = [f.split("]")[0] + "]" for f in result.integrity_flags]
     assert rules == [f"[{ANSWER_NOT_FROM_MODEL}]", f"[{SPLIT_DEPENDENT}]"]
     assert [(f.phase, f.evaluation) for f in status.integrity_flags] == [(flagged[0].phase, True)]
+    (cond,) = [c for c in status.conditions if c.type == "RewardIntegrity"]
+    assert (cond.status, cond.reason) == ("False", "FlaggedEvaluation")
     assert status.best is not None and status.best.phase == layout.eval_phase_key(0, 0, "start")
     # `whale report` marks it
     res = CliRunner().invoke(app, ["report", f"{tmp_path / 'store'}/runs/splitdep", "--out", str(tmp_path / "r")])

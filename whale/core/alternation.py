@@ -584,6 +584,7 @@ class _Machine:
         empty = sum(m.kept == 0 for m in steps)
         self.state = self.state.with_spent(running, empty)
         self.state = watch_progress(self.state, self.spec, self.obs)
+        self.state = self.state.with_integrity_condition(self.obs.now)
         checkpoint = self.state.current_checkpoint
         if checkpoint != self.before.current_checkpoint and not self.state.phase.is_terminal():
             self.actions.insert(0, ServeCheckpoint(checkpoint))

@@ -18,6 +18,7 @@ about where a file lives. Pure: no I/O. ``docs/storage.md`` documents the same t
       phases/<phase>/logs/attempt-<n>.log   workload output (local runner)
       checkpoints/step-<NNNNNN>/...      HF checkpoint (safetensors + config + tokenizer); COMPLETE written last
       harnesses/<name>.py                harness programs (h0 and every accepted harness)
+      harnesses/<name>.usage.json        an accepted harness's model usage on D_harness (the eval's split rule)
       archive/c<KK>/...                  the Meta-Harness archive of cycle KK (see docs/storage.md)
       evals/<phase>/per_item.jsonl       eval per-item scores (result.json of the eval phase holds the summary)
       evals/<phase>/traces/attempt-<n>-<chunk>.jsonl   eval episode traces, one object per chunk of items

@@ -249,6 +249,26 @@ class RunState:
             return self
         return replace(self, conditions=(*self._without(ConditionType.STALLED), cond))
 
+    # --- the RewardIntegrity condition ---
+    def with_integrity_condition(self, now: str) -> RunState:
+        """RewardIntegrity from ``integrity_flags`` (:func:`integrity_condition`), listed from the first flag on
+        (the operator lists it always); its lastTransitionTime changes only when its status flips."""
+        if not self.integrity_flags:
+            return self
+        status, reason, message = integrity_condition(self.integrity_flags)
+        old = next((c for c in self.conditions if c.type == ConditionType.REWARD_INTEGRITY), None)
+        since = old.last_transition_time if old is not None and old.status == status else now
+        cond = MetaCondition(
+            type=ConditionType.REWARD_INTEGRITY.value,
+            status=status,
+            reason=reason,
+            message=message,
+            last_transition_time=since or None,
+        )
+        if old == cond:
+            return self
+        return replace(self, conditions=(*self._without(ConditionType.REWARD_INTEGRITY), cond))
+
     def _without(self, kind: ConditionType) -> tuple[MetaCondition, ...]:
         return tuple(c for c in self.conditions if c.type != kind)
 
@@ -354,6 +374,30 @@ class RunState:
         return replace(
             self, evals=evals, last_eval_mean=mean_at_k, best=best, integrity_flags=self.integrity_flags + flags
         )
+
+
+def integrity_condition(flags: tuple[IntegrityFlagStatus, ...] | list[IntegrityFlagStatus]) -> tuple[str, str, str]:
+    """(status, reason, message) of the RewardIntegrity condition: False once an evaluation was flagged (its
+    mean is never the best) or the run went on with a flagged harness; True otherwise (flagged candidates that
+    were not accepted only show in the message). One rule for ``whale run`` and the operator."""
+    evaluations = [f for f in flags if f.evaluation]
+    if evaluations:
+        names = ", ".join(f"{f.phase} ({f.candidate})" for f in evaluations[:10])
+        why = "; ".join(evaluations[-1].reasons[:1])
+        return "False", "FlaggedEvaluation", f"evaluation(s) flagged, never the best: {names}; {why}"
+    accepted = [f for f in flags if f.accepted]
+    if accepted:
+        names = ", ".join(f"{f.candidate} ({f.phase})" for f in accepted)
+        why = "; ".join(accepted[-1].reasons[:1])
+        return "False", "FlaggedHarnessAccepted", f"accepted although it scored without the model: {names}; {why}"
+    if flags:
+        return (
+            "True",
+            "FlaggedNotAccepted",
+            f"{len(flags)} harness candidate(s) scored without the model; none was accepted: "
+            + ", ".join(f.candidate for f in flags[:10]),
+        )
+    return "True", "NoFlags", ""
 
 
 def best_eval(point: EvalPoint, default_k: int | None = None) -> BestEval:
