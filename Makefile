@@ -5,7 +5,7 @@
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
-EXTRAS ?= train,operator,domains,plot,test
+EXTRAS ?= train,deepspeed,operator,domains,plot,test
 DEMO   ?= manifests/examples/local/tiny-synthetic-whale.yaml
 STORE  ?= .whale/store
 PYTEST_ARGS ?=

@@ -1,7 +1,7 @@
 """DeepSpeed (``spec.train.deepspeedConfig``) on two gloo ranks on the CPU, against one plain process.
 
-Opt-in (``e2e``): DeepSpeed compiles its shared-memory comm op on first use (over a minute on two
-cores), and each rank initialises an engine. Needs ``pip install -e .[deepspeed]``.
+In CI (``make install`` installs the ``deepspeed`` extra): DeepSpeed compiles its shared-memory comm op on
+first use (over a minute on two cores), and each rank initialises an engine, so these are ``slow``.
 
 * ZeRO-2 through the workload: two phases (the second starts from the first's checkpoint and
   carries its optimiser state, gathered from both ranks' ZeRO partitions) give the weights a
@@ -36,7 +36,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("deepspeed")
 import torch.multiprocessing as mp  # noqa: E402
 
-pytestmark = [pytest.mark.e2e, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 REPO = Path(__file__).resolve().parents[2]
 
