@@ -33,7 +33,8 @@ non-generation overhead: the step's wall time minus generation, SFT and evaluati
 share of it (target <= 5 %); the last step's rollouts are replayed for the backend's own ceiling in the
 same run (target: the runtime at >= 0.9 of it).
 
-The model: Qwen3-1.7B's shape with random weights (``--model qwen3-1.7b``; vocabulary 151 936: the
+The model: Qwen3-1.7B's shape with random weights (``--model qwen3-1.7b``; the paper's Qwen3.5-2B and 4B shapes:
+``--model qwen3.5-2b`` / ``qwen3.5-4b``, which vLLM must serve as hybrids; vocabulary 151 936: the
 synthetic domain's tokenizer padded with tokens that only decode), given a short supervised warm-up
 on the domain's answer format until greedy answers are right on a probe (the synthetic tasks' rewards
 then keep some rollouts, so SFT has sequences). ``--model tiny`` is the domain's own tiny model.
@@ -91,7 +92,7 @@ for _path in (HERE.parent / "domains", HERE.parent, HERE):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 from runtime_throughput import burst_shape, send_all  # noqa: E402
-from sft_throughput import MODELS  # noqa: E402
+from sft_throughput import MODELS, model_config  # noqa: E402
 
 from whale.core import layout  # noqa: E402
 from whale.core.protocol import EvalPhaseArgs, WeightPhaseArgs, phase_request  # noqa: E402
@@ -373,7 +374,7 @@ def build_bench_model(
 
         build(out, conversations=bench_conversations(32 * TINY_FORMAT_UPDATES, 0, reply_tokens))
         return {"format_updates": TINY_FORMAT_UPDATES, "probe_accuracy": None}
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    from transformers import AutoModelForCausalLM
 
     from whale.rsft.collate import encode_trajectory
     from whale.rsft.config import RSFTConfig
@@ -384,7 +385,7 @@ def build_bench_model(
     tokenizer = padded_tokenizer(shape["vocab_size"])
     torch.manual_seed(0)
     with torch.device(device):
-        model = Qwen3ForCausalLM(Qwen3Config(**shape))
+        model = AutoModelForCausalLM.from_config(model_config(name))
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     trainer = SFTTrainer(
@@ -770,7 +771,7 @@ def vllm_server(model_dir: Path, workdir: Path, port: int, memory: float, max_mo
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--smoke", action="store_true", help="CPU smoke test: tiny model, 2 prompts x 2 rollouts, two steps")
-    p.add_argument("--model", choices=["qwen3-1.7b", "tiny"], default="qwen3-1.7b")
+    p.add_argument("--model", choices=["qwen3.5-2b", "qwen3.5-4b", "qwen3-1.7b", "tiny"], default="qwen3-1.7b")
     p.add_argument(
         "--steps",
         type=int,
