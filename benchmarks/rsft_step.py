@@ -101,8 +101,9 @@ from whale.store import open_store  # noqa: E402
 RUN = "bench"
 PHASE = "c01-weight"
 SERVED_NAME = "bench"
-#: the tiny model's warm-up: 50 (the domain's default) copies the digit in ~1/5 of replies, 100 in most
-TINY_FORMAT_UPDATES = 100
+#: the tiny model's warm-up under h0's system prompt: 100 (the domain's default) left the smoke run's second step with
+#: no kept rollout now and then; 200 copies the digit in most replies
+TINY_FORMAT_UPDATES = 200
 #: --max-tokens over --reply-tokens: the answer tag (7 tokens), EOS, some slack
 REPLY_ROOM = 16
 #: --max-model-len over --max-tokens: h0's prompt in the chat template (about 60 tokens) with room
@@ -434,6 +435,9 @@ def run_spec(args: argparse.Namespace, model_dir: Path, base_url: str | None) ->
         "sampling": {"maxResponseTokens": args.max_tokens},
         "checkpointEverySteps": args.checkpoint_every,
         "asyncCheckpoint": not args.sync_checkpoint,
+        # the paper's models resume from checkpoints (auto: a light resume point only under 4 GiB of weights and
+        # moments): an ordinary step of the tiny smoke run saves nothing either, as on the measured shapes
+        "stepResume": "off",
     }
     if args.pack:
         rsft["attention"] = args.attention
