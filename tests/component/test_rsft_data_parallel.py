@@ -12,9 +12,13 @@ torch = pytest.importorskip("torch")
 import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
+from tests.fixtures.tolerance import assert_reordered_close, reorder_tol  # noqa: E402
 from whale.rsft.collate import encode_trajectory  # noqa: E402
 from whale.rsft.config import RSFTConfig  # noqa: E402
 from whale.rsft.rejection import Trajectory  # noqa: E402
+
+#: the synthetic tiny model's hidden size (synthetic.tiny_model.build_model)
+HIDDEN = 128
 from whale.rsft.trainer import SFTTrainer  # noqa: E402
 
 
@@ -65,6 +69,8 @@ def test_two_ranks_give_the_single_process_gradient(tmp_path):
     for rank in (0, 1):
         ddp = torch.load(tmp_path / f"rank{rank}-of2.pt")
         assert ddp["tokens"] == single["tokens"]
-        assert ddp["loss"] == pytest.approx(single["loss"], rel=1e-5)
+        # the same sums split over two ranks (tests.fixtures.tolerance): tokens x hidden features per weight
+        terms = single["tokens"] * HIDDEN
+        assert abs(ddp["loss"] - single["loss"]) <= reorder_tol(single["tokens"]) * abs(single["loss"])
         for a, b in zip(ddp["grads"], single["grads"], strict=True):
-            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-7)
+            assert_reordered_close(a, b, terms)
