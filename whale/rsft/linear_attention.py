@@ -11,8 +11,8 @@ across transformers versions.
 
 So whale carries a packed row's sequence boundaries to those layers itself. :func:`sequence_boundaries`
 builds a :class:`SequenceBoundaries` from the row's restarting position ids (on the host, once per
-micro-batch), the trainer passes it as the decoder's ``linear_attention`` mask, and :func:`install` wraps
-each gated delta-net layer so that a packed row goes through :func:`packed_gated_delta_net`:
+micro-batch), the trainer passes it as the decoder's ``linear_attention`` mask, and :func:`install` gives each
+gated delta-net layer a subclass whose forward sends a packed row through :func:`packed_gated_delta_net`:
 
 * the conv1d is evaluated as its K shifted taps, a tap reaching back ``s`` tokens masked where the position
   id is below ``s`` (it would cross into the previous sequence): exact, on any device, a few element-wise
@@ -243,9 +243,9 @@ def _is_linear_layer(module: torch.nn.Module) -> bool:
 
 
 def install(model: torch.nn.Module) -> int:
-    """Wrap every linear-attention layer of ``model`` so that a packed row (a :class:`SequenceBoundaries`
-    as its ``attention_mask``) goes through :func:`packed_gated_delta_net`; returns how many layers were
-    wrapped (0 for a model without linear attention). Idempotent. Raises
+    """Give every linear-attention layer of ``model`` the packed path (:class:`_PackedLayer`): a packed row (a
+    :class:`SequenceBoundaries` as its ``attention_mask``) goes through :func:`packed_gated_delta_net`; returns
+    how many layers have it (0 for a model without linear attention). Idempotent. Raises
     :class:`PackedLinearAttentionError` for a layer of another layout than Qwen3.5's."""
     count = 0
     for module in model.modules():
@@ -290,7 +290,7 @@ class _PackedLayer:
 
 @cache
 def _packed_class(base: Hashable) -> type:
-    """``base`` with :class:`_PackedLayer`'s forward in front (one class per layer class; pickles by name is
-    not needed: the trainer never pickles the model, checkpoints are state dicts)."""
+    """``base`` with :class:`_PackedLayer`'s forward in front, one class per layer class. NOTE: made at run
+    time, so a model holding it cannot be pickled whole; nothing does (checkpoints are state dicts)."""
     cls = cast(type, base)
     return type(f"Packed{cls.__name__}", (_PackedLayer, cls), {"__module__": cls.__module__})
