@@ -69,8 +69,9 @@ WIKI18_RETRIEVER = ToolService(
 class SearchQA(SplitsInMemoryDomain):
     name = "search_qa"
     allowed_imports = DEFAULT_ALLOWED_IMPORTS | {"json", "string", "textwrap"}
-    #: h0 uses 2; a candidate may search more often, never more than this many model calls
-    max_turns_limit = 8
+    #: h0 uses 2; a candidate may search more often, never more than this many model calls: the reference's
+    #: MAX_TURNS_HARD_CAP (docs/reproducing.md, turn caps)
+    max_turns_limit = 16
     #: the local corpus's retriever; :meth:`tool_services_for` picks the one of ``spec.data.corpus``
     tool_services = (LOCAL_RETRIEVER,)
 

@@ -184,6 +184,7 @@ def _anthropic_search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings:
             "model": "claude-double",
             "timeoutSeconds": 120,
             "apiKeySecret": {"name": "proposer", "key": "api-key", "env": "TEST_ANTHROPIC_API_KEY"},
+            "runCandidateRollouts": 64,  # an option (the paper's proposer runs no benchmarks): on here
         }
         _request(store, spec, iterations=2)
         result = run_search(store, RUN, PHASE, client=DigitSayerPolicyDouble(), settings=settings)
@@ -195,6 +196,8 @@ def _check_anthropic_search(api: MessagesAPIDouble, result: Any, store: Any) -> 
     assert result.accepted_candidate == "i02-c1" and result.accepted_score == 1.0
     request = api.requests[0]
     assert request["model"] == "claude-double" and "improving an LLM agent's harness" in request["system"]
+    prompt = json.dumps(request["messages"][0])
+    assert "run_candidate" in prompt and "Test before you propose" not in prompt  # offered, not prescribed
     assert {t["name"] for t in request["tools"]} >= {"read_file", "write_candidate", "run_candidate", "run_shell"}
     results = api.tool_results()
     assert any("Best so far: i01-incoming" in r for r in results)

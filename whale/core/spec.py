@@ -538,7 +538,8 @@ ObjectUID = Annotated[
     Strict(),
     Field(min_length=36, max_length=36, pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"),
 ]
-#: D_harness rollouts the proposer's run_candidate tool may spend per iteration [paper: the proposer's own runs]
+#: D_harness rollouts the proposer's run_candidate tool may spend per iteration (an option; the paper's proposer
+#: runs no benchmarks)
 MAX_TRIAL_ROLLOUTS = 100_000
 
 
@@ -595,9 +596,10 @@ class Proposer(_Model):
     )
     max_reply_tokens: Tokens = Field(8192, description="openai/anthropic: the longest reply of one model call")
     run_candidate_rollouts: Annotated[int, Strict(), Field(ge=0, le=MAX_TRIAL_ROLLOUTS)] = Field(
-        64,
+        0,
         description="openai/anthropic: D_harness rollouts the run_candidate tool may spend per iteration "
-        "(counted in the phase's rollouts; at most 16 per call); 0 removes the tool",
+        "(counted in the phase's rollouts and in `whale plan`; at most 16 per call); 0, the default, offers no "
+        "such tool: the paper's proposer does not run benchmarks, the outer loop evaluates",
     )
     shell: StrictBool = Field(
         True, description="openai/anthropic: offer the sandboxed run_shell tool over the read-only archive copy"
