@@ -553,7 +553,12 @@ class Proposer(_Model):
         "sandbox; replay: a recorded proposal script (tests/CI)",
     )
     model: Annotated[str, Strict(), Field(min_length=1, max_length=256)] | None = Field(
-        None, description="openai/anthropic: the model to ask (e.g. claude-opus-4-1)"
+        None,
+        description="openai/anthropic: the model to ask; cli: the {model} template field (the paper's "
+        "claude-opus-4-7)",
+    )
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = Field(
+        None, description="cli: the {effort} template field (Claude Code's --effort; the paper's max)"
     )
     base_url: Annotated[str, Strict(), Field(min_length=1, max_length=2048, pattern=URL)] | None = Field(
         None,
@@ -569,7 +574,8 @@ class Proposer(_Model):
         None,
         max_length=256,
         description="cli backend: argv template; {scratch} {archive} {skill} {prompt} {n} "
-        "{iteration} {max_turns} {timeout}",
+        "{iteration} {max_turns} {timeout} {model} {effort}, and {skill_text} (the SKILL.md text, as the "
+        "reference appends it to Claude Code's system prompt)",
     )
     read_paths: list[AbsolutePath] = Field(
         default_factory=list,
@@ -609,6 +615,11 @@ class Proposer(_Model):
     def _backend_fields(self) -> Proposer:
         if self.backend == "cli" and not self.command:
             raise ValueError("backend 'cli' needs `command` (the agent CLI's argv)")
+        if self.backend == "cli":
+            used = " ".join(self.command or [])
+            for name, value in (("model", self.model), ("effort", self.effort)):
+                if "{" + name + "}" in used and value is None:
+                    raise ValueError(f"the cli command uses {{{name}}}: set `{name}`")
         if self.backend == "replay" and not self.script:
             raise ValueError("backend 'replay' needs `script`")
         return self
