@@ -11,7 +11,6 @@ service), else an in-process BM25 index. Bad arguments and retriever failures ar
 from __future__ import annotations
 
 import json
-
 from collections.abc import Callable
 from typing import Any
 
