@@ -554,8 +554,7 @@ class Proposer(_Model):
     )
     model: Annotated[str, Strict(), Field(min_length=1, max_length=256)] | None = Field(
         None,
-        description="openai/anthropic: the model to ask; cli: the {model} template field (the paper's "
-        "claude-opus-4-7)",
+        description="openai/anthropic: the model to ask; cli: the {model} template field (the paper's claude-opus-4-7)",
     )
     effort: Literal["low", "medium", "high", "xhigh", "max"] | None = Field(
         None, description="cli: the {effort} template field (Claude Code's --effort; the paper's max)"
