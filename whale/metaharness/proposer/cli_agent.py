@@ -220,8 +220,8 @@ class CLIAgentProposer(Proposer):
         if network not in ("host", "none"):
             raise ProposerError(f"proposer network must be 'host' or 'none', got {network!r}")
         self.command = list(command)
-        # IS_SANDBOX=1: what the reference's wrapper sets, so Claude Code accepts --dangerously-skip-permissions
-        # as the sandbox's root (a user-namespace root, nothing of the host's)
+        # IS_SANDBOX=1: what the reference's wrapper sets for Claude Code (it then accepts
+        # --dangerously-skip-permissions whatever uid it runs as); it says only that the agent is sandboxed
         self.extra_env = {"IS_SANDBOX": "1", **dict(extra_env or {})}
         self.read_paths = tuple(read_paths)
         self.network = network
