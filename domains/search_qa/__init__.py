@@ -204,5 +204,17 @@ class SearchQA(SplitsInMemoryDomain):
     def skill_path(self) -> Path:
         return HERE / "SKILL.md"
 
+    def skill_text(self, data: Data) -> str:
+        """SKILL.md with its D_harness sentence for ``data.source``: the sample's HotpotQA/2Wiki + NQ-open mix,
+        or the full data's NQ training questions (``search_qa.full``)."""
+        text = super().skill_text(data)
+        if data.source == "full":
+            text = text.replace(SAMPLE_HARNESS_TEXT, FULL_HARNESS_TEXT)
+        return text
+
+
+#: how SKILL.md describes D_harness (the sample's), and the full data's
+SAMPLE_HARNESS_TEXT = "(HotpotQA/2Wiki and NQ-open training questions)"
+FULL_HARNESS_TEXT = "(NQ training questions, as the paper's)"
 
 DOMAIN = SearchQA()
