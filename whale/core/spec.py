@@ -592,12 +592,14 @@ class Proposer(_Model):
     )
     timeout_seconds: Seconds = Field(2400, description="per iteration: wall time of the proposer's session")
     max_turns: Annotated[int, Strict(), Field(ge=1, le=10_000)] = Field(
-        40, description="per iteration: model calls (cli: the {max_turns} template field)"
+        40,
+        description="openai/anthropic: model calls per iteration (cli: only the {max_turns} template field; the "
+        "paper's Claude Code session has no turn cap)",
     )
     max_tokens: Annotated[int, Strict(), Field(ge=1, le=MAX_PROPOSER_TOKENS)] = Field(
         200_000,
-        description="per iteration: tokens the model generated plus tokens it read for the first time "
-        "(not the same context re-counted per call)",
+        description="openai/anthropic: per iteration, tokens the model generated plus tokens it read for the "
+        "first time (not the same context re-counted per call); a cli agent's usage is recorded, not capped",
     )
     max_reply_tokens: Tokens = Field(8192, description="openai/anthropic: the longest reply of one model call")
     run_candidate_rollouts: Annotated[int, Strict(), Field(ge=0, le=MAX_TRIAL_ROLLOUTS)] = Field(
