@@ -369,6 +369,12 @@ class Domain(abc.ABC):
         """The proposer's ``SKILL.md`` for this domain: what a harness may change, the allowed
         imports, one mechanism per candidate."""
 
+    def skill_text(self, data: Data) -> str:
+        """The skill the proposer reads for a run with these data settings. Default: :meth:`skill_path`'s
+        text; a domain whose D_harness differs by ``data.source`` says which one the run scores on."""
+        path = self.skill_path()
+        return path.read_text("utf-8") if path.is_file() else ""
+
     def tool_specs(self) -> list[dict[str, Any]]:
         """OpenAI function schemas of the tools :meth:`Environment.call_tool` accepts: a harness's ``TOOLS``
         may list only these, by name, with any description (refused when it loads otherwise:

@@ -32,8 +32,9 @@ class ChessPuzzles(Domain):
     name = "chess_puzzles"
     #: the paper's list: no engine, no search library
     allowed_imports = DEFAULT_ALLOWED_IMPORTS
-    #: h0 uses 9; a candidate may spend more turns on retries, never more than this
-    max_turns_limit = 2 * MAX_SOLVER_PLIES + 2
+    #: h0 uses 9; a candidate may spend more turns on retries, never more than this: the reference's
+    #: ``max_turns_cap`` 18 (docs/reproducing.md, turn caps)
+    max_turns_limit = 2 * MAX_SOLVER_PLIES
 
     def __init__(self) -> None:
         #: spec.verifier.chessMove == "anyMate": a mate that is not the stored move also solves the puzzle

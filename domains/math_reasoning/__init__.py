@@ -28,8 +28,9 @@ class MathReasoning(SplitsInMemoryDomain):
     name = "math_reasoning"
     #: the paper's list plus text helpers; no sympy/numpy in the harness (the model's code has them)
     allowed_imports = DEFAULT_ALLOWED_IMPORTS | {"json", "string", "textwrap"}
-    #: h0 uses 2; a candidate may use more turns, never more than this
-    max_turns_limit = 8
+    #: h0 uses 2; a candidate may use more turns, never more than this: the reference's clamp of a harness's
+    #: MAX_TURNS (docs/reproducing.md, turn caps)
+    max_turns_limit = 16
     #: on a cluster the model's code runs in the run's code-interpreter service ($WHALE_CODE_URL)
     tool_services = (
         ToolService(

@@ -69,8 +69,9 @@ WIKI18_RETRIEVER = ToolService(
 class SearchQA(SplitsInMemoryDomain):
     name = "search_qa"
     allowed_imports = DEFAULT_ALLOWED_IMPORTS | {"json", "string", "textwrap"}
-    #: h0 uses 2; a candidate may search more often, never more than this many model calls
-    max_turns_limit = 8
+    #: h0 uses 2; a candidate may search more often, never more than this many model calls: the reference's
+    #: MAX_TURNS_HARD_CAP (docs/reproducing.md, turn caps)
+    max_turns_limit = 16
     #: the local corpus's retriever; :meth:`tool_services_for` picks the one of ``spec.data.corpus``
     tool_services = (LOCAL_RETRIEVER,)
 
@@ -203,5 +204,17 @@ class SearchQA(SplitsInMemoryDomain):
     def skill_path(self) -> Path:
         return HERE / "SKILL.md"
 
+    def skill_text(self, data: Data) -> str:
+        """SKILL.md with its D_harness sentence for ``data.source``: the sample's HotpotQA/2Wiki + NQ-open mix,
+        or the full data's NQ training questions (``search_qa.full``)."""
+        text = super().skill_text(data)
+        if data.source == "full":
+            text = text.replace(SAMPLE_HARNESS_TEXT, FULL_HARNESS_TEXT)
+        return text
+
+
+#: how SKILL.md describes D_harness (the sample's), and the full data's
+SAMPLE_HARNESS_TEXT = "(HotpotQA/2Wiki and NQ-open training questions)"
+FULL_HARNESS_TEXT = "(NQ training questions, as the paper's)"
 
 DOMAIN = SearchQA()

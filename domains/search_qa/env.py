@@ -10,6 +10,7 @@ service), else an in-process BM25 index. Bad arguments and retriever failures ar
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -57,6 +58,12 @@ def format_hits(hits: list[Hit], max_tokens: int) -> str:
     return "\n".join(
         f"Doc {i}(Title: {h.passage.title}) {cut(h.passage.text, max_tokens)}" for i, h in enumerate(hits, 1)
     )
+
+
+def as_result(text: str) -> str:
+    """The tool message the model reads: ``{"result": text}`` as JSON, as the reference's search tool answers
+    (docs/reproducing.md)."""
+    return json.dumps({"result": text}, ensure_ascii=False)
 
 
 def _int_arg(arguments: dict[str, Any], name: str, default: int, high: int) -> int:
@@ -122,8 +129,8 @@ class SearchEnvironment(Environment):
             raise ToolError(f"search failed: {exc}") from exc
         blocks = [format_hits(hits, doc_tokens) for hits in results]
         if len(queries) == 1:
-            return blocks[0]
-        return "\n---\n".join(f"Query: {q}\n{b}" for q, b in zip(queries, blocks, strict=True))
+            return as_result(blocks[0])
+        return as_result("\n---\n".join(f"Query: {q}\n{b}" for q, b in zip(queries, blocks, strict=True)))
 
     def gold_answers(self) -> tuple[str, ...]:
         return tuple(str(g) for g in self.item["golden_answers"])

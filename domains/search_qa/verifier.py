@@ -1,7 +1,9 @@
 """Normalised exact match of the last ``<answer>`` against any gold answer (the Search-R1 / SQuAD rule).
 
 Normalisation: lowercase, drop punctuation, drop the articles a/an/the, collapse whitespace.
-No ``<answer>`` in the final reply scores 0: h0 asks for the tags.
+No ``<answer>`` in the final reply scores 0: h0 asks for the tags. A correct answer in a reply with more than
+10 opening or 10 closing ``<answer>`` tags scores 0.25, verl's Search-R1 rule against tag spam
+(``search_r1_like_qa_em.compute_score``, the reference's default EM reward; docs/reproducing.md).
 """
 
 from __future__ import annotations
@@ -32,8 +34,15 @@ def exact_match(pred: str, golds: Iterable[str]) -> bool:
     return bool(p) and any(p == normalize(str(g)) for g in golds)
 
 
+#: more opening or closing answer tags than this in the reply: a correct answer earns SPAM_CREDIT only
+MAX_ANSWER_TAGS = 10
+SPAM_CREDIT = 0.25
+
+
 def score(final_reply: str | None, golden_answers: Iterable[str]) -> float:
-    answer = last_answer(final_reply or "")
-    if answer is None:
+    text = final_reply or ""
+    answer = last_answer(text)
+    if answer is None or not exact_match(answer, golden_answers):
         return 0.0
-    return 1.0 if exact_match(answer, golden_answers) else 0.0
+    spam = text.count("<answer>") > MAX_ANSWER_TAGS or text.count("</answer>") > MAX_ANSWER_TAGS
+    return SPAM_CREDIT if spam else 1.0

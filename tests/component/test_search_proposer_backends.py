@@ -2,7 +2,7 @@
 loopback double of the API that speaks its wire format (testing a candidate with ``run_candidate`` and
 looking at the archive with ``run_shell`` before proposing it), the paper's token count and its budget,
 an external agent CLI run inside the sandbox (a real program that reads the archive and writes a
-candidate), a CLI that hangs past its timeout, and an unreachable chat endpoint. Failures are recorded
+candidate), the examples' Claude Code command end to end with a scripted stand-in for the CLI, a CLI that hangs past its timeout, and an unreachable chat endpoint. Failures are recorded
 and the phase still ends with a result."""
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.component.test_search_phase import GOOD, PHASE, RUN, SETTINGS, _request, _spec
 from tests.fixtures.harness_host import start_harness_host
@@ -96,6 +97,77 @@ def test_cli_agent_in_its_sandbox_writes_a_candidate_that_is_accepted(tmp_path: 
     assert "wrote 1 candidate of 3 in /scratch" in transcript[0]["output_tail"]  # its workspace is the sandbox's
     assert transcript[0]["isolation"]["network"] == "netns" and transcript[0]["isolation"]["root"] == "pivot_root"
     assert store.read_text(archive.candidate_key("i02-c1", "rationale.md")).startswith("Traces show")
+
+
+REPO = Path(__file__).resolve().parents[2]
+HARNESS_SEARCH_EXAMPLES = sorted(
+    p for p in (REPO / "manifests" / "examples").glob("*.yaml") if "rsft" not in p.name and p.name != "tiny-cpu.yaml"
+)
+
+
+def _example_proposer() -> dict:
+    """The proposer of the paper's examples: the same block in each of the 9 that search harnesses."""
+    blocks = [yaml.safe_load(p.read_text())["spec"]["harnessSearch"]["proposer"] for p in HARNESS_SEARCH_EXAMPLES]
+    assert len(blocks) == 9 and all(b == blocks[0] for b in blocks)
+    return blocks[0]
+
+
+@pytest.mark.timeout(180)
+def test_examples_claude_code_command_runs_end_to_end_with_a_scripted_cli(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The examples' proposer as they run it — Claude Code headless, claude-opus-4-7 at effort max, 2400 s,
+    Read/Glob/Grep/Edit/Write/Bash, the skill in the system prompt, stream-json — with the binary swapped for
+    a stand-in that speaks the same protocol (tests/fixtures/claude_code_double.py: it refuses any other
+    setting). Its candidate is gated, scored and accepted; its usage is counted as the paper counts it."""
+    record, result = _search_with_example_cli(tmp_path, monkeypatch, {})
+    assert record["notes"] == [], record  # the stand-in found nothing to refuse
+    assert record["backend"] == "cli" and record["proposals"] == ["tagged"]
+    assert result.accepted_candidate == "i02-c1" and result.accepted_score == 1.0
+    # the result event's usage, the paper's count: generated + read for the first time (cache reads not)
+    assert (record["generated_tokens"], record["read_tokens"], record["turns"]) == (1400, 2400 + 6000, 3)
+    store = open_store(str(tmp_path / "store"))
+    rationale = store.read_text(Archive(store, layout.archive_prefix(RUN, 1)).candidate_key("i02-c1", "rationale.md"))
+    assert rationale.strip().endswith("extracts it.")
+
+
+@pytest.mark.timeout(180)
+def test_the_scripted_cli_refuses_what_the_paper_did_not_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The stand-in is strict: another effort is reported as the agent's error and nothing is proposed."""
+    record, result = _search_with_example_cli(tmp_path, monkeypatch, {"effort": "high"})
+    assert record["proposals"] == [] and result.accepted_candidate == "i01-incoming"
+    assert any("--effort='high', expected 'max'" in n for n in record["notes"]), record["notes"]
+
+
+def _search_with_example_cli(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, change: dict) -> tuple[dict, Any]:
+    proposer = _example_proposer()
+    assert (proposer["backend"], proposer["model"], proposer["effort"], proposer["timeoutSeconds"]) == (
+        "cli",
+        "claude-opus-4-7",
+        "max",
+        2400,
+    )
+    assert proposer["command"][0] == "/opt/claude-code/bin/claude" and proposer["readPaths"] == ["/opt/claude-code"]
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    (agent / "claude_code_double.py").write_text((REPO / "tests" / "fixtures" / "claude_code_double.py").read_text())
+    (agent / "good.py").write_text(GOOD)
+    proposer = {
+        **proposer,
+        "command": [base_python(), str(agent / "claude_code_double.py"), *proposer["command"][1:]],
+        "readPaths": [str(agent)],
+        "network": "none",  # no API here; the examples' host network is the only difference
+        "timeoutSeconds": 60,
+        **change,
+    }
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-double")
+    monkeypatch.setenv("WHALE_TEST_CANARY", "must not reach the agent")
+    store = open_store(str(tmp_path / "store"))
+    spec = _spec("http://unused/v1")
+    spec["harnessSearch"]["proposer"] = proposer
+    _request(store, spec, iterations=2)
+    result = run_search(store, RUN, PHASE, client=DigitSayerPolicyDouble(), settings=SETTINGS)
+    return store.read_json(Archive(store, layout.archive_prefix(RUN, 1)).iteration_key(2)), result
 
 
 @pytest.mark.timeout(180)
@@ -184,6 +256,7 @@ def _anthropic_search(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, settings:
             "model": "claude-double",
             "timeoutSeconds": 120,
             "apiKeySecret": {"name": "proposer", "key": "api-key", "env": "TEST_ANTHROPIC_API_KEY"},
+            "runCandidateRollouts": 64,  # an option (the paper's proposer runs no benchmarks): on here
         }
         _request(store, spec, iterations=2)
         result = run_search(store, RUN, PHASE, client=DigitSayerPolicyDouble(), settings=settings)
@@ -195,6 +268,8 @@ def _check_anthropic_search(api: MessagesAPIDouble, result: Any, store: Any) -> 
     assert result.accepted_candidate == "i02-c1" and result.accepted_score == 1.0
     request = api.requests[0]
     assert request["model"] == "claude-double" and "improving an LLM agent's harness" in request["system"]
+    prompt = json.dumps(request["messages"][0])
+    assert "run_candidate" in prompt and "Test before you propose" not in prompt  # offered, not prescribed
     assert {t["name"] for t in request["tools"]} >= {"read_file", "write_candidate", "run_candidate", "run_shell"}
     results = api.tool_results()
     assert any("Best so far: i01-incoming" in r for r in results)

@@ -91,3 +91,27 @@ def test_the_full_data_sizes_give_the_papers_steps_per_epoch(domain):
     sizes = plugins.load(name).split_sizes(Data(source="full", seed=42))
     assert sizes["weight"] == PAPER[domain]["weight"] and sizes["harness"] == 256
     assert round(sizes["weight"] / 256) == PAPER[domain]["stepsPerEpoch"]
+
+
+def _budget_table() -> dict[str, list[str]]:
+    """docs/reproducing.md's budget table, by run name: its cells."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "reproducing.md").read_text()
+    rows = {}
+    for line in text.split("## Budgets of each run", 1)[1].split("\n\n## ", 1)[0].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if cells and cells[0].endswith(("-rsft", "-mh", "-whale", "-adaptive")):
+            rows[cells[0]] = cells
+    return rows
+
+
+@pytest.mark.parametrize("path", PAPER_RUNS, ids=lambda p: p.stem)
+def test_the_documented_budget_table_is_whale_plans(path):
+    """The phases and rollouts columns of docs/reproducing.md are what `whale plan` prints (≤ where it is a bound)."""
+    row = _budget_table()[path.stem]
+    p = plan_of(path)
+    bound = "≤ " if p.get("rolloutsUpperBound") else ""
+    assert row[-1] == f"{bound}{p['rollouts']:,}"
+    weight, harness = (c.removeprefix("≤ ") for c in row[-2].split(" / "))
+    assert (int(weight), int(harness)) == (p["counts"]["weight"], p["counts"]["harness"])

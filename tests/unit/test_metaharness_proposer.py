@@ -306,7 +306,15 @@ def test_from_spec_builds_the_anthropic_and_sandboxed_cli_backends():
         ),
         environ={"ANTHROPIC_API_KEY": "sk-ant", "OTHER": "x"},
     )
-    assert (cli.read_paths, cli.network, cli.extra_env) == (("/opt/claude",), "none", {"ANTHROPIC_API_KEY": "sk-ant"})
+    assert (cli.read_paths, cli.network, cli.extra_env) == (
+        ("/opt/claude",),
+        "none",
+        {"IS_SANDBOX": "1", "ANTHROPIC_API_KEY": "sk-ant"},  # nothing else of the environment
+    )
+    with pytest.raises(ValueError, match="uses \\{effort\\}: set `effort`"):
+        ProposerSpec(backend="cli", command=["claude", "--effort", "{effort}"])
+    with pytest.raises(ValueError, match="uses \\{model\\}: set `model`"):
+        ProposerSpec(backend="cli", command=["claude", "--model", "{model}"], effort="max")
     with pytest.raises(ValueError, match="readPaths|read_paths"):
         ProposerSpec(backend="cli", command=["x"], read_paths=["relative/path"])
 

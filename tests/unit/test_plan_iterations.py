@@ -17,6 +17,7 @@ from typer.testing import CliRunner
 
 from whale.core.schedule import PLAN_MAX_LISTED, plan, resolve
 from whale.core.spec import MAX_ITERATIONS, WhaleRunSpec
+from whale.metaharness.loop import SearchConfig
 
 #: the paper's D_harness (256 items x 1 rollout per candidate, 3 candidates per proposer iteration)
 SIZES = {"weight": 256 * 70, "harness": 256, "test": 60}
@@ -134,3 +135,42 @@ def test_whale_plan_cli_shows_the_counts(tmp_path):
     assert "4 iterations: the incoming evaluation + 3 proposer" in result.output
     assert "harness accepted at iteration 4, if it changed there" in result.output
     assert "at most 4 eval phases" in result.output
+
+
+def spec_with_trials(condition: str, schedule: dict, proposer: dict) -> WhaleRunSpec:
+    spec = spec_of(condition, schedule).model_dump(by_alias=True, exclude_none=True)
+    spec["harnessSearch"] = {"proposer": proposer}
+    return WhaleRunSpec.model_validate(spec)
+
+
+def test_run_candidate_is_off_by_default_and_its_budget_is_counted_when_on():
+    """The paper's proposer runs no benchmarks (the outer loop evaluates): no run_candidate by default. Turned on,
+    each proposer iteration may spend its budget, so the plan counts it (an upper bound) and the task prompt offers
+    the tool without telling the proposer to test first."""
+    base_spec = spec_of("mh_only", {"mhOnlyIterations": 40})
+    assert base_spec.harness_search.proposer.run_candidate_rollouts == 0
+    assert SearchConfig(iterations=2).proposer_trial_rollouts == 0
+    base = plan(base_spec, SIZES)
+    assert "proposerTrialRolloutsPerIteration" not in base and "rolloutsUpperBound" not in base
+    on = plan(
+        spec_with_trials(
+            "mh_only", {"mhOnlyIterations": 40}, {"backend": "openai", "model": "m", "runCandidateRollouts": 64}
+        ),
+        SIZES,
+    )
+    assert on["rollouts"] == base["rollouts"] + 40 * 64  # not the incoming evaluation's iteration
+    assert on["proposerTrialRolloutsPerIteration"] == 64 and on["rolloutsUpperBound"] is True
+    # a cli or replay proposer has no run_candidate tool: nothing to count
+    replay = plan(
+        spec_with_trials(
+            "mh_only", {"mhOnlyIterations": 40}, {"backend": "replay", "script": "x.py", "runCandidateRollouts": 64}
+        ),
+        SIZES,
+    )
+    assert replay["rollouts"] == base["rollouts"]
+    whale = spec_with_trials(
+        "whale",
+        {"totalSteps": 20, "weightStepsPerCycle": 10, "harnessIterationsPerCycle": 6},
+        {"backend": "anthropic", "model": "m", "runCandidateRollouts": 16},
+    )
+    assert resolve(whale, SIZES).rollouts_per_harness_iteration == 3 * PER_CANDIDATE + 16

@@ -147,3 +147,13 @@ def test_the_seven_benchmarks_and_triviaqa_when_the_data_has_it(tmp_path):
     (root / "search_qa" / "eval" / BENCHMARKS["bamboogle"]).unlink()
     with pytest.raises(DataError, match="bamboogle_test.jsonl: missing"):
         load_splits(root, seed=1, train="all", harness_size=8)
+
+
+def test_the_skill_names_the_harness_split_of_the_data_source():
+    """The proposer is told what D_harness is on this run: the sample's mix, or the full data's NQ questions."""
+    domain = search_qa.SearchQA()
+    sample = domain.skill_text(Data())
+    full = domain.skill_text(Data(source="full"))
+    assert search_qa.SAMPLE_HARNESS_TEXT in sample and search_qa.FULL_HARNESS_TEXT not in sample
+    assert search_qa.FULL_HARNESS_TEXT in full and search_qa.SAMPLE_HARNESS_TEXT not in full
+    assert sample.replace(search_qa.SAMPLE_HARNESS_TEXT, search_qa.FULL_HARNESS_TEXT) == full  # nothing else

@@ -65,9 +65,10 @@ def test_forced_top1_search_then_answer(domain):
     assert first[0] == {"role": "system", "content": "Answer factual questions using search when needed."}
     assert first[1]["content"].startswith(f"Question: {row['question']}\n")
     tool_msg = next(m for m in client.prompts[1] if m["role"] == "tool")
-    assert tool_msg["content"].startswith("Doc 1(Title:") and "Doc 2" not in tool_msg["content"]
-    assert "Query:" not in tool_msg["content"]  # one query only
-    assert len(tool_msg["content"].split()) <= 200 + 4  # passage cut to 200 words (+ "Doc 1(Title: t)")
+    result = json.loads(tool_msg["content"])["result"]  # {"result": ...} as the reference's search tool
+    assert result.startswith("Doc 1(Title:") and "Doc 2" not in result
+    assert "Query:" not in result  # one query only
+    assert len(result.split()) <= 200 + 4  # passage cut to 200 words (+ "Doc 1(Title: t)")
     action = next(s for s in ep.steps if s["type"] == "action" and s["action"]["kind"] == "tool")
     assert action["action"]["arguments"] == {"query_list": [row["question"]], "topk": 1, "max_doc_tokens": 200}
 

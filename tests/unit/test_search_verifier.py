@@ -62,3 +62,15 @@ def test_bamboogle_and_popqa_rows():
 
 def test_empty_answer_never_matches():
     assert score("<answer> </answer>", ["", "a"]) == 0.0
+
+
+def test_tag_spam_earns_a_quarter_as_verl_search_r1():
+    """verl's Search-R1 EM reward (the reference's default): a correct answer among more than 10 opening or 10
+    closing answer tags earns 0.25; 10 of each is still full credit; a wrong answer stays 0 however tagged."""
+    golds = ["Paris"]
+    ten = "<answer>x</answer>" * 9 + "<answer>Paris</answer>"
+    assert score(ten, golds) == 1.0
+    assert score("<answer>x</answer>" + ten, golds) == 0.25
+    assert score("</answer>" * 11 + "<answer>Paris</answer>", golds) == 0.25  # closing tags alone count
+    assert score("<answer>" * 11 + "<answer>Paris</answer>", golds) == 0.0  # as verl: the match opens at the first
+    assert score("<answer>x</answer>" * 11 + "<answer>Rome</answer>", golds) == 0.0

@@ -76,6 +76,8 @@ class ResolvedSchedule:
     rollouts_per_step: int = 0
     rollouts_per_harness_iteration: int = 0
     rollouts_incoming_evaluation: int = 0
+    #: of rollouts_per_harness_iteration: the proposer's run_candidate budget (0 unless that option is on)
+    proposer_trial_rollouts: int = 0
     every_accepted_harness: bool = False
 
     @property
@@ -181,6 +183,9 @@ def resolve(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> ResolvedSchedule
 
     hs = spec.harness_search
     per_candidate = harness_size * hs.rollouts_per_item
+    # the built-in agents' run_candidate (an option, off as in the paper): its budget is spent per proposer
+    # iteration, so the plan counts it there (an upper bound: the proposer may spend less)
+    trials = hs.proposer.run_candidate_rollouts if hs.proposer.backend in ("openai", "anthropic") else 0
     return ResolvedSchedule(
         condition=cond,
         weight_size=weight_size,
@@ -194,7 +199,8 @@ def resolve(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> ResolvedSchedule
         weight_rule=weight_rule,
         harness_rule=harness_rule,
         rollouts_per_step=rsft.prompts_per_step * rsft.rollouts_per_prompt,
-        rollouts_per_harness_iteration=per_candidate * hs.proposals_per_iteration,
+        rollouts_per_harness_iteration=per_candidate * hs.proposals_per_iteration + trials,
+        proposer_trial_rollouts=trials,
         rollouts_incoming_evaluation=per_candidate,
         every_accepted_harness=ev.every_accepted_harness,
     )
@@ -290,6 +296,10 @@ def plan(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> dict[str, Any]:
                     "maxIterations": ah.max_iterations,
                 },
             }
+    if sched.proposer_trial_rollouts:
+        # run_candidate's budget per proposer iteration, counted in ``rollouts`` as if spent in full
+        out["proposerTrialRolloutsPerIteration"] = sched.proposer_trial_rollouts
+        out["rolloutsUpperBound"] = True
     if sched.evaluates_every_accepted_harness:
         # each listed evaluation happens only if the accepted harness changes at that iteration
         out["evaluationsUpperBound"] = True

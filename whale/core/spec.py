@@ -538,7 +538,8 @@ ObjectUID = Annotated[
     Strict(),
     Field(min_length=36, max_length=36, pattern=r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"),
 ]
-#: D_harness rollouts the proposer's run_candidate tool may spend per iteration [paper: the proposer's own runs]
+#: D_harness rollouts the proposer's run_candidate tool may spend per iteration (an option; the paper's proposer
+#: runs no benchmarks)
 MAX_TRIAL_ROLLOUTS = 100_000
 
 
@@ -552,7 +553,11 @@ class Proposer(_Model):
         "sandbox; replay: a recorded proposal script (tests/CI)",
     )
     model: Annotated[str, Strict(), Field(min_length=1, max_length=256)] | None = Field(
-        None, description="openai/anthropic: the model to ask (e.g. claude-opus-4-1)"
+        None,
+        description="openai/anthropic: the model to ask; cli: the {model} template field (the paper's claude-opus-4-7)",
+    )
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = Field(
+        None, description="cli: the {effort} template field (Claude Code's --effort; the paper's max)"
     )
     base_url: Annotated[str, Strict(), Field(min_length=1, max_length=2048, pattern=URL)] | None = Field(
         None,
@@ -568,7 +573,8 @@ class Proposer(_Model):
         None,
         max_length=256,
         description="cli backend: argv template; {scratch} {archive} {skill} {prompt} {n} "
-        "{iteration} {max_turns} {timeout}",
+        "{iteration} {max_turns} {timeout} {model} {effort}, and {skill_text} (the SKILL.md text, as the "
+        "reference appends it to Claude Code's system prompt)",
     )
     read_paths: list[AbsolutePath] = Field(
         default_factory=list,
@@ -586,18 +592,21 @@ class Proposer(_Model):
     )
     timeout_seconds: Seconds = Field(2400, description="per iteration: wall time of the proposer's session")
     max_turns: Annotated[int, Strict(), Field(ge=1, le=10_000)] = Field(
-        40, description="per iteration: model calls (cli: the {max_turns} template field)"
+        40,
+        description="openai/anthropic: model calls per iteration (cli: only the {max_turns} template field; the "
+        "paper's Claude Code session has no turn cap)",
     )
     max_tokens: Annotated[int, Strict(), Field(ge=1, le=MAX_PROPOSER_TOKENS)] = Field(
         200_000,
-        description="per iteration: tokens the model generated plus tokens it read for the first time "
-        "(not the same context re-counted per call)",
+        description="openai/anthropic: per iteration, tokens the model generated plus tokens it read for the "
+        "first time (not the same context re-counted per call); a cli agent's usage is recorded, not capped",
     )
     max_reply_tokens: Tokens = Field(8192, description="openai/anthropic: the longest reply of one model call")
     run_candidate_rollouts: Annotated[int, Strict(), Field(ge=0, le=MAX_TRIAL_ROLLOUTS)] = Field(
-        64,
+        0,
         description="openai/anthropic: D_harness rollouts the run_candidate tool may spend per iteration "
-        "(counted in the phase's rollouts; at most 16 per call); 0 removes the tool",
+        "(counted in the phase's rollouts and in `whale plan`; at most 16 per call); 0, the default, offers no "
+        "such tool: the paper's proposer does not run benchmarks, the outer loop evaluates",
     )
     shell: StrictBool = Field(
         True, description="openai/anthropic: offer the sandboxed run_shell tool over the read-only archive copy"
@@ -607,6 +616,11 @@ class Proposer(_Model):
     def _backend_fields(self) -> Proposer:
         if self.backend == "cli" and not self.command:
             raise ValueError("backend 'cli' needs `command` (the agent CLI's argv)")
+        if self.backend == "cli":
+            used = " ".join(self.command or [])
+            for name, value in (("model", self.model), ("effort", self.effort)):
+                if "{" + name + "}" in used and value is None:
+                    raise ValueError(f"the cli command uses {{{name}}}: set `{name}`")
         if self.backend == "replay" and not self.script:
             raise ValueError("backend 'replay' needs `script`")
         return self

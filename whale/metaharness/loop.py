@@ -61,7 +61,7 @@ class SearchConfig:
     proposer_max_turns: int = 40
     proposer_max_tokens: int = 200_000
     #: D_harness rollouts the proposer's run_candidate tool may spend per iteration (0: no such tool)
-    proposer_trial_rollouts: int = 64
+    proposer_trial_rollouts: int = 0
     #: offer the proposer the sandboxed run_shell tool
     proposer_shell: bool = True
     #: spec.harnessSearch.integrity: flag candidates that score without the model; refuse them by default

@@ -86,8 +86,7 @@ def run_search(
     domain = load_domain(spec, domain)
     hs = spec.harness_search
     incoming = store.read_text(args.incoming_harness) if args.incoming_harness else domain.h0_path().read_text("utf-8")
-    skill_path = domain.skill_path()
-    skill = skill_path.read_text("utf-8") if skill_path and Path(skill_path).is_file() else ""
+    skill = domain.skill_text(spec.data)
     items = domain.load_split("harness", spec.data, store)[: spec.data.harness_size]
     if not items:
         raise SearchError(f"the harness split of domain {spec.domain!r} is empty")

@@ -179,6 +179,8 @@ def from_spec(proposer_spec: Any, environ: Mapping[str, str] | None = None) -> P
             extra_env={key_env: key} if key_env and key else None,
             read_paths=tuple(getattr(proposer_spec, "read_paths", None) or ()),
             network=getattr(proposer_spec, "network", "host"),
+            model=getattr(proposer_spec, "model", None),
+            effort=getattr(proposer_spec, "effort", None),
         )
     if backend == "replay":
         from whale.metaharness.proposer.replay import ReplayProposer

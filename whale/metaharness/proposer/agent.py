@@ -37,8 +37,8 @@ from whale.metaharness.proposer.workspace import Workspace
 
 SYSTEM_PROMPT = (
     "You are a careful coding agent improving an LLM agent's harness. Work only through the tools: "
-    "read the archive (summary.md, candidates' code and traces), try your ideas with run_candidate when it "
-    "is offered, then write your candidates with write_candidate, then call finish."
+    "read the archive (summary.md, candidates' code and traces), "
+    "then write your candidates with write_candidate, then call finish."
 )
 NUDGE = (
     "Use the tools: read files with read_file, write each candidate with write_candidate(name, code, "

@@ -175,7 +175,7 @@ def task_prompt(request: ProposalRequest) -> str:
         rules.append(
             f"`run_candidate` runs a candidate you wrote on up to {tools.trials.max_items} training (D_harness) items "
             f"with the real model and returns its score, errors and short traces; it spends rollouts from a budget of "
-            f"{tools.trials.budget} for this iteration. Test before you propose."
+            f"{tools.trials.budget} for this iteration."
         )
     if tools is not None and tools.shell is not None:
         rules.append(

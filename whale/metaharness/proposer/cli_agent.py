@@ -5,8 +5,10 @@
 ``{scratch}/candidates/NAME.py`` with an optional ``NAME.md`` rationale), ``{archive}`` (the read-only
 copy of the archive), ``{skill}`` (the domain's SKILL.md), ``{prompt}`` (PROMPT.md: the task statement,
 also fed on stdin), ``{n}`` (how many candidates), ``{iteration}``, ``{max_turns}`` and ``{timeout}``
-(the proposer's budgets, for agents that take them as flags). A Claude Code style agent
-(docs/metaharness.md has the manifest)::
+(the proposer's budgets, for agents that take them as flags), ``{model}`` and ``{effort}`` (the spec's
+``model`` and ``effort``) and ``{skill_text}`` (the skill's text under the reference's "Follow these skill
+instructions" header, for ``--append-system-prompt``). A Claude Code style agent (the examples run the
+paper's command; docs/metaharness.md has the manifest)::
 
     command: ["claude", "-p", "--output-format", "json", "--max-turns", "{max_turns}",
               "--permission-mode", "bypassPermissions", "--add-dir", "{archive}",
@@ -63,7 +65,21 @@ from whale.metaharness.proposer.base import (
 )
 
 OUTPUT_TAIL_BYTES = 64_000
-FIELDS = ("scratch", "archive", "skill", "prompt", "n", "iteration", "max_turns", "timeout")
+FIELDS = (
+    "scratch",
+    "archive",
+    "skill",
+    "prompt",
+    "n",
+    "iteration",
+    "max_turns",
+    "timeout",
+    "model",
+    "effort",
+    "skill_text",
+)
+#: how the reference hands Claude Code the domain's skill: appended to its system prompt under this header
+SKILL_PREFIX = "Follow these skill instructions:\n\n## Skill: harness-search\n"
 #: how long after its deadline the sandbox's own wall clock kills everything (the driver's hand-back)
 CLI_GRACE_S = 30.0
 #: the agent's sandbox: address space per process (a Node.js agent reserves a lot), processes and
@@ -196,15 +212,21 @@ class CLIAgentProposer(Proposer):
         *,
         read_paths: Sequence[str] = (),
         network: str = "host",
+        model: str | None = None,
+        effort: str | None = None,
     ):
         if not command:
             raise ProposerError("proposer backend 'cli' needs `command` (the agent CLI's argv template)")
         if network not in ("host", "none"):
             raise ProposerError(f"proposer network must be 'host' or 'none', got {network!r}")
         self.command = list(command)
-        self.extra_env = dict(extra_env or {})
+        # IS_SANDBOX=1: what the reference's wrapper sets for Claude Code (it then accepts
+        # --dangerously-skip-permissions whatever uid it runs as); it says only that the agent is sandboxed
+        self.extra_env = {"IS_SANDBOX": "1", **dict(extra_env or {})}
         self.read_paths = tuple(read_paths)
         self.network = network
+        self.model = model or ""
+        self.effort = effort or ""
 
     def _isolation(self, request: ProposalRequest) -> Any:
         from whale.sandbox import Isolation
@@ -229,6 +251,9 @@ class CLIAgentProposer(Proposer):
             "iteration": str(request.iteration),
             "max_turns": str(request.max_turns),
             "timeout": str(int(request.timeout_s)),
+            "model": self.model,
+            "effort": self.effort,
+            "skill_text": SKILL_PREFIX + request.skill,
         }
         argv = render_command(self.command, inside)
         config = {
