@@ -517,8 +517,8 @@ def architecture_problems(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, s
     (:func:`whale.rsft.architecture.training_problems`: they cannot run, or would leak between packed
     sequences, on any machine), and what was read or why nothing could be (the train workload then checks
     the same before it loads any weights)."""
-    if not spec.condition.trains_weights:
-        return [], []
+    if not (spec.condition.trains_weights and spec.rsft.pack_sequences):
+        return [], []  # padded micro-batches are exact for every architecture: nothing to check
     try:
         arch, where = model_architecture(spec, cwd, environ)
     except OSError as exc:  # a name too long for the file system, a loop of links: said, never a traceback
