@@ -70,7 +70,7 @@ class Reconciler:
         self.clock = clock
         self.stores = RunStores(kube, self.config.store_options)
         self._observers: dict[str, StoreObserver] = {}
-        self.jobs = JobLauncher(kube, metrics)
+        self.jobs = JobLauncher(kube, metrics, sandbox_runtime=self.config.sandbox_hosts.runtime_class)
         self.domains = DomainCatalog(self.config)
         self._lock = threading.Lock()
         #: per run UID: the spec as checked and scoped, with its tools, for the generation it was parsed at
@@ -164,6 +164,10 @@ class Reconciler:
         for field_, message in self.config.store_policy.problems(spec.storage.uri, spec.storage.endpoint):
             raise SpecError(field_, message)
         for field_, message in self.config.credentials_problems(spec):
+            raise SpecError(field_, message)
+        # isolation namespaces only where the admin allows privileged sandbox hosts, else pod (whale_operator.sandboxing)
+        spec, problems = self.config.sandbox_hosts.effective(spec, run.namespace)
+        for field_, message in problems:
             raise SpecError(field_, message)
         spec = tenancy.scoped(spec, run.namespace, run.name, run.uid)  # from here on, the run's own store
         tools = self.domains.tools_for(spec)
