@@ -128,7 +128,10 @@ class Reconciler:
             )
         except StoreAuthError as exc:  # the store refused the run's own keys: the Secret must change
             secret = ((obj.get("spec") or {}).get("storage") or {}).get("credentialsSecret")
-            outcome = outcomes.store_refused(prev, secret, str(exc), meta.get("generation"))
+            # the store's error code only: the rest of its answer is the endpoint's text, and the tenant names
+            # the endpoint (a hostile one would write into status whatever it likes)
+            log.warning("%s/%s: the store refused the run's keys: %s", namespace, name, exc)
+            outcome = outcomes.store_refused(prev, secret, exc.code or "credentials refused", meta.get("generation"))
         if outcome.status is not prev:
             written = self._write_status(namespace, name, raw_status, outcome.status)
             if written is not None:  # what the next reconcile will most likely read back
