@@ -435,6 +435,17 @@ def test_sandbox_hosts_are_the_admins_opt_in_per_namespace():
         packaging.helm_render({"sandboxHosts": {"namespaces": ["Not A Namespace"]}})
 
 
+def test_the_store_allow_lists_are_helm_values():
+    _, templates = packaging.helm_render(
+        {"allowedStores": ["s3://runs/team"], "allowedS3Endpoints": ["s3.internal:9000"]}
+    )
+    (dep,) = [d for d in templates if d["kind"] == "Deployment"]
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["WHALE_ALLOWED_STORES"] == "s3://runs/team" and env["WHALE_ALLOWED_S3_ENDPOINTS"] == "s3.internal:9000"
+    with pytest.raises(Exception, match="allowedStores"):
+        packaging.helm_render({"allowedStores": ["http://not-a-store"]})
+
+
 def test_the_chart_refuses_an_unknown_mode():
     with pytest.raises(Exception, match="mode"):
         packaging.helm_render({"mode": "both"})
