@@ -38,6 +38,19 @@ from whale_operator.outcomes import ReconcileResult
 log = logging.getLogger(__name__)
 
 
+#: the Event that tells a run asking for sandbox.isolation namespaces where it runs at pod (whale_operator.sandboxing)
+SANDBOX_AT_POD = (
+    "spec.sandbox.isolation namespaces runs at pod here: this namespace is not one where the operator's admins allow "
+    "privileged sandbox hosts (Helm value sandboxHosts.namespaces); the harness pod and the code tool are the walls"
+)
+
+
+def at_pod_here(body_spec: dict[str, Any] | None, spec: WhaleRunSpec) -> bool:
+    """The run asked for ``namespaces`` (or left the default) and runs at ``pod``: the admin's policy decided."""
+    asked = ((body_spec or {}).get("sandbox") or {}).get("isolation", "namespaces")
+    return asked == "namespaces" and spec.sandbox.isolation == "pod"
+
+
 @dataclass
 class Reads:
     """What one reconcile read from the API server (the WhaleRun, its phase children, its Deployments): the next
@@ -257,7 +270,10 @@ class Reconciler:
         )
         # a start that found its child already there (or was deferred) is not news
         reported = tuple(a for a in decision.actions if not isinstance(a, StartPhase) or a.phase in created)
-        return ReconcileResult(new, st.events(prev, new, reported), decision, poll=gated)
+        events = st.events(prev, new, reported)
+        if any(e.reason == "Started" for e in events) and at_pod_here(body_spec, spec):
+            events.append(st.Event(st.NORMAL, "SandboxIsolation", SANDBOX_AT_POD))
+        return ReconcileResult(new, events, decision, poll=gated)
 
     def _write_status(
         self, namespace: str, name: str, raw_old: dict[str, Any], new: WhaleRunStatus

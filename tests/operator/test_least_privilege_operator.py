@@ -62,6 +62,12 @@ def test_with_the_defaults_every_pod_the_operator_creates_is_restricted(
         assert run.store.read_json(layout.spec_key("plain"))["sandbox"]["isolation"] == "pod"
         policy = api.get("networking.k8s.io/v1", "networkpolicies", ns, names.workload_policy_name("plain"))
         assert policy is not None and policy["spec"]["policyTypes"] == ["Ingress"]
+        # and the tenant is told, once
+        told = wait_for(
+            lambda: [e for e in api.list("v1", "events", ns) if e.get("reason") == "SandboxIsolation"],
+            what="the SandboxIsolation event",
+        )
+        assert len(told) == 1 and "sandboxHosts.namespaces" in told[0]["message"]
 
 
 def test_where_the_admin_lists_the_namespace_the_sandbox_host_comes_back_under_its_runtime_class(
@@ -78,6 +84,7 @@ def test_where_the_admin_lists_the_namespace_the_sandbox_host_comes_back_under_i
         assert container["command"][-2:] == ["--isolation", "namespaces"]
         assert container["securityContext"]["capabilities"]["add"] == list(builders.SANDBOX_HOST_CAPABILITIES)
         assert pod["runtimeClassName"] == "gvisor"
+        assert not [e for e in api.list("v1", "events", ns) if e.get("reason") == "SandboxIsolation"]
         for obj in created(api, ns, "hosted"):  # the admin's class is for untrusted code only
             if obj["metadata"]["name"] != names.harness_name("hosted"):
                 assert all("runtimeClassName" not in p for p in pod_specs(obj)), obj["metadata"]["name"]
