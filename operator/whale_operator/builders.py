@@ -119,9 +119,14 @@ def storage_env_from(spec: WhaleRunSpec) -> list[dict[str, Any]]:
 
 
 def resources_dict(res: Resources, gpus: int = 0) -> dict[str, Any]:
-    """Requests/limits from the spec; ``gpus`` > 0 sets nvidia.com/gpu in both (GPUs cannot overcommit)."""
+    """Requests/limits from the spec; ``gpus`` > 0 sets nvidia.com/gpu in both (GPUs cannot overcommit). A memory
+    request without a memory limit gets that request as its limit: memory cannot be taken back from a pod, so on a
+    shared node a pod that grows past what the scheduler reserved for it is the one to go (and ``/dev/shm``, which
+    counts against it, is bounded too: :func:`shm_volume`). A larger limit is the spec's to give."""
     requests = dict(res.requests)
     limits = dict(res.limits)
+    if "memory" in requests and "memory" not in limits:
+        limits["memory"] = requests["memory"]
     if gpus > 0:
         requests[GPU_RESOURCE] = str(gpus)
         limits[GPU_RESOURCE] = str(gpus)
@@ -237,13 +242,16 @@ def restricted_pod_security_context(spec: WhaleRunSpec, component: str, uid: int
     }
 
 
+#: ``/dev/shm``'s size where the container has no memory limit (a spec that gives no memory at all): enough for
+#: PyTorch's data loaders and NCCL's shared-memory transport, never the node's whole memory
+DEFAULT_SHM_SIZE = "16Gi"
+
+
 def shm_volume(resources: dict[str, Any]) -> dict[str, Any]:
-    """``/dev/shm`` in memory, at most the container's memory limit (its pages count against that limit)."""
-    empty_dir: dict[str, Any] = {"medium": "Memory"}
-    memory = resources.get("limits", {}).get("memory")
-    if memory:
-        empty_dir["sizeLimit"] = memory
-    return {"name": "dshm", "emptyDir": empty_dir}
+    """``/dev/shm`` in memory, at most the container's memory limit (its pages count against that limit), else
+    :data:`DEFAULT_SHM_SIZE`: never unbounded."""
+    memory = resources.get("limits", {}).get("memory") or DEFAULT_SHM_SIZE
+    return {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": memory}}
 
 
 def job_lifecycle(spec: WhaleRunSpec) -> dict[str, Any]:
@@ -359,6 +367,29 @@ def workload_env(
 #: per sandbox (SETUID, SETGID), an empty bounding set for the program (SETPCAP), its scratch files handed to that
 #: uid (CHOWN, DAC_OVERRIDE), and killing what is left of it (KILL)
 SANDBOX_HOST_CAPABILITIES = ("CHOWN", "DAC_OVERRIDE", "KILL", "SETGID", "SETPCAP", "SETUID", "SYS_ADMIN")
+
+
+#: on the pod template of every pod that runs untrusted code (a candidate harness, model-written code, a ``cli``
+#: proposer's agent): what the admin's sandbox RuntimeClass is put on (:func:`with_sandbox_runtime`), what a cluster
+#: policy can select, and what tests/operator/test_least_privilege.py checks for credentials, tokens and egress
+LABEL_UNTRUSTED = names.LABEL_UNTRUSTED
+
+
+def untrusted(labels: dict[str, str]) -> dict[str, str]:
+    return {**labels, LABEL_UNTRUSTED: "true"}
+
+
+def with_sandbox_runtime(manifest: Manifest, runtime_class: str | None) -> Manifest:
+    """``manifest`` with the admin's sandboxed RuntimeClass (gVisor, Kata: ``WHALE_SANDBOX_RUNTIME_CLASS``, the
+    chart's ``sandboxHosts.runtimeClassName``) on its pod when that pod runs untrusted code (:data:`LABEL_UNTRUSTED`);
+    the admin's class wins over a spec's. Other objects, or no class: unchanged."""
+    if not runtime_class or manifest.get("kind") not in ("Deployment", "Job"):
+        return manifest
+    template = manifest["spec"]["template"]
+    if template["metadata"].get("labels", {}).get(LABEL_UNTRUSTED) != "true":
+        return manifest
+    template["spec"]["runtimeClassName"] = runtime_class
+    return manifest
 
 
 def sandbox_host_security_context() -> dict[str, Any]:
@@ -489,18 +520,22 @@ def job(
     pod_spec: dict[str, Any] = {
         "restartPolicy": "Never",
         **pod_template_fields(spec, component, gpu=requests_gpu(resources)),
+        # no workload calls the Kubernetes API: no token (a workload identity's own projected token, which its
+        # webhook adds as a volume of its own, is not affected)
+        "automountServiceAccountToken": False,
         "securityContext": pod_security,
         "containers": [container],
         "volumes": [shm_volume(resources)],
     }
     if multi_node:
         pod_spec["subdomain"] = names.rendezvous_service_name(name)
+    template_labels = untrusted(labels) if runs_cli_agent(spec, kind) else labels
 
     job_spec: dict[str, Any] = {
         # all-or-nothing: a failed pod fails the attempt; the next attempt resumes from the checkpoint
         "backoffLimit": 0,
         "podFailurePolicy": pod_failure_policy(),
-        "template": {"metadata": pod_metadata(spec, component, labels), "spec": pod_spec},
+        "template": {"metadata": pod_metadata(spec, component, template_labels), "spec": pod_spec},
         **job_lifecycle(spec),
     }
     if multi_node:
@@ -558,6 +593,7 @@ def prepare_job(run: RunRef, spec: WhaleRunSpec, attempt: int, *, store_uri: str
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         **pod_template_fields(spec, WORKERS, gpu=requests_gpu(resources)),
+        "automountServiceAccountToken": False,
         "securityContext": restricted_pod_security_context(spec, WORKERS, WORKER_UID),
         "containers": [container],
     }
@@ -661,6 +697,13 @@ def _weight_sync_command(run: RunRef, spec: WhaleRunSpec, store_uri: str, once: 
         return cmd + ["--once"]
     return cmd + ["--server", f"http://127.0.0.1:{VLLM_PORT}"]
 
+
+#: the weight-sync and data-fetching helper containers (they stream objects to files; the limit bounds a leak)
+HELPER_RESOURCES = {"requests": {"cpu": "250m", "memory": "512Mi"}, "limits": {"memory": "4Gi"}}
+#: a sandboxed tool's resources unless spec.cluster.placement.tools says otherwise
+SANDBOX_TOOL_RESOURCES = Resources(requests={"cpu": "1", "memory": "2Gi"}, limits={"cpu": "4", "memory": "4Gi"})
+#: a tool service's requests when its domain names none
+TOOL_REQUESTS = {"cpu": "2", "memory": "8Gi"}
 
 DOORBELL_VOLUME = "doorbell-token"
 #: the projected token's lifetime; the kubelet renews it at 80 % (the sidecar reads it anew for each ring)
@@ -775,7 +818,7 @@ def inference_deployment(
             ],
             "volumeMounts": mounts
             + ([{"name": DOORBELL_VOLUME, "mountPath": str(ACCOUNT_DIR), "readOnly": True}] if rings else []),
-            "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
+            "resources": HELPER_RESOURCES,
             "securityContext": restricted_container_security_context(),
         }
         if env_from:
@@ -842,11 +885,9 @@ def inference_deployment(
                 "metadata": pod_metadata(spec, INFERENCE, {**labels, **selector}),
                 "spec": {
                     **pod_template_fields(spec, INFERENCE, gpu=requests_gpu(res)),
-                    **(
-                        {"serviceAccountName": weight_sync_account(run, spec), "automountServiceAccountToken": False}
-                        if doorbell
-                        else {}
-                    ),
+                    # no token for the pod: the weight-sync sidecar alone gets one, projected (doorbell_token_volume)
+                    **({"serviceAccountName": weight_sync_account(run, spec)} if doorbell else {}),
+                    "automountServiceAccountToken": False,
                     "securityContext": restricted_pod_security_context(spec, INFERENCE, WORKER_UID),
                     "initContainers": [helper("fetch-weights", once=True)],
                     "containers": [vllm, helper("weight-sync", once=False)],
@@ -906,6 +947,7 @@ def tool_deployment(
     }
     pod: dict[str, Any] = {**pod_template_fields(spec, TOOLS, gpu=False)}
     pod.pop("serviceAccountName", None)
+    pod["automountServiceAccountToken"] = False  # no tool calls the Kubernetes API
     volumes: list[dict[str, Any]] = []
     if tool.fetch:
         keys = [f"{layout.data_prefix(spec.domain)}/{rel}" for rel, _ in tool.fetch]
@@ -923,6 +965,7 @@ def tool_deployment(
             ],
             "env": storage_env(spec),
             "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+            "resources": HELPER_RESOURCES,
             "securityContext": restricted_container_security_context(),
         }
         env_from = storage_env_from(spec)
@@ -934,26 +977,20 @@ def tool_deployment(
     container["command"] = cmd
     pl = component_placement(spec, TOOLS)
     if tool.sandboxed:
-        container["resources"] = (
-            pl.resources.to_wire()
-            if pl.resources is not None
-            else {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"cpu": "4", "memory": "4Gi"}}
-        )
+        container["resources"] = resources_dict(pl.resources if pl.resources is not None else SANDBOX_TOOL_RESOURCES)
         # each run of model-written code gets its own sandbox (namespaces, fresh root, unprivileged uid);
         # the pod holds no credentials, no token and (NetworkPolicy) no network: the exception to restricted
         container["securityContext"] = {**sandbox_host_security_context(), "readOnlyRootFilesystem": True}
         pod["securityContext"] = {"seccompProfile": {"type": "RuntimeDefault"}}
         container["volumeMounts"] = [{"name": "scratch", "mountPath": "/tmp"}]
-        pod["automountServiceAccountToken"] = False
         pod["enableServiceLinks"] = False
         volumes.append({"name": "scratch", "emptyDir": {"sizeLimit": "2Gi"}})
+        labels = untrusted(labels)
     else:
         container["env"] = [{"name": "WHALE_CACHE_DIR", "value": "/data/cache"}]
         container["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
-        container["resources"] = (
-            pl.resources.to_wire()
-            if pl.resources is not None
-            else {"requests": dict(tool.requests) or {"cpu": "2", "memory": "8Gi"}}
+        container["resources"] = resources_dict(
+            pl.resources if pl.resources is not None else Resources(requests=dict(tool.requests) or TOOL_REQUESTS)
         )
         container["securityContext"] = restricted_container_security_context()
         pod["securityContext"] = restricted_pod_security_context(spec, TOOLS, TOOLS_UID)
@@ -1031,6 +1068,32 @@ def inference_network_policy(run: RunRef) -> Manifest:
     }
 
 
+#: the components whose pods are a run's workloads (Jobs, or a phase JobSet's workload Job)
+WORKLOAD_COMPONENTS = ("train", "search", "eval", names.PREPARE)
+
+
+def workload_network_policy(run: RunRef) -> Manifest:
+    """Nothing but the run's own pods reaches a workload pod: torchrun's rendezvous (:data:`RENDEZVOUS_PORT`, which
+    authenticates no one) and the ports NCCL and the process group open between a multi-node train's ranks, which
+    are random, hence every port. The workloads serve nothing else; egress is left open (the store, vLLM, the tools,
+    a proposer's API)."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": run.metadata(names.workload_policy_name(run.name), names.child_labels(run.name, "workloads")),
+        "spec": {
+            "podSelector": {
+                "matchLabels": {names.LABEL_RUN: run.name},
+                "matchExpressions": [
+                    {"key": "app.kubernetes.io/component", "operator": "In", "values": list(WORKLOAD_COMPONENTS)}
+                ],
+            },
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": [{"podSelector": {"matchLabels": {names.LABEL_RUN: run.name}}}]}],
+        },
+    }
+
+
 def template_hash(deployment: Manifest) -> str:
     """A short hash of a Deployment's rendered pod template (canonical JSON): what changes it changes the pods."""
     canonical = json.dumps(deployment["spec"]["template"], sort_keys=True, separators=(",", ":"))
@@ -1046,10 +1109,11 @@ def with_template_hash(deployment: Manifest) -> Manifest:
 
 
 def pod_walled(deployment: Manifest, spec: WhaleRunSpec, tool: ToolService) -> Manifest:
-    """A sandboxed tool at ``spec.sandbox.isolation: pod``: its pod (no credentials, no token, no egress) is the
-    wall, so its container is restricted and its server runs each snippet without kernel namespaces
-    (``--isolation pod``; it refuses to serve where it sees a credential). Other tools and levels: unchanged."""
-    if not tool.sandboxed or spec.sandbox.isolation != "pod":
+    """A sandboxed tool at ``spec.sandbox.isolation: pod`` or ``none``: its pod (no credentials, no token, no egress)
+    is the wall, so its container is restricted and its server runs each snippet without kernel namespaces
+    (``--isolation pod``; it refuses to serve where it sees a credential). Only at ``namespaces`` (where the admin
+    allows sandbox hosts, :mod:`whale_operator.sandboxing`) is it a privileged sandbox host. Other tools: unchanged."""
+    if not tool.sandboxed or spec.sandbox.isolation == "namespaces":
         return deployment
     pod = deployment["spec"]["template"]["spec"]
     for container in pod["containers"]:
@@ -1127,18 +1191,21 @@ def harness_host_env(run: RunRef, spec: WhaleRunSpec) -> list[dict[str, Any]]:
 
 def workload_needs_sandbox_host(spec: WhaleRunSpec, kind: PhaseKind) -> bool:
     """Whether a workload Job's container must start ``whale.sandbox`` sandboxes itself. With a harness host the
-    train and eval Jobs run no untrusted code, and neither does the harness search at ``pod``: the proposer's
-    ``run_shell`` commands run on the harness host too (:mod:`whale.harness.shell`). At ``namespaces`` the
-    harness search keeps the sandbox-host context (the ``cli`` agent's sandbox starts there); the ``cli``
-    backend is refused at ``pod`` (spec.CLI_AT_POD), and kept a sandbox host here should a spec reach this
-    without that check."""
+    train and eval Jobs run no untrusted code, and neither does a harness search with a built-in proposer: harness
+    processes and the proposer's ``run_shell`` commands run on the harness host (:mod:`whale.harness.shell`). Only a
+    ``cli`` proposer's agent starts its sandbox in the search pod (at ``namespaces``: it is refused at ``pod``,
+    spec.CLI_AT_POD, and kept a sandbox host here should a spec reach this without that check)."""
     if spec.sandbox.isolation == "none":
         return False
     if not uses_harness_host(spec):
         return True
-    if kind is not PhaseKind.HARNESS:
-        return False
-    return spec.sandbox.isolation == "namespaces" or spec.harness_search.proposer.backend == "cli"
+    return runs_cli_agent(spec, kind)
+
+
+def runs_cli_agent(spec: WhaleRunSpec, kind: PhaseKind) -> bool:
+    """Whether a workload Job runs a ``cli`` proposer's agent (untrusted, in a sandbox of the search pod). At
+    ``none`` harness code runs in every workload pod unwalled: trusted use, outside these guarantees."""
+    return kind is PhaseKind.HARNESS and spec.harness_search.proposer.backend == "cli" and uses_harness_host(spec)
 
 
 def harness_host_deployment(run: RunRef, spec: WhaleRunSpec, *, replicas: int = 1) -> Manifest:
@@ -1152,7 +1219,7 @@ def harness_host_deployment(run: RunRef, spec: WhaleRunSpec, *, replicas: int = 
     selector = {names.LABEL_RUN: run.name, "app.kubernetes.io/component": HARNESS}
     labels = names.child_labels(run.name, HARNESS)
     level = spec.sandbox.isolation
-    resources = component_resources(spec, HARNESS, HARNESS_DEFAULT_RESOURCES).to_wire()
+    resources = resources_dict(component_resources(spec, HARNESS, HARNESS_DEFAULT_RESOURCES))
     probe = {"tcpSocket": {"port": HARNESS_PORT}}
     container: dict[str, Any] = {
         "name": HARNESS,
@@ -1163,7 +1230,7 @@ def harness_host_deployment(run: RunRef, spec: WhaleRunSpec, *, replicas: int = 
         "ports": [{"name": "harness", "containerPort": HARNESS_PORT}],
         "readinessProbe": {**probe, "periodSeconds": 5},
         "livenessProbe": {**probe, "periodSeconds": 20, "failureThreshold": 3},
-        "resources": {k: v for k, v in resources.items() if v},
+        "resources": resources,
         "volumeMounts": [{"name": "scratch", "mountPath": "/tmp"}],
     }
     pod: dict[str, Any] = {**pod_template_fields(spec, HARNESS, gpu=False)}
@@ -1178,7 +1245,7 @@ def harness_host_deployment(run: RunRef, spec: WhaleRunSpec, *, replicas: int = 
     pod["enableServiceLinks"] = False
     pod["containers"] = [container]
     pod["volumes"] = [{"name": "scratch", "emptyDir": {"sizeLimit": "2Gi"}}]
-    return service_deployment(run, spec, HARNESS, name, labels, selector, pod, replicas)
+    return service_deployment(run, spec, HARNESS, name, untrusted(labels), selector, pod, replicas)
 
 
 def harness_host_service(run: RunRef) -> Manifest:
@@ -1230,6 +1297,9 @@ def harness_children(run: RunRef, spec: WhaleRunSpec, *, replicas: int = 1) -> l
 
 #: the DRA DeviceClass of NVIDIA's DRA driver: one claim of the pod's GPUs, shared by trainer and server
 DRA_GPU_DEVICE_CLASS = "gpu.nvidia.com"
+#: DRA's GA API (Kubernetes >= 1.34): the colocated pod's GPU claim; a cluster that does not serve it cannot run one
+DRA_API_VERSION = "resource.k8s.io/v1"
+DRA_NEEDS = "Kubernetes >= 1.34 (resource.k8s.io/v1, DRA) and NVIDIA's DRA driver"
 GPU_CLAIM = "gpus"
 #: the folder the trainer writes each step's bf16 weights to and the server reloads from
 #: (``whale.rsft.sync.VLLMReloadSync``; ``$WHALE_SYNC_DIR`` / ``$WHALE_SYNC_SERVER_DIR`` of whale.workloads.train)
@@ -1304,7 +1374,7 @@ def colocated_gpu_claim_template(run: RunRef, spec: WhaleRunSpec, request: Phase
         spec,
     )
     return {
-        "apiVersion": "resource.k8s.io/v1",
+        "apiVersion": DRA_API_VERSION,
         "kind": "ResourceClaimTemplate",
         "metadata": run.metadata(colocated_claim_name(run, request), labels),
         "spec": {
@@ -1375,7 +1445,8 @@ def colocated_train_job(
             *storage_env(spec),
         ],
         "volumeMounts": mounts,
-        "resources": {"requests": {"cpu": "250m", "memory": "512Mi"}},
+        "resources": HELPER_RESOURCES,
+        "securityContext": restricted_container_security_context(),
     }
     env_from = storage_env_from(spec)
     if env_from:
@@ -1396,6 +1467,8 @@ def colocated_train_job(
         "env": [
             {"name": "HF_HOME", "value": f"{MODELS_DIR}/hf"},
             {"name": "VLLM_SERVER_DEV_MODE", "value": "1"},
+            # the pod's non-root user has no home in vLLM's image: caches go to /tmp (as in the vLLM Deployment)
+            {"name": "HOME", "value": "/tmp"},
             auth_key_env(run, "VLLM_API_KEY", AUTH_VLLM_API_KEY),  # the trainer sends it ($WHALE_INFERENCE_API_KEY)
             *ipc_env,
         ],
@@ -1411,6 +1484,8 @@ def colocated_train_job(
             "failureThreshold": VLLM_STARTUP_FAILURES,
         },
         "resources": {**server_resources, "claims": [{"name": GPU_CLAIM}]},
+        # restricted like every container of the pod (the pod's securityContext: non-root, RuntimeDefault seccomp)
+        "securityContext": restricted_container_security_context(),
     }
     pod["initContainers"] = [fetch, vllm]
     if ipc:  # CUDA IPC opens another process's memory only within one PID namespace
@@ -1597,4 +1672,14 @@ def required_apis(spec: WhaleRunSpec) -> list[tuple[str, str, str]]:
         out.append(
             ("spec.cluster.gangScheduling", PODGROUP_API_VERSION, "scheduler-plugins' coscheduling PodGroup CRD")
         )
+    if uses_vllm(spec) and spec.inference.placement == "colocated":
+        out.append(("spec.inference.placement", DRA_API_VERSION, DRA_NEEDS))
     return out
+
+
+#: how a spec field that needs an API this cluster lacks can do without it (children.check_apis' message)
+API_FIXES = {
+    "spec.cluster.admission": "set cluster.admission: perChild",
+    "spec.cluster.gangScheduling": "set gangScheduling: none",
+    "spec.inference.placement": "set inference.placement: separate",
+}

@@ -54,8 +54,17 @@ PRESENT_TTL_S = 300.0
 class JobLauncher:
     """The operator's children of every run, through one Kubernetes client."""
 
-    def __init__(self, kube: KubeClient, metrics: OperatorMetrics, clock: Any = time.monotonic):
+    def __init__(
+        self,
+        kube: KubeClient,
+        metrics: OperatorMetrics,
+        clock: Any = time.monotonic,
+        *,
+        sandbox_runtime: str | None = None,
+    ):
         self.kube = kube
+        #: the admin's sandboxed RuntimeClass for pods that run untrusted code (whale_operator.sandboxing)
+        self.sandbox_runtime = sandbox_runtime
         self.metrics = metrics
         self.clock = clock
         self._timed: set[str] = set()
@@ -148,14 +157,16 @@ class JobLauncher:
 
     def check_apis(self, spec: WhaleRunSpec) -> None:
         """Raise :class:`SpecError` on the field that asks for a kind this cluster does not serve (JobSet for
-        ``cluster.admission`` jobSet, PodGroup for ``cluster.gangScheduling`` podGroup). A served API is
+        ``cluster.admission`` jobSet, PodGroup for ``cluster.gangScheduling`` podGroup, DRA's ``resource.k8s.io/v1``
+        for ``inference.placement`` colocated: Kubernetes < 1.34). A served API is
         remembered; a missing one is asked again next time (it may be installed meanwhile)."""
         for field_, api, what in builders.required_apis(spec):
             if api in self._served_apis:
                 continue
             if not self.kube.has_api(api):
-                fix = "set cluster.admission: perChild" if field_.endswith("admission") else "set gangScheduling: none"
-                raise SpecError(field_, f"this cluster does not serve {api}: install {what}, or {fix}")
+                raise SpecError(
+                    field_, f"this cluster does not serve {api}: install {what}, or {builders.API_FIXES[field_]}"
+                )
             self._served_apis.add(api)
 
     def phase_children(self, run: builders.RunRef, spec: WhaleRunSpec) -> list[dict[str, Any]]:
@@ -243,7 +254,7 @@ class JobLauncher:
 
     def ensure(self, manifest: dict[str, Any]) -> bool:
         """Create the child unless it exists; True when this call created it."""
-        return self._ensure(manifest) is True
+        return self._ensure(builders.with_sandbox_runtime(manifest, self.sandbox_runtime)) is True
 
     def _ensure(self, manifest: dict[str, Any]) -> bool | None:
         """True: created; False: it was there; None: a namesake is still being deleted (the next reconcile)."""
@@ -305,8 +316,10 @@ class JobLauncher:
             out += builders.served_doorbell(run, spec)  # the sidecar's acknowledgement wakes the waiting run
         if builders.uses_vllm(spec):
             out.append(builders.inference_network_policy(run))  # vLLM's port: the run's own pods only
+        out.append(builders.workload_network_policy(run))  # the workloads (torchrun's rendezvous): the run's pods only
         out += builders.tool_children(run, spec, tools, store_uri=store_uri(spec), replicas=replicas)
         out += builders.harness_children(run, spec, replicas=replicas)
+        out = [builders.with_sandbox_runtime(m, self.sandbox_runtime) for m in out]
         return [builders.with_template_hash(m) if m["kind"] == "Deployment" else m for m in out]
 
     def rerender(

@@ -11,6 +11,7 @@ from pydantic import ValidationError
 
 from whale.core.spec import WhaleRunSpec
 from whale.metaharness import proposer
+from whale_operator.sandboxing import SandboxHostPolicy
 from whale_operator.tenancy import StorePolicy
 
 
@@ -77,6 +78,9 @@ class OperatorConfig:
     domain_split_sizes: bool = False
     #: the stores and S3 endpoints a WhaleRun may name (``WHALE_ALLOWED_STORES`` / ``WHALE_ALLOWED_S3_ENDPOINTS``)
     store_policy: StorePolicy = field(default_factory=StorePolicy)
+    #: where runs may get privileged sandbox hosts, and the admin's sandboxed RuntimeClass
+    #: (``WHALE_SANDBOX_HOST_NAMESPACES`` / ``WHALE_SANDBOX_RUNTIME_CLASS``; none / none: every pod restricted)
+    sandbox_hosts: SandboxHostPolicy = field(default_factory=SandboxHostPolicy)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorConfig:
@@ -90,6 +94,7 @@ class OperatorConfig:
             store_options=opts,
             domain_split_sizes=env.get("WHALE_OPERATOR_DOMAIN_SPLIT_SIZES", "").lower() in ("1", "true"),
             store_policy=StorePolicy.from_env(env),
+            sandbox_hosts=SandboxHostPolicy.from_env(env),
             own_store_credentials=_flag(env.get(OWN_STORE_CREDENTIALS_ENV)),
         )
 

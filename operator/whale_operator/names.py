@@ -19,6 +19,8 @@ LABEL_CYCLE = f"{API_GROUP}/cycle"
 LABEL_PHASE = f"{API_GROUP}/phase"
 LABEL_ATTEMPT = f"{API_GROUP}/attempt"
 LABEL_KIND = f"{API_GROUP}/kind"
+#: on the pod template of a pod that runs untrusted code (builders.LABEL_UNTRUSTED)
+LABEL_UNTRUSTED = f"{API_GROUP}/untrusted"
 LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
 APP_NAME = "whale"
 MANAGED_BY = "whale-operator"
@@ -43,6 +45,7 @@ SANDBOX_POLICY_SUFFIX = layout.LONGEST_CHILD_SUFFIX.removeprefix("-")
 #: the harness host's children
 HARNESS_SUFFIX = "harness"
 HARNESS_POLICY_SUFFIX = "harness-isolation"
+WORKLOAD_POLICY_SUFFIX = "workload-ingress"
 
 
 class RunNameError(ValueError):
@@ -142,6 +145,11 @@ def sandbox_policy_name(run: str) -> str:
 def harness_name(run: str) -> str:
     """The run's harness host (where harness files run): Deployment + Service, ``<run>-harness``."""
     return _fit(run, HARNESS_SUFFIX, MAX_NAME)
+
+
+def workload_policy_name(run: str) -> str:
+    """The NetworkPolicy that admits only the run's own pods to its workload pods (torchrun's rendezvous)."""
+    return _fit(run, WORKLOAD_POLICY_SUFFIX, MAX_NAME)
 
 
 def harness_policy_name(run: str) -> str:

@@ -38,6 +38,19 @@ from whale_operator.outcomes import ReconcileResult
 log = logging.getLogger(__name__)
 
 
+#: the Event that tells a run asking for sandbox.isolation namespaces where it runs at pod (whale_operator.sandboxing)
+SANDBOX_AT_POD = (
+    "spec.sandbox.isolation namespaces runs at pod here: this namespace is not one where the operator's admins allow "
+    "privileged sandbox hosts (Helm value sandboxHosts.namespaces); the harness pod and the code tool are the walls"
+)
+
+
+def at_pod_here(body_spec: dict[str, Any] | None, spec: WhaleRunSpec) -> bool:
+    """The run asked for ``namespaces`` (or left the default) and runs at ``pod``: the admin's policy decided."""
+    asked = ((body_spec or {}).get("sandbox") or {}).get("isolation", "namespaces")
+    return asked == "namespaces" and spec.sandbox.isolation == "pod"
+
+
 @dataclass
 class Reads:
     """What one reconcile read from the API server (the WhaleRun, its phase children, its Deployments): the next
@@ -70,7 +83,7 @@ class Reconciler:
         self.clock = clock
         self.stores = RunStores(kube, self.config.store_options)
         self._observers: dict[str, StoreObserver] = {}
-        self.jobs = JobLauncher(kube, metrics)
+        self.jobs = JobLauncher(kube, metrics, sandbox_runtime=self.config.sandbox_hosts.runtime_class)
         self.domains = DomainCatalog(self.config)
         self._lock = threading.Lock()
         #: per run UID: the spec as checked and scoped, with its tools, for the generation it was parsed at
@@ -128,7 +141,10 @@ class Reconciler:
             )
         except StoreAuthError as exc:  # the store refused the run's own keys: the Secret must change
             secret = ((obj.get("spec") or {}).get("storage") or {}).get("credentialsSecret")
-            outcome = outcomes.store_refused(prev, secret, str(exc), meta.get("generation"))
+            # the store's error code only: the rest of its answer is the endpoint's text, and the tenant names
+            # the endpoint (a hostile one would write into status whatever it likes)
+            log.warning("%s/%s: the store refused the run's keys: %s", namespace, name, exc)
+            outcome = outcomes.store_refused(prev, secret, exc.code or "credentials refused", meta.get("generation"))
         if outcome.status is not prev:
             written = self._write_status(namespace, name, raw_status, outcome.status)
             if written is not None:  # what the next reconcile will most likely read back
@@ -164,6 +180,10 @@ class Reconciler:
         for field_, message in self.config.store_policy.problems(spec.storage.uri, spec.storage.endpoint):
             raise SpecError(field_, message)
         for field_, message in self.config.credentials_problems(spec):
+            raise SpecError(field_, message)
+        # isolation namespaces only where the admin allows privileged sandbox hosts, else pod (whale_operator.sandboxing)
+        spec, problems = self.config.sandbox_hosts.effective(spec, run.namespace)
+        for field_, message in problems:
             raise SpecError(field_, message)
         spec = tenancy.scoped(spec, run.namespace, run.name, run.uid)  # from here on, the run's own store
         tools = self.domains.tools_for(spec)
@@ -250,7 +270,10 @@ class Reconciler:
         )
         # a start that found its child already there (or was deferred) is not news
         reported = tuple(a for a in decision.actions if not isinstance(a, StartPhase) or a.phase in created)
-        return ReconcileResult(new, st.events(prev, new, reported), decision, poll=gated)
+        events = st.events(prev, new, reported)
+        if any(e.reason == "Started" for e in events) and at_pod_here(body_spec, spec):
+            events.append(st.Event(st.NORMAL, "SandboxIsolation", SANDBOX_AT_POD))
+        return ReconcileResult(new, events, decision, poll=gated)
 
     def _write_status(
         self, namespace: str, name: str, raw_old: dict[str, Any], new: WhaleRunStatus

@@ -62,10 +62,20 @@ def pod_spec(obj: dict[str, Any]) -> dict[str, Any] | None:
     return None
 
 
-def violations(obj: dict[str, Any]) -> list[str]:
+def pod_specs(obj: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every pod template of ``obj``: :func:`pod_spec`'s one, or each replicated Job's of a JobSet."""
+    if obj.get("kind") == "JobSet":
+        return [r["template"]["spec"]["template"]["spec"] for r in obj["spec"]["replicatedJobs"]]
     pod = pod_spec(obj)
-    if pod is None:
-        return []
+    return [] if pod is None else [pod]
+
+
+def violations(obj: dict[str, Any]) -> list[str]:
+    """What ``enforce: restricted`` would refuse of every pod template of ``obj`` (a JobSet's included)."""
+    return [v for pod in pod_specs(obj) for v in pod_violations(pod)]
+
+
+def pod_violations(pod: dict[str, Any]) -> list[str]:
     out: list[str] = []
     psc = pod.get("securityContext", {})
     for flag in ("hostNetwork", "hostPID", "hostIPC"):

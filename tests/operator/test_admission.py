@@ -154,7 +154,9 @@ def test_a_phase_under_a_queue_is_one_suspended_jobset_with_its_server_first():
     assert js["spec"]["failurePolicy"] == {"maxRestarts": 0}
     assert "startupPolicy" not in js["spec"]  # deprecated by JobSet and exclusive with dependsOn
     # the server is the Deployment's pod (vLLM, weight-sync sidecar, weights fetched first), as a Job's pod
-    dep = builders.inference_deployment(RUN, spec, store_uri=STORE, checkpoint=None)["spec"]["template"]["spec"]
+    # (the phase's own server rings no doorbell: JobSet starts the workload once it is Ready)
+    deployment = builders.inference_deployment(RUN, spec, store_uri=STORE, checkpoint=None, doorbell=False)
+    dep = deployment["spec"]["template"]["spec"]
     server = replicated(js, "inference")["template"]["spec"]["template"]["spec"]
     assert server == {**dep, "restartPolicy": "OnFailure"}
     assert [c["name"] for c in server["containers"]] == ["vllm", "weight-sync"]

@@ -130,6 +130,7 @@ def test_train_job_whole_manifest():
                 "spec": {
                     "restartPolicy": "Never",
                     **PLACEMENT,
+                    "automountServiceAccountToken": False,  # no workload calls the Kubernetes API
                     "securityContext": {
                         "runAsNonRoot": True,
                         "runAsUser": 10001,
@@ -177,7 +178,8 @@ def test_train_job_whole_manifest():
                             "envFrom": [{"secretRef": {"name": "whale-s3"}}],
                             "resources": {
                                 "requests": {"cpu": "8", "memory": "64Gi", "nvidia.com/gpu": "1"},
-                                "limits": {"nvidia.com/gpu": "1"},
+                                # the memory request is the limit unless the spec gives one
+                                "limits": {"memory": "64Gi", "nvidia.com/gpu": "1"},
                             },
                             "terminationMessagePolicy": "FallbackToLogsOnError",
                             "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
@@ -185,7 +187,7 @@ def test_train_job_whole_manifest():
                             "securityContext": RESTRICTED,
                         }
                     ],
-                    "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory"}}],
+                    "volumes": [{"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "64Gi"}}],
                 },
             },
         },
@@ -359,7 +361,8 @@ def test_vllm_deployment():
         "failureThreshold": 180,
     }
     assert vllm["readinessProbe"]["httpGet"] == vllm["livenessProbe"]["httpGet"] == {"path": "/health", "port": 8000}
-    assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in pod["volumes"]
+    # no memory limit in this spec: /dev/shm still has a size
+    assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": builders.DEFAULT_SHM_SIZE}} in pod["volumes"]
     assert {"name": "models", "emptyDir": {"sizeLimit": "100Gi"}} in pod["volumes"]
     assert sync["command"][:3] == ["python", "-m", "whale.inference.weight_sync"]
     assert pod["initContainers"][0]["command"][-1] == "--once"
@@ -472,6 +475,7 @@ def test_paper_retriever_serves_the_prepared_wiki18_index_whole_manifest():
                 "metadata": {"labels": {**labels, **selector}},
                 "spec": {
                     **CPU_PLACEMENT,
+                    "automountServiceAccountToken": False,
                     "initContainers": [
                         {
                             "name": "fetch-data",
@@ -488,6 +492,7 @@ def test_paper_retriever_serves_the_prepared_wiki18_index_whole_manifest():
                             "env": STORAGE_ENV,
                             "envFrom": [{"secretRef": {"name": "whale-s3"}}],
                             "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                            "resources": builders.HELPER_RESOURCES,
                             "securityContext": RESTRICTED,
                         }
                     ],
@@ -515,7 +520,10 @@ def test_paper_retriever_serves_the_prepared_wiki18_index_whole_manifest():
                             "startupProbe": {**probe, "periodSeconds": 10, "failureThreshold": 360},
                             "env": [{"name": "WHALE_CACHE_DIR", "value": "/data/cache"}],
                             "volumeMounts": [{"name": "data", "mountPath": "/data"}],
-                            "resources": {"requests": {"cpu": "8", "memory": "96Gi", "ephemeral-storage": "120Gi"}},
+                            "resources": {
+                                "requests": {"cpu": "8", "memory": "96Gi", "ephemeral-storage": "120Gi"},
+                                "limits": {"memory": "96Gi"},
+                            },
                             "securityContext": RESTRICTED,
                         }
                     ],

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.fixtures.kube import EmulatedCluster, start_emulator
 
@@ -95,7 +96,7 @@ def kubectl(cluster: EmulatedCluster, cwd: Path, line: str) -> subprocess.Comple
 
 
 def test_the_doc_has_the_blocks_this_test_runs():
-    assert {h for h, _ in BLOCKS} >= {"Cluster-wide", "Namespaced", "Monitoring"}
+    assert {h for h, _ in BLOCKS} >= {"Cluster-wide", "Namespaced", "Monitoring", "Uninstall"}
 
 
 @pytest.mark.parametrize("heading, commands", BLOCKS, ids=[h for h, _ in BLOCKS])
@@ -108,9 +109,25 @@ def test_each_documented_command_works(emulator: EmulatedCluster, tmp_path: Path
             emulator.api.create(
                 "apiextensions.k8s.io/v1", "customresourcedefinitions", None, stand_in_crd(plural, kind)
             )
+    if heading == "Uninstall":  # an install with a run whose finalizer no operator will remove
+        for line in (
+            "kubectl apply -k manifests/crd",
+            "kubectl wait --for=condition=Established --timeout=60s -f manifests/crd/whaleruns.yaml",
+            "kubectl apply -k manifests/overlays/cluster",
+            "kubectl create namespace team-a --dry-run=client -o yaml | kubectl apply -f -",
+        ):
+            assert kubectl(emulator, cwd, line).returncode == 0, line
+        run = yaml.safe_load((ROOT / "manifests" / "examples" / "tiny-cpu.yaml").read_text())
+        run["metadata"] = {"name": "stuck", "namespace": "team-a", "finalizers": ["whale.dev/operator"]}
+        emulator.api.create("whale.dev/v1alpha1", "whaleruns", "team-a", run)
     for line in commands:
         done = kubectl(emulator, cwd, line)
         assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
+    if heading == "Uninstall":  # nothing of WHALE is left
+        assert emulator.api.get("whale.dev/v1alpha1", "whaleruns", "team-a", "stuck") is None
+        crds = "apiextensions.k8s.io/v1", "customresourcedefinitions"
+        assert emulator.api.get(*crds, None, "whaleruns.whale.dev") is None
+        assert emulator.api.get("apps/v1", "deployments", "whale-system", "whale-operator") is None
 
 
 def stand_in_crd(plural: str, kind: str) -> dict:

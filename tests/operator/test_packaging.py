@@ -411,6 +411,41 @@ def test_the_chart_moves_with_its_values():
             kubernetes_validate.validate(doc, K8S_VERSIONS[-1], strict=True)
 
 
+def test_sandbox_hosts_are_the_admins_opt_in_per_namespace():
+    """Off by default (no environment, the run namespace enforces restricted); listed, the operator learns the
+    namespaces and the RuntimeClass, and a created watch namespace that is listed lets privileged pods in."""
+
+    def operator_env(templates: Any) -> dict[str, str]:
+        (dep,) = [d for d in templates if d["kind"] == "Deployment"]
+        return {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+
+    def run_namespace(templates: Any) -> dict[str, str]:
+        (ns,) = [d for d in templates if d["kind"] == "Namespace" and d["metadata"]["name"] == "team-a"]
+        return ns["metadata"]["labels"]
+
+    _, templates = packaging.helm_render({"mode": "namespaced", "watchNamespace": "team-a"})
+    assert not {"WHALE_SANDBOX_HOST_NAMESPACES", "WHALE_SANDBOX_RUNTIME_CLASS"} & set(operator_env(templates))
+    assert run_namespace(templates)["pod-security.kubernetes.io/enforce"] == "restricted"
+    values = {"namespaces": ["team-a", "team-b"], "runtimeClassName": "gvisor"}
+    _, templates = packaging.helm_render({"mode": "namespaced", "watchNamespace": "team-a", "sandboxHosts": values})
+    env = operator_env(templates)
+    assert env["WHALE_SANDBOX_HOST_NAMESPACES"] == "team-a,team-b" and env["WHALE_SANDBOX_RUNTIME_CLASS"] == "gvisor"
+    assert run_namespace(templates)["pod-security.kubernetes.io/enforce"] == "privileged"
+    with pytest.raises(Exception, match="sandboxHosts"):
+        packaging.helm_render({"sandboxHosts": {"namespaces": ["Not A Namespace"]}})
+
+
+def test_the_store_allow_lists_are_helm_values():
+    _, templates = packaging.helm_render(
+        {"allowedStores": ["s3://runs/team"], "allowedS3Endpoints": ["s3.internal:9000"]}
+    )
+    (dep,) = [d for d in templates if d["kind"] == "Deployment"]
+    env = {e["name"]: e.get("value") for e in dep["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["WHALE_ALLOWED_STORES"] == "s3://runs/team" and env["WHALE_ALLOWED_S3_ENDPOINTS"] == "s3.internal:9000"
+    with pytest.raises(Exception, match="allowedStores"):
+        packaging.helm_render({"allowedStores": ["http://not-a-store"]})
+
+
 def test_the_chart_refuses_an_unknown_mode():
     with pytest.raises(Exception, match="mode"):
         packaging.helm_render({"mode": "both"})

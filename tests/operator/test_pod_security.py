@@ -1,17 +1,20 @@
-"""Every pod a WhaleRun gets is restricted-compliant, but for one listed exception; every child validates for
-Kubernetes 1.29-1.37; per-component pod templates land where they should (and GPU tolerations do not land on
-CPU pods); the lifecycle defaults; the vLLM NetworkPolicy builder.
+"""Where the admin allows privileged sandbox hosts, every pod a WhaleRun gets is restricted-compliant but for one
+listed exception (with the operator's defaults there is none: tests/operator/test_least_privilege.py); every child
+validates for Kubernetes 1.29-1.37; per-component pod templates land where they should (and GPU tolerations do not
+land on CPU pods); the lifecycle defaults; the vLLM NetworkPolicy builder.
 
-THE EXCEPTION (docs/operator.md#pod-security, docs/security.md#on-a-cluster): containers that start
-``whale.sandbox`` sandboxes with kernel namespaces run as root with exactly :data:`builders.SANDBOX_HOST_CAPABILITIES`
-and AppArmor unconfined, so that the launcher can build each sandbox's namespaces; the untrusted program inside has
-no capability. Harness files run in the run's harness pod (not in the workload Jobs), so those containers are:
+THE EXCEPTION (docs/operator.md#pod-security, docs/security.md#on-a-cluster), rendered only for a run in a namespace
+the admin lists (``WHALE_SANDBOX_HOST_NAMESPACES``, whale_operator.sandboxing; elsewhere ``namespaces`` runs at
+``pod``): containers that start ``whale.sandbox`` sandboxes with kernel namespaces run as root with exactly
+:data:`builders.SANDBOX_HOST_CAPABILITIES` and AppArmor unconfined, so that the launcher can build each sandbox's
+namespaces; the untrusted program inside has no capability. Harness files and the proposer's ``run_shell`` commands
+run in the run's harness pod (not in the workload Jobs), so those containers are:
 
-* ``spec.sandbox.isolation: namespaces``: the ``worker`` container of the harness-search Job (the ``cli`` agent's
-  sandbox), the harness host's container and the ``sandbox`` code tool's container;
-* ``pod``: none: every pod of a run is restricted (the harness pod and the code tool are the walls; the proposer's
-  ``run_shell`` commands run on the harness host, and the ``cli`` backend is refused);
-* ``none``: nothing starts namespaces (the ``sandbox`` code tool keeps its own default). Nothing else.
+* ``spec.sandbox.isolation: namespaces``: the harness host's container, the ``sandbox`` code tool's container and,
+  with a ``cli`` proposer only, the ``worker`` container of the harness-search Job (the agent's sandbox);
+* ``pod``: none: every pod of a run is restricted (the harness pod and the code tool are the walls; the ``cli``
+  backend is refused);
+* ``none``: none (the code tool's pod is its wall, as at ``pod``). Nothing else.
 """
 
 from __future__ import annotations
@@ -36,12 +39,11 @@ STORE = "s3://whale"
 #: (kind of object, component label, container) allowed to be the sandbox host, per spec.sandbox.isolation
 EXCEPTIONS = {
     "namespaces": {
-        ("Job", "search", "worker"),
         ("Deployment", "harness", "harness"),
         ("Deployment", "sandbox", "sandbox"),
     },
     "pod": set(),
-    "none": {("Deployment", "sandbox", "sandbox")},
+    "none": set(),
 }
 
 
@@ -98,8 +100,7 @@ def test_every_pod_is_restricted_but_the_listed_sandbox_hosts(path: Path, isolat
             others = {"kind": "Pod", "spec": stripped}
         assert violations(others) == [], (obj["kind"], obj["metadata"]["name"])
     if isolation == "namespaces":
-        assert ("Job", "search", "worker") in hosts_seen
-        assert ("Deployment", "harness", "harness") in hosts_seen
+        assert ("Deployment", "harness", "harness") in hosts_seen  # a built-in proposer: the search Job is restricted
     if isolation == "pod":
         assert hosts_seen == set()  # not even the harness search: run_shell runs on the harness host
 
@@ -322,8 +323,10 @@ def test_dev_shm_is_sized_to_the_memory_limit_and_the_model_cache_can_be_a_claim
     (vllm,) = pods["inference"]
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "120Gi"}} in vllm["pod"]["volumes"]
     assert {"name": "models", "persistentVolumeClaim": {"claimName": "models"}} in vllm["pod"]["volumes"]
-    for p in pods["search"]:  # no memory limit: no size (the node's memory bounds it)
-        assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in p["pod"]["volumes"]
+    for p in pods["search"]:  # no memory in the spec: the default size, never unbounded
+        assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": builders.DEFAULT_SHM_SIZE}} in p["pod"][
+            "volumes"
+        ]
 
 
 # ----- vLLM reachable only from the run's own pods --------------------------------------------------

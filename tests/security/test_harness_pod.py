@@ -96,7 +96,9 @@ def test_the_harness_pod_reaches_nothing_and_admits_only_the_runs_pods() -> None
 
 
 @pytest.mark.parametrize("isolation", ["pod", "namespaces"])
-def test_the_workers_call_the_harness_host_and_only_the_search_at_namespaces_starts_sandboxes(isolation: str) -> None:
+def test_the_workers_call_the_harness_host_and_start_no_sandbox_of_their_own(isolation: str) -> None:
+    """A built-in proposer's search runs its ``run_shell`` on the harness host: at either level no workload pod starts
+    a sandbox (only a ``cli`` agent's search does, at namespaces: tests/operator/test_least_privilege.py)."""
     spec = spec_at(isolation)
     for kind in (PhaseKind.WEIGHT, PhaseKind.EVAL, PhaseKind.HARNESS):
         job = job_of(spec, kind)
@@ -105,14 +107,11 @@ def test_the_workers_call_the_harness_host_and_only_the_search_at_namespaces_sta
         assert env[launch.HARNESS_HOST_ENV]["value"] == f"demo-harness.team-a.svc:{builders.HARNESS_PORT}"
         ref = env[launch.HARNESS_TOKEN_ENV]["valueFrom"]["secretKeyRef"]
         assert ref == {"name": names.auth_secret_name("demo"), "key": builders.AUTH_HARNESS_TOKEN}
-        if kind is PhaseKind.HARNESS and isolation == "namespaces":  # the cli agent's sandbox may start here
-            assert container["securityContext"]["capabilities"]["add"] == list(builders.SANDBOX_HOST_CAPABILITIES)
-        else:  # at pod no pod of the run starts a sandbox itself: the search too is restricted
-            assert violations(job) == [], kind
-            ctx = container["securityContext"]
-            assert ctx["allowPrivilegeEscalation"] is False and ctx["capabilities"] == {"drop": ["ALL"]}
-            pod = pod_spec(job)["securityContext"]
-            assert pod["runAsNonRoot"] is True and pod["seccompProfile"] == {"type": "RuntimeDefault"}
+        assert violations(job) == [], kind  # no workload pod starts a sandbox itself: the search too is restricted
+        ctx = container["securityContext"]
+        assert ctx["allowPrivilegeEscalation"] is False and ctx["capabilities"] == {"drop": ["ALL"]}
+        pod = pod_spec(job)["securityContext"]
+        assert pod["runAsNonRoot"] is True and pod["seccompProfile"] == {"type": "RuntimeDefault"}
 
 
 def test_the_cli_backend_is_refused_at_pod_with_the_field_and_the_fix() -> None:

@@ -1269,7 +1269,9 @@ class Sandbox(_Model):
         "pod (cluster only; `whale run` refuses it): the run's harness pod and the code tool's pod are the wall "
         "(no credentials, no service-account token, no egress, restricted securityContext, optionally "
         "placement.harness.runtimeClassName), processes there keep rlimits, a fresh scratch directory and the "
-        "allow-listed environment but no kernel namespaces, so every pod but the harness search's is restricted. "
+        "allow-listed environment but no kernel namespaces, so every pod is restricted. On a cluster namespaces "
+        "needs privileged sandbox hosts, which the operator renders only in namespaces its admin lists "
+        "(sandboxHosts.namespaces); elsewhere the run runs at pod (docs/operator.md#pod-security). "
         "none: NO isolation - harness processes and the code tool run as the workload's user and can read "
         "what it can (its files, the data, the checkout); for trusted local use only",
     )

@@ -44,7 +44,13 @@ class ObjectNotFound(StoreError, KeyError):
 
 
 class StoreAuthError(StoreError):
-    """Credentials rejected: permanent, retrying will not help."""
+    """Credentials rejected: permanent, retrying will not help.
+
+    ``code`` is the store's error code when it is one the client knows (``InvalidAccessKeyId``,
+    ``SignatureDoesNotMatch``, ``AccessDenied``, ``HTTP 403`` ...), never the server's own text: the message may carry
+    whatever an endpoint answered, so what is shown to someone who could name that endpoint is the code alone."""
+
+    code: str | None = None
 
 
 class StoreUnavailable(StoreError):
@@ -77,6 +83,8 @@ class StoreReadOnly(StoreWriteError):
 
 class StoreWriteDenied(StoreReadOnly, StoreAuthError):
     """S3 answered AccessDenied to a write: the key is valid (or not) but may not write there."""
+
+    code = "AccessDenied"
 
 
 def normalize_key(key: str, *, allow_root: bool = False) -> str:

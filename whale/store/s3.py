@@ -258,6 +258,14 @@ def classify(exc: BaseException) -> str:
     return ErrorKind.PERMANENT
 
 
+def auth_code(exc: BaseException) -> str:
+    """The known code of a refusal :func:`classify` calls AUTH (one of ``_AUTH_CODES``, or the HTTP status of a
+    non-S3 answer): never text the server chose."""
+    if isinstance(exc, S3Error) and exc.code in _AUTH_CODES:
+        return str(exc.code)
+    return f"HTTP {getattr(exc, '_code', 0) or 403}"
+
+
 def describe(exc: BaseException) -> str:
     """A one-line, secret-free summary of an SDK/transport error."""
     if isinstance(exc, S3Error):
@@ -460,11 +468,13 @@ class S3Store(Store):
                     f"{self.prefix + '/' if self.prefix else ''}*, or use a store it may write; {CREDENTIALS_HINT}",
                 ) from None
             if kind == ErrorKind.AUTH:
-                raise StoreAuthError(
+                refused = StoreAuthError(
                     f"S3 at {self.config.url} rejected the credentials (access key {self.config.access_key!r}) "
                     f"for {what}: {describe(exc)}. Fix: {CREDENTIALS_HINT}; "
                     "the key also needs read/write access to the bucket"
-                ) from None
+                )
+                refused.code = auth_code(exc)
+                raise refused from None
             if isinstance(exc, S3Error | ServerError | InvalidResponseError):
                 raise StoreError(f"S3 {what} in {self.uri} failed at {self.config.url}: {describe(exc)}") from exc
             raise

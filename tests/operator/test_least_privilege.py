@@ -1,0 +1,330 @@
+"""Issue #29: restricted by default, no credentials near untrusted code, and the hygiene of every pod — checked on
+the rendered objects of every example and every variant (isolation level, the phase JobSet under a queue, colocated
+placement, a multi-node train, a ``cli`` proposer), as the operator renders them with its defaults
+(:class:`whale_operator.sandboxing.SandboxHostPolicy`: no namespace allows privileged sandbox hosts).
+
+* Every pod passes Pod Security *restricted* (tests/operator/pod_security.py): a run that asks for
+  ``sandbox.isolation: namespaces`` runs at ``pod`` unless the admin lists its namespace; a ``cli`` proposer, which
+  cannot run at ``pod``, is refused there naming the fix. With the admin's opt-in the sandbox hosts of
+  tests/operator/test_pod_security.py come back, and the admin's RuntimeClass goes on every pod of untrusted code.
+* The pods that run untrusted code (label ``whale.dev/untrusted``: the harness host, the code tool, the search Job of
+  a ``cli`` proposer) mount no service-account token and hold no Secret beyond what they must call; the harness host
+  and the code tool reach nothing (egress) and admit only the run's pods.
+* No pod mounts a service-account token (the vLLM pod's weight-sync container alone gets a projected one); only the
+  run's own pods reach its workload pods (torchrun's rendezvous); every container has a memory limit and every
+  ``/dev/shm`` a size; a colocated run needs ``resource.k8s.io/v1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+
+from tests.operator.pod_security import pod_specs, violations
+from tests.operator.test_manifests import EXAMPLES, children_of, colocated_children_of, docs
+from tests.operator.test_packaging import K8S_VERSIONS
+from whale.core.protocol import WeightPhaseArgs, phase_request
+from whale.core.spec import WhaleRunSpec
+from whale_operator import builders, names
+from whale_operator.sandboxing import SandboxHostPolicy
+
+RUN = builders.RunRef("example", "whale", "uid")  # children_of's run
+DEFAULTS = SandboxHostPolicy()  # the operator's and the chart's defaults: no privileged sandbox host anywhere
+OPTED_IN = SandboxHostPolicy(("whale",), "gvisor")
+CLI = {"backend": "cli", "command": ["agent", "{prompt}"], "network": "host"}
+
+
+def wire_of(path: Path) -> dict[str, Any]:
+    return docs(path)[0]["spec"]
+
+
+def variants(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The example as written, at each isolation level, under a Kueue queue (the phase JobSet), colocated, and with a
+    ``cli`` proposer: each as a spec's wire form."""
+    wire = wire_of(path)
+    yield "as-written", wire
+    for level in ("namespaces", "pod", "none"):
+        yield level, {**wire, "sandbox": {"isolation": level, "acknowledgeUnisolated": level == "none"}}
+    vllm = wire.get("inference", {}).get("backend", "auto") in ("auto", "vllm")
+    if vllm:
+        cluster = {**wire.get("cluster", {}), "queueName": "gpu", "admission": "jobSet"}
+        yield "jobset", {**wire, "cluster": cluster}
+    if vllm and wire.get("train", {}).get("gpusPerNode", 1) >= 1:
+        yield "colocated", {**wire, "inference": {**wire.get("inference", {}), "placement": "colocated"}}
+    proposer = {**wire.get("harnessSearch", {}).get("proposer", {}), **CLI}
+    for key in ("model", "baseUrl", "apiKeySecret"):
+        proposer.pop(key, None)
+    yield "cli", {**wire, "harnessSearch": {**wire.get("harnessSearch", {}), "proposer": proposer}}
+
+
+def rendered(spec: WhaleRunSpec, policy: SandboxHostPolicy = DEFAULTS) -> list[dict[str, Any]]:
+    """Every object the operator renders for ``spec`` (its children of every kind of phase, its services, the phase
+    JobSet where the spec asks for it, the colocated train pod where it asks for that)."""
+    out = children_of(spec) + [builders.workload_network_policy(RUN)]
+    req = phase_request(
+        spec.to_wire(),
+        run="example",
+        phase="c01-weight",
+        attempt=1,
+        args=WeightPhaseArgs(
+            cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=2, steps_per_epoch=4, total_steps=2
+        ),
+    )
+    if builders.uses_jobset(spec):
+        out.append(builders.phase_jobset(RUN, spec, req, store_uri=spec.storage.uri or "s3://whale", checkpoint=None))
+    if builders.colocated_weight(spec, req.kind):
+        out += colocated_children_of(spec)
+    return [builders.with_sandbox_runtime(m, policy.runtime_class) for m in out]
+
+
+def effective(wire: dict[str, Any], policy: SandboxHostPolicy = DEFAULTS) -> WhaleRunSpec | None:
+    """The spec the operator renders from (None: refused, as a cli proposer is without sandbox hosts)."""
+    spec, problems = policy.effective(WhaleRunSpec.model_validate(wire), RUN.namespace)
+    return None if problems else spec
+
+
+CASES = [(p, name, wire) for p in EXAMPLES for name, wire in variants(p)]
+IDS = [f"{p.stem}-{name}" for p, name, _ in CASES]
+
+
+def untrusted(obj: dict[str, Any]) -> bool:
+    if obj["kind"] not in ("Deployment", "Job"):
+        return False
+    return obj["spec"]["template"]["metadata"]["labels"].get(names.LABEL_UNTRUSTED) == "true"
+
+
+def secrets_held(pod: dict[str, Any]) -> set[str]:
+    """Every Secret (key) a pod can read: env secretKeyRefs, envFrom secretRefs, secret and projected volumes."""
+    out: set[str] = set()
+    for c in pod.get("initContainers", []) + pod["containers"]:
+        for e in c.get("env", []):
+            ref = e.get("valueFrom", {}).get("secretKeyRef")
+            if ref:
+                out.add(f"{ref['name']}/{ref['key']}")
+        out |= {f"envFrom:{e['secretRef']['name']}" for e in c.get("envFrom", []) if "secretRef" in e}
+    for v in pod.get("volumes", []):
+        if "secret" in v:
+            out.add(f"volume:{v['secret']['secretName']}")
+        for source in v.get("projected", {}).get("sources", []):
+            if "secret" in source or "serviceAccountToken" in source:
+                out.add(f"projected:{v['name']}")
+    return out
+
+
+def selected_by(policy: dict[str, Any], labels: dict[str, str]) -> bool:
+    sel = policy["spec"]["podSelector"]
+    if not sel.get("matchLabels", {}).items() <= labels.items():
+        return False
+    for expr in sel.get("matchExpressions", []):
+        assert expr["operator"] == "In"
+        if labels.get(expr["key"]) not in expr["values"]:
+            return False
+    return True
+
+
+# ----- item 1: restricted by default ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("path", "variant", "wire"), CASES, ids=IDS)
+def test_with_the_defaults_every_rendered_pod_is_restricted(path: Path, variant: str, wire: dict[str, Any]):
+    spec = effective(wire)
+    if spec is None:  # a cli proposer needs a sandbox host: refused, nothing rendered
+        assert variant == "cli"
+        return
+    assert spec.sandbox.isolation != "namespaces", "namespaces only where the admin allows sandbox hosts"
+    pods = 0
+    for obj in rendered(spec):
+        pods += len(pod_specs(obj))
+        assert violations(obj) == [], (variant, obj["kind"], obj["metadata"]["name"])
+    assert pods >= 6  # three phases, prepare, a multi-node train, vLLM or the harness host or tools
+
+
+def test_a_cli_proposer_without_sandbox_hosts_is_refused_naming_the_field_and_the_fix():
+    (wire,) = [w for n, w in variants(EXAMPLES[0]) if n == "cli"]
+    _, problems = DEFAULTS.effective(WhaleRunSpec.model_validate(wire), "team-a")
+    ((field, message),) = problems
+    assert field == "spec.harnessSearch.proposer.backend"
+    assert "team-a" in message and "sandboxHosts.namespaces" in message and "openai or anthropic" in message
+    spec, problems = OPTED_IN.effective(WhaleRunSpec.model_validate(wire), "whale")
+    assert problems == [] and spec.sandbox.isolation == "namespaces"
+
+
+def test_the_admins_opt_in_is_per_namespace_and_brings_the_sandbox_hosts_back_under_its_runtime_class():
+    wire = wire_of(next(p for p in EXAMPLES if p.stem == "math-whale"))
+    spec = WhaleRunSpec.model_validate(wire)
+    assert OPTED_IN.effective(spec, "team-b")[0].sandbox.isolation == "pod", "another namespace: not opted in"
+    assert SandboxHostPolicy(("*",)).effective(spec, "team-b")[0].sandbox.isolation == "namespaces"
+    at_namespaces = OPTED_IN.effective(spec, "whale")[0]
+    assert at_namespaces.sandbox.isolation == "namespaces"
+    hosts = []
+    for obj in rendered(at_namespaces, OPTED_IN):
+        for pod in pod_specs(obj):
+            if any(c.get("securityContext", {}).get("capabilities", {}).get("add") for c in pod["containers"]):
+                hosts.append(obj["metadata"]["name"])
+                assert untrusted(obj) and pod["runtimeClassName"] == "gvisor", obj["metadata"]["name"]
+            elif not untrusted(obj):
+                assert pod.get("runtimeClassName") != "gvisor", "the admin's class is for untrusted code only"
+    assert sorted(hosts) == ["example-harness", "example-sandbox"]
+    # the admin's class wins over the spec's
+    tenant = WhaleRunSpec.model_validate(
+        {**wire, "cluster": {**wire.get("cluster", {}), "placement": {"harness": {"runtimeClassName": "runc"}}}}
+    )
+    (harness,) = [
+        m
+        for m in rendered(tenant, OPTED_IN)
+        if m["kind"] == "Deployment" and untrusted(m) and "harness" in m["metadata"]["name"]
+    ]
+    assert harness["spec"]["template"]["spec"]["runtimeClassName"] == "gvisor"
+
+
+def test_from_the_environment():
+    assert SandboxHostPolicy.from_env({}) == SandboxHostPolicy((), None)
+    env = {"WHALE_SANDBOX_HOST_NAMESPACES": " team-a, team-b ,", "WHALE_SANDBOX_RUNTIME_CLASS": "kata"}
+    assert SandboxHostPolicy.from_env(env) == SandboxHostPolicy(("team-a", "team-b"), "kata")
+
+
+# ----- item 2: no credentials near untrusted code ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("path", "variant", "wire"), CASES, ids=IDS)
+@pytest.mark.parametrize("policy", [DEFAULTS, OPTED_IN], ids=["defaults", "opted-in"])
+def test_untrusted_code_holds_no_credential_no_token_and_reaches_nothing_it_does_not_call(
+    path: Path, variant: str, wire: dict[str, Any], policy: SandboxHostPolicy
+):
+    spec = effective(wire, policy)
+    if spec is None:
+        return
+    objects = rendered(spec, policy)
+    policies = [o for o in objects if o["kind"] == "NetworkPolicy"]
+    auth = names.auth_secret_name(RUN.name)
+    seen = set()
+    for obj in filter(untrusted, objects):
+        pod = obj["spec"]["template"]["spec"]
+        component = obj["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"]
+        seen.add(component)
+        assert pod["automountServiceAccountToken"] is False, component
+        held = secrets_held(pod)
+        if component == builders.HARNESS:  # the caller token its callers present, nothing else
+            assert held == {f"{auth}/{builders.AUTH_HARNESS_TOKEN}"}
+        elif component == "search":  # a cli agent's search pod: what the search itself calls (see the module doc)
+            assert variant == "cli" and spec.sandbox.isolation == "namespaces"
+            assert f"{auth}/{builders.AUTH_HARNESS_TOKEN}" in held and not any(h.startswith("projected") for h in held)
+            continue  # its egress is the agent's model API: open (docs/security.md, known limits)
+        else:  # the code tool: nothing at all
+            assert held == set(), component
+            assert "envFrom" not in pod["containers"][0]
+        labels = obj["spec"]["template"]["metadata"]["labels"]
+        (walls,) = [p for p in policies if selected_by(p, labels) and "Egress" in p["spec"]["policyTypes"]]
+        assert walls["spec"]["egress"] == [], f"{component}: no egress at all, DNS included"
+        for rule in walls["spec"]["ingress"]:
+            assert rule["from"] == [{"podSelector": {"matchLabels": {names.LABEL_RUN: RUN.name}}}]
+    if spec.sandbox.isolation != "none":
+        assert builders.HARNESS in seen
+    if variant == "cli" and spec.sandbox.isolation == "namespaces":
+        assert "search" in seen
+
+
+def test_the_search_job_of_a_built_in_proposer_is_not_untrusted_and_a_cli_ones_is():
+    wire = wire_of(next(p for p in EXAMPLES if p.stem == "math-whale"))
+    (cli,) = [w for n, w in variants(EXAMPLES[0]) if n == "cli"]
+    for w, expected in ((wire, []), (cli, ["example-c01-harness-1"])):
+        spec = effective(w, OPTED_IN)
+        assert spec is not None
+        jobs = [o["metadata"]["name"] for o in rendered(spec, OPTED_IN) if o["kind"] == "Job" and untrusted(o)]
+        assert jobs == expected
+
+
+# ----- item 8: hygiene --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("path", "variant", "wire"), CASES, ids=IDS)
+def test_no_token_memory_bounded_and_the_workloads_reachable_from_the_run_only(
+    path: Path, variant: str, wire: dict[str, Any]
+):
+    spec = effective(wire)
+    if spec is None:
+        return
+    objects = rendered(spec)
+    (ingress,) = [o for o in objects if o["metadata"]["name"] == names.workload_policy_name(RUN.name)]
+    workloads = 0
+    for obj in objects:
+        created = runs_create(spec, obj)
+        for pod in pod_specs(obj):
+            where = (variant, obj["kind"], obj["metadata"]["name"])
+            assert pod["automountServiceAccountToken"] is False, where
+            tokens = {v["name"] for v in pod.get("volumes", []) if "serviceAccountToken" in str(v.get("projected", {}))}
+            for c in pod.get("initContainers", []) + pod["containers"]:
+                mounted = {m["name"] for m in c.get("volumeMounts", [])} & tokens
+                assert not mounted or c["name"] == "weight-sync", (where, c["name"])
+                if created:  # every example names the memory of what it runs: each container has a limit
+                    assert "memory" in c.get("resources", {}).get("limits", {}), (where, c["name"], "a memory limit")
+            for v in pod.get("volumes", []):
+                if v.get("emptyDir", {}).get("medium") == "Memory":
+                    assert v["emptyDir"].get("sizeLimit"), (where, v["name"])
+        if obj["kind"] in ("Job", "JobSet"):
+            templates = (
+                [r["template"]["spec"]["template"] for r in obj["spec"]["replicatedJobs"]]
+                if obj["kind"] == "JobSet"
+                else [obj["spec"]["template"]]
+            )
+            for template in templates:
+                labels = template["metadata"]["labels"]
+                if labels["app.kubernetes.io/component"] in builders.WORKLOAD_COMPONENTS:
+                    workloads += 1
+                    assert selected_by(ingress, labels), where
+                else:  # a JobSet's server: vLLM's own policy
+                    assert labels["app.kubernetes.io/component"] == "inference"
+    assert workloads >= 5
+    assert ingress["spec"]["policyTypes"] == ["Ingress"]
+    assert ingress["spec"]["ingress"] == [{"from": [{"podSelector": {"matchLabels": {names.LABEL_RUN: RUN.name}}}]}]
+    # the services have policies of their own: this one selects none of them
+    for obj in objects:
+        if obj["kind"] == "Deployment":
+            assert not selected_by(ingress, obj["spec"]["template"]["metadata"]["labels"])
+
+
+def runs_create(spec: WhaleRunSpec, obj: dict[str, Any]) -> bool:
+    """Whether the run really creates ``obj`` (children_of renders every kind of phase and the vLLM server for every
+    spec: an mh_only run trains nothing, a transformers run starts no vLLM)."""
+    component = obj["metadata"]["labels"].get("app.kubernetes.io/component")
+    if component == "train" and spec.condition.value == "mh_only":
+        return False
+    return component != "inference" or builders.uses_vllm(spec)
+
+
+def test_the_workload_policy_validates_and_admits_no_other_run():
+    policy = builders.workload_network_policy(builders.RunRef("other", "team-a", "u2"))
+    for version in K8S_VERSIONS:
+        kubernetes_validate.validate(policy, version, strict=True)
+    assert policy["spec"]["ingress"][0]["from"] == [{"podSelector": {"matchLabels": {names.LABEL_RUN: "other"}}}]
+    assert names.workload_policy_name("x" * 45) == "x" * 45 + "-workload-ingress"
+
+
+def test_a_memory_request_is_the_limit_unless_the_spec_gives_one_and_shm_is_never_unbounded():
+    from whale.core.spec import Resources
+
+    assert builders.resources_dict(Resources(requests={"memory": "8Gi"})) == {
+        "requests": {"memory": "8Gi"},
+        "limits": {"memory": "8Gi"},
+    }
+    given = builders.resources_dict(Resources(requests={"memory": "8Gi"}, limits={"memory": "16Gi"}))
+    assert given["limits"] == {"memory": "16Gi"}
+    assert builders.shm_volume({}) == {
+        "name": "dshm",
+        "emptyDir": {"medium": "Memory", "sizeLimit": builders.DEFAULT_SHM_SIZE},
+    }
+
+
+def test_colocated_placement_needs_dra_v1_and_says_how_to_do_without():
+    wire = wire_of(next(p for p in EXAMPLES if p.stem == "math-whale"))
+    colocated = WhaleRunSpec.model_validate(
+        {**wire, "inference": {**wire.get("inference", {}), "placement": "colocated"}}
+    )
+    assert ("spec.inference.placement", "resource.k8s.io/v1", builders.DRA_NEEDS) in builders.required_apis(colocated)
+    assert builders.API_FIXES["spec.inference.placement"] == "set inference.placement: separate"
+    assert "1.34" in builders.DRA_NEEDS
+    assert all(f != "spec.inference.placement" for f, _, _ in builders.required_apis(WhaleRunSpec.model_validate(wire)))
