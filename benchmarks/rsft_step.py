@@ -408,7 +408,7 @@ def build_bench_model(
         accuracy = probe_accuracy(model, tokenizer, device)
     del trainer
     out.mkdir(parents=True, exist_ok=True)
-    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)  # type: ignore[arg-type]  # transformers' wrapped .to
+    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
     tokenizer.save_pretrained(out)
     del model
     gc.collect()
