@@ -25,7 +25,7 @@ import kubernetes_validate
 import pytest
 
 from tests.operator.pod_security import pod_specs, violations
-from tests.operator.test_manifests import EXAMPLES, children_of, colocated_children_of, docs
+from tests.operator.test_manifests import EXAMPLES, children_of, colocated_children_of, docs, with_built_in_proposer
 from tests.operator.test_packaging import K8S_VERSIONS
 from whale.core.protocol import WeightPhaseArgs, phase_request
 from whale.core.spec import WhaleRunSpec
@@ -45,8 +45,8 @@ def wire_of(path: Path) -> dict[str, Any]:
 def variants(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     """The example as written, at each isolation level, under a Kueue queue (the phase JobSet), colocated, and with a
     ``cli`` proposer: each as a spec's wire form."""
-    wire = wire_of(path)
-    yield "as-written", wire
+    yield "as-written", wire_of(path)  # the examples' Claude Code proposer: refused where no namespace opted in
+    wire = with_built_in_proposer(wire_of(path))
     for level in ("namespaces", "pod", "none"):
         yield level, {**wire, "sandbox": {"isolation": level, "acknowledgeUnisolated": level == "none"}}
     vllm = wire.get("inference", {}).get("backend", "auto") in ("auto", "vllm")
@@ -133,7 +133,7 @@ def selected_by(policy: dict[str, Any], labels: dict[str, str]) -> bool:
 def test_with_the_defaults_every_rendered_pod_is_restricted(path: Path, variant: str, wire: dict[str, Any]):
     spec = effective(wire)
     if spec is None:  # a cli proposer needs a sandbox host: refused, nothing rendered
-        assert variant == "cli"
+        assert wire["harnessSearch"]["proposer"]["backend"] == "cli" and variant in ("cli", "as-written")
         return
     assert spec.sandbox.isolation != "namespaces", "namespaces only where the admin allows sandbox hosts"
     pods = 0
@@ -154,7 +154,7 @@ def test_a_cli_proposer_without_sandbox_hosts_is_refused_naming_the_field_and_th
 
 
 def test_the_admins_opt_in_is_per_namespace_and_brings_the_sandbox_hosts_back_under_its_runtime_class():
-    wire = wire_of(next(p for p in EXAMPLES if p.stem == "math-whale"))
+    wire = with_built_in_proposer(wire_of(next(p for p in EXAMPLES if p.stem == "math-whale")))
     spec = WhaleRunSpec.model_validate(wire)
     assert OPTED_IN.effective(spec, "team-b")[0].sandbox.isolation == "pod", "another namespace: not opted in"
     assert SandboxHostPolicy(("*",)).effective(spec, "team-b")[0].sandbox.isolation == "namespaces"
@@ -211,7 +211,7 @@ def test_untrusted_code_holds_no_credential_no_token_and_reaches_nothing_it_does
         if component == builders.HARNESS:  # the caller token its callers present, nothing else
             assert held == {f"{auth}/{builders.AUTH_HARNESS_TOKEN}"}
         elif component == "search":  # a cli agent's search pod: what the search itself calls (see the module doc)
-            assert variant == "cli" and spec.sandbox.isolation == "namespaces"
+            assert spec.harness_search.proposer.backend == "cli" and spec.sandbox.isolation == "namespaces"
             assert f"{auth}/{builders.AUTH_HARNESS_TOKEN}" in held and not any(h.startswith("projected") for h in held)
             continue  # its egress is the agent's model API: open (docs/security.md, known limits)
         else:  # the code tool: nothing at all
@@ -224,12 +224,12 @@ def test_untrusted_code_holds_no_credential_no_token_and_reaches_nothing_it_does
             assert rule["from"] == [{"podSelector": {"matchLabels": {names.LABEL_RUN: RUN.name}}}]
     if spec.sandbox.isolation != "none":
         assert builders.HARNESS in seen
-    if variant == "cli" and spec.sandbox.isolation == "namespaces":
+    if spec.harness_search.proposer.backend == "cli" and spec.sandbox.isolation == "namespaces":
         assert "search" in seen
 
 
 def test_the_search_job_of_a_built_in_proposer_is_not_untrusted_and_a_cli_ones_is():
-    wire = wire_of(next(p for p in EXAMPLES if p.stem == "math-whale"))
+    wire = with_built_in_proposer(wire_of(next(p for p in EXAMPLES if p.stem == "math-whale")))
     (cli,) = [w for n, w in variants(EXAMPLES[0]) if n == "cli"]
     for w, expected in ((wire, []), (cli, ["example-c01-harness-1"])):
         spec = effective(w, OPTED_IN)

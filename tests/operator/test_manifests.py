@@ -33,6 +33,24 @@ def docs(path: Path) -> list[dict[str, Any]]:
     return [d for d in yaml.load_all(path.read_text(), Loader=_LOADER) if d]
 
 
+def with_built_in_proposer(wire: dict[str, Any]) -> dict[str, Any]:
+    """``wire`` with a ``cli`` proposer (the examples' Claude Code, which needs an admin's sandbox-host opt-in on a
+    cluster: docs/security.md) swapped for the built-in agent on the same model and key, so the rest of the run
+    renders as it does where no namespace opted in."""
+    search = wire.get("harnessSearch", {})
+    proposer = search.get("proposer", {})
+    if proposer.get("backend") != "cli":
+        return wire
+    built_in = {
+        "backend": "openai",
+        "model": proposer.get("model", "claude-opus-4-7"),
+        "baseUrl": "https://api.anthropic.com/v1/",
+        "apiKeySecret": {"name": "whale-proposer", "key": "api-key"},
+        "timeoutSeconds": proposer.get("timeoutSeconds", 2400),
+    }
+    return {**wire, "harnessSearch": {**search, "proposer": built_in}}
+
+
 def all_docs() -> list[tuple[Path, dict[str, Any]]]:
     return [(p, d) for p in sorted(MANIFESTS.rglob("*.yaml")) if p.name != "kustomization.yaml" for d in docs(p)]
 

@@ -27,7 +27,7 @@ import pytest
 from pydantic import ValidationError
 
 from tests.operator.pod_security import pod_spec, violations
-from tests.operator.test_manifests import EXAMPLES, children_of, docs
+from tests.operator.test_manifests import EXAMPLES, children_of, docs, with_built_in_proposer
 from tests.operator.test_packaging import K8S_VERSIONS
 from whale import plugins
 from whale.core.protocol import WeightPhaseArgs, phase_request
@@ -48,7 +48,8 @@ EXCEPTIONS = {
 
 
 def spec_of(path: Path, **cluster: Any) -> WhaleRunSpec:
-    wire = docs(path)[0]["spec"]
+    """The example with a built-in proposer (a ``cli`` one needs the admin's opt-in: tests/operator/test_least_privilege.py)."""
+    wire = with_built_in_proposer(docs(path)[0]["spec"])
     if cluster:
         wire = {**wire, **cluster}
     return WhaleRunSpec.model_validate(wire)

@@ -169,6 +169,7 @@ def test_the_agent_in_its_sandbox_reads_the_archive_writes_a_candidate_and_nothi
         "TOKENIZERS_PARALLELISM",
         "MPLBACKEND",
         "TZ",
+        "IS_SANDBOX",  # the reference's wrapper tells Claude Code it runs sandboxed (a flag, no secret)
     }
     # the archive copy is unchanged, and the host's loopback saw nothing
     assert (setup["archive"] / "summary.md").read_text() == before
