@@ -62,6 +62,21 @@ def metrics(store, phase):
     return store.read_jsonl(layout.metrics_key(RUN, phase))
 
 
+def kill_after_step_two(store, proc) -> str:
+    """SIGKILL the phase process once its state says step 2 is done (bounded: 90 s); returns the state key."""
+    latest = f"{layout.state_prefix(RUN, 'c01-weight')}/latest.json"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        state = store.read_json_or_none(latest)
+        if (state and state["step"] >= 2) or proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, "the phase finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.communicate(timeout=30)
+    return latest
+
+
 def test_several_rsft_steps_end_to_end_with_complete_metrics_and_checkpoints(tmp_path, model_dir):
     store = open_store(str(tmp_path))
     write_request(store, "c01-weight", spec(model_dir), target=3, save_steps=[2])
@@ -97,16 +112,7 @@ def test_a_killed_phase_resumes_with_the_same_data_order_and_step_count(tmp_path
     run_to_end(reference_dir, "c01-weight")
 
     proc = launch(killed_dir, "c01-weight")
-    latest = f"{layout.state_prefix(RUN, 'c01-weight')}/latest.json"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        state = store.read_json_or_none(latest)
-        if (state and state["step"] >= 2) or proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, "the phase finished before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=30)
+    latest = kill_after_step_two(store, proc)
     assert not store.exists(layout.result_key(RUN, "c01-weight"))
     killed_at = store.read_json(latest)["step"]
     assert 2 <= killed_at < 5
@@ -127,16 +133,7 @@ def test_an_interrupted_phase_resumes_at_the_next_step_and_keeps_no_light_point(
     store = open_store(str(tmp_path))
     write_request(store, "c01-weight", spec(model_dir), target=5, save_steps=[4])
     proc = launch(tmp_path, "c01-weight")
-    latest = f"{layout.state_prefix(RUN, 'c01-weight')}/latest.json"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        state = store.read_json_or_none(latest)
-        if (state and state["step"] >= 2) or proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    assert proc.poll() is None, "the phase finished before it could be killed"
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=30)
+    latest = kill_after_step_two(store, proc)
     killed_at = store.read_json(latest)["step"]
     assert 2 <= killed_at < 4  # a light point: no save step or checkpointEverySteps asked for one
 

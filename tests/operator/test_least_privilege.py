@@ -25,9 +25,15 @@ import kubernetes_validate
 import pytest
 
 from tests.operator.pod_security import pod_specs, violations
-from tests.operator.test_manifests import EXAMPLES, children_of, colocated_children_of, docs, with_built_in_proposer
+from tests.operator.test_manifests import (
+    EXAMPLES,
+    children_of,
+    colocated_children_of,
+    docs,
+    weight_request,
+    with_built_in_proposer,
+)
 from tests.operator.test_packaging import K8S_VERSIONS
-from whale.core.protocol import WeightPhaseArgs, phase_request
 from whale.core.spec import WhaleRunSpec
 from whale_operator import builders, names
 from whale_operator.sandboxing import SandboxHostPolicy
@@ -65,15 +71,7 @@ def rendered(spec: WhaleRunSpec, policy: SandboxHostPolicy = DEFAULTS) -> list[d
     """Every object the operator renders for ``spec`` (its children of every kind of phase, its services, the phase
     JobSet where the spec asks for it, the colocated train pod where it asks for that)."""
     out = children_of(spec) + [builders.workload_network_policy(RUN)]
-    req = phase_request(
-        spec.to_wire(),
-        run="example",
-        phase="c01-weight",
-        attempt=1,
-        args=WeightPhaseArgs(
-            cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=2, steps_per_epoch=4, total_steps=2
-        ),
-    )
+    req = weight_request(spec)
     if builders.uses_jobset(spec):
         out.append(builders.phase_jobset(RUN, spec, req, store_uri=spec.storage.uri or "s3://whale", checkpoint=None))
     if builders.colocated_weight(spec, req.kind):

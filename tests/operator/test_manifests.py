@@ -179,10 +179,9 @@ def children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
     return out
 
 
-def colocated_children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
-    """What a colocated weight phase adds: the train Job with vLLM beside the trainer, and its GPU claim."""
-    run = builders.RunRef("example", "whale", "uid")
-    req = phase_request(
+def weight_request(spec: WhaleRunSpec) -> Any:
+    """The first weight phase's request of the example run (steps 0 to 2)."""
+    return phase_request(
         spec.to_wire(),
         run="example",
         phase="c01-weight",
@@ -191,6 +190,12 @@ def colocated_children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
             cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=2, steps_per_epoch=4, total_steps=2
         ),
     )
+
+
+def colocated_children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
+    """What a colocated weight phase adds: the train Job with vLLM beside the trainer, and its GPU claim."""
+    run = builders.RunRef("example", "whale", "uid")
+    req = weight_request(spec)
     store = spec.storage.uri or "s3://whale"
     return [
         builders.colocated_gpu_claim_template(run, spec, req),
