@@ -58,10 +58,10 @@ def loss_and_grads(cfg: RSFTConfig, examples, *, seed: int = 0, device=CPU, dtyp
     return loss.detach().double(), n, [p.grad.detach().clone() for p in model.parameters()]
 
 
-def unpacked_reference(examples, *, device=CPU):
+def unpacked_reference(examples, *, device=CPU, **shape):
     """The sum over sequences of each one's loss and gradients, every sequence alone (no padding)."""
     cfg = RSFTConfig(precision="fp32", padding="longest")
-    parts = [loss_and_grads(cfg, [e], device=device) for e in examples]
+    parts = [loss_and_grads(cfg, [e], device=device, **shape) for e in examples]
     loss = sum(p[0] for p in parts)
     grads = [torch.stack(g).sum(0) for g in zip(*(p[2] for p in parts), strict=True)]
     return loss, sum(p[1] for p in parts), grads
@@ -220,25 +220,39 @@ def test_sliding_window_layers_are_refused_for_packing_with_the_fix():
             prepare_model(Qwen3ForCausalLM(config), RSFTConfig(pack_sequences=True, attention=attention))
 
 
+def _relative_error(actual, reference) -> tuple[float, float]:
+    """(|loss - reference| / tokens, ||grads - reference|| / ||reference||) over every parameter."""
+    (loss, n, grads), (ref_loss, _, ref_grads) = actual, reference
+    flat = torch.cat([g.double().flatten() for g in grads])
+    ref = torch.cat([g.double().flatten() for g in ref_grads])
+    return abs(float(loss - ref_loss)) / n, float((flat - ref).norm() / ref.norm())
+
+
 @pytest.mark.gpu
+@pytest.mark.timeout(900)  # a fresh machine autotunes and compiles fla's Triton and tilelang kernels first
 @pytest.mark.parametrize("attention", ["flex", "varlen"])
 def test_packed_rows_on_the_gpu_kernels_train_each_sequence_as_if_alone(attention):
-    """flash-linear-attention's chunked rule with ``cu_seqlens`` against each sequence alone through the same
-    kernel, in bf16 autocast as the trainer runs: within bf16 rounding of the sums."""
+    """flash-linear-attention's chunked rule with ``cu_seqlens`` in bf16 autocast, as the trainer runs, against
+    the fp32 reference of every sequence alone. bf16 itself moves the gradients by a few per cent on this tiny
+    model (measured on an H200: cosine 0.9987 to the bf16 run of each sequence alone), so the bound is that
+    floor, measured in the same run: packing may add no more error than running each sequence alone in bf16
+    through the same kernels. A leak across a boundary moves them by order one."""
     pytest.importorskip("fla")
     gpu = torch.device("cuda")
     examples = make_examples()
-    cfg = RSFTConfig(precision="bf16", pack_sequences=True, attention=attention, compile_layers=True)
     wide = {"head_dim": 16, "linear_key_head_dim": 16, "linear_value_head_dim": 16}  # compiled flex: head dim >= 16
-    loss, n, grads = loss_and_grads(cfg, examples, device=gpu, dtype=torch.bfloat16, **wide)
+    exact = unpacked_reference(examples, device=gpu, **wide)
+    cfg = RSFTConfig(precision="bf16", pack_sequences=True, attention=attention, compile_layers=True)
+    packed = loss_and_grads(cfg, examples, device=gpu, dtype=torch.bfloat16, **wide)
     alone = RSFTConfig(precision="bf16", padding="longest")
     parts = [loss_and_grads(alone, [e], device=gpu, dtype=torch.bfloat16, **wide) for e in examples]
-    ref_loss = sum(p[0] for p in parts)
-    assert n == sum(p[1] for p in parts)
-    # bf16 activations: the mean token loss within a few bf16 roundings of each other
-    assert abs(float(loss - ref_loss)) / n <= 4 * torch.finfo(torch.bfloat16).eps
-    ref_grads = [torch.stack(g).sum(0) for g in zip(*(p[2] for p in parts), strict=True)]
-    cos = torch.nn.functional.cosine_similarity(
-        torch.cat([g.flatten() for g in grads]), torch.cat([g.flatten() for g in ref_grads]), dim=0
+    floor = _relative_error(
+        (sum(p[0] for p in parts), exact[1], [torch.stack(g).sum(0) for g in zip(*(p[2] for p in parts), strict=True)]),
+        exact,
     )
-    assert float(cos) > 0.999
+    assert packed[1] == exact[1]
+    loss_error, grad_error = _relative_error(packed, exact)
+    # the mean token loss within a few bf16 roundings; the gradients no further off than bf16 alone puts them
+    assert loss_error <= max(2 * floor[0], 4 * torch.finfo(torch.bfloat16).eps), (loss_error, floor)
+    assert grad_error <= 2 * floor[1] + 1e-6, (grad_error, floor)
+    assert floor[1] < 0.1  # the floor itself is bf16 rounding, not a broken reference
