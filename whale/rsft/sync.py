@@ -44,7 +44,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -67,6 +67,7 @@ __all__ = [
     "ipc_chunks",
     "ipc_update_info",
     "save_for_serving",
+    "saved_names",
     "serving_state",
 ]
 
@@ -94,6 +95,35 @@ def serving_state(
     if host is not None and any(t.device.type != "cpu" for t in state.values()):
         state = host.copy(state)
     return state
+
+
+def saved_names(model: Any, names: Iterable[str]) -> dict[str, str]:
+    """Each state-dict name of ``model`` -> the name ``save_pretrained`` writes it under, which is the name the
+    server loaded. transformers renames some checkpoints' tensors on load and back on save (Qwen3.5's language
+    model is ``model.language_model.*`` in the hub's multimodal checkpoint, ``model.*`` in
+    ``Qwen3_5ForCausalLM``): a sync in the loaded names would address no parameter of the server's model. A
+    model whose saving does more than rename (fused tensors split) keeps its names; its folder is then always
+    written whole by ``save_pretrained``."""
+    names = list(names)
+    try:
+        from transformers.core_model_loading import revert_weight_conversion
+    except ImportError:  # a transformers without weight conversions saves under the loaded names
+        return {n: n for n in names}
+    probes = {name: torch.empty(0) for name in names}  # one object per name: renamings only re-key them
+    try:
+        reverted = revert_weight_conversion(model, dict(probes))
+    except Exception:  # noqa: BLE001 - a converter that needs the real tensors: not a plain renaming
+        return {n: n for n in names}
+    by_probe = {id(t): saved for saved, t in reverted.items()}
+    if len(reverted) != len(names) or any(id(t) not in by_probe for t in probes.values()):
+        return {n: n for n in names}
+    return {name: by_probe[id(t)] for name, t in probes.items()}
+
+
+def _renamed(model: Any, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """``state`` under :func:`saved_names` (the same tensors)."""
+    names = saved_names(model, state)
+    return {names[k]: t for k, t in state.items()}
 
 
 def _in_serving_dtype(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
@@ -162,8 +192,9 @@ class ServingFolderWriter:
     and renaming it over the old made the write 2.2x slower than ``save_pretrained`` into an emptied
     folder, deleting first made it faster; docs/performance.md.
 
-    A folder found missing or incomplete (a failed write) is written whole again; a model whose files
-    hold names its state dict lacks (a key conversion on save) is always written whole."""
+    A folder found missing or incomplete (a failed write) is written whole again. Tensors are written under
+    the names ``save_pretrained`` gives them (:func:`saved_names`: Qwen3.5's language model is renamed back into
+    the hub's ``model.language_model``); a model whose saving does more than rename is always written whole."""
 
     def __init__(self, dtype: torch.dtype | None = torch.bfloat16, *, pin: bool | None = None):
         self.dtype = dtype
@@ -184,6 +215,7 @@ class ServingFolderWriter:
         ):
             self._write_whole(model, tokenizer, folder, state)
             return "whole"
+        state = _renamed(model, state)
         for name, (keys, metadata) in files.items():
             final, tmp = folder / name, folder / f".{name}.{uuid.uuid4().hex[:8]}.tmp"
             final.unlink(missing_ok=True)  # first: see the class doc
@@ -202,7 +234,8 @@ class ServingFolderWriter:
         folder.mkdir(parents=True)
         save_for_serving(model, tokenizer, folder, self.dtype, state=state)
         files = _weight_files(folder)
-        if any(k not in state for keys, _ in files.values() for k in keys):
+        saved = set(saved_names(model, state).values())
+        if any(k not in saved for keys, _ in files.values() for k in keys):
             log.info("the serving checkpoint renames tensors on save: each sync writes the whole folder")
             self._whole_only = True
             return
@@ -272,13 +305,15 @@ def ipc_chunks(
     seen: set[TensorIdentity] = set()
     chunk: list[tuple[str, torch.Tensor]] = []
     size = 0
-    for name, tensor in model.state_dict().items():
+    state = model.state_dict()
+    names = saved_names(model, state)
+    for name, tensor in state.items():
         key = tensor_identity(tensor)
         if tensor.numel() and key in seen:
             continue
         seen.add(key)
         out = _in_serving_dtype(tensor, dtype).contiguous()
-        chunk.append((name, out))
+        chunk.append((names[name], out))
         size += out.numel() * out.element_size()
         if size >= chunk_bytes:
             yield chunk
