@@ -1,6 +1,7 @@
 """The nine example manifests that train weights, each with its own training settings (``spec.rsft``:
 packed rows, compiled layers, micro-batches, packTokens, ...) and a tiny Qwen3.5 (the paper's hybrid
-architecture, built from a config: no download) in place of the model: the train workload's architecture check
+architecture, built from a config: no download), saved in the hub's multimodal form as ``Qwen/Qwen3.5-2B`` is, in
+place of the model: the train workload's architecture check
 passes, and the first RSFT step's SFT trains exactly what the unpacked, uncompiled reference trains (the same
 token-mean loss over the same tokens, the same gradients).
 
@@ -87,22 +88,22 @@ def _train_first_step(cfg: RSFTConfig, model_dir: str) -> tuple[float, int, list
 @pytest.mark.timeout(900)
 @pytest.mark.filterwarnings("ignore:The .grad attribute of a Tensor that is not a leaf:UserWarning")  # dynamo's own
 @pytest.mark.parametrize("manifest", TRAINING, ids=lambda p: p.stem)
-def test_an_example_trains_its_first_step_on_qwen35_as_the_unpacked_reference(manifest, tiny_qwen35_dir):
+def test_an_example_trains_its_first_step_on_qwen35_as_the_unpacked_reference(manifest, tiny_qwen35_hub_dir):
     from transformers import AutoConfig
 
     spec = load_manifest(manifest).spec
-    spec = spec.model_copy(update={"model": spec.model.model_copy(update={"name": str(tiny_qwen35_dir)})})
-    check_architecture(AutoConfig.from_pretrained(tiny_qwen35_dir), spec)  # the workload's check, before weights
+    spec = spec.model_copy(update={"model": spec.model.model_copy(update={"name": str(tiny_qwen35_hub_dir)})})
+    check_architecture(AutoConfig.from_pretrained(tiny_qwen35_hub_dir), spec)  # the workload's check, before weights
     args = WeightPhaseArgs(
         cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=1, steps_per_epoch=1, total_steps=1
     )
     cfg = RSFTConfig.from_spec(spec, args)
     assert cfg.pack_sequences and cfg.compile_layers, "the examples pack and compile (docs/performance.md)"
-    loss, tokens, grads = _first_step(dataclasses.replace(cfg, precision="fp32"), str(tiny_qwen35_dir))
+    loss, tokens, grads = _first_step(dataclasses.replace(cfg, precision="fp32"), str(tiny_qwen35_hub_dir))
     reference = dataclasses.replace(
         cfg, precision="fp32", pack_sequences=False, compile_layers=False, padding="longest"
     )
-    ref_loss, ref_tokens, ref_grads = _first_step(reference, str(tiny_qwen35_dir))
+    ref_loss, ref_tokens, ref_grads = _first_step(reference, str(tiny_qwen35_hub_dir))
     assert tokens == ref_tokens
     # two fp32 computations of one token mean (tests.fixtures.tolerance): the loss sums the tokens' losses,
     # a weight's gradient sums over the tokens and the hidden features that reach it
