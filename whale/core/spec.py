@@ -432,6 +432,15 @@ class RSFT(_Model):
         "docs/performance.md)",
     )
     pack_sequences: StrictBool = Field(False, description="pack trajectories into full rows instead of padding")
+    sequences: Literal["trajectory", "turn"] = Field(
+        "trajectory",
+        description="training sequences of a multi-turn trajectory whose chat template rewrites history (Qwen3-"
+        "style templates drop earlier thinking before a new user message, as in chess): trajectory = one sequence "
+        "per trajectory, the loss on the model's turns only, earlier thinking kept in context (the reference's "
+        "verl); turn = one sequence per model turn with exactly the context generation saw (more sequences, so "
+        "more optimiser updates than whale plan counts). Templates that do not rewrite history give one sequence "
+        "either way",
+    )
     padding: Literal["auto", "bucket", "longest", "masked"] = Field(
         "auto",
         description="padded micro-batches: bucket = right-pad to a few fixed widths (compiled layers reuse their "
