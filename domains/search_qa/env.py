@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from search_qa.verifier import last_answer, score
+from search_qa.verifier import judged_score, last_answer, score
 from whale.domain import DomainError, Environment, Hit, Retriever, StepResult, UnknownToolError
+
+if TYPE_CHECKING:
+    from search_qa.judge import Judge
 
 TOOL_NAME = "search"
 MAX_QUERIES = 8
@@ -98,11 +101,14 @@ def parse_arguments(arguments: dict[str, Any]) -> tuple[list[str], int, int]:
 
 
 class SearchEnvironment(Environment):
-    def __init__(self, item: dict[str, Any], retriever: Retriever | Callable[[], Retriever]):
+    def __init__(
+        self, item: dict[str, Any], retriever: Retriever | Callable[[], Retriever], judge: Judge | None = None
+    ):
         """``retriever``: the retriever, or a function giving it (an index is built on the first search
-        only, so episodes that never search cost nothing)."""
+        only, so episodes that never search cost nothing); ``judge``: score with the LLM judge instead of EM."""
         self.item = item
         self._retriever = retriever
+        self._judge = judge
         self.final_reply: str | None = None
 
     def reset(self) -> dict[str, Any]:
@@ -143,4 +149,6 @@ class SearchEnvironment(Environment):
         return tuple(str(g) for g in self.item["golden_answers"])
 
     def reward(self) -> float:
+        if self._judge is not None:
+            return judged_score(self.final_reply, self.item["golden_answers"], str(self.item["question"]), self._judge)
         return score(self.final_reply, self.item["golden_answers"])
