@@ -323,7 +323,12 @@ def plan(
         console.print(
             f"optimizer updates per RSFT step ({updates['miniBatchScope']} mini-batch, "
             f"{updates['dataParallelRanks']} data-parallel ranks): {updates['formula']}; "
-            f"at most {updates['upperBound']} (every rollout kept); {typical}",
+            f"at most {updates['upperBound']} (every rollout kept); {typical}"
+            + (
+                ""
+                if updates["exact"]
+                else " (at least: rsft.sequences: turn may train a trajectory as several sequences)"
+            ),
             highlight=False,
         )
     if est is None:

@@ -35,7 +35,8 @@ from whale.domain import (
 
 if TYPE_CHECKING:
     from search_qa.env import SearchEnvironment
-    from whale.domain import Data, FullData, Retriever, Store
+    from search_qa.judge import Judge
+    from whale.domain import Data, FullData, Retriever, Store, Verifier
 
 HERE = Path(__file__).resolve().parent
 CORPUS_ENV = "WHALE_SEARCH_CORPUS"
@@ -83,6 +84,8 @@ class SearchQA(SplitsInMemoryDomain):
         #: the benchmarks of the last test split loaded (what the eval notes report on)
         self._test_benchmarks: frozenset[str] | None = None
         self._lock = threading.Lock()
+        #: spec.verifier.searchAnswer: llmJudge scores with this judge (None: exact match, the default)
+        self.judge: Judge | None = None
 
     def tool_services_for(self, data: Data) -> tuple[ToolService, ...]:
         from search_qa.data import resolve_corpus
@@ -188,7 +191,24 @@ class SearchQA(SplitsInMemoryDomain):
     def make_env(self, item: dict[str, Any]) -> SearchEnvironment:
         from search_qa.env import SearchEnvironment
 
-        return SearchEnvironment(item, self.retriever)
+        return SearchEnvironment(item, self.retriever, self.judge)
+
+    def configure_verifier(self, verifier: Verifier) -> None:
+        """``spec.verifier.searchAnswer``: exactMatch (the default) or the LLM judge of ``spec.verifier.judge``,
+        its key read from the variable ``judge.apiKeyEnv`` names."""
+        if verifier.search_answer != "llmJudge":
+            self.judge = None
+            return
+        from search_qa.judge import Judge
+
+        j = verifier.judge
+        key = os.environ.get(j.api_key_env) if j.api_key_env else None
+        if j.api_key_env and not key:
+            raise DomainError(
+                f"spec.verifier.judge.apiKeyEnv: ${j.api_key_env} is not set; set it to the judge's API key, or set "
+                "apiKeyEnv: null for an endpoint without one, or use verifier.searchAnswer: exactMatch"
+            )
+        self.judge = Judge(base_url=j.base_url, model=j.model, api_key=key)
 
     def tool_specs(self) -> list[dict[str, Any]]:
         from search_qa.env import TOOL_SPEC

@@ -3,8 +3,9 @@ normalised exact-match verifier.
 
 The environment action is the model's final reply (text); the reward is the verifier on its last
 ``<answer>``. ``search(query_list, topk, max_doc_tokens)`` returns the top passages for each query,
-each cut to ``max_doc_tokens`` whitespace tokens (words: the environment does not know the policy's
-tokenizer). Retrieval runs through ``$WHALE_RETRIEVER_URL`` when set (the cluster's ``/retrieve``
+each cut to ``max_doc_tokens`` tokens of the policy's tokenizer by the retriever service when it has one
+(``--tokenizer``, as the reference's server cuts), else to that many whitespace words (the in-process index
+and a service without a tokenizer: the environment does not hold the policy's tokenizer). Retrieval runs through ``$WHALE_RETRIEVER_URL`` when set (the cluster's ``/retrieve``
 service), else an in-process BM25 index. Bad arguments and retriever failures are tool errors.
 """
 
@@ -12,10 +13,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from search_qa.verifier import last_answer, score
+from search_qa.verifier import judged_score, last_answer, score
 from whale.domain import DomainError, Environment, Hit, Retriever, StepResult, UnknownToolError
+
+if TYPE_CHECKING:
+    from search_qa.judge import Judge
 
 TOOL_NAME = "search"
 MAX_QUERIES = 8
@@ -34,7 +38,7 @@ TOOL_SPEC: dict[str, Any] = {
             "properties": {
                 "query_list": {"type": "array", "items": {"type": "string"}, "description": "search queries"},
                 "topk": {"type": "integer", "description": f"passages per query (1-{MAX_TOPK})"},
-                "max_doc_tokens": {"type": "integer", "description": "cut each passage to this many words"},
+                "max_doc_tokens": {"type": "integer", "description": "cut each passage to this many tokens"},
             },
             "required": ["query_list"],
         },
@@ -46,13 +50,14 @@ class ToolError(DomainError):
     """A tool call that failed; the runtime shows the message to the model as the tool error."""
 
 
-def cut(text: str, max_tokens: int) -> str:
+def cut(text: str, max_tokens: int | None) -> str:
+    """The first ``max_tokens`` words (None: the passage as it came, already cut by the service)."""
     words = text.split()
-    return text if len(words) <= max_tokens else " ".join(words[:max_tokens]) + " ..."
+    return text if max_tokens is None or len(words) <= max_tokens else " ".join(words[:max_tokens]) + " ..."
 
 
-def format_hits(hits: list[Hit], max_tokens: int) -> str:
-    """Search-R1's passage rendering: ``Doc i(Title: t) text``, one per line."""
+def format_hits(hits: list[Hit], max_tokens: int | None) -> str:
+    """Search-R1's passage rendering: ``Doc i(Title: t) text``, one per line; ``max_tokens``: a cut in words."""
     if not hits:
         return "No results found."
     return "\n".join(
@@ -96,11 +101,14 @@ def parse_arguments(arguments: dict[str, Any]) -> tuple[list[str], int, int]:
 
 
 class SearchEnvironment(Environment):
-    def __init__(self, item: dict[str, Any], retriever: Retriever | Callable[[], Retriever]):
+    def __init__(
+        self, item: dict[str, Any], retriever: Retriever | Callable[[], Retriever], judge: Judge | None = None
+    ):
         """``retriever``: the retriever, or a function giving it (an index is built on the first search
-        only, so episodes that never search cost nothing)."""
+        only, so episodes that never search cost nothing); ``judge``: score with the LLM judge instead of EM."""
         self.item = item
         self._retriever = retriever
+        self._judge = judge
         self.final_reply: str | None = None
 
     def reset(self) -> dict[str, Any]:
@@ -124,10 +132,15 @@ class SearchEnvironment(Environment):
         queries, topk, doc_tokens = parse_arguments(arguments)
         try:
             retriever = self._retriever if hasattr(self._retriever, "search") else self._retriever()
-            results = retriever.search(queries, topk)
+            in_tokens = bool(getattr(retriever, "cuts_tokens", False))  # the service cuts in the policy's tokens
+            results = (
+                retriever.search(queries, topk, max_doc_tokens=doc_tokens)  # type: ignore[call-arg]  # a RetrieverClient
+                if in_tokens
+                else retriever.search(queries, topk)
+            )
         except Exception as exc:  # any retriever failure is the model's tool error
             raise ToolError(f"search failed: {exc}") from exc
-        blocks = [format_hits(hits, doc_tokens) for hits in results]
+        blocks = [format_hits(hits, None if in_tokens else doc_tokens) for hits in results]
         if len(queries) == 1:
             return as_result(blocks[0])
         return as_result("\n---\n".join(f"Query: {q}\n{b}" for q, b in zip(queries, blocks, strict=True)))
@@ -136,4 +149,6 @@ class SearchEnvironment(Environment):
         return tuple(str(g) for g in self.item["golden_answers"])
 
     def reward(self) -> float:
+        if self._judge is not None:
+            return judged_score(self.final_reply, self.item["golden_answers"], str(self.item["question"]), self._judge)
         return score(self.final_reply, self.item["golden_answers"])

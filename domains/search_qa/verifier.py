@@ -11,6 +11,10 @@ from __future__ import annotations
 import re
 import string
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from search_qa.judge import Judge
 
 _ANSWER = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
 _ARTICLES = re.compile(r"\b(a|an|the)\b")
@@ -46,3 +50,14 @@ def score(final_reply: str | None, golden_answers: Iterable[str]) -> float:
         return 0.0
     spam = text.count("<answer>") > MAX_ANSWER_TAGS or text.count("</answer>") > MAX_ANSWER_TAGS
     return SPAM_CREDIT if spam else 1.0
+
+
+def judged_score(final_reply: str | None, golden_answers: Iterable[str], question: str, judge: Judge) -> float:
+    """``verifier.searchAnswer: llmJudge``: 1 when the judge says the last ``<answer>`` names a gold answer, else 0
+    (no tag-spam rule, as the reference's judge); exact match when the judge gives no verdict."""
+    answer = last_answer(final_reply or "")
+    if not answer:
+        return 0.0
+    golds = [str(g) for g in golden_answers]
+    verdict = judge.verdict(question, golds, answer)
+    return 1.0 if (exact_match(answer, golds) if verdict is None else verdict) else 0.0

@@ -130,16 +130,20 @@ HISTORY_REWRITING = (
 )
 
 
-def test_a_template_that_rewrites_history_gives_one_sequence_per_turn_with_the_context_generation_saw(tok):
+def test_a_template_that_rewrites_history_still_gives_one_sequence_with_the_turns_as_generated(tok):
     original = tok.chat_template
     tok.chat_template = HISTORY_REWRITING
     try:
         msgs = conversation(("user", "q1"), ("assistant", "first"), ("user", "q2"), ("assistant", "second"))
-        examples = encode_trajectory(tok, Trajectory(0, msgs, 1.0))
+        [one] = encode_trajectory(tok, Trajectory(0, msgs, 1.0))
+        per_turn = encode_trajectory(tok, Trajectory(0, msgs, 1.0), sequences="turn")
     finally:
         tok.chat_template = original
-    assert [labelled_text(tok, e) for e in examples] == [["first<|im_end|>"], ["second<|im_end|>"]]
-    assert "(earlier)" in tok.decode(list(examples[1].input_ids))  # turn 2 saw the rewritten history
+    assert labelled_text(tok, one) == ["first<|im_end|>", "second<|im_end|>"]
+    assert "(earlier)" not in tok.decode(list(one.input_ids))  # grown from the turns as generated (verl's way)
+    # the option: one sequence per turn, turn 2 with the rewritten history it was sampled in
+    assert [labelled_text(tok, e) for e in per_turn] == [["first<|im_end|>"], ["second<|im_end|>"]]
+    assert "(earlier)" in tok.decode(list(per_turn[1].input_ids))
 
 
 # the generation prompt opens a block the rendered turn does not have (like an empty think block)

@@ -115,6 +115,8 @@ def test_the_paper_manifests_plan_the_papers_optimizer_updates(path):
     ranks, bound, by_kept = PAPER_UPDATES[path.stem.split("-")[0]]
     assert figure == {
         "miniBatchScope": "perRank",
+        "sequences": "trajectory",
+        "exact": True,
         "dataParallelRanks": ranks,
         "sequencesPerUpdate": ranks * 64,
         "formula": f"1 x ceil(ceil(kept / {ranks}) / 64)",

@@ -4,7 +4,8 @@ The paper's rule (verl's agent loops): the loss falls on every token the model g
 included, and the training sequence is the context generation saw plus the generated tokens. So:
 a reply's reasoning, ``</think>`` and answer carry loss, the ``<think>`` the prompt opened does not;
 inside a tool-call chain the earlier turns' thinking stays in the one sequence (generation saw it);
-after a new user message the template drops it, and each turn trains on the context it was sampled in.
+after a new user message the template drops it, and the trajectory is still one sequence (the reference's),
+the earlier thinking kept; ``sequences="turn"`` makes each turn train on the context it was sampled in.
 """
 
 from __future__ import annotations
@@ -58,14 +59,47 @@ def test_a_tool_call_chain_is_one_sequence_with_every_turns_thinking_in_context_
     assert "<tool_response>\n42\n</tool_response>" in tok.decode(list(ex.input_ids))
 
 
-def test_after_a_new_user_message_each_turn_trains_on_the_context_it_was_sampled_in(tok):
+CHESS = (
+    {"role": "user", "content": "Move?"},
+    reply("e4 is best", "<move>e2e4</move>"),
+    {"role": "user", "content": "Opponent played e5. Move?"},
+    reply("develop the knight", "<move>g1f3</move>"),
+)
+
+
+def test_after_a_new_user_message_the_trajectory_is_still_one_sequence_with_the_loss_on_model_turns(tok):
+    """The reference's verl trains one sequence per trajectory: the first turn's context, each reply as generated,
+    and between them the template's end of turn plus the next user message with the generation prompt."""
+    [ex] = encode_trajectory(tok, Trajectory(0, CHESS, 1.0, template_kwargs=THINKING_ON))
+    assert labelled_text(tok, ex) == [
+        "e4 is best\n</think>\n\n<move>e2e4</move><|im_end|>",
+        "develop the knight\n</think>\n\n<move>g1f3</move><|im_end|>",
+    ]
+    # as rendered for the first turn, then grown: turn 1's thinking stays in the sequence (unlike the template's
+    # re-rendering), the user message between carries no loss
+    first_turn = tok.apply_chat_template(list(CHESS[:2]), tokenize=False, **THINKING_ON)
+    between = tok.apply_chat_template([CHESS[2]], tokenize=False, add_generation_prompt=True, **THINKING_ON)
+    text = tok.decode(list(ex.input_ids))
+    assert text == first_turn + between + "develop the knight\n</think>\n\n<move>g1f3</move><|im_end|>"
+    # sequences="turn" trains the same tokens of the model, in two sequences
+    split = encode_trajectory(tok, Trajectory(0, CHESS, 1.0, template_kwargs=THINKING_ON), sequences="turn")
+    assert len(split) == 2 and sum(e.n_target for e in split) == ex.n_target
+
+
+def test_a_template_that_keeps_history_gives_the_same_one_sequence_either_way(tok):
     msgs = (
-        {"role": "user", "content": "Move?"},
-        reply("e4 is best", "<move>e2e4</move>"),
-        {"role": "user", "content": "Opponent played e5. Move?"},
-        reply("develop the knight", "<move>g1f3</move>"),
+        {"role": "user", "content": "Solve it."},
+        reply("first I compute", "call 1"),
+        {"role": "tool", "content": "42"},
+        reply("the tool says 42", "<answer>42</answer>"),
     )
-    first, second = encode_trajectory(tok, Trajectory(0, msgs, 1.0, template_kwargs=THINKING_ON))
+    trajectory = Trajectory(0, msgs, 1.0, template_kwargs=THINKING_ON)
+    assert encode_trajectory(tok, trajectory) == encode_trajectory(tok, trajectory, sequences="turn")
+
+
+def test_with_sequences_turn_each_turn_trains_on_the_context_it_was_sampled_in(tok):
+    msgs = CHESS
+    first, second = encode_trajectory(tok, Trajectory(0, msgs, 1.0, template_kwargs=THINKING_ON), sequences="turn")
     assert labelled_text(tok, first) == ["e4 is best\n</think>\n\n<move>e2e4</move><|im_end|>"]
     assert labelled_text(tok, second) == ["develop the knight\n</think>\n\n<move>g1f3</move><|im_end|>"]
     context = tok.decode(list(second.input_ids))

@@ -391,7 +391,9 @@ def optimizer_updates_per_step(spec: WhaleRunSpec) -> dict[str, Any] | None:
     """How many optimiser (AdamW) updates one RSFT step makes, for ``whale plan``; None for mh_only.
 
     It depends on how many trajectories the step keeps (reward > scoreThreshold), so the plan gives the
-    formula, the upper bound (every rollout kept) and the figure at a few kept fractions. Data-parallel
+    formula, the upper bound (every rollout kept) and the figure at a few kept fractions, exact when each kept
+    trajectory trains as one sequence (``rsft.sequences: trajectory``, the default) and a lower bound with
+    ``turn`` (a multi-turn trace may then be several sequences). Data-parallel
     ranks = train.numNodes x train.gpusPerNode (the torchrun launch of the cluster; `whale run` trains
     in one process, where both scopes give the global figure)."""
     if not spec.condition.trains_weights:
@@ -413,6 +415,9 @@ def optimizer_updates_per_step(spec: WhaleRunSpec) -> dict[str, Any] | None:
         per_update = r.mini_batch_size
     return {
         "miniBatchScope": r.mini_batch_scope,
+        # the count is of kept trajectories: exact with one sequence per trajectory, a lower bound with one per turn
+        "sequences": r.sequences,
+        "exact": r.sequences == "trajectory",
         "dataParallelRanks": ranks,
         "sequencesPerUpdate": per_update,
         "formula": formula,

@@ -432,6 +432,15 @@ class RSFT(_Model):
         "docs/performance.md)",
     )
     pack_sequences: StrictBool = Field(False, description="pack trajectories into full rows instead of padding")
+    sequences: Literal["trajectory", "turn"] = Field(
+        "trajectory",
+        description="training sequences of a multi-turn trajectory whose chat template rewrites history (Qwen3-"
+        "style templates drop earlier thinking before a new user message, as in chess): trajectory = one sequence "
+        "per trajectory, the loss on the model's turns only, earlier thinking kept in context (the reference's "
+        "verl); turn = one sequence per model turn with exactly the context generation saw (more sequences, so "
+        "more optimiser updates than whale plan counts). Templates that do not rewrite history give one sequence "
+        "either way",
+    )
     padding: Literal["auto", "bucket", "longest", "masked"] = Field(
         "auto",
         description="padded micro-batches: bucket = right-pad to a few fixed widths (compiled layers reuse their "
@@ -1277,6 +1286,22 @@ class Sandbox(_Model):
     )
 
 
+class Judge(_Model):
+    """The LLM judge of ``verifier.searchAnswer: llmJudge`` (the reference's llm_judge.py settings)."""
+
+    model: Annotated[str, Strict(), Field(min_length=1, max_length=256)] = Field(
+        "gpt-5.4-mini", description="the judge model (the reference's docs/data.md: gpt-5.4-mini)"
+    )
+    base_url: Annotated[str, Strict(), Field(min_length=1, max_length=2048, pattern=URL)] = Field(
+        "https://api.openai.com/v1", description="an OpenAI-compatible chat endpoint (.../v1)"
+    )
+    api_key_env: EnvName | None = Field(
+        "OPENAI_API_KEY",
+        description="environment variable holding the judge's API key where episodes are scored (`whale run`'s "
+        "environment; the operator does not inject it into cluster workloads); null: no key (a local endpoint)",
+    )
+
+
 class Verifier(_Model):
     """How the domains score an episode where the paper's rule and a common, more lenient one differ.
     The defaults are the paper's; the alternatives are there to measure what the stricter rule costs."""
@@ -1294,6 +1319,14 @@ class Verifier(_Model):
         "step; anyMate = also accept any move that checkmates on the spot and count the puzzle solved (Lichess's "
         "own rule)",
     )
+    search_answer: Literal["exactMatch", "llmJudge"] = Field(
+        "exactMatch",
+        description="search_qa: exactMatch (the reference scripts' default, LLM_JUDGE=0) = normalised exact match "
+        "of the last <answer>, 0.25 for a tag-spamming reply; llmJudge = the reference's LLM judge option (its "
+        "docs/data.md's verifier): `judge` says whether the answer names the same entity as a gold one, 1 or 0, "
+        "exact match when the judge fails three times",
+    )
+    judge: Judge = Field(Judge(), description="the judge of searchAnswer: llmJudge")
 
 
 # ----- the spec -----------------------------------------------------------------------------------

@@ -7,11 +7,17 @@ including the turn (``full``). The turn's tokens are ``full[len(prefix):]``, cut
 token (the model stopped there; the template's trailing newline was never generated). That
 ``prefix`` really is a prefix of ``full`` is *checked on the token ids*, not assumed.
 
-A multi-turn trace becomes one sequence when every turn's ``prefix + turn`` is a prefix of the
-rendering of the whole conversation (ChatML-style templates); then every assistant turn of that
-one sequence carries loss. Templates that rewrite history (Qwen3 drops earlier turns' thinking)
-fail that check, and each turn then becomes its own sequence with exactly the context generation
-saw. System, user and tool tokens never carry loss. Pure apart from the tokenizer it is given.
+A multi-turn trace is one training sequence, as the reference trains (verl's agent loops: one sequence per
+trajectory, the loss on the model's turns only). When every turn's ``prefix + turn`` is a prefix of the
+rendering of the whole conversation (ChatML-style templates) that rendering is the sequence. Templates that
+rewrite history (Qwen3-style templates drop earlier turns' thinking before a new user message, as in chess)
+fail that check; the sequence is then built the way verl's loops grow it: the first turn's context, each
+turn's generated tokens, and between two turns the template's end of the turn plus the messages that came
+between, rendered on their own with the generation prompt (verl's tool-response delta). Earlier turns keep
+their thinking in it, as in the reference, although generation of a later turn did not see it.
+``rsft.sequences: turn`` (an option) instead makes each turn of such a trace its own sequence with exactly the
+context generation saw. System, user and tool tokens never carry loss. Pure apart from the tokenizer it is
+given.
 """
 
 from __future__ import annotations
@@ -36,6 +42,10 @@ class ChatTokenizer(Protocol):
     def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any: ...
 
     def __call__(self, text: str | list[str], **kwargs: Any) -> Any: ...
+
+
+#: how a multi-turn trace whose template rewrites history is trained: one sequence (the reference's) or one per turn
+Sequences = Literal["trajectory", "turn"]
 
 
 class TemplateMismatchError(ValueError):
@@ -160,13 +170,17 @@ def encode_trajectory(
     stop_ids: frozenset[int] | None = None,
     max_length: int | None = None,
     cache: RenderCache | None = None,
+    sequences: Sequences = "trajectory",
 ) -> list[Example]:
-    """The training sequences of one trajectory (one, or one per assistant turn; see module doc).
-    ``cache``: renders shared with the other trajectories of one call (:func:`encode_trajectories`)."""
+    """The training sequences of one trajectory: one, or with ``sequences="turn"`` one per assistant turn when
+    the template rewrites history (see module doc). ``cache``: renders shared with the other trajectories of
+    one call (:func:`encode_trajectories`)."""
     messages = list(trajectory.messages)
     stops = stop_ids if stop_ids is not None else stop_token_ids(tokenizer)
     kw: dict[str, Any] = {"tools": trajectory.tools, "template_kwargs": trajectory.template_kwargs}
     turns: list[tuple[list[int], list[int]]] = []  # (context ids, generated ids) per assistant turn
+    after: list[list[int]] = []  # per assistant turn: what the template renders after its generated tokens
+    positions: list[int] = []  # per assistant turn: its message index
     whole: list[int] | None = None  # the rendering up to the last assistant turn: that turn's ``full``
     for i, msg in enumerate(messages):
         if msg.get("role") != "assistant":
@@ -191,9 +205,14 @@ def encode_trajectory(
             if tokenizer.eos_token_id is not None:
                 generated.append(int(tokenizer.eos_token_id))
         turns.append((prefix, generated))
+        positions.append(i)
+        end = len(prefix) + len(generated)
+        after.append(full[end:] if full[len(prefix) : end] == generated else [])
     if whole is None:  # no assistant turn
         return []
     merged = _merge(turns, whole)
+    if merged is None and sequences == "trajectory":
+        merged = _grown(tokenizer, messages, turns, after, positions, kw, cache)
     examples = (
         [merged]
         if merged is not None
@@ -202,14 +221,72 @@ def encode_trajectory(
     return [_truncate(e, max_length) for e in examples]
 
 
+def _template_preamble(tokenizer: ChatTokenizer, kw: dict[str, Any], cache: RenderCache | None) -> list[int]:
+    """What the template puts before any message of its own accord (a default system prompt; often nothing):
+    one user message rendered, less what a second one adds (verl's ``initialize_system_prompt``)."""
+    user = {"role": "user", "content": ""}
+    one = render_ids(
+        tokenizer, [user], add_generation_prompt=False, tools=None, template_kwargs=kw["template_kwargs"], cache=cache
+    )
+    two = render_ids(
+        tokenizer,
+        [user, user],
+        add_generation_prompt=False,
+        tools=None,
+        template_kwargs=kw["template_kwargs"],
+        cache=cache,
+    )
+    return one[: len(one) - (len(two) - len(one))]
+
+
+def _grown(
+    tokenizer: ChatTokenizer,
+    messages: list[dict[str, Any]],
+    turns: list[tuple[list[int], list[int]]],
+    after: list[list[int]],
+    positions: list[int],
+    kw: dict[str, Any],
+    cache: RenderCache | None,
+) -> Example | None:
+    """One sequence grown turn by turn as verl's agent loops grow it (module doc); None when the template cannot
+    render the messages between two turns on their own (then each turn is its own sequence)."""
+    first_context, first_generated = turns[0]
+    ids = list(first_context) + list(first_generated)
+    labels = [IGNORE_INDEX] * len(first_context) + list(first_generated)
+    try:
+        preamble = _template_preamble(tokenizer, kw, cache)
+        for k in range(1, len(turns)):
+            between = messages[positions[k - 1] + 1 : positions[k]]
+            if not between:
+                return None
+            rendered = render_ids(
+                tokenizer,
+                between,
+                add_generation_prompt=True,
+                tools=None,
+                template_kwargs=kw["template_kwargs"],
+                cache=cache,
+            )
+            if rendered[: len(preamble)] != preamble:
+                return None
+            context = list(after[k - 1]) + rendered[len(preamble) :]
+            generated = turns[k][1]
+            ids += context + list(generated)
+            labels += [IGNORE_INDEX] * len(context) + list(generated)
+    except Exception:  # noqa: BLE001  # a template that refuses these messages alone (jinja raises anything)
+        return None
+    return Example(tuple(ids), tuple(labels))
+
+
 def encode_trajectories(
     tokenizer: ChatTokenizer,
     trajectories: Iterable[Trajectory],
     *,
     stop_ids: frozenset[int] | None = None,
     max_length: int | None = None,
+    sequences: Sequences = "trajectory",
 ) -> list[Example]:
-    """The training sequences of a step's kept trajectories, in order. The contexts they share (a prompt's
+    """The training sequences of a step's kept trajectories, in order (``sequences``: :func:`encode_trajectory`). The contexts they share (a prompt's
     rollouts: the same messages up to the first reply) are rendered and tokenised once, and all the step's
     renders are tokenised together (:func:`prerender`)."""
     trajectories = list(trajectories)
@@ -218,7 +295,11 @@ def encode_trajectories(
     prerender(tokenizer, trajectories, cache)
     out: list[Example] = []
     for trajectory in trajectories:
-        out.extend(encode_trajectory(tokenizer, trajectory, stop_ids=stops, max_length=max_length, cache=cache))
+        out.extend(
+            encode_trajectory(
+                tokenizer, trajectory, stop_ids=stops, max_length=max_length, cache=cache, sequences=sequences
+            )
+        )
     return out
 
 

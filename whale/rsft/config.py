@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Literal
 if TYPE_CHECKING:  # pydantic models; imported lazily so the trainer runs where pydantic is absent
     from whale.core.protocol import WeightPhaseArgs
     from whale.core.spec import WhaleRunSpec
+    from whale.rsft.collate import Sequences
 
 #: what ``miniBatchSize`` counts (see :func:`optimizer_updates`)
 MiniBatchScope = Literal["perRank", "global"]
@@ -48,6 +49,9 @@ class RSFTConfig:
     compile_layers: bool = False
     #: concatenate a micro-batch's sequences into one row (no padding) instead of padding them
     pack_sequences: bool = False
+    #: a multi-turn trace is one training sequence (the reference's) or, where the template rewrites history, one
+    #: per turn (:mod:`whale.rsft.collate`)
+    sequences: Sequences = "trajectory"
     #: how padded micro-batches are shaped (see :func:`whale.rsft.collate.collate_micro`); "auto" =
     #: "bucket" with compiled layers (few shapes, graphs reused), else "longest"; "masked" = the old path
     padding: Literal["auto", "bucket", "longest", "masked"] = "auto"
@@ -130,7 +134,7 @@ def optimizer_updates(
     sequences: int, *, ranks: int, mini_batch_size: int, sft_epochs: int, scope: MiniBatchScope
 ) -> int:
     """Optimiser updates one RSFT step makes on ``sequences`` kept training sequences (one per kept
-    trajectory, unless the chat template splits a trajectory's turns) with ``ranks`` data-parallel ranks.
+    trajectory by default; more with ``rsft.sequences: turn`` where the template rewrites history) with ``ranks`` data-parallel ranks.
 
     ``perRank`` (the paper's verl, which shards the batch over the ranks before the minibatch split):
     each rank holds ceil(sequences / ranks) of them and cuts them into minibatches of ``mini_batch_size``;

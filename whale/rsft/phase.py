@@ -191,7 +191,9 @@ class WeightPhase:
     # ----- one step -------------------------------------------------------------------------------
 
     def encode(self, kept: Sequence[Trajectory]) -> list[Example]:
-        return encode_trajectories(self.tokenizer, kept, stop_ids=self.stop_ids, max_length=self.cfg.max_seq_len)
+        return encode_trajectories(
+            self.tokenizer, kept, stop_ids=self.stop_ids, max_length=self.cfg.max_seq_len, sequences=self.cfg.sequences
+        )
 
     def report(self, stage: ProgressStage, step: int, **fields: Any) -> None:
         if self.progress is not None:

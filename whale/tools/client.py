@@ -8,6 +8,7 @@ retried briefly, then raised as :class:`ToolServiceError` naming the URL.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Callable
@@ -85,8 +86,21 @@ class RetrieverClient:
                 )
             sleep(poll_s)
 
-    def search(self, queries: list[str], topk: int) -> list[list[Hit]]:
-        data = _post(self._client, self.url, {"queries": list(queries), "topk": int(topk), "return_scores": True})
+    @functools.cached_property
+    def cuts_tokens(self) -> bool:
+        """Whether the service cuts passages in the policy's tokens (it was started with ``--tokenizer``)."""
+        try:
+            about = self._client.get(self.base_url + "/healthz").json()
+        except (httpx.HTTPError, ValueError):
+            return False
+        return isinstance(about, dict) and bool(about.get("tokenizer"))
+
+    def search(self, queries: list[str], topk: int, max_doc_tokens: int | None = None) -> list[list[Hit]]:
+        """Top ``topk`` hits per query; ``max_doc_tokens``: the service cuts each to that many tokens."""
+        payload: dict = {"queries": list(queries), "topk": int(topk), "return_scores": True}
+        if max_doc_tokens is not None:
+            payload["max_doc_tokens"] = int(max_doc_tokens)
+        data = _post(self._client, self.url, payload)
         return [[Hit.from_wire(h) for h in row] for row in data["result"]]
 
     def close(self) -> None:

@@ -11,7 +11,10 @@ A cluster deploys one service per run and every harness process calls it
 Request: ``{"queries": [str, ...], "topk": int (default --topk), "return_scores": bool (default false)}``;
 response: ``{"result": [[{"document": {"id", "title", "text", "contents"}, "score": float}, ...], ...]}``
 with ``return_scores``, else ``{"result": [[{"id", "title", "text", "contents"}, ...], ...]}`` (documents
-only), as Search-R1's ``retrieval_server.py`` answers. Bad requests (too many queries, a query too long,
+only), as Search-R1's ``retrieval_server.py`` answers. ``max_doc_tokens`` (optional, as the reference's server):
+cut each passage's ``contents`` to that many tokens of the tokenizer the service was started with
+(``--tokenizer DIR``, the policy's; :mod:`whale.tools.passage_cut`); a request's ``tokenizer_name`` is accepted and
+ignored (the service never loads a tokenizer a request names). Bad requests (too many queries, a query too long,
 topk out of range, a body too large, not JSON) get a 4xx with the field named; the service keeps serving.
 """
 
@@ -28,6 +31,7 @@ from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from whale.tools import retrieval_index
+from whale.tools.passage_cut import TokenCut
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +46,8 @@ class Limits:
     max_body_bytes: int = 256 * 1024
     #: topk of a request that names none (Search-R1's server: its --topk, 3)
     default_topk: int = 3
+    #: the largest ``max_doc_tokens`` a request may ask for
+    max_doc_tokens: int = 4096
 
 
 class _Request(BaseModel):
@@ -50,6 +56,8 @@ class _Request(BaseModel):
     queries: list[str]
     topk: int | None = None
     return_scores: bool = False
+    max_doc_tokens: int | None = None
+    tokenizer_name: str | None = None
 
 
 def _request_model(limits: Limits) -> type[_Request]:
@@ -58,11 +66,14 @@ def _request_model(limits: Limits) -> type[_Request]:
         queries: list[str] = Field(..., min_length=1, max_length=limits.max_queries)
         topk: int | None = Field(None, ge=1, le=limits.max_topk)
         return_scores: bool = False
+        max_doc_tokens: int | None = Field(None, ge=1, le=limits.max_doc_tokens)
+        tokenizer_name: str | None = Field(None, max_length=200)
 
     return RetrieveRequest
 
 
-def create_app(retriever: retrieval_index.Retriever, limits: Limits = Limits()) -> FastAPI:
+def create_app(retriever: retrieval_index.Retriever, limits: Limits = Limits(), cut: TokenCut | None = None) -> FastAPI:
+    """``cut``: the tokenizer that ``max_doc_tokens`` counts in; without it such a request is refused (422)."""
     app = FastAPI(title="whale retriever", docs_url=None, redoc_url=None)
     model = _request_model(limits)
     app.state.retriever = retriever
@@ -74,7 +85,7 @@ def create_app(retriever: retrieval_index.Retriever, limits: Limits = Limits()) 
     def healthz() -> dict:
         describe = getattr(retriever, "describe", None)
         about = describe() if describe else {"method": getattr(retriever, "method", "?")}
-        return {"ok": True, **about}
+        return {"ok": True, **about, **({"tokenizer": cut.name} if cut else {})}
 
     @app.post("/retrieve")
     async def retrieve(request: Request):
@@ -90,7 +101,15 @@ def create_app(retriever: retrieval_index.Retriever, limits: Limits = Limits()) 
         for i, q in enumerate(req.queries):
             if len(q) > limits.max_query_chars:
                 return bad(422, f"queries.{i}: {len(q)} characters; the limit is {limits.max_query_chars}")
+        if req.max_doc_tokens is not None and cut is None:
+            return bad(
+                422,
+                "max_doc_tokens: this service has no tokenizer to count tokens with; start it with --tokenizer DIR "
+                "(the policy's tokenizer folder) or leave max_doc_tokens out",
+            )
         hits = await run_in_threadpool(retriever.search, req.queries, req.topk or limits.default_topk)
+        if req.max_doc_tokens is not None and cut is not None:
+            hits = await run_in_threadpool(cut.hits, hits, req.max_doc_tokens)
         if req.return_scores:
             return {"result": [[h.to_wire() for h in row] for row in hits]}
         return {"result": [[h.passage.to_dict() for h in row] for row in hits]}
@@ -113,6 +132,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--fp16", action="store_true", help="encode queries in half precision (GPU)")
     p.add_argument("--no-verify", action="store_true", help="skip the corpus checksum at start (size still checked)")
     p.add_argument("--cache-dir", type=Path, default=None, help="index cache (default $WHALE_CACHE_DIR/retriever)")
+    p.add_argument(
+        "--tokenizer",
+        type=Path,
+        default=None,
+        help="the policy's tokenizer folder: requests with max_doc_tokens are cut to that many of its tokens",
+    )
     p.add_argument("--topk", type=int, default=Limits.default_topk, help="topk of a request that names none")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
@@ -136,12 +161,13 @@ def main(argv: list[str] | None = None) -> None:
             )
         else:
             retriever = retrieval_index.build(args.corpus, args.method, args.cache_dir, model=args.model)
+        cut = TokenCut.load(args.tokenizer) if args.tokenizer is not None else None
     except retrieval_index.RetrieverError as exc:
         raise SystemExit(f"retriever: {exc}") from None
     import uvicorn
 
     limits = Limits(args.max_queries, args.max_query_chars, args.max_topk, default_topk=args.topk)
-    uvicorn.run(create_app(retriever, limits), host=args.host, port=args.port, log_level="warning")
+    uvicorn.run(create_app(retriever, limits, cut), host=args.host, port=args.port, log_level="warning")
 
 
 if __name__ == "__main__":
