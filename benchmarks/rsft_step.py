@@ -435,8 +435,8 @@ def run_spec(args: argparse.Namespace, model_dir: Path, base_url: str | None) ->
         "sampling": {"maxResponseTokens": args.max_tokens},
         "checkpointEverySteps": args.checkpoint_every,
         "asyncCheckpoint": not args.sync_checkpoint,
-        # the paper's models resume from checkpoints (auto: a light resume point only under 4 GiB of weights and
-        # moments): an ordinary step of the tiny smoke run saves nothing either, as on the measured shapes
+        # no resume state after an ordinary step: what the step itself costs (auto would write a light resume
+        # point for the tiny smoke model, a replay record of the kept sequences for the paper's models)
         "stepResume": "off",
     }
     if args.pack:

@@ -26,9 +26,11 @@ from tests.component.test_rsft_dist import (
     _data_of,
     _free_port,
     _greedy_spec,
+    _optimizer_updates,
     _rank_main,
     _single_process_twin,
 )
+from tests.fixtures.tolerance import assert_adam_trained_close, reorder_tol
 from whale.core import layout
 from whale.store import open_store
 
@@ -95,8 +97,12 @@ def test_zero2_workload_with_carried_optimiser_matches_one_process(tmp_path, mod
         assert _data_of(multi, phase) == _data_of(single, phase), f"{phase}: the runs trained on different data"
     reference, got = _weights(single, 2), _weights(multi, 2)
     assert max(float((reference[k] - _weights(single, 1)[k]).abs().max()) for k in reference) > 1e-4
+    updates = _optimizer_updates(single, PHASE, "c02-weight")
+    assert updates == _optimizer_updates(multi, PHASE, "c02-weight") > 0
     for name, value in got.items():
-        torch.testing.assert_close(value.float(), reference[name], rtol=1e-4, atol=1e-5)
+        assert_adam_trained_close(
+            value.float(), reference[name], lr=wire["rsft"]["learningRate"], updates=updates, msg=name
+        )
 
 
 def _rank_main_phase(rank: int, world: int, port: int, store_root: str, out_dir: str, phase: str) -> None:
@@ -170,7 +176,8 @@ def test_zero3_update_equals_one_process_and_gathers_full_weights(tmp_path, kind
     single = torch.load(tmp_path / "single.pt")
     zero3 = torch.load(tmp_path / "zero3.pt")
     assert zero3["shards"] == 2
-    assert zero3["loss"] == pytest.approx(single["loss"], rel=1e-5)
+    terms = sum(len(e) for e in _examples(_zero3_model(kind)[0]))  # the token-mean loss sums every token
+    assert zero3["loss"] == pytest.approx(single["loss"], rel=reorder_tol(terms))
     start = _zero3_model(kind)[1].state_dict()
     assert sorted(zero3["weights"]) == sorted(single["weights"])
     for name, value in single["weights"].items():
@@ -231,8 +238,11 @@ def test_zero2_compiles_the_layers_to_the_same_update_and_zero3_leaves_them_eage
     eager, compiled, zero3 = out[(2, False)], out[(2, True)], out[(3, True)]
     assert compiled["layers"] > 0 and compiled["compiled"] == compiled["layers"]
     assert eager["compiled"] == 0 and zero3["compiled"] == 0  # ZeRO-3: compileLayers ignored, with a warning
-    assert compiled["loss"] == pytest.approx(eager["loss"], rel=1e-4)
     from synthetic.tiny_model import build_model, build_tokenizer
+
+    assert compiled["loss"] == pytest.approx(
+        eager["loss"], rel=reorder_tol(sum(len(e) for e in _examples(build_tokenizer())))
+    )
 
     start = build_model(len(build_tokenizer()), seed=0).state_dict()
     for name, value in eager["weights"].items():  # the update as a whole (see the ZeRO-3 test)

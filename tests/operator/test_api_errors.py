@@ -5,7 +5,7 @@ The emulator plays the refusing API server (``refuse_creates``)."""
 
 from __future__ import annotations
 
-import time
+import itertools
 
 import pytest
 
@@ -55,11 +55,21 @@ def test_a_refused_child_is_in_status_backs_off_and_clears(
                 what="the Warning Event",
             )
             assert events[0]["type"] == "Warning" and "HTTP 403" in events[0]["message"]
-            # back-off: 0.3, 0.6, 1.2, 2.4, 2.4 s ... -> a handful of tries in 4 s, not one every 0.3 s (13)
-            tried = len(emulator.refused_creates)
-            time.sleep(4.0)  # a window to count retries in, not a synchronisation
-            retries = len([c for c in emulator.refused_creates if c[0] == "deployments"]) - tried
-            assert 1 <= retries <= 4, retries
+
+            # back-off: 0.3, 0.6, 1.2, 2.4, 2.4 s ... between tries, not one every 0.3 s: the next three tries (waited
+            # for, no fixed window a loaded machine could fill with fewer) are each at least the first back-off
+            # apart, and together at least three doublings; a slow machine only lengthens the gaps
+            def tries() -> list[float]:
+                return [at for plural, _, at in emulator.refused_creates if plural == "deployments"]
+
+            tried = len(tries())  # >= 1: the condition and its Event came from a refusal
+            times = wait_for(
+                lambda: tries()[tried - 1 : tried + 3] if len(tries()) >= tried + 3 else None,
+                timeout_s=60,
+                what="three more tries",
+            )
+            gaps = [b - a for a, b in itertools.pairwise(times)]
+            assert min(gaps) >= 0.9 * 0.3 and sum(gaps) >= 0.9 * (0.3 + 0.6 + 1.2), gaps
             assert (
                 len(
                     {

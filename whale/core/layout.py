@@ -15,6 +15,7 @@ about where a file lives. Pure: no I/O. ``docs/storage.md`` documents the same t
       phases/<phase>/STOP                a stop request (adaptive patience fired); the workload ends cleanly
       phases/<phase>/progress.json       where the running phase is now (stage, step, counts): for the CLI only
       phases/<phase>/state/...           workload-private resume state (optimiser, data order, RNG)
+      phases/<phase>/replay/step-<NNNNNN>.safetensors   a step's kept trajectories as token ids (stepResume replay)
       phases/<phase>/logs/attempt-<n>.log   workload output (local runner)
       checkpoints/step-<NNNNNN>/...      HF checkpoint (safetensors + config + tokenizer); COMPLETE written last
       harnesses/<name>.py                harness programs (h0 and every accepted harness)
@@ -210,6 +211,16 @@ def progress_key(run: str, phase: str) -> str:
 
 def state_prefix(run: str, phase: str) -> str:
     return f"{phase_prefix(run, phase)}/state"
+
+
+def replay_prefix(run: str, phase: str) -> str:
+    """The phase's replay records (``rsft.stepResume: replay``): one per step done since its last checkpoint."""
+    return f"{phase_prefix(run, phase)}/replay"
+
+
+def replay_key(run: str, phase: str, step: int) -> str:
+    """The kept trajectories (token ids and labels) of global step ``step`` (steps done, 1-based)."""
+    return f"{replay_prefix(run, phase)}/step-{step:06d}.safetensors"
 
 
 def log_key(run: str, phase: str, attempt: int) -> str:

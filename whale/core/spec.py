@@ -450,12 +450,15 @@ class RSFT(_Model):
     checkpoint_every_steps: StepsOrZero = Field(
         0, description="also checkpoint every N steps for resume (0 = only at evaluation points and phase end)"
     )
-    step_resume: Literal["auto", "on", "off"] = Field(
+    step_resume: Literal["auto", "on", "replay", "off"] = Field(
         "auto",
-        description="a light resume point after every step (a checkpoint of the weights and optimiser; the one "
-        "before it deleted), so an interrupted weight phase resumes at the next step: auto = when the weights and "
-        "Adam moments take at most 4 GiB (12 bytes a parameter: SmolLM2-135M yes, Qwen3.5-4B no), on, off = "
-        "resume from the last checkpoint (evaluation points, checkpointEverySteps), redoing the steps since",
+        description="what an interrupted weight phase resumes from, so it goes on at the next step: on = a light "
+        "resume point after every step (a checkpoint of the weights and optimiser; the one before it deleted); "
+        "replay = after every step its data position and kept trajectories (token ids, a few MB): the resume "
+        "loads the last checkpoint and trains the steps since again on their kept trajectories, sampling none of "
+        "them again; auto = on when the weights and Adam moments take at most 4 GiB (12 bytes a parameter: "
+        "SmolLM2-135M), else replay (Qwen3.5-4B); off = resume from the last checkpoint (evaluation points, "
+        "checkpointEverySteps), sampling the steps since again",
     )
     keep_checkpoints: KeepCheckpoints = Field(
         "lastAndBest",

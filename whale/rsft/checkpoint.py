@@ -19,6 +19,13 @@ Loading reads the file the same way: straight from a local store, else downloade
 first. The object's bytes are exactly what ``torch.save`` writes either way, so states saved before
 and after this change load alike.
 
+* Replay records at ``layout.replay_key(run, phase, step)`` (``rsft.stepResume: replay``, a model too large
+  for a checkpoint after every step): the step's kept trajectories as the token ids and labels it trained
+  on (int32: 8 bytes a token trained, against 12 bytes a parameter for a light resume point), one safetensors file written (streamed from a temporary file, like the optimiser) before the step's
+  metrics line. A resume loads the last checkpoint and trains the recorded steps since again, in order and
+  with their learning rates and seeds, instead of sampling them again; the records up to a complete
+  checkpoint are deleted.
+
 Every phase that loads a checkpoint (train, search, eval) calls :func:`require_complete` first, so
 one pointed at a half-written checkpoint fails naming it, before any weights are read. torch is
 imported only where optimiser state is (de)serialised: search and eval load this module without it.
@@ -29,11 +36,15 @@ from __future__ import annotations
 import json
 import logging
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whale.core import layout
 from whale.store.base import Store
+
+if TYPE_CHECKING:
+    from whale.rsft.collate import Example
 
 log = logging.getLogger(__name__)
 
@@ -148,6 +159,64 @@ def find_carried_optimizer(store: Store, run: str, step: int, exclude_phase: str
             log.info("carrying the optimiser state of phase %s at step %d", phase, step)
             return _load_optimizer(store, f"{base}/{OPTIMIZER_FILE}")
     return None
+
+
+def save_replay(store: Store, run: str, phase: str, step: int, examples: Sequence[Example]) -> None:
+    """The replay record of global step ``step``: the sequences it trained on (none: a step that kept nothing)."""
+    import torch
+    from safetensors.torch import save_file
+
+    def flat(rows: Sequence[Sequence[int]]) -> torch.Tensor:
+        return torch.tensor([t for row in rows for t in row], dtype=torch.int32)  # ids of any vocabulary, and -100
+
+    tensors = {
+        "input_ids": flat([e.input_ids for e in examples]),
+        "labels": flat([e.labels for e in examples]),
+        "lengths": torch.tensor([len(e) for e in examples], dtype=torch.int64),
+    }
+    with tempfile.TemporaryDirectory(prefix="whale-replay-") as tmp:
+        path = Path(tmp) / "replay.safetensors"
+        save_file(tensors, str(path), metadata={"step": str(step)})
+        store.upload_file(path, layout.replay_key(run, phase, step))
+
+
+def load_replay(store: Store, run: str, phase: str, step: int) -> list[Example]:
+    """The sequences global step ``step`` trained on, as :func:`save_replay` wrote them."""
+    from safetensors.torch import load_file
+
+    from whale.rsft.collate import Example
+
+    key = layout.replay_key(run, phase, step)
+    with tempfile.TemporaryDirectory(prefix="whale-replay-") as tmp:
+        path = store.local_path(key) or store.download_file(key, Path(tmp) / "replay.safetensors")
+        tensors = load_file(str(path))
+    ids, labels = tensors["input_ids"].tolist(), tensors["labels"].tolist()
+    out, at = [], 0
+    for n in tensors["lengths"].tolist():
+        out.append(Example(tuple(ids[at : at + n]), tuple(labels[at : at + n])))
+        at += n
+    return out
+
+
+def replay_steps(store: Store, run: str, phase: str, after: int, logged: Sequence[int]) -> list[int]:
+    """The steps after ``after`` a resume can train again instead of sampling: each with a replay record and a
+    metrics line (``logged``), without a gap (a record is written before its line, so the last may lack one)."""
+    recorded = set(store.list(layout.replay_prefix(run, phase) + "/"))
+    steps, logged_steps = [], set(logged)
+    step = after + 1
+    while layout.replay_key(run, phase, step) in recorded and step in logged_steps:
+        steps.append(step)
+        step += 1
+    return steps
+
+
+def prune_replay(store: Store, run: str, phase: str, up_to: int) -> None:
+    """Delete the replay records of steps up to ``up_to`` (a complete checkpoint of that step holds them)."""
+    prefix = layout.replay_prefix(run, phase) + "/"
+    for key in store.list(prefix):
+        step = layout.parse_checkpoint_step(key.rsplit("/", 1)[-1].removesuffix(".safetensors"))
+        if step is not None and step <= up_to:
+            store.delete(key)
 
 
 def materialise(store: Store, prefix: str, workdir: Path) -> Path:

@@ -70,8 +70,8 @@ class RSFTConfig:
     total_steps: int = 1
     #: also checkpoint every N global steps (0: only at saveSteps and the end)
     checkpoint_every_steps: int = 0
-    #: rsft.stepResume: a light resume point after every step (auto: when the model is small, see phase.py)
-    step_resume: str = "auto"
+    #: rsft.stepResume: what is saved after every step to resume at the next one (see :class:`StepResume`)
+    step_resume: Literal["auto", "on", "replay", "off"] = "auto"
     #: steps per epoch of D_weight (controller's accounting; metrics' ``epoch`` = step / this)
     steps_per_epoch: int = 1
     #: "perRank" (the paper's verl: shard the kept sequences over the ranks, then cut each share into

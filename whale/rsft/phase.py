@@ -13,6 +13,12 @@ Each global step ``s`` (0-based; the metrics line says ``step = s + 1``, the num
    (:class:`whale.rsft.checkpoint_writer.CheckpointWriter`: with ``rsft.asyncCheckpoint`` a host
    snapshot written in the background while the next step samples; the result waits for it).
 
+So that an interrupted phase goes on at the step after its last one (``rsft.stepResume``, :class:`StepResume`),
+each step leaves a light resume point (a checkpoint with the optimiser) or, for a model too large to write one
+every step, a replay record (its kept sequences, before its metrics line): a resumed attempt loads the last
+checkpoint and trains the recorded steps since again, with their own learning rates and seeds, sampling none
+of them again, so it reaches the weights the killed attempt had.
+
 ``progress`` (optional) hears where the step is (``PhaseProgress``: sampling, then training with the
 reward of the rollouts just sampled, syncing, checkpointing), so a display shows a step's reward as soon
 as its sampling ends, not after its SFT update and metrics line.
@@ -25,6 +31,7 @@ loop is tested with real components or named doubles alike.
 
 from __future__ import annotations
 
+import enum
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -175,7 +182,7 @@ class WeightPhase:
     checkpoints: CheckpointWriter = field(init=False)
 
     def __post_init__(self) -> None:
-        self.light = light_resume(self.cfg.step_resume, self.model)
+        self.resume = step_resume(self.cfg.step_resume, self.model)
         #: steps saved only as light resume points (deleted once a later save is complete), and the last save
         self._light_steps: list[int] = []
         self._last_saved: int | None = None
@@ -198,6 +205,18 @@ class WeightPhase:
     def report(self, stage: ProgressStage, step: int, **fields: Any) -> None:
         if self.progress is not None:
             self.progress(PhaseProgress(stage=stage, step=step, **fields))
+
+    def train(self, examples: Sequence[Example], s: int) -> Any:
+        """One SFT update of global step ``s`` (0-based) on ``examples``, with the step's learning rate and
+        seed, holding the weights lock; the trainer's stats."""
+        lock = self.weights_lock
+        if lock is not None:
+            lock.acquire()
+        try:
+            return self.trainer.train(examples, lr=lr_at(s, self.cfg), seed=_step_seed(self.cfg.seed, s))
+        finally:
+            if lock is not None:
+                lock.release()
 
     def step(self, s: int) -> dict[str, Any]:
         """Global step ``s`` (0-based); returns its metrics line."""
@@ -226,18 +245,13 @@ class WeightPhase:
         )
         lr = lr_at(s, self.cfg)
         loss, tokens, t_train, updates = None, 0, 0.0, 0
-        if selection.kept:
-            examples = self.encode(selection.kept)
-            lock = self.weights_lock
-            if lock is not None:
-                lock.acquire()
-            try:
-                stats = self.trainer.train(examples, lr=lr, seed=seed)
-            finally:
-                if lock is not None:
-                    lock.release()
+        examples = self.encode(selection.kept) if selection.kept else []
+        if examples:
+            stats = self.train(examples, s)
             loss, tokens, t_train, updates = stats.loss, stats.tokens, stats.seconds, stats.updates
-        else:
+        if self.resume is StepResume.REPLAY:  # before the metrics line: a logged step always has its record
+            ckpt.save_replay(self.store, self.run, self.phase, s + 1, examples)
+        if not selection.kept:
             log.warning(
                 "step %d kept no trajectory: no reward of its %d rollouts is above scoreThreshold %g (reward "
                 "mean %.3f); SFT skipped, the weights did not move",
@@ -307,6 +321,7 @@ class WeightPhase:
             self._light_steps.append(step)
         if previous is not None:
             self.prune_light(below=previous)
+            ckpt.prune_replay(self.store, self.run, self.phase, up_to=previous)
 
     def prune_light(self, below: int) -> None:
         """Delete the light resume points (their checkpoints) before step ``below``, whose save is complete."""
@@ -341,6 +356,7 @@ class WeightPhase:
                 self.save(step)
                 self.checkpoints.wait()
             self.prune_light(below=step + 1)
+            ckpt.prune_replay(self.store, self.run, self.phase, up_to=step)
         except BaseException:
             self.checkpoints.close_after_error()
             raise
@@ -353,13 +369,37 @@ class WeightPhase:
             getattr(getattr(self.sampler, "limits", None), "isolation", None),
         )
 
+    def replay(self, steps: Sequence[int]) -> None:
+        """Train the steps a killed attempt did after its last checkpoint again from their replay records, in
+        order, with their own learning rates and seeds (no sampling), then sync the weights once. Nothing is
+        reported as progress: these steps are done, and the display must not show one as current again."""
+        trained = False
+        for done in steps:
+            examples = ckpt.load_replay(self.store, self.run, self.phase, done)
+            if not examples:
+                continue  # the step kept nothing: its weights did not move
+            self.train(examples, done - 1)
+            trained = True
+        if steps:
+            log.info(
+                "phase %s: trained steps %d-%d again from their replay records (kept trajectories), sampling none",
+                self.phase,
+                steps[0],
+                steps[-1],
+            )
+        if trained:
+            self.sync.sync(self.model, self.tokenizer, steps[-1])
+
     def _steps(self, start: StartPoint) -> tuple[int, StopReason]:
         """The steps up to the target or a stop, checkpointing as asked; (steps done, why it stopped)."""
-        lines = _keep_metrics_up_to(self.store, self.run, self.phase, start.step)
-        rewards = [line.reward_mean for line in lines]
         target = self.args.target_step
+        logged = [line.step for line in step_lines(self.store.read_jsonl(layout.metrics_key(self.run, self.phase)))]
+        redo = [s for s in ckpt.replay_steps(self.store, self.run, self.phase, start.step, logged) if s <= target]
+        lines = _keep_metrics_up_to(self.store, self.run, self.phase, start.step + len(redo))
+        rewards = [line.reward_mean for line in lines]
         stopped_by: StopReason = "target"
-        step = start.step
+        self.replay(redo)
+        step = start.step + len(redo)
         rule = self.args.stop_rule
         if rule is not None and rewards and weight_should_stop(rewards, rule):
             stopped_by = "patience"  # the killed attempt had already reached the stop
@@ -380,7 +420,7 @@ class WeightPhase:
                 stopped_by = "patience"
             if should_checkpoint(step, self.cfg, self.save_steps, target) or stopped_by != "target":
                 self.save(step)
-            elif self.light:  # a resume point, so an interruption before the next step resumes there
+            elif self.resume is StepResume.CHECKPOINT:  # so an interruption before the next step resumes there
                 self.save(step, light=True)
         if stopped_by == "stop-request" and self.store.exists(layout.stop_key(self.run, self.phase)):
             log.info("stop requested; ending phase %s at step %d", self.phase, step)
@@ -388,16 +428,28 @@ class WeightPhase:
 
 
 #: rsft.stepResume auto: a light resume point after every step when the weights and Adam's two moments
-#: (fp32: 12 bytes a parameter) take at most this much (SmolLM2-135M: 1.6 GB; Qwen3.5-4B: 48 GB, not)
+#: (fp32: 12 bytes a parameter) take at most this much (SmolLM2-135M: 1.6 GB; Qwen3.5-4B: 48 GB, not: replay)
 LIGHT_RESUME_MAX_BYTES = 4 * 2**30
 
 
-def light_resume(mode: str, model: Any) -> bool:
-    """Whether to save a light resume point after every step (``rsft.stepResume``)."""
+class StepResume(enum.Enum):
+    """What a weight phase saves after every step so that an interrupted one resumes at the next step."""
+
+    #: a light resume point: a checkpoint of the weights with the optimiser state (deleted once a later is saved)
+    CHECKPOINT = "checkpoint"
+    #: a replay record: the step's kept sequences; the resume trains the steps since the last checkpoint again
+    REPLAY = "replay"
+    #: nothing: the resume samples the steps since the last checkpoint again
+    NONE = "none"
+
+
+def step_resume(mode: str, model: Any, max_bytes: int = LIGHT_RESUME_MAX_BYTES) -> StepResume:
+    """``rsft.stepResume`` resolved for ``model``: auto = a light point when the weights and Adam moments take
+    at most ``max_bytes``, else a replay record (a model whose parameters cannot be counted: replay too)."""
     if mode != "auto":
-        return mode == "on"
+        return {"on": StepResume.CHECKPOINT, "replay": StepResume.REPLAY}.get(mode, StepResume.NONE)
     params = sum(p.numel() for p in model.parameters()) if hasattr(model, "parameters") else None
-    return params is not None and 12 * params <= LIGHT_RESUME_MAX_BYTES
+    return StepResume.CHECKPOINT if params is not None and 12 * params <= max_bytes else StepResume.REPLAY
 
 
 def _step_seed(seed: int, step: int) -> int:
