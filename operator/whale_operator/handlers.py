@@ -137,15 +137,17 @@ async def whalerun_daemon(
             else:
                 for ev in outcome.events if outcome is not None else []:
                     kopf.event(body, type=ev.type, reason=ev.reason, message=ev.message[:1000])
-                if outcome is not None and outcome.rejected:
-                    metrics.reconcile_errors.labels(error="ChildRejected").inc()
+                if outcome is not None and (outcome.rejected or outcome.unavailable):
+                    metrics.reconcile_errors.labels(
+                        error="ChildRejected" if outcome.rejected else "StoreUnavailable"
+                    ).inc()
                     failures += 1
                     delay = backoff_s(failures, memo.error_backoff_s, memo.max_backoff_s)
                 else:
                     failures = 0
                 if (
                     outcome is not None
-                    and not outcome.rejected
+                    and not (outcome.rejected or outcome.unavailable)
                     and (outcome.poll or (outcome.status.phase is RunPhase.RUNNING and outcome.status.active_phase))
                 ):
                     delay = min(delay, memo.progress_s)
