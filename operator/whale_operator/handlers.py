@@ -52,6 +52,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     settings.posting.level = logging.INFO
     # peering (a second replica): a random priority makes exactly one replica active, the other standby
     settings.peering.priority = int(os.environ.get("WHALE_OPERATOR_PEERING_PRIORITY", random.randint(1, 32767)))
+    # how long a replica that stopped renewing its peering record (a crashed pod) keeps the others on standby
+    settings.peering.lifetime = int(os.environ.get("WHALE_OPERATOR_PEERING_LIFETIME_S", "60"))
     settings.watching.server_timeout = int(os.environ.get("WHALE_OPERATOR_WATCH_TIMEOUT_S", "300"))
     metrics = OperatorMetrics()
     port = int(os.environ.get("WHALE_OPERATOR_METRICS_PORT", "8080"))
