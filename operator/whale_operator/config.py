@@ -53,6 +53,48 @@ def store_uri(spec: WhaleRunSpec) -> str:
     return spec.storage.uri
 
 
+@dataclass(frozen=True)
+class StoreBounds:
+    """How long one store call of the operator may take: a reconcile holds a worker thread while it waits, and a
+    tenant names the endpoint (one that accepts and never answers must not hold the operator). Tighter than the
+    workloads' defaults (10 s / 120 s / 60 s): the operator reads and writes small JSON objects only."""
+
+    #: seconds to open a connection (``WHALE_OPERATOR_STORE_CONNECT_TIMEOUT_S``)
+    connect_timeout_s: float = 5.0
+    #: seconds to wait for each answer (``WHALE_OPERATOR_STORE_READ_TIMEOUT_S``)
+    read_timeout_s: float = 20.0
+    #: seconds of retries of one call before the run shows StoreUnavailable (``WHALE_OPERATOR_STORE_DEADLINE_S``)
+    retry_deadline_s: float = 20.0
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> StoreBounds:
+        values: dict[str, float] = {}
+        for name, var in _BOUND_VARS.items():
+            if env.get(var):
+                try:
+                    values[name] = float(env[var])
+                except ValueError:
+                    raise ValueError(f"{var}={env[var]!r}: give seconds, e.g. 20") from None
+                if values[name] <= 0:
+                    raise ValueError(f"{var}={env[var]!r}: give seconds above 0")
+        return cls(**values)
+
+    def store_options(self) -> dict[str, float]:
+        """The options of an s3:// ``open_store`` that bound each call."""
+        return {
+            "connect_timeout_s": self.connect_timeout_s,
+            "read_timeout_s": self.read_timeout_s,
+            "retry_deadline_s": self.retry_deadline_s,
+        }
+
+
+_BOUND_VARS = {
+    "connect_timeout_s": "WHALE_OPERATOR_STORE_CONNECT_TIMEOUT_S",
+    "read_timeout_s": "WHALE_OPERATOR_STORE_READ_TIMEOUT_S",
+    "retry_deadline_s": "WHALE_OPERATOR_STORE_DEADLINE_S",
+}
+
+
 #: may the operator open a run's s3:// store with its OWN credentials when the run names no Secret?
 OWN_STORE_CREDENTIALS_ENV = "WHALE_OPERATOR_OWN_STORE_CREDENTIALS"
 
@@ -81,6 +123,8 @@ class OperatorConfig:
     #: where runs may get privileged sandbox hosts, and the admin's sandboxed RuntimeClass
     #: (``WHALE_SANDBOX_HOST_NAMESPACES`` / ``WHALE_SANDBOX_RUNTIME_CLASS``; none / none: every pod restricted)
     sandbox_hosts: SandboxHostPolicy = field(default_factory=SandboxHostPolicy)
+    #: the timeouts and retry budget of every store call the operator makes (:class:`StoreBounds`)
+    store_bounds: StoreBounds = field(default_factory=StoreBounds)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorConfig:
@@ -96,6 +140,7 @@ class OperatorConfig:
             store_policy=StorePolicy.from_env(env),
             sandbox_hosts=SandboxHostPolicy.from_env(env),
             own_store_credentials=_flag(env.get(OWN_STORE_CREDENTIALS_ENV)),
+            store_bounds=StoreBounds.from_env(env),
         )
 
     def credentials_problems(self, spec: WhaleRunSpec) -> list[tuple[str, str]]:

@@ -86,11 +86,15 @@ class RunStores:
     """The stores of every run this operator serves, each opened with that run's credentials.
 
     ``own_options``: the operator's own store options (credentials from its environment), used only for a run that
-    names no Secret (the caller has checked that this is allowed)."""
+    names no Secret (the caller has checked that this is allowed). ``bounds``: options that bound every call of an
+    s3:// store (timeouts, retry deadline; :class:`whale_operator.config.StoreBounds`)."""
 
-    def __init__(self, kube: KubeClient, own_options: dict[str, Any] | None = None):
+    def __init__(
+        self, kube: KubeClient, own_options: dict[str, Any] | None = None, bounds: dict[str, Any] | None = None
+    ):
         self.kube = kube
         self.own_options = dict(own_options or {})
+        self.bounds = dict(bounds or {})
         self._lock = threading.Lock()
         #: (namespace, uri, endpoint, secure, region, secret) -> (the Secret's resourceVersion, the store)
         self._stores: dict[tuple[Any, ...], tuple[str | None, Store]] = {}
@@ -119,7 +123,7 @@ class RunStores:
         if secret_name is None:
             with self._lock:
                 if key not in self._stores:
-                    self._stores[key] = (None, open_spec_store(spec.storage, **self.own_options))
+                    self._stores[key] = (None, open_spec_store(spec.storage, **self.own_options, **self.bounds))
                 return self._stores[key][1]
         version, creds = self.credentials(namespace, secret_name)
         with self._lock:
@@ -128,7 +132,11 @@ class RunStores:
                 return cached[1]
         uri = spec.storage.uri or ""
         # NOTE: env={} so nothing of the operator's own environment (its AWS_* keys) ever reaches a run's store
-        store = open_spec_store(spec.storage, **creds.store_options(), env={}) if uri.startswith("s3://") else None
+        store = (
+            open_spec_store(spec.storage, **creds.store_options(), **self.bounds, env={})
+            if uri.startswith("s3://")
+            else None
+        )
         if store is None:
             store = open_spec_store(spec.storage)  # a folder store: the Secret exists, no keys are used
         with self._lock:

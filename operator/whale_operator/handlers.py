@@ -52,6 +52,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     settings.posting.level = logging.INFO
     # peering (a second replica): a random priority makes exactly one replica active, the other standby
     settings.peering.priority = int(os.environ.get("WHALE_OPERATOR_PEERING_PRIORITY", random.randint(1, 32767)))
+    # how long a replica that stopped renewing its peering record (a crashed pod) keeps the others on standby
+    settings.peering.lifetime = int(os.environ.get("WHALE_OPERATOR_PEERING_LIFETIME_S", "60"))
     settings.watching.server_timeout = int(os.environ.get("WHALE_OPERATOR_WATCH_TIMEOUT_S", "300"))
     metrics = OperatorMetrics()
     port = int(os.environ.get("WHALE_OPERATOR_METRICS_PORT", "8080"))
@@ -137,15 +139,17 @@ async def whalerun_daemon(
             else:
                 for ev in outcome.events if outcome is not None else []:
                     kopf.event(body, type=ev.type, reason=ev.reason, message=ev.message[:1000])
-                if outcome is not None and outcome.rejected:
-                    metrics.reconcile_errors.labels(error="ChildRejected").inc()
+                if outcome is not None and (outcome.rejected or outcome.unavailable):
+                    metrics.reconcile_errors.labels(
+                        error="ChildRejected" if outcome.rejected else "StoreUnavailable"
+                    ).inc()
                     failures += 1
                     delay = backoff_s(failures, memo.error_backoff_s, memo.max_backoff_s)
                 else:
                     failures = 0
                 if (
                     outcome is not None
-                    and not outcome.rejected
+                    and not (outcome.rejected or outcome.unavailable)
                     and (outcome.poll or (outcome.status.phase is RunPhase.RUNNING and outcome.status.active_phase))
                 ):
                     delay = min(delay, memo.progress_s)

@@ -11,6 +11,7 @@ from whale.core.alternation import Transition
 from whale.core.spec import Reason, WhaleRunStatus
 from whale.core.state import RunState
 from whale_operator import status as st
+from whale_operator.config import StoreBounds
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,8 @@ class ReconcileResult:
     poll: bool = False
     #: the API server refused a child (the ChildCreateFailed condition): retry after a growing back-off
     rejected: bool = False
+    #: the run's store did not answer within the operator's bounds (StoreUnavailable): retry after the back-off
+    unavailable: bool = False
 
 
 def waiting(
@@ -51,6 +54,22 @@ def store_refused(prev: WhaleRunStatus, secret: str | None, error: str, generati
     )
     new, events = waiting(prev, Reason.WAITING_FOR_CREDENTIALS, message, generation)
     return ReconcileResult(new, events, poll=True)
+
+
+def store_unavailable(
+    prev: WhaleRunStatus, endpoint: str, attempts: int, elapsed_s: float, bounds: StoreBounds, generation: int | None
+) -> ReconcileResult:
+    """The run's store did not answer within the operator's bounds: the run waits, retried after a back-off. The
+    message is built from what the operator knows (the spec's endpoint, its own timeouts), never from what the
+    endpoint said (a tenant names it)."""
+    message = (
+        f"spec.storage.endpoint: the object store at {endpoint} did not answer ({attempts} attempt(s) over "
+        f"{elapsed_s:.0f}s; each waits at most {bounds.connect_timeout_s:g}s to connect and "
+        f"{bounds.read_timeout_s:g}s for an answer); check that the S3 server is up and reachable from the "
+        "operator and that spec.storage.endpoint names it (the run goes on by itself once it answers)"
+    )
+    new, events = waiting(prev, Reason.STORE_UNAVAILABLE, message, generation)
+    return ReconcileResult(new, events, unavailable=True)
 
 
 def identity_changed(prev: WhaleRunStatus, changed: list[str], generation: int | None) -> ReconcileResult:

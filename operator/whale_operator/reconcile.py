@@ -24,7 +24,7 @@ from whale.core.layout import PhaseId
 from whale.core.spec import Reason, WhaleRunSpec, WhaleRunStatus
 from whale.core.state import RunState
 from whale.domain import ToolService
-from whale.store import Store, StoreAuthError
+from whale.store import Store, StoreAuthError, StoreUnavailable
 from whale_operator import builders, names, observe, outcomes, tenancy
 from whale_operator import status as st
 from whale_operator.children import ChildRejected, JobLauncher, stored_identity_changes
@@ -81,7 +81,7 @@ class Reconciler:
         self.metrics = metrics
         self.config = config or OperatorConfig()
         self.clock = clock
-        self.stores = RunStores(kube, self.config.store_options)
+        self.stores = RunStores(kube, self.config.store_options, self.config.store_bounds.store_options())
         self._observers: dict[str, StoreObserver] = {}
         self.jobs = JobLauncher(kube, metrics, sandbox_runtime=self.config.sandbox_hosts.runtime_class)
         self.domains = DomainCatalog(self.config)
@@ -145,12 +145,18 @@ class Reconciler:
             # the endpoint (a hostile one would write into status whatever it likes)
             log.warning("%s/%s: the store refused the run's keys: %s", namespace, name, exc)
             outcome = outcomes.store_refused(prev, secret, exc.code or "credentials refused", meta.get("generation"))
+        except StoreUnavailable as exc:  # timeouts or 5xx until the deadline: shown, retried after a growing back-off
+            log.warning("%s/%s: the store is unavailable: %s", namespace, name, exc)
+            endpoint = ((obj.get("spec") or {}).get("storage") or {}).get("endpoint") or exc.endpoint
+            outcome = outcomes.store_unavailable(
+                prev, str(endpoint), exc.attempts, exc.elapsed_s, self.config.store_bounds, meta.get("generation")
+            )
         if outcome.status is not prev:
             written = self._write_status(namespace, name, raw_status, outcome.status)
             if written is not None:  # what the next reconcile will most likely read back
                 self._statuses[run.uid] = (written, outcome.status)
             self.metrics.set_run_phase(run.uid, outcome.status.phase)
-        if self.kube.writes() == before and not outcome.rejected:
+        if self.kube.writes() == before and not outcome.rejected and not outcome.unavailable:
             self._reads[(namespace, name)] = reads
         return outcome
 

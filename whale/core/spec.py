@@ -1453,6 +1453,8 @@ class Reason(str, enum.Enum):
     PREPARE_FAILED = "PrepareFailed"
     #: the operator: the run's credentials Secret (spec.storage.credentialsSecret) is missing or unusable
     WAITING_FOR_CREDENTIALS = "WaitingForCredentials"
+    #: the operator: the run's object store did not answer within the operator's timeouts and retry deadline
+    STORE_UNAVAILABLE = "StoreUnavailable"
     #: the operator: a field that names what the run is changed mid-run (where the CRD's CEL rules did not stop it)
     IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
     #: the local runner stopped before the run ended (the condition's reason says why: the members below)

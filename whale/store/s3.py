@@ -13,6 +13,10 @@ Configuration comes from arguments first, then the environment (documented in do
 ``WHALE_S3_RETRY_DEADLINE_S``  overall retry budget per operation in seconds (default 60)
 =============================  ====================================================================
 
+Every call is bounded: each attempt waits at most ``connect_timeout_s`` (10) to connect and ``read_timeout_s``
+(120) for each answer (urllib3's pool under the SDK), and the retries of one operation stop at the deadline, so
+a server that accepts and never answers costs one operation at most the deadline plus one attempt.
+
 Why the shapes below:
 
 - Atomicity: one PUT (or a completed multipart upload) replaces an object atomically in S3, so
@@ -296,6 +300,7 @@ def call_with_retry(
     policy: RetryPolicy,
     what: str,
     endpoint: str,
+    bounds: str = "",
     clock: Callable[[], float] = time.monotonic,
     sleep: Callable[[float], None] = time.sleep,
     rand: Callable[[], float] = random.random,
@@ -304,7 +309,7 @@ def call_with_retry(
 
     Non-transient errors are re-raised untouched for the caller to translate. A retry is only
     started if its delay still ends before the deadline, so the total time is bounded by the
-    deadline plus one attempt's own timeout."""
+    deadline plus one attempt's own timeout. ``bounds`` (the per-attempt timeouts, in words) goes into the error."""
     start = clock()
     attempt = 0
     while True:
@@ -319,7 +324,8 @@ def call_with_retry(
             if elapsed + delay > policy.deadline_s:
                 raise StoreUnavailable(
                     f"S3 endpoint {endpoint} unavailable: {what} failed {attempt} time(s) over {elapsed:.1f}s "
-                    f"(last error: {describe(exc)}). Check that the server is running and that "
+                    f"(last error: {describe(exc)}{'; ' + bounds if bounds else ''}). Check that the server is running "
+                    "and answering, and that "
                     f"{ENV_ENDPOINT} / spec.storage.endpoint points at it",
                     endpoint=endpoint,
                     attempts=attempt,
@@ -378,6 +384,7 @@ class S3Store(Store):
         self._sleep = sleep
         self._bucket_ready = False
         self._bucket_lock = threading.Lock()
+        self.connect_timeout_s, self.read_timeout_s = float(connect_timeout_s), float(read_timeout_s)
         http = urllib3.PoolManager(
             timeout=urllib3.Timeout(connect=connect_timeout_s, read=read_timeout_s),
             retries=False,  # this module owns retries and their deadline
@@ -445,7 +452,15 @@ class S3Store(Store):
         """Run one SDK operation under the retry budget and translate its failure to our types.
         ``writing``: the URI the operation writes (or deletes), named by a refused write's error."""
         try:
-            return call_with_retry(fn, policy=self.retry, what=what, endpoint=self.config.url, sleep=self._sleep)
+            return call_with_retry(
+                fn,
+                policy=self.retry,
+                what=what,
+                endpoint=self.config.url,
+                bounds=f"each attempt waits at most {self.connect_timeout_s:g}s to connect and "
+                f"{self.read_timeout_s:g}s for an answer",
+                sleep=self._sleep,
+            )
         except StoreError:
             raise
         except Exception as exc:  # translated by kind; the original stays chained
