@@ -19,7 +19,6 @@ import shlex
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
-from importlib import metadata
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -29,6 +28,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
+import whale
 from whale import plugins
 from whale.console.streams import cli_console, invoked_as
 from whale.core import layout
@@ -77,7 +77,6 @@ DEFAULT_STORE = ".whale/store"
 EXIT_STOPPED = 3
 #: `whale run --timeout` passed before the run ended (resumable); 124 as coreutils' `timeout`
 EXIT_TIMEOUT = 124
-DISTRIBUTION = "whale-k8s"
 
 
 class Output(str, enum.Enum):
@@ -106,11 +105,7 @@ NameArg = Annotated[str, typer.Argument(help="the run's metadata.name")]
 
 def _version(value: bool) -> None:
     if value:
-        try:
-            version = metadata.version(DISTRIBUTION)
-        except metadata.PackageNotFoundError:
-            version = "unknown (not installed: run `make install`)"
-        typer.echo(f"whale {version}")
+        typer.echo(f"whale {whale.version()}")
         raise typer.Exit()
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import importlib.util
 import threading
 from collections.abc import Mapping
 from pathlib import Path
@@ -78,16 +79,28 @@ class Settings:
         )
 
 
+def cache_lookup(cache_dir: Path, model: str, filename: str, revision: str | None = None) -> Path | None:
+    """``filename`` of model ``model`` at ``revision`` (a branch, tag or commit; None: main) in the Hugging Face
+    cache ``cache_dir``, or None: what ``huggingface_hub.try_to_load_from_cache`` answers for a file that is
+    there, read from the cache's documented layout (``models--ORG--NAME/refs/REV`` -> ``snapshots/SHA/FILE``)
+    without importing huggingface_hub, which costs `whale validate` more than the rest of its start-up
+    (tests/unit/test_hub_cache.py holds the two to the same answers)."""
+    repo = cache_dir / f"models--{model.replace('/', '--')}"
+    rev = revision or "main"
+    ref = repo / "refs" / rev
+    if ref.is_file():
+        rev = ref.read_text()
+    found = repo / "snapshots" / rev / filename
+    return found if found.is_file() else None
+
+
 def cached(
     model: str, environ: Mapping[str, str], *, revision: str | None = None, filename: str = "config.json"
 ) -> Path | None:
     """``filename`` of ``model`` in the local Hugging Face cache (no network), or None."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
+    if importlib.util.find_spec("huggingface_hub") is None:
         return None
-    found = try_to_load_from_cache(model, filename, cache_dir=Settings.from_env(environ).cache_dir, revision=revision)
-    return Path(found) if isinstance(found, str) else None
+    return cache_lookup(Settings.from_env(environ).cache_dir, model, filename, revision)
 
 
 def locate(
@@ -99,14 +112,12 @@ def locate(
     timeout_s: float = PROBE_TIMEOUT_S,
 ) -> Location:
     """Where ``model`` (an ``org/name`` id) loads from: its ``filename`` in the cache, else the Hub's answer."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
+    if importlib.util.find_spec("huggingface_hub") is None:
         return Location(model, Origin.UNCHECKED, "huggingface_hub is not installed")
     settings = Settings.from_env(environ)
-    found = try_to_load_from_cache(model, filename, cache_dir=settings.cache_dir, revision=revision)
-    if isinstance(found, str):
-        return Location(model, Origin.CACHED, found)
+    found = cache_lookup(settings.cache_dir, model, filename, revision)
+    if found is not None:
+        return Location(model, Origin.CACHED, str(found))
     if settings.offline:
         return Location(model, Origin.UNREACHABLE, "HF_HUB_OFFLINE is set")
     return _probe(model, revision, settings, timeout_s)

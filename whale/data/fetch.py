@@ -18,8 +18,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import httpx
+if TYPE_CHECKING:  # imported where a download starts: `whale validate` of a full-data run loads this module
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -92,6 +94,8 @@ def download(
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = part_path(dest)
     start = clock()
+    import httpx
+
     own = client is None
     http = client or httpx.Client(
         timeout=httpx.Timeout(read_timeout_s, connect=connect_timeout_s), follow_redirects=True
@@ -128,6 +132,8 @@ def _fetch_into(
     http: httpx.Client, url: str, part: Path, *, max_bytes: int, deadline: float, clock: Callable[[], float]
 ) -> None:
     """One HTTP request appending to ``part`` from its current size (a Range request when > 0)."""
+    import httpx
+
     have = part.stat().st_size if part.exists() else 0
     headers = {"Range": f"bytes={have}-"} if have else {}
     with http.stream("GET", url, headers=headers) as resp:
