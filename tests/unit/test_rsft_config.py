@@ -97,6 +97,7 @@ def test_from_spec_takes_every_rsft_field_of_the_same_name():
         "seed": 7,
         "checkpoint_every_steps": 2,
         "step_resume": "on",
+        "sequences": "turn",
         "mini_batch_scope": "global",
         "attention": "sdpa",
         "async_checkpoint": False,
