@@ -193,8 +193,8 @@ class JobLauncher:
 
     def observe_children(self, run: builders.RunRef, current: dict[str, dict[str, Any]], now: str) -> dict[str, Child]:
         """What ``decide`` sees of each phase's current Job (a failed one with its pod's last words); a Job seen
-        running for the first time gets the started mark (what tells a later eviction from queueing: Kubernetes
-        clears startTime on suspension)."""
+        running for the first time gets the started mark (what tells a later eviction from queueing: Kueue
+        clears startTime when it evicts)."""
         children: dict[str, Child] = {}
         for phase, job in current.items():
             if kueue.needs_started_mark(job):

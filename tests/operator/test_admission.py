@@ -318,10 +318,10 @@ def test_an_evicted_jobset_is_preempted_not_failed():
     evicted = jobset(
         suspend=True,
         annotations=MARK,
-        conditions=[("Suspended", "True", "SuspendedJobs", "Preempted to accommodate a higher priority Workload")],
+        conditions=[("Suspended", "True", "SuspendedJobs", "jobset is suspended")],  # the JobSet controller's words
     )
     child = observe.job_child(evicted)
-    assert child.state is ChildState.PREEMPTED and "Preempted to accommodate" in child.message
+    assert child.state is ChildState.PREEMPTED and "jobset is suspended" in child.message
 
 
 def test_a_finished_jobset_succeeds_or_fails():
