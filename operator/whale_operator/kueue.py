@@ -23,6 +23,11 @@ def _condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
     return None
 
 
+def suspended_condition(job: dict[str, Any]) -> dict[str, Any] | None:
+    """The child's Suspended condition (the Job controller's, or the JobSet controller's), if any."""
+    return _condition(job, "Suspended")
+
+
 def suspended(job: dict[str, Any]) -> bool:
     """The Job is suspended now (by its spec, or the Job controller says so)."""
     cond = _condition(job, "Suspended")
