@@ -603,6 +603,14 @@ def spec_warnings(spec: WhaleRunSpec, split_sizes: Mapping[str, int]) -> list[st
             "spec.harnessSearch.integrity.action: off (acknowledged): answers the model did not write keep their "
             "reward and no candidate or evaluation is flagged; the run's numbers can be faked by its harnesses"
         )
+    if spec.cluster.queue_name and spec.inference.placement == "colocated" and spec.condition.trains_weights:
+        # the only time before the queue's GPU quota is silently bypassed (ignored by `whale run`)
+        out.append(
+            "spec.cluster.queueName with spec.inference.placement colocated: the weight phase's GPUs are a DRA "
+            "ResourceClaim (DeviceClass gpu.nvidia.com), which Kueue counts as 0 GPUs unless its Configuration maps "
+            "that DeviceClass (resources.deviceClassMappings, feature gate DynamicResourceAllocation); see "
+            "docs/operator.md#kueue-one-admission-unit-per-phase"
+        )
     out += [str(w) for w in plan(spec, dict(split_sizes)).get("warnings", [])]
     return out
 

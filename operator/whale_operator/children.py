@@ -67,7 +67,8 @@ class JobLauncher:
         self.sandbox_runtime = sandbox_runtime
         self.metrics = metrics
         self.clock = clock
-        self._timed: set[str] = set()
+        #: Jobs timed (UID) and evictions counted (UID, time of the Suspended transition)
+        self._timed: set[str | tuple[str, str]] = set()
         self._served_apis: set[str] = set()
         #: fixed children (:func:`_present_key`) -> when they were last found or made
         self._present: dict[str, float] = {}
@@ -193,8 +194,8 @@ class JobLauncher:
 
     def observe_children(self, run: builders.RunRef, current: dict[str, dict[str, Any]], now: str) -> dict[str, Child]:
         """What ``decide`` sees of each phase's current Job (a failed one with its pod's last words); a Job seen
-        running for the first time gets the started mark (what tells a later eviction from queueing: Kubernetes
-        clears startTime on suspension)."""
+        running for the first time gets the started mark (what tells a later eviction from queueing: Kueue
+        clears startTime when it evicts)."""
         children: dict[str, Child] = {}
         for phase, job in current.items():
             if kueue.needs_started_mark(job):
@@ -415,10 +416,19 @@ class JobLauncher:
                 )
 
     def time_job(self, job: dict[str, Any], child: Child) -> None:
-        """Observe a finished Job's wall time once (phase_duration, by kind and outcome)."""
+        """Observe a finished Job's wall time once (phase_duration, by kind and outcome); count each eviction of a
+        child once (``evictions``: one per Suspended transition, so a child re-admitted and evicted again counts
+        again)."""
+        uid = job["metadata"].get("uid", job["metadata"]["name"])
+        kind = job["metadata"].get("labels", {}).get(names.LABEL_KIND, "unknown")
+        if child.state is ChildState.PREEMPTED:
+            when = (kueue.suspended_condition(job) or {}).get("lastTransitionTime", "")
+            if (uid, when) not in self._timed:
+                self._timed.add((uid, when))
+                self.metrics.evictions.labels(kind=kind).inc()
+            return
         if child.state not in (ChildState.SUCCEEDED, ChildState.FAILED):
             return
-        uid = job["metadata"].get("uid", job["metadata"]["name"])
         if uid in self._timed:
             return
         self._timed.add(uid)
@@ -426,7 +436,6 @@ class JobLauncher:
         start, end = status.get("startTime"), status.get("completionTime") or _condition_time(job)
         if start and end:
             seconds = (_parse_time(end) - _parse_time(start)).total_seconds()
-            kind = job["metadata"].get("labels", {}).get(names.LABEL_KIND, "unknown")
             self.metrics.phase_duration.labels(kind=kind, outcome=child.state.value).observe(max(seconds, 0.0))
 
 

@@ -1,7 +1,7 @@
 """Reading a child Job the way Kueue leaves it: queued, admitted, or evicted after it had started.
 
-Kueue admits a Job by unsuspending it and evicts (preempts) one by suspending it again; Kubernetes then
-clears ``status.startTime``, so "suspended with a start time" misses every real eviction. What survives
+Kueue admits a Job by unsuspending it and evicts (preempts) one by suspending it again and clearing
+its ``status.startTime`` (Kueue's ``(*Job).Stop``; the Job controller then writes only ``Job suspended``), so "suspended with a start time" misses every real eviction. What survives
 the eviction is what the operator wrote on the Job when it first saw it run: the ``whale.dev/started``
 annotation (:func:`started_patch`). An evicted Job is one that carries it and is suspended again; a
 suspended Job without it is still waiting for admission. A phase JobSet (``cluster.admission: jobSet``) is read
@@ -21,6 +21,11 @@ def _condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
         if cond.get("type") == type_:
             return cond
     return None
+
+
+def suspended_condition(job: dict[str, Any]) -> dict[str, Any] | None:
+    """The child's Suspended condition (the Job controller's, or the JobSet controller's), if any."""
+    return _condition(job, "Suspended")
 
 
 def suspended(job: dict[str, Any]) -> bool:

@@ -57,6 +57,13 @@ class OperatorMetrics:
         self.children_created = Counter(
             "whale_operator_children_created", "Child objects created, by kind", ["kind"], registry=r
         )
+        self.evictions = Counter(
+            "whale_operator_evictions",
+            "Phase attempts evicted by the queue (Kueue preemption, waitForPodsReady timeout) after they had started, "
+            "by phase kind; counted apart from failures",
+            ["kind"],
+            registry=r,
+        )
         self.actions = Counter(
             "whale_operator_actions", "Actions applied from decide(), by type", ["action"], registry=r
         )

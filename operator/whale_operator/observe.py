@@ -85,7 +85,7 @@ def job_child(job: dict[str, Any], pod_message: str = "") -> Child:
     failed = _true(job, "Failed", "FailureTarget")
     if failed:
         return _failed_child(failed, pod_message)
-    why = kueue.evicted(job)  # suspended after the operator saw it run (Kubernetes clears startTime)
+    why = kueue.evicted(job)  # suspended after the operator saw it run (Kueue clears startTime)
     if why is not None:
         return Child(ChildState.PREEMPTED, f"suspended after it started ({why})")
     if kueue.suspended(job):

@@ -6,10 +6,12 @@ and re-created run from inheriting its predecessor's completed phases. ``spec.re
 store of an earlier WhaleRun of the same name in the same namespace (the UID its status showed in
 ``status.storeUri``); another namespace's data cannot be named at all.
 
-The operator writes with credentials, so it only opens stores a platform team allowed:
-``WHALE_ALLOWED_STORES`` (comma-separated ``s3://bucket[/prefix]`` or ``file:///path`` prefixes) and
-``WHALE_ALLOWED_S3_ENDPOINTS`` (``host:port``). Unset means "no restriction" (a single-tenant install);
-set, a WhaleRun outside the list is refused with the field named before anything is created. Pure: no I/O.
+The operator writes with credentials and calls whatever S3 endpoint a run names, so it only opens stores a platform
+team allowed: ``WHALE_ALLOWED_S3_ENDPOINTS`` (comma-separated ``host:port``) is an allow-list that is ON by default:
+unset or empty, no S3 endpoint is allowed (a run naming one is refused; ``*`` allows any, for a single-tenant
+install). ``WHALE_ALLOWED_STORES`` (``s3://bucket[/prefix]`` or ``file:///path`` prefixes) narrows further; unset,
+any store under an allowed endpoint. A WhaleRun outside either is refused with the field named before anything is
+created. Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from whale.core.spec import WhaleRunSpec
 
 ALLOWED_STORES_ENV = "WHALE_ALLOWED_STORES"
 ALLOWED_ENDPOINTS_ENV = "WHALE_ALLOWED_S3_ENDPOINTS"
+#: in ``WHALE_ALLOWED_S3_ENDPOINTS``: every endpoint (the admin's explicit opt-out of the allow-list)
+ANY_ENDPOINT = "*"
 
 
 def run_store_uri(base_uri: str, namespace: str, name: str, uid: str, resume_from: str | None = None) -> str:
@@ -55,7 +59,8 @@ def _under(uri: str, prefix: str) -> bool:
 
 @dataclass(frozen=True)
 class StorePolicy:
-    """The stores and S3 endpoints this operator may open on behalf of a WhaleRun (empty: any)."""
+    """The stores and S3 endpoints this operator may open on behalf of a WhaleRun. ``endpoints`` empty: none (the
+    allow-list is on by default), ``("*",)``: any; ``stores`` empty: any under an allowed endpoint."""
 
     stores: tuple[str, ...] = ()
     endpoints: tuple[str, ...] = ()
@@ -76,12 +81,26 @@ class StorePolicy:
                     f"{', '.join(self.stores)} (the operator's {ALLOWED_STORES_ENV}; ask the cluster's admins)",
                 )
             )
-        if self.endpoints and endpoint is not None and endpoint not in self.endpoints:
+        if endpoint is not None and ANY_ENDPOINT not in self.endpoints and _host_port(endpoint) not in self.endpoints:
+            allowed = (
+                f"allowed: {', '.join(self.endpoints)}"
+                if self.endpoints
+                else "none is allowed until the cluster's admins list theirs"
+            )
             out.append(
                 (
                     "spec.storage.endpoint",
-                    f"{endpoint} is not an S3 endpoint this operator may use; allowed: "
-                    f"{', '.join(self.endpoints)} (the operator's {ALLOWED_ENDPOINTS_ENV})",
+                    f"{endpoint} is not an S3 endpoint this operator may use; {allowed} (the operator's "
+                    f"{ALLOWED_ENDPOINTS_ENV}, the chart's allowedS3Endpoints; ask the cluster's admins)",
                 )
             )
         return out
+
+
+def _host_port(endpoint: str) -> str:
+    """``host:port`` of an endpoint given with or without its scheme (``http://minio:9000/`` -> ``minio:9000``)."""
+    bare = endpoint.strip()
+    for scheme in ("http://", "https://"):
+        if bare.lower().startswith(scheme):
+            bare = bare[len(scheme) :]
+    return bare.rstrip("/")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import re
 from pathlib import Path
 from typing import Any
 
@@ -318,10 +319,10 @@ def test_an_evicted_jobset_is_preempted_not_failed():
     evicted = jobset(
         suspend=True,
         annotations=MARK,
-        conditions=[("Suspended", "True", "SuspendedJobs", "Preempted to accommodate a higher priority Workload")],
+        conditions=[("Suspended", "True", "SuspendedJobs", "jobset is suspended")],  # the JobSet controller's words
     )
     child = observe.job_child(evicted)
-    assert child.state is ChildState.PREEMPTED and "Preempted to accommodate" in child.message
+    assert child.state is ChildState.PREEMPTED and "jobset is suspended" in child.message
 
 
 def test_a_finished_jobset_succeeds_or_fails():
@@ -386,3 +387,17 @@ def test_the_operators_client_knows_the_new_kinds():
     assert group is not None
     for manifest in (js, group):
         assert PLURALS[(manifest["apiVersion"], manifest["kind"])] in ("jobsets", "podgroups")
+
+
+def test_the_documented_wait_for_pods_ready_timeout_covers_the_vllm_startup_budget():
+    """docs/operator.md names the Kueue ``waitForPodsReady`` timeout to set; it must outlast the server's startupProbe
+    (a phase JobSet's workload starts only after the server is Ready), or Kueue evicts the unit before it answers."""
+    text = (Path(__file__).resolve().parents[2] / "docs/operator.md").read_text()
+    budget_s = builders.VLLM_STARTUP_PERIOD_S * builders.VLLM_STARTUP_FAILURES
+    assert (
+        f"`periodSeconds: {builders.VLLM_STARTUP_PERIOD_S}` × `failureThreshold: {builders.VLLM_STARTUP_FAILURES}`"
+        in text
+    )
+    assert f"allows {budget_s // 60} minutes" in text
+    (minutes,) = re.findall(r"waitForPodsReady: \{enable: true, timeout: (\d+)m\}", text)
+    assert int(minutes) * 60 > budget_s

@@ -70,7 +70,10 @@ def admit(api: KubeAPI, namespace: str, name: str) -> None:
 
 
 def evict(api: KubeAPI, namespace: str, name: str) -> None:
-    """Kueue preempts the Workload: the JobSet is suspended again (its Jobs and pods stop)."""
+    """Kueue evicts the Workload: it suspends the JobSet again; the JobSet controller suspends (does not delete) its
+    Jobs, keeps their per-job status and says so in its own words (kubernetes-sigs/jobset
+    ``pkg/controllers/jobset_controller.go``, ``suspendJobs``; ``pkg/constants``: ``SuspendedJobs`` /
+    ``jobset is suspended``). The eviction's reason is on Kueue's Workload, never on the JobSet."""
     api.patch(JS, "jobsets", namespace, name, {"spec": {"suspend": True}})
     api.patch(
         JS,
@@ -84,11 +87,14 @@ def evict(api: KubeAPI, namespace: str, name: str) -> None:
                         "type": "Suspended",
                         "status": "True",
                         "reason": "SuspendedJobs",
-                        "message": "Preempted to accommodate a higher priority Workload",
+                        "message": "jobset is suspended",
                         "lastTransitionTime": now_rfc3339(),
                     }
                 ],
-                "replicatedJobsStatus": None,
+                "replicatedJobsStatus": [
+                    {"name": "inference", "ready": 0, "active": 0, "succeeded": 0, "failed": 0, "suspended": 1},
+                    {"name": "workload", "ready": 0, "active": 0, "succeeded": 0, "failed": 0, "suspended": 1},
+                ],
             }
         },
         sub="status",

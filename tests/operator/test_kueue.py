@@ -1,5 +1,5 @@
 """Kueue's view of a Job: created suspended under a queue, and an eviction after the start is told apart
-from waiting for admission even though Kubernetes clears ``status.startTime`` on suspension."""
+from waiting for admission even though Kueue clears ``status.startTime`` when it evicts."""
 
 from __future__ import annotations
 
@@ -51,9 +51,9 @@ def test_an_eviction_is_seen_after_the_start_time_is_cleared():
     evicted = job(
         suspend=True,
         annotations={kueue.STARTED_ANNOTATION: "2026-12-03T09:00:05Z"},
-        conditions=[("Suspended", "True", "JobSuspended", "Preempted to accommodate a higher priority")],
+        conditions=[("Suspended", "True", "JobSuspended", "Job suspended")],  # the Job controller's own words
     )
-    assert kueue.evicted(evicted) == "Preempted to accommodate a higher priority"
+    assert kueue.evicted(evicted) == "Job suspended"
     # without the mark the same object reads as queued: the mark is what tells them apart
     unmarked = {**evicted, "metadata": {"annotations": {}}}
     assert kueue.evicted(unmarked) is None

@@ -268,6 +268,7 @@ def exported_metric_names() -> set[str]:
     m.stalled.labels(namespace="n", run="r").set(1)
     m.children_created.labels(kind="Job").inc()
     m.actions.labels(action="Fail").inc()
+    m.evictions.labels(kind="weight").inc()
     from whale.core.spec import RunPhase
 
     m.set_run_phase("u", RunPhase.RUNNING)
@@ -283,7 +284,7 @@ def test_alerts_and_dashboard_use_metrics_the_operator_exports():
     exported = exported_metric_names()
     rule = the("monitoring", "PrometheusRule", "whale-operator")
     alerts = {r["alert"]: r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]}
-    assert {"WhaleRunFailed", "WhaleRunStalled", "WhalePhaseRetried"} <= set(alerts)
+    assert {"WhaleRunFailed", "WhaleRunStalled", "WhalePhaseRetried", "WhalePhaseEvicted"} <= set(alerts)
     dashboard = json.loads(
         the("monitoring", "ConfigMap", "whale-operator-dashboard")["data"]["whale-operator-dashboard.json"]
     )

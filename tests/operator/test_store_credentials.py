@@ -138,8 +138,9 @@ def test_a_run_waits_for_its_secret_then_starts(start_operator, kube_cluster: Em
 
 
 def test_keys_the_store_refuses_make_the_run_wait_naming_the_secret(
-    start_operator, kube_cluster: EmulatedCluster, kube_namespace: str, s3_server: S3ServerInfo
+    start_operator, kube_cluster: EmulatedCluster, kube_namespace: str, s3_server: S3ServerInfo, monkeypatch
 ):
+    monkeypatch.setenv("WHALE_ALLOWED_S3_ENDPOINTS", s3_server.endpoint)  # the admin's allow-list (on by default)
     api = kube_cluster.api
     wrong = {"AWS_ACCESS_KEY_ID": "someone-else", "AWS_SECRET_ACCESS_KEY": "not-the-key"}
     api.create("v1", "secrets", kube_namespace, secret("bad-keys", wrong))

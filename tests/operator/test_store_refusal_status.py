@@ -78,8 +78,10 @@ def test_the_store_keeps_the_code_apart_from_the_endpoints_text(hostile_endpoint
 
 
 def test_a_hostile_endpoints_answer_never_reaches_the_runs_status(
-    start_operator, kube_cluster: EmulatedCluster, kube_namespace: str, hostile_endpoint: str
+    start_operator, kube_cluster: EmulatedCluster, kube_namespace: str, hostile_endpoint: str, monkeypatch
 ):
+    # an endpoint the admin allowed that turned hostile (or was hijacked): the allow-list is not the only wall
+    monkeypatch.setenv("WHALE_ALLOWED_S3_ENDPOINTS", hostile_endpoint)
     api = kube_cluster.api
     api.create(
         "v1", "secrets", kube_namespace, secret("keys", {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"})

@@ -113,6 +113,7 @@ def test_a_run_whose_store_never_answers_says_so_in_status_and_the_operator_goes
     monkeypatch.setenv("WHALE_OPERATOR_STORE_CONNECT_TIMEOUT_S", str(CONNECT_S))
     monkeypatch.setenv("WHALE_OPERATOR_STORE_READ_TIMEOUT_S", str(READ_S))
     monkeypatch.setenv("WHALE_OPERATOR_STORE_DEADLINE_S", str(DEADLINE_S))
+    monkeypatch.setenv("WHALE_ALLOWED_S3_ENDPOINTS", endpoint)  # an allowed endpoint that went silent
     api = kube_cluster.api
     api.create(
         "v1", "secrets", kube_namespace, secret("keys", {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"})
@@ -149,3 +150,36 @@ def test_a_run_whose_store_never_answers_says_so_in_status_and_the_operator_goes
             what="the Warning Event",
         )
         assert events[0]["type"] == "Warning"
+
+
+def test_by_default_the_operator_calls_no_endpoint_a_tenant_names(
+    start_operator,
+    kube_cluster: EmulatedCluster,
+    kube_namespace: str,
+    stalling_endpoint: tuple[str, list[socket.socket]],
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """The endpoint allow-list is on by default: with no ``WHALE_ALLOWED_S3_ENDPOINTS`` a run naming an S3 endpoint is
+    refused naming the field and the setting, and the operator never connects to it (an internal service here)."""
+    endpoint, accepted = stalling_endpoint
+    monkeypatch.delenv("WHALE_ALLOWED_S3_ENDPOINTS", raising=False)
+    api = kube_cluster.api
+    api.create(
+        "v1", "secrets", kube_namespace, secret("keys", {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"})
+    )
+    storage = {"uri": "s3://bucket/probe", "endpoint": endpoint, "secure": False, "credentialsSecret": "keys"}
+    body = {"apiVersion": WR, "kind": "WhaleRun", "metadata": {"name": "probe"}}
+    body["spec"] = deep_merge(BASE_SPEC, {"storage": storage})
+    with start_operator():
+        api.create(WR, "whaleruns", kube_namespace, body)
+        st = wait_for(
+            lambda: (
+                (s := api.get(WR, "whaleruns", kube_namespace, "probe").get("status") or {}).get("reason")
+                == "InvalidSpec"
+                and s
+            ),
+            what="InvalidSpec in status",
+        )
+    assert st["message"].startswith(f"spec.storage.endpoint: {endpoint} is not an S3 endpoint this operator may use")
+    assert "WHALE_ALLOWED_S3_ENDPOINTS" in st["message"] and "allowedS3Endpoints" in st["message"]
+    assert accepted == [], "the operator connected to an endpoint nobody allowed"

@@ -360,3 +360,16 @@ def test_delete_asks_first_refuses_while_the_run_runs_and_keeps_the_shared_data(
     assert (tmp_path / "st" / "data" / "counting" / "splits.json").is_file()
     res = cli.invoke(app, ["delete", "tiny", "--store", "st", "--yes"])
     assert res.exit_code == 1 and "no run named 'tiny'" in res.output
+
+
+def test_validate_warns_that_a_queue_does_not_count_colocated_gpus_unmapped(tmp_path):
+    """Issue #29 item 5: colocated GPUs are a DRA claim; Kueue counts it only with a DeviceClass mapping."""
+    queued = {**WHALE, "cluster": {"queueName": "team-a"}}
+    colocated = {**queued, "inference": {"placement": "colocated"}}
+    res = cli.invoke(app, ["validate", str(write(tmp_path, colocated))])
+    assert res.exit_code == 0, res.output
+    assert "warning: spec.cluster.queueName with spec.inference.placement colocated" in res.output
+    assert "resources.deviceClassMappings" in res.output
+    for quiet in (queued, {**WHALE, "inference": {"placement": "colocated"}}):
+        res = cli.invoke(app, ["validate", str(write(tmp_path, quiet))])
+        assert res.exit_code == 0 and "deviceClassMappings" not in res.output, res.output
