@@ -21,7 +21,6 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar
 
@@ -31,7 +30,7 @@ if TYPE_CHECKING:
     from whale.core.spec import Data, Verifier
     from whale.data.full import FullData, FullDataError, Source
     from whale.data.full import load_split as load_full_split
-    from whale.harness.launch import tool_isolation
+    from whale.sandbox.policy import tool_isolation
     from whale.store import Store
     from whale.tools import retrieval_index as retrieval
     from whale.tools.client import RetrieverClient, code_runner_from_env, retriever_from_env
@@ -63,7 +62,7 @@ _SERVICES: dict[str, tuple[str, str | None]] = {
     # the shared code runner (math_reasoning's interpreter) and the isolation spec.sandbox asks for
     "CodeRunner": ("whale.tools.code", "CodeRunner"),
     "code_runner_from_env": ("whale.tools.client", "code_runner_from_env"),
-    "tool_isolation": ("whale.harness.launch", "tool_isolation"),
+    "tool_isolation": ("whale.sandbox.policy", "tool_isolation"),
 }
 
 
@@ -114,7 +113,6 @@ __all__ = [  # the plugin API (docs/domains.md)
     "read_raw_jsonl",
     "retrieval",
     "retriever_from_env",
-    "sft_warmup",
     "tool_isolation",
     "unpacked_raw_file",
 ]
@@ -423,32 +421,3 @@ class SplitsInMemoryDomain(Domain):
         if split not in splits:
             raise DomainError(f"unknown split {split!r}; use one of {', '.join(splits)}")
         return splits[split]
-
-
-def sft_warmup(
-    model: Any,
-    tokenizer: Any,
-    conversations: Iterable[Sequence[dict[str, Any]]],
-    *,
-    learning_rate: float,
-    seed: int = 0,
-    batch_size: int = 32,
-) -> None:
-    """Supervised fine-tuning of ``model`` on fixed chat conversations, on the CPU in fp32, with the RSFT
-    trainer (one optimizer update per ``batch_size`` conversations): how a domain's example model is
-    taught its answer format before any run (``synthetic.tiny_model``)."""
-    import torch
-
-    from whale.rsft.collate import encode_trajectory
-    from whale.rsft.config import RSFTConfig
-    from whale.rsft.rejection import Trajectory
-    from whale.rsft.trainer import SFTTrainer
-
-    cfg = RSFTConfig(
-        mini_batch_size=batch_size, micro_batch_size_per_gpu=batch_size, learning_rate=learning_rate, precision="fp32"
-    )
-    trainer = SFTTrainer(model, cfg, device=torch.device("cpu"), pad_id=tokenizer.pad_token_id)
-    examples = []
-    for conv in conversations:
-        examples += encode_trajectory(tokenizer, Trajectory(prompt_index=0, messages=tuple(conv), reward=1.0))
-    trainer.train(examples, lr=learning_rate, seed=seed)

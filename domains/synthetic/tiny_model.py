@@ -120,7 +120,7 @@ def build(
     """Tokenizer + tiny model taught the answer format (and, with ``copy_prob``, a weak prior for the
     task: it starts near ``copy_prob + (1 - copy_prob) / 10`` reward); saved as an HF checkpoint.
     ``conversations``: warm-up data other than :func:`format_conversations`' (a benchmark's long replies)."""
-    from whale.domain import sft_warmup
+    from whale.rsft.warmup import sft_warmup  # builds a model offline: an engine, not the plugin API
 
     tokenizer = build_tokenizer()
     model = build_model(len(tokenizer), seed)

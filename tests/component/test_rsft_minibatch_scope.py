@@ -15,8 +15,9 @@ import torch.distributed as dist  # noqa: E402
 import torch.multiprocessing as mp  # noqa: E402
 
 from tests.fixtures.tolerance import assert_adam_trained_close  # noqa: E402
+from whale.core.batching import optimizer_updates  # noqa: E402
 from whale.rsft.collate import encode_trajectory  # noqa: E402
-from whale.rsft.config import RSFTConfig, optimizer_updates  # noqa: E402
+from whale.rsft.config import RSFTConfig  # noqa: E402
 from whale.rsft.rejection import Trajectory  # noqa: E402
 from whale.rsft.trainer import SFTTrainer  # noqa: E402
 

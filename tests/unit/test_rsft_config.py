@@ -114,3 +114,46 @@ def test_from_spec_takes_every_rsft_field_of_the_same_name():
     cfg = RSFTConfig.from_spec(spec, args)
     assert {name: getattr(cfg, name) for name in shared} == changed
     assert (cfg.total_steps, cfg.steps_per_epoch) == (4, 2)
+
+
+def test_every_config_field_comes_from_the_spec_or_is_named_as_not():
+    """A field is the spec's (rsft or its sampling), derived, or the trainer's own; every spec field is in the
+    config or named as left out. A new spec field cannot be missed, nor a config field gain defaults of its own."""
+    from dataclasses import fields
+
+    from whale.core.spec import RSFT, Sampling
+    from whale.rsft import config
+
+    groups = (config.FROM_RSFT, config.FROM_SAMPLING, config.DERIVED, config.TRAINER_ONLY)
+    named = [name for group in groups for name in group]
+    assert sorted(named) == sorted(f.name for f in fields(RSFTConfig)), "each field in exactly one group"
+    assert sorted(config.FROM_RSFT + config.NOT_FROM_RSFT) == sorted(RSFT.model_fields)
+    assert sorted(config.FROM_SAMPLING + config.NOT_FROM_SAMPLING) == sorted(Sampling.model_fields)
+
+
+def test_config_defaults_are_the_specs():
+    """The spec owns the defaults (the paper's): a config built without a spec (a test, a benchmark) trains as
+    a run whose manifest sets nothing (issue #32: weight decay 0.0 and seed 0 here against the spec's 0.01 and
+    42)."""
+    from whale.core.spec import RSFT, Sampling
+    from whale.rsft import config
+
+    plain = RSFTConfig()
+    spec_rsft, spec_sampling = RSFT(), Sampling()
+    differ = {
+        name: (getattr(plain, name), getattr(part, name))
+        for names, part in ((config.FROM_RSFT, spec_rsft), (config.FROM_SAMPLING, spec_sampling))
+        for name in names
+        if getattr(plain, name) != getattr(part, name)
+    }
+    assert differ == {}, "config default != spec default: take the spec's"
+    assert (plain.weight_decay, plain.seed) == (0.01, 42)
+
+
+def test_from_parts_is_the_spec_parts_plus_the_derived_values():
+    from whale.core.spec import RSFT, Sampling
+
+    rsft = RSFT(learning_rate=3e-6, seed=5, sampling=Sampling(top_k=7))
+    cfg = RSFTConfig.from_parts(rsft, rsft.sampling, max_seq_len=1024, total_steps=9, steps_per_epoch=3)
+    assert (cfg.learning_rate, cfg.seed, cfg.top_k, cfg.weight_decay) == (3e-6, 5, 7, 0.01)
+    assert (cfg.max_seq_len, cfg.total_steps, cfg.steps_per_epoch) == (1024, 9, 3)

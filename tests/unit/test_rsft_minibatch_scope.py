@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from whale.core.batching import optimizer_updates
 from whale.core.schedule import optimizer_updates_per_step
 from whale.core.spec import WhaleRunSpec
 from whale.rsft.collate import Example, update_groups
-from whale.rsft.config import RSFTConfig, optimizer_updates
+from whale.rsft.config import RSFTConfig
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "manifests" / "examples"
 

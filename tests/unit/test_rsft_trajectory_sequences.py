@@ -10,8 +10,9 @@ torch = pytest.importorskip("torch")
 
 from tests.fixtures.models import build_tiny_qwen3  # noqa: E402
 from tests.fixtures.thinking import thinking_tokenizer  # noqa: E402
+from whale.core.batching import optimizer_updates  # noqa: E402
 from whale.rsft.collate import encode_trajectories  # noqa: E402
-from whale.rsft.config import RSFTConfig, optimizer_updates  # noqa: E402
+from whale.rsft.config import RSFTConfig  # noqa: E402
 from whale.rsft.rejection import Trajectory  # noqa: E402
 from whale.rsft.trainer import SFTTrainer  # noqa: E402
 

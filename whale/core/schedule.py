@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from itertools import chain, islice
 from typing import Any
 
+from whale.core.batching import optimizer_updates
 from whale.core.protocol import HarnessStopRule, WeightStopRule
 from whale.core.spec import MAX_EVALUATION_POINTS, MAX_STEPS, Condition, WhaleRunSpec
-from whale.rsft.config import optimizer_updates
 
 DEFAULT_EVAL_INTERVAL_EPOCHS = 0.1
 DEFAULT_ADAPTIVE_EPOCHS = 0.2

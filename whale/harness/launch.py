@@ -45,16 +45,14 @@ import sys
 import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Literal, get_args
+
+from whale.sandbox.policy import ISOLATION_LEVELS, sandbox_isolation
+from whale.sandbox.policy import SpecIsolation as IsolationLevel
 
 log = logging.getLogger(__name__)
 
 _HERE = Path(__file__).resolve().parent
 
-#: ``spec.sandbox.isolation``: kernel namespaces (fail closed), the harness pod as the wall (cluster only), or
-#: none at all (trusted local use)
-IsolationLevel = Literal["namespaces", "pod", "none"]
-ISOLATION_LEVELS: tuple[str, ...] = get_args(IsolationLevel)
 
 #: the files of the staged package, relative to its root, and where their text comes from (None: empty)
 _PACKAGE_FILES: dict[str, Path | None] = {
@@ -138,28 +136,6 @@ class SandboxLimits:
     def __post_init__(self) -> None:
         if self.isolation not in ISOLATION_LEVELS:
             raise ValueError(f"SandboxLimits.isolation must be one of {list(ISOLATION_LEVELS)}, got {self.isolation!r}")
-
-
-def sandbox_isolation(level: IsolationLevel) -> Any:
-    """The ``whale.sandbox.Isolation`` for a level: every namespace the launcher offers with no
-    fallback for ``namespaces``; no namespaces for ``none`` and ``pod`` (there the pod is the wall; the
-    launcher still applies rlimits, the allow-listed environment and a fresh scratch directory)."""
-    from whale.sandbox import Isolation
-
-    if level not in ISOLATION_LEVELS:
-        raise ValueError(f"isolation must be one of {list(ISOLATION_LEVELS)}, got {level!r}")
-    return Isolation() if level == "namespaces" else Isolation.none()
-
-
-def tool_isolation(level: IsolationLevel) -> Any:
-    """The isolation for a tool that runs model-written code with its own default (the math domain's
-    code interpreter, which adds its allowed packages): None = keep the tool's default when that is
-    already the fail-closed wall; otherwise :func:`sandbox_isolation`. One spec field sets both.
-    ``pod`` keeps the namespaces here too: under ``pod`` the code tool runs in its own pod (its server is
-    told so there); a local runner in a workload pod, which holds credentials, never runs code unwalled."""
-    if level in ("namespaces", "pod"):
-        return None
-    return sandbox_isolation(level)
 
 
 _warned_none: list[bool] = []  # warn once per process

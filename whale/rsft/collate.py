@@ -341,9 +341,9 @@ def update_groups(
     The sequences are shuffled (seeded) once. ``perRank`` (the paper's verl): rank r takes every
     ranks-th sequence, then cuts its share into minibatches of ``mini_batch_size``; update j is every
     rank's j-th minibatch. ``global``: minibatches of ``mini_batch_size`` over all sequences, each shared
-    out over the ranks. How many updates: :func:`whale.rsft.config.optimizer_updates` (an empty share
+    out over the ranks. How many updates: :func:`whale.core.batching.optimizer_updates` (an empty share
     means a rank sits that update out with no sequence, as verl's padding rows carry no loss)."""
-    from whale.rsft.config import optimizer_updates
+    from whale.core.batching import optimizer_updates
 
     order = list(range(len(examples)))
     rng.shuffle(order)

@@ -1,29 +1,35 @@
-"""The weight phase's configuration, resolved once from the run spec and the phase request.
+"""The weight phase's configuration: the spec's parts (``spec.rsft``, its sampling) plus what the phase request
+resolved, in one frozen :class:`RSFTConfig` the RSFT loop reads instead of the spec.
 
-Everything the RSFT loop needs is read here, at the edge, into one frozen :class:`RSFTConfig`; the
-loop never looks at the spec again. The learning-rate schedule is a pure function of the *global*
-step, so a run split into many phases (and many processes) follows one schedule. Pure: no I/O.
+The config is a plain dataclass so the trainer imports where only torch is installed (no pydantic). Its
+fields are the spec's fields of the same name (:data:`FROM_RSFT`, :data:`FROM_SAMPLING`), values derived from
+the spec and the request (:data:`DERIVED`), and the trainer's own knobs (:data:`TRAINER_ONLY`). The spec owns
+the defaults: a default here is the spec's value, repeated so the config can be built without pydantic (tests,
+GPU benchmarks), and tests/unit/test_rsft_config.py fails when one differs. The learning-rate schedule is a
+pure function of the *global* step, so a run split into many phases (and many processes) follows one schedule.
+Pure: no I/O.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
+
+from whale.core.batching import MiniBatchScope
 
 if TYPE_CHECKING:  # pydantic models; imported lazily so the trainer runs where pydantic is absent
     from whale.core.protocol import WeightPhaseArgs
-    from whale.core.spec import WhaleRunSpec
+    from whale.core.spec import RSFT, Sampling, WhaleRunSpec
     from whale.rsft.collate import Sequences
-
-#: what ``miniBatchSize`` counts (see :func:`optimizer_updates`)
-MiniBatchScope = Literal["perRank", "global"]
 
 
 @dataclass(frozen=True)
 class RSFTConfig:
-    """One weight phase. Defaults are the paper's; every field comes from ``spec.rsft`` or the request."""
+    """One weight phase: ``spec.rsft`` and its sampling, the model's length and the run's step accounting.
+    Defaults are the spec's (the paper's); only :meth:`from_spec` builds one for a run."""
 
+    # ---- spec.rsft (FROM_RSFT) ----
     #: prompts of D_weight per RSFT step
     prompts_per_step: int = 256
     #: rollouts sampled per prompt with the current weights
@@ -39,7 +45,8 @@ class RSFTConfig:
     learning_rate: float = 1e-7
     lr_scheduler: Literal["constant", "cosine", "linear"] = "constant"
     warmup_steps: int = 0
-    weight_decay: float = 0.0
+    #: AdamW weight decay (the paper's 0.01, verl's default)
+    weight_decay: float = 0.01
     max_grad_norm: float = 1.0
     #: "auto" = bf16 autocast over fp32 master weights on a GPU, fp32 on the CPU
     precision: Literal["auto", "bf16", "fp32"] = "auto"
@@ -55,29 +62,15 @@ class RSFTConfig:
     #: how padded micro-batches are shaped (see :func:`whale.rsft.collate.collate_micro`); "auto" =
     #: "bucket" with compiled layers (few shapes, graphs reused), else "longest"; "masked" = the old path
     padding: Literal["auto", "bucket", "longest", "masked"] = "auto"
-    #: rungs per doubling of the bucket ladder, a power of two (more: less padding, more compiled shapes);
-    #: 4 measured best on an H200 (46.9 % MFU, 8 graphs at 512-4096, against 45.6 % and 5 graphs with 2)
-    buckets_per_octave: int = 4
-    #: longest training sequence; longer ones are cut (None: the model's max length)
-    max_seq_len: int | None = None
-    seed: int = 0
-    #: sampling parameters of the rollouts
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 20
-    max_response_tokens: int = 8192
-    #: global step the LR schedule decays over (the run's weight budget)
-    total_steps: int = 1
+    #: seed of the prompt order and of each step's sampling and shuffles (the paper's launchers: 42)
+    seed: int = 42
     #: also checkpoint every N global steps (0: only at saveSteps and the end)
     checkpoint_every_steps: int = 0
     #: rsft.stepResume: what is saved after every step to resume at the next one (see :class:`StepResume`)
     step_resume: Literal["auto", "on", "replay", "off"] = "auto"
-    #: steps per epoch of D_weight (controller's accounting; metrics' ``epoch`` = step / this)
-    steps_per_epoch: int = 1
     #: "perRank" (the paper's verl: shard the kept sequences over the ranks, then cut each share into
     #: minibatches) or "global" (cut all sequences into minibatches, then share each over the ranks)
     mini_batch_scope: MiniBatchScope = "perRank"
-    extra: dict[str, Any] = field(default_factory=dict)
     #: attention kernel of packed micro-batches (``pack_sequences``): "auto" = "flex", a block-sparse
     #: document mask; "varlen" = torch's flash varlen kernel; "sdpa" = transformers' dense document mask;
     #: "flash" = flash-attn varlen (:mod:`whale.rsft.attention`)
@@ -87,21 +80,46 @@ class RSFTConfig:
     #: packed rows filled with up to this many tokens, first fit longest first (None: ``micro_batch_size_per_gpu``
     #: sequences per row); their width follows ``padding``, capped at it (:func:`whale.rsft.collate.collate_micro`)
     pack_tokens: int | None = None
+    # ---- spec.rsft.sampling (FROM_SAMPLING): the rollouts ----
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 20
+    max_response_tokens: int = 8192
+    # ---- derived from the spec and the phase request (DERIVED) ----
+    #: longest training sequence; longer ones are cut (spec.model.maxModelLen; None: the model's max length)
+    max_seq_len: int | None = None
+    #: global step the LR schedule decays over (the run's weight budget)
+    total_steps: int = 1
+    #: steps per epoch of D_weight (controller's accounting; metrics' ``epoch`` = step / this)
+    steps_per_epoch: int = 1
+    # ---- the trainer's own (TRAINER_ONLY): not in the spec ----
+    #: rungs per doubling of the bucket ladder, a power of two (more: less padding, more compiled shapes);
+    #: 4 measured best on an H200 (46.9 % MFU, 8 graphs at 512-4096, against 45.6 % and 5 graphs with 2)
+    buckets_per_octave: int = 4
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_parts(
+        cls, rsft: RSFT, sampling: Sampling, *, max_seq_len: int | None, total_steps: int, steps_per_epoch: int
+    ) -> RSFTConfig:
+        """The spec's parts as they are (every field named in :data:`FROM_RSFT` and :data:`FROM_SAMPLING`) and the
+        derived values."""
+        return cls(
+            **{name: getattr(rsft, name) for name in FROM_RSFT},
+            **{name: getattr(sampling, name) for name in FROM_SAMPLING},
+            max_seq_len=max_seq_len,
+            total_steps=total_steps,
+            steps_per_epoch=steps_per_epoch,
+        )
 
     @classmethod
     def from_spec(cls, spec: WhaleRunSpec, args: WeightPhaseArgs) -> RSFTConfig:
-        """``spec.rsft`` as it is (every field of the same name), the sampling of its rollouts, the model's
-        length, and what the request resolved (the run's total steps, steps per epoch)."""
-        r = spec.rsft
-        same = {f.name: getattr(r, f.name) for f in fields(cls) if f.name in type(r).model_fields}
-        s = r.sampling
-        return cls(
-            **same,
+        """``spec.rsft`` and its sampling, the model's length, and what the request resolved (the run's total
+        steps, steps per epoch)."""
+        return cls.from_parts(
+            spec.rsft,
+            spec.rsft.sampling,
             max_seq_len=spec.model.max_model_len,
-            temperature=s.temperature,
-            top_p=s.top_p,
-            top_k=s.top_k,
-            max_response_tokens=s.max_response_tokens,
             total_steps=max(args.total_steps, args.target_step, 1),
             steps_per_epoch=max(1, args.steps_per_epoch),
         )
@@ -130,30 +148,25 @@ class RSFTConfig:
         return self.padding
 
 
-def optimizer_updates(
-    sequences: int, *, ranks: int, mini_batch_size: int, sft_epochs: int, scope: MiniBatchScope
-) -> int:
-    """Optimiser updates one RSFT step makes on ``sequences`` kept training sequences (one per kept
-    trajectory by default; more with ``rsft.sequences: turn`` where the template rewrites history) with ``ranks`` data-parallel ranks.
-
-    ``perRank`` (the paper's verl, which shards the batch over the ranks before the minibatch split):
-    each rank holds ceil(sequences / ranks) of them and cuts them into minibatches of ``mini_batch_size``;
-    the ranks step together, so one update covers up to ranks x mini_batch_size sequences:
-    ``sft_epochs x ceil(ceil(sequences / ranks) / mini_batch_size)``.
-    ``global``: minibatches of ``mini_batch_size`` over all ranks: ``sft_epochs x ceil(sequences / mini_batch_size)``.
-    No sequence, no update. The one formula both trainers follow (:func:`update_groups`) and ``whale plan`` prints."""
-    if sequences <= 0:
-        return 0
-    if ranks < 1 or mini_batch_size < 1 or sft_epochs < 0:
-        raise ValueError(
-            f"ranks ({ranks}) and miniBatchSize ({mini_batch_size}) must be >= 1, sftEpochs ({sft_epochs}) >= 0"
-        )
-    if scope == "perRank":
-        per_rank = -(-sequences // ranks)
-        return sft_epochs * -(-per_rank // mini_batch_size)
-    if scope == "global":
-        return sft_epochs * -(-sequences // mini_batch_size)
-    raise ValueError(f"rsft.miniBatchScope: unknown value {scope!r}; use perRank or global")
+#: RSFTConfig fields that are spec.rsft's fields of the same name
+FROM_RSFT: tuple[str, ...] = (
+    "prompts_per_step", "rollouts_per_prompt", "score_threshold", "sft_epochs", "mini_batch_size",
+    "micro_batch_size_per_gpu", "learning_rate", "lr_scheduler", "warmup_steps", "weight_decay", "max_grad_norm",
+    "precision", "gradient_checkpointing", "compile_layers", "pack_sequences", "padding", "seed",
+    "checkpoint_every_steps", "step_resume", "mini_batch_scope", "attention", "async_checkpoint", "pack_tokens",
+    "sequences",
+)  # fmt: skip
+#: RSFTConfig fields that are spec.rsft.sampling's fields of the same name
+FROM_SAMPLING: tuple[str, ...] = ("temperature", "top_p", "top_k", "max_response_tokens")
+#: RSFTConfig fields computed from the spec and the phase request (:meth:`RSFTConfig.from_spec`)
+DERIVED: tuple[str, ...] = ("max_seq_len", "total_steps", "steps_per_epoch")
+#: RSFTConfig fields the spec does not have
+TRAINER_ONLY: tuple[str, ...] = ("buckets_per_octave", "extra")
+#: spec.rsft fields the config leaves out: one choice only (optimizer), read by the controller
+#: (keepCheckpoints), or a part of its own (sampling)
+NOT_FROM_RSFT: tuple[str, ...] = ("optimizer", "keep_checkpoints", "sampling")
+#: spec.rsft.sampling fields the config leaves out: the harness runtime's episode bounds
+NOT_FROM_SAMPLING: tuple[str, ...] = ("episode_token_budget", "episode_window_tokens")
 
 
 def lr_at(step: int, cfg: RSFTConfig) -> float:

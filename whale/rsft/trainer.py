@@ -275,7 +275,7 @@ def sft_epochs(
 ) -> SFTStats:
     """The SFT loop every trainer shares: ``sftEpochs`` passes, each a seeded shuffle cut into optimiser
     updates as ``miniBatchScope`` says (:func:`whale.rsft.collate.update_groups`; their number is
-    :func:`whale.rsft.config.optimizer_updates`). Each rank trains on its share of an update, the token
+    :func:`whale.core.batching.optimizer_updates`). Each rank trains on its share of an update, the token
     count is global, and ``update(shares, local, n_tokens)`` makes one optimiser update returning this
     rank's summed token loss (the engines differ only there). Token-mean loss over all ranks' shares.
 

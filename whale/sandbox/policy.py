@@ -14,6 +14,7 @@ import enum
 import re
 import signal
 from collections.abc import Mapping, Sequence
+from typing import Literal, get_args
 
 MiB = 1 << 20
 GiB = 1 << 30
@@ -280,3 +281,30 @@ def _signal_name(sig: int) -> str:
 def tail_text(data: bytes, limit: int = 4000) -> str:
     """The last ``limit`` characters of captured bytes, decoded leniently (for error messages)."""
     return data[-limit * 4 :].decode("utf-8", errors="replace")[-limit:]
+
+
+#: ``spec.sandbox.isolation``: kernel namespaces (fail closed), the harness pod as the wall (cluster only), or
+#: none at all (trusted local use). Here, beside :class:`Isolation`, so the domain API can hand
+#: :func:`tool_isolation` to a domain without importing the harness runtime (the layers in pyproject.toml).
+SpecIsolation = Literal["namespaces", "pod", "none"]
+ISOLATION_LEVELS: tuple[str, ...] = get_args(SpecIsolation)
+
+
+def sandbox_isolation(level: SpecIsolation) -> Isolation:
+    """The ``whale.sandbox.Isolation`` for a level: every namespace the launcher offers with no
+    fallback for ``namespaces``; no namespaces for ``none`` and ``pod`` (there the pod is the wall; the
+    launcher still applies rlimits, the allow-listed environment and a fresh scratch directory)."""
+    if level not in ISOLATION_LEVELS:
+        raise ValueError(f"isolation must be one of {list(ISOLATION_LEVELS)}, got {level!r}")
+    return Isolation() if level == "namespaces" else Isolation.none()
+
+
+def tool_isolation(level: SpecIsolation) -> Isolation | None:
+    """The isolation for a tool that runs model-written code with its own default (the math domain's
+    code interpreter, which adds its allowed packages): None = keep the tool's default when that is
+    already the fail-closed wall; otherwise :func:`sandbox_isolation`. One spec field sets both.
+    ``pod`` keeps the namespaces here too: under ``pod`` the code tool runs in its own pod (its server is
+    told so there); a local runner in a workload pod, which holds credentials, never runs code unwalled."""
+    if level in ("namespaces", "pod"):
+        return None
+    return sandbox_isolation(level)
