@@ -18,6 +18,7 @@ from whale.rsft.collate import (
     minibatches,
     pack_collate,
     pad_collate,
+    render_ids,
 )
 from whale.rsft.rejection import Trajectory
 
@@ -229,3 +230,32 @@ def test_micro_batch_collation_modes():
     assert collate_micro([a, b], 0, padding="bucket", pack=True) == pack_collate([a, b], 0, width=256)
     with pytest.raises(ValueError, match="shorter than the longest"):
         pad_collate([a], 0, width=2)
+
+
+def test_growing_a_sequence_turn_by_turn_rebuilds_the_whole_rendering_where_the_template_keeps_history(tok):
+    """The trajectory sequence of a history-rewriting template is grown as verl's loops grow it (each reply,
+    the template's end of turn, the messages between rendered on their own); on a template that keeps history
+    that growth must give exactly the rendering of the whole conversation, tool messages and tools included."""
+    from whale.rsft.collate import _grown  # the growth path on its own (the public path merges here)
+
+    msgs = (
+        {"role": "system", "content": "Use the tool."},
+        {"role": "user", "content": "What is 3 + 14?"},
+        {"role": "assistant", "content": "call", "tool_calls": [{"function": {"name": "f", "arguments": {"x": 1}}}]},
+        {"role": "tool", "content": "17"},
+        {"role": "user", "content": "Sure?"},
+        {"role": "assistant", "content": "<answer>17</answer>"},
+    )
+    tools = ({"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},)
+    trajectory = Trajectory(0, msgs, 1.0, tools=tools)
+    [merged] = encode_trajectory(tok, trajectory)
+    kw = {"tools": tools, "template_kwargs": {}}
+    turns, after, positions = [], [], []
+    for i in (2, 5):
+        prefix = render_ids(tok, msgs[:i], add_generation_prompt=True, **kw)
+        full = render_ids(tok, msgs[: i + 1], add_generation_prompt=False, **kw)
+        end = next(j for j in range(len(full) - 1, -1, -1) if full[j] == tok.eos_token_id) + 1
+        turns.append((prefix, full[len(prefix) : end]))
+        after.append(full[end:])
+        positions.append(i)
+    assert _grown(tok, list(msgs), turns, after, positions, kw, None) == merged

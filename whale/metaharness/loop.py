@@ -27,7 +27,7 @@ import dataclasses
 import logging
 import shutil
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from whale.core.adaptive import harness_should_stop
@@ -118,8 +118,11 @@ class HarnessSearch:
         emit: Callable[[HarnessIterationMetrics], None] | None = None,
         stop_requested: Callable[[], bool] | None = None,
         progress: Callable[[PhaseProgress], None] | None = None,
+        workspace: Mapping[str, str] | None = None,
     ):
+        """``workspace``: files for the proposer's workspace (the prototyping kit, ``ProposalRequest.workspace``)."""
         self.archive = archive
+        self.workspace = dict(workspace or {})
         self.evaluator = evaluator
         self.proposer = proposer
         self.incoming_code = incoming_code
@@ -312,6 +315,7 @@ class HarnessSearch:
             max_tokens=self.config.proposer_max_tokens,
             tools=tools,
             isolation=self.evaluator.settings.limits.isolation,
+            workspace=self.workspace,
         )
         try:
             # the backend enforces its own budget; this outer bound only catches a backend that hangs

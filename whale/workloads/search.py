@@ -17,8 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from whale.core import layout
 from whale.core.protocol import (
@@ -29,7 +32,7 @@ from whale.core.protocol import (
     IntegrityFlag,
     PhaseKind,
 )
-from whale.domain import Domain
+from whale.domain import Data, Domain
 from whale.inference.base import InferenceClient
 from whale.metaharness.archive import Archive
 from whale.metaharness.evaluate import CandidateEvaluator, EvalSettings
@@ -59,6 +62,18 @@ def main(store: Store, run: str, phase: str) -> None:
 
 def load_request(store: Store, run: str, phase: str) -> HarnessRequest:
     return read_request(store, run, phase, PhaseKind.HARNESS, SearchError)
+
+
+def prototype_files(domain: Domain, data: Data, items: Sequence[dict[str, Any]], incoming: str) -> dict[str, str]:
+    """The proposer's prototyping kit (:mod:`whale.metaharness.proposer.kit`): the harness API's source, the
+    D_harness tasks as harnesses see them (``Environment.reset()``, no gold) and the URLs of the run's tool
+    services this workload reaches (their variables set here, as on a cluster)."""
+    from whale.harness import api
+    from whale.metaharness.proposer.kit import MAX_TASKS, prototype_kit
+
+    tasks = [domain.make_env(item).reset() for item in list(items)[:MAX_TASKS]]
+    services = {s.name: os.environ[s.url_env] for s in domain.tool_services_for(data) if os.environ.get(s.url_env)}
+    return prototype_kit(Path(api.__file__).read_text("utf-8"), incoming, tasks, services)
 
 
 def run_search(
@@ -138,6 +153,7 @@ def run_search(
                 emit=lambda m: store.append_jsonl(metrics_key, m.to_wire()),
                 stop_requested=lambda: store.exists(layout.stop_key(run, phase)),
                 progress=ProgressWriter(store, run, phase),
+                workspace=prototype_files(domain, spec.data, items, incoming),
             )
             found = await search.run()
         finally:

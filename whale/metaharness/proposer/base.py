@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -60,6 +61,9 @@ class ProposalRequest:
     tools: ProposerTools | None = None
     #: ``spec.sandbox.isolation``: how the ``cli`` backend's agent process is walled off
     isolation: str = "namespaces"
+    #: files put into the agent's workspace beside PROMPT.md and SKILL.md (path -> text): the prototyping
+    #: kit (:mod:`whale.metaharness.proposer.kit`)
+    workspace: Mapping[str, str] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,9 @@ The agent is untrusted (issue #12's threat model), so it runs in a ``whale.sandb
 (:data:`spec.sandbox.isolation`), never as a plain subprocess:
 
 * **filesystem** (allow-list): its workspace — the sandbox's bounded in-memory scratch (HOME, TMPDIR,
-  cwd) holding PROMPT.md, SKILL.md and ``candidates/`` — read-write; the archive copy read-only; the
+  cwd) holding PROMPT.md, SKILL.md, ``candidates/`` and the prototyping kit ``proto/`` (the harness API, the
+  D_harness tasks without gold, clients of the run's tool services; :mod:`whale.metaharness.proposer.kit`) —
+  read-write; the archive copy read-only; the
   agent's own install read-only (``spec.harnessSearch.proposer.readPaths``, besides the system runtime
   under /usr that every sandbox has); nothing else: no data root (no test split), no checkout, no
   /proc of the host, no /tmp, no home;
@@ -265,7 +267,7 @@ class CLIAgentProposer(Proposer):
             "max_files": MAX_BUNDLED_FILES,
             "max_file_bytes": MAX_CANDIDATE_BYTES,
         }
-        files = {"PROMPT.md": prompt, "SKILL.md": request.skill, _CONFIG: json.dumps(config)}
+        files = {**request.workspace, "PROMPT.md": prompt, "SKILL.md": request.skill, _CONFIG: json.dumps(config)}
         started = time.monotonic()
         try:
             result = await asyncio.to_thread(self._run, request, files)

@@ -1,0 +1,104 @@
+"""The proposer prototypes as the reference's search skill requires (issue 30): in its sandboxed workspace the
+harness API imports and the run's retriever answers, on D_harness questions, with no gold and no test item.
+
+A stand-in for Claude Code (a Python program, same protocol as the ``cli`` backend: it runs in the agent's
+sandbox and writes candidates/) loads the incoming harness from ``proto/``, lets its ``parse`` hook turn a
+model's search call on a real D_harness question into a tool action, and runs that action against the
+retriever service (started for real on loopback, offline) through ``proto/tools.py``."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+import search_qa
+from search_qa.verifier import normalize
+from whale.core.spec import Data
+from whale.metaharness.proposer.base import ProposalRequest
+from whale.metaharness.proposer.cli_agent import CLIAgentProposer
+from whale.sandbox.process import base_python
+from whale.workloads.search import prototype_files
+
+AGENT = r"""
+import json, os, sys
+os.chdir("proto")
+sys.path.insert(0, os.getcwd())
+from whale.harness.api import BaseHarness
+import incoming, tools
+harness = incoming.Harness()
+assert isinstance(harness, BaseHarness)
+tasks = [json.loads(line) for line in open("tasks.jsonl")]
+report = {"tasks": len(tasks), "keys": sorted({k for t in tasks for k in t}), "searches": []}
+for task in tasks[:5]:
+    state = {}
+    harness.start(task, state)
+    call = {"id": "c1", "type": "function",
+            "function": {"name": "search", "arguments": json.dumps({"query_list": [task["question"], "more"]})}}
+    decision = harness.parse({"role": "assistant", "content": "", "tool_calls": [call], "finish_reason": "tool_calls"},
+                             state)
+    action = decision["actions"][0]
+    passages = tools.search(action["arguments"]["query_list"], action["arguments"]["topk"])
+    report["searches"].append({"question": task["question"], "arguments": action["arguments"], "passages": passages})
+os.makedirs("../candidates", exist_ok=True)
+open("../candidates/noop.py", "w").write("# a candidate\n")
+print("REPORT " + json.dumps(report), flush=True)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_the_agent_calls_the_harness_search_on_real_questions_against_the_retriever(
+    retriever_service, monkeypatch, tmp_path: Path
+):
+    monkeypatch.setenv("WHALE_RETRIEVER_URL", retriever_service.url)
+    domain = search_qa.SearchQA()
+    data = Data(harness_size=8, test_size=2, weight_size=8)
+    items = domain.load_split("harness", data)
+    test_questions = {i["question"] for i in domain.load_split("test", data)}
+    h0 = domain.h0_path().read_text("utf-8")
+    kit = prototype_files(domain, data, items, h0)
+
+    # what the workspace holds: the API, h0, the tasks as harnesses see them, the service URL; no gold, no test item
+    assert json.loads(kit["proto/services.json"]) == {"retriever": retriever_service.url}
+    tasks = [json.loads(line) for line in kit["proto/tasks.jsonl"].splitlines()]
+    assert [t["question"] for t in tasks] == [i["question"] for i in items]
+    golds = {i["question"]: [normalize(g) for g in i["golden_answers"]] for i in items}
+    assert not any("golden" in text for text in kit.values())
+    assert not test_questions & {t["question"] for t in tasks}
+
+    archive = tmp_path / "archive"
+    archive.mkdir()
+    agent = tmp_path / "agent"
+    agent.mkdir()
+    (agent / "agent.py").write_text(AGENT)
+    request = ProposalRequest(
+        iteration=1,
+        count=1,
+        archive_dir=archive,
+        scratch_dir=tmp_path / "scratch",
+        skill="skill",
+        incoming_code=h0,
+        incoming_id="i01-incoming",
+        prompt_only=False,
+        allowed_imports=(),
+        timeout_s=120,
+        max_turns=5,
+        max_tokens=1000,
+        workspace=kit,
+    )
+    proposer = CLIAgentProposer([base_python(), str(agent / "agent.py")], read_paths=[str(agent)])
+    report = asyncio.run(proposer.propose(request))
+    tail = report.transcript[0]["output_tail"]
+    assert report.stopped_by == "exit" and [p.name for p in report.proposals] == ["noop"], tail
+    got = json.loads(next(line for line in tail.splitlines() if line.startswith("REPORT ")).removeprefix("REPORT "))
+    assert got["tasks"] == len(items) and got["keys"] == ["id", "question"]
+    assert len(got["searches"]) == 5
+    for search in got["searches"]:
+        # h0's parse forced the call to its first query, top-1, 200 tokens, and the retriever answered it
+        assert search["arguments"] == {"query_list": [search["question"]], "topk": 1, "max_doc_tokens": 200}
+        [passage] = search["passages"]
+        assert passage.startswith("Doc 1(Title: ") and len(passage) > 40
+    # real retrieval: some passage holds its own question's gold answer (the corpus keeps answerable ones)
+    assert any(g in normalize(s["passages"][0]) for s in got["searches"] for g in golds[s["question"]])
