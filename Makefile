@@ -68,7 +68,7 @@ compare: smollm2
 
 # CI (.ci/run) runs `make test`: lint and types first, then the suite.
 test: install lint
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q --durations=30 $(PYTEST_ARGS)
 
 # Opt-in checks (big downloads, a GPU, a real cluster) are skipped by default; this runs the e2e ones too.
 test-all: install
