@@ -170,6 +170,7 @@ def test_host_buffers_are_reused_and_tied_weights_copied_once(model_dir):
 
 @pytest.mark.parametrize("block", ["weights", "state"])
 @pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM])
+@pytest.mark.timeout(90 + 30 + 30 + 60)  # its own bounds (the child reaching the write, its end, a kill) and set-up
 def test_a_process_killed_mid_write_resumes_from_the_previous_checkpoint(tmp_path, model_dir, block, sig):
     ready = tmp_path / "ready"
     store_dir = tmp_path / "store"

@@ -22,6 +22,7 @@ import yaml
 from rich.console import Console
 from typer.testing import CliRunner
 
+from tests.fixtures.bounds import RUN_BOUND_S, RUN_TEST_TIMEOUT_S
 from whale.cli import app
 from whale.console.display import RunDisplay
 from whale.console.logs import CHUNK_BYTES, LogReader, LogTarget, find_target, show
@@ -34,7 +35,7 @@ from whale.runner.local import LocalRunner, RunnerView, RunStopped
 from whale.store import open_store
 from whale.store.local import LocalStore
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = pytest.mark.timeout(RUN_TEST_TIMEOUT_S)
 
 SIM = (sys.executable, "-m", "tests.workloads.simulated")
 SIZES = {"weight": 2560, "harness": 4, "test": 10}
@@ -104,7 +105,7 @@ def test_the_view_shows_the_reward_of_the_step_just_sampled_before_its_metrics_l
 
     r = runner(tmp_path, store, sim={"hang_training": {"c01-weight": 2}}, on_view=on_view)
     with pytest.raises(Seen):
-        r.run(max_seconds=60)
+        r.run(max_seconds=RUN_BOUND_S)
     view = seen[0]
     assert [m.step for m in view.child.metrics] == [1]
     assert view.status.step == 1 and view.status.training_reward == REWARDS[0]
@@ -139,7 +140,7 @@ def test_a_stop_request_in_the_store_stops_the_runner_holding_the_lock(tmp_path,
     )
     r.env.update(env)
     with pytest.raises(RunStopped, match="stopped by `whale stop`"):
-        r.run(max_seconds=60)
+        r.run(max_seconds=RUN_BOUND_S)
     assert all(p.popen.poll() is not None for p in r.procs.values()), "no workload outlives a stop"
     saved = WhaleRunStatus.model_validate(store.read_json(layout.status_key("r1")))
     assert saved.phase is RunPhase.INTERRUPTED and saved.reason == "Interrupted"
@@ -150,14 +151,14 @@ def test_a_stop_request_in_the_store_stops_the_runner_holding_the_lock(tmp_path,
     # the next runner resumes and finishes
     again = runner(tmp_path, store)
     again.env.update(env)
-    assert again.run(max_seconds=60).phase is RunPhase.SUCCEEDED
+    assert again.run(max_seconds=RUN_BOUND_S).phase is RunPhase.SUCCEEDED
 
 
 def test_a_stop_request_for_an_earlier_runner_is_dropped_not_obeyed(tmp_path):
     store = open_store(str(tmp_path / "store"))
     stale = StopRequest(owner="a-runner-that-is-gone", requested_at="2025-01-01T00:00:00Z", by="pid 1 on host x")
     store.write_json(layout.stop_request_key("r1"), stale.to_wire())
-    assert runner(tmp_path, store).run(max_seconds=60).phase is RunPhase.SUCCEEDED
+    assert runner(tmp_path, store).run(max_seconds=RUN_BOUND_S).phase is RunPhase.SUCCEEDED
     assert read_stop(store, "r1") is None
     assert request_stop(store, "r1", "2025-01-01T00:00:00Z") is None, "nothing runs it now: nothing is written"
     assert read_stop(store, "r1") is None
@@ -336,7 +337,7 @@ def test_list_logs_and_stop_a_real_whale_run_then_resume_it(tmp_path, no_leftove
 def test_status_logs_and_stop_of_an_unknown_run_name_the_store_and_its_runs(tmp_path):
     store_dir = tmp_path / "store"
     r = runner(tmp_path, open_store(str(store_dir)))
-    r.run(max_seconds=60)
+    r.run(max_seconds=RUN_BOUND_S)
     for command in (["status", "ghost"], ["logs", "ghost"], ["stop", "ghost"]):
         res = cli.invoke(app, [*command, "--store", str(store_dir)])
         assert res.exit_code == 1, res.output
@@ -372,7 +373,7 @@ def test_a_broken_display_does_not_stop_the_run(tmp_path, caplog):
         raise ValueError("a display bug")
 
     r = runner(tmp_path, open_store(str(tmp_path / "store")), on_view=broken)
-    assert r.run(max_seconds=60).phase is RunPhase.SUCCEEDED
+    assert r.run(max_seconds=RUN_BOUND_S).phase is RunPhase.SUCCEEDED
     assert r.on_view is None and "the progress display failed; the run goes on without it" in caplog.text
 
 

@@ -161,10 +161,11 @@ def test_math_packages_import_and_nothing_of_the_host_does(code_service):
     installed = code_isolation().packages
     assert set(installed) <= set(CODE_PACKAGES)
     for name in installed:
-        out = run(code_service, f"import {name}\nprint({name}.__name__)", timeout_s=5)
+        # bounded by the service's own limit (30 s): importing sympy on a loaded machine can take over 5 s
+        out = run(code_service, f"import {name}\nprint({name}.__name__)")
         assert out["error"] is None and out["output"] == f"{name}\n", out
     if "sympy" in installed:
-        out = run(code_service, "import sympy\nprint(sympy.factorint(360))", timeout_s=5)
+        out = run(code_service, "import sympy\nprint(sympy.factorint(360))")
         assert out["output"] == "{2: 3, 3: 2, 5: 1}\n", out
     for module in ("whale", "math_reasoning", "httpx", "torch"):  # the service's own packages stay out
         out = run(code_service, f"import {module}")

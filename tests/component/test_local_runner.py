@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.fixtures.bounds import RUN_BOUND_S, RUN_TEST_TIMEOUT_S
 from whale.core import layout
 from whale.core.spec import RunPhase, WhaleRunSpec, WhaleRunStatus
 from whale.runner.local import (
@@ -25,6 +26,8 @@ from whale.store.lease import this_process
 
 SIM = (sys.executable, "-m", "tests.workloads.simulated")
 SIZES = {"weight": 2560, "harness": 4, "test": 10}
+
+pytestmark = pytest.mark.timeout(RUN_TEST_TIMEOUT_S)
 
 
 def spec_of(condition: str = "whale", **schedule) -> WhaleRunSpec:
@@ -64,7 +67,7 @@ def _plugin(counting_domain):
 
 def test_whale_run_end_to_end(tmp_path):
     r = runner(tmp_path, spec_of())
-    status = r.run(max_seconds=90)
+    status = r.run(max_seconds=RUN_BOUND_S)
     assert status.phase is RunPhase.SUCCEEDED, status.message
     assert status.completed_phases == ["c01-weight", "c01-harness", "c02-weight"]
     assert status.checkpoint_step == 6 and status.current_checkpoint == "runs/r1/checkpoints/step-000006"
@@ -105,7 +108,7 @@ def test_interrupted_run_resumes_without_repeating_finished_phases(tmp_path):
 
     first = runner(tmp_path, spec, store, sim={"hang": {"c02-weight": 4}}, on_status=ctrl_c_in_cycle_2)
     with pytest.raises(Interrupt):
-        first.run(max_seconds=90)
+        first.run(max_seconds=RUN_BOUND_S)
     assert all(p.popen.poll() is not None for p in first.procs.values()), "children must not outlive the runner"
     mid = WhaleRunStatus.model_validate(store.read_json(layout.status_key("r1")))
     assert mid.active_phase == "c02-weight" and mid.phase is RunPhase.INTERRUPTED
@@ -114,7 +117,7 @@ def test_interrupted_run_resumes_without_repeating_finished_phases(tmp_path):
     assert mid.reason == "Interrupted" and "Ctrl-C" in mid.message and "to resume" in mid.message
 
     second = runner(tmp_path, spec, store)
-    final = second.run(max_seconds=90)
+    final = second.run(max_seconds=RUN_BOUND_S)
     assert final.phase is RunPhase.SUCCEEDED
     relaunched = sorted(second.procs)
     assert "c01-weight" not in relaunched and "c01-harness" not in relaunched
@@ -127,11 +130,11 @@ def test_interrupted_run_resumes_without_repeating_finished_phases(tmp_path):
 
 def test_failed_phase_is_retried_then_fails_the_run(tmp_path):
     r = runner(tmp_path, spec_of("rsft_only", totalSteps=2), sim={"fail": {"c01-weight": 1}})
-    status = r.run(max_seconds=60)
+    status = r.run(max_seconds=RUN_BOUND_S)
     assert status.phase is RunPhase.SUCCEEDED and status.failures == {"c01-weight": 1}
 
     r = runner(tmp_path / "b", spec_of("rsft_only", totalSteps=2), sim={"fail": {"c01-weight": 5}})
-    status = r.run(max_seconds=60)
+    status = r.run(max_seconds=RUN_BOUND_S)
     assert status.phase is RunPhase.FAILED
     assert "c01-weight failed 2 time(s)" in status.message
     assert "simulated failure of c01-weight attempt 2" in status.message  # the workload's own last line
@@ -147,7 +150,7 @@ def test_adaptive_run_ends_weight_phases_by_patience(tmp_path):
         },
     )
     rewards = [0.2, 0.9, 0.1, 0.1, 0.1, 0.1]  # each phase peaks early, then stalls
-    status = runner(tmp_path, spec, sim={"reward": rewards}).run(max_seconds=90)
+    status = runner(tmp_path, spec, sim={"reward": rewards}).run(max_seconds=RUN_BOUND_S)
     assert status.phase is RunPhase.SUCCEEDED
     first = status.completed_phases[0]
     result = json.loads((tmp_path / "store" / layout.result_key("r1", first)).read_text())
@@ -157,17 +160,17 @@ def test_adaptive_run_ends_weight_phases_by_patience(tmp_path):
 
 
 def test_mh_only_and_rsft_only(tmp_path):
-    s = runner(tmp_path / "a", spec_of("mh_only", mhOnlyIterations=3)).run(max_seconds=60)
+    s = runner(tmp_path / "a", spec_of("mh_only", mhOnlyIterations=3)).run(max_seconds=RUN_BOUND_S)
     assert s.phase is RunPhase.SUCCEEDED and s.completed_phases == ["c01-harness"] and s.checkpoint_step == 0
-    s = runner(tmp_path / "b", spec_of("rsft_only", totalSteps=3)).run(max_seconds=60)
+    s = runner(tmp_path / "b", spec_of("rsft_only", totalSteps=3)).run(max_seconds=RUN_BOUND_S)
     assert s.phase is RunPhase.SUCCEEDED and s.completed_phases == ["c01-weight"] and s.checkpoint_step == 3
 
 
 def test_same_name_with_another_spec_is_refused(tmp_path):
     store = open_store(str(tmp_path / "store"))
-    runner(tmp_path, spec_of("rsft_only", totalSteps=1), store).run(max_seconds=60)
+    runner(tmp_path, spec_of("rsft_only", totalSteps=1), store).run(max_seconds=RUN_BOUND_S)
     with pytest.raises(RunConflictError, match="different spec"):
-        runner(tmp_path, spec_of("rsft_only", totalSteps=2), store).run(max_seconds=60)
+        runner(tmp_path, spec_of("rsft_only", totalSteps=2), store).run(max_seconds=RUN_BOUND_S)
 
 
 def test_a_changed_manifest_names_every_field_that_differs(tmp_path):
@@ -178,7 +181,7 @@ def test_a_changed_manifest_names_every_field_that_differs(tmp_path):
         {**spec.to_wire(), "schedule": {"totalSteps": 4}, "rsft": {**spec.to_wire()["rsft"], "learningRate": 1e-6}}
     )
     with pytest.raises(RunConflictError) as refused:
-        runner(tmp_path, changed, store).run(max_seconds=60)
+        runner(tmp_path, changed, store).run(max_seconds=RUN_BOUND_S)
     message = str(refused.value)
     assert "spec.schedule.totalSteps: 2 -> 4" in message
     assert "spec.rsft.learningRate: 1e-07 -> 1e-06" in message
@@ -194,7 +197,7 @@ def test_fields_that_may_change_on_resume_are_taken_and_recorded(tmp_path):
         {**spec.to_wire(), "retry": {"maxAttempts": 5}, "inference": {"maxConcurrency": 3}}
     )
     r = runner(tmp_path, looser, store)
-    assert r.run(max_seconds=60).phase is RunPhase.SUCCEEDED
+    assert r.run(max_seconds=RUN_BOUND_S).phase is RunPhase.SUCCEEDED
     assert sorted(map(str, r.changes)) == ["spec.inference.maxConcurrency: 64 -> 3", "spec.retry.maxAttempts: 2 -> 5"]
     assert store.read_json(layout.spec_key("r1")) == looser.to_wire()
 
@@ -223,11 +226,14 @@ def test_a_run_held_by_another_process_is_refused_naming_it(tmp_path):
     store = open_store(str(tmp_path / "store"))
     held = store.acquire_lease(layout.lock_key("r1"), this_process("whale run r1"), ttl_s=60)
     with pytest.raises(RunLockedError) as refused:
-        runner(tmp_path, spec_of("rsft_only", totalSteps=1), store).run(max_seconds=60)
+        runner(tmp_path, spec_of("rsft_only", totalSteps=1), store).run(max_seconds=RUN_BOUND_S)
     assert f"already being run by pid {os.getpid()}" in str(refused.value)
     assert not store.exists(layout.status_key("r1")), "a refused runner writes nothing"
     held.release()
-    assert runner(tmp_path, spec_of("rsft_only", totalSteps=1), store).run(max_seconds=60).phase is RunPhase.SUCCEEDED
+    assert (
+        runner(tmp_path, spec_of("rsft_only", totalSteps=1), store).run(max_seconds=RUN_BOUND_S).phase
+        is RunPhase.SUCCEEDED
+    )
     assert store.read_lease(layout.lock_key("r1")).live is False  # released on exit
 
 
@@ -251,16 +257,16 @@ def test_timeout_saves_an_interrupted_status_and_leaves_no_child(tmp_path):
 def test_a_failed_run_is_retried_from_its_last_good_state(tmp_path):
     store = open_store(str(tmp_path / "store"))
     spec = spec_of()
-    failed = runner(tmp_path, spec, store, sim={"fail": {"c01-harness": 9}}).run(max_seconds=90)
+    failed = runner(tmp_path, spec, store, sim={"fail": {"c01-harness": 9}}).run(max_seconds=RUN_BOUND_S)
     assert failed.phase is RunPhase.FAILED and failed.failures == {"c01-harness": 2}
     assert failed.completed_phases == ["c01-weight"]
     weight_metrics = store.read_jsonl(layout.metrics_key("r1", "c01-weight"))
 
-    again = runner(tmp_path, spec, store).run(max_seconds=60)  # without --retry a failed run stays failed
+    again = runner(tmp_path, spec, store).run(max_seconds=RUN_BOUND_S)  # without --retry a failed run stays failed
     assert again.phase is RunPhase.FAILED
 
     fixed = runner(tmp_path, spec, store)  # the cause is fixed (the workload no longer fails)
-    status = fixed.run(max_seconds=90, retry=True)
+    status = fixed.run(max_seconds=RUN_BOUND_S, retry=True)
     assert status.phase is RunPhase.SUCCEEDED, status.message
     assert status.completed_phases == ["c01-weight", "c01-harness", "c02-weight"]
     assert "c01-weight" not in fixed.procs, "a completed phase must not run again"
@@ -281,7 +287,7 @@ def test_whale_run_on_s3(tmp_path, s3_server, s3_store):
         env=s3_server.env(),
         poll_interval_s=0.05,
     )
-    status = r.run(max_seconds=120)
+    status = r.run(max_seconds=RUN_BOUND_S)
     assert status.phase is RunPhase.SUCCEEDED, status.message
     assert status.completed_phases == ["c01-weight", "c01-harness", "c02-weight"]
     saved = WhaleRunStatus.model_validate(s3_store.read_json(layout.status_key("s3run")))
@@ -333,7 +339,7 @@ def test_a_child_without_progress_is_stalled_in_status_json_then_not(tmp_path):
         clock=clock,
     )
     with pytest.raises(Done):
-        r.run(max_seconds=90)
+        r.run(max_seconds=RUN_BOUND_S)
     assert seen == ["-", "True", "False"]
     saved = WhaleRunStatus.model_validate(store.read_json(layout.status_key("r1")))
     assert [c.status for c in saved.conditions if c.type == "Stalled"] == ["False"]
@@ -345,7 +351,7 @@ def test_without_split_sizes_the_run_prepares_its_data_first_as_a_phase(tmp_path
     store = open_store(str(tmp_path / "store"))
     sim = {"splits": SIZES, "fail": {"prepare": 1}}
     r = runner(tmp_path, spec_of("rsft_only", totalSteps=2), store, sim=sim, split_sizes=None)
-    status = r.run(max_seconds=90)
+    status = r.run(max_seconds=RUN_BOUND_S)
     assert status.phase is RunPhase.SUCCEEDED, status.message
     assert (status.attempts["prepare"], status.failures["prepare"]) == (2, 1)
     assert store.read_json(layout.split_sizes_key("r1")) == SIZES
@@ -355,7 +361,7 @@ def test_without_split_sizes_the_run_prepares_its_data_first_as_a_phase(tmp_path
 def test_data_preparation_that_keeps_failing_fails_the_run(tmp_path):
     store = open_store(str(tmp_path / "store"))
     r = runner(tmp_path, spec_of("rsft_only", totalSteps=2), store, sim={}, split_sizes=None)  # writes no sizes
-    status = r.run(max_seconds=60)
+    status = r.run(max_seconds=RUN_BOUND_S)
     assert status.phase is RunPhase.FAILED and status.reason == "PrepareFailed"
     assert status.message.startswith("data preparation failed 2 times (spec.retry.maxAttempts); process ")
     assert status.message.endswith("it succeeded without writing runs/r1/control/split_sizes.json")

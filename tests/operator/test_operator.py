@@ -123,14 +123,22 @@ def test_adaptive_run_stops_phases_by_patience(start_operator, make_run, store):
             for i in range(1, limit + 1):
                 if weight:
                     run.weight_metrics(req, req.weight.from_step + i)
+                    field, reached = "step", req.weight.from_step + i
                 else:
                     run.harness_metrics(req, i)
+                    field, reached = "iteration", i
                 done = i
-                try:
-                    wait_for(lambda stop=stop: run.store.exists(stop), timeout_s=1.0, what="STOP")
+                # the status shows this step once the operator observed it, and a reconcile writes its stop
+                # request before its status: wait for that event (not a fixed second a loaded machine can miss)
+                wait_for(
+                    lambda stop=stop, field=field, reached=reached: (
+                        run.store.exists(stop) or run.status().get(field, 0) >= reached
+                    ),
+                    timeout_s=60,
+                    what=f"the operator to observe {field} {reached}",
+                )
+                if run.store.exists(stop):
                     break
-                except AssertionError:
-                    continue
             stops[req.phase] = run.store.read_text(stop) if run.store.exists(stop) else ""
             if weight:
                 run.finish_weight(req, req.weight.from_step + done, write_metrics=False, stopped_by="stop-request")

@@ -13,6 +13,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from tests.fixtures.bounds import RUN_BOUND_S
 from whale.cli import app
 
 cli = CliRunner()
@@ -173,6 +174,7 @@ def test_validate_prints_a_file_name_with_brackets_as_it_is(tmp_path):
     assert res.exit_code == 1 and "[red]run[bold].yaml: 1 problem(s)" in res.output
 
 
+@pytest.mark.timeout(RUN_BOUND_S + 60)
 def test_status_after_a_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     from whale.core.spec import WhaleRunSpec
@@ -188,7 +190,7 @@ def test_status_after_a_run(tmp_path, monkeypatch):
         workdir=tmp_path / "w",
         workload_command=(sys.executable, "-m", "tests.workloads.simulated"),
         poll_interval_s=0.05,
-    ).run(max_seconds=60)
+    ).run(max_seconds=RUN_BOUND_S)
     res = cli.invoke(app, ["status", "tiny", "--store", "st", "-o", "json"])
     assert res.exit_code == 0, res.output
     st = json.loads(res.output)

@@ -33,10 +33,11 @@ imported only where optimiser state is (de)serialised: search and eval load this
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -163,15 +164,18 @@ def find_carried_optimizer(store: Store, run: str, step: int, exclude_phase: str
 
 def save_replay(store: Store, run: str, phase: str, step: int, examples: Sequence[Example]) -> None:
     """The replay record of global step ``step``: the sequences it trained on (none: a step that kept nothing)."""
+    import numpy as np
     import torch
     from safetensors.torch import save_file
 
-    def flat(rows: Sequence[Sequence[int]]) -> torch.Tensor:
-        return torch.tensor([t for row in rows for t in row], dtype=torch.int32)  # ids of any vocabulary, and -100
+    total = sum(len(e) for e in examples)
+
+    def flat(rows: Iterable[Sequence[int]]) -> torch.Tensor:  # int32: ids of any vocabulary, and -100
+        return torch.from_numpy(np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int32, count=total))
 
     tensors = {
-        "input_ids": flat([e.input_ids for e in examples]),
-        "labels": flat([e.labels for e in examples]),
+        "input_ids": flat(e.input_ids for e in examples),
+        "labels": flat(e.labels for e in examples),
         "lengths": torch.tensor([len(e) for e in examples], dtype=torch.int64),
     }
     with tempfile.TemporaryDirectory(prefix="whale-replay-") as tmp:
