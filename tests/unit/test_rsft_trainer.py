@@ -68,7 +68,8 @@ def test_masked_tokens_carry_no_loss(model, tok):
     ref = 0.0
     for b, t in zip(*torch.nonzero(target != IGNORE_INDEX, as_tuple=True), strict=True):
         ref -= float(logp[b, t, target[b, t]])
-    assert loss.item() == pytest.approx(ref, rel=1e-4)
+    # fp32 against float64 log-probs: the rounding of an n-term sum of vocab-wide log-sum-exps
+    assert loss.item() == pytest.approx(ref, rel=reorder_tol(n * model.config.vocab_size))
 
 
 def test_no_examples_leave_weights_and_optimizer_untouched(model, tok):
