@@ -2,7 +2,7 @@
 
 The step that checkpoints was 61 s on the H200, 45 s of it the checkpoint, most of that the optimiser
 state: ``save_state`` did ``torch.save`` into a ``BytesIO`` and wrote ``buf.getvalue()`` (the state held
-twice in host memory). It now ``torch.save``s to a temporary file and uploads the file. This script
+twice in host memory). It now ``torch.save``s into ``Store.writing``'s file (a local store: its own temp file, renamed; written once). This script
 times both on the CPU with a ~100 M-parameter model (Qwen3 layout, random weights, one real AdamW update,
 so the state is 2 fp32 moments per parameter) and records, for each, the host memory the call added at
 its peak (VmHWM after resetting it, minus VmRSS before). Each variant runs in its own process so the

@@ -19,6 +19,8 @@ test double of the workloads and the weight-sync sidecar (tests/operator/player.
 the same cores.
 
     .venv/bin/python benchmarks/operator_bench.py [--runs 200] [--transitions 12] [--steady 40] [--out FILE]
+        [--profile FILE]   # every reconcile under cProfile (benchmarks/operator_profiled.py); its CPU figures then
+                           # include the profiler's overhead: measure and profile in separate runs
 """
 
 from __future__ import annotations
@@ -172,6 +174,7 @@ def main() -> None:
     ap.add_argument("--idle-s", type=float, default=45.0, help="all runs waiting: the progress polls' reconciles")
     ap.add_argument("--out", type=Path, help="write the raw JSON here (benchmarks/results/...)")
     ap.add_argument("--json", action="store_true", help="print the raw JSON")
+    ap.add_argument("--profile", type=Path, help="profile every reconcile (cProfile, merged pstats written here)")
     args = ap.parse_args()
     if args.runs < 1 or args.transitions < 1 or not 1 <= args.steady <= args.runs:
         ap.error("--runs and --transitions must be >= 1, --steady between 1 and --runs")
@@ -195,7 +198,10 @@ def main() -> None:
         env.pop(setting, None)  # the operator's defaults: a reaction that waits for a poll must show
     log = open(work / "operator.log", "wb")  # noqa: SIM115 - the operator's stdout, closed after it stops
     command = [sys.executable, "-m", "kopf", "run", "--standalone", "--namespace", NS, "--quiet"]
-    proc = subprocess.Popen([*command, "-m", "whale_operator.handlers"], env=env, stdout=log, stderr=subprocess.STDOUT)
+    module = "whale_operator.handlers"
+    if args.profile:
+        module, env["WHALE_BENCH_PROFILE"] = "benchmarks.operator_profiled", str(args.profile.resolve())
+    proc = subprocess.Popen([*command, "-m", module], env=env, stdout=log, stderr=subprocess.STDOUT)
     metrics = f"http://127.0.0.1:{port}/metrics"
     results: dict[str, Any] = {
         "command": shlex.join(["benchmarks/operator_bench.py", *sys.argv[1:]]),

@@ -60,10 +60,9 @@ class DomainCatalog:
             return {k: int(v) for k, v in sizes.items()}
         if not self.config.domain_split_sizes or spec.data.source == "full":
             return None  # the prepare Job writes them (full data: after fetching it into the store)
-        from whale import plugins
-
+        domain = self._plugin(spec.domain)  # loaded once a process (an entry-point scan costs tens of ms)
         try:
-            sizes = dict(plugins.load(spec.domain).split_sizes(spec.data))
+            sizes = dict(domain.split_sizes(spec.data))
         except Exception as exc:  # noqa: BLE001 - any plugin failure means "not known here"
             raise WaitingForData(
                 f"split sizes of domain {spec.domain!r} are unknown here ({exc}); write {store.uri_for(key)} "

@@ -74,14 +74,22 @@ _TRANSIENT_4XX = frozenset({408, 429})
 
 
 def _at_most_every(seconds: float, hook: Any) -> Any:
-    """``hook(configuration)`` called at most once per ``seconds`` (the first call always)."""
+    """``hook(configuration)`` called at most once per ``seconds`` (the first call always). The kubeconfig loader's
+    hook installs a new hook of its own each time it runs (kubernetes.config.kube_config ``_set_config``): the
+    throttle takes that one and stays in front, or every request after the first would reload the credentials
+    (a fifth of a reconcile's CPU: ``_set_config`` sets ``host``, which reads every proxy variable of the
+    environment)."""
     last = [float("-inf")]
+    current = [hook]
 
     def throttled(configuration: Any) -> None:
         now = time.monotonic()
         if now - last[0] >= seconds:
             last[0] = now
-            hook(configuration)
+            current[0](configuration)
+            if configuration.refresh_api_key_hook is not throttled:
+                current[0] = configuration.refresh_api_key_hook
+                configuration.refresh_api_key_hook = throttled
 
     return throttled
 

@@ -1,4 +1,5 @@
-"""The resume state's optimiser file is streamed through a temporary file, never held as bytes (issue #17):
+"""The resume state's optimiser file is streamed to the store's file, never held as bytes (issue #17) and, on a
+local store, written once (#33):
 the format and keys stay what ``torch.save`` writes, so states saved before the change load after it and
 the other way round, on both store backends; and saving holds no copy of the state in Python memory
 (the old ``BytesIO`` held it twice). A run resuming from such a state is
@@ -99,3 +100,41 @@ def test_saving_holds_no_copy_of_the_state_in_memory(tmp_path):
         tracemalloc.stop()
     assert state_bytes >= 32 << 20
     assert peak < state_bytes / 8, f"save_state held {peak} bytes of Python memory for a {state_bytes}-byte state"
+
+
+def _bytes_written() -> int:
+    """Bytes this process has passed to write(2) and the like so far (Linux's /proc/self/io ``wchar``)."""
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("wchar:"):
+            return int(line.split()[1])
+    raise AssertionError("no wchar in /proc/self/io")
+
+
+@pytest.mark.skipif(not Path("/proc/self/io").exists(), reason="needs Linux's /proc/self/io")
+def test_a_local_store_writes_the_optimiser_file_once(tmp_path):
+    # issue #33: the save went to a temporary file, then copied it into the store (every byte written twice)
+    store = LocalStore(tmp_path / "store")
+    state = adam_state()  # 32 MiB of moments
+    mark_checkpoint_complete(store)
+    before = _bytes_written()
+    ckpt.save_state(store, RUN, PHASE, STEP, state, {})
+    written = _bytes_written() - before
+    size = (store.root / layout.state_prefix(RUN, PHASE) / ckpt.step_dirname(STEP) / ckpt.OPTIMIZER_FILE).stat().st_size
+    assert size >= 32 << 20
+    assert written < 1.25 * size, f"{written} bytes written for a {size}-byte optimiser file"
+
+
+def test_writing_stores_the_object_only_when_the_block_ends_cleanly(store):
+    with store.writing("a/b.bin") as fh:
+        fh.write(b"x" * 1000)
+        fh.write(b"y")
+    assert store.read_bytes("a/b.bin") == b"x" * 1000 + b"y"
+    with pytest.raises(RuntimeError), store.writing("a/b.bin") as fh:
+        fh.write(b"half")
+        raise RuntimeError("the writer failed")
+    assert store.read_bytes("a/b.bin") == b"x" * 1000 + b"y"  # the old object, untouched
+    with pytest.raises(RuntimeError), store.writing("a/c.bin") as fh:
+        fh.write(b"half")
+        raise RuntimeError("the writer failed")
+    assert not store.exists("a/c.bin")
+    assert store.list("a") == ["a/b.bin"]  # no temporary file left behind

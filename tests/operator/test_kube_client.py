@@ -43,3 +43,25 @@ def test_worker_threads_refuses_nonsense() -> None:
     assert worker_threads({}) == 16
     with pytest.raises(ValueError, match="WHALE_OPERATOR_WORKERS must be at least 1"):
         worker_threads({"WHALE_OPERATOR_WORKERS": "0"})
+
+
+@pytest.mark.timeout(60)
+def test_the_credentials_are_reloaded_at_most_every_30_s_not_before_each_request(
+    kube_cluster: EmulatedCluster, kube_namespace: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # issue #33: the kubeconfig loader's hook put itself back in place of the throttle at its first call, so every
+    # later request reloaded the credentials (and read the whole environment for proxies)
+    monkeypatch.setenv("KUBECONFIG", str(kube_cluster.kubeconfig))
+    kube = KubeClient.from_environment()
+    try:
+        cfg = kube.api.configuration
+        throttle = cfg.refresh_api_key_hook
+        kube.list("batch/v1", "Job", kube_namespace)  # the first request loads the token (the kubeconfig's)
+        assert cfg.api_key["BearerToken"] == "Bearer emulator"
+        cfg.api_key["BearerToken"] = "not-reloaded"  # a reload would put the kubeconfig's token back
+        for _ in range(3):
+            kube.list("batch/v1", "Job", kube_namespace)
+        assert cfg.api_key["BearerToken"] == "not-reloaded"
+        assert cfg.refresh_api_key_hook is throttle
+    finally:
+        kube.close()

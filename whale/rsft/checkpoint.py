@@ -11,9 +11,10 @@
   the optimiser state any earlier phase of the run saved at step S (the run's optimiser carries
   across phases, as in one long training run).
 
-The optimiser state is streamed, never held as bytes: ``torch.save`` writes it tensor by tensor to a
-temporary file on local disk (``$TMPDIR``; a GPU tensor is copied to the host one at a time), which the
-store then uploads from the file (S3: multipart from the file; local: a chunked copy). For Adam on a
+The optimiser state is streamed, never held as bytes: ``torch.save`` writes it tensor by tensor into
+:meth:`Store.writing`'s file (a GPU tensor is copied to the host one at a time): a local store's own temp file
+beside the target, renamed over it (the bytes written once); for S3 a temporary file on local disk (``$TMPDIR``)
+uploaded multipart from the file. For Adam on a
 1.7 B model that is 13.6 GB the old in-memory ``BytesIO`` held twice (the buffer, then its bytes).
 Loading reads the file the same way: straight from a local store, else downloaded to a temporary file
 first. The object's bytes are exactly what ``torch.save`` writes either way, so states saved before
@@ -110,10 +111,8 @@ def save_state(
     import torch
 
     base = _state_dir(run, phase, step)
-    with tempfile.TemporaryDirectory(prefix="whale-state-") as tmp:
-        path = Path(tmp) / OPTIMIZER_FILE
-        torch.save(optimizer_state, path)
-        store.upload_file(path, f"{base}/{OPTIMIZER_FILE}")
+    with store.writing(f"{base}/{OPTIMIZER_FILE}") as fh:
+        torch.save(optimizer_state, fh)  # tensor by tensor into the file: never the whole state as bytes
     store.write_json(f"{base}/{META_FILE}", {**meta, "step": step})
     store.write_bytes(f"{base}/{STATE_MARKER}", b"")
     previous = store.read_json_or_none(_latest_key(run, phase))

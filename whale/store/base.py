@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import abc
 import builtins
+import contextlib
 import json
 import posixpath
-from collections.abc import Iterable
+import tempfile
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 if TYPE_CHECKING:
     from whale.store.lease import Lease, LeaseHolder, LeaseInfo
@@ -169,6 +171,17 @@ class Store(abc.ABC):
     def upload_file(self, path: Path, key: str) -> None:
         """Atomically store the content of a local file under ``key``."""
         self.write_bytes(key, Path(path).read_bytes())
+
+    @contextlib.contextmanager
+    def writing(self, key: str) -> Iterator[BinaryIO]:
+        """A binary file whose content is stored under ``key`` atomically when the block ends without an error
+        (nothing is stored otherwise), for a writer too big to hold in memory. Here, a temporary local file
+        then :meth:`upload_file`; the local folder writes in place (the bytes written once, not copied)."""
+        with tempfile.TemporaryDirectory(prefix="whale-write-") as tmp:
+            path = Path(tmp) / "object"
+            with open(path, "wb") as fh:
+                yield fh
+            self.upload_file(path, key)
 
     def download_file(self, key: str, path: Path) -> Path:
         """Write the object to ``path`` (replaced atomically; parent folders created)."""

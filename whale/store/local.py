@@ -193,6 +193,12 @@ class LocalStore(Store):
         with open(path, "rb") as src, self._atomic(key) as fh:
             shutil.copyfileobj(src, fh, 1 << 20)
 
+    @contextmanager
+    def writing(self, key: str) -> Iterator[BinaryIO]:
+        # straight into the temp file beside the target, renamed over it: the bytes are written once
+        with self._atomic(key) as fh:
+            yield fh
+
     def download_file(self, key: str, path: Path) -> Path:
         src = self._path(key)
         if not src.is_file():
