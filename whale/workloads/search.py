@@ -112,6 +112,7 @@ def run_search(
             limits=harness_limits(spec),
             bounds=episode_bounds(spec),
             enforce_provenance=enforces_provenance(spec),
+            seed=hs.seed,
         )
     if proposer is None:
         proposer = proposer_from_spec(hs.proposer)  # a missing key / endpoint fails here, before any work
