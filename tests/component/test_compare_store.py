@@ -62,7 +62,9 @@ def write_run(store, name: str, condition: str, backend: str, seed: int, final: 
     last, top = evals[-1], evals[1]
 
     def best(e: EvalPoint) -> BestEval:
-        return BestEval(mean_at_k=e.mean_at_k, k=4, phase=e.phase, cycle=e.cycle, step=e.step, rollouts_at=e.rollouts_at)
+        return BestEval(
+            mean_at_k=e.mean_at_k, k=4, phase=e.phase, cycle=e.cycle, step=e.step, rollouts_at=e.rollouts_at
+        )
 
     status = WhaleRunStatus(
         phase=RunPhase.SUCCEEDED, evals=evals, best=best(top), final=best(last), rollouts_spent=64, step=4

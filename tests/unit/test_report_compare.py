@@ -125,10 +125,13 @@ def test_seed_band_covers_the_true_mean_at_its_stated_rate():
     truth = np.array([0.1, 0.3, 0.5])
     hits = total = 0
     for _ in range(400):
-        curves = [[(float(x), float(y)) for x, y in zip((0, 2, 4), truth + rng.normal(0, 0.05, 3))] for _ in range(3)]
+        curves = [
+            [(float(x), float(y)) for x, y in zip((0, 2, 4), truth + rng.normal(0, 0.05, 3), strict=True)]
+            for _ in range(3)
+        ]
         band = seed_band("g", curves, Axis.STEPS, 0.95)
         assert band is not None and band.lo is not None and band.hi is not None
-        for t, lo, hi in zip(truth, band.lo, band.hi):
+        for t, lo, hi in zip(truth, band.lo, band.hi, strict=True):
             hits += lo <= t <= hi
             total += 1
     assert 0.92 <= hits / total <= 0.98
@@ -162,7 +165,9 @@ def test_compare_groups_reports_best_beside_final_and_every_pair():
 
 def test_group_names_take_any_spec_field_and_breakdown_counts_items():
     wire = {"harnessSearch": {"proposer": {"backend": "mutate"}}}
-    assert group_name("whale", wire, ["harnessSearch.proposer.backend"]) == "whale harnessSearch.proposer.backend=mutate"
+    assert (
+        group_name("whale", wire, ["harnessSearch.proposer.backend"]) == "whale harnessSearch.proposer.backend=mutate"
+    )
     assert group_name("whale", wire, ["nope.field"]) == "whale nope.field=None"
     s = series("x", [(0, 0, 0.1)])
     a = CompareRun("a", "g", "whale", 0, s, {"q1": 1.0, "q2": 0.0, "q3": 1.0})
