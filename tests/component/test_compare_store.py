@@ -25,7 +25,7 @@ RUNS = [
     ("rsft-s3", "rsft_only", "replay", 3, 0.7, 7),
     ("whale-s1", "whale", "replay", 1, 0.8, 8),
     ("whale-s2", "whale", "replay", 2, 0.8, 8),
-    ("mutate-s1", "whale", "anthropic", 1, 0.4, 4),
+    ("mutate-s1", "whale", "mutate", 1, 0.4, 4),
 ]
 
 
@@ -120,7 +120,7 @@ def test_compare_groups_by_condition_and_a_spec_field_with_known_answers(folder,
     assert whale["final"] == {"mean": pytest.approx(0.8), "lo": 0.8, "hi": 0.8, "n": 2, "confidence": 0.95}
     # groups in the order their first run is listed (the store lists runs by name)
     assert list(groups) == [
-        "whale harnessSearch.proposer.backend=anthropic",
+        "whale harnessSearch.proposer.backend=mutate",
         "rsft_only harnessSearch.proposer.backend=replay",
         "whale harnessSearch.proposer.backend=replay",
     ]

@@ -546,11 +546,13 @@ MAX_TRIAL_ROLLOUTS = 100_000
 class Proposer(_Model):
     """The coding agent that writes harness candidates (docs/metaharness.md#the-proposer)."""
 
-    backend: Literal["openai", "anthropic", "cli", "replay"] = Field(
+    backend: Literal["openai", "anthropic", "cli", "replay", "mutate"] = Field(
         "openai",
         description="openai: built-in agent loop over an OpenAI-compatible chat API with tool calls; "
         "anthropic: the same loop over the Anthropic Messages API; cli: an external agent command, run in the "
-        "sandbox; replay: a recorded proposal script (tests/CI)",
+        "sandbox; replay: a recorded proposal script (tests/CI); mutate: blind search, no model - each candidate "
+        "is the incoming harness with 1-2 declared knobs (prompts, turn limit, retries, integer budgets) changed at "
+        "random, seeded by harnessSearch.seed (the baseline an LLM proposer must beat)",
     )
     model: Annotated[str, Strict(), Field(min_length=1, max_length=256)] | None = Field(
         None,
@@ -684,7 +686,8 @@ class HarnessSearch(_Model):
     seed: Int64 | None = Field(
         0,
         description="sampling seed of candidate scoring, smoke tests and run_candidate trials (each model call's "
-        "seed from (seed, item id, sample, turn), so every candidate meets the same draws). null: unseeded",
+        "seed from (seed, item id, sample, turn), so every candidate meets the same draws) and of the mutate "
+        "proposer's draws. null: unseeded",
     )
 
 

@@ -115,7 +115,7 @@ def run_search(
             seed=hs.seed,
         )
     if proposer is None:
-        proposer = proposer_from_spec(hs.proposer)  # a missing key / endpoint fails here, before any work
+        proposer = proposer_from_spec(hs.proposer, seed=hs.seed)  # a missing key / endpoint fails here, before any work
     owns_client = client is None
     if client is None:
         from whale.inference.factory import make_client
