@@ -78,9 +78,13 @@ def knobs(code: str) -> list[Knob]:
         if not isinstance(value, ast.Constant) or value.end_lineno is None or value.end_col_offset is None:
             continue
         literal = value.value
-        is_int = isinstance(literal, int) and not isinstance(literal, bool)
-        if (is_int and name.isupper()) or (isinstance(literal, str) and name in STRING_KNOBS):
-            out.append(Knob(name, literal, (value.lineno, value.col_offset), (value.end_lineno, value.end_col_offset)))
+        knob: str | int | None = None
+        if isinstance(literal, int) and not isinstance(literal, bool) and name.isupper():
+            knob = literal
+        if isinstance(literal, str) and name in STRING_KNOBS:
+            knob = literal
+        if knob is not None:
+            out.append(Knob(name, knob, (value.lineno, value.col_offset), (value.end_lineno, value.end_col_offset)))
     return out
 
 

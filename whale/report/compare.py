@@ -119,7 +119,7 @@ class Comparison:
     notes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return _camel(dataclasses.asdict(self))  # type: ignore[no-any-return]
+        return _camel(dataclasses.asdict(self))
 
 
 # ----- grouping ------------------------------------------------------------------------------------
@@ -248,7 +248,7 @@ def paired_bootstrap(
         return PairedDiff(*names, len(shared), diff, diff, diff, confidence, resamples)
 
     def statistic(u: np.ndarray, v: np.ndarray, axis: int = -1) -> np.ndarray:
-        return np.mean(u - v, axis=axis)  # type: ignore[no-any-return]
+        return np.mean(u - v, axis=axis)
 
     res = stats.bootstrap(
         (x, y),
@@ -346,7 +346,7 @@ class ItemBreakdown:
     neither: int
 
     def to_dict(self) -> dict[str, Any]:
-        return _camel(dataclasses.asdict(self))  # type: ignore[no-any-return]
+        return _camel(dataclasses.asdict(self))
 
 
 #: an item counts as solved by a run when its mean reward over the k samples is above this
