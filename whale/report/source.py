@@ -279,6 +279,8 @@ def load_compare_runs(
     for loaded in load_runs(args, runs, opener):
         rec, series = loaded.records, loaded.series
         spec_wire = rec.spec.to_wire()
+        if not rec.spec.condition.searches_harness:  # its proposer never ran: no backend to group it by
+            spec_wire.pop("harnessSearch", None)
         final = series.final
         try:
             items = {} if final is None else read_item_scores(loaded.store, rec.name, final.phase)
