@@ -112,7 +112,7 @@ def test_compare_groups_by_condition_and_a_spec_field_with_known_answers(folder,
     assert res.exit_code == 0, res.output
     doc = json.loads((out / "compare.json").read_text())
     groups = {g["group"]: g for g in doc["groups"]}
-    rsft = groups["rsft_only harnessSearch.proposer.backend=replay"]
+    rsft = groups["rsft_only harnessSearch.proposer.backend=None"]
     assert rsft["runs"] == ["rsft-s1", "rsft-s2", "rsft-s3"] and rsft["seeds"] == [1, 2, 3]
     assert rsft["final"]["mean"] == pytest.approx(0.6) and rsft["best"]["mean"] == pytest.approx(0.7)
     assert rsft["pointsMin"] == rsft["pointsMax"] == 3
@@ -121,12 +121,12 @@ def test_compare_groups_by_condition_and_a_spec_field_with_known_answers(folder,
     # groups in the order their first run is listed (the store lists runs by name)
     assert list(groups) == [
         "whale harnessSearch.proposer.backend=mutate",
-        "rsft_only harnessSearch.proposer.backend=replay",
+        "rsft_only harnessSearch.proposer.backend=None",
         "whale harnessSearch.proposer.backend=replay",
     ]
     pairs = {(p["a"], p["b"]): p for p in doc["pairs"]}
     assert len(pairs) == 3
-    p = pairs[("rsft_only harnessSearch.proposer.backend=replay", "whale harnessSearch.proposer.backend=replay")]
+    p = pairs[("rsft_only harnessSearch.proposer.backend=None", "whale harnessSearch.proposer.backend=replay")]
     assert p["items"] == 10 and p["diff"] == pytest.approx(-0.2) and p["lo"] <= -0.2 <= p["hi"]
     # the per-item breakdown of the two chosen runs: q5..q7 solved by whale-s1 only
     items = doc["items"]
@@ -141,7 +141,7 @@ def test_compare_groups_by_condition_and_a_spec_field_with_known_answers(folder,
     page = (out / "compare.html").read_text()
     assert '<table id="groups">' in page and '<table id="pairs">' in page and '<table id="per-item">' in page
     assert "60.00 [" in page  # rsft_only's final with its interval
-    assert 'id="band-steps-rsft_only harnessSearch.proposer.backend=replay"' in page  # the band over its seeds
+    assert 'id="band-steps-rsft_only harnessSearch.proposer.backend=None"' in page  # the band over its seeds
     assert (out / "compare.png").read_bytes().startswith(b"\x89PNG")
     assert "groups: mean over runs" in res.output
 
