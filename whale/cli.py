@@ -1,5 +1,5 @@
 """`whale`: the command line. A shell over the library: validate, plan, prepare, run, list, status, logs, stop,
-delete, report, replay, crd, domains.
+delete, report, compare, replay, crd, domains.
 
 Starts fast (no torch, kopf or vllm imports here); heavy modules load inside the commands that
 need them. What the commands show is computed in :mod:`whale.console`; the functions here parse
@@ -44,6 +44,7 @@ from whale.manifest import (
     spec_warnings,
 )
 from whale.report.cli import report as report_command
+from whale.report.compare_cli import compare as compare_command
 
 app = typer.Typer(
     name="whale",
@@ -917,6 +918,7 @@ def prepare(
 
 
 app.command("report")(report_command)  # whale/report/cli.py
+app.command("compare")(compare_command)  # whale/report/compare_cli.py
 
 
 def main() -> None:

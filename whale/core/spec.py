@@ -558,11 +558,13 @@ MAX_TRIAL_ROLLOUTS = 100_000
 class Proposer(_Model):
     """The coding agent that writes harness candidates (docs/metaharness.md#the-proposer)."""
 
-    backend: Literal["openai", "anthropic", "cli", "replay"] = Field(
+    backend: Literal["openai", "anthropic", "cli", "replay", "mutate"] = Field(
         "openai",
         description="openai: built-in agent loop over an OpenAI-compatible chat API with tool calls; "
         "anthropic: the same loop over the Anthropic Messages API; cli: an external agent command, run in the "
-        "sandbox; replay: a recorded proposal script (tests/CI)",
+        "sandbox; replay: a recorded proposal script (tests/CI); mutate: blind search, no model - each candidate "
+        "is the incoming harness with 1-2 declared knobs (prompts, turn limit, retries, integer budgets) changed at "
+        "random, seeded by harnessSearch.seed (the baseline an LLM proposer must beat)",
     )
     model: Annotated[str, Strict(), Field(min_length=1, max_length=256)] | None = Field(
         None,
@@ -692,6 +694,12 @@ class HarnessSearch(_Model):
     proposer: Proposer = Proposer()
     integrity: RewardIntegrity = Field(
         RewardIntegrity(), description="flag/refuse candidates that score without the model"
+    )
+    seed: Int64 | None = Field(
+        0,
+        description="sampling seed of candidate scoring, smoke tests and run_candidate trials (each model call's "
+        "seed from (seed, item id, sample, turn), so every candidate meets the same draws) and of the mutate "
+        "proposer's draws. null: unseeded",
     )
 
 
@@ -1335,6 +1343,28 @@ class Verifier(_Model):
 # ----- the spec -----------------------------------------------------------------------------------
 
 
+#: the parts a run's one ``seed`` reaches: (wire name, Python name) of each section with a ``seed`` field
+SEEDED_PARTS = (("data", "data"), ("rsft", "rsft"), ("evaluation", "evaluation"), ("harnessSearch", "harness_search"))
+
+
+def spread_seed(data: Any) -> Any:
+    """A spec's raw fields with ``seed`` copied into each seeded part that leaves its own unset (pure; a
+    non-mapping, or a spec without ``seed``, comes back as it is, for the field validators to judge)."""
+    if not isinstance(data, dict) or data.get("seed") is None:
+        return data
+    seed = data["seed"]
+    out = dict(data)
+    for wire, py in SEEDED_PARTS:
+        key = py if py in out and wire not in out else wire
+        part = out.get(key)
+        if part is None:
+            out[key] = {"seed": seed}
+        elif isinstance(part, dict) and "seed" not in part:
+            out[key] = {**part, "seed": seed}
+        # a part given as a model instance (or a bad value) is left to validation as it is
+    return out
+
+
 class WhaleRunSpec(_Model):
     domain: str = Field(..., description="a registered domain (entry-point group whale.domains)")
     condition: Condition = Field(..., description="rsft_only | mh_only | whale | adaptive_whale")
@@ -1353,12 +1383,24 @@ class WhaleRunSpec(_Model):
     verifier: Verifier = Field(Verifier(), description="scoring rules where the paper's and a lenient one differ")
     suspend: StrictBool = Field(False, description="true: stop every child cleanly; false again resumes")
     tracking: Tracking = Field(Tracking(), description="metrics also to TensorBoard / W&B / MLflow (off by default)")
+    seed: Int64 | None = Field(
+        None,
+        description="one seed for every random choice of the run: each of data.seed, rsft.seed, evaluation.seed and "
+        "harnessSearch.seed that the manifest leaves unset takes this value (a part that sets its own keeps it). "
+        "Unset: each part's own default (the paper's 42 for data and RSFT, 0 for evaluation and harness search)",
+    )
     resume_from: ObjectUID | None = Field(
         None,
         description="cluster: adopt the store of an earlier WhaleRun of this name in this namespace (the UID "
         "in its status.storeUri) instead of starting clean; a run's store is <storage.uri>/<namespace>/<name>.<uid>. "
         "`whale run` ignores it (a local store is keyed by the run name)",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_seed(cls, data: Any) -> Any:
+        """``seed`` fills the seed of every part that does not set its own (docs/reproducing.md#seeds)."""
+        return spread_seed(data)
 
     @model_validator(mode="after")
     def _admission_fields(self) -> WhaleRunSpec:

@@ -45,6 +45,9 @@ class EvalSettings:
     bounds: EpisodeBounds = EpisodeBounds()
     #: an answer that is not model text scores 0 (False only under integrity action off)
     enforce_provenance: bool = True
+    #: seed every model call from (seed, item id, sample, turn) (spec.harnessSearch.seed): every candidate
+    #: meets the same draws, and one run seed gives one search; None: unseeded
+    seed: int | None = None
 
 
 @dataclasses.dataclass
@@ -131,6 +134,7 @@ class CandidateEvaluator:
             harness_label=label,
             bounds=self.settings.bounds,
             enforce_provenance=self.settings.enforce_provenance,
+            seed=self.settings.seed,
         )
         try:
             episodes = await asyncio.wait_for(

@@ -202,6 +202,61 @@ def training_figure(runs: Sequence[RunSeries]) -> Any:
     return fig
 
 
+#: the axis labels of ``whale compare``'s band figure
+_AXIS_LABELS = {
+    "rollouts": "training rollouts spent",
+    "steps": "global RSFT step",
+    "hours": "weight-phase wall hours (measured)",
+}
+
+
+def compare_figure(comparison: Any) -> Any:
+    """``whale compare``: each group's mean test mean@k over its runs, with the band over seeds, against rollouts,
+    RSFT steps and weight-phase hours (one panel each). ``comparison``: a :class:`whale.report.compare.Comparison`."""
+    mpl = _mpl()
+    from matplotlib.figure import Figure
+
+    groups = [g.group for g in comparison.groups]
+    with mpl.rc_context(RC):
+        fig = Figure(figsize=(15, 4.6), layout="constrained")
+        axes = fig.subplots(1, 3, sharey=True)
+        for ax, axis in zip(axes, _AXIS_LABELS, strict=True):
+            ax.set_title(f"against {_AXIS_LABELS[axis]}")
+            ax.set_xlabel(_AXIS_LABELS[axis])
+            ax.grid(True, alpha=0.3)
+            for band in comparison.bands:
+                if band.axis.value != axis:
+                    continue
+                c = colour(groups.index(band.group))
+                line = ax.plot(
+                    band.x,
+                    [_percent(y) for y in band.mean],
+                    color=c,
+                    marker="o",
+                    markersize=3,
+                    drawstyle="steps-post",
+                    label=f"{band.group} (n={band.runs})",
+                )[0]
+                line.set_gid(f"band-mean-{axis}-{band.group}")
+                if band.lo is not None and band.hi is not None:
+                    fill = ax.fill_between(
+                        band.x,
+                        [_percent(y) for y in band.lo],
+                        [_percent(y) for y in band.hi],
+                        color=c,
+                        alpha=0.2,
+                        step="post",
+                        linewidth=0,
+                    )
+                    fill.set_gid(f"band-{axis}-{band.group}")
+            if ax.get_lines():
+                ax.legend(loc="best", fontsize=7)
+        axes[0].set_ylabel("test mean@k (%), mean over runs")
+        confidence = comparison.groups[0].best.confidence if comparison.groups and comparison.groups[0].best else 0.95
+        fig.suptitle(f"Test mean@k by group: mean over seeds, {confidence:.0%} band (Student t)", fontsize=10)
+    return fig
+
+
 def figures(runs: Sequence[RunSeries]) -> dict[str, Any]:
     """Every figure of a report, by name (the keys of :data:`FIGURES`)."""
     return {"mean_at_k": mean_at_k_figure(runs), "training": training_figure(runs)}

@@ -14,6 +14,7 @@ import os
 import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 from whale.report.series import RunSeries
 
@@ -79,4 +80,42 @@ def write_report(
                 path = out_dir / f"{name}.{fmt.value}"
                 write_atomic(path, render(fig, fmt.value))
                 written.append(path)
+    return written
+
+
+def write_compare(
+    comparison: Any,
+    breakdown: Any,
+    formats: Iterable[OutputFormat],
+    out_dir: Path,
+    title: str = "WHALE comparison",
+) -> list[Path]:
+    """``whale compare``'s files: ``compare.html`` (figure inline), ``compare.svg|png``, ``compare.json``.
+    ``comparison``/``breakdown``: :class:`whale.report.compare.Comparison` / ``ItemBreakdown`` (or None)."""
+    from whale.report.compare_page import compare_html, compare_json
+
+    formats = list(dict.fromkeys(OutputFormat(f) for f in formats))
+    written: list[Path] = []
+    fig = None
+    if any(f is not OutputFormat.JSON for f in formats):
+        from whale.report.figures import compare_figure
+
+        fig = compare_figure(comparison)
+    for fmt in formats:
+        if fmt is OutputFormat.JSON:
+            path = out_dir / "compare.json"
+            text = json.dumps(compare_json(comparison, breakdown), indent=2, allow_nan=False) + "\n"
+            write_atomic(path, text.encode("utf-8"))
+        elif fmt is OutputFormat.HTML:
+            from whale.report.figures import render
+
+            svg = render(fig, "svg").decode("utf-8")
+            path = out_dir / "compare.html"
+            write_atomic(path, compare_html(comparison, svg, breakdown, title=title).encode("utf-8"))
+        else:
+            from whale.report.figures import render
+
+            path = out_dir / f"compare.{fmt.value}"
+            write_atomic(path, render(fig, fmt.value))
+        written.append(path)
     return written

@@ -25,6 +25,7 @@ from whale.core.protocol import (
     WeightStepMetrics,
 )
 from whale.core.spec import WhaleRunSpec, WhaleRunStatus
+from whale.report.compare import CompareRun, group_name
 from whale.report.series import (
     PhaseRecords,
     RunRecords,
@@ -255,4 +256,44 @@ def accepted_harnesses(store: Store, records: RunRecords) -> dict[str, str]:
                 out[p.phase] = store.read_text(p.result.accepted_harness)
             except StoreError:
                 continue
+    return out
+
+
+def read_item_scores(store: Store, run: str, phase: str) -> dict[str, float]:
+    """``{item id: mean reward}`` of one evaluation's per-item file (empty when the store has none)."""
+    key = layout.eval_items_key(run, phase)
+    out: dict[str, float] = {}
+    for i, row in enumerate(store.read_jsonl(key), 1):
+        rewards = row.get("rewards") if isinstance(row, dict) else None
+        if "item_id" not in row or not isinstance(rewards, list) or not rewards:
+            raise ReportError(f"{store.uri_for(key)} line {i}: expected item_id and a non-empty rewards list")
+        out[str(row["item_id"])] = float(sum(float(r) for r in rewards) / len(rewards))
+    return out
+
+
+def load_compare_runs(
+    args: Sequence[str], runs: Sequence[str] = (), by: Sequence[str] = (), opener: StoreOpener = open_for_reading
+) -> list[CompareRun]:
+    """Every run the arguments name (as :func:`load_runs`), with its group and its final point's per-item scores."""
+    out = []
+    for loaded in load_runs(args, runs, opener):
+        rec, series = loaded.records, loaded.series
+        spec_wire = rec.spec.to_wire()
+        if not rec.spec.condition.searches_harness:  # its proposer never ran: no backend to group it by
+            spec_wire.pop("harnessSearch", None)
+        final = series.final
+        try:
+            items = {} if final is None else read_item_scores(loaded.store, rec.name, final.phase)
+        except StoreError as exc:
+            raise ReportError(f"run {rec.name} in {loaded.store.uri}: {exc}") from None
+        out.append(
+            CompareRun(
+                label=series.label,
+                group=group_name(series.condition, spec_wire, by),
+                condition=series.condition,
+                seed=rec.spec.seed if rec.spec.seed is not None else rec.spec.rsft.seed,
+                series=series,
+                items=items,
+            )
+        )
     return out

@@ -22,6 +22,7 @@ chat-template variables generation used are carried along so SFT renders the sam
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -131,7 +132,10 @@ class HarnessSampler:
     ) -> list[Trajectory]:
         if self._pool is None:
             raise RuntimeError("HarnessSampler must be entered (with ...) before sampling")
-        runner = EpisodeRunner(self.domain, self._pool, self.client, self.sampling, self.config)
+        # every model call seeded from (the step's seed, item id, rollout, turn): a step samples the same
+        # rollouts whatever the concurrency, so one run seed gives one run
+        config = dataclasses.replace(self.config, seed=seed)
+        runner = EpisodeRunner(self.domain, self._pool, self.client, self.sampling, config)
         episodes = self._loop.run_until_complete(runner.run(list(items), k=rollouts, on_episode=self.on_episode))
         errors = [e for e in episodes if e.end == EndReason.ERROR]
         if episodes and len(errors) == len(episodes):

@@ -127,9 +127,10 @@ def run_search(
             limits=harness_limits(spec),
             bounds=episode_bounds(spec),
             enforce_provenance=enforces_provenance(spec),
+            seed=hs.seed,
         )
     if proposer is None:
-        proposer = proposer_from_spec(hs.proposer)  # a missing key / endpoint fails here, before any work
+        proposer = proposer_from_spec(hs.proposer, seed=hs.seed)  # a missing key / endpoint fails here, before any work
     owns_client = client is None
     if client is None:
         from whale.inference.factory import make_client

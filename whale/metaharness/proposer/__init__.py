@@ -6,7 +6,9 @@
   loop over the Anthropic Messages API;
 * ``cli`` — :class:`~whale.metaharness.proposer.cli_agent.CLIAgentProposer`, an external agent command
   run inside the sandbox;
-* ``replay`` — :class:`~whale.metaharness.proposer.replay.ReplayProposer`, recorded candidates.
+* ``replay`` — :class:`~whale.metaharness.proposer.replay.ReplayProposer`, recorded candidates;
+* ``mutate`` — :class:`~whale.metaharness.proposer.mutate.MutateProposer`, blind search over the incoming
+  harness's declared knobs (no model, no key; seeded).
 
 Both built-in loops (:mod:`~whale.metaharness.proposer.agent`) have the file tools
 (:mod:`~whale.metaharness.proposer.workspace`) and the sandboxed ``run_candidate`` / ``run_shell``
@@ -143,8 +145,9 @@ def api_key_env(proposer_spec: Any) -> str | None:
     return secret.env or DEFAULT_KEY_ENV
 
 
-def from_spec(proposer_spec: Any, environ: Mapping[str, str] | None = None) -> Proposer:
-    """A proposer for ``spec.harnessSearch.proposer`` (``whale.core.spec.Proposer``)."""
+def from_spec(proposer_spec: Any, environ: Mapping[str, str] | None = None, seed: int | None = 0) -> Proposer:
+    """A proposer for ``spec.harnessSearch.proposer`` (``whale.core.spec.Proposer``); ``seed``
+    (``spec.harnessSearch.seed``) seeds the backends that draw at random (``mutate``)."""
     environ = os.environ if environ is None else environ
     backend = proposer_spec.backend
     key_env = api_key_env(proposer_spec)
@@ -186,7 +189,11 @@ def from_spec(proposer_spec: Any, environ: Mapping[str, str] | None = None) -> P
         from whale.metaharness.proposer.replay import ReplayProposer
 
         return ReplayProposer(proposer_spec.script)
-    raise ProposerError(f"unknown proposer backend {backend!r}; use openai, anthropic, cli or replay")
+    if backend == "mutate":
+        from whale.metaharness.proposer.mutate import MutateProposer
+
+        return MutateProposer(seed)
+    raise ProposerError(f"unknown proposer backend {backend!r}; use openai, anthropic, cli, replay or mutate")
 
 
 __all__ = [
