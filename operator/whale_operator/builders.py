@@ -33,7 +33,16 @@ from whale.control.storage import connection_env
 from whale.core import layout
 from whale.core.layout import PhaseId
 from whale.core.protocol import PhaseKind, PhaseRequest
-from whale.core.spec import API_GROUP, API_VERSION, KIND, PodPlacement, Resources, Toleration, WhaleRunSpec
+from whale.core.spec import (
+    API_GROUP,
+    API_VERSION,
+    KIND,
+    PodPlacement,
+    Resources,
+    SecretKey,
+    Toleration,
+    WhaleRunSpec,
+)
 from whale.domain import ToolService
 from whale.harness.launch import HARNESS_HOST_ENV, HARNESS_TOKEN_ENV
 from whale.inference.doorbell import ACCOUNT_DIR, CONFIGMAP_ENV
@@ -353,13 +362,26 @@ def workload_env(
         env.append({"name": tool.url_env, "value": tool_url(run, tool)})
     key = spec.harness_search.proposer.api_key_secret
     if request.kind is PhaseKind.HARNESS and key is not None:
-        env.append(
-            {
-                "name": key.env or "WHALE_PROPOSER_API_KEY",
-                "valueFrom": {"secretKeyRef": {"name": key.name, "key": key.key}},
-            }
-        )
+        env.append(secret_key_env(key.env or "WHALE_PROPOSER_API_KEY", key))
+    env += judge_key_env(spec)
     return env
+
+
+def secret_key_env(env_name: str, ref: SecretKey) -> dict[str, Any]:
+    """One key of a Secret the spec names, as an environment variable (by reference: the value never enters a
+    manifest)."""
+    return {"name": env_name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+
+
+def judge_key_env(spec: WhaleRunSpec) -> list[dict[str, Any]]:
+    """The LLM judge's API key (``spec.verifier.judge.apiKeySecret`` under ``apiKeyEnv``) for a pod that scores
+    episodes, when the run scores with the judge: the eval, weight and harness-search Jobs (:func:`workload_env`),
+    never the harness host, the tool services or the prepare Job. A ``cli`` proposer's sandbox in the search pod
+    gets none of the pod's environment (docs/metaharness.md)."""
+    judge = spec.verifier.judge
+    if spec.verifier.search_answer != "llmJudge" or judge.api_key_secret is None or judge.api_key_env is None:
+        return []
+    return [secret_key_env(judge.api_key_env, judge.api_key_secret)]
 
 
 #: capabilities whale.sandbox's launcher needs as root in a container (measured with setpriv's bounding set:
