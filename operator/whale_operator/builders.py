@@ -996,6 +996,11 @@ def tool_deployment(
         pod["initContainers"] = [fetch]
         cmd += [x for (_, flag), path in zip(tool.fetch, local, strict=True) for x in (flag, path)]
         volumes.append({"name": "data", "emptyDir": {}})
+    tokenizer = policy_tokenizer_container(spec, tool)
+    if tokenizer is not None:
+        pod["initContainers"] = [*pod.get("initContainers", []), tokenizer]
+        cmd += [str(tool.tokenizer_flag), TOKENIZER_PATH]
+        volumes.append({"name": TOKENIZER_VOLUME, "emptyDir": {"sizeLimit": TOKENIZER_SIZE}})
     container["command"] = cmd
     pl = component_placement(spec, TOOLS)
     if tool.sandboxed:
@@ -1023,9 +1028,46 @@ def tool_deployment(
         }
         if not tool.fetch:
             volumes.append({"name": "data", "emptyDir": {}})
+    if tokenizer is not None:
+        container["volumeMounts"] = [
+            *container["volumeMounts"],
+            {"name": TOKENIZER_VOLUME, "mountPath": TOKENIZER_DIR, "readOnly": True},
+        ]
     pod["volumes"] = volumes
     pod["containers"] = [container]
     return service_deployment(run, spec, TOOLS, name, labels, selector, pod, replicas)
+
+
+#: where a tool service that counts the policy's tokens (``ToolService.tokenizer_flag``) finds its tokenizer
+TOKENIZER_VOLUME = "tokenizer"
+TOKENIZER_DIR = "/tokenizer"
+TOKENIZER_PATH = f"{TOKENIZER_DIR}/policy"
+#: a tokenizer's files (Qwen3.5's: ~20 MB) and the hub's download metadata, with room to spare
+TOKENIZER_SIZE = "1Gi"
+
+
+def policy_tokenizer_container(spec: WhaleRunSpec, tool: ToolService) -> dict[str, Any] | None:
+    """The init container that places ``spec.model``'s tokenizer (only its tokenizer files) in the tool's pod
+    (``python -m whale.tools.passage_cut``): the worker image, which holds the image-baked models and resolves a
+    Hugging Face id as the vLLM pod's ``fetch-weights`` does. None when the tool counts no tokens, or for a GGUF
+    model (its tokenizer is inside the GGUF file: the service is started without one and the search tool cuts
+    passages at words)."""
+    if not tool.tokenizer_flag or spec.model.gguf_file:
+        return None
+    cmd = ["python", "-m", "whale.tools.passage_cut", "--model", spec.model.name, "--dest", TOKENIZER_PATH]
+    if spec.model.revision:
+        cmd += ["--revision", spec.model.revision]
+    return {
+        "name": "fetch-tokenizer",
+        "image": spec.cluster.images.worker,
+        "imagePullPolicy": spec.cluster.images.pull_policy,
+        "command": cmd,
+        # the hub's metadata and caches on the pod's volume: the image's home is not this user's
+        "env": [{"name": "HF_HOME", "value": f"{TOKENIZER_DIR}/hf"}, {"name": "HOME", "value": "/tmp"}],
+        "volumeMounts": [{"name": TOKENIZER_VOLUME, "mountPath": TOKENIZER_DIR}],
+        "resources": HELPER_RESOURCES,
+        "securityContext": restricted_container_security_context(),
+    }
 
 
 def tool_service(run: RunRef, tool: ToolService) -> Manifest:
