@@ -889,7 +889,9 @@ def prepare(
     try:
         st = _open_store(store, m)
         st.check()
-        result = prepare_data(load_domain(m.spec), m.spec, st, tool_data=not splits_only, cache_dir=cache_dir)
+        result = prepare_data(
+            load_domain(m.spec, scores=False), m.spec, st, tool_data=not splits_only, cache_dir=cache_dir
+        )
     except (FullDataError, FetchError, PrepareError, StoreError, DomainError, OSError) as exc:
         _fail([str(exc)], str(file))
     sources = [

@@ -294,6 +294,9 @@ class ToolService:
     fetch: tuple[tuple[str, str], ...] = ()
     #: container resource requests, e.g. (("memory", "96Gi"),); empty: the operator's default for the kind
     requests: tuple[tuple[str, str], ...] = ()
+    #: the flag the policy model's tokenizer folder is passed after (the retriever's ``--tokenizer``): the operator
+    #: places ``spec.model``'s tokenizer in the pod first; None: the service needs none
+    tokenizer_flag: str | None = None
 
 
 class Domain(abc.ABC):

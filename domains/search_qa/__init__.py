@@ -53,6 +53,7 @@ LOCAL_RETRIEVER = ToolService(
     url_env=RETRIEVER_URL_ENV,
     args=("--method", "bm25"),
     fetch=((LOCAL_CORPUS_KEY, "--corpus"),),
+    tokenizer_flag="--tokenizer",  # passages cut in the policy's tokens, as the reference's server cuts
 )
 #: the paper's: e5-base-v2 over wiki-18's 21 M passages, an index the prepare workload downloads (Search-R1's
 #: release) and publishes in the store; the pod holds the 14 GB corpus + 65 GB index on its volume and maps
@@ -64,6 +65,7 @@ WIKI18_RETRIEVER = ToolService(
     args=("--threads", "0"),
     fetch=((WIKI18_INDEX_KEY, "--index-dir"),),
     requests=(("cpu", "8"), ("memory", "96Gi"), ("ephemeral-storage", "120Gi")),
+    tokenizer_flag="--tokenizer",
 )
 
 

@@ -33,7 +33,16 @@ from whale.control.storage import connection_env
 from whale.core import layout
 from whale.core.layout import PhaseId
 from whale.core.protocol import PhaseKind, PhaseRequest
-from whale.core.spec import API_GROUP, API_VERSION, KIND, PodPlacement, Resources, Toleration, WhaleRunSpec
+from whale.core.spec import (
+    API_GROUP,
+    API_VERSION,
+    KIND,
+    PodPlacement,
+    Resources,
+    SecretKey,
+    Toleration,
+    WhaleRunSpec,
+)
 from whale.domain import ToolService
 from whale.harness.launch import HARNESS_HOST_ENV, HARNESS_TOKEN_ENV
 from whale.inference.doorbell import ACCOUNT_DIR, CONFIGMAP_ENV
@@ -353,13 +362,26 @@ def workload_env(
         env.append({"name": tool.url_env, "value": tool_url(run, tool)})
     key = spec.harness_search.proposer.api_key_secret
     if request.kind is PhaseKind.HARNESS and key is not None:
-        env.append(
-            {
-                "name": key.env or "WHALE_PROPOSER_API_KEY",
-                "valueFrom": {"secretKeyRef": {"name": key.name, "key": key.key}},
-            }
-        )
+        env.append(secret_key_env(key.env or "WHALE_PROPOSER_API_KEY", key))
+    env += judge_key_env(spec)
     return env
+
+
+def secret_key_env(env_name: str, ref: SecretKey) -> dict[str, Any]:
+    """One key of a Secret the spec names, as an environment variable (by reference: the value never enters a
+    manifest)."""
+    return {"name": env_name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+
+
+def judge_key_env(spec: WhaleRunSpec) -> list[dict[str, Any]]:
+    """The LLM judge's API key (``spec.verifier.judge.apiKeySecret`` under ``apiKeyEnv``) for a pod that scores
+    episodes, when the run scores with the judge: the eval, weight and harness-search Jobs (:func:`workload_env`),
+    never the harness host, the tool services or the prepare Job. A ``cli`` proposer's sandbox in the search pod
+    gets none of the pod's environment (docs/metaharness.md)."""
+    judge = spec.verifier.judge
+    if spec.verifier.search_answer != "llmJudge" or judge.api_key_secret is None or judge.api_key_env is None:
+        return []
+    return [secret_key_env(judge.api_key_env, judge.api_key_secret)]
 
 
 #: capabilities whale.sandbox's launcher needs as root in a container (measured with setpriv's bounding set:
@@ -974,6 +996,11 @@ def tool_deployment(
         pod["initContainers"] = [fetch]
         cmd += [x for (_, flag), path in zip(tool.fetch, local, strict=True) for x in (flag, path)]
         volumes.append({"name": "data", "emptyDir": {}})
+    tokenizer = policy_tokenizer_container(spec, tool)
+    if tokenizer is not None:
+        pod["initContainers"] = [*pod.get("initContainers", []), tokenizer]
+        cmd += [str(tool.tokenizer_flag), TOKENIZER_PATH]
+        volumes.append({"name": TOKENIZER_VOLUME, "emptyDir": {"sizeLimit": TOKENIZER_SIZE}})
     container["command"] = cmd
     pl = component_placement(spec, TOOLS)
     if tool.sandboxed:
@@ -1001,9 +1028,46 @@ def tool_deployment(
         }
         if not tool.fetch:
             volumes.append({"name": "data", "emptyDir": {}})
+    if tokenizer is not None:
+        container["volumeMounts"] = [
+            *container["volumeMounts"],
+            {"name": TOKENIZER_VOLUME, "mountPath": TOKENIZER_DIR, "readOnly": True},
+        ]
     pod["volumes"] = volumes
     pod["containers"] = [container]
     return service_deployment(run, spec, TOOLS, name, labels, selector, pod, replicas)
+
+
+#: where a tool service that counts the policy's tokens (``ToolService.tokenizer_flag``) finds its tokenizer
+TOKENIZER_VOLUME = "tokenizer"
+TOKENIZER_DIR = "/tokenizer"
+TOKENIZER_PATH = f"{TOKENIZER_DIR}/policy"
+#: a tokenizer's files (Qwen3.5's: ~20 MB) and the hub's download metadata, with room to spare
+TOKENIZER_SIZE = "1Gi"
+
+
+def policy_tokenizer_container(spec: WhaleRunSpec, tool: ToolService) -> dict[str, Any] | None:
+    """The init container that places ``spec.model``'s tokenizer (only its tokenizer files) in the tool's pod
+    (``python -m whale.tools.passage_cut``): the worker image, which holds the image-baked models and resolves a
+    Hugging Face id as the vLLM pod's ``fetch-weights`` does. None when the tool counts no tokens, or for a GGUF
+    model (its tokenizer is inside the GGUF file: the service is started without one and the search tool cuts
+    passages at words)."""
+    if not tool.tokenizer_flag or spec.model.gguf_file:
+        return None
+    cmd = ["python", "-m", "whale.tools.passage_cut", "--model", spec.model.name, "--dest", TOKENIZER_PATH]
+    if spec.model.revision:
+        cmd += ["--revision", spec.model.revision]
+    return {
+        "name": "fetch-tokenizer",
+        "image": spec.cluster.images.worker,
+        "imagePullPolicy": spec.cluster.images.pull_policy,
+        "command": cmd,
+        # the hub's metadata and caches on the pod's volume: the image's home is not this user's
+        "env": [{"name": "HF_HOME", "value": f"{TOKENIZER_DIR}/hf"}, {"name": "HOME", "value": "/tmp"}],
+        "volumeMounts": [{"name": TOKENIZER_VOLUME, "mountPath": TOKENIZER_DIR}],
+        "resources": HELPER_RESOURCES,
+        "securityContext": restricted_container_security_context(),
+    }
 
 
 def tool_service(run: RunRef, tool: ToolService) -> Manifest:

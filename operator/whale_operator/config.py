@@ -158,6 +158,22 @@ class OperatorConfig:
         return []
 
 
+def judge_key_problems(spec: WhaleRunSpec) -> list[tuple[str, str]]:
+    """(field, message) when a cluster run scores with an LLM judge that needs a key but names no Secret to take
+    it from: its workloads would stop at their first episode, so the run is refused before any Job exists."""
+    judge = spec.verifier.judge
+    if spec.verifier.search_answer == "llmJudge" and judge.api_key_env and judge.api_key_secret is None:
+        return [
+            (
+                "spec.verifier.judge.apiKeySecret",
+                f"the judge's key (${judge.api_key_env}) comes from a Secret on a cluster: name it here as "
+                "{name, key} (the operator injects it into the pods that score), or set apiKeyEnv: null for an "
+                "endpoint without a key",
+            )
+        ]
+    return []
+
+
 #: worker threads that run reconciles (``WHALE_OPERATOR_WORKERS``); the API client keeps as many connections
 DEFAULT_WORKERS = 16
 

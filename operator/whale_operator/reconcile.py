@@ -28,7 +28,7 @@ from whale.store import Store, StoreAuthError, StoreUnavailable
 from whale_operator import builders, names, observe, outcomes, tenancy
 from whale_operator import status as st
 from whale_operator.children import ChildRejected, JobLauncher, stored_identity_changes
-from whale_operator.config import OperatorConfig, SpecError, parse_spec
+from whale_operator.config import OperatorConfig, SpecError, judge_key_problems, parse_spec
 from whale_operator.credentials import CredentialsUnavailable, RunStores
 from whale_operator.domains import DomainCatalog, WaitingForData
 from whale_operator.kube import KubeClient
@@ -186,6 +186,8 @@ class Reconciler:
         for field_, message in self.config.store_policy.problems(spec.storage.uri, spec.storage.endpoint):
             raise SpecError(field_, message)
         for field_, message in self.config.credentials_problems(spec):
+            raise SpecError(field_, message)
+        for field_, message in judge_key_problems(spec):
             raise SpecError(field_, message)
         # isolation namespaces only where the admin allows privileged sandbox hosts, else pod (whale_operator.sandboxing)
         spec, problems = self.config.sandbox_hosts.effective(spec, run.namespace)

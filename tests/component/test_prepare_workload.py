@@ -102,3 +102,20 @@ def test_sizes_that_disagree_with_the_plugin_fail_before_anything_is_written(tmp
     with pytest.raises(prepare.PrepareError, match="split_sizes\\(\\) says"):
         prepare.main(store, "bad", "prepare", domain=Liar())
     assert not store.exists(layout.split_sizes_key("bad"))
+
+
+def test_preparing_a_judged_run_needs_no_judges_key_and_scoring_does(tmp_path, monkeypatch):
+    """The prepare Job gets no judge's key (it scores nothing: whale_operator.builders.judge_key_env), so
+    preparing a run with ``searchAnswer: llmJudge`` must not ask for one; the workloads that score still do."""
+    from whale.domain import DomainError
+    from whale.workloads.common import load_domain
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    store = open_store(str(tmp_path / "store"))
+    spec = write_spec(store, "judged", "search_qa")
+    spec = spec.model_copy(update={"verifier": spec.verifier.model_copy(update={"search_answer": "llmJudge"})})
+    store.write_json(layout.spec_key("judged"), spec.to_wire())
+    sizes = prepare.main(store, "judged")
+    assert sizes == store.read_json(layout.split_sizes_key("judged")) and sizes["harness"] > 0
+    with pytest.raises(DomainError, match=r"apiKeyEnv: \$OPENAI_API_KEY is not set"):
+        load_domain(spec)

@@ -3,6 +3,8 @@ cuts them; the search tool asks for it when the service can, and falls back to w
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from transformers import AutoTokenizer
 
 from search_qa.env import SearchEnvironment
 from tests.fixtures.tools import Service, run_service
+from whale import plugins
 from whale.tools.client import RetrieverClient
 
 QUESTION = "Teutberga queen of Lotharingia"
@@ -76,3 +79,69 @@ def test_search_tool_cuts_in_tokens_through_a_service_with_a_tokenizer(cutting_s
         assert " ..." not in reply  # not the word cut's marker
     finally:
         client.close()
+
+
+def test_the_operators_retriever_pod_cuts_in_the_policys_tokens(tmp_path, search_corpus, tiny_qwen3_dir):
+    """The retriever Deployment the operator renders, run here: its init container ``fetch-tokenizer`` places the
+    policy model's tokenizer (``spec.model.name``, a folder here as an image-baked model is) and the service then
+    started with the rendered ``--tokenizer`` cuts passages in that tokenizer's tokens."""
+    from whale.core.spec import WhaleRunSpec
+    from whale_operator import builders
+
+    spec = WhaleRunSpec.model_validate(
+        {
+            "domain": "search_qa",
+            "condition": "mh_only",
+            "model": {"name": str(tiny_qwen3_dir)},
+            "storage": {"uri": "s3://w"},
+        }
+    )
+    [tool] = plugins.load("search_qa").tool_services
+    pod = builders.tool_deployment(builders.RunRef("r", "ns", "u"), spec, tool, store_uri="s3://w")["spec"]["template"]
+    fetch = {c["name"]: c for c in pod["spec"]["initContainers"]}["fetch-tokenizer"]
+    here = {"/tokenizer": str(tmp_path / "tokenizer"), "/data/wiki_passages.jsonl": str(search_corpus)}
+
+    def local(arg: str) -> str:
+        for pod_path, path in here.items():
+            if arg.startswith(pod_path):
+                return path + arg[len(pod_path) :]
+        return arg
+
+    assert fetch["command"][:3] == ["python", "-m", "whale.tools.passage_cut"]
+    done = subprocess.run(
+        [sys.executable, *map(local, fetch["command"][1:])], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert not list((tmp_path / "tokenizer" / "policy").glob("*.safetensors"))  # the tokenizer only, no weights
+    command = pod["spec"]["containers"][0]["command"]
+    args = [local(a) for a in command[command.index("--port") + 2 :]]
+    assert args[-2:] == ["--tokenizer", str(tmp_path / "tokenizer" / "policy")]
+    with run_service(
+        "whale.tools.retriever_service", args + ["--cache-dir", str(tmp_path / "c")], tmp_path / "l"
+    ) as svc:
+        assert httpx.get(svc.url + "/healthz", timeout=10).json()["tokenizer"] == "policy"
+        tok = AutoTokenizer.from_pretrained(str(tiny_qwen3_dir))
+        whole = retrieve(svc, {"queries": [QUESTION], "topk": 1}).json()["result"][0][0]["contents"]
+        cut = retrieve(svc, {"queries": [QUESTION], "topk": 1, "max_doc_tokens": 40}).json()["result"][0][0]
+        assert cut["contents"] == tok.decode(tok.encode(whole, add_special_tokens=False)[:40]) != whole
+
+
+def test_a_model_without_a_tokenizer_stops_the_init_container_naming_the_field(tmp_path):
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "whale.tools.passage_cut",
+            "--model",
+            str(tmp_path / "model"),
+            "--dest",
+            str(tmp_path / "t"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert "spec.model.name" in done.stderr and "does not load" in done.stderr and "Traceback" not in done.stderr

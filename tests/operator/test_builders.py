@@ -431,6 +431,8 @@ def test_tools_per_domain():
         "bm25",
         "--corpus",
         "/data/wiki_passages.jsonl",
+        "--tokenizer",  # the policy's, placed by the init container fetch-tokenizer (see the wiki18 manifest)
+        "/tokenizer/policy",
     ]
     fetch = pod["initContainers"][0]
     assert fetch["command"] == [
@@ -494,7 +496,25 @@ def test_paper_retriever_serves_the_prepared_wiki18_index_whole_manifest():
                             "volumeMounts": [{"name": "data", "mountPath": "/data"}],
                             "resources": builders.HELPER_RESOURCES,
                             "securityContext": RESTRICTED,
-                        }
+                        },
+                        {  # the policy's tokenizer, for passages cut in its tokens (the reference's server)
+                            "name": "fetch-tokenizer",
+                            "image": "ghcr.io/whale-dev/whale-worker:0.1.0",
+                            "imagePullPolicy": "IfNotPresent",
+                            "command": [
+                                "python",
+                                "-m",
+                                "whale.tools.passage_cut",
+                                "--model",
+                                "Qwen/Qwen3.5-2B",
+                                "--dest",
+                                "/tokenizer/policy",
+                            ],
+                            "env": [{"name": "HF_HOME", "value": "/tokenizer/hf"}, {"name": "HOME", "value": "/tmp"}],
+                            "volumeMounts": [{"name": "tokenizer", "mountPath": "/tokenizer"}],
+                            "resources": builders.HELPER_RESOURCES,
+                            "securityContext": RESTRICTED,
+                        },
                     ],
                     "containers": [
                         {
@@ -513,13 +533,18 @@ def test_paper_retriever_serves_the_prepared_wiki18_index_whole_manifest():
                                 "0",
                                 "--index-dir",
                                 "/data/wiki18-e5",
+                                "--tokenizer",
+                                "/tokenizer/policy",
                             ],
                             "ports": [{"name": "http", "containerPort": 8080}],
                             "readinessProbe": {**probe, "periodSeconds": 5},
                             "livenessProbe": {**probe, "periodSeconds": 20, "failureThreshold": 3},
                             "startupProbe": {**probe, "periodSeconds": 10, "failureThreshold": 360},
                             "env": [{"name": "WHALE_CACHE_DIR", "value": "/data/cache"}],
-                            "volumeMounts": [{"name": "data", "mountPath": "/data"}],
+                            "volumeMounts": [
+                                {"name": "data", "mountPath": "/data"},
+                                {"name": "tokenizer", "mountPath": "/tokenizer", "readOnly": True},
+                            ],
                             "resources": {
                                 "requests": {"cpu": "8", "memory": "96Gi", "ephemeral-storage": "120Gi"},
                                 "limits": {"memory": "96Gi"},
@@ -534,11 +559,34 @@ def test_paper_retriever_serves_the_prepared_wiki18_index_whole_manifest():
                         "fsGroup": 65534,
                         "seccompProfile": {"type": "RuntimeDefault"},
                     },
-                    "volumes": [{"name": "data", "emptyDir": {}}],
+                    "volumes": [
+                        {"name": "data", "emptyDir": {}},
+                        {"name": "tokenizer", "emptyDir": {"sizeLimit": "1Gi"}},
+                    ],
                 },
             },
         },
     }
+
+
+def test_the_retriever_gets_the_policys_tokenizer_at_its_revision_and_a_gguf_model_none():
+    """The retriever cuts passages in the policy's tokens (``--tokenizer``): the init container fetch-tokenizer
+    places ``spec.model``'s tokenizer at its revision; a GGUF model (tokenizer inside the file) gets none, and the
+    sandboxed code tool, which counts no tokens, none either."""
+    [tool] = tools_of("search_qa")
+    pinned = make_spec(domain="search_qa", model={"name": "Qwen/Qwen3.5-2B", "revision": "abc123"})
+    pod = builders.tool_deployment(RUN, pinned, tool, store_uri=STORE)["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == ["fetch-data", "fetch-tokenizer"]
+    assert pod["initContainers"][1]["command"][-2:] == ["--revision", "abc123"]
+    assert pod["containers"][0]["command"][-2:] == ["--tokenizer", "/tokenizer/policy"]
+    gguf = make_spec(domain="search_qa", model={"name": "/opt/models/tiny", "ggufFile": "tiny.gguf"})
+    pod = builders.tool_deployment(RUN, gguf, tool, store_uri=STORE)["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == ["fetch-data"]
+    assert "--tokenizer" not in pod["containers"][0]["command"]
+    assert {v["name"] for v in pod["volumes"]} == {"data"}
+    [sandbox] = tools_of("math_reasoning")
+    pod = builders.tool_deployment(RUN, make_spec(), sandbox, store_uri=STORE)["spec"]["template"]["spec"]
+    assert "initContainers" not in pod and "--tokenizer" not in pod["containers"][0]["command"]
 
 
 def test_prepare_job_runs_the_prepare_workload_under_the_job_conventions():

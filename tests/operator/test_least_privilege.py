@@ -36,12 +36,16 @@ from tests.operator.test_manifests import (
 from tests.operator.test_packaging import K8S_VERSIONS
 from whale.core.spec import WhaleRunSpec
 from whale_operator import builders, names
+from whale_operator.config import judge_key_problems
 from whale_operator.sandboxing import SandboxHostPolicy
 
 RUN = builders.RunRef("example", "whale", "uid")  # children_of's run
 DEFAULTS = SandboxHostPolicy()  # the operator's and the chart's defaults: no privileged sandbox host anywhere
 OPTED_IN = SandboxHostPolicy(("whale",), "gvisor")
 CLI = {"backend": "cli", "command": ["agent", "{prompt}"], "network": "host"}
+#: the LLM judge's key (spec.verifier.judge.apiKeySecret): a Secret of the run's namespace, injected by reference
+JUDGE_SECRET = {"name": "judge-key", "key": "api-key"}
+JUDGE = {"searchAnswer": "llmJudge", "judge": {"apiKeySecret": JUDGE_SECRET}}
 
 
 def wire_of(path: Path) -> dict[str, Any]:
@@ -64,7 +68,10 @@ def variants(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     proposer = {**wire.get("harnessSearch", {}).get("proposer", {}), **CLI}
     for key in ("model", "baseUrl", "apiKeySecret"):
         proposer.pop(key, None)
-    yield "cli", {**wire, "harnessSearch": {**wire.get("harnessSearch", {}), "proposer": proposer}}
+    cli = {**wire, "harnessSearch": {**wire.get("harnessSearch", {}), "proposer": proposer}}
+    yield "cli", cli
+    yield "judge", {**wire, "verifier": JUDGE}  # the LLM judge's key: only where episodes are scored
+    yield "cli-judge", {**cli, "verifier": JUDGE}
 
 
 def rendered(spec: WhaleRunSpec, policy: SandboxHostPolicy = DEFAULTS) -> list[dict[str, Any]]:
@@ -131,7 +138,7 @@ def selected_by(policy: dict[str, Any], labels: dict[str, str]) -> bool:
 def test_with_the_defaults_every_rendered_pod_is_restricted(path: Path, variant: str, wire: dict[str, Any]):
     spec = effective(wire)
     if spec is None:  # a cli proposer needs a sandbox host: refused, nothing rendered
-        assert wire["harnessSearch"]["proposer"]["backend"] == "cli" and variant in ("cli", "as-written")
+        assert wire["harnessSearch"]["proposer"]["backend"] == "cli" and variant in ("cli", "cli-judge", "as-written")
         return
     assert spec.sandbox.isolation != "namespaces", "namespaces only where the admin allows sandbox hosts"
     pods = 0
@@ -234,6 +241,59 @@ def test_the_search_job_of_a_built_in_proposer_is_not_untrusted_and_a_cli_ones_i
         assert spec is not None
         jobs = [o["metadata"]["name"] for o in rendered(spec, OPTED_IN) if o["kind"] == "Job" and untrusted(o)]
         assert jobs == expected
+
+
+JUDGE_REF = f"{JUDGE_SECRET['name']}/{JUDGE_SECRET['key']}"
+
+
+def holds_judge_key(pod: dict[str, Any]) -> bool:
+    return JUDGE_REF in secrets_held(pod)
+
+
+@pytest.mark.parametrize("variant", ["judge", "jobset", "colocated", "cli-judge"])
+def test_the_judges_key_reaches_the_pods_that_score_and_no_other(variant: str):
+    path = next(p for p in EXAMPLES if p.stem == "searchqa-whale")
+    wire = dict(variants(path))[variant]
+    if variant in ("jobset", "colocated"):
+        wire = {**wire, "verifier": JUDGE}
+    spec = effective(wire, OPTED_IN)
+    assert spec is not None
+    holders: set[str] = set()
+    others: set[str] = set()
+    for obj in rendered(spec, OPTED_IN):
+        for pod in pod_specs(obj):
+            component = obj["metadata"]["labels"].get("app.kubernetes.io/component", obj["kind"])
+            if holds_judge_key(pod):
+                holders.add(component)
+                (worker,) = [c for c in pod["containers"] if c["name"] == builders.WORKER_CONTAINER]
+                (entry,) = [e for e in worker["env"] if e["name"] == "OPENAI_API_KEY"]  # judge.apiKeyEnv's default
+                assert entry == {"name": "OPENAI_API_KEY", "valueFrom": {"secretKeyRef": JUDGE_SECRET}}
+                assert not any(holds_judge_key({"containers": [c]}) for c in pod.get("initContainers", []))
+            else:
+                others.add(component)
+    assert holders == {"train", "search", "eval"}  # the eval, weight and harness-search Jobs (and JobSet)
+    assert {builders.HARNESS, "retriever", names.PREPARE, "inference"} <= others
+    # without the judge, or with exact match, no pod holds it
+    for verifier in ({}, {**JUDGE, "searchAnswer": "exactMatch"}):
+        plain = effective({**wire, "verifier": verifier}, OPTED_IN)
+        assert plain is not None
+        assert not any(holds_judge_key(pod) for obj in rendered(plain, OPTED_IN) for pod in pod_specs(obj))
+
+
+def test_a_judge_that_needs_a_key_needs_its_secret_on_a_cluster():
+    wire = wire_of(next(p for p in EXAMPLES if p.stem == "searchqa-whale"))
+    keyed = WhaleRunSpec.model_validate({**wire, "verifier": {"searchAnswer": "llmJudge"}})
+    ((field, message),) = judge_key_problems(keyed)
+    assert field == "spec.verifier.judge.apiKeySecret" and "$OPENAI_API_KEY" in message and "apiKeyEnv: null" in message
+    for fine in (JUDGE, {"searchAnswer": "llmJudge", "judge": {"apiKeyEnv": None}}, {"searchAnswer": "exactMatch"}):
+        assert judge_key_problems(WhaleRunSpec.model_validate({**wire, "verifier": fine})) == []
+    with pytest.raises(ValueError, match="apiKeySecret is injected under apiKeyEnv"):
+        WhaleRunSpec.model_validate(
+            {
+                **wire,
+                "verifier": {"searchAnswer": "llmJudge", "judge": {"apiKeyEnv": None, "apiKeySecret": JUDGE_SECRET}},
+            }
+        )
 
 
 # ----- item 8: hygiene --------------------------------------------------------------------------------------------

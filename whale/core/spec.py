@@ -527,13 +527,19 @@ class RSFT(_Model):
         return self
 
 
-class SecretKeyRef(_Model):
-    """A key of a Kubernetes Secret; locally the value is read from the environment variable ``env``."""
+class SecretKey(_Model):
+    """A key of a Kubernetes Secret in the run's namespace (the operator injects it by ``secretKeyRef``: the
+    value never enters a manifest)."""
 
     name: K8sName = Field(..., description="the Secret (a Kubernetes object name)")
     key: Annotated[str, Strict(), Field(min_length=1, max_length=253, pattern=SECRET_KEY)] = Field(
         ..., description="the key inside the Secret"
     )
+
+
+class SecretKeyRef(SecretKey):
+    """A key of a Kubernetes Secret; locally the value is read from the environment variable ``env``."""
+
     env: EnvName | None = Field(
         None,
         description="environment variable holding the value (locally for `whale run`; on a cluster the "
@@ -1309,8 +1315,23 @@ class Judge(_Model):
     api_key_env: EnvName | None = Field(
         "OPENAI_API_KEY",
         description="environment variable holding the judge's API key where episodes are scored (`whale run`'s "
-        "environment; the operator does not inject it into cluster workloads); null: no key (a local endpoint)",
+        "environment; on a cluster the operator injects apiKeySecret under it); null: no key (a local endpoint)",
     )
+    api_key_secret: SecretKey | None = Field(
+        None,
+        description="cluster: the Secret key holding the judge's API key, injected under apiKeyEnv into the "
+        "pods that score episodes (the eval, weight and harness-search Jobs; never the harness host, the tools, "
+        "the prepare Job or a cli proposer's sandbox); required there with searchAnswer: llmJudge and an apiKeyEnv",
+    )
+
+    @model_validator(mode="after")
+    def _secret_needs_env(self) -> Judge:
+        if self.api_key_secret is not None and self.api_key_env is None:
+            raise ValueError(
+                "apiKeySecret is injected under apiKeyEnv: name the variable (apiKeyEnv), or drop apiKeySecret "
+                "for an endpoint without a key"
+            )
+        return self
 
 
 class Verifier(_Model):

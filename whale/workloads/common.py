@@ -63,16 +63,18 @@ def sampling_params(request: Any, spec: WhaleRunSpec) -> Any:
     return SamplingParams.from_spec(request.sampling, chat_template_kwargs=chat_template_kwargs(spec))
 
 
-def load_domain(spec: Any, domain: Any = None) -> Any:
+def load_domain(spec: Any, domain: Any = None, *, scores: bool = True) -> Any:
     """``domain`` when a caller (a test) passes one in, else the plugin ``spec.domain`` names; either
-    way configured with ``spec.sandbox.isolation`` for its tools that run model-written code and with
-    ``spec.verifier`` for how it scores."""
+    way configured with ``spec.sandbox.isolation`` for its tools that run model-written code and, where it
+    ``scores`` episodes, with ``spec.verifier`` for how (the data preparation scores nothing: it needs no
+    judge's key)."""
     if domain is None:
         from whale import plugins  # lazily: the registry imports the installed domain plugins
 
         domain = plugins.load(spec.domain)
     domain.configure_sandbox(spec.sandbox.isolation)
-    domain.configure_verifier(spec.verifier)
+    if scores:
+        domain.configure_verifier(spec.verifier)
     return domain
 
 

@@ -93,7 +93,7 @@ def prepare_data(
 def main(store: Store, run: str, phase: str = "prepare", *, domain: Any = None) -> dict[str, int]:
     """The workload; ``phase`` is unused (one prepare per run); ``domain`` may be injected (tests)."""
     spec = read_spec(store, run)
-    domain = load_domain(spec, domain)
+    domain = load_domain(spec, domain, scores=False)
     sizes = prepare_data(domain, spec, store).sizes
     store.write_json(layout.split_sizes_key(run), sizes)  # last: presence = prepared
     log.info("run %s: domain %s prepared, split sizes %s", run, spec.domain, sizes)
