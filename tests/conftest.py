@@ -7,6 +7,11 @@ from pathlib import Path
 
 import pytest
 
+# pytest-xdist's workers inherit COLUMNS=80 from the controller; the command line's consoles are built at import
+# and would cut its tables at 80 columns. The suite runs as CI's piped run does, without it (a test that needs a
+# width sets COLUMNS itself).
+os.environ.pop("COLUMNS", None)
+
 TESTS = Path(__file__).resolve().parent
 ROOT = TESTS.parent
 PLUGINS = TESTS / "plugins"

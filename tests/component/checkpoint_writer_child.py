@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -33,6 +36,15 @@ class StallingStore(LocalStore):
 
     def upload_file(self, path: Path, key: str) -> None:
         super().upload_file(path, key)  # one file of the folder is there: the write is half done
+        self._stall_at(key)
+
+    @contextmanager
+    def writing(self, key: str) -> Iterator[BinaryIO]:
+        with super().writing(key) as fh:
+            yield fh
+            self._stall_at(key)  # the bytes written, not yet in place (the optimiser state is streamed)
+
+    def _stall_at(self, key: str) -> None:
         if key.startswith(self.stall_prefix) and not self.stalled:
             self.stalled = True
             self.ready.write_text("stalled\n")

@@ -11,7 +11,10 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
@@ -66,12 +69,19 @@ class GatedStore(LocalStore):
 
 
 class FailingStore(LocalStore):
-    """Test double: the disk is full for optimiser files."""
+    """Test double: the disk is full for optimiser files (uploaded, or streamed through ``writing``)."""
 
     def upload_file(self, path: Path, key: str) -> None:
         if key.endswith(ckpt.OPTIMIZER_FILE):
             raise OSError(28, "No space left on device")
         super().upload_file(path, key)
+
+    @contextmanager
+    def writing(self, key: str) -> Iterator[BinaryIO]:
+        with super().writing(key) as fh:
+            yield fh
+            if key.endswith(ckpt.OPTIMIZER_FILE):
+                raise OSError(28, "No space left on device")
 
 
 def files(root: Path) -> dict[str, bytes]:
