@@ -9,6 +9,8 @@ EXTRAS ?= train,deepspeed,operator,domains,plot,test
 DEMO   ?= manifests/examples/local/tiny-synthetic-whale.yaml
 STORE  ?= .whale/store
 PYTEST_ARGS ?=
+# test files run on this many worker processes (pytest-xdist; auto: one per core, 0: in this process)
+PYTEST_WORKERS ?= auto
 TORCH  ?= torch==2.13.0
 # `make compare`: the four conditions of the CPU SmolLM2 example and the blind-search arm, SEEDS repeats each, one
 # store, then `whale compare` (bands over seeds, paired intervals) and `whale report`. COMPARE_PATCH: JSON merged
@@ -82,7 +84,7 @@ compare: smollm2
 
 # CI (.ci/run) runs `make test`: lint and types first, then the suite.
 test: install lint
-	$(BIN)/python -m pytest -q --durations=30 $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=30 $(PYTEST_ARGS)
 
 # Opt-in checks (big downloads, a GPU, a real cluster) are skipped by default; this runs the e2e ones too.
 test-all: install
