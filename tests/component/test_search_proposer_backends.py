@@ -336,3 +336,17 @@ async def test_the_budget_counts_each_context_token_once_and_max_tokens_applies_
         await capped.aclose()
     assert report2.turns == 3 and report2.stopped_by == "max_tokens" and report2.tokens == budget
     assert "proposer stopped by its max_tokens budget" in report2.notes
+
+
+async def test_the_openai_proposer_seeds_each_request_from_the_search_seed(tmp_path: Path):
+    reads = [assistant(tool_call("read_file", f"r{i}", path="summary.md")) for i in range(2)]
+    with ScriptedProposerServerDouble(reads) as srv:
+        seeded = OpenAIAgentProposer(ProposerClient(srv.base_url, "double", seed=7))
+        await seeded.propose(_request_for(tmp_path, 1_000_000))
+        await seeded.aclose()
+    assert [body["seed"] for body in srv.requests] == [7, 8, 9]  # one draw per request, replayed by the seed
+    with ScriptedProposerServerDouble(reads) as srv2:
+        unseeded = OpenAIAgentProposer(ProposerClient(srv2.base_url, "double"))
+        await unseeded.propose(_request_for(tmp_path, 1_000_000))
+        await unseeded.aclose()
+    assert len(srv2.requests) == 3 and all("seed" not in body for body in srv2.requests)

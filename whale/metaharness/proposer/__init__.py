@@ -147,7 +147,8 @@ def api_key_env(proposer_spec: Any) -> str | None:
 
 def from_spec(proposer_spec: Any, environ: Mapping[str, str] | None = None, seed: int | None = 0) -> Proposer:
     """A proposer for ``spec.harnessSearch.proposer`` (``whale.core.spec.Proposer``); ``seed``
-    (``spec.harnessSearch.seed``) seeds the backends that draw at random (``mutate``)."""
+    (``spec.harnessSearch.seed``) seeds the backends that draw at random (``mutate``) and the ``openai`` backend's
+    requests (the API's ``seed``; the anthropic API and Claude Code take none)."""
     environ = os.environ if environ is None else environ
     backend = proposer_spec.backend
     key_env = api_key_env(proposer_spec)
@@ -164,7 +165,7 @@ def from_spec(proposer_spec: Any, environ: Mapping[str, str] | None = None, seed
         if not proposer_spec.base_url or not proposer_spec.model:
             raise ProposerError("proposer backend 'openai' needs spec.harnessSearch.proposer.baseUrl and .model")
         return OpenAIAgentProposer(
-            ProposerClient(proposer_spec.base_url, proposer_spec.model, key), reply_tokens=reply_tokens
+            ProposerClient(proposer_spec.base_url, proposer_spec.model, key, seed=seed), reply_tokens=reply_tokens
         )
     if backend == "anthropic":
         from whale.metaharness.proposer.anthropic_agent import AnthropicAgentProposer, AnthropicClient

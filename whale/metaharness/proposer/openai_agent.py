@@ -57,12 +57,17 @@ class ProposerClient:
         request_timeout_s: float = 600.0,
         retries: int = 2,
         transport: httpx.AsyncBaseTransport | None = None,
+        seed: int | None = None,
     ):
         if not base_url:
             raise ProposerError("proposer baseUrl is empty: set spec.harnessSearch.proposer.baseUrl")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.retries = retries
+        #: ``harnessSearch.seed``: request n carries ``seed + n`` (OpenAI's and vLLM's best-effort reproducible
+        #: sampling), so one seed replays a search where the endpoint honours it; None sends none
+        self.seed = seed
+        self._requests = 0
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.AsyncClient(
             base_url=self.base_url, headers=headers, timeout=request_timeout_s, transport=transport
@@ -80,6 +85,9 @@ class ProposerClient:
             "max_tokens": max_tokens,
             "temperature": 0.7,
         }
+        if self.seed is not None:
+            body["seed"] = self.seed + self._requests
+        self._requests += 1
         endpoint = Endpoint(
             name=f"proposer endpoint {self.base_url}",
             address=self.base_url,
