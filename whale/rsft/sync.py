@@ -120,12 +120,6 @@ def saved_names(model: Any, names: Iterable[str]) -> dict[str, str]:
     return {name: by_probe[id(t)] for name, t in probes.items()}
 
 
-def _renamed(model: Any, state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """``state`` under :func:`saved_names` (the same tensors)."""
-    names = saved_names(model, state)
-    return {names[k]: t for k, t in state.items()}
-
-
 def _in_serving_dtype(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     """A floating-point tensor cast to ``dtype`` (None: as it is); integer buffers stay as they are."""
     src = tensor.detach()
@@ -201,6 +195,9 @@ class ServingFolderWriter:
         self.host = HostSnapshot(pin=pin)
         self._files: dict[Path, dict[str, tuple[list[str], dict[str, str] | None]]] = {}
         self._whole_only = False
+        #: state-dict name -> saved name (:func:`saved_names`), found at the first whole write: the model's names
+        #: do not change between steps, so the per-step write does not ask transformers again
+        self._names: dict[str, str] = {}
 
     def write(self, model: Any, tokenizer: Any, folder: Path) -> str:
         """Write ``model``'s serving checkpoint into ``folder``; returns ``"whole"`` or ``"weights"``."""
@@ -215,7 +212,7 @@ class ServingFolderWriter:
         ):
             self._write_whole(model, tokenizer, folder, state)
             return "whole"
-        state = _renamed(model, state)
+        state = {self._names[k]: t for k, t in state.items()}
         for name, (keys, metadata) in files.items():
             final, tmp = folder / name, folder / f".{name}.{uuid.uuid4().hex[:8]}.tmp"
             final.unlink(missing_ok=True)  # first: see the class doc
@@ -234,9 +231,12 @@ class ServingFolderWriter:
         folder.mkdir(parents=True)
         save_for_serving(model, tokenizer, folder, self.dtype, state=state)
         files = _weight_files(folder)
-        saved = set(saved_names(model, state).values())
+        self._names = saved_names(model, state)
+        saved = set(self._names.values())
         if any(k not in saved for keys, _ in files.values() for k in keys):
-            log.info("the serving checkpoint renames tensors on save: each sync writes the whole folder")
+            log.info(
+                "the serving checkpoint converts tensors on save (more than a renaming): each sync writes the whole folder"
+            )
             self._whole_only = True
             return
         self._files[folder] = files
