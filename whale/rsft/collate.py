@@ -362,7 +362,9 @@ def micro_batches(minibatch: Sequence[Example], size: int, *, row_tokens: int | 
 
     ``row_tokens`` (``rsft.packTokens``): micro-batches of up to that many tokens instead, for packed rows of
     one fixed size; first fit, longest first (each sequence goes to the first micro-batch it fits in), so
-    the rows are nearly full and the number of sequences per micro-batch varies."""
+    the rows are nearly full and the number of sequences per micro-batch varies. A sequence longer than
+    ``row_tokens`` takes a row of its own, as wide as it is: ``row_tokens`` bounds the memory of ordinary rows
+    (it is a memory knob, not a cap on sequence length), and an outlier costs what it would cost unpacked."""
     ordered = sorted(minibatch, key=len, reverse=True)
     if row_tokens is None:
         return [list(ordered[j : j + size]) for j in range(0, len(ordered), size)]
@@ -370,10 +372,9 @@ def micro_batches(minibatch: Sequence[Example], size: int, *, row_tokens: int | 
     room: list[int] = []
     for example in ordered:
         if len(example) > row_tokens:
-            raise ValueError(
-                f"a training sequence of {len(example)} tokens does not fit in a packed row of rsft.packTokens = "
-                f"{row_tokens}; set packTokens to at least the longest sequence (model.maxModelLen)"
-            )
+            bins.append([example])
+            room.append(0)
+            continue
         slot = next((i for i, free in enumerate(room) if free >= len(example)), None)
         if slot is None:
             bins.append([])

@@ -191,6 +191,17 @@ def compile_decoder_layers(model: torch.nn.Module, *, dynamic: bool | None = Non
     return count
 
 
+def enable_activation_checkpointing(model: PreTrainedModel) -> None:
+    """Recompute every decoder layer in the backward pass (non-reentrant). transformers >= 5.2x names this
+    ``activation_checkpointing_enable`` and deprecates ``gradient_checkpointing_enable``; older 5.x (the GPU
+    image's 5.17) has only the latter."""
+    enable = getattr(model, "activation_checkpointing_enable", None)
+    if enable is not None:
+        enable(activation_checkpointing_kwargs={"use_reentrant": False})
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+
+
 def prepare_model(model: PreTrainedModel, cfg: RSFTConfig, *, compile_layers: bool | None = None) -> None:
     """What every trainer does to the model before its optimiser sees it: the attention kernel of packed
     micro-batches, gradient checkpointing and regional compilation as ``cfg`` asks (``compile_layers``
@@ -202,7 +213,7 @@ def prepare_model(model: PreTrainedModel, cfg: RSFTConfig, *, compile_layers: bo
         set_training_attention(model, cfg.attention_kernel)
         linear_attention.install(model)
     if cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        enable_activation_checkpointing(model)
     if cfg.compile_layers if compile_layers is None else compile_layers:
         # bucketed widths: static graphs; otherwise let torch go dynamic
         compile_decoder_layers(model, dynamic=False if cfg.micro_padding == "bucket" else None)
