@@ -27,7 +27,7 @@ from whale.domain import ToolService
 from whale.store import Store, StoreAuthError, StoreUnavailable
 from whale_operator import builders, names, observe, outcomes, tenancy
 from whale_operator import status as st
-from whale_operator.children import ChildRejected, JobLauncher, stored_identity_changes
+from whale_operator.children import ChildRejected, JobLauncher, stored_experiment_changes
 from whale_operator.config import OperatorConfig, SpecError, judge_key_problems, parse_spec
 from whale_operator.credentials import CredentialsUnavailable, RunStores
 from whale_operator.domains import DomainCatalog, WaitingForData
@@ -233,9 +233,9 @@ class Reconciler:
         if prev.reason == Reason.WAITING_FOR_CREDENTIALS.value:  # the Secret is usable now: the wait is over
             prev = prev.model_copy(update={"reason": None, "message": None})
         if self._identity_checked.get(run.uid) != generation or generation is None:
-            changed = stored_identity_changes(store, run.name, spec)
+            changed = stored_experiment_changes(store, run.name, spec)
             if changed:  # refused, children left as they are: setting the fields back resumes the run unchanged
-                return outcomes.identity_changed(prev, changed, generation)
+                return outcomes.experiment_changed(prev, changed, generation)
             self._identity_checked[run.uid] = generation  # the store's spec is the operator's own write since
         if prev.reason == Reason.IMMUTABLE_FIELD_CHANGED.value:
             prev = prev.model_copy(update={"reason": None, "message": None})

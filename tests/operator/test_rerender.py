@@ -1,7 +1,7 @@
 """Spec edits mid-run: what re-renders and what is refused. The vLLM (and tool) Deployments carry a hash of their
 rendered pod template; an edit that changes it (resources, image, vLLM arguments, placement) replaces the template
 at the next phase start (a rolling restart), while Jobs keep the spec they started with. An edit of a field that
-names what the run is (model, revision, data, condition, domain) is refused by the CRD (tests/unit/test_crd_cel.py)
+is part of the experiment (whale.core.mutability: model, schedule, rsft, data, ...) is refused by the CRD
 and, where it got through anyway, by the operator, which leaves the run as it was until the field is set back."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 from tests.fixtures.kube import EmulatedCluster, wait_for
 from tests.operator.player import WR
 from tests.operator.test_builders import RUN, STORE, make_spec
+from whale.core.mutability import experiment_changes
 from whale.core.spec import WhaleRunSpec
 from whale_operator import builders, names
-from whale_operator.config import identity_changes
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -35,11 +35,13 @@ def test_the_template_hash_follows_the_pods_and_nothing_else():
     assert more["metadata"]["annotations"][HASH] != first["metadata"]["annotations"][HASH]
 
 
-def test_identity_changes_name_the_fields():
+def test_experiment_changes_name_the_fields():
     base = make_spec()
-    assert identity_changes(base, make_spec(suspend=True, retry={"maxAttempts": 7})) == []
-    moved = WhaleRunSpec.model_validate({**base.to_wire(), "model": {"name": "other", "revision": "r2"}})
-    assert identity_changes(base, moved) == ["spec.model.name", "spec.model.revision"]
+    assert experiment_changes(base, make_spec(suspend=True, retry={"maxAttempts": 7})) == []
+    moved = WhaleRunSpec.model_validate(
+        {**base.to_wire(), "model": {**base.to_wire()["model"], "name": "other", "revision": "r2"}}
+    )
+    assert [c.path for c in experiment_changes(base, moved)] == ["spec.model.name", "spec.model.revision"]
 
 
 def vllm_of(api, namespace: str, run: str) -> dict:
