@@ -1,9 +1,10 @@
 """Generate the WhaleRun CustomResourceDefinition from the pydantic model.
 
-The CRD under ``manifests/crd/`` is never edited by hand: ``whale crd > manifests/crd/whaleruns.yaml``
-writes it, and a test fails when the committed file differs. Pydantic's JSON Schema is turned into
-a Kubernetes *structural* OpenAPI v3 schema: references inlined, ``anyOf [X, null]`` -> nullable
-X, 2020-12 exclusive bounds -> OpenAPI 3.0 booleans, titles dropped, cross-field rules as CEL.
+The CRD, ``chart/crds/whaleruns.yaml`` (the repository's one copy: the Helm chart installs it and ``kubectl apply
+-f chart/crds`` applies it), is never edited by hand: ``make crd`` writes it, and a test fails when the committed
+file differs. Pydantic's JSON Schema is turned into a Kubernetes *structural* OpenAPI v3 schema: references
+inlined, ``anyOf [X, null]`` -> nullable X, 2020-12 exclusive bounds -> OpenAPI 3.0 booleans, titles dropped,
+cross-field rules as CEL.
 The spec's bounds come along as they are (minimum/maximum, maxLength, pattern, maxItems); a map
 whose keys have a pattern (``patternProperties``, which Kubernetes does not take) becomes
 ``additionalProperties`` plus a CEL rule on its keys.
