@@ -466,6 +466,11 @@ def write_spec(store: Store, run: str, spec: WhaleRunSpec) -> None:
         store.write_json(layout.spec_key(run), wire)
 
 
+def store_holds_run(store: Store, run: str) -> bool:
+    """Whether the store holds the run: the spec every child launch writes first (:func:`write_spec`)."""
+    return store.exists(layout.spec_key(run))
+
+
 def stored_experiment_changes(store: Store, run: str, spec: WhaleRunSpec) -> list[FieldChange]:
     """The experiment's fields ``spec`` changed since the run's children last ran with it (what
     :func:`write_spec` wrote; the rule of ``whale.core.mutability``, as `whale run` applies it on resume); none

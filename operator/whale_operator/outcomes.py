@@ -91,6 +91,17 @@ def experiment_changed(prev: WhaleRunStatus, changed: list[FieldChange], generat
     return ReconcileResult(new, events)
 
 
+def store_without_run(prev: WhaleRunStatus, uri: str, generation: int | None) -> ReconcileResult:
+    """``spec.storage`` (an execution field, free to change) now names a store without the run, whose children
+    have run: refused, children left as they are, until it names the run's store (or a copy of it) again."""
+    message = (
+        f"spec.storage: the store now named holds no spec of this run ({uri}), yet its children have run: point "
+        "spec.storage (and resumeFrom) at the run's store or a copy of it, or set it back"
+    )
+    new, events = waiting(prev, Reason.STORE_WITHOUT_RUN, message, generation)
+    return ReconcileResult(new, events)
+
+
 def child_rejected(
     prev: WhaleRunStatus, kind: str, name: str, http_status: int, message: str, generation: int | None, now: str
 ) -> ReconcileResult:

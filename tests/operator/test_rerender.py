@@ -107,6 +107,29 @@ def test_an_identity_edit_is_refused_by_the_operator_and_undone_by_setting_it_ba
         assert run.status().get("reason") != "ImmutableFieldChanged"
 
 
+def test_a_store_that_does_not_hold_the_run_is_refused_until_it_does(
+    start_operator, make_run, kube_cluster: EmulatedCluster, kube_namespace: str, tmp_path
+):
+    """spec.storage is execution (it may change mid-run), but the run lives in its store: once its children have
+    run, a store without the run's spec is refused (the run left as it was), and naming the run's store again
+    lets it go on."""
+    api = kube_cluster.api
+    with start_operator():
+        run = make_run("moved")
+        first = run.wait_job()  # the run's children ran: its store holds its spec
+        original = run.wr()["spec"]["storage"]["uri"]
+        elsewhere = f"file://{tmp_path / 'elsewhere'}"
+        api.patch(WR, "whaleruns", kube_namespace, "moved", {"spec": {"storage": {"uri": elsewhere}}})
+        st = wait_for(lambda: run.status().get("reason") == "StoreWithoutRun" and run.status(), what="refusal")
+        assert "holds no spec of this run" in st["message"] and "elsewhere" in st["message"]
+        assert st["phase"] == "Running"
+        api.patch(WR, "whaleruns", kube_namespace, "moved", {"spec": {"storage": {"uri": original}}})
+        run.finish(first)
+        second = run.wait_job()
+        assert second["metadata"]["labels"]["whale.dev/phase"] == "c01-weight"
+        assert run.status().get("reason") != "StoreWithoutRun"
+
+
 def test_a_deployment_without_annotations_is_re_rendered_and_stamped(
     kube_cluster: EmulatedCluster, kube_namespace: str, monkeypatch
 ):
