@@ -98,8 +98,7 @@ lint: install
 	$(BIN)/lint-imports
 
 crd: install
-	$(BIN)/whale crd > manifests/crd/whaleruns.yaml
-	cp manifests/crd/whaleruns.yaml chart/crds/whaleruns.yaml
+	$(BIN)/whale crd > chart/crds/whaleruns.yaml
 
 clean:
 	rm -rf .whale

@@ -1,9 +1,10 @@
 """Generate the WhaleRun CustomResourceDefinition from the pydantic model.
 
-The CRD under ``manifests/crd/`` is never edited by hand: ``whale crd > manifests/crd/whaleruns.yaml``
-writes it, and a test fails when the committed file differs. Pydantic's JSON Schema is turned into
-a Kubernetes *structural* OpenAPI v3 schema: references inlined, ``anyOf [X, null]`` -> nullable
-X, 2020-12 exclusive bounds -> OpenAPI 3.0 booleans, titles dropped, cross-field rules as CEL.
+The CRD, ``chart/crds/whaleruns.yaml`` (the repository's one copy: the Helm chart installs it and ``kubectl apply
+-f chart/crds`` applies it), is never edited by hand: ``make crd`` writes it, and a test fails when the committed
+file differs. Pydantic's JSON Schema is turned into a Kubernetes *structural* OpenAPI v3 schema: references
+inlined, ``anyOf [X, null]`` -> nullable X, 2020-12 exclusive bounds -> OpenAPI 3.0 booleans, titles dropped,
+cross-field rules as CEL.
 The spec's bounds come along as they are (minimum/maximum, maxLength, pattern, maxItems); a map
 whose keys have a pattern (``patternProperties``, which Kubernetes does not take) becomes
 ``additionalProperties`` plus a CEL rule on its keys.
@@ -17,6 +18,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from whale.core.mutability import EXPERIMENT, Section
 from whale.core.spec import (
     API_GROUP,
     API_VERSION,
@@ -65,18 +67,25 @@ def _one_unit(knob: str) -> dict[str, str]:
     }
 
 
-def _immutable(path: str) -> dict[str, str]:
-    """A transition rule (checked on update only): ``path`` keeps its value. On spec itself, not on the field,
-    so the field's own schema stays as the model has it."""
+def _unchanged(section: Section) -> dict[str, str]:
+    """The transition rule (checked on update only) that keeps one experiment section as it was. On spec itself,
+    not on the section, so a section added or removed is refused too (a rule on a field runs only where the old
+    object has it); an optional section is defaulted to ``{}`` (:func:`openapi_schema`), so one left out and one
+    spelling out its defaults compare equal, as they do to :func:`whale.core.mutability.experiment_changes`."""
+    name = section.value
+    same = f"self.{name} == oldSelf.{name}"
     return {
-        "rule": f"self.{path} == oldSelf.{path}",
-        "message": f"{path} is immutable: it names what the run is (create a new WhaleRun for another one)",
+        "rule": same
+        if section.required
+        else f"has(self.{name}) == has(oldSelf.{name}) && (!has(self.{name}) || {same})",
+        "message": f"{name} is part of the experiment (what the run computes), which may not change once the run "
+        "exists: set it back, or create a new WhaleRun",
     }
 
 
 #: CEL rules the API server checks before anything reaches the operator: every cross-field rule of the model's
 #: validators (whale.core.spec), the operator's own refusals (whale_operator.config.parse_spec, the proposer's
-#: spec_problems) and the run's identity (transition rules, checked on update). Keyed by the schema path under
+#: spec_problems) and the experiment (transition rules, checked on update: whale.core.mutability). Keyed by the schema path under
 #: ``spec`` ("" is spec itself). tests/unit/test_crd_cel.py evaluates them against the same bad manifests
 #: `whale validate` refuses.
 CEL_RULES: dict[str, list[dict[str, str]]] = {
@@ -141,37 +150,12 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "message": "cluster.admission: jobSet puts each phase's own vLLM server beside its workload; it needs "
             "inference.backend vllm (or auto) and inference.placement separate",
         },
-        _immutable("domain"),
-        _immutable("condition"),
-        _immutable("model.name"),
-        {
-            "rule": "has(self.model.revision) == has(oldSelf.model.revision) && "
-            "(!has(self.model.revision) || self.model.revision == oldSelf.model.revision)",
-            "message": "model.revision is immutable: the base weights are what the run trains from",
-        },
-        {
-            "rule": "has(self.data) == has(oldSelf.data) && (!has(self.data) || self.data == oldSelf.data)",
-            "message": "data is immutable: the run's splits (and their sizes) were made from it",
-        },
-        {
-            "rule": "has(self.resumeFrom) == has(oldSelf.resumeFrom) && "
-            "(!has(self.resumeFrom) || self.resumeFrom == oldSelf.resumeFrom)",
-            "message": "resumeFrom is immutable: it chose the store the run lives in",
-        },
+        *(_unchanged(section) for section in EXPERIMENT),
     ],
     "storage": [
         {
             "rule": "!has(self.uri) || !self.uri.startsWith('s3://') || has(self.endpoint)",
             "message": "storage.endpoint: an s3:// store needs the S3 endpoint (host:port of MinIO/S3)",
-        },
-        {
-            "rule": "has(self.uri) == has(oldSelf.uri) && (!has(self.uri) || self.uri == oldSelf.uri)",
-            "message": "storage.uri is immutable: the run's phases, checkpoints and status live there",
-        },
-        {
-            "rule": "has(self.endpoint) == has(oldSelf.endpoint) && "
-            "(!has(self.endpoint) || self.endpoint == oldSelf.endpoint)",
-            "message": "storage.endpoint is immutable: another endpoint is another store",
         },
     ],
     "schedule": [
@@ -324,6 +308,9 @@ def openapi_schema() -> dict[str, Any]:
     for path, rules in CEL_RULES.items():
         node = _at(spec, path)
         node["x-kubernetes-validations"] = [*node.get("x-kubernetes-validations", []), *rules]
+    for section in EXPERIMENT:  # present on every stored object, so a transition rule compares like with like
+        if section.defaulted_object:
+            spec["properties"][section.value]["default"] = {}
     _strip_additional(spec)
     status = _schema(WhaleRunStatus, keep_defaults=False)
     _strip_additional(status)

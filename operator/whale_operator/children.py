@@ -18,12 +18,13 @@ from whale.control.planner import KEEP_SERVING, RunEnd, plan, prune_checkpoints,
 from whale.control.serving import serve
 from whale.core import layout
 from whale.core.alternation import Child, ChildState, StartPhase, Transition
+from whale.core.mutability import FieldChange, experiment_changes
 from whale.core.protocol import PhaseKind, PhaseRequest, WeightRequest
 from whale.core.spec import WhaleRunSpec
 from whale.domain import ToolService
 from whale.store import Store
 from whale_operator import builders, kueue, names, observe
-from whale_operator.config import SpecError, identity_changes, store_uri
+from whale_operator.config import SpecError, store_uri
 from whale_operator.kube import Conflict, KubeClient, Refused, collection_path
 from whale_operator.metrics import OperatorMetrics
 
@@ -465,9 +466,15 @@ def write_spec(store: Store, run: str, spec: WhaleRunSpec) -> None:
         store.write_json(layout.spec_key(run), wire)
 
 
-def stored_identity_changes(store: Store, run: str, spec: WhaleRunSpec) -> list[str]:
-    """The identity fields ``spec`` changed since the run's children last ran with it (what :func:`write_spec`
-    wrote); none when the store holds no spec yet, or one of another version."""
+def store_holds_run(store: Store, run: str) -> bool:
+    """Whether the store holds the run: the spec every child launch writes first (:func:`write_spec`)."""
+    return store.exists(layout.spec_key(run))
+
+
+def stored_experiment_changes(store: Store, run: str, spec: WhaleRunSpec) -> list[FieldChange]:
+    """The experiment's fields ``spec`` changed since the run's children last ran with it (what
+    :func:`write_spec` wrote; the rule of ``whale.core.mutability``, as `whale run` applies it on resume); none
+    when the store holds no spec yet, or one of another version."""
     wire = store.read_json_or_none(layout.spec_key(run))
     if not isinstance(wire, dict):
         return []
@@ -475,4 +482,4 @@ def stored_identity_changes(store: Store, run: str, spec: WhaleRunSpec) -> list[
         ran = WhaleRunSpec.model_validate(wire)
     except ValidationError:
         return []  # written by another version: nothing to compare with
-    return identity_changes(ran, spec)
+    return experiment_changes(ran, spec)

@@ -191,27 +191,3 @@ def worker_threads(env: dict[str, str] | None = None) -> int:
 def backoff_s(failures: int, first_s: float, cap_s: float) -> float:
     """The wait before retry number ``failures`` (1, 2, ...): ``first_s`` doubled each time, at most ``cap_s``."""
     return min(cap_s, first_s * 2 ** min(max(failures - 1, 0), 30))
-
-
-#: fields that name what a run is: changed mid-run, the run's completed phases, checkpoints and split sizes would
-#: describe another run. The CRD refuses an update of each (CEL ``self == oldSelf``, whale/crd.py); the operator
-#: checks them again against the spec the run's store holds (a cluster without CEL, an edit of the store).
-IDENTITY_FIELDS: tuple[tuple[str, ...], ...] = (
-    ("domain",),
-    ("condition",),
-    ("model", "name"),
-    ("model", "revision"),
-    ("data",),
-)
-
-
-def _field(spec: WhaleRunSpec, path: tuple[str, ...]) -> Any:
-    value: Any = spec
-    for part in path:
-        value = getattr(value, part)
-    return value
-
-
-def identity_changes(ran: WhaleRunSpec, now: WhaleRunSpec) -> list[str]:
-    """The identity fields (``spec.model.name`` ...) in which ``now`` differs from the spec the run ran with."""
-    return ["spec." + ".".join(path) for path in IDENTITY_FIELDS if _field(ran, path) != _field(now, path)]

@@ -1,5 +1,5 @@
 """What one reconcile returns, and the reconciles that end before ``decide()``: the run waits (for its data,
-its credentials, an identity field set back) or the API server refused a child. Pure: previous status and
+its credentials, a field of the experiment set back) or the API server refused a child. Pure: previous status and
 facts in, the new status and its Events out; the reconciler writes them.
 """
 
@@ -8,10 +8,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from whale.core.alternation import Transition
+from whale.core.mutability import FieldChange
 from whale.core.spec import Reason, WhaleRunStatus
 from whale.core.state import RunState
 from whale_operator import status as st
 from whale_operator.config import StoreBounds
+
+#: at most this many changed fields are named in a status message
+MAX_LISTED_CHANGES = 10
 
 
 @dataclass(frozen=True)
@@ -72,13 +76,29 @@ def store_unavailable(
     return ReconcileResult(new, events, unavailable=True)
 
 
-def identity_changed(prev: WhaleRunStatus, changed: list[str], generation: int | None) -> ReconcileResult:
-    """An identity field changed mid-run: refused, children left as they are (setting it back resumes)."""
+def experiment_changed(prev: WhaleRunStatus, changed: list[FieldChange], generation: int | None) -> ReconcileResult:
+    """A field of the experiment changed mid-run (``whale.core.mutability``): refused, children left as they are
+    (setting it back resumes)."""
+    paths = [c.path for c in changed[:MAX_LISTED_CHANGES]]
+    if len(changed) > MAX_LISTED_CHANGES:
+        paths.append(f"and {len(changed) - MAX_LISTED_CHANGES} more")
     message = (
-        f"{', '.join(changed)} changed mid-run: {'they name' if len(changed) > 1 else 'it names'} what the run "
-        "is (its phases, checkpoints and data); set it back, or create a new WhaleRun"
+        f"{', '.join(paths)} changed mid-run: {'they are' if len(changed) > 1 else 'it is'} part of the experiment "
+        "(what the run computes: its phases, checkpoints and data were made from it); set "
+        f"{'them' if len(changed) > 1 else 'it'} back, or create a new WhaleRun"
     )
     new, events = waiting(prev, Reason.IMMUTABLE_FIELD_CHANGED, message, generation)
+    return ReconcileResult(new, events)
+
+
+def store_without_run(prev: WhaleRunStatus, uri: str, generation: int | None) -> ReconcileResult:
+    """``spec.storage`` (an execution field, free to change) now names a store without the run, whose children
+    have run: refused, children left as they are, until it names the run's store (or a copy of it) again."""
+    message = (
+        f"spec.storage: the store now named holds no spec of this run ({uri}), yet its children have run: point "
+        "spec.storage (and resumeFrom) at the run's store or a copy of it, or set it back"
+    )
+    new, events = waiting(prev, Reason.STORE_WITHOUT_RUN, message, generation)
     return ReconcileResult(new, events)
 
 

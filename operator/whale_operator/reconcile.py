@@ -19,6 +19,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from whale.control.observer import StoreObserver
+from whale.core import layout
 from whale.core.alternation import ChildState, StartPhase, decide
 from whale.core.layout import PhaseId
 from whale.core.spec import Reason, WhaleRunSpec, WhaleRunStatus
@@ -27,7 +28,7 @@ from whale.domain import ToolService
 from whale.store import Store, StoreAuthError, StoreUnavailable
 from whale_operator import builders, names, observe, outcomes, tenancy
 from whale_operator import status as st
-from whale_operator.children import ChildRejected, JobLauncher, stored_identity_changes
+from whale_operator.children import ChildRejected, JobLauncher, store_holds_run, stored_experiment_changes
 from whale_operator.config import OperatorConfig, SpecError, judge_key_problems, parse_spec
 from whale_operator.credentials import CredentialsUnavailable, RunStores
 from whale_operator.domains import DomainCatalog, WaitingForData
@@ -233,11 +234,13 @@ class Reconciler:
         if prev.reason == Reason.WAITING_FOR_CREDENTIALS.value:  # the Secret is usable now: the wait is over
             prev = prev.model_copy(update={"reason": None, "message": None})
         if self._identity_checked.get(run.uid) != generation or generation is None:
-            changed = stored_identity_changes(store, run.name, spec)
+            changed = stored_experiment_changes(store, run.name, spec)
             if changed:  # refused, children left as they are: setting the fields back resumes the run unchanged
-                return outcomes.identity_changed(prev, changed, generation)
+                return outcomes.experiment_changed(prev, changed, generation)
+            if prev.attempts and not store_holds_run(store, run.name):  # a child ran, so its store had the spec
+                return outcomes.store_without_run(prev, store.uri_for(layout.spec_key(run.name)), generation)
             self._identity_checked[run.uid] = generation  # the store's spec is the operator's own write since
-        if prev.reason == Reason.IMMUTABLE_FIELD_CHANGED.value:
+        if prev.reason in (Reason.IMMUTABLE_FIELD_CHANGED.value, Reason.STORE_WITHOUT_RUN.value):
             prev = prev.model_copy(update={"reason": None, "message": None})
 
         try:

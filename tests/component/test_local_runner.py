@@ -185,7 +185,7 @@ def test_a_changed_manifest_names_every_field_that_differs(tmp_path):
     message = str(refused.value)
     assert "spec.schedule.totalSteps: 2 -> 4" in message
     assert "spec.rsft.learningRate: 1e-07 -> 1e-06" in message
-    assert "2 field(s) differ" in message and "spec.retry.*" in message and "spec.suspend" in message
+    assert "2 field(s) of the experiment differ" in message and "retry" in message and "suspend" in message
     assert store.read_json(layout.spec_key("r1")) == spec.to_wire()  # the stored spec is untouched
 
 
@@ -216,7 +216,7 @@ def test_spec_changes_lists_leaves_by_camel_case_path():
     spec = spec_of("rsft_only", totalSteps=2)
     wire = spec.to_wire()
     store_wire = {**wire, "model": {"name": "other", **{f"x{i}": i for i in range(30)}}}
-    fixed = [c for c in spec_changes(store_wire, wire) if not c.mutable]
+    fixed = [c for c in spec_changes(store_wire, wire) if c.in_experiment]
     text = conflict_message("r1", "file:///s/spec.json", fixed)
     listed = [line for line in text.splitlines() if line.startswith("    spec.")]
     assert len(listed) == MAX_LISTED_CHANGES and f"... and {len(fixed) - MAX_LISTED_CHANGES} more" in text

@@ -1,6 +1,6 @@
 """Opt-in: the operator on a real cluster ($KUBECONFIG), run with ``pytest --run-cluster``.
 
-Expects ``kubectl apply -k manifests/crd`` then ``kubectl apply -k manifests/overlays/dev`` done (CRDs, RBAC, operator,
+Expects ``kubectl apply -f chart/crds`` then ``kubectl apply -k manifests/overlays/dev`` done (CRDs, RBAC, operator,
 dev MinIO) and the images loaded
 (``images/build.sh`` then ``kind load docker-image ...``). Applies the tiny CPU example, waits for it to
 succeed with the real Job controller and workloads, checks what kubectl shows, then deletes it and
@@ -30,7 +30,7 @@ def kubectl(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 def cluster_run():
     if not os.environ.get("KUBECONFIG"):
         pytest.skip(
-            "set $KUBECONFIG to a cluster with the operator installed (docs/operator.md: manifests/crd, then manifests/overlays/dev)"
+            "set $KUBECONFIG to a cluster with the operator installed (docs/operator.md: chart/crds, then manifests/overlays/dev)"
         )
     kubectl("-n", NS, "delete", "wr", "tiny-cpu", "--ignore-not-found", "--wait=true")
     kubectl("-n", NS, "apply", "-f", str(EXAMPLE))

@@ -58,6 +58,7 @@ def workdir(tmp_path: Path) -> Path:
     cwd = tmp_path / "checkout"
     cwd.mkdir()
     (cwd / "manifests").symlink_to(ROOT / "manifests")
+    (cwd / "chart").symlink_to(ROOT / "chart")
     (cwd / "access-key").write_text("an-access-key")
     (cwd / "secret-key").write_text("a-secret-key")
     return cwd
@@ -103,7 +104,7 @@ def test_the_doc_has_the_blocks_this_test_runs():
 def test_each_documented_command_works(emulator: EmulatedCluster, tmp_path: Path, heading: str, commands: list[str]):
     cwd = workdir(tmp_path)
     if heading == "Monitoring":  # its prerequisites: an install, and the Prometheus Operator's CRDs (stand-ins)
-        for line in ("kubectl apply -k manifests/crd", "kubectl apply -k manifests/overlays/cluster"):
+        for line in ("kubectl apply -f chart/crds", "kubectl apply -k manifests/overlays/cluster"):
             assert kubectl(emulator, cwd, line).returncode == 0
         for plural, kind in (("servicemonitors", "ServiceMonitor"), ("prometheusrules", "PrometheusRule")):
             emulator.api.create(
@@ -111,8 +112,8 @@ def test_each_documented_command_works(emulator: EmulatedCluster, tmp_path: Path
             )
     if heading == "Uninstall":  # an install with a run whose finalizer no operator will remove
         for line in (
-            "kubectl apply -k manifests/crd",
-            "kubectl wait --for=condition=Established --timeout=60s -f manifests/crd/whaleruns.yaml",
+            "kubectl apply -f chart/crds",
+            "kubectl wait --for=condition=Established --timeout=60s -f chart/crds",
             "kubectl apply -k manifests/overlays/cluster",
             "kubectl create namespace team-a --dry-run=client -o yaml | kubectl apply -f -",
         ):
@@ -153,14 +154,14 @@ def stand_in_crd(plural: str, kind: str) -> dict:
 
 
 def test_an_overlay_applied_before_the_crds_is_refused(emulator: EmulatedCluster, tmp_path: Path):
-    """Why the doc applies manifests/crd first and alone."""
+    """Why the doc applies chart/crds first and alone."""
     cwd = workdir(tmp_path)
     first = kubectl(emulator, cwd, "kubectl apply -k manifests/overlays/cluster")
     assert first.returncode != 0
     assert 'no matches for kind "ClusterKopfPeering"' in first.stderr
     for line in (
-        "kubectl apply -k manifests/crd",
-        "kubectl wait --for=condition=Established --timeout=60s -f manifests/crd/whaleruns.yaml",
+        "kubectl apply -f chart/crds",
+        "kubectl wait --for=condition=Established --timeout=60s -f chart/crds",
         "kubectl apply -k manifests/overlays/cluster",
     ):
         done = kubectl(emulator, cwd, line)

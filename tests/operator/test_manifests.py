@@ -22,6 +22,7 @@ from whale_operator import builders
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
+CRDS = ROOT / "chart" / "crds"
 EXAMPLES = sorted((MANIFESTS / "examples").glob("*.yaml"))
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 OUR_REGISTRY = "ghcr.io/whale-dev/whale-"
@@ -52,7 +53,9 @@ def with_built_in_proposer(wire: dict[str, Any]) -> dict[str, Any]:
 
 
 def all_docs() -> list[tuple[Path, dict[str, Any]]]:
-    return [(p, d) for p in sorted(MANIFESTS.rglob("*.yaml")) if p.name != "kustomization.yaml" for d in docs(p)]
+    """Every object under manifests/ and the CRDs (chart/crds, their one copy)."""
+    files = [*sorted(MANIFESTS.rglob("*.yaml")), *sorted(CRDS.glob("*.yaml"))]
+    return [(p, d) for p in files if p.name != "kustomization.yaml" for d in docs(p)]
 
 
 @functools.cache

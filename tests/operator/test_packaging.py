@@ -1,4 +1,4 @@
-"""The install packaging (manifests/crd, base, overlays, monitoring; the Helm chart): what each mode renders,
+"""The install packaging (the CRDs in chart/crds; manifests/ base, overlays, monitoring; the Helm chart): what each mode renders,
 that it validates, that CRDs come apart from what needs them, that RBAC is what the operator uses and no more,
 and that every pod is restricted-compliant."""
 
@@ -29,11 +29,16 @@ K8S_VERSIONS = [
     if tuple(int(x) for x in v.split(".")[:2]) >= (1, 30)
 ]
 MONITORING_GROUP = "monitoring.coreos.com/v1"
+#: the CRDs: their one copy, which Helm installs and `kubectl apply -f chart/crds` applies
+CRDS = packaging.CHART / "crds"
 
 
 @functools.cache
 def rendered(name: str) -> tuple[dict[str, Any], ...]:
-    path = MANIFESTS / name if name in ("crd", "base", "monitoring") else MANIFESTS / "overlays" / name
+    """What the install applies: ``crd`` the CRDs (``kubectl apply -f chart/crds``), else a kustomization."""
+    if name == "crd":
+        return tuple(d for p in sorted(CRDS.glob("*.yaml")) for d in packaging.load_all(p.read_text()))
+    path = MANIFESTS / name if name in ("base", "monitoring") else MANIFESTS / "overlays" / name
     return tuple(packaging.kustomize(path))
 
 
@@ -77,7 +82,7 @@ def test_every_rendered_object_validates_strictly(name: str):
 @pytest.mark.parametrize("name", [*OVERLAYS, "monitoring"])
 def test_crds_are_applied_apart_from_what_needs_them(name: str):
     """`kubectl apply -k` of one directory cannot create a CRD and an object of its kind in one pass (the
-    kind is not served yet): CRDs live only in manifests/crd, every custom kind an overlay uses is defined there
+    kind is not served yet): CRDs live only in chart/crds, every custom kind an overlay uses is defined there
     (or is the Prometheus Operator's, which monitoring needs installed)."""
     assert all(d["kind"] == "CustomResourceDefinition" for d in rendered("crd"))
     assert {"whaleruns.whale.dev", "clusterkopfpeerings.kopf.dev", "kopfpeerings.kopf.dev"} == {
@@ -87,10 +92,10 @@ def test_crds_are_applied_apart_from_what_needs_them(name: str):
         assert doc["kind"] != "CustomResourceDefinition", f"{name}: {key(doc)}"
         group = doc["apiVersion"].rpartition("/")[0]
         if "." in group and not group.endswith(".k8s.io") and doc["apiVersion"] != MONITORING_GROUP:
-            assert (doc["apiVersion"], doc["kind"]) in crd_schemas(), f"{name}: {key(doc)} has no CRD in manifests/crd"
+            assert (doc["apiVersion"], doc["kind"]) in crd_schemas(), f"{name}: {key(doc)} has no CRD in chart/crds"
 
 
-def test_committed_crd_kustomization_uses_the_generated_crd():
+def test_the_applied_crd_is_the_generated_crd():
     from whale.crd import crd
 
     (whaleruns,) = [d for d in rendered("crd") if d["metadata"]["name"] == "whaleruns.whale.dev"]
@@ -315,9 +320,9 @@ def test_service_monitor_selects_the_operator_metrics_service():
 
 
 @pytest.mark.skipif(packaging.kubectl() is None, reason="no kubectl here to compare the fallback renderer with")
-@pytest.mark.parametrize("name", ["crd", *OVERLAYS, "monitoring"])
+@pytest.mark.parametrize("name", [*OVERLAYS, "monitoring"])
 def test_the_fallback_renderer_agrees_with_kustomize(name: str):
-    path = MANIFESTS / name if name in ("crd", "monitoring") else MANIFESTS / "overlays" / name
+    path = MANIFESTS / name if name == "monitoring" else MANIFESTS / "overlays" / name
     ours = {key(d): d for d in packaging.render_kustomization(path)}
     theirs = {key(d): d for d in rendered(name)}
     assert ours == theirs
@@ -363,12 +368,11 @@ def test_the_chart_renders_what_kustomize_renders(case: str):
 
 
 def test_the_chart_files_are_the_manifests_files():
-    """Helm reads only files inside the chart: its copies must be byte-for-byte the ones kustomize applies
-    (`make crd` writes both)."""
+    """Helm reads only files inside the chart: its copies must be byte-for-byte the ones kustomize applies. (The
+    CRDs have one copy, in the chart, which both installs apply.)"""
     chart = packaging.CHART
+    assert not (MANIFESTS / "crd").exists(), "the CRDs live in chart/crds only"
     for rel, src in [
-        ("crds/whaleruns.yaml", "crd/whaleruns.yaml"),
-        ("crds/kopfpeerings.yaml", "crd/kopfpeerings.yaml"),
         ("files/prometheusrule.yaml", "monitoring/prometheusrule.yaml"),
         ("files/whale-operator-dashboard.json", "monitoring/whale-operator-dashboard.json"),
     ]:
@@ -454,7 +458,7 @@ def test_the_chart_refuses_an_unknown_mode():
 
 def test_the_crd_fits_client_side_apply():
     """`kubectl apply` (client-side) keeps the whole object in an annotation, at most 256 KiB: the doc's
-    `kubectl apply -k manifests/crd` works only while the CRD's JSON stays under it."""
+    `kubectl apply -f chart/crds` works only while the CRD's JSON stays under it."""
     (whaleruns,) = [d for d in rendered("crd") if d["metadata"]["name"] == "whaleruns.whale.dev"]
     size = len(json.dumps(whaleruns, separators=(",", ":")))
     assert size < 200 * 1024, f"{size} bytes: shrink the schema or document `kubectl apply --server-side`"

@@ -1,6 +1,6 @@
 """Issue #29, item 8: operator HA through kopf peering. Two replicas of the real operator (``kopf run --peering``,
 each a process of its own, as two pods of the Deployment) against the API emulator, with the peering CRDs of
-manifests/crd: the replica of lower priority stands by and reconciles nothing, while the other serves the run; when
+chart/crds: the replica of lower priority stands by and reconciles nothing, while the other serves the run; when
 the active replica exits, the standby takes over. What each replica did is read from its own metrics endpoint (the
 reconcile count of ``whale_operator_handler_duration_seconds``), not from its log."""
 
@@ -64,7 +64,7 @@ class Replica:
 def peering(kube_cluster: EmulatedCluster, kube_namespace: str) -> str:
     """The peering CRDs (once per session's emulator) and the namespace's KopfPeering, as manifests/ install them."""
     api = kube_cluster.api
-    for crd in yaml.safe_load_all((ROOT / "manifests/crd/kopfpeerings.yaml").read_text()):
+    for crd in yaml.safe_load_all((ROOT / "chart/crds/kopfpeerings.yaml").read_text()):
         if api.get("apiextensions.k8s.io/v1", "customresourcedefinitions", None, crd["metadata"]["name"]) is None:
             api.create("apiextensions.k8s.io/v1", "customresourcedefinitions", None, crd)
     api.create("kopf.dev/v1", "kopfpeerings", kube_namespace, {"metadata": {"name": PEERING}})

@@ -1,7 +1,7 @@
 """Spec edits mid-run: what re-renders and what is refused. The vLLM (and tool) Deployments carry a hash of their
 rendered pod template; an edit that changes it (resources, image, vLLM arguments, placement) replaces the template
 at the next phase start (a rolling restart), while Jobs keep the spec they started with. An edit of a field that
-names what the run is (model, revision, data, condition, domain) is refused by the CRD (tests/unit/test_crd_cel.py)
+is part of the experiment (whale.core.mutability: model, schedule, rsft, data, ...) is refused by the CRD
 and, where it got through anyway, by the operator, which leaves the run as it was until the field is set back."""
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ import pytest
 from tests.fixtures.kube import EmulatedCluster, wait_for
 from tests.operator.player import WR
 from tests.operator.test_builders import RUN, STORE, make_spec
+from whale.core.mutability import experiment_changes
 from whale.core.spec import WhaleRunSpec
 from whale_operator import builders, names
-from whale_operator.config import identity_changes
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -35,11 +35,13 @@ def test_the_template_hash_follows_the_pods_and_nothing_else():
     assert more["metadata"]["annotations"][HASH] != first["metadata"]["annotations"][HASH]
 
 
-def test_identity_changes_name_the_fields():
+def test_experiment_changes_name_the_fields():
     base = make_spec()
-    assert identity_changes(base, make_spec(suspend=True, retry={"maxAttempts": 7})) == []
-    moved = WhaleRunSpec.model_validate({**base.to_wire(), "model": {"name": "other", "revision": "r2"}})
-    assert identity_changes(base, moved) == ["spec.model.name", "spec.model.revision"]
+    assert experiment_changes(base, make_spec(suspend=True, retry={"maxAttempts": 7})) == []
+    moved = WhaleRunSpec.model_validate(
+        {**base.to_wire(), "model": {**base.to_wire()["model"], "name": "other", "revision": "r2"}}
+    )
+    assert [c.path for c in experiment_changes(base, moved)] == ["spec.model.name", "spec.model.revision"]
 
 
 def vllm_of(api, namespace: str, run: str) -> dict:
@@ -103,6 +105,29 @@ def test_an_identity_edit_is_refused_by_the_operator_and_undone_by_setting_it_ba
         second = run.wait_job()
         assert second["metadata"]["labels"]["whale.dev/phase"] == "c01-weight"
         assert run.status().get("reason") != "ImmutableFieldChanged"
+
+
+def test_a_store_that_does_not_hold_the_run_is_refused_until_it_does(
+    start_operator, make_run, kube_cluster: EmulatedCluster, kube_namespace: str, tmp_path
+):
+    """spec.storage is execution (it may change mid-run), but the run lives in its store: once its children have
+    run, a store without the run's spec is refused (the run left as it was), and naming the run's store again
+    lets it go on."""
+    api = kube_cluster.api
+    with start_operator():
+        run = make_run("moved")
+        first = run.wait_job()  # the run's children ran: its store holds its spec
+        original = run.wr()["spec"]["storage"]["uri"]
+        elsewhere = f"file://{tmp_path / 'elsewhere'}"
+        api.patch(WR, "whaleruns", kube_namespace, "moved", {"spec": {"storage": {"uri": elsewhere}}})
+        st = wait_for(lambda: run.status().get("reason") == "StoreWithoutRun" and run.status(), what="refusal")
+        assert "holds no spec of this run" in st["message"] and "elsewhere" in st["message"]
+        assert st["phase"] == "Running"
+        api.patch(WR, "whaleruns", kube_namespace, "moved", {"spec": {"storage": {"uri": original}}})
+        run.finish(first)
+        second = run.wait_job()
+        assert second["metadata"]["labels"]["whale.dev/phase"] == "c01-weight"
+        assert run.status().get("reason") != "StoreWithoutRun"
 
 
 def test_a_deployment_without_annotations_is_re_rendered_and_stamped(

@@ -8,11 +8,11 @@ import yaml
 
 from whale.crd import crd, render
 
-COMMITTED = Path(__file__).resolve().parents[2] / "manifests" / "crd" / "whaleruns.yaml"
+COMMITTED = Path(__file__).resolve().parents[2] / "chart" / "crds" / "whaleruns.yaml"
 
 
 def test_committed_crd_matches_the_generator():
-    assert COMMITTED.read_text() == render(), "run `whale crd > manifests/crd/whaleruns.yaml`"
+    assert COMMITTED.read_text() == render(), "run `make crd` (whale crd > chart/crds/whaleruns.yaml)"
 
 
 def _walk(node, path=""):

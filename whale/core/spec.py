@@ -1521,8 +1521,10 @@ class Reason(str, enum.Enum):
     WAITING_FOR_CREDENTIALS = "WaitingForCredentials"
     #: the operator: the run's object store did not answer within the operator's timeouts and retry deadline
     STORE_UNAVAILABLE = "StoreUnavailable"
-    #: the operator: a field that names what the run is changed mid-run (where the CRD's CEL rules did not stop it)
+    #: the operator: a field of the experiment changed mid-run (where the CRD's CEL rules did not stop it)
     IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
+    #: the operator: spec.storage (or resumeFrom) changed mid-run to a store that does not hold the run
+    STORE_WITHOUT_RUN = "StoreWithoutRun"
     #: the local runner stopped before the run ended (the condition's reason says why: the members below)
     INTERRUPTED = "Interrupted"
     RETRIED = "Retried"

@@ -23,8 +23,8 @@ What keeps a run consistent however the runner ends:
   next runner resumes it level-based and clears the condition);
 * ``retry=True`` (``whale run --retry``) puts a Failed run back to Running from its last good state
   (:func:`retry_status`);
-* a manifest may change between runs only in the fields :data:`MUTABLE_ON_RESUME` lists; any other
-  difference is refused, naming each differing field (:func:`spec_changes`);
+* a manifest may change between runs only outside the experiment (``whale.core.mutability``, the rule the
+  operator and the CRD apply too); a change of the experiment is refused, naming each differing field;
 * `whale stop NAME` (``whale.runner.control``): a stop request addressed to this runner's lock is polled
   between decisions and ends the run like a signal, with the reason ``StopRequested``.
 
@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import signal
@@ -65,6 +64,7 @@ from whale.core.alternation import (
     Transition,
     decide,
 )
+from whale.core.mutability import EXECUTION, EXPERIMENT, FieldChange, experiment_changes, spec_changes
 from whale.core.protocol import PhaseMetrics, PhaseProgress, PhaseRequest
 from whale.core.spec import ConditionType, MetaCondition, Reason, RunPhase, WhaleRunSpec, WhaleRunStatus
 from whale.core.state import RunState
@@ -85,19 +85,6 @@ DEFAULT_WORKLOAD_COMMAND = (sys.executable, "-m", "whale.workloads")
 SUPERVISOR_PATH = str(Path(__file__).resolve().with_name("supervise.py"))
 #: the status condition that says the last runner stopped before the run ended
 INTERRUPTED = ConditionType.INTERRUPTED
-#: field paths (camelCase, under ``spec``) a resumed run may change: how the run is carried out, not what
-#: it computes. Everything else names the experiment, so a difference there is refused.
-MUTABLE_ON_RESUME = (
-    "spec.suspend",
-    "spec.retry",
-    "spec.storage",
-    "spec.cluster",
-    "spec.train",
-    "spec.inference.maxConcurrency",
-    "spec.inference.requestTimeoutSeconds",
-    "spec.inference.baseUrl",
-    "spec.data.dataDir",
-)
 #: at most this many differing fields are listed in a refusal
 MAX_LISTED_CHANGES = 20
 #: the running child's log is copied to the store at most this often (and in full when it ends)
@@ -181,59 +168,27 @@ def _shielded() -> Iterator[None]:
 # ----- the manifest on resume -----------------------------------------------------------------------
 
 
-_ABSENT: Any = object()
+def _readable(wire: Any) -> WhaleRunSpec | None:
+    """The stored spec as this version reads it (its defaults filled), or None where it cannot."""
+    try:
+        return WhaleRunSpec.model_validate(wire)
+    except ValidationError:
+        return None
 
 
-@dataclass(frozen=True)
-class SpecChange:
-    """One field that differs between the stored spec and the manifest, by its camelCase path."""
-
-    path: str
-    before: Any
-    after: Any
-
-    @property
-    def mutable(self) -> bool:
-        return any(self.path == p or self.path.startswith((p + ".", p + "[")) for p in MUTABLE_ON_RESUME)
-
-    def __str__(self) -> str:
-        return f"{self.path}: {_show(self.before)} -> {_show(self.after)}"
-
-
-def _show(value: Any) -> str:
-    if value is _ABSENT:
-        return "(unset)"
-    text = json.dumps(value, sort_keys=True) if not isinstance(value, str) else value
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def spec_changes(before: Any, after: Any, path: str = "spec") -> list[SpecChange]:
-    """The fields that differ between two wire specs (camelCase dicts), leaves only, in path order."""
-    if isinstance(before, dict) and isinstance(after, dict):
-        out: list[SpecChange] = []
-        for key in sorted(set(before) | set(after)):
-            out += spec_changes(before.get(key, _ABSENT), after.get(key, _ABSENT), f"{path}.{key}")
-        return out
-    if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
-        return [
-            c for i, (b, a) in enumerate(zip(before, after, strict=True)) for c in spec_changes(b, a, f"{path}[{i}]")
-        ]
-    return [] if before == after else [SpecChange(path, before, after)]
-
-
-def conflict_message(run: str, uri: str, fixed: list[SpecChange]) -> str:
+def conflict_message(run: str, uri: str, fixed: list[FieldChange]) -> str:
     listed = [f"    {c}" for c in fixed[:MAX_LISTED_CHANGES]]
     if len(fixed) > MAX_LISTED_CHANGES:
         listed.append(f"    ... and {len(fixed) - MAX_LISTED_CHANGES} more")
-    may = ", ".join(
-        p + (".*" if p in ("spec.retry", "spec.storage", "spec.cluster", "spec.train") else "")
-        for p in MUTABLE_ON_RESUME
-    )
+    sections = ", ".join(f"spec.{s.value}" for s in EXPERIMENT)
     return (
         f"the store already has a run named {run!r} with a different spec ({uri}); "
-        f"{len(fixed)} field(s) differ that a resumed run may not change:\n" + "\n".join(listed) + "\n"
-        f"Only {may} may change on resume. Restore those fields, or give the manifest another metadata.name "
-        "or use another store to start a new run"
+        f"{len(fixed)} field(s) of the experiment differ, which a resumed run may not change:\n"
+        + "\n".join(listed)
+        + "\n"
+        f"The experiment ({sections}) is what the run computes; only the rest ({', '.join(EXECUTION)}) may change "
+        "on resume. Restore those fields, or give the manifest another metadata.name or use another store to start "
+        "a new run"
     )
 
 
@@ -408,8 +363,8 @@ class LocalRunner:
     terminate_grace_s: float = TERMINATE_GRACE_S
     #: the run lock while :meth:`run` holds it
     lease: Lease | None = None
-    #: manifest fields that changed since the run was started (all of them in MUTABLE_ON_RESUME)
-    changes: list[SpecChange] = field(default_factory=list)
+    #: manifest fields that changed since the run was started (none of them in the experiment)
+    changes: list[FieldChange] = field(default_factory=list)
     #: hears the status and the running child's metrics and progress (see :class:`RunnerView`)
     on_view: Callable[[RunnerView], None] | None = None
     log_sync_interval_s: float = LOG_SYNC_INTERVAL_S
@@ -435,14 +390,20 @@ class LocalRunner:
         self.store.write_json(layout.status_key(self.name), status.to_wire())
 
     def claim(self) -> None:
-        """Record the spec; refuse to resume a run of the same name whose spec differs in a field that may
-        not change (naming each one); record the new spec when only fields that may change differ."""
+        """Record the spec; refuse to resume a run of the same name whose experiment differs (naming each
+        field, :func:`~whale.core.mutability.experiment_changes`); record the new spec when only its execution
+        differs."""
         key = layout.spec_key(self.name)
         wire = self.spec.to_wire()
         existing = self.store.read_json_or_none(key)
         if existing is not None and existing != wire:
-            changes = spec_changes(existing, wire)
-            fixed = [c for c in changes if not c.mutable]
+            stored = _readable(existing)
+            if stored is None:  # written by a version that read specs otherwise: compared as written
+                changes = spec_changes(existing, wire)
+                fixed = [c for c in changes if c.in_experiment]
+            else:
+                changes = spec_changes(stored.to_wire(), wire)
+                fixed = experiment_changes(stored, self.spec)
             if fixed:
                 raise RunConflictError(conflict_message(self.name, self.store.uri_for(key), fixed))
             self.changes = changes
