@@ -231,7 +231,7 @@ class JobLauncher:
         for phase, job in current.items():
             if kueue.needs_started_mark(job):
                 self._annotate(run, job, kueue.started_patch(now))
-            seen_now = kueue.evicted(job) is not None
+            seen_now = kueue.evicted(job) is not None and not job["metadata"].get("deletionTimestamp")
             if seen_now:
                 self._annotate(run, job, kueue.eviction_patch(job))
             child = observe.job_child(job)

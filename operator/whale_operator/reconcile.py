@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from whale.control.observer import StoreObserver
 from whale.core.alternation import ChildState, StartPhase, decide
 from whale.core.layout import PhaseId
-from whale.core.spec import Reason, WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import Reason, RunPhase, WhaleRunSpec, WhaleRunStatus
 from whale.core.state import RunState
 from whale.domain import ToolService
 from whale.store import Store, StoreAuthError, StoreUnavailable
@@ -271,7 +271,10 @@ class Reconciler:
             colocated_training=bool(running)
             and all(builders.colocated_weight(spec, PhaseId.parse(p).kind) for p in running),
         )
-        new = st.with_conditions(new, prev.conditions, view, generation, now, seen.queue)
+        # a run that ended or is suspended now stops its children: nothing of it is queued or admitted any more
+        stopping = new.phase.is_terminal() or new.phase is RunPhase.SUSPENDED
+        queue = st.QueueView(spec.cluster.queue_name, seen.queue.served) if stopping else seen.queue
+        new = st.with_conditions(new, prev.conditions, view, generation, now, queue)
         self.metrics.rollouts.labels(namespace=run.namespace, run=run.name).set(new.rollouts_spent)
         stalled = RunState.from_status(new).stalled()
         self.metrics.stalled.labels(namespace=run.namespace, run=run.name).set(

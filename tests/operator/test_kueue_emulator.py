@@ -113,3 +113,42 @@ def test_a_phase_jobset_starts_its_workload_only_once_its_server_is_ready(
     api.admit(ns, "unit", plural="jobsets")
     resumed = api.get(JS, "jobsets", ns, "unit")
     assert resumed["metadata"]["uid"] == js["metadata"]["uid"] and conds(resumed)["Suspended"]["status"] == "False"
+
+
+def test_a_cluster_without_kueue_says_nothing_will_admit_the_queued_children(tmp_path, monkeypatch):
+    """A fresh emulator without Kueue's API (the session's may have it installed): the operator's own client and
+    launcher find no Workload API, and the Queued condition says so (KueueNotInstalled)."""
+    from tests.fixtures.kube import start_emulator
+    from whale.core.spec import WhaleRunSpec
+    from whale_operator import builders
+    from whale_operator import status as st
+    from whale_operator.children import JobLauncher
+    from whale_operator.kube import KubeClient
+    from whale_operator.metrics import OperatorMetrics
+
+    cluster, stop = start_emulator(tmp_path)
+    try:
+        monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+        cluster.api.create("v1", "namespaces", None, {"metadata": {"name": "ns"}})
+        job = queued_job(cluster.api, "ns", "r-c01-weight-1")
+        spec = WhaleRunSpec.model_validate(
+            {
+                "domain": "synthetic",
+                "condition": "rsft_only",
+                "model": {"name": "m"},
+                "schedule": {"totalSteps": 2},
+                "cluster": {"queueName": "gpu", "admission": "perChild"},
+            }
+        )
+        kube = KubeClient.from_environment()
+        seen = JobLauncher(kube, OperatorMetrics()).observe_children(
+            builders.RunRef("r", "ns", "uid"), spec, {"c01-weight": job}, "2026-12-04T00:00:00Z"
+        )
+        assert not seen.queue.served and seen.queue.waiting == ("Job r-c01-weight-1 waits for admission",)
+        queued = {t: (s, r, m) for t, s, r, m in st.queue_conditions(seen.queue)}["Queued"]
+        assert queued[:2] == ("True", "KueueNotInstalled") and "kueue.x-k8s.io/v1beta1" in queued[2]
+        kube.close()
+    finally:
+        cluster.api.close()
+        stop.set()
+        stop.thread.join(timeout=10)

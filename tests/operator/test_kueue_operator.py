@@ -39,7 +39,7 @@ def event_messages(api: KubeAPI, namespace: str, run: str, reason: str) -> list[
     ]
 
 
-def annotations(api: KubeAPI, namespace: str, name: str, plural: str = "jobs") -> dict[str, str]:
+def annotations_of(api: KubeAPI, namespace: str, name: str, plural: str = "jobs") -> dict[str, str]:
     obj = api.get("batch/v1" if plural == "jobs" else JS, plural, namespace, name) or {}
     return obj.get("metadata", {}).get("annotations") or {}
 
@@ -52,7 +52,7 @@ def admit_and_see_it_run(api: KubeAPI, namespace: str, name: str, plural: str = 
     """Kueue admits the child; the operator marks it started (what tells its next eviction from queueing)."""
     api.admit(namespace, name, plural=plural)
     wait_for(
-        lambda: kueue.STARTED_ANNOTATION in annotations(api, namespace, name, plural), what=f"{name}'s started mark"
+        lambda: kueue.STARTED_ANNOTATION in annotations_of(api, namespace, name, plural), what=f"{name}'s started mark"
     )
 
 
@@ -144,8 +144,10 @@ def test_past_max_evictions_the_run_fails_saying_why(
     assert final["reason"] == "EvictionLimitReached"
     assert "2 times, more than spec.cluster.maxEvictions (1)" in final["message"]
     assert "PodsReadyTimeout: " + timeout in final["message"]
-    failed = {c["type"]: c for c in final["conditions"]}["Failed"]
-    assert failed["status"] == "True" and failed["reason"] == "EvictionLimitReached"
+    cond = {c["type"]: c for c in final["conditions"]}
+    assert cond["Failed"]["status"] == "True" and cond["Failed"]["reason"] == "EvictionLimitReached"
+    # the failed run's children are gone: nothing of it is queued any more
+    assert (cond["Queued"]["status"], cond["Queued"]["reason"]) == ("False", "NoChild")
 
 
 def test_an_evicted_phase_jobset_is_kept_and_resumes(
