@@ -177,3 +177,56 @@ def test_an_evicted_phase_jobset_is_kept_and_resumes(
         admit_and_see_it_run(api, ns, name, plural="jobsets")
         wait_for(lambda: condition_is(run, "Admitted", "True", "Admitted"), what="the same JobSet re-admitted")
         assert api.get(JS, "jobsets", ns, name)["metadata"]["uid"] == start["metadata"]["uid"]
+
+
+def test_an_eviction_costs_one_patch_no_create_and_workload_reads_only_while_suspended(
+    operator_env, kube_cluster: EmulatedCluster, kube_namespace: str, store
+):
+    """The call counts of the eviction path, one Reconciler reconciling again and again with fresh reads: the
+    evicted Job is patched once (the count), no Job is created for it, the Workload is listed only while the Job is
+    suspended (at most once a reconcile), and nothing of it is read or written while it runs."""
+    from tests.operator.conftest import BASE_SPEC, prepared_run
+    from whale_operator.kube import KubeClient
+    from whale_operator.metrics import OperatorMetrics
+    from whale_operator.reconcile import Reconciler
+
+    api, ns, emulator = kube_cluster.api, kube_namespace, kube_cluster.emulator
+    install_kueue(api)
+    spec = {**BASE_SPEC, "storage": {"uri": store.uri}, "cluster": {"queueName": "gpu", "admission": "perChild"}}
+    run = prepared_run(api, store, ns, "counted", spec)
+    kube = KubeClient.from_environment()
+    reconciler = Reconciler(kube, OperatorMetrics())
+
+    def reconciles(n: int) -> list[Any]:
+        before = len(emulator._requests)
+        for _ in range(n):
+            reconciler.reconcile(ns, "counted", False)
+        return emulator._requests[before:]
+
+    def calls(requests: list[Any], method: str, path_part: str) -> int:
+        return sum(1 for r in requests if str(r.method).upper().endswith(method) and path_part in r.url.path)
+
+    def next_job() -> dict[str, Any] | None:
+        found = run.pending_job()  # plays the weight-sync sidecar: acknowledges what the server must serve
+        reconciles(1)
+        return found
+
+    job = wait_for(next_job, what="the first Job")
+    name = job["metadata"]["name"]
+    job_path = f"/jobs/{name}"
+    queued = reconciles(6)
+    assert calls(queued, "POST", "/jobs") == 0 and 1 <= calls(queued, "GET", "/workloads") <= 6
+    api.admit(ns, name)
+    running = reconciles(6)
+    assert calls(running, "PATCH", job_path) == 1  # the started mark, once
+    assert calls(running, "GET", "/workloads") == 0  # admitted and running: Kueue has nothing to say
+    api.evict(ns, name)
+    evicted = reconciles(12)
+    patches = [r for r in evicted if str(r.method).upper().endswith("PATCH") and job_path in r.url.path]
+    assert len(patches) == 1 and kueue.EVICTIONS_ANNOTATION in patches[0].text  # the count, once
+    assert calls(evicted, "POST", "/jobs") == 0 and calls(evicted, "DELETE", "/jobs") == 0
+    assert 1 <= calls(evicted, "GET", "/workloads") <= 12
+    phase = job["metadata"]["labels"][names.LABEL_PHASE]
+    st = run.status()
+    assert st["evictions"] == {phase: 1} and st["attempts"][phase] == 1 and st["failures"] == {}
+    kube.close()
