@@ -231,7 +231,8 @@ class JobLauncher:
         for phase, job in current.items():
             if kueue.needs_started_mark(job):
                 self._annotate(run, job, kueue.started_patch(now))
-            seen_now = kueue.evicted(job) is not None and not job["metadata"].get("deletionTimestamp")
+            own_words = kueue.evicted(job)  # before the count's patch takes the started mark away
+            seen_now = own_words is not None and not job["metadata"].get("deletionTimestamp")
             if seen_now:
                 self._annotate(run, job, kueue.eviction_patch(job))
             child = observe.job_child(job)
@@ -249,7 +250,7 @@ class JobLauncher:
             if seen_now:
                 kind = job["metadata"].get("labels", {}).get(names.LABEL_KIND, "unknown")
                 self.metrics.evictions.labels(kind=kind).inc()
-                words = facts.evicted if facts is not None and facts.evicted else kueue.evicted(job) or ""
+                words = facts.evicted if facts is not None and facts.evicted else own_words or ""
                 evicted.append(Eviction(phase, name, child.evictions, words))
             self.time_job(job, child)
         if spec.cluster.queue_name and not self._kueue_served():
@@ -278,7 +279,7 @@ class JobLauncher:
             )
         except Refused as exc:
             if not self._workloads_refused:
-                log.warning("reading Kueue Workloads was refused (%s): grant get/list on workloads.kueue.x-k8s.io", exc)
+                log.warning("reading Kueue Workloads was refused (%s): grant list on workloads.kueue.x-k8s.io", exc)
             self._workloads_refused = True
             return None
         wl = kueue.workload_of(found, child)

@@ -230,3 +230,41 @@ def test_an_eviction_costs_one_patch_no_create_and_workload_reads_only_while_sus
     st = run.status()
     assert st["evictions"] == {phase: 1} and st["attempts"][phase] == 1 and st["failures"] == {}
     kube.close()
+
+
+def test_without_the_workload_the_eviction_is_told_in_the_childs_own_words(
+    operator_env, kube_cluster: EmulatedCluster, kube_namespace: str, store
+):
+    """No Workload to read (an older chart's RBAC, or Kueue deleted it): the eviction is still counted and kept,
+    and its Event says what the Job says."""
+    from tests.operator.conftest import BASE_SPEC, prepared_run
+    from whale_operator.kube import KubeClient
+    from whale_operator.metrics import OperatorMetrics
+    from whale_operator.reconcile import Reconciler
+
+    api, ns = kube_cluster.api, kube_namespace
+    install_kueue(api)
+    spec = {**BASE_SPEC, "storage": {"uri": store.uri}, "cluster": {"queueName": "gpu", "admission": "perChild"}}
+    run = prepared_run(api, store, ns, "wordless", spec)
+    kube = KubeClient.from_environment()
+    reconciler = Reconciler(kube, OperatorMetrics())
+
+    def next_job() -> dict[str, Any] | None:
+        found = run.pending_job()
+        reconciler.reconcile(ns, "wordless", False)
+        return found
+
+    job = wait_for(next_job, what="the first Job")
+    name = job["metadata"]["name"]
+    workload = api.workload_of(ns, job)
+    assert workload is not None
+    api.delete("kueue.x-k8s.io/v1beta1", "workloads", ns, workload["metadata"]["name"])
+    api.admit(ns, name)
+    reconciler.reconcile(ns, "wordless", False)  # marks it started
+    api.evict(ns, name)
+    outcome = reconciler.reconcile(ns, "wordless", False)
+    assert outcome is not None
+    (event,) = [e for e in outcome.events if e.reason == "Evicted"]
+    assert event.type == "Warning" and f"Job {name} (Job suspended)" in event.message
+    assert list(outcome.status.evictions.values()) == [1] and outcome.status.failures == {}
+    kube.close()
