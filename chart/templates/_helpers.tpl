@@ -59,6 +59,10 @@ mode (Role); manifests/overlays/{cluster,namespaced}/rbac.yaml hold the same */}
 - apiGroups: [jobset.x-k8s.io]
   resources: [jobsets]
   verbs: [get, list, watch, create, delete, patch]
+# under a Kueue queue: the child's Workload, read for why Kueue holds or evicted it (status, Events); never written
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [list]
 # cluster.gangScheduling podGroup: a multi-node train's coscheduling PodGroup (scheduler-plugins)
 - apiGroups: [scheduling.x-k8s.io]
   resources: [podgroups]

@@ -9,6 +9,7 @@ import dataclasses
 import logging
 import secrets
 import time
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -24,11 +25,33 @@ from whale.core.spec import WhaleRunSpec
 from whale.domain import ToolService
 from whale.store import Store
 from whale_operator import builders, kueue, names, observe
+from whale_operator import status as st
 from whale_operator.config import SpecError, store_uri
 from whale_operator.kube import Conflict, KubeClient, Refused, collection_path
 from whale_operator.metrics import OperatorMetrics
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """An eviction the operator saw (and counted) in this reconcile: the Event's matter."""
+
+    phase: str
+    child: str
+    #: the child's evictions so far, this one included
+    count: int
+    #: Kueue's words (the Workload's Evicted condition), else the child's own
+    words: str
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What one reconcile saw of the run's current phase children."""
+
+    children: dict[str, Child]
+    queue: st.QueueView
+    evictions: tuple[Eviction, ...]
 
 
 class ChildRejected(RuntimeError):
@@ -68,11 +91,14 @@ class JobLauncher:
         self.sandbox_runtime = sandbox_runtime
         self.metrics = metrics
         self.clock = clock
-        #: Jobs timed (UID) and evictions counted (UID, time of the Suspended transition)
-        self._timed: set[str | tuple[str, str]] = set()
+        #: Jobs timed (UID)
+        self._timed: set[str] = set()
         self._served_apis: set[str] = set()
         #: fixed children (:func:`_present_key`) -> when they were last found or made
         self._present: dict[str, float] = {}
+        #: whether the cluster serves Kueue's Workload API, and when that was asked
+        self._kueue: tuple[bool, float] | None = None
+        self._workloads_refused = False
 
     def _recently_present(self, manifest: dict[str, Any]) -> bool:
         seen = self._present.get(_present_key(manifest))
@@ -193,24 +219,79 @@ class JobLauncher:
         except Refused as exc:
             raise ChildRejected.of(kind, name, exc) from None
 
-    def observe_children(self, run: builders.RunRef, current: dict[str, dict[str, Any]], now: str) -> dict[str, Child]:
-        """What ``decide`` sees of each phase's current Job (a failed one with its pod's last words); a Job seen
-        running for the first time gets the started mark (what tells a later eviction from queueing: Kueue
-        clears startTime when it evicts)."""
+    def observe_children(
+        self, run: builders.RunRef, spec: WhaleRunSpec, current: dict[str, dict[str, Any]], now: str
+    ) -> Observed:
+        """What ``decide`` sees of each phase's current Job (a failed one with its pod's last words), and what the
+        run's queue shows of them. A child seen running for the first time gets the started mark (what tells a later
+        eviction from queueing: Kueue clears startTime when it evicts); a child seen evicted after that gets the
+        eviction counted on it (:func:`kueue.eviction_patch`) and is kept, for Kueue to re-admit."""
         children: dict[str, Child] = {}
+        evicted: list[Eviction] = []
+        queue = st.QueueView(spec.cluster.queue_name)
         for phase, job in current.items():
             if kueue.needs_started_mark(job):
-                patch = kueue.started_patch(now)
-                self.patch_child(run, job, patch)
-                job["metadata"].setdefault("annotations", {}).update(patch["metadata"]["annotations"])
+                self._annotate(run, job, kueue.started_patch(now))
+            own_words = kueue.evicted(job)  # before the count's patch takes the started mark away
+            seen_now = own_words is not None and not job["metadata"].get("deletionTimestamp")
+            if seen_now:
+                self._annotate(run, job, kueue.eviction_patch(job))
             child = observe.job_child(job)
             if child.state is ChildState.FAILED:
                 pods = self.kube.list("v1", "Pod", run.namespace, observe.pod_selector(job))
                 child = observe.job_child(job, observe.failed_pod_message(pods, builders.WORKER_CONTAINER))
-            child = dataclasses.replace(child, name=f"{observe.child_kind(job)[1]} {job['metadata']['name']}")
+            name = f"{observe.child_kind(job)[1]} {job['metadata']['name']}"
+            facts = self._workload(run, job) if spec.cluster.queue_name and kueue.suspended(job) else None
+            if facts is not None and facts.evicted and child.evictions:
+                child = dataclasses.replace(child, message=f"{observe.EVICTED_WAITING}: {facts.evicted}")
+            child = dataclasses.replace(child, name=name)
             children[phase] = child
+            if spec.cluster.queue_name and child.state is ChildState.RUNNING:
+                queue = queue.with_child(name, job, child, facts)
+            if seen_now:
+                kind = job["metadata"].get("labels", {}).get(names.LABEL_KIND, "unknown")
+                self.metrics.evictions.labels(kind=kind).inc()
+                words = facts.evicted if facts is not None and facts.evicted else own_words or ""
+                evicted.append(Eviction(phase, name, child.evictions, words))
             self.time_job(job, child)
-        return children
+        if spec.cluster.queue_name and not self._kueue_served():
+            queue = dataclasses.replace(queue, served=False)
+        return Observed(children, queue, tuple(evicted))
+
+    def _annotate(self, run: builders.RunRef, child: dict[str, Any], patch: dict[str, Any]) -> None:
+        """Merge-patch the child's annotations, and the copy in hand the same way."""
+        self.patch_child(run, child, patch)
+        held = child["metadata"].setdefault("annotations", {})
+        for key, value in patch["metadata"]["annotations"].items():
+            if value is None:
+                held.pop(key, None)
+            else:
+                held[key] = value
+
+    def _workload(self, run: builders.RunRef, child: dict[str, Any]) -> kueue.WorkloadFacts | None:
+        """Kueue's Workload of a suspended child (why it waits, why it was evicted); None where Kueue made none yet,
+        or the operator may not read Workloads (an older chart's RBAC: the run goes on without Kueue's words)."""
+        uid = child["metadata"].get("uid")
+        if not uid or not self._kueue_served():
+            return None
+        try:
+            found = self.kube.list(
+                kueue.WORKLOAD_API_VERSION, "Workload", run.namespace, f"{kueue.JOB_UID_LABEL}={uid}"
+            )
+        except Refused as exc:
+            if not self._workloads_refused:
+                log.warning("reading Kueue Workloads was refused (%s): grant list on workloads.kueue.x-k8s.io", exc)
+            self._workloads_refused = True
+            return None
+        wl = kueue.workload_of(found, child)
+        return kueue.workload_facts(wl) if wl is not None else None
+
+    def _kueue_served(self) -> bool:
+        """The cluster serves Kueue's Workload API (asked again after :data:`PRESENT_TTL_S`: it may be installed)."""
+        now = self.clock()
+        if self._kueue is None or now - self._kueue[1] >= PRESENT_TTL_S:
+            self._kueue = (self.kube.has_api(kueue.WORKLOAD_API_VERSION), now)
+        return self._kueue[0]
 
     def carry_out(
         self,
@@ -417,17 +498,9 @@ class JobLauncher:
                 )
 
     def time_job(self, job: dict[str, Any], child: Child) -> None:
-        """Observe a finished Job's wall time once (phase_duration, by kind and outcome); count each eviction of a
-        child once (``evictions``: one per Suspended transition, so a child re-admitted and evicted again counts
-        again)."""
+        """Observe a finished Job's wall time once (phase_duration, by kind and outcome)."""
         uid = job["metadata"].get("uid", job["metadata"]["name"])
         kind = job["metadata"].get("labels", {}).get(names.LABEL_KIND, "unknown")
-        if child.state is ChildState.PREEMPTED:
-            when = (kueue.suspended_condition(job) or {}).get("lastTransitionTime", "")
-            if (uid, when) not in self._timed:
-                self._timed.add((uid, when))
-                self.metrics.evictions.labels(kind=kind).inc()
-            return
         if child.state not in (ChildState.SUCCEEDED, ChildState.FAILED):
             return
         if uid in self._timed:

@@ -42,6 +42,7 @@ PLURALS: dict[tuple[str, str], str] = {
     ("resource.k8s.io/v1", "ResourceClaimTemplate"): "resourceclaimtemplates",
     ("jobset.x-k8s.io/v1alpha2", "JobSet"): "jobsets",
     ("scheduling.x-k8s.io/v1alpha1", "PodGroup"): "podgroups",
+    ("kueue.x-k8s.io/v1beta1", "Workload"): "workloads",  # read only: why Kueue holds or evicted a child
     (f"{API_GROUP}/{API_VERSION}", "WhaleRun"): PLURAL,
 }
 REQUEST_TIMEOUT_S = 30

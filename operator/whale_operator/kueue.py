@@ -1,19 +1,32 @@
-"""Reading a child Job the way Kueue leaves it: queued, admitted, or evicted after it had started.
+"""Reading a child Job the way Kueue leaves it: queued, admitted, or evicted after it had started; and Kueue's
+``Workload`` of it, where Kueue writes why (the eviction's reason, why it is not admitted yet).
 
 Kueue admits a Job by unsuspending it and evicts (preempts) one by suspending it again and clearing
 its ``status.startTime`` (Kueue's ``(*Job).Stop``; the Job controller then writes only ``Job suspended``), so "suspended with a start time" misses every real eviction. What survives
 the eviction is what the operator wrote on the Job when it first saw it run: the ``whale.dev/started``
 annotation (:func:`started_patch`). An evicted Job is one that carries it and is suspended again; a
 suspended Job without it is still waiting for admission. A phase JobSet (``cluster.admission: jobSet``) is read
-the same way: Kueue admits and evicts the JobSet as one Workload through its ``spec.suspend``, and its
-``Suspended`` condition carries the reason. Pure: Job (or JobSet) dicts in, facts out.
+the same way: Kueue admits and evicts the JobSet as one Workload through its ``spec.suspend``.
+
+Kueue requeues an evicted Job itself and re-admits the same Job (unsuspends it) when it fits again, so the operator
+keeps it: on seeing an eviction it moves the Job from "started" to "evicted n times" in one patch
+(:func:`eviction_patch`: the started mark goes, ``whale.dev/evictions`` counts), which both counts each eviction
+once and lets the next admission be seen as a new start. Pure: Job (or JobSet, Workload) dicts in, facts out.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any
 
 STARTED_ANNOTATION = "whale.dev/started"
+#: how many times the queue evicted this child (the operator's count, kept on the child it counts)
+EVICTIONS_ANNOTATION = "whale.dev/evictions"
+#: Kueue's Workload API (kubernetes-sigs/kueue ``apis/kueue/v1beta1/workload_types.go``), read only
+WORKLOAD_API_VERSION = "kueue.x-k8s.io/v1beta1"
+#: the label Kueue puts on the Workload of a Job or JobSet: the owner's UID (``pkg/controller/constants``)
+JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
 
 
 def _condition(job: dict[str, Any], type_: str) -> dict[str, Any] | None:
@@ -62,13 +75,71 @@ def started_patch(when: str) -> dict[str, Any]:
 
 
 def evicted(job: dict[str, Any]) -> str | None:
-    """Why the Job was evicted after it had started (the Suspended condition's message), or None.
-
-    Also true for a Job suspended while it still shows a start time (an eviction seen before the Job
-    controller cleared it)."""
-    if not suspended(job):
-        return None
-    if not (marked_started(job) or job.get("status", {}).get("startTime")):
+    """The child's own words (its Suspended condition) when it was evicted after the operator saw it run and the
+    operator has not counted that eviction yet (:func:`eviction_patch`), else None. A Job suspended with a start time
+    but no mark never ran under the operator's eyes: it reads as queued (Kueue clears the start time on eviction)."""
+    if not suspended(job) or not marked_started(job):
         return None
     cond = _condition(job, "Suspended") or {}
     return cond.get("message") or cond.get("reason") or "suspended after it started"
+
+
+def evictions(job: dict[str, Any]) -> int:
+    """How many evictions of this child the operator counted (0 for a malformed count: the count is advisory)."""
+    text = str((job.get("metadata", {}).get("annotations") or {}).get(EVICTIONS_ANNOTATION, "0"))
+    return int(text) if text.isdigit() else 0
+
+
+def eviction_patch(job: dict[str, Any]) -> dict[str, Any]:
+    """The merge patch that counts the eviction :func:`evicted` saw: one more eviction, and the started mark removed
+    (the re-admitted child is marked again when it runs, so its next eviction is seen as new)."""
+    return {"metadata": {"annotations": {STARTED_ANNOTATION: None, EVICTIONS_ANNOTATION: str(evictions(job) + 1)}}}
+
+
+@dataclass(frozen=True)
+class WorkloadFacts:
+    """What Kueue's Workload of a child says (empty strings where it says nothing)."""
+
+    name: str
+    #: ``<reason>: <message>`` of its Evicted condition while True (Preempted, PodsReadyTimeout, InactiveWorkload...)
+    evicted: str = ""
+    #: why it holds no quota yet (the QuotaReserved condition's message while False: "couldn't assign flavors...")
+    pending: str = ""
+    #: the ClusterQueue that admitted it (status.admission.clusterQueue), while Admitted is True
+    admitted_by: str = ""
+    #: when Kueue will requeue it after a back-off (status.requeueState.requeueAt), if it waits for one
+    requeue_at: str = ""
+    #: False when deactivated (spec.active: false, by an admin or Kueue's requeuing limit): Kueue admits it no more
+    active: bool = True
+
+
+def workload_of(workloads: Iterable[dict[str, Any]], child: dict[str, Any]) -> dict[str, Any] | None:
+    """The Workload Kueue made for ``child`` (owned by it), if any."""
+    uid = child.get("metadata", {}).get("uid")
+    for wl in workloads:
+        if any(ref.get("uid") == uid for ref in wl.get("metadata", {}).get("ownerReferences") or ()):
+            return wl
+    return None
+
+
+def workload_facts(workload: dict[str, Any]) -> WorkloadFacts:
+    """The facts of one Workload (kubernetes-sigs/kueue ``workload_types.go``: conditions QuotaReserved, Admitted,
+    Evicted; ``status.admission``, ``status.requeueState``; ``spec.active``)."""
+    status = workload.get("status") or {}
+    evicted = _condition(workload, "Evicted") or {}
+    reserved = _condition(workload, "QuotaReserved") or {}
+    admitted = _condition(workload, "Admitted") or {}
+    return WorkloadFacts(
+        name=workload.get("metadata", {}).get("name", ""),
+        evicted=_words(evicted) if evicted.get("status") == "True" else "",
+        pending=str(reserved.get("message") or "") if reserved.get("status") == "False" else "",
+        admitted_by=str((status.get("admission") or {}).get("clusterQueue") or "")
+        if admitted.get("status") == "True"
+        else "",
+        requeue_at=str((status.get("requeueState") or {}).get("requeueAt") or ""),
+        active=(workload.get("spec") or {}).get("active", True) is not False,
+    )
+
+
+def _words(cond: dict[str, Any]) -> str:
+    return ": ".join(str(p) for p in (cond.get("reason"), cond.get("message")) if p)

@@ -7,7 +7,7 @@ Job                                                        ChildState
 =========================================================  ===========
 ``Complete`` / ``SuccessCriteriaMet`` True                 SUCCEEDED
 ``Failed`` / ``FailureTarget`` True                        FAILED (PREEMPTED if the cause was a disruption)
-suspended after it ran (Kueue eviction/preemption)        PREEMPTED
+suspended after it ran (Kueue eviction/preemption)        RUNNING (kept: Kueue re-admits the same Job), evictions counted
 anything else, including suspended-before-start (queued)   RUNNING
 being deleted                                              RUNNING (it is gone once the delete finishes)
 =========================================================  ===========
@@ -28,6 +28,8 @@ from whale.inference.doorbell import ANNOTATION as DOORBELL_ANNOTATION
 from whale_operator import kueue, names
 
 DISRUPTION = "DisruptionTarget"
+#: how a child the queue evicted and kept reads while it waits to be re-admitted
+EVICTED_WAITING = "evicted by its queue, kept for Kueue to re-admit it"
 
 
 def _true(job: dict[str, Any], *types: str) -> dict[str, Any] | None:
@@ -57,7 +59,8 @@ def pod_selector(child: dict[str, Any]) -> str:
 def jobset_child(jobset: dict[str, Any], pod_message: str = "") -> Child:
     """The ChildState of a phase JobSet, read as :func:`job_child` reads a Job: ``Completed`` (its workload
     succeeded, ``successPolicy``) is SUCCEEDED, ``Failed`` is FAILED, suspended again after the operator saw it run
-    is PREEMPTED (Kueue evicted the whole unit), suspended before that is queued."""
+    is an eviction of the whole unit (kept: Kueue re-admits it and JobSet resumes its Jobs), suspended before that is
+    queued."""
     if jobset.get("metadata", {}).get("deletionTimestamp"):
         return Child(ChildState.RUNNING, "terminating")
     if _true(jobset, "Completed"):
@@ -65,12 +68,7 @@ def jobset_child(jobset: dict[str, Any], pod_message: str = "") -> Child:
     failed = _true(jobset, "Failed")
     if failed:
         return _failed_child(failed, pod_message)
-    why = kueue.evicted(jobset)
-    if why is not None:
-        return Child(ChildState.PREEMPTED, f"suspended after it started ({why})")
-    if kueue.suspended(jobset):
-        return Child(ChildState.RUNNING, "queued: waiting for admission")
-    return Child(ChildState.RUNNING)
+    return _unfinished(jobset)
 
 
 def job_child(job: dict[str, Any], pod_message: str = "") -> Child:
@@ -85,12 +83,18 @@ def job_child(job: dict[str, Any], pod_message: str = "") -> Child:
     failed = _true(job, "Failed", "FailureTarget")
     if failed:
         return _failed_child(failed, pod_message)
-    why = kueue.evicted(job)  # suspended after the operator saw it run (Kueue clears startTime)
-    if why is not None:
-        return Child(ChildState.PREEMPTED, f"suspended after it started ({why})")
-    if kueue.suspended(job):
+    return _unfinished(job)
+
+
+def _unfinished(child: dict[str, Any]) -> Child:
+    """A child that has not ended: running, queued, or evicted and kept for Kueue to re-admit (RUNNING all three:
+    nothing for ``decide`` to start), with the evictions counted on it, the one seen now included."""
+    evictions = kueue.evictions(child) + (kueue.evicted(child) is not None)
+    if kueue.suspended(child) and evictions:
+        return Child(ChildState.RUNNING, f"{EVICTED_WAITING} ({evictions} eviction(s))", evictions=evictions)
+    if kueue.suspended(child):
         return Child(ChildState.RUNNING, "queued: waiting for admission")
-    return Child(ChildState.RUNNING)
+    return Child(ChildState.RUNNING, evictions=evictions)
 
 
 def job_phase(job: dict[str, Any]) -> tuple[str, int] | None:

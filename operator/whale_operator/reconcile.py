@@ -22,7 +22,7 @@ from whale.control.observer import StoreObserver
 from whale.core import layout
 from whale.core.alternation import ChildState, StartPhase, decide
 from whale.core.layout import PhaseId
-from whale.core.spec import Reason, WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import Reason, RunPhase, WhaleRunSpec, WhaleRunStatus
 from whale.core.state import RunState
 from whale.domain import ToolService
 from whale.store import Store, StoreAuthError, StoreUnavailable
@@ -251,7 +251,8 @@ class Reconciler:
         if reads.jobs is None:
             reads.jobs = self.jobs.phase_children(run, spec)  # Jobs, and JobSets with cluster.admission jobSet
         jobs = reads.jobs
-        children = self.jobs.observe_children(run, observe.current_jobs(jobs, prev.attempts), self.clock())
+        seen = self.jobs.observe_children(run, spec, observe.current_jobs(jobs, prev.attempts), self.clock())
+        children = seen.children
         obs = self._observer(store, run.name).observe(prev, children, sizes or {}, now, generation)
         decision = decide(spec, prev, obs)
         running = {p for p, c in children.items() if c.state is ChildState.RUNNING}
@@ -273,7 +274,10 @@ class Reconciler:
             colocated_training=bool(running)
             and all(builders.colocated_weight(spec, PhaseId.parse(p).kind) for p in running),
         )
-        new = st.with_conditions(new, prev.conditions, view, generation, now)
+        # a run that ended or is suspended now stops its children: nothing of it is queued or admitted any more
+        stopping = new.phase.is_terminal() or new.phase is RunPhase.SUSPENDED
+        queue = st.QueueView(spec.cluster.queue_name, seen.queue.served) if stopping else seen.queue
+        new = st.with_conditions(new, prev.conditions, view, generation, now, queue)
         self.metrics.rollouts.labels(namespace=run.namespace, run=run.name).set(new.rollouts_spent)
         stalled = RunState.from_status(new).stalled()
         self.metrics.stalled.labels(namespace=run.namespace, run=run.name).set(
@@ -282,9 +286,14 @@ class Reconciler:
         # a start that found its child already there (or was deferred) is not news
         reported = tuple(a for a in decision.actions if not isinstance(a, StartPhase) or a.phase in created)
         events = st.events(prev, new, reported)
+        limit = spec.cluster.max_evictions
+        events += [st.evicted_event(e.phase, e.child, e.count, e.words, limit) for e in seen.evictions]
         if any(e.reason == "Started" for e in events) and at_pod_here(body_spec, spec):
             events.append(st.Event(st.NORMAL, "SandboxIsolation", SANDBOX_AT_POD))
-        return ReconcileResult(new, events, decision, poll=gated)
+        # a child waiting in the run's queue changes nothing the operator watches while Kueue's words about it do
+        # (its Workload): polled, as is a child just made under the queue (its first reading is a poll away)
+        queued = bool(spec.cluster.queue_name) and bool(created or seen.queue.waiting or seen.queue.evicted)
+        return ReconcileResult(new, events, decision, poll=gated or queued)
 
     def _write_status(
         self, namespace: str, name: str, raw_old: dict[str, Any], new: WhaleRunStatus

@@ -7,14 +7,16 @@ Events that describe what changed between two statuses. No clock: ``now`` is pas
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from whale.core.alternation import Action, Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun
+from whale.core.alternation import Action, Child, Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun
 from whale.core.protocol import PhaseKind
 from whale.core.spec import ConditionType, MetaCondition, Reason, RunPhase, Stage, WhaleRunStatus
 from whale.core.state import NOT_STALLED_REASON, RunState
 from whale.core.state import integrity_condition as core_integrity_condition
+from whale_operator import kueue
 
 #: condition types, in the order they are listed (Interrupted belongs to the local runner)
 INFERENCE_READY = ConditionType.INFERENCE_READY.value
@@ -24,7 +26,19 @@ SUCCEEDED = ConditionType.SUCCEEDED.value
 FAILED = ConditionType.FAILED.value
 REWARD_INTEGRITY = ConditionType.REWARD_INTEGRITY.value
 STALLED = ConditionType.STALLED.value
-CONDITION_TYPES = (INFERENCE_READY, PROGRESSING, SUSPENDED, SUCCEEDED, FAILED, REWARD_INTEGRITY, STALLED)
+QUEUED = ConditionType.QUEUED.value
+ADMITTED = ConditionType.ADMITTED.value
+CONDITION_TYPES = (
+    INFERENCE_READY,
+    PROGRESSING,
+    SUSPENDED,
+    SUCCEEDED,
+    FAILED,
+    REWARD_INTEGRITY,
+    STALLED,
+    QUEUED,
+    ADMITTED,
+)
 
 #: the Progressing condition's reason while a stage runs
 _STAGE_REASON: dict[Stage | None, str] = {
@@ -54,6 +68,78 @@ class InferenceView:
     ready: bool = False
     #: a colocated weight phase runs: it has its own server, and the Deployment is scaled to 0 meanwhile
     colocated_training: bool = False
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """What the operator sees of the run's queue (``spec.cluster.queueName``): its current children as the queue
+    holds them, each in words (``<kind> <name> ...``)."""
+
+    #: the LocalQueue; None: the run names none (nothing is queued)
+    queue: str | None = None
+    #: the cluster serves Kueue's Workload API (False: nothing will admit the run's suspended children)
+    served: bool = True
+    waiting: tuple[str, ...] = ()
+    evicted: tuple[str, ...] = ()
+    admitted: tuple[str, ...] = ()
+
+    def with_child(
+        self, name: str, child_obj: dict[str, Any], child: Child, facts: kueue.WorkloadFacts | None
+    ) -> QueueView:
+        """This view with one more (unfinished) child: waiting, evicted and waiting again, or admitted."""
+        if not kueue.suspended(child_obj):
+            return dataclasses.replace(self, admitted=(*self.admitted, name))
+        said = []
+        if facts is not None and not facts.active:
+            said.append(
+                f"its Workload {facts.name} is deactivated (spec.active false): Kueue admits it again only "
+                "once it is reactivated"
+            )
+        if facts is not None and facts.requeue_at:
+            said.append(f"requeued by Kueue at {facts.requeue_at} (its back-off)")
+        if facts is not None and facts.pending:
+            said.append(f"Kueue: {facts.pending}")
+        if child.evictions:
+            why = facts.evicted if facts is not None and facts.evicted else "Kueue's Workload not read"
+            line = f"{name} evicted {child.evictions} time(s) (last: {why}); kept for Kueue to re-admit"
+            return dataclasses.replace(self, evicted=(*self.evicted, "; ".join([line, *said])))
+        return dataclasses.replace(self, waiting=(*self.waiting, "; ".join([f"{name} waits for admission", *said])))
+
+
+def queue_conditions(view: QueueView | None) -> list[tuple[str, str, str, str]]:
+    """Queued and Admitted from what the operator saw of the run's queue."""
+    if view is None or view.queue is None:
+        text = "spec.cluster.queueName is not set: the run's children are not queued"
+        return [_cond(QUEUED, False, "NoQueue", text), _cond(ADMITTED, False, "NoQueue", text)]
+    if not view.served:
+        text = (
+            f"spec.cluster.queueName {view.queue}: this cluster serves no {kueue.WORKLOAD_API_VERSION} (Kueue is not "
+            "installed), so nothing admits the run's suspended children; install Kueue, or remove queueName"
+        )
+        return [_cond(QUEUED, True, "KueueNotInstalled", text), _cond(ADMITTED, False, "KueueNotInstalled", text)]
+    admitted = _cond(
+        ADMITTED, True, "Admitted", _clip(f"admitted by LocalQueue {view.queue}: {', '.join(view.admitted)}")
+    )
+    if view.evicted:
+        text = _clip("; ".join((*view.evicted, *view.waiting)))
+        return [
+            _cond(QUEUED, True, "Evicted", text),
+            admitted if view.admitted else _cond(ADMITTED, False, "Evicted", text),
+        ]
+    if view.waiting:
+        text = _clip(f"LocalQueue {view.queue}: " + "; ".join(view.waiting))
+        return [
+            _cond(QUEUED, True, "WaitingForAdmission", text),
+            admitted if view.admitted else _cond(ADMITTED, False, "WaitingForAdmission", text),
+        ]
+    if view.admitted:
+        return [_cond(QUEUED, False, "Admitted", admitted[3]), admitted]
+    text = "no phase child exists now"
+    return [_cond(QUEUED, False, "NoChild", text), _cond(ADMITTED, False, "NoChild", text)]
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= 1000 else text[:997] + "..."
 
 
 def _cond(type_: str, ok: bool, reason: str, message: str = "") -> tuple[str, str, str, str]:
@@ -137,13 +223,26 @@ def integrity_condition(status: WhaleRunStatus) -> tuple[str, str, str, str]:
 
 
 def with_conditions(
-    status: WhaleRunStatus, previous: list[MetaCondition], inference: InferenceView, generation: int | None, now: str
+    status: WhaleRunStatus,
+    previous: list[MetaCondition],
+    inference: InferenceView,
+    generation: int | None,
+    now: str,
+    queue: QueueView | None = None,
 ) -> WhaleRunStatus:
     """``status`` with its conditions recomputed; a condition keeps its lastTransitionTime unless its
-    status flipped."""
+    status flipped. ``queue`` None (a reconcile that saw no children): Queued and Admitted stay as they were."""
     before = {c.type: c for c in previous}
     out: list[MetaCondition] = []
-    for type_, st, reason, message in desired_conditions(status, inference):
+    if queue is not None:
+        queued = queue_conditions(queue)
+    else:
+        unseen = _cond(QUEUED, False, "NoChild", "no phase child seen yet")
+        queued = [
+            (c.type, c.status, c.reason, c.message) if (c := before.get(t)) is not None else (t, *unseen[1:])
+            for t in (QUEUED, ADMITTED)
+        ]
+    for type_, st, reason, message in [*desired_conditions(status, inference), *queued]:
         old = before.get(type_)
         since = old.last_transition_time if old is not None and old.status == st and old.last_transition_time else now
         out.append(
@@ -211,6 +310,19 @@ def events(before: WhaleRunStatus, after: WhaleRunStatus, actions: tuple[Action,
         elif isinstance(action, (Finish, Fail, SuspendRun)):
             pass  # covered by the phase transition above
     return out
+
+
+def evicted_event(phase: str, child: str, count: int, words: str, limit: int) -> Event:
+    """The Warning Event of an eviction the operator just counted."""
+    why = f" ({words})" if words else ""
+    return Event(
+        WARNING,
+        "Evicted",
+        _clip(
+            f"{phase}: its queue evicted {child}{why}; kept for Kueue to re-admit (eviction {count}; "
+            f"spec.cluster.maxEvictions {limit})"
+        ),
+    )
 
 
 def merge_patch(old: Any, new: Any) -> Any:

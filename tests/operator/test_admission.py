@@ -315,14 +315,16 @@ def test_a_queued_jobset_waits_and_an_admitted_one_is_marked():
     assert observe.child_kind({"spec": {"template": {}}}) == ("batch/v1", "Job")
 
 
-def test_an_evicted_jobset_is_preempted_not_failed():
+def test_an_evicted_jobset_is_kept_and_its_eviction_counted_not_failed():
     evicted = jobset(
         suspend=True,
         annotations=MARK,
         conditions=[("Suspended", "True", "SuspendedJobs", "jobset is suspended")],  # the JobSet controller's words
     )
+    assert kueue.evicted(evicted) == "jobset is suspended"
     child = observe.job_child(evicted)
-    assert child.state is ChildState.PREEMPTED and "jobset is suspended" in child.message
+    # kept for Kueue to re-admit (JobSet resumes its Jobs): nothing for decide() to start, one eviction counted
+    assert child.state is ChildState.RUNNING and child.evictions == 1
 
 
 def test_a_finished_jobset_succeeds_or_fails():
@@ -363,6 +365,20 @@ def test_the_operator_may_manage_jobsets_and_create_pod_groups(overlay):
         assert ("jobset.x-k8s.io", "jobsets", verb) in held, verb
     assert ("scheduling.x-k8s.io", "podgroups", "create") in held
     assert ("batch", "jobs", "patch") in held
+
+
+@pytest.mark.parametrize("overlay", ["cluster", "namespaced"])
+def test_the_operator_may_list_kueue_workloads_and_nothing_more(overlay):
+    """The eviction's reason is on Kueue's Workload: the operator lists them (by the owner's UID label) and never
+    writes one (it leaves requeueing and deactivation to Kueue and the admins)."""
+    from tests.operator.test_packaging import bound_to_operator
+
+    held = {
+        verb
+        for group, resource, verb in bound_to_operator(overlay)
+        if (group, resource) == ("kueue.x-k8s.io", "workloads")
+    }
+    assert held == {"list"}
 
 
 def test_inference_is_ready_when_a_running_phase_jobset_has_its_server_ready():

@@ -1,7 +1,8 @@
 """cluster.admission jobSet through the real operator (kopf) against the API emulator, with JobSet's real CRD
 installed: under a Kueue queue every phase is one JobSet, created suspended, carrying its own vLLM server and its
-workload; no run-wide vLLM Deployment exists; an eviction of the admitted unit retries the phase from its last
-checkpoint without spending the failure budget; the workload's completion completes the phase.
+workload; no run-wide vLLM Deployment exists; an eviction of the admitted unit keeps it for Kueue to re-admit, and
+the phase resumes from its last checkpoint without spending the failure budget; the workload's completion completes
+the phase.
 
 The emulator runs no controllers: the test plays Kueue (unsuspend = admit, suspend again = evict), the JobSet
 controller (its status) and the workloads (tests/operator/player.py writes their outputs)."""
@@ -49,56 +50,15 @@ def wait_jobset(api: KubeAPI, namespace: str, name: str) -> dict[str, Any]:
 
 
 def admit(api: KubeAPI, namespace: str, name: str) -> None:
-    """Kueue admits the Workload (unsuspends the JobSet); JobSet starts the server, then the workload."""
-    api.patch(JS, "jobsets", namespace, name, {"spec": {"suspend": False}})
-    api.patch(
-        JS,
-        "jobsets",
-        namespace,
-        name,
-        {
-            "status": {
-                "conditions": [{"type": "Suspended", "status": "False", "reason": "ResumeJobs", "message": ""}],
-                "replicatedJobsStatus": [
-                    {"name": "inference", "ready": 1, "active": 1, "succeeded": 0, "failed": 0, "suspended": 0},
-                    {"name": "workload", "ready": 0, "active": 1, "succeeded": 0, "failed": 0, "suspended": 0},
-                ],
-            }
-        },
-        sub="status",
-    )
+    """Kueue admits the Workload (unsuspends the JobSet); JobSet starts the server, then (``dependsOn``, once the
+    server is Ready) the workload: the emulator's Kueue and JobSet (tests/fixtures/kube.py)."""
+    api.admit(namespace, name, plural="jobsets")
+    api.server_ready(namespace, name)
 
 
 def evict(api: KubeAPI, namespace: str, name: str) -> None:
-    """Kueue evicts the Workload: it suspends the JobSet again; the JobSet controller suspends (does not delete) its
-    Jobs, keeps their per-job status and says so in its own words (kubernetes-sigs/jobset
-    ``pkg/controllers/jobset_controller.go``, ``suspendJobs``; ``pkg/constants``: ``SuspendedJobs`` /
-    ``jobset is suspended``). The eviction's reason is on Kueue's Workload, never on the JobSet."""
-    api.patch(JS, "jobsets", namespace, name, {"spec": {"suspend": True}})
-    api.patch(
-        JS,
-        "jobsets",
-        namespace,
-        name,
-        {
-            "status": {
-                "conditions": [
-                    {
-                        "type": "Suspended",
-                        "status": "True",
-                        "reason": "SuspendedJobs",
-                        "message": "jobset is suspended",
-                        "lastTransitionTime": now_rfc3339(),
-                    }
-                ],
-                "replicatedJobsStatus": [
-                    {"name": "inference", "ready": 0, "active": 0, "succeeded": 0, "failed": 0, "suspended": 1},
-                    {"name": "workload", "ready": 0, "active": 0, "succeeded": 0, "failed": 0, "suspended": 1},
-                ],
-            }
-        },
-        sub="status",
-    )
+    """Kueue evicts the Workload: the JobSet is suspended and kept, its Jobs suspended (tests/fixtures/kube.py)."""
+    api.evict(namespace, name, plural="jobsets")
 
 
 def complete(api: KubeAPI, namespace: str, name: str) -> None:
@@ -206,19 +166,18 @@ def test_a_phase_is_one_jobset_admitted_whole(
         run.checkpoint(1)  # the workload saved step 1 before Kueue preempted the unit
 
         evict(api, ns, weight)
-        retried = wait_jobset(api, ns, "unit-c01-weight-2")
-        assert retried["spec"]["suspend"] is True  # back in the queue, as one unit again
-        wait_for(lambda: weight not in jobsets(api, ns, "unit"), what="the evicted attempt's JobSet to go")
-        st = wait_for(lambda: run.status() if run.status().get("preemptions") == 1 else None, what="preemptions=1")
-        assert st["failures"] == {} and st["attempts"]["c01-weight"] == 2  # no failure budget spent
-        second = parse_request(run.store.read_json(layout.request_key("unit", "c01-weight")))
-        # the same phase again: its workload continues from the phase's last checkpoint and resume state in the
-        # store (whale.rsft.phase), so the request is the first attempt's, one attempt later
-        assert second.attempt == 2 and second.weight == req.weight
-        run.handled.add(weight)
+        st = wait_for(lambda: run.status() if run.status().get("evictions") else None, what="the eviction counted")
+        # kept for Kueue to re-admit: no new attempt, no failure budget spent, the same JobSet back in the queue
+        assert st["evictions"] == {"c01-weight": 1} and st["failures"] == {} and st["attempts"]["c01-weight"] == 1
+        assert sorted(jobsets(api, ns, "unit")) == sorted([start, weight])
+        assert api.get(JS, "jobsets", ns, weight)["spec"]["suspend"] is True
+        # re-admitted, its workload continues from the phase's last checkpoint and resume state in the store
+        # (whale.rsft.phase): the request is the one it started with
+        again = parse_request(run.store.read_json(layout.request_key("unit", "c01-weight")))
+        assert again.attempt == 1 and again.weight == req.weight
 
         # the workload's completion completes the phase; the run goes on, every phase a JobSet
-        finish_phase(run, api, ns, "unit-c01-weight-2")
+        finish_phase(run, api, ns, weight)
         for _ in range(40):
             st = run.status()
             if st.get("phase") in ("Succeeded", "Failed"):
@@ -230,7 +189,7 @@ def test_a_phase_is_one_jobset_admitted_whole(
             if isinstance(name, str):
                 finish_phase(run, api, ns, name)
         st = wait_for(lambda: run.status() if run.status().get("phase") == "Succeeded" else None, what="Succeeded")
-        assert st["failures"] == {} and st["preemptions"] == 1
+        assert st["failures"] == {} and st["evictions"] == {"c01-weight": 1} and st.get("preemptions", 0) == 0
         assert run.jobs() == [] and api.get("apps/v1", "deployments", ns, names.inference_name("unit")) is None
 
 

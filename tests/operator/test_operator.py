@@ -7,8 +7,6 @@ the objects, status, conditions and events through the API.
 from __future__ import annotations
 
 import base64
-import socket
-import urllib.request
 
 import pytest
 
@@ -208,50 +206,6 @@ def test_failed_train_job_is_retried_then_fails_the_run(start_operator, make_run
     assert "c01-weight" in cond["Failed"]["message"]
     assert ("Warning", "PhaseRetried") in seen and ("Warning", "Failed") in seen
     assert "flaky-c01-weight-3" not in run.job_names()
-
-
-def test_preempted_job_is_restarted_without_counting_a_failure(
-    start_operator, make_run, kube_cluster, kube_namespace, monkeypatch
-):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    monkeypatch.setenv("WHALE_OPERATOR_METRICS_PORT", str(port))
-    api = kube_cluster.api
-    with start_operator():
-        run = make_run("preempt")
-        run.finish(run.wait_job())
-        first = run.wait_job()
-        assert first["metadata"]["name"] == "preempt-c01-weight-1"
-        # admitted and running: the operator marks it (what survives the eviction's clearing of startTime)
-        api.start_job(kube_namespace, "preempt-c01-weight-1")
-        wait_for(
-            lambda: (
-                "whale.dev/started"
-                in (
-                    api.get("batch/v1", "jobs", kube_namespace, "preempt-c01-weight-1")["metadata"].get("annotations")
-                    or {}
-                )
-            ),
-            what="the started mark",
-        )
-        evicted = api.preempt_job(kube_namespace, "preempt-c01-weight-1")
-        assert "startTime" not in evicted["status"]  # Kubernetes' view of a suspended Job
-        second = run.wait_job()
-        assert second["metadata"]["name"] == "preempt-c01-weight-2"
-        # the superseded attempt is deleted: it must not come back when the queue re-admits it
-        wait_for(lambda: "preempt-c01-weight-1" not in run.job_names(), what="the preempted Job to go")
-        st = wait_for(lambda: run.status() if run.status().get("preemptions") == 1 else None, what="preemptions=1")
-        assert st["failures"] == {} and st["attempts"]["c01-weight"] == 2
-        # counted apart from failures, once (the alert WhalePhaseEvicted reads it)
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
-            text = answer.read().decode()
-        assert 'whale_operator_evictions_total{kind="weight"} 1.0' in text
-        assert 'outcome="Preempted"' not in text and 'outcome="Failed"' not in text
-        wait_for(lambda: ("Warning", "Preempted") in events(api, kube_namespace, "preempt"), what="Preempted")
-        # the retried attempt resumes and the run goes on
-        final = run.play_to_end()
-    assert final["phase"] == "Succeeded"
 
 
 def test_suspend_and_resume(start_operator, make_run, kube_cluster, kube_namespace):

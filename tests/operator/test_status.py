@@ -37,7 +37,9 @@ def job(conditions=(), suspend=False, started=False, deleting=False, phase="c01-
             ChildState.PREEMPTED,
         ),
         (job([("Suspended", "JobSuspended", "Job suspended")], suspend=True), ChildState.RUNNING),  # queued
-        (job([("Suspended", "JobSuspended", "Job suspended")], suspend=True, started=True), ChildState.PREEMPTED),
+        # suspended with a start time the operator never saw it run with: queued (only the started mark tells an
+        # eviction, and an evicted Job is kept anyway: tests/operator/test_kueue.py)
+        (job([("Suspended", "JobSuspended", "Job suspended")], suspend=True, started=True), ChildState.RUNNING),
         (job([("Complete", "", "")], deleting=True), ChildState.RUNNING),
     ],
 )
@@ -126,3 +128,59 @@ def test_status_merge_patch_clears_removed_fields():
     new = {"phase": "Running", "attempts": {"a": 2}, "best": {"k": 8}}
     assert st.merge_patch(old, new) == {"activePhase": None, "attempts": {"a": 2}, "best": {"harness": None}}
     assert st.merge_patch(new, new) == {}
+
+
+def queue_conds(view):
+    return {t: (s, r, m) for t, s, r, m in st.queue_conditions(view)}
+
+
+def test_queued_and_admitted_follow_the_run_s_queue():
+    no_queue = queue_conds(st.QueueView(None))
+    assert no_queue["Queued"][:2] == ("False", "NoQueue") and no_queue["Admitted"][:2] == ("False", "NoQueue")
+    absent = queue_conds(st.QueueView("gpu", served=False))
+    assert absent["Queued"][:2] == ("True", "KueueNotInstalled") and "install Kueue" in absent["Queued"][2]
+    waiting = queue_conds(st.QueueView("gpu", waiting=("Job r-c01-weight-1 waits for admission; Kueue: no quota",)))
+    assert waiting["Queued"][:2] == ("True", "WaitingForAdmission") and "Kueue: no quota" in waiting["Queued"][2]
+    assert waiting["Admitted"][:2] == ("False", "WaitingForAdmission")
+    admitted = queue_conds(st.QueueView("gpu", admitted=("Job r-c01-weight-1",)))
+    assert admitted["Queued"][:2] == ("False", "Admitted") and admitted["Admitted"][:2] == ("True", "Admitted")
+    assert "LocalQueue gpu" in admitted["Admitted"][2]
+    evicted = queue_conds(st.QueueView("gpu", evicted=("Job r-c01-weight-1 evicted 1 time(s) (last: Preempted)",)))
+    assert evicted["Queued"][:2] == ("True", "Evicted") and evicted["Admitted"][:2] == ("False", "Evicted")
+    # an evaluation admitted while the weight phase waits again: both true, the eviction said
+    both = queue_conds(st.QueueView("gpu", evicted=("Job w evicted",), admitted=("Job e",)))
+    assert both["Queued"][:2] == ("True", "Evicted") and both["Admitted"][:2] == ("True", "Admitted")
+    idle = queue_conds(st.QueueView("gpu"))
+    assert idle["Queued"][:2] == ("False", "NoChild") and idle["Admitted"][:2] == ("False", "NoChild")
+    long = queue_conds(st.QueueView("gpu", waiting=("x" * 5000,)))
+    assert len(long["Queued"][2]) == 1000
+
+
+def test_a_queue_view_reads_each_child_as_the_queue_holds_it():
+    from whale.core.alternation import Child
+    from whale_operator import kueue
+
+    suspended = {"metadata": {"name": "j"}, "spec": {"suspend": True}, "status": {}}
+    running = {"metadata": {"name": "j"}, "spec": {"suspend": False}, "status": {"active": 1}}
+    facts = kueue.WorkloadFacts(
+        "job-j-1", evicted="Preempted: to accommodate w", pending="insufficient quota", requeue_at="T", active=False
+    )
+    view = st.QueueView("gpu").with_child("Job j", running, Child(ChildState.RUNNING), None)
+    assert view.admitted == ("Job j",)
+    view = view.with_child("Job k", suspended, Child(ChildState.RUNNING, evictions=2), facts)
+    (line,) = view.evicted
+    assert "Job k evicted 2 time(s) (last: Preempted: to accommodate w)" in line
+    assert "deactivated" in line and "requeued by Kueue at T" in line and "insufficient quota" in line
+    view = view.with_child("Job l", suspended, Child(ChildState.RUNNING), None)
+    assert view.waiting == ("Job l waits for admission",)
+
+
+def test_without_a_queue_view_the_queue_conditions_stay_as_they_were():
+    first = st.with_conditions(
+        WhaleRunStatus(), [], st.InferenceView(False), 1, "t0", st.QueueView("gpu", waiting=("Job j waits",))
+    )
+    kept = st.with_conditions(first, first.conditions, st.InferenceView(False), 1, "t1")
+    cond = {c.type: c for c in kept.conditions}
+    assert cond["Queued"].status == "True" and cond["Queued"].last_transition_time == "t0"
+    fresh = st.with_conditions(WhaleRunStatus(), [], st.InferenceView(False), 1, "t0")
+    assert {c.type: c.reason for c in fresh.conditions}["Queued"] == "NoChild"

@@ -27,7 +27,9 @@ Semantics (REFERENCE.md, "the seed's alternation loop"):
 * RSFT steps that kept no trajectory are counted (``emptySteps``, ``lastEmptyStep``): the running
   phase's from its metrics lines (``kept: 0``), a finished phase's from its result.
 * A failed attempt is retried with a new attempt number until ``retry.maxAttempts`` failures;
-  a preempted attempt is retried without counting as a failure.
+  a preempted attempt is retried without counting as a failure. An attempt its queue evicted is kept (Kueue
+  re-admits the same child): its evictions are counted (``status.evictions``), and one more than
+  ``cluster.maxEvictions`` fails the run.
 """
 
 from __future__ import annotations
@@ -90,6 +92,9 @@ class Child:
     message: str = ""
     #: what the child is, for a person (``Job <name>``, ``process <pid>``); the Stalled message names it
     name: str = ""
+    #: times its queue (Kueue) evicted this child and kept it for re-admission (the operator's count on the child;
+    #: 0 where nothing queues)
+    evictions: int = 0
 
 
 ABSENT = Child(ChildState.ABSENT)
@@ -387,6 +392,10 @@ class _Machine:
         """Start, retry or leave the child of ``phase``. False when the run failed."""
         key = phase.key
         child = self.child(key)
+        self.state, too_many = counted_evictions(self.state, self.spec, key, child)
+        if too_many is not None:
+            self.fail(Reason.EVICTION_LIMIT, too_many)
+            return False
         if child.state is ChildState.RUNNING:
             return True
         if child.state is ChildState.PREEMPTED:
@@ -676,6 +685,21 @@ def integrity_status(phase: str, result: HarnessPhaseResult) -> tuple[IntegrityF
     )
 
 
+def counted_evictions(state: RunState, spec: WhaleRunSpec, key: str, child: Child) -> tuple[RunState, str | None]:
+    """``state`` with the evictions of ``key``'s current child; the failure message when there were more than
+    ``cluster.maxEvictions``."""
+    state = state.with_evictions(key, child.evictions)
+    limit = spec.cluster.max_evictions
+    if child.evictions <= limit:
+        return state, None
+    which = f"{child.name} " if child.name else ""
+    last = f"; last: {child.message}" if child.message else ""
+    return state, (
+        f"phase {key}: its queue evicted {which}{child.evictions} times, more than spec.cluster.maxEvictions "
+        f"({limit}){last}; raise the limit, or give the queue's ClusterQueue the quota the run needs"
+    )
+
+
 # ----- data preparation ---------------------------------------------------------------------------
 
 
@@ -687,6 +711,10 @@ def _prepare(spec: WhaleRunSpec, status: WhaleRunStatus, obs: Observations) -> T
     key = phase.key
     state = RunState.from_status(status).with_generation(obs.generation).with_first_attempt(key)
     child = obs.children.get(key, ABSENT)
+    state, too_many = counted_evictions(state, spec, key, child)
+    if too_many is not None:
+        state = state.refused(Reason.EVICTION_LIMIT, too_many, obs.generation, obs.now)
+        return Transition(watch_progress(state, spec, obs).to_status(), (Fail(Reason.EVICTION_LIMIT, too_many),))
     actions: list[Action] = []
     domain = f"the splits of domain {spec.domain!r}"
     after_failure = ""

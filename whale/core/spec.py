@@ -1174,6 +1174,11 @@ DEFAULT_ACTIVE_DEADLINE_S = 7 * 24 * 3600
 DEFAULT_FINISHED_TTL_S = 7 * 24 * 3600
 
 
+#: evictions of one phase attempt the run tolerates under a queue (``cluster.maxEvictions``): not the paper's (it ran
+#: on dedicated GPUs), a cluster setting
+DEFAULT_MAX_EVICTIONS = 10
+
+
 class Lifecycle(_Model):
     """How long children live."""
 
@@ -1195,6 +1200,12 @@ class Cluster(_Model):
     images: Images = Images()
     queue_name: QueueName | None = Field(
         None, description="Kueue LocalQueue; labels every Job, phase JobSet (see admission) and Deployment"
+    )
+    max_evictions: Annotated[int, Strict(), Field(ge=0, le=1000)] = Field(
+        DEFAULT_MAX_EVICTIONS,
+        description="under a queue: how many times Kueue may evict one attempt of a phase (preemption, a "
+        "waitForPodsReady timeout, a stopped queue) and re-admit the same Job; one eviction more fails the run "
+        "(reason EvictionLimitReached). Kueue's own requeuing back-off spaces the re-admissions (docs/operator.md)",
     )
     priority_class_name: K8sName | None = None
     node_selector: dict[QualifiedName, LabelValue] = Field(default_factory=dict, max_length=64)
@@ -1525,6 +1536,8 @@ class Reason(str, enum.Enum):
     IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
     #: the operator: spec.storage (or resumeFrom) changed mid-run to a store that does not hold the run
     STORE_WITHOUT_RUN = "StoreWithoutRun"
+    #: the operator: Kueue evicted one attempt of a phase more than ``spec.cluster.maxEvictions`` times
+    EVICTION_LIMIT = "EvictionLimitReached"
     #: the local runner stopped before the run ended (the condition's reason says why: the members below)
     INTERRUPTED = "Interrupted"
     RETRIED = "Retried"
@@ -1552,6 +1565,11 @@ class ConditionType(str, enum.Enum):
     #: the operator: the API server refused to create or update one of the run's children (present only while
     #: it does: the reason is the HTTP status' name, the message names the child and the server's words)
     CHILD_CREATE_FAILED = "ChildCreateFailed"
+    #: the operator, under a queue: True while a phase's child waits for Kueue to admit it (first, or again after
+    #: an eviction: the reason says which, the message gives Kueue's words)
+    QUEUED = "Queued"
+    #: the operator, under a queue: True while a phase's child runs admitted by Kueue
+    ADMITTED = "Admitted"
 
 
 class BestEval(_Model):
@@ -1649,7 +1667,12 @@ class WhaleRunStatus(_Model):
     completed_phases: list[str] = Field(default_factory=list, description="main phases done, in order")
     attempts: dict[str, int] = Field(default_factory=dict, description="current attempt number per phase")
     failures: dict[str, int] = Field(default_factory=dict, description="failed attempts per phase")
-    preemptions: NonNegInt = 0
+    preemptions: NonNegInt = Field(0, description="attempts replaced after the cluster disrupted them (no failure)")
+    evictions: dict[str, int] = Field(
+        default_factory=dict,
+        description="times Kueue evicted the current attempt of each phase (the same Job is kept and re-admitted; "
+        "more than spec.cluster.maxEvictions fails the run)",
+    )
     stop_requested: list[str] = Field(default_factory=list, description="phases asked to stop early")
     rollouts_completed: NonNegInt = Field(0, description="training rollouts of finished phases")
     rollouts_spent: NonNegInt = Field(0, description="training rollouts so far (finished + running phases)")

@@ -58,6 +58,7 @@ class RunState:
     attempts: Mapping[str, int] = field(default_factory=dict)
     failures: Mapping[str, int] = field(default_factory=dict)
     preemptions: int = 0
+    evictions: Mapping[str, int] = field(default_factory=dict)
     stop_requested: tuple[str, ...] = ()
     rollouts_completed: int = 0
     rollouts_spent: int = 0
@@ -85,7 +86,7 @@ class RunState:
         values = {f.name: getattr(status, f.name) for f in fields(cls)}
         for name in ("completed_phases", "stop_requested", "evals", "integrity_flags", "conditions"):
             values[name] = tuple(values[name])
-        for name in ("attempts", "failures"):
+        for name in ("attempts", "failures", "evictions"):
             values[name] = dict(values[name])
         return cls(**values)
 
@@ -279,14 +280,29 @@ class RunState:
 
     def with_preemption(self, phase: str) -> RunState:
         """A preempted attempt: a new attempt that does not count as a failure."""
-        return replace(self, preemptions=self.preemptions + 1, attempts=_inc(self.attempts, phase, start=1))
+        new = replace(self, preemptions=self.preemptions + 1, attempts=_inc(self.attempts, phase, start=1))
+        return new._new_attempt_evictions(phase)
 
     def with_failure(self, phase: str) -> RunState:
         """One more failed attempt of ``phase`` (the caller decides whether it is retried)."""
         return replace(self, failures=_inc(self.failures, phase))
 
     def with_retry(self, phase: str, message: str) -> RunState:
-        return replace(self, attempts=_inc(self.attempts, phase, start=1), message=message)
+        new = replace(self, attempts=_inc(self.attempts, phase, start=1), message=message)
+        return new._new_attempt_evictions(phase)
+
+    def with_evictions(self, phase: str, count: int) -> RunState:
+        """The current attempt of ``phase`` has been evicted ``count`` times by its queue (what its child carries:
+        level-based, so seeing the same child again changes nothing; a count never goes down within an attempt)."""
+        if count <= self.evictions.get(phase, 0):
+            return self
+        return replace(self, evictions={**self.evictions, phase: count})
+
+    def _new_attempt_evictions(self, phase: str) -> RunState:
+        """A new attempt is a new child, evicted no time yet."""
+        if phase not in self.evictions:
+            return self
+        return replace(self, evictions={k: v for k, v in self.evictions.items() if k != phase})
 
     # --- the main (weight / harness) phases ---
     def entered(self, phase: PhaseId) -> RunState:
