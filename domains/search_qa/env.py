@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from search_qa import tool
-from search_qa.verifier import judged_score, last_answer, score
+from search_qa.verifier import judged_answer, judged_score, last_answer, score
 from whale.domain import DomainError, Environment, Retriever, StepResult, UnknownToolError
 
 if TYPE_CHECKING:
@@ -64,7 +64,8 @@ class SearchEnvironment(Environment):
         """The final reply: text, or ``{"answer": text}``. Ends the episode."""
         text = action.get("answer") if isinstance(action, dict) else action
         self.final_reply = "" if text is None else str(text)
-        answer = last_answer(self.final_reply)
+        # what the verifier grades: the judge pairs the answer tags as the reference's judge, EM as verl's EM
+        answer = judged_answer(self.final_reply) if self._judge is not None else last_answer(self.final_reply)
         return StepResult(
             observation={"answer": answer},
             done=True,
@@ -84,8 +85,8 @@ class SearchEnvironment(Environment):
 
     def _resolved(self) -> Retriever:
         if hasattr(self._retriever, "search"):
-            return self._retriever  # type: ignore[return-value]
-        return self._retriever()  # type: ignore[operator]
+            return self._retriever
+        return self._retriever()
 
     def _cuts_tokens(self) -> bool:
         """Whether the retriever cuts in the policy's tokens (a service started with ``--tokenizer``)."""
