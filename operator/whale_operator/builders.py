@@ -364,6 +364,8 @@ def workload_env(
     if request.kind is PhaseKind.HARNESS and key is not None:
         env.append(secret_key_env(key.env or "WHALE_PROPOSER_API_KEY", key))
     env += judge_key_env(spec)
+    if request.kind is PhaseKind.WEIGHT:  # the trainer loads spec.model (a Hub id at the first phase)
+        env += hf_token_env(spec)
     return env
 
 
@@ -371,6 +373,18 @@ def secret_key_env(env_name: str, ref: SecretKey) -> dict[str, Any]:
     """One key of a Secret the spec names, as an environment variable (by reference: the value never enters a
     manifest)."""
     return {"name": env_name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+
+
+#: the variable huggingface_hub reads its token from
+HF_TOKEN_ENV = "HF_TOKEN"
+
+
+def hf_token_env(spec: WhaleRunSpec) -> list[dict[str, Any]]:
+    """``spec.model.hfTokenSecret`` as ``HF_TOKEN`` (by reference), for a container that downloads the policy
+    model or its tokenizer from the Hub: the weight fetchers, the weight Job, the retriever's fetch-tokenizer.
+    Never a pod or sandbox that runs untrusted code without a wall between (docs/security.md)."""
+    ref = spec.model.hf_token_secret
+    return [] if ref is None else [secret_key_env(HF_TOKEN_ENV, ref)]
 
 
 def judge_key_env(spec: WhaleRunSpec) -> list[dict[str, Any]]:
@@ -819,6 +833,7 @@ def inference_deployment(
         {"name": "HOME", "value": "/tmp"},
         {"name": "WHALE_RUN", "value": run.name},
         *storage_env(spec),
+        *hf_token_env(spec),  # they download spec.model from the Hub
     ]
     env_from = storage_env_from(spec)
     mounts = [{"name": "models", "mountPath": MODELS_DIR}]
@@ -1063,7 +1078,11 @@ def policy_tokenizer_container(spec: WhaleRunSpec, tool: ToolService) -> dict[st
         "imagePullPolicy": spec.cluster.images.pull_policy,
         "command": cmd,
         # the hub's metadata and caches on the pod's volume: the image's home is not this user's
-        "env": [{"name": "HF_HOME", "value": f"{TOKENIZER_DIR}/hf"}, {"name": "HOME", "value": "/tmp"}],
+        "env": [
+            {"name": "HF_HOME", "value": f"{TOKENIZER_DIR}/hf"},
+            {"name": "HOME", "value": "/tmp"},
+            *hf_token_env(spec),  # a gated model's tokenizer; the service container itself gets none
+        ],
         "volumeMounts": [{"name": TOKENIZER_VOLUME, "mountPath": TOKENIZER_DIR}],
         "resources": HELPER_RESOURCES,
         "securityContext": restricted_container_security_context(),
@@ -1507,6 +1526,7 @@ def colocated_train_job(
             {"name": "HF_HOME", "value": f"{MODELS_DIR}/hf"},
             {"name": "WHALE_RUN", "value": run.name},
             *storage_env(spec),
+            *hf_token_env(spec),
         ],
         "volumeMounts": mounts,
         "resources": HELPER_RESOURCES,
