@@ -4,8 +4,9 @@ trajectories), put into the agent's workspace as plain files.
 
 ``proto/`` in the workspace holds the harness API (``whale/harness/api.py``, standard library only, so any
 ``python3`` imports it with ``proto/`` on ``sys.path``), the domain's standard-library tool code
-(``Domain.prototype_modules``: search_qa's ``search_qa/tool.py``, the search tool's answer, the very file its
-environment runs, and ``whale/tools/passage_row.py``, how a retriever's row is read), the incoming harness (``incoming.py``), the D_harness tasks as the harness sees them
+(``Domain.prototype_modules``: search_qa's ``search_qa/tool.py`` and math_reasoning's ``math_reasoning/tool.py``,
+each tool's answer, the very file its environment runs, and ``whale/tools/passage_row.py``, how a retriever's row
+is read), the incoming harness (``incoming.py``), the D_harness tasks as the harness sees them
 (``tasks.jsonl``: ``Environment.reset()`` of each item — no gold answer, no test item), ``tools.py`` (the domain's tool services over HTTP, standard library only, at the URLs
 ``services.json`` lists) and ``README.md``. Only the services the harness-search workload itself reaches
 are listed (their URL variables set in its environment): the agent reaches them with the network it has
@@ -28,9 +29,9 @@ MAX_TASKS = 256
 MAX_TASK_BYTES = 64_000
 
 _TOOLS = '''"""The run's tool services, standard library only, answering as the harness's environment does:
-``call("search", arguments)`` returns the text a model reads after that tool call (search_qa's retriever, through
-the environment's own code, ``search_qa/tool.py``); ``retrieve`` is the retriever's raw answer and ``run_code``
-math_reasoning's interpreter's (status, stdout, stderr). The URLs are in services.json; a service the run has
+``call(name, arguments)`` returns the text a model reads after that tool call, through the environment's own code
+(``search``: search_qa's retriever, ``search_qa/tool.py``; ``code_interpreter``: math_reasoning's interpreter,
+``math_reasoning/tool.py``); ``retrieve`` is the retriever's raw answer and ``run_code`` the interpreter's. The URLs are in services.json; a service the run has
 not deployed is missing there."""
 
 import json
@@ -77,12 +78,21 @@ def _passages(query_list, topk, max_doc_tokens):
 
 def call(name, arguments):
     """A tool call as a harness's action makes it ({"kind": "tool", "name": ..., "arguments": ...}): the text the
-    model reads. Bad arguments raise ValueError with the message the model would read as the tool error."""
+    model reads. A tool error raises ValueError with the message the model would read."""
     if name == "search":
         from search_qa.tool import answer
 
         return answer(dict(arguments), _passages, _cuts_tokens)
-    raise ValueError(f"call: no kit implementation of tool {name!r} (run_code gives the interpreter's raw answer)")
+    if name == "code_interpreter":
+        from math_reasoning.tool import answer
+
+        return answer(dict(arguments), _run)
+    raise ValueError(f"call: no tool {name!r} in this kit")
+
+
+def _run(code):
+    result = _post("sandbox", "/run", {"code": code}, timeout=150)  # the environment's client sends no timeout
+    return str(result.get("output", "")), result.get("error")
 
 
 def search(query_list, topk=3, max_doc_tokens=200):
