@@ -10,6 +10,7 @@ came back and proposes."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,13 @@ import pytest
 
 import search_qa
 from search_qa.env import SearchEnvironment
+from synthetic import DOMAIN as SYNTHETIC
+from tests.component.test_search_phase import GOOD
+from tests.fixtures.harness_host import start_harness_host
 from tests.fixtures.messages_api_double import MessagesAPIDouble, text, tool_use
 from tests.fixtures.proposer_double import ScriptedProposerServerDouble, assistant, tool_call
 from whale.core.spec import Data
+from whale.harness.launch import SandboxLimits
 from whale.inference.base import ChatResult, InferenceClient, SamplingParams
 from whale.metaharness.evaluate import CandidateEvaluator, EvalSettings
 from whale.metaharness.proposer.anthropic_agent import AnthropicAgentProposer, AnthropicClient
@@ -34,6 +39,9 @@ from whale.metaharness.proposer.tools import (
 )
 from whale.metaharness.proposer.workspace import ToolError, Workspace
 from whale.metaharness.validate import candidate_problems
+from whale.sandbox import process as sandbox_process
+from whale.sandbox import run as sandbox_run
+from whale.sandbox import worker as sandbox_worker
 from whale.tools.client import RetrieverClient
 
 QUERY = "Teutberga queen of Lotharingia"
@@ -213,3 +221,30 @@ def test_the_anthropic_backend_prototypes_with_try_harness_then_proposes(search_
     expected = _environment_answer(url, {"query_list": [QUERY], "topk": 1, "max_doc_tokens": 200})
     # one scripted reply: the search ran, then the script ran out (empty replies) and h0 ended the episode
     assert _passages_seen(api.tool_results()) == [expected]
+
+
+def _no_sandbox_here(*args: object, **kwargs: object) -> None:
+    raise AssertionError("at sandbox.isolation pod the search pod starts no sandbox itself")
+
+
+@pytest.mark.timeout(180)
+def test_at_pod_isolation_the_try_out_runs_on_the_harness_host(monkeypatch, tmp_path: Path):
+    """spec.sandbox.isolation pod: the harness runs on the run's harness host (this process starts no sandbox)."""
+    items = SYNTHETIC.load_split("harness", Data(harness_size=4))
+    with start_harness_host("pod") as (host, _):
+        for module in (sandbox_process, sandbox_run, sandbox_worker):
+            monkeypatch.setattr(module, "launch", _no_sandbox_here)
+        settings = dataclasses.replace(SETTINGS, limits=SandboxLimits(isolation="pod", host=host))
+        evaluator = CandidateEvaluator(SYNTHETIC, UnreachableModelDouble(), items, settings)
+        tryouts = HarnessTryouts(evaluator, check=lambda code: [], calls=2)
+        answer = json.loads(asyncio.run(tryouts.run(GOOD, name="good", replies=["The digit is 3."], k=2)))
+    assert answer["valid"] and answer["error"] is None
+    assert [e["item_id"] for e in answer["episodes"]] == [i["id"] for i in items[:2]]
+    for episode in answer["episodes"]:
+        # GOOD's parse_action wrapped the scripted reply's digit; the submission ended the episode ungraded
+        assert episode["actions"] == [
+            {
+                "action": {"kind": "env", "action": "<answer>3</answer>"},
+                "result": {"kind": "env", "observation": {"submitted": True, "graded": False}, "done": True},
+            }
+        ]
