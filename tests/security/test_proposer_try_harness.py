@@ -35,6 +35,7 @@ from whale.metaharness.proposer.tools import (
     MAX_TRYOUT_ITEMS,
     HarnessTryouts,
     ProposerTools,
+    SandboxShell,
     Toolbox,
 )
 from whale.metaharness.proposer.workspace import ToolError, Workspace
@@ -43,10 +44,18 @@ from whale.sandbox import process as sandbox_process
 from whale.sandbox import run as sandbox_run
 from whale.sandbox import worker as sandbox_worker
 from whale.tools.client import RetrieverClient
+from whale.workloads.search import prototype_files
 
 QUERY = "Teutberga queen of Lotharingia"
 SEARCH_REPLY = '<tool_call>{"name": "search", "arguments": {"query_list": ["' + QUERY + '"], "topk": 3}}</tool_call>'
 ANSWER_REPLY = "<answer>Lothair II</answer>"
+#: run in the built-in agent's sandboxed shell (cwd: its archive copy, where the kit is)
+HOOKS = (
+    "import json, os, sys; sys.path.insert(0, 'proto'); import incoming; "
+    "tasks = [json.loads(l) for l in open('proto/tasks.jsonl')]; "
+    "d = incoming.Harness().start(tasks[0], {}); "
+    "print('tasks', len(tasks)); print('tools.py', os.path.exists('proto/tools.py')); print(json.dumps(d))"
+)
 SETTINGS = EvalSettings(smoke_hook_timeout_s=10.0, candidate_timeout_s=120, max_concurrency=4)
 
 
@@ -147,9 +156,11 @@ def test_a_harness_the_gate_refuses_is_not_run_and_the_calls_run_out(search_setu
         asyncio.run(tryouts.run(h0, name="h0", replies=[ANSWER_REPLY], k=1))
 
 
-def _request(tmp_path: Path, domain, tryouts: HarnessTryouts) -> ProposalRequest:
+def _request(tmp_path: Path, domain, tryouts: HarnessTryouts, kit: dict[str, str] | None = None) -> ProposalRequest:
+    """``kit``: the workspace files (the prototyping kit); with it the agent has run_shell too."""
     archive = tmp_path / "archive"
     archive.mkdir()
+    shell = SandboxShell(archive, tmp_path / "scratch" / "candidates") if kit is not None else None
     (archive / "summary.md").write_text("# summary\nBest so far: i01-incoming (0.25)\n")
     h0 = domain.h0_path().read_text("utf-8")
     return ProposalRequest(
@@ -165,7 +176,8 @@ def _request(tmp_path: Path, domain, tryouts: HarnessTryouts) -> ProposalRequest
         timeout_s=240,
         max_turns=10,
         max_tokens=1_000_000,
-        tools=ProposerTools(tryouts=tryouts),
+        tools=ProposerTools(tryouts=tryouts, shell=shell),
+        workspace=kit or {},
     )
 
 
@@ -183,19 +195,28 @@ def _passages_seen(results: list[str]) -> list[str]:
 def test_the_openai_backend_prototypes_with_try_harness_then_proposes(search_setup, tmp_path: Path):
     domain, items, _, url = search_setup
     h0 = domain.h0_path().read_text("utf-8")
+    kit = prototype_files(domain, Data(harness_size=8, test_size=2, weight_size=8), items, h0)
     turns = [
+        # offline first: the kit's API, incoming harness and tasks in the sandboxed shell (no network there)
+        assistant(tool_call("run_shell", "c0", command=f"python3 -I -c {HOOKS!r}")),
         assistant(tool_call("try_harness", "c1", code=h0, k=2, replies=[SEARCH_REPLY, ANSWER_REPLY])),
         assistant(tool_call("write_candidate", "c2", name="h0again", code=h0, rationale="a revert, prototyped")),
         assistant(tool_call("finish", "c3", summary="done")),
     ]
     with ScriptedProposerServerDouble(turns) as srv:
         proposer = OpenAIAgentProposer(ProposerClient(srv.base_url, "double"))
-        report = asyncio.run(proposer.propose(_request(tmp_path, domain, _tryouts(domain, items))))
+        report = asyncio.run(proposer.propose(_request(tmp_path, domain, _tryouts(domain, items), kit)))
         asyncio.run(proposer.aclose())
+    shell_out = srv.tool_results()[0]
+    assert shell_out.startswith("exit: 0\n"), shell_out
+    # h0's start on the first real task, run offline: its prompt holds the question; no gold, no service client
+    assert f"Question: {items[0]['question']}" in shell_out and "tasks 8" in shell_out
+    assert "tools.py False" in shell_out and "golden" not in shell_out
     assert [p.name for p in report.proposals] == ["h0again"] and report.stopped_by == "finish"
     first = srv.requests[0]
     assert "try_harness" in {t["function"]["name"] for t in first["tools"]}
     assert "`try_harness` prototypes a harness" in first["messages"][-1]["content"]
+    assert "`proto/` in the archive holds the harness API" in first["messages"][-1]["content"]
     expected = _environment_answer(url, {"query_list": [QUERY], "topk": 1, "max_doc_tokens": 200})
     assert _passages_seen(srv.tool_results()) == [expected, expected]
 

@@ -20,3 +20,19 @@ def test_modules_become_importable_packages_and_the_api_is_the_harness_api():
 def test_a_module_path_outside_the_kit_is_refused(path):
     with pytest.raises(ValueError, match="relative .py path inside the kit"):
         prototype_kit("API", "H", [], {}, {path: "x"})
+
+
+def test_the_offline_kit_has_no_service_client_and_says_where_the_tools_are(tmp_path):
+    from whale.metaharness.proposer.agent import place_kit
+    from whale.metaharness.proposer.kit import offline_kit
+
+    kit = prototype_kit("API", "H", [{"id": "1", "question": "q"}], {"retriever": "http://r"})
+    offline = offline_kit(kit)
+    assert set(kit) - set(offline) == {"proto/tools.py", "proto/services.json"}
+    assert "try_harness" in offline["proto/README.md"] and offline["proto/tasks.jsonl"] == kit["proto/tasks.jsonl"]
+    place_kit(tmp_path, offline)
+    assert (tmp_path / "proto" / "whale" / "harness" / "api.py").read_text() == "API"
+    assert not list(tmp_path.rglob("*.part"))
+    with pytest.raises(ValueError, match="outside proto/"):
+        place_kit(tmp_path, {"proto/../summary.md": "x"})
+    assert not (tmp_path / "summary.md").exists()

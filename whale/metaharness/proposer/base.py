@@ -193,6 +193,12 @@ def task_prompt(request: ProposalRequest) -> str:
             "`run_shell` runs one bash command in a fresh sandbox whose working directory is the read-only archive "
             "(ls, grep, head, wc, python3 with the standard library; no network; a scratch home)."
         )
+    if tools is not None and tools.shell is not None and request.workspace:
+        rules.append(
+            "`proto/` in the archive holds the harness API, the incoming harness and the D_harness tasks (no gold; "
+            "`proto/README.md`): in `run_shell`, `python3` with `proto/` on `sys.path` imports them, so you can call "
+            "a harness's hooks on real tasks offline."
+        )
     if request.prompt_only:
         rules.append(
             "PROMPT-ONLY MODE: outside the values of SYSTEM_PROMPT and USER_TEMPLATE your file must be "

@@ -121,6 +121,30 @@ Try ideas here before you write a candidate; the outer loop still scores every c
 """
 
 
+_OFFLINE_README = """# Prototyping kit (offline)
+
+Read and import these in `run_shell` (`python3` with `proto/` on `sys.path`); there is no network here, so the
+run's tools are reached through the `try_harness` tool instead of `tools.py`.
+
+* `whale/harness/api.py` — the harness API; `incoming.py` — the harness this phase started from; import a candidate
+  the same way and call its hooks (`start`, `parse`, `observe`, ...) on a task with a state dict of your own.
+* `tasks.jsonl` — the D_harness tasks as a harness's `start(task, state)` gets them (no gold answers); their `id`s
+  are what `try_harness` takes as `items`.
+"""
+
+#: the kit's service clients: no use where the agent has no network (the built-in agents' shell)
+_ONLINE_ONLY = (f"{KIT_DIR}/tools.py", f"{KIT_DIR}/services.json")
+
+
+def offline_kit(files: Mapping[str, str]) -> dict[str, str]:
+    """The kit for an agent without network (the built-in agents: their ``run_shell`` has none, their
+    ``try_harness`` reaches the tools): the same files but the service clients, and a README saying so."""
+    out = {path: text for path, text in files.items() if path not in _ONLINE_ONLY}
+    if f"{KIT_DIR}/README.md" in out:
+        out[f"{KIT_DIR}/README.md"] = _OFFLINE_README
+    return out
+
+
 def _packages(modules: Mapping[str, str]) -> dict[str, str]:
     """``modules`` (kit-relative path -> source) under the kit, with an empty ``__init__.py`` in every folder
     above each, so ``import a.b.c`` works with ``proto/`` on ``sys.path``."""
