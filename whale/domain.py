@@ -382,6 +382,12 @@ class Domain(abc.ABC):
         ``whale.harness.runner.check_tools``). Default: no tools."""
         return []
 
+    def prototype_modules(self) -> dict[str, str]:
+        """Standard-library modules the proposer's prototyping kit ships beside the harness API (kit-relative
+        path -> source): the code behind this domain's tools that the kit's ``tools.py`` runs, so it answers as
+        :meth:`Environment.call_tool` does (search_qa: ``search_qa/tool.py``). Default: none."""
+        return {}
+
     def subset(self, item: dict[str, Any]) -> str:
         """The benchmark an item belongs to, for per-subset accuracy."""
         return str(item.get("subset") or self.name)

@@ -108,6 +108,10 @@ class MathReasoning(SplitsInMemoryDomain):
 
         return [TOOL_SPEC]
 
+    def prototype_modules(self) -> dict[str, str]:
+        """The code tool's answer (``math_reasoning.tool``, standard library only) as the kit runs it."""
+        return {"math_reasoning/tool.py": (HERE / "tool.py").read_text("utf-8")}
+
     def h0_path(self) -> Path:
         return HERE / "h0.py"
 

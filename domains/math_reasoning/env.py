@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from math_reasoning import tool
 from math_reasoning.verifier import AnswerMatch, extracted_answer, score
 from whale.domain import CodeRunner, DomainError, Environment, StepResult, UnknownToolError
 
-TOOL_NAME = "code_interpreter"
+TOOL_NAME = tool.TOOL_NAME
 TOOL_SPEC: dict[str, Any] = {
     "type": "function",
     "function": {
@@ -31,7 +32,7 @@ TOOL_SPEC: dict[str, Any] = {
         },
     },
 }
-EMPTY_OUTPUT = "(no output: print() the values you need)"
+EMPTY_OUTPUT = tool.EMPTY_OUTPUT
 
 
 class ToolError(DomainError):
@@ -64,14 +65,14 @@ class MathEnvironment(Environment):
     def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
         if name != TOOL_NAME:
             raise UnknownToolError(name, [TOOL_NAME])
-        code = arguments.get("code")
-        if not isinstance(code, str):
-            raise ToolError("code_interpreter needs a string argument `code` with the Python source")
+        try:
+            return tool.answer(arguments, self._run)
+        except tool.CodeToolError as exc:
+            raise ToolError(str(exc)) from None
+
+    def _run(self, code: str) -> tuple[str, str | None]:
         result = self.runner.run(code)
-        if result.error is not None:
-            before = f" Output before the error: {result.output[:300]}" if result.output.strip() else ""
-            raise ToolError(result.error + before)
-        return result.output if result.output.strip() else EMPTY_OUTPUT
+        return result.output, result.error
 
     def gold_answers(self) -> tuple[str, ...]:
         return (str(self.item["answer"]),)

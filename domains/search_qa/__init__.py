@@ -217,6 +217,10 @@ class SearchQA(SplitsInMemoryDomain):
 
         return [TOOL_SPEC]
 
+    def prototype_modules(self) -> dict[str, str]:
+        """The search tool's answer (``search_qa.tool``, standard library only) as the kit runs it."""
+        return {"search_qa/tool.py": (HERE / "tool.py").read_text("utf-8")}
+
     def subset(self, item: dict[str, Any]) -> str:
         return str(item.get("subset") or "train")
 

@@ -5,29 +5,25 @@ The environment action is the model's final reply (text); the reward is the veri
 ``<answer>``. ``search(query_list, topk, max_doc_tokens)`` returns the top passages for each query,
 each cut to ``max_doc_tokens`` tokens of the policy's tokenizer by the retriever service when it has one
 (``--tokenizer``, as the reference's server cuts), else to that many whitespace words (the in-process index
-and a service without a tokenizer: the environment does not hold the policy's tokenizer). Retrieval runs through ``$WHALE_RETRIEVER_URL`` when set (the cluster's ``/retrieve``
-service), else an in-process BM25 index. Bad arguments and retriever failures are tool errors.
+and a service without a tokenizer: the environment does not hold the policy's tokenizer). Retrieval runs
+through ``$WHALE_RETRIEVER_URL`` when set (the cluster's ``/retrieve`` service), else an in-process BM25 index.
+Bad arguments and retriever failures are tool errors. The answer itself is :mod:`search_qa.tool`'s, the code the
+proposer's prototyping kit runs too.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from search_qa.verifier import judged_score, last_answer, score
-from whale.domain import DomainError, Environment, Hit, Retriever, StepResult, UnknownToolError
+from search_qa import tool
+from search_qa.verifier import judged_answer, judged_score, last_answer, score
+from whale.domain import DomainError, Environment, Retriever, StepResult, UnknownToolError
 
 if TYPE_CHECKING:
     from search_qa.judge import Judge
 
 TOOL_NAME = "search"
-MAX_QUERIES = 8
-MAX_QUERY_CHARS = 500
-MAX_TOPK = 10
-DEFAULT_TOPK = 3
-DEFAULT_DOC_TOKENS = 200
-MAX_DOC_TOKENS = 2000
 TOOL_SPEC: dict[str, Any] = {
     "type": "function",
     "function": {
@@ -37,7 +33,7 @@ TOOL_SPEC: dict[str, Any] = {
             "type": "object",
             "properties": {
                 "query_list": {"type": "array", "items": {"type": "string"}, "description": "search queries"},
-                "topk": {"type": "integer", "description": f"passages per query (1-{MAX_TOPK})"},
+                "topk": {"type": "integer", "description": f"passages per query (1-{tool.MAX_TOPK})"},
                 "max_doc_tokens": {"type": "integer", "description": "cut each passage to this many tokens"},
             },
             "required": ["query_list"],
@@ -48,56 +44,6 @@ TOOL_SPEC: dict[str, Any] = {
 
 class ToolError(DomainError):
     """A tool call that failed; the runtime shows the message to the model as the tool error."""
-
-
-def cut(text: str, max_tokens: int | None) -> str:
-    """The first ``max_tokens`` words (None: the passage as it came, already cut by the service)."""
-    words = text.split()
-    return text if max_tokens is None or len(words) <= max_tokens else " ".join(words[:max_tokens]) + " ..."
-
-
-def format_hits(hits: list[Hit], max_tokens: int | None) -> str:
-    """Search-R1's passage rendering: ``Doc i(Title: t) text``, one per line; ``max_tokens``: a cut in words."""
-    if not hits:
-        return "No results found."
-    return "\n".join(
-        f"Doc {i}(Title: {h.passage.title}) {cut(h.passage.text, max_tokens)}" for i, h in enumerate(hits, 1)
-    )
-
-
-def as_result(text: str) -> str:
-    """The tool message the model reads: ``{"result": text}`` as JSON, as the reference's search tool answers
-    (docs/reproducing.md)."""
-    return json.dumps({"result": text}, ensure_ascii=False)
-
-
-def _int_arg(arguments: dict[str, Any], name: str, default: int, high: int) -> int:
-    value = arguments.get(name, default)
-    try:
-        value = int(value)
-    except (TypeError, ValueError):
-        raise ToolError(f"search: `{name}` must be an integer from 1 to {high}, got {value!r}") from None
-    if not 1 <= value <= high:
-        raise ToolError(f"search: `{name}` must be from 1 to {high}, got {value}")
-    return value
-
-
-def parse_arguments(arguments: dict[str, Any]) -> tuple[list[str], int, int]:
-    queries = arguments.get("query_list", arguments.get("query"))
-    if isinstance(queries, str):
-        queries = [queries]
-    if not isinstance(queries, list) or not queries:
-        raise ToolError("search: `query_list` must be a non-empty list of strings")
-    cleaned = [str(q).strip() for q in queries if str(q).strip()]
-    if not cleaned:
-        raise ToolError("search: every query in `query_list` is empty")
-    if len(cleaned) > MAX_QUERIES:
-        raise ToolError(f"search: at most {MAX_QUERIES} queries per call, got {len(cleaned)}")
-    if any(len(q) > MAX_QUERY_CHARS for q in cleaned):
-        raise ToolError(f"search: a query may have at most {MAX_QUERY_CHARS} characters")
-    topk = _int_arg(arguments, "topk", DEFAULT_TOPK, MAX_TOPK)
-    doc_tokens = _int_arg(arguments, "max_doc_tokens", DEFAULT_DOC_TOKENS, MAX_DOC_TOKENS)
-    return cleaned, topk, doc_tokens
 
 
 class SearchEnvironment(Environment):
@@ -118,7 +64,8 @@ class SearchEnvironment(Environment):
         """The final reply: text, or ``{"answer": text}``. Ends the episode."""
         text = action.get("answer") if isinstance(action, dict) else action
         self.final_reply = "" if text is None else str(text)
-        answer = last_answer(self.final_reply)
+        # what the verifier grades: the judge pairs the answer tags as the reference's judge, EM as verl's EM
+        answer = judged_answer(self.final_reply) if self._judge is not None else last_answer(self.final_reply)
         return StepResult(
             observation={"answer": answer},
             done=True,
@@ -129,21 +76,29 @@ class SearchEnvironment(Environment):
     def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
         if name != TOOL_NAME:
             raise UnknownToolError(name, [TOOL_NAME])
-        queries, topk, doc_tokens = parse_arguments(arguments)
         try:
-            retriever = self._retriever if hasattr(self._retriever, "search") else self._retriever()
-            in_tokens = bool(getattr(retriever, "cuts_tokens", False))  # the service cuts in the policy's tokens
-            results = (
-                retriever.search(queries, topk, max_doc_tokens=doc_tokens)  # type: ignore[call-arg]  # a RetrieverClient
-                if in_tokens
-                else retriever.search(queries, topk)
-            )
+            return tool.answer(arguments, self._search, self._cuts_tokens)
+        except tool.SearchArgumentError as exc:
+            raise ToolError(str(exc)) from None
         except Exception as exc:  # any retriever failure is the model's tool error
             raise ToolError(f"search failed: {exc}") from exc
-        blocks = [format_hits(hits, None if in_tokens else doc_tokens) for hits in results]
-        if len(queries) == 1:
-            return as_result(blocks[0])
-        return as_result("\n---\n".join(f"Query: {q}\n{b}" for q, b in zip(queries, blocks, strict=True)))
+
+    def _resolved(self) -> Retriever:
+        if hasattr(self._retriever, "search"):
+            return self._retriever
+        return self._retriever()
+
+    def _cuts_tokens(self) -> bool:
+        """Whether the retriever cuts in the policy's tokens (a service started with ``--tokenizer``)."""
+        return bool(getattr(self._resolved(), "cuts_tokens", False))
+
+    def _search(self, queries: list[str], topk: int, max_doc_tokens: int | None) -> list[list[tool.Passage]]:
+        retriever = self._resolved()
+        if max_doc_tokens is None:
+            rows = retriever.search(queries, topk)
+        else:  # a RetrieverClient whose service cuts
+            rows = retriever.search(queries, topk, max_doc_tokens=max_doc_tokens)  # type: ignore[call-arg]
+        return [[(h.passage.title, h.passage.text) for h in hits] for hits in rows]
 
     def gold_answers(self) -> tuple[str, ...]:
         return tuple(str(g) for g in self.item["golden_answers"])

@@ -3,7 +3,8 @@
 Normalisation: lowercase, drop punctuation, drop the articles a/an/the, collapse whitespace.
 No ``<answer>`` in the final reply scores 0: h0 asks for the tags. A correct answer in a reply with more than
 10 opening or 10 closing ``<answer>`` tags scores 0.25, verl's Search-R1 rule against tag spam
-(``search_r1_like_qa_em.compute_score``, the reference's default EM reward; docs/reproducing.md).
+(``search_r1_like_qa_em.compute_score``, the reference's default EM reward; docs/reproducing.md). The LLM-judge
+option reads the answer its own way, as the reference's judge does (:func:`judged_answer`).
 """
 
 from __future__ import annotations
@@ -52,11 +53,26 @@ def score(final_reply: str | None, golden_answers: Iterable[str]) -> float:
     return SPAM_CREDIT if spam else 1.0
 
 
+def judged_answer(text: str) -> str | None:
+    """The answer the LLM judge reads, paired as the reference's judge pairs it (``llm_judge.extract_solution``):
+    the last ``</answer>`` with the nearest ``<answer>`` before it, so ``<answer>junk<answer>x</answer>`` gives
+    ``x``, not ``junk<answer>x``; tags in lower case, as there. None when there is no such pair; an empty pair
+    is an answer (``""``, which the judge is asked about, as there)."""
+    close = text.rfind("</answer>")
+    if close < 0:
+        return None
+    opening = text.rfind("<answer>", 0, close)
+    if opening < 0:
+        return None
+    return text[opening + len("<answer>") : close].strip()
+
+
 def judged_score(final_reply: str | None, golden_answers: Iterable[str], question: str, judge: Judge) -> float:
-    """``verifier.searchAnswer: llmJudge``: 1 when the judge says the last ``<answer>`` names a gold answer, else 0
-    (no tag-spam rule, as the reference's judge); exact match when the judge gives no verdict."""
-    answer = last_answer(final_reply or "")
-    if not answer:
+    """``verifier.searchAnswer: llmJudge``: 1 when the judge says :func:`judged_answer` names a gold answer, else 0
+    (no tag-spam rule, as the reference's judge); no answer pair: 0 without asking; exact match when the judge
+    gives no verdict."""
+    answer = judged_answer(final_reply or "")
+    if answer is None:
         return 0.0
     golds = [str(g) for g in golden_answers]
     verdict = judge.verdict(question, golds, answer)

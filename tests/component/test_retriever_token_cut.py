@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -20,12 +18,9 @@ from whale.tools.client import RetrieverClient
 QUESTION = "Teutberga queen of Lotharingia"
 
 
-@pytest.fixture(scope="module")
-def cutting_service(tmp_path_factory, search_corpus, tiny_qwen3_dir: Path) -> Iterator[Service]:
-    d = tmp_path_factory.mktemp("retriever-cut")
-    args = ["--corpus", str(search_corpus), "--cache-dir", str(d / "cache"), "--tokenizer", str(tiny_qwen3_dir)]
-    with run_service("whale.tools.retriever_service", args, d / "log.txt") as svc:
-        yield svc
+@pytest.fixture
+def cutting_service(cutting_retriever_service: Service) -> Service:
+    return cutting_retriever_service
 
 
 def retrieve(svc: Service, body: dict) -> httpx.Response:

@@ -15,9 +15,9 @@ from fastapi import FastAPI, Request
 from search_qa import SearchQA
 from search_qa.env import SearchEnvironment
 from search_qa.judge import Judge, judge_prompt, parse_verdict
-from search_qa.verifier import judged_score, score
+from search_qa.verifier import judged_answer, judged_score, last_answer, score
 from whale.core.spec import Verifier
-from whale.domain import DomainError
+from whale.domain import DomainError, Retriever
 
 QUESTION = "Who wrote the novel Moby-Dick?"
 GOLD = ["Herman Melville"]
@@ -111,3 +111,50 @@ def test_the_domain_builds_the_judge_from_the_spec_and_refuses_a_missing_key(jud
     env.step("It is <answer>Melville</answer>")
     assert env.reward() == 1.0
     assert QUESTION in judge_double.requests[-1][0]["messages"][0]["content"]
+
+
+@pytest.mark.parametrize(
+    ("reply", "judged", "em"),
+    [
+        ("<answer>Melville</answer>", "Melville", "Melville"),
+        # the last </answer> pairs with the nearest <answer> before it (the reference's judge), not the first
+        ("<answer>junk<answer>Melville</answer>", "Melville", "junk<answer>Melville"),
+        ("<answer>Melville</answer></answer>", "Melville</answer>", "Melville"),
+        ("<answer>Ahab</answer> no, <answer>Melville</answer> <answer>draft", "Melville", "Melville"),
+        ("<answer> </answer>", "", ""),  # an empty pair is an answer (the judge is asked about it)
+        ("</answer><answer>Melville", None, None),
+        ("Melville", None, None),
+        ("<ANSWER>Melville</ANSWER>", None, "Melville"),  # the judge's tags are lower case, as the reference's
+    ],
+)
+def test_the_judge_pairs_the_answer_tags_as_the_references_judge(reply, judged, em):
+    assert judged_answer(reply) == judged
+    assert last_answer(reply) == em  # exact match keeps verl's EM extraction (last non-greedy pair)
+
+
+def test_the_judge_is_asked_about_an_empty_answer_and_never_without_a_pair(judge_double):
+    judge = Judge(base_url=judge_double.url, backoff_s=0)
+    asked = len(judge_double.requests)
+    judge_double.replies = ["INCORRECT"]
+    assert judged_score("<answer></answer>", GOLD, QUESTION, judge) == 0.0
+    assert len(judge_double.requests) == asked + 1
+    assert judge_double.requests[-1][0]["messages"][0]["content"].endswith(
+        "Predicted answer: \n\nReply with one word: CORRECT or INCORRECT."
+    )
+    judge_double.replies = ["CORRECT"]
+    assert judged_score("<answer>junk<answer>Melville</answer>", GOLD, QUESTION, judge) == 1.0
+    assert "Predicted answer: Melville\n" in judge_double.requests[-1][0]["messages"][0]["content"]
+    assert judged_score("</answer> Melville <answer>", GOLD, QUESTION, judge) == 0.0
+    assert len(judge_double.requests) == asked + 2  # no pair: 0 without asking
+
+
+def no_search() -> Retriever:
+    raise AssertionError("these episodes never search")
+
+
+def test_under_the_judge_the_graded_answer_is_the_one_the_judge_reads(judge_double):
+    judge = Judge(base_url=judge_double.url, backoff_s=0)
+    item = {"id": "q", "question": QUESTION, "golden_answers": GOLD}
+    reply = "<answer>junk<answer>Melville</answer>"
+    assert SearchEnvironment(item, no_search, judge).step(reply).graded == ("Melville",)
+    assert SearchEnvironment(item, no_search).step(reply).graded == ("junk<answer>Melville",)

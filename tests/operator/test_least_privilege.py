@@ -46,6 +46,8 @@ CLI = {"backend": "cli", "command": ["agent", "{prompt}"], "network": "host"}
 #: the LLM judge's key (spec.verifier.judge.apiKeySecret): a Secret of the run's namespace, injected by reference
 JUDGE_SECRET = {"name": "judge-key", "key": "api-key"}
 JUDGE = {"searchAnswer": "llmJudge", "judge": {"apiKeySecret": JUDGE_SECRET}}
+#: a Hugging Face token for a gated model (spec.model.hfTokenSecret)
+HF_SECRET = {"name": "hf", "key": "token"}
 
 
 def wire_of(path: Path) -> dict[str, Any]:
@@ -71,6 +73,7 @@ def variants(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     cli = {**wire, "harnessSearch": {**wire.get("harnessSearch", {}), "proposer": proposer}}
     yield "cli", cli
     yield "judge", {**wire, "verifier": JUDGE}  # the LLM judge's key: only where episodes are scored
+    yield "hf-token", {**wire, "model": {**wire["model"], "hfTokenSecret": HF_SECRET}}  # only where spec.model loads
     yield "cli-judge", {**cli, "verifier": JUDGE}
 
 
@@ -278,6 +281,43 @@ def test_the_judges_key_reaches_the_pods_that_score_and_no_other(variant: str):
         plain = effective({**wire, "verifier": verifier}, OPTED_IN)
         assert plain is not None
         assert not any(holds_judge_key(pod) for obj in rendered(plain, OPTED_IN) for pod in pod_specs(obj))
+
+
+HF_REF = f"{HF_SECRET['name']}/{HF_SECRET['key']}"
+
+
+@pytest.mark.parametrize("variant", ["hf-token", "hf-colocated"])
+def test_the_hf_token_reaches_the_containers_that_download_the_model_and_no_other(variant: str):
+    path = next(p for p in EXAMPLES if p.stem == "searchqa-whale")
+    cases = dict(variants(path))
+    wire = cases["hf-token"]
+    if variant == "hf-colocated":
+        wire = {**cases["colocated"], "model": wire["model"]}
+    spec = effective(wire, OPTED_IN)
+    assert spec is not None
+    holders: set[tuple[str, str]] = set()
+    for obj in rendered(spec, OPTED_IN):
+        for pod in pod_specs(obj):
+            component = obj["metadata"]["labels"].get("app.kubernetes.io/component", obj["kind"])
+            for c in [*pod.get("initContainers", []), *pod["containers"]]:
+                if HF_REF in secrets_held({"containers": [c]}):
+                    assert {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": HF_SECRET}} in c["env"]
+                    holders.add((component, c["name"]))
+            if untrusted(obj):
+                assert HF_REF not in secrets_held(pod), component
+    downloads = {
+        ("retriever", "fetch-tokenizer"),
+        ("train", builders.WORKER_CONTAINER),
+        ("inference", "fetch-weights"),  # the vLLM Deployment (the search and eval phases')
+        ("inference", "weight-sync"),
+    }
+    if variant == "hf-colocated":  # the colocated train pod fetches the weights itself; vLLM reads them from disk
+        downloads |= {("train", "fetch-weights")}
+    assert holders == downloads
+    # without the field no pod holds it
+    plain = effective({**wire, "model": {k: v for k, v in wire["model"].items() if k != "hfTokenSecret"}}, OPTED_IN)
+    assert plain is not None
+    assert not any(HF_REF in secrets_held(pod) for obj in rendered(plain, OPTED_IN) for pod in pod_specs(obj))
 
 
 def test_a_judge_that_needs_a_key_needs_its_secret_on_a_cluster():

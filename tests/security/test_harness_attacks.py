@@ -91,6 +91,19 @@ def test_every_way_in_is_contained_at_runtime(tmp_path: Path, listener) -> None:
     assert (outside / "verifier.py").read_text() == "def score(): return 0.0\n"
 
 
+def test_a_hub_token_in_the_runtimes_environment_never_reaches_the_harness(tmp_path: Path) -> None:
+    """HF_TOKEN (a gated model's token: spec.model.hfTokenSecret on a cluster, the environment of `whale run` here)
+    is in the runtime that downloads the model; the harness it starts sees neither the variable nor its value."""
+    attempts = {
+        "HF_TOKEN": "os.environ.get('HF_TOKEN')",
+        "the value under any name": f"[k for k, v in os.environ.items() if v == {FAKE_SECRET!r}]",
+    }
+    got = run_probe_in_child(probe_harness(tmp_path, attempts), {"HF_TOKEN": FAKE_SECRET})
+    assert f"HF_TOKEN={FAKE_SECRET}" in got["runtime_environ"] and got["error"] is None, got["error"]
+    assert report(got["content"]) == {"HF_TOKEN": "OK: None", "the value under any name": "OK: []"}
+    assert FAKE_SECRET not in got["trace"]
+
+
 async def test_inside_only_the_staged_package_and_the_stdlib_are_importable(tmp_path: Path) -> None:
     path = probe_harness(
         tmp_path,

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from search_qa import SearchQA
-from search_qa.env import ToolError, parse_arguments
+from search_qa.tool import SearchArgumentError, parse_arguments
 from whale.domain import default_data_root
 from whale.harness.runner import run_episodes
 from whale.inference.base import SamplingParams
@@ -104,7 +104,7 @@ def test_bad_search_arguments_are_tool_errors(domain):
     ],
 )
 def test_argument_bounds(args, match):
-    with pytest.raises(ToolError, match=match):
+    with pytest.raises(SearchArgumentError, match=match):
         parse_arguments(args)
 
 

@@ -765,6 +765,14 @@ class Model(_Model):
     gguf_file: Annotated[str, Strict(), Field(min_length=1, max_length=1024, pattern=RELATIVE_PATH)] | None = Field(
         None, description="load from this GGUF file inside `name` (CPU demo models): a relative path without '..'"
     )
+    hf_token_secret: SecretKey | None = Field(
+        None,
+        description="cluster: the Secret key holding a Hugging Face token, for a gated or private `name` (its weights "
+        "and tokenizer); injected by secretKeyRef as HF_TOKEN into the containers that download them (the inference "
+        "pod's fetch-weights and weight-sync, the colocated fetch-weights, the weight Job, the retriever's "
+        "fetch-tokenizer), never into a harness, tool service, sandbox or proposer. Locally: HF_TOKEN in the "
+        "environment of `whale run`",
+    )
     enable_thinking: StrictBool = Field(
         True,
         description="the chat template's enable_thinking: sent as chat_template_kwargs on every request "

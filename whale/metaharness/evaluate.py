@@ -6,7 +6,8 @@ ends in an error (a hook raised, looped past its timeout, answered nonsense), or
 run exceeds its wall limit. Only candidates that pass are scored in full: ``rollouts_per_item``
 episodes on every D_harness item, bounded by ``candidate_timeout_s``. Score = mean reward (the
 success rate for 0/1 verifiers); ties are broken by mean turns. The proposer's ``run_candidate`` tool
-runs its drafts through :meth:`CandidateEvaluator.trial` (a few D_harness items, the smoke limits).
+runs its drafts through :meth:`CandidateEvaluator.trial` (a few D_harness items, the smoke limits), its
+``try_harness`` through :meth:`CandidateEvaluator.tryout` (scripted replies, real tools, nothing graded).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import statistics
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -121,33 +123,78 @@ class CandidateEvaluator:
         limits = dataclasses.replace(s.limits, hook_timeout_s=min(s.limits.hook_timeout_s, s.smoke_hook_timeout_s))
         return await self._run(harness_path, label, list(items), 1, limits, timeout_s)
 
+    async def tryout(
+        self,
+        harness_path: Path,
+        label: str,
+        items: Sequence[dict[str, Any]],
+        replies: Sequence[str],
+        timeout_s: float,
+    ) -> RunOutcome:
+        """The proposer's ``try_harness`` (:mod:`whale.metaharness.tryout`): one episode on each of ``items``, in
+        turn, each model turn answered by the next of ``replies`` (a fresh script per item), tools real, nothing
+        graded; the smoke test's short hook limit, ``timeout_s`` for all. Spends no rollout: no model runs."""
+        from whale.inference.scripted import ScriptedClient
+        from whale.metaharness.tryout import tools_only
+
+        s = self.settings
+        limits = dataclasses.replace(s.limits, hook_timeout_s=min(s.limits.hook_timeout_s, s.smoke_hook_timeout_s))
+        domain = tools_only(self.domain)
+        end = time.monotonic() + timeout_s
+        episodes: list[Episode] = []
+        for item in items:
+            left = end - time.monotonic()
+            if left <= 0:
+                return RunOutcome(episodes, f"timed out after {timeout_s:g} s ({len(episodes)} of {len(items)} done)")
+            client = ScriptedClient(list(replies))
+            outcome = await self._run(
+                harness_path, label, [item], 1, limits, left, client=client, domain=domain, processes=1
+            )
+            episodes.extend(outcome.episodes)
+            if outcome.error is not None:
+                return RunOutcome(episodes, outcome.error)
+        return RunOutcome(episodes)
+
     async def score(self, harness_path: Path, label: str) -> RunOutcome:
         s = self.settings
         return await self._run(harness_path, label, self.items, s.rollouts_per_item, s.limits, s.candidate_timeout_s)
 
     async def _run(
-        self, path: Path, label: str, items: list[dict[str, Any]], k: int, limits: SandboxLimits, timeout_s: float
+        self,
+        path: Path,
+        label: str,
+        items: list[dict[str, Any]],
+        k: int,
+        limits: SandboxLimits,
+        timeout_s: float,
+        *,
+        client: InferenceClient | None = None,
+        domain: Domain | None = None,
+        processes: int | None = None,
     ) -> RunOutcome:
+        """``client`` / ``domain``: instead of the phase's (a try-out's script and ungraded environments);
+        ``processes``: harness processes (default: the pool's)."""
         done: list[Episode] = []
         config = RunnerConfig(
             max_concurrency=self.settings.max_concurrency,
             harness_label=label,
             bounds=self.settings.bounds,
-            enforce_provenance=self.settings.enforce_provenance,
+            enforce_provenance=self.settings.enforce_provenance and domain is None,
             seed=self.settings.seed,
         )
         try:
             episodes = await asyncio.wait_for(
                 run_episodes(
-                    self.domain,
+                    domain or self.domain,
                     path,
-                    self.client,
+                    client or self.client,
                     items,
                     self.settings.sampling,
                     k=k,
                     config=config,
                     limits=limits,
                     on_episode=done.append,
+                    processes=processes,
                 ),
                 timeout=timeout_s,
             )

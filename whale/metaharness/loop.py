@@ -36,7 +36,13 @@ from whale.metaharness.archive import Archive
 from whale.metaharness.evaluate import CandidateEvaluator, RunOutcome
 from whale.metaharness.integrity import IntegrityPolicy, integrity_flags, model_usage
 from whale.metaharness.proposer.base import CANDIDATES_DIR, ProposalRequest, Proposer, ProposerError, ProposerReport
-from whale.metaharness.proposer.tools import CandidateTrials, ProposerTools, SandboxShell
+from whale.metaharness.proposer.tools import (
+    TRYOUT_CALLS,
+    CandidateTrials,
+    HarnessTryouts,
+    ProposerTools,
+    SandboxShell,
+)
 from whale.metaharness.records import INCOMING_ID, Candidate, Status, candidate_id, code_hash, pick_best
 from whale.metaharness.validate import candidate_problems
 
@@ -64,6 +70,9 @@ class SearchConfig:
     proposer_trial_rollouts: int = 0
     #: offer the proposer the sandboxed run_shell tool
     proposer_shell: bool = True
+    #: try_harness calls the built-in proposers may make per iteration (scripted replies, real tools, no grade,
+    #: no rollout: the prototyping the reference's skills require; 0: no such tool)
+    proposer_tryout_calls: int = TRYOUT_CALLS
     #: spec.harnessSearch.integrity: flag candidates that score without the model; refuse them by default
     integrity: IntegrityPolicy = IntegrityPolicy()
 
@@ -355,14 +364,15 @@ class HarnessSearch:
                 "candidates": ids,
                 **report.to_record(),
                 "trials": trials.log if trials is not None else [],
+                "tryouts": tools.tryouts.log if tools.tryouts is not None else [],
             },
         )
         for note in report.notes:
             log.info("iteration %d proposer: %s", it, note)
 
     def _tools(self, archive_dir: Path, scratch: Path) -> ProposerTools:
-        """The sandboxed tools of one proposer call: run_candidate over this phase's evaluator (its
-        D_harness items, the static gate of :meth:`_judge`), run_shell over the archive copy."""
+        """The sandboxed tools of one proposer call: run_candidate and try_harness over this phase's evaluator
+        (its D_harness items, the static gate of :meth:`_judge`), run_shell over the archive copy."""
         trials = None
         if self.config.proposer_trial_rollouts > 0:
             trials = CandidateTrials(
@@ -377,12 +387,25 @@ class HarnessSearch:
                 call_timeout_s=self.evaluator.settings.candidate_timeout_s,
                 workdir=self.workdir,
             )
+        tryouts = None
+        if self.config.proposer_tryout_calls > 0:
+            tryouts = HarnessTryouts(
+                self.evaluator,
+                check=lambda code: candidate_problems(
+                    code,
+                    incoming=self.incoming_code,
+                    allowed_imports=self.allowed_imports,
+                    prompt_only=self.config.prompt_only,
+                ),
+                calls=self.config.proposer_tryout_calls,
+                workdir=self.workdir,
+            )
         shell = None
         if self.config.proposer_shell:
             limits = self.evaluator.settings.limits
             # on a cluster the commands run on the run's harness host (the search pod starts no sandbox itself)
             shell = SandboxShell(archive_dir, scratch / CANDIDATES_DIR, isolation=limits.isolation, host=limits.host)
-        return ProposerTools(trials=trials, shell=shell)
+        return ProposerTools(trials=trials, shell=shell, tryouts=tryouts)
 
     async def _evaluate(self, cand: Candidate) -> None:
         t0 = time.monotonic()

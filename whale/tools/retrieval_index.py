@@ -42,6 +42,8 @@ from typing import Any, Literal, Protocol
 
 import numpy as np
 
+from whale.tools.passage_row import passage_fields
+
 log = logging.getLogger(__name__)
 
 Method = Literal["bm25", "dense", "e5"]
@@ -102,15 +104,9 @@ class Retriever(Protocol):
 
 
 def passage_from_row(row: dict[str, Any]) -> Passage:
-    """A corpus row (``id`` + ``contents``, or ``id`` + ``title`` + ``text``) as a passage; KeyError/TypeError
-    when it is not one."""
-    contents = row.get("contents") or f'"{row["title"]}"\n{row["text"]}'
-    if not isinstance(contents, str):
-        raise TypeError("'contents' is not a string")
-    head, _, tail = contents.partition("\n")
-    title = row.get("title") or head.strip('"')
-    text = row.get("text") or (tail if tail else contents)
-    return Passage(str(row["id"]), str(title), str(text), contents)
+    """A corpus row (``id`` + ``contents``, or ``id`` + ``title`` + ``text``) as a passage
+    (:func:`whale.tools.passage_row.passage_fields`); KeyError/TypeError when it is not one."""
+    return Passage(*passage_fields(row))
 
 
 class Corpus(Sequence[Passage]):

@@ -66,14 +66,17 @@ def load_request(store: Store, run: str, phase: str) -> HarnessRequest:
 
 def prototype_files(domain: Domain, data: Data, items: Sequence[dict[str, Any]], incoming: str) -> dict[str, str]:
     """The proposer's prototyping kit (:mod:`whale.metaharness.proposer.kit`): the harness API's source, the
-    D_harness tasks as harnesses see them (``Environment.reset()``, no gold) and the URLs of the run's tool
+    domain's tool code (``Domain.prototype_modules``), the D_harness tasks as harnesses see them (``Environment.reset()``, no gold) and the URLs of the run's tool
     services this workload reaches (their variables set here, as on a cluster)."""
     from whale.harness import api
     from whale.metaharness.proposer.kit import MAX_TASKS, prototype_kit
+    from whale.tools import passage_row
 
     tasks = [domain.make_env(item).reset() for item in list(items)[:MAX_TASKS]]
     services = {s.name: os.environ[s.url_env] for s in domain.tool_services_for(data) if os.environ.get(s.url_env)}
-    return prototype_kit(Path(api.__file__).read_text("utf-8"), incoming, tasks, services)
+    api_source = Path(api.__file__).read_text("utf-8")
+    library = {"whale/tools/passage_row.py": Path(passage_row.__file__).read_text("utf-8")}
+    return prototype_kit(api_source, incoming, tasks, services, {**domain.prototype_modules(), **library})
 
 
 def run_search(

@@ -21,6 +21,7 @@ from whale_operator.builders.pods import (
     Manifest,
     RunRef,
     component_resources,
+    hf_token_env,
     pod_metadata,
     pod_template_fields,
     requests_gpu,
@@ -181,6 +182,7 @@ def inference_deployment(
         {"name": "HOME", "value": "/tmp"},
         {"name": "WHALE_RUN", "value": run.name},
         *storage_env(spec),
+        *hf_token_env(spec),  # they download spec.model from the Hub
     ]
     env_from = storage_env_from(spec)
     mounts = [{"name": "models", "mountPath": MODELS_DIR}]

@@ -11,7 +11,6 @@ from whale.core import layout
 from whale.core.layout import PhaseId
 from whale.core.protocol import PhaseKind, PhaseRequest
 from whale.core.spec import (
-    SecretKey,
     WhaleRunSpec,
 )
 from whale.domain import ToolService
@@ -29,6 +28,7 @@ from whale_operator.builders.pods import (
     Manifest,
     RunRef,
     component_resources,
+    hf_token_env,
     inference_url,
     job_lifecycle,
     pod_metadata,
@@ -38,6 +38,7 @@ from whale_operator.builders.pods import (
     restricted_container_security_context,
     restricted_pod_security_context,
     sandbox_host_security_context,
+    secret_key_env,
     served_model_name,
     shm_volume,
     storage_env,
@@ -76,13 +77,9 @@ def workload_env(
     if request.kind is PhaseKind.HARNESS and key is not None:
         env.append(secret_key_env(key.env or "WHALE_PROPOSER_API_KEY", key))
     env += judge_key_env(spec)
+    if request.kind is PhaseKind.WEIGHT:  # the trainer loads spec.model (a Hub id at the first phase)
+        env += hf_token_env(spec)
     return env
-
-
-def secret_key_env(env_name: str, ref: SecretKey) -> dict[str, Any]:
-    """One key of a Secret the spec names, as an environment variable (by reference: the value never enters a
-    manifest)."""
-    return {"name": env_name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
 
 
 def judge_key_env(spec: WhaleRunSpec) -> list[dict[str, Any]]:

@@ -18,6 +18,7 @@ from whale.core.spec import (
     KIND,
     PodPlacement,
     Resources,
+    SecretKey,
     Toleration,
     WhaleRunSpec,
 )
@@ -341,3 +342,21 @@ def with_template_hash(deployment: Manifest) -> Manifest:
     meta = {**deployment["metadata"]}
     meta["annotations"] = {**meta.get("annotations", {}), names.ANNOTATION_TEMPLATE_HASH: template_hash(deployment)}
     return {**deployment, "metadata": meta}
+
+
+def secret_key_env(env_name: str, ref: SecretKey) -> dict[str, Any]:
+    """One key of a Secret the spec names, as an environment variable (by reference: the value never enters a
+    manifest)."""
+    return {"name": env_name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+
+
+#: the variable huggingface_hub reads its token from
+HF_TOKEN_ENV = "HF_TOKEN"
+
+
+def hf_token_env(spec: WhaleRunSpec) -> list[dict[str, Any]]:
+    """``spec.model.hfTokenSecret`` as ``HF_TOKEN`` (by reference), for a container that downloads the policy
+    model or its tokenizer from the Hub: the weight fetchers, the weight Job, the retriever's fetch-tokenizer.
+    Never a pod or sandbox that runs untrusted code without a wall between (docs/security.md)."""
+    ref = spec.model.hf_token_secret
+    return [] if ref is None else [secret_key_env(HF_TOKEN_ENV, ref)]

@@ -22,6 +22,7 @@ from whale_operator.builders.pods import (
     Manifest,
     RunRef,
     component_placement,
+    hf_token_env,
     pod_metadata,
     pod_template_fields,
     resources_dict,
@@ -162,7 +163,11 @@ def policy_tokenizer_container(spec: WhaleRunSpec, tool: ToolService) -> dict[st
         "imagePullPolicy": spec.cluster.images.pull_policy,
         "command": cmd,
         # the hub's metadata and caches on the pod's volume: the image's home is not this user's
-        "env": [{"name": "HF_HOME", "value": f"{TOKENIZER_DIR}/hf"}, {"name": "HOME", "value": "/tmp"}],
+        "env": [
+            {"name": "HF_HOME", "value": f"{TOKENIZER_DIR}/hf"},
+            {"name": "HOME", "value": "/tmp"},
+            *hf_token_env(spec),  # a gated model's tokenizer; the service container itself gets none
+        ],
         "volumeMounts": [{"name": TOKENIZER_VOLUME, "mountPath": TOKENIZER_DIR}],
         "resources": HELPER_RESOURCES,
         "securityContext": restricted_container_security_context(),

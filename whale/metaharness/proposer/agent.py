@@ -19,8 +19,11 @@ import abc
 import asyncio
 import dataclasses
 import json
+import os
 import re
 import time
+from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from whale.metaharness.proposer.base import (
@@ -32,6 +35,7 @@ from whale.metaharness.proposer.base import (
     collect_candidates,
     task_prompt,
 )
+from whale.metaharness.proposer.kit import KIT_DIR, offline_kit
 from whale.metaharness.proposer.tools import Toolbox
 from whale.metaharness.proposer.workspace import Workspace
 
@@ -110,6 +114,21 @@ def parse_arguments(raw: Any) -> dict[str, Any] | None:
     return value if isinstance(value, dict) else None
 
 
+def place_kit(archive_dir: Path, files: Mapping[str, str]) -> None:
+    """The prototyping kit (``proto/...``, :func:`~whale.metaharness.proposer.kit.offline_kit`) in the agent's copy of
+    the archive, where its file tools and ``run_shell`` (whose working directory that copy is) see it. Each file
+    written whole, atomically; a path that leaves the folder is refused (the kit's paths are ours)."""
+    root = Path(archive_dir).resolve()
+    for rel, text in files.items():
+        dest = (root / rel).resolve()
+        if not dest.is_relative_to(root / KIT_DIR):
+            raise ValueError(f"kit file {rel!r} is outside {KIT_DIR}/")
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        tmp = dest.with_name(f".{dest.name}.part")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, dest)
+
+
 class AgentProposer(Proposer):
     """The agent loop over a backend's :class:`Conversation`."""
 
@@ -124,6 +143,7 @@ class AgentProposer(Proposer):
         report = ProposerReport()
         started = time.monotonic()
         deadline = started + request.timeout_s
+        place_kit(request.archive_dir, offline_kit(request.workspace))
         workspace = Workspace(request.archive_dir, request.scratch_dir, request.count)
         toolbox = Toolbox(workspace, request.tools, deadline)
         task = task_prompt(request)

@@ -181,10 +181,23 @@ def task_prompt(request: ProposalRequest) -> str:
             f"with the real model and returns its score, errors and short traces; it spends rollouts from a budget of "
             f"{tools.trials.budget} for this iteration."
         )
+    if tools is not None and tools.tryouts is not None and tools.tryouts.calls > 0:
+        rules.append(
+            f"`try_harness` prototypes a harness on up to {tools.tryouts.max_items} real training (D_harness) tasks "
+            "with model replies you script: its hooks run in the real sandbox and its tool calls reach the run's "
+            "real tools (call its search on 3-5 real questions and read what comes back); nothing is graded and no "
+            f"rollout is spent ({tools.tryouts.calls} calls this iteration)."
+        )
     if tools is not None and tools.shell is not None:
         rules.append(
             "`run_shell` runs one bash command in a fresh sandbox whose working directory is the read-only archive "
             "(ls, grep, head, wc, python3 with the standard library; no network; a scratch home)."
+        )
+    if tools is not None and tools.shell is not None and request.workspace:
+        rules.append(
+            "`proto/` in the archive holds the harness API, the incoming harness and the D_harness tasks (no gold; "
+            "`proto/README.md`): in `run_shell`, `python3` with `proto/` on `sys.path` imports them, so you can call "
+            "a harness's hooks on real tasks offline."
         )
     if request.prompt_only:
         rules.append(

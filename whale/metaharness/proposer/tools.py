@@ -1,4 +1,4 @@
-"""The built-in agents' sandboxed tools beside the file tools: ``run_candidate`` and ``run_shell``.
+"""The built-in agents' sandboxed tools beside the file tools: ``run_candidate``, ``try_harness``, ``run_shell``.
 
 The paper's proposer is a coding agent with a shell that runs and tests candidate harnesses before
 proposing them. Both tools give the built-in agents (``openai``, ``anthropic``) that power without
@@ -14,6 +14,12 @@ giving them anything the threat model forbids (the proposer and every harness it
   never be requested or returned. Every rollout it runs is counted (``CandidateTrials.rollouts``)
   against a per-iteration budget (``spec.harnessSearch.proposer.runCandidateRollouts``); the search
   loop adds them to the iteration's rollouts and the archive's iteration record.
+* ``try_harness`` (:class:`HarnessTryouts`) is the prototyping the reference's skills require (the harness's
+  search on a few real questions, its hooks on trajectories), which the ``cli`` agent does with the kit in its
+  workspace: a harness (past the same static gate) on at most ``MAX_TRYOUT_ITEMS`` D_harness tasks with model
+  replies the agent scripts, in the same sandbox and runner, tool calls answered by the run's real tools, every
+  submission ending the episode ungraded (:mod:`whale.metaharness.tryout`): no reward, no gold, no rollout.
+  ``TRYOUT_CALLS`` calls per iteration, ``TRYOUT_TIMEOUT_S`` each, ``TRYOUT_RESULT_CHARS`` of answer.
 * ``run_shell`` (:class:`SandboxShell`) runs one bash command per call in a fresh ``whale.sandbox``
   run: its working directory is the archive copy, mounted read-only (``Isolation.read_paths``), with
   the candidates the agent wrote (read-only too) and a bounded in-memory scratch as HOME; the system
@@ -89,6 +95,53 @@ RUN_CANDIDATE_SPEC: dict[str, Any] = {
     },
 }
 
+#: tasks one try_harness call runs (the reference's search skill: the harness's search on 3-5 real questions)
+MAX_TRYOUT_ITEMS = 5
+#: scripted model replies one try_harness call may give, and the characters of each
+MAX_TRYOUT_REPLIES = 8
+MAX_TRYOUT_REPLY_CHARS = 8_000
+#: try_harness calls one proposer call (one iteration) may make, and the wall limit of one
+TRYOUT_CALLS = 24
+TRYOUT_TIMEOUT_S = 120.0
+#: the longest try_harness answer, and of each message in it at first (tool results show whole passages)
+TRYOUT_RESULT_CHARS = 24_000
+TRYOUT_MESSAGE_CHARS = 4_000
+TRY_HARNESS_SPEC: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "try_harness",
+        "description": (
+            f"Prototype a harness on up to {MAX_TRYOUT_ITEMS} real training (D_harness) tasks WITHOUT the model: "
+            "you script the model's replies, in order (plain text as the model would generate it; a tool call as "
+            '<tool_call>{"name": "search", "arguments": {"query_list": ["..."]}}</tool_call>). The harness runs in '
+            "its real sandbox; its tool calls go to the run's real tools (e.g. the retriever); you get each "
+            "episode's conversation (the prompts it built, your replies as it parsed them, the real tool results) "
+            "and its actions. When the harness submits an answer the episode ends, ungraded: no score, no gold "
+            f"answers. At most {TRYOUT_CALLS} calls per iteration; no rollouts spent. Give `name` (a candidate you "
+            "wrote) or `code` (a whole harness file, e.g. the incoming one)."
+        ),
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string", "description": "a candidate written with write_candidate"},
+                "code": {"type": "string", "description": "or: a whole harness file"},
+                "replies": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": f"the model's replies, one per model turn (at most {MAX_TRYOUT_REPLIES})",
+                },
+                "k": {"type": "integer", "description": f"tasks to run, 1..{MAX_TRYOUT_ITEMS} (default 4)"},
+                "items": {
+                    "type": "array",
+                    "items": {"type": "string"},
+                    "description": "optional: these D_harness item ids",
+                },
+            },
+            "required": ["replies"],
+        },
+    },
+}
+
 RUN_SHELL_SPEC: dict[str, Any] = {
     "type": "function",
     "function": {
@@ -109,6 +162,39 @@ RUN_SHELL_SPEC: dict[str, Any] = {
 
 
 # ----- run_candidate --------------------------------------------------------------------------------
+
+
+def pick_items(
+    items: dict[str, dict[str, Any]], max_items: int, k: Any, item_ids: Any, tool: str
+) -> list[dict[str, Any]]:
+    """The items of one call of ``tool``: the ids asked for, each a key of ``items`` (the D_harness split, so a
+    test item can never be asked for), or the first ``k``; :class:`ToolError` naming the bound otherwise."""
+    if item_ids:
+        if isinstance(item_ids, str) or not isinstance(item_ids, list) or not all(isinstance(i, str) for i in item_ids):
+            raise ToolError("`items` must be a list of item id strings")
+        wanted = list(dict.fromkeys(item_ids))
+        if len(wanted) > max_items:
+            raise ToolError(f"{len(wanted)} items asked for; at most {max_items} per call")
+        unknown = [i for i in wanted if i not in items]
+        if unknown:
+            some = ", ".join(list(items)[:5])
+            raise ToolError(
+                f"not training (D_harness) items: {', '.join(repr(u[:80]) for u in unknown[:5])}; "
+                f"{tool} runs only on the harness split (ids like {some})"
+            )
+        return [items[i] for i in wanted]
+    k = 4 if k is None else k
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= max_items:
+        raise ToolError(f"k must be an integer from 1 to {max_items}, got {k!r}")
+    return list(items.values())[:k]
+
+
+def split_by_id(items: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The D_harness items by id, in split order (the first of a repeated id)."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        out.setdefault(str(item.get("id", "?")), item)
+    return out
 
 
 class CandidateTrials:
@@ -142,9 +228,7 @@ class CandidateTrials:
         self.call_timeout_s = call_timeout_s
         self.workdir = Path(workdir) if workdir is not None else None
         #: the D_harness items by id, in split order: the only items a trial may run on
-        self._items: dict[str, dict[str, Any]] = {}
-        for item in evaluator.items:
-            self._items.setdefault(str(item.get("id", "?")), item)
+        self._items = split_by_id(evaluator.items)
         #: rollouts spent so far (the search loop adds them to the iteration's rollouts)
         self.rollouts = 0
         #: one entry per call that ran: what, where, how it scored (kept in the iteration record)
@@ -160,24 +244,7 @@ class CandidateTrials:
 
     def pick(self, k: int | None, item_ids: Sequence[str] | None) -> list[dict[str, Any]]:
         """The items of one call: the ids asked for (each must be a D_harness item) or the first ``k``."""
-        if item_ids:
-            if isinstance(item_ids, str) or not all(isinstance(i, str) for i in item_ids):
-                raise ToolError("`items` must be a list of item id strings")
-            wanted = list(dict.fromkeys(item_ids))
-            if len(wanted) > self.max_items:
-                raise ToolError(f"{len(wanted)} items asked for; at most {self.max_items} per call")
-            unknown = [i for i in wanted if i not in self._items]
-            if unknown:
-                some = ", ".join(list(self._items)[:5])
-                raise ToolError(
-                    f"not training (D_harness) items: {', '.join(repr(u[:80]) for u in unknown[:5])}; "
-                    f"run_candidate runs only on the harness split (ids like {some})"
-                )
-            return [self._items[i] for i in wanted]
-        k = 4 if k is None else k
-        if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= self.max_items:
-            raise ToolError(f"k must be an integer from 1 to {self.max_items}, got {k!r}")
-        return list(self._items.values())[:k]
+        return pick_items(self._items, self.max_items, k, item_ids, "run_candidate")
 
     async def run(
         self,
@@ -294,6 +361,150 @@ def _fit(result: dict[str, Any], limit: int = TRIAL_RESULT_CHARS) -> str:
     return text[:limit]
 
 
+# ----- try_harness ------------------------------------------------------------------------------------
+
+
+class HarnessTryouts:
+    """``try_harness``: a harness on a few D_harness tasks with scripted model replies, real tools, no grade
+    (:meth:`whale.metaharness.evaluate.CandidateEvaluator.tryout`, :mod:`whale.metaharness.tryout`).
+
+    Args:
+        evaluator: the phase's evaluator; its ``items`` (the D_harness split) are the only tasks a try-out runs.
+        check: the static gate (``code -> problems``), the search loop's own: a harness that would be refused
+            as a proposal is not run.
+        calls: try-outs one iteration may run.
+        call_timeout_s: wall limit of one call (further bounded by the proposer's time left).
+    """
+
+    def __init__(
+        self,
+        evaluator: CandidateEvaluator,
+        *,
+        check: Callable[[str], list[str]],
+        calls: int = TRYOUT_CALLS,
+        max_items: int = MAX_TRYOUT_ITEMS,
+        call_timeout_s: float = TRYOUT_TIMEOUT_S,
+        workdir: Path | None = None,
+    ):
+        if calls < 0 or max_items < 1:
+            raise ValueError(f"HarnessTryouts needs calls >= 0 and max_items >= 1, got {calls}, {max_items}")
+        self.evaluator = evaluator
+        self.check = check
+        self.calls = calls
+        self.max_items = max_items
+        self.call_timeout_s = call_timeout_s
+        self.workdir = Path(workdir) if workdir is not None else None
+        self._items = split_by_id(evaluator.items)
+        #: one entry per call that ran (kept in the iteration record)
+        self.log: list[dict[str, Any]] = []
+
+    @property
+    def left(self) -> int:
+        return max(self.calls - len(self.log), 0)
+
+    async def run(
+        self,
+        code: str,
+        *,
+        name: str,
+        replies: Any,
+        k: Any = None,
+        item_ids: Any = None,
+        timeout_s: float | None = None,
+    ) -> str:
+        """One call; the answer (JSON text, bounded) for the agent. Raises ToolError for a bad call."""
+        if (
+            not isinstance(replies, list)
+            or not replies
+            or not all(isinstance(r, str) for r in replies)
+            or len(replies) > MAX_TRYOUT_REPLIES
+        ):
+            raise ToolError(f"`replies` must be a list of 1 to {MAX_TRYOUT_REPLIES} strings (the model's replies)")
+        if any(len(r) > MAX_TRYOUT_REPLY_CHARS for r in replies):
+            raise ToolError(f"a reply may have at most {MAX_TRYOUT_REPLY_CHARS} characters")
+        items = pick_items(self._items, self.max_items, k, item_ids, "try_harness")
+        if self.left == 0:
+            raise ToolError(f"all {self.calls} try_harness calls of this iteration are spent; propose")
+        problems = self.check(code)
+        if problems:
+            return json.dumps(
+                {"harness": name, "valid": False, "problems": problems[:20], "note": "not run: refused as a proposal"}
+            )
+        limit = self.call_timeout_s if timeout_s is None else min(self.call_timeout_s, timeout_s)
+        if limit <= 0:
+            raise ToolError("the proposer's time budget is spent; this harness was not run")
+        with tempfile.TemporaryDirectory(prefix="whale-tryout-", dir=self.workdir) as tmp:
+            path = Path(tmp) / "harness.py"
+            path.write_text(code, encoding="utf-8")
+            sha = hashlib.sha256(code.strip().encode("utf-8")).hexdigest()[:12]
+            outcome = await self.evaluator.tryout(path, f"tryout:{name}:{sha}", items, replies, limit)
+        self.log.append(
+            {
+                "harness": name,
+                "sha": sha,
+                "items": [str(i.get("id")) for i in items],
+                "replies": len(replies),
+                "errors": sum(1 for e in outcome.episodes if e.error),
+                "error": outcome.error,
+            }
+        )
+        episodes = [_ungraded(e.to_dict()) for e in outcome.episodes]
+        return _fit_tryout(
+            {"harness": name, "valid": True, "error": outcome.error, "calls_left": self.left, "episodes": episodes}
+        )
+
+
+def _ungraded(episode: dict[str, Any]) -> dict[str, Any]:
+    """What a try-out shows of one episode: the conversation and the actions with their results, never a
+    reward, an env step's info or what was graded (the environment never graded anything; see tryout.py)."""
+    actions = [
+        {"action": s.get("action"), "result": s.get("result")}
+        for s in episode.get("steps") or []
+        if s.get("type") == "action"
+    ]
+    return {
+        "item_id": episode.get("item_id"),
+        "turns": episode.get("turns"),
+        "end": episode.get("end"),
+        "error": episode.get("error"),
+        "messages": [
+            {k: m[k] for k in ("role", "content", "tool_calls", "tool_call_id", "name") if k in m}
+            for m in episode.get("messages") or []
+            if isinstance(m, dict)
+        ],
+        "actions": actions,
+    }
+
+
+def _fit_tryout(result: dict[str, Any], limit: int = TRYOUT_RESULT_CHARS) -> str:
+    """``result`` as JSON within ``limit`` characters: each message and tool result clipped shorter until it fits."""
+    text = json.dumps(result, ensure_ascii=False)
+    for chars in (TRYOUT_MESSAGE_CHARS, 1_500, 400, 120):
+        if len(text) <= limit:
+            return text
+        episodes = [
+            {
+                **e,
+                "messages": [{**m, "content": _clip(m.get("content") or "", chars)} for m in e["messages"]],
+                "actions": [_clip_json(a, chars) for a in e["actions"]],
+            }
+            for e in result["episodes"]
+        ]
+        text = json.dumps({**result, "episodes": episodes}, ensure_ascii=False)
+    return text if len(text) <= limit else text[:limit]
+
+
+def _clip_json(value: Any, chars: int) -> Any:
+    """``value`` with every string in it clipped to ``chars``."""
+    if isinstance(value, str):
+        return _clip(value, chars)
+    if isinstance(value, dict):
+        return {k: _clip_json(v, chars) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_clip_json(v, chars) for v in value]
+    return value
+
+
 # ----- run_shell --------------------------------------------------------------------------------------
 
 
@@ -371,6 +582,7 @@ class ProposerTools:
 
     trials: CandidateTrials | None = None
     shell: SandboxShell | None = None
+    tryouts: HarnessTryouts | None = None
 
 
 class Toolbox:
@@ -393,6 +605,8 @@ class Toolbox:
             specs.insert(-1, RUN_CANDIDATE_SPEC)
         if self.tools.shell is not None:
             specs.insert(-1, RUN_SHELL_SPEC)
+        if self.tools.tryouts is not None and self.tools.tryouts.calls > 0:
+            specs.insert(-1, TRY_HARNESS_SPEC)
         return specs
 
     def _left_s(self) -> float | None:
@@ -406,6 +620,16 @@ class Toolbox:
         try:
             if name == "run_candidate" and self.tools.trials is not None and self.tools.trials.budget > 0:
                 return await self._run_candidate(arguments, left)
+            if name == "try_harness" and self.tools.tryouts is not None and self.tools.tryouts.calls > 0:
+                label, code = self._code_of(arguments)
+                return await self.tools.tryouts.run(
+                    code,
+                    name=label,
+                    replies=arguments.get("replies"),
+                    k=arguments.get("k"),
+                    item_ids=arguments.get("items"),
+                    timeout_s=left,
+                )
             if name == "run_shell" and self.tools.shell is not None:
                 timeout = arguments.get("timeout_s", SHELL_TIMEOUT_S)
                 if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
@@ -415,29 +639,31 @@ class Toolbox:
                 return await self.tools.shell.run(arguments.get("command"), float(timeout))  # type: ignore[arg-type]  # shell.run refuses a non-string command
         except ToolError as exc:
             return f"error: {exc}"
-        if name in ("run_candidate", "run_shell"):
+        if name in ("run_candidate", "run_shell", "try_harness"):
             return f"error: {name} is not available in this run"
         return self.workspace.call(name, arguments)
 
     async def _run_candidate(self, arguments: dict[str, Any], left_s: float | None) -> str:
         trials = self.tools.trials
         assert trials is not None  # noqa: S101 - checked by the caller
+        label, code = self._code_of(arguments)
+        k = arguments.get("k")
+        items = arguments.get("items")
+        return await trials.run(code, name=label, k=k, item_ids=items, timeout_s=left_s)
+
+    def _code_of(self, arguments: dict[str, Any]) -> tuple[str, str]:
+        """(label, code) of a call naming a candidate the agent wrote (``name``) or giving a draft (``code``)."""
         name, code = arguments.get("name"), arguments.get("code")
         if (name is None) == (code is None):
             raise ToolError("give exactly one of `name` (a candidate you wrote) or `code` (a draft)")
         if code is not None:
             if not isinstance(code, str):
                 raise ToolError("`code` must be the whole harness file as a string")
-            label = "draft"
-        else:
-            label = safe_name(str(name))
-            path = self.workspace.scratch_dir / CANDIDATES_DIR / f"{label}.py"
-            if not label or not path.is_file() or path.is_symlink():
-                raise ToolError(
-                    f"no candidate named {str(name)[:80]!r}; written so far: "
-                    f"{', '.join(self.workspace.written) or '(none)'}"
-                )
-            code = path.read_bytes()[: 4 * 1024 * 1024].decode("utf-8", errors="replace")
-        k = arguments.get("k")
-        items = arguments.get("items")
-        return await trials.run(code, name=label, k=k, item_ids=items, timeout_s=left_s)
+            return "draft", code
+        label = safe_name(str(name))
+        path = self.workspace.scratch_dir / CANDIDATES_DIR / f"{label}.py"
+        if not label or not path.is_file() or path.is_symlink():
+            raise ToolError(
+                f"no candidate named {str(name)[:80]!r}; written so far: {', '.join(self.workspace.written) or '(none)'}"
+            )
+        return label, path.read_bytes()[: 4 * 1024 * 1024].decode("utf-8", errors="replace")

@@ -1,0 +1,140 @@
+"""The prototyping kit's ``tools.call(name, ...)`` answers exactly as the harness's environment does (issue 30), run by
+a bare ``python3 -I -S`` with only ``proto/`` on its path, as the agent's shell runs it: ``search`` with the same
+``{"result": ...}`` JSON, passage rendering and 200-token cut on the real retriever services (BM25 over the shipped
+corpus, with and without the policy's tokenizer); ``code_interpreter`` with the same output, hint and tool errors
+on the real code interpreter service."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import math_reasoning
+import search_qa
+from math_reasoning.env import MathEnvironment
+from math_reasoning.env import ToolError as CodeToolError
+from search_qa.env import SearchEnvironment, ToolError
+from tests.fixtures.tools import Service
+from whale.core.spec import Data
+from whale.domain import Domain
+from whale.sandbox.process import base_python
+from whale.tools.client import CodeClient, RetrieverClient
+from whale.workloads.search import prototype_files
+
+RUNNER = r"""
+import json, sys
+sys.path.insert(0, "proto")
+import tools
+out = []
+for args in json.load(sys.stdin):
+    try:
+        out.append({"text": tools.call(sys.argv[1], args)})
+    except ValueError as exc:
+        out.append({"error": str(exc)})
+print(json.dumps(out))
+"""
+
+
+def kit_answers(tmp_path: Path, domain: Domain, tool: str, calls: list[dict]) -> list[dict]:
+    """Each call of ``tool`` answered by the kit's tools.py in a bare interpreter (no site-packages, no project)."""
+    data = Data(harness_size=4, test_size=2, weight_size=4)
+    items = domain.load_split("harness", data)
+    kit = prototype_files(domain, data, items, domain.h0_path().read_text("utf-8"))
+    for rel, text in kit.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    done = subprocess.run(
+        [base_python(), "-I", "-S", "-c", RUNNER, tool],
+        input=json.dumps(calls),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout)
+
+
+def env_answers(service: Service, calls: list[dict]) -> list[dict]:
+    client = RetrieverClient(service.url)
+    try:
+        env = SearchEnvironment({"id": "q", "question": "q", "golden_answers": ["x"]}, client)
+        out: list[dict] = []
+        for args in calls:
+            try:
+                out.append({"text": env.call_tool("search", args)})
+            except ToolError as exc:
+                out.append({"error": str(exc)})
+        return out
+    finally:
+        client.close()
+
+
+CALLS = [
+    {"query_list": ["Teutberga queen of Lotharingia"], "topk": 1, "max_doc_tokens": 200},  # h0's call
+    {"query_list": ["Teutberga queen of Lotharingia"], "topk": 3, "max_doc_tokens": 12},
+    {"query_list": ["who wrote the iliad", "capital of Lotharingia"], "topk": 2},  # defaults: 200 tokens
+    {"query_list": "Lothair II", "max_doc_tokens": "30"},  # as a model may write it
+    {"query_list": []},
+    {"query_list": ["q"], "topk": 11},
+]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("cutting", [False, True], ids=["words", "policy-tokens"])
+def test_the_kits_search_answers_as_the_environments(
+    cutting, retriever_service, cutting_retriever_service, monkeypatch, tmp_path
+):
+    service = cutting_retriever_service if cutting else retriever_service
+    monkeypatch.setenv("WHALE_RETRIEVER_URL", service.url)
+    got = kit_answers(tmp_path, search_qa.SearchQA(), "search", CALLS)
+    want = env_answers(service, CALLS)
+    assert got == want
+    # what was compared is the real tool message: JSON {"result": ...}, passages rendered and cut
+    first = json.loads(want[0]["text"])["result"]
+    assert first.startswith("Doc 1(Title: ") and "\n" not in first
+    short = json.loads(want[1]["text"])["result"].splitlines()
+    assert len(short) == 3
+    if cutting:  # cut in the tiny Qwen's tokens by the service: no word-cut marker
+        assert not any(line.endswith(" ...") for line in short)
+    else:  # cut at 12 words here
+        assert all(line.endswith(" ...") for line in short)
+    assert json.loads(want[2]["text"])["result"].startswith("Query: who wrote the iliad\nDoc 1(Title: ")
+    assert want[4] == {"error": "search: `query_list` must be a non-empty list of strings"}
+    assert "topk" in want[5]["error"]
+
+
+CODE_CALLS = [
+    {"code": "print(2 + 3)"},
+    {"code": "x = 1"},  # no output: the hint
+    {"code": "6 * 7"},  # a final bare expression is printed
+    {"code": "print('partial')\n1 / 0"},  # the error, with the output before it
+    {"code": "```python\nprint('fenced')\n```"},
+    {"code": 5},  # not a string
+    {},
+]
+
+
+@pytest.mark.timeout(300)
+def test_the_kits_code_interpreter_answers_as_the_environments(code_service, monkeypatch, tmp_path):
+    monkeypatch.setenv("WHALE_CODE_URL", code_service.url)
+    got = kit_answers(tmp_path, math_reasoning.MathReasoning(), "code_interpreter", CODE_CALLS)
+    client = CodeClient(code_service.url)
+    env = MathEnvironment({"id": "m", "problem": "p", "answer": "1"}, client)
+    want: list[dict] = []
+    try:
+        for args in CODE_CALLS:
+            try:
+                want.append({"text": env.call_tool("code_interpreter", args)})
+            except CodeToolError as exc:
+                want.append({"error": str(exc)})
+    finally:
+        client.close()
+    assert got == want
+    assert want[0] == {"text": "5\n"} and want[1] == {"text": "(no output: print() the values you need)"}
+    assert want[2] == {"text": "42\n"} and want[4] == {"text": "fenced\n"}
+    assert "ZeroDivisionError" in want[3]["error"] and want[3]["error"].endswith("Output before the error: partial\n")
+    assert want[5]["error"].startswith("code_interpreter needs a string argument `code`") and want[6] == want[5]
