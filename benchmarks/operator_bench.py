@@ -232,9 +232,12 @@ def main() -> None:
         # --- creation burst: every run created at once ---
         section = Section(metrics, proc.pid)
         t0 = time.perf_counter()
-        players = [create(f"scale-{i:03d}") for i in range(args.runs)]
+        players, created = [], {}
+        for i in range(args.runs):  # each run's latency runs from its own creation (the API server's answer)
+            players.append(create(f"scale-{i:03d}"))
+            created[players[-1].run] = time.perf_counter()
         results["create_s"] = time.perf_counter() - t0
-        firsts, seen = await_next_jobs(api, players, {p.run: t0 for p in players})
+        firsts, seen = await_next_jobs(api, players, created)
         results["creation_burst"] = {"per_run_s": spread(seen), **section.report()}
 
         # --- finish burst: every run's child finishes at once ---

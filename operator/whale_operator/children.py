@@ -24,9 +24,10 @@ from whale.core.protocol import PhaseKind, PhaseRequest, WeightRequest
 from whale.core.spec import WhaleRunSpec
 from whale.domain import ToolService
 from whale.store import Store
-from whale_operator import builders, kueue, names, observe
+from whale_operator import builders, informer, kueue, names, observe
 from whale_operator import status as st
 from whale_operator.config import SpecError, store_uri
+from whale_operator.informer import ApiReads
 from whale_operator.kube import Conflict, KubeClient, Refused, collection_path
 from whale_operator.metrics import OperatorMetrics
 
@@ -85,8 +86,11 @@ class JobLauncher:
         clock: Any = time.monotonic,
         *,
         sandbox_runtime: str | None = None,
+        reads: ApiReads | None = None,
     ):
         self.kube = kube
+        #: where the run's children are read from (the informer in the operator: :mod:`whale_operator.informer`)
+        self.reads = reads or ApiReads(kube)
         #: the admin's sandboxed RuntimeClass for pods that run untrusted code (whale_operator.sandboxing)
         self.sandbox_runtime = sandbox_runtime
         self.metrics = metrics
@@ -99,6 +103,21 @@ class JobLauncher:
         #: whether the cluster serves Kueue's Workload API, and when that was asked
         self._kueue: tuple[bool, float] | None = None
         self._workloads_refused = False
+        #: per run UID, what the operator (their one writer) last wrote or found in the run's store: the serving
+        #: target (``serving.json``) and the spec its children read (``spec.json``, by the parsed spec's identity)
+        self._serving: dict[str, str | None] = {}
+        self._spec_written: dict[str, WhaleRunSpec] = {}
+
+    def forget(self, uid: str) -> None:
+        """The run is gone: drop what is held for it."""
+        self._serving.pop(uid, None)
+        self._spec_written.pop(uid, None)
+
+    def write_spec(self, run: builders.RunRef, store: Store, spec: WhaleRunSpec) -> None:
+        """:func:`write_spec`, once per parsed spec (a new generation parses a new one)."""
+        if self._spec_written.get(run.uid) is not spec:
+            write_spec(store, run.name, spec)
+            self._spec_written[run.uid] = spec
 
     def _recently_present(self, manifest: dict[str, Any]) -> bool:
         seen = self._present.get(_present_key(manifest))
@@ -111,10 +130,7 @@ class JobLauncher:
         self._present[_present_key(manifest)] = now
 
     def deployments(self, run: builders.RunRef) -> dict[str, dict[str, Any]]:
-        return {
-            d["metadata"]["name"]: d
-            for d in self.kube.list("apps/v1", "Deployment", run.namespace, names.run_selector(run.name))
-        }
+        return {d["metadata"]["name"]: d for d in self.reads.children(informer.DEPLOYMENT, run.namespace, run.name)}
 
     def start(
         self,
@@ -145,7 +161,7 @@ class JobLauncher:
                     target or "the base model",
                 )
                 return None
-        write_spec(store, run.name, spec)
+        self.write_spec(run, store, spec)
         write_request(store, run.name, req)  # before the Job: the workload reads it first thing
         svc = builders.rendezvous_service(run, spec, req)
         if svc is not None:
@@ -168,7 +184,7 @@ class JobLauncher:
         """``cluster.admission: jobSet``: the phase's JobSet (its vLLM server and its workload, one Kueue
         Workload). No wait for ``served.json``: the server is the JobSet's own, it loads the serving target
         (written before this call) when it starts, and JobSet starts the workload only once it is Ready."""
-        write_spec(store, run.name, spec)
+        self.write_spec(run, store, spec)
         write_request(store, run.name, req)  # before the JobSet: the workload reads it first thing
         manifest = builders.phase_jobset(run, spec, req, store_uri=store_uri(spec), checkpoint=target, tools=tools)
         return self._ensure_gang(run, spec, req, manifest)
@@ -199,23 +215,23 @@ class JobLauncher:
 
     def phase_children(self, run: builders.RunRef, spec: WhaleRunSpec) -> list[dict[str, Any]]:
         """The run's Jobs and, with ``cluster.admission: jobSet``, its JobSets: what ``decide()`` observes."""
-        out = self.kube.list("batch/v1", "Job", run.namespace, names.run_selector(run.name))
+        out = self.reads.children(informer.JOB, run.namespace, run.name)
         if builders.uses_jobset(spec):
-            out += self.kube.list(builders.JOBSET_API_VERSION, "JobSet", run.namespace, names.run_selector(run.name))
+            out = out + self.reads.children(informer.JOBSET, run.namespace, run.name)
         return out
 
-    def patch_child(self, run: builders.RunRef, child: dict[str, Any], patch: dict[str, Any]) -> None:
-        """Merge-patch a phase child (Job or JobSet)."""
-        self.patch(*observe.child_kind(child), run.namespace, child["metadata"]["name"], patch)
+    def patch_child(self, run: builders.RunRef, child: dict[str, Any], patch: dict[str, Any]) -> dict[str, Any]:
+        """Merge-patch a phase child (Job or JobSet); the child as the API server now holds it."""
+        return self.patch(*observe.child_kind(child), run.namespace, child["metadata"]["name"], patch)
 
     def delete_child(self, run: builders.RunRef, child: dict[str, Any]) -> None:
         """Delete a phase child (Job or JobSet; the JobSet's Jobs and pods go with it)."""
         self.kube.delete(*observe.child_kind(child), run.namespace, child["metadata"]["name"])
 
-    def patch(self, api_version: str, kind: str, namespace: str, name: str, patch: dict[str, Any]) -> None:
-        """A merge patch of a child; a refusal is a :class:`ChildRejected`."""
+    def patch(self, api_version: str, kind: str, namespace: str, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """A merge patch of a child (the child as patched); a refusal is a :class:`ChildRejected`."""
         try:
-            self.kube.merge_patch(api_version, kind, namespace, name, patch)
+            return self.kube.merge_patch(api_version, kind, namespace, name, patch)
         except Refused as exc:
             raise ChildRejected.of(kind, name, exc) from None
 
@@ -230,12 +246,12 @@ class JobLauncher:
         evicted: list[Eviction] = []
         queue = st.QueueView(spec.cluster.queue_name)
         for phase, job in current.items():
-            if kueue.needs_started_mark(job):
-                self._annotate(run, job, kueue.started_patch(now))
+            if kueue.needs_started_mark(job):  # the Job as patched (what was read is never changed in place)
+                job = self.patch_child(run, job, kueue.started_patch(now))
             own_words = kueue.evicted(job)  # before the count's patch takes the started mark away
             seen_now = own_words is not None and not job["metadata"].get("deletionTimestamp")
             if seen_now:
-                self._annotate(run, job, kueue.eviction_patch(job))
+                job = self.patch_child(run, job, kueue.eviction_patch(job))
             child = observe.job_child(job)
             if child.state is ChildState.FAILED:
                 pods = self.kube.list("v1", "Pod", run.namespace, observe.pod_selector(job))
@@ -257,16 +273,6 @@ class JobLauncher:
         if spec.cluster.queue_name and not self._kueue_served():
             queue = dataclasses.replace(queue, served=False)
         return Observed(children, queue, tuple(evicted))
-
-    def _annotate(self, run: builders.RunRef, child: dict[str, Any], patch: dict[str, Any]) -> None:
-        """Merge-patch the child's annotations, and the copy in hand the same way."""
-        self.patch_child(run, child, patch)
-        held = child["metadata"].setdefault("annotations", {})
-        for key, value in patch["metadata"]["annotations"].items():
-            if value is None:
-                held.pop(key, None)
-            else:
-                held[key] = value
 
     def _workload(self, run: builders.RunRef, child: dict[str, Any]) -> kueue.WorkloadFacts | None:
         """Kueue's Workload of a suspended child (why it waits, why it was evicted); None where Kueue made none yet,
@@ -332,7 +338,7 @@ class JobLauncher:
     def start_prepare(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, start: StartPhase) -> bool:
         """The prepare Job of ``start``'s attempt (no inference server, nothing served: it samples nothing),
         after the spec it reads first thing. True when this call created it."""
-        write_spec(store, run.name, spec)
+        self.write_spec(run, store, spec)
         return self.ensure(builders.prepare_job(run, spec, start.attempt, store_uri=store_uri(spec)))
 
     def ensure(self, manifest: dict[str, Any]) -> bool:
@@ -475,7 +481,7 @@ class JobLauncher:
         children = (
             self.phase_children(run, spec)
             if spec is not None
-            else self.kube.list("batch/v1", "Job", run.namespace, names.run_selector(run.name))
+            else self.reads.children(informer.JOB, run.namespace, run.name)
         )
         for child in children:
             if observe.job_child(child).state is ChildState.RUNNING and not child["metadata"].get("deletionTimestamp"):
@@ -484,11 +490,15 @@ class JobLauncher:
     def serve_checkpoint(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, checkpoint: str | None) -> None:
         """The one place the operator names what inference serves: ``serving.json`` and, for the vLLM
         Deployment, its annotation (a restart then loads the right weights)."""
-        if not serve(store, run.name, checkpoint):
+        if run.uid in self._serving and self._serving[run.uid] == checkpoint:
+            return  # what the operator wrote last (nobody else writes it)
+        changed = serve(store, run.name, checkpoint)
+        self._serving[run.uid] = checkpoint
+        if not changed:
             return
         if builders.uses_vllm(spec):
             name = names.inference_name(run.name)
-            if self.kube.get("apps/v1", "Deployment", run.namespace, name) is not None:
+            if name in self.deployments(run):
                 self.patch(
                     "apps/v1",
                     "Deployment",

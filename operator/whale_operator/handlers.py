@@ -3,7 +3,8 @@
 * one daemon per WhaleRun runs :meth:`Reconciler.reconcile` in a worker thread, then sleeps until
   woken by a change of one of its children (Job / Deployment watch events) or of its spec, with a
   timer only as a safety net (``WHALE_OPERATOR_RESYNC_S``);
-* the watch handlers only wake the owning run's daemon, so a finished Job leads to the next child
+* the watch handlers keep the operator's informer current (:mod:`whale_operator.informer`: a reconcile reads the
+  run and its children from memory, not from the API server) and wake the owning run's daemon, so a finished Job leads to the next child
   within a watch round-trip plus one reconcile; the same for the served-weights acknowledgement, which the
   vLLM pod's sidecar stamps on the run's ConfigMap ``<run>-served`` (:mod:`whale.inference.doorbell`).
 
@@ -25,6 +26,7 @@ import kopf
 from whale.core.spec import API_GROUP, API_VERSION, PLURAL, RunPhase
 from whale_operator import names, observe
 from whale_operator.config import OperatorConfig, backoff_s, worker_threads
+from whale_operator.informer import Informer
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
 from whale_operator.reconcile import Reconciler
@@ -43,12 +45,23 @@ DEFAULT_MAX_BACKOFF_S = 300.0
 MANAGED = {"app.kubernetes.io/managed-by": names.MANAGED_BY}
 
 
+class NoEssence(kopf.AnnotationsDiffBaseStorage):
+    """kopf's diff base for an operator with no change-detecting handlers (no ``on.create``/``update``/``resume``/
+    ``delete``/``field``: a daemon and watch handlers only). kopf builds every watched object's essence at every event
+    (a deep copy of the whole body, a Job's pod template included, and a second to strip its own annotations: over
+    half of the operator's CPU outside its reconciles); only those handlers use it, so none is built. A
+    change-detecting handler added here needs the stock storage back."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()
+
+
 @kopf.on.startup()  # type: ignore[arg-type]  # kopf passes its kwargs by name; the handler takes the ones it uses
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
     """Clients, metrics and settings of this operator process (resolved once, here)."""
     settings.persistence.finalizer = f"{API_GROUP}/operator"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=API_GROUP)
+    settings.persistence.diffbase_storage = NoEssence(prefix=API_GROUP)
     settings.posting.level = logging.INFO
     # peering (a second replica): a random priority makes exactly one replica active, the other standby
     settings.peering.priority = int(os.environ.get("WHALE_OPERATOR_PEERING_PRIORITY", random.randint(1, 32767)))
@@ -66,9 +79,11 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     memo.error_backoff_s = float(os.environ.get("WHALE_OPERATOR_ERROR_BACKOFF_S", DEFAULT_ERROR_BACKOFF_S))
     memo.max_backoff_s = float(os.environ.get("WHALE_OPERATOR_MAX_BACKOFF_S", DEFAULT_MAX_BACKOFF_S))
     kube = KubeClient.from_environment(pool_size=worker_threads())
+    memo.informer = Informer(kube)
+    kube.on_write = memo.informer.observe  # the operator's own writes, before their watch events come
     memo.metrics = metrics
     memo.kube = kube
-    memo.reconciler = Reconciler(kube, metrics, OperatorConfig.from_env())
+    memo.reconciler = Reconciler(kube, metrics, OperatorConfig.from_env(), reads=memo.informer)
     memo.wakeups = {}
     memo.seen = {}  # child UID -> what a reconcile reads of it, as last seen (observe.wake_digest)
 
@@ -133,6 +148,7 @@ async def whalerun_daemon(
                 outcome = await asyncio.to_thread(_timed_reconcile, reconciler, metrics, namespace, name, not fresh)
             except Exception as exc:
                 metrics.reconcile_errors.labels(error=type(exc).__name__).inc()
+                reconciler.reads.relist(namespace, name)  # the next reconcile reads the run afresh
                 failures += 1
                 delay = backoff_s(failures, memo.error_backoff_s, memo.max_backoff_s)
                 logger.exception("reconcile of %s/%s failed; retrying in %.0f s", namespace, name, delay)
@@ -192,6 +208,7 @@ def _wake_owner(body: kopf.Body, memo: kopf.Memo, event: str | None) -> None:
     (:func:`~whale_operator.observe.wake_digest`): every wake is a reconcile, and with hundreds of runs the
     reconciles of changes that matter wait behind the rest. The handlers that call it are coroutines: they run on
     the event loop, where the daemons' events live, not queued behind reconciles for a worker thread."""
+    memo.informer.observe(body, deleted=event == "DELETED")  # first: the reconcile it wakes reads this version
     uid = body.get("metadata", {}).get("uid", "")
     seen: dict[str, str | None] = memo.seen
     if event == "DELETED":
@@ -237,10 +254,16 @@ async def doorbell_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)
-async def whalerun_event(body: kopf.Body, uid: str, memo: kopf.Memo, **_: Any) -> None:
+async def whalerun_event(body: kopf.Body, uid: str, memo: kopf.Memo, type: str | None, **_: Any) -> None:
     """The spec changed (e.g. suspend flipped): wake the run's daemon. Status-only updates (our own
-    writes) are skipped: observedGeneration already matches."""
-    generation = body.get("metadata", {}).get("generation")
-    observed = (body.get("status") or {}).get("observedGeneration")
-    if generation != observed and uid in memo.wakeups:
+    writes) are skipped: observedGeneration already matches; so is a generation a reconcile has already read (kopf's
+    own marks on a new run come before its first status: they would retry a refused run at once, not after its
+    back-off). Every version goes to the informer."""
+    memo.informer.observe(body, deleted=type == "DELETED")
+    newest = memo.informer.newest(body)  # an event older than the operator's own status write wakes nothing
+    generation = newest.get("metadata", {}).get("generation")
+    observed = (newest.get("status") or {}).get("observedGeneration")
+    # None: the run's first reconcile has not read it yet, and reads the newest version the informer holds
+    read = memo.reconciler.read_generation(uid)
+    if generation != observed and read is not None and generation != read and uid in memo.wakeups:
         memo.wakeups[uid].set()

@@ -97,6 +97,11 @@ def _unfinished(child: dict[str, Any]) -> Child:
     return Child(ChildState.RUNNING, evictions=evictions)
 
 
+def finished(job: dict[str, Any]) -> bool:
+    """The child (Job or JobSet) has ended, succeeded or failed, and is not running again."""
+    return job_child(job).state in (ChildState.SUCCEEDED, ChildState.FAILED)
+
+
 def job_phase(job: dict[str, Any]) -> tuple[str, int] | None:
     """(phase, attempt) from a Job's labels; None for a Job that is not a phase attempt. A data-preparation
     Job (``builders.prepare_job``: kind ``prepare``, no phase label) is the attempt of phase ``prepare``."""

@@ -2,9 +2,9 @@
 
 Synchronous on purpose (the Kubernetes client and the store client are blocking); the kopf daemon
 runs it in a worker thread, one run at a time per WhaleRun. Level-based: everything it needs is
-re-read every time — the WhaleRun (status = counters), the run's Jobs, the store (phase results,
-metrics, checkpoints) — so a restart at any point resumes exactly, and deterministic child names
-make every create idempotent.
+read every time — the WhaleRun (status = counters) and the run's children from the informer (kept current by watch
+events: :mod:`whale_operator.informer`), the store (phase results, metrics, checkpoints) — so a restart at any point
+resumes exactly, and deterministic child names make every create idempotent.
 """
 
 from __future__ import annotations
@@ -13,12 +13,11 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-from whale.control.observer import StoreObserver
+from whale.control.observer import StoreObserver, absorbed_phases
 from whale.core import layout
 from whale.core.alternation import ChildState, StartPhase, decide
 from whale.core.layout import PhaseId
@@ -32,6 +31,7 @@ from whale_operator.children import ChildRejected, JobLauncher, store_holds_run,
 from whale_operator.config import OperatorConfig, SpecError, judge_key_problems, parse_spec
 from whale_operator.credentials import CredentialsUnavailable, RunStores
 from whale_operator.domains import DomainCatalog, WaitingForData
+from whale_operator.informer import ApiReads
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
 from whale_operator.outcomes import ReconcileResult
@@ -52,17 +52,6 @@ def at_pod_here(body_spec: dict[str, Any] | None, spec: WhaleRunSpec) -> bool:
     return asked == "namespaces" and spec.sandbox.isolation == "pod"
 
 
-@dataclass
-class Reads:
-    """What one reconcile read from the API server (the WhaleRun, its phase children, its Deployments): the next
-    reconcile of the run reuses it when nothing there can have changed (a progress poll: no watch event since, and
-    this reconcile sent no write)."""
-
-    run: dict[str, Any]
-    jobs: list[dict[str, Any]] | None = None
-    deps: dict[str, dict[str, Any]] | None = None
-
-
 def utc_now() -> str:
     """RFC 3339, second precision (what Kubernetes timestamps look like)."""
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
@@ -77,6 +66,7 @@ class Reconciler:
         metrics: OperatorMetrics,
         config: OperatorConfig | None = None,
         clock: Callable[[], str] = utc_now,
+        reads: ApiReads | None = None,
     ):
         self.kube = kube
         self.metrics = metrics
@@ -84,7 +74,11 @@ class Reconciler:
         self.clock = clock
         self.stores = RunStores(kube, self.config.store_options, self.config.store_bounds.store_options())
         self._observers: dict[str, StoreObserver] = {}
-        self.jobs = JobLauncher(kube, metrics, sandbox_runtime=self.config.sandbox_hosts.runtime_class)
+        #: the WhaleRun and its children: asked of the API server, or held by the operator's informer
+        self.reads = reads or ApiReads(kube)
+        self.jobs = JobLauncher(
+            kube, metrics, sandbox_runtime=self.config.sandbox_hosts.runtime_class, reads=self.reads
+        )
         self.domains = DomainCatalog(self.config)
         self._lock = threading.Lock()
         #: per run UID: the spec as checked and scoped, with its tools, for the generation it was parsed at
@@ -94,12 +88,17 @@ class Reconciler:
         self._statuses: dict[str, tuple[dict[str, Any], WhaleRunStatus]] = {}
         #: per run UID: the generation whose spec was found to keep the identity of the spec the store holds
         self._identity_checked: dict[str, int | None] = {}
-        #: per run (namespace, name): what its last reconcile read, when that reconcile changed nothing (:class:`Reads`)
-        self._reads: dict[tuple[str, str], Reads] = {}
+        #: per run UID: the generation its last reconcile read (a watch event of that generation is no news)
+        self._generations: dict[str, int | None] = {}
+        #: per run UID: its split sizes once known (written once, by the prepare Job or from the domain; never changed)
+        self._sizes: dict[str, dict[str, int]] = {}
 
     def forget(self, uid: str, namespace: str, name: str) -> None:
         """The run is gone (or this replica stopped serving it): drop what is held for it."""
-        self._reads.pop((namespace, name), None)
+        self.reads.forget(namespace, name)
+        self.jobs.forget(uid)
+        self._sizes.pop(uid, None)
+        self._generations.pop(uid, None)
         self._specs.pop(uid, None)
         self._statuses.pop(uid, None)
         self._identity_checked.pop(uid, None)
@@ -120,21 +119,19 @@ class Reconciler:
     # --- the reconcile ---
     def reconcile(self, namespace: str, name: str, reuse: bool = False) -> ReconcileResult | None:
         """One reconcile; the status is written once, at the end, when it changed. ``reuse``: nothing in Kubernetes
-        changed that the operator was told of (a progress poll): what the last reconcile read is read again only if
-        that reconcile changed something itself."""
-        held = self._reads.pop((namespace, name), None)
-        reads = held if reuse else None
-        obj = reads.run if reads is not None else self.kube.get_run(namespace, name)
+        changed that the operator was told of (a progress poll): of the store, only what a running phase writes (its
+        metrics, its checkpoints) is read again, and the results only when a child has ended (a phase writes its result
+        before its child ends)."""
+        obj = self.reads.run(namespace, name)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return None
-        reads = reads or Reads(obj)
-        before = self.kube.writes()
         meta = obj["metadata"]
+        self._generations[meta["uid"]] = meta.get("generation")
         raw_status = obj.get("status") or {}
         prev = self._status(meta["uid"], raw_status, namespace, name)
         run = builders.RunRef(name, namespace, meta["uid"])
         try:
-            outcome = self._step(run, obj.get("spec"), prev, meta.get("generation"), self.clock(), reads)
+            outcome = self._step(run, obj.get("spec"), prev, meta.get("generation"), self.clock(), reuse)
         except ChildRejected as exc:  # the API server said no: into status, not a log line every 5 s
             log.warning("the API server refused %s; retrying with back-off", exc)
             outcome = outcomes.child_rejected(
@@ -157,9 +154,13 @@ class Reconciler:
             if written is not None:  # what the next reconcile will most likely read back
                 self._statuses[run.uid] = (written, outcome.status)
             self.metrics.set_run_phase(run.uid, outcome.status.phase)
-        if self.kube.writes() == before and not outcome.rejected and not outcome.unavailable:
-            self._reads[(namespace, name)] = reads
+        if outcome.rejected or outcome.unavailable:
+            self.reads.relist(namespace, name)  # after a refusal, read afresh
         return outcome
+
+    def read_generation(self, uid: str) -> int | None:
+        """The generation of the run the last reconcile of it read (None: not reconciled yet)."""
+        return self._generations.get(uid)
 
     def _status(self, uid: str, raw: dict[str, Any], namespace: str, name: str) -> WhaleRunStatus:
         """``raw`` parsed, or the status parsed last time when ``raw`` is the same."""
@@ -208,10 +209,9 @@ class Reconciler:
         prev: WhaleRunStatus,
         generation: int | None,
         now: str,
-        reads: Reads,
+        reuse: bool = False,
     ) -> ReconcileResult:
-        """Everything but the status write: returns ``prev`` itself when nothing is to be written. The run's children
-        come from ``reads`` when it holds them (and go into it when they are listed)."""
+        """Everything but the status write: returns ``prev`` itself when nothing is to be written."""
         try:
             spec, tools = self._spec(run, body_spec, generation)
         except (SpecError, names.RunNameError) as exc:
@@ -237,29 +237,43 @@ class Reconciler:
             changed = stored_experiment_changes(store, run.name, spec)
             if changed:  # refused, children left as they are: setting the fields back resumes the run unchanged
                 return outcomes.experiment_changed(prev, changed, generation)
-            if prev.attempts and not store_holds_run(store, run.name):  # a child ran, so its store had the spec
+            # a child of the run exists (they are kept once finished), so the store it used holds the run's spec; an
+            # attempt counted but never started (a suspended run's) wrote nothing anywhere
+            if prev.attempts and self.jobs.phase_children(run, spec) and not store_holds_run(store, run.name):
                 return outcomes.store_without_run(prev, store.uri_for(layout.spec_key(run.name)), generation)
             self._identity_checked[run.uid] = generation  # the store's spec is the operator's own write since
         if prev.reason in (Reason.IMMUTABLE_FIELD_CHANGED.value, Reason.STORE_WITHOUT_RUN.value):
             prev = prev.model_copy(update={"reason": None, "message": None})
 
-        try:
-            sizes = self.domains.split_sizes(store, run.name, spec)
-        except WaitingForData as exc:
-            return outcomes.waiting_for_data(prev, str(exc), inference_managed, generation, now)
+        sizes = self._sizes.get(run.uid)
+        if sizes is None:
+            try:
+                sizes = self.domains.split_sizes(store, run.name, spec)
+            except WaitingForData as exc:
+                return outcomes.waiting_for_data(prev, str(exc), inference_managed, generation, now)
+            if sizes:
+                self._sizes[run.uid] = sizes
         # no sizes yet: decide() schedules data preparation, a child like the phases
-        if reads.jobs is None:
-            reads.jobs = self.jobs.phase_children(run, spec)  # Jobs, and JobSets with cluster.admission jobSet
-        jobs = reads.jobs
-        seen = self.jobs.observe_children(run, spec, observe.current_jobs(jobs, prev.attempts), self.clock())
+        jobs = self.jobs.phase_children(run, spec)  # Jobs, and JobSets with cluster.admission jobSet
+        # a finished child whose result the status holds tells decide() nothing more: not looked at again (a run keeps
+        # its finished Jobs, so this keeps a reconcile's work from growing with the run's length)
+        done = absorbed_phases(prev)
+        current = {
+            phase: job
+            for phase, job in observe.current_jobs(jobs, prev.attempts).items()
+            if phase not in done or not observe.finished(job)
+        }
+        seen = self.jobs.observe_children(run, spec, current, self.clock())
         children = seen.children
-        obs = self._observer(store, run.name).observe(prev, children, sizes or {}, now, generation)
+        # a poll reads no results unless a child has ended (a poll already under way when its event came): a child
+        # that ended is judged by its result, never by one read before it ended
+        ended = any(c.state is not ChildState.RUNNING for c in children.values())
+        observer = self._observer(store, run.name)
+        obs = observer.observe(prev, children, sizes or {}, now, generation, results=not reuse or ended)
         decision = decide(spec, prev, obs)
         running = {p for p, c in children.items() if c.state is ChildState.RUNNING}
         # one list serves the readiness view, the ensure and the scaling of the run's Deployments
-        if reads.deps is None:
-            reads.deps = self.jobs.deployments(run) if inference_managed or tools else {}
-        deps = reads.deps
+        deps = self.jobs.deployments(run) if inference_managed or tools else {}
         gated, created = self.jobs.carry_out(run, spec, store, decision, running, deps, tools)
 
         new = decision.status

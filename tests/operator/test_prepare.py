@@ -35,7 +35,9 @@ def test_a_run_without_split_sizes_is_prepared_first(
         run = create_unprepared(api, kube_namespace, store, "prep")
         job = wait_for(lambda: api.get("batch/v1", "jobs", kube_namespace, "prep-prepare-1"), what="the prepare Job")
         assert job["spec"]["template"]["spec"]["containers"][0]["command"][2:4] == ["whale.workloads", "prepare"]
-        # decide() names the Job once it sees it run (the reconcile that creates it knows no Job yet)
+        # decide() names the Job once it sees it run (the reconcile that creates it knows no Job yet): the Job
+        # controller starts its pod, and that watch event wakes the run
+        api.start_job(kube_namespace, "prep-prepare-1")
         status = wait_for(
             lambda: "prep-prepare-1" in ((st := run.status()).get("message") or "") and st, what="PreparingData"
         )

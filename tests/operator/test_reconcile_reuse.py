@@ -1,36 +1,143 @@
-"""A progress poll reuses what the run's last reconcile read from the API server when that reconcile changed nothing
-there: one Reconciler against the API emulator, its requests counted."""
+"""A reconcile reads the WhaleRun and its children from the operator's informer (``whale_operator.informer``), fed by
+watch events and by the answers to the operator's own writes: after the first reconcile of a run it asks the API
+server nothing to read them. The requests are counted at the Kubernetes API emulator."""
 
 from __future__ import annotations
 
+from tests.fixtures.kube import EmulatedCluster, wait_for
 from tests.operator.conftest import BASE_SPEC, prepared_run
+from tests.operator.player import WR
+from whale_operator import informer as informer_kinds
+from whale_operator.informer import Informer
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
 from whale_operator.reconcile import Reconciler
 
 
-def test_a_poll_after_a_quiet_reconcile_asks_the_api_server_nothing(operator_env, kube_cluster, kube_namespace, store):
+def requests_since(cluster: EmulatedCluster, before: int) -> list[tuple[str, str]]:
+    """(method, path?query) of each request of the reconciles the emulator received after the first ``before``."""
+    return [
+        (str(r.method).upper().rsplit(".", 1)[-1], f"{r.url.path}?{r.url.query_string}")
+        for r in cluster.emulator._requests[before:]
+        # the operator's reconciles (its KubeClient: the SDK's agent), not kopf's watches nor the test's own reads
+        if r.headers.get("User-Agent", "").startswith("OpenAPI-Generator")
+    ]
+
+
+def reads(requests: list[tuple[str, str]]) -> list[str]:
+    """The GETs among them."""
+    return [path for method, path in requests if method == "GET"]
+
+
+def test_reads_come_from_the_informer_and_its_own_writes_are_seen(operator_env, kube_cluster, kube_namespace, store):
     spec = {**BASE_SPEC, "storage": {"uri": store.uri}}
     player = prepared_run(kube_cluster.api, store, kube_namespace, "reuse", spec)
     kube = KubeClient.from_environment()
-    reconciler = Reconciler(kube, OperatorMetrics())
+    informer = Informer(kube)
+    kube.on_write = informer.observe
+    reconciler = Reconciler(kube, OperatorMetrics(), reads=informer)
     emulator = kube_cluster.emulator
 
-    def requests_of(reuse: bool) -> int:
+    def reconcile(reuse: bool = False) -> list[tuple[str, str]]:
         before = len(emulator._requests)
         reconciler.reconcile(kube_namespace, "reuse", reuse)
-        return len(emulator._requests) - before
+        return requests_since(kube_cluster, before)
 
+    first = reconcile()
+    assert any("/whaleruns/reuse" in p for p in reads(first)), "the first reconcile of a run reads it"
+    assert any("/jobs?" in p for p in reads(first)), "... and lists its children once"
     for _ in range(6):  # started, the inference target acknowledged, the first Job created
         player.ack_serving()
-        reconciler.reconcile(kube_namespace, "reuse")
+        reconcile()
         if player.jobs():
             break
     [job] = player.jobs()
-    requests_of(reuse=False)  # the status takes in the Job just created
-    assert requests_of(reuse=False) == 3  # nothing changed: the WhaleRun, its Jobs, its Deployments read, no write
-    assert requests_of(reuse=True) == 0  # a poll: the same reads again, from the last reconcile
-    assert requests_of(reuse=True) == 0
-    player.finish(job)  # the Job ends (a watch event: the daemon would read afresh) ...
-    assert requests_of(reuse=False) > 3  # ... and the reconcile writes (its started mark, the status, ...)
-    assert requests_of(reuse=True) >= 1  # what it read is stale after its own writes: a poll reads again
+    assert reads(reconcile()) == [], "the Job it made is seen from the create's answer: the status takes it in"
+    assert reconcile() == [] and reconcile(reuse=True) == [], "nothing changed: no request at all"
+    # the Job ends on the API server; a watch event brings it (here fed by hand: test_informer_fed_by_kopf has kopf)
+    player.finish(job)
+    informer.observe(kube_cluster.api.get("batch/v1", "jobs", kube_namespace, job["metadata"]["name"]))
+    after = reconcile()
+    assert reads(after) == [], after
+    assert "PATCH" in {m for m, _ in after}, "the finished Job is seen: the status takes in its result"
+    assert player.status()["completedPhases"] == [] and player.status()["evals"][0]["meanAtK"] is not None
+
+
+def test_a_poll_that_sees_a_child_ended_reads_its_result(operator_env, kube_cluster, kube_namespace, store):
+    """A progress poll already under way when a child's end reaches the informer judges that child by its result
+    (read then), not by the results read before it ended: the evaluation is absorbed, no failure is counted."""
+    spec = {**BASE_SPEC, "storage": {"uri": store.uri}}
+    player = prepared_run(kube_cluster.api, store, kube_namespace, "ended", spec)
+    kube = KubeClient.from_environment()
+    informer = Informer(kube)
+    kube.on_write = informer.observe
+    reconciler = Reconciler(kube, OperatorMetrics(), reads=informer)
+    for _ in range(6):
+        player.ack_serving()
+        reconciler.reconcile(kube_namespace, "ended")
+        if player.jobs():
+            break
+    [job] = player.jobs()
+    reconciler.reconcile(kube_namespace, "ended")  # a fresh reconcile reads the results: none yet
+    player.finish(job)
+    informer.observe(kube_cluster.api.get("batch/v1", "jobs", kube_namespace, job["metadata"]["name"]))
+    reconciler.reconcile(kube_namespace, "ended", reuse=True)
+    status = player.status()
+    assert status["evals"][0]["meanAtK"] is not None, status
+    assert not status.get("failures"), status
+
+
+def test_a_change_no_event_told_of_is_read_at_the_relist(operator_env, kube_cluster, kube_namespace, store):
+    """What the informer holds is what a reconcile reads; a relist (after a failed reconcile, or every RELIST_S) reads
+    the API server afresh, dropping what is gone and taking in what changed."""
+    spec = {**BASE_SPEC, "storage": {"uri": store.uri}}
+    player = prepared_run(kube_cluster.api, store, kube_namespace, "relist", spec)
+    kube = KubeClient.from_environment()
+    informer = Informer(kube)
+    kube.on_write = informer.observe
+    reconciler = Reconciler(kube, OperatorMetrics(), reads=informer)
+    for _ in range(6):
+        player.ack_serving()
+        reconciler.reconcile(kube_namespace, "relist")
+        if player.jobs():
+            break
+    [job] = player.jobs()
+    name = job["metadata"]["name"]
+    held = [j["metadata"]["name"] for j in informer.children(informer_kinds.JOB, kube_namespace, "relist")]
+    assert held == [name], "the create's answer is held"
+    kube_cluster.api.delete("batch/v1", "jobs", kube_namespace, name)  # no event fed
+    assert [j["metadata"]["name"] for j in informer.children(informer_kinds.JOB, kube_namespace, "relist")] == [name]
+    informer.relist(kube_namespace, "relist")
+    assert informer.children(informer_kinds.JOB, kube_namespace, "relist") == []
+    deleted = {**job, "metadata": {**job["metadata"], "resourceVersion": "1"}}
+    informer.observe(deleted)  # an old version arriving late does not bring it back ...
+    assert informer.children(informer_kinds.JOB, kube_namespace, "relist") == []
+    reconciler.reconcile(kube_namespace, "relist")  # reads the run afresh
+    informer.observe(kube_cluster.api.get(WR, "whaleruns", kube_namespace, "relist"), deleted=True)
+    before = len(kube_cluster.emulator._requests)
+    assert informer.run(kube_namespace, "relist") is None, "... and a run deleted is gone for the reconcile"
+    assert len(kube_cluster.emulator._requests) == before
+
+
+def test_informer_fed_by_kopf(start_operator, make_run, kube_cluster: EmulatedCluster):
+    """The real operator: a child finished on the API server is seen by the next reconcile through kopf's watch
+    event, with no list of the run's children and no read of the WhaleRun."""
+    with start_operator():
+        run = make_run("fed")
+        first = run.wait_job()
+        kube_cluster.api.ready_deployment(run.namespace, "fed-vllm")
+        counts: list[int] = []
+
+        def quiet() -> bool:  # no request between two looks (the run's progress polls ask the API server nothing)
+            counts.append(len(kube_cluster.emulator._requests))
+            return len(counts) > 1 and counts[-1] == counts[-2]
+
+        wait_for(quiet, 20, 0.5, what="the operator at rest")
+        before = len(kube_cluster.emulator._requests)
+        run.finish(first)
+        nxt = run.wait_job()
+        assert nxt["metadata"]["name"] != first["metadata"]["name"]
+        during = requests_since(kube_cluster, before)
+    own = [p for p in reads(during) if "/whaleruns/fed" in p or "whale.dev%2Frun" in p or "whale.dev/run" in p]
+    assert own == [], own
+    assert any(m == "POST" and "/jobs" in p for m, p in during), "the next Job was created"

@@ -86,6 +86,29 @@ def test_the_observer_reads_only_what_can_change_the_status(tmp_path) -> None:
     assert StoreObserver(store, RUN).results(absorbed) == {}
 
 
+def test_an_observation_without_results_reuses_the_last_read_less_what_was_absorbed(tmp_path) -> None:
+    """A progress poll (``results=False``) reads the running phase's metrics and the checkpoints, not the results:
+    those read last time, less what the status has absorbed since."""
+    store = open_store(str(tmp_path / "store"))
+    eval_key = "eval-c01-s000002-weight"
+    store.write_json(layout.result_key(RUN, eval_key), {"meanAtK": 0.5, "k": 1, "items": 1})
+    status = WhaleRunStatus(
+        phase=RunPhase.RUNNING,
+        active_phase="c01-harness",
+        evals=[EvalPoint(phase=eval_key, cycle=1, step=2, after="weight")],
+    )
+    observer = StoreObserver(store, RUN)
+    assert set(observer.observe(status, {}, {}, now="t").results) == {eval_key}
+    store.write_json(layout.result_key(RUN, "c01-harness"), {"bestScore": 0.5})  # comes with its child's event
+    store.append_jsonl(layout.metrics_key(RUN, "c01-harness"), ITERATION_1.to_wire())
+    poll = observer.observe(status, {}, {}, now="t", results=False)
+    assert set(poll.results) == {eval_key}, "not read again"
+    assert poll.metrics == {"c01-harness": (ITERATION_1,)}, "what a running phase writes is read"
+    absorbed = status.model_copy(update={"evals": [status.evals[0].finished(0.5, 1)]})
+    assert observer.observe(absorbed, {}, {}, now="t", results=False).results == {}
+    assert set(observer.observe(absorbed, {}, {}, now="t").results) == {"c01-harness"}
+
+
 def test_a_metrics_line_that_does_not_parse_is_skipped_with_one_warning(tmp_path, caplog) -> None:
     """A workload that wrote a bad line (a crash mid-write is not one: jsonl appends are whole lines) does not
     stop the controller: the line is skipped, the warning names the phase, the line and the field, once."""

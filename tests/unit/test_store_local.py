@@ -92,6 +92,17 @@ def test_symlink_out_of_the_root_is_refused(tmp_path: Path) -> None:
     assert not (outside / "new").exists()
 
 
+def test_a_symlink_to_a_sibling_whose_name_starts_like_the_root_is_refused(tmp_path: Path) -> None:
+    """The root's path is a prefix of its sibling's (``store`` of ``store2``): inside means under ``store/``."""
+    sibling = tmp_path / "store2"
+    sibling.mkdir()
+    (sibling / "secret").write_text("s")
+    store = LocalStore(tmp_path / "store")
+    (store.root / "link").symlink_to(sibling)
+    with pytest.raises(StoreError, match="escapes the store root"):
+        store.read_bytes("link/secret")
+
+
 def test_objects_are_plain_files(tmp_path: Path) -> None:
     store = LocalStore(tmp_path)
     store.write_text("runs/r/spec.json", "{}")
@@ -143,6 +154,16 @@ def test_empty_folders_are_not_listed(tmp_path: Path) -> None:
     (tmp_path / "empty/deeper").mkdir(parents=True)
     store.write_bytes("full/x", b"1")
     assert store.list("", recursive=False) == ["full/"]
+
+
+def test_a_folder_is_listed_by_a_file_anywhere_under_it_but_not_by_a_temp_file(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    store.write_bytes("deep/a/b/c/x", b"1")
+    (tmp_path / "halfway/sub").mkdir(parents=True)
+    (tmp_path / "halfway/sub" / f"{TMP_PREFIX}x.xyz").write_bytes(b"half")
+    store.write_bytes("top", b"1")
+    assert store.list("", recursive=False) == ["deep/", "top"]
+    assert store.list("deep/a", recursive=False) == ["deep/a/b/"]
 
 
 def test_a_key_cannot_be_both_object_and_folder(tmp_path: Path) -> None:

@@ -69,10 +69,12 @@ class StoreObserver:
         self.run = run
         self._complete: set[int] = set()
         self._warned: set[tuple[str, int]] = set()
+        #: the results last read (:meth:`results`), for an observation that need not read them again
+        self._results: dict[str, dict[str, Any]] = {}
 
     def results(self, status: WhaleRunStatus) -> dict[str, dict[str, Any]]:
         """result.json of every phase not yet absorbed into ``status``."""
-        absorbed = set(status.completed_phases) | {e.phase for e in status.evals if e.mean_at_k is not None}
+        absorbed = absorbed_phases(status)
         out: dict[str, dict[str, Any]] = {}
         for entry in self.store.list(layout.phases_prefix(self.run), recursive=False):
             phase = entry.rstrip("/").rsplit("/", 1)[-1]
@@ -81,6 +83,7 @@ class StoreObserver:
             raw = self.store.read_json_or_none(layout.result_key(self.run, phase))
             if raw is not None:
                 out[phase] = raw
+        self._results = out
         return out
 
     def metrics(
@@ -116,15 +119,25 @@ class StoreObserver:
         split_sizes: Mapping[str, int],
         now: str,
         generation: int | None = None,
+        *,
+        results: bool = True,
     ) -> Observations:
-        """Everything ``decide`` needs, with the controller's view of the children."""
+        """Everything ``decide`` needs, with the controller's view of the children. ``results`` False: the phases'
+        results are those read last time, less the ones ``status`` has absorbed since (a controller that knows no
+        child has finished since: a phase writes its result before its child ends)."""
+        absorbed = absorbed_phases(status)
         return Observations(
             run=self.run,
             children=dict(children),
-            results=self.results(status),
+            results=self.results(status) if results else {k: v for k, v in self._results.items() if k not in absorbed},
             metrics=self.metrics(status, children),
             checkpoints=self.checkpoints(),
             split_sizes=dict(split_sizes),
             now=now,
             generation=generation,
         )
+
+
+def absorbed_phases(status: WhaleRunStatus) -> set[str]:
+    """The phases whose results ``status`` already holds (never read again)."""
+    return set(status.completed_phases) | {e.phase for e in status.evals if e.mean_at_k is not None}

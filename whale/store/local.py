@@ -78,10 +78,15 @@ class LocalStore(Store):
 
     def _path(self, key: str, *, allow_root: bool = False) -> Path:
         key = normalize_key(key, allow_root=allow_root)
-        path = (self.root / key).resolve() if key else self.root
-        if path != self.root and self.root not in path.parents:  # a symlink pointing outside
+        if not key:
+            return self.root
+        # os.path on strings: what Path.resolve() does, without pathlib's parsing (a controller asks this many times
+        # a second)
+        root = str(self.root)
+        real = os.path.realpath(os.path.join(root, key))
+        if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):  # a symlink pointing outside
             raise StoreError(f"key {key!r} escapes the store root {self.root} (through a symlink)")
-        return path
+        return Path(real)
 
     def local_path(self, key: str) -> Path:
         return self._path(key)
@@ -124,15 +129,20 @@ class LocalStore(Store):
             return []
         if recursive:
             return sorted(self._rel(p) for p in _files_under(base))
+        # os.scandir and strings, not pathlib: a controller lists a run's phases and checkpoints many times a second
+        root = str(self.root)
+        here = str(base)[len(root) :].strip(os.sep)
         out = []
-        for p in base.iterdir():
-            if p.name.startswith(TMP_PREFIX):
-                continue
-            if p.is_dir():
-                if next(_files_under(p), None) is not None:  # empty folders do not exist in S3
-                    out.append(self._rel(p) + "/")
-            elif p.is_file():
-                out.append(self._rel(p))
+        with os.scandir(base) as entries:
+            for entry in entries:
+                if entry.name.startswith(TMP_PREFIX):
+                    continue
+                rel = f"{here}/{entry.name}" if here else entry.name
+                if entry.is_dir():
+                    if _holds_a_file(entry.path):  # empty folders do not exist in S3
+                        out.append(rel + "/")
+                elif entry.is_file():
+                    out.append(rel)
         return sorted(out)
 
     def usage(self, prefix: str) -> int:
@@ -345,6 +355,24 @@ def _files_under(base: Path) -> Iterator[Path]:
         for name in filenames:
             if not name.startswith(TMP_PREFIX):
                 yield Path(dirpath, name)
+
+
+def _holds_a_file(folder: str) -> bool:
+    """Whether :func:`_files_under` the folder yields anything (os.walk's files: whatever is not a folder, folder
+    links not followed), without building its paths."""
+    stack = [folder]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    if not entry.is_dir():
+                        if not entry.name.startswith(TMP_PREFIX):
+                            return True
+                    elif not entry.is_symlink():
+                        stack.append(entry.path)
+        except OSError:  # gone meanwhile, or unreadable: os.walk skips it too
+            continue
+    return False
 
 
 def _rmdir_if_empty(folder: Path) -> bool:

@@ -1,0 +1,192 @@
+"""What a reconcile reads of Kubernetes: the WhaleRun, its phase children (Jobs, JobSets) and its Deployments.
+
+Two sources with one interface:
+
+* :class:`ApiReads` asks the API server every time (a :class:`~whale_operator.reconcile.Reconciler` driven by
+  hand, with no watch feeding it);
+* :class:`Informer` keeps them in memory, fed by the watch events kopf already receives (the handlers call
+  :meth:`Informer.observe` before they wake the run) and by the API server's answers to the operator's own writes
+  (:attr:`~whale_operator.kube.KubeClient.on_write`), so the next reconcile sees its own writes even before their
+  events arrive. Of two versions of an object the newer ``resourceVersion`` wins. A run's children are listed once
+  (the first reconcile of the run in this process, after a reconcile that failed, and every :data:`RELIST_S` as a
+  safety net for a lost event); every other reconcile reads them from memory, asking the API server nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from whale.core.spec import API_GROUP, API_VERSION
+from whale_operator import names
+from whale_operator.kube import KubeClient, collection_path
+
+#: the kinds a reconcile reads, by (apiVersion, kind)
+RUN = (f"{API_GROUP}/{API_VERSION}", "WhaleRun")
+JOB = ("batch/v1", "Job")
+JOBSET = (names.JOBSET_API_VERSION, "JobSet")
+DEPLOYMENT = ("apps/v1", "Deployment")
+TRACKED = frozenset(kind for _, kind in (RUN, JOB, JOBSET, DEPLOYMENT))
+#: how long a run's children listed once are trusted to be kept current by the watch events alone
+RELIST_S = 300.0
+
+Key = tuple[str, str, str]  # (kind, namespace, name)
+
+
+class ApiReads:
+    """The reads of a reconcile, each a request to the API server."""
+
+    def __init__(self, kube: KubeClient):
+        self.kube = kube
+
+    def run(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The WhaleRun (None: gone)."""
+        return self.kube.get_run(namespace, name)
+
+    def children(self, kind: tuple[str, str], namespace: str, run: str) -> list[dict[str, Any]]:
+        """The run's children of one kind (``whale.dev/run=<run>``, made by the operator)."""
+        return self.kube.list(*kind, namespace, names.run_selector(run))
+
+    def relist(self, namespace: str, run: str) -> None:
+        """The next reads of the run come from the API server (nothing is held here: they always do)."""
+
+    def forget(self, namespace: str, run: str) -> None:
+        """The run is gone: drop what is held for it (nothing here)."""
+
+
+def _newer(incoming: Mapping[str, Any], held: Mapping[str, Any] | None) -> bool:
+    """``incoming`` is at least as new as ``held`` (resourceVersions compared as numbers, as etcd's are; one that is
+    not a number is taken as newer: the API server's latest word)."""
+    if held is None:
+        return True
+    new = str((incoming.get("metadata") or {}).get("resourceVersion", ""))
+    old = str((held.get("metadata") or {}).get("resourceVersion", ""))
+    if new.isdigit() and old.isdigit():
+        return int(new) >= int(old)
+    return True
+
+
+class Informer(ApiReads):
+    """The objects a reconcile reads, held in memory and kept current by watch events (thread-safe: events come on
+    kopf's event loop, reads and write answers on the reconciles' worker threads). Objects are replaced whole, never
+    changed in place: a reader may keep what it got."""
+
+    def __init__(self, kube: KubeClient, clock: Callable[[], float] = time.monotonic):
+        super().__init__(kube)
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._objects: dict[Key, dict[str, Any]] = {}
+        #: (kind, namespace, run label) -> names of the run's children of that kind
+        self._by_run: dict[Key, set[str]] = {}
+        #: (kind, namespace, run) -> when the run's children of that kind were last listed (RUN: the object read)
+        self._listed: dict[Key, float] = {}
+        #: objects deleted, by key -> the resourceVersion of their deletion: a late answer must not bring one back
+        self._gone: dict[Key, str] = {}
+
+    # --- feeding ---
+    def observe(self, body: Mapping[str, Any], deleted: bool = False) -> None:
+        """One version of an object (a watch event, or the answer to a write); ``deleted``: a DELETED event."""
+        kind = body.get("kind")
+        meta = body.get("metadata") or {}
+        if kind not in TRACKED or not meta.get("name") or not meta.get("namespace"):
+            return
+        key = (str(kind), meta["namespace"], meta["name"])
+        with self._lock:
+            held = self._objects.get(key)
+            if not _newer(body, held):
+                return
+            gone = self._gone.get(key)
+            if gone is not None and not deleted and _newer({"metadata": {"resourceVersion": gone}}, body):
+                return  # not newer than its deletion: a late answer or event of what is gone
+            run = (meta.get("labels") or {}).get(names.LABEL_RUN)
+            index = (key[0], key[1], run) if run and kind != RUN[1] else None
+            if deleted:
+                self._objects.pop(key, None)
+                self._gone[key] = str(meta.get("resourceVersion", ""))
+                if len(self._gone) > 8192:
+                    self._gone.clear()  # only a write answered after its object's deletion event needs it
+                if index is not None:
+                    self._by_run.get(index, set()).discard(key[2])
+                return
+            self._gone.pop(key, None)
+            self._objects[key] = dict(body)
+            if index is not None:
+                self._by_run.setdefault(index, set()).add(key[2])
+
+    def newest(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The newest version held of ``body``'s object (``body`` itself when none is newer): a watch event may
+        bring a version older than one the operator has already written."""
+        meta = body.get("metadata") or {}
+        with self._lock:
+            held = self._objects.get((str(body.get("kind")), meta.get("namespace", ""), meta.get("name", "")))
+        return held if held is not None and not _newer(body, held) else body
+
+    # --- reads ---
+    def run(self, namespace: str, name: str) -> dict[str, Any] | None:
+        key = (RUN[1], namespace, name)
+        with self._lock:
+            if self._fresh(key):
+                return self._objects.get(key)
+        obj = self.kube.get_run(namespace, name)
+        if obj is not None:
+            self.observe(obj)
+        with self._lock:
+            self._listed[key] = self.clock()
+            return self._objects.get(key) if obj is not None else None
+
+    def children(self, kind: tuple[str, str], namespace: str, run: str) -> list[dict[str, Any]]:
+        key = (kind[1], namespace, run)
+        with self._lock:
+            if self._fresh(key):
+                return self._held(key)
+        answer = self.kube.request(
+            "GET", collection_path(*kind, namespace), query={"labelSelector": names.run_selector(run)}
+        )
+        listed = list(answer.get("items") or [])
+        for obj in listed:
+            self.observe({"kind": kind[1], "apiVersion": kind[0], **obj})
+        at = str((answer.get("metadata") or {}).get("resourceVersion", ""))
+        with self._lock:
+            # what the list does not hold is gone, unless a newer version came meanwhile (an event, a write)
+            there = {o["metadata"]["name"] for o in listed}
+            for name in list(self._by_run.get(key, ())):
+                if name not in there and not self._since(at, (key[0], namespace, name)):
+                    self._objects.pop((key[0], namespace, name), None)
+                    self._by_run[key].discard(name)
+                    self._gone[(key[0], namespace, name)] = at
+            self._listed[key] = self.clock()
+            return self._held(key)
+
+    def relist(self, namespace: str, run: str) -> None:
+        with self._lock:
+            for kind in (RUN, JOB, JOBSET, DEPLOYMENT):
+                self._listed.pop((kind[1], namespace, run), None)
+
+    def forget(self, namespace: str, run: str) -> None:
+        with self._lock:
+            for kind in (JOB, JOBSET, DEPLOYMENT):
+                for name in self._by_run.pop((kind[1], namespace, run), set()):
+                    self._objects.pop((kind[1], namespace, name), None)
+            self._objects.pop((RUN[1], namespace, run), None)
+            for kind in (RUN, JOB, JOBSET, DEPLOYMENT):
+                self._listed.pop((kind[1], namespace, run), None)
+
+    # --- under the lock ---
+    def _fresh(self, key: Key) -> bool:
+        listed = self._listed.get(key)
+        return listed is not None and self.clock() - listed < RELIST_S
+
+    def _held(self, key: Key) -> list[dict[str, Any]]:
+        return [
+            self._objects[(key[0], key[1], n)]
+            for n in sorted(self._by_run.get(key, ()))
+            if (key[0], key[1], n) in self._objects
+        ]
+
+    def _since(self, listed_at: str, key: Key) -> bool:
+        """The object held under ``key`` is newer than a list answered at resourceVersion ``listed_at``."""
+        held = self._objects.get(key)
+        version = str((held or {}).get("metadata", {}).get("resourceVersion", ""))
+        return held is not None and listed_at.isdigit() and version.isdigit() and int(version) > int(listed_at)
