@@ -2,7 +2,7 @@
 phase's workload), the load average beside them, and what the demo showed (its evaluations' mean@4).
 
 Each repeat runs the command (default ``make demo`` into a fresh store under ``.whale/demo-cost/``) as a child of
-this script. The CPU-seconds in all are the kernel's count for the waited-for descendants (``RUSAGE_CHILDREN``:
+this script, the tiny model rebuilt as in a fresh clone (its ``.built`` mark removed first; ``--keep-model``: not). The CPU-seconds in all are the kernel's count for the waited-for descendants (``RUSAGE_CHILDREN``:
 exact); per process they are the last reading of ``/proc/PID/stat`` (user + system) of every descendant, polled
 every ``--poll`` seconds, so a process's last fraction of a poll is missing from its own figure (not from the
 total). On a shared machine the wall time depends on the other work and the CPU-seconds far less: both are
@@ -30,6 +30,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = "tiny-synthetic-whale"
+TINY_MODEL = Path(".whale/models/synthetic-tiny")  # the Makefile's TINY_MODEL
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -52,6 +53,10 @@ def _proc_table() -> dict[int, tuple[int, float, str, float]]:
 def _label(cmd: str) -> str | None:
     """What a descendant process is, by its command line (None: not worth a line of its own)."""
     argv = cmd.split()
+    if any(
+        a.endswith("supervise.py") for a in argv
+    ):  # the workload's supervisor: its command line holds the workload's
+        return None
     if "synthetic.tiny_model" in argv:
         return "tiny model build"
     if "whale.workloads" in argv and "--phase" in argv:
@@ -62,9 +67,11 @@ def _label(cmd: str) -> str | None:
     return None
 
 
-def measure(command: list[str], store: Path, poll_s: float) -> dict[str, Any]:
+def measure(command: list[str], store: Path, poll_s: float, *, keep_model: bool = False) -> dict[str, Any]:
     """One run of ``command`` with ``STORE=store``: wall, CPU in all and per process, the store's evaluations."""
     shutil.rmtree(store, ignore_errors=True)
+    if not keep_model:
+        (ROOT / TINY_MODEL / ".built").unlink(missing_ok=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     load_start = os.getloadavg()
     t0 = time.monotonic()
@@ -112,11 +119,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--command", default="make demo", help="run from the repository root; STORE=... is appended")
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--poll", type=float, default=0.2, help="seconds between readings of /proc")
+    parser.add_argument("--keep-model", action="store_true", help="do not rebuild the tiny model first")
+    parser.add_argument("--stores", type=Path, default=ROOT / ".whale" / "demo-cost", help="each repeat's store here")
     parser.add_argument("--json", type=Path, help="write the raw figures here")
     args = parser.parse_args(argv)
     runs = []
     for i in range(args.repeats):
-        run = measure(shlex.split(args.command), ROOT / ".whale" / "demo-cost" / f"store-{i + 1}", args.poll)
+        store = args.stores.resolve() / f"store-{i + 1}"
+        run = measure(shlex.split(args.command), store, args.poll, keep_model=args.keep_model)
         runs.append(run)
         print(json.dumps({k: v for k, v in run.items() if k != "output_tail"}), flush=True)
         if run["returncode"]:
@@ -126,6 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         "benchmark": "demo_cost",
         "command": args.command,
         "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+        "tiny_model_rebuilt": not args.keep_model,
         "cpus": os.cpu_count(),
         "python": platform.python_version(),
         "runs": runs,
