@@ -22,6 +22,7 @@ import platform
 import resource
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -78,17 +79,24 @@ def measure(command: list[str], store: Path, poll_s: float, *, keep_model: bool 
     log = store.with_suffix(".log")
     log.parent.mkdir(parents=True, exist_ok=True)
     with log.open("wb") as fh:  # a file, not a pipe: a pipe not read until the end would fill and stall the demo
-        child = subprocess.Popen([*command, f"STORE={store}"], cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
+        child = subprocess.Popen(
+            [*command, f"STORE={store}"], cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True
+        )
     seen: dict[tuple[int, int], tuple[str, float]] = {}
-    while child.poll() is None:
-        table = _proc_table()
-        for pid, (_, start, cmd, cpu) in table.items():
-            ancestor = pid
-            while ancestor in table and ancestor != child.pid:
-                ancestor = table[ancestor][0]
-            if ancestor == child.pid and pid != child.pid:
-                seen[(pid, start)] = (cmd, cpu)
-        time.sleep(poll_s)
+    try:
+        while child.poll() is None:
+            table = _proc_table()
+            for pid, (_, start, cmd, cpu) in table.items():
+                ancestor = pid
+                while ancestor in table and ancestor != child.pid:
+                    ancestor = table[ancestor][0]
+                if ancestor == child.pid and pid != child.pid:
+                    seen[(pid, start)] = (cmd, cpu)
+            time.sleep(poll_s)
+    except BaseException:  # interrupted: the command's whole group goes too (`whale run` stops its workloads on TERM)
+        os.killpg(child.pid, signal.SIGTERM)
+        child.wait(timeout=60)
+        raise
     output = log.read_text(errors="replace")
     wall = time.monotonic() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
