@@ -91,7 +91,8 @@ def measure(command: list[str], store: Path, poll_s: float, *, keep_model: bool 
                 while ancestor in table and ancestor != child.pid:
                     ancestor = table[ancestor][0]
                 if ancestor == child.pid and pid != child.pid:
-                    seen[(pid, start)] = (cmd, cpu)
+                    # the command line as first read: an exited process not yet reaped reads as "" (its CPU does not)
+                    seen[(pid, start)] = (seen.get((pid, start), (cmd, 0.0))[0] or cmd, cpu)
             time.sleep(poll_s)
     except BaseException:  # interrupted: the command's whole group goes too (`whale run` stops its workloads on TERM)
         os.killpg(child.pid, signal.SIGTERM)
