@@ -35,9 +35,9 @@ TINY_MODEL = Path(".whale/models/synthetic-tiny")  # the Makefile's TINY_MODEL
 TICK = os.sysconf("SC_CLK_TCK")
 
 
-def _proc_table() -> dict[int, tuple[int, float, str, float]]:
+def _proc_table() -> dict[int, tuple[int, int, str, float]]:
     """pid -> (parent pid, start time in ticks, command line, CPU-seconds so far) of every readable process."""
-    out = {}
+    out: dict[int, tuple[int, int, str, float]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
