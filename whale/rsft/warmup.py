@@ -25,7 +25,7 @@ def sft_warmup(
     taught its answer format before any run (``synthetic.tiny_model``)."""
     import torch
 
-    from whale.rsft.collate import encode_trajectory
+    from whale.rsft.collate import encode_trajectories
     from whale.rsft.config import RSFTConfig
     from whale.rsft.rejection import Trajectory
     from whale.rsft.trainer import SFTTrainer
@@ -40,7 +40,8 @@ def sft_warmup(
         )
     )
     trainer = SFTTrainer(model, cfg, device=torch.device("cpu"), pad_id=tokenizer.pad_token_id)
-    examples = []
-    for conv in conversations:
-        examples += encode_trajectory(tokenizer, Trajectory(prompt_index=0, messages=tuple(conv), reward=1.0))
+    # one call: the warm-up repeats a few conversations thousands of times, each rendered and tokenised once
+    examples = encode_trajectories(
+        tokenizer, (Trajectory(prompt_index=0, messages=tuple(conv), reward=1.0) for conv in conversations)
+    )
     trainer.train(examples, lr=learning_rate, seed=seed)
