@@ -373,16 +373,20 @@ class HarnessSearch:
     def _tools(self, archive_dir: Path, scratch: Path) -> ProposerTools:
         """The sandboxed tools of one proposer call: run_candidate and try_harness over this phase's evaluator
         (its D_harness items, the static gate of :meth:`_judge`), run_shell over the archive copy."""
+
+        def check(code: str) -> list[str]:  # the static gate every candidate passes, for the agent's own tries too
+            return candidate_problems(
+                code,
+                incoming=self.incoming_code,
+                allowed_imports=self.allowed_imports,
+                prompt_only=self.config.prompt_only,
+            )
+
         trials = None
         if self.config.proposer_trial_rollouts > 0:
             trials = CandidateTrials(
                 self.evaluator,
-                check=lambda code: candidate_problems(
-                    code,
-                    incoming=self.incoming_code,
-                    allowed_imports=self.allowed_imports,
-                    prompt_only=self.config.prompt_only,
-                ),
+                check=check,
                 budget=self.config.proposer_trial_rollouts,
                 call_timeout_s=self.evaluator.settings.candidate_timeout_s,
                 workdir=self.workdir,
@@ -391,12 +395,7 @@ class HarnessSearch:
         if self.config.proposer_tryout_calls > 0:
             tryouts = HarnessTryouts(
                 self.evaluator,
-                check=lambda code: candidate_problems(
-                    code,
-                    incoming=self.incoming_code,
-                    allowed_imports=self.allowed_imports,
-                    prompt_only=self.config.prompt_only,
-                ),
+                check=check,
                 calls=self.config.proposer_tryout_calls,
                 workdir=self.workdir,
             )
