@@ -79,12 +79,13 @@ smollm2-hf: smollm2
 	  plain.load_state_dict(model.state_dict(), strict=True); plain.save_pretrained(out); tok.save_pretrained(out)' \
 	  $(SMOLLM2) SmolLM2-135M-Instruct.Q4_1.gguf $(SMOLLM2_HF)
 
-# Each arm x seed one after another into one store (each prints its wall time), then the comparison and the report.
+# Each arm x seed one after another into one store (each prints its wall time), then the comparison and the report;
+# seed by seed (every arm's seed 1, then every arm's seed 2, ...), so an experiment stopped early has whole seeds.
 # Run <arm>-s<N> is <arm>'s manifest with spec.seed N (docs/local.md#one-seed-for-the-whole-run-specseed).
 # A run that is interrupted resumes where it stopped on the next `make compare`.
 compare: smollm2
 	@mkdir -p $(COMPARE_GEN)
-	@all=""; for run in $(COMPARE_RUNS); do for seed in $$(seq 1 $(SEEDS)); do \
+	@all=""; for seed in $$(seq 1 $(SEEDS)); do for run in $(COMPARE_RUNS); do \
 	  $(BIN)/python -c 'import json, sys, yaml; doc = yaml.safe_load(open(sys.argv[1])); \
 	    merge = lambda a, b: {**a, **{k: merge(a.get(k, {}), v) if isinstance(v, dict) else v for k, v in b.items()}}; \
 	    doc["metadata"]["name"] += "-s" + sys.argv[2]; doc["spec"] = merge(doc["spec"], json.loads(sys.argv[3])); \
