@@ -30,7 +30,7 @@ class SyntheticEnvironment(Environment):
         self.answer: str | None = None
 
     def reset(self) -> dict[str, Any]:
-        fields = {k: self.item[k] for k in ("digit", "a", "b") if k in self.item}
+        fields: dict[str, Any] = {k: self.item[k] for k in ("digit", "a", "b") if k in self.item}
         return {"id": self.item["id"], **fields, "question": tasks.user_prompt(self.item)}
 
     def step(self, action: Any) -> StepResult:

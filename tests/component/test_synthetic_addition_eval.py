@@ -45,6 +45,6 @@ def test_an_addition_run_evaluates_under_its_own_h0(tmp_path: Path) -> None:
     h0 = plugins.load("synthetic").h0_path_for(Data(synthetic_task="addition")).read_text()
     for trace in traces:
         system, user = trace["messages"][0], trace["messages"][1]
-        assert system["role"] == "system" and system["content"] in h0 and "add 2 and 2" in system["content"]
+        assert system["role"] == "system" and system["content"] in h0 and "add 20 and 30" in system["content"]
         item = next(it for it in items if it["id"] == trace["item_id"])
         assert user["content"].startswith(f"What is {item['a']} + {item['b']}?")

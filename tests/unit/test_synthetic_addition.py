@@ -12,6 +12,7 @@ from synthetic import tasks
 from whale import plugins
 from whale.core.spec import Data
 from whale.domain import DomainError
+from whale.harness.provenance import normalise, occurs
 from whale.harness.validate import validate_file
 from whale.manifest import ManifestError, load_manifest
 from whale.replay import replay_domain
@@ -68,7 +69,7 @@ def test_the_addition_task_has_its_own_h0_and_skill() -> None:
     assert h0.name == "h0_addition.py" and h0 != DOMAIN.h0_path()
     validate_file(h0, DOMAIN.allowed_imports)
     source = h0.read_text()
-    assert "<answer>4</answer>" in source and "add 2 and 2" in source  # its worked reply is a right sum
+    assert "<answer>50</answer>" in source and "add 20 and 30" in source  # its worked reply is a right sum
     skill = DOMAIN.skill_text(ADDITION)
     assert "What is 3 + 5?" in skill and skill != DOMAIN.skill_text(Data())
 
@@ -132,3 +133,28 @@ def test_the_candidates_on_real_episodes(harness: str | None, replies: list[str]
     path = LOCAL / harness if harness else DOMAIN.h0_path_for(ADDITION)
     episode = replay_domain(DOMAIN, {"id": "t", "a": 3, "b": 5}, replies, path)
     assert episode["reward"] == reward
+
+
+@pytest.mark.parametrize(
+    "path",
+    [DOMAIN.h0_path_for(ADDITION), *sorted(LOCAL.glob("smollm2-addition-*.py"))],
+    ids=lambda p: p.name,
+)
+def test_no_prompt_of_the_task_holds_an_answer(path: Path) -> None:
+    # a number of the harness's own messages that is an item's answer counts as the harness telling the model the
+    # answer (answer injection): the first example's "add 2 and 2 ... <answer>4</answer>" got a fair candidate refused
+    low, high = tasks.ADDITION_OPERANDS
+    answers = [str(n) for n in range(2 * low, 2 * high + 1)]
+    for name in ("SYSTEM_PROMPT", "USER_TEMPLATE", "FORMAT_RETRY_MESSAGE"):
+        text = _constant(path, name)
+        assert not [a for a in answers if occurs(a, normalise(text))], (name, text)
+
+
+def _constant(path: Path, name: str) -> str:
+    """A harness's string constant, read from its source (a harness file is never imported here)."""
+    import ast
+
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Assign) and [getattr(t, "id", None) for t in node.targets] == [name]:
+            return str(ast.literal_eval(node.value))
+    return ""

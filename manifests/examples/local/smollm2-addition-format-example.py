@@ -10,7 +10,7 @@ from whale.harness.api import BaseHarness, env_action
 class Harness(BaseHarness):
     SYSTEM_PROMPT = (
         "You add two numbers. Reply with the sum in digits inside <answer></answer> and nothing else.\n"
-        "Example: for 'What is 2 + 5?' the reply is <answer>7</answer>"
+        "Example: for 'What is 20 + 30?' the reply is <answer>50</answer>"
     )
     USER_TEMPLATE = "{question}"
     MAX_TURNS = 1

@@ -11,7 +11,7 @@ ANSWER_TAG = re.compile(r"<answer>\s*(.*?)\s*</answer>", re.DOTALL)
 
 
 class Harness(BaseHarness):
-    SYSTEM_PROMPT = "Answer inside <answer></answer>. For example, to add 2 and 2, reply <answer>4</answer>."
+    SYSTEM_PROMPT = "Answer inside <answer></answer>. For example, to add 20 and 30, reply <answer>50</answer>."
     USER_TEMPLATE = "{question} Answer inside <answer></answer>."
     MAX_TURNS = 2
     MAX_FORMAT_RETRIES = 1
