@@ -1,7 +1,8 @@
 # Two commands a new user needs (README): `make demo` runs a tiny WhaleRun end to end on this CPU,
 # `make test` runs the lint and type checks (`make lint`), then the test suite. Both create .venv and install
 # the project into it first.
-# `make compare` runs the local SmolLM2 conditions (SEEDS repeats each) and compares them (docs/local.md; far too slow for CI).
+# `make compare` runs the local SmolLM2 conditions (SEEDS repeats each) and compares them (docs/local.md; far too slow for CI);
+# `make compare-addition` the same arms on the harder addition task.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
