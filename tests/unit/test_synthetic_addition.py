@@ -1,4 +1,4 @@
-"""synthetic's addition task (``spec.data.syntheticTask: addition``, docs/local.md#the-addition-task): the item
+"""synthetic's addition task (``spec.data.syntheticTask: addition``, docs/local.md#a-harder-task-make-compare-addition): the item
 generator, the scorer, the variant's own h0 and skill, the local comparison's manifests and candidate harnesses.
 The default task stays ``repeat`` (the demo and the tiny model depend on it)."""
 
