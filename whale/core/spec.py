@@ -833,6 +833,12 @@ class Data(_Model):
         "train, D_test from GSM8K test, 1,319 problems), for models whose AIME score can only be 0; other domains "
         "ignore it",
     )
+    synthetic_task: Literal["repeat", "addition"] = Field(
+        "repeat",
+        description="synthetic's task: repeat = repeat a digit (the demo's, which a tiny model learns in seconds); "
+        "addition = the sum of two digits (`What is 3 + 5?`), the harder task of the local "
+        "SmolLM2 comparison (docs/local.md), with its own h0 and skill; other domains ignore it",
+    )
     corpus: Literal["auto", "local", "wiki18"] = Field(
         "auto",
         description="search_qa's retrieval corpus, and with it the training questions: local = BM25 over the "

@@ -116,10 +116,11 @@ def enforces_provenance(spec: Any) -> bool:
     return bool(spec.harness_search.integrity.action != "off")
 
 
-def harness_file(store: Store, key: str | None, domain: Any, tmp: Path) -> Path:
-    """The harness to run under: a store key (read in place on a local store), or the domain's h0."""
+def harness_file(store: Store, key: str | None, domain: Any, data: Any, tmp: Path) -> Path:
+    """The harness to run under: a store key (read in place on a local store), or the domain's h0 for ``data``
+    (``Domain.h0_path_for``: a task variant may have its own)."""
     if key is None:
-        return domain.h0_path()
+        return Path(domain.h0_path_for(data))
     local = store.local_path(key)
     if local is not None and Path(local).is_file():
         return Path(local)

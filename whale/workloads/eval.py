@@ -197,7 +197,7 @@ def run_eval(
         raise EvalError(f"split {evaluation.split!r} of domain {spec.domain!r} has no items")
 
     with tempfile.TemporaryDirectory(prefix="whale-eval-") as tmp:
-        harness_path = harness_file(store, request.eval.harness, domain, Path(tmp))
+        harness_path = harness_file(store, request.eval.harness, domain, spec.data, Path(tmp))
         validate_file(harness_path, domain.allowed_imports)
         owns_client = client is None
         if client is None:

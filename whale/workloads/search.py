@@ -103,7 +103,11 @@ def run_search(
     spec = read_spec(store, run, SearchError)
     domain = load_domain(spec, domain)
     hs = spec.harness_search
-    incoming = store.read_text(args.incoming_harness) if args.incoming_harness else domain.h0_path().read_text("utf-8")
+    incoming = (
+        store.read_text(args.incoming_harness)
+        if args.incoming_harness
+        else domain.h0_path_for(spec.data).read_text("utf-8")
+    )
     skill = domain.skill_text(spec.data)
     items = domain.load_split("harness", spec.data, store)[: spec.data.harness_size]
     if not items:

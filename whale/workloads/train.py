@@ -182,7 +182,7 @@ def sample_and_train(
     from whale.rsft.sampling import HarnessSampler
 
     args = request.weight
-    harness_path = harness_file(store, args.harness, domain, workdir)
+    harness_path = harness_file(store, args.harness, domain, spec.data, workdir)
     validate_file(harness_path, domain.allowed_imports)
     client, sync, lock = make_sampling_backend(spec, model, tokenizer, store, run, start.model_prefix)
     trainer, sync = colocate(spec, trainer, sync)  # inference.placement colocated: vLLM sleeps during SFT
