@@ -202,7 +202,7 @@ def test_status_after_a_run(tmp_path, monkeypatch):
 
 
 def test_crd_check(tmp_path):
-    committed = Path(__file__).resolve().parents[2] / "manifests" / "crd" / "whaleruns.yaml"
+    committed = Path(__file__).resolve().parents[2] / "chart" / "crds" / "whaleruns.yaml"
     assert cli.invoke(app, ["crd", "--check", str(committed)]).exit_code == 0
     stale = tmp_path / "crd.yaml"
     stale.write_text("old")
