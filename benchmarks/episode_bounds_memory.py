@@ -4,7 +4,7 @@ Runs ``--episodes`` episodes of the looping harness of ``tests/security/test_epi
 sandboxed harness process, the guess-the-number test domain whose ``hint`` tool answers at once) once per
 mode, each in a fresh process so peak RSS is its own:
 
-* ``bounded``: the default ``spec.sandbox.episode`` bounds (the message bound ends every episode at once);
+* ``bounded``: the default ``spec.execution.sandbox.episode`` bounds (the message bound ends every episode at once);
 * ``lifted``: actions, message and episode bytes unbounded, only ``--seconds`` of wall time per episode
   (what an unbounded loop grows to in that time).
 

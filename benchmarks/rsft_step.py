@@ -843,7 +843,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--isolation",
         choices=["namespaces", "none"],
         default="namespaces",
-        help="spec.sandbox.isolation of the harness processes; none only on a machine without "
+        help="spec.execution.sandbox.isolation of the harness processes; none only on a machine without "
         "namespaces (the harness is the domain's own h0, the model a random one)",
     )
     p.add_argument(

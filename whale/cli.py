@@ -1,5 +1,5 @@
 """`whale`: the command line. A shell over the library: validate, plan, prepare, run, list, status, logs, stop,
-delete, report, compare, replay, crd, domains.
+delete, report, compare, replay, crd, migrate, domains.
 
 Starts fast (no torch, kopf or vllm imports here); heavy modules load inside the commands that
 need them. What the commands show is computed in :mod:`whale.console`; the functions here parse
@@ -32,6 +32,7 @@ import whale
 from whale import plugins
 from whale.console.streams import cli_console, invoked_as
 from whale.core import layout
+from whale.core.convert import V1ALPHA1, V1ALPHA2
 from whale.core.schedule import ScheduleError, resolve
 from whale.core.schedule import plan as make_plan
 from whale.manifest import (
@@ -132,7 +133,7 @@ def _now() -> str:
 
 def _split_sizes(m: Manifest) -> dict[str, int]:
     domain = plugins.load(m.spec.domain)
-    return dict(domain.split_sizes(m.spec.data))
+    return dict(domain.split_sizes(m.spec.experiment.data))
 
 
 def _load_checked(path: Path) -> tuple[Manifest, dict[str, int]]:
@@ -141,13 +142,23 @@ def _load_checked(path: Path) -> tuple[Manifest, dict[str, int]]:
         m = load_manifest(path)
     except ManifestError as exc:
         _fail(exc.problems, exc.source)
+    if m.converted_from:  # on stderr: `whale plan -o json` stays JSON
+        err.print(
+            f"note: {path} is {m.converted_from}, read as {V1ALPHA2}; `whale migrate {path}` rewrites it",
+            markup=False,
+            highlight=False,
+        )
     try:
         sizes = _split_sizes(m)
         resolve(m.spec, sizes)
     except ScheduleError as exc:
         _fail([str(exc)], str(path))
     except (plugins.DomainLoadError, OSError, ValueError) as exc:
-        where = "spec.data.dataDir" if m.spec.data.data_dir or os.environ.get("WHALE_DATA_DIR") else "spec.data"
+        where = (
+            "spec.experiment.data.dataDir"
+            if m.spec.experiment.data.data_dir or os.environ.get("WHALE_DATA_DIR")
+            else "spec.experiment.data"
+        )
         _fail([f"{where}: cannot read the {m.spec.domain} data: {exc}"], str(path))
     for warning in spec_warnings(m.spec, sizes):  # on stderr: `whale plan -o json` stays JSON
         err.print(f"warning: {warning}", markup=False, highlight=False)
@@ -229,7 +240,9 @@ def plan(
     parameters: Annotated[
         float | None,
         typer.Option(
-            min=1e5, max=1e13, help="model parameters for the cost (default: what spec.model.name states, e.g. 2B)"
+            min=1e5,
+            max=1e13,
+            help="model parameters for the cost (default: what spec.experiment.model.name states, e.g. 2B)",
         ),
     ] = None,
     tokens_per_episode: Annotated[
@@ -335,7 +348,7 @@ def plan(
 
 
 def _store_uri(uri: str | None, m: Manifest | None = None) -> str:
-    spec_storage = m.spec.storage if m else None
+    spec_storage = m.spec.execution.storage if m else None
     return (
         uri
         or (spec_storage.uri if spec_storage and spec_storage.uri else None)
@@ -349,7 +362,7 @@ def _open_store(uri: str | None, m: Manifest | None = None) -> Any:
     from whale.store import open_store
 
     target = _store_uri(uri, m)
-    return open_spec_store(m.spec.storage, target) if m else open_store(target)
+    return open_spec_store(m.spec.execution.storage, target) if m else open_store(target)
 
 
 def _open_existing_store(uri: str | None, command: str) -> tuple[Any, str]:
@@ -375,7 +388,7 @@ def _open_existing_store(uri: str | None, command: str) -> tuple[Any, str]:
 
 def storage_env(m: Manifest) -> dict[str, str]:
     """What a workload subprocess needs to open the same S3 store (credentials come from our env)."""
-    s = m.spec.storage
+    s = m.spec.execution.storage
     env = {}
     if s.endpoint:
         env["WHALE_S3_ENDPOINT"] = s.endpoint
@@ -390,7 +403,9 @@ def run(
     file: FileArg,
     store: Annotated[
         str | None,
-        typer.Option(help="DIR or s3://bucket/prefix (default: spec.storage.uri, $WHALE_STORE, or ./.whale/store)"),
+        typer.Option(
+            help="DIR or s3://bucket/prefix (default: spec.execution.storage.uri, $WHALE_STORE, or ./.whale/store)"
+        ),
     ] = None,
     workdir: Annotated[Path | None, typer.Option(help="scratch folder for logs and caches")] = None,
     timeout: Annotated[float | None, typer.Option(help="give up after this many seconds (exit 124; resumable)")] = None,
@@ -619,7 +634,7 @@ def status(
     output: OutputOpt = Output.table,
 ) -> None:
     """Show a run's status from the store, and which process runs it now."""
-    from whale.core.spec import WhaleRunStatus
+    from whale.core.status import WhaleRunStatus
     from whale.runner.local import status_summary
     from whale.store import StoreError
 
@@ -740,7 +755,7 @@ def stop(
 
     Its workloads end, the status is saved as interrupted, and `whale run FILE` resumes it. The request
     goes through the store, so it works from any machine that reaches the store."""
-    from whale.core.spec import WhaleRunStatus
+    from whale.core.status import WhaleRunStatus
     from whale.runner.control import request_stop
     from whale.store import StoreError
 
@@ -829,6 +844,33 @@ def crd(
 
 
 @app.command()
+def migrate(
+    files: Annotated[list[Path], typer.Argument(help="manifests to rewrite in place", exists=True, dir_okay=False)],
+    check: Annotated[bool, typer.Option(help="change nothing; exit 1 when a file still needs migrating")] = False,
+) -> None:
+    """Rewrite whale.dev/v1alpha1 manifests as v1alpha2 (comments kept); v1alpha2 files are left as they are."""
+    from whale.manifest import read_text
+    from whale.migrate import MigrateError, migrate_text, write_atomic
+
+    problems, stale = [], []
+    for path in files:
+        try:
+            result = migrate_text(read_text(path))
+        except (ManifestError, MigrateError) as exc:
+            problems.append(f"{path}: {exc.problems[0] if isinstance(exc, ManifestError) else exc}")
+            continue
+        if not result.documents:
+            console.print(f"{path}: already {V1ALPHA2}", highlight=False, markup=False)
+        elif check:
+            stale.append(f"{path}: {V1ALPHA1}; run `whale migrate {path}`")
+        else:
+            write_atomic(path, result.text)
+            console.print(f"{path}: migrated to {V1ALPHA2}", highlight=False, markup=False)
+    if problems or stale:
+        _fail(problems + stale, "migrate")
+
+
+@app.command()
 def replay(
     domain: Annotated[str, typer.Argument(help="a registered domain")],
     item: Annotated[Path, typer.Option(help="one item in the domain's raw row format (JSON)")],
@@ -863,7 +905,9 @@ def prepare(
     file: FileArg,
     store: Annotated[
         str | None,
-        typer.Option(help="DIR or s3://bucket/prefix (default: spec.storage.uri, $WHALE_STORE, or ./.whale/store)"),
+        typer.Option(
+            help="DIR or s3://bucket/prefix (default: spec.execution.storage.uri, $WHALE_STORE, or ./.whale/store)"
+        ),
     ] = None,
     cache_dir: Annotated[
         Path | None, typer.Option(help="where downloads go, resumed from there (default: $WHALE_CACHE_DIR/downloads)")
@@ -875,7 +919,7 @@ def prepare(
 ) -> None:
     """Fetch, verify and split the manifest's data into the store, before `whale run` or `kubectl apply`.
 
-    spec.data.source full: the paper's datasets are downloaded (resumable), checked against their SHA-256 and
+    spec.experiment.data.source full: the paper's datasets are downloaded (resumable), checked against their SHA-256 and
     recorded in the store's manifest, then split to the paper's sizes. A re-run with everything in place
     downloads and writes nothing."""
     from whale.data.fetch import FetchError
@@ -900,7 +944,8 @@ def prepare(
     if output == "json":
         typer.echo(
             json.dumps(
-                {"store": st.uri, "source": m.spec.data.source, "sizes": result.sizes, "sources": sources}, indent=2
+                {"store": st.uri, "source": m.spec.experiment.data.source, "sizes": result.sizes, "sources": sources},
+                indent=2,
             )
         )
         return
@@ -913,7 +958,7 @@ def prepare(
         console.print(table)
     sizes = result.sizes
     console.print(
-        f"ok: {m.spec.domain} ({m.spec.data.source} data) prepared in {st.uri}: D_weight {sizes['weight']:,}, "
+        f"ok: {m.spec.domain} ({m.spec.experiment.data.source} data) prepared in {st.uri}: D_weight {sizes['weight']:,}, "
         f"D_harness {sizes['harness']:,}, D_test {sizes['test']:,}",
         highlight=False,
     )

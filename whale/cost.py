@@ -321,11 +321,11 @@ class CostEstimate:
 def placement_of(spec: WhaleRunSpec) -> Placement:
     """The cost model's placement: the spec's backend (auto = vLLM on a cluster with GPUs, else in-process)
     and, for vLLM, ``inference.placement`` when the spec has it."""
-    inf = spec.inference
+    inf = spec.execution.inference
     backend = inf.backend
     if backend == "openai":
         return Placement.EXTERNAL
-    if backend == "transformers" or (backend == "auto" and spec.train.gpus_per_node == 0):
+    if backend == "transformers" or (backend == "auto" and spec.execution.train.gpus_per_node == 0):
         return Placement.IN_PROCESS
     if inf.placement == "colocated":
         return Placement.COLOCATED
@@ -348,29 +348,33 @@ def estimate(
     plan: Mapping[str, Any], spec: WhaleRunSpec, assumptions: Assumptions = Assumptions(), figures: Figures = H200
 ) -> CostEstimate:
     """GPU-hours of the run ``plan`` describes (``with_costs(schedule.plan(spec, sizes), spec, sizes)``)."""
-    n = assumptions.parameters if assumptions.parameters is not None else parameters_from_name(spec.model.name)
+    n = (
+        assumptions.parameters
+        if assumptions.parameters is not None
+        else parameters_from_name(spec.experiment.model.name)
+    )
     if n is None:
         raise CostError(
-            "spec.model.name",
-            f"{spec.model.name!r} does not state a parameter count (like 2B or "
+            "spec.experiment.model.name",
+            f"{spec.experiment.model.name!r} does not state a parameter count (like 2B or "
             "135M); pass it: whale plan --parameters 2e9",
         )
     if not (1e5 <= n <= 1e13):
         raise CostError("parameters", f"{n:g} is not a model size; give the parameter count, e.g. 2e9")
     if not 0 < assumptions.acceptance <= 1:
         raise CostError("acceptance", f"{assumptions.acceptance} is not in (0, 1]")
-    sampling = spec.rsft.sampling
+    sampling = spec.experiment.rsft.sampling
     tokens = assumptions.tokens_per_episode or sampling.episode_token_budget or sampling.max_response_tokens
     if tokens < 1:
         raise CostError("tokensPerEpisode", "must be at least 1")
     proposer_s = (
         assumptions.proposer_seconds
         if assumptions.proposer_seconds is not None
-        else float(spec.harness_search.proposer.timeout_seconds)
+        else float(spec.experiment.harness_search.proposer.timeout_seconds)
     )
     placement = placement_of(spec)
-    train_gpus = spec.train.num_nodes * spec.train.gpus_per_node
-    tp = spec.inference.tensor_parallel_size
+    train_gpus = spec.execution.train.num_nodes * spec.execution.train.gpus_per_node
+    tp = spec.execution.inference.tensor_parallel_size
     # GPUs that generate, and GPUs an inference server holds while the trainer is not running
     if placement is Placement.SEPARATE:
         gen_gpus, inference_gpus = tp, tp
@@ -390,23 +394,25 @@ def estimate(
     def generation_s(rollouts: float) -> float:
         return rollouts * tokens / (gen_rate * gen_gpus)
 
-    sft_fig = figures.sft_packed_tokens_per_s if spec.rsft.pack_sequences else figures.sft_tokens_per_s
+    sft_fig = figures.sft_packed_tokens_per_s if spec.experiment.rsft.pack_sequences else figures.sft_tokens_per_s
     sft_rate = _scaled_rate(sft_fig, n)
     total_steps = int(plan.get("totalSteps", 0))
     per_step = int(plan.get("rolloutsPerStep", 0))
-    kept_tokens = per_step * assumptions.acceptance * (tokens + assumptions.prompt_tokens) * spec.rsft.sft_epochs
+    kept_tokens = (
+        per_step * assumptions.acceptance * (tokens + assumptions.prompt_tokens) * spec.experiment.rsft.sft_epochs
+    )
     step_gen = generation_s(per_step)
     step_sft = kept_tokens / (sft_rate * max(train_gpus, 1))
     syncs = total_steps and placement in (Placement.SEPARATE, Placement.COLOCATED)
-    ipc = spec.inference.weight_sync == "cudaIpc"
+    ipc = spec.execution.inference.weight_sync == "cudaIpc"
     step_sync = _scaled_seconds(figures.ipc_sync_s if ipc else figures.weight_sync_s, n) if syncs else 0.0
-    colocated_steps = total_steps and placement is Placement.COLOCATED and spec.inference.sleep_level > 0
+    colocated_steps = total_steps and placement is Placement.COLOCATED and spec.execution.inference.sleep_level > 0
     sleep_wake_fig = figures.colocated_ipc_sleep_wake_s if ipc else figures.colocated_sleep_wake_s
     step_sleep_wake = _scaled_seconds(sleep_wake_fig, n) if colocated_steps else 0.0
     step_wall = step_gen + step_sync + step_sft + step_sleep_wake
     weight_held = (train_gpus + (inference_gpus if placement is Placement.SEPARATE else 0)) if total_steps else 0
     counts = plan.get("counts", {})
-    every = spec.rsft.checkpoint_every_steps
+    every = spec.experiment.rsft.checkpoint_every_steps
     checkpoints = 0
     if total_steps:
         checkpoints = min(
@@ -416,7 +422,7 @@ def estimate(
     # the trainer's wait per checkpoint: asynchronous, the host snapshot (the write overlaps the next
     # steps), except at a phase end, which waits for its last write before the phase result
     write_s = _scaled_seconds(figures.checkpoint_s, n)
-    asynchronous = spec.rsft.async_checkpoint
+    asynchronous = spec.experiment.rsft.async_checkpoint
     phase_end_checkpoints = min(int(counts.get("weight", 0)), checkpoints) if asynchronous else checkpoints
     held_s = _scaled_seconds(figures.checkpoint_snapshot_s, n) if asynchronous else write_s
     checkpoints_s = phase_end_checkpoints * write_s + (checkpoints - phase_end_checkpoints) * held_s
@@ -442,7 +448,7 @@ def estimate(
         + (
             f"{fmt_parameters(n)} (given)"
             if assumptions.parameters is not None
-            else f"{fmt_parameters(n)} (from the model name {spec.model.name!r})"
+            else f"{fmt_parameters(n)} (from the model name {spec.experiment.model.name!r})"
         ),
         f"tokens generated per episode: {tokens:,}"
         + (
@@ -465,7 +471,7 @@ def estimate(
                 f"sleeps during SFT, sleep/wake {step_sleep_wake:,.1f} s a step (measured "
                 f"{sleep_wake_fig.value:,.1f} s at {fmt_parameters(sleep_wake_fig.parameters)}, sleep level 1, "
                 "x N / N_measured); "
-                if spec.inference.sleep_level
+                if spec.execution.inference.sleep_level
                 else "stays awake through SFT (sleepLevel 0: no sleep/wake; SFT has the GPU memory vLLM leaves); "
             )
             + f"harness and eval phases on the vLLM Deployment's {tp} GPU{'s' if tp != 1 else ''}, which the operator "

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
-from whale.core.mutability import EXPERIMENT, Section
+from whale.core.mutability import IMMUTABLE
 from whale.core.spec import (
     API_GROUP,
     API_VERSION,
@@ -32,10 +32,11 @@ from whale.core.spec import (
     SINGULAR,
     UNISOLATED_UNACKNOWLEDGED,
     AdaptiveHarness,
+    Experiment,
     Proposer,
     WhaleRunSpec,
-    WhaleRunStatus,
 )
+from whale.core.status import WhaleRunStatus
 
 
 def _default(model: type[BaseModel], field: str) -> Any:
@@ -47,17 +48,20 @@ def _or_default(path: str, model: type[BaseModel], field: str) -> str:
     return f"(has(self.{path}) ? self.{path} : {_default(model, field)!r})"
 
 
-#: ``spec.harnessSearch.proposer`` as CEL: present?, and its backend (the model's default when absent)
-_PROPOSER = "self.harnessSearch.proposer"
-_HAS_PROPOSER = "has(self.harnessSearch) && has(self.harnessSearch.proposer)"
+#: ``spec.experiment.harnessSearch.proposer`` as CEL: present?, and its backend (the model's default when absent)
+_PROPOSER = "self.experiment.harnessSearch.proposer"
+_HAS_PROPOSER = "has(self.experiment.harnessSearch) && has(self.experiment.harnessSearch.proposer)"
 _BACKEND = f"({_HAS_PROPOSER} && has({_PROPOSER}.backend) ? {_PROPOSER}.backend : '{_default(Proposer, 'backend')}')"
 #: whale.metaharness.proposer._loopback: localhost or a loopback address (127.0.0.0/8, ::1)
 _LOOPBACK_URL = (
     r"^[A-Za-z][A-Za-z0-9+.-]*://([^/?#@]*@)?((?i:localhost)|127(\.[0-9]{1,3}){3}|\[::1\])(:[0-9]*)?([/?#].*)?$"
 )
 _SEARCHES = "self.condition != 'rsft_only'"
-_BUDGET = "has(self.schedule) && (has(self.schedule.totalEpochs) || has(self.schedule.totalSteps))"
-_E = "has(self.schedule) && (has(self.schedule.weightEpochsPerCycle) || has(self.schedule.weightStepsPerCycle))"
+_S = "self.experiment.schedule"
+_BUDGET = f"has({_S}) && (has({_S}.totalEpochs) || has({_S}.totalSteps))"
+_E = f"has({_S}) && (has({_S}.weightEpochsPerCycle) || has({_S}.weightStepsPerCycle))"
+#: ``spec.execution`` present (the schema defaults it to ``{}``; a rule must not lean on defaulting)
+_HAS_EXECUTION = "has(self.execution)"
 
 
 def _one_unit(knob: str) -> dict[str, str]:
@@ -67,19 +71,15 @@ def _one_unit(knob: str) -> dict[str, str]:
     }
 
 
-def _unchanged(section: Section) -> dict[str, str]:
-    """The transition rule (checked on update only) that keeps one experiment section as it was. On spec itself,
-    not on the section, so a section added or removed is refused too (a rule on a field runs only where the old
-    object has it); an optional section is defaulted to ``{}`` (:func:`openapi_schema`), so one left out and one
-    spelling out its defaults compare equal, as they do to :func:`whale.core.mutability.experiment_changes`."""
-    name = section.value
-    same = f"self.{name} == oldSelf.{name}"
+def _unchanged() -> dict[str, str]:
+    """The one transition rule (checked on update only): the experiment, with the domain and the condition, stays
+    as it was (whale.core.mutability). Every optional section of ``experiment`` is defaulted to ``{}``
+    (:func:`openapi_schema`), so one left out and one spelling out its defaults compare equal, as they do to
+    :func:`whale.core.mutability.experiment_changes`."""
     return {
-        "rule": same
-        if section.required
-        else f"has(self.{name}) == has(oldSelf.{name}) && (!has(self.{name}) || {same})",
-        "message": f"{name} is part of the experiment (what the run computes), which may not change once the run "
-        "exists: set it back, or create a new WhaleRun",
+        "rule": " && ".join(f"self.{name} == oldSelf.{name}" for name in IMMUTABLE),
+        "message": "domain, condition and experiment are what the run computes, which may not change once the run "
+        "exists: set them back, or create a new WhaleRun (execution and cluster may change)",
     }
 
 
@@ -124,56 +124,60 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "(an openai baseUrl on loopback needs none)",
         },
         {
-            "rule": f"!({_SEARCHES}) || !has(self.sandbox) || !has(self.sandbox.isolation) || "
-            f"self.sandbox.isolation != 'pod' || {_BACKEND} != 'cli'",
+            "rule": f"!({_SEARCHES}) || !{_HAS_EXECUTION} || !has(self.execution.sandbox) || "
+            f"!has(self.execution.sandbox.isolation) || self.execution.sandbox.isolation != 'pod' || {_BACKEND} != 'cli'",
             "message": CLI_AT_POD,
         },
         {
-            "rule": "!has(self.sandbox) || !has(self.sandbox.isolation) || self.sandbox.isolation != 'none' || "
-            "(has(self.sandbox.acknowledgeUnisolated) && self.sandbox.acknowledgeUnisolated)",
-            "message": UNISOLATED_UNACKNOWLEDGED,
-        },
-        {
-            "rule": "!has(self.harnessSearch) || !has(self.harnessSearch.integrity) || "
-            "!has(self.harnessSearch.integrity.action) || self.harnessSearch.integrity.action != 'off' || "
-            "(has(self.harnessSearch.integrity.acknowledgeOff) && self.harnessSearch.integrity.acknowledgeOff)",
-            "message": INTEGRITY_OFF_UNACKNOWLEDGED,
-        },
-        {
-            "rule": "has(self.storage) && has(self.storage.uri)",
+            "rule": f"{_HAS_EXECUTION} && has(self.execution.storage) && has(self.execution.storage.uri)",
             "message": "storage.uri: the operator needs an object store: set it to s3://bucket[/prefix]",
         },
         {
             "rule": "!has(self.cluster) || !has(self.cluster.admission) || self.cluster.admission != 'jobSet' || "
-            "!has(self.inference) || (!has(self.inference.backend) || self.inference.backend in ['auto', 'vllm']) && "
-            "(!has(self.inference.placement) || self.inference.placement == 'separate')",
+            f"!{_HAS_EXECUTION} || !has(self.execution.inference) || (!has(self.execution.inference.backend) || "
+            "self.execution.inference.backend in ['auto', 'vllm']) && (!has(self.execution.inference.placement) || "
+            "self.execution.inference.placement == 'separate')",
             "message": "cluster.admission: jobSet puts each phase's own vLLM server beside its workload; it needs "
             "inference.backend vllm (or auto) and inference.placement separate",
         },
-        *(_unchanged(section) for section in EXPERIMENT),
+        _unchanged(),
     ],
-    "storage": [
+    "experiment.harnessSearch": [
+        {
+            "rule": "!has(self.integrity) || !has(self.integrity.action) || self.integrity.action != 'off' || "
+            "(has(self.integrity.acknowledgeOff) && self.integrity.acknowledgeOff)",
+            "message": INTEGRITY_OFF_UNACKNOWLEDGED,
+        },
+    ],
+    "execution.sandbox": [
+        {
+            "rule": "!has(self.isolation) || self.isolation != 'none' || "
+            "(has(self.acknowledgeUnisolated) && self.acknowledgeUnisolated)",
+            "message": UNISOLATED_UNACKNOWLEDGED,
+        },
+    ],
+    "execution.storage": [
         {
             "rule": "!has(self.uri) || !self.uri.startsWith('s3://') || has(self.endpoint)",
             "message": "storage.endpoint: an s3:// store needs the S3 endpoint (host:port of MinIO/S3)",
         },
     ],
-    "schedule": [
+    "experiment.schedule": [
         _one_unit("total"),
         {
             "rule": "!(has(self.weightEpochsPerCycle) && has(self.weightStepsPerCycle))",
             "message": "give weightEpochsPerCycle or weightStepsPerCycle, not both",
         },
     ],
-    "schedule.adaptive.weight": [_one_unit("window"), _one_unit("burnIn"), _one_unit("patience")],
-    "schedule.adaptive.harness": [
+    "experiment.schedule.adaptive.weight": [_one_unit("window"), _one_unit("burnIn"), _one_unit("patience")],
+    "experiment.schedule.adaptive.harness": [
         {
             "rule": f"{_or_default('maxIterations', AdaptiveHarness, 'max_iterations')} + 1 >= "
             f"{_or_default('minIterations', AdaptiveHarness, 'min_iterations')}",
             "message": "maxIterations (proposer iterations) + 1 (the incoming evaluation) must allow minIterations",
         },
     ],
-    "rsft": [
+    "experiment.rsft": [
         {
             "rule": f"{_or_default('microBatchSizePerGpu', RSFT, 'micro_batch_size_per_gpu')} <= "
             f"{_or_default('miniBatchSize', RSFT, 'mini_batch_size')}",
@@ -185,7 +189,7 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "message": "attention flex and flash are the kernels of packed micro-batches: set packSequences: true",
         },
     ],
-    "harnessSearch.proposer": [
+    "experiment.harnessSearch.proposer": [
         {
             "rule": "!has(self.backend) || self.backend != 'cli' || has(self.command) && size(self.command) > 0",
             "message": "backend 'cli' needs `command` (the agent CLI's argv)",
@@ -195,8 +199,8 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "message": "backend 'replay' needs `script`",
         },
     ],
-    "evaluation": [_one_unit("interval")],
-    "data": [
+    "experiment.evaluation": [_one_unit("interval")],
+    "experiment.data": [
         {
             "rule": "!has(self.sources) || size(self.sources) == 0 || has(self.source) && self.source == 'full'",
             "message": "sources: only the full data is fetched; set source: full or remove sources",
@@ -205,7 +209,7 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
 }
 
 #: lists whose items are keyed (the API server refuses a duplicate key; server-side apply merges by it)
-LIST_MAP_KEYS: dict[str, list[str]] = {"spec.data.sources": ["name"], "status.conditions": ["type"]}
+LIST_MAP_KEYS: dict[str, list[str]] = {"spec.experiment.data.sources": ["name"], "status.conditions": ["type"]}
 
 PRINTER_COLUMNS = [
     {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
@@ -308,9 +312,12 @@ def openapi_schema() -> dict[str, Any]:
     for path, rules in CEL_RULES.items():
         node = _at(spec, path)
         node["x-kubernetes-validations"] = [*node.get("x-kubernetes-validations", []), *rules]
-    for section in EXPERIMENT:  # present on every stored object, so a transition rule compares like with like
-        if section.defaulted_object:
-            spec["properties"][section.value]["default"] = {}
+    # present on every stored object, so the transition rule compares like with like
+    experiment = spec["properties"]["experiment"]["properties"]
+    for name, info in Experiment.model_fields.items():
+        if isinstance(info.default, BaseModel):
+            experiment[info.alias or name]["default"] = {}
+    spec["properties"]["execution"]["default"] = {}
     _strip_additional(spec)
     status = _schema(WhaleRunStatus, keep_defaults=False)
     _strip_additional(status)

@@ -14,7 +14,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from whale.core.spec import WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import WhaleRunSpec
+from whale.core.status import WhaleRunStatus
 
 
 def _range(constraints: list[Any]) -> str:

@@ -46,7 +46,7 @@ _SERVICES: dict[str, tuple[str, str | None]] = {
     "Store": ("whale.store", "Store"),
     # the store-key prefix of a domain's prepared data (splits, a retriever's corpus and index)
     "data_prefix": ("whale.core.layout", "data_prefix"),
-    # spec.data.source: full (Domain.full_data)
+    # spec.experiment.data.source: full (Domain.full_data)
     "FullData": ("whale.data.full", "FullData"),
     "FullDataError": ("whale.data.full", "FullDataError"),
     "Source": ("whale.data.full", "Source"),
@@ -59,7 +59,7 @@ _SERVICES: dict[str, tuple[str, str | None]] = {
     "ensure_published_wiki18": ("whale.tools.prepare_index", "ensure_published_wiki18"),
     "RetrieverClient": ("whale.tools.client", "RetrieverClient"),
     "retriever_from_env": ("whale.tools.client", "retriever_from_env"),
-    # the shared code runner (math_reasoning's interpreter) and the isolation spec.sandbox asks for
+    # the shared code runner (math_reasoning's interpreter) and the isolation spec.execution.sandbox asks for
     "CodeRunner": ("whale.tools.code", "CodeRunner"),
     "code_runner_from_env": ("whale.tools.client", "code_runner_from_env"),
     "tool_isolation": ("whale.sandbox.policy", "tool_isolation"),
@@ -195,7 +195,7 @@ def read_raw_jsonl(path: Path, subdir: str, error: type[DomainError] = DomainErr
     the line and the fix."""
     if not raw_exists(path):
         raise error(
-            f"{path}: missing. Point spec.data.dataDir (or $WHALE_DATA_DIR) at a data root that holds "
+            f"{path}: missing. Point spec.experiment.data.dataDir (or $WHALE_DATA_DIR) at a data root that holds "
             f"{subdir}/, or unset both for the sample data shipped with whale ({SAMPLE_DATA_ROOT})"
         )
     rows = []
@@ -295,7 +295,7 @@ class ToolService:
     #: container resource requests, e.g. (("memory", "96Gi"),); empty: the operator's default for the kind
     requests: tuple[tuple[str, str], ...] = ()
     #: the flag the policy model's tokenizer folder is passed after (the retriever's ``--tokenizer``): the operator
-    #: places ``spec.model``'s tokenizer in the pod first; None: the service needs none
+    #: places ``spec.experiment.model``'s tokenizer in the pod first; None: the service needs none
     tokenizer_flag: str | None = None
 
 
@@ -328,7 +328,7 @@ class Domain(abc.ABC):
         nothing."""
 
     def full_data(self) -> FullData | None:
-        """The paper's full datasets of this domain (``spec.data.source: full``): their sources, split sizes
+        """The paper's full datasets of this domain (``spec.experiment.data.source: full``): their sources, split sizes
         and split builder (``whale.data.full``). Default: None, the domain has only its sample files."""
         return None
 
@@ -337,7 +337,9 @@ class Domain(abc.ABC):
         if full is None:
             from whale.data.full import FullDataError
 
-            raise FullDataError(f"spec.data.source: domain {self.name!r} has no full data to fetch; use source: sample")
+            raise FullDataError(
+                f"spec.experiment.data.source: domain {self.name!r} has no full data to fetch; use source: sample"
+            )
         return full
 
     @abc.abstractmethod
@@ -367,7 +369,7 @@ class Domain(abc.ABC):
 
     def h0_path_for(self, data: Data) -> Path:
         """h0 for a run with these data settings (what every phase starts from when no harness is given). Default:
-        :meth:`h0_path`; a domain whose task variants (``spec.data``) ask different questions gives each its own."""
+        :meth:`h0_path`; a domain whose task variants (``spec.experiment.data``) ask different questions gives each its own."""
         return self.h0_path()
 
     @abc.abstractmethod
@@ -398,12 +400,12 @@ class Domain(abc.ABC):
         return str(item.get("subset") or self.name)
 
     def configure_sandbox(self, isolation: str) -> None:
-        """``spec.sandbox.isolation`` ("namespaces" | "none") for this domain's tools that run untrusted
+        """``spec.execution.sandbox.isolation`` ("namespaces" | "none") for this domain's tools that run untrusted
         code (math_reasoning's code interpreter); workloads call it once after loading the domain.
         Default: the domain has no such tool."""
 
     def configure_verifier(self, verifier: Verifier) -> None:
-        """``spec.verifier``: the scoring rule where the paper's and a lenient one differ (math_reasoning's
+        """``spec.experiment.verifier``: the scoring rule where the paper's and a lenient one differ (math_reasoning's
         answer match, chess_puzzles' mates); workloads call it once after loading the domain. Default: the
         domain has no such choice."""
 

@@ -39,12 +39,12 @@ class Location:
         """The problem that stops a run here (field and fix), or None when the model can be loaded."""
         if self.origin is Origin.ABSENT:
             return (
-                f"spec.model.name: {self.model} is not in the local Hugging Face cache and {self.detail}; check "
+                f"spec.experiment.model.name: {self.model} is not in the local Hugging Face cache and {self.detail}; check "
                 "the id (org/name), set HF_TOKEN for a gated or private model, or give a local model folder"
             )
         if self.origin is Origin.UNREACHABLE:
             return (
-                f"spec.model.name: {self.model} is not in the local Hugging Face cache and {self.detail}; "
+                f"spec.experiment.model.name: {self.model} is not in the local Hugging Face cache and {self.detail}; "
                 f"download it first where the Hub is reachable (`hf download {self.model}`, into the same cache), "
                 "point HF_HUB_CACHE at a cache that has it, or give a local model folder"
             )

@@ -34,6 +34,7 @@ import yaml
 from pydantic import ValidationError
 
 from whale import hub, plugins
+from whale.core.convert import V1ALPHA1, convert_v1alpha1, is_v1alpha1_spec
 from whale.core.layout import RUN_NAME_MAX_LEN, check_run_name
 from whale.core.spec import (
     API_GROUP,
@@ -82,6 +83,8 @@ class Manifest:
     raw: dict[str, Any] = field(repr=False)
     #: the file's other documents, which `whale run` does not use: "document 2 (v1 Secret)"
     ignored: tuple[str, ...] = ()
+    #: the apiVersion the file was written in when it is an older one, converted on load (`whale migrate` rewrites it)
+    converted_from: str | None = None
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -134,8 +137,13 @@ def parse_document(doc: Any, source: str = "manifest", check_domain: bool = True
     if not isinstance(doc, dict):
         raise ManifestError(source, ["the document is not a mapping; expected a WhaleRun object"])
     api = doc.get("apiVersion")
-    if api != f"{API_GROUP}/{API_VERSION}":
-        problems.append(f"apiVersion: must be {API_GROUP}/{API_VERSION}, got {_short(api)}")
+    converted_from = None
+    if api == V1ALPHA1:  # the previous version: read as this one (whale.core.convert), with a notice
+        doc, converted_from = convert_v1alpha1(doc), V1ALPHA1
+    elif api != f"{API_GROUP}/{API_VERSION}":
+        problems.append(
+            f"apiVersion: must be {API_GROUP}/{API_VERSION} (or {V1ALPHA1}, converted on load), got {_short(api)}"
+        )
     if doc.get("kind") != KIND:
         problems.append(f"kind: must be {KIND}, got {_short(doc.get('kind'))}")
     meta = doc.get("metadata")
@@ -167,6 +175,12 @@ def parse_document(doc: Any, source: str = "manifest", check_domain: bool = True
     spec = None
     if not isinstance(raw_spec, dict):
         problems.append("spec: required mapping")
+    elif api == f"{API_GROUP}/{API_VERSION}" and is_v1alpha1_spec(raw_spec):
+        moved = ", ".join(f"spec.{k}" for k in raw_spec if k not in ("domain", "condition", "cluster"))[:200]
+        problems.append(
+            f"spec: {moved} sit at the top of spec as in {V1ALPHA1}; {API_GROUP}/{API_VERSION} groups them under "
+            f"spec.experiment and spec.execution: run `whale migrate FILE` (or set apiVersion: {V1ALPHA1})"
+        )
     else:
         try:
             spec = WhaleRunSpec.model_validate(raw_spec)
@@ -183,7 +197,7 @@ def parse_document(doc: Any, source: str = "manifest", check_domain: bool = True
                 )
     if problems or spec is None or not isinstance(name, str):
         raise ManifestError(source, _bounded(problems))
-    return Manifest(name=name, namespace=namespace, spec=spec, raw=doc)
+    return Manifest(name=name, namespace=namespace, spec=spec, raw=doc, converted_from=converted_from)
 
 
 _NAMESPACE_RE = re.compile(DNS1123_LABEL.removeprefix("^").removesuffix("$"))
@@ -414,7 +428,7 @@ def load_manifest(path: Path, check_domain: bool = True) -> Manifest:
     ((number, run),) = runs
     manifest = parse_document(run, f"{source} (document {number})", check_domain)
     ignored = tuple(f"document {i} ({_describe(d)})" for i, d in docs if i != number)
-    return Manifest(manifest.name, manifest.namespace, manifest.spec, manifest.raw, ignored)
+    return Manifest(manifest.name, manifest.namespace, manifest.spec, manifest.raw, ignored, manifest.converted_from)
 
 
 # ----- what a run on this machine needs ---------------------------------------------------------------
@@ -435,25 +449,30 @@ def _resolve(path_text: str, cwd: Path) -> Path:
 
 def _loads_model_here(spec: WhaleRunSpec, environ: Mapping[str, str]) -> bool:
     """Training always loads the base model here; evaluation and search do with in-process inference."""
-    backend = spec.inference.backend
+    backend = spec.execution.inference.backend
     in_process = backend == "transformers" or (backend == "auto" and not environ.get("WHALE_INFERENCE_URL"))
     return spec.condition.trains_weights or in_process
 
 
 def hub_model(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str]) -> hub.Location | None:
-    """Where spec.model.name loads from when it is a Hugging Face id (``org/name``) this machine loads: the
+    """Where spec.experiment.model.name loads from when it is a Hugging Face id (``org/name``) this machine loads: the
     local cache, the Hub, or neither (:mod:`whale.hub`; a bounded probe). None for a folder, an S3 model, a
     model only a server loads, or a legacy id without an organisation (checked when the phase loads it)."""
-    name = spec.model.name
+    name = spec.experiment.model.name
     if name.startswith("s3://") or not _loads_model_here(spec, environ) or looks_like_path(name) or "/" not in name:
         return None
     if _resolve(name, cwd).exists():
         return None
-    return hub.locate(name, environ, revision=spec.model.revision, filename=spec.model.gguf_file or "config.json")
+    return hub.locate(
+        name,
+        environ,
+        revision=spec.experiment.model.revision,
+        filename=spec.experiment.model.gguf_file or "config.json",
+    )
 
 
 def model_problems(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str], *, hub_check: bool = True) -> list[str]:
-    name = spec.model.name
+    name = spec.experiment.model.name
     if name.startswith("s3://") or not _loads_model_here(spec, environ):
         return []
     path = _resolve(name, cwd)
@@ -463,17 +482,19 @@ def model_problems(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str], *,
             problem = location.problem() if location else None
             return [problem] if problem else []
         return [
-            f"spec.model.name: {name} does not exist (relative paths are from the current folder, {cwd}); "
+            f"spec.experiment.model.name: {name} does not exist (relative paths are from the current folder, {cwd}); "
             "create the model folder (config.json, weights, tokenizer) or give a Hugging Face model id"
         ]
-    if spec.model.gguf_file:
-        gguf = path / spec.model.gguf_file
+    if spec.experiment.model.gguf_file:
+        gguf = path / spec.experiment.model.gguf_file
         if not gguf.is_file():
-            return [f"spec.model.ggufFile: {gguf} does not exist; name a .gguf file inside spec.model.name"]
+            return [
+                f"spec.experiment.model.ggufFile: {gguf} does not exist; name a .gguf file inside spec.experiment.model.name"
+            ]
         return []
     if not path.is_dir() or not (path / "config.json").is_file():
         return [
-            f"spec.model.name: {path} is not a model folder (no config.json in it); point it at a saved "
+            f"spec.experiment.model.name: {path} is not a model folder (no config.json in it); point it at a saved "
             "Hugging Face model (config.json, weights, tokenizer) or give a model id"
         ]
     return []
@@ -484,10 +505,10 @@ MAX_MODEL_CONFIG_BYTES = 1024 * 1024
 
 
 def model_architecture(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str]) -> tuple[Architecture | None, str]:
-    """The architecture of ``spec.model`` from its ``config.json`` on this machine (a local model folder, or the
+    """The architecture of ``spec.experiment.model`` from its ``config.json`` on this machine (a local model folder, or the
     local Hugging Face cache; never the network), and where it was read; or None and why not."""
-    name = spec.model.name
-    if spec.model.gguf_file:
+    name = spec.experiment.model.name
+    if spec.experiment.model.gguf_file:
         return None, "a GGUF model's architecture is read from the file when the phase loads it"
     if name.startswith("s3://"):
         return None, "a model in the store is read when the phase loads it"
@@ -497,7 +518,7 @@ def model_architecture(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str]
     elif looks_like_path(name) or "/" not in name:
         return None, f"{name} is not a model folder here"
     else:
-        found = hub.cached(name, environ, revision=spec.model.revision)
+        found = hub.cached(name, environ, revision=spec.experiment.model.revision)
         if found is None:
             return None, f"{name}'s config.json is not in the local Hugging Face cache"
         config_path = found
@@ -513,11 +534,11 @@ def model_architecture(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str]
 
 
 def architecture_problems(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str]) -> tuple[list[str], list[str]]:
-    """(problems, notes): the ``spec.rsft`` settings the model's architecture refuses
+    """(problems, notes): the ``spec.experiment.rsft`` settings the model's architecture refuses
     (:func:`whale.rsft.architecture.training_problems`: they cannot run, or would leak between packed
     sequences, on any machine), and what was read or why nothing could be (the train workload then checks
     the same before it loads any weights)."""
-    if not (spec.condition.trains_weights and spec.rsft.pack_sequences):
+    if not (spec.condition.trains_weights and spec.experiment.rsft.pack_sequences):
         return [], []  # padded micro-batches are exact for every architecture: nothing to check
     try:
         arch, where = model_architecture(spec, cwd, environ)
@@ -525,15 +546,15 @@ def architecture_problems(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, s
         arch, where = None, f"cannot read the model's path ({exc.strerror or exc})"
     if arch is None:
         return [], [f"model architecture not checked: {where}; the train workload checks it before loading weights"]
-    problems = training_problems(arch, pack_sequences=spec.rsft.pack_sequences)
+    problems = training_problems(arch, pack_sequences=spec.experiment.rsft.pack_sequences)
     return problems, [f"model architecture: {arch.describe()} ({where})"]
 
 
 def replay_script_problems(spec: WhaleRunSpec, cwd: Path) -> list[str]:
-    proposer = spec.harness_search.proposer
+    proposer = spec.experiment.harness_search.proposer
     if proposer.backend != "replay" or not spec.condition.searches_harness or not proposer.script:
         return []
-    field_name = "spec.harnessSearch.proposer.script"
+    field_name = "spec.experiment.harnessSearch.proposer.script"
     path = _resolve(proposer.script, cwd)
     if not path.is_file():
         return [
@@ -568,12 +589,12 @@ def replay_script_problems(spec: WhaleRunSpec, cwd: Path) -> list[str]:
 
 
 def data_dir_problems(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str]) -> list[str]:
-    """A data root that is named (spec.data.dataDir or $WHALE_DATA_DIR) must be a folder this machine can
+    """A data root that is named (spec.experiment.data.dataDir or $WHALE_DATA_DIR) must be a folder this machine can
     read; an unnamed one is the default, which the domain's split sizes then check."""
-    if spec.data.data_dir:
-        where, text = "spec.data.dataDir", spec.data.data_dir
+    if spec.experiment.data.data_dir:
+        where, text = "spec.experiment.data.dataDir", spec.experiment.data.data_dir
     elif environ.get("WHALE_DATA_DIR"):
-        where, text = "spec.data.dataDir (unset; $WHALE_DATA_DIR)", environ["WHALE_DATA_DIR"]
+        where, text = "spec.experiment.data.dataDir (unset; $WHALE_DATA_DIR)", environ["WHALE_DATA_DIR"]
     else:
         return []
     path = _resolve(text, cwd)
@@ -593,20 +614,20 @@ def spec_warnings(spec: WhaleRunSpec, split_sizes: Mapping[str, int]) -> list[st
     from whale.core.schedule import plan
 
     out = []
-    if spec.sandbox.isolation == "none":
+    if spec.execution.sandbox.isolation == "none":
         out.append(
-            "spec.sandbox.isolation: none (acknowledged): harness files and model-written code run WITHOUT "
+            "spec.execution.sandbox.isolation: none (acknowledged): harness files and model-written code run WITHOUT "
             "isolation and can read what this run can; trusted local use only"
         )
-    if spec.harness_search.integrity.action == "off":  # every condition: training and evaluation use it too
+    if spec.experiment.harness_search.integrity.action == "off":  # every condition: training and evaluation use it too
         out.append(
-            "spec.harnessSearch.integrity.action: off (acknowledged): answers the model did not write keep their "
+            "spec.experiment.harnessSearch.integrity.action: off (acknowledged): answers the model did not write keep their "
             "reward and no candidate or evaluation is flagged; the run's numbers can be faked by its harnesses"
         )
-    if spec.cluster.queue_name and spec.inference.placement == "colocated" and spec.condition.trains_weights:
+    if spec.cluster.queue_name and spec.execution.inference.placement == "colocated" and spec.condition.trains_weights:
         # the only time before the queue's GPU quota is silently bypassed (ignored by `whale run`)
         out.append(
-            "spec.cluster.queueName with spec.inference.placement colocated: the weight phase's GPUs are a DRA "
+            "spec.cluster.queueName with spec.execution.inference.placement colocated: the weight phase's GPUs are a DRA "
             "ResourceClaim (DeviceClass gpu.nvidia.com), which Kueue counts as 0 GPUs unless its Configuration maps "
             "that DeviceClass (resources.deviceClassMappings, feature gate DynamicResourceAllocation); see "
             "docs/operator.md#kueue-one-admission-unit-per-phase"
@@ -638,13 +659,15 @@ def read_path_problems(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str]
     the data root (gold answers, the test split), the checkout, a home folder or its credential folders, or
     a system folder: each entry must be a folder of its own that holds none of them and is inside none of
     them (a home's ``~/.local/share/claude`` is fine; ``~`` is not)."""
-    proposer = spec.harness_search.proposer
+    proposer = spec.experiment.harness_search.proposer
     if proposer.backend != "cli" or not spec.condition.searches_harness:
         return []
     home = Path(environ.get("HOME") or Path.home()).resolve()
     from whale.domain import default_data_root
 
-    data = [text for text in (spec.data.data_dir, environ.get("WHALE_DATA_DIR")) if text] or [str(default_data_root())]
+    data = [text for text in (spec.experiment.data.data_dir, environ.get("WHALE_DATA_DIR")) if text] or [
+        str(default_data_root())
+    ]
     checkout = Path(__file__).resolve().parent.parent
     # overlapping either way: the entry holds it, or lies inside it
     protected = [_resolve(text, cwd).resolve() for text in data] + [checkout]
@@ -654,7 +677,7 @@ def read_path_problems(spec: WhaleRunSpec, cwd: Path, environ: Mapping[str, str]
     out = []
     for i, text in enumerate(proposer.read_paths):
         path = _resolve(text, cwd).resolve()
-        field_name = f"spec.harnessSearch.proposer.readPaths[{i}]"
+        field_name = f"spec.experiment.harnessSearch.proposer.readPaths[{i}]"
         clash = next((p for p in protected if p == path or p.is_relative_to(path) or path.is_relative_to(p)), None)
         if clash is None:
             clash = next((p for p in containers if p == path or p.is_relative_to(path)), None)
@@ -678,11 +701,11 @@ def local_problems(
     cwd = Path.cwd() if cwd is None else cwd
     env = os.environ if environ is None else environ
     spec = manifest.spec
-    problems = _guarded("spec.model.name", lambda: model_problems(spec, cwd, env, hub_check=hub_check))
-    problems += _guarded("spec.harnessSearch.proposer.script", replay_script_problems, spec, cwd)
-    problems += _guarded("spec.data.dataDir", data_dir_problems, spec, cwd, env)
-    problems += _guarded("spec.harnessSearch.proposer.readPaths", read_path_problems, spec, cwd, env)
-    if spec.sandbox.isolation == "pod":  # the harness pod exists only on a cluster: fail closed here
+    problems = _guarded("spec.experiment.model.name", lambda: model_problems(spec, cwd, env, hub_check=hub_check))
+    problems += _guarded("spec.experiment.harnessSearch.proposer.script", replay_script_problems, spec, cwd)
+    problems += _guarded("spec.experiment.data.dataDir", data_dir_problems, spec, cwd, env)
+    problems += _guarded("spec.experiment.harnessSearch.proposer.readPaths", read_path_problems, spec, cwd, env)
+    if spec.execution.sandbox.isolation == "pod":  # the harness pod exists only on a cluster: fail closed here
         from whale.harness.launch import POD_WITHOUT_HOST
 
         problems.append(POD_WITHOUT_HOST)

@@ -37,11 +37,11 @@ class ChessPuzzles(Domain):
     max_turns_limit = 2 * MAX_SOLVER_PLIES
 
     def __init__(self) -> None:
-        #: spec.verifier.chessMove == "anyMate": a mate that is not the stored move also solves the puzzle
+        #: spec.experiment.verifier.chessMove == "anyMate": a mate that is not the stored move also solves the puzzle
         self.accept_any_mate = False
 
     def configure_verifier(self, verifier: Verifier) -> None:
-        """Judge moves by ``spec.verifier.chessMove``: stored (the paper's) or anyMate (Lichess's)."""
+        """Judge moves by ``spec.experiment.verifier.chessMove``: stored (the paper's) or anyMate (Lichess's)."""
         self.accept_any_mate = verifier.chess_move == "anyMate"
 
     def full_data(self) -> FullData:

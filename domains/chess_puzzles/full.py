@@ -1,4 +1,4 @@
-"""The paper's chess data (``spec.data.source: full``): the Lichess puzzle database, split 16,384 / 256 / 256.
+"""The paper's chess data (``spec.experiment.data.source: full``): the Lichess puzzle database, split 16,384 / 256 / 256.
 
 As the reference (``krafton-ai/WHALE`` ``prepare_chess_puzzle_data.py``): the database is streamed, puzzles
 whose line has 1 to 9 solver plies are eligible, and a seeded draw (the paper's seed is 42) gives
@@ -15,7 +15,7 @@ How the draw works, in bounded memory over the ~5 M rows of the ``.csv.zst`` fil
 3. the first valid ones fill D_test, then D_harness, then D_weight. Too few (a tiny file) fails naming the sizes.
 
 The file changes every month: its SHA-256 is recorded in the store's sources manifest at the first fetch and
-checked on every re-use; pin a month's file in ``spec.data.sources`` (``sha256``, and ``url`` for a mirror).
+checked on every re-use; pin a month's file in ``spec.experiment.data.sources`` (``sha256``, and ``url`` for a mirror).
 """
 
 from __future__ import annotations
@@ -165,7 +165,7 @@ def build(paths: Mapping[str, Path], data: Data) -> tuple[dict[str, list[dict[st
             got = {name: len(rows_) for name, rows_ in splits.items()}
             raise FullDataError(
                 f"the Lichess file has too few usable puzzles ({eligible_rows} eligible rows) for {need}; got {got}: "
-                "lower spec.data.weightSize / harnessSize / testSize or fetch the full database"
+                "lower spec.experiment.data.weightSize / harnessSize / testSize or fetch the full database"
             )
         keep *= 4  # many bad rows or repeats among the draw: draw more (a further pass)
     return splits, {**dict(counts), **stats, "candidates": len(rows)}

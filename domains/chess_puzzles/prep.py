@@ -50,7 +50,7 @@ DOMAIN = "chess_puzzles"
 SOURCE_FILE = "lichess_puzzles_sample.csv"
 #: bump when the preparation logic changes, so stale materialised splits are not re-used
 PREP_VERSION = 1
-#: D_test when spec.data.testSize is unset: the paper's 256
+#: D_test when spec.experiment.data.testSize is unset: the paper's 256
 DEFAULT_TEST_SIZE = 256
 #: bad rows quoted in the error message (all are counted)
 MAX_REPORTED = 20
@@ -123,7 +123,7 @@ def source_path(data: Data) -> Path:
     if not path.is_file():
         raise ChessDataError(
             f"chess puzzle data not found: {path} does not exist. Put the Lichess CSV there, point "
-            f"spec.data.dataDir (or $WHALE_DATA_DIR) at a folder holding chess_puzzles/{SOURCE_FILE}, or unset "
+            f"spec.experiment.data.dataDir (or $WHALE_DATA_DIR) at a folder holding chess_puzzles/{SOURCE_FILE}, or unset "
             "both for the sample shipped with whale (whale/data/sample/README.md)"
         )
     return path
@@ -184,7 +184,7 @@ def make_splits(items: Iterable[Item], sizes: Sizes) -> Splits:
     if len(pool) < need:
         raise ChessDataError(
             f"only {len(pool)} usable chess puzzles; D_test ({sizes.test}) + D_harness ({sizes.harness}) + at least "
-            "1 for D_weight do not fit: lower spec.data.testSize / harnessSize or add puzzles"
+            "1 for D_weight do not fit: lower spec.experiment.data.testSize / harnessSize or add puzzles"
         )
     random.Random(sizes.seed).shuffle(pool)
     test, harness, weight = pool[: sizes.test], pool[sizes.test : need - 1], pool[need - 1 :]

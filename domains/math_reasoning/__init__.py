@@ -2,10 +2,10 @@
 
 Registered under ``whale.domains`` as ``math_reasoning = "math_reasoning:DOMAIN"``. Items are the raw row
 format ``{"id", "problem", "answer"}``; D_test is AIME 2024 + 2025, D_weight / D_harness come from the MATH
-train problems with numeric answers (``math_reasoning.data``); ``spec.data.mathSet: gsm8k`` takes all three
+train problems with numeric answers (``math_reasoning.data``); ``spec.experiment.data.mathSet: gsm8k`` takes all three
 from GSM8K instead. The verifier is the strict ``\\boxed{}``
 match of the final reply (``math_reasoning.verifier``; DAPO's string match by default, math-verify with
-``spec.verifier.mathAnswer: mathVerify``); the tool is ``code_interpreter`` (``math_reasoning.env``),
+``spec.experiment.verifier.mathAnswer: mathVerify``); the tool is ``code_interpreter`` (``math_reasoning.env``),
 served by ``$WHALE_CODE_URL`` when set (the cluster's ``/run`` service), else by local sandboxes.
 """
 
@@ -46,18 +46,18 @@ class MathReasoning(SplitsInMemoryDomain):
         """``runner``: the code runner to use (tests, benchmarks); default resolved from the environment."""
         self._runner = runner
         self._injected = runner is not None
-        #: spec.sandbox.isolation of the local code sandboxes
+        #: spec.execution.sandbox.isolation of the local code sandboxes
         self._isolation = "namespaces"
-        #: spec.verifier.mathAnswer: how final replies are scored (the paper's strict DAPO match by default)
+        #: spec.experiment.verifier.mathAnswer: how final replies are scored (the paper's strict DAPO match by default)
         self.answer_match = "dapo"
         self._lock = threading.Lock()
 
     def configure_verifier(self, verifier: Verifier) -> None:
-        """Score final replies with ``spec.verifier.mathAnswer`` (dapo | mathVerify)."""
+        """Score final replies with ``spec.experiment.verifier.mathAnswer`` (dapo | mathVerify)."""
         self.answer_match = verifier.math_answer
 
     def configure_sandbox(self, isolation: str) -> None:
-        """Local code sandboxes run under ``spec.sandbox.isolation`` (an injected runner is kept as is;
+        """Local code sandboxes run under ``spec.execution.sandbox.isolation`` (an injected runner is kept as is;
         the deployed service's pod is its own wall)."""
         with self._lock:
             if isolation != self._isolation:
@@ -95,13 +95,13 @@ class MathReasoning(SplitsInMemoryDomain):
             if self._runner is None:
                 from whale.domain import code_runner_from_env, tool_isolation
 
-                self._runner = code_runner_from_env(tool_isolation(self._isolation))  # type: ignore[arg-type]  # a spec.sandbox.isolation value
+                self._runner = code_runner_from_env(tool_isolation(self._isolation))  # type: ignore[arg-type]  # a spec.execution.sandbox.isolation value
             return self._runner
 
     def make_env(self, item: dict[str, Any]) -> MathEnvironment:
         from math_reasoning.env import MathEnvironment
 
-        return MathEnvironment(item, self.runner(), self.answer_match)  # type: ignore[arg-type]  # a spec.verifier.mathAnswer value
+        return MathEnvironment(item, self.runner(), self.answer_match)  # type: ignore[arg-type]  # a spec.experiment.verifier.mathAnswer value
 
     def tool_specs(self) -> list[dict[str, Any]]:
         from math_reasoning.env import TOOL_SPEC

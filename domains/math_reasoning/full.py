@@ -1,4 +1,4 @@
-"""The paper's math data (``spec.data.source: full``): DAPO-Math-17k, de-duplicated to 17,917 problems.
+"""The paper's math data (``spec.experiment.data.source: full``): DAPO-Math-17k, de-duplicated to 17,917 problems.
 
 As the reference (``krafton-ai/WHALE`` docs/data.md): **D_weight** = the de-duplicated DAPO-Math-17k pool,
 17,917 problems (70 steps of 256 prompts per epoch); **D_harness** = ``harnessSize`` (256) problems drawn
@@ -102,7 +102,9 @@ def read_parquet_rows(path: Path) -> Iterator[dict[str, Any]]:
 def make_splits(pool: list[dict[str, Any]], test: list[dict[str, Any]], data: Data) -> dict[str, list[dict[str, Any]]]:
     """D_weight = the pool (capped by weightSize), D_harness = a seeded sample of it, D_test = AIME."""
     if data.harness_size > len(pool):
-        raise FullDataError(f"spec.data.harnessSize={data.harness_size} is more than the {len(pool)} DAPO problems")
+        raise FullDataError(
+            f"spec.experiment.data.harnessSize={data.harness_size} is more than the {len(pool)} DAPO problems"
+        )
     harness = random.Random(data.seed).sample(pool, data.harness_size)
     weight = pool if data.weight_size is None else pool[: data.weight_size]
     if data.test_size is not None and data.test_size < len(test):

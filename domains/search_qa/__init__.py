@@ -6,7 +6,7 @@ questions from each of the seven benchmarks the data has (TriviaQA is missing fr
 eval notes name every benchmark the test split lacks). The tool is ``search``
 (``search_qa.env``).
 
-``spec.data.corpus`` picks the retrieval corpus and, with it, the training questions
+``spec.experiment.data.corpus`` picks the retrieval corpus and, with it, the training questions
 (:mod:`search_qa.data`): ``local`` (``whale run``'s default) = BM25 over the shipped passages and the
 training questions it can answer; ``wiki18`` (a cluster's default, the paper's) = e5-base-v2 over wiki-18
 and every training question. Retrieval goes to ``$WHALE_RETRIEVER_URL`` when set (the cluster's
@@ -75,7 +75,7 @@ class SearchQA(SplitsInMemoryDomain):
     #: h0 uses 2; a candidate may search more often, never more than this many model calls: the reference's
     #: MAX_TURNS_HARD_CAP (docs/reproducing.md, turn caps)
     max_turns_limit = 16
-    #: the local corpus's retriever; :meth:`tool_services_for` picks the one of ``spec.data.corpus``
+    #: the local corpus's retriever; :meth:`tool_services_for` picks the one of ``spec.experiment.data.corpus``
     tool_services = (LOCAL_RETRIEVER,)
 
     def __init__(self, retriever: Retriever | None = None) -> None:
@@ -86,7 +86,7 @@ class SearchQA(SplitsInMemoryDomain):
         #: the benchmarks of the last test split loaded (what the eval notes report on)
         self._test_benchmarks: frozenset[str] | None = None
         self._lock = threading.Lock()
-        #: spec.verifier.searchAnswer: llmJudge scores with this judge (None: exact match, the default)
+        #: spec.experiment.verifier.searchAnswer: llmJudge scores with this judge (None: exact match, the default)
         self.judge: Judge | None = None
 
     def tool_services_for(self, data: Data) -> tuple[ToolService, ...]:
@@ -196,7 +196,7 @@ class SearchQA(SplitsInMemoryDomain):
         return SearchEnvironment(item, self.retriever, self.judge)
 
     def configure_verifier(self, verifier: Verifier) -> None:
-        """``spec.verifier.searchAnswer``: exactMatch (the default) or the LLM judge of ``spec.verifier.judge``,
+        """``spec.experiment.verifier.searchAnswer``: exactMatch (the default) or the LLM judge of ``spec.experiment.verifier.judge``,
         its key read from the variable ``judge.apiKeyEnv`` names."""
         if verifier.search_answer != "llmJudge":
             self.judge = None
@@ -207,7 +207,7 @@ class SearchQA(SplitsInMemoryDomain):
         key = os.environ.get(j.api_key_env) if j.api_key_env else None
         if j.api_key_env and not key:
             raise DomainError(
-                f"spec.verifier.judge.apiKeyEnv: ${j.api_key_env} is not set; set it to the judge's API key, or set "
+                f"spec.experiment.verifier.judge.apiKeyEnv: ${j.api_key_env} is not set; set it to the judge's API key, or set "
                 "apiKeyEnv: null for an endpoint without one, or use verifier.searchAnswer: exactMatch"
             )
         self.judge = Judge(base_url=j.base_url, model=j.model, api_key=key)

@@ -1,4 +1,4 @@
-"""The paper's search-QA data (``spec.data.source: full``): Search-R1's NQ + HotpotQA train and the seven test sets.
+"""The paper's search-QA data (``spec.experiment.data.source: full``): Search-R1's NQ + HotpotQA train and the seven test sets.
 
 Sources: FlashRAG's releases on the Hugging Face hub (``RUC-NLPIR/FlashRAG_datasets``), which Search-R1's
 ``qa_search_train_merge.py`` / ``qa_search_test_merge.py`` read: NQ and HotpotQA ``train`` for training, and
@@ -16,7 +16,7 @@ the test split of NQ, TriviaQA, PopQA, Bamboogle and the dev split of HotpotQA, 
   ``test_100`` set that its runs evaluate mean@8 on.
 
 The hub files are not pinned to a commit here (``resolve/main``): their SHA-256 is recorded in the store at
-the first fetch and checked on every re-use; pin them in ``spec.data.sources`` to refuse any other file.
+the first fetch and checked on every re-use; pin them in ``spec.experiment.data.sources`` to refuse any other file.
 """
 
 from __future__ import annotations
@@ -118,13 +118,13 @@ def make_splits(
     if len(pool) < target:
         raise FullDataError(
             f"only {len(pool)} distinct training questions; D_weight needs {target}: lower "
-            "spec.data.weightSize or check the train files"
+            "spec.experiment.data.weightSize or check the train files"
         )
     weight = random.Random(data.seed).sample(pool, target)
     nq = [r for r in weight if r["id"].startswith(f"{HARNESS_DATASET}/")]
     if data.harness_size > len(nq):
         raise FullDataError(
-            f"spec.data.harnessSize={data.harness_size} is more than the {len(nq)} NQ questions of D_weight"
+            f"spec.experiment.data.harnessSize={data.harness_size} is more than the {len(nq)} NQ questions of D_weight"
         )
     harness = random.Random(f"{data.seed}:harness").sample(nq, data.harness_size)
     stats = {

@@ -101,7 +101,10 @@ def main(argv: list[str] | None = None) -> None:
         "--method", choices=retrieval.METHODS, default="bm25", help="in-process retriever of the local corpus"
     )
     p.add_argument(
-        "--corpus", choices=("local", "wiki18"), default="local", help="the spec.data.corpus whose splits are measured"
+        "--corpus",
+        choices=("local", "wiki18"),
+        default="local",
+        help="the spec.experiment.data.corpus whose splits are measured",
     )
     p.add_argument(
         "--train",

@@ -4,7 +4,7 @@ Registered under the ``whale.domains`` entry-point group as ``synthetic = "synth
 the domain of the CPU demo runs and of the RSFT learning check: items are generated from the data
 seed (:mod:`synthetic.tasks`), an episode is one answer judged by exact match, and
 :mod:`synthetic.tiny_model` builds a matching tiny model that knows the format but not the task.
-``spec.data.syntheticTask: addition`` asks for a sum of two numbers instead (the local SmolLM2 comparison's harder
+``spec.experiment.data.syntheticTask: addition`` asks for a sum of two numbers instead (the local SmolLM2 comparison's harder
 task), with an h0 and a skill of its own (``h0_addition.py``, ``SKILL-addition.md``).
 """
 

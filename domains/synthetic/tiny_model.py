@@ -7,7 +7,7 @@ longer prompt 50 updates left it at chance): enough to answer
 ``<answer>D</answer>`` reliably, too little to copy the asked digit D most of the time (it does in
 roughly a fifth of sampled replies). So it starts well below perfect and everything above that
 start must come from RSFT. Deterministic for a given seed. The result is a normal HF checkpoint folder (safetensors + config + tokenizer) that
-``spec.model.name`` can point at.
+``spec.experiment.model.name`` can point at.
 """
 
 from __future__ import annotations

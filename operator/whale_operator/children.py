@@ -166,7 +166,7 @@ class JobLauncher:
         svc = builders.rendezvous_service(run, spec, req)
         if svc is not None:
             self.ensure(svc)
-        if spec.inference.placement == "colocated" and isinstance(req, WeightRequest):
+        if spec.execution.inference.placement == "colocated" and isinstance(req, WeightRequest):
             # one pod, trainer and vLLM on the same GPUs (a DRA claim both containers reference)
             self.ensure(builders.colocated_gpu_claim_template(run, spec, req))
             return self.ensure(builders.colocated_train_job(run, spec, req, store_uri=store_uri(spec), tools=tools))
@@ -322,7 +322,7 @@ class JobLauncher:
             self.stop_children(run, spec)
             self.scale_infra(run, 0, deps)
         if step.end is RunEnd.FINISHED:  # idempotent: a later reconcile finds nothing left to delete
-            prune_checkpoints(store, run.name, decision.status, spec.rsft.keep_checkpoints)
+            prune_checkpoints(store, run.name, decision.status, spec.experiment.rsft.keep_checkpoints)
         if step.start is not None and step.start.kind is PhaseKind.PREPARE:
             return False, {step.start.phase} if self.start_prepare(run, spec, store, step.start) else set()
         if step.start is not None:

@@ -37,20 +37,26 @@ def parse_spec(body_spec: dict[str, Any] | None) -> WhaleRunSpec:
         raise SpecError(*describe_validation_error(exc)) from None
     for problem in proposer.spec_problems(spec):  # no endpoint, model or key: refused before any Job or GPU
         raise SpecError(problem.field, problem.message)
-    if not spec.storage.uri:
-        raise SpecError("spec.storage.uri", "the operator needs an object store: set it to s3://bucket[/prefix]")
-    if spec.storage.uri.startswith("s3://") and not spec.storage.endpoint:
-        raise SpecError("spec.storage.endpoint", "an s3:// store needs the S3 endpoint (host:port of MinIO/S3)")
-    if spec.data.corpus == "auto":  # a cluster's default corpus is the paper's (docs/data.md#search_qa)
-        spec = spec.model_copy(update={"data": spec.data.model_copy(update={"corpus": "wiki18"})})
+    if not spec.execution.storage.uri:
+        raise SpecError(
+            "spec.execution.storage.uri", "the operator needs an object store: set it to s3://bucket[/prefix]"
+        )
+    if spec.execution.storage.uri.startswith("s3://") and not spec.execution.storage.endpoint:
+        raise SpecError(
+            "spec.execution.storage.endpoint", "an s3:// store needs the S3 endpoint (host:port of MinIO/S3)"
+        )
+    if spec.experiment.data.corpus == "auto":  # a cluster's default corpus is the paper's (docs/data.md#search_qa)
+        spec = spec.with_sections(**{"data": spec.experiment.data.model_copy(update={"corpus": "wiki18"})})
     return spec
 
 
 def store_uri(spec: WhaleRunSpec) -> str:
     """The run's store (after ``tenancy.scoped``); :func:`parse_spec` has refused a spec without one."""
-    if spec.storage.uri is None:
-        raise SpecError("spec.storage.uri", "the operator needs an object store: set it to s3://bucket[/prefix]")
-    return spec.storage.uri
+    if spec.execution.storage.uri is None:
+        raise SpecError(
+            "spec.execution.storage.uri", "the operator needs an object store: set it to s3://bucket[/prefix]"
+        )
+    return spec.execution.storage.uri
 
 
 @dataclass(frozen=True)
@@ -108,7 +114,7 @@ class OperatorConfig:
     """Settings of one operator process (from the environment at start-up, never read deep inside)."""
 
     #: extra options for ``open_store`` (credentials of the operator itself): used only for a run that names no
-    #: ``spec.storage.credentialsSecret``, and for an s3:// store only when ``own_store_credentials`` allows it
+    #: ``spec.execution.storage.credentialsSecret``, and for an s3:// store only when ``own_store_credentials`` allows it
     store_options: dict[str, Any] = field(default_factory=dict)
     #: a run whose s3:// store names no credentials Secret is opened with the operator's own credentials
     #: (``WHALE_OPERATOR_OWN_STORE_CREDENTIALS=1``: a single-tenant install, the dev overlay). Off by default: on a
@@ -145,11 +151,11 @@ class OperatorConfig:
 
     def credentials_problems(self, spec: WhaleRunSpec) -> list[tuple[str, str]]:
         """(field, message) when the run's store would need credentials this operator may not lend it."""
-        s = spec.storage
+        s = spec.execution.storage
         if s.uri and s.uri.startswith("s3://") and not s.credentials_secret and not self.own_store_credentials:
             return [
                 (
-                    "spec.storage.credentialsSecret",
+                    "spec.execution.storage.credentialsSecret",
                     "an s3:// store needs the Secret holding its keys (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) in "
                     "the run's namespace: name it here. This operator does not lend its own credentials to runs "
                     f"({OWN_STORE_CREDENTIALS_ENV} is off)",
@@ -161,11 +167,11 @@ class OperatorConfig:
 def judge_key_problems(spec: WhaleRunSpec) -> list[tuple[str, str]]:
     """(field, message) when a cluster run scores with an LLM judge that needs a key but names no Secret to take
     it from: its workloads would stop at their first episode, so the run is refused before any Job exists."""
-    judge = spec.verifier.judge
-    if spec.verifier.search_answer == "llmJudge" and judge.api_key_env and judge.api_key_secret is None:
+    judge = spec.experiment.verifier.judge
+    if spec.experiment.verifier.search_answer == "llmJudge" and judge.api_key_env and judge.api_key_secret is None:
         return [
             (
-                "spec.verifier.judge.apiKeySecret",
+                "spec.experiment.verifier.judge.apiKeySecret",
                 f"the judge's key (${judge.api_key_env}) comes from a Secret on a cluster: name it here as "
                 "{name, key} (the operator injects it into the pods that score), or set apiKeyEnv: null for an "
                 "endpoint without a key",

@@ -1,5 +1,5 @@
 """Each run's store, opened with the run's OWN credentials: the Secret its spec names
-(``spec.storage.credentialsSecret``, in the run's namespace), read through the Kubernetes API.
+(``spec.execution.storage.credentialsSecret``, in the run's namespace), read through the Kubernetes API.
 
 On a shared cluster the operator must not reach a tenant's store with credentials of its own: a tenant would then
 read and write whatever the operator's key may (another team's bucket). So a run's store is opened with the keys
@@ -28,7 +28,7 @@ from whale.core.spec import WhaleRunSpec
 from whale.store import Store
 from whale_operator.kube import KubeClient, Refused
 
-FIELD = "spec.storage.credentialsSecret"
+FIELD = "spec.execution.storage.credentialsSecret"
 ACCESS_KEY = "AWS_ACCESS_KEY_ID"
 SECRET_KEY = "AWS_SECRET_ACCESS_KEY"
 SESSION_TOKEN = "AWS_SESSION_TOKEN"
@@ -36,7 +36,7 @@ SESSION_TOKEN = "AWS_SESSION_TOKEN"
 
 class CredentialsUnavailable(RuntimeError):
     """The run's credentials Secret cannot be used yet (missing, incomplete, not readable): the run waits. The
-    message names ``spec.storage.credentialsSecret``, the Secret and the fix."""
+    message names ``spec.execution.storage.credentialsSecret``, the Secret and the fix."""
 
 
 @dataclass(frozen=True)
@@ -78,7 +78,7 @@ def credentials_from_secret(secret: dict[str, Any], where: str) -> StoreCredenti
 
 
 def _cache_key(namespace: str, spec: WhaleRunSpec) -> tuple[str, str, str | None, bool, str | None, str | None]:
-    s = spec.storage
+    s = spec.execution.storage
     return (namespace, s.uri or "", s.endpoint, s.secure, s.region, s.credentials_secret)
 
 
@@ -119,26 +119,29 @@ class RunStores:
     def open(self, namespace: str, spec: WhaleRunSpec) -> Store:
         """The run's store (``spec`` already scoped to the run), opened with the run's own credentials."""
         key = _cache_key(namespace, spec)
-        secret_name = spec.storage.credentials_secret
+        secret_name = spec.execution.storage.credentials_secret
         if secret_name is None:
             with self._lock:
                 if key not in self._stores:
-                    self._stores[key] = (None, open_spec_store(spec.storage, **self.own_options, **self.bounds))
+                    self._stores[key] = (
+                        None,
+                        open_spec_store(spec.execution.storage, **self.own_options, **self.bounds),
+                    )
                 return self._stores[key][1]
         version, creds = self.credentials(namespace, secret_name)
         with self._lock:
             cached = self._stores.get(key)
             if cached is not None and cached[0] == version:
                 return cached[1]
-        uri = spec.storage.uri or ""
+        uri = spec.execution.storage.uri or ""
         # NOTE: env={} so nothing of the operator's own environment (its AWS_* keys) ever reaches a run's store
         store = (
-            open_spec_store(spec.storage, **creds.store_options(), **self.bounds, env={})
+            open_spec_store(spec.execution.storage, **creds.store_options(), **self.bounds, env={})
             if uri.startswith("s3://")
             else None
         )
         if store is None:
-            store = open_spec_store(spec.storage)  # a folder store: the Secret exists, no keys are used
+            store = open_spec_store(spec.execution.storage)  # a folder store: the Secret exists, no keys are used
         with self._lock:
             self._stores[key] = (version, store)  # a rotated Secret replaces the store of its old version
         return store

@@ -48,9 +48,9 @@ class DomainCatalog:
         """The tool services the run's domain declares for its data settings (``Domain.tool_services_for``)."""
         domain = self._plugin(spec.domain)
         try:
-            return tuple(domain.tool_services_for(spec.data))
+            return tuple(domain.tool_services_for(spec.experiment.data))
         except Exception as exc:  # noqa: BLE001 - the plugin refused the data settings
-            raise SpecError("spec.data", f"domain {spec.domain!r}: {exc}") from None
+            raise SpecError("spec.experiment.data", f"domain {spec.domain!r}: {exc}") from None
 
     def split_sizes(self, store: Store, run: str, spec: WhaleRunSpec) -> dict[str, int] | None:
         """The run's split sizes from the store; None when a prepare Job must write them."""
@@ -58,11 +58,11 @@ class DomainCatalog:
         sizes = store.read_json_or_none(key)
         if sizes:
             return {k: int(v) for k, v in sizes.items()}
-        if not self.config.domain_split_sizes or spec.data.source == "full":
+        if not self.config.domain_split_sizes or spec.experiment.data.source == "full":
             return None  # the prepare Job writes them (full data: after fetching it into the store)
         domain = self._plugin(spec.domain)  # loaded once a process (an entry-point scan costs tens of ms)
         try:
-            sizes = dict(domain.split_sizes(spec.data))
+            sizes = dict(domain.split_sizes(spec.experiment.data))
         except Exception as exc:  # noqa: BLE001 - any plugin failure means "not known here"
             raise WaitingForData(
                 f"split sizes of domain {spec.domain!r} are unknown here ({exc}); write {store.uri_for(key)} "

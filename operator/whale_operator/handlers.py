@@ -23,7 +23,8 @@ from typing import Any
 
 import kopf
 
-from whale.core.spec import API_GROUP, API_VERSION, PLURAL, RunPhase
+from whale.core.spec import API_GROUP, API_VERSION, PLURAL
+from whale.core.status import RunPhase
 from whale_operator import names, observe
 from whale_operator.config import OperatorConfig, backoff_s, worker_threads
 from whale_operator.informer import Informer

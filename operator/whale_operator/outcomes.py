@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from whale.core.alternation import Transition
 from whale.core.mutability import FieldChange
-from whale.core.spec import Reason, WhaleRunStatus
 from whale.core.state import RunState
+from whale.core.status import Reason, WhaleRunStatus
 from whale_operator import status as st
 from whale_operator.config import StoreBounds
 
@@ -53,7 +53,7 @@ def store_refused(prev: WhaleRunStatus, secret: str | None, error: str, generati
     """The run's store refused its credentials: the run waits (polled) naming the Secret, as for a missing one."""
     whose = f"Secret {secret}'s keys" if secret else "the operator's own keys"
     message = (
-        f"spec.storage.credentialsSecret: the store refused {whose} ({error}); put keys that may read and write "
+        f"spec.execution.storage.credentialsSecret: the store refused {whose} ({error}); put keys that may read and write "
         "the run's store in the Secret (a rotated Secret is used at once)"
     )
     new, events = waiting(prev, Reason.WAITING_FOR_CREDENTIALS, message, generation)
@@ -67,10 +67,10 @@ def store_unavailable(
     message is built from what the operator knows (the spec's endpoint, its own timeouts), never from what the
     endpoint said (a tenant names it)."""
     message = (
-        f"spec.storage.endpoint: the object store at {endpoint} did not answer ({attempts} attempt(s) over "
+        f"spec.execution.storage.endpoint: the object store at {endpoint} did not answer ({attempts} attempt(s) over "
         f"{elapsed_s:.0f}s; each waits at most {bounds.connect_timeout_s:g}s to connect and "
         f"{bounds.read_timeout_s:g}s for an answer); check that the S3 server is up and reachable from the "
-        "operator and that spec.storage.endpoint names it (the run goes on by itself once it answers)"
+        "operator and that spec.execution.storage.endpoint names it (the run goes on by itself once it answers)"
     )
     new, events = waiting(prev, Reason.STORE_UNAVAILABLE, message, generation)
     return ReconcileResult(new, events, unavailable=True)
@@ -92,11 +92,11 @@ def experiment_changed(prev: WhaleRunStatus, changed: list[FieldChange], generat
 
 
 def store_without_run(prev: WhaleRunStatus, uri: str, generation: int | None) -> ReconcileResult:
-    """``spec.storage`` (an execution field, free to change) now names a store without the run, whose children
+    """``spec.execution.storage`` (an execution field, free to change) now names a store without the run, whose children
     have run: refused, children left as they are, until it names the run's store (or a copy of it) again."""
     message = (
-        f"spec.storage: the store now named holds no spec of this run ({uri}), yet its children have run: point "
-        "spec.storage (and resumeFrom) at the run's store or a copy of it, or set it back"
+        f"spec.execution.storage: the store now named holds no spec of this run ({uri}), yet its children have run: point "
+        "spec.execution.storage (and resumeFrom) at the run's store or a copy of it, or set it back"
     )
     new, events = waiting(prev, Reason.STORE_WITHOUT_RUN, message, generation)
     return ReconcileResult(new, events)

@@ -21,8 +21,9 @@ from whale.control.observer import StoreObserver, absorbed_phases
 from whale.core import layout
 from whale.core.alternation import ChildState, StartPhase, decide
 from whale.core.layout import PhaseId
-from whale.core.spec import Reason, RunPhase, WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import WhaleRunSpec
 from whale.core.state import RunState
+from whale.core.status import Reason, RunPhase, WhaleRunStatus
 from whale.domain import ToolService
 from whale.store import Store, StoreAuthError, StoreUnavailable
 from whale_operator import builders, names, observe, outcomes, tenancy
@@ -41,7 +42,7 @@ log = logging.getLogger(__name__)
 
 #: the Event that tells a run asking for sandbox.isolation namespaces where it runs at pod (whale_operator.sandboxing)
 SANDBOX_AT_POD = (
-    "spec.sandbox.isolation namespaces runs at pod here: this namespace is not one where the operator's admins allow "
+    "spec.execution.sandbox.isolation namespaces runs at pod here: this namespace is not one where the operator's admins allow "
     "privileged sandbox hosts (Helm value sandboxHosts.namespaces); the harness pod and the code tool are the walls"
 )
 
@@ -49,7 +50,7 @@ SANDBOX_AT_POD = (
 def at_pod_here(body_spec: dict[str, Any] | None, spec: WhaleRunSpec) -> bool:
     """The run asked for ``namespaces`` (or left the default) and runs at ``pod``: the admin's policy decided."""
     asked = ((body_spec or {}).get("sandbox") or {}).get("isolation", "namespaces")
-    return asked == "namespaces" and spec.sandbox.isolation == "pod"
+    return asked == "namespaces" and spec.execution.sandbox.isolation == "pod"
 
 
 def utc_now() -> str:
@@ -185,7 +186,9 @@ class Reconciler:
             return held[1], held[2]
         names.check_run_name(run.name)
         spec = parse_spec(body_spec)
-        for field_, message in self.config.store_policy.problems(spec.storage.uri, spec.storage.endpoint):
+        for field_, message in self.config.store_policy.problems(
+            spec.execution.storage.uri, spec.execution.storage.endpoint
+        ):
             raise SpecError(field_, message)
         for field_, message in self.config.credentials_problems(spec):
             raise SpecError(field_, message)
@@ -220,8 +223,8 @@ class Reconciler:
             return outcomes.invalid_spec(prev, field_, text, generation, now)
         if prev.reason == Reason.INVALID_SPEC:
             prev = WhaleRunStatus()  # the spec was fixed: start over
-        if prev.store_uri != spec.storage.uri:
-            prev = prev.model_copy(update={"store_uri": spec.storage.uri})
+        if prev.store_uri != spec.execution.storage.uri:
+            prev = prev.model_copy(update={"store_uri": spec.execution.storage.uri})
 
         inference_managed = builders.uses_vllm(spec)
         if prev.phase.is_terminal():

@@ -1,6 +1,6 @@
 """Where a run's untrusted code may get a privileged sandbox host: the cluster admin's decision, never the tenant's.
 
-At ``spec.sandbox.isolation: namespaces`` the pods that start ``whale.sandbox`` sandboxes (the harness host, the
+At ``spec.execution.sandbox.isolation: namespaces`` the pods that start ``whale.sandbox`` sandboxes (the harness host, the
 code tool, the harness search of a ``cli`` proposer) run as root with ``SYS_ADMIN`` and AppArmor unconfined: not
 even Pod Security *baseline*. Since a tenant chooses images and service accounts, rendering such a pod because a
 WhaleRun asks for it would make creating a WhaleRun creating a privileged pod. So the operator renders sandbox hosts
@@ -49,16 +49,16 @@ class SandboxHostPolicy:
     def effective(self, spec: WhaleRunSpec, namespace: str) -> tuple[WhaleRunSpec, list[tuple[str, str]]]:
         """The spec the run's children are rendered from (``namespaces`` becomes ``pod`` where the admin allows no
         sandbox host), and (field, message) problems that refuse the run (a ``cli`` proposer there)."""
-        if spec.sandbox.isolation != "namespaces" or self.allows_hosts(namespace):
+        if spec.execution.sandbox.isolation != "namespaces" or self.allows_hosts(namespace):
             return spec, []
-        if spec.harness_search.proposer.backend == "cli":
+        if spec.experiment.harness_search.proposer.backend == "cli":
             return spec, [
                 (
-                    "spec.harnessSearch.proposer.backend",
+                    "spec.experiment.harnessSearch.proposer.backend",
                     f"a cli proposer's agent needs a privileged sandbox host, which this cluster's admins do not allow "
                     f"in namespace {namespace} (the operator's {HOST_NAMESPACES_ENV}, Helm value "
                     "sandboxHosts.namespaces); use a built-in agent backend (openai or anthropic), or ask them",
                 )
             ]
-        sandbox = spec.sandbox.model_copy(update={"isolation": "pod"})
-        return spec.model_copy(update={"sandbox": sandbox}), []
+        sandbox = spec.execution.sandbox.model_copy(update={"isolation": "pod"})
+        return spec.with_sections(**{"sandbox": sandbox}), []

@@ -13,9 +13,9 @@ from typing import Any
 
 from whale.core.alternation import Action, Child, Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun
 from whale.core.protocol import PhaseKind
-from whale.core.spec import ConditionType, MetaCondition, Reason, RunPhase, Stage, WhaleRunStatus
 from whale.core.state import NOT_STALLED_REASON, RunState
 from whale.core.state import integrity_condition as core_integrity_condition
+from whale.core.status import ConditionType, MetaCondition, Reason, RunPhase, Stage, WhaleRunStatus
 from whale_operator import kueue
 
 #: condition types, in the order they are listed (Interrupted belongs to the local runner)
@@ -189,7 +189,7 @@ def desired_conditions(status: WhaleRunStatus, inference: InferenceView) -> list
             SUSPENDED,
             phase is RunPhase.SUSPENDED,
             "Suspended" if phase is RunPhase.SUSPENDED else "NotSuspended",
-            "spec.suspend is true" if phase is RunPhase.SUSPENDED else "",
+            "spec.execution.suspend is true" if phase is RunPhase.SUSPENDED else "",
         ),
         _cond(
             SUCCEEDED,
@@ -265,9 +265,9 @@ def events(before: WhaleRunStatus, after: WhaleRunStatus, actions: tuple[Action,
         if after.phase is RunPhase.RUNNING and before.phase is RunPhase.PENDING:
             out.append(Event(NORMAL, "Started", "run started"))
         elif after.phase is RunPhase.RUNNING and before.phase is RunPhase.SUSPENDED:
-            out.append(Event(NORMAL, "Resumed", "spec.suspend is false; resuming from the store"))
+            out.append(Event(NORMAL, "Resumed", "spec.execution.suspend is false; resuming from the store"))
         elif after.phase is RunPhase.SUSPENDED:
-            out.append(Event(NORMAL, "Suspended", "spec.suspend is true; children stopped"))
+            out.append(Event(NORMAL, "Suspended", "spec.execution.suspend is true; children stopped"))
         elif after.phase is RunPhase.SUCCEEDED:
             out.append(Event(NORMAL, "Succeeded", after.message or "run complete"))
         elif after.phase is RunPhase.FAILED:

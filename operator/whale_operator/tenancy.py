@@ -1,8 +1,8 @@
 """Where a WhaleRun's data lives on a shared cluster, and which stores the operator may touch at all.
 
-A run's store is ``<spec.storage.uri>/<namespace>/<name>.<uid>``: the namespace keeps tenants apart (two
+A run's store is ``<spec.execution.storage.uri>/<namespace>/<name>.<uid>``: the namespace keeps tenants apart (two
 namespaces with the same run name never share a phase, checkpoint or best score), the UID keeps a deleted
-and re-created run from inheriting its predecessor's completed phases. ``spec.resumeFrom: <uid>`` adopts the
+and re-created run from inheriting its predecessor's completed phases. ``spec.execution.resumeFrom: <uid>`` adopts the
 store of an earlier WhaleRun of the same name in the same namespace (the UID its status showed in
 ``status.storeUri``); another namespace's data cannot be named at all.
 
@@ -41,10 +41,10 @@ def run_store_uri(base_uri: str, namespace: str, name: str, uid: str, resume_fro
 def scoped(spec: WhaleRunSpec, namespace: str, name: str, uid: str) -> WhaleRunSpec:
     """``spec`` with ``storage.uri`` replaced by the run's own store (:func:`run_store_uri`): what every child
     and the operator itself then read and write. The one place the operator decides where a run lives."""
-    if spec.storage.uri is None:
-        raise ValueError("spec.storage.uri: the operator needs an object store")
-    uri = run_store_uri(spec.storage.uri, namespace, name, uid, spec.resume_from)
-    return spec.model_copy(update={"storage": spec.storage.model_copy(update={"uri": uri})})
+    if spec.execution.storage.uri is None:
+        raise ValueError("spec.execution.storage.uri: the operator needs an object store")
+    uri = run_store_uri(spec.execution.storage.uri, namespace, name, uid, spec.execution.resume_from)
+    return spec.with_sections(**{"storage": spec.execution.storage.model_copy(update={"uri": uri})})
 
 
 def _split_list(value: str | None) -> tuple[str, ...]:
@@ -71,12 +71,12 @@ class StorePolicy:
         return cls(_split_list(env.get(ALLOWED_STORES_ENV)), _split_list(env.get(ALLOWED_ENDPOINTS_ENV)))
 
     def problems(self, uri: str | None, endpoint: str | None) -> list[tuple[str, str]]:
-        """(field, message) for each way ``spec.storage`` leaves what the platform team allowed."""
+        """(field, message) for each way ``spec.execution.storage`` leaves what the platform team allowed."""
         out: list[tuple[str, str]] = []
         if self.stores and uri is not None and not any(_under(uri, allowed) for allowed in self.stores):
             out.append(
                 (
-                    "spec.storage.uri",
+                    "spec.execution.storage.uri",
                     f"{uri} is not a store this operator may use; allowed: "
                     f"{', '.join(self.stores)} (the operator's {ALLOWED_STORES_ENV}; ask the cluster's admins)",
                 )
@@ -89,7 +89,7 @@ class StorePolicy:
             )
             out.append(
                 (
-                    "spec.storage.endpoint",
+                    "spec.execution.storage.endpoint",
                     f"{endpoint} is not an S3 endpoint this operator may use; {allowed} (the operator's "
                     f"{ALLOWED_ENDPOINTS_ENV}, the chart's allowedS3Endpoints; ask the cluster's admins)",
                 )

@@ -8,7 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-from whale.core.spec import RunPhase, WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import WhaleRunSpec
+from whale.core.status import RunPhase, WhaleRunStatus
 from whale.runner.local import LocalRunner
 from whale.store import open_store
 

@@ -66,7 +66,7 @@ def write_request(
             target_step=target,
             save_steps=save_steps or [],
             steps_per_epoch=125,
-            total_steps=WhaleRunSpec.model_validate(spec_wire).schedule.total_steps or target,
+            total_steps=WhaleRunSpec.model_validate(spec_wire).experiment.schedule.total_steps or target,
             stop_rule=stop_rule,
         ),
     )

@@ -28,8 +28,10 @@ from whale.console.display import RunDisplay
 from whale.console.logs import CHUNK_BYTES, LogReader, LogTarget, find_target, show
 from whale.console.progress import latest_reward
 from whale.core import layout
+from whale.core.convert import convert_v1alpha1
 from whale.core.protocol import ProgressStage
-from whale.core.spec import RunPhase, WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import WhaleRunSpec
+from whale.core.status import RunPhase, WhaleRunStatus
 from whale.runner.control import StopRequest, read_stop, request_stop
 from whale.runner.local import LocalRunner, RunnerView, RunStopped
 from whale.store import open_store
@@ -233,7 +235,9 @@ def manifest(tmp_path: Path) -> Path:
     path = tmp_path / "sig.yaml"
     path.write_text(
         yaml.safe_dump(
-            {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": "sig"}, "spec": SPEC}
+            convert_v1alpha1(
+                {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": "sig"}, "spec": SPEC}
+            )
         )
     )
     return path

@@ -12,7 +12,8 @@ from typer.testing import CliRunner
 
 from whale.cli import app
 from whale.core import layout
-from whale.core.spec import BestEval, EvalPoint, RunPhase, WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import WhaleRunSpec
+from whale.core.status import BestEval, EvalPoint, RunPhase, WhaleRunStatus
 from whale.store import open_store
 
 pytest.importorskip("matplotlib")

@@ -1,4 +1,4 @@
-"""Reproducible evaluation (``spec.evaluation.seed``): real tiny models, real harness processes, the real
+"""Reproducible evaluation (``spec.experiment.evaluation.seed``): real tiny models, real harness processes, the real
 eval workload. The same checkpoint and harness give the same per-item rewards and mean@k whatever the
 concurrency and batching, in process and over HTTP; another seed samples other replies."""
 

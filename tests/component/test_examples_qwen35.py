@@ -1,4 +1,4 @@
-"""The nine example manifests that train weights, each with its own training settings (``spec.rsft``:
+"""The nine example manifests that train weights, each with its own training settings (``spec.experiment.rsft``:
 packed rows, compiled layers, gradient checkpointing, micro-batches, packTokens, ...) and a tiny Qwen3.5 (the paper's hybrid
 architecture, built from a config: no download), saved in the hub's multimodal form as ``Qwen/Qwen3.5-2B`` is, in
 place of the model: the train workload's architecture check
@@ -93,7 +93,7 @@ def test_an_example_trains_its_first_step_on_qwen35_as_the_unpacked_reference(ma
     from transformers import AutoConfig
 
     spec = load_manifest(manifest).spec
-    spec = spec.model_copy(update={"model": spec.model.model_copy(update={"name": str(tiny_qwen35_hub_dir)})})
+    spec = spec.with_sections(**{"model": spec.experiment.model.model_copy(update={"name": str(tiny_qwen35_hub_dir)})})
     check_architecture(AutoConfig.from_pretrained(tiny_qwen35_hub_dir), spec)  # the workload's check, before weights
     args = WeightPhaseArgs(
         cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=1, steps_per_epoch=1, total_steps=1

@@ -122,7 +122,7 @@ async def test_the_runtime_reports_the_isolation_it_got(tmp_path: Path) -> None:
 
 
 def test_the_eval_workload_records_the_isolation_it_ran_under(tmp_path: Path) -> None:
-    """spec.sandbox.isolation reaches the eval workload's harness pool and its result: `none` is recorded
+    """spec.execution.sandbox.isolation reaches the eval workload's harness pool and its result: `none` is recorded
     (field and note), so a reader of the result sees the run was not isolated."""
     from tests.fixtures.guess_domain import GuessNumberDomainDouble
     from whale.core import layout
@@ -155,5 +155,5 @@ def test_the_eval_workload_records_the_isolation_it_ran_under(tmp_path: Path) ->
     assert results["namespaces"].sandbox_isolation == "namespaces"
     assert not any("WITHOUT isolation" in note for note in results["namespaces"].notes)
     assert results["none"].sandbox_isolation == "none"
-    assert any("spec.sandbox.isolation was none" in note for note in results["none"].notes)
+    assert any("spec.execution.sandbox.isolation was none" in note for note in results["none"].notes)
     assert results["none"].mean_at_k == results["namespaces"].mean_at_k == 0.25

@@ -38,7 +38,7 @@ def run_spec(**model: Any) -> WhaleRunSpec:
 async def test_every_http_request_carries_enable_thinking(failures: FailureServerDouble, thinking: bool) -> None:
     spec = run_spec(enableThinking=thinking)
     client = make_client(spec, environ={"WHALE_INFERENCE_URL": failures.url})
-    assert isinstance(client, OpenAIClient) and client.max_model_len == spec.model.max_model_len
+    assert isinstance(client, OpenAIClient) and client.max_model_len == spec.experiment.model.max_model_len
     async with client:
         await client.chat(MESSAGES, sampling_for(spec), n=2)
         await client.chat(MESSAGES, sampling_for(spec, temperature=0.0))
@@ -50,7 +50,7 @@ async def test_every_http_request_carries_enable_thinking(failures: FailureServe
 
 def test_the_default_is_the_papers_thinking_on() -> None:
     spec = run_spec()
-    assert spec.model.enable_thinking is True and spec.inference.reasoning_parser is None
+    assert spec.experiment.model.enable_thinking is True and spec.execution.inference.reasoning_parser is None
     assert sampling_for(spec).template_kwargs == {"enable_thinking": True}
 
 

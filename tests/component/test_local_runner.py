@@ -11,7 +11,8 @@ import pytest
 
 from tests.fixtures.bounds import RUN_BOUND_S, RUN_TEST_TIMEOUT_S
 from whale.core import layout
-from whale.core.spec import RunPhase, WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import WhaleRunSpec
+from whale.core.status import RunPhase, WhaleRunStatus
 from whale.runner.local import (
     MAX_LISTED_CHANGES,
     LocalRunner,
@@ -183,8 +184,8 @@ def test_a_changed_manifest_names_every_field_that_differs(tmp_path):
     with pytest.raises(RunConflictError) as refused:
         runner(tmp_path, changed, store).run(max_seconds=RUN_BOUND_S)
     message = str(refused.value)
-    assert "spec.schedule.totalSteps: 2 -> 4" in message
-    assert "spec.rsft.learningRate: 1e-07 -> 1e-06" in message
+    assert "spec.experiment.schedule.totalSteps: 2 -> 4" in message
+    assert "spec.experiment.rsft.learningRate: 1e-07 -> 1e-06" in message
     assert "2 field(s) of the experiment differ" in message and "retry" in message and "suspend" in message
     assert store.read_json(layout.spec_key("r1")) == spec.to_wire()  # the stored spec is untouched
 
@@ -198,7 +199,10 @@ def test_fields_that_may_change_on_resume_are_taken_and_recorded(tmp_path):
     )
     r = runner(tmp_path, looser, store)
     assert r.run(max_seconds=RUN_BOUND_S).phase is RunPhase.SUCCEEDED
-    assert sorted(map(str, r.changes)) == ["spec.inference.maxConcurrency: 64 -> 3", "spec.retry.maxAttempts: 2 -> 5"]
+    assert sorted(map(str, r.changes)) == [
+        "spec.execution.inference.maxConcurrency: 64 -> 3",
+        "spec.execution.retry.maxAttempts: 2 -> 5",
+    ]
     assert store.read_json(layout.spec_key("r1")) == looser.to_wire()
 
 
@@ -296,7 +300,7 @@ def test_whale_run_on_s3(tmp_path, s3_server, s3_store):
 
 
 def test_a_child_without_progress_is_stalled_in_status_json_then_not(tmp_path):
-    """`whale run`'s status.json shows Stalled while the child hangs past spec.retry.stallAfterSeconds (the
+    """`whale run`'s status.json shows Stalled while the child hangs past spec.execution.retry.stallAfterSeconds (the
     runner's clock is the test's: a minute per decision), and False once a metrics line appears."""
     store = open_store(str(tmp_path / "store"))
     wire = spec_of("rsft_only", totalSteps=3).to_wire()
@@ -347,7 +351,7 @@ def test_a_child_without_progress_is_stalled_in_status_json_then_not(tmp_path):
 
 def test_without_split_sizes_the_run_prepares_its_data_first_as_a_phase(tmp_path):
     """Split sizes unknown: decide() schedules data preparation, a child like the phases, retried under
-    spec.retry.maxAttempts (counted in the status); the schedule starts once the sizes are in the store."""
+    spec.execution.retry.maxAttempts (counted in the status); the schedule starts once the sizes are in the store."""
     store = open_store(str(tmp_path / "store"))
     sim = {"splits": SIZES, "fail": {"prepare": 1}}
     r = runner(tmp_path, spec_of("rsft_only", totalSteps=2), store, sim=sim, split_sizes=None)
@@ -363,6 +367,6 @@ def test_data_preparation_that_keeps_failing_fails_the_run(tmp_path):
     r = runner(tmp_path, spec_of("rsft_only", totalSteps=2), store, sim={}, split_sizes=None)  # writes no sizes
     status = r.run(max_seconds=RUN_BOUND_S)
     assert status.phase is RunPhase.FAILED and status.reason == "PrepareFailed"
-    assert status.message.startswith("data preparation failed 2 times (spec.retry.maxAttempts); process ")
+    assert status.message.startswith("data preparation failed 2 times (spec.execution.retry.maxAttempts); process ")
     assert status.message.endswith("it succeeded without writing runs/r1/control/split_sizes.json")
     assert sorted(r.procs) == ["prepare"] and status.failures == {"prepare": 2}

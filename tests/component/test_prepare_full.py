@@ -1,4 +1,4 @@
-"""`whale prepare` and the prepare workload with `spec.data.source: full`, against a real HTTP server on
+"""`whale prepare` and the prepare workload with `spec.experiment.data.source: full`, against a real HTTP server on
 loopback serving small stand-ins of the real files (a zstd Lichess CSV, a DAPO-shaped parquet, FlashRAG
 JSON lines) with known SHA-256: fetch, verify, split into a real local store; refuse a corrupted file;
 resume an interrupted download; do nothing on a re-run with everything present."""
@@ -18,6 +18,7 @@ from tests.fixtures.files_server import _files_server, files_server  # noqa: F40
 from whale import plugins
 from whale.cli import app
 from whale.core import layout
+from whale.core.convert import convert_v1alpha1
 from whale.core.spec import WhaleRunSpec
 from whale.data import full
 from whale.data.fetch import part_path
@@ -39,18 +40,20 @@ def sha(data: bytes) -> str:
 
 
 def manifest(tmp_path: Path, domain: str, data: dict, name: str = "full-run") -> Path:
-    doc = {
-        "apiVersion": "whale.dev/v1alpha1",
-        "kind": "WhaleRun",
-        "metadata": {"name": name},
-        "spec": {
-            "domain": domain,
-            "condition": "rsft_only",
-            "model": {"name": "synthetic-tiny"},
-            "schedule": {"totalSteps": 4},
-            "data": {"source": "full", **data},
-        },
-    }
+    doc = convert_v1alpha1(
+        {
+            "apiVersion": "whale.dev/v1alpha1",
+            "kind": "WhaleRun",
+            "metadata": {"name": name},
+            "spec": {
+                "domain": domain,
+                "condition": "rsft_only",
+                "model": {"name": "synthetic-tiny"},
+                "schedule": {"totalSteps": 4},
+                "data": {"source": "full", **data},
+            },
+        }
+    )
     path = tmp_path / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path
@@ -96,12 +99,12 @@ def test_whale_prepare_fetches_verifies_and_writes_the_papers_splits(files_serve
     # the workloads read the prepared splits from the store: disjoint by position, the sizes asked for
     spec = WhaleRunSpec.model_validate(yaml.safe_load(path.read_text())["spec"])
     domain = plugins.load("chess_puzzles")
-    splits = {name: domain.load_split(name, spec.data, store) for name in ("weight", "harness", "test")}
+    splits = {name: domain.load_split(name, spec.experiment.data, store) for name in ("weight", "harness", "test")}
     assert {k: len(v) for k, v in splits.items()} == out["sizes"]
     ids = [item["id"] for rows in splits.values() for item in rows]
     assert len(set(ids)) == len(ids)
     # the same settings give the same draw (seeded), and `whale plan` sees the paper-sized split sizes
-    assert splits["test"] == domain.load_split("test", spec.data, store)
+    assert splits["test"] == domain.load_split("test", spec.experiment.data, store)
 
 
 def test_a_re_run_with_everything_present_downloads_and_writes_nothing(files_server, tmp_path, lichess_zst):
@@ -167,7 +170,7 @@ def test_an_unknown_source_name_is_refused_naming_the_field(files_server, tmp_pa
     res = run_prepare(path, tmp_path / "st", tmp_path / "cache")
     assert res.exit_code == 1
     assert (
-        "spec.data.sources[0].name: 'lichess' is not a source of chess_puzzles; its sources are lichess-puzzles"
+        "spec.experiment.data.sources[0].name: 'lichess' is not a source of chess_puzzles; its sources are lichess-puzzles"
         in " ".join(res.output.split())
     )
 
@@ -184,9 +187,9 @@ def test_workloads_refuse_an_unprepared_store_and_say_how_to_prepare(tmp_path):
     )
     domain = plugins.load("chess_puzzles")
     with pytest.raises(full.FullDataError, match="whale prepare"):
-        domain.load_split("weight", spec.data, open_store(str(tmp_path / "st")))
+        domain.load_split("weight", spec.experiment.data, open_store(str(tmp_path / "st")))
     with pytest.raises(full.FullDataError, match="whale prepare"):
-        domain.load_split("weight", spec.data, None)
+        domain.load_split("weight", spec.experiment.data, None)
 
 
 def test_the_prepare_workload_fetches_the_full_data_for_a_run(files_server, tmp_path, lichess_zst, monkeypatch):
@@ -251,12 +254,12 @@ def test_math_full_data_dedups_dapo_and_draws_d_harness_from_the_pool(files_serv
     result = prepare.prepare_data(domain, spec, store, cache_dir=tmp_path / "cache")
     assert result.sizes == {"weight": 250, "harness": 16, "test": 60}
     assert result.manifest["stats"]["dapoRows"] == 900 and result.manifest["stats"]["dapoDistinct"] == 300
-    weight = domain.load_split("weight", spec.data, store)
-    harness = domain.load_split("harness", spec.data, store)
+    weight = domain.load_split("weight", spec.experiment.data, store)
+    harness = domain.load_split("harness", spec.experiment.data, store)
     assert weight[0] == {"id": "dapo-0", "problem": "What is 0 + 0?", "answer": "0", "source": "dapo-math-17k"}
     pool = {r["id"] for r in dapo_rows_all(300)}
     assert {r["id"] for r in harness} <= pool  # drawn from the same pool, as the paper
-    assert {r["id"] for r in domain.load_split("test", spec.data, store)} >= {"2024-I-1", "2025-II-15"}
+    assert {r["id"] for r in domain.load_split("test", spec.experiment.data, store)} >= {"2024-I-1", "2025-II-15"}
 
 
 def dapo_rows_all(n: int) -> list[dict]:
@@ -273,7 +276,11 @@ def test_math_full_sizes_are_the_papers_without_any_data():
             "data": {"source": "full"},
         }
     )
-    assert plugins.load("math_reasoning").split_sizes(spec.data) == {"weight": 17_917, "harness": 256, "test": 60}
+    assert plugins.load("math_reasoning").split_sizes(spec.experiment.data) == {
+        "weight": 17_917,
+        "harness": 256,
+        "test": 60,
+    }
 
 
 def test_a_file_that_gives_other_sizes_than_the_papers_fails_the_preparation(files_server, tmp_path):
@@ -336,9 +343,9 @@ def test_search_full_data_merges_nq_and_hotpotqa_and_samples_seven_benchmarks(fi
     result = prepare.prepare_data(domain, spec, store, tool_data=False, cache_dir=tmp_path / "cache")
     assert result.sizes == {"weight": 80, "harness": 10, "test": 21}
     assert result.manifest["stats"]["trainDistinct"] == 120
-    weight = domain.load_split("weight", spec.data, store)
-    harness = domain.load_split("harness", spec.data, store)
-    test = domain.load_split("test", spec.data, store)
+    weight = domain.load_split("weight", spec.experiment.data, store)
+    harness = domain.load_split("harness", spec.experiment.data, store)
+    test = domain.load_split("test", spec.experiment.data, store)
     assert all(r["id"].startswith("nq/") for r in harness) and {r["id"] for r in harness} <= {r["id"] for r in weight}
     assert sorted({r["subset"] for r in test}) == sorted(TEST_SETS) and len(test) == 21
     assert domain.notes() == []  # all seven benchmarks are there

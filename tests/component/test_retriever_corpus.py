@@ -1,4 +1,4 @@
-"""spec.data.corpus end to end on the shipped data: the prepare workload puts the local corpus where the
+"""spec.experiment.data.corpus end to end on the shipped data: the prepare workload puts the local corpus where the
 cluster's retriever pod fetches it, and workloads wait for the deployed retriever before their first
 episode (the operator's side: tests/operator/test_retriever_corpus.py)."""
 
@@ -23,7 +23,7 @@ def test_prepare_puts_the_local_corpus_in_the_store_once(tmp_path, search_corpus
     sizes = prepare.main(store, "sq", "prepare")
     key = f"{layout.data_prefix('search_qa')}/corpus/wiki_passages.jsonl"
     assert store.read_bytes(key) == search_corpus.read_bytes()
-    assert sizes == search_qa.DOMAIN.split_sizes(spec.data) and sizes["harness"] == 8
+    assert sizes == search_qa.DOMAIN.split_sizes(spec.experiment.data) and sizes["harness"] == 8
     mtime = store.local_path(key).stat().st_mtime_ns
     prepare.main(store, "sq", "prepare")
     assert store.local_path(key).stat().st_mtime_ns == mtime  # there already: not written again
@@ -44,5 +44,7 @@ def test_the_papers_corpus_without_a_retriever_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("WHALE_SEARCH_INDEX", raising=False)
     domain = search_qa.SearchQA()
     domain.load_split("test", Data(corpus="wiki18", test_size=1))
-    with pytest.raises(RetrieverError, match="spec.data.corpus wiki18 has no in-process index.*WHALE_RETRIEVER_URL"):
+    with pytest.raises(
+        RetrieverError, match="spec.experiment.data.corpus wiki18 has no in-process index.*WHALE_RETRIEVER_URL"
+    ):
         domain.retriever()

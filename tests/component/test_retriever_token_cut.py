@@ -78,7 +78,7 @@ def test_search_tool_cuts_in_tokens_through_a_service_with_a_tokenizer(cutting_s
 
 def test_the_operators_retriever_pod_cuts_in_the_policys_tokens(tmp_path, search_corpus, tiny_qwen3_dir):
     """The retriever Deployment the operator renders, run here: its init container ``fetch-tokenizer`` places the
-    policy model's tokenizer (``spec.model.name``, a folder here as an image-baked model is) and the service then
+    policy model's tokenizer (``spec.experiment.model.name``, a folder here as an image-baked model is) and the service then
     started with the rendered ``--tokenizer`` cuts passages in that tokenizer's tokens."""
     from whale.core.spec import WhaleRunSpec
     from whale_operator import builders
@@ -139,4 +139,8 @@ def test_a_model_without_a_tokenizer_stops_the_init_container_naming_the_field(t
         timeout=120,
     )
     assert done.returncode == 1
-    assert "spec.model.name" in done.stderr and "does not load" in done.stderr and "Traceback" not in done.stderr
+    assert (
+        "spec.experiment.model.name" in done.stderr
+        and "does not load" in done.stderr
+        and "Traceback" not in done.stderr
+    )

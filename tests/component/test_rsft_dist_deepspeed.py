@@ -1,4 +1,4 @@
-"""DeepSpeed (``spec.train.deepspeedConfig``) on two gloo ranks on the CPU, against one plain process.
+"""DeepSpeed (``spec.execution.train.deepspeedConfig``) on two gloo ranks on the CPU, against one plain process.
 
 In CI (``make install`` installs the ``deepspeed`` extra): DeepSpeed compiles its shared-memory comm op on
 first use (over a minute on two cores), and each rank initialises an engine, so these are ``slow``.

@@ -1,6 +1,6 @@
 """Determinism by seed: two real runs of a shrunk tiny manifest (``tiny-synthetic-whale.yaml``, condition whale:
 RSFT steps, a harness search with the replayed proposer, evaluations; the real workloads and the tiny model) with
-one ``spec.seed`` give the same metrics, line for line."""
+one ``spec.experiment.seed`` give the same metrics, line for line."""
 
 from __future__ import annotations
 
@@ -90,13 +90,19 @@ def test_one_seed_reaches_every_seeded_part_that_sets_none():
             "evaluation": {"seed": 3},
         }
     )
-    assert (spec.data.seed, spec.rsft.seed, spec.harness_search.seed) == (7, 7, 7)
-    assert spec.evaluation.seed == 3  # a part's own seed wins
+    assert (spec.experiment.data.seed, spec.experiment.rsft.seed, spec.experiment.harness_search.seed) == (7, 7, 7)
+    assert spec.experiment.evaluation.seed == 3  # a part's own seed wins
     # without it, each part keeps its default (the paper's 42 for data and RSFT)
     bare = WhaleRunSpec.model_validate(
         {"domain": "synthetic", "condition": "rsft_only", "model": {"name": "m"}, "schedule": {"totalSteps": 1}}
     )
-    assert (bare.seed, bare.data.seed, bare.rsft.seed, bare.evaluation.seed, bare.harness_search.seed) == (
+    assert (
+        bare.experiment.seed,
+        bare.experiment.data.seed,
+        bare.experiment.rsft.seed,
+        bare.experiment.evaluation.seed,
+        bare.experiment.harness_search.seed,
+    ) == (
         None,
         42,
         42,

@@ -1,4 +1,4 @@
-"""The LLM-judge option of the search-QA verifier (``spec.verifier.searchAnswer: llmJudge``; default EM).
+"""The LLM-judge option of the search-QA verifier (``spec.experiment.verifier.searchAnswer: llmJudge``; default EM).
 
 Against the tiny real model behind the project's OpenAI-compatible server (it answers gibberish, so every
 attempt is unreadable and the score falls back to exact match, as the reference's judge does), and against

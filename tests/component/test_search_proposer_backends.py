@@ -232,7 +232,7 @@ def _no_sandbox_here(*args: object, **kwargs: object) -> None:
 def test_anthropic_backend_tests_a_candidate_then_proposes_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
 ):
-    """``pod``: the search phase as it runs at spec.sandbox.isolation pod: every harness process and every run_shell
+    """``pod``: the search phase as it runs at spec.execution.sandbox.isolation pod: every harness process and every run_shell
     command on a real harness host at level pod (this process may start no sandbox at all)."""
     settings = SETTINGS
     with contextlib.ExitStack() as stack:

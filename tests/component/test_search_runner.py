@@ -12,7 +12,8 @@ import pytest
 
 from tests.component.test_search_phase import GOOD, SYNTAX_ERROR
 from whale.core import layout
-from whale.core.spec import RunPhase, WhaleRunSpec
+from whale.core.spec import WhaleRunSpec
+from whale.core.status import RunPhase
 from whale.metaharness.archive import Archive
 from whale.runner.local import LocalRunner
 from whale.store import open_store

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from whale.core.convert import convert_v1alpha1
+
 pytestmark = pytest.mark.timeout(180)
 
 
@@ -142,18 +144,20 @@ def test_whale_run_on_a_store_that_fills_up_reports_it_and_resumes_once_freed(tm
     manifest = tmp_path / "full.yaml"
     manifest.write_text(
         yaml.safe_dump(
-            {
-                "apiVersion": "whale.dev/v1alpha1",
-                "kind": "WhaleRun",
-                "metadata": {"name": "full"},
-                "spec": {
-                    "domain": "counting",
-                    "condition": "rsft_only",
-                    "model": {"name": "tiny"},
-                    "schedule": {"totalSteps": 2},
-                    "evaluation": {"atStart": False},
-                },
-            }
+            convert_v1alpha1(
+                {
+                    "apiVersion": "whale.dev/v1alpha1",
+                    "kind": "WhaleRun",
+                    "metadata": {"name": "full"},
+                    "spec": {
+                        "domain": "counting",
+                        "condition": "rsft_only",
+                        "model": {"name": "tiny"},
+                        "schedule": {"totalSteps": 2},
+                        "evaluation": {"atStart": False},
+                    },
+                }
+            )
         )
     )
     sim = shlex.join([sys.executable, "-m", "tests.workloads.simulated"])

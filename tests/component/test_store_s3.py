@@ -294,7 +294,7 @@ def test_wrong_secret_is_an_auth_error_without_retries(s3_server: S3ServerInfo) 
             op()
         message = str(info.value)
         assert ENV_ACCESS_KEY in message and ENV_SECRET_KEY in message
-        assert "spec.storage.credentialsSecret" in message
+        assert "spec.execution.storage.credentialsSecret" in message
         assert s3_server.endpoint in message
         assert "not-the-secret" not in message
     assert sleeps == [], "rejected credentials must not be retried"

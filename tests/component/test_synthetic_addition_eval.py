@@ -1,4 +1,4 @@
-"""An evaluation of synthetic's addition task (``spec.data.syntheticTask: addition``) through the real eval workload,
+"""An evaluation of synthetic's addition task (``spec.experiment.data.syntheticTask: addition``) through the real eval workload,
 store and harness sandbox: the phase starts from the task's own h0 (``Domain.h0_path_for``), asks the sums and scores
 the tag. The model is a fixed-reply stand-in (``FixedLatencyClient``): what is tested is the workload, not a model."""
 

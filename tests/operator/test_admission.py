@@ -112,7 +112,7 @@ def env_of(pod: dict[str, Any]) -> dict[str, str]:
 )
 def test_admission_auto_resolves_to_a_jobset_under_a_queue_with_a_separate_server(cluster, inference, expected):
     spec = example_spec(**cluster)
-    spec = spec.model_copy(update={"inference": spec.inference.model_copy(update=_snake(inference))})
+    spec = spec.with_sections(**{"inference": spec.execution.inference.model_copy(update=_snake(inference))})
     assert builders.uses_jobset(spec) is expected
 
 
@@ -195,7 +195,9 @@ def test_without_a_queue_the_jobset_is_created_running():
 def test_jobset_pods_pass_the_restricted_pod_security_standard():
     spec = example_spec(queueName="gpu")
     spec = spec.model_copy(
-        update={"sandbox": spec.sandbox.model_copy(update={"isolation": "none", "acknowledge_unisolated": True})}
+        update={
+            "sandbox": spec.execution.sandbox.model_copy(update={"isolation": "none", "acknowledge_unisolated": True})
+        }
     )
     js = builders.phase_jobset(RUN, spec, eval_request(spec), store_uri=STORE, checkpoint=None)
     for rjob in js["spec"]["replicatedJobs"]:
@@ -221,7 +223,7 @@ def test_a_long_run_name_still_names_a_jobset_jobset_accepts():
 
 
 def multi_node(spec: WhaleRunSpec, nodes: int = 4) -> WhaleRunSpec:
-    return spec.model_copy(update={"train": spec.train.model_copy(update={"num_nodes": nodes})})
+    return spec.with_sections(**{"train": spec.execution.train.model_copy(update={"num_nodes": nodes})})
 
 
 def test_a_multi_node_train_job_gets_a_pod_group_of_all_its_pods():

@@ -211,7 +211,7 @@ def test_gang_scheduling_needs_the_pod_group_api_and_then_groups_the_train_pods(
 
         crd = yaml.safe_load((CRDS / "scheduling.x-k8s.io_podgroups.yaml").read_text())
         api.create("apiextensions.k8s.io/v1", "customresourcedefinitions", None, crd)
-        api.patch("whale.dev/v1alpha1", "whaleruns", ns, "gang", {"spec": {"suspend": False}})
+        api.patch("whale.dev/v1alpha2", "whaleruns", ns, "gang", {"spec": {"suspend": False}})
         run.finish(run.wait_job())  # the start evaluation: one pod, no group
         train = run.wait_job()
         assert train["metadata"]["name"] == "gang-c01-weight-1" and train["spec"]["parallelism"] == 2
@@ -234,11 +234,11 @@ def test_suspending_the_run_deletes_its_running_jobset_and_resuming_queues_it_ag
         wait_jobset(api, ns, start)
         admit(api, ns, start)
         wait_for(lambda: marked(api, ns, start), what="the started mark")
-        api.patch("whale.dev/v1alpha1", "whaleruns", ns, "pause", {"spec": {"suspend": True}})
+        api.patch("whale.dev/v1alpha2", "whaleruns", ns, "pause", {"spec": {"suspend": True}})
         wait_for(lambda: start not in jobsets(api, ns, "pause"), what="the running JobSet to be deleted")
         st = wait_for(lambda: run.status() if run.status().get("phase") == "Suspended" else None, what="Suspended")
         assert st["failures"] == {}
-        api.patch("whale.dev/v1alpha1", "whaleruns", ns, "pause", {"spec": {"suspend": False}})
+        api.patch("whale.dev/v1alpha2", "whaleruns", ns, "pause", {"spec": {"suspend": False}})
         again = wait_jobset(api, ns, start)  # the same attempt, back in the queue as one unit
         assert again["spec"]["suspend"] is True and not marked(api, ns, start)
 

@@ -7,6 +7,7 @@ from typing import Any
 import pytest
 
 from whale import plugins
+from whale.core.convert import convert_v1alpha1
 from whale.core.protocol import (
     EvalPhaseArgs,
     HarnessPhaseArgs,
@@ -19,14 +20,16 @@ from whale_operator import builders, names
 
 RUN = builders.RunRef("demo", "team-a", "uid-1")
 OWNER = [
-    {
-        "apiVersion": "whale.dev/v1alpha1",
-        "kind": "WhaleRun",
-        "name": "demo",
-        "uid": "uid-1",
-        "controller": True,
-        "blockOwnerDeletion": True,
-    }
+    convert_v1alpha1(
+        {
+            "apiVersion": "whale.dev/v1alpha1",
+            "kind": "WhaleRun",
+            "name": "demo",
+            "uid": "uid-1",
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+    )
 ]
 STORE = "s3://whale"
 
@@ -195,7 +198,7 @@ def test_train_job_whole_manifest():
 
 
 def test_workers_without_isolation_get_no_sandbox_capabilities():
-    """spec.sandbox.isolation: none starts no sandbox, so the worker is restricted, as the image's plain user."""
+    """spec.execution.sandbox.isolation: none starts no sandbox, so the worker is restricted, as the image's plain user."""
     spec = make_spec(sandbox={"isolation": "none", "acknowledgeUnisolated": True})
     for request in (weight_request(spec),):
         pod = builders.job(RUN, spec, request, store_uri=STORE)["spec"]["template"]["spec"]
@@ -453,10 +456,10 @@ def test_tools_per_domain():
 
 
 def test_paper_retriever_serves_the_prepared_wiki18_index_whole_manifest():
-    """spec.data.corpus wiki18 (a cluster's default): the prepare Job published the e5 index folder in
+    """spec.experiment.data.corpus wiki18 (a cluster's default): the prepare Job published the e5 index folder in
     the store; the pod streams it whole (marker-gated) onto its volume and serves it."""
     spec = make_spec(domain="search_qa", data={"corpus": "wiki18"})
-    [tool] = plugins.load("search_qa").tool_services_for(spec.data)
+    [tool] = plugins.load("search_qa").tool_services_for(spec.experiment.data)
     labels = {
         "app.kubernetes.io/name": "whale",
         "app.kubernetes.io/instance": "demo",
@@ -571,7 +574,7 @@ def test_paper_retriever_serves_the_prepared_wiki18_index_whole_manifest():
 
 def test_the_retriever_gets_the_policys_tokenizer_at_its_revision_and_a_gguf_model_none():
     """The retriever cuts passages in the policy's tokens (``--tokenizer``): the init container fetch-tokenizer
-    places ``spec.model``'s tokenizer at its revision; a GGUF model (tokenizer inside the file) gets none, and the
+    places ``spec.experiment.model``'s tokenizer at its revision; a GGUF model (tokenizer inside the file) gets none, and the
     sandboxed code tool, which counts no tokens, none either."""
     [tool] = tools_of("search_qa")
     pinned = make_spec(domain="search_qa", model={"name": "Qwen/Qwen3.5-2B", "revision": "abc123"})
@@ -628,7 +631,7 @@ def test_names_are_deterministic_and_fit_dns_limits():
 
 def test_prepare_job_of_full_data_gets_a_bounded_scratch_volume_for_the_downloads():
     spec = make_spec()
-    full = spec.model_copy(update={"data": spec.data.model_copy(update={"source": "full"})})
+    full = spec.with_sections(**{"data": spec.experiment.data.model_copy(update={"source": "full"})})
     pod = builders.prepare_job(RUN, full, 1, store_uri=STORE)["spec"]["template"]["spec"]
     c = pod["containers"][0]
     assert c["volumeMounts"] == [{"name": "downloads", "mountPath": builders.PREPARE_DOWNLOADS_DIR}]

@@ -124,16 +124,19 @@ def test_the_gpu_claim_template():
 @pytest.mark.parametrize(
     ("over", "field"),
     [
-        ({"train": {"numNodes": 2, "gpusPerNode": 4}}, "spec.train.numNodes is 2"),
-        ({"train": {"gpusPerNode": 0}}, "spec.train.gpusPerNode is 0"),
+        ({"train": {"numNodes": 2, "gpusPerNode": 4}}, "spec.execution.train.numNodes is 2"),
+        ({"train": {"gpusPerNode": 0}}, "spec.execution.train.gpusPerNode is 0"),
         (
             {
                 "train": {"gpusPerNode": 2},
                 "inference": {"backend": "vllm", "placement": "colocated", "tensorParallelSize": 4},
             },
-            "spec.inference.tensorParallelSize (4)",
+            "spec.execution.inference.tensorParallelSize (4)",
         ),
-        ({"inference": {"backend": "vllm", "placement": "separate"}}, "spec.inference.placement is not colocated"),
+        (
+            {"inference": {"backend": "vllm", "placement": "separate"}},
+            "spec.execution.inference.placement is not colocated",
+        ),
     ],
 )
 def test_specs_it_cannot_render_are_refused_naming_the_field(over, field):

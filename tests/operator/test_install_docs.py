@@ -120,12 +120,12 @@ def test_each_documented_command_works(emulator: EmulatedCluster, tmp_path: Path
             assert kubectl(emulator, cwd, line).returncode == 0, line
         run = yaml.safe_load((ROOT / "manifests" / "examples" / "tiny-cpu.yaml").read_text())
         run["metadata"] = {"name": "stuck", "namespace": "team-a", "finalizers": ["whale.dev/operator"]}
-        emulator.api.create("whale.dev/v1alpha1", "whaleruns", "team-a", run)
+        emulator.api.create("whale.dev/v1alpha2", "whaleruns", "team-a", run)
     for line in commands:
         done = kubectl(emulator, cwd, line)
         assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
     if heading == "Uninstall":  # nothing of WHALE is left
-        assert emulator.api.get("whale.dev/v1alpha1", "whaleruns", "team-a", "stuck") is None
+        assert emulator.api.get("whale.dev/v1alpha2", "whaleruns", "team-a", "stuck") is None
         crds = "apiextensions.k8s.io/v1", "customresourcedefinitions"
         assert emulator.api.get(*crds, None, "whaleruns.whale.dev") is None
         assert emulator.api.get("apps/v1", "deployments", "whale-system", "whale-operator") is None

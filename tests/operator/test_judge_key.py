@@ -1,5 +1,5 @@
 """The operator refuses a run that scores with an LLM judge needing a key but names no Secret for it
-(``spec.verifier.judge.apiKeySecret``), before any Job exists; with the Secret named, the run starts and the Jobs that
+(``spec.experiment.verifier.judge.apiKeySecret``), before any Job exists; with the Secret named, the run starts and the Jobs that
 score hold the key by reference (``whale_operator.builders.judge_key_env``)."""
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ def test_a_judge_without_its_key_secret_is_refused_before_any_job(
         run = make_run("nojudgekey", {"verifier": {"searchAnswer": "llmJudge"}})
         st = wait_for(lambda: run.status() if run.status().get("phase") == "Failed" else None, what="Failed")
         assert st["reason"] == "InvalidSpec"
-        assert st["message"].startswith("spec.verifier.judge.apiKeySecret: the judge's key ($OPENAI_API_KEY)")
+        assert st["message"].startswith(
+            "spec.experiment.verifier.judge.apiKeySecret: the judge's key ($OPENAI_API_KEY)"
+        )
         assert run.jobs() == []
         assert api.list("apps/v1", "deployments", kube_namespace) == []
         keyed = make_run(

@@ -43,10 +43,10 @@ RUN = builders.RunRef("example", "whale", "uid")  # children_of's run
 DEFAULTS = SandboxHostPolicy()  # the operator's and the chart's defaults: no privileged sandbox host anywhere
 OPTED_IN = SandboxHostPolicy(("whale",), "gvisor")
 CLI = {"backend": "cli", "command": ["agent", "{prompt}"], "network": "host"}
-#: the LLM judge's key (spec.verifier.judge.apiKeySecret): a Secret of the run's namespace, injected by reference
+#: the LLM judge's key (spec.experiment.verifier.judge.apiKeySecret): a Secret of the run's namespace, injected by reference
 JUDGE_SECRET = {"name": "judge-key", "key": "api-key"}
 JUDGE = {"searchAnswer": "llmJudge", "judge": {"apiKeySecret": JUDGE_SECRET}}
-#: a Hugging Face token for a gated model (spec.model.hfTokenSecret)
+#: a Hugging Face token for a gated model (spec.experiment.model.hfTokenSecret)
 HF_SECRET = {"name": "hf", "key": "token"}
 
 
@@ -73,7 +73,10 @@ def variants(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     cli = {**wire, "harnessSearch": {**wire.get("harnessSearch", {}), "proposer": proposer}}
     yield "cli", cli
     yield "judge", {**wire, "verifier": JUDGE}  # the LLM judge's key: only where episodes are scored
-    yield "hf-token", {**wire, "model": {**wire["model"], "hfTokenSecret": HF_SECRET}}  # only where spec.model loads
+    yield (
+        "hf-token",
+        {**wire, "model": {**wire["model"], "hfTokenSecret": HF_SECRET}},
+    )  # only where spec.experiment.model loads
     yield "cli-judge", {**cli, "verifier": JUDGE}
 
 
@@ -83,7 +86,9 @@ def rendered(spec: WhaleRunSpec, policy: SandboxHostPolicy = DEFAULTS) -> list[d
     out = children_of(spec) + [builders.workload_network_policy(RUN)]
     req = weight_request(spec)
     if builders.uses_jobset(spec):
-        out.append(builders.phase_jobset(RUN, spec, req, store_uri=spec.storage.uri or "s3://whale", checkpoint=None))
+        out.append(
+            builders.phase_jobset(RUN, spec, req, store_uri=spec.execution.storage.uri or "s3://whale", checkpoint=None)
+        )
     if builders.colocated_weight(spec, req.kind):
         out += colocated_children_of(spec)
     return [builders.with_sandbox_runtime(m, policy.runtime_class) for m in out]
@@ -143,7 +148,7 @@ def test_with_the_defaults_every_rendered_pod_is_restricted(path: Path, variant:
     if spec is None:  # a cli proposer needs a sandbox host: refused, nothing rendered
         assert wire["harnessSearch"]["proposer"]["backend"] == "cli" and variant in ("cli", "cli-judge", "as-written")
         return
-    assert spec.sandbox.isolation != "namespaces", "namespaces only where the admin allows sandbox hosts"
+    assert spec.execution.sandbox.isolation != "namespaces", "namespaces only where the admin allows sandbox hosts"
     pods = 0
     for obj in rendered(spec):
         pods += len(pod_specs(obj))
@@ -155,10 +160,10 @@ def test_a_cli_proposer_without_sandbox_hosts_is_refused_naming_the_field_and_th
     (wire,) = [w for n, w in variants(EXAMPLES[0]) if n == "cli"]
     _, problems = DEFAULTS.effective(WhaleRunSpec.model_validate(wire), "team-a")
     ((field, message),) = problems
-    assert field == "spec.harnessSearch.proposer.backend"
+    assert field == "spec.experiment.harnessSearch.proposer.backend"
     assert "team-a" in message and "sandboxHosts.namespaces" in message and "openai or anthropic" in message
     spec, problems = OPTED_IN.effective(WhaleRunSpec.model_validate(wire), "whale")
-    assert problems == [] and spec.sandbox.isolation == "namespaces"
+    assert problems == [] and spec.execution.sandbox.isolation == "namespaces"
 
 
 def test_the_admins_opt_in_is_per_namespace_and_brings_the_sandbox_hosts_back_under_its_runtime_class():
@@ -167,7 +172,7 @@ def test_the_admins_opt_in_is_per_namespace_and_brings_the_sandbox_hosts_back_un
     assert OPTED_IN.effective(spec, "team-b")[0].sandbox.isolation == "pod", "another namespace: not opted in"
     assert SandboxHostPolicy(("*",)).effective(spec, "team-b")[0].sandbox.isolation == "namespaces"
     at_namespaces = OPTED_IN.effective(spec, "whale")[0]
-    assert at_namespaces.sandbox.isolation == "namespaces"
+    assert at_namespaces.execution.sandbox.isolation == "namespaces"
     hosts = []
     for obj in rendered(at_namespaces, OPTED_IN):
         for pod in pod_specs(obj):
@@ -219,7 +224,10 @@ def test_untrusted_code_holds_no_credential_no_token_and_reaches_nothing_it_does
         if component == builders.HARNESS:  # the caller token its callers present, nothing else
             assert held == {f"{auth}/{builders.AUTH_HARNESS_TOKEN}"}
         elif component == "search":  # a cli agent's search pod: what the search itself calls (see the module doc)
-            assert spec.harness_search.proposer.backend == "cli" and spec.sandbox.isolation == "namespaces"
+            assert (
+                spec.experiment.harness_search.proposer.backend == "cli"
+                and spec.execution.sandbox.isolation == "namespaces"
+            )
             assert f"{auth}/{builders.AUTH_HARNESS_TOKEN}" in held and not any(h.startswith("projected") for h in held)
             continue  # its egress is the agent's model API: open (docs/security.md, known limits)
         else:  # the code tool: nothing at all
@@ -230,9 +238,9 @@ def test_untrusted_code_holds_no_credential_no_token_and_reaches_nothing_it_does
         assert walls["spec"]["egress"] == [], f"{component}: no egress at all, DNS included"
         for rule in walls["spec"]["ingress"]:
             assert rule["from"] == [{"podSelector": {"matchLabels": {names.LABEL_RUN: RUN.name}}}]
-    if spec.sandbox.isolation != "none":
+    if spec.execution.sandbox.isolation != "none":
         assert builders.HARNESS in seen
-    if spec.harness_search.proposer.backend == "cli" and spec.sandbox.isolation == "namespaces":
+    if spec.experiment.harness_search.proposer.backend == "cli" and spec.execution.sandbox.isolation == "namespaces":
         assert "search" in seen
 
 
@@ -324,7 +332,11 @@ def test_a_judge_that_needs_a_key_needs_its_secret_on_a_cluster():
     wire = wire_of(next(p for p in EXAMPLES if p.stem == "searchqa-whale"))
     keyed = WhaleRunSpec.model_validate({**wire, "verifier": {"searchAnswer": "llmJudge"}})
     ((field, message),) = judge_key_problems(keyed)
-    assert field == "spec.verifier.judge.apiKeySecret" and "$OPENAI_API_KEY" in message and "apiKeyEnv: null" in message
+    assert (
+        field == "spec.experiment.verifier.judge.apiKeySecret"
+        and "$OPENAI_API_KEY" in message
+        and "apiKeyEnv: null" in message
+    )
     for fine in (JUDGE, {"searchAnswer": "llmJudge", "judge": {"apiKeyEnv": None}}, {"searchAnswer": "exactMatch"}):
         assert judge_key_problems(WhaleRunSpec.model_validate({**wire, "verifier": fine})) == []
     with pytest.raises(ValueError, match="apiKeySecret is injected under apiKeyEnv"):
@@ -422,7 +434,12 @@ def test_colocated_placement_needs_dra_v1_and_says_how_to_do_without():
     colocated = WhaleRunSpec.model_validate(
         {**wire, "inference": {**wire.get("inference", {}), "placement": "colocated"}}
     )
-    assert ("spec.inference.placement", "resource.k8s.io/v1", builders.DRA_NEEDS) in builders.required_apis(colocated)
-    assert builders.API_FIXES["spec.inference.placement"] == "set inference.placement: separate"
+    assert ("spec.execution.inference.placement", "resource.k8s.io/v1", builders.DRA_NEEDS) in builders.required_apis(
+        colocated
+    )
+    assert builders.API_FIXES["spec.execution.inference.placement"] == "set inference.placement: separate"
     assert "1.34" in builders.DRA_NEEDS
-    assert all(f != "spec.inference.placement" for f, _, _ in builders.required_apis(WhaleRunSpec.model_validate(wire)))
+    assert all(
+        f != "spec.execution.inference.placement"
+        for f, _, _ in builders.required_apis(WhaleRunSpec.model_validate(wire))
+    )

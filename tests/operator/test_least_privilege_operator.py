@@ -100,5 +100,5 @@ def test_a_cli_proposer_without_the_admins_opt_in_is_refused_on_its_field(
     with start_operator():
         run = prepared_run(api, store, ns, "agent", deep_merge(spec, {"storage": {"uri": store.uri}}))
         st = wait_for(lambda: run.status().get("reason") == "InvalidSpec" and run.status(), what="InvalidSpec")
-        assert st["message"].startswith("spec.harnessSearch.proposer.backend: a cli proposer's agent needs")
+        assert st["message"].startswith("spec.experiment.harnessSearch.proposer.backend: a cli proposer's agent needs")
         assert "sandboxHosts.namespaces" in st["message"] and run.jobs() == []

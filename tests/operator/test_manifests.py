@@ -123,7 +123,7 @@ def test_examples_are_the_papers_twelve_runs_plus_a_tiny_cpu_run():
 
 def children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
     run = builders.RunRef("example", "whale", "uid")
-    store = spec.storage.uri or "s3://whale"
+    store = spec.execution.storage.uri or "s3://whale"
     wire = spec.to_wire()
     reqs = [
         phase_request(
@@ -174,7 +174,7 @@ def children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
         builders.inference_service(run, spec),
         *builders.served_doorbell(run, spec),
     ]
-    multi = spec.model_copy(update={"train": spec.train.model_copy(update={"num_nodes": 2})})
+    multi = spec.with_sections(**{"train": spec.execution.train.model_copy(update={"num_nodes": 2})})
     rendezvous = builders.rendezvous_service(run, multi, reqs[0])
     assert rendezvous is not None  # two nodes
     out += [builders.job(run, multi, reqs[0], store_uri=store), rendezvous]
@@ -199,7 +199,7 @@ def colocated_children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
     """What a colocated weight phase adds: the train Job with vLLM beside the trainer, and its GPU claim."""
     run = builders.RunRef("example", "whale", "uid")
     req = weight_request(spec)
-    store = spec.storage.uri or "s3://whale"
+    store = spec.execution.storage.uri or "s3://whale"
     return [
         builders.colocated_gpu_claim_template(run, spec, req),
         builders.colocated_train_job(run, spec, req, store_uri=store),

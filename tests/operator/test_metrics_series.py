@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import generate_latest
 
-from whale.core.spec import RunPhase
+from whale.core.status import RunPhase
 from whale_operator.metrics import OperatorMetrics
 
 

@@ -320,9 +320,13 @@ def test_bad_spec_is_marked_failed_naming_the_field(start_operator, make_run, ku
             },
         )
         st = wait_for(lambda: run.status() if run.status().get("phase") == "Failed" else None, what="Failed")
-        assert st["reason"] == "InvalidSpec" and st["message"].startswith("spec.model")
+        assert st["reason"] == "InvalidSpec" and st["message"].startswith("spec.experiment.model")
         failed = conditions(st)["Failed"]
-        assert failed["status"] == "True" and failed["reason"] == "InvalidSpec" and "spec.model" in failed["message"]
+        assert (
+            failed["status"] == "True"
+            and failed["reason"] == "InvalidSpec"
+            and "spec.experiment.model" in failed["message"]
+        )
         wait_for(lambda: ("Warning", "InvalidSpec") in events(api, kube_namespace, "broken"), what="InvalidSpec")
         assert run.jobs() == []
         # fixing the spec (a new generation) starts the run from scratch

@@ -191,11 +191,11 @@ def children_kinds() -> set[tuple[str, str]]:
         spec = WhaleRunSpec.model_validate(docs(p)[0]["spec"])
         colocated = spec.model_copy(
             update={
-                "inference": spec.inference.model_copy(update={"placement": "colocated"}),
-                "train": spec.train.model_copy(update={"num_nodes": 1}),
+                "inference": spec.execution.inference.model_copy(update={"placement": "colocated"}),
+                "train": spec.execution.train.model_copy(update={"num_nodes": 1}),
             }
         )
-        can_colocate = spec.inference.backend in ("auto", "vllm") and spec.train.gpus_per_node >= 1
+        can_colocate = spec.execution.inference.backend in ("auto", "vllm") and spec.execution.train.gpus_per_node >= 1
         for child in children_of(spec) + (colocated_children_of(colocated) if can_colocate else []):
             out.add((child["apiVersion"].rpartition("/")[0], plural[child["kind"]]))
     return out
@@ -274,7 +274,7 @@ def exported_metric_names() -> set[str]:
     m.children_created.labels(kind="Job").inc()
     m.actions.labels(action="Fail").inc()
     m.evictions.labels(kind="weight").inc()
-    from whale.core.spec import RunPhase
+    from whale.core.status import RunPhase
 
     m.set_run_phase("u", RunPhase.RUNNING)
     text = generate_latest(m.registry).decode()

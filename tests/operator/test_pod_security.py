@@ -10,7 +10,7 @@ the admin lists (``WHALE_SANDBOX_HOST_NAMESPACES``, whale_operator.sandboxing; e
 namespaces; the untrusted program inside has no capability. Harness files and the proposer's ``run_shell`` commands
 run in the run's harness pod (not in the workload Jobs), so those containers are:
 
-* ``spec.sandbox.isolation: namespaces``: the harness host's container, the ``sandbox`` code tool's container and,
+* ``spec.execution.sandbox.isolation: namespaces``: the harness host's container, the ``sandbox`` code tool's container and,
   with a ``cli`` proposer only, the ``worker`` container of the harness-search Job (the agent's sandbox);
 * ``pod``: none: every pod of a run is restricted (the harness pod and the code tool are the walls; the ``cli``
   backend is refused);
@@ -36,7 +36,7 @@ from whale_operator import builders
 
 RUN = builders.RunRef("demo", "team-a", "uid-1")
 STORE = "s3://whale"
-#: (kind of object, component label, container) allowed to be the sandbox host, per spec.sandbox.isolation
+#: (kind of object, component label, container) allowed to be the sandbox host, per spec.execution.sandbox.isolation
 EXCEPTIONS = {
     "namespaces": {
         ("Deployment", "harness", "harness"),
@@ -58,7 +58,7 @@ def spec_of(path: Path, **cluster: Any) -> WhaleRunSpec:
 def with_isolation(spec: WhaleRunSpec, isolation: str) -> WhaleRunSpec:
     return spec.model_copy(
         update={
-            "sandbox": spec.sandbox.model_copy(
+            "sandbox": spec.execution.sandbox.model_copy(
                 update={"isolation": isolation, "acknowledge_unisolated": isolation == "none"}
             )
         }
@@ -218,7 +218,7 @@ def test_gpu_tolerations_reach_only_pods_that_request_a_gpu():
 
 def test_a_cpu_train_job_gets_no_gpu_toleration():
     spec = placed()
-    spec = spec.model_copy(update={"train": spec.train.model_copy(update={"gpus_per_node": 0})})
+    spec = spec.with_sections(**{"train": spec.execution.train.model_copy(update={"gpus_per_node": 0})})
     req = phase_request(
         spec,
         run="demo",

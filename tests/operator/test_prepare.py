@@ -51,7 +51,7 @@ def test_a_run_without_split_sizes_is_prepared_first(
         first = run.wait_job()
         assert first["metadata"]["name"] == "prep-eval-c00-s000000-start-1"
         assert sizes == plugins.load("synthetic").split_sizes(
-            WhaleRunSpec.model_validate(run.store.read_json(layout.spec_key("prep"))).data
+            WhaleRunSpec.model_validate(run.store.read_json(layout.spec_key("prep"))).experiment.data
         )
         final = run.play_to_end()
     assert final["phase"] == "Succeeded", final

@@ -16,15 +16,18 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.mark.parametrize(
     ("proposer", "field"),
     [
-        ({"backend": "anthropic", "model": "claude-opus-4-1"}, "spec.harnessSearch.proposer.apiKeySecret"),
-        ({"backend": "anthropic", "apiKeySecret": {"name": "p", "key": "k"}}, "spec.harnessSearch.proposer.model"),
+        ({"backend": "anthropic", "model": "claude-opus-4-1"}, "spec.experiment.harnessSearch.proposer.apiKeySecret"),
+        (
+            {"backend": "anthropic", "apiKeySecret": {"name": "p", "key": "k"}},
+            "spec.experiment.harnessSearch.proposer.model",
+        ),
         (
             {"backend": "openai", "model": "gpt", "apiKeySecret": {"name": "p", "key": "k"}},
-            "spec.harnessSearch.proposer.baseUrl",
+            "spec.experiment.harnessSearch.proposer.baseUrl",
         ),
         (
             {"backend": "openai", "model": "gpt", "baseUrl": "https://api.openai.com/v1"},
-            "spec.harnessSearch.proposer.apiKeySecret",
+            "spec.experiment.harnessSearch.proposer.apiKeySecret",
         ),
     ],
 )
@@ -49,7 +52,9 @@ def test_a_run_without_a_proposer_key_is_failed_before_any_job(start_operator, m
         run = make_run("nokey", {"harnessSearch": {"proposer": {"apiKeySecret": None}}})
         st = wait_for(lambda: run.status() if run.status().get("phase") == "Failed" else None, what="Failed")
         assert st["reason"] == "InvalidSpec"
-        assert st["message"].startswith("spec.harnessSearch.proposer.apiKeySecret: backend anthropic needs the API key")
+        assert st["message"].startswith(
+            "spec.experiment.harnessSearch.proposer.apiKeySecret: backend anthropic needs the API key"
+        )
         assert run.jobs() == []
         assert api.list("apps/v1", "deployments", kube_namespace) == []
         # the key named (a new generation): the run starts

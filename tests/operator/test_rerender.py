@@ -41,7 +41,10 @@ def test_experiment_changes_name_the_fields():
     moved = WhaleRunSpec.model_validate(
         {**base.to_wire(), "model": {**base.to_wire()["model"], "name": "other", "revision": "r2"}}
     )
-    assert [c.path for c in experiment_changes(base, moved)] == ["spec.model.name", "spec.model.revision"]
+    assert [c.path for c in experiment_changes(base, moved)] == [
+        "spec.experiment.model.name",
+        "spec.experiment.model.revision",
+    ]
 
 
 def vllm_of(api, namespace: str, run: str) -> dict:
@@ -93,7 +96,7 @@ def test_an_identity_edit_is_refused_by_the_operator_and_undone_by_setting_it_ba
         # the emulator evaluates no CEL: as a cluster whose API server skipped the CRD's transition rules
         api.patch(WR, "whaleruns", kube_namespace, "ident", {"spec": {"model": {"revision": "other-weights"}}})
         st = wait_for(lambda: run.status().get("reason") == "ImmutableFieldChanged" and run.status(), what="refusal")
-        assert "spec.model.revision changed mid-run" in st["message"] and "set it back" in st["message"]
+        assert "spec.experiment.model.revision changed mid-run" in st["message"] and "set it back" in st["message"]
         assert st["phase"] == "Running"
         run.finish(first)
         deadline = time.monotonic() + 1.5  # several progress polls (0.2 s) and the Job's own watch event
@@ -110,7 +113,7 @@ def test_an_identity_edit_is_refused_by_the_operator_and_undone_by_setting_it_ba
 def test_a_store_that_does_not_hold_the_run_is_refused_until_it_does(
     start_operator, make_run, kube_cluster: EmulatedCluster, kube_namespace: str, tmp_path
 ):
-    """spec.storage is execution (it may change mid-run), but the run lives in its store: once its children have
+    """spec.execution.storage is execution (it may change mid-run), but the run lives in its store: once its children have
     run, a store without the run's spec is refused (the run left as it was), and naming the run's store again
     lets it go on."""
     api = kube_cluster.api

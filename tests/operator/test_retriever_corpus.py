@@ -1,4 +1,4 @@
-"""The operator reads spec.data.corpus ``auto`` as the paper's corpus (wiki-18) and deploys its retriever."""
+"""The operator reads spec.experiment.data.corpus ``auto`` as the paper's corpus (wiki-18) and deploys its retriever."""
 
 from __future__ import annotations
 

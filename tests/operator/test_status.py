@@ -6,7 +6,7 @@ import pytest
 
 from whale.core.alternation import ChildState, StartPhase, StopPhase
 from whale.core.protocol import EvalPhaseArgs, phase_request
-from whale.core.spec import BestEval, RunPhase, Stage, WhaleRunStatus
+from whale.core.status import BestEval, RunPhase, Stage, WhaleRunStatus
 from whale_operator import observe
 from whale_operator import status as st
 

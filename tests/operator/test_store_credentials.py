@@ -1,5 +1,5 @@
 """Each run's store is opened with the run's OWN credentials (its namespace's Secret named by
-``spec.storage.credentialsSecret``), read through the Kubernetes API (the emulator), against the real S3 server:
+``spec.execution.storage.credentialsSecret``), read through the Kubernetes API (the emulator), against the real S3 server:
 never with the operator's own keys unless the operator allows it, a rotated Secret picked up, a missing one a
 wait that names the field and the fix."""
 
@@ -86,7 +86,7 @@ def test_a_missing_or_incomplete_secret_names_the_field_and_the_fix(
     spec = s3_spec(s3_server, "absent", "never")
     with pytest.raises(CredentialsUnavailable) as missing:
         stores.open(kube_namespace, spec)
-    assert "spec.storage.credentialsSecret" in str(missing.value)
+    assert "spec.execution.storage.credentialsSecret" in str(missing.value)
     assert f"{kube_namespace}/absent does not exist" in str(missing.value)
     kube_cluster.api.create("v1", "secrets", kube_namespace, secret("absent", {"AWS_ACCESS_KEY_ID": "k"}))
     with pytest.raises(CredentialsUnavailable, match="has no AWS_SECRET_ACCESS_KEY; add AWS_SECRET_ACCESS_KEY"):
@@ -116,7 +116,7 @@ def test_the_operator_lends_its_own_credentials_only_where_allowed(env, uri, sec
     problems = OperatorConfig.from_env(env).credentials_problems(spec)
     assert bool(problems) is refused
     if refused:
-        assert problems[0][0] == "spec.storage.credentialsSecret"
+        assert problems[0][0] == "spec.execution.storage.credentialsSecret"
         assert "WHALE_OPERATOR_OWN_STORE_CREDENTIALS" in problems[0][1]
 
 
@@ -126,10 +126,12 @@ def test_a_run_waits_for_its_secret_then_starts(start_operator, kube_cluster: Em
     with start_operator():
         run = prepared_run(api, store, kube_namespace, "keyed", spec)
         st = wait_for(lambda: run.status().get("reason") == "WaitingForCredentials" and run.status(), what="a wait")
-        assert "spec.storage.credentialsSecret" in st["message"] and "run-keys does not exist" in st["message"]
+        assert (
+            "spec.execution.storage.credentialsSecret" in st["message"] and "run-keys does not exist" in st["message"]
+        )
         assert st.get("phase") != "Failed" and run.jobs() == []
         progressing = next(c for c in st["conditions"] if c["type"] == "Progressing")
-        assert "spec.storage.credentialsSecret" in progressing["message"]
+        assert "spec.execution.storage.credentialsSecret" in progressing["message"]
         values = {"AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"}
         api.create("v1", "secrets", kube_namespace, secret("run-keys", values))
         job = run.wait_job()  # polled, not watched: within the progress interval
@@ -165,7 +167,7 @@ def test_keys_the_store_refuses_make_the_run_wait_naming_the_secret(
             ),
             what="the refusal in status",
         )
-        assert "spec.storage.credentialsSecret: the store refused Secret bad-keys's keys" in st["message"]
+        assert "spec.execution.storage.credentialsSecret: the store refused Secret bad-keys's keys" in st["message"]
         assert "not-the-key" not in st["message"]
         valid = {"AWS_ACCESS_KEY_ID": s3_server.access_key, "AWS_SECRET_ACCESS_KEY": s3_server.secret_key}
         api.patch("v1", "secrets", kube_namespace, "bad-keys", {"data": secret("x", valid)["data"]})
@@ -194,5 +196,5 @@ def test_a_secret_the_operator_may_not_read_names_the_rbac_fix(s3_server: S3Serv
     with pytest.raises(CredentialsUnavailable) as refused:
         stores.open("team-a", s3_spec(s3_server, "keys", "never"))
     text = str(refused.value)
-    assert "spec.storage.credentialsSecret" in text and "may not read Secret team-a/keys (HTTP 403" in text
+    assert "spec.execution.storage.credentialsSecret" in text and "may not read Secret team-a/keys (HTTP 403" in text
     assert "`get` on secrets" in text

@@ -86,7 +86,7 @@ def test_a_store_that_never_answers_fails_in_bounded_time_naming_the_endpoint_an
     text = str(exc)
     assert f"http://{endpoint}" in text
     assert "Read timed out" in text and f"at most {CONNECT_S:g}s to connect and {READ_S:g}s for an answer" in text
-    assert "Check that the server is running and answering" in text and "spec.storage.endpoint" in text
+    assert "Check that the server is running and answering" in text and "spec.execution.storage.endpoint" in text
 
 
 def test_the_operators_store_bounds_come_from_its_own_environment():
@@ -138,7 +138,7 @@ def test_a_run_whose_store_never_answers_says_so_in_status_and_the_operator_goes
         )
         assert st["phase"] == "Pending"
         message = st["message"]
-        assert message.startswith(f"spec.storage.endpoint: the object store at {endpoint} did not answer")
+        assert message.startswith(f"spec.execution.storage.endpoint: the object store at {endpoint} did not answer")
         assert f"at most {CONNECT_S:g}s to connect and {READ_S:g}s for an answer" in message
         assert "check that the S3 server is up and reachable from the operator" in message
         events = wait_for(
@@ -180,6 +180,8 @@ def test_by_default_the_operator_calls_no_endpoint_a_tenant_names(
             ),
             what="InvalidSpec in status",
         )
-    assert st["message"].startswith(f"spec.storage.endpoint: {endpoint} is not an S3 endpoint this operator may use")
+    assert st["message"].startswith(
+        f"spec.execution.storage.endpoint: {endpoint} is not an S3 endpoint this operator may use"
+    )
     assert "WHALE_ALLOWED_S3_ENDPOINTS" in st["message"] and "allowedS3Endpoints" in st["message"]
     assert accepted == [], "the operator connected to an endpoint nobody allowed"

@@ -31,11 +31,11 @@ def test_the_allow_list_names_the_field_and_the_setting():
     assert policy.problems("s3://whale/x", "minio.whale.svc:9000") == []
     assert policy.problems("s3://shared/team-a", "minio.whale.svc:9000") == []
     ((field, message),) = policy.problems("s3://whalex/x", "minio.whale.svc:9000")  # a path boundary, not a prefix
-    assert field == "spec.storage.uri" and "WHALE_ALLOWED_STORES" in message
+    assert field == "spec.execution.storage.uri" and "WHALE_ALLOWED_STORES" in message
     ((field, message),) = policy.problems("s3://shared/team-b", "minio.whale.svc:9000")
-    assert field == "spec.storage.uri"
+    assert field == "spec.execution.storage.uri"
     ((field, message),) = policy.problems("s3://whale", "attacker.example:443")
-    assert field == "spec.storage.endpoint" and "WHALE_ALLOWED_S3_ENDPOINTS" in message
+    assert field == "spec.execution.storage.endpoint" and "WHALE_ALLOWED_S3_ENDPOINTS" in message
     assert policy.problems("s3://whale/x", "http://minio.whale.svc:9000/") == []  # the same endpoint, with a scheme
 
 
@@ -43,7 +43,7 @@ def test_the_endpoint_allow_list_is_on_by_default_and_star_turns_it_off():
     """Issue #29 item 4: unset, no S3 endpoint is allowed (the operator calls what a tenant names); ``*`` is the
     admin's explicit single-tenant choice. A folder store names no endpoint and is not concerned."""
     ((field, message),) = StorePolicy.from_env({}).problems("s3://anything", "anywhere:1")
-    assert field == "spec.storage.endpoint"
+    assert field == "spec.execution.storage.endpoint"
     assert "none is allowed until the cluster's admins list theirs" in message and "allowedS3Endpoints" in message
     assert StorePolicy.from_env({"WHALE_ALLOWED_S3_ENDPOINTS": " "}).problems("s3://a", "anywhere:1") != []
     assert StorePolicy.from_env({}).problems("file:///runs/x", None) == []

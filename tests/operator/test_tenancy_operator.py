@@ -95,5 +95,5 @@ def test_a_store_outside_the_allow_list_is_refused_naming_the_field(
     with start_operator():
         run = new_run(api, store, kube_namespace, "outside")
         st = wait_for(lambda: run.status().get("reason") == "InvalidSpec" and run.status(), what="InvalidSpec")
-        assert "spec.storage.uri" in st["message"] and "WHALE_ALLOWED_STORES" in st["message"]
+        assert "spec.execution.storage.uri" in st["message"] and "WHALE_ALLOWED_STORES" in st["message"]
         assert run.jobs() == []

@@ -19,7 +19,8 @@ from tests.security.test_reward_integrity import EvenDigitSayerPolicyDouble
 from whale.core import layout
 from whale.core.alternation import Observations, decide
 from whale.core.protocol import EvalPhaseArgs, EvalResult, phase_request
-from whale.core.spec import WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import WhaleRunSpec
+from whale.core.status import WhaleRunStatus
 from whale.metaharness.integrity import ANSWER_NOT_FROM_MODEL, SPLIT_DEPENDENT, ModelUsage
 from whale.store import open_store
 from whale.workloads.eval import run_eval

@@ -92,7 +92,7 @@ def test_every_way_in_is_contained_at_runtime(tmp_path: Path, listener) -> None:
 
 
 def test_a_hub_token_in_the_runtimes_environment_never_reaches_the_harness(tmp_path: Path) -> None:
-    """HF_TOKEN (a gated model's token: spec.model.hfTokenSecret on a cluster, the environment of `whale run` here)
+    """HF_TOKEN (a gated model's token: spec.experiment.model.hfTokenSecret on a cluster, the environment of `whale run` here)
     is in the runtime that downloads the model; the harness it starts sees neither the variable nor its value."""
     attempts = {
         "HF_TOKEN": "os.environ.get('HF_TOKEN')",
@@ -263,7 +263,7 @@ def test_without_namespaces_the_pool_fails_closed_naming_the_spec_field(tmp_path
     assert result["refused"] is True  # the kernel really refuses namespaces in that process
     assert result["started"] is False and result["type"] == IsolationUnavailableError.__name__
     assert result["message"].startswith("kernel isolation is unavailable here: ")
-    assert "set spec.sandbox.isolation: none only for trusted local use" in result["message"]
+    assert "set spec.execution.sandbox.isolation: none only for trusted local use" in result["message"]
 
 
 def test_isolation_none_runs_there_and_says_it_is_not_isolated(tmp_path: Path) -> None:

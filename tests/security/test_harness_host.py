@@ -284,11 +284,11 @@ def test_pod_without_a_harness_host_fails_closed_naming_the_field(monkeypatch: p
 
     monkeypatch.delenv(launch.HARNESS_HOST_ENV, raising=False)
     m = load_manifest(ROOT / "manifests" / "examples" / "local" / "tiny-synthetic-whale.yaml")
-    spec = m.spec.model_copy(update={"sandbox": m.spec.sandbox.model_copy(update={"isolation": "pod"})})
-    assert any("spec.sandbox.isolation is pod" in p for p in local_problems(dc.replace(m, spec=spec)))
-    with pytest.raises(launch.IsolationUnavailableError, match="spec.sandbox.isolation"):
+    spec = m.spec.with_sections(**{"sandbox": m.spec.execution.sandbox.model_copy(update={"isolation": "pod"})})
+    assert any("spec.execution.sandbox.isolation is pod" in p for p in local_problems(dc.replace(m, spec=spec)))
+    with pytest.raises(launch.IsolationUnavailableError, match="spec.execution.sandbox.isolation"):
         harness_limits(spec)
-    with pytest.raises(launch.IsolationUnavailableError, match="spec.sandbox.isolation"):
+    with pytest.raises(launch.IsolationUnavailableError, match="spec.execution.sandbox.isolation"):
         async_spawn = launch.spawn_worker(SYNTHETIC.h0_path(), frozenset(), SandboxLimits(isolation="pod"))
         asyncio.run(async_spawn)
     # with the operator's environment the workload goes to the host

@@ -1,6 +1,6 @@
 """The run's harness pod as the operator renders it (issue #16): it holds no credential and no token, reaches
 nothing, admits only the run's pods, takes its runtimeClassName from spec.cluster.placement.harness, and is
-restricted at ``spec.sandbox.isolation: pod`` — as are then the train and eval Jobs, which no longer start any
+restricted at ``spec.execution.sandbox.isolation: pod`` — as are then the train and eval Jobs, which no longer start any
 sandbox, the code tool, and the harness search, whose proposer's ``run_shell`` commands run on the harness host
 (at ``namespaces`` it keeps the sandbox host, for the ``cli`` agent's sandbox; ``cli`` is refused at ``pod``);
 ``whale run`` refuses ``pod``. Every object validates for every supported Kubernetes (tests/operator/test_pod_security.py)."""

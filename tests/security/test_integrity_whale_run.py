@@ -27,8 +27,9 @@ from typer.testing import CliRunner
 from tests.component.rsft_support import tiny_model_dir
 from whale.cli import app
 from whale.core import layout
+from whale.core.convert import convert_v1alpha1
 from whale.core.protocol import EvalResult
-from whale.core.spec import RunPhase, WhaleRunStatus
+from whale.core.status import RunPhase, WhaleRunStatus
 from whale.metaharness.integrity import ANSWER_NOT_FROM_MODEL, SPLIT_DEPENDENT
 from whale.store import open_store
 
@@ -106,7 +107,9 @@ def whale_run(tmp_path: Path, model: Path, name: str, code: str, harness_items: 
     manifest = tmp_path / f"{name}.yaml"
     manifest.write_text(
         yaml.safe_dump(
-            {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": name}, "spec": spec}
+            convert_v1alpha1(
+                {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": name}, "spec": spec}
+            )
         )
     )
     store_dir = str(tmp_path / "store")

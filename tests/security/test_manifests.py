@@ -26,6 +26,7 @@ from typer.testing import CliRunner
 
 from whale.cli import app
 from whale.core import layout
+from whale.core.convert import convert_v1alpha1
 from whale.core.spec import INT64_MAX, MAX_CYCLES, MAX_STEPS, PROPOSER_KEY_ENV
 from whale.crd import crd
 from whale.manifest import MAX_MANIFEST_BYTES, MAX_NODES, ManifestError, load_manifest
@@ -44,12 +45,14 @@ BASE_SPEC: dict[str, Any] = {
 
 
 def document(spec: dict[str, Any] | None = None, name: Any = "run-1") -> dict[str, Any]:
-    return {
-        "apiVersion": "whale.dev/v1alpha1",
-        "kind": "WhaleRun",
-        "metadata": {"name": name},
-        "spec": copy.deepcopy(BASE_SPEC if spec is None else spec),
-    }
+    return convert_v1alpha1(
+        {
+            "apiVersion": "whale.dev/v1alpha1",
+            "kind": "WhaleRun",
+            "metadata": {"name": name},
+            "spec": copy.deepcopy(BASE_SPEC if spec is None else spec),
+        }
+    )
 
 
 def patched(path: str, value: Any) -> dict[str, Any]:
@@ -143,15 +146,21 @@ DEEP_BLOCK = "spec:\n" + "".join("  " * i + f"k{i}:\n" for i in range(1, 200)) +
 
 CASES = [
     # --- numbers that break arithmetic or memory
-    spec_case("inf-epochs", "schedule.totalEpochs", float("inf"), "spec.schedule.totalEpochs: must be a finite"),
+    spec_case(
+        "inf-epochs", "schedule.totalEpochs", float("inf"), "spec.experiment.schedule.totalEpochs: must be a finite"
+    ),
     Case(
         "inf-epochs-yaml",
         raw(GOOD_YAML.replace("totalSteps: 10", "totalEpochs: .inf")),
-        "spec.schedule.totalEpochs: must be a finite",
+        "spec.experiment.schedule.totalEpochs: must be a finite",
         crd="JSON has no infinity: kubectl cannot send it",
     ),
-    spec_case("total-steps-1e12-float", "schedule.totalSteps", 1e12, "spec.schedule.totalSteps: must be an integer"),
-    spec_case("total-steps-1e12", "schedule.totalSteps", 10**12, "spec.schedule.totalSteps: Input should be less"),
+    spec_case(
+        "total-steps-1e12-float", "schedule.totalSteps", 1e12, "spec.experiment.schedule.totalSteps: must be an integer"
+    ),
+    spec_case(
+        "total-steps-1e12", "schedule.totalSteps", 10**12, "spec.experiment.schedule.totalSteps: Input should be less"
+    ),
     spec_case("total-steps-3e7", "schedule.totalSteps", 30_000_000, f"less than or equal to {MAX_STEPS}"),
     Case(
         "evaluation-every-step-at-the-bound",
@@ -163,33 +172,42 @@ CASES = [
                 "evaluation": {"intervalSteps": 1},
             }
         ),
-        "spec.evaluation.intervalSteps: an evaluation every 1 step(s) over 1000000 steps",
+        "spec.experiment.evaluation.intervalSteps: an evaluation every 1 step(s) over 1000000 steps",
         crd="a count over the domain's data: decide() fails the run with InvalidSchedule on a cluster",
     ),
-    spec_case("inf-learning-rate", "rsft.learningRate", float("inf"), "spec.rsft.learningRate"),
-    spec_case("huge-learning-rate", "rsft.learningRate", 1e6, "spec.rsft.learningRate"),
-    spec_case("inf-temperature", "rsft.sampling.temperature", float("inf"), "spec.rsft.sampling.temperature"),
-    spec_case("huge-eval-temperature", "evaluation.temperature", 1e9, "spec.evaluation.temperature"),
+    spec_case("inf-learning-rate", "rsft.learningRate", float("inf"), "spec.experiment.rsft.learningRate"),
+    spec_case("huge-learning-rate", "rsft.learningRate", 1e6, "spec.experiment.rsft.learningRate"),
+    spec_case(
+        "inf-temperature", "rsft.sampling.temperature", float("inf"), "spec.experiment.rsft.sampling.temperature"
+    ),
+    spec_case("huge-eval-temperature", "evaluation.temperature", 1e9, "spec.experiment.evaluation.temperature"),
     spec_case(
         "nan-threshold",
         "rsft.scoreThreshold",
         float("nan"),
-        "spec.rsft.scoreThreshold: must be a finite",
+        "spec.experiment.rsft.scoreThreshold: must be a finite",
         crd="JSON has no NaN: kubectl cannot send it (and NaN compares false with every bound)",
     ),
-    spec_case("threshold-keeps-nothing", "rsft.scoreThreshold", 1.0, "spec.rsft.scoreThreshold"),
-    spec_case("threshold-keeps-errors", "rsft.scoreThreshold", -0.5, "spec.rsft.scoreThreshold"),
-    spec_case("bool-total-steps", "schedule.totalSteps", True, "spec.schedule.totalSteps: must be an integer"),
-    spec_case("string-total-steps", "schedule.totalSteps", "10", "spec.schedule.totalSteps: must be an integer"),
-    spec_case("bool-from-string", "suspend", "yes", "spec.suspend: must be true or false"),
-    spec_case("int-past-int64", "rsft.seed", INT64_MAX + 1, "spec.rsft.seed"),
-    spec_case("int-past-int64-data", "data.seed", -(2**70), "spec.data.seed"),
-    spec_case("huge-max-cycles", "schedule.maxCycles", MAX_CYCLES + 1, "spec.schedule.maxCycles"),
-    spec_case("huge-rollouts", "rsft.rolloutsPerPrompt", 10**9, "spec.rsft.rolloutsPerPrompt"),
+    spec_case("threshold-keeps-nothing", "rsft.scoreThreshold", 1.0, "spec.experiment.rsft.scoreThreshold"),
+    spec_case("threshold-keeps-errors", "rsft.scoreThreshold", -0.5, "spec.experiment.rsft.scoreThreshold"),
     spec_case(
-        "huge-timeout", "harnessSearch.candidateTimeoutSeconds", 10**12, "spec.harnessSearch.candidateTimeoutSeconds"
+        "bool-total-steps", "schedule.totalSteps", True, "spec.experiment.schedule.totalSteps: must be an integer"
     ),
-    spec_case("huge-concurrency", "inference.maxConcurrency", 10**9, "spec.inference.maxConcurrency"),
+    spec_case(
+        "string-total-steps", "schedule.totalSteps", "10", "spec.experiment.schedule.totalSteps: must be an integer"
+    ),
+    spec_case("bool-from-string", "suspend", "yes", "spec.execution.suspend: must be true or false"),
+    spec_case("int-past-int64", "rsft.seed", INT64_MAX + 1, "spec.experiment.rsft.seed"),
+    spec_case("int-past-int64-data", "data.seed", -(2**70), "spec.experiment.data.seed"),
+    spec_case("huge-max-cycles", "schedule.maxCycles", MAX_CYCLES + 1, "spec.experiment.schedule.maxCycles"),
+    spec_case("huge-rollouts", "rsft.rolloutsPerPrompt", 10**9, "spec.experiment.rsft.rolloutsPerPrompt"),
+    spec_case(
+        "huge-timeout",
+        "harnessSearch.candidateTimeoutSeconds",
+        10**12,
+        "spec.experiment.harnessSearch.candidateTimeoutSeconds",
+    ),
+    spec_case("huge-concurrency", "inference.maxConcurrency", 10**9, "spec.execution.inference.maxConcurrency"),
     # --- Kubernetes values
     spec_case(
         "garbage-quantity",
@@ -201,7 +219,7 @@ CASES = [
         "negative-quantity",
         "train.resources",
         {"limits": {"memory": "-4Gi"}},
-        "spec.train.resources.limits.memory: must be a Kubernetes quantity",
+        "spec.execution.train.resources.limits.memory: must be a Kubernetes quantity",
     ),
     spec_case(
         "quantity-with-newline",
@@ -221,7 +239,7 @@ CASES = [
         "ld-preload",
         "harnessSearch.proposer.apiKeySecret",
         {"name": "proposer", "key": "api-key", "env": "LD_PRELOAD"},
-        "spec.harnessSearch.proposer.apiKeySecret.env: 'LD_PRELOAD' would put the Secret's value",
+        "spec.experiment.harnessSearch.proposer.apiKeySecret.env: 'LD_PRELOAD' would put the Secret's value",
     ),
     spec_case(
         "pythonpath-lowercase",
@@ -263,7 +281,9 @@ CASES = [
     spec_case("service-account", "cluster.serviceAccountName", "default\nx", "spec.cluster.serviceAccountName"),
     spec_case("priority-class", "cluster.priorityClassName", "High", "spec.cluster.priorityClassName"),
     spec_case("queue-name-too-long", "cluster.queueName", "q" * 64, "spec.cluster.queueName"),
-    spec_case("credentials-secret", "storage.credentialsSecret", "s3 creds", "spec.storage.credentialsSecret"),
+    spec_case(
+        "credentials-secret", "storage.credentialsSecret", "s3 creds", "spec.execution.storage.credentialsSecret"
+    ),
     spec_case(
         "toleration-effect",
         "cluster.tolerations",
@@ -442,7 +462,7 @@ def test_errors_in_the_run_document_say_which_document(tmp_path):
     path.write_text(yaml.safe_dump(secret) + "---\n" + yaml.safe_dump(document(patched("rsft.learningRate", -1))))
     res = cli.invoke(app, ["validate", str(path)])
     assert res.exit_code == 1 and "two.yaml (document 2): 1 problem(s)" in res.output
-    assert "spec.rsft.learningRate" in res.output
+    assert "spec.experiment.rsft.learningRate" in res.output
 
 
 def test_aliases_within_the_bound_still_work(tmp_path):
@@ -454,7 +474,7 @@ def test_aliases_within_the_bound_still_work(tmp_path):
     path = tmp_path / "alias.yaml"
     path.write_text(text)
     m = load_manifest(path)
-    assert m.spec.evaluation.temperature == m.spec.rsft.sampling.temperature == 0.7
+    assert m.spec.experiment.evaluation.temperature == m.spec.experiment.rsft.sampling.temperature == 0.7
 
 
 def test_validate_is_bounded_under_a_hard_memory_limit(tmp_path):

@@ -75,10 +75,17 @@ CASES = [
     Case("yaml11-bool", (GOOD_YAML + "  suspend: yes\n").encode(), "'yes' at line", crd=NOT_IN_SCHEMA),
     Case("underscore-number", GOOD_YAML.replace("totalSteps: 10", "totalSteps: 1_0").encode(), "'1_0'", NOT_IN_SCHEMA),
     # --- sizes and paths that reached the file system
-    spec_case("model-name-900kb", "model.name", "x" * 900_000, "spec.model.name: String should have at most 4096"),
-    spec_case("gguf-escape", "model.ggufFile", "../../../../etc/shadow", "spec.model.ggufFile: must be a path inside"),
-    spec_case("gguf-absolute", "model.ggufFile", "/etc/shadow", "spec.model.ggufFile"),
-    spec_case("gguf-home", "model.ggufFile", "~/.ssh/id_rsa", "spec.model.ggufFile"),
+    spec_case(
+        "model-name-900kb", "model.name", "x" * 900_000, "spec.experiment.model.name: String should have at most 4096"
+    ),
+    spec_case(
+        "gguf-escape",
+        "model.ggufFile",
+        "../../../../etc/shadow",
+        "spec.experiment.model.ggufFile: must be a path inside",
+    ),
+    spec_case("gguf-absolute", "model.ggufFile", "/etc/shadow", "spec.experiment.model.ggufFile"),
+    spec_case("gguf-home", "model.ggufFile", "~/.ssh/id_rsa", "spec.experiment.model.ggufFile"),
     # --- walls lifted without saying so
     Case(
         "isolation-none-unacknowledged",
@@ -94,15 +101,20 @@ CASES = [
     ),
     # --- credentials where a Secret belongs
     spec_case(
-        "inference-url-credentials", "inference.baseUrl", "http://user:pw@vllm:8000/v1", "spec.inference.baseUrl"
+        "inference-url-credentials",
+        "inference.baseUrl",
+        "http://user:pw@vllm:8000/v1",
+        "spec.execution.inference.baseUrl",
     ),
     spec_case("store-uri-credentials", "storage.uri", "s3://AKIAXX:secret@bucket/runs", "no credentials in it"),
-    spec_case("store-endpoint-credentials", "storage.endpoint", "key:secret@minio:9000", "spec.storage.endpoint"),
+    spec_case(
+        "store-endpoint-credentials", "storage.endpoint", "key:secret@minio:9000", "spec.execution.storage.endpoint"
+    ),
     spec_case(
         "proposer-url-credentials",
         "harnessSearch.proposer.baseUrl",
         "https://u:sk-123@api.example.com/v1",
-        "spec.harnessSearch.proposer.baseUrl",
+        "spec.experiment.harnessSearch.proposer.baseUrl",
     ),
     Case(
         "source-url-credentials",
@@ -174,7 +186,7 @@ def test_a_path_component_too_long_for_the_file_system_is_named(tmp_path: Path, 
         args += ["--store", str(tmp_path / "store"), "--workdir", str(tmp_path / "work")]
     res = cli.invoke(app, args)
     assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
-    assert "spec.model.name: cannot check the path" in res.output and "File name too long" in res.output
+    assert "spec.experiment.model.name: cannot check the path" in res.output and "File name too long" in res.output
     assert "Traceback" not in res.output
 
 
@@ -187,12 +199,12 @@ def test_a_deeply_nested_replay_script_is_named(tmp_path: Path, command: str) ->
         args += ["--store", str(tmp_path / "store"), "--workdir", str(tmp_path / "work")]
     res = cli.invoke(app, args)
     assert res.exit_code == 1 and isinstance(res.exception, SystemExit), res.output
-    assert "spec.harnessSearch.proposer.script" in res.output and "nested too deeply" in res.output
+    assert "spec.experiment.harnessSearch.proposer.script" in res.output and "nested too deeply" in res.output
 
 
 def test_a_long_script_name_is_named(tmp_path: Path) -> None:
     res = cli.invoke(app, ["validate", str(_write(tmp_path, replay(BASE_SPEC, "b" * 300 + ".json")))])
-    assert res.exit_code == 1 and "spec.harnessSearch.proposer.script: cannot check the path" in res.output
+    assert res.exit_code == 1 and "spec.experiment.harnessSearch.proposer.script: cannot check the path" in res.output
 
 
 # ----- a cli proposer's readPaths ------------------------------------------------------------------------
@@ -213,7 +225,7 @@ def test_read_paths_never_show_the_agent_data_homes_or_credentials(tmp_path: Pat
     path = _write(tmp_path, cli_proposer([where(tmp_path)]))
     res = cli.invoke(app, ["validate", "--target", "local", str(path)])
     assert res.exit_code == 1, res.output
-    assert "spec.harnessSearch.proposer.readPaths[0]" in res.output and expect in res.output, res.output
+    assert "spec.experiment.harnessSearch.proposer.readPaths[0]" in res.output and expect in res.output, res.output
 
 
 def test_an_agent_install_is_a_fine_read_path(tmp_path: Path) -> None:
@@ -242,8 +254,8 @@ def test_acknowledged_settings_warn_on_validate_plan_and_run(tmp_path: Path) -> 
         ["run", str(path), "--store", str(tmp_path / "store"), "--workdir", str(tmp_path / "w"), "--timeout", "0.5"],
     ):
         res = cli.invoke(app, args)
-        assert "warning: spec.sandbox.isolation: none (acknowledged)" in res.output, (args[0], res.output)
-        assert "warning: spec.harnessSearch.integrity.action: off (acknowledged)" in res.output, args[0]
+        assert "warning: spec.execution.sandbox.isolation: none (acknowledged)" in res.output, (args[0], res.output)
+        assert "warning: spec.experiment.harnessSearch.integrity.action: off (acknowledged)" in res.output, args[0]
         assert "Traceback" not in res.output
 
 

@@ -1,6 +1,6 @@
 """The proposer's ``run_shell`` on the run's harness host (the cluster path, #16) as an attacker meets it.
 
-At ``spec.sandbox.isolation: pod`` the harness-search pod, which holds the store credentials, starts no
+At ``spec.execution.sandbox.isolation: pod`` the harness-search pod, which holds the store credentials, starts no
 sandbox: each command goes to the harness host with a snapshot of the archive and the candidates, and runs
 there in a fresh directory. The attacks: read the caller's store credentials (its environment), a
 service-account token, the data root (through a link planted in the archive), the host's caller token, and

@@ -250,7 +250,7 @@ def _no_sandbox_here(*args: object, **kwargs: object) -> None:
 
 @pytest.mark.timeout(180)
 def test_at_pod_isolation_the_try_out_runs_on_the_harness_host(monkeypatch, tmp_path: Path):
-    """spec.sandbox.isolation pod: the harness runs on the run's harness host (this process starts no sandbox)."""
+    """spec.execution.sandbox.isolation pod: the harness runs on the run's harness host (this process starts no sandbox)."""
     items = SYNTHETIC.load_split("harness", Data(harness_size=4))
     with start_harness_host("pod") as (host, _):
         for module in (sandbox_process, sandbox_run, sandbox_worker):

@@ -29,7 +29,8 @@ from tests.fixtures.proposer_double import DigitSayerPolicyDouble
 from whale.core import layout
 from whale.core.alternation import Observations, decide
 from whale.core.protocol import EvalPhaseArgs, HarnessPhaseArgs, HarnessPhaseResult, phase_request
-from whale.core.spec import WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import WhaleRunSpec
+from whale.core.status import WhaleRunStatus
 from whale.domain import StepResult
 from whale.inference.base import ChatResult, Completion, SamplingParams
 from whale.metaharness.archive import Archive

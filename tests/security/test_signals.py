@@ -26,7 +26,8 @@ from typer.testing import CliRunner
 
 from whale.cli import app
 from whale.core import layout
-from whale.core.spec import RunPhase, WhaleRunStatus
+from whale.core.convert import convert_v1alpha1
+from whale.core.status import RunPhase, WhaleRunStatus
 from whale.store import open_store
 
 pytestmark = pytest.mark.timeout(180)
@@ -51,7 +52,9 @@ def manifest(tmp_path: Path, name: str = "sig") -> Path:
     path = tmp_path / f"{name}.yaml"
     path.write_text(
         yaml.safe_dump(
-            {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": name}, "spec": SPEC}
+            convert_v1alpha1(
+                {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": name}, "spec": SPEC}
+            )
         )
     )
     return path

@@ -25,7 +25,8 @@ from whale.core.alternation import (
 )
 from whale.core.layout import PhaseId
 from whale.core.protocol import PhaseKind, PhaseMetrics, WeightStepMetrics, parse_metrics_line
-from whale.core.spec import WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import WhaleRunSpec
+from whale.core.status import WhaleRunStatus
 
 RUN = "sim"
 

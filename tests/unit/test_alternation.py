@@ -8,7 +8,8 @@ from whale.core.adaptive import harness_stop_iteration, weight_stop_step, window
 from whale.core.alternation import Child, ChildState, Observations, StartPhase, StopPhase, decide
 from whale.core.protocol import HarnessStopRule, WeightStopRule
 from whale.core.schedule import resolve
-from whale.core.spec import RunPhase, Stage, WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import WhaleRunSpec
+from whale.core.status import RunPhase, Stage, WhaleRunStatus
 
 from .sim import RUN, World, drive, main_phases, parsed, weight_line
 
@@ -383,7 +384,7 @@ def test_evaluation_points_and_best():
 def test_suspend_and_resume():
     spec = make_spec("rsft_only", totalSteps=3)
     status = decide(spec, WhaleRunStatus(), Observations(run=RUN, split_sizes=SIZES)).status
-    suspended = spec.model_copy(update={"suspend": True})
+    suspended = spec.with_sections(**{"suspend": True})
     obs = Observations(run=RUN, split_sizes=SIZES, children={"c01-weight": Child(ChildState.RUNNING)})
     d = decide(suspended, status, obs)
     assert d.status.phase is RunPhase.SUSPENDED and d.of_type(StartPhase) == []
@@ -616,7 +617,7 @@ def test_requests_carry_resolved_values_and_round_trip():
     drive(spec, world)
     weight = world.requests["c02-weight"]
     assert isinstance(weight, WeightRequest) and weight.weight.total_steps == 10
-    assert weight.sampling == spec.rsft.sampling and "spec" not in weight.to_wire()
+    assert weight.sampling == spec.experiment.rsft.sampling and "spec" not in weight.to_wire()
     evals = [r for r in world.requests.values() if isinstance(r, EvalRequest)]
     assert evals and all(r.sampling.temperature == 0.25 and r.sampling.top_k == 3 for r in evals)
     for request in world.requests.values():

@@ -1,5 +1,5 @@
 """A succeeded run keeps its last checkpoint and its best (and final) evaluation's, the others deleted
-(``spec.rsft.keepCheckpoints: lastAndBest``, the default); ``all`` keeps every one; nothing is deleted before
+(``spec.experiment.rsft.keepCheckpoints: lastAndBest``, the default); ``all`` keeps every one; nothing is deleted before
 the run succeeds. End to end through `whale run` with simulated workloads (real checkpoint folders)."""
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ from typer.testing import CliRunner
 
 from whale.cli import app
 from whale.core import layout
+from whale.core.convert import convert_v1alpha1
 from whale.core.retention import kept_steps, prunable
-from whale.core.spec import BestEval, RunPhase, WhaleRunStatus
+from whale.core.status import BestEval, RunPhase, WhaleRunStatus
 
 
 def best(step: int, phase: str = "eval") -> BestEval:
@@ -48,7 +49,9 @@ def run_manifest(tmp_path: Path, keep: str | None) -> Path:
     path = tmp_path / f"run-{keep}.yaml"
     meta = {"name": f"keep-{(keep or 'default').lower()}"}
     path.write_text(
-        yaml.safe_dump({"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": meta, "spec": spec})
+        yaml.safe_dump(
+            convert_v1alpha1({"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": meta, "spec": spec})
+        )
     )
     return path
 

@@ -133,14 +133,14 @@ def test_every_bad_row_is_listed_with_its_line_and_puzzle_id():
 def test_missing_columns_and_missing_files_say_what_to_do(tmp_path):
     with pytest.raises(ChessDataError, match="header lacks column.s. Moves"):
         parse_csv("PuzzleId,FEN\n1,x\n", where="f.csv")
-    with pytest.raises(ChessDataError, match=r"does not exist.*spec.data.dataDir"):
+    with pytest.raises(ChessDataError, match=r"does not exist.*spec.experiment.data.dataDir"):
         prep.split_sizes(Data(data_dir=str(tmp_path)))
 
 
 def test_too_few_puzzles_for_the_requested_sizes(tmp_path):
     (tmp_path / "chess_puzzles").mkdir()
     (tmp_path / "chess_puzzles" / prep.SOURCE_FILE).write_text("\n".join([HEADER, *real_lines(30)]) + "\n")
-    with pytest.raises(ChessDataError, match=r"only 30 usable chess puzzles.*lower spec.data.testSize"):
+    with pytest.raises(ChessDataError, match=r"only 30 usable chess puzzles.*lower spec.experiment.data.testSize"):
         prep.split_sizes(Data(data_dir=str(tmp_path)))
     assert prep.split_sizes(Data(data_dir=str(tmp_path), harness_size=10, test_size=8)) == {
         "weight": 12,

@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from tests.fixtures.bounds import RUN_BOUND_S
 from whale.cli import app
+from whale.core.convert import convert_v1alpha1
 
 cli = CliRunner()
 
@@ -23,7 +24,9 @@ def write(tmp_path: Path, spec: dict, name: str = "tiny") -> Path:
     path = tmp_path / f"{name}.yaml"
     path.write_text(
         yaml.safe_dump(
-            {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": name}, "spec": spec}
+            convert_v1alpha1(
+                {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": name}, "spec": spec}
+            )
         )
     )
     return path
@@ -59,7 +62,7 @@ def test_validate_lists_every_problem(tmp_path):
     out = res.output
     assert "3 problem(s)" in out
     assert "spec.condition: must be one of" in out and "spec.domain: unknown domain 'nochess'" in out
-    assert "spec.rsft.rolloutsPerPrompt" in out
+    assert "spec.experiment.rsft.rolloutsPerPrompt" in out
     assert "Traceback" not in out
 
 
@@ -67,7 +70,10 @@ def test_validate_schedule_against_the_data(tmp_path):
     spec = {**WHALE, "schedule": {"totalEpochs": 1, "weightEpochsPerCycle": 2}}
     res = cli.invoke(app, ["validate", str(write(tmp_path, spec))])
     assert res.exit_code == 1
-    assert "spec.schedule.weightEpochsPerCycle: E = 20 steps is larger than the total budget of 10 steps" in res.output
+    assert (
+        "spec.experiment.schedule.weightEpochsPerCycle: E = 20 steps is larger than the total budget of 10 steps"
+        in res.output
+    )
 
 
 def test_validate_missing_file_and_bad_yaml(tmp_path):
@@ -164,7 +170,9 @@ def test_validate_refuses_evaluating_every_step_of_a_large_budget(tmp_path):
     for command in ("validate", "plan"):
         res = cli.invoke(app, [command, str(write(tmp_path, spec))])
         assert res.exit_code == 1 and isinstance(res.exception, SystemExit)
-        assert "spec.evaluation.intervalSteps: an evaluation every 1 step(s) over 1000000 steps" in res.output
+        assert (
+            "spec.experiment.evaluation.intervalSteps: an evaluation every 1 step(s) over 1000000 steps" in res.output
+        )
 
 
 def test_validate_prints_a_file_name_with_brackets_as_it_is(tmp_path):
@@ -370,7 +378,7 @@ def test_validate_warns_that_a_queue_does_not_count_colocated_gpus_unmapped(tmp_
     colocated = {**queued, "inference": {"placement": "colocated"}}
     res = cli.invoke(app, ["validate", str(write(tmp_path, colocated))])
     assert res.exit_code == 0, res.output
-    assert "warning: spec.cluster.queueName with spec.inference.placement colocated" in res.output
+    assert "warning: spec.cluster.queueName with spec.execution.inference.placement colocated" in res.output
     assert "resources.deviceClassMappings" in res.output
     for quiet in (queued, {**WHALE, "inference": {"placement": "colocated"}}):
         res = cli.invoke(app, ["validate", str(write(tmp_path, quiet))])

@@ -40,7 +40,7 @@ from whale.core.protocol import (
     WeightStepMetrics,
     phase_request,
 )
-from whale.core.spec import BestEval, EvalPoint, RunPhase, Stage, WhaleRunStatus
+from whale.core.status import BestEval, EvalPoint, RunPhase, Stage, WhaleRunStatus
 
 #: the least spec a request can be made from
 MIN_SPEC = {"domain": "synthetic", "condition": "rsft_only", "model": {"name": "m"}, "schedule": {"totalSteps": 4}}

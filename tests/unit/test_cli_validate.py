@@ -19,6 +19,7 @@ import yaml
 from typer.testing import CliRunner
 
 from whale.cli import app
+from whale.core.convert import convert_v1alpha1
 
 cli = CliRunner()
 BASE = {
@@ -44,7 +45,9 @@ def write(tmp_path: Path, namespace: str | None = None, **spec) -> Path:
     path = tmp_path / "tiny.yaml"
     path.write_text(
         yaml.safe_dump(
-            {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": meta, "spec": {**BASE, **spec}}
+            convert_v1alpha1(
+                {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": meta, "spec": {**BASE, **spec}}
+            )
         )
     )
     return path
@@ -58,12 +61,12 @@ def test_a_missing_local_model_folder_is_named_before_anything_runs(tmp_path):
     res = validate(write(tmp_path, model={"name": "./models/tiny"}))
     assert res.exit_code == 1
     assert (
-        f"spec.model.name: ./models/tiny does not exist (relative paths are from the current folder, {tmp_path})"
+        f"spec.experiment.model.name: ./models/tiny does not exist (relative paths are from the current folder, {tmp_path})"
         in res.output
     )
     # the same check stops `whale run` before it writes anything
     res = cli.invoke(app, ["run", str(tmp_path / "tiny.yaml"), "--store", "st"])
-    assert res.exit_code == 1 and "spec.model.name: ./models/tiny does not exist" in res.output
+    assert res.exit_code == 1 and "spec.experiment.model.name: ./models/tiny does not exist" in res.output
     assert not (tmp_path / "st").exists()
 
     (tmp_path / "models" / "tiny").mkdir(parents=True)
@@ -73,7 +76,10 @@ def test_a_missing_local_model_folder_is_named_before_anything_runs(tmp_path):
     assert validate(tmp_path / "tiny.yaml").exit_code == 0
 
     res = validate(write(tmp_path, model={"name": "./models/tiny", "ggufFile": "m.gguf"}))
-    assert res.exit_code == 1 and f"spec.model.ggufFile: {tmp_path}/models/tiny/m.gguf does not exist" in res.output
+    assert (
+        res.exit_code == 1
+        and f"spec.experiment.model.ggufFile: {tmp_path}/models/tiny/m.gguf does not exist" in res.output
+    )
 
 
 def fake_hf_cache(root: Path, model: str, files: tuple[str, ...] = ("config.json",)) -> Path:
@@ -130,7 +136,7 @@ def test_a_model_id_is_found_in_the_local_cache_or_on_the_hub_or_refused(tmp_pat
     # not cached, and the Hub unreachable: refused, by validate and by run, before anything is written
     res = validate(write(tmp_path, model={"name": "Qwen/Qwen3-1.7B"}))
     assert res.exit_code == 1
-    assert "spec.model.name: Qwen/Qwen3-1.7B is not in the local Hugging Face cache and" in res.output
+    assert "spec.experiment.model.name: Qwen/Qwen3-1.7B is not in the local Hugging Face cache and" in res.output
     assert (
         f"http://127.0.0.1:{closed_port} is unreachable" in res.output and "hf download Qwen/Qwen3-1.7B" in res.output
     )
@@ -170,14 +176,14 @@ def test_model_ids_and_models_only_a_server_loads_are_not_checked_here(tmp_path,
     )
     assert validate(served).exit_code == 0, "an OpenAI-compatible server loads it, not this machine"
     res = validate(write(tmp_path, model={"name": "/models/on/the/server"}))
-    assert res.exit_code == 1 and "spec.model.name: /models/on/the/server does not exist" in res.output
+    assert res.exit_code == 1 and "spec.experiment.model.name: /models/on/the/server does not exist" in res.output
 
 
 def test_the_replay_script_and_the_files_it_names_must_be_there(tmp_path):
     proposer = {"backend": "replay", "script": "replay/proposals.json"}
     res = validate(write(tmp_path, harnessSearch={"proposer": proposer}))
     assert res.exit_code == 1
-    assert "spec.harnessSearch.proposer.script: replay/proposals.json does not exist" in res.output
+    assert "spec.experiment.harnessSearch.proposer.script: replay/proposals.json does not exist" in res.output
     assert (
         validate(
             write(tmp_path, condition="rsft_only", schedule={"totalSteps": 4}, harnessSearch={"proposer": proposer})
@@ -188,7 +194,7 @@ def test_the_replay_script_and_the_files_it_names_must_be_there(tmp_path):
     script = tmp_path / "replay" / "proposals.json"
     script.write_text("{not json")
     res = validate(write(tmp_path, harnessSearch={"proposer": proposer}))
-    assert res.exit_code == 1 and "spec.harnessSearch.proposer.script: cannot read" in res.output
+    assert res.exit_code == 1 and "spec.experiment.harnessSearch.proposer.script: cannot read" in res.output
     script.write_text(json.dumps({"iterations": {"2": [{"name": "a", "file": "a.py"}, {"name": "b", "code": "x"}]}}))
     res = validate(tmp_path / "tiny.yaml")
     assert res.exit_code == 1
@@ -200,10 +206,10 @@ def test_the_replay_script_and_the_files_it_names_must_be_there(tmp_path):
 def test_a_data_root_that_is_named_must_be_a_readable_folder(tmp_path, monkeypatch):
     res = validate(write(tmp_path, data={"dataDir": "/nonexistent/data"}))
     assert res.exit_code == 1
-    assert "spec.data.dataDir: /nonexistent/data is not a folder on this machine" in res.output
+    assert "spec.experiment.data.dataDir: /nonexistent/data is not a folder on this machine" in res.output
     monkeypatch.setenv("WHALE_DATA_DIR", str(tmp_path / "nodata"))
     res = validate(write(tmp_path))
-    assert res.exit_code == 1 and "spec.data.dataDir (unset; $WHALE_DATA_DIR)" in res.output
+    assert res.exit_code == 1 and "spec.experiment.data.dataDir (unset; $WHALE_DATA_DIR)" in res.output
     (tmp_path / "nodata").mkdir()
     assert validate(tmp_path / "tiny.yaml").exit_code == 0
 
@@ -215,7 +221,7 @@ def test_a_manifest_for_a_cluster_gets_the_local_checks_as_notes(tmp_path):
     assert res.exit_code == 0, res.output
     assert res.output.startswith("ok: WhaleRun tiny")
     assert (
-        "note: not on this machine, so `whale run` would refuse it here: spec.model.name: /opt/whale/models/tiny"
+        "note: not on this machine, so `whale run` would refuse it here: spec.experiment.model.name: /opt/whale/models/tiny"
         in res.output
     )
     assert validate(path, "--target", "local").exit_code == 1
@@ -255,7 +261,9 @@ def test_the_demo_manifest_needs_its_model_built_first(tmp_path):
     (tmp_path / "manifests").symlink_to(root / "manifests")
     demo = "manifests/examples/local/tiny-synthetic-whale.yaml"
     res = cli.invoke(app, ["validate", demo])
-    assert res.exit_code == 1 and "spec.model.name: .whale/models/synthetic-tiny does not exist" in res.output
+    assert (
+        res.exit_code == 1 and "spec.experiment.model.name: .whale/models/synthetic-tiny does not exist" in res.output
+    )
     model = tmp_path / ".whale" / "models" / "synthetic-tiny"
     model.mkdir(parents=True)
     (model / "config.json").write_text("{}")
@@ -283,10 +291,12 @@ def test_packing_a_model_whose_layers_would_leak_is_refused_with_the_setting_tha
     name = model_folder(tmp_path, config)
     res = validate(write(tmp_path, model={"name": name}, rsft={"packSequences": True}))
     assert res.exit_code == 1, res.output
-    assert "spec.rsft.packSequences: this model" in res.output and "set rsft.packSequences: false" in res.output
+    assert (
+        "spec.experiment.rsft.packSequences: this model" in res.output and "set rsft.packSequences: false" in res.output
+    )
     # the same refusal stops `whale run` before it writes anything, and holds for a cluster manifest too
     res = cli.invoke(app, ["run", str(tmp_path / "tiny.yaml"), "--store", "st"])
-    assert res.exit_code == 1 and "spec.rsft.packSequences" in res.output and not (tmp_path / "st").exists()
+    assert res.exit_code == 1 and "spec.experiment.rsft.packSequences" in res.output and not (tmp_path / "st").exists()
     cluster = write(tmp_path, namespace="whale", model={"name": name}, rsft={"packSequences": True})
     assert validate(cluster, "--target", "cluster").exit_code == 1
     # the setting that works: padded micro-batches

@@ -18,7 +18,8 @@ from whale.core.protocol import (
     parse_request,
     phase_request,
 )
-from whale.core.spec import EvalPoint, Reason, RunPhase, Storage, WhaleRunStatus
+from whale.core.spec import Storage
+from whale.core.status import EvalPoint, Reason, RunPhase, WhaleRunStatus
 from whale.store import open_store, s3
 
 #: the least spec a request can be made from

@@ -171,7 +171,7 @@ def test_the_parameter_count_comes_from_the_model_name(name, n):
 
 
 def test_an_unknown_size_is_refused_naming_the_field_and_the_fix():
-    with pytest.raises(CostError, match=r"spec.model.name: .* --parameters"):
+    with pytest.raises(CostError, match=r"spec.experiment.model.name: .* --parameters"):
         estimate(PLAN, small_spec(model={"name": "/models/mine"}), Assumptions(), ROUND)
     est = estimate(PLAN, small_spec(model={"name": "/models/mine"}), Assumptions(parameters=1e9), ROUND)
     assert est.parameters == 1e9
@@ -264,6 +264,6 @@ def test_plan_of_a_model_without_a_size_says_why_there_is_no_cost():
     path = ROOT / "manifests" / "examples" / "tiny-cpu.yaml"
     res = CliRunner().invoke(app, ["plan", str(path)])
     assert res.exit_code == 0, res.output
-    assert "cost: not estimated: spec.model.name" in " ".join(res.output.split())
+    assert "cost: not estimated: spec.experiment.model.name" in " ".join(res.output.split())
     res = CliRunner().invoke(app, ["plan", str(path), "--acceptance", "2"])
     assert res.exit_code != 0 and "acceptance" in res.output

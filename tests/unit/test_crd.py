@@ -42,12 +42,15 @@ def test_crd_identity_defaults_enums_and_columns():
     assert (names["kind"], names["plural"], names["shortNames"]) == ("WhaleRun", "whaleruns", ["wr"])
     assert c["spec"]["scope"] == "Namespaced"
     version = c["spec"]["versions"][0]
-    assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
+    assert version["name"] == "v1alpha2" and version["subresources"] == {"status": {}}
+    assert [v["name"] for v in c["spec"]["versions"]] == ["v1alpha2"]  # v1alpha1 is migrated, not served
     spec = version["schema"]["openAPIV3Schema"]["properties"]["spec"]
     assert spec["properties"]["condition"]["enum"] == ["rsft_only", "mh_only", "whale", "adaptive_whale"]
-    assert spec["properties"]["rsft"]["properties"]["promptsPerStep"]["default"] == 256
-    assert spec["properties"]["schedule"]["properties"]["maxCycles"]["default"] == 30
-    assert set(spec["required"]) == {"domain", "condition", "model"}
+    experiment = spec["properties"]["experiment"]
+    assert experiment["properties"]["rsft"]["properties"]["promptsPerStep"]["default"] == 256
+    assert experiment["properties"]["schedule"]["properties"]["maxCycles"]["default"] == 30
+    assert set(spec["required"]) == {"domain", "condition", "experiment"} and experiment["required"] == ["model"]
+    assert set(spec["properties"]) == {"domain", "condition", "experiment", "execution", "cluster"}
     columns = {col["name"]: col["jsonPath"] for col in version["additionalPrinterColumns"]}
     assert columns["Phase"] == ".status.phase" and columns["Cycle"] == ".status.cycle"
     assert columns["Best"] == ".status.best.meanAtK" and columns["Rollouts"] == ".status.rolloutsSpent"
@@ -99,7 +102,8 @@ def test_the_schema_carries_the_names_and_quantities():
         "PreferNoSchedule",
         "NoExecute",
     ]
-    env = spec["harnessSearch"]["properties"]["proposer"]["properties"]["apiKeySecret"]["properties"]["env"]
+    experiment = spec["experiment"]["properties"]
+    env = experiment["harnessSearch"]["properties"]["proposer"]["properties"]["apiKeySecret"]["properties"]["env"]
     assert "LD_" in env["not"]["pattern"] and env["x-kubernetes-validations"]
-    threshold = spec["rsft"]["properties"]["scoreThreshold"]
+    threshold = experiment["rsft"]["properties"]["scoreThreshold"]
     assert (threshold["minimum"], threshold["maximum"], threshold["exclusiveMaximum"]) == (0, 1, True)

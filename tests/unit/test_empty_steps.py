@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from whale.core import layout
 from whale.core.alternation import Child, ChildState, Observations, decide
-from whale.core.spec import WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import WhaleRunSpec
+from whale.core.status import WhaleRunStatus
 from whale.rsft.phase import empty_steps, step_lines
 from whale.runner.local import status_summary
 

@@ -1,4 +1,4 @@
-"""The GSM8K problem set of math_reasoning (``spec.data.mathSet: gsm8k``): GSM8K test as D_test, GSM8K train
+"""The GSM8K problem set of math_reasoning (``spec.experiment.data.mathSet: gsm8k``): GSM8K test as D_test, GSM8K train
 as the pool of D_weight / D_harness, the same caps and checks as the paper's AIME set."""
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ def test_the_domain_reads_the_spec_option_and_scores_gsm8k_answers() -> None:
 def test_an_unknown_set_is_refused_with_the_field_named() -> None:
     with pytest.raises(ValidationError, match="mathSet"):
         Data.model_validate({"mathSet": "aime2026"})
-    with pytest.raises(DataError, match=r"spec.data.mathSet='bogus'.*aime, gsm8k"):
+    with pytest.raises(DataError, match=r"spec.experiment.data.mathSet='bogus'.*aime, gsm8k"):
         load_splits(ROOT, math_set="bogus")
 
 

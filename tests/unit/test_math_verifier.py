@@ -1,6 +1,6 @@
 """The strict \\boxed{} verifiers: the paper's (the reference code's verl ``math_dapo`` with
 ``strict_box_verify``: the last box of the last 100 characters, compared as an exact string; the default)
-and math-verify equivalence (``spec.verifier.mathAnswer: mathVerify``), on edge cases and real rows."""
+and math-verify equivalence (``spec.experiment.verifier.mathAnswer: mathVerify``), on edge cases and real rows."""
 
 from __future__ import annotations
 
@@ -161,7 +161,7 @@ def test_unknown_match_is_refused():
 
 
 def test_the_spec_picks_the_environments_match():
-    """spec.verifier.mathAnswer reaches every environment the domain makes (training, search and eval)."""
+    """spec.experiment.verifier.mathAnswer reaches every environment the domain makes (training, search and eval)."""
     item = {"id": "x", "problem": "What is 1/2?", "answer": r"\frac{1}{2}"}
     domain = MathReasoning(runner=object())  # no tool is called here
     rewards = {}

@@ -9,7 +9,8 @@ import pytest
 
 from whale.core.alternation import MAX_STATUS_FLAGS_PER_PHASE, integrity_status
 from whale.core.protocol import HarnessPhaseResult, IntegrityFlag
-from whale.core.spec import HarnessSearch, IntegrityFlagStatus, WhaleRunStatus
+from whale.core.spec import HarnessSearch
+from whale.core.status import IntegrityFlagStatus, WhaleRunStatus
 from whale.harness.trace import Episode
 from whale.metaharness.integrity import (
     REWARDED_WITHOUT_MODEL,

@@ -110,7 +110,7 @@ def test_the_spec_takes_mutate_and_it_needs_no_key():
             "harnessSearch": {"proposer": {"backend": "mutate"}},
         }
     )
-    assert spec.harness_search.seed == 9
+    assert spec.experiment.harness_search.seed == 9
     assert spec_problems(spec) == [] and environment_problems(spec, environ={}) == []
-    proposer = from_spec(spec.harness_search.proposer, environ={}, seed=spec.harness_search.seed)
+    proposer = from_spec(spec.experiment.harness_search.proposer, environ={}, seed=spec.experiment.harness_search.seed)
     assert isinstance(proposer, MutateProposer) and proposer.seed == 9

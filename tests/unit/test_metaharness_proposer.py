@@ -258,7 +258,7 @@ def test_spec_problems_name_each_missing_field(proposer, fields):
     from whale.metaharness.proposer import spec_problems
 
     problems = spec_problems(_spec(proposer))
-    assert [p.field for p in problems] == [f"spec.harnessSearch.proposer.{f}" for f in fields]
+    assert [p.field for p in problems] == [f"spec.experiment.harnessSearch.proposer.{f}" for f in fields]
     assert all(str(p).startswith(p.field + ": ") for p in problems)
     assert spec_problems(_spec(proposer, "rsft_only")) == []  # no harness phase, no proposer needed
 
@@ -269,12 +269,14 @@ def test_environment_problems_name_the_unset_key_and_missing_install(tmp_path):
     secret = {"name": "proposer", "key": "api-key", "env": "ANTHROPIC_API_KEY"}
     spec = _spec({"backend": "anthropic", "model": "claude-opus-4-1", "apiKeySecret": secret})
     (problem,) = environment_problems(spec, environ={})
-    assert problem.field == "spec.harnessSearch.proposer.apiKeySecret.env"
+    assert problem.field == "spec.experiment.harnessSearch.proposer.apiKeySecret.env"
     assert "ANTHROPIC_API_KEY is not set" in problem.message and "proposer/api-key" in problem.message
     assert environment_problems(spec, environ={"ANTHROPIC_API_KEY": ""})  # empty is unset
     assert environment_problems(spec, environ={"ANTHROPIC_API_KEY": "sk"}) == []
     cli = _spec({"backend": "cli", "command": ["claude"], "readPaths": [str(tmp_path), "/nonexistent/agent"]})
-    assert [p.field for p in environment_problems(cli, environ={})] == ["spec.harnessSearch.proposer.readPaths[1]"]
+    assert [p.field for p in environment_problems(cli, environ={})] == [
+        "spec.experiment.harnessSearch.proposer.readPaths[1]"
+    ]
     assert environment_problems(_spec({"backend": "replay", "script": "x"}), environ={}) == []
 
 

@@ -15,6 +15,7 @@ import tracemalloc
 import pytest
 from typer.testing import CliRunner
 
+from whale.core.convert import convert_v1alpha1
 from whale.core.schedule import PLAN_MAX_LISTED, plan, resolve
 from whale.core.spec import MAX_ITERATIONS, WhaleRunSpec
 from whale.metaharness.loop import SearchConfig
@@ -116,18 +117,20 @@ def test_whale_plan_cli_shows_the_counts(tmp_path):
     manifest = tmp_path / "mh.yaml"
     manifest.write_text(
         json.dumps(
-            {
-                "apiVersion": "whale.dev/v1alpha1",
-                "kind": "WhaleRun",
-                "metadata": {"name": "mh"},
-                "spec": {
-                    "domain": "synthetic",
-                    "condition": "mh_only",
-                    "model": {"name": "tiny"},
-                    "schedule": {"mhOnlyIterations": 3},
-                    "harnessSearch": {"proposer": {"model": "m", "baseUrl": "http://127.0.0.1:8000/v1"}},
-                },
-            }
+            convert_v1alpha1(
+                {
+                    "apiVersion": "whale.dev/v1alpha1",
+                    "kind": "WhaleRun",
+                    "metadata": {"name": "mh"},
+                    "spec": {
+                        "domain": "synthetic",
+                        "condition": "mh_only",
+                        "model": {"name": "tiny"},
+                        "schedule": {"mhOnlyIterations": 3},
+                        "harnessSearch": {"proposer": {"model": "m", "baseUrl": "http://127.0.0.1:8000/v1"}},
+                    },
+                }
+            )
         )
     )
     result = CliRunner().invoke(app, ["plan", str(manifest)], env={"COLUMNS": "200"})
@@ -148,7 +151,7 @@ def test_run_candidate_is_off_by_default_and_its_budget_is_counted_when_on():
     each proposer iteration may spend its budget, so the plan counts it (an upper bound) and the task prompt offers
     the tool without telling the proposer to test first."""
     base_spec = spec_of("mh_only", {"mhOnlyIterations": 40})
-    assert base_spec.harness_search.proposer.run_candidate_rollouts == 0
+    assert base_spec.experiment.harness_search.proposer.run_candidate_rollouts == 0
     assert SearchConfig(iterations=2).proposer_trial_rollouts == 0
     base = plan(base_spec, SIZES)
     assert "proposerTrialRolloutsPerIteration" not in base and "rolloutsUpperBound" not in base

@@ -1,5 +1,5 @@
 """Data preparation as a phase ``decide`` owns: without split sizes the run's one child is ``prepare``,
-retried under ``spec.retry.maxAttempts`` and counted in the status like any phase's attempts."""
+retried under ``spec.execution.retry.maxAttempts`` and counted in the status like any phase's attempts."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from whale.control.planner import KEEP_SERVING, RunEnd, plan
 from whale.core.alternation import Child, ChildState, Fail, Observations, StartPhase, decide
 from whale.core.layout import PhaseId
 from whale.core.protocol import PhaseKind, PrepareRequest, parse_request
-from whale.core.spec import Reason, RunPhase, WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import WhaleRunSpec
+from whale.core.status import Reason, RunPhase, WhaleRunStatus
 
 RUN = "prep"
 SIZES = {"weight": 2560, "harness": 4, "test": 10}
@@ -62,7 +63,7 @@ def test_a_failed_attempt_is_retried_then_the_run_fails_with_prepare_failed() ->
     done = decide(SPEC, retry.status, obs(Child(ChildState.SUCCEEDED, name="Job prep-prepare-2")))
     assert done.status.phase is RunPhase.FAILED and done.status.reason == Reason.PREPARE_FAILED
     assert done.status.message == (
-        "data preparation failed 2 times (spec.retry.maxAttempts); Job prep-prepare-2: "
+        "data preparation failed 2 times (spec.execution.retry.maxAttempts); Job prep-prepare-2: "
         f"it succeeded without writing runs/{RUN}/control/split_sizes.json"
     )
     assert [type(a) for a in done.actions] == [Fail]
@@ -70,10 +71,11 @@ def test_a_failed_attempt_is_retried_then_the_run_fails_with_prepare_failed() ->
 
 
 def test_a_suspended_run_waits_to_prepare_and_a_running_preparation_is_left_alone() -> None:
-    suspended = SPEC.model_copy(update={"suspend": True})
+    suspended = SPEC.with_sections(**{"suspend": True})
     waiting = decide(suspended, WhaleRunStatus(), obs())
     assert (
-        waiting.of_type(StartPhase) == [] and waiting.status.message == "spec.suspend is true: data preparation waits"
+        waiting.of_type(StartPhase) == []
+        and waiting.status.message == "spec.execution.suspend is true: data preparation waits"
     )
     assert plan(waiting, running=()).end is RunEnd.SUSPENDED
     assert waiting.status.phase is RunPhase.PENDING

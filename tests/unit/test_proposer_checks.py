@@ -10,6 +10,7 @@ import yaml
 from typer.testing import CliRunner
 
 from whale.cli import app
+from whale.core.convert import convert_v1alpha1
 
 cli = CliRunner()
 
@@ -26,7 +27,9 @@ def write(tmp_path: Path, proposer: dict) -> Path:
     spec = {**MH, "harnessSearch": {"proposer": proposer}}
     path.write_text(
         yaml.safe_dump(
-            {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": "mh"}, "spec": spec}
+            convert_v1alpha1(
+                {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": "mh"}, "spec": spec}
+            )
         )
     )
     return path
@@ -35,10 +38,13 @@ def write(tmp_path: Path, proposer: dict) -> Path:
 def test_validate_refuses_an_api_proposer_without_its_model_endpoint_or_key(tmp_path: Path):
     res = cli.invoke(app, ["validate", str(write(tmp_path, {"backend": "anthropic"}))])
     assert res.exit_code == 1 and "2 problem(s)" in res.output
-    assert "spec.harnessSearch.proposer.model: backend anthropic needs the model" in res.output
-    assert "spec.harnessSearch.proposer.apiKeySecret: backend anthropic needs the API key" in res.output
+    assert "spec.experiment.harnessSearch.proposer.model: backend anthropic needs the model" in res.output
+    assert "spec.experiment.harnessSearch.proposer.apiKeySecret: backend anthropic needs the API key" in res.output
     res = cli.invoke(app, ["validate", str(write(tmp_path, {"backend": "openai", "model": "m"}))])
-    assert res.exit_code == 1 and "spec.harnessSearch.proposer.baseUrl: backend openai needs the endpoint" in res.output
+    assert (
+        res.exit_code == 1
+        and "spec.experiment.harnessSearch.proposer.baseUrl: backend openai needs the endpoint" in res.output
+    )
     assert "Traceback" not in res.output
     good = {"backend": "anthropic", "model": "claude-opus-4-1", "apiKeySecret": {"name": "p", "key": "k"}}
     res = cli.invoke(app, ["validate", str(write(tmp_path, good))])
@@ -56,6 +62,7 @@ def test_run_refuses_an_unset_key_variable_before_any_phase(tmp_path: Path, monk
     res = cli.invoke(app, ["run", str(write(tmp_path, proposer)), "--store", str(store)])
     assert res.exit_code == 1
     assert (
-        "spec.harnessSearch.proposer.apiKeySecret.env: environment variable ANTHROPIC_API_KEY is not set" in res.output
+        "spec.experiment.harnessSearch.proposer.apiKeySecret.env: environment variable ANTHROPIC_API_KEY is not set"
+        in res.output
     )
     assert not store.exists() or not any(store.rglob("*.json"))  # nothing was started, nothing written

@@ -15,7 +15,8 @@ from whale.core.protocol import (
     WeightPhaseResult,
     WeightStepMetrics,
 )
-from whale.core.spec import BestEval, Condition, EvalPoint, RunPhase, WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import Condition, WhaleRunSpec
+from whale.core.status import BestEval, EvalPoint, RunPhase, WhaleRunStatus
 from whale.report.paper import TABLE_1, paper_number
 from whale.report.series import (
     PhaseRecords,

@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from tests.fixtures.tolerance import assert_reordered_close, reorder_tol  # noqa: E402
+from whale.core.convert import convert_v1alpha1  # noqa: E402
 from whale.rsft import attention as attn  # noqa: E402
 from whale.rsft.collate import IGNORE_INDEX, Example, collate_micro  # noqa: E402
 from whale.rsft.config import RSFTConfig  # noqa: E402
@@ -451,12 +452,14 @@ def test_the_spec_field_is_strict_and_reaches_the_config():
     cfg = RSFTConfig.from_spec(spec, args)
     assert (cfg.attention, cfg.attention_kernel, cfg.pack_sequences) == ("flex", "flex", True)
     assert RSFTConfig.from_spec(WhaleRunSpec.model_validate(base), args).attention_kernel == "sdpa"
-    doc = {
-        "apiVersion": "whale.dev/v1alpha1",
-        "kind": "WhaleRun",
-        "metadata": {"name": "r"},
-        "spec": {**base, "rsft": {"attention": "flex"}},
-    }
+    doc = convert_v1alpha1(
+        {
+            "apiVersion": "whale.dev/v1alpha1",
+            "kind": "WhaleRun",
+            "metadata": {"name": "r"},
+            "spec": {**base, "rsft": {"attention": "flex"}},
+        }
+    )
     from whale.manifest import ManifestError
 
     with pytest.raises(ManifestError) as info:

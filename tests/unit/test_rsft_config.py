@@ -70,7 +70,7 @@ def test_checkpoints_at_save_steps_every_n_and_the_target():
 
 
 def test_from_spec_takes_every_rsft_field_of_the_same_name():
-    """No field of ``spec.rsft`` is copied by hand: a value set in the spec arrives in the config."""
+    """No field of ``spec.experiment.rsft`` is copied by hand: a value set in the spec arrives in the config."""
     from dataclasses import fields
 
     from whale.core.spec import RSFT
@@ -107,7 +107,7 @@ def test_from_spec_takes_every_rsft_field_of_the_same_name():
     spec = WhaleRunSpec.model_validate(
         {"domain": "synthetic", "condition": "rsft_only", "model": {"name": "m"}, "schedule": {"totalSteps": 4}}
     )
-    spec = spec.model_copy(update={"rsft": spec.rsft.model_copy(update=changed)})
+    spec = spec.with_sections(**{"rsft": spec.experiment.rsft.model_copy(update=changed)})
     args = WeightPhaseArgs(
         cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=2, steps_per_epoch=2, total_steps=4
     )

@@ -83,7 +83,7 @@ def test_shipped_deepspeed_configs_are_zero2_and_zero3():
 
 
 def test_missing_deepspeed_config_names_the_spec_field(tmp_path):
-    with pytest.raises(DeepSpeedConfigError, match="spec.train.deepspeedConfig"):
+    with pytest.raises(DeepSpeedConfigError, match="spec.execution.train.deepspeedConfig"):
         read_config(tmp_path / "nope.json")
 
 

@@ -83,8 +83,11 @@ def test_the_trainer_config_reads_the_scope_from_the_spec():
     args = WeightPhaseArgs(
         cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=2, steps_per_epoch=2, total_steps=2
     )
-    assert spec.rsft.mini_batch_scope == "perRank" and RSFTConfig.from_spec(spec, args).mini_batch_scope == "perRank"
-    glob = spec.model_copy(update={"rsft": spec.rsft.model_copy(update={"mini_batch_scope": "global"})})
+    assert (
+        spec.experiment.rsft.mini_batch_scope == "perRank"
+        and RSFTConfig.from_spec(spec, args).mini_batch_scope == "perRank"
+    )
+    glob = spec.with_sections(**{"rsft": spec.experiment.rsft.model_copy(update={"mini_batch_scope": "global"})})
     assert RSFTConfig.from_spec(glob, args).mini_batch_scope == "global"
     with pytest.raises(ValueError, match="miniBatchScope"):
         WhaleRunSpec.model_validate({**spec.to_wire(), "rsft": {"miniBatchScope": "perGpu"}})

@@ -7,8 +7,8 @@ import pytest
 
 from whale.core.layout import PhaseId, eval_phase_key, harness_phase_key, weight_phase_key
 from whale.core.protocol import PhaseKind
-from whale.core.spec import EvalPoint, Reason, RunPhase, Stage, WhaleRunStatus
 from whale.core.state import RunState, best_eval
+from whale.core.status import EvalPoint, Reason, RunPhase, Stage, WhaleRunStatus
 
 
 @pytest.mark.parametrize(

@@ -1,6 +1,6 @@
 """The sample data ships inside the package (whale/data/sample): the default data root, checked file by file
 against SHA256SUMS; gzipped files read as their plain name; the corpus unpacked once for readers that seek;
-$WHALE_DATA_DIR and spec.data.dataDir still override; nothing in the project reads a folder beside it."""
+$WHALE_DATA_DIR and spec.experiment.data.dataDir still override; nothing in the project reads a folder beside it."""
 
 from __future__ import annotations
 

@@ -17,7 +17,8 @@ import pytest
 from whale.core import layout
 from whale.core.alternation import Child, ChildState, Observations, StartPhase, decide
 from whale.core.schedule import PLAN_MAX_LISTED, ScheduleError, plan, resolve
-from whale.core.spec import MAX_CYCLES, MAX_EVALUATION_POINTS, MAX_STEPS, WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import MAX_CYCLES, MAX_EVALUATION_POINTS, MAX_STEPS, WhaleRunSpec
+from whale.core.status import WhaleRunStatus
 
 SIZES = {"weight": 256 * 10, "harness": 4, "test": 10}  # 10 steps per epoch at promptsPerStep 256
 DENSEST = MAX_STEPS // MAX_EVALUATION_POINTS  # the smallest interval allowed over MAX_STEPS
@@ -121,8 +122,8 @@ def test_a_short_plan_lists_everything():
 @pytest.mark.parametrize(
     ("evaluation", "field"),
     [
-        ({"intervalSteps": 1}, "spec.evaluation.intervalSteps"),
-        ({}, "spec.evaluation.intervalEpochs"),  # the default, 0.1 epoch = 1 step here
+        ({"intervalSteps": 1}, "spec.experiment.evaluation.intervalSteps"),
+        ({}, "spec.experiment.evaluation.intervalEpochs"),  # the default, 0.1 epoch = 1 step here
     ],
 )
 def test_evaluating_every_step_of_the_largest_budget_is_refused_without_listing_it(evaluation, field):
@@ -137,7 +138,7 @@ def test_a_budget_in_epochs_is_bounded_once_converted():
     spec = spec_of("rsft_only", {"totalEpochs": 2}, {"intervalEpochs": 1})
     with pytest.raises(ScheduleError) as info:
         resolve(spec, {"weight": 256 * MAX_STEPS, "harness": 4})
-    assert info.value.field == "spec.schedule.totalEpochs" and "more than the maximum" in str(info.value)
+    assert info.value.field == "spec.experiment.schedule.totalEpochs" and "more than the maximum" in str(info.value)
 
 
 def test_decide_at_the_bounds_stays_small():

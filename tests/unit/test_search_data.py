@@ -1,5 +1,5 @@
 """Search-QA splits: 100 per available benchmark (TriviaQA reported missing), disjoint train splits; the
-local corpus's default keeps the training questions it can answer (spec.data.corpus)."""
+local corpus's default keeps the training questions it can answer (spec.experiment.data.corpus)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ def test_local_default_weight_and_harness_are_answerable(bm25_retriever):
 def test_corpus_option_picks_retriever_and_training_questions():
     assert resolve_corpus("auto") == resolve_corpus(None) == "local" and resolve_corpus("wiki18") == "wiki18"
     assert train_filter_for("auto") == "answerable" and train_filter_for("wiki18") == "all"
-    with pytest.raises(DataError, match="spec.data.corpus='bing'"):
+    with pytest.raises(DataError, match="spec.experiment.data.corpus='bing'"):
         resolve_corpus("bing")
     domain = search_qa.SearchQA()
     local, paper = Data(), Data(corpus="wiki18")

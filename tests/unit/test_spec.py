@@ -5,12 +5,15 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
+from whale.core.convert import convert_v1alpha1
 from whale.core.spec import Condition, Resources, SecretKeyRef, Toleration, WhaleRunSpec
 from whale.manifest import ManifestError, format_validation_error, parse_document
 
 
 def doc(spec: dict, name: str = "run-1") -> dict:
-    return {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": name}, "spec": spec}
+    return convert_v1alpha1(
+        {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "metadata": {"name": name}, "spec": spec}
+    )
 
 
 BASE = {
@@ -29,14 +32,29 @@ def problems_of(spec: dict, name: str = "run-1") -> list[str]:
 
 def test_defaults_are_the_papers():
     s = WhaleRunSpec.model_validate(BASE)
-    assert (s.rsft.prompts_per_step, s.rsft.rollouts_per_prompt, s.rsft.score_threshold) == (256, 8, 0.5)
-    assert (s.rsft.sft_epochs, s.rsft.mini_batch_size, s.rsft.micro_batch_size_per_gpu) == (1, 64, 2)
-    assert (s.rsft.sampling.temperature, s.rsft.sampling.top_p, s.rsft.sampling.top_k) == (1.0, 1.0, 20)
-    assert (s.harness_search.proposals_per_iteration, s.harness_search.rollouts_per_item) == (3, 1)
-    assert s.harness_search.prompt_only is False
-    assert (s.evaluation.samples_per_item, s.evaluation.temperature) == (8, 1.0)
-    assert s.schedule.harness_iterations_per_cycle == 6 and s.schedule.max_cycles == 30
-    ah = s.schedule.adaptive.harness
+    assert (
+        s.experiment.rsft.prompts_per_step,
+        s.experiment.rsft.rollouts_per_prompt,
+        s.experiment.rsft.score_threshold,
+    ) == (256, 8, 0.5)
+    assert (
+        s.experiment.rsft.sft_epochs,
+        s.experiment.rsft.mini_batch_size,
+        s.experiment.rsft.micro_batch_size_per_gpu,
+    ) == (1, 64, 2)
+    assert (
+        s.experiment.rsft.sampling.temperature,
+        s.experiment.rsft.sampling.top_p,
+        s.experiment.rsft.sampling.top_k,
+    ) == (1.0, 1.0, 20)
+    assert (s.experiment.harness_search.proposals_per_iteration, s.experiment.harness_search.rollouts_per_item) == (
+        3,
+        1,
+    )
+    assert s.experiment.harness_search.prompt_only is False
+    assert (s.experiment.evaluation.samples_per_item, s.experiment.evaluation.temperature) == (8, 1.0)
+    assert s.experiment.schedule.harness_iterations_per_cycle == 6 and s.experiment.schedule.max_cycles == 30
+    ah = s.experiment.schedule.adaptive.harness
     assert (ah.min_iterations, ah.patience, ah.max_iterations) == (6, 2, 15)
     assert s.condition is Condition.WHALE
 
@@ -44,7 +62,9 @@ def test_defaults_are_the_papers():
 def test_round_trip_wire_names():
     s = WhaleRunSpec.model_validate(BASE)
     wire = s.to_wire()
-    assert wire["schedule"]["weightEpochsPerCycle"] == 0.6 and "promptsPerStep" in wire["rsft"]
+    assert (
+        wire["experiment"]["schedule"]["weightEpochsPerCycle"] == 0.6 and "promptsPerStep" in wire["experiment"]["rsft"]
+    )
     assert WhaleRunSpec.model_validate(wire) == s
 
 
@@ -54,11 +74,11 @@ def test_round_trip_wire_names():
         ({"condition": "bogus"}, "spec.condition: must be one of: 'rsft_only', 'mh_only', 'whale' or 'adaptive_whale'"),
         (
             {"schedule": {"totalSteps": -3, "weightStepsPerCycle": 1}},
-            "spec.schedule.totalSteps: Input should be greater than or equal to 1",
+            "spec.experiment.schedule.totalSteps: Input should be greater than or equal to 1",
         ),
         (
             {"schedule": {"totalSteps": 10, "weightStepsPerCycle": 2, "harnessIterationsPerCycle": 0}},
-            "spec.schedule.harnessIterationsPerCycle: Input should be greater than or equal to 1",
+            "spec.experiment.schedule.harnessIterationsPerCycle: Input should be greater than or equal to 1",
         ),
         (
             {"schedule": {"totalSteps": 10, "totalEpochs": 1, "weightStepsPerCycle": 2}},
@@ -68,7 +88,10 @@ def test_round_trip_wire_names():
         ({"schedule": {"weightStepsPerCycle": 3}}, "needs a weight budget"),
         ({"schedule": {"totalSteps": 10}}, "condition whale needs E"),
         ({"condition": "rsft_only"}, "never apply to rsft_only"),
-        ({"rsft": {"promptsPerStep": 0}}, "spec.rsft.promptsPerStep: Input should be greater than or equal to 1"),
+        (
+            {"rsft": {"promptsPerStep": 0}},
+            "spec.experiment.rsft.promptsPerStep: Input should be greater than or equal to 1",
+        ),
         (
             {"rsft": {"miniBatchSize": 2, "microBatchSizePerGpu": 4}},
             "microBatchSizePerGpu (4) must be <= miniBatchSize (2)",
@@ -83,14 +106,17 @@ def test_round_trip_wire_names():
             },
             "maxIterations (3 proposer iterations, 4 with the incoming evaluation) must allow minIterations (9",
         ),
-        ({"rsft": {"promptsPerStepp": 3}}, "spec.rsft.promptsPerStepp: unknown field"),
+        ({"rsft": {"promptsPerStepp": 3}}, "spec.experiment.rsft.promptsPerStepp: unknown field"),
         ({"harnessSearch": {"proposer": {"backend": "cli"}}}, "backend 'cli' needs `command`"),
         ({"inference": {"backend": "vllm", "weightSync": "cudaIpc"}}, "set placement colocated, or weightSync auto"),
         (
             {"inference": {"placement": "colocated", "weightSync": "cudaIpc", "tensorParallelSize": 2}},
             "tensorParallelSize is 2",
         ),
-        ({"inference": {"weightSync": "nccl"}}, "spec.inference.weightSync: must be one of: 'auto' or 'cudaIpc'"),
+        (
+            {"inference": {"weightSync": "nccl"}},
+            "spec.execution.inference.weightSync: must be one of: 'auto' or 'cudaIpc'",
+        ),
     ],
 )
 def test_errors_name_the_field(patch, expected):
@@ -103,8 +129,8 @@ def test_cuda_ipc_weight_sync_is_a_colocated_option():
     spec = WhaleRunSpec.model_validate(
         {**BASE, "inference": {"backend": "vllm", "placement": "colocated", "weightSync": "cudaIpc"}}
     )
-    assert spec.inference.weight_sync == "cudaIpc"
-    assert WhaleRunSpec.model_validate(BASE).inference.weight_sync == "auto"
+    assert spec.execution.inference.weight_sync == "cudaIpc"
+    assert WhaleRunSpec.model_validate(BASE).execution.inference.weight_sync == "auto"
 
 
 def test_every_problem_is_listed_and_the_envelope_checked():
@@ -118,11 +144,11 @@ def test_every_problem_is_listed_and_the_envelope_checked():
         parse_document(bad, check_domain=False)
     text = "\n".join(info.value.problems)
     for needle in (
-        "apiVersion: must be whale.dev/v1alpha1",
+        "apiVersion: must be whale.dev/v1alpha2",
         "kind: must be WhaleRun",
         "metadata.name",
         "spec.condition",
-        "spec.rsft.learningRate",
+        "spec.experiment.rsft.learningRate",
     ):
         assert needle in text
 
@@ -137,29 +163,41 @@ def test_validation_error_paths_use_wire_names():
     with pytest.raises(ValidationError) as info:
         WhaleRunSpec.model_validate({**BASE, "evaluation": {"samplesPerItem": 0}})
     assert format_validation_error(info.value) == [
-        "spec.evaluation.samplesPerItem: Input should be greater than or equal to 1"
+        "spec.experiment.evaluation.samplesPerItem: Input should be greater than or equal to 1"
     ]
 
 
 @pytest.mark.parametrize(
     ("patch", "expected"),
     [
-        ({"schedule": {"totalSteps": True, "weightStepsPerCycle": 1}}, "spec.schedule.totalSteps: must be an integer"),
-        ({"schedule": {"totalSteps": 10.0, "weightStepsPerCycle": 1}}, "spec.schedule.totalSteps: must be an integer"),
+        (
+            {"schedule": {"totalSteps": True, "weightStepsPerCycle": 1}},
+            "spec.experiment.schedule.totalSteps: must be an integer",
+        ),
+        (
+            {"schedule": {"totalSteps": 10.0, "weightStepsPerCycle": 1}},
+            "spec.experiment.schedule.totalSteps: must be an integer",
+        ),
         (
             {"schedule": {"totalEpochs": float("inf"), "weightEpochsPerCycle": 0.6}},
-            "spec.schedule.totalEpochs: must be a finite number",
+            "spec.experiment.schedule.totalEpochs: must be a finite number",
         ),
         (
             {"schedule": {"totalSteps": 10**6 + 1, "weightStepsPerCycle": 1}},
-            "spec.schedule.totalSteps: Input should be less than or equal to 1000000",
+            "spec.experiment.schedule.totalSteps: Input should be less than or equal to 1000000",
         ),
-        ({"rsft": {"scoreThreshold": 1}}, "spec.rsft.scoreThreshold: Input should be less than 1"),
-        ({"rsft": {"scoreThreshold": -0.01}}, "spec.rsft.scoreThreshold: Input should be greater than or equal to 0"),
-        ({"rsft": {"scoreThreshold": float("nan")}}, "spec.rsft.scoreThreshold: must be a finite number"),
-        ({"rsft": {"sampling": {"temperature": 11}}}, "spec.rsft.sampling.temperature"),
-        ({"rsft": {"seed": 2**63}}, "spec.rsft.seed: Input should be less than or equal to 9223372036854775807"),
-        ({"suspend": 1}, "spec.suspend: must be true or false (got 1)"),
+        ({"rsft": {"scoreThreshold": 1}}, "spec.experiment.rsft.scoreThreshold: Input should be less than 1"),
+        (
+            {"rsft": {"scoreThreshold": -0.01}},
+            "spec.experiment.rsft.scoreThreshold: Input should be greater than or equal to 0",
+        ),
+        ({"rsft": {"scoreThreshold": float("nan")}}, "spec.experiment.rsft.scoreThreshold: must be a finite number"),
+        ({"rsft": {"sampling": {"temperature": 11}}}, "spec.experiment.rsft.sampling.temperature"),
+        (
+            {"rsft": {"seed": 2**63}},
+            "spec.experiment.rsft.seed: Input should be less than or equal to 9223372036854775807",
+        ),
+        ({"suspend": 1}, "spec.execution.suspend: must be true or false (got 1)"),
         (
             {"cluster": {"tolerations": [{"operator": "Equal", "value": "x"}]}},
             "spec.cluster.tolerations[0]: a toleration without a key must have operator Exists",
@@ -170,7 +208,7 @@ def test_validation_error_paths_use_wire_names():
         ),
         ({"cluster": {"queueName": "Team A"}}, "spec.cluster.queueName: must be a Kubernetes object name"),
         ({"cluster": {"nodeSelector": {"gpu type": "h200"}}}, "spec.cluster.nodeSelector.gpu type (the key)"),
-        ({"model": {"name": ""}}, "spec.model.name: String should have at least 1 character"),
+        ({"model": {"name": ""}}, "spec.experiment.model.name: String should have at least 1 character"),
     ],
 )
 def test_bounds_and_strict_types_name_the_field(patch, expected):
@@ -187,7 +225,11 @@ def test_floats_take_integers_and_defaults_are_in_bounds():
             "rsft": {"scoreThreshold": 0},
         }
     )
-    assert s.schedule.total_epochs == 4.0 and s.evaluation.temperature == 1.0 and s.rsft.score_threshold == 0.0
+    assert (
+        s.experiment.schedule.total_epochs == 4.0
+        and s.experiment.evaluation.temperature == 1.0
+        and s.experiment.rsft.score_threshold == 0.0
+    )
 
 
 @pytest.mark.parametrize("quantity", ["8", "500m", "32Gi", "1.5", "2e3", "+1", ".5", "100Mi", "1E"])

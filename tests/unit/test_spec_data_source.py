@@ -1,4 +1,4 @@
-"""spec.data.source / spec.data.sources: strict, bounded, and every refusal names the field and the fix."""
+"""spec.experiment.data.source / spec.experiment.data.sources: strict, bounded, and every refusal names the field and the fix."""
 
 from __future__ import annotations
 
@@ -56,7 +56,9 @@ def test_a_pin_applies_to_its_source_and_an_unknown_name_is_refused():
         FULL, Data(source="full", sources=[{"name": "lichess-puzzles", "url": mirror, "sha256": SHA}])
     )
     assert (src.url, src.sha256, src.filename) == (mirror, SHA, LICHESS.filename)
-    with pytest.raises(FullDataError, match=r"spec.data.sources\[0\].name: 'dapo' is not a source of chess_puzzles"):
+    with pytest.raises(
+        FullDataError, match=r"spec.experiment.data.sources\[0\].name: 'dapo' is not a source of chess_puzzles"
+    ):
         resolve_sources(FULL, Data(source="full", sources=[{"name": "dapo"}]))
 
 

@@ -1,5 +1,5 @@
 """The Stalled condition: True while a phase's child runs and the store shows no progress for
-``spec.retry.stallAfterSeconds``, False again on the next metrics line. ``decide`` is given the time
+``spec.execution.retry.stallAfterSeconds``, False again on the next metrics line. ``decide`` is given the time
 (``Observations.now``), so the tests step it; nothing sleeps."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ import pytest
 from pydantic import ValidationError
 
 from whale.core.alternation import Child, ChildState, Observations, decide
-from whale.core.spec import ConditionType, WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import WhaleRunSpec
+from whale.core.status import ConditionType, WhaleRunStatus
 from whale.runner.local import status_summary
 
 from .sim import parsed, weight_line
@@ -61,7 +62,7 @@ def test_a_child_without_progress_is_stalled_then_not_after_a_new_metrics_line()
     cond = stalled(status)
     assert cond is not None and cond.status == "True" and cond.reason == "NoProgress"
     assert cond.message == (
-        f"no progress in the store for 60 minutes (since {at(1)}, spec.retry.stallAfterSeconds); "
+        f"no progress in the store for 60 minutes (since {at(1)}, spec.execution.retry.stallAfterSeconds); "
         "phase c01-weight, Job stall-c01-weight-1"
     )
     assert cond.last_transition_time == at(61)
@@ -95,7 +96,7 @@ def test_null_never_stalls_and_the_field_is_strict_and_bounded() -> None:
     status = decide(spec, WhaleRunStatus(), observe(0, children={})).status
     status = decide(spec, status, observe(1)).status
     assert stalled(decide(spec, status, observe(60 * 24 * 30)).status) is None
-    assert make_spec().retry.stall_after_seconds == 3600  # the default: an hour
+    assert make_spec().execution.retry.stall_after_seconds == 3600  # the default: an hour
     for bad in (10, "3600", 10**9):
         with pytest.raises(ValidationError, match="stallAfterSeconds"):
             make_spec(stallAfterSeconds=bad)

@@ -1,4 +1,4 @@
-"""synthetic's addition task (``spec.data.syntheticTask: addition``, docs/local.md#a-harder-task-make-compare-addition): the item
+"""synthetic's addition task (``spec.experiment.data.syntheticTask: addition``, docs/local.md#a-harder-task-make-compare-addition): the item
 generator, the scorer, the variant's own h0 and skill, the local comparison's manifests and candidate harnesses.
 The default task stays ``repeat`` (the demo and the tiny model depend on it)."""
 
@@ -89,7 +89,7 @@ def test_an_unknown_task_is_refused_naming_the_field() -> None:
 @pytest.mark.parametrize("path", ADDITION_MANIFESTS, ids=lambda p: p.stem)
 def test_the_addition_manifests_validate(path: Path) -> None:
     manifest = load_manifest(path)
-    assert manifest.spec.data.synthetic_task == "addition"
+    assert manifest.spec.experiment.data.synthetic_task == "addition"
     assert manifest.name == path.stem
 
 

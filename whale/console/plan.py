@@ -14,9 +14,9 @@ from whale.core.spec import WhaleRunSpec
 
 
 def eval_items(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> int:
-    """Items one evaluation scores: its split (``spec.evaluation.split``), capped by ``maxItems``."""
-    n = int(split_sizes.get(spec.evaluation.split, 0))
-    return min(n, spec.evaluation.max_items) if spec.evaluation.max_items is not None else n
+    """Items one evaluation scores: its split (``spec.experiment.evaluation.split``), capped by ``maxItems``."""
+    n = int(split_sizes.get(spec.experiment.evaluation.split, 0))
+    return min(n, spec.experiment.evaluation.max_items) if spec.experiment.evaluation.max_items is not None else n
 
 
 def with_costs(plan: dict[str, Any], spec: WhaleRunSpec, split_sizes: dict[str, int]) -> dict[str, Any]:
@@ -24,7 +24,7 @@ def with_costs(plan: dict[str, Any], spec: WhaleRunSpec, split_sizes: dict[str, 
     ``evaluation`` entry: ``count``, ``items``, ``samplesPerItem``, ``rolloutsEach``, ``rollouts``."""
     sched = resolve(spec, split_sizes)
     items = eval_items(spec, split_sizes)
-    k = spec.evaluation.samples_per_item
+    k = spec.experiment.evaluation.samples_per_item
     phases = []
     for entry in plan["phases"]:
         if entry["kind"] == "weight":

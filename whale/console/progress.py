@@ -36,7 +36,7 @@ from whale.core.protocol import (
     WeightRequest,
     WeightStepMetrics,
 )
-from whale.core.spec import RunPhase, WhaleRunStatus
+from whale.core.status import RunPhase, WhaleRunStatus
 
 
 @dataclasses.dataclass(frozen=True)

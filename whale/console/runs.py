@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from whale.console.progress import duration
 from whale.core import layout
-from whale.core.spec import WhaleRunStatus
+from whale.core.status import WhaleRunStatus
 from whale.report.source import list_runs
 from whale.runner.control import read_child
 from whale.store import Store

@@ -14,7 +14,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from whale.core.spec import RunPhase, WhaleRunStatus
+from whale.core.status import RunPhase, WhaleRunStatus
 
 
 def evaluation_table(status: WhaleRunStatus) -> Table:

@@ -13,7 +13,7 @@ from whale.core import layout
 from whale.core.alternation import Child, ChildState, Observations
 from whale.core.layout import PhaseId
 from whale.core.protocol import PhaseKind, PhaseMetrics, parse_metrics_line
-from whale.core.spec import WhaleRunStatus
+from whale.core.status import WhaleRunStatus
 from whale.store import ObjectNotFound, Store
 
 log = logging.getLogger(__name__)

@@ -16,7 +16,8 @@ from whale.core import layout
 from whale.core.alternation import Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun, Transition
 from whale.core.protocol import PhaseKind, PhaseRequest
 from whale.core.retention import prunable
-from whale.core.spec import KeepCheckpoints, RunPhase, WhaleRunStatus
+from whale.core.spec import KeepCheckpoints
+from whale.core.status import RunPhase, WhaleRunStatus
 from whale.store import Store
 
 

@@ -1,4 +1,4 @@
-"""The one translation of ``spec.storage`` into a store connection: for a process that opens the
+"""The one translation of ``spec.execution.storage`` into a store connection: for a process that opens the
 store itself (the CLI, the operator) and for a child that opens it from its environment (a Job).
 Credentials never come from the spec: the process's environment or the Secret the spec names."""
 
@@ -34,7 +34,7 @@ def open_spec_store(storage: Storage, uri: str | None = None, **extra: Any) -> S
     ``extra`` (the operator's own credentials)."""
     target = uri or storage.uri
     if not target:
-        raise ValueError("spec.storage.uri: no store given; set it (or pass --store)")
+        raise ValueError("spec.execution.storage.uri: no store given; set it (or pass --store)")
     options = connection(storage, target)
     return open_store(target, **({**options, **extra} if options else {}))
 

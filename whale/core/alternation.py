@@ -60,18 +60,9 @@ from whale.core.protocol import (
     phase_request,
 )
 from whale.core.schedule import ResolvedSchedule, ScheduleError, resolve
-from whale.core.spec import (
-    BestEval,
-    Condition,
-    EvalPoint,
-    IntegrityFlagStatus,
-    Reason,
-    RunPhase,
-    Stage,
-    WhaleRunSpec,
-    WhaleRunStatus,
-)
+from whale.core.spec import Condition, WhaleRunSpec
 from whale.core.state import RunState, best_eval
+from whale.core.status import BestEval, EvalPoint, IntegrityFlagStatus, Reason, RunPhase, Stage, WhaleRunStatus
 
 # ----- observations -------------------------------------------------------------------------------
 
@@ -332,9 +323,9 @@ class _Machine:
             # as the start point, the same (theta0, h0)
             covered = last.candidate == hres.accepted_candidate and (
                 (last.iteration >= 2 and self.in_archive(phase, last.harness))
-                or (last.iteration == 1 and self.spec.evaluation.at_start)
+                or (last.iteration == 1 and self.spec.experiment.evaluation.at_start)
             )
-        if self.spec.evaluation.after_harness_phase and not covered:
+        if self.spec.experiment.evaluation.after_harness_phase and not covered:
             self.owe_eval(
                 phase.cycle,
                 self.state.checkpoint_step,
@@ -407,7 +398,7 @@ class _Machine:
             )
             self.state = self.state.with_failure(key)
             failures = self.state.failures[key]
-            if failures >= self.spec.retry.max_attempts:
+            if failures >= self.spec.execution.retry.max_attempts:
                 self.fail(Reason.PHASE_FAILED, f"phase {key} failed {failures} time(s); last: {why}")
                 return False
             self.state = self.state.with_retry(key, f"phase {key} attempt {failures} failed ({why}); retrying")
@@ -545,7 +536,7 @@ class _Machine:
             self.state = self.state.resumed()
         if self.state.phase is RunPhase.PENDING:
             self.state = self.state.started(obs.now)
-            if self.spec.evaluation.at_start:
+            if self.spec.experiment.evaluation.at_start:
                 self.owe_eval(0, 0, "start", None, None, 0)
         self.state = self.state.with_schedule(self.sched.steps_per_epoch, self.sched.total_steps)
         self.state = self.state.with_generation(obs.generation)
@@ -556,10 +547,10 @@ class _Machine:
             self.observe_mid_phase_checkpoints(active)
             self.observe_mid_phase_acceptance(active)
 
-        if self.spec.suspend:
+        if self.spec.execution.suspend:
             if self.state.phase is not RunPhase.SUSPENDED:
-                self.state = self.state.suspended("spec.suspend is true")
-            self.actions.append(SuspendRun("spec.suspend is true"))
+                self.state = self.state.suspended("spec.execution.suspend is true")
+            self.actions.append(SuspendRun("spec.execution.suspend is true"))
             return self.finish_call()
         if self.state.phase is RunPhase.SUSPENDED:
             self.state = self.state.resumed()
@@ -577,7 +568,7 @@ class _Machine:
                 self.state = self.state.with_stage(Stage.EVAL)
             else:
                 best = self.state.best
-                final = final_eval(self.state.evals, self.spec.evaluation.samples_per_item)
+                final = final_eval(self.state.evals, self.spec.experiment.evaluation.samples_per_item)
                 summary = f"best mean@{best.k} {best.mean_at_k:.4f} at {best.phase}" if best else "no evaluation"
                 if final is not None:
                     summary += f"; final mean@{final.k} {final.mean_at_k:.4f} at {final.phase}"
@@ -602,11 +593,11 @@ class _Machine:
 
 def watch_progress(state: RunState, spec: WhaleRunSpec, obs: Observations) -> RunState:
     """``lastProgressTime`` follows the store; the Stalled condition is True while a child runs and
-    nothing moved for ``spec.retry.stallAfterSeconds`` (an alert only: nothing is stopped)."""
+    nothing moved for ``spec.execution.retry.stallAfterSeconds`` (an alert only: nothing is stopped)."""
     now = obs.now
     state = state.with_progress(progress_mark(state, obs), now)
     running = sorted((p, c) for p, c in obs.children.items() if c.state is ChildState.RUNNING)
-    limit = spec.retry.stall_after_seconds
+    limit = spec.execution.retry.stall_after_seconds
     quiet = seconds_between(state.last_progress_time, now)
     active = not state.phase.is_terminal() and state.phase is not RunPhase.SUSPENDED
     if limit is not None and running and active and quiet is not None and quiet >= limit:
@@ -616,7 +607,7 @@ def watch_progress(state: RunState, spec: WhaleRunSpec, obs: Observations) -> Ru
         )
         message = (
             f"no progress in the store for {limit / 60:g} minutes (since {state.last_progress_time}, "
-            f"spec.retry.stallAfterSeconds); {children}"
+            f"spec.execution.retry.stallAfterSeconds); {children}"
         )
         return state.with_stalled(True, message, now)
     if state.stalled() is not None:  # listed from its first stall on (the operator lists it always)
@@ -725,8 +716,8 @@ def _prepare(spec: WhaleRunSpec, status: WhaleRunStatus, obs: Observations) -> T
         state = state.with_failure(key)
         failures = state.failures[key]
         which = f"{child.name}: " if child.name else ""
-        if failures >= spec.retry.max_attempts:
-            message = f"data preparation failed {failures} times (spec.retry.maxAttempts); {which}{why}"
+        if failures >= spec.execution.retry.max_attempts:
+            message = f"data preparation failed {failures} times (spec.execution.retry.maxAttempts); {which}{why}"
             state = state.refused(Reason.PREPARE_FAILED, message, obs.generation, obs.now)
             return Transition(watch_progress(state, spec, obs).to_status(), (Fail(Reason.PREPARE_FAILED, message),))
         state = state.with_retry(key, "")
@@ -737,8 +728,8 @@ def _prepare(spec: WhaleRunSpec, status: WhaleRunStatus, obs: Observations) -> T
     if child.state is ChildState.RUNNING:
         who = child.name or "the prepare child"
         message = f"{who} is materialising {domain} and writing their sizes (attempt {attempt})"
-    elif spec.suspend:
-        message = "spec.suspend is true: data preparation waits"
+    elif spec.execution.suspend:
+        message = "spec.execution.suspend is true: data preparation waits"
         actions.append(SuspendRun(message))  # a controller's loop may end here (the local runner's does)
     else:
         message = f"materialising {domain} and writing their sizes (attempt {attempt}{after_failure})"

@@ -1,16 +1,15 @@
 """What may change when a run resumes: one rule for `whale run`, the operator and the CRD.
 
-A WhaleRun's spec has two kinds of field. The *experiment* is what the run computes: its domain and condition,
-the base model, the schedule, the weight and harness phases, the evaluation, the data and the domain's scoring
-options. Its completed phases, checkpoints and split sizes were made from it, so once a run has started it may
-not change: another experiment is another run. Everything else is *execution*, how and where the run is carried
-out (storage, retry, suspend, inference topology, train engine knobs, sandbox, tracking, cluster placement), and
-may change between two runners of one run or mid-run on a cluster.
+A WhaleRun's spec is grouped by owner (whale.core.spec). ``domain``, ``condition`` and ``experiment`` are what the
+run computes: its completed phases, checkpoints and split sizes were made from them, so once a run has started they
+may not change (another experiment is another run). ``execution`` (storage, retry, suspend, inference topology,
+train engine, sandbox, tracking) and ``cluster`` (pod placement) are how and where it is carried out, and may change
+between two runners of one run or mid-run on a cluster.
 
-:data:`EXPERIMENT` is the one list. :func:`experiment_changes` is the check both controllers run (the local
-runner against the spec in the store when it resumes, the operator against the spec its children ran with), and
-whale/crd.py turns the same list into the CRD's transition rules (one per section), so the API server refuses
-what the controllers would.
+:data:`IMMUTABLE` is the one list. :func:`experiment_changes` is the check both controllers run (the local runner
+against the spec in the store when it resumes, the operator against the spec its children ran with), and
+whale/crd.py turns the same list into the CRD's one transition rule, so the API server refuses what the
+controllers would.
 """
 
 from __future__ import annotations
@@ -18,55 +17,16 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
-
-from pydantic import BaseModel
 
 from whale.core.spec import WhaleRunSpec
 
-
-class Section(StrEnum):
-    """A top-level ``spec`` section that belongs to the experiment, by its wire (camelCase) name."""
-
-    DOMAIN = "domain"
-    CONDITION = "condition"
-    MODEL = "model"
-    SCHEDULE = "schedule"
-    RSFT = "rsft"
-    HARNESS_SEARCH = "harnessSearch"
-    EVALUATION = "evaluation"
-    DATA = "data"
-    #: the domain options of v1alpha1: how a domain scores answers (mathAnswer, chessMove, searchAnswer, judge);
-    #: the domain's data options (mathSet, corpus) sit in ``data``
-    VERIFIER = "verifier"
-    #: the one seed spread into data, rsft, evaluation and harnessSearch (each part carries its own after that)
-    SEED = "seed"
-
-    @property
-    def attribute(self) -> str:
-        """The field's name on :class:`WhaleRunSpec` (snake_case)."""
-        return _ATTRIBUTES[self.value]
-
-    @property
-    def required(self) -> bool:
-        """A manifest always gives it (no default): a rule on it need not ask whether it is there."""
-        return WhaleRunSpec.model_fields[self.attribute].is_required()
-
-    @property
-    def defaulted_object(self) -> bool:
-        """An optional section that is an object: the CRD defaults it to ``{}``, so an absent section and one
-        that spells out its defaults are the same section on the API server, as they are to pydantic."""
-        return isinstance(WhaleRunSpec.model_fields[self.attribute].default, BaseModel)
-
-
-_ATTRIBUTES = {(f.alias or name): name for name, f in WhaleRunSpec.model_fields.items()}
-
-#: the experiment: what a run computes, fixed once it has started (the rest of the spec is execution)
-EXPERIMENT: tuple[Section, ...] = tuple(Section)
-_EXPERIMENT_NAMES = frozenset(s.value for s in EXPERIMENT)
-#: the execution: every other top-level field (wire names), free to change on resume
-EXECUTION: tuple[str, ...] = tuple(name for name in _ATTRIBUTES if name not in _EXPERIMENT_NAMES)
+#: the top-level fields of ``spec`` (wire names) fixed once a run has started: what it computes
+IMMUTABLE: tuple[str, ...] = ("domain", "condition", "experiment")
+#: the rest, free to change on resume
+MUTABLE: tuple[str, ...] = tuple(
+    f.alias or name for name, f in WhaleRunSpec.model_fields.items() if (f.alias or name) not in IMMUTABLE
+)
 
 _ABSENT: Any = object()
 
@@ -81,12 +41,12 @@ class FieldChange:
 
     @property
     def section(self) -> str:
-        """The top-level section the field is in (``rsft`` for ``spec.rsft.learningRate``)."""
+        """The top-level field the change is in (``experiment`` for ``spec.experiment.rsft.learningRate``)."""
         return self.path.removeprefix("spec.").split(".")[0].split("[")[0]
 
     @property
     def in_experiment(self) -> bool:
-        return self.section in _EXPERIMENT_NAMES
+        return self.section in IMMUTABLE
 
     def __str__(self) -> str:
         return f"{self.path}: {_show(self.before)} -> {_show(self.after)}"

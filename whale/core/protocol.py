@@ -170,14 +170,14 @@ def phase_request(
     at ``evaluation.temperature`` for an evaluation. The one place a request is built (``decide`` uses it)."""
     if not isinstance(spec, WhaleRunSpec):
         spec = WhaleRunSpec.model_validate(spec)
-    sampling = spec.rsft.sampling
+    sampling = spec.experiment.rsft.sampling
     if isinstance(args, WeightPhaseArgs):
         return WeightRequest(run=run, phase=phase, attempt=attempt, sampling=sampling, weight=args)
     if isinstance(args, HarnessPhaseArgs):
         return HarnessRequest(run=run, phase=phase, attempt=attempt, sampling=sampling, harness=args)
     if isinstance(args, PreparePhaseArgs):
         return PrepareRequest(run=run, phase=phase, attempt=attempt, sampling=sampling, prepare=args)
-    at_eval = sampling.model_copy(update={"temperature": spec.evaluation.temperature})
+    at_eval = sampling.model_copy(update={"temperature": spec.experiment.evaluation.temperature})
     return EvalRequest(run=run, phase=phase, attempt=attempt, sampling=at_eval, eval=args)
 
 
@@ -294,11 +294,11 @@ class PhaseProgress(_Wire):
 
 
 StopReason = Literal["target", "patience", "stop-request", "iterations"]
-#: spec.sandbox.isolation a phase's untrusted code ran under ("namespaces" fails closed, so it was achieved; "pod"
+#: spec.execution.sandbox.isolation a phase's untrusted code ran under ("namespaces" fails closed, so it was achieved; "pod"
 #: runs only on a cluster, in the harness pod)
 SandboxIsolation = Literal["namespaces", "pod", "none"]
 _ISOLATION_HELP = (
-    "spec.sandbox.isolation the phase's harness processes and code tools ran under; "
+    "spec.execution.sandbox.isolation the phase's harness processes and code tools ran under; "
     "pod = in the run's harness pod, walled by the pod; none = NOT isolated (trusted local use only); "
     "None = not recorded"
 )

@@ -1,4 +1,4 @@
-"""Which checkpoints a finished run keeps (``spec.rsft.keepCheckpoints``): pure.
+"""Which checkpoints a finished run keeps (``spec.experiment.rsft.keepCheckpoints``): pure.
 
 Every evaluation point and phase end writes a checkpoint (and ``checkpointEverySteps`` more), a few GB each for
 a real model; once the run has succeeded only two are worth their space: the last (``status.currentCheckpoint``,
@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from whale.core import layout
-from whale.core.spec import KeepCheckpoints, WhaleRunStatus
+from whale.core.spec import KeepCheckpoints
+from whale.core.status import WhaleRunStatus
 
 
 def kept_steps(status: WhaleRunStatus) -> frozenset[int]:

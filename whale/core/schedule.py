@@ -108,11 +108,11 @@ class ResolvedSchedule:
 def resolve(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> ResolvedSchedule:
     """Resolve epochs into steps for these split sizes; raise ScheduleError naming the field."""
     weight_size = split_sizes.get("weight", 0)
-    harness_size = split_sizes.get("harness", spec.data.harness_size)
-    sched, rsft = spec.schedule, spec.rsft
+    harness_size = split_sizes.get("harness", spec.experiment.data.harness_size)
+    sched, rsft = spec.experiment.schedule, spec.experiment.rsft
     cond = spec.condition
     if cond.trains_weights and weight_size < 1:
-        raise ScheduleError("spec.domain", f"domain {spec.domain!r} has an empty D_weight; check spec.data")
+        raise ScheduleError("spec.domain", f"domain {spec.domain!r} has an empty D_weight; check spec.experiment.data")
     spe = steps_per_epoch(max(weight_size, 1), rsft.prompts_per_step)
 
     total = 0
@@ -120,12 +120,12 @@ def resolve(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> ResolvedSchedule
         total = _steps(sched.total_epochs, sched.total_steps, spe, None) or 0
         if total < 1:
             raise ScheduleError(
-                "spec.schedule.totalEpochs",
+                "spec.experiment.schedule.totalEpochs",
                 f"{sched.total_epochs} epochs x {spe} steps/epoch rounds to 0 steps; raise it or give totalSteps",
             )
         if total > MAX_STEPS:
             raise ScheduleError(
-                "spec.schedule.totalEpochs",
+                "spec.experiment.schedule.totalEpochs",
                 f"{sched.total_epochs} epochs x {spe} steps/epoch = {total} steps, more than the maximum of "
                 f"{MAX_STEPS} steps; lower it",
             )
@@ -134,9 +134,9 @@ def resolve(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> ResolvedSchedule
     if cond is Condition.WHALE:
         cycle_steps = _steps(sched.weight_epochs_per_cycle, sched.weight_steps_per_cycle, spe, None)
         field_name = (
-            "spec.schedule.weightStepsPerCycle"
+            "spec.experiment.schedule.weightStepsPerCycle"
             if sched.weight_steps_per_cycle is not None
-            else "spec.schedule.weightEpochsPerCycle"
+            else "spec.experiment.schedule.weightEpochsPerCycle"
         )
         if not cycle_steps or cycle_steps < 1:
             raise ScheduleError(field_name, f"rounds to 0 steps at {spe} steps/epoch; raise it")
@@ -170,18 +170,20 @@ def resolve(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> ResolvedSchedule
     else:
         iterations = sched.harness_iterations_per_cycle
 
-    ev = spec.evaluation
+    ev = spec.experiment.evaluation
     interval = _steps(ev.interval_epochs, ev.interval_steps, spe, DEFAULT_EVAL_INTERVAL_EPOCHS) or 1
     interval = max(1, interval)
     if total // interval > MAX_EVALUATION_POINTS:
         raise ScheduleError(
-            "spec.evaluation.intervalSteps" if ev.interval_steps is not None else "spec.evaluation.intervalEpochs",
+            "spec.experiment.evaluation.intervalSteps"
+            if ev.interval_steps is not None
+            else "spec.experiment.evaluation.intervalEpochs",
             f"an evaluation every {interval} step(s) over {total} steps makes {total // interval} evaluation "
             f"points; at most {MAX_EVALUATION_POINTS} are allowed (each is a full mean@k pass over the test set "
             f"and an entry of the run's status): evaluate every {-(-total // MAX_EVALUATION_POINTS)} steps or more",
         )
 
-    hs = spec.harness_search
+    hs = spec.experiment.harness_search
     per_candidate = harness_size * hs.rollouts_per_item
     # the built-in agents' run_candidate (an option, off as in the paper): its budget is spent per proposer
     # iteration, so the plan counts it there (an upper bound: the proposer may spend less)
@@ -282,7 +284,7 @@ def plan(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> dict[str, Any]:
     if adaptive:
         out["rolloutsUpperBound"] = True
         if sched.weight_rule is not None and sched.harness_rule is not None:
-            w, ah = sched.weight_rule, spec.schedule.adaptive.harness
+            w, ah = sched.weight_rule, spec.experiment.schedule.adaptive.harness
             # the harness knobs as the spec (and the paper) count them: maxIterations in proposer iterations
             out["adaptive"] = {
                 "weight": {
@@ -319,7 +321,7 @@ def _count_rest(entries: Iterator[dict[str, Any]], tail: deque[dict[str, Any]]) 
 def _plan_entries(spec: WhaleRunSpec, sched: ResolvedSchedule) -> Iterator[dict[str, Any]]:
     """The plan's entries in order, one at a time (a weight phase's evaluations come from a range)."""
     cond = spec.condition
-    ev = spec.evaluation
+    ev = spec.experiment.evaluation
     adaptive = cond is Condition.ADAPTIVE_WHALE
 
     def evaluation(cycle: int, step: int, after: str) -> dict[str, Any]:
@@ -398,7 +400,7 @@ def optimizer_updates_per_step(spec: WhaleRunSpec) -> dict[str, Any] | None:
     in one process, where both scopes give the global figure)."""
     if not spec.condition.trains_weights:
         return None
-    r, train = spec.rsft, spec.train
+    r, train = spec.experiment.rsft, spec.execution.train
     ranks = train.num_nodes * max(train.gpus_per_node, 1)
     rollouts = r.prompts_per_step * r.rollouts_per_prompt
 

@@ -14,15 +14,19 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, model_validator
 from pydantic.alias_generators import to_camel
 
+from whale.core.convert import convert_v1alpha1_spec, is_v1alpha1_spec
+
 API_GROUP = "whale.dev"
-API_VERSION = "v1alpha1"
+API_VERSION = "v1alpha2"
+#: the previous version: still read, converted on load (whale.core.convert); `whale migrate` rewrites it
+PREVIOUS_API_VERSION = "v1alpha1"
 KIND = "WhaleRun"
 PLURAL = "whaleruns"
 SINGULAR = "whalerun"
 SHORT_NAMES = ["wr"]
 
 
-class _Model(BaseModel):
+class WireModel(BaseModel):
     """camelCase on the wire, unknown fields rejected (a typo must not be silently ignored), every
     float finite (``.inf`` and ``.nan`` parse as YAML floats but mean nothing as a budget or a rate)."""
 
@@ -265,7 +269,7 @@ class Condition(str, enum.Enum):
 # ----- schedule -----------------------------------------------------------------------------------
 
 
-class AdaptiveWeight(_Model):
+class AdaptiveWeight(WireModel):
     """Weight-phase patience on the sliding-window mean training reward (each 0.2 epoch in the paper).
 
     Give each knob in epochs of D_weight or in steps, not both."""
@@ -290,7 +294,7 @@ class AdaptiveWeight(_Model):
         return self
 
 
-class AdaptiveHarness(_Model):
+class AdaptiveHarness(WireModel):
     """Harness-phase patience on the archive's best training score (counted as the paper: see each field)."""
 
     min_iterations: Iterations = Field(
@@ -323,12 +327,12 @@ class AdaptiveHarness(_Model):
         return self
 
 
-class Adaptive(_Model):
+class Adaptive(WireModel):
     weight: AdaptiveWeight = AdaptiveWeight()
     harness: AdaptiveHarness = AdaptiveHarness()
 
 
-class Schedule(_Model):
+class Schedule(WireModel):
     """The weight budget and the per-cycle budgets, in epochs of D_weight or in RSFT steps.
 
     steps-per-epoch = round(|D_weight| / promptsPerStep); a budget in epochs becomes
@@ -368,7 +372,7 @@ class Schedule(_Model):
 # ----- workloads ----------------------------------------------------------------------------------
 
 
-class Sampling(_Model):
+class Sampling(WireModel):
     temperature: Temperature = 1.0
     top_p: Fraction = 1.0
     top_k: Annotated[int, Strict(), Field(ge=-1, le=MAX_TOKENS, description="-1: no top-k")] = 20
@@ -391,11 +395,11 @@ class Sampling(_Model):
     )
 
 
-#: spec.rsft.keepCheckpoints (whale.core.retention)
+#: spec.experiment.rsft.keepCheckpoints (whale.core.retention)
 KeepCheckpoints = Literal["lastAndBest", "all"]
 
 
-class RSFT(_Model):
+class RSFT(WireModel):
     """Online rejection-sampling fine-tuning: one step = promptsPerStep x rolloutsPerPrompt rollouts,
     keep reward > scoreThreshold, SFT on the kept trajectories."""
 
@@ -529,7 +533,7 @@ class RSFT(_Model):
         return self
 
 
-class SecretKey(_Model):
+class SecretKey(WireModel):
     """A key of a Kubernetes Secret in the run's namespace (the operator injects it by ``secretKeyRef``: the
     value never enters a manifest)."""
 
@@ -563,7 +567,7 @@ ObjectUID = Annotated[
 MAX_TRIAL_ROLLOUTS = 100_000
 
 
-class Proposer(_Model):
+class Proposer(WireModel):
     """The coding agent that writes harness candidates (docs/metaharness.md#the-proposer)."""
 
     backend: Literal["openai", "anthropic", "cli", "replay", "mutate"] = Field(
@@ -662,7 +666,7 @@ UNISOLATED_UNACKNOWLEDGED = (
 )
 
 
-class RewardIntegrity(_Model):
+class RewardIntegrity(WireModel):
     """Reward-integrity checks of the harness search: a candidate whose reward does not come through the
     model (rewarded episodes with no model call; a better score while the model's completion tokens per
     episode fall below ``minTokenRatio`` x the incoming harness's) is flagged, and refused unless
@@ -691,7 +695,7 @@ class RewardIntegrity(_Model):
         return self
 
 
-class HarnessSearch(_Model):
+class HarnessSearch(WireModel):
     proposals_per_iteration: Annotated[int, Strict(), Field(ge=1, le=100)] = Field(
         3, description="candidate harnesses the proposer writes per iteration"
     )
@@ -711,7 +715,7 @@ class HarnessSearch(_Model):
     )
 
 
-class Evaluation(_Model):
+class Evaluation(WireModel):
     """Test mean@k at regular points of the weight budget, after every harness phase and at the end."""
 
     samples_per_item: Samples = Field(8, description="k of mean@k")
@@ -753,7 +757,7 @@ class Evaluation(_Model):
         return self
 
 
-class Model(_Model):
+class Model(WireModel):
     name: Annotated[str, Strict(), Field(min_length=1, max_length=4096)] = Field(
         ..., description="HF model id, or a local path / store URI of a checkpoint"
     )
@@ -780,7 +784,7 @@ class Model(_Model):
     )
 
 
-class DataSourcePin(_Model):
+class DataSourcePin(WireModel):
     """Where one named source of the full data comes from, overriding the domain's default: a mirror
     (``url``) and/or the digest the download must have (``sha256``). ``whale prepare`` lists a
     domain's source names."""
@@ -797,7 +801,7 @@ class DataSourcePin(_Model):
     )
 
 
-class Data(_Model):
+class Data(WireModel):
     """Where the domain's raw files are, and optional caps on the split sizes."""
 
     source: Literal["sample", "full"] = Field(
@@ -858,7 +862,7 @@ class Data(_Model):
         return self
 
 
-class Storage(_Model):
+class Storage(WireModel):
     uri: Annotated[str, Strict(), Field(max_length=2048, pattern=URL)] | None = Field(
         None, description="file:///path or s3://bucket/prefix; `whale run --store` overrides it"
     )
@@ -872,7 +876,7 @@ class Storage(_Model):
     )
 
 
-class Inference(_Model):
+class Inference(WireModel):
     """How rollouts are sampled: a vLLM server (cluster) or the in-process transformers backend (CPU)."""
 
     backend: Literal["auto", "vllm", "transformers", "openai"] = Field(
@@ -952,7 +956,7 @@ class Inference(_Model):
         return self
 
 
-class Retry(_Model):
+class Retry(WireModel):
     max_attempts: Annotated[int, Strict(), Field(ge=1, le=100)] = Field(
         3, description="attempts per phase before the run fails"
     )
@@ -970,14 +974,14 @@ class Retry(_Model):
 # ----- cluster-only fields (ignored by `whale run`) -----------------------------------------------
 
 
-class Resources(_Model):
+class Resources(WireModel):
     requests: dict[QualifiedName, Quantity] = Field(
         default_factory=dict, max_length=32, description="e.g. cpu: '8', memory: 32Gi, nvidia.com/gpu: '1'"
     )
     limits: dict[QualifiedName, Quantity] = Field(default_factory=dict, max_length=32)
 
 
-class Toleration(_Model):
+class Toleration(WireModel):
     """A Kubernetes toleration, with the API server's own consistency rules checked up front."""
 
     model_config = ConfigDict(
@@ -1019,14 +1023,14 @@ class Toleration(_Model):
 ImageRef = Annotated[str, Strict(), Field(min_length=1, max_length=512, pattern=IMAGE_REF)]
 
 
-class Images(_Model):
+class Images(WireModel):
     worker: ImageRef = "ghcr.io/whale-dev/whale-worker:0.1.0"
     vllm: ImageRef = "vllm/vllm-openai:v0.24.0"
     tools: ImageRef = "ghcr.io/whale-dev/whale-tools:0.1.0"
     pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
 
 
-class Train(_Model):
+class Train(WireModel):
     """Train Job shape. numNodes > 1 makes the train Job an Indexed Job with torchrun rendezvous."""
 
     num_nodes: Annotated[int, Strict(), Field(ge=1, le=1_024)] = 1
@@ -1048,45 +1052,45 @@ AnnotationValue = Annotated[str, Strict(), Field(max_length=4096)]
 NonRootId = Annotated[int, Strict(), Field(ge=1, le=2_147_483_647)]
 
 
-class NodeSelectorRequirement(_Model):
+class NodeSelectorRequirement(WireModel):
     key: LabelKey
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
     values: list[LabelValue] = Field(default_factory=list, max_length=MAX_VALUES)
 
 
-class NodeSelectorTerm(_Model):
+class NodeSelectorTerm(WireModel):
     match_expressions: list[NodeSelectorRequirement] = Field(default_factory=list, max_length=MAX_TERMS)
     match_fields: list[NodeSelectorRequirement] = Field(default_factory=list, max_length=MAX_TERMS)
 
 
-class NodeSelector(_Model):
+class NodeSelector(WireModel):
     node_selector_terms: list[NodeSelectorTerm] = Field(..., min_length=1, max_length=MAX_TERMS)
 
 
-class PreferredSchedulingTerm(_Model):
+class PreferredSchedulingTerm(WireModel):
     weight: Annotated[int, Strict(), Field(ge=1, le=100)]
     preference: NodeSelectorTerm
 
 
-class NodeAffinity(_Model):
+class NodeAffinity(WireModel):
     required_during_scheduling_ignored_during_execution: NodeSelector | None = None
     preferred_during_scheduling_ignored_during_execution: list[PreferredSchedulingTerm] = Field(
         default_factory=list, max_length=MAX_TERMS
     )
 
 
-class LabelSelectorRequirement(_Model):
+class LabelSelectorRequirement(WireModel):
     key: LabelKey
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
     values: list[LabelValue] = Field(default_factory=list, max_length=MAX_VALUES)
 
 
-class LabelSelector(_Model):
+class LabelSelector(WireModel):
     match_labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=MAX_VALUES)
     match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list, max_length=MAX_TERMS)
 
 
-class PodAffinityTerm(_Model):
+class PodAffinityTerm(WireModel):
     label_selector: LabelSelector | None = None
     topology_key: LabelKey
     namespaces: list[NamespaceName] = Field(default_factory=list, max_length=MAX_VALUES)
@@ -1095,12 +1099,12 @@ class PodAffinityTerm(_Model):
     mismatch_label_keys: list[LabelKey] = Field(default_factory=list, max_length=MAX_VALUES)
 
 
-class WeightedPodAffinityTerm(_Model):
+class WeightedPodAffinityTerm(WireModel):
     weight: Annotated[int, Strict(), Field(ge=1, le=100)]
     pod_affinity_term: PodAffinityTerm
 
 
-class PodAffinity(_Model):
+class PodAffinity(WireModel):
     required_during_scheduling_ignored_during_execution: list[PodAffinityTerm] = Field(
         default_factory=list, max_length=MAX_TERMS
     )
@@ -1109,13 +1113,13 @@ class PodAffinity(_Model):
     )
 
 
-class Affinity(_Model):
+class Affinity(WireModel):
     node_affinity: NodeAffinity | None = None
     pod_affinity: PodAffinity | None = None
     pod_anti_affinity: PodAffinity | None = None
 
 
-class TopologySpreadConstraint(_Model):
+class TopologySpreadConstraint(WireModel):
     max_skew: Annotated[int, Strict(), Field(ge=1, le=1_000_000)]
     topology_key: LabelKey
     when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"]
@@ -1126,11 +1130,11 @@ class TopologySpreadConstraint(_Model):
     node_taints_policy: Literal["Honor", "Ignore"] | None = None
 
 
-class LocalObjectReference(_Model):
+class LocalObjectReference(WireModel):
     name: K8sName
 
 
-class PodSecurity(_Model):
+class PodSecurity(WireModel):
     """The non-root identity of a component's pods (the image's user by default: worker 10001, tools 65534).
     Everything else of the security context is fixed: restricted, or the sandbox host's where a pod starts
     harness sandboxes (docs/operator.md#pod-security)."""
@@ -1140,7 +1144,7 @@ class PodSecurity(_Model):
     fs_group: NonRootId | None = None
 
 
-class PodPlacement(_Model):
+class PodPlacement(WireModel):
     """One component's pod template. Maps (nodeSelector, labels, annotations) are merged over the run-wide ones
     (spec.cluster.nodeSelector); lists and scalars given here replace the run-wide value."""
 
@@ -1166,7 +1170,7 @@ class PodPlacement(_Model):
     pod_security: PodSecurity = PodSecurity()
 
 
-class Placement(_Model):
+class Placement(WireModel):
     """Per-component pod templates: each inherits the run-wide placement (spec.cluster.nodeSelector,
     tolerations, priorityClassName) and overrides it. Run-wide tolerations of GPU taints (a key naming a GPU,
     e.g. nvidia.com/gpu) reach only pods that request a GPU."""
@@ -1181,7 +1185,7 @@ class Placement(_Model):
     )
 
 
-#: a Job's default wall time when spec.retry.activeDeadlineSeconds is unset: 7 days
+#: a Job's default wall time when spec.execution.retry.activeDeadlineSeconds is unset: 7 days
 DEFAULT_ACTIVE_DEADLINE_S = 7 * 24 * 3600
 #: how long a finished child Job stays for `kubectl logs` before the TTL controller deletes it: 7 days
 DEFAULT_FINISHED_TTL_S = 7 * 24 * 3600
@@ -1192,12 +1196,12 @@ DEFAULT_FINISHED_TTL_S = 7 * 24 * 3600
 DEFAULT_MAX_EVICTIONS = 10
 
 
-class Lifecycle(_Model):
+class Lifecycle(WireModel):
     """How long children live."""
 
     active_deadline_seconds: Annotated[int, Strict(), Field(ge=1, le=MAX_DEADLINE_S)] = Field(
         DEFAULT_ACTIVE_DEADLINE_S,
-        description="a Job's wall time when spec.retry.activeDeadlineSeconds is unset "
+        description="a Job's wall time when spec.execution.retry.activeDeadlineSeconds is unset "
         "(7 days); a weight phase longer than that needs retry.activeDeadlineSeconds",
     )
     ttl_seconds_after_finished: Annotated[int, Strict(), Field(ge=0, le=MAX_DEADLINE_S)] | None = Field(
@@ -1207,7 +1211,7 @@ class Lifecycle(_Model):
     )
 
 
-class Cluster(_Model):
+class Cluster(WireModel):
     """Kubernetes placement for the children; `whale run` ignores all of it."""
 
     images: Images = Images()
@@ -1253,7 +1257,7 @@ class Cluster(_Model):
     )
 
 
-class Tracking(_Model):
+class Tracking(WireModel):
     """Also log the run's metrics to TensorBoard / Weights & Biases / MLflow (like TRL's ``report_to``).
 
     Off by default; the store keeps every metric either way. Each workload logs its phase when the phase
@@ -1282,7 +1286,7 @@ CLI_AT_POD = (
 )
 
 
-class EpisodeBounds(_Model):
+class EpisodeBounds(WireModel):
     """What one episode may take, whatever its harness does (docs/security.md, "Bounds"): on reaching a bound
     the episode ends failed (``end: limit``, reward 0, the reason in its trace). Not the paper's (it has
     none): generous enough that no harness of the paper's kind meets them."""
@@ -1299,7 +1303,7 @@ class EpisodeBounds(_Model):
     timeout_seconds: Seconds = Field(1800, description="wall time of one episode (hooks, model calls, tools)")
 
 
-class Sandbox(_Model):
+class Sandbox(WireModel):
     """How untrusted code runs: proposer-written harness files and the model's code (math's code tool)."""
 
     episode: EpisodeBounds = Field(EpisodeBounds(), description="what one episode may take (actions, bytes, time)")
@@ -1330,7 +1334,7 @@ class Sandbox(_Model):
     )
 
 
-class Judge(_Model):
+class Judge(WireModel):
     """The LLM judge of ``verifier.searchAnswer: llmJudge`` (the reference's llm_judge.py settings)."""
 
     model: Annotated[str, Strict(), Field(min_length=1, max_length=256)] = Field(
@@ -1361,7 +1365,7 @@ class Judge(_Model):
         return self
 
 
-class Verifier(_Model):
+class Verifier(WireModel):
     """How the domains score an episode where the paper's rule and a common, more lenient one differ.
     The defaults are the paper's; the alternatives are there to measure what the stricter rule costs."""
 
@@ -1391,13 +1395,13 @@ class Verifier(_Model):
 # ----- the spec -----------------------------------------------------------------------------------
 
 
-#: the parts a run's one ``seed`` reaches: (wire name, Python name) of each section with a ``seed`` field
+#: the parts of the experiment a run's one ``seed`` reaches: (wire name, Python name) of each with a ``seed`` field
 SEEDED_PARTS = (("data", "data"), ("rsft", "rsft"), ("evaluation", "evaluation"), ("harnessSearch", "harness_search"))
 
 
 def spread_seed(data: Any) -> Any:
-    """A spec's raw fields with ``seed`` copied into each seeded part that leaves its own unset (pure; a
-    non-mapping, or a spec without ``seed``, comes back as it is, for the field validators to judge)."""
+    """An experiment's raw fields with ``seed`` copied into each seeded part that leaves its own unset (pure; a
+    non-mapping, or one without ``seed``, comes back as it is, for the field validators to judge)."""
     if not isinstance(data, dict) or data.get("seed") is None:
         return data
     seed = data["seed"]
@@ -1413,35 +1417,22 @@ def spread_seed(data: Any) -> Any:
     return out
 
 
-class WhaleRunSpec(_Model):
-    domain: str = Field(..., description="a registered domain (entry-point group whale.domains)")
-    condition: Condition = Field(..., description="rsft_only | mh_only | whale | adaptive_whale")
+class Experiment(WireModel):
+    """What the run computes. Its phases, checkpoints and split sizes are made from it, so once a run has a phase
+    it may not change (whale.core.mutability): another experiment is another run."""
+
     model: Model = Field(..., description="the base model theta0")
     schedule: Schedule = Field(Schedule(), description="budgets: weight steps, E, I, patience")
     rsft: RSFT = Field(RSFT(), description="the weight phase")
     harness_search: HarnessSearch = Field(HarnessSearch(), description="the harness phase")
     evaluation: Evaluation = Field(Evaluation(), description="test mean@k")
     data: Data = Field(Data(), description="the domain's raw data and split sizes")
-    storage: Storage = Field(Storage(), description="the object store every phase writes to")
-    inference: Inference = Field(Inference(), description="how rollouts are sampled")
-    retry: Retry = Field(Retry(), description="failure handling per phase")
-    train: Train = Field(Train(), description="train Job shape (cluster)")
-    cluster: Cluster = Field(Cluster(), description="Kubernetes placement (ignored by `whale run`)")
-    sandbox: Sandbox = Field(Sandbox(), description="isolation of untrusted code (harness files, model-written code)")
     verifier: Verifier = Field(Verifier(), description="scoring rules where the paper's and a lenient one differ")
-    suspend: StrictBool = Field(False, description="true: stop every child cleanly; false again resumes")
-    tracking: Tracking = Field(Tracking(), description="metrics also to TensorBoard / W&B / MLflow (off by default)")
     seed: Int64 | None = Field(
         None,
         description="one seed for every random choice of the run: each of data.seed, rsft.seed, evaluation.seed and "
         "harnessSearch.seed that the manifest leaves unset takes this value (a part that sets its own keeps it). "
         "Unset: each part's own default (the paper's 42 for data and RSFT, 0 for evaluation and harness search)",
-    )
-    resume_from: ObjectUID | None = Field(
-        None,
-        description="cluster: adopt the store of an earlier WhaleRun of this name in this namespace (the UID "
-        "in its status.storeUri) instead of starting clean; a run's store is <storage.uri>/<namespace>/<name>.<uid>. "
-        "`whale run` ignores it (a local store is keyed by the run name)",
     )
 
     @model_validator(mode="before")
@@ -1450,9 +1441,61 @@ class WhaleRunSpec(_Model):
         """``seed`` fills the seed of every part that does not set its own (docs/reproducing.md#seeds)."""
         return spread_seed(data)
 
+
+class Execution(WireModel):
+    """How the run is carried out: free to change between two runners of one run, or mid-run on a cluster (a
+    resumed run picks the new values up)."""
+
+    storage: Storage = Field(Storage(), description="the object store every phase writes to")
+    inference: Inference = Field(Inference(), description="how rollouts are sampled")
+    retry: Retry = Field(Retry(), description="failure handling per phase")
+    train: Train = Field(Train(), description="train Job shape (cluster)")
+    sandbox: Sandbox = Field(Sandbox(), description="isolation of untrusted code (harness files, model-written code)")
+    suspend: StrictBool = Field(False, description="true: stop every child cleanly; false again resumes")
+    tracking: Tracking = Field(Tracking(), description="metrics also to TensorBoard / W&B / MLflow (off by default)")
+    resume_from: ObjectUID | None = Field(
+        None,
+        description="cluster: adopt the store of an earlier WhaleRun of this name in this namespace (the UID "
+        "in its status.storeUri) instead of starting clean; a run's store is "
+        "<execution.storage.uri>/<namespace>/<name>.<uid>. `whale run` ignores it (a local store is keyed by the run name)",
+    )
+
+
+class WhaleRunSpec(WireModel):
+    """A run by owner: ``domain`` and ``condition``, the ``experiment`` (what it computes), the ``execution`` (how it
+    is carried out) and the ``cluster`` (where its pods go; read by the operator only)."""
+
+    domain: str = Field(..., description="a registered domain (entry-point group whale.domains)")
+    condition: Condition = Field(..., description="rsft_only | mh_only | whale | adaptive_whale")
+    experiment: Experiment = Field(..., description="what the run computes: fixed once the run has a phase")
+    execution: Execution = Field(Execution(), description="how the run is carried out: may change on resume")
+    cluster: Cluster = Field(Cluster(), description="Kubernetes placement (ignored by `whale run`)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_v1alpha1(cls, data: Any) -> Any:
+        """A spec of the previous API version (flat: ``rsft``, ``storage``... at the top) as this one, by the one
+        conversion (whale.core.convert), so a spec written by an older WHALE (a store's spec.json) still reads."""
+        return convert_v1alpha1_spec(data) if is_v1alpha1_spec(data) else data
+
+    def with_sections(self, **sections: Any) -> WhaleRunSpec:
+        """This spec with some sections replaced, each by its field name (``rsft=...``, ``storage=...``),
+        wherever it lives (experiment or execution); ``domain``, ``condition`` and ``cluster`` stay top-level."""
+        top: dict[str, Any] = {k: sections.pop(k) for k in ("domain", "condition", "cluster") if k in sections}
+        exp = {k: v for k, v in sections.items() if k in Experiment.model_fields}
+        exe = {k: v for k, v in sections.items() if k in Execution.model_fields}
+        unknown = set(sections) - set(exp) - set(exe)
+        if unknown:
+            raise ValueError(f"not a spec section: {', '.join(sorted(unknown))}")
+        if exp:
+            top["experiment"] = self.experiment.model_copy(update=exp)
+        if exe:
+            top["execution"] = self.execution.model_copy(update=exe)
+        return self.model_copy(update=top)
+
     @model_validator(mode="after")
     def _admission_fields(self) -> WhaleRunSpec:
-        inf = self.inference
+        inf = self.execution.inference
         if self.cluster.admission == "jobSet" and (inf.backend not in ("auto", "vllm") or inf.placement != "separate"):
             raise ValueError(
                 "cluster.admission: jobSet puts each phase's own vLLM server beside its workload; it needs "
@@ -1464,15 +1507,15 @@ class WhaleRunSpec(_Model):
     def _proposer_isolation(self) -> WhaleRunSpec:
         if (
             self.condition.searches_harness
-            and self.sandbox.isolation == "pod"
-            and self.harness_search.proposer.backend == "cli"
+            and self.execution.sandbox.isolation == "pod"
+            and self.experiment.harness_search.proposer.backend == "cli"
         ):
             raise ValueError(CLI_AT_POD)
         return self
 
     @model_validator(mode="after")
     def _condition_fields(self) -> WhaleRunSpec:
-        sched = self.schedule
+        sched = self.experiment.schedule
         has_budget = sched.total_epochs is not None or sched.total_steps is not None
         has_cycle = sched.weight_epochs_per_cycle is not None or sched.weight_steps_per_cycle is not None
         if self.condition.trains_weights and not has_budget:
@@ -1496,239 +1539,3 @@ class WhaleRunSpec(_Model):
                 "remove them"
             )
         return self
-
-
-# ----- status -------------------------------------------------------------------------------------
-
-
-class RunPhase(str, enum.Enum):
-    PENDING = "Pending"
-    RUNNING = "Running"
-    SUSPENDED = "Suspended"
-    #: `whale run` stopped mid-run (Ctrl-C, SIGTERM, --timeout, `whale stop`, a store error): nothing runs; the
-    #: next `whale run` resumes it (back to Running). Written by the local runner only; ``decide`` reads it as
-    #: Running, so a status saved this way resumes exactly
-    INTERRUPTED = "Interrupted"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-
-    def is_terminal(self) -> bool:
-        return self in (RunPhase.SUCCEEDED, RunPhase.FAILED)
-
-
-class Stage(str, enum.Enum):
-    WEIGHT = "weight"
-    HARNESS = "harness"
-    EVAL = "eval"
-    DONE = "done"
-
-
-class Reason(str, enum.Enum):
-    """Why the run is in its phase (``status.reason``, and the reason of its Interrupted condition).
-
-    One enum for every writer (``decide``, the local runner, the operator), so a typo cannot invent a
-    reason nobody handles; on the wire the status keeps a plain string (a newer writer may add one)."""
-
-    STARTED = "Started"
-    RESUMED = "Resumed"
-    SUSPENDED = "Suspended"
-    COMPLETED = "Completed"
-    PHASE_FAILED = "PhaseFailed"
-    INVALID_SCHEDULE = "InvalidSchedule"
-    #: the operator: the spec (or the run's name) cannot be run as written
-    INVALID_SPEC = "InvalidSpec"
-    #: the operator: the split sizes are unknown and nothing can compute them here
-    WAITING_FOR_DATA = "WaitingForData"
-    PREPARING_DATA = "PreparingData"
-    PREPARE_FAILED = "PrepareFailed"
-    #: the operator: the run's credentials Secret (spec.storage.credentialsSecret) is missing or unusable
-    WAITING_FOR_CREDENTIALS = "WaitingForCredentials"
-    #: the operator: the run's object store did not answer within the operator's timeouts and retry deadline
-    STORE_UNAVAILABLE = "StoreUnavailable"
-    #: the operator: a field of the experiment changed mid-run (where the CRD's CEL rules did not stop it)
-    IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
-    #: the operator: spec.storage (or resumeFrom) changed mid-run to a store that does not hold the run
-    STORE_WITHOUT_RUN = "StoreWithoutRun"
-    #: the operator: Kueue evicted one attempt of a phase more than ``spec.cluster.maxEvictions`` times
-    EVICTION_LIMIT = "EvictionLimitReached"
-    #: the local runner stopped before the run ended (the condition's reason says why: the members below)
-    INTERRUPTED = "Interrupted"
-    RETRIED = "Retried"
-    SIGNAL = "Signal"
-    TIMEOUT = "Timeout"
-    STOP_REQUESTED = "StopRequested"
-    STORE_ERROR = "StoreError"
-    RUNNER_ERROR = "RunnerError"
-
-
-class ConditionType(str, enum.Enum):
-    """The metav1 condition types of a WhaleRun, in the order they are listed."""
-
-    INFERENCE_READY = "InferenceReady"
-    PROGRESSING = "Progressing"
-    SUSPENDED = "Suspended"
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    #: False when the run went on with a harness flagged for reward integrity (it scored without the model)
-    REWARD_INTEGRITY = "RewardIntegrity"
-    #: the local runner only: the last runner stopped before the run ended
-    INTERRUPTED = "Interrupted"
-    #: True while a child runs and the store showed no progress for ``spec.retry.stallAfterSeconds`` (an alert)
-    STALLED = "Stalled"
-    #: the operator: the API server refused to create or update one of the run's children (present only while
-    #: it does: the reason is the HTTP status' name, the message names the child and the server's words)
-    CHILD_CREATE_FAILED = "ChildCreateFailed"
-    #: the operator, under a queue: True while a phase's child waits for Kueue to admit it (first, or again after
-    #: an eviction: the reason says which, the message gives Kueue's words)
-    QUEUED = "Queued"
-    #: the operator, under a queue: True while a phase's child runs admitted by Kueue
-    ADMITTED = "Admitted"
-
-
-class BestEval(_Model):
-    """The best test mean@k seen so far and where it came from (the paper's headline figure)."""
-
-    model_config = ConfigDict(allow_inf_nan=True)  # status reports what was observed
-
-    mean_at_k: float
-    k: int
-    phase: str
-    cycle: int
-    step: int
-    harness: str | None = None
-    checkpoint: str | None = None
-    rollouts_at: int = Field(0, description="training rollouts spent when this point was reached")
-    iteration: int | None = Field(
-        None, description="mh_only: the harness-search iteration whose accepted harness this point evaluates"
-    )
-
-
-class Condition_(_Model):  # noqa: N801 - metav1.Condition, named apart from the run Condition enum
-    model_config = ConfigDict(allow_inf_nan=True)
-
-    type: str
-    status: Literal["True", "False", "Unknown"]
-    reason: str
-    message: str = ""
-    last_transition_time: str | None = None
-    observed_generation: int | None = None
-
-
-MetaCondition = Condition_
-
-
-class EvalPoint(_Model):
-    """One evaluation the run owes: (checkpoint, harness) at a point of the schedule."""
-
-    model_config = ConfigDict(allow_inf_nan=True)
-
-    phase: str
-    cycle: int
-    step: int
-    after: Literal["start", "weight", "harness"]
-    checkpoint: str | None = None
-    harness: str | None = None
-    rollouts_at: int = 0
-    iteration: int | None = Field(
-        None, description="mh_only: the harness-search iteration whose accepted harness this evaluates"
-    )
-    mean_at_k: float | None = Field(None, description="set when the evaluation finished")
-    k: int | None = Field(None, description="k of meanAtK, set with it")
-    flagged: bool = Field(
-        False, description="the evaluation was flagged for reward integrity (never the run's best; see integrityFlags)"
-    )
-
-    def finished(self, mean_at_k: float, k: int, flagged: bool = False) -> EvalPoint:
-        """This point with its evaluation's result."""
-        return self.model_copy(update={"mean_at_k": mean_at_k, "k": k, "flagged": flagged})
-
-
-class IntegrityFlagStatus(_Model):
-    """A harness candidate, or an evaluation, whose reward did not come through the model (from its phase's
-    result)."""
-
-    phase: str
-    candidate: str = Field(description="the candidate's id; for an evaluation, the harness it evaluated (h0: `h0`)")
-    accepted: bool = Field(False, description="true: the run went on with this harness (integrity action flag)")
-    evaluation: bool = Field(False, description="true: an evaluation was flagged (its mean is never the best)")
-    reasons: list[str] = Field(default_factory=list, description="`[rule] message with the numbers`")
-
-
-class WhaleRunStatus(_Model):
-    """What `kubectl get wr` shows, and everything ``decide()`` needs to resume a run.
-
-    Written by one writer: the controller applying ``decide()``. Counters (attempts, failures,
-    preemptions, rollouts) are owned here and never recomputed from children."""
-
-    model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="ignore", frozen=True, allow_inf_nan=True
-    )
-
-    phase: RunPhase = RunPhase.PENDING
-    cycle: NonNegInt = 0
-    stage: Stage | None = None
-    step: NonNegInt = Field(0, description="global RSFT steps reached (latest logged step while training)")
-    iteration: NonNegInt = Field(0, description="harness iterations done in the current harness phase")
-    training_reward: float | None = Field(None, description="mean training reward of the latest RSFT step")
-    harness_score: float | None = Field(None, description="best D_harness score in the current harness phase")
-    steps_per_epoch: NonNegInt | None = None
-    total_steps: NonNegInt | None = None
-    current_checkpoint: str | None = Field(None, description="store key; None: the base model theta0")
-    current_harness: str | None = Field(None, description="store key; None: the domain's h0")
-    checkpoint_step: NonNegInt = Field(0, description="the step of currentCheckpoint")
-    active_phase: str | None = Field(None, description="the main (weight/harness) phase running now")
-    completed_phases: list[str] = Field(default_factory=list, description="main phases done, in order")
-    attempts: dict[str, int] = Field(default_factory=dict, description="current attempt number per phase")
-    failures: dict[str, int] = Field(default_factory=dict, description="failed attempts per phase")
-    preemptions: NonNegInt = Field(0, description="attempts replaced after the cluster disrupted them (no failure)")
-    evictions: dict[str, int] = Field(
-        default_factory=dict,
-        description="times Kueue evicted the current attempt of each phase (the same Job is kept and re-admitted; "
-        "more than spec.cluster.maxEvictions fails the run)",
-    )
-    stop_requested: list[str] = Field(default_factory=list, description="phases asked to stop early")
-    rollouts_completed: NonNegInt = Field(0, description="training rollouts of finished phases")
-    rollouts_spent: NonNegInt = Field(0, description="training rollouts so far (finished + running phases)")
-    empty_steps: NonNegInt = Field(
-        0,
-        description="RSFT steps so far that kept no trajectory (no reward above rsft.scoreThreshold: SFT skipped, "
-        "the weights did not move), finished + running weight phases; a warning when it grows",
-    )
-    empty_steps_completed: NonNegInt = Field(0, description="emptySteps of the finished weight phases")
-    last_empty_step: NonNegInt | None = Field(None, description="the latest global step that kept no trajectory")
-    evals: list[EvalPoint] = Field(default_factory=list)
-    best: BestEval | None = Field(None, description="the best test mean@k over every evaluation point")
-    final: BestEval | None = Field(
-        None,
-        description="the test mean@k of the run's last evaluation point in schedule order - the agent it "
-        "ends with; set when the run succeeds. Beside best: a condition evaluated more often is not favoured here",
-    )
-    integrity_flags: list[IntegrityFlagStatus] = Field(
-        default_factory=list,
-        description="harness candidates flagged for reward integrity (at most 20 per phase, "
-        "the accepted one first; the phase's result.json lists them all) and flagged evaluations (evaluation: "
-        "true; never the best)",
-    )
-    last_eval_mean: float | None = None
-    reason: str | None = None
-    message: str | None = None
-    start_time: str | None = None
-    completion_time: str | None = None
-    last_progress_time: str | None = Field(
-        None,
-        description="when the store last showed progress (a metrics line, a result, a checkpoint) or a phase's "
-        "child started or ended; the Stalled condition counts from here",
-    )
-    progress_mark: str | None = Field(
-        None,
-        description="what the store showed at lastProgressTime (main phases and evaluations done, failed attempts, "
-        "metrics lines of the running phases, complete checkpoints, the children running); "
-        "a different mark is progress",
-    )
-    observed_generation: int | None = None
-    conditions: list[MetaCondition] = Field(default_factory=list)
-    store_uri: str | None = Field(
-        None,
-        description="where this run's data lives: on a cluster <storage.uri>/<namespace>/<name>.<uid> (its own, "
-        "or the one spec.resumeFrom adopted); `whale status NAME --store <storeUri>` reads it",
-    )

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from whale.core.layout import PhaseId
 from whale.core.protocol import PhaseKind
-from whale.core.spec import (
+from whale.core.status import (
     BestEval,
     ConditionType,
     EvalPoint,

@@ -46,7 +46,7 @@ class ChecksumMismatch(FetchError):
         super().__init__(
             f"{url}: the {what} has SHA-256 {actual}, expected {expected}; the file changed upstream or was "
             "corrupted. Nothing was kept. If the new file is the one you mean, pin its digest in "
-            "spec.data.sources (sha256), or point url at a mirror of the expected file"
+            "spec.experiment.data.sources (sha256), or point url at a mirror of the expected file"
         )
 
 
@@ -145,7 +145,7 @@ def _fetch_into(
             raise httpx.RemoteProtocolError("range not satisfiable; the partial file was dropped")
         if resp.status_code not in (200, 206):
             raise FetchError(
-                f"{url}: HTTP {resp.status_code} {resp.reason_phrase}; check the URL (spec.data.sources "
+                f"{url}: HTTP {resp.status_code} {resp.reason_phrase}; check the URL (spec.experiment.data.sources "
                 "can point a source at a mirror)"
             )
         append = resp.status_code == 206 and have > 0

@@ -1,4 +1,4 @@
-"""The full datasets (``spec.data.source: full``): fetched, verified, split, kept in the store.
+"""The full datasets (``spec.experiment.data.source: full``): fetched, verified, split, kept in the store.
 
 A domain that supports the paper's full data describes it with a :class:`FullData`: its named
 :class:`Source` files (URL, pinned revision and digest where one can be pinned), the split sizes the
@@ -58,7 +58,7 @@ class FullDataError(ValueError):
 class Source:
     """One file of a domain's full data."""
 
-    #: the name ``spec.data.sources[].name`` uses, e.g. ``lichess-puzzles``
+    #: the name ``spec.experiment.data.sources[].name`` uses, e.g. ``lichess-puzzles``
     name: str
     url: str
     #: the file name in the cache and the store
@@ -73,7 +73,7 @@ class Source:
 
 
 def split_settings(data: Data) -> dict[str, Any]:
-    """The spec.data settings every domain's splits depend on: the seed and the three split sizes."""
+    """The spec.experiment.data settings every domain's splits depend on: the seed and the three split sizes."""
     return {
         "seed": data.seed,
         "harnessSize": data.harness_size,
@@ -94,7 +94,7 @@ class FullData:
     sizes: Callable[[Data], dict[str, int]]
     #: fetched files (by source name) + settings -> (splits, statistics for the manifest)
     build: Callable[[Mapping[str, Path], Data], tuple[dict[str, list[Row]], dict[str, Any]]]
-    #: spec.data settings that change the splits (they enter the tag); a domain with more overrides it
+    #: spec.experiment.data settings that change the splits (they enter the tag); a domain with more overrides it
     settings: Callable[[Data], dict[str, Any]] = split_settings
 
 
@@ -102,13 +102,13 @@ class FullData:
 
 
 def resolve_sources(full: FullData, data: Data) -> tuple[Source, ...]:
-    """The domain's sources with ``spec.data.sources`` applied (a mirror URL, a pinned digest)."""
+    """The domain's sources with ``spec.experiment.data.sources`` applied (a mirror URL, a pinned digest)."""
     by_name = {s.name: s for s in full.sources}
     pins = {}
     for i, pin in enumerate(data.sources):
         if pin.name not in by_name:
             raise FullDataError(
-                f"spec.data.sources[{i}].name: {pin.name!r} is not a source of {full.domain}; its sources are "
+                f"spec.experiment.data.sources[{i}].name: {pin.name!r} is not a source of {full.domain}; its sources are "
                 f"{', '.join(by_name)}"
             )
         pins[pin.name] = pin
@@ -241,7 +241,7 @@ def source_digests(store: Store, full: FullData, data: Data) -> dict[str, str]:
 
 def not_prepared(store: Store, domain: str, what: str) -> str:
     return (
-        f"spec.data.source full: {what} into {store.uri_for(layout.data_prefix(domain))}; prepare the data first: "
+        f"spec.experiment.data.source full: {what} into {store.uri_for(layout.data_prefix(domain))}; prepare the data first: "
         "`whale prepare FILE.yaml --store <the run's store>` locally (the operator's prepare Job does it on a "
         "cluster)"
     )
@@ -299,7 +299,7 @@ def materialise(
         raise FullDataError(
             f"{full.domain}: the fetched data gives splits of {sizes} items, the paper's preparation {declared} "
             f"(sources {', '.join(f'{k} {v[:12]}' for k, v in digests.items())}); the source files differ from the "
-            "ones this preparation was written for: pin the expected files in spec.data.sources"
+            "ones this preparation was written for: pin the expected files in spec.experiment.data.sources"
         )
     entries = {}
     for name in SPLITS:
@@ -317,7 +317,7 @@ def load_split(store: Store | None, full: FullData, data: Data, split: str) -> l
         raise FullDataError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
     if store is None:
         raise FullDataError(
-            f"spec.data.source full: the {full.domain} splits live in the run's store, and this "
+            f"spec.experiment.data.source full: the {full.domain} splits live in the run's store, and this "
             "process has none; prepare the data with `whale prepare FILE.yaml --store URI` and "
             "run with the same store"
         )

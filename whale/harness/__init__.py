@@ -8,7 +8,7 @@ process imports ``whale.harness.api`` and must stay light):
 * ``validate`` — static + load-time checks of a harness file (imports, required names, signatures,
   promptOnly diff against h0). Errors name the line and the rule.
 * ``launch``   — how the harness process is started: always through ``whale.sandbox`` (namespaces; in
-  the run's harness pod, ``pod``; asked for by name, ``spec.sandbox.isolation: none``), with a staged
+  the run's harness pod, ``pod``; asked for by name, ``spec.execution.sandbox.isolation: none``), with a staged
   stdlib-only package as its only import path; no fallback.
 * ``host``     — the run's harness host (``python -m whale.harness.host``, the harness pod on a
   cluster): one harness process per connection from the run's workloads, no credentials in reach.

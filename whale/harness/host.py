@@ -83,7 +83,7 @@ class HostConfig:
     """The harness host's own bounds (the callers' limits are clamped to :attr:`limits`)."""
 
     token: str = dataclasses.field(repr=False)
-    #: ``spec.sandbox.isolation`` of the run: "pod" (the pod is the wall) or "namespaces" (inside it too)
+    #: ``spec.execution.sandbox.isolation`` of the run: "pod" (the pod is the wall) or "namespaces" (inside it too)
     isolation: launch.IsolationLevel = "pod"
     #: harness processes at once (each connection is one)
     max_connections: int = 64

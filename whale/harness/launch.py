@@ -16,7 +16,7 @@ The process sees only what it is given (allow list, not deny list):
   (``whale.harness.worker.confine_imports``), so the checkout, the installed domain packages and the
   data root are neither importable nor readable (the sandbox's filesystem wall hides them as well).
 
-Isolation levels (``spec.sandbox.isolation``, :data:`IsolationLevel`):
+Isolation levels (``spec.execution.sandbox.isolation``, :data:`IsolationLevel`):
 
 * ``namespaces`` (default): kernel isolation or nothing. When the sandbox cannot isolate on this host,
   starting fails with :class:`IsolationUnavailableError` — never a silent fallback.
@@ -25,7 +25,7 @@ Isolation levels (``spec.sandbox.isolation``, :data:`IsolationLevel`):
   (``whale.harness.host``) starts each process there without kernel namespaces but with everything
   else (rlimits, a fresh scratch directory, the allow-listed environment, the confined imports), and
   the workloads reach it over :mod:`whale.harness.remote`. Without a harness host (``whale run``)
-  starting fails closed with :class:`IsolationUnavailableError` naming ``spec.sandbox.isolation``.
+  starting fails closed with :class:`IsolationUnavailableError` naming ``spec.execution.sandbox.isolation``.
 * ``none``: trusted local use only, asked for by name. The process still starts through
   ``whale.sandbox`` (rlimits, allow-listed environment, its own session, the worker's audit hook) but
   runs as the caller, in the caller's namespaces: it can read whatever the caller can. A warning is
@@ -73,12 +73,12 @@ class IsolationUnavailableError(RuntimeError):
 
 
 def unavailable_message(why: str) -> str:
-    return f"kernel isolation is unavailable here: {why}; set spec.sandbox.isolation: none only for trusted local use"
+    return f"kernel isolation is unavailable here: {why}; set spec.execution.sandbox.isolation: none only for trusted local use"
 
 
 #: why ``pod`` cannot run where no harness host is configured (``whale run``, a workload without one)
 POD_WITHOUT_HOST = (
-    "spec.sandbox.isolation is pod, which runs harness files only in the run's harness pod on a cluster "
+    "spec.execution.sandbox.isolation is pod, which runs harness files only in the run's harness pod on a cluster "
     "(WHALE_HARNESS_HOST is not set here); use namespaces (or none, for trusted local use) outside a cluster"
 )
 #: the environment that names the run's harness host (the operator sets both in the workload pods)
@@ -127,7 +127,7 @@ class SandboxLimits:
     max_response_bytes: int = 8 << 20
     #: tail of the process's stderr kept for error messages
     stderr_tail_bytes: int = 16 << 10
-    #: ``spec.sandbox.isolation``: "namespaces" (fail closed), "pod" (the harness pod is the wall) or "none"
+    #: ``spec.execution.sandbox.isolation``: "namespaces" (fail closed), "pod" (the harness pod is the wall) or "none"
     #: (trusted local use only)
     isolation: IsolationLevel = "namespaces"
     #: the run's harness host: processes start there (:mod:`whale.harness.remote`) instead of here
@@ -146,7 +146,7 @@ def warn_if_unisolated(level: IsolationLevel) -> None:
     if level == "none" and not _warned_none:
         _warned_none.append(True)
         log.warning(
-            "spec.sandbox.isolation is none: harness files and model-written code run WITHOUT kernel "
+            "spec.execution.sandbox.isolation is none: harness files and model-written code run WITHOUT kernel "
             "isolation, as this process's user (trusted local use only)"
         )
 
@@ -265,7 +265,7 @@ async def spawn_worker(harness_path: Path, allowed_imports: frozenset[str], limi
 
     Raises :class:`IsolationUnavailableError` when ``limits.isolation`` is ``namespaces`` and this host
     cannot provide them, or is ``pod`` and no harness host is configured (the message names
-    ``spec.sandbox.isolation``)."""
+    ``spec.execution.sandbox.isolation``)."""
     if limits.host is not None:
         from whale.harness import remote
 

@@ -63,7 +63,7 @@ class HarnessProcess:
     ):
         self.path = Path(path).resolve()
         self.allowed_imports = frozenset(allowed_imports)
-        #: resource limits and ``isolation`` level (``spec.sandbox.isolation``) of the process
+        #: resource limits and ``isolation`` level (``spec.execution.sandbox.isolation``) of the process
         self.limits = limits or launch.SandboxLimits()
         self.max_restarts = max_restarts
         self.restarts = 0
@@ -140,7 +140,7 @@ class HarnessProcess:
 
     @property
     def isolation(self) -> dict[str, Any]:
-        """The isolation of the running process: ``level`` (spec.sandbox.isolation) and what the
+        """The isolation of the running process: ``level`` (spec.execution.sandbox.isolation) and what the
         launcher achieved (empty when not running)."""
         if self._proc is None:
             return {}
@@ -360,7 +360,7 @@ class HarnessPool:
 
     async def start(self) -> HarnessInfo:
         """Start every worker. Raises :class:`~whale.harness.launch.IsolationUnavailableError` when
-        the host cannot isolate them (see ``spec.sandbox.isolation``), HarnessLoadError when the
+        the host cannot isolate them (see ``spec.execution.sandbox.isolation``), HarnessLoadError when the
         harness does not load."""
         infos = await asyncio.gather(*(w.start() for w in self.workers))
         return infos[0]

@@ -9,7 +9,7 @@ domain's verifier (``Environment.reward``) after the episode ends, however it en
 
 Answer provenance (:mod:`whale.harness.provenance`): after the verifier, an episode whose graded answer no
 model reply holds scores 0, and gold in the harness's own messages is marked. Bounds
-(:class:`EpisodeBounds`, ``spec.sandbox.episode``): actions, bytes per message and per episode, wall time
+(:class:`EpisodeBounds`, ``spec.execution.sandbox.episode``): actions, bytes per message and per episode, wall time
 (and an evaluation's deadline); past one the episode ends with ``end="limit"``, reward 0.
 
 Token budget of an episode (the paper's, ``SamplingParams.episode_*``): every model call's
@@ -106,7 +106,7 @@ class EpisodeLimit(EpisodeError):
 
 @dataclasses.dataclass(frozen=True)
 class EpisodeBounds:
-    """What one episode may take, whatever its harness does (``spec.sandbox.episode``). On reaching one the
+    """What one episode may take, whatever its harness does (``spec.execution.sandbox.episode``). On reaching one the
     episode ends with ``end="limit"``, reward 0 and the reason in ``error``."""
 
     #: actions (environment steps and tool calls) one episode may ask for
@@ -137,13 +137,13 @@ class RunnerConfig:
     #: seed every model call from (seed, item id, sample, turn) (:func:`whale.inference.base.call_seed`),
     #: so the same model and harness sample the same episodes whatever the concurrency; None: unseeded
     seed: int | None = None
-    #: what one episode may take (``spec.sandbox.episode``)
+    #: what one episode may take (``spec.execution.sandbox.episode``)
     bounds: EpisodeBounds = EpisodeBounds()
     #: ``time.monotonic()`` after which every episode ends at once with ``end="limit"`` (an evaluation's
-    #: wall-time bound, ``spec.evaluation.timeoutSeconds``); None: none
+    #: wall-time bound, ``spec.experiment.evaluation.timeoutSeconds``); None: none
     deadline: float | None = None
     #: score 0 an episode whose graded answer is not model text (the provenance rule); False only under
-    #: ``spec.harnessSearch.integrity.action: off`` (the verdict is still recorded in the trace)
+    #: ``spec.experiment.harnessSearch.integrity.action: off`` (the verdict is still recorded in the trace)
     enforce_provenance: bool = True
 
 

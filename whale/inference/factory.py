@@ -1,12 +1,12 @@
 """Pick and build the inference client a workload uses, from the run spec.
 
-``spec.inference.backend``:
+``spec.execution.inference.backend``:
 
-* ``openai`` / ``vllm`` — HTTP to an OpenAI-compatible server at ``spec.inference.baseUrl``, else
+* ``openai`` / ``vllm`` — HTTP to an OpenAI-compatible server at ``spec.execution.inference.baseUrl``, else
   ``$WHALE_INFERENCE_URL`` (the operator sets it on Jobs to the vLLM Service). The controller points
   that server at the right checkpoint (weight sync); the client asks ``/v1/models`` for the name.
 * ``transformers`` — in-process: loads the checkpoint (a store prefix, downloaded when the store is
-  remote) or ``spec.model`` (``name`` + optional ``ggufFile``).
+  remote) or ``spec.experiment.model`` (``name`` + optional ``ggufFile``).
 * ``auto`` — HTTP when ``$WHALE_INFERENCE_URL`` is set (a cluster), else in-process (``whale run``).
 """
 
@@ -29,7 +29,7 @@ INFERENCE_URL_ENV = "WHALE_INFERENCE_URL"
 def backend_kind(spec: WhaleRunSpec, environ: dict[str, str] | None = None) -> str:
     """'http' or 'in-process' for this spec and environment. Pure."""
     env = os.environ if environ is None else environ
-    backend = spec.inference.backend
+    backend = spec.execution.inference.backend
     if backend in ("openai", "vllm"):
         return "http"
     if backend == "transformers":
@@ -39,10 +39,10 @@ def backend_kind(spec: WhaleRunSpec, environ: dict[str, str] | None = None) -> s
 
 def inference_url(spec: WhaleRunSpec, environ: dict[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
-    url = spec.inference.base_url or env.get(INFERENCE_URL_ENV)
+    url = spec.execution.inference.base_url or env.get(INFERENCE_URL_ENV)
     if not url:
         raise InferenceError(
-            f"inference.backend is {spec.inference.backend!r} but no server is given: set spec.inference.baseUrl "
+            f"inference.backend is {spec.execution.inference.backend!r} but no server is given: set spec.execution.inference.baseUrl "
             f"or ${INFERENCE_URL_ENV} to an OpenAI-compatible endpoint (http://host:port/v1)"
         )
     return url
@@ -63,7 +63,7 @@ def make_client(
     environ: dict[str, str] | None = None,
     **kwargs: Any,
 ) -> InferenceClient:
-    """The client for this spec; ``checkpoint`` (a store prefix) overrides ``spec.model`` in-process."""
+    """The client for this spec; ``checkpoint`` (a store prefix) overrides ``spec.experiment.model`` in-process."""
     if backend_kind(spec, environ) == "http":
         from whale.inference.openai_http import OpenAIClient
         from whale.inference.vllm_control import api_key_from_env
@@ -71,12 +71,12 @@ def make_client(
         return OpenAIClient(
             inference_url(spec, environ),
             # the run's own vLLM server's --api-key (set in the operator's pods; none in `whale run`), never sent to
-            # an endpoint the spec names itself (spec.inference.baseUrl)
-            api_key=None if spec.inference.base_url else api_key_from_env(environ),
-            model=spec.model.served_model_name,
-            timeout_s=float(spec.inference.request_timeout_seconds),
-            max_connections=max(16, spec.inference.max_concurrency),
-            max_model_len=spec.model.max_model_len,
+            # an endpoint the spec names itself (spec.execution.inference.baseUrl)
+            api_key=None if spec.execution.inference.base_url else api_key_from_env(environ),
+            model=spec.experiment.model.served_model_name,
+            timeout_s=float(spec.execution.inference.request_timeout_seconds),
+            max_connections=max(16, spec.execution.inference.max_concurrency),
+            max_model_len=spec.experiment.model.max_model_len,
         )
     from whale.inference.transformers_backend import TransformersClient
 
@@ -85,27 +85,27 @@ def make_client(
             raise ValueError("a checkpoint prefix needs the store it lives in")
         path = checkpoint_dir(store, checkpoint)
         return TransformersClient.from_pretrained(
-            str(path), model_name=checkpoint, max_model_len=spec.model.max_model_len, **kwargs
+            str(path), model_name=checkpoint, max_model_len=spec.experiment.model.max_model_len, **kwargs
         )
     return TransformersClient.from_pretrained(
-        spec.model.name,
-        gguf_file=spec.model.gguf_file,
-        revision=spec.model.revision,
-        trust_remote_code=spec.model.trust_remote_code,
-        model_name=spec.model.served_model_name or spec.model.name,
-        max_model_len=spec.model.max_model_len,
+        spec.experiment.model.name,
+        gguf_file=spec.experiment.model.gguf_file,
+        revision=spec.experiment.model.revision,
+        trust_remote_code=spec.experiment.model.trust_remote_code,
+        model_name=spec.experiment.model.served_model_name or spec.experiment.model.name,
+        max_model_len=spec.experiment.model.max_model_len,
         **kwargs,
     )
 
 
 def chat_template_kwargs(spec: WhaleRunSpec) -> dict[str, Any]:
     """The chat-template variables every request of this run carries (``model.enableThinking``)."""
-    return {"enable_thinking": spec.model.enable_thinking}
+    return {"enable_thinking": spec.experiment.model.enable_thinking}
 
 
 def sampling_for(spec: WhaleRunSpec, temperature: float | None = None) -> SamplingParams:
-    """``spec.rsft.sampling`` (top_p, top_k, max tokens per call, the episode's token budget and
+    """``spec.experiment.rsft.sampling`` (top_p, top_k, max tokens per call, the episode's token budget and
     window) with the run's chat-template variables, at ``temperature`` when given."""
     return SamplingParams.from_spec(
-        spec.rsft.sampling, temperature=temperature, chat_template_kwargs=chat_template_kwargs(spec)
+        spec.experiment.rsft.sampling, temperature=temperature, chat_template_kwargs=chat_template_kwargs(spec)
     )

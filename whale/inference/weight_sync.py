@@ -76,7 +76,7 @@ def resolve_base(model: str, revision: str | None) -> Path:
         return Path(snapshot_download(model, revision=revision))
     except Exception as exc:  # noqa: BLE001 - hub errors are many; the message matters
         raise WeightSyncError(
-            f"base model {model!r} (spec.model.name) is neither a local folder nor a "
+            f"base model {model!r} (spec.experiment.model.name) is neither a local folder nor a "
             f"downloadable Hugging Face repository: {exc}"
         ) from None
 

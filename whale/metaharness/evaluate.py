@@ -30,7 +30,7 @@ from whale.inference.base import InferenceClient, SamplingParams
 
 @dataclasses.dataclass(frozen=True)
 class EvalSettings:
-    """How candidates are run (from spec.harnessSearch + the runtime's defaults)."""
+    """How candidates are run (from spec.experiment.harnessSearch + the runtime's defaults)."""
 
     rollouts_per_item: int = 1
     smoke_items: int = 4
@@ -43,11 +43,11 @@ class EvalSettings:
     sampling: SamplingParams = SamplingParams()
     limits: SandboxLimits = SandboxLimits()
     max_concurrency: int = 64
-    #: what one episode may take (spec.sandbox.episode)
+    #: what one episode may take (spec.execution.sandbox.episode)
     bounds: EpisodeBounds = EpisodeBounds()
     #: an answer that is not model text scores 0 (False only under integrity action off)
     enforce_provenance: bool = True
-    #: seed every model call from (seed, item id, sample, turn) (spec.harnessSearch.seed): every candidate
+    #: seed every model call from (seed, item id, sample, turn) (spec.experiment.harnessSearch.seed): every candidate
     #: meets the same draws, and one run seed gives one search; None: unseeded
     seed: int | None = None
 

@@ -71,7 +71,7 @@ class IntegrityAction(str, enum.Enum):
 
 @dataclasses.dataclass(frozen=True)
 class IntegrityPolicy:
-    """``spec.harnessSearch.integrity`` as the search loop uses it."""
+    """``spec.experiment.harnessSearch.integrity`` as the search loop uses it."""
 
     action: IntegrityAction = IntegrityAction.REJECT
     min_token_ratio: float = DEFAULT_MIN_TOKEN_RATIO

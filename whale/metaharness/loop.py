@@ -55,7 +55,7 @@ class SearchError(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class SearchConfig:
-    """Knobs of one harness phase (from the PhaseRequest and spec.harnessSearch)."""
+    """Knobs of one harness phase (from the PhaseRequest and spec.experiment.harnessSearch)."""
 
     #: iterations including the incoming re-evaluation (the maximum when ``stop_rule`` is set)
     iterations: int
@@ -73,7 +73,7 @@ class SearchConfig:
     #: try_harness calls the built-in proposers may make per iteration (scripted replies, real tools, no grade,
     #: no rollout: the prototyping the reference's skills require; 0: no such tool)
     proposer_tryout_calls: int = TRYOUT_CALLS
-    #: spec.harnessSearch.integrity: flag candidates that score without the model; refuse them by default
+    #: spec.experiment.harnessSearch.integrity: flag candidates that score without the model; refuse them by default
     integrity: IntegrityPolicy = IntegrityPolicy()
 
     def __post_init__(self) -> None:

@@ -2,7 +2,7 @@
 bootstrap intervals over test items. Pure: series and per-item rewards in, typed values out; no store, no plotting.
 
 - **Groups.** A run's group is its condition, plus the value of every ``--by`` spec field (a dotted camelCase path
-  such as ``harnessSearch.proposer.backend``); the runs of one group are its repeats (different ``spec.seed``).
+  such as ``harnessSearch.proposer.backend``); the runs of one group are its repeats (different ``spec.experiment.seed``).
 - **Bands.** Each run's test mean@k is a step function of an axis (rollouts spent, global RSFT step, or measured
   weight-phase hours): at ``x`` it is the last evaluation at or before ``x``. On the union of the group's
   evaluation points, over the range every run covers, the band is the mean over runs with a Student-t interval

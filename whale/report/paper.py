@@ -57,7 +57,7 @@ def paper_number(spec: WhaleRunSpec) -> PaperNumber | None:
     if column is None:
         return None
     if spec.condition is Condition.WHALE:
-        sched = spec.schedule
+        sched = spec.experiment.schedule
         if (sched.weight_epochs_per_cycle, sched.harness_iterations_per_cycle) != PAPER_WHALE_SCHEDULE:
             return None
     value = TABLE_1[spec.condition].get(spec.domain)

@@ -35,7 +35,8 @@ from whale.core.protocol import (
     WeightPhaseResult,
     WeightStepMetrics,
 )
-from whale.core.spec import WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import WhaleRunSpec
+from whale.core.status import WhaleRunStatus
 from whale.report.paper import PaperNumber, paper_number
 
 _AFTER_ORDER = {"start": 0, "weight": 1, "harness": 2}
@@ -280,7 +281,7 @@ def _to_camel(name: str) -> str:
 
 def schedule_label(spec: WhaleRunSpec) -> str | None:
     """``(0.6, 6)`` (E in epochs) or ``(4 steps, 2)`` for ``whale``; ``adaptive`` for adaptive_whale."""
-    sched = spec.schedule
+    sched = spec.experiment.schedule
     if spec.condition.value == "whale":
         e = (
             f"{sched.weight_epochs_per_cycle:g}"
@@ -375,7 +376,7 @@ def build_series(records: RunRecords, label: str | None = None) -> RunSeries:
             )
         )
 
-    k = spec.evaluation.samples_per_item
+    k = spec.experiment.evaluation.samples_per_item
     notes: list[str] = []
     final: BestPoint | None = None
     if status is not None:

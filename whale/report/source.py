@@ -24,7 +24,8 @@ from whale.core.protocol import (
     WeightPhaseResult,
     WeightStepMetrics,
 )
-from whale.core.spec import WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import WhaleRunSpec
+from whale.core.status import WhaleRunStatus
 from whale.report.compare import CompareRun, group_name
 from whale.report.series import (
     PhaseRecords,
@@ -223,7 +224,7 @@ def load_runs(args: Sequence[str], runs: Sequence[str] = (), opener: StoreOpener
                 if not present:
                     raise ReportError(
                         f"{arg}: no runs in {store.uri} (no runs/<name>/spec.json); is this the "
-                        "--store `whale run` used, or the spec.storage.uri of the cluster run?"
+                        "--store `whale run` used, or the spec.execution.storage.uri of the cluster run?"
                     )
             for name in names:
                 if (store.uri, name) not in {(s.uri, n) for s, n in wanted}:
@@ -291,7 +292,9 @@ def load_compare_runs(
                 label=series.label,
                 group=group_name(series.condition, spec_wire, by),
                 condition=series.condition,
-                seed=rec.spec.seed if rec.spec.seed is not None else rec.spec.rsft.seed,
+                seed=rec.spec.experiment.seed
+                if rec.spec.experiment.seed is not None
+                else rec.spec.experiment.rsft.seed,
                 series=series,
                 items=items,
             )

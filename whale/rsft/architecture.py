@@ -1,8 +1,8 @@
 """What a model's architecture allows the trainer to do, read from its config alone (no torch, no weights).
 
-``whale validate`` reads the config of ``spec.model`` (a local folder's ``config.json``, or the Hugging Face
+``whale validate`` reads the config of ``spec.experiment.model`` (a local folder's ``config.json``, or the Hugging Face
 cache's) and the train workload reads it again before it loads any weights; both refuse here every setting of
-``spec.rsft`` that cannot run on the model, or that would let packed sequences see each other:
+``spec.experiment.rsft`` that cannot run on the model, or that would let packed sequences see each other:
 
 * packed rows (``rsft.packSequences``) need every layer's sequence boundaries: full-attention layers get a
   document mask (:mod:`whale.rsft.attention`, any ``rsft.attention``), the linear-attention layers of
@@ -86,7 +86,9 @@ def packing_problem(arch: Architecture) -> str | None:
 
 
 def training_problems(arch: Architecture, *, pack_sequences: bool) -> list[str]:
-    """Every ``spec.rsft`` setting this architecture refuses, each naming the field and a setting that works."""
+    """Every ``spec.experiment.rsft`` setting this architecture refuses, each naming the field and a setting that works."""
     if pack_sequences and (problem := packing_problem(arch)):
-        return [f"spec.rsft.packSequences: {problem}; set rsft.packSequences: false (padded micro-batches are exact)"]
+        return [
+            f"spec.experiment.rsft.packSequences: {problem}; set rsft.packSequences: false (padded micro-batches are exact)"
+        ]
     return []

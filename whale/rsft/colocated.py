@@ -87,7 +87,7 @@ def colocate(spec: WhaleRunSpec, trainer: Any, sync: Any, base_url: str | None =
     """(trainer, sync) for this spec: unchanged unless the server is colocated; then wrapped so the server
     sleeps during each update. ``base_url``: the server's OpenAI URL (default: the spec's HTTP backend's,
     ``$WHALE_INFERENCE_URL``); the in-process backend has no server and is returned unchanged."""
-    inf = spec.inference
+    inf = spec.execution.inference
     if inf.placement != "colocated" or inf.sleep_level == 0:
         return trainer, sync  # level 0: the server stays awake; the sync alone brings it the new weights
     if base_url is None:

@@ -1,4 +1,4 @@
-"""The weight phase's configuration: the spec's parts (``spec.rsft``, its sampling) plus what the phase request
+"""The weight phase's configuration: the spec's parts (``spec.experiment.rsft``, its sampling) plus what the phase request
 resolved, in one frozen :class:`RSFTConfig` the RSFT loop reads instead of the spec.
 
 The config is a plain dataclass so the trainer imports where only torch is installed (no pydantic). Its
@@ -26,10 +26,10 @@ if TYPE_CHECKING:  # pydantic models; imported lazily so the trainer runs where 
 
 @dataclass(frozen=True)
 class RSFTConfig:
-    """One weight phase: ``spec.rsft`` and its sampling, the model's length and the run's step accounting.
+    """One weight phase: ``spec.experiment.rsft`` and its sampling, the model's length and the run's step accounting.
     Defaults are the spec's (the paper's); only :meth:`from_spec` builds one for a run."""
 
-    # ---- spec.rsft (FROM_RSFT) ----
+    # ---- spec.experiment.rsft (FROM_RSFT) ----
     #: prompts of D_weight per RSFT step
     prompts_per_step: int = 256
     #: rollouts sampled per prompt with the current weights
@@ -80,13 +80,13 @@ class RSFTConfig:
     #: packed rows filled with up to this many tokens, first fit longest first (None: ``micro_batch_size_per_gpu``
     #: sequences per row); their width follows ``padding``, capped at it (:func:`whale.rsft.collate.collate_micro`)
     pack_tokens: int | None = None
-    # ---- spec.rsft.sampling (FROM_SAMPLING): the rollouts ----
+    # ---- spec.experiment.rsft.sampling (FROM_SAMPLING): the rollouts ----
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 20
     max_response_tokens: int = 8192
     # ---- derived from the spec and the phase request (DERIVED) ----
-    #: longest training sequence; longer ones are cut (spec.model.maxModelLen; None: the model's max length)
+    #: longest training sequence; longer ones are cut (spec.experiment.model.maxModelLen; None: the model's max length)
     max_seq_len: int | None = None
     #: global step the LR schedule decays over (the run's weight budget)
     total_steps: int = 1
@@ -114,12 +114,12 @@ class RSFTConfig:
 
     @classmethod
     def from_spec(cls, spec: WhaleRunSpec, args: WeightPhaseArgs) -> RSFTConfig:
-        """``spec.rsft`` and its sampling, the model's length, and what the request resolved (the run's total
+        """``spec.experiment.rsft`` and its sampling, the model's length, and what the request resolved (the run's total
         steps, steps per epoch)."""
         return cls.from_parts(
-            spec.rsft,
-            spec.rsft.sampling,
-            max_seq_len=spec.model.max_model_len,
+            spec.experiment.rsft,
+            spec.experiment.rsft.sampling,
+            max_seq_len=spec.experiment.model.max_model_len,
             total_steps=max(args.total_steps, args.target_step, 1),
             steps_per_epoch=max(1, args.steps_per_epoch),
         )
@@ -148,7 +148,7 @@ class RSFTConfig:
         return self.padding
 
 
-#: RSFTConfig fields that are spec.rsft's fields of the same name
+#: RSFTConfig fields that are spec.experiment.rsft's fields of the same name
 FROM_RSFT: tuple[str, ...] = (
     "prompts_per_step", "rollouts_per_prompt", "score_threshold", "sft_epochs", "mini_batch_size",
     "micro_batch_size_per_gpu", "learning_rate", "lr_scheduler", "warmup_steps", "weight_decay", "max_grad_norm",
@@ -156,16 +156,16 @@ FROM_RSFT: tuple[str, ...] = (
     "checkpoint_every_steps", "step_resume", "mini_batch_scope", "attention", "async_checkpoint", "pack_tokens",
     "sequences",
 )  # fmt: skip
-#: RSFTConfig fields that are spec.rsft.sampling's fields of the same name
+#: RSFTConfig fields that are spec.experiment.rsft.sampling's fields of the same name
 FROM_SAMPLING: tuple[str, ...] = ("temperature", "top_p", "top_k", "max_response_tokens")
 #: RSFTConfig fields computed from the spec and the phase request (:meth:`RSFTConfig.from_spec`)
 DERIVED: tuple[str, ...] = ("max_seq_len", "total_steps", "steps_per_epoch")
 #: RSFTConfig fields the spec does not have
 TRAINER_ONLY: tuple[str, ...] = ("buckets_per_octave", "extra")
-#: spec.rsft fields the config leaves out: one choice only (optimizer), read by the controller
+#: spec.experiment.rsft fields the config leaves out: one choice only (optimizer), read by the controller
 #: (keepCheckpoints), or a part of its own (sampling)
 NOT_FROM_RSFT: tuple[str, ...] = ("optimizer", "keep_checkpoints", "sampling")
-#: spec.rsft.sampling fields the config leaves out: the harness runtime's episode bounds
+#: spec.experiment.rsft.sampling fields the config leaves out: the harness runtime's episode bounds
 NOT_FROM_SAMPLING: tuple[str, ...] = ("episode_token_budget", "episode_window_tokens")
 
 

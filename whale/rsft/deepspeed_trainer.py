@@ -1,6 +1,6 @@
 """SFT through a DeepSpeed engine (ZeRO-2/3), for weight phases launched with torchrun on several GPUs.
 
-Used only when ``spec.train.deepspeedConfig`` names a DeepSpeed JSON (``images/worker/ds_zero2.json``,
+Used only when ``spec.execution.train.deepspeedConfig`` names a DeepSpeed JSON (``images/worker/ds_zero2.json``,
 ``ds_zero3.json``); ``deepspeed`` is imported here and nowhere else. Same contract as
 :class:`whale.rsft.trainer.SFTTrainer`, same maths:
 
@@ -72,13 +72,13 @@ def read_config(path: str | Path) -> dict[str, Any]:
         raw = json.loads(p.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise DeepSpeedConfigError(
-            f"spec.train.deepspeedConfig: {p} does not exist in this image; use images/worker/ds_zero2.json or "
+            f"spec.execution.train.deepspeedConfig: {p} does not exist in this image; use images/worker/ds_zero2.json or "
             "ds_zero3.json (or a path that exists in spec.cluster.images.worker)"
         ) from exc
     except json.JSONDecodeError as exc:
-        raise DeepSpeedConfigError(f"spec.train.deepspeedConfig: {p} is not valid JSON: {exc}") from exc
+        raise DeepSpeedConfigError(f"spec.execution.train.deepspeedConfig: {p} is not valid JSON: {exc}") from exc
     if not isinstance(raw, dict):
-        raise DeepSpeedConfigError(f"spec.train.deepspeedConfig: {p} must hold a JSON object")
+        raise DeepSpeedConfigError(f"spec.execution.train.deepspeedConfig: {p} must hold a JSON object")
     return raw
 
 

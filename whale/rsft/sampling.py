@@ -100,7 +100,7 @@ class HarnessSampler:
             if template_kwargs is not None
             else {**(getattr(client, "chat_template_kwargs", None) or {}), **sampling.template_kwargs}
         )
-        #: the harness process's limits and isolation level (spec.sandbox.isolation)
+        #: the harness process's limits and isolation level (spec.execution.sandbox.isolation)
         self.limits = limits or SandboxLimits()
         #: called as each rollout finishes (progress: ``whale.workloads.common.ProgressWriter.advance``)
         self.on_episode: Callable[[Episode], None] | None = None

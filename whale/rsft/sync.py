@@ -384,7 +384,7 @@ class VLLMIpcSync:
         if self.handle is cuda_ipc_handle and device.type != "cuda":
             raise WeightSyncError(
                 f"weightSync cudaIpc hands the server CUDA memory, but the trainer's model is on {device}: run the "
-                "trainer on the server's GPU, or set spec.inference.weightSync auto"
+                "trainer on the server's GPU, or set spec.execution.inference.weightSync auto"
             )
         self.control.start_weight_update()
         try:

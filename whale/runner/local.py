@@ -64,10 +64,11 @@ from whale.core.alternation import (
     Transition,
     decide,
 )
-from whale.core.mutability import EXECUTION, EXPERIMENT, FieldChange, experiment_changes, spec_changes
+from whale.core.mutability import IMMUTABLE, MUTABLE, FieldChange, experiment_changes, spec_changes
 from whale.core.protocol import PhaseMetrics, PhaseProgress, PhaseRequest
-from whale.core.spec import ConditionType, MetaCondition, Reason, RunPhase, WhaleRunSpec, WhaleRunStatus
+from whale.core.spec import WhaleRunSpec
 from whale.core.state import RunState
+from whale.core.status import ConditionType, MetaCondition, Reason, RunPhase, WhaleRunStatus
 from whale.runner.control import ChildRecord, StopRequest, read_stop, write_child
 from whale.store import Store, StoreError
 from whale.store.lease import DEFAULT_TTL_S, RUN_OWNER_ENV, Lease, LeaseHeld, LeaseLost, this_process
@@ -180,14 +181,15 @@ def conflict_message(run: str, uri: str, fixed: list[FieldChange]) -> str:
     listed = [f"    {c}" for c in fixed[:MAX_LISTED_CHANGES]]
     if len(fixed) > MAX_LISTED_CHANGES:
         listed.append(f"    ... and {len(fixed) - MAX_LISTED_CHANGES} more")
-    sections = ", ".join(f"spec.{s.value}" for s in EXPERIMENT)
+    sections = ", ".join(f"spec.{name}" for name in IMMUTABLE)
+    others = ", ".join(f"spec.{name}" for name in MUTABLE)
     return (
         f"the store already has a run named {run!r} with a different spec ({uri}); "
         f"{len(fixed)} field(s) of the experiment differ, which a resumed run may not change:\n"
         + "\n".join(listed)
         + "\n"
-        f"The experiment ({sections}) is what the run computes; only the rest ({', '.join(EXECUTION)}) may change "
-        "on resume. Restore those fields, or give the manifest another metadata.name or use another store to start "
+        f"The experiment ({sections}) is what the run computes; only the rest ({others}) may "
+        "change on resume. Restore those fields, or give the manifest another metadata.name or use another store to start "
         "a new run"
     )
 
@@ -266,7 +268,7 @@ class _Proc:
         code = self.popen.poll()
         if code is None:
             if self.deadline is not None and time.monotonic() > self.deadline:
-                self.terminate("deadline exceeded (spec.retry.activeDeadlineSeconds)")
+                self.terminate("deadline exceeded (spec.execution.retry.activeDeadlineSeconds)")
                 return Child(ChildState.FAILED, self.stop_reason or "deadline exceeded")
             return Child(ChildState.RUNNING)
         if code == 0:
@@ -490,7 +492,7 @@ class LocalRunner:
             raise
         finally:
             os.close(watch_r)
-        deadline_s = self.spec.retry.active_deadline_seconds
+        deadline_s = self.spec.execution.retry.active_deadline_seconds
         record = ChildRecord(
             phase=req.phase,
             kind=req.kind,
@@ -681,7 +683,9 @@ class LocalRunner:
                 if outcome is not None or status.phase.is_terminal():
                     if outcome is RunEnd.FINISHED:
                         self.let_children_exit(finished_logs)
-                        pruned = prune_checkpoints(self.store, self.name, status, self.spec.rsft.keep_checkpoints)
+                        pruned = prune_checkpoints(
+                            self.store, self.name, status, self.spec.experiment.rsft.keep_checkpoints
+                        )
                         if pruned:
                             log.info(
                                 "run %s: deleted the checkpoints of steps %s (rsft.keepCheckpoints)", self.name, pruned

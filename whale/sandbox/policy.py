@@ -283,7 +283,7 @@ def tail_text(data: bytes, limit: int = 4000) -> str:
     return data[-limit * 4 :].decode("utf-8", errors="replace")[-limit:]
 
 
-#: ``spec.sandbox.isolation``: kernel namespaces (fail closed), the harness pod as the wall (cluster only), or
+#: ``spec.execution.sandbox.isolation``: kernel namespaces (fail closed), the harness pod as the wall (cluster only), or
 #: none at all (trusted local use). Here, beside :class:`Isolation`, so the domain API can hand
 #: :func:`tool_isolation` to a domain without importing the harness runtime (the layers in pyproject.toml).
 SpecIsolation = Literal["namespaces", "pod", "none"]

@@ -80,7 +80,7 @@ ENV_SESSION_TOKEN = "AWS_SESSION_TOKEN"
 
 CREDENTIALS_HINT = (
     f"set {ENV_ACCESS_KEY} and {ENV_SECRET_KEY} to a valid key pair "
-    "(on a cluster: the Secret named by spec.storage.credentialsSecret)"
+    "(on a cluster: the Secret named by spec.execution.storage.credentialsSecret)"
 )
 
 #: one PUT up to S3's single-request limit: in-memory writes are never split
@@ -180,7 +180,9 @@ def resolve_config(
     env = os.environ if env is None else env
     raw = endpoint or env.get(ENV_ENDPOINT, "").strip()
     if not raw:
-        raise StoreError(f"no S3 endpoint: set {ENV_ENDPOINT}=host:port (or spec.storage.endpoint in the manifest)")
+        raise StoreError(
+            f"no S3 endpoint: set {ENV_ENDPOINT}=host:port (or spec.execution.storage.endpoint in the manifest)"
+        )
     scheme_secure: bool | None = None
     if "://" in raw:
         scheme, _, raw = raw.partition("://")
@@ -326,7 +328,7 @@ def call_with_retry(
                     f"S3 endpoint {endpoint} unavailable: {what} failed {attempt} time(s) over {elapsed:.1f}s "
                     f"(last error: {describe(exc)}{'; ' + bounds if bounds else ''}). Check that the server is running "
                     "and answering, and that "
-                    f"{ENV_ENDPOINT} / spec.storage.endpoint points at it",
+                    f"{ENV_ENDPOINT} / spec.execution.storage.endpoint points at it",
                     endpoint=endpoint,
                     attempts=attempt,
                     elapsed_s=elapsed,

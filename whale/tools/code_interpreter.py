@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
         "--isolation",
         choices=("namespaces", "pod"),
         default="namespaces",
-        help="spec.sandbox.isolation: pod = this pod is the wall (no credentials, no token, no egress), each run "
+        help="spec.execution.sandbox.isolation: pod = this pod is the wall (no credentials, no token, no egress), each run "
         "keeps its rlimits, scratch directory and allow-listed environment but no kernel namespaces",
     )
     args = p.parse_args(argv)

@@ -7,7 +7,7 @@ once from a local folder; the retriever service applies it when a request names 
 
 On a cluster the operator gives the retriever's pod that folder: an init container runs
 ``python -m whale.tools.passage_cut --model NAME [--revision R] --dest DIR`` (:func:`fetch_tokenizer`), which
-copies the policy model's tokenizer files (``spec.model.name``: a folder in the image, or a Hugging Face id
+copies the policy model's tokenizer files (``spec.experiment.model.name``: a folder in the image, or a Hugging Face id
 resolved as the vLLM pod's ``fetch-weights`` resolves it, but only the tokenizer's files) and checks they load.
 """
 
@@ -103,21 +103,21 @@ def fetch_tokenizer(model: str, dest: Path, revision: str | None = None) -> Toke
             snapshot_download(model, revision=revision, local_dir=str(dest), allow_patterns=list(TOKENIZER_FILES))
         except Exception as exc:  # noqa: BLE001 - hub errors are many; the message matters
             raise RetrieverError(
-                f"spec.model.name {model!r}: neither a folder here nor a Hugging Face repository whose tokenizer "
+                f"spec.experiment.model.name {model!r}: neither a folder here nor a Hugging Face repository whose tokenizer "
                 f"could be downloaded ({exc})"
             ) from None
     try:
         return TokenCut.load(dest)
     except RetrieverError as exc:
-        raise RetrieverError(f"spec.model.name {model!r}: its tokenizer does not load ({exc})") from None
+        raise RetrieverError(f"spec.experiment.model.name {model!r}: its tokenizer does not load ({exc})") from None
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m whale.tools.passage_cut", description="place the policy's tokenizer for the retriever"
     )
-    p.add_argument("--model", required=True, help="spec.model.name: a local folder or a Hugging Face id")
-    p.add_argument("--revision", default=None, help="spec.model.revision (a hub id's)")
+    p.add_argument("--model", required=True, help="spec.experiment.model.name: a local folder or a Hugging Face id")
+    p.add_argument("--revision", default=None, help="spec.experiment.model.revision (a hub id's)")
     p.add_argument("--dest", type=Path, required=True, help="the folder the retriever's --tokenizer reads")
     args = p.parse_args(argv)
     try:

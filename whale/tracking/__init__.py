@@ -2,7 +2,7 @@
 
 Off by default: the store keeps every metric either way, and these are mirrors of it. Two ways in:
 
-- **live**, ``spec.tracking.reportTo: [tensorboard, wandb, mlflow]``: each workload, once its phase has
+- **live**, ``spec.execution.tracking.reportTo: [tensorboard, wandb, mlflow]``: each workload, once its phase has
   written its result, calls :func:`export_phase`, which logs that phase's points (weight steps, harness
   iterations with the accepted harness's code as an artifact, or the evaluation) — so a tracker fills up
   phase by phase while the run goes on;
@@ -332,7 +332,7 @@ def close_all(trackers: Iterable[Tracker]) -> None:
 
 
 def export_phase(store: Any, run: str, phase: str) -> int:
-    """Log one finished phase to the trackers its spec names (``spec.tracking.reportTo``); 0 when none.
+    """Log one finished phase to the trackers its spec names (``spec.execution.tracking.reportTo``); 0 when none.
 
     Called by ``python -m whale.workloads`` after the workload returned (its result is in the store).
     Only rank 0 of a distributed weight phase logs. A failing tracker is logged and skipped, never raised:
@@ -351,9 +351,9 @@ def export_phase(store: Any, run: str, phase: str) -> int:
         if not isinstance(raw, dict):
             return 0
         spec = WhaleRunSpec.model_validate(raw)
-        if not spec.tracking.report_to:
+        if not spec.execution.tracking.report_to:
             return 0
-        backends = ", ".join(spec.tracking.report_to)
+        backends = ", ".join(spec.execution.tracking.report_to)
         return _export_phase(store, run, phase, spec)
     except Exception:  # a mirror must not fail a finished phase; the traceback is logged
         log.warning(
@@ -375,11 +375,11 @@ def _export_phase(store: Any, run: str, phase: str, spec: Any) -> int:
     series = build_series(dataclasses.replace(records, status=None))
     identity = RunIdentity(name=run, source=records.source)
     trackers = open_trackers(
-        spec.tracking.report_to,
+        spec.execution.tracking.report_to,
         identity,
         spec_wire=spec.to_wire(),
-        project=spec.tracking.project,
-        tensorboard_dir=spec.tracking.tensorboard_dir,
+        project=spec.execution.tracking.project,
+        tensorboard_dir=spec.execution.tracking.tensorboard_dir,
         writer=phase,
     )
     try:

@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
 
         freeze_in_this_process()  # this process runs one phase and exits (whale.rsft.heap)
         module.main(store, args.run, args.phase)
-        from whale.tracking import export_phase  # spec.tracking.reportTo (off by default); never raises
+        from whale.tracking import export_phase  # spec.execution.tracking.reportTo (off by default); never raises
 
         export_phase(store, args.run, args.phase)
     except KeyboardInterrupt as exc:

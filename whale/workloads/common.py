@@ -65,21 +65,21 @@ def sampling_params(request: Any, spec: WhaleRunSpec) -> Any:
 
 def load_domain(spec: Any, domain: Any = None, *, scores: bool = True) -> Any:
     """``domain`` when a caller (a test) passes one in, else the plugin ``spec.domain`` names; either
-    way configured with ``spec.sandbox.isolation`` for its tools that run model-written code and, where it
-    ``scores`` episodes, with ``spec.verifier`` for how (the data preparation scores nothing: it needs no
+    way configured with ``spec.execution.sandbox.isolation`` for its tools that run model-written code and, where it
+    ``scores`` episodes, with ``spec.experiment.verifier`` for how (the data preparation scores nothing: it needs no
     judge's key)."""
     if domain is None:
         from whale import plugins  # lazily: the registry imports the installed domain plugins
 
         domain = plugins.load(spec.domain)
-    domain.configure_sandbox(spec.sandbox.isolation)
+    domain.configure_sandbox(spec.execution.sandbox.isolation)
     if scores:
-        domain.configure_verifier(spec.verifier)
+        domain.configure_verifier(spec.experiment.verifier)
     return domain
 
 
 def harness_limits(spec: Any) -> Any:
-    """The harness processes' limits, with ``spec.sandbox.isolation`` (warned about once when none) and the
+    """The harness processes' limits, with ``spec.execution.sandbox.isolation`` (warned about once when none) and the
     run's harness host when the operator configured one (``$WHALE_HARNESS_HOST``): the processes then start
     in the harness pod, not here. Level ``pod`` without a host fails closed (IsolationUnavailableError)."""
     from whale.harness.launch import (
@@ -91,17 +91,17 @@ def harness_limits(spec: Any) -> Any:
     )
 
     host = HarnessHost.from_env(os.environ)
-    if spec.sandbox.isolation == "pod" and host is None:
+    if spec.execution.sandbox.isolation == "pod" and host is None:
         raise IsolationUnavailableError(POD_WITHOUT_HOST)
-    warn_if_unisolated(spec.sandbox.isolation)
-    return SandboxLimits(isolation=spec.sandbox.isolation, host=host)
+    warn_if_unisolated(spec.execution.sandbox.isolation)
+    return SandboxLimits(isolation=spec.execution.sandbox.isolation, host=host)
 
 
 def episode_bounds(spec: Any) -> Any:
-    """``spec.sandbox.episode`` as the episode runner takes it."""
+    """``spec.execution.sandbox.episode`` as the episode runner takes it."""
     from whale.harness.runner import EpisodeBounds
 
-    b = spec.sandbox.episode
+    b = spec.execution.sandbox.episode
     return EpisodeBounds(
         max_actions=b.max_actions,
         max_message_bytes=b.max_message_bytes,
@@ -112,8 +112,8 @@ def episode_bounds(spec: Any) -> Any:
 
 def enforces_provenance(spec: Any) -> bool:
     """Whether an answer that is not model text scores 0 (``whale.harness.provenance``): always, unless the
-    spec author turned the integrity walls off (``spec.harnessSearch.integrity.action: off``)."""
-    return bool(spec.harness_search.integrity.action != "off")
+    spec author turned the integrity walls off (``spec.experiment.harnessSearch.integrity.action: off``)."""
+    return bool(spec.experiment.harness_search.integrity.action != "off")
 
 
 def harness_file(store: Store, key: str | None, domain: Any, data: Any, tmp: Path) -> Path:

@@ -1,18 +1,18 @@
 """Evaluation workload: mean@k of (checkpoint, harness) on a split.
 
 Reads the PhaseRequest (kind ``eval``): ``checkpoint`` = a store prefix of an HF checkpoint (None =
-``spec.model``), ``harness`` = a store key of a harness file (None = the domain's h0). Loads the
-domain (``whale.plugins.load(spec.domain)``), the split ``spec.evaluation.split`` (test by default)
-capped at ``spec.evaluation.maxItems``, and runs k = ``spec.evaluation.samplesPerItem`` episodes per
-item at ``spec.evaluation.temperature`` (top_p/top_k/max tokens from ``spec.rsft.sampling``), at most
-``spec.inference.maxConcurrency`` at once. Every model call is seeded from ``spec.evaluation.seed``, the
+``spec.experiment.model``), ``harness`` = a store key of a harness file (None = the domain's h0). Loads the
+domain (``whale.plugins.load(spec.domain)``), the split ``spec.experiment.evaluation.split`` (test by default)
+capped at ``spec.experiment.evaluation.maxItems``, and runs k = ``spec.experiment.evaluation.samplesPerItem`` episodes per
+item at ``spec.experiment.evaluation.temperature`` (top_p/top_k/max tokens from ``spec.experiment.rsft.sampling``), at most
+``spec.execution.inference.maxConcurrency`` at once. Every model call is seeded from ``spec.experiment.evaluation.seed``, the
 item id, the sample index and the turn (``whale.harness.runner.RunnerConfig.seed``), so the same
 checkpoint and harness give the same per-item rewards and mean@k in every evaluation, whatever the
 concurrency and batching; ``seed: null`` samples unseeded.
 
 Inference backend (``whale.inference.factory``): ``inference.backend`` ``transformers`` → in-process
-(loading the checkpoint, else ``spec.model``: name/path and optional ``ggufFile``); ``openai``/``vllm``
-→ HTTP at ``spec.inference.baseUrl`` or ``$WHALE_INFERENCE_URL`` (the controller has pointed that
+(loading the checkpoint, else ``spec.experiment.model``: name/path and optional ``ggufFile``); ``openai``/``vllm``
+→ HTTP at ``spec.execution.inference.baseUrl`` or ``$WHALE_INFERENCE_URL`` (the controller has pointed that
 server at the checkpoint); ``auto`` → HTTP when ``$WHALE_INFERENCE_URL`` is set, else in-process.
 
 Writes, per the layout: per-item results (JSON lines) to ``layout.eval_items_key`` — rewards, turns and
@@ -139,7 +139,7 @@ def as_model_usage(records: Sequence[dict[str, Any]]) -> ModelUsage:
 
 def evaluation_split_differs(spec: WhaleRunSpec) -> bool:
     """Whether the evaluation's split is not D_harness (where the split rule has something to compare)."""
-    return spec.evaluation.split != "harness"
+    return spec.experiment.evaluation.split != "harness"
 
 
 def reference_usage(store: Store, harness: str | None) -> ModelUsage | None:
@@ -189,15 +189,15 @@ def run_eval(
         require_complete(store, request.eval.checkpoint)
     spec = read_spec(store, run, EvalError)
     domain = load_domain(spec, domain)
-    evaluation = spec.evaluation
-    items = domain.load_split(evaluation.split, spec.data, store)
+    evaluation = spec.experiment.evaluation
+    items = domain.load_split(evaluation.split, spec.experiment.data, store)
     if evaluation.max_items is not None:
         items = items[: evaluation.max_items]
     if not items:
         raise EvalError(f"split {evaluation.split!r} of domain {spec.domain!r} has no items")
 
     with tempfile.TemporaryDirectory(prefix="whale-eval-") as tmp:
-        harness_path = harness_file(store, request.eval.harness, domain, spec.data, Path(tmp))
+        harness_path = harness_file(store, request.eval.harness, domain, spec.experiment.data, Path(tmp))
         validate_file(harness_path, domain.allowed_imports)
         owns_client = client is None
         if client is None:
@@ -230,30 +230,32 @@ async def _evaluate(
     chunk_items: int | None,
 ) -> EvalResult:
 
-    k = spec.evaluation.samples_per_item
+    k = spec.experiment.evaluation.samples_per_item
     items_key, metrics_key = layout.eval_items_key(run, phase), layout.metrics_key(run, phase)
     records = store.read_jsonl(items_key)  # an earlier attempt's items are kept
     done = {r["item_id"] for r in records}
     todo = [item for item in items if str(item.get("id")) not in done]
     # chunks of ~4x the concurrency in episodes: few stragglers idle the slots, STOP is still seen often
-    chunk = chunk_items or max(1, 4 * spec.inference.max_concurrency // k)
+    chunk = chunk_items or max(1, 4 * spec.execution.inference.max_concurrency // k)
     notes: list[str] = list(domain.notes())
     errors = sum(len(r.get("errors", [])) for r in records)
     limited = sum(len(r.get("limits", [])) for r in records)
     # an item's k first turns share one n=k request (one prefill) when their prompts are equal
     # seeded per (evaluation seed, item, sample, turn): the same checkpoint and harness give the same mean@k
     config = RunnerConfig(
-        max_concurrency=spec.inference.max_concurrency,
+        max_concurrency=spec.execution.inference.max_concurrency,
         harness_label=request.eval.harness or "h0",
         share_first_turn=True,
-        seed=spec.evaluation.seed,
+        seed=spec.experiment.evaluation.seed,
         bounds=episode_bounds(spec),
-        deadline=time.monotonic() + spec.evaluation.timeout_seconds,
+        deadline=time.monotonic() + spec.experiment.evaluation.timeout_seconds,
         enforce_provenance=enforces_provenance(spec),
     )
-    isolation = spec.sandbox.isolation
+    isolation = spec.execution.sandbox.isolation
     if isolation == "none":
-        notes.append("spec.sandbox.isolation was none: harness processes and code tools ran WITHOUT isolation")
+        notes.append(
+            "spec.execution.sandbox.isolation was none: harness processes and code tools ran WITHOUT isolation"
+        )
     # episodes done/total as each finishes, for a display (the items' metrics lines come after each chunk)
     progress = ProgressWriter(store, run, phase)
     progress(
@@ -286,13 +288,14 @@ async def _evaluate(
         notes.append(f"{errors} episodes ended in an error (scored 0); see {layout.eval_traces_prefix(run, phase)}")
     if limited:
         notes.append(
-            f"{limited} episodes reached a bound (spec.sandbox.episode, spec.evaluation.timeoutSeconds) and were "
+            f"{limited} episodes reached a bound (spec.execution.sandbox.episode, spec.experiment.evaluation.timeoutSeconds) and were "
             f"ended (scored 0); see limits in {items_key}"
         )
     mean, per_subset = summarise(records, k)
     usage = usage_summary(records)
     policy = IntegrityPolicy(
-        IntegrityAction(spec.harness_search.integrity.action), spec.harness_search.integrity.min_token_ratio
+        IntegrityAction(spec.experiment.harness_search.integrity.action),
+        spec.experiment.harness_search.integrity.min_token_ratio,
     )
     reference = reference_usage(store, request.eval.harness) if evaluation_split_differs(spec) else None
     flags = integrity_flags(

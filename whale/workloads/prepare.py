@@ -9,7 +9,7 @@ workload, which loads the domain, lets it put what its tool services fetch into 
 later Jobs re-use them) and writes ``layout.split_sizes_key`` LAST: its presence means "prepared".
 The local runner writes the same file itself. Idempotent: a second run rewrites identical sizes.
 
-With ``spec.data.source: full`` it first fetches the domain's full datasets (resumable, SHA-256 checked)
+With ``spec.experiment.data.source: full`` it first fetches the domain's full datasets (resumable, SHA-256 checked)
 into the store and writes the paper-sized splits there (``whale.data.full``); the workloads then read
 those. :func:`prepare_data` is the same preparation without a run, for ``whale prepare``.
 """
@@ -43,15 +43,15 @@ def read_spec(store: Store, run: str) -> WhaleRunSpec:
 def split_sizes(domain: Any, spec: WhaleRunSpec, store: Store) -> dict[str, int]:
     """Load (and so materialise) every split; the sizes are what the workloads will see. They must
     agree with ``Domain.split_sizes`` (what ``whale plan`` and the local runner use)."""
-    loaded = {split: len(domain.load_split(split, spec.data, store)) for split in SPLITS}
-    declared = {k: int(v) for k, v in domain.split_sizes(spec.data).items()}
+    loaded = {split: len(domain.load_split(split, spec.experiment.data, store)) for split in SPLITS}
+    declared = {k: int(v) for k, v in domain.split_sizes(spec.experiment.data).items()}
     if declared != loaded:
         raise PrepareError(
             f"domain {spec.domain!r}: split_sizes() says {declared} but load_split() returned {loaded} items; "
-            "the domain plugin must make them agree (check spec.data caps and the data files)"
+            "the domain plugin must make them agree (check spec.experiment.data caps and the data files)"
         )
     if not loaded["weight"] or not loaded["test"]:
-        raise PrepareError(f"domain {spec.domain!r} has an empty split ({loaded}); check spec.data")
+        raise PrepareError(f"domain {spec.domain!r} has an empty split ({loaded}); check spec.experiment.data")
     return loaded
 
 
@@ -79,14 +79,16 @@ def prepare_data(
     (``Domain.prepare_store``, unless ``tool_data`` is False), the full datasets and their splits
     (``source: full``), then every split loaded once and its size checked against the plugin's."""
     if tool_data:
-        domain.prepare_store(spec.data, store)  # what the run's tool services fetch (a retriever's index)
+        domain.prepare_store(spec.experiment.data, store)  # what the run's tool services fetch (a retriever's index)
     reports: list[Any] = []
     manifest = None
-    if spec.data.source == "full":
+    if spec.experiment.data.source == "full":
         from whale.data import full
 
         extra = {"fetch": fetch} if fetch is not None else {}
-        manifest, reports = full.materialise(store, domain.require_full_data(), spec.data, cache_dir, **extra)
+        manifest, reports = full.materialise(
+            store, domain.require_full_data(), spec.experiment.data, cache_dir, **extra
+        )
     return Prepared(split_sizes(domain, spec, store), reports, manifest)
 
 

@@ -1,15 +1,15 @@
 """Search workload: one harness phase (Meta-Harness search under fixed weights).
 
 Reads the PhaseRequest (kind ``harness``): ``incomingHarness`` (a store key; None = the domain's
-h0), ``checkpoint`` (a store prefix; None = ``spec.model``), ``iterations`` (archive iterations, the
+h0), ``checkpoint`` (a store prefix; None = ``spec.experiment.model``), ``iterations`` (archive iterations, the
 incoming re-evaluation included; the maximum when ``stopRule`` is set), ``stopRule`` and ``archive`` (the
 store prefix of this phase's archive, ``layout.archive_prefix(run, cycle)``). Runs
-:class:`whale.metaharness.loop.HarnessSearch` with the proposer of ``spec.harnessSearch.proposer``
+:class:`whale.metaharness.loop.HarnessSearch` with the proposer of ``spec.experiment.harnessSearch.proposer``
 and the inference client of ``whale.inference.factory``; appends one HarnessIterationMetrics line
 per iteration to ``layout.metrics_key`` (and where it is within one to ``layout.progress_key``); checks
 ``layout.stop_key`` between iterations; writes the
 accepted harness to ``layout.harness_key(run, "cKK-accepted")`` and then the HarnessPhaseResult (with
-the candidates flagged by the reward-integrity checks, ``spec.harnessSearch.integrity``, and every
+the candidates flagged by the reward-integrity checks, ``spec.experiment.harnessSearch.integrity``, and every
 iteration whose accepted harness was new, ``acceptedByIteration``) to ``layout.result_key`` last. A killed attempt resumes from the archive (``docs/metaharness.md``).
 """
 
@@ -102,14 +102,14 @@ def run_search(
         require_complete(store, args.checkpoint)
     spec = read_spec(store, run, SearchError)
     domain = load_domain(spec, domain)
-    hs = spec.harness_search
+    hs = spec.experiment.harness_search
     incoming = (
         store.read_text(args.incoming_harness)
         if args.incoming_harness
-        else domain.h0_path_for(spec.data).read_text("utf-8")
+        else domain.h0_path_for(spec.experiment.data).read_text("utf-8")
     )
-    skill = domain.skill_text(spec.data)
-    items = domain.load_split("harness", spec.data, store)[: spec.data.harness_size]
+    skill = domain.skill_text(spec.experiment.data)
+    items = domain.load_split("harness", spec.experiment.data, store)[: spec.experiment.data.harness_size]
     if not items:
         raise SearchError(f"the harness split of domain {spec.domain!r} is empty")
     config = SearchConfig(
@@ -130,7 +130,7 @@ def run_search(
             smoke_items=hs.smoke_test_items,
             candidate_timeout_s=float(hs.candidate_timeout_seconds),
             sampling=sampling_params(request, spec),
-            max_concurrency=spec.inference.max_concurrency,
+            max_concurrency=spec.execution.inference.max_concurrency,
             limits=harness_limits(spec),
             bounds=episode_bounds(spec),
             enforce_provenance=enforces_provenance(spec),
@@ -161,7 +161,7 @@ def run_search(
                 emit=lambda m: store.append_jsonl(metrics_key, m.to_wire()),
                 stop_requested=lambda: store.exists(layout.stop_key(run, phase)),
                 progress=ProgressWriter(store, run, phase),
-                workspace=prototype_files(domain, spec.data, items, incoming),
+                workspace=prototype_files(domain, spec.experiment.data, items, incoming),
             )
             found = await search.run()
         finally:

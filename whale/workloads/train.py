@@ -1,7 +1,7 @@
 """Train workload: one weight phase of online RSFT (``python -m whale.workloads train ...``).
 
 Reads the PhaseRequest (kind ``weight``) from ``layout.request_key``; trains from ``fromStep``
-(checkpoint ``fromCheckpoint``, None = ``spec.model``) up to ``targetStep`` under the harness
+(checkpoint ``fromCheckpoint``, None = ``spec.experiment.model``) up to ``targetStep`` under the harness
 ``harness`` (a store key, None = the domain's h0); appends one ``WeightStepMetrics`` line per step;
 replaces ``layout.progress_key`` as each step samples, trains, syncs (``ProgressWriter``); checkpoints at
 ``saveSteps``, every ``rsft.checkpointEverySteps`` and at the end; keeps resume state
@@ -21,7 +21,7 @@ whale.workloads train ...``; an Indexed Job with a headless rendezvous Service w
 ``WORLD_SIZE`` > 1, rank 0 alone reads the request, samples, and talks to the store (metrics,
 checkpoints, resume state, STOP, result, weight sync); it sends the start weights, then each step's
 tokenised kept trajectories, to the other ranks, and all ranks run data-parallel SFT with a global
-token mean (:mod:`whale.rsft.dist`). ``spec.train.deepspeedConfig`` wraps the SFT in a DeepSpeed
+token mean (:mod:`whale.rsft.dist`). ``spec.execution.train.deepspeedConfig`` wraps the SFT in a DeepSpeed
 ZeRO-2/3 engine (:mod:`whale.rsft.deepspeed_trainer`). Any rank failing fails the attempt (torchrun
 stops the rest); the retry resumes from the last checkpoint. One process (no torchrun) is unchanged.
 """
@@ -82,9 +82,9 @@ def run_train(store: Store, run: str, phase: str, *, domain: Any = None) -> Weig
 
     spec = read_spec(store, run, WeightPhaseError)
     cfg = RSFTConfig.from_spec(spec, args)
-    if spec.train.deepspeed_config:
+    if spec.execution.train.deepspeed_config:
         log.warning(
-            "spec.train.deepspeedConfig applies to torchrun launches (WORLD_SIZE > 1); one process trains "
+            "spec.execution.train.deepspeedConfig applies to torchrun launches (WORLD_SIZE > 1); one process trains "
             "without DeepSpeed"
         )
     domain = load_domain(spec, domain)
@@ -112,34 +112,39 @@ def run_train(store: Store, run: str, phase: str, *, domain: Any = None) -> Weig
 
 def weight_items(domain: Any, spec: WhaleRunSpec, store: Store) -> list[Any]:
     """D_weight; an empty one is a spec error, not a phase that trains on nothing."""
-    items = domain.load_split("weight", spec.data, store)
+    items = domain.load_split("weight", spec.experiment.data, store)
     if not items:
-        raise WeightPhaseError(f"domain {spec.domain!r} has an empty weight split (D_weight); check spec.data")
+        raise WeightPhaseError(
+            f"domain {spec.domain!r} has an empty weight split (D_weight); check spec.experiment.data"
+        )
     return items
 
 
 def check_architecture(config: Any, spec: WhaleRunSpec) -> None:
-    """Refuse, before any weights are loaded, an ``spec.rsft`` setting the model's architecture cannot train
+    """Refuse, before any weights are loaded, an ``spec.experiment.rsft`` setting the model's architecture cannot train
     (``whale validate``'s check, on the config the phase really loads)."""
     from whale.rsft.architecture import Architecture, training_problems
 
-    problems = training_problems(Architecture.from_config(config), pack_sequences=spec.rsft.pack_sequences)
+    problems = training_problems(Architecture.from_config(config), pack_sequences=spec.experiment.rsft.pack_sequences)
     if problems:
         raise WeightPhaseError("; ".join(problems))
 
 
 def load_for_training(store: Store, spec: WhaleRunSpec, prefix: str | None, workdir: Path, device: Any):
-    """(model, tokenizer) in fp32 (master weights) on ``device``: a store checkpoint or ``spec.model``."""
+    """(model, tokenizer) in fp32 (master weights) on ``device``: a store checkpoint or ``spec.experiment.model``."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     if prefix is not None:
         source, kwargs = str(ckpt.materialise(store, prefix, workdir)), {}
     else:
-        source = spec.model.name
-        kwargs = {"revision": spec.model.revision, "trust_remote_code": spec.model.trust_remote_code}
-        if spec.model.gguf_file:
-            kwargs["gguf_file"] = spec.model.gguf_file
+        source = spec.experiment.model.name
+        kwargs = {
+            "revision": spec.experiment.model.revision,
+            "trust_remote_code": spec.experiment.model.trust_remote_code,
+        }
+        if spec.experiment.model.gguf_file:
+            kwargs["gguf_file"] = spec.experiment.model.gguf_file
     try:
         check_architecture(AutoConfig.from_pretrained(source, **kwargs), spec)
         tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
@@ -182,7 +187,7 @@ def sample_and_train(
     from whale.rsft.sampling import HarnessSampler
 
     args = request.weight
-    harness_path = harness_file(store, args.harness, domain, spec.data, workdir)
+    harness_path = harness_file(store, args.harness, domain, spec.experiment.data, workdir)
     validate_file(harness_path, domain.allowed_imports)
     client, sync, lock = make_sampling_backend(spec, model, tokenizer, store, run, start.model_prefix)
     trainer, sync = colocate(spec, trainer, sync)  # inference.placement colocated: vLLM sleeps during SFT
@@ -191,7 +196,7 @@ def sample_and_train(
         harness_path,
         client,
         sampling_params(request, spec),
-        max_concurrency=spec.inference.max_concurrency,
+        max_concurrency=spec.execution.inference.max_concurrency,
         harness_label=args.harness or "h0",
         limits=harness_limits(spec),
         bounds=episode_bounds(spec),
@@ -235,8 +240,10 @@ def make_sampling_backend(
 
     if backend_kind(spec) == "http":
         sync_dir = os.environ.get(SYNC_DIR_ENV)
-        if spec.inference.weight_sync == "cudaIpc":  # colocated: the server shares the trainer's GPU
-            sync: Any = VLLMIpcSync(inference_url(spec), timeout_s=float(spec.inference.request_timeout_seconds))
+        if spec.execution.inference.weight_sync == "cudaIpc":  # colocated: the server shares the trainer's GPU
+            sync: Any = VLLMIpcSync(
+                inference_url(spec), timeout_s=float(spec.execution.inference.request_timeout_seconds)
+            )
         elif sync_dir:
             sync = VLLMReloadSync(inference_url(spec), Path(sync_dir), os.environ.get(SYNC_SERVER_DIR_ENV))
         elif store is not None and run is not None:
@@ -253,9 +260,9 @@ def make_sampling_backend(
     client = TransformersClient(
         model,
         tokenizer,
-        max_batch_size=spec.inference.max_concurrency,
-        model_name=spec.model.served_model_name or spec.model.name,
-        max_model_len=spec.model.max_model_len,
+        max_batch_size=spec.execution.inference.max_concurrency,
+        model_name=spec.experiment.model.served_model_name or spec.experiment.model.name,
+        max_model_len=spec.experiment.model.max_model_len,
     )
     return client, SharedModelSync(), client.lock
 
@@ -285,12 +292,17 @@ def run_distributed(
 
 
 def make_trainer(model: Any, cfg: RSFTConfig, spec: WhaleRunSpec, device: Any, pad_id: int, world: World):
-    """Plain data-parallel SFT, or a DeepSpeed engine when ``spec.train.deepspeedConfig`` is set."""
-    if spec.train.deepspeed_config:
+    """Plain data-parallel SFT, or a DeepSpeed engine when ``spec.execution.train.deepspeedConfig`` is set."""
+    if spec.execution.train.deepspeed_config:
         from whale.rsft.deepspeed_trainer import DeepSpeedTrainer
 
         return DeepSpeedTrainer(
-            model, cfg, device=device, pad_id=pad_id, config_path=spec.train.deepspeed_config, world_size=world.size
+            model,
+            cfg,
+            device=device,
+            pad_id=pad_id,
+            config_path=spec.execution.train.deepspeed_config,
+            world_size=world.size,
         )
     from whale.rsft.trainer import SFTTrainer
 
@@ -367,14 +379,14 @@ def _lead(store: Store, run: str, phase: str, world: World, device: Any, domain:
 
 def check_deepspeed(spec: WhaleRunSpec) -> None:
     """ZeRO-3 shards the weights over the ranks, so rank 0 cannot generate from them by itself."""
-    if not spec.train.deepspeed_config:
+    if not spec.execution.train.deepspeed_config:
         return
     from whale.inference.factory import backend_kind
     from whale.rsft.deepspeed_trainer import read_config, zero_stage
 
-    if zero_stage(read_config(spec.train.deepspeed_config)) >= 3 and backend_kind(spec) != "http":
+    if zero_stage(read_config(spec.execution.train.deepspeed_config)) >= 3 and backend_kind(spec) != "http":
         raise WeightPhaseError(
-            f"spec.train.deepspeedConfig {spec.train.deepspeed_config} is ZeRO-3, which shards the weights over the "
+            f"spec.execution.train.deepspeedConfig {spec.execution.train.deepspeed_config} is ZeRO-3, which shards the weights over the "
             "ranks, so rank 0 cannot sample from them in process: sample through the run's vLLM server "
             "(inference.backend vllm/openai) or use a ZeRO-2 config (images/worker/ds_zero2.json)"
         )
@@ -412,9 +424,9 @@ def model_from_config(config_json: str, spec: WhaleRunSpec, device: Any):
 
     with tempfile.TemporaryDirectory(prefix="whale-config-") as tmp:
         Path(tmp, "config.json").write_text(config_json, encoding="utf-8")
-        config = AutoConfig.from_pretrained(tmp, trust_remote_code=spec.model.trust_remote_code)
+        config = AutoConfig.from_pretrained(tmp, trust_remote_code=spec.experiment.model.trust_remote_code)
     config.use_cache = False
     model = AutoModelForCausalLM.from_config(
-        config, dtype=torch.float32, trust_remote_code=spec.model.trust_remote_code
+        config, dtype=torch.float32, trust_remote_code=spec.experiment.model.trust_remote_code
     )
     return model.to(device)

@@ -4,18 +4,18 @@ No API calls, no clock, no environment reads: every input is an argument, so tes
 dicts and the handlers stay thin. The children of a WhaleRun:
 
 * one Job per phase attempt (train = RSFT weight phase, search = Meta-Harness phase, eval = mean@k),
-  Indexed with a headless rendezvous Service when ``spec.train.numNodes`` > 1;
+  Indexed with a headless rendezvous Service when ``spec.execution.train.numNodes`` > 1;
 * the vLLM Deployment + Service serving the run's current weights (weights are swapped in place by the
   ``weight-sync`` sidecar, never by recreating the pod);
 * the tool services the domain declares (``Domain.tool_services``: retriever, code sandbox) and a
   NetworkPolicy that lets sandboxed pods reach nothing;
 * a prepare Job before anything else when the store has no split sizes for the run;
 * the harness host (Deployment + Service + a NetworkPolicy with no egress) where the run's harness files run,
-  and the run's own Secret (``<run>-auth``: the host's caller token), unless ``spec.sandbox.isolation`` is none.
+  and the run's own Secret (``<run>-auth``: the host's caller token), unless ``spec.execution.sandbox.isolation`` is none.
 
 Every child carries an owner reference to the WhaleRun (garbage-collected with it) and the labels of
 :mod:`whale_operator.names`. Every pod meets the restricted Pod Security Standard, except the containers that
-start sandboxes at ``spec.sandbox.isolation: namespaces`` (:func:`sandbox_host_security_context`: the
+start sandboxes at ``spec.execution.sandbox.isolation: namespaces`` (:func:`sandbox_host_security_context`: the
 harness-search Job, for the ``cli`` agent's sandbox, the harness host and the code-sandbox tool). At ``pod``
 every pod of a run is restricted: harness files and the proposer's ``run_shell`` commands run on the harness
 host, the code tool's snippets in its own pod, and the ``cli`` backend is refused. Each component (train, inference,

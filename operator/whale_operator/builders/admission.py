@@ -31,7 +31,7 @@ def uses_jobset(spec: WhaleRunSpec) -> bool:
     means yes under a Kueue queue when vLLM runs on GPUs of its own (colocated already puts both in one pod)."""
     admission = spec.cluster.admission
     if admission == "auto":
-        return bool(spec.cluster.queue_name) and uses_vllm(spec) and spec.inference.placement == "separate"
+        return bool(spec.cluster.queue_name) and uses_vllm(spec) and spec.execution.inference.placement == "separate"
     return admission == "jobSet"
 
 
@@ -88,7 +88,7 @@ def phase_jobset(
     for env in wl_pod["containers"][0]["env"]:
         if env["name"] == "WHALE_INFERENCE_URL":
             env["value"] = url
-        elif env["name"] == "MASTER_ADDR" and spec.train.num_nodes > 1:
+        elif env["name"] == "MASTER_ADDR" and spec.execution.train.num_nodes > 1:
             env["value"] = master
     wl_spec["template"]["metadata"] = _without_queue(wl_spec["template"]["metadata"])
 
@@ -144,7 +144,7 @@ def gang_size(spec: WhaleRunSpec, request: PhaseRequest) -> int:
     multi-node train Job; 0 when the phase gets no PodGroup."""
     if spec.cluster.gang_scheduling != "podGroup" or request.kind is not PhaseKind.WEIGHT:
         return 0
-    return spec.train.num_nodes if spec.train.num_nodes > 1 else 0
+    return spec.execution.train.num_nodes if spec.execution.train.num_nodes > 1 else 0
 
 
 def pod_group(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, child: str) -> Manifest | None:
@@ -184,12 +184,12 @@ def required_apis(spec: WhaleRunSpec) -> list[tuple[str, str, str]]:
     out = []
     if uses_jobset(spec):
         out.append(("spec.cluster.admission", JOBSET_API_VERSION, "JobSet >= 0.8 (kubernetes-sigs/jobset)"))
-    if spec.cluster.gang_scheduling == "podGroup" and spec.train.num_nodes > 1:
+    if spec.cluster.gang_scheduling == "podGroup" and spec.execution.train.num_nodes > 1:
         out.append(
             ("spec.cluster.gangScheduling", PODGROUP_API_VERSION, "scheduler-plugins' coscheduling PodGroup CRD")
         )
-    if uses_vllm(spec) and spec.inference.placement == "colocated":
-        out.append(("spec.inference.placement", DRA_API_VERSION, DRA_NEEDS))
+    if uses_vllm(spec) and spec.execution.inference.placement == "colocated":
+        out.append(("spec.execution.inference.placement", DRA_API_VERSION, DRA_NEEDS))
     return out
 
 
@@ -197,5 +197,5 @@ def required_apis(spec: WhaleRunSpec) -> list[tuple[str, str, str]]:
 API_FIXES = {
     "spec.cluster.admission": "set cluster.admission: perChild",
     "spec.cluster.gangScheduling": "set gangScheduling: none",
-    "spec.inference.placement": "set inference.placement: separate",
+    "spec.execution.inference.placement": "set inference.placement: separate",
 }

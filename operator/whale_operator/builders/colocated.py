@@ -59,33 +59,33 @@ def colocated_vllm_args(spec: WhaleRunSpec) -> list[str]:
     (``whale.rsft.sync.VLLMIpcSync``)."""
     args = vllm_args(spec)
     at = args.index("--gpu-memory-utilization")
-    args[at + 1] = str(spec.inference.colocated_gpu_memory_utilization)
+    args[at + 1] = str(spec.execution.inference.colocated_gpu_memory_utilization)
     # only the trainer beside it calls this server (its dev-mode endpoints included): loopback, no other pod
     args[args.index("--host") + 1] = "127.0.0.1"
-    if spec.inference.sleep_level:
+    if spec.execution.inference.sleep_level:
         args.append("--enable-sleep-mode")
-    if spec.inference.weight_sync == "cudaIpc":
+    if spec.execution.inference.weight_sync == "cudaIpc":
         args += IPC_WEIGHT_TRANSFER_ARGS
     return args
 
 
 def _check_colocated(spec: WhaleRunSpec, request: PhaseRequest) -> None:
-    inf, train = spec.inference, spec.train
+    inf, train = spec.execution.inference, spec.execution.train
     problems = []
     if request.kind is not PhaseKind.WEIGHT:
         problems.append(f"phase {request.phase} is a {request.kind.value} phase; only a weight phase trains")
     if inf.placement != "colocated":
-        problems.append("spec.inference.placement is not colocated: use job() and inference_deployment()")
+        problems.append("spec.execution.inference.placement is not colocated: use job() and inference_deployment()")
     if train.num_nodes != 1:
         problems.append(
-            f"spec.train.numNodes is {train.num_nodes}: a colocated train pod is one pod; set 1, or "
+            f"spec.execution.train.numNodes is {train.num_nodes}: a colocated train pod is one pod; set 1, or "
             "inference.placement separate"
         )
     if train.gpus_per_node < 1:
-        problems.append("spec.train.gpusPerNode is 0: colocated shares GPUs; set it to 1 or more")
+        problems.append("spec.execution.train.gpusPerNode is 0: colocated shares GPUs; set it to 1 or more")
     elif inf.tensor_parallel_size > train.gpus_per_node:
         problems.append(
-            f"spec.inference.tensorParallelSize ({inf.tensor_parallel_size}) is more than the pod's "
+            f"spec.execution.inference.tensorParallelSize ({inf.tensor_parallel_size}) is more than the pod's "
             f"GPUs (train.gpusPerNode {train.gpus_per_node}); lower it"
         )
     if problems:
@@ -125,7 +125,7 @@ def colocated_gpu_claim_template(run: RunRef, spec: WhaleRunSpec, request: Phase
                             "exactly": {
                                 "deviceClassName": DRA_GPU_DEVICE_CLASS,
                                 "allocationMode": "ExactCount",
-                                "count": spec.train.gpus_per_node,
+                                "count": spec.execution.train.gpus_per_node,
                             },
                         }
                     ]
@@ -194,7 +194,7 @@ def colocated_train_job(
     server_resources = _without_gpus(resources_dict(spec.cluster.inference_resources))
     # weightSync cudaIpc: the server unpickles the trainer's CUDA IPC handles (vLLM's HTTP transport of them);
     # only this pod reaches its port (the trainer on loopback: the server is no Service's endpoint)
-    ipc = spec.inference.weight_sync == "cudaIpc"
+    ipc = spec.execution.inference.weight_sync == "cudaIpc"
     ipc_env = [{"name": k, "value": v} for k, v in IPC_WEIGHT_TRANSFER_ENV.items()] if ipc else []
     vllm: dict[str, Any] = {
         "name": "vllm",

@@ -1,5 +1,5 @@
 """The harness host (Deployment + Service + a NetworkPolicy with no egress) where the run's harness files run,
-unless ``spec.sandbox.isolation`` is none.
+unless ``spec.execution.sandbox.isolation`` is none.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ HARNESS_DEFAULT_RESOURCES = Resources(requests={"cpu": "2", "memory": "4Gi"}, li
 
 def uses_harness_host(spec: WhaleRunSpec) -> bool:
     """Harness files run in the run's harness pod, not in the workload pods, unless the spec asked for no
-    isolation at all (``spec.sandbox.isolation: none``, trusted use)."""
-    return spec.sandbox.isolation != "none"
+    isolation at all (``spec.execution.sandbox.isolation: none``, trusted use)."""
+    return spec.execution.sandbox.isolation != "none"
 
 
 def harness_token_env(run: RunRef) -> dict[str, Any]:
@@ -66,7 +66,7 @@ def workload_needs_sandbox_host(spec: WhaleRunSpec, kind: PhaseKind) -> bool:
     processes and the proposer's ``run_shell`` commands run on the harness host (:mod:`whale.harness.shell`). Only a
     ``cli`` proposer's agent starts its sandbox in the search pod (at ``namespaces``: it is refused at ``pod``,
     spec.CLI_AT_POD, and kept a sandbox host here should a spec reach this without that check)."""
-    if spec.sandbox.isolation == "none":
+    if spec.execution.sandbox.isolation == "none":
         return False
     if not uses_harness_host(spec):
         return True
@@ -76,7 +76,11 @@ def workload_needs_sandbox_host(spec: WhaleRunSpec, kind: PhaseKind) -> bool:
 def runs_cli_agent(spec: WhaleRunSpec, kind: PhaseKind) -> bool:
     """Whether a workload Job runs a ``cli`` proposer's agent (untrusted, in a sandbox of the search pod). At
     ``none`` harness code runs in every workload pod unwalled: trusted use, outside these guarantees."""
-    return kind is PhaseKind.HARNESS and spec.harness_search.proposer.backend == "cli" and uses_harness_host(spec)
+    return (
+        kind is PhaseKind.HARNESS
+        and spec.experiment.harness_search.proposer.backend == "cli"
+        and uses_harness_host(spec)
+    )
 
 
 def harness_host_deployment(run: RunRef, spec: WhaleRunSpec, *, replicas: int = 1) -> Manifest:
@@ -84,12 +88,12 @@ def harness_host_deployment(run: RunRef, spec: WhaleRunSpec, *, replicas: int = 
     per connection from the run's workload pods and relays its stdio. The pod holds nothing worth taking: no
     service-account token, no store credentials (its only secret is the run's caller token), no volume but an
     emptyDir scratch, a read-only root; no egress (:func:`harness_network_policy`); ``runtimeClassName`` from
-    ``spec.cluster.placement.harness``. At ``spec.sandbox.isolation: pod`` it is restricted (the pod is the wall);
+    ``spec.cluster.placement.harness``. At ``spec.execution.sandbox.isolation: pod`` it is restricted (the pod is the wall);
     at ``namespaces`` it is the sandbox host (each process gets its own namespaces as well)."""
     name = names.harness_name(run.name)
     selector = {names.LABEL_RUN: run.name, "app.kubernetes.io/component": HARNESS}
     labels = names.child_labels(run.name, HARNESS)
-    level = spec.sandbox.isolation
+    level = spec.execution.sandbox.isolation
     resources = resources_dict(component_resources(spec, HARNESS, HARNESS_DEFAULT_RESOURCES))
     probe = {"tcpSocket": {"port": HARNESS_PORT}}
     container: dict[str, Any] = {

@@ -42,7 +42,7 @@ def vllm_args(spec: WhaleRunSpec) -> list[str]:
     """``vllm serve`` arguments. The model path is fixed (``/models/current``: a link the weight-sync
     init container and sidecar keep pointing at the served weights, see
     ``whale.inference.weight_sync``), so swapping checkpoints never changes the pod template."""
-    inf, model = spec.inference, spec.model
+    inf, model = spec.execution.inference, spec.experiment.model
     args = [
         f"{MODELS_DIR}/current",
         "--served-model-name",
@@ -79,12 +79,12 @@ def _weight_sync_command(run: RunRef, spec: WhaleRunSpec, store_uri: str, once: 
         "--run",
         run.name,
         "--model",
-        spec.model.name,
+        spec.experiment.model.name,
         "--dest",
         MODELS_DIR,
     ]
-    if spec.model.revision:
-        cmd += ["--revision", spec.model.revision]
+    if spec.experiment.model.revision:
+        cmd += ["--revision", spec.experiment.model.revision]
     if once:
         return cmd + ["--once"]
     return cmd + ["--server", f"http://127.0.0.1:{VLLM_PORT}"]
@@ -182,7 +182,7 @@ def inference_deployment(
         {"name": "HOME", "value": "/tmp"},
         {"name": "WHALE_RUN", "value": run.name},
         *storage_env(spec),
-        *hf_token_env(spec),  # they download spec.model from the Hub
+        *hf_token_env(spec),  # they download spec.experiment.model from the Hub
     ]
     env_from = storage_env_from(spec)
     mounts = [{"name": "models", "mountPath": MODELS_DIR}]
@@ -246,7 +246,8 @@ def inference_deployment(
         },
     }
     res = resources_dict(
-        component_resources(spec, INFERENCE, spec.cluster.inference_resources), spec.inference.tensor_parallel_size
+        component_resources(spec, INFERENCE, spec.cluster.inference_resources),
+        spec.execution.inference.tensor_parallel_size,
     )
     if res:
         vllm["resources"] = res

@@ -1,5 +1,5 @@
 """The phase Jobs (train = RSFT weight phase, search = Meta-Harness phase, eval = mean@k; Indexed with a headless
-rendezvous Service when ``spec.train.numNodes`` > 1), the prepare Job, the workloads' environment and their
+rendezvous Service when ``spec.execution.train.numNodes`` > 1), the prepare Job, the workloads' environment and their
 NetworkPolicy.
 """
 
@@ -73,22 +73,26 @@ def workload_env(
         env.append(inference_api_key_env(run))
     for tool in tools:
         env.append({"name": tool.url_env, "value": tool_url(run, tool)})
-    key = spec.harness_search.proposer.api_key_secret
+    key = spec.experiment.harness_search.proposer.api_key_secret
     if request.kind is PhaseKind.HARNESS and key is not None:
         env.append(secret_key_env(key.env or "WHALE_PROPOSER_API_KEY", key))
     env += judge_key_env(spec)
-    if request.kind is PhaseKind.WEIGHT:  # the trainer loads spec.model (a Hub id at the first phase)
+    if request.kind is PhaseKind.WEIGHT:  # the trainer loads spec.experiment.model (a Hub id at the first phase)
         env += hf_token_env(spec)
     return env
 
 
 def judge_key_env(spec: WhaleRunSpec) -> list[dict[str, Any]]:
-    """The LLM judge's API key (``spec.verifier.judge.apiKeySecret`` under ``apiKeyEnv``) for a pod that scores
+    """The LLM judge's API key (``spec.experiment.verifier.judge.apiKeySecret`` under ``apiKeyEnv``) for a pod that scores
     episodes, when the run scores with the judge: the eval, weight and harness-search Jobs (:func:`workload_env`),
     never the harness host, the tool services or the prepare Job. A ``cli`` proposer's sandbox in the search pod
     gets none of the pod's environment (docs/metaharness.md)."""
-    judge = spec.verifier.judge
-    if spec.verifier.search_answer != "llmJudge" or judge.api_key_secret is None or judge.api_key_env is None:
+    judge = spec.experiment.verifier.judge
+    if (
+        spec.experiment.verifier.search_answer != "llmJudge"
+        or judge.api_key_secret is None
+        or judge.api_key_env is None
+    ):
         return []
     return [secret_key_env(judge.api_key_env, judge.api_key_secret)]
 
@@ -122,7 +126,7 @@ def workload_command(spec: WhaleRunSpec, request: PhaseRequest, store_uri: str) 
         "--phase",
         request.phase,
     ]
-    tr = spec.train
+    tr = spec.execution.train
     if request.kind is PhaseKind.WEIGHT and (tr.num_nodes > 1 or tr.gpus_per_node > 1):
         return [
             "torchrun",
@@ -154,10 +158,12 @@ def job(
         },
         spec,
     )
-    multi_node = kind is PhaseKind.WEIGHT and spec.train.num_nodes > 1
+    multi_node = kind is PhaseKind.WEIGHT and spec.execution.train.num_nodes > 1
     if kind is PhaseKind.WEIGHT:
         component = TRAIN
-        resources = resources_dict(component_resources(spec, TRAIN, spec.train.resources), spec.train.gpus_per_node)
+        resources = resources_dict(
+            component_resources(spec, TRAIN, spec.execution.train.resources), spec.execution.train.gpus_per_node
+        )
     else:
         component = WORKERS
         resources = resources_dict(component_resources(spec, WORKERS, spec.cluster.worker_resources))
@@ -165,7 +171,7 @@ def job(
     env = workload_env(run, spec, request, tools) + harness_host_env(run, spec)
     if multi_node:
         env += [
-            {"name": "WHALE_NUM_NODES", "value": str(spec.train.num_nodes)},
+            {"name": "WHALE_NUM_NODES", "value": str(spec.execution.train.num_nodes)},
             {
                 "name": "NODE_RANK",
                 "valueFrom": {
@@ -175,7 +181,7 @@ def job(
             {"name": "MASTER_ADDR", "value": f"{name}-0.{names.rendezvous_service_name(name)}.{run.namespace}.svc"},
             {"name": "MASTER_PORT", "value": str(RENDEZVOUS_PORT)},
         ]
-    elif kind is PhaseKind.WEIGHT and spec.train.gpus_per_node > 1:
+    elif kind is PhaseKind.WEIGHT and spec.execution.train.gpus_per_node > 1:
         env += [{"name": "NODE_RANK", "value": "0"}, {"name": "MASTER_ADDR", "value": "127.0.0.1"}]
 
     container: dict[str, Any] = {
@@ -224,7 +230,11 @@ def job(
         **job_lifecycle(spec),
     }
     if multi_node:
-        job_spec.update(completionMode="Indexed", completions=spec.train.num_nodes, parallelism=spec.train.num_nodes)
+        job_spec.update(
+            completionMode="Indexed",
+            completions=spec.execution.train.num_nodes,
+            parallelism=spec.execution.train.num_nodes,
+        )
 
     return {
         "apiVersion": "batch/v1",
@@ -266,7 +276,7 @@ def prepare_job(run: RunRef, spec: WhaleRunSpec, attempt: int, *, store_uri: str
             *storage_env(spec),
         ],
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        # it fetches and splits data, it runs no harness: restricted whatever spec.sandbox says
+        # it fetches and splits data, it runs no harness: restricted whatever spec.execution.sandbox says
         "securityContext": restricted_container_security_context(),
     }
     env_from = storage_env_from(spec)
@@ -282,7 +292,7 @@ def prepare_job(run: RunRef, spec: WhaleRunSpec, attempt: int, *, store_uri: str
         "securityContext": restricted_pod_security_context(spec, WORKERS, WORKER_UID),
         "containers": [container],
     }
-    if spec.data.source == "full":
+    if spec.experiment.data.source == "full":
         # the full datasets are downloaded here before they go to the store (whale.data.full): scratch
         # disk for them, not the container's writable layer
         container["volumeMounts"] = [{"name": "downloads", "mountPath": PREPARE_DOWNLOADS_DIR}]
@@ -305,7 +315,7 @@ def prepare_job(run: RunRef, spec: WhaleRunSpec, attempt: int, *, store_uri: str
 def rendezvous_service(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest) -> Manifest | None:
     """Headless Service for an Indexed train Job: pod ``<job>-<i>`` resolves as
     ``<job>-<i>.<job>-rdzv``; torchrun's master is index 0. None when the Job is single-node."""
-    if request.kind is not PhaseKind.WEIGHT or spec.train.num_nodes <= 1:
+    if request.kind is not PhaseKind.WEIGHT or spec.execution.train.num_nodes <= 1:
         return None
     job_name = names.job_name(run.name, request.phase, request.attempt)
     labels = names.child_labels(

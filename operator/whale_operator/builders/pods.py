@@ -42,7 +42,7 @@ VLLM_STARTUP_FAILURES = 180
 #: its liveness probe counts
 TOOL_STARTUP_PERIOD_S = 10
 TOOL_STARTUP_TIMEOUT_S = 3600
-#: where the prepare Job downloads spec.data.source full (~1 GB in all: the Lichess .zst, DAPO's parquet,
+#: where the prepare Job downloads spec.experiment.data.source full (~1 GB in all: the Lichess .zst, DAPO's parquet,
 #: the FlashRAG QA files), and the cap on that scratch volume
 PREPARE_DOWNLOADS_DIR = "/downloads"
 PREPARE_DOWNLOADS_SIZE = "16Gi"
@@ -92,13 +92,13 @@ class RunRef:
 def storage_env(spec: WhaleRunSpec) -> list[dict[str, Any]]:
     """How a workload finds the object store: ``--store`` carries the URI; endpoint and TLS here
     (:func:`whale.control.storage.connection_env`), credentials from the Secret (``envFrom``) named by
-    ``spec.storage.credentialsSecret``."""
-    return [{"name": k, "value": v} for k, v in connection_env(spec.storage).items()]
+    ``spec.execution.storage.credentialsSecret``."""
+    return [{"name": k, "value": v} for k, v in connection_env(spec.execution.storage).items()]
 
 
 def storage_env_from(spec: WhaleRunSpec) -> list[dict[str, Any]]:
-    if spec.storage.credentials_secret:
-        return [{"secretRef": {"name": spec.storage.credentials_secret}}]
+    if spec.execution.storage.credentials_secret:
+        return [{"secretRef": {"name": spec.execution.storage.credentials_secret}}]
     return []
 
 
@@ -239,12 +239,14 @@ def shm_volume(resources: dict[str, Any]) -> dict[str, Any]:
 
 
 def job_lifecycle(spec: WhaleRunSpec) -> dict[str, Any]:
-    """A child Job's deadline (spec.retry.activeDeadlineSeconds, else spec.cluster.lifecycle's default), how
+    """A child Job's deadline (spec.execution.retry.activeDeadlineSeconds, else spec.cluster.lifecycle's default), how
     long it stays once finished, and, under a Kueue queue, ``suspend: true``: the Job is created suspended
     and runs when Kueue admits it (unsuspends it), never before (Kueue's documented way; a Job created
     running could start pods in the moment before Kueue's webhook or controller sees it)."""
     lc = spec.cluster.lifecycle
-    out: dict[str, Any] = {"activeDeadlineSeconds": spec.retry.active_deadline_seconds or lc.active_deadline_seconds}
+    out: dict[str, Any] = {
+        "activeDeadlineSeconds": spec.execution.retry.active_deadline_seconds or lc.active_deadline_seconds
+    }
     if lc.ttl_seconds_after_finished is not None:
         out["ttlSecondsAfterFinished"] = lc.ttl_seconds_after_finished
     if spec.cluster.queue_name:
@@ -261,23 +263,23 @@ def with_queue(labels: dict[str, str], spec: WhaleRunSpec) -> dict[str, str]:
 
 def uses_vllm(spec: WhaleRunSpec) -> bool:
     """``auto`` means vLLM on a cluster; ``transformers`` runs in the worker; ``openai`` is external."""
-    return spec.inference.backend in ("auto", "vllm")
+    return spec.execution.inference.backend in ("auto", "vllm")
 
 
 def colocated_weight(spec: WhaleRunSpec, kind: PhaseKind) -> bool:
     """A weight phase of ``inference.placement: colocated``: one pod with a vLLM server of its own
     (:func:`colocated_train_job`), so it needs nothing of the run's vLLM Deployment."""
-    return kind is PhaseKind.WEIGHT and uses_vllm(spec) and spec.inference.placement == "colocated"
+    return kind is PhaseKind.WEIGHT and uses_vllm(spec) and spec.execution.inference.placement == "colocated"
 
 
 def inference_url(run: RunRef, spec: WhaleRunSpec) -> str | None:
     if uses_vllm(spec):
         return f"http://{names.inference_name(run.name)}.{run.namespace}.svc:{VLLM_PORT}/v1"
-    return spec.inference.base_url
+    return spec.execution.inference.base_url
 
 
 def served_model_name(spec: WhaleRunSpec) -> str:
-    return spec.model.served_model_name or spec.model.name
+    return spec.experiment.model.served_model_name or spec.experiment.model.name
 
 
 #: capabilities whale.sandbox's launcher needs as root in a container (measured with setpriv's bounding set:
@@ -316,7 +318,7 @@ def sandbox_host_security_context() -> dict[str, Any]:
     namespaces and fresh root; the untrusted program inside has no capability at all (docs/security.md).
     AppArmor's default container profile refuses every mount, so it is unconfined here; seccomp stays at the
     runtime's default, which allows the namespace calls to a holder of SYS_ADMIN. Without these the sandbox
-    fails closed (the phase fails, naming spec.sandbox.isolation), it never runs untrusted code unwalled."""
+    fails closed (the phase fails, naming spec.execution.sandbox.isolation), it never runs untrusted code unwalled."""
     return {
         "runAsUser": 0,
         "runAsNonRoot": False,
@@ -355,8 +357,8 @@ HF_TOKEN_ENV = "HF_TOKEN"
 
 
 def hf_token_env(spec: WhaleRunSpec) -> list[dict[str, Any]]:
-    """``spec.model.hfTokenSecret`` as ``HF_TOKEN`` (by reference), for a container that downloads the policy
+    """``spec.experiment.model.hfTokenSecret`` as ``HF_TOKEN`` (by reference), for a container that downloads the policy
     model or its tokenizer from the Hub: the weight fetchers, the weight Job, the retriever's fetch-tokenizer.
     Never a pod or sandbox that runs untrusted code without a wall between (docs/security.md)."""
-    ref = spec.model.hf_token_secret
+    ref = spec.experiment.model.hf_token_secret
     return [] if ref is None else [secret_key_env(HF_TOKEN_ENV, ref)]

@@ -147,16 +147,16 @@ TOKENIZER_SIZE = "1Gi"
 
 
 def policy_tokenizer_container(spec: WhaleRunSpec, tool: ToolService) -> dict[str, Any] | None:
-    """The init container that places ``spec.model``'s tokenizer (only its tokenizer files) in the tool's pod
+    """The init container that places ``spec.experiment.model``'s tokenizer (only its tokenizer files) in the tool's pod
     (``python -m whale.tools.passage_cut``): the worker image, which holds the image-baked models and resolves a
     Hugging Face id as the vLLM pod's ``fetch-weights`` does. None when the tool counts no tokens, or for a GGUF
     model (its tokenizer is inside the GGUF file: the service is started without one and the search tool cuts
     passages at words)."""
-    if not tool.tokenizer_flag or spec.model.gguf_file:
+    if not tool.tokenizer_flag or spec.experiment.model.gguf_file:
         return None
-    cmd = ["python", "-m", "whale.tools.passage_cut", "--model", spec.model.name, "--dest", TOKENIZER_PATH]
-    if spec.model.revision:
-        cmd += ["--revision", spec.model.revision]
+    cmd = ["python", "-m", "whale.tools.passage_cut", "--model", spec.experiment.model.name, "--dest", TOKENIZER_PATH]
+    if spec.experiment.model.revision:
+        cmd += ["--revision", spec.experiment.model.revision]
     return {
         "name": "fetch-tokenizer",
         "image": spec.cluster.images.worker,
@@ -214,11 +214,11 @@ def sandbox_network_policy(run: RunRef, tool: ToolService) -> Manifest:
 
 
 def pod_walled(deployment: Manifest, spec: WhaleRunSpec, tool: ToolService) -> Manifest:
-    """A sandboxed tool at ``spec.sandbox.isolation: pod`` or ``none``: its pod (no credentials, no token, no egress)
+    """A sandboxed tool at ``spec.execution.sandbox.isolation: pod`` or ``none``: its pod (no credentials, no token, no egress)
     is the wall, so its container is restricted and its server runs each snippet without kernel namespaces
     (``--isolation pod``; it refuses to serve where it sees a credential). Only at ``namespaces`` (where the admin
     allows sandbox hosts, :mod:`whale_operator.sandboxing`) is it a privileged sandbox host. Other tools: unchanged."""
-    if not tool.sandboxed or spec.sandbox.isolation == "namespaces":
+    if not tool.sandboxed or spec.execution.sandbox.isolation == "namespaces":
         return deployment
     pod = deployment["spec"]["template"]["spec"]
     for container in pod["containers"]:

@@ -14,7 +14,7 @@ Both built-in loops (:mod:`~whale.metaharness.proposer.agent`) have the file too
 (:mod:`~whale.metaharness.proposer.workspace`) and the sandboxed ``run_candidate`` / ``run_shell``
 (:mod:`~whale.metaharness.proposer.tools`).
 
-:func:`from_spec` builds one from ``spec.harnessSearch.proposer``. The API key comes from the
+:func:`from_spec` builds one from ``spec.experiment.harnessSearch.proposer``. The API key comes from the
 environment variable named by ``apiKeySecret.env`` (the operator injects the Secret under that name;
 default ``WHALE_PROPOSER_API_KEY``). :func:`spec_problems` (``whale validate``, the operator's create
 path) and :func:`environment_problems` (``whale run``) refuse a proposer that cannot run before any
@@ -44,7 +44,7 @@ from whale.metaharness.proposer.base import (
 DEFAULT_KEY_ENV = "WHALE_PROPOSER_API_KEY"
 #: backends that call a model API themselves (and so need its endpoint, model and key)
 API_BACKENDS = ("openai", "anthropic")
-_FIELD = "spec.harnessSearch.proposer"
+_FIELD = "spec.experiment.harnessSearch.proposer"
 
 
 class ProposerProblem(NamedTuple):
@@ -77,7 +77,7 @@ def spec_problems(spec: Any) -> list[ProposerProblem]:
     ``anthropic`` needs ``model`` and ``apiKeySecret`` (``baseUrl`` defaults to Anthropic's API)."""
     if not spec.condition.searches_harness:
         return []
-    proposer = spec.harness_search.proposer
+    proposer = spec.experiment.harness_search.proposer
     backend = proposer.backend
     out: list[ProposerProblem] = []
     if backend not in API_BACKENDS:
@@ -112,7 +112,7 @@ def environment_problems(spec: Any, environ: Mapping[str, str] | None = None) ->
     if not spec.condition.searches_harness:
         return []
     environ = os.environ if environ is None else environ
-    proposer = spec.harness_search.proposer
+    proposer = spec.experiment.harness_search.proposer
     out: list[ProposerProblem] = []
     key_env = api_key_env(proposer)
     if key_env and proposer.backend != "replay" and not environ.get(key_env):
@@ -146,8 +146,8 @@ def api_key_env(proposer_spec: Any) -> str | None:
 
 
 def from_spec(proposer_spec: Any, environ: Mapping[str, str] | None = None, seed: int | None = 0) -> Proposer:
-    """A proposer for ``spec.harnessSearch.proposer`` (``whale.core.spec.Proposer``); ``seed``
-    (``spec.harnessSearch.seed``) seeds the backends that draw at random (``mutate``) and the ``openai`` backend's
+    """A proposer for ``spec.experiment.harnessSearch.proposer`` (``whale.core.spec.Proposer``); ``seed``
+    (``spec.experiment.harnessSearch.seed``) seeds the backends that draw at random (``mutate``) and the ``openai`` backend's
     requests (the API's ``seed``; the anthropic API and Claude Code take none)."""
     environ = os.environ if environ is None else environ
     backend = proposer_spec.backend
@@ -163,7 +163,9 @@ def from_spec(proposer_spec: Any, environ: Mapping[str, str] | None = None, seed
         from whale.metaharness.proposer.openai_agent import OpenAIAgentProposer, ProposerClient
 
         if not proposer_spec.base_url or not proposer_spec.model:
-            raise ProposerError("proposer backend 'openai' needs spec.harnessSearch.proposer.baseUrl and .model")
+            raise ProposerError(
+                "proposer backend 'openai' needs spec.experiment.harnessSearch.proposer.baseUrl and .model"
+            )
         return OpenAIAgentProposer(
             ProposerClient(proposer_spec.base_url, proposer_spec.model, key, seed=seed), reply_tokens=reply_tokens
         )
@@ -171,7 +173,9 @@ def from_spec(proposer_spec: Any, environ: Mapping[str, str] | None = None, seed
         from whale.metaharness.proposer.anthropic_agent import AnthropicAgentProposer, AnthropicClient
 
         if not key_env:
-            raise ProposerError("proposer backend 'anthropic' needs spec.harnessSearch.proposer.apiKeySecret")
+            raise ProposerError(
+                "proposer backend 'anthropic' needs spec.experiment.harnessSearch.proposer.apiKeySecret"
+            )
         return AnthropicAgentProposer(
             AnthropicClient(proposer_spec.base_url, proposer_spec.model or "", key or ""), reply_tokens=reply_tokens
         )

@@ -54,7 +54,7 @@ TOOL_RESULT_CHARS = 20_000
 #: above this many characters of conversation, the oldest tool results are elided (re-readable)
 CONTEXT_CHARS = 400_000
 ELIDED = "[elided to save context; call the tool again if you need it]"
-#: the largest reply of one model call (``spec.harnessSearch.proposer.maxReplyTokens``)
+#: the largest reply of one model call (``spec.experiment.harnessSearch.proposer.maxReplyTokens``)
 DEFAULT_REPLY_TOKENS = 8192
 
 

@@ -42,7 +42,7 @@ from whale.metaharness.proposer.http import Endpoint, post_json
 
 log = logging.getLogger(__name__)
 
-#: the public endpoint (``spec.harnessSearch.proposer.baseUrl`` overrides it, e.g. for a gateway)
+#: the public endpoint (``spec.experiment.harnessSearch.proposer.baseUrl`` overrides it, e.g. for a gateway)
 DEFAULT_BASE_URL = "https://api.anthropic.com"
 #: the Messages API version this client speaks
 ANTHROPIC_VERSION = "2023-06-01"
@@ -65,11 +65,11 @@ class AnthropicClient:
     ):
         if not model:
             raise ProposerError(
-                "proposer backend 'anthropic' needs spec.harnessSearch.proposer.model (e.g. claude-opus-4-1)"
+                "proposer backend 'anthropic' needs spec.experiment.harnessSearch.proposer.model (e.g. claude-opus-4-1)"
             )
         if not api_key:
             raise ProposerError(
-                "proposer backend 'anthropic' needs an API key: set spec.harnessSearch.proposer."
+                "proposer backend 'anthropic' needs an API key: set spec.experiment.harnessSearch.proposer."
                 "apiKeySecret (and its environment variable for `whale run`)"
             )
         root = (base_url or DEFAULT_BASE_URL).rstrip("/")
@@ -85,7 +85,7 @@ class AnthropicClient:
         """One Messages API call (the raw response JSON). Raises ProposerError after retries."""
         body = {"model": self.model, **body}
         url = f"{self.base_url}/v1/messages"
-        hint_key = " (check the API key Secret, spec.harnessSearch.proposer.apiKeySecret)"
+        hint_key = " (check the API key Secret, spec.experiment.harnessSearch.proposer.apiKeySecret)"
         endpoint = Endpoint(
             name=f"the Messages API at {url}",
             address=url,
@@ -93,7 +93,11 @@ class AnthropicClient:
             valid=lambda data: isinstance(data.get("content"), list),
             retryable=lambda status: status in _RETRY_STATUS,
             error_text=_api_error,
-            hints={401: hint_key, 403: hint_key, 404: " (check spec.harnessSearch.proposer.model and baseUrl)"},
+            hints={
+                401: hint_key,
+                403: hint_key,
+                404: " (check spec.experiment.harnessSearch.proposer.model and baseUrl)",
+            },
         )
         return await post_json(self._http, "/v1/messages", body, endpoint, timeout_s=timeout_s, retries=self.retries)
 

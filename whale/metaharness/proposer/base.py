@@ -59,7 +59,7 @@ class ProposalRequest:
     #: the sandboxed tools beside the file tools (``run_candidate`` on D_harness items, ``run_shell``
     #: over the archive copy); None: file tools only
     tools: ProposerTools | None = None
-    #: ``spec.sandbox.isolation``: how the ``cli`` backend's agent process is walled off
+    #: ``spec.execution.sandbox.isolation``: how the ``cli`` backend's agent process is walled off
     isolation: str = "namespaces"
     #: files put into the agent's workspace beside PROMPT.md and SKILL.md (path -> text): the prototyping
     #: kit (:mod:`whale.metaharness.proposer.kit`)

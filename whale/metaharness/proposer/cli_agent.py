@@ -1,6 +1,6 @@
 """External agent CLI proposer (backend ``cli``): a coding-agent command run inside the sandbox.
 
-``spec.harnessSearch.proposer.command`` is an argv template; these fields are filled in:
+``spec.experiment.harnessSearch.proposer.command`` is an argv template; these fields are filled in:
 ``{scratch}`` (the agent's workspace and working directory; candidates go to
 ``{scratch}/candidates/NAME.py`` with an optional ``NAME.md`` rationale), ``{archive}`` (the read-only
 copy of the archive), ``{skill}`` (the domain's SKILL.md), ``{prompt}`` (PROMPT.md: the task statement,
@@ -15,18 +15,18 @@ paper's command; docs/metaharness.md has the manifest)::
               "Read {prompt} and {skill}, then do what they say: write {n} candidates into {scratch}/candidates/."]
 
 The agent is untrusted (issue #12's threat model), so it runs in a ``whale.sandbox`` run
-(:data:`spec.sandbox.isolation`), never as a plain subprocess:
+(:data:`spec.execution.sandbox.isolation`), never as a plain subprocess:
 
 * **filesystem** (allow-list): its workspace — the sandbox's bounded in-memory scratch (HOME, TMPDIR,
   cwd) holding PROMPT.md, SKILL.md, ``candidates/`` and the prototyping kit ``proto/`` (the harness API, the
   D_harness tasks without gold, clients of the run's tool services; :mod:`whale.metaharness.proposer.kit`) —
   read-write; the archive copy read-only; the
-  agent's own install read-only (``spec.harnessSearch.proposer.readPaths``, besides the system runtime
+  agent's own install read-only (``spec.experiment.harnessSearch.proposer.readPaths``, besides the system runtime
   under /usr that every sandbox has); nothing else: no data root (no test split), no checkout, no
   /proc of the host, no /tmp, no home;
 * **environment**: only the sandbox's fixed variables plus the API key, under the name
   ``apiKeySecret.env`` — nothing of the parent's environment;
-* **network**: this is the one sandbox with a network (``spec.harnessSearch.proposer.network: host``,
+* **network**: this is the one sandbox with a network (``spec.experiment.harnessSearch.proposer.network: host``,
   ``Isolation(host_network=True)``, asked for by name), because the agent must reach its model's API;
   ``none`` gives it none (an agent that talks to a model some other way, or a test);
 * **limits**: ``timeout`` for the whole session, enforced twice — the driver inside kills every process
@@ -199,7 +199,7 @@ class CLIAgentProposer(Proposer):
     """Backend ``cli``: the agent command, sandboxed.
 
     Args:
-        command: the argv template (``spec.harnessSearch.proposer.command``).
+        command: the argv template (``spec.experiment.harnessSearch.proposer.command``).
         extra_env: the only variables the agent gets besides the sandbox's fixed ones (its API key).
         read_paths: the agent's own install, mounted read-only (``readPaths``).
         network: ``host`` (the agent must reach its API; the default) or ``none``.

@@ -1,6 +1,6 @@
 """Blind-search proposer (backend ``mutate``): no model, no key. Each candidate is the incoming harness with 1 or 2
 of its declared knobs changed at random (:mod:`whale.metaharness.mutate`), drawn from a generator seeded by
-(``spec.harnessSearch.seed``, the iteration, the incoming harness), so a run's search is reproducible. It writes the
+(``spec.experiment.harnessSearch.seed``, the iteration, the incoming harness), so a run's search is reproducible. It writes the
 ``proposalsPerIteration`` candidates the LLM proposers write, under the same iterations: the baseline an LLM
 proposer must beat."""
 

@@ -60,7 +60,7 @@ class ProposerClient:
         seed: int | None = None,
     ):
         if not base_url:
-            raise ProposerError("proposer baseUrl is empty: set spec.harnessSearch.proposer.baseUrl")
+            raise ProposerError("proposer baseUrl is empty: set spec.experiment.harnessSearch.proposer.baseUrl")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.retries = retries

@@ -23,7 +23,7 @@ class ReplayProposer(Proposer):
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ProposerError(
-                f"replay script {self.path} does not exist (spec.harnessSearch.proposer.script)"
+                f"replay script {self.path} does not exist (spec.experiment.harnessSearch.proposer.script)"
             ) from None
         except ValueError as exc:
             raise ProposerError(f"replay script {self.path} is not valid JSON: {exc}") from None

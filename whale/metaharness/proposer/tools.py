@@ -12,7 +12,7 @@ giving them anything the threat model forbids (the proposer and every harness it
   compact traces, at most ``TRIAL_RESULT_CHARS`` characters. It is built from the evaluator's item
   list — the D_harness split and nothing else: an item id outside it is refused, so a test item can
   never be requested or returned. Every rollout it runs is counted (``CandidateTrials.rollouts``)
-  against a per-iteration budget (``spec.harnessSearch.proposer.runCandidateRollouts``); the search
+  against a per-iteration budget (``spec.experiment.harnessSearch.proposer.runCandidateRollouts``); the search
   loop adds them to the iteration's rollouts and the archive's iteration record.
 * ``try_harness`` (:class:`HarnessTryouts`) is the prototyping the reference's skills require (the harness's
   search on a few real questions, its hooks on trajectories), which the ``cli`` agent does with the kit in its
@@ -515,7 +515,7 @@ class SandboxShell:
     Args:
         archive_dir: the archive copy (the working directory, read-only).
         candidates_dir: the agent's candidates (read-only, at ``$CANDIDATES``); mounted when it exists.
-        isolation: ``spec.sandbox.isolation`` (``namespaces``: the wall, fail closed; ``none``: trusted
+        isolation: ``spec.execution.sandbox.isolation`` (``namespaces``: the wall, fail closed; ``none``: trusted
             local use only, like the harness processes; ``pod`` without a harness host: the namespaces).
         host: the run's harness host (``SandboxLimits.host``, from ``$WHALE_HARNESS_HOST``): each command
             runs there over a snapshot of the archive and candidates (:func:`whale.harness.remote.run_shell`),

@@ -1,0 +1,162 @@
+"""`whale migrate`: rewrite whale.dev/v1alpha1 manifests as whale.dev/v1alpha2, comments kept.
+
+The conversion itself is :func:`whale.core.convert.convert_v1alpha1` (pure, on parsed documents); this module
+applies it to the text of a file so that the comments, the order and the quoting a person wrote stay. It moves
+whole blocks of lines: each top-level entry of ``spec`` (with the comment lines above it and everything indented
+under it) goes under ``experiment:`` or ``execution:``, indented one level more, so block scalars and nested
+comments move unchanged. The result is checked: parsed, it must equal the conversion of the parsed original,
+or nothing is written (:class:`MigrateError`, naming the file and why). Other documents of the file are kept
+byte for byte.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from whale.core.convert import TO_EXECUTION, TO_EXPERIMENT, V1ALPHA1, V1ALPHA2, convert_v1alpha1
+
+_DOC_MARKER = re.compile(r"^---(\s|$)")
+_TOP_KEY = re.compile(r"^[A-Za-z_\"']")
+_KEY = re.compile(r"^(?P<indent> *)(?P<key>[A-Za-z_][\w-]*|\"[^\"]*\"|'[^']*')\s*:(\s|$)")
+_API = re.compile(r"^apiVersion:\s*[\"']?whale\.dev/v1alpha1[\"']?(?P<rest>\s*(#.*)?)$")
+_GROUP = {
+    **{name: "experiment" for pair in TO_EXPERIMENT for name in pair},
+    **{name: "execution" for pair in TO_EXECUTION for name in pair},
+}
+
+
+class MigrateError(ValueError):
+    """A manifest this module cannot rewrite by moving lines (the message says why and what to do)."""
+
+
+@dataclass(frozen=True)
+class Migrated:
+    text: str
+    #: WhaleRun documents rewritten (0: the file was already whale.dev/v1alpha2, or holds no WhaleRun)
+    documents: int
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))
+
+
+def _is_filler(line: str) -> bool:
+    """A blank or comment-only line: it belongs to the entry below it."""
+    return not line.strip() or line.lstrip().startswith("#")
+
+
+def _entries(block: list[str], indent: int) -> tuple[list[tuple[str, list[str]]], list[str]]:
+    """The entries of a mapping block: (key, lines), each with the comment lines above it; and trailing fillers."""
+    entries: list[tuple[str, list[str]]] = []
+    pending: list[str] = []
+    for line in block:
+        m = _KEY.match(line)
+        if m and len(m["indent"]) == indent:
+            entries.append((m["key"].strip("\"'"), [*pending, line]))
+            pending = []
+        elif _is_filler(line):
+            pending.append(line)
+        elif entries and (_indent(line) > indent or line[indent:].startswith("- ")):
+            entries[-1][1].extend([*pending, line])
+            pending = []
+        else:
+            raise MigrateError(f"cannot read the line {line.rstrip()!r} as part of spec; migrate it by hand")
+    return entries, pending
+
+
+def _deeper(lines: list[str], by: int) -> list[str]:
+    return [(" " * by + line) if line.strip() else line for line in lines]
+
+
+def _migrate_document(lines: list[str]) -> list[str]:
+    """One v1alpha1 WhaleRun document's lines as v1alpha2 (the caller checks the result)."""
+    out = [(f"apiVersion: {V1ALPHA2}{m['rest']}\n" if (m := _API.match(line.rstrip("\n"))) else line) for line in lines]
+    start = next((i for i, line in enumerate(out) if re.match(r"^spec:\s*(#.*)?$", line)), None)
+    if start is None:
+        raise MigrateError("spec is not a block mapping (`spec:` on a line of its own); migrate it by hand")
+    end = next((i for i in range(start + 1, len(out)) if _TOP_KEY.match(out[i])), len(out))
+    block = out[start + 1 : end]
+    first = next((line for line in block if not _is_filler(line)), None)
+    if first is None:
+        return out
+    indent = _indent(first)
+    entries, trailing = _entries(block, indent)
+    groups: dict[str, list[str]] = {"experiment": [], "execution": []}
+    top: list[str] = []
+    cluster: list[str] = []
+    for key, entry in entries:
+        if key in _GROUP:
+            groups[_GROUP[key]].extend(_deeper(entry, indent))
+        elif key == "cluster":
+            cluster.extend(entry)
+        else:
+            top.extend(entry)
+    body = list(top)
+    for name, moved in groups.items():
+        if moved:
+            body += [f"{' ' * indent}{name}:\n", *moved]
+    body += cluster + trailing
+    return out[: start + 1] + body + out[end:]
+
+
+def _split_documents(text: str) -> list[list[str]]:
+    docs: list[list[str]] = [[]]
+    for line in text.splitlines(keepends=True):
+        if _DOC_MARKER.match(line) and docs[-1]:
+            docs.append([])
+        docs[-1].append(line)
+    return docs
+
+
+def _load(lines: list[str]) -> Any:
+    body = [line for line in lines if not _DOC_MARKER.match(line)]
+    return yaml.safe_load("".join(body))
+
+
+def migrate_text(text: str) -> Migrated:
+    """The file's text with each v1alpha1 WhaleRun rewritten (others as they are); raises :class:`MigrateError`."""
+    if not text.endswith("\n"):
+        text += "\n"
+    out: list[str] = []
+    count = 0
+    for doc in _split_documents(text):
+        try:
+            parsed = _load(doc)
+        except yaml.YAMLError as exc:
+            raise MigrateError(f"not YAML: {exc}") from None
+        if not (isinstance(parsed, dict) and parsed.get("apiVersion") == V1ALPHA1):
+            out.extend(doc)
+            continue
+        new = _migrate_document(doc)
+        try:
+            same = _load(new) == convert_v1alpha1(parsed)
+        except yaml.YAMLError:
+            same = False
+        if not same:
+            raise MigrateError(
+                "moving the lines of spec does not give the converted manifest (an unusual layout: anchors, flow "
+                "style or keys indented unevenly); migrate it by hand (docs/operator.md#migrating-from-v1alpha1)"
+            )
+        out.extend(new)
+        count += 1
+    return Migrated("".join(out), count)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace ``path`` with ``text`` in one rename (a reader sees the old file or the new one, never half)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.chmod(tmp, path.stat().st_mode & 0o7777)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
