@@ -14,7 +14,8 @@ v1alpha2 (whale.core.spec) moved each top-level section of ``spec`` under ``expe
 Idempotent (a rewritten path no longer matches) and re-runnable on any file: ``python scripts/split_spec_access.py
 [PATH...]`` (default: whale/ operator/ domains/ tests/ benchmarks/ scripts/ docs/ README.md); ``--check`` lists
 the files it would change and exits 1 if any. A receiver is a name ``spec``, ``SPEC`` or ``base_spec``, or a call
-``WhaleRunSpec(...)``, ``WhaleRunSpec.model_validate(...)`` or ``make_spec(...)``: a spec under another name
+``WhaleRunSpec(...)``, ``WhaleRunSpec.model_validate(...)``, ``parse_spec(...)``, ``make_spec(...)``,
+``specs[...]`` or the operator's ``effective(...)[0]``: a spec under another name
 (``s.rsft``) is left for mypy to find.
 """
 
@@ -39,8 +40,9 @@ GROUP = {**dict.fromkeys(EXPERIMENT, "experiment"), **dict.fromkeys(EXECUTION, "
 _ARGS = r"\((?:[^()\n]|\([^()\n]*\))*\)"
 #: a name holding a spec, or a call that returns one (``WhaleRunSpec.model_validate(x)``, a test's ``make_spec()``)
 _RECEIVER = (
-    r"(?<![\w.])(?:(?:[A-Za-z_]\w*\.)*(?:spec|SPEC|base_spec)"
-    rf"|WhaleRunSpec\.model_validate{_ARGS}|WhaleRunSpec{_ARGS}|make_spec{_ARGS})"
+    rf"(?<![\w.])(?:[A-Za-z_]\w*(?:{_ARGS})?\.)*(?:spec|SPEC|base_spec|specs\[[^\]\n]*\]"
+    rf"|WhaleRunSpec\.model_validate{_ARGS}|WhaleRunSpec{_ARGS}|make_spec{_ARGS}|parse_spec{_ARGS}"
+    rf"|effective{_ARGS}\[0\])"
 )
 _SECTIONS = "|".join(sorted(GROUP, key=len, reverse=True))
 PATH_RE = re.compile(rf"(?P<recv>{_RECEIVER})\.(?P<sec>{_SECTIONS})\b(?!\()")

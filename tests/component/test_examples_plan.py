@@ -9,6 +9,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from tests.fixtures.specs import flat
 from tests.unit.test_rsft_minibatch_scope import PAPER_RUNS, PAPER_UPDATES
 from whale.cli import app
 
@@ -39,7 +40,7 @@ def test_plan_text_prints_the_figure():
 
 @pytest.mark.parametrize("path", PAPER_RUNS, ids=lambda p: p.stem)
 def test_the_manifests_carry_the_papers_thinking_and_budgets(path):
-    spec = yaml.safe_load(path.read_text())["spec"]
+    spec = flat(yaml.safe_load(path.read_text())["spec"])
     assert spec["model"]["enableThinking"] is True and spec["inference"].get("reasoningParser") is None
     sampling = spec["rsft"]["sampling"]
     budget, window = {"searchqa": (8192, 10240), "math": (8192, 8192), "chess": (8129, 16384)}[path.stem.split("-")[0]]

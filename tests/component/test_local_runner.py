@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.bounds import RUN_BOUND_S, RUN_TEST_TIMEOUT_S
+from tests.fixtures.specs import flat
 from whale.core import layout
 from whale.core.spec import WhaleRunSpec
 from whale.core.status import RunPhase, WhaleRunStatus
@@ -179,7 +180,11 @@ def test_a_changed_manifest_names_every_field_that_differs(tmp_path):
     spec = spec_of("rsft_only", totalSteps=2)
     store.write_json(layout.spec_key("r1"), spec.to_wire())
     changed = WhaleRunSpec.model_validate(
-        {**spec.to_wire(), "schedule": {"totalSteps": 4}, "rsft": {**spec.to_wire()["rsft"], "learningRate": 1e-6}}
+        {
+            **flat(spec.to_wire()),
+            "schedule": {"totalSteps": 4},
+            "rsft": {**flat(spec.to_wire())["rsft"], "learningRate": 1e-6},
+        }
     )
     with pytest.raises(RunConflictError) as refused:
         runner(tmp_path, changed, store).run(max_seconds=RUN_BOUND_S)
@@ -219,7 +224,10 @@ def test_spec_changes_lists_leaves_by_camel_case_path():
     assert len(many) == 31
     spec = spec_of("rsft_only", totalSteps=2)
     wire = spec.to_wire()
-    store_wire = {**wire, "model": {"name": "other", **{f"x{i}": i for i in range(30)}}}
+    store_wire = {
+        **wire,
+        "experiment": {**wire["experiment"], "model": {"name": "other", **{f"x{i}": i for i in range(30)}}},
+    }
     fixed = [c for c in spec_changes(store_wire, wire) if c.in_experiment]
     text = conflict_message("r1", "file:///s/spec.json", fixed)
     listed = [line for line in text.splitlines() if line.startswith("    spec.")]

@@ -32,7 +32,7 @@ TIMING = {"secondsSampling", "secondsTraining", "secondsSyncing", "tokensPerSeco
 def manifest(model_dir: Path, seed: int) -> dict[str, Any]:
     """The demo manifest, shrunk to a CI-sized run: 2 weight steps around one harness phase, small evals."""
     doc = yaml.safe_load(TINY.read_text())
-    spec = doc["spec"]
+    spec = doc["spec"]["experiment"]
     spec["seed"] = seed
     spec["model"]["name"] = str(model_dir)
     spec["schedule"] = {"totalSteps": 2, "weightStepsPerCycle": 1, "harnessIterationsPerCycle": 2}

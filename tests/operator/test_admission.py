@@ -72,7 +72,7 @@ def example_spec(**cluster: Any) -> WhaleRunSpec:
     spec = docs(next(p for p in EXAMPLES if p.stem == "math-whale"))[0]["spec"]
     spec = copy.deepcopy(spec)
     spec.setdefault("cluster", {}).update(cluster)
-    spec.setdefault("inference", {})["backend"] = "vllm"
+    spec["execution"].setdefault("inference", {})["backend"] = "vllm"
     return WhaleRunSpec.model_validate(spec)
 
 
@@ -126,7 +126,7 @@ def test_jobset_needs_a_separately_placed_vllm_server():
             {
                 **example_spec().to_wire(),
                 "cluster": {"admission": "jobSet"},
-                "inference": {"backend": "vllm", "placement": "colocated"},
+                "execution": {"inference": {"backend": "vllm", "placement": "colocated"}},
             }
         )
 

@@ -24,6 +24,7 @@ from typing import Any
 import kubernetes_validate
 import pytest
 
+from tests.fixtures.specs import flat
 from tests.operator.pod_security import pod_specs, violations
 from tests.operator.test_manifests import (
     EXAMPLES,
@@ -51,7 +52,7 @@ HF_SECRET = {"name": "hf", "key": "token"}
 
 
 def wire_of(path: Path) -> dict[str, Any]:
-    return docs(path)[0]["spec"]
+    return flat(docs(path)[0]["spec"])
 
 
 def variants(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -169,8 +170,8 @@ def test_a_cli_proposer_without_sandbox_hosts_is_refused_naming_the_field_and_th
 def test_the_admins_opt_in_is_per_namespace_and_brings_the_sandbox_hosts_back_under_its_runtime_class():
     wire = with_built_in_proposer(wire_of(next(p for p in EXAMPLES if p.stem == "math-whale")))
     spec = WhaleRunSpec.model_validate(wire)
-    assert OPTED_IN.effective(spec, "team-b")[0].sandbox.isolation == "pod", "another namespace: not opted in"
-    assert SandboxHostPolicy(("*",)).effective(spec, "team-b")[0].sandbox.isolation == "namespaces"
+    assert OPTED_IN.effective(spec, "team-b")[0].execution.sandbox.isolation == "pod", "another namespace: not opted in"
+    assert SandboxHostPolicy(("*",)).effective(spec, "team-b")[0].execution.sandbox.isolation == "namespaces"
     at_namespaces = OPTED_IN.effective(spec, "whale")[0]
     assert at_namespaces.execution.sandbox.isolation == "namespaces"
     hosts = []

@@ -108,15 +108,24 @@ def test_examples_are_the_papers_twelve_runs_plus_a_tiny_cpu_run():
             for c in ("rsft_only", "mh_only", "whale", "adaptive_whale")
         }
     )
-    assert specs["chess-whale"].model.name == "Qwen/Qwen3.5-4B" and specs["math-whale"].model.name == "Qwen/Qwen3.5-2B"
+    assert (
+        specs["chess-whale"].experiment.model.name == "Qwen/Qwen3.5-4B"
+        and specs["math-whale"].experiment.model.name == "Qwen/Qwen3.5-2B"
+    )
     # budgets in steps (6 x 70, 4 x 74, 0.6 x 74): tests/unit/test_examples_budgets.py pins every one
-    assert specs["math-whale"].schedule.total_steps == 420 and specs["searchqa-rsft"].schedule.total_steps == 296
-    assert specs["searchqa-whale"].schedule.weight_steps_per_cycle == 44
-    assert specs["searchqa-whale"].schedule.harness_iterations_per_cycle == 6
-    assert specs["math-mh"].schedule.mh_only_iterations == 60
-    chess = specs["chess-rsft"].rsft.sampling  # the paper's 8129 assistant tokens inside a 16384 window
+    assert (
+        specs["math-whale"].experiment.schedule.total_steps == 420
+        and specs["searchqa-rsft"].experiment.schedule.total_steps == 296
+    )
+    assert specs["searchqa-whale"].experiment.schedule.weight_steps_per_cycle == 44
+    assert specs["searchqa-whale"].experiment.schedule.harness_iterations_per_cycle == 6
+    assert specs["math-mh"].experiment.schedule.mh_only_iterations == 60
+    chess = specs["chess-rsft"].experiment.rsft.sampling  # the paper's 8129 assistant tokens inside a 16384 window
     assert (chess.max_response_tokens, chess.episode_token_budget, chess.episode_window_tokens) == (8129, 8129, 16384)
-    assert specs["tiny-cpu"].inference.backend == "transformers" and specs["tiny-cpu"].train.gpus_per_node == 0
+    assert (
+        specs["tiny-cpu"].execution.inference.backend == "transformers"
+        and specs["tiny-cpu"].execution.train.gpus_per_node == 0
+    )
     for name in specs:
         assert docs(MANIFESTS / "examples" / f"{name}.yaml")[0]["metadata"]["name"] == name
 

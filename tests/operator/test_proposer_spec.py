@@ -43,7 +43,7 @@ def test_an_rsft_only_run_needs_no_proposer():
     spec = deep_merge(BASE_SPEC, {"condition": "rsft_only", "storage": {"uri": "s3://b/p", "endpoint": "minio:9000"}})
     spec["schedule"] = {"totalSteps": 4}
     del spec["harnessSearch"]
-    assert parse_spec(spec).harness_search.proposer.base_url is None
+    assert parse_spec(spec).experiment.harness_search.proposer.base_url is None
 
 
 def test_a_run_without_a_proposer_key_is_failed_before_any_job(start_operator, make_run, kube_cluster, kube_namespace):

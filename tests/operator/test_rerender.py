@@ -11,6 +11,7 @@ import time
 import pytest
 
 from tests.fixtures.kube import EmulatedCluster, wait_for
+from tests.fixtures.specs import flat
 from tests.operator.player import WR
 from tests.operator.test_builders import RUN, STORE, make_spec
 from whale.core.mutability import experiment_changes
@@ -39,7 +40,7 @@ def test_experiment_changes_name_the_fields():
     base = make_spec()
     assert experiment_changes(base, make_spec(suspend=True, retry={"maxAttempts": 7})) == []
     moved = WhaleRunSpec.model_validate(
-        {**base.to_wire(), "model": {**base.to_wire()["model"], "name": "other", "revision": "r2"}}
+        {**flat(base.to_wire()), "model": {**flat(base.to_wire())["model"], "name": "other", "revision": "r2"}}
     )
     assert [c.path for c in experiment_changes(base, moved)] == [
         "spec.experiment.model.name",

@@ -15,7 +15,7 @@ def test_operator_makes_auto_the_papers_corpus_and_keeps_an_explicit_one():
         "storage": {"uri": "s3://whale", "endpoint": "minio:9000"},
         "harnessSearch": {"proposer": {"backend": "replay", "script": "proposals.json"}},
     }
-    assert config.parse_spec(body).data.corpus == "wiki18"
-    assert config.parse_spec({**body, "data": {"corpus": "local"}}).data.corpus == "local"
-    paper = search_qa.DOMAIN.tool_services_for(config.parse_spec(body).data)
+    assert config.parse_spec(body).experiment.data.corpus == "wiki18"
+    assert config.parse_spec({**body, "data": {"corpus": "local"}}).experiment.data.corpus == "local"
+    paper = search_qa.DOMAIN.tool_services_for(config.parse_spec(body).experiment.data)
     assert paper[0].fetch == ((search_qa.WIKI18_INDEX_KEY, "--index-dir"),)

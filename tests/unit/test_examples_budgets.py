@@ -10,6 +10,7 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
+from tests.fixtures.specs import flat
 from tests.unit.test_rsft_minibatch_scope import PAPER_RUNS, PAPER_UPDATES
 from whale.cli import app
 
@@ -40,7 +41,7 @@ def no_local_data(tmp_path, monkeypatch):
 def test_plan_gives_the_papers_budgets(path):
     domain, condition = path.stem.split("-")
     paper = PAPER[domain]
-    spec = yaml.safe_load(path.read_text())["spec"]
+    spec = flat(yaml.safe_load(path.read_text())["spec"])
     plan = plan_of(path)
     assert spec["data"]["source"] == "full" and spec["data"]["seed"] == 42
     assert plan["stepsPerEpoch"] == paper["stepsPerEpoch"]

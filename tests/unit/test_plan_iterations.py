@@ -15,6 +15,7 @@ import tracemalloc
 import pytest
 from typer.testing import CliRunner
 
+from tests.fixtures.specs import flat
 from whale.core.convert import convert_v1alpha1
 from whale.core.schedule import PLAN_MAX_LISTED, plan, resolve
 from whale.core.spec import MAX_ITERATIONS, WhaleRunSpec
@@ -89,7 +90,7 @@ def test_adaptive_plan_bounds_in_the_papers_counts():
 def test_the_defaults_are_the_papers():
     sched = WhaleRunSpec.model_validate(
         {"domain": "synthetic", "condition": "mh_only", "model": {"name": "tiny"}}
-    ).schedule
+    ).experiment.schedule
     assert (sched.mh_only_iterations, sched.harness_iterations_per_cycle) == (40, 6)
     assert (
         sched.adaptive.harness.min_iterations,
@@ -141,7 +142,7 @@ def test_whale_plan_cli_shows_the_counts(tmp_path):
 
 
 def spec_with_trials(condition: str, schedule: dict, proposer: dict) -> WhaleRunSpec:
-    spec = spec_of(condition, schedule).model_dump(by_alias=True, exclude_none=True)
+    spec = flat(spec_of(condition, schedule).model_dump(by_alias=True, exclude_none=True))
     spec["harnessSearch"] = {"proposer": proposer}
     return WhaleRunSpec.model_validate(spec)
 
