@@ -847,15 +847,22 @@ def crd(
 def migrate(
     files: Annotated[list[Path], typer.Argument(help="manifests to rewrite in place", exists=True, dir_okay=False)],
     check: Annotated[bool, typer.Option(help="change nothing; exit 1 when a file still needs migrating")] = False,
+    from_cluster: Annotated[
+        bool,
+        typer.Option(
+            help="the file is `kubectl get whaleruns -o yaml` output: write objects to `kubectl create`, each "
+            "resuming its old store (spec.execution.resumeFrom), without the server's fields"
+        ),
+    ] = False,
 ) -> None:
     """Rewrite whale.dev/v1alpha1 manifests as v1alpha2 (comments kept); v1alpha2 files are left as they are."""
     from whale.manifest import read_text
-    from whale.migrate import MigrateError, migrate_text, write_atomic
+    from whale.migrate import MigrateError, migrate_cluster_dump, migrate_text, write_atomic
 
     problems, stale = [], []
     for path in files:
         try:
-            result = migrate_text(read_text(path))
+            result = (migrate_cluster_dump if from_cluster else migrate_text)(read_text(path))
         except (ManifestError, MigrateError) as exc:
             problems.append(f"{path}: {exc.problems[0] if isinstance(exc, ManifestError) else exc}")
             continue

@@ -149,6 +149,42 @@ def migrate_text(text: str) -> Migrated:
     return Migrated("".join(out), count)
 
 
+#: annotations a dump carries that a new object must not (kubectl's copy of the old, v1alpha1 object)
+_DROPPED_ANNOTATIONS = ("kubectl.kubernetes.io/last-applied-configuration",)
+
+
+def _recreatable(run: dict[str, Any]) -> dict[str, Any]:
+    """A WhaleRun read from a cluster (v1alpha1) as a v1alpha2 object to create: the server's fields (uid,
+    resourceVersion, status...) dropped, and ``execution.resumeFrom`` naming the store it had."""
+    new = convert_v1alpha1(run)
+    meta = run.get("metadata") or {}
+    keep = {k: meta[k] for k in ("name", "namespace", "labels") if k in meta}
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k not in _DROPPED_ANNOTATIONS}
+    if annotations:
+        keep["annotations"] = annotations
+    spec = dict(new.get("spec") or {})
+    execution = dict(spec.get("execution") or {})
+    if meta.get("uid") and not execution.get("resumeFrom"):
+        execution["resumeFrom"] = meta["uid"]  # its store is <storage.uri>/<namespace>/<name>.<uid>
+    spec["execution"] = execution
+    return {"apiVersion": V1ALPHA2, "kind": run.get("kind"), "metadata": keep, "spec": spec}
+
+
+def migrate_cluster_dump(text: str) -> Migrated:
+    """``kubectl get whaleruns -o yaml`` output (one object or a List) as v1alpha2 objects to ``kubectl create``,
+    each resuming the store of the object it replaces. Comments are not kept (a dump has none)."""
+    try:
+        docs = [d for d in yaml.safe_load_all(text) if d is not None]
+    except yaml.YAMLError as exc:
+        raise MigrateError(f"not YAML: {exc}") from None
+    runs: list[dict[str, Any]] = []
+    for doc in docs:
+        items = doc.get("items") if isinstance(doc, dict) and doc.get("kind", "").endswith("List") else [doc]
+        runs += [i for i in items or [] if isinstance(i, dict) and i.get("apiVersion") == V1ALPHA1]
+    out = "---\n".join(yaml.safe_dump(_recreatable(r), sort_keys=False, width=120) for r in runs)
+    return Migrated(out, len(runs))
+
+
 def write_atomic(path: Path, text: str) -> None:
     """Replace ``path`` with ``text`` in one rename (a reader sees the old file or the new one, never half)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
