@@ -9,7 +9,9 @@ v1alpha2 (whale.core.spec) moved each top-level section of ``spec`` under ``expe
   wherever it lives);
 - ``from whale.core.spec import WhaleRunStatus, ...`` -> the status names from whale.core.status;
 - in tests, a v1alpha1 document literal (a dict) wrapped in ``convert_v1alpha1(...)``;
-- the same paths in docs/*.md and README.md, and their fenced YAML WhaleRuns (by `whale migrate`'s function).
+- a domain's field of v1alpha1 (``data.mathSet``, ``spec.verifier.chessMove``...) -> ``domainOptions.mathSet``,
+  in prose and strings (a Python attribute of a domain's options is the domain's own, rewritten by hand);
+- the same paths in docs/*.md, README.md and the manifests' comments (manifests/**/*.yaml), and their fenced YAML WhaleRuns (by `whale migrate`'s function).
 
 Idempotent (a rewritten path no longer matches) and re-runnable on any file: ``python scripts/split_spec_access.py
 [PATH...]`` (default: whale/ operator/ domains/ tests/ benchmarks/ scripts/ docs/ README.md); ``--check`` lists
@@ -28,9 +30,9 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_PATHS = ("whale", "operator", "domains", "tests", "benchmarks", "scripts", "docs", "README.md")
+DEFAULT_PATHS = ("whale", "operator", "domains", "tests", "benchmarks", "scripts", "docs", "README.md", "manifests")
 #: files that must keep the v1alpha1 names: the conversion itself, this script, the old manifests
-SKIP = {"whale/core/convert.py", "scripts/split_spec_access.py"}
+SKIP = {"whale/core/convert.py", "whale/migrate.py", "scripts/split_spec_access.py", "tests/unit/test_migrate.py"}
 SKIP_DIRS = ("tests/fixtures/manifests_v1alpha1",)
 
 #: section -> its v1alpha2 group; Python and wire spellings (whale.core.convert.TO_EXPERIMENT / TO_EXECUTION)
@@ -71,6 +73,18 @@ STATUS_NAMES = frozenset(
 )
 
 
+#: v1alpha1's fields of one domain (whale.core.convert.DOMAIN_FIELDS), by their wire path, now in domainOptions
+DOMAIN_KEY_RE = re.compile(
+    r"(?<![\w.])(?P<prefix>spec\.experiment\.|spec\.|experiment\.)?(?:data|verifier)\."
+    r"(?P<key>mathSet|syntheticTask|corpus|mathAnswer|chessMove|searchAnswer)\b"
+)
+
+
+def _domain_key(m: re.Match[str]) -> str:
+    prefix = "spec.experiment." if m["prefix"] in ("spec.", "spec.experiment.") else (m["prefix"] or "")
+    return f"{prefix}domainOptions.{m['key']}"
+
+
 def _path(m: re.Match[str]) -> str:
     return f"{m['recv']}.{GROUP[m['sec']]}.{m['sec']}"
 
@@ -81,6 +95,7 @@ def rewrite_paths(text: str) -> str:
         protected = [p for p in K8S_SUSPEND if p in line]
         for i, p in enumerate(protected):
             line = line.replace(p, f"\x00{i}\x00")
+        line = DOMAIN_KEY_RE.sub(_domain_key, line)
         line = PATH_RE.sub(_path, line)
         line = COPY_RE.sub(lambda m: f"{m['recv']}.with_sections(**{{", line)
         for i, p in enumerate(protected):
@@ -203,7 +218,7 @@ def files(paths: list[str]) -> list[Path]:
     out = []
     for p in paths:
         path = (ROOT / p) if not Path(p).is_absolute() else Path(p)
-        found = [path] if path.is_file() else sorted([*path.rglob("*.py"), *path.rglob("*.md")])
+        found = [path] if path.is_file() else sorted(f for ext in ("py", "md", "yaml") for f in path.rglob(f"*.{ext}"))
         for f in found:
             rel = f.resolve().relative_to(ROOT).as_posix() if f.resolve().is_relative_to(ROOT) else str(f)
             if rel in SKIP or rel.startswith(SKIP_DIRS) or "/." in f"/{rel}" or "__pycache__" in rel:

@@ -132,7 +132,9 @@ def _now() -> str:
 
 
 def _split_sizes(m: Manifest) -> dict[str, int]:
-    domain = plugins.load(m.spec.domain)
+    from whale.domain import for_run
+
+    domain = for_run(plugins.load(m.spec.domain), m.spec.experiment.domain_options)
     return dict(domain.split_sizes(m.spec.experiment.data))
 
 

@@ -318,6 +318,14 @@ def openapi_schema() -> dict[str, Any]:
         if isinstance(info.default, BaseModel):
             experiment[info.alias or name]["default"] = {}
     spec["properties"]["execution"]["default"] = {}
+    # the domain's own options: a mapping the domain validates (the operator asks it), kept as written
+    options = experiment["domainOptions"]
+    experiment["domainOptions"] = {
+        "type": "object",
+        "description": options["description"],
+        "x-kubernetes-preserve-unknown-fields": True,
+        "maxProperties": options["maxProperties"],
+    }
     _strip_additional(spec)
     status = _schema(WhaleRunStatus, keep_defaults=False)
     _strip_additional(status)

@@ -98,6 +98,21 @@ def _rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str, str]
     return rows
 
 
+#: the domains shipped with whale (domains/), whose options the reference lists
+SHIPPED_DOMAINS = ("chess_puzzles", "math_reasoning", "search_qa", "synthetic")
+
+
+def _domain_options() -> list[tuple[str, type[BaseModel]]]:
+    from whale import plugins
+
+    out = []
+    for name in SHIPPED_DOMAINS:
+        model = getattr(plugins.load(name), "options_model", None)
+        if model is not None and model.model_fields:
+            out.append((name, model))
+    return out
+
+
 def render() -> str:
     out = [
         "# WhaleRun reference",
@@ -113,6 +128,16 @@ def render() -> str:
         "|---|---|---|---|",
     ]
     out += [f"| `{p}` | {t} | {d} | {m} |" for p, t, d, m in _rows(WhaleRunSpec, "spec")]
+    out += [
+        "",
+        "## Domain options",
+        "",
+        "`spec.experiment.domainOptions` is validated by the run's domain (its `options.py`); these are the options of "
+        "the domains shipped with whale. A field a domain does not have is refused, naming it and the domain's options.",
+    ]
+    for name, model in _domain_options():
+        out += ["", f"### {name}", "", "| field | type | default | meaning |", "|---|---|---|---|"]
+        out += [f"| `{p}` | {t} | {d} | {m} |" for p, t, d, m in _rows(model, "spec.experiment.domainOptions")]
     out += ["", "## status", "", "| field | type | meaning |", "|---|---|---|"]
     out += [f"| `{p}` | {t} | {m} |" for p, t, _, m in _rows(WhaleRunStatus, "status")]
     return "\n".join(out) + "\n"

@@ -14,6 +14,7 @@ imported on first use, so loading a domain stays cheap. A harness file (h0) impo
 from __future__ import annotations
 
 import abc
+import copy
 import dataclasses
 import gzip
 import importlib
@@ -23,6 +24,9 @@ import shutil
 import tempfile
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic.alias_generators import to_camel
 
 if TYPE_CHECKING:
     # the types a domain's signatures use, and the services re-exported below (see __getattr__)
@@ -87,10 +91,13 @@ __all__ = [  # the plugin API (docs/domains.md)
     "Data",
     "Domain",
     "DomainError",
+    "DomainOptions",
+    "DomainOptionsError",
     "Environment",
     "FullData",
     "FullDataError",
     "Hit",
+    "NoOptions",
     "Retriever",
     "RetrieverClient",
     "Source",
@@ -106,6 +113,7 @@ __all__ = [  # the plugin API (docs/domains.md)
     "default_cache_dir",
     "default_data_root",
     "ensure_published_wiki18",
+    "for_run",
     "load_full_split",
     "open_raw",
     "raw_exists",
@@ -299,6 +307,38 @@ class ToolService:
     tokenizer_flag: str | None = None
 
 
+class DomainOptions(BaseModel):
+    """A domain's own options (``spec.experiment.domainOptions``), as its ``options.py`` declares them: camelCase
+    on the wire, unknown fields refused (a typo must not be silently ignored), frozen. Defaults are the paper's."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True)
+
+
+class NoOptions(DomainOptions):
+    """The options of a domain that has none."""
+
+
+class DomainOptionsError(DomainError, ValueError):
+    """``spec.experiment.domainOptions`` that the run's domain refuses; ``problems`` name each field and the fix."""
+
+    def __init__(self, domain: str, problems: list[str]):
+        self.problems = problems
+        super().__init__(f"domain {domain!r}: " + "; ".join(problems))
+
+
+def _options_problems(domain: str, model: type[DomainOptions], exc: ValidationError) -> list[str]:
+    known = ", ".join(sorted(f.alias or n for n, f in model.model_fields.items())) or "(none)"
+    out = []
+    for err in exc.errors()[:20]:
+        where = ".".join(str(p) for p in err.get("loc", ()))
+        field = f"spec.experiment.domainOptions.{where}" if where else "spec.experiment.domainOptions"
+        if err.get("type") == "extra_forbidden":
+            out.append(f"{field}: not an option of domain {domain!r}; its options: {known} (docs/reference.md)")
+        else:
+            out.append(f"{field}: {err.get('msg')}; domain {domain!r} takes: {known}")
+    return out
+
+
 class Domain(abc.ABC):
     """A domain plugin: data, environment + tools, verifier, h0 harness and the proposer's skill text.
 
@@ -315,10 +355,48 @@ class Domain(abc.ABC):
     max_turns_limit: ClassVar[int | None] = None
     #: services the environments call on a cluster (the operator deploys one of each per run)
     tool_services: ClassVar[tuple[ToolService, ...]] = ()
+    #: the model of ``spec.experiment.domainOptions`` (the domain's ``options.py``); default: none
+    options_model: ClassVar[type[DomainOptions]] = NoOptions
+    #: this run's options (:meth:`with_options`); the model's defaults until then
+    _options: DomainOptions | None = None
+
+    @property
+    def options(self) -> Any:
+        """The run's domain options (an instance of :attr:`options_model`)."""
+        return self._options if self._options is not None else self.options_model()
+
+    def parse_options(self, raw: Any) -> DomainOptions:
+        """``spec.experiment.domainOptions`` validated by :attr:`options_model`; raises :class:`DomainOptionsError`
+        naming each bad field and the options there are."""
+        try:
+            return self.options_model.model_validate(raw or {})
+        except ValidationError as exc:
+            raise DomainOptionsError(self.name, _options_problems(self.name, self.options_model, exc)) from None
+
+    def with_options(self, raw: Any) -> Domain:
+        """This domain for a run with these ``domainOptions`` (a copy: a loaded plugin is shared, e.g. by the
+        operator's runs); raises :class:`DomainOptionsError`."""
+        options = self.parse_options(raw)
+        if options == self.options:
+            return self
+        out = copy.copy(self)
+        out._options = options
+        return out
+
+    def cluster_options(self, options: Any) -> Any:
+        """The options a run uses on a cluster (the operator calls it; search_qa: corpus ``auto`` is the paper's
+        wiki18 there). Default: as given."""
+        return options
+
+    @property
+    def scores_with_judge(self) -> bool:
+        """The run's options score episodes with the LLM judge (``spec.experiment.verifier.judge``); the operator
+        then gives its key to the pods that score. Default: never."""
+        return False
 
     def tool_services_for(self, data: Data) -> tuple[ToolService, ...]:
         """The services a run with these data settings needs (search_qa: the retriever of
-        ``data.corpus``). Default: :attr:`tool_services`."""
+        ``domainOptions.corpus``). Default: :attr:`tool_services`."""
         return type(self).tool_services
 
     def prepare_store(self, data: Data, store: Store) -> None:
@@ -405,14 +483,27 @@ class Domain(abc.ABC):
         Default: the domain has no such tool."""
 
     def configure_verifier(self, verifier: Verifier) -> None:
-        """``spec.experiment.verifier``: the scoring rule where the paper's and a lenient one differ (math_reasoning's
-        answer match, chess_puzzles' mates); workloads call it once after loading the domain. Default: the
-        domain has no such choice."""
+        """``spec.experiment.verifier``: the scoring services the run gives (search_qa's LLM judge, where its options
+        score with it); workloads call it once after loading the domain. Default: the domain uses none."""
 
     def notes(self) -> list[str]:
         """What every evaluation result should say about this domain's data (e.g. a benchmark
         missing from it); the eval workload copies these into ``EvalResult.notes``."""
         return []
+
+
+def for_run(domain: Any, raw_options: Any) -> Any:
+    """``domain`` (a loaded plugin) with a run's ``spec.experiment.domainOptions`` (:meth:`Domain.with_options`); a
+    plugin that does not subclass :class:`Domain` declares no options, so it takes none. Raises
+    :class:`DomainOptionsError`."""
+    if isinstance(domain, Domain):
+        return domain.with_options(raw_options)
+    if raw_options:
+        name = getattr(domain, "name", "?")
+        raise DomainOptionsError(
+            name, [f"spec.experiment.domainOptions: domain {name!r} takes no options; remove domainOptions"]
+        )
+    return domain
 
 
 class SplitsInMemoryDomain(Domain):

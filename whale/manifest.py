@@ -195,9 +195,23 @@ def parse_document(doc: Any, source: str = "manifest", check_domain: bool = True
                     f"spec.domain: unknown domain {_short(raw_spec['domain'])}; registered: "
                     f"{', '.join(known) or '(none)'}"
                 )
+            elif spec is not None:  # the domain's own options, by its own model (domains/<d>/options.py)
+                problems.extend(_domain_options_problems(spec))
     if problems or spec is None or not isinstance(name, str):
         raise ManifestError(source, _bounded(problems))
     return Manifest(name=name, namespace=namespace, spec=spec, raw=doc, converted_from=converted_from)
+
+
+def _domain_options_problems(spec: WhaleRunSpec) -> list[str]:
+    from whale.domain import DomainOptionsError, for_run
+
+    try:
+        for_run(plugins.load(spec.domain), spec.experiment.domain_options)
+    except DomainOptionsError as exc:
+        return list(exc.problems)
+    except plugins.DomainLoadError as exc:
+        return [f"spec.domain: {exc}"]
+    return []
 
 
 _NAMESPACE_RE = re.compile(DNS1123_LABEL.removeprefix("^").removesuffix("$"))

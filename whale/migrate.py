@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from whale.core.convert import TO_EXECUTION, TO_EXPERIMENT, V1ALPHA1, V1ALPHA2, convert_v1alpha1
+from whale.core.convert import TO_EXECUTION, TO_EXPERIMENT, V1ALPHA1, V1ALPHA2, convert_v1alpha1, domain_field
 
 _DOC_MARKER = re.compile(r"^---(\s|$)")
 _TOP_KEY = re.compile(r"^[A-Za-z_\"']")
@@ -75,7 +75,31 @@ def _deeper(lines: list[str], by: int) -> list[str]:
     return [(" " * by + line) if line.strip() else line for line in lines]
 
 
-def _migrate_document(lines: list[str]) -> list[str]:
+def _split_domain_fields(
+    key: str, entry: list[str], indent: int, domain: Any
+) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """A ``data`` or ``verifier`` entry without its domain fields, and those fields' (domainOptions name, lines);
+    another domain's fields are dropped (v1alpha1 ignored them)."""
+    head = next(i for i, line in enumerate(entry) if (m := _KEY.match(line)) and len(m["indent"]) == indent)
+    body = entry[head + 1 :]
+    first = next((line for line in body if not _is_filler(line)), None)
+    if first is None:  # flow style or empty: the check after the move judges it
+        return entry, []
+    children, trailing = _entries(body, _indent(first))
+    kept: list[str] = []
+    moved: list[tuple[str, list[str]]] = []
+    for child, lines in children:
+        name = domain_field(key, child, domain)
+        if name is None:
+            kept += lines
+        elif name:
+            moved.append((name, lines))
+    if not moved or kept:
+        return [*entry[: head + 1], *kept, *trailing], moved
+    return [], moved  # the section held only domain fields
+
+
+def _migrate_document(lines: list[str], domain: Any = None) -> list[str]:
     """One v1alpha1 WhaleRun document's lines as v1alpha2 (the caller checks the result)."""
     out = [(f"apiVersion: {V1ALPHA2}{m['rest']}\n" if (m := _API.match(line.rstrip("\n"))) else line) for line in lines]
     start = next((i for i, line in enumerate(out) if re.match(r"^spec:\s*(#.*)?$", line)), None)
@@ -91,13 +115,25 @@ def _migrate_document(lines: list[str]) -> list[str]:
     groups: dict[str, list[str]] = {"experiment": [], "execution": []}
     top: list[str] = []
     cluster: list[str] = []
+    options: list[tuple[str, list[str]]] = []
     for key, entry in entries:
+        if key in ("data", "verifier"):
+            entry, found = _split_domain_fields(key, entry, indent, domain)
+            options += found
         if key in _GROUP:
             groups[_GROUP[key]].extend(_deeper(entry, indent))
         elif key == "cluster":
             cluster.extend(entry)
         else:
             top.extend(entry)
+    if options:  # beside data, at its depth: each field keeps its own lines (comments included)
+        child = _indent(next(line for _, ls in options for line in ls if not _is_filler(line)))
+        block = [f"{' ' * indent}domainOptions:\n"]
+        for name, field_lines in options:
+            i = next(i for i, line in enumerate(field_lines) if _KEY.match(line) and _indent(line) == child)
+            key = _KEY.match(field_lines[i])["key"]  # type: ignore[index]
+            block += [*field_lines[:i], field_lines[i].replace(key, name, 1), *field_lines[i + 1 :]]
+        groups["experiment"].extend(_deeper(block, indent))
     body = list(top)
     for name, moved in groups.items():
         if moved:
@@ -134,7 +170,8 @@ def migrate_text(text: str) -> Migrated:
         if not (isinstance(parsed, dict) and parsed.get("apiVersion") == V1ALPHA1):
             out.extend(doc)
             continue
-        new = _migrate_document(doc)
+        spec = parsed.get("spec")
+        new = _migrate_document(doc, spec.get("domain") if isinstance(spec, dict) else None)
         try:
             same = _load(new) == convert_v1alpha1(parsed)
         except yaml.YAMLError:

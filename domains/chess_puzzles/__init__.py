@@ -12,12 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from chess_puzzles.options import ChessOptions
 from chess_puzzles.puzzle import MAX_SOLVER_PLIES, parse_puzzle, raw_row
 from whale.domain import DEFAULT_ALLOWED_IMPORTS, Domain
 
 if TYPE_CHECKING:
     from chess_puzzles.env import ChessEnvironment
-    from whale.domain import Data, FullData, Store, Verifier
+    from whale.domain import Data, FullData, Store
 
 HERE = Path(__file__).resolve().parent
 
@@ -36,13 +37,13 @@ class ChessPuzzles(Domain):
     #: ``max_turns_cap`` 18 (docs/reproducing.md, turn caps)
     max_turns_limit = 2 * MAX_SOLVER_PLIES
 
-    def __init__(self) -> None:
-        #: spec.experiment.verifier.chessMove == "anyMate": a mate that is not the stored move also solves the puzzle
-        self.accept_any_mate = False
+    options_model = ChessOptions
 
-    def configure_verifier(self, verifier: Verifier) -> None:
-        """Judge moves by ``spec.experiment.verifier.chessMove``: stored (the paper's) or anyMate (Lichess's)."""
-        self.accept_any_mate = verifier.chess_move == "anyMate"
+    @property
+    def accept_any_mate(self) -> bool:
+        """``spec.experiment.domainOptions.chessMove: anyMate``: a mate that is not the stored move also solves the
+        puzzle (Lichess's rule); stored (the paper's) by default."""
+        return bool(self.options.chess_move == "anyMate")
 
     def full_data(self) -> FullData:
         from chess_puzzles.full import FULL

@@ -5,7 +5,7 @@ Rules (the paper's chess domain):
 * the environment plays the opponent's first move ``Moves[0]``; the solver must play ``Moves[1::2]`` and the
   environment answers each correct move with the next stored reply;
 * only the stored move counts (the paper): any other legal move, even one that checkmates, ends the puzzle
-  unsolved. With ``accept_any_mate`` (``spec.experiment.verifier.chessMove: anyMate``, Lichess's own rule) a move that
+  unsolved. With ``accept_any_mate`` (``spec.experiment.domainOptions.chessMove: anyMate``, Lichess's own rule) a move that
   checkmates on the spot is accepted even when it is not the stored one, and the puzzle is solved;
 * a legal wrong move ends the puzzle unsolved;
 * one malformed answer (no move, or text that is not a UCI move) and one illegal move are forgiven per

@@ -2,10 +2,10 @@
 
 Registered under ``whale.domains`` as ``math_reasoning = "math_reasoning:DOMAIN"``. Items are the raw row
 format ``{"id", "problem", "answer"}``; D_test is AIME 2024 + 2025, D_weight / D_harness come from the MATH
-train problems with numeric answers (``math_reasoning.data``); ``spec.experiment.data.mathSet: gsm8k`` takes all three
+train problems with numeric answers (``math_reasoning.data``); ``spec.experiment.domainOptions.mathSet: gsm8k`` takes all three
 from GSM8K instead. The verifier is the strict ``\\boxed{}``
 match of the final reply (``math_reasoning.verifier``; DAPO's string match by default, math-verify with
-``spec.experiment.verifier.mathAnswer: mathVerify``); the tool is ``code_interpreter`` (``math_reasoning.env``),
+``spec.experiment.domainOptions.mathAnswer: mathVerify``); the tool is ``code_interpreter`` (``math_reasoning.env``),
 served by ``$WHALE_CODE_URL`` when set (the cluster's ``/run`` service), else by local sandboxes.
 """
 
@@ -15,11 +15,12 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from math_reasoning.options import MathOptions
 from whale.domain import DEFAULT_ALLOWED_IMPORTS, DomainError, SplitsInMemoryDomain, ToolService, data_root
 
 if TYPE_CHECKING:
     from math_reasoning.env import MathEnvironment
-    from whale.domain import CodeRunner, Data, FullData, Verifier
+    from whale.domain import CodeRunner, Data, FullData
 
 HERE = Path(__file__).resolve().parent
 
@@ -31,6 +32,7 @@ class MathReasoning(SplitsInMemoryDomain):
     #: h0 uses 2; a candidate may use more turns, never more than this: the reference's clamp of a harness's
     #: MAX_TURNS (docs/reproducing.md, turn caps)
     max_turns_limit = 16
+    options_model = MathOptions
     #: on a cluster the model's code runs in the run's code-interpreter service ($WHALE_CODE_URL)
     tool_services = (
         ToolService(
@@ -48,13 +50,13 @@ class MathReasoning(SplitsInMemoryDomain):
         self._injected = runner is not None
         #: spec.execution.sandbox.isolation of the local code sandboxes
         self._isolation = "namespaces"
-        #: spec.experiment.verifier.mathAnswer: how final replies are scored (the paper's strict DAPO match by default)
-        self.answer_match = "dapo"
         self._lock = threading.Lock()
 
-    def configure_verifier(self, verifier: Verifier) -> None:
-        """Score final replies with ``spec.experiment.verifier.mathAnswer`` (dapo | mathVerify)."""
-        self.answer_match = verifier.math_answer
+    @property
+    def answer_match(self) -> str:
+        """``spec.experiment.domainOptions.mathAnswer``: how final replies are scored (dapo, the paper's strict match,
+        by default; or mathVerify)."""
+        return str(self.options.math_answer)
 
     def configure_sandbox(self, isolation: str) -> None:
         """Local code sandboxes run under ``spec.execution.sandbox.isolation`` (an injected runner is kept as is;
@@ -79,7 +81,7 @@ class MathReasoning(SplitsInMemoryDomain):
             harness_size=data.harness_size,
             weight_size=data.weight_size,
             test_size=data.test_size,
-            math_set=data.math_set,
+            math_set=self.options.math_set,
         )
 
     def item_from_raw(self, raw: dict[str, Any]) -> dict[str, Any]:
@@ -101,7 +103,7 @@ class MathReasoning(SplitsInMemoryDomain):
     def make_env(self, item: dict[str, Any]) -> MathEnvironment:
         from math_reasoning.env import MathEnvironment
 
-        return MathEnvironment(item, self.runner(), self.answer_match)  # type: ignore[arg-type]  # a spec.experiment.verifier.mathAnswer value
+        return MathEnvironment(item, self.runner(), self.answer_match)  # type: ignore[arg-type]  # a spec.experiment.domainOptions.mathAnswer value
 
     def tool_specs(self) -> list[dict[str, Any]]:
         from math_reasoning.env import TOOL_SPEC

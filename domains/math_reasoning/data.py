@@ -1,6 +1,6 @@
 """Raw files -> the three math splits.
 
-Two problem sets (``spec.experiment.data.mathSet``):
+Two problem sets (``spec.experiment.domainOptions.mathSet``):
 
 * ``aime`` (the paper's): D_test is AIME 2024 + AIME 2025 (60 problems, their ids kept). D_harness (256 by
   default) and D_weight come from one shuffled pool, the MATH train problems with numeric answers
@@ -28,7 +28,7 @@ TEST_FILES = ("aime_2024.jsonl", "aime_2025.jsonl")
 POOL_FILE = "math_train_numeric.jsonl"
 GSM8K_FILE = "gsm8k_train.jsonl"
 GSM8K_TEST_FILE = "gsm8k_test.jsonl"
-#: the problem sets ``spec.experiment.data.mathSet`` names: (D_test files, pool files)
+#: the problem sets ``spec.experiment.domainOptions.mathSet`` names: (D_test files, pool files)
 MATH_SETS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "aime": (TEST_FILES, (POOL_FILE,)),
     "gsm8k": ((GSM8K_TEST_FILE,), (GSM8K_FILE,)),
@@ -126,7 +126,7 @@ def load_splits(
     ``gsm8k``: also add GSM8K train to the ``aime`` pool (a curriculum)."""
     if math_set not in MATH_SETS:
         raise DataError(
-            f"spec.experiment.data.mathSet={math_set!r} is not a math problem set; use one of {', '.join(MATH_SETS)}"
+            f"spec.experiment.domainOptions.mathSet={math_set!r} is not a math problem set; use one of {', '.join(MATH_SETS)}"
         )
     splits = _load(str(Path(root).resolve()), seed, harness_size, weight_size, test_size, gsm8k, math_set)
     return {name: list(rows) for name, rows in splits.items()}

@@ -1,7 +1,7 @@
 """One math episode: the problem, a Python code-interpreter tool, and the strict ``\\boxed{}`` verifier.
 
 The environment action is the model's final reply (text); the episode ends there and the reward is the
-verifier on that reply, under ``spec.experiment.verifier.mathAnswer`` (``dapo``, the paper's, by default). The
+verifier on that reply, under ``spec.experiment.domainOptions.mathAnswer`` (``dapo``, the paper's, by default). The
 ``code_interpreter`` tool runs model code in a sandbox (``whale.tools.code``, locally or through the
 deployed ``/run`` service); any run that did not end cleanly — an exception, a timeout, a memory bomb,
 too much output — is a tool error the model sees.
@@ -43,7 +43,7 @@ class MathEnvironment(Environment):
     def __init__(self, item: dict[str, Any], runner: CodeRunner, match: AnswerMatch = "dapo"):
         self.item = item
         self.runner = runner
-        #: how the final reply is scored (spec.experiment.verifier.mathAnswer)
+        #: how the final reply is scored (spec.experiment.domainOptions.mathAnswer)
         self.match: AnswerMatch = match
         self.final_reply: str | None = None
 

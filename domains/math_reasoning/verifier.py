@@ -1,4 +1,4 @@
-"""Scoring the final reply of a math episode against the gold answer, two ways (``spec.experiment.verifier.mathAnswer``).
+"""Scoring the final reply of a math episode against the gold answer, two ways (``spec.experiment.domainOptions.mathAnswer``).
 
 * ``dapo`` (the paper's, the default): the reference code's reward, verl's ``math_dapo.compute_score`` with
   ``strict_box_verify=True`` made binary — of the final reply's **last 100 characters**, the content of the
@@ -20,7 +20,7 @@ from typing import Literal
 
 import math_verify
 
-#: spec.experiment.verifier.mathAnswer
+#: spec.experiment.domainOptions.mathAnswer
 AnswerMatch = Literal["dapo", "mathVerify"]
 ANSWER_MATCHES: tuple[AnswerMatch, ...] = ("dapo", "mathVerify")
 

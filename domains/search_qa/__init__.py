@@ -6,7 +6,7 @@ questions from each of the seven benchmarks the data has (TriviaQA is missing fr
 eval notes name every benchmark the test split lacks). The tool is ``search``
 (``search_qa.env``).
 
-``spec.experiment.data.corpus`` picks the retrieval corpus and, with it, the training questions
+``spec.experiment.domainOptions.corpus`` picks the retrieval corpus and, with it, the training questions
 (:mod:`search_qa.data`): ``local`` (``whale run``'s default) = BM25 over the shipped passages and the
 training questions it can answer; ``wiki18`` (a cluster's default, the paper's) = e5-base-v2 over wiki-18
 and every training question. Retrieval goes to ``$WHALE_RETRIEVER_URL`` when set (the cluster's
@@ -23,6 +23,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from search_qa.options import SearchOptions
 from whale.domain import (
     DEFAULT_ALLOWED_IMPORTS,
     DomainError,
@@ -75,8 +76,9 @@ class SearchQA(SplitsInMemoryDomain):
     #: h0 uses 2; a candidate may search more often, never more than this many model calls: the reference's
     #: MAX_TURNS_HARD_CAP (docs/reproducing.md, turn caps)
     max_turns_limit = 16
-    #: the local corpus's retriever; :meth:`tool_services_for` picks the one of ``spec.experiment.data.corpus``
+    #: the local corpus's retriever; :meth:`tool_services_for` picks the one of ``domainOptions.corpus``
     tool_services = (LOCAL_RETRIEVER,)
+    options_model = SearchOptions
 
     def __init__(self, retriever: Retriever | None = None) -> None:
         """``retriever``: the retriever to use (tests, benchmarks); default resolved from the environment."""
@@ -86,13 +88,21 @@ class SearchQA(SplitsInMemoryDomain):
         #: the benchmarks of the last test split loaded (what the eval notes report on)
         self._test_benchmarks: frozenset[str] | None = None
         self._lock = threading.Lock()
-        #: spec.experiment.verifier.searchAnswer: llmJudge scores with this judge (None: exact match, the default)
+        #: domainOptions.searchAnswer: llmJudge scores with this judge (None: exact match, the default)
         self.judge: Judge | None = None
 
     def tool_services_for(self, data: Data) -> tuple[ToolService, ...]:
         from search_qa.data import resolve_corpus
 
-        return (WIKI18_RETRIEVER,) if resolve_corpus(data.corpus) == "wiki18" else (LOCAL_RETRIEVER,)
+        return (WIKI18_RETRIEVER,) if resolve_corpus(self.options.corpus) == "wiki18" else (LOCAL_RETRIEVER,)
+
+    def cluster_options(self, options: Any) -> Any:
+        """A cluster's corpus ``auto`` is the paper's wiki18 (docs/data.md#search_qa)."""
+        return options.model_copy(update={"corpus": "wiki18"}) if options.corpus == "auto" else options
+
+    @property
+    def scores_with_judge(self) -> bool:
+        return bool(self.options.search_answer == "llmJudge")
 
     def prepare_store(self, data: Data, store: Store) -> None:
         """Local corpus: copy the shipped passages into the store (the BM25 service indexes them).
@@ -101,7 +111,7 @@ class SearchQA(SplitsInMemoryDomain):
         from search_qa.data import corpus_path, resolve_corpus
 
         prefix = data_prefix(self.name)
-        if resolve_corpus(data.corpus) == "local":
+        if resolve_corpus(self.options.corpus) == "local":
             key = f"{prefix}/{LOCAL_CORPUS_KEY}"
             if not store.exists(key):
                 source = corpus_path(data_root(data))
@@ -129,7 +139,7 @@ class SearchQA(SplitsInMemoryDomain):
             harness_size=data.harness_size,
             weight_size=data.weight_size,
             test_size=data.test_size,
-            train=train_filter_for(data.corpus),
+            train=train_filter_for(self.options.corpus),
         )
 
     def load_split(self, split: str, data: Data, store: Store | None = None) -> list[dict[str, Any]]:
@@ -139,7 +149,7 @@ class SearchQA(SplitsInMemoryDomain):
         from search_qa.data import resolve_corpus
 
         items = super().load_split(split, data, store)
-        self._corpus = resolve_corpus(data.corpus)
+        self._corpus = resolve_corpus(self.options.corpus)
         self._source = data.source
         if split == "test":
             self._test_benchmarks = frozenset(str(item.get("subset")) for item in items)
@@ -196,9 +206,9 @@ class SearchQA(SplitsInMemoryDomain):
         return SearchEnvironment(item, self.retriever, self.judge)
 
     def configure_verifier(self, verifier: Verifier) -> None:
-        """``spec.experiment.verifier.searchAnswer``: exactMatch (the default) or the LLM judge of ``spec.experiment.verifier.judge``,
+        """``domainOptions.searchAnswer``: exactMatch (the default) or the LLM judge of ``spec.experiment.verifier.judge``,
         its key read from the variable ``judge.apiKeyEnv`` names."""
-        if verifier.search_answer != "llmJudge":
+        if not self.scores_with_judge:
             self.judge = None
             return
         from search_qa.judge import Judge
@@ -208,7 +218,7 @@ class SearchQA(SplitsInMemoryDomain):
         if j.api_key_env and not key:
             raise DomainError(
                 f"spec.experiment.verifier.judge.apiKeyEnv: ${j.api_key_env} is not set; set it to the judge's API key, or set "
-                "apiKeyEnv: null for an endpoint without one, or use verifier.searchAnswer: exactMatch"
+                "apiKeyEnv: null for an endpoint without one, or use domainOptions.searchAnswer: exactMatch"
             )
         self.judge = Judge(base_url=j.base_url, model=j.model, api_key=key)
 

@@ -10,7 +10,7 @@ D_weight = the training questions (NQ-open train via AmbigQA + the HotpotQA/2Wik
 paper's NQ + HotpotQA), de-duplicated and with test questions removed; D_harness = ``harnessSize`` of
 them (seeded), disjoint from D_weight. Splitting is pure; only the loaders read files.
 
-Which training questions depends on the retrieval corpus (``spec.experiment.data.corpus``, :func:`resolve_corpus`):
+Which training questions depends on the retrieval corpus (``spec.experiment.domainOptions.corpus``, :func:`resolve_corpus`):
 
 * ``local`` (``whale run``'s default): the shipped corpus holds passages for the test questions only, so
   BM25 finds the answer of just 8 % of the training questions in its top 5. The train pool keeps the
@@ -64,7 +64,7 @@ def missing_benchmarks(root: Path) -> tuple[str, ...]:
 TRAIN_FILES = ("ambigqa_train_nq_open_proxy.jsonl", "hotpotqa_2wiki_train_r1searcher.jsonl")
 CORPUS_FILE = "corpus/wiki_passages.jsonl"
 DEFAULT_TEST_PER_BENCHMARK = 100
-#: spec.experiment.data.corpus values; ``auto`` is resolved before the domain sees it on a cluster (the operator
+#: spec.experiment.domainOptions.corpus values; ``auto`` is resolved before the domain sees it on a cluster (the operator
 #: makes it wiki18) and means ``local`` everywhere else
 CORPORA = ("local", "wiki18")
 TrainFilter = Literal["answerable", "all"]
@@ -100,12 +100,12 @@ def to_item(row: Row, source: str, subset: str | None = None) -> Row:
 
 
 def resolve_corpus(corpus: str | None) -> str:
-    """``spec.experiment.data.corpus`` as the domain uses it: ``auto`` (or unset) is ``local`` here."""
+    """``spec.experiment.domainOptions.corpus`` as the domain uses it: ``auto`` (or unset) is ``local`` here."""
     value = corpus or "auto"
     if value == "auto":
         return "local"
     if value not in CORPORA:
-        raise DataError(f"spec.experiment.data.corpus={value!r}: use auto, {' or '.join(CORPORA)}")
+        raise DataError(f"spec.experiment.domainOptions.corpus={value!r}: use auto, {' or '.join(CORPORA)}")
     return value
 
 
@@ -156,7 +156,7 @@ def make_splits(
     if harness_size >= len(pool):
         raise DataError(
             f"spec.experiment.data.harnessSize={harness_size} leaves nothing for D_weight ({len(pool)} training "
-            "questions); lower it, or use spec.experiment.data.corpus wiki18 (every training question)"
+            "questions); lower it, or use spec.experiment.domainOptions.corpus wiki18 (every training question)"
         )
     random.Random(seed).shuffle(pool)
     weight = pool[harness_size:]
@@ -237,7 +237,7 @@ def answerable_ids(root: Path, *, topk: int = ANSWERABLE_TOPK, cache_dir: Path |
         if not raw_exists(f):
             raise DataError(
                 f"{f}: missing. Point spec.experiment.data.dataDir (or $WHALE_DATA_DIR) at a data root that holds "
-                f"{SUBDIR}/ (unset both for the shipped sample data), or use spec.experiment.data.corpus wiki18"
+                f"{SUBDIR}/ (unset both for the shipped sample data), or use spec.experiment.domainOptions.corpus wiki18"
             )
     parts = [
         ANSWERABLE_VERSION,

@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> None:
         "--corpus",
         choices=("local", "wiki18"),
         default="local",
-        help="the spec.experiment.data.corpus whose splits are measured",
+        help="the spec.experiment.domainOptions.corpus whose splits are measured",
     )
     p.add_argument(
         "--train",

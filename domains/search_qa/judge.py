@@ -1,4 +1,4 @@
-"""The LLM judge of search-QA answers (``spec.experiment.verifier.searchAnswer: llmJudge``), an option; the default is EM.
+"""The LLM judge of search-QA answers (``spec.experiment.domainOptions.searchAnswer: llmJudge``), an option; the default is EM.
 
 The reference's ``docs/data.md`` names an LLM judge (``gpt-5.4-mini``) as the study's verifier, while its scripts
 default to exact match (``LLM_JUDGE=0``); its judge (``verl/utils/reward_score/llm_judge.py``) asks an

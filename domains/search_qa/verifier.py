@@ -68,7 +68,7 @@ def judged_answer(text: str) -> str | None:
 
 
 def judged_score(final_reply: str | None, golden_answers: Iterable[str], question: str, judge: Judge) -> float:
-    """``verifier.searchAnswer: llmJudge``: 1 when the judge says :func:`judged_answer` names a gold answer, else 0
+    """``domainOptions.searchAnswer: llmJudge``: 1 when the judge says :func:`judged_answer` names a gold answer, else 0
     (no tag-spam rule, as the reference's judge); no answer pair: 0 without asking; exact match when the judge
     gives no verdict."""
     answer = judged_answer(final_reply or "")

@@ -4,7 +4,7 @@ Registered under the ``whale.domains`` entry-point group as ``synthetic = "synth
 the domain of the CPU demo runs and of the RSFT learning check: items are generated from the data
 seed (:mod:`synthetic.tasks`), an episode is one answer judged by exact match, and
 :mod:`synthetic.tiny_model` builds a matching tiny model that knows the format but not the task.
-``spec.experiment.data.syntheticTask: addition`` asks for a sum of two numbers instead (the local SmolLM2 comparison's harder
+``spec.experiment.domainOptions.syntheticTask: addition`` asks for a sum of two numbers instead (the local SmolLM2 comparison's harder
 task), with an h0 and a skill of its own (``h0_addition.py``, ``SKILL-addition.md``).
 """
 
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from synthetic import tasks
+from synthetic.options import SyntheticOptions
 from whale.domain import DEFAULT_ALLOWED_IMPORTS, Domain, DomainError, Environment, StepResult
 
 if TYPE_CHECKING:
@@ -54,6 +55,12 @@ class Synthetic(Domain):
     name = "synthetic"
     allowed_imports = DEFAULT_ALLOWED_IMPORTS
     max_turns_limit = 3
+    options_model = SyntheticOptions
+
+    @property
+    def task(self) -> tasks.Task:
+        """``spec.experiment.domainOptions.syntheticTask``."""
+        return tasks.Task(self.options.synthetic_task)
 
     def split_sizes(self, data: Data) -> dict[str, int]:
         sizes = dict(tasks.SPLIT_SIZES)
@@ -67,7 +74,7 @@ class Synthetic(Domain):
     def load_split(self, split: str, data: Data, store: Store | None = None) -> list[dict[str, Any]]:
         if split not in tasks.SPLIT_SIZES:
             raise DomainError(f"unknown split {split!r}; use one of {sorted(tasks.SPLIT_SIZES)}")
-        return tasks.make_split(split, self.split_sizes(data)[split], data.seed, tasks.Task(data.synthetic_task))
+        return tasks.make_split(split, self.split_sizes(data)[split], data.seed, self.task)
 
     def item_from_raw(self, raw: dict[str, Any]) -> dict[str, Any]:
         if "a" in raw or "b" in raw:
@@ -87,13 +94,13 @@ class Synthetic(Domain):
         return HERE / "h0.py"
 
     def h0_path_for(self, data: Data) -> Path:
-        return HERE / "h0_addition.py" if data.synthetic_task == tasks.Task.ADDITION else self.h0_path()
+        return HERE / "h0_addition.py" if self.task == tasks.Task.ADDITION else self.h0_path()
 
     def skill_path(self) -> Path:
         return HERE / "SKILL.md"
 
     def skill_text(self, data: Data) -> str:
-        path = HERE / "SKILL-addition.md" if data.synthetic_task == tasks.Task.ADDITION else self.skill_path()
+        path = HERE / "SKILL-addition.md" if self.task == tasks.Task.ADDITION else self.skill_path()
         return path.read_text("utf-8")
 
 

@@ -1,4 +1,4 @@
-"""h0 for synthetic's addition task (``spec.experiment.data.syntheticTask: addition``): ask the question with one worked reply
+"""h0 for synthetic's addition task (``spec.experiment.domainOptions.syntheticTask: addition``): ask the question with one worked reply
 (the tag's format) and the instruction again after it, one answer per episode.
 
 The repeat task's h0 with an addition as its worked reply, and the instruction repeated after the question: with the

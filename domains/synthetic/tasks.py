@@ -1,6 +1,6 @@
 """The synthetic tasks: items generated from the data seed, answered inside ``<answer></answer>``.
 
-``repeat`` (the default, ``spec.experiment.data.syntheticTask``) asks to repeat a digit. It exists so that the whole WHALE loop
+``repeat`` (the default, ``spec.experiment.domainOptions.syntheticTask``) asks to repeat a digit. It exists so that the whole WHALE loop
 (sampling, rejection, SFT, weight sync, harness search) can run on a laptop CPU with a tiny model in seconds, and so
 that "training reward rises" is a check that can fail: a tiny model that knows the answer format but not the task
 starts near 10 % (one digit in ten) and only rises if RSFT really trains on the accepted answers.
@@ -32,7 +32,7 @@ ADDITION_OPERANDS = (0, 9)
 
 
 class Task(enum.StrEnum):
-    """The synthetic domain's tasks (``spec.experiment.data.syntheticTask``)."""
+    """The synthetic domain's tasks (``spec.experiment.domainOptions.syntheticTask``)."""
 
     REPEAT = "repeat"
     ADDITION = "addition"

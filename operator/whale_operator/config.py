@@ -45,8 +45,6 @@ def parse_spec(body_spec: dict[str, Any] | None) -> WhaleRunSpec:
         raise SpecError(
             "spec.execution.storage.endpoint", "an s3:// store needs the S3 endpoint (host:port of MinIO/S3)"
         )
-    if spec.experiment.data.corpus == "auto":  # a cluster's default corpus is the paper's (docs/data.md#search_qa)
-        spec = spec.with_sections(**{"data": spec.experiment.data.model_copy(update={"corpus": "wiki18"})})
     return spec
 
 
@@ -164,11 +162,12 @@ class OperatorConfig:
         return []
 
 
-def judge_key_problems(spec: WhaleRunSpec) -> list[tuple[str, str]]:
-    """(field, message) when a cluster run scores with an LLM judge that needs a key but names no Secret to take
-    it from: its workloads would stop at their first episode, so the run is refused before any Job exists."""
+def judge_key_problems(spec: WhaleRunSpec, scores_with_judge: bool) -> list[tuple[str, str]]:
+    """(field, message) when a cluster run scores with an LLM judge (its domain's options say so) that needs a key
+    but names no Secret to take it from: its workloads would stop at their first episode, so the run is refused
+    before any Job exists."""
     judge = spec.experiment.verifier.judge
-    if spec.experiment.verifier.search_answer == "llmJudge" and judge.api_key_env and judge.api_key_secret is None:
+    if scores_with_judge and judge.api_key_env and judge.api_key_secret is None:
         return [
             (
                 "spec.experiment.verifier.judge.apiKeySecret",

@@ -12,7 +12,7 @@ from typing import Any
 
 from whale.core import layout
 from whale.core.spec import WhaleRunSpec
-from whale.domain import ToolService
+from whale.domain import Domain, DomainOptionsError, ToolService, for_run
 from whale.store import Store
 from whale_operator.config import OperatorConfig, SpecError
 
@@ -44,9 +44,34 @@ class DomainCatalog:
                     ) from None
             return self._plugins[name]
 
+    def _for_run(self, spec: WhaleRunSpec) -> Any:
+        """The run's domain with its options (a copy of the shared plugin)."""
+        try:
+            return for_run(self._plugin(spec.domain), spec.experiment.domain_options)
+        except DomainOptionsError as exc:
+            raise SpecError(exc.problems[0].split(":", 1)[0], exc.problems[0].split(":", 1)[1].strip()) from None
+
+    def effective(self, spec: WhaleRunSpec) -> tuple[WhaleRunSpec, bool]:
+        """(the spec as this cluster runs it, whether it scores with the LLM judge): its domain options validated
+        (:class:`SpecError` naming the field) and given their cluster defaults (``Domain.cluster_options``:
+        search_qa's corpus auto is wiki18 here); the judge's Secret dropped where the options never use it, so no
+        pod holds a key it does not need."""
+        domain = self._for_run(spec)
+        if not isinstance(domain, Domain):  # a plugin without options (whale.domain.for_run)
+            return spec, False
+        options = domain.cluster_options(domain.options)
+        judge = spec.experiment.verifier.judge
+        spec = spec.with_sections(domain_options=options.model_dump(mode="json", by_alias=True))
+        if not domain.scores_with_judge and judge.api_key_secret is not None:
+            verifier = spec.experiment.verifier.model_copy(
+                update={"judge": judge.model_copy(update={"api_key_secret": None})}
+            )
+            spec = spec.with_sections(verifier=verifier)
+        return spec, bool(domain.scores_with_judge)
+
     def tools_for(self, spec: WhaleRunSpec) -> tuple[ToolService, ...]:
         """The tool services the run's domain declares for its data settings (``Domain.tool_services_for``)."""
-        domain = self._plugin(spec.domain)
+        domain = self._for_run(spec)
         try:
             return tuple(domain.tool_services_for(spec.experiment.data))
         except Exception as exc:  # noqa: BLE001 - the plugin refused the data settings
@@ -60,7 +85,7 @@ class DomainCatalog:
             return {k: int(v) for k, v in sizes.items()}
         if not self.config.domain_split_sizes or spec.experiment.data.source == "full":
             return None  # the prepare Job writes them (full data: after fetching it into the store)
-        domain = self._plugin(spec.domain)  # loaded once a process (an entry-point scan costs tens of ms)
+        domain = self._for_run(spec)  # loaded once a process (an entry-point scan costs tens of ms)
         try:
             sizes = dict(domain.split_sizes(spec.experiment.data))
         except Exception as exc:  # noqa: BLE001 - any plugin failure means "not known here"

@@ -192,7 +192,8 @@ class Reconciler:
             raise SpecError(field_, message)
         for field_, message in self.config.credentials_problems(spec):
             raise SpecError(field_, message)
-        for field_, message in judge_key_problems(spec):
+        spec, scores_with_judge = self.domains.effective(spec)
+        for field_, message in judge_key_problems(spec, scores_with_judge):
             raise SpecError(field_, message)
         # isolation namespaces only where the admin allows privileged sandbox hosts, else pod (whale_operator.sandboxing)
         spec, problems = self.config.sandbox_hosts.effective(spec, run.namespace)

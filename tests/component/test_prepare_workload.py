@@ -113,7 +113,7 @@ def test_preparing_a_judged_run_needs_no_judges_key_and_scoring_does(tmp_path, m
     monkeypatch.delenv("OPENAI_API_KEY", raising=False)
     store = open_store(str(tmp_path / "store"))
     spec = write_spec(store, "judged", "search_qa")
-    spec = spec.with_sections(**{"verifier": spec.experiment.verifier.model_copy(update={"search_answer": "llmJudge"})})
+    spec = spec.with_sections(domain_options={"searchAnswer": "llmJudge"})
     store.write_json(layout.spec_key("judged"), spec.to_wire())
     sizes = prepare.main(store, "judged")
     assert sizes == store.read_json(layout.split_sizes_key("judged")) and sizes["harness"] > 0

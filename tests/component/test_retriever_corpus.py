@@ -1,4 +1,4 @@
-"""spec.experiment.data.corpus end to end on the shipped data: the prepare workload puts the local corpus where the
+"""spec.experiment.domainOptions.corpus end to end on the shipped data: the prepare workload puts the local corpus where the
 cluster's retriever pod fetches it, and workloads wait for the deployed retriever before their first
 episode (the operator's side: tests/operator/test_retriever_corpus.py)."""
 
@@ -42,9 +42,9 @@ def test_workload_waits_for_the_deployed_retriever_then_searches_through_it(retr
 def test_the_papers_corpus_without_a_retriever_is_a_clear_error(monkeypatch):
     monkeypatch.delenv("WHALE_RETRIEVER_URL", raising=False)
     monkeypatch.delenv("WHALE_SEARCH_INDEX", raising=False)
-    domain = search_qa.SearchQA()
-    domain.load_split("test", Data(corpus="wiki18", test_size=1))
+    domain = search_qa.SearchQA().with_options({"corpus": "wiki18"})
+    domain.load_split("test", Data(test_size=1))
     with pytest.raises(
-        RetrieverError, match="spec.experiment.data.corpus wiki18 has no in-process index.*WHALE_RETRIEVER_URL"
+        RetrieverError, match="spec.experiment.domainOptions.corpus wiki18 has no in-process index.*WHALE_RETRIEVER_URL"
     ):
         domain.retriever()

@@ -1,4 +1,4 @@
-"""The LLM-judge option of the search-QA verifier (``spec.experiment.verifier.searchAnswer: llmJudge``; default EM).
+"""The LLM-judge option of the search-QA verifier (``spec.experiment.domainOptions.searchAnswer: llmJudge``; default EM).
 
 Against the tiny real model behind the project's OpenAI-compatible server (it answers gibberish, so every
 attempt is unreadable and the score falls back to exact match, as the reference's judge does), and against
@@ -98,7 +98,8 @@ def test_the_domain_builds_the_judge_from_the_spec_and_refuses_a_missing_key(jud
     domain = SearchQA(retriever=None)
     domain.configure_verifier(Verifier())
     assert domain.judge is None  # exact match by default, as the reference's scripts
-    on = {"searchAnswer": "llmJudge", "judge": {"baseUrl": judge_double.url, "apiKeyEnv": "TEST_JUDGE_KEY"}}
+    on = {"judge": {"baseUrl": judge_double.url, "apiKeyEnv": "TEST_JUDGE_KEY"}}
+    domain = domain.with_options({"searchAnswer": "llmJudge"})
     monkeypatch.delenv("TEST_JUDGE_KEY", raising=False)
     with pytest.raises(DomainError, match=r"apiKeyEnv: \$TEST_JUDGE_KEY is not set"):
         domain.configure_verifier(Verifier.model_validate(on))

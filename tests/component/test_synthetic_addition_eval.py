@@ -1,4 +1,4 @@
-"""An evaluation of synthetic's addition task (``spec.experiment.data.syntheticTask: addition``) through the real eval workload,
+"""An evaluation of synthetic's addition task (``spec.experiment.domainOptions.syntheticTask: addition``) through the real eval workload,
 store and harness sandbox: the phase starts from the task's own h0 (``Domain.h0_path_for``), asks the sums and scores
 the tag. The model is a fixed-reply stand-in (``FixedLatencyClient``): what is tested is the workload, not a model."""
 
@@ -42,7 +42,7 @@ def test_an_addition_run_evaluates_under_its_own_h0(tmp_path: Path) -> None:
     assert 0 < right < 12  # the fixed reply is right on some items only
     assert (result.items, result.k, result.mean_at_k) == (12, 2, right / 12)
     traces = read_traces(store, RUN, PHASE)
-    h0 = plugins.load("synthetic").h0_path_for(Data(synthetic_task="addition")).read_text()
+    h0 = plugins.load("synthetic").with_options({"syntheticTask": "addition"}).h0_path_for(Data()).read_text()
     for trace in traces:
         system, user = trace["messages"][0], trace["messages"][1]
         assert system["role"] == "system" and system["content"] in h0 and "add 20 and 30" in system["content"]

@@ -456,10 +456,12 @@ def test_tools_per_domain():
 
 
 def test_paper_retriever_serves_the_prepared_wiki18_index_whole_manifest():
-    """spec.experiment.data.corpus wiki18 (a cluster's default): the prepare Job published the e5 index folder in
+    """spec.experiment.domainOptions.corpus wiki18 (a cluster's default): the prepare Job published the e5 index folder in
     the store; the pod streams it whole (marker-gated) onto its volume and serves it."""
     spec = make_spec(domain="search_qa", data={"corpus": "wiki18"})
-    [tool] = plugins.load("search_qa").tool_services_for(spec.experiment.data)
+    [tool] = (
+        plugins.load("search_qa").with_options(spec.experiment.domain_options).tool_services_for(spec.experiment.data)
+    )
     labels = {
         "app.kubernetes.io/name": "whale",
         "app.kubernetes.io/instance": "demo",

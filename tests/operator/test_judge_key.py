@@ -18,7 +18,7 @@ def test_a_judge_without_its_key_secret_is_refused_before_any_job(
 ):
     api = kube_cluster.api
     with start_operator():
-        run = make_run("nojudgekey", {"verifier": {"searchAnswer": "llmJudge"}})
+        run = make_run("nojudgekey", {"domain": "search_qa", "domainOptions": {"searchAnswer": "llmJudge"}})
         st = wait_for(lambda: run.status() if run.status().get("phase") == "Failed" else None, what="Failed")
         assert st["reason"] == "InvalidSpec"
         assert st["message"].startswith(
@@ -27,7 +27,12 @@ def test_a_judge_without_its_key_secret_is_refused_before_any_job(
         assert run.jobs() == []
         assert api.list("apps/v1", "deployments", kube_namespace) == []
         keyed = make_run(
-            "judgekey", {"verifier": {"searchAnswer": "llmJudge", "judge": {"apiKeySecret": JUDGE_SECRET}}}
+            "judgekey",
+            {
+                "domain": "search_qa",
+                "domainOptions": {"searchAnswer": "llmJudge"},
+                "verifier": {"judge": {"apiKeySecret": JUDGE_SECRET}},
+            },
         )
         job = keyed.wait_job()
         env = job["spec"]["template"]["spec"]["containers"][0]["env"]

@@ -37,12 +37,14 @@ from tests.operator.test_manifests import (
 from tests.operator.test_packaging import K8S_VERSIONS
 from whale.core.spec import WhaleRunSpec
 from whale_operator import builders, names
-from whale_operator.config import judge_key_problems
+from whale_operator.config import OperatorConfig, judge_key_problems
+from whale_operator.domains import DomainCatalog
 from whale_operator.sandboxing import SandboxHostPolicy
 
 RUN = builders.RunRef("example", "whale", "uid")  # children_of's run
 DEFAULTS = SandboxHostPolicy()  # the operator's and the chart's defaults: no privileged sandbox host anywhere
 OPTED_IN = SandboxHostPolicy(("whale",), "gvisor")
+DOMAINS = DomainCatalog(OperatorConfig())
 CLI = {"backend": "cli", "command": ["agent", "{prompt}"], "network": "host"}
 #: the LLM judge's key (spec.experiment.verifier.judge.apiKeySecret): a Secret of the run's namespace, injected by reference
 JUDGE_SECRET = {"name": "judge-key", "key": "api-key"}
@@ -96,8 +98,10 @@ def rendered(spec: WhaleRunSpec, policy: SandboxHostPolicy = DEFAULTS) -> list[d
 
 
 def effective(wire: dict[str, Any], policy: SandboxHostPolicy = DEFAULTS) -> WhaleRunSpec | None:
-    """The spec the operator renders from (None: refused, as a cli proposer is without sandbox hosts)."""
-    spec, problems = policy.effective(WhaleRunSpec.model_validate(wire), RUN.namespace)
+    """The spec the operator renders from (None: refused, as a cli proposer is without sandbox hosts): its domain's
+    options applied (whale_operator.domains.DomainCatalog.effective), then the sandbox host policy."""
+    spec, _ = DOMAINS.effective(WhaleRunSpec.model_validate(wire))
+    spec, problems = policy.effective(spec, RUN.namespace)
     return None if problems else spec
 
 
@@ -332,14 +336,14 @@ def test_the_hf_token_reaches_the_containers_that_download_the_model_and_no_othe
 def test_a_judge_that_needs_a_key_needs_its_secret_on_a_cluster():
     wire = wire_of(next(p for p in EXAMPLES if p.stem == "searchqa-whale"))
     keyed = WhaleRunSpec.model_validate({**wire, "verifier": {"searchAnswer": "llmJudge"}})
-    ((field, message),) = judge_key_problems(keyed)
+    ((field, message),) = judge_key_problems(*DOMAINS.effective(keyed))
     assert (
         field == "spec.experiment.verifier.judge.apiKeySecret"
         and "$OPENAI_API_KEY" in message
         and "apiKeyEnv: null" in message
     )
     for fine in (JUDGE, {"searchAnswer": "llmJudge", "judge": {"apiKeyEnv": None}}, {"searchAnswer": "exactMatch"}):
-        assert judge_key_problems(WhaleRunSpec.model_validate({**wire, "verifier": fine})) == []
+        assert judge_key_problems(*DOMAINS.effective(WhaleRunSpec.model_validate({**wire, "verifier": fine}))) == []
     with pytest.raises(ValueError, match="apiKeySecret is injected under apiKeyEnv"):
         WhaleRunSpec.model_validate(
             {

@@ -1,9 +1,10 @@
-"""The operator reads spec.experiment.data.corpus ``auto`` as the paper's corpus (wiki-18) and deploys its retriever."""
+"""The operator reads spec.experiment.domainOptions.corpus ``auto`` as the paper's corpus (wiki-18) and deploys its retriever."""
 
 from __future__ import annotations
 
 import search_qa
 from whale_operator import config
+from whale_operator.domains import DomainCatalog
 
 
 def test_operator_makes_auto_the_papers_corpus_and_keeps_an_explicit_one():
@@ -15,7 +16,10 @@ def test_operator_makes_auto_the_papers_corpus_and_keeps_an_explicit_one():
         "storage": {"uri": "s3://whale", "endpoint": "minio:9000"},
         "harnessSearch": {"proposer": {"backend": "replay", "script": "proposals.json"}},
     }
-    assert config.parse_spec(body).experiment.data.corpus == "wiki18"
-    assert config.parse_spec({**body, "data": {"corpus": "local"}}).experiment.data.corpus == "local"
-    paper = search_qa.DOMAIN.tool_services_for(config.parse_spec(body).experiment.data)
+    domains = DomainCatalog(config.OperatorConfig())
+    spec, judged = domains.effective(config.parse_spec(body))
+    assert spec.experiment.domain_options["corpus"] == "wiki18" and not judged
+    local, _ = domains.effective(config.parse_spec({**body, "domainOptions": {"corpus": "local"}}))
+    assert local.experiment.domain_options["corpus"] == "local"
+    paper = domains.tools_for(spec)
     assert paper[0].fetch == ((search_qa.WIKI18_INDEX_KEY, "--index-dir"),)

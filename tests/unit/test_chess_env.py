@@ -71,7 +71,7 @@ ALTERNATIVE_MATES = [("001KR", "d1d8"), ("004kB", "f8f1"), ("00Lvv", "e8d8"), ("
 
 @pytest.mark.parametrize(("puzzle_id", "alternative"), ALTERNATIVE_MATES)
 def test_alternative_mate_is_wrong_by_default_and_solves_with_any_mate(puzzle_id, alternative):
-    """The paper counts only the stored move; Lichess (``spec.experiment.verifier.chessMove: anyMate``) accepts both."""
+    """The paper counts only the stored move; Lichess (``spec.experiment.domainOptions.chessMove: anyMate``) accepts both."""
     row = real_rows()[puzzle_id]
     line = solver_line(row)
     assert alternative != line[-1]
@@ -96,9 +96,8 @@ def test_an_underpromotion_that_mates_is_accepted_only_with_any_mate():
 
 
 def test_the_spec_picks_the_move_rule():
-    """spec.experiment.verifier.chessMove reaches every environment the domain makes (training, search and eval)."""
+    """spec.experiment.domainOptions.chessMove reaches every environment the domain makes (training, search and eval)."""
     from chess_puzzles import ChessPuzzles, to_item
-    from whale.core.spec import Verifier
 
     row = real_rows()["001KR"]
     line = solver_line(row)
@@ -106,8 +105,7 @@ def test_the_spec_picks_the_move_rule():
     assert domain.accept_any_mate is False  # the paper's rule unless the spec says otherwise
     rewards = {}
     for rule in ("stored", "anyMate"):
-        domain.configure_verifier(Verifier(chess_move=rule))
-        env = domain.make_env(to_item(row))
+        env = domain.with_options({"chessMove": rule}).make_env(to_item(row))
         for move in line[:-1]:
             env.step(move)
         result = env.step("d1d8")

@@ -1,16 +1,15 @@
-"""The GSM8K problem set of math_reasoning (``spec.experiment.data.mathSet: gsm8k``): GSM8K test as D_test, GSM8K train
+"""The GSM8K problem set of math_reasoning (``spec.experiment.domainOptions.mathSet: gsm8k``): GSM8K test as D_test, GSM8K train
 as the pool of D_weight / D_harness, the same caps and checks as the paper's AIME set."""
 
 from __future__ import annotations
 
 import pytest
-from pydantic import ValidationError
 
 from math_reasoning import MathReasoning
 from math_reasoning.data import DataError, load_splits
 from math_reasoning.env import MathEnvironment
 from whale.core.spec import Data
-from whale.domain import default_data_root
+from whale.domain import DomainOptionsError, default_data_root
 
 ROOT = default_data_root()
 
@@ -41,10 +40,10 @@ def test_gsm8k_caps_and_seed() -> None:
 
 
 def test_the_domain_reads_the_spec_option_and_scores_gsm8k_answers() -> None:
-    domain = MathReasoning()
-    test = domain.load_split("test", Data.model_validate({"mathSet": "gsm8k", "testSize": 5, "harnessSize": 8}))
+    domain = MathReasoning().with_options({"mathSet": "gsm8k"})
+    test = domain.load_split("test", Data.model_validate({"testSize": 5, "harnessSize": 8}))
     assert len(test) == 5 and all(r["id"].startswith("gsm8k_test_") for r in test)
-    assert domain.split_sizes(Data.model_validate({"mathSet": "gsm8k", "harnessSize": 8, "weightSize": 40})) == {
+    assert domain.split_sizes(Data.model_validate({"harnessSize": 8, "weightSize": 40})) == {
         "weight": 40,
         "harness": 8,
         "test": 1319,
@@ -57,9 +56,9 @@ def test_the_domain_reads_the_spec_option_and_scores_gsm8k_answers() -> None:
 
 
 def test_an_unknown_set_is_refused_with_the_field_named() -> None:
-    with pytest.raises(ValidationError, match="mathSet"):
-        Data.model_validate({"mathSet": "aime2026"})
-    with pytest.raises(DataError, match=r"spec.experiment.data.mathSet='bogus'.*aime, gsm8k"):
+    with pytest.raises(DomainOptionsError, match=r"spec.experiment.domainOptions.mathSet: .*aime.*gsm8k"):
+        MathReasoning().with_options({"mathSet": "aime2026"})
+    with pytest.raises(DataError, match=r"spec.experiment.domainOptions.mathSet='bogus'.*aime, gsm8k"):
         load_splits(ROOT, math_set="bogus")
 
 

@@ -1,6 +1,6 @@
 """The strict \\boxed{} verifiers: the paper's (the reference code's verl ``math_dapo`` with
 ``strict_box_verify``: the last box of the last 100 characters, compared as an exact string; the default)
-and math-verify equivalence (``spec.experiment.verifier.mathAnswer: mathVerify``), on edge cases and real rows."""
+and math-verify equivalence (``spec.experiment.domainOptions.mathAnswer: mathVerify``), on edge cases and real rows."""
 
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ from math_reasoning.verifier import (
     math_verify_score,
     score,
 )
-from whale.core.spec import Verifier
 from whale.domain import default_data_root, open_raw
 
 DATA = default_data_root() / "math_reasoning"
@@ -161,13 +160,12 @@ def test_unknown_match_is_refused():
 
 
 def test_the_spec_picks_the_environments_match():
-    """spec.experiment.verifier.mathAnswer reaches every environment the domain makes (training, search and eval)."""
+    """spec.experiment.domainOptions.mathAnswer reaches every environment the domain makes (training, search and eval)."""
     item = {"id": "x", "problem": "What is 1/2?", "answer": r"\frac{1}{2}"}
     domain = MathReasoning(runner=object())  # no tool is called here
     rewards = {}
     for match in ("dapo", "mathVerify"):
-        domain.configure_verifier(Verifier(math_answer=match))
-        env = domain.make_env(item)
+        env = domain.with_options({"mathAnswer": match}).make_env(item)
         assert isinstance(env, MathEnvironment) and env.match == match
         result = env.step(r"It is \boxed{0.5}")
         assert result.done and result.info["match"] == match

@@ -31,7 +31,7 @@ EDITS: list[tuple[str, dict[str, Any], bool]] = [
     ("evaluation.samplesPerItem", {"evaluation.samplesPerItem": 4}, True),
     ("data.harnessSize", {"data.harnessSize": 8}, True),
     ("data.dataDir", {"data.dataDir": "/elsewhere"}, True),
-    ("verifier.mathAnswer", {"verifier.mathAnswer": "mathVerify"}, True),
+    ("domainOptions.mathAnswer", {"domainOptions.mathAnswer": "mathVerify"}, True),
     ("seed", {"seed": 7}, True),
     ("domain", {"domain": "other"}, True),
     ("storage.uri", {"storage.uri": "s3://elsewhere/runs"}, False),  # once accepted locally, refused on a cluster

@@ -1,5 +1,5 @@
 """Search-QA splits: 100 per available benchmark (TriviaQA reported missing), disjoint train splits; the
-local corpus's default keeps the training questions it can answer (spec.experiment.data.corpus)."""
+local corpus's default keeps the training questions it can answer (spec.experiment.domainOptions.corpus)."""
 
 from __future__ import annotations
 
@@ -70,18 +70,17 @@ def test_local_default_weight_and_harness_are_answerable(bm25_retriever):
 def test_corpus_option_picks_retriever_and_training_questions():
     assert resolve_corpus("auto") == resolve_corpus(None) == "local" and resolve_corpus("wiki18") == "wiki18"
     assert train_filter_for("auto") == "answerable" and train_filter_for("wiki18") == "all"
-    with pytest.raises(DataError, match="spec.experiment.data.corpus='bing'"):
+    with pytest.raises(DataError, match="spec.experiment.domainOptions.corpus='bing'"):
         resolve_corpus("bing")
-    domain = search_qa.SearchQA()
-    local, paper = Data(), Data(corpus="wiki18")
-    assert domain.split_sizes(local)["weight"] == len(load_splits(ROOT, seed=0)["weight"])
-    assert domain.split_sizes(paper)["weight"] == len(load_splits(ROOT, seed=0, train="all")["weight"])
-    [local_tool] = domain.tool_services_for(local)
-    [paper_tool] = domain.tool_services_for(paper)
+    local, paper = search_qa.SearchQA(), search_qa.SearchQA().with_options({"corpus": "wiki18"})
+    assert local.split_sizes(Data())["weight"] == len(load_splits(ROOT, seed=0)["weight"])
+    assert paper.split_sizes(Data())["weight"] == len(load_splits(ROOT, seed=0, train="all")["weight"])
+    [local_tool] = local.tool_services_for(Data())
+    [paper_tool] = paper.tool_services_for(Data())
     assert local_tool.args == ("--method", "bm25") and local_tool.fetch == (("corpus/wiki_passages.jsonl", "--corpus"),)
     assert paper_tool.fetch == (("retriever/wiki18-e5/", "--index-dir"),)
     assert dict(paper_tool.requests)["memory"] == "96Gi"
-    assert type(domain).tool_services == (local_tool,)  # what a domain-only caller sees
+    assert type(local).tool_services == (local_tool,)  # what a domain-only caller sees
 
 
 def test_keep_restricts_the_train_pool_before_the_shuffle():
@@ -138,10 +137,10 @@ def test_the_seven_benchmarks_and_triviaqa_when_the_data_has_it(tmp_path):
     s = load_splits(root, seed=0, train="all", harness_size=8, weight_size=50)
     per = collections.Counter(r["subset"] for r in s["test"])
     assert set(per) == set(BENCHMARKS) and per["triviaqa"] == 100
-    domain = search_qa.SearchQA()
-    domain.load_split("test", Data(data_dir=str(root), corpus="wiki18", harness_size=8, weight_size=50))
+    domain = search_qa.SearchQA().with_options({"corpus": "wiki18"})
+    domain.load_split("test", Data(data_dir=str(root), harness_size=8, weight_size=50))
     assert domain.notes() == []
-    domain.load_split("test", Data(corpus="wiki18", harness_size=8, weight_size=50))  # the shipped sample data
+    domain.load_split("test", Data(harness_size=8, weight_size=50))  # the shipped sample data
     assert domain.notes() == ["benchmark triviaqa is missing from the data; D_test uses the other 6 of the paper's 7"]
     # a required benchmark's file is not optional
     (root / "search_qa" / "eval" / BENCHMARKS["bamboogle"]).unlink()

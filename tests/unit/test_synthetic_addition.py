@@ -1,4 +1,4 @@
-"""synthetic's addition task (``spec.experiment.data.syntheticTask: addition``, docs/local.md#a-harder-task-make-compare-addition): the item
+"""synthetic's addition task (``spec.experiment.domainOptions.syntheticTask: addition``, docs/local.md#a-harder-task-make-compare-addition): the item
 generator, the scorer, the variant's own h0 and skill, the local comparison's manifests and candidate harnesses.
 The default task stays ``repeat`` (the demo and the tiny model depend on it)."""
 
@@ -20,8 +20,9 @@ from whale.replay import replay_domain
 ROOT = Path(__file__).resolve().parents[2]
 LOCAL = ROOT / "manifests/examples/local"
 ADDITION_MANIFESTS = sorted(LOCAL.glob("smollm2-addition-*.yaml"))
-ADDITION = Data(synthetic_task="addition", harness_size=16)
-DOMAIN = plugins.load("synthetic")
+ADDITION = Data(harness_size=16)
+REPEAT = plugins.load("synthetic")  # the default task
+DOMAIN = REPEAT.with_options({"syntheticTask": "addition"})
 
 
 def test_addition_items_are_sums_of_two_digits_drawn_from_the_seed() -> None:
@@ -39,9 +40,9 @@ def test_addition_items_are_sums_of_two_digits_drawn_from_the_seed() -> None:
 
 def test_the_default_task_is_still_repeat() -> None:
     assert Data().synthetic_task == tasks.Task.REPEAT
-    assert DOMAIN.load_split("test", Data(test_size=3)) == tasks.make_split("test", 3, 42)
-    assert all("digit" in it and "a" not in it for it in DOMAIN.load_split("test", Data(test_size=5)))
-    assert DOMAIN.h0_path_for(Data()) == DOMAIN.h0_path()
+    assert REPEAT.load_split("test", Data(test_size=3)) == tasks.make_split("test", 3, 42)
+    assert all("digit" in it and "a" not in it for it in REPEAT.load_split("test", Data(test_size=5)))
+    assert REPEAT.h0_path_for(Data()) == REPEAT.h0_path()
 
 
 def test_an_addition_episode_asks_the_sum_and_scores_the_last_tag() -> None:
@@ -82,14 +83,14 @@ def test_raw_addition_items_for_replay() -> None:
 
 
 def test_an_unknown_task_is_refused_naming_the_field() -> None:
-    with pytest.raises(ValueError, match="synthetic_task|syntheticTask"):
-        Data.model_validate({"syntheticTask": "subtraction"})
+    with pytest.raises(ValueError, match="spec.experiment.domainOptions.syntheticTask: .*'repeat' or 'addition'"):
+        DOMAIN.with_options({"syntheticTask": "subtraction"})
 
 
 @pytest.mark.parametrize("path", ADDITION_MANIFESTS, ids=lambda p: p.stem)
 def test_the_addition_manifests_validate(path: Path) -> None:
     manifest = load_manifest(path)
-    assert manifest.spec.experiment.data.synthetic_task == "addition"
+    assert manifest.spec.experiment.domain_options == {"syntheticTask": "addition"}
     assert manifest.name == path.stem
 
 

@@ -2,8 +2,9 @@
 
 v1alpha1 kept every section at the top of ``spec``; v1alpha2 groups them by owner: ``experiment`` (what the run
 computes, fixed once it has a phase), ``execution`` (how it is carried out, free to change on resume) and
-``cluster`` (the operator's pod placement), beside ``domain`` and ``condition``. Nothing is renamed or dropped
-inside a section, so the conversion only moves sections. `whale run` and `whale validate` convert an old
+``cluster`` (the operator's pod placement), beside ``domain`` and ``condition``. Nothing is renamed inside a
+section; the conversion moves sections, and the fields one domain read (``data.mathSet``, ``verifier.chessMove``...:
+:data:`DOMAIN_FIELDS`) into ``experiment.domainOptions``, dropping those of another domain (v1alpha1 ignored them). `whale run` and `whale validate` convert an old
 manifest on load (with a one-line notice); `whale migrate` rewrites the file (whale.migrate); the model reads an
 old spec too (a store's ``spec.json`` written by an older WHALE), by the same function.
 """
@@ -27,6 +28,7 @@ TO_EXPERIMENT = (
     ("data", "data"),
     ("verifier", "verifier"),
     ("seed", "seed"),
+    ("domainOptions", "domain_options"),
 )
 #: v1alpha1's top-level sections that v1alpha2 puts under ``spec.execution``
 TO_EXECUTION = (
@@ -40,6 +42,51 @@ TO_EXECUTION = (
     ("resumeFrom", "resume_from"),
 )
 _MOVED = {name for pair in TO_EXPERIMENT + TO_EXECUTION for name in pair}
+#: v1alpha1's fields of one domain, in ``data`` and ``verifier``, that v1alpha2 puts in
+#: ``spec.experiment.domainOptions`` (validated there by the domain's own model): (section, wire name, Python
+#: name, the domain that read it). Only this table of the conversion names domains
+DOMAIN_FIELDS = (
+    ("data", "mathSet", "math_set", "math_reasoning"),
+    ("data", "syntheticTask", "synthetic_task", "synthetic"),
+    ("data", "corpus", "corpus", "search_qa"),
+    ("verifier", "mathAnswer", "math_answer", "math_reasoning"),
+    ("verifier", "chessMove", "chess_move", "chess_puzzles"),
+    ("verifier", "searchAnswer", "search_answer", "search_qa"),
+)
+_KNOWN_DOMAINS = {f[3] for f in DOMAIN_FIELDS}
+
+
+def domain_field(section: str, key: str, domain: Any) -> str | None:
+    """Where a v1alpha1 ``<section>.<key>`` goes: its name in ``domainOptions`` when the run's domain read it (or
+    the domain is not one v1alpha1 knew), ``""`` when v1alpha1 ignored it (another domain's field: dropped), None
+    when it is not a domain field."""
+    for sec, wire, py, owner in DOMAIN_FIELDS:
+        if sec == section and key in (wire, py):
+            return wire if domain == owner or domain not in _KNOWN_DOMAINS else ""
+    return None
+
+
+def _split_domain_fields(experiment: dict[str, Any], domain: Any) -> None:
+    """Move the domain fields of ``data`` and ``verifier`` (either spelling) into ``domainOptions``, in place."""
+    options: dict[str, Any] = {}
+    for section_pair in (("data", "data"), ("verifier", "verifier")):
+        for key in section_pair:
+            part = experiment.get(key)
+            if not isinstance(part, Mapping):
+                continue
+            rest = {}
+            for k, v in part.items():
+                name = domain_field(section_pair[0], k, domain)
+                if name is None:
+                    rest[k] = v
+                elif name:
+                    options[name] = v
+            if rest or len(rest) == len(part):
+                experiment[key] = rest
+            else:
+                del experiment[key]  # a section that held only domain fields
+    if options:
+        experiment["domainOptions"] = {**options, **dict(experiment.get("domainOptions") or {})}
 
 
 def is_v1alpha1_spec(spec: Any) -> bool:
@@ -62,6 +109,7 @@ def convert_v1alpha1_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     key (domain, condition, cluster, or a typo the model then names) left at the top. Pure: a new mapping."""
     out = {key: value for key, value in spec.items() if key not in _MOVED}
     experiment, execution = _group(spec, TO_EXPERIMENT), _group(spec, TO_EXECUTION)
+    _split_domain_fields(experiment, spec.get("domain"))
     if experiment:
         out["experiment"] = experiment
     if execution:

@@ -830,26 +830,6 @@ class Data(WireModel):
     test_size: Items | None = Field(
         None, description="|D_test| (per benchmark where the domain has several); unset: the domain's default"
     )
-    math_set: Literal["aime", "gsm8k"] = Field(
-        "aime",
-        description="math_reasoning's problem set: aime = the paper's (D_test AIME 2024 + 2025, D_weight and "
-        "D_harness from the MATH train pool); gsm8k = grade-school word problems (D_weight and D_harness from GSM8K "
-        "train, D_test from GSM8K test, 1,319 problems), for models whose AIME score can only be 0; other domains "
-        "ignore it",
-    )
-    synthetic_task: Literal["repeat", "addition"] = Field(
-        "repeat",
-        description="synthetic's task: repeat = repeat a digit (the demo's, which a tiny model learns in seconds); "
-        "addition = the sum of two digits (`What is 3 + 5?`), the harder task of the local "
-        "SmolLM2 comparison (docs/local.md), with its own h0 and skill; other domains ignore it",
-    )
-    corpus: Literal["auto", "local", "wiki18"] = Field(
-        "auto",
-        description="search_qa's retrieval corpus, and with it the training questions: local = BM25 over the "
-        "shipped passages, D_weight/D_harness only the questions whose answer BM25 retrieves in the top 5; "
-        "wiki18 = the paper's e5-base-v2 over wiki-18 (21 M passages, prepared on the cluster), every training "
-        "question; auto = wiki18 on a cluster (the operator), local in `whale run`",
-    )
 
     @model_validator(mode="after")
     def _sources(self) -> Data:
@@ -1335,7 +1315,8 @@ class Sandbox(WireModel):
 
 
 class Judge(WireModel):
-    """The LLM judge of ``verifier.searchAnswer: llmJudge`` (the reference's llm_judge.py settings)."""
+    """An LLM judge (the reference's llm_judge.py settings), used where a domain's options score with one
+    (search_qa's ``domainOptions.searchAnswer: llmJudge``)."""
 
     model: Annotated[str, Strict(), Field(min_length=1, max_length=256)] = Field(
         "gpt-5.4-mini", description="the judge model (the reference's docs/data.md: gpt-5.4-mini)"
@@ -1352,7 +1333,7 @@ class Judge(WireModel):
         None,
         description="cluster: the Secret key holding the judge's API key, injected under apiKeyEnv into the "
         "pods that score episodes (the eval, weight and harness-search Jobs; never the harness host, the tools, "
-        "the prepare Job or a cli proposer's sandbox); required there with searchAnswer: llmJudge and an apiKeyEnv",
+        "the prepare Job or a cli proposer's sandbox); required there when the run scores with the judge and apiKeyEnv is set",
     )
 
     @model_validator(mode="after")
@@ -1366,30 +1347,12 @@ class Judge(WireModel):
 
 
 class Verifier(WireModel):
-    """How the domains score an episode where the paper's rule and a common, more lenient one differ.
-    The defaults are the paper's; the alternatives are there to measure what the stricter rule costs."""
+    """Scoring services a domain may use (a domain's own scoring rules are its ``domainOptions``)."""
 
-    math_answer: Literal["dapo", "mathVerify"] = Field(
-        "dapo",
-        description="math_reasoning: dapo (the paper's) = the reference code's strict DAPO match (verl's "
-        "math_dapo with strict_box_verify): the last \\boxed{...} in the final reply's last 100 characters must be "
-        "exactly the gold answer's string (no normalisation: 0.5 is not \\frac{1}{2}, ' 204' is not '204'); "
-        "mathVerify = the last box anywhere in the final reply, math-verify's symbolic equivalence with the gold one",
+    judge: Judge = Field(
+        Judge(),
+        description="an LLM judge, for a domain whose options score with one (search_qa's searchAnswer: llmJudge)",
     )
-    chess_move: Literal["stored", "anyMate"] = Field(
-        "stored",
-        description="chess_puzzles: stored (the paper's) = only the puzzle's stored move counts at each "
-        "step; anyMate = also accept any move that checkmates on the spot and count the puzzle solved (Lichess's "
-        "own rule)",
-    )
-    search_answer: Literal["exactMatch", "llmJudge"] = Field(
-        "exactMatch",
-        description="search_qa: exactMatch (the reference scripts' default, LLM_JUDGE=0) = normalised exact match "
-        "of the last <answer>, 0.25 for a tag-spamming reply; llmJudge = the reference's LLM judge option (its "
-        "docs/data.md's verifier): `judge` says whether the answer names the same entity as a gold one, 1 or 0, "
-        "exact match when the judge fails three times",
-    )
-    judge: Judge = Field(Judge(), description="the judge of searchAnswer: llmJudge")
 
 
 # ----- the spec -----------------------------------------------------------------------------------
@@ -1427,7 +1390,13 @@ class Experiment(WireModel):
     harness_search: HarnessSearch = Field(HarnessSearch(), description="the harness phase")
     evaluation: Evaluation = Field(Evaluation(), description="test mean@k")
     data: Data = Field(Data(), description="the domain's raw data and split sizes")
-    verifier: Verifier = Field(Verifier(), description="scoring rules where the paper's and a lenient one differ")
+    verifier: Verifier = Field(Verifier(), description="scoring services a domain may use (an LLM judge)")
+    domain_options: dict[Annotated[str, Field(max_length=64)], Any] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="the domain's own options (its problem set, corpus or scoring rule), validated by the domain "
+        "(domains/<domain>/options.py; docs/reference.md#domain-options lists them)",
+    )
     seed: Int64 | None = Field(
         None,
         description="one seed for every random choice of the run: each of data.seed, rsft.seed, evaluation.seed and "

@@ -145,7 +145,7 @@ def retriever_from_env(corpus: Path | None, method: str = "bm25"):
         return retrieval_index.shared_index(Path(index))
     if corpus is None:
         raise retrieval_index.RetrieverError(
-            f"no retriever for this corpus (spec.experiment.data.corpus wiki18 has no in-process "
+            f"no retriever for this corpus (spec.experiment.domainOptions.corpus wiki18 has no in-process "
             f"index): set ${RETRIEVER_URL_ENV} (a retriever service) or "
             f"${SEARCH_INDEX_ENV} (a prepared index)"
         )

@@ -72,6 +72,9 @@ def load_domain(spec: Any, domain: Any = None, *, scores: bool = True) -> Any:
         from whale import plugins  # lazily: the registry imports the installed domain plugins
 
         domain = plugins.load(spec.domain)
+    from whale.domain import for_run
+
+    domain = for_run(domain, spec.experiment.domain_options)
     domain.configure_sandbox(spec.execution.sandbox.isolation)
     if scores:
         domain.configure_verifier(spec.experiment.verifier)

@@ -86,13 +86,10 @@ def judge_key_env(spec: WhaleRunSpec) -> list[dict[str, Any]]:
     """The LLM judge's API key (``spec.experiment.verifier.judge.apiKeySecret`` under ``apiKeyEnv``) for a pod that scores
     episodes, when the run scores with the judge: the eval, weight and harness-search Jobs (:func:`workload_env`),
     never the harness host, the tool services or the prepare Job. A ``cli`` proposer's sandbox in the search pod
-    gets none of the pod's environment (docs/metaharness.md)."""
+    gets none of the pod's environment (docs/metaharness.md). The operator's spec names the Secret only where the
+    domain's options score with the judge (``DomainCatalog.effective``)."""
     judge = spec.experiment.verifier.judge
-    if (
-        spec.experiment.verifier.search_answer != "llmJudge"
-        or judge.api_key_secret is None
-        or judge.api_key_env is None
-    ):
+    if judge.api_key_secret is None or judge.api_key_env is None:
         return []
     return [secret_key_env(judge.api_key_env, judge.api_key_secret)]
 
