@@ -39,7 +39,7 @@ def test_addition_items_are_sums_of_two_digits_drawn_from_the_seed() -> None:
 
 
 def test_the_default_task_is_still_repeat() -> None:
-    assert Data().synthetic_task == tasks.Task.REPEAT
+    assert REPEAT.task == tasks.Task.REPEAT
     assert REPEAT.load_split("test", Data(test_size=3)) == tasks.make_split("test", 3, 42)
     assert all("digit" in it and "a" not in it for it in REPEAT.load_split("test", Data(test_size=5)))
     assert REPEAT.h0_path_for(Data()) == REPEAT.h0_path()
@@ -72,7 +72,7 @@ def test_the_addition_task_has_its_own_h0_and_skill() -> None:
     source = h0.read_text()
     assert "<answer>50</answer>" in source and "add 20 and 30" in source  # its worked reply is a right sum
     skill = DOMAIN.skill_text(ADDITION)
-    assert "What is 3 + 5?" in skill and skill != DOMAIN.skill_text(Data())
+    assert "What is 3 + 5?" in skill and skill != REPEAT.skill_text(Data())
 
 
 def test_raw_addition_items_for_replay() -> None:
