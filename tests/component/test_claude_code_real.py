@@ -28,7 +28,7 @@ BINARY = Path(os.environ.get("WHALE_TEST_CLAUDE_CODE", "/opt/claude-code/bin/cla
 @pytest.mark.skipif(not BINARY.is_file(), reason=f"{BINARY}: no Claude Code install here")
 def test_claude_code_starts_in_its_sandbox_with_the_examples_settings(tmp_path: Path):
     spec = yaml.safe_load((REPO / "manifests" / "examples" / "chess-mh.yaml").read_text())
-    proposer = spec["spec"]["harnessSearch"]["proposer"]
+    proposer = spec["spec"]["experiment"]["harnessSearch"]["proposer"]
     install = BINARY.parent.parent
     agent = CLIAgentProposer(
         [str(BINARY), *proposer["command"][1:]],

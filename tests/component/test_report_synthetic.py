@@ -32,10 +32,11 @@ RUNS = {
 def manifest(tmp: Path, name: str, condition: str, schedule: dict) -> Path:
     doc = yaml.safe_load(DEMO.read_text())
     doc["metadata"]["name"] = name
-    doc["spec"].update(condition=condition, schedule=schedule)
-    doc["spec"]["evaluation"].update(intervalSteps=2, maxItems=8)
+    doc["spec"].update(condition=condition)
+    doc["spec"]["experiment"].update(schedule=schedule)
+    doc["spec"]["experiment"]["evaluation"].update(intervalSteps=2, maxItems=8)
     if condition == "whale":  # the live exporter, as the workloads call it
-        doc["spec"]["tracking"] = {"reportTo": ["tensorboard"], "tensorboardDir": "tb"}
+        doc["spec"].setdefault("execution", {})["tracking"] = {"reportTo": ["tensorboard"], "tensorboardDir": "tb"}
     path = tmp / f"{name}.yaml"
     path.write_text(yaml.safe_dump(doc))
     return path

@@ -107,7 +107,10 @@ HARNESS_SEARCH_EXAMPLES = sorted(
 
 def _example_proposer() -> dict:
     """The proposer of the paper's examples: the same block in each of the 9 that search harnesses."""
-    blocks = [yaml.safe_load(p.read_text())["spec"]["harnessSearch"]["proposer"] for p in HARNESS_SEARCH_EXAMPLES]
+    blocks = [
+        yaml.safe_load(p.read_text())["spec"]["experiment"]["harnessSearch"]["proposer"]
+        for p in HARNESS_SEARCH_EXAMPLES
+    ]
     assert len(blocks) == 9 and all(b == blocks[0] for b in blocks)
     return blocks[0]
 

@@ -243,9 +243,9 @@ def test_plan_prints_the_cost_with_its_assumptions_and_gives_it_in_json():
 
 def test_plan_of_a_colocated_run_prints_its_sleep_wake_and_its_checkpoints(tmp_path):
     text = (ROOT / "manifests" / "examples" / "math-whale.yaml").read_text()
-    separate = "  inference:\n    backend: vllm\n"
+    separate = "    inference:\n      backend: vllm\n"
     assert text.count(separate) == 1
-    colocated = text.replace(separate, separate + "    placement: colocated\n")
+    colocated = text.replace(separate, separate + "      placement: colocated\n")
     path = tmp_path / "colocated.yaml"
     path.write_text(colocated)
     res = CliRunner().invoke(app, ["plan", str(path)])

@@ -465,11 +465,11 @@ def test_the_spec_field_is_strict_and_reaches_the_config():
     with pytest.raises(ManifestError) as info:
         parse_document(doc)
     assert any("rsft" in p and "packSequences: true" in p for p in info.value.problems)
-    doc["spec"]["rsft"] = {"attention": "varlen"}
+    doc["spec"]["experiment"]["rsft"] = {"attention": "varlen"}
     with pytest.raises(ManifestError) as info:
         parse_document(doc)
     assert any("rsft" in p and "packSequences: true" in p for p in info.value.problems)
-    doc["spec"]["rsft"] = {"packTokens": 8192}
+    doc["spec"]["experiment"]["rsft"] = {"packTokens": 8192}
     with pytest.raises(ManifestError) as info:
         parse_document(doc)
     assert any("packTokens" in p and "packSequences: true" in p for p in info.value.problems)
@@ -478,7 +478,7 @@ def test_the_spec_field_is_strict_and_reaches_the_config():
     )
     cfg = RSFTConfig.from_spec(spec, args)
     assert (cfg.attention_kernel, cfg.pack_tokens, cfg.row_tokens) == ("varlen", 16384, 16384)
-    doc["spec"]["rsft"] = {"packSequences": True, "attention": "xformers"}
+    doc["spec"]["experiment"]["rsft"] = {"packSequences": True, "attention": "xformers"}
     with pytest.raises(ManifestError) as info:
         parse_document(doc)
     assert any("rsft.attention" in p for p in info.value.problems)

@@ -39,7 +39,7 @@ def test_addition_items_are_sums_of_two_digits_drawn_from_the_seed() -> None:
 
 
 def test_the_default_task_is_still_repeat() -> None:
-    assert REPEAT.task == tasks.Task.REPEAT
+    assert REPEAT.options.synthetic_task == tasks.Task.REPEAT
     assert REPEAT.load_split("test", Data(test_size=3)) == tasks.make_split("test", 3, 42)
     assert all("digit" in it and "a" not in it for it in REPEAT.load_split("test", Data(test_size=5)))
     assert REPEAT.h0_path_for(Data()) == REPEAT.h0_path()
