@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.fixtures.specs import flat
 from whale.core.batching import optimizer_updates
 from whale.core.schedule import optimizer_updates_per_step
 from whale.core.spec import WhaleRunSpec
@@ -90,7 +91,7 @@ def test_the_trainer_config_reads_the_scope_from_the_spec():
     glob = spec.with_sections(**{"rsft": spec.experiment.rsft.model_copy(update={"mini_batch_scope": "global"})})
     assert RSFTConfig.from_spec(glob, args).mini_batch_scope == "global"
     with pytest.raises(ValueError, match="miniBatchScope"):
-        WhaleRunSpec.model_validate({**spec.to_wire(), "rsft": {"miniBatchScope": "perGpu"}})
+        WhaleRunSpec.model_validate({**flat(spec.to_wire()), "rsft": {"miniBatchScope": "perGpu"}})
 
 
 # the paper's data-parallel world sizes (search QA 6 training GPUs, math 8, chess 4 trainer GPUs) and what

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.fixtures.specs import flat
 from whale.core.spec import WhaleRunSpec
 from whale.harness.runner import MESSAGE_FRAMING_TOKENS, call_max_tokens, message_tokens_upper_bound
 from whale.inference.base import SamplingParams
@@ -57,7 +58,7 @@ def test_sampling_from_the_spec_carries_the_episode_budget():
     default = WhaleRunSpec.model_validate({"domain": "synthetic", "condition": "mh_only", "model": {"name": "m"}})
     assert (sampling_for(default).episode_tokens, sampling_for(default).episode_window) == (8192, None)
     with pytest.raises(ValueError, match="episodeTokenBudget"):
-        WhaleRunSpec.model_validate({**default.to_wire(), "rsft": {"sampling": {"episodeTokenBudget": 0}}})
+        WhaleRunSpec.model_validate({**flat(default.to_wire()), "rsft": {"sampling": {"episodeTokenBudget": 0}}})
     with pytest.raises(ValueError, match="episode_tokens"):
         SamplingParams(episode_tokens=0)
 
