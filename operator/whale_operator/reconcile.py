@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from whale.control.observer import StoreObserver, absorbed_phases
 from whale.core import layout
 from whale.core.alternation import ChildState, StartPhase, decide
+from whale.core.convert import raw_section
 from whale.core.layout import PhaseId
 from whale.core.spec import WhaleRunSpec
 from whale.core.state import RunState
@@ -49,7 +50,7 @@ SANDBOX_AT_POD = (
 
 def at_pod_here(body_spec: dict[str, Any] | None, spec: WhaleRunSpec) -> bool:
     """The run asked for ``namespaces`` (or left the default) and runs at ``pod``: the admin's policy decided."""
-    asked = ((body_spec or {}).get("sandbox") or {}).get("isolation", "namespaces")
+    asked = (raw_section(body_spec, "sandbox") or {}).get("isolation", "namespaces")
     return asked == "namespaces" and spec.execution.sandbox.isolation == "pod"
 
 
@@ -139,14 +140,14 @@ class Reconciler:
                 prev, exc.kind, exc.name, exc.status, exc.message, meta.get("generation"), self.clock()
             )
         except StoreAuthError as exc:  # the store refused the run's own keys: the Secret must change
-            secret = ((obj.get("spec") or {}).get("storage") or {}).get("credentialsSecret")
+            secret = (raw_section(obj.get("spec"), "storage") or {}).get("credentialsSecret")
             # the store's error code only: the rest of its answer is the endpoint's text, and the tenant names
             # the endpoint (a hostile one would write into status whatever it likes)
             log.warning("%s/%s: the store refused the run's keys: %s", namespace, name, exc)
             outcome = outcomes.store_refused(prev, secret, exc.code or "credentials refused", meta.get("generation"))
         except StoreUnavailable as exc:  # timeouts or 5xx until the deadline: shown, retried after a growing back-off
             log.warning("%s/%s: the store is unavailable: %s", namespace, name, exc)
-            endpoint = ((obj.get("spec") or {}).get("storage") or {}).get("endpoint") or exc.endpoint
+            endpoint = (raw_section(obj.get("spec"), "storage") or {}).get("endpoint") or exc.endpoint
             outcome = outcomes.store_unavailable(
                 prev, str(endpoint), exc.attempts, exc.elapsed_s, self.config.store_bounds, meta.get("generation")
             )

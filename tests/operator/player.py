@@ -15,6 +15,7 @@ from typing import Any
 
 from tests.fixtures.kube import APIError, KubeAPI, wait_for
 from whale.core import layout
+from whale.core.convert import raw_section
 from whale.core.protocol import (
     EvalResult,
     HarnessIterationMetrics,
@@ -43,7 +44,7 @@ def create_run(api: KubeAPI, base: Store, namespace: str, name: str, spec: dict[
     """Create a WhaleRun; returns (the run's store, which its UID names, and the UID)."""
     body = {"apiVersion": WR, "kind": "WhaleRun", "metadata": {"name": name}, "spec": spec}
     uid = api.create(WR, "whaleruns", namespace, body)["metadata"]["uid"]
-    return run_store(base, namespace, name, uid, spec.get("resumeFrom")), uid
+    return run_store(base, namespace, name, uid, raw_section(spec, "resumeFrom")), uid
 
 
 def job_finished(job: dict[str, Any]) -> bool:
@@ -138,7 +139,7 @@ class WorkloadPlayer:
     # --- workload outputs ---
     def rollouts_per_step(self) -> int:
         """From the run's spec.json, as a real train workload reads it."""
-        rsft = self.store.read_json(layout.spec_key(self.run)).get("rsft", {})
+        rsft = raw_section(self.store.read_json(layout.spec_key(self.run)), "rsft") or {}
         return rsft["promptsPerStep"] * rsft.get("rolloutsPerPrompt", 8)
 
     def weight_metrics(self, req: PhaseRequest, step: int, reward: float = 0.5) -> None:

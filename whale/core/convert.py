@@ -104,6 +104,18 @@ def _group(spec: Mapping[str, Any], pairs: tuple[tuple[str, str], ...]) -> dict[
     return {key: spec[key] for pair in pairs for key in pair if key in spec}
 
 
+def raw_section(spec: Any, name: str) -> Any:
+    """A section of a raw (unvalidated) spec of either version by its v1alpha1 wire name (``storage``,
+    ``sandbox``...), or None: for code that reads a WhaleRun's body before (or without) the model."""
+    if not isinstance(spec, Mapping):
+        return None
+    if name in spec:
+        return spec[name]
+    group = "experiment" if name in {w for w, _ in TO_EXPERIMENT} else "execution"
+    part = spec.get(group)
+    return part.get(name) if isinstance(part, Mapping) else None
+
+
 def convert_v1alpha1_spec(spec: Mapping[str, Any]) -> dict[str, Any]:
     """A v1alpha1 ``spec`` as v1alpha2's: each section moved under ``experiment`` or ``execution``, every other
     key (domain, condition, cluster, or a typo the model then names) left at the top. Pure: a new mapping."""

@@ -40,6 +40,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from whale.core.convert import raw_section
+
 log = logging.getLogger(__name__)
 
 #: namespace -> the name of its x axis
@@ -311,7 +313,7 @@ def open_trackers(
                 params = {
                     "domain": str(spec_wire.get("domain")),
                     "condition": str(spec_wire.get("condition")),
-                    "model": str((spec_wire.get("model") or {}).get("name")),
+                    "model": str((raw_section(spec_wire, "model") or {}).get("name")),
                 }
                 out.append(MlflowTracker(identity, project, params))
     except BaseException:
