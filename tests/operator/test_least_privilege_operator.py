@@ -59,7 +59,7 @@ def test_with_the_defaults_every_pod_the_operator_creates_is_restricted(
         assert command[-2:] == ["--isolation", "pod"]
         assert "runtimeClassName" not in harness["spec"]["template"]["spec"]
         # the workloads run at the level the operator renders: the spec it wrote for them says pod
-        assert run.store.read_json(layout.spec_key("plain"))["sandbox"]["isolation"] == "pod"
+        assert run.store.read_json(layout.spec_key("plain"))["execution"]["sandbox"]["isolation"] == "pod"
         policy = api.get("networking.k8s.io/v1", "networkpolicies", ns, names.workload_policy_name("plain"))
         assert policy is not None and policy["spec"]["policyTypes"] == ["Ingress"]
         # and the tenant is told, once
