@@ -161,7 +161,7 @@ def test_the_crd_refuses_what_its_schema_can_express(case: Case) -> None:
 
 def test_quoted_and_plain_values_still_load(tmp_path: Path) -> None:
     """The control: the same values quoted, or written the one way every YAML reads them, are fine."""
-    text = GOOD_YAML.replace("totalSteps: 10", "totalSteps: 90") + "  suspend: false\n"
+    text = GOOD_YAML.replace("totalSteps: 10", "totalSteps: 90") + "  execution:\n    suspend: false\n"
     text = text.replace("name: tiny", "name: '010'")
     path = tmp_path / "ok.yaml"
     path.write_text(text)
