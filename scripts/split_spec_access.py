@@ -32,7 +32,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_PATHS = ("whale", "operator", "domains", "tests", "benchmarks", "scripts", "docs", "README.md", "manifests")
 #: files that must keep the v1alpha1 names: the conversion itself, this script, the old manifests
-SKIP = {"whale/core/convert.py", "whale/migrate.py", "scripts/split_spec_access.py", "tests/unit/test_migrate.py"}
+SKIP = {
+    "whale/core/convert.py",
+    "whale/migrate.py",
+    "scripts/split_spec_access.py",
+    "tests/unit/test_migrate.py",
+    "tests/unit/test_split_spec_access.py",
+}
 SKIP_DIRS = ("tests/fixtures/manifests_v1alpha1",)
 
 #: section -> its v1alpha2 group; Python and wire spellings (whale.core.convert.TO_EXPERIMENT / TO_EXECUTION)
