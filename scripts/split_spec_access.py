@@ -8,7 +8,8 @@ v1alpha2 (whale.core.spec) moved each top-level section of ``spec`` under ``expe
 - ``spec.model_copy(update={"train": ...})`` -> ``spec.with_sections(**{"train": ...})`` (a section is replaced
   wherever it lives);
 - ``from whale.core.spec import WhaleRunStatus, ...`` -> the status names from whale.core.status;
-- in tests, a v1alpha1 document literal (a dict) wrapped in ``convert_v1alpha1(...)``;
+- in tests, a v1alpha1 document literal (a dict) wrapped in ``convert_v1alpha1(...)``, and a nested spec unpacked
+  into a dict that adds v1alpha1 sections (``{**spec.to_wire(), "rsft": ...}``) flattened first (``flat(...)``);
 - a domain's field of v1alpha1 (``data.mathSet``, ``spec.verifier.chessMove``...) -> ``domainOptions.mathSet``,
   in prose and strings (a Python attribute of a domain's options is the domain's own, rewritten by hand);
 - the same paths in docs/*.md, README.md and the manifests' comments (manifests/**/*.yaml), and their fenced YAML WhaleRuns (by `whale migrate`'s function).
@@ -30,7 +31,18 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_PATHS = ("whale", "operator", "domains", "tests", "benchmarks", "scripts", "docs", "README.md", "manifests")
+DEFAULT_PATHS = (
+    "whale",
+    "operator",
+    "domains",
+    "tests",
+    "benchmarks",
+    "scripts",
+    "docs",
+    "README.md",
+    "manifests",
+    "chart",
+)
 #: files that must keep the v1alpha1 names: the conversion itself, this script, the old manifests
 SKIP = {
     "whale/core/convert.py",
@@ -39,7 +51,7 @@ SKIP = {
     "tests/unit/test_migrate.py",
     "tests/unit/test_split_spec_access.py",
 }
-SKIP_DIRS = ("tests/fixtures/manifests_v1alpha1",)
+SKIP_DIRS = ("tests/fixtures/manifests_v1alpha1", "chart/crds")
 
 #: section -> its v1alpha2 group; Python and wire spellings (whale.core.convert.TO_EXPERIMENT / TO_EXECUTION)
 EXPERIMENT = ("model", "schedule", "rsft", "harness_search", "harnessSearch", "evaluation", "data", "verifier", "seed")
@@ -60,7 +72,7 @@ K8S_SUSPEND = (
     "every Job or JobSet is created suspended (`spec.suspend: true`)",
     "``spec.suspend: true``, then, for a Job",
 )
-COPY_RE = re.compile(rf"(?P<recv>{_RECEIVER})\.model_copy\(update=\{{(?=\s*\"(?:{_SECTIONS})\")")
+COPY_RE = re.compile(rf"(?P<recv>{_RECEIVER})\.model_copy\(\s*update=\{{(?=\s*\"(?:{_SECTIONS})\")")
 
 V1, V2 = "whale.dev/v1alpha1", "whale.dev/v1alpha2"
 STATUS_NAMES = frozenset(
@@ -107,7 +119,8 @@ def rewrite_paths(text: str) -> str:
         for i, p in enumerate(protected):
             line = line.replace(f"\x00{i}\x00", p)
         out.append(line)
-    return "".join(out)
+    # a copy written over several lines (``model_copy(\n    update={\n        "train": ...``)
+    return COPY_RE.sub(lambda m: f"{m['recv']}.with_sections(**{{", "".join(out))
 
 
 def _import_line(names: list[ast.alias], module: str, indent: str) -> str:
@@ -196,6 +209,48 @@ def convert_document_literals(text: str) -> str:
     return text
 
 
+_FLAT_KEYS = frozenset(k for k in GROUP if not k.islower() or "_" not in k)
+
+
+def flat_unpacks(text: str) -> str:
+    """In a test, ``{**spec.to_wire(), "rsft": ...}`` (a nested spec edited by v1alpha1's section names) becomes
+    ``{**flat(spec.to_wire()), "rsft": ...}`` (tests/fixtures/specs.flat: the model reads the flat shape too)."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError:
+        return text
+    found = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Dict):
+            continue
+        names = {k.value for k in node.keys if isinstance(k, ast.Constant)}
+        if not names & _FLAT_KEYS:
+            continue
+        for key, value in zip(node.keys, node.values, strict=True):
+            if (
+                key is None
+                and isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Attribute)
+                and value.func.attr == "to_wire"
+            ):
+                found.append(value)
+    if not found:
+        return text
+    lines = text.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    spans = sorted(
+        ((offsets[n.lineno - 1] + n.col_offset, offsets[n.end_lineno - 1] + n.end_col_offset) for n in found),  # type: ignore[operator]
+        reverse=True,
+    )
+    for start, end in spans:
+        text = f"{text[:start]}flat({text[start:end]}){text[end:]}"
+    if not re.search(r"^from tests\.fixtures\.specs import .*\bflat\b", text, re.M):
+        text = _add_import(text, "from tests.fixtures.specs import flat\n")
+    return text
+
+
 def _is_convert_call(node: ast.AST) -> bool:
     return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "convert_v1alpha1"
 
@@ -217,6 +272,7 @@ def rewrite(path: Path) -> str:
         text = split_status_imports(text)
         if path.resolve().is_relative_to(ROOT / "tests"):
             text = convert_document_literals(text)
+            text = flat_unpacks(text)
     return text
 
 

@@ -194,10 +194,8 @@ def test_without_a_queue_the_jobset_is_created_running():
 
 def test_jobset_pods_pass_the_restricted_pod_security_standard():
     spec = example_spec(queueName="gpu")
-    spec = spec.model_copy(
-        update={
-            "sandbox": spec.execution.sandbox.model_copy(update={"isolation": "none", "acknowledge_unisolated": True})
-        }
+    spec = spec.with_sections(
+        **{"sandbox": spec.execution.sandbox.model_copy(update={"isolation": "none", "acknowledge_unisolated": True})}
     )
     js = builders.phase_jobset(RUN, spec, eval_request(spec), store_uri=STORE, checkpoint=None)
     for rjob in js["spec"]["replicatedJobs"]:

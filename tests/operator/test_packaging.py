@@ -189,8 +189,8 @@ def children_kinds() -> set[tuple[str, str]]:
     out = set()
     for p in EXAMPLES:
         spec = WhaleRunSpec.model_validate(docs(p)[0]["spec"])
-        colocated = spec.model_copy(
-            update={
+        colocated = spec.with_sections(
+            **{
                 "inference": spec.execution.inference.model_copy(update={"placement": "colocated"}),
                 "train": spec.execution.train.model_copy(update={"num_nodes": 1}),
             }

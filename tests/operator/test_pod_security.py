@@ -26,6 +26,7 @@ import kubernetes_validate
 import pytest
 from pydantic import ValidationError
 
+from tests.fixtures.specs import flat
 from tests.operator.pod_security import pod_spec, violations
 from tests.operator.test_manifests import EXAMPLES, children_of, docs, with_built_in_proposer
 from tests.operator.test_packaging import K8S_VERSIONS
@@ -49,15 +50,15 @@ EXCEPTIONS = {
 
 def spec_of(path: Path, **cluster: Any) -> WhaleRunSpec:
     """The example with a built-in proposer (a ``cli`` one needs the admin's opt-in: tests/operator/test_least_privilege.py)."""
-    wire = with_built_in_proposer(docs(path)[0]["spec"])
+    wire = with_built_in_proposer(flat(docs(path)[0]["spec"]))
     if cluster:
         wire = {**wire, **cluster}
     return WhaleRunSpec.model_validate(wire)
 
 
 def with_isolation(spec: WhaleRunSpec, isolation: str) -> WhaleRunSpec:
-    return spec.model_copy(
-        update={
+    return spec.with_sections(
+        **{
             "sandbox": spec.execution.sandbox.model_copy(
                 update={"isolation": isolation, "acknowledge_unisolated": isolation == "none"}
             )
@@ -301,7 +302,7 @@ def test_jobs_have_a_deadline_and_a_ttl_by_default():
         assert job["activeDeadlineSeconds"] == 7 * 24 * 3600 and job["ttlSecondsAfterFinished"] == 7 * 24 * 3600
     spec = WhaleRunSpec.model_validate(
         {
-            **spec.to_wire(),
+            **flat(spec.to_wire()),
             "retry": {"activeDeadlineSeconds": 3600},
             "cluster": {"lifecycle": {"ttlSecondsAfterFinished": None}},
         }
@@ -313,7 +314,7 @@ def test_jobs_have_a_deadline_and_a_ttl_by_default():
 def test_dev_shm_is_sized_to_the_memory_limit_and_the_model_cache_can_be_a_claim():
     spec = WhaleRunSpec.model_validate(
         {
-            **placed().to_wire(),
+            **flat(placed().to_wire()),
             "train": {"resources": {"limits": {"memory": "64Gi"}}},
             "cluster": {"inferenceResources": {"limits": {"memory": "120Gi"}}, "modelCacheClaimName": "models"},
         }
