@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from whale.core.convert import raw_section
 from whale.report.series import RunSeries, _camel
 
 #: the default confidence of every interval (the issue's 95 %)
@@ -126,9 +127,13 @@ class Comparison:
 
 
 def field_value(spec_wire: Mapping[str, Any], path: str) -> Any:
-    """The value at a dotted camelCase path of a spec's wire form (None when a part is absent)."""
-    node: Any = spec_wire
-    for part in path.split("."):
+    """The value at a dotted camelCase path of a spec's wire form (None when a part is absent). A path may name a
+    section by itself (``harnessSearch.proposer.backend``, as v1alpha1 wrote it): it is looked for in its group."""
+    first, _, rest = path.partition(".")
+    node: Any = spec_wire.get(first) if first in spec_wire else raw_section(spec_wire, first)
+    if node is None:
+        return None
+    for part in filter(None, rest.split(".")):
         if not isinstance(node, Mapping) or part not in node:
             return None
         node = node[part]

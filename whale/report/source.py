@@ -281,7 +281,7 @@ def load_compare_runs(
         rec, series = loaded.records, loaded.series
         spec_wire = rec.spec.to_wire()
         if not rec.spec.condition.searches_harness:  # its proposer never ran: no backend to group it by
-            spec_wire.pop("harnessSearch", None)
+            spec_wire["experiment"].pop("harnessSearch", None)
         final = series.final
         try:
             items = {} if final is None else read_item_scores(loaded.store, rec.name, final.phase)
