@@ -213,7 +213,7 @@ _FLAT_KEYS = frozenset(k for k in GROUP if not k.islower() or "_" not in k)
 
 
 def flat_unpacks(text: str) -> str:
-    """In a test, ``{**spec.to_wire(), "rsft": ...}`` (a nested spec edited by v1alpha1's section names) becomes
+    """In a test, ``{**spec.to_wire(), "rsft": ...}`` (or ``model_dump``: a nested spec edited by v1alpha1's section names) becomes
     ``{**flat(spec.to_wire()), "rsft": ...}`` (tests/fixtures/specs.flat: the model reads the flat shape too)."""
     try:
         tree = ast.parse(text)
@@ -231,7 +231,7 @@ def flat_unpacks(text: str) -> str:
                 key is None
                 and isinstance(value, ast.Call)
                 and isinstance(value.func, ast.Attribute)
-                and value.func.attr == "to_wire"
+                and value.func.attr in ("to_wire", "model_dump")
             ):
                 found.append(value)
     if not found:

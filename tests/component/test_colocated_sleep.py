@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.fixtures.specs import flat
 from tests.fixtures.vllm_double import running_vllm_double
 from whale.core.spec import WhaleRunSpec
 from whale.inference.vllm_control import VLLMControl, WeightSyncError
@@ -153,7 +154,7 @@ def test_separate_and_in_process_placements_are_left_alone(monkeypatch):
     monkeypatch.delenv("WHALE_INFERENCE_URL", raising=False)
     auto = WhaleRunSpec.model_validate(
         {
-            **spec().model_dump(by_alias=True, exclude_none=True),
+            **flat(spec().model_dump(by_alias=True, exclude_none=True)),
             "inference": {"backend": "auto", "placement": "colocated"},
         }
     )

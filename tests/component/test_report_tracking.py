@@ -197,13 +197,14 @@ def test_export_phase_is_off_by_default_and_never_fails_a_phase(tracked_store, c
     store, _status, _ = tracked_store
     spec_key = layout.spec_key("sim-whale")
     spec = store.read_json(spec_key)
-    store.write_json(spec_key, {k: v for k, v in spec.items() if k != "tracking"})
+    execution = {k: v for k, v in spec["execution"].items() if k != "tracking"}
+    store.write_json(spec_key, {**spec, "execution": execution})
     assert export_phase(store, "sim-whale", "c01-weight") == 0
     # a tracker that cannot start (MLflow's file store refused) is logged, with the way out, and skipped
     pytest.importorskip("mlflow")
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"file://{store.local_path('mlruns')}")
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
-    store.write_json(spec_key, {**spec, "tracking": {"reportTo": ["mlflow"]}})
+    store.write_json(spec_key, {**spec, "execution": {**execution, "tracking": {"reportTo": ["mlflow"]}}})
     with caplog.at_level(logging.WARNING, logger="whale.tracking"):
         assert export_phase(store, "sim-whale", "c01-weight") == 0
     assert "whale report --export" in caplog.text and "Traceback" in caplog.text
