@@ -158,7 +158,9 @@ def run_search(
                 config=config,
                 workdir=workdir,
                 logged=logged,
-                emit=lambda m: store.append_jsonl(metrics_key, m.to_wire()),
+                emit=lambda m: store.append_jsonl(
+                    metrics_key, m.model_copy(update={"device": client.device}).to_wire()
+                ),
                 stop_requested=lambda: store.exists(layout.stop_key(run, phase)),
                 progress=ProgressWriter(store, run, phase),
                 workspace=prototype_files(domain, spec.data, items, incoming),
