@@ -487,3 +487,15 @@ def test_demo_cost_names_the_demos_processes():
     assert label(".venv/bin/python -m synthetic.tiny_model .whale/models/synthetic-tiny") == "tiny model build"
     assert label("/x/.venv/bin/python .venv/bin/whale run demo.yaml --store s") == "whale run"
     assert label("/x/python -I -S /x/whale/runner/supervise.py --watch-fd 4 -- " + workload) is None  # not twice
+
+
+@pytest.mark.timeout(300)
+def test_compare_time_benchmark_compares_four_conditions(tmp_path):
+    """benchmarks/compare_time.py: a store of the four conditions, `whale compare` over it, every pair compared."""
+    out = tmp_path / "compare.json"
+    run_script(
+        "compare_time.py", "--seeds", "1", "--steps", "14", "--items", "20", "--repeats", "1", "--json", str(out)
+    )
+    result = json.loads(out.read_text())
+    assert (result["runs"], result["groups"], result["pairs"]) == (4, 4, 6)
+    assert len(result["wallSeconds"]) == 1 and result["medianSeconds"] > 0
