@@ -58,6 +58,7 @@ AGENT_EXCHANGE_ENV = proposer.AGENT_EXCHANGE_ENV
 RUNNER_MODULE = "whale.metaharness.proposer.agent_exchange"
 READY = "ready"
 REQUESTS, RUNNING, RESULTS = "requests", "running", "results"
+SUBDIRS = (REQUESTS, RUNNING, RESULTS)
 #: how long the search side waits for the runner's ``ready`` (it starts before the search: a native sidecar)
 READY_WAIT_S = 10.0
 #: how long past the sandbox's own wall clock the search side waits for the result
@@ -140,13 +141,21 @@ class ExchangeLauncher(AgentLauncher):
 
     Args:
         root: the exchange directory (``$WHALE_PROPOSER_AGENT_EXCHANGE``).
-        ready_wait_s, answer_margin_s: the bounds described in the module's docstring.
+        ready_wait_s, answer_margin_s, grace_s: the bounds described in the module's docstring.
     """
 
-    def __init__(self, root: Path, *, ready_wait_s: float = READY_WAIT_S, answer_margin_s: float = ANSWER_MARGIN_S):
+    def __init__(
+        self,
+        root: Path,
+        *,
+        ready_wait_s: float = READY_WAIT_S,
+        answer_margin_s: float = ANSWER_MARGIN_S,
+        grace_s: float = CLI_GRACE_S,
+    ):
         self.root = Path(root)
         self.ready_wait_s = ready_wait_s
         self.answer_margin_s = answer_margin_s
+        self.grace_s = grace_s  # the sandbox's wall clock past the session's timeout (run_agent_sandbox's)
         self._wake = threading.Event()  # never set: a bounded wait between looks
 
     def _wait_for(self, path: Path, deadline: float) -> bool:
@@ -169,7 +178,7 @@ class ExchangeLauncher(AgentLauncher):
         ident = uuid.uuid4().hex
         request = requests / f"{ident}.json"
         write_atomic(request, json.dumps(job.to_wire()).encode())
-        budget = job.timeout_s + CLI_GRACE_S + self.answer_margin_s
+        budget = job.timeout_s + self.grace_s + self.answer_margin_s
         result = self.root / RESULTS / f"{ident}.json"
         if not self._wait_for(result, time.monotonic() + budget):
             try:
@@ -178,7 +187,7 @@ class ExchangeLauncher(AgentLauncher):
                 pass
             raise ProposerUnavailable(
                 f"the proposer-agent container did not answer request {ident} within {budget:.0f} s (the session's "
-                f"{job.timeout_s:.0f} s, the sandbox's {CLI_GRACE_S:.0f} s grace and {self.answer_margin_s:.0f} s); "
+                f"{job.timeout_s:.0f} s, the sandbox's {self.grace_s:.0f} s grace and {self.answer_margin_s:.0f} s); "
                 "its log says why (kubectl logs <search pod> -c proposer-agent)"
             )
         try:
@@ -231,7 +240,7 @@ def serve(
     root: Path, walls: AgentWalls, *, isolation: str = "namespaces", stop: Callable[[], bool] = lambda: False
 ) -> None:
     """Answer requests one at a time until ``stop()`` (the kubelet ends the container when the search ends)."""
-    for name in (REQUESTS, RUNNING, RESULTS):
+    for name in SUBDIRS:
         _shared_dir(root / name)
     write_atomic(root / READY, json.dumps({"pid": os.getpid()}).encode())
     idle = threading.Event()
