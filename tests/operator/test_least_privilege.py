@@ -277,6 +277,7 @@ def test_a_cli_agent_runs_in_a_container_of_its_own_that_holds_only_its_api_key(
     assert "envFrom" not in agent
     assert {e["name"] for e in agent["env"]} <= {key.env or "WHALE_PROPOSER_API_KEY", "PYTHONUNBUFFERED"}
     assert set(agent["securityContext"]["capabilities"]["add"]) == set(builders.SANDBOX_HOST_CAPABILITIES)
+    assert agent["securityContext"]["readOnlyRootFilesystem"] is True
     (worker,) = pod["containers"]
     assert worker["name"] == builders.WORKER_CONTAINER
     held = container_secrets(worker)

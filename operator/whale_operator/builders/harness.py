@@ -89,8 +89,18 @@ AGENT_EXCHANGE_SIZE = "16Gi"
 AGENT_RESOURCES = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
 
 
+#: the agent container's own scratch (/tmp: where the sandbox launcher stages each sandbox; its root is read-only)
+AGENT_TMP_VOLUME = "agent-tmp"
+AGENT_TMP_SIZE = "2Gi"
+
+
 def agent_exchange_volume() -> dict[str, Any]:
     return {"name": AGENT_EXCHANGE_VOLUME, "emptyDir": {"sizeLimit": AGENT_EXCHANGE_SIZE}}
+
+
+def agent_volumes() -> list[dict[str, Any]]:
+    """The search pod's volumes for a cli agent: the exchange (both containers) and the agent's /tmp (its own)."""
+    return [agent_exchange_volume(), {"name": AGENT_TMP_VOLUME, "emptyDir": {"sizeLimit": AGENT_TMP_SIZE}}]
 
 
 def agent_exchange_mount() -> dict[str, Any]:
@@ -121,8 +131,8 @@ def proposer_agent_container(spec: WhaleRunSpec) -> dict[str, Any]:
         "command": command,
         "env": env,
         "resources": AGENT_RESOURCES,
-        "securityContext": sandbox_host_security_context(),
-        "volumeMounts": [agent_exchange_mount()],
+        "securityContext": {**sandbox_host_security_context(), "readOnlyRootFilesystem": True},
+        "volumeMounts": [agent_exchange_mount(), {"name": AGENT_TMP_VOLUME, "mountPath": "/tmp"}],
     }
 
 

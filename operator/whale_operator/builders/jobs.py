@@ -20,7 +20,7 @@ from whale_operator.builders.auth import inference_api_key_env
 from whale_operator.builders.harness import (
     AGENT_EXCHANGE_DIR,
     agent_exchange_mount,
-    agent_exchange_volume,
+    agent_volumes,
     harness_host_env,
     proposer_agent_container,
     runs_cli_agent,
@@ -225,7 +225,7 @@ def job(
     if agent:  # its own container: the agent's key and the sandbox host's context; no shared PID namespace
         pod_spec["initContainers"] = [proposer_agent_container(spec)]
         pod_spec["shareProcessNamespace"] = False
-        pod_spec["volumes"].append(agent_exchange_volume())
+        pod_spec["volumes"] += agent_volumes()
     template_labels = untrusted(labels) if agent else labels
 
     job_spec: dict[str, Any] = {
