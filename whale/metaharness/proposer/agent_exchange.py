@@ -236,6 +236,14 @@ def handle(root: Path, request: Path, walls: AgentWalls, isolation: str) -> dict
         return {"error": f"the request is malformed: {exc}"}
 
 
+def _age(path: Path) -> float:
+    """A request's modification time (oldest first); one withdrawn meanwhile sorts first and is skipped."""
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return 0.0
+
+
 def serve(
     root: Path, walls: AgentWalls, *, isolation: str = "namespaces", stop: Callable[[], bool] = lambda: False
 ) -> None:
@@ -245,7 +253,7 @@ def serve(
     write_atomic(root / READY, json.dumps({"pid": os.getpid()}).encode())
     idle = threading.Event()
     while not stop():
-        waiting = sorted((root / REQUESTS).glob("[!.]*.json"), key=lambda p: p.stat().st_mtime if p.exists() else 0)
+        waiting = sorted((root / REQUESTS).glob("[!.]*.json"), key=_age)
         if not waiting:
             idle.wait(POLL_S)
             continue
@@ -255,7 +263,11 @@ def serve(
         except FileNotFoundError:  # withdrawn by the search side meanwhile
             continue
         log.info("agent session %s", claimed.stem)
-        answer = handle(root, claimed, walls, isolation)
+        try:
+            answer = handle(root, claimed, walls, isolation)
+        except Exception as exc:  # a runner bug answers this request (the search fails it), the next is still served
+            log.exception("agent session %s failed", claimed.stem)
+            answer = {"error": f"the proposer-agent container failed: {type(exc).__name__}: {exc}"}
         write_atomic(root / RESULTS / claimed.name, json.dumps(answer).encode())
         claimed.unlink(missing_ok=True)
 
