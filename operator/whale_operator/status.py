@@ -279,6 +279,10 @@ def with_conditions(
     return RunState.from_status(status).with_conditions(tuple(out)).to_status()
 
 
+def _condition_with(status: WhaleRunStatus, type_: str, reason: str) -> MetaCondition | None:
+    return next((c for c in status.conditions if c.type == type_ and c.reason == reason), None)
+
+
 def events(before: WhaleRunStatus, after: WhaleRunStatus, actions: tuple[Action, ...]) -> list[Event]:
     """The Events describing one reconcile's transition."""
     out: list[Event] = []
@@ -307,6 +311,9 @@ def events(before: WhaleRunStatus, after: WhaleRunStatus, actions: tuple[Action,
                 )[:1000],
             )
         )
+    missing = _condition_with(after, QUEUED, LOCAL_QUEUE_NOT_FOUND)
+    if missing is not None and _condition_with(before, QUEUED, LOCAL_QUEUE_NOT_FOUND) is None:
+        out.append(Event(WARNING, LOCAL_QUEUE_NOT_FOUND, missing.message or ""))
     if after.preemptions > before.preemptions:
         out.append(Event(WARNING, "Preempted", f"a child was preempted ({after.preemptions} so far); retrying"))
     if after.best is not None and (before.best is None or after.best.mean_at_k > before.best.mean_at_k):

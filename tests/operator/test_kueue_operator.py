@@ -141,10 +141,16 @@ def test_a_queue_name_without_its_localqueue_is_said_with_its_own_reason_and_the
         assert "create the LocalQueue" in said and f"kubectl get localqueues -n {ns}" in said and name in said
         assert "waits for admission" not in said
         assert condition_is(run, "Admitted", "False", "LocalQueueNotFound")
+        (warned,) = wait_for(lambda: event_messages(api, ns, "noqueue", "LocalQueueNotFound"), what="the Warning")
+        assert warned == said
         assert run.status()["phase"] == "Running" and run.job_names() == [name]  # kept: it runs once the queue exists
-        admit_and_see_it_run(api, ns, name)  # the admin made the LocalQueue; Kueue admits the same Job
+        # the admin makes the LocalQueue; Kueue's words change on the Workload (nothing the operator watches): polled
+        api.workload_pending(ns, name, "couldn't assign flavors to pod set main: insufficient quota for cpu")
+        wait_for(lambda: condition_is(run, "Queued", "True", "WaitingForAdmission"), what="waiting again")
+        admit_and_see_it_run(api, ns, name)  # Kueue admits the same Job
         wait_for(lambda: condition_is(run, "Admitted", "True", "Admitted"), what="Admitted")
         assert condition_is(run, "Queued", "False", "Admitted")
+    assert len(event_messages(api, ns, "noqueue", "LocalQueueNotFound")) == 1
 
 
 def test_past_max_evictions_the_run_fails_saying_why(
