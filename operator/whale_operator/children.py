@@ -244,7 +244,7 @@ class JobLauncher:
         eviction counted on it (:func:`kueue.eviction_patch`) and is kept, for Kueue to re-admit."""
         children: dict[str, Child] = {}
         evicted: list[Eviction] = []
-        queue = st.QueueView(spec.cluster.queue_name)
+        queue = st.QueueView(spec.cluster.queue_name, namespace=run.namespace)
         for phase, job in current.items():
             if kueue.needs_started_mark(job):  # the Job as patched (what was read is never changed in place)
                 job = self.patch_child(run, job, kueue.started_patch(now))

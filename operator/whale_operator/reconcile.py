@@ -306,7 +306,8 @@ class Reconciler:
             events.append(st.Event(st.NORMAL, "SandboxIsolation", SANDBOX_AT_POD))
         # a child waiting in the run's queue changes nothing the operator watches while Kueue's words about it do
         # (its Workload): polled, as is a child just made under the queue (its first reading is a poll away)
-        queued = bool(spec.cluster.queue_name) and bool(created or seen.queue.waiting or seen.queue.evicted)
+        waits = seen.queue.waiting or seen.queue.evicted or seen.queue.queue_missing
+        queued = bool(spec.cluster.queue_name) and bool(created or waits)
         return ReconcileResult(new, events, decision, poll=gated or queued)
 
     def _write_status(

@@ -99,6 +99,50 @@ def test_cli_agent_in_its_sandbox_writes_a_candidate_that_is_accepted(tmp_path: 
     assert store.read_text(archive.candidate_key("i02-c1", "rationale.md")).startswith("Traces show")
 
 
+def test_on_a_cluster_the_search_hands_the_agent_to_its_own_container_and_fails_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The search workload as the operator's search container runs it (``$WHALE_PROPOSER_AGENT_EXCHANGE`` set): the
+    agent's sessions go to the proposer-agent runner (a real process here, as that container runs it), the archive
+    copy is read at the same path there, and the candidate comes back and is accepted. Without the runner the phase
+    fails naming the container (fail closed), it never starts the agent itself."""
+    import subprocess
+    import sys
+
+    from tests.fixtures.kube import wait_for
+    from whale.metaharness.loop import SearchError
+    from whale.metaharness.proposer import agent_exchange
+
+    agent = _agent_dir(tmp_path, AGENT_CLI)
+    command = [base_python(), str(agent / "agent.py"), "{scratch}", "{archive}", "{n}"]
+    exchange = tmp_path / "whale-agent"
+    exchange.mkdir()
+    monkeypatch.setenv(agent_exchange.AGENT_EXCHANGE_ENV, str(exchange))
+
+    absent = open_store(str(tmp_path / "absent"))
+    _request(absent, _cli_spec(command, [str(agent)]), iterations=2)
+    with pytest.raises(SearchError, match="iteration 2: the proposer-agent container is not running"):
+        run_search(absent, RUN, PHASE, client=DigitSayerPolicyDouble(), settings=SETTINGS)
+
+    runner_argv = ["--exchange", str(exchange), "--network", "none", "--read-path", str(agent)]
+    runner = subprocess.Popen(
+        [sys.executable, "-m", agent_exchange.RUNNER_MODULE, *runner_argv], env={"PATH": "/usr/bin:/bin"}
+    )
+    try:
+        wait_for((exchange / agent_exchange.READY).exists, 30, what="the runner's ready mark")
+        store = open_store(str(tmp_path / "store"))
+        _request(store, _cli_spec(command, [str(agent)]), iterations=2)
+        result = run_search(store, RUN, PHASE, client=DigitSayerPolicyDouble(), settings=SETTINGS)
+    finally:
+        runner.terminate()
+        runner.wait(timeout=10)
+    assert result.accepted_candidate == "i02-c1" and result.accepted_score == 1.0
+    archive = Archive(store, layout.archive_prefix(RUN, 1))
+    record = store.read_json(archive.iteration_key(2))
+    assert record["backend"] == "cli" and record["proposals"] == ["extract"] and record["notes"] == []
+    assert sorted(p.name for p in exchange.iterdir()) == sorted([agent_exchange.READY, *agent_exchange.SUBDIRS])
+
+
 REPO = Path(__file__).resolve().parents[2]
 HARNESS_SEARCH_EXAMPLES = sorted(
     p for p in (REPO / "manifests" / "examples").glob("*.yaml") if "rsft" not in p.name and p.name != "tiny-cpu.yaml"

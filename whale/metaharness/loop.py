@@ -35,7 +35,14 @@ from whale.core.protocol import CandidateScore, HarnessIterationMetrics, Harness
 from whale.metaharness.archive import Archive
 from whale.metaharness.evaluate import CandidateEvaluator, RunOutcome
 from whale.metaharness.integrity import IntegrityPolicy, integrity_flags, model_usage
-from whale.metaharness.proposer.base import CANDIDATES_DIR, ProposalRequest, Proposer, ProposerError, ProposerReport
+from whale.metaharness.proposer.base import (
+    CANDIDATES_DIR,
+    ProposalRequest,
+    Proposer,
+    ProposerError,
+    ProposerReport,
+    ProposerUnavailable,
+)
 from whale.metaharness.proposer.tools import (
     TRYOUT_CALLS,
     CandidateTrials,
@@ -334,6 +341,8 @@ class HarnessSearch:
             report = await asyncio.wait_for(self.proposer.propose(request), self.config.proposer_timeout_s + 60)
         except TimeoutError:
             report = ProposerReport(stopped_by="timeout", notes=["the proposer did not return within its timeout"])
+        except ProposerUnavailable as exc:  # fail closed: no iteration goes on without its proposer
+            raise SearchError(f"iteration {it}: {exc}") from None
         except ProposerError as exc:
             report = ProposerReport(stopped_by="error", notes=[str(exc)])
         except Exception as exc:  # a proposer bug must not end the phase; recorded in the archive

@@ -38,7 +38,7 @@ from whale.metaharness.archive import Archive
 from whale.metaharness.evaluate import CandidateEvaluator, EvalSettings
 from whale.metaharness.integrity import IntegrityAction, IntegrityPolicy
 from whale.metaharness.loop import HarnessSearch, SearchConfig, SearchError, SearchResult
-from whale.metaharness.proposer import Proposer
+from whale.metaharness.proposer import AGENT_EXCHANGE_ENV, Proposer
 from whale.metaharness.proposer import from_spec as proposer_from_spec
 from whale.rsft.checkpoint import require_complete
 from whale.store import Store
@@ -194,7 +194,9 @@ def run_search(
             ],
         )
 
-    with tempfile.TemporaryDirectory(prefix="whale-search-") as tmp:
+    # a cli agent started by the pod's proposer-agent container reads the archive copy at the same path there
+    shared = os.environ.get(AGENT_EXCHANGE_ENV) if hs.proposer.backend == "cli" else None
+    with tempfile.TemporaryDirectory(prefix="whale-search-", dir=shared) as tmp:
         result = asyncio.run(go(Path(tmp)))
     store.write_json(layout.result_key(run, phase), result.to_wire())
     log.info(
