@@ -6,8 +6,11 @@ on the real code interpreter service."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import subprocess
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,7 +20,7 @@ import search_qa
 from math_reasoning.env import MathEnvironment
 from math_reasoning.env import ToolError as CodeToolError
 from search_qa.env import SearchEnvironment, ToolError
-from tests.fixtures.tools import Service
+from tests.fixtures.tools import Service, free_port
 from whale.core.spec import Data
 from whale.domain import Domain
 from whale.sandbox.process import base_python
@@ -138,3 +141,74 @@ def test_the_kits_code_interpreter_answers_as_the_environments(code_service, mon
     assert want[2] == {"text": "42\n"} and want[4] == {"text": "fenced\n"}
     assert "ZeroDivisionError" in want[3]["error"] and want[3]["error"].endswith("Output before the error: partial\n")
     assert want[5]["error"].startswith("code_interpreter needs a string argument `code`") and want[6] == want[5]
+
+
+class _Failing(http.server.BaseHTTPRequestHandler):
+    """Every request answered 500 with a JSON body, as a crashed service behind a proxy answers."""
+
+    def _fail(self) -> None:
+        body = b'{"detail": "the index is gone"}'
+        self.send_response(500)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self._fail()
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        self._fail()
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def failing_url() -> Iterator[str]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Failing)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("failure", ["500", "closed-port"])
+def test_a_failing_service_gives_the_kit_the_environments_tool_error(failure, failing_url, monkeypatch, tmp_path):
+    """A service that answers 500, or a port nobody listens on: the kit's ``tools.call`` raises the tool error the
+    environment's model reads (the same text), not a urllib traceback."""
+    url = failing_url if failure == "500" else f"http://127.0.0.1:{free_port()}"
+    monkeypatch.setenv("WHALE_RETRIEVER_URL", url)
+    monkeypatch.setenv("WHALE_CODE_URL", url)
+    search_call = {"query_list": ["Teutberga"], "topk": 1}
+    retriever = RetrieverClient(url)  # given, so building the kit waits for no retriever to become ready
+    code = CodeClient(url)
+    try:
+        got_search = kit_answers(tmp_path / "search", search_qa.SearchQA(retriever), "search", [search_call])
+        got_code = kit_answers(
+            tmp_path / "code", math_reasoning.MathReasoning(code), "code_interpreter", [{"code": "1"}]
+        )
+        with pytest.raises(ToolError) as search_error:
+            SearchEnvironment({"id": "q", "question": "q", "golden_answers": ["x"]}, retriever).call_tool(
+                "search", search_call
+            )
+        with pytest.raises(CodeToolError) as code_error:
+            MathEnvironment({"id": "m", "problem": "p", "answer": "1"}, code).call_tool(
+                "code_interpreter", {"code": "1"}
+            )
+    finally:
+        retriever.close()
+        code.close()
+    assert got_search == [{"error": str(search_error.value)}]
+    assert got_code == [{"error": str(code_error.value)}]
+    # what was compared is the environment's wording of a service failure, naming the URL and why
+    assert str(search_error.value).startswith(f"search failed: {url}/retrieve unreachable after 3 attempts: ")
+    assert str(code_error.value).startswith(f"The code interpreter service failed: {url}/run unreachable after 3 ")
+    why = "failed (500): " if failure == "500" else "Connection refused"
+    assert why in str(search_error.value) and why in str(code_error.value)

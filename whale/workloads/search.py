@@ -70,12 +70,15 @@ def prototype_files(domain: Domain, data: Data, items: Sequence[dict[str, Any]],
     services this workload reaches (their variables set here, as on a cluster)."""
     from whale.harness import api
     from whale.metaharness.proposer.kit import MAX_TASKS, prototype_kit
-    from whale.tools import passage_row
+    from whale.tools import passage_row, service_call
 
     tasks = [domain.make_env(item).reset() for item in list(items)[:MAX_TASKS]]
     services = {s.name: os.environ[s.url_env] for s in domain.tool_services_for(data) if os.environ.get(s.url_env)}
     api_source = Path(api.__file__).read_text("utf-8")
-    library = {"whale/tools/passage_row.py": Path(passage_row.__file__).read_text("utf-8")}
+    library = {
+        "whale/tools/passage_row.py": Path(passage_row.__file__).read_text("utf-8"),
+        "whale/tools/service_call.py": Path(service_call.__file__).read_text("utf-8"),
+    }
     return prototype_kit(api_source, incoming, tasks, services, {**domain.prototype_modules(), **library})
 
 
