@@ -33,7 +33,7 @@ _TOOLS = '''"""The run's tool services, standard library only, answering as the 
 ``call(name, arguments)`` returns the text a model reads after that tool call, through the environment's own code
 (``search``: search_qa's retriever, ``search_qa/tool.py``; ``code_interpreter``: math_reasoning's interpreter,
 ``math_reasoning/tool.py``), also when a service fails (the same tool error, ``whale/tools/service_call.py``);
-``retrieve`` is the retriever's raw answer and ``run_code`` the interpreter's. ``step(task_id, actions)`` plays a
+``retrieve`` is the retriever's raw answer and ``run_code`` the interpreter's. ``step(task, actions)`` plays a
 harness's environment actions (chess: moves in UCI) on a fresh episode of a D_harness task through the run's
 environment service: what the harness's ``observe`` gets for each. The URLs are in services.json; a service the
 run has not deployed is missing there."""
@@ -111,8 +111,8 @@ def _passages(query_list, topk, max_doc_tokens):
 
 def call(name, arguments):
     """A tool call as a harness's action makes it ({"kind": "tool", "name": ..., "arguments": ...}): the text the
-    model reads. A tool error raises ValueError with the message the model would read. ``call("env", {"id": ...,
-    "actions": [...]})`` is :func:`step`."""
+    model reads. A tool error raises ValueError with the message the model would read. ``call("env", {"task":
+    ..., "actions": [...]})`` is :func:`step`."""
     if name == "search":
         from search_qa.tool import answer
 
@@ -121,8 +121,8 @@ def call(name, arguments):
         from math_reasoning.tool import answer
 
         return answer(dict(arguments), _run)
-    if name == "env":  # the environment's own step answers: {"id": TASK_ID, "actions": [...]}
-        return step(arguments.get("id"), arguments.get("actions") or [])
+    if name == "env":  # the environment's own step answers: {"task": TASK, "actions": [...]}
+        return step(arguments.get("task"), arguments.get("actions") or [])
     raise ValueError(f"call: no tool {name!r} in this kit")
 
 
@@ -144,12 +144,12 @@ def run_code(code, timeout_s=30):
     return _post("sandbox", "/run", {"code": code, "timeout_s": timeout_s}, timeout=timeout_s * 4 + 30)
 
 
-def step(task_id, actions):
-    """A fresh episode of the D_harness task ``task_id`` (its ``id`` in tasks.jsonl) with ``actions`` (a harness's
+def step(task, actions):
+    """A fresh episode of the D_harness task ``task`` (a line of tasks.jsonl, as it is) with ``actions`` (a harness's
     environment actions, e.g. UCI moves) played in turn: for each, what the harness's ``observe`` gets,
     {"kind": "env", "observation": {...}, "done": bool}, up to the one that ends the episode. Only D_harness tasks
-    are served; ToolServiceError when the service refuses (an unknown id) or fails."""
-    return _post("env", "/step", {"id": str(task_id), "actions": list(actions)})["results"]
+    are served; ToolServiceError when the service refuses (another task) or fails."""
+    return _post("env", "/step", {"task": task, "actions": list(actions)})["results"]
 '''
 
 _README = """# Prototyping kit
@@ -164,9 +164,9 @@ Try ideas here before you write a candidate; the outer loop still scores every c
 * `tasks.jsonl` — the D_harness tasks as a harness's `start(task, state)` gets them (no gold answers).
 * `tools.py` — the run's tool services: {services}. `tools.call(name, arguments)` with a harness's tool action
   returns exactly the text the model reads after that call (`search`: the `{{"result": ...}}` JSON, passages cut to
-  `max_doc_tokens` as in the episodes), a failing service's tool error included. `tools.step(task_id, actions)`
+  `max_doc_tokens` as in the episodes), a failing service's tool error included. `tools.step(task, actions)`
   (with an `env` service: chess) plays a harness's environment actions (UCI moves) on a fresh episode of a task of
-  `tasks.jsonl` and returns what its `observe` hook gets for each, as in the episodes.
+  `tasks.jsonl` (the line's object, as it is) and returns what its `observe` hook gets for each, as in the episodes.
 """
 
 
