@@ -18,7 +18,8 @@ giving them anything the threat model forbids (the proposer and every harness it
   search on a few real questions, its hooks on trajectories), which the ``cli`` agent does with the kit in its
   workspace: a harness (past the same static gate) on at most ``MAX_TRYOUT_ITEMS`` D_harness tasks with model
   replies the agent scripts, in the same sandbox and runner, tool calls answered by the run's real tools, every
-  submission ending the episode ungraded (:mod:`whale.metaharness.tryout`): no reward, no gold, no rollout.
+  submission ending the episode ungraded (:mod:`whale.metaharness.tryout`): no reward, no gold, no rollout (chess:
+  each move answered as the model reads it turn by turn).
   ``TRYOUT_CALLS`` calls per iteration, ``TRYOUT_TIMEOUT_S`` each, ``TRYOUT_RESULT_CHARS`` of answer.
 * ``run_shell`` (:class:`SandboxShell`) runs one bash command per call in a fresh ``whale.sandbox``
   run: its working directory is the archive copy, mounted read-only (``Isolation.read_paths``), with
@@ -117,7 +118,8 @@ TRY_HARNESS_SPEC: dict[str, Any] = {
             "its real sandbox; its tool calls go to the run's real tools (e.g. the retriever); you get each "
             "episode's conversation (the prompts it built, your replies as it parsed them, the real tool results) "
             "and its actions. When the harness submits an answer the episode ends, ungraded: no score, no gold "
-            f"answers. At most {TRYOUT_CALLS} calls per iteration; no rollouts spent. Give `name` (a candidate you "
+            "answers (chess: each move is answered as the model reads it in an episode, its verdict and the "
+            f"opponent's reply). At most {TRYOUT_CALLS} calls per iteration; no rollouts spent. Give `name` (a candidate you "
             "wrote) or `code` (a whole harness file, e.g. the incoming one)."
         ),
         "parameters": {
