@@ -36,6 +36,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 
-from tests.fixtures.kube import KubeAPI, start_emulator, wait_for
+from tests.fixtures.kube import KubeAPI, WhaleKubeEmulator, start_emulator, wait_for
 from tests.operator.conftest import BASE_SPEC, SPLITS, deep_merge
 from tests.operator.player import WorkloadPlayer, create_run, job_finished
 from whale.crd import crd
@@ -82,10 +83,15 @@ def rss_mb(pid: int) -> tuple[float, float]:
     return kb("VmRSS") / 1024, kb("VmHWM") / 1024
 
 
-def cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def cpu_s(pid: int, thread: int | None = None) -> float:
+    """User + system CPU seconds of a process (or of one of its threads, by native id) so far."""
+    path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+#: the emulator's clients, by the product its requests name in User-Agent
+CLIENTS = {"OpenAPI-Generator": "operator", "kopf": "kopf", "python-httpx": "driver"}
 
 
 class Scrape:
@@ -138,15 +144,35 @@ def spread(seconds: list[float]) -> dict[str, float]:
 
 
 class Section:
-    """The operator's reconciles and CPU between two points of the benchmark."""
+    """The operator's reconciles and CPU between two points of the benchmark, beside the CPU of the emulator (its
+    thread in this process) and of the driver (this process's main thread: the test double of the workloads, the
+    sidecar and the Job controller), and the API requests each client sent."""
 
-    def __init__(self, metrics: str, pid: int):
-        self.metrics, self.pid = metrics, pid
+    def __init__(self, metrics: str, pid: int, emulator: WhaleKubeEmulator, emulator_thread: int):
+        self.metrics, self.pid, self.emulator, self.emulator_thread = metrics, pid, emulator, emulator_thread
         self.before = Scrape(metrics)
         self.cpu0 = cpu_s(pid)
+        self.others0 = self._others()
+        self.served0 = dict(emulator.served)
+
+    def _others(self) -> tuple[float, float]:
+        me = os.getpid()
+        return cpu_s(me, self.emulator_thread), cpu_s(me, threading.get_native_id())
+
+    def requests(self) -> dict[str, dict[str, int]]:
+        """Requests the emulator served in this section, by client and method."""
+        out: dict[str, dict[str, int]] = {}
+        for (agent, method), n in dict(self.emulator.served).items():
+            sent = n - self.served0.get((agent, method), 0)
+            if sent:
+                client = out.setdefault(CLIENTS.get(agent, agent or "unknown"), {})
+                client[method] = client.get(method, 0) + sent
+        return out
 
     def report(self) -> dict[str, Any]:
         after, cpu = Scrape(self.metrics), cpu_s(self.pid) - self.cpu0
+        emulator_cpu, driver_cpu = (b - a for a, b in zip(self.others0, self._others(), strict=True))
+        requests = self.requests()
         lat = delta(after.buckets(LATENCY, RECONCILE), self.before.buckets(LATENCY, RECONCILE))
         work = delta(after.buckets(LATENCY, WORK), self.before.buckets(LATENCY, WORK))
         own = delta(after.buckets(CPU), self.before.buckets(CPU))
@@ -163,6 +189,10 @@ class Section:
             "cpu_per_reconcile_p99_le_s": quantile(own, 0.99),
             "process_cpu_s": cpu,
             "process_cpu_per_reconcile_s": cpu / n if n else float("nan"),
+            "emulator_cpu_s": emulator_cpu,
+            "driver_cpu_s": driver_cpu,
+            "api_requests": requests,
+            "operator_requests_per_reconcile": sum(requests.get("operator", {}).values()) / n if n else float("nan"),
         }
 
 
@@ -182,6 +212,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix="whale-opbench-"))
     cluster, stop = start_emulator(work)
     cluster.emulator.keep_requests = False
+    emulator_thread = stop.thread.native_id  # type: ignore[attr-defined]  # start_emulator hangs its thread there
     api = cluster.api
     api.create("apiextensions.k8s.io/v1", "customresourcedefinitions", None, crd())
     api.create("v1", "namespaces", None, {"metadata": {"name": NS}})
@@ -230,7 +261,7 @@ def main() -> None:
         results["reaction_1_run_s"] = spread(reactions)
 
         # --- creation burst: every run created at once ---
-        section = Section(metrics, proc.pid)
+        section = Section(metrics, proc.pid, cluster.emulator, emulator_thread)
         t0 = time.perf_counter()
         players, created = [], {}
         for i in range(args.runs):  # each run's latency runs from its own creation (the API server's answer)
@@ -241,7 +272,7 @@ def main() -> None:
         results["creation_burst"] = {"per_run_s": spread(seen), **section.report()}
 
         # --- finish burst: every run's child finishes at once ---
-        section = Section(metrics, proc.pid)
+        section = Section(metrics, proc.pid, cluster.emulator, emulator_thread)
         finished = {}
         for p in players:
             p.finish(firsts[p.run])
@@ -252,7 +283,7 @@ def main() -> None:
         # --- steady state: children finish one by one with every run present ---
         quiet_until = time.monotonic() + 2.0  # let the burst's last reconciles drain first
         wait_for(lambda: time.monotonic() > quiet_until, 5, 0.1, "a quiet moment")
-        section = Section(metrics, proc.pid)
+        section = Section(metrics, proc.pid, cluster.emulator, emulator_thread)
         loaded = []
         for p in players[: args.steady]:
             t0 = time.perf_counter()
@@ -261,7 +292,7 @@ def main() -> None:
             loaded.append(time.perf_counter() - t0)
         results["steady"] = {"reaction_s": spread(loaded), **section.report()}
         # idle: every run waits on a running child; what the operator spends is its progress polls (15 s) and resyncs
-        section = Section(metrics, proc.pid)
+        section = Section(metrics, proc.pid, cluster.emulator, emulator_thread)
         time.sleep(args.idle_s)  # a benchmark: the operator's own timers are what is measured
         results["idle"] = {"seconds": args.idle_s, **section.report()}
         cur, peak = rss_mb(proc.pid)
@@ -327,6 +358,13 @@ def print_summary(r: dict[str, Any]) -> None:
         f"CPU/reconcile {1000 * s['cpu_per_reconcile_mean_s']:.2f} ms "
         f"(process {1000 * s['process_cpu_per_reconcile_s']:.2f} ms)"
     )
+    for key in ("creation_burst", "finish_burst", "steady", "idle"):
+        b = r[key]
+        sent = ", ".join(f"{c} {sum(m.values())}" for c, m in sorted(b["api_requests"].items()))
+        print(
+            f"  {key}: CPU s operator {b['process_cpu_s']:.2f}, emulator {b['emulator_cpu_s']:.2f}, driver "
+            f"{b['driver_cpu_s']:.2f}; API requests {sent} ({b['operator_requests_per_reconcile']:.2f} per reconcile)"
+        )
     print(
         f"operator RSS {r['operator_rss_mb']} MB (peak {r['operator_peak_rss_mb']} MB); prepare Jobs: {r['prepare_jobs']}"
     )
