@@ -123,9 +123,9 @@ def rewrite_paths(text: str) -> str:
     return COPY_RE.sub(lambda m: f"{m['recv']}.with_sections(**{{", "".join(out))
 
 
-def _import_line(names: list[ast.alias], module: str, indent: str) -> str:
+def _import_line(names: list[ast.alias], module: str, indent: str, comment: str = "") -> str:
     parts = [a.name if a.asname is None else f"{a.name} as {a.asname}" for a in names]
-    return f"{indent}from {module} import {', '.join(parts)}\n"
+    return f"{indent}from {module} import {', '.join(parts)}{comment}\n"
 
 
 def split_status_imports(text: str) -> str:
@@ -144,8 +144,12 @@ def split_status_imports(text: str) -> str:
     for node, rest, status in sorted(edits, key=lambda e: -e[0].lineno):
         start, end = node.lineno - 1, (node.end_lineno or node.lineno)
         indent = lines[start][: len(lines[start]) - len(lines[start].lstrip())]
-        new = (_import_line(rest, "whale.core.spec", indent) if rest else "") + _import_line(
-            status, "whale.core.status", indent
+        noqa = re.search(
+            r"\s+#\s*noqa[^\n]*", "".join(lines[start:end])
+        )  # kept on each line (E402 after a path set-up)
+        comment = noqa.group(0) if noqa else ""
+        new = (_import_line(rest, "whale.core.spec", indent, comment) if rest else "") + _import_line(
+            status, "whale.core.status", indent, comment
         )
         lines[start:end] = [new]
     return "".join(lines)

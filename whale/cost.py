@@ -332,6 +332,42 @@ def placement_of(spec: WhaleRunSpec) -> Placement:
     return Placement.SEPARATE
 
 
+@dataclass(frozen=True)
+class HeldGpus:
+    """GPUs a run's pods hold while each kind of phase runs: the one rule ``whale plan`` prices with and
+    ``whale report`` / ``whale compare`` turn measured wall time into GPU-hours with."""
+
+    #: the trainer's GPUs (nodes x gpusPerNode)
+    train: int
+    #: GPUs an inference server holds while the trainer is not running (harness and eval phases)
+    inference: int
+    #: GPUs a weight phase holds: the trainer's, plus a separate vLLM server's own (each side idles while the other works)
+    weight: int
+
+    @property
+    def harness(self) -> int:
+        """A harness phase runs its candidates on the inference server (colocated too: the vLLM Deployment)."""
+        return self.inference
+
+
+def held_gpus(spec: WhaleRunSpec) -> HeldGpus:
+    """What the pods of each phase kind request (see the module docstring); all 0 for a CPU run
+    (``train.gpusPerNode: 0``) and for an external endpoint's GPUs, which the run does not hold."""
+    train = spec.execution.train.num_nodes * spec.execution.train.gpus_per_node
+    if train == 0:
+        return HeldGpus(0, 0, 0)
+    placement = placement_of(spec)
+    inference = _server_gpus(spec, placement)
+    return HeldGpus(train, inference, train + (inference if placement is Placement.SEPARATE else 0))
+
+
+def _server_gpus(spec: WhaleRunSpec, placement: Placement) -> int:
+    """The inference server's own GPUs: a vLLM Deployment's tensorParallelSize; in process, one of the trainer's."""
+    if placement in (Placement.SEPARATE, Placement.COLOCATED):
+        return spec.execution.inference.tensor_parallel_size
+    return 1 if placement is Placement.IN_PROCESS and spec.execution.train.gpus_per_node else 0
+
+
 def _scaled_rate(fig: Figure, n: float) -> float:
     return fig.value * fig.parameters / n
 
@@ -375,21 +411,15 @@ def estimate(
     placement = placement_of(spec)
     train_gpus = spec.execution.train.num_nodes * spec.execution.train.gpus_per_node
     tp = spec.execution.inference.tensor_parallel_size
-    # GPUs that generate, and GPUs an inference server holds while the trainer is not running
-    if placement is Placement.SEPARATE:
-        gen_gpus, inference_gpus = tp, tp
-        gen_rate = _scaled_rate(figures.vllm_generation_tokens_per_s, n)
-    elif placement is Placement.COLOCATED:
-        # the sidecar server generates on tensorParallelSize of the trainer's GPUs; harness and eval
-        # phases keep the vLLM Deployment (tensorParallelSize GPUs of its own)
-        gen_gpus, inference_gpus = tp, tp
-        gen_rate = _scaled_rate(figures.vllm_generation_tokens_per_s, n)
-    elif placement is Placement.IN_PROCESS:
-        gen_gpus, inference_gpus = max(train_gpus, 1), (1 if train_gpus else 0)
+    # GPUs that generate (the colocated sidecar generates on tensorParallelSize of the trainer's GPUs)
+    if placement is Placement.IN_PROCESS:
+        gen_gpus = max(train_gpus, 1)
         gen_rate = _scaled_rate(figures.transformers_generation_tokens_per_s, n)
     else:
-        gen_gpus, inference_gpus = 1, 0
+        gen_gpus = tp if placement is not Placement.EXTERNAL else 1
         gen_rate = _scaled_rate(figures.vllm_generation_tokens_per_s, n)
+    held = held_gpus(spec)
+    inference_gpus = _server_gpus(spec, placement)
 
     def generation_s(rollouts: float) -> float:
         return rollouts * tokens / (gen_rate * gen_gpus)
@@ -410,7 +440,7 @@ def estimate(
     sleep_wake_fig = figures.colocated_ipc_sleep_wake_s if ipc else figures.colocated_sleep_wake_s
     step_sleep_wake = _scaled_seconds(sleep_wake_fig, n) if colocated_steps else 0.0
     step_wall = step_gen + step_sync + step_sft + step_sleep_wake
-    weight_held = (train_gpus + (inference_gpus if placement is Placement.SEPARATE else 0)) if total_steps else 0
+    weight_held = held.weight if total_steps else 0
     counts = plan.get("counts", {})
     every = spec.experiment.rsft.checkpoint_every_steps
     checkpoints = 0

@@ -17,6 +17,7 @@ import abc
 import copy
 import dataclasses
 import gzip
+import hashlib
 import importlib
 import json
 import os
@@ -85,6 +86,7 @@ def __getattr__(name: str) -> Any:
 
 __all__ = [  # the plugin API (docs/domains.md)
     "DEFAULT_ALLOWED_IMPORTS",
+    "ENV_SERVICE_URL_ENV",
     "SAMPLE_DATA_ROOT",
     "SPLITS",
     "CodeRunner",
@@ -113,6 +115,8 @@ __all__ = [  # the plugin API (docs/domains.md)
     "default_cache_dir",
     "default_data_root",
     "ensure_published_wiki18",
+    "env_items_key",
+    "env_service",
     "for_run",
     "load_full_split",
     "open_raw",
@@ -238,6 +242,16 @@ class StepResult:
     #: runtime scores 0 an episode whose graded answer no model reply contains (whale.harness.provenance)
     graded: tuple[str, ...] = ()
 
+    def harness_result(self) -> dict[str, Any]:
+        """What a harness's ``observe`` gets for this step: ``{"kind": "env", "observation", "done"}`` (never
+        ``info`` or ``graded``). One rule for the episode runner and the environment service
+        (``whale.tools.env_service``); ValueError when the observation is not JSON (a domain bug)."""
+        try:
+            observation = json.loads(json.dumps(self.observation))
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"the environment returned a value that is not JSON: {exc}") from exc
+        return {"kind": "env", "observation": observation, "done": bool(self.done)}
+
 
 class Environment(abc.ABC):
     """One episode's world: trusted domain code running in the runtime process.
@@ -305,6 +319,43 @@ class ToolService:
     #: the flag the policy model's tokenizer folder is passed after (the retriever's ``--tokenizer``): the operator
     #: places ``spec.experiment.model``'s tokenizer in the pod first; None: the service needs none
     tokenizer_flag: str | None = None
+    #: the flag ``spec.experiment.verifier`` (its JSON) is passed after (the environment service judges as the episodes do);
+    #: None: the service needs none
+    verifier_flag: str | None = None
+    #: reached only from the run's own pods (a NetworkPolicy on its ingress; unlike ``sandboxed``, its egress stays
+    #: open for the init container that fetches its files from the store)
+    run_pods_only: bool = False
+
+
+#: the environment service's base URL (:func:`env_service`; the prototyping kit lists it as ``env``)
+ENV_SERVICE_URL_ENV = "WHALE_ENV_URL"
+ENV_SERVICE_MODULE = "whale.tools.env_service"
+#: the flag a service that judges (``ToolService.verifier_flag``) takes the run's ``domainOptions`` (JSON) after
+DOMAIN_OPTIONS_FLAG = "--domain-options"
+
+
+def env_items_key(data: Data) -> str:
+    """Where the environment service's items are, under the domain's ``data_prefix``: the D_harness split of these
+    data settings (:meth:`Domain.prepare_store` writes it), named by a hash of the settings."""
+    tag = hashlib.sha256(json.dumps(data.to_wire(), sort_keys=True).encode("utf-8")).hexdigest()[:16]
+    return f"env-service/{tag}/harness.jsonl"
+
+
+def env_service(domain: str, data: Data) -> ToolService:
+    """The environment service of a :attr:`Domain.prototype_steps` domain (``python -m whale.tools.env_service``):
+    the domain's own environment answering a harness's steps on the run's D_harness tasks, for the proposer's
+    prototyping kit. Trusted domain code on untrusted input (it runs none): a restricted pod with no credentials,
+    reached only from the run's pods; it holds the D_harness items, gold included, and answers no other task."""
+    return ToolService(
+        name="env",
+        module=ENV_SERVICE_MODULE,
+        url_env=ENV_SERVICE_URL_ENV,
+        args=("--domain", domain),
+        fetch=((env_items_key(data), "--items"),),
+        requests=(("cpu", "500m"), ("memory", "1Gi")),
+        verifier_flag="--verifier",
+        run_pods_only=True,
+    )
 
 
 class DomainOptions(BaseModel):
@@ -394,16 +445,33 @@ class Domain(abc.ABC):
         then gives its key to the pods that score. Default: never."""
         return False
 
+    #: the proposer may see this domain's step answers, as its model does turn by turn (chess: each move's
+    #: verdict and the opponent's reply): the environment service (:data:`ENV_SERVICE`) serves them to the
+    #: prototyping kit and ``try_harness`` runs them. False: a step is the final answer and its answer the grade
+    #: (search, math), so a try-out's step ends the episode ungraded and no environment service is run
+    prototype_steps: ClassVar[bool] = False
+
     def tool_services_for(self, data: Data) -> tuple[ToolService, ...]:
         """The services a run with these data settings needs (search_qa: the retriever of
-        ``domainOptions.corpus``). Default: :attr:`tool_services`."""
-        return type(self).tool_services
+        ``domainOptions.corpus``). Default: :attr:`tool_services`, and the environment service (:func:`env_service`) of a
+        :attr:`prototype_steps` domain."""
+        services = type(self).tool_services
+        return (*services, env_service(self.name, data)) if self.prototype_steps else services
 
     def prepare_store(self, data: Data, store: Store) -> None:
         """Put into the run's store what :meth:`tool_services_for`'s services fetch (a retriever's corpus
-        or index), under ``whale.core.layout.data_prefix``. The prepare workload calls it once per run, before
-        the split sizes; it must be idempotent (a store that has them already is left alone). Default:
-        nothing."""
+        or index), under ``whale.core.layout.data_prefix``. The prepare workload calls it once per run, after
+        the full data's splits and before the split sizes; it must be idempotent (a store that has them already
+        is left alone). Default: the environment service's D_harness items (:func:`env_items_key`) of a
+        :attr:`prototype_steps` domain, else nothing."""
+        if not self.prototype_steps:
+            return
+        from whale.core.layout import data_prefix
+
+        key = f"{data_prefix(self.name)}/{env_items_key(data)}"
+        if not store.exists(key):
+            items = self.load_split("harness", data, store)[: data.harness_size]
+            store.write_text(key, "".join(json.dumps(item, sort_keys=True) + "\n" for item in items))
 
     def full_data(self) -> FullData | None:
         """The paper's full datasets of this domain (``spec.experiment.data.source: full``): their sources, split sizes

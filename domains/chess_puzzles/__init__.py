@@ -36,6 +36,9 @@ class ChessPuzzles(Domain):
     #: h0 uses 9; a candidate may spend more turns on retries, never more than this: the reference's
     #: ``max_turns_cap`` 18 (docs/reproducing.md, turn caps)
     max_turns_limit = 2 * MAX_SOLVER_PLIES
+    #: the proposer may try moves as the model does, turn by turn: the environment service answers them
+    #: (``whale.tools.env_service``) and ``try_harness`` plays them (docs/metaharness.md, prototyping kit)
+    prototype_steps = True
 
     options_model = ChessOptions
 

@@ -78,10 +78,8 @@ class SearchEnvironment(Environment):
             raise UnknownToolError(name, [TOOL_NAME])
         try:
             return tool.answer(arguments, self._search, self._cuts_tokens)
-        except tool.SearchArgumentError as exc:
-            raise ToolError(str(exc)) from None
-        except Exception as exc:  # any retriever failure is the model's tool error
-            raise ToolError(f"search failed: {exc}") from exc
+        except tool.SearchToolError as exc:  # bad arguments, or the retriever failed
+            raise ToolError(str(exc)) from exc
 
     def _resolved(self) -> Retriever:
         if hasattr(self._retriever, "search"):

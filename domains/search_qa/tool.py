@@ -29,8 +29,12 @@ Passage = tuple[str, str]
 Retrieve = Callable[[list[str], int, "int | None"], Sequence[Sequence[Passage]]]
 
 
-class SearchArgumentError(ValueError):
-    """The call's arguments are out of bounds; the message is what the model reads as the tool error."""
+class SearchToolError(ValueError):
+    """A call that failed; the message is what the model reads as the tool error."""
+
+
+class SearchArgumentError(SearchToolError):
+    """The call's arguments are out of bounds."""
 
 
 def cut(text: str, max_words: int | None) -> str:
@@ -92,8 +96,13 @@ def render(queries: Sequence[str], rows: Sequence[Sequence[Passage]], max_words:
 
 def answer(arguments: dict[str, Any], retrieve: Retrieve, cuts_tokens: Callable[[], bool]) -> str:
     """The tool message for one ``search`` call. ``cuts_tokens()``: whether ``retrieve`` cuts passages in the
-    policy's tokens (asked only once the arguments are valid: an environment resolves its retriever lazily)."""
+    policy's tokens (asked only once the arguments are valid: an environment resolves its retriever lazily).
+    :class:`SearchToolError` for the tool error: bad arguments, or any failure of the retriever
+    (``search failed: ...``, e.g. a service that does not answer)."""
     queries, topk, doc_tokens = parse_arguments(arguments)
-    in_tokens = bool(cuts_tokens())
-    rows = retrieve(queries, topk, doc_tokens if in_tokens else None)
-    return render(queries, rows, None if in_tokens else doc_tokens)
+    try:
+        in_tokens = bool(cuts_tokens())
+        rows = retrieve(queries, topk, doc_tokens if in_tokens else None)
+        return render(queries, rows, None if in_tokens else doc_tokens)
+    except Exception as exc:  # any retriever failure is the model's tool error
+        raise SearchToolError(f"search failed: {exc}") from exc

@@ -107,11 +107,14 @@ class JobLauncher:
         #: target (``serving.json``) and the spec its children read (``spec.json``, by the parsed spec's identity)
         self._serving: dict[str, str | None] = {}
         self._spec_written: dict[str, WhaleRunSpec] = {}
+        #: per run UID, its infrastructure's manifests as last built (:meth:`infra`) and what they were built from
+        self._infra: dict[str, tuple[tuple[Any, ...], list[dict[str, Any]]]] = {}
 
     def forget(self, uid: str) -> None:
         """The run is gone: drop what is held for it."""
         self._serving.pop(uid, None)
         self._spec_written.pop(uid, None)
+        self._infra.pop(uid, None)
 
     def write_spec(self, run: builders.RunRef, store: Store, spec: WhaleRunSpec) -> None:
         """:func:`write_spec`, once per parsed spec (a new generation parses a new one)."""
@@ -244,7 +247,7 @@ class JobLauncher:
         eviction counted on it (:func:`kueue.eviction_patch`) and is kept, for Kueue to re-admit."""
         children: dict[str, Child] = {}
         evicted: list[Eviction] = []
-        queue = st.QueueView(spec.cluster.queue_name)
+        queue = st.QueueView(spec.cluster.queue_name, namespace=run.namespace)
         for phase, job in current.items():
             if kueue.needs_started_mark(job):  # the Job as patched (what was read is never changed in place)
                 job = self.patch_child(run, job, kueue.started_patch(now))
@@ -453,7 +456,7 @@ class JobLauncher:
         idle; the next phase that samples from it scales it up again and waits for it to serve."""
         self.ensure_auth_secret(run)
         inference = names.inference_name(run.name)
-        for manifest in self.infra(run, spec, checkpoint, 1, tools):
+        for manifest in self._built_infra(run, spec, checkpoint, tools):
             name = manifest["metadata"]["name"]
             replicas = 0 if name == inference and not serving else 1
             if manifest["kind"] == "Deployment" and name in existing:
@@ -463,10 +466,24 @@ class JobLauncher:
                     self.patch("apps/v1", "Deployment", run.namespace, name, {"spec": {"replicas": replicas}})
                 continue
             if manifest["kind"] == "Deployment":
-                manifest["spec"]["replicas"] = replicas
-                self.ensure(manifest)
+                self.ensure({**manifest, "spec": {**manifest["spec"], "replicas": replicas}})
             else:
                 self.ensure_fixed(manifest)
+
+    def _built_infra(
+        self, run: builders.RunRef, spec: WhaleRunSpec, checkpoint: str | None, tools: tuple[ToolService, ...]
+    ) -> list[dict[str, Any]]:
+        """:meth:`infra` at one replica, built again only when what it is built from changed (a spec is parsed once
+        per generation, so the same object means the same spec): every start of a phase ensures the run's
+        infrastructure, and building its manifests (two pod templates, hashed) was most of that once they exist. The
+        manifests are shared: never changed in place."""
+        key = (spec, checkpoint, tools, self.sandbox_runtime)
+        held = self._infra.get(run.uid)
+        if held is not None and held[0][0] is spec and held[0][1:] == key[1:]:
+            return held[1]
+        built = self.infra(run, spec, checkpoint, 1, tools)
+        self._infra[run.uid] = (key, built)
+        return built
 
     def scale_infra(self, run: builders.RunRef, replicas: int, deps: dict[str, dict[str, Any]] | None = None) -> None:
         for dep in (self.deployments(run) if deps is None else deps).values():
@@ -498,7 +515,10 @@ class JobLauncher:
             return
         if builders.uses_vllm(spec):
             name = names.inference_name(run.name)
-            if name in self.deployments(run):
+            dep = self.deployments(run).get(name)
+            # a Deployment just made for this checkpoint already names it (a new run's first serving target)
+            held = ((dep or {}).get("metadata", {}).get("annotations") or {}).get(names.ANNOTATION_CHECKPOINT)
+            if dep is not None and held != (checkpoint or "base"):
                 self.patch(
                     "apps/v1",
                     "Deployment",

@@ -16,6 +16,7 @@ once and lets the next admission be seen as a new start. Pure: Job (or JobSet, W
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -111,6 +112,8 @@ class WorkloadFacts:
     requeue_at: str = ""
     #: False when deactivated (spec.active: false, by an admin or Kueue's requeuing limit): Kueue admits it no more
     active: bool = True
+    #: the LocalQueue the Workload names when Kueue says it does not exist (:func:`missing_local_queue`), else ""
+    missing_queue: str = ""
 
 
 def workload_of(workloads: Iterable[dict[str, Any]], child: dict[str, Any]) -> dict[str, Any] | None:
@@ -138,7 +141,29 @@ def workload_facts(workload: dict[str, Any]) -> WorkloadFacts:
         else "",
         requeue_at=str((status.get("requeueState") or {}).get("requeueAt") or ""),
         active=(workload.get("spec") or {}).get("active", True) is not False,
+        missing_queue=missing_local_queue(reserved),
     )
+
+
+#: what Kueue's workload controller writes on a Workload whose LocalQueue is absent (see :func:`missing_local_queue`)
+_NO_LOCAL_QUEUE = re.compile(r"LocalQueue (?P<queue>\S*) doesn't exist")
+
+
+def missing_local_queue(reserved: dict[str, Any]) -> str:
+    """The LocalQueue a Workload names when Kueue says it does not exist, read from its QuotaReserved condition; "" when
+    it says nothing of the kind.
+
+    Kueue creates the Workload of a queued Job whatever its ``queue-name`` label names; its workload controller then
+    finds no such LocalQueue in the namespace and writes QuotaReserved ``False`` with the message ``LocalQueue <name>
+    doesn't exist`` (kubernetes-sigs/kueue ``pkg/controller/core/workload_controller.go``, ``Reconcile``: the
+    ``!lqExists`` case, ``UnsetQuotaReservationWithCondition(&wl, kueue.WorkloadInadmissible, fmt.Sprintf("LocalQueue
+    %s doesn't exist", wl.Spec.QueueName))``; on its main branch ``getQueueBlocker`` gives the same message with the
+    reason ``Misconfigured``). The message is the stable part across releases, so it is what is matched; the operator
+    needs no right on LocalQueues for it (it reads the Workload already)."""
+    if reserved.get("status") != "False":
+        return ""
+    found = _NO_LOCAL_QUEUE.fullmatch(str(reserved.get("message") or "").strip())
+    return found.group("queue") if found else ""
 
 
 def _words(cond: dict[str, Any]) -> str:

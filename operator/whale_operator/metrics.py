@@ -6,6 +6,7 @@ tests that start several operators do not share counters.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
@@ -67,16 +68,25 @@ class OperatorMetrics:
         self.actions = Counter(
             "whale_operator_actions", "Actions applied from decide(), by type", ["action"], registry=r
         )
-        self._phases: dict[str, str] = {}
+        self._phases: dict[str, RunPhase] = {}
+        self._counts: dict[RunPhase, int] = dict.fromkeys(RunPhase, 0)
+        self._phases_lock = threading.Lock()  # reconciles of different runs call set_run_phase at once
+        for p in RunPhase:
+            self.runs.labels(phase=p.value).set(0)
 
     def set_run_phase(self, uid: str, phase: RunPhase | None) -> None:
-        """Track each run's phase; the gauge is recomputed from the map (a run counts once)."""
-        if phase is None:
-            self._phases.pop(uid, None)
-        else:
-            self._phases[uid] = phase.value
-        for p in RunPhase:
-            self.runs.labels(phase=p.value).set(sum(1 for v in self._phases.values() if v == p.value))
+        """Track each run's phase (a run counts once); the gauges of the phases it left and entered are updated, in
+        constant time (a recount over every run at each reconcile grew with the number of runs)."""
+        with self._phases_lock:
+            old = self._phases.pop(uid, None)
+            if phase is not None:
+                self._phases[uid] = phase
+            if old is phase:
+                return
+            for p, step in ((old, -1), (phase, 1)):
+                if p is not None:
+                    self._counts[p] += step
+                    self.runs.labels(phase=p.value).set(self._counts[p])
 
     def forget_run(self, uid: str, namespace: str, name: str) -> None:
         """A deleted run leaves no series behind (per-run labels would otherwise grow without bound)."""

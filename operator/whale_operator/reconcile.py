@@ -238,13 +238,17 @@ class Reconciler:
             return outcomes.waiting_for_credentials(prev, str(exc), inference_managed, generation, now)
         if prev.reason == Reason.WAITING_FOR_CREDENTIALS.value:  # the Secret is usable now: the wait is over
             prev = prev.model_copy(update={"reason": None, "message": None})
+        # the run's Jobs (and JobSets with cluster.admission jobSet), read once: the identity check and decide() share them
+        jobs: list[dict[str, Any]] | None = None
         if self._identity_checked.get(run.uid) != generation or generation is None:
             changed = stored_experiment_changes(store, run.name, spec)
             if changed:  # refused, children left as they are: setting the fields back resumes the run unchanged
                 return outcomes.experiment_changed(prev, changed, generation)
             # a child of the run exists (they are kept once finished), so the store it used holds the run's spec; an
             # attempt counted but never started (a suspended run's) wrote nothing anywhere
-            if prev.attempts and self.jobs.phase_children(run, spec) and not store_holds_run(store, run.name):
+            if prev.attempts:
+                jobs = self.jobs.phase_children(run, spec)
+            if prev.attempts and jobs and not store_holds_run(store, run.name):
                 return outcomes.store_without_run(prev, store.uri_for(layout.spec_key(run.name)), generation)
             self._identity_checked[run.uid] = generation  # the store's spec is the operator's own write since
         if prev.reason in (Reason.IMMUTABLE_FIELD_CHANGED.value, Reason.STORE_WITHOUT_RUN.value):
@@ -259,7 +263,8 @@ class Reconciler:
             if sizes:
                 self._sizes[run.uid] = sizes
         # no sizes yet: decide() schedules data preparation, a child like the phases
-        jobs = self.jobs.phase_children(run, spec)  # Jobs, and JobSets with cluster.admission jobSet
+        if jobs is None:
+            jobs = self.jobs.phase_children(run, spec)
         # a finished child whose result the status holds tells decide() nothing more: not looked at again (a run keeps
         # its finished Jobs, so this keeps a reconcile's work from growing with the run's length)
         done = absorbed_phases(prev)
@@ -311,7 +316,8 @@ class Reconciler:
             events.append(st.Event(st.NORMAL, "SandboxIsolation", SANDBOX_AT_POD))
         # a child waiting in the run's queue changes nothing the operator watches while Kueue's words about it do
         # (its Workload): polled, as is a child just made under the queue (its first reading is a poll away)
-        queued = bool(spec.cluster.queue_name) and bool(created or seen.queue.waiting or seen.queue.evicted)
+        waits = seen.queue.waiting or seen.queue.evicted or seen.queue.queue_missing
+        queued = bool(spec.cluster.queue_name) and bool(created or waits)
         return ReconcileResult(new, events, decision, poll=gated or queued)
 
     def _write_status(

@@ -47,6 +47,9 @@ _STAGE_REASON: dict[Stage | None, str] = {
     Stage.EVAL: "Evaluating",
 }
 
+#: the Queued/Admitted reason when Kueue says the run's LocalQueue does not exist
+LOCAL_QUEUE_NOT_FOUND = "LocalQueueNotFound"
+
 NORMAL = "Normal"
 WARNING = "Warning"
 
@@ -82,6 +85,10 @@ class QueueView:
     waiting: tuple[str, ...] = ()
     evicted: tuple[str, ...] = ()
     admitted: tuple[str, ...] = ()
+    #: the children whose Workload Kueue found no such LocalQueue for (:func:`kueue.missing_local_queue`)
+    queue_missing: tuple[str, ...] = ()
+    #: the run's namespace, where the LocalQueue must be
+    namespace: str = ""
 
     def with_child(
         self, name: str, child_obj: dict[str, Any], child: Child, facts: kueue.WorkloadFacts | None
@@ -89,6 +96,8 @@ class QueueView:
         """This view with one more (unfinished) child: waiting, evicted and waiting again, or admitted."""
         if not kueue.suspended(child_obj):
             return dataclasses.replace(self, admitted=(*self.admitted, name))
+        if facts is not None and facts.missing_queue:
+            return dataclasses.replace(self, queue_missing=(*self.queue_missing, name))
         said = []
         if facts is not None and not facts.active:
             said.append(
@@ -120,6 +129,18 @@ def queue_conditions(view: QueueView | None) -> list[tuple[str, str, str, str]]:
     admitted = _cond(
         ADMITTED, True, "Admitted", _clip(f"admitted by LocalQueue {view.queue}: {', '.join(view.admitted)}")
     )
+    if view.queue_missing:
+        where = f" in namespace {view.namespace}" if view.namespace else ""
+        text = _clip(
+            f'spec.cluster.queueName {view.queue}: there is no LocalQueue {view.queue}{where} (Kueue: "LocalQueue '
+            f"{view.queue} doesn't exist\"), so Kueue will not admit "
+            f"{', '.join(view.queue_missing)}; create the LocalQueue (pointing at a ClusterQueue), or set queueName "
+            f"to one that exists (kubectl get localqueues{' -n ' + view.namespace if view.namespace else ''})"
+        )
+        return [
+            _cond(QUEUED, True, LOCAL_QUEUE_NOT_FOUND, text),
+            admitted if view.admitted else _cond(ADMITTED, False, LOCAL_QUEUE_NOT_FOUND, text),
+        ]
     if view.evicted:
         text = _clip("; ".join((*view.evicted, *view.waiting)))
         return [
@@ -258,6 +279,10 @@ def with_conditions(
     return RunState.from_status(status).with_conditions(tuple(out)).to_status()
 
 
+def _condition_with(status: WhaleRunStatus, type_: str, reason: str) -> MetaCondition | None:
+    return next((c for c in status.conditions if c.type == type_ and c.reason == reason), None)
+
+
 def events(before: WhaleRunStatus, after: WhaleRunStatus, actions: tuple[Action, ...]) -> list[Event]:
     """The Events describing one reconcile's transition."""
     out: list[Event] = []
@@ -286,6 +311,9 @@ def events(before: WhaleRunStatus, after: WhaleRunStatus, actions: tuple[Action,
                 )[:1000],
             )
         )
+    missing = _condition_with(after, QUEUED, LOCAL_QUEUE_NOT_FOUND)
+    if missing is not None and _condition_with(before, QUEUED, LOCAL_QUEUE_NOT_FOUND) is None:
+        out.append(Event(WARNING, LOCAL_QUEUE_NOT_FOUND, missing.message or ""))
     if after.preemptions > before.preemptions:
         out.append(Event(WARNING, "Preempted", f"a child was preempted ({after.preemptions} so far); retrying"))
     if after.best is not None and (before.best is None or after.best.mean_at_k > before.best.mean_at_k):

@@ -454,6 +454,14 @@ def test_operator_bench_runs_five_runs_through_every_section(tmp_path):
         assert report[section]["process_cpu_s"] >= report[section]["cpu_per_reconcile_mean_s"], section
     for section in ("creation_burst", "finish_burst"):
         assert report[section]["per_run_s"]["n"] == 5, section
+        # each run's next Job is the operator's own create; the emulator's and the driver's CPU are reported apart
+        assert report[section]["api_requests"]["operator"]["POST"] >= 5, section
+        assert report[section]["operator_requests_per_reconcile"] > 0, section
+        assert report[section]["emulator_cpu_s"] >= 0 and report[section]["driver_cpu_s"] >= 0, section
+        # each run's Job is created (the API server's time) before the driver's poll can see it
+        exact, seen = report[section]["per_run_s"], report[section]["per_run_seen_s"]
+        assert exact["n"] == seen["n"] == 5 and 0 < exact["max"] <= seen["max"], section
+        assert exact["median"] <= seen["median"], section
     assert set(report["targets"]) == {
         "reaction_200_p95_over_1_run_p95",
         "reaction_max_s",
@@ -487,3 +495,15 @@ def test_demo_cost_names_the_demos_processes():
     assert label(".venv/bin/python -m synthetic.tiny_model .whale/models/synthetic-tiny") == "tiny model build"
     assert label("/x/.venv/bin/python .venv/bin/whale run demo.yaml --store s") == "whale run"
     assert label("/x/python -I -S /x/whale/runner/supervise.py --watch-fd 4 -- " + workload) is None  # not twice
+
+
+@pytest.mark.timeout(300)
+def test_compare_time_benchmark_compares_four_conditions(tmp_path):
+    """benchmarks/compare_time.py: a store of the four conditions, `whale compare` over it, every pair compared."""
+    out = tmp_path / "compare.json"
+    run_script(
+        "compare_time.py", "--seeds", "1", "--steps", "14", "--items", "20", "--repeats", "1", "--json", str(out)
+    )
+    result = json.loads(out.read_text())
+    assert (result["runs"], result["groups"], result["pairs"]) == (4, 4, 6)
+    assert len(result["wallSeconds"]) == 1 and result["medianSeconds"] > 0

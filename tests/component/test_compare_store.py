@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from whale.cli import app
 from whale.core import layout
+from whale.core.protocol import WeightStepMetrics
 from whale.core.spec import WhaleRunSpec
 from whale.core.status import BestEval, EvalPoint, RunPhase, WhaleRunStatus
 from whale.store import open_store
@@ -68,8 +69,30 @@ def write_run(store, name: str, condition: str, backend: str, seed: int, final: 
         )
 
     status = WhaleRunStatus(
-        phase=RunPhase.SUCCEEDED, evals=evals, best=best(top), final=best(last), rollouts_spent=64, step=4
+        phase=RunPhase.SUCCEEDED,
+        evals=evals,
+        best=best(top),
+        final=best(last),
+        rollouts_spent=64,
+        step=4,
+        completed_phases=[layout.weight_phase_key(1)],
     )
+    # four RSFT steps of 16 rollouts, 900 s each (a quarter hour): the spec's default pods hold 1 trainer GPU and a
+    # 1-GPU vLLM server in a weight phase, so each step costs half a GPU-hour
+    for step in range(1, 5):
+        line = WeightStepMetrics(
+            step=step,
+            epoch=step / 4,
+            reward_mean=0.5,
+            acceptance_rate=0.5,
+            kept=8,
+            loss=1.0,
+            learning_rate=1e-6,
+            rollouts=16,
+            seconds_sampling=600.0,
+            seconds_training=300.0,
+        )
+        store.append_jsonl(layout.metrics_key(name, layout.weight_phase_key(1)), line.to_wire())
     store.write_json(layout.spec_key(name), spec.to_wire())
     store.write_json(layout.status_key(name), status.model_dump(mode="json", by_alias=True, exclude_none=True))
 
@@ -143,6 +166,11 @@ def test_compare_groups_by_condition_and_a_spec_field_with_known_answers(folder,
     assert '<table id="groups">' in page and '<table id="pairs">' in page and '<table id="per-item">' in page
     assert "60.00 [" in page  # rsft_only's final with its interval
     assert 'id="band-steps-rsft_only harnessSearch.proposer.backend=None"' in page  # the band over its seeds
+    # GPU-hours: each evaluation after the training work done by its rollouts (2 steps: 1 GPU-hour; 4: 2)
+    bands = {(b["axis"], b["group"]): b for b in doc["bands"]}
+    assert bands[("gpu-hours", "rsft_only harnessSearch.proposer.backend=None")]["x"] == [0.0, 1.0, 2.0]
+    assert bands[("hours", "rsft_only harnessSearch.proposer.backend=None")]["x"] == [0.0, 0.5, 1.0]
+    assert 'id="band-gpu-hours-rsft_only harnessSearch.proposer.backend=None"' in page  # the figure's third panel
     assert (out / "compare.png").read_bytes().startswith(b"\x89PNG")
     assert "groups: mean over runs" in res.output
 

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 TINY = ROOT / "manifests" / "examples" / "local" / "tiny-synthetic-whale.yaml"
 RUN = "tiny-synthetic-whale"
 #: what a metrics line says about wall time and speed: the only fields two seeded runs may differ in
-TIMING = {"secondsSampling", "secondsTraining", "secondsSyncing", "tokensPerSecond"}
+TIMING = {"secondsSampling", "secondsTraining", "secondsSyncing", "tokensPerSecond", "seconds"}
 
 
 def manifest(model_dir: Path, seed: int) -> dict[str, Any]:
@@ -69,6 +69,8 @@ def run_once(tmp_path: Path, model_dir: Path, seed: int, name: str) -> dict[str,
     for phase in status["completedPhases"]:
         lines = store.read_jsonl(layout.metrics_key(RUN, phase))
         measured["metrics"][phase] = [{k: v for k, v in line.items() if k not in TIMING} for line in lines]
+        # every unit of training work says how long it took (GPU-hours: whale.report.series)
+        assert all(line.get("seconds", 0) > 0 or line.get("secondsSampling", 0) > 0 for line in lines), lines
     measured["best"] = status["best"]["meanAtK"]
     measured["rollouts"] = status["rolloutsSpent"]
     return measured
@@ -119,5 +121,7 @@ def test_two_runs_with_one_seed_measure_the_same(tmp_path, model_dir):
     b = run_once(tmp_path, model_dir, 11, "b")
     assert set(a["metrics"]) == {"c01-weight", "c01-harness", "c02-weight"}
     assert len(a["evals"]) >= 3 and all(v is not None for v in a["evals"].values())
+    # the trainer and the harness phase's in-process model ran on this CPU: the lines say so (no GPU-hours)
+    assert {line["device"] for lines in a["metrics"].values() for line in lines} == {"cpu"}
     # every metric, every per-item reward, every evaluation: the same
     assert a == b, json.dumps({"a": a, "b": b})[:4000]

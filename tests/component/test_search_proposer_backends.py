@@ -2,31 +2,36 @@
 loopback double of the API that speaks its wire format (testing a candidate with ``run_candidate`` and
 looking at the archive with ``run_shell`` before proposing it), the paper's token count and its budget,
 an external agent CLI run inside the sandbox (a real program that reads the archive and writes a
-candidate), the examples' Claude Code command end to end with a scripted stand-in for the CLI, a CLI that hangs past its timeout, and an unreachable chat endpoint. Failures are recorded
+candidate), a local chess phase starting the environment service for a cli agent's kit, the examples' Claude Code command end to end with a scripted stand-in for the CLI, a CLI that hangs past its timeout, and an unreachable chat endpoint. Failures are recorded
 and the phase still ends with a result."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import json
 import socket
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+import chess_puzzles
 from tests.component.test_search_phase import GOOD, PHASE, RUN, SETTINGS, _request, _spec
 from tests.fixtures.harness_host import start_harness_host
 from tests.fixtures.messages_api_double import MessagesAPIDouble, paper_count, text, tool_use
 from tests.fixtures.proposer_double import DigitSayerPolicyDouble, ScriptedProposerServerDouble, assistant, tool_call
 from whale.core import layout
+from whale.core.spec import Data
 from whale.harness.launch import SandboxLimits
+from whale.inference.scripted import ScriptedClient
 from whale.metaharness.archive import Archive
 from whale.metaharness.evaluate import EvalSettings
-from whale.metaharness.proposer.base import ProposalRequest
+from whale.metaharness.proposer.base import ProposalRequest, Proposer, ProposerReport
 from whale.metaharness.proposer.openai_agent import OpenAIAgentProposer, ProposerClient
 from whale.sandbox import process as sandbox_process
 from whale.sandbox import run as sandbox_run
@@ -97,6 +102,50 @@ def test_cli_agent_in_its_sandbox_writes_a_candidate_that_is_accepted(tmp_path: 
     assert "wrote 1 candidate of 3 in /scratch" in transcript[0]["output_tail"]  # its workspace is the sandbox's
     assert transcript[0]["isolation"]["network"] == "netns" and transcript[0]["isolation"]["root"] == "pivot_root"
     assert store.read_text(archive.candidate_key("i02-c1", "rationale.md")).startswith("Traces show")
+
+
+def test_on_a_cluster_the_search_hands_the_agent_to_its_own_container_and_fails_without_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """The search workload as the operator's search container runs it (``$WHALE_PROPOSER_AGENT_EXCHANGE`` set): the
+    agent's sessions go to the proposer-agent runner (a real process here, as that container runs it), the archive
+    copy is read at the same path there, and the candidate comes back and is accepted. Without the runner the phase
+    fails naming the container (fail closed), it never starts the agent itself."""
+    import subprocess
+    import sys
+
+    from tests.fixtures.kube import wait_for
+    from whale.metaharness.loop import SearchError
+    from whale.metaharness.proposer import agent_exchange
+
+    agent = _agent_dir(tmp_path, AGENT_CLI)
+    command = [base_python(), str(agent / "agent.py"), "{scratch}", "{archive}", "{n}"]
+    exchange = tmp_path / "whale-agent"
+    exchange.mkdir()
+    monkeypatch.setenv(agent_exchange.AGENT_EXCHANGE_ENV, str(exchange))
+
+    absent = open_store(str(tmp_path / "absent"))
+    _request(absent, _cli_spec(command, [str(agent)]), iterations=2)
+    with pytest.raises(SearchError, match="iteration 2: the proposer-agent container is not running"):
+        run_search(absent, RUN, PHASE, client=DigitSayerPolicyDouble(), settings=SETTINGS)
+
+    runner_argv = ["--exchange", str(exchange), "--network", "none", "--read-path", str(agent)]
+    runner = subprocess.Popen(
+        [sys.executable, "-m", agent_exchange.RUNNER_MODULE, *runner_argv], env={"PATH": "/usr/bin:/bin"}
+    )
+    try:
+        wait_for((exchange / agent_exchange.READY).exists, 30, what="the runner's ready mark")
+        store = open_store(str(tmp_path / "store"))
+        _request(store, _cli_spec(command, [str(agent)]), iterations=2)
+        result = run_search(store, RUN, PHASE, client=DigitSayerPolicyDouble(), settings=SETTINGS)
+    finally:
+        runner.terminate()
+        runner.wait(timeout=10)
+    assert result.accepted_candidate == "i02-c1" and result.accepted_score == 1.0
+    archive = Archive(store, layout.archive_prefix(RUN, 1))
+    record = store.read_json(archive.iteration_key(2))
+    assert record["backend"] == "cli" and record["proposals"] == ["extract"] and record["notes"] == []
+    assert sorted(p.name for p in exchange.iterdir()) == sorted([agent_exchange.READY, *agent_exchange.SUBDIRS])
 
 
 REPO = Path(__file__).resolve().parents[2]
@@ -353,3 +402,63 @@ async def test_the_openai_proposer_seeds_each_request_from_the_search_seed(tmp_p
         await unseeded.propose(_request_for(tmp_path, 1_000_000))
         await unseeded.aclose()
     assert len(srv2.requests) == 3 and all("seed" not in body for body in srv2.requests)
+
+
+class EnvProbingAgentDouble(Proposer):
+    """A test double of the ``cli`` agent (no CLI runs): it reads the kit it was handed, as the agent's
+    ``proto/tools.py`` would, and plays a move on a D_harness puzzle through the environment service it lists."""
+
+    backend = "cli"
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[dict, str, dict, str]] = []
+
+    async def propose(self, request: ProposalRequest) -> ProposerReport:
+        kit = request.workspace
+        url = json.loads(kit["proto/services.json"])["env"]
+        task = json.loads(kit["proto/tasks.jsonl"].splitlines()[0])
+        move = task["legal_moves"][0]["uci"]
+        body = json.dumps({"task": task, "actions": [move]}).encode()
+        req = urllib.request.Request(url + "/step", body, {"content-type": "application/json"})
+
+        def ask() -> dict:
+            with urllib.request.urlopen(req, timeout=30) as resp:
+                return json.loads(resp.read())
+
+        self.asked.append((task, move, await asyncio.to_thread(ask), url))
+        return ProposerReport(stopped_by="exit")
+
+
+@pytest.mark.timeout(300)
+def test_a_local_chess_phase_starts_the_environment_service_for_a_cli_agent(tmp_path: Path):
+    """The real search workload on chess with a ``cli`` proposer and no deployed service (a local run): the phase
+    starts the environment service on the loopback, lists it in the kit's services.json, it answers the agent's move
+    as the episode's environment does, and it is gone when the phase ends."""
+    spec = {
+        "domain": "chess_puzzles",
+        "condition": "mh_only",
+        "model": {"name": "unused-policy-is-a-double"},
+        "data": {"harnessSize": 4, "testSize": 2, "weightSize": 4},
+        "harnessSearch": {
+            "proposalsPerIteration": 1,
+            "smokeTestItems": 1,
+            "proposer": {"backend": "cli", "command": ["an-agent-cli"], "timeoutSeconds": 60},
+        },
+    }
+    store = open_store(str(tmp_path / "store"))
+    _request(store, spec, iterations=2)
+    agent = EnvProbingAgentDouble()
+    run_search(store, RUN, PHASE, client=ScriptedClient([]), proposer=agent, settings=SETTINGS)
+    [(task, move, answer, url)] = agent.asked
+    domain = chess_puzzles.ChessPuzzles()
+    [item] = [
+        i
+        for i in domain.load_split("harness", Data(harness_size=4, test_size=2, weight_size=4))
+        if domain.make_env(i).reset() == task
+    ]
+    env = domain.make_env(item)
+    env.reset()
+    assert answer == {"results": [env.step(move).harness_result()], "unplayed": 0}
+    assert url.startswith("http://127.0.0.1:")
+    with pytest.raises(OSError):  # stopped with the phase
+        urllib.request.urlopen(url + "/healthz", timeout=5)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ from whale.core.protocol import (
     phase_request,
 )
 from whale.core.spec import WhaleRunSpec
+from whale.domain import env_items_key
 from whale_operator import builders, names
 
 RUN = builders.RunRef("demo", "team-a", "uid-1")
@@ -684,3 +686,54 @@ def test_a_phase_jobsets_server_has_no_doorbell() -> None:
     server = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert "doorbell-token" not in [v["name"] for v in server["volumes"]]
     assert "serviceAccountName" not in server or server["serviceAccountName"] != "demo-weight-sync"
+
+
+def test_chess_environment_service_has_the_tool_walls():
+    """chess_puzzles' environment service (the prototyping kit's ``env``): a restricted pod with no credential and no
+    service-account token, its D_harness items fetched by the init container (the only one with the store's
+    keys), the run's verifier on its command line, reached only from the run's pods; the workloads get its URL."""
+    spec = make_spec(domain="chess_puzzles", verifier={"chessMove": "anyMate"})
+    tools = plugins.load("chess_puzzles").tool_services_for(spec.experiment.data)
+    assert [t.name for t in tools] == ["env"]
+    children = builders.tool_children(RUN, spec, tools, store_uri=STORE)
+    assert [m["kind"] for m in children] == ["Deployment", "Service", "NetworkPolicy"]
+    pod = children[0]["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False and "serviceAccountName" not in pod
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    [c] = pod["containers"]
+    assert c["securityContext"] == {**RESTRICTED, **c["securityContext"]} and "privileged" not in c["securityContext"]
+    assert "envFrom" not in c and [e["name"] for e in c["env"]] == ["WHALE_CACHE_DIR"]  # no credential
+    assert c["command"][:11] == [
+        "python",
+        "-m",
+        "whale.tools.env_service",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8080",
+        "--domain",
+        "chess_puzzles",
+        "--items",
+        "/data/harness.jsonl",
+    ]
+    assert c["command"][11] == "--verifier" and c["command"][13] == "--domain-options" and len(c["command"]) == 15
+    assert json.loads(c["command"][12]) == spec.experiment.verifier.to_wire()  # judges as the episodes do
+    assert json.loads(c["command"][14]) == {"chessMove": "anyMate"}  # with the run's options: anyMate here
+    [fetch] = pod["initContainers"]
+    key = f"data/chess_puzzles/{env_items_key(spec.experiment.data)}"
+    assert fetch["command"] == ["python", "-m", "whale.tools.fetch", STORE, key, "/data/harness.jsonl"]
+    assert fetch["envFrom"] == [{"secretRef": {"name": "whale-s3"}}]
+    policy = children[2]
+    assert policy["metadata"]["name"] == "demo-env-isolation"
+    assert (
+        policy["spec"]["policyTypes"] == ["Ingress"] and "egress" not in policy["spec"]
+    )  # the fetch reaches the store
+    assert policy["spec"]["ingress"] == [
+        {
+            "from": [{"podSelector": {"matchLabels": {"whale.dev/run": "demo"}}}],
+            "ports": [{"protocol": "TCP", "port": 8080}],
+        }
+    ]
+    job = builders.job(RUN, spec, weight_request(spec), store_uri=STORE, tools=tools)
+    env = job["spec"]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "WHALE_ENV_URL", "value": "http://demo-env.team-a.svc:8080"} in env

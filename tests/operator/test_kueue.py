@@ -133,3 +133,18 @@ def test_kueues_words_come_from_the_workload_of_the_child():
     )
     assert kueue.workload_facts(admitted).admitted_by == "gpu-cq" and kueue.workload_facts(admitted).pending == ""
     assert not kueue.workload_facts(workload("u-1", active=False)).active
+
+
+def test_kueues_missing_localqueue_is_read_from_the_workloads_quota_reserved_condition():
+    """Kueue's words (workload_controller.go): ``Inadmissible`` in its releases, ``Misconfigured`` on its main branch,
+    the same message in both."""
+    for reason in ("Inadmissible", "Misconfigured"):
+        wl = workload("u-1", conditions=[("QuotaReserved", "False", reason, "LocalQueue gpu doesn't exist")])
+        facts = kueue.workload_facts(wl)
+        assert facts.missing_queue == "gpu" and facts.pending == "LocalQueue gpu doesn't exist"
+    for other in (
+        ("QuotaReserved", "False", "Inadmissible", "ClusterQueue cq doesn't exist"),
+        ("QuotaReserved", "False", "Inadmissible", "LocalQueue gpu is inactive"),
+        ("QuotaReserved", "True", "QuotaReserved", "LocalQueue gpu doesn't exist"),
+    ):
+        assert kueue.workload_facts(workload("u-1", conditions=[other])).missing_queue == ""

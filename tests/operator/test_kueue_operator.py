@@ -122,6 +122,37 @@ def test_an_evicted_job_is_kept_readmitted_and_the_run_proceeds(
     assert len(event_messages(api, ns, "evict", "Evicted")) == 1
 
 
+def test_a_queue_name_without_its_localqueue_is_said_with_its_own_reason_and_the_fix(
+    start_operator, make_run, kube_cluster: EmulatedCluster, kube_namespace: str
+):
+    """Kueue installed, but no LocalQueue ``gpu`` in the run's namespace: Kueue's workload controller says so on the
+    Workload, and the run's Queued/Admitted conditions say it with their own reason (not "waits for admission"),
+    naming the queue, the namespace and the fix; once the admin creates the queue and Kueue admits, they follow."""
+    api, ns = kube_cluster.api, kube_namespace
+    install_kueue(api)
+    with start_operator():
+        run = make_run("noqueue", spec={"cluster": {"queueName": "gpu", "admission": "perChild"}})
+        name = run.wait_job()["metadata"]["name"]
+        wait_for(lambda: condition_is(run, "Queued", "True", "WaitingForAdmission"), what="Queued")
+        api.local_queue_missing(ns, name)
+        queued = wait_for(lambda: condition_is(run, "Queued", "True", "LocalQueueNotFound"), what="LocalQueueNotFound")
+        said = queued["message"]
+        assert f"no LocalQueue gpu in namespace {ns}" in said and "LocalQueue gpu doesn't exist" in said
+        assert "create the LocalQueue" in said and f"kubectl get localqueues -n {ns}" in said and name in said
+        assert "waits for admission" not in said
+        assert condition_is(run, "Admitted", "False", "LocalQueueNotFound")
+        (warned,) = wait_for(lambda: event_messages(api, ns, "noqueue", "LocalQueueNotFound"), what="the Warning")
+        assert warned == said
+        assert run.status()["phase"] == "Running" and run.job_names() == [name]  # kept: it runs once the queue exists
+        # the admin makes the LocalQueue; Kueue's words change on the Workload (nothing the operator watches): polled
+        api.workload_pending(ns, name, "couldn't assign flavors to pod set main: insufficient quota for cpu")
+        wait_for(lambda: condition_is(run, "Queued", "True", "WaitingForAdmission"), what="waiting again")
+        admit_and_see_it_run(api, ns, name)  # Kueue admits the same Job
+        wait_for(lambda: condition_is(run, "Admitted", "True", "Admitted"), what="Admitted")
+        assert condition_is(run, "Queued", "False", "Admitted")
+    assert len(event_messages(api, ns, "noqueue", "LocalQueueNotFound")) == 1
+
+
 def test_past_max_evictions_the_run_fails_saying_why(
     start_operator, make_run, kube_cluster: EmulatedCluster, kube_namespace: str
 ):

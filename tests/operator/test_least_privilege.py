@@ -36,6 +36,7 @@ from tests.operator.test_manifests import (
 )
 from tests.operator.test_packaging import K8S_VERSIONS
 from whale.core.spec import WhaleRunSpec
+from whale.metaharness.proposer import AGENT_EXCHANGE_ENV
 from whale_operator import builders, names
 from whale_operator.config import OperatorConfig, judge_key_problems
 from whale_operator.domains import DomainCatalog
@@ -228,13 +229,18 @@ def test_untrusted_code_holds_no_credential_no_token_and_reaches_nothing_it_does
         held = secrets_held(pod)
         if component == builders.HARNESS:  # the caller token its callers present, nothing else
             assert held == {f"{auth}/{builders.AUTH_HARNESS_TOKEN}"}
-        elif component == "search":  # a cli agent's search pod: what the search itself calls (see the module doc)
+        elif component == "search":  # a cli agent's search pod: the agent's own container holds its key, no more
             assert (
                 spec.experiment.harness_search.proposer.backend == "cli"
                 and spec.execution.sandbox.isolation == "namespaces"
             )
-            assert f"{auth}/{builders.AUTH_HARNESS_TOKEN}" in held and not any(h.startswith("projected") for h in held)
-            continue  # its egress is the agent's model API: open (docs/security.md, known limits)
+            assert not any(h.startswith("projected") for h in held) and not pod.get("shareProcessNamespace")
+            (agent,) = pod["initContainers"]
+            key = spec.experiment.harness_search.proposer.api_key_secret
+            assert container_secrets(agent) == ({f"{key.name}/{key.key}"} if key else set()), variant
+            assert "envFrom" not in agent
+            assert violations({"kind": "Pod", "spec": {**pod, "initContainers": []}}) == [], "the search: restricted"
+            continue  # the pod's egress is open: the agent's model API (docs/security.md, known limits)
         else:  # the code tool: nothing at all
             assert held == set(), component
             assert "envFrom" not in pod["containers"][0]
@@ -257,6 +263,50 @@ def test_the_search_job_of_a_built_in_proposer_is_not_untrusted_and_a_cli_ones_i
         assert spec is not None
         jobs = [o["metadata"]["name"] for o in rendered(spec, OPTED_IN) if o["kind"] == "Job" and untrusted(o)]
         assert jobs == expected
+
+
+def container_secrets(container: dict[str, Any]) -> set[str]:
+    return secrets_held({"containers": [container]})
+
+
+@pytest.mark.parametrize("stem", ["math-whale", "searchqa-whale", "chess-adaptive"])
+def test_a_cli_agent_runs_in_a_container_of_its_own_that_holds_only_its_api_key(stem: str):
+    """Issue #29 item 2 for a ``cli`` proposer: the process tree that runs the coding agent holds no store key, no
+    vLLM key, no caller token, no judge key and no service-account token, only the proposer's API key; the search
+    itself runs in a restricted container beside it, which holds what the search calls but not the proposer key. The
+    two share no PID namespace (the agent's container cannot read the search's ``/proc/<pid>/environ``) and meet only
+    on one ``emptyDir``. Before the wall, the search pod's one container held all of them next to the agent."""
+    wire = {**wire_of(next(p for p in EXAMPLES if p.stem == stem)), "verifier": JUDGE}  # the paper's Claude Code
+    spec = effective(wire, OPTED_IN)
+    assert spec is not None and spec.experiment.harness_search.proposer.backend == "cli"
+    (search,) = [o for o in rendered(spec, OPTED_IN) if o["kind"] == "Job" and untrusted(o)]
+    pod = search["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False and not pod.get("shareProcessNamespace")
+    (agent,) = [c for c in pod.get("initContainers", []) if c["name"] == builders.PROPOSER_AGENT_CONTAINER]
+    assert agent["restartPolicy"] == "Always"  # a native sidecar: the Job ends when the search does
+    key = spec.experiment.harness_search.proposer.api_key_secret
+    assert key is not None
+    assert container_secrets(agent) == {f"{key.name}/{key.key}"}, "the agent's container: its API key, nothing else"
+    assert "envFrom" not in agent
+    assert {e["name"] for e in agent["env"]} <= {key.env or "WHALE_PROPOSER_API_KEY", "PYTHONUNBUFFERED"}
+    assert set(agent["securityContext"]["capabilities"]["add"]) == set(builders.SANDBOX_HOST_CAPABILITIES)
+    assert agent["securityContext"]["readOnlyRootFilesystem"] is True
+    (worker,) = pod["containers"]
+    assert worker["name"] == builders.WORKER_CONTAINER
+    held = container_secrets(worker)
+    assert f"{key.name}/{key.key}" not in held, "the search does not call the agent's API"
+    assert f"envFrom:{spec.execution.storage.credentials_secret}" in held
+    assert (JUDGE_REF in held) is (spec.domain == "search_qa"), "a judge's key where the domain scores with the judge"
+    assert violations({"kind": "Pod", "spec": {**pod, "initContainers": []}}) == [], "the search container: restricted"
+    # they meet on the exchange volume only
+    shared = {m["name"] for m in agent["volumeMounts"]} & {m["name"] for m in worker["volumeMounts"]}
+    assert shared == {builders.AGENT_EXCHANGE_VOLUME}
+    (mount,) = [m for m in agent["volumeMounts"] if m["name"] == builders.AGENT_EXCHANGE_VOLUME]
+    assert {"name": AGENT_EXCHANGE_ENV, "value": mount["mountPath"]} in worker["env"]
+    assert mount in worker["volumeMounts"], "the same path in both: the archive copy's path is the agent's too"
+    assert agent["command"][:3] == ["python", "-m", builders.AGENT_RUNNER_MODULE]
+    for version in K8S_VERSIONS:  # a native sidecar (restartPolicy on an init container) is in every supported version
+        kubernetes_validate.validate(search, version, strict=True)
 
 
 JUDGE_REF = f"{JUDGE_SECRET['name']}/{JUDGE_SECRET['key']}"

@@ -102,3 +102,37 @@ def test_a_cli_proposer_without_the_admins_opt_in_is_refused_on_its_field(
         st = wait_for(lambda: run.status().get("reason") == "InvalidSpec" and run.status(), what="InvalidSpec")
         assert st["message"].startswith("spec.experiment.harnessSearch.proposer.backend: a cli proposer's agent needs")
         assert "sandboxHosts.namespaces" in st["message"] and run.jobs() == []
+
+
+def test_where_the_admin_opted_in_a_cli_agent_gets_a_container_of_its_own_holding_only_its_key(
+    start_operator, kube_cluster: EmulatedCluster, kube_namespace: str, store: Store, monkeypatch
+):
+    """The harness-search Job the operator creates for a ``cli`` proposer (over HTTP, as the API server holds it):
+    the search container is restricted and holds no proposer key; the ``proposer-agent`` sidecar alone is the sandbox
+    host and holds that key and nothing else; no shared PID namespace, no token."""
+    monkeypatch.setenv("WHALE_SANDBOX_HOST_NAMESPACES", kube_namespace)
+    api, ns = kube_cluster.api, kube_namespace
+    key = {"name": "whale-proposer", "key": "api-key"}
+    cli = {"backend": "cli", "command": ["agent", "{prompt}"], "network": "host", "apiKeySecret": key}
+    spec = deep_merge(BASE_SPEC, {"storage": {"uri": store.uri}})
+    spec["harnessSearch"]["proposer"] = cli
+    with start_operator():
+        run = new_run(api, store, ns, "agent", spec)
+        search: dict[str, Any] | None = None
+        for _ in range(4):  # the start evaluation, the weight phase, then the harness phase
+            job = run.wait_job()
+            if job["metadata"]["labels"].get(names.LABEL_KIND) == "harness":
+                search = job
+                break
+            run.finish(job)
+    assert search is not None
+    pod = search["spec"]["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False and pod["shareProcessNamespace"] is False
+    (agent,) = pod["initContainers"]
+    assert agent["name"] == builders.PROPOSER_AGENT_CONTAINER and agent["restartPolicy"] == "Always"
+    refs = [e["valueFrom"]["secretKeyRef"] for e in agent["env"] if "valueFrom" in e]
+    assert refs == [key] and "envFrom" not in agent
+    assert agent["securityContext"]["capabilities"]["add"] == list(builders.SANDBOX_HOST_CAPABILITIES)
+    (worker,) = pod["containers"]
+    assert key not in [e.get("valueFrom", {}).get("secretKeyRef") for e in worker["env"]]
+    assert violations({"kind": "Pod", "spec": {**pod, "initContainers": []}}) == []

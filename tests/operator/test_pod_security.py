@@ -11,7 +11,8 @@ namespaces; the untrusted program inside has no capability. Harness files and th
 run in the run's harness pod (not in the workload Jobs), so those containers are:
 
 * ``spec.execution.sandbox.isolation: namespaces``: the harness host's container, the ``sandbox`` code tool's container and,
-  with a ``cli`` proposer only, the ``worker`` container of the harness-search Job (the agent's sandbox);
+  with a ``cli`` proposer only, the ``proposer-agent`` container of the harness-search Job (the agent's sandbox; it
+  holds only the agent's key, the search's ``worker`` beside it is restricted: tests/operator/test_least_privilege.py);
 * ``pod``: none: every pod of a run is restricted (the harness pod and the code tool are the walls; the ``cli``
   backend is refused);
 * ``none``: none (the code tool's pod is its wall, as at ``pod``). Nothing else.

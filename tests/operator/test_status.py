@@ -152,6 +152,14 @@ def test_queued_and_admitted_follow_the_run_s_queue():
     assert both["Queued"][:2] == ("True", "Evicted") and both["Admitted"][:2] == ("True", "Admitted")
     idle = queue_conds(st.QueueView("gpu"))
     assert idle["Queued"][:2] == ("False", "NoChild") and idle["Admitted"][:2] == ("False", "NoChild")
+    missing = queue_conds(st.QueueView("gpu", queue_missing=("Job r-c01-weight-1",), namespace="team-a"))
+    assert missing["Queued"][:2] == ("True", "LocalQueueNotFound") and missing["Admitted"][:2] == (
+        "False",
+        "LocalQueueNotFound",
+    )
+    assert (
+        "no LocalQueue gpu in namespace team-a" in missing["Queued"][2] and "Job r-c01-weight-1" in missing["Queued"][2]
+    )
     long = queue_conds(st.QueueView("gpu", waiting=("x" * 5000,)))
     assert len(long["Queued"][2]) == 1000
 
@@ -173,6 +181,9 @@ def test_a_queue_view_reads_each_child_as_the_queue_holds_it():
     assert "deactivated" in line and "requeued by Kueue at T" in line and "insufficient quota" in line
     view = view.with_child("Job l", suspended, Child(ChildState.RUNNING), None)
     assert view.waiting == ("Job l waits for admission",)
+    no_queue = kueue.WorkloadFacts("job-m-1", pending="LocalQueue gpu doesn't exist", missing_queue="gpu")
+    view = view.with_child("Job m", suspended, Child(ChildState.RUNNING), no_queue)
+    assert view.queue_missing == ("Job m",) and view.waiting == ("Job l waits for admission",)
 
 
 def test_without_a_queue_view_the_queue_conditions_stay_as_they_were():

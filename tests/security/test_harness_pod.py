@@ -123,7 +123,7 @@ def test_the_cli_backend_is_refused_at_pod_with_the_field_and_the_fix() -> None:
         make_spec(sandbox={"isolation": "pod"}, harnessSearch={"proposer": proposer})
     assert "openai or anthropic" in str(err.value) and "sandbox.isolation namespaces" in str(err.value)
     at_namespaces = make_spec(sandbox={"isolation": "namespaces"}, harnessSearch={"proposer": proposer})
-    assert builders.workload_needs_sandbox_host(at_namespaces, PhaseKind.HARNESS)
+    assert builders.runs_cli_agent(at_namespaces, PhaseKind.HARNESS)
 
 
 def test_isolation_none_has_no_harness_host() -> None:

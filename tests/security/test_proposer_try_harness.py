@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+import chess_puzzles
 import search_qa
 from search_qa.env import SearchEnvironment
 from synthetic import DOMAIN as SYNTHETIC
@@ -269,3 +270,36 @@ def test_at_pod_isolation_the_try_out_runs_on_the_harness_host(monkeypatch, tmp_
                 "result": {"kind": "env", "observation": {"submitted": True, "graded": False}, "done": True},
             }
         ]
+
+
+@pytest.mark.timeout(300)
+def test_try_harness_plays_chess_moves_as_the_episodes_and_grades_nothing(tmp_path: Path):
+    """chess (a ``prototype_steps`` domain): a try-out's moves are answered by the real environment, turn by turn as
+    in an episode (the verdict, the opponent's reply; what the environment service answers the ``cli`` agent's kit),
+    and still nothing is graded: no reward, no ``info``, no graded answer, no policy model."""
+    domain = chess_puzzles.ChessPuzzles()
+    items = domain.load_split("harness", Data(harness_size=8, test_size=2, weight_size=4))
+    h0 = domain.h0_path().read_text("utf-8")
+    tryouts = _tryouts(domain, items)
+    box = Toolbox(Workspace(tmp_path, tmp_path / "scratch", 1), ProposerTools(tryouts=tryouts))
+    longer = next(i for i in items if len(i["Moves"].split()) >= 4)  # the opponent replies at least once
+    for item, solves in ((longer, True), (items[0], False)):
+        solver = item["Moves"].split()[1::2]
+        if not solves:  # a legal move that is not the stored one: the puzzle is lost
+            legal = [m["uci"] for m in domain.make_env(item).reset()["legal_moves"]]
+            solver = [next(m for m in legal if m != solver[0])]
+        replies = [f"<move>{move}</move>" for move in solver]
+        out = asyncio.run(box.call("try_harness", {"code": h0, "items": [item["id"]], "replies": replies}))
+        answer = json.loads(out)
+        assert answer["valid"] and answer["error"] is None
+        [episode] = answer["episodes"]
+        played = [a for a in episode["actions"] if a["action"]["kind"] == "env"]
+        assert [a["action"]["action"] for a in played] == solver
+        env = domain.make_env(item)
+        env.reset()
+        assert [a["result"] for a in played] == [env.step(move).harness_result() for move in solver]
+        last = played[-1]["result"]["observation"]
+        assert last["done"] and last["solved"] is solves and last["verdict"] == ("solved" if solves else "wrong")
+        if solves:  # the opponent's reply came back after the first right move, as the model reads it
+            assert played[0]["result"]["observation"]["last_reply"] == item["Moves"].split()[2]
+        assert "reward" not in out and '"info"' not in out and '"graded": ["' not in out

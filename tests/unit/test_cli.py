@@ -51,7 +51,7 @@ def test_validate_ok_prints_one_line(tmp_path):
     res = cli.invoke(app, ["validate", str(write(tmp_path, WHALE))])
     assert res.exit_code == 0, res.output
     assert res.output.strip().splitlines() == [
-        "ok: WhaleRun tiny (counting, whale): 10 steps/epoch, 10 steps, E=4; 5 phases, 20512 rollouts"
+        "ok: WhaleRun tiny (counting, whale): 10 steps/epoch, 10 steps, E=4; 5 phases, <= 20536 rollouts"
     ]
 
 
@@ -90,15 +90,15 @@ def test_plan_json_shape(tmp_path):
     p = json.loads(res.output)
     assert (p["stepsPerEpoch"], p["totalSteps"]) == (10, 10)
     main = [ph for ph in p["phases"] if ph["kind"] != "eval"]
-    # each phase's rollouts: steps x 256 prompts x 8; a harness phase: incoming 4 items + 1 iteration x 3 x 4 items
+    # each phase's rollouts: steps x 256 prompts x 8; a harness phase: incoming 4 items + 1 iteration x 3 x (4 smoke + 4 items)
     assert main == [
         {"cycle": 1, "kind": "weight", "fromStep": 0, "toStep": 4, "rollouts": 4 * 256 * 8},
-        {"cycle": 1, "kind": "harness", "iterations": 2, "proposerIterations": 1, "rollouts": 4 + 3 * 4},
+        {"cycle": 1, "kind": "harness", "iterations": 2, "proposerIterations": 1, "rollouts": 4 + 3 * 8},
         {"cycle": 2, "kind": "weight", "fromStep": 4, "toStep": 8, "rollouts": 4 * 256 * 8},
-        {"cycle": 2, "kind": "harness", "iterations": 2, "proposerIterations": 1, "rollouts": 4 + 3 * 4},
+        {"cycle": 2, "kind": "harness", "iterations": 2, "proposerIterations": 1, "rollouts": 4 + 3 * 8},
         {"cycle": 3, "kind": "weight", "fromStep": 8, "toStep": 10, "rollouts": 2 * 256 * 8},
     ]
-    assert p["rollouts"] == 10 * 256 * 8 + 2 * (4 + 3 * 4) == sum(ph["rollouts"] for ph in main)
+    assert p["rollouts"] == 10 * 256 * 8 + 2 * (4 + 3 * 8) == sum(ph["rollouts"] for ph in main)
     evals = [(ph["step"], ph["after"], ph["rollouts"]) for ph in p["phases"] if ph["kind"] == "eval"]
     # every evaluation: the 10 test items x 8 samples
     assert evals == [

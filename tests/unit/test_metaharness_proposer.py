@@ -308,11 +308,20 @@ def test_from_spec_builds_the_anthropic_and_sandboxed_cli_backends():
         ),
         environ={"ANTHROPIC_API_KEY": "sk-ant", "OTHER": "x"},
     )
-    assert (cli.read_paths, cli.network, cli.extra_env) == (
+    walls = cli.launcher.walls  # whale run: the search process starts the agent's sandbox itself
+    assert (walls.read_paths, walls.network, dict(walls.env)) == (
         ("/opt/claude",),
         "none",
-        {"IS_SANDBOX": "1", "ANTHROPIC_API_KEY": "sk-ant"},  # nothing else of the environment
+        {"ANTHROPIC_API_KEY": "sk-ant"},  # nothing else of the environment (IS_SANDBOX is added with the sandbox)
     )
+    # on a cluster: the proposer-agent container starts it and holds the key; the search side needs none
+    from whale.metaharness.proposer.agent_exchange import ExchangeLauncher
+
+    keyed = ProposerSpec(backend="cli", command=["claude"], api_key_secret={"name": "s", "key": "k", "env": "K"})
+    remote = from_spec(keyed, environ={"WHALE_PROPOSER_AGENT_EXCHANGE": "/whale-agent"})
+    assert isinstance(remote.launcher, ExchangeLauncher) and str(remote.launcher.root) == "/whale-agent"
+    with pytest.raises(ProposerError, match="K"):
+        from_spec(keyed, environ={})  # without the exchange, the key is still needed here
     with pytest.raises(ValueError, match="uses \\{effort\\}: set `effort`"):
         ProposerSpec(backend="cli", command=["claude", "--effort", "{effort}"])
     with pytest.raises(ValueError, match="uses \\{model\\}: set `model`"):

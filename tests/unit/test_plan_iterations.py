@@ -24,6 +24,8 @@ from whale.metaharness.loop import SearchConfig
 #: the paper's D_harness (256 items x 1 rollout per candidate, 3 candidates per proposer iteration)
 SIZES = {"weight": 256 * 70, "harness": 256, "test": 60}
 PER_CANDIDATE = 256
+#: a proposal's smoke test (smokeTestItems, default 4) before its full score
+SMOKE = 4
 
 
 def spec_of(condition: str, schedule: dict, evaluation: dict | None = None) -> WhaleRunSpec:
@@ -48,7 +50,8 @@ def test_mh_only_plan_is_n_proposer_iterations_plus_the_incoming(n, domain_run):
     (h,) = harness_entries(p)
     assert (h["iterations"], h["proposerIterations"]) == (n + 1, n), domain_run
     # the incoming evaluation scores 1 candidate, every proposer iteration 3
-    assert p["rollouts"] == PER_CANDIDATE + n * 3 * PER_CANDIDATE
+    assert p["rollouts"] == PER_CANDIDATE + n * 3 * (SMOKE + PER_CANDIDATE)
+    assert p["rolloutsPerProposal"] == {"smoke": SMOKE, "full": PER_CANDIDATE} and p["rolloutsUpperBound"] is True
     # (theta0, h0) at the start, then at most one evaluation per proposer iteration (where the accepted
     # harness changes); the last of them is the accepted harness, so no separate end evaluation
     evals = [e for e in p["phases"] if e["kind"] == "eval"]
@@ -155,7 +158,7 @@ def test_run_candidate_is_off_by_default_and_its_budget_is_counted_when_on():
     assert base_spec.experiment.harness_search.proposer.run_candidate_rollouts == 0
     assert SearchConfig(iterations=2).proposer_trial_rollouts == 0
     base = plan(base_spec, SIZES)
-    assert "proposerTrialRolloutsPerIteration" not in base and "rolloutsUpperBound" not in base
+    assert "proposerTrialRolloutsPerIteration" not in base
     on = plan(
         spec_with_trials(
             "mh_only", {"mhOnlyIterations": 40}, {"backend": "openai", "model": "m", "runCandidateRollouts": 64}
@@ -177,4 +180,4 @@ def test_run_candidate_is_off_by_default_and_its_budget_is_counted_when_on():
         {"totalSteps": 20, "weightStepsPerCycle": 10, "harnessIterationsPerCycle": 6},
         {"backend": "anthropic", "model": "m", "runCandidateRollouts": 16},
     )
-    assert resolve(whale, SIZES).rollouts_per_harness_iteration == 3 * PER_CANDIDATE + 16
+    assert resolve(whale, SIZES).rollouts_per_harness_iteration == 3 * (SMOKE + PER_CANDIDATE) + 16

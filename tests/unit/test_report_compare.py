@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from scipy import stats
@@ -51,7 +53,10 @@ def series(name: str, points: list[tuple[int, int, float]], condition: str = "rs
         steps=points[-1][0],
         total_steps=points[-1][0],
         weight_hours=0.0,
-        gpu_hours=None,
+        hours=0.0,
+        gpu_hours=0.0,
+        weight_gpus=0,
+        harness_gpus=0,
         paper=None,
     )
 
@@ -82,7 +87,12 @@ def test_curve_reads_each_axis():
     s = series("r", [(0, 0, 0.1), (2, 32, 0.3), (4, 64, 0.2)])
     assert curve(s, Axis.ROLLOUTS) == [(0.0, 0.1), (32.0, 0.3), (64.0, 0.2)]
     assert curve(s, Axis.STEPS) == [(0.0, 0.1), (2.0, 0.3), (4.0, 0.2)]
-    assert curve(s, Axis.HOURS) == [(0.0, 0.1), (0.0, 0.3), (0.0, 0.2)]  # no weight steps recorded: no time
+    assert curve(s, Axis.HOURS) == [(0.0, 0.1), (0.0, 0.3), (0.0, 0.2)]  # no work recorded: no time
+    timed = dataclasses.replace(
+        s, evals=tuple(dataclasses.replace(e, hours=e.step / 4, gpu_hours=e.step / 2) for e in s.evals)
+    )
+    assert curve(timed, Axis.HOURS) == [(0.0, 0.1), (0.5, 0.3), (1.0, 0.2)]
+    assert curve(timed, Axis.GPU_HOURS) == [(0.0, 0.1), (1.0, 0.3), (2.0, 0.2)]
 
 
 def test_paired_bootstrap_known_difference_and_degenerate_cases():

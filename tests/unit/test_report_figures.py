@@ -89,7 +89,12 @@ def test_html_page_is_self_contained_and_escapes_store_text(runs):
 
 def test_summary_row_and_json(runs):
     row = summary_row(runs[0])
-    assert row["best"] == "40.00" and row["rolloutsSpent"] == "46" and row["gpuHours"] == "–"
+    assert (
+        row["best"] == "40.00"
+        and row["rolloutsSpent"] == "46"
+        and row["gpuHours"] == "0.04"
+        and row["hours"] == "0.037"
+    )
     assert row["paper"] == "–"  # (2 steps, 2) is not the paper's (0.6, 6)
     assert row["where"] == "cycle 1, step 2, after harness (eval-c01-s000002-harness)"
     doc = report_json(runs)

@@ -6,6 +6,7 @@ import dataclasses
 
 import pytest
 
+from tests.fixtures.specs import flat
 from whale.core.protocol import (
     CandidateScore,
     EvalResult,
@@ -72,6 +73,7 @@ def iterations(n: int, rollouts: int = 3) -> tuple[HarnessIterationMetrics, ...]
             best_score=0.1 * i,
             best_candidate=f"i{i:02d}-c1",
             rollouts=rollouts,
+            seconds=60.0,
             candidates=[CandidateScore(id=f"i{i:02d}-c1", score=0.1 * i), CandidateScore(id=f"i{i:02d}-c2", error="x")],
         )
         for i in range(1, n + 1)
@@ -159,7 +161,18 @@ def test_series_from_the_store_alone_reconstructs_what_decide_counts():
     )
     assert s.rollouts_spent == 46 and s.steps == 4
     assert s.weight_hours == pytest.approx(4 * 3.5 / 3600)
-    assert s.gpu_hours is None
+    # the default spec holds 1 trainer GPU + 1 vLLM GPU in a weight phase, the 1 vLLM GPU in a harness phase:
+    # 4 steps of 3.5 s x 2 GPUs, 2 iterations of 60 s x 1 GPU
+    assert (s.weight_gpus, s.harness_gpus) == (2, 1)
+    assert s.hours == pytest.approx((4 * 3.5 + 2 * 60) / 3600)
+    assert s.gpu_hours == pytest.approx((4 * 3.5 * 2 + 2 * 60) / 3600)
+    # each evaluation sits after the training work done when it was reached
+    assert [(round(e.hours * 3600, 6), round(e.gpu_hours * 3600, 6)) for e in s.evals] == [
+        (0.0, 0.0),
+        (7.0, 14.0),
+        (127.0, 134.0),
+        (134.0, 148.0),
+    ]
     assert any("no status.json" in n for n in s.notes) and any("<script>" in n for n in s.notes)
 
 
@@ -404,3 +417,37 @@ def test_mh_only_points_at_every_accepted_harness_from_the_store():
 
     assert where(s) == "cycle 1, step 0, after harness, iteration 2 (eval-c01-s000000-harness-i0002)"
     assert describe_short(s.final) == "c01 s0 after harness i3"
+
+
+def test_a_cpu_run_spends_hours_but_no_gpu_hours():
+    records = whale_records()
+    cpu = WhaleRunSpec.model_validate(
+        {**flat(records.spec.model_dump(by_alias=True, exclude_none=True)), "train": {"gpusPerNode": 0}}
+    )
+    s = build_series(dataclasses.replace(records, spec=cpu))
+    assert (s.weight_gpus, s.harness_gpus) == (0, 0)
+    assert s.hours == pytest.approx((4 * 3.5 + 2 * 60) / 3600) and s.gpu_hours == 0.0
+    assert all(e.gpu_hours == 0.0 for e in s.evals) and s.evals[-1].hours > 0
+
+
+def test_work_recorded_on_cpu_holds_no_gpu_whatever_the_spec_asks():
+    """`whale run` on a CPU machine with a spec that asks a cluster for GPUs: the lines say cpu, so 0 GPU-hours."""
+    records = whale_records()
+    on_cpu = tuple(
+        dataclasses.replace(
+            p,
+            weight_metrics=tuple(m.model_copy(update={"device": "cpu"}) for m in p.weight_metrics),
+            harness_metrics=tuple(h.model_copy(update={"device": "cpu"}) for h in p.harness_metrics),
+        )
+        for p in records.phases
+    )
+    s = build_series(dataclasses.replace(records, phases=on_cpu))
+    assert records.spec.execution.train.gpus_per_node == 1
+    assert s.gpu_hours == 0.0 and (s.weight_gpus, s.harness_gpus) == (0, 0)
+    assert s.hours == pytest.approx((4 * 3.5 + 2 * 60) / 3600)
+    cuda = tuple(
+        dataclasses.replace(p, weight_metrics=tuple(m.model_copy(update={"device": "cuda"}) for m in p.weight_metrics))
+        for p in on_cpu
+    )
+    s = build_series(dataclasses.replace(records, phases=cuda))
+    assert s.gpu_hours == pytest.approx(4 * 3.5 * 2 / 3600) and (s.weight_gpus, s.harness_gpus) == (2, 0)

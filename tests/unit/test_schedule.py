@@ -100,7 +100,8 @@ def test_plan_counts_and_rollouts_are_exact_at_the_bound():
     p = plan(AT_THE_BOUND["whale-e1"], SIZES)
     # 500 cycles of one step and one harness phase; the evaluation points (every 1000 steps) lie beyond
     assert p["counts"] == {"weight": MAX_CYCLES, "harness": MAX_CYCLES, "eval": 1 + 2 * MAX_CYCLES}
-    harness = 4 + (6 - 1) * 3 * 4  # incoming evaluation + 5 iterations x 3 proposals, 4 items each
+    # incoming evaluation + 5 iterations x 3 proposals, each a 4-episode smoke test (all 4 items) and 4 items
+    harness = 4 + (6 - 1) * 3 * (4 + 4)
     assert p["rollouts"] == MAX_CYCLES * (256 * 8 + harness)
 
 

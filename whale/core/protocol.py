@@ -205,6 +205,11 @@ class WeightStepMetrics(_Wire):
     seconds_training: float = 0.0
     seconds_syncing: float = 0.0
     tokens_per_second: float = 0.0
+    device: str | None = Field(
+        None,
+        description="the trainer's torch device type (cuda, cpu): a step on cpu held no GPU, whatever the spec "
+        "asks of a cluster (GPU-hours, whale.report.series); None: not recorded",
+    )
 
 
 class CandidateScore(_Wire):
@@ -228,6 +233,14 @@ class HarnessIterationMetrics(_Wire):
     )
     candidates: list[CandidateScore] = Field(default_factory=list)
     rollouts: int
+    seconds: float = Field(
+        0.0, description="wall time of the iteration: proposing and scoring its candidates (0: not recorded)"
+    )
+    device: str | None = Field(
+        None,
+        description="where the candidates' model calls ran when in this process (cpu, cuda); None: an inference "
+        "server, whose GPUs are the spec's",
+    )
 
 
 class EvalProgress(_Wire):

@@ -76,6 +76,11 @@ class ResolvedSchedule:
     rollouts_per_step: int = 0
     rollouts_per_harness_iteration: int = 0
     rollouts_incoming_evaluation: int = 0
+    #: what one proposal spends when it is valid, new, passes its smoke test and is scored in full: one episode on
+    #: each smoke item, then rolloutsPerItem on every D_harness item (an invalid or duplicate one spends nothing,
+    #: one that fails the smoke test at most its smoke episodes)
+    rollouts_per_proposal_smoke: int = 0
+    rollouts_per_proposal_full: int = 0
     #: of rollouts_per_harness_iteration: the proposer's run_candidate budget (0 unless that option is on)
     proposer_trial_rollouts: int = 0
     every_accepted_harness: bool = False
@@ -185,6 +190,7 @@ def resolve(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> ResolvedSchedule
 
     hs = spec.experiment.harness_search
     per_candidate = harness_size * hs.rollouts_per_item
+    smoke = min(hs.smoke_test_items, harness_size)
     # the built-in agents' run_candidate (an option, off as in the paper): its budget is spent per proposer
     # iteration, so the plan counts it there (an upper bound: the proposer may spend less)
     trials = hs.proposer.run_candidate_rollouts if hs.proposer.backend in ("openai", "anthropic") else 0
@@ -201,9 +207,11 @@ def resolve(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> ResolvedSchedule
         weight_rule=weight_rule,
         harness_rule=harness_rule,
         rollouts_per_step=rsft.prompts_per_step * rsft.rollouts_per_prompt,
-        rollouts_per_harness_iteration=per_candidate * hs.proposals_per_iteration + trials,
+        rollouts_per_harness_iteration=(smoke + per_candidate) * hs.proposals_per_iteration + trials,
         proposer_trial_rollouts=trials,
         rollouts_incoming_evaluation=per_candidate,
+        rollouts_per_proposal_smoke=smoke,
+        rollouts_per_proposal_full=per_candidate,
         every_accepted_harness=ev.every_accepted_harness,
     )
 
@@ -214,7 +222,8 @@ def min_adaptive_weight_steps(rule: WeightStopRule) -> int:
 
 
 def harness_phase_rollouts(sched: ResolvedSchedule, iterations: int) -> int:
-    """Iteration 1 re-evaluates the incoming harness; each later one scores every proposal."""
+    """Iteration 1 re-evaluates the incoming harness (scored in full, no smoke test); each later one smoke-tests and
+    scores every proposal (an upper bound: see ``ResolvedSchedule.rollouts_per_proposal_smoke``)."""
     if iterations < 1:
         return 0
     return sched.rollouts_incoming_evaluation + (iterations - 1) * sched.rollouts_per_harness_iteration
@@ -298,6 +307,13 @@ def plan(spec: WhaleRunSpec, split_sizes: dict[str, int]) -> dict[str, Any]:
                     "maxIterations": ah.max_iterations,
                 },
             }
+    if cond.searches_harness and sched.proposer_iterations > 0:
+        # a proposal spends its smoke test and its full score only when it is valid, new and survives the smoke
+        out["rolloutsPerProposal"] = {
+            "smoke": sched.rollouts_per_proposal_smoke,
+            "full": sched.rollouts_per_proposal_full,
+        }
+        out["rolloutsUpperBound"] = True
     if sched.proposer_trial_rollouts:
         # run_candidate's budget per proposer iteration, counted in ``rollouts`` as if spent in full
         out["proposerTrialRolloutsPerIteration"] = sched.proposer_trial_rollouts

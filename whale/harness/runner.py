@@ -451,7 +451,10 @@ class EpisodeRunner:
             t0 = time.perf_counter()
             if action["kind"] == "env":
                 step = env.step(action["action"])
-                result = {"kind": "env", "observation": _jsonable(step.observation), "done": bool(step.done)}
+                try:
+                    result = step.harness_result()  # the environment service answers with the same rule
+                except ValueError as exc:  # a domain bug: fail loudly
+                    raise EpisodeError(str(exc)) from exc
                 info = _jsonable(step.info)
                 graded = [str(g) for g in step.graded if g]
                 env_done = env_done or step.done

@@ -127,6 +127,8 @@ class InferenceClient(abc.ABC):
     model: str = "unknown"
     #: prompt + max_tokens of one request may not exceed this (the server's context); None: unknown
     max_model_len: int | None = None
+    #: the torch device type generation runs on when it runs in this process (cpu, cuda); None: a server's
+    device: str | None = None
 
     @abc.abstractmethod
     async def chat(

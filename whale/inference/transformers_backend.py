@@ -106,6 +106,8 @@ class TransformersClient(InferenceClient):
         self.max_batch_size = max_batch_size
         self.batch_wait_s = batch_wait_s
         self.model = model_name or getattr(getattr(model, "config", None), "_name_or_path", None) or "in-process"
+        first = next(iter(model.parameters()), None) if hasattr(model, "parameters") else None
+        self.device = first.device.type if first is not None else None
         self.chat_template_kwargs = dict(chat_template_kwargs or {})
         template = getattr(tokenizer, "chat_template", None)
         self.tool_parser = tool_parser or parser_for_template(template if isinstance(template, str) else None)

@@ -35,7 +35,14 @@ from whale.core.protocol import CandidateScore, HarnessIterationMetrics, Harness
 from whale.metaharness.archive import Archive
 from whale.metaharness.evaluate import CandidateEvaluator, RunOutcome
 from whale.metaharness.integrity import IntegrityPolicy, integrity_flags, model_usage
-from whale.metaharness.proposer.base import CANDIDATES_DIR, ProposalRequest, Proposer, ProposerError, ProposerReport
+from whale.metaharness.proposer.base import (
+    CANDIDATES_DIR,
+    ProposalRequest,
+    Proposer,
+    ProposerError,
+    ProposerReport,
+    ProposerUnavailable,
+)
 from whale.metaharness.proposer.tools import (
     TRYOUT_CALLS,
     CandidateTrials,
@@ -162,11 +169,12 @@ class HarnessSearch:
                 break
             metrics = self.logged.get(it)
             if metrics is None:
+                started = time.monotonic()
                 if it == 1:
                     await self._incoming()
                 else:
                     await self._iteration(it)
-                metrics = self._metrics(it)
+                metrics = self._metrics(it, time.monotonic() - started)
                 self.emit(metrics)
                 record = self.archive.iteration(it) or {"iteration": it}
                 self.archive.put_iteration(it, {**record, "complete": True})
@@ -198,7 +206,8 @@ class HarnessSearch:
     def _write_summary(self) -> None:
         self.archive.write_summary(refuse_flagged=self._refuse_flagged)
 
-    def _metrics(self, it: int) -> HarnessIterationMetrics:
+    def _metrics(self, it: int, seconds: float) -> HarnessIterationMetrics:
+        """``seconds``: this attempt's wall time of the iteration (a resumed iteration counts only its last attempt)."""
         candidates = self.archive.candidates()
         best = pick_best((c for c in candidates if c.iteration <= it), self._refuse_flagged)
         mine = [c for c in candidates if c.iteration == it]
@@ -219,6 +228,7 @@ class HarnessSearch:
             ],
             # the proposer's run_candidate rollouts are this iteration's too (never the test split's)
             rollouts=sum(c.rollouts for c in mine) + int((self.archive.iteration(it) or {}).get("trial_rollouts", 0)),
+            seconds=round(seconds, 3),
         )
 
     # ----- iteration 1: the incoming harness -------------------------------------------------------
@@ -331,6 +341,8 @@ class HarnessSearch:
             report = await asyncio.wait_for(self.proposer.propose(request), self.config.proposer_timeout_s + 60)
         except TimeoutError:
             report = ProposerReport(stopped_by="timeout", notes=["the proposer did not return within its timeout"])
+        except ProposerUnavailable as exc:  # fail closed: no iteration goes on without its proposer
+            raise SearchError(f"iteration {it}: {exc}") from None
         except ProposerError as exc:
             report = ProposerReport(stopped_by="error", notes=[str(exc)])
         except Exception as exc:  # a proposer bug must not end the phase; recorded in the archive

@@ -9,9 +9,12 @@ parser reads it), each tool call answered by the domain's real tool (the retriev
 the environment's own ``call_tool``.
 
 What can never come back is a grade: :func:`tools_only` gives the runner environments whose ``step`` (the harness
-submitting its answer or move) ends the episode without reaching the real environment — no reward, no gold, no
-verdict on a move — so scripted replies cannot probe the answers. ``reset`` (the task as a harness's ``start``
-gets it) and ``call_tool`` are the real environment's.
+submitting its answer) ends the episode without reaching the real environment — no reward, no gold — so scripted
+replies cannot probe the answers. ``reset`` (the task as a harness's ``start`` gets it) and ``call_tool`` are the
+real environment's. A :attr:`~whale.domain.Domain.prototype_steps` domain (chess) is the exception the reference's
+skill asks for (test ``env_response`` on trajectories): its steps run for real, each answered as the model reads it
+turn by turn (the move's verdict, the opponent's reply; what the environment service answers the ``cli`` agent's
+kit), still with no reward, ``info`` or gold.
 """
 
 from __future__ import annotations
@@ -29,10 +32,12 @@ SUBMITTED: dict[str, Any] = {"submitted": True, "graded": False}
 
 
 class SubmitOnlyEnvironment(Environment):
-    """A real environment whose ``step`` is recorded, never run: the episode ends ungraded."""
+    """A real environment whose ``step`` is recorded, never run: the episode ends ungraded. ``steps``: run each
+    step for real and pass on only what a harness's ``observe`` gets (a ``prototype_steps`` domain)."""
 
-    def __init__(self, env: Environment):
+    def __init__(self, env: Environment, steps: bool = False):
         self._env = env
+        self._steps = steps
         #: what the harness submitted (None: nothing yet)
         self.submitted: Any = None
 
@@ -41,6 +46,9 @@ class SubmitOnlyEnvironment(Environment):
 
     def step(self, action: Any) -> StepResult:
         self.submitted = action
+        if self._steps:
+            played = self._env.step(action)
+            return StepResult(observation=played.observation, done=played.done)  # no info, nothing graded
         return StepResult(observation=dict(SUBMITTED), done=True)
 
     def call_tool(self, name: str, arguments: dict[str, Any]) -> str:
@@ -71,7 +79,7 @@ class _ToolsOnly(Domain):
         return self._domain.load_split(split, data, store)
 
     def make_env(self, item: dict[str, Any]) -> Environment:
-        return SubmitOnlyEnvironment(self._domain.make_env(item))
+        return SubmitOnlyEnvironment(self._domain.make_env(item), steps=self._domain.prototype_steps)
 
     def h0_path(self) -> Path:
         return self._domain.h0_path()
@@ -94,5 +102,6 @@ def tools_only(domain: Domain) -> Domain:
         "allowed_imports": domain.allowed_imports,
         "max_turns_limit": domain.max_turns_limit,
         "tool_services": domain.tool_services,
+        "prototype_steps": domain.prototype_steps,
     }
     return type(f"ToolsOnly_{type(domain).__name__}", (_ToolsOnly,), attrs)(domain)

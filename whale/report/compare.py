@@ -3,8 +3,8 @@ bootstrap intervals over test items. Pure: series and per-item rewards in, typed
 
 - **Groups.** A run's group is its condition, plus the value of every ``--by`` spec field (a dotted camelCase path
   such as ``harnessSearch.proposer.backend``); the runs of one group are its repeats (different ``spec.experiment.seed``).
-- **Bands.** Each run's test mean@k is a step function of an axis (rollouts spent, global RSFT step, or measured
-  weight-phase hours): at ``x`` it is the last evaluation at or before ``x``. On the union of the group's
+- **Bands.** Each run's test mean@k is a step function of an axis (rollouts spent, global RSFT step, measured
+  training wall hours, or GPU-hours: those hours x the GPUs each phase held): at ``x`` it is the last evaluation at or before ``x``. On the union of the group's
   evaluation points, over the range every run covers, the band is the mean over runs with a Student-t interval
   (``scipy.stats.t``): the uncertainty over seeds. One run: no band, only its line.
 - **Headline both ways.** Per group, the mean (with its t interval) of the runs' best over evaluation points (the
@@ -42,7 +42,8 @@ class Axis(str, enum.Enum):
 
     ROLLOUTS = "rollouts"  #: training rollouts spent
     STEPS = "steps"  #: global RSFT step
-    HOURS = "hours"  #: measured wall hours of the weight steps (GPU-hours are not recorded yet)
+    HOURS = "hours"  #: measured wall hours of the training work (weight steps and harness iterations)
+    GPU_HOURS = "gpu-hours"  #: those hours x the GPUs each phase held (0 for a CPU run)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,22 +171,12 @@ def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> In
 
 def curve(series: RunSeries, axis: Axis) -> list[tuple[float, float]]:
     """A run's finished, unflagged evaluations as (x, mean@k), in schedule order."""
-    hours_at: list[tuple[int, float]] = []
-    total = 0.0
-    for s in series.weight_steps:
-        total += s.seconds / 3600.0
-        hours_at.append((s.step, total))
-
-    def hours(step: int) -> float:
-        done = [h for st, h in hours_at if st <= step]
-        return done[-1] if done else 0.0
-
     out = []
     for e in series.evals:
         if e.mean_at_k is None or e.flagged:
             continue
-        x = float(e.rollouts if axis is Axis.ROLLOUTS else e.step if axis is Axis.STEPS else hours(e.step))
-        out.append((x, float(e.mean_at_k)))
+        x = {Axis.ROLLOUTS: e.rollouts, Axis.STEPS: e.step, Axis.HOURS: e.hours, Axis.GPU_HOURS: e.gpu_hours}[axis]
+        out.append((float(x), float(e.mean_at_k)))
     return sorted(out, key=lambda p: p[0])  # stable: points at one x keep schedule order, the last one counts
 
 

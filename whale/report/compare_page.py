@@ -133,7 +133,8 @@ def compare_html(
     if svg is not None:
         out.append(
             f'<figure id="figure-compare">{inline_svg(svg)}<figcaption>Mean test mean@k per group with the band '
-            "over seeds, against rollouts, RSFT steps and measured weight-phase hours</figcaption></figure>"
+            "over seeds, against rollouts, RSFT steps and GPU-hours of training (measured wall time x the GPUs each "
+            "phase held; training wall hours when no run held a GPU)</figcaption></figure>"
         )
     if comparison.notes:
         out.append('<ul class="notes">' + "".join(f"<li>{_esc(n)}</li>" for n in comparison.notes) + "</ul>")

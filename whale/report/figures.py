@@ -206,13 +206,22 @@ def training_figure(runs: Sequence[RunSeries]) -> Any:
 _AXIS_LABELS = {
     "rollouts": "training rollouts spent",
     "steps": "global RSFT step",
-    "hours": "weight-phase wall hours (measured)",
+    "gpu-hours": "GPU-hours of training (measured wall time x GPUs held)",
+    "hours": "training wall hours (measured; CPU runs hold no GPU)",
 }
+
+
+def compare_axes(comparison: Any) -> tuple[str, str, str]:
+    """The three panels: rollouts, steps, and GPU-hours — or, when no run of the comparison held a GPU (a CPU
+    comparison, where every GPU-hour is 0), the measured training wall hours instead."""
+    gpu = any(band.axis.value == "gpu-hours" and any(x > 0 for x in band.x) for band in comparison.bands)
+    return "rollouts", "steps", "gpu-hours" if gpu else "hours"
 
 
 def compare_figure(comparison: Any) -> Any:
     """``whale compare``: each group's mean test mean@k over its runs, with the band over seeds, against rollouts,
-    RSFT steps and weight-phase hours (one panel each). ``comparison``: a :class:`whale.report.compare.Comparison`."""
+    RSFT steps and GPU-hours (wall hours for a CPU comparison; one panel each). ``comparison``: a
+    :class:`whale.report.compare.Comparison`."""
     mpl = _mpl()
     from matplotlib.figure import Figure
 
@@ -220,7 +229,7 @@ def compare_figure(comparison: Any) -> Any:
     with mpl.rc_context(RC):
         fig = Figure(figsize=(15, 4.6), layout="constrained")
         axes = fig.subplots(1, 3, sharey=True)
-        for ax, axis in zip(axes, _AXIS_LABELS, strict=True):
+        for ax, axis in zip(axes, compare_axes(comparison), strict=True):
             ax.set_title(f"against {_AXIS_LABELS[axis]}")
             ax.set_xlabel(_AXIS_LABELS[axis])
             ax.grid(True, alpha=0.3)

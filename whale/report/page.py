@@ -32,6 +32,7 @@ SUMMARY_COLUMNS: tuple[tuple[str, str], ...] = (
     ("rolloutsSpent", "rollouts spent"),
     ("steps", "RSFT steps"),
     ("weightHours", "weight-phase hours"),
+    ("hours", "training hours"),
     ("gpuHours", "GPU-hours"),
 )
 
@@ -105,7 +106,8 @@ def summary_row(run: RunSeries) -> dict[str, str]:
         "rolloutsSpent": f"{run.rollouts_spent:,}",
         "steps": steps,
         "weightHours": f"{run.weight_hours:.3f}",
-        "gpuHours": DASH if run.gpu_hours is None else f"{run.gpu_hours:.1f}",
+        "hours": f"{run.hours:.3f}",
+        "gpuHours": f"{run.gpu_hours:.2f}" + ("" if run.weight_gpus or run.harness_gpus else " (CPU run)"),
     }
 
 

@@ -20,6 +20,7 @@ condition evaluated more often has more chances at a high ``best``; every condit
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import enum
 import math
@@ -37,6 +38,7 @@ from whale.core.protocol import (
 )
 from whale.core.spec import WhaleRunSpec
 from whale.core.status import WhaleRunStatus
+from whale.cost import held_gpus
 from whale.report.paper import PaperNumber, paper_number
 
 _AFTER_ORDER = {"start": 0, "weight": 1, "harness": 2}
@@ -140,6 +142,10 @@ class EvalSample:
     iteration: int | None = None
     #: flagged for reward integrity (never the best; the notes say why)
     flagged: bool = False
+    #: measured wall hours of the training work (weight steps, harness iterations) done by this point
+    hours: float = 0.0
+    #: those hours x the GPUs each phase held (``whale.cost.held_gpus``): 0 for a CPU run
+    gpu_hours: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +185,8 @@ class HarnessIteration:
     candidate_scores: tuple[float, ...]
     #: training rollouts spent at the end of this iteration (the whole run's)
     rollouts: int
+    #: wall time of the iteration (proposing and scoring); 0 when its metrics line predates the field
+    seconds: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,8 +257,14 @@ class RunSeries:
     total_steps: int | None
     #: measured wall hours of the weight steps (sampling + training + sync), from the metrics lines
     weight_hours: float
-    #: GPU-hours; None: the workloads do not record the devices they held (see docs/report.md)
-    gpu_hours: float | None
+    #: measured wall hours of the training work: weight steps and harness iterations (evaluations not counted)
+    hours: float
+    #: GPU-hours of that work: each step's or iteration's wall time x the GPUs its phase's pods hold
+    #: (``whale.cost.held_gpus``, the rule ``whale plan`` prices with); 0 for a CPU run
+    gpu_hours: float
+    #: GPUs a weight step and a harness iteration held (the spec's rule; 0 when each ran on cpu or none ran)
+    weight_gpus: int
+    harness_gpus: int
     paper: PaperNumber | None
     notes: tuple[str, ...] = ()
 
@@ -319,6 +333,8 @@ def build_series(records: RunRecords, label: str | None = None) -> RunSeries:
     steps: list[WeightStep] = []
     iterations: list[HarnessIteration] = []
     rollouts = step = 0
+    gpus = held_gpus(spec)
+    spent = _Spent()
     for p in _ordered_phases(records):
         cycle = run_order(p.phase)[0]
         start_rollouts, start_step = rollouts, step
@@ -340,6 +356,7 @@ def build_series(records: RunRecords, label: str | None = None) -> RunSeries:
                         seconds=m.seconds_sampling + m.seconds_training + m.seconds_syncing,
                     )
                 )
+                spent.add(rollouts, steps[-1].seconds, 0 if m.device == "cpu" else gpus.weight, PhaseKind.WEIGHT)
             if isinstance(p.result, WeightPhaseResult):
                 step = max(step, p.result.final_step)
         else:
@@ -355,8 +372,10 @@ def build_series(records: RunRecords, label: str | None = None) -> RunSeries:
                         best_candidate=h.best_candidate,
                         candidate_scores=tuple(c.score for c in h.candidates if c.score is not None),
                         rollouts=rollouts,
+                        seconds=h.seconds,
                     )
                 )
+                spent.add(rollouts, h.seconds, 0 if h.device == "cpu" else gpus.harness, PhaseKind.HARNESS)
         # the result's count is the one decide() adds up; metrics lines cover a running phase
         rollouts = start_rollouts + _phase_rollouts(p)
         result = p.result
@@ -414,6 +433,10 @@ def build_series(records: RunRecords, label: str | None = None) -> RunSeries:
             "no status.json in the store (a cluster run keeps its status on the WhaleRun object): "
             "evaluation points and the best point are reconstructed from the phase results"
         )
+    evals = [
+        dataclasses.replace(e, hours=spent.hours_at(e.rollouts), gpu_hours=spent.gpu_hours_at(e.rollouts))
+        for e in evals
+    ]
     if final is None:  # a run still going (or one whose status predates status.final): the latest point
         final = _last_point(evals, records.evals, k)
     if best is not None:
@@ -445,10 +468,46 @@ def build_series(records: RunRecords, label: str | None = None) -> RunSeries:
         steps=steps_reached,
         total_steps=total_steps,
         weight_hours=sum(s.seconds for s in steps) / 3600.0,
-        gpu_hours=None,
+        hours=spent.hours_at(None),
+        gpu_hours=spent.gpu_hours_at(None),
+        weight_gpus=spent.held.get(PhaseKind.WEIGHT, 0),
+        harness_gpus=spent.held.get(PhaseKind.HARNESS, 0),
         paper=paper_number(spec),
         notes=tuple(notes),
     )
+
+
+class _Spent:
+    """The training work done so far, unit by unit (a weight step, a harness iteration), in schedule order: the
+    run's rollouts after each unit, and its cumulative wall and GPU seconds. An evaluation that looks at the point
+    reached with R rollouts spent sits after every unit that ended at R or before."""
+
+    def __init__(self) -> None:
+        self.rollouts: list[int] = []
+        self.seconds: list[float] = []
+        self.gpu_seconds: list[float] = []
+        #: the most GPUs a unit of each kind held
+        self.held: dict[PhaseKind, int] = {}
+
+    def add(self, rollouts: int, seconds: float, gpus: int, kind: PhaseKind) -> None:
+        self.held[kind] = max(self.held.get(kind, 0), gpus)
+        self.rollouts.append(rollouts)
+        self.seconds.append((self.seconds[-1] if self.seconds else 0.0) + seconds)
+        self.gpu_seconds.append((self.gpu_seconds[-1] if self.gpu_seconds else 0.0) + seconds * gpus)
+
+    def _index(self, rollouts: int | None) -> int:
+        """The last unit ended with at most ``rollouts`` spent (None: every unit); -1: none."""
+        if rollouts is None:
+            return len(self.rollouts) - 1
+        return bisect.bisect_right(self.rollouts, rollouts) - 1
+
+    def hours_at(self, rollouts: int | None) -> float:
+        i = self._index(rollouts)
+        return self.seconds[i] / 3600.0 if i >= 0 else 0.0
+
+    def gpu_hours_at(self, rollouts: int | None) -> float:
+        i = self._index(rollouts)
+        return self.gpu_seconds[i] / 3600.0 if i >= 0 else 0.0
 
 
 def _eval_order(e: EvalSample) -> tuple[int, int, int, int]:

@@ -194,6 +194,9 @@ class WeightPhase:
         self.checkpoints = self.writer or CheckpointWriter(
             self.store, self.run, self.phase, background=self.cfg.async_checkpoint
         )
+        first = next(iter(self.model.parameters()), None) if hasattr(self.model, "parameters") else None
+        #: the trainer's device type, in every metrics line: a step on cpu held no GPU (GPU-hours)
+        self.device_type: str | None = first.device.type if first is not None else None
 
     # ----- one step -------------------------------------------------------------------------------
 
@@ -285,6 +288,7 @@ class WeightPhase:
             seconds_training=t_train or (t2 - t1 if selection.kept else 0.0),
             seconds_syncing=t_sync,
             tokens_per_second=(tokens / t_train) if t_train else 0.0,
+            device=self.device_type,
         ).to_wire()
         # Extra keys (readers ignore unknown fields): the data order, for audits and resume checks, and the
         # optimiser updates made.

@@ -3,7 +3,8 @@
 ``RetrieverClient.search`` mirrors ``whale.tools.retrieval_index.Retriever.search``; ``CodeClient.run`` mirrors
 ``whale.tools.code.LocalCodeRunner.run``. Environments pick one from the deployment's settings
 (:func:`retriever_from_env`, :func:`code_runner_from_env`). Transport failures and 5xx answers are
-retried briefly, then raised as :class:`ToolServiceError` naming the URL.
+retried briefly, then raised as :class:`ToolServiceError` naming the URL (:mod:`whale.tools.service_call`, the
+rule the proposer's prototyping kit follows too).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import httpx
 
 from whale.tools.code import CodeResult
 from whale.tools.retrieval_index import Hit
+from whale.tools.service_call import CODE_SERVICE_FAILED, ToolServiceError, TransportFailure, post_json
 
 #: environment variables naming the deployed services (set on the cluster's workload pods)
 RETRIEVER_URL_ENV = "WHALE_RETRIEVER_URL"
@@ -27,30 +29,17 @@ SEARCH_INDEX_ENV = "WHALE_SEARCH_INDEX"
 #: how long an environment waits for the deployed retriever to answer its first health check
 READY_WAIT_ENV = "WHALE_RETRIEVER_WAIT_S"
 READY_WAIT_S = 1800.0
-RETRIES = 3
-RETRY_BACKOFF_S = 0.5
-
-
-class ToolServiceError(RuntimeError):
-    """A tool service could not be reached or refused the request."""
 
 
 def _post(client: httpx.Client, url: str, payload: dict) -> dict:
-    last: Exception | None = None
-    for attempt in range(RETRIES):
+    def send(url: str, payload: dict) -> tuple[int, str]:
         try:
             resp = client.post(url, json=payload)
         except httpx.TransportError as exc:
-            last = exc
-        else:
-            if resp.status_code < 400:
-                return resp.json()
-            detail = resp.text[:300]
-            if resp.status_code < 500:
-                raise ToolServiceError(f"{url} refused the request ({resp.status_code}): {detail}")
-            last = ToolServiceError(f"{url} failed ({resp.status_code}): {detail}")
-        time.sleep(RETRY_BACKOFF_S * (attempt + 1))
-    raise ToolServiceError(f"{url} unreachable after {RETRIES} attempts: {last}")
+            raise TransportFailure(str(exc) or type(exc).__name__) from exc
+        return resp.status_code, resp.text
+
+    return post_json(send, url, payload)
 
 
 class RetrieverClient:
@@ -123,7 +112,7 @@ class CodeClient:
         try:
             return CodeResult.from_dict(_post(self._client, self.url, payload))
         except ToolServiceError as exc:
-            return CodeResult("service_error", "", f"The code interpreter service failed: {exc}", 0.0)
+            return CodeResult("service_error", "", f"{CODE_SERVICE_FAILED}{exc}", 0.0)
 
     def close(self) -> None:
         self._client.close()

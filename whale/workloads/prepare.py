@@ -75,11 +75,10 @@ def prepare_data(
     cache_dir: Path | None = None,
     fetch: Callable[..., Any] | None = None,
 ) -> Prepared:
-    """Everything a run of ``spec`` reads from the store, with no run: the tool services' data
-    (``Domain.prepare_store``, unless ``tool_data`` is False), the full datasets and their splits
-    (``source: full``), then every split loaded once and its size checked against the plugin's."""
-    if tool_data:
-        domain.prepare_store(spec.experiment.data, store)  # what the run's tool services fetch (a retriever's index)
+    """Everything a run of ``spec`` reads from the store, with no run: the full datasets and their splits
+    (``source: full``), the tool services' data (``Domain.prepare_store``, unless ``tool_data`` is False: it may
+    read a split, the environment service's D_harness), then every split loaded once and its size checked
+    against the plugin's."""
     reports: list[Any] = []
     manifest = None
     if spec.experiment.data.source == "full":
@@ -89,6 +88,8 @@ def prepare_data(
         manifest, reports = full.materialise(
             store, domain.require_full_data(), spec.experiment.data, cache_dir, **extra
         )
+    if tool_data:
+        domain.prepare_store(spec.experiment.data, store)  # what the run's tool services fetch (a retriever's index)
     return Prepared(split_sizes(domain, spec, store), reports, manifest)
 
 

@@ -16,6 +16,7 @@ iteration whose accepted harness was new, ``acceptedByIteration``) to ``layout.r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import tempfile
@@ -32,13 +33,13 @@ from whale.core.protocol import (
     IntegrityFlag,
     PhaseKind,
 )
-from whale.domain import Data, Domain
+from whale.domain import ENV_SERVICE_URL_ENV, Data, Domain
 from whale.inference.base import InferenceClient
 from whale.metaharness.archive import Archive
 from whale.metaharness.evaluate import CandidateEvaluator, EvalSettings
 from whale.metaharness.integrity import IntegrityAction, IntegrityPolicy
 from whale.metaharness.loop import HarnessSearch, SearchConfig, SearchError, SearchResult
-from whale.metaharness.proposer import Proposer
+from whale.metaharness.proposer import AGENT_EXCHANGE_ENV, Proposer
 from whale.metaharness.proposer import from_spec as proposer_from_spec
 from whale.rsft.checkpoint import require_complete
 from whale.store import Store
@@ -64,19 +65,44 @@ def load_request(store: Store, run: str, phase: str) -> HarnessRequest:
     return read_request(store, run, phase, PhaseKind.HARNESS, SearchError)
 
 
-def prototype_files(domain: Domain, data: Data, items: Sequence[dict[str, Any]], incoming: str) -> dict[str, str]:
+def prototype_files(
+    domain: Domain,
+    data: Data,
+    items: Sequence[dict[str, Any]],
+    incoming: str,
+    local_services: dict[str, str] | None = None,
+) -> dict[str, str]:
     """The proposer's prototyping kit (:mod:`whale.metaharness.proposer.kit`): the harness API's source, the
-    domain's tool code (``Domain.prototype_modules``), the D_harness tasks as harnesses see them (``Environment.reset()``, no gold) and the URLs of the run's tool
-    services this workload reaches (their variables set here, as on a cluster)."""
+    domain's tool code (``Domain.prototype_modules``), the D_harness tasks as harnesses see them
+    (``Environment.reset()``, no gold) and the URLs of the run's tool services this workload reaches (their
+    variables set here, as on a cluster; ``local_services``: name -> URL of those started here, see
+    :func:`needs_local_env_service`)."""
     from whale.harness import api
     from whale.metaharness.proposer.kit import MAX_TASKS, prototype_kit
-    from whale.tools import passage_row
+    from whale.tools import passage_row, service_call
 
     tasks = [domain.make_env(item).reset() for item in list(items)[:MAX_TASKS]]
     services = {s.name: os.environ[s.url_env] for s in domain.tool_services_for(data) if os.environ.get(s.url_env)}
+    services.update(local_services or {})
     api_source = Path(api.__file__).read_text("utf-8")
-    library = {"whale/tools/passage_row.py": Path(passage_row.__file__).read_text("utf-8")}
+    library = {
+        "whale/tools/passage_row.py": Path(passage_row.__file__).read_text("utf-8"),
+        "whale/tools/service_call.py": Path(service_call.__file__).read_text("utf-8"),
+    }
     return prototype_kit(api_source, incoming, tasks, services, {**domain.prototype_modules(), **library})
+
+
+def needs_local_env_service(domain: Domain, proposer: Any, environ: dict[str, str] | os._Environ[str]) -> bool:
+    """Whether this phase starts the environment service itself (``whale.tools.env_service.serve_locally``): a
+    :attr:`~whale.domain.Domain.prototype_steps` domain (chess) whose run deployed none (a local run: no
+    ``$WHALE_ENV_URL``), for an agent CLI that has a network to reach it (the built-in agents play steps through
+    ``try_harness`` instead)."""
+    return (
+        domain.prototype_steps
+        and proposer.backend == "cli"
+        and proposer.network != "none"
+        and not environ.get(ENV_SERVICE_URL_ENV)
+    )
 
 
 def run_search(
@@ -146,7 +172,7 @@ def run_search(
     metrics_key = layout.metrics_key(run, phase)
     logged = [HarnessIterationMetrics.model_validate(m) for m in store.read_jsonl(metrics_key)]
 
-    async def go(workdir: Path) -> HarnessPhaseResult:
+    async def go(workdir: Path, local_services: dict[str, str]) -> HarnessPhaseResult:
         try:
             search = HarnessSearch(
                 archive=Archive(store, args.archive),
@@ -158,10 +184,12 @@ def run_search(
                 config=config,
                 workdir=workdir,
                 logged=logged,
-                emit=lambda m: store.append_jsonl(metrics_key, m.to_wire()),
+                emit=lambda m: store.append_jsonl(
+                    metrics_key, m.model_copy(update={"device": client.device}).to_wire()
+                ),
                 stop_requested=lambda: store.exists(layout.stop_key(run, phase)),
                 progress=ProgressWriter(store, run, phase),
-                workspace=prototype_files(domain, spec.experiment.data, items, incoming),
+                workspace=prototype_files(domain, spec.experiment.data, items, incoming, local_services),
             )
             found = await search.run()
         finally:
@@ -192,8 +220,19 @@ def run_search(
             ],
         )
 
-    with tempfile.TemporaryDirectory(prefix="whale-search-") as tmp:
-        result = asyncio.run(go(Path(tmp)))
+    # a cli agent started by the pod's proposer-agent container reads the archive copy at the same path there
+    shared = os.environ.get(AGENT_EXCHANGE_ENV) if hs.proposer.backend == "cli" else None
+    with tempfile.TemporaryDirectory(prefix="whale-search-", dir=shared) as tmp, contextlib.ExitStack() as services:
+        local_services: dict[str, str] = {}
+        if needs_local_env_service(domain, hs.proposer, os.environ):
+            from whale.tools.env_service import serve_locally
+
+            local_services["env"] = services.enter_context(
+                serve_locally(
+                    domain.name, items, spec.experiment.verifier.to_wire(), Path(tmp), spec.experiment.domain_options
+                )
+            )
+        result = asyncio.run(go(Path(tmp), local_services))
     store.write_json(layout.result_key(run, phase), result.to_wire())
     log.info(
         "harness phase %s accepted %s (score %.4f) after %d iterations, %d rollouts (%s)",

@@ -62,18 +62,22 @@ from whale_operator.builders.colocated import (
     colocated_vllm_args,
 )
 from whale_operator.builders.harness import (
+    AGENT_EXCHANGE_DIR,
+    AGENT_EXCHANGE_VOLUME,
+    AGENT_RUNNER_MODULE,
     HARNESS_DEFAULT_RESOURCES,
     HARNESS_PORT,
     HARNESS_UID,
+    PROPOSER_AGENT_CONTAINER,
     harness_children,
     harness_host_deployment,
     harness_host_env,
     harness_host_service,
     harness_network_policy,
     harness_token_env,
+    proposer_agent_container,
     runs_cli_agent,
     uses_harness_host,
-    workload_needs_sandbox_host,
 )
 from whale_operator.builders.inference import (
     DOORBELL_TOKEN_S,
@@ -169,6 +173,9 @@ from whale_operator.builders.tools import (
 )
 
 __all__ = [
+    "AGENT_EXCHANGE_DIR",
+    "AGENT_EXCHANGE_VOLUME",
+    "AGENT_RUNNER_MODULE",
     "API_FIXES",
     "AUTH_HARNESS_TOKEN",
     "AUTH_SECRET_KEYS",
@@ -199,6 +206,7 @@ __all__ = [
     "POD_GROUP_LABEL",
     "PREPARE_DOWNLOADS_DIR",
     "PREPARE_DOWNLOADS_SIZE",
+    "PROPOSER_AGENT_CONTAINER",
     "RENDEZVOUS_PORT",
     "SANDBOX_HOST_CAPABILITIES",
     "SANDBOX_TOOL_RESOURCES",
@@ -260,6 +268,7 @@ __all__ = [
     "pod_walled",
     "policy_tokenizer_container",
     "prepare_job",
+    "proposer_agent_container",
     "rendezvous_service",
     "requests_gpu",
     "required_apis",
@@ -292,6 +301,5 @@ __all__ = [
     "with_template_hash",
     "workload_command",
     "workload_env",
-    "workload_needs_sandbox_host",
     "workload_network_policy",
 ]

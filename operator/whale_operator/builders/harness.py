@@ -12,6 +12,7 @@ from whale.core.spec import (
     WhaleRunSpec,
 )
 from whale.harness.launch import HARNESS_HOST_ENV, HARNESS_TOKEN_ENV
+from whale.metaharness.proposer import DEFAULT_KEY_ENV
 from whale_operator import names
 from whale_operator.builders.auth import AUTH_HARNESS_TOKEN, auth_key_env
 from whale_operator.builders.pods import (
@@ -25,9 +26,14 @@ from whale_operator.builders.pods import (
     restricted_container_security_context,
     restricted_pod_security_context,
     sandbox_host_security_context,
+    secret_key_env,
     untrusted,
 )
 from whale_operator.builders.tools import service_deployment
+
+#: the proposer-agent container's program (whale.metaharness.proposer.agent_exchange, not imported here: it pulls the
+#: sandbox in)
+AGENT_RUNNER_MODULE = "whale.metaharness.proposer.agent_exchange"
 
 # ----- the harness host ---------------------------------------------------------------------------
 
@@ -60,27 +66,78 @@ def harness_host_env(run: RunRef, spec: WhaleRunSpec) -> list[dict[str, Any]]:
     return [{"name": HARNESS_HOST_ENV, "value": address}, harness_token_env(run)]
 
 
-def workload_needs_sandbox_host(spec: WhaleRunSpec, kind: PhaseKind) -> bool:
-    """Whether a workload Job's container must start ``whale.sandbox`` sandboxes itself. With a harness host the
-    train and eval Jobs run no untrusted code, and neither does a harness search with a built-in proposer: harness
-    processes and the proposer's ``run_shell`` commands run on the harness host (:mod:`whale.harness.shell`). Only a
-    ``cli`` proposer's agent starts its sandbox in the search pod (at ``namespaces``: it is refused at ``pod``,
-    spec.CLI_AT_POD, and kept a sandbox host here should a spec reach this without that check)."""
-    if spec.execution.sandbox.isolation == "none":
-        return False
-    if not uses_harness_host(spec):
-        return True
-    return runs_cli_agent(spec, kind)
-
-
 def runs_cli_agent(spec: WhaleRunSpec, kind: PhaseKind) -> bool:
-    """Whether a workload Job runs a ``cli`` proposer's agent (untrusted, in a sandbox of the search pod). At
+    """Whether a workload Job runs a ``cli`` proposer's agent (untrusted): the harness search at ``namespaces`` (it is
+    refused at ``pod``, spec.CLI_AT_POD). Its pod then has the :func:`proposer_agent_container` beside the search. At
     ``none`` harness code runs in every workload pod unwalled: trusted use, outside these guarantees."""
     return (
         kind is PhaseKind.HARNESS
         and spec.experiment.harness_search.proposer.backend == "cli"
         and uses_harness_host(spec)
     )
+
+
+# ----- a cli proposer's agent: a container of its own in the search pod ---------------------------------------------
+
+#: the search Job's container that starts the ``cli`` agent's sandboxes (a native sidecar: an init container with
+#: ``restartPolicy: Always``, so it is up before the search and ended when the search ends)
+PROPOSER_AGENT_CONTAINER = "proposer-agent"
+#: the one volume it shares with the search container, at the same path in both (the archive copy's path is the
+#: agent's too): :mod:`whale.metaharness.proposer.agent_exchange`'s directory
+AGENT_EXCHANGE_VOLUME = "agent-exchange"
+AGENT_EXCHANGE_DIR = "/whale-agent"
+#: the search's scratch (the archive copy, each iteration's candidates) lives there too: bounded
+AGENT_EXCHANGE_SIZE = "16Gi"
+#: the agent container's resources: a Node.js agent CLI and its tools (the sandbox allows 8 GiB of address space per
+#: process and a 512 MiB in-memory workspace; resident use of Claude Code is about 1 GiB)
+AGENT_RESOURCES = {"requests": {"cpu": "1", "memory": "2Gi"}, "limits": {"memory": "4Gi"}}
+
+
+#: the agent container's own scratch (/tmp: where the sandbox launcher stages each sandbox; its root is read-only)
+AGENT_TMP_VOLUME = "agent-tmp"
+AGENT_TMP_SIZE = "2Gi"
+
+
+def agent_exchange_volume() -> dict[str, Any]:
+    return {"name": AGENT_EXCHANGE_VOLUME, "emptyDir": {"sizeLimit": AGENT_EXCHANGE_SIZE}}
+
+
+def agent_volumes() -> list[dict[str, Any]]:
+    """The search pod's volumes for a cli agent: the exchange (both containers) and the agent's /tmp (its own)."""
+    return [agent_exchange_volume(), {"name": AGENT_TMP_VOLUME, "emptyDir": {"sizeLimit": AGENT_TMP_SIZE}}]
+
+
+def agent_exchange_mount() -> dict[str, Any]:
+    return {"name": AGENT_EXCHANGE_VOLUME, "mountPath": AGENT_EXCHANGE_DIR}
+
+
+def proposer_agent_container(spec: WhaleRunSpec) -> dict[str, Any]:
+    """The container that runs a ``cli`` proposer's agent (``python -m whale.metaharness.proposer.agent_exchange``):
+    it alone is a sandbox host (:func:`sandbox_host_security_context`) and holds the agent's API key (by reference),
+    and nothing else: no store credentials, no vLLM key, no caller token, no judge key; the pod mounts no
+    service-account token and shares no PID namespace. The runner refuses to serve if it sees any of them."""
+    proposer = spec.experiment.harness_search.proposer
+    command = ["python", "-m", AGENT_RUNNER_MODULE, "--exchange", AGENT_EXCHANGE_DIR, "--isolation", "namespaces"]
+    command += ["--network", proposer.network]
+    for path in proposer.read_paths:
+        command += ["--read-path", path]
+    env: list[dict[str, Any]] = [{"name": "PYTHONUNBUFFERED", "value": "1"}]
+    key = proposer.api_key_secret
+    if key is not None:
+        name = key.env or DEFAULT_KEY_ENV
+        command += ["--key-env", name]
+        env.append(secret_key_env(name, key))
+    return {
+        "name": PROPOSER_AGENT_CONTAINER,
+        "image": spec.cluster.images.worker,
+        "imagePullPolicy": spec.cluster.images.pull_policy,
+        "restartPolicy": "Always",
+        "command": command,
+        "env": env,
+        "resources": AGENT_RESOURCES,
+        "securityContext": {**sandbox_host_security_context(), "readOnlyRootFilesystem": True},
+        "volumeMounts": [agent_exchange_mount(), {"name": AGENT_TMP_VOLUME, "mountPath": "/tmp"}],
+    }
 
 
 def harness_host_deployment(run: RunRef, spec: WhaleRunSpec, *, replicas: int = 1) -> Manifest:

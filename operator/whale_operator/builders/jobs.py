@@ -14,9 +14,17 @@ from whale.core.spec import (
     WhaleRunSpec,
 )
 from whale.domain import ToolService
+from whale.metaharness.proposer import AGENT_EXCHANGE_ENV, DEFAULT_KEY_ENV
 from whale_operator import names
 from whale_operator.builders.auth import inference_api_key_env
-from whale_operator.builders.harness import harness_host_env, runs_cli_agent, workload_needs_sandbox_host
+from whale_operator.builders.harness import (
+    AGENT_EXCHANGE_DIR,
+    agent_exchange_mount,
+    agent_volumes,
+    harness_host_env,
+    proposer_agent_container,
+    runs_cli_agent,
+)
 from whale_operator.builders.pods import (
     PREPARE_DOWNLOADS_DIR,
     PREPARE_DOWNLOADS_SIZE,
@@ -37,7 +45,6 @@ from whale_operator.builders.pods import (
     resources_dict,
     restricted_container_security_context,
     restricted_pod_security_context,
-    sandbox_host_security_context,
     secret_key_env,
     served_model_name,
     shm_volume,
@@ -74,8 +81,9 @@ def workload_env(
     for tool in tools:
         env.append({"name": tool.url_env, "value": tool_url(run, tool)})
     key = spec.experiment.harness_search.proposer.api_key_secret
-    if request.kind is PhaseKind.HARNESS and key is not None:
-        env.append(secret_key_env(key.env or "WHALE_PROPOSER_API_KEY", key))
+    if request.kind is PhaseKind.HARNESS and key is not None and not runs_cli_agent(spec, request.kind):
+        # a built-in proposer calls its API from the search; a cli agent's key is its own container's
+        env.append(secret_key_env(key.env or DEFAULT_KEY_ENV, key))
     env += judge_key_env(spec)
     if request.kind is PhaseKind.WEIGHT:  # the trainer loads spec.experiment.model (a Hub id at the first phase)
         env += hf_token_env(spec)
@@ -190,13 +198,13 @@ def job(
         "terminationMessagePolicy": "FallbackToLogsOnError",
         "volumeMounts": [{"name": "dshm", "mountPath": "/dev/shm"}],
     }
-    sandbox_host = workload_needs_sandbox_host(spec, kind)
-    if sandbox_host:  # the harness search starts the cli agent's sandbox itself (namespaces): the exception
-        container["securityContext"] = sandbox_host_security_context()
-        pod_security: dict[str, Any] = {"seccompProfile": {"type": "RuntimeDefault"}}
-    else:
-        container["securityContext"] = restricted_container_security_context()
-        pod_security = restricted_pod_security_context(spec, component, WORKER_UID)
+    # restricted whatever runs beside it: harness code runs on the harness host, a cli agent in its own container
+    container["securityContext"] = restricted_container_security_context()
+    pod_security = restricted_pod_security_context(spec, component, WORKER_UID)
+    agent = runs_cli_agent(spec, kind)
+    if agent:  # it hands the agent's sessions to the proposer-agent container through the exchange directory
+        container["env"].append({"name": AGENT_EXCHANGE_ENV, "value": AGENT_EXCHANGE_DIR})
+        container["volumeMounts"].append(agent_exchange_mount())
     env_from = storage_env_from(spec)
     if env_from:
         container["envFrom"] = env_from
@@ -217,7 +225,11 @@ def job(
     }
     if multi_node:
         pod_spec["subdomain"] = names.rendezvous_service_name(name)
-    template_labels = untrusted(labels) if runs_cli_agent(spec, kind) else labels
+    if agent:  # its own container: the agent's key and the sandbox host's context; no shared PID namespace
+        pod_spec["initContainers"] = [proposer_agent_container(spec)]
+        pod_spec["shareProcessNamespace"] = False
+        pod_spec["volumes"] += agent_volumes()
+    template_labels = untrusted(labels) if agent else labels
 
     job_spec: dict[str, Any] = {
         # all-or-nothing: a failed pod fails the attempt; the next attempt resumes from the checkpoint

@@ -4,6 +4,7 @@ the sandboxed tools' NetworkPolicy, and the policy tokenizer some of them need.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from whale.core import layout
@@ -11,7 +12,7 @@ from whale.core.spec import (
     Resources,
     WhaleRunSpec,
 )
-from whale.domain import ToolService
+from whale.domain import DOMAIN_OPTIONS_FLAG, ToolService
 from whale_operator import names
 from whale_operator.builders.pods import (
     HELPER_RESOURCES,
@@ -96,6 +97,13 @@ def tool_deployment(
         pod["initContainers"] = [fetch]
         cmd += [x for (_, flag), path in zip(tool.fetch, local, strict=True) for x in (flag, path)]
         volumes.append({"name": "data", "emptyDir": {}})
+    if tool.verifier_flag:  # the environment service judges as the run's episodes do: the verifier and the options
+        cmd += [
+            tool.verifier_flag,
+            json.dumps(spec.experiment.verifier.to_wire(), sort_keys=True, separators=(",", ":")),
+            DOMAIN_OPTIONS_FLAG,
+            json.dumps(spec.experiment.domain_options, sort_keys=True, separators=(",", ":")),
+        ]
     tokenizer = policy_tokenizer_container(spec, tool)
     if tokenizer is not None:
         pod["initContainers"] = [*pod.get("initContainers", []), tokenizer]
@@ -189,13 +197,14 @@ def tool_service(run: RunRef, tool: ToolService) -> Manifest:
 
 def sandbox_network_policy(run: RunRef, tool: ToolService) -> Manifest:
     """Sandbox pods reach nothing (no egress at all, DNS included); only the run's own workload pods
-    may call them, on the service port."""
+    may call them, on the service port. A ``run_pods_only`` tool (the environment service) gets the same
+    ingress rule with its egress left open: its init container fetches its files from the store."""
     name = (
         names.sandbox_policy_name(run.name)
         if tool.name == "sandbox"
         else names.tool_name(run.name, f"{tool.name}-isolation")
     )
-    return {
+    policy: Manifest = {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": run.metadata(name, names.child_labels(run.name, tool.name)),
@@ -211,6 +220,10 @@ def sandbox_network_policy(run: RunRef, tool: ToolService) -> Manifest:
             "egress": [],
         },
     }
+    if not tool.sandboxed:
+        policy["spec"] = {**policy["spec"], "policyTypes": ["Ingress"]}
+        del policy["spec"]["egress"]
+    return policy
 
 
 def pod_walled(deployment: Manifest, spec: WhaleRunSpec, tool: ToolService) -> Manifest:
@@ -258,6 +271,6 @@ def tool_children(
     for tool in tools:
         out.append(pod_walled(tool_deployment(run, spec, tool, store_uri=store_uri, replicas=replicas), spec, tool))
         out.append(tool_service(run, tool))
-        if tool.sandboxed:
+        if tool.sandboxed or tool.run_pods_only:
             out.append(sandbox_network_policy(run, tool))
     return out

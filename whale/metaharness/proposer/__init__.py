@@ -42,6 +42,9 @@ from whale.metaharness.proposer.base import (
 )
 
 DEFAULT_KEY_ENV = "WHALE_PROPOSER_API_KEY"
+#: set in a cluster's search container: the directory shared with its proposer-agent container
+#: (:mod:`whale.metaharness.proposer.agent_exchange`, which names it too)
+AGENT_EXCHANGE_ENV = "WHALE_PROPOSER_AGENT_EXCHANGE"
 #: backends that call a model API themselves (and so need its endpoint, model and key)
 API_BACKENDS = ("openai", "anthropic")
 _FIELD = "spec.experiment.harnessSearch.proposer"
@@ -153,7 +156,9 @@ def from_spec(proposer_spec: Any, environ: Mapping[str, str] | None = None, seed
     backend = proposer_spec.backend
     key_env = api_key_env(proposer_spec)
     key = environ.get(key_env) if key_env else None
-    if key_env and not key:
+    # on a cluster a cli agent is started by the search Job's proposer-agent container, which alone holds its key
+    exchange = environ.get(AGENT_EXCHANGE_ENV) if backend == "cli" else None
+    if key_env and not key and not exchange:
         raise ProposerError(
             f"the proposer API key is missing: set environment variable {key_env} "
             f"(Secret {proposer_spec.api_key_secret.name}/{proposer_spec.api_key_secret.key} on a cluster)"
@@ -182,6 +187,15 @@ def from_spec(proposer_spec: Any, environ: Mapping[str, str] | None = None, seed
     if backend == "cli":
         from whale.metaharness.proposer.cli_agent import CLIAgentProposer
 
+        if exchange:
+            from whale.metaharness.proposer.agent_exchange import ExchangeLauncher
+
+            return CLIAgentProposer(
+                proposer_spec.command or [],
+                model=getattr(proposer_spec, "model", None),
+                effort=getattr(proposer_spec, "effort", None),
+                launcher=ExchangeLauncher(Path(exchange)),
+            )
         return CLIAgentProposer(
             proposer_spec.command or [],
             extra_env={key_env: key} if key_env and key else None,
@@ -202,6 +216,7 @@ def from_spec(proposer_spec: Any, environ: Mapping[str, str] | None = None, seed
 
 
 __all__ = [
+    "AGENT_EXCHANGE_ENV",
     "API_BACKENDS",
     "Proposal",
     "ProposalRequest",

@@ -32,6 +32,11 @@ class ProposerError(RuntimeError):
     """The proposer cannot run at all (misconfiguration); the message says what to fix."""
 
 
+class ProposerUnavailable(ProposerError):
+    """What must start the proposer is not there (a cluster's ``proposer-agent`` container that never answered): the
+    harness phase fails, naming it, rather than going on without a proposer or starting it anywhere else."""
+
+
 @dataclasses.dataclass(frozen=True)
 class ProposalRequest:
     """What one proposer call gets."""

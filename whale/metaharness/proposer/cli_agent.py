@@ -34,6 +34,13 @@ The agent is untrusted (issue #12's threat model), so it runs in a ``whale.sandb
   (``CLI_GRACE_S`` later) kills everything regardless; per-process memory, CPU, file-size and process
   limits; the output's tail only.
 
+**Who starts the sandbox** (:class:`AgentLauncher`, one interface, two ways): in ``whale run`` the search process
+itself (:class:`InProcessLauncher`); on a cluster the search Job's ``proposer-agent`` container
+(:class:`~whale.metaharness.proposer.agent_exchange.ExchangeLauncher`), which alone holds the agent's API key and
+the right to build sandboxes, and none of the search's keys: the search hands it the sandbox's inputs
+(:class:`AgentJob`) through a shared directory and reads back the :class:`~whale.sandbox.SandboxResult`
+(docs/security.md, "No credentials near untrusted code"). Both run :func:`run_agent_sandbox`.
+
 A small driver (``_DRIVER``, run as the sandbox's program) starts the agent, keeps the tail of its
 output, kills what is left when it ends, and bundles ``candidates/*.py|*.md`` (regular files, capped)
 into one file the sandbox hands back. Whatever comes back is untrusted: files are collected with size
@@ -45,6 +52,7 @@ generated plus newly read tokens (``input_tokens + cache_creation_input_tokens +
 
 from __future__ import annotations
 
+import abc
 import asyncio
 import dataclasses
 import json
@@ -52,7 +60,7 @@ import re
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from whale.metaharness.proposer.base import (
     CANDIDATES_DIR,
@@ -62,9 +70,13 @@ from whale.metaharness.proposer.base import (
     Proposer,
     ProposerError,
     ProposerReport,
+    ProposerUnavailable,
     collect_candidates,
     task_prompt,
 )
+
+if TYPE_CHECKING:
+    from whale.sandbox import SandboxResult
 
 OUTPUT_TAIL_BYTES = 64_000
 FIELDS = (
@@ -92,6 +104,8 @@ CLI_OPEN_FILES = 4096
 CLI_FILE_SIZE_BYTES = 256 << 20
 CLI_SCRATCH_BYTES = 512 << 20
 CLI_COLLECT_BYTES = 32 << 20
+#: the longest agent session a job may ask for (``spec.experiment.harnessSearch.proposer.timeoutSeconds``' bound)
+MAX_SESSION_S = 7 * 86_400
 #: files of candidates/ handed back at most
 MAX_BUNDLED_FILES = 64
 #: stands for the workspace's path in the rendered argv until the driver knows it (its cwd)
@@ -180,6 +194,126 @@ with open("whale-result.json", "w") as out:
 """
 
 
+@dataclasses.dataclass(frozen=True)
+class AgentJob:
+    """One agent session's sandbox inputs, as the search side prepares them (it holds no key: the launcher adds the
+    agent's environment)."""
+
+    #: the workspace's files (PROMPT.md, SKILL.md, the prototyping kit, the driver's configuration)
+    files: Mapping[str, str]
+    #: the read-only archive copy (mounted at the same path inside the sandbox)
+    archive_dir: str
+    #: the session's budget; the sandbox's wall clock is this plus :data:`CLI_GRACE_S`
+    timeout_s: float
+    #: ``spec.execution.sandbox.isolation`` (``namespaces``, or ``none`` for trusted local use)
+    isolation: str = "namespaces"
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "files": dict(self.files),
+            "archiveDir": self.archive_dir,
+            "timeoutS": self.timeout_s,
+            "isolation": self.isolation,
+        }
+
+    @classmethod
+    def from_wire(cls, wire: Any) -> AgentJob:
+        """The job from its JSON form; a malformed one is a :class:`ProposerError` naming the field."""
+        if not isinstance(wire, dict):
+            raise ProposerError("an agent job must be a JSON object")
+        files, archive, timeout, isolation = (wire.get(k) for k in ("files", "archiveDir", "timeoutS", "isolation"))
+        if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+            raise ProposerError("an agent job's files must map names to texts")
+        if not isinstance(archive, str) or not archive:
+            raise ProposerError("an agent job needs archiveDir")
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not 0 < timeout <= MAX_SESSION_S:
+            raise ProposerError(f"an agent job's timeoutS must be in (0, {MAX_SESSION_S}], got {timeout!r}")
+        if isolation not in ("namespaces", "none"):
+            raise ProposerError(f"an agent job's isolation must be namespaces or none, got {isolation!r}")
+        return cls(files=files, archive_dir=archive, timeout_s=float(timeout), isolation=isolation)
+
+
+@dataclasses.dataclass(frozen=True)
+class AgentWalls:
+    """What the agent's sandbox may see besides its workspace and the archive copy, and its environment: the
+    trusted side's settings (the spec's on ``whale run``, the operator-rendered command line in the agent's
+    container), never the job's."""
+
+    #: the agent's own install, read-only (``readPaths``)
+    read_paths: tuple[str, ...] = ()
+    #: ``host`` (it must reach its API) or ``none``
+    network: str = "host"
+    #: the only variables the agent gets besides the sandbox's fixed ones: its API key (and ``IS_SANDBOX``)
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.network not in ("host", "none"):
+            raise ProposerError(f"proposer network must be 'host' or 'none', got {self.network!r}")
+
+
+def agent_limits(timeout_s: float) -> Any:
+    """The agent sandbox's limits for a session of ``timeout_s`` (the same wherever it is started)."""
+    from whale.sandbox import Limits
+
+    return Limits(
+        wall_s=float(timeout_s) + CLI_GRACE_S,
+        cpu_s=int(timeout_s) + int(CLI_GRACE_S),
+        memory_bytes=CLI_MEMORY_BYTES,
+        file_size_bytes=CLI_FILE_SIZE_BYTES,
+        processes=CLI_PROCESSES,
+        open_files=CLI_OPEN_FILES,
+        stdout_bytes=OUTPUT_TAIL_BYTES,
+        stderr_bytes=OUTPUT_TAIL_BYTES,
+        scratch_bytes=CLI_SCRATCH_BYTES,
+        collect_bytes=CLI_COLLECT_BYTES,
+    )
+
+
+def run_agent_sandbox(job: AgentJob, walls: AgentWalls) -> SandboxResult:
+    """Run the driver (and so the agent) in its sandbox: the archive copy and ``walls.read_paths`` read-only, the
+    network ``walls.network`` asks for, ``walls.env`` as its only environment. A sandbox that cannot start is a
+    :class:`ProposerError` (nothing runs unwalled)."""
+    from whale.sandbox import Isolation, SandboxSetupError, run_python
+
+    if job.isolation == "none":
+        isolation = Isolation.none()
+    else:
+        isolation = Isolation(
+            read_paths=(str(Path(job.archive_dir).resolve()), *walls.read_paths),
+            host_network=walls.network == "host",
+        )
+    try:
+        return run_python(
+            _DRIVER,
+            files=dict(job.files),
+            env={"IS_SANDBOX": "1", **dict(walls.env)},
+            limits=agent_limits(job.timeout_s),
+            isolation=isolation,
+            collect=[_RESULT],
+        )
+    except SandboxSetupError as exc:
+        raise ProposerError(f"the cli agent's sandbox cannot start: {exc}") from None
+    except ValueError as exc:  # a bad read path named in the spec
+        raise ProposerError(f"the cli agent's sandbox: {exc}") from None
+
+
+class AgentLauncher(abc.ABC):
+    """Starts one agent session's sandbox and returns how it ended (blocking; called from a worker thread)."""
+
+    @abc.abstractmethod
+    def run(self, job: AgentJob) -> SandboxResult: ...
+
+
+class InProcessLauncher(AgentLauncher):
+    """The search process starts the sandbox itself (``whale run``): the agent's key is in this process."""
+
+    def __init__(self, walls: AgentWalls):
+        self.walls = walls
+
+    def run(self, job: AgentJob) -> SandboxResult:
+        return run_agent_sandbox(job, self.walls)
+
+
 def render_command(template: list[str], values: Mapping[str, str]) -> list[str]:
     """Fill ``{field}``s of the argv template; an unknown field is a configuration error."""
     out = []
@@ -203,6 +337,9 @@ class CLIAgentProposer(Proposer):
         extra_env: the only variables the agent gets besides the sandbox's fixed ones (its API key).
         read_paths: the agent's own install, mounted read-only (``readPaths``).
         network: ``host`` (the agent must reach its API; the default) or ``none``.
+        launcher: who starts the agent's sandbox; default :class:`InProcessLauncher` with these settings (on a
+            cluster, :class:`~whale.metaharness.proposer.agent_exchange.ExchangeLauncher`: the key and the walls are
+            the agent container's, so ``extra_env``, ``read_paths`` and ``network`` are not used here).
     """
 
     backend = "cli"
@@ -216,28 +353,18 @@ class CLIAgentProposer(Proposer):
         network: str = "host",
         model: str | None = None,
         effort: str | None = None,
+        launcher: AgentLauncher | None = None,
     ):
         if not command:
             raise ProposerError("proposer backend 'cli' needs `command` (the agent CLI's argv template)")
-        if network not in ("host", "none"):
-            raise ProposerError(f"proposer network must be 'host' or 'none', got {network!r}")
         self.command = list(command)
-        # IS_SANDBOX=1: what the reference's wrapper sets for Claude Code (it then accepts
-        # --dangerously-skip-permissions whatever uid it runs as); it says only that the agent is sandboxed
-        self.extra_env = {"IS_SANDBOX": "1", **dict(extra_env or {})}
-        self.read_paths = tuple(read_paths)
-        self.network = network
+        # IS_SANDBOX=1 (added by run_agent_sandbox): what the reference's wrapper sets for Claude Code (it then
+        # accepts --dangerously-skip-permissions whatever uid it runs as); it says only that the agent is sandboxed
+        self.launcher = launcher or InProcessLauncher(
+            AgentWalls(read_paths=tuple(read_paths), network=network, env=dict(extra_env or {}))
+        )
         self.model = model or ""
         self.effort = effort or ""
-
-    def _isolation(self, request: ProposalRequest) -> Any:
-        from whale.sandbox import Isolation
-
-        if request.isolation == "none":
-            return Isolation.none()
-        return Isolation(
-            read_paths=(str(Path(request.archive_dir).resolve()), *self.read_paths), host_network=self.network == "host"
-        )
 
     async def propose(self, request: ProposalRequest) -> ProposerReport:
         report = ProposerReport(stopped_by="exit")
@@ -268,9 +395,17 @@ class CLIAgentProposer(Proposer):
             "max_file_bytes": MAX_CANDIDATE_BYTES,
         }
         files = {**request.workspace, "PROMPT.md": prompt, "SKILL.md": request.skill, _CONFIG: json.dumps(config)}
+        job = AgentJob(
+            files=files,
+            archive_dir=str(Path(request.archive_dir).resolve()),
+            timeout_s=float(request.timeout_s),
+            isolation="none" if request.isolation == "none" else "namespaces",
+        )
         started = time.monotonic()
         try:
-            result = await asyncio.to_thread(self._run, request, files)
+            result = await asyncio.to_thread(self.launcher.run, job)
+        except ProposerUnavailable:
+            raise  # no agent container to start it: the phase fails (fail closed), it never runs elsewhere
         except ProposerError as exc:
             report.stopped_by = "error"
             report.notes.append(str(exc))
@@ -317,35 +452,6 @@ class CLIAgentProposer(Proposer):
         report.proposals, notes = collect_candidates(scratch, request.count)
         report.notes.extend(notes)
         return report
-
-    def _run(self, request: ProposalRequest, files: dict[str, str]) -> Any:
-        from whale.sandbox import Limits, SandboxSetupError, run_python
-
-        limits = Limits(
-            wall_s=float(request.timeout_s) + CLI_GRACE_S,
-            cpu_s=int(request.timeout_s) + int(CLI_GRACE_S),
-            memory_bytes=CLI_MEMORY_BYTES,
-            file_size_bytes=CLI_FILE_SIZE_BYTES,
-            processes=CLI_PROCESSES,
-            open_files=CLI_OPEN_FILES,
-            stdout_bytes=OUTPUT_TAIL_BYTES,
-            stderr_bytes=OUTPUT_TAIL_BYTES,
-            scratch_bytes=CLI_SCRATCH_BYTES,
-            collect_bytes=CLI_COLLECT_BYTES,
-        )
-        try:
-            return run_python(
-                _DRIVER,
-                files=files,
-                env=self.extra_env,
-                limits=limits,
-                isolation=self._isolation(request),
-                collect=[_RESULT],
-            )
-        except SandboxSetupError as exc:
-            raise ProposerError(f"the cli agent's sandbox cannot start: {exc}") from None
-        except ValueError as exc:  # a bad read path named in the spec
-            raise ProposerError(f"the cli agent's sandbox: {exc}") from None
 
 
 def _write_back(scratch: Path, files: Any) -> None:

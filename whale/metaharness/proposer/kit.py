@@ -5,10 +5,11 @@ trajectories), put into the agent's workspace as plain files.
 ``proto/`` in the workspace holds the harness API (``whale/harness/api.py``, standard library only, so any
 ``python3`` imports it with ``proto/`` on ``sys.path``), the domain's standard-library tool code
 (``Domain.prototype_modules``: search_qa's ``search_qa/tool.py`` and math_reasoning's ``math_reasoning/tool.py``,
-each tool's answer, the very file its environment runs, and ``whale/tools/passage_row.py``, how a retriever's row
-is read), the incoming harness (``incoming.py``), the D_harness tasks as the harness sees them
+each tool's answer, the very file its environment runs, ``whale/tools/passage_row.py``, how a retriever's row
+is read, and ``whale/tools/service_call.py``, how a service's failure reads), the incoming harness (``incoming.py``), the D_harness tasks as the harness sees them
 (``tasks.jsonl``: ``Environment.reset()`` of each item — no gold answer, no test item), ``tools.py`` (the domain's tool services over HTTP, standard library only, at the URLs
-``services.json`` lists) and ``README.md``. Only the services the harness-search workload itself reaches
+``services.json`` lists; with a chess run's environment service, ``step`` plays moves on D_harness tasks) and
+``README.md``. Only the services the harness-search workload itself reaches
 are listed (their URL variables set in its environment): the agent reaches them with the network it has
 for its model's API; nothing else is added (no credential, no store, no data root).
 
@@ -31,12 +32,18 @@ MAX_TASK_BYTES = 64_000
 _TOOLS = '''"""The run's tool services, standard library only, answering as the harness's environment does:
 ``call(name, arguments)`` returns the text a model reads after that tool call, through the environment's own code
 (``search``: search_qa's retriever, ``search_qa/tool.py``; ``code_interpreter``: math_reasoning's interpreter,
-``math_reasoning/tool.py``); ``retrieve`` is the retriever's raw answer and ``run_code`` the interpreter's. The URLs are in services.json; a service the run has
-not deployed is missing there."""
+``math_reasoning/tool.py``), also when a service fails (the same tool error, ``whale/tools/service_call.py``);
+``retrieve`` is the retriever's raw answer and ``run_code`` the interpreter's. ``step(task, actions)`` plays a
+harness's environment actions (chess: moves in UCI) on a fresh episode of a D_harness task through the run's
+environment service: what the harness's ``observe`` gets for each. The URLs are in services.json; a service the
+run has not deployed is missing there."""
 
 import json
 import os
+import urllib.error
 import urllib.request
+
+from whale.tools.service_call import CODE_SERVICE_FAILED, ToolServiceError, TransportFailure, post_json
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SERVICES = json.load(open(os.path.join(HERE, "services.json")))
@@ -48,10 +55,28 @@ def _url(name, path):
     return SERVICES[name].rstrip("/") + path
 
 
+def _answer(exc):
+    return exc.code, exc.read().decode("utf-8", "replace")
+
+
+def _sender(timeout):
+    def send(url, payload):
+        req = urllib.request.Request(url, json.dumps(payload).encode(), {"content-type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                return resp.status, resp.read().decode("utf-8", "replace")
+        except urllib.error.HTTPError as exc:  # an answer, with its status
+            return _answer(exc)
+        except urllib.error.URLError as exc:
+            raise TransportFailure(str(exc.reason) or type(exc.reason).__name__) from exc
+        except OSError as exc:  # timed out, reset while reading
+            raise TransportFailure(str(exc) or type(exc).__name__) from exc
+
+    return send
+
+
 def _post(name, path, payload, timeout=60):
-    req = urllib.request.Request(_url(name, path), json.dumps(payload).encode(), {"content-type": "application/json"})
-    with urllib.request.urlopen(req, timeout=timeout) as resp:
-        return json.loads(resp.read())
+    return post_json(_sender(timeout), _url(name, path), payload)
 
 
 def retrieve(query_list, topk=3, max_doc_tokens=None):
@@ -63,9 +88,17 @@ def retrieve(query_list, topk=3, max_doc_tokens=None):
 
 
 def _cuts_tokens():
-    """Whether the retriever cuts in the policy's tokens (started with --tokenizer), as the environment asks."""
-    with urllib.request.urlopen(_url("retriever", "/healthz"), timeout=60) as resp:
-        about = json.loads(resp.read())
+    """Whether the retriever cuts in the policy's tokens (started with --tokenizer), as the environment asks: its
+    /healthz answer read whatever its status; no answer or no JSON = no."""
+    try:
+        try:
+            with urllib.request.urlopen(_url("retriever", "/healthz"), timeout=60) as resp:
+                body = resp.read().decode("utf-8", "replace")
+        except urllib.error.HTTPError as exc:
+            body = _answer(exc)[1]
+        about = json.loads(body)
+    except (OSError, ValueError):
+        return False
     return isinstance(about, dict) and bool(about.get("tokenizer"))
 
 
@@ -78,7 +111,8 @@ def _passages(query_list, topk, max_doc_tokens):
 
 def call(name, arguments):
     """A tool call as a harness's action makes it ({"kind": "tool", "name": ..., "arguments": ...}): the text the
-    model reads. A tool error raises ValueError with the message the model would read."""
+    model reads. A tool error raises ValueError with the message the model would read. ``call("env", {"task":
+    ..., "actions": [...]})`` is :func:`step`."""
     if name == "search":
         from search_qa.tool import answer
 
@@ -87,11 +121,16 @@ def call(name, arguments):
         from math_reasoning.tool import answer
 
         return answer(dict(arguments), _run)
+    if name == "env":  # the environment's own step answers: {"task": TASK, "actions": [...]}
+        return step(arguments.get("task"), arguments.get("actions") or [])
     raise ValueError(f"call: no tool {name!r} in this kit")
 
 
 def _run(code):
-    result = _post("sandbox", "/run", {"code": code}, timeout=150)  # the environment's client sends no timeout
+    try:  # the environment's client sends no timeout and waits up to 150 s
+        result = _post("sandbox", "/run", {"code": code}, timeout=150)
+    except ToolServiceError as exc:
+        return "", f"{CODE_SERVICE_FAILED}{exc}"
     return str(result.get("output", "")), result.get("error")
 
 
@@ -103,6 +142,14 @@ def search(query_list, topk=3, max_doc_tokens=200):
 def run_code(code, timeout_s=30):
     """The code interpreter's answer for ``code`` (its status, stdout, stderr)."""
     return _post("sandbox", "/run", {"code": code, "timeout_s": timeout_s}, timeout=timeout_s * 4 + 30)
+
+
+def step(task, actions):
+    """A fresh episode of the D_harness task ``task`` (a line of tasks.jsonl, as it is) with ``actions`` (a harness's
+    environment actions, e.g. UCI moves) played in turn: for each, what the harness's ``observe`` gets,
+    {"kind": "env", "observation": {...}, "done": bool}, up to the one that ends the episode. Only D_harness tasks
+    are served; ToolServiceError when the service refuses (another task) or fails."""
+    return _post("env", "/step", {"task": task, "actions": list(actions)})["results"]
 '''
 
 _README = """# Prototyping kit
@@ -117,7 +164,9 @@ Try ideas here before you write a candidate; the outer loop still scores every c
 * `tasks.jsonl` — the D_harness tasks as a harness's `start(task, state)` gets them (no gold answers).
 * `tools.py` — the run's tool services: {services}. `tools.call(name, arguments)` with a harness's tool action
   returns exactly the text the model reads after that call (`search`: the `{{"result": ...}}` JSON, passages cut to
-  `max_doc_tokens` as in the episodes).
+  `max_doc_tokens` as in the episodes), a failing service's tool error included. `tools.step(task, actions)`
+  (with an `env` service: chess) plays a harness's environment actions (UCI moves) on a fresh episode of a task of
+  `tasks.jsonl` (the line's object, as it is) and returns what its `observe` hook gets for each, as in the episodes.
 """
 
 

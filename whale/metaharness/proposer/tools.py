@@ -18,7 +18,8 @@ giving them anything the threat model forbids (the proposer and every harness it
   search on a few real questions, its hooks on trajectories), which the ``cli`` agent does with the kit in its
   workspace: a harness (past the same static gate) on at most ``MAX_TRYOUT_ITEMS`` D_harness tasks with model
   replies the agent scripts, in the same sandbox and runner, tool calls answered by the run's real tools, every
-  submission ending the episode ungraded (:mod:`whale.metaharness.tryout`): no reward, no gold, no rollout.
+  submission ending the episode ungraded (:mod:`whale.metaharness.tryout`): no reward, no gold, no rollout (chess:
+  each move answered as the model reads it turn by turn).
   ``TRYOUT_CALLS`` calls per iteration, ``TRYOUT_TIMEOUT_S`` each, ``TRYOUT_RESULT_CHARS`` of answer.
 * ``run_shell`` (:class:`SandboxShell`) runs one bash command per call in a fresh ``whale.sandbox``
   run: its working directory is the archive copy, mounted read-only (``Isolation.read_paths``), with
@@ -36,13 +37,14 @@ Every failure comes back to the agent as ``error: ...`` text, never as an except
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import hashlib
 import json
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -117,7 +119,8 @@ TRY_HARNESS_SPEC: dict[str, Any] = {
             "its real sandbox; its tool calls go to the run's real tools (e.g. the retriever); you get each "
             "episode's conversation (the prompts it built, your replies as it parsed them, the real tool results) "
             "and its actions. When the harness submits an answer the episode ends, ungraded: no score, no gold "
-            f"answers. At most {TRYOUT_CALLS} calls per iteration; no rollouts spent. Give `name` (a candidate you "
+            "answers (chess: each move is answered as the model reads it in an episode, its verdict and the "
+            f"opponent's reply). At most {TRYOUT_CALLS} calls per iteration; no rollouts spent. Give `name` (a candidate you "
             "wrote) or `code` (a whole harness file, e.g. the incoming one)."
         ),
         "parameters": {
@@ -197,7 +200,53 @@ def split_by_id(items: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return out
 
 
-class CandidateTrials:
+class _DHarnessRunner:
+    """What ``run_candidate`` and ``try_harness`` share: the phase's evaluator and static gate, the D_harness items
+    (the only ones a call may touch), a wall limit per call, and the harness file written where the evaluator
+    reads it."""
+
+    #: the tool's name in errors
+    tool = ""
+
+    def __init__(
+        self,
+        evaluator: CandidateEvaluator,
+        *,
+        check: Callable[[str], list[str]],
+        max_items: int,
+        call_timeout_s: float,
+        workdir: Path | None,
+    ):
+        self.evaluator = evaluator
+        self.check = check
+        self.max_items = max_items
+        self.call_timeout_s = call_timeout_s
+        self.workdir = Path(workdir) if workdir is not None else None
+        #: the D_harness items by id, in split order: the only items a call may run on
+        self._items = split_by_id(evaluator.items)
+        #: one entry per call that ran: what, where, how it went (kept in the iteration record)
+        self.log: list[dict[str, Any]] = []
+
+    def _pick(self, k: Any, item_ids: Any) -> list[dict[str, Any]]:
+        return pick_items(self._items, self.max_items, k, item_ids, self.tool)
+
+    def _limit(self, timeout_s: float | None, what: str) -> float:
+        """This call's wall limit: the tool's, further bounded by the proposer's time left."""
+        limit = self.call_timeout_s if timeout_s is None else min(self.call_timeout_s, timeout_s)
+        if limit <= 0:
+            raise ToolError(f"the proposer's time budget is spent; this {what} was not run")
+        return limit
+
+    @contextlib.contextmanager
+    def _staged(self, code: str, prefix: str) -> Iterator[tuple[Path, str]]:
+        """``code`` as a harness file in a fresh temporary folder, with its short hash."""
+        with tempfile.TemporaryDirectory(prefix=prefix, dir=self.workdir) as tmp:
+            path = Path(tmp) / "harness.py"
+            path.write_text(code, encoding="utf-8")
+            yield path, hashlib.sha256(code.strip().encode("utf-8")).hexdigest()[:12]
+
+
+class CandidateTrials(_DHarnessRunner):
     """``run_candidate``: a candidate on a few D_harness items, through the scoring's own path.
 
     Args:
@@ -221,18 +270,10 @@ class CandidateTrials:
     ):
         if budget < 0 or max_items < 1:
             raise ValueError(f"CandidateTrials needs budget >= 0 and max_items >= 1, got {budget}, {max_items}")
-        self.evaluator = evaluator
-        self.check = check
+        super().__init__(evaluator, check=check, max_items=max_items, call_timeout_s=call_timeout_s, workdir=workdir)
         self.budget = budget
-        self.max_items = max_items
-        self.call_timeout_s = call_timeout_s
-        self.workdir = Path(workdir) if workdir is not None else None
-        #: the D_harness items by id, in split order: the only items a trial may run on
-        self._items = split_by_id(evaluator.items)
         #: rollouts spent so far (the search loop adds them to the iteration's rollouts)
         self.rollouts = 0
-        #: one entry per call that ran: what, where, how it scored (kept in the iteration record)
-        self.log: list[dict[str, Any]] = []
 
     @property
     def item_ids(self) -> list[str]:
@@ -242,9 +283,11 @@ class CandidateTrials:
     def left(self) -> int:
         return max(self.budget - self.rollouts, 0)
 
+    tool = "run_candidate"
+
     def pick(self, k: int | None, item_ids: Sequence[str] | None) -> list[dict[str, Any]]:
         """The items of one call: the ids asked for (each must be a D_harness item) or the first ``k``."""
-        return pick_items(self._items, self.max_items, k, item_ids, "run_candidate")
+        return self._pick(k, item_ids)
 
     async def run(
         self,
@@ -274,13 +317,8 @@ class CandidateTrials:
                 f"{len(items)} rollouts asked for but only {self.left} of this iteration's "
                 f"{self.budget} are left; ask for fewer items, or propose"
             )
-        limit = self.call_timeout_s if timeout_s is None else min(self.call_timeout_s, timeout_s)
-        if limit <= 0:
-            raise ToolError("the proposer's time budget is spent; this candidate was not run")
-        with tempfile.TemporaryDirectory(prefix="whale-trial-", dir=self.workdir) as tmp:
-            path = Path(tmp) / "harness.py"
-            path.write_text(code, encoding="utf-8")
-            sha = hashlib.sha256(code.strip().encode("utf-8")).hexdigest()[:12]
+        limit = self._limit(timeout_s, "candidate")
+        with self._staged(code, "whale-trial-") as (path, sha):
             outcome = await self.evaluator.trial(path, f"trial:{name}:{sha}", items, limit)
         spent = outcome.rollouts
         self.rollouts += spent
@@ -364,7 +402,7 @@ def _fit(result: dict[str, Any], limit: int = TRIAL_RESULT_CHARS) -> str:
 # ----- try_harness ------------------------------------------------------------------------------------
 
 
-class HarnessTryouts:
+class HarnessTryouts(_DHarnessRunner):
     """``try_harness``: a harness on a few D_harness tasks with scripted model replies, real tools, no grade
     (:meth:`whale.metaharness.evaluate.CandidateEvaluator.tryout`, :mod:`whale.metaharness.tryout`).
 
@@ -388,15 +426,10 @@ class HarnessTryouts:
     ):
         if calls < 0 or max_items < 1:
             raise ValueError(f"HarnessTryouts needs calls >= 0 and max_items >= 1, got {calls}, {max_items}")
-        self.evaluator = evaluator
-        self.check = check
+        super().__init__(evaluator, check=check, max_items=max_items, call_timeout_s=call_timeout_s, workdir=workdir)
         self.calls = calls
-        self.max_items = max_items
-        self.call_timeout_s = call_timeout_s
-        self.workdir = Path(workdir) if workdir is not None else None
-        self._items = split_by_id(evaluator.items)
-        #: one entry per call that ran (kept in the iteration record)
-        self.log: list[dict[str, Any]] = []
+
+    tool = "try_harness"
 
     @property
     def left(self) -> int:
@@ -422,7 +455,7 @@ class HarnessTryouts:
             raise ToolError(f"`replies` must be a list of 1 to {MAX_TRYOUT_REPLIES} strings (the model's replies)")
         if any(len(r) > MAX_TRYOUT_REPLY_CHARS for r in replies):
             raise ToolError(f"a reply may have at most {MAX_TRYOUT_REPLY_CHARS} characters")
-        items = pick_items(self._items, self.max_items, k, item_ids, "try_harness")
+        items = self._pick(k, item_ids)
         if self.left == 0:
             raise ToolError(f"all {self.calls} try_harness calls of this iteration are spent; propose")
         problems = self.check(code)
@@ -430,13 +463,8 @@ class HarnessTryouts:
             return json.dumps(
                 {"harness": name, "valid": False, "problems": problems[:20], "note": "not run: refused as a proposal"}
             )
-        limit = self.call_timeout_s if timeout_s is None else min(self.call_timeout_s, timeout_s)
-        if limit <= 0:
-            raise ToolError("the proposer's time budget is spent; this harness was not run")
-        with tempfile.TemporaryDirectory(prefix="whale-tryout-", dir=self.workdir) as tmp:
-            path = Path(tmp) / "harness.py"
-            path.write_text(code, encoding="utf-8")
-            sha = hashlib.sha256(code.strip().encode("utf-8")).hexdigest()[:12]
+        limit = self._limit(timeout_s, "harness")
+        with self._staged(code, "whale-tryout-") as (path, sha):
             outcome = await self.evaluator.tryout(path, f"tryout:{name}:{sha}", items, replies, limit)
         self.log.append(
             {
