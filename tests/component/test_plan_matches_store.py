@@ -105,7 +105,7 @@ def test_the_plan_counts_what_the_run_spends(tmp_path, model_dir, condition):
         # a proposer may return fewer proposals than asked (the replayed script has fewer): none spends anything
         iterations = len(store.read_jsonl(layout.metrics_key(RUN, phase)))
         made = sum(1 for meta in metas if meta["iteration"] > 1)
-        asked = (iterations - 1) * spec["harnessSearch"]["proposalsPerIteration"]
+        asked = (iterations - 1) * spec["experiment"]["harnessSearch"]["proposalsPerIteration"]
         assert made <= asked
         unspent += (asked - made) * (per["smoke"] + per["full"])
     weight_spent = status["rolloutsSpent"] - harness_spent
