@@ -404,8 +404,10 @@ def await_next_jobs(
     def poll() -> bool:
         for p in waiting.values():
             p.ack_serving()
-        now = time.perf_counter()
-        for job in api.list("batch/v1", "jobs", NS, names.LABEL_RUN):
+        jobs = api.list("batch/v1", "jobs", NS, names.LABEL_RUN)
+        now = time.perf_counter()  # after the answer: a Job in it was created before it (taken before, a Job
+        # created while the list was served would count as seen before it existed)
+        for job in jobs:
             run = job["metadata"]["labels"][names.LABEL_RUN]
             player = waiting.get(run)
             if player is not None and _pending(player, job):
