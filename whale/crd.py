@@ -92,16 +92,17 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
     "": [
         {
             "rule": f"self.condition == 'mh_only' || {_BUDGET}",
-            "message": "conditions that train weights need schedule.totalEpochs or schedule.totalSteps",
+            "message": "conditions that train weights need experiment.schedule.totalEpochs or experiment.schedule.totalSteps",
         },
         {
             "rule": f"self.condition != 'mh_only' || !({_BUDGET}) && !({_E})",
-            "message": "mh_only never trains weights: remove schedule.totalEpochs/totalSteps/weightEpochsPerCycle/"
+            "message": "mh_only never trains weights: remove experiment.schedule.totalEpochs/totalSteps/weightEpochsPerCycle/"
             "weightStepsPerCycle (mhOnlyIterations sets its length)",
         },
         {
             "rule": f"self.condition != 'whale' || {_E}",
-            "message": "condition whale needs E: set schedule.weightEpochsPerCycle or schedule.weightStepsPerCycle",
+            "message": "condition whale needs E: set experiment.schedule.weightEpochsPerCycle or "
+            "experiment.schedule.weightStepsPerCycle",
         },
         {
             "rule": f"!(self.condition in ['rsft_only', 'adaptive_whale']) || !({_E})",
@@ -110,17 +111,19 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
         {
             "rule": f"!({_SEARCHES}) || !({_BACKEND} in ['openai', 'anthropic']) || {_HAS_PROPOSER} && "
             f"has({_PROPOSER}.model)",
-            "message": "harnessSearch.proposer.model: backends openai and anthropic need the model to ask",
+            "message": "experiment.harnessSearch.proposer.model: backends openai and anthropic need the model to ask",
         },
         {
             "rule": f"!({_SEARCHES}) || {_BACKEND} != 'openai' || {_HAS_PROPOSER} && has({_PROPOSER}.baseUrl)",
-            "message": "harnessSearch.proposer.baseUrl: backend openai needs the endpoint (an OpenAI-compatible URL)",
+            "message": "experiment.harnessSearch.proposer.baseUrl: backend openai needs the endpoint (an OpenAI-compatible "
+            "URL)",
         },
         {
             "rule": f"!({_SEARCHES}) || !({_BACKEND} in ['openai', 'anthropic']) || {_HAS_PROPOSER} && "
             f"(has({_PROPOSER}.apiKeySecret) || {_BACKEND} == 'openai' && has({_PROPOSER}.baseUrl) && "
             f"{_PROPOSER}.baseUrl.matches(r'{_LOOPBACK_URL}'))",
-            "message": "harnessSearch.proposer.apiKeySecret: backends openai and anthropic need the API key Secret "
+            "message": "experiment.harnessSearch.proposer.apiKeySecret: backends openai and anthropic need the API key "
+            "Secret "
             "(an openai baseUrl on loopback needs none)",
         },
         {
@@ -130,7 +133,7 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
         },
         {
             "rule": f"{_HAS_EXECUTION} && has(self.execution.storage) && has(self.execution.storage.uri)",
-            "message": "storage.uri: the operator needs an object store: set it to s3://bucket[/prefix]",
+            "message": "execution.storage.uri: the operator needs an object store: set it to s3://bucket[/prefix]",
         },
         {
             "rule": "!has(self.cluster) || !has(self.cluster.admission) || self.cluster.admission != 'jobSet' || "
@@ -138,7 +141,7 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "self.execution.inference.backend in ['auto', 'vllm']) && (!has(self.execution.inference.placement) || "
             "self.execution.inference.placement == 'separate')",
             "message": "cluster.admission: jobSet puts each phase's own vLLM server beside its workload; it needs "
-            "inference.backend vllm (or auto) and inference.placement separate",
+            "execution.inference.backend vllm (or auto) and execution.inference.placement separate",
         },
         _unchanged(),
     ],

@@ -118,7 +118,7 @@ def test_the_cli_backend_is_refused_at_pod_with_the_field_and_the_fix() -> None:
     """The cli agent needs egress to its model's API, which the harness pod, where sandboxes run at pod, has not."""
     proposer = {"backend": "cli", "command": ["agent", "{prompt}"]}
     with pytest.raises(
-        ValueError, match="harnessSearch.proposer.backend: cli cannot run at sandbox.isolation pod"
+        ValueError, match="harnessSearch.proposer.backend: cli cannot run at execution.sandbox.isolation pod"
     ) as err:
         make_spec(sandbox={"isolation": "pod"}, harnessSearch={"proposer": proposer})
     assert "openai or anthropic" in str(err.value) and "sandbox.isolation namespaces" in str(err.value)

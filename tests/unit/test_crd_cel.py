@@ -197,7 +197,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         patched({"condition": "mh_only"}, drop=("schedule.totalSteps",)),
         "mh_only never trains weights",
     ),
-    ("no-storage-uri", patched({}, drop=("storage.uri",)), "storage.uri: the operator needs an object store"),
+    ("no-storage-uri", patched({}, drop=("storage.uri",)), "execution.storage.uri: the operator needs an object store"),
     ("s3-without-endpoint", patched({}, drop=("storage.endpoint",)), "an s3:// store needs the S3 endpoint"),
     ("cpu-lots", patched({"cluster.workerResources": {"requests": {"cpu": "lots"}}}), "does not match"),
     (
@@ -215,7 +215,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         patched({"cluster.tolerations": [{"operator": "Equal", "value": "x"}]}),
         "a toleration without a key must have operator Exists",
     ),
-    ("rsft-needs-budget", patched({"condition": "rsft_only"}, drop=("schedule",)), "need schedule.totalEpochs"),
+    ("rsft-needs-budget", patched({"condition": "rsft_only"}, drop=("schedule",)), "need experiment.schedule.totalEpochs"),
     ("rsft-only-with-E", patched({"condition": "rsft_only"}), "never apply to rsft_only or adaptive_whale"),
     ("adaptive-with-E", patched({"condition": "adaptive_whale"}), "never apply to rsft_only or adaptive_whale"),
     ("epochs-and-steps", patched({"schedule.totalEpochs": 2.0}), "give totalEpochs or totalSteps, not both"),
@@ -281,7 +281,7 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         patched(
             {"harnessSearch.proposer": {"backend": "cli", "command": ["agent", "{prompt}"]}, "sandbox.isolation": "pod"}
         ),
-        "backend: cli cannot run at sandbox.isolation pod",
+        "backend: cli cannot run at execution.sandbox.isolation pod",
     ),
     (
         "replay-without-script",

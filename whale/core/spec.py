@@ -1260,9 +1260,11 @@ class Tracking(WireModel):
 #: why ``harnessSearch.proposer.backend: cli`` and ``sandbox.isolation: pod`` do not go together (the spec's check
 #: and its CEL rule in whale.crd say the same)
 CLI_AT_POD = (
-    "harnessSearch.proposer.backend: cli cannot run at sandbox.isolation pod: its agent CLI must reach its "
+    "experiment.harnessSearch.proposer.backend: cli cannot run at execution.sandbox.isolation pod: its agent CLI "
+    "must reach its "
     "model's API, and at pod the harness search's pod starts no sandbox (its untrusted code runs in the harness "
-    "pod, which has no egress); use a built-in agent backend (openai or anthropic), or sandbox.isolation namespaces"
+    "pod, which has no egress); use a built-in agent backend (openai or anthropic), or execution.sandbox.isolation "
+    "namespaces"
 )
 
 
@@ -1468,7 +1470,8 @@ class WhaleRunSpec(WireModel):
         if self.cluster.admission == "jobSet" and (inf.backend not in ("auto", "vllm") or inf.placement != "separate"):
             raise ValueError(
                 "cluster.admission: jobSet puts each phase's own vLLM server beside its workload; it needs "
-                "inference.backend vllm (or auto) and inference.placement separate: set them, or admission auto"
+                "execution.inference.backend vllm (or auto) and execution.inference.placement separate: set them, "
+                "or admission auto"
             )
         return self
 
@@ -1489,21 +1492,22 @@ class WhaleRunSpec(WireModel):
         has_cycle = sched.weight_epochs_per_cycle is not None or sched.weight_steps_per_cycle is not None
         if self.condition.trains_weights and not has_budget:
             raise ValueError(
-                f"schedule: condition {self.condition.value} trains weights and needs a weight budget: "
-                "set schedule.totalEpochs or schedule.totalSteps"
+                f"experiment.schedule: condition {self.condition.value} trains weights and needs a weight budget: "
+                "set experiment.schedule.totalEpochs or experiment.schedule.totalSteps"
             )
         if self.condition is Condition.MH_ONLY and (has_budget or has_cycle):
             raise ValueError(
-                "schedule: mh_only never trains weights, so totalEpochs/totalSteps/weightEpochsPerCycle/"
+                "experiment.schedule: mh_only never trains weights, so totalEpochs/totalSteps/weightEpochsPerCycle/"
                 "weightStepsPerCycle can never apply; remove them (mhOnlyIterations sets its length)"
             )
         if self.condition is Condition.WHALE and not has_cycle:
             raise ValueError(
-                "schedule: condition whale needs E: set schedule.weightEpochsPerCycle or schedule.weightStepsPerCycle"
+                "experiment.schedule: condition whale needs E: set experiment.schedule.weightEpochsPerCycle or "
+                "experiment.schedule.weightStepsPerCycle"
             )
         if self.condition in (Condition.RSFT_ONLY, Condition.ADAPTIVE_WHALE) and has_cycle:
             raise ValueError(
-                f"schedule: weightEpochsPerCycle/weightStepsPerCycle never apply to {self.condition.value} "
+                f"experiment.schedule: weightEpochsPerCycle/weightStepsPerCycle never apply to {self.condition.value} "
                 "(rsft_only trains the whole budget in one phase; adaptive_whale ends phases by patience); "
                 "remove them"
             )
