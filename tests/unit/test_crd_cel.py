@@ -215,7 +215,11 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         patched({"cluster.tolerations": [{"operator": "Equal", "value": "x"}]}),
         "a toleration without a key must have operator Exists",
     ),
-    ("rsft-needs-budget", patched({"condition": "rsft_only"}, drop=("schedule",)), "need experiment.schedule.totalEpochs"),
+    (
+        "rsft-needs-budget",
+        patched({"condition": "rsft_only"}, drop=("schedule",)),
+        "need experiment.schedule.totalEpochs",
+    ),
     ("rsft-only-with-E", patched({"condition": "rsft_only"}), "never apply to rsft_only or adaptive_whale"),
     ("adaptive-with-E", patched({"condition": "adaptive_whale"}), "never apply to rsft_only or adaptive_whale"),
     ("epochs-and-steps", patched({"schedule.totalEpochs": 2.0}), "give totalEpochs or totalSteps, not both"),
