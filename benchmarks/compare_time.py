@@ -29,9 +29,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from whale.core import layout  # noqa: E402
+from whale.core.layout import EvalAfter  # noqa: E402
 from whale.core.protocol import HarnessIterationMetrics, WeightStepMetrics  # noqa: E402
 from whale.core.spec import WhaleRunSpec  # noqa: E402
-from whale.core.status import BestEval, EvalPoint, RunPhase, WhaleRunStatus  # noqa: E402
+from whale.core.state import best_eval  # noqa: E402
+from whale.core.status import EvalPoint, RunPhase, WhaleRunStatus  # noqa: E402
 from whale.store import Store, open_store  # noqa: E402
 
 TARGET_S = 60.0
@@ -56,6 +58,12 @@ def spec_of(condition: str, seed: int, steps: int) -> WhaleRunSpec:
             "evaluation": {"samplesPerItem": 8},
         }
     )
+
+
+def finished_point(cycle: int, step: int, after: EvalAfter, rollouts: int, mean: float) -> EvalPoint:
+    """An evaluation point with its mean@8, as the status records it."""
+    phase = layout.eval_phase_key(cycle, step, after)
+    return EvalPoint(phase=phase, cycle=cycle, step=step, after=after, rollouts_at=rollouts).finished(mean, 8)
 
 
 def write_run(store: Store, name: str, condition: str, seed: int, steps: int, items: int) -> None:
@@ -88,15 +96,7 @@ def write_run(store: Store, name: str, condition: str, seed: int, steps: int, it
                 )
                 store.append_jsonl(layout.metrics_key(name, phase), line.to_wire())
                 if step % INTERVAL == 0:
-                    evals.append(
-                        EvalPoint(
-                            phase=layout.eval_phase_key(cycle, step, "weight"),
-                            cycle=cycle,
-                            step=step,
-                            after="weight",
-                            rollouts_at=rollouts,
-                        ).finished(0.3 + step / 4000, 8)
-                    )
+                    evals.append(finished_point(cycle, step, "weight", rollouts, 0.3 + step / 4000))
             completed.append(phase)
         if condition in ("whale", "adaptive_whale", "mh_only"):
             phase = layout.harness_phase_key(cycle)
@@ -106,20 +106,9 @@ def write_run(store: Store, name: str, condition: str, seed: int, steps: int, it
                     iteration=it, best_score=0.3, best_candidate=f"i{it:02d}-c1", rollouts=768, seconds=900.0
                 )
                 store.append_jsonl(layout.metrics_key(name, phase), line_h.to_wire())
-            evals.append(
-                EvalPoint(
-                    phase=layout.eval_phase_key(cycle, step, "harness"),
-                    cycle=cycle,
-                    step=step,
-                    after="harness",
-                    rollouts_at=rollouts,
-                ).finished(0.35 + step / 4000, 8)
-            )
+            evals.append(finished_point(cycle, step, "harness", rollouts, 0.35 + step / 4000))
             completed.append(phase)
-    start = EvalPoint(
-        phase=layout.eval_phase_key(0, 0, "start"), cycle=0, step=0, after="start", rollouts_at=0
-    ).finished(0.2, 8)
-    evals.insert(0, start)
+    evals.insert(0, finished_point(0, 0, "start", 0, 0.2))
     last = evals[-1]
     rows = "".join(
         json.dumps({"item_id": f"q{i}", "rewards": [float((i + seed + j) % 3 == 0) for j in range(8)]}) + "\n"
@@ -128,16 +117,11 @@ def write_run(store: Store, name: str, condition: str, seed: int, steps: int, it
     store.write_bytes(layout.eval_items_key(name, last.phase), rows.encode("utf-8"))
     top = max(evals, key=lambda e: e.mean_at_k or 0.0)
 
-    def best(e: EvalPoint) -> BestEval:
-        return BestEval(
-            mean_at_k=e.mean_at_k, k=8, phase=e.phase, cycle=e.cycle, step=e.step, rollouts_at=e.rollouts_at
-        )
-
     status = WhaleRunStatus(
         phase=RunPhase.SUCCEEDED,
         evals=evals,
-        best=best(top),
-        final=best(last),
+        best=best_eval(top),
+        final=best_eval(last),
         rollouts_spent=rollouts,
         step=step,
         completed_phases=completed,

@@ -14,7 +14,8 @@ from whale.cli import app
 from whale.core import layout
 from whale.core.protocol import WeightStepMetrics
 from whale.core.spec import WhaleRunSpec
-from whale.core.status import BestEval, EvalPoint, RunPhase, WhaleRunStatus
+from whale.core.state import best_eval
+from whale.core.status import EvalPoint, RunPhase, WhaleRunStatus
 from whale.store import open_store
 
 pytest.importorskip("matplotlib")
@@ -63,16 +64,11 @@ def write_run(store, name: str, condition: str, backend: str, seed: int, final: 
             store.append_jsonl(layout.eval_items_key(name, phase), row)
     last, top = evals[-1], evals[1]
 
-    def best(e: EvalPoint) -> BestEval:
-        return BestEval(
-            mean_at_k=e.mean_at_k, k=4, phase=e.phase, cycle=e.cycle, step=e.step, rollouts_at=e.rollouts_at
-        )
-
     status = WhaleRunStatus(
         phase=RunPhase.SUCCEEDED,
         evals=evals,
-        best=best(top),
-        final=best(last),
+        best=best_eval(top),
+        final=best_eval(last),
         rollouts_spent=64,
         step=4,
         completed_phases=[layout.weight_phase_key(1)],
