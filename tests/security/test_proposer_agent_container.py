@@ -30,6 +30,7 @@ from whale.metaharness.proposer import agent_exchange as ex
 from whale.metaharness.proposer.base import ProposerError, ProposerUnavailable
 from whale.metaharness.proposer.cli_agent import AgentJob, AgentWalls, CLIAgentProposer
 from whale.sandbox.process import base_python
+from whale.tools.process import stop_process
 from whale_operator import builders
 
 pytestmark = pytest.mark.timeout(120)
@@ -99,12 +100,7 @@ def runner(setup: dict[str, Any]) -> Iterator[subprocess.Popen[str]]:
         assert proc.poll() is None, proc.communicate(timeout=10)[0]
         yield proc
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_process(proc)
 
 
 def environ_of(pid: int) -> dict[str, str]:

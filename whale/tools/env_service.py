@@ -32,6 +32,7 @@ from fastapi.responses import JSONResponse
 
 from whale.domain import DOMAIN_OPTIONS_FLAG
 from whale.tools.env_replay import EnvReplay, ReplayRequestError, UnknownTaskError
+from whale.tools.process import stop_process
 
 log = logging.getLogger(__name__)
 
@@ -127,12 +128,7 @@ def serve_locally(
                 time.sleep(0.2)
         yield url
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
+        stop_process(proc)
 
 
 def main(argv: list[str] | None = None) -> None:
