@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from whale.crd import crd, render
+from whale_operator.crd import crd, render
 
 COMMITTED = Path(__file__).resolve().parents[2] / "chart" / "crds" / "whaleruns.yaml"
 

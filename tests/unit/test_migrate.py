@@ -162,3 +162,24 @@ def test_a_cluster_dump_becomes_objects_to_create_each_resuming_its_store():
     assert (
         parsed.experiment == load_manifest(ROOT / "tests/fixtures/manifests_v1alpha1/math-whale.yaml").spec.experiment
     )
+
+
+def test_the_eviction_cap_set_where_v1alpha2_had_it_is_read_where_it_now_lives_with_a_notice(tmp_path: Path):
+    """``cluster.maxEvictions`` moved to ``execution.retry.maxEvictions`` (the core decides with it; ``cluster`` is the
+    operator's): a manifest or a stored spec that sets the old one keeps its value, and `whale validate` says so."""
+    from whale.core.convert import move_fields
+
+    doc = yaml.safe_load((ROOT / "manifests/examples/tiny-cpu.yaml").read_text())
+    doc["spec"]["cluster"] = {"queueName": "gpu", "maxEvictions": 3}
+    spec = WhaleRunSpec.model_validate(doc["spec"])
+    assert spec.execution.retry.max_evictions == 3 and spec.cluster == {"queueName": "gpu"}
+    assert WhaleRunSpec.model_validate(move_fields(doc["spec"])) == spec
+    assert WhaleRunSpec.model_validate({**FLAT, "cluster": {"maxEvictions": 0}}).execution.retry.max_evictions == 0
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    res = cli.invoke(app, ["validate", "--target", "cluster", str(path)])
+    assert res.exit_code == 0, res.output
+    assert "spec.cluster.maxEvictions is read as spec.execution.retry.maxEvictions" in res.output
+    assert parse_document(doc, check_domain=False).notices == (
+        "spec.cluster.maxEvictions is read as spec.execution.retry.maxEvictions, where it now lives: move it there",
+    )
