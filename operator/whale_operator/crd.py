@@ -4,8 +4,11 @@ The core's spec model (whale.core.spec) gives the schema of its part (domain, co
 keeps ``cluster`` opaque; the operator's cluster model (whale_operator.cluster_spec) gives that section's schema, and
 this module adds the CEL rules. The CRD, ``chart/crds/whaleruns.yaml`` (the repository's one copy: the Helm chart
 installs it and ``kubectl apply -f chart/crds`` applies it), is never edited by hand: ``make crd`` (``whale crd``)
-writes it, and a test fails when the committed file differs. Pydantic's JSON Schema is turned into a Kubernetes *structural* OpenAPI v3 schema: references
-inlined, ``anyOf [X, null]`` -> nullable X, 2020-12 exclusive bounds -> OpenAPI 3.0 booleans, titles dropped,
+writes it, and a test fails when the committed file differs.
+
+Pydantic's JSON Schema is turned into a Kubernetes *structural* OpenAPI v3 schema: references inlined,
+``anyOf [X, null]`` -> X (``nullable`` only where null is not the default: elsewhere the API server prunes an explicit
+null, which the model reads as the default anyway), 2020-12 exclusive bounds -> OpenAPI 3.0 booleans, titles dropped,
 cross-field rules as CEL.
 The spec's bounds come along as they are (minimum/maximum, maxLength, pattern, maxItems); a map
 whose keys have a pattern (``patternProperties``, which Kubernetes does not take) becomes
@@ -263,10 +266,10 @@ def _structural(node: Any, defs: dict[str, Any], keep_defaults: bool = True) -> 
                 else {}
             )
             merged.update(_structural(rest, defs, keep_defaults))
-        if nullable:
+        # ``X | None = None``: null and absent are one value, so no ``nullable`` (the API server prunes an explicit
+        # null, as the model reads it: None). ``nullable`` only where null differs from the default (``| None = 3600``)
+        if nullable and not ("default" in node and node["default"] is None):
             merged["nullable"] = True
-            if merged.get("default", 0) is None:
-                merged.pop("default")
         return merged
     if "patternProperties" in node:
         return _structural(_keys_by_cel(node), defs, keep_defaults)
