@@ -285,6 +285,9 @@ def _structural(node: Any, defs: dict[str, Any], keep_defaults: bool = True) -> 
             out["maximum"], out["exclusiveMaximum"] = value, True
         elif key == "properties":
             out["properties"] = {k: _structural(v, defs, keep_defaults) for k, v in value.items()}
+        elif key == "description" and isinstance(value, str):
+            # a docstring's source line breaks are no breaks of the text (`kubectl explain` wraps it itself)
+            out["description"] = " ".join(value.split())
         elif key == "default":
             # Object defaults are implied by their fields' own defaults; keep scalar/list defaults.
             if keep_defaults and not isinstance(value, dict) and value is not None:
