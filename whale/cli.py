@@ -166,7 +166,7 @@ def _load_checked(path: Path) -> tuple[Manifest, dict[str, int]]:
             highlight=False,
         )
     for notice in m.notices:
-        err.print(f"note: {path}: {notice}", markup=False, highlight=False)
+        err.print(f"note: {path}: {notice} (`whale migrate {path}` does)", markup=False, highlight=False)
     placement_warnings = _cluster_warnings(m, str(path))
     try:
         sizes = _split_sizes(m)
@@ -875,7 +875,8 @@ def migrate(
         ),
     ] = False,
 ) -> None:
-    """Rewrite whale.dev/v1alpha1 manifests as v1alpha2 (comments kept); v1alpha2 files are left as they are."""
+    """Rewrite whale.dev/v1alpha1 manifests as v1alpha2 (comments kept), and a field v1alpha2 moved since
+    (cluster.maxEvictions) where it now lives; other files are left as they are."""
     from whale.manifest import read_text
     from whale.migrate import MigrateError, migrate_cluster_dump, migrate_text, write_atomic
 
@@ -889,7 +890,7 @@ def migrate(
         if not result.documents:
             console.print(f"{path}: already {V1ALPHA2}", highlight=False, markup=False)
         elif check:
-            stale.append(f"{path}: {V1ALPHA1}; run `whale migrate {path}`")
+            stale.append(f"{path}: {V1ALPHA1}, or a field v1alpha2 moved since; run `whale migrate {path}`")
         else:
             write_atomic(path, result.text)
             console.print(f"{path}: migrated to {V1ALPHA2}", highlight=False, markup=False)

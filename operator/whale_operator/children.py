@@ -577,7 +577,7 @@ def store_holds_run(store: Store, run: str) -> bool:
     return store.exists(layout.spec_key(run))
 
 
-def stored_experiment_changes(store: Store, run: str, spec: ClusterRunSpec) -> list[FieldChange]:
+def stored_experiment_changes(store: Store, run: str, spec: WhaleRunSpec) -> list[FieldChange]:
     """The experiment's fields ``spec`` changed since the run's children last ran with it (what
     :func:`write_spec` wrote; the rule of ``whale.core.mutability``, as `whale run` applies it on resume); none
     when the store holds no spec yet, or one of another version."""

@@ -41,8 +41,11 @@ def _cluster_reads(path: Path) -> list[str]:
     tree = ast.parse(path.read_text(), str(path))
     out = []
     for node in ast.walk(tree):
-        inner = node.value if isinstance(node, ast.Attribute | ast.Subscript) else None
-        if isinstance(inner, ast.Attribute) and inner.attr == "cluster":
+        if (
+            isinstance(node, ast.Attribute | ast.Subscript)
+            and isinstance(node.value, ast.Attribute)
+            and node.value.attr == "cluster"
+        ):
             out.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     return out
 

@@ -183,3 +183,59 @@ def test_the_eviction_cap_set_where_v1alpha2_had_it_is_read_where_it_now_lives_w
     assert parse_document(doc, check_domain=False).notices == (
         "spec.cluster.maxEvictions is read as spec.execution.retry.maxEvictions, where it now lives: move it there",
     )
+
+
+MOVED_DOC = """\
+apiVersion: whale.dev/v1alpha2
+kind: WhaleRun
+metadata:
+  name: capped
+spec:
+  domain: synthetic
+  condition: rsft_only
+  experiment:
+    model:
+      name: tiny
+    schedule:
+      totalSteps: 4
+  execution:
+    storage:
+      uri: file:///tmp/s   # the store
+  cluster:
+    queueName: gpu
+    # how often Kueue may evict
+    maxEvictions: 3  # three
+"""
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        MOVED_DOC,
+        MOVED_DOC.replace("    queueName: gpu\n", ""),  # the section held only the moved field
+        MOVED_DOC.replace("  execution:\n    storage:\n      uri: file:///tmp/s   # the store\n", ""),
+        MOVED_DOC.replace("    storage:\n", "    retry:\n      maxAttempts: 2\n    storage:\n"),
+    ],
+    ids=["beside-others", "alone", "no-execution", "into-retry"],
+)
+def test_whale_migrate_puts_a_moved_field_where_it_now_lives_keeping_comments(text: str, tmp_path: Path):
+    out = migrate_text(text)
+    assert out.documents == 1
+    new = yaml.safe_load(out.text)
+    assert new["spec"]["execution"]["retry"]["maxEvictions"] == 3 and "maxEvictions" not in new["spec"].get(
+        "cluster", {}
+    )
+    assert WhaleRunSpec.model_validate(new["spec"]) == WhaleRunSpec.model_validate(yaml.safe_load(text)["spec"])
+    assert "maxEvictions: 3  # three" in out.text and "# how often Kueue may evict" in out.text
+    assert migrate_text(out.text).documents == 0  # done once
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    assert cli.invoke(app, ["migrate", "--check", str(path)]).exit_code == 1
+    res = cli.invoke(app, ["migrate", str(path)])
+    assert res.exit_code == 0 and path.read_text() == out.text, res.output
+
+
+def test_whale_migrate_refuses_a_moved_field_set_in_both_places():
+    both = MOVED_DOC.replace("    storage:\n", "    retry:\n      maxEvictions: 5\n    storage:\n")
+    with pytest.raises(MigrateError, match="both set"):
+        migrate_text(both)
