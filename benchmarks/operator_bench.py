@@ -49,9 +49,9 @@ import httpx
 from tests.fixtures.kube import KubeAPI, WhaleKubeEmulator, start_emulator, wait_for
 from tests.operator.conftest import BASE_SPEC, SPLITS, deep_merge
 from tests.operator.player import WorkloadPlayer, create_run, job_finished
-from whale.crd import crd
 from whale.store import open_store
 from whale_operator import names
+from whale_operator.crd import crd
 
 ROOT = Path(__file__).resolve().parents[1]
 NS = "bench"

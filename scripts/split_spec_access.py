@@ -61,7 +61,8 @@ _ARGS = r"\((?:[^()\n]|\([^()\n]*\))*\)"
 #: a name holding a spec, or a call that returns one (``WhaleRunSpec.model_validate(x)``, a test's ``make_spec()``)
 _RECEIVER = (
     rf"(?<![\w.])(?:[A-Za-z_]\w*(?:{_ARGS})?\.)*(?:spec|SPEC|base_spec|specs\[[^\]\n]*\]"
-    rf"|WhaleRunSpec\.model_validate{_ARGS}|WhaleRunSpec{_ARGS}|make_spec{_ARGS}|parse_spec{_ARGS}"
+    rf"|(?:WhaleRunSpec|ClusterRunSpec)\.model_validate{_ARGS}|(?:WhaleRunSpec|ClusterRunSpec){_ARGS}"
+    rf"|make_spec{_ARGS}|parse_spec{_ARGS}"
     rf"|effective{_ARGS}\[0\])"
 )
 _SECTIONS = "|".join(sorted(GROUP, key=len, reverse=True))

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 import typer.core
@@ -39,6 +39,7 @@ from whale.manifest import (
     Manifest,
     ManifestError,
     architecture_problems,
+    format_validation_error,
     hub_model,
     load_manifest,
     local_problems,
@@ -120,7 +121,7 @@ def main_options(
     """WHALE: alternate RSFT weight phases and Meta-Harness harness phases, locally or on Kubernetes."""
 
 
-def _fail(problems: list[str], source: str) -> None:
+def _fail(problems: list[str], source: str) -> NoReturn:
     err.print(f"[bold red]{escape(source)}: {len(problems)} problem(s)[/]")
     for p in problems:
         err.print(f"  - {p}", markup=False, highlight=False)
@@ -138,6 +139,20 @@ def _split_sizes(m: Manifest) -> dict[str, int]:
     return dict(domain.split_sizes(m.spec.experiment.data))
 
 
+def _cluster_warnings(m: Manifest, source: str) -> list[str]:
+    """The spec's ``cluster`` section checked by the operator's model (the core keeps it opaque: whale.core.spec):
+    a problem exits 1 naming ``spec.cluster.<field>``; what may not do what it seems to comes back as warnings."""
+    from pydantic import ValidationError
+
+    from whale_operator.cluster_spec import ClusterRunSpec, cluster_warnings
+
+    try:
+        placed = ClusterRunSpec.of(m.spec)
+    except ValidationError as exc:
+        _fail(format_validation_error(exc), source)
+    return cluster_warnings(placed)
+
+
 def _load_checked(path: Path) -> tuple[Manifest, dict[str, int]]:
     """Parse + validate the manifest and its schedule against the domain's data; exit 1 on problems."""
     try:
@@ -150,6 +165,9 @@ def _load_checked(path: Path) -> tuple[Manifest, dict[str, int]]:
             markup=False,
             highlight=False,
         )
+    for notice in m.notices:
+        err.print(f"note: {path}: {notice} (`whale migrate {path}` does)", markup=False, highlight=False)
+    placement_warnings = _cluster_warnings(m, str(path))
     try:
         sizes = _split_sizes(m)
         resolve(m.spec, sizes)
@@ -162,7 +180,7 @@ def _load_checked(path: Path) -> tuple[Manifest, dict[str, int]]:
             else "spec.experiment.data"
         )
         _fail([f"{where}: cannot read the {m.spec.domain} data: {exc}"], str(path))
-    for warning in spec_warnings(m.spec, sizes):  # on stderr: `whale plan -o json` stays JSON
+    for warning in placement_warnings + spec_warnings(m.spec, sizes):  # on stderr: `whale plan -o json` stays JSON
         err.print(f"warning: {warning}", markup=False, highlight=False)
     return m, sizes
 
@@ -834,7 +852,7 @@ def crd(
     check: Annotated[Path | None, typer.Option(help="exit 1 when this file differs from the generated CRD")] = None,
 ) -> None:
     """Print the WhaleRun CRD generated from the spec model."""
-    from whale.crd import render
+    from whale_operator.crd import render
 
     text = render()
     if check is not None:
@@ -857,7 +875,8 @@ def migrate(
         ),
     ] = False,
 ) -> None:
-    """Rewrite whale.dev/v1alpha1 manifests as v1alpha2 (comments kept); v1alpha2 files are left as they are."""
+    """Rewrite whale.dev/v1alpha1 manifests as v1alpha2 (comments kept), and a field v1alpha2 moved since
+    (cluster.maxEvictions) where it now lives; other files are left as they are."""
     from whale.manifest import read_text
     from whale.migrate import MigrateError, migrate_cluster_dump, migrate_text, write_atomic
 
@@ -871,7 +890,7 @@ def migrate(
         if not result.documents:
             console.print(f"{path}: already {V1ALPHA2}", highlight=False, markup=False)
         elif check:
-            stale.append(f"{path}: {V1ALPHA1}; run `whale migrate {path}`")
+            stale.append(f"{path}: {V1ALPHA1}, or a field v1alpha2 moved since; run `whale migrate {path}`")
         else:
             write_atomic(path, result.text)
             console.print(f"{path}: migrated to {V1ALPHA2}", highlight=False, markup=False)

@@ -14,7 +14,6 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUndefined
 
-from whale.core.spec import WhaleRunSpec
 from whale.core.status import WhaleRunStatus
 
 
@@ -117,7 +116,8 @@ def render() -> str:
     out = [
         "# WhaleRun reference",
         "",
-        "Generated from `whale/core/spec.py` by `python -m whale.docgen` -- do not edit by hand.",
+        "Generated from `whale/core/spec.py` (and `operator/whale_operator/cluster_spec.py`: `spec.cluster`) by "
+        "`python -m whale.docgen` -- do not edit by hand.",
         "Defaults are the paper's. Field names are as written in a manifest (camelCase).",
         "Numbers are strict (a count is never `true` or `1.5`, a float never `.inf` or `.nan`) and lie in the ranges",
         "shown; Kubernetes names and quantities follow the API server's own rules. The CRD carries the same bounds.",
@@ -127,7 +127,10 @@ def render() -> str:
         "| field | type | default | meaning |",
         "|---|---|---|---|",
     ]
-    out += [f"| `{p}` | {t} | {d} | {m} |" for p, t, d, m in _rows(WhaleRunSpec, "spec")]
+    # the core keeps spec.cluster opaque; the operator's model types it (whale_operator.cluster_spec)
+    from whale_operator.cluster_spec import ClusterRunSpec
+
+    out += [f"| `{p}` | {t} | {d} | {m} |" for p, t, d, m in _rows(ClusterRunSpec, "spec")]
     out += [
         "",
         "## Domain options",

@@ -34,7 +34,7 @@ import yaml
 from pydantic import ValidationError
 
 from whale import hub, plugins
-from whale.core.convert import V1ALPHA1, convert_v1alpha1, is_v1alpha1_spec
+from whale.core.convert import V1ALPHA1, convert_v1alpha1, is_v1alpha1_spec, moved_fields
 from whale.core.layout import RUN_NAME_MAX_LEN, check_run_name
 from whale.core.spec import (
     API_GROUP,
@@ -85,6 +85,8 @@ class Manifest:
     ignored: tuple[str, ...] = ()
     #: the apiVersion the file was written in when it is an older one, converted on load (`whale migrate` rewrites it)
     converted_from: str | None = None
+    #: fields set where v1alpha2 had them before they moved, read where they now live (whale.core.convert)
+    notices: tuple[str, ...] = ()
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -199,7 +201,8 @@ def parse_document(doc: Any, source: str = "manifest", check_domain: bool = True
                 problems.extend(_domain_options_problems(spec))
     if problems or spec is None or not isinstance(name, str):
         raise ManifestError(source, _bounded(problems))
-    return Manifest(name=name, namespace=namespace, spec=spec, raw=doc, converted_from=converted_from)
+    notices = tuple(moved_fields(raw_spec))
+    return Manifest(name=name, namespace=namespace, spec=spec, raw=doc, converted_from=converted_from, notices=notices)
 
 
 def _domain_options_problems(spec: WhaleRunSpec) -> list[str]:
@@ -442,7 +445,15 @@ def load_manifest(path: Path, check_domain: bool = True) -> Manifest:
     ((number, run),) = runs
     manifest = parse_document(run, f"{source} (document {number})", check_domain)
     ignored = tuple(f"document {i} ({_describe(d)})" for i, d in docs if i != number)
-    return Manifest(manifest.name, manifest.namespace, manifest.spec, manifest.raw, ignored, manifest.converted_from)
+    return Manifest(
+        manifest.name,
+        manifest.namespace,
+        manifest.spec,
+        manifest.raw,
+        ignored,
+        manifest.converted_from,
+        manifest.notices,
+    )
 
 
 # ----- what a run on this machine needs ---------------------------------------------------------------
@@ -637,14 +648,6 @@ def spec_warnings(spec: WhaleRunSpec, split_sizes: Mapping[str, int]) -> list[st
         out.append(
             "spec.experiment.harnessSearch.integrity.action: off (acknowledged): answers the model did not write keep their "
             "reward and no candidate or evaluation is flagged; the run's numbers can be faked by its harnesses"
-        )
-    if spec.cluster.queue_name and spec.execution.inference.placement == "colocated" and spec.condition.trains_weights:
-        # the only time before the queue's GPU quota is silently bypassed (ignored by `whale run`)
-        out.append(
-            "spec.cluster.queueName with spec.execution.inference.placement colocated: the weight phase's GPUs are a DRA "
-            "ResourceClaim (DeviceClass gpu.nvidia.com), which Kueue counts as 0 GPUs unless its Configuration maps "
-            "that DeviceClass (resources.deviceClassMappings, feature gate DynamicResourceAllocation); see "
-            "docs/operator.md#kueue-one-admission-unit-per-phase"
         )
     out += [str(w) for w in plan(spec, dict(split_sizes)).get("warnings", [])]
     return out

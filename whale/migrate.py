@@ -1,4 +1,6 @@
-"""`whale migrate`: rewrite whale.dev/v1alpha1 manifests as whale.dev/v1alpha2, comments kept.
+"""`whale migrate`: rewrite whale.dev/v1alpha1 manifests as whale.dev/v1alpha2, comments kept; and put a field
+v1alpha2 moved since (``cluster.maxEvictions`` -> ``execution.retry.maxEvictions``: whale.core.convert.MOVED_FIELDS)
+where it now lives.
 
 The conversion itself is :func:`whale.core.convert.convert_v1alpha1` (pure, on parsed documents); this module
 applies it to the text of a file so that the comments, the order and the quoting a person wrote stay. It moves
@@ -20,7 +22,16 @@ from typing import Any
 
 import yaml
 
-from whale.core.convert import TO_EXECUTION, TO_EXPERIMENT, V1ALPHA1, V1ALPHA2, convert_v1alpha1, domain_field
+from whale.core.convert import (
+    MOVED_FIELDS,
+    TO_EXECUTION,
+    TO_EXPERIMENT,
+    V1ALPHA1,
+    V1ALPHA2,
+    convert_v1alpha1,
+    domain_field,
+    move_fields,
+)
 
 _DOC_MARKER = re.compile(r"^---(\s|$)")
 _TOP_KEY = re.compile(r"^[A-Za-z_\"']")
@@ -142,6 +153,87 @@ def _migrate_document(lines: list[str], domain: Any = None) -> list[str]:
     return out[: start + 1] + body + out[end:]
 
 
+def _entry(lines: list[str], lo: int, hi: int, indent: int, key: str) -> tuple[int, int] | None:
+    """The lines ``[i, end)`` of the entry ``key:`` at ``indent`` among ``lines[lo:hi]`` (its body: the lines
+    indented deeper after it, fillers between them included), or None."""
+    for i in range(lo, hi):
+        m = _KEY.match(lines[i])
+        if m and len(m["indent"]) == indent and m["key"].strip("\"'") == key:
+            end = i + 1
+            for j in range(i + 1, hi):
+                if _is_filler(lines[j]):
+                    continue
+                if _indent(lines[j]) <= indent:
+                    break
+                end = j + 1
+            return i, end
+    return None
+
+
+def _child_indent(lines: list[str], i: int, end: int) -> int | None:
+    return next((_indent(line) for line in lines[i + 1 : end] if not _is_filler(line)), None)
+
+
+def _move_fields(lines: list[str]) -> list[str]:
+    """One v1alpha2 document with each moved field set where it was put where it now lives (the caller checks)."""
+    start = next((i for i, line in enumerate(lines) if re.match(r"^spec:\s*(#.*)?$", line)), None)
+    if start is None:
+        return lines
+    out = list(lines)
+    for old, new in MOVED_FIELDS:
+        end = next((i for i in range(start + 1, len(out)) if _TOP_KEY.match(out[i])), len(out))
+        step = _child_indent(out, start, end)
+        if step is None:
+            return out
+        where: list[tuple[int, int]] = []
+        lo, hi, level = start + 1, end, _child_indent(out, start, end)
+        for key in old:
+            found = _entry(out, lo, hi, level, key) if level is not None else None
+            if found is None:
+                break
+            where.append(found)
+            lo, hi, level = found[0] + 1, found[1], _child_indent(out, *found)
+        if len(where) < len(old):
+            continue
+        i, leaf_end = where[-1]
+        value = out[i].split(":", 1)[1].strip()
+        if leaf_end != i + 1 or not value or value.startswith(("|", ">", "&", "*", "#")):
+            raise MigrateError(f"spec.{'.'.join(old)} is not a plain value on one line; move it by hand")
+        parent_i = where[-2][0]
+        first = i  # the comment lines right above the field go with it
+        while first - 1 > parent_i and out[first - 1].strip().startswith("#"):
+            first -= 1
+        comments = [line.strip() for line in out[first:i]]
+        del out[first : i + 1]
+        parent_end = where[-2][1] - (i + 1 - first)
+        if _child_indent(out, parent_i, parent_end) is None:  # the section held only the moved field
+            del out[parent_i:parent_end]
+        end = next((i for i in range(start + 1, len(out)) if _TOP_KEY.match(out[i])), len(out))
+        lo, hi, indent = start + 1, end, step
+        for depth, key in enumerate(new):
+            found = _entry(out, lo, hi, indent, key)
+            if found is None:  # created at the end of its parent: the rest of the path, then the value
+                rest = [f"{' ' * (indent + step * k)}{name}:\n" for k, name in enumerate(new[depth:-1])]
+                pad = " " * (indent + step * (len(new) - depth - 1))
+                leaf = [*(f"{pad}{c}\n" for c in comments), f"{pad}{new[-1]}: {value}\n"]
+                while hi > lo and _is_filler(out[hi - 1]):
+                    hi -= 1
+                out[hi:hi] = [*rest, *leaf]
+                break
+            if depth == len(new) - 1:
+                raise MigrateError(f"spec.{'.'.join(old)} and spec.{'.'.join(new)} are both set; remove the first")
+            lo, hi = found[0] + 1, found[1]
+            indent = _child_indent(out, *found) or indent + step
+    return out
+
+
+def _without_empty(spec: Any) -> Any:
+    """A spec without an emptied section (a moved field was its only one): the rewrite drops the section."""
+    if not isinstance(spec, dict):
+        return spec
+    return {k: v for k, v in spec.items() if v != {} or k not in {old[0] for old, _ in MOVED_FIELDS}}
+
+
 def _split_documents(text: str) -> list[list[str]]:
     docs: list[list[str]] = [[]]
     for line in text.splitlines(keepends=True):
@@ -167,13 +259,21 @@ def migrate_text(text: str) -> Migrated:
             parsed = _load(doc)
         except yaml.YAMLError as exc:
             raise MigrateError(f"not YAML: {exc}") from None
-        if not (isinstance(parsed, dict) and parsed.get("apiVersion") == V1ALPHA1):
+        if not (isinstance(parsed, dict) and parsed.get("apiVersion") in (V1ALPHA1, V1ALPHA2)):
             out.extend(doc)
             continue
         spec = parsed.get("spec")
-        new = _migrate_document(doc, spec.get("domain") if isinstance(spec, dict) else None)
+        new = doc
+        if parsed["apiVersion"] == V1ALPHA1:
+            new = _migrate_document(doc, spec.get("domain") if isinstance(spec, dict) else None)
+        new = _move_fields(new)
+        if new == doc:
+            out.extend(doc)
+            continue
+        expected = convert_v1alpha1(parsed)
+        expected["spec"] = _without_empty(move_fields(expected.get("spec")))
         try:
-            same = _load(new) == convert_v1alpha1(parsed)
+            same = _load(new) == expected
         except yaml.YAMLError:
             same = False
         if not same:

@@ -26,6 +26,7 @@ from whale.domain import ToolService
 from whale.store import Store
 from whale_operator import builders, informer, kueue, names, observe
 from whale_operator import status as st
+from whale_operator.cluster_spec import ClusterRunSpec
 from whale_operator.config import SpecError, store_uri
 from whale_operator.informer import ApiReads
 from whale_operator.kube import Conflict, KubeClient, Refused, collection_path
@@ -106,7 +107,7 @@ class JobLauncher:
         #: per run UID, what the operator (their one writer) last wrote or found in the run's store: the serving
         #: target (``serving.json``) and the spec its children read (``spec.json``, by the parsed spec's identity)
         self._serving: dict[str, str | None] = {}
-        self._spec_written: dict[str, WhaleRunSpec] = {}
+        self._spec_written: dict[str, ClusterRunSpec] = {}
         #: per run UID, its infrastructure's manifests as last built (:meth:`infra`) and what they were built from
         self._infra: dict[str, tuple[tuple[Any, ...], list[dict[str, Any]]]] = {}
 
@@ -116,7 +117,7 @@ class JobLauncher:
         self._spec_written.pop(uid, None)
         self._infra.pop(uid, None)
 
-    def write_spec(self, run: builders.RunRef, store: Store, spec: WhaleRunSpec) -> None:
+    def write_spec(self, run: builders.RunRef, store: Store, spec: ClusterRunSpec) -> None:
         """:func:`write_spec`, once per parsed spec (a new generation parses a new one)."""
         if self._spec_written.get(run.uid) is not spec:
             write_spec(store, run.name, spec)
@@ -138,7 +139,7 @@ class JobLauncher:
     def start(
         self,
         run: builders.RunRef,
-        spec: WhaleRunSpec,
+        spec: ClusterRunSpec,
         store: Store,
         action: StartPhase,
         target: str | None,
@@ -178,7 +179,7 @@ class JobLauncher:
     def _start_jobset(
         self,
         run: builders.RunRef,
-        spec: WhaleRunSpec,
+        spec: ClusterRunSpec,
         store: Store,
         req: PhaseRequest,
         target: str | None,
@@ -193,7 +194,7 @@ class JobLauncher:
         return self._ensure_gang(run, spec, req, manifest)
 
     def _ensure_gang(
-        self, run: builders.RunRef, spec: WhaleRunSpec, req: PhaseRequest, manifest: dict[str, Any]
+        self, run: builders.RunRef, spec: ClusterRunSpec, req: PhaseRequest, manifest: dict[str, Any]
     ) -> bool:
         """Ensure the phase child, after its coscheduling PodGroup when ``cluster.gangScheduling`` gives it one."""
         group = builders.pod_group(run, spec, req, manifest["metadata"]["name"])
@@ -202,7 +203,7 @@ class JobLauncher:
             manifest = builders.in_pod_group(manifest, group["metadata"]["name"])
         return self.ensure(manifest)
 
-    def check_apis(self, spec: WhaleRunSpec) -> None:
+    def check_apis(self, spec: ClusterRunSpec) -> None:
         """Raise :class:`SpecError` on the field that asks for a kind this cluster does not serve (JobSet for
         ``cluster.admission`` jobSet, PodGroup for ``cluster.gangScheduling`` podGroup, DRA's ``resource.k8s.io/v1``
         for ``inference.placement`` colocated: Kubernetes < 1.34). A served API is
@@ -216,7 +217,7 @@ class JobLauncher:
                 )
             self._served_apis.add(api)
 
-    def phase_children(self, run: builders.RunRef, spec: WhaleRunSpec) -> list[dict[str, Any]]:
+    def phase_children(self, run: builders.RunRef, spec: ClusterRunSpec) -> list[dict[str, Any]]:
         """The run's Jobs and, with ``cluster.admission: jobSet``, its JobSets: what ``decide()`` observes."""
         out = self.reads.children(informer.JOB, run.namespace, run.name)
         if builders.uses_jobset(spec):
@@ -239,7 +240,7 @@ class JobLauncher:
             raise ChildRejected.of(kind, name, exc) from None
 
     def observe_children(
-        self, run: builders.RunRef, spec: WhaleRunSpec, current: dict[str, dict[str, Any]], now: str
+        self, run: builders.RunRef, spec: ClusterRunSpec, current: dict[str, dict[str, Any]], now: str
     ) -> Observed:
         """What ``decide`` sees of each phase's current Job (a failed one with its pod's last words), and what the
         run's queue shows of them. A child seen running for the first time gets the started mark (what tells a later
@@ -305,7 +306,7 @@ class JobLauncher:
     def carry_out(
         self,
         run: builders.RunRef,
-        spec: WhaleRunSpec,
+        spec: ClusterRunSpec,
         store: Store,
         decision: Transition,
         running: set[str],
@@ -338,7 +339,7 @@ class JobLauncher:
         made = self.start(run, spec, store, step.start, step.serve, tools)  # type: ignore[arg-type]
         return made is None, {step.start.phase} if made else set()
 
-    def start_prepare(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, start: StartPhase) -> bool:
+    def start_prepare(self, run: builders.RunRef, spec: ClusterRunSpec, store: Store, start: StartPhase) -> bool:
         """The prepare Job of ``start``'s attempt (no inference server, nothing served: it samples nothing),
         after the spec it reads first thing. True when this call created it."""
         self.write_spec(run, store, spec)
@@ -392,7 +393,7 @@ class JobLauncher:
     def infra(
         self,
         run: builders.RunRef,
-        spec: WhaleRunSpec,
+        spec: ClusterRunSpec,
         checkpoint: str | None,
         replicas: int,
         tools: tuple[ToolService, ...],
@@ -443,7 +444,7 @@ class JobLauncher:
     def ensure_infra(
         self,
         run: builders.RunRef,
-        spec: WhaleRunSpec,
+        spec: ClusterRunSpec,
         checkpoint: str | None,
         existing: dict[str, dict[str, Any]],
         tools: tuple[ToolService, ...],
@@ -471,7 +472,7 @@ class JobLauncher:
                 self.ensure_fixed(manifest)
 
     def _built_infra(
-        self, run: builders.RunRef, spec: WhaleRunSpec, checkpoint: str | None, tools: tuple[ToolService, ...]
+        self, run: builders.RunRef, spec: ClusterRunSpec, checkpoint: str | None, tools: tuple[ToolService, ...]
     ) -> list[dict[str, Any]]:
         """:meth:`infra` at one replica, built again only when what it is built from changed (a spec is parsed once
         per generation, so the same object means the same spec): every start of a phase ensures the run's
@@ -492,7 +493,7 @@ class JobLauncher:
                     "apps/v1", "Deployment", run.namespace, dep["metadata"]["name"], {"spec": {"replicas": replicas}}
                 )
 
-    def stop_children(self, run: builders.RunRef, spec: WhaleRunSpec | None = None) -> None:
+    def stop_children(self, run: builders.RunRef, spec: ClusterRunSpec | None = None) -> None:
         """Delete the run's unfinished Jobs (and JobSets, given the spec that makes them) on suspend / end of
         run; finished ones stay for inspection."""
         children = (
@@ -504,7 +505,9 @@ class JobLauncher:
             if observe.job_child(child).state is ChildState.RUNNING and not child["metadata"].get("deletionTimestamp"):
                 self.delete_child(run, child)
 
-    def serve_checkpoint(self, run: builders.RunRef, spec: WhaleRunSpec, store: Store, checkpoint: str | None) -> None:
+    def serve_checkpoint(
+        self, run: builders.RunRef, spec: ClusterRunSpec, store: Store, checkpoint: str | None
+    ) -> None:
         """The one place the operator names what inference serves: ``serving.json`` and, for the vLLM
         Deployment, its annotation (a restart then loads the right weights)."""
         if run.uid in self._serving and self._serving[run.uid] == checkpoint:
@@ -562,7 +565,7 @@ def _condition_time(job: dict[str, Any]) -> str | None:
     return None
 
 
-def write_spec(store: Store, run: str, spec: WhaleRunSpec) -> None:
+def write_spec(store: Store, run: str, spec: ClusterRunSpec) -> None:
     """The spec a child reads first thing (``layout.spec_key``), written only when it changed."""
     wire = spec.to_wire()
     if store.read_json_or_none(layout.spec_key(run)) != wire:

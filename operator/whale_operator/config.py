@@ -9,8 +9,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from whale.core.spec import WhaleRunSpec
 from whale.metaharness import proposer
+from whale_operator.cluster_spec import ClusterRunSpec
 from whale_operator.sandboxing import SandboxHostPolicy
 from whale_operator.tenancy import StorePolicy
 
@@ -30,9 +30,9 @@ def describe_validation_error(exc: ValidationError) -> tuple[str, str]:
     return (f"spec.{loc}" if loc else "spec"), err.get("msg", str(exc))
 
 
-def parse_spec(body_spec: dict[str, Any] | None) -> WhaleRunSpec:
+def parse_spec(body_spec: dict[str, Any] | None) -> ClusterRunSpec:
     try:
-        spec = WhaleRunSpec.model_validate(body_spec or {})
+        spec = ClusterRunSpec.model_validate(body_spec or {})
     except ValidationError as exc:
         raise SpecError(*describe_validation_error(exc)) from None
     for problem in proposer.spec_problems(spec):  # no endpoint, model or key: refused before any Job or GPU
@@ -48,7 +48,7 @@ def parse_spec(body_spec: dict[str, Any] | None) -> WhaleRunSpec:
     return spec
 
 
-def store_uri(spec: WhaleRunSpec) -> str:
+def store_uri(spec: ClusterRunSpec) -> str:
     """The run's store (after ``tenancy.scoped``); :func:`parse_spec` has refused a spec without one."""
     if spec.execution.storage.uri is None:
         raise SpecError(
@@ -147,7 +147,7 @@ class OperatorConfig:
             store_bounds=StoreBounds.from_env(env),
         )
 
-    def credentials_problems(self, spec: WhaleRunSpec) -> list[tuple[str, str]]:
+    def credentials_problems(self, spec: ClusterRunSpec) -> list[tuple[str, str]]:
         """(field, message) when the run's store would need credentials this operator may not lend it."""
         s = spec.execution.storage
         if s.uri and s.uri.startswith("s3://") and not s.credentials_secret and not self.own_store_credentials:
@@ -162,7 +162,7 @@ class OperatorConfig:
         return []
 
 
-def judge_key_problems(spec: WhaleRunSpec, scores_with_judge: bool) -> list[tuple[str, str]]:
+def judge_key_problems(spec: ClusterRunSpec, scores_with_judge: bool) -> list[tuple[str, str]]:
     """(field, message) when a cluster run scores with an LLM judge (its domain's options say so) that needs a key
     but names no Secret to take it from: its workloads would stop at their first episode, so the run is refused
     before any Job exists."""

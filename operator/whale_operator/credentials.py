@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from whale.control.storage import open_spec_store
-from whale.core.spec import WhaleRunSpec
 from whale.store import Store
+from whale_operator.cluster_spec import ClusterRunSpec
 from whale_operator.kube import KubeClient, Refused
 
 FIELD = "spec.execution.storage.credentialsSecret"
@@ -77,7 +77,7 @@ def credentials_from_secret(secret: dict[str, Any], where: str) -> StoreCredenti
     return StoreCredentials(values[ACCESS_KEY], values[SECRET_KEY], values.get(SESSION_TOKEN) or None)
 
 
-def _cache_key(namespace: str, spec: WhaleRunSpec) -> tuple[str, str, str | None, bool, str | None, str | None]:
+def _cache_key(namespace: str, spec: ClusterRunSpec) -> tuple[str, str, str | None, bool, str | None, str | None]:
     s = spec.execution.storage
     return (namespace, s.uri or "", s.endpoint, s.secure, s.region, s.credentials_secret)
 
@@ -116,7 +116,7 @@ class RunStores:
             )
         return secret.get("metadata", {}).get("resourceVersion"), credentials_from_secret(secret, where)
 
-    def open(self, namespace: str, spec: WhaleRunSpec) -> Store:
+    def open(self, namespace: str, spec: ClusterRunSpec) -> Store:
         """The run's store (``spec`` already scoped to the run), opened with the run's own credentials."""
         key = _cache_key(namespace, spec)
         secret_name = spec.execution.storage.credentials_secret

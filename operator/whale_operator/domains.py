@@ -11,9 +11,9 @@ import threading
 from typing import Any
 
 from whale.core import layout
-from whale.core.spec import WhaleRunSpec
 from whale.domain import Domain, DomainOptionsError, ToolService, for_run
 from whale.store import Store
+from whale_operator.cluster_spec import ClusterRunSpec
 from whale_operator.config import OperatorConfig, SpecError
 
 
@@ -44,14 +44,14 @@ class DomainCatalog:
                     ) from None
             return self._plugins[name]
 
-    def _for_run(self, spec: WhaleRunSpec) -> Any:
+    def _for_run(self, spec: ClusterRunSpec) -> Any:
         """The run's domain with its options (a copy of the shared plugin)."""
         try:
             return for_run(self._plugin(spec.domain), spec.experiment.domain_options)
         except DomainOptionsError as exc:
             raise SpecError(exc.problems[0].split(":", 1)[0], exc.problems[0].split(":", 1)[1].strip()) from None
 
-    def effective(self, spec: WhaleRunSpec) -> tuple[WhaleRunSpec, bool]:
+    def effective(self, spec: ClusterRunSpec) -> tuple[ClusterRunSpec, bool]:
         """(the spec as this cluster runs it, whether it scores with the LLM judge): its domain options validated
         (:class:`SpecError` naming the field) and given their cluster defaults (``Domain.cluster_options``:
         search_qa's corpus auto is wiki18 here); the judge's Secret dropped where the options never use it, so no
@@ -69,7 +69,7 @@ class DomainCatalog:
             spec = spec.with_sections(verifier=verifier)
         return spec, bool(domain.scores_with_judge)
 
-    def tools_for(self, spec: WhaleRunSpec) -> tuple[ToolService, ...]:
+    def tools_for(self, spec: ClusterRunSpec) -> tuple[ToolService, ...]:
         """The tool services the run's domain declares for its data settings (``Domain.tool_services_for``)."""
         domain = self._for_run(spec)
         try:
@@ -77,7 +77,7 @@ class DomainCatalog:
         except Exception as exc:  # noqa: BLE001 - the plugin refused the data settings
             raise SpecError("spec.experiment.data", f"domain {spec.domain!r}: {exc}") from None
 
-    def split_sizes(self, store: Store, run: str, spec: WhaleRunSpec) -> dict[str, int] | None:
+    def split_sizes(self, store: Store, run: str, spec: ClusterRunSpec) -> dict[str, int] | None:
         """The run's split sizes from the store; None when a prepare Job must write them."""
         key = layout.split_sizes_key(run)
         sizes = store.read_json_or_none(key)

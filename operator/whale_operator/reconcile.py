@@ -22,7 +22,6 @@ from whale.core import layout
 from whale.core.alternation import ChildState, StartPhase, decide
 from whale.core.convert import raw_section
 from whale.core.layout import PhaseId
-from whale.core.spec import WhaleRunSpec
 from whale.core.state import RunState
 from whale.core.status import Reason, RunPhase, WhaleRunStatus
 from whale.domain import ToolService
@@ -30,6 +29,7 @@ from whale.store import Store, StoreAuthError, StoreUnavailable
 from whale_operator import builders, names, observe, outcomes, tenancy
 from whale_operator import status as st
 from whale_operator.children import ChildRejected, JobLauncher, store_holds_run, stored_experiment_changes
+from whale_operator.cluster_spec import ClusterRunSpec
 from whale_operator.config import OperatorConfig, SpecError, judge_key_problems, parse_spec
 from whale_operator.credentials import CredentialsUnavailable, RunStores
 from whale_operator.domains import DomainCatalog, WaitingForData
@@ -48,7 +48,7 @@ SANDBOX_AT_POD = (
 )
 
 
-def at_pod_here(body_spec: dict[str, Any] | None, spec: WhaleRunSpec) -> bool:
+def at_pod_here(body_spec: dict[str, Any] | None, spec: ClusterRunSpec) -> bool:
     """The run asked for ``namespaces`` (or left the default) and runs at ``pod``: the admin's policy decided."""
     asked = (raw_section(body_spec, "sandbox") or {}).get("isolation", "namespaces")
     return asked == "namespaces" and spec.execution.sandbox.isolation == "pod"
@@ -85,7 +85,7 @@ class Reconciler:
         self._lock = threading.Lock()
         #: per run UID: the spec as checked and scoped, with its tools, for the generation it was parsed at
         #: (a spec changes only with a new generation: parsed once per generation, not once per reconcile)
-        self._specs: dict[str, tuple[int, WhaleRunSpec, tuple[ToolService, ...]]] = {}
+        self._specs: dict[str, tuple[int, ClusterRunSpec, tuple[ToolService, ...]]] = {}
         #: per run UID: the last status read, as it came and as parsed (most reconciles read what the last wrote)
         self._statuses: dict[str, tuple[dict[str, Any], WhaleRunStatus]] = {}
         #: per run UID: the generation whose spec was found to keep the identity of the spec the store holds
@@ -106,7 +106,7 @@ class Reconciler:
         self._identity_checked.pop(uid, None)
 
     # --- store ---
-    def store_for(self, spec: WhaleRunSpec, namespace: str) -> Store:
+    def store_for(self, spec: ClusterRunSpec, namespace: str) -> Store:
         """The run's store, opened with the run's own credentials (:mod:`whale_operator.credentials`)."""
         return self.stores.open(namespace, spec)
 
@@ -179,7 +179,7 @@ class Reconciler:
 
     def _spec(
         self, run: builders.RunRef, body_spec: dict[str, Any] | None, generation: int | None
-    ) -> tuple[WhaleRunSpec, tuple[ToolService, ...]]:
+    ) -> tuple[ClusterRunSpec, tuple[ToolService, ...]]:
         """The run's spec checked and scoped to its own store, and its domain's tools: from the cache while the
         generation is the one they were made for. A spec refused (:class:`SpecError`) is checked again each time."""
         held = self._specs.get(run.uid)
@@ -310,7 +310,7 @@ class Reconciler:
         # a start that found its child already there (or was deferred) is not news
         reported = tuple(a for a in decision.actions if not isinstance(a, StartPhase) or a.phase in created)
         events = st.events(prev, new, reported)
-        limit = spec.cluster.max_evictions
+        limit = spec.execution.retry.max_evictions
         events += [st.evicted_event(e.phase, e.child, e.count, e.words, limit) for e in seen.evictions]
         if any(e.reason == "Started" for e in events) and at_pod_here(body_spec, spec):
             events.append(st.Event(st.NORMAL, "SandboxIsolation", SANDBOX_AT_POD))

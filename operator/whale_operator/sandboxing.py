@@ -21,7 +21,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from whale.core.spec import WhaleRunSpec
+from whale_operator.cluster_spec import ClusterRunSpec
 
 HOST_NAMESPACES_ENV = "WHALE_SANDBOX_HOST_NAMESPACES"
 RUNTIME_CLASS_ENV = "WHALE_SANDBOX_RUNTIME_CLASS"
@@ -46,7 +46,7 @@ class SandboxHostPolicy:
     def allows_hosts(self, namespace: str) -> bool:
         return ANY_NAMESPACE in self.namespaces or namespace in self.namespaces
 
-    def effective(self, spec: WhaleRunSpec, namespace: str) -> tuple[WhaleRunSpec, list[tuple[str, str]]]:
+    def effective(self, spec: ClusterRunSpec, namespace: str) -> tuple[ClusterRunSpec, list[tuple[str, str]]]:
         """The spec the run's children are rendered from (``namespaces`` becomes ``pod`` where the admin allows no
         sandbox host), and (field, message) problems that refuse the run (a ``cli`` proposer there)."""
         if spec.execution.sandbox.isolation != "namespaces" or self.allows_hosts(namespace):

@@ -348,7 +348,7 @@ def evicted_event(phase: str, child: str, count: int, words: str, limit: int) ->
         "Evicted",
         _clip(
             f"{phase}: its queue evicted {child}{why}; kept for Kueue to re-admit (eviction {count}; "
-            f"spec.cluster.maxEvictions {limit})"
+            f"spec.execution.retry.maxEvictions {limit})"
         ),
     )
 

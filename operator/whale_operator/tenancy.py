@@ -20,7 +20,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from whale.core.spec import WhaleRunSpec
+from whale_operator.cluster_spec import ClusterRunSpec
 
 ALLOWED_STORES_ENV = "WHALE_ALLOWED_STORES"
 ALLOWED_ENDPOINTS_ENV = "WHALE_ALLOWED_S3_ENDPOINTS"
@@ -38,7 +38,7 @@ def run_store_uri(base_uri: str, namespace: str, name: str, uid: str, resume_fro
     return f"{base_uri.rstrip('/')}/{namespace}/{name}.{resume_from or uid}"
 
 
-def scoped(spec: WhaleRunSpec, namespace: str, name: str, uid: str) -> WhaleRunSpec:
+def scoped(spec: ClusterRunSpec, namespace: str, name: str, uid: str) -> ClusterRunSpec:
     """``spec`` with ``storage.uri`` replaced by the run's own store (:func:`run_store_uri`): what every child
     and the operator itself then read and write. The one place the operator decides where a run lives."""
     if spec.execution.storage.uri is None:

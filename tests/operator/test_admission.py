@@ -24,8 +24,8 @@ from whale.core import layout
 from whale.core.alternation import ChildState
 from whale.core.layout import PhaseId
 from whale.core.protocol import EvalPhaseArgs, PhaseRequest, WeightPhaseArgs, phase_request
-from whale.core.spec import WhaleRunSpec
 from whale_operator import builders, kueue, names, observe
+from whale_operator.cluster_spec import ClusterRunSpec
 
 CRDS = Path(__file__).resolve().parents[1] / "fixtures" / "crds"
 RUN = builders.RunRef("demo", "team-a", "uid-1")
@@ -68,22 +68,22 @@ def validate_jobset(js: dict[str, Any]) -> None:
         kubernetes_validate.validate(as_job, latest_version(), strict=True)
 
 
-def example_spec(**cluster: Any) -> WhaleRunSpec:
+def example_spec(**cluster: Any) -> ClusterRunSpec:
     spec = docs(next(p for p in EXAMPLES if p.stem == "math-whale"))[0]["spec"]
     spec = copy.deepcopy(spec)
     spec.setdefault("cluster", {}).update(cluster)
     spec["execution"].setdefault("inference", {})["backend"] = "vllm"
-    return WhaleRunSpec.model_validate(spec)
+    return ClusterRunSpec.model_validate(spec)
 
 
-def weight_request(spec: WhaleRunSpec, attempt: int = 1) -> PhaseRequest:
+def weight_request(spec: ClusterRunSpec, attempt: int = 1) -> PhaseRequest:
     args = WeightPhaseArgs(
         cycle=1, harness=None, from_checkpoint=None, from_step=0, target_step=2, steps_per_epoch=4, total_steps=2
     )
     return phase_request(spec.to_wire(), run=RUN.name, phase="c01-weight", attempt=attempt, args=args)
 
 
-def eval_request(spec: WhaleRunSpec) -> PhaseRequest:
+def eval_request(spec: ClusterRunSpec) -> PhaseRequest:
     args = EvalPhaseArgs(cycle=0, step=0, after="start", checkpoint=None, harness=None)
     return phase_request(spec.to_wire(), run=RUN.name, phase="eval-c00-s000000-start", attempt=1, args=args)
 
@@ -122,7 +122,7 @@ def _snake(d: dict[str, Any]) -> dict[str, Any]:
 
 def test_jobset_needs_a_separately_placed_vllm_server():
     with pytest.raises(ValueError, match="cluster.admission: jobSet"):
-        WhaleRunSpec.model_validate(
+        ClusterRunSpec.model_validate(
             {
                 **example_spec().to_wire(),
                 "cluster": {"admission": "jobSet"},
@@ -220,7 +220,7 @@ def test_a_long_run_name_still_names_a_jobset_jobset_accepts():
 # ----- gang scheduling ---------------------------------------------------------------------------------------
 
 
-def multi_node(spec: WhaleRunSpec, nodes: int = 4) -> WhaleRunSpec:
+def multi_node(spec: ClusterRunSpec, nodes: int = 4) -> ClusterRunSpec:
     return spec.with_sections(**{"train": spec.execution.train.model_copy(update={"num_nodes": nodes})})
 
 

@@ -16,9 +16,9 @@ from whale.core.protocol import (
     WeightPhaseArgs,
     phase_request,
 )
-from whale.core.spec import WhaleRunSpec
 from whale.domain import env_items_key
 from whale_operator import builders, names
+from whale_operator.cluster_spec import ClusterRunSpec
 
 RUN = builders.RunRef("demo", "team-a", "uid-1")
 OWNER = [
@@ -36,7 +36,7 @@ OWNER = [
 STORE = "s3://whale"
 
 
-def make_spec(**over) -> WhaleRunSpec:
+def make_spec(**over) -> ClusterRunSpec:
     doc: dict[str, Any] = {
         "domain": "math_reasoning",
         "condition": "whale",
@@ -56,10 +56,10 @@ def make_spec(**over) -> WhaleRunSpec:
     }
     for k, v in over.items():
         doc[k] = {**doc.get(k, {}), **v} if isinstance(v, dict) else v
-    return WhaleRunSpec.model_validate(doc)
+    return ClusterRunSpec.model_validate(doc)
 
 
-def weight_request(spec: WhaleRunSpec, attempt: int = 1) -> PhaseRequest:
+def weight_request(spec: ClusterRunSpec, attempt: int = 1) -> PhaseRequest:
     return phase_request(
         spec.to_wire(),
         run="demo",

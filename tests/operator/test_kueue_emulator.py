@@ -119,10 +119,10 @@ def test_a_cluster_without_kueue_says_nothing_will_admit_the_queued_children(tmp
     """A fresh emulator without Kueue's API (the session's may have it installed): the operator's own client and
     launcher find no Workload API, and the Queued condition says so (KueueNotInstalled)."""
     from tests.fixtures.kube import start_emulator
-    from whale.core.spec import WhaleRunSpec
     from whale_operator import builders
     from whale_operator import status as st
     from whale_operator.children import JobLauncher
+    from whale_operator.cluster_spec import ClusterRunSpec
     from whale_operator.kube import KubeClient
     from whale_operator.metrics import OperatorMetrics
 
@@ -131,7 +131,7 @@ def test_a_cluster_without_kueue_says_nothing_will_admit_the_queued_children(tmp
         monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
         cluster.api.create("v1", "namespaces", None, {"metadata": {"name": "ns"}})
         job = queued_job(cluster.api, "ns", "r-c01-weight-1")
-        spec = WhaleRunSpec.model_validate(
+        spec = ClusterRunSpec.model_validate(
             {
                 "domain": "synthetic",
                 "condition": "rsft_only",

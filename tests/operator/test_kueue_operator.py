@@ -1,7 +1,7 @@
 """Kueue's semantics through the real operator (kopf) over HTTP against the emulator, which plays Kueue, the Job
 controller and the JobSet controller as upstream does (tests/fixtures/kube.py): an evicted Job is kept (no new
 attempt, no failure), its eviction counted once with Kueue's reason (from the Workload) in status, an Event and the
-metric; Kueue re-admits the same Job and the run goes on; past ``cluster.maxEvictions`` the run fails saying why;
+metric; Kueue re-admits the same Job and the run goes on; past ``execution.retry.maxEvictions`` the run fails saying why;
 the Queued and Admitted conditions follow the child."""
 
 from __future__ import annotations
@@ -106,7 +106,7 @@ def test_an_evicted_job_is_kept_readmitted_and_the_run_proceeds(
         assert "Preempted: " + PREEMPTED in queued["message"] and "kept for Kueue to re-admit" in queued["message"]
         assert condition_is(run, "Admitted", "False", "Evicted")
         (said,) = wait_for(lambda: event_messages(api, ns, "evict", "Evicted"), what="the Evicted event")
-        assert "c01-weight" in said and PREEMPTED in said and "spec.cluster.maxEvictions 10" in said
+        assert "c01-weight" in said and PREEMPTED in said and "spec.execution.retry.maxEvictions 10" in said
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
             text = answer.read().decode()
         assert 'whale_operator_evictions_total{kind="weight"} 1.0' in text
@@ -160,7 +160,13 @@ def test_past_max_evictions_the_run_fails_saying_why(
     install_kueue(api)
     timeout = "Exceeded the PodsReady timeout " + ns + "/job-cap"
     with start_operator():
-        run = make_run("cap", spec={"cluster": {"queueName": "gpu", "admission": "perChild", "maxEvictions": 1}})
+        run = make_run(
+            "cap",
+            spec={
+                "cluster": {"queueName": "gpu", "admission": "perChild"},
+                "retry": {"maxEvictions": 1},
+            },
+        )
         name = run.wait_job()["metadata"]["name"]
         admit_and_see_it_run(api, ns, name)
         api.evict(ns, name, reason="PodsReadyTimeout", message=timeout)
@@ -173,7 +179,7 @@ def test_past_max_evictions_the_run_fails_saying_why(
         final = wait_for(lambda: run.status() if run.status().get("phase") == "Failed" else None, what="Failed")
         wait_for(lambda: name not in run.job_names(), what="the evicted Job to be deleted with the failed run")
     assert final["reason"] == "EvictionLimitReached"
-    assert "2 times, more than spec.cluster.maxEvictions (1)" in final["message"]
+    assert "2 times, more than spec.execution.retry.maxEvictions (1)" in final["message"]
     assert "PodsReadyTimeout: " + timeout in final["message"]
     cond = {c["type"]: c for c in final["conditions"]}
     assert cond["Failed"]["status"] == "True" and cond["Failed"]["reason"] == "EvictionLimitReached"

@@ -35,9 +35,9 @@ from tests.operator.test_manifests import (
     with_built_in_proposer,
 )
 from tests.operator.test_packaging import K8S_VERSIONS
-from whale.core.spec import WhaleRunSpec
 from whale.metaharness.proposer import AGENT_EXCHANGE_ENV
 from whale_operator import builders, names
+from whale_operator.cluster_spec import ClusterRunSpec
 from whale_operator.config import OperatorConfig, judge_key_problems
 from whale_operator.domains import DomainCatalog
 from whale_operator.sandboxing import SandboxHostPolicy
@@ -84,7 +84,7 @@ def variants(path: Path) -> Iterator[tuple[str, dict[str, Any]]]:
     yield "cli-judge", {**cli, "verifier": JUDGE}
 
 
-def rendered(spec: WhaleRunSpec, policy: SandboxHostPolicy = DEFAULTS) -> list[dict[str, Any]]:
+def rendered(spec: ClusterRunSpec, policy: SandboxHostPolicy = DEFAULTS) -> list[dict[str, Any]]:
     """Every object the operator renders for ``spec`` (its children of every kind of phase, its services, the phase
     JobSet where the spec asks for it, the colocated train pod where it asks for that)."""
     out = children_of(spec) + [builders.workload_network_policy(RUN)]
@@ -98,10 +98,10 @@ def rendered(spec: WhaleRunSpec, policy: SandboxHostPolicy = DEFAULTS) -> list[d
     return [builders.with_sandbox_runtime(m, policy.runtime_class) for m in out]
 
 
-def effective(wire: dict[str, Any], policy: SandboxHostPolicy = DEFAULTS) -> WhaleRunSpec | None:
+def effective(wire: dict[str, Any], policy: SandboxHostPolicy = DEFAULTS) -> ClusterRunSpec | None:
     """The spec the operator renders from (None: refused, as a cli proposer is without sandbox hosts): its domain's
     options applied (whale_operator.domains.DomainCatalog.effective), then the sandbox host policy."""
-    spec, _ = DOMAINS.effective(WhaleRunSpec.model_validate(wire))
+    spec, _ = DOMAINS.effective(ClusterRunSpec.model_validate(wire))
     spec, problems = policy.effective(spec, RUN.namespace)
     return None if problems else spec
 
@@ -164,17 +164,17 @@ def test_with_the_defaults_every_rendered_pod_is_restricted(path: Path, variant:
 
 def test_a_cli_proposer_without_sandbox_hosts_is_refused_naming_the_field_and_the_fix():
     (wire,) = [w for n, w in variants(EXAMPLES[0]) if n == "cli"]
-    _, problems = DEFAULTS.effective(WhaleRunSpec.model_validate(wire), "team-a")
+    _, problems = DEFAULTS.effective(ClusterRunSpec.model_validate(wire), "team-a")
     ((field, message),) = problems
     assert field == "spec.experiment.harnessSearch.proposer.backend"
     assert "team-a" in message and "sandboxHosts.namespaces" in message and "openai or anthropic" in message
-    spec, problems = OPTED_IN.effective(WhaleRunSpec.model_validate(wire), "whale")
+    spec, problems = OPTED_IN.effective(ClusterRunSpec.model_validate(wire), "whale")
     assert problems == [] and spec.execution.sandbox.isolation == "namespaces"
 
 
 def test_the_admins_opt_in_is_per_namespace_and_brings_the_sandbox_hosts_back_under_its_runtime_class():
     wire = with_built_in_proposer(wire_of(next(p for p in EXAMPLES if p.stem == "math-whale")))
-    spec = WhaleRunSpec.model_validate(wire)
+    spec = ClusterRunSpec.model_validate(wire)
     assert OPTED_IN.effective(spec, "team-b")[0].execution.sandbox.isolation == "pod", "another namespace: not opted in"
     assert SandboxHostPolicy(("*",)).effective(spec, "team-b")[0].execution.sandbox.isolation == "namespaces"
     at_namespaces = OPTED_IN.effective(spec, "whale")[0]
@@ -189,7 +189,7 @@ def test_the_admins_opt_in_is_per_namespace_and_brings_the_sandbox_hosts_back_un
                 assert pod.get("runtimeClassName") != "gvisor", "the admin's class is for untrusted code only"
     assert sorted(hosts) == ["example-harness", "example-sandbox"]
     # the admin's class wins over the spec's
-    tenant = WhaleRunSpec.model_validate(
+    tenant = ClusterRunSpec.model_validate(
         {**wire, "cluster": {**wire.get("cluster", {}), "placement": {"harness": {"runtimeClassName": "runc"}}}}
     )
     (harness,) = [
@@ -385,7 +385,7 @@ def test_the_hf_token_reaches_the_containers_that_download_the_model_and_no_othe
 
 def test_a_judge_that_needs_a_key_needs_its_secret_on_a_cluster():
     wire = wire_of(next(p for p in EXAMPLES if p.stem == "searchqa-whale"))
-    keyed = WhaleRunSpec.model_validate({**wire, "verifier": {"searchAnswer": "llmJudge"}})
+    keyed = ClusterRunSpec.model_validate({**wire, "verifier": {"searchAnswer": "llmJudge"}})
     ((field, message),) = judge_key_problems(*DOMAINS.effective(keyed))
     assert (
         field == "spec.experiment.verifier.judge.apiKeySecret"
@@ -393,9 +393,9 @@ def test_a_judge_that_needs_a_key_needs_its_secret_on_a_cluster():
         and "apiKeyEnv: null" in message
     )
     for fine in (JUDGE, {"searchAnswer": "llmJudge", "judge": {"apiKeyEnv": None}}, {"searchAnswer": "exactMatch"}):
-        assert judge_key_problems(*DOMAINS.effective(WhaleRunSpec.model_validate({**wire, "verifier": fine}))) == []
+        assert judge_key_problems(*DOMAINS.effective(ClusterRunSpec.model_validate({**wire, "verifier": fine}))) == []
     with pytest.raises(ValueError, match="apiKeySecret is injected under apiKeyEnv"):
-        WhaleRunSpec.model_validate(
+        ClusterRunSpec.model_validate(
             {
                 **wire,
                 "verifier": {"searchAnswer": "llmJudge", "judge": {"apiKeyEnv": None, "apiKeySecret": JUDGE_SECRET}},
@@ -452,7 +452,7 @@ def test_no_token_memory_bounded_and_the_workloads_reachable_from_the_run_only(
             assert not selected_by(ingress, obj["spec"]["template"]["metadata"]["labels"])
 
 
-def runs_create(spec: WhaleRunSpec, obj: dict[str, Any]) -> bool:
+def runs_create(spec: ClusterRunSpec, obj: dict[str, Any]) -> bool:
     """Whether the run really creates ``obj`` (children_of renders every kind of phase and the vLLM server for every
     spec: an mh_only run trains nothing, a transformers run starts no vLLM)."""
     component = obj["metadata"]["labels"].get("app.kubernetes.io/component")
@@ -486,7 +486,7 @@ def test_a_memory_request_is_the_limit_unless_the_spec_gives_one_and_shm_is_neve
 
 def test_colocated_placement_needs_dra_v1_and_says_how_to_do_without():
     wire = wire_of(next(p for p in EXAMPLES if p.stem == "math-whale"))
-    colocated = WhaleRunSpec.model_validate(
+    colocated = ClusterRunSpec.model_validate(
         {**wire, "inference": {**wire.get("inference", {}), "placement": "colocated"}}
     )
     assert ("spec.execution.inference.placement", "resource.k8s.io/v1", builders.DRA_NEEDS) in builders.required_apis(
@@ -496,5 +496,5 @@ def test_colocated_placement_needs_dra_v1_and_says_how_to_do_without():
     assert "1.34" in builders.DRA_NEEDS
     assert all(
         f != "spec.execution.inference.placement"
-        for f, _, _ in builders.required_apis(WhaleRunSpec.model_validate(wire))
+        for f, _, _ in builders.required_apis(ClusterRunSpec.model_validate(wire))
     )

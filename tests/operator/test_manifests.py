@@ -17,8 +17,8 @@ from kubernetes_validate.utils import latest_version
 
 from whale import plugins
 from whale.core.protocol import EvalPhaseArgs, HarnessPhaseArgs, WeightPhaseArgs, phase_request
-from whale.core.spec import Images, WhaleRunSpec
 from whale_operator import builders
+from whale_operator.cluster_spec import ClusterRunSpec, Images
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "manifests"
@@ -99,7 +99,7 @@ def test_kustomizations_install_everything_but_the_examples():
 
 
 def test_examples_are_the_papers_twelve_runs_plus_a_tiny_cpu_run():
-    specs = {p.stem: WhaleRunSpec.model_validate(docs(p)[0]["spec"]) for p in EXAMPLES}
+    specs = {p.stem: ClusterRunSpec.model_validate(docs(p)[0]["spec"]) for p in EXAMPLES}
     grid = Counter((s.domain, s.condition.value) for n, s in specs.items() if n != "tiny-cpu")
     assert grid == Counter(
         {
@@ -130,7 +130,7 @@ def test_examples_are_the_papers_twelve_runs_plus_a_tiny_cpu_run():
         assert docs(MANIFESTS / "examples" / f"{name}.yaml")[0]["metadata"]["name"] == name
 
 
-def children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
+def children_of(spec: ClusterRunSpec) -> list[dict[str, Any]]:
     run = builders.RunRef("example", "whale", "uid")
     store = spec.execution.storage.uri or "s3://whale"
     wire = spec.to_wire()
@@ -191,7 +191,7 @@ def children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
     return out
 
 
-def weight_request(spec: WhaleRunSpec) -> Any:
+def weight_request(spec: ClusterRunSpec) -> Any:
     """The first weight phase's request of the example run (steps 0 to 2)."""
     return phase_request(
         spec.to_wire(),
@@ -204,7 +204,7 @@ def weight_request(spec: WhaleRunSpec) -> Any:
     )
 
 
-def colocated_children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
+def colocated_children_of(spec: ClusterRunSpec) -> list[dict[str, Any]]:
     """What a colocated weight phase adds: the train Job with vLLM beside the trainer, and its GPU claim."""
     run = builders.RunRef("example", "whale", "uid")
     req = weight_request(spec)
@@ -217,7 +217,7 @@ def colocated_children_of(spec: WhaleRunSpec) -> list[dict[str, Any]]:
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_children_built_from_each_example_validate(path: Path):
-    spec = WhaleRunSpec.model_validate(docs(path)[0]["spec"])
+    spec = ClusterRunSpec.model_validate(docs(path)[0]["spec"])
     for child in children_of(spec):
         kubernetes_validate.validate(child, latest_version(), strict=True)
 
@@ -238,7 +238,7 @@ def images_named() -> set[str]:
     for _, d in all_docs():
         walk(d)
     for p in EXAMPLES:
-        walk([c for c in children_of(WhaleRunSpec.model_validate(docs(p)[0]["spec"]))])
+        walk([c for c in children_of(ClusterRunSpec.model_validate(docs(p)[0]["spec"]))])
     defaults = Images()
     found |= {defaults.worker, defaults.vllm, defaults.tools}
     return found

@@ -96,7 +96,7 @@ def test_crds_are_applied_apart_from_what_needs_them(name: str):
 
 
 def test_the_applied_crd_is_the_generated_crd():
-    from whale.crd import crd
+    from whale_operator.crd import crd
 
     (whaleruns,) = [d for d in rendered("crd") if d["metadata"]["name"] == "whaleruns.whale.dev"]
     assert whaleruns == crd()
@@ -172,7 +172,7 @@ def bound_to_operator(name: str) -> set[tuple[str, str, str]]:
 def children_kinds() -> set[tuple[str, str]]:
     """(group, resource) of every child the builders make, from one run of each domain's shape."""
     from tests.operator.test_manifests import EXAMPLES, children_of, colocated_children_of, docs
-    from whale.core.spec import WhaleRunSpec
+    from whale_operator.cluster_spec import ClusterRunSpec
 
     plural = {
         "Job": "jobs",
@@ -188,7 +188,7 @@ def children_kinds() -> set[tuple[str, str]]:
     }
     out = set()
     for p in EXAMPLES:
-        spec = WhaleRunSpec.model_validate(docs(p)[0]["spec"])
+        spec = ClusterRunSpec.model_validate(docs(p)[0]["spec"])
         colocated = spec.with_sections(
             **{
                 "inference": spec.execution.inference.model_copy(update={"placement": "colocated"}),

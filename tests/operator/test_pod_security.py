@@ -33,8 +33,8 @@ from tests.operator.test_manifests import EXAMPLES, children_of, docs, with_buil
 from tests.operator.test_packaging import K8S_VERSIONS
 from whale import plugins
 from whale.core.protocol import WeightPhaseArgs, phase_request
-from whale.core.spec import WhaleRunSpec
 from whale_operator import builders
+from whale_operator.cluster_spec import ClusterRunSpec
 
 RUN = builders.RunRef("demo", "team-a", "uid-1")
 STORE = "s3://whale"
@@ -49,15 +49,15 @@ EXCEPTIONS = {
 }
 
 
-def spec_of(path: Path, **cluster: Any) -> WhaleRunSpec:
+def spec_of(path: Path, **cluster: Any) -> ClusterRunSpec:
     """The example with a built-in proposer (a ``cli`` one needs the admin's opt-in: tests/operator/test_least_privilege.py)."""
     wire = with_built_in_proposer(flat(docs(path)[0]["spec"]))
     if cluster:
         wire = {**wire, **cluster}
-    return WhaleRunSpec.model_validate(wire)
+    return ClusterRunSpec.model_validate(wire)
 
 
-def with_isolation(spec: WhaleRunSpec, isolation: str) -> WhaleRunSpec:
+def with_isolation(spec: ClusterRunSpec, isolation: str) -> ClusterRunSpec:
     return spec.with_sections(
         **{
             "sandbox": spec.execution.sandbox.model_copy(
@@ -67,7 +67,7 @@ def with_isolation(spec: WhaleRunSpec, isolation: str) -> WhaleRunSpec:
     )
 
 
-def everything(spec: WhaleRunSpec) -> list[dict[str, Any]]:
+def everything(spec: ClusterRunSpec) -> list[dict[str, Any]]:
     return [*children_of(spec), builders.inference_network_policy(RUN)]  # the harness host's too (children_of)
 
 
@@ -177,8 +177,8 @@ GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSc
 SPOT_TOLERATION = {"key": "spot", "operator": "Exists", "effect": "NoSchedule"}
 
 
-def placed(**placement: Any) -> WhaleRunSpec:
-    return WhaleRunSpec.model_validate(
+def placed(**placement: Any) -> ClusterRunSpec:
+    return ClusterRunSpec.model_validate(
         {
             "domain": "math_reasoning",
             "condition": "whale",
@@ -196,7 +196,7 @@ def placed(**placement: Any) -> WhaleRunSpec:
     )
 
 
-def pods_by_component(spec: WhaleRunSpec) -> dict[str, list[dict[str, Any]]]:
+def pods_by_component(spec: ClusterRunSpec) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for obj in children_of(spec):
         pod = pod_spec(obj)
@@ -301,7 +301,7 @@ def test_jobs_have_a_deadline_and_a_ttl_by_default():
     for p in pods_by_component(spec)["search"] + pods_by_component(spec)["prepare"]:
         job = p["obj"]["spec"]
         assert job["activeDeadlineSeconds"] == 7 * 24 * 3600 and job["ttlSecondsAfterFinished"] == 7 * 24 * 3600
-    spec = WhaleRunSpec.model_validate(
+    spec = ClusterRunSpec.model_validate(
         {
             **flat(spec.to_wire()),
             "retry": {"activeDeadlineSeconds": 3600},
@@ -313,7 +313,7 @@ def test_jobs_have_a_deadline_and_a_ttl_by_default():
 
 
 def test_dev_shm_is_sized_to_the_memory_limit_and_the_model_cache_can_be_a_claim():
-    spec = WhaleRunSpec.model_validate(
+    spec = ClusterRunSpec.model_validate(
         {
             **flat(placed().to_wire()),
             "train": {"resources": {"limits": {"memory": "64Gi"}}},

@@ -3,14 +3,14 @@ must be fetched into the store before any workload reads it."""
 
 from __future__ import annotations
 
-from whale.core.spec import WhaleRunSpec
 from whale.store import open_store
+from whale_operator.cluster_spec import ClusterRunSpec
 from whale_operator.config import OperatorConfig
 from whale_operator.domains import DomainCatalog
 
 
-def spec(source: str) -> WhaleRunSpec:
-    return WhaleRunSpec.model_validate(
+def spec(source: str) -> ClusterRunSpec:
+    return ClusterRunSpec.model_validate(
         {
             "domain": "synthetic" if source == "sample" else "chess_puzzles",
             "condition": "rsft_only",

@@ -15,8 +15,8 @@ from tests.fixtures.specs import flat
 from tests.operator.player import WR
 from tests.operator.test_builders import RUN, STORE, make_spec
 from whale.core.mutability import experiment_changes
-from whale.core.spec import WhaleRunSpec
 from whale_operator import builders, names
+from whale_operator.cluster_spec import ClusterRunSpec
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -39,7 +39,7 @@ def test_the_template_hash_follows_the_pods_and_nothing_else():
 def test_experiment_changes_name_the_fields():
     base = make_spec()
     assert experiment_changes(base, make_spec(suspend=True, retry={"maxAttempts": 7})) == []
-    moved = WhaleRunSpec.model_validate(
+    moved = ClusterRunSpec.model_validate(
         {**flat(base.to_wire()), "model": {**flat(base.to_wire())["model"], "name": "other", "revision": "r2"}}
     )
     assert [c.path for c in experiment_changes(base, moved)] == [

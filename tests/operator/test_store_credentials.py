@@ -15,8 +15,8 @@ from tests.fixtures.kube import EmulatedCluster, wait_for
 from tests.fixtures.s3 import TEST_BUCKET, S3ServerInfo
 from tests.operator.conftest import BASE_SPEC, deep_merge, prepared_run
 from tests.operator.player import WR
-from whale.core.spec import WhaleRunSpec
 from whale.store.base import StoreAuthError
+from whale_operator.cluster_spec import ClusterRunSpec
 from whale_operator.config import OperatorConfig
 from whale_operator.credentials import CredentialsUnavailable, RunStores, StoreCredentials, credentials_from_secret
 from whale_operator.kube import KubeClient, Refused
@@ -29,11 +29,11 @@ def secret(name: str, values: dict[str, str]) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name}, "type": "Opaque", "data": data}
 
 
-def s3_spec(s3: S3ServerInfo, secret_name: str | None, prefix: str) -> WhaleRunSpec:
+def s3_spec(s3: S3ServerInfo, secret_name: str | None, prefix: str) -> ClusterRunSpec:
     storage: dict[str, Any] = {"uri": f"s3://{TEST_BUCKET}/{prefix}", "endpoint": s3.url}
     if secret_name:
         storage["credentialsSecret"] = secret_name
-    return WhaleRunSpec.model_validate(deep_merge(BASE_SPEC, {"storage": storage}))
+    return ClusterRunSpec.model_validate(deep_merge(BASE_SPEC, {"storage": storage}))
 
 
 @pytest.fixture()
@@ -112,7 +112,7 @@ def test_credentials_never_print_and_string_data_counts():
 )
 def test_the_operator_lends_its_own_credentials_only_where_allowed(env, uri, secret_name, refused):
     storage = {"uri": uri, "endpoint": "minio:9000", **({"credentialsSecret": secret_name} if secret_name else {})}
-    spec = WhaleRunSpec.model_validate(deep_merge(BASE_SPEC, {"storage": storage}))
+    spec = ClusterRunSpec.model_validate(deep_merge(BASE_SPEC, {"storage": storage}))
     problems = OperatorConfig.from_env(env).credentials_problems(spec)
     assert bool(problems) is refused
     if refused:

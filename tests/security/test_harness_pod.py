@@ -17,15 +17,15 @@ from tests.operator.test_builders import make_spec, tools_of, weight_request
 from tests.operator.test_packaging import K8S_VERSIONS
 from whale.core import layout
 from whale.core.protocol import EvalPhaseArgs, HarnessPhaseArgs, PhaseKind, phase_request
-from whale.core.spec import WhaleRunSpec
 from whale.harness import launch
 from whale_operator import builders, names
+from whale_operator.cluster_spec import ClusterRunSpec
 
 RUN = builders.RunRef("demo", "team-a", "uid-1")
 STORE = "s3://whale"
 
 
-def spec_at(isolation: str, **placement: Any) -> WhaleRunSpec:
+def spec_at(isolation: str, **placement: Any) -> ClusterRunSpec:
     sandbox = {"isolation": isolation, "acknowledgeUnisolated": isolation == "none"}
     spec = make_spec(sandbox=sandbox)
     if placement:
@@ -34,7 +34,7 @@ def spec_at(isolation: str, **placement: Any) -> WhaleRunSpec:
     return spec
 
 
-def job_of(spec: WhaleRunSpec, kind: PhaseKind) -> dict[str, Any]:
+def job_of(spec: ClusterRunSpec, kind: PhaseKind) -> dict[str, Any]:
     wire = spec.to_wire()
     if kind is PhaseKind.WEIGHT:
         req = weight_request(spec)

@@ -28,8 +28,8 @@ from whale.cli import app
 from whale.core import layout
 from whale.core.convert import convert_v1alpha1
 from whale.core.spec import INT64_MAX, MAX_CYCLES, MAX_STEPS, PROPOSER_KEY_ENV
-from whale.crd import crd
 from whale.manifest import MAX_MANIFEST_BYTES, MAX_NODES, ManifestError, load_manifest
+from whale_operator.crd import crd
 
 ROOT = Path(__file__).resolve().parents[2]
 SHIPPED_DOMAINS = ("chess_puzzles", "math_reasoning", "search_qa", "synthetic")

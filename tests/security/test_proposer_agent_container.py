@@ -25,13 +25,13 @@ import pytest
 from tests.fixtures.kube import wait_for
 from tests.security.harness_probes import CHECKOUT, gold_file
 from tests.security.test_proposer_cli_sandbox import AGENT, BLOCKED, _report, _request
-from whale.core.spec import WhaleRunSpec
 from whale.metaharness.proposer import agent_exchange as ex
 from whale.metaharness.proposer.base import ProposerError, ProposerUnavailable
 from whale.metaharness.proposer.cli_agent import AgentJob, AgentWalls, CLIAgentProposer
 from whale.sandbox.process import base_python
 from whale.tools.process import stop_process
 from whale_operator import builders
+from whale_operator.cluster_spec import ClusterRunSpec
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -45,7 +45,7 @@ SEARCH_KEYS = {
 AGENT_KEY = "sk-agent-key-5e0f"
 
 
-def cli_spec(agent_install: Path) -> WhaleRunSpec:
+def cli_spec(agent_install: Path) -> ClusterRunSpec:
     from tests.operator.test_least_privilege import EXAMPLES, wire_of
 
     wire = wire_of(next(p for p in EXAMPLES if p.stem == "math-whale"))
@@ -56,10 +56,10 @@ def cli_spec(agent_install: Path) -> WhaleRunSpec:
         "readPaths": [str(agent_install)],
         "apiKeySecret": {"name": "whale-proposer", "key": "api-key", "env": "AGENT_API_KEY"},
     }
-    return WhaleRunSpec.model_validate({**wire, "harnessSearch": {**wire["harnessSearch"], "proposer": proposer}})
+    return ClusterRunSpec.model_validate({**wire, "harnessSearch": {**wire["harnessSearch"], "proposer": proposer}})
 
 
-def rendered_runner(spec: WhaleRunSpec, exchange: Path, secrets: dict[str, str]) -> tuple[list[str], dict[str, str]]:
+def rendered_runner(spec: ClusterRunSpec, exchange: Path, secrets: dict[str, str]) -> tuple[list[str], dict[str, str]]:
     """The operator's proposer-agent container as a local process: its command (this interpreter, this exchange
     directory) and its environment (every entry it renders, each Secret reference resolved; PATH as an image has)."""
     container = builders.proposer_agent_container(spec)

@@ -253,12 +253,15 @@ def test_preemption_is_not_a_failure():
     assert status.attempts["c01-weight"] == 6
 
 
+def evictions_capped(limit: int) -> WhaleRunSpec:
+    spec = make_spec("rsft_only", totalSteps=2)
+    return spec.with_sections(retry=spec.execution.retry.model_copy(update={"max_evictions": limit}))
+
+
 def test_an_evicted_child_is_kept_its_evictions_counted_and_one_too_many_fails_the_run():
     """Kueue re-admits the same child: decide() starts nothing while it waits, counts its evictions (level-based:
-    the same count seen again is no new eviction), and fails the run past cluster.maxEvictions."""
-    spec = WhaleRunSpec.model_validate(
-        {**make_spec("rsft_only", totalSteps=2).to_wire(), "cluster": {"queueName": "gpu", "maxEvictions": 2}}
-    )
+    the same count seen again is no new eviction), and fails the run past execution.retry.maxEvictions."""
+    spec = evictions_capped(2)
     status = decide(spec, WhaleRunStatus(), Observations(run=RUN, split_sizes=SIZES)).status
     waiting = Child(ChildState.RUNNING, "evicted by its queue", name="Job r-c01-weight-1", evictions=1)
     for _ in range(2):  # the same eviction seen twice
@@ -274,14 +277,14 @@ def test_an_evicted_child_is_kept_its_evictions_counted_and_one_too_many_fails_t
     over = Child(ChildState.RUNNING, "evicted: Preempted: to accommodate w", name="Job r-c01-weight-1", evictions=3)
     d = decide(spec, status, Observations(run=RUN, split_sizes=SIZES, children={"c01-weight": over}))
     assert d.status.phase is RunPhase.FAILED and d.status.reason == "EvictionLimitReached"
-    assert "spec.cluster.maxEvictions (2)" in d.status.message and "Job r-c01-weight-1 3 times" in d.status.message
+    assert (
+        "spec.execution.retry.maxEvictions (2)" in d.status.message and "Job r-c01-weight-1 3 times" in d.status.message
+    )
     assert "Preempted: to accommodate w" in d.status.message
 
 
 def test_a_new_attempt_starts_with_no_eviction_counted():
-    spec = WhaleRunSpec.model_validate(
-        {**make_spec("rsft_only", totalSteps=2).to_wire(), "cluster": {"queueName": "gpu", "maxEvictions": 2}}
-    )
+    spec = evictions_capped(2)
     status = decide(spec, WhaleRunStatus(), Observations(run=RUN, split_sizes=SIZES)).status
     evicted = Child(ChildState.RUNNING, name="Job r-c01-weight-1", evictions=2)
     status = decide(spec, status, Observations(run=RUN, split_sizes=SIZES, children={"c01-weight": evicted})).status
@@ -296,9 +299,7 @@ def test_a_new_attempt_starts_with_no_eviction_counted():
 
 
 def test_data_preparation_is_held_to_the_same_eviction_limit():
-    spec = WhaleRunSpec.model_validate(
-        {**make_spec("rsft_only", totalSteps=2).to_wire(), "cluster": {"queueName": "gpu", "maxEvictions": 0}}
-    )
+    spec = evictions_capped(0)
     over = Child(ChildState.RUNNING, name="Job r-prepare-1", evictions=1)
     d = decide(spec, WhaleRunStatus(), Observations(run=RUN, children={"prepare": over}))
     assert d.status.phase is RunPhase.FAILED and d.status.reason == "EvictionLimitReached"

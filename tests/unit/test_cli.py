@@ -227,7 +227,7 @@ def test_replay_rejects_unknown_domain(tmp_path):
 
 def test_core_cli_imports_no_heavy_engines():
     code = (
-        "import sys, whale.cli, whale.core.alternation, whale.core.schedule, whale.runner.local, whale.crd;"
+        "import sys, whale.cli, whale.core.alternation, whale.core.schedule, whale.runner.local, whale_operator.crd;"
         "print([m for m in ('torch', 'transformers', 'kopf', 'vllm', 'deepspeed') if m in sys.modules])"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
@@ -383,3 +383,16 @@ def test_validate_warns_that_a_queue_does_not_count_colocated_gpus_unmapped(tmp_
     for quiet in (queued, {**WHALE, "inference": {"placement": "colocated"}}):
         res = cli.invoke(app, ["validate", str(write(tmp_path, quiet))])
         assert res.exit_code == 0 and "deviceClassMappings" not in res.output, res.output
+
+
+def test_validate_checks_the_cluster_section_with_the_operators_model(tmp_path):
+    """The core keeps spec.cluster opaque; `whale validate` checks it with whale_operator.cluster_spec, naming the
+    field and the fix (the cross-field rule with execution too)."""
+    bad = {**WHALE, "cluster": {"tolerations": [{"operator": "Equal", "value": "x"}], "queueName": "Team A"}}
+    res = cli.invoke(app, ["validate", str(write(tmp_path, bad))])
+    assert res.exit_code == 1, res.output
+    assert "spec.cluster.tolerations[0]: a toleration without a key must have operator Exists" in res.output
+    assert "spec.cluster.queueName: must be a Kubernetes object name" in res.output
+    jobset = {**WHALE, "cluster": {"admission": "jobSet"}, "inference": {"placement": "colocated"}}
+    res = cli.invoke(app, ["validate", str(write(tmp_path, jobset))])
+    assert res.exit_code == 1 and "cluster.admission: jobSet puts each phase's own vLLM server" in res.output

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import yaml
 
-from whale.crd import crd, render
+from whale_operator.crd import crd, render
 
 COMMITTED = Path(__file__).resolve().parents[2] / "chart" / "crds" / "whaleruns.yaml"
 
@@ -107,3 +107,43 @@ def test_the_schema_carries_the_names_and_quantities():
     assert "LD_" in env["not"]["pattern"] and env["x-kubernetes-validations"]
     threshold = experiment["rsft"]["properties"]["scoreThreshold"]
     assert (threshold["minimum"], threshold["maximum"], threshold["exclusiveMaximum"]) == (0, 1, True)
+
+
+def test_the_crd_exists_once_in_the_repository():
+    root = COMMITTED.parents[2]
+    found = [
+        p.relative_to(root)
+        for pattern in ("*.yaml", "*.yml", "*.json")
+        for p in root.rglob(pattern)
+        if ".venv" not in p.parts and ".git" not in p.parts and "whaleruns.whale.dev" in p.read_text(errors="ignore")
+    ]
+    assert found == [COMMITTED.relative_to(root)]
+
+
+def test_nullable_only_where_null_is_not_the_default():
+    """``X | None = None``: null and absent read alike (the API server prunes an explicit null), so the schema says
+    nothing; ``X | None = <value>``: null is a value of its own (``stallAfterSeconds: null`` = never), kept."""
+    from whale.core.spec import WhaleRunSpec
+
+    nullable = [path for path, node in _walk(_spec_schema()) if node.get("nullable")]
+    assert ".properties.execution.properties.retry.properties.stallAfterSeconds" in nullable
+    assert all("default" in dict(_walk(_spec_schema()))[p] for p in nullable), nullable
+    storage = _spec_schema()["properties"]["execution"]["properties"]["storage"]["properties"]
+    assert "nullable" not in storage["endpoint"] and "nullable" not in storage["uri"]
+    doc = yaml.safe_load((COMMITTED.parents[2] / "manifests/examples/tiny-cpu.yaml").read_text())["spec"]
+    pruned = WhaleRunSpec.model_validate(doc)
+    explicit = {**doc, "execution": {**doc.get("execution", {}), "resumeFrom": None}}
+    assert WhaleRunSpec.model_validate(explicit) == pruned  # what the pruned null reads as
+
+
+def test_the_cluster_section_is_the_operators_model_and_the_moved_field_is_kept_without_a_default():
+    from whale_operator.cluster_spec import Cluster
+
+    cluster = _spec_schema()["properties"]["cluster"]["properties"]
+    assert set(cluster) == {f.alias or n for n, f in Cluster.model_fields.items()} | {"maxEvictions"}
+    assert (
+        "default" not in cluster["maxEvictions"]
+        and "execution.retry.maxEvictions" in cluster["maxEvictions"]["description"]
+    )
+    retry = _spec_schema()["properties"]["execution"]["properties"]["retry"]["properties"]
+    assert "default" not in retry["maxEvictions"] and retry["maxEvictions"]["maximum"] == 1000

@@ -21,7 +21,7 @@ from typer.testing import CliRunner
 
 from whale.cli import app
 from whale.core.convert import TO_EXECUTION, TO_EXPERIMENT, convert_v1alpha1
-from whale.crd import CEL_RULES, crd
+from whale_operator.crd import CEL_RULES, crd
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMA = crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]

@@ -162,3 +162,80 @@ def test_a_cluster_dump_becomes_objects_to_create_each_resuming_its_store():
     assert (
         parsed.experiment == load_manifest(ROOT / "tests/fixtures/manifests_v1alpha1/math-whale.yaml").spec.experiment
     )
+
+
+def test_the_eviction_cap_set_where_v1alpha2_had_it_is_read_where_it_now_lives_with_a_notice(tmp_path: Path):
+    """``cluster.maxEvictions`` moved to ``execution.retry.maxEvictions`` (the core decides with it; ``cluster`` is the
+    operator's): a manifest or a stored spec that sets the old one keeps its value, and `whale validate` says so."""
+    from whale.core.convert import move_fields
+
+    doc = yaml.safe_load((ROOT / "manifests/examples/tiny-cpu.yaml").read_text())
+    doc["spec"]["cluster"] = {"queueName": "gpu", "maxEvictions": 3}
+    spec = WhaleRunSpec.model_validate(doc["spec"])
+    assert spec.execution.retry.max_evictions == 3 and spec.cluster == {"queueName": "gpu"}
+    assert WhaleRunSpec.model_validate(move_fields(doc["spec"])) == spec
+    assert WhaleRunSpec.model_validate({**FLAT, "cluster": {"maxEvictions": 0}}).execution.retry.max_evictions == 0
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    res = cli.invoke(app, ["validate", "--target", "cluster", str(path)])
+    assert res.exit_code == 0, res.output
+    assert "spec.cluster.maxEvictions is read as spec.execution.retry.maxEvictions" in res.output
+    assert parse_document(doc, check_domain=False).notices == (
+        "spec.cluster.maxEvictions is read as spec.execution.retry.maxEvictions, where it now lives: move it there",
+    )
+
+
+MOVED_DOC = """\
+apiVersion: whale.dev/v1alpha2
+kind: WhaleRun
+metadata:
+  name: capped
+spec:
+  domain: synthetic
+  condition: rsft_only
+  experiment:
+    model:
+      name: tiny
+    schedule:
+      totalSteps: 4
+  execution:
+    storage:
+      uri: file:///tmp/s   # the store
+  cluster:
+    queueName: gpu
+    # how often Kueue may evict
+    maxEvictions: 3  # three
+"""
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        MOVED_DOC,
+        MOVED_DOC.replace("    queueName: gpu\n", ""),  # the section held only the moved field
+        MOVED_DOC.replace("  execution:\n    storage:\n      uri: file:///tmp/s   # the store\n", ""),
+        MOVED_DOC.replace("    storage:\n", "    retry:\n      maxAttempts: 2\n    storage:\n"),
+    ],
+    ids=["beside-others", "alone", "no-execution", "into-retry"],
+)
+def test_whale_migrate_puts_a_moved_field_where_it_now_lives_keeping_comments(text: str, tmp_path: Path):
+    out = migrate_text(text)
+    assert out.documents == 1
+    new = yaml.safe_load(out.text)
+    assert new["spec"]["execution"]["retry"]["maxEvictions"] == 3 and "maxEvictions" not in new["spec"].get(
+        "cluster", {}
+    )
+    assert WhaleRunSpec.model_validate(new["spec"]) == WhaleRunSpec.model_validate(yaml.safe_load(text)["spec"])
+    assert "maxEvictions: 3  # three" in out.text and "# how often Kueue may evict" in out.text
+    assert migrate_text(out.text).documents == 0  # done once
+    path = tmp_path / "run.yaml"
+    path.write_text(text)
+    assert cli.invoke(app, ["migrate", "--check", str(path)]).exit_code == 1
+    res = cli.invoke(app, ["migrate", str(path)])
+    assert res.exit_code == 0 and path.read_text() == out.text, res.output
+
+
+def test_whale_migrate_refuses_a_moved_field_set_in_both_places():
+    both = MOVED_DOC.replace("    storage:\n", "    retry:\n      maxEvictions: 5\n    storage:\n")
+    with pytest.raises(MigrateError, match="both set"):
+        migrate_text(both)

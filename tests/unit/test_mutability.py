@@ -14,10 +14,10 @@ from tests.unit.test_crd_cel import BASE_SPEC, admission_errors, document, neste
 from whale.core import layout
 from whale.core.mutability import IMMUTABLE, MUTABLE, experiment_changes
 from whale.core.spec import WhaleRunSpec
-from whale.crd import CEL_RULES, crd
 from whale.runner.local import LocalRunner, RunConflictError
 from whale.store import open_store
 from whale_operator.children import stored_experiment_changes
+from whale_operator.crd import CEL_RULES, crd
 
 #: (id, the edit as dotted camelCase paths (None removes; a section by itself: its group is found, test_crd_cel.nested),
 #: whether it changes the experiment)

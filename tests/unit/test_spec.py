@@ -6,8 +6,9 @@ import pytest
 from pydantic import ValidationError
 
 from whale.core.convert import convert_v1alpha1
-from whale.core.spec import Condition, Resources, SecretKeyRef, Toleration, WhaleRunSpec
+from whale.core.spec import Condition, Resources, SecretKeyRef, WhaleRunSpec
 from whale.manifest import ManifestError, format_validation_error, parse_document
+from whale_operator.cluster_spec import ClusterRunSpec, Toleration
 
 
 def doc(spec: dict, name: str = "run-1") -> dict:
@@ -198,22 +199,39 @@ def test_validation_error_paths_use_wire_names():
             "spec.experiment.rsft.seed: Input should be less than or equal to 9223372036854775807",
         ),
         ({"suspend": 1}, "spec.execution.suspend: must be true or false (got 1)"),
-        (
-            {"cluster": {"tolerations": [{"operator": "Equal", "value": "x"}]}},
-            "spec.cluster.tolerations[0]: a toleration without a key must have operator Exists",
-        ),
-        (
-            {"cluster": {"tolerations": [{"key": "k", "operator": "Exists", "value": "x"}]}},
-            "spec.cluster.tolerations[0]: value must be empty when operator is Exists",
-        ),
-        ({"cluster": {"queueName": "Team A"}}, "spec.cluster.queueName: must be a Kubernetes object name"),
-        ({"cluster": {"nodeSelector": {"gpu type": "h200"}}}, "spec.cluster.nodeSelector.gpu type (the key)"),
         ({"model": {"name": ""}}, "spec.experiment.model.name: String should have at least 1 character"),
     ],
 )
 def test_bounds_and_strict_types_name_the_field(patch, expected):
     found = problems_of({**BASE, **patch})
     assert any(expected in p for p in found), found
+
+
+CLUSTER_ERRORS = [
+    (
+        {"tolerations": [{"operator": "Equal", "value": "x"}]},
+        "spec.cluster.tolerations[0]: a toleration without a key must have operator Exists",
+    ),
+    (
+        {"tolerations": [{"key": "k", "operator": "Exists", "value": "x"}]},
+        "spec.cluster.tolerations[0]: value must be empty when operator is Exists",
+    ),
+    ({"queueName": "Team A"}, "spec.cluster.queueName: must be a Kubernetes object name"),
+    ({"nodeSelector": {"gpu type": "h200"}}, "spec.cluster.nodeSelector.gpu type (the key)"),
+    ({"maxEviction": 3}, "spec.cluster.maxEviction: unknown field"),
+]
+
+
+@pytest.mark.parametrize(("cluster", "expected"), CLUSTER_ERRORS)
+def test_the_core_keeps_the_cluster_section_as_written_and_the_operators_model_names_its_field(cluster, expected):
+    """The core never reads ``cluster`` (kept verbatim, compared with the rest); the operator's model
+    (whale_operator.cluster_spec) refuses a bad one, naming ``spec.cluster.<field>`` and what is allowed."""
+    spec = WhaleRunSpec.model_validate({**BASE, "cluster": cluster})
+    assert spec.cluster == cluster and spec.to_wire()["cluster"] == cluster
+    assert spec != spec.model_copy(update={"cluster": {}})
+    with pytest.raises(ValidationError) as info:
+        ClusterRunSpec.of(spec)
+    assert any(expected in p for p in format_validation_error(info.value)), format_validation_error(info.value)
 
 
 def test_floats_take_integers_and_defaults_are_in_bounds():

@@ -29,7 +29,7 @@ Semantics (REFERENCE.md, "the seed's alternation loop"):
 * A failed attempt is retried with a new attempt number until ``retry.maxAttempts`` failures;
   a preempted attempt is retried without counting as a failure. An attempt its queue evicted is kept (Kueue
   re-admits the same child): its evictions are counted (``status.evictions``), and one more than
-  ``cluster.maxEvictions`` fails the run.
+  ``execution.retry.maxEvictions`` fails the run.
 """
 
 from __future__ import annotations
@@ -678,15 +678,15 @@ def integrity_status(phase: str, result: HarnessPhaseResult) -> tuple[IntegrityF
 
 def counted_evictions(state: RunState, spec: WhaleRunSpec, key: str, child: Child) -> tuple[RunState, str | None]:
     """``state`` with the evictions of ``key``'s current child; the failure message when there were more than
-    ``cluster.maxEvictions``."""
+    ``execution.retry.maxEvictions``."""
     state = state.with_evictions(key, child.evictions)
-    limit = spec.cluster.max_evictions
+    limit = spec.execution.retry.max_evictions
     if child.evictions <= limit:
         return state, None
     which = f"{child.name} " if child.name else ""
     last = f"; last: {child.message}" if child.message else ""
     return state, (
-        f"phase {key}: its queue evicted {which}{child.evictions} times, more than spec.cluster.maxEvictions "
+        f"phase {key}: its queue evicted {which}{child.evictions} times, more than spec.execution.retry.maxEvictions "
         f"({limit}){last}; raise the limit, or give the queue's ClusterQueue the quota the run needs"
     )
 

@@ -139,3 +139,53 @@ def convert_v1alpha1(manifest: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(manifest.get("spec"), Mapping):
         out["spec"] = convert_v1alpha1_spec(manifest["spec"])
     return out
+
+
+#: fields v1alpha2 moved after its release, read where they were with a one-line notice: (old path under spec,
+#: new path under spec). ``cluster`` is the operator's and opaque to the core; the eviction cap is a retry policy
+#: the core decides with (whale.core.alternation), so it lives in ``execution.retry``.
+MOVED_FIELDS = ((("cluster", "maxEvictions"), ("execution", "retry", "maxEvictions")),)
+
+
+def moved_fields(spec: Any) -> list[str]:
+    """The notices of the moved fields a raw v1alpha2 ``spec`` still sets where they were (none: [])."""
+    return [
+        f"spec.{'.'.join(old)} is read as spec.{'.'.join(new)}, where it now lives: move it there"
+        for old, new in MOVED_FIELDS
+        if _get(spec, old) is not None
+    ]
+
+
+def move_fields(spec: Any) -> Any:
+    """``spec`` with each moved field set where it was put where it now is (a new mapping; anything else as it
+    is). Given in both places, it is left for the model to refuse (the old place is no field of it any more)."""
+    if not isinstance(spec, Mapping):
+        return spec
+    out: Any = spec
+    for old, new in MOVED_FIELDS:
+        value = _get(out, old)
+        if value is None or _get(out, new) is not None:
+            continue
+        out = _set(_set(out, old, None), new, value)
+    return out
+
+
+def _get(node: Any, path: tuple[str, ...]) -> Any:
+    for key in path:
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(key)
+    return node
+
+
+def _set(node: Any, path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    """A copy of ``node`` with ``path`` set to ``value`` (None: removed), copying only the mappings on the path."""
+    out = dict(node) if isinstance(node, Mapping) else {}
+    head, rest = path[0], path[1:]
+    if rest:
+        out[head] = _set(out.get(head), rest, value)
+    elif value is None:
+        out.pop(head, None)
+    else:
+        out[head] = value
+    return out

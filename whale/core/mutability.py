@@ -8,7 +8,7 @@ between two runners of one run or mid-run on a cluster.
 
 :data:`IMMUTABLE` is the one list. :func:`experiment_changes` is the check both controllers run (the local runner
 against the spec in the store when it resumes, the operator against the spec its children ran with), and
-whale/crd.py turns the same list into the CRD's one transition rule, so the API server refuses what the
+whale_operator/crd.py turns the same list into the CRD's one transition rule, so the API server refuses what the
 controllers would.
 """
 

@@ -1,7 +1,8 @@
 """The WhaleRun resource: one typed model for the spec and the status.
 
-The same model validates a manifest for ``whale run`` and generates the CRD's OpenAPI schema
-(``whale.crd``), so the cluster and the laptop accept exactly the same documents. Field names are
+The same model validates a manifest for ``whale run`` and gives the CRD its OpenAPI schema (the operator's
+generator, ``whale_operator.crd``, adds the ``cluster`` section, whose models are the operator's), so the cluster and
+the laptop accept exactly the same documents. Field names are
 camelCase on the wire (Kubernetes style) and snake_case in Python. Defaults are the paper's.
 Pure: no I/O, no heavy imports.
 """
@@ -9,12 +10,12 @@ Pure: no I/O, no heavy imports.
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, Self
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, model_validator
 from pydantic.alias_generators import to_camel
 
-from whale.core.convert import convert_v1alpha1_spec, is_v1alpha1_spec
+from whale.core.convert import convert_v1alpha1_spec, is_v1alpha1_spec, move_fields
 
 API_GROUP = "whale.dev"
 API_VERSION = "v1alpha2"
@@ -237,7 +238,6 @@ def _env_deny_schema() -> dict[str, Any]:
 
 K8sName = Annotated[str, Strict(), Field(min_length=1, max_length=253, pattern=DNS1123_SUBDOMAIN)]
 #: a Kueue LocalQueue: an object name that is also a label value (63 characters at most)
-QueueName = Annotated[str, Strict(), Field(min_length=1, max_length=63, pattern=DNS1123_SUBDOMAIN)]
 QualifiedName = Annotated[str, Strict(), Field(min_length=1, max_length=317, pattern=QUALIFIED_NAME)]
 LabelValue = Annotated[str, Strict(), Field(max_length=63, pattern=LABEL_VALUE)]
 Quantity = Annotated[str, Strict(), Field(min_length=1, max_length=64, pattern=QUANTITY)]
@@ -936,6 +936,11 @@ class Inference(WireModel):
         return self
 
 
+#: evictions of one phase attempt the run tolerates under a queue (``execution.retry.maxEvictions``): not the
+#: paper's (it ran on dedicated GPUs), a cluster setting
+DEFAULT_MAX_EVICTIONS = 10
+
+
 class Retry(WireModel):
     max_attempts: Annotated[int, Strict(), Field(ge=1, le=100)] = Field(
         3, description="attempts per phase before the run fails"
@@ -949,9 +954,15 @@ class Retry(WireModel):
         "progress (a metrics line, a result, a checkpoint) for this long; it only alerts, nothing is stopped. "
         "null: never",
     )
+    max_evictions: Annotated[int, Strict(), Field(ge=0, le=1000)] = Field(
+        DEFAULT_MAX_EVICTIONS,
+        description="cluster, under a queue (default 10): how many times Kueue may evict one attempt of a phase (preemption, a "
+        "waitForPodsReady timeout, a stopped queue) and re-admit the same Job; one eviction more fails the run "
+        "(reason EvictionLimitReached). Kueue's own requeuing back-off spaces the re-admissions (docs/operator.md)",
+    )
 
 
-# ----- cluster-only fields (ignored by `whale run`) -----------------------------------------------
+# ----- the train Job's shape (execution.train: read on a cluster, ignored by `whale run`) ---------------
 
 
 class Resources(WireModel):
@@ -961,55 +972,6 @@ class Resources(WireModel):
     limits: dict[QualifiedName, Quantity] = Field(default_factory=dict, max_length=32)
 
 
-class Toleration(WireModel):
-    """A Kubernetes toleration, with the API server's own consistency rules checked up front."""
-
-    model_config = ConfigDict(
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {
-                    "rule": "!has(self.value) || self.value == '' || !has(self.operator) || self.operator != 'Exists'",
-                    "message": "value must be empty when operator is Exists",
-                },
-                {
-                    "rule": "!has(self.tolerationSeconds) || has(self.effect) && self.effect == 'NoExecute'",
-                    "message": "tolerationSeconds applies only to effect NoExecute",
-                },
-                {
-                    "rule": "has(self.key) && self.key != '' || has(self.operator) && self.operator == 'Exists'",
-                    "message": "a toleration without a key must have operator Exists",
-                },
-            ]
-        }
-    )
-
-    key: QualifiedName | None = None
-    operator: Literal["Exists", "Equal"] | None = None
-    value: LabelValue | None = None
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: Int64 | None = Field(None, description="only with effect NoExecute")
-
-    @model_validator(mode="after")
-    def _consistent(self) -> Toleration:
-        if self.operator == "Exists" and self.value:
-            raise ValueError("value must be empty when operator is Exists")
-        if self.toleration_seconds is not None and self.effect != "NoExecute":
-            raise ValueError("tolerationSeconds applies only to effect NoExecute")
-        if not self.key and self.operator != "Exists":
-            raise ValueError("a toleration without a key must have operator Exists")
-        return self
-
-
-ImageRef = Annotated[str, Strict(), Field(min_length=1, max_length=512, pattern=IMAGE_REF)]
-
-
-class Images(WireModel):
-    worker: ImageRef = "ghcr.io/whale-dev/whale-worker:0.1.0"
-    vllm: ImageRef = "vllm/vllm-openai:v0.24.0"
-    tools: ImageRef = "ghcr.io/whale-dev/whale-tools:0.1.0"
-    pull_policy: Literal["Always", "IfNotPresent", "Never"] = "IfNotPresent"
-
-
 class Train(WireModel):
     """Train Job shape. numNodes > 1 makes the train Job an Indexed Job with torchrun rendezvous."""
 
@@ -1017,224 +979,6 @@ class Train(WireModel):
     gpus_per_node: Annotated[int, Strict(), Field(ge=0, le=64)] = 1
     deepspeed_config: str | None = Field(None, description="DeepSpeed config path in the worker image")
     resources: Resources = Resources()
-
-
-# ----- per-component pod templates (cluster only) ------------------------------------------------------
-# The scheduling parts of a pod template a platform team sets per component, typed as the Kubernetes API has
-# them (the subset of Affinity and TopologySpreadConstraint a workload needs; every list and map bounded).
-
-MAX_TERMS = 32
-MAX_VALUES = 64
-LabelKey = Annotated[str, Strict(), Field(min_length=1, max_length=317, pattern=QUALIFIED_NAME)]
-NamespaceName = Annotated[str, Strict(), Field(min_length=1, max_length=63, pattern=DNS1123_LABEL)]
-AnnotationValue = Annotated[str, Strict(), Field(max_length=4096)]
-#: a non-root uid/gid (the restricted Pod Security Standard refuses 0)
-NonRootId = Annotated[int, Strict(), Field(ge=1, le=2_147_483_647)]
-
-
-class NodeSelectorRequirement(WireModel):
-    key: LabelKey
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
-    values: list[LabelValue] = Field(default_factory=list, max_length=MAX_VALUES)
-
-
-class NodeSelectorTerm(WireModel):
-    match_expressions: list[NodeSelectorRequirement] = Field(default_factory=list, max_length=MAX_TERMS)
-    match_fields: list[NodeSelectorRequirement] = Field(default_factory=list, max_length=MAX_TERMS)
-
-
-class NodeSelector(WireModel):
-    node_selector_terms: list[NodeSelectorTerm] = Field(..., min_length=1, max_length=MAX_TERMS)
-
-
-class PreferredSchedulingTerm(WireModel):
-    weight: Annotated[int, Strict(), Field(ge=1, le=100)]
-    preference: NodeSelectorTerm
-
-
-class NodeAffinity(WireModel):
-    required_during_scheduling_ignored_during_execution: NodeSelector | None = None
-    preferred_during_scheduling_ignored_during_execution: list[PreferredSchedulingTerm] = Field(
-        default_factory=list, max_length=MAX_TERMS
-    )
-
-
-class LabelSelectorRequirement(WireModel):
-    key: LabelKey
-    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
-    values: list[LabelValue] = Field(default_factory=list, max_length=MAX_VALUES)
-
-
-class LabelSelector(WireModel):
-    match_labels: dict[LabelKey, LabelValue] = Field(default_factory=dict, max_length=MAX_VALUES)
-    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list, max_length=MAX_TERMS)
-
-
-class PodAffinityTerm(WireModel):
-    label_selector: LabelSelector | None = None
-    topology_key: LabelKey
-    namespaces: list[NamespaceName] = Field(default_factory=list, max_length=MAX_VALUES)
-    namespace_selector: LabelSelector | None = None
-    match_label_keys: list[LabelKey] = Field(default_factory=list, max_length=MAX_VALUES)
-    mismatch_label_keys: list[LabelKey] = Field(default_factory=list, max_length=MAX_VALUES)
-
-
-class WeightedPodAffinityTerm(WireModel):
-    weight: Annotated[int, Strict(), Field(ge=1, le=100)]
-    pod_affinity_term: PodAffinityTerm
-
-
-class PodAffinity(WireModel):
-    required_during_scheduling_ignored_during_execution: list[PodAffinityTerm] = Field(
-        default_factory=list, max_length=MAX_TERMS
-    )
-    preferred_during_scheduling_ignored_during_execution: list[WeightedPodAffinityTerm] = Field(
-        default_factory=list, max_length=MAX_TERMS
-    )
-
-
-class Affinity(WireModel):
-    node_affinity: NodeAffinity | None = None
-    pod_affinity: PodAffinity | None = None
-    pod_anti_affinity: PodAffinity | None = None
-
-
-class TopologySpreadConstraint(WireModel):
-    max_skew: Annotated[int, Strict(), Field(ge=1, le=1_000_000)]
-    topology_key: LabelKey
-    when_unsatisfiable: Literal["DoNotSchedule", "ScheduleAnyway"]
-    label_selector: LabelSelector | None = None
-    min_domains: Annotated[int, Strict(), Field(ge=1, le=1_000_000)] | None = None
-    match_label_keys: list[LabelKey] = Field(default_factory=list, max_length=MAX_VALUES)
-    node_affinity_policy: Literal["Honor", "Ignore"] | None = None
-    node_taints_policy: Literal["Honor", "Ignore"] | None = None
-
-
-class LocalObjectReference(WireModel):
-    name: K8sName
-
-
-class PodSecurity(WireModel):
-    """The non-root identity of a component's pods (the image's user by default: worker 10001, tools 65534).
-    Everything else of the security context is fixed: restricted, or the sandbox host's where a pod starts
-    harness sandboxes (docs/operator.md#pod-security)."""
-
-    run_as_user: NonRootId | None = None
-    run_as_group: NonRootId | None = None
-    fs_group: NonRootId | None = None
-
-
-class PodPlacement(WireModel):
-    """One component's pod template. Maps (nodeSelector, labels, annotations) are merged over the run-wide ones
-    (spec.cluster.nodeSelector); lists and scalars given here replace the run-wide value."""
-
-    node_selector: dict[QualifiedName, LabelValue] = Field(default_factory=dict, max_length=64)
-    tolerations: list[Toleration] | None = Field(
-        None, max_length=64, description="replaces the run-wide tolerations for this component (GPU ones included)"
-    )
-    affinity: Affinity | None = None
-    topology_spread_constraints: list[TopologySpreadConstraint] = Field(default_factory=list, max_length=16)
-    runtime_class_name: K8sName | None = Field(None, description="e.g. gvisor or kata (a RuntimeClass of the cluster)")
-    priority_class_name: K8sName | None = None
-    image_pull_secrets: list[LocalObjectReference] = Field(default_factory=list, max_length=16)
-    labels: dict[QualifiedName, LabelValue] = Field(
-        default_factory=dict, max_length=64, description="pod labels (the operator's own labels win a clash)"
-    )
-    annotations: dict[QualifiedName, AnnotationValue] = Field(default_factory=dict, max_length=64)
-    resources: Resources | None = Field(
-        None,
-        description="replaces the component's resources (train.resources, cluster.workerResources, "
-        "cluster.inferenceResources, a tool's own requests); GPUs still come from train.gpusPerNode and "
-        "inference.tensorParallelSize",
-    )
-    pod_security: PodSecurity = PodSecurity()
-
-
-class Placement(WireModel):
-    """Per-component pod templates: each inherits the run-wide placement (spec.cluster.nodeSelector,
-    tolerations, priorityClassName) and overrides it. Run-wide tolerations of GPU taints (a key naming a GPU,
-    e.g. nvidia.com/gpu) reach only pods that request a GPU."""
-
-    train: PodPlacement = Field(PodPlacement(), description="the weight phase's Job (RSFT)")
-    inference: PodPlacement = Field(PodPlacement(), description="the vLLM Deployment")
-    workers: PodPlacement = Field(PodPlacement(), description="harness-search, evaluation and prepare Jobs")
-    tools: PodPlacement = Field(PodPlacement(), description="the domain's tool services (retriever, code sandbox)")
-    harness: PodPlacement = Field(
-        PodPlacement(),
-        description="the run's harness pod, where harness files run (e.g. runtimeClassName: gvisor)",
-    )
-
-
-#: a Job's default wall time when spec.execution.retry.activeDeadlineSeconds is unset: 7 days
-DEFAULT_ACTIVE_DEADLINE_S = 7 * 24 * 3600
-#: how long a finished child Job stays for `kubectl logs` before the TTL controller deletes it: 7 days
-DEFAULT_FINISHED_TTL_S = 7 * 24 * 3600
-
-
-#: evictions of one phase attempt the run tolerates under a queue (``cluster.maxEvictions``): not the paper's (it ran
-#: on dedicated GPUs), a cluster setting
-DEFAULT_MAX_EVICTIONS = 10
-
-
-class Lifecycle(WireModel):
-    """How long children live."""
-
-    active_deadline_seconds: Annotated[int, Strict(), Field(ge=1, le=MAX_DEADLINE_S)] = Field(
-        DEFAULT_ACTIVE_DEADLINE_S,
-        description="a Job's wall time when spec.execution.retry.activeDeadlineSeconds is unset "
-        "(7 days); a weight phase longer than that needs retry.activeDeadlineSeconds",
-    )
-    ttl_seconds_after_finished: Annotated[int, Strict(), Field(ge=0, le=MAX_DEADLINE_S)] | None = Field(
-        DEFAULT_FINISHED_TTL_S,
-        description="finished Jobs (and their pods, logs) are deleted this long after they "
-        "end (7 days); the store keeps every result. null: kept until the run is deleted",
-    )
-
-
-class Cluster(WireModel):
-    """Kubernetes placement for the children; `whale run` ignores all of it."""
-
-    images: Images = Images()
-    queue_name: QueueName | None = Field(
-        None, description="Kueue LocalQueue; labels every Job, phase JobSet (see admission) and Deployment"
-    )
-    max_evictions: Annotated[int, Strict(), Field(ge=0, le=1000)] = Field(
-        DEFAULT_MAX_EVICTIONS,
-        description="under a queue: how many times Kueue may evict one attempt of a phase (preemption, a "
-        "waitForPodsReady timeout, a stopped queue) and re-admit the same Job; one eviction more fails the run "
-        "(reason EvictionLimitReached). Kueue's own requeuing back-off spaces the re-admissions (docs/operator.md)",
-    )
-    priority_class_name: K8sName | None = None
-    node_selector: dict[QualifiedName, LabelValue] = Field(default_factory=dict, max_length=64)
-    tolerations: list[Toleration] = Field(default_factory=list, max_length=64)
-    service_account_name: K8sName | None = None
-    worker_resources: Resources = Resources()
-    inference_resources: Resources = Resources()
-    model_cache_size: Quantity = "100Gi"
-    placement: Placement = Field(
-        Placement(), description="per-component pod templates (train, inference, workers, tools)"
-    )
-    lifecycle: Lifecycle = Field(Lifecycle(), description="Job deadlines and how long finished Jobs stay")
-    model_cache_claim_name: K8sName | None = Field(
-        None,
-        description="a PersistentVolumeClaim for vLLM's model cache (/models) instead of an emptyDir of "
-        "modelCacheSize; with more than one inference replica it must be ReadWriteMany",
-    )
-    admission: Literal["auto", "perChild", "jobSet"] = Field(
-        "auto",
-        description="how a phase reaches the cluster: perChild = a Job per phase beside one run-wide vLLM "
-        "Deployment (each admitted by Kueue on its own); jobSet = one JobSet per phase holding its vLLM server and "
-        "its workload, admitted by Kueue as one unit (needs JobSet >= 0.8 installed; no run-wide vLLM Deployment); "
-        "auto = jobSet when queueName is set and the vLLM server is placed separately, else perChild",
-    )
-    scheduler_name: K8sName | None = Field(
-        None, description="the scheduler of every pod of the run (e.g. scheduler-plugins' coscheduling scheduler)"
-    )
-    gang_scheduling: Literal["none", "podGroup"] = Field(
-        "none",
-        description="podGroup: a multi-node train Job (train.numNodes > 1) gets a scheduler-plugins PodGroup "
-        "(scheduling.x-k8s.io/v1alpha1, minMember = its pods), so its pods are placed all together or not at all",
-    )
 
 
 class Tracking(WireModel):
@@ -1258,7 +1002,7 @@ class Tracking(WireModel):
 
 
 #: why ``harnessSearch.proposer.backend: cli`` and ``sandbox.isolation: pod`` do not go together (the spec's check
-#: and its CEL rule in whale.crd say the same)
+#: and its CEL rule in whale_operator.crd say the same)
 CLI_AT_POD = (
     "experiment.harnessSearch.proposer.backend: cli cannot run at execution.sandbox.isolation pod: its agent CLI "
     "must reach its "
@@ -1434,22 +1178,28 @@ class Execution(WireModel):
 
 class WhaleRunSpec(WireModel):
     """A run by owner: ``domain`` and ``condition``, the ``experiment`` (what it computes), the ``execution`` (how it
-    is carried out) and the ``cluster`` (where its pods go; read by the operator only)."""
+    is carried out) and the ``cluster`` (where its pods go: the operator's; `whale run` keeps it as written)."""
 
     domain: str = Field(..., description="a registered domain (entry-point group whale.domains)")
     condition: Condition = Field(..., description="rsft_only | mh_only | whale | adaptive_whale")
     experiment: Experiment = Field(..., description="what the run computes: fixed once the run has a phase")
     execution: Execution = Field(Execution(), description="how the run is carried out: may change on resume")
-    cluster: Cluster = Field(Cluster(), description="Kubernetes placement (ignored by `whale run`)")
+    # opaque here: kept, compared and hashed with the rest, never read; the operator types it (whale_operator.cluster_spec)
+    cluster: dict[Annotated[str, Field(max_length=64)], Any] = Field(
+        default_factory=dict,
+        max_length=64,
+        description="Kubernetes placement, read by the operator (`whale run` ignores it)",
+    )
 
     @model_validator(mode="before")
     @classmethod
     def _from_v1alpha1(cls, data: Any) -> Any:
         """A spec of the previous API version (flat: ``rsft``, ``storage``... at the top) as this one, by the one
-        conversion (whale.core.convert), so a spec written by an older WHALE (a store's spec.json) still reads."""
-        return convert_v1alpha1_spec(data) if is_v1alpha1_spec(data) else data
+        conversion (whale.core.convert), so a spec written by an older WHALE (a store's spec.json) still reads; a
+        field v1alpha2 moved since (``cluster.maxEvictions``) is read where it now lives."""
+        return move_fields(convert_v1alpha1_spec(data) if is_v1alpha1_spec(data) else data)
 
-    def with_sections(self, **sections: Any) -> WhaleRunSpec:
+    def with_sections(self, **sections: Any) -> Self:
         """This spec with some sections replaced, each by its field name (``rsft=...``, ``storage=...``),
         wherever it lives (experiment or execution); ``domain``, ``condition`` and ``cluster`` stay top-level."""
         top: dict[str, Any] = {k: sections.pop(k) for k in ("domain", "condition", "cluster") if k in sections}
@@ -1463,17 +1213,6 @@ class WhaleRunSpec(WireModel):
         if exe:
             top["execution"] = self.execution.model_copy(update=exe)
         return self.model_copy(update=top)
-
-    @model_validator(mode="after")
-    def _admission_fields(self) -> WhaleRunSpec:
-        inf = self.execution.inference
-        if self.cluster.admission == "jobSet" and (inf.backend not in ("auto", "vllm") or inf.placement != "separate"):
-            raise ValueError(
-                "cluster.admission: jobSet puts each phase's own vLLM server beside its workload; it needs "
-                "execution.inference.backend vllm (or auto) and execution.inference.placement separate: set them, "
-                "or admission auto"
-            )
-        return self
 
     @model_validator(mode="after")
     def _proposer_isolation(self) -> WhaleRunSpec:

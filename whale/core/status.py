@@ -61,7 +61,7 @@ class Reason(str, enum.Enum):
     IMMUTABLE_FIELD_CHANGED = "ImmutableFieldChanged"
     #: the operator: spec.execution.storage (or resumeFrom) changed mid-run to a store that does not hold the run
     STORE_WITHOUT_RUN = "StoreWithoutRun"
-    #: the operator: Kueue evicted one attempt of a phase more than ``spec.cluster.maxEvictions`` times
+    #: the operator: Kueue evicted one attempt of a phase more than ``spec.execution.retry.maxEvictions`` times
     EVICTION_LIMIT = "EvictionLimitReached"
     #: the local runner stopped before the run ended (the condition's reason says why: the members below)
     INTERRUPTED = "Interrupted"
@@ -196,7 +196,7 @@ class WhaleRunStatus(WireModel):
     evictions: dict[str, int] = Field(
         default_factory=dict,
         description="times Kueue evicted the current attempt of each phase (the same Job is kept and re-admitted; "
-        "more than spec.cluster.maxEvictions fails the run)",
+        "more than spec.execution.retry.maxEvictions fails the run)",
     )
     stop_requested: list[str] = Field(default_factory=list, description="phases asked to stop early")
     rollouts_completed: NonNegInt = Field(0, description="training rollouts of finished phases")

@@ -7,13 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 from whale.core.protocol import PhaseKind, PhaseRequest
-from whale.core.spec import WhaleRunSpec
 from whale.domain import ToolService
 from whale_operator import names
 from whale_operator.builders.colocated import DRA_API_VERSION, DRA_NEEDS
 from whale_operator.builders.inference import inference_deployment
 from whale_operator.builders.jobs import _request_cycle, job
 from whale_operator.builders.pods import INFERENCE, VLLM_PORT, Manifest, RunRef, uses_vllm
+from whale_operator.cluster_spec import ClusterRunSpec
 
 # ----- one admission unit per phase (cluster.admission: jobSet) and gang scheduling -----------------
 
@@ -26,7 +26,7 @@ POD_GROUP_LABEL = "scheduling.x-k8s.io/pod-group"
 INFERENCE_JOB_RESTARTS = 3
 
 
-def uses_jobset(spec: WhaleRunSpec) -> bool:
+def uses_jobset(spec: ClusterRunSpec) -> bool:
     """``cluster.admission`` resolved: each phase a JobSet holding its own vLLM server and its workload. ``auto``
     means yes under a Kueue queue when vLLM runs on GPUs of its own (colocated already puts both in one pod)."""
     admission = spec.cluster.admission
@@ -59,7 +59,7 @@ def _replicated_job_labels(run: RunRef, component: str) -> dict[str, str]:
 
 def phase_jobset(
     run: RunRef,
-    spec: WhaleRunSpec,
+    spec: ClusterRunSpec,
     request: PhaseRequest,
     *,
     store_uri: str,
@@ -139,7 +139,7 @@ def phase_jobset(
     }
 
 
-def gang_size(spec: WhaleRunSpec, request: PhaseRequest) -> int:
+def gang_size(spec: ClusterRunSpec, request: PhaseRequest) -> int:
     """How many pods of this phase must be placed together (``cluster.gangScheduling: podGroup``): the nodes of a
     multi-node train Job; 0 when the phase gets no PodGroup."""
     if spec.cluster.gang_scheduling != "podGroup" or request.kind is not PhaseKind.WEIGHT:
@@ -147,7 +147,7 @@ def gang_size(spec: WhaleRunSpec, request: PhaseRequest) -> int:
     return spec.execution.train.num_nodes if spec.execution.train.num_nodes > 1 else 0
 
 
-def pod_group(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, child: str) -> Manifest | None:
+def pod_group(run: RunRef, spec: ClusterRunSpec, request: PhaseRequest, child: str) -> Manifest | None:
     """The coscheduling PodGroup of a multi-node train (scheduler-plugins, ``scheduling.x-k8s.io/v1alpha1``):
     its pods carry :data:`POD_GROUP_LABEL` and the scheduler binds none of them until all ``minMember`` fit.
     Named after the phase's child (Job or JobSet) ``child``; None when :func:`gang_size` is 0."""
@@ -178,7 +178,7 @@ def in_pod_group(manifest: Manifest, group: str) -> Manifest:
     return manifest
 
 
-def required_apis(spec: WhaleRunSpec) -> list[tuple[str, str, str]]:
+def required_apis(spec: ClusterRunSpec) -> list[tuple[str, str, str]]:
     """(spec field, API group/version, what installs it) of the custom kinds this spec's children need: the run
     cannot start without them, and says so on the field that asks for them."""
     out = []

@@ -7,7 +7,6 @@ from __future__ import annotations
 from typing import Any
 
 from whale.core.protocol import PhaseKind, PhaseRequest
-from whale.core.spec import WhaleRunSpec
 from whale.domain import ToolService
 from whale.inference.vllm_control import IPC_WEIGHT_TRANSFER_ARGS, IPC_WEIGHT_TRANSFER_ENV
 from whale_operator import names
@@ -31,6 +30,7 @@ from whale_operator.builders.pods import (
     storage_env_from,
     with_queue,
 )
+from whale_operator.cluster_spec import ClusterRunSpec
 
 # ----- colocated placement (inference.placement: colocated) ---------------------------------------------
 
@@ -53,7 +53,7 @@ def colocated_claim_name(run: RunRef, request: PhaseRequest) -> str:
     return f"{names.job_name(run.name, request.phase, request.attempt)}-gpus"
 
 
-def colocated_vllm_args(spec: WhaleRunSpec) -> list[str]:
+def colocated_vllm_args(spec: ClusterRunSpec) -> list[str]:
     """``vllm serve`` arguments of the colocated server: its share of the GPUs, sleep mode (unless
     ``sleepLevel: 0``: it never sleeps), and with ``weightSync: cudaIpc`` vLLM's IPC weight-transfer engine
     (``whale.rsft.sync.VLLMIpcSync``)."""
@@ -69,7 +69,7 @@ def colocated_vllm_args(spec: WhaleRunSpec) -> list[str]:
     return args
 
 
-def _check_colocated(spec: WhaleRunSpec, request: PhaseRequest) -> None:
+def _check_colocated(spec: ClusterRunSpec, request: PhaseRequest) -> None:
     inf, train = spec.execution.inference, spec.execution.train
     problems = []
     if request.kind is not PhaseKind.WEIGHT:
@@ -92,7 +92,7 @@ def _check_colocated(spec: WhaleRunSpec, request: PhaseRequest) -> None:
         raise ColocatedPlacementError("; ".join(problems))
 
 
-def colocated_gpu_claim_template(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest) -> Manifest:
+def colocated_gpu_claim_template(run: RunRef, spec: ClusterRunSpec, request: PhaseRequest) -> Manifest:
     """The ResourceClaimTemplate of the colocated train pod's GPUs (``resource.k8s.io/v1``, DRA).
 
     Two containers cannot share devices through the device plugin (``nvidia.com/gpu`` gives each
@@ -145,7 +145,7 @@ def _without_gpus(resources: dict[str, Any]) -> dict[str, Any]:
 
 
 def colocated_train_job(
-    run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, *, store_uri: str, tools: tuple[ToolService, ...] = ()
+    run: RunRef, spec: ClusterRunSpec, request: PhaseRequest, *, store_uri: str, tools: tuple[ToolService, ...] = ()
 ) -> Manifest:
     """The train Job of a weight phase with ``inference.placement: colocated``: one pod, the trainer and a
     vLLM server on the same GPUs (verl's hybrid engine). The server is a native sidecar (an init

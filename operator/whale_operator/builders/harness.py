@@ -7,10 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from whale.core.protocol import PhaseKind
-from whale.core.spec import (
-    Resources,
-    WhaleRunSpec,
-)
+from whale.core.spec import Resources
 from whale.harness.launch import HARNESS_HOST_ENV, HARNESS_TOKEN_ENV
 from whale.metaharness.proposer import DEFAULT_KEY_ENV
 from whale_operator import names
@@ -30,6 +27,7 @@ from whale_operator.builders.pods import (
     untrusted,
 )
 from whale_operator.builders.tools import service_deployment
+from whale_operator.cluster_spec import ClusterRunSpec
 
 #: the proposer-agent container's program (whale.metaharness.proposer.agent_exchange, not imported here: it pulls the
 #: sandbox in)
@@ -46,7 +44,7 @@ HARNESS_UID = TOOLS_UID
 HARNESS_DEFAULT_RESOURCES = Resources(requests={"cpu": "2", "memory": "4Gi"}, limits={"cpu": "8", "memory": "16Gi"})
 
 
-def uses_harness_host(spec: WhaleRunSpec) -> bool:
+def uses_harness_host(spec: ClusterRunSpec) -> bool:
     """Harness files run in the run's harness pod, not in the workload pods, unless the spec asked for no
     isolation at all (``spec.execution.sandbox.isolation: none``, trusted use)."""
     return spec.execution.sandbox.isolation != "none"
@@ -57,7 +55,7 @@ def harness_token_env(run: RunRef) -> dict[str, Any]:
     return auth_key_env(run, HARNESS_TOKEN_ENV, AUTH_HARNESS_TOKEN)
 
 
-def harness_host_env(run: RunRef, spec: WhaleRunSpec) -> list[dict[str, Any]]:
+def harness_host_env(run: RunRef, spec: ClusterRunSpec) -> list[dict[str, Any]]:
     """What tells a workload to start its harness processes on the run's harness host (``$WHALE_HARNESS_HOST``)
     and the caller token; empty when the run has no harness host."""
     if not uses_harness_host(spec):
@@ -66,7 +64,7 @@ def harness_host_env(run: RunRef, spec: WhaleRunSpec) -> list[dict[str, Any]]:
     return [{"name": HARNESS_HOST_ENV, "value": address}, harness_token_env(run)]
 
 
-def runs_cli_agent(spec: WhaleRunSpec, kind: PhaseKind) -> bool:
+def runs_cli_agent(spec: ClusterRunSpec, kind: PhaseKind) -> bool:
     """Whether a workload Job runs a ``cli`` proposer's agent (untrusted): the harness search at ``namespaces`` (it is
     refused at ``pod``, spec.CLI_AT_POD). Its pod then has the :func:`proposer_agent_container` beside the search. At
     ``none`` harness code runs in every workload pod unwalled: trusted use, outside these guarantees."""
@@ -111,7 +109,7 @@ def agent_exchange_mount() -> dict[str, Any]:
     return {"name": AGENT_EXCHANGE_VOLUME, "mountPath": AGENT_EXCHANGE_DIR}
 
 
-def proposer_agent_container(spec: WhaleRunSpec) -> dict[str, Any]:
+def proposer_agent_container(spec: ClusterRunSpec) -> dict[str, Any]:
     """The container that runs a ``cli`` proposer's agent (``python -m whale.metaharness.proposer.agent_exchange``):
     it alone is a sandbox host (:func:`sandbox_host_security_context`) and holds the agent's API key (by reference),
     and nothing else: no store credentials, no vLLM key, no caller token, no judge key; the pod mounts no
@@ -140,7 +138,7 @@ def proposer_agent_container(spec: WhaleRunSpec) -> dict[str, Any]:
     }
 
 
-def harness_host_deployment(run: RunRef, spec: WhaleRunSpec, *, replicas: int = 1) -> Manifest:
+def harness_host_deployment(run: RunRef, spec: ClusterRunSpec, *, replicas: int = 1) -> Manifest:
     """The run's harness host: one small server (``python -m whale.harness.host``) that starts one harness process
     per connection from the run's workload pods and relays its stdio. The pod holds nothing worth taking: no
     service-account token, no store credentials (its only secret is the run's caller token), no volume but an
@@ -213,7 +211,7 @@ def harness_network_policy(run: RunRef) -> Manifest:
     }
 
 
-def harness_children(run: RunRef, spec: WhaleRunSpec, *, replicas: int = 1) -> list[Manifest]:
+def harness_children(run: RunRef, spec: ClusterRunSpec, *, replicas: int = 1) -> list[Manifest]:
     """The harness host's Deployment, Service and NetworkPolicy (none when the run has no harness host). The run's
     Secret it needs is created apart (:func:`auth_secret`, with generated values)."""
     if not uses_harness_host(spec):

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from whale.core.spec import WhaleRunSpec
 from whale.inference.doorbell import ACCOUNT_DIR, CONFIGMAP_ENV
 from whale_operator import names
 from whale_operator.builders.auth import AUTH_VLLM_API_KEY, auth_key_env, inference_api_key_env
@@ -34,11 +33,12 @@ from whale_operator.builders.pods import (
     storage_env_from,
     with_queue,
 )
+from whale_operator.cluster_spec import ClusterRunSpec
 
 # ----- inference ----------------------------------------------------------------------------------
 
 
-def vllm_args(spec: WhaleRunSpec) -> list[str]:
+def vllm_args(spec: ClusterRunSpec) -> list[str]:
     """``vllm serve`` arguments. The model path is fixed (``/models/current``: a link the weight-sync
     init container and sidecar keep pointing at the served weights, see
     ``whale.inference.weight_sync``), so swapping checkpoints never changes the pod template."""
@@ -69,7 +69,7 @@ def vllm_args(spec: WhaleRunSpec) -> list[str]:
     return args + list(inf.extra_args)
 
 
-def _weight_sync_command(run: RunRef, spec: WhaleRunSpec, store_uri: str, once: bool) -> list[str]:
+def _weight_sync_command(run: RunRef, spec: ClusterRunSpec, store_uri: str, once: bool) -> list[str]:
     cmd = [
         "python",
         "-m",
@@ -95,13 +95,13 @@ DOORBELL_VOLUME = "doorbell-token"
 DOORBELL_TOKEN_S = 3600
 
 
-def weight_sync_account(run: RunRef, spec: WhaleRunSpec) -> str:
+def weight_sync_account(run: RunRef, spec: ClusterRunSpec) -> str:
     """The vLLM pod's service account: ``cluster.serviceAccountName`` when set (workload identity for the store),
     else the run's own ``<run>-weight-sync``."""
     return spec.cluster.service_account_name or names.weight_sync_account_name(run.name)
 
 
-def served_doorbell(run: RunRef, spec: WhaleRunSpec) -> list[Manifest]:
+def served_doorbell(run: RunRef, spec: ClusterRunSpec) -> list[Manifest]:
     """The weight-sync sidecar's doorbell (:mod:`whale.inference.doorbell`): the ConfigMap ``<run>-served`` whose
     watch event wakes a run waiting for the served-weights acknowledgement, and the right to stamp it and nothing
     else (``get``/``patch`` on that one ConfigMap), bound to the vLLM pod's service account (the run's own,
@@ -161,7 +161,7 @@ def doorbell_token_volume() -> dict[str, Any]:
 
 def inference_deployment(
     run: RunRef,
-    spec: WhaleRunSpec,
+    spec: ClusterRunSpec,
     *,
     store_uri: str,
     checkpoint: str | None,
@@ -290,7 +290,7 @@ def inference_deployment(
     }
 
 
-def inference_service(run: RunRef, spec: WhaleRunSpec) -> Manifest:
+def inference_service(run: RunRef, spec: ClusterRunSpec) -> Manifest:
     name = names.inference_name(run.name)
     return {
         "apiVersion": "v1",

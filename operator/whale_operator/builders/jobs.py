@@ -10,9 +10,6 @@ from typing import Any
 from whale.core import layout
 from whale.core.layout import PhaseId
 from whale.core.protocol import PhaseKind, PhaseRequest
-from whale.core.spec import (
-    WhaleRunSpec,
-)
 from whale.domain import ToolService
 from whale.metaharness.proposer import AGENT_EXCHANGE_ENV, DEFAULT_KEY_ENV
 from whale_operator import names
@@ -54,6 +51,7 @@ from whale_operator.builders.pods import (
     uses_vllm,
     with_queue,
 )
+from whale_operator.cluster_spec import ClusterRunSpec
 
 # ----- the workloads' environment ----------------------------------------------------------------
 
@@ -63,7 +61,7 @@ def tool_url(run: RunRef, tool: ToolService) -> str:
 
 
 def workload_env(
-    run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, tools: tuple[ToolService, ...]
+    run: RunRef, spec: ClusterRunSpec, request: PhaseRequest, tools: tuple[ToolService, ...]
 ) -> list[dict[str, Any]]:
     env: list[dict[str, Any]] = [
         {"name": "WHALE_RUN", "value": run.name},
@@ -90,7 +88,7 @@ def workload_env(
     return env
 
 
-def judge_key_env(spec: WhaleRunSpec) -> list[dict[str, Any]]:
+def judge_key_env(spec: ClusterRunSpec) -> list[dict[str, Any]]:
     """The LLM judge's API key (``spec.experiment.verifier.judge.apiKeySecret`` under ``apiKeyEnv``) for a pod that scores
     episodes, when the run scores with the judge: the eval, weight and harness-search Jobs (:func:`workload_env`),
     never the harness host, the tool services or the prepare Job. A ``cli`` proposer's sandbox in the search pod
@@ -119,7 +117,7 @@ def pod_failure_policy() -> dict[str, Any]:
     }
 
 
-def workload_command(spec: WhaleRunSpec, request: PhaseRequest, store_uri: str) -> list[str]:
+def workload_command(spec: ClusterRunSpec, request: PhaseRequest, store_uri: str) -> list[str]:
     """``python -m whale.workloads <kind> ...``; torchrun in front of a multi-GPU / multi-node train."""
     module = [
         "whale.workloads",
@@ -150,7 +148,7 @@ def workload_command(spec: WhaleRunSpec, request: PhaseRequest, store_uri: str) 
 
 
 def job(
-    run: RunRef, spec: WhaleRunSpec, request: PhaseRequest, *, store_uri: str, tools: tuple[ToolService, ...] = ()
+    run: RunRef, spec: ClusterRunSpec, request: PhaseRequest, *, store_uri: str, tools: tuple[ToolService, ...] = ()
 ) -> Manifest:
     """The Job of one phase attempt: train (weight), search (harness) or eval."""
     name = names.job_name(run.name, request.phase, request.attempt)
@@ -253,7 +251,7 @@ def job(
     }
 
 
-def prepare_job(run: RunRef, spec: WhaleRunSpec, attempt: int, *, store_uri: str) -> Manifest:
+def prepare_job(run: RunRef, spec: ClusterRunSpec, attempt: int, *, store_uri: str) -> Manifest:
     """The Job that materialises the run's data splits and writes their sizes
     (``python -m whale.workloads prepare``; reads ``layout.spec_key``, writes
     ``layout.split_sizes_key`` last). The attempt of ``decide()``'s phase ``prepare``: no phase label, its kind
@@ -321,7 +319,7 @@ def prepare_job(run: RunRef, spec: WhaleRunSpec, attempt: int, *, store_uri: str
     }
 
 
-def rendezvous_service(run: RunRef, spec: WhaleRunSpec, request: PhaseRequest) -> Manifest | None:
+def rendezvous_service(run: RunRef, spec: ClusterRunSpec, request: PhaseRequest) -> Manifest | None:
     """Headless Service for an Indexed train Job: pod ``<job>-<i>`` resolves as
     ``<job>-<i>.<job>-rdzv``; torchrun's master is index 0. None when the Job is single-node."""
     if request.kind is not PhaseKind.WEIGHT or spec.execution.train.num_nodes <= 1:

@@ -12,17 +12,9 @@ from typing import Any
 
 from whale.control.storage import connection_env
 from whale.core.protocol import PhaseKind
-from whale.core.spec import (
-    API_GROUP,
-    API_VERSION,
-    KIND,
-    PodPlacement,
-    Resources,
-    SecretKey,
-    Toleration,
-    WhaleRunSpec,
-)
+from whale.core.spec import API_GROUP, API_VERSION, KIND, Resources, SecretKey
 from whale_operator import names
+from whale_operator.cluster_spec import ClusterRunSpec, PodPlacement, Toleration
 
 Manifest = dict[str, Any]
 
@@ -89,14 +81,14 @@ class RunRef:
 # ----- shared pieces ------------------------------------------------------------------------------
 
 
-def storage_env(spec: WhaleRunSpec) -> list[dict[str, Any]]:
+def storage_env(spec: ClusterRunSpec) -> list[dict[str, Any]]:
     """How a workload finds the object store: ``--store`` carries the URI; endpoint and TLS here
     (:func:`whale.control.storage.connection_env`), credentials from the Secret (``envFrom``) named by
     ``spec.execution.storage.credentialsSecret``."""
     return [{"name": k, "value": v} for k, v in connection_env(spec.execution.storage).items()]
 
 
-def storage_env_from(spec: WhaleRunSpec) -> list[dict[str, Any]]:
+def storage_env_from(spec: ClusterRunSpec) -> list[dict[str, Any]]:
     if spec.execution.storage.credentials_secret:
         return [{"secretRef": {"name": spec.execution.storage.credentials_secret}}]
     return []
@@ -122,7 +114,7 @@ def resources_dict(res: Resources, gpus: int = 0) -> dict[str, Any]:
     return out
 
 
-def pod_placement(spec: WhaleRunSpec) -> dict[str, Any]:
+def pod_placement(spec: ClusterRunSpec) -> dict[str, Any]:
     """Scheduling fields shared by every pod of the run (the run-wide defaults of every component)."""
     cl = spec.cluster
     out: dict[str, Any] = {}
@@ -157,12 +149,12 @@ def _compact(node: Any) -> Any:
     return node
 
 
-def component_placement(spec: WhaleRunSpec, component: str) -> PodPlacement:
+def component_placement(spec: ClusterRunSpec, component: str) -> PodPlacement:
     placement: PodPlacement = getattr(spec.cluster.placement, component)
     return placement
 
 
-def pod_template_fields(spec: WhaleRunSpec, component: str, *, gpu: bool) -> dict[str, Any]:
+def pod_template_fields(spec: ClusterRunSpec, component: str, *, gpu: bool) -> dict[str, Any]:
     """A component's scheduling fields: the run-wide ones (:func:`pod_placement`) with the component's pod
     template over them. Maps merge, lists and scalars replace. Run-wide GPU tolerations reach only a pod that
     requests a GPU (``gpu``); a component's own tolerations are taken as given."""
@@ -193,7 +185,7 @@ def pod_template_fields(spec: WhaleRunSpec, component: str, *, gpu: bool) -> dic
     return out
 
 
-def pod_metadata(spec: WhaleRunSpec, component: str, labels: dict[str, str]) -> dict[str, Any]:
+def pod_metadata(spec: ClusterRunSpec, component: str, labels: dict[str, str]) -> dict[str, Any]:
     """A pod template's metadata: the component's labels and annotations, the operator's labels winning."""
     pl = component_placement(spec, component)
     meta: dict[str, Any] = {"labels": {**pl.labels, **labels}}
@@ -202,7 +194,7 @@ def pod_metadata(spec: WhaleRunSpec, component: str, labels: dict[str, str]) -> 
     return meta
 
 
-def component_resources(spec: WhaleRunSpec, component: str, default: Resources) -> Resources:
+def component_resources(spec: ClusterRunSpec, component: str, default: Resources) -> Resources:
     override = component_placement(spec, component).resources
     return override if override is not None else default
 
@@ -212,7 +204,7 @@ def restricted_container_security_context() -> dict[str, Any]:
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
 
 
-def restricted_pod_security_context(spec: WhaleRunSpec, component: str, uid: int) -> dict[str, Any]:
+def restricted_pod_security_context(spec: ClusterRunSpec, component: str, uid: int) -> dict[str, Any]:
     """Non-root (the image's user unless the component's podSecurity says otherwise), seccomp RuntimeDefault;
     fsGroup makes the pod's volumes writable for that user."""
     ps = component_placement(spec, component).pod_security
@@ -238,7 +230,7 @@ def shm_volume(resources: dict[str, Any]) -> dict[str, Any]:
     return {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": memory}}
 
 
-def job_lifecycle(spec: WhaleRunSpec) -> dict[str, Any]:
+def job_lifecycle(spec: ClusterRunSpec) -> dict[str, Any]:
     """A child Job's deadline (spec.execution.retry.activeDeadlineSeconds, else spec.cluster.lifecycle's default), how
     long it stays once finished, and, under a Kueue queue, ``suspend: true``: the Job is created suspended
     and runs when Kueue admits it (unsuspends it), never before (Kueue's documented way; a Job created
@@ -254,31 +246,31 @@ def job_lifecycle(spec: WhaleRunSpec) -> dict[str, Any]:
     return out
 
 
-def with_queue(labels: dict[str, str], spec: WhaleRunSpec) -> dict[str, str]:
+def with_queue(labels: dict[str, str], spec: ClusterRunSpec) -> dict[str, str]:
     """Kueue admits Jobs and Deployments that carry its queue label."""
     if spec.cluster.queue_name:
         return {**labels, names.LABEL_QUEUE: spec.cluster.queue_name}
     return labels
 
 
-def uses_vllm(spec: WhaleRunSpec) -> bool:
+def uses_vllm(spec: ClusterRunSpec) -> bool:
     """``auto`` means vLLM on a cluster; ``transformers`` runs in the worker; ``openai`` is external."""
     return spec.execution.inference.backend in ("auto", "vllm")
 
 
-def colocated_weight(spec: WhaleRunSpec, kind: PhaseKind) -> bool:
+def colocated_weight(spec: ClusterRunSpec, kind: PhaseKind) -> bool:
     """A weight phase of ``inference.placement: colocated``: one pod with a vLLM server of its own
     (:func:`colocated_train_job`), so it needs nothing of the run's vLLM Deployment."""
     return kind is PhaseKind.WEIGHT and uses_vllm(spec) and spec.execution.inference.placement == "colocated"
 
 
-def inference_url(run: RunRef, spec: WhaleRunSpec) -> str | None:
+def inference_url(run: RunRef, spec: ClusterRunSpec) -> str | None:
     if uses_vllm(spec):
         return f"http://{names.inference_name(run.name)}.{run.namespace}.svc:{VLLM_PORT}/v1"
     return spec.execution.inference.base_url
 
 
-def served_model_name(spec: WhaleRunSpec) -> str:
+def served_model_name(spec: ClusterRunSpec) -> str:
     return spec.experiment.model.served_model_name or spec.experiment.model.name
 
 
@@ -356,7 +348,7 @@ def secret_key_env(env_name: str, ref: SecretKey) -> dict[str, Any]:
 HF_TOKEN_ENV = "HF_TOKEN"
 
 
-def hf_token_env(spec: WhaleRunSpec) -> list[dict[str, Any]]:
+def hf_token_env(spec: ClusterRunSpec) -> list[dict[str, Any]]:
     """``spec.experiment.model.hfTokenSecret`` as ``HF_TOKEN`` (by reference), for a container that downloads the policy
     model or its tokenizer from the Hub: the weight fetchers, the weight Job, the retriever's fetch-tokenizer.
     Never a pod or sandbox that runs untrusted code without a wall between (docs/security.md)."""

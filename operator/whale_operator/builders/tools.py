@@ -8,10 +8,7 @@ import json
 from typing import Any
 
 from whale.core import layout
-from whale.core.spec import (
-    Resources,
-    WhaleRunSpec,
-)
+from whale.core.spec import Resources
 from whale.domain import DOMAIN_OPTIONS_FLAG, ToolService
 from whale_operator import names
 from whale_operator.builders.pods import (
@@ -34,6 +31,7 @@ from whale_operator.builders.pods import (
     storage_env_from,
     untrusted,
 )
+from whale_operator.cluster_spec import ClusterRunSpec
 
 #: a sandboxed tool's resources unless spec.cluster.placement.tools says otherwise
 SANDBOX_TOOL_RESOURCES = Resources(requests={"cpu": "1", "memory": "2Gi"}, limits={"cpu": "4", "memory": "4Gi"})
@@ -43,7 +41,7 @@ TOOL_REQUESTS = {"cpu": "2", "memory": "8Gi"}
 
 
 def tool_deployment(
-    run: RunRef, spec: WhaleRunSpec, tool: ToolService, *, store_uri: str, replicas: int = 1
+    run: RunRef, spec: ClusterRunSpec, tool: ToolService, *, store_uri: str, replicas: int = 1
 ) -> Manifest:
     """A tool service of the run, as the domain describes it (``Domain.tool_services_for``). Files and
     folders it needs (a retriever's corpus, a prepared index) are streamed from the store by an init
@@ -154,7 +152,7 @@ TOKENIZER_PATH = f"{TOKENIZER_DIR}/policy"
 TOKENIZER_SIZE = "1Gi"
 
 
-def policy_tokenizer_container(spec: WhaleRunSpec, tool: ToolService) -> dict[str, Any] | None:
+def policy_tokenizer_container(spec: ClusterRunSpec, tool: ToolService) -> dict[str, Any] | None:
     """The init container that places ``spec.experiment.model``'s tokenizer (only its tokenizer files) in the tool's pod
     (``python -m whale.tools.passage_cut``): the worker image, which holds the image-baked models and resolves a
     Hugging Face id as the vLLM pod's ``fetch-weights`` does. None when the tool counts no tokens, or for a GGUF
@@ -226,7 +224,7 @@ def sandbox_network_policy(run: RunRef, tool: ToolService) -> Manifest:
     return policy
 
 
-def pod_walled(deployment: Manifest, spec: WhaleRunSpec, tool: ToolService) -> Manifest:
+def pod_walled(deployment: Manifest, spec: ClusterRunSpec, tool: ToolService) -> Manifest:
     """A sandboxed tool at ``spec.execution.sandbox.isolation: pod`` or ``none``: its pod (no credentials, no token, no egress)
     is the wall, so its container is restricted and its server runs each snippet without kernel namespaces
     (``--isolation pod``; it refuses to serve where it sees a credential). Only at ``namespaces`` (where the admin
@@ -243,7 +241,7 @@ def pod_walled(deployment: Manifest, spec: WhaleRunSpec, tool: ToolService) -> M
 
 def service_deployment(
     run: RunRef,
-    spec: WhaleRunSpec,
+    spec: ClusterRunSpec,
     component: str,
     name: str,
     labels: dict[str, str],
@@ -265,7 +263,7 @@ def service_deployment(
 
 
 def tool_children(
-    run: RunRef, spec: WhaleRunSpec, tools: tuple[ToolService, ...], *, store_uri: str, replicas: int = 1
+    run: RunRef, spec: ClusterRunSpec, tools: tuple[ToolService, ...], *, store_uri: str, replicas: int = 1
 ) -> list[Manifest]:
     out: list[Manifest] = []
     for tool in tools:

@@ -1,9 +1,14 @@
-"""Generate the WhaleRun CustomResourceDefinition from the pydantic model.
+"""Generate the WhaleRun CustomResourceDefinition from the pydantic models.
 
-The CRD, ``chart/crds/whaleruns.yaml`` (the repository's one copy: the Helm chart installs it and ``kubectl apply
--f chart/crds`` applies it), is never edited by hand: ``make crd`` writes it, and a test fails when the committed
-file differs. Pydantic's JSON Schema is turned into a Kubernetes *structural* OpenAPI v3 schema: references
-inlined, ``anyOf [X, null]`` -> nullable X, 2020-12 exclusive bounds -> OpenAPI 3.0 booleans, titles dropped,
+The core's spec model (whale.core.spec) gives the schema of its part (domain, condition, experiment, execution) and
+keeps ``cluster`` opaque; the operator's cluster model (whale_operator.cluster_spec) gives that section's schema, and
+this module adds the CEL rules. The CRD, ``chart/crds/whaleruns.yaml`` (the repository's one copy: the Helm chart
+installs it and ``kubectl apply -f chart/crds`` applies it), is never edited by hand: ``make crd`` (``whale crd``)
+writes it, and a test fails when the committed file differs.
+
+Pydantic's JSON Schema is turned into a Kubernetes *structural* OpenAPI v3 schema: references inlined,
+``anyOf [X, null]`` -> X (``nullable`` only where null is not the default: elsewhere the API server prunes an explicit
+null, which the model reads as the default anyway), 2020-12 exclusive bounds -> OpenAPI 3.0 booleans, titles dropped,
 cross-field rules as CEL.
 The spec's bounds come along as they are (minimum/maximum, maxLength, pattern, maxItems); a map
 whose keys have a pattern (``patternProperties``, which Kubernetes does not take) becomes
@@ -18,6 +23,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from whale.core.convert import MOVED_FIELDS
 from whale.core.mutability import IMMUTABLE
 from whale.core.spec import (
     API_GROUP,
@@ -37,6 +43,7 @@ from whale.core.spec import (
     WhaleRunSpec,
 )
 from whale.core.status import WhaleRunStatus
+from whale_operator.cluster_spec import Cluster
 
 
 def _default(model: type[BaseModel], field: str) -> Any:
@@ -259,10 +266,10 @@ def _structural(node: Any, defs: dict[str, Any], keep_defaults: bool = True) -> 
                 else {}
             )
             merged.update(_structural(rest, defs, keep_defaults))
-        if nullable:
+        # ``X | None = None``: null and absent are one value, so no ``nullable`` (the API server prunes an explicit
+        # null, as the model reads it: None). ``nullable`` only where null differs from the default (``| None = 3600``)
+        if nullable and not ("default" in node and node["default"] is None):
             merged["nullable"] = True
-            if merged.get("default", 0) is None:
-                merged.pop("default")
         return merged
     if "patternProperties" in node:
         return _structural(_keys_by_cel(node), defs, keep_defaults)
@@ -278,6 +285,9 @@ def _structural(node: Any, defs: dict[str, Any], keep_defaults: bool = True) -> 
             out["maximum"], out["exclusiveMaximum"] = value, True
         elif key == "properties":
             out["properties"] = {k: _structural(v, defs, keep_defaults) for k, v in value.items()}
+        elif key == "description" and isinstance(value, str):
+            # a docstring's source line breaks are no breaks of the text (`kubectl explain` wraps it itself)
+            out["description"] = " ".join(value.split())
         elif key == "default":
             # Object defaults are implied by their fields' own defaults; keep scalar/list defaults.
             if keep_defaults and not isinstance(value, dict) and value is not None:
@@ -312,6 +322,10 @@ def _schema(model: type[BaseModel], keep_defaults: bool) -> dict[str, Any]:
 def openapi_schema() -> dict[str, Any]:
     spec = _schema(WhaleRunSpec, keep_defaults=True)
     spec.pop("additionalProperties", None)
+    # the core keeps ``cluster`` opaque; its schema is the operator's model
+    opaque = spec["properties"]["cluster"]
+    spec["properties"]["cluster"] = {**_schema(Cluster, keep_defaults=True), "description": opaque["description"]}
+    _keep_moved(spec)
     for path, rules in CEL_RULES.items():
         node = _at(spec, path)
         node["x-kubernetes-validations"] = [*node.get("x-kubernetes-validations", []), *rules]
@@ -351,6 +365,20 @@ def openapi_schema() -> dict[str, Any]:
             "status": status,
         },
     }
+
+
+def _keep_moved(spec: dict[str, Any]) -> None:
+    """A field v1alpha2 moved (whale.core.convert.MOVED_FIELDS) stays in the schema where it was, without a default,
+    so the API server keeps it on an object written before the move (it prunes what the schema lacks) and the model
+    reads it where it now lives; the new place has no default either (the model's applies), so an object that sets
+    only the old one is not given the new one by the API server."""
+    for old, new in MOVED_FIELDS:
+        target = _at(spec, ".".join(new))
+        target.pop("default", None)
+        kept = {k: v for k, v in target.items() if k != "description"}
+        where = "spec." + ".".join(new)
+        parent = _at(spec, ".".join(old[:-1]))
+        parent["properties"][old[-1]] = {**kept, "description": f"moved to {where}, read from here while that is unset"}
 
 
 def _at(schema: dict[str, Any], path: str) -> dict[str, Any]:
@@ -403,7 +431,10 @@ def crd() -> dict[str, Any]:
     }
 
 
-HEADER = "# GENERATED by `whale crd` from whale/core/spec.py -- do not edit by hand.\n"
+HEADER = (
+    "# GENERATED by `whale crd` from whale/core/spec.py and operator/whale_operator/cluster_spec.py -- do not edit "
+    "by hand.\n"
+)
 
 
 def render() -> str:
