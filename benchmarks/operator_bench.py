@@ -48,6 +48,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+# this tree's whale and whale_operator, before any installed copy (a benchmark of an older commit, unpacked beside)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
@@ -319,7 +321,7 @@ def main() -> None:
         "KUBECONFIG": str(emulator.kubeconfig),
         "WHALE_OPERATOR_METRICS_PORT": str(port),
         "WHALE_OPERATOR_DOMAIN_SPLIT_SIZES": "1",  # synthetic's sizes are constants: no prepare Job per run
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "operator")]),
     }
     for setting in ("WHALE_OPERATOR_PROGRESS_S", "WHALE_OPERATOR_RESYNC_S"):
         env.pop(setting, None)  # the operator's defaults: a reaction that waits for a poll must show
