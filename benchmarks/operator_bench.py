@@ -143,9 +143,9 @@ def _emulator_main(work: Path, conn: multiprocessing.connection.Connection) -> N
     while True:
         ask, arg = conn.recv()
         if ask == "made_at":
-            conn.send(host.cluster.call(lambda keys: [host.cluster.emulator.created_at[k] for k in keys], arg))
+            conn.send(host.cluster.call(host.made_at, arg))  # on the emulator's loop: its state is not thread-safe
         elif ask == "served":
-            conn.send(host.cluster.call(lambda: dict(host.cluster.emulator.served)))
+            conn.send(host.cluster.call(host.served))
         else:
             host.close()
             conn.send(None)
