@@ -16,11 +16,14 @@
 
 The operator runs as its own process (``kopf run``), exactly as in its image, with its default progress poll
 (15 s) and resync (30 s): a reaction that waits for either shows up as such. Split sizes come from the domain
-plugin (``WHALE_OPERATOR_DOMAIN_SPLIT_SIZES=1``, synthetic), so no run starts a prepare Job. The emulator and the
-test double of the workloads and the weight-sync sidecar (tests/operator/player.py) run in this process, on
-the same cores.
+plugin (``WHALE_OPERATOR_DOMAIN_SPLIT_SIZES=1``, synthetic), so no run starts a prepare Job. The emulator (the API
+server) runs in a process of its own, as on a cluster an API server is not in the operator's process
+(``--no-emulator-process``: a thread of this one); the test double of the workloads and the weight-sync sidecar
+(tests/operator/player.py) run in this process. All three share this machine's cores. A Job's create time is the
+emulator's ``time.perf_counter()`` (CLOCK_MONOTONIC: one clock for every process of the machine).
 
     .venv/bin/python benchmarks/operator_bench.py [--runs 200] [--transitions 12] [--steady 40] [--out FILE]
+        [--no-emulator-process]  # the emulator in a thread of the driver's process (the setup before #33's split)
         [--profile FILE]   # every reconcile under cProfile (benchmarks/operator_profiled.py); its CPU figures then
                            # include the profiler's overhead: measure and profile in separate runs
 """
@@ -29,6 +32,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import multiprocessing.connection
 import os
 import re
 import shlex
@@ -39,14 +44,17 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+# this tree's whale and whale_operator, before any installed copy (a benchmark of an older commit, unpacked beside)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 
-from tests.fixtures.kube import KubeAPI, WhaleKubeEmulator, start_emulator, wait_for
+from tests.fixtures.kube import KubeAPI, start_emulator, wait_for
 from tests.operator.conftest import BASE_SPEC, SPLITS, deep_merge
 from tests.operator.player import WorkloadPlayer, create_run, job_finished
 from whale.store import open_store
@@ -93,6 +101,95 @@ def cpu_s(pid: int, thread: int | None = None) -> float:
 
 #: the emulator's clients, by the product its requests name in User-Agent
 CLIENTS = {"OpenAPI-Generator": "operator", "kopf": "kopf", "python-httpx": "driver"}
+
+
+JobKey = tuple[str, str | None, str]  # (plural, namespace, name), as the emulator records creates
+
+
+class EmulatorThread:
+    """The emulator in a thread of this process (``--no-emulator-process``): its CPU is its thread's."""
+
+    def __init__(self, work: Path):
+        self.cluster, self._stop = start_emulator(work)
+        emulator = self.cluster.emulator
+        emulator.keep_requests = False
+        emulator.created_at = {}  # each object's create as the API server took it
+        self.url, self.kubeconfig = self.cluster.url, self.cluster.kubeconfig
+        self._thread = self._stop.thread.native_id  # type: ignore[attr-defined]  # start_emulator hangs its thread there
+
+    def made_at(self, keys: Iterable[JobKey]) -> list[float]:
+        made = self.cluster.emulator.created_at
+        assert made is not None
+        return [made[k] for k in keys]
+
+    def served(self) -> dict[tuple[str, str], int]:
+        return dict(self.cluster.emulator.served)
+
+    def cpu(self) -> tuple[float, float]:
+        """(the emulator's CPU, the driver's: the rest of this process)."""
+        me = os.getpid()
+        emulator = cpu_s(me, self._thread)
+        return emulator, cpu_s(me) - emulator
+
+    def close(self) -> None:
+        self.cluster.api.close()
+        self._stop.set()
+
+
+def _emulator_main(work: Path, conn: multiprocessing.connection.Connection) -> None:
+    """The emulator process: the emulator in a thread, this thread answering the driver's questions over ``conn``."""
+    host = EmulatorThread(work)
+    conn.send((host.url, str(host.kubeconfig)))
+    while True:
+        ask, arg = conn.recv()
+        if ask == "made_at":
+            conn.send(host.cluster.call(host.made_at, arg))  # on the emulator's loop: its state is not thread-safe
+        elif ask == "served":
+            conn.send(host.cluster.call(host.served))
+        else:
+            host.close()
+            conn.send(None)
+            return
+
+
+class EmulatorProcess:
+    """The emulator in a process of its own (the default): the API server's CPU is not the driver's or the
+    operator's, and it does not share an interpreter lock with either."""
+
+    def __init__(self, work: Path):
+        ctx = multiprocessing.get_context("spawn")
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_emulator_main, args=(work, child), name="kube-emulator", daemon=True)
+        self._proc.start()
+        if not self._conn.poll(60):
+            raise RuntimeError("the emulator process did not start within 60 s")
+        url, kubeconfig = self._conn.recv()
+        self.url, self.kubeconfig = url, Path(kubeconfig)
+
+    def _ask(self, ask: str, arg: Any = None) -> Any:
+        self._conn.send((ask, arg))
+        return self._conn.recv()
+
+    def made_at(self, keys: Iterable[JobKey]) -> list[float]:
+        return list(self._ask("made_at", list(keys)))
+
+    def served(self) -> dict[tuple[str, str], int]:
+        return dict(self._ask("served"))
+
+    def cpu(self) -> tuple[float, float]:
+        """(the emulator's process, the driver's: all of this process)."""
+        return cpu_s(self._proc.pid or 0), cpu_s(os.getpid())
+
+    def close(self) -> None:
+        try:
+            self._ask("stop")
+        finally:
+            self._proc.join(timeout=10)
+            if self._proc.is_alive():
+                self._proc.kill()
+
+
+Emulator = EmulatorThread | EmulatorProcess
 
 
 class Scrape:
@@ -145,27 +242,21 @@ def spread(seconds: list[float]) -> dict[str, float]:
 
 
 class Section:
-    """The operator's reconciles and CPU between two points of the benchmark, beside the CPU of the emulator (its
-    thread in this process) and of the driver (this process's main thread: the test double of the workloads, the
-    sidecar and the Job controller), and the API requests each client sent."""
+    """The operator's reconciles and CPU between two points of the benchmark, beside the CPU of the emulator and of
+    the driver (this process: the test double of the workloads, the sidecar and the Job controller), and the API
+    requests each client sent."""
 
-    def __init__(self, metrics: str, pid: int, emulator: WhaleKubeEmulator, emulator_thread: int):
-        self.metrics, self.pid, self.emulator, self.emulator_thread = metrics, pid, emulator, emulator_thread
+    def __init__(self, metrics: str, pid: int, emulator: Emulator):
+        self.metrics, self.pid, self.emulator = metrics, pid, emulator
         self.before = Scrape(metrics)
         self.cpu0 = cpu_s(pid)
-        self.others0 = self._others()
-        self.served0 = dict(emulator.served)
-
-    def _others(self) -> tuple[float, float]:
-        """(the emulator's thread, the rest of this process: the driver)."""
-        me = os.getpid()
-        emulator = cpu_s(me, self.emulator_thread)
-        return emulator, cpu_s(me) - emulator
+        self.others0 = emulator.cpu()
+        self.served0 = emulator.served()
 
     def requests(self) -> dict[str, dict[str, int]]:
         """Requests the emulator served in this section, by client and method."""
         out: dict[str, dict[str, int]] = {}
-        for (agent, method), n in dict(self.emulator.served).items():
+        for (agent, method), n in self.emulator.served().items():
             sent = n - self.served0.get((agent, method), 0)
             if sent:
                 client = out.setdefault(CLIENTS.get(agent, agent or "unknown"), {})
@@ -174,7 +265,7 @@ class Section:
 
     def report(self) -> dict[str, Any]:
         after, cpu = Scrape(self.metrics), cpu_s(self.pid) - self.cpu0
-        emulator_cpu, driver_cpu = (b - a for a, b in zip(self.others0, self._others(), strict=True))
+        emulator_cpu, driver_cpu = (b - a for a, b in zip(self.others0, self.emulator.cpu(), strict=True))
         requests = self.requests()
         lat = delta(after.buckets(LATENCY, RECONCILE), self.before.buckets(LATENCY, RECONCILE))
         work = delta(after.buckets(LATENCY, WORK), self.before.buckets(LATENCY, WORK))
@@ -208,26 +299,29 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="write the raw JSON here (benchmarks/results/...)")
     ap.add_argument("--json", action="store_true", help="print the raw JSON")
     ap.add_argument("--profile", type=Path, help="profile every reconcile (cProfile, merged pstats written here)")
+    ap.add_argument(
+        "--emulator-process",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="the emulator in a process of its own (default), or in a thread of the driver's",
+    )
     args = ap.parse_args()
     if args.runs < 1 or args.transitions < 1 or not 1 <= args.steady <= args.runs:
         ap.error("--runs and --transitions must be >= 1, --steady between 1 and --runs")
 
     work = Path(tempfile.mkdtemp(prefix="whale-opbench-"))
-    cluster, stop = start_emulator(work)
-    cluster.emulator.keep_requests = False
-    cluster.emulator.created_at = {}  # each Job's create as the API server took it (made_at)
-    emulator_thread = stop.thread.native_id  # type: ignore[attr-defined]  # start_emulator hangs its thread there
-    api = cluster.api
+    emulator: Emulator = EmulatorProcess(work) if args.emulator_process else EmulatorThread(work)
+    api = KubeAPI(emulator.url)
     api.create("apiextensions.k8s.io/v1", "customresourcedefinitions", None, crd())
     api.create("v1", "namespaces", None, {"metadata": {"name": NS}})
     base = open_store(f"file://{work / 'store'}")
     port = free_port()
     env = {
         **os.environ,
-        "KUBECONFIG": str(cluster.kubeconfig),
+        "KUBECONFIG": str(emulator.kubeconfig),
         "WHALE_OPERATOR_METRICS_PORT": str(port),
         "WHALE_OPERATOR_DOMAIN_SPLIT_SIZES": "1",  # synthetic's sizes are constants: no prepare Job per run
-        "PYTHONPATH": str(ROOT),
+        "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "operator")]),
     }
     for setting in ("WHALE_OPERATOR_PROGRESS_S", "WHALE_OPERATOR_RESYNC_S"):
         env.pop(setting, None)  # the operator's defaults: a reaction that waits for a poll must show
@@ -242,6 +336,7 @@ def main() -> None:
         "command": shlex.join(["benchmarks/operator_bench.py", *sys.argv[1:]]),
         "host": {"cpus": os.cpu_count(), "loadavg_at_start": os.getloadavg()},
         "operator_settings": "defaults (progress poll 15 s, resync 30 s, 16 worker threads)",
+        "emulator": "own process" if args.emulator_process else "a thread of the driver's process",
     }
     try:
         wait_for(lambda: _up(metrics), 60, 0.2, "the operator's metrics endpoint")
@@ -261,41 +356,41 @@ def main() -> None:
             t0 = time.perf_counter()
             run.finish(job)
             job = wait_for(run.pending_job, 60, 0.005, "the next Job")
-            reactions.append(made_at(cluster.emulator, job) - t0)
+            reactions.append(made_at(emulator, job) - t0)
         results["reaction_1_run_s"] = spread(reactions)
 
         # --- creation burst: every run created at once ---
-        section = Section(metrics, proc.pid, cluster.emulator, emulator_thread)
+        section = Section(metrics, proc.pid, emulator)
         t0 = time.perf_counter()
         players, created = [], {}
         for i in range(args.runs):  # each run's latency runs from its own creation (the API server's answer)
             players.append(create(f"scale-{i:03d}"))
             created[players[-1].run] = time.perf_counter()
         results["create_s"] = time.perf_counter() - t0
-        firsts, seen, polled = await_next_jobs(api, cluster.emulator, players, created)
+        firsts, seen, polled = await_next_jobs(api, emulator, players, created)
         results["creation_burst"] = {"per_run_s": spread(seen), "per_run_seen_s": spread(polled), **section.report()}
 
         # --- finish burst: every run's child finishes at once ---
-        section = Section(metrics, proc.pid, cluster.emulator, emulator_thread)
+        section = Section(metrics, proc.pid, emulator)
         finished = {}
         for p in players:
             p.finish(firsts[p.run])
             finished[p.run] = time.perf_counter()
-        seconds, seen, polled = await_next_jobs(api, cluster.emulator, players, finished)
+        seconds, seen, polled = await_next_jobs(api, emulator, players, finished)
         results["finish_burst"] = {"per_run_s": spread(seen), "per_run_seen_s": spread(polled), **section.report()}
 
         # --- steady state: children finish one by one with every run present ---
         quiet_until = time.monotonic() + 2.0  # let the burst's last reconciles drain first
         wait_for(lambda: time.monotonic() > quiet_until, 5, 0.1, "a quiet moment")
-        section = Section(metrics, proc.pid, cluster.emulator, emulator_thread)
+        section = Section(metrics, proc.pid, emulator)
         loaded = []
         for p in players[: args.steady]:
             t0 = time.perf_counter()
             p.finish(seconds[p.run])
-            loaded.append(made_at(cluster.emulator, wait_for(p.pending_job, 60, 0.005, "the next Job")) - t0)
+            loaded.append(made_at(emulator, wait_for(p.pending_job, 60, 0.005, "the next Job")) - t0)
         results["steady"] = {"reaction_s": spread(loaded), **section.report()}
         # idle: every run waits on a running child; what the operator spends is its progress polls (15 s) and resyncs
-        section = Section(metrics, proc.pid, cluster.emulator, emulator_thread)
+        section = Section(metrics, proc.pid, emulator)
         time.sleep(args.idle_s)  # a benchmark: the operator's own timers are what is measured
         results["idle"] = {"seconds": args.idle_s, **section.report()}
         cur, peak = rss_mb(proc.pid)
@@ -312,7 +407,7 @@ def main() -> None:
             proc.kill()
         log.close()
         api.close()
-        stop.set()
+        emulator.close()
     results["host"]["loadavg_at_end"] = os.getloadavg()
     if args.out:
         args.out.write_text(json.dumps(results, indent=2) + "\n")
@@ -376,17 +471,19 @@ def print_summary(r: dict[str, Any]) -> None:
         print(f"target {name}: {t['measured']:.4g} {'met' if t['met'] else 'NOT met'}")
 
 
-def made_at(emulator: WhaleKubeEmulator, job: dict[str, Any]) -> float:
-    """When the API server took the Job's create (``time.perf_counter()``, this process's clock): a run's latency
-    ends there, not when the driver's next poll happens to see the Job."""
-    made = emulator.created_at
-    assert made is not None, "the emulator records creation times only when created_at is set"
-    return made[("jobs", job["metadata"]["namespace"], job["metadata"]["name"])]
+def job_key(job: dict[str, Any]) -> JobKey:
+    return ("jobs", job["metadata"]["namespace"], job["metadata"]["name"])
+
+
+def made_at(emulator: Emulator, job: dict[str, Any]) -> float:
+    """When the API server took the Job's create (``time.perf_counter()``: CLOCK_MONOTONIC, one clock for the
+    machine's processes): a run's latency ends there, not when the driver's next poll happens to see the Job."""
+    return emulator.made_at([job_key(job)])[0]
 
 
 def await_next_jobs(
     api: KubeAPI,
-    emulator: WhaleKubeEmulator,
+    emulator: Emulator,
     players: list[WorkloadPlayer],
     since: dict[str, float],
     timeout_s: float = 300,
@@ -407,14 +504,18 @@ def await_next_jobs(
         jobs = api.list("batch/v1", "jobs", NS, names.LABEL_RUN)
         now = time.perf_counter()  # after the answer: a Job in it was created before it (taken before, a Job
         # created while the list was served would count as seen before it existed)
+        new = []
         for job in jobs:
             run = job["metadata"]["labels"][names.LABEL_RUN]
             player = waiting.get(run)
             if player is not None and _pending(player, job):
                 found[run] = job
-                seen.append(made_at(emulator, job) - since[run])
+                new.append(run)
                 polled.append(now - since[run])
                 del waiting[run]
+        # the create times of this poll's Jobs in one question (one round trip to the emulator's process)
+        for run, made in zip(new, emulator.made_at(job_key(found[r]) for r in new), strict=True):
+            seen.append(made - since[run])
         return not waiting
 
     wait_for(poll, timeout_s, 0.02, f"a new Job in each of {len(players)} runs")

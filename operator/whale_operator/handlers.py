@@ -260,7 +260,7 @@ async def whalerun_event(body: kopf.Body, uid: str, memo: kopf.Memo, type: str |
     writes) are skipped: observedGeneration already matches; so is a generation a reconcile has already read (kopf's
     own marks on a new run come before its first status: they would retry a refused run at once, not after its
     back-off). Every version goes to the informer."""
-    memo.informer.observe(body, deleted=type == "DELETED")
+    memo.informer.observe(body, deleted=type == "DELETED", watched=True)  # the run's next reconcile reads this
     newest = memo.informer.newest(body)  # an event older than the operator's own status write wakes nothing
     generation = newest.get("metadata", {}).get("generation")
     observed = (newest.get("status") or {}).get("observedGeneration")

@@ -7,9 +7,11 @@ Two sources with one interface:
 * :class:`Informer` keeps them in memory, fed by the watch events kopf already receives (the handlers call
   :meth:`Informer.observe` before they wake the run) and by the API server's answers to the operator's own writes
   (:attr:`~whale_operator.kube.KubeClient.on_write`), so the next reconcile sees its own writes even before their
-  events arrive. Of two versions of an object the newer ``resourceVersion`` wins. A run's children are listed once
-  (the first reconcile of the run in this process, after a reconcile that failed, and every :data:`RELIST_S` as a
-  safety net for a lost event); every other reconcile reads them from memory, asking the API server nothing.
+  events arrive. Of two versions of an object the newer ``resourceVersion`` wins. The children of one kind are listed
+  once per namespace (one list for every run there: the first reconcile that asks, and every :data:`RELIST_S` as a
+  safety net for a lost event), a run's own after a reconcile of it failed; a WhaleRun a watch event brought is
+  read. Every other reconcile reads them from memory, asking the API server nothing: with 200 new runs, 2 lists in
+  place of 600 requests.
 """
 
 from __future__ import annotations
@@ -80,14 +82,20 @@ class Informer(ApiReads):
         self._objects: dict[Key, dict[str, Any]] = {}
         #: (kind, namespace, run label) -> names of the run's children of that kind
         self._by_run: dict[Key, set[str]] = {}
-        #: (kind, namespace, run) -> when the run's children of that kind were last listed (RUN: the object read)
+        #: (kind, namespace, run) -> when the run's children of that kind were last listed (RUN: the object read, by a
+        #: request or a watch event)
         self._listed: dict[Key, float] = {}
+        #: (kind, namespace) -> when the operator's children of that kind in the namespace were last listed
+        self._ns_listed: dict[tuple[str, str], float] = {}
+        #: (kind, namespace, run) to list on their own, not from a namespace's list (:meth:`relist`)
+        self._stale: set[Key] = set()
         #: objects deleted, by key -> the resourceVersion of their deletion: a late answer must not bring one back
         self._gone: dict[Key, str] = {}
 
     # --- feeding ---
-    def observe(self, body: Mapping[str, Any], deleted: bool = False) -> None:
-        """One version of an object (a watch event, or the answer to a write); ``deleted``: a DELETED event."""
+    def observe(self, body: Mapping[str, Any], deleted: bool = False, watched: bool = False) -> None:
+        """One version of an object (a watch event, or the answer to a write); ``deleted``: a DELETED event;
+        ``watched``: a watch event, the API server's word as it stands (a WhaleRun so brought needs no read)."""
         kind = body.get("kind")
         meta = body.get("metadata") or {}
         if kind not in TRACKED or not meta.get("name") or not meta.get("namespace"):
@@ -100,6 +108,8 @@ class Informer(ApiReads):
             gone = self._gone.get(key)
             if gone is not None and not deleted and _newer({"metadata": {"resourceVersion": gone}}, body):
                 return  # not newer than its deletion: a late answer or event of what is gone
+            if watched and kind == RUN[1] and key not in self._stale:
+                self._listed[key] = self.clock()
             run = (meta.get("labels") or {}).get(names.LABEL_RUN)
             index = (key[0], key[1], run) if run and kind != RUN[1] else None
             if deleted:
@@ -133,17 +143,21 @@ class Informer(ApiReads):
         if obj is not None:
             self.observe(obj)
         with self._lock:
+            self._stale.discard(key)
             self._listed[key] = self.clock()
             return self._objects.get(key) if obj is not None else None
 
     def children(self, kind: tuple[str, str], namespace: str, run: str) -> list[dict[str, Any]]:
         key = (kind[1], namespace, run)
         with self._lock:
-            if self._fresh(key):
+            if self._fresh(key) or (
+                key not in self._stale and self._fresh_at(self._ns_listed.get((kind[1], namespace)))
+            ):
                 return self._held(key)
-        answer = self.kube.request(
-            "GET", collection_path(*kind, namespace), query={"labelSelector": names.run_selector(run)}
-        )
+            own = key in self._stale
+        # a run to read afresh lists its own; else one list holds the children of every run in the namespace
+        selector = names.run_selector(run) if own else names.children_selector()
+        answer = self.kube.request("GET", collection_path(*kind, namespace), query={"labelSelector": selector})
         listed = list(answer.get("items") or [])
         for obj in listed:
             self.observe({"kind": kind[1], "apiVersion": kind[0], **obj})
@@ -151,18 +165,25 @@ class Informer(ApiReads):
         with self._lock:
             # what the list does not hold is gone, unless a newer version came meanwhile (an event, a write)
             there = {o["metadata"]["name"] for o in listed}
-            for name in list(self._by_run.get(key, ())):
-                if name not in there and not self._since(at, (key[0], namespace, name)):
-                    self._objects.pop((key[0], namespace, name), None)
-                    self._by_run[key].discard(name)
-                    self._gone[(key[0], namespace, name)] = at
-            self._listed[key] = self.clock()
+            runs = [key] if own else [k for k in self._by_run if k[0] == kind[1] and k[1] == namespace]
+            for index in runs:
+                for name in list(self._by_run.get(index, ())):
+                    if name not in there and not self._since(at, (kind[1], namespace, name)):
+                        self._objects.pop((kind[1], namespace, name), None)
+                        self._by_run[index].discard(name)
+                        self._gone[(kind[1], namespace, name)] = at
+            if own:
+                self._stale.discard(key)
+                self._listed[key] = self.clock()
+            else:
+                self._ns_listed[(kind[1], namespace)] = self.clock()
             return self._held(key)
 
     def relist(self, namespace: str, run: str) -> None:
         with self._lock:
             for kind in (RUN, JOB, JOBSET, DEPLOYMENT):
                 self._listed.pop((kind[1], namespace, run), None)
+                self._stale.add((kind[1], namespace, run))
 
     def forget(self, namespace: str, run: str) -> None:
         with self._lock:
@@ -172,10 +193,13 @@ class Informer(ApiReads):
             self._objects.pop((RUN[1], namespace, run), None)
             for kind in (RUN, JOB, JOBSET, DEPLOYMENT):
                 self._listed.pop((kind[1], namespace, run), None)
+                self._stale.discard((kind[1], namespace, run))
 
     # --- under the lock ---
     def _fresh(self, key: Key) -> bool:
-        listed = self._listed.get(key)
+        return self._fresh_at(self._listed.get(key))
+
+    def _fresh_at(self, listed: float | None) -> bool:
         return listed is not None and self.clock() - listed < RELIST_S
 
     def _held(self, key: Key) -> list[dict[str, Any]]:

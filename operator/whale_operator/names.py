@@ -184,3 +184,8 @@ def child_labels(
 def run_selector(run: str) -> str:
     """Label selector of every child of a run."""
     return f"{LABEL_RUN}={run},app.kubernetes.io/managed-by={MANAGED_BY}"
+
+
+def children_selector() -> str:
+    """Label selector of every child of every run (of a namespace, listed once for all its runs)."""
+    return f"{LABEL_RUN},app.kubernetes.io/managed-by={MANAGED_BY}"

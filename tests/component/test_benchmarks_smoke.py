@@ -447,6 +447,7 @@ def test_operator_bench_runs_five_runs_through_every_section(tmp_path):
     )
     report = json.loads(out.read_text())
     assert report["prepare_jobs"] == 0 and report["runs"] == 6
+    assert report["emulator"] == "own process"  # as on a cluster: the API server's CPU is neither client's
     assert report["reaction_1_run_s"]["n"] == 3 and report["steady"]["reaction_s"]["n"] == 3
     for section in ("creation_burst", "finish_burst", "steady", "idle"):
         assert report[section]["reconciles"] >= 3, section  # idle: each run's progress poll (15 s) at least

@@ -141,3 +141,38 @@ def test_informer_fed_by_kopf(start_operator, make_run, kube_cluster: EmulatedCl
     own = [p for p in reads(during) if "/whaleruns/fed" in p or "whale.dev%2Frun" in p or "whale.dev/run" in p]
     assert own == [], own
     assert any(m == "POST" and "/jobs" in p for m, p in during), "the next Job was created"
+
+
+def test_one_list_of_a_namespace_serves_every_run_and_a_watched_run_is_not_read(
+    operator_env, kube_cluster, kube_namespace, store
+):
+    """Children are listed once a namespace for all its runs: a second run's first reconcile lists nothing, and the
+    WhaleRun a watch event brought (here fed by hand, as the handler does) is not read either; a relist of one run
+    (after a failed reconcile) lists that run's own children, not the namespace's."""
+    spec = {**BASE_SPEC, "storage": {"uri": store.uri}}
+    prepared_run(kube_cluster.api, store, kube_namespace, "first", spec)
+    prepared_run(kube_cluster.api, store, kube_namespace, "second", spec)
+    kube = KubeClient.from_environment()
+    informer = Informer(kube)
+    kube.on_write = informer.observe
+    reconciler = Reconciler(kube, OperatorMetrics(), reads=informer)
+    emulator = kube_cluster.emulator
+
+    before = len(emulator._requests)
+    reconciler.reconcile(kube_namespace, "first")
+    lists = [p for p in reads(requests_since(kube_cluster, before)) if "/jobs?" in p or "/deployments?" in p]
+    assert len(lists) == 2 and all("labelSelector=whale.dev/run," in p for p in lists), lists  # the namespace's
+
+    informer.observe(kube_cluster.api.get(WR, "whaleruns", kube_namespace, "second"), watched=True)
+    before = len(emulator._requests)
+    reconciler.reconcile(kube_namespace, "second")
+    sent = requests_since(kube_cluster, before)
+    assert reads(sent) == [], "the namespace's lists and the watch event hold what the second run reads"
+    assert any(m == "POST" for m, _ in sent), "... and its reconcile made its children"
+
+    informer.relist(kube_namespace, "second")
+    before = len(emulator._requests)
+    reconciler.reconcile(kube_namespace, "second")
+    own = reads(requests_since(kube_cluster, before))
+    assert any("/whaleruns/second" in p for p in own), own
+    assert own and all("second" in p for p in own), "a relist reads the run and lists its own children"
