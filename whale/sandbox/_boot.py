@@ -26,13 +26,16 @@ With ``level == "none"`` the same processes run without namespaces, mounts or ui
 import base64
 import ctypes
 import ctypes.util
+import fcntl
 import json
 import os
 import platform
 import resource
 import select
 import signal
+import socket
 import stat
+import struct
 import sys
 
 CLONE_NEWNS = 0x00020000
@@ -68,6 +71,11 @@ _SYSCALLS = {
 }
 #: where the new root is assembled (a tmpfs is mounted over it, in our own mount namespace only)
 _STAGING_DIRS = ("/tmp", "/mnt", "/media", "/srv")
+#: bringing up the loopback interface of the sandbox's network namespace (an egress relay listens on it)
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+#: the egress relay: connections it carries at once, seconds it waits to listen
+RELAY_CONNECTIONS = 128
+RELAY_START_S = 10.0
 #: files the sandbox's /dev holds (bind mounts of the host's nodes)
 _DEV_NODES = ("null", "zero", "full", "random", "urandom")
 #: parts of the fresh /proc made read-only on top of the kernel's own permissions
@@ -489,30 +497,36 @@ def _drop_bounding_set():
         _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"dropping capability {cap} from the bounding set")
 
 
+def _drop_privileges(cfg):
+    """Everything a process the sandbox runs gives up: its uid, every capability, new privileges; then the rlimits and
+    (sandboxed) a fresh keyring and the system-call filter."""
+    # the init made itself non-dumpable (so the program cannot ptrace it); its child must be
+    # dumpable again to own its /proc/self files (uid_map) — exec would reset it anyway
+    _check(_libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(DUMPABLE)")
+    if cfg["sandboxed"]:
+        os.setsid()  # kill(0, ...) inside reaches only its own group
+        if cfg["root"]:
+            _drop_bounding_set()
+            os.setgroups([])
+            os.setresgid(cfg["uid"], cfg["uid"], cfg["uid"])
+            os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
+        else:
+            _enter_inner_user_namespace(cfg["uid"])
+            _drop_bounding_set()
+    else:
+        os.setpgid(0, 0)  # its own group, so the end of the run can kill what it started
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+    for name, (soft, hard) in cfg["rlimits"].items():
+        resource.setrlimit(getattr(resource, name), (soft, hard))
+    if cfg["sandboxed"]:
+        _fresh_session_keyring()
+        _install_filter(cfg["share_network"])
+
+
 def _program(cfg, status, status_fd):
     """The program's process: drop everything, exec the guard. Never returns."""
     try:
-        # the init made itself non-dumpable (so the program cannot ptrace it); its child must be
-        # dumpable again to own its /proc/self files (uid_map) — exec would reset it anyway
-        _check(_libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(DUMPABLE)")
-        if cfg["sandboxed"]:
-            os.setsid()  # kill(0, ...) inside reaches only its own group
-            if cfg["root"]:
-                _drop_bounding_set()
-                os.setgroups([])
-                os.setresgid(cfg["uid"], cfg["uid"], cfg["uid"])
-                os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
-            else:
-                _enter_inner_user_namespace(cfg["uid"])
-                _drop_bounding_set()
-        else:
-            os.setpgid(0, 0)  # its own group, so the end of the run can kill what it started
-        _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
-        for name, (soft, hard) in cfg["rlimits"].items():
-            resource.setrlimit(getattr(resource, name), (soft, hard))
-        if cfg["sandboxed"]:
-            _fresh_session_keyring()
-            _install_filter(cfg["share_network"])
+        _drop_privileges(cfg)
         os.chdir(cfg["scratch"])
         for sig in range(1, signal.NSIG):
             if sig not in (signal.SIGKILL, signal.SIGSTOP):
@@ -527,6 +541,93 @@ def _program(cfg, status, status_fd):
     except BaseException as exc:  # noqa: BLE001 - every failure is reported, then a distinctive exit
         _report_error(status_fd, status, exc)
     os._exit(SETUP_FAILED_EXIT)
+
+
+# ----- the egress relay ------------------------------------------------------------------------------------
+
+
+def _loopback_up():
+    """Bring up ``lo`` of the sandbox's own network namespace (it starts down; nothing else is there)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            flags = struct.unpack("16sH22x", fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack("16sH22x", b"lo", 0)))[1]
+            fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
+        except OSError as exc:
+            raise SetupError(f"bringing up the loopback interface for the egress relay failed: {exc}") from exc
+
+
+def _start_relay(cfg, close_fds):
+    """Fork the relay (before the program, so it listens when the program starts): as unprivileged as the program,
+    it accepts on 127.0.0.1:PORT and carries each connection to the egress proxy's socket; the proxy outside decides
+    what goes anywhere. Returns once it listens."""
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(ready_r)
+            for fd in close_fds:
+                if fd is not None:
+                    os.close(fd)
+            null = os.open("/dev/null", os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            _drop_privileges(cfg)
+            _relay(cfg["relay"]["port"], cfg["relay"]["socket"], ready_w)
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    ready, _, _ = select.select([ready_r], [], [], RELAY_START_S)
+    ok = bool(ready) and os.read(ready_r, 1) == b"1"
+    os.close(ready_r)
+    if not ok:
+        raise SetupError(
+            f"the egress relay did not listen on 127.0.0.1:{cfg['relay']['port']} within {RELAY_START_S} s"
+        )
+    return pid
+
+
+def _relay(port, path, ready_w):
+    """The relay's loop (stdlib asyncio): bytes both ways, half-closes passed on, at most RELAY_CONNECTIONS."""
+    import asyncio
+
+    active = set()
+
+    async def pipe(src, dst):
+        try:
+            while data := await src.read(1 << 16):
+                dst.write(data)
+                await dst.drain()
+            if dst.can_write_eof():
+                dst.write_eof()
+        except OSError:
+            dst.close()
+
+    async def carry(reader, writer):
+        if len(active) >= RELAY_CONNECTIONS:
+            writer.close()
+            return
+        active.add(writer)
+        try:
+            up_reader, up_writer = await asyncio.open_unix_connection(path)
+        except OSError:
+            active.discard(writer)
+            writer.close()
+            return
+        try:
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        finally:
+            active.discard(writer)
+            writer.close()
+            up_writer.close()
+
+    async def main():
+        server = await asyncio.start_server(carry, "127.0.0.1", port)
+        os.write(ready_w, b"1")
+        os.close(ready_w)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(main())
 
 
 # ----- init ---------------------------------------------------------------------------------------------------
@@ -545,6 +646,9 @@ def _init(cfg, status, status_fd, alive_r, report_w, result_fd):
             _check(_libc.sethostname(b"sandbox", 7), "sethostname")
             _build_root(cfg, status)
         _write_files(cfg)
+        if cfg.get("relay"):
+            _loopback_up()
+            _start_relay(cfg, (status_fd, alive_r, report_w, result_fd))
         pid = os.fork()
         if pid == 0:
             os.close(report_w)

@@ -1,0 +1,325 @@
+"""The ``cli`` agent's network (``proposer.network: proxy``): it reaches the names its allow-list names, nothing else.
+
+A test double of an agent CLI (a Python program standing in for Claude Code) runs through the real launcher
+(:class:`CLIAgentProposer` with its :class:`InProcessLauncher`, as ``whale run`` does) in the real sandbox, and tries
+what a hostile agent would, with real sockets on loopback:
+
+(a) a direct TCP connection to a loopback server standing in for vLLM's key-less dev endpoints;
+(b) ``CONNECT`` through the proxy to a host not on the list;
+(c) ``CONNECT`` to an allow-listed name that resolves to 127.0.0.1 (a private address: what DNS rebinding gets);
+(d) a plain ``GET http://...`` through the proxy;
+(e) ``CONNECT`` to an IP literal (``127.0.0.1``, ``[::1]``, ``2130706433``);
+(f) ``CONNECT`` to an allow-listed name on its port: opened, bytes carried both ways — only when the spec's author
+    lists the name in ``allowPrivateHosts`` too, since the echo server standing in for the API is on loopback.
+
+First the same program runs with ``network: host``, to show each attack gets what it goes for on this machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import textwrap
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.security.test_proposer_cli_sandbox import _report, _request
+from whale.core.egress import EgressPolicy, EgressRefused, host_name, parse_entry
+from whale.metaharness.proposer.base import ProposerError
+from whale.metaharness.proposer.cli_agent import AgentJob, AgentWalls, CLIAgentProposer, run_agent_sandbox
+from whale.sandbox import Isolation, IsolationLevel
+from whale.sandbox.egress import EgressProxy
+from whale.sandbox.process import base_python
+
+REPO = Path(__file__).resolve().parents[2]
+
+#: the test double of an agent CLI: every way out it tries, as a report
+AGENT = r"""
+import json, os, socket, sys
+dev_port, echo_port = int(sys.argv[1]), int(sys.argv[2])
+proxy = os.environ.get("HTTPS_PROXY", "")
+results = {"proxy": proxy, "no_proxy": os.environ.get("NO_PROXY")}
+host, _, port = proxy.removeprefix("http://").partition(":")
+
+
+def attempt(name, fn):
+    try:
+        results[name] = "OK: " + repr(fn())[:300]
+    except BaseException as exc:
+        results[name] = "BLOCKED: %s %s" % (type(exc).__name__, str(exc)[:200])
+
+
+def through_proxy(request, payload=b""):
+    if not proxy:
+        raise OSError("no proxy in the environment")
+    s = socket.create_connection((host, int(port)), timeout=10)
+    s.sendall(request)
+    head = b""
+    while b"\r\n\r\n" not in head:
+        chunk = s.recv(4096)
+        if not chunk:
+            break
+        head += chunk
+    status = head.split(b"\r\n", 1)[0].decode()
+    if " 200 " not in status + " ":
+        raise PermissionError(status)
+    if payload:
+        s.sendall(payload)
+        s.shutdown(socket.SHUT_WR)
+        got = b""
+        while chunk := s.recv(4096):
+            got += chunk
+        return got.decode()
+    return status
+
+
+def connect(authority, payload=b""):
+    return through_proxy(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (authority.encode(), authority.encode()), payload)
+
+
+attempt("a direct to the dev endpoint", lambda: socket.create_connection(("127.0.0.1", dev_port), timeout=3).send(b"x"))
+attempt("a direct to cloud metadata", lambda: socket.create_connection(("169.254.169.254", 80), timeout=3).send(b"x"))
+attempt("b not on the list", lambda: connect("example.com:443"))
+attempt("b allow-listed name, other port", lambda: connect("localhost:%d" % dev_port))
+attempt("c allow-listed name resolving to loopback", lambda: connect("localhost:%d" % echo_port, b"ping"))
+attempt("d plain GET", lambda: through_proxy(b"GET http://localhost:%d/ HTTP/1.1\r\nHost: x\r\n\r\n" % echo_port))
+attempt("e IPv4 literal", lambda: connect("127.0.0.1:%d" % echo_port))
+attempt("e IPv6 literal", lambda: connect("[::1]:%d" % echo_port))
+attempt("e decimal IPv4", lambda: connect("2130706433:%d" % echo_port))
+attempt("f allow-listed, private opt-in", lambda: connect("localhost:%d" % echo_port, b"ping"))
+os.makedirs("candidates", exist_ok=True)
+print("REPORT " + json.dumps(results), flush=True)
+"""
+
+ATTACKS = (
+    "a direct to the dev endpoint",
+    "a direct to cloud metadata",
+    "b not on the list",
+    "b allow-listed name, other port",
+    "d plain GET",
+    "e IPv4 literal",
+    "e IPv6 literal",
+    "e decimal IPv4",
+)
+
+
+class EchoServer:
+    """A loopback TCP server standing in for the model's API (TLS-less): answers ``echo:`` + what it got, once the
+    client half-closes; records how many connections it served."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.port = self.sock.getsockname()[1]
+        self.served = 0
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(10)
+                data = b""
+                try:
+                    while chunk := conn.recv(4096):
+                        data += chunk
+                    conn.sendall(b"echo:" + data)
+                except OSError:
+                    continue
+                self.served += 1
+
+    def close(self) -> None:
+        self.sock.close()
+        self._thread.join(10)
+
+
+@pytest.fixture
+def echo() -> Iterator[EchoServer]:
+    server = EchoServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def agent(tmp_path: Path) -> dict:
+    archive = tmp_path / "work" / "archive"
+    archive.mkdir(parents=True)
+    (archive / "summary.md").write_text("# summary\n")
+    install = tmp_path / "agent-install"
+    install.mkdir()
+    (install / "agent.py").write_text(AGENT)
+    return {"archive": archive, "install": install, "tmp": tmp_path}
+
+
+def _run(agent: dict, dev_port: int, echo_port: int, **network: object) -> tuple[dict, list]:
+    argv = [base_python(), str(agent["install"] / "agent.py"), str(dev_port), str(echo_port)]
+    proposer = CLIAgentProposer(argv, read_paths=[str(agent["install"])], **network)  # type: ignore[arg-type]
+    report = asyncio.run(proposer.propose(_request(agent, timeout_s=60)))
+    assert report.stopped_by == "exit", report.notes
+    transcript = report.transcript[0]
+    return _report(transcript["output_tail"]), transcript["isolation"].get("egress", [])
+
+
+@pytest.mark.timeout(120)
+def test_with_the_hosts_network_the_attacks_get_what_they_go_for(agent: dict, listener, echo: EchoServer):
+    """What the proxy must stop is really there: with ``network: host`` the dev endpoint answers."""
+    port, connected = listener
+    got, _ = _run(agent, port, echo.port, network="host")
+    assert got["a direct to the dev endpoint"].startswith("OK") and connected()
+    assert got["proxy"] == ""  # and no proxy to go through
+
+
+@pytest.mark.timeout(120)
+def test_behind_the_proxy_every_attack_fails(agent: dict, listener, echo: EchoServer):
+    port, connected = listener
+    got, decisions = _run(agent, port, echo.port, network="proxy", allow_hosts=[f"localhost:{echo.port}"])
+    assert got["proxy"] == "http://127.0.0.1:3128" and got["no_proxy"] == ""
+    assert {name: got[name] for name in ATTACKS if not got[name].startswith("BLOCKED")} == {}
+    # (c): on the list, but it resolves to loopback and nobody opted in: refused before any connection
+    assert got["c allow-listed name resolving to loopback"].startswith("BLOCKED: PermissionError HTTP/1.1 403")
+    assert got["f allow-listed, private opt-in"].startswith("BLOCKED: PermissionError HTTP/1.1 403")
+    assert "405" in got["d plain GET"] and "403" in got["b not on the list"] and "403" in got["e IPv4 literal"]
+    assert not connected() and echo.served == 0  # neither the dev endpoint nor the echo server saw a byte
+    assert decisions and all(d.startswith("refused") for d in decisions)
+    assert any("not a public address" in d for d in decisions) and any("IP literal" in d for d in decisions)
+
+
+@pytest.mark.timeout(120)
+def test_an_allow_listed_name_carries_bytes_both_ways_and_only_it(agent: dict, listener, echo: EchoServer):
+    port, connected = listener
+    got, decisions = _run(
+        agent,
+        port,
+        echo.port,
+        network="proxy",
+        allow_hosts=[f"localhost:{echo.port}"],
+        allow_private_hosts=["localhost"],
+    )
+    assert got["f allow-listed, private opt-in"] == "OK: 'echo:ping'"
+    assert got["c allow-listed name resolving to loopback"] == "OK: 'echo:ping'"  # the same request, now opted in
+    assert {name: got[name] for name in ATTACKS if not got[name].startswith("BLOCKED")} == {}
+    assert not connected() and echo.served == 2
+    assert decisions.count(f"allowed: localhost:{echo.port} -> 127.0.0.1") == 2
+
+
+def test_the_policy_refuses_literals_and_names_the_field():
+    for literal in ("127.0.0.1", "[::1]", "::1", "127.1", "0x7f000001", "2130706433"):
+        with pytest.raises(EgressRefused, match="IP literal|not a host name"):
+            host_name(literal)
+    assert parse_entry("API.Anthropic.com.") == ("api.anthropic.com", 443)
+    assert parse_entry("example.com:8443") == ("example.com", 8443)
+    with pytest.raises(ValueError, match="private hosts \\['other.example'\\] are not among the hosts"):
+        EgressPolicy(("api.anthropic.com",), ("other.example",))
+    with pytest.raises(ProposerError, match="proposer allowHosts/allowPrivateHosts: egress allow-list: '10.0.0.1'"):
+        AgentWalls(allow_hosts=("10.0.0.1",))
+    policy = EgressPolicy(("api.anthropic.com",))
+    with pytest.raises(EgressRefused, match="resolves to 169.254.169.254, not a public address"):
+        policy.address("api.anthropic.com", "169.254.169.254")
+    with pytest.raises(EgressRefused, match="resolves to ::ffff:a00:1"):
+        policy.address("api.anthropic.com", "::ffff:10.0.0.1")
+    assert str(policy.address("api.anthropic.com", "160.79.104.10")) == "160.79.104.10"
+
+
+@pytest.mark.timeout(60)
+def test_the_proxy_dials_the_address_it_checked(echo: EchoServer):
+    """DNS rebinding: a name that answers a public address first and loopback afterwards. The proxy resolves once,
+    refuses the name when any answer is not public, and connects to an address it checked, never the name."""
+    answers = [["93.184.215.14", "127.0.0.1"], ["127.0.0.1"]]
+    asked: list[str] = []
+
+    async def rebinding(host: str, port: int) -> list[str]:
+        asked.append(host)
+        return answers[min(len(asked) - 1, 1)]
+
+    with EgressProxy(EgressPolicy((f"rebind.example:{echo.port}",)), resolver=rebinding) as proxy:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.settimeout(10)
+            s.connect(proxy.socket_path)
+            s.sendall(f"CONNECT rebind.example:{echo.port} HTTP/1.1\r\n\r\n".encode())
+            assert s.recv(4096).startswith(b"HTTP/1.1 403")
+    assert asked == ["rebind.example"] and echo.served == 0
+
+
+@pytest.mark.timeout(60)
+def test_the_proxy_bounds_connections(echo: EchoServer):
+    with EgressProxy(EgressPolicy((f"localhost:{echo.port}",), ("localhost",)), max_connections=1) as proxy:
+        with socket.socket(socket.AF_UNIX) as first, socket.socket(socket.AF_UNIX) as second:
+            first.settimeout(10)
+            second.settimeout(10)
+            first.connect(proxy.socket_path)
+            first.sendall(f"CONNECT localhost:{echo.port} HTTP/1.1\r\n\r\n".encode())
+            assert first.recv(4096).startswith(b"HTTP/1.1 200")
+            second.connect(proxy.socket_path)
+            assert second.recv(4096).startswith(b"HTTP/1.1 503")
+            first.sendall(b"x")
+            first.shutdown(socket.SHUT_WR)
+            assert first.recv(4096) == b"echo:x"
+
+
+def test_proxy_mode_never_runs_without_its_own_network_namespace(agent: dict):
+    job = AgentJob(files={"whale-agent.json": "{}"}, archive_dir=str(agent["archive"]), timeout_s=5, isolation="none")
+    with pytest.raises(ProposerError, match="network: proxy needs spec.execution.sandbox.isolation: namespaces"):
+        run_agent_sandbox(job, AgentWalls(network="proxy"))
+    with pytest.raises(ValueError, match="egress_socket needs level 'namespaces'"):
+        Isolation(level=IsolationLevel.NONE, egress_socket="/tmp/x.sock")
+    with pytest.raises(ValueError, match="egress_socket and host_network exclude each other"):
+        Isolation(host_network=True, egress_socket="/tmp/x.sock")
+
+
+CALLER = """
+import json, os, sys
+for name in ("max_net_namespaces", "max_mnt_namespaces"):  # as a host that forbids namespaces
+    open(f"/proc/sys/user/{{name}}", "w").write("0")
+sys.path.insert(0, {repo!r})
+from whale.metaharness.proposer.base import ProposerError
+from whale.metaharness.proposer.cli_agent import AgentJob, AgentWalls, run_agent_sandbox
+job = AgentJob(files={{"whale-agent.json": "{{}}"}}, archive_dir={archive!r}, timeout_s=5)
+try:
+    result = run_agent_sandbox(job, AgentWalls(network="proxy"))
+    print(json.dumps({{"ran": True, "isolation": result.isolation}}))
+except ProposerError as exc:
+    print(json.dumps({{"ran": False, "error": str(exc)}}))
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(os.geteuid() != 0, reason="limits namespaces inside a user namespace of a root caller")
+def test_where_namespaces_are_refused_proxy_mode_fails_closed(agent: dict):
+    """Real refusal (the kernel's namespace limits set to 0 in a user namespace around the launcher): the agent's
+    sandbox does not start, the message says why, and nothing runs with the host's network instead."""
+    work = Path(tempfile.mkdtemp(prefix="whale-egress-closed-"))
+    try:
+        script = work / "caller.py"
+        script.write_text(textwrap.dedent(CALLER).format(repo=str(REPO), archive=str(agent["archive"])))
+        wrapper = (
+            "import ctypes, os, runpy, sys\n"
+            "libc = ctypes.CDLL(None, use_errno=True)\n"
+            "uid, gid = os.geteuid(), os.getegid()\n"
+            "assert libc.unshare(0x10000000) == 0\n"
+            "open('/proc/self/setgroups', 'w').write('deny')\n"
+            "open('/proc/self/uid_map', 'w').write(f'{uid} {uid} 1')\n"
+            "open('/proc/self/gid_map', 'w').write(f'{gid} {gid} 1')\n"
+            f"runpy.run_path({str(script)!r}, run_name='__main__')\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", wrapper], capture_output=True, text=True, timeout=90, cwd=str(work)
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        out = json.loads(done.stdout.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    assert out["ran"] is False, out
+    assert out["error"].startswith("the cli agent's sandbox cannot start: sandbox setup failed: unshare(")
+    assert "No space left on device" in out["error"]
