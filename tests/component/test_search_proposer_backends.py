@@ -442,7 +442,8 @@ def test_a_local_chess_phase_starts_the_environment_service_for_a_cli_agent(tmp_
         "harnessSearch": {
             "proposalsPerIteration": 1,
             "smokeTestItems": 1,
-            "proposer": {"backend": "cli", "command": ["an-agent-cli"], "timeoutSeconds": 60},
+            # the host's network: behind the egress proxy (the default) the agent could not reach the service
+            "proposer": {"backend": "cli", "command": ["an-agent-cli"], "timeoutSeconds": 60, "network": "host"},
         },
     }
     store = open_store(str(tmp_path / "store"))

@@ -18,6 +18,7 @@ First the same program runs with ``network: host``, to show each attack gets wha
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import shutil
@@ -96,6 +97,7 @@ attempt("e IPv4 literal", lambda: connect("127.0.0.1:%d" % echo_port))
 attempt("e IPv6 literal", lambda: connect("[::1]:%d" % echo_port))
 attempt("e decimal IPv4", lambda: connect("2130706433:%d" % echo_port))
 attempt("f allow-listed, private opt-in", lambda: connect("localhost:%d" % echo_port, b"ping"))
+results["kit"] = sorted(os.listdir("proto")) if os.path.isdir("proto") else []
 os.makedirs("candidates", exist_ok=True)
 print("REPORT " + json.dumps(results), flush=True)
 """
@@ -110,6 +112,10 @@ ATTACKS = (
     "e IPv6 literal",
     "e decimal IPv4",
 )
+
+
+#: a prototyping kit with the run's service clients (what the search puts in the workspace)
+KIT = {"proto/README.md": "# kit", "proto/tools.py": "# clients", "proto/services.json": "{}", "proto/incoming.py": ""}
 
 
 class EchoServer:
@@ -166,7 +172,8 @@ def agent(tmp_path: Path) -> dict:
 def _run(agent: dict, dev_port: int, echo_port: int, **network: object) -> tuple[dict, list]:
     argv = [base_python(), str(agent["install"] / "agent.py"), str(dev_port), str(echo_port)]
     proposer = CLIAgentProposer(argv, read_paths=[str(agent["install"])], **network)  # type: ignore[arg-type]
-    report = asyncio.run(proposer.propose(_request(agent, timeout_s=60)))
+    request = dataclasses.replace(_request(agent, timeout_s=60), workspace=KIT)
+    report = asyncio.run(proposer.propose(request))
     assert report.stopped_by == "exit", report.notes
     transcript = report.transcript[0]
     return _report(transcript["output_tail"]), transcript["isolation"].get("egress", [])
@@ -178,6 +185,7 @@ def test_with_the_hosts_network_the_attacks_get_what_they_go_for(agent: dict, li
     port, connected = listener
     got, _ = _run(agent, port, echo.port, network="host")
     assert got["a direct to the dev endpoint"].startswith("OK") and connected()
+    assert got["kit"] == ["README.md", "incoming.py", "services.json", "tools.py"]  # it can reach the services
     assert got["proxy"] == ""  # and no proxy to go through
 
 
@@ -186,6 +194,7 @@ def test_behind_the_proxy_every_attack_fails(agent: dict, listener, echo: EchoSe
     port, connected = listener
     got, decisions = _run(agent, port, echo.port, network="proxy", allow_hosts=[f"localhost:{echo.port}"])
     assert got["proxy"] == "http://127.0.0.1:3128" and got["no_proxy"] == ""
+    assert got["kit"] == ["README.md", "incoming.py"]  # no service clients: the services are out of its reach
     assert {name: got[name] for name in ATTACKS if not got[name].startswith("BLOCKED")} == {}
     # (c): on the list, but it resolves to loopback and nobody opted in: refused before any connection
     assert got["c allow-listed name resolving to loopback"].startswith("BLOCKED: PermissionError HTTP/1.1 403")
@@ -323,3 +332,57 @@ def test_where_namespaces_are_refused_proxy_mode_fails_closed(agent: dict):
     assert out["ran"] is False, out
     assert out["error"].startswith("the cli agent's sandbox cannot start: sandbox setup failed: unshare(")
     assert "No space left on device" in out["error"]
+
+
+def test_the_operator_renders_the_allow_list_into_the_agent_container():
+    from tests.operator.test_least_privilege import EXAMPLES, wire_of
+    from whale.core.spec import WhaleRunSpec
+    from whale_operator import builders
+
+    spec = WhaleRunSpec.model_validate(wire_of(next(p for p in EXAMPLES if p.stem == "math-whale")))
+    command = builders.proposer_agent_container(spec)["command"]
+    assert command[command.index("--network") + 1] == "proxy"
+    assert [command[i + 1] for i, a in enumerate(command) if a == "--allow-host"] == ["api.anthropic.com"]
+    assert "--allow-private-host" not in command
+
+
+@pytest.mark.timeout(120)
+def test_on_a_cluster_the_agent_containers_runner_serves_the_proxy(agent: dict, listener, echo: EchoServer):
+    """The same attacks through the operator-rendered ``proposer-agent`` runner (a real process, the search side in
+    this one): the runner starts each session's proxy with the allow-list of its command line."""
+    from tests.fixtures.kube import wait_for
+    from tests.operator.test_least_privilege import EXAMPLES, wire_of
+    from tests.security.test_proposer_agent_container import rendered_runner
+    from whale.core.spec import WhaleRunSpec
+    from whale.metaharness.proposer import agent_exchange as ex
+    from whale.tools.process import stop_process
+
+    port, connected = listener
+    exchange = agent["tmp"] / "whale-agent"
+    archive = exchange / "whale-search-x" / "archive"
+    archive.mkdir(parents=True)
+    (archive / "summary.md").write_text("# summary\n")
+    wire = wire_of(next(p for p in EXAMPLES if p.stem == "math-whale"))
+    proposer = {
+        **wire["harnessSearch"]["proposer"],
+        "command": ["agent"],
+        "readPaths": [str(agent["install"])],
+        "allowHosts": [f"localhost:{echo.port}"],
+        "allowPrivateHosts": ["localhost"],
+    }
+    spec = WhaleRunSpec.model_validate({**wire, "harnessSearch": {**wire["harnessSearch"], "proposer": proposer}})
+    command, env = rendered_runner(spec, exchange, {"whale-proposer/api-key": "sk-agent"})
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: (exchange / ex.READY).exists() or proc.poll() is not None, 30, what="the runner's ready")
+        assert proc.poll() is None, proc.communicate(timeout=10)[0]
+        argv = [base_python(), str(agent["install"] / "agent.py"), str(port), str(echo.port)]
+        search_side = CLIAgentProposer(argv, network="proxy", launcher=ex.ExchangeLauncher(exchange))
+        report = asyncio.run(search_side.propose(_request({**agent, "archive": archive}, timeout_s=60)))
+    finally:
+        stop_process(proc)
+    assert report.stopped_by == "exit", report.notes
+    got = _report(report.transcript[0]["output_tail"])
+    assert got["f allow-listed, private opt-in"] == "OK: 'echo:ping'"
+    assert {name: got[name] for name in ATTACKS if not got[name].startswith("BLOCKED")} == {}
+    assert not connected() and report.transcript[0]["isolation"]["network"] == "egress"

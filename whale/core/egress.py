@@ -25,8 +25,11 @@ DEFAULT_ALLOW_HOSTS = ("api.anthropic.com",)
 HOST_NAME_RE = re.compile(
     r"(?=.{1,253}\Z)(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)*(?=[a-z0-9-]*[a-z])[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?"
 )
-#: an allow-list entry: a host name, optionally ``:port``
-ENTRY_PATTERN = r"^[A-Za-z0-9.-]{1,253}(:[0-9]{1,5})?$"
+#: an allow-list entry, as the spec's schema checks it (RE2, for the CRD too): a host name whose last label has a
+#: letter (so no IPv4 or IPv6 literal), optionally ``:port``; :func:`parse_entry` is the whole check
+ENTRY_PATTERN = r"^([A-Za-z0-9-]{1,63}\.)*[A-Za-z0-9-]*[A-Za-z][A-Za-z0-9-]*\.?(:[0-9]{1,5})?$"
+#: a host name of ``allowPrivateHosts``: the same without the port
+NAME_PATTERN = r"^([A-Za-z0-9-]{1,63}\.)*[A-Za-z0-9-]*[A-Za-z][A-Za-z0-9-]*\.?$"
 
 
 class EgressRefused(ValueError):

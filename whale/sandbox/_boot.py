@@ -590,7 +590,7 @@ def _relay(port, path, ready_w):
     """The relay's loop (stdlib asyncio): bytes both ways, half-closes passed on, at most RELAY_CONNECTIONS."""
     import asyncio
 
-    active = set()
+    active = set()  # type: set[object]
 
     async def pipe(src, dst):
         try:

@@ -119,6 +119,11 @@ def proposer_agent_container(spec: WhaleRunSpec) -> dict[str, Any]:
     proposer = spec.experiment.harness_search.proposer
     command = ["python", "-m", AGENT_RUNNER_MODULE, "--exchange", AGENT_EXCHANGE_DIR, "--isolation", "namespaces"]
     command += ["--network", proposer.network]
+    if proposer.network == "proxy":  # the egress proxy's allow-list: the runner serves it for each session
+        for host in proposer.allow_hosts:
+            command += ["--allow-host", host]
+        for host in proposer.allow_private_hosts:
+            command += ["--allow-private-host", host]
     for path in proposer.read_paths:
         command += ["--read-path", path]
     env: list[dict[str, Any]] = [{"name": "PYTHONUNBUFFERED", "value": "1"}]

@@ -80,6 +80,7 @@ from whale.metaharness.proposer.base import (
     collect_candidates,
     task_prompt,
 )
+from whale.metaharness.proposer.kit import CLI_OFFLINE_README, offline_kit
 
 if TYPE_CHECKING:
     from whale.sandbox import SandboxResult
@@ -379,7 +380,8 @@ class CLIAgentProposer(Proposer):
         allow_hosts, allow_private_hosts: the egress proxy's allow-list (``allowHosts``, ``allowPrivateHosts``).
         launcher: who starts the agent's sandbox; default :class:`InProcessLauncher` with these settings (on a
             cluster, :class:`~whale.metaharness.proposer.agent_exchange.ExchangeLauncher`: the key and the walls are
-            the agent container's, so ``extra_env``, ``read_paths``, ``network`` and the allow-lists are not used here).
+            the agent container's, so ``extra_env``, ``read_paths`` and the allow-lists are not used here; ``network``
+            still says whether the prototyping kit offers the run's tool services).
     """
 
     backend = "cli"
@@ -411,6 +413,8 @@ class CLIAgentProposer(Proposer):
                 allow_private_hosts=tuple(allow_private_hosts),
             )
         )
+        #: what the agent's network reaches decides whether the prototyping kit offers the run's tool services
+        self.network = network
         self.model = model or ""
         self.effort = effort or ""
 
@@ -442,7 +446,9 @@ class CLIAgentProposer(Proposer):
             "max_files": MAX_BUNDLED_FILES,
             "max_file_bytes": MAX_CANDIDATE_BYTES,
         }
-        files = {**request.workspace, "PROMPT.md": prompt, "SKILL.md": request.skill, _CONFIG: json.dumps(config)}
+        # the kit's service clients only where the agent can reach the services (the host's network)
+        kit = request.workspace if self.network == "host" else offline_kit(request.workspace, CLI_OFFLINE_README)
+        files = {**kit, "PROMPT.md": prompt, "SKILL.md": request.skill, _CONFIG: json.dumps(config)}
         job = AgentJob(
             files=files,
             archive_dir=str(Path(request.archive_dir).resolve()),

@@ -181,16 +181,28 @@ run's tools are reached through the `try_harness` tool instead of `tools.py`.
   are what `try_harness` takes as `items`.
 """
 
+#: the same for a ``cli`` agent whose network reaches only its model's API (``network: proxy`` or ``none``)
+CLI_OFFLINE_README = """# Prototyping kit (offline)
+
+Import these with `python3` (`proto/` on `sys.path`). The run's tool services are out of reach from here (your
+network reaches only your model's API), so the kit has no `tools.py`.
+
+* `whale/harness/api.py` — the harness API; `incoming.py` — the harness this phase started from; import a candidate
+  the same way and call its hooks (`start`, `parse`, `observe`, ...) on a task with a state dict of your own.
+* `tasks.jsonl` — the D_harness tasks as a harness's `start(task, state)` gets them (no gold answers).
+"""
+
 #: the kit's service clients: no use where the agent has no network (the built-in agents' shell)
 _ONLINE_ONLY = (f"{KIT_DIR}/tools.py", f"{KIT_DIR}/services.json")
 
 
-def offline_kit(files: Mapping[str, str]) -> dict[str, str]:
+def offline_kit(files: Mapping[str, str], readme: str = _OFFLINE_README) -> dict[str, str]:
     """The kit for an agent without network (the built-in agents: their ``run_shell`` has none, their
-    ``try_harness`` reaches the tools): the same files but the service clients, and a README saying so."""
+    ``try_harness`` reaches the tools; a walled ``cli`` agent, with :data:`CLI_OFFLINE_README`): the same files but
+    the service clients, and a README saying so."""
     out = {path: text for path, text in files.items() if path not in _ONLINE_ONLY}
     if f"{KIT_DIR}/README.md" in out:
-        out[f"{KIT_DIR}/README.md"] = _OFFLINE_README
+        out[f"{KIT_DIR}/README.md"] = readme
     return out
 
 
