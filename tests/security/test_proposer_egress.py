@@ -386,3 +386,65 @@ def test_on_a_cluster_the_agent_containers_runner_serves_the_proxy(agent: dict, 
     assert got["f allow-listed, private opt-in"] == "OK: 'echo:ping'"
     assert {name: got[name] for name in ATTACKS if not got[name].startswith("BLOCKED")} == {}
     assert not connected() and report.transcript[0]["isolation"]["network"] == "egress"
+
+
+SANDBOX_HOST_CALLER = """
+import json, socket, sys, threading
+sys.path.insert(0, {repo!r})
+from whale.core.egress import EgressPolicy
+from whale.sandbox import Isolation, run_python
+from whale.sandbox.egress import EgressProxy
+
+server = socket.create_server(("127.0.0.1", 0))
+port = server.getsockname()[1]
+
+
+def echo():
+    conn, _ = server.accept()
+    with conn:
+        conn.sendall(b"echo:" + conn.recv(100))
+
+
+threading.Thread(target=echo, daemon=True).start()
+program = '''
+import socket, sys
+s = socket.create_connection(("127.0.0.1", 3128), timeout=10)
+s.sendall(b"CONNECT localhost:%s HTTP/1.1\\\\r\\\\n\\\\r\\\\n" % sys.argv[1].encode())
+print(s.recv(200).split(b"\\\\r\\\\n")[0].decode())
+s.sendall(b"hi")
+print(s.recv(100).decode())
+'''
+with EgressProxy(EgressPolicy((f"localhost:{{port}}",), ("localhost",))) as proxy:
+    r = run_python(program, args=[str(port)], isolation=Isolation(egress_socket=proxy.socket_path))
+print(json.dumps({{"outcome": r.outcome.value, "stdout": r.stdout, "stderr": r.stderr[-2000:], "caps": open("/proc/self/status").read().split("CapEff:")[1].split()[0]}}))
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("setpriv"), reason="needs root (to drop to the container's capabilities)"
+)
+def test_a_sandbox_host_container_without_net_admin_runs_the_relay():
+    """The ``proposer-agent`` container is root with exactly the sandbox host's capabilities (the operator's
+    ``SANDBOX_HOST_CAPABILITIES``): no NET_ADMIN over its pod's network. The sandbox's loopback comes up in a user namespace of its own."""
+    work = Path(tempfile.mkdtemp(prefix="whale-egress-caps-"))
+    try:
+        script = work / "caller.py"
+        script.write_text(SANDBOX_HOST_CALLER.format(repo=str(REPO)))
+        from whale_operator.builders.pods import SANDBOX_HOST_CAPABILITIES
+
+        caps = "-all," + ",".join("+" + c.lower() for c in SANDBOX_HOST_CAPABILITIES)
+        done = subprocess.run(
+            ["setpriv", f"--bounding-set={caps}", "--inh-caps=-all", sys.executable, str(script)],
+            capture_output=True,
+            text=True,
+            timeout=90,
+            cwd=str(work),
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        out = json.loads(done.stdout.strip().splitlines()[-1])
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    assert int(out["caps"], 16) & (1 << 12) == 0  # CAP_NET_ADMIN is not among the caller's
+    assert out["outcome"] == "ok", out["stderr"]
+    assert out["stdout"].splitlines() == ["HTTP/1.1 200 Connection established", "echo:hi"]

@@ -259,7 +259,9 @@ def _write(path, text):
 def _enter_namespaces(cfg, status):
     """New mount/PID/net/IPC/UTS namespaces (inside a user namespace mapping us to root if not root)."""
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
-    if not cfg.get("share_network"):  # Isolation(host_network=True) was asked for by name
+    # Isolation(host_network=True) was asked for by name; a root caller's egress relay gets its network namespace
+    # from the init, inside a user namespace of its own (_own_network_namespace)
+    if not cfg.get("share_network") and not (cfg["root"] and cfg.get("relay")):
         flags |= CLONE_NEWNET
     if cfg["root"]:
         _check(_libc.unshare(flags), "unshare(mount, pid, net, ipc, uts namespaces)")
@@ -556,6 +558,37 @@ def _loopback_up():
             raise SetupError(f"bringing up the loopback interface for the egress relay failed: {exc}") from exc
 
 
+def _own_network_namespace(report_w, map_r):
+    """A root caller's sandbox with an egress relay: a new user namespace and, owned by it, the network namespace,
+    so the init may bring its loopback up without CAP_NET_ADMIN over the host's (a sandbox-host container has none).
+    The boot, in the parent user namespace, maps the program's uid into it (nothing else: the init keeps its
+    capabilities inside only, its own uid unmapped)."""
+    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNET), "unshare(user, net namespaces) for the egress relay")
+    os.write(report_w, b'{"map_uid": true}\n')
+    ready, _, _ = select.select([map_r], [], [], RELAY_START_S)
+    answer = os.read(map_r, 256) if ready else b""
+    if answer != b"1":
+        why = answer[1:].decode(errors="replace") if answer else "no answer"
+        raise SetupError(f"mapping the program's uid into the egress relay's user namespace failed: {why}")
+
+
+def _map_uid(cfg, proc_fd, map_w):
+    """The boot's half of :func:`_own_network_namespace`: the program's uid and gid, one to one. ``proc_fd`` is the
+    init's /proc directory, opened before the init's pivot_root (which moves the boot's root too: they share the mount
+    namespace)."""
+    uid = cfg["uid"]
+    try:
+        for name in ("uid_map", "gid_map"):
+            fd = os.open(name, os.O_WRONLY | os.O_CLOEXEC, dir_fd=proc_fd)
+            try:
+                os.write(fd, f"{uid} {uid} 1".encode())
+            finally:
+                os.close(fd)
+        os.write(map_w, b"1")
+    except OSError as exc:
+        os.write(map_w, b"0" + str(exc).encode()[:200])
+
+
 def _start_relay(cfg, close_fds):
     """Fork the relay (before the program, so it listens when the program starts): as unprivileged as the program,
     it accepts on 127.0.0.1:PORT and carries each connection to the egress proxy's socket; the proxy outside decides
@@ -633,7 +666,7 @@ def _relay(port, path, ready_w):
 # ----- init ---------------------------------------------------------------------------------------------------
 
 
-def _init(cfg, status, status_fd, alive_r, report_w, result_fd):
+def _init(cfg, status, status_fd, alive_r, report_w, result_fd, map_r):
     """PID 1 of the sandbox (or, with level none, the supervisor of the program). Never returns."""
     try:
         _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
@@ -642,19 +675,27 @@ def _init(cfg, status, status_fd, alive_r, report_w, result_fd):
         _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(DUMPABLE)")  # no ptrace, no /proc/1/*
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(sig, signal.SIG_IGN)
+        if map_r is not None:  # the boot holds our /proc directory before the pivot moves its root
+            ready, _, _ = select.select([map_r], [], [], RELAY_START_S)
+            if not ready or os.read(map_r, 1) != b"o":
+                raise SetupError("the boot did not open the init's /proc directory")
         if cfg["sandboxed"]:
             _check(_libc.sethostname(b"sandbox", 7), "sethostname")
             _build_root(cfg, status)
         _write_files(cfg)
         if cfg.get("relay"):
+            if cfg["root"]:
+                _own_network_namespace(report_w, map_r)
             _loopback_up()
-            _start_relay(cfg, (status_fd, alive_r, report_w, result_fd))
+            _start_relay(cfg, (status_fd, alive_r, report_w, result_fd, map_r))
         pid = os.fork()
         if pid == 0:
             os.close(report_w)
             os.close(alive_r)
             if result_fd is not None:
                 os.close(result_fd)
+            if map_r is not None:
+                os.close(map_r)
             _program(cfg, status, status_fd)
         os.close(status_fd)
     except BaseException as exc:  # noqa: BLE001
@@ -772,7 +813,7 @@ def _die_like(wait_status):
     os._exit(128 + sig)  # a signal whose default is to be ignored
 
 
-def _supervise(cfg, init_pid, life_fd, report_r):
+def _supervise(cfg, init_pid, life_fd, report_r, map_w=None, proc_fd=None):
     """Wait for the init's report, or for the parent to close the lifeline (then kill everything)."""
     buf = b""
     program_pid = None
@@ -796,6 +837,10 @@ def _supervise(cfg, init_pid, life_fd, report_r):
             for line in buf.split(b"\n")[:-1]:  # complete lines only
                 if line.startswith(b'{"program_pid"'):
                     program_pid = json.loads(line)["program_pid"]
+                elif line.startswith(b'{"map_uid"') and map_w is not None:
+                    _map_uid(cfg, proc_fd, map_w)
+                    os.close(map_w)
+                    map_w = None  # once
     _, init_status = os.waitpid(init_pid, 0)
     for line in reversed(buf.split(b"\n")):
         if line.startswith(b'{"wait_status"'):
@@ -821,14 +866,22 @@ def main():
             _enter_namespaces(cfg, status)
         alive_r, alive_w = os.pipe()
         report_r, report_w = os.pipe()
+        map_r, map_w = os.pipe() if cfg["sandboxed"] and cfg["root"] and cfg.get("relay") else (None, None)
         init_pid = os.fork()
         if init_pid == 0:
             os.close(alive_w)
             os.close(report_r)
             os.close(life_fd)
-            _init(cfg, status, status_fd, alive_r, report_w, result_fd)
+            if map_w is not None:
+                os.close(map_w)
+            _init(cfg, status, status_fd, alive_r, report_w, result_fd, map_r)
         os.close(alive_r)
         os.close(report_w)
+        proc_fd = None
+        if map_r is not None:
+            os.close(map_r)
+            proc_fd = os.open(f"/proc/{init_pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            os.write(map_w, b"o")  # the init may build its root now
         os.close(status_fd)
         if result_fd is not None:
             os.close(result_fd)
@@ -838,7 +891,7 @@ def main():
     null = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    _supervise(cfg, init_pid, life_fd, report_r)
+    _supervise(cfg, init_pid, life_fd, report_r, map_w, proc_fd)
 
 
 if __name__ == "__main__":
