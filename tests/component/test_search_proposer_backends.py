@@ -442,8 +442,7 @@ def test_a_local_chess_phase_starts_the_environment_service_for_a_cli_agent(tmp_
         "harnessSearch": {
             "proposalsPerIteration": 1,
             "smokeTestItems": 1,
-            # the host's network: behind the egress proxy (the default) the agent could not reach the service
-            "proposer": {"backend": "cli", "command": ["an-agent-cli"], "timeoutSeconds": 60, "network": "host"},
+            "proposer": {"backend": "cli", "command": ["an-agent-cli"], "timeoutSeconds": 60},
         },
     }
     store = open_store(str(tmp_path / "store"))

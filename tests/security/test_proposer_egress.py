@@ -46,7 +46,7 @@ REPO = Path(__file__).resolve().parents[2]
 #: the test double of an agent CLI: every way out it tries, as a report
 AGENT = r"""
 import json, os, socket, sys
-dev_port, echo_port = int(sys.argv[1]), int(sys.argv[2])
+dev_port, echo_port, tool_port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 proxy = os.environ.get("HTTPS_PROXY", "")
 results = {"proxy": proxy, "no_proxy": os.environ.get("NO_PROXY")}
 host, _, port = proxy.removeprefix("http://").partition(":")
@@ -88,6 +88,7 @@ def connect(authority, payload=b""):
 
 
 attempt("a direct to the dev endpoint", lambda: socket.create_connection(("127.0.0.1", dev_port), timeout=3).send(b"x"))
+attempt("a direct to the kit's service", lambda: socket.create_connection(("127.0.0.1", tool_port), timeout=3).send(b"x"))
 attempt("a direct to cloud metadata", lambda: socket.create_connection(("169.254.169.254", 80), timeout=3).send(b"x"))
 attempt("b not on the list", lambda: connect("example.com:443"))
 attempt("b allow-listed name, other port", lambda: connect("localhost:%d" % dev_port))
@@ -97,6 +98,7 @@ attempt("e IPv4 literal", lambda: connect("127.0.0.1:%d" % echo_port))
 attempt("e IPv6 literal", lambda: connect("[::1]:%d" % echo_port))
 attempt("e decimal IPv4", lambda: connect("2130706433:%d" % echo_port))
 attempt("f allow-listed, private opt-in", lambda: connect("localhost:%d" % echo_port, b"ping"))
+attempt("g the kit's service", lambda: connect("127.0.0.1:%d" % tool_port, b"ping"))
 results["kit"] = sorted(os.listdir("proto")) if os.path.isdir("proto") else []
 os.makedirs("candidates", exist_ok=True)
 print("REPORT " + json.dumps(results), flush=True)
@@ -104,6 +106,7 @@ print("REPORT " + json.dumps(results), flush=True)
 
 ATTACKS = (
     "a direct to the dev endpoint",
+    "a direct to the kit's service",
     "a direct to cloud metadata",
     "b not on the list",
     "b allow-listed name, other port",
@@ -114,8 +117,10 @@ ATTACKS = (
 )
 
 
-#: a prototyping kit with the run's service clients (what the search puts in the workspace)
-KIT = {"proto/README.md": "# kit", "proto/tools.py": "# clients", "proto/services.json": "{}", "proto/incoming.py": ""}
+def kit(tool: EchoServer) -> dict[str, str]:
+    """A prototyping kit listing one tool service of the run (what the search puts in the workspace)."""
+    services = json.dumps({"retriever": f"http://127.0.0.1:{tool.port}"})
+    return {"proto/README.md": "# kit", "proto/tools.py": "# clients", "proto/services.json": services}
 
 
 class EchoServer:
@@ -159,6 +164,14 @@ def echo() -> Iterator[EchoServer]:
 
 
 @pytest.fixture
+def tool() -> Iterator[EchoServer]:
+    """A loopback server standing in for one of the run's tool services (the retriever) that the kit lists."""
+    server = EchoServer()
+    yield server
+    server.close()
+
+
+@pytest.fixture
 def agent(tmp_path: Path) -> dict:
     archive = tmp_path / "work" / "archive"
     archive.mkdir(parents=True)
@@ -169,10 +182,10 @@ def agent(tmp_path: Path) -> dict:
     return {"archive": archive, "install": install, "tmp": tmp_path}
 
 
-def _run(agent: dict, dev_port: int, echo_port: int, **network: object) -> tuple[dict, list]:
-    argv = [base_python(), str(agent["install"] / "agent.py"), str(dev_port), str(echo_port)]
+def _run(agent: dict, dev_port: int, echo_port: int, tool: EchoServer, **network: object) -> tuple[dict, list]:
+    argv = [base_python(), str(agent["install"] / "agent.py"), str(dev_port), str(echo_port), str(tool.port)]
     proposer = CLIAgentProposer(argv, read_paths=[str(agent["install"])], **network)  # type: ignore[arg-type]
-    request = dataclasses.replace(_request(agent, timeout_s=60), workspace=KIT)
+    request = dataclasses.replace(_request(agent, timeout_s=60), workspace=kit(tool))
     report = asyncio.run(proposer.propose(request))
     assert report.stopped_by == "exit", report.notes
     transcript = report.transcript[0]
@@ -180,21 +193,25 @@ def _run(agent: dict, dev_port: int, echo_port: int, **network: object) -> tuple
 
 
 @pytest.mark.timeout(120)
-def test_with_the_hosts_network_the_attacks_get_what_they_go_for(agent: dict, listener, echo: EchoServer):
+def test_with_the_hosts_network_the_attacks_get_what_they_go_for(agent: dict, listener, echo: EchoServer, tool):
     """What the proxy must stop is really there: with ``network: host`` the dev endpoint answers."""
     port, connected = listener
-    got, _ = _run(agent, port, echo.port, network="host")
+    got, _ = _run(agent, port, echo.port, tool, network="host")
     assert got["a direct to the dev endpoint"].startswith("OK") and connected()
-    assert got["kit"] == ["README.md", "incoming.py", "services.json", "tools.py"]  # it can reach the services
+    assert got["a direct to the kit's service"].startswith("OK")
+    assert got["kit"] == ["README.md", "services.json", "tools.py"]
     assert got["proxy"] == ""  # and no proxy to go through
 
 
 @pytest.mark.timeout(120)
-def test_behind_the_proxy_every_attack_fails(agent: dict, listener, echo: EchoServer):
+def test_behind_the_proxy_every_attack_fails(agent: dict, listener, echo: EchoServer, tool: EchoServer):
     port, connected = listener
-    got, decisions = _run(agent, port, echo.port, network="proxy", allow_hosts=[f"localhost:{echo.port}"])
+    got, decisions = _run(agent, port, echo.port, tool, network="proxy", allow_hosts=[f"localhost:{echo.port}"])
     assert got["proxy"] == "http://127.0.0.1:3128" and got["no_proxy"] == ""
-    assert got["kit"] == ["README.md", "incoming.py"]  # no service clients: the services are out of its reach
+    # the run's tool service its kit lists: reachable through the proxy, exactly that address and port
+    assert got["kit"] == ["README.md", "services.json", "tools.py"]
+    assert got["g the kit's service"] == "OK: 'echo:ping'" and tool.served == 1
+    decisions = [d for d in decisions if d != f"allowed: 127.0.0.1:{tool.port} -> 127.0.0.1"]
     assert {name: got[name] for name in ATTACKS if not got[name].startswith("BLOCKED")} == {}
     # (c): on the list, but it resolves to loopback and nobody opted in: refused before any connection
     assert got["c allow-listed name resolving to loopback"].startswith("BLOCKED: PermissionError HTTP/1.1 403")
@@ -206,12 +223,13 @@ def test_behind_the_proxy_every_attack_fails(agent: dict, listener, echo: EchoSe
 
 
 @pytest.mark.timeout(120)
-def test_an_allow_listed_name_carries_bytes_both_ways_and_only_it(agent: dict, listener, echo: EchoServer):
+def test_an_allow_listed_name_carries_bytes_both_ways_and_only_it(agent: dict, listener, echo: EchoServer, tool):
     port, connected = listener
     got, decisions = _run(
         agent,
         port,
         echo.port,
+        tool,
         network="proxy",
         allow_hosts=[f"localhost:{echo.port}"],
         allow_private_hosts=["localhost"],
@@ -334,20 +352,34 @@ def test_where_namespaces_are_refused_proxy_mode_fails_closed(agent: dict):
     assert "No space left on device" in out["error"]
 
 
-def test_the_operator_renders_the_allow_list_into_the_agent_container():
+@pytest.mark.parametrize("example", ["math-whale", "searchqa-whale", "chess-whale"])
+def test_the_operator_renders_the_allow_list_into_the_agent_container(example: str):
+    """The rendered search Job: the agent's container gets the spec's allow-list and, as services, exactly the tool
+    service URLs the search container gets (what its kit lists), nothing of the run's vLLM or store."""
     from tests.operator.test_least_privilege import EXAMPLES, wire_of
+    from tests.operator.test_manifests import children_of
     from whale.core.spec import WhaleRunSpec
-    from whale_operator import builders
 
-    spec = WhaleRunSpec.model_validate(wire_of(next(p for p in EXAMPLES if p.stem == "math-whale")))
-    command = builders.proposer_agent_container(spec)["command"]
+    spec = WhaleRunSpec.model_validate(wire_of(next(p for p in EXAMPLES if p.stem == example)))
+    [pod] = [
+        o["spec"]["template"]["spec"]
+        for o in children_of(spec)
+        if o["kind"] == "Job" and o["spec"]["template"]["spec"].get("initContainers")
+    ]
+    [agent] = [c for c in pod["initContainers"] if c["name"] == "proposer-agent"]
+    command = agent["command"]
     assert command[command.index("--network") + 1] == "proxy"
     assert [command[i + 1] for i, a in enumerate(command) if a == "--allow-host"] == ["api.anthropic.com"]
     assert "--allow-private-host" not in command
+    services = [command[i + 1] for i, a in enumerate(command) if a == "--allow-service"]
+    worker_env = {e["name"]: e.get("value") for e in pod["containers"][0]["env"]}
+    tool_urls = [v for k, v in worker_env.items() if k in ("WHALE_RETRIEVER_URL", "WHALE_CODE_URL", "WHALE_ENV_URL")]
+    assert services == tool_urls and (services or example == "chess-whale")  # children_of deploys no env service
+    assert worker_env["WHALE_INFERENCE_URL"] not in services
 
 
 @pytest.mark.timeout(120)
-def test_on_a_cluster_the_agent_containers_runner_serves_the_proxy(agent: dict, listener, echo: EchoServer):
+def test_on_a_cluster_the_agent_containers_runner_serves_the_proxy(agent: dict, listener, echo: EchoServer, tool):
     """The same attacks through the operator-rendered ``proposer-agent`` runner (a real process, the search side in
     this one): the runner starts each session's proxy with the allow-list of its command line."""
     from tests.fixtures.kube import wait_for
@@ -376,9 +408,10 @@ def test_on_a_cluster_the_agent_containers_runner_serves_the_proxy(agent: dict, 
     try:
         wait_for(lambda: (exchange / ex.READY).exists() or proc.poll() is not None, 30, what="the runner's ready")
         assert proc.poll() is None, proc.communicate(timeout=10)[0]
-        argv = [base_python(), str(agent["install"] / "agent.py"), str(port), str(echo.port)]
+        argv = [base_python(), str(agent["install"] / "agent.py"), str(port), str(echo.port), str(tool.port)]
         search_side = CLIAgentProposer(argv, network="proxy", launcher=ex.ExchangeLauncher(exchange))
-        report = asyncio.run(search_side.propose(_request({**agent, "archive": archive}, timeout_s=60)))
+        request = dataclasses.replace(_request({**agent, "archive": archive}, timeout_s=60), workspace=kit(tool))
+        report = asyncio.run(search_side.propose(request))
     finally:
         stop_process(proc)
     assert report.stopped_by == "exit", report.notes
@@ -386,6 +419,9 @@ def test_on_a_cluster_the_agent_containers_runner_serves_the_proxy(agent: dict, 
     assert got["f allow-listed, private opt-in"] == "OK: 'echo:ping'"
     assert {name: got[name] for name in ATTACKS if not got[name].startswith("BLOCKED")} == {}
     assert not connected() and report.transcript[0]["isolation"]["network"] == "egress"
+    # the kit's service is not among the runner's --allow-service (the operator renders the run's own): a request
+    # never widens the runner's list
+    assert got["g the kit's service"].startswith("BLOCKED") and tool.served == 0
 
 
 SANDBOX_HOST_CALLER = """

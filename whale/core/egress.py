@@ -15,6 +15,7 @@ import dataclasses
 import ipaddress
 import re
 import socket
+from urllib.parse import urlsplit
 
 #: the port an entry without ``:port`` allows (TLS through ``CONNECT``)
 DEFAULT_PORT = 443
@@ -30,6 +31,14 @@ HOST_NAME_RE = re.compile(
 ENTRY_PATTERN = r"^([A-Za-z0-9-]{1,63}\.)*[A-Za-z0-9-]*[A-Za-z][A-Za-z0-9-]*\.?(:[0-9]{1,5})?$"
 #: a host name of ``allowPrivateHosts``: the same without the port
 NAME_PATTERN = r"^([A-Za-z0-9-]{1,63}\.)*[A-Za-z0-9-]*[A-Za-z][A-Za-z0-9-]*\.?$"
+
+
+def service_target(url: str) -> tuple[str, int]:
+    """The (host, port) of a tool service's ``http://host:port`` URL (an IPv6 host without its brackets)."""
+    parts = urlsplit(url)
+    if parts.scheme != "http" or not parts.hostname:
+        raise ValueError(f"a tool service URL must be http://host:port, got {url!r}")
+    return parts.hostname.lower(), parts.port or 80
 
 
 class EgressRefused(ValueError):
@@ -83,11 +92,16 @@ class EgressPolicy:
 
     hosts: tuple[str, ...] = ()
     private_hosts: tuple[str, ...] = ()
+    #: the run's own tool services (``http://host:port`` URLs the prototyping kit lists), named by the trusted side,
+    #: not the spec: each exact ``host:port`` is allowed at whatever address it has (loopback under ``whale run``, a
+    #: cluster Service's), an IP literal included
+    services: tuple[str, ...] = ()
+    _services: frozenset[tuple[str, int]] = dataclasses.field(init=False, repr=False, compare=False)
     _allowed: frozenset[tuple[str, int]] = dataclasses.field(init=False, repr=False, compare=False)
     _private: frozenset[str] = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        for field in ("hosts", "private_hosts"):
+        for field in ("hosts", "private_hosts", "services"):
             value = getattr(self, field)
             if isinstance(value, str):
                 raise ValueError(f"EgressPolicy.{field} must be a sequence of names, got the string {value!r}")
@@ -100,6 +114,7 @@ class EgressPolicy:
         names = {h for h, _ in allowed}
         if private - names:
             raise ValueError(f"egress allow-list: private hosts {sorted(private - names)} are not among the hosts")
+        object.__setattr__(self, "_services", frozenset(service_target(url) for url in self.services))
         object.__setattr__(self, "_allowed", frozenset(allowed))
         object.__setattr__(self, "_private", frozenset(private))
 
@@ -108,6 +123,9 @@ class EgressPolicy:
         host_text, sep, port_text = authority.rpartition(":")
         if not sep or not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
             raise EgressRefused(f"CONNECT {authority!r}: expected host:port")
+        service = (host_text.strip("[]").lower(), int(port_text))
+        if service in self._services:
+            return service
         host, port = host_name(host_text), int(port_text)
         if (host, port) not in self._allowed:
             raise EgressRefused(f"CONNECT {host}:{port}: not on the allow-list")
@@ -116,7 +134,7 @@ class EgressPolicy:
     def address(self, host: str, address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
         """The resolved ``address`` of allow-listed ``host`` if it may be dialled, else :class:`EgressRefused`."""
         ip = ipaddress.ip_address(address.split("%", 1)[0])
-        if not public(ip) and host not in self._private:
+        if not public(ip) and host not in self._private and host not in {h for h, _ in self._services}:
             raise EgressRefused(
                 f"CONNECT {host}: it resolves to {ip}, not a public address (loopback, link-local, private or "
                 "cluster range); list the name in allowPrivateHosts if that is meant"

@@ -612,7 +612,8 @@ class Proposer(WireModel):
     network: Literal["proxy", "host", "none"] = Field(
         "proxy",
         description="cli backend: proxy = its sandbox has loopback only and one way out, an HTTPS (CONNECT) proxy "
-        "outside it that reaches only the names of allowHosts, at public addresses (the agent's HTTPS_PROXY); "
+        "outside it that reaches only the names of allowHosts, at public addresses, and the run's tool services its "
+        "prototyping kit lists (the agent's HTTPS_PROXY); "
         "host = its sandbox shares the host's network (it reaches all its launcher reaches: the run's vLLM, tool "
         "services, the store, cloud metadata; the paper's reference ran Claude Code so); none = no network",
     )

@@ -19,9 +19,10 @@ the runner's sandbox has its own wall clock. The runner refuses to serve while i
 the agent's key or a service-account token (the harness host's rule, :func:`whale.harness.host.credential_exposure`).
 
 Entry point of the agent container: ``python -m whale.metaharness.proposer.agent_exchange --exchange DIR [--key-env
-NAME] [--read-path P ...] [--network proxy|host|none] [--allow-host H ...] [--allow-private-host H ...] [--isolation
-namespaces]``. With ``--network proxy`` (the default) the runner serves each session's egress proxy
-(:mod:`whale.sandbox.egress`) itself, for that session's length: the agent reaches the ``--allow-host`` names only.
+NAME] [--read-path P ...] [--network proxy|host|none] [--allow-host H ...] [--allow-private-host H ...]
+[--allow-service URL ...] [--isolation namespaces]``. With ``--network proxy`` (the default) the runner serves each
+session's egress proxy (:mod:`whale.sandbox.egress`) itself, for that session's length: the agent reaches the
+``--allow-host`` names and the run's ``--allow-service`` tool services only (never services a request names).
 """
 
 from __future__ import annotations
@@ -286,6 +287,12 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
         "--allow-host", action="append", default=None, help="with --network proxy: a name (or name:port) to reach"
     )
     parser.add_argument(
+        "--allow-service",
+        action="append",
+        default=[],
+        help="with --network proxy: a tool service of the run (http://host:port) the prototyping kit lists",
+    )
+    parser.add_argument(
         "--allow-private-host",
         action="append",
         default=[],
@@ -314,6 +321,7 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
             env={args.key_env: key} if key else {},
             allow_hosts=tuple(args.allow_host or DEFAULT_ALLOW_HOSTS),
             allow_private_hosts=tuple(args.allow_private_host),
+            services=tuple(args.allow_service),
         )
     except ProposerError as exc:
         print(f"the proposer-agent container: {exc}", file=sys.stderr)

@@ -30,7 +30,8 @@ The agent is untrusted (issue #12's threat model), so it runs in a ``whale.sandb
   else. ``proxy`` (the default): its own network namespace with loopback only, and one way out, the egress proxy
   (:mod:`whale.sandbox.egress`, started here by the launcher for the session's length) that opens only
   ``CONNECT host:port`` to the names ``allowHosts`` lists (public addresses only, unless ``allowPrivateHosts`` names
-  the host); ``host`` shares the host's network namespace (``Isolation(host_network=True)``: everything the
+  the host) and to the run's tool services the prototyping kit lists (the trusted side's: :attr:`AgentJob.services`
+  in-process, the agent container's ``--allow-service`` on a cluster); ``host`` shares the host's network namespace (``Isolation(host_network=True)``: everything the
   launcher reaches — the run's vLLM, the tool services, the store, cloud metadata — as the paper's reference ran
   Claude Code); ``none`` gives it none (an agent that talks to a model some other way, or a test);
 * **limits**: ``timeout`` for the whole session, enforced twice — the driver inside kills every process
@@ -80,7 +81,7 @@ from whale.metaharness.proposer.base import (
     collect_candidates,
     task_prompt,
 )
-from whale.metaharness.proposer.kit import CLI_OFFLINE_README, offline_kit
+from whale.metaharness.proposer.kit import CLI_OFFLINE_README, kit_services, offline_kit
 
 if TYPE_CHECKING:
     from whale.sandbox import SandboxResult
@@ -218,6 +219,10 @@ class AgentJob:
     timeout_s: float
     #: ``spec.execution.sandbox.isolation`` (``namespaces``, or ``none`` for trusted local use)
     isolation: str = "namespaces"
+    #: the run's tool services the prototyping kit lists (their URLs): what the in-process launcher lets the agent
+    #: reach besides its allow-list (the search process is the trusted side there; a cluster's agent container takes
+    #: its own from its command line instead)
+    services: tuple[str, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -225,6 +230,7 @@ class AgentJob:
             "archiveDir": self.archive_dir,
             "timeoutS": self.timeout_s,
             "isolation": self.isolation,
+            "services": list(self.services),
         }
 
     @classmethod
@@ -241,7 +247,12 @@ class AgentJob:
             raise ProposerError(f"an agent job's timeoutS must be in (0, {MAX_SESSION_S}], got {timeout!r}")
         if isolation not in ("namespaces", "none"):
             raise ProposerError(f"an agent job's isolation must be namespaces or none, got {isolation!r}")
-        return cls(files=files, archive_dir=archive, timeout_s=float(timeout), isolation=isolation)
+        services = wire.get("services", [])
+        if not isinstance(services, list) or not all(isinstance(u, str) for u in services):
+            raise ProposerError("an agent job's services must be a list of URLs")
+        return cls(
+            files=files, archive_dir=archive, timeout_s=float(timeout), isolation=isolation, services=tuple(services)
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -260,16 +271,19 @@ class AgentWalls:
     #: to a non-public address
     allow_hosts: tuple[str, ...] = DEFAULT_ALLOW_HOSTS
     allow_private_hosts: tuple[str, ...] = ()
-    #: the allow-list as the proxy reads it (made from the two above)
+    #: with ``proxy``: the run's tool services the prototyping kit lists (``http://host:port``), reachable as they are
+    services: tuple[str, ...] = ()
+    #: the allow-list as the proxy reads it (made from the three above)
     policy: EgressPolicy = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.network not in NETWORKS:
             raise ProposerError(f"proposer network must be one of {', '.join(NETWORKS)}, got {self.network!r}")
         try:
-            object.__setattr__(self, "policy", EgressPolicy(tuple(self.allow_hosts), tuple(self.allow_private_hosts)))
+            policy = EgressPolicy(tuple(self.allow_hosts), tuple(self.allow_private_hosts), tuple(self.services))
         except ValueError as exc:
             raise ProposerError(f"proposer allowHosts/allowPrivateHosts: {exc}") from None
+        object.__setattr__(self, "policy", policy)
 
 
 def agent_limits(timeout_s: float) -> Any:
@@ -351,7 +365,8 @@ class InProcessLauncher(AgentLauncher):
         self.walls = walls
 
     def run(self, job: AgentJob) -> SandboxResult:
-        return run_agent_sandbox(job, self.walls)
+        # the search process made the job: the services its kit lists are the trusted side's too
+        return run_agent_sandbox(job, dataclasses.replace(self.walls, services=tuple(job.services)))
 
 
 def render_command(template: list[str], values: Mapping[str, str]) -> list[str]:
@@ -377,7 +392,8 @@ class CLIAgentProposer(Proposer):
         extra_env: the only variables the agent gets besides the sandbox's fixed ones (its API key).
         read_paths: the agent's own install, mounted read-only (``readPaths``).
         network: ``proxy`` (the default: only ``allow_hosts``, through the egress proxy), ``host`` or ``none``.
-        allow_hosts, allow_private_hosts: the egress proxy's allow-list (``allowHosts``, ``allowPrivateHosts``).
+        allow_hosts, allow_private_hosts: the egress proxy's allow-list (``allowHosts``, ``allowPrivateHosts``); the
+            run's tool services that the prototyping kit lists are reachable too.
         launcher: who starts the agent's sandbox; default :class:`InProcessLauncher` with these settings (on a
             cluster, :class:`~whale.metaharness.proposer.agent_exchange.ExchangeLauncher`: the key and the walls are
             the agent container's, so ``extra_env``, ``read_paths`` and the allow-lists are not used here; ``network``
@@ -446,14 +462,15 @@ class CLIAgentProposer(Proposer):
             "max_files": MAX_BUNDLED_FILES,
             "max_file_bytes": MAX_CANDIDATE_BYTES,
         }
-        # the kit's service clients only where the agent can reach the services (the host's network)
-        kit = request.workspace if self.network == "host" else offline_kit(request.workspace, CLI_OFFLINE_README)
+        # the kit's service clients only where the agent can reach the services (not without a network)
+        kit = request.workspace if self.network != "none" else offline_kit(request.workspace, CLI_OFFLINE_README)
         files = {**kit, "PROMPT.md": prompt, "SKILL.md": request.skill, _CONFIG: json.dumps(config)}
         job = AgentJob(
             files=files,
             archive_dir=str(Path(request.archive_dir).resolve()),
             timeout_s=float(request.timeout_s),
             isolation="none" if request.isolation == "none" else "namespaces",
+            services=kit_services(kit),
         )
         started = time.monotonic()
         try:
