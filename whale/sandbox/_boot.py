@@ -878,7 +878,7 @@ def main():
         os.close(alive_r)
         os.close(report_w)
         proc_fd = None
-        if map_r is not None:
+        if map_r is not None and map_w is not None:
             os.close(map_r)
             proc_fd = os.open(f"/proc/{init_pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             os.write(map_w, b"o")  # the init may build its root now
