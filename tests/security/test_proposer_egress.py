@@ -152,8 +152,14 @@ class EchoServer:
                 self.served += 1
 
     def close(self) -> None:
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the accept (closing alone does not, on Linux)
+        except OSError:
+            pass
         self.sock.close()
         self._thread.join(10)
+        if self._thread.is_alive():
+            raise RuntimeError("the echo server's thread did not end")
 
 
 @pytest.fixture
@@ -484,3 +490,21 @@ def test_a_sandbox_host_container_without_net_admin_runs_the_relay():
     assert int(out["caps"], 16) & (1 << 12) == 0  # CAP_NET_ADMIN is not among the caller's
     assert out["outcome"] == "ok", out["stderr"]
     assert out["stdout"].splitlines() == ["HTTP/1.1 200 Connection established", "echo:hi"]
+
+
+@pytest.mark.timeout(60)
+def test_the_proxy_bounds_heads_and_idle_tunnels(echo: EchoServer):
+    policy = EgressPolicy((f"localhost:{echo.port}",), ("localhost",))
+    with EgressProxy(policy, idle_timeout_s=0.5) as proxy:
+        with socket.socket(socket.AF_UNIX) as s:  # a head that never ends within the bound
+            s.settimeout(20)
+            s.connect(proxy.socket_path)
+            s.sendall(b"CONNECT localhost:%d HTTP/1.1\r\nX: " % echo.port + b"a" * 70_000)
+            assert s.recv(4096).startswith(b"HTTP/1.1 400")
+        with socket.socket(socket.AF_UNIX) as s:  # a tunnel nobody uses is closed by the proxy
+            s.settimeout(20)
+            s.connect(proxy.socket_path)
+            s.sendall(b"CONNECT localhost:%d HTTP/1.1\r\n\r\n" % echo.port)
+            assert s.recv(4096).startswith(b"HTTP/1.1 200")
+            assert s.recv(4096) == b""  # the proxy's end of file, after the idle time
+    assert any(d.startswith("refused (400)") for d in proxy.decisions)
