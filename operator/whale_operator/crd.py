@@ -33,6 +33,7 @@ from whale.core.spec import (
     KIND,
     PATTERN_HINTS,
     PLURAL,
+    PROXY_UNISOLATED,
     RSFT,
     SHORT_NAMES,
     SINGULAR,
@@ -59,6 +60,7 @@ def _or_default(path: str, model: type[BaseModel], field: str) -> str:
 _PROPOSER = "self.experiment.harnessSearch.proposer"
 _HAS_PROPOSER = "has(self.experiment.harnessSearch) && has(self.experiment.harnessSearch.proposer)"
 _BACKEND = f"({_HAS_PROPOSER} && has({_PROPOSER}.backend) ? {_PROPOSER}.backend : '{_default(Proposer, 'backend')}')"
+_NETWORK = f"({_HAS_PROPOSER} && has({_PROPOSER}.network) ? {_PROPOSER}.network : '{_default(Proposer, 'network')}')"
 #: whale.metaharness.proposer._loopback: localhost or a loopback address (127.0.0.0/8, ::1)
 _LOOPBACK_URL = (
     r"^[A-Za-z][A-Za-z0-9+.-]*://([^/?#@]*@)?((?i:localhost)|127(\.[0-9]{1,3}){3}|\[::1\])(:[0-9]*)?([/?#].*)?$"
@@ -137,6 +139,12 @@ CEL_RULES: dict[str, list[dict[str, str]]] = {
             "rule": f"!({_SEARCHES}) || !{_HAS_EXECUTION} || !has(self.execution.sandbox) || "
             f"!has(self.execution.sandbox.isolation) || self.execution.sandbox.isolation != 'pod' || {_BACKEND} != 'cli'",
             "message": CLI_AT_POD,
+        },
+        {
+            "rule": f"!({_SEARCHES}) || !{_HAS_EXECUTION} || !has(self.execution.sandbox) || "
+            f"!has(self.execution.sandbox.isolation) || self.execution.sandbox.isolation != 'none' || "
+            f"{_BACKEND} != 'cli' || {_NETWORK} != 'proxy'",
+            "message": PROXY_UNISOLATED,
         },
         {
             "rule": f"{_HAS_EXECUTION} && has(self.execution.storage) && has(self.execution.storage.uri)",

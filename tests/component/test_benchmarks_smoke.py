@@ -508,3 +508,17 @@ def test_compare_time_benchmark_compares_four_conditions(tmp_path):
     result = json.loads(out.read_text())
     assert (result["runs"], result["groups"], result["pairs"]) == (4, 4, 6)
     assert len(result["wallSeconds"]) == 1 and result["medianSeconds"] > 0
+
+
+@pytest.mark.timeout(200)
+def test_egress_proxy_benchmark_carries_every_byte_both_ways_in_both_networks(tmp_path):
+    """The proxy's overhead benchmark: the same program in a sandbox with the host's network and behind the egress
+    proxy; each connection it timed was opened and each bulk transfer arrived whole (the script checks the bytes)."""
+    out = tmp_path / "egress.json"
+    run_script("egress_proxy.py", "--smoke", "--json", str(out), timeout_s=180)
+    report = json.loads(out.read_text())
+    assert [r["network"] for r in report["results"]] == ["host", "proxy"]
+    for r in report["results"]:
+        assert len(r["setup_s"]) == r["connections"] == 10 and all(s > 0 for s in r["setup_s"])
+        assert r["bytes"] == 4 << 20 and r["download_mib_s"] > 0 and r["upload_mib_s"] > 0
+    assert set(report["compare"]) == {"setup_added_ms", "download_ratio", "upload_ratio"}

@@ -304,8 +304,9 @@ def test_the_prepared_store_holds_the_d_harness_the_env_service_fetches(tmp_path
     with pytest.raises(ValueError, match="prototype_steps is False"):
         EnvReplay(search_qa.SearchQA(), [])  # a domain whose step is the graded answer is never served
 
-    cli = Proposer(backend="cli", command=["agent"])
+    cli = Proposer(backend="cli", command=["agent"])  # behind the egress proxy: it reaches the services its kit lists
     assert needs_local_env_service(domain, cli, {})
+    assert needs_local_env_service(domain, Proposer(backend="cli", command=["agent"], network="host"), {})
     assert not needs_local_env_service(domain, cli, {"WHALE_ENV_URL": "http://env:8080"})  # the cluster's
     assert not needs_local_env_service(domain, Proposer(backend="cli", command=["agent"], network="none"), {})
     assert not needs_local_env_service(domain, Proposer(backend="openai"), {})  # try_harness plays the steps

@@ -180,9 +180,11 @@ def test_the_agent_in_its_sandbox_reads_the_archive_writes_a_candidate_and_nothi
 
 @pytest.mark.timeout(120)
 def test_with_network_host_the_agent_reaches_the_network_and_still_nothing_else(setup: dict, listener):
-    """``network: host`` (the default, because a real agent must reach its API) opens the network only."""
+    """``network: host`` (asked for by name: the agent reaches what its launcher reaches) opens the network only."""
     port, connected = listener
-    proposer = CLIAgentProposer(_argv(setup, port), {"AGENT_API_KEY": "k"}, read_paths=[str(setup["agent"])])
+    proposer = CLIAgentProposer(
+        _argv(setup, port), {"AGENT_API_KEY": "k"}, read_paths=[str(setup["agent"])], network="host"
+    )
     report = asyncio.run(proposer.propose(_request(setup)))
     got = _report(report.transcript[0]["output_tail"])
     assert got["host loopback"].startswith("OK") and connected()

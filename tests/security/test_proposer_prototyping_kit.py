@@ -4,7 +4,8 @@ harness API imports and the run's retriever answers, on D_harness questions, wit
 A stand-in for Claude Code (a Python program, same protocol as the ``cli`` backend: it runs in the agent's
 sandbox and writes candidates/) loads the incoming harness from ``proto/``, lets its ``parse`` hook turn a
 model's search call on a real D_harness question into a tool action, and runs that action against the
-retriever service (started for real on loopback, offline) through ``proto/tools.py``."""
+retriever service (started for real on loopback, offline) through ``proto/tools.py`` — from behind the egress
+proxy (``network: proxy``, the default: its CONNECT tunnel is the kit's only way to the services it lists)."""
 
 from __future__ import annotations
 
@@ -94,6 +95,11 @@ def test_the_agent_calls_the_harness_search_on_real_questions_against_the_retrie
     report = asyncio.run(proposer.propose(request))
     tail = report.transcript[0]["output_tail"]
     assert report.stopped_by == "exit" and [p.name for p in report.proposals] == ["noop"], tail
+    # its own network namespace: every search went through the egress proxy, to the one service the kit lists
+    isolation = report.transcript[0]["isolation"]
+    host = retriever_service.url.removeprefix("http://").rstrip("/").rsplit(":", 1)[0]
+    assert isolation["network"] == "egress" and isolation["egress"]
+    assert all(d.startswith(f"allowed: {host}:") for d in isolation["egress"]), isolation["egress"]
     got = json.loads(next(line for line in tail.splitlines() if line.startswith("REPORT ")).removeprefix("REPORT "))
     assert got["tasks"] == len(items) and got["keys"] == ["id", "question"]
     assert len(got["searches"]) == len(items)

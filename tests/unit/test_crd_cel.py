@@ -288,6 +288,23 @@ BAD: list[tuple[str, dict[str, Any], str]] = [
         "backend: cli cannot run at execution.sandbox.isolation pod",
     ),
     (
+        "cli-proxy-unisolated",
+        patched(
+            {
+                "harnessSearch.proposer": {"backend": "cli", "command": ["agent", "{prompt}"]},
+                "sandbox": {"isolation": "none", "acknowledgeUnisolated": True},
+            }
+        ),
+        "network: proxy needs execution.sandbox.isolation namespaces",
+    ),
+    (
+        "cli-allow-ip-literal",
+        patched(
+            {"harnessSearch.proposer": {"backend": "cli", "command": ["agent"], "allowHosts": ["169.254.169.254"]}}
+        ),
+        "does not match",
+    ),
+    (
         "replay-without-script",
         patched({"harnessSearch.proposer": {"backend": "replay"}}),
         "backend 'replay' needs `script`",

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal, Self
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, model_validator
 from pydantic.alias_generators import to_camel
 
+from whale.core import egress
 from whale.core.convert import convert_v1alpha1_spec, is_v1alpha1_spec, move_fields
 
 API_GROUP = "whale.dev"
@@ -608,10 +609,31 @@ class Proposer(WireModel):
         description="cli backend: absolute host paths of the agent's own "
         "install, mounted read-only in its sandbox (the system runtime under /usr is always there)",
     )
-    network: Literal["host", "none"] = Field(
-        "host",
-        description="cli backend: host = its sandbox shares the host's network (the agent must reach its "
-        "API; the only sandbox with a network); none = no network",
+    network: Literal["proxy", "host", "none"] = Field(
+        "proxy",
+        description="cli backend: proxy = its sandbox has loopback only and one way out, an HTTPS (CONNECT) proxy "
+        "outside it that reaches only the names of allowHosts, at public addresses, and the run's tool services its "
+        "prototyping kit lists (the agent's HTTPS_PROXY); "
+        "host = its sandbox shares the host's network (it reaches all its launcher reaches: the run's vLLM, tool "
+        "services, the store, cloud metadata; the paper's reference ran Claude Code so); none = no network",
+    )
+    allow_hosts: list[Annotated[str, Strict(), Field(min_length=1, max_length=259, pattern=egress.ENTRY_PATTERN)]] = (
+        Field(
+            default_factory=lambda: list(egress.DEFAULT_ALLOW_HOSTS),
+            min_length=1,
+            max_length=64,
+            description="cli backend, network proxy: the host names the agent may reach, exact (no wildcard, no IP "
+            "literal), each `name` (port 443) or `name:port`",
+        )
+    )
+    allow_private_hosts: list[
+        Annotated[str, Strict(), Field(min_length=1, max_length=254, pattern=egress.NAME_PATTERN)]
+    ] = Field(
+        default_factory=list,
+        max_length=64,
+        description="cli backend, network proxy: names of allowHosts that may resolve to loopback, link-local, "
+        "private or cluster addresses (refused otherwise, so that a name never leads into the cluster or the "
+        "host unless the spec says so); e.g. a model server inside the cluster",
     )
     script: Annotated[str, Strict(), Field(min_length=1, max_length=4096)] | None = Field(
         None, description="replay backend: path of the recorded proposal script"
@@ -649,6 +671,10 @@ class Proposer(WireModel):
                     raise ValueError(f"the cli command uses {{{name}}}: set `{name}`")
         if self.backend == "replay" and not self.script:
             raise ValueError("backend 'replay' needs `script`")
+        try:
+            egress.EgressPolicy(tuple(self.allow_hosts), tuple(self.allow_private_hosts))
+        except ValueError as exc:
+            raise ValueError(f"allowHosts/allowPrivateHosts: {exc}") from None
         return self
 
 
@@ -1012,6 +1038,15 @@ CLI_AT_POD = (
 )
 
 
+#: why ``proposer.network: proxy`` and ``sandbox.isolation: none`` do not go together (the spec's check and its CEL
+#: rule in whale.crd say the same)
+PROXY_UNISOLATED = (
+    "experiment.harnessSearch.proposer.network: proxy needs execution.sandbox.isolation namespaces (the agent's own "
+    "network namespace is the wall the proxy guards; at none the agent has the host's network): set "
+    "experiment.harnessSearch.proposer.network: host to say so, or use isolation namespaces"
+)
+
+
 class EpisodeBounds(WireModel):
     """What one episode may take, whatever its harness does (docs/security.md, "Bounds"): on reaching a bound
     the episode ends failed (``end: limit``, reward 0, the reason in its trace). Not the paper's (it has
@@ -1222,6 +1257,13 @@ class WhaleRunSpec(WireModel):
             and self.experiment.harness_search.proposer.backend == "cli"
         ):
             raise ValueError(CLI_AT_POD)
+        if (
+            self.condition.searches_harness
+            and self.execution.sandbox.isolation == "none"
+            and self.experiment.harness_search.proposer.backend == "cli"
+            and self.experiment.harness_search.proposer.network == "proxy"
+        ):
+            raise ValueError(PROXY_UNISOLATED)
         return self
 
     @model_validator(mode="after")

@@ -40,7 +40,13 @@ outside scratch) are defence in depth only.
 ``Isolation(host_network=True)`` keeps every wall but the network: the program
 stays in the host's network namespace, and the host's DNS and CA files (/etc/resolv.conf, /etc/hosts,
 /etc/ssl, ...) are mounted read-only so it can resolve and verify a remote API. It is asked for by
-name, and one sandbox does: the ``cli`` proposer's agent, which must reach its model's API.
+name, and one sandbox may: the ``cli`` proposer's agent at ``network: host``.
+
+``Isolation(egress_socket=PATH)`` (the ``cli`` agent's default, ``network: proxy``) keeps the network wall and adds
+one way out: the sandbox's loopback is brought up, a relay started by its init before the program listens on
+127.0.0.1:3128 and carries each connection to the Unix socket ``PATH`` (bind-mounted at ``/sandbox/egress.sock``),
+where :class:`whale.sandbox.egress.EgressProxy` opens only what its allow-list allows; the program gets
+``HTTPS_PROXY`` and its kin, and the host's CA files read-only.
 
 ``Isolation(level="none")`` (``Isolation.none()``) is for trusted local use and must be asked for
 by name: the same launcher without namespaces, mounts or uid change — the program reads and writes

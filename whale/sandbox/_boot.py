@@ -26,13 +26,16 @@ With ``level == "none"`` the same processes run without namespaces, mounts or ui
 import base64
 import ctypes
 import ctypes.util
+import fcntl
 import json
 import os
 import platform
 import resource
 import select
 import signal
+import socket
 import stat
+import struct
 import sys
 
 CLONE_NEWNS = 0x00020000
@@ -68,6 +71,11 @@ _SYSCALLS = {
 }
 #: where the new root is assembled (a tmpfs is mounted over it, in our own mount namespace only)
 _STAGING_DIRS = ("/tmp", "/mnt", "/media", "/srv")
+#: bringing up the loopback interface of the sandbox's network namespace (an egress relay listens on it)
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+#: the egress relay: connections it carries at once, seconds it waits to listen
+RELAY_CONNECTIONS = 128
+RELAY_START_S = 10.0
 #: files the sandbox's /dev holds (bind mounts of the host's nodes)
 _DEV_NODES = ("null", "zero", "full", "random", "urandom")
 #: parts of the fresh /proc made read-only on top of the kernel's own permissions
@@ -251,7 +259,9 @@ def _write(path, text):
 def _enter_namespaces(cfg, status):
     """New mount/PID/net/IPC/UTS namespaces (inside a user namespace mapping us to root if not root)."""
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
-    if not cfg.get("share_network"):  # Isolation(host_network=True) was asked for by name
+    # Isolation(host_network=True) was asked for by name; a root caller's egress relay gets its network namespace
+    # from the init, inside a user namespace of its own (_own_network_namespace)
+    if not cfg.get("share_network") and not (cfg["root"] and cfg.get("relay")):
         flags |= CLONE_NEWNET
     if cfg["root"]:
         _check(_libc.unshare(flags), "unshare(mount, pid, net, ipc, uts namespaces)")
@@ -489,30 +499,36 @@ def _drop_bounding_set():
         _check(_libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0), f"dropping capability {cap} from the bounding set")
 
 
+def _drop_privileges(cfg):
+    """Everything a process the sandbox runs gives up: its uid, every capability, new privileges; then the rlimits and
+    (sandboxed) a fresh keyring and the system-call filter."""
+    # the init made itself non-dumpable (so the program cannot ptrace it); its child must be
+    # dumpable again to own its /proc/self files (uid_map) — exec would reset it anyway
+    _check(_libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(DUMPABLE)")
+    if cfg["sandboxed"]:
+        os.setsid()  # kill(0, ...) inside reaches only its own group
+        if cfg["root"]:
+            _drop_bounding_set()
+            os.setgroups([])
+            os.setresgid(cfg["uid"], cfg["uid"], cfg["uid"])
+            os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
+        else:
+            _enter_inner_user_namespace(cfg["uid"])
+            _drop_bounding_set()
+    else:
+        os.setpgid(0, 0)  # its own group, so the end of the run can kill what it started
+    _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+    for name, (soft, hard) in cfg["rlimits"].items():
+        resource.setrlimit(getattr(resource, name), (soft, hard))
+    if cfg["sandboxed"]:
+        _fresh_session_keyring()
+        _install_filter(cfg["share_network"])
+
+
 def _program(cfg, status, status_fd):
     """The program's process: drop everything, exec the guard. Never returns."""
     try:
-        # the init made itself non-dumpable (so the program cannot ptrace it); its child must be
-        # dumpable again to own its /proc/self files (uid_map) — exec would reset it anyway
-        _check(_libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(DUMPABLE)")
-        if cfg["sandboxed"]:
-            os.setsid()  # kill(0, ...) inside reaches only its own group
-            if cfg["root"]:
-                _drop_bounding_set()
-                os.setgroups([])
-                os.setresgid(cfg["uid"], cfg["uid"], cfg["uid"])
-                os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
-            else:
-                _enter_inner_user_namespace(cfg["uid"])
-                _drop_bounding_set()
-        else:
-            os.setpgid(0, 0)  # its own group, so the end of the run can kill what it started
-        _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
-        for name, (soft, hard) in cfg["rlimits"].items():
-            resource.setrlimit(getattr(resource, name), (soft, hard))
-        if cfg["sandboxed"]:
-            _fresh_session_keyring()
-            _install_filter(cfg["share_network"])
+        _drop_privileges(cfg)
         os.chdir(cfg["scratch"])
         for sig in range(1, signal.NSIG):
             if sig not in (signal.SIGKILL, signal.SIGSTOP):
@@ -529,10 +545,128 @@ def _program(cfg, status, status_fd):
     os._exit(SETUP_FAILED_EXIT)
 
 
+# ----- the egress relay ------------------------------------------------------------------------------------
+
+
+def _loopback_up():
+    """Bring up ``lo`` of the sandbox's own network namespace (it starts down; nothing else is there)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            flags = struct.unpack("16sH22x", fcntl.ioctl(s, SIOCGIFFLAGS, struct.pack("16sH22x", b"lo", 0)))[1]
+            fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
+        except OSError as exc:
+            raise SetupError(f"bringing up the loopback interface for the egress relay failed: {exc}") from exc
+
+
+def _own_network_namespace(report_w, map_r):
+    """A root caller's sandbox with an egress relay: a new user namespace and, owned by it, the network namespace,
+    so the init may bring its loopback up without CAP_NET_ADMIN over the host's (a sandbox-host container has none).
+    The boot, in the parent user namespace, maps the program's uid into it (nothing else: the init keeps its
+    capabilities inside only, its own uid unmapped)."""
+    _check(_libc.unshare(CLONE_NEWUSER | CLONE_NEWNET), "unshare(user, net namespaces) for the egress relay")
+    os.write(report_w, b'{"map_uid": true}\n')
+    ready, _, _ = select.select([map_r], [], [], RELAY_START_S)
+    answer = os.read(map_r, 256) if ready else b""
+    if answer != b"1":
+        why = answer[1:].decode(errors="replace") if answer else "no answer"
+        raise SetupError(f"mapping the program's uid into the egress relay's user namespace failed: {why}")
+
+
+def _map_uid(cfg, proc_fd, map_w):
+    """The boot's half of :func:`_own_network_namespace`: the program's uid and gid, one to one. ``proc_fd`` is the
+    init's /proc directory, opened before the init's pivot_root (which moves the boot's root too: they share the mount
+    namespace)."""
+    uid = cfg["uid"]
+    try:
+        for name in ("uid_map", "gid_map"):
+            fd = os.open(name, os.O_WRONLY | os.O_CLOEXEC, dir_fd=proc_fd)
+            try:
+                os.write(fd, f"{uid} {uid} 1".encode())
+            finally:
+                os.close(fd)
+        os.write(map_w, b"1")
+    except OSError as exc:
+        os.write(map_w, b"0" + str(exc).encode()[:200])
+
+
+def _start_relay(cfg, close_fds):
+    """Fork the relay (before the program, so it listens when the program starts): as unprivileged as the program,
+    it accepts on 127.0.0.1:PORT and carries each connection to the egress proxy's socket; the proxy outside decides
+    what goes anywhere. Returns once it listens."""
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(ready_r)
+            for fd in close_fds:
+                if fd is not None:
+                    os.close(fd)
+            null = os.open("/dev/null", os.O_RDWR)
+            for fd in (0, 1, 2):
+                os.dup2(null, fd)
+            _drop_privileges(cfg)
+            _relay(cfg["relay"]["port"], cfg["relay"]["socket"], ready_w)
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    ready, _, _ = select.select([ready_r], [], [], RELAY_START_S)
+    ok = bool(ready) and os.read(ready_r, 1) == b"1"
+    os.close(ready_r)
+    if not ok:
+        raise SetupError(
+            f"the egress relay did not listen on 127.0.0.1:{cfg['relay']['port']} within {RELAY_START_S} s"
+        )
+    return pid
+
+
+def _relay(port, path, ready_w):
+    """The relay's loop (stdlib asyncio): bytes both ways, half-closes passed on, at most RELAY_CONNECTIONS."""
+    import asyncio
+
+    active = set()  # type: set[object]
+
+    async def pipe(src, dst):
+        try:
+            while data := await src.read(1 << 16):
+                dst.write(data)
+                await dst.drain()
+            if dst.can_write_eof():
+                dst.write_eof()
+        except OSError:
+            dst.close()
+
+    async def carry(reader, writer):
+        if len(active) >= RELAY_CONNECTIONS:
+            writer.close()
+            return
+        active.add(writer)
+        try:
+            up_reader, up_writer = await asyncio.open_unix_connection(path)
+        except OSError:
+            active.discard(writer)
+            writer.close()
+            return
+        try:
+            await asyncio.gather(pipe(reader, up_writer), pipe(up_reader, writer))
+        finally:
+            active.discard(writer)
+            writer.close()
+            up_writer.close()
+
+    async def main():
+        server = await asyncio.start_server(carry, "127.0.0.1", port)
+        os.write(ready_w, b"1")
+        os.close(ready_w)
+        async with server:
+            await server.serve_forever()
+
+    asyncio.run(main())
+
+
 # ----- init ---------------------------------------------------------------------------------------------------
 
 
-def _init(cfg, status, status_fd, alive_r, report_w, result_fd):
+def _init(cfg, status, status_fd, alive_r, report_w, result_fd, map_r):
     """PID 1 of the sandbox (or, with level none, the supervisor of the program). Never returns."""
     try:
         _check(_libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
@@ -541,16 +675,27 @@ def _init(cfg, status, status_fd, alive_r, report_w, result_fd):
         _check(_libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "prctl(DUMPABLE)")  # no ptrace, no /proc/1/*
         for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2):
             signal.signal(sig, signal.SIG_IGN)
+        if map_r is not None:  # the boot holds our /proc directory before the pivot moves its root
+            ready, _, _ = select.select([map_r], [], [], RELAY_START_S)
+            if not ready or os.read(map_r, 1) != b"o":
+                raise SetupError("the boot did not open the init's /proc directory")
         if cfg["sandboxed"]:
             _check(_libc.sethostname(b"sandbox", 7), "sethostname")
             _build_root(cfg, status)
         _write_files(cfg)
+        if cfg.get("relay"):
+            if cfg["root"]:
+                _own_network_namespace(report_w, map_r)
+            _loopback_up()
+            _start_relay(cfg, (status_fd, alive_r, report_w, result_fd, map_r))
         pid = os.fork()
         if pid == 0:
             os.close(report_w)
             os.close(alive_r)
             if result_fd is not None:
                 os.close(result_fd)
+            if map_r is not None:
+                os.close(map_r)
             _program(cfg, status, status_fd)
         os.close(status_fd)
     except BaseException as exc:  # noqa: BLE001
@@ -668,7 +813,7 @@ def _die_like(wait_status):
     os._exit(128 + sig)  # a signal whose default is to be ignored
 
 
-def _supervise(cfg, init_pid, life_fd, report_r):
+def _supervise(cfg, init_pid, life_fd, report_r, map_w=None, proc_fd=None):
     """Wait for the init's report, or for the parent to close the lifeline (then kill everything)."""
     buf = b""
     program_pid = None
@@ -692,6 +837,10 @@ def _supervise(cfg, init_pid, life_fd, report_r):
             for line in buf.split(b"\n")[:-1]:  # complete lines only
                 if line.startswith(b'{"program_pid"'):
                     program_pid = json.loads(line)["program_pid"]
+                elif line.startswith(b'{"map_uid"') and map_w is not None:
+                    _map_uid(cfg, proc_fd, map_w)
+                    os.close(map_w)
+                    map_w = None  # once
     _, init_status = os.waitpid(init_pid, 0)
     for line in reversed(buf.split(b"\n")):
         if line.startswith(b'{"wait_status"'):
@@ -717,14 +866,22 @@ def main():
             _enter_namespaces(cfg, status)
         alive_r, alive_w = os.pipe()
         report_r, report_w = os.pipe()
+        map_r, map_w = os.pipe() if cfg["sandboxed"] and cfg["root"] and cfg.get("relay") else (None, None)
         init_pid = os.fork()
         if init_pid == 0:
             os.close(alive_w)
             os.close(report_r)
             os.close(life_fd)
-            _init(cfg, status, status_fd, alive_r, report_w, result_fd)
+            if map_w is not None:
+                os.close(map_w)
+            _init(cfg, status, status_fd, alive_r, report_w, result_fd, map_r)
         os.close(alive_r)
         os.close(report_w)
+        proc_fd = None
+        if map_r is not None and map_w is not None:
+            os.close(map_r)
+            proc_fd = os.open(f"/proc/{init_pid}", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            os.write(map_w, b"o")  # the init may build its root now
         os.close(status_fd)
         if result_fd is not None:
             os.close(result_fd)
@@ -734,7 +891,7 @@ def main():
     null = os.open("/dev/null", os.O_RDWR)
     for fd in (0, 1, 2):
         os.dup2(null, fd)
-    _supervise(cfg, init_pid, life_fd, report_r)
+    _supervise(cfg, init_pid, life_fd, report_r, map_w, proc_fd)
 
 
 if __name__ == "__main__":

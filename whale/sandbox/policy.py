@@ -24,6 +24,18 @@ SECRET_NAME_RE = re.compile(r"(KEY|TOKEN|SECRET|PASSW|CREDENTIAL|AUTH|SESSION|CO
 
 #: Where the scratch directory (HOME, TMPDIR, cwd) is inside the sandbox.
 SANDBOX_SCRATCH = "/scratch"
+#: Where the egress proxy's Unix socket (:attr:`Isolation.egress_socket`) is inside the sandbox, and the port on
+#: 127.0.0.1 where the sandbox's relay listens (its own network namespace: no other program's port to clash with)
+SANDBOX_EGRESS_SOCKET = "/sandbox/egress.sock"
+EGRESS_RELAY_PORT = 3128
+#: what a sandbox with an egress proxy gets in its environment: every common spelling of "use this proxy", and no
+#: exception (the relay is the only way out; a direct connection has no interface to leave by)
+EGRESS_ENV = {
+    **{name: f"http://127.0.0.1:{EGRESS_RELAY_PORT}" for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY")},
+    **{name: f"http://127.0.0.1:{EGRESS_RELAY_PORT}" for name in ("https_proxy", "http_proxy", "all_proxy")},
+    "NO_PROXY": "",
+    "no_proxy": "",
+}
 #: Where allow-listed third-party packages (:attr:`Isolation.packages`) are mounted inside the sandbox.
 SANDBOX_SITE = "/sandbox/site"
 
@@ -157,6 +169,10 @@ class Isolation:
     #: interface. Every other wall stays. Asked for by name, by one sandbox only: the ``cli`` proposer's
     #: agent, which must reach its model's API
     host_network: bool = False
+    #: the host path of the egress proxy's Unix socket (:mod:`whale.sandbox.egress`): the program gets its own
+    #: network namespace with loopback only, a relay on 127.0.0.1:EGRESS_RELAY_PORT to this socket, the host's CA
+    #: files read-only and :data:`EGRESS_ENV`; it reaches only what the proxy's allow-list allows
+    egress_socket: str | None = None
 
     def __post_init__(self) -> None:
         try:
@@ -166,6 +182,18 @@ class Isolation:
             raise ValueError(f"Isolation.level must be one of {choices}, got {self.level!r}") from None
         if not isinstance(self.host_network, bool):
             raise ValueError(f"Isolation.host_network must be True or False, got {self.host_network!r}")
+        if self.egress_socket is not None:
+            if not isinstance(self.egress_socket, str) or not self.egress_socket.startswith("/"):
+                raise ValueError(f"Isolation.egress_socket must be an absolute path, got {self.egress_socket!r}")
+            if self.host_network:
+                raise ValueError(
+                    "Isolation.egress_socket and host_network exclude each other: the proxy is the way out"
+                )
+            if self.level is not IsolationLevel.NAMESPACES:
+                raise ValueError(
+                    "Isolation.egress_socket needs level 'namespaces' (its own network namespace); without one the "
+                    "program has the host's network and no proxy could wall it"
+                )
         for name in ("read_paths", "packages", "pass_env"):
             value = getattr(self, name)
             if isinstance(value, str):

@@ -26,6 +26,7 @@ import os
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -35,7 +36,16 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from whale.sandbox.policy import SANDBOX_SCRATCH, SANDBOX_SITE, Isolation, Limits, build_env
+from whale.sandbox.policy import (
+    EGRESS_ENV,
+    EGRESS_RELAY_PORT,
+    SANDBOX_EGRESS_SOCKET,
+    SANDBOX_SCRATCH,
+    SANDBOX_SITE,
+    Isolation,
+    Limits,
+    build_env,
+)
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +70,10 @@ NETWORK_FILES = (
     "/etc/ca-certificates",
     "/etc/pki",
     "/etc/crypto-policies",
+)
+#: of those, what a program behind the egress proxy needs: the CA files only (the proxy resolves names)
+TLS_FILES = tuple(
+    p for p in NETWORK_FILES if p not in ("/etc/resolv.conf", "/etc/hosts", "/etc/host.conf", "/etc/gai.conf")
 )
 #: the program's uid inside the sandbox when the caller is not root (the second user namespace maps
 #: it to the caller's uid on the host; it has no capability anywhere)
@@ -273,10 +287,18 @@ def _etc(uid: int, network: bool = False) -> dict[str, str]:
     }
 
 
-def _network_binds() -> list[tuple[str, str]]:
-    """The host's DNS and CA files that exist, for a sandbox with the host's network."""
-    present = [p for p in NETWORK_FILES if os.path.exists(p)]
+def _network_binds(files: Sequence[str] = NETWORK_FILES) -> list[tuple[str, str]]:
+    """The host's DNS and CA files that exist, for a sandbox with the host's network (the CA files only behind the
+    egress proxy)."""
+    present = [p for p in files if os.path.exists(p)]
     return _read_binds(present, "the network files")
+
+
+def _stat(path: str) -> os.stat_result:
+    try:
+        return os.stat(path)
+    except OSError as exc:
+        raise SandboxSetupError(f"Isolation.egress_socket: cannot reach {path}: {exc.strerror}") from None
 
 
 def _check_file_names(files: Mapping[str, str | bytes] | None, collect: Sequence[str]) -> None:
@@ -346,6 +368,11 @@ def launch(
             binds += _read_binds(sys_path or [], "sys_path")
             if isolation.shares_network:
                 binds += _network_binds()
+            elif isolation.egress_socket is not None:
+                binds += _network_binds(TLS_FILES)
+                if not stat.S_ISSOCK(_stat(isolation.egress_socket).st_mode):
+                    raise SandboxSetupError(f"Isolation.egress_socket: {isolation.egress_socket} is not a socket")
+                binds.append((isolation.egress_socket, SANDBOX_EGRESS_SOCKET))
             for name in isolation.packages:
                 binds += package_mounts(name)
             binds = list(dict.fromkeys(binds))
@@ -362,7 +389,7 @@ def launch(
         site = [SANDBOX_SITE] if sandboxed and isolation.packages else []
         status_seed = {
             "level": isolation.level.value,
-            "network": "host" if isolation.shares_network else "netns",
+            "network": "host" if isolation.shares_network else "egress" if isolation.egress_socket else "netns",
             "pid_namespace": sandboxed,
             "scratch": scratch_path,
             "scratch_bytes": limits.scratch_bytes if sandboxed else None,
@@ -375,6 +402,8 @@ def launch(
             "uid": program_uid,
             "owner_in_ns": (uid if root else 0) if sandboxed else os.getuid(),
             "share_network": isolation.shares_network,
+            # the relay to the egress proxy, started by the init before the program (loopback brought up first)
+            "relay": {"port": EGRESS_RELAY_PORT, "socket": SANDBOX_EGRESS_SOCKET} if isolation.egress_socket else None,
             "status": status_seed,
             "system": list(SYSTEM_PATHS),
             "binds": binds,
@@ -399,10 +428,15 @@ def launch(
                 "args": list(args),
                 "sys_path": [*site, *(os.path.abspath(p) for p in sys_path or [])],
                 "scratch": scratch_path,
-                "network": isolation.shares_network,
+                "network": isolation.shares_network or isolation.egress_socket is not None,
                 "read_roots": [*SYSTEM_PATHS, *targets, "/sandbox", "/dev", "/etc", "/proc"],
             },
-            "env": build_env(scratch_path, os.environ, isolation.pass_env, env),
+            "env": build_env(
+                scratch_path,
+                os.environ,
+                isolation.pass_env,
+                {**(env or {}), **(EGRESS_ENV if isolation.egress_socket else {})},
+            ),
         }
         payload = json.dumps(cfg).encode()
     except BaseException:

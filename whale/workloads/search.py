@@ -95,8 +95,8 @@ def prototype_files(
 def needs_local_env_service(domain: Domain, proposer: Any, environ: dict[str, str] | os._Environ[str]) -> bool:
     """Whether this phase starts the environment service itself (``whale.tools.env_service.serve_locally``): a
     :attr:`~whale.domain.Domain.prototype_steps` domain (chess) whose run deployed none (a local run: no
-    ``$WHALE_ENV_URL``), for an agent CLI that has a network to reach it (the built-in agents play steps through
-    ``try_harness`` instead)."""
+    ``$WHALE_ENV_URL``), for an agent CLI that has a network to reach it (the host's, or the egress proxy's, which
+    lets it reach the services its kit lists; the built-in agents play steps through ``try_harness`` instead)."""
     return (
         domain.prototype_steps
         and proposer.backend == "cli"

@@ -4,6 +4,7 @@ unless ``spec.execution.sandbox.isolation`` is none.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from whale.core.protocol import PhaseKind
@@ -109,14 +110,23 @@ def agent_exchange_mount() -> dict[str, Any]:
     return {"name": AGENT_EXCHANGE_VOLUME, "mountPath": AGENT_EXCHANGE_DIR}
 
 
-def proposer_agent_container(spec: ClusterRunSpec) -> dict[str, Any]:
+def proposer_agent_container(spec: ClusterRunSpec, services: Sequence[str] = ()) -> dict[str, Any]:
     """The container that runs a ``cli`` proposer's agent (``python -m whale.metaharness.proposer.agent_exchange``):
     it alone is a sandbox host (:func:`sandbox_host_security_context`) and holds the agent's API key (by reference),
     and nothing else: no store credentials, no vLLM key, no caller token, no judge key; the pod mounts no
-    service-account token and shares no PID namespace. The runner refuses to serve if it sees any of them."""
+    service-account token and shares no PID namespace. The runner refuses to serve if it sees any of them.
+    ``services``: the URLs of the run's tool services the search reaches (its prototyping kit lists them), which the
+    agent reaches through its egress proxy at ``network: proxy`` besides ``allowHosts``."""
     proposer = spec.experiment.harness_search.proposer
     command = ["python", "-m", AGENT_RUNNER_MODULE, "--exchange", AGENT_EXCHANGE_DIR, "--isolation", "namespaces"]
     command += ["--network", proposer.network]
+    if proposer.network == "proxy":  # the egress proxy's allow-list: the runner serves it for each session
+        for host in proposer.allow_hosts:
+            command += ["--allow-host", host]
+        for host in proposer.allow_private_hosts:
+            command += ["--allow-private-host", host]
+        for url in services:
+            command += ["--allow-service", url]
     for path in proposer.read_paths:
         command += ["--read-path", path]
     env: list[dict[str, Any]] = [{"name": "PYTHONUNBUFFERED", "value": "1"}]

@@ -224,7 +224,7 @@ def job(
     if multi_node:
         pod_spec["subdomain"] = names.rendezvous_service_name(name)
     if agent:  # its own container: the agent's key and the sandbox host's context; no shared PID namespace
-        pod_spec["initContainers"] = [proposer_agent_container(spec)]
+        pod_spec["initContainers"] = [proposer_agent_container(spec, [tool_url(run, tool) for tool in tools])]
         pod_spec["shareProcessNamespace"] = False
         pod_spec["volumes"] += agent_volumes()
     template_labels = untrusted(labels) if agent else labels

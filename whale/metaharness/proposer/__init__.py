@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
 
+from whale.core.egress import DEFAULT_ALLOW_HOSTS
 from whale.metaharness.proposer.base import (
     Proposal,
     ProposalRequest,
@@ -194,13 +195,16 @@ def from_spec(proposer_spec: Any, environ: Mapping[str, str] | None = None, seed
                 proposer_spec.command or [],
                 model=getattr(proposer_spec, "model", None),
                 effort=getattr(proposer_spec, "effort", None),
+                network=getattr(proposer_spec, "network", "proxy"),
                 launcher=ExchangeLauncher(Path(exchange)),
             )
         return CLIAgentProposer(
             proposer_spec.command or [],
             extra_env={key_env: key} if key_env and key else None,
             read_paths=tuple(getattr(proposer_spec, "read_paths", None) or ()),
-            network=getattr(proposer_spec, "network", "host"),
+            network=getattr(proposer_spec, "network", "proxy"),
+            allow_hosts=tuple(getattr(proposer_spec, "allow_hosts", None) or DEFAULT_ALLOW_HOSTS),
+            allow_private_hosts=tuple(getattr(proposer_spec, "allow_private_hosts", None) or ()),
             model=getattr(proposer_spec, "model", None),
             effort=getattr(proposer_spec, "effort", None),
         )

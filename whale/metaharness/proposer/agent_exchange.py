@@ -19,7 +19,10 @@ the runner's sandbox has its own wall clock. The runner refuses to serve while i
 the agent's key or a service-account token (the harness host's rule, :func:`whale.harness.host.credential_exposure`).
 
 Entry point of the agent container: ``python -m whale.metaharness.proposer.agent_exchange --exchange DIR [--key-env
-NAME] [--read-path P ...] [--network host|none] [--isolation namespaces]``.
+NAME] [--read-path P ...] [--network proxy|host|none] [--allow-host H ...] [--allow-private-host H ...]
+[--allow-service URL ...] [--isolation namespaces]``. With ``--network proxy`` (the default) the runner serves each
+session's egress proxy (:mod:`whale.sandbox.egress`) itself, for that session's length: the agent reaches the
+``--allow-host`` names and the run's ``--allow-service`` tool services only (never services a request names).
 """
 
 from __future__ import annotations
@@ -37,10 +40,12 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from whale.core.egress import DEFAULT_ALLOW_HOSTS
 from whale.metaharness import proposer
 from whale.metaharness.proposer.base import ProposerError, ProposerUnavailable
 from whale.metaharness.proposer.cli_agent import (
     CLI_GRACE_S,
+    NETWORKS,
     AgentJob,
     AgentLauncher,
     AgentWalls,
@@ -277,7 +282,22 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     parser.add_argument("--exchange", required=True, type=Path, help="the directory shared with the search container")
     parser.add_argument("--key-env", help="the variable holding the agent's API key (apiKeySecret.env), if it has one")
     parser.add_argument("--read-path", action="append", default=[], help="the agent's install, read-only (readPaths)")
-    parser.add_argument("--network", choices=("host", "none"), default="host")
+    parser.add_argument("--network", choices=NETWORKS, default="proxy")
+    parser.add_argument(
+        "--allow-host", action="append", default=None, help="with --network proxy: a name (or name:port) to reach"
+    )
+    parser.add_argument(
+        "--allow-service",
+        action="append",
+        default=[],
+        help="with --network proxy: a tool service of the run (http://host:port) the prototyping kit lists",
+    )
+    parser.add_argument(
+        "--allow-private-host",
+        action="append",
+        default=[],
+        help="with --network proxy: an --allow-host name that may resolve to a private address",
+    )
     parser.add_argument("--isolation", choices=("namespaces",), default="namespaces")
     args = parser.parse_args(argv)
     environ = os.environ if environ is None else environ
@@ -294,7 +314,18 @@ def main(argv: Sequence[str] | None = None, environ: Mapping[str, str] | None = 
     if args.key_env and not key:
         print(f"the proposer-agent container has no ${args.key_env} (the agent's API key)", file=sys.stderr)
         return 2
-    walls = AgentWalls(read_paths=tuple(args.read_path), network=args.network, env={args.key_env: key} if key else {})
+    try:
+        walls = AgentWalls(
+            read_paths=tuple(args.read_path),
+            network=args.network,
+            env={args.key_env: key} if key else {},
+            allow_hosts=tuple(args.allow_host or DEFAULT_ALLOW_HOSTS),
+            allow_private_hosts=tuple(args.allow_private_host),
+            services=tuple(args.allow_service),
+        )
+    except ProposerError as exc:
+        print(f"the proposer-agent container: {exc}", file=sys.stderr)
+        return 2
     serve(args.exchange, walls, isolation=args.isolation)
     return 0
 

@@ -26,9 +26,14 @@ The agent is untrusted (issue #12's threat model), so it runs in a ``whale.sandb
   /proc of the host, no /tmp, no home;
 * **environment**: only the sandbox's fixed variables plus the API key, under the name
   ``apiKeySecret.env`` — nothing of the parent's environment;
-* **network**: this is the one sandbox with a network (``spec.experiment.harnessSearch.proposer.network: host``,
-  ``Isolation(host_network=True)``, asked for by name), because the agent must reach its model's API;
-  ``none`` gives it none (an agent that talks to a model some other way, or a test);
+* **network** (``spec.experiment.harnessSearch.proposer.network``): the agent must reach its model's API, and nothing
+  else. ``proxy`` (the default): its own network namespace with loopback only, and one way out, the egress proxy
+  (:mod:`whale.sandbox.egress`, started here by the launcher for the session's length) that opens only
+  ``CONNECT host:port`` to the names ``allowHosts`` lists (public addresses only, unless ``allowPrivateHosts`` names
+  the host) and to the run's tool services the prototyping kit lists (the trusted side's: :attr:`AgentJob.services`
+  in-process, the agent container's ``--allow-service`` on a cluster); ``host`` shares the host's network namespace (``Isolation(host_network=True)``: everything the
+  launcher reaches — the run's vLLM, the tool services, the store, cloud metadata — as the paper's reference ran
+  Claude Code); ``none`` gives it none (an agent that talks to a model some other way, or a test);
 * **limits**: ``timeout`` for the whole session, enforced twice — the driver inside kills every process
   of the sandbox at the deadline and hands back what was written, and the sandbox's own wall clock
   (``CLI_GRACE_S`` later) kills everything regardless; per-process memory, CPU, file-size and process
@@ -54,6 +59,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import contextlib
 import dataclasses
 import json
 import re
@@ -62,6 +68,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from whale.core.egress import DEFAULT_ALLOW_HOSTS, EgressPolicy
 from whale.metaharness.proposer.base import (
     CANDIDATES_DIR,
     MAX_CANDIDATE_BYTES,
@@ -74,6 +81,7 @@ from whale.metaharness.proposer.base import (
     collect_candidates,
     task_prompt,
 )
+from whale.metaharness.proposer.kit import CLI_OFFLINE_README, kit_services, offline_kit
 
 if TYPE_CHECKING:
     from whale.sandbox import SandboxResult
@@ -106,6 +114,10 @@ CLI_SCRATCH_BYTES = 512 << 20
 CLI_COLLECT_BYTES = 32 << 20
 #: the longest agent session a job may ask for (``spec.experiment.harnessSearch.proposer.timeoutSeconds``' bound)
 MAX_SESSION_S = 7 * 86_400
+#: ``spec.experiment.harnessSearch.proposer.network``: through the egress proxy, the host's, or none
+NETWORKS = ("proxy", "host", "none")
+#: the egress proxy's last decisions kept in the session's transcript
+EGRESS_DECISIONS_KEPT = 50
 #: files of candidates/ handed back at most
 MAX_BUNDLED_FILES = 64
 #: stands for the workspace's path in the rendered argv until the driver knows it (its cwd)
@@ -207,6 +219,10 @@ class AgentJob:
     timeout_s: float
     #: ``spec.execution.sandbox.isolation`` (``namespaces``, or ``none`` for trusted local use)
     isolation: str = "namespaces"
+    #: the run's tool services the prototyping kit lists (their URLs): what the in-process launcher lets the agent
+    #: reach besides its allow-list (the search process is the trusted side there; a cluster's agent container takes
+    #: its own from its command line instead)
+    services: tuple[str, ...] = ()
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -214,6 +230,7 @@ class AgentJob:
             "archiveDir": self.archive_dir,
             "timeoutS": self.timeout_s,
             "isolation": self.isolation,
+            "services": list(self.services),
         }
 
     @classmethod
@@ -230,7 +247,12 @@ class AgentJob:
             raise ProposerError(f"an agent job's timeoutS must be in (0, {MAX_SESSION_S}], got {timeout!r}")
         if isolation not in ("namespaces", "none"):
             raise ProposerError(f"an agent job's isolation must be namespaces or none, got {isolation!r}")
-        return cls(files=files, archive_dir=archive, timeout_s=float(timeout), isolation=isolation)
+        services = wire.get("services", [])
+        if not isinstance(services, list) or not all(isinstance(u, str) for u in services):
+            raise ProposerError("an agent job's services must be a list of URLs")
+        return cls(
+            files=files, archive_dir=archive, timeout_s=float(timeout), isolation=isolation, services=tuple(services)
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -241,14 +263,27 @@ class AgentWalls:
 
     #: the agent's own install, read-only (``readPaths``)
     read_paths: tuple[str, ...] = ()
-    #: ``host`` (it must reach its API) or ``none``
-    network: str = "host"
+    #: ``proxy`` (only ``allow_hosts``, through the egress proxy), ``host`` or ``none``
+    network: str = "proxy"
     #: the only variables the agent gets besides the sandbox's fixed ones: its API key (and ``IS_SANDBOX``)
     env: Mapping[str, str] = dataclasses.field(default_factory=dict, repr=False)
+    #: with ``proxy``: the names (``host`` or ``host:port``) the agent may reach, and those of them that may resolve
+    #: to a non-public address
+    allow_hosts: tuple[str, ...] = DEFAULT_ALLOW_HOSTS
+    allow_private_hosts: tuple[str, ...] = ()
+    #: with ``proxy``: the run's tool services the prototyping kit lists (``http://host:port``), reachable as they are
+    services: tuple[str, ...] = ()
+    #: the allow-list as the proxy reads it (made from the three above)
+    policy: EgressPolicy = dataclasses.field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.network not in ("host", "none"):
-            raise ProposerError(f"proposer network must be 'host' or 'none', got {self.network!r}")
+        if self.network not in NETWORKS:
+            raise ProposerError(f"proposer network must be one of {', '.join(NETWORKS)}, got {self.network!r}")
+        try:
+            policy = EgressPolicy(tuple(self.allow_hosts), tuple(self.allow_private_hosts), tuple(self.services))
+        except ValueError as exc:
+            raise ProposerError(f"proposer allowHosts/allowPrivateHosts: {exc}") from None
+        object.__setattr__(self, "policy", policy)
 
 
 def agent_limits(timeout_s: float) -> Any:
@@ -274,27 +309,46 @@ def run_agent_sandbox(job: AgentJob, walls: AgentWalls) -> SandboxResult:
     network ``walls.network`` asks for, ``walls.env`` as its only environment. A sandbox that cannot start is a
     :class:`ProposerError` (nothing runs unwalled)."""
     from whale.sandbox import Isolation, SandboxSetupError, run_python
+    from whale.sandbox.egress import EgressProxy, EgressProxyError
 
-    if job.isolation == "none":
-        isolation = Isolation.none()
-    else:
-        isolation = Isolation(
-            read_paths=(str(Path(job.archive_dir).resolve()), *walls.read_paths),
-            host_network=walls.network == "host",
+    if job.isolation == "none" and walls.network == "proxy":
+        raise ProposerError(
+            "proposer network: proxy needs spec.execution.sandbox.isolation: namespaces (the agent's own network "
+            "namespace is the wall the proxy guards); with isolation none the agent has the host's network: set "
+            "spec.experiment.harnessSearch.proposer.network: host to say so"
         )
-    try:
-        return run_python(
-            _DRIVER,
-            files=dict(job.files),
-            env={"IS_SANDBOX": "1", **dict(walls.env)},
-            limits=agent_limits(job.timeout_s),
-            isolation=isolation,
-            collect=[_RESULT],
-        )
-    except SandboxSetupError as exc:
-        raise ProposerError(f"the cli agent's sandbox cannot start: {exc}") from None
-    except ValueError as exc:  # a bad read path named in the spec
-        raise ProposerError(f"the cli agent's sandbox: {exc}") from None
+    proxy: EgressProxy | None = None
+    with contextlib.ExitStack() as stack:
+        if job.isolation == "none":
+            isolation = Isolation.none()
+        else:
+            if walls.network == "proxy":
+                try:
+                    proxy = stack.enter_context(EgressProxy(walls.policy))
+                except EgressProxyError as exc:
+                    raise ProposerError(f"the cli agent's sandbox cannot start: {exc}") from None
+            isolation = Isolation(
+                read_paths=(str(Path(job.archive_dir).resolve()), *walls.read_paths),
+                host_network=walls.network == "host",
+                egress_socket=proxy.socket_path if proxy else None,
+            )
+        try:
+            result = run_python(
+                _DRIVER,
+                files=dict(job.files),
+                env={"IS_SANDBOX": "1", **dict(walls.env)},
+                limits=agent_limits(job.timeout_s),
+                isolation=isolation,
+                collect=[_RESULT],
+            )
+        except SandboxSetupError as exc:
+            raise ProposerError(f"the cli agent's sandbox cannot start: {exc}") from None
+        except ValueError as exc:  # a bad read path named in the spec
+            raise ProposerError(f"the cli agent's sandbox: {exc}") from None
+        if proxy is not None:  # what the agent asked for and what it got, for the session's transcript
+            decisions = list(proxy.decisions)[-EGRESS_DECISIONS_KEPT:]
+            result = dataclasses.replace(result, isolation={**result.isolation, "egress": decisions})
+        return result
 
 
 class AgentLauncher(abc.ABC):
@@ -311,7 +365,8 @@ class InProcessLauncher(AgentLauncher):
         self.walls = walls
 
     def run(self, job: AgentJob) -> SandboxResult:
-        return run_agent_sandbox(job, self.walls)
+        # the search process made the job: the services its kit lists are the trusted side's too
+        return run_agent_sandbox(job, dataclasses.replace(self.walls, services=tuple(job.services)))
 
 
 def render_command(template: list[str], values: Mapping[str, str]) -> list[str]:
@@ -336,10 +391,13 @@ class CLIAgentProposer(Proposer):
         command: the argv template (``spec.experiment.harnessSearch.proposer.command``).
         extra_env: the only variables the agent gets besides the sandbox's fixed ones (its API key).
         read_paths: the agent's own install, mounted read-only (``readPaths``).
-        network: ``host`` (the agent must reach its API; the default) or ``none``.
+        network: ``proxy`` (the default: only ``allow_hosts``, through the egress proxy), ``host`` or ``none``.
+        allow_hosts, allow_private_hosts: the egress proxy's allow-list (``allowHosts``, ``allowPrivateHosts``); the
+            run's tool services that the prototyping kit lists are reachable too.
         launcher: who starts the agent's sandbox; default :class:`InProcessLauncher` with these settings (on a
             cluster, :class:`~whale.metaharness.proposer.agent_exchange.ExchangeLauncher`: the key and the walls are
-            the agent container's, so ``extra_env``, ``read_paths`` and ``network`` are not used here).
+            the agent container's, so ``extra_env``, ``read_paths`` and the allow-lists are not used here; ``network``
+            still says whether the prototyping kit offers the run's tool services).
     """
 
     backend = "cli"
@@ -350,7 +408,9 @@ class CLIAgentProposer(Proposer):
         extra_env: Mapping[str, str] | None = None,
         *,
         read_paths: Sequence[str] = (),
-        network: str = "host",
+        network: str = "proxy",
+        allow_hosts: Sequence[str] = DEFAULT_ALLOW_HOSTS,
+        allow_private_hosts: Sequence[str] = (),
         model: str | None = None,
         effort: str | None = None,
         launcher: AgentLauncher | None = None,
@@ -361,8 +421,16 @@ class CLIAgentProposer(Proposer):
         # IS_SANDBOX=1 (added by run_agent_sandbox): what the reference's wrapper sets for Claude Code (it then
         # accepts --dangerously-skip-permissions whatever uid it runs as); it says only that the agent is sandboxed
         self.launcher = launcher or InProcessLauncher(
-            AgentWalls(read_paths=tuple(read_paths), network=network, env=dict(extra_env or {}))
+            AgentWalls(
+                read_paths=tuple(read_paths),
+                network=network,
+                env=dict(extra_env or {}),
+                allow_hosts=tuple(allow_hosts),
+                allow_private_hosts=tuple(allow_private_hosts),
+            )
         )
+        #: what the agent's network reaches decides whether the prototyping kit offers the run's tool services
+        self.network = network
         self.model = model or ""
         self.effort = effort or ""
 
@@ -394,12 +462,15 @@ class CLIAgentProposer(Proposer):
             "max_files": MAX_BUNDLED_FILES,
             "max_file_bytes": MAX_CANDIDATE_BYTES,
         }
-        files = {**request.workspace, "PROMPT.md": prompt, "SKILL.md": request.skill, _CONFIG: json.dumps(config)}
+        # the kit's service clients only where the agent can reach the services (not without a network)
+        kit = request.workspace if self.network != "none" else offline_kit(request.workspace, CLI_OFFLINE_README)
+        files = {**kit, "PROMPT.md": prompt, "SKILL.md": request.skill, _CONFIG: json.dumps(config)}
         job = AgentJob(
             files=files,
             archive_dir=str(Path(request.archive_dir).resolve()),
             timeout_s=float(request.timeout_s),
             isolation="none" if request.isolation == "none" else "namespaces",
+            services=kit_services(kit),
         )
         started = time.monotonic()
         try:

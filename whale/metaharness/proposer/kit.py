@@ -38,10 +38,10 @@ harness's environment actions (chess: moves in UCI) on a fresh episode of a D_ha
 environment service: what the harness's ``observe`` gets for each. The URLs are in services.json; a service the
 run has not deployed is missing there."""
 
+import http.client
 import json
 import os
-import urllib.error
-import urllib.request
+import urllib.parse
 
 from whale.tools.service_call import CODE_SERVICE_FAILED, ToolServiceError, TransportFailure, post_json
 
@@ -55,22 +55,34 @@ def _url(name, path):
     return SERVICES[name].rstrip("/") + path
 
 
-def _answer(exc):
-    return exc.code, exc.read().decode("utf-8", "replace")
+def _http(url, payload=None, timeout=60):
+    """(status, body text) of a GET (no payload) or a JSON POST. Behind an HTTP proxy (an agent behind the egress
+    proxy: only CONNECT goes out) through a CONNECT tunnel to the service; else straight to it."""
+    parts = urllib.parse.urlsplit(url)
+    proxy = urllib.parse.urlsplit(os.environ.get("HTTP_PROXY") or os.environ.get("http_proxy") or "")
+    try:
+        if proxy.hostname:
+            conn = http.client.HTTPConnection(proxy.hostname, proxy.port or 80, timeout=timeout)
+            conn.set_tunnel(parts.hostname, parts.port or 80)
+        else:
+            conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
+        try:
+            path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+            if payload is None:
+                conn.request("GET", path)
+            else:
+                conn.request("POST", path, json.dumps(payload).encode(), {"content-type": "application/json"})
+            resp = conn.getresponse()
+            return resp.status, resp.read().decode("utf-8", "replace")
+        finally:
+            conn.close()
+    except (OSError, http.client.HTTPException) as exc:  # refused, timed out, reset while reading
+        raise TransportFailure(str(exc) or type(exc).__name__) from exc
 
 
 def _sender(timeout):
     def send(url, payload):
-        req = urllib.request.Request(url, json.dumps(payload).encode(), {"content-type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                return resp.status, resp.read().decode("utf-8", "replace")
-        except urllib.error.HTTPError as exc:  # an answer, with its status
-            return _answer(exc)
-        except urllib.error.URLError as exc:
-            raise TransportFailure(str(exc.reason) or type(exc.reason).__name__) from exc
-        except OSError as exc:  # timed out, reset while reading
-            raise TransportFailure(str(exc) or type(exc).__name__) from exc
+        return _http(url, payload, timeout)
 
     return send
 
@@ -91,13 +103,8 @@ def _cuts_tokens():
     """Whether the retriever cuts in the policy's tokens (started with --tokenizer), as the environment asks: its
     /healthz answer read whatever its status; no answer or no JSON = no."""
     try:
-        try:
-            with urllib.request.urlopen(_url("retriever", "/healthz"), timeout=60) as resp:
-                body = resp.read().decode("utf-8", "replace")
-        except urllib.error.HTTPError as exc:
-            body = _answer(exc)[1]
-        about = json.loads(body)
-    except (OSError, ValueError):
+        about = json.loads(_http(_url("retriever", "/healthz"))[1])
+    except (TransportFailure, ValueError):
         return False
     return isinstance(about, dict) and bool(about.get("tokenizer"))
 
@@ -181,16 +188,39 @@ run's tools are reached through the `try_harness` tool instead of `tools.py`.
   are what `try_harness` takes as `items`.
 """
 
+#: the same for a ``cli`` agent without a network (``network: none``)
+CLI_OFFLINE_README = """# Prototyping kit (offline)
+
+Import these with `python3` (`proto/` on `sys.path`). The run's tool services are out of reach from here (you have
+no network), so the kit has no `tools.py`.
+
+* `whale/harness/api.py` — the harness API; `incoming.py` — the harness this phase started from; import a candidate
+  the same way and call its hooks (`start`, `parse`, `observe`, ...) on a task with a state dict of your own.
+* `tasks.jsonl` — the D_harness tasks as a harness's `start(task, state)` gets them (no gold answers).
+"""
+
 #: the kit's service clients: no use where the agent has no network (the built-in agents' shell)
 _ONLINE_ONLY = (f"{KIT_DIR}/tools.py", f"{KIT_DIR}/services.json")
 
 
-def offline_kit(files: Mapping[str, str]) -> dict[str, str]:
+def kit_services(files: Mapping[str, str]) -> tuple[str, ...]:
+    """The service URLs a kit's ``services.json`` lists (none: no such file, or not a JSON object of URLs)."""
+    try:
+        services = json.loads(files.get(f"{KIT_DIR}/services.json", "{}"))
+    except ValueError:
+        return ()
+    if not isinstance(services, dict):
+        return ()
+    return tuple(sorted({u for u in services.values() if isinstance(u, str) and u.startswith("http://")}))
+
+
+def offline_kit(files: Mapping[str, str], readme: str = _OFFLINE_README) -> dict[str, str]:
     """The kit for an agent without network (the built-in agents: their ``run_shell`` has none, their
-    ``try_harness`` reaches the tools): the same files but the service clients, and a README saying so."""
+    ``try_harness`` reaches the tools; a walled ``cli`` agent, with :data:`CLI_OFFLINE_README`): the same files but
+    the service clients, and a README saying so."""
     out = {path: text for path, text in files.items() if path not in _ONLINE_ONLY}
     if f"{KIT_DIR}/README.md" in out:
-        out[f"{KIT_DIR}/README.md"] = _OFFLINE_README
+        out[f"{KIT_DIR}/README.md"] = readme
     return out
 
 
