@@ -364,9 +364,9 @@ def test_the_operator_renders_the_allow_list_into_the_agent_container(example: s
     service URLs the search container gets (what its kit lists), nothing of the run's vLLM or store."""
     from tests.operator.test_least_privilege import EXAMPLES, wire_of
     from tests.operator.test_manifests import children_of
-    from whale.core.spec import WhaleRunSpec
+    from whale_operator.cluster_spec import ClusterRunSpec
 
-    spec = WhaleRunSpec.model_validate(wire_of(next(p for p in EXAMPLES if p.stem == example)))
+    spec = ClusterRunSpec.model_validate(wire_of(next(p for p in EXAMPLES if p.stem == example)))
     [pod] = [
         o["spec"]["template"]["spec"]
         for o in children_of(spec)
@@ -391,9 +391,9 @@ def test_on_a_cluster_the_agent_containers_runner_serves_the_proxy(agent: dict, 
     from tests.fixtures.kube import wait_for
     from tests.operator.test_least_privilege import EXAMPLES, wire_of
     from tests.security.test_proposer_agent_container import rendered_runner
-    from whale.core.spec import WhaleRunSpec
     from whale.metaharness.proposer import agent_exchange as ex
     from whale.tools.process import stop_process
+    from whale_operator.cluster_spec import ClusterRunSpec
 
     port, connected = listener
     exchange = agent["tmp"] / "whale-agent"
@@ -408,7 +408,7 @@ def test_on_a_cluster_the_agent_containers_runner_serves_the_proxy(agent: dict, 
         "allowHosts": [f"localhost:{echo.port}"],
         "allowPrivateHosts": ["localhost"],
     }
-    spec = WhaleRunSpec.model_validate({**wire, "harnessSearch": {**wire["harnessSearch"], "proposer": proposer}})
+    spec = ClusterRunSpec.model_validate({**wire, "harnessSearch": {**wire["harnessSearch"], "proposer": proposer}})
     command, env = rendered_runner(spec, exchange, {"whale-proposer/api-key": "sk-agent"})
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
