@@ -472,6 +472,19 @@ def test_operator_bench_runs_five_runs_through_every_section(tmp_path):
     }
 
 
+def test_reconcile_cpu_times_each_kind_of_reconcile_of_a_whole_run(tmp_path):
+    # one run played to its end by hand: every transition after the first timed three times, each kind reported
+    out = tmp_path / "reconcile.json"
+    run_script("reconcile_cpu.py", "--runs", "1", "--out", str(out), timeout_s=120)
+    report = json.loads(out.read_text())
+    kinds = report["per_kind"]
+    assert set(kinds) == {"finish", "running", "noop"}
+    assert kinds["finish"]["n"] == kinds["running"]["n"] == kinds["noop"]["n"] >= 3
+    assert report["all"]["n"] == 3 * kinds["finish"]["n"] == sum(len(v) for v in report["raw_s"].values())
+    # the reconcile that reads a finished child and makes the next one does more than one that finds nothing new
+    assert kinds["finish"]["median_s"] > kinds["noop"]["min_s"] > 0
+
+
 def test_demo_cost_records_each_run_and_stops_at_a_failed_one(tmp_path):
     # the plumbing, with commands in place of `make demo` (the demo itself: tests/component/test_examples.py)
     ok, failed = tmp_path / "ok.json", tmp_path / "failed.json"

@@ -3,8 +3,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
+from whale.core import state as state_mod
 from whale.core.layout import PhaseId, eval_phase_key, harness_phase_key, weight_phase_key
 from whale.core.protocol import PhaseKind
 from whale.core.state import RunState, best_eval
@@ -182,3 +185,17 @@ def test_the_operator_refuses_or_waits_before_any_phase() -> None:
         "Job x is preparing",
         2,
     )
+
+
+def test_a_transition_is_dataclasses_replace_without_its_cost() -> None:
+    """``whale.core.state.replace`` (a transition's copy) gives what ``dataclasses.replace`` gives: an equal, frozen,
+    new value with every other field kept, and refuses a name that is not a field."""
+    before = RunState(cycle=2, attempts={"c02-weight": 1}, completed_phases=("c01-weight",))
+    fast = state_mod.replace(before, step=7, active_phase="c02-weight")
+    assert fast == dataclasses.replace(before, step=7, active_phase="c02-weight")
+    assert fast is not before and before.step == 0 and fast.attempts == {"c02-weight": 1}
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.step = 8  # type: ignore[misc]
+    with pytest.raises(TypeError, match="no_such_field"):
+        state_mod.replace(before, no_such_field=1)
+    assert RunState.from_status(fast.to_status()) == fast

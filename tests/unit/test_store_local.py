@@ -103,6 +103,30 @@ def test_a_symlink_to_a_sibling_whose_name_starts_like_the_root_is_refused(tmp_p
         store.read_bytes("link/secret")
 
 
+def test_a_symlink_deep_in_a_key_is_checked_and_one_inside_the_root_is_followed(tmp_path: Path) -> None:
+    """Only a key's own components are looked at for links (the root was resolved at open): a link below the first
+    component is caught as well, through a list or a listing too, and a link that stays inside the store is followed."""
+    outside = tmp_path / "outside"
+    (outside / "p").mkdir(parents=True)
+    (outside / "p" / "secret").write_text("s")
+    store = LocalStore(tmp_path / "store")
+    store.write_text("runs/r/kept/a.txt", "inside")
+    (store.root / "runs" / "r" / "out").symlink_to(outside)
+    for read in (
+        lambda: store.read_bytes("runs/r/out/p/secret"),
+        lambda: store.list("runs/r/out/p/", recursive=False),
+        lambda: store.list("runs/r/out/"),
+        lambda: store.write_bytes("runs/r/out/p/new", b"x"),
+    ):
+        with pytest.raises(StoreError, match="escapes the store root"):
+            read()
+    assert not (outside / "p" / "new").exists()
+    (store.root / "runs" / "alias").symlink_to(store.root / "runs" / "r")
+    assert store.read_text("runs/alias/kept/a.txt") == "inside"
+    assert store.list("runs/alias/kept/", recursive=False) == ["runs/r/kept/a.txt"]  # named as resolved
+    assert store.read_json_or_none("runs/missing/x/y.json") is None
+
+
 def test_objects_are_plain_files(tmp_path: Path) -> None:
     store = LocalStore(tmp_path)
     store.write_text("runs/r/spec.json", "{}")

@@ -10,7 +10,8 @@ does not exist cannot be written by mistake. Pure: no I/O, no clock (``now`` is 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from whale.core.layout import PhaseId
 from whale.core.protocol import PhaseKind
@@ -83,7 +84,7 @@ class RunState:
     # --- (de)serialisers ---
     @classmethod
     def from_status(cls, status: WhaleRunStatus) -> RunState:
-        values = {f.name: getattr(status, f.name) for f in fields(cls)}
+        values = {name: getattr(status, name) for name in _FIELDS}
         for name in ("completed_phases", "stop_requested", "evals", "integrity_flags", "conditions"):
             values[name] = tuple(values[name])
         for name in ("attempts", "failures", "evictions"):
@@ -91,7 +92,7 @@ class RunState:
         return cls(**values)
 
     def to_status(self) -> WhaleRunStatus:
-        return WhaleRunStatus.model_validate({f.name: getattr(self, f.name) for f in fields(self)})
+        return WhaleRunStatus.model_validate({name: getattr(self, name) for name in _FIELDS})
 
     # --- reading ---
     def attempt_of(self, phase: str) -> int:
@@ -435,3 +436,20 @@ def best_eval(point: EvalPoint, default_k: int | None = None) -> BestEval:
         rollouts_at=point.rollouts_at,
         iteration=point.iteration,
     )
+
+
+#: RunState's field names, looked up once (``dataclasses.fields`` walks the class at every call)
+_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(RunState))
+
+
+def replace(state: RunState, **changes: Any) -> RunState:
+    """``dataclasses.replace`` for :class:`RunState` (no ``__post_init__``, no slots): the same value, without
+    ``dataclasses.replace`` re-reading every field through ``fields()`` and ``__init__`` (a transition runs several
+    times a reconcile)."""
+    unknown = changes.keys() - state.__dict__.keys()
+    if unknown:
+        raise TypeError(f"RunState has no field(s) {sorted(unknown)}")
+    new = object.__new__(RunState)
+    new.__dict__.update(state.__dict__)
+    new.__dict__.update(changes)
+    return new

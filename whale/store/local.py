@@ -17,6 +17,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 import tempfile
 import time
 from collections.abc import Iterator
@@ -77,16 +78,30 @@ class LocalStore(Store):
         return f"LocalStore({str(self.root)!r})"
 
     def _path(self, key: str, *, allow_root: bool = False) -> Path:
+        return Path(self._resolved(key, allow_root=allow_root))
+
+    def _resolved(self, key: str, *, allow_root: bool = False) -> str:
+        """The key's file as a string, checked not to leave the store through a symlink. The root was resolved when
+        the store was opened, so only the key's own components can be links: each is looked at (one ``lstat``, not
+        ``os.path.realpath``'s walk from ``/``: a controller asks this many times a second) and a path that passes
+        through a link is resolved in full and checked."""
         key = normalize_key(key, allow_root=allow_root)
-        if not key:
-            return self.root
-        # os.path on strings: what Path.resolve() does, without pathlib's parsing (a controller asks this many times
-        # a second)
         root = str(self.root)
-        real = os.path.realpath(os.path.join(root, key))
-        if real != root and not real.startswith(root.rstrip(os.sep) + os.sep):  # a symlink pointing outside
-            raise StoreError(f"key {key!r} escapes the store root {self.root} (through a symlink)")
-        return Path(real)
+        if not key:
+            return root
+        prefix = root.rstrip(os.sep)
+        path = prefix
+        for part in key.split("/"):
+            path = f"{path}{os.sep}{part}"
+            try:
+                if stat.S_ISLNK(os.lstat(path).st_mode):
+                    real = os.path.realpath(f"{prefix}{os.sep}{key}")
+                    if real != root and not real.startswith(prefix + os.sep):  # a symlink pointing outside
+                        raise StoreError(f"key {key!r} escapes the store root {self.root} (through a symlink)")
+                    return real
+            except OSError:  # missing (or below a file): nothing further down exists to be a link
+                break
+        return f"{prefix}{os.sep}{key}"
 
     def local_path(self, key: str) -> Path:
         return self._path(key)
@@ -102,7 +117,8 @@ class LocalStore(Store):
     # --- reads ---
     def read_bytes(self, key: str) -> bytes:
         try:
-            return self._path(key).read_bytes()
+            with open(self._resolved(key), "rb") as fh:
+                return fh.read()
         except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
             raise ObjectNotFound(normalize_key(key), self.uri) from None
         except OSError as exc:
@@ -124,14 +140,14 @@ class LocalStore(Store):
         return self._path(key).is_file()
 
     def list(self, prefix: str, recursive: bool = True) -> list[str]:
-        base = self._path(prefix, allow_root=True)
-        if not base.is_dir():
+        base = self._resolved(prefix, allow_root=True)
+        if not os.path.isdir(base):
             return []
         if recursive:
-            return sorted(self._rel(p) for p in _files_under(base))
+            return sorted(self._rel(p) for p in _files_under(Path(base)))
         # os.scandir and strings, not pathlib: a controller lists a run's phases and checkpoints many times a second
         root = str(self.root)
-        here = str(base)[len(root) :].strip(os.sep)
+        here = base[len(root) :].strip(os.sep)
         out = []
         with os.scandir(base) as entries:
             for entry in entries:

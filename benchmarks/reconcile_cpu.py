@@ -1,0 +1,141 @@
+"""The thread CPU of one reconcile, driven by hand, transition by transition: a quieter figure than
+``operator_bench.py``'s, for telling a cut to the reconcile's own code from the machine's noise.
+
+No kopf and no other run: the benchmark plays the watch events itself (the finished Job, then the new Job and the
+sidecar's acknowledgement, fed to the operator's informer as kopf's handlers feed it) and calls
+:meth:`Reconciler.reconcile` in this thread, timing each call by ``time.thread_time()``. Per transition of a run's
+schedule (a child finished) three reconciles are timed: ``finish`` (the finished child read, the next one created,
+the status written), ``running`` (the new child and the acknowledgement seen: the started mark, the progress mark)
+and ``noop`` (nothing changed). The API server is the emulator on loopback in a thread of this process (its CPU is
+not the reconcile thread's; its hold on the GIL can be), the store a local folder. Each run's first transition (its
+first reconciles, the spec parsed) is left out.
+
+    .venv/bin/python benchmarks/reconcile_cpu.py [--runs 8] [--out FILE]
+
+Run from another checkout's folder (``python /tmp/before/benchmarks/reconcile_cpu.py``) it measures that checkout's
+operator, as ``operator_bench.py`` does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# this tree's whale and whale_operator, before any installed copy (a benchmark of an older commit, unpacked beside)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.fixtures.kube import start_emulator
+from tests.operator.conftest import BASE_SPEC, prepared_run
+from tests.operator.player import job_finished
+from whale.store import open_store
+from whale_operator.crd import crd
+
+KINDS = ("finish", "running", "noop")
+NS = "bench"
+
+
+def measure(runs: int, workdir: Path) -> dict[str, list[float]]:
+    """Each kind's reconciles' thread CPU, seconds."""
+    (workdir / "kube").mkdir()
+    cluster, stop = start_emulator(workdir / "kube")
+    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+    os.environ["WHALE_OPERATOR_METRICS_PORT"] = "0"
+    # imported after $KUBECONFIG is set (the operator's client reads it when built)
+    from whale_operator.informer import Informer
+    from whale_operator.kube import KubeClient
+    from whale_operator.metrics import OperatorMetrics
+    from whale_operator.reconcile import Reconciler
+
+    api = cluster.api
+    try:
+        api.create("apiextensions.k8s.io/v1", "customresourcedefinitions", None, crd())
+        api.create("v1", "namespaces", None, {"metadata": {"name": NS}})
+        store = open_store(f"file://{workdir / 'store'}")
+        spec = {**BASE_SPEC, "storage": {"uri": store.uri}}
+        kube = KubeClient.from_environment()
+        informer = Informer(kube)
+        kube.on_write = informer.observe
+        reconciler = Reconciler(kube, OperatorMetrics(), reads=informer)
+        cpu: dict[str, list[float]] = {kind: [] for kind in KINDS}
+
+        def seen(job: dict[str, Any]) -> None:  # the watch event kopf would bring
+            now = api.get("batch/v1", "jobs", NS, job["metadata"]["name"])
+            assert now is not None, f"Job {job['metadata']['name']} is gone"
+            informer.observe(now)
+
+        for r in range(runs):
+            name = f"r{r}"
+            player = prepared_run(api, store, NS, name, spec)
+            for _ in range(8):  # the run's infrastructure, its serving target acknowledged, its first Job
+                player.ack_serving()
+                reconciler.reconcile(NS, name)
+                if player.jobs():
+                    break
+            for transition in range(100):
+                pending = [j for j in player.jobs() if not job_finished(j)]
+                if not pending:
+                    break
+                player.finish(pending[0])
+                seen(pending[0])
+                for kind in KINDS:
+                    if kind == "running":
+                        player.ack_serving()
+                        for job in player.jobs():
+                            seen(job)
+                    started = time.thread_time()
+                    reconciler.reconcile(NS, name)
+                    if transition > 0:
+                        cpu[kind].append(time.thread_time() - started)
+        kube.close()
+        return cpu
+    finally:
+        api.close()
+        stop.set()
+        stop.thread.join(timeout=10)  # type: ignore[attr-defined]  # set by start_emulator
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {
+        "n": len(values),
+        "mean_s": statistics.fmean(values),
+        "median_s": statistics.median(values),
+        "min_s": min(values),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=8, help="runs played one after another, each to its end")
+    ap.add_argument("--out", type=Path, help="write the raw JSON here (benchmarks/results/...)")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        cpu = measure(args.runs, Path(tmp))
+    every = [v for kind in KINDS for v in cpu[kind]]
+    per_kind = {kind: summary(cpu[kind]) for kind in KINDS}
+    result = {
+        "command": " ".join(["benchmarks/reconcile_cpu.py", *sys.argv[1:]]),
+        "tree": str(Path(__file__).resolve().parents[1]),
+        "load_average": os.getloadavg(),
+        "per_kind": per_kind,
+        "all": summary(every),
+        "raw_s": cpu,
+    }
+    for kind, s in [*per_kind.items(), ("all", summary(every))]:
+        print(
+            f"{kind:8s} n={s['n']:3.0f} mean {s['mean_s'] * 1e3:.2f} ms  median {s['median_s'] * 1e3:.2f}  "
+            f"min {s['min_s'] * 1e3:.2f}"
+        )
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
