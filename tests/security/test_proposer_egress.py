@@ -458,7 +458,7 @@ print(s.recv(100).decode())
 '''
 with EgressProxy(EgressPolicy((f"localhost:{{port}}",), ("localhost",))) as proxy:
     r = run_python(program, args=[str(port)], isolation=Isolation(egress_socket=proxy.socket_path))
-print(json.dumps({{"outcome": r.outcome.value, "stdout": r.stdout, "stderr": r.stderr[-2000:], "caps": open("/proc/self/status").read().split("CapEff:")[1].split()[0]}}))
+print(json.dumps({{"outcome": r.outcome.value, "stdout": r.stdout, "stderr": r.stderr[-2000:], "isolation": r.isolation, "caps": open("/proc/self/status").read().split("CapEff:")[1].split()[0]}}))
 """
 
 
@@ -490,6 +490,8 @@ def test_a_sandbox_host_container_without_net_admin_runs_the_relay():
     assert int(out["caps"], 16) & (1 << 12) == 0  # CAP_NET_ADMIN is not among the caller's
     assert out["outcome"] == "ok", out["stderr"]
     assert out["stdout"].splitlines() == ["HTTP/1.1 200 Connection established", "echo:hi"]
+    # the status says where the user namespace is: only the network's (a root caller's mounts are the caller's)
+    assert out["isolation"]["user_namespace"] is False and out["isolation"]["network_user_namespace"] is True
 
 
 @pytest.mark.timeout(60)

@@ -686,6 +686,7 @@ def _init(cfg, status, status_fd, alive_r, report_w, result_fd, map_r):
         if cfg.get("relay"):
             if cfg["root"]:
                 _own_network_namespace(report_w, map_r)
+                status["network_user_namespace"] = True  # the mounts' and PIDs' namespaces stay the caller's
             _loopback_up()
             _start_relay(cfg, (status_fd, alive_r, report_w, result_fd, map_r))
         pid = os.fork()

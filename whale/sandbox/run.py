@@ -32,7 +32,8 @@ class SandboxResult:
     #: exception type named by the traceback, or the signal name that ended it
     error_type: str | None
     wall_s: float
-    #: what isolation the launcher set up: level, network, pid_namespace, user_namespace, root,
+    #: what isolation the launcher set up: level, network, pid_namespace, user_namespace (network_user_namespace: a
+    #: root caller's egress relay owns its network namespace through one), root,
     #: uid (inside), scratch, scratch_bytes, read_paths, packages, capabilities, audit_hooks
     isolation: dict[str, Any]
     stdout_truncated: bool = False
