@@ -80,10 +80,10 @@ def test_the_operators_retriever_pod_cuts_in_the_policys_tokens(tmp_path, search
     """The retriever Deployment the operator renders, run here: its init container ``fetch-tokenizer`` places the
     policy model's tokenizer (``spec.experiment.model.name``, a folder here as an image-baked model is) and the service then
     started with the rendered ``--tokenizer`` cuts passages in that tokenizer's tokens."""
-    from whale.core.spec import WhaleRunSpec
     from whale_operator import builders
+    from whale_operator.cluster_spec import ClusterRunSpec
 
-    spec = WhaleRunSpec.model_validate(
+    spec = ClusterRunSpec.model_validate(
         {
             "domain": "search_qa",
             "condition": "mh_only",

@@ -194,8 +194,10 @@ def test_without_a_queue_the_jobset_is_created_running():
 
 def test_jobset_pods_pass_the_restricted_pod_security_standard():
     spec = example_spec(queueName="gpu")
-    spec = spec.with_sections(
-        **{"sandbox": spec.execution.sandbox.model_copy(update={"isolation": "none", "acknowledge_unisolated": True})}
+    search = spec.experiment.harness_search
+    spec = spec.with_sections(  # at isolation none a cli agent has the host's network, said by name
+        sandbox=spec.execution.sandbox.model_copy(update={"isolation": "none", "acknowledge_unisolated": True}),
+        harness_search=search.model_copy(update={"proposer": search.proposer.model_copy(update={"network": "host"})}),
     )
     js = builders.phase_jobset(RUN, spec, eval_request(spec), store_uri=STORE, checkpoint=None)
     for rjob in js["spec"]["replicatedJobs"]:
