@@ -28,6 +28,7 @@ import argparse
 import ast
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -197,20 +198,25 @@ def convert_document_literals(text: str) -> str:
     found = [n for n in ast.walk(tree) if _is_v1alpha1_doc(n) and id(n) not in wrapped]
     if not found:
         return text
-    lines = text.splitlines(keepends=True)
-    offsets = [0]
-    for line in lines:
-        offsets.append(offsets[-1] + len(line))
-    spans = sorted(
-        ((offsets[n.lineno - 1] + n.col_offset, offsets[n.end_lineno - 1] + n.end_col_offset) for n in found),  # type: ignore[operator]
-        reverse=True,
-    )
-    for start, end in spans:
-        text = f"{text[:start]}convert_v1alpha1({text[start:end]}){text[end:]}"
+    text = _wrap_in_call(text, found, "convert_v1alpha1")
     if "import convert_v1alpha1" not in text and not re.search(
         r"from whale\.core\.convert import .*convert_v1alpha1", text
     ):
         text = _add_import(text, "from whale.core.convert import convert_v1alpha1\n")
+    return text
+
+
+def _wrap_in_call(text: str, nodes: Sequence[ast.AST], function: str) -> str:
+    """``text`` with the source of each of ``nodes`` (expressions parsed from it) wrapped as ``function(...)``."""
+    offsets = [0]
+    for line in text.splitlines(keepends=True):
+        offsets.append(offsets[-1] + len(line))
+    spans = sorted(
+        ((offsets[n.lineno - 1] + n.col_offset, offsets[n.end_lineno - 1] + n.end_col_offset) for n in nodes),  # type: ignore[attr-defined]
+        reverse=True,
+    )
+    for start, end in spans:
+        text = f"{text[:start]}{function}({text[start:end]}){text[end:]}"
     return text
 
 
@@ -241,16 +247,7 @@ def flat_unpacks(text: str) -> str:
                 found.append(value)
     if not found:
         return text
-    lines = text.splitlines(keepends=True)
-    offsets = [0]
-    for line in lines:
-        offsets.append(offsets[-1] + len(line))
-    spans = sorted(
-        ((offsets[n.lineno - 1] + n.col_offset, offsets[n.end_lineno - 1] + n.end_col_offset) for n in found),  # type: ignore[operator]
-        reverse=True,
-    )
-    for start, end in spans:
-        text = f"{text[:start]}flat({text[start:end]}){text[end:]}"
+    text = _wrap_in_call(text, found, "flat")
     if not re.search(r"^from tests\.fixtures\.specs import .*\bflat\b", text, re.M):
         text = _add_import(text, "from tests.fixtures.specs import flat\n")
     return text

@@ -82,6 +82,21 @@ def _entries(block: list[str], indent: int) -> tuple[list[tuple[str, list[str]]]
     return entries, pending
 
 
+def _spec_start(lines: list[str]) -> int | None:
+    """The line ``spec:`` of a document (a block mapping on lines of its own), or None."""
+    return next((i for i, line in enumerate(lines) if re.match(r"^spec:\s*(#.*)?$", line)), None)
+
+
+def _block_end(lines: list[str], start: int) -> int:
+    """The end of the top-level entry starting at ``start``: the next top-level key, or the document's end."""
+    return next((i for i in range(start + 1, len(lines)) if _TOP_KEY.match(lines[i])), len(lines))
+
+
+def _child_indent(lines: list[str], i: int, end: int) -> int | None:
+    """The indent of the entries under line ``i`` (its first non-filler line before ``end``), or None (none)."""
+    return next((_indent(line) for line in lines[i + 1 : end] if not _is_filler(line)), None)
+
+
 def _deeper(lines: list[str], by: int) -> list[str]:
     return [(" " * by + line) if line.strip() else line for line in lines]
 
@@ -92,11 +107,10 @@ def _split_domain_fields(
     """A ``data`` or ``verifier`` entry without its domain fields, and those fields' (domainOptions name, lines);
     another domain's fields are dropped (v1alpha1 ignored them)."""
     head = next(i for i, line in enumerate(entry) if (m := _KEY.match(line)) and len(m["indent"]) == indent)
-    body = entry[head + 1 :]
-    first = next((line for line in body if not _is_filler(line)), None)
-    if first is None:  # flow style or empty: the check after the move judges it
+    under = _child_indent(entry, head, len(entry))
+    if under is None:  # flow style or empty: the check after the move judges it
         return entry, []
-    children, trailing = _entries(body, _indent(first))
+    children, trailing = _entries(entry[head + 1 :], under)
     kept: list[str] = []
     moved: list[tuple[str, list[str]]] = []
     for child, lines in children:
@@ -113,16 +127,14 @@ def _split_domain_fields(
 def _migrate_document(lines: list[str], domain: Any = None) -> list[str]:
     """One v1alpha1 WhaleRun document's lines as v1alpha2 (the caller checks the result)."""
     out = [(f"apiVersion: {V1ALPHA2}{m['rest']}\n" if (m := _API.match(line.rstrip("\n"))) else line) for line in lines]
-    start = next((i for i, line in enumerate(out) if re.match(r"^spec:\s*(#.*)?$", line)), None)
+    start = _spec_start(out)
     if start is None:
         raise MigrateError("spec is not a block mapping (`spec:` on a line of its own); migrate it by hand")
-    end = next((i for i in range(start + 1, len(out)) if _TOP_KEY.match(out[i])), len(out))
-    block = out[start + 1 : end]
-    first = next((line for line in block if not _is_filler(line)), None)
-    if first is None:
+    end = _block_end(out, start)
+    indent = _child_indent(out, start, end)
+    if indent is None:
         return out
-    indent = _indent(first)
-    entries, trailing = _entries(block, indent)
+    entries, trailing = _entries(out[start + 1 : end], indent)
     groups: dict[str, list[str]] = {"experiment": [], "execution": []}
     top: list[str] = []
     cluster: list[str] = []
@@ -170,23 +182,20 @@ def _entry(lines: list[str], lo: int, hi: int, indent: int, key: str) -> tuple[i
     return None
 
 
-def _child_indent(lines: list[str], i: int, end: int) -> int | None:
-    return next((_indent(line) for line in lines[i + 1 : end] if not _is_filler(line)), None)
-
-
 def _move_fields(lines: list[str]) -> list[str]:
     """One v1alpha2 document with each moved field set where it was put where it now lives (the caller checks)."""
-    start = next((i for i, line in enumerate(lines) if re.match(r"^spec:\s*(#.*)?$", line)), None)
+    start = _spec_start(lines)
     if start is None:
         return lines
     out = list(lines)
     for old, new in MOVED_FIELDS:
-        end = next((i for i in range(start + 1, len(out)) if _TOP_KEY.match(out[i])), len(out))
+        end = _block_end(out, start)
         step = _child_indent(out, start, end)
         if step is None:
             return out
         where: list[tuple[int, int]] = []
-        lo, hi, level = start + 1, end, _child_indent(out, start, end)
+        lo, hi = start + 1, end
+        level: int | None = step
         for key in old:
             found = _entry(out, lo, hi, level, key) if level is not None else None
             if found is None:
@@ -208,8 +217,7 @@ def _move_fields(lines: list[str]) -> list[str]:
         parent_end = where[-2][1] - (i + 1 - first)
         if _child_indent(out, parent_i, parent_end) is None:  # the section held only the moved field
             del out[parent_i:parent_end]
-        end = next((i for i in range(start + 1, len(out)) if _TOP_KEY.match(out[i])), len(out))
-        lo, hi, indent = start + 1, end, step
+        lo, hi, indent = start + 1, _block_end(out, start), step
         for depth, key in enumerate(new):
             found = _entry(out, lo, hi, indent, key)
             if found is None:  # created at the end of its parent: the rest of the path, then the value
