@@ -1,14 +1,17 @@
 """kopf handlers: observe, decide, act — nothing else lives here.
 
 * one daemon per WhaleRun runs :meth:`Reconciler.reconcile` in a worker thread, then sleeps until
-  woken by a change of one of its children (Job / Deployment watch events) or of its spec, with a
+  woken by a change of one of its children (Job / JobSet / Deployment / doorbell watch events) or of its spec, with a
   timer only as a safety net (``WHALE_OPERATOR_RESYNC_S``);
-* the watch handlers keep the operator's informer current (:mod:`whale_operator.informer`: a reconcile reads the
-  run and its children from memory, not from the API server) and wake the owning run's daemon, so a finished Job leads to the next child
-  within a watch round-trip plus one reconcile; the same for the served-weights acknowledgement, which the
-  vLLM pod's sidecar stamps on the run's ConfigMap ``<run>-served`` (:mod:`whale.inference.doorbell`).
+* the children's watches (:mod:`whale_operator.watches`: threads of their own, started here, outside kopf's
+  per-event machinery) keep the operator's informer current (:mod:`whale_operator.informer`: a reconcile reads the
+  run and its children from memory, not from the API server) and wake the owning run's daemon, so a finished Job
+  leads to the next child within a watch round-trip plus one reconcile; the same for the served-weights
+  acknowledgement, which the vLLM pod's sidecar stamps on the run's ConfigMap ``<run>-served``
+  (:mod:`whale.inference.doorbell`).
 
-Run: ``kopf run -m whale_operator.handlers --all-namespaces`` (see docs/operator.md).
+Run: ``kopf run -m whale_operator.handlers --all-namespaces`` (see docs/operator.md); with ``--namespace=NS``, set
+``WHALE_OPERATOR_NAMESPACES=NS`` too (the children's watches serve the same namespaces).
 """
 
 from __future__ import annotations
@@ -25,12 +28,12 @@ import kopf
 
 from whale.core.spec import API_GROUP, API_VERSION, PLURAL
 from whale.core.status import RunPhase
-from whale_operator import names, observe
 from whale_operator.config import OperatorConfig, backoff_s, worker_threads
 from whale_operator.informer import Informer
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
 from whale_operator.reconcile import Reconciler
+from whale_operator.watches import ChildWatches, watch_timeout_s
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +46,6 @@ DEFAULT_PROGRESS_S = 15.0
 #: doubled after each failure in a row up to ``WHALE_OPERATOR_MAX_BACKOFF_S``
 DEFAULT_ERROR_BACKOFF_S = 5.0
 DEFAULT_MAX_BACKOFF_S = 300.0
-MANAGED = {"app.kubernetes.io/managed-by": names.MANAGED_BY}
 
 
 class NoEssence(kopf.AnnotationsDiffBaseStorage):
@@ -68,7 +70,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     settings.peering.priority = int(os.environ.get("WHALE_OPERATOR_PEERING_PRIORITY", random.randint(1, 32767)))
     # how long a replica that stopped renewing its peering record (a crashed pod) keeps the others on standby
     settings.peering.lifetime = int(os.environ.get("WHALE_OPERATOR_PEERING_LIFETIME_S", "60"))
-    settings.watching.server_timeout = int(os.environ.get("WHALE_OPERATOR_WATCH_TIMEOUT_S", "300"))
+    settings.watching.server_timeout = watch_timeout_s(os.environ)  # the children's watches' too
     metrics = OperatorMetrics()
     port = int(os.environ.get("WHALE_OPERATOR_METRICS_PORT", "8080"))
     memo.metrics_server = None
@@ -86,7 +88,6 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     memo.kube = kube
     memo.reconciler = Reconciler(kube, metrics, OperatorConfig.from_env(), reads=memo.informer)
     memo.wakeups = {}
-    memo.seen = {}  # child UID -> what a reconcile reads of it, as last seen (observe.wake_digest)
 
 
 @kopf.on.startup()
@@ -97,6 +98,23 @@ async def thread_pool(**_: Any) -> None:
     )
 
 
+@kopf.on.startup()
+async def child_watches(memo: kopf.Memo, **_: Any) -> None:
+    """The watches of the runs' children (:mod:`whale_operator.watches`: threads of their own, not kopf's): each
+    event feeds the informer and wakes the run that owns the child, here on the event loop."""
+    wakeups: dict[str, asyncio.Event] = memo.wakeups
+
+    def wake(runs: tuple[str, ...]) -> None:
+        for uid in runs:
+            if uid in wakeups:
+                wakeups[uid].set()
+
+    memo.watches = ChildWatches.build(
+        memo.kube, memo.informer, memo.metrics, wake, asyncio.get_running_loop(), os.environ
+    )
+    memo.watches.start()
+
+
 @kopf.on.login()
 def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     """In-cluster service account, else $KUBECONFIG as it is now (not when a library was imported)."""
@@ -105,6 +123,9 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 @kopf.on.cleanup()
 def shutdown(memo: kopf.Memo, **_: Any) -> None:
+    watches = getattr(memo, "watches", None)
+    if watches is not None:
+        watches.stop()
     kube = getattr(memo, "kube", None)
     if kube is not None:
         kube.close()
@@ -202,56 +223,6 @@ async def _sleep(wake: asyncio.Event, stopped: kopf.DaemonStopped, delay: float)
         woken.cancel()
         halted.cancel()
     return wake.is_set()
-
-
-def _wake_owner(body: kopf.Body, memo: kopf.Memo, event: str | None) -> None:
-    """Wake the run that owns the child, unless nothing a reconcile reads of it changed
-    (:func:`~whale_operator.observe.wake_digest`): every wake is a reconcile, and with hundreds of runs the
-    reconciles of changes that matter wait behind the rest. The handlers that call it are coroutines: they run on
-    the event loop, where the daemons' events live, not queued behind reconciles for a worker thread."""
-    memo.informer.observe(body, deleted=event == "DELETED")  # first: the reconcile it wakes reads this version
-    uid = body.get("metadata", {}).get("uid", "")
-    seen: dict[str, str | None] = memo.seen
-    if event == "DELETED":
-        seen.pop(uid, None)
-        digest: str | None = "deleted"
-    else:
-        digest = observe.wake_digest(body)
-        if seen.get(uid) == digest:
-            return
-        seen[uid] = digest
-        if digest is None:
-            return
-    for ref in body.get("metadata", {}).get("ownerReferences") or []:
-        if ref.get("kind") == "WhaleRun" and ref.get("uid") in memo.wakeups:
-            memo.wakeups[ref["uid"]].set()
-
-
-@kopf.on.event("batch", "v1", "jobs", labels=MANAGED)
-async def job_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
-    """A child Job changed: wake its run (fast reaction; no polling)."""
-    started = time.perf_counter()
-    _wake_owner(body, memo, type)
-    memo.metrics.handler_duration.labels(handler="job_event").observe(time.perf_counter() - started)
-
-
-@kopf.on.event("jobset.x-k8s.io", "v1alpha2", "jobsets", labels=MANAGED)
-async def jobset_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
-    """A phase JobSet changed (cluster.admission jobSet: admitted, evicted, finished): wake its run."""
-    _wake_owner(body, memo, type)
-
-
-@kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
-async def deployment_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
-    """The inference server became (un)ready, or was scaled: wake the run to update InferenceReady."""
-    _wake_owner(body, memo, type)
-
-
-@kopf.on.event("", "v1", "configmaps", labels=MANAGED)
-async def doorbell_event(body: kopf.Body, memo: kopf.Memo, type: str | None, **_: Any) -> None:
-    """The weight-sync sidecar stamped an acknowledgement on the run's doorbell (``<run>-served``): a run waiting
-    for the inference server to serve a child's weights starts that child now, not at the next progress poll."""
-    _wake_owner(body, memo, type)
 
 
 @kopf.on.event(API_GROUP, API_VERSION, PLURAL)

@@ -185,6 +185,14 @@ class Informer(ApiReads):
                 self._listed.pop((kind[1], namespace, run), None)
                 self._stale.add((kind[1], namespace, run))
 
+    def expire(self, kind: tuple[str, str]) -> None:
+        """A watch of ``kind`` may have missed events (410 Gone: it listed again): every run's children of that kind
+        are listed afresh at their next read, so a child whose DELETED event was lost is not kept."""
+        with self._lock:
+            for listed in (self._listed, self._ns_listed):
+                for key in [k for k in listed if k[0] == kind[1]]:
+                    del listed[key]
+
     def forget(self, namespace: str, run: str) -> None:
         with self._lock:
             for kind in (JOB, JOBSET, DEPLOYMENT):

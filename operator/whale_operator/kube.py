@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -102,6 +102,45 @@ def collection_path(api_version: str, kind: str, namespace: str) -> str:
     return f"{base}/namespaces/{quote(namespace)}/{plural}"
 
 
+def watch_path(api_version: str, kind: str, namespace: str | None) -> str:
+    """The collection of one namespace, or of every namespace (``None``): what a watch lists and watches."""
+    if namespace is not None:
+        return collection_path(api_version, kind, namespace)
+    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+    return f"{base}/{PLURALS[(api_version, kind)]}"
+
+
+class Stream:
+    """One streamed answer (a watch): its lines as they come, closable from another thread (the read blocked in
+    :meth:`lines` then ends at once: an operator stopping does not wait out the watch's timeout)."""
+
+    def __init__(self, resp: Any):
+        self._resp = resp
+
+    def lines(self) -> Iterator[bytes]:
+        """Each non-empty line, as soon as the server sent it whole."""
+        pending = b""
+        while True:
+            chunk = self._resp.read1(65536)
+            if not chunk:
+                return
+            pending += chunk
+            *whole, pending = pending.split(b"\n")
+            yield from (line for line in whole if line.strip())
+
+    def shutdown(self) -> None:
+        """End a read blocked in :meth:`lines` (from another thread): the socket takes no more input."""
+        try:
+            self._resp.shutdown()
+        except (ValueError, RuntimeError, OSError):  # closed already
+            pass
+
+    def close(self) -> None:
+        """Close the connection (the reading thread): the pool gets it back closed, never half-read."""
+        self._resp.close()
+        self._resp.release_conn()
+
+
 def object_path(api_version: str, kind: str, namespace: str, name: str) -> str:
     return f"{collection_path(api_version, kind, namespace)}/{quote(name)}"
 
@@ -120,6 +159,8 @@ class KubeClient:
     #: the API server's connection pool, as first looked up (the manager parses the URL and keys its pools anew at
     #: every lookup: an eighth of a request's CPU); None through a proxy
     _pool: Any = field(default=None, init=False, repr=False)
+    #: the streams' own connections (:meth:`stream`): a watch holds one for minutes, never one the reconciles need
+    _streams: Any = field(default=None, init=False, repr=False)
 
     def writes(self) -> int:
         """Requests other than GET sent by this thread so far: a reconcile that sent none changed nothing here."""
@@ -144,6 +185,8 @@ class KubeClient:
 
     def close(self) -> None:
         self.api.close()
+        if self._streams is not None:
+            self._streams.clear()
 
     # --- transport ---
     def request(
@@ -193,6 +236,34 @@ class KubeClient:
         if 400 <= status < 500 and status not in _TRANSIENT_4XX:
             raise Refused(status, message)
         raise KubeError(status, message)
+
+    def stream(self, path: str, query: dict[str, str], read_timeout_s: float) -> Stream:
+        """A streamed GET (a watch), through a pool manager of its own built by the SDK from the same configuration
+        (TLS, client certificate, proxy; the bearer token as :meth:`request` sends it). A read that waits longer than
+        ``read_timeout_s`` for a byte raises; a non-2xx answer raises :class:`NotFound` (404) or :class:`KubeError`."""
+        cfg = self.api.configuration
+        if self._streams is None:
+            self._streams = k8s_client.rest.RESTClientObject(cfg).pool_manager
+        headers = {**self.api.default_headers, "Accept": "application/json"}
+        for auth in cfg.auth_settings().values():
+            if auth["in"] == "header" and auth["value"]:
+                headers[auth["key"]] = auth["value"]
+        resp = self._streams.request(
+            "GET",
+            f"{cfg.host}{path}?{urlencode(query)}",
+            headers=headers,
+            preload_content=False,
+            timeout=urllib3.Timeout(connect=REQUEST_TIMEOUT_S, read=read_timeout_s),
+        )
+        if 200 <= resp.status < 300:
+            return Stream(resp)
+        data = resp.read()
+        resp.release_conn()
+        try:
+            message = json.loads(data).get("message", "")
+        except ValueError:
+            message = data[:200].decode("utf-8", "replace")
+        raise (NotFound if resp.status == 404 else KubeError)(resp.status, message)
 
     # --- objects ---
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:

@@ -38,6 +38,15 @@ class OperatorMetrics:
         self.reconcile_errors = Counter(
             "whale_operator_reconcile_errors", "Reconciles that raised, by error type", ["error"], registry=r
         )
+        self.watch_restarts = Counter(
+            "whale_operator_watch_restarts",
+            "Watches of the runs' children begun again: expired (410 Gone: listed afresh) or after an error",
+            ["kind", "reason"],
+            registry=r,
+        )
+        self.watch_events = Counter(
+            "whale_operator_watch_events", "Watch events of the runs' children received, by kind", ["kind"], registry=r
+        )
         self.runs = Gauge("whale_operator_runs", "WhaleRuns seen by this operator, by phase", ["phase"], registry=r)
         self.phase_duration = Histogram(
             "whale_operator_phase_duration_seconds",

@@ -59,8 +59,10 @@ def operator_env(kube_cluster: EmulatedCluster, monkeypatch: pytest.MonkeyPatch)
 
 
 @pytest.fixture()
-def start_operator(operator_env: None, kube_namespace: str) -> Any:
-    """A context manager running the real operator (``kopf run``) on the test's namespace."""
+def start_operator(operator_env: None, kube_namespace: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A context manager running the real operator (``kopf run``) on the test's namespace (its children's watches
+    too, as the chart sets them: ``WHALE_OPERATOR_NAMESPACES``)."""
+    monkeypatch.setenv("WHALE_OPERATOR_NAMESPACES", kube_namespace)
 
     @contextlib.contextmanager
     def run() -> Iterator[KopfRunner]:

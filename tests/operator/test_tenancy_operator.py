@@ -64,11 +64,12 @@ def test_a_recreated_run_starts_clean_and_resume_from_adopts_the_old_store(
 
 
 def test_two_namespaces_with_the_same_run_name_never_share_data(
-    operator_env: None, kube_cluster: EmulatedCluster, kube_namespace: str, store: Store
+    operator_env: None, kube_cluster: EmulatedCluster, kube_namespace: str, store: Store, monkeypatch
 ):
     api = kube_cluster.api
     other = f"{kube_namespace[:50]}-b"
     api.create("v1", "namespaces", None, {"metadata": {"name": other}})
+    monkeypatch.setenv("WHALE_OPERATOR_NAMESPACES", f"{kube_namespace},{other}")  # as kopf's two --namespace
     args = ["run", "--standalone", "--namespace", kube_namespace, "--namespace", other, "-m", "whale_operator.handlers"]
     with KopfRunner(args, timeout=30) as runner:
         a = new_run(api, store, kube_namespace, "same")
