@@ -321,6 +321,7 @@ def main() -> None:
         "KUBECONFIG": str(emulator.kubeconfig),
         "WHALE_OPERATOR_METRICS_PORT": str(port),
         "WHALE_OPERATOR_DOMAIN_SPLIT_SIZES": "1",  # synthetic's sizes are constants: no prepare Job per run
+        "WHALE_OPERATOR_NAMESPACES": NS,  # the children's watches serve kopf's --namespace (as the chart sets it)
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "operator")]),
     }
     for setting in ("WHALE_OPERATOR_PROGRESS_S", "WHALE_OPERATOR_RESYNC_S"):

@@ -6,7 +6,8 @@ same handlers and wraps :meth:`Reconciler.reconcile` so each call runs under its
 are not the reconcile's cost); at exit the threads' profiles are merged and written as pstats to
 ``$WHALE_BENCH_PROFILE``. Read it with ``python -m pstats FILE`` (``sort tottime``, ``stats 30``). The thread that
 imports it (kopf's event loop: its watch streams, its handlers, its own API requests) is profiled too, from import to
-exit, into ``$WHALE_BENCH_PROFILE.loop``: what the operator spends outside its reconciles.
+exit, into ``$WHALE_BENCH_PROFILE.loop``: what the operator spends outside its reconciles, but for the children's
+watches, which run in threads of their own (:mod:`whale_operator.watches`; not profiled).
 """
 
 from __future__ import annotations

@@ -189,9 +189,10 @@ class Informer(ApiReads):
         """A watch of ``kind`` may have missed events (410 Gone: it listed again): every run's children of that kind
         are listed afresh at their next read, so a child whose DELETED event was lost is not kept."""
         with self._lock:
-            for listed in (self._listed, self._ns_listed):
-                for key in [k for k in listed if k[0] == kind[1]]:
-                    del listed[key]
+            for key in [k for k in self._listed if k[0] == kind[1]]:
+                del self._listed[key]
+            for spot in [k for k in self._ns_listed if k[0] == kind[1]]:
+                del self._ns_listed[spot]
 
     def forget(self, namespace: str, run: str) -> None:
         with self._lock:

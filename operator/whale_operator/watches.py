@@ -249,9 +249,9 @@ class ChildWatch:
         items = list(answer.get("items") or [])
         at = str((answer.get("metadata") or {}).get("resourceVersion") or "")
         self.informer.expire((self.target.api_version, self.target.kind))
-        for gone in self.index.missing(items):
-            stub = {"kind": self.target.kind, "metadata": {"namespace": gone.namespace, "name": gone.name}}
-            self.informer.observe({**stub, "metadata": {**stub["metadata"], "resourceVersion": at}}, deleted=True)
+        for gone in self.index.missing(items):  # deleted while the watch was away: gone by the list's version
+            meta = {"namespace": gone.namespace, "name": gone.name, "resourceVersion": at}
+            self.informer.observe({"kind": self.target.kind, "metadata": meta}, deleted=True)
             self._wake(gone.owners)
         for obj in items:
             self._apply("ADDED", {"kind": self.target.kind, "apiVersion": self.target.api_version, **obj})

@@ -219,6 +219,8 @@ def test_namespaced_mode_holds_namespaced_rights_only_in_the_served_namespace():
     assert "--all-namespaces" not in command
     served = [c.split("=", 1)[1] for c in command if c.startswith("--namespace=")]
     assert served == ["whale"]
+    env = {e["name"]: e.get("value") for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["WHALE_OPERATOR_NAMESPACES"] == "whale"  # the children's watches: kopf's scope, from one value
     assert the("namespaced", "KopfPeering", "whale-operator")["metadata"]["namespace"] == "whale"
     assert not objects("namespaced", "ClusterKopfPeering")
     assert the("namespaced", "Role", "whale-operator")["metadata"]["namespace"] == "whale"

@@ -82,6 +82,7 @@ def replicas(operator_env: None, kube_namespace: str, peering: str, tmp_path: Pa
             **os.environ,
             "WHALE_OPERATOR_METRICS_PORT": str(port),
             "WHALE_OPERATOR_PEERING_PRIORITY": str(priority),
+            "WHALE_OPERATOR_NAMESPACES": kube_namespace,  # the children's watches: kopf's --namespace
         }
         log = tmp_path / f"{name}.log"
         args = [sys.executable, "-m", "kopf", "run", "--namespace", kube_namespace, "--peering", peering]

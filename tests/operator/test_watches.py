@@ -44,8 +44,8 @@ def test_what_each_event_does_to_the_watch() -> None:
 
 
 def child(uid: str, status: dict[str, Any] | None = None) -> dict[str, Any]:
-    meta = {"name": f"c-{uid}", "namespace": "ns", "uid": uid, "resourceVersion": "1"}
-    meta["ownerReferences"] = [{"kind": "WhaleRun", "uid": RUN_UID}, {"kind": "Other", "uid": "x"}]
+    refs = [{"kind": "WhaleRun", "uid": RUN_UID}, {"kind": "Other", "uid": "x"}]
+    meta = {"name": f"c-{uid}", "namespace": "ns", "uid": uid, "resourceVersion": "1", "ownerReferences": refs}
     return {"kind": "Job", "metadata": meta, "spec": {}, "status": status or {}}
 
 
