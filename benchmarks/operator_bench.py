@@ -11,8 +11,9 @@
   latency from the operator's histogram (``whale_operator_handler_duration_seconds{handler="reconcile"}``,
   which includes the wait for a worker thread; ``reconcile_work`` without it), the CPU per reconcile (the
   reconciling thread's own CPU, ``whale_operator_reconcile_cpu_seconds``, and the whole operator process's CPU
-  divided by the reconciles: kopf's watch handling included), the CPU of the emulator and of the driver apart, the
-  API requests of each client (the operator, kopf, the driver), and the operator's RSS.
+  divided by the reconciles: kopf's watch handling included, and the threads that watch the runs' children,
+  ``watch_threads_cpu_s``, with the events they took, ``watch_events``), the CPU of the emulator and of the driver
+  apart, the API requests of each client (the operator, kopf, the driver), and the operator's RSS.
 
 The operator runs as its own process (``kopf run``), exactly as in its image, with its default progress poll
 (15 s) and resync (30 s): a reaction that waits for either shows up as such. Split sizes come from the domain
@@ -209,11 +210,17 @@ class Scrape:
         found = re.search(rf"^{name}(?:\{{{re.escape(label)}\}})? (\S+)$", self.text, re.M)
         return float(found.group(1)) if found else 0.0
 
+    def total(self, name: str) -> float:
+        """The sum of a metric over all its labels (0 where the operator has no such metric)."""
+        return sum(float(m.group(1)) for m in re.finditer(rf"^{name}(?:\{{[^}}]*\}})? (\S+)$", self.text, re.M))
+
 
 RECONCILE = 'handler="reconcile"'
 WORK = 'handler="reconcile_work"'
 LATENCY = "whale_operator_handler_duration_seconds"
 CPU = "whale_operator_reconcile_cpu_seconds"
+WATCH_CPU = "whale_operator_watch_cpu_seconds_total"
+WATCH_EVENTS = "whale_operator_watch_events_total"
 
 
 def quantile(buckets: list[tuple[float, float]], q: float) -> float:
@@ -283,6 +290,9 @@ class Section:
             "cpu_per_reconcile_p99_le_s": quantile(own, 0.99),
             "process_cpu_s": cpu,
             "process_cpu_per_reconcile_s": cpu / n if n else float("nan"),
+            # the threads that watch the runs' children outside kopf (whale_operator.watches), part of process_cpu_s
+            "watch_threads_cpu_s": after.total(WATCH_CPU) - self.before.total(WATCH_CPU),
+            "watch_events": after.total(WATCH_EVENTS) - self.before.total(WATCH_EVENTS),
             "emulator_cpu_s": emulator_cpu,
             "driver_cpu_s": driver_cpu,
             "api_requests": requests,

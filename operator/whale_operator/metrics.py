@@ -44,6 +44,12 @@ class OperatorMetrics:
             ["kind", "reason"],
             registry=r,
         )
+        self.watch_cpu = Counter(
+            "whale_operator_watch_cpu_seconds",
+            "CPU time of the threads watching the runs' children (reading, decoding, the informer, the wakes)",
+            ["kind"],
+            registry=r,
+        )
         self.watch_events = Counter(
             "whale_operator_watch_events", "Watch events of the runs' children received, by kind", ["kind"], registry=r
         )

@@ -26,6 +26,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -195,7 +196,11 @@ class ChildWatch:
         self.stopping = threading.Event()
         self._lock = threading.Lock()
         self._stream: Stream | None = None
+        #: runs to wake at the event loop's next turn: one hand-off for every wake until then, not one each
+        self._pending: set[str] = set()
         self._events = metrics.watch_events.labels(kind=target.kind)
+        self._cpu = metrics.watch_cpu.labels(kind=target.kind)
+        self._cpu_at = 0.0
         self.thread = threading.Thread(target=self._run, name=f"watch-{target.label}", daemon=True)
 
     def start(self) -> None:
@@ -210,6 +215,7 @@ class ChildWatch:
             stream.shutdown()
 
     def _run(self) -> None:
+        self._cpu_at = time.thread_time()
         version = ""  # "": list first
         failures = 0
         while not self.stopping.is_set():
@@ -255,6 +261,7 @@ class ChildWatch:
             self._wake(gone.owners)
         for obj in items:
             self._apply("ADDED", {"kind": self.target.kind, "apiVersion": self.target.api_version, **obj})
+        self._account()
         return at
 
     def _watch(self, version: str) -> str:
@@ -287,11 +294,18 @@ class ChildWatch:
                 if decision.step is Step.APPLY:
                     self._apply(event["type"], event["object"])
                 version = decision.resource_version or version
+                self._account()
         finally:
             with self._lock:
                 self._stream = None
             stream.close()
         return version
+
+    def _account(self) -> None:
+        """This thread's CPU since the last account, to ``whale_operator_watch_cpu_seconds``."""
+        now = time.thread_time()
+        self._cpu.inc(now - self._cpu_at)
+        self._cpu_at = now
 
     def _apply(self, event: str, body: dict[str, Any]) -> None:
         self._events.inc()
@@ -300,8 +314,19 @@ class ChildWatch:
         self._wake(self.index.apply(event, body))
 
     def _wake(self, runs: tuple[str, ...]) -> None:
-        if runs and not self.loop.is_closed():
-            self.loop.call_soon_threadsafe(self.wake, runs)
+        if not runs:
+            return
+        with self._lock:
+            scheduled = bool(self._pending)
+            self._pending.update(runs)
+        if not scheduled and not self.loop.is_closed():
+            self.loop.call_soon_threadsafe(self._flush)
+
+    def _flush(self) -> None:
+        """On the event loop: wake every run the events since the last hand-off asked for."""
+        with self._lock:
+            runs, self._pending = tuple(self._pending), set()
+        self.wake(runs)
 
 
 class ChildWatches:
