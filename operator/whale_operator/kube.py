@@ -110,6 +110,10 @@ def watch_path(api_version: str, kind: str, namespace: str | None) -> str:
     return f"{base}/{PLURALS[(api_version, kind)]}"
 
 
+#: the longest line a stream takes (a watch event: one object, at most etcd's 1.5 MiB, in JSON)
+MAX_LINE_BYTES = 16 * 2**20
+
+
 class Stream:
     """One streamed answer (a watch): its lines as they come, closable from another thread (the read blocked in
     :meth:`lines` then ends at once: an operator stopping does not wait out the watch's timeout)."""
@@ -127,6 +131,8 @@ class Stream:
             pending += chunk
             *whole, pending = pending.split(b"\n")
             yield from (line for line in whole if line.strip())
+            if len(pending) > MAX_LINE_BYTES:
+                raise KubeError(502, f"a streamed line longer than {MAX_LINE_BYTES} bytes")
 
     def shutdown(self) -> None:
         """End a read blocked in :meth:`lines` (from another thread): the socket takes no more input."""
@@ -161,6 +167,7 @@ class KubeClient:
     _pool: Any = field(default=None, init=False, repr=False)
     #: the streams' own connections (:meth:`stream`): a watch holds one for minutes, never one the reconciles need
     _streams: Any = field(default=None, init=False, repr=False)
+    _streams_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def writes(self) -> int:
         """Requests other than GET sent by this thread so far: a reconcile that sent none changed nothing here."""
@@ -242,8 +249,9 @@ class KubeClient:
         (TLS, client certificate, proxy; the bearer token as :meth:`request` sends it). A read that waits longer than
         ``read_timeout_s`` for a byte raises; a non-2xx answer raises :class:`NotFound` (404) or :class:`KubeError`."""
         cfg = self.api.configuration
-        if self._streams is None:
-            self._streams = k8s_client.rest.RESTClientObject(cfg).pool_manager
+        with self._streams_lock:
+            if self._streams is None:
+                self._streams = k8s_client.rest.RESTClientObject(cfg).pool_manager
         headers = {**self.api.default_headers, "Accept": "application/json"}
         for auth in cfg.auth_settings().values():
             if auth["in"] == "header" and auth["value"]:

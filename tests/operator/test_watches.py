@@ -6,14 +6,17 @@ stopped operator leaves no watch thread behind."""
 from __future__ import annotations
 
 import asyncio
+import http.server
 import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import urllib3
 
 from tests.fixtures.kube import EmulatedCluster, wait_for
+from whale_operator import kube as kube_module
 from whale_operator import names
 from whale_operator.informer import JOB, Informer
 from whale_operator.kube import KubeClient
@@ -241,3 +244,37 @@ def test_the_informer_lists_a_kind_afresh_after_it_expired(kube_cluster, kube_na
         assert [j["metadata"]["name"] for j in informer.children(JOB, kube_namespace, "r")] == ["late"]
     finally:
         kube.close()
+
+
+def test_a_stream_without_line_ends_is_cut_off_not_held(monkeypatch) -> None:
+    """A line longer than any watch event (one object) ends the stream with an error, in bounded memory."""
+    monkeypatch.setattr(kube_module, "MAX_LINE_BYTES", 64 * 1024)
+
+    class Endless(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.end_headers()
+            try:
+                for _ in range(64):  # 4 MiB with no newline, far past the (lowered) bound
+                    self.wfile.write(b"x" * 65536)
+            except OSError:  # the client hung up: what the bound is for
+                pass
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Endless)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    http_pool = urllib3.PoolManager()
+    try:
+        resp = http_pool.request("GET", f"http://127.0.0.1:{server.server_port}/", preload_content=False, timeout=10)
+        stream = kube_module.Stream(resp)
+        with pytest.raises(kube_module.KubeError, match="longer than 65536 bytes"):
+            list(stream.lines())
+        stream.close()
+    finally:
+        http_pool.clear()
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
