@@ -257,6 +257,7 @@ class Section:
         self.metrics, self.pid, self.emulator = metrics, pid, emulator
         self.before = Scrape(metrics)
         self.cpu0 = cpu_s(pid)
+        self.loop0 = cpu_s(pid, pid)
         self.others0 = emulator.cpu()
         self.served0 = emulator.served()
 
@@ -272,6 +273,7 @@ class Section:
 
     def report(self) -> dict[str, Any]:
         after, cpu = Scrape(self.metrics), cpu_s(self.pid) - self.cpu0
+        loop = cpu_s(self.pid, self.pid) - self.loop0
         emulator_cpu, driver_cpu = (b - a for a, b in zip(self.others0, self.emulator.cpu(), strict=True))
         requests = self.requests()
         lat = delta(after.buckets(LATENCY, RECONCILE), self.before.buckets(LATENCY, RECONCILE))
@@ -290,6 +292,8 @@ class Section:
             "cpu_per_reconcile_p99_le_s": quantile(own, 0.99),
             "process_cpu_s": cpu,
             "process_cpu_per_reconcile_s": cpu / n if n else float("nan"),
+            # `kopf run`'s main thread: its event loop (kopf's watches, handlers, daemons, its own requests)
+            "loop_thread_cpu_s": loop,
             # the threads that watch the runs' children outside kopf (whale_operator.watches), part of process_cpu_s
             "watch_threads_cpu_s": after.total(WATCH_CPU) - self.before.total(WATCH_CPU),
             "watch_events": after.total(WATCH_EVENTS) - self.before.total(WATCH_EVENTS),

@@ -236,6 +236,8 @@ class ChildWatch:
                 if self.stopping.is_set():
                     break
                 failures += 1
+                if isinstance(exc, NotFound):  # the kind's API went away (a CRD deleted): list it again
+                    version = ""
                 self.metrics.watch_restarts.labels(kind=self.target.kind, reason=type(exc).__name__).inc()
                 delay = backoff_s(failures, BACKOFF_S, MAX_BACKOFF_S)
                 log.warning("watch of %s failed (%s); again in %.0f s", self.target.label, exc, delay)

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 import urllib3
 
-from tests.fixtures.kube import EmulatedCluster, wait_for
+from tests.fixtures.kube import EmulatedCluster, install_jobset, start_emulator, wait_for
 from whale_operator import kube as kube_module
-from whale_operator import names
+from whale_operator import names, watches
 from whale_operator.informer import JOB, Informer
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
@@ -278,3 +278,31 @@ def test_a_stream_without_line_ends_is_cut_off_not_held(monkeypatch) -> None:
         server.shutdown()
         server.server_close()
         thread.join(10)
+
+
+def test_jobsets_are_watched_once_the_api_serves_them(tmp_path, monkeypatch) -> None:
+    """A cluster without JobSet's CRD: the JobSet watch waits (no failure counted), and starts once it is there."""
+    cluster, stop = start_emulator(tmp_path)  # its own: the shared one may have JobSet's CRD already
+    monkeypatch.setattr(watches, "ABSENT_RECHECK_S", 0.1)
+    monkeypatch.setenv("KUBECONFIG", str(cluster.kubeconfig))
+    kube, woken, metrics = KubeClient.from_environment(pool_size=2), Woken(), OperatorMetrics()
+    env = {"WHALE_OPERATOR_NAMESPACES": "default"}
+    started = ChildWatches.build(kube, Informer(kube), metrics, woken.wake, woken.loop, env)
+    started.start()
+
+    def watched(plural: str) -> bool:
+        return cluster.call(lambda: any(p == plural for p, _, _ in cluster.emulator.watches_served))
+
+    try:
+        wait_for(lambda: watched("jobs"), what="the Job watch")
+        assert not watched("jobsets")
+        install_jobset(cluster.api)
+        wait_for(lambda: watched("jobsets"), what="the JobSet watch, once its API is served")
+        assert not [s for s in metrics.registry.collect() if s.name == "whale_operator_watch_restarts" and s.samples]
+    finally:
+        started.stop()
+        woken.close()
+        kube.close()
+        cluster.api.close()
+        stop.set()
+        stop.thread.join(timeout=10)  # type: ignore[attr-defined]  # start_emulator puts it there
