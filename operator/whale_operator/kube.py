@@ -16,13 +16,14 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from whale.core.spec import API_GROUP, API_VERSION, PLURAL
+from whale_operator.transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -120,6 +121,16 @@ class KubeClient:
     #: the API server's connection pool, as first looked up (the manager parses the URL and keys its pools anew at
     #: every lookup: an eighth of a request's CPU); None through a proxy
     _pool: Any = field(default=None, init=False, repr=False)
+    #: per thread, one kept-open connection to the API server, made from :attr:`_pool`'s settings
+    #: (:mod:`whale_operator.transport`); None through an HTTP proxy (urllib3 writes the requests for it)
+    _transport: Transport | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        cfg, manager = self.api.configuration, self.api.rest_client.pool_manager
+        if not isinstance(manager, urllib3.ProxyManager):
+            self._pool = manager.connection_from_url(cfg.host)
+            url = urlsplit(cfg.host)
+            self._transport = Transport(self._pool, url.path, url.netloc.rpartition("@")[2], REQUEST_TIMEOUT_S)
 
     def writes(self) -> int:
         """Requests other than GET sent by this thread so far: a reconcile that sent none changed nothing here."""
@@ -143,6 +154,8 @@ class KubeClient:
         return cls(k8s_client.ApiClient(cfg))
 
     def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
         self.api.close()
 
     # --- transport ---
@@ -155,8 +168,9 @@ class KubeClient:
         query: dict[str, str] | None = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
-        # straight through the SDK's connection pool (its TLS, client certificate and proxy settings): the SDK's own
-        # call path re-serialises every body and rebuilds every request, twice the CPU of the request itself
+        # not through the SDK's call path (it re-serialises every body and rebuilds every request, twice the CPU of the
+        # request itself): on this thread's own connection (its TLS as the SDK's configuration asks), or through
+        # urllib3 to an HTTP proxy
         if method != "GET":
             self._local.writes = self.writes() + 1
         cfg = self.api.configuration
@@ -165,18 +179,15 @@ class KubeClient:
             if auth["in"] == "header" and auth["value"]:
                 headers[auth["key"]] = auth["value"]
         target = path + (f"?{urlencode(query)}" if query else "")
-        manager = self.api.rest_client.pool_manager
         payload = None if body is None else json.dumps(body).encode()
-        if isinstance(manager, urllib3.ProxyManager):  # through a proxy: the manager writes the request for it
-            resp = manager.request(method, cfg.host + target, body=payload, headers=headers, timeout=_TIMEOUT)
-        else:  # the API server's own pool, straight: a quarter less CPU than the manager's URL handling around it
-            if self._pool is None:
-                self._pool = manager.connection_from_url(cfg.host)
-            resp = self._pool.urlopen(
-                method, target, body=payload, headers=headers, timeout=_TIMEOUT, assert_same_host=False
+        if self._transport is not None:
+            status, data = self._transport.request(method, target, headers, payload)
+        else:  # through a proxy: the manager writes the request for it
+            resp = self.api.rest_client.pool_manager.request(
+                method, cfg.host + target, body=payload, headers=headers, timeout=_TIMEOUT
             )
-        data = resp.data or b"{}"
-        status = resp.status
+            status, data = resp.status, resp.data
+        data = data or b"{}"
         if 200 <= status < 300:
             answer = json.loads(data)
             if self.on_write is not None and method in ("POST", "PATCH", "PUT") and isinstance(answer, dict):
