@@ -45,9 +45,9 @@ _FRAMING = frozenset({b"content-length", b"transfer-encoding"})
 
 class _Answer:
     """httptools' callbacks for one response: its framing, its body and its end (the status is asked of the
-    parser)."""
+    parser). An informational answer (1xx) before it is passed over; anything after it spoils the connection."""
 
-    __slots__ = ("body", "done", "framed", "headed", "keep", "parser")
+    __slots__ = ("body", "done", "framed", "headed", "keep", "parser", "status", "trailing")
 
     def __init__(self) -> None:
         self.body: list[bytes] = []
@@ -56,20 +56,35 @@ class _Answer:
         self.headed = False
         #: the connection may carry the next request (asked when the headers are read: llhttp forgets at the end)
         self.keep = False
+        #: bytes came after the answer (none was asked for): the connection is not used again
+        self.trailing = False
+        self.status = 0
         self.parser = httptools.HttpResponseParser(self)
+
+    def on_message_begin(self) -> None:
+        if self.done:
+            self.trailing = True
 
     def on_header(self, name: bytes, _value: bytes) -> None:
         if name.lower() in _FRAMING:
             self.framed = True
 
     def on_headers_complete(self) -> None:
-        self.headed = True
-        self.keep = self.parser.should_keep_alive()
+        if not self.done:
+            self.headed = True
+            self.keep = self.parser.should_keep_alive()
+            self.status = self.parser.get_status_code()
 
     def on_body(self, data: bytes) -> None:
-        self.body.append(data)
+        if not self.done:
+            self.body.append(data)
 
     def on_message_complete(self) -> None:
+        if self.done:
+            return
+        if self.status < 200:  # 100 Continue, 103 Early Hints: the answer is still to come
+            self.framed = self.headed = False
+            return
         self.done = True
 
     def ended_by_close(self) -> bool:
@@ -208,18 +223,22 @@ class Transport:
                     if answer.ended_by_close():
                         break
                     raise ConnectionLost(f"the API server {self._host} closed the connection before its whole answer")
-                parser.feed_data(view[:n])
+                try:
+                    parser.feed_data(view[:n])
+                except httptools.HttpParserError as exc:
+                    if not answer.done:
+                        raise ConnectionLost(
+                            f"the API server {self._host} answered with a malformed response: {exc}"
+                        ) from exc
+                    answer.trailing = True  # the answer is whole; what came after it is not
         except ConnectionLost:
             raise
         except TimeoutError as exc:
             raise ConnectionLost(f"no whole answer from the API server {self._host} in time") from exc
         except OSError as exc:  # reset, broken pipe, a TLS error
             raise ConnectionLost(f"the connection to the API server {self._host} failed: {exc}") from exc
-        except httptools.HttpParserError as exc:
-            raise ConnectionLost(f"the API server {self._host} answered with a malformed response: {exc}") from exc
-        status = parser.get_status_code()
-        if answer.done and answer.keep:
+        if answer.done and answer.keep and not answer.trailing:
             conn.used_at = time.monotonic()
-        else:  # ``Connection: close`` (or HTTP/1.0): the server ends it
+        else:  # ``Connection: close`` (or HTTP/1.0), or bytes after the answer: not used again
             self._drop(conn)
-        return status, b"".join(answer.body)
+        return answer.status, b"".join(answer.body)

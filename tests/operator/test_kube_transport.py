@@ -83,6 +83,14 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
             return
         data = json.dumps({"index": index, "conn": self.conn_id, "client": self._client()}).encode()
+        if mode == "early_hints":  # an informational answer first, then the answer
+            self.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n")
+            self.wfile.flush()
+        if mode in ("trailing", "garbage"):  # the answer and, unasked, more bytes in the same write
+            extra = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}" if mode == "trailing" else b"\x00junk\r\n"
+            head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+            self.wfile.write(head.encode() + data + extra)
+            return  # the connection kept open: whether it is used again is the client's choice
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         if mode == "unframed":  # no length: the body ends where the connection does
@@ -255,6 +263,28 @@ def test_an_answer_cut_short_is_an_error_and_one_ended_by_close_is_whole(
     with pytest.raises(ConnectionLost, match="before its whole answer"):
         kube.request("POST", "/api/v1/namespaces", body={})
     assert kube.request("GET", "/api/v1/namespaces")["index"] == 2
+
+
+def test_an_informational_answer_before_the_answer_is_passed_over(
+    serve: Any, clients: list[KubeClient], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = Script(modes={0: "early_hints"})
+    server = serve(script)
+    kube = client_for(tmp_path / "kc", server.url, clients, monkeypatch)
+    assert kube.request("PATCH", "/api/v1/namespaces/a", body={}) == {"index": 0, "conn": 0, "client": None}
+    assert kube.request("GET", "/api/v1/namespaces")["conn"] == 0  # and the connection stays in step
+
+
+@pytest.mark.parametrize("mode", ["trailing", "garbage"])
+def test_bytes_after_an_answer_spoil_the_connection_not_the_answer(
+    mode: str, serve: Any, clients: list[KubeClient], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = Script(modes={0: mode})
+    server = serve(script)
+    kube = client_for(tmp_path / "kc", server.url, clients, monkeypatch)
+    assert kube.request("POST", "/api/v1/namespaces", body={})["index"] == 0
+    # never the unasked bytes as the next answer: the next request goes on a new connection
+    assert kube.request("POST", "/api/v1/namespaces", body={}) == {"index": 1, "conn": 1, "client": None}
 
 
 def test_a_silent_server_is_given_up_at_the_deadline(
