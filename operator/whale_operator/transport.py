@@ -99,6 +99,8 @@ class _Connection:
     conn: Any  # urllib3's HTTPConnection / HTTPSConnection, connected: its ``sock`` is what is spoken on
     thread: threading.Thread
     used_at: float = field(default_factory=time.monotonic)
+    #: a request is on it (under :class:`Transport`'s lock): :meth:`Transport.close` leaves it to its thread
+    busy: bool = False
     buffer: bytearray = field(default_factory=lambda: bytearray(_CHUNK))
     view: memoryview = field(init=False)
 
@@ -130,14 +132,20 @@ class Transport:
         self._local = threading.local()
         self._lock = threading.Lock()
         self._open: list[_Connection] = []
+        #: :meth:`close` was called: no connection is kept after its request
+        self._closed = False
         #: connections made so far (tests, benchmarks)
         self.opened = 0
 
     def close(self) -> None:
-        """Close every thread's connection (a thread that requests again afterwards opens a new one)."""
+        """Close every idle connection now, and each one under a request when its request ends (never a socket
+        another thread is reading: its number could be a new socket's by then). A request made afterwards still
+        works, on a connection closed after it."""
         with self._lock:
-            conns, self._open = self._open, []
-        for conn in conns:
+            self._closed = True
+            idle = [c for c in self._open if not c.busy]
+            self._open = [c for c in self._open if c.busy]
+        for conn in idle:
             conn.close()
 
     def request(
@@ -154,7 +162,7 @@ class Transport:
         if conn is None:
             conn = self._connect(deadline)
         try:
-            return self._exchange(conn, head, body, deadline)
+            return self._use(conn, head, body, deadline)
         except ConnectionLost:
             self._drop(conn)
             if not (reused and method == "GET"):
@@ -162,10 +170,23 @@ class Transport:
         # a kept connection that failed under a GET (closed by the server as it was sent): once more, on a new one
         conn = self._connect(deadline)
         try:
-            return self._exchange(conn, head, body, deadline)
+            return self._use(conn, head, body, deadline)
         except ConnectionLost:
             self._drop(conn)
             raise
+
+    def _use(self, conn: _Connection, head: bytes, body: bytes | None, deadline: float) -> tuple[int, bytes]:
+        """One exchange on ``conn``, marked busy meanwhile (:meth:`close`); after a close, not kept."""
+        with self._lock:
+            conn.busy = True
+        try:
+            return self._exchange(conn, head, body, deadline)
+        finally:
+            with self._lock:
+                conn.busy = False
+                closed = self._closed
+            if closed:
+                self._drop(conn)
 
     def _head(self, method: str, path: str, headers: dict[str, str], body: bytes | None) -> bytes:
         for part in (path, *headers, *headers.values()):

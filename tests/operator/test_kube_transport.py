@@ -47,6 +47,8 @@ class Script:
     #: released once per connection the server has closed
     closed: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
     release: threading.Event = field(default_factory=threading.Event)
+    #: released once per request the server has read
+    arrived: threading.Semaphore = field(default_factory=lambda: threading.Semaphore(0))
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -74,6 +76,7 @@ class Handler(BaseHTTPRequestHandler):
         with script.lock:
             index = len(script.seen)
             script.seen.append(Seen(self.conn_id, self.command, self.path, body, self._client()))
+        script.arrived.release()
         mode = script.modes.get(index, "answer")
         if mode == "drop":  # read, then closed without a word
             self.close_connection = True
@@ -82,6 +85,8 @@ class Handler(BaseHTTPRequestHandler):
             script.release.wait(30)
             self.close_connection = True
             return
+        if mode == "hold":  # answered once released
+            script.release.wait(30)
         data = json.dumps({"index": index, "conn": self.conn_id, "client": self._client()}).encode()
         if mode == "early_hints":  # an informational answer first, then the answer
             self.wfile.write(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n")
@@ -298,6 +303,27 @@ def test_a_silent_server_is_given_up_at_the_deadline(
     with pytest.raises(ConnectionLost, match="in time"):
         kube.request("PATCH", "/api/v1/namespaces/a", body={})
     assert len(script.seen) == 1
+
+
+def test_close_leaves_a_request_in_flight_to_end_then_closes_its_connection(
+    serve: Any, clients: list[KubeClient], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = Script(modes={1: "hold"})
+    server = serve(script)
+    kube = client_for(tmp_path / "kc", server.url, clients, monkeypatch)
+    kube.request("GET", "/api/v1/namespaces")  # this thread's connection, idle from now on
+    answers: list[dict[str, Any]] = []
+    other = threading.Thread(target=lambda: answers.append(kube.request("PATCH", "/api/v1/namespaces/a", body={})))
+    other.start()
+    for _ in range(2):
+        assert script.arrived.acquire(timeout=10), "the requests did not arrive"
+    kube.close()  # the idle connection now; the other thread's socket is never closed under its read
+    wait_closed(script)
+    script.release.set()
+    other.join(timeout=10)
+    assert answers == [{"index": 1, "conn": 1, "client": None}]
+    wait_closed(script)  # and its connection once its answer came
+    assert kube.request("GET", "/api/v1/namespaces")["conn"] == 2  # after the close: a new connection, not kept
 
 
 def test_an_idle_connection_is_not_reused_past_its_idle_time(
