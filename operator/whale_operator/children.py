@@ -457,7 +457,7 @@ class JobLauncher:
         idle; the next phase that samples from it scales it up again and waits for it to serve."""
         self.ensure_auth_secret(run)
         inference = names.inference_name(run.name)
-        for manifest in self._built_infra(run, spec, checkpoint, tools):
+        for manifest in self._built_infra(run, spec, tools):
             name = manifest["metadata"]["name"]
             replicas = 0 if name == inference and not serving else 1
             if manifest["kind"] == "Deployment" and name in existing:
@@ -467,22 +467,26 @@ class JobLauncher:
                     self.patch("apps/v1", "Deployment", run.namespace, name, {"spec": {"replicas": replicas}})
                 continue
             if manifest["kind"] == "Deployment":
+                if name == inference:  # made now: it names what is served now (later, serve_checkpoint's patch)
+                    manifest = builders.with_serving_checkpoint(manifest, checkpoint)
                 self.ensure({**manifest, "spec": {**manifest["spec"], "replicas": replicas}})
             else:
                 self.ensure_fixed(manifest)
 
     def _built_infra(
-        self, run: builders.RunRef, spec: ClusterRunSpec, checkpoint: str | None, tools: tuple[ToolService, ...]
+        self, run: builders.RunRef, spec: ClusterRunSpec, tools: tuple[ToolService, ...]
     ) -> list[dict[str, Any]]:
         """:meth:`infra` at one replica, built again only when what it is built from changed (a spec is parsed once
         per generation, so the same object means the same spec): every start of a phase ensures the run's
-        infrastructure, and building its manifests (two pod templates, hashed) was most of that once they exist. The
-        manifests are shared: never changed in place."""
-        key = (spec, checkpoint, tools, self.sandbox_runtime)
+        infrastructure, and building its manifests (two pod templates, hashed) was most of that once they exist. Not
+        by checkpoint: a new checkpoint changes only the inference Deployment's annotation, stamped when the
+        Deployment is made (:meth:`ensure_infra`) and patched by :meth:`serve_checkpoint` after. The manifests are
+        shared: never changed in place."""
+        key = (spec, tools, self.sandbox_runtime)
         held = self._infra.get(run.uid)
         if held is not None and held[0][0] is spec and held[0][1:] == key[1:]:
             return held[1]
-        built = self.infra(run, spec, checkpoint, 1, tools)
+        built = self.infra(run, spec, None, 1, tools)
         self._infra[run.uid] = (key, built)
         return built
 
@@ -520,14 +524,15 @@ class JobLauncher:
             name = names.inference_name(run.name)
             dep = self.deployments(run).get(name)
             # a Deployment just made for this checkpoint already names it (a new run's first serving target)
-            held = ((dep or {}).get("metadata", {}).get("annotations") or {}).get(names.ANNOTATION_CHECKPOINT)
-            if dep is not None and held != (checkpoint or "base"):
+            held = (dep or {}).get("metadata", {}).get("annotations") or {}
+            want = builders.serving_annotation(checkpoint)
+            if dep is not None and held.get(names.ANNOTATION_CHECKPOINT) != want[names.ANNOTATION_CHECKPOINT]:
                 self.patch(
                     "apps/v1",
                     "Deployment",
                     run.namespace,
                     name,
-                    {"metadata": {"annotations": {names.ANNOTATION_CHECKPOINT: checkpoint or "base"}}},
+                    {"metadata": {"annotations": want}},
                 )
 
     def time_job(self, job: dict[str, Any], child: Child) -> None:

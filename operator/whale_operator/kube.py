@@ -16,13 +16,14 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import urllib3
 from kubernetes import client as k8s_client
 from kubernetes import config as k8s_config
 
 from whale.core.spec import API_GROUP, API_VERSION, PLURAL
+from whale_operator.transport import Transport
 
 log = logging.getLogger(__name__)
 
@@ -147,6 +148,14 @@ class Stream:
         self._resp.release_conn()
 
 
+def _message(data: bytes) -> str:
+    """The message of an API server's refusal (its Status object), or the start of whatever else it answered."""
+    try:
+        return str(json.loads(data).get("message", ""))
+    except (ValueError, AttributeError):
+        return data[:200].decode("utf-8", "replace")
+
+
 def object_path(api_version: str, kind: str, namespace: str, name: str) -> str:
     return f"{collection_path(api_version, kind, namespace)}/{quote(name)}"
 
@@ -168,6 +177,16 @@ class KubeClient:
     #: the streams' own connections (:meth:`stream`): a watch holds one for minutes, never one the reconciles need
     _streams: Any = field(default=None, init=False, repr=False)
     _streams_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    #: per thread, one kept-open connection to the API server, made from :attr:`_pool`'s settings
+    #: (:mod:`whale_operator.transport`); None through an HTTP proxy (urllib3 writes the requests for it)
+    _transport: Transport | None = field(default=None, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        cfg, manager = self.api.configuration, self.api.rest_client.pool_manager
+        if not isinstance(manager, urllib3.ProxyManager):
+            self._pool = manager.connection_from_url(cfg.host)
+            url = urlsplit(cfg.host)
+            self._transport = Transport(self._pool, url.path, url.netloc.rpartition("@")[2], REQUEST_TIMEOUT_S)
 
     def writes(self) -> int:
         """Requests other than GET sent by this thread so far: a reconcile that sent none changed nothing here."""
@@ -191,6 +210,8 @@ class KubeClient:
         return cls(k8s_client.ApiClient(cfg))
 
     def close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
         self.api.close()
         if self._streams is not None:
             self._streams.clear()
@@ -205,37 +226,29 @@ class KubeClient:
         query: dict[str, str] | None = None,
         content_type: str = "application/json",
     ) -> dict[str, Any]:
-        # straight through the SDK's connection pool (its TLS, client certificate and proxy settings): the SDK's own
-        # call path re-serialises every body and rebuilds every request, twice the CPU of the request itself
+        # not through the SDK's call path (it re-serialises every body and rebuilds every request, twice the CPU of the
+        # request itself): on this thread's own connection (its TLS as the SDK's configuration asks), or through
+        # urllib3 to an HTTP proxy
         if method != "GET":
             self._local.writes = self.writes() + 1
         cfg = self.api.configuration
-        headers = {**self.api.default_headers, "Accept": "application/json", "Content-Type": content_type}
-        for auth in cfg.auth_settings().values():  # the bearer token, refreshed by the configuration's hook
-            if auth["in"] == "header" and auth["value"]:
-                headers[auth["key"]] = auth["value"]
+        headers = self._headers({"Content-Type": content_type})
         target = path + (f"?{urlencode(query)}" if query else "")
-        manager = self.api.rest_client.pool_manager
         payload = None if body is None else json.dumps(body).encode()
-        if isinstance(manager, urllib3.ProxyManager):  # through a proxy: the manager writes the request for it
-            resp = manager.request(method, cfg.host + target, body=payload, headers=headers, timeout=_TIMEOUT)
-        else:  # the API server's own pool, straight: a quarter less CPU than the manager's URL handling around it
-            if self._pool is None:
-                self._pool = manager.connection_from_url(cfg.host)
-            resp = self._pool.urlopen(
-                method, target, body=payload, headers=headers, timeout=_TIMEOUT, assert_same_host=False
+        if self._transport is not None:
+            status, data = self._transport.request(method, target, headers, payload)
+        else:  # through a proxy: the manager writes the request for it
+            resp = self.api.rest_client.pool_manager.request(
+                method, cfg.host + target, body=payload, headers=headers, timeout=_TIMEOUT
             )
-        data = resp.data or b"{}"
-        status = resp.status
+            status, data = resp.status, resp.data
+        data = data or b"{}"
         if 200 <= status < 300:
             answer = json.loads(data)
             if self.on_write is not None and method in ("POST", "PATCH", "PUT") and isinstance(answer, dict):
                 self.on_write(answer)
             return answer
-        try:
-            message = json.loads(data).get("message", "")
-        except ValueError:
-            message = data[:200].decode("utf-8", "replace")
+        message = _message(data)
         if status == 404:
             raise NotFound(status, message)
         if status == 409:
@@ -252,10 +265,7 @@ class KubeClient:
         with self._streams_lock:
             if self._streams is None:
                 self._streams = k8s_client.rest.RESTClientObject(cfg).pool_manager
-        headers = {**self.api.default_headers, "Accept": "application/json"}
-        for auth in cfg.auth_settings().values():
-            if auth["in"] == "header" and auth["value"]:
-                headers[auth["key"]] = auth["value"]
+        headers = self._headers({})
         resp = self._streams.request(
             "GET",
             f"{cfg.host}{path}?{urlencode(query)}",
@@ -267,11 +277,16 @@ class KubeClient:
             return Stream(resp)
         data = resp.read()
         resp.release_conn()
-        try:
-            message = json.loads(data).get("message", "")
-        except ValueError:
-            message = data[:200].decode("utf-8", "replace")
-        raise (NotFound if resp.status == 404 else KubeError)(resp.status, message)
+        raise (NotFound if resp.status == 404 else KubeError)(resp.status, _message(data))
+
+    def _headers(self, extra: dict[str, str]) -> dict[str, str]:
+        """A request's headers: the SDK's defaults, JSON, ``extra``, and the bearer token (refreshed by the
+        configuration's hook)."""
+        headers = {**self.api.default_headers, "Accept": "application/json", **extra}
+        for auth in self.api.configuration.auth_settings().values():
+            if auth["in"] == "header" and auth["value"]:
+                headers[auth["key"]] = auth["value"]
+        return headers
 
     # --- objects ---
     def get(self, api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any] | None:

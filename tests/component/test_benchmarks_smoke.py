@@ -485,6 +485,17 @@ def test_reconcile_cpu_times_each_kind_of_reconcile_of_a_whole_run(tmp_path):
     assert kinds["finish"]["median_s"] > kinds["noop"]["min_s"] > 0
 
 
+def test_kube_transport_times_every_variant_of_the_same_request(tmp_path):
+    # each variant sent the same PATCH and got the ConfigMap back (checked by the script), every round timed
+    out = tmp_path / "transport.json"
+    run_script("kube_transport.py", "--requests", "20", "--rounds", "2", "--out", str(out), timeout_s=120)
+    report = json.loads(out.read_text())
+    variants = {"sdk_urllib3_pool", "http_client", "transport", "kube_client", "httpx"}
+    assert set(report["per_variant"]) == set(report["raw_s"]) == variants
+    assert all(len(rounds) == 2 and min(rounds) > 0 for rounds in report["raw_s"].values())
+    assert report["per_variant"]["sdk_urllib3_pool"]["vs_sdk_urllib3_pool"] == 1.0
+
+
 def test_demo_cost_records_each_run_and_stops_at_a_failed_one(tmp_path):
     # the plumbing, with commands in place of `make demo` (the demo itself: tests/component/test_examples.py)
     ok, failed = tmp_path / "ok.json", tmp_path / "failed.json"

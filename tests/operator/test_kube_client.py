@@ -1,5 +1,5 @@
-"""The operator's Kubernetes client against the API emulator: the connection pool it is given is the one its
-requests use (the SDK builds its pool with the API client and never reads the setting again)."""
+"""The operator's Kubernetes client against the API emulator: each worker thread keeps one connection of its own
+(``whale_operator.transport``), and the pool size it is given is the SDK pool's (the HTTP proxy path's)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from whale_operator.kube import KubeClient
 
 
 @pytest.mark.timeout(60)
-def test_the_pool_size_is_the_pool_concurrent_requests_use(
+def test_each_worker_thread_keeps_one_connection_of_its_own(
     kube_cluster: EmulatedCluster, kube_namespace: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("KUBECONFIG", str(kube_cluster.kubeconfig))
@@ -24,17 +24,22 @@ def test_the_pool_size_is_the_pool_concurrent_requests_use(
     try:
         pool = kube.api.rest_client.pool_manager.connection_from_url(kube_cluster.url)
         assert workers == 24 and pool.pool.maxsize == 24  # the SDK's default here would be 5 per CPU
+        transport = kube._transport
+        assert transport is not None
         barrier = threading.Barrier(workers, timeout=30)
 
         def one(_: int) -> int:
-            barrier.wait()  # all in flight together: each needs a connection of its own
+            barrier.wait()  # all in flight together: each on its own connection
             return len(kube.list("batch/v1", "Job", kube_namespace))
 
         with concurrent.futures.ThreadPoolExecutor(workers) as threads:
             assert list(threads.map(one, range(workers))) == [0] * workers
-        # every connection opened went back into the pool (a pool smaller than the threads would discard them)
-        kept = sum(conn is not None for conn in list(pool.pool.queue))
-        assert 1 <= pool.num_connections <= workers and kept == pool.num_connections
+            assert transport.opened == workers
+            # the same threads again: every connection is kept and reused, none opened
+            assert list(threads.map(one, range(workers))) == [0] * workers
+            assert transport.opened == workers
+        kube.list("batch/v1", "Job", kube_namespace)  # a new thread: one more; the ended threads' are closed
+        assert transport.opened == workers + 1 and len(transport._open) == 1
     finally:
         kube.close()
 

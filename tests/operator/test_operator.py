@@ -351,3 +351,11 @@ def test_serving_target_follows_the_running_child(start_operator, make_run, stor
         assert run.store.read_json(serving_key("serve")) == {"checkpoint": ckpt}
         dep = kube_cluster.api.get("apps/v1", "deployments", kube_namespace, "serve-vllm")
         assert dep["metadata"]["annotations"]["whale.dev/checkpoint"] == ckpt
+        # made again after a checkpoint came (deleted by hand): it names what is served now, not the base model
+        kube_cluster.api.delete("apps/v1", "deployments", kube_namespace, "serve-vllm")
+        run.finish(ev)
+        run.wait_job()  # the next phase (its start ensures the run's infrastructure again)
+        dep = wait_for(
+            lambda: kube_cluster.api.get("apps/v1", "deployments", kube_namespace, "serve-vllm"), what="the Deployment"
+        )
+        assert dep["metadata"]["annotations"]["whale.dev/checkpoint"] == ckpt

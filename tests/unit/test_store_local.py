@@ -8,6 +8,7 @@ has (files on disk, symlinks, temp files) and the pure key rules.
 from __future__ import annotations
 
 import os
+import stat
 import subprocess
 import sys
 import time
@@ -150,6 +151,15 @@ def test_a_successful_write_leaves_no_temp_file(tmp_path: Path) -> None:
     for i in range(3):
         store.write_bytes("x/y", str(i).encode())
     assert sorted(os.listdir(tmp_path / "x")) == ["y"]
+
+
+def test_a_write_makes_its_folders_and_an_object_private_as_mkstemp_made_it(tmp_path: Path) -> None:
+    store = LocalStore(tmp_path)
+    store.write_bytes("a/b/c/d.json", b"1")  # folders made on the way (the write's first try finds none)
+    store.write_bytes("a/b/c/d.json", b"2")  # and over an existing object, in an existing folder
+    assert store.read_bytes("a/b/c/d.json") == b"2"
+    assert stat.S_IMODE(os.stat(tmp_path / "a/b/c/d.json").st_mode) == 0o600
+    assert os.listdir(tmp_path / "a/b/c") == ["d.json"]
 
 
 def test_failed_write_leaves_the_old_object_and_no_temp_file(tmp_path: Path) -> None:

@@ -259,7 +259,7 @@ def inference_deployment(
     else:
         models = {"name": "models", "emptyDir": {"sizeLimit": spec.cluster.model_cache_size}}
 
-    annotations = {names.ANNOTATION_CHECKPOINT: checkpoint or "base"}
+    annotations = serving_annotation(checkpoint)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -288,6 +288,20 @@ def inference_deployment(
             },
         },
     }
+
+
+def serving_annotation(checkpoint: str | None) -> dict[str, str]:
+    """The inference Deployment's note of the checkpoint it serves (``base``: the base model), which a restarted
+    vLLM pod loads."""
+    return {names.ANNOTATION_CHECKPOINT: checkpoint or "base"}
+
+
+def with_serving_checkpoint(deployment: Manifest, checkpoint: str | None) -> Manifest:
+    """:func:`inference_deployment`'s manifest naming ``checkpoint`` instead (a copy: the annotation is the only
+    difference, never the pod template)."""
+    meta = {**deployment["metadata"]}
+    meta["annotations"] = {**meta.get("annotations", {}), **serving_annotation(checkpoint)}
+    return {**deployment, "metadata": meta}
 
 
 def inference_service(run: RunRef, spec: ClusterRunSpec) -> Manifest:
