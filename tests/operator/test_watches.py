@@ -16,6 +16,7 @@ import pytest
 import urllib3
 
 from tests.fixtures.kube import EmulatedCluster, install_jobset, start_emulator, wait_for
+from whale.core.spec import API_GROUP, API_VERSION
 from whale_operator import kube as kube_module
 from whale_operator import names, watches
 from whale_operator.informer import JOB, Informer
@@ -117,7 +118,7 @@ def watching(
 
 def make_job(kube_cluster: EmulatedCluster, ns: str, name: str) -> dict[str, Any]:
     labels = {"app.kubernetes.io/managed-by": names.MANAGED_BY, names.LABEL_RUN: "r"}
-    owner = {"apiVersion": "whale.dev/v1alpha1", "kind": "WhaleRun", "name": "r", "uid": RUN_UID}
+    owner = {"apiVersion": f"{API_GROUP}/{API_VERSION}", "kind": "WhaleRun", "name": "r", "uid": RUN_UID}
     body = {"metadata": {"name": name, "labels": labels, "ownerReferences": [owner]}, "spec": {"template": {}}}
     return kube_cluster.api.create("batch/v1", "jobs", ns, body)
 
