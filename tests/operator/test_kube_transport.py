@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import json
 import ssl
+import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -134,6 +135,11 @@ class Server(ThreadingHTTPServer):
     def shutdown_request(self, request: Any) -> None:
         super().shutdown_request(request)
         self.script.closed.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client hanging up is what several scripts here do: not an error of the server's to print."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
     @property
     def url(self) -> str:
