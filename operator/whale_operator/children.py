@@ -526,7 +526,7 @@ class JobLauncher:
             # a Deployment just made for this checkpoint already names it (a new run's first serving target)
             held = (dep or {}).get("metadata", {}).get("annotations") or {}
             want = builders.serving_annotation(checkpoint)
-            if dep is not None and held.get(names.ANNOTATION_CHECKPOINT) != want[names.ANNOTATION_CHECKPOINT]:
+            if dep is not None and not want.items() <= held.items():
                 self.patch(
                     "apps/v1",
                     "Deployment",

@@ -97,18 +97,20 @@ def _at_most_every(seconds: float, hook: Any) -> Any:
     return throttled
 
 
+def _api_base(api_version: str) -> str:
+    """The core group's ``/api/v1``, any other group's ``/apis/<group>/<version>``."""
+    return f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
+
+
 def collection_path(api_version: str, kind: str, namespace: str) -> str:
-    plural = PLURALS[(api_version, kind)]
-    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-    return f"{base}/namespaces/{quote(namespace)}/{plural}"
+    return f"{_api_base(api_version)}/namespaces/{quote(namespace)}/{PLURALS[(api_version, kind)]}"
 
 
 def watch_path(api_version: str, kind: str, namespace: str | None) -> str:
     """The collection of one namespace, or of every namespace (``None``): what a watch lists and watches."""
     if namespace is not None:
         return collection_path(api_version, kind, namespace)
-    base = f"/api/{api_version}" if "/" not in api_version else f"/apis/{api_version}"
-    return f"{base}/{PLURALS[(api_version, kind)]}"
+    return f"{_api_base(api_version)}/{PLURALS[(api_version, kind)]}"
 
 
 #: the longest line a stream takes (a watch event: one object, at most etcd's 1.5 MiB, in JSON)
@@ -123,15 +125,21 @@ class Stream:
         self._resp = resp
 
     def lines(self) -> Iterator[bytes]:
-        """Each non-empty line, as soon as the server sent it whole."""
-        pending = b""
+        """Each non-empty line, as soon as the server sent it whole (a line's start is split only once its end came:
+        a long line costs its length, not its length times its chunks)."""
+        pending = bytearray()
         while True:
             chunk = self._resp.read1(65536)
             if not chunk:
                 return
-            pending += chunk
-            *whole, pending = pending.split(b"\n")
-            yield from (line for line in whole if line.strip())
+            head, newline, tail = chunk.rpartition(b"\n")
+            if newline:
+                pending += head
+                whole = bytes(pending).split(b"\n")
+                pending = bytearray(tail)
+                yield from (line for line in whole if line.strip())
+            else:
+                pending += tail
             if len(pending) > MAX_LINE_BYTES:
                 raise KubeError(502, f"a streamed line longer than {MAX_LINE_BYTES} bytes")
 
@@ -171,22 +179,19 @@ class KubeClient:
     on_write: Callable[[dict[str, Any]], None] | None = field(default=None, repr=False)
     #: per thread, how many requests that change something were sent (:meth:`writes`)
     _local: threading.local = field(default_factory=threading.local, init=False, repr=False)
-    #: the API server's connection pool, as first looked up (the manager parses the URL and keys its pools anew at
-    #: every lookup: an eighth of a request's CPU); None through a proxy
-    _pool: Any = field(default=None, init=False, repr=False)
     #: the streams' own connections (:meth:`stream`): a watch holds one for minutes, never one the reconciles need
     _streams: Any = field(default=None, init=False, repr=False)
     _streams_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
-    #: per thread, one kept-open connection to the API server, made from :attr:`_pool`'s settings
+    #: per thread, one kept-open connection to the API server, made with the settings of the SDK's pool for it
     #: (:mod:`whale_operator.transport`); None through an HTTP proxy (urllib3 writes the requests for it)
     _transport: Transport | None = field(default=None, init=False, repr=False)
 
     def __post_init__(self) -> None:
         cfg, manager = self.api.configuration, self.api.rest_client.pool_manager
         if not isinstance(manager, urllib3.ProxyManager):
-            self._pool = manager.connection_from_url(cfg.host)
             url = urlsplit(cfg.host)
-            self._transport = Transport(self._pool, url.path, url.netloc.rpartition("@")[2], REQUEST_TIMEOUT_S)
+            pool = manager.connection_from_url(cfg.host)
+            self._transport = Transport(pool, url.path, url.netloc.rpartition("@")[2], REQUEST_TIMEOUT_S)
 
     def writes(self) -> int:
         """Requests other than GET sent by this thread so far: a reconcile that sent none changed nothing here."""
