@@ -92,7 +92,7 @@ for _path in (HERE.parent / "domains", HERE.parent, HERE):
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 from runtime_throughput import burst_shape, send_all  # noqa: E402
-from sft_throughput import MODELS, model_config  # noqa: E402
+from sft_throughput import MODELS, model_config, save_hub_form  # noqa: E402
 
 from whale.core import layout  # noqa: E402
 from whale.core.protocol import EvalPhaseArgs, WeightPhaseArgs, phase_request  # noqa: E402
@@ -408,8 +408,11 @@ def build_bench_model(
         accuracy = probe_accuracy(model, tokenizer, device)
     del trainer
     out.mkdir(parents=True, exist_ok=True)
-    model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
-    tokenizer.save_pretrained(out)
+    if MODELS[name].get("model_type") == "qwen3_5":  # the hub's multimodal form, which vLLM serves
+        save_hub_form(model, tokenizer, out)
+    else:
+        model.to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+        tokenizer.save_pretrained(out)
     del model
     gc.collect()
     if device.type == "cuda":

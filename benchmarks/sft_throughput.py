@@ -168,6 +168,34 @@ def model_config(name: str) -> Any:
     return Qwen3Config(**shape)
 
 
+#: the vision tower written beside a benchmark's Qwen3.5 language model in the hub's form (a small one: the
+#: paper's agents read text, and no weight sync or SFT update touches it)
+HUB_VISION_SHAPE: dict[str, Any] = {"depth": 1, "hidden_size": 128, "intermediate_size": 256, "num_heads": 2}
+
+
+def save_hub_form(model: Any, tokenizer: Any, out: Path, dtype: torch.dtype = torch.bfloat16) -> None:
+    """Write a Qwen3.5 language model (``Qwen3_5ForCausalLM``) as the hub's checkpoints are:
+    ``Qwen3_5ForConditionalGeneration``, the language model under ``model.language_model``, a vision tower
+    (:data:`HUB_VISION_SHAPE`, random) beside it. vLLM (0.24) registers only that architecture for Qwen3.5, and
+    the train workload loads the language model out of it as it does the paper's checkpoints."""
+    from transformers import Qwen3_5Config, Qwen3_5ForConditionalGeneration
+
+    text = model.config.to_dict()
+    vision = {**HUB_VISION_SHAPE, "out_hidden_size": text["hidden_size"]}
+    config = Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=text["tie_word_embeddings"])
+    device = next(model.parameters()).device
+    with torch.device(device):
+        hub = Qwen3_5ForConditionalGeneration(config).to(dtype)
+    hub.model.language_model.load_state_dict(model.model.state_dict())
+    if not text["tie_word_embeddings"]:
+        hub.lm_head.load_state_dict(model.lm_head.state_dict())
+    hub.generation_config = model.generation_config
+    out.mkdir(parents=True, exist_ok=True)
+    hub.save_pretrained(out, safe_serialization=True)
+    tokenizer.save_pretrained(out)
+    del hub
+
+
 def build_random_model(name: str, device: torch.device, attn: str) -> PreTrainedModel:
     """``MODELS[name]`` with random weights (seed 0, fp32 master weights) on ``device``."""
     from transformers import AutoModelForCausalLM

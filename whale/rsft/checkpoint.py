@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from whale.core import layout
+from whale.rsft.hub_form import restore_hub_form
 from whale.store.base import Store
 
 if TYPE_CHECKING:
@@ -92,6 +93,9 @@ def write_checkpoint_dir(
     checkpoint of ``step``, COMPLETE marker last; returns its store prefix."""
     prefix = layout.checkpoint_prefix(run, step)
     model.save_pretrained(folder, safe_serialization=True, state_dict=state_dict)
+    form = getattr(model, "whale_hub_form", None)
+    if form is not None:  # trained out of a multimodal checkpoint: keep its form (vLLM serves only that)
+        restore_hub_form(folder, form)
     store.upload_dir(folder, prefix, marker=layout.CHECKPOINT_COMPLETE_MARKER)
     return prefix
 

@@ -159,7 +159,28 @@ def load_for_training(store: Store, spec: WhaleRunSpec, prefix: str | None, work
     if tokenizer.pad_token_id is None:
         tokenizer.pad_token = tokenizer.eos_token
     model.config.use_cache = False
+    keep_hub_form(model, source, kwargs)
     return model.to(device), tokenizer
+
+
+def keep_hub_form(model: Any, source: str, kwargs: dict[str, Any]) -> None:
+    """A language model loaded out of a multimodal checkpoint (the paper's Qwen3.5) remembers that checkpoint's
+    form, so that its checkpoints keep it (:mod:`whale.rsft.hub_form`: vLLM serves only that form)."""
+    from whale.rsft.hub_form import hub_form_of
+    from whale.rsft.sync import saved_names
+
+    folder = Path(source)
+    if not folder.is_dir():  # a hub id: the snapshot from_pretrained just read
+        from transformers.utils import cached_file
+
+        try:
+            config_file = cached_file(source, "config.json", revision=kwargs.get("revision"))
+        except OSError:
+            return
+        if config_file is None:
+            return
+        folder = Path(config_file).parent
+    model.whale_hub_form = hub_form_of(folder, model, saved_names(model, model.state_dict()).values())
 
 
 def sample_and_train(
