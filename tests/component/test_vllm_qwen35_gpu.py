@@ -94,8 +94,12 @@ def trainer(hub_dir: Path, gpu: torch.device) -> tuple[Any, Any]:
     """The language model as the train workload loads it (fp32 master weights, ``Qwen3_5ForCausalLM``)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    model = AutoModelForCausalLM.from_pretrained(hub_dir, dtype=torch.float32).to(gpu).eval()
+    from whale.workloads.train import keep_hub_form
+
+    model = AutoModelForCausalLM.from_pretrained(hub_dir, dtype=torch.float32)
     assert type(model).__name__ == "Qwen3_5ForCausalLM"
+    keep_hub_form(model, str(hub_dir), {})
+    model = model.to(gpu).eval()
     return model, AutoTokenizer.from_pretrained(hub_dir)
 
 
@@ -308,3 +312,19 @@ def test_a_saved_checkpoint_serves_on_a_fresh_server(trainer, prompts, tmp_path)
         assert gap <= NOISE_FACTOR * now.noise
     finally:
         fresh.stop()
+
+    # what the checkpoint would have been without the hub's form (the language model's own config): reported
+    model.whale_hub_form, form = None, model.whale_hub_form
+    try:
+        store = open_store(str(tmp_path / "store-text"))
+        text_only = materialise(store, save_checkpoint(store, "run", 1, model, tokenizer), tmp_path / "work-text")
+    finally:
+        model.whale_hub_form = form
+    probe = VLLMServer(text_only, tmp_path / "text-only.log", port=PORT + 2, extra=("--enforce-eager",))
+    try:
+        _report("text_only_checkpoint_start_s", round(probe.wait_healthy(timeout_s=300), 1))
+    except RuntimeError as exc:
+        errors = [line[-300:] for line in str(exc).splitlines() if "Error" in line or "error" in line]
+        _report("text_only_checkpoint_refused", errors[-4:])
+    finally:
+        probe.stop()
