@@ -185,7 +185,8 @@ def save_hub_form(model: Any, tokenizer: Any, out: Path, dtype: torch.dtype = to
     config = Qwen3_5Config(text_config=text, vision_config=vision, tie_word_embeddings=text["tie_word_embeddings"])
     device = next(model.parameters()).device
     with torch.device(device):
-        hub = Qwen3_5ForConditionalGeneration(config).to(dtype)
+        hub: Any = Qwen3_5ForConditionalGeneration(config)
+    hub = hub.to(dtype)
     hub.model.language_model.load_state_dict(model.model.state_dict())
     if not text["tie_word_embeddings"]:
         hub.lm_head.load_state_dict(model.lm_head.state_dict())

@@ -87,7 +87,8 @@ def build_hybrid(
         text = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     save_hub_form(text, tokenizer, folder)
     del text
-    return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).to(device).eval()
+    loaded: Any = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32)
+    return loaded.to(device).eval()
 
 
 def build_model(vocab_size: int, seed: int, layers: int, device: str = "cuda") -> torch.nn.Module:
