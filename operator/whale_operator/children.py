@@ -250,7 +250,9 @@ class JobLauncher:
         evicted: list[Eviction] = []
         queue = st.QueueView(spec.cluster.queue_name, namespace=run.namespace)
         for phase, job in current.items():
-            if kueue.needs_started_mark(job):  # the Job as patched (what was read is never changed in place)
+            # the Job as patched (what was read is never changed in place); a child first seen after it ended is not
+            # marked: the mark only tells a later eviction from queueing, and an ended child is never evicted
+            if kueue.needs_started_mark(job) and not observe.finished(job):
                 job = self.patch_child(run, job, kueue.started_patch(now))
             own_words = kueue.evicted(job)  # before the count's patch takes the started mark away
             seen_now = own_words is not None and not job["metadata"].get("deletionTimestamp")

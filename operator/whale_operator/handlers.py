@@ -113,7 +113,21 @@ async def child_watches(memo: kopf.Memo, **_: Any) -> None:
     memo.watches = ChildWatches.build(
         memo.kube, memo.informer, memo.metrics, wake, asyncio.get_running_loop(), os.environ
     )
-    memo.watches.start()
+    # kopf runs the cleanup handlers only after a start-up that completed: a stop (or a failure) while a later start-up
+    # handler runs skips them, and threads started here and stopped only there would be left running. A task owns them
+    # instead: kopf ends every task of the operator still running when it exits, cleanup or not.
+    memo.watching = asyncio.create_task(hold_watches(memo.watches), name="whale child watches")
+
+
+async def hold_watches(watches: ChildWatches) -> None:
+    """The children's watches, run until this task is cancelled: by the cleanup handler (:func:`stop_child_watches`),
+    or, when the operator stopped before its start-up completed, by kopf ending the tasks left at its exit (after its
+    5 s grace for them). Stopping shuts each stream and joins its thread: at once, here on the loop."""
+    watches.start()
+    try:
+        await asyncio.Event().wait()
+    finally:
+        watches.stop()
 
 
 @kopf.on.startup()
@@ -132,10 +146,16 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
 
 
 @kopf.on.cleanup()
+async def stop_child_watches(memo: kopf.Memo, **_: Any) -> None:
+    """The watches end before the client they read through is closed (:func:`shutdown`, the next cleanup handler)."""
+    watching = getattr(memo, "watching", None)
+    if watching is not None:
+        watching.cancel()
+        await asyncio.wait([watching])
+
+
+@kopf.on.cleanup()
 def shutdown(memo: kopf.Memo, **_: Any) -> None:
-    watches = getattr(memo, "watches", None)
-    if watches is not None:
-        watches.stop()
     kube = getattr(memo, "kube", None)
     if kube is not None:
         kube.close()

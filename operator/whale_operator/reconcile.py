@@ -22,7 +22,6 @@ from whale.core import layout
 from whale.core.alternation import ChildState, StartPhase, decide
 from whale.core.convert import raw_section
 from whale.core.layout import PhaseId
-from whale.core.state import RunState
 from whale.core.status import Reason, RunPhase, WhaleRunStatus
 from whale.domain import ToolService
 from whale.store import Store, StoreAuthError, StoreUnavailable
@@ -303,7 +302,7 @@ class Reconciler:
         queue = st.QueueView(spec.cluster.queue_name, seen.queue.served) if stopping else seen.queue
         new = st.with_conditions(new, prev.conditions, view, generation, now, queue)
         self.metrics.rollouts.labels(namespace=run.namespace, run=run.name).set(new.rollouts_spent)
-        stalled = RunState.from_status(new).stalled()
+        stalled = st.stalled(new)
         self.metrics.stalled.labels(namespace=run.namespace, run=run.name).set(
             int(stalled is not None and stalled.status == "True")
         )

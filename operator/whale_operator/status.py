@@ -229,9 +229,14 @@ def desired_conditions(status: WhaleRunStatus, inference: InferenceView) -> list
     ]
 
 
+def stalled(status: WhaleRunStatus) -> MetaCondition | None:
+    """The Stalled condition as ``decide`` set it (:meth:`RunState.stalled`, read off the status itself)."""
+    return next((c for c in status.conditions if c.type == ConditionType.STALLED), None)
+
+
 def stalled_condition(status: WhaleRunStatus) -> tuple[str, str, str, str]:
     """Stalled as ``decide`` set it (it knows the store's progress and the threshold); False before it did."""
-    cond = RunState.from_status(status).stalled()
+    cond = stalled(status)
     if cond is None:
         return _cond(STALLED, False, NOT_STALLED_REASON, "")
     return STALLED, cond.status, cond.reason, cond.message
@@ -252,7 +257,9 @@ def with_conditions(
     queue: QueueView | None = None,
 ) -> WhaleRunStatus:
     """``status`` with its conditions recomputed; a condition keeps its lastTransitionTime unless its
-    status flipped. ``queue`` None (a reconcile that saw no children): Queued and Admitted stay as they were."""
+    status flipped. ``queue`` None (a reconcile that saw no children): Queued and Admitted stay as they were.
+    Only what changed is built: a condition equal to the one before is that object, and ``status`` itself comes
+    back when every condition is the one it holds (most reconciles change none)."""
     before = {c.type: c for c in previous}
     out: list[MetaCondition] = []
     if queue is not None:
@@ -266,6 +273,16 @@ def with_conditions(
     for type_, st, reason, message in [*desired_conditions(status, inference), *queued]:
         old = before.get(type_)
         since = old.last_transition_time if old is not None and old.status == st and old.last_transition_time else now
+        if (
+            old is not None
+            and old.status == st
+            and old.reason == reason
+            and old.message == message
+            and old.last_transition_time == since
+            and old.observed_generation == generation
+        ):
+            out.append(old)
+            continue
         out.append(
             MetaCondition(
                 type=type_,
@@ -276,7 +293,9 @@ def with_conditions(
                 observed_generation=generation,
             )
         )
-    return RunState.from_status(status).with_conditions(tuple(out)).to_status()
+    if len(out) == len(status.conditions) and all(a is b for a, b in zip(out, status.conditions, strict=True)):
+        return status
+    return status.model_copy(update={"conditions": out})
 
 
 def _condition_with(status: WhaleRunStatus, type_: str, reason: str) -> MetaCondition | None:

@@ -332,7 +332,8 @@ class ChildWatch:
 
 
 class ChildWatches:
-    """Every child watch of the operator: started at its startup, stopped at its cleanup."""
+    """Every child watch of the operator: started at its start-up, stopped at its exit (by the task that holds them:
+    :func:`whale_operator.handlers.hold_watches`)."""
 
     def __init__(self, watches: list[ChildWatch]):
         self.watches = watches

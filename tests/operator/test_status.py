@@ -99,6 +99,24 @@ def test_conditions_keep_transition_time_unless_they_flip():
     assert by(fin)["Progressing"].status == "False" and by(fin)["InferenceReady"].reason == "ScaledDown"
 
 
+def test_conditions_build_only_what_changed():
+    """A reconcile that changes no condition gets its status back as it was; one that changes one condition rebuilds
+    that one alone, and the result is what a status built from scratch holds."""
+    running = WhaleRunStatus(phase=RunPhase.RUNNING, stage=Stage.WEIGHT, cycle=1, active_phase="c01-weight")
+    view = st.InferenceView(managed=True, ready=False)
+    first = st.with_conditions(running, [], view, 1, "T1")
+    assert st.with_conditions(first, first.conditions, view, 1, "T2") is first
+    ready = st.with_conditions(first, first.conditions, st.InferenceView(managed=True, ready=True), 1, "T3")
+    kept = [a is b for a, b in zip(ready.conditions, first.conditions, strict=True)]
+    assert kept == [c.type != "InferenceReady" for c in first.conditions]
+    assert ready == st.with_conditions(running, first.conditions, st.InferenceView(managed=True, ready=True), 1, "T3")
+    # a new generation is written on every condition; a condition whose status flips gets the time of the flip
+    again = st.with_conditions(ready, ready.conditions, view, 2, "T4")
+    assert all(c.observed_generation == 2 for c in again.conditions)
+    by = {c.type: c for c in again.conditions}
+    assert by["InferenceReady"].last_transition_time == "T4" and by["Progressing"].last_transition_time == "T1"
+
+
 def test_events_describe_transitions():
     before = WhaleRunStatus(phase=RunPhase.PENDING)
     after = WhaleRunStatus(

@@ -1,12 +1,13 @@
 """The watches of the runs' children outside kopf (:mod:`whale_operator.watches`), against the API emulator over
 HTTP: a child's change wakes its run and reaches the informer, a dropped stream resumes from its version without
 losing an event, 410 Gone lists afresh and forgets what was deleted meanwhile, bookmarks move the version, and a
-stopped operator leaves no watch thread behind."""
+stopped operator leaves no watch thread behind, even one stopped before its start-up completed."""
 
 from __future__ import annotations
 
 import asyncio
 import http.server
+import logging
 import sys
 import threading
 import uuid
@@ -18,8 +19,8 @@ import urllib3
 
 from tests.fixtures.kube import EmulatedCluster, install_jobset, start_emulator, wait_for
 from whale.core.spec import API_GROUP, API_VERSION
+from whale_operator import handlers, names, watches
 from whale_operator import kube as kube_module
-from whale_operator import names, watches
 from whale_operator.informer import JOB, Informer
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
@@ -225,12 +226,52 @@ def test_a_bookmark_moves_the_version_the_next_watch_resumes_from(kube_cluster, 
     assert int(first) < later
 
 
-def test_a_stopped_operator_leaves_no_watch_thread(start_operator) -> None:
-    def watch_threads() -> list[str]:
-        return [t.name for t in threading.enumerate() if t.name.startswith("watch-")]
+def watch_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("watch-")]
 
+
+def test_a_stopped_operator_leaves_no_watch_thread(start_operator) -> None:
     with start_operator():
         wait_for(lambda: len(watch_threads()) == 4, what="one watch thread per child kind")
+    assert watch_threads() == []
+
+
+class HeldCollector(logging.Handler):
+    """``gc`` for the operator's last start-up handler (``settle_collector``): its collection is held until kopf says
+    the operator is stopping (kopf then cancels the start-up, once the synchronous handler has returned)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = threading.Event()
+        self.stopping = threading.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "Operator is stopping" in record.getMessage():
+            self.stopping.set()
+
+    def collect(self) -> int:
+        self.entered.set()
+        self.stopping.wait(30)
+        return 0
+
+    def freeze(self) -> None:
+        pass
+
+
+def test_an_operator_stopped_during_its_start_up_leaves_no_watch_thread(start_operator, monkeypatch) -> None:
+    """kopf runs no cleanup handler after a start-up cut short: stopped while a start-up handler after the watches'
+    still runs (the collector's settling, held here), the operator must end the watch threads all the same."""
+    held = HeldCollector()
+    monkeypatch.setattr(handlers, "gc", held)
+    kopf_reactor = logging.getLogger("kopf._core.reactor.running")
+    kopf_reactor.addHandler(held)
+    try:
+        with start_operator():
+            wait_for(lambda: len(watch_threads()) == 4, what="one watch thread per child kind")
+            assert held.entered.wait(30), "the start-up reached the collector's settling"
+    finally:
+        held.stopping.set()
+        kopf_reactor.removeHandler(held)
     assert watch_threads() == []
 
 
