@@ -12,21 +12,13 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
-from safetensors import safe_open  # noqa: E402
 
+from tests.fixtures.models import folder_tensors as tensors  # noqa: E402
 from tests.fixtures.models import load_tiny  # noqa: E402
 from whale.rsft.checkpoint import materialise, save_checkpoint  # noqa: E402
 from whale.rsft.hub_form import UNTRAINED_FILE  # noqa: E402
 from whale.store import open_store  # noqa: E402
 from whale.workloads.train import keep_hub_form  # noqa: E402
-
-
-def tensors(folder: Path) -> dict[str, torch.Tensor]:
-    out = {}
-    for file in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(file), "pt") as f:
-            out.update({k: f.get_tensor(k) for k in f.keys()})  # noqa: SIM118 - safe_open is not a dict
-    return out
 
 
 def trained_checkpoint(source: Path, tmp_path: Path, step: int) -> tuple[object, Path]:

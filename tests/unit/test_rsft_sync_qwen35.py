@@ -7,24 +7,15 @@ conversion on a tiny model in the hub's form."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
-from safetensors import safe_open  # noqa: E402
 
+from tests.fixtures.models import folder_tensors as tensors  # noqa: E402
 from tests.fixtures.models import load_tiny  # noqa: E402
 from whale.rsft.sync import ServingFolderWriter, ipc_chunks, saved_names  # noqa: E402
-
-
-def tensors(folder: Path) -> dict[str, torch.Tensor]:
-    out = {}
-    for file in sorted(folder.glob("*.safetensors")):
-        with safe_open(str(file), "pt") as f:
-            out.update({k: f.get_tensor(k) for k in f.keys()})  # noqa: SIM118 - safe_open is not a dict
-    return out
 
 
 def test_the_hub_form_loads_as_the_hybrid_language_model(tiny_qwen35_hub_dir):
