@@ -156,9 +156,10 @@ MODELS: dict[str, dict[str, Any]] = {
 }
 
 
-def model_config(name: str) -> Any:
-    """The transformers config of ``MODELS[name]`` (Qwen3, or Qwen3.5's language model)."""
-    shape = dict(MODELS[name])
+def model_config(name: str, **overrides: Any) -> Any:
+    """The transformers config of ``MODELS[name]`` (Qwen3, or Qwen3.5's language model), with ``overrides``
+    (e.g. ``vocab_size``, ``num_hidden_layers``: the config derives its per-layer settings from them)."""
+    shape = {**MODELS[name], **overrides}
     if shape.pop("model_type", "qwen3") == "qwen3_5":
         from transformers import Qwen3_5TextConfig
 

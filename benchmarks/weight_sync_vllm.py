@@ -55,18 +55,6 @@ from whale.store import open_store
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sft_throughput import MODELS, model_config, save_hub_form
 
-SHAPE: dict[str, Any] = dict(  # Qwen/Qwen3-1.7B's config.json, vocabulary from the tokenizer
-    hidden_size=2048,
-    intermediate_size=6144,
-    num_hidden_layers=28,
-    num_attention_heads=16,
-    num_key_value_heads=8,
-    head_dim=128,
-    max_position_embeddings=40960,
-    rope_theta=1000000.0,
-    tie_word_embeddings=True,
-    rms_norm_eps=1e-6,
-)
 SERVED_NAME = "bench"
 PROBE_TOKENS = 24
 
@@ -79,9 +67,7 @@ def build_hybrid(
     model, ``Qwen3_5ForCausalLM``), so every sync sends the hub's tensor names."""
     from transformers import AutoModelForCausalLM
 
-    config = model_config(name)
-    config.vocab_size, config.num_hidden_layers = len(tokenizer), layers
-    config.layer_types = config.layer_types[:layers]
+    config = model_config(name, vocab_size=len(tokenizer), num_hidden_layers=layers)
     torch.manual_seed(seed)
     with torch.device(device):
         text = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
@@ -92,11 +78,11 @@ def build_hybrid(
 
 
 def build_model(vocab_size: int, seed: int, layers: int, device: str = "cuda") -> torch.nn.Module:
-    """Random Qwen3 weights, fp32 (the trainer's master copy)."""
-    from transformers import Qwen3Config, Qwen3ForCausalLM
+    """Random Qwen3 weights of the Qwen3-1.7B shape (``MODELS``), fp32 (the trainer's master copy)."""
+    from transformers import Qwen3ForCausalLM
 
     torch.manual_seed(seed)
-    config = Qwen3Config(vocab_size=vocab_size, **{**SHAPE, "num_hidden_layers": layers})
+    config = model_config("qwen3-1.7b", vocab_size=vocab_size, num_hidden_layers=layers)
     with torch.device(device):
         model = Qwen3ForCausalLM(config)
     return model.eval()

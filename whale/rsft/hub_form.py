@@ -88,8 +88,8 @@ def restore_hub_form(folder: Path, form: HubForm) -> None:
     config = {**form.config, "text_config": {**form.config.get("text_config", {}), **text}}
     if "dtype" in saved_config:  # the trained tensors' dtype: what a server loading the folder reads first
         config["dtype"] = saved_config["dtype"]
-    weight_map = {name: file.name for name, file in _tensor_files(folder).items()}
     if form.untrained:
+        weight_map = {name: file.name for name, file in _tensor_files(folder).items()}
         if (folder / SINGLE_FILE).is_file():  # an index is read only where no single file is (transformers)
             os.replace(folder / SINGLE_FILE, folder / TRAINED_FILE)
             weight_map = dict.fromkeys(weight_map, TRAINED_FILE)
