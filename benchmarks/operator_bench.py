@@ -7,7 +7,7 @@
   then children finishing one by one (steady state, the same reaction time as above, under load);
 * idle: every run waiting on a running child, the operator's progress polls and resyncs (nothing changes);
 * per section: each run's own latency (its event -> its next Job's create as the API server took it; in the bursts
-  also -> when the driver's watch of the Jobs brought it, ``per_run_seen_s``), the reconcile
+  also -> when the driver's poll first saw the Job, ``per_run_seen_s``), the reconcile
   latency from the operator's histogram (``whale_operator_handler_duration_seconds{handler="reconcile"}``,
   which includes the wait for a worker thread; ``reconcile_work`` without it), the CPU per reconcile (the
   reconciling thread's own CPU, ``whale_operator_reconcile_cpu_seconds``, and the whole operator process's CPU
@@ -44,7 +44,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -192,69 +191,6 @@ class EmulatorProcess:
 
 
 Emulator = EmulatorThread | EmulatorProcess
-
-
-class JobWatch:
-    """The driver's view of the runs' Jobs: one list, then one watch stream read by a thread of its own, each Job
-    version stamped with when it came. The driver polled a list of every run's Jobs instead, every 20 ms: with 200
-    runs a list of up to 200 Jobs, decoded by the driver and encoded by the emulator, on the cores the operator needs
-    (0.29 CPU-s of the driver's in a creation burst, about as much of the emulator's; a cluster's API server and the
-    workloads are not on the operator's machine). A watch brings each change once."""
-
-    def __init__(self, url: str, namespace: str, selector: str):
-        self._http = httpx.Client(base_url=url, timeout=httpx.Timeout(10.0, read=None))
-        self._path = KubeAPI.path("batch/v1", "jobs", namespace)
-        self._selector = selector
-        self._lock = threading.Lock()
-        self._came: list[tuple[float, dict[str, Any]]] = []
-        self.failed: BaseException | None = None
-        listed = self._http.get(self._path, params={"labelSelector": selector})
-        listed.raise_for_status()
-        now = time.perf_counter()
-        self._came = [(now, job) for job in listed.json()["items"]]
-        self._version = listed.json()["metadata"]["resourceVersion"]
-        self._stopping = threading.Event()
-        self._thread = threading.Thread(target=self._read, name="driver-job-watch", daemon=True)
-        self._thread.start()
-
-    def _read(self) -> None:
-        try:
-            while not self._stopping.is_set():  # a stream the emulator ends (its timeout) resumes from the last version
-                params = {
-                    "watch": "true",
-                    "labelSelector": self._selector,
-                    "resourceVersion": self._version,
-                    "timeoutSeconds": "600",
-                }
-                with self._http.stream("GET", self._path, params=params) as resp:
-                    resp.raise_for_status()
-                    for line in resp.iter_lines():
-                        if not line:
-                            continue
-                        event = json.loads(line)
-                        if event["type"] == "ERROR":
-                            raise RuntimeError(f"the driver's Job watch failed: {event['object']}")
-                        job = event["object"]
-                        self._version = job["metadata"]["resourceVersion"]
-                        if event["type"] in ("ADDED", "MODIFIED"):
-                            with self._lock:
-                                self._came.append((time.perf_counter(), job))
-        except BaseException as exc:  # noqa: BLE001 - handed to the driver, which raises it (or stops)
-            if not self._stopping.is_set():
-                self.failed = exc
-
-    def take(self) -> list[tuple[float, dict[str, Any]]]:
-        """The Job versions that came since the last call, each with when it came (``time.perf_counter()``)."""
-        if self.failed is not None:
-            raise RuntimeError("the driver's Job watch stopped") from self.failed
-        with self._lock:
-            came, self._came = self._came, []
-        return came
-
-    def close(self) -> None:
-        self._stopping.set()
-        self._http.close()  # ends the stream's read
-        self._thread.join(timeout=10)
 
 
 class Scrape:
@@ -417,7 +353,6 @@ def main() -> None:
         "operator_settings": "defaults (progress poll 15 s, resync 30 s, 16 worker threads)",
         "emulator": "own process" if args.emulator_process else "a thread of the driver's process",
     }
-    watch: JobWatch | None = None
     try:
         wait_for(lambda: _up(metrics), 60, 0.2, "the operator's metrics endpoint")
         spec = deep_merge(
@@ -440,7 +375,6 @@ def main() -> None:
         results["reaction_1_run_s"] = spread(reactions)
 
         # --- creation burst: every run created at once ---
-        watch = JobWatch(emulator.url, NS, names.LABEL_RUN)  # before the burst: a first Job may come at once
         section = Section(metrics, proc.pid, emulator)
         t0 = time.perf_counter()
         players, created = [], {}
@@ -448,7 +382,7 @@ def main() -> None:
             players.append(create(f"scale-{i:03d}"))
             created[players[-1].run] = time.perf_counter()
         results["create_s"] = time.perf_counter() - t0
-        firsts, seen, polled = await_next_jobs(watch, emulator, players, created)
+        firsts, seen, polled = await_next_jobs(api, emulator, players, created)
         results["creation_burst"] = {"per_run_s": spread(seen), "per_run_seen_s": spread(polled), **section.report()}
 
         # --- finish burst: every run's child finishes at once ---
@@ -457,7 +391,7 @@ def main() -> None:
         for p in players:
             p.finish(firsts[p.run])
             finished[p.run] = time.perf_counter()
-        seconds, seen, polled = await_next_jobs(watch, emulator, players, finished)
+        seconds, seen, polled = await_next_jobs(api, emulator, players, finished)
         results["finish_burst"] = {"per_run_s": spread(seen), "per_run_seen_s": spread(polled), **section.report()}
 
         # --- steady state: children finish one by one with every run present ---
@@ -481,8 +415,6 @@ def main() -> None:
         results["prepare_jobs"] = len(api.list("batch/v1", "jobs", NS, f"{names.LABEL_KIND}={names.PREPARE}"))
         results["targets"] = targets(results)
     finally:
-        if watch is not None:
-            watch.close()
         proc.send_signal(signal.SIGINT)
         try:
             proc.wait(timeout=30)
@@ -529,7 +461,7 @@ def print_summary(r: dict[str, Any]) -> None:
         b = r[key]
         print(
             f"{line(f'{label}: each run -> its next Job', b['per_run_s'])}; p99 {b['per_run_s']['p99']:.3f} s "
-            f"(seen by the driver's watch: p99 {b['per_run_seen_s']['p99']:.3f} s); "
+            f"(seen by the driver's poll: p99 {b['per_run_seen_s']['p99']:.3f} s); "
             f"{int(b['reconciles'])} reconciles, latency incl. wait p99 <= {b['latency_incl_wait_p99_le_s']} s, "
             f"CPU/reconcile {1000 * b['cpu_per_reconcile_mean_s']:.1f} ms (process {1000 * b['process_cpu_per_reconcile_s']:.1f} ms)"
         )
@@ -565,15 +497,15 @@ def made_at(emulator: Emulator, job: dict[str, Any]) -> float:
 
 
 def await_next_jobs(
-    watch: JobWatch,
+    api: KubeAPI,
     emulator: Emulator,
     players: list[WorkloadPlayer],
     since: dict[str, float],
     timeout_s: float = 300,
 ) -> tuple[dict[str, dict[str, Any]], list[float], list[float]]:
     """Each run's next unfinished Job; how long after ``since[run]`` the API server took its create; and how long
-    after it the driver's watch brought it. Each poll plays every waiting run's weight-sync sidecar first (the operator
-    starts a child only once the inference server serves that child's weights), then takes what the watch brought. The
+    after it this loop first saw it. Each poll plays every waiting run's weight-sync sidecar first (the operator starts
+    a child only once the inference server serves that child's weights), then lists the Jobs once for all runs. The
     sidecars are played in turn: sixteen threads playing them at once, in this process with the emulator, made a
     100-run creation burst slower (p99 5.2 s against 3.1 s in a pair of runs), the threads contending for the emulator's interpreter."""
     waiting = {p.run: p for p in players}
@@ -584,14 +516,17 @@ def await_next_jobs(
     def poll() -> bool:
         for p in waiting.values():
             p.ack_serving()
+        jobs = api.list("batch/v1", "jobs", NS, names.LABEL_RUN)
+        now = time.perf_counter()  # after the answer: a Job in it was created before it (taken before, a Job
+        # created while the list was served would count as seen before it existed)
         new = []
-        for came, job in watch.take():
+        for job in jobs:
             run = job["metadata"]["labels"][names.LABEL_RUN]
             player = waiting.get(run)
             if player is not None and _pending(player, job):
                 found[run] = job
                 new.append(run)
-                polled.append(came - since[run])
+                polled.append(now - since[run])
                 del waiting[run]
         # the create times of this poll's Jobs in one question (one round trip to the emulator's process)
         for run, made in zip(new, emulator.made_at(job_key(found[r]) for r in new), strict=True):

@@ -177,6 +177,7 @@ async def whalerun_daemon(
     name: str,
     namespace: str,
     uid: str,
+    body: kopf.Body,
     memo: kopf.Memo,
     stopped: kopf.DaemonStopped,
     logger: logging.Logger,
@@ -203,7 +204,9 @@ async def whalerun_daemon(
                 failures += 1
                 delay = backoff_s(failures, memo.error_backoff_s, memo.max_backoff_s)
                 logger.exception("reconcile of %s/%s failed; retrying in %.0f s", namespace, name, delay)
-            else:  # the reconcile posted its Events itself (whale_operator.builders.events)
+            else:
+                for ev in outcome.events if outcome is not None else []:
+                    kopf.event(body, type=ev.type, reason=ev.reason, message=ev.message[:1000])
                 if outcome is not None and (outcome.rejected or outcome.unavailable):
                     metrics.reconcile_errors.labels(
                         error="ChildRejected" if outcome.rejected else "StoreUnavailable"

@@ -72,10 +72,6 @@ class Refused(KubeError):
     RBAC or admission, invalid): retrying the same request at once cannot help, a human must act."""
 
 
-#: what one request can raise: the API server's answer, a connection lost (:class:`ConnectionLost` is an OSError), or
-#: urllib3's errors on the HTTP-proxy path
-REQUEST_ERRORS: tuple[type[Exception], ...] = (KubeError, OSError, urllib3.exceptions.HTTPError)
-
 #: 4xx statuses that say "try again later", not "this request is wrong"
 _TRANSIENT_4XX = frozenset({408, 429})
 
@@ -320,13 +316,6 @@ class KubeClient:
             object_path(api_version, kind, namespace, name),
             body=ops,
             content_type="application/json-patch+json",
-        )
-
-    def create(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        """POST ``manifest`` (an object whose name is new each time, such as an Event); the object as created."""
-        meta = manifest["metadata"]
-        return self.request(
-            "POST", collection_path(manifest["apiVersion"], manifest["kind"], meta["namespace"]), body=manifest
         )
 
     def ensure(self, manifest: dict[str, Any]) -> tuple[dict[str, Any], bool]:

@@ -80,13 +80,6 @@ class OperatorMetrics:
             ["kind"],
             registry=r,
         )
-        self.events_dropped = Counter(
-            "whale_operator_events_dropped",
-            "Kubernetes Events about a run the API server refused or could not be sent (logged, not retried: the "
-            "status holds what they told), by error",
-            ["error"],
-            registry=r,
-        )
         self.actions = Counter(
             "whale_operator_actions", "Actions applied from decide(), by type", ["action"], registry=r
         )

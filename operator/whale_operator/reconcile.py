@@ -33,7 +33,7 @@ from whale_operator.config import OperatorConfig, SpecError, judge_key_problems,
 from whale_operator.credentials import CredentialsUnavailable, RunStores
 from whale_operator.domains import DomainCatalog, WaitingForData
 from whale_operator.informer import ApiReads
-from whale_operator.kube import REQUEST_ERRORS, KubeClient
+from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
 from whale_operator.outcomes import ReconcileResult
 
@@ -157,21 +157,7 @@ class Reconciler:
             self.metrics.set_run_phase(run.uid, outcome.status.phase)
         if outcome.rejected or outcome.unavailable:
             self.reads.relist(namespace, name)  # after a refusal, read afresh
-        self._post_events(run, outcome.events)
         return outcome
-
-    def _post_events(self, run: builders.RunRef, events: list[st.Event]) -> None:
-        """The reconcile's Events, in order, after its status (:mod:`whale_operator.builders.events`). One the API
-        server refuses or cannot take is logged, counted and dropped: an Event is news, never state (the status holds
-        all a later reconcile needs), so a failed one must not fail the reconcile that made it."""
-        now = self.clock()
-        for ev in events:
-            name = builders.event_name(run.name, time.time_ns())
-            try:
-                self.kube.create(builders.run_event(run, ev.type, ev.reason, ev.message, name, now))
-            except REQUEST_ERRORS as exc:
-                self.metrics.events_dropped.labels(error=type(exc).__name__).inc()
-                log.warning("%s/%s: Event %s not posted: %s", run.namespace, run.name, ev.reason, exc)
 
     def read_generation(self, uid: str) -> int | None:
         """The generation of the run the last reconcile of it read (None: not reconciled yet)."""

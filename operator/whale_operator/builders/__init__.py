@@ -22,8 +22,7 @@ host, the code tool's snippets in its own pod, and the ``cli`` backend is refuse
 workers, tools) takes its pod template from ``spec.cluster.placement.<component>`` over the run-wide placement.
 
 One module per kind of child: :mod:`.pods` (the pieces every pod shares), :mod:`.auth`, :mod:`.jobs`,
-:mod:`.inference`, :mod:`.tools`, :mod:`.harness`, :mod:`.colocated` and :mod:`.admission`, and :mod:`.events` (the
-Kubernetes Events about the run, not a child); this package re-exports
+:mod:`.inference`, :mod:`.tools`, :mod:`.harness`, :mod:`.colocated` and :mod:`.admission`; this package re-exports
 their public names, so ``builders.job(...)`` reads as before.
 """
 
@@ -62,7 +61,6 @@ from whale_operator.builders.colocated import (
     colocated_train_job,
     colocated_vllm_args,
 )
-from whale_operator.builders.events import event_name, run_event
 from whale_operator.builders.harness import (
     AGENT_EXCHANGE_DIR,
     AGENT_EXCHANGE_VOLUME,
@@ -244,7 +242,6 @@ __all__ = [
     "component_placement",
     "component_resources",
     "doorbell_token_volume",
-    "event_name",
     "gang_size",
     "harness_children",
     "harness_host_deployment",
@@ -280,7 +277,6 @@ __all__ = [
     "resources_dict",
     "restricted_container_security_context",
     "restricted_pod_security_context",
-    "run_event",
     "runs_cli_agent",
     "sandbox_host_security_context",
     "sandbox_network_policy",
