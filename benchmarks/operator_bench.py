@@ -260,6 +260,7 @@ class Section:
         self.loop0 = cpu_s(pid, pid)
         self.others0 = emulator.cpu()
         self.served0 = emulator.served()
+        self.t0 = time.perf_counter()
 
     def requests(self) -> dict[str, dict[str, int]]:
         """Requests the emulator served in this section, by client and method."""
@@ -272,6 +273,7 @@ class Section:
         return out
 
     def report(self) -> dict[str, Any]:
+        wall = time.perf_counter() - self.t0
         after, cpu = Scrape(self.metrics), cpu_s(self.pid) - self.cpu0
         loop = cpu_s(self.pid, self.pid) - self.loop0
         emulator_cpu, driver_cpu = (b - a for a, b in zip(self.others0, self.emulator.cpu(), strict=True))
@@ -299,6 +301,15 @@ class Section:
             "watch_events": after.total(WATCH_EVENTS) - self.before.total(WATCH_EVENTS),
             "emulator_cpu_s": emulator_cpu,
             "driver_cpu_s": driver_cpu,
+            # the section's wall time, and the machine's CPU in it: the operator's, the emulator's and the driver's, which
+            # share this machine's cores. ``cpu_bound_s``: the shortest the section could have lasted with that CPU (all
+            # of it over every core); ``busy_share``: of the cores' time in the section, the share those three used
+            "wall_s": wall,
+            "machine_cpu_s": cpu + emulator_cpu + driver_cpu,
+            "cpu_bound_s": (cpu + emulator_cpu + driver_cpu) / (os.cpu_count() or 1),
+            "busy_share": (cpu + emulator_cpu + driver_cpu) / (wall * (os.cpu_count() or 1))
+            if wall > 0
+            else float("nan"),
             "api_requests": requests,
             "operator_requests_per_reconcile": sum(requests.get("operator", {}).values()) / n if n else float("nan"),
         }
@@ -478,6 +489,10 @@ def print_summary(r: dict[str, Any]) -> None:
         print(
             f"  {key}: CPU s operator {b['process_cpu_s']:.2f}, emulator {b['emulator_cpu_s']:.2f}, driver "
             f"{b['driver_cpu_s']:.2f}; API requests {sent} ({b['operator_requests_per_reconcile']:.2f} per reconcile)"
+        )
+        print(
+            f"    {b['wall_s']:.2f} s long; the machine's CPU {b['machine_cpu_s']:.2f} s over {os.cpu_count()} cores: "
+            f"at least {b['cpu_bound_s']:.2f} s, cores {100 * b['busy_share']:.0f} % busy"
         )
     print(
         f"operator RSS {r['operator_rss_mb']} MB (peak {r['operator_peak_rss_mb']} MB); prepare Jobs: {r['prepare_jobs']}"

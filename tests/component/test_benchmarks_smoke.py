@@ -459,6 +459,11 @@ def test_operator_bench_runs_five_runs_through_every_section(tmp_path):
         assert report[section]["api_requests"]["operator"]["POST"] >= 5, section
         assert report[section]["operator_requests_per_reconcile"] > 0, section
         assert report[section]["emulator_cpu_s"] >= 0 and report[section]["driver_cpu_s"] >= 0, section
+        # the machine's CPU in the burst, and the shortest the burst could have lasted with it
+        b = report[section]
+        assert b["machine_cpu_s"] == pytest.approx(b["process_cpu_s"] + b["emulator_cpu_s"] + b["driver_cpu_s"])
+        # (the CPU figures are counted in clock ticks of 10 ms a process: a short burst may round up by a few)
+        assert 0 < b["cpu_bound_s"] <= b["wall_s"] + 0.05 and b["busy_share"] > 0, section
         # each run's Job is created (the API server's time) before the driver's poll can see it
         exact, seen = report[section]["per_run_s"], report[section]["per_run_seen_s"]
         assert exact["n"] == seen["n"] == 5 and 0 < exact["max"] <= seen["max"], section
