@@ -13,7 +13,9 @@
   reconciling thread's own CPU, ``whale_operator_reconcile_cpu_seconds``, and the whole operator process's CPU
   divided by the reconciles: kopf's watch handling included, and the threads that watch the runs' children,
   ``watch_threads_cpu_s``, with the events they took, ``watch_events``), the CPU of the emulator and of the driver
-  apart, the API requests of each client (the operator, kopf, the driver), and the operator's RSS.
+  apart, the section's wall time beside the machine's CPU in it (all three: ``machine_cpu_s``; with it over every
+  core the section could not have been shorter than ``cpu_bound_s``; ``busy_share``: how busy the cores were), the API
+  requests of each client (the operator, kopf, the driver), and the operator's RSS.
 
 The operator runs as its own process (``kopf run``), exactly as in its image, with its default progress poll
 (15 s) and resync (30 s): a reaction that waits for either shows up as such. Split sizes come from the domain
