@@ -35,6 +35,36 @@ TRACKED = frozenset(kind for _, kind in (RUN, JOB, JOBSET, DEPLOYMENT))
 RELIST_S = 300.0
 
 Key = tuple[str, str, str]  # (kind, namespace, name)
+#: the children whose pod templates the informer drops (:func:`slim`)
+TEMPLATED = frozenset(kind for _, kind in (JOB, JOBSET, DEPLOYMENT))
+
+
+def slim(body: Mapping[str, Any]) -> dict[str, Any]:
+    """``body`` as the informer holds it: a child without what no reconcile reads of it, its pod template (a Job's, a
+    Deployment's, each of a JobSet's replicated Jobs'), and without the API server's field-ownership record
+    (``metadata.managedFields``) on any kind. A reconcile reads a child's metadata, status, ``spec.suspend`` and
+    ``spec.replicas`` (:func:`~whale_operator.observe.wake_digest` lists them); it builds templates from the spec and
+    sends them whole, never from what it holds. The templates were two thirds of the containers the informer held at
+    201 runs (each a dict or a list the garbage collector's full passes walk), and a run keeps its finished Jobs: the
+    informer grows with the runs' length. A shallow copy: the parts kept are shared, never changed in place."""
+    out = dict(body)
+    meta = body.get("metadata")
+    if isinstance(meta, Mapping) and "managedFields" in meta:
+        out["metadata"] = {k: v for k, v in meta.items() if k != "managedFields"}
+    spec = body.get("spec")
+    if body.get("kind") not in TEMPLATED or not isinstance(spec, Mapping):
+        return out
+    if "template" in spec:
+        out["spec"] = {k: v for k, v in spec.items() if k != "template"}
+    elif isinstance(spec.get("replicatedJobs"), list):  # a JobSet: its replicated Jobs' names and counts
+        out["spec"] = {
+            **spec,
+            "replicatedJobs": [
+                {k: v for k, v in rjob.items() if k != "template"} if isinstance(rjob, Mapping) else rjob
+                for rjob in spec["replicatedJobs"]
+            ],
+        }
+    return out
 
 
 class ApiReads:
@@ -73,7 +103,7 @@ def _newer(incoming: Mapping[str, Any], held: Mapping[str, Any] | None) -> bool:
 class Informer(ApiReads):
     """The objects a reconcile reads, held in memory and kept current by watch events (thread-safe: events come on
     kopf's event loop, reads and write answers on the reconciles' worker threads). Objects are replaced whole, never
-    changed in place: a reader may keep what it got."""
+    changed in place: a reader may keep what it got. Children are held without their pod templates (:func:`slim`)."""
 
     def __init__(self, kube: KubeClient, clock: Callable[[], float] = time.monotonic):
         super().__init__(kube)
@@ -121,7 +151,7 @@ class Informer(ApiReads):
                     self._by_run.get(index, set()).discard(key[2])
                 return
             self._gone.pop(key, None)
-            self._objects[key] = dict(body)
+            self._objects[key] = slim(body)
             if index is not None:
                 self._by_run.setdefault(index, set()).add(key[2])
 

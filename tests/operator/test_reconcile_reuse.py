@@ -8,6 +8,7 @@ from tests.fixtures.kube import EmulatedCluster, wait_for
 from tests.operator.conftest import BASE_SPEC, prepared_run
 from tests.operator.player import WR
 from whale_operator import informer as informer_kinds
+from whale_operator import names, observe
 from whale_operator.informer import Informer
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
@@ -176,3 +177,77 @@ def test_one_list_of_a_namespace_serves_every_run_and_a_watched_run_is_not_read(
     own = reads(requests_since(kube_cluster, before))
     assert any("/whaleruns/second" in p for p in own), own
     assert own and all("second" in p for p in own), "a relist reads the run and lists its own children"
+
+
+def _job(name: str, template: dict, **spec: object) -> dict:
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": "ns",
+            "resourceVersion": "7",
+            "labels": {names.LABEL_RUN: "r"},
+            "annotations": {names.ANNOTATION_TEMPLATE_HASH: "abc"},
+            "managedFields": [{"manager": "kube-controller-manager", "fieldsV1": {"f:status": {}}}],
+        },
+        "spec": {"suspend": False, "template": template, **spec},
+        "status": {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1},
+    }
+
+
+def test_slim_drops_only_what_no_reconcile_reads():
+    """A held child keeps all a reconcile reads of it (the wake digest lists it: metadata, status, suspend, replicas,
+    the template's hash) and loses its pod template and the field-ownership record; a WhaleRun keeps its spec."""
+    template = {"spec": {"containers": [{"name": "train", "env": [{"name": "A", "value": "1"}]}]}}
+    job = _job("j", template, parallelism=2)
+    held = informer_kinds.slim(job)
+    assert "template" not in held["spec"] and held["spec"] == {"suspend": False, "parallelism": 2}
+    assert "managedFields" not in held["metadata"]
+    assert held["status"] == job["status"] and held["metadata"]["labels"] == job["metadata"]["labels"]
+    assert observe.wake_digest(held) == observe.wake_digest(job) is not None
+    assert job["spec"]["template"] is template and "managedFields" in job["metadata"], "the event itself is unchanged"
+
+    deployment = {**_job("d", template, replicas=1), "apiVersion": "apps/v1", "kind": "Deployment"}
+    assert informer_kinds.slim(deployment)["spec"] == {"suspend": False, "replicas": 1}
+    jobset = {
+        "apiVersion": "jobset.x-k8s.io/v1alpha2",
+        "kind": "JobSet",
+        "metadata": {"name": "s", "namespace": "ns"},
+        "spec": {"replicatedJobs": [{"name": "workers", "replicas": 2, "template": {"spec": {"template": template}}}]},
+    }
+    slim_set = informer_kinds.slim(jobset)
+    assert slim_set["spec"]["replicatedJobs"] == [{"name": "workers", "replicas": 2}]
+    assert observe.is_jobset({k: v for k, v in slim_set.items() if k != "kind"}), "still told apart by its shape"
+    run = {"apiVersion": WR, "kind": "WhaleRun", "metadata": {"name": "r", "namespace": "ns"}, "spec": {"template": 1}}
+    assert informer_kinds.slim(run) == run
+
+
+def test_the_informer_holds_children_without_their_pod_templates(operator_env, kube_cluster, kube_namespace, store):
+    """A run driven to its first Job through the informer: the Job and Deployments it holds have no pod template (the
+    API server's have), and the run still reaches its next Job once the first finishes."""
+    spec = {**BASE_SPEC, "storage": {"uri": store.uri}}
+    player = prepared_run(kube_cluster.api, store, kube_namespace, "slim", spec)
+    kube = KubeClient.from_environment()
+    informer = Informer(kube)
+    kube.on_write = informer.observe
+    reconciler = Reconciler(kube, OperatorMetrics(), reads=informer)
+    for _ in range(8):
+        player.ack_serving()
+        reconciler.reconcile(kube_namespace, "slim")
+        if player.jobs():
+            break
+    [job] = player.jobs()
+    assert "template" in job["spec"], "the API server holds the whole Job"
+    held_jobs = informer.children(informer_kinds.JOB, kube_namespace, "slim")
+    held_deps = informer.children(informer_kinds.DEPLOYMENT, kube_namespace, "slim")
+    assert [j["metadata"]["name"] for j in held_jobs] == [job["metadata"]["name"]] and held_deps
+    assert all("template" not in o["spec"] for o in [*held_jobs, *held_deps])
+    player.finish(job)
+    informer.observe(kube_cluster.api.get("batch/v1", "jobs", kube_namespace, job["metadata"]["name"]))
+    for _ in range(8):
+        player.ack_serving()
+        reconciler.reconcile(kube_namespace, "slim")
+        if len(player.jobs()) > 1:
+            break
+    assert len(player.jobs()) == 2, "the run went on to its next Job"
