@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from tests.fixtures.kube import EmulatedCluster, wait_for
 from tests.operator.conftest import BASE_SPEC, prepared_run
-from tests.operator.player import WR
+from tests.operator.player import WR, WorkloadPlayer
+from whale.store import Store
 from whale_operator import informer as informer_kinds
 from whale_operator import names, observe
 from whale_operator.informer import Informer
@@ -28,6 +29,27 @@ def requests_since(cluster: EmulatedCluster, before: int) -> list[tuple[str, str
 def reads(requests: list[tuple[str, str]]) -> list[str]:
     """The GETs among them."""
     return [path for method, path in requests if method == "GET"]
+
+
+def informed_run(
+    cluster: EmulatedCluster, namespace: str, store: Store, name: str
+) -> tuple[WorkloadPlayer, Informer, Reconciler]:
+    """A run, and a Reconciler reading through an Informer fed by its own writes (the watch events fed by hand)."""
+    player = prepared_run(cluster.api, store, namespace, name, {**BASE_SPEC, "storage": {"uri": store.uri}})
+    kube = KubeClient.from_environment()
+    informer = Informer(kube)
+    kube.on_write = informer.observe
+    return player, informer, Reconciler(kube, OperatorMetrics(), reads=informer)
+
+
+def to_jobs(reconciler: Reconciler, player: WorkloadPlayer, namespace: str, name: str, count: int = 1) -> None:
+    """Reconcile (the serving target acknowledged each time) until the run has ``count`` Jobs."""
+    for _ in range(8):
+        player.ack_serving()
+        reconciler.reconcile(namespace, name)
+        if len(player.jobs()) >= count:
+            return
+    raise AssertionError(f"{name}: fewer than {count} Jobs after 8 reconciles")
 
 
 def test_reads_come_from_the_informer_and_its_own_writes_are_seen(operator_env, kube_cluster, kube_namespace, store):
@@ -67,17 +89,8 @@ def test_reads_come_from_the_informer_and_its_own_writes_are_seen(operator_env, 
 def test_a_poll_that_sees_a_child_ended_reads_its_result(operator_env, kube_cluster, kube_namespace, store):
     """A progress poll already under way when a child's end reaches the informer judges that child by its result
     (read then), not by the results read before it ended: the evaluation is absorbed, no failure is counted."""
-    spec = {**BASE_SPEC, "storage": {"uri": store.uri}}
-    player = prepared_run(kube_cluster.api, store, kube_namespace, "ended", spec)
-    kube = KubeClient.from_environment()
-    informer = Informer(kube)
-    kube.on_write = informer.observe
-    reconciler = Reconciler(kube, OperatorMetrics(), reads=informer)
-    for _ in range(6):
-        player.ack_serving()
-        reconciler.reconcile(kube_namespace, "ended")
-        if player.jobs():
-            break
+    player, informer, reconciler = informed_run(kube_cluster, kube_namespace, store, "ended")
+    to_jobs(reconciler, player, kube_namespace, "ended")
     [job] = player.jobs()
     reconciler.reconcile(kube_namespace, "ended")  # a fresh reconcile reads the results: none yet
     player.finish(job)
@@ -91,17 +104,8 @@ def test_a_poll_that_sees_a_child_ended_reads_its_result(operator_env, kube_clus
 def test_a_change_no_event_told_of_is_read_at_the_relist(operator_env, kube_cluster, kube_namespace, store):
     """What the informer holds is what a reconcile reads; a relist (after a failed reconcile, or every RELIST_S) reads
     the API server afresh, dropping what is gone and taking in what changed."""
-    spec = {**BASE_SPEC, "storage": {"uri": store.uri}}
-    player = prepared_run(kube_cluster.api, store, kube_namespace, "relist", spec)
-    kube = KubeClient.from_environment()
-    informer = Informer(kube)
-    kube.on_write = informer.observe
-    reconciler = Reconciler(kube, OperatorMetrics(), reads=informer)
-    for _ in range(6):
-        player.ack_serving()
-        reconciler.reconcile(kube_namespace, "relist")
-        if player.jobs():
-            break
+    player, informer, reconciler = informed_run(kube_cluster, kube_namespace, store, "relist")
+    to_jobs(reconciler, player, kube_namespace, "relist")
     [job] = player.jobs()
     name = job["metadata"]["name"]
     held = [j["metadata"]["name"] for j in informer.children(informer_kinds.JOB, kube_namespace, "relist")]
@@ -226,17 +230,8 @@ def test_slim_drops_only_what_no_reconcile_reads():
 def test_the_informer_holds_children_without_their_pod_templates(operator_env, kube_cluster, kube_namespace, store):
     """A run driven to its first Job through the informer: the Job and Deployments it holds have no pod template (the
     API server's have), and the run still reaches its next Job once the first finishes."""
-    spec = {**BASE_SPEC, "storage": {"uri": store.uri}}
-    player = prepared_run(kube_cluster.api, store, kube_namespace, "slim", spec)
-    kube = KubeClient.from_environment()
-    informer = Informer(kube)
-    kube.on_write = informer.observe
-    reconciler = Reconciler(kube, OperatorMetrics(), reads=informer)
-    for _ in range(8):
-        player.ack_serving()
-        reconciler.reconcile(kube_namespace, "slim")
-        if player.jobs():
-            break
+    player, informer, reconciler = informed_run(kube_cluster, kube_namespace, store, "slim")
+    to_jobs(reconciler, player, kube_namespace, "slim")
     [job] = player.jobs()
     assert "template" in job["spec"], "the API server holds the whole Job"
     held_jobs = informer.children(informer_kinds.JOB, kube_namespace, "slim")
@@ -245,9 +240,4 @@ def test_the_informer_holds_children_without_their_pod_templates(operator_env, k
     assert all("template" not in o["spec"] for o in [*held_jobs, *held_deps])
     player.finish(job)
     informer.observe(kube_cluster.api.get("batch/v1", "jobs", kube_namespace, job["metadata"]["name"]))
-    for _ in range(8):
-        player.ack_serving()
-        reconciler.reconcile(kube_namespace, "slim")
-        if len(player.jobs()) > 1:
-            break
-    assert len(player.jobs()) == 2, "the run went on to its next Job"
+    to_jobs(reconciler, player, kube_namespace, "slim", count=2)  # the run went on to its next Job
