@@ -26,6 +26,8 @@ server) runs in a process of its own, as on a cluster an API server is not in th
 emulator's ``time.perf_counter()`` (CLOCK_MONOTONIC: one clock for every process of the machine).
 
     .venv/bin/python benchmarks/operator_bench.py [--runs 200] [--transitions 12] [--steady 40] [--out FILE]
+        [--history N]            # before the steady and idle sections, N more rounds of every run's child finishing:
+                                 # the runs hold N more finished Jobs each, as runs well into their schedule do
         [--no-emulator-process]  # the emulator in a thread of the driver's process (the setup before #33's split)
         [--profile FILE]   # every reconcile under cProfile (benchmarks/operator_profiled.py); its CPU figures then
                            # include the profiler's overhead: measure and profile in separate runs
@@ -323,6 +325,13 @@ def main() -> None:
     ap.add_argument("--transitions", type=int, default=12, help="children finished one after another, one run")
     ap.add_argument("--steady", type=int, default=40, help="children finished one by one with all runs present")
     ap.add_argument("--idle-s", type=float, default=45.0, help="all runs waiting: the progress polls' reconciles")
+    ap.add_argument(
+        "--history",
+        type=int,
+        default=0,
+        help="after the finish burst, this many more rounds of every run's child finishing: the steady and idle "
+        "sections then run with the runs holding that many more finished Jobs each, as runs well into their schedule do",
+    )
     ap.add_argument("--out", type=Path, help="write the raw JSON here (benchmarks/results/...)")
     ap.add_argument("--json", action="store_true", help="print the raw JSON")
     ap.add_argument("--profile", type=Path, help="profile every reconcile (cProfile, merged pstats written here)")
@@ -335,6 +344,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.runs < 1 or args.transitions < 1 or not 1 <= args.steady <= args.runs:
         ap.error("--runs and --transitions must be >= 1, --steady between 1 and --runs")
+    if not 0 <= args.history <= 40:  # the benchmark's schedule (64 steps, 2 a cycle) has more phases than that
+        ap.error("--history must be between 0 and 40")
 
     work = Path(tempfile.mkdtemp(prefix="whale-opbench-"))
     emulator: Emulator = EmulatorProcess(work) if args.emulator_process else EmulatorThread(work)
@@ -407,6 +418,22 @@ def main() -> None:
         seconds, seen, polled = await_next_jobs(api, emulator, players, finished)
         results["finish_burst"] = {"per_run_s": spread(seen), "per_run_seen_s": spread(polled), **section.report()}
 
+        # --- history: more rounds of every run's child finishing, so the runs hold finished Jobs as long runs do ---
+        if args.history:
+            section = Section(metrics, proc.pid, emulator)
+            for _ in range(args.history):
+                finished = {}
+                for p in players:
+                    p.finish(seconds[p.run])
+                    finished[p.run] = time.perf_counter()
+                seconds, _seen, _polled = await_next_jobs(api, emulator, players, finished)
+            results["history"] = {
+                "rounds": args.history,
+                "jobs": len(api.list("batch/v1", "jobs", NS, names.LABEL_RUN)),
+                "operator_rss_mb": round(rss_mb(proc.pid)[0], 1),
+                **section.report(),
+            }
+
         # --- steady state: children finish one by one with every run present ---
         quiet_until = time.monotonic() + 2.0  # let the burst's last reconciles drain first
         wait_for(lambda: time.monotonic() > quiet_until, 5, 0.1, "a quiet moment")
@@ -477,6 +504,13 @@ def print_summary(r: dict[str, Any]) -> None:
             f"(seen by the driver's poll: p99 {b['per_run_seen_s']['p99']:.3f} s); "
             f"{int(b['reconciles'])} reconciles, latency incl. wait p99 <= {b['latency_incl_wait_p99_le_s']} s, "
             f"CPU/reconcile {1000 * b['cpu_per_reconcile_mean_s']:.1f} ms (process {1000 * b['process_cpu_per_reconcile_s']:.1f} ms)"
+        )
+    if "history" in r:
+        h = r["history"]
+        print(
+            f"history: {h['rounds']} more rounds of every child finishing, {h['jobs']} Jobs in all; "
+            f"{int(h['reconciles'])} reconciles, CPU/reconcile {1000 * h['cpu_per_reconcile_mean_s']:.1f} ms; "
+            f"operator RSS after it {h['operator_rss_mb']} MB"
         )
     s = r["steady"]
     print(

@@ -42,8 +42,8 @@ TEMPLATED = frozenset(kind for _, kind in (JOB, JOBSET, DEPLOYMENT))
 def slim(body: Mapping[str, Any]) -> dict[str, Any]:
     """``body`` as the informer holds it: a child without what no reconcile reads of it, its pod template (a Job's, a
     Deployment's, each of a JobSet's replicated Jobs'), and without the API server's field-ownership record
-    (``metadata.managedFields``) on any kind. A reconcile reads a child's metadata, status, ``spec.suspend`` and
-    ``spec.replicas`` (:func:`~whale_operator.observe.wake_digest` lists them); it builds templates from the spec and
+    (``metadata.managedFields``) on any kind. A reconcile reads a child's metadata, its status, a Job's ``suspend`` and
+    a Deployment's ``replicas`` (:func:`~whale_operator.observe.wake_digest` lists them); it builds templates from the spec and
     sends them whole, never from what it holds. The templates were two thirds of the containers the informer held at
     201 runs (each a dict or a list the garbage collector's full passes walk), and a run keeps its finished Jobs: the
     informer grows with the runs' length. A shallow copy: the parts kept are shared, never changed in place."""

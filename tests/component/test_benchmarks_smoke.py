@@ -443,10 +443,16 @@ def test_operator_bench_runs_five_runs_through_every_section(tmp_path):
     # starts a prepare Job (split sizes come from the domain, in each run's own store)
     out = tmp_path / "operator.json"
     run_script(
-        "operator_bench.py", "--runs", "5", "--transitions", "3", "--steady", "3", "--out", str(out), timeout_s=240
+        "operator_bench.py",
+        *("--runs", "5", "--transitions", "3", "--steady", "3", "--history", "2", "--out", str(out)),
+        timeout_s=240,
     )
     report = json.loads(out.read_text())
     assert report["prepare_jobs"] == 0 and report["runs"] == 6
+    # two more rounds of every run's child finishing: each of the 5 runs holds its first Job, the one after it and two
+    # more (and its next), beside the reaction run's
+    assert report["history"]["rounds"] == 2 and report["history"]["jobs"] >= 5 * 4 + 3
+    assert report["history"]["reconciles"] >= 10 and report["history"]["operator_rss_mb"] > 0
     assert report["emulator"] == "own process"  # as on a cluster: the API server's CPU is neither client's
     assert report["reaction_1_run_s"]["n"] == 3 and report["steady"]["reaction_s"]["n"] == 3
     for section in ("creation_burst", "finish_burst", "steady", "idle"):
