@@ -4,13 +4,24 @@ target's one writer and the one storage-connection builder."""
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from whale.control import storage
 from whale.control.observer import StoreObserver
 from whale.control.planner import KEEP_SERVING, RunEnd, plan, write_request
 from whale.control.serving import UNSET, serve, serving
 from whale.core import layout
-from whale.core.alternation import Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun, Transition
+from whale.core.alternation import (
+    Child,
+    ChildState,
+    Fail,
+    Finish,
+    ServeCheckpoint,
+    StartPhase,
+    StopPhase,
+    SuspendRun,
+    Transition,
+)
 from whale.core.protocol import (
     EvalPhaseArgs,
     HarnessIterationMetrics,
@@ -108,6 +119,49 @@ def test_an_observation_without_results_reuses_the_last_read_less_what_was_absor
     absorbed = status.model_copy(update={"evals": [status.evals[0].finished(0.5, 1)]})
     assert observer.observe(absorbed, {}, {}, now="t", results=False).results == {}
     assert set(observer.observe(absorbed, {}, {}, now="t").results) == {"c01-harness"}
+
+
+def test_after_its_first_reading_the_observer_reads_only_the_phases_in_flight(tmp_path, monkeypatch) -> None:
+    """A run 30 evaluations in: its phases are listed at the observer's first reading (and again for a status that
+    counts no attempt: a new or reset one); after that a reading asks for the results of the phases launched and not
+    absorbed, or with a child, only, so its cost does not grow with the run's length, and it still finds what an
+    in-flight phase writes."""
+    store = open_store(str(tmp_path / "store"))
+    listed: list[str] = []
+    read: list[str] = []
+    list_, read_json_or_none = store.list, store.read_json_or_none
+
+    def counted_list(prefix: str, **kw: Any) -> list[str]:
+        listed.append(prefix)
+        return list_(prefix, **kw)
+
+    def counted_read(key: str) -> Any:
+        read.append(key)
+        return read_json_or_none(key)
+
+    monkeypatch.setattr(store, "list", counted_list)
+    monkeypatch.setattr(store, "read_json_or_none", counted_read)
+    done = [f"eval-c{c:02d}-s{2 * c:06d}-weight" for c in range(1, 31)]
+    for phase in done:
+        store.write_json(layout.result_key(RUN, phase), {"meanAtK": 0.5, "k": 1, "items": 1})
+    status = WhaleRunStatus(
+        phase=RunPhase.RUNNING,
+        active_phase="c31-harness",
+        evals=[EvalPoint(phase=p, cycle=c, step=2 * c, after="weight").finished(0.5, 1) for c, p in enumerate(done, 1)],
+        attempts={**dict.fromkeys(done, 1), "c31-harness": 1},
+    )
+    observer = StoreObserver(store, RUN)
+    assert observer.results(status) == {} and len(listed) == 1, "the first reading lists the run's phases"
+    assert read == [], "an absorbed phase's result is never read again (and c31-harness has written nothing yet)"
+    store.write_json(layout.result_key(RUN, "c31-harness"), {"bestScore": 0.5})
+    read.clear()
+    assert observer.results(status) == {"c31-harness": {"bestScore": 0.5}} and len(listed) == 1, "no listing"
+    assert read == [layout.result_key(RUN, "c31-harness")]
+    child = {"eval-c31-s000062-harness": Child(ChildState.SUCCEEDED)}  # a child the status does not count yet
+    store.write_json(layout.result_key(RUN, "eval-c31-s000062-harness"), {"meanAtK": 0.7, "k": 1, "items": 1})
+    assert set(observer.results(status, child)) == {"c31-harness", "eval-c31-s000062-harness"} and len(listed) == 1
+    fresh = WhaleRunStatus(phase=RunPhase.RUNNING)  # a status begun again: what the store holds is taken in
+    assert len(observer.results(fresh)) == 32 and len(listed) == 2
 
 
 def test_a_metrics_line_that_does_not_parse_is_skipped_with_one_warning(tmp_path, caplog) -> None:
