@@ -3,6 +3,10 @@ once and what the error says. The remote API is httpx's MockTransport (a double:
 
 from __future__ import annotations
 
+import asyncio
+import threading
+from typing import Any
+
 import httpx
 import pytest
 
@@ -17,6 +21,24 @@ ENDPOINT = Endpoint(
     retryable=lambda status: status >= 500 or status == 429,
     hints={401: " (check the API key Secret)"},
 )
+
+
+def skip_sleeps(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The back-off's sleeps, recorded and skipped: ``asyncio.sleep`` is replaced in the asyncio module itself (the
+    client calls it through it), so a call from another thread (a session fixture's server running its own event
+    loop, the API emulator's, say) goes to the real one and is not recorded."""
+    slept: list[float] = []
+    real = asyncio.sleep
+    here = threading.get_ident()
+
+    async def sleep(seconds: float, *args: Any, **kwargs: Any) -> Any:
+        if threading.get_ident() != here:
+            return await real(seconds, *args, **kwargs)
+        slept.append(seconds)
+        return args[0] if args else kwargs.get("result")
+
+    monkeypatch.setattr("whale.metaharness.proposer.http.asyncio.sleep", sleep)
+    return slept
 
 
 def answers(*responses: httpx.Response | Exception) -> tuple[httpx.AsyncClient, list[int]]:
@@ -38,12 +60,7 @@ async def call(client: httpx.AsyncClient, retries: int = 2) -> dict:
 
 
 async def test_a_retryable_status_is_tried_again_then_the_answer_returned(monkeypatch: pytest.MonkeyPatch) -> None:
-    slept: list[float] = []
-
-    async def sleep(seconds: float) -> None:
-        slept.append(seconds)
-
-    monkeypatch.setattr("whale.metaharness.proposer.http.asyncio.sleep", sleep)
+    slept = skip_sleeps(monkeypatch)
     client, calls = answers(httpx.Response(503, text="busy"), httpx.Response(200, json={"choices": [{}]}))
     assert await call(client) == {"choices": [{}]}
     assert (len(calls), slept) == (2, [0.5])
@@ -65,12 +82,8 @@ async def test_a_refusal_or_a_bad_answer_fails_at_once(response: httpx.Response,
 
 
 async def test_an_unreachable_endpoint_fails_after_every_attempt(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr("whale.metaharness.proposer.http.asyncio.sleep", no_sleep)
+    skip_sleeps(monkeypatch)
     client, calls = answers(httpx.ConnectError("refused"))
     with pytest.raises(ProposerError, match="failed after 3 attempts: cannot reach http://api.test/v1: refused"):
         await call(client)
     assert len(calls) == 3
-
-
-async def no_sleep(seconds: float) -> None:
-    """No real backoff in a unit test."""
