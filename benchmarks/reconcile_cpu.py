@@ -46,8 +46,11 @@ TRANSITION_KINDS = KINDS[1:]
 NS = "bench"
 
 
-def measure(runs: int, workdir: Path) -> dict[str, list[float]]:
-    """Each kind's reconciles' thread CPU, seconds."""
+def measure(
+    runs: int, workdir: Path, total_steps: int | None = None, by_transition: dict[int, list[float]] | None = None
+) -> dict[str, list[float]]:
+    """Each kind's reconciles' thread CPU, seconds. ``total_steps``: the runs' schedule (two steps a cycle) instead of
+    the tests' short one; ``by_transition`` gets each transition's three reconciles, summed, by its index in the run."""
     (workdir / "kube").mkdir()
     cluster, stop = start_emulator(workdir / "kube")
     os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
@@ -63,7 +66,9 @@ def measure(runs: int, workdir: Path) -> dict[str, list[float]]:
         api.create("apiextensions.k8s.io/v1", "customresourcedefinitions", None, crd())
         api.create("v1", "namespaces", None, {"metadata": {"name": NS}})
         store = open_store(f"file://{workdir / 'store'}")
-        spec = {**BASE_SPEC, "storage": {"uri": store.uri}}
+        spec: dict[str, Any] = {**BASE_SPEC, "storage": {"uri": store.uri}}
+        if total_steps is not None:
+            spec["schedule"] = {**spec.get("schedule", {}), "totalSteps": total_steps, "weightStepsPerCycle": 2}
         kube = KubeClient.from_environment()
         informer = Informer(kube)
         kube.on_write = informer.observe
@@ -87,12 +92,13 @@ def measure(runs: int, workdir: Path) -> dict[str, list[float]]:
                 if player.jobs():
                     break
             cpu["create"].append(first)
-            for transition in range(100):
+            for transition in range(400):
                 pending = [j for j in player.jobs() if not job_finished(j)]
                 if not pending:
                     break
                 player.finish(pending[0])
                 seen(pending[0])
+                spent = 0.0
                 for kind in TRANSITION_KINDS:
                     if kind == "running":
                         player.ack_serving()
@@ -100,8 +106,11 @@ def measure(runs: int, workdir: Path) -> dict[str, list[float]]:
                             seen(job)
                     started = time.thread_time()
                     reconciler.reconcile(NS, name)
+                    spent += time.thread_time() - started
                     if transition > 0:
                         cpu[kind].append(time.thread_time() - started)
+                if by_transition is not None:
+                    by_transition.setdefault(transition, []).append(spent)
         kube.close()
         return cpu
     finally:
@@ -123,10 +132,23 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=8, help="runs played one after another, each to its end")
     ap.add_argument("--out", type=Path, help="write the raw JSON here (benchmarks/results/...)")
+    ap.add_argument(
+        "--total-steps",
+        type=int,
+        help="the runs' schedule (two steps a cycle; the tests' short one by default): a long run shows whether a "
+        "transition costs more the further the run is",
+    )
     args = ap.parse_args()
+    if args.total_steps is not None and not 2 <= args.total_steps <= 200:
+        ap.error("--total-steps must be between 2 and 200")
+    by_transition: dict[int, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        cpu = measure(args.runs, Path(tmp))
+        cpu = measure(args.runs, Path(tmp), args.total_steps, by_transition)
     every = [v for kind in TRANSITION_KINDS for v in cpu[kind]]
+    by_tens = {
+        f"{t}-{t + 9}": statistics.fmean(v for i in range(t, t + 10) for v in by_transition.get(i, []))
+        for t in range(0, max(by_transition, default=-1) + 1, 10)
+    }
     per_kind = {kind: summary(cpu[kind]) for kind in KINDS}
     overall = summary(every)
     result = {
@@ -135,6 +157,8 @@ def main() -> None:
         "load_average": os.getloadavg(),
         "per_kind": per_kind,
         "all": overall,
+        # a transition's three reconciles, summed, by tens of transitions into the run: their mean, seconds
+        "transition_by_tens_s": by_tens,
         "raw_s": cpu,
     }
     for kind, s in [*per_kind.items(), ("all", overall)]:
@@ -142,6 +166,11 @@ def main() -> None:
             f"{kind:8s} n={s['n']:3.0f} mean {s['mean_s'] * 1e3:.2f} ms  median {s['median_s'] * 1e3:.2f}  "
             f"min {s['min_s'] * 1e3:.2f}"
         )
+    print(
+        "a transition's reconciles by how far the run is:",
+        {k: round(v * 1e3, 2) for k, v in by_tens.items()},
+        "ms",
+    )
     if args.out:
         args.out.write_text(json.dumps(result, indent=2) + "\n")
 
