@@ -93,12 +93,15 @@ class Reconciler:
         self._generations: dict[str, int | None] = {}
         #: per run UID: its split sizes once known (written once, by the prepare Job or from the domain; never changed)
         self._sizes: dict[str, dict[str, int]] = {}
+        #: per run UID: the phases absorbed into its status whose child was seen ended (never looked at again)
+        self._settled: dict[str, set[str]] = {}
 
     def forget(self, uid: str, namespace: str, name: str) -> None:
         """The run is gone (or this replica stopped serving it): drop what is held for it."""
         self.reads.forget(namespace, name)
         self.jobs.forget(uid)
         self._sizes.pop(uid, None)
+        self._settled.pop(uid, None)
         self._generations.pop(uid, None)
         self._specs.pop(uid, None)
         self._statuses.pop(uid, None)
@@ -265,13 +268,20 @@ class Reconciler:
         if jobs is None:
             jobs = self.jobs.phase_children(run, spec)
         # a finished child whose result the status holds tells decide() nothing more: not looked at again (a run keeps
-        # its finished Jobs, so this keeps a reconcile's work from growing with the run's length)
+        # its finished Jobs, so this keeps a reconcile's work from growing with the run's length). Such a phase is
+        # settled once seen so: its attempt never changes again (a retry starts only phases not done) and an ended
+        # child does not run again, so it is not judged again either (was: each absorbed phase's child at each reconcile)
         done = absorbed_phases(prev)
-        current = {
-            phase: job
-            for phase, job in observe.current_jobs(jobs, prev.attempts).items()
-            if phase not in done or not observe.finished(job)
-        }
+        settled = self._settled.setdefault(run.uid, set())
+        settled &= done  # a status begun again absorbs nothing: every phase is looked at anew
+        current = {}
+        for phase, job in observe.current_jobs(jobs, prev.attempts).items():
+            if phase in settled:
+                continue
+            if phase in done and observe.finished(job):
+                settled.add(phase)
+                continue
+            current[phase] = job
         seen = self.jobs.observe_children(run, spec, current, self.clock())
         children = seen.children
         # a poll reads no results unless a child has ended (a poll already under way when its event came): a child

@@ -241,3 +241,25 @@ def test_the_informer_holds_children_without_their_pod_templates(operator_env, k
     player.finish(job)
     informer.observe(kube_cluster.api.get("batch/v1", "jobs", kube_namespace, job["metadata"]["name"]))
     to_jobs(reconciler, player, kube_namespace, "slim", count=2)  # the run went on to its next Job
+
+
+def test_a_phase_absorbed_and_ended_is_not_judged_again(operator_env, kube_cluster, kube_namespace, store, monkeypatch):
+    """A run keeps its finished Jobs; once a phase's result is in the status and its child was seen ended, later
+    reconciles do not judge that child again, so a reconcile's work does not grow with the run's length."""
+    player, informer, reconciler = informed_run(kube_cluster, kube_namespace, store, "settled")
+    to_jobs(reconciler, player, kube_namespace, "settled")
+    for n in range(2, 8):  # six transitions: six finished Jobs, their phases absorbed
+        [job] = [j for j in player.jobs() if j["metadata"]["name"] not in player.handled]
+        player.finish(job)
+        informer.observe(kube_cluster.api.get("batch/v1", "jobs", kube_namespace, job["metadata"]["name"]))
+        to_jobs(reconciler, player, kube_namespace, "settled", count=n)
+    judged: list[str] = []
+    finished = observe.finished
+
+    def counted(job: dict) -> bool:
+        judged.append(job["metadata"]["name"])
+        return finished(job)
+
+    monkeypatch.setattr(observe, "finished", counted)
+    reconciler.reconcile(kube_namespace, "settled")
+    assert len(player.jobs()) == 7 and judged == [], judged
