@@ -62,7 +62,7 @@ import httpx
 
 from tests.fixtures.kube import KubeAPI, start_emulator, wait_for
 from tests.operator.conftest import BASE_SPEC, SPLITS, deep_merge
-from tests.operator.player import WorkloadPlayer, create_run, job_finished
+from tests.operator.player import WorkloadPlayer, create_run
 from whale.store import open_store
 from whale_operator import names
 from whale_operator.crd import crd
@@ -214,11 +214,12 @@ class JobWatch:
         #: run -> Job name -> (when its first version came, its newest version)
         self._jobs: dict[str, dict[str, tuple[float, dict[str, Any]]]] = {}
         self.failed: BaseException | None = None
-        listed = self._http.get(self._path, params={"labelSelector": selector})
-        listed.raise_for_status()
-        for job in listed.json()["items"]:
+        answer = self._http.get(self._path, params={"labelSelector": selector})
+        answer.raise_for_status()
+        listed = answer.json()
+        for job in listed["items"]:
             self._keep(time.perf_counter(), job)
-        self._version = listed.json()["metadata"]["resourceVersion"]
+        self._version = listed["metadata"]["resourceVersion"]
         self._stopping = threading.Event()
         self._thread = threading.Thread(target=self._read, name="driver-job-watch", daemon=True)
         self._thread.start()
@@ -260,8 +261,8 @@ class JobWatch:
             raise RuntimeError("the driver's Job watch stopped") from self.failed
         with self._lock:
             held = list(self._jobs.get(player.run, {}).items())
-        for name, (came, job) in sorted(held):
-            if name not in player.handled and not job_finished(job):
+        for _name, (came, job) in sorted(held):
+            if player.awaits(job):
                 return came, job
         return None
 
@@ -365,6 +366,7 @@ class Section:
         after, cpu = Scrape(self.metrics), cpu_s(self.pid) - self.cpu0
         loop = cpu_s(self.pid, self.pid) - self.loop0
         emulator_cpu, driver_cpu = (b - a for a, b in zip(self.others0, self.emulator.cpu(), strict=True))
+        machine, cores = cpu + emulator_cpu + driver_cpu, os.cpu_count() or 1
         requests = self.requests()
         lat = delta(after.buckets(LATENCY, RECONCILE), self.before.buckets(LATENCY, RECONCILE))
         work = delta(after.buckets(LATENCY, WORK), self.before.buckets(LATENCY, WORK))
@@ -393,11 +395,9 @@ class Section:
             # share this machine's cores. ``cpu_bound_s``: the shortest the section could have lasted with that CPU (all
             # of it over every core); ``busy_share``: of the cores' time in the section, the share those three used
             "wall_s": wall,
-            "machine_cpu_s": cpu + emulator_cpu + driver_cpu,
-            "cpu_bound_s": (cpu + emulator_cpu + driver_cpu) / (os.cpu_count() or 1),
-            "busy_share": (cpu + emulator_cpu + driver_cpu) / (wall * (os.cpu_count() or 1))
-            if wall > 0
-            else float("nan"),
+            "machine_cpu_s": machine,
+            "cpu_bound_s": machine / cores,
+            "busy_share": machine / (wall * cores) if wall > 0 else float("nan"),
             "api_requests": requests,
             "operator_requests_per_reconcile": sum(requests.get("operator", {}).values()) / n if n else float("nan"),
         }

@@ -106,9 +106,10 @@ def measure(
                             seen(job)
                     started = time.thread_time()
                     reconciler.reconcile(NS, name)
-                    spent += time.thread_time() - started
+                    took = time.thread_time() - started
+                    spent += took
                     if transition > 0:
-                        cpu[kind].append(time.thread_time() - started)
+                        cpu[kind].append(took)
                 if by_transition is not None:
                     by_transition.setdefault(transition, []).append(spent)
         kube.close()

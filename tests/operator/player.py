@@ -125,9 +125,13 @@ class WorkloadPlayer:
         if self.play_prepare:
             self.play_prepare_jobs()
         for job in self.jobs():
-            if job["metadata"]["name"] not in self.handled and not job_finished(job):
+            if self.awaits(job):
                 return job
         return None
+
+    def awaits(self, job: dict[str, Any]) -> bool:
+        """``job`` is one of this run's the player has not handled, and it has not ended: the next one to play."""
+        return job["metadata"]["name"] not in self.handled and not job_finished(job)
 
     def wait_job(self, timeout_s: float = 20.0) -> dict[str, Any]:
         return wait_for(self.pending_job, timeout_s, what=f"a new Job of {self.run}")

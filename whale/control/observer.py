@@ -83,7 +83,10 @@ class StoreObserver:
         phase grew by a phase at each transition: 0.35 ms more a reconcile 35 transitions in, on a local disk)."""
         absorbed = absorbed_phases(status)
         if self._listed and status.attempts:
-            phases = sorted((set(status.attempts) | set(children or ()) | {status.active_phase or ""}) - {""})
+            in_flight = set(status.attempts) | set(children or ())
+            if status.active_phase:
+                in_flight.add(status.active_phase)
+            phases = sorted(in_flight)
         else:
             phases = [
                 entry.rstrip("/").rsplit("/", 1)[-1]
