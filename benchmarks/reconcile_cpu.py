@@ -6,13 +6,16 @@ sidecar's acknowledgement, fed to the operator's informer as kopf's handlers fee
 :meth:`Reconciler.reconcile` in this thread, timing each call by ``time.thread_time()``. Per transition of a run's
 schedule (a child finished) three reconciles are timed: ``finish`` (the finished child read, the next one created,
 the status written), ``running`` (the new child and the acknowledgement seen: the started mark, the progress mark)
-and ``noop`` (nothing changed). The API server is the emulator on loopback in a thread of this process (its CPU is
-not the reconcile thread's; its hold on the GIL can be), the store a local folder. Each run's first transition (its
+and ``noop`` (nothing changed). The API server is the emulator on loopback in a process of its own, as
+``operator_bench.py`` runs it (``--emulator-thread``: in a thread of this process, as before; then each reconcile's
+garbage collections also walk the emulator's objects, which grow with every run's Jobs and made a late transition
+look dearer than it is), the store a local folder. What the set-up made is frozen out of the garbage collector's
+full passes after it, as the operator's start-up does (``gc.freeze``). Each run's first transition (its
 first reconciles, the spec parsed) is left out of those; a new run's reconciles until its first Job (the spec parsed,
 its infrastructure made, the serving target acknowledged, the Job made) are timed together as ``create``, one figure a
 run, apart from ``all`` (the transitions' reconciles).
 
-    .venv/bin/python benchmarks/reconcile_cpu.py [--runs 8] [--out FILE]
+    .venv/bin/python benchmarks/reconcile_cpu.py [--runs 8] [--total-steps N] [--emulator-thread] [--out FILE]
 
 Run from another checkout's folder (``python /tmp/before/benchmarks/reconcile_cpu.py``) it measures that checkout's
 operator, as ``operator_bench.py`` does.
@@ -21,6 +24,7 @@ operator, as ``operator_bench.py`` does.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import statistics
@@ -34,7 +38,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.fixtures.kube import start_emulator
+from operator_bench import EmulatorProcess, EmulatorThread
+
+from tests.fixtures.kube import KubeAPI
 from tests.operator.conftest import BASE_SPEC, prepared_run
 from tests.operator.player import job_finished
 from whale.store import open_store
@@ -47,13 +53,18 @@ NS = "bench"
 
 
 def measure(
-    runs: int, workdir: Path, total_steps: int | None = None, by_transition: dict[int, list[float]] | None = None
+    runs: int,
+    workdir: Path,
+    total_steps: int | None = None,
+    by_transition: dict[int, list[float]] | None = None,
+    emulator_process: bool = True,
 ) -> dict[str, list[float]]:
     """Each kind's reconciles' thread CPU, seconds. ``total_steps``: the runs' schedule (two steps a cycle) instead of
-    the tests' short one; ``by_transition`` gets each transition's three reconciles, summed, by its index in the run."""
+    the tests' short one; ``by_transition`` gets each transition's three reconciles, summed, by its index in the run;
+    ``emulator_process``: the API server's stand-in in a process of its own, else a thread of this one."""
     (workdir / "kube").mkdir()
-    cluster, stop = start_emulator(workdir / "kube")
-    os.environ["KUBECONFIG"] = str(cluster.kubeconfig)
+    emulator = EmulatorProcess(workdir / "kube") if emulator_process else EmulatorThread(workdir / "kube")
+    os.environ["KUBECONFIG"] = str(emulator.kubeconfig)
     os.environ["WHALE_OPERATOR_METRICS_PORT"] = "0"
     # imported after $KUBECONFIG is set (the operator's client reads it when built)
     from whale_operator.informer import Informer
@@ -61,7 +72,7 @@ def measure(
     from whale_operator.metrics import OperatorMetrics
     from whale_operator.reconcile import Reconciler
 
-    api = cluster.api
+    api = KubeAPI(emulator.url)
     try:
         api.create("apiextensions.k8s.io/v1", "customresourcedefinitions", None, crd())
         api.create("v1", "namespaces", None, {"metadata": {"name": NS}})
@@ -73,6 +84,9 @@ def measure(
         informer = Informer(kube)
         kube.on_write = informer.observe
         reconciler = Reconciler(kube, OperatorMetrics(), reads=informer)
+        # what the operator's start-up does (handlers.settle_collector): its long-lived objects out of full collections
+        gc.collect()
+        gc.freeze()
         cpu: dict[str, list[float]] = {kind: [] for kind in KINDS}
 
         def seen(job: dict[str, Any]) -> None:  # the watch event kopf would bring
@@ -116,8 +130,7 @@ def measure(
         return cpu
     finally:
         api.close()
-        stop.set()
-        stop.thread.join(timeout=10)  # type: ignore[attr-defined]  # set by start_emulator
+        emulator.close()
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -139,12 +152,17 @@ def main() -> None:
         help="the runs' schedule (two steps a cycle; the tests' short one by default): a long run shows whether a "
         "transition costs more the further the run is",
     )
+    ap.add_argument(
+        "--emulator-thread",
+        action="store_true",
+        help="the emulator in a thread of this process (its objects then add to each garbage collection's walk)",
+    )
     args = ap.parse_args()
     if args.total_steps is not None and not 2 <= args.total_steps <= 200:
         ap.error("--total-steps must be between 2 and 200")
     by_transition: dict[int, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        cpu = measure(args.runs, Path(tmp), args.total_steps, by_transition)
+        cpu = measure(args.runs, Path(tmp), args.total_steps, by_transition, not args.emulator_thread)
     every = [v for kind in TRANSITION_KINDS for v in cpu[kind]]
     by_tens = {
         f"{t}-{t + 9}": statistics.fmean(v for i in range(t, t + 10) for v in by_transition.get(i, []))
@@ -156,6 +174,7 @@ def main() -> None:
         "command": " ".join(["benchmarks/reconcile_cpu.py", *sys.argv[1:]]),
         "tree": str(Path(__file__).resolve().parents[1]),
         "load_average": os.getloadavg(),
+        "emulator": "a thread of this process" if args.emulator_thread else "own process",
         "per_kind": per_kind,
         "all": overall,
         # a transition's three reconciles, summed, by tens of transitions into the run: their mean, seconds

@@ -112,6 +112,9 @@ class Informer(ApiReads):
         self._objects: dict[Key, dict[str, Any]] = {}
         #: (kind, namespace, run label) -> names of the run's children of that kind
         self._by_run: dict[Key, set[str]] = {}
+        #: what :meth:`_held` answers for a key, made at a read and dropped when one of its objects changes (a run
+        #: keeps its finished Jobs: sorting and gathering them at every read grew with the run's length)
+        self._held_lists: dict[Key, list[dict[str, Any]]] = {}
         #: (kind, namespace, run) -> when the run's children of that kind were last listed (RUN: the object read, by a
         #: request or a watch event)
         self._listed: dict[Key, float] = {}
@@ -148,12 +151,13 @@ class Informer(ApiReads):
                 if len(self._gone) > 8192:
                     self._gone.clear()  # only a write answered after its object's deletion event needs it
                 if index is not None:
-                    self._by_run.get(index, set()).discard(key[2])
+                    self._discard(index, key[2])
                 return
             self._gone.pop(key, None)
             self._objects[key] = slim(body)
             if index is not None:
                 self._by_run.setdefault(index, set()).add(key[2])
+                self._held_lists.pop(index, None)
 
     def newest(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
         """The newest version held of ``body``'s object (``body`` itself when none is newer): a watch event may
@@ -200,7 +204,7 @@ class Informer(ApiReads):
                 for name in list(self._by_run.get(index, ())):
                     if name not in there and not self._since(at, (kind[1], namespace, name)):
                         self._objects.pop((kind[1], namespace, name), None)
-                        self._by_run[index].discard(name)
+                        self._discard(index, name)
                         self._gone[(kind[1], namespace, name)] = at
             if own:
                 self._stale.discard(key)
@@ -227,6 +231,7 @@ class Informer(ApiReads):
     def forget(self, namespace: str, run: str) -> None:
         with self._lock:
             for kind in (JOB, JOBSET, DEPLOYMENT):
+                self._held_lists.pop((kind[1], namespace, run), None)
                 for name in self._by_run.pop((kind[1], namespace, run), set()):
                     self._objects.pop((kind[1], namespace, name), None)
             self._objects.pop((RUN[1], namespace, run), None)
@@ -242,11 +247,18 @@ class Informer(ApiReads):
         return listed is not None and self.clock() - listed < RELIST_S
 
     def _held(self, key: Key) -> list[dict[str, Any]]:
-        return [
-            self._objects[(key[0], key[1], n)]
-            for n in sorted(self._by_run.get(key, ()))
-            if (key[0], key[1], n) in self._objects
-        ]
+        held = self._held_lists.get(key)
+        if held is None:
+            held = self._held_lists[key] = [
+                self._objects[(key[0], key[1], n)]
+                for n in sorted(self._by_run.get(key, ()))
+                if (key[0], key[1], n) in self._objects
+            ]
+        return list(held)  # the caller's own list; the objects are never changed in place
+
+    def _discard(self, index: Key, name: str) -> None:
+        self._by_run.get(index, set()).discard(name)
+        self._held_lists.pop(index, None)
 
     def _since(self, listed_at: str, key: Key) -> bool:
         """The object held under ``key`` is newer than a list answered at resourceVersion ``listed_at``."""

@@ -131,7 +131,7 @@ def stale_jobs(jobs: Iterable[dict[str, Any]], attempts: dict[str, int]) -> list
     """Jobs of superseded attempts that still run (a preempted attempt left suspended): delete them. Only a phase
     counted past its first attempt can have one: with none (most runs, most of the time) no Job is looked at, so
     this costs nothing that grows with the run's finished Jobs."""
-    if all(n <= 1 for n in attempts.values()):
+    if not attempts or max(attempts.values()) <= 1:
         return []
     out = []
     for job in jobs:

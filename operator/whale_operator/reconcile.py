@@ -93,8 +93,9 @@ class Reconciler:
         self._generations: dict[str, int | None] = {}
         #: per run UID: its split sizes once known (written once, by the prepare Job or from the domain; never changed)
         self._sizes: dict[str, dict[str, int]] = {}
-        #: per run UID: the phases absorbed into its status whose child was seen ended (never looked at again)
-        self._settled: dict[str, set[str]] = {}
+        #: per run UID: the phases absorbed into its status whose child was seen ended (never looked at again), each
+        #: with that child's UID (its Job is passed over unread: a run keeps every finished Job)
+        self._settled: dict[str, dict[str, str]] = {}
 
     def forget(self, uid: str, namespace: str, name: str) -> None:
         """The run is gone (or this replica stopped serving it): drop what is held for it."""
@@ -272,14 +273,16 @@ class Reconciler:
         # settled once seen so: its attempt never changes again (a retry starts only phases not done) and an ended
         # child does not run again, so it is not judged again either (was: each absorbed phase's child at each reconcile)
         done = absorbed_phases(prev)
-        settled = self._settled.setdefault(run.uid, set())
-        settled &= done  # a status begun again absorbs nothing: every phase is looked at anew
+        settled = self._settled.setdefault(run.uid, {})
+        for phase in settled.keys() - done:
+            del settled[phase]  # a status begun again absorbs nothing: every phase is looked at anew
+        passed = set(settled.values())
+        live = [j for j in jobs if j["metadata"].get("uid") not in passed] if passed else jobs
         current = {}
-        for phase, job in observe.current_jobs(jobs, prev.attempts).items():
-            if phase in settled:
-                continue
-            if phase in done and observe.finished(job):
-                settled.add(phase)
+        for phase, job in observe.current_jobs(live, prev.attempts).items():
+            uid = job["metadata"].get("uid")
+            if phase in done and uid and observe.finished(job):
+                settled[phase] = uid
                 continue
             current[phase] = job
         seen = self.jobs.observe_children(run, spec, current, self.clock())
@@ -302,7 +305,7 @@ class Reconciler:
         dep = deps.get(names.inference_name(run.name))
         view = st.InferenceView(
             managed=inference_managed,
-            ready=observe.inference_ready(dep, jobs),
+            ready=observe.inference_ready(dep, live),
             # what runs now is a colocated weight phase (its own server; the Deployment scaled to 0)
             colocated_training=bool(running)
             and all(builders.colocated_weight(spec, PhaseId.parse(p).kind) for p in running),

@@ -254,12 +254,20 @@ def test_a_phase_absorbed_and_ended_is_not_judged_again(operator_env, kube_clust
         informer.observe(kube_cluster.api.get("batch/v1", "jobs", kube_namespace, job["metadata"]["name"]))
         to_jobs(reconciler, player, kube_namespace, "settled", count=n)
     judged: list[str] = []
-    finished = observe.finished
+    parsed: list[str] = []
+    finished, job_phase = observe.finished, observe.job_phase
 
     def counted(job: dict) -> bool:
         judged.append(job["metadata"]["name"])
         return finished(job)
 
+    def parse_counted(job: dict) -> tuple[str, int] | None:
+        parsed.append(job["metadata"]["name"])
+        return job_phase(job)
+
     monkeypatch.setattr(observe, "finished", counted)
+    monkeypatch.setattr(observe, "job_phase", parse_counted)
     reconciler.reconcile(kube_namespace, "settled")
     assert len(player.jobs()) == 7 and judged == [], judged
+    [running] = [j["metadata"]["name"] for j in player.jobs() if j["metadata"]["name"] not in player.handled]
+    assert parsed == [running], "the settled phases' Jobs are passed over unread: only the running one is parsed"

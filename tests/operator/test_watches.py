@@ -289,6 +289,32 @@ def test_the_informer_lists_a_kind_afresh_after_it_expired(kube_cluster, kube_na
         kube.close()
 
 
+def test_a_runs_held_children_are_read_in_name_order_and_follow_each_change(kube_cluster, kube_namespace, monkeypatch):
+    """What a read of a run's children answers is kept between reads (a run keeps its finished Jobs: gathering and
+    sorting them at every reconcile grew with its length) and made again at each change: a newer version, a new child,
+    a deletion. Each read is the caller's own list."""
+    monkeypatch.setenv("KUBECONFIG", str(kube_cluster.kubeconfig))
+    kube = KubeClient.from_environment(pool_size=2)
+    informer = Informer(kube)
+    try:
+        for name in ("c", "a", "b"):
+            make_job(kube_cluster, kube_namespace, name)
+        first = informer.children(JOB, kube_namespace, "r")
+        assert [j["metadata"]["name"] for j in first] == ["a", "b", "c"]
+        first.clear()
+        assert len(informer.children(JOB, kube_namespace, "r")) == 3, "a caller's change is its own"
+        done = {"conditions": [{"type": "Complete", "status": "True"}], "succeeded": 1}
+        patched = kube_cluster.api.patch("batch/v1", "jobs", kube_namespace, "b", {"status": done}, sub="status")
+        informer.observe({"kind": "Job", **patched}, watched=True)
+        [b] = [j for j in informer.children(JOB, kube_namespace, "r") if j["metadata"]["name"] == "b"]
+        assert b["status"] == done, "the newer version is read"
+        informer.observe({"kind": "Job", **make_job(kube_cluster, kube_namespace, "aa")}, watched=True)
+        informer.observe({"kind": "Job", **patched}, deleted=True, watched=True)
+        assert [j["metadata"]["name"] for j in informer.children(JOB, kube_namespace, "r")] == ["a", "aa", "c"]
+    finally:
+        kube.close()
+
+
 def test_a_stream_without_line_ends_is_cut_off_not_held(monkeypatch) -> None:
     """A line longer than any watch event (one object) ends the stream with an error, in bounded memory."""
     monkeypatch.setattr(kube_module, "MAX_LINE_BYTES", 64 * 1024)

@@ -164,6 +164,47 @@ def test_after_its_first_reading_the_observer_reads_only_the_phases_in_flight(tm
     assert len(observer.results(fresh)) == 32 and len(listed) == 2
 
 
+def test_checkpoints_are_listed_again_only_while_a_weight_phase_is_in_flight(tmp_path, monkeypatch) -> None:
+    """Only a weight phase writes checkpoints, and a run keeps them until it succeeds: after a first listing the
+    store's checkpoints are listed again only while a weight phase has a child or an unabsorbed result, so a reading
+    during a harness phase or an evaluation costs nothing that grows with the run's checkpoints."""
+    store = open_store(str(tmp_path / "store"))
+    listed: list[str] = []
+    list_ = store.list
+
+    def counted_list(prefix: str, **kw: Any) -> list[str]:
+        listed.append(prefix)
+        return list_(prefix, **kw)
+
+    monkeypatch.setattr(store, "list", counted_list)
+    checkpoints = layout.checkpoints_prefix(RUN) + "/"
+
+    def complete(step: int) -> None:
+        store.write_bytes(layout.checkpoint_prefix(RUN, step) + "/model.safetensors", b"x")
+        store.write_bytes(layout.checkpoint_complete_key(RUN, step), b"")
+
+    complete(2)
+    status = WhaleRunStatus(phase=RunPhase.RUNNING, active_phase="c02-harness", attempts={"c02-harness": 1})
+    observer = StoreObserver(store, RUN)
+    harness = {"c02-harness": Child(ChildState.RUNNING)}
+    assert observer.observe(status, harness, {}, now="t").checkpoints == frozenset({2})
+    assert listed.count(checkpoints) == 1, "the first reading lists them"
+    assert observer.observe(status, harness, {}, now="t").checkpoints == frozenset({2})
+    assert listed.count(checkpoints) == 1, "a harness phase writes none: not listed again"
+
+    weight = WhaleRunStatus(phase=RunPhase.RUNNING, active_phase="c03-weight", attempts={"c03-weight": 1})
+    complete(4)
+    running = {"c03-weight": Child(ChildState.RUNNING)}
+    assert observer.observe(weight, running, {}, now="t").checkpoints == frozenset({2, 4}), "a weight child runs"
+    complete(6)  # its last checkpoint, then its result; its child is gone by the next reading
+    store.write_json(layout.result_key(RUN, "c03-weight"), {"finalStep": 6})
+    assert observer.observe(weight, {}, {}, now="t").checkpoints == frozenset({2, 4, 6}), "its result is not absorbed"
+    absorbed = weight.model_copy(update={"completed_phases": ["c03-weight"], "active_phase": None})
+    calls = listed.count(checkpoints)
+    assert observer.observe(absorbed, {}, {}, now="t").checkpoints == frozenset({2, 4, 6})
+    assert listed.count(checkpoints) == calls, "nothing in flight writes checkpoints"
+
+
 def test_a_metrics_line_that_does_not_parse_is_skipped_with_one_warning(tmp_path, caplog) -> None:
     """A workload that wrote a bad line (a crash mid-write is not one: jsonl appends are whole lines) does not
     stop the controller: the line is skipped, the warning names the phase, the line and the field, once."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -73,15 +73,24 @@ class StoreObserver:
         self._results: dict[str, dict[str, Any]] = {}
         #: the run's phases have been listed once (:meth:`results`)
         self._listed = False
+        #: the run's checkpoints have been listed once (:meth:`checkpoints`)
+        self._checkpoints_listed = False
 
-    def results(self, status: WhaleRunStatus, children: Mapping[str, Child] | None = None) -> dict[str, dict[str, Any]]:
+    def results(
+        self,
+        status: WhaleRunStatus,
+        children: Mapping[str, Child] | None = None,
+        absorbed: set[str] | None = None,
+    ) -> dict[str, dict[str, Any]]:
         """result.json of every phase not yet absorbed into ``status``. The run's phases are listed in the store at
         this observer's first reading, and again whenever ``status`` counts no attempt (a new run, or a status begun
         again): what the store holds then is taken in whatever the status says. After that only the phases in flight
         can have a result to read: those the status launched (``attempts`` lists every phase it started) or has a
         child of, less those it absorbed. So a reading costs what runs now, not the run's length (a listing of every
-        phase grew by a phase at each transition: 0.35 ms more a reconcile 35 transitions in, on a local disk)."""
-        absorbed = absorbed_phases(status)
+        phase grew by a phase at each transition: 0.35 ms more a reconcile 35 transitions in, on a local disk).
+        ``absorbed``: :func:`absorbed_phases` of ``status``, when the caller has it."""
+        if absorbed is None:
+            absorbed = absorbed_phases(status)
         if self._listed and status.attempts:
             in_flight = set(status.attempts) | set(children or ())
             if status.active_phase:
@@ -117,8 +126,14 @@ class StoreObserver:
         """:func:`read_metrics` of one phase, warning once per line that does not parse."""
         return read_metrics(self.store, self.run, phase, self._warned)
 
-    def checkpoints(self) -> frozenset[int]:
-        """Steps with a COMPLETE checkpoint."""
+    def checkpoints(self, phases: Iterable[str] | None = None) -> frozenset[int]:
+        """Steps with a COMPLETE checkpoint. ``phases``: the phases in flight (their children, their results not yet
+        absorbed); only a weight phase writes checkpoints, so while none of them is one the store is not listed again
+        after a first listing (a run keeps its checkpoints until it succeeds: a listing grew with the run's length).
+        None: listed whatever runs."""
+        if phases is not None and self._checkpoints_listed and not any(_writes_checkpoints(p) for p in phases):
+            return frozenset(self._complete)
+        self._checkpoints_listed = True
         for entry in self.store.list(layout.checkpoints_prefix(self.run) + "/", recursive=False):
             step = layout.parse_checkpoint_step(entry.rstrip("/").rsplit("/", 1)[-1])
             if (
@@ -143,18 +158,29 @@ class StoreObserver:
         results are those read last time, less the ones ``status`` has absorbed since (a controller that knows no
         child has finished since: a phase writes its result before its child ends)."""
         absorbed = absorbed_phases(status)
+        read = (
+            self.results(status, children, absorbed)
+            if results
+            else {k: v for k, v in self._results.items() if k not in absorbed}
+        )
         return Observations(
             run=self.run,
             children=dict(children),
-            results=self.results(status, children)
-            if results
-            else {k: v for k, v in self._results.items() if k not in absorbed},
+            results=read,
             metrics=self.metrics(status, children),
-            checkpoints=self.checkpoints(),
+            checkpoints=self.checkpoints([*children, *read]),
             split_sizes=dict(split_sizes),
             now=now,
             generation=generation,
         )
+
+
+def _writes_checkpoints(phase: str) -> bool:
+    """Whether the phase keyed ``phase`` is one that writes checkpoints (a weight phase)."""
+    try:
+        return PhaseId.parse(phase).kind is PhaseKind.WEIGHT
+    except ValueError:  # not a phase key: not known not to write any
+        return True
 
 
 def absorbed_phases(status: WhaleRunStatus) -> set[str]:
