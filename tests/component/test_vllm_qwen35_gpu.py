@@ -34,7 +34,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 httpx = pytest.importorskip("httpx")
 
-from tests.fixtures.models import build_tiny_qwen35_hub, build_tiny_tokenizer  # noqa: E402
+from tests.fixtures.models import build_tiny_qwen35_hub, build_tiny_tokenizer, write_hub_processor  # noqa: E402
 
 pytestmark = [pytest.mark.gpu, pytest.mark.timeout(1800)]
 
@@ -87,6 +87,7 @@ def hub_dir(tmp_path_factory: pytest.TempPathFactory, gpu: torch.device) -> Path
     model = build_tiny_qwen35_hub(len(tokenizer), seed=0, text_shape=TEXT_SHAPE, vision_shape=VISION_SHAPE)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
+    write_hub_processor(path)
     return path
 
 

@@ -55,6 +55,8 @@ def test_a_checkpoint_of_the_hub_form_is_in_the_hub_form(tiny_qwen35_hub_dir, tm
     assert all(torch.equal(saved[name], source[name]) for name in vision)  # the tower as it was
     trained = "model.language_model.layers.0.linear_attn.in_proj_qkv.weight"
     assert not torch.equal(saved[trained], source[trained])  # the language model as trained
+    processor = "preprocessor_config.json"  # a server builds its multimodal processor from it
+    assert (folder / processor).read_bytes() == (tiny_qwen35_hub_dir / processor).read_bytes()
 
     ids = torch.randint(0, model.config.vocab_size, (1, 23))
     multimodal, info = Qwen3_5ForConditionalGeneration.from_pretrained(folder, output_loading_info=True)
@@ -72,6 +74,9 @@ def test_a_checkpoint_of_a_checkpoint_keeps_the_form(tiny_qwen35_hub_dir, tmp_pa
     source, saved = tensors(tiny_qwen35_hub_dir), tensors(second)
     assert set(saved) == set(source)
     assert all(torch.equal(saved[n], source[n]) for n in source if n.startswith("model.visual."))
+    assert (second / "preprocessor_config.json").read_bytes() == (
+        tiny_qwen35_hub_dir / "preprocessor_config.json"
+    ).read_bytes()
 
 
 def test_a_text_only_model_is_checkpointed_as_it_is(tiny_qwen35_dir, tmp_path):

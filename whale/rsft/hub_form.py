@@ -8,7 +8,9 @@ language model's own config (``architectures: [Qwen3_5ForCausalLM]``, ``model_ty
 starts from a checkpoint. So each checkpoint gets the source's config, with the trained language model's config
 as its ``text_config``, and the source's tensors that training does not hold (the vision tower), copied into a file
 of their own and named in the index: the folder is a drop-in for the hub's checkpoint (vLLM serves it; the train
-workload loads the language model out of it as it did from the hub).
+workload loads the language model out of it as it did from the hub). The source's processor configs (the image and
+video preprocessors') are copied too: vLLM 0.24 builds the multimodal processor at start-up and refuses a folder
+without them (seen on the H200: ``Can't load image processor``).
 """
 
 from __future__ import annotations
@@ -16,11 +18,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["UNTRAINED_FILE", "HubForm", "hub_form_of", "restore_hub_form"]
+__all__ = ["PROCESSOR_FILES", "UNTRAINED_FILE", "HubForm", "hub_form_of", "restore_hub_form"]
 
 #: the file of a checkpoint that holds the source's tensors the language model does not (the vision tower)
 UNTRAINED_FILE = "model-untrained.safetensors"
@@ -29,6 +31,8 @@ UNTRAINED_FILE = "model-untrained.safetensors"
 TRAINED_FILE = "model-trained.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
+#: the processor configs a multimodal checkpoint carries beside its model (a server builds its processor from them)
+PROCESSOR_FILES = ("preprocessor_config.json", "video_preprocessor_config.json", "processor_config.json")
 
 
 @dataclass(frozen=True)
@@ -38,6 +42,7 @@ class HubForm:
 
     config: dict[str, Any]
     untrained: dict[str, Path]  # tensor name -> the source file that holds it
+    processor: dict[str, bytes] = field(default_factory=dict)  # file name -> its bytes (:data:`PROCESSOR_FILES`)
 
 
 def _tensor_files(folder: Path) -> dict[str, Path]:
@@ -67,7 +72,8 @@ def hub_form_of(source: Path, model: Any, saved: Iterable[str]) -> HubForm | Non
         return None
     written = set(saved)
     untrained = {name: file for name, file in _tensor_files(source).items() if name not in written}
-    return HubForm(config, untrained)
+    processor = {name: (source / name).read_bytes() for name in PROCESSOR_FILES if (source / name).is_file()}
+    return HubForm(config, untrained, processor)
 
 
 def _write_json(path: Path, value: Any) -> None:
@@ -78,8 +84,8 @@ def _write_json(path: Path, value: Any) -> None:
 
 def restore_hub_form(folder: Path, form: HubForm) -> None:
     """After ``save_pretrained`` wrote the language model into ``folder``: its config becomes the source's, with
-    the saved one as ``text_config``, and the source's untrained tensors join it (:data:`UNTRAINED_FILE`, in the
-    index)."""
+    the saved one as ``text_config``, the source's untrained tensors join it (:data:`UNTRAINED_FILE`, in the
+    index), and so do its processor configs."""
     from safetensors import safe_open
     from safetensors.torch import save_file
 
@@ -108,4 +114,8 @@ def restore_hub_form(folder: Path, form: HubForm) -> None:
         _write_json(
             folder / INDEX_FILE, {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
         )
+    for name, data in form.processor.items():
+        tmp = folder / f".{name}.tmp"
+        tmp.write_bytes(data)
+        os.replace(tmp, folder / name)
     _write_json(folder / "config.json", config)
