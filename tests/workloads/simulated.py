@@ -61,11 +61,13 @@ def train(store, req: PhaseRequest, sim: dict) -> None:
     done_rewards = [m["rewardMean"] for m in lines]
     stopped_by = "target"
     while step < a.target_step:
-        if store.exists(layout.stop_key(run, phase)):
-            stopped_by = "stop-request"
-            break
+        # the phase's own rule first, as the real one checks it right after each step's line (whale.rsft.phase): the
+        # controller's stop request, made from that same line, must not race it
         if a.stop_rule and weight_should_stop(done_rewards, a.stop_rule):
             stopped_by = "patience"
+            break
+        if store.exists(layout.stop_key(run, phase)):
+            stopped_by = "stop-request"
             break
         if sim.get("hang", {}).get(phase) == step:
             hang_forever()
