@@ -56,6 +56,7 @@ import json
 import os
 import random
 import statistics
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
@@ -68,6 +69,10 @@ from whale.rsft.attention import FLEX_BLOCK
 from whale.rsft.collate import IGNORE_INDEX, Example, collate_micro, micro_batches
 from whale.rsft.config import RSFTConfig
 from whale.rsft.trainer import SFTTrainer
+
+if str(Path(__file__).resolve().parents[1]) not in sys.path:  # for tests.fixtures.models (the hub's processor config)
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.fixtures.models import write_hub_processor
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel
@@ -172,17 +177,6 @@ def model_config(name: str, **overrides: Any) -> Any:
 #: the vision tower written beside a benchmark's Qwen3.5 language model in the hub's form (a small one: the
 #: paper's agents read text, and no weight sync or SFT update touches it)
 HUB_VISION_SHAPE: dict[str, Any] = {"depth": 1, "hidden_size": 128, "intermediate_size": 256, "num_heads": 2}
-#: the image processor config of the hub's Qwen3.5 checkpoints (Qwen3-VL's), written beside the model
-HUB_PREPROCESSOR: dict[str, Any] = {
-    "image_processor_type": "Qwen2VLImageProcessorFast",
-    "processor_class": "Qwen3VLProcessor",
-    "patch_size": 16,
-    "temporal_patch_size": 2,
-    "merge_size": 2,
-    "image_mean": [0.5, 0.5, 0.5],
-    "image_std": [0.5, 0.5, 0.5],
-    "size": {"longest_edge": 16777216, "shortest_edge": 65536},
-}
 
 
 def save_hub_form(model: Any, tokenizer: Any, out: Path, dtype: torch.dtype = torch.bfloat16) -> None:
@@ -208,7 +202,7 @@ def save_hub_form(model: Any, tokenizer: Any, out: Path, dtype: torch.dtype = to
     tokenizer.save_pretrained(out)
     # the hub's image processor config: vLLM 0.24 builds the multimodal processor at start-up and refuses a folder
     # without one (seen on the H200); the train workload's checkpoints carry it on (whale.rsft.hub_form)
-    (out / "preprocessor_config.json").write_text(json.dumps(HUB_PREPROCESSOR, indent=2) + "\n")
+    write_hub_processor(out)
     del hub
 
 

@@ -563,3 +563,31 @@ def test_egress_proxy_benchmark_carries_every_byte_both_ways_in_both_networks(tm
         assert len(r["setup_s"]) == r["connections"] == 10 and all(s > 0 for s in r["setup_s"])
         assert r["bytes"] == 4 << 20 and r["download_mib_s"] > 0 and r["upload_mib_s"] > 0
     assert set(report["compare"]) == {"setup_added_ms", "download_ratio", "upload_ratio"}
+
+
+def test_save_hub_form_writes_what_the_train_workload_keeps_and_vllm_needs(tmp_path):
+    """The GPU benchmarks' paper-shape models are saved in the hub's multimodal form (vLLM 0.24 serves only that
+    form): the folder carries the hub's config and processor config, and the train workload's loader sees the form
+    (the vision tower as untrained tensors, the processor config to copy into each checkpoint)."""
+    import torch
+
+    from tests.fixtures.models import HUB_PREPROCESSOR_CONFIG, build_tiny_qwen35, build_tiny_tokenizer
+    from whale.rsft.hub_form import hub_form_of
+    from whale.rsft.sync import saved_names
+
+    bench = load_benchmark("sft_throughput")
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_qwen35(len(tokenizer))
+    bench.save_hub_form(model, tokenizer, tmp_path / "hub", dtype=torch.float32)
+
+    config = json.loads((tmp_path / "hub" / "config.json").read_text())
+    assert config["architectures"] == ["Qwen3_5ForConditionalGeneration"]
+    assert config["text_config"]["hidden_size"] == model.config.hidden_size
+    assert json.loads((tmp_path / "hub" / "preprocessor_config.json").read_text()) == HUB_PREPROCESSOR_CONFIG
+    from transformers import Qwen3_5ForCausalLM
+
+    loaded = Qwen3_5ForCausalLM.from_pretrained(tmp_path / "hub")  # the language model, as the train workload loads it
+    form = hub_form_of(tmp_path / "hub", loaded, saved_names(loaded, loaded.state_dict()).values())
+    assert form is not None
+    assert set(form.processor) == {"preprocessor_config.json"}
+    assert form.untrained and all(name.startswith("model.visual.") for name in form.untrained)
