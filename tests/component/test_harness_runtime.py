@@ -327,3 +327,31 @@ async def test_without_sharing_every_episode_asks_for_one_sample() -> None:
     async with HarnessProcess(DOMAIN.h0_path(), ALLOWED) as harness:
         await EpisodeRunner(DOMAIN, harness, client, SamplingParams()).run([SECRET_7], k=3)
     assert client.ns == [1, 1, 1]
+
+
+@pytest.mark.usefixtures("transport")
+async def test_a_pool_whose_worker_fails_to_start_leaves_no_process_of_the_others(tmp_path: Path, monkeypatch) -> None:
+    """One worker fails at once while the other is still spawning its process (a bare gather raised then, the pool was
+    closed before that process existed, and it was left running): every process the pool spawned has ended."""
+    from whale.harness import launch
+    from whale.harness.process import HarnessLoadError, HarnessPool
+
+    spawned: list[launch.Spawned] = []
+    spawn = launch.spawn_worker
+
+    async def recording_spawn(*args: Any, **kwargs: Any) -> launch.Spawned:
+        proc = await spawn(*args, **kwargs)
+        spawned.append(proc)
+        return proc
+
+    monkeypatch.setattr(launch, "spawn_worker", recording_spawn)
+    pool = HarnessPool(DOMAIN.h0_path(), ALLOWED, processes=2)
+
+    async def fails_at_once() -> Any:
+        raise HarnessLoadError("the first worker's harness did not load")
+
+    monkeypatch.setattr(pool.workers[0], "start", fails_at_once)  # a test double of a failed load, no process
+    with pytest.raises(HarnessLoadError, match="did not load"):
+        await pool.start()
+    assert len(spawned) == 1, "the other worker spawned its process"
+    assert all(proc.returncode is not None for proc in spawned), "and it was stopped, not left running"

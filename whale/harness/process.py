@@ -362,7 +362,13 @@ class HarnessPool:
         """Start every worker. Raises :class:`~whale.harness.launch.IsolationUnavailableError` when
         the host cannot isolate them (see ``spec.execution.sandbox.isolation``), HarnessLoadError when the
         harness does not load."""
-        infos = await asyncio.gather(*(w.start() for w in self.workers))
+        started = await asyncio.gather(*(w.start() for w in self.workers), return_exceptions=True)
+        infos = [result for result in started if not isinstance(result, BaseException)]
+        if len(infos) < len(started):
+            # every start has ended (a bare gather raises at the first failure while the others still spawn, and what
+            # they spawn after the close would be left running): now close them all, then raise the first failure
+            await self.aclose()
+            raise next(result for result in started if isinstance(result, BaseException))
         return infos[0]
 
     @property
