@@ -59,6 +59,24 @@ def test_parse_response_orders_choices_and_splits_usage() -> None:
     assert [c.completion_tokens for c in result.completions] == [4, 3]
 
 
+def test_parse_response_counts_each_choice_by_its_own_token_ids() -> None:
+    """Choices of one request stop at different lengths: with every choice's token ids adding up to the usage, each
+    completion counts its own (the even split gave a choice that stopped at once as many as a long one)."""
+    body = {
+        "choices": [
+            {"index": 0, "message": {"content": "a"}, "finish_reason": "stop", "token_ids": [5, 2]},
+            {"index": 1, "message": {"content": "bbb"}, "finish_reason": "length", "token_ids": [6, 6, 6, 6, 6, 6]},
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 8},
+    }
+    result = parse_response(body, 0.1)
+    assert [c.completion_tokens for c in result.completions] == [2, 6]
+    assert result.completion_tokens == 8
+    # ids that do not add up to the usage (a server that leaves the stop token out): the usage, split as before
+    body["usage"] = {"prompt_tokens": 3, "completion_tokens": 10}
+    assert [c.completion_tokens for c in parse_response(body, 0.1).completions] == [5, 5]
+
+
 def test_parse_response_without_choices_is_an_inference_error() -> None:
     with pytest.raises(InferenceError, match="no choices"):
         parse_response({"error": "x"}, 0.0)

@@ -236,8 +236,14 @@ def parse_response(body: dict[str, Any], latency_s: float) -> ChatResult:
             )
         )
     completion_tokens = int(usage.get("completion_tokens") or 0)
-    # usage is per request; spread it over the completions (exact for n=1)
-    for i, completion in enumerate(completions):
-        share = completion_tokens // len(completions)
-        completion.completion_tokens = share + (1 if i < completion_tokens % len(completions) else 0)
+    lengths = [len(c.token_ids) if c.token_ids is not None else -1 for c in completions]
+    if completions and min(lengths) >= 0 and sum(lengths) == completion_tokens:
+        # each choice's own token ids (vLLM's return_token_ids, the in-process server's), adding up to the usage
+        for completion, length in zip(completions, lengths, strict=True):
+            completion.completion_tokens = length
+    else:
+        # usage is per request; spread it over the completions (exact for n=1)
+        for i, completion in enumerate(completions):
+            share = completion_tokens // len(completions)
+            completion.completion_tokens = share + (1 if i < completion_tokens % len(completions) else 0)
     return ChatResult(completions, int(usage.get("prompt_tokens") or 0), completion_tokens, latency_s)
