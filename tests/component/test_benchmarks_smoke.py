@@ -474,6 +474,8 @@ def test_operator_bench_runs_five_runs_through_every_section(tmp_path):
         exact, seen = report[section]["per_run_s"], report[section]["per_run_seen_s"]
         assert exact["n"] == seen["n"] == 5 and 0 < exact["max"] <= seen["max"], section
         assert exact["median"] <= seen["median"], section
+    # the operator's whole CPU, what falls between the sections included
+    assert report["operator_cpu_total_s"] >= sum(report[s]["process_cpu_s"] for s in ("creation_burst", "steady"))
     assert set(report["targets"]) == {
         "reaction_200_p95_over_1_run_p95",
         "reaction_max_s",
