@@ -76,10 +76,15 @@ def hub_form_of(source: Path, model: Any, saved: Iterable[str]) -> HubForm | Non
     return HubForm(config, untrained, processor)
 
 
-def _write_json(path: Path, value: Any) -> None:
+def _write_bytes(path: Path, data: bytes) -> None:
+    """``data`` as ``path``, whole or not at all (a temporary file beside it, renamed over it)."""
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(value, indent=2, sort_keys=True) + "\n")
+    tmp.write_bytes(data)
     os.replace(tmp, path)
+
+
+def _write_json(path: Path, value: Any) -> None:
+    _write_bytes(path, (json.dumps(value, indent=2, sort_keys=True) + "\n").encode())
 
 
 def restore_hub_form(folder: Path, form: HubForm) -> None:
@@ -115,7 +120,5 @@ def restore_hub_form(folder: Path, form: HubForm) -> None:
             folder / INDEX_FILE, {"metadata": {"total_size": total}, "weight_map": dict(sorted(weight_map.items()))}
         )
     for name, data in form.processor.items():
-        tmp = folder / f".{name}.tmp"
-        tmp.write_bytes(data)
-        os.replace(tmp, folder / name)
+        _write_bytes(folder / name, data)
     _write_json(folder / "config.json", config)
