@@ -47,7 +47,12 @@ import torch
 
 from whale.inference.base import SamplingParams
 from whale.inference.openai_http import OpenAIClient
-from whale.inference.vllm_control import IPC_WEIGHT_TRANSFER_ARGS, IPC_WEIGHT_TRANSFER_ENV, VLLMControl
+from whale.inference.vllm_control import (
+    IPC_WEIGHT_TRANSFER_ARGS,
+    IPC_WEIGHT_TRANSFER_ENV,
+    VLLMControl,
+    linear_attention_kernel_args,
+)
 from whale.inference.weight_sync import WeightSyncer
 from whale.rsft.sync import StoreSync, VLLMIpcSync, VLLMReloadSync, save_for_serving
 from whale.store import open_store
@@ -129,6 +134,7 @@ class Server:
             "2048",
             "--gpu-memory-utilization",
             "0.45",
+            *linear_attention_kernel_args(),
             *self.extra,
         ]
         start = time.perf_counter()

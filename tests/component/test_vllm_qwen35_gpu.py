@@ -116,7 +116,11 @@ class VLLMServer:
     """``vllm serve`` as the operator's colocated pod runs it, in a process group of its own."""
 
     def __init__(self, model_dir: Path, log_path: Path, port: int = PORT, extra: tuple[str, ...] = ()) -> None:
-        from whale.inference.vllm_control import IPC_WEIGHT_TRANSFER_ARGS, IPC_WEIGHT_TRANSFER_ENV
+        from whale.inference.vllm_control import (
+            IPC_WEIGHT_TRANSFER_ARGS,
+            IPC_WEIGHT_TRANSFER_ENV,
+            linear_attention_kernel_args,
+        )
 
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
@@ -139,6 +143,7 @@ class VLLMServer:
             "0.3",
             "--enable-sleep-mode",
             *IPC_WEIGHT_TRANSFER_ARGS,
+            *linear_attention_kernel_args(),
             *extra,
         ]
         self.log = open(log_path, "ab")  # noqa: SIM115 - closed in stop()

@@ -31,6 +31,7 @@ weight-transfer API instead of a folder (server started with ``--weight-transfer
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 import time
@@ -62,6 +63,18 @@ def auth_headers(api_key: str | None) -> dict[str, str]:
 #: HTTP transport of them). The operator's colocated pod and the benchmarks start the server with both.
 IPC_WEIGHT_TRANSFER_ARGS = ("--weight-transfer-config", '{"backend": "ipc"}')
 IPC_WEIGHT_TRANSFER_ENV = {"VLLM_ALLOW_INSECURE_SERIALIZATION": "1"}
+
+
+def linear_attention_kernel_args() -> tuple[str, ...]:
+    """vLLM arguments that let a Qwen3.5 (gated delta-net) server run where FlashInfer is not installed.
+
+    vLLM 0.24 picks FlashInfer's GDN prefill kernel on every Hopper GPU without checking that FlashInfer
+    can be imported, and its engine then dies at the first prompt (``No module named 'flashinfer'``). The
+    vLLM images carry FlashInfer; a pip-installed vLLM without it must ask for the Triton (fla) kernels.
+    """
+    if importlib.util.find_spec("flashinfer") is not None:
+        return ()
+    return ("--gdn-prefill-backend", "triton")
 
 
 class WeightSyncError(RuntimeError):
