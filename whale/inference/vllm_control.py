@@ -69,8 +69,9 @@ def linear_attention_kernel_args() -> tuple[str, ...]:
     """vLLM arguments that let a Qwen3.5 (gated delta-net) server run where FlashInfer is not installed.
 
     vLLM 0.24 picks FlashInfer's GDN prefill kernel on every Hopper GPU without checking that FlashInfer
-    can be imported, and its engine then dies at the first prompt (``No module named 'flashinfer'``). The
-    vLLM images carry FlashInfer; a pip-installed vLLM without it must ask for the Triton (fla) kernels.
+    can be imported, and its engine then dies at the first prompt (``No module named 'flashinfer'``). vLLM
+    requires FlashInfer and its images carry it; an install without it (the GPU bundle the tests and
+    benchmarks carry, to fit a device call) asks for the Triton (fla) kernels instead.
     """
     if importlib.util.find_spec("flashinfer") is not None:
         return ()
