@@ -116,8 +116,18 @@ compare-addition: smollm2-hf
 	$(MAKE) compare COMPARE_RUNS="$(ADDITION_RUNS)" COMPARE_STORE=.whale/compare-addition \
 	  COMPARE_OUT=.whale/compare-addition-report SEEDS=$(SEEDS) COMPARE_PATCH='$(COMPARE_PATCH)'
 
+# The peers the benchmarks measure against (TRL and datasets, the `benchmark` extra), installed for the tests only
+# (the demo does without them): the benchmarks' smoke tests then run them in CI instead of skipping.
+$(VENV)/.benchmark-peers: $(VENV)/.installed
+	@if [ -n "$(UV)" ] && [ -x "$(UV)" ] && \
+	    $(UV) pip install --quiet --python $(BIN)/python -c $(VENV)/torch-pin.txt -e ".[benchmark]"; then :; \
+	else \
+	  $(BIN)/pip install --quiet -e ".[benchmark]"; \
+	fi
+	touch $@
+
 # CI (.ci/run) runs `make test`: lint and types first, then the suite.
-test: install lint
+test: install $(VENV)/.benchmark-peers lint
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile --durations=30 $(PYTEST_ARGS)
 
 # Opt-in checks (big downloads, a GPU, a real cluster) are skipped by default; this runs the e2e ones too.
