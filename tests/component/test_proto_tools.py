@@ -23,6 +23,7 @@ import search_qa
 from math_reasoning.env import MathEnvironment
 from math_reasoning.env import ToolError as CodeToolError
 from search_qa.env import SearchEnvironment, ToolError
+from tests.fixtures.http_double import DoubleHTTPServer
 from tests.fixtures.tools import Service, free_port
 from whale.core.spec import Data, Proposer, Verifier
 from whale.domain import Domain, env_items_key
@@ -173,7 +174,7 @@ class _Failing(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def failing_url() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Failing)
+    server = DoubleHTTPServer(("127.0.0.1", 0), _Failing)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from tests.fixtures.http_double import DoubleHTTPServer
 from tests.operator.test_builders import RUN, STORE, make_spec, tools_of, weight_request
 from whale.core.protocol import EvalPhaseArgs, phase_request
 from whale_operator import builders
@@ -95,7 +96,7 @@ def test_the_loopback_probe_passes_on_a_healthy_server_and_fails_without_one():
             pass
 
     try:
-        server = http.server.ThreadingHTTPServer(("127.0.0.1", builders.VLLM_PORT), Health)
+        server = DoubleHTTPServer(("127.0.0.1", builders.VLLM_PORT), Health)
     except OSError:
         pytest.skip(f"port {builders.VLLM_PORT} is taken on this machine")
     probe = [sys.executable, "-c", builders.LOOPBACK_HEALTH_PROBE]

@@ -13,7 +13,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import pytest
 import yaml
 from kubernetes import client as k8s_client
 
+from tests.fixtures.http_double import DoubleHTTPServer
 from tests.fixtures.tls import Authority, Pem
 from whale_operator import transport
 from whale_operator.kube import KubeClient
@@ -114,7 +115,7 @@ class Handler(BaseHTTPRequestHandler):
     do_GET = do_POST = do_PATCH = do_PUT = do_DELETE = _serve  # noqa: N815  # http.server's names
 
 
-class Server(ThreadingHTTPServer):
+class Server(DoubleHTTPServer):
     daemon_threads = True
 
     def __init__(self, script: Script, tls: ssl.SSLContext | None):

@@ -9,10 +9,11 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
+from tests.fixtures.http_double import DoubleHTTPServer
 from tests.fixtures.kube import EmulatedCluster, wait_for
 from tests.operator.conftest import BASE_SPEC, deep_merge
 from tests.operator.player import WR
@@ -57,7 +58,7 @@ class _Hostile(BaseHTTPRequestHandler):
 
 @pytest.fixture()
 def hostile_endpoint() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Hostile)
+    server = DoubleHTTPServer(("127.0.0.1", 0), _Hostile)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
