@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import http.server
 import logging
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -17,6 +16,7 @@ from typing import Any
 import pytest
 import urllib3
 
+from tests.fixtures.http_double import DoubleHTTPServer
 from tests.fixtures.kube import EmulatedCluster, install_jobset, start_emulator, wait_for
 from whale.core.spec import API_GROUP, API_VERSION
 from whale_operator import handlers, names, watches
@@ -332,12 +332,7 @@ def test_a_stream_without_line_ends_is_cut_off_not_held(monkeypatch) -> None:
         def log_message(self, *args: Any) -> None:
             pass
 
-    class Server(http.server.ThreadingHTTPServer):
-        def handle_error(self, request: Any, client_address: Any) -> None:  # the client hanging up is the point
-            if not isinstance(sys.exc_info()[1], ConnectionError):
-                super().handle_error(request, client_address)
-
-    server = Server(("127.0.0.1", 0), Endless)
+    server = DoubleHTTPServer(("127.0.0.1", 0), Endless)  # the client hanging up is the point: quiet
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     http_pool = urllib3.PoolManager()
