@@ -223,14 +223,14 @@ def main() -> None:
                 *placed,
                 *rest,
             ],
-            capture_output=True,
+            stdout=subprocess.PIPE,  # the report; its progress and log go straight on to stderr
             text=True,
             timeout=3600,
             check=False,
             env={**os.environ, "CUDA_VISIBLE_DEVICES": "0,1" if gpus >= 2 else "0"},
         )
         if proc.returncode != 0:
-            raise SystemExit(f"arm {arm} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+            raise SystemExit(f"arm {arm} failed (its log is above):\n{proc.stdout[-2000:]}")
         results.append(json.loads(proc.stdout.strip().splitlines()[-1]))
         if arm == "separate" and emulated:
             results[-1]["emulated_on_one_gpu"] = True

@@ -70,8 +70,10 @@ import argparse
 import contextlib
 import copy
 import gc
+import hashlib
 import json
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -125,16 +127,28 @@ class Interval:
         return self.end - self.start
 
 
-class Timeline:
-    """Named wall-clock intervals, from any thread."""
+_BEGAN = time.perf_counter()
 
-    def __init__(self) -> None:
+
+def progress(message: str) -> None:
+    """A line on stderr as each part ends: a run cut off by a device call's limit still shows how far it got."""
+    print(f"[rsft_step {time.perf_counter() - _BEGAN:7.1f} s] {message}", file=sys.stderr, flush=True)
+
+
+class Timeline:
+    """Named wall-clock intervals, from any thread; those named in ``announce`` are reported as they end."""
+
+    def __init__(self, announce: frozenset[str] = frozenset()) -> None:
         self.intervals: list[Interval] = []
         self._lock = threading.Lock()
+        self.announce = announce
 
     def add(self, name: str, start: float, end: float, **data: Any) -> None:
         with self._lock:
             self.intervals.append(Interval(name, start, end, data))
+            count = sum(i.name == name for i in self.intervals)
+        if name in self.announce:
+            progress(f"{name} {count}: {end - start:.1f} s")
 
     def named(self, name: str, window: tuple[float, float] | None = None) -> list[Interval]:
         lo, hi = window or (float("-inf"), float("inf"))
@@ -366,10 +380,39 @@ def bench_conversations(n: int, seed: int, reply_tokens: int = 0) -> list[list[d
     return conversations
 
 
+def cached_model(
+    cache: Path | None, key: dict[str, Any], build: Callable[[Path], dict[str, Any]], fresh: Path
+) -> tuple[Path, dict[str, Any]]:
+    """The warm-up's model folder, built by ``build`` into ``fresh`` or, with ``cache``, kept under it by ``key``
+    (the build's arguments) so a later run (a second device call on the same machine) starts from it.
+    Built beside its place and renamed into it, with ``key`` beside the weights: a build cut off is no model."""
+    if cache is None:
+        return fresh, build(fresh)
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    folder, stamp_name = cache / f"{key.get('model', 'model')}-{digest}", "bench-build.json"
+    if (folder / stamp_name).is_file():
+        return folder, {**json.loads((folder / stamp_name).read_text())["warm"], "reused": True}
+    partial = cache / f".{folder.name}.partial"
+    shutil.rmtree(partial, ignore_errors=True)
+    warm = build(partial)
+    (partial / stamp_name).write_text(json.dumps({"key": key, "warm": warm}))
+    shutil.rmtree(folder, ignore_errors=True)
+    partial.rename(folder)
+    return folder, {**warm, "reused": False}
+
+
 def build_bench_model(
-    name: str, out: Path, device: torch.device, *, max_updates: int, lr: float, reply_tokens: int = 0
+    name: str,
+    out: Path,
+    device: torch.device,
+    *,
+    max_updates: int,
+    lr: float,
+    reply_tokens: int = 0,
+    micro: int = 32,
 ) -> dict[str, Any]:
-    """The model folder the run starts from (see the module doc); returns what the warm-up did."""
+    """The model folder the run starts from (see the module doc); returns what the warm-up did. ``micro`` caps
+    its micro-batch (the step's own ``--micro``): the update is the same, the activations fit the card."""
     if name == "tiny":  # the domain's own model, taught a little longer: it then copies the digit (rewards)
         from synthetic.tiny_model import build
 
@@ -392,7 +435,9 @@ def build_bench_model(
     trainer = SFTTrainer(
         model,
         # long replies: micro-batches of 16 (~16 x 600 tokens), the update is the same
-        RSFTConfig(mini_batch_size=32, micro_batch_size_per_gpu=16 if reply_tokens else 32, learning_rate=lr),
+        RSFTConfig(
+            mini_batch_size=32, micro_batch_size_per_gpu=min(micro, 16 if reply_tokens else 32), learning_rate=lr
+        ),
         device=device,
         pad_id=tokenizer.pad_token_id,
     )
@@ -856,6 +901,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "/dev/shm/... measures a memory-backed one, as an emptyDir with medium: Memory)",
     )
     p.add_argument("--workdir", type=Path, help="keep the model, store and logs here (default: a temp dir)")
+    p.add_argument(
+        "--model-cache",
+        type=Path,
+        help="keep the warm-up's model here, by its build arguments, and start from it when it is there "
+        "(a second device call skips the warm-up)",
+    )
     p.add_argument("--json", "--out", dest="out", type=Path, help="write the report here")
     args = p.parse_args(argv)
     if args.smoke:
@@ -893,27 +944,39 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     with contextlib.ExitStack() as stack:
         workdir = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rsft-step-")))
         workdir.mkdir(parents=True, exist_ok=True)
-        model_dir = workdir / "model"
         setup_start = time.perf_counter()
-        warm = build_bench_model(
-            args.model,
-            model_dir,
-            device,
-            max_updates=args.format_updates,
-            lr=args.format_lr,
-            reply_tokens=args.reply_tokens,
+        model_dir, warm = cached_model(
+            args.model_cache,
+            {
+                "model": args.model,
+                "format_updates": args.format_updates,
+                "format_lr": args.format_lr,
+                "reply_tokens": args.reply_tokens,
+            },
+            lambda out: build_bench_model(
+                args.model,
+                out,
+                device,
+                max_updates=args.format_updates,
+                lr=args.format_lr,
+                reply_tokens=args.reply_tokens,
+                micro=args.micro,
+            ),
+            workdir / "model",
         )
         setup_s = time.perf_counter() - setup_start
+        progress(f"model built in {setup_s:.1f} s: {warm}")
         server = None
         if args.vllm:
             server = stack.enter_context(
                 vllm_server(model_dir, workdir, args.port, args.vllm_memory, args.max_model_len)
             )
             os.environ["WHALE_SYNC_DIR"] = str(args.sync_dir or workdir / "sync")
+            progress(f"vLLM serving after {getattr(server, 'started_s', None) or 0.0:.1f} s")
         store = open_store(str(workdir / "store"))
         spec = run_spec(args, model_dir, f"{server.url}/v1" if server else None)
         eval_phase = write_requests(store, spec, args.steps)
-        timeline = Timeline()
+        timeline = Timeline(announce=frozenset({"step"}))
         calls: list[dict[str, Any]] = []
         held: dict[str, Any] = {}
         timers = Timers(timeline)
@@ -936,6 +999,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         finally:
             timers.restore()
             freeze_in_this_process(False)
+        progress(f"evaluation: {eval_window[1] - eval_window[0]:.1f} s")
         steps = breakdown(timeline, gpu, eval_window)
         last = steps[-1]
         last_start = max(i.start for i in timeline.named("step"))

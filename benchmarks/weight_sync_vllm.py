@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -62,6 +63,10 @@ from sft_throughput import MODELS, model_config, save_hub_form
 
 SERVED_NAME = "bench"
 PROBE_TOKENS = 24
+#: the served greedy tokens come from the weights just sent: transformers with them ranks at least this share first
+#: (random weights over a 248k vocabulary leave bf16 near-ties: Qwen3.5-2B gave 0.79-0.88 on an H100), and
+#: with the other set (the weights before the sync) at most OTHER_MAX (0.00 there)
+AGREE_MIN, OTHER_MAX = 0.6, 0.2
 
 
 def build_hybrid(
@@ -143,7 +148,7 @@ class Server:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"vLLM exited with {self.proc.returncode}:\n{self.tail()}")
+                raise RuntimeError(f"vLLM exited with {self.proc.returncode}:\n{self.causes()}\n{self.tail()}")
             try:
                 if httpx.get(f"{self.url}/health", timeout=2.0).status_code == 200:
                     return time.perf_counter() - start
@@ -151,6 +156,18 @@ class Server:
                 pass
             time.sleep(0.25)
         raise RuntimeError(f"vLLM not healthy after {timeout_s:.0f} s:\n{self.tail()}")
+
+    def causes(self, n: int = 8) -> str:
+        """The log's first distinct error lines: the root cause of an engine that died at start-up is printed
+        well above the tail, which holds only the API server's "see root cause above"."""
+        if not self.log.closed:
+            self.log.flush()
+        found: list[str] = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            text = line.split(") ", 1)[-1].strip()  # "(EngineCore pid=7) ValueError: ..." -> "ValueError: ..."
+            if re.match(r"[\w.]*(Error|Exception)\b", text) and text not in found:
+                found.append(text)
+        return "\n".join(found[:n])
 
     def tail(self, n: int = 60) -> str:
         if not self.log.closed:
@@ -289,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         }
     else:
         models = {name: build_model(vocab, seed, layers) for name, seed in (("A", 0), ("B", 1))}
+    torch.cuda.empty_cache()  # the build's freed blocks back to the card: vLLM sizes itself from what is free
     n_params = sum(p.numel() for p in models["A"].parameters())
     results["parameters"] = n_params
     prompt = tokenizer.encode("Weights move from the trainer to the server after every RSFT step.")
@@ -309,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         got = complete(server.url, prompt, PROBE_TOKENS, client)
         other = "A" if name == "B" else "B"
         agree, wrong = predicted_fraction(models[name], prompt, got), predicted_fraction(models[other], prompt, got)
-        ok = agree >= 0.9 and wrong <= 0.2
+        ok = agree >= AGREE_MIN and wrong <= OTHER_MAX
         print(
             f"  {label}: greedy tokens predicted by transformers({name}) {agree:.2f}, by ({other}) {wrong:.2f}"
             f" -> {'ok' if ok else 'WRONG WEIGHTS'}",
@@ -404,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.stop()
         results["checks"] = checks
+        results["check_thresholds"] = {"agreement_min": AGREE_MIN, "other_agreement_max": OTHER_MAX}
         results["all_checks_pass"] = (
             bool(checks) and all(c["ok"] for c in checks) and results.get("rollout_client_probe", {}).get("ok", False)
         )

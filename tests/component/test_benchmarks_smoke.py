@@ -213,6 +213,38 @@ def load_benchmark(name: str):
     return module
 
 
+def test_rsft_step_keeps_the_warm_up_model_by_its_build_arguments(tmp_path):
+    """``--model-cache``: a second run with the same build arguments starts from the first's model; other
+    arguments build anew; a build cut off leaves nothing a later run would take for a model."""
+    cached_model = load_benchmark("rsft_step").cached_model
+    builds: list[Path] = []
+
+    def build(out: Path) -> dict:
+        builds.append(out)
+        out.mkdir(parents=True)
+        (out / "weights").write_text(str(len(builds)))
+        return {"format_updates": 10 * len(builds)}
+
+    cache, key = tmp_path / "cache", {"model": "qwen3.5-2b", "format_updates": 20}
+    first, warm = cached_model(cache, key, build, tmp_path / "unused")
+    again, warm_again = cached_model(cache, dict(key), build, tmp_path / "unused")
+    assert again == first and (first / "weights").read_text() == "1" and len(builds) == 1
+    assert warm == {"format_updates": 10, "reused": False} and warm_again == {"format_updates": 10, "reused": True}
+    other, _ = cached_model(cache, {**key, "format_updates": 40}, build, tmp_path / "unused")
+    assert other != first and (other / "weights").read_text() == "2"
+
+    def cut_off(out: Path) -> dict:
+        out.mkdir(parents=True)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        cached_model(cache, {**key, "format_updates": 80}, cut_off, tmp_path / "unused")
+    rebuilt, warm_rebuilt = cached_model(cache, {**key, "format_updates": 80}, build, tmp_path / "unused")
+    assert warm_rebuilt["reused"] is False and (rebuilt / "weights").read_text() == "3"
+    fresh, _ = cached_model(None, key, build, tmp_path / "fresh")  # no cache: built where the run says, every time
+    assert fresh == tmp_path / "fresh" and len(builds) == 4
+
+
 def test_rsft_step_long_replies_put_the_answer_first_then_the_filler_then_eos():
     rsft_step = load_benchmark("rsft_step")
     from synthetic import tasks
