@@ -114,6 +114,8 @@ def run_arm(
     del base_server
     report = rsft_step.main(["--vllm", *rest])
     gpus = ARMS[arm]["gpus"]
+    if report.get("warm_only"):  # the model built and the server started once: nothing was stepped
+        return {"arm": arm, "gpus": gpus, "warm_only": True, "meta": report["meta"]}
     return {
         "arm": arm,
         "weight_sync": "cudaIpc" if ipc else "auto",
@@ -242,7 +244,7 @@ def summarize(results: list[dict[str, Any]], gpus: int | None) -> dict[str, Any]
     the last, which checkpoints and evaluates), when both arms are there."""
     report: dict[str, Any] = {"arms": results}
     by_arm = {r["arm"]: r for r in results}
-    if set(by_arm) == set(ARMS):
+    if set(by_arm) == set(ARMS) and all("steps" in r for r in results):
 
         def ordinary(r: dict[str, Any]) -> float:
             steps = r["steps"][1:-1] or r["steps"]

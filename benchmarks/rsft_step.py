@@ -907,6 +907,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="keep the warm-up's model here, by its build arguments, and start from it when it is there "
         "(a second device call skips the warm-up)",
     )
+    p.add_argument(
+        "--warm-only",
+        action="store_true",
+        help="build (or reuse) the model and start the server once, then stop: with --model-cache, a first "
+        "device call leaves the model and the server's compile caches for the next",
+    )
     p.add_argument("--json", "--out", dest="out", type=Path, help="write the report here")
     args = p.parse_args(argv)
     if args.smoke:
@@ -973,6 +979,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
             os.environ["WHALE_SYNC_DIR"] = str(args.sync_dir or workdir / "sync")
             progress(f"vLLM serving after {getattr(server, 'started_s', None) or 0.0:.1f} s")
+        if args.warm_only:
+            report = {"warm_only": True, "meta": run_meta(args, device, setup_s, warm, server)}
+            print(json.dumps(report["meta"]))
+            if args.out:
+                args.out.write_text(json.dumps(report, indent=2))
+            return report
         store = open_store(str(workdir / "store"))
         spec = run_spec(args, model_dir, f"{server.url}/v1" if server else None)
         eval_phase = write_requests(store, spec, args.steps)
@@ -1031,17 +1043,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             step["kept"] = next((m.get("kept") for m in metrics if int(m["step"]) == step["step"]), None)
         report = {
             "meta": {
-                "model": args.model,
-                "device": str(device),
-                "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-                "torch": torch.__version__,
-                "backend": "vllm" if args.vllm else "transformers",
+                **run_meta(args, device, setup_s, warm, server),
                 "nvml": gpu.available,
-                "setup_s": setup_s,
-                **warm,
                 "startup_s": timeline.total("startup"),
-                "server_start_s": getattr(server, "started_s", None),
-                "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
             },
             "steps": steps,
             "metrics": metrics,
@@ -1055,6 +1059,23 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     if args.out:
         args.out.write_text(json.dumps(report, indent=2))
     return report
+
+
+def run_meta(
+    args: argparse.Namespace, device: torch.device, setup_s: float, warm: dict[str, Any], server: Any
+) -> dict[str, Any]:
+    """What the run was: the model, where it ran, how its model and server came to be, its arguments."""
+    return {
+        "model": args.model,
+        "device": str(device),
+        "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "backend": "vllm" if args.vllm else "transformers",
+        "setup_s": setup_s,
+        **warm,
+        "server_start_s": getattr(server, "started_s", None),
+        "args": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+    }
 
 
 def _shape_text(shape: dict[str, float]) -> str:

@@ -245,6 +245,23 @@ def test_rsft_step_keeps_the_warm_up_model_by_its_build_arguments(tmp_path):
     assert fresh == tmp_path / "fresh" and len(builds) == 4
 
 
+@pytest.mark.timeout(300)
+def test_rsft_step_warm_only_leaves_its_model_for_the_next_run(tmp_path):
+    """``--warm-only --model-cache``: the first run builds the model and stops before any step; the next starts
+    from the model it left."""
+    cache, reports = tmp_path / "models", []
+    for k in range(2):
+        out = tmp_path / f"warm{k}.json"
+        args = ["--smoke", "--warm-only", "--model-cache", str(cache), "--workdir", str(tmp_path / f"w{k}")]
+        run_script("rsft_step.py", *args, "--json", str(out))
+        reports.append(json.loads(out.read_text()))
+    assert [r["warm_only"] for r in reports] == [True, True] and all("steps" not in r for r in reports)
+    assert [r["meta"]["reused"] for r in reports] == [False, True]
+    assert not (tmp_path / "w0" / "store").exists()  # nothing was stepped
+    (model,) = [d for d in cache.iterdir() if not d.name.startswith(".")]
+    assert (model / "bench-build.json").is_file() and (model / "config.json").is_file()
+
+
 def test_rsft_step_long_replies_put_the_answer_first_then_the_filler_then_eos():
     rsft_step = load_benchmark("rsft_step")
     from synthetic import tasks
