@@ -281,8 +281,9 @@ class Cluster(WireModel):
     lifecycle: Lifecycle = Field(Lifecycle(), description="Job deadlines and how long finished Jobs stay")
     model_cache_claim_name: K8sName | None = Field(
         None,
-        description="a PersistentVolumeClaim for vLLM's model cache (/models) instead of an emptyDir of "
-        "modelCacheSize; with more than one inference replica it must be ReadWriteMany",
+        description="a PersistentVolumeClaim for vLLM's model cache (/models: weights and the servers' compile "
+        "caches) instead of an emptyDir of modelCacheSize; with more than one inference replica, or a colocated "
+        "placement (its train pods mount it too), it must be ReadWriteMany",
     )
     admission: Literal["auto", "perChild", "jobSet"] = Field(
         "auto",

@@ -332,6 +332,51 @@ def test_dev_shm_is_sized_to_the_memory_limit_and_the_model_cache_can_be_a_claim
         ]
 
 
+def test_the_servers_compile_caches_live_on_the_model_claim_which_no_untrusted_pod_mounts():
+    """vLLM's compile cache and Triton's autotuned kernels go to the model volume, so a server started again on a
+    model-cache claim (a phase's scale-up, a colocated weight phase) reuses them. Triton loads what it finds there
+    as kernels: no pod but the servers' (and their trusted weight helpers) may mount the claim."""
+    from tests.operator.test_builders import RUN, STORE, make_spec, tools_of, weight_request
+
+    cache_env = {
+        "VLLM_CACHE_ROOT": "/models/cache/vllm",
+        "TRITON_CACHE_DIR": "/models/cache/triton",
+        "TRITON_CACHE_AUTOTUNING": "1",
+    }
+    claim = {"name": "models", "persistentVolumeClaim": {"claimName": "models"}}
+    spec = ClusterRunSpec.model_validate({**flat(placed().to_wire()), "cluster": {"modelCacheClaimName": "models"}})
+    mounting = set()
+    for comp, pods in pods_by_component(spec).items():
+        for p in pods:
+            if claim in p["pod"].get("volumes", []):
+                mounting.add(comp)
+    assert mounting == {"inference"}, "only the vLLM Deployment's pod mounts the claim"
+    (server,) = pods_by_component(spec)["inference"]
+    vllm = next(c for c in server["pod"]["containers"] if c["name"] == "vllm")
+    assert cache_env.items() <= {e["name"]: e.get("value") for e in vllm["env"]}.items()
+    assert {"name": "models", "mountPath": "/models"} in vllm["volumeMounts"]
+
+    colocated = make_spec(
+        train={"gpusPerNode": 4},
+        inference={"backend": "vllm", "placement": "colocated"},
+        cluster={"modelCacheClaimName": "models"},
+    )
+    job = builders.colocated_train_job(
+        RUN, colocated, weight_request(colocated), store_uri=STORE, tools=tools_of("math_reasoning")
+    )
+    pod = job["spec"]["template"]["spec"]
+    assert claim in pod["volumes"], "the colocated server starts every weight phase: it keeps its caches too"
+    _fetch, colocated_vllm = pod["initContainers"]
+    assert cache_env.items() <= {e["name"]: e.get("value") for e in colocated_vllm["env"]}.items()
+    (trainer,) = pod["containers"]  # the trainer runs the candidate harnesses' sandboxes: never the claim
+    assert all(m["name"] != "models" for m in trainer["volumeMounts"])
+    without = make_spec(train={"gpusPerNode": 4}, inference={"backend": "vllm", "placement": "colocated"})
+    plain = builders.colocated_train_job(
+        RUN, without, weight_request(without), store_uri=STORE, tools=tools_of("math_reasoning")
+    )
+    assert {"name": "models", "emptyDir": {"sizeLimit": "100Gi"}} in plain["spec"]["template"]["spec"]["volumes"]
+
+
 # ----- vLLM reachable only from the run's own pods --------------------------------------------------
 
 

@@ -23,7 +23,9 @@ from whale_operator.builders.pods import (
     VLLM_STARTUP_PERIOD_S,
     Manifest,
     RunRef,
+    compile_cache_env,
     hf_token_env,
+    models_volume,
     resources_dict,
     restricted_container_security_context,
     storage_env,
@@ -209,6 +211,7 @@ def colocated_train_job(
             {"name": "VLLM_SERVER_DEV_MODE", "value": "1"},
             # the pod's non-root user has no home in vLLM's image: caches go to /tmp (as in the vLLM Deployment)
             {"name": "HOME", "value": "/tmp"},
+            *compile_cache_env(),
             auth_key_env(run, "VLLM_API_KEY", AUTH_VLLM_API_KEY),  # the trainer sends it ($WHALE_INFERENCE_API_KEY)
             *ipc_env,
         ],
@@ -233,7 +236,7 @@ def colocated_train_job(
     pod["resourceClaims"] = [{"name": GPU_CLAIM, "resourceClaimTemplateName": colocated_claim_name(run, request)}]
     pod["volumes"] = [
         *pod["volumes"],
-        {"name": "models", "emptyDir": {"sizeLimit": spec.cluster.model_cache_size}},
+        models_volume(spec),  # the claim, as the run's vLLM Deployment has it: weights and compile caches kept
         {"name": "sync", "emptyDir": {}},
     ]
     return manifest

@@ -19,8 +19,10 @@ from whale_operator.builders.pods import (
     WORKER_UID,
     Manifest,
     RunRef,
+    compile_cache_env,
     component_resources,
     hf_token_env,
+    models_volume,
     pod_metadata,
     pod_template_fields,
     requests_gpu,
@@ -223,6 +225,7 @@ def inference_deployment(
             {"name": "VLLM_SERVER_DEV_MODE", "value": "1"},
             # a non-root user without a home in the image: caches (torch compile, triton) go to /tmp
             {"name": "HOME", "value": "/tmp"},
+            *compile_cache_env(),
             # `vllm serve --api-key` from its environment: the run's shared secret, checked on /v1 (docs/security.md)
             auth_key_env(run, "VLLM_API_KEY", AUTH_VLLM_API_KEY),
         ],
@@ -251,14 +254,6 @@ def inference_deployment(
     )
     if res:
         vllm["resources"] = res
-    if spec.cluster.model_cache_claim_name:
-        models: dict[str, Any] = {
-            "name": "models",
-            "persistentVolumeClaim": {"claimName": spec.cluster.model_cache_claim_name},
-        }
-    else:
-        models = {"name": "models", "emptyDir": {"sizeLimit": spec.cluster.model_cache_size}}
-
     annotations = serving_annotation(checkpoint)
     return {
         "apiVersion": "apps/v1",
@@ -279,7 +274,7 @@ def inference_deployment(
                     "initContainers": [helper("fetch-weights", once=True)],
                     "containers": [vllm, helper("weight-sync", once=False)],
                     "volumes": [
-                        models,
+                        models_volume(spec),
                         shm_volume(res),
                         {"name": "tmp", "emptyDir": {}},
                         *([doorbell_token_volume()] if doorbell else []),
