@@ -262,6 +262,30 @@ def test_rsft_step_warm_only_leaves_its_model_for_the_next_run(tmp_path):
     assert (model / "bench-build.json").is_file() and (model / "config.json").is_file()
 
 
+def test_the_vllm_server_of_the_benchmarks_names_the_root_cause_of_a_failed_start(tmp_path):
+    """An engine that dies at start-up prints its error well above the API server's "see root cause above" tail:
+    the benchmarks' error message leads with the log's distinct error lines."""
+    bench = load_benchmark("weight_sync_vllm")
+    log = tmp_path / "vllm.log"
+    cause = "ValueError: Free memory on device (30.1/79.2 GiB) on startup is less than desired GPU memory utilization"
+    lines = [
+        "(EngineCore pid=7) INFO loading",
+        f"(EngineCore pid=7) {cause}",
+        f"(EngineCore pid=7) {cause}",
+        *[f"(APIServer pid=2) File x.py, line {k}" for k in range(80)],
+        "(APIServer pid=2) RuntimeError: Engine core initialization failed. See root cause above.",
+    ]
+    log.write_text("\n".join(lines) + "\n")
+    server = bench.Server(tmp_path, 1, log, [])
+    server.log = log.open("ab")
+    try:
+        causes = server.causes().splitlines()
+        assert causes == [cause, "RuntimeError: Engine core initialization failed. See root cause above."]
+        assert cause not in server.tail()  # what the message held before: the last 60 lines only
+    finally:
+        server.log.close()
+
+
 def test_rsft_step_long_replies_put_the_answer_first_then_the_filler_then_eos():
     rsft_step = load_benchmark("rsft_step")
     from synthetic import tasks
