@@ -231,8 +231,8 @@ def models_volume(spec: ClusterRunSpec) -> dict[str, Any]:
 def compile_cache_env() -> list[dict[str, str]]:
     """vLLM's torch.compile cache and Triton's kernels, with their autotuning results, on the model volume. On a
     model-cache claim a server that starts again (the next phase's scale-up, a colocated weight phase) finds them
-    instead of compiling and autotuning again: a hybrid model's Triton kernels alone took about 100 s of a first
-    start on an H100, and a second server with the compile cache warm started in half the time (docs/operator.md).
+    instead of compiling and autotuning again: on an H100 a second server with the compile cache warm started in
+    half the time of the first (docs/operator.md).
     Only the server and its trusted helpers mount the volume; no harness or tool pod does."""
     return [
         {"name": "VLLM_CACHE_ROOT", "value": f"{MODELS_DIR}/cache/vllm"},
