@@ -209,7 +209,7 @@ def colocated_train_job(
         "env": [
             {"name": "HF_HOME", "value": f"{MODELS_DIR}/hf"},
             {"name": "VLLM_SERVER_DEV_MODE", "value": "1"},
-            # the pod's non-root user has no home in vLLM's image: caches go to /tmp (as in the vLLM Deployment)
+            # the pod's non-root user has no home in vLLM's image: HOME is /tmp, the compile caches on the model volume
             {"name": "HOME", "value": "/tmp"},
             *compile_cache_env(),
             auth_key_env(run, "VLLM_API_KEY", AUTH_VLLM_API_KEY),  # the trainer sends it ($WHALE_INFERENCE_API_KEY)

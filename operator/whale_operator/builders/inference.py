@@ -223,7 +223,7 @@ def inference_deployment(
         "env": [
             {"name": "HF_HOME", "value": f"{MODELS_DIR}/hf"},
             {"name": "VLLM_SERVER_DEV_MODE", "value": "1"},
-            # a non-root user without a home in the image: caches (torch compile, triton) go to /tmp
+            # a non-root user without a home in the image: HOME is /tmp; the compile caches go to the model volume
             {"name": "HOME", "value": "/tmp"},
             *compile_cache_env(),
             # `vllm serve --api-key` from its environment: the run's shared secret, checked on /v1 (docs/security.md)

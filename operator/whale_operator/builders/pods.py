@@ -218,8 +218,6 @@ def restricted_pod_security_context(spec: ClusterRunSpec, component: str, uid: i
     }
 
 
-#: ``/dev/shm``'s size where the container has no memory limit (a spec that gives no memory at all): enough for
-#: PyTorch's data loaders and NCCL's shared-memory transport, never the node's whole memory
 def models_volume(spec: ClusterRunSpec) -> dict[str, Any]:
     """The vLLM server's model volume (/models): the run's model-cache claim when it names one (weights, and the
     server's compile caches, outlive the pod), else an emptyDir of ``modelCacheSize``."""
@@ -241,6 +239,8 @@ def compile_cache_env() -> list[dict[str, str]]:
     ]
 
 
+#: ``/dev/shm``'s size where the container has no memory limit (a spec that gives no memory at all): enough for
+#: PyTorch's data loaders and NCCL's shared-memory transport, never the node's whole memory
 DEFAULT_SHM_SIZE = "16Gi"
 
 
