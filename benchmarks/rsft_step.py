@@ -142,13 +142,15 @@ class Timeline:
         self.intervals: list[Interval] = []
         self._lock = threading.Lock()
         self.announce = announce
+        self._announced: dict[str, int] = {}
 
     def add(self, name: str, start: float, end: float, **data: Any) -> None:
         with self._lock:
             self.intervals.append(Interval(name, start, end, data))
-            count = sum(i.name == name for i in self.intervals)
-        if name in self.announce:
-            progress(f"{name} {count}: {end - start:.1f} s")
+            if name not in self.announce:  # every model call lands here: nothing more to do for them
+                return
+            count = self._announced[name] = self._announced.get(name, 0) + 1
+        progress(f"{name} {count}: {end - start:.1f} s")
 
     def named(self, name: str, window: tuple[float, float] | None = None) -> list[Interval]:
         lo, hi = window or (float("-inf"), float("inf"))
@@ -951,23 +953,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         workdir = args.workdir or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="rsft-step-")))
         workdir.mkdir(parents=True, exist_ok=True)
         setup_start = time.perf_counter()
+        # what the model is made of keys the cache; the micro-batch only splits the same updates
+        made_of = {"max_updates": args.format_updates, "lr": args.format_lr, "reply_tokens": args.reply_tokens}
         model_dir, warm = cached_model(
             args.model_cache,
-            {
-                "model": args.model,
-                "format_updates": args.format_updates,
-                "format_lr": args.format_lr,
-                "reply_tokens": args.reply_tokens,
-            },
-            lambda out: build_bench_model(
-                args.model,
-                out,
-                device,
-                max_updates=args.format_updates,
-                lr=args.format_lr,
-                reply_tokens=args.reply_tokens,
-                micro=args.micro,
-            ),
+            {"model": args.model, **made_of},
+            lambda out: build_bench_model(args.model, out, device, micro=args.micro, **made_of),
             workdir / "model",
         )
         setup_s = time.perf_counter() - setup_start
