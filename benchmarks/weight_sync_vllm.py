@@ -56,6 +56,7 @@ from whale.inference.vllm_control import (
 )
 from whale.inference.weight_sync import WeightSyncer
 from whale.rsft.sync import StoreSync, VLLMIpcSync, VLLMReloadSync, save_for_serving
+from whale.runner.local import SUPERVISOR_PATH
 from whale.store import open_store
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -111,19 +112,19 @@ def predicted_fraction(model: torch.nn.Module, prompt: list[int], tokens: list[i
 
 
 class Server:
-    """``vllm serve`` in dev mode, in its own process group."""
+    """``vllm serve`` in dev mode, in its own process group, under the local runner's supervisor
+    (``whale/runner/supervise.py``): the server dies with the benchmark that started it, however the benchmark
+    ends. A ``timeout`` that killed a benchmark used to leave its server holding the GPU's memory for the next."""
 
     def __init__(self, model_dir: Path, port: int, log_path: Path, extra: list[str]):
         self.model_dir, self.port, self.log_path, self.extra = model_dir, port, log_path, extra
         self.proc: subprocess.Popen | None = None
+        self.watch_w: int | None = None  # the supervisor kills the server when this end closes
         self.url = f"http://127.0.0.1:{port}"
         self.started_s: float | None = None  # how long start() took (set by callers that report it)
 
-    def start(self, timeout_s: float = 420.0) -> float:
-        # FlashInfer's sampler is vLLM's default on CUDA; vLLM's own top-k/top-p kernels serve when
-        # it is not installed (greedy probes do not sample anyway)
-        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
-        cmd = [
+    def command(self) -> list[str]:
+        return [
             sys.executable,
             "-m",
             "vllm.entrypoints.openai.api_server",
@@ -142,9 +143,37 @@ class Server:
             *linear_attention_kernel_args(),
             *self.extra,
         ]
-        start = time.perf_counter()
+
+    def launch(self, command: list[str]) -> None:
+        """Start ``command`` under the supervisor; this process holds the only write end of its watch pipe."""
+        # FlashInfer's sampler is vLLM's default on CUDA; vLLM's own top-k/top-p kernels serve when
+        # it is not installed (greedy probes do not sample anyway)
+        env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
+        watch_r, watch_w = os.pipe()
+        argv = [sys.executable, "-I", "-S", SUPERVISOR_PATH, "--watch-fd", str(watch_r), "--grace", "30", "--"]
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - the server's stdout, closed in stop()
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            self.proc = subprocess.Popen(
+                [*argv, *command],
+                env=env,
+                stdout=self.log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                pass_fds=(watch_r,),
+            )
+        except BaseException:
+            os.close(watch_w)
+            self.log.close()
+            raise
+        finally:
+            os.close(watch_r)
+        self.watch_w = watch_w
+
+    def start(self, timeout_s: float = 420.0) -> float:
+        start = time.perf_counter()
+        self.launch(self.command())
+        assert self.proc is not None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -184,6 +213,9 @@ class Server:
                 self.proc.wait(timeout=30)
         if self.proc is not None:
             self.log.close()  # each start opens it again
+        if self.watch_w is not None:
+            os.close(self.watch_w)
+            self.watch_w = None
         self.proc = None
 
 

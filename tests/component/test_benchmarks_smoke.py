@@ -286,6 +286,62 @@ def test_the_vllm_server_of_the_benchmarks_names_the_root_cause_of_a_failed_star
         server.log.close()
 
 
+HOLDER = """
+import os, sys
+from pathlib import Path
+sys.path[:0] = [sys.argv[1], sys.argv[2]]
+from weight_sync_vllm import Server
+server = Server(Path(sys.argv[3]), 1, Path(sys.argv[3]) / "server.log", [])
+# a stand-in for vllm serve: it names itself through the FIFO, then waits to be killed
+server.launch([sys.executable, "-c", "import os, sys, time; fd = os.open(sys.argv[1], os.O_WRONLY); "
+               "os.write(fd, str(os.getpid()).encode()); time.sleep(600)", sys.argv[4]])
+print(server.proc.pid, flush=True)
+sys.stdin.read()  # until the test kills this process
+"""
+
+
+@pytest.mark.timeout(120)
+def test_the_vllm_server_of_the_benchmarks_dies_with_the_benchmark_even_by_sigkill(tmp_path):
+    """A benchmark killed by ``timeout`` (or SIGKILL) left its vLLM server holding 28 GiB of the GPU, and the next
+    run on the machine ran out of memory. The server now runs under the local runner's supervisor, whose watch pipe
+    closes when the benchmark dies however it dies."""
+    import select
+    import signal
+    import time
+
+    fifo = tmp_path / "server.fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(ROOT), str(ROOT / "benchmarks"), str(tmp_path), str(fifo)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert select.select([reader], [], [], 60)[0], "the stand-in server never started"
+        server_pid = int(os.read(reader, 64).split()[0])
+        supervisor_pid = int(holder.stdout.readline())
+        server, supervisor = os.pidfd_open(server_pid), os.pidfd_open(supervisor_pid)
+        assert not select.select([server, supervisor], [], [], 0)[0]  # both alive while the benchmark lives
+        holder.send_signal(signal.SIGKILL)
+        holder.wait(timeout=30)
+        alive = {server: "the server", supervisor: "its supervisor"}
+        deadline = time.monotonic() + 60
+        while alive:  # each round removes at least one, or fails at the deadline
+            ready = select.select(list(alive), [], [], max(0.0, deadline - time.monotonic()))[0]
+            assert ready, f"{sorted(alive.values())} still alive 60 s after the benchmark was killed"
+            for fd in ready:
+                del alive[fd]
+        os.close(server)
+        os.close(supervisor)
+    finally:
+        os.close(reader)
+        if holder.poll() is None:
+            holder.kill()
+            holder.wait(timeout=30)
+
+
 def test_rsft_step_long_replies_put_the_answer_first_then_the_filler_then_eos():
     rsft_step = load_benchmark("rsft_step")
     from synthetic import tasks
