@@ -342,6 +342,7 @@ def test_the_servers_compile_caches_live_on_the_model_claim_which_no_untrusted_p
         "VLLM_CACHE_ROOT": "/models/cache/vllm",
         "TRITON_CACHE_DIR": "/models/cache/triton",
         "TRITON_CACHE_AUTOTUNING": "1",
+        "FLASHINFER_WORKSPACE_BASE": "/models/cache/flashinfer",
     }
     claim = {"name": "models", "persistentVolumeClaim": {"claimName": "models"}}
     spec = ClusterRunSpec.model_validate({**flat(placed().to_wire()), "cluster": {"modelCacheClaimName": "models"}})

@@ -230,12 +230,14 @@ def compile_cache_env() -> list[dict[str, str]]:
     """vLLM's torch.compile cache and Triton's kernels, with their autotuning results, on the model volume. On a
     model-cache claim a server that starts again (the next phase's scale-up, a colocated weight phase) finds them
     instead of compiling and autotuning again: on an H100 a second server with the compile cache warm started in
-    half the time of the first (docs/operator.md).
+    half the time of the first (docs/operator.md). FlashInfer's JIT-built kernels too (it puts them under
+    ``$FLASHINFER_WORKSPACE_BASE/.cache/flashinfer``; by default under HOME, which is ``/tmp`` in these containers).
     Only the server and its trusted helpers mount the volume; no harness or tool pod does."""
     return [
         {"name": "VLLM_CACHE_ROOT", "value": f"{MODELS_DIR}/cache/vllm"},
         {"name": "TRITON_CACHE_DIR", "value": f"{MODELS_DIR}/cache/triton"},
         {"name": "TRITON_CACHE_AUTOTUNING", "value": "1"},
+        {"name": "FLASHINFER_WORKSPACE_BASE", "value": f"{MODELS_DIR}/cache/flashinfer"},
     ]
 
 
