@@ -974,7 +974,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             report = {"warm_only": True, "meta": run_meta(args, device, setup_s, warm, server)}
             print(json.dumps(report["meta"]))
             if args.out:
-                args.out.write_text(json.dumps(report, indent=2))
+                write_report(args.out, report)
             return report
         store = open_store(str(workdir / "store"))
         spec = run_spec(args, model_dir, f"{server.url}/v1" if server else None)
@@ -1004,6 +1004,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             freeze_in_this_process(False)
         progress(f"evaluation: {eval_window[1] - eval_window[0]:.1f} s")
         steps = breakdown(timeline, gpu, eval_window)
+        # the steps are measured: shown (and written) before the ceiling, so a run cut off in the replay keeps them
+        progress("steps measured, the ceiling next: " + json.dumps([step_summary(s) for s in steps]))
+        if args.out:
+            partial = {
+                "partial": "cut off before the ceiling ended",
+                "meta": run_meta(args, device, setup_s, warm, server),
+            }
+            write_report(args.out, {**partial, "steps": steps})
         last = steps[-1]
         last_start = max(i.start for i in timeline.named("step"))
         step_calls = [c for c in calls if last_start <= c["start"] < eval_window[0]]  # the reported step's
@@ -1048,8 +1056,21 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         }
     print_report(report)
     if args.out:
-        args.out.write_text(json.dumps(report, indent=2))
+        write_report(args.out, report)
     return report
+
+
+def write_report(path: Path, report: dict[str, Any]) -> None:
+    """Whole or not at all (written beside, then renamed): the partial report is replaced by the whole one."""
+    temporary = path.with_name(path.name + ".writing")
+    temporary.write_text(json.dumps(report, indent=2))
+    os.replace(temporary, path)
+
+
+def step_summary(step: dict[str, Any]) -> dict[str, Any]:
+    """A step's headline figures, for the progress line."""
+    keys = ("step", "wall_s", "generated_tokens_per_s", "overhead_share")
+    return {k: round(step[k], 4) if isinstance(step[k], float) else step[k] for k in keys}
 
 
 def run_meta(

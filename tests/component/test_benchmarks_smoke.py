@@ -20,7 +20,7 @@ pytest.importorskip("transformers")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_script(name: str, *args: str, timeout_s: float = 540) -> None:
+def run_script(name: str, *args: str, timeout_s: float = 540) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / name), *args],
@@ -32,6 +32,7 @@ def run_script(name: str, *args: str, timeout_s: float = 540) -> None:
         check=False,
     )
     assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    return proc
 
 
 @pytest.mark.slow
@@ -162,9 +163,15 @@ def test_sft_vs_trl_makes_the_same_updates(tmp_path):
 def test_rsft_step_splits_a_whole_step_through_the_workload(tmp_path, reply_tokens):
     out = tmp_path / "step.json"
     extra = ["--reply-tokens", str(reply_tokens)] if reply_tokens else []
-    run_script("rsft_step.py", "--smoke", *extra, "--workdir", str(tmp_path / "work"), "--json", str(out))
+    proc = run_script("rsft_step.py", "--smoke", *extra, "--workdir", str(tmp_path / "work"), "--json", str(out))
     report = json.loads(out.read_text())
     steps = report["steps"]
+    assert "partial" not in report  # the partial report written before the ceiling was replaced by the whole one
+    # the steps' headline figures reach the terminal before the ceiling's replay, which a device call may cut off
+    (line,) = [x for x in proc.stderr.splitlines() if "steps measured, the ceiling next: " in x]
+    shown = json.loads(line.split("steps measured, the ceiling next: ", 1)[1])
+    assert [s["step"] for s in shown] == [1, 2]
+    assert shown[-1]["wall_s"] == pytest.approx(steps[-1]["wall_s"], abs=1e-4)
     kept = {m["step"]: m["kept"] for m in report["metrics"]}
     for step in steps:
         assert step["completions"] == 4 and 0 <= step["truncated"] <= 4  # 2 prompts x 2 rollouts, one turn each
