@@ -580,7 +580,7 @@ def test_operator_bench_runs_five_runs_through_every_section(tmp_path):
     out = tmp_path / "operator.json"
     run_script(
         "operator_bench.py",
-        *("--runs", "5", "--transitions", "3", "--steady", "3", "--history", "2", "--out", str(out)),
+        *("--runs", "5", "--transitions", "4", "--steady", "3", "--history", "2", "--out", str(out)),
         timeout_s=240,
     )
     report = json.loads(out.read_text())
@@ -590,7 +590,7 @@ def test_operator_bench_runs_five_runs_through_every_section(tmp_path):
     assert report["history"]["rounds"] == 2 and report["history"]["jobs"] >= 5 * 4 + 3
     assert report["history"]["reconciles"] >= 10 and report["history"]["operator_rss_mb"] > 0
     assert report["emulator"] == "own process"  # as on a cluster: the API server's CPU is neither client's
-    assert report["reaction_1_run_s"]["n"] == 3 and report["steady"]["reaction_s"]["n"] == 3
+    assert report["reaction_1_run_s"]["n"] == 4 and report["steady"]["reaction_s"]["n"] == 3
     for section in ("creation_burst", "finish_burst", "steady", "idle"):
         assert report[section]["reconciles"] >= 3, section  # idle: each run's progress poll (15 s) at least
         assert report[section]["cpu_per_reconcile_mean_s"] > 0, section
@@ -612,8 +612,20 @@ def test_operator_bench_runs_five_runs_through_every_section(tmp_path):
         assert exact["median"] <= seen["median"], section
     # the operator's whole CPU, what falls between the sections included
     assert report["operator_cpu_total_s"] >= sum(report[s]["process_cpu_s"] for s in ("creation_burst", "steady"))
+    # reactions by transition: the reaction run's whole cycle (its first Job the evaluation at step 0), and the
+    # loaded runs' one: each finishes its fourth Job (the finish burst and the two rounds of history made three)
+    alone, present = report["reaction_1_run_by_transition"], report["steady"]["reaction_by_transition"]
+    assert set(alone) == {"eval -> weight", "weight -> eval", "eval -> harness", "harness -> eval"}
+    assert all(s["n"] == 1 for s in alone.values()) and set(present) == {"harness -> eval"}
+    assert present["harness -> eval"]["n"] == 3
+    same = report["targets"]["reaction_200_p95_over_1_run_p95_same_transition"]
+    assert same["by_transition"] == {
+        "harness -> eval": pytest.approx(present["harness -> eval"]["p95"] / alone["harness -> eval"]["p95"])
+    }
+    assert same["measured"] == pytest.approx(same["by_transition"]["harness -> eval"])
     assert set(report["targets"]) == {
         "reaction_200_p95_over_1_run_p95",
+        "reaction_200_p95_over_1_run_p95_same_transition",
         "reaction_max_s",
         "burst_p99_incl_wait_s",
         "steady_cpu_per_reconcile_s",
