@@ -171,8 +171,17 @@ class Server:
         self.watch_w = watch_w
 
     def start(self, timeout_s: float = 420.0) -> float:
+        """Launch the server and wait until it is healthy; one that does not come up (or a Ctrl-C meanwhile) is
+        stopped before the error goes on, so no caller leaves it holding the GPU."""
         start = time.perf_counter()
         self.launch(self.command())
+        try:
+            return self._healthy(start, timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _healthy(self, start: float, timeout_s: float) -> float:
         assert self.proc is not None
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:

@@ -349,6 +349,52 @@ def test_the_vllm_server_of_the_benchmarks_dies_with_the_benchmark_even_by_sigki
             holder.wait(timeout=30)
 
 
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("stand_in", ["exits", "never_healthy"])
+def test_the_vllm_server_of_the_benchmarks_is_stopped_when_it_does_not_come_up(tmp_path, stand_in):
+    """A server that exits at start-up is reported with its cause; one that never answers /health is stopped at the
+    deadline. Either way start() leaves nothing running, whatever its caller does with the error."""
+    import select
+
+    bench = load_benchmark("weight_sync_vllm")
+    fifo = tmp_path / "server.fifo"
+    os.mkfifo(fifo)
+    reader = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    code = {
+        "exits": "print('ValueError: no room on the device', flush=True); sys.exit(3)",
+        "never_healthy": "time.sleep(600)",
+    }[stand_in]
+
+    class StandIn(bench.Server):
+        def command(self) -> list[str]:
+            named = (
+                "import os, sys, time; fd = os.open(sys.argv[1], os.O_WRONLY); os.write(fd, str(os.getpid()).encode())"
+            )
+            return [sys.executable, "-c", f"{named}; {code}", str(fifo)]
+
+    server = StandIn(tmp_path, 1, tmp_path / "server.log", [])  # port 1: nothing answers /health there
+    try:
+        with pytest.raises(RuntimeError) as failed:
+            server.start(timeout_s=3.0)
+        assert ("ValueError: no room on the device" if stand_in == "exits" else "not healthy after 3 s") in str(
+            failed.value
+        )
+        assert server.proc is None and server.watch_w is None  # stopped: its pipe and log closed
+        assert select.select([reader], [], [], 30)[0]
+        pid = int(os.read(reader, 64))
+        try:
+            gone = os.pidfd_open(pid)
+        except ProcessLookupError:  # already reaped: gone
+            return
+        try:
+            assert select.select([gone], [], [], 30)[0], "the stand-in server outlived start()'s failure"
+        finally:
+            os.close(gone)
+    finally:
+        os.close(reader)
+        server.stop()
+
+
 def test_rsft_step_long_replies_put_the_answer_first_then_the_filler_then_eos():
     rsft_step = load_benchmark("rsft_step")
     from synthetic import tasks
