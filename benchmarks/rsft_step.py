@@ -1061,10 +1061,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 def write_report(path: Path, report: dict[str, Any]) -> None:
-    """Whole or not at all (written beside, then renamed): the partial report is replaced by the whole one."""
-    temporary = path.with_name(path.name + ".writing")
-    temporary.write_text(json.dumps(report, indent=2))
-    os.replace(temporary, path)
+    """Whole or not at all (the reports' atomic write): the partial report is replaced by the whole one."""
+    from whale.report.output import write_atomic
+
+    write_atomic(path, json.dumps(report, indent=2).encode())
 
 
 def step_summary(step: dict[str, Any]) -> dict[str, Any]:

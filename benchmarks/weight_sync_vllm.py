@@ -56,7 +56,7 @@ from whale.inference.vllm_control import (
 )
 from whale.inference.weight_sync import WeightSyncer
 from whale.rsft.sync import StoreSync, VLLMIpcSync, VLLMReloadSync, save_for_serving
-from whale.runner.local import SUPERVISOR_PATH
+from whale.runner.local import supervised
 from whale.store import open_store
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -150,11 +150,10 @@ class Server:
         # it is not installed (greedy probes do not sample anyway)
         env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1", "VLLM_USE_FLASHINFER_SAMPLER": "0"}
         watch_r, watch_w = os.pipe()
-        argv = [sys.executable, "-I", "-S", SUPERVISOR_PATH, "--watch-fd", str(watch_r), "--grace", "30", "--"]
         self.log = open(self.log_path, "ab")  # noqa: SIM115 - the server's stdout, closed in stop()
         try:
             self.proc = subprocess.Popen(
-                [*argv, *command],
+                supervised(command, watch_r, grace_s=30),
                 env=env,
                 stdout=self.log,
                 stderr=subprocess.STDOUT,

@@ -124,6 +124,23 @@ class RunStopped(Exception):
         super().__init__(f"stopped by {request.describe()}")
 
 
+def supervised(command: list[str], watch_fd: int, grace_s: float) -> list[str]:
+    """``command`` under the supervisor (``supervise.py``), which kills it and all it started once ``watch_fd``'s
+    write end closes (the launcher holding it died) and SIGKILLs it ``grace_s`` after a forwarded SIGTERM."""
+    return [
+        sys.executable,
+        "-I",
+        "-S",
+        SUPERVISOR_PATH,
+        "--watch-fd",
+        str(watch_fd),
+        "--grace",
+        str(grace_s),
+        "--",
+        *command,
+    ]
+
+
 def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -464,18 +481,7 @@ class LocalRunner:
         ]
         env = {**os.environ, **self.env, "PYTHONUNBUFFERED": "1", RUN_OWNER_ENV: self.lease.holder.owner}
         watch_r, watch_w = os.pipe()
-        argv = [
-            sys.executable,
-            "-I",
-            "-S",
-            SUPERVISOR_PATH,
-            "--watch-fd",
-            str(watch_r),
-            "--grace",
-            str(self.terminate_grace_s),
-            "--",
-            *workload,
-        ]
+        argv = supervised(workload, watch_r, self.terminate_grace_s)
         try:
             with open(log_path, "ab") as log_fh:
                 popen = subprocess.Popen(
