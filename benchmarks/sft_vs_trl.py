@@ -211,11 +211,24 @@ def compile_shapes(
 
 
 class StepClock:
-    """A ``TrainerCallback`` recording the wall time of each optimiser update (CUDA-synchronised)."""
+    """A ``TrainerCallback`` recording the wall time of each optimiser update (CUDA-synchronised), and saying each
+    on stderr as it ends: the Trainer prints nothing itself here, so a run cut off by a time limit still tells how
+    far it got."""
 
-    def __init__(self, device: torch.device):
+    def __init__(self, device: torch.device, kind: str):
         self.device = device
+        self.kind = kind
         self.marks: list[float] = []
+        self.built = time.perf_counter()
+
+    def mark(self) -> None:
+        sync(self.device)
+        self.marks.append(time.perf_counter())
+        if len(self.marks) == 1:
+            said = f"training begins {self.marks[0] - self.built:.1f} s after the model was built"
+        else:
+            said = f"update {len(self.marks) - 1} took {self.marks[-1] - self.marks[-2]:.1f} s"
+        print(f"{self.kind}: {said}", file=sys.stderr, flush=True)
 
     def callback(self) -> Any:
         from transformers import TrainerCallback
@@ -224,12 +237,10 @@ class StepClock:
 
         class _Clock(TrainerCallback):
             def on_train_begin(self, *a: Any, **k: Any) -> None:
-                sync(clock.device)
-                clock.marks.append(time.perf_counter())
+                clock.mark()
 
             def on_step_end(self, *a: Any, **k: Any) -> None:
-                sync(clock.device)
-                clock.marks.append(time.perf_counter())
+                clock.mark()
 
         return _Clock()
 
@@ -324,7 +335,7 @@ def run_peer(
     # no recomputation (as whale); the field's name changed in transformers 5.2x
     fields = TrainingArguments.__dataclass_fields__
     common["activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"] = False
-    clock = StepClock(device)
+    clock = StepClock(device, kind)
     optimizer = adamw(model, args.lr, device)
     if kind in ("trl", "trl-pad"):
         from datasets import Dataset

@@ -147,11 +147,19 @@ def test_sft_vs_hf_trainer_on_the_hybrid_model_makes_the_same_updates(tmp_path):
 def test_sft_vs_trl_makes_the_same_updates(tmp_path):
     out = tmp_path / "cmp.json"
     trainers = ["whale", "trl", "trl-pad"]
-    run_script(
+    proc = run_script(
         "sft_vs_trl.py", *SMOKE, "--lengths", "fixed,variable", "--trainers", ",".join(trainers), "--json", str(out)
     )
     report = json.loads(out.read_text())
     check_comparison(report, trainers, ["fixed", "variable"])
+    # the peers say each update as it ends (the Trainer itself prints nothing), so a run cut off still shows progress
+    lines = proc.stderr.splitlines()
+    for peer in ("trl", "trl-pad"):
+        updates = [r["seconds"] for run in report["runs"] for r in run["results"] if r["trainer"] == peer]
+        assert sum(x.startswith(f"{peer}: training begins ") for x in lines) == len(updates) == 2
+        assert [x for x in lines if x.startswith(f"{peer}: update ")] == [
+            f"{peer}: update {i + 1} took {t:.1f} s" for seconds in updates for i, t in enumerate(seconds)
+        ]
     variable = {r["trainer"]: r for r in report["runs"][1]["results"]}
     assert variable["trl"]["padding_free"] is True and variable["trl-pad"]["padding_free"] is False
     assert report["meta"]["trl"]
