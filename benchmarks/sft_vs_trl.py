@@ -28,6 +28,8 @@ Trainers (``--trainers``):
               own loss (full logits)
   hf-flat     ``Trainer`` with transformers' padding-free ``DataCollatorWithFlattening`` (``--trl-attn``)
 ``--peer-compile`` sets ``torch_compile=True`` for the peers (whole-model compile by the Trainer).
+``--budget-s`` bounds each trainer's wall time (model build included): one that does not finish is a result, written
+with how far it got, and the next trainer runs.
 
 Timing: the wall time of each update (whale: ``SFTTrainer.train`` of one minibatch; the peers: between
 consecutive ``on_step_end`` callbacks, CUDA-synchronised), so data collation is inside for all. The
@@ -55,11 +57,12 @@ import gc
 import itertools
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -219,6 +222,9 @@ class StepClock:
         self.device = device
         self.kind = kind
         self.marks: list[float] = []
+        self.started = self.built = time.perf_counter()
+
+    def model_built(self) -> None:
         self.built = time.perf_counter()
 
     def mark(self) -> None:
@@ -247,6 +253,67 @@ class StepClock:
     @property
     def seconds(self) -> list[float]:
         return [b - a for a, b in itertools.pairwise(self.marks)]
+
+    def progress(self) -> dict[str, Any]:
+        """How far the trainer got: the model built and training begun (seconds after the trainer started, or
+        None), and the seconds of each update that ended."""
+        return {
+            "model_built_s": self.built - self.started if self.built > self.started else None,
+            "training_began_s": self.marks[0] - self.started if self.marks else None,
+            "updates_done": len(self.seconds),
+            "seconds": self.seconds,
+        }
+
+
+class OverBudget(Exception):
+    """The trainer's ``--budget-s`` ran out (raised by SIGALRM in the main thread)."""
+
+
+class Budget:
+    """A trainer's wall-clock budget (``--budget-s``), model build included: when it runs out, SIGALRM raises
+    :class:`OverBudget` wherever the main thread is, and the trainer is reported as not finishing (the issue's rule
+    for a peer that does not finish) with how far it got, instead of the whole benchmark being killed from outside
+    with nothing written. ``expired`` tells an exception that a library wrapped (dynamo wraps what its tracing
+    raises) from a real failure."""
+
+    def __init__(self, seconds: float | None):
+        self.seconds = seconds
+        self.expired = False
+
+    def _ring(self, signum: int, frame: Any) -> None:
+        self.expired = True
+        raise OverBudget(f"did not finish within --budget-s {self.seconds:g}")
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        if not self.seconds:
+            yield
+            return
+        self.expired = False
+        previous = signal.signal(signal.SIGALRM, self._ring)
+        try:
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        if self.expired:  # the alarm rang in code that swallowed it: the trainer still took longer than its budget
+            raise OverBudget(f"did not finish within --budget-s {self.seconds:g}")
+
+
+def over_budget_result(name: str, budget: Budget, clock: StepClock | None) -> dict[str, Any]:
+    """The record of a trainer that did not finish within its budget: the error line the table prints, and the
+    progress a later reader needs (how long the model took to build, when training began, the updates that ended)."""
+    progress = clock.progress() if clock is not None else None
+    said = f"did not finish within --budget-s {budget.seconds:g}"
+    if progress is not None:
+        began = progress["training_began_s"]
+        said += (
+            f" (training began after {began:.1f} s; {progress['updates_done']} updates ended)"
+            if began is not None
+            else " (training had not begun)"
+        )
+    return {"trainer": name, "error": said, "did_not_finish": True, "budget_s": budget.seconds, "progress": progress}
 
 
 def recording(cls: type) -> type:
@@ -297,13 +364,19 @@ def pad_with_mask(features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
 
 
 def run_peer(
-    kind: str, args: argparse.Namespace, batches: list[list[Example]], device: torch.device, variable: bool
+    kind: str,
+    args: argparse.Namespace,
+    batches: list[list[Example]],
+    device: torch.device,
+    variable: bool,
+    clock: StepClock,
 ) -> dict[str, Any]:
     from transformers import Trainer, TrainingArguments
 
     flat = (kind == "trl" and variable) or kind == "hf-flat"
     attn = args.trl_attn if flat else "sdpa"
     model = build_model(args.model, device, attn)
+    clock.model_built()
     digest = weights_digest(model)
     sequences = ordered_sequences(batches, args.micro)
     rows = [{"input_ids": list(e.input_ids), "labels": list(e.labels)} for e in sequences]
@@ -335,7 +408,6 @@ def run_peer(
     # no recomputation (as whale); the field's name changed in transformers 5.2x
     fields = TrainingArguments.__dataclass_fields__
     common["activation_checkpointing" if "activation_checkpointing" in fields else "gradient_checkpointing"] = False
-    clock = StepClock(device, kind)
     optimizer = adamw(model, args.lr, device)
     if kind in ("trl", "trl-pad"):
         from datasets import Dataset
@@ -476,8 +548,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--peer-compile", action="store_true", help="torch_compile=True for TRL and Trainer")
     parser.add_argument("--no-compile", action="store_true", help="whale without compiled layers")
     parser.add_argument("--peak-tflops", type=float, default=790.0)
+    parser.add_argument(
+        "--budget-s",
+        type=float,
+        help="wall seconds each trainer may take, model build included; one that does not finish is reported as "
+        "such, with how far it got, and the others still run (default: no limit)",
+    )
     parser.add_argument("--json", "--out", dest="out", type=Path, help="write meta + results here")
     args = parser.parse_args(argv)
+    if args.budget_s is not None and args.budget_s <= 0:
+        parser.error(f"--budget-s must be a positive number of seconds, not {args.budget_s:g}")
     trainers = [t.strip() for t in args.trainers.split(",") if t.strip()]
     unknown = sorted(set(trainers) - set(TRAINERS))
     if unknown:
@@ -504,12 +584,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         for name in trainers:
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
+            budget = Budget(args.budget_s)
+            clock = None if name.startswith("whale") else StepClock(device, name)
             try:
-                raw = (
-                    run_whale(args, batches, device, pack=name == "whale-pack")
-                    if name.startswith("whale")
-                    else run_peer(name, args, batches, device, variable)
-                )
+                with budget.running():
+                    raw = (
+                        run_whale(args, batches, device, pack=name == "whale-pack")
+                        if clock is None
+                        else run_peer(name, args, batches, device, variable, clock)
+                    )
                 result = summarise(name, raw, args, batches, held_out, device)
                 del raw
             except torch.OutOfMemoryError as exc:  # one trainer too big for the batch: the others still run
@@ -517,6 +600,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     "trainer": name,
                     "error": f"CUDA out of memory at --micro {args.micro}: {str(exc).splitlines()[0]}",
                 }
+            except Exception:  # the budget's alarm, maybe wrapped by the library it rang in
+                if not budget.expired:
+                    raise
+                result = over_budget_result(name, budget, clock)
             gc.collect()
             if device.type == "cuda":
                 torch.cuda.empty_cache()

@@ -167,6 +167,50 @@ def test_sft_vs_trl_makes_the_same_updates(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
+def test_a_trainer_over_its_budget_is_reported_with_how_far_it_got(tmp_path):
+    """``--budget-s``: a trainer that does not finish in time is a result (the issue's rule for a peer that does
+    not finish), written into the JSON with its progress, and the benchmark goes on to the next trainer and exits
+    0 instead of being killed from outside with nothing written. A budget of a millisecond runs out in every
+    trainer, before any update."""
+    out = tmp_path / "cmp.json"
+    run_script(
+        "sft_vs_trl.py",
+        *SMOKE,
+        "--lengths",
+        "variable",
+        "--trainers",
+        "whale,hf",
+        "--budget-s",
+        "0.001",
+        "--json",
+        str(out),
+    )
+    (run,) = json.loads(out.read_text())["runs"]
+    by = {r["trainer"]: r for r in run["results"]}
+    assert set(by) == {"whale", "hf"}
+    for record in by.values():
+        assert record["did_not_finish"] is True and record["budget_s"] == 0.001
+        assert record["error"].startswith("did not finish within --budget-s 0.001")
+    assert by["whale"]["progress"] is None  # whale's trainer keeps no update clock
+    assert by["hf"]["progress"]["updates_done"] == 0 and by["hf"]["progress"]["seconds"] == []
+    assert run["compare"] == {}
+
+
+def test_a_budget_must_be_positive():
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "sft_vs_trl.py"), "--budget-s", "0"],
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2 and "--budget-s must be a positive number of seconds, not 0" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("reply_tokens", [0, 16])
 def test_rsft_step_splits_a_whole_step_through_the_workload(tmp_path, reply_tokens):
     out = tmp_path / "step.json"
