@@ -280,9 +280,13 @@ class Budget:
         self.seconds = seconds
         self.expired = False
 
+    @property
+    def verdict(self) -> str:
+        return f"did not finish within --budget-s {self.seconds:g}"
+
     def _ring(self, signum: int, frame: Any) -> None:
         self.expired = True
-        raise OverBudget(f"did not finish within --budget-s {self.seconds:g}")
+        raise OverBudget(self.verdict)
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -298,14 +302,14 @@ class Budget:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
         if self.expired:  # the alarm rang in code that swallowed it: the trainer still took longer than its budget
-            raise OverBudget(f"did not finish within --budget-s {self.seconds:g}")
+            raise OverBudget(self.verdict)
 
 
 def over_budget_result(name: str, budget: Budget, clock: StepClock | None) -> dict[str, Any]:
     """The record of a trainer that did not finish within its budget: the error line the table prints, and the
     progress a later reader needs (how long the model took to build, when training began, the updates that ended)."""
     progress = clock.progress() if clock is not None else None
-    said = f"did not finish within --budget-s {budget.seconds:g}"
+    said = budget.verdict
     if progress is not None:
         began = progress["training_began_s"]
         said += (
