@@ -222,7 +222,8 @@ class StepClock:
         self.device = device
         self.kind = kind
         self.marks: list[float] = []
-        self.started = self.built = time.perf_counter()
+        self.started = time.perf_counter()
+        self.built: float | None = None  # set by model_built()
 
     def model_built(self) -> None:
         self.built = time.perf_counter()
@@ -231,7 +232,8 @@ class StepClock:
         sync(self.device)
         self.marks.append(time.perf_counter())
         if len(self.marks) == 1:
-            said = f"training begins {self.marks[0] - self.built:.1f} s after the model was built"
+            built = self.started if self.built is None else self.built
+            said = f"training begins {self.marks[0] - built:.1f} s after the model was built"
         else:
             said = f"update {len(self.marks) - 1} took {self.marks[-1] - self.marks[-2]:.1f} s"
         print(f"{self.kind}: {said}", file=sys.stderr, flush=True)
@@ -258,7 +260,7 @@ class StepClock:
         """How far the trainer got: the model built and training begun (seconds after the trainer started, or
         None), and the seconds of each update that ended."""
         return {
-            "model_built_s": self.built - self.started if self.built > self.started else None,
+            "model_built_s": None if self.built is None else self.built - self.started,
             "training_began_s": self.marks[0] - self.started if self.marks else None,
             "updates_done": len(self.seconds),
             "seconds": self.seconds,

@@ -20,7 +20,7 @@ pytest.importorskip("transformers")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def run_script(name: str, *args: str, timeout_s: float = 540) -> subprocess.CompletedProcess:
+def run_script(name: str, *args: str, timeout_s: float = 540, returncode: int = 0) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / name), *args],
@@ -31,7 +31,9 @@ def run_script(name: str, *args: str, timeout_s: float = 540) -> subprocess.Comp
         timeout=timeout_s,
         check=False,
     )
-    assert proc.returncode == 0, f"{name} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    assert proc.returncode == returncode, (
+        f"{name} exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
+    )
     return proc
 
 
@@ -197,16 +199,8 @@ def test_a_trainer_over_its_budget_is_reported_with_how_far_it_got(tmp_path):
 
 
 def test_a_budget_must_be_positive():
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "sft_vs_trl.py"), "--budget-s", "0"],
-        cwd=ROOT,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert proc.returncode == 2 and "--budget-s must be a positive number of seconds, not 0" in proc.stderr
+    proc = run_script("sft_vs_trl.py", "--budget-s", "0", timeout_s=120, returncode=2)
+    assert "--budget-s must be a positive number of seconds, not 0" in proc.stderr
 
 
 @pytest.mark.slow
