@@ -87,6 +87,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel
 
 TRAINERS = ("whale", "whale-pack", "trl", "trl-pad", "hf", "hf-flat")
+#: the largest ``--budget-s``: a week (``setitimer`` refuses infinity and overflows far beyond)
+MAX_BUDGET_S = 7 * 24 * 3600
 PEERS = ("trl", "trl-pad", "hf", "hf-flat")
 
 
@@ -562,8 +564,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--json", "--out", dest="out", type=Path, help="write meta + results here")
     args = parser.parse_args(argv)
-    if args.budget_s is not None and args.budget_s <= 0:
-        parser.error(f"--budget-s must be a positive number of seconds, not {args.budget_s:g}")
+    if args.budget_s is not None and not 0 < args.budget_s <= MAX_BUDGET_S:  # NaN fails too
+        parser.error(
+            f"--budget-s must be a positive number of seconds, at most {MAX_BUDGET_S:g} (a week), not {args.budget_s:g}"
+        )
     trainers = [t.strip() for t in args.trainers.split(",") if t.strip()]
     unknown = sorted(set(trainers) - set(TRAINERS))
     if unknown:

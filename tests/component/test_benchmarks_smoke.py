@@ -198,9 +198,15 @@ def test_a_trainer_over_its_budget_is_reported_with_how_far_it_got(tmp_path):
     assert run["compare"] == {}
 
 
-def test_a_budget_must_be_positive():
-    proc = run_script("sft_vs_trl.py", "--budget-s", "0", timeout_s=120, returncode=2)
-    assert "--budget-s must be a positive number of seconds, not 0" in proc.stderr
+@pytest.mark.parametrize(
+    ("given", "said"), [("0", "0"), ("-5", "-5"), ("nan", "nan"), ("inf", "inf"), ("1e9", "1e+09")]
+)
+def test_a_budget_must_be_a_positive_finite_number_of_seconds(given, said):
+    """Out of range, the alarm's timer would raise (NaN, infinity, beyond ``time_t``) or never arm: a clear error
+    naming the option instead of a traceback."""
+    proc = run_script("sft_vs_trl.py", f"--budget-s={given}", timeout_s=120, returncode=2)
+    assert f"--budget-s must be a positive number of seconds, at most 604800 (a week), not {said}" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 @pytest.mark.slow
