@@ -31,9 +31,7 @@ def run_script(name: str, *args: str, timeout_s: float = 540, returncode: int = 
         timeout=timeout_s,
         check=False,
     )
-    assert proc.returncode == returncode, (
-        f"{name} exited {proc.returncode}:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-    )
+    assert proc.returncode == returncode, f"{name} failed:\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
     return proc
 
 
