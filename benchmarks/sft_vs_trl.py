@@ -62,6 +62,7 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -269,6 +270,9 @@ class StepClock:
         }
 
 
+RANG_IN_FRAMES = 12  # enough to see which library held the time (dynamo, inductor, a kernel's autotuner)
+
+
 class OverBudget(Exception):
     """The trainer's ``--budget-s`` ran out (raised by SIGALRM in the main thread)."""
 
@@ -283,6 +287,7 @@ class Budget:
     def __init__(self, seconds: float | None):
         self.seconds = seconds
         self.expired = False
+        self.rang_in: list[str] = []  # where the main thread was when the alarm rang, innermost last
 
     @property
     def verdict(self) -> str:
@@ -290,6 +295,8 @@ class Budget:
 
     def _ring(self, signum: int, frame: Any) -> None:
         self.expired = True
+        stack = [f for f in traceback.extract_stack(frame) if not f.filename.startswith("<frozen")]  # import noise
+        self.rang_in = [f"{f.filename}:{f.lineno} in {f.name}" for f in stack[-RANG_IN_FRAMES:]]
         raise OverBudget(self.verdict)
 
     @contextlib.contextmanager
@@ -309,9 +316,13 @@ class Budget:
             raise OverBudget(self.verdict)
 
 
-def over_budget_result(name: str, budget: Budget, clock: StepClock | None) -> dict[str, Any]:
-    """The record of a trainer that did not finish within its budget: the error line the table prints, and the
-    progress a later reader needs (how long the model took to build, when training began, the updates that ended)."""
+def over_budget_result(
+    name: str, budget: Budget, clock: StepClock | None, compiled_before: dict[str, int]
+) -> dict[str, Any]:
+    """The record of a trainer that did not finish within its budget: the error line the table prints, the
+    progress a later reader needs (how long the model took to build, when training began, the updates that
+    ended), where the time ran out, and how much this trainer compiled (``compiled_before``: the counts at its
+    start), so that "it spent the budget compiling" can be told from "it spent it training"."""
     progress = clock.progress() if clock is not None else None
     said = budget.verdict
     if progress is not None:
@@ -321,7 +332,30 @@ def over_budget_result(name: str, budget: Budget, clock: StepClock | None) -> di
             if began is not None
             else " (training had not begun)"
         )
-    return {"trainer": name, "error": said, "did_not_finish": True, "budget_s": budget.seconds, "progress": progress}
+    return {
+        "trainer": name,
+        "error": said,
+        "did_not_finish": True,
+        "budget_s": budget.seconds,
+        "progress": progress,
+        "rang_in": budget.rang_in,
+        "compiled": {k: v - compiled_before[k] for k, v in compile_counts().items()},
+    }
+
+
+def compile_counts() -> dict[str, int]:
+    """What torch.compile has done in this process so far (frames traced, graphs captured, recompiles, graph
+    breaks); all zero when nothing was compiled."""
+    if "torch._dynamo" not in sys.modules:
+        return dict.fromkeys(("frames", "unique_graphs", "recompiles", "graph_breaks"), 0)
+    from torch._dynamo.utils import counters
+
+    return {
+        "frames": sum(counters["frames"].values()),
+        "unique_graphs": counters["stats"]["unique_graphs"],
+        "recompiles": sum(counters["recompiles"].values()),
+        "graph_breaks": sum(counters["graph_break"].values()),
+    }
 
 
 def recording(cls: type) -> type:
@@ -595,6 +629,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             if device.type == "cuda":
                 torch.cuda.reset_peak_memory_stats(device)
             budget = Budget(args.budget_s)
+            compiled_before = compile_counts()
             clock = None if name.startswith("whale") else StepClock(device, name)
             try:
                 with budget.running():
@@ -613,7 +648,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             except Exception:  # the budget's alarm, maybe wrapped by the library it rang in
                 if not budget.expired:
                     raise
-                result = over_budget_result(name, budget, clock)
+                result = over_budget_result(name, budget, clock, compiled_before)
             gc.collect()
             if device.type == "cuda":
                 torch.cuda.empty_cache()
@@ -671,4 +706,9 @@ def print_table(run: dict[str, Any]) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    if any(r.get("did_not_finish") for run in main()["runs"] for r in run["results"]):
+        # the report is written; what the alarm abandoned (compile workers, autotuning threads) may keep the
+        # interpreter from exiting, as it did on the H100, so leave without waiting for it
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)

@@ -191,6 +191,9 @@ def test_a_trainer_over_its_budget_is_reported_with_how_far_it_got(tmp_path):
     for record in by.values():
         assert record["did_not_finish"] is True and record["budget_s"] == 0.001
         assert record["error"].startswith("did not finish within --budget-s 0.001")
+        assert record["rang_in"] and all(" in " in frame for frame in record["rang_in"])  # where the time ran out
+        assert set(record["compiled"]) == {"frames", "unique_graphs", "recompiles", "graph_breaks"}
+        assert all(isinstance(n, int) and n >= 0 for n in record["compiled"].values())
     assert by["whale"]["progress"] is None  # whale's trainer keeps no update clock
     assert by["hf"]["progress"]["updates_done"] == 0 and by["hf"]["progress"]["seconds"] == []
     assert run["compare"] == {}
