@@ -343,15 +343,19 @@ def over_budget_result(
     }
 
 
+COMPILE_COUNTS = ("frames_started", "frames_done", "unique_graphs", "recompiles", "graph_breaks")
+
+
 def compile_counts() -> dict[str, int]:
-    """What torch.compile has done in this process so far (frames traced, graphs captured, recompiles, graph
-    breaks); all zero when nothing was compiled."""
+    """What torch.compile has done in this process so far (frames dynamo began and finished converting, graphs
+    compiled by the backend, recompiles, graph breaks); all zero when nothing was compiled."""
     if "torch._dynamo" not in sys.modules:
-        return dict.fromkeys(("frames", "unique_graphs", "recompiles", "graph_breaks"), 0)
+        return dict.fromkeys(COMPILE_COUNTS, 0)
     from torch._dynamo.utils import counters
 
     return {
-        "frames": sum(counters["frames"].values()),
+        "frames_started": counters["frames"]["total"],  # frames dynamo began to convert
+        "frames_done": counters["frames"]["ok"],
         "unique_graphs": counters["stats"]["unique_graphs"],
         "recompiles": sum(counters["recompiles"].values()),
         "graph_breaks": sum(counters["graph_break"].values()),

@@ -192,7 +192,13 @@ def test_a_trainer_over_its_budget_is_reported_with_how_far_it_got(tmp_path):
         assert record["did_not_finish"] is True and record["budget_s"] == 0.001
         assert record["error"].startswith("did not finish within --budget-s 0.001")
         assert record["rang_in"] and all(" in " in frame for frame in record["rang_in"])  # where the time ran out
-        assert set(record["compiled"]) == {"frames", "unique_graphs", "recompiles", "graph_breaks"}
+        assert set(record["compiled"]) == {
+            "frames_started",
+            "frames_done",
+            "unique_graphs",
+            "recompiles",
+            "graph_breaks",
+        }
         assert all(isinstance(n, int) and n >= 0 for n in record["compiled"].values())
     assert by["whale"]["progress"] is None  # whale's trainer keeps no update clock
     assert by["hf"]["progress"]["updates_done"] == 0 and by["hf"]["progress"]["seconds"] == []
@@ -840,3 +846,28 @@ def test_save_hub_form_writes_what_the_train_workload_keeps_and_vllm_needs(tmp_p
     assert form is not None
     assert set(form.processor) == {"preprocessor_config.json"}
     assert form.untrained and all(name.startswith("model.visual.") for name in form.untrained)
+
+
+def test_the_compile_counts_say_what_torch_compile_did():
+    """An over-budget record's ``compiled`` is the difference of two :func:`compile_counts`: here one function
+    with a graph break, compiled with dynamo's eager backend, shows the frames begun and finished, the graphs out
+    of the compiler and the break; a second call with the same shapes compiles nothing more."""
+    import torch
+
+    compile_counts = load_benchmark("sft_vs_trl").compile_counts
+
+    def broken_in_two(x: torch.Tensor) -> torch.Tensor:
+        y = x * 2
+        torch._dynamo.graph_break()
+        return y + 1
+
+    compiled = torch.compile(broken_in_two, backend="eager")
+    before = compile_counts()
+    x = torch.ones(3)
+    assert torch.equal(compiled(x), x * 2 + 1)
+    after_first = compile_counts()
+    grew = {k: after_first[k] - before[k] for k in before}
+    assert grew["graph_breaks"] == 1 and grew["unique_graphs"] == 2 and grew["recompiles"] == 0
+    assert grew["frames_started"] >= 1 and grew["frames_done"] >= 1
+    compiled(x)
+    assert compile_counts() == after_first
