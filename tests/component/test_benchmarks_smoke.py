@@ -196,7 +196,6 @@ def test_a_trainer_over_its_budget_is_reported_with_how_far_it_got(tmp_path):
             "frames_started",
             "frames_done",
             "unique_graphs",
-            "recompiles",
             "graph_breaks",
         }
         assert all(isinstance(n, int) and n >= 0 for n in record["compiled"].values())
@@ -867,7 +866,7 @@ def test_the_compile_counts_say_what_torch_compile_did():
     assert torch.equal(compiled(x), x * 2 + 1)
     after_first = compile_counts()
     grew = {k: after_first[k] - before[k] for k in before}
-    assert grew["graph_breaks"] == 1 and grew["unique_graphs"] == 2 and grew["recompiles"] == 0
+    assert grew["graph_breaks"] == 1 and grew["unique_graphs"] == 2
     assert grew["frames_started"] >= 1 and grew["frames_done"] >= 1
     compiled(x)
     assert compile_counts() == after_first
