@@ -339,7 +339,7 @@ def over_budget_result(
         "budget_s": budget.seconds,
         "progress": progress,
         "rang_in": budget.rang_in,
-        "compiled": {k: v - compiled_before[k] for k, v in compile_counts().items()},
+        "compiled": compiled_since(compiled_before),
     }
 
 
@@ -360,6 +360,11 @@ def compile_counts() -> dict[str, int]:
         "unique_graphs": counters["stats"]["unique_graphs"],
         "graph_breaks": sum(counters["graph_break"].values()),
     }
+
+
+def compiled_since(before: dict[str, int]) -> dict[str, int]:
+    """What torch.compile did since ``before`` (a :func:`compile_counts`): an over-budget record's ``compiled``."""
+    return {k: v - before[k] for k, v in compile_counts().items()}
 
 
 def recording(cls: type) -> type:
