@@ -12,7 +12,7 @@ import threading
 import httpx
 import pytest
 
-from tests.fixtures.kube import APIError, EmulatedCluster, json_patch, label_match, wait_for
+from tests.fixtures.kube import APIError, EmulatedCluster, json_patch, label_match, merge_patch, wait_for
 
 
 def test_metadata_generation_and_status_subresource(kube_cluster: EmulatedCluster, kube_namespace: str):
@@ -54,6 +54,48 @@ def test_json_patch_test_op_conflicts_like_the_api_server():
     with pytest.raises(APIError) as exc:
         json_patch(doc, [{"op": "test", "path": "/metadata/resourceVersion", "value": "4"}])
     assert exc.value.code == 422
+
+
+def test_a_merge_patch_changes_neither_of_its_inputs():
+    target = {"metadata": {"labels": {"a": "1"}}, "spec": {"x": [1, {"y": 2}]}}
+    patch = {"metadata": {"labels": {"b": "2"}}, "spec": {"z": {"w": 3}}}
+    out = merge_patch(target, patch)
+    assert out == {"metadata": {"labels": {"a": "1", "b": "2"}}, "spec": {"x": [1, {"y": 2}], "z": {"w": 3}}}
+    out["spec"]["x"][1]["y"] = 9
+    out["spec"]["z"]["w"] = 9
+    assert target["spec"]["x"][1] == {"y": 2} and patch["spec"]["z"] == {"w": 3}
+    assert merge_patch(target, {"metadata": None}) == {"spec": {"x": [1, {"y": 2}]}}
+
+
+def test_every_replayed_watch_event_holds_its_own_version(kube_cluster: EmulatedCluster, kube_namespace: str):
+    """The events kept for a resumed watch are the versions as they were written: later writes of the same object
+    (a merge patch, a status write, a JSON patch) leave them as they were."""
+    api = kube_cluster.api
+    made = api.create("batch/v1", "jobs", kube_namespace, {"metadata": {"name": "j", "labels": {"v": "1"}}})
+    since = str(int(made["metadata"]["resourceVersion"]) - 1)
+    api.patch("batch/v1", "jobs", kube_namespace, "j", {"metadata": {"labels": {"v": "2"}}})
+    api.patch("batch/v1", "jobs", kube_namespace, "j", {"status": {"active": 1}}, sub="status")
+    resp = httpx.patch(
+        f"{kube_cluster.url}/apis/batch/v1/namespaces/{kube_namespace}/jobs/j",
+        json=[{"op": "replace", "path": "/metadata/labels/v", "value": "3"}],
+        headers={"Content-Type": "application/json-patch+json"},
+        timeout=10,
+    )
+    assert resp.status_code == 200, resp.text
+    with httpx.stream(
+        "GET",
+        f"{kube_cluster.url}/apis/batch/v1/namespaces/{kube_namespace}/jobs",
+        params={"watch": "true", "resourceVersion": since, "timeoutSeconds": "1"},
+        timeout=10,
+    ) as stream:
+        events = [json.loads(line) for line in stream.iter_lines()]
+    seen = [(e["type"], e["object"]["metadata"]["labels"]["v"], e["object"].get("status")) for e in events]
+    assert seen == [
+        ("ADDED", "1", None),
+        ("MODIFIED", "2", None),
+        ("MODIFIED", "2", {"active": 1}),
+        ("MODIFIED", "3", {"active": 1}),
+    ]
 
 
 def test_label_selectors():
