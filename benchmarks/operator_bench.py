@@ -497,9 +497,14 @@ def main() -> None:
         section = Section(metrics, proc.pid, emulator)
         t0 = time.perf_counter()
         players, created = [], {}
-        for i in range(args.runs):  # each run's latency runs from its own creation (the API server's answer)
-            players.append(create(f"scale-{i:03d}"))
-            created[players[-1].run] = time.perf_counter()
+        sidecars = SidecarsAlongside()
+        try:
+            for i in range(args.runs):  # each run's latency runs from its own creation (the API server's answer)
+                players.append(create(f"scale-{i:03d}"))
+                created[players[-1].run] = time.perf_counter()
+                sidecars.add(players[-1])
+        finally:
+            sidecars.stop()
         results["create_s"] = time.perf_counter() - t0
         firsts, seen, polled = await_next_jobs(watch, emulator, players, created)
         results["creation_burst"] = {"per_run_s": spread(seen), "per_run_seen_s": spread(polled), **section.report()}
@@ -686,6 +691,47 @@ def made_at(emulator: Emulator, job: dict[str, Any]) -> float:
     """When the API server took the Job's create (``time.perf_counter()``: CLOCK_MONOTONIC, one clock for the
     machine's processes): a run's latency ends there, not when the driver's next poll happens to see the Job."""
     return emulator.made_at([job_key(job)])[0]
+
+
+class SidecarsAlongside:
+    """The weight-sync sidecars of the runs created so far, played in a thread of their own while the driver goes on
+    creating runs. On a cluster each run's sidecar acknowledges in its own pod, whatever else is being created; played
+    only after the last create (as until #33's session 26), no run's serving target was acknowledged during the burst's
+    1.1 s of creates, a floor under the latency of every run made early that was the driver's, not the operator's.
+    Each run is acknowledged once here (its first target, every 20 ms until there is one); :func:`await_next_jobs`
+    plays the rest."""
+
+    def __init__(self, interval_s: float = 0.02):
+        self.interval_s = interval_s
+        self._waiting: list[WorkloadPlayer] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._failed: BaseException | None = None
+        self._thread = threading.Thread(target=self._play, name="sidecars", daemon=True)
+        self._thread.start()
+
+    def add(self, player: WorkloadPlayer) -> None:
+        with self._lock:
+            self._waiting.append(player)
+
+    def _play(self) -> None:
+        try:
+            while not self._stopping.wait(self.interval_s):
+                with self._lock:
+                    waiting = list(self._waiting)
+                acked = {p.run for p in waiting if p.ack_serving()}
+                with self._lock:
+                    self._waiting = [p for p in self._waiting if p.run not in acked]
+        except Exception as exc:  # noqa: BLE001 - whatever it was, stop() raises it again in the driver's thread
+            self._failed = exc
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=30)
+        if self._thread.is_alive():
+            raise RuntimeError("the sidecars' thread did not stop within 30 s")
+        if self._failed is not None:
+            raise RuntimeError(f"playing the sidecars failed: {self._failed!r}") from self._failed
 
 
 def await_next_jobs(

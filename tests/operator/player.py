@@ -90,14 +90,18 @@ class WorkloadPlayer:
     def job_names(self) -> list[str]:
         return sorted(j["metadata"]["name"] for j in self.jobs())
 
-    def ack_serving(self) -> None:
+    def ack_serving(self) -> bool:
         """Play the vLLM pod's weight-sync sidecar: acknowledge the serving target (served.json), then ring the
-        operator's doorbell with the real :class:`Doorbell` (its ConfigMap, where the run has one)."""
+        operator's doorbell with the real :class:`Doorbell` (its ConfigMap, where the run has one). True when there
+        was a target to acknowledge (now or before)."""
         target = self.store.read_json_or_none(layout.serving_key(self.run))
-        if target is not None and self.store.read_json_or_none(layout.served_key(self.run)) != target:
+        if target is None:
+            return False
+        if self.store.read_json_or_none(layout.served_key(self.run)) != target:
             self.store.write_json(layout.served_key(self.run), target)
             if self.ring_doorbell:
                 self.ring(target)
+        return True
 
     def ring(self, ack: dict[str, Any]) -> None:
         """Ring the doorbell as :class:`~whale.inference.doorbell.Doorbell` does (its test rings the real one): the
