@@ -696,8 +696,9 @@ def made_at(emulator: Emulator, job: dict[str, Any]) -> float:
 class SidecarsAlongside:
     """The weight-sync sidecars of the runs created so far, played in a thread of their own while the driver goes on
     creating runs. On a cluster each run's sidecar acknowledges in its own pod, whatever else is being created; played
-    only after the last create (as until #33's session 26), no run's serving target was acknowledged during the burst's
-    1.1 s of creates, a floor under the latency of every run made early that was the driver's, not the operator's.
+    only after the last create (as they were before this class), no run's serving target was acknowledged during the
+    burst's creates (1.1 s then), a floor under the latency of every run made early that was the driver's, not the
+    operator's.
     Each run is acknowledged once here (its first target, every 20 ms until there is one); :func:`await_next_jobs`
     plays the rest."""
 
@@ -706,7 +707,7 @@ class SidecarsAlongside:
         self._waiting: list[WorkloadPlayer] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._failed: BaseException | None = None
+        self._failed: Exception | None = None
         self._thread = threading.Thread(target=self._play, name="sidecars", daemon=True)
         self._thread.start()
 
