@@ -31,6 +31,9 @@ emulator's ``time.perf_counter()`` (CLOCK_MONOTONIC: one clock for every process
         [--no-emulator-process]  # the emulator in a thread of the driver's process (the setup before #33's split)
         [--profile FILE]   # every reconcile under cProfile (benchmarks/operator_profiled.py); its CPU figures then
                            # include the profiler's overhead: measure and profile in separate runs
+        [--operator-cpus 0]      # the operator on these cores alone, the emulator and the driver on the others: as on
+                                 # a cluster, where the API server does not share the operator's cores (recorded in
+                                 # the JSON's ``host.pinned``)
 """
 
 from __future__ import annotations
@@ -103,6 +106,21 @@ def cpu_s(pid: int, thread: int | None = None) -> float:
     path = f"/proc/{pid}/stat" if thread is None else f"/proc/{pid}/task/{thread}/stat"
     fields = Path(path).read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+#: ``python -m kopf ...`` on the cores ``--operator-cpus`` names (``-c`` takes the rest of the command as its argv)
+PINNED_KOPF = "import os, runpy, sys; os.sched_setaffinity(0, {cpus}); runpy.run_module('kopf', run_name='__main__')"
+
+
+def cpu_list(text: str) -> set[int]:
+    """``0`` or ``0,2``: core numbers."""
+    try:
+        cpus = {int(part) for part in text.split(",")}
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"cores as numbers separated by commas (0 or 0,2), got {text!r}") from None
+    if not cpus or min(cpus) < 0:
+        raise argparse.ArgumentTypeError(f"cores are numbered from 0, got {text!r}")
+    return cpus
 
 
 #: the emulator's clients, by the product its requests name in User-Agent
@@ -430,7 +448,21 @@ def main() -> None:
         default=True,
         help="the emulator in a process of its own (default), or in a thread of the driver's",
     )
+    ap.add_argument(
+        "--operator-cpus",
+        type=cpu_list,
+        help="the operator's cores, e.g. 0 or 0,1 (the emulator and the driver get the machine's others)",
+    )
     args = ap.parse_args()
+    pinned = None
+    if args.operator_cpus is not None:
+        mine = os.sched_getaffinity(0)
+        others = mine - args.operator_cpus
+        if not args.operator_cpus <= mine or not others:
+            ap.error(f"--operator-cpus must name some of this process's cores {sorted(mine)}, leaving one at least")
+        # this thread's mask, inherited by every thread and process started from here on: the emulator's, the driver's
+        os.sched_setaffinity(0, others)
+        pinned = {"operator": sorted(args.operator_cpus), "emulator_and_driver": sorted(others)}
     if args.runs < 1 or args.transitions < 1 or not 1 <= args.steady <= args.runs:
         ap.error("--runs and --transitions must be >= 1, --steady between 1 and --runs")
     if not 0 <= args.history <= 40:  # the benchmark's schedule (64 steps, 2 a cycle) has more phases than that
@@ -455,6 +487,8 @@ def main() -> None:
         env.pop(setting, None)  # the operator's defaults: a reaction that waits for a poll must show
     log = open(work / "operator.log", "wb")  # noqa: SIM115 - the operator's stdout, closed after it stops
     command = [sys.executable, "-m", "kopf", "run", "--standalone", "--namespace", NS, "--quiet"]
+    if pinned is not None:  # kopf started on its own cores, before it makes a thread: every thread of it stays there
+        command[1:3] = ["-c", PINNED_KOPF.format(cpus=pinned["operator"])]
     module = "whale_operator.handlers"
     if args.profile:
         module, env["WHALE_BENCH_PROFILE"] = "benchmarks.operator_profiled", str(args.profile.resolve())
@@ -462,7 +496,7 @@ def main() -> None:
     metrics = f"http://127.0.0.1:{port}/metrics"
     results: dict[str, Any] = {
         "command": shlex.join(["benchmarks/operator_bench.py", *sys.argv[1:]]),
-        "host": {"cpus": os.cpu_count(), "loadavg_at_start": os.getloadavg()},
+        "host": {"cpus": os.cpu_count(), "loadavg_at_start": os.getloadavg(), "pinned": pinned},
         "operator_settings": "defaults (progress poll 15 s, resync 30 s, 16 worker threads)",
         "emulator": "own process" if args.emulator_process else "a thread of the driver's process",
     }
@@ -561,6 +595,10 @@ def main() -> None:
         results["operator_peak_rss_mb"] = round(peak, 1)
         results["prepare_jobs"] = len(api.list("batch/v1", "jobs", NS, f"{names.LABEL_KIND}={names.PREPARE}"))
         results["targets"] = targets(results)
+        # the cores the operator's threads may run on, read back from each of them (every thread it made, --operator-cpus or not)
+        results["host"]["operator_threads_cpus"] = sorted(
+            {cpu for tid in os.listdir(f"/proc/{proc.pid}/task") for cpu in os.sched_getaffinity(int(tid))}
+        )
     finally:
         if watch is not None:
             watch.close()

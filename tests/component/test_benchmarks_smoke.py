@@ -679,6 +679,29 @@ def test_collation_benchmark_encodes_the_same_sequences_with_fewer_renders(tmp_p
 
 @pytest.mark.slow
 @pytest.mark.timeout(300)
+def test_operator_bench_gives_the_operator_cores_of_its_own(tmp_path):
+    """``--operator-cpus``: the operator's every thread on the cores named, the emulator and the driver on the others
+    (as on a cluster, where the API server does not share the operator's cores); a request that leaves them none is
+    refused before anything starts."""
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("one core: nothing to keep apart")
+    out = tmp_path / "pinned.json"
+    run_script(
+        "operator_bench.py",
+        *("--runs", "2", "--transitions", "2", "--steady", "1", "--idle-s", "1"),
+        *("--operator-cpus", str(cores[0]), "--out", str(out)),
+        timeout_s=240,
+    )
+    host = json.loads(out.read_text())["host"]
+    assert host["pinned"] == {"operator": [cores[0]], "emulator_and_driver": cores[1:]}
+    assert host["operator_threads_cpus"] == [cores[0]], "every thread of the operator, read back from each"
+    refused = run_script("operator_bench.py", "--operator-cpus", ",".join(map(str, cores)), returncode=2)
+    assert "leaving one at least" in refused.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_operator_bench_runs_five_runs_through_every_section(tmp_path):
     # the operator benchmark as CI can afford it (5 runs): it runs at HEAD, every section reports, and no run
     # starts a prepare Job (split sizes come from the domain, in each run's own store)
@@ -695,6 +718,8 @@ def test_operator_bench_runs_five_runs_through_every_section(tmp_path):
     assert report["history"]["rounds"] == 2 and report["history"]["jobs"] >= 5 * 4 + 3
     assert report["history"]["reconciles"] >= 10 and report["history"]["operator_rss_mb"] > 0
     assert report["emulator"] == "own process"  # as on a cluster: the API server's CPU is neither client's
+    host = report["host"]
+    assert host["pinned"] is None and host["operator_threads_cpus"] == sorted(os.sched_getaffinity(0))
     assert report["reaction_1_run_s"]["n"] == 4 and report["steady"]["reaction_s"]["n"] == 3
     for section in ("creation_burst", "finish_burst", "steady", "idle"):
         assert report[section]["reconciles"] >= 3, section  # idle: each run's progress poll (15 s) at least
