@@ -109,7 +109,7 @@ def cpu_s(pid: int, thread: int | None = None) -> float:
 
 
 #: ``python -m kopf ...`` on the cores ``--operator-cpus`` names (``-c`` takes the rest of the command as its argv)
-PINNED_KOPF = "import os, runpy, sys; os.sched_setaffinity(0, {cpus}); runpy.run_module('kopf', run_name='__main__')"
+PINNED_KOPF = "import os, runpy; os.sched_setaffinity(0, {cpus}); runpy.run_module('kopf', run_name='__main__')"
 
 
 def cpu_list(text: str) -> set[int]:
@@ -121,6 +121,18 @@ def cpu_list(text: str) -> set[int]:
     if not cpus or min(cpus) < 0:
         raise argparse.ArgumentTypeError(f"cores are numbered from 0, got {text!r}")
     return cpus
+
+
+def threads_cpus(pid: int) -> list[int]:
+    """The cores the threads of process ``pid`` may run on, read back from each thread (one that ended meanwhile
+    is passed over)."""
+    cpus: set[int] = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            cpus |= os.sched_getaffinity(int(tid))
+        except ProcessLookupError:
+            continue
+    return sorted(cpus)
 
 
 #: the emulator's clients, by the product its requests name in User-Agent
@@ -595,10 +607,7 @@ def main() -> None:
         results["operator_peak_rss_mb"] = round(peak, 1)
         results["prepare_jobs"] = len(api.list("batch/v1", "jobs", NS, f"{names.LABEL_KIND}={names.PREPARE}"))
         results["targets"] = targets(results)
-        # the cores the operator's threads may run on, read back from each of them (every thread it made, --operator-cpus or not)
-        results["host"]["operator_threads_cpus"] = sorted(
-            {cpu for tid in os.listdir(f"/proc/{proc.pid}/task") for cpu in os.sched_getaffinity(int(tid))}
-        )
+        results["host"]["operator_threads_cpus"] = threads_cpus(proc.pid)
     finally:
         if watch is not None:
             watch.close()
