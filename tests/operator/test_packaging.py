@@ -418,6 +418,28 @@ def test_the_chart_moves_with_its_values():
             kubernetes_validate.validate(doc, K8S_VERSIONS[-1], strict=True)
 
 
+def test_the_docs_whole_core_for_the_operator_is_a_guaranteed_pod():
+    """docs/operator.md's ``--set`` flags that give the operator a whole core (for hundreds of runs), as written there:
+    requests equal to limits for CPU and memory, so the pod is Guaranteed (a core of its own under the static CPU
+    manager policy)."""
+    text = (packaging.ROOT / "docs" / "operator.md").read_text(encoding="utf-8")
+    [snippet] = re.findall(r"`(--set resources\.requests\.cpu=1[^`]*)`", text)
+    values: dict[str, Any] = {}
+    flags = snippet.split()
+    assert flags[::2] == ["--set"] * (len(flags) // 2), snippet
+    for flag in flags[1::2]:
+        path, value = flag.split("=", 1)
+        *parents, leaf = path.split(".")
+        node = values
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    _, templates = packaging.helm_render(values)
+    [dep] = [d for d in templates if d["kind"] == "Deployment" and d["metadata"]["name"] == "whale-operator"]
+    resources = dep["spec"]["template"]["spec"]["containers"][0]["resources"]
+    assert resources["requests"] == resources["limits"] == {"cpu": "1", "memory": "512Mi"}
+
+
 def test_sandbox_hosts_are_the_admins_opt_in_per_namespace():
     """Off by default (no environment, the run namespace enforces restricted); listed, the operator learns the
     namespaces and the RuntimeClass, and a created watch namespace that is listed lets privileged pods in."""
