@@ -34,6 +34,10 @@ emulator's ``time.perf_counter()`` (CLOCK_MONOTONIC: one clock for every process
         [--operator-cpus 0]      # the operator on these cores alone, the emulator and the driver on the others: as on
                                  # a cluster, where the API server does not share the operator's cores (recorded in
                                  # the JSON's ``host.pinned``)
+        [--store s3]             # the runs' store on S3 (SeaweedFS on loopback, as the tests run it), each run reaching
+                                 # it with its own credentials Secret as on a cluster, instead of a folder: the
+                                 # operator's store reads and writes then cost what an S3 client costs (the JSON's
+                                 # ``store``; the server's CPU is ``store_cpu_s`` of each section)
 """
 
 from __future__ import annotations
@@ -64,9 +68,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import httpx
 
 from tests.fixtures.kube import KubeAPI, start_emulator, wait_for
+from tests.fixtures.s3 import TEST_BUCKET, SeaweedServer
 from tests.operator.conftest import BASE_SPEC, SPLITS, deep_merge
 from tests.operator.player import WorkloadPlayer, create_run
-from whale.store import open_store
+from whale.store import Store, open_store
 from whale_operator import names
 from whale_operator.crd import crd
 
@@ -367,17 +372,74 @@ def spread(seconds: list[float]) -> dict[str, float]:
     }
 
 
-class Section:
-    """The operator's reconciles and CPU between two points of the benchmark, beside the CPU of the emulator and of
-    the driver (this process: the test double of the workloads, the sidecar and the Job controller), and the API
-    requests each client sent."""
+#: the store kinds of ``--store``
+STORES = ("folder", "s3")
 
-    def __init__(self, metrics: str, pid: int, emulator: Emulator):
-        self.metrics, self.pid, self.emulator = metrics, pid, emulator
+
+class BenchStore:
+    """The runs' store: a folder (the default), or S3 on loopback: SeaweedFS (``weed mini``), as the tests run it, each
+    run naming its credentials Secret as on a cluster (where the operator has no store keys of its own), so that the
+    operator's store reads and writes cost what an S3 client's requests cost."""
+
+    SECRET = "bench-store"
+
+    def __init__(self, kind: str, work: Path):
+        self.kind = kind
+        self.server: SeaweedServer | None = None
+        self.base: Store
+        if kind == "s3":
+            self.server = SeaweedServer(work / "seaweedfs")
+            self.server.start()
+            self.base = self.server.info.store(f"s3://{TEST_BUCKET}/bench")
+        else:
+            self.base = open_store(f"file://{work / 'store'}")
+
+    def describe(self) -> str:
+        return "S3: SeaweedFS on loopback, the run's own credentials Secret" if self.server else "a local folder"
+
+    def storage(self) -> dict[str, Any]:
+        """The spec's ``storage`` section."""
+        if self.server is None:
+            return {"uri": self.base.uri}
+        return {"uri": self.base.uri, "endpoint": self.server.endpoint, "credentialsSecret": self.SECRET}
+
+    def prepare(self, api: KubeAPI, namespace: str) -> None:
+        """The runs' credentials Secret (S3 only)."""
+        if self.server is not None:
+            keys = {"AWS_ACCESS_KEY_ID": self.server.access_key, "AWS_SECRET_ACCESS_KEY": self.server.secret_key}
+            api.create("v1", "secrets", namespace, {"metadata": {"name": self.SECRET}, "stringData": keys})
+
+    def operator_env(self) -> dict[str, str]:
+        """What the operator's admins set for this store: the S3 endpoint allowed (an allow-list, empty by default)."""
+        return {"WHALE_ALLOWED_S3_ENDPOINTS": self.server.endpoint} if self.server is not None else {}
+
+    def driver_env(self) -> dict[str, str]:
+        """What the driver (the workloads' and the sidecars' stand-in, opening each run's store by its URI) needs to
+        reach the S3 server: its endpoint and keys (not the operator's: it reads each run's Secret)."""
+        return self.server.info.env() if self.server is not None else {}
+
+    def cpu(self) -> float:
+        """The S3 server's CPU so far (0 for a folder)."""
+        proc = self.server.proc if self.server is not None else None
+        return cpu_s(proc.pid) if proc is not None else 0.0
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.kill()
+
+
+class Section:
+    """The operator's reconciles and CPU between two points of the benchmark, beside the CPU of the emulator, of
+    the driver (this process: the test double of the workloads, the sidecar and the Job controller) and of the S3
+    server (``--store s3``), and the API requests each client sent."""
+
+    def __init__(self, metrics: str, pid: int, emulator: Emulator, store: BenchStore):
+        self.metrics, self.pid, self.emulator, self.store = metrics, pid, emulator, store
         self.before = Scrape(metrics)
         self.cpu0 = cpu_s(pid)
         self.loop0 = cpu_s(pid, pid)
         self.others0 = emulator.cpu()
+        self.store0 = store.cpu()
         self.served0 = emulator.served()
         self.t0 = time.perf_counter()
 
@@ -396,7 +458,8 @@ class Section:
         after, cpu = Scrape(self.metrics), cpu_s(self.pid) - self.cpu0
         loop = cpu_s(self.pid, self.pid) - self.loop0
         emulator_cpu, driver_cpu = (b - a for a, b in zip(self.others0, self.emulator.cpu(), strict=True))
-        machine, cores = cpu + emulator_cpu + driver_cpu, os.cpu_count() or 1
+        store_cpu = self.store.cpu() - self.store0
+        machine, cores = cpu + emulator_cpu + driver_cpu + store_cpu, os.cpu_count() or 1
         requests = self.requests()
         lat = delta(after.buckets(LATENCY, RECONCILE), self.before.buckets(LATENCY, RECONCILE))
         work = delta(after.buckets(LATENCY, WORK), self.before.buckets(LATENCY, WORK))
@@ -421,8 +484,9 @@ class Section:
             "watch_events": after.total(WATCH_EVENTS) - self.before.total(WATCH_EVENTS),
             "emulator_cpu_s": emulator_cpu,
             "driver_cpu_s": driver_cpu,
-            # the section's wall time, and the machine's CPU in it: the operator's, the emulator's and the driver's, which
-            # share this machine's cores. ``cpu_bound_s``: the shortest the section could have lasted with that CPU (all
+            "store_cpu_s": store_cpu,  # the S3 server's (0 with a folder store)
+            # the section's wall time, and the machine's CPU in it: the operator's, the emulator's, the driver's and the
+            # S3 server's, which share this machine's cores. ``cpu_bound_s``: the shortest the section could have lasted with that CPU (all
             # of it over every core); ``busy_share``: of the cores' time in the section, the share those three used
             "wall_s": wall,
             "machine_cpu_s": machine,
@@ -461,6 +525,12 @@ def main() -> None:
         help="the emulator in a process of its own (default), or in a thread of the driver's",
     )
     ap.add_argument(
+        "--store",
+        choices=STORES,
+        default="folder",
+        help="the runs' store: a local folder, or S3 on loopback (SeaweedFS) reached with each run's credentials Secret",
+    )
+    ap.add_argument(
         "--operator-cpus",
         type=cpu_list,
         help="the operator's cores, e.g. 0 or 0,1 (the emulator and the driver get the machine's others)",
@@ -485,7 +555,13 @@ def main() -> None:
     api = KubeAPI(emulator.url)
     api.create("apiextensions.k8s.io/v1", "customresourcedefinitions", None, crd())
     api.create("v1", "namespaces", None, {"metadata": {"name": NS}})
-    base = open_store(f"file://{work / 'store'}")
+    store = BenchStore(args.store, work)
+    try:
+        store.prepare(api, NS)
+    except BaseException:
+        store.close()
+        raise
+    base = store.base
     port = free_port()
     env = {
         **os.environ,
@@ -494,9 +570,11 @@ def main() -> None:
         "WHALE_OPERATOR_DOMAIN_SPLIT_SIZES": "1",  # synthetic's sizes are constants: no prepare Job per run
         "WHALE_OPERATOR_NAMESPACES": NS,  # the children's watches serve kopf's --namespace (as the chart sets it)
         "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "operator")]),
+        **store.operator_env(),
     }
     for setting in ("WHALE_OPERATOR_PROGRESS_S", "WHALE_OPERATOR_RESYNC_S"):
         env.pop(setting, None)  # the operator's defaults: a reaction that waits for a poll must show
+    os.environ.update(store.driver_env())  # this process only: the operator's environment is built above
     log = open(work / "operator.log", "wb")  # noqa: SIM115 - the operator's stdout, closed after it stops
     command = [sys.executable, "-m", "kopf", "run", "--standalone", "--namespace", NS, "--quiet"]
     if pinned is not None:  # kopf started on its own cores, before it makes a thread: every thread of it stays there
@@ -511,12 +589,13 @@ def main() -> None:
         "host": {"cpus": os.cpu_count(), "loadavg_at_start": os.getloadavg(), "pinned": pinned},
         "operator_settings": "defaults (progress poll 15 s, resync 30 s, 16 worker threads)",
         "emulator": "own process" if args.emulator_process else "a thread of the driver's process",
+        "store": store.describe(),
     }
     watch: JobWatch | None = None
     try:
         wait_for(lambda: _up(metrics), 60, 0.2, "the operator's metrics endpoint")
         spec = deep_merge(
-            BASE_SPEC, {"storage": {"uri": base.uri}, "schedule": {"totalSteps": 64, "weightStepsPerCycle": 2}}
+            BASE_SPEC, {"storage": store.storage(), "schedule": {"totalSteps": 64, "weightStepsPerCycle": 2}}
         )
 
         def create(name: str) -> WorkloadPlayer:
@@ -540,7 +619,7 @@ def main() -> None:
         results["reaction_1_run_by_transition"] = by_transition(reactions)
 
         # --- creation burst: every run created at once ---
-        section = Section(metrics, proc.pid, emulator)
+        section = Section(metrics, proc.pid, emulator, store)
         t0 = time.perf_counter()
         players, created = [], {}
         sidecars = SidecarsAlongside()
@@ -556,7 +635,7 @@ def main() -> None:
         results["creation_burst"] = {"per_run_s": spread(seen), "per_run_seen_s": spread(polled), **section.report()}
 
         # --- finish burst: every run's child finishes at once ---
-        section = Section(metrics, proc.pid, emulator)
+        section = Section(metrics, proc.pid, emulator, store)
         finished = {}
         for p in players:
             p.finish(firsts[p.run])
@@ -566,7 +645,7 @@ def main() -> None:
 
         # --- history: more rounds of every run's child finishing, so the runs hold finished Jobs as long runs do ---
         if args.history:
-            section = Section(metrics, proc.pid, emulator)
+            section = Section(metrics, proc.pid, emulator, store)
             for _ in range(args.history):
                 finished = {}
                 for p in players:
@@ -583,7 +662,7 @@ def main() -> None:
         # --- steady state: children finish one by one with every run present ---
         quiet_until = time.monotonic() + 2.0  # let the burst's last reconciles drain first
         wait_for(lambda: time.monotonic() > quiet_until, 5, 0.1, "a quiet moment")
-        section = Section(metrics, proc.pid, emulator)
+        section = Section(metrics, proc.pid, emulator, store)
         loaded: list[tuple[str, float]] = []
         for p in players[: args.steady]:
             t0 = time.perf_counter()
@@ -596,7 +675,7 @@ def main() -> None:
             **section.report(),
         }
         # idle: every run waits on a running child; what the operator spends is its progress polls (15 s) and resyncs
-        section = Section(metrics, proc.pid, emulator)
+        section = Section(metrics, proc.pid, emulator, store)
         time.sleep(args.idle_s)  # a benchmark: the operator's own timers are what is measured
         results["idle"] = {"seconds": args.idle_s, **section.report()}
         cur, peak = rss_mb(proc.pid)
@@ -619,6 +698,7 @@ def main() -> None:
         log.close()
         api.close()
         emulator.close()
+        store.close()
     results["host"]["loadavg_at_end"] = os.getloadavg()
     if args.out:
         args.out.write_text(json.dumps(results, indent=2) + "\n")
@@ -715,7 +795,7 @@ def print_summary(r: dict[str, Any]) -> None:
         sent = ", ".join(f"{c} {sum(m.values())}" for c, m in sorted(b["api_requests"].items()))
         print(
             f"  {key}: CPU s operator {b['process_cpu_s']:.2f}, emulator {b['emulator_cpu_s']:.2f}, driver "
-            f"{b['driver_cpu_s']:.2f}; API requests {sent} ({b['operator_requests_per_reconcile']:.2f} per reconcile)"
+            f"{b['driver_cpu_s']:.2f}, S3 server {b.get('store_cpu_s', 0.0):.2f}; API requests {sent} ({b['operator_requests_per_reconcile']:.2f} per reconcile)"
         )
         print(
             f"    {b['wall_s']:.2f} s long; the machine's CPU {b['machine_cpu_s']:.2f} s over {os.cpu_count()} cores: "

@@ -6,16 +6,19 @@ sidecar's acknowledgement, fed to the operator's informer as kopf's handlers fee
 :meth:`Reconciler.reconcile` in this thread, timing each call by ``time.thread_time()``. Per transition of a run's
 schedule (a child finished) three reconciles are timed: ``finish`` (the finished child read, the next one created,
 the status written), ``running`` (the new child and the acknowledgement seen: the started mark, the progress mark)
-and ``noop`` (nothing changed). The API server is the emulator on loopback in a process of its own, as
+and ``noop`` (nothing changed), each woken by a watch event as in the operator (``Reading.EVENT``: the store's results
+read only for a child that has ended; a run's first reconcile reads everything). The API server is the emulator on loopback in a process of its own, as
 ``operator_bench.py`` runs it (``--emulator-thread``: in a thread of this process, as before; then each reconcile's
 garbage collections also walk the emulator's objects, which grow with every run's Jobs and made a late transition
-look dearer than it is), the store a local folder. What the set-up made is frozen out of the garbage collector's
+look dearer than it is), the store a local folder (``--store s3``: S3 on loopback, SeaweedFS, each run reaching it
+with its own credentials Secret, as ``operator_bench.py --store s3`` runs it: a reconcile's store requests then cost
+what an S3 client's cost). What the set-up made is frozen out of the garbage collector's
 full passes after it, as the operator's start-up does (``gc.freeze``). Each run's first transition (its
 first reconciles, the spec parsed) is left out of those; a new run's reconciles until its first Job (the spec parsed,
 its infrastructure made, the serving target acknowledged, the Job made) are timed together as ``create``, one figure a
 run, apart from ``all`` (the transitions' reconciles).
 
-    .venv/bin/python benchmarks/reconcile_cpu.py [--runs 8] [--total-steps N] [--emulator-thread] [--out FILE]
+    .venv/bin/python benchmarks/reconcile_cpu.py [--runs 8] [--total-steps N] [--emulator-thread] [--store s3] [--out FILE]
 
 Run from another checkout's folder (``python /tmp/before/benchmarks/reconcile_cpu.py``) it measures that checkout's
 operator, as ``operator_bench.py`` does.
@@ -38,12 +41,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from operator_bench import EmulatorProcess, EmulatorThread
+from operator_bench import STORES, BenchStore, EmulatorProcess, EmulatorThread
 
 from tests.fixtures.kube import KubeAPI
 from tests.operator.conftest import BASE_SPEC, prepared_run
 from tests.operator.player import job_finished
-from whale.store import open_store
 from whale_operator.crd import crd
 
 KINDS = ("create", "finish", "running", "noop")
@@ -58,32 +60,41 @@ def measure(
     total_steps: int | None = None,
     by_transition: dict[int, list[float]] | None = None,
     emulator_process: bool = True,
+    store_kind: str = "folder",
 ) -> dict[str, list[float]]:
     """Each kind's reconciles' thread CPU, seconds. ``total_steps``: the runs' schedule (two steps a cycle) instead of
     the tests' short one; ``by_transition`` gets each transition's three reconciles, summed, by its index in the run;
-    ``emulator_process``: the API server's stand-in in a process of its own, else a thread of this one."""
+    ``emulator_process``: the API server's stand-in in a process of its own, else a thread of this one; ``store_kind``:
+    the runs' store (:data:`operator_bench.STORES`)."""
     (workdir / "kube").mkdir()
     emulator = EmulatorProcess(workdir / "kube") if emulator_process else EmulatorThread(workdir / "kube")
     os.environ["KUBECONFIG"] = str(emulator.kubeconfig)
     os.environ["WHALE_OPERATOR_METRICS_PORT"] = "0"
     # imported after $KUBECONFIG is set (the operator's client reads it when built)
+    from whale_operator.config import OperatorConfig
     from whale_operator.informer import Informer
     from whale_operator.kube import KubeClient
     from whale_operator.metrics import OperatorMetrics
-    from whale_operator.reconcile import Reconciler
+    from whale_operator.reconcile import Reading, Reconciler
 
     api = KubeAPI(emulator.url)
+    bench_store: BenchStore | None = None
     try:
         api.create("apiextensions.k8s.io/v1", "customresourcedefinitions", None, crd())
         api.create("v1", "namespaces", None, {"metadata": {"name": NS}})
-        store = open_store(f"file://{workdir / 'store'}")
-        spec: dict[str, Any] = {**BASE_SPEC, "storage": {"uri": store.uri}}
+        bench_store = BenchStore(store_kind, workdir)
+        bench_store.prepare(api, NS)
+        os.environ.update(bench_store.driver_env())  # the workloads' stand-in opens each run's store by its URI
+        store = bench_store.base
+        spec: dict[str, Any] = {**BASE_SPEC, "storage": bench_store.storage()}
         if total_steps is not None:
             spec["schedule"] = {**spec.get("schedule", {}), "totalSteps": total_steps, "weightStepsPerCycle": 2}
         kube = KubeClient.from_environment()
         informer = Informer(kube)
         kube.on_write = informer.observe
-        reconciler = Reconciler(kube, OperatorMetrics(), reads=informer)
+        # the operator's settings as its admins set them for this store (the S3 endpoint allowed); no keys of its own
+        config = OperatorConfig.from_env(bench_store.operator_env())
+        reconciler = Reconciler(kube, OperatorMetrics(), config, reads=informer)
         # what the operator's start-up does (handlers.settle_collector): its long-lived objects out of full collections
         gc.collect()
         gc.freeze()
@@ -98,10 +109,11 @@ def measure(
             name = f"r{r}"
             player = prepared_run(api, store, NS, name, spec)
             first = 0.0  # a new run: the reconciles until its first Job (spec parsed, infrastructure made, Job made)
-            for _ in range(8):  # the run's infrastructure, its serving target acknowledged, its first Job
+            for attempt in range(8):  # the run's infrastructure, its serving target acknowledged, its first Job
                 player.ack_serving()
                 started = time.thread_time()
-                reconciler.reconcile(NS, name)
+                # the operator's: its first reconcile of a run reads everything, the next ones are woken by events
+                reconciler.reconcile(NS, name, Reading.EVENT if attempt else Reading.FULL)
                 first += time.thread_time() - started
                 if player.jobs():
                     break
@@ -119,7 +131,7 @@ def measure(
                         for job in player.jobs():
                             seen(job)
                     started = time.thread_time()
-                    reconciler.reconcile(NS, name)
+                    reconciler.reconcile(NS, name, Reading.EVENT)  # each woken by a watch event, as in the operator
                     took = time.thread_time() - started
                     spent += took
                     if transition > 0:
@@ -131,6 +143,8 @@ def measure(
     finally:
         api.close()
         emulator.close()
+        if bench_store is not None:
+            bench_store.close()
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -157,12 +171,15 @@ def main() -> None:
         action="store_true",
         help="the emulator in a thread of this process (its objects then add to each garbage collection's walk)",
     )
+    ap.add_argument(
+        "--store", choices=STORES, default="folder", help="the runs' store: a local folder, or S3 on loopback"
+    )
     args = ap.parse_args()
     if args.total_steps is not None and not 2 <= args.total_steps <= 200:
         ap.error("--total-steps must be between 2 and 200")
     by_transition: dict[int, list[float]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        cpu = measure(args.runs, Path(tmp), args.total_steps, by_transition, not args.emulator_thread)
+        cpu = measure(args.runs, Path(tmp), args.total_steps, by_transition, not args.emulator_thread, args.store)
     every = [v for kind in TRANSITION_KINDS for v in cpu[kind]]
     by_tens = {
         f"{t}-{t + 9}": statistics.fmean(v for i in range(t, t + 10) for v in by_transition.get(i, []))
@@ -175,6 +192,7 @@ def main() -> None:
         "tree": str(Path(__file__).resolve().parents[1]),
         "load_average": os.getloadavg(),
         "emulator": "a thread of this process" if args.emulator_thread else "own process",
+        "store": args.store,
         "per_kind": per_kind,
         "all": overall,
         # a transition's three reconciles, summed, by tens of transitions into the run: their mean, seconds

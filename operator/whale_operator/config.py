@@ -101,6 +101,22 @@ _BOUND_VARS = {
 
 #: may the operator open a run's s3:// store with its OWN credentials when the run names no Secret?
 OWN_STORE_CREDENTIALS_ENV = "WHALE_OPERATOR_OWN_STORE_CREDENTIALS"
+SECRET_RECHECK_ENV = "WHALE_OPERATOR_SECRET_RECHECK_S"
+DEFAULT_SECRET_RECHECK_S = 30.0
+
+
+def secret_recheck_s(env: dict[str, str]) -> float:
+    """``WHALE_OPERATOR_SECRET_RECHECK_S`` (seconds, 0 or more; 30 when unset)."""
+    value = env.get(SECRET_RECHECK_ENV, "").strip()
+    if not value:
+        return DEFAULT_SECRET_RECHECK_S
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise ValueError(f"{SECRET_RECHECK_ENV} must be a number of seconds, 0 or more (30 when unset), got {value!r}")
+    return seconds
 
 
 def _flag(value: str | None) -> bool:
@@ -129,6 +145,10 @@ class OperatorConfig:
     sandbox_hosts: SandboxHostPolicy = field(default_factory=SandboxHostPolicy)
     #: the timeouts and retry budget of every store call the operator makes (:class:`StoreBounds`)
     store_bounds: StoreBounds = field(default_factory=StoreBounds)
+    #: how long a run's credentials Secret, once read, is used before it is read again
+    #: (``WHALE_OPERATOR_SECRET_RECHECK_S``): a rotated Secret is taken in within this time, or at once when the store
+    #: refuses the keys held. 0: read at every reconcile (a request to the API server each)
+    secret_recheck_s: float = DEFAULT_SECRET_RECHECK_S
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorConfig:
@@ -145,6 +165,7 @@ class OperatorConfig:
             sandbox_hosts=SandboxHostPolicy.from_env(env),
             own_store_credentials=_flag(env.get(OWN_STORE_CREDENTIALS_ENV)),
             store_bounds=StoreBounds.from_env(env),
+            secret_recheck_s=secret_recheck_s(env),
         )
 
     def credentials_problems(self, spec: ClusterRunSpec) -> list[tuple[str, str]]:

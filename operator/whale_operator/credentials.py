@@ -11,8 +11,11 @@ no Secret is opened with the operator's own credentials only where the platform 
 
 A Secret that is missing, lacks a key or may not be read makes the run WAIT (:class:`CredentialsUnavailable`,
 shown in status naming the field, the Secret and the fix), not fail: a Secret applied after its WhaleRun
-(``kubectl apply -f dir/`` has no order) is the common case, and the run starts the moment it appears. A
-rotated Secret is picked up: stores are cached per (namespace, Secret, resourceVersion).
+(``kubectl apply -f dir/`` has no order) is the common case, and the run starts the moment it appears. A Secret read
+is used for ``recheck_s`` (``WHALE_OPERATOR_SECRET_RECHECK_S``, 30 s) before it is read again, not read at every
+reconcile (a request to the API server each, for runs that reconcile every few seconds); a rotated Secret is picked up
+then, or at once when the store refuses the keys held (:meth:`RunStores.forget_credentials`): stores are cached per
+(namespace, Secret, resourceVersion).
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ from __future__ import annotations
 import base64
 import binascii
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,19 +92,48 @@ class RunStores:
 
     ``own_options``: the operator's own store options (credentials from its environment), used only for a run that
     names no Secret (the caller has checked that this is allowed). ``bounds``: options that bound every call of an
-    s3:// store (timeouts, retry deadline; :class:`whale_operator.config.StoreBounds`)."""
+    s3:// store (timeouts, retry deadline; :class:`whale_operator.config.StoreBounds`). ``recheck_s``: how long a
+    Secret read is used before it is read again (``clock``: monotonic seconds)."""
 
     def __init__(
-        self, kube: KubeClient, own_options: dict[str, Any] | None = None, bounds: dict[str, Any] | None = None
+        self,
+        kube: KubeClient,
+        own_options: dict[str, Any] | None = None,
+        bounds: dict[str, Any] | None = None,
+        recheck_s: float = 30.0,
+        clock: Callable[[], float] = time.monotonic,
     ):
         self.kube = kube
         self.own_options = dict(own_options or {})
         self.bounds = dict(bounds or {})
+        self.recheck_s = recheck_s
+        self.clock = clock
         self._lock = threading.Lock()
         #: (namespace, uri, endpoint, secure, region, secret) -> (the Secret's resourceVersion, the store)
         self._stores: dict[tuple[Any, ...], tuple[str | None, Store]] = {}
+        #: (namespace, Secret) -> (when it was read, its resourceVersion, its keys): a usable Secret, as last read
+        self._secrets: dict[tuple[str, str], tuple[float, str | None, StoreCredentials]] = {}
+
+    def forget_credentials(self, namespace: str, secret_name: str) -> None:
+        """The store refused the keys held for this Secret: the next reconcile reads it again."""
+        with self._lock:
+            self._secrets.pop((namespace, secret_name), None)
 
     def credentials(self, namespace: str, secret_name: str) -> tuple[str | None, StoreCredentials]:
+        """(resourceVersion, keys) of the run's Secret: as read within the last ``recheck_s``, else read now. Only a
+        usable Secret is held: one missing or incomplete is read again at each call, so the run starts once it is
+        fixed."""
+        now = self.clock()
+        with self._lock:
+            held = self._secrets.get((namespace, secret_name))
+        if held is not None and now - held[0] < self.recheck_s:
+            return held[1], held[2]
+        version, creds = self._read_credentials(namespace, secret_name)
+        with self._lock:
+            self._secrets[(namespace, secret_name)] = (now, version, creds)
+        return version, creds
+
+    def _read_credentials(self, namespace: str, secret_name: str) -> tuple[str | None, StoreCredentials]:
         """(resourceVersion, keys) of the run's Secret, read now."""
         where = f"{namespace}/{secret_name}"
         try:

@@ -33,7 +33,7 @@ from whale_operator.config import OperatorConfig, backoff_s, worker_threads
 from whale_operator.informer import Informer
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
-from whale_operator.reconcile import Reconciler
+from whale_operator.reconcile import Reading, Reconciler
 from whale_operator.watches import ChildWatches, watch_timeout_s
 
 log = logging.getLogger(__name__)
@@ -188,16 +188,16 @@ async def whalerun_daemon(
     metrics: OperatorMetrics = memo.metrics
     wake = _wakeup(memo, uid)
     failures = 0  # reconciles in a row that raised or were refused by the API server: the back-off grows
-    fresh, read_at = True, time.monotonic()  # fresh: read everything from the API server (not a mere progress poll)
+    reading, read_at = Reading.FULL, time.monotonic()  # the first reconcile reads everything
     try:
         while not stopped:
             wake.clear()
             started = time.perf_counter()
             delay = memo.resync_s
-            if fresh:
+            if reading is Reading.FULL:
                 read_at = time.monotonic()
             try:
-                outcome = await asyncio.to_thread(_timed_reconcile, reconciler, metrics, namespace, name, not fresh)
+                outcome = await asyncio.to_thread(_timed_reconcile, reconciler, metrics, namespace, name, reading)
             except Exception as exc:
                 metrics.reconcile_errors.labels(error=type(exc).__name__).inc()
                 reconciler.reads.relist(namespace, name)  # the next reconcile reads the run afresh
@@ -224,20 +224,26 @@ async def whalerun_daemon(
             finally:
                 metrics.handler_duration.labels(handler="reconcile").observe(time.perf_counter() - started)
             woken = await _sleep(wake, stopped, delay)
-            # a progress poll may reuse the last reads; a watch event, a failure or the resync reads afresh
-            fresh = woken or failures > 0 or time.monotonic() - read_at >= memo.resync_s
+            # a failure or the resync reads everything afresh; a watch event what it may have changed; a progress poll
+            # what a running phase writes (Reading)
+            if failures > 0 or time.monotonic() - read_at >= memo.resync_s:
+                reading = Reading.FULL
+            else:
+                reading = Reading.EVENT if woken else Reading.POLL
     finally:
         memo.wakeups.pop(uid, None)
         reconciler.forget(uid, namespace, name)
         metrics.forget_run(uid, namespace, name)  # a deleted run leaves no series
 
 
-def _timed_reconcile(reconciler: Reconciler, metrics: OperatorMetrics, namespace: str, name: str, reuse: bool) -> Any:
+def _timed_reconcile(
+    reconciler: Reconciler, metrics: OperatorMetrics, namespace: str, name: str, reading: Reading
+) -> Any:
     """The reconcile itself, timed apart from the wait for a worker thread (``reconcile_work``), and its own
     thread's CPU time (``whale_operator_reconcile_cpu_seconds``)."""
     started, cpu = time.perf_counter(), time.thread_time()
     try:
-        return reconciler.reconcile(namespace, name, reuse)
+        return reconciler.reconcile(namespace, name, reading)
     finally:
         metrics.reconcile_cpu.observe(time.thread_time() - cpu)
         metrics.handler_duration.labels(handler="reconcile_work").observe(time.perf_counter() - started)

@@ -9,6 +9,7 @@ resumes exactly, and deterministic child names make every create idempotent.
 
 from __future__ import annotations
 
+import enum
 import logging
 import threading
 import time
@@ -47,6 +48,21 @@ SANDBOX_AT_POD = (
 )
 
 
+class Reading(enum.Enum):
+    """What woke a reconcile, so what of the run's store it reads again. Kubernetes tells the operator of every change
+    to a run's children, the store of none: what a running phase writes is read by the progress polls, its result once
+    its child has ended, and all of it at the resync."""
+
+    #: everything afresh: the run's first reconcile, the resync (``WHALE_OPERATOR_RESYNC_S``), after a failure
+    FULL = "full"
+    #: a watch event (a child changed, the sidecar rang, the spec changed): the results of the phases whose child runs
+    #: are not read again, nor the checkpoints of a running weight phase listed (each an S3 request a reconcile)
+    EVENT = "event"
+    #: a progress poll, nothing in Kubernetes changed: what a running phase writes (its metrics, its checkpoints), and
+    #: the results only of phases whose child has ended
+    POLL = "poll"
+
+
 def at_pod_here(body_spec: dict[str, Any] | None, spec: ClusterRunSpec) -> bool:
     """The run asked for ``namespaces`` (or left the default) and runs at ``pod``: the admin's policy decided."""
     asked = (raw_section(body_spec, "sandbox") or {}).get("isolation", "namespaces")
@@ -73,7 +89,9 @@ class Reconciler:
         self.metrics = metrics
         self.config = config or OperatorConfig()
         self.clock = clock
-        self.stores = RunStores(kube, self.config.store_options, self.config.store_bounds.store_options())
+        self.stores = RunStores(
+            kube, self.config.store_options, self.config.store_bounds.store_options(), self.config.secret_recheck_s
+        )
         self._observers: dict[str, StoreObserver] = {}
         #: the WhaleRun and its children: asked of the API server, or held by the operator's informer
         self.reads = reads or ApiReads(kube)
@@ -122,11 +140,9 @@ class Reconciler:
             return self._observers[key]
 
     # --- the reconcile ---
-    def reconcile(self, namespace: str, name: str, reuse: bool = False) -> ReconcileResult | None:
-        """One reconcile; the status is written once, at the end, when it changed. ``reuse``: nothing in Kubernetes
-        changed that the operator was told of (a progress poll): of the store, only what a running phase writes (its
-        metrics, its checkpoints) is read again, and the results only when a child has ended (a phase writes its result
-        before its child ends)."""
+    def reconcile(self, namespace: str, name: str, reading: Reading = Reading.FULL) -> ReconcileResult | None:
+        """One reconcile; the status is written once, at the end, when it changed. ``reading``: what woke it, so what
+        of the store it reads again (:class:`Reading`)."""
         obj = self.reads.run(namespace, name)
         if obj is None or obj["metadata"].get("deletionTimestamp"):
             return None
@@ -136,7 +152,7 @@ class Reconciler:
         prev = self._status(meta["uid"], raw_status, namespace, name)
         run = builders.RunRef(name, namespace, meta["uid"])
         try:
-            outcome = self._step(run, obj.get("spec"), prev, meta.get("generation"), self.clock(), reuse)
+            outcome = self._step(run, obj.get("spec"), prev, meta.get("generation"), self.clock(), reading)
         except ChildRejected as exc:  # the API server said no: into status, not a log line every 5 s
             log.warning("the API server refused %s; retrying with back-off", exc)
             outcome = outcomes.child_rejected(
@@ -144,6 +160,8 @@ class Reconciler:
             )
         except StoreAuthError as exc:  # the store refused the run's own keys: the Secret must change
             secret = (raw_section(obj.get("spec"), "storage") or {}).get("credentialsSecret")
+            if isinstance(secret, str):
+                self.stores.forget_credentials(namespace, secret)  # read again: it may have been rotated since
             # the store's error code only: the rest of its answer is the endpoint's text, and the tenant names
             # the endpoint (a hostile one would write into status whatever it likes)
             log.warning("%s/%s: the store refused the run's keys: %s", namespace, name, exc)
@@ -217,7 +235,7 @@ class Reconciler:
         prev: WhaleRunStatus,
         generation: int | None,
         now: str,
-        reuse: bool = False,
+        reading: Reading = Reading.FULL,
     ) -> ReconcileResult:
         """Everything but the status write: returns ``prev`` itself when nothing is to be written."""
         try:
@@ -287,11 +305,20 @@ class Reconciler:
             current[phase] = job
         seen = self.jobs.observe_children(run, spec, current, self.clock())
         children = seen.children
-        # a poll reads no results unless a child has ended (a poll already under way when its event came): a child
-        # that ended is judged by its result, never by one read before it ended
-        ended = any(c.state is not ChildState.RUNNING for c in children.values())
+        # a child that ended is judged by its result, read then (a poll already under way when its event came reads it
+        # too), never by one read before it ended; apart from a full reading (Reading) only those results are read
+        ended = {p for p, c in children.items() if c.state is not ChildState.RUNNING}
         observer = self._observer(store, run.name)
-        obs = observer.observe(prev, children, sizes or {}, now, generation, results=not reuse or ended)
+        obs = observer.observe(
+            prev,
+            children,
+            sizes or {},
+            now,
+            generation,
+            results=reading is not Reading.POLL or bool(ended),
+            ended=None if reading is Reading.FULL else ended,
+            progress=reading is not Reading.EVENT,
+        )
         decision = decide(spec, prev, obs)
         running = {p for p, c in children.items() if c.state is ChildState.RUNNING}
         # one list serves the readiness view, the ensure and the scaling of the run's Deployments

@@ -718,6 +718,7 @@ def test_operator_bench_runs_five_runs_through_every_section(tmp_path):
     assert report["history"]["rounds"] == 2 and report["history"]["jobs"] >= 5 * 4 + 3
     assert report["history"]["reconciles"] >= 10 and report["history"]["operator_rss_mb"] > 0
     assert report["emulator"] == "own process"  # as on a cluster: the API server's CPU is neither client's
+    assert report["store"] == "a local folder"
     host = report["host"]
     assert host["pinned"] is None and host["operator_threads_cpus"] == sorted(os.sched_getaffinity(0))
     assert report["reaction_1_run_s"]["n"] == 4 and report["steady"]["reaction_s"]["n"] == 3
@@ -731,6 +732,7 @@ def test_operator_bench_runs_five_runs_through_every_section(tmp_path):
         assert report[section]["api_requests"]["operator"]["POST"] >= 5, section
         assert report[section]["operator_requests_per_reconcile"] > 0, section
         assert report[section]["emulator_cpu_s"] >= 0 and report[section]["driver_cpu_s"] >= 0, section
+        assert report[section]["store_cpu_s"] == 0, "a folder store: no S3 server"
         # the machine's CPU in the burst, and the shortest the burst could have lasted with it
         b = report[section]
         assert b["machine_cpu_s"] == pytest.approx(b["process_cpu_s"] + b["emulator_cpu_s"] + b["driver_cpu_s"])
@@ -761,6 +763,42 @@ def test_operator_bench_runs_five_runs_through_every_section(tmp_path):
         "steady_cpu_per_reconcile_s",
         "idle_cpu_per_reconcile_s",
     }
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_operator_bench_runs_its_runs_on_s3_with_their_own_secret(tmp_path):
+    """``--store s3``: the runs' store on SeaweedFS on loopback, each run naming its credentials Secret (the operator has
+    no store keys of its own), so the operator's store requests are an S3 client's; the server's CPU is reported."""
+    out = tmp_path / "s3.json"
+    run_script(
+        "operator_bench.py",
+        *("--runs", "2", "--transitions", "4", "--steady", "2", "--idle-s", "1", "--store", "s3", "--out", str(out)),
+        timeout_s=240,
+    )
+    report = json.loads(out.read_text())
+    assert report["store"].startswith("S3") and report["prepare_jobs"] == 0
+    assert report["reaction_1_run_s"]["n"] == 4 and report["steady"]["reaction_s"]["n"] == 2
+    for section in ("creation_burst", "finish_burst"):
+        b = report[section]
+        assert b["per_run_s"]["n"] == 2, section  # every run reached its next Job through its store on S3
+        assert b["store_cpu_s"] > 0, "the S3 server served the section's reads and writes"
+        assert b["machine_cpu_s"] == pytest.approx(
+            b["process_cpu_s"] + b["emulator_cpu_s"] + b["driver_cpu_s"] + b["store_cpu_s"]
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_reconcile_cpu_plays_the_same_run_on_s3(tmp_path):
+    # the same run played to its end with its store on S3 (SeaweedFS, the run's own Secret): every transition timed
+    folder, s3 = tmp_path / "folder.json", tmp_path / "s3.json"
+    run_script("reconcile_cpu.py", "--runs", "1", "--out", str(folder), timeout_s=120)
+    run_script("reconcile_cpu.py", "--runs", "1", "--store", "s3", "--out", str(s3), timeout_s=180)
+    on_folder, on_s3 = json.loads(folder.read_text()), json.loads(s3.read_text())
+    assert on_folder["store"] == "folder" and on_s3["store"] == "s3"
+    assert on_s3["per_kind"]["finish"]["n"] == on_folder["per_kind"]["finish"]["n"] >= 3, "the same schedule"
+    assert on_s3["all"]["n"] == on_folder["all"]["n"]
 
 
 def test_reconcile_cpu_times_each_kind_of_reconcile_of_a_whole_run(tmp_path):

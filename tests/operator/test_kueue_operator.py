@@ -225,7 +225,7 @@ def test_an_eviction_costs_one_patch_no_create_and_workload_reads_only_while_sus
     from tests.operator.conftest import BASE_SPEC, prepared_run
     from whale_operator.kube import KubeClient
     from whale_operator.metrics import OperatorMetrics
-    from whale_operator.reconcile import Reconciler
+    from whale_operator.reconcile import Reading, Reconciler
 
     api, ns, emulator = kube_cluster.api, kube_namespace, kube_cluster.emulator
     install_kueue(api)
@@ -237,7 +237,7 @@ def test_an_eviction_costs_one_patch_no_create_and_workload_reads_only_while_sus
     def reconciles(n: int) -> list[Any]:
         before = len(emulator._requests)
         for _ in range(n):
-            reconciler.reconcile(ns, "counted", False)
+            reconciler.reconcile(ns, "counted", Reading.FULL)
         return emulator._requests[before:]
 
     def calls(requests: list[Any], method: str, path_part: str) -> int:
@@ -277,7 +277,7 @@ def test_without_the_workload_the_eviction_is_told_in_the_childs_own_words(
     from tests.operator.conftest import BASE_SPEC, prepared_run
     from whale_operator.kube import KubeClient
     from whale_operator.metrics import OperatorMetrics
-    from whale_operator.reconcile import Reconciler
+    from whale_operator.reconcile import Reading, Reconciler
 
     api, ns = kube_cluster.api, kube_namespace
     install_kueue(api)
@@ -288,7 +288,7 @@ def test_without_the_workload_the_eviction_is_told_in_the_childs_own_words(
 
     def next_job() -> dict[str, Any] | None:
         found = run.pending_job()
-        reconciler.reconcile(ns, "wordless", False)
+        reconciler.reconcile(ns, "wordless", Reading.FULL)
         return found
 
     job = wait_for(next_job, what="the first Job")
@@ -297,9 +297,9 @@ def test_without_the_workload_the_eviction_is_told_in_the_childs_own_words(
     assert workload is not None
     api.delete("kueue.x-k8s.io/v1beta1", "workloads", ns, workload["metadata"]["name"])
     api.admit(ns, name)
-    reconciler.reconcile(ns, "wordless", False)  # marks it started
+    reconciler.reconcile(ns, "wordless", Reading.FULL)  # marks it started
     api.evict(ns, name)
-    outcome = reconciler.reconcile(ns, "wordless", False)
+    outcome = reconciler.reconcile(ns, "wordless", Reading.FULL)
     assert outcome is not None
     (event,) = [e for e in outcome.events if e.reason == "Evicted"]
     assert event.type == "Warning" and f"Job {name} (Job suspended)" in event.message

@@ -7,13 +7,14 @@ from __future__ import annotations
 from tests.fixtures.kube import EmulatedCluster, wait_for
 from tests.operator.conftest import BASE_SPEC, prepared_run
 from tests.operator.player import WR, WorkloadPlayer
+from whale.core import layout
 from whale.store import Store
 from whale_operator import informer as informer_kinds
 from whale_operator import names, observe
 from whale_operator.informer import Informer
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
-from whale_operator.reconcile import Reconciler
+from whale_operator.reconcile import Reading, Reconciler
 
 
 def requests_since(cluster: EmulatedCluster, before: int) -> list[tuple[str, str]]:
@@ -63,7 +64,7 @@ def test_reads_come_from_the_informer_and_its_own_writes_are_seen(operator_env, 
 
     def reconcile(reuse: bool = False) -> list[tuple[str, str]]:
         before = len(emulator._requests)
-        reconciler.reconcile(kube_namespace, "reuse", reuse)
+        reconciler.reconcile(kube_namespace, "reuse", Reading.POLL if reuse else Reading.FULL)
         return requests_since(kube_cluster, before)
 
     first = reconcile()
@@ -95,7 +96,7 @@ def test_a_poll_that_sees_a_child_ended_reads_its_result(operator_env, kube_clus
     reconciler.reconcile(kube_namespace, "ended")  # a fresh reconcile reads the results: none yet
     player.finish(job)
     informer.observe(kube_cluster.api.get("batch/v1", "jobs", kube_namespace, job["metadata"]["name"]))
-    reconciler.reconcile(kube_namespace, "ended", reuse=True)
+    reconciler.reconcile(kube_namespace, "ended", Reading.POLL)
     status = player.status()
     assert status["evals"][0]["meanAtK"] is not None, status
     assert not status.get("failures"), status
@@ -271,3 +272,44 @@ def test_a_phase_absorbed_and_ended_is_not_judged_again(operator_env, kube_clust
     assert len(player.jobs()) == 7 and judged == [], judged
     [running] = [j["metadata"]["name"] for j in player.jobs() if j["metadata"]["name"] not in player.handled]
     assert parsed == [running], "the settled phases' Jobs are passed over unread: only the running one is parsed"
+
+
+def test_a_reconcile_woken_by_an_event_reads_no_result_of_a_running_child(
+    operator_env, kube_cluster, kube_namespace, store, monkeypatch
+):
+    """Kubernetes tells the operator when a child ends, the store tells nothing: a reconcile woken by a watch event
+    (Reading.EVENT) does not ask the store for the result of a phase whose child runs (each ask an S3 request, at
+    every event of a run), a full reading does, and once the child has ended its result is read and taken in."""
+    player, informer, reconciler = informed_run(kube_cluster, kube_namespace, store, "event")
+    to_jobs(reconciler, player, kube_namespace, "event")
+    [job] = player.jobs()
+    found = observe.job_phase(job)
+    assert found is not None
+    job_phase = found[0]
+    asked: list[str] = []
+    read_json_or_none, list_ = type(store).read_json_or_none, type(store).list
+
+    def counted_read(self: Store, key: str) -> object:
+        asked.append(key)
+        return read_json_or_none(self, key)
+
+    def counted_list(self: Store, prefix: str, recursive: bool = True) -> list[str]:
+        asked.append(prefix)
+        return list_(self, prefix, recursive)
+
+    monkeypatch.setattr(type(store), "read_json_or_none", counted_read)
+    monkeypatch.setattr(type(store), "list", counted_list)
+
+    def results_asked(reading: Reading) -> list[str]:
+        asked.clear()
+        reconciler.reconcile(kube_namespace, "event", reading)
+        return [k for k in asked if k.endswith("/result.json")]
+
+    # the start's evaluation runs; the first weight phase is counted but waits (no child yet)
+    assert results_asked(Reading.EVENT) == [], "no child has ended: no result is asked for"
+    assert results_asked(Reading.POLL) == [], "... nor by a progress poll"
+    assert len(results_asked(Reading.FULL)) == 2, "a full reading asks for every phase in flight"
+    player.finish(job)  # its result written, then the Job ends; the watch event comes (fed by hand)
+    informer.observe(kube_cluster.api.get("batch/v1", "jobs", kube_namespace, job["metadata"]["name"]))
+    assert results_asked(Reading.EVENT) == [layout.result_key("event", job_phase)], "the child has ended: its result"
+    assert player.status()["evals"][0]["meanAtK"] is not None, "... and taken in"

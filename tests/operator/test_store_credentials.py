@@ -58,7 +58,8 @@ def test_each_namespace_s_run_gets_its_own_secret_s_credentials(
     wrong = {"AWS_ACCESS_KEY_ID": "someone-else", "AWS_SECRET_ACCESS_KEY": "not-the-key"}
     api.create("v1", "secrets", bad_ns, secret("store-keys", wrong))
     prefix = f"creds-{uuid.uuid4().hex[:8]}"
-    stores = RunStores(kube, OperatorConfig.from_env().store_options)
+    now = [0.0]
+    stores = RunStores(kube, OperatorConfig.from_env().store_options, recheck_s=30.0, clock=lambda: now[0])
 
     good = stores.open(good_ns, s3_spec(s3_server, "store-keys", f"{prefix}/a"))
     good.write_json("probe.json", {"ok": True})
@@ -70,13 +71,55 @@ def test_each_namespace_s_run_gets_its_own_secret_s_credentials(
     with pytest.raises(StoreAuthError):
         bad.write_json("probe.json", {"ok": True})
 
-    # the same Secret again: the cached store; rotated (a new resourceVersion): a new store with the new keys
+    # the same Secret again: the cached store; rotated (a new resourceVersion): a new store with the new keys once the
+    # Secret is read again (recheck_s after it was read), or at once after the store refused the keys held
     assert stores.open(bad_ns, s3_spec(s3_server, "store-keys", f"{prefix}/b")) is bad
     api.patch("v1", "secrets", bad_ns, "store-keys", {"data": secret("x", valid)["data"]})
+    now[0] = 29.0
+    assert stores.open(bad_ns, s3_spec(s3_server, "store-keys", f"{prefix}/b")) is bad, "read 29 s ago: held"
+    now[0] = 30.0
     rotated = stores.open(bad_ns, s3_spec(s3_server, "store-keys", f"{prefix}/b"))
     assert rotated is not bad
     rotated.write_json("probe.json", {"ok": True})
     assert rotated.read_json("probe.json") == {"ok": True}
+    api.patch("v1", "secrets", bad_ns, "store-keys", {"data": secret("x", wrong)["data"]})
+    assert stores.open(bad_ns, s3_spec(s3_server, "store-keys", f"{prefix}/b")) is rotated, "held until refused"
+    stores.forget_credentials(bad_ns, "store-keys")
+    assert stores.open(bad_ns, s3_spec(s3_server, "store-keys", f"{prefix}/b")).config.access_key == "someone-else"  # type: ignore[attr-defined]
+
+
+def test_a_secret_is_read_once_per_recheck_not_at_every_open(
+    kube, kube_cluster: EmulatedCluster, kube_namespace: str, s3_server: S3ServerInfo
+):
+    """A run reconciled every few seconds does not cost a Secret read each time: one read per ``recheck_s`` (counted
+    at the API server); a Secret that cannot be used yet is read again at every open, so the run starts once fixed."""
+    api = kube_cluster.api
+    api.create("v1", "secrets", kube_namespace, secret("held", {"AWS_ACCESS_KEY_ID": "k"}))
+    now = [0.0]
+    stores = RunStores(kube, recheck_s=30.0, clock=lambda: now[0])
+    spec = s3_spec(s3_server, "held", f"held-{uuid.uuid4().hex[:8]}")
+
+    def secret_reads() -> int:
+        return sum(
+            1
+            for r in kube_cluster.emulator._requests
+            if str(r.method).upper().endswith("GET") and r.url.path.endswith("/secrets/held")
+        )
+
+    for _ in range(3):  # incomplete: read again each time
+        with pytest.raises(CredentialsUnavailable):
+            stores.open(kube_namespace, spec)
+    assert secret_reads() == 3
+    valid = {"AWS_ACCESS_KEY_ID": s3_server.access_key, "AWS_SECRET_ACCESS_KEY": s3_server.secret_key}
+    api.patch("v1", "secrets", kube_namespace, "held", {"data": secret("x", valid)["data"]})
+    store = stores.open(kube_namespace, spec)
+    for t in (1.0, 10.0, 29.9):
+        now[0] = t
+        assert stores.open(kube_namespace, spec) is store
+    assert secret_reads() == 4, "one read for the usable Secret, then none within recheck_s"
+    now[0] = 30.0
+    assert stores.open(kube_namespace, spec) is store, "read again, the same resourceVersion: the same store"
+    assert secret_reads() == 5
 
 
 def test_a_missing_or_incomplete_secret_names_the_field_and_the_fix(

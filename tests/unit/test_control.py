@@ -247,3 +247,68 @@ def test_one_storage_connection_for_processes_and_children() -> None:
     assert storage.connection(s, "/tmp/folder") == {} and storage.connection(Storage(uri="file:///x")) == {}
     assert storage.connection_env(s) == {s3.ENV_ENDPOINT: "minio:9000", s3.ENV_SECURE: "true", s3.ENV_REGION: "eu"}
     assert storage.connection_env(Storage()) == {s3.ENV_SECURE: "false"}
+
+
+def test_a_phase_whose_child_runs_is_read_once_then_when_its_child_has_ended(tmp_path, monkeypatch) -> None:
+    """``ended``: the phases whose child a controller sees ended (a reconcile woken by a watch event): only their results
+    are read, and those of phases never read yet; a phase whose child runs is not read again (on S3 each would be a
+    request answered "no such key" for the hours a phase runs), its last reading stands. With ``progress=False`` a
+    running weight phase's checkpoints are not listed again (the next progress poll does)."""
+    store = open_store(str(tmp_path / "store"))
+    reads: list[str] = []
+    listed: list[str] = []
+    read_json_or_none, list_ = store.read_json_or_none, store.list
+
+    def counted_read(key: str) -> Any:
+        reads.append(key)
+        return read_json_or_none(key)
+
+    def counted_list(prefix: str, **kw: Any) -> list[str]:
+        listed.append(prefix)
+        return list_(prefix, **kw)
+
+    lines: list[str] = []
+    read_bytes = store.read_bytes
+
+    def counted_bytes(key: str) -> bytes:
+        if key.endswith("/metrics.jsonl"):
+            lines.append(key)
+        return read_bytes(key)
+
+    monkeypatch.setattr(store, "read_json_or_none", counted_read)
+    monkeypatch.setattr(store, "list", counted_list)
+    monkeypatch.setattr(store, "read_bytes", counted_bytes)
+    weight, evaluation = "c01-weight", "eval-c00-s000000-start"
+    store.write_json(layout.result_key(RUN, evaluation), {"meanAtK": 0.5, "k": 1, "items": 1})
+    status = WhaleRunStatus(
+        phase=RunPhase.RUNNING,
+        active_phase=weight,
+        attempts={weight: 1, evaluation: 1},
+        evals=[EvalPoint(phase=evaluation, cycle=0, step=0, after="start")],
+    )
+    both = {weight: Child(ChildState.RUNNING), evaluation: Child(ChildState.RUNNING)}
+    observer = StoreObserver(store, RUN)
+    first = observer.observe(status, both, {}, now="t", ended=(), progress=False)
+    assert set(first.results) == {evaluation}, "read once: what is there is taken in"
+    assert reads == [layout.result_key(RUN, evaluation)], "the first reading lists the run's phases: none of c01 yet"
+    assert lines == [layout.metrics_key(RUN, weight), layout.metrics_key(RUN, evaluation)], "each running phase's"
+    reads.clear()
+    lines.clear()
+    listings = len(listed)
+    store.write_json(layout.result_key(RUN, weight), {"finalStep": 2})  # written before its child ends
+    store.append_jsonl(layout.metrics_key(RUN, weight), {"step": 1})
+    lines.clear()  # (the append read the file)
+    again = observer.observe(status, both, {}, now="t", ended=(), progress=False)
+    assert reads == [] and len(listed) == listings, "neither result read again, the checkpoints not listed"
+    assert lines == [], "nor the metrics lines"
+    assert set(again.results) == {evaluation} and again.metrics == first.metrics, "the last readings stand"
+    ended = {weight: Child(ChildState.SUCCEEDED), evaluation: Child(ChildState.RUNNING)}
+    done = observer.observe(status, ended, {}, now="t", ended={weight}, progress=False)
+    assert reads == [layout.result_key(RUN, weight)], "the ended child's result, and only it"
+    assert lines == [layout.metrics_key(RUN, weight)], "the ended phase's lines, not the running evaluation's"
+    assert set(done.results) == {weight, evaluation}
+    assert len(listed) == listings + 1, "a weight phase that has ended: its checkpoints listed"
+    reads.clear()
+    full = observer.observe(status, ended, {}, now="t")
+    assert sorted(reads) == sorted([layout.result_key(RUN, weight), layout.result_key(RUN, evaluation)])
+    assert set(full.results) == {weight, evaluation}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any
 
 from pydantic import ValidationError
@@ -71,6 +71,10 @@ class StoreObserver:
         self._warned: set[tuple[str, int]] = set()
         #: the results last read (:meth:`results`), for an observation that need not read them again
         self._results: dict[str, dict[str, Any]] = {}
+        #: the metrics lines last read, by phase (:meth:`metrics`, ``ended``)
+        self._metrics: dict[str, tuple[PhaseMetrics, ...]] = {}
+        #: the phases whose result has been read at least once (:meth:`results`, ``ended``)
+        self._read: set[str] = set()
         #: the run's phases have been listed once (:meth:`results`)
         self._listed = False
         #: the run's checkpoints have been listed once (:meth:`checkpoints`)
@@ -81,6 +85,7 @@ class StoreObserver:
         status: WhaleRunStatus,
         children: Mapping[str, Child] | None = None,
         absorbed: set[str] | None = None,
+        ended: Collection[str] | None = None,
     ) -> dict[str, dict[str, Any]]:
         """result.json of every phase not yet absorbed into ``status``. The run's phases are listed in the store at
         this observer's first reading, and again whenever ``status`` counts no attempt (a new run, or a status begun
@@ -88,13 +93,17 @@ class StoreObserver:
         can have a result to read: those the status launched (``attempts`` lists every phase it started) or has a
         child of, less those it absorbed. So a reading costs what runs now, not the run's length (a listing of every
         phase grew by a phase at each transition: 0.35 ms more a reconcile 35 transitions in, on a local disk).
-        ``absorbed``: :func:`absorbed_phases` of ``status``, when the caller has it."""
+        ``absorbed``: :func:`absorbed_phases` of ``status``, when the caller has it. ``ended``: the phases whose child the
+        caller sees ended; only their results are read, and those of phases never read here yet: a phase's result
+        counts once its child has ended, and that end is what makes the caller look again, so the last reading of the
+        others stands (on S3 a result not yet written is a request answered "no such key" at each reconcile of a
+        phase that runs for hours). None: every phase in flight is read."""
         if absorbed is None:
             absorbed = absorbed_phases(status)
+        in_flight = set(status.attempts) | set(children or ())
+        if status.active_phase:
+            in_flight.add(status.active_phase)
         if self._listed and status.attempts:
-            in_flight = set(status.attempts) | set(children or ())
-            if status.active_phase:
-                in_flight.add(status.active_phase)
             phases = sorted(in_flight)
         else:
             phases = [
@@ -102,10 +111,16 @@ class StoreObserver:
                 for entry in self.store.list(layout.phases_prefix(self.run), recursive=False)
             ]
             self._listed = True
+            self._read |= in_flight - set(phases)  # the listing read them: nothing of theirs in the store
         out: dict[str, dict[str, Any]] = {}
         for phase in phases:
             if phase in absorbed:
                 continue
+            if ended is not None and phase not in ended and phase in self._read:
+                if phase in self._results:
+                    out[phase] = self._results[phase]
+                continue
+            self._read.add(phase)
             raw = self.store.read_json_or_none(layout.result_key(self.run, phase))
             if raw is not None:
                 out[phase] = raw
@@ -113,14 +128,26 @@ class StoreObserver:
         return out
 
     def metrics(
-        self, status: WhaleRunStatus, children: Mapping[str, Child] | None = None
+        self,
+        status: WhaleRunStatus,
+        children: Mapping[str, Child] | None = None,
+        ended: Collection[str] | None = None,
     ) -> dict[str, tuple[PhaseMetrics, ...]]:
         """The metrics lines, parsed, of the main phase in progress and of every phase whose child runs
-        (an evaluation's lines are its progress, for the Stalled condition)."""
+        (an evaluation's lines are its progress, for the Stalled condition). ``ended`` (a controller woken by something
+        else than the passing of time, :meth:`results`): only the lines of those phases and of phases not read here
+        yet are read; the others' last reading stands until the next progress poll (``ended`` None) reads them."""
         phases = {p for p, c in (children or {}).items() if c.state is ChildState.RUNNING}
         if status.active_phase:
             phases.add(status.active_phase)
-        return {phase: self.read_metrics(phase) for phase in sorted(phases)}
+        out: dict[str, tuple[PhaseMetrics, ...]] = {}
+        for phase in sorted(phases):
+            held = self._metrics.get(phase)
+            out[phase] = (
+                held if held is not None and ended is not None and phase not in ended else self.read_metrics(phase)
+            )
+        self._metrics = out
+        return out
 
     def read_metrics(self, phase: str) -> tuple[PhaseMetrics, ...]:
         """:func:`read_metrics` of one phase, warning once per line that does not parse."""
@@ -153,22 +180,31 @@ class StoreObserver:
         generation: int | None = None,
         *,
         results: bool = True,
+        ended: Collection[str] | None = None,
+        progress: bool = True,
     ) -> Observations:
         """Everything ``decide`` needs, with the controller's view of the children. ``results`` False: the phases'
         results are those read last time, less the ones ``status`` has absorbed since (a controller that knows no
-        child has finished since: a phase writes its result before its child ends)."""
+        child has finished since: a phase writes its result before its child ends). ``ended``: the phases whose child
+        has ended, the only ones whose results are read again (:meth:`results`). ``progress`` False (with ``ended``):
+        what a running phase writes is not read again either — its metrics lines (:meth:`metrics`), its checkpoints —
+        but for the phases in ``ended``: a controller woken by something else than the passing of time (a watch
+        event); a line or a checkpoint written mid-phase is found by the next progress poll."""
         absorbed = absorbed_phases(status)
         read = (
-            self.results(status, children, absorbed)
+            self.results(status, children, absorbed, ended)
             if results
             else {k: v for k, v in self._results.items() if k not in absorbed}
         )
+        in_flight = [*children, *read]
+        if not progress and ended is not None:
+            in_flight = [p for p in in_flight if p in ended]
         return Observations(
             run=self.run,
             children=dict(children),
             results=read,
-            metrics=self.metrics(status, children),
-            checkpoints=self.checkpoints([*children, *read]),
+            metrics=self.metrics(status, children, None if progress else ended),
+            checkpoints=self.checkpoints(in_flight),
             split_sizes=dict(split_sizes),
             now=now,
             generation=generation,
