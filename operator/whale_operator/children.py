@@ -75,6 +75,8 @@ class ChildRejected(RuntimeError):
 #: part of a reconcile. One deleted by hand is made again within this time (the Deployments, listed by every
 #: reconcile, at once).
 PRESENT_TTL_S = 300.0
+#: phase requests held per run (:meth:`JobLauncher.write_request`): more than a run has in flight at once
+REQUESTS_HELD = 8
 
 
 class JobLauncher:
@@ -108,14 +110,26 @@ class JobLauncher:
         #: target (``serving.json``) and the spec its children read (``spec.json``, by the parsed spec's identity)
         self._serving: dict[str, str | None] = {}
         self._spec_written: dict[str, ClusterRunSpec] = {}
+        #: per run UID, the phase requests last written (:meth:`write_request`), by key: the newest few
+        self._requests: dict[str, dict[str, Any]] = {}
         #: per run UID, its infrastructure's manifests as last built (:meth:`infra`) and what they were built from
         self._infra: dict[str, tuple[tuple[Any, ...], list[dict[str, Any]]]] = {}
 
     def forget(self, uid: str) -> None:
         """The run is gone: drop what is held for it."""
         self._serving.pop(uid, None)
+        self._requests.pop(uid, None)
         self._spec_written.pop(uid, None)
         self._infra.pop(uid, None)
+
+    def write_request(self, run: builders.RunRef, store: Store, req: PhaseRequest) -> None:
+        """:func:`~whale.control.planner.write_request` with this operator's memory of what it wrote (the requests'
+        one writer): a phase start asks the store nothing, a start repeated while it waits (for its server, its
+        queue) writes nothing. Only the newest few are held: a run's phases run a few at a time."""
+        written = self._requests.setdefault(run.uid, {})
+        write_request(store, run.name, req, written)
+        while len(written) > REQUESTS_HELD:
+            del written[next(iter(written))]
 
     def write_spec(self, run: builders.RunRef, store: Store, spec: ClusterRunSpec) -> None:
         """:func:`write_spec`, once per parsed spec (a new generation parses a new one)."""
@@ -166,7 +180,7 @@ class JobLauncher:
                 )
                 return None
         self.write_spec(run, store, spec)
-        write_request(store, run.name, req)  # before the Job: the workload reads it first thing
+        self.write_request(run, store, req)  # before the Job: the workload reads it first thing
         svc = builders.rendezvous_service(run, spec, req)
         if svc is not None:
             self.ensure(svc)
@@ -189,7 +203,7 @@ class JobLauncher:
         Workload). No wait for ``served.json``: the server is the JobSet's own, it loads the serving target
         (written before this call) when it starts, and JobSet starts the workload only once it is Ready."""
         self.write_spec(run, store, spec)
-        write_request(store, run.name, req)  # before the JobSet: the workload reads it first thing
+        self.write_request(run, store, req)  # before the JobSet: the workload reads it first thing
         manifest = builders.phase_jobset(run, spec, req, store_uri=store_uri(spec), checkpoint=target, tools=tools)
         return self._ensure_gang(run, spec, req, manifest)
 

@@ -313,3 +313,6 @@ def test_a_reconcile_woken_by_an_event_reads_no_result_of_a_running_child(
     informer.observe(kube_cluster.api.get("batch/v1", "jobs", kube_namespace, job["metadata"]["name"]))
     assert results_asked(Reading.EVENT) == [layout.result_key("event", job_phase)], "the child has ended: its result"
     assert player.status()["evals"][0]["meanAtK"] is not None, "... and taken in"
+    started = [j for j in player.jobs() if j["metadata"]["name"] != job["metadata"]["name"]]
+    assert started, "the next phase started"
+    assert not [k for k in asked if k.endswith("/request.json")], "its request written without asking the store first"

@@ -241,6 +241,37 @@ def test_a_request_is_written_before_launch_and_only_when_it_changed(tmp_path) -
     assert parse_request(store.read_json(layout.request_key(RUN, req.phase))) == req
 
 
+def test_a_writer_that_remembers_its_requests_asks_the_store_nothing(tmp_path, monkeypatch) -> None:
+    """``written``: the request's one writer remembers what it wrote, so a phase start reads nothing (on S3 a read is
+    a request, "no such key" at each new phase) and a start repeated while the phase waits writes nothing."""
+    store = open_store(str(tmp_path / "store"))
+    calls: list[str] = []
+    read_json_or_none, write_json = store.read_json_or_none, store.write_json
+
+    def counted_read(key: str) -> Any:
+        calls.append(f"read {key}")
+        return read_json_or_none(key)
+
+    def counted_write(key: str, obj: Any) -> None:
+        calls.append(f"write {key}")
+        write_json(key, obj)
+
+    monkeypatch.setattr(store, "read_json_or_none", counted_read)
+    monkeypatch.setattr(store, "write_json", counted_write)
+    req = eval_start().request
+    key = layout.request_key(RUN, req.phase)
+    written: dict[str, Any] = {}
+    write_request(store, RUN, req, written)
+    assert calls == [f"write {key}"] and parse_request(store.read_json(key)) == req
+    write_request(store, RUN, req, written)
+    assert calls == [f"write {key}"], "the same request again: nothing written, nothing read"
+    write_request(store, RUN, req, {})  # a writer that remembers nothing (a restarted operator): written, not read
+    assert calls == [f"write {key}"] * 2
+    calls.clear()
+    write_request(store, RUN, req)  # no memory at all: read to compare, the same: not written
+    assert calls == [f"read {key}"]
+
+
 def test_one_storage_connection_for_processes_and_children() -> None:
     s = Storage(uri="s3://b/p", endpoint="minio:9000", secure=True, region="eu")
     assert storage.connection(s) == {"endpoint": "minio:9000", "secure": True, "region": "eu"}

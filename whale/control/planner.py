@@ -9,8 +9,9 @@ controller then carries it out its own way (a subprocess or a Job).
 from __future__ import annotations
 
 import enum
-from collections.abc import Collection
+from collections.abc import Collection, MutableMapping
 from dataclasses import dataclass
+from typing import Any
 
 from whale.core import layout
 from whale.core.alternation import Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun, Transition
@@ -84,10 +85,21 @@ def write_stop(store: Store, run: str, action: StopPhase) -> None:
     store.write_text(layout.stop_key(run, action.phase), action.reason + "\n")
 
 
-def write_request(store: Store, run: str, request: PhaseRequest) -> None:
-    """The request the child reads first thing: written before its launch, only when it differs."""
+def write_request(
+    store: Store, run: str, request: PhaseRequest, written: MutableMapping[str, Any] | None = None
+) -> None:
+    """The request the child reads first thing: written before its launch, only when it differs. ``written``: what
+    this writer (the request's one writer) wrote before, by key: a request equal to it is not written again, any other
+    is written without reading the store first (a request is the same for the same decision, so writing one that is
+    there already changes nothing; on S3 the read is a request, "no such key" at each new phase). None: the store is
+    read to compare."""
     key = layout.request_key(run, request.phase)
     wire = request.to_wire()
+    if written is not None:
+        if written.get(key) != wire:
+            store.write_json(key, wire)
+            written[key] = wire
+        return
     if store.read_json_or_none(key) != wire:
         store.write_json(key, wire)
 
