@@ -55,8 +55,9 @@ class Reading(enum.Enum):
 
     #: everything afresh: the run's first reconcile, the resync (``WHALE_OPERATOR_RESYNC_S``), after a failure
     FULL = "full"
-    #: a watch event (a child changed, the sidecar rang, the spec changed): the results of the phases whose child runs
-    #: are not read again, nor the checkpoints of a running weight phase listed (each an S3 request a reconcile)
+    #: a watch event (a child changed, the sidecar rang, the spec changed): what a child's end can have changed, the
+    #: results and last metrics lines of the phases whose child has ended; not those of a phase whose child runs, nor
+    #: a running weight phase's checkpoints (each an S3 request a reconcile)
     EVENT = "event"
     #: a progress poll, nothing in Kubernetes changed: what a running phase writes (its metrics, its checkpoints), and
     #: the results only of phases whose child has ended
