@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from whale.control.observer import StoreObserver, absorbed_phases
 from whale.core import layout
-from whale.core.alternation import ChildState, StartPhase, decide
+from whale.core.alternation import ChildState, StartPhase, decide, evaluates_mid_phase
 from whale.core.convert import raw_section
 from whale.core.layout import PhaseId
 from whale.core.status import Reason, RunPhase, WhaleRunStatus
@@ -59,8 +59,8 @@ class Reading(enum.Enum):
     #: results and last metrics lines of the phases whose child has ended; not those of a phase whose child runs, nor
     #: a running weight phase's checkpoints (each an S3 request a reconcile)
     EVENT = "event"
-    #: a progress poll, nothing in Kubernetes changed: what a running phase writes (its metrics, its checkpoints), and
-    #: the results only of phases whose child has ended
+    #: a progress poll, nothing in Kubernetes changed: what a running phase writes (its metrics lines; a weight phase's
+    #: checkpoints where one is evaluated before the phase ends), and the results only of phases whose child has ended
     POLL = "poll"
 
 
@@ -319,6 +319,8 @@ class Reconciler:
             results=reading is not Reading.POLL or bool(ended),
             ended=None if reading is Reading.FULL else ended,
             progress=reading is not Reading.EVENT,
+            # a poll lists a running weight phase's checkpoints only where one is evaluated before the phase ends
+            checkpoints=reading is not Reading.POLL or evaluates_mid_phase(spec, prev, sizes or {}),
         )
         decision = decide(spec, prev, obs)
         running = {p for p, c in children.items() if c.state is ChildState.RUNNING}

@@ -316,3 +316,11 @@ def test_a_reconcile_woken_by_an_event_reads_no_result_of_a_running_child(
     started = [j for j in player.jobs() if j["metadata"]["name"] != job["metadata"]["name"]]
     assert started, "the next phase started"
     assert not [k for k in asked if k.endswith("/request.json")], "its request written without asking the store first"
+    [weight] = started
+    assert weight["metadata"]["labels"][names.LABEL_KIND] == "weight"
+    informer.observe(kube_cluster.api.get("batch/v1", "jobs", kube_namespace, weight["metadata"]["name"]))
+    asked.clear()
+    reconciler.reconcile(kube_namespace, "event", Reading.POLL)
+    # this schedule evaluates the weight phase's last checkpoint only (whale.core.alternation.evaluates_mid_phase)
+    assert not [k for k in asked if "/checkpoints" in k], "a poll lists no checkpoint of a phase evaluated at its end"
+    assert not [k for k in asked if k.endswith("/result.json")], "... nor asks for a result: its child runs"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from whale.core.adaptive import harness_stop_iteration, weight_stop_step, window_means
-from whale.core.alternation import Child, ChildState, Observations, StartPhase, StopPhase, decide
+from whale.core.alternation import Child, ChildState, Observations, StartPhase, StopPhase, decide, evaluates_mid_phase
 from whale.core.protocol import HarnessStopRule, WeightStopRule
 from whale.core.schedule import resolve
 from whale.core.spec import WhaleRunSpec
@@ -623,3 +623,34 @@ def test_requests_carry_resolved_values_and_round_trip():
     assert evals and all(r.sampling.temperature == 0.25 and r.sampling.top_k == 3 for r in evals)
     for request in world.requests.values():
         assert parse_request(request.to_wire()) == request
+
+
+def test_a_weight_phase_is_watched_for_checkpoints_only_where_one_is_evaluated_before_it_ends():
+    """``evaluates_mid_phase``: a controller's progress poll lists a running weight phase's checkpoints only where
+    ``decide`` evaluates one before the phase ends (an evaluation point inside its range); its last checkpoint is read
+    once its child has ended. Unknown (no split sizes yet) counts as yes."""
+
+    def spec(condition: str, interval: int, **schedule: int) -> WhaleRunSpec:
+        return WhaleRunSpec.model_validate(
+            {
+                "domain": "synthetic",
+                "condition": condition,
+                "model": {"name": "tiny"},
+                "schedule": {"totalSteps": 12, **schedule},
+                "evaluation": {"intervalSteps": interval},
+            }
+        )
+
+    fresh = WhaleRunStatus()
+    # whale, a cycle of 4 steps evaluated at its end: nothing inside the phase
+    assert not evaluates_mid_phase(spec("whale", 4, weightStepsPerCycle=4), fresh, SIZES)
+    # evaluated every 2 steps: step 2 lies inside the first cycle (0 -> 4)
+    assert evaluates_mid_phase(spec("whale", 2, weightStepsPerCycle=4), fresh, SIZES)
+    # rsft_only trains the whole budget in one phase, evaluated along the way
+    assert evaluates_mid_phase(spec("rsft_only", 4), fresh, SIZES)
+    # evaluated every 6 steps: none inside the first cycle (0 -> 4), step 6 inside the second (4 -> 8)
+    second = WhaleRunStatus.model_validate({"checkpointStep": 4, "completedPhases": ["c01-weight", "c01-harness"]})
+    assert second.checkpoint_step == 4
+    assert not evaluates_mid_phase(spec("whale", 6, weightStepsPerCycle=4), fresh, SIZES)
+    assert evaluates_mid_phase(spec("whale", 6, weightStepsPerCycle=4), second, SIZES)
+    assert evaluates_mid_phase(spec("whale", 4, weightStepsPerCycle=4), fresh, {})

@@ -343,3 +343,36 @@ def test_a_phase_whose_child_runs_is_read_once_then_when_its_child_has_ended(tmp
     full = observer.observe(status, ended, {}, now="t")
     assert sorted(reads) == sorted([layout.result_key(RUN, weight), layout.result_key(RUN, evaluation)])
     assert set(full.results) == {weight, evaluation}
+
+
+def test_a_poll_lists_a_weight_phase_s_checkpoints_only_when_asked(tmp_path, monkeypatch) -> None:
+    """``checkpoints=False`` (a poll of a weight phase none of whose checkpoints is evaluated before it ends): its
+    metrics lines are read as every poll reads them, its checkpoints are not listed; once its child has ended they are."""
+    store = open_store(str(tmp_path / "store"))
+    listed: list[str] = []
+    list_ = store.list
+
+    def counted_list(prefix: str, **kw: Any) -> list[str]:
+        listed.append(prefix)
+        return list_(prefix, **kw)
+
+    monkeypatch.setattr(store, "list", counted_list)
+    checkpoints = layout.checkpoints_prefix(RUN) + "/"
+    weight = "c01-weight"
+    status = WhaleRunStatus(phase=RunPhase.RUNNING, active_phase=weight, attempts={weight: 1})
+    running = {weight: Child(ChildState.RUNNING)}
+    observer = StoreObserver(store, RUN)
+    observer.observe(status, running, {}, now="t")  # the first reading lists them
+    first = listed.count(checkpoints)
+    store.write_bytes(layout.checkpoint_prefix(RUN, 2) + "/model.safetensors", b"x")
+    store.write_bytes(layout.checkpoint_complete_key(RUN, 2), b"")
+    store.append_jsonl(layout.metrics_key(RUN, weight), {"step": 1})
+    poll = observer.observe(status, running, {}, now="t", ended=(), checkpoints=False)
+    assert listed.count(checkpoints) == first and poll.checkpoints == frozenset(), "not listed while it runs"
+    assert weight in poll.metrics, "its lines are read"
+    assert observer.observe(status, running, {}, now="t", ended=()).checkpoints == frozenset({2}), "asked: listed"
+    ended = {weight: Child(ChildState.SUCCEEDED)}
+    store.write_bytes(layout.checkpoint_prefix(RUN, 4) + "/model.safetensors", b"x")
+    store.write_bytes(layout.checkpoint_complete_key(RUN, 4), b"")
+    done = observer.observe(status, ended, {}, now="t", ended={weight}, checkpoints=False)
+    assert done.checkpoints == frozenset({2, 4}), "its child has ended: listed"

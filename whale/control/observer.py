@@ -182,6 +182,7 @@ class StoreObserver:
         results: bool = True,
         ended: Collection[str] | None = None,
         progress: bool = True,
+        checkpoints: bool = True,
     ) -> Observations:
         """Everything ``decide`` needs, with the controller's view of the children. ``results`` False: the phases'
         results are those read last time, less the ones ``status`` has absorbed since (a controller that knows no
@@ -189,7 +190,9 @@ class StoreObserver:
         has ended, the only ones whose results are read again (:meth:`results`). ``progress`` False (with ``ended``):
         what a running phase writes is not read again either — its metrics lines (:meth:`metrics`), its checkpoints —
         but for the phases in ``ended``: a controller woken by something else than the passing of time (a watch
-        event); a line or a checkpoint written mid-phase is found by the next progress poll."""
+        event); a line or a checkpoint written mid-phase is found by the next progress poll. ``checkpoints`` False
+        (with ``ended``): a running weight phase's checkpoints are not listed either, by a poll too (nothing of its is
+        evaluated before it ends: :func:`whale.core.alternation.evaluates_mid_phase`)."""
         absorbed = absorbed_phases(status)
         read = (
             self.results(status, children, absorbed, ended)
@@ -197,7 +200,7 @@ class StoreObserver:
             else {k: v for k, v in self._results.items() if k not in absorbed}
         )
         in_flight = [*children, *read]
-        if not progress and ended is not None:
+        if ended is not None and not (progress and checkpoints):
             in_flight = [p for p in in_flight if p in ended]
         return Observations(
             run=self.run,

@@ -243,10 +243,7 @@ class _Machine:
 
     def weight_range(self) -> tuple[int, int]:
         """(from step, target step) of the weight phase that starts at the current checkpoint."""
-        step, total = self.state.checkpoint_step, self.sched.total_steps
-        if self.spec.condition is Condition.WHALE and self.sched.cycle_steps:
-            return step, min(step + self.sched.cycle_steps, total)
-        return step, total
+        return weight_range(self.spec, self.sched, self.state.checkpoint_step)
 
     def weight_args(self, phase: PhaseId) -> WeightPhaseArgs:
         step, target = self.weight_range()
@@ -589,6 +586,30 @@ class _Machine:
         if checkpoint != self.before.current_checkpoint and not self.state.phase.is_terminal():
             self.actions.insert(0, ServeCheckpoint(checkpoint))
         return Transition(self.state.to_status(), tuple(self.actions))
+
+
+def weight_range(spec: WhaleRunSpec, sched: ResolvedSchedule, step: int) -> tuple[int, int]:
+    """(from step, target step) of the weight phase that starts at checkpoint step ``step``: a cycle of ``whale``, the
+    rest of the budget otherwise (``rsft_only``'s one phase; ``adaptive_whale``'s, which its patience may stop)."""
+    total = sched.total_steps
+    if spec.condition is Condition.WHALE and sched.cycle_steps:
+        return step, min(step + sched.cycle_steps, total)
+    return step, total
+
+
+def evaluates_mid_phase(spec: WhaleRunSpec, status: WhaleRunStatus, split_sizes: Mapping[str, int]) -> bool:
+    """Whether the run's weight phase in progress has evaluation points before its target step, whose checkpoints
+    ``decide`` evaluates as they come complete (:meth:`_Machine.observe_mid_phase_checkpoints`): only then must a
+    controller look for checkpoints while that phase runs (its last one it reads once the phase's child has ended).
+    True when it cannot tell (no split sizes yet, a schedule that does not resolve): looking is never wrong."""
+    if not split_sizes:
+        return True
+    try:
+        sched = resolve(spec, dict(split_sizes))
+    except ScheduleError:
+        return True
+    start, target = weight_range(spec, sched, RunState.from_status(status).checkpoint_step)
+    return any(step < target for step in sched.eval_points_between(start, target))
 
 
 def watch_progress(state: RunState, spec: WhaleRunSpec, obs: Observations) -> RunState:
