@@ -38,6 +38,20 @@ MIN_SPEC = {"domain": "synthetic", "condition": "rsft_only", "model": {"name": "
 
 
 RUN = "ctl"
+
+
+def spied(monkeypatch: Any, store: Any, method: str, calls: list[str], label: str = "") -> None:
+    """``store.<method>`` counted: each call appends its first argument (a key or a prefix, after ``label``) to
+    ``calls``, then runs as before."""
+    real = getattr(store, method)
+
+    def counted(key: str, *args: Any, **kwargs: Any) -> Any:
+        calls.append(f"{label}{key}")
+        return real(key, *args, **kwargs)
+
+    monkeypatch.setattr(store, method, counted)
+
+
 ITERATION_1 = HarnessIterationMetrics(iteration=1, best_score=0.5, best_candidate="i01-incoming", rollouts=4)
 RUNNING = WhaleRunStatus(phase=RunPhase.RUNNING)
 
@@ -129,18 +143,8 @@ def test_after_its_first_reading_the_observer_reads_only_the_phases_in_flight(tm
     store = open_store(str(tmp_path / "store"))
     listed: list[str] = []
     read: list[str] = []
-    list_, read_json_or_none = store.list, store.read_json_or_none
-
-    def counted_list(prefix: str, **kw: Any) -> list[str]:
-        listed.append(prefix)
-        return list_(prefix, **kw)
-
-    def counted_read(key: str) -> Any:
-        read.append(key)
-        return read_json_or_none(key)
-
-    monkeypatch.setattr(store, "list", counted_list)
-    monkeypatch.setattr(store, "read_json_or_none", counted_read)
+    spied(monkeypatch, store, "list", listed)
+    spied(monkeypatch, store, "read_json_or_none", read)
     done = [f"eval-c{c:02d}-s{2 * c:06d}-weight" for c in range(1, 31)]
     for phase in done:
         store.write_json(layout.result_key(RUN, phase), {"meanAtK": 0.5, "k": 1, "items": 1})
@@ -170,13 +174,7 @@ def test_checkpoints_are_listed_again_only_while_a_weight_phase_is_in_flight(tmp
     during a harness phase or an evaluation costs nothing that grows with the run's checkpoints."""
     store = open_store(str(tmp_path / "store"))
     listed: list[str] = []
-    list_ = store.list
-
-    def counted_list(prefix: str, **kw: Any) -> list[str]:
-        listed.append(prefix)
-        return list_(prefix, **kw)
-
-    monkeypatch.setattr(store, "list", counted_list)
+    spied(monkeypatch, store, "list", listed)
     checkpoints = layout.checkpoints_prefix(RUN) + "/"
 
     def complete(step: int) -> None:
@@ -246,18 +244,8 @@ def test_a_writer_that_remembers_its_requests_asks_the_store_nothing(tmp_path, m
     a request, "no such key" at each new phase) and a start repeated while the phase waits writes nothing."""
     store = open_store(str(tmp_path / "store"))
     calls: list[str] = []
-    read_json_or_none, write_json = store.read_json_or_none, store.write_json
-
-    def counted_read(key: str) -> Any:
-        calls.append(f"read {key}")
-        return read_json_or_none(key)
-
-    def counted_write(key: str, obj: Any) -> None:
-        calls.append(f"write {key}")
-        write_json(key, obj)
-
-    monkeypatch.setattr(store, "read_json_or_none", counted_read)
-    monkeypatch.setattr(store, "write_json", counted_write)
+    spied(monkeypatch, store, "read_json_or_none", calls, "read ")
+    spied(monkeypatch, store, "write_json", calls, "write ")
     req = eval_start().request
     key = layout.request_key(RUN, req.phase)
     written: dict[str, Any] = {}
@@ -288,27 +276,14 @@ def test_a_phase_whose_child_runs_is_read_once_then_when_its_child_has_ended(tmp
     store = open_store(str(tmp_path / "store"))
     reads: list[str] = []
     listed: list[str] = []
-    read_json_or_none, list_ = store.read_json_or_none, store.list
+    bytes_read: list[str] = []
+    spied(monkeypatch, store, "read_json_or_none", reads)
+    spied(monkeypatch, store, "list", listed)
+    spied(monkeypatch, store, "read_bytes", bytes_read)
 
-    def counted_read(key: str) -> Any:
-        reads.append(key)
-        return read_json_or_none(key)
+    def metrics_read() -> list[str]:
+        return [k for k in bytes_read if k.endswith("/metrics.jsonl")]
 
-    def counted_list(prefix: str, **kw: Any) -> list[str]:
-        listed.append(prefix)
-        return list_(prefix, **kw)
-
-    lines: list[str] = []
-    read_bytes = store.read_bytes
-
-    def counted_bytes(key: str) -> bytes:
-        if key.endswith("/metrics.jsonl"):
-            lines.append(key)
-        return read_bytes(key)
-
-    monkeypatch.setattr(store, "read_json_or_none", counted_read)
-    monkeypatch.setattr(store, "list", counted_list)
-    monkeypatch.setattr(store, "read_bytes", counted_bytes)
     weight, evaluation = "c01-weight", "eval-c00-s000000-start"
     store.write_json(layout.result_key(RUN, evaluation), {"meanAtK": 0.5, "k": 1, "items": 1})
     status = WhaleRunStatus(
@@ -322,21 +297,23 @@ def test_a_phase_whose_child_runs_is_read_once_then_when_its_child_has_ended(tmp
     first = observer.observe(status, both, {}, now="t", ended=(), progress=False)
     assert set(first.results) == {evaluation}, "read once: what is there is taken in"
     assert reads == [layout.result_key(RUN, evaluation)], "the first reading lists the run's phases: none of c01 yet"
-    assert lines == [layout.metrics_key(RUN, weight), layout.metrics_key(RUN, evaluation)], "each running phase's"
+    assert metrics_read() == [layout.metrics_key(RUN, weight), layout.metrics_key(RUN, evaluation)], (
+        "each running phase's"
+    )
     reads.clear()
-    lines.clear()
+    bytes_read.clear()
     listings = len(listed)
     store.write_json(layout.result_key(RUN, weight), {"finalStep": 2})  # written before its child ends
     store.append_jsonl(layout.metrics_key(RUN, weight), {"step": 1})
-    lines.clear()  # (the append read the file)
+    bytes_read.clear()  # (the append read the file)
     again = observer.observe(status, both, {}, now="t", ended=(), progress=False)
     assert reads == [] and len(listed) == listings, "neither result read again, the checkpoints not listed"
-    assert lines == [], "nor the metrics lines"
+    assert metrics_read() == [], "nor the metrics lines"
     assert set(again.results) == {evaluation} and again.metrics == first.metrics, "the last readings stand"
     ended = {weight: Child(ChildState.SUCCEEDED), evaluation: Child(ChildState.RUNNING)}
     done = observer.observe(status, ended, {}, now="t", ended={weight}, progress=False)
     assert reads == [layout.result_key(RUN, weight)], "the ended child's result, and only it"
-    assert lines == [layout.metrics_key(RUN, weight)], "the ended phase's lines, not the running evaluation's"
+    assert metrics_read() == [layout.metrics_key(RUN, weight)], "the ended phase's lines, not the running evaluation's"
     assert set(done.results) == {weight, evaluation}
     assert len(listed) == listings + 1, "a weight phase that has ended: its checkpoints listed"
     reads.clear()
@@ -350,13 +327,7 @@ def test_a_poll_lists_a_weight_phase_s_checkpoints_only_when_asked(tmp_path, mon
     metrics lines are read as every poll reads them, its checkpoints are not listed; once its child has ended they are."""
     store = open_store(str(tmp_path / "store"))
     listed: list[str] = []
-    list_ = store.list
-
-    def counted_list(prefix: str, **kw: Any) -> list[str]:
-        listed.append(prefix)
-        return list_(prefix, **kw)
-
-    monkeypatch.setattr(store, "list", counted_list)
+    spied(monkeypatch, store, "list", listed)
     checkpoints = layout.checkpoints_prefix(RUN) + "/"
     weight = "c01-weight"
     status = WhaleRunStatus(phase=RunPhase.RUNNING, active_phase=weight, attempts={weight: 1})

@@ -608,7 +608,7 @@ def evaluates_mid_phase(spec: WhaleRunSpec, status: WhaleRunStatus, split_sizes:
         sched = resolve(spec, dict(split_sizes))
     except ScheduleError:
         return True
-    start, target = weight_range(spec, sched, RunState.from_status(status).checkpoint_step)
+    start, target = weight_range(spec, sched, status.checkpoint_step)
     return any(step < target for step in sched.eval_points_between(start, target))
 
 
