@@ -308,7 +308,8 @@ class Reconciler:
         children = seen.children
         # a child that ended is judged by its result, read then (a poll already under way when its event came reads it
         # too), never by one read before it ended; apart from a full reading (Reading) only those results are read
-        ended = {p for p, c in children.items() if c.state is not ChildState.RUNNING}
+        running = {p for p, c in children.items() if c.state is ChildState.RUNNING}
+        ended = children.keys() - running
         observer = self._observer(store, run.name)
         obs = observer.observe(
             prev,
@@ -323,7 +324,6 @@ class Reconciler:
             checkpoints=reading is not Reading.POLL or evaluates_mid_phase(spec, prev, sizes or {}),
         )
         decision = decide(spec, prev, obs)
-        running = {p for p, c in children.items() if c.state is ChildState.RUNNING}
         # one list serves the readiness view, the ensure and the scaling of the run's Deployments
         deps = self.jobs.deployments(run) if inference_managed or tools else {}
         gated, created = self.jobs.carry_out(run, spec, store, decision, running, deps, tools)
