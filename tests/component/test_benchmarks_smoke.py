@@ -693,8 +693,12 @@ def test_operator_bench_gives_the_operator_cores_of_its_own(tmp_path):
         *("--operator-cpus", str(cores[0]), "--out", str(out)),
         timeout_s=240,
     )
-    host = json.loads(out.read_text())["host"]
+    report = json.loads(out.read_text())
+    host = report["host"]
     assert host["pinned"] == {"operator": [cores[0]], "emulator_and_driver": cores[1:]}
+    # the creation burst's target left the operator its own core over the window, at most (one interpreter lock)
+    budget = report["creation_burst"]["target_budget"]
+    assert budget["cores"] == len(cores) and budget["operator_allowed_cpu_s"] == pytest.approx(budget["window_s"])
     assert host["operator_threads_cpus"] == [cores[0]], "every thread of the operator, read back from each"
     refused = run_script("operator_bench.py", "--operator-cpus", ",".join(map(str, cores)), returncode=2)
     assert "leaving one at least" in refused.stderr
@@ -742,6 +746,17 @@ def test_operator_bench_runs_five_runs_through_every_section(tmp_path):
         exact, seen = report[section]["per_run_s"], report[section]["per_run_seen_s"]
         assert exact["n"] == seen["n"] == 5 and 0 < exact["max"] <= seen["max"], section
         assert exact["median"] <= seen["median"], section
+    # what the creation burst's target left the operator on this machine: the window the runs' creation and the target
+    # make, less what the emulator and the driver spent in it (each on one interpreter lock, as the operator is)
+    budget, burst = report["creation_burst"]["target_budget"], report["creation_burst"]
+    assert budget["window_s"] == pytest.approx(report["create_s"] + 1.0)
+    assert budget["others_cpu_s"] == pytest.approx(burst["emulator_cpu_s"] + burst["driver_cpu_s"])
+    cores = len(os.sched_getaffinity(0))
+    left = min(cores * budget["window_s"] - budget["others_cpu_s"], budget["window_s"])
+    assert budget["operator_allowed_cpu_s"] == pytest.approx(max(0.0, left))
+    assert budget["operator_allowed_per_run_s"] == pytest.approx(budget["operator_allowed_cpu_s"] / 5)
+    assert budget["operator_cpu_per_run_s"] == pytest.approx(burst["process_cpu_s"] / 5)
+    assert budget["reachable"] == (budget["others_fit"] and burst["process_cpu_s"] <= budget["operator_allowed_cpu_s"])
     # the operator's whole CPU, what falls between the sections included
     assert report["operator_cpu_total_s"] >= sum(report[s]["process_cpu_s"] for s in ("creation_burst", "steady"))
     # reactions by transition: the reaction run's whole cycle (its first Job the evaluation at step 0), and the
