@@ -3,7 +3,9 @@ child exists, and the settings of one operator process (read from the environmen
 
 from __future__ import annotations
 
+import math
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -72,16 +74,8 @@ class StoreBounds:
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> StoreBounds:
-        values: dict[str, float] = {}
-        for name, var in _BOUND_VARS.items():
-            if env.get(var):
-                try:
-                    values[name] = float(env[var])
-                except ValueError:
-                    raise ValueError(f"{var}={env[var]!r}: give seconds, e.g. 20") from None
-                if values[name] <= 0:
-                    raise ValueError(f"{var}={env[var]!r}: give seconds above 0")
-        return cls(**values)
+        defaults = cls()
+        return cls(**{name: seconds_setting(env, var, getattr(defaults, name)) for name, var in _BOUND_VARS.items()})
 
     def store_options(self) -> dict[str, float]:
         """The options of an s3:// ``open_store`` that bound each call."""
@@ -105,18 +99,54 @@ SECRET_RECHECK_ENV = "WHALE_OPERATOR_SECRET_RECHECK_S"
 DEFAULT_SECRET_RECHECK_S = 30.0
 
 
-def secret_recheck_s(env: dict[str, str]) -> float:
-    """``WHALE_OPERATOR_SECRET_RECHECK_S`` (seconds, 0 or more; 30 when unset)."""
-    value = env.get(SECRET_RECHECK_ENV, "").strip()
+def seconds_setting(env: Mapping[str, str], var: str, default: float, *, zero: bool = False) -> float:
+    """A duration setting of the operator's environment: a finite number of seconds above 0 (0 too with ``zero``),
+    ``default`` when unset or empty. Anything else (not a number, negative, ``inf``, ``nan``: a timeout that never
+    ends, a loop that never waits) is refused, naming the variable and what to give."""
+    value = env.get(var, "").strip()
     if not value:
-        return DEFAULT_SECRET_RECHECK_S
+        return default
     try:
         seconds = float(value)
     except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds < float("inf"):
-        raise ValueError(f"{SECRET_RECHECK_ENV} must be a number of seconds, 0 or more (30 when unset), got {value!r}")
+        seconds = float("nan")
+    if not (math.isfinite(seconds) and (seconds >= 0 if zero else seconds > 0)):
+        least = "0 or more" if zero else "above 0"
+        raise ValueError(f"{var}={value!r}: give a number of seconds, {least} ({default:g} when unset)")
     return seconds
+
+
+def secret_recheck_s(env: dict[str, str]) -> float:
+    """``WHALE_OPERATOR_SECRET_RECHECK_S`` (seconds, 0 or more; 30 when unset)."""
+    return seconds_setting(env, SECRET_RECHECK_ENV, DEFAULT_SECRET_RECHECK_S, zero=True)
+
+
+@dataclass(frozen=True)
+class DaemonTimings:
+    """When a run's daemon reconciles without being woken (``WHALE_OPERATOR_*_S``; each a number of seconds above 0)."""
+
+    #: safety-net resync of each run when nothing woke it (``WHALE_OPERATOR_RESYNC_S``)
+    resync_s: float = 30.0
+    #: how often a run with a running main phase re-reads its metrics (adaptive patience, progress); store writes raise
+    #: no Kubernetes events, so this is a poll (``WHALE_OPERATOR_PROGRESS_S``)
+    progress_s: float = 15.0
+    #: back-off after a reconcile raised or the API server refused a child (``WHALE_OPERATOR_ERROR_BACKOFF_S``), doubled
+    #: after each failure in a row up to ``max_backoff_s`` (``WHALE_OPERATOR_MAX_BACKOFF_S``)
+    error_backoff_s: float = 5.0
+    max_backoff_s: float = 300.0
+
+    @classmethod
+    def from_env(cls, env: dict[str, str]) -> DaemonTimings:
+        defaults = cls()
+        return cls(**{name: seconds_setting(env, var, getattr(defaults, name)) for name, var in _TIMING_VARS.items()})
+
+
+_TIMING_VARS = {
+    "resync_s": "WHALE_OPERATOR_RESYNC_S",
+    "progress_s": "WHALE_OPERATOR_PROGRESS_S",
+    "error_backoff_s": "WHALE_OPERATOR_ERROR_BACKOFF_S",
+    "max_backoff_s": "WHALE_OPERATOR_MAX_BACKOFF_S",
+}
 
 
 def _flag(value: str | None) -> bool:
@@ -149,6 +179,8 @@ class OperatorConfig:
     #: (``WHALE_OPERATOR_SECRET_RECHECK_S``): a rotated Secret is taken in within this time, or at once when the store
     #: refuses the keys held. 0: read at every reconcile (a request to the API server each)
     secret_recheck_s: float = DEFAULT_SECRET_RECHECK_S
+    #: the runs' daemons' resync, progress poll and back-off (:class:`DaemonTimings`)
+    timings: DaemonTimings = field(default_factory=DaemonTimings)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> OperatorConfig:
@@ -166,6 +198,7 @@ class OperatorConfig:
             own_store_credentials=_flag(env.get(OWN_STORE_CREDENTIALS_ENV)),
             store_bounds=StoreBounds.from_env(env),
             secret_recheck_s=secret_recheck_s(env),
+            timings=DaemonTimings.from_env(env),
         )
 
     def credentials_problems(self, spec: ClusterRunSpec) -> list[tuple[str, str]]:
@@ -202,16 +235,29 @@ def judge_key_problems(spec: ClusterRunSpec, scores_with_judge: bool) -> list[tu
 
 #: worker threads that run reconciles (``WHALE_OPERATOR_WORKERS``); the API client keeps as many connections
 DEFAULT_WORKERS = 16
+#: a thread holds a stack and a connection to the API server: thousands of them would only queue on one interpreter lock
+MAX_WORKERS = 256
 
 
 def worker_threads(env: dict[str, str] | None = None) -> int:
     """Reconciles are I/O-bound (API server, object store): more threads than cores, so runs do not queue behind
     each other's network waits; the Kubernetes client's connection pool has one connection per thread."""
-    value = (os.environ if env is None else env).get("WHALE_OPERATOR_WORKERS", str(DEFAULT_WORKERS))
-    workers = int(value)
-    if workers < 1:
-        raise ValueError(f"WHALE_OPERATOR_WORKERS must be at least 1, got {value!r}")
-    return workers
+    return whole_setting(os.environ if env is None else env, "WHALE_OPERATOR_WORKERS", DEFAULT_WORKERS, 1, MAX_WORKERS)
+
+
+def whole_setting(env: Mapping[str, str], var: str, default: int, least: int, most: int) -> int:
+    """A whole-number setting of the operator's environment, from ``least`` to ``most``; ``default`` when unset or
+    empty. Anything else is refused, naming the variable and what to give."""
+    value = env.get(var, "").strip()
+    if not value:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        number = least - 1
+    if not least <= number <= most:
+        raise ValueError(f"{var}={value!r}: give a whole number from {least} to {most} ({default} when unset)")
+    return number
 
 
 def backoff_s(failures: int, first_s: float, cap_s: float) -> float:

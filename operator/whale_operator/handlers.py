@@ -29,7 +29,7 @@ import kopf
 
 from whale.core.spec import API_GROUP, API_VERSION, PLURAL
 from whale.core.status import RunPhase
-from whale_operator.config import OperatorConfig, backoff_s, worker_threads
+from whale_operator.config import DaemonTimings, OperatorConfig, backoff_s, whole_setting, worker_threads
 from whale_operator.informer import Informer
 from whale_operator.kube import KubeClient
 from whale_operator.metrics import OperatorMetrics
@@ -37,16 +37,6 @@ from whale_operator.reconcile import Reading, Reconciler
 from whale_operator.watches import ChildWatches, watch_timeout_s
 
 log = logging.getLogger(__name__)
-
-#: safety-net resync of each run when nothing woke it (``WHALE_OPERATOR_RESYNC_S``)
-DEFAULT_RESYNC_S = 30.0
-#: how often a run with a running main phase re-reads its metrics (adaptive patience, progress);
-#: store writes raise no Kubernetes events, so this is a poll (``WHALE_OPERATOR_PROGRESS_S``)
-DEFAULT_PROGRESS_S = 15.0
-#: back-off after a reconcile raised or the API server refused a child (``WHALE_OPERATOR_ERROR_BACKOFF_S``),
-#: doubled after each failure in a row up to ``WHALE_OPERATOR_MAX_BACKOFF_S``
-DEFAULT_ERROR_BACKOFF_S = 5.0
-DEFAULT_MAX_BACKOFF_S = 300.0
 
 
 class NoEssence(kopf.AnnotationsDiffBaseStorage):
@@ -63,39 +53,55 @@ class NoEssence(kopf.AnnotationsDiffBaseStorage):
 @kopf.on.startup()  # type: ignore[arg-type]  # kopf passes its kwargs by name; the handler takes the ones it uses
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
     """Clients, metrics and settings of this operator process (resolved once, here)."""
+    env = dict(os.environ)
+    try:
+        config = OperatorConfig.from_env(env)
+        memo.workers = worker_threads(env)
+        # peering (a second replica): a random priority makes exactly one replica active, the other standby
+        priority = whole_setting(env, "WHALE_OPERATOR_PEERING_PRIORITY", random.randint(1, 32767), 0, 2**31 - 1)
+        # how long a replica that stopped renewing its peering record (a crashed pod) keeps the others on standby
+        lifetime = whole_setting(env, "WHALE_OPERATOR_PEERING_LIFETIME_S", 60, 1, 86400)
+        watch_timeout = watch_timeout_s(env)  # the children's watches' too
+        port = whole_setting(env, "WHALE_OPERATOR_METRICS_PORT", 8080, 0, 65535)
+    except ValueError as exc:  # a setting of this process's environment: the operator stops, naming it (kopf would
+        # retry any other error of a start-up handler every minute, forever)
+        raise kopf.PermanentError(f"the operator's settings: {exc}") from None
     settings.persistence.finalizer = f"{API_GROUP}/operator"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=API_GROUP)
     settings.persistence.diffbase_storage = NoEssence(prefix=API_GROUP)
     settings.posting.level = logging.INFO
-    # peering (a second replica): a random priority makes exactly one replica active, the other standby
-    settings.peering.priority = int(os.environ.get("WHALE_OPERATOR_PEERING_PRIORITY", random.randint(1, 32767)))
-    # how long a replica that stopped renewing its peering record (a crashed pod) keeps the others on standby
-    settings.peering.lifetime = int(os.environ.get("WHALE_OPERATOR_PEERING_LIFETIME_S", "60"))
-    settings.watching.server_timeout = watch_timeout_s(os.environ)  # the children's watches' too
+    settings.peering.priority = priority
+    settings.peering.lifetime = lifetime
+    settings.watching.server_timeout = watch_timeout
     metrics = OperatorMetrics()
-    port = int(os.environ.get("WHALE_OPERATOR_METRICS_PORT", "8080"))
     memo.metrics_server = None
     if port:
         memo.metrics_server = metrics.serve(port)
         logger.info("metrics on :%d/metrics", port)
-    memo.resync_s = float(os.environ.get("WHALE_OPERATOR_RESYNC_S", DEFAULT_RESYNC_S))
-    memo.progress_s = float(os.environ.get("WHALE_OPERATOR_PROGRESS_S", DEFAULT_PROGRESS_S))
-    memo.error_backoff_s = float(os.environ.get("WHALE_OPERATOR_ERROR_BACKOFF_S", DEFAULT_ERROR_BACKOFF_S))
-    memo.max_backoff_s = float(os.environ.get("WHALE_OPERATOR_MAX_BACKOFF_S", DEFAULT_MAX_BACKOFF_S))
-    kube = KubeClient.from_environment(pool_size=worker_threads())
+    kube = KubeClient.from_environment(pool_size=memo.workers)
     memo.informer = Informer(kube)
     kube.on_write = memo.informer.observe  # the operator's own writes, before their watch events come
     memo.metrics = metrics
     memo.kube = kube
-    memo.reconciler = Reconciler(kube, metrics, OperatorConfig.from_env(), reads=memo.informer)
+    memo.timings = config.timings
+    memo.reconciler = Reconciler(kube, metrics, config, reads=memo.informer)
     memo.wakeups = {}
 
 
+def _configured(memo: kopf.Memo) -> None:
+    """For a start-up handler that builds on :func:`configure`'s work: kopf runs every start-up handler of a pass, so
+    when configure refused a setting (or failed), this one stops too rather than being retried every minute, and the
+    operator exits with configure's error in its log."""
+    if "reconciler" not in memo:
+        raise kopf.PermanentError("start-up stopped: configure did not finish (its error is logged above)")
+
+
 @kopf.on.startup()
-async def thread_pool(**_: Any) -> None:
-    """The reconciles' worker threads (:func:`~whale_operator.config.worker_threads`)."""
+async def thread_pool(memo: kopf.Memo, **_: Any) -> None:
+    """The reconciles' worker threads (:func:`~whale_operator.config.worker_threads`, read by :func:`configure`)."""
+    _configured(memo)
     asyncio.get_running_loop().set_default_executor(
-        concurrent.futures.ThreadPoolExecutor(max_workers=worker_threads(), thread_name_prefix="reconcile")
+        concurrent.futures.ThreadPoolExecutor(max_workers=memo.workers, thread_name_prefix="reconcile")
     )
 
 
@@ -103,6 +109,7 @@ async def thread_pool(**_: Any) -> None:
 async def child_watches(memo: kopf.Memo, **_: Any) -> None:
     """The watches of the runs' children (:mod:`whale_operator.watches`: threads of their own, not kopf's): each
     event feeds the informer and wakes the run that owns the child, here on the event loop."""
+    _configured(memo)
     wakeups: dict[str, asyncio.Event] = memo.wakeups
 
     def wake(runs: tuple[str, ...]) -> None:
@@ -186,6 +193,7 @@ async def whalerun_daemon(
     """Reconcile the run whenever something it depends on changed; never crash-loops."""
     reconciler: Reconciler = memo.reconciler
     metrics: OperatorMetrics = memo.metrics
+    timings: DaemonTimings = memo.timings
     wake = _wakeup(memo, uid)
     failures = 0  # reconciles in a row that raised or were refused by the API server: the back-off grows
     reading, read_at = Reading.FULL, time.monotonic()  # the first reconcile reads everything
@@ -193,7 +201,7 @@ async def whalerun_daemon(
         while not stopped:
             wake.clear()
             started = time.perf_counter()
-            delay = memo.resync_s
+            delay = timings.resync_s
             if reading is Reading.FULL:
                 read_at = time.monotonic()
             try:
@@ -202,7 +210,7 @@ async def whalerun_daemon(
                 metrics.reconcile_errors.labels(error=type(exc).__name__).inc()
                 reconciler.reads.relist(namespace, name)  # the next reconcile reads the run afresh
                 failures += 1
-                delay = backoff_s(failures, memo.error_backoff_s, memo.max_backoff_s)
+                delay = backoff_s(failures, timings.error_backoff_s, timings.max_backoff_s)
                 logger.exception("reconcile of %s/%s failed; retrying in %.0f s", namespace, name, delay)
             else:
                 for ev in outcome.events if outcome is not None else []:
@@ -212,7 +220,7 @@ async def whalerun_daemon(
                         error="ChildRejected" if outcome.rejected else "StoreUnavailable"
                     ).inc()
                     failures += 1
-                    delay = backoff_s(failures, memo.error_backoff_s, memo.max_backoff_s)
+                    delay = backoff_s(failures, timings.error_backoff_s, timings.max_backoff_s)
                 else:
                     failures = 0
                 if (
@@ -220,13 +228,13 @@ async def whalerun_daemon(
                     and not (outcome.rejected or outcome.unavailable)
                     and (outcome.poll or (outcome.status.phase is RunPhase.RUNNING and outcome.status.active_phase))
                 ):
-                    delay = min(delay, memo.progress_s)
+                    delay = min(delay, timings.progress_s)
             finally:
                 metrics.handler_duration.labels(handler="reconcile").observe(time.perf_counter() - started)
             woken = await _sleep(wake, stopped, delay)
             # a failure or the resync reads everything afresh; a watch event what it may have changed; a progress poll
             # what a running phase writes (Reading)
-            if failures > 0 or time.monotonic() - read_at >= memo.resync_s:
+            if failures > 0 or time.monotonic() - read_at >= timings.resync_s:
                 reading = Reading.FULL
             else:
                 reading = Reading.EVENT if woken else Reading.POLL

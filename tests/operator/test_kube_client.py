@@ -44,10 +44,12 @@ def test_each_worker_thread_keeps_one_connection_of_its_own(
         kube.close()
 
 
-def test_worker_threads_refuses_nonsense() -> None:
+@pytest.mark.parametrize("bad", ["0", "-3", "many", "2.5", "100000"])
+def test_worker_threads_refuses_nonsense(bad: str) -> None:
+    # 100000: a thread and a connection each, for reconciles that queue on one interpreter lock anyway
     assert worker_threads({}) == 16
-    with pytest.raises(ValueError, match="WHALE_OPERATOR_WORKERS must be at least 1"):
-        worker_threads({"WHALE_OPERATOR_WORKERS": "0"})
+    with pytest.raises(ValueError, match=r"WHALE_OPERATOR_WORKERS='.*': give a whole number from 1 to 256 \(16 when"):
+        worker_threads({"WHALE_OPERATOR_WORKERS": bad})
 
 
 @pytest.mark.timeout(60)

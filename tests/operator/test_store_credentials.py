@@ -247,7 +247,7 @@ def test_a_secret_the_operator_may_not_read_names_the_rbac_fix(s3_server: S3Serv
 def test_a_bad_secret_recheck_setting_names_the_variable(bad: str) -> None:
     """``WHALE_OPERATOR_SECRET_RECHECK_S`` is read at start-up: a value that is not seconds (0 or more, finite) is
     refused there, naming the variable and what to give; unset is 30 s, 0 reads the Secret at every reconcile."""
-    with pytest.raises(ValueError, match=r"WHALE_OPERATOR_SECRET_RECHECK_S must be a number of seconds, 0 or more"):
+    with pytest.raises(ValueError, match=r"WHALE_OPERATOR_SECRET_RECHECK_S='.*': give a number of seconds, 0 or more"):
         OperatorConfig.from_env({"WHALE_OPERATOR_SECRET_RECHECK_S": bad})
     assert OperatorConfig.from_env({}).secret_recheck_s == 30.0
     assert OperatorConfig.from_env({"WHALE_OPERATOR_SECRET_RECHECK_S": "0"}).secret_recheck_s == 0.0

@@ -97,7 +97,7 @@ def test_the_operators_store_bounds_come_from_its_own_environment():
         "WHALE_OPERATOR_STORE_DEADLINE_S": "4",
     }
     assert OperatorConfig.from_env(env).store_bounds == StoreBounds(2.0, 3.0, 4.0)
-    for bad in ("soon", "0"):
+    for bad in ("soon", "0", "-1", "inf", "nan"):  # inf: a call that never times out
         with pytest.raises(ValueError, match="WHALE_OPERATOR_STORE_DEADLINE_S"):
             StoreBounds.from_env({"WHALE_OPERATOR_STORE_DEADLINE_S": bad})
 
