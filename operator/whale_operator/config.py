@@ -74,8 +74,7 @@ class StoreBounds:
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> StoreBounds:
-        defaults = cls()
-        return cls(**{name: seconds_setting(env, var, getattr(defaults, name)) for name, var in _BOUND_VARS.items()})
+        return cls(**durations(env, _BOUND_VARS, cls()))
 
     def store_options(self) -> dict[str, float]:
         """The options of an s3:// ``open_store`` that bound each call."""
@@ -116,6 +115,12 @@ def seconds_setting(env: Mapping[str, str], var: str, default: float, *, zero: b
     return seconds
 
 
+def durations(env: Mapping[str, str], variables: Mapping[str, str], defaults: object) -> dict[str, float]:
+    """The duration fields named in ``variables`` (field → its environment variable), each :func:`seconds_setting`
+    of its variable, ``defaults``' value when unset."""
+    return {name: seconds_setting(env, var, getattr(defaults, name)) for name, var in variables.items()}
+
+
 def secret_recheck_s(env: dict[str, str]) -> float:
     """``WHALE_OPERATOR_SECRET_RECHECK_S`` (seconds, 0 or more; 30 when unset)."""
     return seconds_setting(env, SECRET_RECHECK_ENV, DEFAULT_SECRET_RECHECK_S, zero=True)
@@ -137,8 +142,7 @@ class DaemonTimings:
 
     @classmethod
     def from_env(cls, env: dict[str, str]) -> DaemonTimings:
-        defaults = cls()
-        return cls(**{name: seconds_setting(env, var, getattr(defaults, name)) for name, var in _TIMING_VARS.items()})
+        return cls(**durations(env, _TIMING_VARS, cls()))
 
 
 _TIMING_VARS = {
