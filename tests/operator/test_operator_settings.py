@@ -5,6 +5,7 @@ never waits (``0``, ``nan``) or kopf retrying its start-up every minute."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -54,8 +55,6 @@ def test_the_operator_stops_at_start_up_naming_a_bad_setting(
 ) -> None:
     """The real operator process (``kopf run``), as its Deployment starts it: it exits, not retrying, and its log
     names the variable."""
-    import os
-
     env = {**os.environ, var: bad}
     args = [sys.executable, "-m", "kopf", "run", "--standalone", "--namespace", kube_namespace]
     done = subprocess.run(
