@@ -4,11 +4,15 @@ process on one interpreter lock. Synthetic figures, so each rule is seen to deci
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from benchmarks.operator_bench import creation_budget
+# the benchmarks are scripts, importing each other by name (their folder on the path, as when they run)
+sys.path.append(str(Path(__file__).resolve().parents[2] / "benchmarks"))
+from operator_bench import creation_budget
 
 PINNED = {"operator": [0], "emulator_and_driver": [1]}
 
