@@ -83,7 +83,6 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, logger: logging.
     kube.on_write = memo.informer.observe  # the operator's own writes, before their watch events come
     memo.metrics = metrics
     memo.kube = kube
-    memo.timings = config.timings
     memo.reconciler = Reconciler(kube, metrics, config, reads=memo.informer)
     memo.wakeups = {}
 
@@ -193,7 +192,7 @@ async def whalerun_daemon(
     """Reconcile the run whenever something it depends on changed; never crash-loops."""
     reconciler: Reconciler = memo.reconciler
     metrics: OperatorMetrics = memo.metrics
-    timings: DaemonTimings = memo.timings
+    timings: DaemonTimings = reconciler.config.timings
     wake = _wakeup(memo, uid)
     failures = 0  # reconciles in a row that raised or were refused by the API server: the back-off grows
     reading, read_at = Reading.FULL, time.monotonic()  # the first reconcile reads everything
