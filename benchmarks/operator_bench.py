@@ -22,7 +22,10 @@ The operator runs as its own process (``kopf run``), exactly as in its image, wi
 plugin (``WHALE_OPERATOR_DOMAIN_SPLIT_SIZES=1``, synthetic), so no run starts a prepare Job. The emulator (the API
 server) runs in a process of its own, as on a cluster an API server is not in the operator's process
 (``--no-emulator-process``: a thread of this one); the test double of the workloads and the weight-sync sidecar
-(tests/operator/player.py) run in this process. All three share this machine's cores. A Job's create time is the
+(tests/operator/player.py) run in this process, and so does the part of the Job controller the operator sees before a
+Job ends (``JobStarter``: each Job's pod made, then ready, two status writes that wake the run, the first making the
+operator mark the Job started; a workload ends its Job only after that; ``--jobs-never-start``: Jobs go from made to
+finished, as in this benchmark before 2026-12-06). All three share this machine's cores. A Job's create time is the
 emulator's ``time.perf_counter()`` (CLOCK_MONOTONIC: one clock for every process of the machine).
 
     .venv/bin/python benchmarks/operator_bench.py [--runs 200] [--transitions 24] [--steady 40] [--out FILE]
@@ -31,6 +34,7 @@ emulator's ``time.perf_counter()`` (CLOCK_MONOTONIC: one clock for every process
         [--no-emulator-process]  # the emulator in a thread of the driver's process (the setup before #33's split)
         [--profile FILE]   # every reconcile under cProfile (benchmarks/operator_profiled.py); its CPU figures then
                            # include the profiler's overhead: measure and profile in separate runs
+        [--jobs-never-start]     # no Job started (no startTime, active, ready): the set-up before 2026-12-06
         [--operator-cpus 0]      # the operator on these cores alone, the emulator and the driver on the others: as on
                                  # a cluster, where the API server does not share the operator's cores (recorded in
                                  # the JSON's ``host.pinned``)
@@ -47,6 +51,7 @@ import json
 import multiprocessing
 import multiprocessing.connection
 import os
+import queue
 import re
 import shlex
 import signal
@@ -67,12 +72,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 
-from tests.fixtures.kube import KubeAPI, start_emulator, wait_for
+from tests.fixtures.kube import APIError, KubeAPI, now_rfc3339, start_emulator, wait_for
 from tests.fixtures.s3 import TEST_BUCKET, SeaweedServer
 from tests.operator.conftest import BASE_SPEC, SPLITS, deep_merge
-from tests.operator.player import WorkloadPlayer, create_run
+from tests.operator.player import WorkloadPlayer, create_run, job_finished
 from whale.store import Store, open_store
-from whale_operator import names
+from whale_operator import kueue, names
 from whale_operator.crd import crd
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -233,6 +238,62 @@ class EmulatorProcess:
 Emulator = EmulatorThread | EmulatorProcess
 
 
+class JobStarter:
+    """The Job controller's part the operator sees of each Job before it ends: the pod made (``startTime``,
+    ``active: 1``, ``ready: 0``, one status write) and then ready (``ready: 1``, another), as kube-controller-manager
+    writes them (``pkg/controller/job``; ``status.ready`` since Kubernetes 1.24). On a cluster each is a watch event that
+    wakes the run (a child's status is what a reconcile reads of it: :func:`whale_operator.observe.wake_digest`), and
+    the first makes the operator mark the Job started (a patch: :func:`whale_operator.kueue.needs_started_mark`).
+    Without it (``--jobs-never-start``, the benchmark before 2026-12-06) a Job went from made to finished: two
+    reconciles a transition and a patch a Job that a cluster makes were never measured. Its own thread and client,
+    in the driver's process (the Job controller is not the operator's)."""
+
+    def __init__(self, url: str):
+        self._api = KubeAPI(url)
+        self._queue: queue.SimpleQueue[tuple[str, str] | None] = queue.SimpleQueue()
+        self._asked: set[str] = set()
+        self._lock = threading.Lock()
+        self.started = 0
+        self.failed: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="driver-job-controller", daemon=True)
+        self._thread.start()
+
+    def start(self, job: dict[str, Any]) -> None:
+        """Start ``job`` (once: a Job seen again is not started again)."""
+        meta = job["metadata"]
+        with self._lock:
+            if meta["name"] in self._asked:
+                return
+            self._asked.add(meta["name"])
+        self._queue.put((meta["namespace"], meta["name"]))
+
+    def _run(self) -> None:
+        try:
+            while (item := self._queue.get()) is not None:
+                namespace, name = item
+                try:
+                    status = {"startTime": now_rfc3339(), "active": 1, "ready": 0}
+                    api_version, plural = "batch/v1", "jobs"
+                    self._api.patch(api_version, plural, namespace, name, {"status": status}, sub="status")
+                    self._api.patch(api_version, plural, namespace, name, {"status": {"ready": 1}}, sub="status")
+                    self.started += 1
+                except APIError as exc:
+                    if exc.code != 404:  # a Job deleted meanwhile is not started
+                        raise
+        except BaseException as exc:  # noqa: BLE001 - handed to the driver, which raises it
+            self.failed = exc
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join(timeout=10)
+        self._api.close()
+
+
+def started(job: dict[str, Any]) -> bool:
+    """The Job's pod is ready (:class:`JobStarter`): only then can its workload end it."""
+    return int((job.get("status") or {}).get("ready") or 0) >= 1
+
+
 class JobWatch:
     """The driver's view of the runs' Jobs: one list, then one watch stream read by a thread of its own, holding each
     Job's newest version and when its first version came. The driver listed Jobs instead (every run's at each poll of
@@ -241,7 +302,9 @@ class JobWatch:
     section's polls took the emulator 2.16 CPU-s against the operator's 0.60, and the sidecar's acknowledgement (played
     at each poll) came that much later. A watch brings each change once."""
 
-    def __init__(self, url: str, namespace: str, selector: str):
+    def __init__(self, url: str, namespace: str, selector: str, starter: JobStarter | None = None):
+        #: the Job controller's start of each Job (None: Jobs are never started, and played as soon as they come)
+        self.starter = starter
         self._http = httpx.Client(base_url=url, timeout=httpx.Timeout(10.0, read=None))
         self._path = KubeAPI.path("batch/v1", "jobs", namespace)
         self._selector = selector
@@ -285,7 +348,10 @@ class JobWatch:
                             raise RuntimeError(f"the driver's Job watch failed: {event['object']}")
                         self._version = event["object"]["metadata"]["resourceVersion"]
                         if event["type"] in ("ADDED", "MODIFIED"):
-                            self._keep(time.perf_counter(), event["object"])
+                            job = event["object"]
+                            self._keep(time.perf_counter(), job)
+                            if self.starter is not None and not job_finished(job) and not job["spec"].get("suspend"):
+                                self.starter.start(job)
         except BaseException as exc:  # noqa: BLE001 - handed to the driver, which raises it
             if not self._stopping.is_set():
                 self.failed = exc
@@ -294,10 +360,13 @@ class JobWatch:
         """The run's Job the driver has not handled and that has not ended, with when it came; None yet."""
         if self.failed is not None:
             raise RuntimeError("the driver's Job watch stopped") from self.failed
+        if self.starter is not None and self.starter.failed is not None:
+            raise RuntimeError("the driver's Job controller stopped") from self.starter.failed
         with self._lock:
             held = list(self._jobs.get(player.run, {}).items())
         for _name, (came, job) in sorted(held):
-            if player.awaits(job):
+            # a workload ends its Job only once its pod runs: a Job is played once started, when a controller starts it
+            if player.awaits(job) and (self.starter is None or started(job)):
                 return came, job
         return None
 
@@ -315,6 +384,8 @@ class JobWatch:
         self._stopping.set()
         self._http.close()  # ends the stream's read
         self._thread.join(timeout=10)
+        if self.starter is not None:
+            self.starter.close()
 
 
 class Scrape:
@@ -531,6 +602,12 @@ def main() -> None:
         help="the runs' store: a local folder, or S3 on loopback (SeaweedFS) reached with each run's credentials Secret",
     )
     ap.add_argument(
+        "--jobs-never-start",
+        action="store_true",
+        help="the Job controller's stand-in does not start the Jobs (no startTime, active or ready): each goes from made "
+        "to finished, as in this benchmark before 2026-12-06",
+    )
+    ap.add_argument(
         "--operator-cpus",
         type=cpu_list,
         help="the operator's cores, e.g. 0 or 0,1 (the emulator and the driver get the machine's others)",
@@ -590,6 +667,9 @@ def main() -> None:
         "host": {"cpus": os.cpu_count(), "loadavg_at_start": os.getloadavg(), "pinned": pinned},
         "operator_settings": "defaults (progress poll 15 s, resync 30 s, 16 worker threads)",
         "emulator": "own process" if args.emulator_process else "a thread of the driver's process",
+        "job_controller": "never starts a Job (--jobs-never-start)"
+        if args.jobs_never_start
+        else "starts each Job (startTime, active; then ready), as the Job controller does",
         "store": store.describe(),
     }
     watch: JobWatch | None = None
@@ -604,7 +684,7 @@ def main() -> None:
             return WorkloadPlayer(api, run_store, NS, name, splits=SPLITS)
 
         # the driver's view of the Jobs, for every section (before the first run: no Job is missed)
-        watch = JobWatch(emulator.url, NS, names.LABEL_RUN)
+        watch = JobWatch(emulator.url, NS, names.LABEL_RUN, None if args.jobs_never_start else JobStarter(emulator.url))
 
         # --- reaction time, one run ---
         run = create("react")
@@ -676,6 +756,11 @@ def main() -> None:
             "reaction_by_transition": by_transition(loaded),
             **section.report(),
         }
+        # what a transition costs in all, whatever number of reconciles it takes (each child's start and readiness
+        # wake one too: JobStarter)
+        steady = results["steady"]
+        steady["reconciles_per_transition"] = steady["reconciles"] / len(loaded)
+        steady["cpu_per_transition_s"] = steady["cpu_per_reconcile_mean_s"] * steady["reconciles"] / len(loaded)
         # idle: every run waits on a running child; what the operator spends is its progress polls (15 s) and resyncs
         section = Section(metrics, proc.pid, emulator, store)
         time.sleep(args.idle_s)  # a benchmark: the operator's own timers are what is measured
@@ -687,6 +772,15 @@ def main() -> None:
         results["operator_rss_mb"] = round(cur, 1)
         results["operator_peak_rss_mb"] = round(peak, 1)
         results["prepare_jobs"] = len(api.list("batch/v1", "jobs", NS, f"{names.LABEL_KIND}={names.PREPARE}"))
+        # the Jobs started by the Job controller's stand-in, and those the operator saw run (its started mark: a patch
+        # a Job on a cluster; a Job it first saw after it ended is not marked)
+        jobs = api.list("batch/v1", "jobs", NS, names.LABEL_RUN)
+        marked = [j for j in jobs if kueue.STARTED_ANNOTATION in (j["metadata"].get("annotations") or {})]
+        results["jobs"] = {
+            "made": len(jobs),
+            "started": 0 if watch.starter is None else watch.starter.started,
+            "marked_started_by_the_operator": len(marked),
+        }
         results["targets"] = targets(results)
         results["host"]["operator_threads_cpus"] = threads_cpus(proc.pid)
     finally:
@@ -840,7 +934,8 @@ def print_summary(r: dict[str, Any]) -> None:
         f"{line('reaction with ' + str(r['runs']) + ' runs present', s['reaction_s'])}; "
         f"{int(s['reconciles'])} reconciles, "
         f"CPU/reconcile {1000 * s['cpu_per_reconcile_mean_s']:.2f} ms "
-        f"(process {1000 * s['process_cpu_per_reconcile_s']:.2f} ms)"
+        f"(process {1000 * s['process_cpu_per_reconcile_s']:.2f} ms); a transition {s['reconciles_per_transition']:.2f} "
+        f"reconciles, {1000 * s['cpu_per_transition_s']:.2f} ms ({r['job_controller']})"
     )
     for name, spread_ in s["reaction_by_transition"].items():
         print("  " + line(name, spread_))

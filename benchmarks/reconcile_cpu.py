@@ -16,7 +16,12 @@ what an S3 client's cost). What the set-up made is frozen out of the garbage col
 full passes after it, as the operator's start-up does (``gc.freeze``). Each run's first transition (its
 first reconciles, the spec parsed) is left out of those; a new run's reconciles until its first Job (the spec parsed,
 its infrastructure made, the serving target acknowledged, the Job made) are timed together as ``create``, one figure a
-run, apart from ``all`` (the transitions' reconciles).
+run, apart from ``all`` (the transitions' reconciles). ``per_transition`` holds the same reconciles by the transition
+they belong to (``"weight -> eval"``: the kinds of the Job that finished and of the next one; ``"eval -> end"``: the
+run's last): ``operator_bench.py``'s steady section makes only weight -> eval transitions, each a reconcile that serves
+the new checkpoint (``finish``) and one that makes the evaluation's Job once it is served (``running``), so those two
+are its figures by hand; ``all`` also counts the reconciles that find nothing new (``noop``), which the operator's
+watches do not wake, and the other transitions.
 
     .venv/bin/python benchmarks/reconcile_cpu.py [--runs 8] [--total-steps N] [--emulator-thread] [--store s3] [--out FILE]
 
@@ -41,11 +46,13 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import operator_bench
 from operator_bench import STORES, BenchStore, EmulatorProcess, EmulatorThread
 
 from tests.fixtures.kube import KubeAPI
 from tests.operator.conftest import BASE_SPEC, prepared_run
 from tests.operator.player import job_finished
+from whale_operator import names
 from whale_operator.crd import crd
 
 KINDS = ("create", "finish", "running", "noop")
@@ -61,11 +68,13 @@ def measure(
     by_transition: dict[int, list[float]] | None = None,
     emulator_process: bool = True,
     store_kind: str = "folder",
+    by_kind: dict[str, dict[str, list[float]]] | None = None,
 ) -> dict[str, list[float]]:
     """Each kind's reconciles' thread CPU, seconds. ``total_steps``: the runs' schedule (two steps a cycle) instead of
     the tests' short one; ``by_transition`` gets each transition's three reconciles, summed, by its index in the run;
     ``emulator_process``: the API server's stand-in in a process of its own, else a thread of this one; ``store_kind``:
-    the runs' store (:data:`operator_bench.STORES`)."""
+    the runs' store (:data:`operator_bench.STORES`); ``by_kind`` gets each kind's reconciles by the transition they
+    belong to (``"weight -> eval"``: :func:`operator_bench.transition`), as ``operator_bench.py`` reports reactions."""
     (workdir / "kube").mkdir()
     emulator = EmulatorProcess(workdir / "kube") if emulator_process else EmulatorThread(workdir / "kube")
     os.environ["KUBECONFIG"] = str(emulator.kubeconfig)
@@ -125,6 +134,7 @@ def measure(
                 player.finish(pending[0])
                 seen(pending[0])
                 spent = 0.0
+                took_by_kind: dict[str, float] = {}
                 for kind in TRANSITION_KINDS:
                     if kind == "running":
                         player.ack_serving()
@@ -134,10 +144,17 @@ def measure(
                     reconciler.reconcile(NS, name, Reading.EVENT)  # each woken by a watch event, as in the operator
                     took = time.thread_time() - started
                     spent += took
+                    took_by_kind[kind] = took
                     if transition > 0:
                         cpu[kind].append(took)
                 if by_transition is not None:
                     by_transition.setdefault(transition, []).append(spent)
+                if by_kind is not None and transition > 0:
+                    made = [j for j in player.jobs() if not job_finished(j)]
+                    ended = f"{pending[0]['metadata']['labels'].get(names.LABEL_KIND, '?')} -> end"  # the run's end
+                    held = by_kind.setdefault(operator_bench.transition(pending[0], made[0]) if made else ended, {})
+                    for kind, took in took_by_kind.items():
+                        held.setdefault(kind, []).append(took)
         kube.close()
         return cpu
     finally:
@@ -178,8 +195,11 @@ def main() -> None:
     if args.total_steps is not None and not 2 <= args.total_steps <= 200:
         ap.error("--total-steps must be between 2 and 200")
     by_transition: dict[int, list[float]] = {}
+    by_kind: dict[str, dict[str, list[float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        cpu = measure(args.runs, Path(tmp), args.total_steps, by_transition, not args.emulator_thread, args.store)
+        cpu = measure(
+            args.runs, Path(tmp), args.total_steps, by_transition, not args.emulator_thread, args.store, by_kind
+        )
     every = [v for kind in TRANSITION_KINDS for v in cpu[kind]]
     by_tens = {
         f"{t}-{t + 9}": statistics.fmean(v for i in range(t, t + 10) for v in by_transition.get(i, []))
@@ -194,6 +214,11 @@ def main() -> None:
         "emulator": "a thread of this process" if args.emulator_thread else "own process",
         "store": args.store,
         "per_kind": per_kind,
+        # the same reconciles by the transition they belong to (the kinds of the Job that finished and of the next):
+        # ``operator_bench.py``'s steady section makes one kind of transition, weight -> eval, compare it with that
+        "per_transition": {
+            name: {kind: summary(values) for kind, values in kinds.items()} for name, kinds in sorted(by_kind.items())
+        },
         "all": overall,
         # a transition's three reconciles, summed, by tens of transitions into the run: their mean, seconds
         "transition_by_tens_s": by_tens,
@@ -203,6 +228,11 @@ def main() -> None:
         print(
             f"{kind:8s} n={s['n']:3.0f} mean {s['mean_s'] * 1e3:.2f} ms  median {s['median_s'] * 1e3:.2f}  "
             f"min {s['min_s'] * 1e3:.2f}"
+        )
+    for name, kinds in result["per_transition"].items():
+        print(
+            f"{name:18s}",
+            "  ".join(f"{kind} {s['mean_s'] * 1e3:.2f} ms (n={s['n']})" for kind, s in kinds.items()),
         )
     print(
         "a transition's reconciles by how far the run is:",

@@ -690,10 +690,16 @@ def test_operator_bench_gives_the_operator_cores_of_its_own(tmp_path):
     run_script(
         "operator_bench.py",
         *("--runs", "2", "--transitions", "2", "--steady", "1", "--idle-s", "1"),
-        *("--operator-cpus", str(cores[0]), "--out", str(out)),
+        *("--operator-cpus", str(cores[0]), "--jobs-never-start", "--out", str(out)),
         timeout_s=240,
     )
     report = json.loads(out.read_text())
+    # (and the set-up before the Job controller's stand-in: no Job started, so none marked started by the operator)
+    assert report["job_controller"] == "never starts a Job (--jobs-never-start)"
+    assert (
+        report["jobs"]["made"] > 0
+        and report["jobs"]["started"] == report["jobs"]["marked_started_by_the_operator"] == 0
+    )
     host = report["host"]
     assert host["pinned"] == {"operator": [cores[0]], "emulator_and_driver": cores[1:]}
     # the creation burst's target left the operator its own core over the window, at most (one interpreter lock)
@@ -726,6 +732,17 @@ def test_operator_bench_runs_five_runs_through_every_section(tmp_path):
     host = report["host"]
     assert host["pinned"] is None and host["operator_threads_cpus"] == sorted(os.sched_getaffinity(0))
     assert report["reaction_1_run_s"]["n"] == 4 and report["steady"]["reaction_s"]["n"] == 3
+    # the Job controller's stand-in started every Job (startTime and active, then ready) before its workload ended it,
+    # and the operator saw them run: its started mark, a patch a Job on a cluster, is in what was measured
+    assert report["job_controller"].startswith("starts each Job")
+    jobs = report["jobs"]
+    assert jobs["started"] == jobs["made"] >= 5 * 4 + 3 and jobs["marked_started_by_the_operator"] >= 5
+    # a transition: the served checkpoint's reconcile and the next Job's, and those its start and its readiness woke
+    steady = report["steady"]
+    assert steady["reconciles_per_transition"] > 2
+    assert steady["cpu_per_transition_s"] == pytest.approx(
+        steady["cpu_per_reconcile_mean_s"] * steady["reconciles_per_transition"]
+    )
     for section in ("creation_burst", "finish_burst", "steady", "idle"):
         assert report[section]["reconciles"] >= 3, section  # idle: each run's progress poll (15 s) at least
         assert report[section]["cpu_per_reconcile_mean_s"] > 0, section
@@ -793,6 +810,7 @@ def test_operator_bench_runs_its_runs_on_s3_with_their_own_secret(tmp_path):
     )
     report = json.loads(out.read_text())
     assert report["store"].startswith("S3") and report["prepare_jobs"] == 0
+    assert report["jobs"]["started"] == report["jobs"]["made"] > 0
     assert report["reaction_1_run_s"]["n"] == 4 and report["steady"]["reaction_s"]["n"] == 2
     for section in ("creation_burst", "finish_burst"):
         b = report[section]
@@ -833,6 +851,12 @@ def test_reconcile_cpu_times_each_kind_of_reconcile_of_a_whole_run(tmp_path):
     )
     # the reconcile that reads a finished child and makes the next one does more than one that finds nothing new
     assert kinds["finish"]["median_s"] > kinds["noop"]["min_s"] > 0
+    # the same reconciles by transition: every one of them counted once, under the kinds of the Jobs it went between
+    by_transition = report["per_transition"]
+    assert "weight -> eval" in by_transition, by_transition.keys()
+    for kind in ("finish", "running", "noop"):
+        assert sum(t[kind]["n"] for t in by_transition.values()) == kinds[kind]["n"], kind
+    assert all(" -> " in name for name in by_transition)
 
 
 def test_kube_transport_times_every_variant_of_the_same_request(tmp_path):
