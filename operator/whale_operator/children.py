@@ -528,8 +528,9 @@ class JobLauncher:
     def serve_checkpoint(
         self, run: builders.RunRef, spec: ClusterRunSpec, store: Store, checkpoint: str | None
     ) -> None:
-        """The one place the operator names what inference serves: ``serving.json`` and, for the vLLM
-        Deployment, its annotation (a restart then loads the right weights)."""
+        """The one place the operator names what inference serves: ``serving.json`` (what the vLLM pod's
+        ``fetch-weights`` and ``weight-sync`` load, a restarted pod included) and, for whoever reads the Deployment, its
+        annotation."""
         if run.uid in self._serving and self._serving[run.uid] == checkpoint:
             return  # what the operator wrote last (nobody else writes it)
         changed = serve(store, run.name, checkpoint)

@@ -286,8 +286,9 @@ def inference_deployment(
 
 
 def serving_annotation(checkpoint: str | None) -> dict[str, str]:
-    """The inference Deployment's note of the checkpoint it serves (``base``: the base model), which a restarted
-    vLLM pod loads."""
+    """The inference Deployment's note of the checkpoint it serves (``base``: the base model), for whoever reads the
+    Deployment: its pods load what ``serving.json`` names (``fetch-weights`` at a start, ``weight-sync`` after), not
+    this."""
     return {names.ANNOTATION_CHECKPOINT: checkpoint or "base"}
 
 
