@@ -4,9 +4,12 @@
 No kopf and no other run: the benchmark plays the watch events itself (the finished Job, then the new Job and the
 sidecar's acknowledgement, fed to the operator's informer as kopf's handlers feed it) and calls
 :meth:`Reconciler.reconcile` in this thread, timing each call by ``time.thread_time()``. Per transition of a run's
-schedule (a child finished) three reconciles are timed: ``finish`` (the finished child read, the next one created,
-the status written), ``running`` (the new child and the acknowledgement seen: the started mark, the progress mark)
-and ``noop`` (nothing changed), each woken by a watch event as in the operator (``Reading.EVENT``: the store's results
+schedule (a child finished) four reconciles are timed: ``finish`` (the finished child read, the next one created,
+the status written; after a weight phase, the new checkpoint served instead, its child made once it is acknowledged),
+``running`` (the new child and the acknowledgement seen), ``started`` (the Job controller started the new child:
+``startTime``, ``active``; the operator marks it started) and ``noop`` (its pod ready: a reconcile that finds nothing
+new, which the operator's watches no longer wake for a Job's pod counts alone),
+each woken by a watch event as in the operator (``Reading.EVENT``: the store's results
 read only for a child that has ended; a run's first reconcile reads everything). The API server is the emulator on loopback in a process of its own, as
 ``operator_bench.py`` runs it (``--emulator-thread``: in a thread of this process, as before; then each reconcile's
 garbage collections also walk the emulator's objects, which grow with every run's Jobs and made a late transition
@@ -20,8 +23,8 @@ run, apart from ``all`` (the transitions' reconciles). ``per_transition`` holds 
 they belong to (``"weight -> eval"``: the kinds of the Job that finished and of the next one; ``"eval -> end"``: the
 run's last): ``operator_bench.py``'s steady section makes only weight -> eval transitions, each a reconcile that serves
 the new checkpoint (``finish``) and one that makes the evaluation's Job once it is served (``running``), so those two
-are its figures by hand; ``all`` also counts the reconciles that find nothing new (``noop``), which the operator's
-watches do not wake, and the other transitions.
+with ``started`` and ``noop`` (the new Job's start and readiness, which the benchmark's Job controller writes too), are
+its figures by hand; ``all`` counts the other transitions too.
 
     .venv/bin/python benchmarks/reconcile_cpu.py [--runs 8] [--total-steps N] [--emulator-thread] [--store s3] [--out FILE]
 
@@ -49,13 +52,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import operator_bench
 from operator_bench import STORES, BenchStore, EmulatorProcess, EmulatorThread
 
-from tests.fixtures.kube import KubeAPI
+from tests.fixtures.kube import KubeAPI, now_rfc3339
 from tests.operator.conftest import BASE_SPEC, prepared_run
 from tests.operator.player import job_finished
 from whale_operator import names
 from whale_operator.crd import crd
 
-KINDS = ("create", "finish", "running", "noop")
+KINDS = ("create", "finish", "running", "started", "noop")
 #: the reconciles of a transition (``all`` is their mix); ``create`` is a new run's, one figure a run
 TRANSITION_KINDS = KINDS[1:]
 NS = "bench"
@@ -140,6 +143,13 @@ def measure(
                         player.ack_serving()
                         for job in player.jobs():
                             seen(job)
+                    elif kind in ("started", "noop"):  # the Job controller: the new Job's pod made, then ready
+                        status = {"startTime": now_rfc3339(), "active": 1, "ready": 0} if kind == "started" else {}
+                        for job in player.jobs():
+                            if not job_finished(job):
+                                name_ = job["metadata"]["name"]
+                                patch = {"status": {**status, "ready": int(kind == "noop")}}
+                                informer.observe(api.patch("batch/v1", "jobs", NS, name_, patch, sub="status"))
                     started = time.thread_time()
                     reconciler.reconcile(NS, name, Reading.EVENT)  # each woken by a watch event, as in the operator
                     took = time.thread_time() - started

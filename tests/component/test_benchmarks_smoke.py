@@ -840,21 +840,21 @@ def test_reconcile_cpu_times_each_kind_of_reconcile_of_a_whole_run(tmp_path):
     run_script("reconcile_cpu.py", "--runs", "1", "--out", str(out), timeout_s=120)
     report = json.loads(out.read_text())
     kinds = report["per_kind"]
-    assert set(kinds) == {"create", "finish", "running", "noop"}
-    assert kinds["finish"]["n"] == kinds["running"]["n"] == kinds["noop"]["n"] >= 3
+    assert set(kinds) == {"create", "finish", "running", "started", "noop"}
+    assert kinds["finish"]["n"] == kinds["running"]["n"] == kinds["started"]["n"] == kinds["noop"]["n"] >= 3
     # a new run's reconciles until its first Job: one figure a run, more than any one transition's
     assert kinds["create"]["n"] == 1 and kinds["create"]["min_s"] > kinds["noop"]["min_s"]
     assert (
         report["all"]["n"]
-        == 3 * kinds["finish"]["n"]
-        == sum(len(report["raw_s"][k]) for k in ("finish", "running", "noop"))
+        == 4 * kinds["finish"]["n"]
+        == sum(len(report["raw_s"][k]) for k in ("finish", "running", "started", "noop"))
     )
     # the reconcile that reads a finished child and makes the next one does more than one that finds nothing new
     assert kinds["finish"]["median_s"] > kinds["noop"]["min_s"] > 0
     # the same reconciles by transition: every one of them counted once, under the kinds of the Jobs it went between
     by_transition = report["per_transition"]
     assert "weight -> eval" in by_transition, by_transition.keys()
-    for kind in ("finish", "running", "noop"):
+    for kind in ("finish", "running", "started", "noop"):
         assert sum(t[kind]["n"] for t in by_transition.values()) == kinds[kind]["n"], kind
     assert all(" -> " in name for name in by_transition)
 
