@@ -44,7 +44,12 @@ def test_a_jobs_pod_counts_alone_wake_nothing_and_its_start_end_and_suspension_d
     started = job({"startTime": "2026-01-01T00:00:00Z", "active": 1, "ready": 0})
     assert wake_digest(made) is None and wake_digest(started) is not None  # the start: the started mark is due
     # the Job controller's later writes while its pod runs: nothing a reconcile decides on changed
-    for counts in ({"ready": 1}, {"ready": 1, "terminating": 0}, {"uncountedTerminatedPods": {}}):
+    pod_counts: list[dict[str, object]] = [
+        {"ready": 1},
+        {"ready": 1, "terminating": 0},
+        {"uncountedTerminatedPods": {}},
+    ]
+    for counts in pod_counts:
         assert wake_digest(job({**started["status"], **counts})) == wake_digest(started), counts
     # its end, and Kueue's eviction (the Job suspended, its start time cleared, no pod active), each wake the run
     done = {"type": "Complete", "status": "True"}
