@@ -199,23 +199,13 @@ def wake_digest(body: Mapping[str, Any]) -> str | None:
         empty = read["served"] is None
     else:
         spec = body.get("spec") or {}
-        status = body.get("status") or {}
         read = {
-            "status": _job_status_read(body) if kind == "Job" else status,
+            "status": body.get("status") or {},
             "suspend": spec.get("suspend"),
             "replicas": spec.get("replicas"),
             "template": annotations.get(names.ANNOTATION_TEMPLATE_HASH),
         }  # not the operator's own marks (whale.dev/started, the served checkpoint): writing them wakes nothing
-        empty = not status
+        empty = not read["status"]
     if meta.get("deletionTimestamp"):
         return "deleting"
     return None if empty else json.dumps(read, sort_keys=True, default=str)
-
-
-def _job_status_read(job: Mapping[str, Any]) -> dict[str, Any]:
-    """What a reconcile reads of a Job's status (:func:`job_child`, :func:`kueue.running_now`, :func:`kueue.evicted`):
-    its conditions (its end, a suspension, a failure's words) and whether it runs pods now (what earns it the started
-    mark, and what an eviction clears); not its pod counts, which decide nothing here. The Job controller writes a
-    Job's status as its pods come and go (``ready`` 0 then 1, ``terminating``, ``uncountedTerminatedPods``): each of
-    those woke the run for a reconcile that found nothing new (about 2 ms of the operator's CPU a Job)."""
-    return {"conditions": (job.get("status") or {}).get("conditions") or [], "running": kueue.running_now(dict(job))}

@@ -37,31 +37,3 @@ def test_the_operators_started_mark_wakes_nothing() -> None:
     running = job({"active": 1, "startTime": "2026-01-01T00:00:00Z"})
     marked = job({"active": 1, "startTime": "2026-01-01T00:00:00Z"}, annotations={"whale.dev/started": "now"})
     assert wake_digest(marked) == wake_digest(running)
-
-
-def test_a_jobs_pod_counts_alone_wake_nothing_and_its_start_end_and_suspension_do() -> None:
-    made = job()
-    started = job({"startTime": "2026-01-01T00:00:00Z", "active": 1, "ready": 0})
-    assert wake_digest(made) is None and wake_digest(started) is not None  # the start: the started mark is due
-    # the Job controller's later writes while its pod runs: nothing a reconcile decides on changed
-    pod_counts: list[dict[str, object]] = [
-        {"ready": 1},
-        {"ready": 1, "terminating": 0},
-        {"uncountedTerminatedPods": {}},
-    ]
-    for counts in pod_counts:
-        assert wake_digest(job({**started["status"], **counts})) == wake_digest(started), counts
-    # its end, and Kueue's eviction (the Job suspended, its start time cleared, no pod active), each wake the run
-    done = {"type": "Complete", "status": "True"}
-    assert wake_digest(job({**started["status"], "active": 0, "conditions": [done]})) != wake_digest(started)
-    evicted = job({"conditions": [{"type": "Suspended", "status": "True", "reason": "JobSuspended"}]})
-    assert wake_digest(evicted) != wake_digest(started)
-    assert wake_digest({**started, "spec": {"suspend": True}}) != wake_digest(started)
-
-
-def test_a_jobsets_pod_counts_still_wake_it() -> None:
-    # a phase JobSet's inference server is ready when its replicated Job's ready count is: read, so it wakes
-    base = {"kind": "JobSet", "metadata": {"name": "r-c01-eval-1"}, "spec": {"replicatedJobs": []}}
-    waiting = {**base, "status": {"replicatedJobsStatus": [{"name": "inference", "ready": 0, "active": 1}]}}
-    ready = {**base, "status": {"replicatedJobsStatus": [{"name": "inference", "ready": 1, "active": 1}]}}
-    assert wake_digest(waiting) != wake_digest(ready)
