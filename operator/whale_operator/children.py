@@ -166,7 +166,7 @@ class JobLauncher:
         req = action.request
         if builders.uses_jobset(spec):
             # the phase's own server starts from serving.json's target and is Ready before its workload starts
-            return self._start_jobset(run, spec, store, req, target, tools)
+            return self._start_jobset(run, spec, store, req, tools)
         # a colocated weight phase samples from its own pod's server, which fetches the serving target itself
         if builders.uses_vllm(spec) and not builders.colocated_weight(spec, req.kind):
             served = store.read_json_or_none(layout.served_key(run.name))
@@ -196,7 +196,6 @@ class JobLauncher:
         spec: ClusterRunSpec,
         store: Store,
         req: PhaseRequest,
-        target: str | None,
         tools: tuple[ToolService, ...],
     ) -> bool:
         """``cluster.admission: jobSet``: the phase's JobSet (its vLLM server and its workload, one Kueue
@@ -204,7 +203,7 @@ class JobLauncher:
         (written before this call) when it starts, and JobSet starts the workload only once it is Ready."""
         self.write_spec(run, store, spec)
         self.write_request(run, store, req)  # before the JobSet: the workload reads it first thing
-        manifest = builders.phase_jobset(run, spec, req, store_uri=store_uri(spec), checkpoint=target, tools=tools)
+        manifest = builders.phase_jobset(run, spec, req, store_uri=store_uri(spec), tools=tools)
         return self._ensure_gang(run, spec, req, manifest)
 
     def _ensure_gang(
@@ -347,7 +346,7 @@ class JobLauncher:
             return False, {step.start.phase} if self.start_prepare(run, spec, store, step.start) else set()
         if step.start is not None:
             serving = not builders.colocated_weight(spec, step.start.kind)
-            self.ensure_infra(run, spec, decision.status.current_checkpoint, deps, tools, serving=serving)
+            self.ensure_infra(run, spec, deps, tools, serving=serving)
         if step.serve is not KEEP_SERVING:
             self.serve_checkpoint(run, spec, store, step.serve)  # type: ignore[arg-type]
         if step.start is None:
@@ -410,17 +409,12 @@ class JobLauncher:
         self,
         run: builders.RunRef,
         spec: ClusterRunSpec,
-        checkpoint: str | None,
         replicas: int,
         tools: tuple[ToolService, ...],
     ) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         if builders.uses_vllm(spec) and not builders.uses_jobset(spec):  # jobSet: each phase has its own server
-            out.append(
-                builders.inference_deployment(
-                    run, spec, store_uri=store_uri(spec), checkpoint=checkpoint, replicas=replicas
-                )
-            )
+            out.append(builders.inference_deployment(run, spec, store_uri=store_uri(spec), replicas=replicas))
             out.append(builders.inference_service(run, spec))
             out += builders.served_doorbell(run, spec)  # the sidecar's acknowledgement wakes the waiting run
         if builders.uses_vllm(spec):
@@ -461,7 +455,6 @@ class JobLauncher:
         self,
         run: builders.RunRef,
         spec: ClusterRunSpec,
-        checkpoint: str | None,
         existing: dict[str, dict[str, Any]],
         tools: tuple[ToolService, ...],
         *,
@@ -483,8 +476,6 @@ class JobLauncher:
                     self.patch("apps/v1", "Deployment", run.namespace, name, {"spec": {"replicas": replicas}})
                 continue
             if manifest["kind"] == "Deployment":
-                if name == inference:  # made now: it names what is served now (later, serve_checkpoint's patch)
-                    manifest = builders.with_serving_checkpoint(manifest, checkpoint)
                 self.ensure({**manifest, "spec": {**manifest["spec"], "replicas": replicas}})
             else:
                 self.ensure_fixed(manifest)
@@ -494,15 +485,14 @@ class JobLauncher:
     ) -> list[dict[str, Any]]:
         """:meth:`infra` at one replica, built again only when what it is built from changed (a spec is parsed once
         per generation, so the same object means the same spec): every start of a phase ensures the run's
-        infrastructure, and building its manifests (two pod templates, hashed) was most of that once they exist. Not
-        by checkpoint: a new checkpoint changes only the inference Deployment's annotation, stamped when the
-        Deployment is made (:meth:`ensure_infra`) and patched by :meth:`serve_checkpoint` after. The manifests are
-        shared: never changed in place."""
+        infrastructure, and building its manifests (two pod templates, hashed) was most of that once they exist (a new
+        checkpoint changes none of them: the pods load it from the store). The manifests are shared: never changed in
+        place."""
         key = (spec, tools, self.sandbox_runtime)
         held = self._infra.get(run.uid)
         if held is not None and held[0][0] is spec and held[0][1:] == key[1:]:
             return held[1]
-        built = self.infra(run, spec, None, 1, tools)
+        built = self.infra(run, spec, 1, tools)
         self._infra[run.uid] = (key, built)
         return built
 
@@ -528,29 +518,27 @@ class JobLauncher:
     def serve_checkpoint(
         self, run: builders.RunRef, spec: ClusterRunSpec, store: Store, checkpoint: str | None
     ) -> None:
-        """The one place the operator names what inference serves: ``serving.json`` (what the vLLM pod's
-        ``fetch-weights`` and ``weight-sync`` load, a restarted pod included) and, for whoever reads the Deployment, its
-        annotation."""
+        """The one place the operator names what inference serves: ``serving.json``, what the vLLM pod's
+        ``fetch-weights`` and ``weight-sync`` load (a restarted pod included); the run's status names it too
+        (``currentCheckpoint``). Operators before this one also wrote it on the vLLM Deployment
+        (:data:`names.ANNOTATION_CHECKPOINT`), a patch a served checkpoint: a Deployment that still carries that note
+        loses it here, so that none is left stale."""
         if run.uid in self._serving and self._serving[run.uid] == checkpoint:
             return  # what the operator wrote last (nobody else writes it)
         changed = serve(store, run.name, checkpoint)
         self._serving[run.uid] = checkpoint
-        if not changed:
+        if not changed or not builders.uses_vllm(spec):
             return
-        if builders.uses_vllm(spec):
-            name = names.inference_name(run.name)
-            dep = self.deployments(run).get(name)
-            # a Deployment just made for this checkpoint already names it (a new run's first serving target)
-            held = (dep or {}).get("metadata", {}).get("annotations") or {}
-            want = builders.serving_annotation(checkpoint)
-            if dep is not None and not want.items() <= held.items():
-                self.patch(
-                    "apps/v1",
-                    "Deployment",
-                    run.namespace,
-                    name,
-                    {"metadata": {"annotations": want}},
-                )
+        name = names.inference_name(run.name)
+        dep = self.deployments(run).get(name)
+        if dep is not None and names.ANNOTATION_CHECKPOINT in (dep["metadata"].get("annotations") or {}):
+            self.patch(
+                "apps/v1",
+                "Deployment",
+                run.namespace,
+                name,
+                {"metadata": {"annotations": {names.ANNOTATION_CHECKPOINT: None}}},
+            )
 
     def time_job(self, job: dict[str, Any], child: Child) -> None:
         """Observe a finished Job's wall time once (phase_duration, by kind and outcome)."""

@@ -25,8 +25,10 @@ LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
 APP_NAME = "whale"
 MANAGED_BY = "whale-operator"
 
-#: annotations the operator writes on children
+#: what operators before 2026-12-06 wrote on a run's vLLM Deployment, the checkpoint it served (the status's
+#: ``currentCheckpoint`` names it): removed where still found (:meth:`whale_operator.children.JobLauncher.serve_checkpoint`)
 ANNOTATION_CHECKPOINT = f"{API_GROUP}/checkpoint"
+#: annotations the operator writes on children
 ANNOTATION_REQUEST = f"{API_GROUP}/request"
 #: a Deployment's rendered pod template, hashed: a differing hash means the spec changed it (re-rendered)
 ANNOTATION_TEMPLATE_HASH = f"{API_GROUP}/template-hash"

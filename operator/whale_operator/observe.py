@@ -188,7 +188,7 @@ def _failed_child(failed: dict[str, Any], pod_message: str) -> Child:
 def wake_digest(body: Mapping[str, Any]) -> str | None:
     """What a reconcile reads of a child (a Job or JobSet, a Deployment, the doorbell ConfigMap) that the operator
     did not write itself, as one string:
-    a watch event that leaves it unchanged (the operator's own annotation of the served checkpoint, say) need not
+    a watch event that leaves it unchanged (the operator's own started mark on a Job, say) need not
     wake the run. None when there is nothing to read yet (a child the operator has just made, no status, no
     acknowledgement): its creation wakes nothing either, the reconcile that made it knows it is there."""
     meta = body.get("metadata") or {}
@@ -204,7 +204,7 @@ def wake_digest(body: Mapping[str, Any]) -> str | None:
             "suspend": spec.get("suspend"),
             "replicas": spec.get("replicas"),
             "template": annotations.get(names.ANNOTATION_TEMPLATE_HASH),
-        }  # not the operator's own marks (whale.dev/started, the served checkpoint): writing them wakes nothing
+        }  # not the operator's own marks (whale.dev/started): writing them wakes nothing
         empty = not read["status"]
     if meta.get("deletionTimestamp"):
         return "deleting"

@@ -137,7 +137,7 @@ def test_jobset_needs_a_separately_placed_vllm_server():
 def test_a_phase_under_a_queue_is_one_suspended_jobset_with_its_server_first():
     spec = example_spec(queueName="gpu")
     req = weight_request(spec)
-    js = builders.phase_jobset(RUN, spec, req, store_uri=STORE, checkpoint=None)
+    js = builders.phase_jobset(RUN, spec, req, store_uri=STORE)
     validate_jobset(js)
     name = js["metadata"]["name"]
     assert name == "demo-c01-weight-1" and len(name) <= names.MAX_JOBSET_NAME
@@ -156,7 +156,7 @@ def test_a_phase_under_a_queue_is_one_suspended_jobset_with_its_server_first():
     assert "startupPolicy" not in js["spec"]  # deprecated by JobSet and exclusive with dependsOn
     # the server is the Deployment's pod (vLLM, weight-sync sidecar, weights fetched first), as a Job's pod
     # (the phase's own server rings no doorbell: JobSet starts the workload once it is Ready)
-    deployment = builders.inference_deployment(RUN, spec, store_uri=STORE, checkpoint=None, doorbell=False)
+    deployment = builders.inference_deployment(RUN, spec, store_uri=STORE, doorbell=False)
     dep = deployment["spec"]["template"]["spec"]
     server = replicated(js, "inference")["template"]["spec"]["template"]["spec"]
     assert server == {**dep, "restartPolicy": "OnFailure"}
@@ -186,7 +186,7 @@ def test_a_phase_under_a_queue_is_one_suspended_jobset_with_its_server_first():
 
 def test_without_a_queue_the_jobset_is_created_running():
     spec = example_spec(admission="jobSet")
-    js = builders.phase_jobset(RUN, spec, eval_request(spec), store_uri=STORE, checkpoint="runs/demo/ckpt/s1")
+    js = builders.phase_jobset(RUN, spec, eval_request(spec), store_uri=STORE)
     validate_jobset(js)
     assert "suspend" not in js["spec"] and names.LABEL_QUEUE not in js["metadata"]["labels"]
     assert js["metadata"]["name"] == "demo-eval-c00-s000000-start-1"
@@ -199,7 +199,7 @@ def test_jobset_pods_pass_the_restricted_pod_security_standard():
         sandbox=spec.execution.sandbox.model_copy(update={"isolation": "none", "acknowledge_unisolated": True}),
         harness_search=search.model_copy(update={"proposer": search.proposer.model_copy(update={"network": "host"})}),
     )
-    js = builders.phase_jobset(RUN, spec, eval_request(spec), store_uri=STORE, checkpoint=None)
+    js = builders.phase_jobset(RUN, spec, eval_request(spec), store_uri=STORE)
     for rjob in js["spec"]["replicatedJobs"]:
         assert violations({"kind": "Job", "spec": rjob["template"]["spec"]}) == [], rjob["name"]
 
@@ -215,7 +215,7 @@ def test_a_long_run_name_still_names_a_jobset_jobset_accepts():
     longest_pod = f"{name}-workload-0-1023-abcde"  # JobSet's webhook check (Indexed Job, 1024 nodes)
     assert len(longest_pod) <= 63
     assert name != names.jobset_name(run.name, req.phase, req.attempt + 1)
-    js = builders.phase_jobset(run, spec, req, store_uri=STORE, checkpoint=None)
+    js = builders.phase_jobset(run, spec, req, store_uri=STORE)
     validate_jobset(js)
 
 
@@ -255,7 +255,7 @@ def test_no_pod_group_where_nothing_spans_nodes(nodes, gang, kind):
 def test_in_jobset_mode_the_gang_is_the_workload_and_its_rendezvous_is_jobset_dns():
     spec = multi_node(example_spec(queueName="gpu", gangScheduling="podGroup"), 2)
     req = weight_request(spec)
-    js = builders.phase_jobset(RUN, spec, req, store_uri=STORE, checkpoint=None)
+    js = builders.phase_jobset(RUN, spec, req, store_uri=STORE)
     group = builders.pod_group(RUN, spec, req, js["metadata"]["name"])
     assert group is not None and group["spec"]["minMember"] == 2
     js = builders.in_pod_group(js, group["metadata"]["name"])
@@ -277,9 +277,9 @@ def test_scheduler_name_reaches_every_pod_of_the_run():
     pods = [
         builders.job(RUN, spec, req, store_uri=STORE, tools=tools)["spec"]["template"]["spec"],
         builders.prepare_job(RUN, spec, 1, store_uri=STORE)["spec"]["template"]["spec"],
-        builders.inference_deployment(RUN, spec, store_uri=STORE, checkpoint=None)["spec"]["template"]["spec"],
+        builders.inference_deployment(RUN, spec, store_uri=STORE)["spec"]["template"]["spec"],
     ]
-    js = builders.phase_jobset(RUN, spec, req, store_uri=STORE, checkpoint=None)
+    js = builders.phase_jobset(RUN, spec, req, store_uri=STORE)
     pods += [r["template"]["spec"]["template"]["spec"] for r in js["spec"]["replicatedJobs"]]
     assert all(p["schedulerName"] == "my-scheduler" for p in pods)
     assert "schedulerName" not in builders.job(RUN, example_spec(), req, store_uri=STORE)["spec"]["template"]["spec"]
@@ -400,7 +400,7 @@ def test_the_operators_client_knows_the_new_kinds():
 
     spec = multi_node(example_spec(queueName="gpu", gangScheduling="podGroup"), 2)
     req = weight_request(spec)
-    js = builders.phase_jobset(RUN, spec, req, store_uri=STORE, checkpoint=None)
+    js = builders.phase_jobset(RUN, spec, req, store_uri=STORE)
     group = builders.pod_group(RUN, spec, req, js["metadata"]["name"])
     assert group is not None
     for manifest in (js, group):

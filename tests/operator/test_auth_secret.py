@@ -35,7 +35,7 @@ def test_the_auth_secret_builder_and_its_name():
 def test_only_the_pods_that_call_vllm_get_its_key_and_only_by_reference():
     spec = make_spec()
     tools = tools_of("math_reasoning")
-    dep = builders.inference_deployment(RUN, spec, store_uri=STORE, checkpoint=None)
+    dep = builders.inference_deployment(RUN, spec, store_uri=STORE)
     pod = dep["spec"]["template"]["spec"]
     vllm, sidecar = pod["containers"]
     (fetch,) = pod["initContainers"]

@@ -330,8 +330,9 @@ def test_vllm_deployment():
         inference={"tensorParallelSize": 2, "gpuMemoryUtilization": 0.85, "extraArgs": ["--seed", "1"]},
         model={"name": "Qwen/Qwen3.5-2B", "servedModelName": "policy", "maxModelLen": 32768},
     )
-    dep = builders.inference_deployment(RUN, spec, store_uri=STORE, checkpoint="runs/demo/checkpoints/step-000042")
-    assert dep["metadata"]["annotations"] == {"whale.dev/checkpoint": "runs/demo/checkpoints/step-000042"}
+    dep = builders.inference_deployment(RUN, spec, store_uri=STORE)
+    # no note of the served checkpoint (the run's status.currentCheckpoint): a new one writes nothing to the Deployment
+    assert "annotations" not in dep["metadata"]
     assert dep["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gpu-queue"
     assert dep["spec"]["strategy"] == {"type": "Recreate"} and dep["spec"]["replicas"] == 1
     pod = dep["spec"]["template"]["spec"]
@@ -373,7 +374,7 @@ def test_vllm_deployment():
     assert pod["initContainers"][0]["command"][-1] == "--once"
     assert dep["spec"]["selector"]["matchLabels"].items() <= dep["spec"]["template"]["metadata"]["labels"].items()
     # the checkpoint lives outside the pod template: swapping weights never restarts the pod
-    other = builders.inference_deployment(RUN, spec, store_uri=STORE, checkpoint=None)
+    other = builders.inference_deployment(RUN, spec, store_uri=STORE)
     assert other["spec"]["template"] == dep["spec"]["template"]
 
 
@@ -647,7 +648,7 @@ def test_prepare_job_of_full_data_gets_a_bounded_scratch_volume_for_the_download
 
 def test_the_doorbell_token_reaches_the_weight_sync_sidecar_alone_and_opens_one_configmap() -> None:
     spec = make_spec()
-    pod = builders.inference_deployment(RUN, spec, store_uri=STORE, checkpoint=None)["spec"]["template"]["spec"]
+    pod = builders.inference_deployment(RUN, spec, store_uri=STORE)["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "demo-weight-sync" and pod["automountServiceAccountToken"] is False
     mounted = {c["name"]: [m["mountPath"] for m in c["volumeMounts"]] for c in pod["containers"]}
     account = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -672,7 +673,7 @@ def test_the_doorbell_token_reaches_the_weight_sync_sidecar_alone_and_opens_one_
 
 def test_a_named_service_account_keeps_its_identity_and_gets_the_doorbell() -> None:
     spec = make_spec(cluster={"serviceAccountName": "whale-workloads"})
-    pod = builders.inference_deployment(RUN, spec, store_uri=STORE, checkpoint=None)["spec"]["template"]["spec"]
+    pod = builders.inference_deployment(RUN, spec, store_uri=STORE)["spec"]["template"]["spec"]
     assert pod["serviceAccountName"] == "whale-workloads"
     kinds = [m["kind"] for m in builders.served_doorbell(RUN, spec)]
     assert kinds == ["ConfigMap", "Role", "RoleBinding"]  # no account of the run's own
@@ -682,7 +683,7 @@ def test_a_named_service_account_keeps_its_identity_and_gets_the_doorbell() -> N
 def test_a_phase_jobsets_server_has_no_doorbell() -> None:
     # the operator never waits for its acknowledgement: JobSet starts the workload once the server is Ready
     spec = make_spec(inference={"backend": "vllm"}, cluster={"admission": "jobSet"})
-    js = builders.phase_jobset(RUN, spec, weight_request(spec), store_uri=STORE, checkpoint=None)
+    js = builders.phase_jobset(RUN, spec, weight_request(spec), store_uri=STORE)
     server = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     assert "doorbell-token" not in [v["name"] for v in server["volumes"]]
     assert "serviceAccountName" not in server or server["serviceAccountName"] != "demo-weight-sync"

@@ -42,7 +42,7 @@ def test_reasoning_parser_args(parser, thinking, extra):
         inference={"reasoningParser": parser}, model={"name": "Qwen/Qwen3.5-2B", "enableThinking": thinking}
     )
     assert builders.vllm_args(spec) == BASE + extra
-    pod = builders.inference_deployment(
-        builders.RunRef("demo", "team-a", "uid-1"), spec, store_uri="s3://whale", checkpoint=None
-    )["spec"]["template"]["spec"]
+    pod = builders.inference_deployment(builders.RunRef("demo", "team-a", "uid-1"), spec, store_uri="s3://whale")[
+        "spec"
+    ]["template"]["spec"]
     assert pod["containers"][0]["args"] == BASE + extra

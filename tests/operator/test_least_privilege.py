@@ -90,9 +90,7 @@ def rendered(spec: ClusterRunSpec, policy: SandboxHostPolicy = DEFAULTS) -> list
     out = children_of(spec) + [builders.workload_network_policy(RUN)]
     req = weight_request(spec)
     if builders.uses_jobset(spec):
-        out.append(
-            builders.phase_jobset(RUN, spec, req, store_uri=spec.execution.storage.uri or "s3://whale", checkpoint=None)
-        )
+        out.append(builders.phase_jobset(RUN, spec, req, store_uri=spec.execution.storage.uri or "s3://whale"))
     if builders.colocated_weight(spec, req.kind):
         out += colocated_children_of(spec)
     return [builders.with_sandbox_runtime(m, policy.runtime_class) for m in out]

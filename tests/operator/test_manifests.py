@@ -179,7 +179,7 @@ def children_of(spec: ClusterRunSpec) -> list[dict[str, Any]]:
     out.append(builders.auth_secret(run, {builders.AUTH_HARNESS_TOKEN: "t", builders.AUTH_VLLM_API_KEY: "k"}))
     out.append(builders.prepare_job(run, spec, 1, store_uri=store))
     out += [
-        builders.inference_deployment(run, spec, store_uri=store, checkpoint=None),
+        builders.inference_deployment(run, spec, store_uri=store),
         builders.inference_service(run, spec),
         *builders.served_doorbell(run, spec),
     ]

@@ -344,18 +344,23 @@ def test_serving_target_follows_the_running_child(start_operator, make_run, stor
         run = make_run("serve")
         run.finish(run.wait_job())  # start eval: base model
         assert run.store.read_json(serving_key("serve")) == {"checkpoint": None}
+        # the note an operator before this one wrote on the vLLM Deployment: gone at the next served checkpoint
+        old_note = {"metadata": {"annotations": {names.ANNOTATION_CHECKPOINT: "base"}}}
+        kube_cluster.api.patch("apps/v1", "deployments", kube_namespace, "serve-vllm", old_note)
         run.finish(run.wait_job())  # c01-weight -> checkpoint step 2
         ev = run.wait_job()
         assert ev["metadata"]["name"] == "serve-eval-c01-s000002-weight-1"
         ckpt = layout.checkpoint_prefix("serve", 2)
         assert run.store.read_json(serving_key("serve")) == {"checkpoint": ckpt}
+        assert run.status()["currentCheckpoint"] == ckpt  # what is served, for whoever reads the run
         dep = kube_cluster.api.get("apps/v1", "deployments", kube_namespace, "serve-vllm")
-        assert dep["metadata"]["annotations"]["whale.dev/checkpoint"] == ckpt
-        # made again after a checkpoint came (deleted by hand): it names what is served now, not the base model
+        assert names.ANNOTATION_CHECKPOINT not in (dep["metadata"].get("annotations") or {}), "a stale note is removed"
+        # made again (deleted by hand): the pods load the target from the store; the Deployment names none
         kube_cluster.api.delete("apps/v1", "deployments", kube_namespace, "serve-vllm")
         run.finish(ev)
         run.wait_job()  # the next phase (its start ensures the run's infrastructure again)
         dep = wait_for(
             lambda: kube_cluster.api.get("apps/v1", "deployments", kube_namespace, "serve-vllm"), what="the Deployment"
         )
-        assert dep["metadata"]["annotations"]["whale.dev/checkpoint"] == ckpt
+        assert names.ANNOTATION_CHECKPOINT not in (dep["metadata"].get("annotations") or {})
+        assert run.store.read_json(serving_key("serve")) == {"checkpoint": ckpt}

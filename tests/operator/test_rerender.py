@@ -25,14 +25,16 @@ HASH = names.ANNOTATION_TEMPLATE_HASH
 
 def test_the_template_hash_follows_the_pods_and_nothing_else():
     spec = make_spec()
-    first = builders.with_template_hash(builders.inference_deployment(RUN, spec, store_uri=STORE, checkpoint=None))
-    again = builders.with_template_hash(builders.inference_deployment(RUN, spec, store_uri=STORE, checkpoint="c"))
-    assert first["metadata"]["annotations"][HASH] == again["metadata"]["annotations"][HASH]  # serving: not the pod
+    first = builders.with_template_hash(builders.inference_deployment(RUN, spec, store_uri=STORE))
+    again = builders.with_template_hash(builders.inference_deployment(RUN, make_spec(), store_uri=STORE))
+    assert (
+        first["metadata"]["annotations"][HASH] == again["metadata"]["annotations"][HASH]
+    )  # the same pods, the same hash
     bigger = make_spec(cluster={"inferenceResources": {"requests": {"cpu": "12"}}})
-    edited = builders.with_template_hash(builders.inference_deployment(RUN, bigger, store_uri=STORE, checkpoint=None))
+    edited = builders.with_template_hash(builders.inference_deployment(RUN, bigger, store_uri=STORE))
     assert edited["metadata"]["annotations"][HASH] != first["metadata"]["annotations"][HASH]
     args = make_spec(inference={"extraArgs": ["--enforce-eager"]})
-    more = builders.with_template_hash(builders.inference_deployment(RUN, args, store_uri=STORE, checkpoint=None))
+    more = builders.with_template_hash(builders.inference_deployment(RUN, args, store_uri=STORE))
     assert more["metadata"]["annotations"][HASH] != first["metadata"]["annotations"][HASH]
 
 
@@ -80,7 +82,8 @@ def test_an_inference_resources_edit_re_renders_the_deployment(
             "memory": "5Gi",
             "nvidia.com/gpu": "1",
         }
-        assert patched["metadata"]["annotations"][names.ANNOTATION_CHECKPOINT]  # the serving annotation stays
+        # what is served is the run's status's, not the Deployment's (which names no checkpoint)
+        assert names.ANNOTATION_CHECKPOINT not in patched["metadata"]["annotations"]
         assert patched["spec"]["replicas"] == 1
         # the Job that was running kept its spec; Jobs are never re-rendered
         assert second["metadata"]["name"] != first["metadata"]["name"]

@@ -87,10 +87,8 @@ from whale_operator.builders.inference import (
     inference_network_policy,
     inference_service,
     served_doorbell,
-    serving_annotation,
     vllm_args,
     weight_sync_account,
-    with_serving_checkpoint,
 )
 from whale_operator.builders.jobs import (
     WORKLOAD_COMPONENTS,
@@ -284,7 +282,6 @@ __all__ = [
     "served_doorbell",
     "served_model_name",
     "service_deployment",
-    "serving_annotation",
     "shm_volume",
     "storage_env",
     "storage_env_from",
@@ -301,7 +298,6 @@ __all__ = [
     "weight_sync_account",
     "with_queue",
     "with_sandbox_runtime",
-    "with_serving_checkpoint",
     "with_template_hash",
     "workload_command",
     "workload_env",

@@ -63,7 +63,6 @@ def phase_jobset(
     request: PhaseRequest,
     *,
     store_uri: str,
-    checkpoint: str | None,
     tools: tuple[ToolService, ...] = (),
 ) -> Manifest:
     """The JobSet of one phase attempt (``cluster.admission: jobSet``): Kueue admits it as one Workload, so the
@@ -93,9 +92,7 @@ def phase_jobset(
     wl_spec["template"]["metadata"] = _without_queue(wl_spec["template"]["metadata"])
 
     # no doorbell: the operator never waits for this server's acknowledgement (JobSet starts the workload on Ready)
-    server = inference_deployment(run, spec, store_uri=store_uri, checkpoint=checkpoint, doorbell=False)["spec"][
-        "template"
-    ]
+    server = inference_deployment(run, spec, store_uri=store_uri, doorbell=False)["spec"]["template"]
     server_pod = {**server["spec"], "restartPolicy": "OnFailure"}
     server_job = {
         # one pod, Indexed (JobSet's default, written out): its DNS name <jobset>-inference-0-0 is what the workload

@@ -166,13 +166,13 @@ def inference_deployment(
     spec: ClusterRunSpec,
     *,
     store_uri: str,
-    checkpoint: str | None,
     replicas: int = 1,
     doorbell: bool = True,
 ) -> Manifest:
-    """vLLM serving the run's current weights. ``checkpoint`` is recorded as an annotation on the
-    Deployment (not the pod template: changing it must not restart the pod); the weight-sync
-    sidecar reads the serving target from the store (``control/serving.json``) and reloads vLLM, and with
+    """vLLM serving the run's current weights: its ``fetch-weights`` init container loads the serving target from the
+    store (``control/serving.json``) at the pod's start, and the weight-sync sidecar reloads vLLM on each new one (what
+    is served is the WhaleRun's ``status.currentCheckpoint``: the Deployment does not name it, so a new checkpoint
+    writes nothing to it), and with
     ``doorbell`` stamps each acknowledgement on :func:`served_doorbell`'s ConfigMap (its token is the sidecar's
     alone: the pod mounts none)."""
     name = names.inference_name(run.name)
@@ -254,11 +254,10 @@ def inference_deployment(
     )
     if res:
         vllm["resources"] = res
-    annotations = serving_annotation(checkpoint)
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": run.metadata(name, labels, annotations),
+        "metadata": run.metadata(name, labels),
         "spec": {
             "replicas": replicas,
             "strategy": {"type": "Recreate"},  # one GPU set: never two servers at once
@@ -283,21 +282,6 @@ def inference_deployment(
             },
         },
     }
-
-
-def serving_annotation(checkpoint: str | None) -> dict[str, str]:
-    """The inference Deployment's note of the checkpoint it serves (``base``: the base model), for whoever reads the
-    Deployment: its pods load what ``serving.json`` names (``fetch-weights`` at a start, ``weight-sync`` after), not
-    this."""
-    return {names.ANNOTATION_CHECKPOINT: checkpoint or "base"}
-
-
-def with_serving_checkpoint(deployment: Manifest, checkpoint: str | None) -> Manifest:
-    """:func:`inference_deployment`'s manifest naming ``checkpoint`` instead (a copy: the annotation is the only
-    difference, never the pod template)."""
-    meta = {**deployment["metadata"]}
-    meta["annotations"] = {**meta.get("annotations", {}), **serving_annotation(checkpoint)}
-    return {**deployment, "metadata": meta}
 
 
 def inference_service(run: RunRef, spec: ClusterRunSpec) -> Manifest:
