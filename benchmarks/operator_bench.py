@@ -757,7 +757,8 @@ def main() -> None:
             **section.report(),
         }
         # what a transition costs in all, whatever number of reconciles it takes (each child's start and readiness
-        # wake one too: JobStarter)
+        # wake one too: JobStarter): the section's reconciles over its transitions, so another run's progress poll or
+        # resync falling in those seconds counts too (the bursts just before set every run's timers: few do)
         steady = results["steady"]
         steady["reconciles_per_transition"] = steady["reconciles"] / len(loaded)
         steady["cpu_per_transition_s"] = steady["cpu_per_reconcile_mean_s"] * steady["reconciles"] / len(loaded)

@@ -8,10 +8,9 @@ schedule (a child finished) four reconciles are timed: ``finish`` (the finished 
 the status written; after a weight phase, the new checkpoint served instead, its child made once it is acknowledged),
 ``running`` (the new child and the acknowledgement seen), ``started`` (the Job controller started the new child:
 ``startTime``, ``active``; the operator marks it started) and ``noop`` (its pod ready: a reconcile that finds nothing
-new),
-each woken by a watch event as in the operator (``Reading.EVENT``: the store's results
-read only for a child that has ended; a run's first reconcile reads everything). The API server is the emulator on loopback in a process of its own, as
-``operator_bench.py`` runs it (``--emulator-thread``: in a thread of this process, as before; then each reconcile's
+new), each woken by a watch event as in the operator (``Reading.EVENT``: the store's results read only for a child
+that has ended; a run's first reconcile reads everything). The API server is the emulator on loopback in a process of
+its own, as ``operator_bench.py`` runs it (``--emulator-thread``: in a thread of this process, as before; then each reconcile's
 garbage collections also walk the emulator's objects, which grow with every run's Jobs and made a late transition
 look dearer than it is), the store a local folder (``--store s3``: S3 on loopback, SeaweedFS, each run reaching it
 with its own credentials Secret, as ``operator_bench.py --store s3`` runs it: a reconcile's store requests then cost
