@@ -72,7 +72,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx
 
-from tests.fixtures.kube import APIError, KubeAPI, now_rfc3339, start_emulator, wait_for
+from tests.fixtures.kube import APIError, KubeAPI, start_emulator, wait_for
 from tests.fixtures.s3 import TEST_BUCKET, SeaweedServer
 from tests.operator.conftest import BASE_SPEC, SPLITS, deep_merge
 from tests.operator.player import WorkloadPlayer, create_run, job_finished
@@ -272,10 +272,8 @@ class JobStarter:
             while (item := self._queue.get()) is not None:
                 namespace, name = item
                 try:
-                    status = {"startTime": now_rfc3339(), "active": 1, "ready": 0}
-                    api_version, plural = "batch/v1", "jobs"
-                    self._api.patch(api_version, plural, namespace, name, {"status": status}, sub="status")
-                    self._api.patch(api_version, plural, namespace, name, {"status": {"ready": 1}}, sub="status")
+                    self._api.start_job(namespace, name)
+                    self._api.ready_job(namespace, name)
                     self.started += 1
                 except APIError as exc:
                     if exc.code != 404:  # a Job deleted meanwhile is not started
@@ -805,15 +803,15 @@ def main() -> None:
         print_summary(results)
 
 
-def transition(finished: dict[str, Any], made: dict[str, Any]) -> str:
-    """``"weight -> eval"``: the kinds of the Job that finished and of the one made after it. Reactions differ by
-    kind (a finished weight phase has its checkpoint served and acknowledged before the next Job; the others do
-    not), so 1 run and many are compared transition by transition too."""
+def transition(finished: dict[str, Any], made: dict[str, Any] | None) -> str:
+    """``"weight -> eval"``: the kinds of the Job that finished and of the one made after it (``"eval -> end"``: none
+    was, the run ended). Reactions differ by kind (a finished weight phase has its checkpoint served and acknowledged
+    before the next Job; the others do not), so 1 run and many are compared transition by transition too."""
 
     def kind(job: dict[str, Any]) -> str:
         return str(job["metadata"]["labels"].get(names.LABEL_KIND, "?"))
 
-    return f"{kind(finished)} -> {kind(made)}"
+    return f"{kind(finished)} -> {'end' if made is None else kind(made)}"
 
 
 def by_transition(reactions: list[tuple[str, float]]) -> dict[str, dict[str, float]]:

@@ -51,10 +51,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import operator_bench
 from operator_bench import STORES, BenchStore, EmulatorProcess, EmulatorThread
 
-from tests.fixtures.kube import KubeAPI, now_rfc3339
+from tests.fixtures.kube import KubeAPI
 from tests.operator.conftest import BASE_SPEC, prepared_run
 from tests.operator.player import job_finished
-from whale_operator import names
 from whale_operator.crd import crd
 
 KINDS = ("create", "finish", "running", "started", "noop")
@@ -73,7 +72,7 @@ def measure(
     by_kind: dict[str, dict[str, list[float]]] | None = None,
 ) -> dict[str, list[float]]:
     """Each kind's reconciles' thread CPU, seconds. ``total_steps``: the runs' schedule (two steps a cycle) instead of
-    the tests' short one; ``by_transition`` gets each transition's three reconciles, summed, by its index in the run;
+    the tests' short one; ``by_transition`` gets each transition's four reconciles, summed, by its index in the run;
     ``emulator_process``: the API server's stand-in in a process of its own, else a thread of this one; ``store_kind``:
     the runs' store (:data:`operator_bench.STORES`); ``by_kind`` gets each kind's reconciles by the transition they
     belong to (``"weight -> eval"``: :func:`operator_bench.transition`), as ``operator_bench.py`` reports reactions."""
@@ -143,12 +142,10 @@ def measure(
                         for job in player.jobs():
                             seen(job)
                     elif kind in ("started", "noop"):  # the Job controller: the new Job's pod made, then ready
-                        status = {"startTime": now_rfc3339(), "active": 1, "ready": 0} if kind == "started" else {}
+                        write = api.start_job if kind == "started" else api.ready_job
                         for job in player.jobs():
                             if not job_finished(job):
-                                name_ = job["metadata"]["name"]
-                                patch = {"status": {**status, "ready": int(kind == "noop")}}
-                                informer.observe(api.patch("batch/v1", "jobs", NS, name_, patch, sub="status"))
+                                informer.observe(write(NS, job["metadata"]["name"]))
                     started = time.thread_time()
                     reconciler.reconcile(NS, name, Reading.EVENT)  # each woken by a watch event, as in the operator
                     took = time.thread_time() - started
@@ -160,8 +157,7 @@ def measure(
                     by_transition.setdefault(transition, []).append(spent)
                 if by_kind is not None and transition > 0:
                     made = [j for j in player.jobs() if not job_finished(j)]
-                    ended = f"{pending[0]['metadata']['labels'].get(names.LABEL_KIND, '?')} -> end"  # the run's end
-                    held = by_kind.setdefault(operator_bench.transition(pending[0], made[0]) if made else ended, {})
+                    held = by_kind.setdefault(operator_bench.transition(pending[0], made[0] if made else None), {})
                     for kind, took in took_by_kind.items():
                         held.setdefault(kind, []).append(took)
         kube.close()
@@ -229,7 +225,7 @@ def main() -> None:
             name: {kind: summary(values) for kind, values in kinds.items()} for name, kinds in sorted(by_kind.items())
         },
         "all": overall,
-        # a transition's three reconciles, summed, by tens of transitions into the run: their mean, seconds
+        # a transition's four reconciles, summed, by tens of transitions into the run: their mean, seconds
         "transition_by_tens_s": by_tens,
         "raw_s": cpu,
     }
