@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pydantic import ValidationError
 
-from whale.core.alternation import Child, ChildState, Observations, decide
+from whale.core import layout
+from whale.core.alternation import Child, ChildState, Observations, StartPhase, decide
 from whale.core.spec import WhaleRunSpec
 from whale.core.status import ConditionType, WhaleRunStatus
 from whale.runner.local import status_summary
@@ -100,3 +101,44 @@ def test_null_never_stalls_and_the_field_is_strict_and_bounded() -> None:
     for bad in (10, "3600", 10**9):
         with pytest.raises(ValidationError, match="stallAfterSeconds"):
             make_spec(stallAfterSeconds=bad)
+
+
+def test_a_phase_that_ended_is_progress_once_whatever_of_its_lines_the_next_reading_holds() -> None:
+    """The reconcile that absorbs a phase's end reads its last metrics lines; the next one, woken by the next child's
+    watch event, no longer reads them (``Reading.EVENT``). The same world read twice is no progress: the lines of a
+    phase whose child has ended do not count, or every transition moved ``lastProgressTime`` and cost a status write."""
+    spec = make_spec(stallAfterSeconds=3600)
+    status = decide(spec, WhaleRunStatus(), observe(0, children={})).status
+    status = decide(spec, status, observe(1, [weight_line(1, 0.5)])).status
+    ended = {"c01-weight": Child(ChildState.SUCCEEDED)}
+    result = {
+        "c01-weight": {
+            "finalStep": 2,
+            "checkpoint": layout.checkpoint_prefix(RUN, 2),
+            "rollouts": 32,
+            "stoppedBy": "target",
+        }
+    }
+    lines = parsed({"c01-weight": [weight_line(1, 0.5), weight_line(2, 0.5)]})
+
+    def world(minutes: float, metrics: dict, children: dict) -> Observations:
+        return Observations(
+            run=RUN,
+            split_sizes=SIZES,
+            now=at(minutes),
+            children=children,
+            results=result,
+            metrics=metrics,
+            checkpoints=frozenset({2}),
+        )
+
+    absorbed = decide(spec, status, world(30, lines, ended))
+    assert absorbed.status.last_progress_time == at(30)  # the phase's end, its result and checkpoint: progress
+    assert "c01-weight" in absorbed.status.completed_phases and absorbed.status.active_phase != "c01-weight"
+    [started] = [a.request.phase for a in absorbed.actions if isinstance(a, StartPhase)]
+    again = decide(spec, absorbed.status, world(31, {}, ended)).status  # its lines no longer read
+    assert again.progress_mark == absorbed.status.progress_mark
+    assert again.last_progress_time == at(30)
+    assert again == absorbed.status  # nothing to write
+    running = decide(spec, again, world(40, {}, {**ended, started: Child(ChildState.RUNNING)})).status
+    assert running.last_progress_time == at(40)  # the next child seen running is progress, as before

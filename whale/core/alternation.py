@@ -638,12 +638,15 @@ def watch_progress(state: RunState, spec: WhaleRunSpec, obs: Observations) -> Ru
 
 def progress_mark(state: RunState, obs: Observations) -> str:
     """What the store (and the children) show now, compactly: main phases and evaluations done, failed and
-    preempted attempts, metrics lines of the observed phases, complete checkpoints, the children running (a
+    preempted attempts, metrics lines of the phases whose child runs, complete checkpoints, the children running (a
     child that starts counts: the stall is measured from its start). Any change is progress; the same mark
-    twice is none (``decide`` stays level-based)."""
+    twice is none (``decide`` stays level-based). A phase whose child has ended counts by its result, not its lines:
+    the reconcile that absorbs it still reads them, the next no longer does, and counting them made every transition
+    look like progress twice (and cost the operator a status write for nothing)."""
     evals = sum(e.mean_at_k is not None for e in state.evals)
-    lines = sum(len(v) for v in obs.metrics.values())
-    running = ",".join(sorted(p for p, c in obs.children.items() if c.state is ChildState.RUNNING))
+    running_phases = sorted(p for p, c in obs.children.items() if c.state is ChildState.RUNNING)
+    lines = sum(len(obs.metrics.get(p, ())) for p in running_phases)
+    running = ",".join(running_phases)
     return (
         f"phases={len(state.completed_phases)} evals={evals} "
         f"failures={sum(state.failures.values())} preemptions={state.preemptions} "
