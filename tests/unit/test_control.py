@@ -3,11 +3,13 @@ target's one writer and the one storage-connection builder."""
 
 from __future__ import annotations
 
+import json
 import logging
+import random
 from typing import Any
 
 from whale.control import storage
-from whale.control.observer import StoreObserver
+from whale.control.observer import StoreObserver, read_metrics
 from whale.control.planner import KEEP_SERVING, RunEnd, plan, write_request
 from whale.control.serving import UNSET, serve, serving
 from whale.core import layout
@@ -26,6 +28,7 @@ from whale.core.protocol import (
     EvalPhaseArgs,
     HarnessIterationMetrics,
     HarnessPhaseArgs,
+    WeightStepMetrics,
     parse_request,
     phase_request,
 )
@@ -347,3 +350,93 @@ def test_a_poll_lists_a_weight_phase_s_checkpoints_only_when_asked(tmp_path, mon
     store.write_bytes(layout.checkpoint_complete_key(RUN, 4), b"")
     done = observer.observe(status, ended, {}, now="t", ended={weight}, checkpoints=False)
     assert done.checkpoints == frozenset({2, 4}), "its child has ended: listed"
+
+
+def test_a_growing_metrics_file_is_parsed_a_line_at_a_time(tmp_path, monkeypatch) -> None:
+    """A weight phase's file grows by a line a step and is read at every progress poll: the lines read before are
+    not parsed again, and what the observer returns is what a whole reading returns."""
+    from whale.control import observer as observer_module
+
+    store = open_store(str(tmp_path / "store"))
+    phase = "c01-weight"
+    key = layout.metrics_key(RUN, phase)
+    parsed: list[Any] = []
+    real = observer_module.parse_metrics_line
+
+    def counted(kind: Any, raw: Any) -> Any:
+        parsed.append(raw)
+        return real(kind, raw)
+
+    monkeypatch.setattr(observer_module, "parse_metrics_line", counted)
+    for step in (1, 2, 3):
+        store.append_jsonl(key, weight_step(step))
+    observer = StoreObserver(store, RUN)
+    assert len(observer.read_metrics(phase)) == 3 and len(parsed) == 3
+    assert observer.read_metrics(phase) == read_metrics(store, RUN, phase)
+    parsed.clear()
+    store.append_jsonl(key, weight_step(4))
+    lines = observer.read_metrics(phase)
+    assert [m.step for m in lines] == [1, 2, 3, 4]
+    assert len(parsed) == 1, "only the new line is parsed"
+    parsed.clear()
+    assert observer.read_metrics(phase) == lines and parsed == []  # nothing new: nothing parsed
+
+
+def test_a_rewritten_or_cut_metrics_file_is_read_as_whole_as_it_is_now(tmp_path) -> None:
+    """Whatever happens to the file between two readings (lines appended, the file written afresh by a new attempt,
+    cut short, a last line without its newline, lines that do not parse), the observer returns what a reading of the
+    whole file returns, and warns of a bad line once, by its number in the file."""
+    store = open_store(str(tmp_path / "store"))
+    phase = "c01-weight"
+    key = layout.metrics_key(RUN, phase)
+    observer = StoreObserver(store, RUN)
+    rng = random.Random(7)
+    data = b""
+    for _ in range(300):
+        op = rng.choice(["append", "append", "append", "bad", "partial", "afresh", "cut", "same"])
+        if op == "append":
+            data += json_line(weight_step(rng.randint(1, 50)))
+        elif op == "bad":
+            data += b'{"step": "x"}\n' if rng.random() < 0.5 else b"not json\n"
+        elif op == "partial":
+            data += json_line(weight_step(rng.randint(1, 50)))[:-1]  # no newline yet: the next append completes it
+            data += b"" if rng.random() < 0.5 else b"\n"
+        elif op == "afresh":
+            data = json_line(weight_step(rng.randint(1, 50)))
+        elif op == "cut":
+            data = data[: rng.randint(0, len(data))]
+            data = data[: data.rfind(b"\n") + 1]
+        store.write_bytes(key, data)
+        assert observer.read_metrics(phase) == read_metrics(store, RUN, phase), op
+
+
+def test_a_bad_line_appended_later_is_named_by_its_line_number(tmp_path, caplog) -> None:
+    store = open_store(str(tmp_path / "store"))
+    key = layout.metrics_key(RUN, "c01-weight")
+    for step in (1, 2):
+        store.append_jsonl(key, weight_step(step))
+    observer = StoreObserver(store, RUN)
+    assert len(observer.read_metrics("c01-weight")) == 2
+    store.write_bytes(key, store.read_bytes(key) + b"\n" + b'{"step": 3, "rewardMean": "x"}\n')
+    with caplog.at_level(logging.WARNING, logger="whale.control.observer"):
+        assert len(observer.read_metrics("c01-weight")) == 2
+        assert len(observer.read_metrics("c01-weight")) == 2
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "ignoring line 4 of" in warnings[0], warnings  # line 3 is the blank one
+
+
+def weight_step(step: int) -> dict[str, Any]:
+    return WeightStepMetrics(
+        step=step,
+        epoch=step / 10,
+        reward_mean=0.5,
+        acceptance_rate=0.5,
+        kept=1,
+        loss=0.5,
+        learning_rate=1e-7,
+        rollouts=16,
+    ).to_wire()
+
+
+def json_line(raw: dict[str, Any]) -> bytes:
+    return (json.dumps(raw) + "\n").encode()
