@@ -870,6 +870,23 @@ def test_kube_transport_times_every_variant_of_the_same_request(tmp_path):
     assert report["per_variant"]["sdk_urllib3_pool"]["vs_sdk_urllib3_pool"] == 1.0
 
 
+def test_metrics_read_times_the_three_readings_of_each_length(tmp_path):
+    # the script itself checks that the three readings returned the same lines, each as many as the file holds
+    out = tmp_path / "metrics_read.json"
+    run_script("metrics_read.py", "--lines", "3,30", "--repeats", "3", "--out", str(out), timeout_s=120)
+    report = json.loads(out.read_text())
+    assert [row["lines"] for row in report["per_length"]] == [3, 30]
+    for row in report["per_length"]:
+        assert set(row["median_s"]) == {"whole", "one_new", "none_new"}
+        assert all(len(v) == 3 and min(v) >= 0 for v in row["raw_s"].values())
+        assert row["over_whole"]["whole"] == 1.0
+
+
+def test_metrics_read_refuses_a_length_it_cannot_time():
+    done = run_script("metrics_read.py", "--lines", "ten", returncode=2)
+    assert "--lines: 'ten' is not a comma-separated list of whole numbers" in done.stderr
+
+
 def test_demo_cost_records_each_run_and_stops_at_a_failed_one(tmp_path):
     # the plumbing, with commands in place of `make demo` (the demo itself: tests/component/test_examples.py)
     ok, failed = tmp_path / "ok.json", tmp_path / "failed.json"
