@@ -324,3 +324,29 @@ def test_a_reconcile_woken_by_an_event_reads_no_result_of_a_running_child(
     # this schedule evaluates the weight phase's last checkpoint only (whale.core.alternation.evaluates_mid_phase)
     assert not [k for k in asked if "/checkpoints" in k], "a poll lists no checkpoint of a phase evaluated at its end"
     assert not [k for k in asked if k.endswith("/result.json")], "... nor asks for a result: its child runs"
+
+
+def test_a_reconcile_that_finds_nothing_new_builds_no_status_to_compare(
+    operator_env, kube_cluster, kube_namespace, store, monkeypatch
+):
+    """A run at rest (its child running, nothing new): the reconcile neither writes the status nor serialises it to
+    find that out (the status grows with the run: its evaluations, its phases done)."""
+    player, informer, reconciler = informed_run(kube_cluster, kube_namespace, store, "rest")
+    to_jobs(reconciler, player, kube_namespace, "rest")
+    [job] = player.jobs()
+    informer.observe(kube_cluster.api.start_job(kube_namespace, job["metadata"]["name"]))
+    reconciler.reconcile(kube_namespace, "rest", Reading.EVENT)  # the start seen (and marked)
+    built: list[object] = []
+    write_status = reconciler._write_status
+
+    def counted(*args: object) -> object:
+        built.append(args)
+        return write_status(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(reconciler, "_write_status", counted)
+    before = len(kube_cluster.emulator._requests)
+    for reading in (Reading.EVENT, Reading.POLL, Reading.EVENT):
+        outcome = reconciler.reconcile(kube_namespace, "rest", reading)
+        assert outcome is not None and outcome.status.active_phase is not None
+    assert built == [], "nothing new: no status built to compare"
+    assert requests_since(kube_cluster, before) == [], "... and nothing sent"

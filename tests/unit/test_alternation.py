@@ -654,3 +654,22 @@ def test_a_weight_phase_is_watched_for_checkpoints_only_where_one_is_evaluated_b
     assert not evaluates_mid_phase(spec("whale", 6, weightStepsPerCycle=4), fresh, SIZES)
     assert evaluates_mid_phase(spec("whale", 6, weightStepsPerCycle=4), second, SIZES)
     assert evaluates_mid_phase(spec("whale", 4, weightStepsPerCycle=4), fresh, {})
+
+
+def test_a_call_that_changes_nothing_gives_back_the_status_it_was_given():
+    """Level-based: the same world twice is the same status; and then the very object given, so a controller sees
+    there is nothing to write without serialising the two (both grow with the run). A change is a new status."""
+    spec = make_spec("whale", totalSteps=6, weightStepsPerCycle=3)
+    world = World(SIZES, stop_at_step={"c01-weight": 1})
+    status = WhaleRunStatus()
+    for _ in range(4):  # started, its evaluation run, the first weight phase halted at step 1 (still running)
+        decision = decide(spec, status, world.observe(status))
+        status = decision.status
+        world.apply(decision)
+        world.progress()
+    assert status.active_phase == "c01-weight" and world.children["c01-weight"].state is ChildState.RUNNING
+    same = decide(spec, status, world.observe(status))
+    assert same.status is status
+    world.metrics["c01-weight"].append(weight_line(2, 0.5))  # a new step's line: progress, so a new status
+    moved = decide(spec, status, world.observe(status)).status
+    assert moved is not status and (moved.step, moved.progress_mark) != (status.step, status.progress_mark)

@@ -201,7 +201,7 @@ class _Machine:
     def __init__(self, spec: WhaleRunSpec, status: WhaleRunStatus, obs: Observations, sched: ResolvedSchedule):
         self.spec, self.obs, self.sched = spec, obs, sched
         self.before = status
-        self.state = RunState.from_status(status)
+        self.state = self.initial = RunState.from_status(status)
         self.actions: list[Action] = []
         self.run = obs.run
         #: the complete checkpoints in the store, in step order (what mid-phase evaluations come from)
@@ -585,7 +585,10 @@ class _Machine:
         checkpoint = self.state.current_checkpoint
         if checkpoint != self.before.current_checkpoint and not self.state.phase.is_terminal():
             self.actions.insert(0, ServeCheckpoint(checkpoint))
-        return Transition(self.state.to_status(), tuple(self.actions))
+        # nothing changed (most calls of a controller's loop): the status given, not a copy rebuilt from the state, so a
+        # controller sees there is nothing to write without serialising and comparing the two (both grow with the run)
+        unchanged = self.state is self.initial or self.state == self.initial
+        return Transition(self.before if unchanged else self.state.to_status(), tuple(self.actions))
 
 
 def weight_range(spec: WhaleRunSpec, sched: ResolvedSchedule, step: int) -> tuple[int, int]:

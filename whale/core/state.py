@@ -32,6 +32,12 @@ STALLED_REASON = "NoProgress"
 NOT_STALLED_REASON = "ProgressSeen"
 
 
+def _same(old: MetaCondition | None, new: MetaCondition) -> bool:
+    """``old`` says what ``new`` says; the generation it was observed at is the operator's stamp
+    (``whale_operator.status.with_conditions``), not a change: were it one, every reconcile made a new status."""
+    return old is not None and old.model_copy(update={"observed_generation": None}) == new
+
+
 def _inc(counts: Mapping[str, int], phase: str, by: int = 1, start: int = 0) -> dict[str, int]:
     return {**counts, phase: counts.get(phase, start) + by}
 
@@ -247,7 +253,7 @@ class RunState:
             message=message,
             last_transition_time=since or None,
         )
-        if old == cond:
+        if _same(old, cond):
             return self
         return replace(self, conditions=(*self._without(ConditionType.STALLED), cond))
 
@@ -267,7 +273,7 @@ class RunState:
             message=message,
             last_transition_time=since or None,
         )
-        if old == cond:
+        if _same(old, cond):
             return self
         return replace(self, conditions=(*self._without(ConditionType.REWARD_INTEGRITY), cond))
 
