@@ -341,7 +341,7 @@ def test_a_reconcile_that_finds_nothing_new_builds_no_status_to_compare(
 
     def counted(*args: object) -> object:
         built.append(args)
-        return write_status(*args)  # type: ignore[arg-type]
+        return write_status(*args)
 
     monkeypatch.setattr(reconciler, "_write_status", counted)
     before = len(kube_cluster.emulator._requests)
