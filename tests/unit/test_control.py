@@ -28,13 +28,14 @@ from whale.core.protocol import (
     EvalPhaseArgs,
     HarnessIterationMetrics,
     HarnessPhaseArgs,
-    WeightStepMetrics,
     parse_request,
     phase_request,
 )
 from whale.core.spec import Storage
 from whale.core.status import EvalPoint, Reason, RunPhase, WhaleRunStatus
 from whale.store import open_store, s3
+
+from .sim import weight_line
 
 #: the least spec a request can be made from
 MIN_SPEC = {"domain": "synthetic", "condition": "rsft_only", "model": {"name": "m"}, "schedule": {"totalSteps": 4}}
@@ -369,12 +370,12 @@ def test_a_growing_metrics_file_is_parsed_a_line_at_a_time(tmp_path, monkeypatch
 
     monkeypatch.setattr(observer_module, "parse_metrics_line", counted)
     for step in (1, 2, 3):
-        store.append_jsonl(key, weight_step(step))
+        store.append_jsonl(key, weight_line(step, 0.5))
     observer = StoreObserver(store, RUN)
     assert len(observer.read_metrics(phase)) == 3 and len(parsed) == 3
     assert observer.read_metrics(phase) == read_metrics(store, RUN, phase)
     parsed.clear()
-    store.append_jsonl(key, weight_step(4))
+    store.append_jsonl(key, weight_line(4, 0.5))
     lines = observer.read_metrics(phase)
     assert [m.step for m in lines] == [1, 2, 3, 4]
     assert len(parsed) == 1, "only the new line is parsed"
@@ -385,7 +386,7 @@ def test_a_growing_metrics_file_is_parsed_a_line_at_a_time(tmp_path, monkeypatch
 def test_a_rewritten_or_cut_metrics_file_is_read_as_whole_as_it_is_now(tmp_path) -> None:
     """Whatever happens to the file between two readings (lines appended, the file written afresh by a new attempt,
     cut short, a last line without its newline, lines that do not parse), the observer returns what a reading of the
-    whole file returns, and warns of a bad line once, by its number in the file."""
+    whole file returns."""
     store = open_store(str(tmp_path / "store"))
     phase = "c01-weight"
     key = layout.metrics_key(RUN, phase)
@@ -395,14 +396,14 @@ def test_a_rewritten_or_cut_metrics_file_is_read_as_whole_as_it_is_now(tmp_path)
     for _ in range(300):
         op = rng.choice(["append", "append", "append", "bad", "partial", "afresh", "cut", "same"])
         if op == "append":
-            data += json_line(weight_step(rng.randint(1, 50)))
+            data += json_line(weight_line(rng.randint(1, 50), 0.5))
         elif op == "bad":
             data += b'{"step": "x"}\n' if rng.random() < 0.5 else b"not json\n"
         elif op == "partial":
-            data += json_line(weight_step(rng.randint(1, 50)))[:-1]  # no newline yet: the next append completes it
+            data += json_line(weight_line(rng.randint(1, 50), 0.5))[:-1]  # no newline yet: the next append completes it
             data += b"" if rng.random() < 0.5 else b"\n"
         elif op == "afresh":
-            data = json_line(weight_step(rng.randint(1, 50)))
+            data = json_line(weight_line(rng.randint(1, 50), 0.5))
         elif op == "cut":
             data = data[: rng.randint(0, len(data))]
             data = data[: data.rfind(b"\n") + 1]
@@ -414,7 +415,7 @@ def test_a_bad_line_appended_later_is_named_by_its_line_number(tmp_path, caplog)
     store = open_store(str(tmp_path / "store"))
     key = layout.metrics_key(RUN, "c01-weight")
     for step in (1, 2):
-        store.append_jsonl(key, weight_step(step))
+        store.append_jsonl(key, weight_line(step, 0.5))
     observer = StoreObserver(store, RUN)
     assert len(observer.read_metrics("c01-weight")) == 2
     store.write_bytes(key, store.read_bytes(key) + b"\n" + b'{"step": 3, "rewardMean": "x"}\n')
@@ -423,19 +424,6 @@ def test_a_bad_line_appended_later_is_named_by_its_line_number(tmp_path, caplog)
         assert len(observer.read_metrics("c01-weight")) == 2
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1 and "ignoring line 4 of" in warnings[0], warnings  # line 3 is the blank one
-
-
-def weight_step(step: int) -> dict[str, Any]:
-    return WeightStepMetrics(
-        step=step,
-        epoch=step / 10,
-        reward_mean=0.5,
-        acceptance_rate=0.5,
-        kept=1,
-        loss=0.5,
-        learning_rate=1e-7,
-        rollouts=16,
-    ).to_wire()
 
 
 def json_line(raw: dict[str, Any]) -> bytes:

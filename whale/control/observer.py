@@ -191,7 +191,7 @@ class StoreObserver:
             )
         self._metrics = out
         for gone in self._parsed.keys() - phases:
-            del self._parsed[gone]  # a phase no longer read: its file is not held for
+            del self._parsed[gone]  # a phase no longer read: what was parsed of it is let go
         return out
 
     def read_metrics(self, phase: str) -> tuple[PhaseMetrics, ...]:
