@@ -53,9 +53,15 @@ class MetricsLines:
         self._digest = b""
         self._count = 0  # lines in those bytes, for the warnings' line numbers
         self._lines: tuple[PhaseMetrics, ...] = ()
+        #: what the last reading returned (None: not read yet), for a controller that need not read it again
+        self.last: tuple[PhaseMetrics, ...] | None = None
 
     def read(self, store: Store, run: str, warned: set[tuple[str, int]] | None = None) -> tuple[PhaseMetrics, ...]:
         """The phase's lines now (a file not written yet: none), parsing what was appended since the last reading."""
+        self.last = self._read(store, run, warned)
+        return self.last
+
+    def _read(self, store: Store, run: str, warned: set[tuple[str, int]] | None) -> tuple[PhaseMetrics, ...]:
         if self.kind is PhaseKind.PREPARE:
             return ()  # data preparation writes no metrics lines
         key = layout.metrics_key(run, self.phase)
@@ -112,9 +118,8 @@ class StoreObserver:
         self._warned: set[tuple[str, int]] = set()
         #: the results last read (:meth:`results`), for an observation that need not read them again
         self._results: dict[str, dict[str, Any]] = {}
-        #: the metrics lines last read, by phase (:meth:`metrics`, ``ended``)
-        self._metrics: dict[str, tuple[PhaseMetrics, ...]] = {}
-        #: each phase's file as last parsed (:meth:`read_metrics`), for phases still read
+        #: each phase's metrics lines as last read and parsed (:meth:`read_metrics`; :meth:`metrics`, ``ended``), for
+        #: the phases still read
         self._parsed: dict[str, MetricsLines] = {}
         #: the phases whose result has been read at least once (:meth:`results`, ``ended``)
         self._read: set[str] = set()
@@ -185,11 +190,10 @@ class StoreObserver:
             phases.add(status.active_phase)
         out: dict[str, tuple[PhaseMetrics, ...]] = {}
         for phase in sorted(phases):
-            held = self._metrics.get(phase)
+            held = parsed.last if (parsed := self._parsed.get(phase)) is not None else None
             out[phase] = (
                 held if held is not None and ended is not None and phase not in ended else self.read_metrics(phase)
             )
-        self._metrics = out
         for gone in self._parsed.keys() - phases:
             del self._parsed[gone]  # a phase no longer read: what was parsed of it is let go
         return out
