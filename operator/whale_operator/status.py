@@ -13,7 +13,7 @@ from typing import Any
 
 from whale.core.alternation import Action, Child, Fail, Finish, ServeCheckpoint, StartPhase, StopPhase, SuspendRun
 from whale.core.protocol import PhaseKind
-from whale.core.state import NOT_STALLED_REASON, RunState
+from whale.core.state import NOT_STALLED_REASON, RunState, progress_seen_message
 from whale.core.state import integrity_condition as core_integrity_condition
 from whale.core.status import ConditionType, MetaCondition, Reason, RunPhase, Stage, WhaleRunStatus
 from whale_operator import kueue
@@ -235,10 +235,11 @@ def stalled(status: WhaleRunStatus) -> MetaCondition | None:
 
 
 def stalled_condition(status: WhaleRunStatus) -> tuple[str, str, str, str]:
-    """Stalled as ``decide`` set it (it knows the store's progress and the threshold); False before it did."""
+    """Stalled as ``decide`` set it (it knows the store's progress and the threshold); False before it did, in the words
+    ``decide`` will use (or its next call would rewrite the condition: a status write for nothing)."""
     cond = stalled(status)
     if cond is None:
-        return _cond(STALLED, False, NOT_STALLED_REASON, "")
+        return _cond(STALLED, False, NOT_STALLED_REASON, progress_seen_message(status.last_progress_time))
     return STALLED, cond.status, cond.reason, cond.message
 
 

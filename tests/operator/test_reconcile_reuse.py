@@ -350,3 +350,26 @@ def test_a_reconcile_that_finds_nothing_new_builds_no_status_to_compare(
         assert outcome is not None and outcome.status.active_phase is not None
     assert built == [], "nothing new: no status built to compare"
     assert requests_since(kube_cluster, before) == [], "... and nothing sent"
+
+
+def test_a_new_run_writes_its_status_once_until_its_first_job_runs(operator_env, kube_cluster, kube_namespace, store):
+    """What a reconcile starts it counts at once: the progress mark names the child it decided to start (not only one
+    seen running) and the Stalled condition the operator lists before ``decide`` did is worded as ``decide`` words it.
+    So the reconciles after the first (the serving target acknowledged and the Job made, the Job seen, its start)
+    have nothing to write to the status; each used to write it once more (a patch, a watch event for every watcher)."""
+    player, informer, reconciler = informed_run(kube_cluster, kube_namespace, store, "once")
+    before = len(kube_cluster.emulator._requests)
+    to_jobs(reconciler, player, kube_namespace, "once")
+    [job] = player.jobs()
+    informer.observe(job)  # the Job's watch event
+    reconciler.reconcile(kube_namespace, "once", Reading.EVENT)
+    informer.observe(kube_cluster.api.start_job(kube_namespace, job["metadata"]["name"]))
+    reconciler.reconcile(kube_namespace, "once", Reading.EVENT)  # the start seen (and marked)
+    sent = requests_since(kube_cluster, before)
+    status_writes = [path for method, path in sent if method == "PATCH" and path.split("?")[0].endswith("/status")]
+    assert len(status_writes) == 1, sent
+    status = player.status()
+    phase, _ = observe.job_phase(job) or ("?", 0)
+    assert phase in status["progressMark"].split("running=")[1].split(","), status["progressMark"]
+    stalled = {c["type"]: c for c in status["conditions"]}["Stalled"]
+    assert (stalled["status"], stalled["message"]) == ("False", f"last progress at {status['lastProgressTime']}")

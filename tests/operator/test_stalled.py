@@ -53,9 +53,12 @@ def test_a_job_without_progress_is_stalled_then_not_after_a_metrics_line(
             break
     [job] = player.jobs()
     assert job["metadata"]["name"] == names.job_name("stall", "c01-weight", 1)
-    conditions = reconcile(1)  # the Job runs: the stall clock starts
+    # the stall clock started with the run's first reconcile (minute 1), which decided to start the Job
+    assert player.status()["lastProgressTime"] == "2026-01-01T00:01:00Z"
+    conditions = reconcile(1)  # the Job runs: counted when it was started, so no new progress
     assert conditions["Stalled"].status == "False" and gauge() == 0
-    conditions = reconcile(9)
+    assert player.status()["lastProgressTime"] == "2026-01-01T00:01:00Z"
+    conditions = reconcile(10 - minutes[0])  # minute 10: nine minutes of nothing
     assert conditions["Stalled"].status == "False"
 
     conditions = reconcile(1)

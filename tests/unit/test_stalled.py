@@ -53,20 +53,24 @@ def stalled(status: WhaleRunStatus):
 
 def test_a_child_without_progress_is_stalled_then_not_after_a_new_metrics_line() -> None:
     spec = make_spec(stallAfterSeconds=3600)
-    status = decide(spec, WhaleRunStatus(), observe(0, children={})).status  # started; the child is launched
-    status = decide(spec, status, observe(1)).status  # the child runs: that is where the clock starts
-    assert status.last_progress_time == at(1) and stalled(status) is None
-    status = decide(spec, status, observe(60)).status  # 59 minutes of nothing: not yet
-    assert stalled(status) is None and status.last_progress_time == at(1)
+    # the child decided on and launched: that is where the clock starts
+    status = decide(spec, WhaleRunStatus(), observe(0, children={})).status
+    assert status.last_progress_time == at(0) and "running=c01-weight" in (status.progress_mark or "")
+    launched = status
+    status = decide(spec, status, observe(1)).status  # the child seen running: what the launch already counted
+    assert status.last_progress_time == at(0) and stalled(status) is None
+    assert status == launched  # nothing to write (was: a second status write at every child's first sighting)
+    status = decide(spec, status, observe(59)).status  # 59 minutes of nothing: not yet
+    assert stalled(status) is None and status.last_progress_time == at(0)
 
-    status = decide(spec, status, observe(61)).status
+    status = decide(spec, status, observe(60)).status
     cond = stalled(status)
     assert cond is not None and cond.status == "True" and cond.reason == "NoProgress"
     assert cond.message == (
-        f"no progress in the store for 60 minutes (since {at(1)}, spec.execution.retry.stallAfterSeconds); "
+        f"no progress in the store for 60 minutes (since {at(0)}, spec.execution.retry.stallAfterSeconds); "
         "phase c01-weight, Job stall-c01-weight-1"
     )
-    assert cond.last_transition_time == at(61)
+    assert cond.last_transition_time == at(60)
     assert status_summary(status)["stalled"] == cond.message  # `whale status` shows it
     assert status.phase.value == "Running" and status.active_phase == "c01-weight"  # nothing was stopped
     later = decide(spec, status, observe(90)).status
@@ -106,7 +110,8 @@ def test_null_never_stalls_and_the_field_is_strict_and_bounded() -> None:
 def test_a_phase_that_ended_is_progress_once_whatever_of_its_lines_the_next_reading_holds() -> None:
     """The reconcile that absorbs a phase's end reads its last metrics lines; the next one, woken by the next child's
     watch event, no longer reads them (``Reading.EVENT``). The same world read twice is no progress: the lines of a
-    phase whose child has ended do not count, or every transition moved ``lastProgressTime`` and cost a status write."""
+    phase whose child has ended do not count, or every transition moved ``lastProgressTime`` and cost a status write.
+    Nor does the next child's first sighting: its start was counted when it was decided."""
     spec = make_spec(stallAfterSeconds=3600)
     status = decide(spec, WhaleRunStatus(), observe(0, children={})).status
     status = decide(spec, status, observe(1, [weight_line(1, 0.5)])).status
@@ -140,5 +145,6 @@ def test_a_phase_that_ended_is_progress_once_whatever_of_its_lines_the_next_read
     assert again.progress_mark == absorbed.status.progress_mark
     assert again.last_progress_time == at(30)
     assert again == absorbed.status  # nothing to write
+    # the next child, started at 30, seen running: counted when it was started, so no progress and nothing to write
     running = decide(spec, again, world(40, {}, {**ended, started: Child(ChildState.RUNNING)})).status
-    assert running.last_progress_time == at(40)  # the next child seen running is progress, as before
+    assert running.last_progress_time == at(30) and running == again

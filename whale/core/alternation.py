@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import enum
 import functools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -61,7 +61,7 @@ from whale.core.protocol import (
 )
 from whale.core.schedule import ResolvedSchedule, ScheduleError, resolve
 from whale.core.spec import Condition, WhaleRunSpec
-from whale.core.state import RunState, best_eval
+from whale.core.state import RunState, best_eval, progress_seen_message
 from whale.core.status import BestEval, EvalPoint, IntegrityFlagStatus, Reason, RunPhase, Stage, WhaleRunStatus
 
 # ----- observations -------------------------------------------------------------------------------
@@ -580,7 +580,7 @@ class _Machine:
         running = sum(m.rollouts for m in steps) + sum(m.rollouts for m in iterations)
         empty = sum(m.kept == 0 for m in steps)
         self.state = self.state.with_spent(running, empty)
-        self.state = watch_progress(self.state, self.spec, self.obs)
+        self.state = watch_progress(self.state, self.spec, self.obs, starting(self.actions))
         self.state = self.state.with_integrity_condition(self.obs.now)
         checkpoint = self.state.current_checkpoint
         if checkpoint != self.before.current_checkpoint and not self.state.phase.is_terminal():
@@ -615,11 +615,17 @@ def evaluates_mid_phase(spec: WhaleRunSpec, status: WhaleRunStatus, split_sizes:
     return any(step < target for step in sched.eval_points_between(start, target))
 
 
-def watch_progress(state: RunState, spec: WhaleRunSpec, obs: Observations) -> RunState:
+def starting(actions: Iterable[Action]) -> frozenset[str]:
+    """The phases whose child this call decided to start (:class:`StartPhase`)."""
+    return frozenset(a.phase for a in actions if isinstance(a, StartPhase))
+
+
+def watch_progress(state: RunState, spec: WhaleRunSpec, obs: Observations, started: Iterable[str] = ()) -> RunState:
     """``lastProgressTime`` follows the store; the Stalled condition is True while a child runs and
-    nothing moved for ``spec.execution.retry.stallAfterSeconds`` (an alert only: nothing is stopped)."""
+    nothing moved for ``spec.execution.retry.stallAfterSeconds`` (an alert only: nothing is stopped). ``started``:
+    the phases this call starts (:func:`progress_mark`)."""
     now = obs.now
-    state = state.with_progress(progress_mark(state, obs), now)
+    state = state.with_progress(progress_mark(state, obs, started), now)
     running = sorted((p, c) for p, c in obs.children.items() if c.state is ChildState.RUNNING)
     limit = spec.execution.retry.stall_after_seconds
     quiet = seconds_between(state.last_progress_time, now)
@@ -635,21 +641,24 @@ def watch_progress(state: RunState, spec: WhaleRunSpec, obs: Observations) -> Ru
         )
         return state.with_stalled(True, message, now)
     if state.stalled() is not None:  # listed from its first stall on (the operator lists it always)
-        return state.with_stalled(False, f"last progress at {state.last_progress_time}", now)
+        return state.with_stalled(False, progress_seen_message(state.last_progress_time), now)
     return state
 
 
-def progress_mark(state: RunState, obs: Observations) -> str:
+def progress_mark(state: RunState, obs: Observations, started: Iterable[str] = ()) -> str:
     """What the store (and the children) show now, compactly: main phases and evaluations done, failed and
-    preempted attempts, metrics lines of the phases whose child runs, complete checkpoints, the children running (a
-    child that starts counts: the stall is measured from its start). Any change is progress; the same mark
-    twice is none (``decide`` stays level-based). A phase whose child has ended counts by its result, not its lines:
-    the reconcile that absorbs it still reads them, the next no longer does, and counting them made every transition
-    look like progress twice (and cost the operator a status write for nothing)."""
+    preempted attempts, metrics lines of the phases whose child runs, complete checkpoints, the phases whose child
+    runs or is being started (``started``: this call's :class:`StartPhase` actions; a decision to start a child counts,
+    so the stall is measured from it). Any change is progress; the same mark twice is none (``decide`` stays
+    level-based). Each part is what the next call will see again when nothing happens in between: a phase whose child
+    has ended counts by its result, not its lines (the call that absorbs it still reads them, the next no longer
+    does), and a child this call starts counts from this call, not from the next one that sees it run. Counting either
+    at one call and not at the next made every transition look like progress twice (and cost the operator a status
+    write for nothing)."""
     evals = sum(e.mean_at_k is not None for e in state.evals)
     running_phases = sorted(p for p, c in obs.children.items() if c.state is ChildState.RUNNING)
     lines = sum(len(obs.metrics.get(p, ())) for p in running_phases)
-    running = ",".join(running_phases)
+    running = ",".join(sorted({*running_phases, *started}))
     return (
         f"phases={len(state.completed_phases)} evals={evals} "
         f"failures={sum(state.failures.values())} preemptions={state.preemptions} "
@@ -763,7 +772,7 @@ def _prepare(spec: WhaleRunSpec, status: WhaleRunStatus, obs: Observations) -> T
         request = phase_request(spec, run=obs.run, phase=key, attempt=attempt, args=PreparePhaseArgs())
         actions.append(StartPhase(request))
     state = state.waiting(Reason.PREPARING_DATA, message, obs.generation)
-    return Transition(watch_progress(state, spec, obs).to_status(), tuple(actions))
+    return Transition(watch_progress(state, spec, obs, starting(actions)).to_status(), tuple(actions))
 
 
 def decide(spec: WhaleRunSpec, status: WhaleRunStatus, obs: Observations) -> Transition:

@@ -32,6 +32,12 @@ STALLED_REASON = "NoProgress"
 NOT_STALLED_REASON = "ProgressSeen"
 
 
+def progress_seen_message(last_progress_time: str | None) -> str:
+    """The message of a Stalled condition that is False: one text wherever it is written (``decide``, and a controller
+    listing the condition before ``decide`` did), or the two would rewrite each other's."""
+    return f"last progress at {last_progress_time}" if last_progress_time else ""
+
+
 def _same(old: MetaCondition | None, new: MetaCondition) -> bool:
     """``old`` says what ``new`` says; the generation it was observed at is the operator's stamp
     (``whale_operator.status.with_conditions``), not a change: were it one, every reconcile made a new status."""

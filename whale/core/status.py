@@ -229,12 +229,13 @@ class WhaleRunStatus(WireModel):
     last_progress_time: str | None = Field(
         None,
         description="when the store last showed progress (a metrics line, a result, a checkpoint) or a phase's "
-        "child started or ended; the Stalled condition counts from here",
+        "child was started or ended; the Stalled condition counts from here",
     )
     progress_mark: str | None = Field(
         None,
         description="what the store showed at lastProgressTime (main phases and evaluations done, failed attempts, "
-        "metrics lines of the running phases, complete checkpoints, the children running); "
+        "metrics lines of the running phases, complete checkpoints, the phases whose child runs or is being "
+        "started); "
         "a different mark is progress",
     )
     observed_generation: int | None = None
