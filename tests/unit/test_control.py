@@ -428,3 +428,35 @@ def test_a_bad_line_appended_later_is_named_by_its_line_number(tmp_path, caplog)
 
 def json_line(raw: dict[str, Any]) -> bytes:
     return (json.dumps(raw) + "\n").encode()
+
+
+def test_a_main_phase_without_a_child_keeps_its_last_reading_until_a_full_one(tmp_path, monkeypatch) -> None:
+    """After a weight phase the evaluation of its checkpoint runs first and the next main phase waits, with no child:
+    only a child writes a phase's lines, so a progress poll (``ended`` given, ``progress`` True) reads them once, not at
+    every poll (on S3 a request answered "no such key" every 15 s for as long as the evaluation runs). A full reading
+    (``ended`` None: the resync, a restart) reads them again; so does a poll once the phase's child runs."""
+    store = open_store(str(tmp_path / "store"))
+    bytes_read: list[str] = []
+    spied(monkeypatch, store, "read_bytes", bytes_read)
+    harness, evaluation = "c01-harness", "eval-c01-s000002-weight"
+    status = WhaleRunStatus(
+        phase=RunPhase.RUNNING, active_phase=harness, attempts={harness: 1, evaluation: 1}, completed_phases=[]
+    )
+    observer = StoreObserver(store, RUN)
+
+    def poll(children: dict[str, Child], ended: set[str] | None = frozenset()) -> list[str]:
+        bytes_read.clear()
+        observer.observe(status, children, {}, now="t", ended=ended, progress=True)
+        return sorted(k for k in bytes_read if k.endswith("/metrics.jsonl"))
+
+    waiting = {evaluation: Child(ChildState.RUNNING)}
+    both = [layout.metrics_key(RUN, harness), layout.metrics_key(RUN, evaluation)]
+    assert poll(waiting) == sorted(both), "the first reading reads both"
+    assert poll(waiting) == [layout.metrics_key(RUN, evaluation)], "a poll: the running evaluation's lines only"
+    assert poll(waiting, ended=None) == sorted(both), "a full reading reads everything"
+    running = {harness: Child(ChildState.RUNNING)}
+    store.append_jsonl(layout.metrics_key(RUN, harness), ITERATION_1.to_wire())
+    bytes_read.clear()
+    seen = observer.observe(status, running, {}, now="t", ended=frozenset(), progress=True)
+    assert [k for k in bytes_read if k.endswith("/metrics.jsonl")] == [layout.metrics_key(RUN, harness)]
+    assert seen.metrics[harness] == (ITERATION_1,), "its child runs: its lines are read at each poll again"

@@ -180,20 +180,25 @@ class StoreObserver:
         status: WhaleRunStatus,
         children: Mapping[str, Child] | None = None,
         ended: Collection[str] | None = None,
+        *,
+        everything: bool = True,
     ) -> dict[str, tuple[PhaseMetrics, ...]]:
         """The metrics lines, parsed, of the main phase in progress and of every phase whose child runs
         (an evaluation's lines are its progress, for the Stalled condition). ``ended`` (a controller woken by something
         else than the passing of time, :meth:`results`): only the lines of those phases and of phases not read here
-        yet are read; the others' last reading stands until the next progress poll (``ended`` None) reads them."""
-        phases = {p for p, c in (children or {}).items() if c.state is ChildState.RUNNING}
+        yet are read; the others' last reading stands until the next progress poll (``ended`` None) reads them.
+        ``everything`` False (any reading but a controller's full one): a main phase without a child (one waiting for an
+        evaluation to finish first, or for its next attempt) keeps its last reading, as only a child writes its lines
+        (on S3 each poll read it again: a request answered "no such key" for as long as the evaluation ran)."""
+        children = children or {}
+        phases = {p for p, c in children.items() if c.state is ChildState.RUNNING}
         if status.active_phase:
             phases.add(status.active_phase)
         out: dict[str, tuple[PhaseMetrics, ...]] = {}
         for phase in sorted(phases):
             held = parsed.last if (parsed := self._parsed.get(phase)) is not None else None
-            out[phase] = (
-                held if held is not None and ended is not None and phase not in ended else self.read_metrics(phase)
-            )
+            stands = (ended is not None and phase not in ended) or (not everything and phase not in children)
+            out[phase] = held if held is not None and stands else self.read_metrics(phase)
         for gone in self._parsed.keys() - phases:
             del self._parsed[gone]  # a phase no longer read: what was parsed of it is let go
         return out
@@ -259,7 +264,7 @@ class StoreObserver:
             run=self.run,
             children=dict(children),
             results=read,
-            metrics=self.metrics(status, children, None if progress else ended),
+            metrics=self.metrics(status, children, None if progress else ended, everything=ended is None),
             checkpoints=self.checkpoints(in_flight),
             split_sizes=dict(split_sizes),
             now=now,
