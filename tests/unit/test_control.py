@@ -444,7 +444,7 @@ def test_a_main_phase_without_a_child_keeps_its_last_reading_until_a_full_one(tm
     )
     observer = StoreObserver(store, RUN)
 
-    def poll(children: dict[str, Child], ended: set[str] | None = frozenset()) -> list[str]:
+    def poll(children: dict[str, Child], ended: frozenset[str] | None = frozenset()) -> list[str]:
         bytes_read.clear()
         observer.observe(status, children, {}, now="t", ended=ended, progress=True)
         return sorted(k for k in bytes_read if k.endswith("/metrics.jsonl"))
