@@ -439,9 +439,7 @@ def test_a_main_phase_without_a_child_keeps_its_last_reading_until_a_full_one(tm
     bytes_read: list[str] = []
     spied(monkeypatch, store, "read_bytes", bytes_read)
     harness, evaluation = "c01-harness", "eval-c01-s000002-weight"
-    status = WhaleRunStatus(
-        phase=RunPhase.RUNNING, active_phase=harness, attempts={harness: 1, evaluation: 1}, completed_phases=[]
-    )
+    status = WhaleRunStatus(phase=RunPhase.RUNNING, active_phase=harness, attempts={harness: 1, evaluation: 1})
     observer = StoreObserver(store, RUN)
 
     def poll(children: dict[str, Child], ended: frozenset[str] | None = frozenset()) -> list[str]:

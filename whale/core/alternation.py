@@ -656,9 +656,9 @@ def progress_mark(state: RunState, obs: Observations, started: Iterable[str] = (
     at one call and not at the next made every transition look like progress twice (and cost the operator a status
     write for nothing)."""
     evals = sum(e.mean_at_k is not None for e in state.evals)
-    running_phases = sorted(p for p, c in obs.children.items() if c.state is ChildState.RUNNING)
+    running_phases = {p for p, c in obs.children.items() if c.state is ChildState.RUNNING}
     lines = sum(len(obs.metrics.get(p, ())) for p in running_phases)
-    running = ",".join(sorted({*running_phases, *started}))
+    running = ",".join(sorted(running_phases.union(started)))
     return (
         f"phases={len(state.completed_phases)} evals={evals} "
         f"failures={sum(state.failures.values())} preemptions={state.preemptions} "

@@ -235,8 +235,7 @@ class WhaleRunStatus(WireModel):
         None,
         description="what the store showed at lastProgressTime (main phases and evaluations done, failed attempts, "
         "metrics lines of the running phases, complete checkpoints, the phases whose child runs or is being "
-        "started); "
-        "a different mark is progress",
+        "started); a different mark is progress",
     )
     observed_generation: int | None = None
     conditions: list[MetaCondition] = Field(default_factory=list)
